@@ -1,0 +1,114 @@
+# Makefile: builds accel-lua (the program), accel.so (the Lua module) and the
+# C unit tests, and runs the test suites. Everything goes under $(BUILD).
+#
+#   make             build/accel-lua, build/accel.so, build/test_*
+#   make deps        install missing Debian packages (scripts/install-deps.sh)
+#   make test        deps, all, then scripts/run-tests.sh build
+#   make run         deps, all, then build/accel-lua examples/regression.lua
+#   make asan-test   ASan+UBSan build in build/asan/, then the same tests
+#   make clean
+
+BUILD ?= build
+
+# CUDA ?= 0
+# Placeholder for the later GPU build (`make CUDA=1`: kernels/cuda/*.cu with
+# nvcc, cuBLAS(Lt) and NCCL from /usr/local/cuda). Not implemented yet;
+# the CPU build never needs CUDA.
+
+CC := gcc
+LUA ?= lua5.4
+OPTFLAGS ?= -O3
+SANFLAGS ?=
+CFLAGS := -std=c11 -D_GNU_SOURCE $(OPTFLAGS) -march=x86-64-v3 -fopenmp \
+          -Wall -Wextra -Werror -fPIC -g $(SANFLAGS)
+CPPFLAGS := -I. -Ikernels -I/usr/include/lua5.4
+DEPFLAGS = -MMD -MP
+LDFLAGS := -fopenmp $(SANFLAGS)
+# accel.so leaves the Lua API to the interpreter that loads it (Debian's
+# lua5.4 has Lua linked in statically; a second copy of Lua would break it).
+LIBS_NOLUA := -ldnnl -lopenblas -lgomp -lm -lz -ldl
+LIBS := -llua5.4 $(LIBS_NOLUA)
+
+ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer \
+              -fno-sanitize-recover=undefined
+
+OBJ := $(BUILD)/obj
+GEN := $(BUILD)/gen
+
+CORE_SRC := $(wildcard core/*.c) $(wildcard kernels/cpu/*.c)
+BIND_SRC := $(wildcard bindings/*.c)
+HOST_SRC := $(wildcard host/*.c)
+TEST_SRC := $(wildcard tests/c/test_*.c)
+LUA_LIB := $(sort $(shell find bindings/lua -type f -name '*.lua' 2>/dev/null))
+
+CORE_OBJ := $(CORE_SRC:%.c=$(OBJ)/%.o)
+BIND_OBJ := $(BIND_SRC:%.c=$(OBJ)/%.o) $(OBJ)/gen/embedded_lua.o
+HOST_OBJ := $(HOST_SRC:%.c=$(OBJ)/%.o)
+TEST_OBJ := $(TEST_SRC:%.c=$(OBJ)/%.o)
+TEST_BIN := $(TEST_SRC:tests/c/%.c=$(BUILD)/%)
+
+PROGRAM := $(BUILD)/accel-lua
+MODULE := $(BUILD)/accel.so
+
+.PHONY: all deps test run asan-test clean FORCE
+.DEFAULT_GOAL := all
+
+all: $(PROGRAM) $(MODULE) $(TEST_BIN)
+
+$(PROGRAM): $(HOST_OBJ) $(BIND_OBJ) $(CORE_OBJ)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+$(MODULE): $(BIND_OBJ) $(CORE_OBJ)
+	$(CC) $(LDFLAGS) -shared -o $@ $^ $(LIBS_NOLUA)
+
+$(BUILD)/test_%: $(OBJ)/tests/c/test_%.o $(CORE_OBJ)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+$(OBJ)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(DEPFLAGS) -c -o $@ $<
+
+$(TEST_OBJ): CPPFLAGS += -Icore
+
+# The embedded Lua library. The .list file changes only when the set of
+# library files does, so adding or removing a file also regenerates.
+$(GEN)/embedded_lua.list: FORCE
+	@mkdir -p $(@D)
+	@printf '%s\n' $(LUA_LIB) > $@.new
+	@if cmp -s $@.new $@; then rm -f $@.new; else mv -f $@.new $@; fi
+
+$(GEN)/embedded_lua.c: scripts/embed-lua.lua $(GEN)/embedded_lua.list $(LUA_LIB)
+	$(LUA) scripts/embed-lua.lua $@ bindings/lua $(LUA_LIB)
+
+$(OBJ)/gen/embedded_lua.o: $(GEN)/embedded_lua.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(DEPFLAGS) -c -o $@ $<
+
+deps:
+	scripts/install-deps.sh
+
+test: deps
+	$(MAKE) all
+	scripts/run-tests.sh $(BUILD)
+
+run: deps
+	$(MAKE) all
+	$(PROGRAM) examples/regression.lua
+
+# Sanitizer build: its own tree, same runner, leak detection on. Leak
+# reports from system libraries (not ours) are filtered by scripts/lsan.supp
+# (read it for what is and is not suppressed, and why).
+asan-test: deps
+	$(MAKE) all BUILD=build/asan OPTFLAGS="-O1 -g" SANFLAGS="$(ASAN_FLAGS)"
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 \
+	LSAN_OPTIONS=suppressions=$(CURDIR)/scripts/lsan.supp:print_suppressions=0 \
+	UBSAN_OPTIONS=print_stacktrace=1 \
+	OMPI_MCA_mca_base_component_disable_dlclose=1 \
+	scripts/run-tests.sh build/asan
+
+clean:
+	rm -rf build
+
+FORCE:
+
+-include $(patsubst %.o,%.d,$(CORE_OBJ) $(BIND_OBJ) $(HOST_OBJ) $(TEST_OBJ))

@@ -1,0 +1,511 @@
+/* accel.c: luaopen_accel: the `accel` module table: dtypes, devices,
+ * tensor creation, free functions (matmul, cat, stack, where, save, load,
+ * set_seed, clock, num_threads), and lazy loading of the embedded Lua
+ * library (accel.nn, accel.optim, ...) on first access. */
+#include "accel.h"
+#include "embedded.h"
+#include "lua_util.h"
+#include "../core/backend.h"
+#include "../core/safetensors.h"
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- creation ---- */
+
+typedef struct {
+    DType dt;
+    Device dev;
+    bool requires_grad;
+} CreateOpts;
+
+static CreateOpts create_opts(lua_State *L, int idx, DType def) {
+    CreateOpts o = {def, {DEV_CPU, 0}, false};
+    if (!lu_is_opts(L, idx)) {
+        if (!lua_isnone(L, idx) && !lua_isnil(L, idx))
+            lu_error(L, "bad argument #%d (options table {dtype=, device=, requires_grad=} expected, got %s)", idx, luaL_typename(L, idx));
+        return o;
+    }
+    o.dt = (DType)lu_opt_dtype(L, idx, "dtype", def);
+    o.dev = lu_opt_device(L, idx, "device");
+    o.requires_grad = lu_opt_bool(L, idx, "requires_grad", false);
+    return o;
+}
+
+static int finish(lua_State *L, Tensor *t, const CreateOpts *o) {
+    if (!t) return lu_core_error(L);
+    if (o->requires_grad) {
+        if (!dtype_is_float(t->dtype)) {
+            tensor_release(t);
+            return lu_error(L, "only floating point tensors can require gradients (got %s)", dtype_name(o->dt));
+        }
+        t->requires_grad = true;
+    }
+    lu_push_tensor(L, t);
+    return 1;
+}
+
+static int l_full_shape(lua_State *L, double v, int first, bool has_value) {
+    int64_t shape[TENSOR_MAX_DIMS];
+    int next, nd = lu_shape(L, first, shape, &next);
+    if (has_value) {
+        if (!lua_isnumber(L, next) && !lua_isboolean(L, next)) return lu_error(L, "full: fill value expected after the size");
+        v = lua_isboolean(L, next) ? lua_toboolean(L, next) : lua_tonumber(L, next);
+        DType def = lua_isboolean(L, next) ? DT_BOOL : lua_isinteger(L, next) ? DT_I64 : DT_F32;
+        CreateOpts o = create_opts(L, next + 1, def);
+        return finish(L, tensor_full(shape, nd, v, o.dt, o.dev), &o);
+    }
+    CreateOpts o = create_opts(L, next, DT_F32);
+    return finish(L, tensor_full(shape, nd, v, o.dt, o.dev), &o);
+}
+
+static int l_zeros(lua_State *L) { return l_full_shape(L, 0, 1, false); }
+static int l_ones(lua_State *L) { return l_full_shape(L, 1, 1, false); }
+static int l_full(lua_State *L) { return l_full_shape(L, 0, 1, true); }
+
+static int l_empty(lua_State *L) {
+    int64_t shape[TENSOR_MAX_DIMS];
+    int next, nd = lu_shape(L, 1, shape, &next);
+    CreateOpts o = create_opts(L, next, DT_F32);
+    return finish(L, tensor_zeros(shape, nd, o.dt, o.dev), &o);
+}
+
+static int random_shape(lua_State *L, bool normal) {
+    int64_t shape[TENSOR_MAX_DIMS];
+    int next, nd = lu_shape(L, 1, shape, &next);
+    CreateOpts o = create_opts(L, next, DT_F32);
+    if (!dtype_is_float(o.dt)) return lu_error(L, "%s: dtype must be floating point, got %s", normal ? "randn" : "rand", dtype_name(o.dt));
+    return finish(L, normal ? rng_randn(shape, nd, o.dt) : rng_rand(shape, nd, o.dt), &o);
+}
+
+static int l_rand(lua_State *L) { return random_shape(L, false); }
+static int l_randn(lua_State *L) { return random_shape(L, true); }
+
+/* randint(low, high, size) or randint(high, size) */
+static int l_randint(lua_State *L) {
+    lua_Integer lo = 0, hi;
+    int pos;
+    if (lua_isinteger(L, 2)) lo = luaL_checkinteger(L, 1), hi = luaL_checkinteger(L, 2), pos = 3;
+    else hi = luaL_checkinteger(L, 1), pos = 2;
+    int64_t shape[TENSOR_MAX_DIMS];
+    int next, nd = lu_shape(L, pos, shape, &next);
+    CreateOpts o = create_opts(L, next, DT_I64);
+    return finish(L, rng_randint(lo, hi, shape, nd, o.dt), &o);
+}
+
+static int l_randperm(lua_State *L) {
+    CreateOpts o = create_opts(L, 2, DT_I64);
+    return finish(L, rng_randperm(luaL_checkinteger(L, 1), o.dt), &o);
+}
+
+/* zeros_like(t, [opts]) etc.; the upvalue selects the fill. */
+static int l_like(lua_State *L) {
+    Tensor *t = lu_check_tensor(L, 1);
+    int kind = (int)lua_tointeger(L, lua_upvalueindex(1)); /* 0 zeros 1 ones 2 full 3 rand 4 randn 5 empty */
+    int oi = kind == 2 ? 3 : 2;
+    CreateOpts o = create_opts(L, oi, t->dtype);
+    if (!lu_is_opts(L, oi) || (lua_getfield(L, oi, "device"), lua_isnil(L, -1))) o.dev = t->device;
+    Tensor *r;
+    switch (kind) {
+    case 2: r = tensor_full(t->shape, t->ndim, luaL_checknumber(L, 2), o.dt, o.dev); break;
+    case 3: r = rng_rand(t->shape, t->ndim, o.dt); break;
+    case 4: r = rng_randn(t->shape, t->ndim, o.dt); break;
+    default: r = tensor_full(t->shape, t->ndim, kind == 1 ? 1.0 : 0.0, o.dt, o.dev); break;
+    }
+    return finish(L, r, &o);
+}
+
+static int l_arange(lua_State *L) {
+    int n = 0;
+    double v[3] = {0, 0, 1};
+    bool all_int = true;
+    while (n < 3 && lua_type(L, n + 1) == LUA_TNUMBER) {
+        all_int = all_int && lua_isinteger(L, n + 1);
+        v[n] = lua_tonumber(L, n + 1);
+        n++;
+    }
+    if (n == 0) return lu_error(L, "arange: expected arange(end), arange(start, end) or arange(start, end, step)");
+    double start = n == 1 ? 0 : v[0], end = n == 1 ? v[0] : v[1], step = n == 3 ? v[2] : 1;
+    CreateOpts o = create_opts(L, n + 1, all_int ? DT_I64 : DT_F32);
+    return finish(L, tensor_arange(start, end, step, o.dt), &o);
+}
+
+static int l_linspace(lua_State *L) {
+    CreateOpts o = create_opts(L, 4, DT_F32);
+    return finish(L, tensor_linspace(luaL_checknumber(L, 1), luaL_checknumber(L, 2), luaL_checkinteger(L, 3), o.dt), &o);
+}
+
+/* ---- accel.tensor(data, opts) ---- */
+
+typedef struct {
+    int64_t shape[TENSOR_MAX_DIMS];
+    int ndim;
+    bool any_float, any_bool, any_int;
+} DataInfo;
+
+static void scan_data(lua_State *L, int idx, int depth, DataInfo *info) {
+    int t = lua_type(L, idx);
+    if (t == LUA_TNUMBER || t == LUA_TBOOLEAN) {
+        if (depth != info->ndim) lu_error(L, "tensor: nested lists have inconsistent depth");
+        if (t == LUA_TBOOLEAN) info->any_bool = true;
+        else if (lua_isinteger(L, idx)) info->any_int = true;
+        else info->any_float = true;
+        return;
+    }
+    if (t != LUA_TTABLE) lu_error(L, "tensor: data must be numbers, booleans or nested lists of them, got %s", luaL_typename(L, idx));
+    int64_t n = (int64_t)lua_rawlen(L, idx);
+    if (depth >= TENSOR_MAX_DIMS) lu_error(L, "tensor: too many nesting levels");
+    if (depth == info->ndim) {
+        info->shape[depth] = n;
+        info->ndim = depth + 1;
+        /* determine depth from the first element chain */
+        if (n > 0) {
+            lua_rawgeti(L, idx, 1);
+            int depth_probe = lua_type(L, -1) == LUA_TTABLE;
+            lua_pop(L, 1);
+            (void)depth_probe;
+        }
+    } else if (depth > info->ndim || info->shape[depth] != n) {
+        lu_error(L, "tensor: expected a list of length %lld at depth %d, got %lld (ragged nested lists)",
+                 (long long)info->shape[depth], depth + 1, (long long)n);
+    }
+    for (int64_t i = 1; i <= n; i++) {
+        lua_rawgeti(L, idx, i);
+        if (lua_type(L, -1) == LUA_TTABLE && depth + 1 == info->ndim && i > 1)
+            lu_error(L, "tensor: ragged nested lists (element %lld at depth %d is a list)", (long long)i, depth + 1);
+        scan_data(L, lua_gettop(L), depth + 1, info);
+        lua_pop(L, 1);
+    }
+}
+
+static void fill_data(lua_State *L, int idx, char **p, DType dt) {
+    if (lua_type(L, idx) != LUA_TTABLE) {
+        if (lua_isboolean(L, idx)) dtype_store_i64(*p, dt, lua_toboolean(L, idx));
+        else if (lua_isinteger(L, idx) && !dtype_is_float(dt)) dtype_store_i64(*p, dt, lua_tointeger(L, idx));
+        else dtype_store(*p, dt, lua_tonumber(L, idx));
+        *p += dtype_size(dt);
+        return;
+    }
+    int64_t n = (int64_t)lua_rawlen(L, idx);
+    for (int64_t i = 1; i <= n; i++) {
+        lua_rawgeti(L, idx, i);
+        fill_data(L, lua_gettop(L), p, dt);
+        lua_pop(L, 1);
+    }
+}
+
+static int l_tensor(lua_State *L) {
+    Tensor *src = lu_to_tensor(L, 1);
+    if (src) {
+        CreateOpts o = create_opts(L, 2, src->dtype);
+        bool prev = ag_set_grad_enabled(false);
+        Tensor *c = tensor_empty(src->shape, src->ndim, o.dt, src->device);
+        if (c) tensor_copy_strided(c, src);
+        ag_set_grad_enabled(prev);
+        return finish(L, c, &o);
+    }
+    DataInfo info = {0};
+    scan_data(L, 1, 0, &info);
+    DType def = info.any_float ? DT_F32 : info.any_int ? DT_I64 : info.any_bool ? DT_BOOL : DT_F32;
+    CreateOpts o = create_opts(L, 2, def);
+    Tensor *t = tensor_empty(info.shape, info.ndim, o.dt, o.dev);
+    if (!t) return lu_core_error(L);
+    char *p = t->storage->data;
+    lu_push_tensor(L, t); /* owned by Lua while filling, so errors do not leak */
+    fill_data(L, 1, &p, o.dt);
+    if (o.requires_grad) {
+        if (!dtype_is_float(o.dt)) return lu_error(L, "only floating point tensors can require gradients (got %s)", dtype_name(o.dt));
+        t->requires_grad = true;
+    }
+    return 1;
+}
+
+/* ---- free functions ---- */
+
+static int l_matmul(lua_State *L) {
+    lu_push_tensor(L, op_matmul(lu_check_tensor(L, 1), lu_check_tensor(L, 2)));
+    return 1;
+}
+
+/* A Lua list of tensors at idx into a malloc'd array (borrowed pointers). */
+static Tensor **tensor_list(lua_State *L, int idx, int *n, const char *op) {
+    if (!lua_istable(L, idx)) lu_error(L, "%s: expected a list of tensors, got %s", op, luaL_typename(L, idx));
+    *n = (int)lua_rawlen(L, idx);
+    Tensor **ts = lua_newuserdatauv(L, sizeof(Tensor *) * (size_t)(*n > 0 ? *n : 1), 0); /* GC-owned scratch */
+    for (int i = 0; i < *n; i++) {
+        lua_rawgeti(L, idx, i + 1);
+        ts[i] = lu_to_tensor(L, -1);
+        if (!ts[i]) lu_error(L, "%s: item %d of the list is a %s, not a tensor", op, i + 1, luaL_typename(L, -1));
+        lua_pop(L, 1);
+    }
+    return ts;
+}
+
+static int l_cat(lua_State *L) {
+    int n;
+    int dim = lua_isnoneornil(L, 2) ? 0 : lu_dim(L, 2);
+    Tensor **ts = tensor_list(L, 1, &n, "cat");
+    lu_push_tensor(L, op_cat(ts, n, dim));
+    return 1;
+}
+
+static int l_stack(lua_State *L) {
+    int n;
+    int dim = lua_isnoneornil(L, 2) ? 0 : lu_dim(L, 2);
+    Tensor **ts = tensor_list(L, 1, &n, "stack");
+    lu_push_tensor(L, op_stack(ts, n, dim));
+    return 1;
+}
+
+static int l_where(lua_State *L) {
+    Tensor *c = lu_check_tensor(L, 1);
+    Tensor *like = lu_to_tensor(L, 2) ? lu_to_tensor(L, 2) : lu_to_tensor(L, 3);
+    Tensor *a = lu_tensor_or_scalar(L, 2, like), *b = lu_tensor_or_scalar(L, 3, like);
+    Tensor *r = op_where(c, a, b);
+    tensor_release(a), tensor_release(b);
+    lu_push_tensor(L, r);
+    return 1;
+}
+
+static int l_set_seed(lua_State *L) {
+    lua_Integer s = luaL_checkinteger(L, 1);
+    rng_seed((uint64_t)s);
+    lua_getglobal(L, "math");
+    if (lua_istable(L, -1)) { /* seed Lua's own generator too, like Accelerate seeds random/numpy */
+        lua_getfield(L, -1, "randomseed");
+        lua_pushinteger(L, s);
+        lua_call(L, 1, 0);
+    }
+    return 0;
+}
+
+static int l_initial_seed(lua_State *L) {
+    lua_pushinteger(L, (lua_Integer)rng_get_seed());
+    return 1;
+}
+
+static int l_rng_state(lua_State *L) {
+    uint64_t st[2];
+    rng_get_state(st);
+    lua_pushinteger(L, (lua_Integer)st[0]);
+    lua_pushinteger(L, (lua_Integer)st[1]);
+    return 2;
+}
+
+static int l_set_rng_state(lua_State *L) {
+    uint64_t st[2] = {(uint64_t)luaL_checkinteger(L, 1), (uint64_t)luaL_checkinteger(L, 2)};
+    rng_set_state(st);
+    return 0;
+}
+
+static int l_clock(lua_State *L) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec * 1e-9);
+    return 1;
+}
+
+static int l_num_threads(lua_State *L) {
+    if (!lua_isnoneornil(L, 1)) kernel_set_threads((int)luaL_checkinteger(L, 1));
+    lua_pushinteger(L, kernel_get_threads());
+    return 1;
+}
+
+static int l_is_tensor(lua_State *L) {
+    lua_pushboolean(L, lu_is_tensor(L, 1));
+    return 1;
+}
+
+static int l_memory(lua_State *L) {
+    lua_pushinteger(L, (lua_Integer)tensor_live_bytes());
+    lua_pushinteger(L, (lua_Integer)backend_cpu.cached_bytes());
+    return 2;
+}
+
+static int l_empty_cache(lua_State *L) {
+    (void)L;
+    backend_cpu.empty_cache();
+    return 0;
+}
+
+/* ---- files ---- */
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* accel.save({name = tensor, ...}, path, [metadata {str = str}]) ; names written sorted */
+static int l_save(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    const char *path = luaL_checkstring(L, 2);
+    int n = 0, cap = 16;
+    const char **names = lua_newuserdatauv(L, sizeof(char *) * 4096, 0);
+    (void)cap;
+    lua_pushnil(L);
+    while (lua_next(L, 1)) {
+        if (lua_type(L, -2) != LUA_TSTRING) return lu_error(L, "accel.save: keys must be strings (tensor names), got %s", luaL_typename(L, -2));
+        if (!lu_is_tensor(L, -1)) return lu_error(L, "accel.save: value for '%s' is a %s, not a tensor", lua_tostring(L, -2), luaL_typename(L, -1));
+        if (n == 4096) return lu_error(L, "accel.save: at most 4096 tensors per file");
+        names[n++] = lua_tostring(L, -2);
+        lua_pop(L, 1);
+    }
+    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    Tensor **ts = lua_newuserdatauv(L, sizeof(Tensor *) * (size_t)(n ? n : 1), 0);
+    for (int i = 0; i < n; i++) {
+        lua_getfield(L, 1, names[i]);
+        ts[i] = lu_check_tensor(L, -1);
+        lua_pop(L, 1);
+    }
+    const char *mk[256], *mv[256];
+    int nm = 0;
+    if (lua_istable(L, 3)) {
+        lua_pushnil(L);
+        while (lua_next(L, 3)) {
+            if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)
+                return lu_error(L, "accel.save: metadata must map strings to strings");
+            if (nm == 256) return lu_error(L, "accel.save: at most 256 metadata entries");
+            mk[nm] = lua_tostring(L, -2), mv[nm++] = lua_tostring(L, -1);
+            lua_pop(L, 1);
+        }
+    }
+    if (safetensors_save(path, names, ts, n, mk, mv, nm) < 0) lu_core_error(L);
+    return 0;
+}
+
+static int l_load(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    char **names = NULL, **mk = NULL, **mv = NULL;
+    Tensor **ts = NULL;
+    int n = 0, nm = 0;
+    if (safetensors_load(path, &names, &ts, &n, &mk, &mv, &nm) < 0) lu_core_error(L);
+    lua_createtable(L, 0, n);
+    for (int i = 0; i < n; i++) {
+        lu_push_tensor(L, ts[i]);
+        lua_setfield(L, -2, names[i]);
+    }
+    lua_createtable(L, 0, nm);
+    for (int i = 0; i < nm; i++) {
+        lua_pushstring(L, mv[i]);
+        lua_setfield(L, -2, mk[i]);
+    }
+    free(ts);
+    safetensors_free_names(names, n);
+    safetensors_free_names(mk, nm);
+    safetensors_free_names(mv, nm);
+    return 2;
+}
+
+/* ---- module ---- */
+
+/* accel.X for an unknown X: require the embedded module accel.X if there is one. */
+static int module_index(lua_State *L) {
+    const char *k = lua_tostring(L, 2);
+    if (!k) return 0;
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "preload");
+    lua_pushfstring(L, "accel.%s", k);
+    lua_pushvalue(L, -1);
+    if (lua_rawget(L, -3) == LUA_TNIL) {
+        /* names exported by accel.init (e.g. Accelerator) */
+        lua_settop(L, 2);
+        lua_getfield(L, LUA_REGISTRYINDEX, "accel.exports");
+        if (lua_istable(L, -1) && lua_getfield(L, -1, k) == LUA_TSTRING) {
+            lua_getglobal(L, "require");
+            lua_pushvalue(L, -2);
+            lua_call(L, 1, 1);
+            lua_getfield(L, -1, k);
+            return 1;
+        }
+        return 0;
+    }
+    lua_pop(L, 1);
+    lua_getglobal(L, "require");
+    lua_insert(L, -2);
+    lua_call(L, 1, 1);
+    lua_pushvalue(L, 2);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, 1);
+    return 1;
+}
+
+static int dtype_tostring(lua_State *L) {
+    lua_getfield(L, 1, "name");
+    lua_pushfstring(L, "accel.%s", lua_tostring(L, -1));
+    return 1;
+}
+
+static void set_dtypes(lua_State *L) {
+    static const char *const consts[DT_COUNT] = {"float32", "float64", "bfloat16", "float16", "float8_e4m3fn",
+                                                 "float8_e5m2", "int64", "int32", "uint8", "bool"};
+    luaL_newmetatable(L, "accel.dtype");
+    lua_pushcfunction(L, dtype_tostring);
+    lua_setfield(L, -2, "__tostring");
+    lua_pop(L, 1);
+    lua_createtable(L, DT_COUNT, 0); /* registry list */
+    for (int dt = 0; dt < DT_COUNT; dt++) {
+        lua_createtable(L, 0, 4);
+        lua_pushinteger(L, dt);
+        lua_setfield(L, -2, "__dtype");
+        lua_pushstring(L, dtype_name((DType)dt));
+        lua_setfield(L, -2, "name");
+        lua_pushboolean(L, dtype_is_float((DType)dt));
+        lua_setfield(L, -2, "is_floating_point");
+        lua_pushinteger(L, (lua_Integer)dtype_size((DType)dt));
+        lua_setfield(L, -2, "itemsize");
+        luaL_setmetatable(L, "accel.dtype");
+        lua_pushvalue(L, -1);
+        lua_setfield(L, -4, consts[dt]);
+        if (dt == DT_F8E4M3) {
+            lua_pushvalue(L, -1);
+            lua_setfield(L, -4, "float8_e4m3");
+        }
+        lua_rawseti(L, -2, dt + 1);
+    }
+    lua_setfield(L, LUA_REGISTRYINDEX, "accel.dtypes");
+    static const struct { const char *alias, *name; } aliases[] = {
+        {"float", "float32"}, {"double", "float64"}, {"half", "float16"}, {"long", "int64"}, {"int", "int32"}};
+    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++) {
+        lua_getfield(L, -1, aliases[i].name);
+        lua_setfield(L, -2, aliases[i].alias);
+    }
+}
+
+static const luaL_Reg functions[] = {
+    {"tensor", l_tensor}, {"zeros", l_zeros}, {"ones", l_ones}, {"full", l_full}, {"empty", l_empty},
+    {"rand", l_rand}, {"randn", l_randn}, {"randint", l_randint}, {"randperm", l_randperm}, {"arange", l_arange},
+    {"linspace", l_linspace}, {"matmul", l_matmul}, {"cat", l_cat}, {"concat", l_cat}, {"stack", l_stack},
+    {"where", l_where}, {"set_seed", l_set_seed}, {"manual_seed", l_set_seed}, {"initial_seed", l_initial_seed},
+    {"get_rng_state", l_rng_state}, {"set_rng_state", l_set_rng_state}, {"clock", l_clock},
+    {"num_threads", l_num_threads}, {"is_tensor", l_is_tensor}, {"memory_stats", l_memory},
+    {"empty_cache", l_empty_cache}, {"save", l_save}, {"load", l_load}, {"device", lu_device_new}, {NULL, NULL}};
+
+int luaopen_accel(lua_State *L) {
+    accel_preload_embedded(L);
+    lu_open_device(L);
+    lu_open_tensor(L);
+    lua_newtable(L);
+    lua_setfield(L, LUA_REGISTRYINDEX, "accel.twins");
+    lua_getfield(L, LUA_REGISTRYINDEX, "accel.twins");
+    lua_createtable(L, 0, 1);
+    lua_pushliteral(L, "v");
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+    lua_pop(L, 1);
+
+    luaL_newlib(L, functions);
+    int m = lua_gettop(L);
+    static const char *const likes[] = {"zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "empty_like"};
+    for (int i = 0; i < 6; i++) {
+        lua_pushinteger(L, i == 5 ? 0 : i);
+        lua_pushcclosure(L, l_like, 1);
+        lua_setfield(L, m, likes[i]);
+    }
+    set_dtypes(L);
+    lu_open_autograd(L, m);
+    lu_open_functions(L, m);
+    lua_pushliteral(L, "0.1.0");
+    lua_setfield(L, m, "__version__");
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, module_index);
+    lua_setfield(L, -2, "__index");
+    lua_setmetatable(L, m);
+    return 1;
+}

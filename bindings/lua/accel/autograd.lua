@@ -1,0 +1,54 @@
+-- accel.autograd: custom differentiable operations written in Lua.
+--
+--   local Square = accel.autograd.Function{
+--     forward = function(ctx, x) ctx:save_for_backward(x); return x * x end,
+--     backward = function(ctx, g) local x = ctx.saved_tensors[1]; return g * 2 * x end,
+--   }
+--   local y = Square(x)           -- or Square.apply(x)
+--
+-- forward runs without recording a graph and returns one tensor; backward
+-- receives the gradient of that output and returns one gradient (or nil) per
+-- argument of forward, in order.
+local accel = require("accel")
+
+local autograd = {}
+
+local Ctx = {}
+Ctx.__index = Ctx
+
+function Ctx:save_for_backward(...)
+  self.saved_tensors = {...}
+end
+
+function autograd.Function(def)
+  if type(def) ~= "table" or type(def.forward) ~= "function" or type(def.backward) ~= "function" then
+    error("autograd.Function expects {forward = function(ctx, ...), backward = function(ctx, grad)}", 2)
+  end
+  local F = {}
+  function F.apply(...)
+    local args = table.pack(...)
+    local ctx = setmetatable({saved_tensors = {}}, Ctx)
+    local out = accel.no_grad(function() return def.forward(ctx, table.unpack(args, 1, args.n)) end)
+    if not accel.is_tensor(out) then error("autograd.Function forward must return a tensor", 2) end
+    local inputs = {}
+    for i = 1, args.n do
+      inputs[i] = accel.is_tensor(args[i]) and args[i] or false
+    end
+    ctx.needs_input_grad = {}
+    for i = 1, args.n do ctx.needs_input_grad[i] = inputs[i] and inputs[i].requires_grad or false end
+    return accel._C.attach_custom(out, inputs, function(grad)
+      local grads = table.pack(def.backward(ctx, grad))
+      return table.unpack(grads, 1, args.n)
+    end)
+  end
+  return setmetatable(F, {__call = function(_, ...) return F.apply(...) end})
+end
+
+autograd.no_grad = accel.no_grad
+autograd.enable_grad = accel.enable_grad
+autograd.set_grad_enabled = accel.set_grad_enabled
+
+-- backward(tensor, grad): the functional form of t:backward(grad)
+function autograd.backward(t, grad) t:backward(grad) end
+
+return autograd

@@ -1,0 +1,366 @@
+/* lua_util.c: tensor userdata, error positions, argument parsing, dtype and
+ * device objects, GC accounting (see lua_util.h). */
+#include "lua_util.h"
+#include "../core/backend.h"
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- errors ---- */
+
+/* Position of the first Lua frame that is not the embedded library. */
+static void push_user_where(lua_State *L) {
+    lua_Debug ar;
+    for (int level = 1; lua_getstack(L, level, &ar); level++) {
+        lua_getinfo(L, "Sl", &ar);
+        if (ar.currentline > 0 && strncmp(ar.source, "=[accel]", 8) != 0) {
+            lua_pushfstring(L, "%s:%d: ", ar.short_src, ar.currentline);
+            return;
+        }
+    }
+    lua_pushliteral(L, "");
+}
+
+/* C printf formats (%lld, %g, ...), not lua_pushfstring's small subset. */
+int lu_error(lua_State *L, const char *fmt, ...) {
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    push_user_where(L);
+    lua_pushstring(L, msg);
+    lua_concat(L, 2);
+    return lua_error(L);
+}
+
+int lu_core_error(lua_State *L) { return lu_error(L, "%s", accel_last_error()); }
+
+/* ---- per-state binding data, reached through the state's extra space ---- */
+
+LuState *lu_state(lua_State *L) { return *(LuState **)lua_getextraspace(L); }
+
+void lu_state_init(lua_State *L) {
+    LuState *st = lua_newuserdatauv(L, sizeof *st, 0);
+    memset(st, 0, sizeof *st);
+    lua_setfield(L, LUA_REGISTRYINDEX, "accel.state"); /* keeps it alive */
+    luaL_getmetatable(L, TENSOR_MT);
+    st->tensor_mt = lua_topointer(L, -1);
+    lua_pop(L, 1);
+    *(LuState **)lua_getextraspace(L) = st;
+}
+
+/* ---- tensor userdata ---- */
+
+/* The userdata at idx if it is a tensor (metatable compared by address). */
+static TensorUD *test_tensor(lua_State *L, int idx) {
+    void *p = lua_touserdata(L, idx);
+    if (!p || !lua_getmetatable(L, idx)) return NULL;
+    bool ok = lua_topointer(L, -1) == lu_state(L)->tensor_mt;
+    lua_pop(L, 1);
+    return ok ? p : NULL;
+}
+
+bool lu_is_tensor(lua_State *L, int idx) { return test_tensor(L, idx) != NULL; }
+
+Tensor *lu_to_tensor(lua_State *L, int idx) {
+    TensorUD *u = test_tensor(L, idx);
+    if (!u) return NULL;
+    if (!u->t) lu_error(L, "tensor was freed (t:free() or <close>) and cannot be used");
+    return u->t;
+}
+
+Tensor *lu_check_tensor(lua_State *L, int idx) {
+    Tensor *t = lu_to_tensor(L, idx);
+    if (!t) {
+        lua_Debug ar;
+        const char *fname = "?";
+        if (lua_getstack(L, 0, &ar)) {
+            lua_getinfo(L, "n", &ar);
+            if (ar.name) fname = ar.name;
+        }
+        lu_error(L, "bad argument #%d to '%s' (tensor expected, got %s)", idx, fname, luaL_typename(L, idx));
+    }
+    return t;
+}
+
+/* Tensor bytes count as Lua allocations: every 256 KiB of them drives an
+ * incremental GC step of that size. In generational mode (lua.c's and
+ * accel-lua's default) a step is a minor collection: tensors that survive two
+ * of them turn old, and only a major collection frees old objects, which Lua
+ * starts when its own heap has grown, not on this reported debt. So a full
+ * collection is forced whenever the tensor bytes pushed since the last one
+ * exceed both 64 MiB and the tensor bytes that were alive after it (the
+ * same doubling rule as Lua's majors, applied to tensor memory). */
+void lu_gc_account(lua_State *L, size_t n) {
+    static const size_t step = 256 * 1024, full_min = (size_t)64 << 20;
+    LuState *st = lu_state(L);
+    st->gc_debt += n;
+    st->gc_since_full += n;
+    if (st->gc_since_full >= full_min && st->gc_since_full >= st->gc_full_base) {
+        st->gc_debt = 0;
+        st->gc_since_full = 0;
+        lua_gc(L, LUA_GCCOLLECT);
+        st->gc_full_base = tensor_live_bytes();
+        return;
+    }
+    if (st->gc_debt >= step) {
+        size_t kb = st->gc_debt / 1024;
+        st->gc_debt = 0;
+        lua_gc(L, LUA_GCSTEP, (int)kb);
+    }
+}
+
+void lu_push_tensor(lua_State *L, Tensor *t) {
+    if (!t) lu_core_error(L);
+    TensorUD *u = lua_newuserdatauv(L, sizeof *u, 0);
+    u->t = t;
+    lua_rawgetp(L, LUA_REGISTRYINDEX, lu_state(L)->tensor_mt);
+    lua_setmetatable(L, -2);
+    lu_gc_account(L, sizeof(Tensor) + (t->is_view ? 0 : (size_t)t->numel * dtype_size(t->dtype)));
+}
+
+/* A weak table maps core tensors to their userdata, so t.grad == t.grad. */
+void lu_push_existing(lua_State *L, Tensor *t) {
+    lua_getfield(L, LUA_REGISTRYINDEX, "accel.twins");
+    lua_rawgetp(L, -1, t);
+    TensorUD *u = lua_touserdata(L, -1);
+    if (u && u->t == t) {
+        lua_remove(L, -2);
+        return;
+    }
+    lua_pop(L, 1);
+    lu_push_tensor(L, tensor_retain(t));
+    lua_pushvalue(L, -1);
+    lua_rawsetp(L, -3, t);
+    lua_remove(L, -2);
+}
+
+/* ---- dims and shapes ---- */
+
+/* "name: " of the running C function when Lua knows it (not in a tail call). */
+static const char *op_prefix(lua_State *L, char *buf, size_t n) {
+    lua_Debug ar;
+    buf[0] = 0;
+    if (lua_getstack(L, 0, &ar) && lua_getinfo(L, "n", &ar) && ar.name) snprintf(buf, n, "%s: ", ar.name);
+    return buf;
+}
+
+int lu_dim_value(lua_State *L, lua_Integer d) {
+    char op[64];
+    if (d == 0) lu_error(L, "%sdimension 0 is invalid: dimensions are 1-based (negative counts from the end)", op_prefix(L, op, sizeof op));
+    return d > 0 ? (int)(d - 1) : (int)d;
+}
+
+int lu_dim(lua_State *L, int idx) {
+    if (!lua_isinteger(L, idx)) lu_error(L, "bad argument #%d (integer dimension expected, got %s)", idx, luaL_typename(L, idx));
+    return lu_dim_value(L, lua_tointeger(L, idx));
+}
+
+int lu_dims(lua_State *L, int idx, int *out) {
+    if (lua_isinteger(L, idx)) {
+        out[0] = lu_dim(L, idx);
+        return 1;
+    }
+    if (!lua_istable(L, idx)) lu_error(L, "bad argument #%d (dimension or list of dimensions expected, got %s)", idx, luaL_typename(L, idx));
+    int n = (int)lua_rawlen(L, idx);
+    if (n > TENSOR_MAX_DIMS) lu_error(L, "too many dimensions (%d)", n);
+    for (int i = 0; i < n; i++) {
+        lua_rawgeti(L, idx, i + 1);
+        if (!lua_isinteger(L, -1)) lu_error(L, "dimension list entry %d is not an integer", i + 1);
+        out[i] = lu_dim_value(L, lua_tointeger(L, -1));
+        lua_pop(L, 1);
+    }
+    return n;
+}
+
+static int64_t check_size(lua_State *L, int idx, int pos) {
+    if (!lua_isinteger(L, idx)) {
+        if (lua_isnumber(L, idx)) {
+            lua_Number v = lua_tonumber(L, idx);
+            if (v == (lua_Number)(int64_t)v) return (int64_t)v;
+        }
+        lu_error(L, "size %d must be an integer, got %s", pos, luaL_typename(L, idx));
+    }
+    return lua_tointeger(L, idx);
+}
+
+int lu_shape(lua_State *L, int idx, int64_t *shape, int *next) {
+    int nd = 0;
+    /* An accel.Size (t:size() / t.shape, empty for a 0-dim tensor) or an empty
+     * {} followed by an options table is a shape, not options. */
+    bool size_mt = false;
+    if (lua_istable(L, idx) && lua_getmetatable(L, idx)) {
+        luaL_getmetatable(L, "accel.Size");
+        size_mt = lua_rawequal(L, -1, -2);
+        lua_pop(L, 2);
+    }
+    bool empty_then_opts = lua_istable(L, idx) && lua_rawlen(L, idx) == 0 && lu_is_opts(L, idx) && lu_is_opts(L, idx + 1);
+    if (lua_istable(L, idx) && (size_mt || empty_then_opts || !lu_is_opts(L, idx))) {
+        int n = (int)lua_rawlen(L, idx);
+        if (n > TENSOR_MAX_DIMS) lu_error(L, "shape has %d dims; at most %d are supported", n, TENSOR_MAX_DIMS);
+        for (int i = 0; i < n; i++) {
+            lua_rawgeti(L, idx, i + 1);
+            shape[nd++] = check_size(L, -1, i + 1);
+            lua_pop(L, 1);
+        }
+        *next = idx + 1;
+        return nd;
+    }
+    while (lua_type(L, idx) == LUA_TNUMBER) {
+        if (nd == TENSOR_MAX_DIMS) lu_error(L, "at most %d dims are supported", TENSOR_MAX_DIMS);
+        shape[nd] = check_size(L, idx, nd + 1);
+        nd++, idx++;
+    }
+    *next = idx;
+    return nd;
+}
+
+/* An options table: a plain table (not a tensor, dtype or device) with no [1]. */
+bool lu_is_opts(lua_State *L, int idx) {
+    if (lua_type(L, idx) != LUA_TTABLE || lu_is_dtype(L, idx) || lu_is_device(L, idx)) return false;
+    bool seq = lua_rawgeti(L, idx, 1) != LUA_TNIL;
+    lua_pop(L, 1);
+    if (seq) return false;
+    lua_pushnil(L);
+    if (lua_next(L, idx) == 0) return true; /* {} */
+    lua_pop(L, 2);
+    return true;
+}
+
+bool lu_opt_bool(lua_State *L, int idx, const char *key, bool def) {
+    if (!lu_is_opts(L, idx)) return def;
+    lua_getfield(L, idx, key);
+    bool v = lua_isnil(L, -1) ? def : lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    return v;
+}
+
+double lu_opt_number(lua_State *L, int idx, const char *key, double def) {
+    if (!lu_is_opts(L, idx)) return def;
+    lua_getfield(L, idx, key);
+    double v = def;
+    if (!lua_isnil(L, -1)) {
+        if (!lua_isnumber(L, -1)) lu_error(L, "option '%s' must be a number, got %s", key, luaL_typename(L, -1));
+        v = lua_tonumber(L, -1);
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
+/* ---- dtype and device objects ---- */
+
+bool lu_is_dtype(lua_State *L, int idx) {
+    if (lua_type(L, idx) != LUA_TTABLE) return false;
+    bool is = lua_getfield(L, idx, "__dtype") == LUA_TNUMBER;
+    lua_pop(L, 1);
+    return is;
+}
+
+int lu_check_dtype(lua_State *L, int idx) {
+    if (lu_is_dtype(L, idx)) {
+        lua_getfield(L, idx, "__dtype");
+        int dt = (int)lua_tointeger(L, -1);
+        lua_pop(L, 1);
+        return dt;
+    }
+    if (lua_type(L, idx) == LUA_TSTRING) {
+        int dt = dtype_from_name(lua_tostring(L, idx));
+        if (dt < 0) lu_error(L, "unknown dtype '%s' (expected e.g. accel.float32, \"float32\", \"bf16\")", lua_tostring(L, idx));
+        return dt;
+    }
+    return lu_error(L, "dtype expected (accel.float32, ... or a name), got %s", luaL_typename(L, idx));
+}
+
+int lu_opt_dtype(lua_State *L, int idx, const char *key, int def) {
+    if (!lu_is_opts(L, idx)) return def;
+    lua_getfield(L, idx, key);
+    int dt = lua_isnil(L, -1) ? def : lu_check_dtype(L, lua_gettop(L));
+    lua_pop(L, 1);
+    return dt;
+}
+
+void lu_push_dtype(lua_State *L, DType dt) {
+    lua_getfield(L, LUA_REGISTRYINDEX, "accel.dtypes");
+    lua_rawgeti(L, -1, (lua_Integer)dt + 1);
+    lua_remove(L, -2);
+}
+
+bool lu_is_device(lua_State *L, int idx) { return luaL_testudata(L, idx, "accel.Device") != NULL; }
+
+void lu_push_device(lua_State *L, Device d) {
+    Device *u = lua_newuserdatauv(L, sizeof *u, 0);
+    *u = d;
+    luaL_setmetatable(L, "accel.Device");
+}
+
+static Device parse_device(lua_State *L, int idx) {
+    if (lu_is_device(L, idx)) return *(Device *)lua_touserdata(L, idx);
+    Device d = {DEV_CPU, 0};
+    if (lua_type(L, idx) != LUA_TSTRING) lu_error(L, "device expected (\"cpu\", \"cuda:0\" or accel.device(...)), got %s", luaL_typename(L, idx));
+    if (device_parse(lua_tostring(L, idx), &d) < 0) lu_core_error(L);
+    return d;
+}
+
+Device lu_opt_device(lua_State *L, int idx, const char *key) {
+    Device d = {DEV_CPU, 0};
+    if (!lu_is_opts(L, idx)) return d;
+    lua_getfield(L, idx, key);
+    if (!lua_isnil(L, -1)) d = parse_device(L, lua_gettop(L));
+    lua_pop(L, 1);
+    if (d.type != DEV_CPU && !backend_for(d)) lu_core_error(L);
+    return d;
+}
+
+Tensor *lu_tensor_or_scalar(lua_State *L, int idx, const Tensor *like) {
+    Tensor *t = lu_to_tensor(L, idx);
+    if (t) return tensor_retain(t);
+    if (lua_type(L, idx) == LUA_TNUMBER) {
+        DType dt = like && dtype_is_float(like->dtype) ? like->dtype : (lua_isinteger(L, idx) ? DT_I64 : DT_F32);
+        Tensor *s = tensor_scalar(lua_tonumber(L, idx), dt);
+        if (!s) lu_core_error(L);
+        return s;
+    }
+    if (lua_isboolean(L, idx)) return tensor_scalar(lua_toboolean(L, idx), DT_BOOL);
+    lu_error(L, "bad argument #%d (tensor or number expected, got %s)", idx, luaL_typename(L, idx));
+    return NULL;
+}
+
+/* ---- device metatable ---- */
+
+static int device_tostring(lua_State *L) {
+    char buf[32];
+    lua_pushstring(L, device_str(*(Device *)luaL_checkudata(L, 1, "accel.Device"), buf, sizeof buf));
+    return 1;
+}
+
+static int device_eq(lua_State *L) {
+    Device *a = luaL_testudata(L, 1, "accel.Device"), *b = luaL_testudata(L, 2, "accel.Device");
+    lua_pushboolean(L, a && b && a->type == b->type && a->index == b->index);
+    return 1;
+}
+
+static int device_index(lua_State *L) {
+    Device *d = luaL_checkudata(L, 1, "accel.Device");
+    const char *k = luaL_checkstring(L, 2);
+    if (strcmp(k, "type") == 0) lua_pushstring(L, d->type == DEV_CPU ? "cpu" : "cuda");
+    else if (strcmp(k, "index") == 0) lua_pushinteger(L, d->index);
+    else lua_pushnil(L);
+    return 1;
+}
+
+int lu_device_new(lua_State *L) {
+    lu_push_device(L, parse_device(L, 1));
+    return 1;
+}
+
+void lu_open_device(lua_State *L) {
+    luaL_newmetatable(L, "accel.Device");
+    lua_pushcfunction(L, device_tostring);
+    lua_setfield(L, -2, "__tostring");
+    lua_pushcfunction(L, device_eq);
+    lua_setfield(L, -2, "__eq");
+    lua_pushcfunction(L, device_index);
+    lua_setfield(L, -2, "__index");
+    lua_pop(L, 1);
+}

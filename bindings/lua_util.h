@@ -1,0 +1,79 @@
+/* lua_util.h: helpers shared by the binding files: tensor userdata,
+ * errors with the user's file:line, and argument parsing with Lua's 1-based
+ * dims. */
+#ifndef ACCEL_LUA_UTIL_H
+#define ACCEL_LUA_UTIL_H
+
+#include <lua.h>
+#include <lauxlib.h>
+#include "../core/tensor.h"
+#include "../core/ops.h"
+
+#define TENSOR_MT "accel.Tensor"
+
+typedef struct {
+    Tensor *t; /* NULL once freed */
+} TensorUD;
+
+/* Binding data of one Lua state, reached through lua_getextraspace (the
+ * program and accel.so both own their state's extra space). */
+typedef struct {
+    const void *tensor_mt; /* the Tensor metatable; also a registry key for it */
+    size_t gc_debt;        /* tensor bytes not yet reported to the GC */
+    size_t gc_since_full;  /* tensor bytes pushed since the last forced full collection */
+    size_t gc_full_base;   /* tensor bytes alive right after it */
+} LuState;
+
+LuState *lu_state(lua_State *L);
+void lu_state_init(lua_State *L); /* after the Tensor metatable exists */
+
+/* Raise a Lua error "file:line: message" at the first frame outside the
+ * embedded library. Never returns. */
+int lu_error(lua_State *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Raise the core runtime's last error. */
+int lu_core_error(lua_State *L);
+
+Tensor *lu_check_tensor(lua_State *L, int idx);
+Tensor *lu_to_tensor(lua_State *L, int idx); /* NULL if not a tensor */
+bool lu_is_tensor(lua_State *L, int idx);
+/* Push a tensor (steals the reference); raises the core error when t is NULL. */
+void lu_push_tensor(lua_State *L, Tensor *t);
+/* Push a tensor that may already have a Lua twin (returns the same userdata). */
+void lu_push_existing(lua_State *L, Tensor *t);
+
+/* A Lua dim (1-based, negative from the end) to a core dim (0-based, negative kept). */
+int lu_dim(lua_State *L, int idx);
+int lu_dim_value(lua_State *L, lua_Integer d);
+/* Dims from a number or a list of numbers at idx into out; returns count. */
+int lu_dims(lua_State *L, int idx, int *out);
+/* Shape from varargs numbers starting at idx, or one table at idx; returns ndim;
+ * *next receives the index after the shape arguments. */
+int lu_shape(lua_State *L, int idx, int64_t *shape, int *next);
+/* An options table at idx (or none). */
+bool lu_is_opts(lua_State *L, int idx);
+bool lu_opt_bool(lua_State *L, int idx, const char *key, bool def);
+double lu_opt_number(lua_State *L, int idx, const char *key, double def);
+int lu_opt_dtype(lua_State *L, int idx, const char *key, int def); /* -1 default passthrough */
+int lu_check_dtype(lua_State *L, int idx);                          /* dtype object or string */
+Device lu_opt_device(lua_State *L, int idx, const char *key);
+void lu_push_dtype(lua_State *L, DType dt);
+void lu_push_device(lua_State *L, Device d);
+bool lu_is_dtype(lua_State *L, int idx);
+bool lu_is_device(lua_State *L, int idx);
+
+/* Tensor or number at idx as a tensor (numbers become 0-dim of dtype like). */
+Tensor *lu_tensor_or_scalar(lua_State *L, int idx, const Tensor *like);
+
+/* Report n bytes of tensor memory to the Lua GC. */
+void lu_gc_account(lua_State *L, size_t n);
+
+void lu_open_tensor(lua_State *L); /* registers the Tensor metatable */
+void lu_open_device(lua_State *L);
+int lu_device_new(lua_State *L);
+void lu_open_autograd(lua_State *L, int module_idx);
+/* Run ag_backward with custom Lua Function backwards called on L (the running
+ * thread); returns ag_backward's result. */
+int lu_run_backward(lua_State *L, Tensor *root, Tensor *grad);
+void lu_open_functions(lua_State *L, int module_idx);
+
+#endif

@@ -1,0 +1,1024 @@
+/* tensor_lua.c: the Tensor userdata's metatable: operators, properties
+ * (shape, dtype, device, grad, requires_grad, ...), and methods with Lua's
+ * 1-based dims. Each method parses its arguments, calls one core op and
+ * raises the core's error (op, shapes, dtypes) at the caller's file:line. */
+#include "lua_util.h"
+#include "../core/backend.h"
+#include "../core/iter.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SELF lu_check_tensor(L, 1)
+
+static int ret(lua_State *L, Tensor *t) {
+    lu_push_tensor(L, t);
+    return 1;
+}
+
+static int ret_rc(lua_State *L, int rc) {
+    if (rc < 0) lu_core_error(L);
+    lua_settop(L, 1);
+    return 1;
+}
+
+/* ---- binary ops ---- */
+
+static double scalar_arg(lua_State *L, int idx, const char *op) {
+    if (lua_isboolean(L, idx)) return lua_toboolean(L, idx);
+    if (!lua_isnumber(L, idx) || lua_type(L, idx) == LUA_TSTRING)
+        lu_error(L, "%s: bad argument #%d (tensor or number expected, got %s)", op, idx, luaL_typename(L, idx));
+    return lua_tonumber(L, idx);
+}
+
+static Tensor *binary(lua_State *L, KBinOp op, int ia, int ib) {
+    Tensor *a = lu_to_tensor(L, ia), *b = lu_to_tensor(L, ib);
+    if (a && b) return op_binary(op, a, b);
+    if (a) return op_binary_scalar(op, a, scalar_arg(L, ib, kbin_name(op)), lua_isinteger(L, ib) || lua_isboolean(L, ib), false);
+    if (b) return op_binary_scalar(op, b, scalar_arg(L, ia, kbin_name(op)), lua_isinteger(L, ia) || lua_isboolean(L, ia), true);
+    lu_error(L, "%s: tensor expected", kbin_name(op));
+    return NULL;
+}
+
+/* t:add(other, {alpha=}) / t:sub(other, {alpha=}) */
+static Tensor *scaled_other(lua_State *L, int idx, int opts) {
+    double alpha = lu_opt_number(L, opts, "alpha", 1.0);
+    Tensor *b = lu_to_tensor(L, idx);
+    if (alpha == 1.0 || !b) return NULL;
+    Tensor *s = op_binary_scalar(KB_MUL, b, alpha, alpha == floor(alpha), false);
+    if (!s) lu_core_error(L);
+    return s;
+}
+
+static int binary_method(lua_State *L) {
+    KBinOp op = (KBinOp)lua_tointeger(L, lua_upvalueindex(1));
+    Tensor *scaled = (op == KB_ADD || op == KB_SUB) ? scaled_other(L, 2, 3) : NULL;
+    Tensor *r;
+    if (scaled) {
+        r = op_binary(op, SELF, scaled);
+        tensor_release(scaled);
+    } else {
+        r = binary(L, op, 1, 2);
+    }
+    return ret(L, r);
+}
+
+static int binary_method_(lua_State *L) {
+    KBinOp op = (KBinOp)lua_tointeger(L, lua_upvalueindex(1));
+    Tensor *a = SELF;
+    Tensor *b = lu_to_tensor(L, 2), *scaled = (op == KB_ADD || op == KB_SUB) ? scaled_other(L, 2, 3) : NULL;
+    int rc;
+    if (scaled) rc = op_binary_(op, a, scaled), tensor_release(scaled);
+    else if (b) rc = op_binary_(op, a, b);
+    else rc = op_binary_scalar_(op, a, scalar_arg(L, 2, kbin_name(op)), lua_isinteger(L, 2) || lua_isboolean(L, 2));
+    return ret_rc(L, rc);
+}
+
+static int mm_add(lua_State *L) { return ret(L, binary(L, KB_ADD, 1, 2)); }
+static int mm_sub(lua_State *L) { return ret(L, binary(L, KB_SUB, 1, 2)); }
+static int mm_mul(lua_State *L) { return ret(L, binary(L, KB_MUL, 1, 2)); }
+static int mm_div(lua_State *L) { return ret(L, binary(L, KB_DIV, 1, 2)); }
+static int mm_idiv(lua_State *L) { return ret(L, binary(L, KB_FLOORDIV, 1, 2)); }
+static int mm_mod(lua_State *L) { return ret(L, binary(L, KB_REMAINDER, 1, 2)); }
+static int mm_unm(lua_State *L) { return ret(L, op_unary(KU_NEG, SELF, 0, 0)); }
+
+/* t:fmod(other): C's fmod, the remainder of truncated division, with the
+ * sign of the dividend (remainder / % take the divisor's sign). Built on
+ * remainder: where r != 0 and sign(r) != sign(a), fmod = r - b (exact). */
+static int t_fmod(lua_State *L) {
+    Tensor *a = SELF, *b = lu_tensor_or_scalar(L, 2, a);
+    Tensor *r = op_binary(KB_REMAINDER, a, b);
+    Tensor *rneg = r ? op_binary_scalar(KB_LT, r, 0, true, false) : NULL;
+    Tensor *aneg = rneg ? op_binary_scalar(KB_LT, a, 0, true, false) : NULL;
+    Tensor *nz = aneg ? op_binary_scalar(KB_NE, r, 0, true, false) : NULL;
+    Tensor *flip = nz ? op_binary(KB_XOR, rneg, aneg) : NULL;
+    Tensor *fix = flip ? op_binary(KB_AND, flip, nz) : NULL;
+    Tensor *rb = fix ? op_binary(KB_SUB, r, b) : NULL;
+    Tensor *out = rb ? op_where(fix, rb, r) : NULL;
+    if (out && out->dtype != r->dtype) { /* where promotes; keep remainder's dtype */
+        Tensor *c = tensor_to_dtype(out, r->dtype);
+        tensor_release(out);
+        out = c;
+    }
+    tensor_release(b), tensor_release(r), tensor_release(rneg), tensor_release(aneg), tensor_release(nz);
+    tensor_release(flip), tensor_release(fix), tensor_release(rb);
+    return ret(L, out);
+}
+
+static bool int_scalar(lua_State *L, int idx) { return lua_isinteger(L, idx) || lua_isboolean(L, idx); }
+
+/* a ^ b: scalar exponents use the unary kernels (exact backward). Integer
+ * tensors use the binary kernel with PyTorch's promotion (int ^ int stays
+ * integer, int ^ float is float32); the unary kernels are float-only. */
+static Tensor *power(lua_State *L, int ia, int ib) {
+    Tensor *a = lu_to_tensor(L, ia), *b = lu_to_tensor(L, ib);
+    if (a && !b) {
+        if (!dtype_is_float(a->dtype)) return op_binary_scalar(KB_POW, a, scalar_arg(L, ib, "pow"), int_scalar(L, ib), false);
+        return op_unary(KU_POW, a, scalar_arg(L, ib, "pow"), 0);
+    }
+    if (b && !a) {
+        if (!dtype_is_float(b->dtype)) return op_binary_scalar(KB_POW, b, scalar_arg(L, ia, "pow"), int_scalar(L, ia), true);
+        return op_unary(KU_RPOW, b, scalar_arg(L, ia, "pow"), 0);
+    }
+    return op_binary(KB_POW, a, b);
+}
+
+static int mm_pow(lua_State *L) { return ret(L, power(L, 1, 2)); }
+static int t_pow(lua_State *L) { return ret(L, power(L, 1, 2)); }
+
+static int t_pow_(lua_State *L) {
+    Tensor *a = SELF, *b = lu_to_tensor(L, 2);
+    if (!b && !dtype_is_float(a->dtype)) return ret_rc(L, op_binary_scalar_(KB_POW, a, scalar_arg(L, 2, "pow_"), int_scalar(L, 2)));
+    return ret_rc(L, b ? op_binary_(KB_POW, a, b) : op_unary_(KU_POW, a, scalar_arg(L, 2, "pow_"), 0));
+}
+
+/* ---- unary ops ---- */
+
+static void unary_params(lua_State *L, KUnOp op, double *p1, double *p2) {
+    *p1 = 0, *p2 = 0;
+    if (op == KU_CLAMP) {
+        if (lu_is_opts(L, 2)) {
+            *p1 = lu_opt_number(L, 2, "min", -INFINITY);
+            *p2 = lu_opt_number(L, 2, "max", INFINITY);
+        } else {
+            *p1 = lua_isnoneornil(L, 2) ? -INFINITY : scalar_arg(L, 2, "clamp");
+            *p2 = lua_isnoneornil(L, 3) ? INFINITY : scalar_arg(L, 3, "clamp");
+        }
+        if (lua_isnoneornil(L, 2) && lua_isnoneornil(L, 3) && !lu_is_opts(L, 2)) lu_error(L, "clamp: at least one of min and max must be given");
+    } else if (op == KU_LEAKY_RELU) {
+        *p1 = lua_isnumber(L, 2) ? lua_tonumber(L, 2) : lu_opt_number(L, 2, "negative_slope", 0.01);
+    }
+}
+
+static KUnOp unary_op(lua_State *L) {
+    KUnOp op = (KUnOp)lua_tointeger(L, lua_upvalueindex(1));
+    if (op == KU_GELU && lu_is_opts(L, 2)) {
+        lua_getfield(L, 2, "approximate");
+        const char *a = lua_tostring(L, -1);
+        if (a && strcmp(a, "tanh") == 0) op = KU_GELU_TANH;
+        else if (a && strcmp(a, "none") != 0) lu_error(L, "gelu: approximate must be \"none\" or \"tanh\", got \"%s\"", a);
+        lua_pop(L, 1);
+    }
+    return op;
+}
+
+static int unary_method(lua_State *L) {
+    KUnOp op = unary_op(L);
+    double p1, p2;
+    unary_params(L, op, &p1, &p2);
+    return ret(L, op_unary(op, SELF, p1, p2));
+}
+
+static int unary_method_(lua_State *L) {
+    KUnOp op = unary_op(L);
+    double p1, p2;
+    unary_params(L, op, &p1, &p2);
+    return ret_rc(L, op_unary_(op, SELF, p1, p2));
+}
+
+/* ---- reductions ---- */
+
+/* Parses (dim|{dims}|nil, [keepdim bool], [opts]); returns number of dims. */
+static int reduce_args(lua_State *L, int *dims, bool *keepdim) {
+    int n = 0, opts = 2;
+    if (lua_isinteger(L, 2) || (lua_istable(L, 2) && !lu_is_opts(L, 2))) {
+        n = lu_dims(L, 2, dims);
+        opts = 3;
+    }
+    *keepdim = lua_isboolean(L, opts) ? lua_toboolean(L, opts) : lu_opt_bool(L, opts, "keepdim", false);
+    if (lua_isboolean(L, opts) && lu_is_opts(L, opts + 1)) *keepdim = lu_opt_bool(L, opts + 1, "keepdim", *keepdim);
+    if (lu_is_opts(L, opts)) {
+        lua_getfield(L, opts, "dim");
+        if (!lua_isnil(L, -1)) n = lu_dims(L, lua_gettop(L), dims);
+        lua_pop(L, 1);
+    }
+    return n;
+}
+
+static int reduce_method(lua_State *L) {
+    KRedOp op = (KRedOp)lua_tointeger(L, lua_upvalueindex(1));
+    int dims[TENSOR_MAX_DIMS];
+    bool keep;
+    int n = reduce_args(L, dims, &keep);
+    return ret(L, op_reduce(op, SELF, dims, n, keep));
+}
+
+/* max/min: (), (dim[, keepdim]), (other tensor) */
+static int maxmin(lua_State *L, bool want_max) {
+    Tensor *a = SELF;
+    if (lu_is_tensor(L, 2)) return ret(L, op_binary(want_max ? KB_MAX : KB_MIN, a, lu_check_tensor(L, 2)));
+    if (lua_isnoneornil(L, 2) || lu_is_opts(L, 2)) {
+        int dims[TENSOR_MAX_DIMS];
+        bool keep;
+        int n = reduce_args(L, dims, &keep);
+        if (n == 0) return ret(L, op_reduce(want_max ? KR_MAX : KR_MIN, a, NULL, 0, false));
+        lua_settop(L, 1);
+        lua_pushinteger(L, dims[0] >= 0 ? dims[0] + 1 : dims[0]);
+        lua_pushboolean(L, keep);
+    }
+    int dim = lu_dim(L, 2);
+    bool keep = lua_isboolean(L, 3) ? lua_toboolean(L, 3) : lu_opt_bool(L, 3, "keepdim", false);
+    Tensor *v = NULL, *ix = NULL;
+    if (op_max_dim(a, dim, keep, want_max, &v, &ix) < 0) lu_core_error(L);
+    lu_push_tensor(L, v);
+    lu_push_tensor(L, ix);
+    return 2;
+}
+
+static int t_max(lua_State *L) { return maxmin(L, true); }
+static int t_min(lua_State *L) { return maxmin(L, false); }
+
+static int argmaxmin(lua_State *L, bool want_max) {
+    Tensor *a = SELF;
+    bool all = lua_isnoneornil(L, 2) || lu_is_opts(L, 2);
+    int dim = 0;
+    if (!all) dim = lu_dim(L, 2);
+    int o = all ? 2 : 3;
+    bool keep = lua_isboolean(L, o) ? lua_toboolean(L, o) : lu_opt_bool(L, o, "keepdim", false);
+    if (all && lu_is_opts(L, 2)) {
+        lua_getfield(L, 2, "dim");
+        if (!lua_isnil(L, -1)) all = false, dim = lu_dim(L, lua_gettop(L));
+        lua_pop(L, 1);
+    }
+    return ret(L, op_argmax(a, dim, keep, want_max, all));
+}
+
+static int t_argmax(lua_State *L) { return argmaxmin(L, true); }
+static int t_argmin(lua_State *L) { return argmaxmin(L, false); }
+
+static double correction_arg(lua_State *L, int opts) {
+    double c = 1.0;
+    if (lu_is_opts(L, opts)) {
+        lua_getfield(L, opts, "unbiased");
+        if (lua_isboolean(L, -1)) c = lua_toboolean(L, -1) ? 1.0 : 0.0;
+        lua_pop(L, 1);
+        c = lu_opt_number(L, opts, "correction", c);
+    }
+    return c;
+}
+
+static Tensor *variance(lua_State *L) {
+    int dims[TENSOR_MAX_DIMS];
+    bool keep;
+    int n = reduce_args(L, dims, &keep);
+    int opts = (lua_isinteger(L, 2) || (lua_istable(L, 2) && !lu_is_opts(L, 2))) ? 3 : 2;
+    return op_var(SELF, dims, n, correction_arg(L, opts), keep);
+}
+
+static int t_var(lua_State *L) { return ret(L, variance(L)); }
+
+static int t_std(lua_State *L) {
+    Tensor *v = variance(L);
+    if (!v) lu_core_error(L);
+    Tensor *s = op_unary(KU_SQRT, v, 0, 0);
+    tensor_release(v);
+    return ret(L, s);
+}
+
+/* t:norm([p], [dim], [opts]) */
+static int t_norm(lua_State *L) {
+    Tensor *a = SELF;
+    double p = 2;
+    int pos = 2;
+    if (lua_type(L, 2) == LUA_TNUMBER && !lua_isinteger(L, 3) && !lua_istable(L, 3)) {
+        p = lua_tonumber(L, 2), pos = 3;
+    } else if (lua_type(L, 2) == LUA_TNUMBER && (lua_isinteger(L, 3) || (lua_istable(L, 3) && !lu_is_opts(L, 3)))) {
+        p = lua_tonumber(L, 2), pos = 3;
+    } else if (lua_type(L, 2) == LUA_TSTRING) {
+        const char *s = lua_tostring(L, 2);
+        p = strcmp(s, "inf") == 0 ? INFINITY : strcmp(s, "-inf") == 0 ? -INFINITY : strcmp(s, "fro") == 0 ? 2 : NAN;
+        if (isnan(p)) lu_error(L, "norm: unknown norm type '%s'", s);
+        pos = 3;
+    }
+    int dims[TENSOR_MAX_DIMS], n = 0;
+    if (lua_isinteger(L, pos) || (lua_istable(L, pos) && !lu_is_opts(L, pos))) n = lu_dims(L, pos, dims), pos++;
+    bool keep = lu_opt_bool(L, pos, "keepdim", false);
+    if (lu_is_opts(L, pos)) p = lu_opt_number(L, pos, "p", p);
+    return ret(L, op_norm(a, p, dims, n, keep));
+}
+
+/* ---- shape and views ---- */
+
+static int shape_call(lua_State *L) {
+    lua_settop(L, 1);
+    return 1;
+}
+
+static int shape_tostring(lua_State *L) {
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    luaL_addstring(&b, "accel.Size({");
+    int n = (int)lua_rawlen(L, 1);
+    for (int i = 1; i <= n; i++) {
+        lua_rawgeti(L, 1, i);
+        lua_pushfstring(L, "%s%I", i > 1 ? ", " : "", (LUA_INTEGER)lua_tointeger(L, -1));
+        luaL_addvalue(&b);
+        lua_pop(L, 1);
+    }
+    luaL_addstring(&b, "})");
+    luaL_pushresult(&b);
+    return 1;
+}
+
+static void push_shape(lua_State *L, const Tensor *t) {
+    lua_createtable(L, t->ndim, 0);
+    for (int d = 0; d < t->ndim; d++) {
+        lua_pushinteger(L, t->shape[d]);
+        lua_rawseti(L, -2, d + 1);
+    }
+    luaL_setmetatable(L, "accel.Size");
+}
+
+static int t_size(lua_State *L) {
+    Tensor *t = SELF;
+    if (lua_isnoneornil(L, 2)) {
+        push_shape(L, t);
+        return 1;
+    }
+    int d = tensor_wrap_dim(t, lu_dim(L, 2), "size");
+    if (d < 0) lu_core_error(L);
+    lua_pushinteger(L, t->ndim ? t->shape[d] : 1);
+    return 1;
+}
+
+static int t_stride(lua_State *L) {
+    Tensor *t = SELF;
+    if (lua_isnoneornil(L, 2)) {
+        lua_createtable(L, t->ndim, 0);
+        for (int d = 0; d < t->ndim; d++) lua_pushinteger(L, t->stride[d]), lua_rawseti(L, -2, d + 1);
+        return 1;
+    }
+    int d = tensor_wrap_dim(t, lu_dim(L, 2), "stride");
+    if (d < 0) lu_core_error(L);
+    lua_pushinteger(L, t->stride[d]);
+    return 1;
+}
+
+static int t_dim(lua_State *L) {
+    lua_pushinteger(L, SELF->ndim);
+    return 1;
+}
+
+static int t_numel(lua_State *L) {
+    lua_pushinteger(L, SELF->numel);
+    return 1;
+}
+
+static int t_len(lua_State *L) {
+    Tensor *t = SELF;
+    if (t->ndim == 0) return lu_error(L, "len() of a 0-d tensor");
+    lua_pushinteger(L, t->shape[0]);
+    return 1;
+}
+
+static int t_view(lua_State *L) {
+    int64_t shape[TENSOR_MAX_DIMS];
+    int next, nd = lu_shape(L, 2, shape, &next);
+    return ret(L, tensor_view(SELF, shape, nd));
+}
+
+static int t_reshape(lua_State *L) {
+    int64_t shape[TENSOR_MAX_DIMS];
+    int next, nd = lu_shape(L, 2, shape, &next);
+    return ret(L, tensor_reshape(SELF, shape, nd));
+}
+
+static int t_view_as(lua_State *L) {
+    Tensor *o = lu_check_tensor(L, 2);
+    return ret(L, tensor_reshape(SELF, o->shape, o->ndim));
+}
+
+static int t_expand(lua_State *L) {
+    int64_t shape[TENSOR_MAX_DIMS];
+    int next, nd = lu_shape(L, 2, shape, &next);
+    return ret(L, tensor_expand(SELF, shape, nd));
+}
+
+static int t_expand_as(lua_State *L) {
+    Tensor *o = lu_check_tensor(L, 2);
+    return ret(L, tensor_expand(SELF, o->shape, o->ndim));
+}
+
+static int t_transpose(lua_State *L) { return ret(L, tensor_transpose(SELF, lu_dim(L, 2), lu_dim(L, 3))); }
+
+static int t_t(lua_State *L) {
+    Tensor *t = SELF;
+    if (t->ndim > 2) return lu_error(L, "t: expects a tensor with <= 2 dims, got shape %s", tensor_shape_str(t));
+    /* 0-D and 1-D: returned as is, but as a view that keeps the graph */
+    return ret(L, t->ndim < 2 ? tensor_transpose(t, 0, 0) : tensor_transpose(t, 0, 1));
+}
+
+static int t_permute(lua_State *L) {
+    int dims[TENSOR_MAX_DIMS], n;
+    if (lua_istable(L, 2)) {
+        n = lu_dims(L, 2, dims);
+    } else {
+        n = lua_gettop(L) - 1;
+        if (n > TENSOR_MAX_DIMS) return lu_error(L, "permute: too many dims");
+        for (int i = 0; i < n; i++) dims[i] = lu_dim(L, i + 2);
+    }
+    return ret(L, tensor_permute(SELF, dims, n));
+}
+
+static int t_narrow(lua_State *L) {
+    lua_Integer start = luaL_checkinteger(L, 3);
+    if (start == 0) return lu_error(L, "narrow: start 0 is invalid: positions are 1-based");
+    return ret(L, tensor_narrow(SELF, lu_dim(L, 2), start > 0 ? start - 1 : start, luaL_checkinteger(L, 4)));
+}
+
+static int t_select(lua_State *L) {
+    lua_Integer i = luaL_checkinteger(L, 3);
+    if (i == 0) return lu_error(L, "select: index 0 is invalid: positions are 1-based (negative counts from the end)");
+    return ret(L, tensor_select(SELF, lu_dim(L, 2), i > 0 ? i - 1 : i));
+}
+
+static int t_unsqueeze(lua_State *L) { return ret(L, tensor_unsqueeze(SELF, lu_dim(L, 2))); }
+
+static int t_squeeze(lua_State *L) {
+    return ret(L, tensor_squeeze(SELF, lua_isnoneornil(L, 2) ? TENSOR_ALL_DIMS : lu_dim(L, 2)));
+}
+
+static int t_flatten(lua_State *L) {
+    int s = lua_isnoneornil(L, 2) ? 0 : lu_dim(L, 2), e = lua_isnoneornil(L, 3) ? -1 : lu_dim(L, 3);
+    return ret(L, tensor_flatten(SELF, s, e));
+}
+
+static int t_contiguous(lua_State *L) { return ret(L, tensor_contiguous(SELF)); }
+
+static int t_is_contiguous(lua_State *L) {
+    lua_pushboolean(L, tensor_is_contiguous(SELF));
+    return 1;
+}
+
+static int t_clone(lua_State *L) { return ret(L, tensor_clone(SELF)); }
+static int t_detach(lua_State *L) { return ret(L, tensor_detach(SELF)); }
+
+static int t_detach_(lua_State *L) {
+    Tensor *t = SELF;
+    if (t->grad_fn) ag_node_release(t->grad_fn);
+    t->grad_fn = NULL;
+    t->requires_grad = false;
+    lua_settop(L, 1);
+    return 1;
+}
+
+/* split(size | {sizes}, dim=1) -> list of views */
+static int t_split(lua_State *L) {
+    Tensor *t = SELF;
+    int dim = lua_isnoneornil(L, 3) ? 0 : lu_dim(L, 3);
+    if ((dim = tensor_wrap_dim(t, dim, "split")) < 0) lu_core_error(L);
+    int64_t len = t->shape[dim], start = 0;
+    lua_newtable(L);
+    int k = 1;
+    if (lua_istable(L, 2)) {
+        int n = (int)lua_rawlen(L, 2);
+        int64_t total = 0;
+        for (int i = 1; i <= n; i++) lua_rawgeti(L, 2, i), total += lua_tointeger(L, -1), lua_pop(L, 1);
+        if (total != len) return lu_error(L, "split: sizes sum to %lld but dimension %d has size %lld", (long long)total, dim + 1, (long long)len);
+        for (int i = 1; i <= n; i++) {
+            lua_rawgeti(L, 2, i);
+            int64_t sz = lua_tointeger(L, -1);
+            lua_pop(L, 1);
+            lu_push_tensor(L, tensor_narrow(t, dim, start, sz));
+            lua_rawseti(L, -2, k++);
+            start += sz;
+        }
+        return 1;
+    }
+    int64_t sz = luaL_checkinteger(L, 2);
+    if (sz <= 0) return lu_error(L, "split: split_size must be positive, got %lld", (long long)sz);
+    for (; start < len || (len == 0 && k == 1); start += sz) {
+        lu_push_tensor(L, tensor_narrow(t, dim, start, start + sz > len ? len - start : sz));
+        lua_rawseti(L, -2, k++);
+        if (len == 0) break;
+    }
+    return 1;
+}
+
+static int t_chunk(lua_State *L) {
+    Tensor *t = SELF;
+    lua_Integer chunks = luaL_checkinteger(L, 2);
+    if (chunks <= 0) return lu_error(L, "chunk: number of chunks must be positive, got %lld", (long long)chunks);
+    int dim = lua_isnoneornil(L, 3) ? 0 : lu_dim(L, 3);
+    if ((dim = tensor_wrap_dim(t, dim, "chunk")) < 0) lu_core_error(L);
+    int64_t sz = (t->shape[dim] + chunks - 1) / chunks;
+    lua_settop(L, 1);
+    lua_pushinteger(L, sz > 0 ? sz : 1);
+    lua_pushinteger(L, dim + 1);
+    return t_split(L);
+}
+
+static int t_unbind(lua_State *L) {
+    Tensor *t = SELF;
+    int dim = lua_isnoneornil(L, 2) ? 0 : lu_dim(L, 2);
+    if ((dim = tensor_wrap_dim(t, dim, "unbind")) < 0) lu_core_error(L);
+    lua_createtable(L, (int)t->shape[dim], 0);
+    for (int64_t i = 0; i < t->shape[dim]; i++) {
+        lu_push_tensor(L, tensor_select(t, dim, i));
+        lua_rawseti(L, -2, i + 1);
+    }
+    return 1;
+}
+
+/* ---- values ---- */
+
+/* Element i in row-major order: integer, boolean or float as the dtype is. */
+static void push_value(lua_State *L, const Tensor *t, int64_t i) {
+    int64_t off = t->offset;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        off += (i % t->shape[d]) * t->stride[d];
+        i /= t->shape[d];
+    }
+    const char *p = (const char *)t->storage->data + off * (int64_t)dtype_size(t->dtype);
+    if (t->dtype == DT_BOOL) lua_pushboolean(L, *p != 0);
+    else if (!dtype_is_float(t->dtype)) lua_pushinteger(L, dtype_load_i64(p, t->dtype));
+    else lua_pushnumber(L, dtype_load(p, t->dtype));
+}
+
+static int t_item(lua_State *L) {
+    Tensor *t = SELF;
+    if (t->numel != 1)
+        return lu_error(L, "item: a tensor with %lld elements (shape %s) cannot be converted to a number", (long long)t->numel,
+                        tensor_shape_str(t));
+    push_value(L, t, 0);
+    return 1;
+}
+
+static void push_list(lua_State *L, const Tensor *t, int d, int64_t *flat) {
+    if (d == t->ndim) {
+        push_value(L, t, (*flat)++);
+        return;
+    }
+    lua_createtable(L, (int)t->shape[d], 0);
+    for (int64_t i = 0; i < t->shape[d]; i++) {
+        push_list(L, t, d + 1, flat);
+        lua_rawseti(L, -2, i + 1);
+    }
+}
+
+static int t_tolist(lua_State *L) {
+    int64_t flat = 0;
+    push_list(L, SELF, 0, &flat);
+    return 1;
+}
+
+static int t_tostring(lua_State *L) {
+    char *s = tensor_format(SELF);
+    if (!s) return lu_core_error(L);
+    lua_pushstring(L, s);
+    free(s);
+    return 1;
+}
+
+/* ---- dtype / device conversion ---- */
+
+static int to_dtype_upvalue(lua_State *L) {
+    return ret(L, tensor_to_dtype(SELF, (DType)lua_tointeger(L, lua_upvalueindex(1))));
+}
+
+static bool looks_like_device(const char *s) { return strncmp(s, "cpu", 3) == 0 || strncmp(s, "cuda", 4) == 0; }
+
+static Tensor *move_to(lua_State *L, Tensor *t, Device d) {
+    if (d.type == t->device.type && d.index == t->device.index) return tensor_retain(t);
+    if (!backend_for(d)) lu_core_error(L);
+    lu_error(L, "to: copying between devices is not available in this build");
+    return NULL;
+}
+
+/* t:to(dtype | device | tensor | {dtype=, device=}) */
+static int t_to(lua_State *L) {
+    Tensor *t = SELF;
+    int dt = t->dtype;
+    Device dev = t->device;
+    for (int i = 2; i <= lua_gettop(L); i++) {
+        if (lu_is_tensor(L, i)) {
+            Tensor *o = lu_check_tensor(L, i);
+            dt = o->dtype, dev = o->device;
+        } else if (lu_is_dtype(L, i)) {
+            dt = lu_check_dtype(L, i);
+        } else if (lu_is_device(L, i)) {
+            dev = *(Device *)lua_touserdata(L, i);
+        } else if (lua_type(L, i) == LUA_TSTRING && looks_like_device(lua_tostring(L, i))) {
+            if (device_parse(lua_tostring(L, i), &dev) < 0) lu_core_error(L);
+        } else if (lua_type(L, i) == LUA_TSTRING) {
+            dt = lu_check_dtype(L, i);
+        } else if (lu_is_opts(L, i)) {
+            dt = lu_opt_dtype(L, i, "dtype", dt);
+            lua_getfield(L, i, "device");
+            if (!lua_isnil(L, -1)) dev = lu_opt_device(L, i, "device");
+            lua_pop(L, 1);
+        } else if (!lua_isnil(L, i)) {
+            return lu_error(L, "to: expected a dtype, device, tensor or options table, got %s", luaL_typename(L, i));
+        }
+    }
+    Tensor *m = move_to(L, t, dev);
+    Tensor *r = tensor_to_dtype(m, (DType)dt);
+    tensor_release(m);
+    return ret(L, r);
+}
+
+/* ---- autograd ---- */
+
+static int t_backward(lua_State *L) {
+    Tensor *t = SELF;
+    Tensor *g = lu_to_tensor(L, 2);
+    if (lu_run_backward(L, t, g) < 0) lu_core_error(L);
+    return 0;
+}
+
+static int t_requires_grad_(lua_State *L) {
+    Tensor *t = SELF;
+    bool on = lua_isnoneornil(L, 2) ? true : lua_toboolean(L, 2);
+    if (on && !dtype_is_float(t->dtype))
+        return lu_error(L, "requires_grad_: only floating point tensors can require gradients (got %s)", dtype_name(t->dtype));
+    if (!on && t->grad_fn)
+        return lu_error(L, "requires_grad_: you can only change requires_grad of leaf tensors; use detach()");
+    t->requires_grad = on;
+    lua_settop(L, 1);
+    return 1;
+}
+
+static int t_free(lua_State *L) {
+    TensorUD *u = luaL_checkudata(L, 1, TENSOR_MT);
+    tensor_release(u->t);
+    u->t = NULL;
+    return 0;
+}
+
+/* ---- in-place value ops ---- */
+
+/* Overwrites (fill_, zero_, copy_, t[i] = v) under autograd: the written
+ * values replace t's, so t's old history gets a zero gradient there and a
+ * source that requires grad gets the gradient of where it was written (as
+ * PyTorch's FillBackward / CopyBackwards / CopySlices). overwrite_begin runs
+ * before the write and returns a tensor whose node says that (NULL when no
+ * graph is involved); overwrite_end hands the node to t after the write.
+ * Leaves that require grad and views are refused, as for the other
+ * in-place ops. row >= 0: only t[row] (dim 1) is written. */
+static bool overwrite_check(lua_State *L, Tensor *t, bool src_grad, const char *op) {
+    if (!ag_grad_enabled() || (!t->requires_grad && !src_grad)) return false;
+    if (t->requires_grad && !t->grad_fn)
+        lu_error(L, "%s: a leaf tensor that requires grad (shape %s) cannot be modified in place; use accel.no_grad", op,
+                 tensor_shape_str(t));
+    if (t->is_view)
+        lu_error(L, "%s: in-place write into a view (shape %s) is not supported when gradients are recorded; build the "
+                 "result out of place (accel.cat, accel.stack, where) or use accel.no_grad / detach()", op, tensor_shape_str(t));
+    return true;
+}
+
+/* Raises only from overwrite_check, before anything is allocated; returns
+ * NULL with the core error set when building the history failed. */
+static Tensor *overwrite_begin(Tensor *t, Tensor *src, int64_t row) {
+    bool src_grad = src && src->requires_grad;
+    Tensor *r = NULL;
+    if (row < 0) { /* whole tensor: t * 0 (+ src) */
+        Tensor *base = t->requires_grad ? op_binary_scalar(KB_MUL, t, 0, true, false) : tensor_retain(t);
+        r = base && src_grad ? op_binary(KB_ADD, base, src) : tensor_retain(base);
+        tensor_release(base);
+    } else { /* cat(t[:row], src as a row, t[row+1:]) */
+        Tensor *rowv = tensor_select(t, 0, row);
+        Tensor *se = rowv && src ? tensor_expand(src, rowv->shape, rowv->ndim) : NULL;
+        Tensor *su = se ? tensor_unsqueeze(se, 0) : NULL;
+        Tensor *head = su ? tensor_narrow(t, 0, 0, row) : NULL;
+        Tensor *tail = head ? tensor_narrow(t, 0, row + 1, t->shape[0] - row - 1) : NULL;
+        if (tail) r = op_cat((Tensor *[]){head, su, tail}, 3, 0);
+        tensor_release(rowv), tensor_release(se), tensor_release(su), tensor_release(head), tensor_release(tail);
+    }
+    return r;
+}
+
+static void overwrite_end(Tensor *t, Tensor *r) {
+    if (!r) return;
+    if (r->grad_fn) {
+        if (t->grad_fn) ag_node_release(t->grad_fn);
+        t->grad_fn = r->grad_fn;
+        t->grad_fn->refcount++;
+        t->requires_grad = true;
+    }
+    tensor_release(r);
+}
+
+static int fill_checked(lua_State *L, Tensor *t, double v, const char *op) {
+    Tensor *r = NULL;
+    if (overwrite_check(L, t, false, op) && !(r = overwrite_begin(t, NULL, -1))) return -1;
+    int rc = tensor_fill_(t, v);
+    overwrite_end(t, r);
+    return rc;
+}
+
+static int t_zero_(lua_State *L) { return ret_rc(L, fill_checked(L, SELF, 0, "zero_")); }
+
+static int t_fill_(lua_State *L) {
+    Tensor *t = SELF;
+    if (lu_is_tensor(L, 2)) {
+        Tensor *v = lu_check_tensor(L, 2);
+        if (v->numel != 1) return lu_error(L, "fill_: value tensor must have one element, got shape %s", tensor_shape_str(v));
+        return ret_rc(L, fill_checked(L, t, tensor_item(v), "fill_"));
+    }
+    return ret_rc(L, fill_checked(L, t, scalar_arg(L, 2, "fill_"), "fill_"));
+}
+
+static int t_copy_(lua_State *L) {
+    Tensor *t = SELF, *src = lu_check_tensor(L, 2);
+    Tensor *r = NULL;
+    if (overwrite_check(L, t, src->requires_grad, "copy_") && !(r = overwrite_begin(t, src, -1))) lu_core_error(L);
+    int rc = tensor_copy_(t, src);
+    if (rc < 0) tensor_release(r);
+    else overwrite_end(t, r);
+    return ret_rc(L, rc);
+}
+
+/* ---- comparisons and predicates ---- */
+
+static int t_equal(lua_State *L) {
+    Tensor *a = SELF, *b = lu_check_tensor(L, 2);
+    bool eq = a->ndim == b->ndim && memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim) == 0;
+    for (int64_t i = 0; eq && i < a->numel; i++) eq = tensor_get_flat(a, i) == tensor_get_flat(b, i);
+    lua_pushboolean(L, eq);
+    return 1;
+}
+
+static int t_allclose(lua_State *L) {
+    Tensor *a = SELF, *b = lu_check_tensor(L, 2);
+    double rtol = luaL_optnumber(L, 3, 1e-5), atol = luaL_optnumber(L, 4, 1e-8);
+    int64_t shape[TENSOR_MAX_DIMS];
+    int nd;
+    if (broadcast_shapes(a->shape, a->ndim, b->shape, b->ndim, shape, &nd, "allclose") < 0) lu_core_error(L);
+    bool ok = a->numel == b->numel;
+    for (int64_t i = 0; ok && i < a->numel; i++) {
+        double x = tensor_get_flat(a, i), y = tensor_get_flat(b, i);
+        ok = fabs(x - y) <= atol + rtol * fabs(y) || (x == y);
+    }
+    lua_pushboolean(L, ok);
+    return 1;
+}
+
+static int any_all(lua_State *L, bool any) {
+    Tensor *t = SELF;
+    bool r = !any;
+    for (int64_t i = 0; i < t->numel; i++) {
+        bool nz = tensor_get_flat(t, i) != 0;
+        if (any && nz) { r = true; break; }
+        if (!any && !nz) { r = false; break; }
+    }
+    Tensor *o = tensor_scalar(r, DT_BOOL);
+    return ret(L, o);
+}
+
+static int t_any(lua_State *L) { return any_all(L, true); }
+static int t_all(lua_State *L) { return any_all(L, false); }
+
+/* ---- indexing ---- */
+
+static int t_gather(lua_State *L) { return ret(L, op_gather(SELF, lu_dim(L, 2), lu_check_tensor(L, 3))); }
+static int t_index_select(lua_State *L) { return ret(L, op_index_select(SELF, lu_dim(L, 2), lu_check_tensor(L, 3))); }
+
+static int t_masked_fill(lua_State *L) { return ret(L, op_masked_fill(SELF, lu_check_tensor(L, 2), scalar_arg(L, 3, "masked_fill"))); }
+static int t_masked_fill_(lua_State *L) { return ret_rc(L, op_masked_fill_(SELF, lu_check_tensor(L, 2), scalar_arg(L, 3, "masked_fill_"))); }
+
+static int t_where(lua_State *L) {
+    Tensor *a = SELF, *c = lu_check_tensor(L, 2);
+    Tensor *b = lu_tensor_or_scalar(L, 3, a);
+    Tensor *r = op_where(c, a, b);
+    tensor_release(b);
+    return ret(L, r);
+}
+
+static int t_tril(lua_State *L) { return ret(L, op_tril(SELF, luaL_optinteger(L, 2, 0), false)); }
+static int t_triu(lua_State *L) { return ret(L, op_tril(SELF, luaL_optinteger(L, 2, 0), true)); }
+
+static int t_matmul(lua_State *L) { return ret(L, op_matmul(SELF, lu_check_tensor(L, 2))); }
+
+static int t_softmax(lua_State *L) { return ret(L, op_softmax(SELF, lu_dim(L, 2), false)); }
+static int t_log_softmax(lua_State *L) { return ret(L, op_softmax(SELF, lu_dim(L, 2), true)); }
+
+static int t_type(lua_State *L) {
+    Tensor *t = SELF;
+    if (lua_isnoneornil(L, 2)) {
+        lua_pushfstring(L, "accel.%s", dtype_name(t->dtype));
+        return 1;
+    }
+    return ret(L, tensor_to_dtype(t, (DType)lu_check_dtype(L, 2)));
+}
+
+static int t_is_floating_point(lua_State *L) {
+    lua_pushboolean(L, dtype_is_float(SELF->dtype));
+    return 1;
+}
+
+static int t_element_size(lua_State *L) {
+    lua_pushinteger(L, (lua_Integer)dtype_size(SELF->dtype));
+    return 1;
+}
+
+/* ---- __index / __newindex ---- */
+
+static int push_property(lua_State *L, Tensor *t, const char *k) {
+    switch (k[0]) {
+    case 's':
+        if (strcmp(k, "shape") == 0) return push_shape(L, t), 1;
+        break;
+    case 'd':
+        if (strcmp(k, "dtype") == 0) return lu_push_dtype(L, t->dtype), 1;
+        if (strcmp(k, "device") == 0) return lu_push_device(L, t->device), 1;
+        if (strcmp(k, "data") == 0) return ret(L, tensor_detach(t));
+        break;
+    case 'g':
+        if (strcmp(k, "grad") == 0) {
+            if (t->grad) lu_push_existing(L, t->grad);
+            else lua_pushnil(L);
+            return 1;
+        }
+        if (strcmp(k, "grad_fn") == 0) {
+            if (t->grad_fn) lua_pushstring(L, t->grad_fn->name);
+            else lua_pushnil(L);
+            return 1;
+        }
+        break;
+    case 'r':
+        if (strcmp(k, "requires_grad") == 0) return lua_pushboolean(L, t->requires_grad), 1;
+        break;
+    case 'i':
+        if (strcmp(k, "is_leaf") == 0) return lua_pushboolean(L, t->grad_fn == NULL), 1;
+        if (strcmp(k, "is_cuda") == 0) return lua_pushboolean(L, t->device.type == DEV_CUDA), 1;
+        break;
+    case 'n':
+        if (strcmp(k, "ndim") == 0) return lua_pushinteger(L, t->ndim), 1;
+        break;
+    case 'T':
+        if (k[1] == 0) {
+            int perm[TENSOR_MAX_DIMS];
+            for (int d = 0; d < t->ndim; d++) perm[d] = t->ndim - 1 - d;
+            return ret(L, tensor_permute(t, perm, t->ndim));
+        }
+        break;
+    }
+    return 0;
+}
+
+static int t_index(lua_State *L) {
+    lua_pushvalue(L, 2);
+    if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;
+    Tensor *t = SELF;
+    if (lua_isinteger(L, 2)) {
+        lua_Integer i = lua_tointeger(L, 2);
+        if (i == 0) return lu_error(L, "index 0 is invalid: positions are 1-based (t[1] is the first)");
+        return ret(L, tensor_select(t, 0, i > 0 ? i - 1 : i));
+    }
+    if (lua_type(L, 2) == LUA_TSTRING && push_property(L, t, lua_tostring(L, 2))) return 1;
+    lua_pushnil(L);
+    return 1;
+}
+
+static int t_newindex(lua_State *L) {
+    Tensor *t = SELF;
+    if (lua_isinteger(L, 2)) {
+        lua_Integer i = lua_tointeger(L, 2);
+        if (i == 0) return lu_error(L, "index 0 is invalid: positions are 1-based");
+        if (ag_grad_enabled() && t->requires_grad && !t->grad_fn)
+            return lu_error(L, "t[%lld] = ...: a leaf tensor that requires grad (shape %s) cannot be modified in place; "
+                            "use accel.no_grad", (long long)i, tensor_shape_str(t));
+        Tensor *s3 = lu_to_tensor(L, 3);
+        lua_pushfstring(L, "t[%I] = ...", (LUA_INTEGER)i);
+        bool hist = overwrite_check(L, t, s3 && s3->requires_grad, lua_tostring(L, -1));
+        bool prev = ag_set_grad_enabled(false); /* the row view itself carries no history */
+        Tensor *row = tensor_select(t, 0, i > 0 ? i - 1 : i);
+        ag_set_grad_enabled(prev);
+        if (!row) lu_core_error(L);
+        Tensor *src = lu_tensor_or_scalar(L, 3, row);
+        Tensor *r = hist ? overwrite_begin(t, src, i > 0 ? i - 1 : i + t->shape[0]) : NULL;
+        int rc = hist && !r ? -1 : tensor_copy_(row, src);
+        tensor_release(row);
+        tensor_release(src);
+        if (rc < 0) {
+            tensor_release(r);
+            lu_core_error(L);
+        }
+        overwrite_end(t, r);
+        return 0;
+    }
+    const char *k = luaL_checkstring(L, 2);
+    if (strcmp(k, "requires_grad") == 0) {
+        lua_settop(L, 3);
+        lua_remove(L, 2);
+        t_requires_grad_(L);
+        return 0;
+    }
+    if (strcmp(k, "grad") == 0) {
+        Tensor *g = lua_isnil(L, 3) ? NULL : lu_check_tensor(L, 3);
+        if (g && (g->numel != t->numel || g->ndim != t->ndim))
+            return lu_error(L, "assigned grad has shape %s but the tensor has shape %s", tensor_shape_str(g), tensor_shape_str(t));
+        tensor_release(t->grad);
+        t->grad = tensor_retain(g);
+        return 0;
+    }
+    return lu_error(L, "cannot set field '%s' of a tensor", k);
+}
+
+static int t_gc(lua_State *L) {
+    TensorUD *u = lua_touserdata(L, 1);
+    tensor_release(u->t);
+    u->t = NULL;
+    return 0;
+}
+
+/* ---- registration ---- */
+
+static const luaL_Reg methods[] = {
+    {"pow", t_pow}, {"pow_", t_pow_}, {"sum", NULL}, {"max", t_max}, {"min", t_min}, {"argmax", t_argmax},
+    {"argmin", t_argmin}, {"var", t_var}, {"std", t_std}, {"norm", t_norm}, {"size", t_size}, {"stride", t_stride},
+    {"dim", t_dim}, {"ndimension", t_dim}, {"numel", t_numel}, {"nelement", t_numel}, {"view", t_view},
+    {"reshape", t_reshape}, {"view_as", t_view_as}, {"reshape_as", t_view_as}, {"expand", t_expand},
+    {"expand_as", t_expand_as}, {"transpose", t_transpose}, {"t", t_t}, {"permute", t_permute}, {"narrow", t_narrow},
+    {"select", t_select}, {"unsqueeze", t_unsqueeze}, {"squeeze", t_squeeze}, {"flatten", t_flatten},
+    {"contiguous", t_contiguous}, {"is_contiguous", t_is_contiguous}, {"clone", t_clone}, {"detach", t_detach},
+    {"detach_", t_detach_}, {"split", t_split}, {"chunk", t_chunk}, {"unbind", t_unbind}, {"item", t_item},
+    {"tolist", t_tolist}, {"to", t_to}, {"backward", t_backward}, {"requires_grad_", t_requires_grad_},
+    {"free", t_free}, {"zero_", t_zero_}, {"fill_", t_fill_}, {"copy_", t_copy_}, {"equal", t_equal},
+    {"allclose", t_allclose}, {"any", t_any}, {"all", t_all}, {"gather", t_gather}, {"index_select", t_index_select},
+    {"masked_fill", t_masked_fill}, {"masked_fill_", t_masked_fill_}, {"where", t_where}, {"tril", t_tril},
+    {"triu", t_triu}, {"matmul", t_matmul}, {"mm", t_matmul}, {"bmm", t_matmul}, {"softmax", t_softmax},
+    {"log_softmax", t_log_softmax}, {"type", t_type}, {"is_floating_point", t_is_floating_point},
+    {"element_size", t_element_size}, {"tostring", t_tostring}, {"fmod", t_fmod}, {NULL, NULL}};
+
+static const struct { const char *name; KBinOp op; bool inplace; } binary_methods[] = {
+    {"add", KB_ADD, 1}, {"sub", KB_SUB, 1}, {"mul", KB_MUL, 1}, {"div", KB_DIV, 1}, {"maximum", KB_MAX, 0},
+    {"minimum", KB_MIN, 0}, {"eq", KB_EQ, 0}, {"ne", KB_NE, 0}, {"lt", KB_LT, 0}, {"le", KB_LE, 0}, {"gt", KB_GT, 0},
+    {"ge", KB_GE, 0}, {"logical_and", KB_AND, 0}, {"logical_or", KB_OR, 0}, {"logical_xor", KB_XOR, 0},
+    {"floor_divide", KB_FLOORDIV, 1}, {"remainder", KB_REMAINDER, 1},
+    {"subtract", KB_SUB, 0}, {"multiply", KB_MUL, 0}, {"divide", KB_DIV, 0}, {"true_divide", KB_DIV, 0},
+};
+
+static const struct { const char *name; KUnOp op; } unary_methods[] = {
+    {"neg", KU_NEG}, {"negative", KU_NEG}, {"exp", KU_EXP}, {"log", KU_LOG}, {"sqrt", KU_SQRT}, {"rsqrt", KU_RSQRT},
+    {"tanh", KU_TANH}, {"sigmoid", KU_SIGMOID}, {"relu", KU_RELU}, {"gelu", KU_GELU}, {"silu", KU_SILU},
+    {"abs", KU_ABS}, {"sin", KU_SIN}, {"cos", KU_COS}, {"square", KU_SQUARE}, {"reciprocal", KU_RECIP},
+    {"sign", KU_SIGN}, {"clamp", KU_CLAMP}, {"clip", KU_CLAMP}, {"log1p", KU_LOG1P}, {"expm1", KU_EXPM1},
+    {"floor", KU_FLOOR}, {"ceil", KU_CEIL}, {"round", KU_ROUND}, {"trunc", KU_TRUNC}, {"erf", KU_ERF},
+    {"leaky_relu", KU_LEAKY_RELU}, {"logical_not", KU_NOT},
+};
+
+static const struct { const char *name; KRedOp op; } reduce_methods[] = {
+    {"sum", KR_SUM}, {"mean", KR_MEAN}, {"prod", KR_PROD}, {"amax", KR_MAX}, {"amin", KR_MIN},
+};
+
+static const struct { const char *name; DType dt; } cast_methods[] = {
+    {"float", DT_F32}, {"double", DT_F64}, {"half", DT_F16}, {"bfloat16", DT_BF16}, {"long", DT_I64},
+    {"int", DT_I32}, {"bool", DT_BOOL}, {"byte", DT_U8},
+};
+
+static void set_closure(lua_State *L, const char *name, lua_CFunction f, lua_Integer up) {
+    lua_pushinteger(L, up);
+    lua_pushcclosure(L, f, 1);
+    lua_setfield(L, -2, name);
+}
+
+static void build_methods(lua_State *L) {
+    lua_newtable(L);
+    for (const luaL_Reg *r = methods; r->name; r++) {
+        if (!r->func) continue;
+        lua_pushcfunction(L, r->func);
+        lua_setfield(L, -2, r->name);
+    }
+    char buf[64];
+    for (size_t i = 0; i < sizeof binary_methods / sizeof binary_methods[0]; i++) {
+        set_closure(L, binary_methods[i].name, binary_method, binary_methods[i].op);
+        if (!binary_methods[i].inplace) continue;
+        snprintf(buf, sizeof buf, "%s_", binary_methods[i].name);
+        set_closure(L, buf, binary_method_, binary_methods[i].op);
+    }
+    for (size_t i = 0; i < sizeof unary_methods / sizeof unary_methods[0]; i++) {
+        set_closure(L, unary_methods[i].name, unary_method, unary_methods[i].op);
+        snprintf(buf, sizeof buf, "%s_", unary_methods[i].name);
+        set_closure(L, buf, unary_method_, unary_methods[i].op);
+    }
+    for (size_t i = 0; i < sizeof reduce_methods / sizeof reduce_methods[0]; i++)
+        set_closure(L, reduce_methods[i].name, reduce_method, reduce_methods[i].op);
+    for (size_t i = 0; i < sizeof cast_methods / sizeof cast_methods[0]; i++)
+        set_closure(L, cast_methods[i].name, to_dtype_upvalue, cast_methods[i].dt);
+}
+
+void lu_open_tensor(lua_State *L) {
+    luaL_newmetatable(L, "accel.Size");
+    lua_pushcfunction(L, shape_call);
+    lua_setfield(L, -2, "__call");
+    lua_pushcfunction(L, shape_tostring);
+    lua_setfield(L, -2, "__tostring");
+    lua_pop(L, 1);
+
+    luaL_newmetatable(L, TENSOR_MT);
+    static const luaL_Reg meta[] = {
+        {"__add", mm_add}, {"__sub", mm_sub}, {"__mul", mm_mul}, {"__div", mm_div}, {"__idiv", mm_idiv},
+        {"__mod", mm_mod}, {"__pow", mm_pow}, {"__unm", mm_unm}, {"__len", t_len}, {"__tostring", t_tostring},
+        {"__gc", t_gc}, {"__close", t_free}, {"__newindex", t_newindex}, {NULL, NULL}};
+    luaL_setfuncs(L, meta, 0);
+    lua_pushliteral(L, "accel.Tensor");
+    lua_setfield(L, -2, "__name");
+    build_methods(L);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, "accel.TensorMethods");
+    lua_pushcclosure(L, t_index, 1);
+    lua_setfield(L, -2, "__index");
+    lua_rawsetp(L, LUA_REGISTRYINDEX, lua_topointer(L, -1)); /* fast lookup by address */
+    lu_state_init(L);
+}

@@ -1,0 +1,301 @@
+/* autograd.c: recording nodes and the backward engine (see autograd.h). */
+#include "autograd.h"
+#include "ops.h"
+#include "pool.h"
+#include <stdlib.h>
+#include <string.h>
+
+static __thread bool grad_enabled = true;
+
+/* Nodes with up to POOLED_EDGES inputs come from a free list. */
+#define POOLED_EDGES 3
+static ObjPool node_pool = {NULL, sizeof(AGNode) + POOLED_EDGES * sizeof(AGEdge)};
+
+static AGNode *node_alloc(int n_in) {
+    if (n_in <= POOLED_EDGES) return pool_alloc(&node_pool);
+    return calloc(1, sizeof(AGNode) + sizeof(AGEdge) * (size_t)n_in);
+}
+
+static void node_free(AGNode *n) {
+    if (n->n_in <= POOLED_EDGES) pool_free(&node_pool, n);
+    else free(n);
+}
+
+bool ag_grad_enabled(void) { return grad_enabled; }
+
+bool ag_set_grad_enabled(bool on) {
+    bool prev = grad_enabled;
+    grad_enabled = on;
+    return prev;
+}
+
+bool ag_needs_grad(Tensor **inputs, int n) {
+    if (!grad_enabled) return false;
+    for (int k = 0; k < n; k++)
+        if (inputs[k] && inputs[k]->requires_grad) return true;
+    return false;
+}
+
+static AGNode *node_retain(AGNode *n) {
+    n->refcount++;
+    return n;
+}
+
+static void node_free_saved(AGNode *n) {
+    for (int k = 0; k < n->n_saved; k++) {
+        tensor_release(n->saved[k]);
+        n->saved[k] = NULL;
+    }
+    n->n_saved = 0;
+}
+
+/* Release the node and, iteratively, producers that this was the last owner of
+ * (long chains must not recurse deeply). */
+void ag_node_release(AGNode *n) {
+    AGNode *stack = NULL;
+    if (n && --n->refcount == 0) n->stack_next = NULL, stack = n;
+    while (stack) {
+        AGNode *cur = stack;
+        stack = cur->stack_next;
+        node_free_saved(cur);
+        for (int k = 0; k < cur->n_in; k++) {
+            tensor_release(cur->edges[k].leaf);
+            AGNode *p = cur->edges[k].fn;
+            if (p && --p->refcount == 0) p->stack_next = stack, stack = p;
+        }
+        if (cur->destroy_ctx) cur->destroy_ctx(cur);
+        tensor_release(cur->grad_acc);
+        node_free(cur);
+    }
+}
+
+AGNode *ag_record(const char *name, AGBackwardFn fn, Tensor *out, Tensor **inputs, int n_in) {
+    if (!name || !ag_needs_grad(inputs, n_in) || !dtype_is_float(out->dtype)) return NULL;
+    AGNode *n = node_alloc(n_in);
+    if (!n) return NULL;
+    n->refcount = 1;
+    n->name = name;
+    n->backward = fn;
+    n->n_in = n_in;
+    n->edges = (AGEdge *)(n + 1);
+    for (int k = 0; k < n_in; k++) {
+        Tensor *in = inputs[k];
+        if (!in) continue;
+        AGEdge *e = &n->edges[k];
+        e->ndim = in->ndim;
+        memcpy(e->shape, in->shape, sizeof(int64_t) * (size_t)in->ndim);
+        e->dtype = in->dtype;
+        if (!in->requires_grad) continue;
+        if (in->grad_fn) e->fn = node_retain(in->grad_fn);
+        else e->leaf = tensor_retain(in);
+    }
+    if (out->grad_fn) ag_node_release(out->grad_fn);
+    out->grad_fn = n;
+    out->requires_grad = true;
+    return n;
+}
+
+void ag_save(AGNode *n, Tensor *t) {
+    int k = n->n_saved++;
+    /* Saving the node's own output: keep a history-free header over the same
+     * storage, so output -> grad_fn -> saved -> output is not a reference
+     * cycle (which would leak every graph that is never backpropagated). */
+    Tensor *d = t->grad_fn == n ? tensor_detach(t) : NULL;
+    n->saved[k] = d ? d : tensor_retain(t);
+    n->saved_version[k] = t->storage->version;
+}
+
+Tensor *ag_saved(AGNode *n, int k) {
+    Tensor *t = n->saved[k];
+    if (t && t->storage->version != n->saved_version[k])
+        return accel_fail("backward of %s: a tensor it saved (shape %s) was modified by an in-place operation after it was "
+                          "used; clone it before modifying in place", n->name, tensor_shape_str(t));
+    return t;
+}
+
+/* ---- reducing gradients to input shapes ---- */
+
+Tensor *ag_sum_to(Tensor *g, const int64_t *shape, int ndim) {
+    if (g->ndim == ndim && memcmp(g->shape, shape, sizeof(int64_t) * (size_t)ndim) == 0) return tensor_retain(g);
+    int dims[TENSOR_MAX_DIMS], nd = 0;
+    int lead = g->ndim - ndim;
+    for (int d = 0; d < g->ndim; d++)
+        if (d < lead || (shape[d - lead] == 1 && g->shape[d] != 1)) dims[nd++] = d;
+    Tensor *s = nd ? op_reduce(KR_SUM, g, dims, nd, true) : tensor_retain(g);
+    if (!s) return NULL;
+    Tensor *r = tensor_reshape(s, shape, ndim);
+    tensor_release(s);
+    return r;
+}
+
+static Tensor *fit_grad(Tensor *g, const AGEdge *e) {
+    Tensor *s = ag_sum_to(g, e->shape, e->ndim);
+    if (!s || s->dtype == e->dtype) return s;
+    Tensor *c = tensor_to_dtype(s, e->dtype);
+    tensor_release(s);
+    return c;
+}
+
+/* acc = acc + g (acc may be NULL: takes g). */
+static int accumulate(Tensor **acc, Tensor *g) {
+    if (!*acc) {
+        *acc = tensor_retain(g);
+        return 0;
+    }
+    Tensor *sum = op_binary(KB_ADD, *acc, g);
+    if (!sum) return -1;
+    tensor_release(*acc);
+    *acc = sum;
+    return 0;
+}
+
+/* Leaves: .grad is a fresh tensor the first time (never aliasing another
+ * tensor's storage), then accumulated in place. */
+static int accumulate_leaf(Tensor *leaf, Tensor *g) {
+    if (leaf->grad) {
+        if (op_binary_(KB_ADD, leaf->grad, g) < 0) return -1;
+    } else {
+        Tensor *c = g->refcount == 1 && !g->is_view && tensor_is_contiguous(g) ? tensor_retain(g) : tensor_clone(g);
+        if (!c) return -1;
+        leaf->grad = c;
+    }
+    if (leaf->grad_hook) leaf->grad_hook(leaf, leaf->grad_hook_ud);
+    return 0;
+}
+
+/* ---- the engine ---- */
+
+/* A growable node list that starts in its own inline array. */
+typedef struct {
+    AGNode **v;
+    int n, cap;
+    AGNode *inline_v[32];
+} NodeList;
+
+static void list_init(NodeList *l) {
+    l->v = l->inline_v;
+    l->n = 0;
+    l->cap = 32;
+}
+
+static void list_free(NodeList *l) {
+    if (l->v != l->inline_v) free(l->v);
+}
+
+static int list_push(NodeList *l, AGNode *n) {
+    if (l->n == l->cap) {
+        int cap = l->cap * 2;
+        AGNode **v = malloc(sizeof *v * (size_t)cap);
+        if (!v) return accel_fail_int("backward: out of memory");
+        memcpy(v, l->v, sizeof *v * (size_t)l->n);
+        list_free(l);
+        l->v = v, l->cap = cap;
+    }
+    l->v[l->n++] = n;
+    return 0;
+}
+
+/* Count, for every node reachable from root, how many edges point to it. */
+static int count_deps(AGNode *root, NodeList *all) {
+    NodeList stack;
+    list_init(&stack);
+    int rc = 0;
+    if (list_push(&stack, root) < 0 || list_push(all, root) < 0) rc = -1;
+    root->deps = 0;
+    root->stack_next = root; /* visited marker: a node points to itself while being counted */
+    while (rc == 0 && stack.n) {
+        AGNode *n = stack.v[--stack.n];
+        for (int k = 0; k < n->n_in; k++) {
+            AGNode *p = n->edges[k].fn;
+            if (!p) continue;
+            if (p->stack_next != p) {
+                p->stack_next = p;
+                p->deps = 0;
+                if (list_push(&stack, p) < 0 || list_push(all, p) < 0) rc = -1;
+            }
+            p->deps++;
+        }
+    }
+    list_free(&stack);
+    return rc;
+}
+
+static int run_node(AGNode *n, NodeList *ready) {
+    if (n->released)
+        return accel_fail_int("backward through %s a second time: the graph's saved tensors were freed after the first "
+                              "backward (call backward once per forward)", n->name);
+    Tensor *gin_stack[8];
+    Tensor **gin = n->n_in <= 8 ? gin_stack : calloc((size_t)n->n_in, sizeof *gin);
+    if (!gin) return accel_fail_int("backward: out of memory");
+    memset(gin, 0, sizeof *gin * (size_t)n->n_in);
+    Tensor *gout = n->grad_acc;
+    n->grad_acc = NULL;
+    int rc = n->backward(n, gout, gin);
+    tensor_release(gout);
+    for (int k = 0; rc == 0 && k < n->n_in; k++) {
+        AGEdge *e = &n->edges[k];
+        if (!gin[k] || (!e->fn && !e->leaf)) continue;
+        Tensor *g = fit_grad(gin[k], e);
+        if (!g) rc = -1;
+        else if (e->fn) {
+            rc = accumulate(&e->fn->grad_acc, g);
+            if (rc == 0 && --e->fn->deps == 0) rc = list_push(ready, e->fn);
+        } else {
+            rc = accumulate_leaf(e->leaf, g);
+        }
+        tensor_release(g);
+    }
+    for (int k = 0; k < n->n_in; k++) tensor_release(gin[k]);
+    if (gin != gin_stack) free(gin);
+    node_free_saved(n);
+    n->released = true;
+    return rc;
+}
+
+int ag_backward(Tensor *root, Tensor *grad) {
+    if (!root->requires_grad)
+        return accel_fail_int("backward: the tensor (shape %s) does not require grad and has no grad_fn", tensor_shape_str(root));
+    Tensor *g;
+    if (grad) {
+        if (grad->ndim != root->ndim || memcmp(grad->shape, root->shape, sizeof(int64_t) * (size_t)root->ndim) != 0)
+            return accel_fail_int("backward: gradient shape %s does not match the tensor's shape %s", tensor_shape_str(grad),
+                                  tensor_shape_str(root));
+        g = tensor_reshape(grad, root->shape, root->ndim);
+    } else {
+        if (root->numel != 1)
+            return accel_fail_int("backward: grad can be implicitly created only for scalar outputs; this tensor has "
+                                  "shape %s (pass a gradient: t:backward(grad))", tensor_shape_str(root));
+        g = tensor_full(root->shape, root->ndim, 1.0, root->dtype, root->device);
+    }
+    if (!g) return -1;
+    bool prev = ag_set_grad_enabled(false);
+    int rc = 0;
+    if (!root->grad_fn) {
+        rc = accumulate_leaf(root, g);
+        tensor_release(g);
+        ag_set_grad_enabled(prev);
+        return rc;
+    }
+    AGNode *top = node_retain(root->grad_fn);
+    NodeList all, ready;
+    list_init(&all);
+    list_init(&ready);
+    rc = count_deps(top, &all);
+    if (rc == 0) {
+        top->grad_acc = g;
+        g = NULL;
+        rc = list_push(&ready, top);
+    }
+    while (rc == 0 && ready.n) rc = run_node(ready.v[--ready.n], &ready);
+    for (int i = 0; i < all.n; i++) { /* clear scratch, also after an error */
+        all.v[i]->stack_next = NULL;
+        tensor_release(all.v[i]->grad_acc);
+        all.v[i]->grad_acc = NULL;
+    }
+    tensor_release(g);
+    list_free(&all);
+    list_free(&ready);
+    ag_node_release(top);
+    ag_set_grad_enabled(prev);
+    return rc;
+}

@@ -1,0 +1,79 @@
+/* autograd.h: the dynamic tape. Each differentiable op that sees an input
+ * requiring grad records an AGNode on its output: edges to the producers of
+ * its inputs (another node, or a leaf tensor to accumulate into), the
+ * tensors it saved for backward (with their storage versions, so an
+ * in-place write after saving is caught), and small op parameters. backward()
+ * walks the graph from a root in dependency order, reduces each input
+ * gradient to its input's shape and dtype, accumulates into leaves' .grad
+ * and frees each node's saved tensors once it has run. */
+#ifndef ACCEL_AUTOGRAD_H
+#define ACCEL_AUTOGRAD_H
+
+#include "tensor.h"
+
+#define AG_MAX_SAVED 4
+
+typedef struct AGNode AGNode;
+/* Compute gradients of the inputs from gout (the gradient of the node's
+ * output). gin[i] receives a new reference, or NULL for no gradient. Shapes
+ * may be broadcast-larger than the input's: the engine reduces them.
+ * Returns 0, or -1 with an error set. */
+typedef int (*AGBackwardFn)(AGNode *n, Tensor *gout, Tensor **gin);
+
+typedef struct AGEdge {
+    AGNode *fn;    /* producer of this input, or NULL */
+    Tensor *leaf;  /* leaf requiring grad, or NULL */
+    int ndim;      /* the input's shape and dtype, to reduce its gradient to */
+    int64_t shape[TENSOR_MAX_DIMS];
+    DType dtype;
+} AGEdge;
+
+struct AGNode {
+    int refcount;
+    const char *name;
+    AGBackwardFn backward;
+    void (*destroy_ctx)(AGNode *n); /* frees ctx, may be NULL */
+    int n_in;
+    AGEdge *edges;
+    Tensor *saved[AG_MAX_SAVED];
+    int64_t saved_version[AG_MAX_SAVED];
+    int n_saved;
+    bool released;
+    double p[4];     /* op scalars */
+    int64_t i[TENSOR_MAX_DIMS * 2]; /* op integers (dims, shapes) */
+    void *ctx;
+    /* engine scratch */
+    int deps;
+    Tensor *grad_acc;
+    AGNode *stack_next;
+};
+
+bool ag_grad_enabled(void);
+bool ag_set_grad_enabled(bool on); /* returns the previous mode */
+
+/* True when grad mode is on and any of the inputs requires grad. */
+bool ag_needs_grad(Tensor **inputs, int n);
+
+/* Create a node for `out` if any input requires grad (and grad mode is on);
+ * sets out->grad_fn / requires_grad. Returns the node (borrowed: owned by
+ * out) or NULL when no graph is needed. NULL inputs are allowed (no edge). */
+AGNode *ag_record(const char *name, AGBackwardFn fn, Tensor *out, Tensor **inputs, int n_in);
+/* Save a tensor for backward (retained, version recorded). */
+void ag_save(AGNode *n, Tensor *t);
+/* Fetch a saved tensor, checking it was not modified in place since. */
+Tensor *ag_saved(AGNode *n, int k);
+/* Whether input k of the node needs a gradient. */
+static inline bool ag_input_needs_grad(const AGNode *n, int k) {
+    return n->edges[k].fn != NULL || n->edges[k].leaf != NULL;
+}
+
+void ag_node_release(AGNode *n);
+
+/* Run backward from root with gradient grad (NULL: root must have one
+ * element, gradient 1). Returns 0 or -1 with error. */
+int ag_backward(Tensor *root, Tensor *grad);
+
+/* Reduce a (broadcast) gradient to a shape by summing; new reference. */
+Tensor *ag_sum_to(Tensor *g, const int64_t *shape, int ndim);
+
+#endif

@@ -1,0 +1,31 @@
+/* iter.h: walking several strided operands of one (broadcast) shape in
+ * innermost runs. Adjacent dims that are contiguous for every operand are
+ * merged so a contiguous tensor is one run; each run is handed to a callback
+ * with the operands' pointers and innermost strides (in elements). */
+#ifndef ACCEL_ITER_H
+#define ACCEL_ITER_H
+
+#include "tensor.h"
+
+#define ITER_MAX_OPS 4
+
+typedef struct {
+    int nops, ndim;
+    int64_t shape[TENSOR_MAX_DIMS];
+    int64_t stride[ITER_MAX_OPS][TENSOR_MAX_DIMS]; /* elements */
+    size_t elsize[ITER_MAX_OPS];
+    char *base[ITER_MAX_OPS];
+} StridedIter;
+
+/* strides[k] may be broadcast (0) strides. */
+void iter_init(StridedIter *it, int ndim, const int64_t *shape);
+void iter_add(StridedIter *it, void *base, const int64_t *stride, size_t elsize);
+/* Add a tensor operand broadcast to the iterator's shape (trailing alignment). */
+void iter_add_tensor(StridedIter *it, const Tensor *t);
+typedef void (*IterRunFn)(void *ctx, int64_t n, char **ptrs, const int64_t *strides);
+void iter_run(StridedIter *it, IterRunFn fn, void *ctx);
+
+/* Broadcast shapes a and b into out; -1 with an error naming op on mismatch. */
+int broadcast_shapes(const int64_t *a, int na, const int64_t *b, int nb, int64_t *out, int *nout, const char *op);
+
+#endif

@@ -1,0 +1,518 @@
+/* ops_elementwise.c: broadcasting binary ops, unary math, where /
+ * masked_fill and differentiable casts, with PyTorch's type promotion and
+ * their backward rules. Arithmetic runs in a compute dtype (f32, f64 or
+ * i64); other dtypes are converted on the way in and out. */
+#include "ops.h"
+#include "backend.h"
+#include "iter.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const bin_names[KB_COUNT] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne",
+                                                "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
+                                                "floor_divide", "remainder"};
+static const char *const un_names[KU_COUNT] = {"neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu",
+                                               "gelu", "gelu", "silu", "abs", "sin", "cos", "square", "reciprocal",
+                                               "sign", "clamp", "pow", "pow", "log1p", "expm1", "floor", "ceil",
+                                               "round", "trunc", "erf", "leaky_relu", "logical_not"};
+
+const char *kbin_name(KBinOp op) { return bin_names[op]; }
+const char *kun_name(KUnOp op) { return un_names[op]; }
+
+static DType compute_dtype(DType dt) {
+    if (dt == DT_F64) return DT_F64;
+    return dtype_is_float(dt) ? DT_F32 : DT_I64;
+}
+
+/* Result dtype of a binary op on dtypes a, b. */
+static DType binary_result_dtype(KBinOp op, DType a, DType b) {
+    if (kbin_is_compare(op)) return DT_BOOL;
+    DType r = dtype_promote(a, b);
+    if (op == KB_DIV && !dtype_is_float(r)) return dtype_default_float();
+    return r;
+}
+
+/* t itself if already of dtype dt, else a contiguous converted copy (no autograd). */
+static Tensor *as_dtype_plain(Tensor *t, DType dt) {
+    if (t->dtype == dt) return tensor_retain(t);
+    Tensor *c = tensor_empty(t->shape, t->ndim, dt, t->device);
+    if (c) tensor_copy_strided(c, t);
+    return c;
+}
+
+static int check_same_device(Tensor *a, Tensor *b, const char *op) {
+    if (a->device.type == b->device.type && a->device.index == b->device.index) return 0;
+    char da[32], db[32];
+    return accel_fail_int("%s: tensors are on different devices (%s and %s)", op, device_str(a->device, da, sizeof da),
+                          device_str(b->device, db, sizeof db));
+}
+
+typedef struct {
+    const Backend *be;
+    KBinOp op;
+    DType cdt;
+} BinCtx;
+
+static void binary_run(void *ctx, int64_t n, char **p, const int64_t *st) {
+    BinCtx *c = ctx;
+    c->be->binary(c->op, c->cdt, n, p[1], st[1], p[2], st[2], p[0], st[0]);
+}
+
+/* out = a op b over out's shape; a, b already of compute dtype cdt; out of
+ * cdt (or bool for comparisons). */
+static void binary_into(KBinOp op, DType cdt, Tensor *out, Tensor *a, Tensor *b) {
+    const Backend *be = backend_for(out->device);
+    if (a->numel == out->numel && b->numel == out->numel && tensor_is_contiguous(a) && tensor_is_contiguous(b) &&
+        tensor_is_contiguous(out)) {
+        be->binary(op, cdt, out->numel, tensor_data(a), 1, tensor_data(b), 1, tensor_data(out), 1);
+        return;
+    }
+    StridedIter it;
+    iter_init(&it, out->ndim, out->shape);
+    iter_add_tensor(&it, out);
+    iter_add_tensor(&it, a);
+    iter_add_tensor(&it, b);
+    BinCtx c = {be, op, cdt};
+    iter_run(&it, binary_run, &c);
+}
+
+/* Compute a op b into a fresh tensor of dtype rd and shape (shape, nd). */
+static Tensor *binary_compute(KBinOp op, Tensor *a, Tensor *b, DType rd, const int64_t *shape, int nd) {
+    DType in_dt = dtype_promote(a->dtype, b->dtype);
+    DType cdt = compute_dtype(kbin_is_compare(op) ? in_dt : (op == KB_DIV ? rd : in_dt));
+    if (op == KB_POW && dtype_is_float(rd)) cdt = compute_dtype(rd);
+    Tensor *ca = as_dtype_plain(a, cdt), *cb = ca ? as_dtype_plain(b, cdt) : NULL;
+    DType odt = kbin_is_compare(op) ? DT_BOOL : cdt;
+    Tensor *out = cb ? tensor_empty(shape, nd, odt, a->device) : NULL;
+    if (out) binary_into(op, cdt, out, ca, cb);
+    tensor_release(ca);
+    tensor_release(cb);
+    if (out && out->dtype != rd) {
+        Tensor *r = as_dtype_plain(out, rd);
+        tensor_release(out);
+        out = r;
+    }
+    return out;
+}
+
+/* ---- binary backward ---- */
+
+static Tensor *mul(Tensor *a, Tensor *b) { return op_binary(KB_MUL, a, b); }
+static Tensor *divide(Tensor *a, Tensor *b) { return op_binary(KB_DIV, a, b); }
+
+static int bw_binary(AGNode *n, Tensor *g, Tensor **gin) {
+    KBinOp op = (KBinOp)n->i[0];
+    Tensor *a = n->i[1] >= 0 ? ag_saved(n, (int)n->i[1]) : NULL;
+    Tensor *b = n->i[2] >= 0 ? ag_saved(n, (int)n->i[2]) : NULL;
+    Tensor *out = n->i[3] >= 0 ? ag_saved(n, (int)n->i[3]) : NULL;
+    if ((n->i[1] >= 0 && !a) || (n->i[2] >= 0 && !b) || (n->i[3] >= 0 && !out)) return -1;
+    bool ga = ag_input_needs_grad(n, 0), gb = ag_input_needs_grad(n, 1);
+    switch (op) {
+    case KB_ADD:
+        gin[0] = ga ? tensor_retain(g) : NULL;
+        gin[1] = gb ? tensor_retain(g) : NULL;
+        break;
+    case KB_SUB:
+        gin[0] = ga ? tensor_retain(g) : NULL;
+        gin[1] = gb ? op_unary(KU_NEG, g, 0, 0) : NULL;
+        break;
+    case KB_MUL:
+        gin[0] = ga ? mul(g, b) : NULL;
+        gin[1] = gb ? mul(g, a) : NULL;
+        break;
+    case KB_DIV:
+        gin[0] = ga ? divide(g, b) : NULL;
+        if (gb) { /* -g * out / b */
+            Tensor *t = mul(g, out), *u = t ? divide(t, b) : NULL;
+            gin[1] = u ? op_unary(KU_NEG, u, 0, 0) : NULL;
+            tensor_release(t);
+            tensor_release(u);
+        }
+        break;
+    case KB_POW:
+        if (ga) { /* g * b * a^(b-1) */
+            Tensor *bm1 = op_binary_scalar(KB_SUB, b, 1, true, false);
+            Tensor *p = bm1 ? op_binary(KB_POW, a, bm1) : NULL, *q = p ? mul(p, b) : NULL;
+            gin[0] = q ? mul(g, q) : NULL;
+            tensor_release(bm1), tensor_release(p), tensor_release(q);
+        }
+        if (gb) { /* g * out * log(a) */
+            Tensor *la = op_unary(KU_LOG, a, 0, 0), *q = la ? mul(out, la) : NULL;
+            gin[1] = q ? mul(g, q) : NULL;
+            tensor_release(la), tensor_release(q);
+        }
+        break;
+    case KB_MAX:
+    case KB_MIN: { /* the larger (smaller) input takes g; ties split it */
+        Tensor *win = op_binary(op == KB_MAX ? KB_GT : KB_LT, a, b), *tie = op_binary(KB_EQ, a, b);
+        Tensor *wf = win ? op_cast(win, g->dtype) : NULL, *tf = tie ? op_cast(tie, g->dtype) : NULL;
+        Tensor *half = tf ? op_binary_scalar(KB_MUL, tf, 0.5, false, false) : NULL;
+        Tensor *wa = half && wf ? op_binary(KB_ADD, wf, half) : NULL;
+        if (wa && ga) gin[0] = mul(g, wa);
+        if (wa && gb) {
+            Tensor *wb = op_binary_scalar(KB_SUB, wa, 1, true, true);
+            gin[1] = wb ? mul(g, wb) : NULL;
+            tensor_release(wb);
+        }
+        tensor_release(win), tensor_release(tie), tensor_release(wf), tensor_release(tf), tensor_release(half), tensor_release(wa);
+        break;
+    }
+    default:
+        return accel_fail_int("%s is not differentiable", kbin_name(op));
+    }
+    if ((ga && !gin[0]) || (gb && !gin[1])) return -1;
+    return 0;
+}
+
+static bool is_differentiable_binary(KBinOp op) { return op <= KB_MIN; }
+
+static void record_binary(KBinOp op, Tensor *out, Tensor *a, Tensor *b) {
+    Tensor *in[2] = {a, b};
+    if (!is_differentiable_binary(op)) return;
+    AGNode *n = ag_record(kbin_name(op), bw_binary, out, in, 2);
+    if (!n) return;
+    bool ga = a->requires_grad, gb = b->requires_grad;
+    bool need_a = (op == KB_MUL && gb) || op == KB_POW || op == KB_MAX || op == KB_MIN;
+    bool need_b = (op == KB_MUL && ga) || op == KB_DIV || op == KB_POW || op == KB_MAX || op == KB_MIN;
+    bool need_out = (op == KB_DIV && gb) || (op == KB_POW && gb);
+    n->i[0] = op;
+    n->i[1] = n->i[2] = n->i[3] = -1;
+    if (need_a) n->i[1] = n->n_saved, ag_save(n, a);
+    if (need_b) n->i[2] = n->n_saved, ag_save(n, b);
+    if (need_out) n->i[3] = n->n_saved, ag_save(n, out);
+}
+
+Tensor *op_binary(KBinOp op, Tensor *a, Tensor *b) {
+    const char *name = kbin_name(op);
+    if (check_same_device(a, b, name) < 0) return NULL;
+    int64_t shape[TENSOR_MAX_DIMS];
+    int nd;
+    if (broadcast_shapes(a->shape, a->ndim, b->shape, b->ndim, shape, &nd, name) < 0) return NULL;
+    DType rd = binary_result_dtype(op, a->dtype, b->dtype);
+    Tensor *out = binary_compute(op, a, b, rd, shape, nd);
+    if (out) record_binary(op, out, a, b);
+    return out;
+}
+
+/* Wrapped Python-style numbers: an int scalar keeps an integer or float
+ * tensor's dtype (bool becomes int64); a float scalar makes an integer tensor
+ * float32. Comparisons give bool; true division of integers gives float32. */
+static DType scalar_result_dtype(KBinOp op, DType a, bool is_int) {
+    if (kbin_is_compare(op)) return DT_BOOL;
+    if (dtype_is_float(a)) return a;
+    if (!is_int || op == KB_DIV) return dtype_default_float();
+    return a == DT_BOOL ? DT_I64 : a;
+}
+
+/* The scalar as a 0-dim tensor of the compute dtype, so a bf16 tensor is
+ * scaled by the float32 value rather than its bf16 rounding. */
+static Tensor *scalar_operand(KBinOp op, const Tensor *a, double s, bool is_int) {
+    DType base = kbin_is_compare(op) ? (dtype_is_float(a->dtype) ? a->dtype : (is_int ? DT_I64 : DT_F32))
+                                     : scalar_result_dtype(op, a->dtype, is_int);
+    Tensor *st = tensor_scalar(s, compute_dtype(base));
+    if (st) st->device = a->device;
+    return st;
+}
+
+Tensor *op_binary_scalar(KBinOp op, Tensor *a, double s, bool is_int, bool scalar_lhs) {
+    Tensor *st = scalar_operand(op, a, s, is_int);
+    if (!st) return NULL;
+    Tensor *x = scalar_lhs ? st : a, *y = scalar_lhs ? a : st;
+    Tensor *out = binary_compute(op, x, y, scalar_result_dtype(op, a->dtype, is_int), a->shape, a->ndim);
+    if (out) record_binary(op, out, x, y);
+    tensor_release(st);
+    return out;
+}
+
+/* ---- in place ---- */
+
+/* Called when an in-place op has to record a graph (a or the other operand
+ * requires grad). A view is refused also when only the other operand
+ * requires grad: the history would attach to the view, not to its base, and
+ * gradients through the base would be lost silently. */
+static int check_inplace_grad(Tensor *a, const char *op) {
+    if (!ag_grad_enabled()) return 0;
+    if (a->requires_grad && !a->grad_fn)
+        return accel_fail_int("%s_: a leaf tensor that requires grad (shape %s) cannot be modified in place; use "
+                              "accel.no_grad or an out-of-place op", op, tensor_shape_str(a));
+    if (a->is_view)
+        return accel_fail_int("%s_: in-place modification of a view (shape %s) is not supported when gradients are "
+                              "recorded; use the out-of-place op", op, tensor_shape_str(a));
+    return 0;
+}
+
+/* Replace a's values with r's and take over r's history (in-place with autograd). */
+static int rebase(Tensor *a, Tensor *r) {
+    bool prev = ag_set_grad_enabled(false);
+    int rc = tensor_copy_(a, r);
+    ag_set_grad_enabled(prev);
+    if (rc < 0) return -1;
+    if (r->grad_fn) {
+        if (a->grad_fn) ag_node_release(a->grad_fn);
+        a->grad_fn = r->grad_fn;
+        r->grad_fn->refcount++;
+        a->requires_grad = true;
+    }
+    return 0;
+}
+
+/* Float results fit float outputs, integer results integer outputs. */
+static int check_inplace_dtype(Tensor *a, DType rd, const char *op) {
+    if (rd == a->dtype || (dtype_is_float(a->dtype) && dtype_is_float(rd)) ||
+        (!dtype_is_float(a->dtype) && a->dtype != DT_BOOL && !dtype_is_float(rd)))
+        return 0;
+    return accel_fail_int("%s_: result type %s can't be cast to the in-place output's type %s", op, dtype_name(rd),
+                          dtype_name(a->dtype));
+}
+
+int op_binary_(KBinOp op, Tensor *a, Tensor *b) {
+    const char *name = kbin_name(op);
+    if (check_same_device(a, b, name) < 0) return -1;
+    int64_t shape[TENSOR_MAX_DIMS];
+    int nd;
+    if (broadcast_shapes(a->shape, a->ndim, b->shape, b->ndim, shape, &nd, name) < 0) return -1;
+    if (nd != a->ndim || shape_numel(shape, nd) != a->numel)
+        return accel_fail_int("%s_: output with shape %s doesn't match the broadcast shape of %s and %s", name,
+                              tensor_shape_str(a), tensor_shape_str(a), tensor_shape_str(b));
+    if (check_inplace_dtype(a, binary_result_dtype(op, a->dtype, b->dtype), name) < 0) return -1;
+    if (ag_needs_grad((Tensor *[]){a, b}, 2)) {
+        if (check_inplace_grad(a, name) < 0) return -1;
+        /* ops whose backward reads a's old value get a copy of it: a itself
+         * is about to be overwritten (PyTorch saves the original self too) */
+        bool saves_a = op == KB_MUL || op == KB_POW || op == KB_MAX || op == KB_MIN;
+        Tensor *src = saves_a ? tensor_clone(a) : tensor_retain(a);
+        Tensor *r = src ? op_binary(op, src, b) : NULL;
+        int rc = r ? rebase(a, r) : -1;
+        tensor_release(r);
+        tensor_release(src);
+        return rc;
+    }
+    DType cdt = compute_dtype(a->dtype);
+    if (a->dtype == cdt && !kbin_is_compare(op)) {
+        Tensor *cb = as_dtype_plain(b, cdt);
+        if (!cb) return -1;
+        binary_into(op, cdt, a, a, cb);
+        tensor_release(cb);
+        tensor_bump_version(a);
+        return 0;
+    }
+    Tensor *r = binary_compute(op, a, b, a->dtype, a->shape, a->ndim);
+    int rc = r ? tensor_copy_(a, r) : -1;
+    tensor_release(r);
+    return rc;
+}
+
+int op_binary_scalar_(KBinOp op, Tensor *a, double s, bool is_int) {
+    if (check_inplace_dtype(a, scalar_result_dtype(op, a->dtype, is_int), kbin_name(op)) < 0) return -1;
+    Tensor *st = scalar_operand(op, a, s, is_int);
+    if (!st) return -1;
+    int rc = op_binary_(op, a, st);
+    tensor_release(st);
+    return rc;
+}
+
+/* ---- unary ---- */
+
+static bool unary_keeps_int(KUnOp op) {
+    return op == KU_NEG || op == KU_ABS || op == KU_SQUARE || op == KU_SIGN || op == KU_CLAMP || op == KU_RELU ||
+           op == KU_NOT;
+}
+
+static bool unary_uses_output(KUnOp op) {
+    return op == KU_TANH || op == KU_SIGMOID || op == KU_EXP || op == KU_SQRT || op == KU_RSQRT || op == KU_RECIP ||
+           op == KU_EXPM1 || op == KU_RPOW;
+}
+
+static bool unary_differentiable(KUnOp op) {
+    return !(op == KU_SIGN || op == KU_FLOOR || op == KU_CEIL || op == KU_ROUND || op == KU_TRUNC || op == KU_NOT);
+}
+
+typedef struct {
+    const Backend *be;
+    KUnOp op;
+    DType cdt;
+    double p1, p2;
+} UnCtx;
+
+static void unary_run(void *ctx, int64_t n, char **p, const int64_t *st) {
+    UnCtx *c = ctx;
+    c->be->unary(c->op, c->cdt, n, p[1], st[1], p[0], st[0], c->p1, c->p2);
+}
+
+static void unary_into(KUnOp op, DType cdt, Tensor *out, Tensor *a, double p1, double p2) {
+    const Backend *be = backend_for(out->device);
+    if (tensor_is_contiguous(a) && tensor_is_contiguous(out)) {
+        be->unary(op, cdt, out->numel, tensor_data(a), 1, tensor_data(out), 1, p1, p2);
+        return;
+    }
+    StridedIter it;
+    iter_init(&it, out->ndim, out->shape);
+    iter_add_tensor(&it, out);
+    iter_add_tensor(&it, a);
+    UnCtx c = {be, op, cdt, p1, p2};
+    iter_run(&it, unary_run, &c);
+}
+
+static Tensor *contig_of(Tensor *t, DType dt) {
+    Tensor *c = as_dtype_plain(t, dt);
+    if (!c || tensor_is_contiguous(c)) return c;
+    Tensor *d = tensor_empty(c->shape, c->ndim, dt, c->device);
+    if (d) tensor_copy_strided(d, c);
+    tensor_release(c);
+    return d;
+}
+
+static int bw_unary(AGNode *n, Tensor *g, Tensor **gin) {
+    KUnOp op = (KUnOp)n->i[0];
+    Tensor *saved = ag_saved(n, 0);
+    if (!saved) return -1;
+    if (op == KU_RPOW) { /* d/dx c^x = c^x log(c); saved is the output c^x */
+        Tensor *t = op_binary_scalar(KB_MUL, saved, log(n->p[0]), false, false);
+        gin[0] = t ? op_binary(KB_MUL, g, t) : NULL;
+        tensor_release(t);
+        return gin[0] ? 0 : -1;
+    }
+    DType cdt = g->dtype == DT_F64 ? DT_F64 : DT_F32;
+    Tensor *s = contig_of(saved, cdt), *gc = s ? contig_of(g, cdt) : NULL;
+    Tensor *gx = gc ? tensor_empty(gc->shape, gc->ndim, cdt, gc->device) : NULL;
+    if (gx) {
+        const void *x = unary_uses_output(op) ? NULL : tensor_data(s), *y = unary_uses_output(op) ? tensor_data(s) : NULL;
+        if (cdt == DT_F32) k_unary_backward_f32(op, gx->numel, x, y, tensor_data(gc), tensor_data(gx), n->p[0], n->p[1]);
+        else k_unary_backward_f64(op, gx->numel, x, y, tensor_data(gc), tensor_data(gx), n->p[0], n->p[1]);
+    }
+    tensor_release(s);
+    tensor_release(gc);
+    gin[0] = gx;
+    return gx ? 0 : -1;
+}
+
+Tensor *op_unary(KUnOp op, Tensor *a, double p1, double p2) {
+    DType rd = a->dtype;
+    if (!dtype_is_float(rd) && !unary_keeps_int(op)) rd = dtype_default_float();
+    if (op == KU_NOT) rd = DT_BOOL;
+    if (op == KU_POW && !dtype_is_float(rd) && p1 != floor(p1)) rd = dtype_default_float();
+    DType cdt = compute_dtype(rd == DT_BOOL ? a->dtype : rd);
+    Tensor *ca = as_dtype_plain(a, cdt);
+    Tensor *out = ca ? tensor_empty(a->shape, a->ndim, cdt, a->device) : NULL;
+    if (out) unary_into(op, cdt, out, ca, p1, p2);
+    tensor_release(ca);
+    if (out && out->dtype != rd) {
+        Tensor *r = as_dtype_plain(out, rd);
+        tensor_release(out);
+        out = r;
+    }
+    if (!out || !unary_differentiable(op)) return out;
+    AGNode *n = ag_record(kun_name(op), bw_unary, out, &a, 1);
+    if (n) {
+        n->i[0] = op;
+        n->p[0] = p1, n->p[1] = p2;
+        ag_save(n, unary_uses_output(op) ? out : a);
+    }
+    return out;
+}
+
+int op_unary_(KUnOp op, Tensor *a, double p1, double p2) {
+    const char *name = kun_name(op);
+    if (!dtype_is_float(a->dtype) && !unary_keeps_int(op))
+        return accel_fail_int("%s_: result type float can't be cast to the in-place output's type %s", name, dtype_name(a->dtype));
+    if (ag_needs_grad(&a, 1)) {
+        if (check_inplace_grad(a, name) < 0) return -1;
+        /* the backward of ops that save their input reads a's old value: give
+         * it a copy, since a is about to be overwritten */
+        Tensor *src = unary_uses_output(op) ? tensor_retain(a) : tensor_clone(a);
+        Tensor *r = src ? op_unary(op, src, p1, p2) : NULL;
+        int rc = r ? rebase(a, r) : -1;
+        tensor_release(r);
+        tensor_release(src);
+        return rc;
+    }
+    DType cdt = compute_dtype(a->dtype);
+    if (a->dtype == cdt) {
+        unary_into(op, cdt, a, a, p1, p2);
+        tensor_bump_version(a);
+        return 0;
+    }
+    Tensor *r = op_unary(op, a, p1, p2);
+    int rc = r ? tensor_copy_(a, r) : -1;
+    tensor_release(r);
+    return rc;
+}
+
+/* ---- where / masked_fill ---- */
+
+static void where_run(void *ctx, int64_t n, char **p, const int64_t *st) {
+    size_t es = *(size_t *)ctx;
+    k_where(n, (const uint8_t *)p[1], st[1], p[2], st[2], p[3], st[3], p[0], st[0], es);
+}
+
+static int bw_where(AGNode *n, Tensor *g, Tensor **gin) {
+    Tensor *c = ag_saved(n, 0);
+    if (!c) return -1;
+    Tensor *z = tensor_zeros(NULL, 0, g->dtype, g->device);
+    if (!z) return -1;
+    if (ag_input_needs_grad(n, 1)) gin[1] = op_where(c, g, z);
+    if (ag_input_needs_grad(n, 2)) gin[2] = op_where(c, z, g);
+    tensor_release(z);
+    return 0;
+}
+
+Tensor *op_where(Tensor *cond, Tensor *a, Tensor *b) {
+    if (cond->dtype != DT_BOOL && cond->dtype != DT_U8)
+        return accel_fail("where: condition must be a bool tensor, got %s", dtype_name(cond->dtype));
+    int64_t s1[TENSOR_MAX_DIMS], s2[TENSOR_MAX_DIMS];
+    int n1, n2;
+    if (broadcast_shapes(a->shape, a->ndim, b->shape, b->ndim, s1, &n1, "where") < 0 ||
+        broadcast_shapes(cond->shape, cond->ndim, s1, n1, s2, &n2, "where") < 0)
+        return NULL;
+    DType rd = dtype_promote(a->dtype, b->dtype);
+    Tensor *ca = as_dtype_plain(a, rd), *cb = ca ? as_dtype_plain(b, rd) : NULL;
+    Tensor *out = cb ? tensor_empty(s2, n2, rd, a->device) : NULL;
+    if (out) {
+        StridedIter it;
+        iter_init(&it, n2, s2);
+        iter_add_tensor(&it, out);
+        iter_add_tensor(&it, cond);
+        iter_add_tensor(&it, ca);
+        iter_add_tensor(&it, cb);
+        size_t es = dtype_size(rd);
+        iter_run(&it, where_run, &es);
+        AGNode *n = ag_record("where", bw_where, out, (Tensor *[]){NULL, a, b}, 3);
+        if (n) ag_save(n, cond);
+    }
+    tensor_release(ca);
+    tensor_release(cb);
+    return out;
+}
+
+static int check_mask(Tensor *mask) {
+    if (mask->dtype != DT_BOOL)
+        return accel_fail_int("masked_fill: mask must be a bool tensor, got %s", dtype_name(mask->dtype));
+    return 0;
+}
+
+Tensor *op_masked_fill(Tensor *a, Tensor *mask, double v) {
+    if (check_mask(mask) < 0) return NULL;
+    Tensor *fill = tensor_scalar(v, a->dtype);
+    if (!fill) return NULL;
+    Tensor *out = op_where(mask, fill, a);
+    tensor_release(fill);
+    if (out && (out->ndim != a->ndim || out->numel != a->numel)) {
+        tensor_release(out);
+        return accel_fail("masked_fill: mask shape %s does not broadcast to the tensor's shape %s", tensor_shape_str(mask),
+                          tensor_shape_str(a));
+    }
+    return out;
+}
+
+int op_masked_fill_(Tensor *a, Tensor *mask, double v) {
+    Tensor *r = op_masked_fill(a, mask, v);
+    if (!r) return -1;
+    int rc;
+    if (ag_needs_grad(&a, 1)) rc = check_inplace_grad(a, "masked_fill") < 0 ? -1 : rebase(a, r);
+    else rc = tensor_copy_(a, r);
+    tensor_release(r);
+    return rc;
+}
+
+Tensor *op_cast(Tensor *a, DType dt) { return tensor_to_dtype(a, dt); }

@@ -1,0 +1,232 @@
+/* ops_index.c: gather, index_select, embedding, cat, stack and tril/triu,
+ * with index validation (0-based index values; errors name the bad index)
+ * and backward rules. */
+#include "ops.h"
+#include <stdlib.h>
+#include <string.h>
+
+static void outer_inner(const Tensor *t, int dim, int64_t *outer, int64_t *inner) {
+    *outer = *inner = 1;
+    for (int d = 0; d < dim; d++) *outer *= t->shape[d];
+    for (int d = dim + 1; d < t->ndim; d++) *inner *= t->shape[d];
+}
+
+/* Contiguous int64 copy of idx with every value checked against [0, n).
+ * Negative values are errors, as in PyTorch's gather / index_select /
+ * embedding (index tensors hold data, not Lua positions). */
+static Tensor *checked_index(Tensor *idx, int64_t n, const char *op) {
+    if (dtype_is_float(idx->dtype) || idx->dtype == DT_BOOL)
+        return accel_fail("%s: index must be an integer tensor, got %s", op, dtype_name(idx->dtype));
+    bool prev = ag_set_grad_enabled(false);
+    Tensor *c = tensor_empty(idx->shape, idx->ndim, DT_I64, idx->device);
+    ag_set_grad_enabled(prev);
+    if (!c) return NULL;
+    tensor_copy_strided(c, idx);
+    int64_t *p = tensor_data(c);
+    for (int64_t i = 0; i < c->numel; i++) {
+        int64_t v = p[i];
+        if (v < 0 || v >= n) {
+            int64_t bad = p[i];
+            tensor_release(c);
+            return accel_fail("%s: index %lld is out of range for a dimension of size %lld (index values are 0-based)", op,
+                              (long long)bad, (long long)n);
+        }
+        p[i] = v;
+    }
+    return c;
+}
+
+static Tensor *contig(Tensor *t) {
+    bool prev = ag_set_grad_enabled(false);
+    Tensor *c = tensor_contiguous(t);
+    ag_set_grad_enabled(prev);
+    return c;
+}
+
+/* ---- gather ---- */
+
+static int bw_gather(AGNode *n, Tensor *g, Tensor **gin) {
+    Tensor *idx = ag_saved(n, 0);
+    if (!idx) return -1;
+    int dim = (int)n->i[0];
+    Tensor *z = tensor_zeros(n->edges[0].shape, n->edges[0].ndim, g->dtype, g->device), *gc = z ? contig(g) : NULL;
+    if (gc) {
+        int64_t outer, inner;
+        outer_inner(idx, dim, &outer, &inner);
+        k_scatter_add(g->dtype, tensor_data(z), outer, n->edges[0].shape[dim], inner, tensor_data(idx), idx->shape[dim], tensor_data(gc));
+    }
+    tensor_release(gc);
+    gin[0] = gc ? z : NULL;
+    if (!gc) tensor_release(z);
+    return gin[0] ? 0 : -1;
+}
+
+Tensor *op_gather(Tensor *a, int dim, Tensor *index) {
+    if ((dim = tensor_wrap_dim(a, dim, "gather")) < 0) return NULL;
+    if (index->ndim != a->ndim)
+        return accel_fail("gather: index (shape %s) must have as many dims as the input (shape %s)", tensor_shape_str(index), tensor_shape_str(a));
+    for (int d = 0; d < a->ndim; d++)
+        if (d != dim && index->shape[d] != a->shape[d])
+            return accel_fail("gather: index shape %s must match input shape %s except in dim %d", tensor_shape_str(index),
+                              tensor_shape_str(a), dim + 1);
+    if ((dtype_is_float(a->dtype) && a->dtype != DT_F32 && a->dtype != DT_F64) && a->requires_grad)
+        return accel_fail("gather: gradients are supported for float32/float64 inputs only");
+    Tensor *idx = checked_index(index, a->ndim ? a->shape[dim] : 1, "gather");
+    Tensor *x = idx ? contig(a) : NULL, *out = x ? tensor_empty(index->shape, index->ndim, a->dtype, a->device) : NULL;
+    if (out) {
+        int64_t outer, inner;
+        outer_inner(a, dim, &outer, &inner);
+        k_gather(tensor_data(x), outer, a->ndim ? a->shape[dim] : 1, inner, tensor_data(idx), index->ndim ? index->shape[dim] : 1,
+                 tensor_data(out), dtype_size(a->dtype));
+        AGNode *n = ag_record("gather", bw_gather, out, &a, 1);
+        if (n) n->i[0] = dim, ag_save(n, idx);
+    }
+    tensor_release(idx), tensor_release(x);
+    return out;
+}
+
+/* ---- index_select / embedding ---- */
+
+static int bw_index_select(AGNode *n, Tensor *g, Tensor **gin) {
+    Tensor *idx = ag_saved(n, 0);
+    if (!idx) return -1;
+    int dim = (int)n->i[0];
+    Tensor *z = tensor_zeros(n->edges[0].shape, n->edges[0].ndim, g->dtype, g->device), *gc = z ? contig(g) : NULL;
+    if (gc) {
+        int64_t outer, inner;
+        outer_inner(z, dim, &outer, &inner);
+        k_index_add(g->dtype, tensor_data(z), outer, z->shape[dim], inner, tensor_data(idx), idx->numel, tensor_data(gc));
+    }
+    tensor_release(gc);
+    gin[0] = gc ? z : NULL;
+    if (!gc) tensor_release(z);
+    return gin[0] ? 0 : -1;
+}
+
+Tensor *op_index_select(Tensor *a, int dim, Tensor *index) {
+    if (a->ndim == 0) return accel_fail("index_select: cannot index a 0-dim tensor");
+    if ((dim = tensor_wrap_dim(a, dim, "index_select")) < 0) return NULL;
+    if (index->ndim > 1) return accel_fail("index_select: index must be 1-D, got shape %s", tensor_shape_str(index));
+    Tensor *idx = checked_index(index, a->shape[dim], "index_select");
+    Tensor *x = idx ? contig(a) : NULL;
+    int64_t shape[TENSOR_MAX_DIMS];
+    memcpy(shape, a->shape, sizeof shape);
+    shape[dim] = index->numel;
+    Tensor *out = x ? tensor_empty(shape, a->ndim, a->dtype, a->device) : NULL;
+    if (out) {
+        int64_t outer, inner;
+        outer_inner(a, dim, &outer, &inner);
+        k_index_select(tensor_data(x), outer, a->shape[dim], inner, tensor_data(idx), index->numel, tensor_data(out), dtype_size(a->dtype));
+        AGNode *n = ag_record("index_select", bw_index_select, out, &a, 1);
+        if (n) n->i[0] = dim, ag_save(n, idx);
+    }
+    tensor_release(idx), tensor_release(x);
+    return out;
+}
+
+Tensor *op_embedding(Tensor *weight, Tensor *index) {
+    if (weight->ndim != 2) return accel_fail("embedding: weight must be 2-D (num_embeddings, dim), got %s", tensor_shape_str(weight));
+    Tensor *flat = tensor_reshape(index, (int64_t[]){-1}, 1);
+    Tensor *rows = flat ? op_index_select(weight, 0, flat) : NULL;
+    tensor_release(flat);
+    if (!rows) return NULL;
+    int64_t shape[TENSOR_MAX_DIMS];
+    memcpy(shape, index->shape, sizeof(int64_t) * (size_t)index->ndim);
+    shape[index->ndim] = weight->shape[1];
+    Tensor *r = tensor_reshape(rows, shape, index->ndim + 1);
+    tensor_release(rows);
+    return r;
+}
+
+/* ---- cat / stack ---- */
+
+static int bw_cat(AGNode *n, Tensor *g, Tensor **gin) {
+    int dim = (int)n->i[0];
+    int64_t start = 0;
+    for (int k = 0; k < n->n_in; k++) {
+        int64_t len = n->edges[k].ndim ? n->edges[k].shape[dim] : 0;
+        if (ag_input_needs_grad(n, k) && !(gin[k] = tensor_narrow(g, dim, start, len))) return -1;
+        start += len;
+    }
+    return 0;
+}
+
+Tensor *op_cat(Tensor **ts, int n, int dim) {
+    if (n == 0) return accel_fail("cat: expected a non-empty list of tensors");
+    Tensor *ref = ts[0];
+    if (ref->ndim == 0) return accel_fail("cat: zero-dimensional tensor (item 1) cannot be concatenated");
+    if ((dim = tensor_wrap_dim(ref, dim, "cat")) < 0) return NULL;
+    int64_t shape[TENSOR_MAX_DIMS];
+    memcpy(shape, ref->shape, sizeof shape);
+    shape[dim] = 0;
+    DType dt = ref->dtype;
+    for (int k = 0; k < n; k++) {
+        Tensor *t = ts[k];
+        bool ok = t->ndim == ref->ndim && t->device.type == ref->device.type;
+        for (int d = 0; ok && d < t->ndim; d++) ok = d == dim || t->shape[d] == ref->shape[d];
+        if (!ok)
+            return accel_fail("cat: tensor %d has shape %s, which does not match tensor 1's shape %s except in dim %d", k + 1,
+                              tensor_shape_str(t), tensor_shape_str(ref), dim + 1);
+        shape[dim] += t->shape[dim];
+        dt = dtype_promote(dt, t->dtype);
+    }
+    Tensor *out = tensor_empty(shape, ref->ndim, dt, ref->device);
+    if (!out) return NULL;
+    bool prev = ag_set_grad_enabled(false);
+    int64_t start = 0;
+    for (int k = 0; k < n && out; k++) {
+        Tensor *part = tensor_narrow(out, dim, start, ts[k]->shape[dim]);
+        if (part) tensor_copy_strided(part, ts[k]);
+        else tensor_release(out), out = NULL;
+        tensor_release(part);
+        start += ts[k]->shape[dim];
+    }
+    ag_set_grad_enabled(prev);
+    AGNode *node = out ? ag_record("cat", bw_cat, out, ts, n) : NULL;
+    if (node) node->i[0] = dim;
+    return out;
+}
+
+Tensor *op_stack(Tensor **ts, int n, int dim) {
+    if (n == 0) return accel_fail("stack: expected a non-empty list of tensors");
+    int nd = ts[0]->ndim + 1;
+    if (dim < -nd || dim >= nd) return accel_fail("stack: dim %d out of range for %d-dim result", dim >= 0 ? dim + 1 : dim, nd);
+    Tensor *local[64];
+    Tensor **us = n <= 64 ? local : accel_calloc((size_t)n, sizeof *us);
+    if (!us) return NULL;
+    int made = 0;
+    Tensor *out = NULL;
+    for (; made < n; made++) {
+        if (ts[made]->ndim != ts[0]->ndim || memcmp(ts[made]->shape, ts[0]->shape, sizeof(int64_t) * (size_t)ts[0]->ndim)) {
+            accel_fail("stack: expects each tensor to be equal size, but got %s at entry 1 and %s at entry %d",
+                       tensor_shape_str(ts[0]), tensor_shape_str(ts[made]), made + 1);
+            break;
+        }
+        if (!(us[made] = tensor_unsqueeze(ts[made], dim))) break;
+    }
+    if (made == n) out = op_cat(us, n, dim);
+    for (int k = 0; k < made; k++) tensor_release(us[k]);
+    if (us != local) free(us);
+    return out;
+}
+
+/* ---- tril / triu ---- */
+
+static Tensor *tri_mask(const Tensor *a, int64_t k, bool upper) {
+    int64_t R = a->shape[a->ndim - 2], C = a->shape[a->ndim - 1];
+    int64_t shape[2] = {R, C};
+    Tensor *m = tensor_empty(shape, 2, DT_BOOL, a->device);
+    if (!m) return NULL;
+    uint8_t *p = tensor_data(m);
+    for (int64_t i = 0; i < R; i++)
+        for (int64_t j = 0; j < C; j++) p[i * C + j] = upper ? (j - i < k) : (j - i > k); /* true = zeroed */
+    return m;
+}
+
+Tensor *op_tril(Tensor *a, int64_t k, bool upper) {
+    if (a->ndim < 2) return accel_fail("%s: input must have at least 2 dims, got shape %s", upper ? "triu" : "tril", tensor_shape_str(a));
+    Tensor *m = tri_mask(a, k, upper);
+    Tensor *r = m ? op_masked_fill(a, m, 0.0) : NULL;
+    tensor_release(m);
+    return r;
+}

@@ -1,0 +1,353 @@
+/* ops_reduce.c: sum / mean / prod / amax / amin over any set of dims,
+ * max / min with indices along one dim, argmax, and composite var / std /
+ * norm, with their backward rules. A single reduced dim of a contiguous
+ * tensor is reduced in place as (outer, n, inner); several dims are moved
+ * last first. */
+#include "ops.h"
+#include "backend.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const red_names[KR_COUNT] = {"sum", "mean", "prod", "amax", "amin"};
+
+typedef struct {
+    bool mask[TENSOR_MAX_DIMS];
+    int nred;
+    int64_t n;                         /* elements reduced per output */
+    int64_t keep_shape[TENSOR_MAX_DIMS]; /* keepdim shape */
+    int64_t out_shape[TENSOR_MAX_DIMS];
+    int out_nd;
+} RedDims;
+
+static int red_dims(Tensor *a, const int *dims, int ndims, bool keepdim, RedDims *r, const char *op) {
+    memset(r, 0, sizeof *r);
+    for (int k = 0; k < ndims; k++) {
+        int d = tensor_wrap_dim(a, dims[k], op);
+        if (d < 0) return -1;
+        if (a->ndim == 0) continue;
+        if (r->mask[d]) return accel_fail_int("%s: dim %d appears more than once", op, d + 1);
+        r->mask[d] = true;
+    }
+    if (ndims == 0)
+        for (int d = 0; d < a->ndim; d++) r->mask[d] = true;
+    r->n = 1;
+    for (int d = 0; d < a->ndim; d++) {
+        r->keep_shape[d] = r->mask[d] ? 1 : a->shape[d];
+        if (r->mask[d]) r->n *= a->shape[d], r->nred++;
+        if (!r->mask[d] || keepdim) r->out_shape[r->out_nd++] = r->keep_shape[d];
+    }
+    return 0;
+}
+
+/* View of a (contiguous copy if needed) as (outer, n, inner) for the reduced dims. */
+static Tensor *red_layout(Tensor *a, const RedDims *r, int64_t *outer, int64_t *inner) {
+    int first = -1, last = -1;
+    for (int d = 0; d < a->ndim; d++)
+        if (r->mask[d]) last = d, first = first < 0 ? d : first;
+    bool adjacent = first < 0 || last - first + 1 == r->nred;
+    Tensor *c;
+    if (adjacent) {
+        c = tensor_contiguous(a);
+        *outer = 1, *inner = 1;
+        for (int d = 0; d < first; d++) *outer *= a->shape[d];
+        for (int d = last + 1; d < a->ndim && first >= 0; d++) *inner *= a->shape[d];
+        if (first < 0) *outer = a->numel, *inner = 1;
+    } else {
+        int perm[TENSOR_MAX_DIMS], k = 0;
+        for (int d = 0; d < a->ndim; d++)
+            if (!r->mask[d]) perm[k++] = d;
+        for (int d = 0; d < a->ndim; d++)
+            if (r->mask[d]) perm[k++] = d;
+        Tensor *p = tensor_permute(a, perm, a->ndim);
+        c = p ? tensor_contiguous(p) : NULL;
+        tensor_release(p);
+        *outer = r->n ? a->numel / r->n : 0, *inner = 1;
+    }
+    return c;
+}
+
+static DType reduce_result_dtype(KRedOp op, DType dt) {
+    if ((op == KR_SUM || op == KR_PROD) && !dtype_is_float(dt)) return DT_I64;
+    return dt;
+}
+
+/* Forward without autograd. */
+static Tensor *reduce_compute(KRedOp op, Tensor *a, const RedDims *r) {
+    DType rd = reduce_result_dtype(op, a->dtype);
+    DType cdt = rd == DT_F64 ? DT_F64 : dtype_is_float(rd) ? DT_F32 : DT_I64;
+    bool prev = ag_set_grad_enabled(false);
+    Tensor *ca = tensor_to_dtype(a, cdt);
+    int64_t outer = 0, inner = 0;
+    Tensor *c = ca ? red_layout(ca, r, &outer, &inner) : NULL;
+    Tensor *out = c ? tensor_empty(r->out_shape, r->out_nd, cdt, a->device) : NULL;
+    ag_set_grad_enabled(prev);
+    tensor_release(ca);
+    if (out && r->n == 0 && (op == KR_MAX || op == KR_MIN)) {
+        tensor_release(c), tensor_release(out);
+        return accel_fail("%s: cannot reduce over a zero-size dimension (shape %s)", red_names[op], tensor_shape_str(a));
+    }
+    if (out) {
+        if (cdt == DT_F32) k_reduce_f32(op, tensor_data(c), outer, r->n, inner, tensor_data(out));
+        else if (cdt == DT_F64) k_reduce_f64(op, tensor_data(c), outer, r->n, inner, tensor_data(out));
+        else k_reduce_i64(op, tensor_data(c), outer, r->n, inner, tensor_data(out));
+    }
+    tensor_release(c);
+    if (out && out->dtype != rd) {
+        Tensor *o2 = tensor_to_dtype(out, rd);
+        tensor_release(out);
+        out = o2;
+    }
+    return out;
+}
+
+/* g reshaped to the keepdim shape and expanded to the input's shape. */
+static Tensor *expand_back(Tensor *g, const AGNode *n) {
+    int nd = n->edges[0].ndim;
+    int64_t keep[TENSOR_MAX_DIMS];
+    for (int d = 0; d < nd; d++) keep[d] = n->i[d] ? 1 : n->edges[0].shape[d];
+    Tensor *k = tensor_reshape(g, keep, nd);
+    Tensor *e = k ? tensor_expand(k, n->edges[0].shape, nd) : NULL;
+    tensor_release(k);
+    return e;
+}
+
+static int bw_reduce(AGNode *n, Tensor *g, Tensor **gin) {
+    KRedOp op = (KRedOp)n->p[0];
+    Tensor *e = expand_back(g, n);
+    if (!e) return -1;
+    if (op == KR_SUM) {
+        gin[0] = e;
+        return 0;
+    }
+    if (op == KR_MEAN) {
+        gin[0] = op_binary_scalar(KB_DIV, e, n->p[1], false, false);
+        tensor_release(e);
+        return gin[0] ? 0 : -1;
+    }
+    Tensor *a = ag_saved(n, 0), *out = ag_saved(n, 1);
+    if (!a || !out) {
+        tensor_release(e);
+        return -1;
+    }
+    Tensor *oe = expand_back(out, n), *res = NULL;
+    if (op == KR_PROD) {
+        /* g * (product of the other elements of the slice). That is out / a
+         * when the slice has no zero; with zeros, divide the product of the
+         * nonzero elements instead and zero every position whose others
+         * include a zero (so a lone zero gets the product of the rest). */
+        int dims[TENSOR_MAX_DIMS], nd = 0;
+        for (int d = 0; d < a->ndim; d++)
+            if (n->i[d]) dims[nd++] = d;
+        Tensor *z = op_binary_scalar(KB_EQ, a, 0, true, false);
+        Tensor *zf = z ? tensor_to_dtype(z, g->dtype) : NULL;
+        Tensor *a1 = zf ? op_masked_fill(a, z, 1.0) : NULL;
+        Tensor *p1 = a1 ? op_reduce(KR_PROD, a1, dims, nd, true) : NULL;
+        Tensor *q = p1 ? op_binary(KB_DIV, p1, a1) : NULL;
+        Tensor *cnt = q ? op_reduce(KR_SUM, zf, dims, nd, true) : NULL;
+        Tensor *oz = cnt ? op_binary(KB_SUB, cnt, zf) : NULL;
+        Tensor *kill = oz ? op_binary_scalar(KB_GT, oz, 0.5, false, false) : NULL;
+        Tensor *others = kill ? op_masked_fill(q, kill, 0.0) : NULL;
+        res = others ? op_binary(KB_MUL, e, others) : NULL;
+        tensor_release(z), tensor_release(zf), tensor_release(a1), tensor_release(p1), tensor_release(q);
+        tensor_release(cnt), tensor_release(oz), tensor_release(kill), tensor_release(others);
+    } else { /* amax/amin: g split evenly among the positions equal to the result */
+        Tensor *m = oe ? op_binary(KB_EQ, a, oe) : NULL, *mf = m ? tensor_to_dtype(m, g->dtype) : NULL;
+        int dims[TENSOR_MAX_DIMS], nd = 0;
+        for (int d = 0; d < a->ndim; d++)
+            if (n->i[d]) dims[nd++] = d;
+        Tensor *cnt = mf ? op_reduce(KR_SUM, mf, dims, nd, true) : NULL;
+        Tensor *w = cnt ? op_binary(KB_DIV, mf, cnt) : NULL;
+        res = w ? op_binary(KB_MUL, e, w) : NULL;
+        tensor_release(m), tensor_release(mf), tensor_release(cnt), tensor_release(w);
+    }
+    tensor_release(oe);
+    tensor_release(e);
+    gin[0] = res;
+    return res ? 0 : -1;
+}
+
+Tensor *op_reduce(KRedOp op, Tensor *a, const int *dims, int ndims, bool keepdim) {
+    const char *name = red_names[op];
+    if (op == KR_MEAN && !dtype_is_float(a->dtype))
+        return accel_fail("mean: input dtype must be floating point, got %s (convert with :float())", dtype_name(a->dtype));
+    RedDims r;
+    if (red_dims(a, dims, ndims, keepdim, &r, name) < 0) return NULL;
+    Tensor *out = reduce_compute(op, a, &r);
+    AGNode *n = out ? ag_record(name, bw_reduce, out, &a, 1) : NULL;
+    if (n) {
+        n->p[0] = op;
+        n->p[1] = (double)r.n;
+        for (int d = 0; d < a->ndim; d++) n->i[d] = r.mask[d];
+        if (op == KR_PROD || op == KR_MAX || op == KR_MIN) ag_save(n, a), ag_save(n, out);
+    }
+    return out;
+}
+
+/* ---- max / min along one dim, with indices ---- */
+
+static int bw_max_dim(AGNode *n, Tensor *g, Tensor **gin) {
+    Tensor *idx = ag_saved(n, 0);
+    if (!idx) return -1;
+    int dim = (int)n->p[0];
+    Tensor *z = tensor_zeros(n->edges[0].shape, n->edges[0].ndim, g->dtype, g->device);
+    int64_t keep[TENSOR_MAX_DIMS];
+    memcpy(keep, n->edges[0].shape, sizeof keep);
+    keep[dim] = 1;
+    Tensor *gk = z ? tensor_reshape(g, keep, n->edges[0].ndim) : NULL, *gc = gk ? tensor_contiguous(gk) : NULL;
+    if (gc) {
+        int64_t outer = 1, inner = 1;
+        for (int d = 0; d < dim; d++) outer *= keep[d];
+        for (int d = dim + 1; d < n->edges[0].ndim; d++) inner *= keep[d];
+        k_scatter_add(g->dtype, tensor_data(z), outer, n->edges[0].shape[dim], inner, tensor_data(idx), 1, tensor_data(gc));
+    }
+    tensor_release(gk), tensor_release(gc);
+    gin[0] = gc ? z : NULL;
+    if (!gc) tensor_release(z);
+    return gin[0] ? 0 : -1;
+}
+
+int op_max_dim(Tensor *a, int dim, bool keepdim, bool want_max, Tensor **values, Tensor **indices) {
+    const char *name = want_max ? "max" : "min";
+    if ((dim = tensor_wrap_dim(a, dim, name)) < 0) return -1;
+    if (a->ndim == 0) {
+        *values = tensor_clone(a);
+        *indices = tensor_zeros(NULL, 0, DT_I64, a->device);
+        return 0;
+    }
+    if (a->shape[dim] == 0)
+        return accel_fail_int("%s: cannot reduce over a zero-size dimension (shape %s)", name, tensor_shape_str(a));
+    DType cdt = a->dtype == DT_F64 ? DT_F64 : dtype_is_float(a->dtype) ? DT_F32 : DT_I64;
+    bool prev = ag_set_grad_enabled(false);
+    Tensor *ca = tensor_to_dtype(a, cdt), *c = ca ? tensor_contiguous(ca) : NULL;
+    ag_set_grad_enabled(prev);
+    tensor_release(ca);
+    if (!c) return -1;
+    int64_t keep[TENSOR_MAX_DIMS], outer = 1, inner = 1;
+    memcpy(keep, a->shape, sizeof keep);
+    keep[dim] = 1;
+    for (int d = 0; d < dim; d++) outer *= a->shape[d];
+    for (int d = dim + 1; d < a->ndim; d++) inner *= a->shape[d];
+    Tensor *v = tensor_empty(keep, a->ndim, cdt, a->device), *ix = tensor_empty(keep, a->ndim, DT_I64, a->device);
+    if (!v || !ix) {
+        tensor_release(c), tensor_release(v), tensor_release(ix);
+        return -1;
+    }
+    if (cdt == DT_F32) k_argreduce_f32(want_max, tensor_data(c), outer, a->shape[dim], inner, tensor_data(v), tensor_data(ix));
+    else if (cdt == DT_F64) k_argreduce_f64(want_max, tensor_data(c), outer, a->shape[dim], inner, tensor_data(v), tensor_data(ix));
+    else k_argreduce_i64(want_max, tensor_data(c), outer, a->shape[dim], inner, tensor_data(v), tensor_data(ix));
+    tensor_release(c);
+    if (v->dtype != a->dtype) {
+        Tensor *v2 = tensor_to_dtype(v, a->dtype);
+        tensor_release(v);
+        v = v2;
+    }
+    AGNode *n = v ? ag_record(name, bw_max_dim, v, &a, 1) : NULL;
+    if (n) {
+        n->p[0] = dim;
+        ag_save(n, ix);
+    }
+    if (v && !keepdim) {
+        prev = ag_set_grad_enabled(ag_grad_enabled());
+        Tensor *v2 = tensor_squeeze(v, dim), *i2 = tensor_squeeze(ix, dim);
+        tensor_release(v), tensor_release(ix);
+        v = v2, ix = i2;
+    }
+    *values = v;
+    *indices = ix;
+    return v && ix ? 0 : -1;
+}
+
+Tensor *op_argmax(Tensor *a, int dim, bool keepdim, bool want_max, bool all) {
+    Tensor *v = NULL, *ix = NULL;
+    if (!all && tensor_wrap_dim(a, dim, want_max ? "argmax" : "argmin") < 0) return NULL;
+    bool prev = ag_set_grad_enabled(false);
+    if (all) {
+        Tensor *flat = tensor_reshape(a, (int64_t[]){-1}, 1);
+        int rc = flat ? op_max_dim(flat, 0, false, want_max, &v, &ix) : -1;
+        tensor_release(flat);
+        if (rc == 0 && keepdim) {
+            int64_t ones[TENSOR_MAX_DIMS] = {1, 1, 1, 1, 1, 1, 1, 1};
+            Tensor *r = tensor_reshape(ix, ones, a->ndim);
+            tensor_release(ix);
+            ix = r;
+        }
+    } else {
+        op_max_dim(a, dim, keepdim, want_max, &v, &ix);
+    }
+    ag_set_grad_enabled(prev);
+    tensor_release(v);
+    return ix;
+}
+
+/* ---- composites: var, std, norm ---- */
+
+Tensor *op_var(Tensor *a, const int *dims, int ndims, double correction, bool keepdim) {
+    if (!dtype_is_float(a->dtype)) return accel_fail("var: input dtype must be floating point, got %s", dtype_name(a->dtype));
+    RedDims r;
+    if (red_dims(a, dims, ndims, keepdim, &r, "var") < 0) return NULL;
+    Tensor *mean = op_reduce(KR_MEAN, a, dims, ndims, true);
+    Tensor *d = mean ? op_binary(KB_SUB, a, mean) : NULL;
+    Tensor *sq = d ? op_binary(KB_MUL, d, d) : NULL;
+    Tensor *s = sq ? op_reduce(KR_SUM, sq, dims, ndims, keepdim) : NULL;
+    double denom = (double)r.n - correction;
+    Tensor *v = s ? op_binary_scalar(KB_DIV, s, denom > 0 ? denom : 0.0, false, false) : NULL;
+    tensor_release(mean), tensor_release(d), tensor_release(sq), tensor_release(s);
+    return v;
+}
+
+/* 2-norm: g * a / norm, and 0 where the norm is 0 (the subgradient PyTorch
+ * uses), instead of the 0 * inf = NaN a sqrt(sum(a*a)) chain would give. */
+static int bw_norm2(AGNode *n, Tensor *g, Tensor **gin) {
+    Tensor *a = ag_saved(n, 0), *out = ag_saved(n, 1);
+    if (!a || !out) return -1;
+    Tensor *e = expand_back(g, n), *oe = e ? expand_back(out, n) : NULL;
+    Tensor *zero = oe ? op_binary_scalar(KB_EQ, oe, 0, true, false) : NULL;
+    Tensor *den = zero ? op_masked_fill(oe, zero, 1.0) : NULL;
+    Tensor *w = den ? op_binary(KB_DIV, a, den) : NULL;
+    Tensor *w0 = w ? op_masked_fill(w, zero, 0.0) : NULL;
+    gin[0] = w0 ? op_binary(KB_MUL, e, w0) : NULL;
+    tensor_release(e), tensor_release(oe), tensor_release(zero), tensor_release(den), tensor_release(w), tensor_release(w0);
+    return gin[0] ? 0 : -1;
+}
+
+Tensor *op_norm(Tensor *a, double p, const int *dims, int ndims, bool keepdim) {
+    if (!dtype_is_float(a->dtype)) return accel_fail("norm: input dtype must be floating point, got %s", dtype_name(a->dtype));
+    Tensor *ab = op_unary(KU_ABS, a, 0, 0), *r = NULL;
+    if (!ab) return NULL;
+    if (isinf(p)) {
+        r = op_reduce(p > 0 ? KR_MAX : KR_MIN, ab, dims, ndims, keepdim);
+    } else if (p == 1) {
+        r = op_reduce(KR_SUM, ab, dims, ndims, keepdim);
+    } else if (p == 2) {
+        RedDims rd;
+        if (red_dims(a, dims, ndims, keepdim, &rd, "norm") == 0) {
+            bool prev = ag_set_grad_enabled(false);
+            Tensor *sq = op_binary(KB_MUL, a, a), *s = sq ? op_reduce(KR_SUM, sq, dims, ndims, keepdim) : NULL;
+            r = s ? op_unary(KU_SQRT, s, 0, 0) : NULL;
+            ag_set_grad_enabled(prev);
+            tensor_release(sq), tensor_release(s);
+            AGNode *n = r ? ag_record("norm", bw_norm2, r, &a, 1) : NULL;
+            if (n) {
+                for (int d = 0; d < a->ndim; d++) n->i[d] = rd.mask[d];
+                ag_save(n, a), ag_save(n, r);
+            }
+        }
+    } else if (p == 0) { /* number of nonzero elements; gradient zero */
+        Tensor *nz = op_binary_scalar(KB_NE, a, 0, true, false), *f = nz ? tensor_to_dtype(nz, a->dtype) : NULL;
+        bool prev = ag_set_grad_enabled(false);
+        Tensor *s = f ? op_reduce(KR_SUM, f, dims, ndims, keepdim) : NULL;
+        ag_set_grad_enabled(prev);
+        r = s ? op_binary_scalar(KB_MUL, ab, 0, true, false) : NULL; /* zeros carrying a's graph */
+        Tensor *z = r ? op_reduce(KR_SUM, r, dims, ndims, keepdim) : NULL;
+        tensor_release(r);
+        r = z ? op_binary(KB_ADD, z, s) : NULL;
+        tensor_release(nz), tensor_release(f), tensor_release(s), tensor_release(z);
+    } else {
+        Tensor *pw = op_unary(KU_POW, ab, p, 0), *s = pw ? op_reduce(KR_SUM, pw, dims, ndims, keepdim) : NULL;
+        r = s ? op_unary(KU_POW, s, 1.0 / p, 0) : NULL;
+        tensor_release(pw), tensor_release(s);
+    }
+    tensor_release(ab);
+    return r;
+}

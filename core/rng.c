@@ -1,0 +1,294 @@
+/* rng.c: the process-wide random number generator ("random" in ops.h).
+ *
+ * Generator: Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy
+ * as 1, 2, 3", SC'11), counter based. Key = the 64-bit seed (low word first);
+ * the 128-bit counter is (block index low, block index high, 0, 0). Each
+ * block gives four 32-bit words w0..w3. The whole state is (seed, offset),
+ * offset = the number of blocks consumed so far; rng_seed(s) sets (s, 0),
+ * and the seed is 0 until rng_seed is called. Every operation starts on a
+ * fresh block and rounds its consumption up to whole blocks, so (seed,
+ * offset) reproduces any later value exactly. Values are generated
+ * sequentially on the calling thread: the result never depends on the number
+ * of threads.
+ *
+ * Draws, in stream order (words w0, w1, w2, w3 of block 0, then block 1, ...):
+ *  - a 32-bit draw is the next word; a 64-bit draw is the next two words,
+ *    the first as the high half;
+ *  - uniform u in [0, 1): float64 tensors take a 64-bit draw x and use
+ *    (x >> 11) * 2^-53; float32 tensors take a 32-bit draw w and use
+ *    (w >> 8) * 2^-24; narrower floats take the top bits their precision
+ *    holds exactly (bfloat16 8, float16 11, float8_e4m3 4, float8_e5m2 3)
+ *    so a rounded value never reaches 1. uniform_(lo, hi) stores
+ *    lo + u * (hi - lo) computed in double;
+ *  - normal: Box-Muller in double over pairs of 64-bit draws a, b:
+ *    u1 = ((a >> 11) + 1) * 2^-53 in (0, 1], u2 = (b >> 11) * 2^-53,
+ *    r = sqrt(-2 ln u1); elements 2k and 2k+1 are mean + std * r cos(2 pi u2)
+ *    and mean + std * r sin(2 pi u2) (an odd count drops the last sine);
+ *  - randint(lo, hi): one 64-bit draw x per element, lo + floor(x * (hi - lo)
+ *    / 2^64) (Lemire's multiply-shift without rejection; the bias is below
+ *    (hi - lo) / 2^64);
+ *  - randperm(n): Fisher-Yates from the identity: for i = n-1 down to 1,
+ *    j = floor(x * (i + 1) / 2^64) for the next 64-bit draw x, swap i and j;
+ *  - bernoulli_mask_(p): the element's 32-bit (64-bit for float64) uniform u
+ *    as above; element = u >= p ? 1 / (1 - p) : 0, so it is kept with
+ *    probability 1 - p. */
+#include "ops.h"
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng_seed_value = 0;
+static uint64_t rng_offset = 0;
+
+/* ---------------- Philox4x32-10 ---------------- */
+
+#define PHILOX_M0 0xD2511F53u
+#define PHILOX_M1 0xCD9E8D57u
+#define PHILOX_W0 0x9E3779B9u
+#define PHILOX_W1 0xBB67AE85u
+
+static void philox_round(uint32_t c[4], const uint32_t k[2]) {
+    uint64_t p0 = (uint64_t)PHILOX_M0 * c[0], p1 = (uint64_t)PHILOX_M1 * c[2];
+    uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
+    uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
+    uint32_t n0 = hi1 ^ c[1] ^ k[0], n2 = hi0 ^ c[3] ^ k[1];
+    c[0] = n0, c[1] = lo1, c[2] = n2, c[3] = lo0;
+}
+
+/* out = Philox4x32-10(counter ctr, key key). */
+static void philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
+    uint32_t c[4] = {ctr[0], ctr[1], ctr[2], ctr[3]}, k[2] = {key[0], key[1]};
+    for (int r = 0; r < 10; r++) {
+        if (r) k[0] += PHILOX_W0, k[1] += PHILOX_W1;
+        philox_round(c, k);
+    }
+    memcpy(out, c, sizeof c);
+}
+
+/* ---------------- the stream ---------------- */
+
+typedef struct {
+    uint32_t key[2];
+    uint64_t block; /* next block to compute */
+    uint32_t buf[4];
+    int pos; /* next unused word of buf; 4 = empty */
+} Stream;
+
+static Stream stream_begin(void) {
+    return (Stream){.key = {(uint32_t)rng_seed_value, (uint32_t)(rng_seed_value >> 32)}, .block = rng_offset, .pos = 4};
+}
+
+/* Commit the blocks used (a partly used block counts as used). */
+static void stream_end(const Stream *s) { rng_offset = s->block; }
+
+static uint32_t next32(Stream *s) {
+    if (s->pos == 4) {
+        uint32_t ctr[4] = {(uint32_t)s->block, (uint32_t)(s->block >> 32), 0, 0};
+        philox4x32_10(ctr, s->key, s->buf);
+        s->block++;
+        s->pos = 0;
+    }
+    return s->buf[s->pos++];
+}
+
+static uint64_t next64(Stream *s) {
+    uint64_t hi = next32(s);
+    return hi << 32 | next32(s);
+}
+
+/* floor(x * range / 2^64) */
+static uint64_t scale64(uint64_t x, uint64_t range) { return (uint64_t)(((unsigned __int128)x * range) >> 64); }
+
+/* Bits of a uniform draw that the dtype holds exactly (see the top comment). */
+static int uniform_bits(DType dt) {
+    switch (dt) {
+    case DT_F64: return 53;
+    case DT_BF16: return 8;
+    case DT_F16: return 11;
+    case DT_F8E4M3: return 4;
+    case DT_F8E5M2: return 3;
+    default: return 24;
+    }
+}
+
+static double next_uniform(Stream *s, int bits) {
+    if (bits > 32) return (double)(next64(s) >> (64 - bits)) * ldexp(1.0, -bits);
+    return (double)(next32(s) >> (32 - bits)) * ldexp(1.0, -bits);
+}
+
+/* ---------------- state ---------------- */
+
+void rng_seed(uint64_t seed) {
+    rng_seed_value = seed;
+    rng_offset = 0;
+}
+
+uint64_t rng_get_seed(void) { return rng_seed_value; }
+
+void rng_get_state(uint64_t state[2]) {
+    state[0] = rng_seed_value;
+    state[1] = rng_offset;
+}
+
+void rng_set_state(const uint64_t state[2]) {
+    rng_seed_value = state[0];
+    rng_offset = state[1];
+}
+
+/* ---------------- filling ---------------- */
+
+typedef void (*FillFn)(Stream *s, char *p, DType dt, int64_t n, const double *args);
+
+static void fill_uniform(Stream *s, char *p, DType dt, int64_t n, const double *a) {
+    int bits = uniform_bits(dt);
+    size_t es = dtype_size(dt);
+    for (int64_t i = 0; i < n; i++) dtype_store(p + i * (int64_t)es, dt, a[0] + next_uniform(s, bits) * (a[1] - a[0]));
+}
+
+static void fill_normal(Stream *s, char *p, DType dt, int64_t n, const double *a) {
+    size_t es = dtype_size(dt);
+    for (int64_t i = 0; i < n; i += 2) {
+        double u1 = (double)((next64(s) >> 11) + 1) * 0x1p-53, u2 = (double)(next64(s) >> 11) * 0x1p-53;
+        double r = sqrt(-2.0 * log(u1)), th = 2.0 * M_PI * u2;
+        dtype_store(p + i * (int64_t)es, dt, a[0] + a[1] * r * cos(th));
+        if (i + 1 < n) dtype_store(p + (i + 1) * (int64_t)es, dt, a[0] + a[1] * r * sin(th));
+    }
+}
+
+static void fill_bernoulli(Stream *s, char *p, DType dt, int64_t n, const double *a) {
+    int bits = dt == DT_F64 ? 53 : 24;
+    double keep = a[0] < 1.0 ? 1.0 / (1.0 - a[0]) : 0.0;
+    size_t es = dtype_size(dt);
+    for (int64_t i = 0; i < n; i++) dtype_store(p + i * (int64_t)es, dt, next_uniform(s, bits) >= a[0] ? keep : 0.0);
+}
+
+static void fill_randint(Stream *s, char *p, DType dt, int64_t n, const double *a) {
+    size_t es = dtype_size(dt);
+    int64_t lo;
+    uint64_t range;
+    memcpy(&lo, &a[0], sizeof lo); /* args carry the raw integers */
+    memcpy(&range, &a[1], sizeof range);
+    for (int64_t i = 0; i < n; i++) dtype_store_i64(p + i * (int64_t)es, dt, (int64_t)((uint64_t)lo + scale64(next64(s), range)));
+}
+
+/* Fill t in row-major order, through a contiguous temporary when needed. */
+static int fill_tensor(Tensor *t, FillFn fn, const double *args, const char *op) {
+    if (t->device.type != DEV_CPU) {
+        char dev[32];
+        return accel_fail_int("%s: tensors on %s are not supported by the random generator in this build", op,
+                              device_str(t->device, dev, sizeof dev));
+    }
+    Tensor *c = tensor_is_contiguous(t) ? t : tensor_empty(t->shape, t->ndim, t->dtype, t->device);
+    if (!c) return -1;
+    Stream s = stream_begin();
+    fn(&s, tensor_data(c), c->dtype, c->numel, args);
+    stream_end(&s);
+    if (c != t) {
+        tensor_copy_strided(t, c);
+        tensor_release(c);
+    }
+    tensor_bump_version(t);
+    return 0;
+}
+
+static int check_float_target(const Tensor *t, const char *op) {
+    if (!dtype_is_float(t->dtype))
+        return accel_fail_int("%s: expected a floating point tensor, got %s", op, dtype_name(t->dtype));
+    if (t->requires_grad && !t->grad_fn && ag_grad_enabled())
+        return accel_fail_int("%s: a leaf tensor that requires grad cannot be modified in place (use accel.no_grad)", op);
+    return 0;
+}
+
+static Tensor *new_random(const int64_t *shape, int ndim, DType dt, const char *op) {
+    if (ndim < 0 || ndim > TENSOR_MAX_DIMS) return accel_fail("%s: expected 0 to %d dims, got %d", op, TENSOR_MAX_DIMS, ndim);
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 0) {
+            char s[160];
+            shape_str(shape, ndim, s, sizeof s);
+            return accel_fail("%s: negative dimension %lld in shape %s", op, (long long)shape[d], s);
+        }
+    }
+    return tensor_empty(shape, ndim, dt, (Device){DEV_CPU, 0});
+}
+
+/* ---------------- public ---------------- */
+
+int rng_uniform_(Tensor *t, double lo, double hi) {
+    if (check_float_target(t, "uniform_") < 0) return -1;
+    if (!(lo <= hi)) return accel_fail_int("uniform_: expects a [from, to) range, but got from=%g > to=%g", lo, hi);
+    double args[2] = {lo, hi};
+    return fill_tensor(t, fill_uniform, args, "uniform_");
+}
+
+int rng_normal_(Tensor *t, double mean, double std) {
+    if (check_float_target(t, "normal_") < 0) return -1;
+    if (!(std >= 0)) return accel_fail_int("normal_: std must be >= 0, got %g", std);
+    double args[2] = {mean, std};
+    return fill_tensor(t, fill_normal, args, "normal_");
+}
+
+int rng_bernoulli_mask_(Tensor *t, double p) {
+    if (check_float_target(t, "bernoulli_mask_") < 0) return -1;
+    if (!(p >= 0 && p <= 1)) return accel_fail_int("dropout probability has to be between 0 and 1, but got %g", p);
+    double args[1] = {p};
+    return fill_tensor(t, fill_bernoulli, args, "bernoulli_mask_");
+}
+
+static Tensor *random_float(const int64_t *shape, int ndim, DType dt, const char *op, FillFn fn, const double *args) {
+    if (!dtype_is_float(dt)) return accel_fail("%s: expected a floating point dtype, got %s", op, dtype_name(dt));
+    Tensor *t = new_random(shape, ndim, dt, op);
+    if (t && fill_tensor(t, fn, args, op) < 0) {
+        tensor_release(t);
+        return NULL;
+    }
+    return t;
+}
+
+Tensor *rng_rand(const int64_t *shape, int ndim, DType dt) {
+    double args[2] = {0.0, 1.0};
+    return random_float(shape, ndim, dt, "rand", fill_uniform, args);
+}
+
+Tensor *rng_randn(const int64_t *shape, int ndim, DType dt) {
+    double args[2] = {0.0, 1.0};
+    return random_float(shape, ndim, dt, "randn", fill_normal, args);
+}
+
+Tensor *rng_randint(int64_t lo, int64_t hi, const int64_t *shape, int ndim, DType dt) {
+    if (lo >= hi)
+        return accel_fail("randint: low (%lld) must be less than high (%lld)", (long long)lo, (long long)hi);
+    if (dt == DT_BOOL && (lo < 0 || hi > 2))
+        return accel_fail("randint: range [%lld, %lld) does not fit dtype bool", (long long)lo, (long long)hi);
+    Tensor *t = new_random(shape, ndim, dt, "randint");
+    if (!t) return NULL;
+    uint64_t range = (uint64_t)hi - (uint64_t)lo;
+    double args[2];
+    memcpy(&args[0], &lo, sizeof lo);
+    memcpy(&args[1], &range, sizeof range);
+    if (fill_tensor(t, fill_randint, args, "randint") < 0) {
+        tensor_release(t);
+        return NULL;
+    }
+    return t;
+}
+
+Tensor *rng_randperm(int64_t n, DType dt) {
+    if (n < 0) return accel_fail("randperm: n must be non-negative, got %lld", (long long)n);
+    if (dt == DT_BOOL && n > 2) return accel_fail("randperm: n = %lld does not fit dtype bool", (long long)n);
+    int64_t *perm = accel_malloc(sizeof *perm * (size_t)(n ? n : 1));
+    if (!perm) return NULL;
+    for (int64_t i = 0; i < n; i++) perm[i] = i;
+    Stream s = stream_begin();
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)scale64(next64(&s), (uint64_t)i + 1);
+        int64_t tmp = perm[i];
+        perm[i] = perm[j], perm[j] = tmp;
+    }
+    stream_end(&s);
+    Tensor *t = tensor_empty(&n, 1, dt, (Device){DEV_CPU, 0});
+    if (t) {
+        char *p = tensor_data(t);
+        for (int64_t i = 0; i < n; i++) dtype_store_i64(p + i * (int64_t)dtype_size(dt), dt, perm[i]);
+    }
+    free(perm);
+    return t;
+}

@@ -1,0 +1,327 @@
+/* tensor.c: storage and tensor lifetime, metadata, creation, and strided
+ * copies. Views live in view.c, printing in format.c. */
+#include "tensor.h"
+#include "backend.h"
+#include "autograd.h"
+#include "iter.h"
+#include "pool.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static size_t live_bytes;
+static ObjPool tensor_pool = {NULL, sizeof(Tensor)};
+static ObjPool storage_pool = {NULL, sizeof(Storage)};
+
+Tensor *tensor_header_alloc(void) {
+    Tensor *t = pool_alloc(&tensor_pool);
+    if (!t) return accel_fail("out of memory allocating a tensor header");
+    return t;
+}
+
+void tensor_header_free(Tensor *t) { pool_free(&tensor_pool, t); }
+
+size_t tensor_live_bytes(void) { return live_bytes; }
+
+Storage *storage_new(size_t nbytes, Device dev) {
+    const Backend *be = backend_for(dev);
+    if (!be) return NULL;
+    Storage *s = pool_alloc(&storage_pool);
+    if (!s) return accel_fail("out of memory allocating a storage");
+    s->data = be->alloc(nbytes);
+    if (!s->data) {
+        pool_free(&storage_pool, s);
+        return accel_fail("out of memory: cannot allocate %zu bytes on %s", nbytes, be->name);
+    }
+    s->nbytes = nbytes;
+    s->refcount = 1;
+    s->device = dev;
+    s->version = 0;
+    s->borrowed = false;
+    s->on_free = NULL;
+    s->free_ud = NULL;
+    live_bytes += nbytes;
+    return s;
+}
+
+Storage *storage_wrap(void *data, size_t nbytes, Device dev, void (*on_free)(void *, size_t, void *), void *ud) {
+    Storage *s = pool_alloc(&storage_pool);
+    if (!s) return accel_fail("out of memory allocating a storage");
+    *s = (Storage){.data = data, .nbytes = nbytes, .refcount = 1, .device = dev, .borrowed = true,
+                   .on_free = on_free, .free_ud = ud};
+    return s;
+}
+
+void storage_release(Storage *s) {
+    if (!s || --s->refcount > 0) return;
+    if (s->borrowed) {
+        if (s->on_free) s->on_free(s->data, s->nbytes, s->free_ud);
+    } else {
+        backend_for(s->device)->free(s->data, s->nbytes);
+        live_bytes -= s->nbytes;
+    }
+    pool_free(&storage_pool, s);
+}
+
+Tensor *tensor_retain(Tensor *t) {
+    if (t) t->refcount++;
+    return t;
+}
+
+void tensor_release(Tensor *t) {
+    if (!t || --t->refcount > 0) return;
+    storage_release(t->storage);
+    tensor_release(t->grad);
+    if (t->grad_fn) ag_node_release(t->grad_fn);
+    tensor_header_free(t);
+}
+
+int64_t shape_numel(const int64_t *shape, int ndim) {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    return n;
+}
+
+bool tensor_is_contiguous(const Tensor *t) {
+    int64_t expect = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->shape[d] != 1 && t->stride[d] != expect) return false;
+        expect *= t->shape[d];
+    }
+    return true;
+}
+
+/* PyTorch's names (torch.float8_e4m3fn: the e4m3 variant without infinities). */
+static const char *const dtype_names[DT_COUNT] = {"float32", "float64", "bfloat16", "float16", "float8_e4m3fn",
+                                                  "float8_e5m2", "int64", "int32", "uint8", "bool"};
+
+const char *dtype_name(DType dt) { return dt < DT_COUNT ? dtype_names[dt] : "?"; }
+
+int dtype_from_name(const char *name) {
+    static const struct { const char *alias; DType dt; } aliases[] = {
+        {"float", DT_F32}, {"fp32", DT_F32}, {"f32", DT_F32}, {"double", DT_F64}, {"fp64", DT_F64},
+        {"f64", DT_F64}, {"bf16", DT_BF16}, {"half", DT_F16}, {"fp16", DT_F16}, {"f16", DT_F16},
+        {"float8_e4m3", DT_F8E4M3}, {"fp8", DT_F8E4M3}, {"e4m3", DT_F8E4M3}, {"e5m2", DT_F8E5M2},
+        {"long", DT_I64}, {"int", DT_I32}, {"byte", DT_U8},
+    };
+    const char *n = strncmp(name, "accel.", 6) == 0 ? name + 6 : strncmp(name, "torch.", 6) == 0 ? name + 6 : name;
+    for (int i = 0; i < DT_COUNT; i++)
+        if (strcasecmp(n, dtype_names[i]) == 0) return i;
+    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
+        if (strcasecmp(n, aliases[i].alias) == 0) return (int)aliases[i].dt;
+    return -1;
+}
+
+/* Promotion categories: bool < integer < float. Within floats the wider
+ * wins; bf16 with f16 gives f32 (as PyTorch); fp8 with anything float gives
+ * the other; within ints the wider wins, uint8 with a signed int gives that. */
+DType dtype_promote(DType a, DType b) {
+    if (a == b) return a;
+    int fa = dtype_is_float(a), fb = dtype_is_float(b);
+    if (fa && !fb) return a;
+    if (fb && !fa) return b;
+    if (fa && fb) {
+        if (a == DT_F64 || b == DT_F64) return DT_F64;
+        if (a == DT_F32 || b == DT_F32) return DT_F32;
+        bool a8 = a == DT_F8E4M3 || a == DT_F8E5M2, b8 = b == DT_F8E4M3 || b == DT_F8E5M2;
+        if (a8 && !b8) return b;
+        if (b8 && !a8) return a;
+        return DT_F32; /* bf16+f16, e4m3+e5m2 */
+    }
+    if (a == DT_BOOL) return b;
+    if (b == DT_BOOL) return a;
+    if (a == DT_I64 || b == DT_I64) return DT_I64;
+    if (a == DT_I32 || b == DT_I32) return DT_I32;
+    return DT_U8;
+}
+
+DType dtype_default_float(void) { return DT_F32; }
+
+const char *device_str(Device d, char *buf, size_t n) {
+    if (d.type == DEV_CPU) snprintf(buf, n, "cpu");
+    else snprintf(buf, n, "cuda:%d", d.index);
+    return buf;
+}
+
+int device_parse(const char *s, Device *out) {
+    if (strcmp(s, "cpu") == 0) {
+        *out = (Device){DEV_CPU, 0};
+        return 0;
+    }
+    if (strcmp(s, "cuda") == 0) {
+        *out = (Device){DEV_CUDA, 0};
+        return 0;
+    }
+    int idx;
+    char extra;
+    if (sscanf(s, "cuda:%d%c", &idx, &extra) == 1 && idx >= 0) {
+        *out = (Device){DEV_CUDA, idx};
+        return 0;
+    }
+    return accel_fail_int("unknown device '%s' (expected \"cpu\", \"cuda\" or \"cuda:N\")", s);
+}
+
+int shape_str(const int64_t *shape, int ndim, char *buf, size_t n) {
+    size_t k = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < ndim && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (k < n) k += (size_t)snprintf(buf + k, n - k, "]");
+    return (int)k;
+}
+
+const char *tensor_shape_str(const Tensor *t) {
+    static __thread char bufs[4][160];
+    static __thread int next;
+    char *b = bufs[next++ & 3];
+    shape_str(t->shape, t->ndim, b, 160);
+    return b;
+}
+
+/* ---- creation ---- */
+
+static Tensor *tensor_alloc_header(const int64_t *shape, int ndim, DType dt, Device dev) {
+    if (ndim > TENSOR_MAX_DIMS) return accel_fail("tensors have at most %d dims, got %d", TENSOR_MAX_DIMS, ndim);
+    Tensor *t = tensor_header_alloc();
+    if (!t) return NULL;
+    t->refcount = 1;
+    t->dtype = dt;
+    t->device = dev;
+    t->ndim = ndim;
+    int64_t st = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        if (shape[d] < 0) {
+            tensor_header_free(t);
+            return accel_fail("negative dimension %lld in shape", (long long)shape[d]);
+        }
+        t->shape[d] = shape[d];
+        t->stride[d] = st;
+        st *= shape[d] ? shape[d] : 1;
+    }
+    t->numel = shape_numel(shape, ndim);
+    return t;
+}
+
+Tensor *tensor_empty(const int64_t *shape, int ndim, DType dt, Device dev) {
+    Tensor *t = tensor_alloc_header(shape, ndim, dt, dev);
+    if (!t) return NULL;
+    t->storage = storage_new((size_t)t->numel * dtype_size(dt), dev);
+    if (!t->storage) {
+        tensor_header_free(t);
+        return NULL;
+    }
+    return t;
+}
+
+Tensor *tensor_full(const int64_t *shape, int ndim, double v, DType dt, Device dev) {
+    Tensor *t = tensor_empty(shape, ndim, dt, dev);
+    if (t) tensor_fill_(t, v);
+    return t;
+}
+
+Tensor *tensor_zeros(const int64_t *shape, int ndim, DType dt, Device dev) {
+    Tensor *t = tensor_empty(shape, ndim, dt, dev);
+    if (t) memset(t->storage->data, 0, t->storage->nbytes);
+    return t;
+}
+
+Tensor *tensor_scalar(double v, DType dt) { return tensor_full(NULL, 0, v, dt, (Device){DEV_CPU, 0}); }
+
+Tensor *tensor_empty_like(const Tensor *t) { return tensor_empty(t->shape, t->ndim, t->dtype, t->device); }
+
+Tensor *tensor_from_data(const void *data, const int64_t *shape, int ndim, DType dt) {
+    Tensor *t = tensor_empty(shape, ndim, dt, (Device){DEV_CPU, 0});
+    if (t && t->numel) memcpy(t->storage->data, data, (size_t)t->numel * dtype_size(dt));
+    return t;
+}
+
+Tensor *tensor_arange(double start, double end, double step, DType dt) {
+    if (step == 0) return accel_fail("arange: step must be nonzero");
+    if ((end - start) / step < 0) return accel_fail("arange: upper bound and step are inconsistent (start %g, end %g, step %g)", start, end, step);
+    int64_t n = (int64_t)ceil((end - start) / step);
+    Tensor *t = tensor_empty(&n, 1, dt, (Device){DEV_CPU, 0});
+    if (!t) return NULL;
+    char *p = t->storage->data;
+    size_t es = dtype_size(dt);
+    for (int64_t i = 0; i < n; i++) {
+        if (dtype_is_float(dt)) dtype_store(p + i * es, dt, start + (double)i * step);
+        else dtype_store_i64(p + i * es, dt, (int64_t)start + i * (int64_t)step);
+    }
+    return t;
+}
+
+Tensor *tensor_linspace(double start, double end, int64_t steps, DType dt) {
+    if (steps < 0) return accel_fail("linspace: number of steps must be non-negative, got %lld", (long long)steps);
+    Tensor *t = tensor_empty(&steps, 1, dt, (Device){DEV_CPU, 0});
+    if (!t) return NULL;
+    char *p = t->storage->data;
+    size_t es = dtype_size(dt);
+    double step = steps > 1 ? (end - start) / (double)(steps - 1) : 0;
+    int64_t half = steps / 2;
+    for (int64_t i = 0; i < steps; i++) /* symmetric like PyTorch: second half counts back from end */
+        dtype_store(p + i * es, dt, i < half || steps == 1 ? start + step * (double)i : end - step * (double)(steps - 1 - i));
+    return t;
+}
+
+/* ---- copies ---- */
+
+static void copy_run(void *ctx, int64_t n, char **p, const int64_t *st) {
+    const DType *dts = ctx;
+    backend_cpu.cast(n, p[1], dts[1], st[1], p[0], dts[0], st[0]);
+}
+
+void tensor_copy_strided(Tensor *dst, const Tensor *src) {
+    StridedIter it;
+    iter_init(&it, dst->ndim, dst->shape);
+    iter_add_tensor(&it, dst);
+    iter_add_tensor(&it, src);
+    DType dts[2] = {dst->dtype, src->dtype};
+    iter_run(&it, copy_run, dts);
+}
+
+int tensor_copy_(Tensor *dst, Tensor *src) {
+    int64_t bs[TENSOR_MAX_DIMS];
+    int nb;
+    if (broadcast_shapes(dst->shape, dst->ndim, src->shape, src->ndim, bs, &nb, "copy_") < 0) return -1;
+    if (nb != dst->ndim || shape_numel(bs, nb) != dst->numel)
+        return accel_fail_int("copy_: source shape %s cannot be broadcast to destination shape %s", tensor_shape_str(src),
+                              tensor_shape_str(dst));
+    if (src->storage == dst->storage && src->numel > 1 && !(src->offset == dst->offset && src->ndim == dst->ndim &&
+        memcmp(src->stride, dst->stride, sizeof(int64_t) * (size_t)src->ndim) == 0)) {
+        Tensor *tmp = tensor_clone(src); /* overlapping copy: go through a temporary */
+        if (!tmp) return -1;
+        tensor_copy_strided(dst, tmp);
+        tensor_release(tmp);
+    } else {
+        tensor_copy_strided(dst, src);
+    }
+    tensor_bump_version(dst);
+    return 0;
+}
+
+static void fill_run(void *ctx, int64_t n, char **p, const int64_t *st) {
+    const double *v = ctx;
+    DType dt = (DType)(int)v[1];
+    k_fill(n, p[0], dt, st[0], v[0]);
+}
+
+int tensor_fill_(Tensor *t, double v) {
+    StridedIter it;
+    iter_init(&it, t->ndim, t->shape);
+    iter_add_tensor(&it, t);
+    double ctx[2] = {v, (double)t->dtype};
+    iter_run(&it, fill_run, ctx);
+    tensor_bump_version(t);
+    return 0;
+}
+
+double tensor_get_flat(const Tensor *t, int64_t i) {
+    int64_t off = t->offset;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        off += (i % t->shape[d]) * t->stride[d];
+        i /= t->shape[d];
+    }
+    return dtype_load((char *)t->storage->data + off * (int64_t)dtype_size(t->dtype), t->dtype);
+}
+
+double tensor_item(const Tensor *t) { return tensor_get_flat(t, 0); }

@@ -1,0 +1,127 @@
+/* tensor.h: the core runtime's tensor: a refcounted, strided view over a
+ * refcounted storage, with dtype, device and autograd fields. Usable from C
+ * without Lua. Functions that can fail return NULL (or -1) and leave a
+ * message in accel_last_error(); returned Tensor* are new references that
+ * the caller releases with tensor_release(). */
+#ifndef ACCEL_TENSOR_H
+#define ACCEL_TENSOR_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <stdbool.h>
+#include "../kernels/dtype.h"
+#include "error.h"
+
+#define TENSOR_MAX_DIMS 8
+
+typedef enum { DEV_CPU = 0, DEV_CUDA = 1 } DeviceType;
+typedef struct {
+    DeviceType type;
+    int index;
+} Device;
+
+typedef struct Storage {
+    void *data;
+    size_t nbytes;
+    int refcount;
+    Device device;
+    int64_t version;  /* bumped by every in-place write; checked by autograd */
+    bool borrowed;    /* data not owned (e.g. mmap of a file); not freed */
+    void (*on_free)(void *data, size_t nbytes, void *ud); /* for borrowed */
+    void *free_ud;
+} Storage;
+
+struct AGNode;
+
+typedef struct Tensor {
+    int refcount;
+    DType dtype;
+    Device device;
+    int ndim;
+    int64_t numel;
+    int64_t offset; /* in elements */
+    int64_t shape[TENSOR_MAX_DIMS];
+    int64_t stride[TENSOR_MAX_DIMS]; /* in elements */
+    Storage *storage;
+    bool requires_grad;
+    bool is_view;          /* shares storage with a tensor that existed before */
+    struct Tensor *grad;   /* accumulated gradient (leaves) */
+    struct AGNode *grad_fn;
+    /* called after a gradient is accumulated into this leaf's .grad */
+    void (*grad_hook)(struct Tensor *self, void *ud);
+    void *grad_hook_ud;
+} Tensor;
+
+/* ---- storage and lifetime ---- */
+Storage *storage_new(size_t nbytes, Device dev);
+Storage *storage_wrap(void *data, size_t nbytes, Device dev, void (*on_free)(void *, size_t, void *), void *ud);
+void storage_release(Storage *s);
+Tensor *tensor_retain(Tensor *t);
+void tensor_release(Tensor *t);
+size_t tensor_live_bytes(void); /* bytes of storage currently alive */
+Tensor *tensor_header_alloc(void); /* zeroed header from the pool, NULL with error */
+void tensor_header_free(Tensor *t);
+
+/* ---- metadata helpers ---- */
+static inline void *tensor_data(const Tensor *t) {
+    return (char *)t->storage->data + t->offset * (int64_t)dtype_size(t->dtype);
+}
+bool tensor_is_contiguous(const Tensor *t);
+const char *dtype_name(DType dt);       /* "float32" */
+int dtype_from_name(const char *name);  /* accepts float32/float/fp32/f32/bf16/... ; -1 if unknown */
+DType dtype_promote(DType a, DType b);
+DType dtype_default_float(void);
+const char *device_str(Device d, char *buf, size_t n);
+int device_parse(const char *s, Device *out);
+int shape_str(const int64_t *shape, int ndim, char *buf, size_t n); /* "[2, 3]" */
+const char *tensor_shape_str(const Tensor *t); /* thread-local rotating buffers */
+int64_t shape_numel(const int64_t *shape, int ndim);
+
+/* ---- creation ---- */
+Tensor *tensor_empty(const int64_t *shape, int ndim, DType dt, Device dev);
+Tensor *tensor_zeros(const int64_t *shape, int ndim, DType dt, Device dev);
+Tensor *tensor_full(const int64_t *shape, int ndim, double v, DType dt, Device dev);
+Tensor *tensor_scalar(double v, DType dt); /* 0-dim on cpu */
+Tensor *tensor_from_data(const void *data, const int64_t *shape, int ndim, DType dt);
+Tensor *tensor_arange(double start, double end, double step, DType dt);
+Tensor *tensor_linspace(double start, double end, int64_t steps, DType dt);
+Tensor *tensor_empty_like(const Tensor *t);
+
+/* ---- views (share storage; autograd-aware) ---- */
+Tensor *tensor_view(Tensor *t, const int64_t *shape, int ndim);    /* one -1 allowed */
+Tensor *tensor_reshape(Tensor *t, const int64_t *shape, int ndim); /* view when possible, else copy */
+Tensor *tensor_transpose(Tensor *t, int d0, int d1);               /* dims 0-based, negatives allowed */
+Tensor *tensor_permute(Tensor *t, const int *dims, int n);
+Tensor *tensor_narrow(Tensor *t, int dim, int64_t start, int64_t length); /* start 0-based */
+Tensor *tensor_select(Tensor *t, int dim, int64_t index);                 /* index 0-based */
+Tensor *tensor_unsqueeze(Tensor *t, int dim);
+Tensor *tensor_squeeze(Tensor *t, int dim); /* dim = TENSOR_ALL_DIMS: all size-1 dims */
+Tensor *tensor_expand(Tensor *t, const int64_t *shape, int ndim); /* -1 keeps */
+Tensor *tensor_as_strided(Tensor *t, const int64_t *shape, const int64_t *stride, int ndim, int64_t offset);
+Tensor *tensor_contiguous(Tensor *t); /* returns t itself (retained) when already contiguous */
+Tensor *tensor_clone(Tensor *t);
+Tensor *tensor_detach(Tensor *t); /* shares storage, no grad */
+Tensor *tensor_flatten(Tensor *t, int start, int end);
+#define TENSOR_ALL_DIMS (-1000)
+
+/* Normalise a 0-based dim that may be negative; -1 with an error if out of range. */
+int tensor_wrap_dim(const Tensor *t, int dim, const char *op);
+
+/* ---- copies and casts ---- */
+Tensor *tensor_to_dtype(Tensor *t, DType dt); /* returns t retained if same dtype */
+int tensor_copy_(Tensor *dst, Tensor *src);   /* broadcasting src to dst, casting */
+int tensor_fill_(Tensor *t, double v);
+/* Visit dst/src element runs: calls k_cast-like strided copy. Used by contiguous, copy_. */
+void tensor_copy_strided(Tensor *dst, const Tensor *src);
+
+/* ---- element access ---- */
+double tensor_item(const Tensor *t);                 /* numel must be 1 (caller checks) */
+double tensor_get_flat(const Tensor *t, int64_t i);  /* i-th element in logical row-major order */
+
+/* ---- printing: PyTorch-like "tensor([...])" into a malloc'd string ---- */
+char *tensor_format(const Tensor *t);
+
+/* ---- in-place bookkeeping ---- */
+static inline void tensor_bump_version(Tensor *t) { t->storage->version++; }
+
+#endif

@@ -1,0 +1,43 @@
+/* host.h: shared pieces of the accel-lua program (the Lua host): version
+ * string, creating a Lua state with the standard libraries and `accel`,
+ * and running chunks under lua_pcall with a traceback message handler.
+ * Used by main.c, repl.c and (later) the CLI subcommands. */
+#ifndef ACCEL_HOST_H
+#define ACCEL_HOST_H
+
+#include <lua.h>
+
+#define ACCEL_LUA_NAME "accel-lua"
+#define ACCEL_LUA_VERSION "0.1.0"
+
+/* Prints "accel-lua 0.1.0 (Lua 5.4.x)" and a newline to stdout. */
+void host_print_version(void);
+
+/* Opens the standard libraries, then requires `accel` (kept as a global).
+ * Call inside a protected call: errors are raised as Lua errors. */
+void host_open_libs(lua_State *L);
+
+/* Calls the function below `narg` arguments on the stack in protected mode
+ * with a traceback handler. Returns the Lua status; on error the message
+ * (with traceback) is left on the stack. */
+int host_pcall(lua_State *L, int narg, int nres);
+
+/* Like host_pcall, and Ctrl-C interrupts the call with an error. */
+int host_docall(lua_State *L, int narg, int nres);
+
+/* On error status, prints "accel-lua: <message>" to stderr and pops it.
+ * Returns status unchanged. */
+int host_report(lua_State *L, int status);
+
+/* Loads and runs a file (NULL = stdin) or a string, reporting errors. */
+int host_dofile(lua_State *L, const char *name);
+int host_dostring(lua_State *L, const char *code, const char *chunkname);
+
+/* Runs a script file (NULL = stdin), passing the positive entries of the
+ * global `arg` table as `...`, reporting errors. */
+int host_doscript(lua_State *L, const char *fname);
+
+/* Interactive read-eval-print loop on stdin until EOF. */
+void host_repl(lua_State *L);
+
+#endif

@@ -1,0 +1,224 @@
+/* main.c: the accel-lua program. Dispatches CLI subcommands (see
+ * subcommands.c); otherwise behaves like the standalone `lua` interpreter:
+ *   accel-lua [options] [script [args]]
+ * with -e, -l, -i, -v, -E, -W, -, --, the global `arg` table, LUA_INIT,
+ * a REPL on a terminal, and exit status 1 when anything failed. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <lauxlib.h>
+#include <lualib.h>
+
+#include "host/host.h"
+#include "host/subcommands.h"
+
+/* What the command line asked for (first pass over argv). */
+typedef struct {
+    int argc;
+    char **argv;
+    int script;      /* argv index of the script; 0 = none */
+    int interactive; /* -i */
+    int version;     /* -v (also set by -i) */
+    int has_exec;    /* some -e was given */
+    int no_env;      /* -E */
+    int help;        /* -h / --help */
+} HostArgs;
+
+static void print_usage(FILE *out) {
+    fprintf(out,
+            "usage: %s [options] [script [args]]\n"
+            "Available options are:\n"
+            "  -e stat   execute string 'stat'\n"
+            "  -i        enter interactive mode after executing 'script'\n"
+            "  -l mod    require library 'mod' into global 'mod'\n"
+            "  -l g=mod  require library 'mod' into global 'g'\n"
+            "  -v        show version information\n"
+            "  -E        ignore environment variables\n"
+            "  -W        turn warnings on\n"
+            "  -h        show this help\n"
+            "  --        stop handling options\n"
+            "  -         stop handling options and execute stdin\n",
+            ACCEL_LUA_NAME);
+    host_print_subcommands(out);
+}
+
+static int usage_error(const char *fmt, const char *opt) {
+    fprintf(stderr, "%s: ", ACCEL_LUA_NAME);
+    fprintf(stderr, fmt, opt);
+    fputc('\n', stderr);
+    print_usage(stderr);
+    return 0;
+}
+
+/* Options taking a value (-e, -l): attached ("-eX") or the next argument. */
+static int takes_value(HostArgs *a, int *i) {
+    if (a->argv[*i][2] != '\0') return 1;
+    if (*i + 1 >= a->argc || a->argv[*i + 1][0] == '-')
+        return usage_error("'%s' needs argument", a->argv[*i]);
+    (*i)++;
+    return 1;
+}
+
+/* Handles option argv[*i]; returns 0 on a bad option. */
+static int parse_option(HostArgs *a, int *i) {
+    const char *opt = a->argv[*i];
+    int bare = opt[2] == '\0';
+    switch (opt[1]) {
+    case 'i': if (!bare) break; a->interactive = a->version = 1; return 1;
+    case 'v': if (!bare) break; a->version = 1; return 1;
+    case 'E': if (!bare) break; a->no_env = 1; return 1;
+    case 'W': if (!bare) break; return 1;
+    case 'h': if (!bare) break; a->help = 1; return 1;
+    case 'e': a->has_exec = 1; return takes_value(a, i);
+    case 'l': return takes_value(a, i);
+    case '-': if (strcmp(opt, "--help") == 0) { a->help = 1; return 1; } break;
+    default: break;
+    }
+    return usage_error("unrecognized option '%s'", opt);
+}
+
+/* First pass: finds the script and the flags; returns 0 on bad usage. */
+static int parse_args(HostArgs *a) {
+    for (int i = 1; i < a->argc; i++) {
+        const char *s = a->argv[i];
+        if (s[0] != '-' || strcmp(s, "-") == 0) { a->script = i; return 1; }
+        if (strcmp(s, "--") == 0) {
+            if (i + 1 < a->argc) a->script = i + 1;
+            return 1;
+        }
+        if (!parse_option(a, &i)) return 0;
+    }
+    return 1;
+}
+
+/* arg[0] = script (or program name), options at negative indices. */
+static void create_arg_table(lua_State *L, const HostArgs *a) {
+    int script = a->script;
+    lua_createtable(L, a->argc - script - 1 > 0 ? a->argc - script - 1 : 0, script + 1);
+    for (int i = 0; i < a->argc; i++) {
+        lua_pushstring(L, a->argv[i]);
+        lua_rawseti(L, -2, i - script);
+    }
+    lua_setglobal(L, "arg");
+}
+
+/* -l [g=]mod: global g (default: mod up to any '-') = require(mod). */
+static int do_library(lua_State *L, const char *spec) {
+    const char *eq = strchr(spec, '=');
+    const char *mod = eq ? eq + 1 : spec;
+    size_t glen = eq ? (size_t)(eq - spec) : strcspn(spec, "-");
+    lua_pushlstring(L, spec, glen);
+    lua_getglobal(L, "require");
+    lua_pushstring(L, mod);
+    int status = host_docall(L, 1, 1);
+    if (status == LUA_OK) lua_setglobal(L, lua_tostring(L, -2));
+    host_report(L, status);
+    lua_pop(L, 1);
+    return status;
+}
+
+static const char *option_value(const HostArgs *a, int *i) {
+    const char *opt = a->argv[*i];
+    return opt[2] != '\0' ? opt + 2 : a->argv[++*i];
+}
+
+/* Second pass: runs -e, -l and -W in command-line order. */
+static int run_options(lua_State *L, const HostArgs *a) {
+    int last = a->script > 0 ? a->script : a->argc;
+    for (int i = 1; i < last; i++) {
+        const char *opt = a->argv[i];
+        int status = LUA_OK;
+        if (opt[1] == 'e')
+            status = host_dostring(L, option_value(a, &i), "=(command line)");
+        else if (opt[1] == 'l')
+            status = do_library(L, option_value(a, &i));
+#if LUA_VERSION_NUM >= 504
+        else if (opt[1] == 'W')
+            lua_warning(L, "@on", 0);
+#endif
+        if (status != LUA_OK) return 0;
+    }
+    return 1;
+}
+
+/* LUA_INIT_5_4 or LUA_INIT: "@file" runs a file, anything else is code. */
+static int run_lua_init(lua_State *L) {
+    const char *name = "=LUA_INIT_5_4";
+    const char *init = getenv(name + 1);
+    if (init == NULL) {
+        name = "=LUA_INIT";
+        init = getenv(name + 1);
+    }
+    if (init == NULL) return LUA_OK;
+    if (init[0] == '@') return host_dofile(L, init + 1);
+    return host_dostring(L, init, name);
+}
+
+static int run_script(lua_State *L, const HostArgs *a) {
+    const char *fname = a->argv[a->script];
+    int from_stdin = strcmp(fname, "-") == 0 && strcmp(a->argv[a->script - 1], "--") != 0;
+    return host_doscript(L, from_stdin ? NULL : fname) == LUA_OK;
+}
+
+/* With no script: REPL on a terminal, else run stdin as a chunk. */
+static int run_default(lua_State *L, const HostArgs *a) {
+    if (a->interactive) { host_repl(L); return 1; }
+    if (a->script > 0 || a->has_exec || a->version) return 1;
+    if (isatty(STDIN_FILENO)) {
+        host_print_version();
+        host_repl(L);
+        return 1;
+    }
+    return host_dofile(L, NULL) == LUA_OK;
+}
+
+/* Everything that touches Lua, run in protected mode; pushes success. */
+static int protected_main(lua_State *L) {
+    const HostArgs *a = lua_touserdata(L, 1);
+    luaL_checkversion(L);
+    if (a->version) host_print_version();
+    if (a->no_env) {
+        lua_pushboolean(L, 1);
+        lua_setfield(L, LUA_REGISTRYINDEX, "LUA_NOENV");
+    }
+    host_open_libs(L);
+    create_arg_table(L, a);
+    lua_gc(L, LUA_GCRESTART, 0);
+#ifdef LUA_GCGEN
+    lua_gc(L, LUA_GCGEN, 0, 0); /* what lua.c 5.4 does */
+#endif
+    int ok = (a->no_env || run_lua_init(L) == LUA_OK) && run_options(L, a) &&
+             (a->script == 0 || run_script(L, a)) && run_default(L, a);
+    lua_pushboolean(L, ok);
+    return 1;
+}
+
+static int run_interpreter(HostArgs *a) {
+    lua_State *L = luaL_newstate();
+    if (L == NULL) {
+        fprintf(stderr, "%s: cannot create state: not enough memory\n", ACCEL_LUA_NAME);
+        return EXIT_FAILURE;
+    }
+    lua_gc(L, LUA_GCSTOP, 0); /* restarted once the libraries are open */
+    lua_pushcfunction(L, protected_main);
+    lua_pushlightuserdata(L, a);
+    int status = host_pcall(L, 1, 1);
+    int ok = status == LUA_OK && lua_toboolean(L, -1);
+    host_report(L, status);
+    lua_close(L);
+    return ok ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
+int main(int argc, char **argv) {
+    const HostSubcommand *cmd = argc > 1 ? host_find_subcommand(argv[1]) : NULL;
+    if (cmd != NULL) return cmd->run(argc - 1, argv + 1);
+    HostArgs a = {.argc = argc, .argv = argv};
+    if (argv[0] == NULL || !parse_args(&a)) return EXIT_FAILURE;
+    if (a.help) {
+        print_usage(stdout);
+        return EXIT_SUCCESS;
+    }
+    return run_interpreter(&a);
+}

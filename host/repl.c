@@ -1,0 +1,116 @@
+/* repl.c: the interactive read-eval-print loop. Plain getline() input (no
+ * readline), prompts "> " and ">> " (or the globals _PROMPT / _PROMPT2),
+ * each line first tried as "return <line>" so expressions print their
+ * values, incomplete statements continued on the next lines. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <lauxlib.h>
+
+#include "host/host.h"
+
+#define EOF_MARK "<eof>"
+#define EOF_MARK_LEN (sizeof(EOF_MARK) - 1)
+
+static const char *prompt_for(lua_State *L, int first) {
+    lua_getglobal(L, first ? "_PROMPT" : "_PROMPT2");
+    const char *p = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    lua_pop(L, 1); /* the string stays alive in the global */
+    return p != NULL ? p : (first ? "> " : ">> ");
+}
+
+/* Prints the prompt and pushes the next line without its newline;
+ * returns 0 (pushing nothing) at end of input. */
+static int push_line(lua_State *L, int first) {
+    fputs(prompt_for(L, first), stdout);
+    fflush(stdout);
+    char *buf = NULL;
+    size_t cap = 0;
+    ssize_t n = getline(&buf, &cap, stdin);
+    if (n < 0) {
+        free(buf);
+        return 0;
+    }
+    if (n > 0 && buf[n - 1] == '\n') n--;
+    lua_pushlstring(L, buf, (size_t)n);
+    free(buf);
+    return 1;
+}
+
+/* A syntax error at end of input means the statement is unfinished. */
+static int is_incomplete(lua_State *L, int status) {
+    if (status != LUA_ERRSYNTAX) return 0;
+    size_t len;
+    const char *msg = lua_tolstring(L, -1, &len);
+    return len >= EOF_MARK_LEN && strcmp(msg + len - EOF_MARK_LEN, EOF_MARK) == 0;
+}
+
+/* Line on top: tries "return <line>"; on success replaces the line by
+ * the compiled function, otherwise leaves the stack as it was. */
+static int try_as_expression(lua_State *L) {
+    const char *code = lua_pushfstring(L, "return %s", lua_tostring(L, -1));
+    int status = luaL_loadbuffer(L, code, strlen(code), "=stdin");
+    if (status == LUA_OK) {
+        lua_remove(L, -2); /* the "return" code */
+        lua_remove(L, -2); /* the line */
+    } else {
+        lua_pop(L, 2);
+    }
+    return status;
+}
+
+/* Code on top: compiles it, reading more lines while it is incomplete.
+ * Replaces the code by the function or the error message. */
+static int load_statement(lua_State *L) {
+    for (;;) {
+        size_t len;
+        const char *code = lua_tolstring(L, -1, &len);
+        int status = luaL_loadbuffer(L, code, len, "=stdin");
+        if (!is_incomplete(L, status) || !push_line(L, 0)) {
+            lua_remove(L, -2);
+            return status;
+        }
+        lua_remove(L, -2); /* the error message */
+        lua_pushliteral(L, "\n");
+        lua_insert(L, -2);
+        lua_concat(L, 3);
+    }
+}
+
+/* Reads and compiles one entry; returns -1 at end of input. */
+static int read_entry(lua_State *L) {
+    if (!push_line(L, 1)) return -1;
+    if (try_as_expression(L) == LUA_OK) return LUA_OK;
+    return load_statement(L);
+}
+
+/* Prints the values above base with the global `print`. */
+static void print_results(lua_State *L, int base) {
+    int n = lua_gettop(L) - base;
+    if (n <= 0) return;
+    luaL_checkstack(L, LUA_MINSTACK, "too many results to print");
+    lua_getglobal(L, "print");
+    lua_insert(L, base + 1);
+    if (lua_pcall(L, n, 0, 0) != LUA_OK) {
+        lua_pushfstring(L, "error calling 'print' (%s)", lua_tostring(L, -1));
+        lua_remove(L, -2);
+        host_report(L, LUA_ERRRUN);
+    }
+}
+
+void host_repl(lua_State *L) {
+    int base = lua_gettop(L);
+    int status;
+    while ((status = read_entry(L)) != -1) {
+        if (status == LUA_OK) status = host_docall(L, 0, LUA_MULTRET);
+        if (status == LUA_OK)
+            print_results(L, base);
+        else
+            host_report(L, status);
+        lua_settop(L, base);
+    }
+    lua_settop(L, base);
+    fputc('\n', stdout);
+    fflush(stdout);
+}

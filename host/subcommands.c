@@ -1,0 +1,26 @@
+/* subcommands.c: the table of accel-lua CLI subcommands. `accel-lua NAME
+ * args...` runs the entry called NAME instead of the Lua interpreter; any
+ * other first argument is a script or an option. To add one, write
+ * `int cmd_NAME(int argc, char **argv)` in its own host/ file, declare it
+ * here and add a row. None are registered yet. */
+#include <string.h>
+
+#include "host/subcommands.h"
+
+static const HostSubcommand subcommands[] = {
+    /* {"launch", "run a script on N ranks", cmd_launch}, ... */
+    {NULL, NULL, NULL},
+};
+
+const HostSubcommand *host_find_subcommand(const char *name) {
+    for (const HostSubcommand *c = subcommands; c->name != NULL; c++)
+        if (strcmp(c->name, name) == 0) return c;
+    return NULL;
+}
+
+void host_print_subcommands(FILE *out) {
+    if (subcommands[0].name == NULL) return;
+    fprintf(out, "Commands:\n");
+    for (const HostSubcommand *c = subcommands; c->name != NULL; c++)
+        fprintf(out, "  %-16s %s\n", c->name, c->summary);
+}

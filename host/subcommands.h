@@ -1,0 +1,25 @@
+/* subcommands.h: the seam for accel-lua's CLI subcommands
+ * (`accel-lua <name> ...`, e.g. launch, config, env, test, estimate-memory,
+ * merge-weights). A subcommand is a C function given argv starting at its
+ * own name; it returns the process exit status. The table lives in
+ * subcommands.c. */
+#ifndef ACCEL_HOST_SUBCOMMANDS_H
+#define ACCEL_HOST_SUBCOMMANDS_H
+
+#include <stdio.h>
+
+typedef int (*HostSubcommandFn)(int argc, char **argv);
+
+typedef struct {
+    const char *name;    /* word after `accel-lua` */
+    const char *summary; /* one line for the usage text */
+    HostSubcommandFn run;
+} HostSubcommand;
+
+/* The registered subcommand called `name`, or NULL. */
+const HostSubcommand *host_find_subcommand(const char *name);
+
+/* Lists the registered subcommands for the usage text (nothing if none). */
+void host_print_subcommands(FILE *out);
+
+#endif

@@ -1,0 +1,581 @@
+/* elementwise.c: strided 1-D elementwise kernels: binary ops (stride 0
+ * broadcasts), unary ops and their fused backward, where, casts and fills.
+ *
+ * Each op is chosen once (switch), then runs one tight loop; the
+ * all-contiguous and scalar-broadcast stride patterns get loops of their own
+ * so gcc vectorises them. In-place use (o == a) is allowed, so no restrict
+ * here: gcc versions the loops with a runtime overlap check instead. Runs of
+ * KERNEL_PAR_MIN elements or more are cut into CHUNK pieces for OpenMP. */
+#include <math.h>
+#include <string.h>
+#include <immintrin.h>
+#include "kernels.h"
+
+#define CHUNK 8192
+/* serial bodies: one copy, shared by the inline and the OpenMP call sites */
+#define NOINLINE __attribute__((noinline))
+/* Generic-stride loops only ever see strides the callers did not route to
+ * the contiguous loops: versioning them for stride 1 is dead code (and most
+ * of this file's compile time). */
+#define STRIDED_FN __attribute__((noinline, optimize("no-version-loops-for-strides")))
+
+/* Run the statement on [lo, lo + len) pieces covering [0, n): inline as one
+ * piece for small n, CHUNK-sized pieces across the OpenMP team otherwise. */
+#define EW_CHUNKS(n, lo, len, ...)                                          \
+    do {                                                                    \
+        if ((n) < KERNEL_PAR_MIN) {                                         \
+            const int64_t lo = 0, len = (n);                                \
+            __VA_ARGS__;                                                    \
+        } else {                                                            \
+            KERNEL_FOR(c_, ((n) + CHUNK - 1) / CHUNK, (n), {                \
+                const int64_t lo = c_ * CHUNK;                              \
+                const int64_t len = (n) - lo < CHUNK ? (n) - lo : CHUNK;    \
+                __VA_ARGS__; });                                            \
+        }                                                                   \
+    } while (0)
+
+/* Raw element types for dtype-agnostic moves (may_alias: the bits belong to
+ * floats as often as to integers). */
+typedef uint16_t __attribute__((may_alias)) u16a;
+typedef uint32_t __attribute__((may_alias)) u32a;
+typedef uint64_t __attribute__((may_alias)) u64a;
+
+/* ======================= scalar semantics ======================= */
+
+#define GELU_K 0.7978845608028654   /* sqrt(2/pi) */
+#define GELU_C 0.044715
+#define INV_SQRT_2PI 0.3989422804014327
+#define TWO_OVER_SQRT_PI 1.1283791670955126
+
+/* NaN-propagating max/min (torch.maximum / minimum). */
+#define MAX_NAN(x, y) ((x) != (x) || (x) > (y) ? (x) : (y))
+#define MIN_NAN(x, y) ((x) != (x) || (x) < (y) ? (x) : (y))
+
+/* Float arithmetic, Python-style floor division and remainder, and the
+ * derivative helpers, instantiated for float (S=f32) and double (S=f64). */
+#define DEF_FLOAT_SCALARS(S, T, MS)                                         \
+    static inline T add_##S(T x, T y) { return x + y; }                     \
+    static inline T sub_##S(T x, T y) { return x - y; }                     \
+    static inline T mul_##S(T x, T y) { return x * y; }                     \
+    static inline T div_##S(T x, T y) { return x / y; }                     \
+    static inline T pow_##S(T x, T y) { return pow##MS(x, y); }             \
+    /* Python's float //: fmod-based, exact where floor(x / y) is not */    \
+    static inline T floordiv_##S(T x, T y) {                                \
+        if (y == 0) return x / y;                                           \
+        T mod = fmod##MS(x, y), div = (x - mod) / y;                        \
+        if (mod != 0 && ((y < 0) != (mod < 0))) div -= 1;                   \
+        if (div == 0) return copysign##MS(0, x / y);                        \
+        T fl = floor##MS(div);                                              \
+        return div - fl > (T)0.5 ? fl + 1 : fl;                             \
+    }                                                                       \
+    static inline T remainder_##S(T x, T y) {                               \
+        T mod = fmod##MS(x, y);                                             \
+        if (mod != 0 && ((y < 0) != (mod < 0))) mod += y;                   \
+        return mod;                                                         \
+    }                                                                       \
+    static inline T sign_##S(T x) {                                         \
+        return x != x ? x : (T)((x > 0) - (x < 0));                         \
+    }                                                                       \
+    static inline T clamp_##S(T x, T lo, T hi) {                            \
+        T t = x < lo ? lo : x;                                              \
+        return t > hi ? hi : t;                                             \
+    }                                                                       \
+    static inline T sigmoid_##S(T x) { return (T)1 / ((T)1 + exp##MS(-x)); } \
+    static inline T gelu_##S(T x) {                                         \
+        return (T)0.5 * x * ((T)1 + erf##MS(x * (T)M_SQRT1_2));             \
+    }                                                                       \
+    static inline T gelu_tanh_##S(T x) {                                    \
+        T u = (T)GELU_K * (x + (T)GELU_C * x * x * x);                      \
+        return (T)0.5 * x * ((T)1 + tanh##MS(u));                           \
+    }                                                                       \
+    /* d/dx gelu = Phi(x) + x phi(x) */                                     \
+    static inline T gelu_grad_##S(T x) {                                    \
+        T cdf = (T)0.5 * ((T)1 + erf##MS(x * (T)M_SQRT1_2));                \
+        return cdf + x * (T)INV_SQRT_2PI * exp##MS((T)-0.5 * x * x);        \
+    }                                                                       \
+    static inline T gelu_tanh_grad_##S(T x) {                               \
+        T t = tanh##MS((T)GELU_K * (x + (T)GELU_C * x * x * x));            \
+        T du = (T)GELU_K * ((T)1 + (T)(3 * GELU_C) * x * x);                \
+        return (T)0.5 * ((T)1 + t) + (T)0.5 * x * ((T)1 - t * t) * du;      \
+    }                                                                       \
+    static inline T silu_grad_##S(T x) {                                    \
+        T s = sigmoid_##S(x);                                               \
+        return s * ((T)1 + x * ((T)1 - s));                                 \
+    }
+
+DEF_FLOAT_SCALARS(f32, float, f)
+DEF_FLOAT_SCALARS(f64, double, )
+
+/* int64: wrapping arithmetic (no UB); division by 0 gives 0 instead of a
+ * trap, INT64_MIN / -1 wraps. DIV truncates (C / torch rounding_mode='trunc'). */
+static inline int64_t wrap_neg(int64_t x) { return (int64_t)(0 - (uint64_t)x); }
+static inline int64_t add_i64(int64_t x, int64_t y) { return (int64_t)((uint64_t)x + (uint64_t)y); }
+static inline int64_t sub_i64(int64_t x, int64_t y) { return (int64_t)((uint64_t)x - (uint64_t)y); }
+static inline int64_t mul_i64(int64_t x, int64_t y) { return (int64_t)((uint64_t)x * (uint64_t)y); }
+static inline int64_t div_i64(int64_t x, int64_t y) {
+    if (y == 0) return 0;
+    return y == -1 ? wrap_neg(x) : x / y;
+}
+static inline int64_t floordiv_i64(int64_t x, int64_t y) {
+    if (y == 0) return 0;
+    if (y == -1) return wrap_neg(x);
+    int64_t q = x / y;
+    return (x % y != 0 && ((x < 0) != (y < 0))) ? q - 1 : q;
+}
+static inline int64_t remainder_i64(int64_t x, int64_t y) {
+    if (y == 0 || y == -1) return 0;
+    int64_t r = x % y;
+    return (r != 0 && ((r < 0) != (y < 0))) ? r + y : r;
+}
+/* x^y by squaring; negative y gives the truncated real result. */
+static inline int64_t pow_i64(int64_t x, int64_t y) {
+    if (y < 0) return x == 1 ? 1 : x == -1 ? ((y & 1) ? -1 : 1) : 0;
+    uint64_t r = 1, b = (uint64_t)x;
+    for (; y; y >>= 1, b *= b)
+        if (y & 1) r *= b;
+    return (int64_t)r;
+}
+
+/* double -> int64 saturating, NaN -> 0 (casts and int bounds never UB). */
+static inline int64_t sat_i64(double v) {
+    if (v != v) return 0;
+    if (v <= -9223372036854775808.0) return INT64_MIN;
+    if (v >= 9223372036854775808.0) return INT64_MAX;
+    return (int64_t)v;
+}
+
+/* ======================= binary ======================= */
+
+/* The op table is written once and expanded into two loop shapes:
+ * LOOP(T, OT, EXPR) computes o = EXPR(x, y) with output element type OT. */
+#define BIN_OPS(S, T, LOOP)                                                 \
+    case KB_ADD: LOOP(T, T, add_##S(x, y)); break;                          \
+    case KB_SUB: LOOP(T, T, sub_##S(x, y)); break;                          \
+    case KB_MUL: LOOP(T, T, mul_##S(x, y)); break;                          \
+    case KB_DIV: LOOP(T, T, div_##S(x, y)); break;                          \
+    case KB_POW: LOOP(T, T, pow_##S(x, y)); break;                          \
+    case KB_MAX: LOOP(T, T, MAX_NAN(x, y)); break;                          \
+    case KB_MIN: LOOP(T, T, MIN_NAN(x, y)); break;                          \
+    case KB_EQ: LOOP(T, uint8_t, x == y); break;                            \
+    case KB_NE: LOOP(T, uint8_t, x != y); break;                            \
+    case KB_LT: LOOP(T, uint8_t, x < y); break;                             \
+    case KB_LE: LOOP(T, uint8_t, x <= y); break;                            \
+    case KB_GT: LOOP(T, uint8_t, x > y); break;                             \
+    case KB_GE: LOOP(T, uint8_t, x >= y); break;                            \
+    case KB_AND: LOOP(T, uint8_t, (x != 0) & (y != 0)); break;              \
+    case KB_OR: LOOP(T, uint8_t, (x != 0) | (y != 0)); break;               \
+    case KB_XOR: LOOP(T, uint8_t, (x != 0) ^ (y != 0)); break;              \
+    case KB_FLOORDIV: LOOP(T, T, floordiv_##S(x, y)); break;                \
+    case KB_REMAINDER: LOOP(T, T, remainder_##S(x, y)); break;              \
+    default: break;
+
+#define BIN_CONTIG(T, OT, EXPR)                                             \
+    for (int64_t i = 0; i < n; i++) {                                       \
+        const T x = a[i], y = b[i];                                         \
+        ((OT *)o)[i] = (OT)(EXPR);                                          \
+    }
+#define BIN_STRIDED(T, OT, EXPR)                                            \
+    for (int64_t i = 0; i < n; i++) {                                       \
+        const T x = a[i * sa], y = b[i * sb];                               \
+        ((OT *)o)[i * so] = (OT)(EXPR);                                     \
+    }
+
+#define BCAST 512 /* block of a broadcast scalar replicated for BIN_CONTIG */
+
+#define DEF_BINARY(S, T)                                                    \
+    static NOINLINE void bin_contig_##S(KBinOp op, int64_t n, const T *a,   \
+                                        const T *b, void *o) {              \
+        switch (op) { BIN_OPS(S, T, BIN_CONTIG) }                           \
+    }                                                                       \
+    static STRIDED_FN void bin_strided_##S(KBinOp op, int64_t n, const T *a,  \
+                                         int64_t sa, const T *b, int64_t sb, \
+                                         void *o, int64_t so) {             \
+        switch (op) { BIN_OPS(S, T, BIN_STRIDED) }                          \
+    }                                                                       \
+    /* One run. A broadcast scalar operand (stride 0 against stride 1) is   \
+     * replicated into a block so the contiguous loops serve it too. */     \
+    static void bin_##S(KBinOp op, int64_t n, const T *a, int64_t sa,       \
+                        const T *b, int64_t sb, void *o, int64_t so) {      \
+        if (so == 1 && sa == 1 && sb == 1) {                                \
+            bin_contig_##S(op, n, a, b, o);                                 \
+        } else if (so == 1 && sa + sb == 1 && (sa == 0 || sb == 0)) {       \
+            T rep[BCAST];                                                   \
+            const T v = sa == 0 ? a[0] : b[0];                              \
+            for (int64_t i = 0; i < n && i < BCAST; i++) rep[i] = v;        \
+            const int64_t osz = kbin_is_compare(op) ? 1 : (int64_t)sizeof(T); \
+            for (int64_t lo = 0; lo < n; lo += BCAST)                       \
+                bin_contig_##S(op, n - lo < BCAST ? n - lo : BCAST,         \
+                               sa ? a + lo : rep, sb ? b + lo : rep,        \
+                               (char *)o + lo * osz);                       \
+        } else {                                                            \
+            bin_strided_##S(op, n, a, sa, b, sb, o, so);                    \
+        }                                                                   \
+    }                                                                       \
+    void k_binary_##S(KBinOp op, int64_t n, const T *a, int64_t sa,         \
+                      const T *b, int64_t sb, void *o, int64_t so) {        \
+        if (n <= 0) return;                                                 \
+        const int64_t osz = kbin_is_compare(op) ? 1 : (int64_t)sizeof(T);   \
+        EW_CHUNKS(n, lo, len,                                               \
+                  bin_##S(op, len, a + lo * sa, sa, b + lo * sb, sb,        \
+                          (char *)o + lo * so * osz, so));                  \
+    }
+
+DEF_BINARY(f32, float)
+DEF_BINARY(f64, double)
+DEF_BINARY(i64, int64_t)
+
+/* ======================= unary ======================= */
+
+/* Op table (see BIN_OPS): LOOP(T, EXPR) computes o = EXPR(x); q1, q2 are
+ * p1, p2 in T. POW picks a cheap form for the common exponents (as torch). */
+#define UN_OPS(S, T, MS, LOOP)                                              \
+    case KU_NEG: LOOP(T, -x); break;                                        \
+    case KU_EXP: LOOP(T, exp##MS(x)); break;                                \
+    case KU_LOG: LOOP(T, log##MS(x)); break;                                \
+    case KU_SQRT: LOOP(T, sqrt##MS(x)); break;                              \
+    case KU_RSQRT: LOOP(T, (T)1 / sqrt##MS(x)); break;                      \
+    case KU_TANH: LOOP(T, tanh##MS(x)); break;                              \
+    case KU_SIGMOID: LOOP(T, sigmoid_##S(x)); break;                        \
+    case KU_RELU: LOOP(T, x < 0 ? (T)0 : x); break;                         \
+    case KU_GELU: LOOP(T, gelu_##S(x)); break;                              \
+    case KU_GELU_TANH: LOOP(T, gelu_tanh_##S(x)); break;                    \
+    case KU_SILU: LOOP(T, x * sigmoid_##S(x)); break;                       \
+    case KU_ABS: LOOP(T, fabs##MS(x)); break;                               \
+    case KU_SIN: LOOP(T, sin##MS(x)); break;                                \
+    case KU_COS: LOOP(T, cos##MS(x)); break;                                \
+    case KU_SQUARE: LOOP(T, x * x); break;                                  \
+    case KU_RECIP: LOOP(T, (T)1 / x); break;                                \
+    case KU_SIGN: LOOP(T, sign_##S(x)); break;                              \
+    case KU_CLAMP: LOOP(T, clamp_##S(x, q1, q2)); break;                    \
+    case KU_POW:                                                            \
+        if (p1 == 2) LOOP(T, x * x)                                         \
+        else if (p1 == 3) LOOP(T, x * x * x)                                \
+        else if (p1 == 1) LOOP(T, x)                                        \
+        else if (p1 == 0.5) LOOP(T, sqrt##MS(x))                            \
+        else if (p1 == -1) LOOP(T, (T)1 / x)                                \
+        else if (p1 == -0.5) LOOP(T, (T)1 / sqrt##MS(x))                    \
+        else if (p1 == -2) LOOP(T, (T)1 / (x * x))                          \
+        else LOOP(T, pow##MS(x, q1))                                        \
+        break;                                                              \
+    case KU_RPOW: LOOP(T, pow##MS(q1, x)); break;                           \
+    case KU_LOG1P: LOOP(T, log1p##MS(x)); break;                            \
+    case KU_EXPM1: LOOP(T, expm1##MS(x)); break;                            \
+    case KU_FLOOR: LOOP(T, floor##MS(x)); break;                            \
+    case KU_CEIL: LOOP(T, ceil##MS(x)); break;                              \
+    case KU_ROUND: LOOP(T, nearbyint##MS(x)); break; /* half to even */     \
+    case KU_TRUNC: LOOP(T, trunc##MS(x)); break;                            \
+    case KU_ERF: LOOP(T, erf##MS(x)); break;                                \
+    case KU_LEAKY_RELU: LOOP(T, x < 0 ? x * q1 : x); break;                 \
+    case KU_NOT: LOOP(T, x == 0 ? (T)1 : (T)0); break;                      \
+    default: break;
+
+#define UN_CONTIG(T, EXPR)                                                  \
+    for (int64_t i = 0; i < n; i++) {                                       \
+        const T x = a[i];                                                   \
+        o[i] = (T)(EXPR);                                                   \
+    }
+#define UN_STRIDED(T, EXPR)                                                 \
+    for (int64_t i = 0; i < n; i++) {                                       \
+        const T x = a[i * sa];                                              \
+        o[i * so] = (T)(EXPR);                                              \
+    }
+
+#define DEF_UNARY(S, T, MS)                                                 \
+    static NOINLINE void un_contig_##S(KUnOp op, int64_t n, const T *a, T *o, \
+                                       double p1, double p2) {              \
+        const T q1 = (T)p1, q2 = (T)p2;                                     \
+        switch (op) { UN_OPS(S, T, MS, UN_CONTIG) }                         \
+    }                                                                       \
+    static STRIDED_FN void un_strided_##S(KUnOp op, int64_t n, const T *a,    \
+                                        int64_t sa, T *o, int64_t so,       \
+                                        double p1, double p2) {             \
+        const T q1 = (T)p1, q2 = (T)p2;                                     \
+        switch (op) { UN_OPS(S, T, MS, UN_STRIDED) }                        \
+    }                                                                       \
+    static void un_##S(KUnOp op, int64_t n, const T *a, int64_t sa, T *o,   \
+                       int64_t so, double p1, double p2) {                  \
+        if (sa == 1 && so == 1) un_contig_##S(op, n, a, o, p1, p2);         \
+        else un_strided_##S(op, n, a, sa, o, so, p1, p2);                   \
+    }                                                                       \
+    void k_unary_##S(KUnOp op, int64_t n, const T *a, int64_t sa, T *o,     \
+                     int64_t so, double p1, double p2) {                    \
+        if (n <= 0) return;                                                 \
+        EW_CHUNKS(n, lo, len,                                               \
+                  un_##S(op, len, a + lo * sa, sa, o + lo * so, so, p1, p2)); \
+    }
+
+DEF_UNARY(f32, float, f)
+DEF_UNARY(f64, double, )
+
+/* Integer clamp bound: the tightest int64 inside [p1, p2]. */
+static int64_t i64_bound(double v, int upper) {
+    if (v != v) return upper ? INT64_MAX : INT64_MIN;
+    return sat_i64(upper ? floor(v) : ceil(v));
+}
+
+#define UN_OPS_I64(LOOP)                                                    \
+    case KU_NEG: LOOP(int64_t, wrap_neg(x)); break;                         \
+    case KU_ABS: LOOP(int64_t, x < 0 ? wrap_neg(x) : x); break;             \
+    case KU_SQUARE: LOOP(int64_t, mul_i64(x, x)); break;                    \
+    case KU_SIGN: LOOP(int64_t, (x > 0) - (x < 0)); break;                  \
+    case KU_CLAMP: LOOP(int64_t, x < lo ? lo : x > hi ? hi : x); break;     \
+    case KU_RELU: LOOP(int64_t, x < 0 ? 0 : x); break;                      \
+    case KU_NOT: LOOP(int64_t, x == 0); break;                              \
+    default: break;
+
+static void un_i64(KUnOp op, int64_t n, const int64_t *a, int64_t sa, int64_t *o, int64_t so,
+                   double p1, double p2) {
+    const int64_t lo = i64_bound(p1, 0), hi = i64_bound(p2, 1);
+    if (sa == 1 && so == 1) {
+        switch (op) { UN_OPS_I64(UN_CONTIG) }
+    } else {
+        switch (op) { UN_OPS_I64(UN_STRIDED) }
+    }
+}
+
+void k_unary_i64(KUnOp op, int64_t n, const int64_t *a, int64_t sa, int64_t *o,
+                 int64_t so, double p1, double p2) {
+    if (n <= 0) return;
+    EW_CHUNKS(n, lo, len, un_i64(op, len, a + lo * sa, sa, o + lo * so, so, p1, p2));
+}
+
+/* ======================= unary backward (contiguous) ======================= */
+
+/* gx[i] = EXPR; EXPR reads x[i], y[i], gy[i] (only what the op needs). */
+#define UB_RUN(T, EXPR)                                                     \
+    do {                                                                    \
+        for (int64_t i = 0; i < n; i++) gx[i] = (T)(EXPR);                  \
+    } while (0)
+
+#define DEF_UNARY_BWD(S, T, MS)                                             \
+    static NOINLINE void ub_##S(KUnOp op, int64_t n, const T *x, const T *y,         \
+                       const T *gy, T *gx, double p1, double p2) {          \
+        const T q1 = (T)p1, q2 = (T)p2;                                     \
+        switch (op) {                                                       \
+        case KU_NEG: UB_RUN(T, -gy[i]); break;                              \
+        case KU_RELU: UB_RUN(T, x[i] > 0 ? gy[i] : (T)0); break;            \
+        case KU_GELU: UB_RUN(T, gy[i] * gelu_grad_##S(x[i])); break;        \
+        case KU_GELU_TANH: UB_RUN(T, gy[i] * gelu_tanh_grad_##S(x[i])); break; \
+        case KU_SILU: UB_RUN(T, gy[i] * silu_grad_##S(x[i])); break;        \
+        case KU_TANH: UB_RUN(T, gy[i] * ((T)1 - y[i] * y[i])); break;       \
+        case KU_SIGMOID: UB_RUN(T, gy[i] * y[i] * ((T)1 - y[i])); break;    \
+        case KU_EXP: UB_RUN(T, gy[i] * y[i]); break;                        \
+        case KU_LOG: UB_RUN(T, gy[i] / x[i]); break;                        \
+        case KU_SQRT: UB_RUN(T, gy[i] / ((T)2 * y[i])); break;              \
+        case KU_RSQRT: UB_RUN(T, (T)-0.5 * gy[i] * y[i] * y[i] * y[i]); break; \
+        case KU_ABS:                                                        \
+            UB_RUN(T, x[i] > 0 ? gy[i] : x[i] < 0 ? -gy[i] : (T)0); break;  \
+        case KU_CLAMP:                                                      \
+            UB_RUN(T, x[i] >= q1 && x[i] <= q2 ? gy[i] : (T)0); break;      \
+        case KU_POW:                                                        \
+            if (p1 == 0) UB_RUN(T, (T)0);                                   \
+            else if (p1 == 2) UB_RUN(T, (T)2 * x[i] * gy[i]);               \
+            else UB_RUN(T, gy[i] * q1 * pow##MS(x[i], q1 - (T)1));          \
+            break;                                                          \
+        case KU_LEAKY_RELU: UB_RUN(T, x[i] > 0 ? gy[i] : gy[i] * q1); break; \
+        case KU_SQUARE: UB_RUN(T, (T)2 * x[i] * gy[i]); break;              \
+        case KU_RECIP: UB_RUN(T, -gy[i] * y[i] * y[i]); break;              \
+        case KU_SIN: UB_RUN(T, gy[i] * cos##MS(x[i])); break;               \
+        case KU_COS: UB_RUN(T, -gy[i] * sin##MS(x[i])); break;              \
+        case KU_LOG1P: UB_RUN(T, gy[i] / ((T)1 + x[i])); break;             \
+        case KU_EXPM1: UB_RUN(T, gy[i] * (y[i] + (T)1)); break;             \
+        case KU_ERF:                                                        \
+            UB_RUN(T, gy[i] * (T)TWO_OVER_SQRT_PI * exp##MS(-x[i] * x[i])); break; \
+        default: (void)q2; break;                                           \
+        }                                                                   \
+    }                                                                       \
+    void k_unary_backward_##S(KUnOp op, int64_t n, const T *x, const T *y,  \
+                              const T *gy, T *gx, double p1, double p2) {   \
+        if (n <= 0) return;                                                 \
+        EW_CHUNKS(n, lo, len,                                               \
+                  ub_##S(op, len, x ? x + lo : NULL, y ? y + lo : NULL,     \
+                         gy + lo, gx + lo, p1, p2));                        \
+    }
+
+DEF_UNARY_BWD(f32, float, f)
+DEF_UNARY_BWD(f64, double, )
+
+/* ======================= where ======================= */
+
+#define WHERE_RUN(U)                                                        \
+    do {                                                                    \
+        const U *aa = a, *bb = b;                                           \
+        U *oo = o;                                                          \
+        if (sc == 1 && sa == 1 && sb == 1 && so == 1) {                     \
+            for (int64_t i = 0; i < n; i++) oo[i] = c[i] ? aa[i] : bb[i];   \
+        } else {                                                            \
+            for (int64_t i = 0; i < n; i++)                                 \
+                oo[i * so] = c[i * sc] ? aa[i * sa] : bb[i * sb];           \
+        }                                                                   \
+    } while (0)
+
+static NOINLINE void where_run(int64_t n, const uint8_t *c, int64_t sc, const void *a, int64_t sa,
+                      const void *b, int64_t sb, void *o, int64_t so, size_t es) {
+    switch (es) {
+    case 1: WHERE_RUN(uint8_t); break;
+    case 2: WHERE_RUN(u16a); break;
+    case 4: WHERE_RUN(u32a); break;
+    case 8: WHERE_RUN(u64a); break;
+    default: break;
+    }
+}
+
+void k_where(int64_t n, const uint8_t *c, int64_t sc, const void *a, int64_t sa,
+             const void *b, int64_t sb, void *o, int64_t so, size_t elsize) {
+    if (n <= 0) return;
+    const int64_t es = (int64_t)elsize;
+    EW_CHUNKS(n, lo, len,
+              where_run(len, c + lo * sc, sc, (const char *)a + lo * sa * es, sa,
+                        (const char *)b + lo * sb * es, sb, (char *)o + lo * so * es, so,
+                        elsize));
+}
+
+/* ======================= copies and casts ======================= */
+
+#define COPY_RUN(U)                                                         \
+    do {                                                                    \
+        const U *aa = a;                                                    \
+        U *oo = o;                                                          \
+        for (int64_t i = 0; i < n; i++) oo[i * so] = aa[i * sa];            \
+    } while (0)
+
+/* Same-dtype strided copy of es-byte elements. */
+static void copy_run(int64_t n, const void *a, int64_t sa, void *o, int64_t so, size_t es) {
+    if (sa == 1 && so == 1) {
+        memmove(o, a, (size_t)n * es);
+        return;
+    }
+    switch (es) {
+    case 1: COPY_RUN(uint8_t); break;
+    case 2: COPY_RUN(u16a); break;
+    case 4: COPY_RUN(u32a); break;
+    case 8: COPY_RUN(u64a); break;
+    default: break;
+    }
+}
+
+/* d = EXPR(v) with v of source type ST, d of destination type DT_. */
+#define CAST_RUN(ST, DT_, EXPR)                                             \
+    do {                                                                    \
+        const ST *s_ = a;                                                   \
+        DT_ *d_ = o;                                                        \
+        if (sa == 1 && so == 1) {                                           \
+            for (int64_t i = 0; i < n; i++) {                               \
+                const ST v = s_[i];                                         \
+                d_[i] = (EXPR);                                             \
+            }                                                               \
+        } else {                                                            \
+            for (int64_t i = 0; i < n; i++) {                               \
+                const ST v = s_[i * sa];                                    \
+                d_[i * so] = (EXPR);                                        \
+            }                                                               \
+        }                                                                   \
+    } while (0)
+
+/* f32 <-> f16 through the F16C instructions (x86-64-v3), RNE. */
+static void f32_to_f16_run(int64_t n, const float *a, int64_t sa, uint16_t *o, int64_t so) {
+#ifdef __F16C__
+    int64_t i = 0;
+    if (sa == 1 && so == 1)
+        for (; i + 8 <= n; i += 8)
+            _mm_storeu_si128((__m128i *)(o + i),
+                             _mm256_cvtps_ph(_mm256_loadu_ps(a + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) o[i * so] = _cvtss_sh(a[i * sa], _MM_FROUND_TO_NEAREST_INT);
+#else
+    CAST_RUN(float, uint16_t, f32_to_f16(v));
+#endif
+}
+
+static void f16_to_f32_run(int64_t n, const uint16_t *a, int64_t sa, float *o, int64_t so) {
+#ifdef __F16C__
+    int64_t i = 0;
+    if (sa == 1 && so == 1)
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(o + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + i))));
+    for (; i < n; i++) o[i * so] = _cvtsh_ss(a[i * sa]);
+#else
+    CAST_RUN(uint16_t, float, f16_to_f32(v));
+#endif
+}
+
+/* Any pair through double; integer destinations saturate (NaN -> 0),
+ * integer-to-integer stays exact. */
+static void cast_generic(int64_t n, const void *a, DType adt, int64_t sa, void *o, DType odt,
+                         int64_t so) {
+    const int64_t as = (int64_t)dtype_size(adt) * sa, os = (int64_t)dtype_size(odt) * so;
+    const int a_int = !dtype_is_float(adt), o_int = !dtype_is_float(odt) && odt != DT_BOOL;
+    for (int64_t i = 0; i < n; i++) {
+        const char *pa = (const char *)a + i * as;
+        char *po = (char *)o + i * os;
+        if (o_int)
+            dtype_store_i64(po, odt, a_int ? dtype_load_i64(pa, adt) : sat_i64(dtype_load(pa, adt)));
+        else
+            dtype_store(po, odt, dtype_load(pa, adt));
+    }
+}
+
+#define PAIR(x, y) ((int)(x) * (int)DT_COUNT + (int)(y))
+
+static NOINLINE void cast_run(int64_t n, const void *a, DType adt, int64_t sa, void *o, DType odt,
+                     int64_t so) {
+    if (adt == odt) {
+        copy_run(n, a, sa, o, so, dtype_size(adt));
+        return;
+    }
+    switch (PAIR(adt, odt)) {
+    case PAIR(DT_F32, DT_F64): CAST_RUN(float, double, (double)v); break;
+    case PAIR(DT_F64, DT_F32): CAST_RUN(double, float, (float)v); break;
+    case PAIR(DT_F32, DT_BF16): CAST_RUN(float, uint16_t, f32_to_bf16(v)); break;
+    case PAIR(DT_BF16, DT_F32): CAST_RUN(uint16_t, float, bf16_to_f32(v)); break;
+    case PAIR(DT_F32, DT_F16): f32_to_f16_run(n, a, sa, o, so); break;
+    case PAIR(DT_F16, DT_F32): f16_to_f32_run(n, a, sa, o, so); break;
+    case PAIR(DT_I64, DT_F32): CAST_RUN(int64_t, float, (float)v); break;
+    case PAIR(DT_I64, DT_F64): CAST_RUN(int64_t, double, (double)v); break;
+    case PAIR(DT_F32, DT_I64): CAST_RUN(float, int64_t, sat_i64(v)); break;
+    case PAIR(DT_F64, DT_I64): CAST_RUN(double, int64_t, sat_i64(v)); break;
+    case PAIR(DT_I32, DT_I64): CAST_RUN(int32_t, int64_t, (int64_t)v); break;
+    case PAIR(DT_I64, DT_I32): CAST_RUN(int64_t, int32_t, (int32_t)v); break;
+    case PAIR(DT_BOOL, DT_F32): CAST_RUN(uint8_t, float, v ? 1.0f : 0.0f); break;
+    case PAIR(DT_U8, DT_F32): CAST_RUN(uint8_t, float, (float)v); break;
+    default: cast_generic(n, a, adt, sa, o, odt, so); break;
+    }
+}
+
+void k_cast(int64_t n, const void *a, DType adt, int64_t sa, void *o, DType odt, int64_t so) {
+    if (n <= 0) return;
+    const int64_t as = (int64_t)dtype_size(adt), os = (int64_t)dtype_size(odt);
+    EW_CHUNKS(n, lo, len,
+              cast_run(len, (const char *)a + lo * sa * as, adt, sa, (char *)o + lo * so * os,
+                       odt, so));
+}
+
+/* ======================= fill ======================= */
+
+#define FILL_RUN(U)                                                         \
+    do {                                                                    \
+        U *oo = o;                                                          \
+        const U v = (U)bits;                                                \
+        if (so == 1) for (int64_t i = 0; i < n; i++) oo[i] = v;             \
+        else for (int64_t i = 0; i < n; i++) oo[i * so] = v;                \
+    } while (0)
+
+static void fill_run(int64_t n, void *o, int64_t so, size_t es, uint64_t bits) {
+    switch (es) {
+    case 1: FILL_RUN(uint8_t); break;
+    case 2: FILL_RUN(u16a); break;
+    case 4: FILL_RUN(u32a); break;
+    case 8: FILL_RUN(u64a); break;
+    default: break;
+    }
+}
+
+void k_fill(int64_t n, void *o, DType odt, int64_t so, double v) {
+    if (n <= 0) return;
+    /* the element's bytes, little-endian in the low end of u */
+    union { uint64_t u; double d; float f; int64_t i; int32_t i32; uint16_t h; uint8_t b; } e;
+    e.u = 0;
+    cast_run(1, &v, DT_F64, 1, &e, odt, 1);
+    const uint64_t bits = e.u;
+    const int64_t es = (int64_t)dtype_size(odt);
+    EW_CHUNKS(n, lo, len, fill_run(len, (char *)o + lo * so * es, so, (size_t)es, bits));
+}

@@ -1,0 +1,247 @@
+/* gemm.c: row-major GEMM, C (M,N) = alpha op(A) (M,K) @ op(B) (K,N) + beta C.
+ *   f32:  oneDNN dnnl_sgemm
+ *   f64:  OpenBLAS cblas_dgemm
+ *   bf16: (bf16 A, B -> f32 C) a oneDNN matmul primitive, cached per shape in
+ *         a small LRU table; transposes are memory-descriptor strides, alpha a
+ *         runtime output scale, beta a sum post-op (C pre-scaled when beta
+ *         is not 0 or 1). Where this oneDNN build has no bf16 matmul for the
+ *         CPU (2.6 needs AVX-512 for it) A and B are widened to f32, keeping
+ *         their stored layout, and go through sgemm.
+ * Transposes are never materialised: they become GEMM flags or strides. */
+#include <dnnl.h>
+#include <cblas.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include "kernels.h"
+
+/* A stored matrix with a single row may carry any row stride (0 for a
+ * broadcast); the libraries want ld >= cols, so give it the smallest legal
+ * one. Returns -1 when a multi-row matrix has overlapping rows. */
+static int64_t legal_ld(int64_t rows, int64_t cols, int64_t ld) {
+    const int64_t min = cols > 1 ? cols : 1;
+    if (rows <= 1) return ld >= min ? ld : min;
+    return ld >= min ? ld : -1;
+}
+
+/* Fix the three leading dimensions in place; nonzero if one is unusable. */
+static int legal_lds(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t *lda,
+                     int64_t *ldb, int64_t *ldc) {
+    *lda = ta ? legal_ld(K, M, *lda) : legal_ld(M, K, *lda);
+    *ldb = tb ? legal_ld(N, K, *ldb) : legal_ld(K, N, *ldb);
+    *ldc = legal_ld(M, N, *ldc);
+    return *lda < 0 || *ldb < 0 || *ldc < 0;
+}
+
+/* C = beta C over (M, N); beta == 0 writes zeros without reading C (BLAS). */
+#define DEF_SCALE_C(S, T)                                                   \
+    static void scale_c_##S(int64_t M, int64_t N, T beta, T *C, int64_t ldc) { \
+        if (beta == 1) return;                                              \
+        KERNEL_FOR(i, M, M * N, {                                           \
+            T *row = C + i * ldc;                                           \
+            if (beta == 0) for (int64_t j = 0; j < N; j++) row[j] = 0;      \
+            else for (int64_t j = 0; j < N; j++) row[j] *= beta;            \
+        });                                                                 \
+    }
+DEF_SCALE_C(f32, float)
+DEF_SCALE_C(f64, double)
+
+/* Degenerate shapes every path shares: 1 when the call is fully handled. */
+#define TRIVIAL_GEMM(S)                                                     \
+    do {                                                                    \
+        if (M <= 0 || N <= 0) return 0;                                     \
+        if (K <= 0) {                                                       \
+            scale_c_##S(M, N, beta, C, ldc);                                \
+            return 0;                                                       \
+        }                                                                   \
+    } while (0)
+
+int k_gemm_f32(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+               int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+    TRIVIAL_GEMM(f32);
+    if (legal_lds(ta, tb, M, N, K, &lda, &ldb, &ldc)) return 1;
+    dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B,
+                                  ldb, beta, C, ldc);
+    return st != dnnl_success;
+}
+
+int k_gemm_f64(int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha, const double *A,
+               int64_t lda, const double *B, int64_t ldb, double beta, double *C, int64_t ldc) {
+    TRIVIAL_GEMM(f64);
+    if (legal_lds(ta, tb, M, N, K, &lda, &ldb, &ldc)) return 1;
+    if (M > INT_MAX || N > INT_MAX || K > INT_MAX || lda > INT_MAX || ldb > INT_MAX ||
+        ldc > INT_MAX)
+        return 1; /* OpenBLAS's cblas takes int sizes */
+    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+    return 0;
+}
+
+/* ---------------- bf16: cached oneDNN matmul primitives ---------------- */
+
+#define MATMUL_SLOTS 16
+
+typedef struct {
+    int64_t M, N, K, lda, ldb, ldc;
+    int ta, tb, acc;   /* key; acc: beta != 0 (sum post-op) */
+    int used;
+    uint64_t last;     /* LRU clock */
+    dnnl_primitive_t prim;        /* NULL: no bf16 matmul, use the fallback */
+    dnnl_memory_t a, b, c, scale; /* handles rebound on every call */
+} MatmulSlot;
+
+static MatmulSlot slots[MATMUL_SLOTS];
+static uint64_t lru_clock;
+static dnnl_engine_t engine;
+static dnnl_stream_t stream;
+static pthread_mutex_t matmul_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int engine_ready(void) {
+    if (!engine && dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) {
+        engine = NULL;
+        return 0;
+    }
+    if (!stream && dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) != dnnl_success) {
+        stream = NULL;
+        return 0;
+    }
+    return 1;
+}
+
+static void slot_release(MatmulSlot *s) {
+    if (s->prim) dnnl_primitive_destroy(s->prim);
+    if (s->a) dnnl_memory_destroy(s->a);
+    if (s->b) dnnl_memory_destroy(s->b);
+    if (s->c) dnnl_memory_destroy(s->c);
+    if (s->scale) dnnl_memory_destroy(s->scale);
+    *s = (MatmulSlot){0};
+}
+
+/* 2-D memory descriptor of a logical (rows, cols) matrix: stored as is with
+ * row stride ld, or (trans) stored transposed, i.e. strides (1, ld). */
+static void matrix_md(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, int64_t ld, int trans,
+                      dnnl_data_type_t dt) {
+    dnnl_dims_t dims = {rows, cols}, strides = {trans ? 1 : ld, trans ? ld : 1};
+    dnnl_memory_desc_init_by_strides(md, 2, dims, dt, strides);
+}
+
+/* The primitive for s's key (s->prim stays NULL if oneDNN has none). */
+static void slot_build(MatmulSlot *s) {
+    dnnl_memory_desc_t ad, bd, cd, sd;
+    matrix_md(&ad, s->M, s->K, s->lda, s->ta, dnnl_bf16);
+    matrix_md(&bd, s->K, s->N, s->ldb, s->tb, dnnl_bf16);
+    matrix_md(&cd, s->M, s->N, s->ldc, 0, dnnl_f32);
+    dnnl_dims_t one = {1};
+    dnnl_memory_desc_init_by_tag(&sd, 1, one, dnnl_f32, dnnl_a);
+
+    dnnl_matmul_desc_t desc;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    const float runtime_scale = DNNL_RUNTIME_F32_VAL;
+    int ok = dnnl_matmul_desc_init(&desc, &ad, &bd, NULL, &cd) == dnnl_success &&
+             dnnl_primitive_attr_create(&attr) == dnnl_success &&
+             dnnl_primitive_attr_set_output_scales(attr, 1, 0, &runtime_scale) == dnnl_success;
+    if (ok && s->acc)
+        ok = dnnl_post_ops_create(&po) == dnnl_success &&
+             dnnl_post_ops_append_sum(po, 1.0f) == dnnl_success &&
+             dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
+    ok = ok && dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL) == dnnl_success &&
+         dnnl_primitive_create(&s->prim, pd) == dnnl_success &&
+         dnnl_memory_create(&s->a, &ad, engine, DNNL_MEMORY_NONE) == dnnl_success &&
+         dnnl_memory_create(&s->b, &bd, engine, DNNL_MEMORY_NONE) == dnnl_success &&
+         dnnl_memory_create(&s->c, &cd, engine, DNNL_MEMORY_NONE) == dnnl_success &&
+         dnnl_memory_create(&s->scale, &sd, engine, DNNL_MEMORY_NONE) == dnnl_success;
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (po) dnnl_post_ops_destroy(po);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (!ok) { /* keep the key, drop the parts: the slot now means "fallback" */
+        MatmulSlot key = *s;
+        slot_release(s);
+        key.prim = NULL, key.a = key.b = key.c = key.scale = NULL;
+        *s = key;
+    }
+}
+
+/* The slot for this key, built on a miss (evicting the least recently used). */
+static MatmulSlot *slot_get(const MatmulSlot *key) {
+    MatmulSlot *victim = &slots[0];
+    for (int i = 0; i < MATMUL_SLOTS; i++) {
+        MatmulSlot *s = &slots[i];
+        if (s->used && s->M == key->M && s->N == key->N && s->K == key->K &&
+            s->lda == key->lda && s->ldb == key->ldb && s->ldc == key->ldc &&
+            s->ta == key->ta && s->tb == key->tb && s->acc == key->acc) {
+            s->last = ++lru_clock;
+            return s;
+        }
+        if (!s->used) { /* prefer a free slot, else the oldest */
+            if (victim->used) victim = s;
+        } else if (victim->used && s->last < victim->last) {
+            victim = s;
+        }
+    }
+    slot_release(victim);
+    *victim = *key;
+    victim->used = 1;
+    victim->last = ++lru_clock;
+    slot_build(victim);
+    return victim;
+}
+
+/* Run the cached primitive; C was pre-scaled so the sum post-op adds C. */
+static int matmul_exec(MatmulSlot *s, float alpha, const uint16_t *A, const uint16_t *B, float *C) {
+    int ok = dnnl_memory_set_data_handle(s->a, (void *)A) == dnnl_success &&
+             dnnl_memory_set_data_handle(s->b, (void *)B) == dnnl_success &&
+             dnnl_memory_set_data_handle(s->c, C) == dnnl_success &&
+             dnnl_memory_set_data_handle(s->scale, &alpha) == dnnl_success;
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, s->a},
+                               {DNNL_ARG_WEIGHTS, s->b},
+                               {DNNL_ARG_DST, s->c},
+                               {DNNL_ARG_ATTR_OUTPUT_SCALES, s->scale}};
+    ok = ok && dnnl_primitive_execute(s->prim, stream, 4, args) == dnnl_success &&
+         dnnl_stream_wait(stream) == dnnl_success;
+    return !ok;
+}
+
+/* Widen a stored (rows, cols) bf16 matrix with row stride ld to compact f32. */
+static void widen_bf16(const uint16_t *X, int64_t rows, int64_t cols, int64_t ld, float *out) {
+    KERNEL_FOR(r, rows, rows * cols,
+               k_cast(cols, X + r * ld, DT_BF16, 1, out + r * cols, DT_F32, 1));
+}
+
+/* bf16 through f32 sgemm, same transposes, compact copies of A and B. */
+static int gemm_bf16_widened(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                             const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb,
+                             float beta, float *C, int64_t ldc) {
+    const int64_t ra = ta ? K : M, ca = ta ? M : K, rb = tb ? N : K, cb = tb ? K : N;
+    float *fa = malloc((size_t)(ra * ca + rb * cb) * sizeof(float));
+    if (!fa) return 1;
+    float *fb = fa + ra * ca;
+    widen_bf16(A, ra, ca, lda, fa);
+    widen_bf16(B, rb, cb, ldb, fb);
+    int rc = k_gemm_f32(ta, tb, M, N, K, alpha, fa, ca, fb, cb, beta, C, ldc);
+    free(fa);
+    return rc;
+}
+
+int k_gemm_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t *A,
+                int64_t lda, const uint16_t *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+    TRIVIAL_GEMM(f32);
+    if (legal_lds(ta, tb, M, N, K, &lda, &ldb, &ldc)) return 1;
+    const MatmulSlot key = {.M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc,
+                            .ta = !!ta, .tb = !!tb, .acc = beta != 0};
+    pthread_mutex_lock(&matmul_lock);
+    if (!engine_ready()) {
+        pthread_mutex_unlock(&matmul_lock);
+        return 1;
+    }
+    MatmulSlot *s = slot_get(&key);
+    if (!s->prim) {
+        pthread_mutex_unlock(&matmul_lock);
+        return gemm_bf16_widened(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    }
+    if (beta != 0) scale_c_f32(M, N, beta, C, ldc);
+    int rc = matmul_exec(s, alpha, A, B, C);
+    pthread_mutex_unlock(&matmul_lock);
+    return rc;
+}

@@ -1,0 +1,162 @@
+/* kernels.h: the CPU compute kernels. Pure compute over raw pointers, sizes,
+ * strides (in elements) and dtypes: no Lua, no autograd, no allocation that
+ * outlives a call, no error reporting (callers validate shapes and indices
+ * first). Three compute dtypes carry arithmetic: f32, f64, i64; the
+ * caller casts other dtypes to one of these.
+ *
+ * Threads: OpenMP above a size threshold (KERNEL_PAR_MIN elements of work);
+ * kernel_set_threads() sets the OpenMP and OpenBLAS pools together, never
+ * more than the machine's cores. */
+#ifndef ACCEL_KERNELS_CPU_H
+#define ACCEL_KERNELS_CPU_H
+
+#include <stdint.h>
+#include "../dtype.h"
+
+#define KERNEL_PAR_MIN 32768
+
+void kernel_set_threads(int n); /* n <= 0: number of cores */
+int kernel_get_threads(void);
+
+/* ---------------- elementwise: one strided 1-D run ---------------- */
+/* Callers loop over outer dimensions; a stride of 0 broadcasts. When all
+ * strides are 1 the kernel takes a vectorisable contiguous path. */
+
+typedef enum {
+    KB_ADD, KB_SUB, KB_MUL, KB_DIV, KB_POW, KB_MAX, KB_MIN,
+    KB_EQ, KB_NE, KB_LT, KB_LE, KB_GT, KB_GE, /* comparisons: output uint8 0/1 */
+    KB_AND, KB_OR, KB_XOR,                    /* logical (nonzero = true), output uint8 */
+    KB_FLOORDIV, KB_REMAINDER,                /* Python semantics (floor) */
+    KB_COUNT
+} KBinOp;
+
+static inline int kbin_is_compare(KBinOp op) { return op >= KB_EQ && op <= KB_XOR; }
+
+/* o[i*so] = a[i*sa] op b[i*sb]; for comparisons o is uint8_t*. */
+void k_binary_f32(KBinOp op, int64_t n, const float *a, int64_t sa, const float *b, int64_t sb, void *o, int64_t so);
+void k_binary_f64(KBinOp op, int64_t n, const double *a, int64_t sa, const double *b, int64_t sb, void *o, int64_t so);
+void k_binary_i64(KBinOp op, int64_t n, const int64_t *a, int64_t sa, const int64_t *b, int64_t sb, void *o, int64_t so);
+
+typedef enum {
+    KU_NEG, KU_EXP, KU_LOG, KU_SQRT, KU_RSQRT, KU_TANH, KU_SIGMOID, KU_RELU,
+    KU_GELU,      /* exact: 0.5 x (1 + erf(x / sqrt 2)) */
+    KU_GELU_TANH, /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+    KU_SILU, KU_ABS, KU_SIN, KU_COS, KU_SQUARE, KU_RECIP, KU_SIGN,
+    KU_CLAMP,     /* p1 = min (or -INF), p2 = max (or +INF) */
+    KU_POW,       /* x ^ p1 */
+    KU_RPOW,      /* p1 ^ x */
+    KU_LOG1P, KU_EXPM1, KU_FLOOR, KU_CEIL, KU_ROUND, KU_TRUNC, KU_ERF,
+    KU_LEAKY_RELU, /* slope p1 */
+    KU_NOT,        /* logical not: output value 1 where x == 0 */
+    KU_COUNT
+} KUnOp;
+
+/* o[i*so] = f(a[i*sa]; p1, p2). */
+void k_unary_f32(KUnOp op, int64_t n, const float *a, int64_t sa, float *o, int64_t so, double p1, double p2);
+void k_unary_f64(KUnOp op, int64_t n, const double *a, int64_t sa, double *o, int64_t so, double p1, double p2);
+void k_unary_i64(KUnOp op, int64_t n, const int64_t *a, int64_t sa, int64_t *o, int64_t so, double p1, double p2); /* NEG ABS SQUARE SIGN CLAMP RELU NOT only */
+
+/* Fused backward of a unary op, contiguous: gx = gy * f'(x). x is the
+ * input, y the saved output (either may be unused by a given op). Ops:
+ * RELU, GELU, GELU_TANH, SILU, TANH(y), SIGMOID(y), EXP(y), LOG(x),
+ * SQRT(y), RSQRT(y), ABS(x), CLAMP(x; p1,p2), POW(x; p1), LEAKY_RELU(x; p1),
+ * SQUARE(x), RECIP(y), SIN(x), COS(x), LOG1P(x), EXPM1(y), ERF(x), NEG. */
+void k_unary_backward_f32(KUnOp op, int64_t n, const float *x, const float *y, const float *gy, float *gx, double p1, double p2);
+void k_unary_backward_f64(KUnOp op, int64_t n, const double *x, const double *y, const double *gy, double *gx, double p1, double p2);
+
+/* where: o = c ? a : b, all strided 1-D runs; elsize in bytes (1,2,4,8). */
+void k_where(int64_t n, const uint8_t *c, int64_t sc, const void *a, int64_t sa, const void *b, int64_t sb, void *o, int64_t so, size_t elsize);
+
+/* ---------------- copies and casts ---------------- */
+/* o[i*so] = (dst dtype) a[i*sa]; same dtype is a plain strided copy. */
+void k_cast(int64_t n, const void *a, DType adt, int64_t sa, void *o, DType odt, int64_t so);
+/* o[i*so] = v for every i (v converted to odt). */
+void k_fill(int64_t n, void *o, DType odt, int64_t so, double v);
+
+/* ---------------- reductions over a (outer, n, inner) contiguous view ----- */
+/* x is contiguous with logical shape (outer, n, inner); reduce over n.
+ * out has (outer, inner). SUM accumulates in double for f32 (so fp32 sums
+ * are as good as pairwise); MEAN = SUM / n; PROD; MAX/MIN propagate NaN. */
+typedef enum { KR_SUM, KR_MEAN, KR_PROD, KR_MAX, KR_MIN, KR_COUNT } KRedOp;
+void k_reduce_f32(KRedOp op, const float *x, int64_t outer, int64_t n, int64_t inner, float *out);
+void k_reduce_f64(KRedOp op, const double *x, int64_t outer, int64_t n, int64_t inner, double *out);
+void k_reduce_i64(KRedOp op, const int64_t *x, int64_t outer, int64_t n, int64_t inner, int64_t *out); /* SUM PROD MAX MIN */
+/* values and first index of the max (want_max=1) or min; idx is 0-based. */
+void k_argreduce_f32(int want_max, const float *x, int64_t outer, int64_t n, int64_t inner, float *vals, int64_t *idx);
+void k_argreduce_f64(int want_max, const double *x, int64_t outer, int64_t n, int64_t inner, double *vals, int64_t *idx);
+void k_argreduce_i64(int want_max, const int64_t *x, int64_t outer, int64_t n, int64_t inner, int64_t *vals, int64_t *idx);
+/* variance with Bessel-style correction (divide by n - correction), two-pass. */
+void k_var_f32(const float *x, int64_t outer, int64_t n, int64_t inner, double correction, float *out);
+void k_var_f64(const double *x, int64_t outer, int64_t n, int64_t inner, double correction, double *out);
+
+/* ---------------- softmax family over (outer, n, inner) ---------------- */
+/* Numerically stable (max subtracted). log=1: log_softmax. */
+void k_softmax_f32(int log, const float *x, int64_t outer, int64_t n, int64_t inner, float *y);
+void k_softmax_f64(int log, const double *x, int64_t outer, int64_t n, int64_t inner, double *y);
+/* softmax:     gx = y * (gy - sum(gy * y));  log_softmax: gx = gy - exp(y) * sum(gy) */
+void k_softmax_backward_f32(int log, const float *y, const float *gy, int64_t outer, int64_t n, int64_t inner, float *gx);
+void k_softmax_backward_f64(int log, const double *y, const double *gy, int64_t outer, int64_t n, int64_t inner, double *gx);
+
+/* ---------------- cross-entropy, fused, logits (N, C) contiguous -------- */
+/* Per-row loss as PyTorch's cross_entropy with reduction='none':
+ *   loss_i = (1-ls) * (lse_i - x_i[t_i]) + ls * (lse_i - mean_c x_ic)
+ * rows whose target == ignore_index get loss 0 and are not counted.
+ * lse (N) is saved for backward. Returns -1 when all targets are valid,
+ * else the first row whose target is out of [0, C) and != ignore_index
+ * (nothing else is then guaranteed). */
+int64_t k_cross_entropy_fwd_f32(const float *x, int64_t N, int64_t C, const int64_t *target, int64_t ignore_index, double label_smoothing, float *loss, float *lse);
+int64_t k_cross_entropy_fwd_f64(const double *x, int64_t N, int64_t C, const int64_t *target, int64_t ignore_index, double label_smoothing, double *loss, double *lse);
+/* gx_ic = g_i * (softmax_ic - (1-ls) [c == t_i] - ls / C); ignored rows get 0. */
+void k_cross_entropy_bwd_f32(const float *x, const float *lse, int64_t N, int64_t C, const int64_t *target, int64_t ignore_index, double label_smoothing, const float *g, float *gx);
+void k_cross_entropy_bwd_f64(const double *x, const double *lse, int64_t N, int64_t C, const int64_t *target, int64_t ignore_index, double label_smoothing, const double *g, double *gx);
+
+/* ---------------- layer norm over the last dim C, rows contiguous -------- */
+/* y = (x - mean) * rstd * w + b; w, b may be NULL. mean, rstd (rows) saved. */
+void k_layernorm_fwd_f32(const float *x, const float *w, const float *b, int64_t rows, int64_t C, double eps, float *y, float *mean, float *rstd);
+/* gx overwritten; gw, gb accumulated (+=) when not NULL. */
+void k_layernorm_bwd_f32(const float *x, const float *w, const float *mean, const float *rstd, const float *gy, int64_t rows, int64_t C, float *gx, float *gw, float *gb);
+void k_layernorm_fwd_f64(const double *x, const double *w, const double *b, int64_t rows, int64_t C, double eps, double *y, double *mean, double *rstd);
+void k_layernorm_bwd_f64(const double *x, const double *w, const double *mean, const double *rstd, const double *gy, int64_t rows, int64_t C, double *gx, double *gw, double *gb);
+
+/* ---------------- GEMM, row-major ---------------- */
+/* C = alpha * op(A) @ op(B) + beta * C; op(A) is (M,K), op(B) is (K,N).
+ * ta/tb nonzero: A is stored (K,M) / B stored (N,K). lda etc. are row
+ * strides of the stored matrices. f32 through dnnl_sgemm, f64 through
+ * cblas_dgemm, bf16 (inputs bf16 bits, output f32) through oneDNN's matmul
+ * primitive. Returns 0, or nonzero if the library call failed. */
+int k_gemm_f32(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+int k_gemm_f64(int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha, const double *A, int64_t lda, const double *B, int64_t ldb, double beta, double *C, int64_t ldc);
+int k_gemm_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float beta, float *C, int64_t ldc);
+
+/* ---------------- indexing (contiguous (outer, n, inner) views) ---------- */
+/* gather along the middle dim: out(o, j, i) = x(o, idx(o, j, i), i), idx has
+ * shape (outer, m, inner); index_select: out(o, j, i) = x(o, idx[j], i).
+ * elsize in bytes. Indices are pre-validated and non-negative. */
+void k_gather(const void *x, int64_t outer, int64_t n, int64_t inner, const int64_t *idx, int64_t m, void *out, size_t elsize);
+void k_index_select(const void *x, int64_t outer, int64_t n, int64_t inner, const int64_t *idx, int64_t m, void *out, size_t elsize);
+/* Adjoint ops (accumulate +=) for backward, f32 and f64 (dt selects). */
+void k_scatter_add(DType dt, void *gx, int64_t outer, int64_t n, int64_t inner, const int64_t *idx, int64_t m, const void *gout);
+void k_index_add(DType dt, void *gx, int64_t outer, int64_t n, int64_t inner, const int64_t *idx, int64_t m, const void *gout);
+
+/* ---------------- optimizer updates over flat f32 buffers ---------------- */
+/* AdamW (decoupled weight decay; weight_decay=0 gives Adam without L2).
+ * step is the 1-based step count after increment. */
+void k_adamw_f32(int64_t n, float *p, const float *g, float *m, float *v, double lr, double beta1, double beta2, double eps, double weight_decay, int64_t step);
+
+
+/* ---------------- implementation helper for the kernels/cpu sources ------ */
+/* for (i = 0; i < count; i++) BODY, in an OpenMP team only when `work`
+ * (elements touched) >= KERNEL_PAR_MIN, so small calls never pay for a
+ * parallel region. BODY must not depend on iteration order. */
+#define KERNEL_FOR(i, count, work, ...)                                   \
+    do {                                                                  \
+        const int64_t kf_count_ = (int64_t)(count);                       \
+        if ((int64_t)(work) >= KERNEL_PAR_MIN && kf_count_ > 1) {         \
+            _Pragma("omp parallel for schedule(static)")                  \
+            for (int64_t i = 0; i < kf_count_; i++) { __VA_ARGS__; }      \
+        } else {                                                          \
+            for (int64_t i = 0; i < kf_count_; i++) { __VA_ARGS__; }      \
+        }                                                                 \
+    } while (0)
+
+#endif

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# install-deps.sh: installs the Debian packages accel-lua needs to build and
+# test (DESIGN.md section 5). Idempotent: asks dpkg-query which packages are
+# missing and does nothing (quickly, quietly) when none are; otherwise runs
+# one `apt-get update` and installs only the missing ones.
+set -euo pipefail
+
+PACKAGES=(
+    gcc make
+    liblua5.4-dev lua5.4 lua-busted
+    libdnnl-dev libopenblas-dev
+    libopenmpi-dev openmpi-bin
+    libyaml-dev zlib1g-dev
+)
+
+# Prints the packages from PACKAGES that are not installed (one dpkg-query
+# call; unknown packages are simply absent from its output).
+missing_packages() {
+    local installed pkg
+    installed=$(dpkg-query -W -f='${Package} ${db:Status-Status}\n' "${PACKAGES[@]}" \
+                2>/dev/null | awk '$2 == "installed" { print $1 }' || true)
+    for pkg in "${PACKAGES[@]}"; do
+        grep -qxF "$pkg" <<<"$installed" || echo "$pkg"
+    done
+}
+
+# Runs a command as root: directly, or through sudo when available.
+as_root() {
+    if [[ $(id -u) -eq 0 ]]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        echo "install-deps: need root (or sudo) to run: $*" >&2
+        exit 1
+    fi
+}
+
+main() {
+    local missing
+    mapfile -t missing < <(missing_packages)
+    if [[ ${#missing[@]} -eq 0 ]]; then
+        return 0
+    fi
+    echo "install-deps: installing ${missing[*]}"
+    as_root apt-get update
+    as_root env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y --no-install-recommends "${missing[@]}"
+}
+
+main "$@"

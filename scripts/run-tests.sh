@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# run-tests.sh: runs every test suite against one build and sums the counts.
+#
+#   scripts/run-tests.sh [BUILD_DIR]      (default: $ACCEL_BUILD or build)
+#
+# Suites, in order:
+#   1. BUILD/test_*            C programs; last line "N passed, N failed"
+#   2. scripts/test-host.sh    checks of the accel-lua program itself
+#   3. tests/lua/*_spec.lua    busted specs, one busted run per file, run
+#                              inside BUILD/accel-lua (so `accel` is ours)
+#   4. tests/lua/*_test.lua    plain scripts: exit 0 = 1 passed, else 1 failed
+# A program that crashes, times out, prints no summary, or exits non-zero
+# while claiming no failures counts one extra failure. busted errors count
+# as failures, pending as skipped. Prints one line per suite, then exactly
+# one final line "N passed, N failed[, N skipped]" (also written to
+# BUILD/test-summary.txt); exits 1 if anything failed or nothing ran.
+# Environment: ACCEL_TEST_TIMEOUT (seconds per program, default 900),
+# BUSTED (path of the busted script, default /usr/bin/busted).
+set -uo pipefail
+shopt -s nullglob
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD_ARG=${1:-${ACCEL_BUILD:-build}}
+TIMEOUT=${ACCEL_TEST_TIMEOUT:-900}
+BUSTED=${BUSTED:-/usr/bin/busted}
+SUMMARY_RE='^([0-9]+) passed, ([0-9]+) failed'
+BUSTED_RE='^([0-9]+) success(es)? / ([0-9]+) failures? / ([0-9]+) errors? / ([0-9]+) pending'
+
+PASSED=0
+FAILED=0
+SKIPPED=0
+
+# record SUITE PASS FAIL SKIP [NOTE]: adds to the totals, prints the line.
+record() {
+    local line="$2 passed, $3 failed"
+    (( $4 > 0 )) && line+=", $4 skipped"
+    printf '%-40s %s%s\n' "$1:" "$line" "${5:+  ($5)}"
+    PASSED=$((PASSED + $2))
+    FAILED=$((FAILED + $3))
+    SKIPPED=$((SKIPPED + $4))
+}
+
+# Shows the tail of a failing program's output, indented.
+show_output() {
+    tail -n 200 <<<"$1" | sed 's/^/    | /'
+}
+
+# Why a program's exit status is suspicious, or nothing.
+exit_note() {
+    case $1 in
+        0) ;;
+        124) echo "timed out after ${TIMEOUT}s" ;;
+        1[2-9][0-9]) echo "killed by signal $(($1 - 128))" ;;
+        *) echo "exit status $1" ;;
+    esac
+}
+
+# settle NAME PASS FAIL SKIP HAS_SUMMARY RC OUTPUT: applies the exit status
+# (a missing summary, or a bad exit without a counted failure, is one more
+# failure), prints the suite line, and the output when something failed.
+settle() {
+    local name=$1 pass=$2 fail=$3 skip=$4 has_summary=$5 rc=$6 out=$7 note
+    note=$(exit_note "$rc")
+    if (( ! has_summary )); then
+        note="no summary line${note:+, $note}"
+        fail=$((fail + 1))
+    elif [[ -n $note ]] && (( fail == 0 )); then
+        fail=1
+    elif (( rc < 124 )); then
+        note=""
+    fi
+    record "$name" "$pass" "$fail" "$skip" "$note"
+    (( fail > 0 )) && show_output "$out"
+}
+
+# run_counted NAME CMD...: a program ending with "N passed, N failed".
+run_counted() {
+    local name=$1 out rc line
+    shift
+    out=$(timeout "$TIMEOUT" "$@" 2>&1)
+    rc=$?
+    line=$(grep -E "$SUMMARY_RE" <<<"$out" | tail -n 1)
+    if [[ $line =~ $SUMMARY_RE ]]; then
+        settle "$name" "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" 0 1 "$rc" "$out"
+    else
+        settle "$name" 0 0 0 0 "$rc" "$out"
+    fi
+}
+
+# run_busted SPEC: one spec file under accel-lua; errors count as failures,
+# pending as skipped.
+run_busted() {
+    local spec=$1 name="busted ${1#tests/lua/}" out rc line
+    out=$(timeout "$TIMEOUT" "$BUILD/accel-lua" "$BUSTED" --output=plainTerminal "$spec" 2>&1)
+    rc=$?
+    line=$(grep -E "$BUSTED_RE" <<<"$out" | tail -n 1)
+    if [[ $line =~ $BUSTED_RE ]]; then
+        settle "$name" "${BASH_REMATCH[1]}" $((BASH_REMATCH[3] + BASH_REMATCH[4])) \
+            "${BASH_REMATCH[5]}" 1 "$rc" "$out"
+    else
+        settle "$name" 0 0 0 0 "$rc" "$out"
+    fi
+}
+
+# run_plain SCRIPT: passes when the script exits 0.
+run_plain() {
+    local out rc
+    out=$(timeout "$TIMEOUT" "$BUILD/accel-lua" "$1" 2>&1)
+    rc=$?
+    if (( rc == 0 )); then
+        record "${1#tests/lua/}" 1 0 0
+    else
+        record "${1#tests/lua/}" 0 1 0 "$(exit_note "$rc")"
+        show_output "$out"
+    fi
+}
+
+run_lua_suites() {
+    local f
+    if [[ ! -x $BUILD/accel-lua ]]; then
+        record "accel-lua" 0 1 0 "$BUILD/accel-lua missing"
+        return
+    fi
+    run_counted "scripts/test-host.sh" "$ROOT/scripts/test-host.sh" "$BUILD"
+    for f in tests/lua/*_spec.lua; do run_busted "$f"; done
+    for f in tests/lua/*_test.lua; do run_plain "$f"; done
+}
+
+main() {
+    local t final
+    if ! BUILD=$(cd "$BUILD_ARG" 2>/dev/null && pwd); then
+        echo "run-tests: no build directory '$BUILD_ARG'" >&2
+        echo "0 passed, 1 failed"
+        exit 1
+    fi
+    cd "$ROOT" || exit 1
+    for t in "$BUILD"/test_*; do
+        [[ -f $t && -x $t ]] && run_counted "$(basename "$t")" "$t"
+    done
+    run_lua_suites
+    final="$PASSED passed, $FAILED failed"
+    (( SKIPPED > 0 )) && final+=", $SKIPPED skipped"
+    echo "$final" >"$BUILD/test-summary.txt"
+    echo "$final"
+    (( FAILED == 0 && PASSED + FAILED > 0 ))
+}
+
+main

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# test-host.sh: checks of the accel-lua program itself (command line, arg
+# table, stdin, -l, errors and tracebacks, `accel` loading, embedded library,
+# accel.so under plain lua5.4). Run by scripts/run-tests.sh:
+#
+#   scripts/test-host.sh [BUILD_DIR]     (default: build)
+#
+# Prints one line per check and ends with "N passed, N failed". Startup time
+# is printed for information only.
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=$(cd "${1:-$ROOT/build}" && pwd) || exit 1
+EXE=$BUILD/accel-lua
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+cd "$ROOT" || exit 1
+
+PASS=0
+FAIL=0
+
+ok() { PASS=$((PASS + 1)); echo "ok   $1"; }
+bad() {
+    FAIL=$((FAIL + 1))
+    echo "FAIL $1"
+    [[ -n ${2:-} ]] && sed 's/^/     > /' <<<"$2"
+}
+
+# expect NAME EXPECTED_STDOUT CMD...: exit 0 and exactly this output.
+expect() {
+    local name=$1 want=$2 got
+    shift 2
+    if got=$("$@" 2>&1) && [[ $got == "$want" ]]; then ok "$name"; else bad "$name" "$got"; fi
+}
+
+check_version() {
+    local out
+    out=$("$EXE" -v 2>&1)
+    if [[ $out =~ ^accel-lua\ [0-9]+\.[0-9]+\.[0-9]+\ \(Lua\ 5\.4\.[0-9]+\)$ ]]; then
+        ok "-v prints the version"
+    else
+        bad "-v prints the version" "$out"
+    fi
+}
+
+check_args() {
+    printf 'print(#arg, arg[-3] ~= nil, arg[-2], arg[-1], arg[0], arg[1], arg[2], ...)\n' >"$TMP/args.lua"
+    expect "arg table and ... for a script" \
+        "$(printf '2\ttrue\t-e\tx=1\t%s\ta\tb c\ta\tb c' "$TMP/args.lua")" \
+        "$EXE" -e x=1 "$TMP/args.lua" a "b c"
+    expect "- runs stdin with args" "$(printf -- '-\tp\tq')" \
+        "$EXE" - p q <<<'print(arg[0], ...)'
+    expect "no script, piped stdin runs it" "piped" "$EXE" <<<'print("piped")'
+    printf 'print(...)\n' >"$TMP/args2.lua"
+    expect "-- stops options" "$(printf -- '-e\t1')" "$EXE" -- "$TMP/args2.lua" -e 1
+}
+
+check_library() {
+    mkdir -p "$TMP/lib"
+    printf 'return { answer = 42, name = ... }\n' >"$TMP/lib/hostmod.lua"
+    expect "-l mod sets a global" "42	hostmod" \
+        env LUA_PATH="$TMP/lib/?.lua" "$EXE" -l hostmod -e 'print(hostmod.answer, hostmod.name)'
+    expect "-l g=mod sets global g" "42" \
+        env LUA_PATH="$TMP/lib/?.lua" "$EXE" -l hm=hostmod -e 'print(hm.answer)'
+}
+
+check_error() {
+    local err rc
+    printf 'local x = 1\nlocal function f()\n  error("host test boom")\nend\nf()\n' >"$TMP/fail.lua"
+    err=$("$EXE" "$TMP/fail.lua" 2>&1 >/dev/null)
+    rc=$?
+    if [[ $rc -eq 1 && $err == "accel-lua: $TMP/fail.lua:3: host test boom"* &&
+          $err == *"stack traceback:"* && $err == *"fail.lua:5:"* ]]; then
+        ok "error: exit 1, message and traceback on stderr"
+    else
+        bad "error: exit 1, message and traceback on stderr" "rc=$rc $err"
+    fi
+    "$EXE" -e 'os.exit(3)'
+    rc=$?
+    if [[ $rc -eq 3 ]]; then ok "os.exit(3) gives status 3"; else bad "os.exit(3) gives status 3" "rc=$rc"; fi
+    err=$("$EXE" --no-such-option 2>&1)
+    rc=$?
+    if [[ $rc -eq 1 && $err == *"usage:"* ]]; then ok "bad option: usage, exit 1"; else bad "bad option: usage, exit 1" "rc=$rc $err"; fi
+}
+
+check_accel() {
+    expect 'require("accel") returns a table, also global accel' "table	true" \
+        "$EXE" -e 'local a = require("accel"); print(type(a), a == accel)'
+}
+
+# Every bindings/lua file must be in package.preload under its module name.
+check_embedded() {
+    local names="" f m
+    while IFS= read -r f; do
+        m=${f#bindings/lua/}
+        m=${m%.lua}
+        m=${m%/init}
+        names+="${m//\//.} "
+    done < <(find bindings/lua -type f -name '*.lua' | sort)
+    expect "embedded library in package.preload" "ok" "$EXE" -e "
+        for name in ('$names'):gmatch('%S+') do
+          assert(type(package.preload[name]) == 'function', 'not embedded: ' .. name)
+        end
+        print('ok')"
+}
+
+# accel.so under plain lua5.4 (sanitizer builds need their runtime preloaded).
+check_module() {
+    local preload
+    preload=$(ldd "$BUILD/accel.so" 2>/dev/null | awk '/lib(asan|ubsan)\.so/ { printf "%s ", $3 }')
+    expect "accel.so loads in plain lua5.4" "table" \
+        env LD_PRELOAD="$preload" lua5.4 -e "package.cpath = '$BUILD/?.so'; print(type(require('accel')))"
+}
+
+report_startup() {
+    local n=20 t0 t1 i
+    t0=$(date +%s%N)
+    for ((i = 0; i < n; i++)); do "$EXE" -e '' ; done
+    t1=$(date +%s%N)
+    echo "info startup: $(( (t1 - t0) / n / 1000 )) us per 'accel-lua -e \"\"' (average of $n)"
+}
+
+main() {
+    check_version
+    expect "-e runs a statement" "2" "$EXE" -e 'print(1+1)'
+    check_args
+    check_library
+    check_error
+    check_accel
+    check_embedded
+    check_module
+    report_startup
+    echo "$PASS passed, $FAIL failed"
+    (( FAIL == 0 ))
+}
+
+main

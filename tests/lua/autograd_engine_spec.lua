@@ -1,0 +1,748 @@
+-- The autograd engine: accumulation, explicit gradients, graph lifetime,
+-- grad modes, leaves, diamonds, long chains, in-place ops and custom Lua
+-- functions. Expected values are closed forms or finite differences.
+local accel = require("accel")
+local gc = dofile("tests/lua/gradcheck.lua")
+
+local f64 = accel.float64
+
+local function leaf(data) return gc.leaf(accel.tensor(data, {dtype = f64})) end
+
+local function close(a, b, tol)
+  tol = tol or 1e-12
+  local d = (a:double() - b:double()):abs():max():item()
+  return d <= tol, d
+end
+
+local function assert_close(a, b, tol)
+  local ok, d = close(a, b, tol)
+  assert(ok, ("max abs difference %g (tolerance %g)\n%s\nvs\n%s"):format(d, tol or 1e-12, tostring(a), tostring(b)))
+end
+
+local function check(fn, inputs, opts)
+  local ok, msg = gc.gradcheck(fn, inputs, opts)
+  assert(ok, msg)
+end
+
+local function errmsg(f, ...)
+  local ok, err = pcall(f, ...)
+  assert.is_false(ok, "expected an error")
+  return tostring(err)
+end
+
+describe("gradient accumulation", function()
+  it("two backward calls add into .grad", function()
+    local x = leaf({1, 2, 3});
+    (x * x):sum():backward()
+    assert.same({2, 4, 6}, x.grad:tolist())
+    ;(x * 3):sum():backward()
+    assert.same({5, 7, 9}, x.grad:tolist())
+  end)
+
+  it(".grad keeps its identity while accumulating; assigning nil resets", function()
+    local x = leaf({1, 2})
+    x:sum():backward()
+    local g = x.grad
+    x:sum():backward()
+    assert.equal(g, x.grad)
+    assert.same({2, 2}, g:tolist())
+    x.grad = nil
+    assert.is_nil(x.grad)
+    ;(x * 5):sum():backward()
+    assert.same({5, 5}, x.grad:tolist())
+  end)
+
+  it("zero_ on .grad then accumulate", function()
+    local x = leaf({1, 2})
+    x:sum():backward()
+    x.grad:zero_()
+    ;(x * x):sum():backward()
+    assert.same({2, 4}, x.grad:tolist())
+  end)
+
+  it("the first .grad does not alias the upstream gradient", function()
+    local x = leaf({1, 2, 3})
+    local g = accel.tensor({1, 1, 1}, {dtype = f64})
+    x:backward(g)
+    assert.same({1, 1, 1}, x.grad:tolist())
+    g:fill_(7)
+    assert.same({1, 1, 1}, x.grad:tolist())
+    local y = x * 1
+    y:backward(g)
+    assert.same({8, 8, 8}, x.grad:tolist())
+    g:fill_(0)
+    assert.same({8, 8, 8}, x.grad:tolist())
+  end)
+
+  it("non-leaf tensors get no .grad", function()
+    local x = leaf({1, 2})
+    local y = x * 2
+    y:sum():backward()
+    assert.is_nil(y.grad)
+    assert.same({2, 2}, x.grad:tolist())
+  end)
+end)
+
+describe("backward(grad)", function()
+  it("a non-scalar output with an explicit gradient", function()
+    local x = leaf({{1, 2}, {3, 4}})
+    local y = x * x
+    local g = accel.tensor({{1, 0.5}, {-1, 2}}, {dtype = f64})
+    y:backward(g)
+    assert.same({{2, 2}, {-6, 16}}, x.grad:tolist())
+  end)
+
+  it("a scalar output with an explicit gradient", function()
+    local x = leaf({1, 2})
+    ;(x * x):sum():backward(accel.tensor(3, {dtype = f64}))
+    assert.same({6, 12}, x.grad:tolist())
+  end)
+
+  it("a non-scalar output without a gradient is an error", function()
+    local x = leaf({1, 2})
+    local msg = errmsg(function() (x * 2):backward() end)
+    assert.matches("scalar", msg)
+    assert.matches("%[2%]", msg)
+    assert.matches("autograd_engine_spec.lua", msg)
+  end)
+
+  it("a gradient of the wrong shape is an error", function()
+    local x = gc.randn(2, 3)
+    local y = x * 2
+    local msg = errmsg(function() y:backward(accel.ones(3, 2, {dtype = f64})) end)
+    assert.matches("shape", msg)
+    assert.matches("%[3, 2%]", msg)
+    assert.matches("%[2, 3%]", msg)
+    msg = errmsg(function() y:backward(accel.ones(5, {dtype = f64})) end)
+    assert.matches("shape", msg)
+  end)
+
+  it("backward of a tensor that does not require grad is an error", function()
+    local t = accel.ones(3):sum()
+    assert.matches("does not require grad", errmsg(function() t:backward() end))
+  end)
+
+  it("backward on a leaf accumulates into itself", function()
+    local x = leaf({5})
+    x:backward()
+    assert.same({1}, x.grad:tolist())
+  end)
+
+  it("float32 gradient into a float64 graph is cast", function()
+    local x = leaf({1, 2})
+    ;(x * 3):backward(accel.tensor({1, 2}, {dtype = accel.float32}))
+    assert.equal(f64, x.grad.dtype)
+    assert.same({3, 6}, x.grad:tolist())
+  end)
+end)
+
+describe("graph lifetime", function()
+  it("a second backward through a freed graph errors clearly", function()
+    local x = leaf({1, 2, 3})
+    local y = (x:exp() * x):sum()
+    y:backward()
+    local msg = errmsg(function() y:backward() end)
+    assert.matches("second time", msg)
+  end)
+
+  it("a shared subgraph is freed by the first backward through it", function()
+    local x = leaf({1, 2, 3})
+    local z = x:sin()
+    local a, b = z:sum(), (z * 2):sum()
+    a:backward()
+    assert.matches("second time", errmsg(function() b:backward() end))
+  end)
+
+  it("saved tensors are released right after backward", function()
+    local x = gc.randn(100000)
+    collectgarbage()
+    collectgarbage()
+    local before = accel.memory_stats()
+    -- exp saves its output, sin its input (the same), tanh its output
+    local y = x:exp():sin():tanh():sum()
+    collectgarbage()
+    collectgarbage()
+    local during = accel.memory_stats()
+    assert.is_true(during - before >= 2 * 800000, ("saved tensors should be alive before backward (%d)"):format(during - before))
+    y:backward()
+    collectgarbage()
+    collectgarbage()
+    local after = accel.memory_stats()
+    -- only x.grad (800 kB) and y remain, although y is still referenced
+    assert.is_true(after - before <= 800000 + 4096, ("live grew by %d bytes"):format(after - before))
+    assert.is_not_nil(y)
+  end)
+
+  it("a graph that is never backpropagated is freed with its output", function()
+    local x = gc.randn(10000)
+    collectgarbage()
+    collectgarbage()
+    local before = accel.memory_stats()
+    for _ = 1, 50 do
+      local y = x:exp():sigmoid():tanh():sqrt():reciprocal() -- ops that save their outputs
+      local z = (y * x):softmax(1)
+    end
+    collectgarbage()
+    collectgarbage()
+    assert.equal(before, (accel.memory_stats()))
+  end)
+end)
+
+describe("grad mode", function()
+  it("no_grad(fn) returns fn's results and records nothing", function()
+    local x = leaf({1, 2})
+    local a, b, c = accel.no_grad(function() return x * 2, x + 1, "done" end)
+    assert.is_false(a.requires_grad)
+    assert.is_false(b.requires_grad)
+    assert.is_true(a.is_leaf)
+    assert.same({2, 4}, a:tolist())
+    assert.equal("done", c)
+    assert.is_true(accel.is_grad_enabled())
+  end)
+
+  it("no_grad(fn, args...) passes the arguments", function()
+    local x = leaf({1, 2})
+    local r = accel.no_grad(function(t, k) return t * k end, x, 3)
+    assert.same({3, 6}, r:tolist())
+    assert.is_false(r.requires_grad)
+  end)
+
+  it("no_grad(fn) restores grad mode after an error", function()
+    local ok, err = pcall(accel.no_grad, function()
+      assert.is_false(accel.is_grad_enabled())
+      error("boom inside")
+    end)
+    assert.is_false(ok)
+    assert.matches("boom inside", tostring(err))
+    assert.is_true(accel.is_grad_enabled())
+  end)
+
+  it("<close> form restores grad mode at scope end", function()
+    local x = leaf({1, 2})
+    local y
+    do
+      local _ <close> = accel.no_grad()
+      assert.is_false(accel.is_grad_enabled())
+      y = x * 2
+    end
+    assert.is_true(accel.is_grad_enabled())
+    assert.is_false(y.requires_grad)
+    assert.is_true((x * 2).requires_grad)
+  end)
+
+  it("<close> form restores grad mode after an error", function()
+    local ok, err = pcall(function()
+      local _ <close> = accel.no_grad()
+      error("boom in scope")
+    end)
+    assert.is_false(ok)
+    assert.matches("boom in scope", tostring(err))
+    assert.is_true(accel.is_grad_enabled())
+  end)
+
+  it("nested: enable_grad inside no_grad, and set_grad_enabled", function()
+    local x = leaf({1, 2})
+    accel.no_grad(function()
+      local y = accel.enable_grad(function() return x * 2 end)
+      assert.is_true(y.requires_grad)
+      assert.is_false(accel.is_grad_enabled())
+      do
+        local _ <close> = accel.enable_grad()
+        assert.is_true(accel.is_grad_enabled())
+      end
+      assert.is_false(accel.is_grad_enabled())
+    end)
+    assert.is_true(accel.is_grad_enabled())
+    local prev = accel.set_grad_enabled(false)
+    assert.is_true(prev)
+    assert.is_false((x * 2).requires_grad)
+    accel.set_grad_enabled(true)
+    assert.is_true((x * 2).requires_grad)
+    assert.equal(accel.no_grad, accel.autograd.no_grad)
+  end)
+
+  it("grad mode is restored after a failing backward", function()
+    local x = leaf({1, 2})
+    local y = x * 2
+    pcall(function() y:backward() end)
+    assert.is_true(accel.is_grad_enabled())
+  end)
+end)
+
+describe("leaves, requires_grad, detach", function()
+  it("requires_grad_ and t.requires_grad = true", function()
+    local a = accel.randn(3, {dtype = f64})
+    assert.is_false(a.requires_grad)
+    assert.equal(a, a:requires_grad_())
+    assert.is_true(a.requires_grad)
+    a:requires_grad_(false)
+    assert.is_false(a.requires_grad)
+    local b = accel.randn(3, {dtype = f64})
+    b.requires_grad = true
+    assert.is_true(b.requires_grad)
+    ;(a * b):sum():backward()
+    assert.is_nil(a.grad)
+    assert_close(b.grad, a)
+    local c = accel.randn(3, {requires_grad = true})
+    assert.is_true(c.requires_grad)
+  end)
+
+  it("integer tensors cannot require grad", function()
+    local i = accel.tensor({1, 2, 3})
+    assert.matches("floating point", errmsg(function() i:requires_grad_() end))
+    assert.matches("floating point", errmsg(function() i.requires_grad = true end))
+  end)
+
+  it("requires_grad cannot be turned off on a non-leaf", function()
+    local y = gc.randn(2) * 2
+    assert.matches("leaf", errmsg(function() y:requires_grad_(false) end))
+  end)
+
+  it("is_leaf", function()
+    local x = gc.randn(3)
+    local p = accel.randn(3)
+    assert.is_true(x.is_leaf)
+    assert.is_true(p.is_leaf)
+    assert.is_false((x * 2).is_leaf)
+    assert.is_true((p * 2).is_leaf)
+    assert.is_true(x:detach().is_leaf)
+    assert.is_true(accel.no_grad(function() return x * 2 end).is_leaf)
+  end)
+
+  it("grad_fn names the op", function()
+    local x = gc.randn(2, 3)
+    assert.is_nil(x.grad_fn)
+    local function name(t) return t.grad_fn:lower() end
+    assert.matches("add", name(x + 1))
+    assert.matches("mul", name(x * x))
+    assert.matches("sum", name(x:sum()))
+    assert.matches("exp", name(x:exp()))
+    assert.matches("view", name(x:view(3, 2)))
+    assert.matches("transpose", name(x:t()))
+    assert.matches("mm", name(x:matmul(x:t())))
+    assert.matches("softmax", name(x:softmax(1)))
+    assert.is_nil(accel.randn(2):exp().grad_fn)
+  end)
+
+  it("detach shares storage, drops the graph", function()
+    local x = gc.randn(3)
+    local y = x * 2
+    local d = y:detach()
+    assert.is_false(d.requires_grad)
+    assert.is_nil(d.grad_fn)
+    assert.is_true(d.is_leaf)
+    d:fill_(1)
+    assert.same({1, 1, 1}, y:tolist())
+    -- the graph through y is untouched by the detached branch
+    local z = y * 3 + d
+    z:sum():backward()
+    assert.same({6, 6, 6}, x.grad:tolist())
+  end)
+
+  it("detach_ in place", function()
+    local x = gc.randn(3)
+    local y = x * 2
+    y:detach_()
+    assert.is_false(y.requires_grad)
+    assert.is_true(y.is_leaf)
+  end)
+
+  it(".data is a detached alias", function()
+    local x = gc.randn(3)
+    local d = x.data
+    assert.is_false(d.requires_grad)
+    d:fill_(2)
+    assert.same({2, 2, 2}, x:tolist())
+  end)
+end)
+
+describe("graph shapes", function()
+  it("x used twice (x * x) and through two branches", function()
+    local x = leaf({1, 2, 3})
+    ;(x * x):sum():backward()
+    assert.same({2, 4, 6}, x.grad:tolist())
+    check(function(a) return a * a + a:exp() - a:sin() * a end, {gc.randn(2, 3)})
+  end)
+
+  it("diamond through an intermediate", function()
+    check(function(a)
+      local b = a:tanh()
+      local c, d = b * 2, b:exp()
+      return (c * d + b):sum()
+    end, {gc.randn(4)})
+    -- closed form: y = b^2 with b = 3x -> dy/dx = 18 x
+    local x = leaf({1, -2})
+    local b = x * 3
+    ;(b * b):sum():backward()
+    assert.same({18, -36}, x.grad:tolist())
+  end)
+
+  it("many consumers of one tensor", function()
+    local x = leaf({1, 2})
+    local s = x * 0
+    for _ = 1, 100 do s = s + x end
+    s:sum():backward()
+    assert.same({100, 100}, x.grad:tolist())
+  end)
+
+  it("inputs with and without grad mixed", function()
+    local x = leaf({1, 2})
+    local c = accel.tensor({3, 4}, {dtype = f64})
+    ;(x * c + c):sum():backward()
+    assert.same({3, 4}, x.grad:tolist())
+    assert.is_nil(c.grad)
+  end)
+
+  it("a long chain of 10000 ops: backward and freeing do not overflow the stack", function()
+    local x = leaf({0.5, -0.25})
+    local y = x
+    for _ = 1, 10000 do y = y * 1.0001 end
+    y:sum():backward()
+    local expected = 1.0001 ^ 10000
+    assert.is_true(math.abs(x.grad[1]:item() - expected) < 1e-9 * expected)
+    -- nonlinear chain dropped without backward, after its intermediates were collected
+    y = x
+    for _ = 1, 10000 do y = (y * 0.5):sin() + y * 0.1 end
+    collectgarbage()
+    y = nil
+    collectgarbage()
+    collectgarbage()
+    -- a chain that keeps inputs saved (sin saves its input), backward after collecting
+    y = x
+    for _ = 1, 10000 do y = y:sin() end
+    collectgarbage()
+    x.grad = nil
+    y:sum():backward()
+    assert.is_true(x.grad[1]:item() > 0)
+  end)
+
+  it("10000-op chain gradient matches the closed form", function()
+    -- y = x + 1e-4 * sum_k x  (10000 additions of x * 1e-4) -> dy/dx = 2
+    local x = leaf({1, 2, 3})
+    local y = x
+    for _ = 1, 10000 do y = y + x * 1e-4 end
+    y:sum():backward()
+    assert_close(x.grad, accel.full({3}, 2, {dtype = f64}), 1e-9)
+  end)
+end)
+
+describe("in-place ops", function()
+  it("add_ on a non-leaf keeps correct grads", function()
+    local x = leaf({1, 2, 3})
+    local y = x * 2
+    y:add_(1)
+    assert.same({3, 5, 7}, y:tolist())
+    y:sum():backward()
+    assert.same({2, 2, 2}, x.grad:tolist())
+  end)
+
+  it("mul_ / div_ / sub_ by scalars and tensors", function()
+    check(function(a) local y = a * 1; y:mul_(3); y:sub_(1); y:div_(2); return y end, {gc.randn(4)})
+    check(function(a, w) local y = a * 1; y:mul_(w); return y end, {gc.randn(4), gc.randn(4)})
+    check(function(a, w) local y = a:sin(); y:div_(w); return y end, {gc.randn(4), gc.uniform(1, 2, 4)})
+    check(function(a, w) local y = a:sin(); y:add_(w, {alpha = 2}); return y end, {gc.randn(4), gc.randn(4)})
+    check(function(a, w) local y = a:sin(); y:pow_(w); return y end, {gc.uniform(0.5, 1.5, 4), gc.randn(4)})
+  end)
+
+  it("unary in-place ops on non-leaves", function()
+    check(function(a) local y = a * 2; y:sin_(); return y end, {gc.randn(5)})
+    check(function(a) local y = a * 2; y:relu_(); return y end, {gc.randn(5)})
+    check(function(a) local y = a * 2; y:exp_(); return y end, {gc.randn(5)})
+    check(function(a) local y = a * 2; y:tanh_(); y:sigmoid_(); return y end, {gc.randn(5)})
+    check(function(a) local y = a * 2; y:pow_(3); return y end, {gc.randn(5)})
+    check(function(a) local y = a * 2; y:clamp_(-0.5, 0.5); return y end, {gc.randn(5)})
+  end)
+
+  it("masked_fill_ on a non-leaf", function()
+    local m = accel.tensor({true, false, true, false})
+    check(function(a) local y = a * 2; y:masked_fill_(m, 0); return y end, {gc.randn(4)})
+  end)
+
+  it("in-place on a leaf that requires grad is an error (allowed under no_grad)", function()
+    local x = leaf({1, 2})
+    assert.matches("leaf", errmsg(function() x:add_(1) end))
+    assert.matches("leaf", errmsg(function() x:mul_(2) end))
+    assert.matches("leaf", errmsg(function() x:fill_(0) end))
+    accel.no_grad(function() x:add_(1) end)
+    assert.same({2, 3}, x:tolist())
+  end)
+
+  it("modifying a saved tensor in place after use, then backward: clear error", function()
+    local x = leaf({1, 2, 3})
+    local y = x * 2
+    local z = y * y -- saves y
+    y:add_(1)
+    local msg = errmsg(function() z:sum():backward() end)
+    assert.matches("in%-place", msg)
+    assert.matches("mul", msg)
+
+    local w = leaf({0.5, 1})
+    local s = w:sin() -- saves w
+    accel.no_grad(function() w:add_(1) end)
+    msg = errmsg(function() s:sum():backward() end)
+    assert.matches("modified by an in%-place operation", msg)
+    assert.matches("sin", msg)
+
+    -- exp saves its output: changing that output in place breaks exp's backward (as in PyTorch)
+    local e = leaf({0.5, 1}):exp()
+    e:mul_(2)
+    msg = errmsg(function() e:sum():backward() end)
+    assert.matches("modified by an in%-place operation", msg)
+    assert.matches("exp", msg)
+  end)
+
+  it("in-place ops on views that would need a graph are errors", function()
+    local x = leaf({1, 2})
+    local y = x * 2
+    assert.matches("view", errmsg(function() y:view(2, 1):mul_(2) end))
+    -- the base does not require grad, the operand does: the base would lose the gradient
+    local buf = accel.zeros(4, {dtype = f64})
+    assert.matches("view", errmsg(function() buf:narrow(1, 1, 2):add_(x) end))
+    assert.same({0, 0, 0, 0}, buf:tolist())
+    -- a fresh tensor (not a view) is fine and picks up the history
+    local acc = accel.zeros(2, {dtype = f64})
+    acc:add_(x * 3)
+    assert.is_true(acc.requires_grad)
+    acc:sum():backward()
+    assert.same({3, 3}, x.grad:tolist())
+  end)
+
+  it("modifying a tensor that was not saved is fine", function()
+    local x = leaf({1, 2, 3})
+    local y = x * 2
+    local z = y + 1 -- add saves nothing
+    y:mul_(10)
+    z:sum():backward()
+    assert.same({2, 2, 2}, x.grad:tolist())
+  end)
+end)
+
+describe("overwrites: fill_, zero_, copy_, t[i] = v", function()
+  it("fill_ / zero_ on a non-leaf cut the gradient of the old values", function()
+    local x = leaf({1, 2, 3})
+    local y = x * 2
+    y:fill_(3)
+    assert.is_true(y.requires_grad)
+    ;(y * x):sum():backward()
+    assert.same({3, 3, 3}, x.grad:tolist())
+    x.grad = nil
+    local z = x * 2
+    z:zero_()
+    ;(z + x):sum():backward()
+    assert.same({1, 1, 1}, x.grad:tolist())
+  end)
+
+  it("copy_ into a non-leaf: gradient goes to the source, not to the old values", function()
+    check(function(a, w) local y = a * 2; y:copy_(w); return y * a end, {gc.randn(3), gc.randn(3)})
+    check(function(a, w) local y = a:sin(); y:copy_(w); return y end, {gc.randn(2, 3), gc.randn(3)})
+  end)
+
+  it("copy_ from a source that requires grad makes the destination require grad", function()
+    local x = gc.randn(3)
+    local buf = accel.zeros(3, {dtype = f64})
+    buf:copy_(x * 3)
+    assert.is_true(buf.requires_grad)
+    assert.is_false(buf.is_leaf)
+    buf:sum():backward()
+    assert.same({3, 3, 3}, x.grad:tolist())
+    check(function(a) local b = accel.zeros(2, 3, {dtype = f64}); b:copy_(a); return b end, {gc.randn(3)})
+  end)
+
+  it("t[i] = v on a non-leaf: row i takes v's gradient, the others keep theirs", function()
+    check(function(a, w) local y = a * 2; y[2] = w; return y end, {gc.randn(3, 4), gc.randn(4)})
+    check(function(a, w) local y = a:sin(); y[-1] = w; return y:exp() end, {gc.randn(3, 2), gc.randn(1)})
+    check(function(a) local y = a * 2; y[1] = 5; return y end, {gc.randn(3, 2)})
+    local x = leaf({{1, 2}, {3, 4}})
+    local y = x * 2
+    y[1] = 0
+    y:sum():backward()
+    assert.same({{0, 0}, {2, 2}}, x.grad:tolist())
+  end)
+
+  it("t[i] = v into a plain buffer from sources that require grad", function()
+    check(function(a, b)
+      local buf = accel.zeros(3, 2, {dtype = f64})
+      buf[1] = a
+      buf[3] = b * 2
+      return buf
+    end, {gc.randn(2), gc.randn(2)})
+  end)
+
+  it("overwrites that cannot be recorded are errors, not silently wrong gradients", function()
+    local x = leaf({1, 2})
+    assert.matches("leaf", errmsg(function() x:zero_() end))
+    assert.matches("leaf", errmsg(function() x:copy_(accel.ones(2, {dtype = f64})) end))
+    assert.matches("leaf", errmsg(function() x[1] = 3 end))
+    local v = (x * 2):view(2, 1)
+    assert.matches("view", errmsg(function() v[1] = 7 end))
+    assert.matches("view", errmsg(function() v:fill_(1) end))
+    local buf = accel.zeros(4, {dtype = f64})
+    assert.matches("view", errmsg(function() buf:narrow(1, 1, 2):copy_(x) end))
+    -- all fine without recording
+    accel.no_grad(function()
+      x:zero_()
+      v[1] = 7
+      buf:narrow(1, 1, 2):copy_(x)
+    end)
+    assert.same({0, 0}, x:tolist())
+  end)
+end)
+
+describe("custom functions from Lua", function()
+  local Square = accel.autograd.Function{
+    forward = function(ctx, x)
+      ctx:save_for_backward(x)
+      return x * x
+    end,
+    backward = function(ctx, g)
+      local x = ctx.saved_tensors[1]
+      return g * 2 * x
+    end,
+  }
+
+  it("called as F(x) and F.apply(x)", function()
+    local x = leaf({1, 2, 3})
+    local y = Square(x)
+    assert.same({1, 4, 9}, y:tolist())
+    assert.is_true(y.requires_grad)
+    assert.is_false(y.is_leaf)
+    y:sum():backward()
+    assert.same({2, 4, 6}, x.grad:tolist())
+    x.grad = nil
+    Square.apply(x):sum():backward()
+    assert.same({2, 4, 6}, x.grad:tolist())
+  end)
+
+  it("passes gradcheck, also inside a larger graph", function()
+    check(function(a) return Square(a) end, {gc.randn(3, 2)})
+    check(function(a) return Square(a:tanh()):exp() * a end, {gc.randn(3)})
+  end)
+
+  it("forward runs without recording a graph", function()
+    local inner
+    local F = accel.autograd.Function{
+      forward = function(ctx, x) inner = x * 2; return inner end,
+      backward = function(ctx, g) return g * 2 end,
+    }
+    F(gc.randn(2))
+    assert.is_false(inner.requires_grad)
+  end)
+
+  it("two inputs, one of them not requiring grad", function()
+    local Mul = accel.autograd.Function{
+      forward = function(ctx, a, b)
+        ctx:save_for_backward(a, b)
+        return a * b
+      end,
+      backward = function(ctx, g)
+        local a, b = ctx.saved_tensors[1], ctx.saved_tensors[2]
+        local ga = ctx.needs_input_grad[1] and g * b or nil
+        local gb = ctx.needs_input_grad[2] and g * a or nil
+        return ga, gb
+      end,
+    }
+    local a = gc.randn(4)
+    local b = accel.randn(4, {dtype = f64})
+    Mul(a, b):sum():backward()
+    assert_close(a.grad, b)
+    assert.is_nil(b.grad)
+    check(function(x) return Mul(x, b) end, {gc.randn(4)})
+    check(function(x, y) return Mul(x, y) end, {gc.randn(4), gc.randn(4)})
+  end)
+
+  it("a backward returning a gradient for an input without grad is ignored", function()
+    local Add = accel.autograd.Function{
+      forward = function(ctx, a, b) return a + b end,
+      backward = function(ctx, g) return g, g end,
+    }
+    local a = gc.randn(3)
+    local b = accel.randn(3, {dtype = f64})
+    Add(a, b):sum():backward()
+    assert.same({1, 1, 1}, a.grad:tolist())
+    assert.is_nil(b.grad)
+  end)
+
+  it("non-tensor arguments are passed through", function()
+    local Scale = accel.autograd.Function{
+      forward = function(ctx, x, k) ctx.k = k; return x * k end,
+      backward = function(ctx, g) return g * ctx.k, nil end,
+    }
+    local x = gc.randn(3)
+    Scale(x, 4):sum():backward()
+    assert.same({4, 4, 4}, x.grad:tolist())
+  end)
+
+  it("no input requires grad: the output does not either", function()
+    local y = Square(accel.randn(3))
+    assert.is_false(y.requires_grad)
+  end)
+
+  it("an error inside the Lua backward is reported cleanly", function()
+    local Bad = accel.autograd.Function{
+      forward = function(ctx, x) return x * 1 end,
+      backward = function(ctx, g) error("my backward exploded") end,
+    }
+    local x = gc.randn(3)
+    local y = Bad(x):sum()
+    local ok, err = pcall(function() y:backward() end)
+    assert.is_false(ok)
+    assert.matches("my backward exploded", tostring(err))
+    assert.is_true(accel.is_grad_enabled())
+    assert.is_nil(x.grad)
+    -- the runtime still works afterwards
+    Square(x):sum():backward()
+    assert.is_not_nil(x.grad)
+  end)
+
+  it("a backward returning a non-tensor is reported", function()
+    local Bad = accel.autograd.Function{
+      forward = function(ctx, x) return x * 1 end,
+      backward = function(ctx, g) return "nope" end,
+    }
+    local y = Bad(gc.randn(3)):sum()
+    local ok, err = pcall(function() y:backward() end)
+    assert.is_false(ok)
+    assert.matches("tensor or nil", tostring(err))
+  end)
+
+  it("a backward returning a gradient of the wrong shape is reported", function()
+    local Bad = accel.autograd.Function{
+      forward = function(ctx, x) return x * 1 end,
+      backward = function(ctx, g) return accel.ones(7, {dtype = f64}) end,
+    }
+    local y = Bad(gc.randn(3)):sum()
+    local ok = pcall(function() y:backward() end)
+    assert.is_false(ok)
+  end)
+
+  it("forward in a coroutine that has finished and been collected, backward outside", function()
+    local x = gc.randn(3)
+    local y = coroutine.wrap(function() return Square(x):sum() end)()
+    collectgarbage()
+    collectgarbage()
+    for _ = 1, 200 do coroutine.wrap(function() end)() end -- reuse the freed thread memory
+    collectgarbage()
+    y:backward()
+    assert_close(x.grad, x:detach() * 2)
+  end)
+
+  it("backward inside a coroutine, and forward in a suspended one", function()
+    local x = gc.randn(3)
+    local y = Square(x):sum()
+    coroutine.wrap(function() y:backward() end)()
+    assert_close(x.grad, x:detach() * 2)
+    x.grad = nil
+    local co = coroutine.create(function()
+      coroutine.yield(Square(x):sum())
+    end)
+    local _, z = coroutine.resume(co)
+    z:backward()
+    assert_close(x.grad, x:detach() * 2)
+  end)
+
+  it("definition errors", function()
+    assert.matches("forward", errmsg(function() accel.autograd.Function{backward = function() end} end))
+    local NotTensor = accel.autograd.Function{forward = function() return 3 end, backward = function() end}
+    assert.matches("must return a tensor", errmsg(function() NotTensor(gc.randn(2)) end))
+  end)
+end)

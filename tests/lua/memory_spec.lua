@@ -1,0 +1,145 @@
+-- Memory behaviour of tensors and autograd graphs: a long training-like loop
+-- without collectgarbage() stays flat, t:free() and <close> release at once.
+local accel = require("accel")
+
+local function rss_kb()
+  for line in io.lines("/proc/self/status") do
+    local v = line:match("^VmRSS:%s+(%d+)")
+    if v then return tonumber(v) end
+  end
+  error("VmRSS not found in /proc/self/status")
+end
+
+local function live() return (accel.memory_stats()) end
+
+local function errmsg(f, ...)
+  local ok, err = pcall(f, ...)
+  assert.is_false(ok, "expected an error")
+  return tostring(err)
+end
+
+describe("memory", function()
+  it("a 100000-iteration autograd loop keeps RSS and live bytes flat (no collectgarbage)", function()
+    collectgarbage("restart")
+    local w = accel.randn(16, {requires_grad = true})
+    local function step()
+      local a = accel.randn(16, {requires_grad = true})
+      local b = accel.randn(16)
+      local loss = ((a + b) * w):tanh():sum()
+      loss:backward()
+      return a.grad
+    end
+    for _ = 1, 2000 do step() end
+    local rss0, live0 = rss_kb(), live()
+    local max_live = live0
+    local t0 = accel.clock()
+    for i = 1, 100000 do
+      step()
+      if i % 500 == 0 then
+        local l = live()
+        if l > max_live then max_live = l end
+      end
+    end
+    local elapsed = accel.clock() - t0
+    local rss1, live1 = rss_kb(), live()
+    print(("\n  memory loop: %.2f us/iteration; RSS %d kB -> %d kB (%+d kB); live bytes %d -> %d (max %d); Lua heap %.0f kB")
+      :format(elapsed / 100000 * 1e6, rss0, rss1, rss1 - rss0, live0, live1, max_live, collectgarbage("count")))
+    assert.is_true(rss1 - rss0 < 20 * 1024, ("RSS grew by %d kB"):format(rss1 - rss0))
+    -- every iteration makes ~10 tensors of 64 bytes; garbage waiting for the GC must stay small
+    assert.is_true(max_live < 4 * 1024 * 1024, ("live bytes reached %d"):format(max_live))
+    assert.is_true(live1 < 4 * 1024 * 1024, ("live bytes ended at %d"):format(live1))
+  end)
+
+  it("large temporaries in a loop are collected by the GC accounting", function()
+    local before = live()
+    local x = accel.randn(100000, {requires_grad = true}) -- 400 kB
+    local max_live = 0
+    for _ = 1, 600 do
+      local y = (x * 2):exp():sum()
+      y:backward()
+      local l = live()
+      if l > max_live then max_live = l end
+    end
+    -- 600 iterations allocate ~700 MB of tensors in total; what is alive at once stays small
+    assert.is_true(max_live - before < 128 * 1024 * 1024, ("live bytes reached %d"):format(max_live - before))
+  end)
+
+  it("memory_stats returns live and cached bytes", function()
+    local l, c = accel.memory_stats()
+    assert.equal("number", math.type(l) and "number" or type(l))
+    assert.is_true(l >= 0)
+    assert.is_true(c >= 0)
+  end)
+
+  it("t:free() releases at once and later use errors with 'freed'", function()
+    collectgarbage()
+    collectgarbage()
+    local before = live()
+    local t = accel.zeros(1000000)
+    assert.equal(before + 4000000, live())
+    t:free()
+    assert.equal(before, live())
+    assert.matches("freed", errmsg(function() return t + 1 end))
+    assert.matches("freed", errmsg(function() return t:sum() end))
+    assert.matches("freed", errmsg(function() return t:size() end))
+    assert.matches("freed", errmsg(function() return accel.cat({t, t}) end))
+    -- freeing twice is harmless; the GC later is harmless too
+    t:free()
+    t = nil
+    collectgarbage()
+    assert.equal(before, live())
+  end)
+
+  it("t:free() on a tensor that requires grad also drops its graph", function()
+    collectgarbage()
+    collectgarbage()
+    local before = live()
+    local x = accel.randn(100000, {dtype = accel.float64, requires_grad = true})
+    local y = x:exp()
+    x:free()
+    -- x's storage stays alive while y's graph still refers to it
+    y:free()
+    collectgarbage()
+    collectgarbage()
+    assert.equal(before, live())
+  end)
+
+  it("a view keeps the storage alive after the base is freed", function()
+    collectgarbage()
+    collectgarbage()
+    local before = live()
+    local t = accel.arange(0, 1000, {dtype = accel.float64})
+    local v = t:narrow(1, 11, 5)
+    t:free()
+    assert.equal(before + 8000, live())
+    assert.same({10, 11, 12, 13, 14}, v:tolist())
+    v:free()
+    assert.equal(before, live())
+  end)
+
+  it("<close> releases at scope end", function()
+    collectgarbage()
+    collectgarbage()
+    local before = live()
+    local escaped
+    do
+      local t <close> = accel.zeros(1000000)
+      assert.equal(before + 4000000, live())
+      escaped = t
+    end
+    assert.equal(before, live())
+    assert.matches("freed", errmsg(function() return escaped:sum() end))
+  end)
+
+  it("<close> releases when the scope is left by an error", function()
+    collectgarbage()
+    collectgarbage()
+    local before = live()
+    local ok = pcall(function()
+      local t <close> = accel.zeros(1000000)
+      error("leave early")
+    end)
+    assert.is_false(ok)
+    assert.equal(before, live())
+  end)
+end)

@@ -1,0 +1,570 @@
+-- tensor_creation_spec.lua: creating tensors (tensor{}, zeros/ones/full/
+-- empty, arange, linspace, the random constructors, *_like), the dtype
+-- constants and their value round trips through :to(dtype) / :tolist(),
+-- and the utilities accel.clock and accel.num_threads.
+-- Reference values are closed forms or plain Lua arithmetic, never accel.
+local accel = require("accel")
+
+-- float32 rounding of a Lua number, done by Lua's own string.pack.
+local function f32(x) return (string.unpack("<f", string.pack("<f", x))) end
+
+local function shape_of(t)
+  local s = {}
+  for i = 1, t:dim() do s[i] = t:size(i) end
+  return s
+end
+
+local function flatten(v, out)
+  out = out or {}
+  if type(v) ~= "table" then out[#out + 1] = v; return out end
+  for i = 1, #v do flatten(v[i], out) end
+  return out
+end
+
+local function assert_list_equal(expected, got)
+  assert.are.equal(#expected, #got)
+  for i = 1, #expected do
+    local e, g = expected[i], got[i]
+    if e ~= e then
+      assert.is_true(g ~= g, ("element %d: expected nan, got %s"):format(i, tostring(g)))
+    else
+      assert.are.equal(e, g, ("element %d: expected %s, got %s"):format(i, tostring(e), tostring(g)))
+    end
+  end
+end
+
+local inf = math.huge
+
+describe("accel.tensor{...}", function()
+  it("infers int64 from Lua integers", function()
+    local t = accel.tensor{1, 2, 3}
+    assert.are.equal(accel.int64, t.dtype)
+    assert.are.same({3}, shape_of(t))
+    local l = t:tolist()
+    assert.are.same({1, 2, 3}, l)
+    for i = 1, 3 do assert.are.equal("integer", math.type(l[i])) end
+  end)
+
+  it("infers float32 from Lua floats, also when mixed with integers", function()
+    local t = accel.tensor{1.5, 2.25}
+    assert.are.equal(accel.float32, t.dtype)
+    assert.are.same({1.5, 2.25}, t:tolist())
+    local m = accel.tensor{1, 2.5}
+    assert.are.equal(accel.float32, m.dtype)
+    assert.are.same({1.0, 2.5}, m:tolist())
+    assert.are.equal("float", math.type(m:tolist()[1]))
+  end)
+
+  it("infers bool from booleans", function()
+    local t = accel.tensor{true, false, true}
+    assert.are.equal(accel.bool, t.dtype)
+    assert.are.same({true, false, true}, t:tolist())
+  end)
+
+  it("builds nested lists into matching shapes", function()
+    local t = accel.tensor{{1, 2, 3}, {4, 5, 6}}
+    assert.are.same({2, 3}, shape_of(t))
+    assert.are.same({{1, 2, 3}, {4, 5, 6}}, t:tolist())
+    local u = accel.tensor{{{1.0}, {2.0}}, {{3.0}, {4.0}}}
+    assert.are.same({2, 2, 1}, shape_of(u))
+    assert.are.same({{{1.0}, {2.0}}, {{3.0}, {4.0}}}, u:tolist())
+  end)
+
+  it("rounds float data to float32", function()
+    local t = accel.tensor{0.1, 1 / 3}
+    assert.are.same({f32(0.1), f32(1 / 3)}, t:tolist())
+  end)
+
+  it("honours opts.dtype", function()
+    local t = accel.tensor({1, 2, 3}, {dtype = accel.float64})
+    assert.are.equal(accel.float64, t.dtype)
+    assert.are.same({1.0, 2.0, 3.0}, t:tolist())
+    local d = accel.tensor({0.1}, {dtype = accel.float64})
+    assert.are.equal(0.1, d:tolist()[1]) -- no float32 detour
+    local i = accel.tensor({1.7, -2.7}, {dtype = accel.int32})
+    assert.are.equal(accel.int32, i.dtype)
+    assert.are.same({1, -2}, i:tolist())
+    local s = accel.tensor({1, 2}, {dtype = "float16"})
+    assert.are.equal(accel.float16, s.dtype)
+  end)
+
+  it("keeps int64 values beyond 2^53 exact", function()
+    local big = 9007199254740993 -- 2^53 + 1
+    local t = accel.tensor{big, -big, math.maxinteger, math.mininteger}
+    assert.are.same({big, -big, math.maxinteger, math.mininteger}, t:tolist())
+  end)
+
+  it("honours opts.requires_grad", function()
+    local t = accel.tensor({1.0, 2.0}, {requires_grad = true})
+    assert.is_true(t.requires_grad)
+    assert.is_true(t.is_leaf)
+    local u = accel.tensor{1.0, 2.0}
+    assert.is_false(u.requires_grad)
+  end)
+
+  it("makes a 0-d tensor from a bare number", function()
+    local ok, t = pcall(accel.tensor, 3.5)
+    assert.is_true(ok, tostring(t))
+    assert.are.equal(0, t:dim())
+    assert.are.equal(1, t:numel())
+    assert.are.equal(3.5, t:item())
+  end)
+
+  it("copies another tensor", function()
+    local a = accel.tensor{1.0, 2.0}
+    local b = accel.tensor(a)
+    b:add_(1)
+    assert.are.same({1.0, 2.0}, a:tolist())
+    assert.are.same({2.0, 3.0}, b:tolist())
+  end)
+end)
+
+describe("zeros / ones / full / empty", function()
+  it("accept varargs sizes", function()
+    local z = accel.zeros(2, 3)
+    assert.are.same({2, 3}, shape_of(z))
+    assert.are.equal(accel.float32, z.dtype)
+    assert.are.same({{0, 0, 0}, {0, 0, 0}}, z:tolist())
+    local o = accel.ones(3)
+    assert.are.same({1.0, 1.0, 1.0}, o:tolist())
+  end)
+
+  it("accept a table size", function()
+    local z = accel.zeros({4, 1, 2})
+    assert.are.same({4, 1, 2}, shape_of(z))
+    assert.are.equal(8, z:numel())
+    local o = accel.ones({2, 2}, {dtype = accel.int32})
+    assert.are.equal(accel.int32, o.dtype)
+    assert.are.same({{1, 1}, {1, 1}}, o:tolist())
+  end)
+
+  it("accept a size object (t.shape)", function()
+    local a = accel.zeros(3, 2)
+    local b = accel.ones(a.shape)
+    assert.are.same({3, 2}, shape_of(b))
+    local c = accel.zeros(a:size())
+    assert.are.same({3, 2}, shape_of(c))
+  end)
+
+  it("make 0-d tensors with an empty size", function()
+    local z = accel.zeros({})
+    assert.are.equal(0, z:dim())
+    assert.are.equal(1, z:numel())
+    assert.are.equal(0.0, z:item())
+  end)
+
+  it("allow zero-sized dimensions", function()
+    local z = accel.zeros(0, 3)
+    assert.are.equal(0, z:numel())
+    assert.are.same({0, 3}, shape_of(z))
+  end)
+
+  it("full infers the dtype from the fill value", function()
+    local a = accel.full({2, 2}, 7)
+    assert.are.equal(accel.int64, a.dtype)
+    assert.are.same({{7, 7}, {7, 7}}, a:tolist())
+    local b = accel.full({3}, 2.5)
+    assert.are.equal(accel.float32, b.dtype)
+    assert.are.same({2.5, 2.5, 2.5}, b:tolist())
+    local c = accel.full({2}, true)
+    assert.are.equal(accel.bool, c.dtype)
+    assert.are.same({true, true}, c:tolist())
+    local d = accel.full({2}, 3, {dtype = accel.float64})
+    assert.are.equal(accel.float64, d.dtype)
+    assert.are.same({3.0, 3.0}, d:tolist())
+    local e = accel.full({2, 3}, -1.5)
+    assert.are.same({2, 3}, shape_of(e))
+    assert.are.equal(-1.5, e:tolist()[2][3])
+  end)
+
+  it("empty has the right shape and dtype", function()
+    local e = accel.empty(2, 5, {dtype = accel.float64})
+    assert.are.same({2, 5}, shape_of(e))
+    assert.are.equal(accel.float64, e.dtype)
+    local f = accel.empty({3})
+    assert.are.equal(accel.float32, f.dtype)
+    assert.are.equal(3, f:numel())
+  end)
+
+  it("requires_grad option", function()
+    local z = accel.zeros(2, {requires_grad = true})
+    assert.is_true(z.requires_grad)
+    local o = accel.ones({2}, {requires_grad = true, dtype = accel.float64})
+    assert.is_true(o.requires_grad)
+    assert.are.equal(accel.float64, o.dtype)
+  end)
+end)
+
+describe("arange", function()
+  it("with integers gives int64", function()
+    local a = accel.arange(5)
+    assert.are.equal(accel.int64, a.dtype)
+    assert.are.same({0, 1, 2, 3, 4}, a:tolist())
+    assert.are.same({2, 3, 4}, accel.arange(2, 5):tolist())
+    assert.are.same({1, 4, 7}, accel.arange(1, 10, 3):tolist())
+    assert.are.same({5, 3, 1}, accel.arange(5, 0, -2):tolist())
+    assert.are.equal(0, accel.arange(3, 3):numel())
+  end)
+
+  it("with a float argument gives float32", function()
+    local a = accel.arange(0, 1, 0.25)
+    assert.are.equal(accel.float32, a.dtype)
+    assert.are.same({0, 0.25, 0.5, 0.75}, a:tolist())
+    local b = accel.arange(2.5)
+    assert.are.same({0, 1, 2}, b:tolist())
+    assert.are.equal(accel.float32, b.dtype)
+    -- PyTorch: ceil((end - start) / step) elements
+    local c = accel.arange(0, 1, 0.3)
+    assert.are.equal(4, c:numel())
+    local l = c:tolist()
+    for i = 1, 4 do assert.are.equal(f32((i - 1) * 0.3), l[i]) end
+  end)
+
+  it("honours opts.dtype", function()
+    local a = accel.arange(0, 4, {dtype = accel.float64})
+    assert.are.equal(accel.float64, a.dtype)
+    assert.are.same({0, 1, 2, 3}, a:tolist())
+    local b = accel.arange(3, {dtype = accel.int32})
+    assert.are.equal(accel.int32, b.dtype)
+  end)
+end)
+
+describe("linspace", function()
+  it("includes both ends, float32 by default", function()
+    local l = accel.linspace(0, 1, 5)
+    assert.are.equal(accel.float32, l.dtype)
+    assert.are.same({0, 0.25, 0.5, 0.75, 1}, l:tolist())
+  end)
+
+  it("matches start + i * step", function()
+    local l = accel.linspace(-1, 2, 7, {dtype = accel.float64}):tolist()
+    assert.are.equal(7, #l)
+    for i = 1, 7 do
+      local ref = -1 + (i - 1) * 0.5
+      assert.is_true(math.abs(l[i] - ref) < 1e-12)
+    end
+    assert.are.equal(-1, l[1])
+    assert.are.equal(2, l[7])
+  end)
+
+  it("handles steps = 1 and decreasing ranges", function()
+    assert.are.same({3}, accel.linspace(3, 10, 1):tolist())
+    assert.are.same({4, 3, 2, 1}, accel.linspace(4, 1, 4):tolist())
+    assert.are.equal(0, accel.linspace(0, 1, 0):numel())
+  end)
+end)
+
+describe("random constructors", function()
+  it("rand is uniform in [0, 1)", function()
+    accel.set_seed(1)
+    local r = accel.rand(20000)
+    assert.are.equal(accel.float32, r.dtype)
+    local l = r:tolist()
+    local sum, lo, hi = 0, inf, -inf
+    for _, v in ipairs(l) do
+      sum = sum + v
+      lo, hi = math.min(lo, v), math.max(hi, v)
+    end
+    assert.is_true(lo >= 0 and hi < 1)
+    local mean = sum / #l
+    assert.is_true(math.abs(mean - 0.5) < 0.02, "mean " .. mean)
+    -- buckets of width 0.1 hold about 10% each
+    local b = {}
+    for _, v in ipairs(l) do local k = math.floor(v * 10); b[k] = (b[k] or 0) + 1 end
+    for k = 0, 9 do assert.is_true(math.abs(b[k] / #l - 0.1) < 0.015, "bucket " .. k) end
+  end)
+
+  it("randn has mean 0 and std 1", function()
+    accel.set_seed(2)
+    local l = accel.randn(20000):tolist()
+    local s, s2 = 0, 0
+    for _, v in ipairs(l) do s = s + v; s2 = s2 + v * v end
+    local mean = s / #l
+    local std = math.sqrt(s2 / #l - mean * mean)
+    assert.is_true(math.abs(mean) < 0.03, "mean " .. mean)
+    assert.is_true(math.abs(std - 1) < 0.03, "std " .. std)
+    -- about 68.3% within one std
+    local within = 0
+    for _, v in ipairs(l) do if math.abs(v) < 1 then within = within + 1 end end
+    assert.is_true(math.abs(within / #l - 0.6827) < 0.02)
+  end)
+
+  it("rand/randn take table sizes and a float dtype", function()
+    local r = accel.rand({2, 3}, {dtype = accel.float64})
+    assert.are.same({2, 3}, shape_of(r))
+    assert.are.equal(accel.float64, r.dtype)
+    local n = accel.randn(4, 5)
+    assert.are.same({4, 5}, shape_of(n))
+  end)
+
+  it("randint(low, high, size) stays in [low, high) and hits every value", function()
+    accel.set_seed(3)
+    local t = accel.randint(-2, 3, {5000})
+    assert.are.equal(accel.int64, t.dtype)
+    local seen = {}
+    for _, v in ipairs(t:tolist()) do
+      assert.are.equal("integer", math.type(v))
+      assert.is_true(v >= -2 and v < 3)
+      seen[v] = true
+    end
+    for v = -2, 2 do assert.is_true(seen[v], "value " .. v .. " never drawn") end
+  end)
+
+  it("randint(high, size) starts at 0", function()
+    local t = accel.randint(4, {2, 100})
+    assert.are.same({2, 100}, shape_of(t))
+    for _, v in ipairs(flatten(t:tolist())) do assert.is_true(v >= 0 and v < 4) end
+  end)
+
+  it("randint with varargs size and dtype", function()
+    local t = accel.randint(0, 10, {3}, {dtype = accel.int32})
+    assert.are.equal(accel.int32, t.dtype)
+  end)
+
+  it("randperm is a permutation of 0..n-1", function()
+    accel.set_seed(4)
+    local p = accel.randperm(50)
+    assert.are.equal(accel.int64, p.dtype)
+    local l = p:tolist()
+    assert.are.equal(50, #l)
+    local seen = {}
+    for _, v in ipairs(l) do
+      assert.is_true(v >= 0 and v < 50)
+      assert.is_nil(seen[v])
+      seen[v] = true
+    end
+    local ident = true
+    for i = 1, 50 do if l[i] ~= i - 1 then ident = false end end
+    assert.is_false(ident)
+  end)
+
+  it("are reproducible after accel.set_seed", function()
+    local function draw()
+      return {accel.rand(8):tolist(), accel.randn(8):tolist(), accel.randint(0, 1000, {8}):tolist(),
+              accel.randperm(8):tolist()}
+    end
+    accel.set_seed(1234)
+    local a = draw()
+    local a2 = draw()
+    accel.set_seed(1234)
+    local b = draw()
+    assert.are.same(a, b)
+    assert.are_not.same(a, a2)
+    accel.set_seed(1235)
+    local c = draw()
+    assert.are_not.same(a[1], c[1])
+  end)
+end)
+
+describe("*_like", function()
+  local base = accel.tensor({{1, 2, 3}, {4, 5, 6}}, {dtype = accel.float64})
+
+  it("zeros_like / ones_like / full_like keep shape and dtype", function()
+    local z = accel.zeros_like(base)
+    assert.are.same({2, 3}, shape_of(z))
+    assert.are.equal(accel.float64, z.dtype)
+    assert.are.same({{0, 0, 0}, {0, 0, 0}}, z:tolist())
+    assert.are.same({{1, 1, 1}, {1, 1, 1}}, accel.ones_like(base):tolist())
+    local f = accel.full_like(base, 2.5)
+    assert.are.equal(accel.float64, f.dtype)
+    assert.are.same({{2.5, 2.5, 2.5}, {2.5, 2.5, 2.5}}, f:tolist())
+  end)
+
+  it("empty_like / rand_like / randn_like keep shape and dtype", function()
+    for _, fn in ipairs{accel.empty_like, accel.rand_like, accel.randn_like} do
+      local r = fn(base)
+      assert.are.same({2, 3}, shape_of(r))
+      assert.are.equal(accel.float64, r.dtype)
+    end
+    for _, v in ipairs(flatten(accel.rand_like(base):tolist())) do assert.is_true(v >= 0 and v < 1) end
+  end)
+
+  it("accept a dtype override", function()
+    local z = accel.zeros_like(base, {dtype = accel.int32})
+    assert.are.equal(accel.int32, z.dtype)
+    assert.are.same({{0, 0, 0}, {0, 0, 0}}, z:tolist())
+    local o = accel.ones_like(accel.tensor{1, 2}, {dtype = accel.float32})
+    assert.are.equal(accel.float32, o.dtype)
+  end)
+
+  it("on an int tensor keep int", function()
+    local z = accel.zeros_like(accel.tensor{1, 2})
+    assert.are.equal(accel.int64, z.dtype)
+    assert.are.same({0, 0}, z:tolist())
+  end)
+end)
+
+describe("dtype constants", function()
+  local names = {"float32", "float64", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2", "int64", "int32",
+                 "uint8", "bool"}
+  local sizes = {4, 8, 2, 2, 1, 1, 8, 4, 1, 1}
+
+  it("exist, print as accel.X and report their size", function()
+    for i, n in ipairs(names) do
+      local dt = accel[n]
+      assert.is_not_nil(dt, n)
+      assert.are.equal("accel." .. n, tostring(dt))
+      assert.are.equal(sizes[i], accel.zeros(2, {dtype = dt}):element_size())
+      assert.are.equal(dt, accel.zeros(2, {dtype = dt}).dtype)
+    end
+    assert.is_true(accel.float32.is_floating_point)
+    assert.is_false(accel.int64.is_floating_point)
+  end)
+
+  it("float8_e4m3 is an alias of float8_e4m3fn", function()
+    assert.are.equal(accel.float8_e4m3fn, accel.float8_e4m3)
+  end)
+
+  -- values exactly representable in every float dtype
+  local exact_all = {0.0, 1.0, -2.0, 0.5, 1.5, -0.25, 3.0, 16.0}
+
+  local function roundtrip(values, dt, src_dt)
+    local t = accel.tensor(values, {dtype = src_dt or accel.float64})
+    local c = t:to(dt)
+    assert.are.equal(dt, c.dtype)
+    return c:tolist()
+  end
+
+  for _, n in ipairs{"float32", "float64", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"} do
+    it(n .. " round-trips exactly representable values", function()
+      assert_list_equal(exact_all, roundtrip(exact_all, accel[n]))
+      -- and back to float64 unchanged
+      local back = accel.tensor(exact_all, {dtype = accel.float64}):to(accel[n]):to(accel.float64):tolist()
+      assert_list_equal(exact_all, back)
+    end)
+  end
+
+  it("float32 rounds to nearest like IEEE single", function()
+    local v = {0.1, 1 / 3, 1e-3, 123456789.0, 16777217.0}
+    local exp = {}
+    for i, x in ipairs(v) do exp[i] = f32(x) end
+    assert_list_equal(exp, roundtrip(v, accel.float32))
+    assert_list_equal({inf, -inf}, roundtrip({1e39, -1e39}, accel.float32))
+  end)
+
+  it("float64 keeps every double", function()
+    local v = {0.1, 1 / 3, 1e-300, 1e300, -123456789.123456789}
+    assert_list_equal(v, roundtrip(v, accel.float64))
+  end)
+
+  it("bfloat16 rounds to nearest even", function()
+    -- 8 significant bits: spacing 2^-7 in [1, 2)
+    local v = {1.00390625, 1.01171875, 1.0078125, 1.005, 1.0117, 256.0, 257.0, 259.0, -1.00390625, 3.0e38}
+    -- 3.0e38 = 1.7632...* 2^127; nearest bf16 is 226/128 * 2^127 (0x7F62)
+    local exp = {1.0, 1.015625, 1.0078125, 1.0078125, 1.0078125, 256.0, 256.0, 260.0, -1.0, 226 / 128 * 2 ^ 127}
+    assert_list_equal(exp, roundtrip(v, accel.bfloat16))
+    -- beyond the largest bf16 (about 3.39e38) -> inf
+    assert_list_equal({inf, -inf}, roundtrip({3.4e38, -3.4e38}, accel.bfloat16, accel.float32))
+    -- bf16 keeps float32's range: 1e-38 is representable approximately
+    local small = roundtrip({1e-30}, accel.bfloat16)[1]
+    assert.is_true(math.abs(small - 1e-30) / 1e-30 < 2 ^ -8)
+  end)
+
+  it("float16 rounds to nearest even, overflows to inf, has subnormals", function()
+    -- 11 significant bits: spacing 2^-10 in [1, 2)
+    local v = {1 + 2 ^ -11, 1 + 3 * 2 ^ -11, 65504.0, 65519.0, 65520.0, 1e6, 2 ^ -24, 2 ^ -25, 3 * 2 ^ -25,
+               2 ^ -26, 0.1}
+    -- 0.1 in fp16: 0x2E66 = (1 + 614/1024) * 2^-4
+    local exp = {1.0, 1 + 2 ^ -9, 65504.0, 65504.0, inf, inf, 2 ^ -24, 0.0, 2 ^ -23, 0.0, (1 + 614 / 1024) * 2 ^ -4}
+    assert_list_equal(exp, roundtrip(v, accel.float16))
+  end)
+
+  it("float8_e4m3fn rounds to nearest even, max 448, no infinities", function()
+    -- 4 significant bits: spacing 2^-3 in [1, 2); bias 7; smallest subnormal 2^-9
+    local v = {1.0625, 1.1875, 448.0, 464.0, 2 ^ -9, 2 ^ -10, 3 * 2 ^ -10, 0.3, -1.1875, 240.0, 250.0}
+    local exp = {1.0, 1.25, 448.0, 448.0, 2 ^ -9, 0.0, 2 ^ -8, 0.3125, -1.25, 240.0, 256.0}
+    assert_list_equal(exp, roundtrip(v, accel.float8_e4m3fn))
+    -- out of range is NaN (float8_e4m3fn has no inf), as PyTorch converts
+    local big = roundtrip({1000.0, inf}, accel.float8_e4m3fn)
+    assert.is_true(big[1] ~= big[1])
+    assert.is_true(big[2] ~= big[2])
+  end)
+
+  it("float8_e5m2 rounds to nearest even, max 57344, overflows to inf", function()
+    -- 3 significant bits: spacing 2^-2 in [1, 2); bias 15; smallest subnormal 2^-16
+    local v = {1.125, 1.375, 57344.0, 1e6, 2 ^ -16, 2 ^ -17, 3 * 2 ^ -17, 0.3, -inf}
+    local exp = {1.0, 1.5, 57344.0, inf, 2 ^ -16, 0.0, 2 ^ -15, 0.3125, -inf}
+    assert_list_equal(exp, roundtrip(v, accel.float8_e5m2))
+  end)
+
+  it("int64 and int32 truncate floats toward zero and keep their range", function()
+    assert_list_equal({2, -2, 0, 7}, roundtrip({2.7, -2.7, -0.5, 7.0}, accel.int64))
+    local i32 = accel.tensor({2147483647, -2147483648, 5}):to(accel.int32)
+    assert.are.equal(accel.int32, i32.dtype)
+    assert_list_equal({2147483647, -2147483648, 5}, i32:tolist())
+    local l = roundtrip({3.9}, accel.int32)
+    assert.are.equal("integer", math.type(l[1]))
+    assert.are.equal(3, l[1])
+  end)
+
+  it("int64 -> float64 -> int64 keeps integers up to 2^53", function()
+    local v = {0, 1, -1, 1 << 53, -(1 << 53)}
+    local t = accel.tensor(v):to(accel.float64):to(accel.int64)
+    assert_list_equal(v, t:tolist())
+  end)
+
+  it("uint8 holds 0..255", function()
+    local u = accel.tensor({0, 1, 128, 255}, {dtype = accel.uint8})
+    assert.are.equal(accel.uint8, u.dtype)
+    assert_list_equal({0, 1, 128, 255}, u:tolist())
+    assert_list_equal({0, 1, 128, 255}, u:to(accel.float32):tolist())
+    assert_list_equal({3, 200}, roundtrip({3.9, 200.0}, accel.uint8))
+  end)
+
+  it("bool: nonzero is true, and true/false convert to 1/0", function()
+    local b = roundtrip({0.0, 2.0, -1.0, 0.5}, accel.bool)
+    assert_list_equal({false, true, true, true}, b)
+    local f = accel.tensor{true, false}:to(accel.float32)
+    assert_list_equal({1.0, 0.0}, f:tolist())
+    local i = accel.tensor{true, false}:to(accel.int64)
+    assert_list_equal({1, 0}, i:tolist())
+  end)
+
+  it(":to accepts strings and the cast methods", function()
+    local t = accel.tensor{1.5, 2.5}
+    assert.are.equal(accel.bfloat16, t:to("bf16").dtype)
+    assert.are.equal(accel.float16, t:to("float16").dtype)
+    assert.are.equal(accel.float64, t:double().dtype)
+    assert.are.equal(accel.float16, t:half().dtype)
+    assert.are.equal(accel.bfloat16, t:bfloat16().dtype)
+    assert.are.equal(accel.float32, t:double():float().dtype)
+    assert.are.equal(accel.int64, t:long().dtype)
+    assert.are.equal(accel.int32, t:int().dtype)
+    assert.are.equal(accel.bool, t:bool().dtype)
+    assert.are.same({1, 2}, t:long():tolist())
+    assert.are.equal(accel.float64, t:to({dtype = accel.float64}).dtype)
+  end)
+
+  it(":to(same dtype) keeps the values", function()
+    local t = accel.tensor{1.5, 2.5}
+    assert.are.same({1.5, 2.5}, t:to(accel.float32):tolist())
+  end)
+end)
+
+describe("utilities", function()
+  it("accel.clock is a monotonically increasing float", function()
+    local prev = accel.clock()
+    assert.are.equal("float", math.type(prev))
+    for _ = 1, 1000 do
+      local now = accel.clock()
+      assert.is_true(now >= prev)
+      prev = now
+    end
+    local t0 = accel.clock()
+    local x = 0
+    for i = 1, 2e6 do x = x + i end
+    local t1 = accel.clock()
+    assert.is_true(t1 > t0)
+    assert.is_true(t1 - t0 < 60)
+  end)
+
+  it("accel.num_threads reads and sets the thread count", function()
+    local n = accel.num_threads()
+    assert.are.equal("integer", math.type(n))
+    assert.is_true(n >= 1)
+    assert.are.equal(1, accel.num_threads(1))
+    assert.are.equal(1, accel.num_threads())
+    accel.num_threads(n)
+    assert.are.equal(n, accel.num_threads())
+  end)
+end)

@@ -1,0 +1,354 @@
+-- tensor_errors_spec.lua: bad input gives exactly one Lua error (pcall
+-- returns false, never a crash) whose message names the op, the shapes or
+-- dtypes involved, and the caller's file:line in this spec.
+local accel = require("accel")
+local F = accel.nn.functional
+
+local SPEC = "tensor_errors_spec.lua:"
+
+-- expect_error(fn, needle...) : fn (written on the same line as the call)
+-- must raise one error that carries this file's name and the line of the
+-- call, once, followed by each needle (plain substrings).
+-- (Calls into accel.nn.functional, which is Lua, are not tail calls in fn:
+-- a Lua tail call replaces fn's frame, so no frame of this file would be
+-- left to name.)
+local function expect_error(fn, ...)
+  local line = debug.getinfo(2, "l").currentline
+  local ok, err = pcall(fn)
+  assert.is_false(ok, "expected an error, the call succeeded")
+  assert.are.equal("string", type(err), "error value is a " .. type(err))
+  local where = SPEC .. line .. ":"
+  assert.is_truthy(err:find(where, 1, true), ("error %q does not point at %s"):format(err, where))
+  local _, count = err:gsub(SPEC:gsub("%p", "%%%0"), "")
+  assert.are.equal(1, count, ("error %q names the location more than once"):format(err))
+  for _, needle in ipairs{...} do
+    assert.is_truthy(err:find(needle, 1, true), ("error %q does not mention %q"):format(err, needle))
+  end
+  return err
+end
+
+local function tmpname(suffix)
+  local n = os.tmpname()
+  os.remove(n)
+  return n .. (suffix or ".safetensors")
+end
+
+local function read_all(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+local function write_all(path, s)
+  local f = assert(io.open(path, "wb"))
+  f:write(s)
+  f:close()
+end
+
+describe("shape errors", function()
+  local a23, b4 = accel.zeros(2, 3), accel.zeros(4)
+
+  it("broadcasting mismatch names the op and both shapes", function()
+    expect_error(function() return a23 + b4 end, "add", "[2, 3]", "[4]")
+    expect_error(function() return a23:mul(accel.zeros(3, 3)) end, "mul", "[2, 3]", "[3, 3]")
+    expect_error(function() return a23:sub_(accel.zeros(2, 2)) end, "sub", "[2, 3]", "[2, 2]")
+    expect_error(function() return accel.where(accel.zeros(5, {dtype = accel.bool}), a23, 0.0) end, "where", "[5]")
+  end)
+
+  it("in-place op whose broadcast result is larger than self", function()
+    expect_error(function() return accel.zeros(3):add_(accel.zeros(2, 3)) end, "add_", "[3]", "[2, 3]")
+  end)
+
+  it("matmul shape mismatch", function()
+    expect_error(function() return a23:matmul(accel.zeros(4, 5)) end, "matmul", "[2, 3]", "[4, 5]")
+    expect_error(function() return accel.matmul(accel.zeros(3), accel.zeros(4)) end, "matmul", "[3]", "[4]")
+    expect_error(function() return accel.zeros(2, 2, 3):matmul(accel.zeros(3, 2, 4)) end, "matmul", "[2, 2, 3]", "[3, 2, 4]")
+    expect_error(function() return accel.zeros(0 + 2, 3):matmul(accel.tensor(1.0)) end, "matmul")
+  end)
+
+  it("view of an incompatible size", function()
+    expect_error(function() return a23:view(4) end, "view", "[4]", "[2, 3]")
+    expect_error(function() return a23:view(-1, 4) end, "view", "[2, 3]")
+    expect_error(function() return a23:reshape(7) end, "reshape", "[7]", "[2, 3]")
+    expect_error(function() return a23:view(-1, -1) end, "view", "-1")
+  end)
+
+  it("view of a non-contiguous tensor that cannot be viewed", function()
+    expect_error(function() return a23:t():view(6) end, "view", "[3, 2]", "reshape")
+  end)
+
+  it("expand of a non-singleton dim", function()
+    expect_error(function() return a23:expand(4, 3) end, "expand", "[2, 3]", "[4, 3]")
+  end)
+
+  it("cat / stack of mismatched shapes", function()
+    expect_error(function() return accel.cat({a23, accel.zeros(2, 4)}) end, "cat", "[2, 3]", "[2, 4]")
+    expect_error(function() return accel.cat({a23, accel.zeros(3)}) end, "cat", "[2, 3]", "[3]")
+    expect_error(function() return accel.stack({a23, accel.zeros(3, 2)}) end, "stack", "[2, 3]", "[3, 2]")
+    expect_error(function() return accel.cat({}) end, "cat")
+    expect_error(function() return accel.cat({a23, 5}) end, "cat", "number")
+  end)
+
+  it("split sizes that do not add up", function()
+    expect_error(function() return accel.zeros(5):split({2, 2}) end, "split", "4", "5")
+  end)
+end)
+
+describe("dimension errors", function()
+  local a = accel.zeros(2, 3)
+
+  it("dim out of range names the op, the dim and the shape", function()
+    expect_error(function() return a:sum(3) end, "sum", "3", "[2, 3]")
+    expect_error(function() return a:sum(-3) end, "sum", "-3", "[2, 3]")
+    expect_error(function() return a:softmax(5) end, "softmax", "5", "[2, 3]")
+    expect_error(function() return a:transpose(1, 3) end, "transpose", "3", "[2, 3]")
+    expect_error(function() return a:size(4) end, "size", "4", "[2, 3]")
+    expect_error(function() return a:max(3) end, "max", "3", "[2, 3]")
+    expect_error(function() return a:argmax(3) end, "argmax", "3", "[2, 3]")
+    expect_error(function() return a:unsqueeze(5) end, "unsqueeze", "5")
+    expect_error(function() return a:select(3, 1) end, "select", "3", "[2, 3]")
+    expect_error(function() return accel.cat({a, a}, 3) end, "cat", "3")
+  end)
+
+  it("dim 0 is invalid: dims are 1-based", function()
+    expect_error(function() return a:sum(0) end, "sum", "dimension 0", "1-based")
+    expect_error(function() return a:size(0) end, "size", "dimension 0", "1-based")
+    expect_error(function() return a:softmax(0) end, "softmax", "dimension 0", "1-based")
+    expect_error(function() return a:transpose(0, 1) end, "transpose", "dimension 0", "1-based")
+    expect_error(function() return a:narrow(0, 1, 1) end, "narrow", "dimension 0", "1-based")
+    expect_error(function() return a:mean({1, 0}) end, "mean", "dimension 0", "1-based")
+    expect_error(function() return a:permute(0, 1) end, "permute", "dimension 0", "1-based")
+    expect_error(function() return accel.cat({a}, 0) end, "cat", "dimension 0", "1-based")
+  end)
+
+  it("permute with a repeated dim or the wrong count", function()
+    expect_error(function() return a:permute(1, 1) end, "permute")
+    expect_error(function() return a:permute(1) end, "permute")
+  end)
+
+  it("a repeated dim in a reduction", function()
+    expect_error(function() return a:sum({1, 1}) end, "sum", "more than once")
+  end)
+end)
+
+describe("position errors", function()
+  local a = accel.zeros(4, 3)
+
+  it("narrow out of range", function()
+    expect_error(function() return a:narrow(1, 3, 5) end, "narrow", "[4, 3]")
+    expect_error(function() return a:narrow(2, 4, 1) end, "narrow", "[4, 3]")
+    expect_error(function() return a:narrow(1, 0, 1) end, "narrow", "1-based")
+  end)
+
+  it("select / t[i] out of range, and t[0]", function()
+    expect_error(function() return a:select(1, 5) end, "select", "5", "[4, 3]")
+    expect_error(function() return a[5] end, "5", "[4, 3]")
+    expect_error(function() return a[-5] end, "-5", "[4, 3]")
+    expect_error(function() return a[0] end, "index 0", "1-based")
+    expect_error(function() a[7] = 1 end, "7", "[4, 3]")
+  end)
+
+  it("gather index values out of range (0-based values)", function()
+    local src = accel.zeros(2, 3)
+    expect_error(function() return src:gather(2, accel.tensor{{3}, {0}}) end, "gather", "3")
+    expect_error(function() return src:gather(2, accel.tensor{{-1}, {0}}) end, "gather", "-1")
+    expect_error(function() return src:gather(2, accel.tensor{{0.5}, {0.5}}) end, "gather", "float32")
+  end)
+
+  it("index_select index values out of range", function()
+    local src = accel.zeros(2, 3)
+    expect_error(function() return src:index_select(1, accel.tensor{0, 2}) end, "index_select", "2")
+    expect_error(function() return src:index_select(2, accel.tensor{5}) end, "index_select", "5")
+  end)
+
+  it("cross_entropy target out of range", function()
+    local logits = accel.zeros(2, 3)
+    expect_error(function() local r = F.cross_entropy(logits, accel.tensor{0, 5}); return r end, "cross_entropy", "5", "3 classes")
+    expect_error(function() local r = F.cross_entropy(logits, accel.tensor{-1, 0}); return r end, "cross_entropy", "-1")
+    expect_error(function() local r = F.cross_entropy(logits, accel.tensor{0, 1, 2}); return r end, "cross_entropy", "[2, 3]", "[3]")
+  end)
+end)
+
+describe("type errors", function()
+  local a = accel.zeros(2, 3)
+
+  it("a string where a tensor or number is expected", function()
+    expect_error(function() return a:add("x") end, "add", "string")
+    expect_error(function() return a + "x" end, "add", "string")
+    expect_error(function() return a * {} end, "mul", "table")
+    expect_error(function() return a:matmul("x") end, "matmul", "string")
+    expect_error(function() return a:masked_fill("x", 1) end, "masked_fill", "string")
+  end)
+
+  it("item on a multi-element tensor", function()
+    expect_error(function() return a:item() end, "item", "6 elements", "[2, 3]")
+  end)
+
+  it("unknown dtype name", function()
+    expect_error(function() return accel.zeros(2, {dtype = "float33"}) end, "float33")
+    expect_error(function() return a:to("float33") end, "float33")
+    expect_error(function() return accel.tensor({1}, {dtype = 3}) end, "dtype")
+  end)
+
+  it("unknown device", function()
+    expect_error(function() return accel.zeros(2, {device = "tpu"}) end, "tpu")
+  end)
+
+  it("requires_grad on an int tensor", function()
+    expect_error(function() return accel.tensor({1, 2}, {requires_grad = true}) end, "int64", "floating point")
+    expect_error(function() return accel.zeros(2, {dtype = accel.int32, requires_grad = true}) end, "int32", "floating point")
+    expect_error(function() return accel.tensor{1, 2}:requires_grad_() end, "int64", "floating point")
+    expect_error(function() accel.tensor{1, 2}.requires_grad = true end, "int64", "floating point")
+  end)
+
+  it("bool-only arguments", function()
+    expect_error(function() return a:masked_fill(accel.zeros(2, 3), 1) end, "masked_fill", "bool", "float32")
+    expect_error(function() return accel.where(accel.zeros(2, 3), a, a) end, "where", "bool", "float32")
+  end)
+
+  it("float-only ops on integer tensors", function()
+    expect_error(function() return accel.tensor{1, 2}:softmax(1) end, "softmax", "int64")
+    expect_error(function() local r = F.cross_entropy(accel.tensor{{1, 2}}, accel.tensor{0}); return r end, "cross_entropy", "int64")
+    expect_error(function() return accel.tensor{1, 2}:exp_() end, "exp_", "int64")
+  end)
+
+  it("bad data in accel.tensor{}", function()
+    expect_error(function() return accel.tensor{{1, 2}, {3}} end, "tensor", "ragged")
+    expect_error(function() return accel.tensor{1, "x"} end, "tensor", "string")
+  end)
+
+  it("non-integer sizes", function()
+    expect_error(function() return accel.zeros(2.5) end, "size", "integer")
+    expect_error(function() return accel.zeros(-1) end, "-1")
+  end)
+end)
+
+describe("random constructor errors", function()
+  it("randint with low >= high", function()
+    expect_error(function() return accel.randint(5, 5, {3}) end, "randint", "5")
+    expect_error(function() return accel.randint(5, 2, {3}) end, "randint", "5", "2")
+    expect_error(function() return accel.randint(0, {3}) end, "randint", "0")
+  end)
+
+  it("rand with an int dtype, randperm of a negative count", function()
+    expect_error(function() return accel.rand(2, {dtype = accel.int64}) end, "rand", "int64")
+    expect_error(function() return accel.randperm(-1) end, "randperm", "-1")
+  end)
+end)
+
+describe("autograd errors", function()
+  it("backward on a non-scalar without a gradient", function()
+    local x = accel.zeros(2, 3, {requires_grad = true})
+    local y = x * 2
+    expect_error(function() y:backward() end, "backward", "scalar", "[2, 3]")
+  end)
+
+  it("backward with a gradient of the wrong shape", function()
+    local x = accel.zeros(2, 3, {requires_grad = true})
+    local y = x * 2
+    expect_error(function() y:backward(accel.ones(3, 2)) end, "backward", "[3, 2]", "[2, 3]")
+  end)
+
+  it("backward on a tensor that does not require grad", function()
+    expect_error(function() accel.zeros(1):sum():backward() end, "backward", "does not require grad")
+  end)
+
+  it("backward twice through the same graph", function()
+    local x = accel.tensor({1.0, 2.0}, {requires_grad = true})
+    local y = (x * x):sum()
+    y:backward()
+    expect_error(function() y:backward() end, "backward", "second time")
+  end)
+
+  it("in-place op on a leaf that requires grad", function()
+    local x = accel.zeros(2, {requires_grad = true})
+    expect_error(function() x:add_(1) end, "add_", "leaf", "[2]")
+    expect_error(function() x:mul_(accel.ones(2)) end, "mul_", "leaf", "[2]")
+    expect_error(function() x:exp_() end, "exp_", "leaf", "[2]")
+    expect_error(function() x:fill_(3) end, "fill_", "leaf", "[2]")
+    expect_error(function() x:zero_() end, "zero_", "leaf", "[2]")
+    expect_error(function() x:copy_(accel.ones(2)) end, "copy_", "leaf", "[2]")
+    expect_error(function() x:masked_fill_(accel.tensor{true, false}, 0) end, "masked_fill", "leaf", "[2]")
+    expect_error(function() x[1] = 5 end, "leaf", "[2]")
+    -- allowed under no_grad
+    accel.no_grad(function() x:add_(1) end)
+    assert.are.same({1, 1}, x:tolist())
+  end)
+
+  it("a saved tensor modified in place before backward", function()
+    local x = accel.tensor({1.0, 2.0}, {requires_grad = true})
+    local h = x * 1
+    local y = (h * h):sum()
+    h:add_(1)
+    expect_error(function() y:backward() end, "backward", "in-place")
+  end)
+end)
+
+describe("freed tensors", function()
+  it("any use after t:free() is an error", function()
+    local t = accel.ones(2, 2)
+    t:free()
+    expect_error(function() return t + 1 end, "freed")
+    expect_error(function() return t:sum() end, "freed")
+    expect_error(function() return tostring(t) end, "freed")
+    expect_error(function() return t.shape end, "freed")
+    expect_error(function() return accel.ones(2, 2) + t end, "freed")
+    expect_error(function() return accel.cat({t}) end, "freed")
+  end)
+
+  it("freeing twice is harmless", function()
+    local t = accel.ones(2)
+    t:free()
+    assert.has_no.errors(function() t:free() end)
+  end)
+end)
+
+describe("file errors", function()
+  it("accel.load of a missing file names the file", function()
+    local path = tmpname()
+    expect_error(function() return accel.load(path) end, path)
+  end)
+
+  it("accel.load of a truncated file names the file and the problem", function()
+    local path = tmpname()
+    accel.save({w = accel.randn(16, 16), b = accel.zeros(16)}, path)
+    local bytes = read_all(path)
+    assert.is_true(#bytes > 1000)
+    -- cut in the data section
+    local cut = tmpname()
+    write_all(cut, bytes:sub(1, #bytes - 100))
+    local err = expect_error(function() return accel.load(cut) end, cut)
+    assert.is_truthy(err:lower():find("trunc", 1, true) or err:find("bytes", 1, true), err)
+    -- cut in the JSON header
+    write_all(cut, bytes:sub(1, 20))
+    expect_error(function() return accel.load(cut) end, cut)
+    -- cut inside the 8-byte length prefix
+    write_all(cut, bytes:sub(1, 5))
+    expect_error(function() return accel.load(cut) end, cut)
+    -- an empty file
+    write_all(cut, "")
+    expect_error(function() return accel.load(cut) end, cut)
+    -- truncated in place with io.open(..., "r+"): overwrite the header length with garbage
+    local f = assert(io.open(path, "r+b"))
+    f:write(string.pack("<I8", #bytes * 4))
+    f:close()
+    expect_error(function() return accel.load(path) end, path)
+    os.remove(path)
+    os.remove(cut)
+  end)
+
+  it("the intact file still loads", function()
+    local path = tmpname()
+    local w = accel.randn(3, 4)
+    accel.save({w = w}, path)
+    local t = accel.load(path)
+    assert.are.same(w:tolist(), t.w:tolist())
+    os.remove(path)
+  end)
+
+  it("accel.save to an unwritable path names the path", function()
+    local path = "/nonexistent-dir-for-accel-spec/x.safetensors"
+    expect_error(function() accel.save({w = accel.zeros(1)}, path) end, path)
+  end)
+end)

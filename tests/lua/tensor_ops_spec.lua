@@ -1,0 +1,1363 @@
+-- tensor_ops_spec.lua: the forward results of tensor operations: elementwise
+-- math and operators, broadcasting, type promotion, reductions,
+-- comparisons, indexing ops, joining/splitting, matmul, softmax and the
+-- losses / layer_norm of accel.nn.functional.
+-- Every reference is computed in plain Lua (float64, math.*) from the input
+-- values read back with :tolist(), never by accel itself.
+local accel = require("accel")
+local F = accel.nn.functional
+
+---------------------------------------------------------------- helpers
+
+local inf, nan = math.huge, 0 / 0
+
+local function flat(v, out)
+  out = out or {}
+  if type(v) ~= "table" then out[#out + 1] = v; return out end
+  for i = 1, #v do flat(v[i], out) end
+  return out
+end
+
+local function shape_of(t)
+  local s = {}
+  for i = 1, t:dim() do s[i] = t:size(i) end
+  return s
+end
+
+local RTOL32, ATOL32 = 1e-6, 1e-7
+local RTOL64, ATOL64 = 1e-12, 1e-14
+
+-- expected vs got, element by element (nested lists or flat), with
+-- |got - exp| <= atol + rtol * |exp|; nan matches nan, inf matches inf.
+local function assert_close(exp, got, rtol, atol, what)
+  rtol, atol = rtol or RTOL32, atol or ATOL32
+  local e, g = flat(exp), flat(got)
+  assert.are.equal(#e, #g, (what or "") .. ": element count")
+  for i = 1, #e do
+    local x, y = e[i], g[i]
+    local ok
+    if x ~= x then ok = y ~= y
+    elseif x == inf or x == -inf then ok = y == x
+    else ok = type(y) == "number" and math.abs(y - x) <= atol + rtol * math.abs(x) end
+    if not ok then
+      error(("%s: element %d: expected %.17g, got %s"):format(what or "values", i, x, tostring(y)), 2)
+    end
+  end
+end
+
+local function assert_exact(exp, got, what)
+  local e, g = flat(exp), flat(got)
+  assert.are.equal(#e, #g, (what or "") .. ": element count")
+  for i = 1, #e do
+    if e[i] ~= g[i] then
+      error(("%s: element %d: expected %s, got %s"):format(what or "values", i, tostring(e[i]), tostring(g[i])), 2)
+    end
+  end
+end
+
+local function map(list, f)
+  local r = {}
+  for i, v in ipairs(list) do r[i] = f(v) end
+  return r
+end
+
+local function map2(a, b, f)
+  local r = {}
+  for i = 1, #a do r[i] = f(a[i], b[i]) end
+  return r
+end
+
+-- Reference math not in Lua's math library, in float64.
+local SQRT2, SQRT_2_OVER_PI = math.sqrt(2), math.sqrt(2 / math.pi)
+
+-- erf(x) = 2/sqrt(pi) * exp(-x^2) * sum_n 2^n x^(2n+1) / (2n+1)!!  (all terms positive)
+local function erf(x)
+  if x == 0 then return 0.0 end
+  if x > 6 then return 1.0 end
+  if x < -6 then return -1.0 end
+  local term, sum, n = x, x, 0
+  repeat
+    n = n + 1
+    term = term * 2 * x * x / (2 * n + 1)
+    sum = sum + term
+  until math.abs(term) < 1e-17 * math.abs(sum)
+  return 2 / math.sqrt(math.pi) * math.exp(-x * x) * sum
+end
+
+local function tanh(x)
+  if math.abs(x) < 1e-3 then return x - x ^ 3 / 3 + 2 * x ^ 5 / 15 end
+  if x > 20 then return 1.0 end
+  if x < -20 then return -1.0 end
+  local e = math.exp(2 * x)
+  return (e - 1) / (e + 1)
+end
+
+local function log1p(x)
+  local u = 1 + x
+  if u == 1 then return x end
+  return math.log(u) * x / (u - 1)
+end
+
+local function expm1(x)
+  if math.abs(x) < 1e-5 then return x + x * x / 2 + x ^ 3 / 6 end
+  return math.exp(x) - 1
+end
+
+local function sigmoid(x) return 1 / (1 + math.exp(-x)) end
+
+local function round_half_even(x)
+  local f = math.floor(x)
+  local d = x - f
+  if d > 0.5 then return f + 1 elseif d < 0.5 then return f end
+  return (f % 2 == 0) and f or f + 1
+end
+
+local function sign(x) return x > 0 and 1.0 or x < 0 and -1.0 or 0.0 end
+local function trunc(x) return x >= 0 and math.floor(x) or math.ceil(x) end
+
+-- float32 rounding by Lua's string.pack
+local function f32(x) return (string.unpack("<f", string.pack("<f", x))) end
+
+-- Inputs: fixed values plus some random normals (read back, so exact).
+local SPECIAL = {-3.5, -2.0, -1.25, -0.5, -0.1, 0.0, 0.1, 0.3, 0.5, 1.0, 1.7, 2.5, 4.0}
+local function inputs(dtype, positive)
+  accel.set_seed(7)
+  local vals = {}
+  for _, v in ipairs(SPECIAL) do vals[#vals + 1] = v end
+  for _, v in ipairs(accel.randn(40, {dtype = accel.float64}):mul(2):tolist()) do vals[#vals + 1] = v end
+  if positive then
+    for i, v in ipairs(vals) do vals[i] = math.abs(v) + 0.05 end
+  end
+  return accel.tensor(vals, {dtype = dtype or accel.float32})
+end
+
+---------------------------------------------------------------- elementwise unary
+
+local unary = {
+  {"neg", function(x) return -x end},
+  {"exp", math.exp},
+  {"log", math.log, true},
+  {"sqrt", math.sqrt, true},
+  {"rsqrt", function(x) return 1 / math.sqrt(x) end, true},
+  {"tanh", tanh},
+  {"sigmoid", sigmoid},
+  {"relu", function(x) return x > 0 and x or 0.0 end},
+  {"gelu", function(x) return 0.5 * x * (1 + erf(x / SQRT2)) end},
+  {"silu", function(x) return x * sigmoid(x) end},
+  {"abs", math.abs},
+  {"sin", math.sin},
+  {"cos", math.cos},
+  {"square", function(x) return x * x end},
+  {"reciprocal", function(x) return 1 / x end, true},
+  {"sign", sign},
+  {"log1p", log1p, true},
+  {"expm1", expm1},
+  {"floor", math.floor},
+  {"ceil", math.ceil},
+  {"round", round_half_even},
+  {"trunc", trunc},
+  {"erf", erf},
+}
+
+describe("elementwise unary math", function()
+  for _, case in ipairs(unary) do
+    local name, ref, positive = case[1], case[2], case[3]
+    it(name .. " matches the float64 reference (float32 and float64)", function()
+      for _, dt in ipairs{accel.float32, accel.float64} do
+        local x = inputs(dt, positive)
+        local xs = x:tolist()
+        local y = x[name](x)
+        assert.are.equal(dt, y.dtype)
+        assert.are.same(shape_of(x), shape_of(y))
+        local rtol = dt == accel.float32 and RTOL32 or RTOL64
+        local atol = dt == accel.float32 and ATOL32 or ATOL64
+        if dt == accel.float64 and (name == "erf" or name == "gelu") then rtol, atol = 1e-10, 1e-13 end
+        assert_close(map(xs, ref), y:tolist(), rtol, atol, name .. " " .. tostring(dt))
+        -- in-place variant gives the same values
+        local z = x:clone()
+        z[name .. "_"](z)
+        assert_close(map(xs, ref), z:tolist(), rtol, atol, name .. "_ " .. tostring(dt))
+      end
+    end)
+  end
+
+  it("gelu with approximate='tanh'", function()
+    local x = inputs()
+    local ref = map(x:tolist(), function(v) return 0.5 * v * (1 + tanh(SQRT_2_OVER_PI * (v + 0.044715 * v ^ 3))) end)
+    assert_close(ref, x:gelu({approximate = "tanh"}):tolist(), RTOL32, ATOL32, "gelu tanh")
+    assert_close(ref, F.gelu(x, {approximate = "tanh"}):tolist(), RTOL32, ATOL32, "F.gelu tanh")
+    local exact = map(x:tolist(), function(v) return 0.5 * v * (1 + erf(v / SQRT2)) end)
+    assert_close(exact, F.gelu(x):tolist(), RTOL32, ATOL32, "F.gelu")
+    assert_close(exact, x:gelu({approximate = "none"}):tolist(), RTOL32, ATOL32, "gelu none")
+  end)
+
+  it("clamp with min, max, both, and an options table", function()
+    local x = inputs()
+    local xs = x:tolist()
+    assert_exact(map(xs, function(v) return math.min(math.max(v, -1), 2) end), x:clamp(-1, 2):tolist(), "clamp")
+    assert_exact(map(xs, function(v) return math.max(v, 0.5) end), x:clamp(0.5):tolist(), "clamp min")
+    assert_exact(map(xs, function(v) return math.min(v, 0.5) end), x:clamp(nil, 0.5):tolist(), "clamp max")
+    assert_exact(map(xs, function(v) return math.min(v, 1.5) end), x:clamp({max = 1.5}):tolist(), "clamp {max}")
+    assert_exact(map(xs, function(v) return math.min(math.max(v, -0.5), 0.5) end),
+      x:clamp({min = -0.5, max = 0.5}):tolist(), "clamp {min,max}")
+    local i = accel.tensor{-5, 0, 5}
+    local c = i:clamp(-2, 3)
+    assert.are.equal(accel.int64, c.dtype)
+    assert_exact({-2, 0, 3}, c:tolist())
+  end)
+
+  it("leaky_relu", function()
+    local x = inputs()
+    assert_close(map(x:tolist(), function(v) return v > 0 and v or 0.01 * v end), x:leaky_relu():tolist())
+    assert_close(map(x:tolist(), function(v) return v > 0 and v or 0.2 * v end), x:leaky_relu(0.2):tolist())
+  end)
+
+  it("special values: exp(-inf)=0, log(0)=-inf, sqrt(-1)=nan, sigmoid saturates", function()
+    local x = accel.tensor{-inf, 0.0, -1.0, inf}
+    assert_close({0, 1, math.exp(-1), inf}, x:exp():tolist())
+    assert_close({nan, -inf, nan, inf}, x:log():tolist())
+    assert_close({nan, 0, nan, inf}, x:sqrt():tolist())
+    assert_close({0, 0.5, sigmoid(-1), 1}, x:sigmoid():tolist())
+    assert_close({-1, 0, tanh(-1), 1}, x:tanh():tolist())
+    local big = accel.tensor{-100.0, 100.0}
+    assert_close({0, 1}, big:sigmoid():tolist())
+    assert_close({-100 * sigmoid(-100), 100}, big:silu():tolist())
+  end)
+
+  it("int tensors: math functions give float32, neg/abs keep int", function()
+    local i = accel.tensor{1, 4, 9}
+    local s = i:sqrt()
+    assert.are.equal(accel.float32, s.dtype)
+    assert_exact({1, 2, 3}, s:tolist())
+    assert.are.equal(accel.float32, i:exp().dtype)
+    assert.are.equal(accel.int64, i:neg().dtype)
+    assert_exact({-1, -4, -9}, i:neg():tolist())
+    assert.are.equal(accel.int64, accel.tensor{-3, 3}:abs().dtype)
+    assert_exact({3, 3}, accel.tensor{-3, 3}:abs():tolist())
+  end)
+
+  it("bf16 / f16 inputs compute in float32 and round the result once", function()
+    local x = accel.tensor({0.5, 1.0, 2.0, 3.0}, {dtype = accel.bfloat16})
+    local e = x:exp()
+    assert.are.equal(accel.bfloat16, e.dtype)
+    local ref = map({0.5, 1.0, 2.0, 3.0}, math.exp)
+    -- bf16 has 8 significant bits: one rounding is within 2^-8 relative
+    assert_close(ref, e:tolist(), 2 ^ -8, 0)
+    local h = accel.tensor({0.5, 1.0, 2.0, 3.0}, {dtype = accel.float16}):exp()
+    assert.are.equal(accel.float16, h.dtype)
+    assert_close(ref, h:tolist(), 2 ^ -11, 0)
+  end)
+end)
+
+---------------------------------------------------------------- elementwise binary
+
+local function binary_cases()
+  return {
+    {"add", "+", function(a, b) return a + b end},
+    {"sub", "-", function(a, b) return a - b end},
+    {"mul", "*", function(a, b) return a * b end},
+    {"div", "/", function(a, b) return a / b end},
+  }
+end
+
+describe("elementwise binary ops", function()
+  local a = accel.tensor{1.5, -2.0, 3.25, 0.1, -7.5, 100.0}
+  local b = accel.tensor{0.5, 4.0, -1.5, 0.3, 2.5, -0.01}
+  local as, bs = a:tolist(), b:tolist()
+
+  for _, case in ipairs(binary_cases()) do
+    local name, opname, ref = case[1], case[2], case[3]
+    it(name .. " as a method and as the " .. opname .. " operator", function()
+      local exp = map2(as, bs, ref)
+      assert_close(exp, a[name](a, b):tolist(), RTOL32, ATOL32, name)
+      local viaop = load("local a, b = ...; return a " .. opname .. " b")(a, b)
+      assert_close(exp, viaop:tolist(), RTOL32, ATOL32, opname)
+      -- scalar on the right and on the left
+      local sr = load("local a = ...; return a " .. opname .. " 2.5")(a)
+      assert_close(map(as, function(x) return ref(x, 2.5) end), sr:tolist(), RTOL32, ATOL32, "t " .. opname .. " 2.5")
+      local sl = load("local a = ...; return 2.5 " .. opname .. " a")(a)
+      assert_close(map(as, function(x) return ref(2.5, x) end), sl:tolist(), RTOL32, ATOL32, "2.5 " .. opname .. " t")
+      -- in place
+      local c = a:clone()
+      c[name .. "_"](c, b)
+      assert_close(exp, c:tolist(), RTOL32, ATOL32, name .. "_")
+      local d = a:clone()
+      d[name .. "_"](d, 3)
+      assert_close(map(as, function(x) return ref(x, 3) end), d:tolist(), RTOL32, ATOL32, name .. "_ scalar")
+    end)
+  end
+
+  it("add/sub take {alpha=}", function()
+    assert_close(map2(as, bs, function(x, y) return x + 2 * y end), a:add(b, {alpha = 2}):tolist())
+    assert_close(map2(as, bs, function(x, y) return x - 0.5 * y end), a:sub(b, {alpha = 0.5}):tolist())
+    local c = a:clone()
+    c:add_(b, {alpha = -1})
+    assert_close(map2(as, bs, function(x, y) return x - y end), c:tolist())
+  end)
+
+  it("float32 results are the float32 rounding of the exact result", function()
+    local x = accel.tensor{0.1, 1 / 3}
+    local y = accel.tensor{0.2, 1 / 7}
+    local xs, ys = x:tolist(), y:tolist()
+    assert_exact({f32(xs[1] + ys[1]), f32(xs[2] + ys[2])}, (x + y):tolist(), "add rounding")
+    assert_exact({f32(xs[1] * ys[1]), f32(xs[2] * ys[2])}, (x * y):tolist(), "mul rounding")
+    assert_exact({f32(xs[1] / ys[1]), f32(xs[2] / ys[2])}, (x / y):tolist(), "div rounding")
+  end)
+
+  it("pow: tensor^scalar, scalar^tensor, tensor^tensor", function()
+    local x = accel.tensor{0.5, 1.0, 2.0, 3.5}
+    local e = accel.tensor{2.0, -1.0, 0.5, 3.0}
+    local xs, es = x:tolist(), e:tolist()
+    assert_close(map(xs, function(v) return v ^ 2 end), (x ^ 2):tolist())
+    assert_close(map(xs, function(v) return v ^ 0.5 end), x:pow(0.5):tolist())
+    assert_close(map(xs, function(v) return v ^ -1.5 end), (x ^ -1.5):tolist())
+    assert_close(map(xs, function(v) return 2 ^ v end), (2 ^ x):tolist())
+    assert_close(map2(xs, es, function(p, q) return p ^ q end), (x ^ e):tolist())
+    assert_close(map2(xs, es, function(p, q) return p ^ q end), x:pow(e):tolist())
+    local c = x:clone()
+    c:pow_(3)
+    assert_close(map(xs, function(v) return v ^ 3 end), c:tolist())
+    -- integer tensor with an integer exponent stays integer
+    local i = accel.tensor{2, 3, -4}
+    local p = i ^ 2
+    assert.are.equal(accel.int64, p.dtype)
+    assert_exact({4, 9, 16}, p:tolist())
+  end)
+
+  it("unary minus", function()
+    assert_exact(map(as, function(v) return -v end), (-a):tolist())
+    assert_exact({-1, 2}, (-accel.tensor{1, -2}):tolist())
+  end)
+
+  it("// floors and % takes the sign of the divisor (float)", function()
+    local x = accel.tensor{7.5, -7.5, 7.5, -7.5, 3.0}
+    local y = accel.tensor{2.0, 2.0, -2.0, -2.0, 1.5}
+    local xs, ys = x:tolist(), y:tolist()
+    assert_exact(map2(xs, ys, function(p, q) return math.floor(p / q) end), (x // y):tolist(), "//")
+    assert_exact(map2(xs, ys, function(p, q) return p - math.floor(p / q) * q end), (x % y):tolist(), "%")
+    assert_exact(map2(xs, ys, function(p, q) return math.floor(p / q) end), x:floor_divide(y):tolist())
+    assert_exact(map2(xs, ys, function(p, q) return p - math.floor(p / q) * q end), x:remainder(y):tolist())
+    assert_exact(map(xs, function(p) return p // 2 end), (x // 2):tolist(), "// scalar")
+    assert_exact(map(xs, function(p) return p % 2 end), (x % 2):tolist(), "% scalar")
+    assert_exact(map(xs, function(p) return 10 % p end), (10 % x):tolist(), "scalar %")
+  end)
+
+  it("// and % on integers follow Python (floor) semantics and stay int64", function()
+    local x = accel.tensor{7, -7, 7, -7, 0}
+    local y = accel.tensor{2, 2, -2, -2, 3}
+    local q, r = x // y, x % y
+    assert.are.equal(accel.int64, q.dtype)
+    assert.are.equal(accel.int64, r.dtype)
+    assert_exact({3, -4, -4, 3, 0}, q:tolist(), "int //")
+    assert_exact({1, 1, -1, -1, 0}, r:tolist(), "int %")
+    assert_exact({3, -4, 3, -4, 0}, (x // 2):tolist(), "int // scalar")
+    assert_exact({1, 1, 1, 1, 0}, (x % 2):tolist(), "int % scalar")
+  end)
+
+  it("fmod takes the sign of the dividend (C fmod), unlike remainder", function()
+    local x = accel.tensor{7.5, -7.5, 7.5, -7.5}
+    local y = accel.tensor{2.0, 2.0, -2.0, -2.0}
+    assert_exact({1.5, -1.5, 1.5, -1.5}, x:fmod(y):tolist(), "fmod")
+    assert_exact({1.5, -1.5, 1.5, -1.5}, x:fmod(2):tolist(), "fmod scalar")
+    assert_exact({1, -1, 1, -1}, accel.tensor{7, -7, 7, -7}:fmod(accel.tensor{2, 2, -2, -2}):tolist(), "int fmod")
+  end)
+
+  it("maximum / minimum and max/min with a tensor", function()
+    assert_exact(map2(as, bs, math.max), a:maximum(b):tolist())
+    assert_exact(map2(as, bs, math.min), a:minimum(b):tolist())
+    assert_exact(map2(as, bs, math.max), a:max(b):tolist())
+    assert_exact(map2(as, bs, math.min), a:min(b):tolist())
+  end)
+
+  it("logical ops on bool tensors", function()
+    local p = accel.tensor{true, true, false, false}
+    local q = accel.tensor{true, false, true, false}
+    assert_exact({true, false, false, false}, p:logical_and(q):tolist())
+    assert_exact({true, true, true, false}, p:logical_or(q):tolist())
+    assert_exact({false, true, true, false}, p:logical_xor(q):tolist())
+    assert_exact({false, false, true, true}, p:logical_not():tolist())
+  end)
+end)
+
+describe("broadcasting", function()
+  it("(3,1) + (1,4) -> (3,4)", function()
+    local a = accel.tensor{{1.0}, {2.0}, {3.0}}
+    local b = accel.tensor{{10.0, 20.0, 30.0, 40.0}}
+    local c = a + b
+    assert.are.same({3, 4}, shape_of(c))
+    local exp = {}
+    for i = 1, 3 do
+      exp[i] = {}
+      for j = 1, 4 do exp[i][j] = i + 10 * j end
+    end
+    assert.are.same(exp, c:tolist())
+  end)
+
+  it("(2,3) * (3) -> (2,3), and (3) - (2,3)", function()
+    local a = accel.tensor{{1.0, 2.0, 3.0}, {4.0, 5.0, 6.0}}
+    local b = accel.tensor{10.0, 100.0, 1000.0}
+    assert.are.same({{10, 200, 3000}, {40, 500, 6000}}, (a * b):tolist())
+    assert.are.same({{9, 98, 997}, {6, 95, 994}}, (b - a):tolist())
+  end)
+
+  it("(2,1,3) + (4,1) -> (2,4,3)", function()
+    local a = accel.arange(6, {dtype = accel.float32}):view(2, 1, 3)
+    local b = accel.arange(4, {dtype = accel.float32}):view(4, 1):mul(10)
+    local c = a + b
+    assert.are.same({2, 4, 3}, shape_of(c))
+    local l = c:tolist()
+    for i = 1, 2 do
+      for j = 1, 4 do
+        for k = 1, 3 do assert.are.equal((i - 1) * 3 + (k - 1) + (j - 1) * 10, l[i][j][k]) end
+      end
+    end
+  end)
+
+  it("0-d tensor and scalars broadcast against anything", function()
+    local s = accel.tensor(2.0)
+    local m = accel.tensor{{1.0, 2.0}, {3.0, 4.0}}
+    assert.are.same({{2, 4}, {6, 8}}, (s * m):tolist())
+    assert.are.same({{3, 4}, {5, 6}}, (m + s):tolist())
+    assert.are.same({{1, 0}, {-1, -2}}, (2 - m):tolist())
+    assert_close({{2, 1}, {2 / 3, 0.5}}, (2 / m):tolist())
+  end)
+
+  it("in-place with a broadcast right-hand side", function()
+    local m = accel.zeros(2, 3)
+    m:add_(accel.tensor{1.0, 2.0, 3.0})
+    assert.are.same({{1, 2, 3}, {1, 2, 3}}, m:tolist())
+    m:mul_(accel.tensor{{2.0}, {3.0}})
+    assert.are.same({{2, 4, 6}, {3, 6, 9}}, m:tolist())
+  end)
+end)
+
+describe("type promotion", function()
+  local i64 = accel.tensor{1, 2, 3}
+  local f32t = accel.tensor{0.5, 1.5, 2.5}
+
+  it("int64 + float32 -> float32", function()
+    local r = i64 + f32t
+    assert.are.equal(accel.float32, r.dtype)
+    assert.are.same({1.5, 3.5, 5.5}, r:tolist())
+    assert.are.equal(accel.float32, (f32t * i64).dtype)
+  end)
+
+  it("int64 + int scalar -> int64; int64 + float scalar -> float32", function()
+    local r = i64 + 2
+    assert.are.equal(accel.int64, r.dtype)
+    assert_exact({3, 4, 5}, r:tolist())
+    local s = i64 + 2.5
+    assert.are.equal(accel.float32, s.dtype)
+    assert.are.same({3.5, 4.5, 5.5}, s:tolist())
+    assert.are.equal(accel.int64, (2 * i64).dtype)
+    assert.are.equal(accel.float32, (0.5 * i64).dtype)
+  end)
+
+  it("int64 / int64 -> float32 (true division)", function()
+    local r = accel.tensor{1, 7, -7} / accel.tensor{2, 2, 2}
+    assert.are.equal(accel.float32, r.dtype)
+    assert.are.same({0.5, 3.5, -3.5}, r:tolist())
+    local s = accel.tensor{3} / 2
+    assert.are.equal(accel.float32, s.dtype)
+    assert.are.same({1.5}, s:tolist())
+  end)
+
+  it("bool + bool stays bool (logical or), bool + int scalar -> int64", function()
+    local p = accel.tensor{true, true, false}
+    local q = accel.tensor{true, false, false}
+    local r = p:add(q)
+    assert.are.equal(accel.bool, r.dtype)
+    assert.are.same({true, true, false}, r:tolist())
+    local m = p * q
+    assert.are.equal(accel.bool, m.dtype)
+    assert.are.same({true, false, false}, m:tolist())
+    local s = p + 1
+    assert.are.equal(accel.int64, s.dtype)
+    assert_exact({2, 2, 1}, s:tolist())
+    local t = p + i64
+    assert.are.equal(accel.int64, t.dtype)
+    assert_exact({2, 3, 3}, t:tolist())
+  end)
+
+  it("float32 + float64 -> float64", function()
+    local d = accel.tensor({0.1, 0.2, 0.3}, {dtype = accel.float64})
+    local r = f32t + d
+    assert.are.equal(accel.float64, r.dtype)
+    assert.are.same({0.5 + 0.1, 1.5 + 0.2, 2.5 + 0.3}, r:tolist())
+  end)
+
+  it("bfloat16 + float16 -> float32; bf16 + bf16 -> bf16; bf16 + float32 -> float32", function()
+    local b = accel.tensor({1.0, 2.0}, {dtype = accel.bfloat16})
+    local h = accel.tensor({0.5, 0.25}, {dtype = accel.float16})
+    local r = b + h
+    assert.are.equal(accel.float32, r.dtype)
+    assert.are.same({1.5, 2.25}, r:tolist())
+    assert.are.equal(accel.bfloat16, (b + b).dtype)
+    assert.are.equal(accel.float32, (b + f32t:narrow(1, 1, 2)).dtype)
+    -- a float scalar keeps the tensor's float dtype
+    assert.are.equal(accel.bfloat16, (b * 0.5).dtype)
+    assert.are.equal(accel.float16, (h + 1).dtype)
+  end)
+
+  it("int32 + int64 -> int64; uint8 + int32 -> int32; int32 + float32 -> float32", function()
+    local i32 = accel.tensor({1, 2}, {dtype = accel.int32})
+    local u8 = accel.tensor({250, 3}, {dtype = accel.uint8})
+    assert.are.equal(accel.int64, (i32 + accel.tensor{1, 1}).dtype)
+    local r = u8 + i32
+    assert.are.equal(accel.int32, r.dtype)
+    assert_exact({251, 5}, r:tolist())
+    assert.are.equal(accel.float32, (i32 + accel.tensor{0.5, 0.5}).dtype)
+    assert.are.equal(accel.int32, (i32 * 3).dtype)
+  end)
+
+  it("comparisons always give bool", function()
+    assert.are.equal(accel.bool, (i64:lt(f32t)).dtype)
+    assert.are.equal(accel.bool, i64:eq(2).dtype)
+  end)
+end)
+
+---------------------------------------------------------------- reductions
+
+-- 2x3x4 float64 test tensor with distinct values.
+local function cube_values()
+  local v = {}
+  for i = 1, 2 do
+    v[i] = {}
+    for j = 1, 3 do
+      v[i][j] = {}
+      for k = 1, 4 do v[i][j][k] = math.sin(i * 7 + j * 3 + k) * 10 end
+    end
+  end
+  return v
+end
+
+-- Reduce a nested 3-d Lua list over a set of 1-based dims with fn(list)->number.
+-- Returns the keepdim=false nested result (or a number if all dims reduced).
+local function lua_reduce(v, dims, fn, keepdim)
+  local shape = {#v, #v[1], #v[1][1]}
+  local red = {}
+  for _, d in ipairs(dims) do red[d < 0 and d + 4 or d] = true end
+  local outshape = {}
+  for d = 1, 3 do
+    if not red[d] then outshape[#outshape + 1] = {d, shape[d]}
+    elseif keepdim then outshape[#outshape + 1] = {d, 1} end
+  end
+  -- collect groups
+  local groups, order = {}, {}
+  for i = 1, shape[1] do
+    for j = 1, shape[2] do
+      for k = 1, shape[3] do
+        local idx = {i, j, k}
+        local key = {}
+        for d = 1, 3 do key[d] = red[d] and 1 or idx[d] end
+        local ks = table.concat(key, ",")
+        if not groups[ks] then groups[ks] = {}; order[#order + 1] = key end
+        table.insert(groups[ks], v[i][j][k])
+      end
+    end
+  end
+  if #outshape == 0 then
+    local ks = "1,1,1"
+    return fn(groups[ks])
+  end
+  local out = {}
+  for _, key in ipairs(order) do
+    local val = fn(groups[table.concat(key, ",")])
+    local node = out
+    for n = 1, #outshape - 1 do
+      local d = outshape[n][1]
+      node[key[d]] = node[key[d]] or {}
+      node = node[key[d]]
+    end
+    node[key[outshape[#outshape][1]]] = val
+  end
+  return out
+end
+
+local function l_sum(l) local s = 0; for _, x in ipairs(l) do s = s + x end; return s end
+local function l_mean(l) return l_sum(l) / #l end
+local function l_prod(l) local s = 1; for _, x in ipairs(l) do s = s * x end; return s end
+local function l_max(l) local s = -inf; for _, x in ipairs(l) do s = math.max(s, x) end; return s end
+local function l_min(l) local s = inf; for _, x in ipairs(l) do s = math.min(s, x) end; return s end
+local function l_var(l, corr)
+  corr = corr or 1
+  local m = l_mean(l)
+  local s = 0
+  for _, x in ipairs(l) do s = s + (x - m) ^ 2 end
+  return s / (#l - corr)
+end
+local function l_std(l) return math.sqrt(l_var(l)) end
+local function l_norm2(l) local s = 0; for _, x in ipairs(l) do s = s + x * x end; return math.sqrt(s) end
+local function l_norm1(l) local s = 0; for _, x in ipairs(l) do s = s + math.abs(x) end; return s end
+local function l_norminf(l) local s = 0; for _, x in ipairs(l) do s = math.max(s, math.abs(x)) end; return s end
+
+describe("reductions", function()
+  local vals = cube_values()
+  local x = accel.tensor(vals, {dtype = accel.float64})
+  local x32 = accel.tensor(vals)
+  local v32 = x32:tolist()
+
+  local reds = {
+    {"sum", l_sum}, {"mean", l_mean}, {"prod", l_prod}, {"amax", l_max}, {"amin", l_min},
+    {"var", l_var}, {"std", l_std}, {"norm", l_norm2},
+  }
+  local dimsets = {{1}, {2}, {3}, {-1}, {-3}, {1, 2}, {1, 3}, {2, 3}, {-1, 1}}
+
+  for _, r in ipairs(reds) do
+    local name, fn = r[1], r[2]
+    -- call t:NAME(dim, opts); norm's first positional argument is p, so norm(2, dim, opts)
+    local function call(t, dim, o)
+      if name == "norm" then return t:norm(2, dim, o) end
+      return t[name](t, dim, o)
+    end
+    it(name .. " over everything, over each dim, negative dims and dim lists, with keepdim", function()
+      -- no dim
+      local all = x[name](x)
+      assert.are.equal(0, all:dim())
+      assert_close(lua_reduce(vals, {1, 2, 3}, fn), all:item(), 1e-12, 1e-12, name .. "()")
+      assert_close(lua_reduce(v32, {1, 2, 3}, fn), x32[name](x32):item(), 1e-5, 1e-6, name .. "() f32")
+      for _, dims in ipairs(dimsets) do
+        local arg = #dims == 1 and dims[1] or dims
+        local got = call(x, arg)
+        local exp = lua_reduce(vals, dims, fn)
+        local what = name .. "(" .. table.concat(dims, ",") .. ")"
+        assert.are.equal(3 - #dims, got:dim(), what .. " dim count")
+        assert_close(exp, got:tolist(), 1e-12, 1e-12, what)
+        local kept = call(x, arg, {keepdim = true})
+        assert.are.equal(3, kept:dim(), what .. " keepdim")
+        for _, d in ipairs(dims) do assert.are.equal(1, kept:size(d)) end
+        assert_close(lua_reduce(vals, dims, fn, true), kept:tolist(), 1e-12, 1e-12, what .. " keepdim")
+        -- float32 input, float32 accumulation tolerance
+        local got32 = call(x32, arg)
+        assert.are.equal(accel.float32, got32.dtype)
+        assert_close(lua_reduce(v32, dims, fn), got32:tolist(), 1e-5, 1e-6, what .. " f32")
+      end
+    end)
+  end
+
+  it("dim can also be given as {dim=}", function()
+    assert_close(lua_reduce(vals, {2}, l_sum), x:sum({dim = 2}):tolist(), 1e-12, 1e-12)
+    assert_close(lua_reduce(vals, {2}, l_sum, true), x:sum({dim = 2, keepdim = true}):tolist(), 1e-12, 1e-12)
+    assert_close(lua_reduce(vals, {2}, l_sum, true), x:sum(2, true):tolist(), 1e-12, 1e-12)
+  end)
+
+  it("var/std with unbiased=false and correction=0", function()
+    local biased = function(l) return l_var(l, 0) end
+    assert_close(lua_reduce(vals, {3}, biased), x:var(3, {unbiased = false}):tolist(), 1e-12, 1e-12)
+    assert_close(lua_reduce(vals, {3}, biased), x:var(3, {correction = 0}):tolist(), 1e-12, 1e-12)
+    assert_close(lua_reduce(vals, {1, 2, 3}, biased), x:var({unbiased = false}):item(), 1e-12, 1e-12)
+    assert_close(lua_reduce(vals, {3}, function(l) return math.sqrt(l_var(l, 0)) end),
+      x:std(3, {unbiased = false}):tolist(), 1e-12, 1e-12)
+  end)
+
+  it("norm with p = 1, inf and 'fro'", function()
+    assert_close(lua_reduce(vals, {1, 2, 3}, l_norm1), x:norm(1):item(), 1e-12, 1e-12)
+    assert_close(lua_reduce(vals, {3}, l_norm1), x:norm(1, 3):tolist(), 1e-12, 1e-12)
+    assert_close(lua_reduce(vals, {2}, l_norminf), x:norm(inf, 2):tolist(), 1e-12, 1e-12)
+    assert_close(lua_reduce(vals, {2}, l_norminf), x:norm("inf", 2):tolist(), 1e-12, 1e-12)
+    assert_close(lua_reduce(vals, {1, 2, 3}, l_norm2), x:norm("fro"):item(), 1e-12, 1e-12)
+    assert_close(lua_reduce(vals, {3}, l_norm2, true), x:norm(2, 3, {keepdim = true}):tolist(), 1e-12, 1e-12)
+  end)
+
+  it("sum/prod of integers give int64; mean of integers is an error or float like PyTorch", function()
+    local i = accel.tensor({{1, 2, 3}, {4, 5, 6}}, {dtype = accel.int32})
+    local s = i:sum()
+    assert.are.equal(accel.int64, s.dtype)
+    assert.are.equal(21, s:item())
+    assert.are.equal("integer", math.type(s:item()))
+    assert_exact({6, 15}, i:sum(2):tolist())
+    assert.are.equal(720, i:prod():item())
+    local b = accel.tensor{true, false, true}
+    assert.are.equal(2, b:sum():item())
+    assert.are.equal(accel.int64, b:sum().dtype)
+    assert.are.equal(6, i:amax():item())
+    assert.are.equal(accel.int32, i:amax().dtype)
+  end)
+
+  it("max(dim)/min(dim) return values and 0-based indices", function()
+    local m = accel.tensor{{3.0, 9.0, 1.0, 4.0}, {8.0, 2.0, 7.0, -1.0}, {0.5, 0.25, 6.0, 6.5}}
+    local values, indices = m:max(2)
+    assert.are.same({9, 8, 6.5}, values:tolist())
+    assert.are.equal(accel.int64, indices.dtype)
+    assert_exact({1, 0, 3}, indices:tolist())
+    local v1, i1 = m:max(1)
+    assert.are.same({8, 9, 7, 6.5}, v1:tolist())
+    assert_exact({1, 0, 1, 2}, i1:tolist())
+    local vmin, imin = m:min(-1)
+    assert.are.same({1, -1, 0.25}, vmin:tolist())
+    assert_exact({2, 3, 1}, imin:tolist())
+    local vk, ik = m:max(2, {keepdim = true})
+    assert.are.same({{9}, {8}, {6.5}}, vk:tolist())
+    assert_exact({{1}, {0}, {3}}, ik:tolist())
+    local vk2, ik2 = m:min(1, true)
+    assert.are.same({{0.5, 0.25, 1, -1}}, vk2:tolist())
+    assert_exact({{2, 2, 0, 1}}, ik2:tolist())
+    -- whole-tensor max/min: one value
+    assert.are.equal(9, m:max():item())
+    assert.are.equal(-1, m:min():item())
+  end)
+
+  it("max(dim) picks the first index among ties", function()
+    local _, i = accel.tensor{{1.0, 5.0, 5.0, 2.0}}:max(2)
+    assert_exact({1}, i:tolist())
+    local _, j = accel.tensor{{4.0, 1.0, 1.0}}:min(2)
+    assert_exact({1}, j:tolist())
+  end)
+
+  it("argmax / argmin: 0-based, over a dim or the flattened tensor", function()
+    local m = accel.tensor{{3.0, 9.0, 1.0, 4.0}, {8.0, 2.0, 7.0, -1.0}, {0.5, 0.25, 6.0, 6.5}}
+    local a = m:argmax()
+    assert.are.equal(accel.int64, a.dtype)
+    assert.are.equal(0, a:dim())
+    assert.are.equal(1, a:item())
+    assert.are.equal(7, m:argmin():item())
+    assert_exact({1, 0, 3}, m:argmax(2):tolist())
+    assert_exact({1, 0, 1, 2}, m:argmax(1):tolist())
+    assert_exact({2, 3, 1}, m:argmin(-1):tolist())
+    assert_exact({{1}, {0}, {3}}, m:argmax(2, {keepdim = true}):tolist())
+    assert_exact({1, 0, 3}, m:argmax({dim = 2}):tolist())
+  end)
+
+  it("mean of an empty reduction is nan, sum is 0", function()
+    local e = accel.zeros(0, 3)
+    assert_exact({0, 0, 0}, e:sum(1):tolist())
+    assert.is_true(e:mean():item() ~= e:mean():item())
+  end)
+end)
+
+---------------------------------------------------------------- comparisons / where / masked_fill
+
+describe("comparisons", function()
+  local a = accel.tensor{1.0, 2.0, 3.0, nan}
+  local b = accel.tensor{3.0, 2.0, 1.0, nan}
+  local as, bs = a:tolist(), b:tolist()
+  local ops = {
+    eq = function(x, y) return x == y end, ne = function(x, y) return x ~= y end,
+    lt = function(x, y) return x < y end, le = function(x, y) return x <= y end,
+    gt = function(x, y) return x > y end, ge = function(x, y) return x >= y end,
+  }
+  for name, f in pairs(ops) do
+    it(name .. " with a tensor and with a scalar returns bool", function()
+      local r = a[name](a, b)
+      assert.are.equal(accel.bool, r.dtype)
+      assert_exact(map2(as, bs, f), r:tolist(), name)
+      local s = a[name](a, 2)
+      assert.are.equal(accel.bool, s.dtype)
+      assert_exact(map(as, function(x) return f(x, 2) end), s:tolist(), name .. " scalar")
+    end)
+  end
+
+  it("compare int and float tensors by value", function()
+    assert_exact({false, true, false}, accel.tensor{1, 2, 3}:eq(accel.tensor{1.5, 2.0, 2.5}):tolist())
+    assert_exact({true, false, true}, accel.tensor{1, 2, 3}:lt(2.5):logical_xor(accel.tensor{false, true, true}):tolist())
+  end)
+
+  it("equal / allclose / any / all", function()
+    assert.is_true(accel.tensor{1.0, 2.0}:equal(accel.tensor{1.0, 2.0}))
+    assert.is_false(accel.tensor{1.0, 2.0}:equal(accel.tensor{1.0, 2.5}))
+    assert.is_true(accel.tensor{1.0, 2.0}:allclose(accel.tensor{1.0, 2.0 + 1e-7}))
+    assert.is_false(accel.tensor{1.0, 2.0}:allclose(accel.tensor{1.0, 2.1}))
+    assert.is_true(accel.tensor{false, true}:any():item())
+    assert.is_false(accel.tensor{false, true}:all():item())
+  end)
+end)
+
+describe("where / masked_fill", function()
+  local c = accel.tensor{true, false, true, false}
+  local a = accel.tensor{1.0, 2.0, 3.0, 4.0}
+  local b = accel.tensor{-1.0, -2.0, -3.0, -4.0}
+
+  it("accel.where(cond, a, b)", function()
+    assert.are.same({1, -2, 3, -4}, accel.where(c, a, b):tolist())
+    assert.are.same({1, 0, 3, 0}, accel.where(c, a, 0.0):tolist())
+    assert.are.same({9, 2, 9, 4}, accel.where(c, 9.0, a):tolist())
+  end)
+
+  it("t:where(cond, other) keeps t where cond", function()
+    assert.are.same({1, -2, 3, -4}, a:where(c, b):tolist())
+  end)
+
+  it("broadcasts cond and values", function()
+    local cond = accel.tensor{{true}, {false}}
+    local r = accel.where(cond, accel.tensor{1.0, 2.0, 3.0}, accel.tensor{{10.0}, {20.0}})
+    assert.are.same({{1, 2, 3}, {20, 20, 20}}, r:tolist())
+  end)
+
+  it("promotes a and b", function()
+    local r = accel.where(c, accel.tensor{1, 2, 3, 4}, b)
+    assert.are.equal(accel.float32, r.dtype)
+    assert.are.same({1, -2, 3, -4}, r:tolist())
+  end)
+
+  it("masked_fill and masked_fill_ (with a broadcast mask)", function()
+    local m = accel.tensor{{1.0, 2.0}, {3.0, 4.0}}
+    local mask = accel.tensor{{true, false}, {false, true}}
+    assert.are.same({{0, 2}, {3, 0}}, m:masked_fill(mask, 0):tolist())
+    assert.are.same({{1, 2}, {3, 4}}, m:tolist())
+    assert.are.same({{-inf, -inf}, {3, 4}}, m:masked_fill(accel.tensor{{true}, {false}}, -inf):tolist())
+    local r = m:masked_fill(accel.tensor{true, false}, 7.5)
+    assert.are.same({{7.5, 2}, {7.5, 4}}, r:tolist())
+    m:masked_fill_(mask, -1)
+    assert.are.same({{-1, 2}, {3, -1}}, m:tolist())
+  end)
+end)
+
+---------------------------------------------------------------- indexing ops
+
+describe("gather / index_select", function()
+  local src = accel.tensor{{1.0, 2.0, 3.0}, {4.0, 5.0, 6.0}}
+
+  it("gather along dim 2 with 0-based index values", function()
+    local idx = accel.tensor{{2, 0}, {1, 1}}
+    local g = src:gather(2, idx)
+    assert.are.same({2, 2}, shape_of(g))
+    assert.are.same({{3, 1}, {5, 5}}, g:tolist())
+  end)
+
+  it("gather along dim 1", function()
+    local idx = accel.tensor{{1, 0, 1}}
+    assert.are.same({{4, 2, 6}}, src:gather(1, idx):tolist())
+    assert.are.same({{4, 2, 6}}, src:gather(-2, idx):tolist())
+  end)
+
+  it("index_select along each dim", function()
+    assert.are.same({{3, 1, 3}, {6, 4, 6}}, src:index_select(2, accel.tensor{2, 0, 2}):tolist())
+    assert.are.same({{4, 5, 6}, {1, 2, 3}, {4, 5, 6}}, src:index_select(1, accel.tensor{1, 0, 1}):tolist())
+    assert.are.same({{2}, {5}}, src:index_select(-1, accel.tensor{1}):tolist())
+  end)
+
+  it("accept int32 index tensors", function()
+    local idx = accel.tensor({2, 1}, {dtype = accel.int32})
+    assert.are.same({{3, 2}, {6, 5}}, src:index_select(2, idx):tolist())
+  end)
+end)
+
+describe("cat / stack / split / chunk / unbind", function()
+  local a = accel.tensor{{1.0, 2.0}, {3.0, 4.0}}
+  local b = accel.tensor{{5.0, 6.0}}
+  local c = accel.tensor{{7.0}, {8.0}}
+
+  it("cat along dim 1 (default) and dim 2", function()
+    local r = accel.cat({a, b})
+    assert.are.same({3, 2}, shape_of(r))
+    assert.are.same({{1, 2}, {3, 4}, {5, 6}}, r:tolist())
+    assert.are.same({{1, 2, 7}, {3, 4, 8}}, accel.cat({a, c}, 2):tolist())
+    assert.are.same({{1, 2, 7}, {3, 4, 8}}, accel.cat({a, c}, -1):tolist())
+    assert.are.same({{1, 2}, {3, 4}}, accel.cat({a}):tolist())
+  end)
+
+  it("cat promotes dtypes", function()
+    local r = accel.cat({accel.tensor{1, 2}, accel.tensor{0.5}})
+    assert.are.equal(accel.float32, r.dtype)
+    assert.are.same({1, 2, 0.5}, r:tolist())
+  end)
+
+  it("stack adds a dim", function()
+    local x, y = accel.tensor{1.0, 2.0, 3.0}, accel.tensor{4.0, 5.0, 6.0}
+    local r = accel.stack({x, y})
+    assert.are.same({2, 3}, shape_of(r))
+    assert.are.same({{1, 2, 3}, {4, 5, 6}}, r:tolist())
+    local s = accel.stack({x, y}, 2)
+    assert.are.same({3, 2}, shape_of(s))
+    assert.are.same({{1, 4}, {2, 5}, {3, 6}}, s:tolist())
+    assert.are.same({3, 2}, shape_of(accel.stack({x, y}, -1)))
+  end)
+
+  it("split by size returns a Lua list, the last piece shorter", function()
+    local t = accel.arange(10, {dtype = accel.float32})
+    local parts = t:split(4)
+    assert.are.equal(3, #parts)
+    assert.are.same({0, 1, 2, 3}, parts[1]:tolist())
+    assert.are.same({4, 5, 6, 7}, parts[2]:tolist())
+    assert.are.same({8, 9}, parts[3]:tolist())
+  end)
+
+  it("split by a list of sizes and along a dim", function()
+    local t = accel.arange(12, {dtype = accel.float32}):view(2, 6)
+    local parts = t:split({1, 2, 3}, 2)
+    assert.are.equal(3, #parts)
+    assert.are.same({{0}, {6}}, parts[1]:tolist())
+    assert.are.same({{1, 2}, {7, 8}}, parts[2]:tolist())
+    assert.are.same({{3, 4, 5}, {9, 10, 11}}, parts[3]:tolist())
+  end)
+
+  it("chunk", function()
+    local t = accel.arange(7)
+    local parts = t:chunk(3)
+    assert.are.equal(3, #parts)
+    assert_exact({0, 1, 2}, parts[1]:tolist())
+    assert_exact({3, 4, 5}, parts[2]:tolist())
+    assert_exact({6}, parts[3]:tolist())
+    local m = accel.arange(8):view(2, 4):chunk(2, 2)
+    assert.are.equal(2, #m)
+    assert_exact({{0, 1}, {4, 5}}, m[1]:tolist())
+    assert_exact({{2, 3}, {6, 7}}, m[2]:tolist())
+    -- PyTorch: chunk(6, 4) of 6 elements gives 3 chunks of 2
+    assert.are.equal(3, #accel.arange(6):chunk(4))
+  end)
+
+  it("unbind", function()
+    local t = accel.tensor{{1, 2, 3}, {4, 5, 6}}
+    local rows = t:unbind()
+    assert.are.equal(2, #rows)
+    assert_exact({1, 2, 3}, rows[1]:tolist())
+    assert_exact({4, 5, 6}, rows[2]:tolist())
+    local cols = t:unbind(2)
+    assert.are.equal(3, #cols)
+    assert_exact({3, 6}, cols[3]:tolist())
+  end)
+end)
+
+describe("tril / triu", function()
+  local m = accel.arange(1, 13, {dtype = accel.float32}):view(3, 4)
+  local ml = m:tolist()
+  local function ref(k, upper)
+    local r = {}
+    for i = 1, 3 do
+      r[i] = {}
+      for j = 1, 4 do
+        local keep = upper and (j - i >= k) or (not upper and j - i <= k)
+        r[i][j] = keep and ml[i][j] or 0
+      end
+    end
+    return r
+  end
+  for _, k in ipairs{0, 1, -1, 2, -3} do
+    it("diagonal " .. k, function()
+      assert.are.same(ref(k, false), m:tril(k):tolist())
+      assert.are.same(ref(k, true), m:triu(k):tolist())
+    end)
+  end
+  it("defaults to diagonal 0 and works on batches", function()
+    assert.are.same(ref(0, false), m:tril():tolist())
+    local b = accel.stack({m, m})
+    local r = b:triu():tolist()
+    assert.are.same(ref(0, true), r[1])
+    assert.are.same(ref(0, true), r[2])
+    local bl = accel.ones(3, 3, {dtype = accel.bool}):tril()
+    assert.are.equal(accel.bool, bl.dtype)
+    assert.are.same({{true, false, false}, {true, true, false}, {true, true, true}}, bl:tolist())
+  end)
+end)
+
+---------------------------------------------------------------- matmul
+
+local function naive_mm(A, B)
+  local n, k, m = #A, #B, #B[1]
+  assert(#A[1] == k)
+  local C = {}
+  for i = 1, n do
+    C[i] = {}
+    for j = 1, m do
+      local s = 0
+      for p = 1, k do s = s + A[i][p] * B[p][j] end
+      C[i][j] = s
+    end
+  end
+  return C
+end
+
+local function randm(dt, ...)
+  return accel.randn(...):to(dt)
+end
+
+describe("matmul", function()
+  for _, dt in ipairs{accel.float32, accel.float64} do
+    local rtol = dt == accel.float32 and 1e-5 or 1e-12
+    local atol = dt == accel.float32 and 1e-5 or 1e-12
+    local tag = " (" .. tostring(dt) .. ")"
+
+    it("1-D . 1-D gives a 0-d dot product" .. tag, function()
+      local a, b = randm(dt, 7), randm(dt, 7)
+      local r = a:matmul(b)
+      assert.are.equal(0, r:dim())
+      local as, bs = a:tolist(), b:tolist()
+      local s = 0
+      for i = 1, 7 do s = s + as[i] * bs[i] end
+      assert_close({s}, {r:item()}, rtol, atol)
+    end)
+
+    it("2-D . 2-D" .. tag, function()
+      local a, b = randm(dt, 5, 7), randm(dt, 7, 3)
+      local r = accel.matmul(a, b)
+      assert.are.equal(dt, r.dtype)
+      assert.are.same({5, 3}, shape_of(r))
+      assert_close(naive_mm(a:tolist(), b:tolist()), r:tolist(), rtol, atol)
+      assert_close(naive_mm(a:tolist(), b:tolist()), a:mm(b):tolist(), rtol, atol)
+    end)
+
+    it("2-D . 2-D with transposed (non-contiguous) operands" .. tag, function()
+      local a, b = randm(dt, 7, 5), randm(dt, 3, 7)
+      local r = a:t():matmul(b:t())
+      assert_close(naive_mm(a:t():contiguous():tolist(), b:t():contiguous():tolist()), r:tolist(), rtol, atol)
+    end)
+
+    it("1-D . 2-D and 2-D . 1-D drop the vector dim" .. tag, function()
+      local v, m = randm(dt, 4), randm(dt, 4, 3)
+      local r = v:matmul(m)
+      assert.are.same({3}, shape_of(r))
+      assert_close(naive_mm({v:tolist()}, m:tolist())[1], r:tolist(), rtol, atol)
+      local m2, w = randm(dt, 3, 4), randm(dt, 4)
+      local r2 = m2:matmul(w)
+      assert.are.same({3}, shape_of(r2))
+      local col = {}
+      for i, x in ipairs(w:tolist()) do col[i] = {x} end
+      assert_close(map(naive_mm(m2:tolist(), col), function(row) return row[1] end), r2:tolist(), rtol, atol)
+    end)
+
+    it("batched 3-D . 3-D" .. tag, function()
+      local a, b = randm(dt, 2, 3, 4), randm(dt, 2, 4, 5)
+      local r = a:matmul(b)
+      assert.are.same({2, 3, 5}, shape_of(r))
+      local al, bl, rl = a:tolist(), b:tolist(), r:tolist()
+      for i = 1, 2 do assert_close(naive_mm(al[i], bl[i]), rl[i], rtol, atol) end
+      assert_close(rl, a:bmm(b):tolist(), rtol, atol)
+    end)
+
+    it("3-D . 2-D broadcasts the matrix" .. tag, function()
+      local a, b = randm(dt, 3, 2, 4), randm(dt, 4, 5)
+      local r = a:matmul(b)
+      assert.are.same({3, 2, 5}, shape_of(r))
+      local al, bl, rl = a:tolist(), b:tolist(), r:tolist()
+      for i = 1, 3 do assert_close(naive_mm(al[i], bl), rl[i], rtol, atol) end
+    end)
+
+    it("broadcast batch dims (2,1,3,4) . (3,4,2)" .. tag, function()
+      local a, b = randm(dt, 2, 1, 3, 4), randm(dt, 3, 4, 2)
+      local r = a:matmul(b)
+      assert.are.same({2, 3, 3, 2}, shape_of(r))
+      local al, bl, rl = a:tolist(), b:tolist(), r:tolist()
+      for i = 1, 2 do
+        for j = 1, 3 do assert_close(naive_mm(al[i][1], bl[j]), rl[i][j], rtol, atol) end
+      end
+    end)
+  end
+
+  it("integer matmul stays integer and exact", function()
+    local a = accel.tensor{{1, 2}, {3, 4}}
+    local b = accel.tensor{{5, 6}, {7, 8}}
+    local r = a:matmul(b)
+    assert.are.equal(accel.int64, r.dtype)
+    assert_exact({{19, 22}, {43, 50}}, r:tolist())
+  end)
+
+  it("bf16 matmul is close to the float64 product", function()
+    local a, b = accel.randn(8, 16):bfloat16(), accel.randn(16, 4):bfloat16()
+    local r = a:matmul(b)
+    assert.are.equal(accel.bfloat16, r.dtype)
+    local exp = naive_mm(a:tolist(), b:tolist())
+    -- each output rounded to bf16 once (fp32 accumulation): rel 2^-8 plus a little
+    local e, g = flat(exp), flat(r:tolist())
+    for i = 1, #e do assert.is_true(math.abs(e[i] - g[i]) <= 2 ^ -8 * math.abs(e[i]) + 1e-2, i) end
+  end)
+end)
+
+---------------------------------------------------------------- softmax / log_softmax
+
+local function softmax_rows(rows, log)
+  local out = {}
+  for i, r in ipairs(rows) do
+    local m = -inf
+    for _, v in ipairs(r) do m = math.max(m, v) end
+    local s = 0
+    for _, v in ipairs(r) do s = s + math.exp(v - m) end
+    out[i] = {}
+    for j, v in ipairs(r) do
+      out[i][j] = log and (v - m - math.log(s)) or math.exp(v - m) / s
+    end
+  end
+  return out
+end
+
+local function transpose(rows)
+  local t = {}
+  for i = 1, #rows[1] do
+    t[i] = {}
+    for j = 1, #rows do t[i][j] = rows[j][i] end
+  end
+  return t
+end
+
+describe("softmax / log_softmax", function()
+  accel.set_seed(11)
+  local x = accel.randn(4, 6):mul(3)
+  local xl = x:tolist()
+
+  it("along the last dim (2 and -1)", function()
+    local exp = softmax_rows(xl)
+    assert_close(exp, x:softmax(2):tolist())
+    assert_close(exp, x:softmax(-1):tolist())
+    assert_close(exp, F.softmax(x, -1):tolist())
+    assert_close(exp, F.softmax(x, {dim = 2}):tolist())
+    local lexp = softmax_rows(xl, true)
+    assert_close(lexp, x:log_softmax(2):tolist(), 1e-6, 1e-6)
+    assert_close(lexp, F.log_softmax(x, -1):tolist(), 1e-6, 1e-6)
+  end)
+
+  it("along dim 1", function()
+    local exp = transpose(softmax_rows(transpose(xl)))
+    assert_close(exp, x:softmax(1):tolist())
+    local lexp = transpose(softmax_rows(transpose(xl), true))
+    assert_close(lexp, F.log_softmax(x, 1):tolist(), 1e-6, 1e-6)
+  end)
+
+  it("is stable for large logits and handles -inf", function()
+    local big = accel.tensor{{1000.0, 1001.0, 1002.0}, {-inf, 0.0, 0.0}}
+    local exp = softmax_rows({{0, 1, 2}, {-inf, 0, 0}})
+    assert_close(exp, big:softmax(2):tolist())
+    local l = big:log_softmax(2):tolist()
+    assert_close(softmax_rows({{0, 1, 2}}, true)[1], l[1], 1e-6, 1e-6)
+    assert.are.equal(-inf, l[2][1])
+  end)
+
+  it("F.softmax with {dtype=} computes in that dtype", function()
+    local r = F.softmax(x, -1, {dtype = accel.float64})
+    assert.are.equal(accel.float64, r.dtype)
+    assert_close(softmax_rows(xl), r:tolist(), 1e-12, 1e-14)
+  end)
+end)
+
+---------------------------------------------------------------- nn.functional losses, layer_norm
+
+local function ce_ref(logits, targets, o)
+  o = o or {}
+  local ignore = o.ignore_index or -100
+  local eps = o.label_smoothing or 0
+  local reduction = o.reduction or "mean"
+  local lsm = softmax_rows(logits, true)
+  local C = #logits[1]
+  local losses, total, count = {}, 0, 0
+  for i, t in ipairs(targets) do
+    if t == ignore then
+      losses[i] = 0
+    else
+      local smooth = 0
+      for c = 1, C do smooth = smooth - lsm[i][c] end
+      losses[i] = (1 - eps) * (-lsm[i][t + 1]) + eps / C * smooth
+      total = total + losses[i]
+      count = count + 1
+    end
+  end
+  if reduction == "none" then return losses end
+  if reduction == "sum" then return total end
+  return total / count
+end
+
+describe("nn.functional.cross_entropy", function()
+  accel.set_seed(21)
+  local logits = accel.randn(6, 5):mul(2)
+  local target = accel.tensor{0, 4, 2, 2, 1, 3}
+  local ll, tl = logits:tolist(), target:tolist()
+
+  it("mean (default), sum and none reductions", function()
+    local m = F.cross_entropy(logits, target)
+    assert.are.equal(0, m:dim())
+    assert_close({ce_ref(ll, tl)}, {m:item()}, 1e-6, 1e-6, "mean")
+    assert_close({ce_ref(ll, tl, {reduction = "sum"})}, {F.cross_entropy(logits, target, {reduction = "sum"}):item()},
+      1e-6, 1e-6, "sum")
+    local none = F.cross_entropy(logits, target, {reduction = "none"})
+    assert.are.same({6}, shape_of(none))
+    assert_close(ce_ref(ll, tl, {reduction = "none"}), none:tolist(), 1e-6, 1e-6, "none")
+  end)
+
+  it("ignore_index drops those rows (mean over the rest)", function()
+    local t2 = accel.tensor{0, -100, 2, -100, 1, 3}
+    local t2l = t2:tolist()
+    assert_close({ce_ref(ll, t2l)}, {F.cross_entropy(logits, t2):item()}, 1e-6, 1e-6, "default ignore")
+    local t3 = accel.tensor{0, 4, 2, 2, 1, 3}
+    local o = {ignore_index = 2}
+    assert_close({ce_ref(ll, tl, o)}, {F.cross_entropy(logits, t3, o):item()}, 1e-6, 1e-6, "ignore 2")
+    local on = {ignore_index = 2, reduction = "none"}
+    assert_close(ce_ref(ll, tl, on), F.cross_entropy(logits, t3, on):tolist(), 1e-6, 1e-6, "ignore none")
+    local os = {ignore_index = 2, reduction = "sum"}
+    assert_close({ce_ref(ll, tl, os)}, {F.cross_entropy(logits, t3, os):item()}, 1e-6, 1e-6, "ignore sum")
+  end)
+
+  it("label_smoothing", function()
+    for _, eps in ipairs{0.1, 0.5} do
+      for _, red in ipairs{"mean", "sum", "none"} do
+        local o = {label_smoothing = eps, reduction = red}
+        local got = F.cross_entropy(logits, target, o)
+        local exp = ce_ref(ll, tl, o)
+        if red == "none" then assert_close(exp, got:tolist(), 1e-6, 1e-6, red .. " " .. eps)
+        else assert_close({exp}, {got:item()}, 1e-6, 1e-6, red .. " " .. eps) end
+      end
+    end
+  end)
+
+  it("label_smoothing with ignore_index", function()
+    local t2 = accel.tensor{0, -100, 2, -100, 1, 3}
+    local o = {label_smoothing = 0.2}
+    assert_close({ce_ref(ll, t2:tolist(), o)}, {F.cross_entropy(logits, t2, o):item()}, 1e-6, 1e-6)
+  end)
+
+  it("(N, C, d) logits with (N, d) targets", function()
+    local x = accel.randn(2, 3, 4)
+    local t = accel.tensor{{0, 1, 2, 1}, {2, 2, 0, 1}}
+    local xl = x:tolist()
+    -- rows: for each n, d: logits[n][:][d]
+    local rows, tgt = {}, {}
+    for n = 1, 2 do
+      for d = 1, 4 do
+        local r = {}
+        for c = 1, 3 do r[c] = xl[n][c][d] end
+        rows[#rows + 1] = r
+        tgt[#tgt + 1] = t:tolist()[n][d]
+      end
+    end
+    assert_close({ce_ref(rows, tgt)}, {F.cross_entropy(x, t):item()}, 1e-6, 1e-6)
+    local none = F.cross_entropy(x, t, {reduction = "none"})
+    assert.are.same({2, 4}, shape_of(none))
+    assert_close(ce_ref(rows, tgt, {reduction = "none"}), none:tolist(), 1e-6, 1e-6)
+  end)
+
+  it("float64 logits give float64 loss", function()
+    local l64 = logits:double()
+    local r = F.cross_entropy(l64, target)
+    assert.are.equal(accel.float64, r.dtype)
+    assert_close({ce_ref(ll, tl)}, {r:item()}, 1e-12, 1e-12)
+  end)
+end)
+
+describe("nn.functional.mse_loss / layer_norm", function()
+  accel.set_seed(31)
+  local a, b = accel.randn(3, 4), accel.randn(3, 4)
+  local al, bl = flat(a:tolist()), flat(b:tolist())
+
+  it("mse_loss mean / sum / none", function()
+    local sq = map2(al, bl, function(x, y) return (x - y) ^ 2 end)
+    assert_close({l_mean(sq)}, {F.mse_loss(a, b):item()}, 1e-6, 1e-6)
+    assert_close({l_sum(sq)}, {F.mse_loss(a, b, {reduction = "sum"}):item()}, 1e-6, 1e-6)
+    assert_close(sq, F.mse_loss(a, b, {reduction = "none"}):tolist(), 1e-6, 1e-7)
+  end)
+
+  local function ln_ref(rows, w, bias, eps)
+    local out = {}
+    for i, r in ipairs(rows) do
+      local m = l_mean(r)
+      local v = l_var(r, 0)
+      out[i] = {}
+      for j, x in ipairs(r) do
+        out[i][j] = (x - m) / math.sqrt(v + eps) * (w and w[j] or 1) + (bias and bias[j] or 0)
+      end
+    end
+    return out
+  end
+
+  it("layer_norm over the last dim, with and without weight/bias", function()
+    local x = accel.randn(5, 8):mul(3):add(1)
+    local xl = x:tolist()
+    assert_close(ln_ref(xl, nil, nil, 1e-5), F.layer_norm(x, {8}):tolist(), 1e-5, 1e-5)
+    assert_close(ln_ref(xl, nil, nil, 1e-5), F.layer_norm(x, 8):tolist(), 1e-5, 1e-5)
+    local w, bias = accel.randn(8), accel.randn(8)
+    assert_close(ln_ref(xl, w:tolist(), bias:tolist(), 1e-5), F.layer_norm(x, {8}, w, bias):tolist(), 1e-5, 1e-5)
+    assert_close(ln_ref(xl, w:tolist(), bias:tolist(), 0.1), F.layer_norm(x, {8}, w, bias, 0.1):tolist(), 1e-5, 1e-5)
+    assert_close(ln_ref(xl, w:tolist(), bias:tolist(), 0.1),
+      F.layer_norm(x, {8}, {weight = w, bias = bias, eps = 0.1}):tolist(), 1e-5, 1e-5)
+  end)
+
+  it("layer_norm over the last two dims", function()
+    local x = accel.randn(2, 3, 4, {dtype = accel.float64})
+    local xl = x:tolist()
+    local rows = {}
+    for i = 1, 2 do rows[i] = flat(xl[i]) end
+    local exp = ln_ref(rows, nil, nil, 1e-5)
+    local got = F.layer_norm(x, {3, 4}):tolist()
+    for i = 1, 2 do assert_close(exp[i], flat(got[i]), 1e-12, 1e-12) end
+  end)
+end)
+
+describe("accel.nn.functional activations", function()
+  it("relu / silu / sigmoid / tanh / leaky_relu match the methods", function()
+    local x = inputs()
+    local xs = x:tolist()
+    assert_close(map(xs, function(v) return math.max(v, 0) end), F.relu(x):tolist())
+    assert_close(map(xs, function(v) return v * sigmoid(v) end), F.silu(x):tolist())
+    assert_close(map(xs, sigmoid), F.sigmoid(x):tolist())
+    assert_close(map(xs, tanh), F.tanh(x):tolist())
+    assert_close(map(xs, function(v) return v > 0 and v or 0.1 * v end), F.leaky_relu(x, 0.1):tolist())
+  end)
+end)
+
+describe("large and non-contiguous inputs (threaded and strided paths)", function()
+  it("float32 sum of 10^7 values is accurate (no naive float32 accumulation)", function()
+    local t = accel.full({10000000}, 0.1)
+    local exact = 1e7 * f32(0.1)
+    local s = t:sum():item()
+    assert.is_true(math.abs(s - exact) <= 1e-5 * exact, "sum " .. s .. " vs " .. exact)
+    local m = t:mean():item()
+    assert.is_true(math.abs(m - f32(0.1)) <= 1e-6, "mean " .. m)
+  end)
+
+  it("float32 sum past 2^24 keeps counting", function()
+    local n = (1 << 24) + 10
+    assert.are.equal(n, accel.ones(n):sum():item())
+  end)
+
+  it("var of values with a large offset (no catastrophic cancellation)", function()
+    accel.set_seed(5)
+    local x = accel.randn(100000, {dtype = accel.float64}):add(1e6)
+    local l = x:tolist()
+    assert_close({l_var(l)}, {x:var():item()}, 1e-8, 0)
+    local x32 = accel.randn(100000):add(1000)
+    local l32 = x32:tolist()
+    assert_close({l_var(l32)}, {x32:var():item()}, 1e-3, 0)
+  end)
+
+  it("reductions of a transposed tensor", function()
+    accel.set_seed(6)
+    local a = accel.randn(37, 53, {dtype = accel.float64})
+    local t = a:t() -- (53, 37), non-contiguous
+    local al = a:tolist()
+    local colsum = {}
+    for j = 1, 53 do
+      local s = 0
+      for i = 1, 37 do s = s + al[i][j] end
+      colsum[j] = s
+    end
+    assert_close(colsum, t:sum(2):tolist(), 1e-12, 1e-12)
+    assert_close(colsum, t:sum(-1):tolist(), 1e-12, 1e-12)
+    local _, idx = t:max(2)
+    local il = idx:tolist()
+    for j = 1, 53 do
+      local best, bi = -inf, nil
+      for i = 1, 37 do if al[i][j] > best then best, bi = al[i][j], i - 1 end end
+      assert.are.equal(bi, il[j])
+    end
+  end)
+
+  it("binary op on a large transposed operand plus a broadcast row", function()
+    accel.set_seed(8)
+    local a = accel.randn(300, 400)
+    local b = accel.randn(300)
+    local r = a:t() * b -- (400, 300) * (300)
+    local al, bl, rl = a:tolist(), b:tolist(), r:tolist()
+    for _, ij in ipairs{{1, 1}, {400, 300}, {17, 250}, {399, 2}, {200, 150}} do
+      local i, j = ij[1], ij[2]
+      assert.are.equal(f32(al[j][i] * bl[j]), rl[i][j])
+    end
+    local s = r:sum():item()
+    local ref = 0
+    for i = 1, 300 do for j = 1, 400 do ref = ref + al[i][j] * bl[i] end end
+    assert.is_true(math.abs(s - ref) < 1e-3 * 300)
+  end)
+
+  it("unary op on a large strided view", function()
+    local a = accel.arange(200000, {dtype = accel.float64}):view(400, 500):div(100000)
+    local v = a:narrow(2, 101, 300):t() -- (300, 400), strided
+    local e = v:exp()
+    assert.is_true(e:is_contiguous())
+    local l = e:tolist()
+    for _, ij in ipairs{{1, 1}, {300, 400}, {150, 7}} do
+      local i, j = ij[1], ij[2]
+      local x = ((j - 1) * 500 + (i - 1) + 100) / 100000
+      assert_close({math.exp(x)}, {l[i][j]}, 1e-12, 0)
+    end
+  end)
+
+  it("softmax over a long row sums to one", function()
+    accel.set_seed(9)
+    local s = accel.randn(3, 50000):mul(5):softmax(2):sum(2):tolist()
+    assert_close({1, 1, 1}, s, 1e-5, 0)
+  end)
+end)
