@@ -18,6 +18,8 @@
  * the contiguous loops: versioning them for stride 1 is dead code (and most
  * of this file's compile time). */
 #define STRIDED_FN __attribute__((noinline, optimize("no-version-loops-for-strides")))
+/* Contiguous loops: sqrt without errno (no caller reads errno) vectorises. */
+#define CONTIG_FN __attribute__((noinline, optimize("no-math-errno")))
 
 /* Run the statement on [lo, lo + len) pieces covering [0, n): inline as one
  * piece for small n, CHUNK-sized pieces across the OpenMP team otherwise. */
@@ -281,7 +283,7 @@ DEF_BINARY(i64, int64_t)
     }
 
 #define DEF_UNARY(S, T, MS)                                                 \
-    static NOINLINE void un_contig_##S(KUnOp op, int64_t n, const T *a, T *o, \
+    static CONTIG_FN void un_contig_##S(KUnOp op, int64_t n, const T *a, T *o, \
                                        double p1, double p2) {              \
         const T q1 = (T)p1, q2 = (T)p2;                                     \
         switch (op) { UN_OPS(S, T, MS, UN_CONTIG) }                         \

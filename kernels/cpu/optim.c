@@ -16,6 +16,8 @@ typedef struct {
     float decay, b1, one_b1, b2, one_b2, step_size, sqrt_bc2, eps;
 } AdamWConsts;
 
+/* no-math-errno: sqrtf then vectorises (nothing reads errno). */
+__attribute__((optimize("no-math-errno")))
 static void adamw_run(int64_t n, float *restrict p, const float *restrict g, float *restrict m,
                       float *restrict v, const AdamWConsts *k) {
     const AdamWConsts c = *k;
