@@ -61,11 +61,20 @@ static void binary_run(void *ctx, int64_t n, char **p, const int64_t *st) {
 
 /* out = a op b over out's shape; a, b already of compute dtype cdt; out of
  * cdt (or bool for comparisons). */
+/* Stride for a one-run fast path: 1 for a contiguous operand covering all
+ * n elements, 0 for a single broadcast element, -1 for anything else. */
+static int64_t run_stride(const Tensor *t, int64_t n) {
+    if (t->numel == n && tensor_is_contiguous(t)) return 1;
+    for (int d = 0; d < t->ndim; d++)
+        if (t->shape[d] != 1 && t->stride[d] != 0) return -1;
+    return 0; /* one element, possibly expanded */
+}
+
 static void binary_into(KBinOp op, DType cdt, Tensor *out, Tensor *a, Tensor *b) {
     const Backend *be = backend_for(out->device);
-    if (a->numel == out->numel && b->numel == out->numel && tensor_is_contiguous(a) && tensor_is_contiguous(b) &&
-        tensor_is_contiguous(out)) {
-        be->binary(op, cdt, out->numel, tensor_data(a), 1, tensor_data(b), 1, tensor_data(out), 1);
+    int64_t sa = run_stride(a, out->numel), sb = run_stride(b, out->numel);
+    if (sa >= 0 && sb >= 0 && tensor_is_contiguous(out)) {
+        be->binary(op, cdt, out->numel, tensor_data(a), sa, tensor_data(b), sb, tensor_data(out), 1);
         return;
     }
     StridedIter it;

@@ -105,6 +105,8 @@ static Tensor *reduce_compute(KRedOp op, Tensor *a, const RedDims *r) {
 static Tensor *expand_back(Tensor *g, const AGNode *n) {
     int nd = n->edges[0].ndim;
     int64_t keep[TENSOR_MAX_DIMS];
+    if (g->numel == 1 && g->ndim <= nd) /* full reduction: broadcast g directly */
+        return tensor_expand(g, n->edges[0].shape, nd);
     for (int d = 0; d < nd; d++) keep[d] = n->i[d] ? 1 : n->edges[0].shape[d];
     Tensor *k = tensor_reshape(g, keep, nd);
     Tensor *e = k ? tensor_expand(k, n->edges[0].shape, nd) : NULL;

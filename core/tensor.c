@@ -271,6 +271,10 @@ static void copy_run(void *ctx, int64_t n, char **p, const int64_t *st) {
 }
 
 void tensor_copy_strided(Tensor *dst, const Tensor *src) {
+    if (src->numel == dst->numel && tensor_is_contiguous(src) && tensor_is_contiguous(dst)) {
+        backend_cpu.cast(dst->numel, tensor_data(src), src->dtype, 1, tensor_data(dst), dst->dtype, 1);
+        return;
+    }
     StridedIter it;
     iter_init(&it, dst->ndim, dst->shape);
     iter_add_tensor(&it, dst);
@@ -306,6 +310,11 @@ static void fill_run(void *ctx, int64_t n, char **p, const int64_t *st) {
 }
 
 int tensor_fill_(Tensor *t, double v) {
+    if (tensor_is_contiguous(t)) {
+        k_fill(t->numel, tensor_data(t), t->dtype, 1, v);
+        tensor_bump_version(t);
+        return 0;
+    }
     StridedIter it;
     iter_init(&it, t->ndim, t->shape);
     iter_add_tensor(&it, t);

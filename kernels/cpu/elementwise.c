@@ -1,11 +1,13 @@
 /* elementwise.c: strided 1-D elementwise kernels: binary ops (stride 0
  * broadcasts), unary ops and their fused backward, where, casts and fills.
  *
- * Each op is chosen once (switch), then runs one tight loop; the
- * all-contiguous and scalar-broadcast stride patterns get loops of their own
- * so gcc vectorises them. In-place use (o == a) is allowed, so no restrict
- * here: gcc versions the loops with a runtime overlap check instead. Runs of
- * KERNEL_PAR_MIN elements or more are cut into CHUNK pieces for OpenMP. */
+ * Each op table (BIN_OPS, UN_OPS) is written once and expanded into two loop
+ * shapes, contiguous and generic-stride: the op is chosen once (switch), then
+ * one tight loop runs. gcc vectorises the contiguous loops; a broadcast
+ * scalar operand is replicated into a small block so it takes them too.
+ * In-place use (o == a) is allowed, so no restrict here: gcc adds a runtime
+ * overlap check instead. Runs of KERNEL_PAR_MIN elements or more are cut
+ * into CHUNK pieces for OpenMP. */
 #include <math.h>
 #include <string.h>
 #include <immintrin.h>
@@ -18,8 +20,6 @@
  * the contiguous loops: versioning them for stride 1 is dead code (and most
  * of this file's compile time). */
 #define STRIDED_FN __attribute__((noinline, optimize("no-version-loops-for-strides")))
-/* Contiguous loops: sqrt without errno (no caller reads errno) vectorises. */
-#define CONTIG_FN __attribute__((noinline, optimize("no-math-errno")))
 
 /* Run the statement on [lo, lo + len) pieces covering [0, n): inline as one
  * piece for small n, CHUNK-sized pieces across the OpenMP team otherwise. */
@@ -189,9 +189,10 @@ static inline int64_t sat_i64(double v) {
                                         const T *b, void *o) {              \
         switch (op) { BIN_OPS(S, T, BIN_CONTIG) }                           \
     }                                                                       \
-    static STRIDED_FN void bin_strided_##S(KBinOp op, int64_t n, const T *a,  \
-                                         int64_t sa, const T *b, int64_t sb, \
-                                         void *o, int64_t so) {             \
+    static STRIDED_FN void bin_strided_##S(KBinOp op, int64_t n,            \
+                                           const T *a, int64_t sa,          \
+                                           const T *b, int64_t sb, void *o, \
+                                           int64_t so) {                    \
         switch (op) { BIN_OPS(S, T, BIN_STRIDED) }                          \
     }                                                                       \
     /* One run. A broadcast scalar operand (stride 0 against stride 1) is   \
@@ -200,7 +201,7 @@ static inline int64_t sat_i64(double v) {
                         const T *b, int64_t sb, void *o, int64_t so) {      \
         if (so == 1 && sa == 1 && sb == 1) {                                \
             bin_contig_##S(op, n, a, b, o);                                 \
-        } else if (so == 1 && sa + sb == 1 && (sa == 0 || sb == 0)) {       \
+        } else if (so == 1 && ((sa == 0 && sb == 1) || (sa == 1 && sb == 0))) { \
             T rep[BCAST];                                                   \
             const T v = sa == 0 ? a[0] : b[0];                              \
             for (int64_t i = 0; i < n && i < BCAST; i++) rep[i] = v;        \
@@ -282,15 +283,34 @@ DEF_BINARY(i64, int64_t)
         o[i * so] = (T)(EXPR);                                              \
     }
 
+/* sqrt (or 1/sqrt) of a contiguous run. Without -fno-math-errno gcc keeps
+ * sqrt's errno branch and will not vectorise it, hence explicit AVX. */
+#define DEF_SQRT_RUN(S, T, MS, VT, W, PS)                                   \
+    static void sqrt_run_##S(int64_t n, const T *a, T *o, int recip) {      \
+        const VT one = _mm256_set1_##PS(1);                                 \
+        int64_t i = 0;                                                      \
+        for (; i + W <= n; i += W) {                                        \
+            const VT r = _mm256_sqrt_##PS(_mm256_loadu_##PS(a + i));        \
+            _mm256_storeu_##PS(o + i, recip ? _mm256_div_##PS(one, r) : r); \
+        }                                                                   \
+        for (; i < n; i++) o[i] = recip ? (T)1 / sqrt##MS(a[i]) : sqrt##MS(a[i]); \
+    }
+DEF_SQRT_RUN(f32, float, f, __m256, 8, ps)
+DEF_SQRT_RUN(f64, double, , __m256d, 4, pd)
+
 #define DEF_UNARY(S, T, MS)                                                 \
-    static CONTIG_FN void un_contig_##S(KUnOp op, int64_t n, const T *a, T *o, \
+    static NOINLINE void un_contig_##S(KUnOp op, int64_t n, const T *a, T *o, \
                                        double p1, double p2) {              \
         const T q1 = (T)p1, q2 = (T)p2;                                     \
+        if (op == KU_SQRT || op == KU_RSQRT) {                              \
+            sqrt_run_##S(n, a, o, op == KU_RSQRT);                          \
+            return;                                                         \
+        }                                                                   \
         switch (op) { UN_OPS(S, T, MS, UN_CONTIG) }                         \
     }                                                                       \
-    static STRIDED_FN void un_strided_##S(KUnOp op, int64_t n, const T *a,    \
-                                        int64_t sa, T *o, int64_t so,       \
-                                        double p1, double p2) {             \
+    static STRIDED_FN void un_strided_##S(KUnOp op, int64_t n, const T *a,  \
+                                          int64_t sa, T *o, int64_t so,     \
+                                          double p1, double p2) {           \
         const T q1 = (T)p1, q2 = (T)p2;                                     \
         switch (op) { UN_OPS(S, T, MS, UN_STRIDED) }                        \
     }                                                                       \
@@ -350,8 +370,9 @@ void k_unary_i64(KUnOp op, int64_t n, const int64_t *a, int64_t sa, int64_t *o,
     } while (0)
 
 #define DEF_UNARY_BWD(S, T, MS)                                             \
-    static NOINLINE void ub_##S(KUnOp op, int64_t n, const T *x, const T *y,         \
-                       const T *gy, T *gx, double p1, double p2) {          \
+    static NOINLINE void ub_##S(KUnOp op, int64_t n, const T *x,            \
+                                const T *y, const T *gy, T *gx, double p1,  \
+                                double p2) {                                \
         const T q1 = (T)p1, q2 = (T)p2;                                     \
         switch (op) {                                                       \
         case KU_NEG: UB_RUN(T, -gy[i]); break;                              \
@@ -411,8 +432,9 @@ DEF_UNARY_BWD(f64, double, )
         }                                                                   \
     } while (0)
 
-static NOINLINE void where_run(int64_t n, const uint8_t *c, int64_t sc, const void *a, int64_t sa,
-                      const void *b, int64_t sb, void *o, int64_t so, size_t es) {
+static NOINLINE void where_run(int64_t n, const uint8_t *c, int64_t sc, const void *a,
+                               int64_t sa, const void *b, int64_t sb, void *o, int64_t so,
+                               size_t es) {
     switch (es) {
     case 1: WHERE_RUN(uint8_t); break;
     case 2: WHERE_RUN(u16a); break;
@@ -510,7 +532,8 @@ static void cast_generic(int64_t n, const void *a, DType adt, int64_t sa, void *
         const char *pa = (const char *)a + i * as;
         char *po = (char *)o + i * os;
         if (o_int)
-            dtype_store_i64(po, odt, a_int ? dtype_load_i64(pa, adt) : sat_i64(dtype_load(pa, adt)));
+            dtype_store_i64(po, odt,
+                            a_int ? dtype_load_i64(pa, adt) : sat_i64(dtype_load(pa, adt)));
         else
             dtype_store(po, odt, dtype_load(pa, adt));
     }
@@ -518,8 +541,8 @@ static void cast_generic(int64_t n, const void *a, DType adt, int64_t sa, void *
 
 #define PAIR(x, y) ((int)(x) * (int)DT_COUNT + (int)(y))
 
-static NOINLINE void cast_run(int64_t n, const void *a, DType adt, int64_t sa, void *o, DType odt,
-                     int64_t so) {
+static NOINLINE void cast_run(int64_t n, const void *a, DType adt, int64_t sa, void *o,
+                              DType odt, int64_t so) {
     if (adt == odt) {
         copy_run(n, a, sa, o, so, dtype_size(adt));
         return;

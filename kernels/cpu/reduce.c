@@ -52,7 +52,7 @@ static int64_t red_splits(int64_t tasks, int64_t n, int64_t work) {
         for (int64_t k = 0; k < w; k++) acc[k] = (INIT);                    \
         for (int64_t j = 0; j < n; j++) {                                   \
             const T *restrict r = x + j * inner;                            \
-            for (int64_t k = 0; k < w; k++) acc[k] = STEP(acc[k], (A)r[k]);  \
+            for (int64_t k = 0; k < w; k++) acc[k] = STEP(acc[k], (A)r[k]); \
         }                                                                   \
     }                                                                       \
     /* task t (a row, or a block of BLK columns) over rows [lo, hi) of n */ \

@@ -32,9 +32,9 @@ static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
         for (int64_t i = 0; i < n; i++) s += exp##MS(x[i] - m);             \
         return s;                                                           \
     }                                                                       \
-    static void softmax_row_##S(int is_log, const T *x, int64_t n, T *y) {     \
+    static void softmax_row_##S(int is_log, const T *x, int64_t n, T *y) {  \
         const T m = row_max_##S(x, n);                                      \
-        if (is_log) {                                                          \
+        if (is_log) {                                                       \
             const T ls = (T)log(row_sumexp_##S(x, n, m));                   \
             for (int64_t i = 0; i < n; i++) y[i] = (x[i] - m) - ls;         \
             return;                                                         \
@@ -49,7 +49,7 @@ static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
         for (int64_t i = 0; i < n; i++) y[i] *= r;                          \
     }                                                                       \
     /* w columns of n rows with row stride `inner` */                       \
-    static void softmax_cols_##S(int is_log, const T *x, int64_t n,            \
+    static void softmax_cols_##S(int is_log, const T *x, int64_t n,         \
                                  int64_t inner, int64_t w, T *y) {          \
         T m[BLK];                                                           \
         double s[BLK];                                                      \
@@ -59,10 +59,10 @@ static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
         for (int64_t j = 0; j < n; j++)                                     \
             for (int64_t k = 0; k < w; k++) {                               \
                 const T e = exp##MS(x[j * inner + k] - m[k]);               \
-                if (!is_log) y[j * inner + k] = e;                             \
+                if (!is_log) y[j * inner + k] = e;                          \
                 s[k] += e;                                                  \
             }                                                               \
-        if (is_log) {                                                          \
+        if (is_log) {                                                       \
             T ls[BLK];                                                      \
             for (int64_t k = 0; k < w; k++) ls[k] = (T)log(s[k]);           \
             for (int64_t j = 0; j < n; j++)                                 \
@@ -76,10 +76,10 @@ static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
         }                                                                   \
     }                                                                       \
     /* softmax: gx = y (gy - sum gy y); log: gx = gy - exp(y) sum gy */     \
-    static void softmax_bwd_row_##S(int is_log, const T *y, const T *gy,       \
+    static void softmax_bwd_row_##S(int is_log, const T *y, const T *gy,    \
                                     int64_t n, T *gx) {                     \
         double d = 0;                                                       \
-        if (is_log) {                                                          \
+        if (is_log) {                                                       \
             for (int64_t i = 0; i < n; i++) d += gy[i];                     \
             const T dt = (T)d;                                              \
             for (int64_t i = 0; i < n; i++) gx[i] = gy[i] - exp##MS(y[i]) * dt; \
@@ -89,7 +89,7 @@ static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
             for (int64_t i = 0; i < n; i++) gx[i] = y[i] * (gy[i] - dt);    \
         }                                                                   \
     }                                                                       \
-    static void softmax_bwd_cols_##S(int is_log, const T *y, const T *gy,      \
+    static void softmax_bwd_cols_##S(int is_log, const T *y, const T *gy,   \
                                      int64_t n, int64_t inner, int64_t w,   \
                                      T *gx) {                               \
         double d[BLK];                                                      \
@@ -112,7 +112,7 @@ static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
                 for (int64_t k = 0; k < w; k++) oj[k] = yj[k] * (gj[k] - dt[k]); \
         }                                                                   \
     }                                                                       \
-    void k_softmax_##S(int is_log, const T *x, int64_t outer, int64_t n,       \
+    void k_softmax_##S(int is_log, const T *x, int64_t outer, int64_t n,    \
                        int64_t inner, T *y) {                               \
         if (n <= 0 || outer <= 0 || inner <= 0) return;                     \
         if (inner == 1) {                                                   \
@@ -122,11 +122,11 @@ static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
         const int64_t nb = (inner + BLK - 1) / BLK;                         \
         KERNEL_FOR(t, outer * nb, outer * n * inner, {                      \
             const int64_t off = (t / nb) * n * inner + (t % nb) * BLK;      \
-            softmax_cols_##S(is_log, x + off, n, inner,                        \
+            softmax_cols_##S(is_log, x + off, n, inner,                     \
                              min64(BLK, inner - (t % nb) * BLK), y + off);  \
         });                                                                 \
     }                                                                       \
-    void k_softmax_backward_##S(int is_log, const T *y, const T *gy,           \
+    void k_softmax_backward_##S(int is_log, const T *y, const T *gy,        \
                                 int64_t outer, int64_t n, int64_t inner,    \
                                 T *gx) {                                    \
         if (n <= 0 || outer <= 0 || inner <= 0) return;                     \
@@ -138,7 +138,7 @@ static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
         const int64_t nb = (inner + BLK - 1) / BLK;                         \
         KERNEL_FOR(t, outer * nb, outer * n * inner, {                      \
             const int64_t off = (t / nb) * n * inner + (t % nb) * BLK;      \
-            softmax_bwd_cols_##S(is_log, y + off, gy + off, n, inner,          \
+            softmax_bwd_cols_##S(is_log, y + off, gy + off, n, inner,       \
                                  min64(BLK, inner - (t % nb) * BLK), gx + off); \
         });                                                                 \
     }
@@ -160,7 +160,7 @@ static int64_t ce_bad_target(const int64_t *target, int64_t N, int64_t C, int64_
     static double ce_row_##S(const T *x, int64_t C, int64_t t, int ignored, \
                              double ls, T *lse) {                           \
         const T m = row_max_##S(x, C);                                      \
-        const double l = (double)m + log(row_sumexp_##S(x, C, m));         \
+        const double l = (double)m + log(row_sumexp_##S(x, C, m));          \
         *lse = (T)l;                                                        \
         if (ignored) return 0;                                              \
         double loss = (1 - ls) * (l - (double)x[t]);                        \

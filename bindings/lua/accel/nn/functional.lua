@@ -81,7 +81,6 @@ function F.binary_cross_entropy_with_logits(input, target, o)
   if pw then
     local logsig = -((-input):relu() + (-input:abs()):exp():log1p())
     loss = (1 - target) * input - (target * (pw - 1) + 1) * logsig
-    loss = loss - (1 - target) * input + (1 - target) * input
   end
   local w = opt(o, "weight", nil)
   if w then loss = loss * w end
