@@ -395,35 +395,44 @@ static int l_load(lua_State *L) {
 
 /* ---- module ---- */
 
-/* accel.X for an unknown X: require the embedded module accel.X if there is one. */
+/* Top-level names that live in an embedded module: accel.Accelerator is
+ * accel.accelerator's Accelerator, loaded on first use. */
+static const struct { const char *name, *module; } exports[] = {
+    {"Accelerator", "accel.accelerator"},
+    {"DeepSpeedPlugin", "accel.accelerator"},
+    {"FullyShardedDataParallelPlugin", "accel.accelerator"},
+    {"ProjectConfiguration", "accel.accelerator"},
+    {"PartialState", "accel.accelerator"},
+};
+
+/* require(module) and return its field k (module itself when k is NULL). */
+static int require_field(lua_State *L, const char *module, const char *k) {
+    lua_getglobal(L, "require");
+    lua_pushstring(L, module);
+    lua_call(L, 1, 1);
+    if (k) lua_getfield(L, -1, k);
+    return 1;
+}
+
+/* accel.X for an unknown X: the embedded module accel.X if there is one
+ * (cached in the table), else an exported name, else nil. */
 static int module_index(lua_State *L) {
     const char *k = lua_tostring(L, 2);
     if (!k) return 0;
     lua_getglobal(L, "package");
     lua_getfield(L, -1, "preload");
     lua_pushfstring(L, "accel.%s", k);
-    lua_pushvalue(L, -1);
-    if (lua_rawget(L, -3) == LUA_TNIL) {
-        /* names exported by accel.init (e.g. Accelerator) */
-        lua_settop(L, 2);
-        lua_getfield(L, LUA_REGISTRYINDEX, "accel.exports");
-        if (lua_istable(L, -1) && lua_getfield(L, -1, k) == LUA_TSTRING) {
-            lua_getglobal(L, "require");
-            lua_pushvalue(L, -2);
-            lua_call(L, 1, 1);
-            lua_getfield(L, -1, k);
-            return 1;
-        }
-        return 0;
+    const char *mod = lua_tostring(L, -1);
+    if (lua_getfield(L, -2, mod) != LUA_TNIL) {
+        require_field(L, mod, NULL);
+        lua_pushvalue(L, 2);
+        lua_pushvalue(L, -2);
+        lua_rawset(L, 1);
+        return 1;
     }
-    lua_pop(L, 1);
-    lua_getglobal(L, "require");
-    lua_insert(L, -2);
-    lua_call(L, 1, 1);
-    lua_pushvalue(L, 2);
-    lua_pushvalue(L, -2);
-    lua_rawset(L, 1);
-    return 1;
+    for (size_t i = 0; i < sizeof exports / sizeof exports[0]; i++)
+        if (strcmp(k, exports[i].name) == 0) return require_field(L, exports[i].module, k);
+    return 0;
 }
 
 static int dtype_tostring(lua_State *L) {

@@ -51,6 +51,7 @@ def fixtures():
 def main():
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
     save_file(fixtures(), OUT, metadata={"format": "pt", "generator": "scripts/make-fixtures.py"})
+    os.chmod(OUT, 0o644)  # safetensors creates it 0600
     size = os.path.getsize(OUT)
     print(f"wrote {OUT} ({size} bytes, torch {torch.__version__})")
     if size >= 4096:

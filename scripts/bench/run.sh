@@ -51,10 +51,10 @@ echo
 
 acc_line=$(grep '^RESULT accel' <<<"$per_op")
 echo "== summary (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>}, 1 thread)"
-printf '| %-44s | %12s | %12s | %8s |\n' benchmark accel-lua reference "ratio"
-printf '|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..46})" "$(printf -- '-%.0s' {1..14})" \
+printf '| %-46s | %12s | %12s | %8s |\n' benchmark accel-lua reference "ratio"
+printf '|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..48})" "$(printf -- '-%.0s' {1..14})" \
     "$(printf -- '-%.0s' {1..14})" "$(printf -- '-%.0s' {1..10})"
-row() { printf '| %-44s | %12s | %12s | %8s |\n' "$@"; }
+row() { printf '| %-46s | %12s | %12s | %8s |\n' "$@"; }
 a=$(value accel_ms "$startup"); t=$(value torch_ms "$startup")
 row "start-up ms (ref: python3 -c 'import torch')" "$a" "$t" "$(ratio "$t" "$a")x"
 a=$(value add "$acc_line"); t=$(value torch_add "$acc_line")
