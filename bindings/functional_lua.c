@@ -2,6 +2,7 @@
  * (Lua) wraps with PyTorch's names and options: linear, cross_entropy,
  * layer_norm, embedding, softmax, dropout. Dims here are Lua's (1-based). */
 #include "lua_util.h"
+#include "../core/precision.h"
 #include <string.h>
 
 static int push(lua_State *L, Tensor *t) {
@@ -49,9 +50,24 @@ static int c_dropout(lua_State *L) {
     return push(L, r);
 }
 
+/* set_autocast(dtype | nil) -> previous dtype or nil; bf16 / fp16 only */
+static int c_set_autocast(lua_State *L) {
+    DType dt = DT_F32;
+    if (!lua_isnoneornil(L, 1)) {
+        dt = (DType)lu_check_dtype(L, 1);
+        if (dt != DT_BF16 && dt != DT_F16 && dt != DT_F32)
+            return lu_error(L, "autocast: dtype must be bfloat16 or float16, got %s", dtype_name(dt));
+    }
+    DType prev = precision_set_autocast(dt);
+    if (prev == DT_F32) lua_pushnil(L);
+    else lu_push_dtype(L, prev);
+    return 1;
+}
+
 void lu_open_functions(lua_State *L, int m) {
     static const luaL_Reg fns[] = {{"linear", c_linear}, {"cross_entropy", c_cross_entropy}, {"layer_norm", c_layer_norm},
                                    {"embedding", c_embedding}, {"softmax", c_softmax}, {"dropout", c_dropout},
+                                   {"set_autocast", c_set_autocast},
                                    {NULL, NULL}};
     lua_getfield(L, m, "_C");
     if (lua_isnil(L, -1)) {

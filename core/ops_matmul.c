@@ -6,6 +6,7 @@
 #include "ops.h"
 #include "backend.h"
 #include "iter.h"
+#include "precision.h"
 #include <string.h>
 
 /* A 2-D matrix as GEMM sees it. */
@@ -167,7 +168,7 @@ static Tensor *mm_nd(Tensor *a, Tensor *b) {
     return out;
 }
 
-Tensor *op_matmul(Tensor *a, Tensor *b) {
+static Tensor *matmul_impl(Tensor *a, Tensor *b) {
     if (a->ndim == 0 || b->ndim == 0)
         return accel_fail("matmul: both arguments need at least 1 dimension, got shapes %s and %s", tensor_shape_str(a),
                           tensor_shape_str(b));
@@ -223,7 +224,7 @@ static int bw_linear(AGNode *n, Tensor *g, Tensor **gin) {
     return rc;
 }
 
-Tensor *op_linear(Tensor *x, Tensor *w, Tensor *b) {
+static Tensor *linear_impl(Tensor *x, Tensor *w, Tensor *b) {
     if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1])
         return accel_fail("linear: input of shape %s does not match weight of shape %s (expected (..., %lld))",
                           tensor_shape_str(x), tensor_shape_str(w), w->ndim == 2 ? (long long)w->shape[1] : -1LL);
@@ -244,3 +245,24 @@ Tensor *op_linear(Tensor *x, Tensor *w, Tensor *b) {
     if (n) ag_save(n, x), ag_save(n, w);
     return y;
 }
+
+/* ---- entry points: autocast applies to the operands ---- */
+
+/* Run fn on a and b cast for autocast (a plain call when autocast is off). */
+static Tensor *with_autocast(Tensor *(*fn)(Tensor *, Tensor *, Tensor *), Tensor *a, Tensor *b, Tensor *c) {
+    if (precision_autocast() == DT_F32) return fn(a, b, c);
+    Tensor *ca = precision_autocast_input(a), *cb = ca ? precision_autocast_input(b) : NULL;
+    Tensor *r = cb ? fn(ca, cb, c) : NULL;
+    tensor_release(ca);
+    tensor_release(cb);
+    return r;
+}
+
+static Tensor *matmul_2(Tensor *a, Tensor *b, Tensor *unused) {
+    (void)unused;
+    return matmul_impl(a, b);
+}
+
+Tensor *op_matmul(Tensor *a, Tensor *b) { return with_autocast(matmul_2, a, b, NULL); }
+
+Tensor *op_linear(Tensor *x, Tensor *w, Tensor *b) { return with_autocast(linear_impl, x, w, b); }
