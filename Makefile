@@ -19,7 +19,7 @@ CC := gcc
 LUA ?= lua5.4
 OPTFLAGS ?= -O3
 SANFLAGS ?=
-CFLAGS := -std=c11 -D_GNU_SOURCE $(OPTFLAGS) -march=x86-64-v3 -fopenmp \
+CFLAGS := -std=c11 -D_GNU_SOURCE $(OPTFLAGS) -march=x86-64-v3 -fopenmp -fno-math-errno \
           -Wall -Wextra -Werror -fPIC -g $(SANFLAGS)
 CPPFLAGS := -I. -Ikernels -I/usr/include/lua5.4
 DEPFLAGS = -MMD -MP

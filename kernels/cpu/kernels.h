@@ -144,6 +144,32 @@ void k_index_add(DType dt, void *gx, int64_t outer, int64_t n, int64_t inner, co
 void k_adamw_f32(int64_t n, float *p, const float *g, float *m, float *v, double lr, double beta1, double beta2, double eps, double weight_decay, int64_t step);
 
 
+/* ---------------- 2-D convolution and max pooling, NCHW (conv.c) -------- */
+/* x (N, C, H, W), w (O, C/groups, KH, KW), b (O), y (N, O, OH, OW), all
+ * contiguous. ph/pw pad the top/left edges; OH/OW (computed by the caller)
+ * fix how far the windows reach, so bottom/right padding is implicit.
+ * dt: F32, F64, or BF16 (x, w, gy in bf16; y, b, gx, gw, gb in f32).
+ * Each returns 0, or nonzero when memory or the GEMM library failed. */
+typedef struct {
+    int64_t N, C, H, W, O, KH, KW, OH, OW;
+    int64_t sh, sw, ph, pw, dh, dw, groups;
+} KConv2d;
+int k_conv2d_fwd(DType dt, const KConv2d *g, const void *x, const void *w, const void *b, void *y); /* b may be NULL */
+int k_conv2d_bwd_data(DType dt, const KConv2d *g, const void *gy, const void *w, void *gx);         /* gx = */
+int k_conv2d_bwd_weight(DType dt, const KConv2d *g, const void *x, const void *gy, void *gw);       /* gw = */
+int k_conv2d_bwd_bias(DType dt, const KConv2d *g, const void *gy, void *gb);                        /* gb = */
+/* x (NC, H, W) -> y (NC, OH, OW); idx (may be NULL) gets the flat position
+ * h*W + w of each maximum within its plane (PyTorch's return_indices). NaN
+ * propagates. Padding must leave every window an input element. Backward:
+ * gx = 0, then gx[plane][idx] += gy. */
+typedef struct {
+    int64_t NC, H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw;
+} KPool2d;
+void k_max_pool2d_fwd_f32(const KPool2d *g, const float *x, float *y, int64_t *idx);
+void k_max_pool2d_fwd_f64(const KPool2d *g, const double *x, double *y, int64_t *idx);
+void k_max_pool2d_bwd_f32(const KPool2d *g, const float *gy, const int64_t *idx, float *gx);
+void k_max_pool2d_bwd_f64(const KPool2d *g, const double *gy, const int64_t *idx, double *gx);
+
 /* ---------------- implementation helper for the kernels/cpu sources ------ */
 /* for (i = 0; i < count; i++) BODY, in an OpenMP team only when `work`
  * (elements touched) >= KERNEL_PAR_MIN, so small calls never pay for a
