@@ -75,5 +75,6 @@ void lu_open_autograd(lua_State *L, int module_idx);
  * thread); returns ag_backward's result. */
 int lu_run_backward(lua_State *L, Tensor *root, Tensor *grad);
 void lu_open_functions(lua_State *L, int module_idx);
+void lu_open_tracking(lua_State *L, int module_idx); /* crc32c, fsync, isatty, wall_time, hostname, mkdirs */
 
 #endif
