@@ -21,13 +21,13 @@ OPTFLAGS ?= -O3
 SANFLAGS ?=
 CFLAGS := -std=c11 -D_GNU_SOURCE $(OPTFLAGS) -march=x86-64-v3 -fopenmp -fno-math-errno \
           -Wall -Wextra -Werror -fPIC -g $(SANFLAGS)
-CPPFLAGS := -I. -Ikernels -I/usr/include/lua5.4
+CPPFLAGS := -I. -Ikernels -I/usr/include/lua5.4 -I/usr/lib/x86_64-linux-gnu/openmpi/include
 DEPFLAGS = -MMD -MP
 LDFLAGS := -fopenmp $(SANFLAGS)
 # accel.so leaves the Lua API to the interpreter that loads it (Debian's
 # lua5.4 has Lua linked in statically; a second copy of Lua would break it).
 LIBS_NOLUA := -ldnnl -lopenblas -lgomp -lm -lz -ldl
-LIBS := -llua5.4 $(LIBS_NOLUA)
+LIBS := -llua5.4 -lyaml $(LIBS_NOLUA)
 
 ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer \
               -fno-sanitize-recover=undefined

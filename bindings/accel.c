@@ -510,6 +510,11 @@ int luaopen_accel(lua_State *L) {
     set_dtypes(L);
     lu_open_autograd(L, m);
     lu_open_functions(L, m);
+    lu_open_dist(L, m);
+    lu_open_conv(L, m);
+    lu_open_data(L, m);
+    lu_open_optim(L, m);
+    lu_open_fs(L, m);
     lu_open_tracking(L, m);
     lua_pushliteral(L, "0.1.0");
     lua_setfield(L, m, "__version__");

@@ -75,6 +75,11 @@ void lu_open_autograd(lua_State *L, int module_idx);
  * thread); returns ag_backward's result. */
 int lu_run_backward(lua_State *L, Tensor *root, Tensor *grad);
 void lu_open_functions(lua_State *L, int module_idx);
-void lu_open_tracking(lua_State *L, int module_idx); /* crc32c, fsync, isatty, wall_time, hostname, mkdirs */
+void lu_open_conv(lua_State *L, int module_idx); /* conv_lua.c: conv2d, max_pool2d */
+void lu_open_optim(lua_State *L, int module_idx); /* optim_lua.c: sgd_step, adam_step, total_norm */
+void lu_open_tracking(lua_State *L, int module_idx); /* crc32c, fsync, isatty, mkdirs, raise, ... */
+void lu_open_fs(lua_State *L, int module_idx); /* fs_write, fs_rename, fs_crc32, fs_listdir, ... (fs_lua.c) */
+void lu_open_data(lua_State *L, int module_idx); /* data_lua.c: data_randperm, read_idx, read_csv, token_map, ... */
+void lu_open_dist(lua_State *L, int module_idx); /* dist_lua.c: dist_all_reduce, dist_all_gather, ... (core/dist.h) */
 
 #endif

@@ -60,8 +60,23 @@ Tensor *rng_rand(const int64_t *shape, int ndim, DType dt);
 Tensor *rng_randn(const int64_t *shape, int ndim, DType dt);
 Tensor *rng_randint(int64_t lo, int64_t hi, const int64_t *shape, int ndim, DType dt);
 Tensor *rng_randperm(int64_t n, DType dt);
+/* randperm from the stream (seed, offset blocks), global state untouched */
+Tensor *rng_randperm_at(uint64_t seed, uint64_t offset, int64_t n, DType dt);
 int rng_uniform_(Tensor *t, double lo, double hi);
 int rng_normal_(Tensor *t, double mean, double std);
 int rng_bernoulli_mask_(Tensor *t, double p); /* t = (u < 1-p) / (1-p): dropout mask */
+
+/* ---- convolution and pooling, NCHW (ops_conv.c) ---- */
+/* x (N, C, H, W) or unbatched (C, H, W), w (O, C/groups, kH, kW), b (O) or
+ * NULL; stride, padding, dilation as (h, w) pairs. */
+Tensor *op_conv2d(Tensor *x, Tensor *w, Tensor *b, const int64_t stride[2], const int64_t padding[2],
+                  const int64_t dilation[2], int64_t groups);
+/* The same with separate top/left (pad_lo) and bottom/right (pad_hi) padding. */
+Tensor *op_conv2d_padded(Tensor *x, Tensor *w, Tensor *b, const int64_t stride[2], const int64_t pad_lo[2],
+                         const int64_t pad_hi[2], const int64_t dilation[2], int64_t groups);
+/* Max over each window; *indices (when indices is not NULL) receives the
+ * int64 flat positions h*W + w of the maxima within their input planes. */
+Tensor *op_max_pool2d(Tensor *x, const int64_t kernel[2], const int64_t stride[2], const int64_t padding[2],
+                      const int64_t dilation[2], bool ceil_mode, Tensor **indices);
 
 #endif

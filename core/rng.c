@@ -29,6 +29,8 @@
  *    (hi - lo) / 2^64);
  *  - randperm(n): Fisher-Yates from the identity: for i = n-1 down to 1,
  *    j = floor(x * (i + 1) / 2^64) for the next 64-bit draw x, swap i and j;
+ *    rng_randperm_at(seed, offset, n) draws the same way from the stream
+ *    (seed, offset) and leaves the global state alone (DataLoader shuffling);
  *  - bernoulli_mask_(p): the element's 32-bit (64-bit for float64) uniform u
  *    as above; element = u >= p ? 1 / (1 - p) : 0, so it is kept with
  *    probability 1 - p. */
@@ -271,19 +273,18 @@ Tensor *rng_randint(int64_t lo, int64_t hi, const int64_t *shape, int ndim, DTyp
     return t;
 }
 
-Tensor *rng_randperm(int64_t n, DType dt) {
+/* Fisher-Yates over 0..n-1 with the draws of s (see the top comment). */
+static Tensor *randperm_from(Stream *s, int64_t n, DType dt) {
     if (n < 0) return accel_fail("randperm: n must be non-negative, got %lld", (long long)n);
     if (dt == DT_BOOL && n > 2) return accel_fail("randperm: n = %lld does not fit dtype bool", (long long)n);
     int64_t *perm = accel_malloc(sizeof *perm * (size_t)(n ? n : 1));
     if (!perm) return NULL;
     for (int64_t i = 0; i < n; i++) perm[i] = i;
-    Stream s = stream_begin();
     for (int64_t i = n - 1; i > 0; i--) {
-        int64_t j = (int64_t)scale64(next64(&s), (uint64_t)i + 1);
+        int64_t j = (int64_t)scale64(next64(s), (uint64_t)i + 1);
         int64_t tmp = perm[i];
         perm[i] = perm[j], perm[j] = tmp;
     }
-    stream_end(&s);
     Tensor *t = tensor_empty(&n, 1, dt, (Device){DEV_CPU, 0});
     if (t) {
         char *p = tensor_data(t);
@@ -291,4 +292,16 @@ Tensor *rng_randperm(int64_t n, DType dt) {
     }
     free(perm);
     return t;
+}
+
+Tensor *rng_randperm(int64_t n, DType dt) {
+    Stream s = stream_begin();
+    Tensor *t = randperm_from(&s, n, dt);
+    stream_end(&s);
+    return t;
+}
+
+Tensor *rng_randperm_at(uint64_t seed, uint64_t offset, int64_t n, DType dt) {
+    Stream s = {.key = {(uint32_t)seed, (uint32_t)(seed >> 32)}, .block = offset, .pos = 4};
+    return randperm_from(&s, n, dt);
 }

@@ -1,9 +1,12 @@
 /* host.h: shared pieces of the accel-lua program (the Lua host): version
  * string, creating a Lua state with the standard libraries and `accel`,
  * and running chunks under lua_pcall with a traceback message handler.
- * Used by main.c, repl.c and (later) the CLI subcommands. */
+ * Used by main.c, repl.c and the CLI subcommands; also the rank and
+ * machine facts (rank.c, sysinfo.c) those share. */
 #ifndef ACCEL_HOST_H
 #define ACCEL_HOST_H
+
+#include <stddef.h>
 
 #include <lua.h>
 
@@ -25,7 +28,8 @@ int host_pcall(lua_State *L, int narg, int nres);
 /* Like host_pcall, and Ctrl-C interrupts the call with an error. */
 int host_docall(lua_State *L, int narg, int nres);
 
-/* On error status, prints "accel-lua: <message>" to stderr and pops it.
+/* On error status, prints "accel-lua: <message>" to stderr and pops it
+ * ("accel-lua: rank R: <message>" in a rank of a multi-process job).
  * Returns status unchanged. */
 int host_report(lua_State *L, int status);
 
@@ -39,5 +43,23 @@ int host_doscript(lua_State *L, const char *fname);
 
 /* Interactive read-eval-print loop on stdin until EOF. */
 void host_repl(lua_State *L);
+
+/* This process's rank when it is one of several started by mpirun / srun
+ * (from their environment variables), else -1; the job's size (1 when
+ * not launched). */
+int host_rank(void);
+int host_world_size(void);
+
+/* Sets the compute threads from ACCEL_LUA_NUM_THREADS (1 per rank by
+ * default when several ranks run); needs the global `accel`. */
+void host_apply_threads(lua_State *L);
+
+/* CPUs (logical) and physical cores in this process's affinity mask. */
+int host_logical_cpus(void);
+int host_physical_cores(void);
+/* The CPU's model name; which of the space-separated flag names in
+ * `wanted` it has and which it lacks (each buffer n bytes). */
+void host_cpu_model(char *buf, size_t n);
+void host_cpu_flags(const char *wanted, char *have, char *missing, size_t n);
 
 #endif

@@ -207,6 +207,14 @@ static int run_interpreter(HostArgs *a) {
     int status = host_pcall(L, 1, 1);
     int ok = status == LUA_OK && lua_toboolean(L, -1);
     host_report(L, status);
+    if (!ok && host_rank() >= 0) {
+        /* A failing rank leaves without closing the state (finalizers could
+         * wait on collectives that peers will never join); the
+         * communicator's exit handler aborts the MPI job on this status,
+         * and mpirun ends the job on it in any case. */
+        fflush(NULL);
+        exit(EXIT_FAILURE);
+    }
     lua_close(L);
     return ok ? EXIT_SUCCESS : EXIT_FAILURE;
 }

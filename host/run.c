@@ -1,6 +1,7 @@
 /* run.c: running Lua code inside the host. Protected calls with a
  * traceback message handler, Ctrl-C turned into a Lua error while code
- * runs, error reporting as "accel-lua: <message>", and the helpers that
+ * runs, error reporting as "accel-lua: <message>" ("accel-lua: rank R:
+ * <message>" in a rank of a multi-process job), and the helpers that
  * load files, strings and scripts. */
 #include <signal.h>
 #include <stdio.h>
@@ -24,6 +25,7 @@ void host_open_libs(lua_State *L) {
     luaL_openlibs(L);
     luaL_requiref(L, "accel", luaopen_accel, 1);
     lua_pop(L, 1);
+    host_apply_threads(L);
 }
 
 /* Message handler: turns any error object into a string with a traceback. */
@@ -86,8 +88,12 @@ int host_report(lua_State *L, int status) {
     if (status == LUA_OK) return status;
     const char *msg = lua_tostring(L, -1);
     if (msg == NULL) msg = "(error object is not a string)";
+    int rank = host_rank();
     fflush(stdout);
-    fprintf(stderr, "%s: %s\n", ACCEL_LUA_NAME, msg);
+    if (rank >= 0)
+        fprintf(stderr, "%s: rank %d: %s\n", ACCEL_LUA_NAME, rank, msg);
+    else
+        fprintf(stderr, "%s: %s\n", ACCEL_LUA_NAME, msg);
     fflush(stderr);
     lua_pop(L, 1);
     return status;

@@ -1,14 +1,17 @@
 /* subcommands.c: the table of accel-lua CLI subcommands. `accel-lua NAME
  * args...` runs the entry called NAME instead of the Lua interpreter; any
  * other first argument is a script or an option. To add one, write
- * `int cmd_NAME(int argc, char **argv)` in its own host/ file, declare it
- * here and add a row. None are registered yet. */
+ * `int cmd_NAME(int argc, char **argv)` in its own host/cmd_NAME.c,
+ * declare it in subcommands.h and add a row. */
 #include <string.h>
 
 #include "host/subcommands.h"
 
 static const HostSubcommand subcommands[] = {
-    /* {"launch", "run a script on N ranks", cmd_launch}, ... */
+    {"launch", "run a script on N ranks (mpirun underneath)", cmd_launch},
+    {"config", "write the config file (questions, or `config default`)", cmd_config},
+    {"env", "versions, CPU, MPI and the config in force", cmd_env},
+    {"test", "a short end-to-end check on the configured setup", cmd_test},
     {NULL, NULL, NULL},
 };
 

@@ -22,4 +22,10 @@ const HostSubcommand *host_find_subcommand(const char *name);
 /* Lists the registered subcommands for the usage text (nothing if none). */
 void host_print_subcommands(FILE *out);
 
+/* The subcommands (host/cmd_*.c); argv[0] is the subcommand's name. */
+int cmd_launch(int argc, char **argv);
+int cmd_config(int argc, char **argv);
+int cmd_env(int argc, char **argv);
+int cmd_test(int argc, char **argv);
+
 #endif

@@ -11,6 +11,8 @@ PACKAGES=(
     libdnnl-dev libopenblas-dev
     libopenmpi-dev openmpi-bin
     libyaml-dev zlib1g-dev
+    dataset-fashion-mnist   # the example data set (accel.data.fashion_mnist_dir(): /usr/share/datasets/fashion-mnist)
+    python3-venv    # python3 -m venv for the test set-up (scripts/setup-test-python.sh)
 )
 
 # Prints the packages from PACKAGES that are not installed (one dpkg-query

@@ -122,6 +122,8 @@ run_lua_suites() {
         return
     fi
     run_counted "scripts/test-host.sh" "$ROOT/scripts/test-host.sh" "$BUILD"
+    run_counted "scripts/test-cli.sh" "$ROOT/scripts/test-cli.sh" "$BUILD"
+    "$ROOT/scripts/setup-test-python.sh" || echo "run-tests: scripts/setup-test-python.sh failed (specs reading TensorBoard files will fail)" >&2
     for f in tests/lua/*_spec.lua; do run_busted "$f"; done
     for f in tests/lua/*_test.lua; do run_plain "$f"; done
 }

@@ -143,32 +143,64 @@ void k_index_add(DType dt, void *gx, int64_t outer, int64_t n, int64_t inner, co
  * step is the 1-based step count after increment. */
 void k_adamw_f32(int64_t n, float *p, const float *g, float *m, float *v, double lr, double beta1, double beta2, double eps, double weight_decay, int64_t step);
 
+/* SGD and Adam/AdamW with all of PyTorch's options (formulas at the top of
+ * optim.c). Scalars in double; elementwise work in the buffer's type. */
+typedef struct {
+    double lr, momentum, dampening, weight_decay;
+    int nesterov, maximize;
+} KSgdArgs;
+/* buf: momentum buffer (ignored when momentum == 0, may then be NULL);
+ * buf_init: first step, buf = d instead of the running average. */
+void k_sgd_f32(int64_t n, float *p, const float *g, float *buf, int buf_init, const KSgdArgs *a);
+void k_sgd_f64(int64_t n, double *p, const double *g, double *buf, int buf_init, const KSgdArgs *a);
 
-/* ---------------- 2-D convolution and max pooling, NCHW (conv.c) -------- */
+typedef struct {
+    double lr, beta1, beta2, eps, weight_decay;
+    int decoupled; /* 1: AdamW (p *= 1 - lr wd); 0: Adam (g += wd p) */
+    int maximize;
+    int64_t step;  /* 1-based step count after the increment */
+} KAdamArgs;
+/* vmax: amsgrad's running max of v, or NULL without amsgrad. */
+void k_adam_f32(int64_t n, float *p, const float *g, float *m, float *v, float *vmax, const KAdamArgs *a);
+void k_adam_f64(int64_t n, double *p, const double *g, double *m, double *v, double *vmax, const KAdamArgs *a);
+
+/* sum_i |x_i|^p accumulated in double (p = INFINITY: max |x_i|, NaN
+ * propagating; p = 0: count of nonzeros), for gradient-norm clipping. */
+double k_norm_pow_f32(int64_t n, const float *x, double p);
+double k_norm_pow_f64(int64_t n, const double *x, double p);
+
+
+/* ---------------- 2-D convolution (conv.c) and max pooling (pool.c), NCHW -- */
 /* x (N, C, H, W), w (O, C/groups, KH, KW), b (O), y (N, O, OH, OW), all
  * contiguous. ph/pw pad the top/left edges; OH/OW (computed by the caller)
  * fix how far the windows reach, so bottom/right padding is implicit.
  * dt: F32, F64, or BF16 (x, w, gy in bf16; y, b, gx, gw, gb in f32).
- * Each returns 0, or nonzero when memory or the GEMM library failed. */
+ * Return 0, or nonzero when memory or the library failed. */
 typedef struct {
     int64_t N, C, H, W, O, KH, KW, OH, OW;
     int64_t sh, sw, ph, pw, dh, dw, groups;
 } KConv2d;
 int k_conv2d_fwd(DType dt, const KConv2d *g, const void *x, const void *w, const void *b, void *y); /* b may be NULL */
-int k_conv2d_bwd_data(DType dt, const KConv2d *g, const void *gy, const void *w, void *gx);         /* gx = */
-int k_conv2d_bwd_weight(DType dt, const KConv2d *g, const void *x, const void *gy, void *gw);       /* gw = */
-int k_conv2d_bwd_bias(DType dt, const KConv2d *g, const void *gy, void *gb);                        /* gb = */
-/* x (NC, H, W) -> y (NC, OH, OW); idx (may be NULL) gets the flat position
- * h*W + w of each maximum within its plane (PyTorch's return_indices). NaN
- * propagates. Padding must leave every window an input element. Backward:
- * gx = 0, then gx[plane][idx] += gy. */
+/* Gradients from gy: gx (input), gw (weight), gb (bias), each overwritten;
+ * pass NULL for those not wanted (x is read only for gw). */
+int k_conv2d_bwd(DType dt, const KConv2d *g, const void *x, const void *w, const void *gy, void *gx, void *gw, void *gb);
+/* F32 uses oneDNN's convolution primitives where they have a JIT kernel,
+ * else im2col + GEMM; off forces im2col (tests, benchmarks). Returns the
+ * previous setting. */
+int k_conv2d_use_dnnl(int on);
+/* x (NC, H, W) -> y (NC, OH, OW), and where each maximum sits (either may be
+ * NULL): idx, its flat position h*W + w in the plane (PyTorch's
+ * return_indices), code, its position kh*KW + kw in the window (needs
+ * KH*KW <= 256). NaN propagates. Padding must leave every window an input
+ * element. Backward: gx = 0, then gx[plane][position] += gy, the position
+ * from idx, or from code when idx is NULL. */
 typedef struct {
     int64_t NC, H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw;
 } KPool2d;
-void k_max_pool2d_fwd_f32(const KPool2d *g, const float *x, float *y, int64_t *idx);
-void k_max_pool2d_fwd_f64(const KPool2d *g, const double *x, double *y, int64_t *idx);
-void k_max_pool2d_bwd_f32(const KPool2d *g, const float *gy, const int64_t *idx, float *gx);
-void k_max_pool2d_bwd_f64(const KPool2d *g, const double *gy, const int64_t *idx, double *gx);
+void k_max_pool2d_fwd_f32(const KPool2d *g, const float *x, float *y, int64_t *idx, uint8_t *code);
+void k_max_pool2d_fwd_f64(const KPool2d *g, const double *x, double *y, int64_t *idx, uint8_t *code);
+void k_max_pool2d_bwd_f32(const KPool2d *g, const float *gy, const int64_t *idx, const uint8_t *code, float *gx);
+void k_max_pool2d_bwd_f64(const KPool2d *g, const double *gy, const int64_t *idx, const uint8_t *code, double *gx);
 
 /* ---------------- implementation helper for the kernels/cpu sources ------ */
 /* for (i = 0; i < count; i++) BODY, in an OpenMP team only when `work`

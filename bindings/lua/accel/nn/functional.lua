@@ -95,7 +95,18 @@ function F.dropout(x, p, o)
   return C.dropout(x, p)
 end
 
-function F.embedding(input, weight) return C.embedding(weight, input) end
+-- embedding(input, weight, [padding_idx] or [{padding_idx =}]): rows of weight
+-- at the 0-based ids in input; the row padding_idx (a 0-based id, negative
+-- from the end) gets no gradient, as in PyTorch.
+function F.embedding(input, weight, o)
+  local out = C.embedding(weight, input)
+  local pad = o
+  if type(o) == "table" then pad = o.padding_idx end
+  if pad == nil or not weight.requires_grad then return out end
+  if pad < 0 then pad = pad + weight:size(1) end
+  local hit = input:eq(pad):unsqueeze(-1)
+  return out:masked_fill(hit, 0) + hit * weight[pad + 1]:detach()
+end
 
 function F.layer_norm(x, normalized_shape, weight, bias, eps)
   if type(weight) == "table" and not accel.is_tensor(weight) then
@@ -106,12 +117,16 @@ function F.layer_norm(x, normalized_shape, weight, bias, eps)
   return C.layer_norm(x, normalized_shape, weight, bias, eps or 1e-5)
 end
 
+-- torch.finfo(dtype).eps: rms_norm's default eps
+local machine_eps = {float64 = 2.220446049250313e-16, float32 = 1.1920928955078125e-07, float16 = 0.0009765625,
+                     bfloat16 = 0.0078125}
+
 function F.rms_norm(x, normalized_shape, weight, eps)
   if type(normalized_shape) == "number" then normalized_shape = {normalized_shape} end
   local dims = {}
   for i = 1, #normalized_shape do dims[i] = -i end
   local ms = (x * x):mean(dims, {keepdim = true})
-  local y = x * (ms + (eps or 1.1920928955078125e-07)):rsqrt()
+  local y = x * (ms + (eps or machine_eps[x.dtype.name] or machine_eps.float32)):rsqrt()
   if weight then y = y * weight end
   return y
 end
@@ -139,6 +154,110 @@ function F.scaled_dot_product_attention(q, k, v, o)
   local pdrop = opt(o, "dropout_p", 0)
   if pdrop > 0 then attn = C.dropout(attn, pdrop) end
   return attn:matmul(v)
+end
+
+-- ---- convolution and pooling (accel._C.conv2d / max_pool2d, conv_lua.c) ----
+
+-- conv2d(input, weight, [bias], [{stride = 1, padding = 0, dilation = 1, groups = 1}])
+-- input (N, C, H, W) or (C, H, W), weight (out, C / groups, kH, kW); stride,
+-- padding, dilation: an integer or an {h, w} pair; padding also "same" /
+-- "valid" or {top, bottom, left, right}.
+function F.conv2d(input, weight, bias, o)
+  if type(bias) == "table" and not accel.is_tensor(bias) then o, bias = bias, bias.bias end
+  return C.conv2d(input, weight, bias, opt(o, "stride", 1), opt(o, "padding", 0), opt(o, "dilation", 1),
+    opt(o, "groups", 1))
+end
+
+-- PyTorch's stride=None / stride=[] mean "the kernel size"
+local function pool_stride(o)
+  local s = opt(o, "stride", nil)
+  if type(s) == "table" and #s == 0 then return nil end
+  return s
+end
+
+-- max_pool2d(input, kernel_size, [{stride = kernel_size, padding = 0, dilation = 1,
+--   ceil_mode = false, return_indices = false}]) -> values[, indices]
+-- indices: int64 flat positions h * W + w within each input plane (0-based).
+function F.max_pool2d(input, kernel_size, o)
+  return C.max_pool2d(input, kernel_size, pool_stride(o), opt(o, "padding", 0), opt(o, "dilation", 1),
+    opt(o, "ceil_mode", false), opt(o, "return_indices", false))
+end
+
+local function int_pair(v, name)
+  if type(v) == "table" and #v == 2 then v = {v[1], v[2]} elseif type(v) == "number" then v = {v, v}
+  else error(("avg_pool2d: %s must be an integer or a pair {h, w}, got %s"):format(name, tostring(v)), 3) end
+  for i = 1, 2 do
+    if type(v[i]) ~= "number" or v[i] ~= math.floor(v[i]) then
+      error(("avg_pool2d: %s must be an integer or a pair {h, w}, got %s"):format(name, tostring(v[i])), 3)
+    end
+  end
+  return v
+end
+
+-- Per output row (or column): the divisor of each window, as PyTorch's
+-- avg_pool2d counts it (clipped to the padded input, or to the input).
+local function avg_divisors(n_in, n_out, k, s, p, include_pad)
+  local d = {}
+  for i = 0, n_out - 1 do
+    local lo = i * s - p
+    local hi = math.min(lo + k, n_in + p)
+    if include_pad then d[i + 1] = hi - lo
+    else d[i + 1] = math.min(hi, n_in) - math.max(lo, 0) end
+  end
+  return d
+end
+
+-- avg_pool2d(input, kernel_size, [{stride = kernel_size, padding = 0, ceil_mode = false,
+--   count_include_pad = true, divisor_override = nil}]): window sums by a
+-- convolution with a ones kernel (outside autocast), divided as PyTorch divides.
+function F.avg_pool2d(input, kernel_size, o)
+  local k = int_pair(kernel_size, "kernel_size")
+  local s = int_pair(pool_stride(o) or k, "stride")
+  local p = int_pair(opt(o, "padding", 0), "padding")
+  local ceil_mode, include_pad = opt(o, "ceil_mode", false), opt(o, "count_include_pad", true)
+  local divisor = opt(o, "divisor_override", nil)
+  if not accel.is_tensor(input) or (input:dim() ~= 3 and input:dim() ~= 4) then
+    error("avg_pool2d: expected input of shape (N, C, H, W) or (C, H, W), got " ..
+      (accel.is_tensor(input) and tostring(input.shape) or type(input)), 2)
+  end
+  for i = 1, 2 do
+    if k[i] < 1 or s[i] < 1 or p[i] < 0 or p[i] > k[i] / 2 then
+      error(("avg_pool2d: need kernel_size, stride >= 1 and 0 <= padding <= kernel_size / 2, got kernel_size " ..
+        "{%d, %d}, stride {%d, %d}, padding {%d, %d}"):format(k[1], k[2], s[1], s[2], p[1], p[2]), 2)
+    end
+  end
+  if divisor ~= nil and (type(divisor) ~= "number" or divisor == 0) then
+    error("avg_pool2d: divisor_override must be a nonzero number, got " .. tostring(divisor), 2)
+  end
+  local shape = {}
+  for d = 1, input:dim() do shape[d] = input:size(d) end
+  local H, W = shape[#shape - 1], shape[#shape]
+  local out, hi = {}, {}
+  for i, n in ipairs({H, W}) do
+    local span = n + 2 * p[i] - k[i]
+    local m = (ceil_mode and math.ceil(span / s[i]) or math.floor(span / s[i])) + 1
+    if ceil_mode and (m - 1) * s[i] >= n + p[i] then m = m - 1 end
+    if span < 0 or m < 1 then
+      error(("avg_pool2d: input %s is too small for kernel_size {%d, %d} with padding {%d, %d}"):format(
+        tostring(input.shape), k[1], k[2], p[1], p[2]), 2)
+    end
+    out[i], hi[i] = m, math.max(0, (m - 1) * s[i] + k[i] - n - p[i])
+  end
+  local planes = input:reshape(-1, 1, H, W)
+  local ones = accel.ones(1, 1, k[1], k[2], {dtype = input.dtype})
+  local prev = C.set_autocast(nil)
+  local ok, sums = pcall(C.conv2d, planes, ones, nil, s, {p[1], hi[1], p[2], hi[2]}, 1, 1)
+  C.set_autocast(prev)
+  if not ok then error(sums, 0) end
+  if divisor then
+    sums = sums / divisor
+  else
+    local dh = accel.tensor(avg_divisors(H, out[1], k[1], s[1], p[1], include_pad), {dtype = input.dtype})
+    local dw = accel.tensor(avg_divisors(W, out[2], k[2], s[2], p[2], include_pad), {dtype = input.dtype})
+    sums = sums / (dh:view(out[1], 1) * dw:view(1, out[2]))
+  end
+  shape[#shape - 1], shape[#shape] = out[1], out[2]
+  return sums:reshape(shape)
 end
 
 return F

@@ -1,6 +1,35 @@
--- accel.nn: neural-network building blocks. This release holds the
--- functional interface (accel.nn.functional); modules come with the
--- training issue.
+-- accel.nn: PyTorch's torch.nn in Lua. The pieces live in files next to this
+-- one (this file is the module accel.nn itself):
+--   module.lua        nn.Module (the class idiom is documented there),
+--                     nn.Parameter
+--   containers.lua    Sequential, ModuleList, ModuleDict
+--   layers.lua        Linear, Embedding, LayerNorm, RMSNorm, Dropout, Conv2d,
+--                     MaxPool2d, Flatten, Unflatten, Identity, activations
+--   attention.lua     MultiheadAttention
+--   loss.lua          CrossEntropyLoss, NLLLoss, MSELoss, L1Loss, BCEWithLogitsLoss
+--   initializers.lua  nn.init (uniform_, kaiming_uniform_, ...)
+--   functional.lua    nn.functional
+-- Any other accel/nn/<name>.lua (e.g. nn.utils) loads on first use of nn.<name>.
+local base = require("accel.nn.module")
+
 local nn = {}
+nn.Module = base.Module
+nn.Parameter = base.Parameter
+nn.is_module = base.is_module
+nn.is_parameter = base.is_parameter
 nn.functional = require("accel.nn.functional")
-return nn
+nn.init = require("accel.nn.initializers")
+
+for _, file in ipairs({"containers", "layers", "attention", "loss"}) do
+  for name, cls in pairs(require("accel.nn." .. file)) do nn[name] = cls end
+end
+
+-- nn.X for an unknown X: the embedded module accel.nn.X when there is one.
+return setmetatable(nn, {
+  __index = function(t, k)
+    if type(k) ~= "string" or package.preload["accel.nn." .. k] == nil then return nil end
+    local m = require("accel.nn." .. k)
+    rawset(t, k, m)
+    return m
+  end,
+})

@@ -1,0 +1,123 @@
+/* data_lua.c: accel._C functions behind accel.data (bindings/lua/accel/data):
+ * the loader's per-epoch permutation drawn without touching the global
+ * generator, the default seed drawn from it, and the file readers of
+ * core/datafiles.h (IDX, CSV, llm.c token files). */
+#include "lua_util.h"
+#include "../core/datafiles.h"
+#include <string.h>
+
+/* Blocks of the Philox stream between two epochs' permutations: epoch e of
+ * seed s shuffles with the stream (s, e * 2^40), so epochs never share
+ * draws for data sets below 2^41 samples. */
+#define EPOCH_BLOCKS ((uint64_t)1 << 40)
+
+static const Device CPU = {DEV_CPU, 0};
+
+/* data_randperm(n, seed, epoch) -> int64 permutation of 0..n-1 */
+static int c_randperm(lua_State *L) {
+    lua_Integer n = luaL_checkinteger(L, 1), seed = luaL_checkinteger(L, 2), epoch = luaL_checkinteger(L, 3);
+    if (epoch < 0 || epoch >= ((lua_Integer)1 << 24)) return lu_error(L, "DataLoader: epoch must be in [0, 2^24), got %lld", (long long)epoch);
+    lu_push_tensor(L, rng_randperm_at((uint64_t)seed, (uint64_t)epoch * EPOCH_BLOCKS, n, DT_I64));
+    return 1;
+}
+
+/* data_draw_seed() -> an integer in [0, 2^62) from the global generator */
+static int c_draw_seed(lua_State *L) {
+    int64_t one = 1;
+    Tensor *t = rng_randint(0, (int64_t)1 << 62, &one, 1, DT_I64);
+    if (!t) return lu_core_error(L);
+    lua_pushinteger(L, *(int64_t *)tensor_data(t));
+    tensor_release(t);
+    return 1;
+}
+
+static int c_read_idx(lua_State *L) {
+    lu_push_tensor(L, idx_read(luaL_checkstring(L, 1)));
+    return 1;
+}
+
+/* read_csv(path, delimiter, header) -> float64 (rows, cols), names or nil */
+static int c_read_csv(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    size_t dl;
+    const char *delim = luaL_checklstring(L, 2, &dl);
+    if (dl != 1) return lu_error(L, "CSV: delimiter must be one character, got \"%s\"", delim);
+    char **names;
+    int ncols;
+    Tensor *t = csv_read(path, delim[0], lua_toboolean(L, 3), &names, &ncols);
+    lu_push_tensor(L, t);
+    if (!names) {
+        lua_pushnil(L);
+        return 2;
+    }
+    lua_createtable(L, ncols, 0);
+    for (int i = 0; i < ncols; i++) {
+        lua_pushstring(L, names[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    datafiles_free_names(names, ncols);
+    return 2;
+}
+
+static int c_token_map(lua_State *L) {
+    lu_push_tensor(L, tokenfile_map(luaL_checkstring(L, 1)));
+    return 1;
+}
+
+/* The token tensor of token_map: uint8 (ntok, 2), contiguous. */
+static Tensor *check_tokens(lua_State *L, int idx) {
+    Tensor *t = lu_check_tensor(L, idx);
+    if (t->dtype != DT_U8 || t->ndim != 2 || t->shape[1] != 2 || !tensor_is_contiguous(t) || t->device.type != DEV_CPU)
+        lu_error(L, "TokenFile: expected the uint8 (ntok, 2) token tensor of a TokenFile, got %s %s", dtype_name(t->dtype),
+                 tensor_shape_str(t));
+    return t;
+}
+
+/* token_blocks(tokens, starts, T) -> x, y: int64 (B, T) with starts int64 (B) */
+static int c_token_blocks(lua_State *L) {
+    Tensor *tok = check_tokens(L, 1), *starts = lu_check_tensor(L, 2);
+    lua_Integer T = luaL_checkinteger(L, 3);
+    if (starts->dtype != DT_I64 || starts->ndim != 1) return lu_error(L, "TokenFile: block starts must be a 1-D int64 tensor");
+    if (T < 0) return lu_error(L, "TokenFile: block length must be >= 0, got %lld", (long long)T);
+    Tensor *s = tensor_contiguous(starts), *x = NULL, *y = NULL;
+    int rc = s ? tokenfile_blocks(tok, tensor_data(s), s->shape[0], T, &x, &y) : -1;
+    tensor_release(s);
+    if (rc < 0) return lu_core_error(L);
+    lu_push_tensor(L, x);
+    lu_push_tensor(L, y);
+    return 2;
+}
+
+/* token_ids(tokens, start, count) -> int64 (count): ids [start, start + count), 0-based */
+static int c_token_ids(lua_State *L) {
+    Tensor *tok = check_tokens(L, 1);
+    lua_Integer start = luaL_checkinteger(L, 2), count = luaL_checkinteger(L, 3);
+    if (start < 0 || count < 0 || start + count > tok->shape[0])
+        return lu_error(L, "TokenFile: tokens %lld to %lld are out of range (the file has %lld)", (long long)start + 1,
+                        (long long)(start + count), (long long)tok->shape[0]);
+    int64_t n = count;
+    Tensor *t = tensor_empty(&n, 1, DT_I64, CPU);
+    if (t) {
+        const uint8_t *src = (const uint8_t *)tensor_data(tok) + 2 * start;
+        int64_t *dst = tensor_data(t);
+        for (int64_t i = 0; i < n; i++) dst[i] = src[2 * i] | src[2 * i + 1] << 8;
+    }
+    lu_push_tensor(L, t);
+    return 1;
+}
+
+void lu_open_data(lua_State *L, int m) {
+    static const luaL_Reg fns[] = {{"data_randperm", c_randperm}, {"data_draw_seed", c_draw_seed},
+                                   {"read_idx", c_read_idx},      {"read_csv", c_read_csv},
+                                   {"token_map", c_token_map},    {"token_blocks", c_token_blocks},
+                                   {"token_ids", c_token_ids},    {NULL, NULL}};
+    lua_getfield(L, m, "_C");
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        lua_newtable(L);
+        lua_pushvalue(L, -1);
+        lua_setfield(L, m, "_C");
+    }
+    luaL_setfuncs(L, fns, 0);
+    lua_pop(L, 1);
+}

@@ -1,0 +1,861 @@
+-- accel.accelerator: accel.Accelerator, Hugging Face Accelerate's training
+-- loop orchestrator, plus PartialState, DeepSpeedPlugin,
+-- FullyShardedDataParallelPlugin and ProjectConfiguration (DESIGN §2).
+--
+--   local accelerator = accel.Accelerator{mixed_precision = "bf16", gradient_accumulation_steps = 2}
+--   model, optimizer, loader, scheduler = accelerator:prepare(model, optimizer, loader, scheduler)
+--   for xb, yb in loader:iter() do
+--     accelerator:accumulate(model, function()
+--       local loss = criterion(model(xb), yb)
+--       accelerator:backward(loss)
+--       optimizer:step()
+--       optimizer:zero_grad()
+--     end)
+--   end
+--
+-- The pieces live in: accel.state (PartialState shared by all Accelerators,
+-- GradientState per Accelerator, <close> handles), accel.comm (the
+-- communicator; one process for now), accel.operations (gather, reduce,
+-- ...), accel.prepared (optimizer / scheduler / loader wrappers),
+-- accel.amp (autocast and GradScaler), accel.checkpoint (files),
+-- accel.plugins (configuration objects).
+--
+-- Decisions where Accelerate / DESIGN are silent or Lua differs:
+--  * Every process-level collective goes through the communicator, also
+--    on one process: gather() of a 0-dim tensor gives a 1-element 1-D tensor
+--    on any number of processes (Accelerate returns it unchanged when not
+--    distributed).
+--  * prepare(model) returns the same model object; under bf16/fp16 its
+--    forward is patched to run under autocast and return float32 outputs
+--    (Accelerate's single-process behaviour). unwrap_model(model) returns it;
+--    unwrap_model(model, {keep_fp32_wrapper = false}) also removes the patch.
+--  * GradientState (accumulation counter, sync flag, active loader) belongs
+--    to one Accelerator (Accelerate shares it per process); PartialState is
+--    shared.
+--  * A GradScaler step: unscale once, skip on inf/NaN, then update() after
+--    every optimizer step, as AcceleratedOptimizer does in Accelerate.
+--  * Automatic checkpoint naming writes checkpoint_<i> with i one more than
+--    the largest existing number (0 for none), so a resumed run continues
+--    the numbering; total_limit prunes the oldest only after the new
+--    checkpoint is complete.
+--  * register_for_checkpointing takes objects whose state_dict /
+--    load_state_dict are methods (obj:load_state_dict(s)) or plain
+--    functions of the state (obj.load_state_dict(s), told apart by their
+--    parameter count).
+--  * save_state also records each prepared loader's (epoch, batches
+--    consumed) and load_state puts it back, so a resumed loop needs no
+--    skip_first_batches. The RNG saved is accel's generator (Philox state);
+--    Lua's math.random state cannot be read in Lua 5.4 and is not saved.
+--  * load_state verifies everything (index, sizes, checksums, model
+--    fingerprints, counts of prepared objects, optimizer group shapes and
+--    state tensor shapes, loader positions) and reads every file before it
+--    changes anything, so a refused load leaves models, optimizers,
+--    schedulers and loaders as they were. Gradients accumulated since the
+--    last optimizer step are not saved (as in Accelerate): save on sync steps.
+--  * Options not given come from accel-lua launch's settings
+--    (ACCEL_LUA_MIXED_PRECISION, _GRADIENT_ACCUMULATION_STEPS, _USE_CPU,
+--    _USE_DEEPSPEED + _ZERO_STAGE ..., _USE_FSDP + _FSDP_SHARDING_STRATEGY;
+--    ACCELERATE_* as a fallback); unknown options are errors.
+--  * Several models: the first is model.safetensors, the i-th
+--    model_<i-1>.safetensors (Accelerate's names); the same for optimizer,
+--    scheduler and dataloader files.
+local accel = require("accel")
+local state = require("accel.state")
+local ops = require("accel.operations")
+local prepared = require("accel.prepared")
+local amp = require("accel.amp")
+local checkpoint = require("accel.checkpoint")
+local plugins = require("accel.plugins")
+local json = require("accel.json")
+local raise = require("accel.nn.module").raise
+local C = accel._C
+
+local M = {}
+
+M.PartialState = state.PartialState
+M.ProjectConfiguration = plugins.ProjectConfiguration
+M.DeepSpeedPlugin = plugins.DeepSpeedPlugin
+M.FullyShardedDataParallelPlugin = plugins.FullyShardedDataParallelPlugin
+
+local Accelerator = {__name = "Accelerator"}
+M.Accelerator_class = Accelerator
+local props = {}
+
+Accelerator.__index = function(self, k)
+  local get = props[k]
+  if get then return get(self) end
+  return Accelerator[k]
+end
+
+Accelerator.__newindex = function(self, k, v)
+  if k == "gradient_accumulation_steps" then
+    if type(v) ~= "number" or v < 1 or v ~= math.floor(v) then
+      raise("gradient_accumulation_steps must be a positive integer, got %s", tostring(v))
+    end
+    self.gradient_state.num_steps = v
+    return
+  end
+  if props[k] then raise("Accelerator.%s is read-only", tostring(k)) end
+  rawset(self, k, v)
+end
+
+-- ---------------------------------------------------------------- fields
+
+function props.device(a) return a.state.device end
+function props.process_index(a) return a.state.process_index end
+function props.local_process_index(a) return a.state.local_process_index end
+function props.num_processes(a) return a.state.num_processes end
+function props.is_main_process(a) return a.state.is_main_process end
+function props.is_local_main_process(a) return a.state.is_local_main_process end
+function props.is_last_process(a) return a.state.is_last_process end
+function props.distributed_type(a) return a.state.distributed_type end
+function props.use_distributed(a) return a.state.use_distributed end
+function props.sync_gradients(a) return a.gradient_state.sync_gradients end
+function props.gradient_accumulation_steps(a) return a.gradient_state.num_steps end
+function props.step(a) return a.gradient_state.step end
+function props.end_of_dataloader(a) return a.gradient_state:end_of_dataloader() end
+function props.remainder(a) return a.gradient_state:remainder() end
+function props.project_dir(a) return a.project_configuration.project_dir end
+function props.logging_dir(a) return a.project_configuration.logging_dir end
+function props.save_iteration(a) return a.project_configuration.iteration end
+
+function props.optimizer_step_was_skipped(a)
+  for _, opt in ipairs(a._optimizers) do
+    if opt.step_was_skipped then return true end
+  end
+  return false
+end
+
+-- ---------------------------------------------------------------- construction
+
+local OPTIONS = {mixed_precision = "any", gradient_accumulation_steps = "number", cpu = "boolean",
+  device_placement = "boolean", log_with = "any", project_dir = "string", project_config = "table",
+  step_scheduler_with_optimizer = "boolean", split_batches = "boolean", even_batches = "boolean",
+  deepspeed_plugin = "table", fsdp_plugin = "table", zero_stage = "number"}
+
+local PRECISIONS = {no = true, bf16 = true, fp16 = true, fp8 = true}
+
+-- A launch setting: ACCEL_LUA_<name> (set by accel-lua launch, see
+-- host/settings.c), else Accelerate's ACCELERATE_<name>.
+local function setting(name)
+  local v = os.getenv("ACCEL_LUA_" .. name) or os.getenv("ACCELERATE_" .. name)
+  if v == "" then return nil end
+  return v
+end
+
+-- The sharding plugin launch asked for (when the script passes none).
+local function plugin_from_settings()
+  if setting("USE_DEEPSPEED") == "true" then
+    return "deepspeed_plugin", {zero_stage = tonumber(setting("ZERO_STAGE") or ""),
+      offload_optimizer_device = setting("OFFLOAD_OPTIMIZER_DEVICE"),
+      offload_param_device = setting("OFFLOAD_PARAM_DEVICE"),
+      gradient_clipping = tonumber(setting("GRADIENT_CLIPPING") or ""),
+      hf_ds_config = setting("DEEPSPEED_CONFIG_FILE")}
+  end
+  if setting("USE_FSDP") == "true" then
+    return "fsdp_plugin", {sharding_strategy = setting("FSDP_SHARDING_STRATEGY"),
+      cpu_offload = setting("FSDP_OFFLOAD_PARAMS") == "true"}
+  end
+  return nil
+end
+
+local function resolve_precision(mp)
+  if mp == nil then mp = setting("MIXED_PRECISION") or "no" end
+  if mp == accel.bfloat16 then mp = "bf16" elseif mp == accel.float16 then mp = "fp16" end
+  if type(mp) ~= "string" or not PRECISIONS[mp:lower()] then
+    raise('Accelerator: unknown mixed_precision %s; expected "no", "fp16", "bf16" or "fp8"',
+      type(mp) == "string" and ('"' .. mp .. '"') or tostring(mp))
+  end
+  mp = mp:lower()
+  if mp == "fp8" then
+    raise('Accelerator: mixed_precision "fp8" needs the GPU backend (Hopper, through cuBLASLt), which this build '
+      .. 'does not have; use "bf16" or "fp16" on the CPU')
+  end
+  return mp
+end
+
+local function resolve_accumulation(o, ds)
+  local k = o.gradient_accumulation_steps
+  if k == nil and ds and type(ds.gradient_accumulation_steps) == "number" then k = ds.gradient_accumulation_steps end
+  if k == nil then k = tonumber(setting("GRADIENT_ACCUMULATION_STEPS") or "") or 1 end
+  if k < 1 or k ~= math.floor(k) then
+    raise("Accelerator: gradient_accumulation_steps must be a positive integer, got %s", tostring(k))
+  end
+  return math.floor(k)
+end
+
+-- The ZeRO stage of the options and plugins (they must agree).
+local function resolve_sharding(self, o)
+  if o.deepspeed_plugin == nil and o.fsdp_plugin == nil and o.zero_stage == nil then
+    local key, plugin = plugin_from_settings()
+    if key then
+      local copy = {}
+      for k, v in pairs(o) do copy[k] = v end
+      copy[key], o = plugin, copy
+    end
+  end
+  if o.deepspeed_plugin and o.fsdp_plugin then
+    raise("Accelerator: give either deepspeed_plugin or fsdp_plugin, not both")
+  end
+  local ds = o.deepspeed_plugin and plugins.DeepSpeedPlugin(o.deepspeed_plugin)
+  local fsdp = o.fsdp_plugin and plugins.FullyShardedDataParallelPlugin(o.fsdp_plugin)
+  local stage = (ds or fsdp) and (ds or fsdp).zero_stage or 0
+  if o.zero_stage ~= nil then
+    plugins.check_stage("Accelerator", o.zero_stage)
+    if (ds or fsdp) and o.zero_stage ~= stage then
+      raise("Accelerator: zero_stage = %d disagrees with the plugin's stage %d", o.zero_stage, stage)
+    end
+    stage = o.zero_stage
+  end
+  self.deepspeed_plugin, self.fsdp_plugin, self.zero_stage = ds, fsdp, stage
+  if ds and #ds.ignored_keys > 0 and self.state.is_main_process then
+    io.stderr:write(("DeepSpeedPlugin: ds_config keys with no meaning here were ignored: %s\n"):format(
+      table.concat(ds.ignored_keys, ", ")))
+  end
+  return ds
+end
+
+local function new_accelerator(_, o)
+  plugins.check_options("Accelerator", o, OPTIONS)
+  o = o or {}
+  local self = setmetatable({}, Accelerator)
+  rawset(self, "state", state.PartialState())
+  local ds = resolve_sharding(self, o)
+  local mp = o.mixed_precision
+  if mp == nil and ds then mp = (ds.bf16 == true and "bf16") or (ds.fp16 == true and "fp16") or nil end
+  rawset(self, "mixed_precision", resolve_precision(mp))
+  rawset(self, "gradient_state", state.GradientState(resolve_accumulation(o, ds)))
+  rawset(self, "scaler", self.mixed_precision == "fp16" and amp.GradScaler() or nil)
+  rawset(self, "autocast_dtype", amp.dtype_of(self.mixed_precision))
+  local pc = plugins.ProjectConfiguration(o.project_config)
+  if o.project_dir and pc.project_dir == nil then pc:set_directories(o.project_dir) end
+  rawset(self, "project_configuration", pc)
+  rawset(self, "split_batches", o.split_batches == true)
+  rawset(self, "even_batches", o.even_batches ~= false)
+  rawset(self, "step_scheduler_with_optimizer", o.step_scheduler_with_optimizer ~= false)
+  rawset(self, "device_placement", o.device_placement ~= false)
+  rawset(self, "cpu", o.cpu == true or (o.cpu == nil and setting("USE_CPU") == "true"))
+  rawset(self, "log_with", o.log_with)
+  rawset(self, "trackers", {})
+  rawset(self, "_models", {})
+  rawset(self, "_optimizers", {})
+  rawset(self, "_schedulers", {})
+  rawset(self, "_dataloaders", {})
+  rawset(self, "_custom_objects", {})
+  rawset(self, "_grad_sync", setmetatable({}, {__mode = "k"}))
+  rawset(self, "flag", 0)
+  return self
+end
+
+M.Accelerator = setmetatable({}, {__call = new_accelerator, __index = Accelerator})
+
+-- ---------------------------------------------------------------- prepare
+
+local function is_table(x) return type(x) == "table" end
+local function has_fn(x, k) return type(x[k]) == "function" end
+
+local function kind_of(x)
+  if not is_table(x) then return nil end
+  if prepared.is_optimizer(x) then return "optimizer" end
+  if prepared.is_scheduler(x) then return "scheduler" end
+  if prepared.is_loader(x) then return "loader" end
+  if is_table(x.param_groups) and has_fn(x, "step") and has_fn(x, "zero_grad") then return "optimizer" end
+  if has_fn(x, "get_last_lr") and has_fn(x, "step") then return "scheduler" end
+  if has_fn(x, "iter") and (has_fn(x, "shard") or has_fn(x, "set_epoch")) then return "loader" end
+  if has_fn(x, "parameters") and has_fn(x, "forward") then return "model" end
+  return nil
+end
+
+local function contains(list, x)
+  for _, v in ipairs(list) do
+    if rawequal(v, x) then return true end
+  end
+  return false
+end
+
+-- prepare(...): every argument wrapped for training, returned in order;
+-- schedulers after the optimizers they drive. Anything else comes back as is.
+function Accelerator:prepare(...)
+  local args = table.pack(...)
+  local out = {}
+  for i = 1, args.n do
+    local k = kind_of(args[i])
+    if k == "model" then out[i] = self:prepare_model(args[i])
+    elseif k == "optimizer" then out[i] = self:prepare_optimizer(args[i])
+    elseif k == "loader" then out[i] = self:prepare_data_loader(args[i])
+    elseif k ~= "scheduler" then out[i] = args[i] end
+  end
+  for i = 1, args.n do
+    if kind_of(args[i]) == "scheduler" then out[i] = self:prepare_scheduler(args[i]) end
+  end
+  return table.unpack(out, 1, args.n)
+end
+
+-- The model itself: parameters broadcast from process 0, moved to the
+-- device, forward under autocast for bf16 / fp16.
+function Accelerator:prepare_model(model, o)
+  if kind_of(model) ~= "model" then raise("prepare_model: expected an nn.Module, got %s", type(model)) end
+  if not contains(self._models, model) then self._models[#self._models + 1] = model end
+  local comm = self.state.comm
+  for _, p in ipairs(model:parameters()) do comm:broadcast(p, 0) end
+  local place = self.device_placement and not (o and o.device_placement == false)
+  if place and tostring(self.device) ~= "cpu" then model:to(self.device) end
+  return amp.patch_forward(model, self.autocast_dtype)
+end
+
+function Accelerator:prepare_optimizer(optimizer)
+  if prepared.is_optimizer(optimizer) then return optimizer end
+  if kind_of(optimizer) ~= "optimizer" then raise("prepare_optimizer: expected an optimizer, got %s", type(optimizer)) end
+  local wrapped = prepared.wrap_optimizer(optimizer, self.gradient_state, self.scaler)
+  self._optimizers[#self._optimizers + 1] = wrapped
+  return wrapped
+end
+
+function Accelerator:prepare_scheduler(scheduler)
+  if prepared.is_scheduler(scheduler) then return scheduler end
+  if kind_of(scheduler) ~= "scheduler" then raise("prepare_scheduler: expected a scheduler, got %s", type(scheduler)) end
+  local mine = {}
+  for _, opt in ipairs(self._optimizers) do
+    if rawequal(scheduler.optimizer, opt.optimizer) or rawequal(scheduler.optimizer, opt) then mine[#mine + 1] = opt end
+  end
+  if #mine == 0 then mine = self._optimizers end
+  local wrapped = prepared.wrap_scheduler(scheduler, mine, self.gradient_state, {
+    step_with_optimizer = self.step_scheduler_with_optimizer, split_batches = self.split_batches,
+    num_processes = self.num_processes})
+  self._schedulers[#self._schedulers + 1] = wrapped
+  return wrapped
+end
+
+local function safe_len(x)
+  if x == nil then return nil end
+  local ok, n = pcall(function() return #x end)
+  return ok and type(n) == "number" and n or nil
+end
+
+-- This process's shard of the loader's global order (see DESIGN §2).
+function Accelerator:prepare_data_loader(loader)
+  if prepared.is_loader(loader) then return loader end
+  if kind_of(loader) ~= "loader" then raise("prepare_data_loader: expected a DataLoader, got %s", type(loader)) end
+  if not has_fn(loader, "shard") then raise("prepare_data_loader: the loader has no shard(rank, world_size, opts) method") end
+  local base = loader:shard(self.process_index, self.num_processes,
+    {even_batches = self.even_batches, split_batches = self.split_batches})
+  local bs = type(loader.batch_size) == "number" and loader.batch_size or nil
+  local wrapped = prepared.wrap_loader(base, {gradient_state = self.gradient_state, device = self.device,
+    total_batch_size = bs and (self.split_batches and bs or bs * self.num_processes),
+    dataset_length = safe_len(loader.dataset), drop_last = loader.drop_last == true})
+  self._dataloaders[#self._dataloaders + 1] = wrapped
+  return wrapped
+end
+
+-- The loader (prepared or not) starting at batch n + 1 of its current pass.
+function Accelerator:skip_first_batches(loader, n)
+  if type(n) ~= "number" or n < 0 or n ~= math.floor(n) then
+    raise("skip_first_batches: num_batches must be a non-negative integer, got %s", tostring(n))
+  end
+  if not is_table(loader) or not has_fn(loader, "skip_first_batches") then
+    raise("skip_first_batches: expected a DataLoader, got %s", type(loader))
+  end
+  return loader:skip_first_batches(n)
+end
+
+function Accelerator:unwrap_model(model, o)
+  if o and o.keep_fp32_wrapper == false then amp.unpatch_forward(model) end
+  return model
+end
+
+-- ---------------------------------------------------------------- training step
+
+-- backward(loss): loss / gradient_accumulation_steps, times the loss scale
+-- under fp16, then loss:backward().
+function Accelerator:backward(loss, o)
+  if not accel.is_tensor(loss) then raise("backward: expected the loss tensor, got %s", type(loss)) end
+  local k = self.gradient_state.num_steps
+  if k > 1 then loss = loss / k end
+  if self.scaler then loss = self.scaler:scale_loss(loss) end
+  if o and o.gradient ~= nil then loss:backward(o.gradient) else loss:backward() end
+end
+
+-- Gradient synchronisation of one model on / off (DDP consults it; a
+-- no-op on one process).
+function Accelerator:_set_grad_sync(model, on) self._grad_sync[model] = on end
+
+-- accumulate(model..., fn) or `local _ <close> = accelerator:accumulate(model...)`:
+-- counts a micro-batch; sync_gradients (and so the optimizer step) is true on
+-- every gradient_accumulation_steps-th one and on the loader's last batch.
+function Accelerator:accumulate(...)
+  local n = select("#", ...)
+  local models = {...}
+  local fn = nil
+  if n > 0 and type(models[n]) == "function" then fn = table.remove(models, n) end
+  local gs = self.gradient_state
+  return state.scoped(function()
+    gs:do_sync()
+    if not gs.sync_gradients then
+      for _, m in ipairs(models) do self:_set_grad_sync(m, false) end
+    end
+  end, function()
+    for _, m in ipairs(models) do self:_set_grad_sync(m, true) end
+  end, fn)
+end
+
+-- no_sync(model, fn) / handle: backward without gradient synchronisation.
+function Accelerator:no_sync(model, fn)
+  return state.scoped(function() self:_set_grad_sync(model, false) end,
+    function() self:_set_grad_sync(model, true) end, fn)
+end
+
+-- autocast(fn) / handle: the body's GEMMs run in the mixed-precision dtype.
+function Accelerator:autocast(fn)
+  local dtype, prev = self.autocast_dtype, nil
+  if dtype == nil then return state.scoped(function() end, function() end, fn) end
+  return state.scoped(function() prev = C.set_autocast(dtype) end, function() C.set_autocast(prev) end, fn)
+end
+
+-- Divide the fp16-scaled gradients by the loss scale (once per step).
+function Accelerator:unscale_gradients(optimizer)
+  if not self.scaler then return end
+  local opts = optimizer and {optimizer} or self._optimizers
+  for _, opt in ipairs(opts) do
+    self.scaler:unscale_(prepared.is_optimizer(opt) and opt.optimizer or opt)
+  end
+end
+
+local function param_list(parameters, what)
+  if accel.is_tensor(parameters) then return {parameters} end
+  if is_table(parameters) and has_fn(parameters, "parameters") then return parameters:parameters() end
+  if not is_table(parameters) then raise("%s: expected a list of parameters, got %s", what, type(parameters)) end
+  return parameters
+end
+
+-- clip_grad_norm_(parameters, max_norm, [norm_type | {norm_type=}]) -> total norm (0-dim tensor)
+function Accelerator:clip_grad_norm_(parameters, max_norm, norm_type)
+  local params = param_list(parameters, "clip_grad_norm_")
+  self:unscale_gradients()
+  local o = type(norm_type) == "table" and norm_type or {norm_type = norm_type or 2}
+  return accel.nn.utils.clip_grad_norm_(params, max_norm, o)
+end
+
+function Accelerator:clip_grad_value_(parameters, clip_value)
+  local params = param_list(parameters, "clip_grad_value_")
+  self:unscale_gradients()
+  return accel.nn.utils.clip_grad_value_(params, clip_value)
+end
+
+-- ---------------------------------------------------------------- processes
+
+function Accelerator:print(...) self.state:print(...) end
+function Accelerator:wait_for_everyone() self.state:wait_for_everyone() end
+function Accelerator:main_process_first(fn) return self.state:main_process_first(fn) end
+function Accelerator:local_main_process_first(fn) return self.state:local_main_process_first(fn) end
+function Accelerator:on_main_process(fn) return self.state:on_main_process(fn) end
+function Accelerator:on_local_main_process(fn) return self.state:on_local_main_process(fn) end
+function Accelerator:on_last_process(fn) return self.state:on_last_process(fn) end
+function Accelerator:on_process(fn, i) return self.state:on_process(fn, i) end
+function Accelerator:split_between_processes(inputs, o, fn) return self.state:split_between_processes(inputs, o, fn) end
+
+function Accelerator:gather(data) return ops.gather(self.state.comm, data) end
+
+local function all_tensors(data)
+  if accel.is_tensor(data) then return true end
+  if type(data) ~= "table" or getmetatable(data) ~= nil or next(data) == nil then return false end
+  for _, v in pairs(data) do
+    if not all_tensors(v) then return false end
+  end
+  return true
+end
+
+-- gather_for_metrics(data, {use_gather_object = false}): gather, minus the
+-- samples repeated to even out the last batch of the loader.
+function Accelerator:gather_for_metrics(data, o)
+  local use_object = (o and o.use_gather_object) or not all_tensors(data)
+  local out = use_object and self:gather_object(data) or self:gather(data)
+  local gs = self.gradient_state
+  if gs:end_of_dataloader() then
+    local r = gs:remainder()
+    if r > 0 then
+      if use_object then
+        local cut = {}
+        for i = 1, math.min(r, #out) do cut[i] = out[i] end
+        out = cut
+      else
+        out = ops.truncate(out, r)
+      end
+    end
+  end
+  return out
+end
+
+-- reduce(t, "sum" | "mean" | "max" | "min" | "none" or {reduction=, scale=})
+function Accelerator:reduce(data, reduction, scale)
+  if type(reduction) == "table" then reduction, scale = reduction.reduction, reduction.scale end
+  return ops.reduce(self.state.comm, data, reduction, scale)
+end
+
+-- pad_across_processes(t, {dim = 1, pad_index = 0, pad_first = false})
+function Accelerator:pad_across_processes(data, o)
+  o = o or {}
+  return ops.pad_across_processes(self.state.comm, data, o.dim or 1, o.pad_index or 0, o.pad_first == true)
+end
+
+function Accelerator:broadcast(data, from_process)
+  if type(from_process) == "table" then from_process = from_process.from_process end
+  return ops.broadcast(self.state.comm, data, from_process or 0)
+end
+
+function Accelerator:gather_object(obj) return ops.gather_object(self.state.comm, obj) end
+
+-- set_trigger on any process makes check_trigger true on every process (once).
+function Accelerator:set_trigger() rawset(self, "flag", 1) end
+
+function Accelerator:check_trigger()
+  local total = self.state.comm:all_reduce(accel.tensor({self.flag}), "sum"):item()
+  if total >= 1 then
+    rawset(self, "flag", 0)
+    return true
+  end
+  return false
+end
+
+-- free_memory(...): drops the references to everything prepared and
+-- returns the cached tensor memory; returns nil for each argument.
+function Accelerator:free_memory(...)
+  rawset(self, "_models", {})
+  rawset(self, "_optimizers", {})
+  rawset(self, "_schedulers", {})
+  rawset(self, "_dataloaders", {})
+  self.gradient_state.step = 0
+  collectgarbage()
+  collectgarbage()
+  accel.empty_cache()
+  local n = select("#", ...)
+  if n > 0 then
+    local out = {}
+    return table.unpack(out, 1, n)
+  end
+end
+Accelerator.release_memory = Accelerator.free_memory
+
+-- ---------------------------------------------------------------- trackers
+
+local function tracker_names(log_with)
+  if log_with == nil then return {} end
+  if type(log_with) == "string" or (is_table(log_with) and has_fn(log_with, "log")) then return {log_with} end
+  if not is_table(log_with) then raise("log_with: expected a tracker name, a tracker or a list of them, got %s", type(log_with)) end
+  return log_with
+end
+
+-- init_trackers(project_name, {config=, init_kwargs = {tensorboard = {...}}}):
+-- starts the log_with trackers (main process only) under logging_dir.
+function Accelerator:init_trackers(project_name, o)
+  if type(project_name) ~= "string" then raise("init_trackers: expected a project name, got %s", type(project_name)) end
+  o = o or {}
+  if not self.is_main_process then return end
+  for _, t in ipairs(tracker_names(self.log_with)) do
+    if is_table(t) then
+      if has_fn(t, "store_init_configuration") and o.config then t:store_init_configuration(o.config) end
+      self.trackers[#self.trackers + 1] = t
+    else
+      if self.logging_dir == nil then
+        raise('init_trackers: tracker "%s" writes under project_dir; give accel.Accelerator{log_with = ..., '
+          .. 'project_dir = "runs"}', tostring(t))
+      end
+      local opts = {project_dir = self.logging_dir, run_name = project_name, config = o.config}
+      local extra = o.init_kwargs and o.init_kwargs[t]
+      if is_table(extra) then
+        for k, v in pairs(extra) do opts[k] = v end
+      end
+      local tr = accel.tracking.create(t, opts)
+      self.trackers[#self.trackers + 1] = tr
+    end
+  end
+end
+
+function Accelerator:get_tracker(name)
+  for _, t in ipairs(self.trackers) do
+    if t.name == name then return t end
+  end
+  return nil
+end
+
+-- log(values, {step=}) or log(values, step): to every tracker (main process).
+function Accelerator:log(values, o)
+  if type(values) ~= "table" then raise("log: expected a table of name -> value, got %s", type(values)) end
+  if not self.is_main_process then return end
+  local step = o
+  if type(o) == "table" then step = o.step end
+  for _, t in ipairs(self.trackers) do t:log(values, step) end
+end
+
+-- end_training(): closes the trackers, then waits for every process.
+function Accelerator:end_training()
+  if self.is_main_process then
+    for _, t in ipairs(self.trackers) do
+      if has_fn(t, "finish") then t:finish() end
+    end
+  end
+  rawset(self, "trackers", {})
+  self:wait_for_everyone()
+end
+
+-- ---------------------------------------------------------------- files
+
+function Accelerator:get_state_dict(model)
+  return self:unwrap_model(model):state_dict()
+end
+
+-- save_model(model, dir, {max_shard_size = "10GB", safe_serialization = true})
+function Accelerator:save_model(model, dir, o)
+  o = o or {}
+  plugins.check_options("save_model", o, {max_shard_size = "any", safe_serialization = "boolean"})
+  if o.safe_serialization == false then raise("save_model: only safetensors is written (safe_serialization = true)") end
+  if type(dir) ~= "string" then raise("save_model: expected a directory, got %s", type(dir)) end
+  local max_bytes = checkpoint.parse_size(o.max_shard_size or "10GB", "save_model: max_shard_size")
+  local sd = self:get_state_dict(model)
+  local order = has_fn(model, "state_dict_keys") and model:state_dict_keys() or nil
+  if not order then
+    order = {}
+    for k in pairs(sd) do order[#order + 1] = k end
+    table.sort(order)
+  end
+  if self.is_main_process then checkpoint.save_model(sd, order, dir, max_bytes) end
+end
+
+-- save(obj, path): tensors table -> safetensors, plain values -> JSON (main process).
+function Accelerator:save(obj, path)
+  if self.is_main_process then checkpoint.save_object(obj, path) end
+end
+
+function Accelerator:load(path) return checkpoint.load_object(path) end
+
+-- obj:name(...) for a method (function(self, ...)), obj.name(...) for a
+-- plain function of the arguments (function(state)): registered objects may
+-- be written either way.
+local function call_either(obj, name, ...)
+  local fn = obj[name]
+  local info = debug.getinfo(fn, "u")
+  if info and info.nparams ~= nil and not info.isvararg and info.nparams == select("#", ...) then return fn(...) end
+  return fn(obj, ...)
+end
+
+function Accelerator:register_for_checkpointing(...)
+  local n = select("#", ...)
+  for i = 1, n do
+    local obj = select(i, ...)
+    if not is_table(obj) or not has_fn(obj, "state_dict") or not has_fn(obj, "load_state_dict") then
+      raise("register_for_checkpointing: argument %d (%s) needs state_dict() and load_state_dict() methods", i, type(obj))
+    end
+  end
+  for i = 1, n do self._custom_objects[#self._custom_objects + 1] = (select(i, ...)) end
+end
+
+-- ---------------------------------------------------------------- save_state / load_state
+
+local function numbered(base, i, ext) return (i == 1 and base or base .. "_" .. (i - 1)) .. (ext or "") end
+
+local function checkpoints_dir(self)
+  local dir = self.project_dir
+  if dir == nil then raise("automatic checkpoint naming needs a project_dir (ProjectConfiguration{project_dir = ...})") end
+  return checkpoint.join(dir, "checkpoints")
+end
+
+-- Numbers of the complete checkpoint_<i> folders, ascending.
+local function existing_checkpoints(root)
+  local nums = {}
+  for _, f in ipairs(C.fs_listdir(root) or {}) do
+    local i = f:match("^checkpoint_(%d+)$")
+    if i then nums[#nums + 1] = tonumber(i) end
+  end
+  table.sort(nums)
+  return nums
+end
+
+local function rng_state()
+  local a, b = accel.get_rng_state()
+  return {a, b}
+end
+
+-- What the index records about the prepared objects.
+local function index_of(self, fingerprints)
+  local idx = {num_processes = self.num_processes, mixed_precision = self.mixed_precision, models = json.array(),
+    optimizers = #self._optimizers, schedulers = #self._schedulers, dataloaders = #self._dataloaders,
+    custom_objects = #self._custom_objects, scaler = self.scaler ~= nil}
+  for i, fp in ipairs(fingerprints) do idx.models[i] = {file = numbered("model", i, ".safetensors"), fingerprint = fp} end
+  return idx
+end
+
+-- save_state([dir]): the whole training state as one checkpoint folder
+-- (see accel.checkpoint); returns the folder.
+function Accelerator:save_state(output_dir)
+  local pc = self.project_configuration
+  local root
+  if output_dir == nil then
+    if not pc.automatic_checkpoint_naming then
+      raise("save_state: give an output directory, or use project_config = accel.ProjectConfiguration{project_dir = ..., "
+        .. "automatic_checkpoint_naming = true}")
+    end
+    root = checkpoints_dir(self)
+    local nums = existing_checkpoints(root)
+    local i = math.max(pc.iteration, (nums[#nums] or -1) + 1)
+    output_dir = checkpoint.join(root, "checkpoint_" .. i)
+    pc.iteration = i + 1
+  elseif type(output_dir) ~= "string" then
+    raise("save_state: expected a directory, got %s", type(output_dir))
+  end
+  local comm, main = self.state.comm, self.is_main_process
+  local w = checkpoint.writer(output_dir, comm:broadcast_object(main and C.getpid() or nil, 0), main)
+  comm:barrier()
+  local fingerprints = {}
+  if main then
+    for i, m in ipairs(self._models) do
+      local sd = self:get_state_dict(m)
+      fingerprints[i] = checkpoint.fingerprint(sd)
+      w:tensors(numbered("model", i, ".safetensors"), sd)
+    end
+    for i, opt in ipairs(self._optimizers) do w:packed(numbered("optimizer", i), opt:state_dict()) end
+    for i, s in ipairs(self._schedulers) do w:packed(numbered("scheduler", i), s:state_dict()) end
+    for i, l in ipairs(self._dataloaders) do w:json(numbered("dataloader", i, ".json"), l:state_dict()) end
+    for i, obj in ipairs(self._custom_objects) do
+      w:packed("custom_checkpoint_" .. (i - 1), call_either(obj, "state_dict"))
+    end
+    if self.scaler then w:json("scaler.json", self.scaler:state_dict()) end
+  end
+  w:json(("random_states_%d.json"):format(self.process_index), {accel = rng_state(), step = self.gradient_state.step})
+  comm:barrier()
+  if main then
+    w:commit(index_of(self, fingerprints))
+    if root and pc.total_limit then
+      local nums = existing_checkpoints(root)
+      for j = 1, #nums - pc.total_limit do C.fs_remove_tree(checkpoint.join(root, "checkpoint_" .. nums[j])) end
+    end
+  end
+  comm:barrier()
+  return output_dir
+end
+
+local function count_mismatch(what, saved, have)
+  if saved ~= have then
+    return ("the checkpoint holds %d %s, this Accelerator prepared %d"):format(saved or 0, what, have)
+  end
+end
+
+local function shape_text(t)
+  local d = {}
+  for i = 1, t:dim() do d[i] = tostring(t:size(i)) end
+  return "[" .. table.concat(d, ", ") .. "]"
+end
+
+-- Checks an optimizer state_dict against the optimizer's own layout: the
+-- groups, their sizes, and the shape of every state tensor against its
+-- parameter. nil when it fits, else what differs.
+local function optimizer_mismatch(saved, opt)
+  local sg, cg = type(saved) == "table" and saved.param_groups, opt.param_groups
+  if type(sg) ~= "table" or type(saved.state) ~= "table" then return "it is not an optimizer state" end
+  if #sg ~= #cg then return ("%d parameter groups, the optimizer has %d"):format(#sg, #cg) end
+  local by_id = {}
+  for g = 1, #sg do
+    local sp, cp = sg[g].params, cg[g].params
+    if type(sp) ~= "table" or #sp ~= #cp then
+      return ("group %d has %d parameters, the optimizer's has %d"):format(g, type(sp) == "table" and #sp or 0, #cp)
+    end
+    for j, id in ipairs(sp) do by_id[tonumber(id) or id] = cp[j] end
+  end
+  for id, st in pairs(saved.state) do
+    local p = by_id[tonumber(id) or id]
+    if p == nil then return ("state for parameter %s, which no group holds"):format(tostring(id)) end
+    for k, v in pairs(type(st) == "table" and st or {}) do
+      if accel.is_tensor(v) and v:numel() > 1 and shape_text(v) ~= shape_text(p) then
+        return ("state %q of parameter %s has shape %s, the parameter %s"):format(tostring(k), tostring(id),
+          shape_text(v), shape_text(p))
+      end
+    end
+  end
+  return nil
+end
+
+-- Everything load_state applies, read and checked before any change.
+local function read_checkpoint(self, dir)
+  local r = checkpoint.open(dir)
+  local idx = r.index
+  local function refuse(fmt, ...) error(("load_state: refusing %s: " .. fmt):format(r.dir, ...), 0) end
+  local bad = count_mismatch("models", type(idx.models) == "table" and #idx.models or nil, #self._models)
+    or count_mismatch("optimizers", idx.optimizers, #self._optimizers)
+    or count_mismatch("schedulers", idx.schedulers, #self._schedulers)
+    or count_mismatch("data loaders", idx.dataloaders, #self._dataloaders)
+    or count_mismatch("registered objects", idx.custom_objects, #self._custom_objects)
+  if bad then refuse("%s", bad) end
+  local data = {models = {}, optimizers = {}, schedulers = {}, loaders = {}, custom = {}}
+  for i, m in ipairs(self._models) do
+    local current = checkpoint.fingerprint(self:get_state_dict(m))
+    local entry = idx.models[i]
+    if type(entry) ~= "table" or type(entry.fingerprint) ~= "table" then
+      refuse("%s is corrupted (no fingerprint for model %d)", checkpoint.INDEX, i)
+    end
+    local diff = checkpoint.compare_fingerprints(entry.fingerprint, current)
+    if diff then refuse("it is a checkpoint of another model (model %d: %s)", i, diff) end
+    local sd = r:tensors(numbered("model", i, ".safetensors"))
+    diff = checkpoint.compare_fingerprints(checkpoint.fingerprint(sd), current)
+    if diff then refuse("%s does not match model %d: %s", numbered("model", i, ".safetensors"), i, diff) end
+    data.models[i] = sd
+  end
+  for i, opt in ipairs(self._optimizers) do
+    local s = r:packed(numbered("optimizer", i))
+    local diff = optimizer_mismatch(s, opt)
+    if diff then refuse("%s.json does not fit optimizer %d: %s", numbered("optimizer", i), i, diff) end
+    data.optimizers[i] = s
+  end
+  for i = 1, #self._schedulers do data.schedulers[i] = r:packed(numbered("scheduler", i)) end
+  for i = 1, #self._dataloaders do
+    local s = r:json(numbered("dataloader", i, ".json"))
+    if type(s) ~= "table" or type(s.epoch) ~= "number" or type(s.batches) ~= "number" then
+      refuse("%s is malformed (expected {epoch, batches})", numbered("dataloader", i, ".json"))
+    end
+    if s.batches > #self._dataloaders[i] then
+      refuse("%s is at batch %d, but data loader %d has %d batches per pass (another data set or batch size?)",
+        numbered("dataloader", i, ".json"), s.batches, i, #self._dataloaders[i])
+    end
+    data.loaders[i] = s
+  end
+  for i = 1, #self._custom_objects do data.custom[i] = r:packed("custom_checkpoint_" .. (i - 1)) end
+  if self.scaler and r:has("scaler.json") then data.scaler = r:json("scaler.json") end
+  local rng_file = ("random_states_%d.json"):format(self.process_index)
+  if r:has(rng_file) then
+    local s = r:json(rng_file)
+    if type(s) ~= "table" or type(s.accel) ~= "table" then refuse("%s is malformed", rng_file) end
+    data.rng = s
+  elseif self.is_main_process then
+    io.stderr:write(("load_state: %s has no %s (saved by %s processes); the random state is not restored\n"):format(
+      r.dir, rng_file, tostring(idx.num_processes)))
+  end
+  return data, r.dir
+end
+
+-- load_state([dir | "latest"]): restores what save_state wrote, or refuses
+-- (changing nothing) with a message naming the file and the fault.
+function Accelerator:load_state(input_dir)
+  if input_dir == nil or input_dir == "latest" then
+    if input_dir == nil and not self.project_configuration.automatic_checkpoint_naming then
+      raise("load_state: give a checkpoint directory (or \"latest\" with a project_dir)")
+    end
+    local root = checkpoints_dir(self)
+    local nums = existing_checkpoints(root)
+    if #nums == 0 then raise("load_state: no checkpoint_<i> folder in %s", root) end
+    input_dir = checkpoint.join(root, "checkpoint_" .. nums[#nums])
+  elseif type(input_dir) ~= "string" then
+    raise("load_state: expected a checkpoint directory, got %s", type(input_dir))
+  end
+  local ok, data, dir = pcall(read_checkpoint, self, input_dir)
+  if not ok then raise("%s", tostring(data)) end
+  for i, m in ipairs(self._models) do self:unwrap_model(m):load_state_dict(data.models[i]) end
+  for i, opt in ipairs(self._optimizers) do opt:load_state_dict(data.optimizers[i]) end
+  for i, s in ipairs(self._schedulers) do s:load_state_dict(data.schedulers[i]) end
+  for i, l in ipairs(self._dataloaders) do l:load_state_dict(data.loaders[i]) end
+  for i, obj in ipairs(self._custom_objects) do call_either(obj, "load_state_dict", data.custom[i]) end
+  if data.scaler then self.scaler:load_state_dict(data.scaler) end
+  if data.rng then
+    accel.set_rng_state(data.rng.accel[1], data.rng.accel[2])
+    if type(data.rng.step) == "number" then self.gradient_state.step = data.rng.step end
+  end
+  return dir
+end
+
+return M

@@ -1,0 +1,171 @@
+-- accel.amp: mixed precision for the Accelerator: the autocast scope
+-- (matmul / linear / conv2d GEMMs in bf16 or fp16 with float32
+-- accumulation, float32 master weights; see core/precision.h), the patched
+-- model forward that runs under it and hands float32 outputs back (as
+-- Accelerate's convert_outputs_to_fp32), and GradScaler, PyTorch's dynamic
+-- loss scaling for fp16.
+local accel = require("accel")
+local C = accel._C
+
+local amp = {}
+
+-- The autocast dtype of a mixed_precision string (nil for "no").
+function amp.dtype_of(mixed_precision)
+  if mixed_precision == "bf16" then return accel.bfloat16 end
+  if mixed_precision == "fp16" then return accel.float16 end
+  return nil
+end
+
+-- fn(...) with autocast set to dtype; the previous setting is restored
+-- even when fn raises. Returns fn's results.
+function amp.run(dtype, fn, ...)
+  if dtype == nil then return fn(...) end
+  local prev = C.set_autocast(dtype)
+  local res = table.pack(pcall(fn, ...))
+  C.set_autocast(prev)
+  if not res[1] then error(res[2], 0) end
+  return table.unpack(res, 2, res.n)
+end
+
+-- Half-precision tensors (also inside plain tables) back to float32.
+local function to_fp32(v)
+  if accel.is_tensor(v) then
+    if v.dtype == accel.bfloat16 or v.dtype == accel.float16 then return v:float() end
+    return v
+  end
+  if type(v) == "table" and getmetatable(v) == nil then
+    local out = {}
+    for k, x in pairs(v) do out[k] = to_fp32(x) end
+    return out
+  end
+  return v
+end
+
+local function outputs_to_fp32(...)
+  local n = select("#", ...)
+  if n == 1 then return to_fp32((...)) end
+  local res = table.pack(...)
+  for i = 1, n do res[i] = to_fp32(res[i]) end
+  return table.unpack(res, 1, n)
+end
+
+-- Patched forwards: model -> the forward it had before (weak keys).
+local patched = setmetatable({}, {__mode = "k"})
+
+-- Make model's forward run under autocast(dtype) and return float32
+-- outputs. The model stays the same object (as Accelerate does on one
+-- process); amp.unpatch_forward restores the original.
+function amp.patch_forward(model, dtype)
+  if patched[model] or dtype == nil then return model end
+  local orig = model.forward
+  patched[model] = orig
+  model.forward = function(self, ...)
+    return outputs_to_fp32(amp.run(dtype, orig, self, ...))
+  end
+  return model
+end
+
+function amp.unpatch_forward(model)
+  local orig = patched[model]
+  if not orig then return model end
+  patched[model] = nil
+  model.forward = nil -- an nn.Module falls back to its class's forward
+  if model.forward ~= orig then model.forward = orig end
+  return model
+end
+
+-- ---------------------------------------------------------------- GradScaler
+
+-- PyTorch's torch.cuda.amp.GradScaler semantics: the loss is multiplied by
+-- scale before backward; before an optimizer step the gradients are
+-- unscaled (once per step) and checked, and a step whose gradients hold an
+-- inf or NaN is skipped; update() then halves the scale after a skipped
+-- step, or doubles it after growth_interval good steps in a row.
+local GradScaler = {}
+GradScaler.__index = GradScaler
+
+function amp.GradScaler(o)
+  o = o or {}
+  return setmetatable({scale = o.init_scale or 65536.0, growth_factor = o.growth_factor or 2.0,
+    backoff_factor = o.backoff_factor or 0.5, growth_interval = o.growth_interval or 2000,
+    growth_tracker = 0, per_opt = setmetatable({}, {__mode = "k"}), found_inf_any = false}, GradScaler)
+end
+
+function GradScaler:scale_loss(loss) return loss * self.scale end
+
+local function opt_state(self, opt)
+  local s = self.per_opt[opt]
+  if not s then
+    s = {unscaled = false, found_inf = false}
+    self.per_opt[opt] = s
+  end
+  return s
+end
+
+-- true when every element of g is finite (a sum is inf or NaN otherwise).
+local function finite(g)
+  local s = g:sum():item()
+  return s == s and s ~= math.huge and s ~= -math.huge
+end
+
+-- Divide every gradient of opt's parameters by the scale, once per step.
+function GradScaler:unscale_(opt)
+  local st = opt_state(self, opt)
+  if st.unscaled then return end
+  local inv = 1.0 / self.scale
+  accel.no_grad(function()
+    for _, group in ipairs(opt.param_groups) do
+      for _, p in ipairs(group.params) do
+        local g = p.grad
+        if g ~= nil then
+          g:mul_(inv)
+          if not st.found_inf and not finite(g) then st.found_inf = true end
+        end
+      end
+    end
+  end)
+  st.unscaled = true
+end
+
+-- Unscale (unless done already), then opt:step(closure) unless a gradient
+-- overflowed. Returns true when the step ran.
+function GradScaler:step(opt, closure)
+  self:unscale_(opt)
+  local st = opt_state(self, opt)
+  local found = st.found_inf
+  st.unscaled, st.found_inf = false, false
+  if found then
+    self.found_inf_any = true
+    return false
+  end
+  opt:step(closure)
+  return true
+end
+
+function GradScaler:update()
+  if self.found_inf_any then
+    self.scale = self.scale * self.backoff_factor
+    self.growth_tracker = 0
+  else
+    self.growth_tracker = self.growth_tracker + 1
+    if self.growth_tracker == self.growth_interval then
+      self.scale = self.scale * self.growth_factor
+      self.growth_tracker = 0
+    end
+  end
+  self.found_inf_any = false
+end
+
+function GradScaler:get_scale() return self.scale end
+
+function GradScaler:state_dict()
+  return {scale = self.scale, growth_factor = self.growth_factor, backoff_factor = self.backoff_factor,
+    growth_interval = self.growth_interval, _growth_tracker = self.growth_tracker}
+end
+
+function GradScaler:load_state_dict(s)
+  self.scale, self.growth_factor, self.backoff_factor = s.scale, s.growth_factor, s.backoff_factor
+  self.growth_interval, self.growth_tracker = s.growth_interval, s._growth_tracker
+end
+
+return amp

@@ -1,0 +1,473 @@
+-- accel.checkpoint: the files behind Accelerator:save_model / save / load /
+-- save_state / load_state. Only safetensors and JSON are written.
+--
+-- A save_state folder is written by a Writer into a temporary sibling
+-- "<dir>.tmp-<pid>": every file is fsynced as it is written, then
+-- checkpoint_index.json lists every file with its size and crc32, the
+-- format tag and the model fingerprints; the folder is fsynced and only
+-- then renamed to <dir> (atomically exchanged with an older <dir>, which is
+-- removed afterwards), and the parent directory is fsynced. A crash at any
+-- point leaves either the old folder or the new complete one at <dir>, plus
+-- possibly a ".tmp-" folder that nothing loads (the next save of <dir>
+-- removes it). open() verifies the index, every size and checksum before
+-- anything is read, and names the file and the fault when it refuses.
+--
+-- State that mixes tensors and plain Lua values (optimizer, scheduler,
+-- registered objects) is split by pack(): tensors go to NAME.safetensors
+-- under their path in the table ("state.3.exp_avg"), the rest to NAME.json,
+-- where a tensor is {"__tensor__": path}, a non-finite float
+-- {"__float__": "inf"}, and a table whose keys are neither all strings nor
+-- 1..n (e.g. optimizer state keyed by parameter position) is
+-- {"__map__": [[key, value], ...]}, so the round trip is exact.
+local accel = require("accel")
+local json = require("accel.json")
+local raise = require("accel.nn.module").raise
+local C = accel._C
+
+local M = {}
+
+M.FORMAT = "accel-lua-checkpoint"
+M.VERSION = 1
+M.INDEX = "checkpoint_index.json"
+
+local function join(a, b) return a:gsub("/+$", "") .. "/" .. b end
+M.join = join
+
+local function is_integer(v)
+  if math.type then return math.type(v) == "integer" end
+  return v == math.floor(v)
+end
+
+-- ---------------------------------------------------------------- sizes
+
+local units = {b = 1, kb = 1e3, mb = 1e6, gb = 1e9, tb = 1e12, kib = 1024, mib = 1024 ^ 2, gib = 1024 ^ 3, tib = 1024 ^ 4}
+
+-- "10GB" (10^9 bytes each, as Hugging Face counts), "500MiB", "1.5 GB" or a
+-- number of bytes -> bytes.
+function M.parse_size(s, what)
+  if type(s) == "number" and s > 0 then return s end
+  if type(s) == "string" then
+    local num, unit = s:lower():match("^%s*([%d%.]+)%s*(%a*)%s*$")
+    local n = tonumber(num)
+    if n and n > 0 and units[unit ~= "" and unit or "b"] then return n * units[unit ~= "" and unit or "b"] end
+  end
+  raise('%s: expected a size such as "10GB", "500MB" or a number of bytes, got %s', what, tostring(s))
+end
+
+-- ---------------------------------------------------------------- pack / unpack
+
+local TAGS = {__tensor__ = true, __float__ = true, __map__ = true}
+
+local function key_order(a, b)
+  local ta, tb = type(a), type(b)
+  if ta ~= tb then return ta < tb end
+  if ta == "boolean" then return (not a) and b end
+  return a < b
+end
+
+local pack_value
+
+local function pack_table(t, tensors, path)
+  local n, count, all_strings, tagged = #t, 0, true, false
+  for k in pairs(t) do
+    count = count + 1
+    if type(k) ~= "string" then all_strings = false elseif TAGS[k] then tagged = true end
+  end
+  if count == 0 then return {} end
+  if all_strings and not tagged then
+    local out = {}
+    for k, v in pairs(t) do out[k] = pack_value(v, tensors, path .. "." .. k) end
+    return out
+  end
+  if n == count then
+    local out = json.array()
+    for i = 1, n do out[i] = pack_value(t[i], tensors, path .. "." .. i) end
+    return out
+  end
+  local keys = {}
+  for k in pairs(t) do
+    local tk = type(k)
+    if tk ~= "string" and tk ~= "number" and tk ~= "boolean" then
+      raise("checkpoint: %s has a %s key; only strings, numbers and booleans can be saved", path, tk)
+    end
+    keys[#keys + 1] = k
+  end
+  table.sort(keys, key_order)
+  local pairs_out = json.array()
+  for i, k in ipairs(keys) do
+    pairs_out[i] = json.array({pack_value(k, tensors, path), pack_value(t[k], tensors, path .. "." .. tostring(k))})
+  end
+  return {__map__ = pairs_out}
+end
+
+pack_value = function(v, tensors, path)
+  local tv = type(v)
+  if accel.is_tensor(v) then
+    local name = path:gsub("^%.", "")
+    if name == "" then name = "tensor" end
+    local unique, i = name, 1
+    while tensors[unique] do
+      i = i + 1
+      unique = name .. "#" .. i
+    end
+    tensors[unique] = v
+    return {__tensor__ = unique}
+  end
+  if tv == "number" then
+    if v ~= v then return {__float__ = "nan"} end
+    if v == math.huge then return {__float__ = "inf"} end
+    if v == -math.huge then return {__float__ = "-inf"} end
+    return v
+  end
+  if tv == "string" or tv == "boolean" then return v end
+  if tv == "table" then return pack_table(v, tensors, path) end
+  raise("checkpoint: %s is a %s; saved state may hold only tensors, numbers, strings, booleans and tables",
+    path == "" and "the value" or path:gsub("^%.", ""), tv)
+end
+
+-- value -> json-ready value, {name -> tensor}
+function M.pack(value)
+  local tensors = {}
+  return pack_value(value, tensors, ""), tensors
+end
+
+local floats = {nan = 0 / 0, inf = math.huge, ["-inf"] = -math.huge}
+
+local function unpack_value(v, tensors, where)
+  if type(v) ~= "table" then
+    if v == json.null then return nil end
+    return v
+  end
+  if v.__tensor__ ~= nil then
+    local t = tensors[v.__tensor__]
+    if t == nil then error(("%s refers to tensor %q, which is not in the tensor file"):format(where, tostring(v.__tensor__)), 0) end
+    return t
+  end
+  if v.__float__ ~= nil then return floats[v.__float__] end
+  local out = {}
+  if v.__map__ ~= nil then
+    for _, kv in ipairs(v.__map__) do out[unpack_value(kv[1], tensors, where)] = unpack_value(kv[2], tensors, where) end
+    return out
+  end
+  for k, x in pairs(v) do out[k] = unpack_value(x, tensors, where) end
+  return out
+end
+
+function M.unpack(value, tensors, where) return unpack_value(value, tensors or {}, where or "state") end
+
+-- ---------------------------------------------------------------- plain files
+
+local function read_file(path)
+  local f, err = io.open(path, "rb")
+  if not f then return nil, err end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+M.read_file = read_file
+
+-- Does path hold a safetensors file (u64 header length, then '{')?
+local function looks_like_safetensors(path)
+  local f = io.open(path, "rb")
+  if not f then return false end
+  local head = f:read(9)
+  local size = f:seek("end")
+  f:close()
+  if not head or #head < 9 or head:sub(9, 9) ~= "{" then return false end
+  local n = 0
+  for i = 8, 1, -1 do n = n * 256 + head:byte(i) end
+  return n + 8 <= size
+end
+
+local function all_tensors(t)
+  if type(t) ~= "table" or next(t) == nil then return false end
+  for k, v in pairs(t) do
+    if type(k) ~= "string" or not accel.is_tensor(v) then return false end
+  end
+  return true
+end
+
+local function has_tensor(v, seen)
+  if accel.is_tensor(v) then return true end
+  if type(v) ~= "table" or seen[v] then return false end
+  seen[v] = true
+  for _, x in pairs(v) do
+    if has_tensor(x, seen) then return true end
+  end
+  return false
+end
+
+-- save(obj, path): a table of name -> tensor as safetensors, plain Lua
+-- values as JSON; both written atomically.
+function M.save_object(obj, path)
+  if type(path) ~= "string" then raise("save: expected a file path, got %s", type(path)) end
+  if all_tensors(obj) then
+    accel.save(obj, path, {format = "pt"})
+    return
+  end
+  if has_tensor(obj, {}) then
+    raise("save: %s mixes tensors with other values; save a table of name -> tensor (safetensors) or plain "
+      .. "values (JSON), or use register_for_checkpointing + save_state", path)
+  end
+  local ok, text = pcall(json.encode, obj, {indent = 2})
+  if not ok then raise("save: %s: %s", path, text) end
+  C.fs_write(path, text .. "\n")
+end
+
+-- load(path): what save wrote (a safetensors file gives tensors, metadata).
+function M.load_object(path)
+  if type(path) ~= "string" then raise("load: expected a file path, got %s", type(path)) end
+  if looks_like_safetensors(path) then return accel.load(path) end
+  local text, err = read_file(path)
+  if not text then raise("load: %s", err) end
+  local ok, v = pcall(json.decode, text)
+  if not ok then raise("load: %s is neither a safetensors file nor valid JSON (%s)", path, v) end
+  return v
+end
+
+-- ---------------------------------------------------------------- save_model
+
+-- Writes state (name -> tensor; names in `order`) as dir/model.safetensors,
+-- or as model-0000i-of-0000N.safetensors shards of at most max_bytes each
+-- plus model.safetensors.index.json when it does not fit in one. A tensor
+-- larger than max_bytes gets a shard of its own. Stale weight files of an
+-- earlier save_model in dir are removed.
+function M.save_model(state, order, dir, max_bytes)
+  C.mkdirs(dir)
+  local shards, current, current_size, total = {}, {}, 0, 0
+  for _, name in ipairs(order) do
+    local t = state[name]
+    local bytes = t:numel() * t:element_size()
+    if current_size + bytes > max_bytes and next(current) ~= nil then
+      shards[#shards + 1] = current
+      current, current_size = {}, 0
+    end
+    current[name] = t
+    current_size = current_size + bytes
+    total = total + bytes
+  end
+  if next(current) ~= nil or #shards == 0 then shards[#shards + 1] = current end
+  local keep = {}
+  if #shards == 1 then
+    keep["model.safetensors"] = true
+    accel.save(shards[1], join(dir, "model.safetensors"), {format = "pt"})
+  else
+    local weight_map = {}
+    for i, shard in ipairs(shards) do
+      local file = ("model-%05d-of-%05d.safetensors"):format(i, #shards)
+      keep[file] = true
+      accel.save(shard, join(dir, file), {format = "pt"})
+      for name in pairs(shard) do weight_map[name] = file end
+    end
+    keep["model.safetensors.index.json"] = true
+    C.fs_write(join(dir, "model.safetensors.index.json"),
+      json.encode({metadata = {total_size = total}, weight_map = weight_map}, {indent = 2}) .. "\n")
+  end
+  for _, f in ipairs(C.fs_listdir(dir) or {}) do
+    local stale = f == "model.safetensors" or f == "model.safetensors.index.json"
+      or f:find("^model%-%d+%-of%-%d+%.safetensors$")
+    if stale and not keep[f] then os.remove(join(dir, f)) end
+  end
+  return #shards
+end
+
+-- ---------------------------------------------------------------- writer
+
+local Writer = {}
+Writer.__index = Writer
+
+-- Start a checkpoint that will replace `target` on commit. tmp_suffix makes
+-- the temporary folder name (the same on every process).
+function M.writer(target, tmp_suffix, create)
+  target = target:gsub("/+$", "")
+  local self = setmetatable({target = target, tmp = target .. ".tmp-" .. tmp_suffix,
+    pause_ms = tonumber(os.getenv("ACCEL_TEST_SAVE_PAUSE_MS") or "")}, Writer)
+  if create then
+    local parent, base = target:match("^(.*)/([^/]*)$")
+    if parent == nil then parent, base = ".", target end
+    if parent ~= "" then C.mkdirs(parent) end
+    for _, f in ipairs(C.fs_listdir(parent ~= "" and parent or "/") or {}) do
+      local tag, pid = f:sub(#base + 1, #base + 5), f:sub(#base + 6)
+      if f:sub(1, #base) == base and (tag == ".tmp-" or tag == ".old-") and pid:find("^%d+$") then
+        C.fs_remove_tree(join(parent, f)) -- left by a save that crashed
+      end
+    end
+    C.mkdirs(self.tmp)
+  end
+  return self
+end
+
+function Writer:path(name) return join(self.tmp, name) end
+
+-- Test hook: ACCEL_TEST_SAVE_PAUSE_MS pauses after every file, so a test
+-- can kill the process in the middle of save_state.
+function Writer:wrote()
+  if self.pause_ms then C.sleep_ms(self.pause_ms) end
+end
+
+function Writer:tensors(name, tensors, metadata)
+  accel.save(tensors, self:path(name), metadata or {format = "pt"})
+  self:wrote()
+end
+
+function Writer:json(name, value)
+  C.fs_write(self:path(name), json.encode(value, {indent = 1}) .. "\n")
+  self:wrote()
+end
+
+-- NAME.json (+ NAME.safetensors when value holds tensors).
+function Writer:packed(name, value)
+  local packed, tensors = M.pack(value)
+  if next(tensors) ~= nil then self:tensors(name .. ".safetensors", tensors) end
+  self:json(name .. ".json", {has_tensors = next(tensors) ~= nil, value = packed})
+end
+
+-- Index every file, fsync, and move the folder into place.
+function Writer:commit(index)
+  local files = {}
+  for _, f in ipairs(C.fs_listdir(self.tmp) or {}) do
+    if f ~= M.INDEX and not f:find("%.tmp%.%d+$") then
+      local crc, size = C.fs_crc32(self:path(f))
+      files[f] = {size = size, crc32 = crc}
+    end
+  end
+  index.format, index.version, index.files = M.FORMAT, M.VERSION, files
+  C.fs_write(self:path(M.INDEX), json.encode(index, {indent = 1}) .. "\n")
+  C.fs_fsync(self.tmp)
+  if C.fs_stat(self.target) then
+    if C.fs_exchange(self.tmp, self.target) then
+      C.fs_remove_tree(self.tmp) -- now the old checkpoint
+    else
+      local old = self.target .. ".old-" .. C.getpid()
+      C.fs_rename(self.target, old)
+      C.fs_rename(self.tmp, self.target)
+      C.fs_remove_tree(old)
+    end
+  else
+    C.fs_rename(self.tmp, self.target)
+  end
+  C.fs_fsync(self.target:match("^(.*)/[^/]*$") or ".")
+end
+
+-- ---------------------------------------------------------------- reader
+
+local Reader = {}
+Reader.__index = Reader
+
+local function refuse(dir, fmt, ...)
+  error(("load_state: refusing %s: " .. fmt):format(dir, ...), 0)
+end
+
+-- Open a checkpoint folder after verifying its index, sizes and checksums.
+-- Errors (plain messages, level 0) say which file and what is wrong.
+function M.open(dir)
+  dir = dir:gsub("/+$", "")
+  local kind = C.fs_stat(dir)
+  if kind == nil then error(("load_state: no checkpoint at %s (no such directory)"):format(dir), 0) end
+  if kind ~= "dir" then error(("load_state: %s is not a checkpoint directory"):format(dir), 0) end
+  local text = read_file(join(dir, M.INDEX))
+  if not text then
+    refuse(dir, "%s is missing, so the folder is incomplete (an interrupted save_state) or not an accel-lua checkpoint",
+      M.INDEX)
+  end
+  local ok, index = pcall(json.decode, text)
+  if not ok or type(index) ~= "table" then refuse(dir, "%s is corrupted (%s)", M.INDEX, tostring(index)) end
+  if index.format ~= M.FORMAT then refuse(dir, "%s has format %s, expected %q", M.INDEX, tostring(index.format), M.FORMAT) end
+  if index.version ~= M.VERSION then
+    refuse(dir, "%s has version %s; this accel-lua reads version %d", M.INDEX, tostring(index.version), M.VERSION)
+  end
+  if type(index.files) ~= "table" then refuse(dir, "%s is corrupted (no file list)", M.INDEX) end
+  local names = {}
+  for f in pairs(index.files) do names[#names + 1] = f end
+  table.sort(names)
+  for _, f in ipairs(names) do
+    local e = index.files[f]
+    if type(e) ~= "table" or not is_integer(e.size) or not is_integer(e.crc32) then
+      refuse(dir, "%s is corrupted (bad entry for %s)", M.INDEX, f)
+    end
+    local path = join(dir, f)
+    local k, size = C.fs_stat(path)
+    if k == nil then refuse(dir, "%s is missing (listed in %s)", f, M.INDEX) end
+    if size ~= e.size then
+      refuse(dir, "%s is truncated or altered: %d bytes, the index says %d", f, size, e.size)
+    end
+    local crc = C.fs_crc32(path)
+    if crc ~= e.crc32 then
+      refuse(dir, "%s is corrupted: crc32 %08x, the index says %08x", f, crc, e.crc32)
+    end
+  end
+  return setmetatable({dir = dir, index = index}, Reader)
+end
+
+function Reader:has(name) return self.index.files[name] ~= nil end
+
+function Reader:require(name)
+  if not self:has(name) then refuse(self.dir, "%s is not in the checkpoint", name) end
+  return join(self.dir, name)
+end
+
+function Reader:tensors(name)
+  local path = self:require(name)
+  local ok, t = pcall(accel.load, path)
+  if not ok then refuse(self.dir, "%s cannot be read: %s", name, tostring(t)) end
+  return t
+end
+
+function Reader:json(name)
+  local path = self:require(name)
+  local ok, v = pcall(json.decode, read_file(path))
+  if not ok then refuse(self.dir, "%s is not valid JSON: %s", name, tostring(v)) end
+  return v
+end
+
+-- What Writer:packed(name, value) wrote.
+function Reader:packed(name)
+  local doc = self:json(name .. ".json")
+  if type(doc) ~= "table" then refuse(self.dir, "%s.json is malformed", name) end
+  local tensors = doc.has_tensors and self:tensors(name .. ".safetensors") or {}
+  local ok, v = pcall(M.unpack, doc.value, tensors, name .. ".json")
+  if not ok then refuse(self.dir, "%s", tostring(v)) end
+  return v
+end
+
+-- ---------------------------------------------------------------- fingerprints
+
+local function shape_str(t)
+  local dims = {}
+  for i = 1, t:dim() do dims[i] = tostring(t:size(i)) end
+  return "[" .. table.concat(dims, ",") .. "]"
+end
+
+-- A model's identity for load_state: "name dtype [shape]" of every state
+-- entry, sorted by name.
+function M.fingerprint(state)
+  local names = {}
+  for k in pairs(state) do names[#names + 1] = k end
+  table.sort(names)
+  local out = json.array()
+  for i, k in ipairs(names) do
+    local t = state[k]
+    out[i] = ("%s %s %s"):format(k, tostring(t.dtype):gsub("^accel%.", ""), shape_str(t))
+  end
+  return out
+end
+
+-- nil when equal, else a sentence on the first difference.
+function M.compare_fingerprints(saved, current)
+  local cur_by_name, saved_by_name = {}, {}
+  for _, e in ipairs(current) do cur_by_name[e:match("^(%S+)")] = e end
+  for _, e in ipairs(saved) do saved_by_name[e:match("^(%S+)")] = e end
+  for _, e in ipairs(saved) do
+    local name = e:match("^(%S+)")
+    if not cur_by_name[name] then return ("the checkpoint has %q, which the model lacks"):format(e) end
+    if cur_by_name[name] ~= e then
+      return ("the checkpoint has %q where the model has %q"):format(e, cur_by_name[name])
+    end
+  end
+  for _, e in ipairs(current) do
+    if not saved_by_name[e:match("^(%S+)")] then return ("the model has %q, which the checkpoint lacks"):format(e) end
+  end
+  return nil
+end
+
+return M

@@ -1,0 +1,88 @@
+-- accel.comm: the communicator the Accelerator talks to, and its
+-- single-process implementation. Every collective the Accelerator needs
+-- goes through this interface, so the multi-process backends (MPI on CPU,
+-- NCCL on GPU; issue 4) plug in by returning another object from
+-- comm.create() with the same fields and methods:
+--
+--   c.rank, c.world_size              this process, 0-based, and the process count
+--   c.local_rank, c.local_world_size  the same within this machine
+--   c.backend                         "none" | "mpi" | "nccl"
+--   c:all_gather(t)           -> list of world_size tensors (rank order; same shape on every rank)
+--   c:all_reduce(t, op)       -> new tensor, op "sum" | "max" | "min"
+--   c:broadcast(t, src)       -> t, overwritten in place with rank src's values on the others
+--   c:barrier()
+--   c:all_gather_object(v)    -> list of world_size plain Lua values (rank order)
+--   c:broadcast_object(v, src)-> rank src's v
+local comm = {}
+
+local function accel_C_dist_info()
+  local C = require("accel")._C
+  return C.dist_info and C.dist_info()
+end
+
+local Single = {}
+Single.__index = Single
+
+function Single:all_gather(t) return {t} end
+function Single:all_reduce(t, op)
+  if op ~= "sum" and op ~= "max" and op ~= "min" then
+    error(("all_reduce: op must be \"sum\", \"max\" or \"min\", got %s"):format(tostring(op)), 2)
+  end
+  return t:clone()
+end
+function Single:broadcast(t, src)
+  if src ~= 0 then error(("broadcast: from_process %s does not exist (1 process)"):format(tostring(src)), 2) end
+  return t
+end
+function Single:barrier() end
+function Single:all_gather_object(v) return {v} end
+function Single:broadcast_object(v) return v end
+
+-- Several processes: the same interface over accel.dist (MPI on CPU).
+local Multi = {}
+Multi.__index = Multi
+
+local function dist() return require("accel.dist") end
+local function json() return require("accel.json") end
+
+function Multi:all_gather(t)
+  local x = t:dim() == 0 and t:reshape(1) or t:contiguous()
+  return dist().all_gather(x):split(x:size(1), 1)
+end
+function Multi:all_reduce(t, op)
+  if op ~= "sum" and op ~= "max" and op ~= "min" then
+    error(("all_reduce: op must be \"sum\", \"max\" or \"min\", got %s"):format(tostring(op)), 2)
+  end
+  local c = t:contiguous():clone()
+  dist().all_reduce(c, op)
+  return c
+end
+function Multi:broadcast(t, src)
+  if src < 0 or src >= self.world_size then
+    error(("broadcast: from_process %s does not exist (%d processes)"):format(tostring(src), self.world_size), 2)
+  end
+  dist().broadcast(t, src)
+  return t
+end
+function Multi:barrier() dist().barrier() end
+function Multi:all_gather_object(v)
+  local out = {}
+  for i, s in ipairs(dist().all_gather_bytes(json().encode(v))) do out[i] = json().decode(s) end
+  return out
+end
+function Multi:broadcast_object(v, src)
+  return json().decode(dist().broadcast_bytes(json().encode(v), src or 0))
+end
+
+-- The communicator for this process: accel.dist's world when the script was
+-- started on several ranks (mpirun, srun, accel-lua launch), else one process.
+function comm.create()
+  local info = accel_C_dist_info()
+  if info and info.world_size > 1 then
+    return setmetatable({rank = info.rank, world_size = info.world_size, local_rank = info.local_rank,
+      local_world_size = info.local_world_size, backend = info.backend}, Multi)
+  end
+  return setmetatable({rank = 0, world_size = 1, local_rank = 0, local_world_size = 1, backend = "none"}, Single)
+end
+
+return comm

@@ -1,0 +1,236 @@
+-- accel.data.loader: DataLoader. The semantics (order, epochs, resume,
+-- sharding) are written down at the top of accel/data/init.lua.
+--
+-- A pass over local batches j = 0, 1, ... of epoch e: the global order is
+-- a permutation of 0..n-1 that depends only on (seed, e) (the identity
+-- without shuffle); local batch j covers positions [start, stop) of that
+-- order, taken modulo n where padding wraps to the start of the pass; the
+-- indices of a batch that does not wrap are a view (narrow) of the order.
+local accel = require("accel")
+local C = accel._C
+local U = require("accel.data.util")
+local collate = require("accel.data.collate")
+
+local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
+
+local DataLoader = {}
+DataLoader.__index = DataLoader
+DataLoader.__name = "accel.data.DataLoader"
+
+local KNOWN = {batch_size = true, shuffle = true, drop_last = true, seed = true, collate_fn = true}
+-- PyTorch options that mean nothing here (no worker processes, no pinned memory)
+local IGNORED = {num_workers = true, pin_memory = true, persistent_workers = true, prefetch_factor = true}
+
+local function check_dataset(ds)
+  local t = type(ds)
+  if (t ~= "table" and t ~= "userdata") or accel.is_tensor(ds) then
+    U.failf("DataLoader: expected a dataset (an object with #ds and ds:get(i); see data.Dataset, data.TensorDataset), got %s",
+      accel.is_tensor(ds) and "a tensor (wrap it: data.TensorDataset(t))" or t)
+  end
+  if type(ds.get) ~= "function" and type(ds.get_batch) ~= "function" then
+    U.fail("DataLoader: the dataset has no get(i) method (see data.Dataset{len = ..., get = function(i) ... end})")
+  end
+  local ok, n = pcall(U.len, ds)
+  if not ok or type(n) ~= "number" then U.fail("DataLoader: the dataset has no length (#ds must give the sample count)") end
+end
+
+local function check_flag(v, name)
+  if v ~= nil and type(v) ~= "boolean" then U.failf("DataLoader: %s must be true or false, got %s", name, tostring(v)) end
+  return v == true
+end
+
+function DataLoader.new(dataset, opts)
+  check_dataset(dataset)
+  opts = U.check_opts(opts, KNOWN, IGNORED, "DataLoader")
+  local bs = opts.batch_size
+  if bs == nil then bs = 1 end
+  if not (type(bs) == "number" and bs == floor(bs) and bs >= 1) then
+    U.failf("DataLoader: batch_size must be a positive integer, got %s", tostring(bs))
+  end
+  local shuffle = check_flag(opts.shuffle, "shuffle")
+  local seed = opts.seed
+  if seed ~= nil and not (type(seed) == "number" and seed == floor(seed)) then
+    U.failf("DataLoader: seed must be an integer, got %s", tostring(seed))
+  end
+  if seed == nil and shuffle then seed = C.data_draw_seed() end
+  if opts.collate_fn ~= nil and type(opts.collate_fn) ~= "function" then
+    U.failf("DataLoader: collate_fn must be a function(batch), got %s", type(opts.collate_fn))
+  end
+  return setmetatable({
+    dataset = dataset, batch_size = floor(bs), shuffle = shuffle, drop_last = check_flag(opts.drop_last, "drop_last"),
+    seed = seed, collate_fn = opts.collate_fn,
+    process_index = 0, num_processes = 1, split_batches = false, even_batches = true, _pad = false,
+    _state = {epoch = 0, batches = 0}, -- shared with skip_first_batches copies
+  }, DataLoader)
+end
+
+local function copy(self)
+  local c = {}
+  for k, v in pairs(self) do c[k] = v end
+  return setmetatable(c, getmetatable(self))
+end
+
+-- ---- batch arithmetic ----
+
+-- Local batches per pass.
+function DataLoader:_count()
+  local n, bs, N = U.len(self.dataset), self.batch_size, self.num_processes
+  local full = floor(n / bs)
+  if self.split_batches then
+    if self.drop_last then return full end
+    local rem = n - full * bs
+    if rem == 0 or self._pad then return ceil(n / bs) end
+    return full + ((rem > self.process_index * floor(bs / N)) and 1 or 0)
+  end
+  if self.drop_last then return floor(full / N) end
+  local nb = ceil(n / bs)
+  if self._pad then return ceil(nb / N) end
+  return max(0, ceil((nb - self.process_index) / N))
+end
+
+function DataLoader:_order(epoch, n)
+  local c = self._cache
+  if c and c.n == n and (c.epoch == epoch or not self.shuffle) then return c.order end
+  local order = self.shuffle and C.data_randperm(n, self.seed, epoch) or accel.arange(n)
+  self._cache = {epoch = epoch, n = n, order = order}
+  return order
+end
+
+-- 0-based sample indices (int64 tensor) of local batch j.
+function DataLoader:_indices(order, j, n)
+  local bs, N, start, stop = self.batch_size, self.num_processes, nil, nil
+  if self.split_batches then
+    local bl = floor(bs / N)
+    start = j * bs + self.process_index * bl
+    stop = start + bl
+  else
+    start = (self.process_index + j * N) * bs
+    stop = start + bs
+  end
+  if not self._pad and stop > n then stop = n end
+  if stop <= n then return order:narrow(1, start + 1, stop - start) end
+  return order:index_select(1, accel.arange(start, stop):remainder(n)) -- padding wraps to the start
+end
+
+-- The batch of the given indices: get_batch fast path, else get + collate.
+function DataLoader:_fetch(idx)
+  local ds, collate_fn = self.dataset, self.collate_fn
+  if collate_fn == nil and ds.get_batch then return ds:get_batch(idx) end
+  local items, samples, nfields = idx:tolist(), {}, nil
+  for b = 1, #items do
+    local i = items[b] + 1
+    items[b] = i
+    local s = U.pack(ds:get(i))
+    if s.n == 0 then U.failf("DataLoader: dataset item %d: get(%d) returned nothing", i, i) end
+    nfields = nfields or s.n
+    if s.n ~= nfields then
+      U.failf("DataLoader: dataset item %d has %d fields but item %d has %d", i, s.n, items[1], nfields)
+    end
+    for f = 1, s.n do
+      if s[f] == nil then U.failf("DataLoader: dataset item %d: field %d is nil", i, f) end
+    end
+    s.n = nil
+    samples[b] = s
+  end
+  if collate_fn then
+    if nfields == 1 then
+      for b = 1, #samples do samples[b] = samples[b][1] end
+    end
+    return collate_fn(samples)
+  end
+  return collate.collate_fields(samples, items, nfields)
+end
+
+-- ---- the public face ----
+
+function DataLoader:__len()
+  local c = self:_count()
+  if self._skip then return max(0, c - self._skip) end
+  return c
+end
+
+function DataLoader:iter()
+  local st = self._state
+  local start = self._skip or st.resume or 0
+  self._skip, st.resume = nil, nil
+  local epoch, n, count = st.epoch, U.len(self.dataset), self:_count()
+  start = min(start, count)
+  st.batches = start
+  local order = count > start and self:_order(epoch, n) or nil
+  local j, done = start, false
+  return function()
+    if j >= count then
+      if not done then
+        done = true
+        if st.epoch == epoch then st.epoch, st.batches = epoch + 1, 0 end
+      end
+      return nil
+    end
+    local idx = self:_indices(order, j, n)
+    j = j + 1
+    st.batches = j
+    return self:_fetch(idx)
+  end
+end
+
+function DataLoader:set_epoch(epoch)
+  U.check_int(epoch, 0, "DataLoader:set_epoch: epoch")
+  local st = self._state
+  if epoch ~= st.epoch then
+    st.epoch, st.batches, st.resume = epoch, 0, nil
+  end
+end
+
+function DataLoader:state_dict()
+  return {epoch = self._state.epoch, batches = self._state.batches}
+end
+
+function DataLoader:load_state_dict(s)
+  if type(s) ~= "table" then U.failf("DataLoader:load_state_dict: expected a table {epoch =, batches =}, got %s", type(s)) end
+  U.check_int(s.epoch, 0, "DataLoader:load_state_dict: epoch")
+  U.check_int(s.batches, 0, "DataLoader:load_state_dict: batches")
+  local count = self:_count()
+  if s.batches > count then
+    U.failf("DataLoader:load_state_dict: the state has %d batches consumed but this loader has %d batches per epoch (a different data set or batch size?)",
+      s.batches, count)
+  end
+  local st = self._state
+  st.epoch, st.batches, st.resume = s.epoch, s.batches, s.batches
+end
+
+function DataLoader:skip_first_batches(n)
+  U.check_int(n, 0, "DataLoader:skip_first_batches: n")
+  local c = copy(self)
+  c._skip = n
+  return c
+end
+
+-- True while the batch just yielded is the last one of the pass.
+function DataLoader:end_of_dataloader()
+  local count = self:_count()
+  return count > 0 and self._state.batches >= count
+end
+
+function DataLoader:shard(rank, world_size, opts)
+  opts = U.check_opts(opts, {even_batches = true, split_batches = true}, nil, "DataLoader:shard")
+  U.check_int(world_size, 1, "DataLoader:shard: world_size")
+  U.check_int(rank, 0, "DataLoader:shard: rank")
+  if rank >= world_size then U.failf("DataLoader:shard: rank must be in 0..%d (0-based), got %d", world_size - 1, rank) end
+  if self.num_processes ~= 1 then
+    U.failf("DataLoader:shard: this loader is already rank %d's shard of %d", self.process_index, self.num_processes)
+  end
+  local split = opts.split_batches == true
+  if split and self.batch_size % world_size ~= 0 then
+    U.failf("DataLoader:shard: with split_batches the batch size (%d) must be a multiple of the number of processes (%d)",
+      self.batch_size, world_size)
+  end
+  local c = copy(self)
+  c.process_index, c.num_processes, c.split_batches = rank, world_size, split
+  c.even_batches = opts.even_batches ~= false
+  c._pad = world_size > 1 and c.even_batches and not self.drop_last
+  c._skip, c._state = nil, {epoch = self._state.epoch, batches = 0}
+  return c
+end
+
+-- data.DataLoader(dataset, opts) constructs; getmetatable(loader) == data.DataLoader.
+return setmetatable(DataLoader, {__call = function(_, dataset, opts) return DataLoader.new(dataset, opts) end})

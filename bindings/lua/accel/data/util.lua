@@ -1,0 +1,67 @@
+-- accel.data.util: small helpers shared by the accel.data files: errors that
+-- point at the user's file:line, option checking, lengths and varargs that
+-- work in Lua 5.4 and LuaJIT alike.
+local U = {}
+
+-- error(msg) positioned at the first Lua frame outside the embedded library
+-- (the user's call site), as lu_error does for C errors.
+function U.fail(msg)
+  local level = 2
+  while true do
+    local info = debug.getinfo(level, "Sl")
+    if not info then return error(msg, 0) end
+    if info.currentline > 0 and info.source:sub(1, 8) ~= "=[accel]" then return error(msg, level) end
+    level = level + 1
+  end
+end
+
+function U.failf(fmt, ...) return U.fail(string.format(fmt, ...)) end
+
+local is_int = math.type and function(v) return math.type(v) == "integer" end
+  or function(v) return v == math.floor(v) end
+
+function U.is_integer(v) return type(v) == "number" and is_int(v) end
+
+-- v must be an integer >= min; what names it in the error.
+function U.check_int(v, min, what)
+  if not (type(v) == "number" and v == math.floor(v) and v >= min) then
+    U.failf("%s must be an integer >= %d, got %s", what, min, tostring(v))
+  end
+  return v
+end
+
+-- Rejects keys of opts not in known (a set); ignored is a set of PyTorch
+-- options accepted and ignored.
+function U.check_opts(opts, known, ignored, what)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then U.failf("%s: options must be a table, got %s", what, type(opts)) end
+  for k in pairs(opts) do
+    if not known[k] and not (ignored and ignored[k]) then
+      local names = {}
+      for name in pairs(known) do names[#names + 1] = name end
+      table.sort(names)
+      U.failf("%s: unknown option '%s' (known: %s)", what, tostring(k), table.concat(names, ", "))
+    end
+  end
+  return opts
+end
+
+-- #obj through __len, also where the interpreter (LuaJIT) ignores __len on tables.
+function U.len(obj)
+  local mt = getmetatable(obj)
+  if mt and mt.__len then return mt.__len(obj) end
+  return #obj
+end
+
+-- "[2, 3]" for a tensor of that shape.
+function U.shape_str(t)
+  local dims = {}
+  for d = 1, t:dim() do dims[d] = tostring(t:size(d)) end
+  return "[" .. table.concat(dims, ", ") .. "]"
+end
+
+function U.pack(...) return {n = select("#", ...), ...} end
+
+U.unpack = table.unpack or unpack
+
+return U

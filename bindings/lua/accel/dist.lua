@@ -1,0 +1,122 @@
+-- accel.dist: collectives between the processes of one job, named after
+-- torch.distributed, over the C communicator (core/dist.h, accel._C.dist_*).
+--
+--   local dist = accel.dist
+--   dist.get_rank(), dist.get_world_size(), dist.get_local_rank(),
+--   dist.get_local_world_size(), dist.get_backend()   -- "single" | "mpi"
+--   dist.all_reduce(t, "sum"|"avg"|"mean"|"max"|"min", {async_op=})   -> t (in place)
+--   dist.reduce_scatter(input, op, {out=, async_op=})                  -> [d0 / world, ...]
+--   dist.all_gather(t, {out=, async_op=})                              -> [world * d0, ...]
+--   dist.all_gather_v(t, {async_op=})                                  -> out, counts
+--   dist.broadcast(t, src, {async_op=})                                -> t (in place)
+--   dist.barrier({async_op=})
+--   dist.all_gather_bytes(s) -> list of every rank's string; dist.broadcast_bytes(s, src) -> string
+--   dist.counters() -> calls, bytes (tables by kind, plus .total); dist.reset_counters()
+--   dist.set_timeout(seconds), dist.get_timeout(); dist.progress(); dist.abort([code])
+--
+-- Ranks are 0-based values (src too), as in PyTorch and Accelerate. The
+-- process group is initialised on first use: the "mpi" backend when the
+-- process was started by mpirun / srun with more than one process, else
+-- "single" (every collective is the identity). With async_op = true a
+-- collective returns a handle: h:wait() returns its results, h:test() (or
+-- h:is_completed()) says whether it finished. Tensors must be on the cpu;
+-- in-place ones (all_reduce, broadcast) must be contiguous.
+local accel = require("accel")
+local C = accel._C
+
+local dist = {}
+
+dist.ReduceOp = {SUM = "sum", AVG = "avg", MAX = "max", MIN = "min"}
+
+-- The options table o (or {}), with every key checked against `allowed`.
+local function options(o, allowed, name)
+  if o == nil then return {} end
+  if type(o) ~= "table" then
+    error(("%s: options table expected, got %s"):format(name, type(o)), 3)
+  end
+  for k in pairs(o) do
+    if not allowed[k] then
+      error(("%s: unknown option '%s'"):format(name, tostring(k)), 3)
+    end
+  end
+  return o
+end
+
+local ASYNC = {async_op = true}
+local ASYNC_OUT = {async_op = true, out = true}
+
+-- Positional op or src that may be left out in favour of the options table.
+local function split(v, o)
+  if type(v) == "table" and o == nil then return nil, v end
+  return v, o
+end
+
+function dist.init() return C.dist_init() end
+function dist.is_initialized() return C.dist_is_initialized() end
+function dist.info() return C.dist_info() end
+function dist.get_backend() return C.dist_info().backend end
+function dist.get_rank() return C.dist_info().rank end
+function dist.get_world_size() return C.dist_info().world_size end
+function dist.get_local_rank() return C.dist_info().local_rank end
+function dist.get_local_world_size() return C.dist_info().local_world_size end
+
+function dist.all_reduce(t, op, o)
+  op, o = split(op, o)
+  o = options(o, {async_op = true, op = true}, "all_reduce")
+  return C.dist_all_reduce(t, op or o.op or "sum", o.async_op)
+end
+
+function dist.reduce_scatter(input, op, o)
+  op, o = split(op, o)
+  o = options(o, {async_op = true, out = true, op = true}, "reduce_scatter")
+  return C.dist_reduce_scatter(input, op or o.op or "sum", o.out, o.async_op)
+end
+
+function dist.all_gather(t, o)
+  o = options(o, ASYNC_OUT, "all_gather")
+  return C.dist_all_gather(t, o.out, o.async_op)
+end
+
+function dist.all_gather_v(t, o)
+  o = options(o, ASYNC, "all_gather_v")
+  return C.dist_all_gather_v(t, o.async_op)
+end
+
+function dist.broadcast(t, src, o)
+  src, o = split(src, o)
+  o = options(o, {async_op = true, src = true}, "broadcast")
+  src = src or o.src or 0
+  if type(src) ~= "number" or src ~= math.floor(src) then
+    error(("broadcast: src must be a rank number (0-based), got %s"):format(tostring(src)), 2)
+  end
+  return C.dist_broadcast(t, src, o.async_op)
+end
+
+function dist.barrier(o)
+  o = options(o, ASYNC, "barrier")
+  return C.dist_barrier(o.async_op)
+end
+
+function dist.all_gather_bytes(s)
+  if type(s) ~= "string" then
+    error(("all_gather_bytes: string expected, got %s"):format(type(s)), 2)
+  end
+  return C.dist_all_gather_bytes(s)
+end
+
+function dist.broadcast_bytes(s, src) return C.dist_broadcast_bytes(s, src or 0) end
+
+function dist.counters() return C.dist_counters() end
+function dist.reset_counters() C.dist_reset_counters() end
+
+function dist.set_timeout(seconds)
+  if type(seconds) ~= "number" then
+    error(("set_timeout: seconds expected, got %s"):format(type(seconds)), 2)
+  end
+  C.dist_set_timeout(seconds)
+end
+function dist.get_timeout() return C.dist_get_timeout() end
+function dist.progress() C.dist_progress() end
+function dist.abort(code) C.dist_abort(code) end
+
+return dist

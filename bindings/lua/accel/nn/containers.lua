@@ -1,0 +1,190 @@
+-- accel.nn.containers: Sequential, ModuleList and ModuleDict.
+--
+-- Positions are 1-based (seq[1] is the first layer, seq[-1] the last) while
+-- the registered names are PyTorch's "0", "1", ... so state_dict keys match
+-- ("0.weight"). ipairs(seq) and #seq work (Lua 5.4 honours __index/__len).
+-- A ModuleDict built from a hash table orders its keys by name (Lua tables
+-- have no insertion order); pass a list of {name, module} pairs to choose.
+local accel = require("accel")
+local base = require("accel.nn.module")
+
+local Module, raise, is_module = base.Module, base.raise, base.is_module
+
+local M = {}
+
+-- Resolve a 1-based (or negative) position in a list of n entries.
+local function position(n, i, what)
+  if math.floor(i) ~= i then raise("%s: index must be an integer, got %s", what, tostring(i)) end
+  local j = i < 0 and n + i + 1 or i
+  if i == 0 or j < 1 or j > n then
+    raise("%s: index %d is out of range (%d modules; positions are 1-based)", what, i, n)
+  end
+  return j
+end
+
+-- Rename the children "0".."n-1" after an insertion or removal.
+local function renumber(self, mods)
+  for _, name in ipairs(self._modules.keys) do self._modules.vals[name] = nil end
+  self._modules.keys, self._modules.pos = {}, {}
+  for i, m in ipairs(mods) do base.reg_set(self._modules, tostring(i - 1), m) end
+end
+
+local function module_list(self)
+  local out = {}
+  for i, name in ipairs(self._modules.keys) do out[i] = self._modules.vals[name] end
+  return out
+end
+
+local function check_module(m, what)
+  if not is_module(m) then raise("%s: expected a Module, got %s", what, accel.is_tensor(m) and "a tensor" or type(m)) end
+  return m
+end
+
+-- ---- shared list behaviour (Sequential and ModuleList) ----
+
+local function add_list_methods(cls, what)
+  cls.__len = function(self) return #self._modules.keys end
+
+  -- seq[i]: nil past the end (so ipairs stops), an error for 0
+  cls.__getitem = function(self, i)
+    local keys = self._modules.keys
+    local n = #keys
+    if i == 0 or math.floor(i) ~= i then position(n, i, what) end
+    local j = i < 0 and n + i + 1 or i
+    if j < 1 or j > n then return nil end
+    return self._modules.vals[keys[j]]
+  end
+
+  cls.__setitem = function(self, i, m)
+    local keys = self._modules.keys
+    local j = position(#keys, i, what)
+    self._modules.vals[keys[j]] = check_module(m, what)
+  end
+
+  function cls:append(m)
+    base.reg_set(self._modules, tostring(#self._modules.keys), check_module(m, what .. ":append"))
+    return self
+  end
+
+  function cls:extend(mods)
+    for _, m in ipairs(mods) do self:append(m) end
+    return self
+  end
+
+  -- insert(i, m): m becomes entry i (1-based); i = #self + 1 appends.
+  function cls:insert(i, m)
+    check_module(m, what .. ":insert")
+    local mods = module_list(self)
+    local n = #mods
+    local j = (i < 0 and n + i + 1 or i)
+    if math.floor(i) ~= i or j < 1 or j > n + 1 then raise("%s:insert: index %s is out of range", what, tostring(i)) end
+    table.insert(mods, j, m)
+    renumber(self, mods)
+    return self
+  end
+
+  -- pop(i): removes and returns entry i (default: the last).
+  function cls:pop(i)
+    local mods = module_list(self)
+    local j = position(#mods, i or -1, what .. ":pop")
+    local m = table.remove(mods, j)
+    renumber(self, mods)
+    return m
+  end
+end
+
+-- Add modules from a list, or {name, module} pairs, or a name -> module map.
+local function add_from(self, src, what)
+  if is_module(src) then raise("%s: expected a table of modules, got a single Module", what) end
+  if type(src) ~= "table" then raise("%s: expected a table of modules, got %s", what, type(src)) end
+  if #src > 0 then
+    for _, e in ipairs(src) do
+      if type(e) == "table" and not is_module(e) then self:register_module(e[1], check_module(e[2], what))
+      else self:append(check_module(e, what)) end
+    end
+    return
+  end
+  local names = {}
+  for k in pairs(src) do names[#names + 1] = k end
+  table.sort(names)
+  for _, k in ipairs(names) do self:register_module(k, check_module(src[k], what)) end
+end
+
+-- ---- Sequential ----
+
+local Sequential = Module:extend("Sequential")
+M.Sequential = Sequential
+add_list_methods(Sequential, "Sequential")
+
+-- Sequential(m1, m2, ...) or Sequential({{"name", m}, ...}) / Sequential({name = m})
+function Sequential:init(...)
+  local n = select("#", ...)
+  local first = ...
+  if n == 1 and type(first) == "table" and not is_module(first) then
+    add_from(self, first, "Sequential")
+    return
+  end
+  for i = 1, n do self:append(check_module((select(i, ...)), "Sequential")) end
+end
+
+function Sequential:forward(input)
+  local r = self._modules
+  for _, name in ipairs(r.keys) do input = r.vals[name](input) end
+  return input
+end
+
+-- ---- ModuleList ----
+
+local ModuleList = Module:extend("ModuleList")
+M.ModuleList = ModuleList
+add_list_methods(ModuleList, "ModuleList")
+
+function ModuleList:init(mods)
+  if mods ~= nil then
+    if type(mods) ~= "table" or is_module(mods) then raise("ModuleList: expected a list of modules") end
+    for _, m in ipairs(mods) do self:append(check_module(m, "ModuleList")) end
+  end
+end
+
+function ModuleList:forward()
+  raise("ModuleList has no forward: iterate over it (for i, layer in ipairs(list) do ... end)")
+end
+
+-- ---- ModuleDict ----
+
+local ModuleDict = Module:extend("ModuleDict")
+M.ModuleDict = ModuleDict
+
+function ModuleDict:init(mods)
+  if mods ~= nil then add_from(self, mods, "ModuleDict") end
+end
+
+ModuleDict.__len = function(self) return #self._modules.keys end
+
+function ModuleDict:keys()
+  local out = {}
+  for i, k in ipairs(self._modules.keys) do out[i] = k end
+  return out
+end
+
+function ModuleDict:values() return module_list(self) end
+
+-- items(): iterator of name, module in order.
+function ModuleDict:items() return self:named_children() end
+
+function ModuleDict:update(mods) add_from(self, mods, "ModuleDict:update") return self end
+
+function ModuleDict:pop(key)
+  local m = self._modules.vals[key]
+  if m == nil then raise('ModuleDict:pop: no key "%s"', tostring(key)) end
+  base.reg_remove(self._modules, key)
+  return m
+end
+
+function ModuleDict:contains(key) return self._modules.vals[key] ~= nil end
+
+function ModuleDict:forward()
+  raise("ModuleDict has no forward: index it (dict.name or dict[name])")
+end
+
+return M

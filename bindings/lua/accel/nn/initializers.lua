@@ -1,0 +1,212 @@
+-- accel.nn.initializers: torch.nn.init, exposed as accel.nn.init (the file
+-- nn/init.lua is the accel.nn module itself, hence this file's name).
+--
+-- Every function fills its tensor in place without recording autograd, draws
+-- from accel's generator (reproducible after accel.set_seed) and returns the
+-- tensor. PyTorch's positional arguments stay positional; the keyword ones
+-- may also come in a trailing options table:
+--   init.uniform_(w, -0.1, 0.1)              init.normal_(w, 0, 0.02)
+--   init.kaiming_uniform_(w, {a = math.sqrt(5)})
+--   init.kaiming_normal_(w, {mode = "fan_out", nonlinearity = "relu"})
+--   init.trunc_normal_(w, {std = 0.02})      init.xavier_uniform_(w, {gain = 2})
+-- Random values are drawn in float64 for float64 tensors and in float32
+-- otherwise (then rounded to the tensor's dtype).
+local accel = require("accel")
+local raise = require("accel.nn.module").raise
+
+local I = {}
+
+local function check_tensor(t, what)
+  if not accel.is_tensor(t) then raise("nn.init.%s: expected a tensor, got %s", what, type(t)) end
+  if not t.dtype.is_floating_point then raise("nn.init.%s: expected a floating point tensor, got %s", what, tostring(t.dtype)) end
+end
+
+-- Positional args, or one options table in their place: args(a, {"x", "y"}, defaults)
+local function args(given, names, defaults)
+  local o = given[1]
+  local out = {}
+  if type(o) == "table" then
+    for i, k in ipairs(names) do
+      local v = o[k]
+      if v == nil then v = defaults[i] end
+      out[i] = v
+    end
+  else
+    for i = 1, #names do
+      local v = given[i]
+      if type(v) == "table" then -- positional ones followed by options
+        for j = i, #names do
+          local w = v[names[j]]
+          if w == nil then w = defaults[j] end
+          out[j] = w
+        end
+        break
+      end
+      if v == nil then v = defaults[i] end
+      out[i] = v
+    end
+  end
+  return table.unpack(out, 1, #names)
+end
+
+local function gen_dtype(t) return t.dtype == accel.float64 and accel.float64 or accel.float32 end
+
+local function fill(t, src)
+  accel.no_grad(function() t:copy_(src) end)
+  return t
+end
+
+-- U(a, b) of t's shape in the generation dtype
+local function uniform(t, a, b) return accel.rand(t.shape, {dtype = gen_dtype(t)}) * (b - a) + a end
+local function normal(t, mean, std) return accel.randn(t.shape, {dtype = gen_dtype(t)}) * std + mean end
+
+-- calculate_gain(nonlinearity, [param]): the recommended gain (PyTorch's table).
+function I.calculate_gain(nonlinearity, param)
+  local linear = {linear = true, conv1d = true, conv2d = true, conv3d = true, conv_transpose1d = true,
+                  conv_transpose2d = true, conv_transpose3d = true, sigmoid = true}
+  if linear[nonlinearity] then return 1 end
+  if nonlinearity == "tanh" then return 5 / 3 end
+  if nonlinearity == "relu" then return math.sqrt(2) end
+  if nonlinearity == "selu" then return 3 / 4 end
+  if nonlinearity == "leaky_relu" then
+    local slope = 0.01
+    if param ~= nil then
+      if type(param) ~= "number" then raise("nn.init.calculate_gain: negative_slope %s is not a valid number", tostring(param)) end
+      slope = param
+    end
+    return math.sqrt(2 / (1 + slope * slope))
+  end
+  raise("nn.init.calculate_gain: unsupported nonlinearity %s", tostring(nonlinearity))
+end
+
+-- fan_in, fan_out of a weight (out, in, *kernel): in * prod(kernel), out * prod(kernel)
+function I._calculate_fan_in_and_fan_out(t)
+  local nd = t:dim()
+  if nd < 2 then
+    raise("nn.init: fan in and fan out can not be computed for a tensor with fewer than 2 dimensions (shape %s)", tostring(t.shape))
+  end
+  local receptive = 1
+  for d = 3, nd do receptive = receptive * t:size(d) end
+  return t:size(2) * receptive, t:size(1) * receptive
+end
+
+local function fan(t, mode)
+  local fan_in, fan_out = I._calculate_fan_in_and_fan_out(t)
+  if mode == "fan_in" then return fan_in end
+  if mode == "fan_out" then return fan_out end
+  raise("nn.init: mode %s not supported, please use one of fan_in, fan_out", tostring(mode))
+end
+
+function I.uniform_(t, ...)
+  check_tensor(t, "uniform_")
+  local a, b = args({...}, {"a", "b"}, {0, 1})
+  return fill(t, uniform(t, a, b))
+end
+
+function I.normal_(t, ...)
+  check_tensor(t, "normal_")
+  local mean, std = args({...}, {"mean", "std"}, {0, 1})
+  return fill(t, normal(t, mean, std))
+end
+
+-- N(mean, std) restricted to [a, b]: out-of-range draws are redrawn.
+function I.trunc_normal_(t, ...)
+  check_tensor(t, "trunc_normal_")
+  local mean, std, a, b = args({...}, {"mean", "std", "a", "b"}, {0, 1, -2, 2})
+  if not (a < b) then raise("nn.init.trunc_normal_: need a < b, got a=%g b=%g", a, b) end
+  local x = normal(t, mean, std)
+  for _ = 1, 1000 do
+    local bad = x:lt(a):logical_or(x:gt(b))
+    if not bad:any():item() then return fill(t, x) end
+    x = accel.where(bad, normal(t, mean, std), x)
+  end
+  raise("nn.init.trunc_normal_: [a, b] = [%g, %g] holds too little of N(%g, %g^2) to sample from", a, b, mean, std)
+end
+
+function I.constant_(t, val)
+  check_tensor(t, "constant_")
+  if type(val) ~= "number" then raise("nn.init.constant_: expected a number, got %s", type(val)) end
+  accel.no_grad(function() t:fill_(val) end)
+  return t
+end
+
+function I.zeros_(t) return I.constant_(t, 0) end
+function I.ones_(t) return I.constant_(t, 1) end
+
+-- eye_(t): the identity for a 2-D tensor
+function I.eye_(t)
+  check_tensor(t, "eye_")
+  if t:dim() ~= 2 then raise("nn.init.eye_: only tensors with 2 dimensions are supported, got shape %s", tostring(t.shape)) end
+  local r, c = t:size(1), t:size(2)
+  local rows = accel.arange(r):unsqueeze(2):expand(r, c)
+  local cols = accel.arange(c):unsqueeze(1):expand(r, c)
+  return fill(t, rows:eq(cols))
+end
+
+function I.xavier_uniform_(t, ...)
+  check_tensor(t, "xavier_uniform_")
+  local gain = args({...}, {"gain"}, {1})
+  local fan_in, fan_out = I._calculate_fan_in_and_fan_out(t)
+  local bound = gain * math.sqrt(6 / (fan_in + fan_out))
+  return fill(t, uniform(t, -bound, bound))
+end
+
+function I.xavier_normal_(t, ...)
+  check_tensor(t, "xavier_normal_")
+  local gain = args({...}, {"gain"}, {1})
+  local fan_in, fan_out = I._calculate_fan_in_and_fan_out(t)
+  return fill(t, normal(t, 0, gain * math.sqrt(2 / (fan_in + fan_out))))
+end
+
+local function kaiming_std(t, a, mode, nonlinearity)
+  local f = fan(t, mode)
+  if f == 0 then return nil end
+  return I.calculate_gain(nonlinearity, a) / math.sqrt(f)
+end
+
+-- kaiming_uniform_(t, a=0, mode="fan_in", nonlinearity="leaky_relu"): U(-b, b), b = gain * sqrt(3 / fan)
+function I.kaiming_uniform_(t, ...)
+  check_tensor(t, "kaiming_uniform_")
+  local a, mode, nonlinearity = args({...}, {"a", "mode", "nonlinearity"}, {0, "fan_in", "leaky_relu"})
+  local std = kaiming_std(t, a, mode, nonlinearity)
+  if not std then return t end -- PyTorch warns and leaves a zero-element tensor alone
+  local bound = math.sqrt(3) * std
+  return fill(t, uniform(t, -bound, bound))
+end
+
+function I.kaiming_normal_(t, ...)
+  check_tensor(t, "kaiming_normal_")
+  local a, mode, nonlinearity = args({...}, {"a", "mode", "nonlinearity"}, {0, "fan_in", "leaky_relu"})
+  local std = kaiming_std(t, a, mode, nonlinearity)
+  if not std then return t end
+  return fill(t, normal(t, 0, std))
+end
+
+-- orthogonal_(t, gain=1): (semi-)orthogonal rows or columns of t viewed as
+-- (size(1), rest), from a Gram-Schmidt QR of a normal matrix with R's
+-- diagonal made positive (PyTorch's recipe).
+function I.orthogonal_(t, ...)
+  check_tensor(t, "orthogonal_")
+  if t:dim() < 2 then raise("nn.init.orthogonal_: only tensors with 2 or more dimensions are supported, got shape %s", tostring(t.shape)) end
+  local gain = args({...}, {"gain"}, {1})
+  local rows = t:size(1)
+  local cols = math.floor(t:numel() / rows)
+  local a = accel.randn(rows, cols, {dtype = accel.float64})
+  if rows < cols then a = a:t():contiguous() end
+  local n, k = a:size(1), a:size(2)
+  local q = accel.zeros(n, k, {dtype = accel.float64})
+  for j = 1, k do
+    local v = a:select(2, j)
+    for _ = 1, 2 do -- twice is enough for orthogonality to rounding
+      if j > 1 then
+        local qj = q:narrow(2, 1, j - 1)
+        v = v - qj:matmul(qj:t():matmul(v))
+      end
+    end
+    q:select(2, j):copy_(v / v:norm():item())
+  end
+  if rows < cols then q = q:t() end
+  return fill(t, (q * gain):reshape(t.shape))
+end
+
+return I

@@ -1,0 +1,413 @@
+-- accel.nn.layers: the standard layers (Linear, Embedding, LayerNorm,
+-- RMSNorm, Dropout, Conv2d, MaxPool2d, Flatten, Unflatten, Identity) and the
+-- activation modules, each with PyTorch's parameters, default
+-- initialisation and printed form. Forward passes go through
+-- accel.nn.functional. Keyword arguments go in a trailing options table
+-- (nn.Linear(4, 2, {bias = false}), nn.Conv2d(1, 32, 3, {padding = 1}));
+-- dims are 1-based (nn.Softmax(2) is PyTorch's Softmax(dim=1); nn.Flatten()
+-- flattens dims 2..-1 like PyTorch's flatten(1)); token / padding ids are
+-- 0-based data (Embedding's padding_idx).
+local accel = require("accel")
+local base = require("accel.nn.module")
+local F = require("accel.nn.functional")
+local init = require("accel.nn.initializers")
+
+local Module, Parameter, raise, py = base.Module, base.Parameter, base.raise, base.pyrepr
+
+local M = {}
+
+local function opts(o) return type(o) == "table" and o or {} end
+
+local function check_size(v, what, name)
+  if type(v) ~= "number" or v < 0 or math.floor(v) ~= v then
+    raise("%s: %s must be a non-negative integer, got %s", what, name, tostring(v))
+  end
+  return v
+end
+
+-- factory options for new parameters: {dtype=, device=}
+local function empty(shape, o) return accel.empty(shape, {dtype = o.dtype, device = o.device}) end
+
+-- an integer or a pair {h, w} -> {h, w}
+local function pair(v, what, name)
+  if type(v) == "number" then v = {v, v} end
+  if type(v) ~= "table" or #v ~= 2 or type(v[1]) ~= "number" or type(v[2]) ~= "number" then
+    raise("%s: %s must be an integer or a pair {h, w}, got %s", what, name, tostring(v))
+  end
+  return {v[1], v[2]}
+end
+
+-- a pair as F takes it: one number when both agree
+local function compact(p)
+  if type(p) == "table" and p[1] == p[2] then return p[1] end
+  return p
+end
+
+local function bias_bound(weight)
+  local fan_in = init._calculate_fan_in_and_fan_out(weight)
+  return fan_in > 0 and 1 / math.sqrt(fan_in) or 0
+end
+
+-- ---- Linear ----
+
+local Linear = Module:extend("Linear")
+M.Linear = Linear
+
+-- Linear(in_features, out_features, [{bias = true, dtype =, device =}] or [bias])
+function Linear:init(in_features, out_features, o)
+  if type(o) == "boolean" then o = {bias = o} end
+  o = opts(o)
+  self.in_features = check_size(in_features, "Linear", "in_features")
+  self.out_features = check_size(out_features, "Linear", "out_features")
+  self.weight = Parameter(empty({out_features, in_features}, o))
+  if o.bias ~= false then self.bias = Parameter(empty({out_features}, o))
+  else self:register_parameter("bias", nil) end
+  self:reset_parameters()
+end
+
+-- weight: kaiming_uniform(a = sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)); bias the same bound
+function Linear:reset_parameters()
+  init.kaiming_uniform_(self.weight, {a = math.sqrt(5)})
+  if self.bias ~= nil then
+    local b = bias_bound(self.weight)
+    init.uniform_(self.bias, -b, b)
+  end
+end
+
+function Linear:forward(x) return F.linear(x, self.weight, self.bias) end
+
+function Linear:extra_repr()
+  return ("in_features=%d, out_features=%d, bias=%s"):format(self.in_features, self.out_features, py(self.bias ~= nil))
+end
+
+-- ---- Embedding ----
+
+local Embedding = Module:extend("Embedding")
+M.Embedding = Embedding
+
+local function padding_index(num, padding_idx)
+  if padding_idx == nil then return nil end
+  if type(padding_idx) ~= "number" or math.floor(padding_idx) ~= padding_idx or padding_idx >= num or padding_idx < -num then
+    raise("Embedding: padding_idx must be within num_embeddings (0-based id in [%d, %d)), got %s", -num, num, tostring(padding_idx))
+  end
+  return padding_idx < 0 and num + padding_idx or padding_idx
+end
+
+-- Embedding(num_embeddings, embedding_dim, [{padding_idx =, dtype =, device =, _weight =}])
+function Embedding:init(num_embeddings, embedding_dim, o)
+  o = opts(o)
+  for _, k in ipairs({"max_norm", "scale_grad_by_freq", "sparse"}) do
+    if o[k] then raise("Embedding: option %s is not supported", k) end
+  end
+  self.num_embeddings = check_size(num_embeddings, "Embedding", "num_embeddings")
+  self.embedding_dim = check_size(embedding_dim, "Embedding", "embedding_dim")
+  self.padding_idx = padding_index(num_embeddings, o.padding_idx)
+  if o._weight ~= nil then
+    local w = o._weight
+    if w:dim() ~= 2 or w:size(1) ~= num_embeddings or w:size(2) ~= embedding_dim then
+      raise("Embedding: _weight has shape %s, expected {%d, %d}", tostring(w.shape), num_embeddings, embedding_dim)
+    end
+    self.weight = Parameter(w, o._freeze ~= true)
+  else
+    self.weight = Parameter(empty({num_embeddings, embedding_dim}, o))
+    self:reset_parameters()
+  end
+end
+
+-- weight ~ N(0, 1), the padding row zero
+function Embedding:reset_parameters()
+  init.normal_(self.weight)
+  if self.padding_idx then accel.no_grad(function() self.weight[self.padding_idx + 1]:fill_(0) end) end
+end
+
+-- Embedding.from_pretrained(weight, [{freeze = true, padding_idx =}])
+function Embedding.from_pretrained(embeddings, o)
+  o = opts(o)
+  if not accel.is_tensor(embeddings) or embeddings:dim() ~= 2 then
+    raise("Embedding.from_pretrained: embeddings must be a 2-D tensor")
+  end
+  return Embedding(embeddings:size(1), embeddings:size(2),
+    {_weight = embeddings, _freeze = o.freeze ~= false, padding_idx = o.padding_idx})
+end
+
+function Embedding:forward(input) return F.embedding(input, self.weight, {padding_idx = self.padding_idx}) end
+
+function Embedding:extra_repr()
+  local s = ("%d, %d"):format(self.num_embeddings, self.embedding_dim)
+  if self.padding_idx then s = s .. ", padding_idx=" .. self.padding_idx end
+  return s
+end
+
+-- ---- LayerNorm / RMSNorm ----
+
+local function shape_list(s, what)
+  if type(s) == "number" then s = {s} end
+  if type(s) ~= "table" or #s == 0 then raise("%s: normalized_shape must be an integer or a list of integers", what) end
+  local out = {}
+  for i, v in ipairs(s) do out[i] = check_size(v, what, "normalized_shape") end
+  return out
+end
+
+local LayerNorm = Module:extend("LayerNorm")
+M.LayerNorm = LayerNorm
+
+-- LayerNorm(normalized_shape, [{eps = 1e-5, elementwise_affine = true, bias = true, dtype =, device =}])
+function LayerNorm:init(normalized_shape, o)
+  o = opts(o)
+  self.normalized_shape = shape_list(normalized_shape, "LayerNorm")
+  self.eps = o.eps or 1e-5
+  self.elementwise_affine = o.elementwise_affine ~= false
+  if self.elementwise_affine then
+    self.weight = Parameter(empty(self.normalized_shape, o))
+    if o.bias ~= false then self.bias = Parameter(empty(self.normalized_shape, o))
+    else self:register_parameter("bias", nil) end
+  else
+    self:register_parameter("weight", nil)
+    self:register_parameter("bias", nil)
+  end
+  self:reset_parameters()
+end
+
+function LayerNorm:reset_parameters()
+  if self.weight ~= nil then init.ones_(self.weight) end
+  if self.bias ~= nil then init.zeros_(self.bias) end
+end
+
+function LayerNorm:forward(x) return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps) end
+
+function LayerNorm:extra_repr()
+  return ("%s, eps=%s, elementwise_affine=%s"):format(py(self.normalized_shape), py(self.eps), py(self.elementwise_affine))
+end
+
+local RMSNorm = Module:extend("RMSNorm")
+M.RMSNorm = RMSNorm
+
+-- RMSNorm(normalized_shape, [{eps = nil (the dtype's machine epsilon), elementwise_affine = true}])
+function RMSNorm:init(normalized_shape, o)
+  o = opts(o)
+  self.normalized_shape = shape_list(normalized_shape, "RMSNorm")
+  self.eps = o.eps
+  self.elementwise_affine = o.elementwise_affine ~= false
+  if self.elementwise_affine then self.weight = Parameter(empty(self.normalized_shape, o))
+  else self:register_parameter("weight", nil) end
+  self:reset_parameters()
+end
+
+function RMSNorm:reset_parameters()
+  if self.weight ~= nil then init.ones_(self.weight) end
+end
+
+function RMSNorm:forward(x) return F.rms_norm(x, self.normalized_shape, self.weight, self.eps) end
+
+function RMSNorm:extra_repr()
+  return ("%s, eps=%s, elementwise_affine=%s"):format(py(self.normalized_shape), py(self.eps), py(self.elementwise_affine))
+end
+
+-- ---- Dropout ----
+
+local Dropout = Module:extend("Dropout")
+M.Dropout = Dropout
+
+-- Dropout([p = 0.5], [{inplace = false}]) or Dropout({p =, inplace =})
+function Dropout:init(p, o)
+  if type(p) == "table" then o, p = p, p.p end
+  if p == nil then p = 0.5 end
+  if type(p) ~= "number" or p < 0 or p > 1 then
+    raise("Dropout: dropout probability has to be between 0 and 1, but got %s", tostring(p))
+  end
+  self.p = p
+  self.inplace = opts(o).inplace == true
+end
+
+function Dropout:forward(x) return F.dropout(x, self.p, {training = self.training}) end
+
+function Dropout:extra_repr() return ("p=%s, inplace=%s"):format(py(self.p), py(self.inplace)) end
+
+-- ---- Conv2d / MaxPool2d (through F.conv2d / F.max_pool2d) ----
+
+local Conv2d = Module:extend("Conv2d")
+M.Conv2d = Conv2d
+
+-- Conv2d(in_channels, out_channels, kernel_size, [{stride = 1, padding = 0,
+--   dilation = 1, groups = 1, bias = true, padding_mode = "zeros", dtype =, device =}])
+-- weight {out, in / groups, kh, kw}
+function Conv2d:init(in_channels, out_channels, kernel_size, o)
+  o = opts(o)
+  self.in_channels = check_size(in_channels, "Conv2d", "in_channels")
+  self.out_channels = check_size(out_channels, "Conv2d", "out_channels")
+  self.kernel_size = pair(kernel_size, "Conv2d", "kernel_size")
+  self.stride = pair(o.stride or 1, "Conv2d", "stride")
+  local padding = o.padding or 0
+  if type(padding) == "string" then
+    if padding ~= "same" and padding ~= "valid" then
+      raise("Conv2d: invalid padding string '%s', should be one of 'valid', 'same'", padding)
+    end
+    if padding == "same" and (self.stride[1] ~= 1 or self.stride[2] ~= 1) then
+      raise("Conv2d: padding='same' is not supported for strided convolutions")
+    end
+    self.padding = padding
+  else
+    self.padding = pair(padding, "Conv2d", "padding")
+  end
+  self.dilation = pair(o.dilation or 1, "Conv2d", "dilation")
+  self.groups = check_size(o.groups or 1, "Conv2d", "groups")
+  self.padding_mode = o.padding_mode or "zeros"
+  if self.padding_mode ~= "zeros" then raise("Conv2d: padding_mode '%s' is not supported (only 'zeros')", self.padding_mode) end
+  if self.groups < 1 or in_channels % self.groups ~= 0 then raise("Conv2d: in_channels (%d) must be divisible by groups (%d)", in_channels, self.groups) end
+  if out_channels % self.groups ~= 0 then raise("Conv2d: out_channels (%d) must be divisible by groups (%d)", out_channels, self.groups) end
+  local ks = self.kernel_size
+  self.weight = Parameter(empty({out_channels, math.floor(in_channels / self.groups), ks[1], ks[2]}, o))
+  if o.bias ~= false then self.bias = Parameter(empty({out_channels}, o))
+  else self:register_parameter("bias", nil) end
+  self:reset_parameters()
+end
+
+Conv2d.reset_parameters = Linear.reset_parameters
+
+function Conv2d:forward(x)
+  if not F.conv2d then raise("Conv2d: accel.nn.functional.conv2d is not available in this build") end
+  return F.conv2d(x, self.weight, self.bias, {stride = compact(self.stride), padding = compact(self.padding),
+                                              dilation = compact(self.dilation), groups = self.groups})
+end
+
+local function all_equal(p, v) return p[1] == v and p[2] == v end
+
+function Conv2d:extra_repr()
+  local s = ("%d, %d, kernel_size=%s, stride=%s"):format(self.in_channels, self.out_channels, py(self.kernel_size), py(self.stride))
+  if type(self.padding) == "string" then s = s .. ", padding=" .. self.padding
+  elseif not all_equal(self.padding, 0) then s = s .. ", padding=" .. py(self.padding) end
+  if not all_equal(self.dilation, 1) then s = s .. ", dilation=" .. py(self.dilation) end
+  if self.groups ~= 1 then s = s .. ", groups=" .. self.groups end
+  if self.bias == nil then s = s .. ", bias=False" end
+  return s
+end
+
+local MaxPool2d = Module:extend("MaxPool2d")
+M.MaxPool2d = MaxPool2d
+
+-- MaxPool2d(kernel_size, [{stride = kernel_size, padding = 0, dilation = 1,
+--   ceil_mode = false, return_indices = false}]); with return_indices the
+-- forward returns values, indices (0-based flat positions in each plane)
+function MaxPool2d:init(kernel_size, o)
+  o = opts(o)
+  self.kernel_size = kernel_size
+  self.stride = o.stride or kernel_size
+  self.padding = o.padding or 0
+  self.dilation = o.dilation or 1
+  for _, k in ipairs({"kernel_size", "stride", "padding", "dilation"}) do pair(self[k], "MaxPool2d", k) end
+  self.return_indices = o.return_indices == true
+  self.ceil_mode = o.ceil_mode == true
+end
+
+function MaxPool2d:forward(x)
+  if not F.max_pool2d then raise("MaxPool2d: accel.nn.functional.max_pool2d is not available in this build") end
+  return F.max_pool2d(x, self.kernel_size, {stride = self.stride, padding = self.padding, dilation = self.dilation,
+                                            ceil_mode = self.ceil_mode, return_indices = self.return_indices})
+end
+
+function MaxPool2d:extra_repr()
+  return ("kernel_size=%s, stride=%s, padding=%s, dilation=%s, ceil_mode=%s"):format(py(self.kernel_size),
+    py(self.stride), py(self.padding), py(self.dilation), py(self.ceil_mode))
+end
+
+-- ---- shape modules ----
+
+local Flatten = Module:extend("Flatten")
+M.Flatten = Flatten
+
+-- Flatten([start_dim = 2], [end_dim = -1]) or Flatten({start_dim =, end_dim =}); 1-based dims
+function Flatten:init(start_dim, end_dim)
+  if type(start_dim) == "table" then start_dim, end_dim = start_dim.start_dim, start_dim.end_dim end
+  self.start_dim = start_dim or 2
+  self.end_dim = end_dim or -1
+end
+
+function Flatten:forward(x) return x:flatten(self.start_dim, self.end_dim) end
+
+function Flatten:extra_repr() return ("start_dim=%d, end_dim=%d"):format(self.start_dim, self.end_dim) end
+
+local Unflatten = Module:extend("Unflatten")
+M.Unflatten = Unflatten
+
+-- Unflatten(dim, unflattened_size): dim (1-based) becomes the sizes given
+function Unflatten:init(dim, unflattened_size)
+  if type(dim) ~= "number" or type(unflattened_size) ~= "table" or #unflattened_size == 0 then
+    raise("Unflatten: expected (dim, {sizes...}), got (%s, %s)", type(dim), type(unflattened_size))
+  end
+  self.dim, self.unflattened_size = dim, unflattened_size
+end
+
+function Unflatten:forward(x)
+  local nd = x:dim()
+  local d = self.dim < 0 and nd + self.dim + 1 or self.dim
+  if d < 1 or d > nd then raise("Unflatten: dim %d is out of range for a %d-d input", self.dim, nd) end
+  local shape = {}
+  for i = 1, d - 1 do shape[#shape + 1] = x:size(i) end
+  for _, s in ipairs(self.unflattened_size) do shape[#shape + 1] = s end
+  for i = d + 1, nd do shape[#shape + 1] = x:size(i) end
+  return x:reshape(shape)
+end
+
+function Unflatten:extra_repr() return ("dim=%d, unflattened_size=%s"):format(self.dim, py(self.unflattened_size)) end
+
+local Identity = Module:extend("Identity")
+M.Identity = Identity
+function Identity:init() end -- accepts and ignores any arguments, as PyTorch's
+function Identity:forward(x) return x end
+
+-- ---- activations ----
+
+-- A module with no parameters whose forward is fn(self, x).
+local function activation(name, fn, extra)
+  local cls = Module:extend(name)
+  cls.forward = fn
+  if extra then cls.extra_repr = extra end
+  M[name] = cls
+  return cls
+end
+
+local function inplace_repr(self) return self.inplace and "inplace=True" or "" end
+local function inplace_init(self, o)
+  if type(o) == "boolean" then o = {inplace = o} end
+  self.inplace = opts(o).inplace == true
+end
+
+activation("ReLU", function(_, x) return F.relu(x) end, inplace_repr).init = inplace_init
+activation("SiLU", function(_, x) return F.silu(x) end, inplace_repr).init = inplace_init
+activation("Tanh", function(_, x) return F.tanh(x) end)
+activation("Sigmoid", function(_, x) return F.sigmoid(x) end)
+
+-- GELU([{approximate = "none" | "tanh"}]) (a plain string is accepted too)
+local GELU = activation("GELU", function(self, x) return F.gelu(x, {approximate = self.approximate}) end,
+  function(self) return "approximate=" .. py(self.approximate) end)
+function GELU:init(o)
+  local a = type(o) == "string" and o or opts(o).approximate or "none"
+  if a ~= "none" and a ~= "tanh" then raise("GELU: approximate must be 'none' or 'tanh', got '%s'", tostring(a)) end
+  self.approximate = a
+end
+
+-- LeakyReLU([negative_slope = 0.01], [{inplace = false}]) or LeakyReLU({negative_slope =})
+local LeakyReLU = activation("LeakyReLU", function(self, x) return F.leaky_relu(x, self.negative_slope) end,
+  function(self)
+    return "negative_slope=" .. py(self.negative_slope) .. (self.inplace and ", inplace=True" or "")
+  end)
+function LeakyReLU:init(slope, o)
+  if type(slope) == "table" then o, slope = slope, slope.negative_slope end
+  self.negative_slope = slope or 0.01
+  self.inplace = opts(o).inplace == true
+end
+
+-- Softmax(dim) / LogSoftmax(dim), dim 1-based, or {dim =}
+local function dim_init(name)
+  return function(self, dim)
+    if type(dim) == "table" then dim = dim.dim end
+    if type(dim) ~= "number" then raise("%s: dim must be given (e.g. nn.%s(-1)), got %s", name, name, type(dim)) end
+    self.dim = dim
+  end
+end
+local function dim_repr(self) return "dim=" .. self.dim end
+
+activation("Softmax", function(self, x) return F.softmax(x, self.dim) end, dim_repr).init = dim_init("Softmax")
+activation("LogSoftmax", function(self, x) return F.log_softmax(x, self.dim) end, dim_repr).init = dim_init("LogSoftmax")
+
+return M

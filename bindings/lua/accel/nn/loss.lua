@@ -1,0 +1,90 @@
+-- accel.nn.loss: loss modules over accel.nn.functional, with PyTorch's
+-- options in one table: CrossEntropyLoss({ignore_index = -100,
+-- label_smoothing = 0, reduction = "mean"}), NLLLoss({ignore_index =,
+-- reduction =}), MSELoss, L1Loss, BCEWithLogitsLoss({weight =, pos_weight =,
+-- reduction =}). Called as criterion(input, target). Class targets are
+-- 0-based ids. Per-class `weight` for CrossEntropyLoss / NLLLoss is not
+-- supported (a clear error).
+local accel = require("accel")
+local base = require("accel.nn.module")
+local F = require("accel.nn.functional")
+
+local Module, raise = base.Module, base.raise
+
+local M = {}
+
+local function opts(o) return type(o) == "table" and not accel.is_tensor(o) and o or {} end
+
+local function reduction(name, o)
+  local r = o.reduction or "mean"
+  if r ~= "mean" and r ~= "sum" and r ~= "none" then
+    raise('%s: reduction must be "mean", "sum" or "none", got %s', name, tostring(r))
+  end
+  return r
+end
+
+local function no_class_weight(name, o, first)
+  if accel.is_tensor(first) or o.weight ~= nil then
+    raise("%s: per-class weight is not supported", name)
+  end
+end
+
+local function loss_class(name)
+  local cls = Module:extend(name)
+  M[name] = cls
+  return cls
+end
+
+local CrossEntropyLoss = loss_class("CrossEntropyLoss")
+function CrossEntropyLoss:init(o)
+  local first = o
+  o = opts(o)
+  no_class_weight("CrossEntropyLoss", o, first)
+  self.ignore_index = o.ignore_index or -100
+  self.label_smoothing = o.label_smoothing or 0.0
+  if self.label_smoothing < 0 or self.label_smoothing > 1 then
+    raise("CrossEntropyLoss: label_smoothing must be between 0.0 and 1.0, got %s", tostring(self.label_smoothing))
+  end
+  self.reduction = reduction("CrossEntropyLoss", o)
+end
+function CrossEntropyLoss:forward(input, target)
+  return F.cross_entropy(input, target, {ignore_index = self.ignore_index, label_smoothing = self.label_smoothing,
+                                         reduction = self.reduction})
+end
+
+local NLLLoss = loss_class("NLLLoss")
+function NLLLoss:init(o)
+  local first = o
+  o = opts(o)
+  no_class_weight("NLLLoss", o, first)
+  self.ignore_index = o.ignore_index or -100
+  self.reduction = reduction("NLLLoss", o)
+end
+function NLLLoss:forward(input, target)
+  return F.nll_loss(input, target, {ignore_index = self.ignore_index, reduction = self.reduction})
+end
+
+local MSELoss = loss_class("MSELoss")
+function MSELoss:init(o) self.reduction = reduction("MSELoss", opts(o)) end
+function MSELoss:forward(input, target) return F.mse_loss(input, target, {reduction = self.reduction}) end
+
+local L1Loss = loss_class("L1Loss")
+function L1Loss:init(o) self.reduction = reduction("L1Loss", opts(o)) end
+function L1Loss:forward(input, target) return F.l1_loss(input, target, {reduction = self.reduction}) end
+
+-- BCEWithLogitsLoss([{weight =, pos_weight =, reduction =}]): weight and
+-- pos_weight are buffers, as in PyTorch (so they follow :to() and appear in
+-- state_dict when given).
+local BCEWithLogitsLoss = loss_class("BCEWithLogitsLoss")
+function BCEWithLogitsLoss:init(o)
+  o = opts(o)
+  self.reduction = reduction("BCEWithLogitsLoss", o)
+  self:register_buffer("weight", o.weight)
+  self:register_buffer("pos_weight", o.pos_weight)
+end
+function BCEWithLogitsLoss:forward(input, target)
+  return F.binary_cross_entropy_with_logits(input, target,
+    {weight = self.weight, pos_weight = self.pos_weight, reduction = self.reduction})
+end
+
+return M

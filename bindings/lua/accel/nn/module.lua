@@ -1,0 +1,709 @@
+-- accel.nn.module: nn.Module, the base class of every layer, and nn.Parameter.
+--
+-- The class idiom (the same for built-in layers and user models):
+--
+--   local nn = accel.nn
+--   local Net = nn.Module:extend("Net")          -- a subclass named "Net"
+--   function Net:init(d_in, d_out)               -- the constructor body
+--     self.fc = nn.Linear(d_in, d_out)           -- a Module: registers submodule "fc"
+--     self.scale = nn.Parameter(accel.ones(1))   -- nn.Parameter: registers a parameter
+--     self:register_buffer("steps", accel.zeros(1)) -- a buffer (in state_dict, moved by :to)
+--     self.act = "relu"                          -- anything else: a plain field
+--   end
+--   function Net:forward(x) return self.fc(x) * self.scale end
+--   local net = Net(20, 3)                       -- construct (runs init)
+--   local y = net(x)                             -- calls forward
+--
+-- A subclass of a subclass calls its parent's constructor explicitly, as
+-- PyTorch's super().__init__(...): `function Big:init(...) Net.init(self, ...) end`
+-- (Class.super is the parent class). The base state (training flag and the
+-- registries) exists before init runs, so Module.init needs no call.
+--
+-- Registered names keep registration order, and keys follow PyTorch:
+-- "fc.weight", "0.weight" (Sequential), "h.3.attn.c_attn.bias" (ModuleList).
+-- Lookup order of m.name: plain fields, then parameters, buffers and
+-- submodules, then the class's methods; registering a name that a method of
+-- the class already uses is refused (it would shadow the method).
+--
+-- Decisions where PyTorch has no Lua shape (also in the README, section "nn"):
+--  * parameters(), buffers(), children(), modules() return Lua lists;
+--    named_*() return iterators for `for name, t in m:named_parameters() do`.
+--  * assigning a plain Lua table that holds modules or parameters is an error
+--    (PyTorch silently ignores a Python list; use nn.ModuleList / ModuleDict).
+--    Plain fields live in m._attrs (so every assignment is seen); the raw
+--    fields of an instance are the registries (_parameters, _buffers,
+--    _modules, _non_persistent, _attrs, _hooks).
+--  * a tensor is a parameter when made by nn.Parameter(t) (a new leaf sharing
+--    t's storage, requires_grad = true); a plain tensor assigned to a field is
+--    a plain field, as in PyTorch.
+--  * m:to(...) cannot change a tensor's dtype or device in place, so it puts
+--    new parameter tensors into the module (shared parameters stay shared).
+--    Build optimizers after moving the model, as PyTorch recommends.
+--  * load_state_dict checks every key before copying anything, so a refused
+--    load leaves the module untouched; it returns missing, unexpected (lists).
+--  * forward hooks: register_forward_pre_hook(fn(module, args)) and
+--    register_forward_hook(fn(module, args, results)); args and results are
+--    packed lists ({n = ...}); a hook returning a packed list replaces them.
+local accel = require("accel")
+
+local M = {}
+
+-- ---- errors at the user's line ----
+
+-- Level (for error()) of the first Lua frame outside the embedded library.
+local function user_level()
+  local level = 3
+  while true do
+    local info = debug.getinfo(level, "Sl")
+    if not info then return 2 end
+    if info.currentline > 0 and info.source:sub(1, 8) ~= "=[accel]" then return level - 1 end
+    level = level + 1
+  end
+end
+
+-- error(msg) reported at the first frame of the user's code.
+function M.raise(fmt, ...)
+  local msg = select("#", ...) > 0 and fmt:format(...) or fmt
+  error(msg, user_level())
+end
+local raise = M.raise
+
+-- ---- Parameter ----
+
+local param_set = setmetatable({}, {__mode = "k"})
+
+-- nn.Parameter(t, [requires_grad = true | {requires_grad = ...}]): a leaf
+-- tensor sharing t's storage, marked as a parameter.
+function M.Parameter(t, requires_grad)
+  if not accel.is_tensor(t) then raise("nn.Parameter: expected a tensor, got %s", type(t)) end
+  if type(requires_grad) == "table" then requires_grad = requires_grad.requires_grad end
+  if requires_grad == nil then requires_grad = true end
+  local p = t:detach()
+  if requires_grad then p:requires_grad_(true) end
+  param_set[p] = true
+  return p
+end
+
+function M.is_parameter(t) return param_set[t] == true end
+
+-- ---- ordered registries (names in registration order; values may be nil) ----
+
+local function new_reg() return {keys = {}, pos = {}, vals = {}} end
+
+local function reg_set(r, name, v)
+  if not r.pos[name] then
+    r.keys[#r.keys + 1] = name
+    r.pos[name] = #r.keys
+  end
+  r.vals[name] = v
+end
+
+local function reg_remove(r, name)
+  local i = r.pos[name]
+  if not i then return end
+  table.remove(r.keys, i)
+  r.pos[name], r.vals[name] = nil, nil
+  for j = i, #r.keys do r.pos[r.keys[j]] = j end
+end
+M.new_reg, M.reg_set, M.reg_remove = new_reg, reg_set, reg_remove
+
+-- ---- classes ----
+
+local Module = {__name = "Module"}
+M.Module = Module
+
+local function class_of(obj)
+  local mt = getmetatable(obj)
+  return type(mt) == "table" and rawget(mt, "__class") or nil
+end
+
+function M.is_module(x) return type(x) == "table" and class_of(x) ~= nil end
+local is_module = M.is_module
+
+local call_hooked, repr
+
+local function make_meta(cls)
+  local mt = {__class = cls, __name = cls.__name}
+  mt.__index = function(self, k)
+    local v = self._attrs[k]
+    if v ~= nil then return v end
+    v = self._parameters.vals[k]
+    if v ~= nil then return v end
+    v = self._buffers.vals[k]
+    if v ~= nil then return v end
+    v = self._modules.vals[k]
+    if v ~= nil then return v end
+    if type(k) == "number" then
+      local get = cls.__getitem
+      if get then return get(self, k) end
+    end
+    return cls[k]
+  end
+  mt.__newindex = function(self, k, v) return cls.__setattr(self, k, v) end
+  mt.__call = function(self, ...)
+    if rawget(self, "_hooks") then return call_hooked(self, ...) end
+    return self:forward(...)
+  end
+  mt.__tostring = function(self) return repr(self) end
+  mt.__len = function(self)
+    local len = cls.__len
+    if not len then raise("%s has no length (only containers such as Sequential do)", cls.__name) end
+    return len(self)
+  end
+  return mt
+end
+
+local function new_instance(cls, ...)
+  local self = {_attrs = {training = true}, _parameters = new_reg(), _buffers = new_reg(), _modules = new_reg(),
+                _non_persistent = {}}
+  setmetatable(self, rawget(cls, "__meta"))
+  cls.init(self, ...)
+  return self
+end
+
+local class_mt = {
+  __call = new_instance,
+  __tostring = function(cls) return "class " .. cls.__name end,
+}
+
+-- Class:extend(name) -> a subclass of Class named name.
+function Module.extend(parent, name)
+  if type(parent) ~= "table" then raise('Module:extend: call it with a colon: nn.Module:extend("Name")') end
+  if type(name) ~= "string" or name == "" then
+    raise("Module:extend: expected a class name (a string), got %s", type(name))
+  end
+  local cls = {__name = name, super = parent}
+  cls.__meta = make_meta(cls)
+  return setmetatable(cls, {__index = parent, __call = class_mt.__call, __tostring = class_mt.__tostring})
+end
+
+Module.__meta = make_meta(Module)
+setmetatable(Module, class_mt)
+
+function Module:init() end
+
+function Module:forward()
+  raise('Module [%s] is missing the required "forward" function', self:_get_name())
+end
+
+function Module:_get_name() return class_of(self).__name end
+
+-- m:isinstance(nn.Linear): m's class is cls or a subclass of it.
+function Module:isinstance(cls)
+  local c = class_of(self)
+  while c do
+    if c == cls then return true end
+    c = rawget(c, "super")
+  end
+  return false
+end
+
+-- ---- registration ----
+
+local function check_name(self, what, name)
+  if type(name) ~= "string" then raise("%s name should be a string, got %s", what, type(name)) end
+  if name == "" then raise('%s name can\'t be empty string ""', what) end
+  if name:find(".", 1, true) then raise('%s name can\'t contain ".", got "%s"', what, name) end
+  if type(class_of(self)[name]) == "function" then
+    raise('%s: the name "%s" is a method of %s; choose another name', what, name, self:_get_name())
+  end
+  if self._attrs[name] ~= nil then raise('%s: attribute "%s" already exists', what, name) end
+end
+
+local function forget(self, name, keep)
+  if keep ~= "p" then reg_remove(self._parameters, name) end
+  if keep ~= "b" then reg_remove(self._buffers, name); self._non_persistent[name] = nil end
+  if keep ~= "m" then reg_remove(self._modules, name) end
+end
+
+function Module:register_parameter(name, p)
+  if not (self._parameters.pos[name]) then check_name(self, "parameter", name) end
+  if p ~= nil and not M.is_parameter(p) then
+    raise('cannot assign %s as parameter "%s" (nn.Parameter or nil expected)',
+      accel.is_tensor(p) and "a plain tensor" or type(p), name)
+  end
+  forget(self, name, "p")
+  reg_set(self._parameters, name, p)
+end
+
+-- register_buffer(name, tensor_or_nil, [{persistent = true}] or [persistent])
+function Module:register_buffer(name, t, o)
+  local persistent = true
+  if type(o) == "table" then persistent = o.persistent ~= false elseif o == false then persistent = false end
+  if not (self._buffers.pos[name]) then check_name(self, "buffer", name) end
+  if t ~= nil and not accel.is_tensor(t) then raise('cannot assign %s as buffer "%s" (tensor or nil expected)', type(t), name) end
+  forget(self, name, "b")
+  reg_set(self._buffers, name, t)
+  self._non_persistent[name] = (not persistent) or nil
+end
+
+function Module:register_module(name, m)
+  if not (self._modules.pos[name]) then check_name(self, "module", name) end
+  if m ~= nil and not is_module(m) then raise('cannot assign %s as child module "%s" (Module or nil expected)', type(m), name) end
+  forget(self, name, "m")
+  reg_set(self._modules, name, m)
+end
+Module.add_module = Module.register_module
+
+local function holds_registrable(t)
+  for _, v in pairs(t) do
+    if is_module(v) or (accel.is_tensor(v) and M.is_parameter(v)) then return true end
+  end
+  return false
+end
+
+-- self.k = v: registers Modules and Parameters, updates registered buffers.
+function Module:__setattr(k, v)
+  if type(k) == "number" then
+    local set = class_of(self).__setitem
+    if not set then raise("%s does not support item assignment (m[%s] = ...)", self:_get_name(), tostring(k)) end
+    return set(self, k, v)
+  end
+  if is_module(v) then
+    self._attrs[k] = nil
+    return self:register_module(k, v)
+  end
+  if accel.is_tensor(v) and M.is_parameter(v) then
+    self._attrs[k] = nil
+    return self:register_parameter(k, v)
+  end
+  if self._parameters.pos[k] then return self:register_parameter(k, v) end
+  if self._buffers.pos[k] then return self:register_buffer(k, v, {persistent = not self._non_persistent[k]}) end
+  if self._modules.pos[k] then return self:register_module(k, v) end
+  if type(v) == "table" and getmetatable(v) == nil and holds_registrable(v) then
+    raise('%s.%s: a plain table of modules or parameters is not registered; use nn.ModuleList{...} or '
+      .. 'nn.ModuleDict{...} (or m._attrs.name = t to keep a plain table)', self:_get_name(), tostring(k))
+  end
+  self._attrs[k] = v
+end
+
+-- ---- traversal ----
+
+local function join(prefix, name) return prefix == "" and name or prefix .. "." .. name end
+
+-- Ordered list of {name, module} for m and its descendants (pre-order),
+-- each module once unless remove_duplicate is false.
+local function collect_modules(m, prefix, memo, out)
+  if memo then
+    if memo[m] then return out end
+    memo[m] = true
+  end
+  out[#out + 1] = {prefix, m}
+  local r = m._modules
+  for _, name in ipairs(r.keys) do
+    local child = r.vals[name]
+    if child ~= nil then collect_modules(child, join(prefix, name), memo, out) end
+  end
+  return out
+end
+
+local function list_iter(list)
+  local i = 0
+  return function()
+    i = i + 1
+    local e = list[i]
+    if e then return e[1], e[2] end
+  end
+end
+
+local function opts_of(o) return type(o) == "table" and o or {} end
+
+local function named_members(self, field, o)
+  o = opts_of(o)
+  local prefix = o.prefix or ""
+  local dedup = o.remove_duplicate ~= false
+  local mods = o.recurse == false and {{prefix, self}} or collect_modules(self, prefix, dedup and {} or nil, {})
+  local seen, out = {}, {}
+  for _, e in ipairs(mods) do
+    local r = e[2][field]
+    for _, name in ipairs(r.keys) do
+      local t = r.vals[name]
+      if t ~= nil and not (dedup and seen[t]) then
+        seen[t] = true
+        out[#out + 1] = {join(e[1], name), t}
+      end
+    end
+  end
+  return out
+end
+
+local function values(list)
+  local out = {}
+  for i, e in ipairs(list) do out[i] = e[2] end
+  return out
+end
+
+function Module:named_parameters(o) return list_iter(named_members(self, "_parameters", o)) end
+-- parameters(): the hot path (optimizers, zero_grad), without building names
+local function members(m, field, seen_m, seen_t, out)
+  if seen_m[m] then return out end
+  seen_m[m] = true
+  local r = m[field]
+  for _, name in ipairs(r.keys) do
+    local t = r.vals[name]
+    if t ~= nil and not seen_t[t] then
+      seen_t[t] = true
+      out[#out + 1] = t
+    end
+  end
+  local mods = m._modules
+  for _, name in ipairs(mods.keys) do
+    local child = mods.vals[name]
+    if child ~= nil then members(child, field, seen_m, seen_t, out) end
+  end
+  return out
+end
+
+function Module:parameters(o)
+  if o ~= nil then return values(named_members(self, "_parameters", o)) end
+  return members(self, "_parameters", {}, {}, {})
+end
+function Module:named_buffers(o) return list_iter(named_members(self, "_buffers", o)) end
+function Module:buffers(o)
+  if o ~= nil then return values(named_members(self, "_buffers", o)) end
+  return members(self, "_buffers", {}, {}, {})
+end
+
+local function direct_children(self)
+  local out, seen = {}, {}
+  local r = self._modules
+  for _, name in ipairs(r.keys) do
+    local m = r.vals[name]
+    if m ~= nil and not seen[m] then
+      seen[m] = true
+      out[#out + 1] = {name, m}
+    end
+  end
+  return out
+end
+
+function Module:named_children() return list_iter(direct_children(self)) end
+function Module:children() return values(direct_children(self)) end
+
+function Module:named_modules(o)
+  o = opts_of(o)
+  return list_iter(collect_modules(self, o.prefix or "", o.remove_duplicate ~= false and {} or nil, {}))
+end
+function Module:modules() return values(collect_modules(self, "", {}, {})) end
+
+-- get_submodule("h.3.attn") (empty string: the module itself)
+function Module:get_submodule(target)
+  local m = self
+  if target == "" then return m end
+  for atom in tostring(target):gmatch("[^.]+") do
+    local child = m._modules.vals[atom]
+    if child == nil then raise('%s has no submodule "%s" (looking up "%s")', m:_get_name(), atom, target) end
+    m = child
+  end
+  return m
+end
+
+local function split_target(target)
+  local mod, name = tostring(target):match("^(.*)%.([^.]+)$")
+  if not mod then return "", target end
+  return mod, name
+end
+
+function Module:get_parameter(target)
+  local mod, name = split_target(target)
+  local m = self:get_submodule(mod)
+  local p = m._parameters.vals[name]
+  if p == nil then raise('%s has no parameter "%s"', m:_get_name(), name) end
+  return p
+end
+
+function Module:get_buffer(target)
+  local mod, name = split_target(target)
+  local m = self:get_submodule(mod)
+  local b = m._buffers.vals[name]
+  if b == nil then raise('%s has no buffer "%s"', m:_get_name(), name) end
+  return b
+end
+
+-- ---- state ----
+
+-- Ordered {key, tensor} list: each module's parameters, then its persistent
+-- buffers, then its children (PyTorch's state_dict order; no deduplication).
+local function state_entries(self, prefix, out)
+  for _, name in ipairs(self._parameters.keys) do
+    local p = self._parameters.vals[name]
+    if p ~= nil then out[#out + 1] = {prefix .. name, p} end
+  end
+  for _, name in ipairs(self._buffers.keys) do
+    local b = self._buffers.vals[name]
+    if b ~= nil and not self._non_persistent[name] then out[#out + 1] = {prefix .. name, b} end
+  end
+  for _, name in ipairs(self._modules.keys) do
+    local m = self._modules.vals[name]
+    if m ~= nil then state_entries(m, prefix .. name .. ".", out) end
+  end
+  return out
+end
+
+-- state_dict([{prefix = "", keep_vars = false}]) -> {key = tensor}: detached
+-- tensors sharing the module's storage. state_dict_keys() lists the keys in
+-- PyTorch's order.
+function Module:state_dict(o)
+  o = opts_of(o)
+  local sd = {}
+  for _, e in ipairs(state_entries(self, o.prefix or "", {})) do
+    sd[e[1]] = o.keep_vars and e[2] or e[2]:detach()
+  end
+  return sd
+end
+
+function Module:state_dict_keys()
+  local keys = {}
+  for i, e in ipairs(state_entries(self, "", {})) do keys[i] = e[1] end
+  return keys
+end
+
+local function same_shape(a, b)
+  if a:dim() ~= b:dim() then return false end
+  for d = 1, a:dim() do
+    if a:size(d) ~= b:size(d) then return false end
+  end
+  return true
+end
+
+-- load_state_dict(sd, [{strict = true}]) -> missing_keys, unexpected_keys.
+-- Mis-shaped or non-tensor entries are always an error; with strict,
+-- missing and unexpected keys are too. Nothing is copied when it errors.
+function Module:load_state_dict(sd, o)
+  o = opts_of(o)
+  local strict = o.strict ~= false
+  if type(sd) ~= "table" or is_module(sd) then
+    raise("load_state_dict: expected a table of name -> tensor, got %s", is_module(sd) and "a Module" or type(sd))
+  end
+  local entries = state_entries(self, "", {})
+  local expected, missing, mismatched, missing_names = {}, {}, {}, {}
+  for _, e in ipairs(entries) do
+    local key, t = e[1], e[2]
+    expected[key] = true
+    local v = sd[key]
+    if v == nil then
+      missing[#missing + 1] = ('"%s" (shape %s)'):format(key, tostring(t.shape))
+      missing_names[#missing_names + 1] = key
+    elseif not accel.is_tensor(v) then
+      mismatched[#mismatched + 1] = ("value for %s is a %s, not a tensor."):format(key, type(v))
+    elseif not same_shape(v, t) then
+      mismatched[#mismatched + 1] = ("size mismatch for %s: copying a param with shape %s from checkpoint, "
+        .. "the shape in current model is %s."):format(key, tostring(v.shape), tostring(t.shape))
+    end
+  end
+  local unexpected, unexpected_names = {}, {}
+  local extra = {}
+  for k in pairs(sd) do
+    if not expected[k] then extra[#extra + 1] = k end
+  end
+  table.sort(extra, function(a, b) return tostring(a) < tostring(b) end)
+  for _, k in ipairs(extra) do
+    local v = sd[k]
+    unexpected_names[#unexpected_names + 1] = k
+    unexpected[#unexpected + 1] = accel.is_tensor(v) and ('"%s" (shape %s)'):format(tostring(k), tostring(v.shape))
+      or ('"%s" (a %s)'):format(tostring(k), type(v))
+  end
+  local errs = {}
+  if strict and #missing > 0 then errs[#errs + 1] = "Missing key(s) in state_dict: " .. table.concat(missing, ", ") .. "." end
+  if strict and #unexpected > 0 then errs[#errs + 1] = "Unexpected key(s) in state_dict: " .. table.concat(unexpected, ", ") .. "." end
+  for _, m in ipairs(mismatched) do errs[#errs + 1] = m end
+  if #errs > 0 then
+    raise("Error(s) in loading state_dict for %s:\n\t%s", self:_get_name(), table.concat(errs, "\n\t"))
+  end
+  accel.no_grad(function()
+    for _, e in ipairs(entries) do
+      local v = sd[e[1]]
+      if v ~= nil and not rawequal(v, e[2]) then e[2]:copy_(v) end
+    end
+  end)
+  return missing_names, unexpected_names
+end
+
+-- ---- modes, gradients, apply ----
+
+function Module:train(mode)
+  if mode == nil then mode = true end
+  if type(mode) ~= "boolean" then raise("train: mode is expected to be a boolean, got %s", type(mode)) end
+  for _, m in ipairs(self:modules()) do m._attrs.training = mode end
+  return self
+end
+
+function Module:eval() return self:train(false) end
+
+function Module:requires_grad_(flag)
+  if flag == nil then flag = true end
+  for _, p in ipairs(self:parameters()) do p:requires_grad_(flag) end
+  return self
+end
+
+-- zero_grad([{set_to_none = true}])
+function Module:zero_grad(o)
+  local to_none = opts_of(o).set_to_none ~= false
+  for _, p in ipairs(self:parameters()) do
+    local g = p.grad
+    if g ~= nil then
+      if to_none then p.grad = nil else accel.no_grad(function() g:zero_() end) end
+    end
+  end
+  return self
+end
+
+-- apply(fn): fn(m) for every submodule (children first) and then self.
+function Module:apply(fn)
+  if type(fn) ~= "function" then raise("apply: expected a function, got %s", type(fn)) end
+  for _, m in ipairs(self:children()) do m:apply(fn) end
+  fn(self)
+  return self
+end
+
+-- ---- to(device | dtype | tensor | {device=, dtype=}) ----
+
+-- The target (device, dtype or nil) that t:to(...) would pick: dtype is nil
+-- when the arguments name none (a float32 and a float64 probe agree only when
+-- a dtype was given).
+local function to_target(...)
+  local a = accel.empty(0):to(...)
+  local b = accel.empty(0, {dtype = accel.float64}):to(...)
+  return a.device, a.dtype == b.dtype and a.dtype or nil
+end
+
+local function moved(t, device, dtype)
+  local dt = (dtype and t.dtype.is_floating_point) and dtype or t.dtype
+  if tostring(t.device) == tostring(device) and t.dtype == dt then return t end
+  return accel.no_grad(function() return t:to(device, dt) end)
+end
+
+function Module:to(...)
+  local ok, device, dtype = pcall(to_target, ...)
+  if not ok then raise("Module.to: %s", (tostring(device):gsub("^.-:%d+: ", ""))) end
+  if dtype and not dtype.is_floating_point then
+    raise("Module.to: nn.Module.to only accepts floating point dtypes, but got desired dtype=%s", tostring(dtype))
+  end
+  local memo = {}
+  local function convert(t, is_param)
+    if memo[t] then return memo[t] end
+    local n = moved(t, device, dtype)
+    if n ~= t then
+      if is_param then
+        n = M.Parameter(n, t.requires_grad)
+        local g = t.grad
+        if g ~= nil then n.grad = moved(g, device, dtype) end
+      end
+    end
+    memo[t] = n
+    return n
+  end
+  for _, m in ipairs(self:modules()) do
+    for _, name in ipairs(m._parameters.keys) do
+      local p = m._parameters.vals[name]
+      if p ~= nil then m._parameters.vals[name] = convert(p, true) end
+    end
+    for _, name in ipairs(m._buffers.keys) do
+      local b = m._buffers.vals[name]
+      if b ~= nil then m._buffers.vals[name] = convert(b, false) end
+    end
+  end
+  return self
+end
+
+function Module:float() return self:to(accel.float32) end
+function Module:double() return self:to(accel.float64) end
+function Module:half() return self:to(accel.float16) end
+function Module:bfloat16() return self:to(accel.bfloat16) end
+function Module:cpu() return self:to("cpu") end
+function Module:cuda(i) return self:to(i and ("cuda:" .. i) or "cuda") end
+
+-- ---- forward hooks ----
+
+local Handle = {}
+Handle.__index = Handle
+function Handle:remove()
+  local hooks = rawget(self.module, "_hooks")
+  if not hooks then return end
+  for i, h in ipairs(hooks[self.kind]) do
+    if h == self.fn then table.remove(hooks[self.kind], i) break end
+  end
+  if #hooks.pre == 0 and #hooks.post == 0 then rawset(self.module, "_hooks", nil) end
+end
+
+local function add_hook(self, kind, fn)
+  if type(fn) ~= "function" then raise("register_forward_%shook: expected a function", kind == "pre" and "pre_" or "") end
+  local hooks = rawget(self, "_hooks")
+  if not hooks then
+    hooks = {pre = {}, post = {}}
+    rawset(self, "_hooks", hooks)
+  end
+  table.insert(hooks[kind], fn)
+  return setmetatable({module = self, kind = kind, fn = fn}, Handle)
+end
+
+function Module:register_forward_pre_hook(fn) return add_hook(self, "pre", fn) end
+function Module:register_forward_hook(fn) return add_hook(self, "post", fn) end
+
+call_hooked = function(self, ...)
+  local hooks = rawget(self, "_hooks")
+  local args = table.pack(...)
+  for _, h in ipairs({table.unpack(hooks.pre)}) do
+    local r = h(self, args)
+    if r ~= nil then args = r end
+  end
+  local res = table.pack(self:forward(table.unpack(args, 1, args.n)))
+  for _, h in ipairs({table.unpack(hooks.post)}) do
+    local r = h(self, args, res)
+    if r ~= nil then res = r end
+  end
+  return table.unpack(res, 1, res.n)
+end
+
+-- ---- printing (PyTorch's module tree) ----
+
+function Module:extra_repr() return "" end
+
+local function add_indent(s, n)
+  local pad = (" "):rep(n)
+  return (s:gsub("\n", "\n" .. pad))
+end
+
+repr = function(self)
+  local lines = {}
+  local extra = self:extra_repr()
+  local n_extra = 0
+  if extra ~= "" then
+    for line in (extra .. "\n"):gmatch("(.-)\n") do
+      lines[#lines + 1] = line
+      n_extra = n_extra + 1
+    end
+  end
+  local r = self._modules
+  for _, name in ipairs(r.keys) do
+    local m = r.vals[name]
+    lines[#lines + 1] = "(" .. name .. "): " .. add_indent(m ~= nil and repr(m) or "None", 2)
+  end
+  local s = self:_get_name() .. "("
+  if #lines > 0 then
+    if n_extra == 1 and #lines == 1 then s = s .. lines[1]
+    else s = s .. "\n  " .. table.concat(lines, "\n  ") .. "\n" end
+  end
+  return s .. ")"
+end
+
+-- ---- formatting helpers for extra_repr (Python's spelling) ----
+
+function M.pyrepr(v)
+  if type(v) == "boolean" then return v and "True" or "False" end
+  if v == nil then return "None" end
+  if type(v) == "string" then return "'" .. v .. "'" end
+  if type(v) == "number" then
+    if math.type and math.type(v) == "integer" then return tostring(v) end
+    if v == math.floor(v) and math.abs(v) < 1e16 then return ("%.1f"):format(v) end
+    return ("%.15g"):format(v)
+  end
+  if type(v) == "table" then
+    local parts = {}
+    for i, x in ipairs(v) do parts[i] = M.pyrepr(x) end
+    return "(" .. table.concat(parts, ", ") .. (#parts == 1 and ",)" or ")")
+  end
+  return tostring(v)
+end
+
+return M

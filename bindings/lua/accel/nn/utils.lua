@@ -1,0 +1,131 @@
+-- accel.nn.utils: torch.nn.utils' gradient clipping and flat-vector helpers.
+--
+--   local total = nn.utils.clip_grad_norm_(model:parameters(), 1.0)        -- {norm_type = 2}
+--   nn.utils.clip_grad_value_(model:parameters(), 0.5)
+--   local v = nn.utils.parameters_to_vector(model:parameters())
+--   nn.utils.vector_to_parameters(v, model:parameters())
+--
+-- `parameters` is a list of tensors or one tensor; parameters whose grad is
+-- nil are skipped. clip_grad_norm_ computes the total norm of all gradients
+-- in one C pass (accel._C.total_norm, in double; norm_type may be math.huge
+-- or "inf") and returns it as a 0-dim tensor of the gradients' dtype; like
+-- PyTorch it multiplies every gradient by clamp(max_norm / (total + 1e-6),
+-- max = 1) in that dtype (skipped when the factor is exactly 1).
+local accel = require("accel")
+local C = accel._C
+
+local utils = {}
+
+local function user_level()
+  local level = 3
+  while true do
+    local info = debug.getinfo(level, "Sl")
+    if not info then return 2 end
+    if info.currentline > 0 and info.source:sub(1, 8) ~= "=[accel]" then return level - 1 end
+    level = level + 1
+  end
+end
+
+local function raise(fmt, ...)
+  error(select("#", ...) > 0 and fmt:format(...) or fmt, user_level())
+end
+
+local function param_list(name, parameters)
+  if accel.is_tensor(parameters) then return {parameters} end
+  if type(parameters) ~= "table" then
+    raise("%s: parameters must be a list of tensors or a tensor, got %s", name, type(parameters))
+  end
+  if parameters[1] == nil and next(parameters) ~= nil then
+    raise("%s: parameters must be a list of tensors, got a table that is not a list (for a module, pass "
+      .. "model:parameters())", name)
+  end
+  for i, p in ipairs(parameters) do
+    if not accel.is_tensor(p) then raise("%s: parameters[%d] is a %s, not a tensor", name, i, type(p)) end
+  end
+  return parameters
+end
+
+local function grads_of(params)
+  local grads = {}
+  for _, p in ipairs(params) do
+    local g = p.grad
+    if g ~= nil then grads[#grads + 1] = g end
+  end
+  return grads
+end
+
+local function norm_type_of(name, v)
+  if v == nil then return 2.0 end
+  if v == "inf" or v == "Inf" then return math.huge end
+  if type(v) ~= "number" or v ~= v or v < 0 then
+    raise("%s: norm_type must be a number >= 0 or math.huge / \"inf\", got %s", name, tostring(v))
+  end
+  return v
+end
+
+-- clip_grad_norm_(parameters, max_norm, {norm_type = 2, error_if_nonfinite = false}) -> total norm (0-dim tensor)
+function utils.clip_grad_norm_(parameters, max_norm, opts)
+  local name = "clip_grad_norm_"
+  local params = param_list(name, parameters)
+  if type(max_norm) ~= "number" then raise("%s: max_norm must be a number, got %s", name, type(max_norm)) end
+  if opts ~= nil and type(opts) ~= "table" then raise("%s: options must be a table", name) end
+  opts = opts or {}
+  local norm_type = norm_type_of(name, opts.norm_type)
+  local grads = grads_of(params)
+  if #grads == 0 then return accel.tensor(0.0) end
+  local total = accel.tensor(C.total_norm(grads, norm_type), {dtype = grads[1].dtype})
+  local t = total:item()
+  if opts.error_if_nonfinite and (t ~= t or t == math.huge) then
+    raise("%s: The total norm of order %s for gradients from `parameters` is non-finite, so it cannot be clipped. "
+      .. "To disable this error and scale the gradients by the non-finite norm anyway, set "
+      .. "`error_if_nonfinite=false`", name, tostring(norm_type))
+  end
+  local coef = (max_norm / (total + 1e-6)):clamp(nil, 1.0)
+  local c = coef:item()
+  if c ~= 1 then
+    accel.no_grad(function()
+      for _, g in ipairs(grads) do g:mul_(coef) end
+    end)
+  end
+  return total
+end
+
+-- clip_grad_value_(parameters, clip_value): every gradient clamped to [-v, v] in place
+function utils.clip_grad_value_(parameters, clip_value)
+  local name = "clip_grad_value_"
+  local params = param_list(name, parameters)
+  if type(clip_value) ~= "number" then raise("%s: clip_value must be a number, got %s", name, type(clip_value)) end
+  accel.no_grad(function()
+    for _, g in ipairs(grads_of(params)) do g:clamp_(-clip_value, clip_value) end
+  end)
+end
+
+-- parameters_to_vector(parameters) -> 1-D tensor of all parameters, in order
+function utils.parameters_to_vector(parameters)
+  local params = param_list("parameters_to_vector", parameters)
+  local flat = {}
+  for i, p in ipairs(params) do flat[i] = p:reshape(-1) end
+  return accel.cat(flat)
+end
+
+-- vector_to_parameters(vec, parameters): copies consecutive slices of vec into the parameters
+function utils.vector_to_parameters(vec, parameters)
+  local name = "vector_to_parameters"
+  if not accel.is_tensor(vec) then raise("%s: expected a tensor, got %s", name, type(vec)) end
+  local params = param_list(name, parameters)
+  local total = 0
+  for _, p in ipairs(params) do total = total + p:numel() end
+  if vec:dim() ~= 1 or vec:numel() ~= total then
+    raise("%s: vector has %d elements (%d dims) but the parameters hold %d", name, vec:numel(), vec:dim(), total)
+  end
+  accel.no_grad(function()
+    local at = 1
+    for _, p in ipairs(params) do
+      local n = p:numel()
+      p:copy_(vec:narrow(1, at, n):view_as(p))
+      at = at + n
+    end
+  end)
+end
+
+return utils

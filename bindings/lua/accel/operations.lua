@@ -1,0 +1,143 @@
+-- accel.operations: the Accelerator's cross-process operations on tensors
+-- and nested tables of tensors (Accelerate's utils.operations), written
+-- against the communicator interface of accel.comm so that they are the same
+-- code for one process and for N. A nested table is walked recursively and
+-- rebuilt with the same keys; non-tensor leaves pass through unchanged.
+local accel = require("accel")
+local raise = require("accel.nn.module").raise
+
+local ops = {}
+
+-- fn applied to every tensor in data (a tensor or nested tables of them).
+local function map_tensors(data, fn)
+  if accel.is_tensor(data) then return fn(data) end
+  if type(data) == "table" and getmetatable(data) == nil then
+    local out = {}
+    for k, v in pairs(data) do out[k] = map_tensors(v, fn) end
+    return out
+  end
+  return data
+end
+ops.map_tensors = map_tensors
+
+-- gather: every process's tensor concatenated along dim 1, in rank order
+-- (0-dim tensors become 1-D first, as in Accelerate).
+function ops.gather(comm, data)
+  return map_tensors(data, function(t)
+    if t:dim() == 0 then t = t:reshape(1) end
+    local parts = comm:all_gather(t:contiguous())
+    if #parts == 1 then return parts[1] end
+    return accel.cat(parts, 1)
+  end)
+end
+
+-- The first n rows of every tensor in data.
+function ops.truncate(data, n)
+  return map_tensors(data, function(t)
+    if t:dim() == 0 or t:size(1) <= n then return t end
+    return t:narrow(1, 1, n)
+  end)
+end
+
+local reductions = {sum = "sum", mean = "sum", max = "max", min = "min"}
+
+-- reduce: sum / mean / max / min of a tensor over processes (then * scale);
+-- "none" returns it unchanged.
+function ops.reduce(comm, data, reduction, scale)
+  reduction = reduction or "sum"
+  if reduction == "none" then return data end
+  local op = reductions[reduction]
+  if not op then
+    raise('reduce: reduction must be "sum", "mean", "max", "min" or "none", got %s', tostring(reduction))
+  end
+  return map_tensors(data, function(t)
+    local r = comm:all_reduce(t, op)
+    if reduction == "mean" then r = r / comm.world_size end
+    if scale and scale ~= 1 then r = r * scale end
+    return r
+  end)
+end
+
+function ops.broadcast(comm, data, src)
+  return map_tensors(data, function(t) return comm:broadcast(t, src or 0) end)
+end
+
+-- pad_across_processes: pads dim `dim` of each tensor to the largest size
+-- any process has, with pad_index, after the data (or before with pad_first).
+function ops.pad_across_processes(comm, data, dim, pad_index, pad_first)
+  return map_tensors(data, function(t)
+    if t:dim() == 0 then return t end
+    local d = dim < 0 and t:dim() + dim + 1 or dim
+    if d < 1 or d > t:dim() then
+      raise("pad_across_processes: dim %d out of range for a tensor with %d dims", dim, t:dim())
+    end
+    local sizes = comm:all_gather(accel.tensor({t:size(d)}))
+    local max = t:size(d)
+    for _, s in ipairs(sizes) do max = math.max(max, s:item()) end
+    if max == t:size(d) then return t end
+    local shape = {}
+    for i = 1, t:dim() do shape[i] = t:size(i) end
+    shape[d] = max
+    local out = accel.full(shape, pad_index or 0, {dtype = t.dtype})
+    local start = pad_first and max - t:size(d) + 1 or 1
+    accel.no_grad(function() out:narrow(d, start, t:size(d)):copy_(t) end)
+    return out
+  end)
+end
+
+-- gather_object: a list from every process, concatenated in rank order;
+-- any other value comes back as the list of every process's value.
+function ops.gather_object(comm, obj)
+  local all = comm:all_gather_object(obj)
+  if type(obj) ~= "table" or getmetatable(obj) ~= nil or #obj == 0 and next(obj) ~= nil then return all end
+  local out = {}
+  for _, part in ipairs(all) do
+    for _, v in ipairs(part) do out[#out + 1] = v end
+  end
+  return out
+end
+
+-- ---------------------------------------------------------------- split
+
+local function length_of(x)
+  if accel.is_tensor(x) then return x:dim() == 0 and 1 or x:size(1) end
+  return #x
+end
+
+local function slice(x, first, count, pad_to)
+  if accel.is_tensor(x) then
+    local part = x:narrow(1, first, count)
+    if pad_to > count and count > 0 then
+      local reps = {part}
+      for i = count + 1, pad_to do reps[#reps + 1] = x:narrow(1, first + count - 1, 1) end
+      part = accel.cat(reps, 1)
+    end
+    return part
+  end
+  local out = {}
+  for i = 1, count do out[i] = x[first + i - 1] end
+  for i = count + 1, pad_to do out[i] = out[count] end
+  return out
+end
+
+-- This rank's contiguous part of inputs (see PartialState:split_between_processes).
+function ops.split(inputs, rank, world, apply_padding)
+  local function split_one(x)
+    local n = length_of(x)
+    local per, extra = math.floor(n / world), n % world
+    local first = rank * per + math.min(rank, extra) + 1
+    local count = per + (rank < extra and 1 or 0)
+    local pad_to = apply_padding and per + (extra > 0 and 1 or 0) or count
+    return slice(x, first, count, pad_to)
+  end
+  if accel.is_tensor(inputs) then return split_one(inputs) end
+  if type(inputs) ~= "table" then
+    raise("split_between_processes: expected a list, a tensor or a table of them, got %s", type(inputs))
+  end
+  if #inputs > 0 or next(inputs) == nil then return split_one(inputs) end
+  local out = {}
+  for k, v in pairs(inputs) do out[k] = split_one(v) end
+  return out
+end
+
+return ops

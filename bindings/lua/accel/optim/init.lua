@@ -1,0 +1,517 @@
+-- accel.optim: PyTorch's optimizers SGD, Adam and AdamW. Each param group is
+-- updated by ONE fused C call (accel._C.sgd_step / adam_step over flat
+-- buffers); this file keeps param groups and per-parameter state.
+-- accel.optim.lr_scheduler holds the schedulers.
+--
+--   local opt = optim.AdamW(model:parameters(), {lr = 1e-3, weight_decay = 0.01})
+--   local opt = optim.SGD({{params = body}, {params = head, lr = 1e-2}}, {lr = 0.1, momentum = 0.9})
+--   loss:backward(); opt:step(); opt:zero_grad()
+--
+-- PyTorch's semantics (update formulas, bias correction, defaults, params
+-- with a nil grad skipped, state_dict layout). Decisions where PyTorch does
+-- not carry over, or where versions differ:
+-- * Defaults follow current PyTorch (2.x) where it differs from 1.13:
+--   zero_grad() sets grads to nil (set_to_none = true), SGD's lr defaults to
+--   1e-3.
+-- * state_dict(): {state = {[i] = {step = n, exp_avg = t, exp_avg_sq = t,
+--   max_exp_avg_sq = t} or {momentum_buffer = t}}, param_groups = {{lr = ...,
+--   betas = {b1, b2}, ..., params = {i, ...}}}} with i the 1-based position
+--   of the parameter across all groups; `step` is a number; state tensors are
+--   the live ones (as PyTorch). load_state_dict copies them, cast to the
+--   parameter's dtype and device, and checks their shapes. Keys of `state`
+--   may be numbers or numeric strings (from JSON).
+-- * SGD with momentum = 0 keeps no state (PyTorch stores momentum_buffer =
+--   None, which a Lua table cannot hold).
+-- * A parameter listed twice, in one group or across groups, is an error
+--   (PyTorch warns for the first); parameters must be float32 / float64
+--   leaf tensors. Hyper-parameters are validated for every group, not only
+--   the defaults. Unknown options are an error; foreach / fused / capturable
+--   are accepted and ignored (updates are always fused), differentiable =
+--   true is refused.
+-- * Custom optimizers: `local My = optim.Optimizer:extend("My")`, define
+--   `My:init(params, opts)` calling `optim.Optimizer.init(self, params,
+--   defaults)` and `My:step(closure)`.
+local accel = require("accel")
+local C = accel._C
+
+local optim = {}
+
+-- ---- errors at the user's line ----
+
+local function user_level()
+  local level = 3
+  while true do
+    local info = debug.getinfo(level, "Sl")
+    if not info then return 2 end
+    if info.currentline > 0 and info.source:sub(1, 8) ~= "=[accel]" then return level - 1 end
+    level = level + 1
+  end
+end
+
+local function raise(fmt, ...)
+  error(select("#", ...) > 0 and fmt:format(...) or fmt, user_level())
+end
+optim._raise = raise
+
+local is_tensor = accel.is_tensor
+
+-- Copy of a plain value: tables (betas, lists) are copied recursively,
+-- tensors and everything else are shared.
+local function copy_plain(v)
+  if type(v) ~= "table" or is_tensor(v) then return v end
+  local c = {}
+  for k, x in pairs(v) do c[k] = copy_plain(x) end
+  return c
+end
+
+local function show(v)
+  if type(v) == "table" and not is_tensor(v) then
+    local parts = {}
+    for i, x in ipairs(v) do parts[i] = show(x) end
+    return "(" .. table.concat(parts, ", ") .. ")"
+  end
+  return tostring(v)
+end
+
+-- ---- Optimizer base class ----
+
+local Optimizer = {}
+Optimizer.__index = Optimizer
+Optimizer.__name = "Optimizer"
+optim.Optimizer = Optimizer
+
+local function new_instance(cls, ...)
+  local self = setmetatable({}, cls)
+  self:init(...)
+  return self
+end
+
+-- Optimizer:extend(name): a subclass, constructed by calling it.
+function Optimizer:extend(name)
+  local cls = {}
+  for k, v in pairs(self) do
+    if type(k) == "string" and k:sub(1, 2) == "__" then cls[k] = v end
+  end
+  cls.__index = cls
+  cls.__name = name
+  cls._super = self
+  return setmetatable(cls, {__index = self, __call = new_instance})
+end
+
+-- isinstance(x, Optimizer) for any subclass
+function optim.is_optimizer(x)
+  local mt = type(x) == "table" and getmetatable(x)
+  while mt do
+    if mt == Optimizer then return true end
+    mt = rawget(mt, "_super")
+  end
+  return false
+end
+
+-- Optimizer.init(self, params, defaults): params is a list of tensors or of
+-- param-group tables {params = {...}, lr = ...}.
+function Optimizer:init(params, defaults)
+  local name = self.__name
+  self.defaults = defaults
+  self.state = {}
+  self.param_groups = {}
+  if is_tensor(params) then
+    raise("%s: params must be a list of tensors or of param-group tables, got a single tensor (wrap it: {t})", name)
+  end
+  if type(params) ~= "table" then
+    raise("%s: params must be a list of tensors or of param-group tables, got %s", name, type(params))
+  end
+  if params[1] == nil and next(params) ~= nil then
+    raise("%s: params must be a list of tensors or of param-group tables, got a table that is not a list "
+      .. "(for a module, pass model:parameters())", name)
+  end
+  if #params == 0 then raise("%s: optimizer got an empty parameter list", name) end
+  local groups = params
+  if is_tensor(params[1]) then groups = {{params = params}} end
+  for _, g in ipairs(groups) do self:add_param_group(g) end
+end
+
+-- Hyper-parameter checks of one group; subclasses override.
+function Optimizer:_check_group(group) end -- luacheck: ignore
+
+local function check_number(name, group, key)
+  local v = group[key]
+  if type(v) ~= "number" then raise("%s: option '%s' must be a number, got %s", name, key, type(v)) end
+  return v
+end
+
+local function check_params(name, list)
+  local seen = {}
+  for i, p in ipairs(list) do
+    if not is_tensor(p) then
+      raise("%s: optimizer can only optimize tensors, but params[%d] is a %s", name, i, type(p))
+    end
+    if not p.is_leaf then raise("%s: can't optimize a non-leaf tensor (params[%d])", name, i) end
+    if p.dtype ~= accel.float32 and p.dtype ~= accel.float64 then
+      raise("%s: params[%d] is %s; optimizers update float32 or float64 parameters", name, i, tostring(p.dtype))
+    end
+    if seen[p] then
+      raise("%s: params[%d] is the same tensor as params[%d]; a parameter may appear only once", name, i, seen[p])
+    end
+    seen[p] = i
+  end
+end
+
+function Optimizer:add_param_group(group)
+  local name = self.__name
+  if type(group) ~= "table" or is_tensor(group) then raise("%s: a param group must be a table {params = ...}", name) end
+  local ps = group.params
+  if is_tensor(ps) then ps = {ps} end
+  if type(ps) ~= "table" then raise("%s: a param group needs a 'params' list of tensors", name) end
+  local g = {}
+  for k, v in pairs(group) do
+    if k ~= "params" then g[k] = copy_plain(v) end
+  end
+  local list = {}
+  for i, p in ipairs(ps) do list[i] = p end
+  check_params(name, list)
+  local taken = {}
+  for _, other in ipairs(self.param_groups) do
+    for _, p in ipairs(other.params) do taken[p] = true end
+  end
+  for _, p in ipairs(list) do
+    if taken[p] then raise("%s: some parameters appear in more than one parameter group", name) end
+  end
+  for k, v in pairs(self.defaults) do
+    if g[k] == nil then g[k] = copy_plain(v) end
+  end
+  g.params = list
+  self:_check_group(g)
+  self.param_groups[#self.param_groups + 1] = g
+end
+
+-- zero_grad([{set_to_none = true}]) (a boolean is accepted too)
+function Optimizer:zero_grad(opts)
+  local set_to_none = true
+  if type(opts) == "boolean" then
+    set_to_none = opts
+  elseif type(opts) == "table" and opts.set_to_none ~= nil then
+    set_to_none = opts.set_to_none
+  end
+  for _, g in ipairs(self.param_groups) do
+    for _, p in ipairs(g.params) do
+      local grad = p.grad
+      if grad ~= nil then
+        if set_to_none then
+          p.grad = nil
+        else
+          if grad.grad_fn then grad:detach_() elseif grad.requires_grad then grad:requires_grad_(false) end
+          grad:zero_()
+        end
+      end
+    end
+  end
+end
+
+function Optimizer:step(closure) -- luacheck: ignore
+  raise("%s: step() is not implemented", self.__name)
+end
+
+-- The closure's loss, evaluated with gradients enabled (nil without one).
+local function run_closure(closure)
+  if closure == nil then return nil end
+  return accel.enable_grad(closure)
+end
+optim._run_closure = run_closure
+
+-- Name for errors of group gi.
+function Optimizer:_who(gi)
+  if #self.param_groups == 1 then return self.__name end
+  return ("%s (param group %d)"):format(self.__name, gi)
+end
+
+function Optimizer:state_dict()
+  local index, n, groups = {}, 0, {}
+  for gi, g in ipairs(self.param_groups) do
+    local packed = {}
+    for k, v in pairs(g) do
+      if k ~= "params" then packed[k] = copy_plain(v) end
+    end
+    local ids = {}
+    for i, p in ipairs(g.params) do
+      if index[p] == nil then
+        n = n + 1
+        index[p] = n
+      end
+      ids[i] = index[p]
+    end
+    packed.params = ids
+    groups[gi] = packed
+  end
+  local state = {}
+  for p, st in pairs(self.state) do
+    if index[p] and next(st) ~= nil then
+      local s = {}
+      for k, v in pairs(st) do s[k] = v end
+      state[index[p]] = s
+    end
+  end
+  return {state = state, param_groups = groups}
+end
+
+local function shape_str(t)
+  local s = {}
+  for i = 1, #t.shape do s[i] = tostring(t.shape[i]) end
+  return "[" .. table.concat(s, ", ") .. "]"
+end
+
+-- A private copy of one saved state entry for parameter p (number id).
+local function load_param_state(name, id, p, saved)
+  if type(saved) ~= "table" or is_tensor(saved) then
+    raise("%s: load_state_dict: state of parameter %d must be a table", name, id)
+  end
+  local st, keys = {}, {}
+  for k in pairs(saved) do keys[#keys + 1] = k end
+  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  for _, k in ipairs(keys) do
+    local v = saved[k]
+    if k == "step" and is_tensor(v) then v = v:item() end
+    if is_tensor(v) then
+      if v:numel() ~= p:numel() or #v.shape ~= #p.shape then
+        raise("%s: load_state_dict: state '%s' of parameter %d has shape %s but the parameter has shape %s", name,
+          tostring(k), id, shape_str(v), shape_str(p))
+      end
+      for d = 1, #p.shape do
+        if v.shape[d] ~= p.shape[d] then
+          raise("%s: load_state_dict: state '%s' of parameter %d has shape %s but the parameter has shape %s", name,
+            tostring(k), id, shape_str(v), shape_str(p))
+        end
+      end
+      local c, copied = v:detach(), false
+      if tostring(c.device) ~= tostring(p.device) then c, copied = c:to(p.device), true end
+      if c.dtype ~= p.dtype then c, copied = c:to(p.dtype), true end
+      if not copied then c = c:clone() end
+      v = c:contiguous()
+    elseif type(v) == "table" then
+      v = copy_plain(v)
+    end
+    st[k] = v
+  end
+  return st
+end
+
+function Optimizer:load_state_dict(sd)
+  local name = self.__name
+  if type(sd) ~= "table" or type(sd.state) ~= "table" or type(sd.param_groups) ~= "table" then
+    raise("%s: load_state_dict expects a table {state = ..., param_groups = ...} from state_dict()", name)
+  end
+  local groups, saved = self.param_groups, sd.param_groups
+  if #groups ~= #saved then
+    raise("%s: loaded state dict has %d parameter groups, but the optimizer has %d", name, #saved, #groups)
+  end
+  local id_map = {}
+  for i, g in ipairs(groups) do
+    local sp = saved[i].params
+    if type(sp) ~= "table" or #sp ~= #g.params then
+      raise("%s: loaded state dict's parameter group %d has %d parameters, but the optimizer's group has %d", name, i,
+        type(sp) == "table" and #sp or 0, #g.params)
+    end
+    for j, id in ipairs(sp) do id_map[tonumber(id)] = g.params[j] end
+  end
+  local state = {}
+  for k, st in pairs(sd.state) do
+    local id = tonumber(k)
+    local p = id and id_map[id]
+    if not p then
+      raise("%s: loaded state dict has state for parameter %s, which is in none of its parameter groups", name,
+        tostring(k))
+    end
+    state[p] = load_param_state(name, id, p, st)
+  end
+  for i, g in ipairs(groups) do
+    for k, v in pairs(saved[i]) do
+      if k ~= "params" then g[k] = copy_plain(v) end
+    end
+  end
+  self.state = state
+end
+
+function Optimizer:__tostring()
+  local out = {self.__name .. " ("}
+  for gi, g in ipairs(self.param_groups) do
+    out[#out + 1] = ("Parameter Group %d"):format(gi)
+    local keys = {}
+    for k in pairs(g) do
+      if k ~= "params" then keys[#keys + 1] = tostring(k) end
+    end
+    table.sort(keys)
+    for _, k in ipairs(keys) do out[#out + 1] = ("    %s: %s"):format(k, show(g[k])) end
+  end
+  out[#out + 1] = ")"
+  return table.concat(out, "\n")
+end
+
+-- ---- options ----
+
+-- opts merged over defaults; unknown keys are an error.
+local IGNORED = {foreach = true, fused = true, capturable = true}
+
+local function options(name, opts, defaults)
+  if opts ~= nil and type(opts) ~= "table" then raise("%s: options must be a table, got %s", name, type(opts)) end
+  local d = {}
+  for k, v in pairs(defaults) do d[k] = copy_plain(v) end
+  for k, v in pairs(opts or {}) do
+    if k == "differentiable" then
+      if v then raise("%s: differentiable = true is not supported", name) end
+    elseif not IGNORED[k] then
+      if defaults[k] == nil then raise("%s: unknown option '%s'", name, tostring(k)) end
+      d[k] = copy_plain(v)
+    end
+  end
+  return d
+end
+
+local function check_bool(name, group, key)
+  if type(group[key]) ~= "boolean" then raise("%s: option '%s' must be a boolean, got %s", name, key, type(group[key])) end
+end
+
+-- ---- SGD ----
+
+local SGD = Optimizer:extend("SGD")
+optim.SGD = SGD
+
+local SGD_DEFAULTS = {lr = 1e-3, momentum = 0, dampening = 0, weight_decay = 0, nesterov = false, maximize = false}
+
+-- SGD(params, {lr = 1e-3, momentum = 0, dampening = 0, weight_decay = 0, nesterov = false, maximize = false})
+function SGD:init(params, opts)
+  Optimizer.init(self, params, options("SGD", opts, SGD_DEFAULTS))
+end
+
+function SGD:_check_group(g)
+  local name = self.__name
+  if check_number(name, g, "lr") < 0 then raise("%s: Invalid learning rate: %s", name, tostring(g.lr)) end
+  if check_number(name, g, "momentum") < 0 then raise("%s: Invalid momentum value: %s", name, tostring(g.momentum)) end
+  check_number(name, g, "dampening")
+  if check_number(name, g, "weight_decay") < 0 then
+    raise("%s: Invalid weight_decay value: %s", name, tostring(g.weight_decay))
+  end
+  check_bool(name, g, "nesterov")
+  check_bool(name, g, "maximize")
+  if g.nesterov and (g.momentum <= 0 or g.dampening ~= 0) then
+    raise("%s: Nesterov momentum requires a momentum and zero dampening", name)
+  end
+end
+
+function SGD:step(closure)
+  local loss = run_closure(closure)
+  local state = self.state
+  for gi, g in ipairs(self.param_groups) do
+    local ps, grads, bufs, any = g.params, {}, {}, false
+    for i = 1, #ps do
+      local grad = ps[i].grad
+      if grad ~= nil then
+        grads[i], any = grad, true
+        local st = state[ps[i]]
+        if st then bufs[i] = st.momentum_buffer end
+      end
+    end
+    if any then
+      C.sgd_step(self:_who(gi), ps, grads, bufs, g)
+      if g.momentum ~= 0 then
+        for i = 1, #ps do
+          if grads[i] then
+            local st = state[ps[i]]
+            if not st then
+              st = {}
+              state[ps[i]] = st
+            end
+            st.momentum_buffer = bufs[i]
+          end
+        end
+      end
+    end
+  end
+  return loss
+end
+
+-- ---- Adam / AdamW ----
+
+local function check_adam_group(self, g)
+  local name = self.__name
+  if check_number(name, g, "lr") < 0 then raise("%s: Invalid learning rate: %s", name, tostring(g.lr)) end
+  if check_number(name, g, "eps") < 0 then raise("%s: Invalid epsilon value: %s", name, tostring(g.eps)) end
+  local b = g.betas
+  if type(b) ~= "table" or type(b[1]) ~= "number" or type(b[2]) ~= "number" or #b ~= 2 then
+    raise("%s: option 'betas' must be a list of two numbers {beta1, beta2}", name)
+  end
+  for i = 1, 2 do
+    if not (b[i] >= 0 and b[i] < 1) then raise("%s: Invalid beta parameter at index %d: %s", name, i, tostring(b[i])) end
+  end
+  if check_number(name, g, "weight_decay") < 0 then
+    raise("%s: Invalid weight_decay value: %s", name, tostring(g.weight_decay))
+  end
+  check_bool(name, g, "amsgrad")
+  check_bool(name, g, "maximize")
+end
+
+local function adam_step(self, closure)
+  local loss = run_closure(closure)
+  local state, decoupled = self.state, self._decoupled
+  for gi, g in ipairs(self.param_groups) do
+    local ps, grads, ms, vs, steps, any = g.params, {}, {}, {}, {}, false
+    local vmaxs = g.amsgrad and {} or nil
+    for i = 1, #ps do
+      local p = ps[i]
+      local grad = p.grad
+      if grad ~= nil then
+        grads[i], any = grad, true
+        local st = state[p]
+        if st then
+          steps[i], ms[i], vs[i] = (st.step or 0) + 1, st.exp_avg, st.exp_avg_sq
+          if vmaxs then vmaxs[i] = st.max_exp_avg_sq end
+        else
+          steps[i] = 1
+        end
+      end
+    end
+    if any then
+      C.adam_step(self:_who(gi), ps, grads, ms, vs, vmaxs, steps, g, decoupled)
+      for i = 1, #ps do
+        if grads[i] then
+          local st = state[ps[i]]
+          if not st then
+            st = {}
+            state[ps[i]] = st
+          end
+          st.step, st.exp_avg, st.exp_avg_sq = steps[i], ms[i], vs[i]
+          if vmaxs then st.max_exp_avg_sq = vmaxs[i] end
+        end
+      end
+    end
+  end
+  return loss
+end
+
+local function adam_class(name, default_wd, decoupled)
+  local cls = Optimizer:extend(name)
+  local defaults = {lr = 1e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_decay = default_wd, amsgrad = false,
+                    maximize = false}
+  cls._decoupled = decoupled
+  cls._check_group = check_adam_group
+  cls.step = adam_step
+  function cls:init(params, opts)
+    Optimizer.init(self, params, options(name, opts, defaults))
+  end
+  return cls
+end
+
+-- Adam(params, {lr = 1e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_decay = 0, amsgrad = false, maximize = false})
+optim.Adam = adam_class("Adam", 0, false)
+-- AdamW: as Adam, decoupled weight decay (default 1e-2)
+optim.AdamW = adam_class("AdamW", 1e-2, true)
+
+-- accel.optim.lr_scheduler, loaded on first use
+return setmetatable(optim, {
+  __index = function(t, k)
+    if k == "lr_scheduler" then
+      local m = require("accel.optim.lr_scheduler")
+      rawset(t, k, m)
+      return m
+    end
+  end,
+})

@@ -1,0 +1,609 @@
+-- accel.optim.lr_scheduler: PyTorch's learning-rate schedulers, with the
+-- same (chainable, recursive) formulas, so the values match torch's to the
+-- last bit: StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR, LinearLR,
+-- OneCycleLR, LambdaLR, SequentialLR, and HF transformers'
+-- get_cosine_schedule_with_warmup / get_linear_schedule_with_warmup.
+--
+--   local sched = lr_scheduler.CosineAnnealingLR(optimizer, {T_max = 100})
+--   local sched = lr_scheduler.StepLR(optimizer, 30, {gamma = 0.1})   -- positional works too
+--   optimizer:step(); sched:step(); print(sched:get_last_lr()[1], sched.last_epoch)
+--
+-- Arguments PyTorch takes positionally may be given positionally or in the
+-- trailing options table. Constructing a scheduler records `initial_lr` in
+-- each param group and performs the initial step (last_epoch becomes 0), as
+-- in PyTorch. state_dict() holds every field but the optimizer and functions
+-- (LambdaLR keeps its lambdas; SequentialLR nests its schedulers' state
+-- dicts); MultiStepLR keeps its milestones as a sorted list (PyTorch: a
+-- Counter). step(epoch) sets last_epoch and uses the closed form, as
+-- PyTorch's deprecated form does (SequentialLR relies on it). Any object
+-- with a `param_groups` list is accepted as the optimizer. Checks PyTorch
+-- leaves out raise clear errors here: StepLR's step_size and LinearLR's
+-- total_iters must be positive integers, CosineAnnealingLR's T_max positive,
+-- LinearLR's start_factor > 0 (as PyTorch 2 requires).
+local optim = require("accel.optim")
+local raise = optim._raise
+
+local S = {}
+
+local REQUIRED = {} -- marks an argument without default
+
+local function is_options(t)
+  return type(t) == "table" and getmetatable(t) == nil and rawget(t, 1) == nil
+end
+
+-- Binds positional arguments and one trailing options table to the names of
+-- spec ({{name, default}, ...} in PyTorch's order, after the optimizer).
+local function parse(name, spec, ...)
+  local n = select("#", ...)
+  local args = {...}
+  local opts, required = {}, 0
+  for _, s in ipairs(spec) do
+    if s[2] == REQUIRED then required = required + 1 end
+  end
+  -- the trailing table is the options, unless it is an empty one that a
+  -- required positional argument still needs (e.g. milestones = {})
+  if n > 0 and is_options(args[n]) and not (next(args[n]) == nil and n <= required) then
+    opts = args[n]
+    n = n - 1
+  end
+  if n > #spec then raise("%s: too many arguments (%d given, at most %d)", name, n, #spec) end
+  local known, out = {}, {}
+  for i, s in ipairs(spec) do
+    local key, default = s[1], s[2]
+    known[key] = true
+    local v = args[i]
+    if i <= n and v ~= nil and opts[key] ~= nil then raise("%s: '%s' given both positionally and as an option", name, key) end
+    if i > n or v == nil then v = opts[key] end
+    if v == nil then
+      if default == REQUIRED then raise("%s: missing required argument '%s'", name, key) end
+      v = default
+    end
+    out[key] = v
+  end
+  for k in pairs(opts) do
+    if not known[k] then raise("%s: unknown option '%s'", name, tostring(k)) end
+  end
+  return out
+end
+
+local function need_number(name, key, v)
+  if type(v) ~= "number" then raise("%s: '%s' must be a number, got %s", name, key, type(v)) end
+  return v
+end
+
+local function need_positive_int(name, key, v)
+  if type(v) ~= "number" or v <= 0 or v ~= math.floor(v) then
+    raise("%s: '%s' must be a positive integer, got %s", name, key, tostring(v))
+  end
+  return v
+end
+
+local function copy_plain(v)
+  if type(v) ~= "table" then return v end
+  local c = {}
+  for k, x in pairs(v) do c[k] = copy_plain(x) end
+  return c
+end
+
+-- ---- base class ----
+
+local LRScheduler = {}
+LRScheduler.__index = LRScheduler
+LRScheduler.__name = "LRScheduler"
+LRScheduler.extend = optim.Optimizer.extend
+S.LRScheduler = LRScheduler
+S._LRScheduler = LRScheduler
+
+local function check_optimizer(name, optimizer)
+  if type(optimizer) ~= "table" or type(optimizer.param_groups) ~= "table" then
+    raise("%s: expected an optimizer (with param_groups), got %s", name, type(optimizer))
+  end
+end
+
+-- LRScheduler.init(self, optimizer, last_epoch): records initial_lr and
+-- base_lrs, then takes the initial step.
+function LRScheduler:init(optimizer, last_epoch)
+  local name = self.__name
+  check_optimizer(name, optimizer)
+  self.optimizer = optimizer
+  last_epoch = need_number(name, "last_epoch", last_epoch or -1)
+  for i, g in ipairs(optimizer.param_groups) do
+    if last_epoch == -1 then
+      if g.initial_lr == nil then g.initial_lr = g.lr end
+    elseif g.initial_lr == nil then
+      raise("%s: param 'initial_lr' is not specified in param_groups[%d] when resuming an optimizer", name, i)
+    end
+  end
+  self.base_lrs = {}
+  for i, g in ipairs(optimizer.param_groups) do self.base_lrs[i] = g.initial_lr end
+  self.last_epoch = last_epoch
+  self:_initial_step()
+end
+
+function LRScheduler:_initial_step()
+  self._step_count = 0
+  self:step()
+end
+
+function LRScheduler:get_lr() raise("%s: get_lr is not implemented", self.__name) end
+
+-- the current lr of every group
+function LRScheduler:_group_lrs(factor)
+  local out = {}
+  for i, g in ipairs(self.optimizer.param_groups) do out[i] = factor and g.lr * factor or g.lr end
+  return out
+end
+
+-- step([epoch])
+function LRScheduler:step(epoch)
+  self._step_count = self._step_count + 1
+  local values
+  if epoch == nil then
+    self.last_epoch = self.last_epoch + 1
+    values = self:get_lr()
+  else
+    self.last_epoch = need_number(self.__name, "epoch", epoch)
+    values = self._get_closed_form_lr and self:_get_closed_form_lr() or self:get_lr()
+  end
+  local last = {}
+  for i, g in ipairs(self.optimizer.param_groups) do
+    g.lr = values[i]
+    last[i] = g.lr
+  end
+  self._last_lr = last
+end
+
+function LRScheduler:get_last_lr()
+  local out = {}
+  for i, v in ipairs(self._last_lr) do out[i] = v end
+  return out
+end
+
+-- Every field but the optimizer and functions, copied.
+function LRScheduler:state_dict()
+  local sd = {}
+  for k, v in pairs(self) do
+    if k ~= "optimizer" and type(v) ~= "function" then sd[k] = copy_plain(v) end
+  end
+  return sd
+end
+
+function LRScheduler:load_state_dict(sd)
+  if type(sd) ~= "table" then raise("%s: load_state_dict expects a table from state_dict()", self.__name) end
+  for k, v in pairs(sd) do
+    if k ~= "optimizer" then self[k] = copy_plain(v) end
+  end
+end
+
+-- A scheduler class: Cls(optimizer, ...) parses spec and calls setup(self, args).
+local function scheduler_class(name, spec, setup)
+  local cls = LRScheduler:extend(name)
+  function cls:init(optimizer, ...)
+    check_optimizer(name, optimizer)
+    local a = parse(name, spec, ...)
+    setup(self, a, optimizer)
+    LRScheduler.init(self, optimizer, a.last_epoch)
+  end
+  S[name] = cls
+  return cls
+end
+
+local TAIL = {{"last_epoch", -1}, {"verbose", false}}
+local function with_tail(spec)
+  for _, s in ipairs(TAIL) do spec[#spec + 1] = s end
+  return spec
+end
+
+-- ---- StepLR(optimizer, step_size, {gamma = 0.1}) ----
+
+local StepLR = scheduler_class("StepLR", with_tail({{"step_size", REQUIRED}, {"gamma", 0.1}}), function(self, a)
+  self.step_size = need_positive_int("StepLR", "step_size", a.step_size)
+  self.gamma = need_number("StepLR", "gamma", a.gamma)
+end)
+
+function StepLR:get_lr()
+  if self.last_epoch == 0 or self.last_epoch % self.step_size ~= 0 then return self:_group_lrs() end
+  return self:_group_lrs(self.gamma)
+end
+
+function StepLR:_get_closed_form_lr()
+  local out = {}
+  for i, b in ipairs(self.base_lrs) do out[i] = b * self.gamma ^ math.floor(self.last_epoch / self.step_size) end
+  return out
+end
+
+-- ---- MultiStepLR(optimizer, milestones, {gamma = 0.1}) ----
+
+local MultiStepLR = scheduler_class("MultiStepLR", with_tail({{"milestones", REQUIRED}, {"gamma", 0.1}}),
+  function(self, a)
+    if type(a.milestones) ~= "table" then raise("MultiStepLR: 'milestones' must be a list of epochs") end
+    local ms = {}
+    for i, m in ipairs(a.milestones) do ms[i] = need_number("MultiStepLR", "milestones", m) end
+    table.sort(ms)
+    self.milestones = ms
+    self.gamma = need_number("MultiStepLR", "gamma", a.gamma)
+  end)
+
+function MultiStepLR:get_lr()
+  local count = 0
+  for _, m in ipairs(self.milestones) do
+    if m == self.last_epoch then count = count + 1 end
+  end
+  if count == 0 then return self:_group_lrs() end
+  return self:_group_lrs(self.gamma ^ count)
+end
+
+-- number of sorted values <= x (Python's bisect_right)
+local function bisect_right(list, x)
+  local n = 0
+  for _, v in ipairs(list) do
+    if v <= x then n = n + 1 end
+  end
+  return n
+end
+
+function MultiStepLR:_get_closed_form_lr()
+  local out = {}
+  for i, b in ipairs(self.base_lrs) do out[i] = b * self.gamma ^ bisect_right(self.milestones, self.last_epoch) end
+  return out
+end
+
+-- ---- ExponentialLR(optimizer, gamma) ----
+
+local ExponentialLR = scheduler_class("ExponentialLR", with_tail({{"gamma", REQUIRED}}), function(self, a)
+  self.gamma = need_number("ExponentialLR", "gamma", a.gamma)
+end)
+
+function ExponentialLR:get_lr()
+  if self.last_epoch == 0 then return self:_group_lrs() end
+  return self:_group_lrs(self.gamma)
+end
+
+function ExponentialLR:_get_closed_form_lr()
+  local out = {}
+  for i, b in ipairs(self.base_lrs) do out[i] = b * self.gamma ^ self.last_epoch end
+  return out
+end
+
+-- ---- CosineAnnealingLR(optimizer, T_max, {eta_min = 0}) ----
+
+local CosineAnnealingLR = scheduler_class("CosineAnnealingLR", with_tail({{"T_max", REQUIRED}, {"eta_min", 0}}),
+  function(self, a)
+    local t = need_number("CosineAnnealingLR", "T_max", a.T_max)
+    if t <= 0 then raise("CosineAnnealingLR: 'T_max' must be positive, got %s", tostring(t)) end
+    self.T_max = t
+    self.eta_min = need_number("CosineAnnealingLR", "eta_min", a.eta_min)
+  end)
+
+-- PyTorch's recursive form, expression by expression.
+function CosineAnnealingLR:get_lr()
+  local e, T, eta, pi = self.last_epoch, self.T_max, self.eta_min, math.pi
+  local groups, out = self.optimizer.param_groups, {}
+  if e == 0 then return self:_group_lrs() end
+  for i, g in ipairs(groups) do
+    local base = self.base_lrs[i]
+    if self._step_count == 1 and e > 0 then
+      out[i] = eta + (base - eta) * (1 + math.cos(e * pi / T)) / 2
+    elseif (e - 1 - T) % (2 * T) == 0 then
+      out[i] = g.lr + (base - eta) * (1 - math.cos(pi / T)) / 2
+    else
+      out[i] = (1 + math.cos(pi * e / T)) / (1 + math.cos(pi * (e - 1) / T)) * (g.lr - eta) + eta
+    end
+  end
+  return out
+end
+
+function CosineAnnealingLR:_get_closed_form_lr()
+  local out = {}
+  for i, b in ipairs(self.base_lrs) do
+    out[i] = self.eta_min + (b - self.eta_min) * (1 + math.cos(math.pi * self.last_epoch / self.T_max)) / 2
+  end
+  return out
+end
+
+-- ---- LinearLR(optimizer, {start_factor = 1/3, end_factor = 1, total_iters = 5}) ----
+
+local LinearLR = scheduler_class("LinearLR",
+  with_tail({{"start_factor", 1.0 / 3}, {"end_factor", 1.0}, {"total_iters", 5}}), function(self, a)
+    local s = need_number("LinearLR", "start_factor", a.start_factor)
+    local e = need_number("LinearLR", "end_factor", a.end_factor)
+    if s > 1 or s <= 0 then
+      raise("LinearLR: Starting multiplicative factor expected to be greater than 0 and less or equal to 1.")
+    end
+    if e > 1 or e < 0 then raise("LinearLR: Ending multiplicative factor expected to be between 0 and 1.") end
+    self.start_factor, self.end_factor = s, e
+    self.total_iters = need_positive_int("LinearLR", "total_iters", a.total_iters)
+  end)
+
+function LinearLR:get_lr()
+  local e, s, f, T = self.last_epoch, self.start_factor, self.end_factor, self.total_iters
+  if e == 0 then return self:_group_lrs(s) end
+  if e > T then return self:_group_lrs() end
+  return self:_group_lrs(1 + (f - s) / (T * s + (e - 1) * (f - s)))
+end
+
+function LinearLR:_get_closed_form_lr()
+  local s, f, T = self.start_factor, self.end_factor, self.total_iters
+  local out = {}
+  for i, b in ipairs(self.base_lrs) do out[i] = b * (s + (f - s) * math.min(T, self.last_epoch) / T) end
+  return out
+end
+
+-- ---- LambdaLR(optimizer, lr_lambda) ----
+
+local function is_callable(f)
+  if type(f) == "function" then return true end
+  local mt = getmetatable(f)
+  return mt ~= nil and type(mt) == "table" and mt.__call ~= nil
+end
+
+local LambdaLR = scheduler_class("LambdaLR", with_tail({{"lr_lambda", REQUIRED}}), function(self, a, optimizer)
+  local n = #optimizer.param_groups
+  local f = a.lr_lambda
+  local fns = {}
+  if is_callable(f) then
+    for i = 1, n do fns[i] = f end
+  elseif type(f) == "table" then
+    if #f ~= n then raise("LambdaLR: Expected %d lr_lambdas, but got %d", n, #f) end
+    for i = 1, n do
+      if not is_callable(f[i]) then raise("LambdaLR: lr_lambda[%d] must be a function", i) end
+      fns[i] = f[i]
+    end
+  else
+    raise("LambdaLR: 'lr_lambda' must be a function of the epoch or a list of them, got %s", type(f))
+  end
+  self.lr_lambdas = fns
+end)
+
+function LambdaLR:get_lr()
+  local out = {}
+  for i, b in ipairs(self.base_lrs) do out[i] = b * self.lr_lambdas[i](self.last_epoch) end
+  return out
+end
+
+-- The lambdas are code, not state: kept as they are.
+function LambdaLR:state_dict()
+  local sd = LRScheduler.state_dict(self)
+  sd.lr_lambdas = nil
+  return sd
+end
+
+function LambdaLR:load_state_dict(sd)
+  local fns = self.lr_lambdas
+  LRScheduler.load_state_dict(self, sd)
+  self.lr_lambdas = fns
+end
+
+-- ---- OneCycleLR(optimizer, max_lr, {total_steps | epochs + steps_per_epoch, ...}) ----
+
+local ONECYCLE_SPEC = with_tail({
+  {"max_lr", REQUIRED}, {"total_steps", nil}, {"epochs", nil}, {"steps_per_epoch", nil}, {"pct_start", 0.3},
+  {"anneal_strategy", "cos"}, {"cycle_momentum", true}, {"base_momentum", 0.85}, {"max_momentum", 0.95},
+  {"div_factor", 25.0}, {"final_div_factor", 1e4}, {"three_phase", false},
+})
+
+-- one value per param group from a number or a list
+local function per_group(name, key, optimizer, v)
+  local n, out = #optimizer.param_groups, {}
+  if type(v) == "table" then
+    if #v ~= n then raise("%s: expected %d values for %s, got %d", name, n, key, #v) end
+    for i = 1, n do out[i] = need_number(name, key, v[i]) end
+  else
+    need_number(name, key, v)
+    for i = 1, n do out[i] = v end
+  end
+  return out
+end
+
+local function phases(total, pct, three)
+  if three then
+    return {
+      {end_step = pct * total - 1, start_lr = "initial_lr", end_lr = "max_lr", start_momentum = "max_momentum",
+       end_momentum = "base_momentum"},
+      {end_step = 2 * pct * total - 2, start_lr = "max_lr", end_lr = "initial_lr", start_momentum = "base_momentum",
+       end_momentum = "max_momentum"},
+      {end_step = total - 1, start_lr = "initial_lr", end_lr = "min_lr", start_momentum = "max_momentum",
+       end_momentum = "max_momentum"},
+    }
+  end
+  return {
+    {end_step = pct * total - 1, start_lr = "initial_lr", end_lr = "max_lr", start_momentum = "max_momentum",
+     end_momentum = "base_momentum"},
+    {end_step = total - 1, start_lr = "max_lr", end_lr = "min_lr", start_momentum = "base_momentum",
+     end_momentum = "max_momentum"},
+  }
+end
+
+local OneCycleLR = scheduler_class("OneCycleLR", ONECYCLE_SPEC, function(self, a, optimizer)
+  local name = "OneCycleLR"
+  if a.total_steps == nil and (a.epochs == nil or a.steps_per_epoch == nil) then
+    raise("%s: You must define either total_steps OR (epochs AND steps_per_epoch)", name)
+  elseif a.total_steps ~= nil then
+    self.total_steps = need_positive_int(name, "total_steps", a.total_steps)
+  else
+    self.total_steps = need_positive_int(name, "epochs", a.epochs) * need_positive_int(name, "steps_per_epoch",
+      a.steps_per_epoch)
+  end
+  local pct = a.pct_start
+  if type(pct) ~= "number" or pct < 0 or pct > 1 then
+    raise("%s: Expected float between 0 and 1 pct_start, but got %s", name, tostring(pct))
+  end
+  self._schedule_phases = phases(self.total_steps, pct, a.three_phase)
+  if a.anneal_strategy ~= "cos" and a.anneal_strategy ~= "linear" then
+    raise("%s: anneal_strategy must be one of 'cos' or 'linear', instead got %s", name, tostring(a.anneal_strategy))
+  end
+  self.anneal_strategy = a.anneal_strategy
+  local div, final_div = need_number(name, "div_factor", a.div_factor), need_number(name, "final_div_factor",
+    a.final_div_factor)
+  local max_lrs = per_group(name, "max_lr", optimizer, a.max_lr)
+  local fresh = (a.last_epoch or -1) == -1
+  if fresh then
+    for i, g in ipairs(optimizer.param_groups) do
+      g.initial_lr = max_lrs[i] / div
+      g.max_lr = max_lrs[i]
+      g.min_lr = g.initial_lr / final_div
+    end
+  end
+  self.cycle_momentum = a.cycle_momentum and true or false
+  if self.cycle_momentum then
+    local d = optimizer.defaults or optimizer.param_groups[1] or {}
+    if d.momentum == nil and d.betas == nil then
+      raise("%s: optimizer must support momentum with `cycle_momentum` option enabled", name)
+    end
+    self.use_beta1 = d.betas ~= nil
+    local maxm = per_group(name, "max_momentum", optimizer, a.max_momentum)
+    local basem = per_group(name, "base_momentum", optimizer, a.base_momentum)
+    if fresh then
+      for i, g in ipairs(optimizer.param_groups) do
+        if self.use_beta1 then g.betas = {maxm[i], g.betas[2]} else g.momentum = maxm[i] end
+        g.max_momentum = maxm[i]
+        g.base_momentum = basem[i]
+      end
+    end
+  end
+end)
+
+local function anneal(strategy, start, stop, pct)
+  if strategy == "cos" then
+    local cos_out = math.cos(math.pi * pct) + 1
+    return stop + (start - stop) / 2.0 * cos_out
+  end
+  return (stop - start) * pct + start
+end
+
+function OneCycleLR:get_lr()
+  local step_num = self.last_epoch
+  if step_num > self.total_steps then
+    raise("OneCycleLR: Tried to step %d times. The specified number of total steps is %d", step_num + 1,
+      self.total_steps)
+  end
+  local lrs, ph = {}, self._schedule_phases
+  for gi, g in ipairs(self.optimizer.param_groups) do
+    local start_step, lr, mom = 0, nil, nil
+    for i, phase in ipairs(ph) do
+      local end_step = phase.end_step
+      if step_num <= end_step or i == #ph then
+        local pct = (step_num - start_step) / (end_step - start_step)
+        lr = anneal(self.anneal_strategy, g[phase.start_lr], g[phase.end_lr], pct)
+        if self.cycle_momentum then
+          mom = anneal(self.anneal_strategy, g[phase.start_momentum], g[phase.end_momentum], pct)
+        end
+        break
+      end
+      start_step = phase.end_step
+    end
+    lrs[gi] = lr
+    if self.cycle_momentum then
+      if self.use_beta1 then g.betas = {mom, g.betas[2]} else g.momentum = mom end
+    end
+  end
+  return lrs
+end
+
+-- ---- SequentialLR(optimizer, schedulers, milestones) ----
+
+local SequentialLR = LRScheduler:extend("SequentialLR")
+S.SequentialLR = SequentialLR
+
+function SequentialLR:init(optimizer, ...)
+  local name = "SequentialLR"
+  check_optimizer(name, optimizer)
+  local a = parse(name, with_tail({{"schedulers", REQUIRED}, {"milestones", REQUIRED}}), ...)
+  local scheds, ms = a.schedulers, a.milestones
+  if type(scheds) ~= "table" or #scheds == 0 then raise("%s: 'schedulers' must be a non-empty list", name) end
+  for i, s in ipairs(scheds) do
+    if type(s) ~= "table" or s.optimizer ~= optimizer then
+      raise("%s: Sequential Schedulers expects all schedulers to belong to the same optimizer, but got schedulers "
+        .. "at index %d to be different than the optimizer passed in.", name, i)
+    end
+  end
+  if type(ms) ~= "table" or #ms ~= #scheds - 1 then
+    raise("%s: Sequential Schedulers expects number of schedulers provided to be one more than the number of "
+      .. "milestone points, but got number of schedulers %d and the number of milestones to be equal to %d", name,
+      #scheds, type(ms) == "table" and #ms or 0)
+  end
+  self._schedulers = {}
+  for i, s in ipairs(scheds) do self._schedulers[i] = s end
+  self._milestones = {}
+  for i, m in ipairs(ms) do self._milestones[i] = need_number(name, "milestones", m) end
+  self.last_epoch = need_number(name, "last_epoch", a.last_epoch) + 1
+  self.optimizer = optimizer
+  for _, g in ipairs(optimizer.param_groups) do g.lr = g.initial_lr end
+  for _, s in ipairs(self._schedulers) do s.last_epoch = s.last_epoch - 1 end
+  self._schedulers[1]:_initial_step()
+  self._last_lr = self._schedulers[1]:get_last_lr()
+end
+
+function SequentialLR:step()
+  self.last_epoch = self.last_epoch + 1
+  local idx = bisect_right(self._milestones, self.last_epoch)
+  local s = self._schedulers[idx + 1]
+  if idx > 0 and self._milestones[idx] == self.last_epoch then
+    s:step(0)
+  else
+    s:step()
+  end
+  self._last_lr = s:get_last_lr()
+end
+
+function SequentialLR:state_dict()
+  local sd = {}
+  for k, v in pairs(self) do
+    if k ~= "optimizer" and k ~= "_schedulers" and type(v) ~= "function" then sd[k] = copy_plain(v) end
+  end
+  sd._schedulers = {}
+  for i, s in ipairs(self._schedulers) do sd._schedulers[i] = s:state_dict() end
+  return sd
+end
+
+function SequentialLR:load_state_dict(sd)
+  if type(sd) ~= "table" then raise("SequentialLR: load_state_dict expects a table from state_dict()") end
+  local subs = sd._schedulers
+  if type(subs) ~= "table" or #subs ~= #self._schedulers then
+    raise("SequentialLR: load_state_dict: expected states for %d schedulers", #self._schedulers)
+  end
+  for k, v in pairs(sd) do
+    if k ~= "optimizer" and k ~= "_schedulers" then self[k] = copy_plain(v) end
+  end
+  for i, s in ipairs(self._schedulers) do s:load_state_dict(subs[i]) end
+end
+
+-- ---- HF transformers' schedules (LambdaLRs) ----
+
+-- Binds (optimizer, num_warmup_steps, num_training_steps, {opts}) given
+-- positionally or as options.
+local function warmup_args(name, extra, ...)
+  local spec = {{"num_warmup_steps", REQUIRED}, {"num_training_steps", REQUIRED}}
+  for _, s in ipairs(extra) do spec[#spec + 1] = s end
+  spec[#spec + 1] = {"last_epoch", -1}
+  local a = parse(name, spec, ...)
+  need_number(name, "num_warmup_steps", a.num_warmup_steps)
+  need_number(name, "num_training_steps", a.num_training_steps)
+  return a
+end
+
+-- get_cosine_schedule_with_warmup(optimizer, num_warmup_steps, num_training_steps, {num_cycles = 0.5, last_epoch = -1})
+function S.get_cosine_schedule_with_warmup(optimizer, ...)
+  local name = "get_cosine_schedule_with_warmup"
+  local a = warmup_args(name, {{"num_cycles", 0.5}}, ...)
+  local warm, total, cycles = a.num_warmup_steps, a.num_training_steps, need_number(name, "num_cycles", a.num_cycles)
+  local function lr_lambda(step)
+    if step < warm then return step / math.max(1, warm) end
+    local progress = (step - warm) / math.max(1, total - warm)
+    return math.max(0.0, 0.5 * (1.0 + math.cos(math.pi * cycles * 2.0 * progress)))
+  end
+  return S.LambdaLR(optimizer, lr_lambda, {last_epoch = a.last_epoch})
+end
+
+-- get_linear_schedule_with_warmup(optimizer, num_warmup_steps, num_training_steps, {last_epoch = -1})
+function S.get_linear_schedule_with_warmup(optimizer, ...)
+  local a = warmup_args("get_linear_schedule_with_warmup", {}, ...)
+  local warm, total = a.num_warmup_steps, a.num_training_steps
+  local function lr_lambda(step)
+    if step < warm then return step / math.max(1, warm) end
+    return math.max(0.0, (total - step) / math.max(1, total - warm))
+  end
+  return S.LambdaLR(optimizer, lr_lambda, {last_epoch = a.last_epoch})
+end
+
+return S

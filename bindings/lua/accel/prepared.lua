@@ -1,0 +1,204 @@
+-- accel.prepared: the wrappers Accelerator:prepare returns for optimizers,
+-- schedulers and data loaders (models stay the same object; see accel.amp).
+--
+-- Each wrapper forwards every field and method it does not define to the
+-- wrapped object (methods are re-bound to it, so `opt.param_groups[1].lr`,
+-- `opt:add_param_group(g)` or `sched:get_last_lr()` work unchanged), and
+-- assignments go to the wrapped object too.
+--
+--  * AcceleratedOptimizer: step / zero_grad act only on synchronising steps
+--    (the last micro-batch of an accumulation window); under fp16 the step
+--    goes through the GradScaler (skipped when a gradient overflowed;
+--    step_was_skipped tells).
+--  * AcceleratedScheduler: steps only after a real optimizer step, and then
+--    num_processes times unless split_batches (Accelerate's rule, so a
+--    schedule written for one process ends at the same point);
+--    step_with_optimizer = false makes step() unconditional.
+--  * DataLoaderShard: iterates this process's shard, marks the last batch of
+--    a pass (end_of_dataloader(), which closes an accumulation window), moves
+--    batches to the device, and reports its position (epoch, batches
+--    consumed) for save_state.
+local accel = require("accel")
+local raise = require("accel.nn.module").raise
+
+local M = {}
+
+-- Metatable pieces for a wrapper whose wrapped object is self[field].
+local function delegating(class, field)
+  local bound = setmetatable({}, {__mode = "k"}) -- wrapper -> {name -> bound method}
+  class.__index = function(self, k)
+    local own = class[k]
+    if own ~= nil then return own end
+    local inner = rawget(self, field)
+    local v = inner[k]
+    if type(v) ~= "function" then return v end
+    local cache = bound[self]
+    if not cache then
+      cache = {}
+      bound[self] = cache
+    end
+    local f = cache[k]
+    if not f or cache[f] ~= v then
+      f = function(s, ...)
+        if rawequal(s, self) then s = inner end
+        return v(s, ...)
+      end
+      cache[k], cache[f] = f, v
+    end
+    return f
+  end
+  class.__newindex = function(self, k, v) rawget(self, field)[k] = v end
+  return class
+end
+
+-- ---------------------------------------------------------------- optimizer
+
+local AcceleratedOptimizer = delegating({__name = "AcceleratedOptimizer"}, "optimizer")
+M.AcceleratedOptimizer = AcceleratedOptimizer
+
+function M.is_optimizer(x) return getmetatable(x) == AcceleratedOptimizer end
+
+-- gradient_state: the Accelerator's GradientState; scaler: a GradScaler or nil.
+function M.wrap_optimizer(optimizer, gradient_state, scaler)
+  local self = {optimizer = optimizer, gradient_state = gradient_state, scaler = scaler, step_was_skipped = false}
+  return setmetatable(self, AcceleratedOptimizer)
+end
+
+function AcceleratedOptimizer:step(closure)
+  if not self.gradient_state.sync_gradients then return end
+  local scaler = rawget(self, "scaler")
+  if scaler then
+    local ran = scaler:step(self.optimizer, closure)
+    scaler:update()
+    rawset(self, "step_was_skipped", not ran)
+  else
+    rawset(self, "step_was_skipped", false)
+    return self.optimizer:step(closure)
+  end
+end
+
+function AcceleratedOptimizer:zero_grad(o)
+  if self.gradient_state.sync_gradients then return self.optimizer:zero_grad(o) end
+end
+
+function AcceleratedOptimizer:state_dict() return self.optimizer:state_dict() end
+function AcceleratedOptimizer:load_state_dict(s) return self.optimizer:load_state_dict(s) end
+
+-- ---------------------------------------------------------------- scheduler
+
+local AcceleratedScheduler = delegating({__name = "AcceleratedScheduler"}, "scheduler")
+M.AcceleratedScheduler = AcceleratedScheduler
+
+function M.is_scheduler(x) return getmetatable(x) == AcceleratedScheduler end
+
+-- optimizers: the AcceleratedOptimizers whose skipped steps hold it back.
+function M.wrap_scheduler(scheduler, optimizers, gradient_state, o)
+  local self = {scheduler = scheduler, optimizers = optimizers, gradient_state = gradient_state,
+    step_with_optimizer = o.step_with_optimizer, split_batches = o.split_batches, num_processes = o.num_processes}
+  return setmetatable(self, AcceleratedScheduler)
+end
+
+-- OneCycleLR-like schedulers with total_steps must not step past the end.
+local function can_step(s)
+  local total = s.total_steps
+  if type(total) ~= "number" then return true end
+  local count = s._step_count or ((s.last_epoch or 0) + 1)
+  return count <= total
+end
+
+function AcceleratedScheduler:step(...)
+  local s = self.scheduler
+  if not self.step_with_optimizer then return s:step(...) end
+  if not self.gradient_state.sync_gradients then return end
+  for _, opt in ipairs(self.optimizers) do
+    if opt.step_was_skipped then return end
+  end
+  local n = self.split_batches and 1 or self.num_processes
+  for _ = 1, n do
+    if can_step(s) then s:step(...) end
+  end
+end
+
+function AcceleratedScheduler:state_dict() return self.scheduler:state_dict() end
+function AcceleratedScheduler:load_state_dict(st) return self.scheduler:load_state_dict(st) end
+
+-- ---------------------------------------------------------------- data loader
+
+local DataLoaderShard = delegating({__name = "DataLoaderShard"}, "base")
+M.DataLoaderShard = DataLoaderShard
+
+function M.is_loader(x) return getmetatable(x) == DataLoaderShard end
+
+-- base: the sharded loader (loader:shard(...), with iter, #, state_dict,
+-- load_state_dict, set_epoch, skip_first_batches and end_of_dataloader as
+-- accel.data's DataLoader); o: {gradient_state, device, total_batch_size,
+-- dataset_length, drop_last} (the last three for gather_for_metrics).
+function M.wrap_loader(base, o)
+  local self = {base = base, gradient_state = o.gradient_state, device = o.device, _end = false, remainder = -1,
+    total_batch_size = o.total_batch_size, dataset_length = o.dataset_length, drop_last = o.drop_last}
+  return setmetatable(self, DataLoaderShard)
+end
+
+DataLoaderShard.__len = function(self) return #rawget(self, "base") end
+
+-- Every tensor of a batch moved to device.
+local function to_device(device, ...)
+  local vals = table.pack(...)
+  local ops = require("accel.operations")
+  for i = 1, vals.n do
+    vals[i] = ops.map_tensors(vals[i], function(t) return t:to(device) end)
+  end
+  return table.unpack(vals, 1, vals.n)
+end
+
+-- for xb, yb in loader:iter() do ... end: this process's batches of the
+-- current pass; while the last one is in use, end_of_dataloader() is true.
+function DataLoaderShard:iter()
+  local base, gs, device = self.base, self.gradient_state, self.device
+  local move = device ~= nil and tostring(device) ~= "cpu"
+  local f, s, c = base:iter()
+  rawset(self, "_end", false)
+  if not self.drop_last and self.dataset_length and self.total_batch_size then
+    rawset(self, "remainder", self.dataset_length % self.total_batch_size)
+  end
+  gs:add_dataloader(self)
+  local done = false
+  local function deliver(v1, ...)
+    c = v1
+    if v1 == nil then
+      done = true
+      gs:remove_dataloader(self)
+      return nil
+    end
+    rawset(self, "_end", base:end_of_dataloader())
+    if move then return to_device(device, v1, ...) end
+    return v1, ...
+  end
+  return function()
+    if done then return nil end
+    return deliver(f(s, c))
+  end
+end
+
+function DataLoaderShard:end_of_dataloader() return rawget(self, "_end") == true end
+
+-- {epoch = e, batches = k}: where the next iter() continues.
+function DataLoaderShard:state_dict() return self.base:state_dict() end
+
+function DataLoaderShard:load_state_dict(s)
+  if type(s) ~= "table" or type(s.epoch) ~= "number" or type(s.batches) ~= "number" then
+    raise("DataLoader.load_state_dict: expected {epoch = number, batches = number}")
+  end
+  return self.base:load_state_dict(s)
+end
+
+function DataLoaderShard:set_epoch(e) return self.base:set_epoch(e) end
+
+-- A loader over the same shard that starts at batch n + 1 of the current pass.
+function DataLoaderShard:skip_first_batches(n)
+  local o = {gradient_state = self.gradient_state, device = self.device, total_batch_size = self.total_batch_size,
+    dataset_length = self.dataset_length, drop_last = self.drop_last}
+  return M.wrap_loader(self.base:skip_first_batches(n), o)
+end
+
+return M

@@ -1,0 +1,277 @@
+-- accel.progress: a tqdm-like progress bar for training loops.
+--
+--   local progress = require("accel.progress")      -- or accel.progress
+--   for xb, yb in progress.wrap(loader:iter(), #loader, {desc = "epoch 1"}) do ... end
+--   for xb, yb in progress.wrap(loader) do ... end   -- same: uses loader:iter() and #loader
+--
+--   local bar = progress.bar(100, {desc = "eval"})
+--   bar:update(1); bar:set_postfix({loss = 0.25}); bar:close()
+--
+-- Options: desc, file (default io.stderr), disable, quiet, mininterval
+-- (seconds between terminal redraws, default 0.1), ascii (bar drawn with '#'),
+-- tty (true / false: force terminal or plain mode; default isatty(file)),
+-- ncols (line width on a terminal; default the terminal's width, else 80).
+--
+-- On a terminal one line is redrawn in place, at most every mininterval:
+--   epoch 1:  45%|█████████▎           | 45/100 [00:02<00:03, 20.51it/s, loss=0.123]
+-- Otherwise (a log file, a pipe) plain lines are printed each time the count
+-- crosses another 10% of the total, and once at close:
+--   epoch 1: 50% 50/100 [00:02<00:02, 20.51it/s, loss=0.123]
+-- (with an unknown total, at most one line every 30 s and one at close);
+-- {quiet = true} prints nothing in plain mode.
+--
+-- Decisions: `disable` defaults to true on a process whose local rank
+-- (LOCAL_RANK or OMPI_COMM_WORLD_LOCAL_RANK) is not 0, so only the local
+-- main process draws; the rate is the average since the bar started; the
+-- count is what has been consumed, so wrap() adds one when the loop asks for
+-- the next item (as tqdm does); set_postfix values (numbers, one-element
+-- tensors, strings) are formatted only when a line is drawn, keys sorted.
+-- wrap() returns the bar as the generic-for's closing value, so in Lua 5.4 a
+-- `break` out of the loop (or an error) closes the bar too.
+local accel = require("accel")
+local C = accel._C
+
+local progress = {}
+
+local PLAIN_STEP = 10     -- percent between plain lines
+local PLAIN_INTERVAL = 30 -- seconds between plain lines when the total is unknown
+local PARTIAL = {"▏", "▎", "▍", "▌", "▋", "▊", "▉"}
+
+local Bar = {}
+Bar.__index = Bar
+Bar.__close = function(self) self:close() end
+
+local function is_main_local_process()
+  local rank = os.getenv("LOCAL_RANK") or os.getenv("OMPI_COMM_WORLD_LOCAL_RANK")
+  return rank == nil or tonumber(rank) == 0
+end
+
+local function is_lua_file(f)
+  return io.type(f) == "file"
+end
+
+-- "mm:ss" or "h:mm:ss"
+local function fmt_time(s)
+  s = math.floor(s)
+  local h, m = math.floor(s / 3600), math.floor(s % 3600 / 60)
+  if h > 0 then return string.format("%d:%02d:%02d", h, m, s % 60) end
+  return string.format("%02d:%02d", m, s % 60)
+end
+
+local function fmt_rate(rate)
+  if rate == nil then return "?it/s" end
+  if rate > 0 and rate < 1 then return string.format("%.2fs/it", 1 / rate) end
+  return string.format("%.2fit/s", rate)
+end
+
+-- counts: integers as such, fractional counts (update(0.5)) with %g
+local function fmt_count(x)
+  if x == math.floor(x) and math.abs(x) < 1e15 then return string.format("%d", x) end
+  return string.format("%g", x)
+end
+
+local function fmt_value(v)
+  if accel.is_tensor(v) then v = v:numel() == 1 and v:item() or tostring(v) end
+  if type(v) ~= "number" then return tostring(v) end
+  if v == math.floor(v) then return fmt_count(v) end
+  return string.format("%.4g", v)
+end
+
+-- progress.bar(total, opts): total may be nil (unknown).
+function progress.bar(total, opts)
+  opts = opts or {}
+  if type(opts) ~= "table" then C.raise("progress.bar: options must be a table, got " .. type(opts)) end
+  if total ~= nil and (type(total) ~= "number" or total < 0) then
+    C.raise("progress.bar: total must be a non-negative number or nil, got " .. tostring(total))
+  end
+  local file = opts.file or io.stderr
+  if type(file) ~= "userdata" and type(file) ~= "table" or not file.write then
+    C.raise("progress.bar: file must be a Lua file (or have a write method), got " .. type(file))
+  end
+  local disable = opts.disable
+  if disable == nil then disable = not is_main_local_process() end
+  local tty = opts.tty
+  if tty == nil then tty = is_lua_file(file) and C.isatty(file) end
+  local self = setmetatable({
+    n = 0, total = total, desc = opts.desc, file = file, disabled = disable, tty = tty,
+    quiet = opts.quiet, ascii = opts.ascii, mininterval = opts.mininterval or 0.1,
+    ncols = opts.ncols or (tty and is_lua_file(file) and C.terminal_width(file)) or 80,
+    next_pct = PLAIN_STEP, printed_n = -1,
+  }, Bar)
+  self.start = accel.clock()
+  self.last_draw = self.start
+  if tty and not disable then self:refresh() end
+  return self
+end
+
+-- The "[elapsed<remaining, rate, k=v]" part and the counter.
+function Bar:stats(now)
+  local elapsed = now - self.start
+  local rate = elapsed > 0 and self.n > 0 and self.n / elapsed or nil
+  local post = ""
+  if self.postfix then
+    local parts = {}
+    local keys = {}
+    for k in pairs(self.postfix) do keys[#keys + 1] = k end
+    table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+    for _, k in ipairs(keys) do parts[#parts + 1] = tostring(k) .. "=" .. fmt_value(self.postfix[k]) end
+    if #parts > 0 then post = ", " .. table.concat(parts, ", ") end
+  end
+  if not self.total then
+    return string.format("%sit [%s, %s%s]", fmt_count(self.n), fmt_time(elapsed), fmt_rate(rate), post)
+  end
+  local eta = rate and fmt_time(math.max(0, self.total - self.n) / rate) or "?"
+  return string.format("%s/%s [%s<%s, %s%s]", fmt_count(self.n), fmt_count(self.total), fmt_time(elapsed), eta,
+    fmt_rate(rate), post)
+end
+
+function Bar:fraction()
+  if not self.total then return nil end
+  if self.total == 0 then return 1 end
+  return math.min(1, self.n / self.total)
+end
+
+-- Whole percent done (n * 100 / total, so 29/100 is 29, not 28.999...).
+function Bar:percent()
+  if self.total == 0 then return 100 end
+  return math.min(100, math.floor(self.n * 100 / self.total))
+end
+
+function Bar:prefix()
+  return self.desc and (self.desc .. ": ") or ""
+end
+
+-- width cells of bar for fraction f
+function Bar:draw_bar(f, width)
+  if self.ascii then
+    local full = math.floor(f * width)
+    return string.rep("#", full) .. string.rep(" ", width - full)
+  end
+  local eighths = math.floor(f * width * 8)
+  local full, part = math.floor(eighths / 8), eighths % 8
+  local s = string.rep("█", full)
+  if full < width then s = s .. (part > 0 and PARTIAL[part] or " ") .. string.rep(" ", width - full - 1) end
+  return s
+end
+
+-- The one-line terminal form.
+function Bar:terminal_line(now)
+  local f = self:fraction()
+  local stats = self:stats(now)
+  if not f then return self:prefix() .. stats end
+  local head = self:prefix() .. string.format("%3d%%|", self:percent())
+  local width = self.ncols - #head - #stats - 2
+  if width < 1 then return head .. " " .. stats end
+  return head .. self:draw_bar(f, math.min(width, 60)) .. "| " .. stats
+end
+
+function Bar:plain_line(now)
+  local f = self:fraction()
+  if not f then return self:prefix() .. self:stats(now) end
+  return self:prefix() .. string.format("%d%% ", self:percent()) .. self:stats(now)
+end
+
+function Bar:emit(s)
+  self.file:write(s)
+  if self.file.flush then self.file:flush() end
+end
+
+-- Draws now (terminal: redraws the line; plain: prints one line).
+function Bar:refresh()
+  if self.disabled then return end
+  local now = accel.clock()
+  self.last_draw = now
+  if self.tty then
+    self:emit("\r" .. self:terminal_line(now) .. "\27[K")
+  elseif not self.quiet then
+    self:emit(self:plain_line(now) .. "\n")
+    self.printed_n = self.n
+  end
+end
+
+-- Plain mode: is a line due (another 10% crossed, or 30 s with no total)?
+function Bar:plain_due()
+  if self.total and self.total > 0 then
+    local pct = self.n * 100 / self.total
+    if pct < self.next_pct or self.n >= self.total then return false end
+    self.next_pct = (math.floor(pct / PLAIN_STEP) + 1) * PLAIN_STEP
+    return true
+  end
+  return not self.total and accel.clock() - self.last_draw >= PLAIN_INTERVAL
+end
+
+function Bar:update(n)
+  n = n or 1
+  self.n = self.n + n
+  if self.disabled or self.closed then return end
+  if self.tty then
+    if accel.clock() - self.last_draw >= self.mininterval then self:refresh() end
+  elseif not self.quiet and self:plain_due() then
+    self:refresh()
+  end
+end
+
+-- postfix: table name -> number | one-element tensor | string (kept, formatted when drawn)
+function Bar:set_postfix(postfix)
+  if postfix ~= nil and type(postfix) ~= "table" then
+    C.raise("set_postfix: expected a table of name -> value, got " .. type(postfix))
+  end
+  self.postfix = postfix
+end
+
+function Bar:set_description(desc)
+  self.desc = desc
+end
+
+-- Draws the final state (terminal: and ends the line). Closing twice is a no-op.
+function Bar:close()
+  if self.closed then return end
+  self.closed = true
+  if self.disabled then return end
+  if self.tty then
+    self:refresh()
+    self:emit("\n")
+  elseif not self.quiet and self.printed_n ~= self.n then
+    self:refresh()
+  end
+end
+
+-- Turns what wrap() was given into an iterator triple and a default total.
+local function iterator_of(it)
+  if type(it) == "function" then return it, nil, nil, nil end
+  local ok, iter = pcall(function() return it.iter end)
+  if ok and type(iter) == "function" then
+    local f, s, c = it:iter()
+    return f, s, c, #it
+  end
+  if type(it) == "table" then
+    local i = 0
+    return function()
+      i = i + 1
+      return it[i]
+    end, nil, nil, #it
+  end
+  C.raise("progress.wrap: expected an iterator function, a loader (with :iter()) or a list, got " .. type(it))
+end
+
+-- progress.wrap(iterator_fn | loader | list, total, opts): a generic-for
+-- iterator yielding exactly what the wrapped one yields, counting each item.
+function progress.wrap(it, total, opts)
+  local f, s, ctrl, default_total = iterator_of(it)
+  local bar = progress.bar(total or default_total, opts)
+  local started = false
+  local function pass(...)
+    if (...) == nil then
+      bar:close()
+      return nil
+    end
+    ctrl = (...)
+    return ...
+  end
+  return function()
+    if started then bar:update(1) else started = true end
+    return pass(f(s, ctrl))
+  end, nil, nil, bar
+end
+
+return progress

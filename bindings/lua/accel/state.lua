@@ -1,0 +1,183 @@
+-- accel.state: the process state every Accelerator shares (PartialState,
+-- as in Accelerate: one per process, created on first use) and the
+-- per-Accelerator gradient-accumulation state (GradientState).
+--
+-- PartialState holds the communicator (accel.comm) and the process fields
+-- (process_index, num_processes, local_process_index, is_main_process, ...),
+-- plus the process-level helpers Accelerate puts there: wait_for_everyone,
+-- print, main_process_first, on_main_process, split_between_processes.
+local accel = require("accel")
+local comm = require("accel.comm")
+local raise = require("accel.nn.module").raise
+
+local M = {}
+
+-- ---------------------------------------------------------------- handles
+
+-- A value for Lua 5.4's `local _ <close> = ...`: runs exit once, when the
+-- variable goes out of scope (also on error); h:close() runs it explicitly.
+local Handle = {}
+Handle.__index = Handle
+Handle.__close = function(h) h:close() end
+function Handle:close()
+  local exit = self.exit
+  if exit then
+    self.exit = nil
+    exit()
+  end
+end
+
+function M.handle(exit) return setmetatable({exit = exit}, Handle) end
+
+-- enter(); fn(); exit() — or, without fn, enter() and a handle that exits.
+-- exit runs even when fn raises; fn's results are returned.
+function M.scoped(enter, exit, fn)
+  enter()
+  if fn == nil then return M.handle(exit) end
+  local res = table.pack(pcall(fn))
+  exit()
+  if not res[1] then error(res[2], 0) end
+  return table.unpack(res, 2, res.n)
+end
+
+-- ---------------------------------------------------------------- PartialState
+
+local PartialState = {}
+local props = {}
+
+PartialState.__index = function(self, k)
+  local get = props[k]
+  if get then return get(self) end
+  return PartialState[k]
+end
+
+function props.process_index(s) return s.comm.rank end
+function props.num_processes(s) return s.comm.world_size end
+function props.local_process_index(s) return s.comm.local_rank end
+function props.num_local_processes(s) return s.comm.local_world_size end
+function props.is_main_process(s) return s.comm.rank == 0 end
+function props.is_local_main_process(s) return s.comm.local_rank == 0 end
+function props.is_last_process(s) return s.comm.rank == s.comm.world_size - 1 end
+function props.use_distributed(s) return s.comm.world_size > 1 end
+function props.distributed_type(s)
+  if s.comm.world_size == 1 then return "NO" end
+  return s.comm.backend == "nccl" and "MULTI_GPU" or "MULTI_CPU"
+end
+function props.backend(s) return s.comm.backend end
+
+local shared = nil
+
+-- accel.PartialState([{cpu = false}]): the process state (the same object
+-- every time, as Accelerate's shared state).
+function M.PartialState(opts)
+  if opts ~= nil and type(opts) ~= "table" then raise("PartialState: expected an options table, got %s", type(opts)) end
+  if shared then return shared end
+  local c = comm.create()
+  shared = setmetatable({comm = c, device = accel.device("cpu"), initialized = true}, PartialState)
+  return shared
+end
+
+-- Forget the shared state (tests, or a script that wants a fresh one).
+function M.reset_state() shared = nil end
+PartialState._reset_state = function() M.reset_state() end
+
+function PartialState:wait_for_everyone() self.comm:barrier() end
+
+function PartialState:print(...)
+  if self.is_main_process then print(...) end
+end
+
+-- Rank 0 (or the local main) runs the body first, the others after it.
+local function goes_first(self, is_main, fn)
+  return M.scoped(function() if not is_main then self:wait_for_everyone() end end,
+    function() if is_main then self:wait_for_everyone() end end, fn)
+end
+
+function PartialState:main_process_first(fn) return goes_first(self, self.is_main_process, fn) end
+function PartialState:local_main_process_first(fn) return goes_first(self, self.is_local_main_process, fn) end
+
+-- Decorators: a function that runs fn only on the chosen process(es).
+local function on_process_if(pred, fn, what)
+  if type(fn) ~= "function" then raise("%s: expected a function, got %s", what, type(fn)) end
+  return function(...)
+    if pred() then return fn(...) end
+  end
+end
+
+function PartialState:on_main_process(fn)
+  return on_process_if(function() return self.is_main_process end, fn, "on_main_process")
+end
+function PartialState:on_local_main_process(fn)
+  return on_process_if(function() return self.is_local_main_process end, fn, "on_local_main_process")
+end
+function PartialState:on_last_process(fn)
+  return on_process_if(function() return self.is_last_process end, fn, "on_last_process")
+end
+function PartialState:on_process(fn, process_index)
+  if type(fn) == "number" then fn, process_index = process_index, fn end
+  return on_process_if(function() return self.process_index == process_index end, fn, "on_process")
+end
+
+-- split_between_processes(inputs, [{apply_padding = false}], [fn]): this
+-- process's contiguous part of a list, a tensor (along dim 1) or a table of
+-- them (each value split); the first len % N processes get one more item.
+-- With apply_padding every part is padded with its last item to the longest
+-- part's length. With fn: returns fn(part).
+function PartialState:split_between_processes(inputs, opts, fn)
+  if type(opts) == "function" then opts, fn = nil, opts end
+  local part = require("accel.operations").split(inputs, self.process_index, self.num_processes,
+    opts and opts.apply_padding)
+  if fn then return fn(part) end
+  return part
+end
+
+-- ---------------------------------------------------------------- GradientState
+
+-- Where gradient accumulation stands, for one Accelerator: the number of
+-- micro-batches per optimizer step, whether this step synchronises (and
+-- steps the optimizer), and the data loader being iterated, whose last
+-- batch also ends an accumulation window.
+local GradientState = {}
+GradientState.__index = GradientState
+
+function M.GradientState(num_steps)
+  return setmetatable({num_steps = num_steps, sync_gradients = true, step = 0, sync_with_dataloader = true,
+    loaders = {}}, GradientState)
+end
+
+function GradientState:active_dataloader() return self.loaders[#self.loaders] end
+
+function GradientState:end_of_dataloader()
+  local l = self:active_dataloader()
+  return l ~= nil and l:end_of_dataloader()
+end
+
+function GradientState:remainder()
+  local l = self:active_dataloader()
+  return l and l.remainder or -1
+end
+
+function GradientState:add_dataloader(l)
+  self:remove_dataloader(l)
+  self.loaders[#self.loaders + 1] = l
+end
+
+function GradientState:remove_dataloader(l)
+  for i = #self.loaders, 1, -1 do
+    if self.loaders[i] == l then table.remove(self.loaders, i) end
+  end
+end
+
+-- Accelerate's _do_sync: a step synchronises every num_steps micro-batches
+-- and at the end of the data loader (which also restarts the count).
+function GradientState:do_sync()
+  if self.sync_with_dataloader and self:end_of_dataloader() then
+    self.step = 0
+    self.sync_gradients = true
+  else
+    self.step = self.step + 1
+    self.sync_gradients = self.step % self.num_steps == 0
+  end
+end
+
+return M

@@ -1,0 +1,488 @@
+-- accel.tracking: experiment trackers, the local ones of Accelerate's
+-- `log_with` (the Accelerator calls them from init_trackers / log /
+-- end_training, on the main process only).
+--
+--   local tracking = require("accel.tracking")
+--   local tr = tracking.create("all", {project_dir = "runs", run_name = "mlp", config = {lr = 1e-3}})
+--   tr:log({loss = loss, lr = scheduler:get_last_lr()[1]}, step)   -- numbers or one-element tensors
+--   tr:finish()
+--
+-- Names: "jsonl", "csv", "tensorboard", "all" (the three), or a list of them.
+-- Every file goes in project_dir/run_name (run_name optional; project_dir
+-- defaults to "."):
+--   jsonl        metrics.jsonl, one JSON object per log call:
+--                {"step": 3, "loss": 0.25, "lr": 0.001, "_time": 1712345678.123}
+--                (metric keys sorted; NaN / Infinity written as Python's json does)
+--   csv          metrics.csv, columns step,_time, then the metric keys in the
+--                order first seen (sorted within one call); a row per log call,
+--                empty cells for keys a call did not log. A key that first
+--                appears later adds a column at the end: the file is rewritten
+--                once (to a temporary name, then renamed) with the longer
+--                header and the earlier rows padded with empty cells.
+--   tensorboard  events.out.tfevents.<unix time>.<hostname> (".N" appended if
+--                that name exists): TFRecord framing, a first Event carrying
+--                file_version "brain.Event:2", then one Event per log call
+--                with a simple_value (float32) per number. Strings are written
+--                as text summaries (as Accelerate's add_text).
+-- Hyper-parameters (`config` option or store_init_configuration): jsonl and
+-- csv write config.json (sorted keys) in the run folder; tensorboard writes
+-- the same JSON as a text summary tagged "config" at step 0 (TensorBoard's
+-- HPARAMS plugin format is not written).
+--
+-- Decisions where Accelerate is silent or differs:
+-- * step defaults to the previous step + 1 (0 for the first call); steps are
+--   non-negative integers. "step" and "_time" are reserved metric names.
+-- * Values: numbers, one-element tensors (read with :item()) and strings
+--   (jsonl / csv cells, tensorboard text); anything else is an error naming
+--   the key.
+-- * Every log call is flushed to the kernel, so a crashed (even SIGKILLed)
+--   process loses nothing already logged; files are also fsynced at most
+--   once a second while logging and always by finish().
+-- * Existing files are appended to (a resumed run continues its metrics.jsonl
+--   and metrics.csv; the csv header already there is kept and extended).
+local accel = require("accel")
+local json = require("accel.json")
+local C = accel._C
+
+local tracking = {}
+
+-- Raises msg at the first frame outside the embedded library (the user's
+-- file:line), as the C bindings' errors do.
+local fail = C.raise
+
+local VALID = {"jsonl", "csv", "tensorboard", "all"}
+local FSYNC_INTERVAL = 1.0 -- seconds between fsyncs while logging
+
+------------------------------------------------------------------------------
+-- Values as JSON / CSV text
+------------------------------------------------------------------------------
+
+local function is_integral(x)
+  return x == math.floor(x) and math.abs(x) < 2 ^ 53
+end
+
+-- A metric as JSON (accel.json's shortest round-trip numbers; NaN and the
+-- infinities as Python's json writes them, since losses do go NaN).
+local function json_metric(v)
+  if v ~= v then return "NaN" end
+  if v == math.huge then return "Infinity" end
+  if v == -math.huge then return "-Infinity" end
+  return json.encode(v)
+end
+
+-- Config values JSON can hold: tensors become numbers / nested lists,
+-- NaN / infinities and functions, userdata, ... their tostring text.
+local function plain(v)
+  if accel.is_tensor(v) then return v:dim() == 0 and v:item() or v:tolist() end
+  if type(v) == "number" and (v ~= v or v == math.huge or v == -math.huge) then return tostring(v) end
+  if type(v) == "table" and v ~= json.null then
+    local out = {}
+    for k, x in pairs(v) do out[k] = plain(x) end
+    return out
+  end
+  if type(v) == "function" or type(v) == "userdata" or type(v) == "thread" then return tostring(v) end
+  return v
+end
+
+local function config_json(config, opts)
+  local ok, text = pcall(json.encode, plain(config), opts)
+  if not ok then fail("store_init_configuration: " .. tostring(text)) end
+  return text
+end
+
+local function sorted_keys(t)
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  return keys
+end
+
+------------------------------------------------------------------------------
+-- Files
+------------------------------------------------------------------------------
+
+local function open_file(path, mode)
+  local f, err = io.open(path, mode)
+  if not f then fail("tracking: cannot open " .. path .. ": " .. tostring(err)) end
+  return f
+end
+
+local function file_exists(path)
+  local f = io.open(path, "rb")
+  if f then f:close() end
+  return f ~= nil
+end
+
+local function read_file(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+-- A file opened for appending, flushed after each record and fsynced at
+-- most every FSYNC_INTERVAL seconds (and on close).
+local Appender = {}
+Appender.__index = Appender
+
+local function appender(path)
+  return setmetatable({path = path, f = open_file(path, "ab"), synced = accel.clock()}, Appender)
+end
+
+function Appender:write(s)
+  self.f:write(s)
+  self.f:flush()
+  local now = accel.clock()
+  if now - self.synced >= FSYNC_INTERVAL then
+    C.fsync(self.f)
+    self.synced = now
+  end
+end
+
+function Appender:close()
+  if self.f then
+    C.fsync(self.f)
+    self.f:close()
+    self.f = nil
+  end
+end
+
+local function write_config_json(dir, config)
+  C.fs_write(dir .. "/config.json", config_json(config, {indent = 2}) .. "\n") -- temp name, fsync, rename
+end
+
+------------------------------------------------------------------------------
+-- jsonl
+------------------------------------------------------------------------------
+
+local Jsonl = {}
+Jsonl.__index = Jsonl
+
+function Jsonl.new(dir)
+  local path = dir .. "/metrics.jsonl"
+  return setmetatable({name = "jsonl", dir = dir, path = path, out = appender(path)}, Jsonl)
+end
+
+-- items: list of {key, value} sorted by key
+function Jsonl:write(step, items, wall)
+  local parts = {'"step": ' .. json.encode(step)}
+  for _, kv in ipairs(items) do
+    local v = kv[2]
+    parts[#parts + 1] = json.encode(kv[1]) .. ": " .. (type(v) == "number" and json_metric(v) or json.encode(v))
+  end
+  parts[#parts + 1] = '"_time": ' .. string.format("%.6f", wall)
+  self.out:write("{" .. table.concat(parts, ", ") .. "}\n")
+end
+
+function Jsonl:store_config(config) write_config_json(self.dir, config) end
+function Jsonl:close() self.out:close() end
+
+------------------------------------------------------------------------------
+-- csv
+------------------------------------------------------------------------------
+
+local Csv = {}
+Csv.__index = Csv
+
+local CSV_SPECIAL = {["NaN"] = "nan", ["Infinity"] = "inf", ["-Infinity"] = "-inf"}
+
+local function csv_cell(v)
+  if v == nil then return "" end
+  if type(v) == "number" then
+    local s = json_metric(v)
+    return CSV_SPECIAL[s] or s
+  end
+  if v:find('[,"\r\n]') then return '"' .. v:gsub('"', '""') .. '"' end
+  return v
+end
+
+-- The columns of an existing header line (our own writing: cells quoted
+-- only when they contain , " or newlines).
+local function parse_header(line)
+  local cols, pos = {}, 1
+  line = line:gsub("\r$", "")
+  while pos <= #line + 1 do
+    if line:sub(pos, pos) == '"' then
+      local cell, i = {}, pos + 1
+      while true do
+        local q = line:find('"', i, true)
+        if not q then fail("tracking: malformed csv header: " .. line) end
+        cell[#cell + 1] = line:sub(i, q - 1)
+        if line:sub(q + 1, q + 1) == '"' then
+          cell[#cell + 1] = '"'
+          i = q + 2
+        else
+          pos = q + 1
+          break
+        end
+      end
+      cols[#cols + 1] = table.concat(cell)
+    else
+      local c = line:find(",", pos, true) or #line + 1
+      cols[#cols + 1] = line:sub(pos, c - 1)
+      pos = c
+    end
+    pos = pos + 1 -- skip the comma
+  end
+  return cols
+end
+
+function Csv.new(dir)
+  local path = dir .. "/metrics.csv"
+  local self = setmetatable({name = "csv", dir = dir, path = path, columns = {}, index = {}}, Csv)
+  local text = read_file(path)
+  if text and #text > 0 then
+    for _, col in ipairs(parse_header(text:match("^[^\n]*"))) do self:add_column(col) end
+    if self.columns[1] ~= "step" or self.columns[2] ~= "_time" then
+      fail("tracking: " .. path .. " exists but was not written by the csv tracker (header: " ..
+        text:match("^[^\n]*") .. ")")
+    end
+    self.out = appender(path)
+  else
+    self:add_column("step")
+    self:add_column("_time")
+    self.out = appender(path)
+    self.out:write(self:header())
+  end
+  return self
+end
+
+function Csv:add_column(name)
+  self.columns[#self.columns + 1] = name
+  self.index[name] = #self.columns
+end
+
+function Csv:header()
+  local cells = {}
+  for i, c in ipairs(self.columns) do cells[i] = csv_cell(c) end
+  return table.concat(cells, ",") .. "\n"
+end
+
+-- New columns at the end: rewrite the file once with the longer header and
+-- every earlier row padded with empty cells.
+function Csv:extend(new)
+  self.out:close()
+  for _, name in ipairs(new) do self:add_column(name) end
+  local text = read_file(self.path) or ""
+  local pad = string.rep(",", #new)
+  local out, record, quotes, first = {self:header()}, {}, 0, true
+  for line in text:gmatch("([^\n]*)\n") do
+    record[#record + 1] = line
+    quotes = quotes + select(2, line:gsub('"', ""))
+    if quotes % 2 == 0 then -- the row ends here (not inside a quoted cell)
+      if not first then out[#out + 1] = table.concat(record, "\n") .. pad .. "\n" end
+      record, quotes, first = {}, 0, false
+    end
+  end
+  C.fs_write(self.path, table.concat(out)) -- temp name, fsync, rename
+  self.out = appender(self.path)
+end
+
+function Csv:write(step, items, wall)
+  local new = {}
+  for _, kv in ipairs(items) do
+    if not self.index[kv[1]] then new[#new + 1] = kv[1] end
+  end
+  if #new > 0 then self:extend(new) end
+  local cells = {}
+  for i = 1, #self.columns do cells[i] = "" end
+  cells[1] = json.encode(step)
+  cells[2] = string.format("%.6f", wall)
+  for _, kv in ipairs(items) do cells[self.index[kv[1]]] = csv_cell(kv[2]) end
+  self.out:write(table.concat(cells, ",") .. "\n")
+end
+
+function Csv:store_config(config) write_config_json(self.dir, config) end
+function Csv:close() self.out:close() end
+
+------------------------------------------------------------------------------
+-- tensorboard: TFRecord framing around hand-encoded tensorflow.Event protos
+------------------------------------------------------------------------------
+
+-- Protobuf wire format (integers below 2^53, so no bit operations needed).
+local function varint(n)
+  local bytes = {}
+  while n >= 128 do
+    bytes[#bytes + 1] = string.char(n % 128 + 128)
+    n = math.floor(n / 128)
+  end
+  bytes[#bytes + 1] = string.char(n)
+  return table.concat(bytes)
+end
+
+local function pb_key(field, wire) return varint(field * 8 + wire) end
+local function pb_varint(field, n) return pb_key(field, 0) .. varint(n) end
+local function pb_double(field, x) return pb_key(field, 1) .. string.pack("<d", x) end
+local function pb_float(field, x) return pb_key(field, 5) .. string.pack("<f", x) end
+local function pb_bytes(field, s) return pb_key(field, 2) .. varint(#s) .. s end
+tracking._pb = {varint = varint, key = pb_key}
+
+-- Event fields: wall_time 1 (double), step 2 (int64), file_version 3,
+-- summary 5. Summary: value 1 (repeated). Summary.Value: tag 1,
+-- simple_value 2 (float), tensor 8, metadata 9.
+local function scalar_value(tag, x)
+  return pb_bytes(1, pb_bytes(1, tag) .. pb_float(2, x))
+end
+
+-- A text summary: metadata.plugin_data.plugin_name = "text", tensor =
+-- TensorProto{dtype 1 = DT_STRING (7), tensor_shape 2 = scalar, string_val 8}.
+local function text_value(tag, text)
+  local metadata = pb_bytes(1, pb_bytes(1, "text"))
+  local tensor = pb_varint(1, 7) .. pb_bytes(2, "") .. pb_bytes(8, text)
+  return pb_bytes(1, pb_bytes(1, tag) .. pb_bytes(9, metadata) .. pb_bytes(8, tensor))
+end
+
+local function event(wall, step, rest)
+  return pb_double(1, wall) .. (step and pb_varint(2, step) or "") .. rest
+end
+
+-- One TFRecord: uint64 length, masked crc32c(length), data, masked crc32c(data).
+local function tfrecord(data)
+  local len = string.pack("<I8", #data)
+  return len .. string.pack("<I4", C.masked_crc32c(len)) .. data .. string.pack("<I4", C.masked_crc32c(data))
+end
+tracking._tfrecord = tfrecord
+
+local Tensorboard = {}
+Tensorboard.__index = Tensorboard
+
+local function event_file_name(dir)
+  local base = dir .. "/events.out.tfevents." .. os.time() .. "." .. C.hostname()
+  local path, n = base, 0
+  while file_exists(path) do
+    n = n + 1
+    path = base .. "." .. n
+  end
+  return path
+end
+
+function Tensorboard.new(dir)
+  local path = event_file_name(dir)
+  local self = setmetatable({name = "tensorboard", dir = dir, path = path, out = appender(path)}, Tensorboard)
+  self.out:write(tfrecord(event(C.wall_time(), nil, pb_bytes(3, "brain.Event:2"))))
+  return self
+end
+
+function Tensorboard:write(step, items, wall)
+  local values = {}
+  for _, kv in ipairs(items) do
+    local v = kv[2]
+    values[#values + 1] = type(v) == "number" and scalar_value(kv[1], v) or text_value(kv[1], v)
+  end
+  self.out:write(tfrecord(event(wall, step, pb_bytes(5, table.concat(values)))))
+end
+
+function Tensorboard:store_config(config)
+  self.out:write(tfrecord(event(C.wall_time(), 0, pb_bytes(5, text_value("config", config_json(config))))))
+end
+
+function Tensorboard:close() self.out:close() end
+
+------------------------------------------------------------------------------
+-- The tracker object
+------------------------------------------------------------------------------
+
+local BACKENDS = {jsonl = Jsonl, csv = Csv, tensorboard = Tensorboard}
+
+local Tracker = {}
+Tracker.__index = Tracker
+
+local function valid_names()
+  return '"' .. table.concat(VALID, '", "') .. '"'
+end
+
+-- "all", one name or a list of names -> list of backend names, deduplicated.
+local function expand_names(name)
+  local list = type(name) == "table" and name or {name}
+  local out, seen = {}, {}
+  for _, n in ipairs(list) do
+    if type(n) ~= "string" or not (BACKENDS[n] or n == "all") then
+      fail("tracking.create: unknown tracker " .. (type(n) == "string" and '"' .. n .. '"' or tostring(n)) ..
+        "; valid trackers are " .. valid_names())
+    end
+    for _, b in ipairs(n == "all" and {"jsonl", "csv", "tensorboard"} or {n}) do
+      if not seen[b] then
+        seen[b] = true
+        out[#out + 1] = b
+      end
+    end
+  end
+  if #out == 0 then fail("tracking.create: no tracker named; valid trackers are " .. valid_names()) end
+  return out
+end
+
+-- tracking.create(name, {project_dir = ".", run_name = nil, config = nil})
+function tracking.create(name, opts)
+  opts = opts or {}
+  if type(opts) ~= "table" then fail("tracking.create: options must be a table") end
+  local names = expand_names(name)
+  local dir = opts.project_dir or "."
+  if type(dir) ~= "string" then fail("tracking.create: project_dir must be a string") end
+  if opts.run_name ~= nil then dir = dir .. "/" .. tostring(opts.run_name) end
+  C.mkdirs(dir)
+  local self = setmetatable({name = type(name) == "string" and name or table.concat(names, ","),
+                             run_dir = dir, trackers = {}, last_step = nil}, Tracker)
+  for _, n in ipairs(names) do
+    local backend = BACKENDS[n].new(dir)
+    self.trackers[#self.trackers + 1] = backend
+    self.trackers[n] = backend
+  end
+  if opts.config ~= nil then self:store_init_configuration(opts.config) end
+  return self
+end
+
+function tracking.valid_trackers() return {"jsonl", "csv", "tensorboard", "all"} end
+
+-- values -> list of {key, value} sorted by key, numbers and strings only.
+local function normalize(values)
+  if type(values) ~= "table" or accel.is_tensor(values) then
+    fail("log: values must be a table of name -> number, got " .. type(values))
+  end
+  local items = {}
+  for _, k in ipairs(sorted_keys(values)) do
+    local v = values[k]
+    if type(k) ~= "string" then fail("log: metric names must be strings, got " .. type(k) .. " " .. tostring(k)) end
+    if k == "step" or k == "_time" then fail('log: "' .. k .. '" is a reserved name; pick another metric name') end
+    if accel.is_tensor(v) then
+      if v:numel() ~= 1 then
+        fail("log: value of \"" .. k .. "\" must be a one-element tensor, got " .. v:numel() .. " elements")
+      end
+      v = v:item()
+    end
+    if type(v) ~= "number" and type(v) ~= "string" then
+      fail("log: value of \"" .. k .. "\" must be a number, a string or a one-element tensor, got " .. type(v))
+    end
+    items[#items + 1] = {k, v}
+  end
+  return items
+end
+
+function Tracker:log(values, step)
+  if self.finished then fail("log: the tracker has finished (finish() was called)") end
+  if step == nil then
+    step = self.last_step and self.last_step + 1 or 0
+  elseif type(step) ~= "number" or step < 0 or not is_integral(step) then
+    fail("log: step must be a non-negative integer, got " .. tostring(step))
+  else
+    step = math.floor(step) -- an integer in Lua 5.4 (2.0 -> 2)
+  end
+  local items = normalize(values)
+  local wall = C.wall_time()
+  for _, t in ipairs(self.trackers) do t:write(step, items, wall) end
+  self.last_step = step
+end
+
+function Tracker:store_init_configuration(config)
+  if self.finished then fail("store_init_configuration: the tracker has finished") end
+  if type(config) ~= "table" then fail("store_init_configuration: config must be a table, got " .. type(config)) end
+  for _, t in ipairs(self.trackers) do t:store_config(config) end
+end
+
+function Tracker:finish()
+  if self.finished then return end
+  self.finished = true
+  for _, t in ipairs(self.trackers) do t:close() end
+end
+
+return tracking

@@ -1,0 +1,568 @@
+/* dist.c: the communicator's generic layer (see dist.h): choosing and
+ * initialising the world's backend, checking tensors, the per-kind call
+ * counters, blocking and non-blocking calls (DistWork), avg as sum then
+ * divide, byte-string helpers, and the end of the job.
+ *
+ * Decisions:
+ * - initialisation is lazy (first dist_world call), so a script that never
+ *   communicates never loads MPI's runtime; MPI_Init_thread runs only when
+ *   a launcher started more than one process (or ACCEL_LUA_DIST_BACKEND=mpi);
+ * - the end of an MPI job: an exit handler (glibc's on_exit, which sees the
+ *   exit status) finalises MPI when the process exits with status 0, after
+ *   waiting for collectives still in flight; any other status calls
+ *   MPI_Abort, so a rank that failed ends the whole job at once instead of
+ *   leaving the others blocked in their next collective;
+ * - a DistWork freed while in flight (e.g. its Lua handle collected) is
+ *   kept, with its buffers, until its completion is observed (by
+ *   dist_progress or at exit), since MPI may still write into them;
+ * - avg divides by the number of processes after the sum (x / size, as
+ *   PyTorch's `t / world_size`), in float32 for bf16 / f16. */
+#include "dist.h"
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- names ---- */
+
+static const char *const kind_names[DK_COUNT] = {"all_reduce", "reduce_scatter", "all_gather", "all_gather_v",
+                                                 "broadcast", "barrier", "all_gather_bytes", "broadcast_bytes"};
+static const char *const op_names[DIST_OP_COUNT] = {"sum", "avg", "max", "min"};
+
+const char *dist_kind_name(DistKind k) { return k < DK_COUNT ? kind_names[k] : "?"; }
+const char *dist_op_name(DistOp op) { return op < DIST_OP_COUNT ? op_names[op] : "?"; }
+
+int dist_op_parse(const char *s) {
+    for (int i = 0; i < DIST_OP_COUNT; i++)
+        if (strcmp(s, op_names[i]) == 0) return i;
+    return strcmp(s, "mean") == 0 ? DIST_AVG : -1;
+}
+
+/* ---- counters ---- */
+
+static DistStats stats;
+
+void dist_stats(DistStats *out) { *out = stats; }
+void dist_reset_stats(void) { memset(&stats, 0, sizeof stats); }
+
+static uint64_t count_call(DistKind k, size_t bytes) {
+    stats.bytes[k] += bytes;
+    return ++stats.calls[k];
+}
+
+/* ---- the world ---- */
+
+static DistComm world;
+static int world_state; /* 0 not initialised, 1 ready, -1 failed */
+static char world_err[512];
+static pid_t world_pid;
+
+static int env_int(const char *name, int *out) {
+    const char *s = getenv(name);
+    if (!s || !*s) return 0;
+    *out = atoi(s);
+    return 1;
+}
+
+int dist_launched_size(int *rank, int *local_rank) {
+    int n = 1, r = 0, lr = 0;
+    if (env_int("OMPI_COMM_WORLD_SIZE", &n)) { /* mpirun */
+        env_int("OMPI_COMM_WORLD_RANK", &r);
+        env_int("OMPI_COMM_WORLD_LOCAL_RANK", &lr);
+    } else if (getenv("SLURM_PROCID") && env_int("SLURM_STEP_NUM_TASKS", &n)) { /* srun (not a batch script) */
+        env_int("SLURM_PROCID", &r);
+        env_int("SLURM_LOCALID", &lr);
+    }
+    if (rank) *rank = r;
+    if (local_rank) *local_rank = lr;
+    return n > 1 ? n : 1;
+}
+
+int dist_is_initialized(void) { return world_state > 0; }
+
+static void finish_job(void);
+
+static void at_exit(int status, void *arg) {
+    (void)arg;
+    if (world_state <= 0 || getpid() != world_pid) return; /* not initialised, or a forked child */
+    if (status != 0) {
+        fprintf(stderr, "accel-lua: rank %d: exiting with status %d; ending the job\n", world.rank, status);
+        dist_abort(&world, status);
+    }
+    finish_job();
+}
+
+/* Keeps this object (accel.so under a plain Lua) mapped after lua_close,
+ * since the exit handler and the watchdog live in it. */
+static void pin_self(void) {
+    Dl_info info;
+    if (dladdr((void *)dist_world, &info) && info.dli_fname) dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+}
+
+static int world_init(void) {
+    int n = dist_launched_size(NULL, NULL);
+    int use_mpi = n > 1;
+    const char *forced = getenv("ACCEL_LUA_DIST_BACKEND");
+    if (forced && *forced) {
+        if (strcmp(forced, "single") != 0 && strcmp(forced, "mpi") != 0)
+            return accel_fail_int("dist init: ACCEL_LUA_DIST_BACKEND=%s is not a backend (single, mpi)", forced);
+        use_mpi = strcmp(forced, "mpi") == 0;
+    }
+    if (!use_mpi) {
+        dist_single_init(&world);
+        return 0;
+    }
+    if (dist_mpi_init(&world, n)) return -1;
+    world_pid = getpid();
+    pin_self();
+    on_exit(at_exit, NULL);
+    return dist_watchdog_start(&world);
+}
+
+DistComm *dist_world(void) {
+    if (world_state > 0) return &world;
+    if (world_state < 0) return accel_fail("%s", world_err);
+    if (world_init() == 0) {
+        world_state = 1;
+        return &world;
+    }
+    snprintf(world_err, sizeof world_err, "%s", accel_last_error());
+    world_state = -1;
+    return NULL;
+}
+
+void dist_abort(DistComm *c, int code) {
+    c->ops->abort(c, code);
+    exit(code);
+}
+
+/* ---- one collective call ---- */
+
+typedef struct {
+    DistKind kind;
+    DType dt;
+    DistOp op;             /* reductions; avg is summed by the backend, then divided */
+    int root;
+    int64_t n;             /* the backend's element count */
+    const int64_t *counts; /* all_gather_v: elements per rank */
+    void *out;
+    const void *in;
+} Coll;
+
+static int launch(DistComm *c, const Coll *a, DistReq **req) {
+    DistOp op = a->op == DIST_AVG ? DIST_SUM : a->op;
+    switch (a->kind) {
+    case DK_ALL_REDUCE: return c->ops->all_reduce(c, a->out, a->n, a->dt, op, req);
+    case DK_REDUCE_SCATTER: return c->ops->reduce_scatter(c, a->in, a->out, a->n, a->dt, op, req);
+    case DK_ALL_GATHER: return c->ops->all_gather(c, a->in, a->out, a->n, a->dt, req);
+    case DK_ALL_GATHER_V: return c->ops->all_gather_v(c, a->in, a->out, a->counts, a->dt, req);
+    case DK_BROADCAST: return c->ops->broadcast(c, a->out, a->n, a->dt, a->root, req);
+    default: return c->ops->barrier(c, req);
+    }
+}
+
+/* avg: out[i] /= size, computed as PyTorch's `t / world_size` would. */
+static void divide(void *buf, int64_t n, DType dt, int size) {
+    if (size == 1) return;
+    if (dt == DT_F32) {
+        float *p = buf;
+        for (int64_t i = 0; i < n; i++) p[i] /= (float)size;
+    } else if (dt == DT_F64) {
+        double *p = buf;
+        for (int64_t i = 0; i < n; i++) p[i] /= size;
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            char *p = (char *)buf + i * (int64_t)dtype_size(dt);
+            dtype_store(p, dt, (float)dtype_load(p, dt) / (float)size);
+        }
+    }
+}
+
+static void finish(DistComm *c, const Coll *a) {
+    if (a->op == DIST_AVG && (a->kind == DK_ALL_REDUCE || a->kind == DK_REDUCE_SCATTER)) divide(a->out, a->n, a->dt, c->size);
+}
+
+/* A blocking call, watched as NAME #SEQ. */
+static int run(DistComm *c, const Coll *a, const char *name, uint64_t seq) {
+    DistTrack t;
+    dist_watch_begin(&t, name, seq);
+    int rc = launch(c, a, NULL);
+    dist_watch_end(&t);
+    if (rc == 0) finish(c, a);
+    return rc;
+}
+
+/* ---- non-blocking calls ---- */
+
+struct DistWork {
+    DistComm *comm;
+    DistReq *req;
+    DistTrack track;
+    Coll call;
+    Tensor *out, *in; /* referenced until completion (out until freed) */
+    int state;        /* 0 in flight, 1 done, -1 failed */
+    int orphan;       /* freed by its owner while in flight */
+    char *err;
+    DistWork *prev, *next; /* the works in flight */
+};
+
+static DistWork *live;
+
+static void unlink_live(DistWork *w) {
+    if (w->prev) w->prev->next = w->next;
+    else live = w->next;
+    if (w->next) w->next->prev = w->prev;
+    w->prev = w->next = NULL;
+}
+
+static void work_destroy(DistWork *w) {
+    tensor_release(w->out);
+    tensor_release(w->in);
+    free(w->err);
+    free(w);
+}
+
+/* Records the outcome of a work whose request is gone. */
+static int complete(DistWork *w, int rc) {
+    dist_watch_end(&w->track);
+    unlink_live(w);
+    w->state = rc ? -1 : 1;
+    if (rc) w->err = strdup(accel_last_error());
+    else finish(w->comm, &w->call);
+    if (w->out && !rc) tensor_bump_version(w->out);
+    tensor_release(w->in);
+    w->in = NULL;
+    if (w->orphan) work_destroy(w);
+    return rc;
+}
+
+static DistWork *start(DistComm *c, const Coll *a, Tensor *out, Tensor *in, uint64_t seq) {
+    DistWork *w = accel_calloc(1, sizeof *w);
+    if (!w) return NULL;
+    w->comm = c;
+    w->call = *a;
+    w->call.counts = NULL; /* the backend copied them */
+    dist_watch_begin(&w->track, dist_kind_name(a->kind), seq);
+    if (launch(c, a, &w->req)) {
+        dist_watch_end(&w->track);
+        free(w);
+        return NULL;
+    }
+    w->out = out ? tensor_retain(out) : NULL;
+    w->in = in && in != out ? tensor_retain(in) : NULL;
+    w->next = live;
+    if (live) live->prev = w;
+    live = w;
+    if (!w->req) complete(w, 0);
+    return w;
+}
+
+static int failed(DistWork *w) { return accel_fail_int("%s", w->err ? w->err : "collective failed"); }
+
+int dist_wait(DistWork *w) {
+    if (w->state) return w->state > 0 ? 0 : failed(w);
+    int rc = w->comm->ops->wait(w->comm, w->req, w->track.name);
+    w->req = NULL;
+    return complete(w, rc);
+}
+
+int dist_test(DistWork *w) {
+    if (w->state) return w->state > 0 ? 1 : failed(w);
+    int done = 0, rc = w->comm->ops->test(w->comm, w->req, &done, w->track.name);
+    if (rc || done) {
+        w->req = NULL;
+        return complete(w, rc) ? -1 : 1;
+    }
+    return 0;
+}
+
+void dist_work_free(DistWork *w) {
+    if (!w) return;
+    if (w->state == 0 && dist_test(w) == 0) {
+        w->orphan = 1;
+        return;
+    }
+    work_destroy(w);
+}
+
+int dist_progress(DistComm *c) {
+    int rc = 0;
+    for (DistWork *w = live, *next; w; w = next) {
+        next = w->next;
+        if (w->comm == c && dist_test(w) < 0) rc = -1;
+    }
+    return rc;
+}
+
+/* Status 0 at exit: complete what is in flight, then finalise. */
+static void finish_job(void) {
+    while (live) {
+        DistWork *w = live;
+        int orphan = w->orphan;
+        if (dist_wait(w) && !orphan) fprintf(stderr, "accel-lua: rank %d: at exit: %s\n", world.rank, accel_last_error());
+    }
+    dist_watchdog_stop();
+    if (world.ops->finalize(&world)) fprintf(stderr, "accel-lua: rank %d: at exit: %s\n", world.rank, accel_last_error());
+}
+
+/* ---- argument checks ---- */
+
+static int check_tensor(DistComm *c, const Tensor *t, const char *what) {
+    if (!t) return accel_fail_int("%s: tensor expected", what);
+    if (t->device.type != DEV_CPU) {
+        char dev[32];
+        return accel_fail_int("%s: the %s backend takes cpu tensors, got one on %s", what, c->ops->name,
+                              device_str(t->device, dev, sizeof dev));
+    }
+    if (!tensor_is_contiguous(t)) return accel_fail_int("%s: tensor of shape %s must be contiguous (call :contiguous())", what, tensor_shape_str(t));
+    return 0;
+}
+
+static int check_reduce(const Tensor *t, DistOp op, const char *what) {
+    if ((int)op < 0 || op >= DIST_OP_COUNT) return accel_fail_int("%s: unknown reduction %d", what, (int)op);
+    if (t->dtype == DT_F8E4M3 || t->dtype == DT_F8E5M2)
+        return accel_fail_int("%s: %s tensors cannot be reduced (cast to float32 or bfloat16 first)", what, dtype_name(t->dtype));
+    if (op == DIST_AVG && !dtype_is_float(t->dtype))
+        return accel_fail_int("%s: avg needs a floating point tensor, got %s (use sum)", what, dtype_name(t->dtype));
+    return 0;
+}
+
+/* out must be a distinct contiguous cpu tensor of in's dtype with this shape. */
+static int check_out(DistComm *c, const Tensor *out, const Tensor *in, const int64_t *shape, int ndim, const char *what) {
+    if (check_tensor(c, out, what)) return -1;
+    if (out->dtype != in->dtype)
+        return accel_fail_int("%s: output dtype %s differs from the input's %s", what, dtype_name(out->dtype), dtype_name(in->dtype));
+    if (shape_numel(shape, ndim) != out->numel) {
+        char want[128];
+        shape_str(shape, ndim, want, sizeof want);
+        return accel_fail_int("%s: output of shape %s expected, got %s", what, want, tensor_shape_str(out));
+    }
+    if (out->storage == in->storage) return accel_fail_int("%s: the output must not share memory with the input", what);
+    return 0;
+}
+
+static int check_root(DistComm *c, int root, const char *what) {
+    if (root < 0 || root >= c->size)
+        return accel_fail_int("%s: source rank %d does not exist (ranks 0..%d)", what, root, c->size - 1);
+    return 0;
+}
+
+/* ---- output shapes ---- */
+
+int dist_all_gather_shape(DistComm *c, const Tensor *in, int64_t *shape, int *ndim) {
+    if (in->ndim == 0) {
+        shape[0] = c->size;
+        *ndim = 1;
+        return 0;
+    }
+    memcpy(shape, in->shape, sizeof(int64_t) * (size_t)in->ndim);
+    shape[0] *= c->size;
+    *ndim = in->ndim;
+    return 0;
+}
+
+int dist_reduce_scatter_shape(DistComm *c, const Tensor *in, int64_t *shape, int *ndim) {
+    if (in->ndim == 0 || in->shape[0] % c->size != 0)
+        return accel_fail_int("reduce_scatter: the first dim of the input (shape %s) must be divisible by the %d processes",
+                              tensor_shape_str(in), c->size);
+    memcpy(shape, in->shape, sizeof(int64_t) * (size_t)in->ndim);
+    shape[0] /= c->size;
+    *ndim = in->ndim;
+    return 0;
+}
+
+int dist_all_gather_v_shape(DistComm *c, const Tensor *in, const int64_t *counts, int64_t *shape, int *ndim) {
+    if (in->ndim == 0) return accel_fail_int("all_gather_v: input must have at least one dim (got a 0-dim tensor; use all_gather)");
+    memcpy(shape, in->shape, sizeof(int64_t) * (size_t)in->ndim);
+    shape[0] = 0;
+    for (int i = 0; i < c->size; i++) shape[0] += counts[i];
+    *ndim = in->ndim;
+    return 0;
+}
+
+/* ---- blocking and non-blocking collectives on tensors ----
+ * Each prep_* checks its arguments and fills the call; the public pairs
+ * then run it blocking or start it. */
+
+static int prep_all_reduce(DistComm *c, Tensor *t, DistOp op, Coll *a) {
+    const char *what = "all_reduce";
+    if (check_tensor(c, t, what) || check_reduce(t, op, what)) return -1;
+    *a = (Coll){.kind = DK_ALL_REDUCE, .dt = t->dtype, .op = op, .n = t->numel, .out = tensor_data(t)};
+    a->in = a->out;
+    return 0;
+}
+
+static int prep_reduce_scatter(DistComm *c, Tensor *out, Tensor *in, DistOp op, Coll *a) {
+    const char *what = "reduce_scatter";
+    int64_t shape[TENSOR_MAX_DIMS];
+    int nd;
+    if (check_tensor(c, in, what) || check_reduce(in, op, what) || dist_reduce_scatter_shape(c, in, shape, &nd) ||
+        check_out(c, out, in, shape, nd, what))
+        return -1;
+    *a = (Coll){.kind = DK_REDUCE_SCATTER, .dt = in->dtype, .op = op, .n = out->numel, .out = tensor_data(out), .in = tensor_data(in)};
+    return 0;
+}
+
+static int prep_all_gather(DistComm *c, Tensor *out, Tensor *in, Coll *a) {
+    const char *what = "all_gather";
+    int64_t shape[TENSOR_MAX_DIMS];
+    int nd;
+    if (check_tensor(c, in, what) || dist_all_gather_shape(c, in, shape, &nd) || check_out(c, out, in, shape, nd, what)) return -1;
+    *a = (Coll){.kind = DK_ALL_GATHER, .dt = in->dtype, .n = in->numel, .out = tensor_data(out), .in = tensor_data(in)};
+    return 0;
+}
+
+/* counts (first-dim lengths) -> elements per rank in el[size]. */
+static int prep_all_gather_v(DistComm *c, Tensor *out, Tensor *in, const int64_t *counts, int64_t *el, Coll *a) {
+    const char *what = "all_gather_v";
+    int64_t shape[TENSOR_MAX_DIMS];
+    int nd;
+    if (check_tensor(c, in, what) || dist_all_gather_v_shape(c, in, counts, shape, &nd) || check_out(c, out, in, shape, nd, what))
+        return -1;
+    if (counts[c->rank] != in->shape[0])
+        return accel_fail_int("%s: this rank's count %lld differs from its input's first dim %lld", what,
+                              (long long)counts[c->rank], (long long)in->shape[0]);
+    int64_t row = shape_numel(in->shape + 1, in->ndim - 1);
+    for (int i = 0; i < c->size; i++) {
+        if (counts[i] < 0) return accel_fail_int("%s: negative count %lld for rank %d", what, (long long)counts[i], i);
+        el[i] = counts[i] * row;
+    }
+    *a = (Coll){.kind = DK_ALL_GATHER_V, .dt = in->dtype, .n = in->numel, .counts = el, .out = tensor_data(out), .in = tensor_data(in)};
+    return 0;
+}
+
+static int prep_broadcast(DistComm *c, Tensor *t, int root, Coll *a) {
+    const char *what = "broadcast";
+    if (check_tensor(c, t, what) || check_root(c, root, what)) return -1;
+    *a = (Coll){.kind = DK_BROADCAST, .dt = t->dtype, .root = root, .n = t->numel, .out = tensor_data(t)};
+    return 0;
+}
+
+static size_t call_bytes(const Coll *a) { return (size_t)a->n * dtype_size(a->dt); }
+
+/* Blocking: run, then mark the output written. */
+static int run_tensor(DistComm *c, const Coll *a, Tensor *out) {
+    int rc = run(c, a, dist_kind_name(a->kind), count_call(a->kind, call_bytes(a)));
+    if (rc == 0 && out) tensor_bump_version(out);
+    return rc;
+}
+
+static DistWork *start_tensor(DistComm *c, const Coll *a, Tensor *out, Tensor *in) {
+    return start(c, a, out, in, count_call(a->kind, call_bytes(a)));
+}
+
+int dist_all_reduce(DistComm *c, Tensor *t, DistOp op) {
+    Coll a;
+    return prep_all_reduce(c, t, op, &a) ? -1 : run_tensor(c, &a, t);
+}
+
+DistWork *dist_iall_reduce(DistComm *c, Tensor *t, DistOp op) {
+    Coll a;
+    return prep_all_reduce(c, t, op, &a) ? NULL : start_tensor(c, &a, t, NULL);
+}
+
+int dist_reduce_scatter(DistComm *c, Tensor *out, Tensor *in, DistOp op) {
+    Coll a;
+    return prep_reduce_scatter(c, out, in, op, &a) ? -1 : run_tensor(c, &a, out);
+}
+
+DistWork *dist_ireduce_scatter(DistComm *c, Tensor *out, Tensor *in, DistOp op) {
+    Coll a;
+    return prep_reduce_scatter(c, out, in, op, &a) ? NULL : start_tensor(c, &a, out, in);
+}
+
+int dist_all_gather(DistComm *c, Tensor *out, Tensor *in) {
+    Coll a;
+    return prep_all_gather(c, out, in, &a) ? -1 : run_tensor(c, &a, out);
+}
+
+DistWork *dist_iall_gather(DistComm *c, Tensor *out, Tensor *in) {
+    Coll a;
+    return prep_all_gather(c, out, in, &a) ? NULL : start_tensor(c, &a, out, in);
+}
+
+int dist_all_gather_v(DistComm *c, Tensor *out, Tensor *in, const int64_t *counts) {
+    int64_t *el = accel_malloc(sizeof(int64_t) * (size_t)c->size);
+    Coll a;
+    int rc = !el || prep_all_gather_v(c, out, in, counts, el, &a) ? -1 : run_tensor(c, &a, out);
+    free(el);
+    return rc;
+}
+
+DistWork *dist_iall_gather_v(DistComm *c, Tensor *out, Tensor *in, const int64_t *counts) {
+    int64_t *el = accel_malloc(sizeof(int64_t) * (size_t)c->size);
+    Coll a;
+    DistWork *w = !el || prep_all_gather_v(c, out, in, counts, el, &a) ? NULL : start_tensor(c, &a, out, in);
+    free(el);
+    return w;
+}
+
+int dist_broadcast(DistComm *c, Tensor *t, int root) {
+    Coll a;
+    return prep_broadcast(c, t, root, &a) ? -1 : run_tensor(c, &a, t);
+}
+
+DistWork *dist_ibroadcast(DistComm *c, Tensor *t, int root) {
+    Coll a;
+    return prep_broadcast(c, t, root, &a) ? NULL : start_tensor(c, &a, t, NULL);
+}
+
+int dist_barrier(DistComm *c) {
+    Coll a = {.kind = DK_BARRIER};
+    return run_tensor(c, &a, NULL);
+}
+
+DistWork *dist_ibarrier(DistComm *c) {
+    Coll a = {.kind = DK_BARRIER};
+    return start_tensor(c, &a, NULL, NULL);
+}
+
+/* Part of all_gather_v: watched under its name, counted with its data. */
+int dist_gather_lengths(DistComm *c, int64_t n, int64_t *counts) {
+    Coll a = {.kind = DK_ALL_GATHER, .dt = DT_I64, .n = 1, .out = counts, .in = &n};
+    return run(c, &a, dist_kind_name(DK_ALL_GATHER_V), stats.calls[DK_ALL_GATHER_V] + 1);
+}
+
+/* ---- byte strings ---- */
+
+char *dist_all_gather_bytes(DistComm *c, const void *data, size_t n, size_t *lens) {
+    const char *what = dist_kind_name(DK_ALL_GATHER_BYTES);
+    uint64_t seq = count_call(DK_ALL_GATHER_BYTES, n);
+    int64_t len = (int64_t)n, total = 0, *counts = accel_malloc(sizeof(int64_t) * (size_t)c->size);
+    if (!counts) return NULL;
+    Coll a = {.kind = DK_ALL_GATHER, .dt = DT_I64, .n = 1, .out = counts, .in = &len};
+    char *out = NULL;
+    if (run(c, &a, what, seq) == 0) {
+        for (int i = 0; i < c->size; i++) total += counts[i], lens[i] = (size_t)counts[i];
+        out = accel_malloc((size_t)total + 1);
+    }
+    Coll b = {.kind = DK_ALL_GATHER_V, .dt = DT_U8, .n = len, .counts = counts, .out = out, .in = n ? data : ""};
+    if (out && run(c, &b, what, seq)) {
+        free(out);
+        out = NULL;
+    }
+    free(counts);
+    if (out) out[total] = 0;
+    return out;
+}
+
+char *dist_broadcast_bytes(DistComm *c, const void *data, size_t n, int root, size_t *len) {
+    const char *what = dist_kind_name(DK_BROADCAST_BYTES);
+    if (check_root(c, root, what)) return NULL;
+    uint64_t seq = count_call(DK_BROADCAST_BYTES, c->rank == root ? n : 0);
+    int64_t m = c->rank == root ? (int64_t)n : 0;
+    Coll a = {.kind = DK_BROADCAST, .dt = DT_I64, .root = root, .n = 1, .out = &m};
+    if (run(c, &a, what, seq)) return NULL;
+    char *out = accel_malloc((size_t)m + 1);
+    if (!out) return NULL;
+    if (c->rank == root && n) memcpy(out, data, n);
+    Coll b = {.kind = DK_BROADCAST, .dt = DT_U8, .root = root, .n = m, .out = out};
+    if (run(c, &b, what, seq)) {
+        free(out);
+        return NULL;
+    }
+    out[m] = 0;
+    *len = (size_t)m;
+    return out;
+}

@@ -1,0 +1,175 @@
+/* dist.h: the communicator (DESIGN §4): collectives over the processes of
+ * one job, usable from C without Lua. One interface, several backends, each
+ * a struct of function pointers over raw buffers (like backend.h):
+ *   "single"  one process: every collective is the identity (or a copy);
+ *   "mpi"     OpenMPI, CPU tensors (dist_mpi.c; how jobs are launched is
+ *             described at its top).
+ * The tensor-level functions below validate their arguments (CPU,
+ * contiguous, dtypes, equal sizes), count every call per kind, watch every
+ * call with the watchdog (dist_watchdog.c) and then call the backend.
+ *
+ * Semantics shared by all backends:
+ * - ranks are 0-based; the process group is every process of the job;
+ * - reductions: sum, avg, max, min. avg = sum, then divided by the number of
+ *   processes (floating dtypes only). bool: sum and max are logical or, min
+ *   is logical and. bf16 / f16 are carried as raw 16-bit values and reduced
+ *   by our own MPI operations that widen each pair to float32 and round the
+ *   result back (one rounding per addition, as NCCL does). float8 tensors
+ *   can be gathered and broadcast but not reduced (cast them first);
+ * - all_gather concatenates along the first dim in rank order (a 0-dim
+ *   input gives a [world] tensor); all_gather_v does the same with a first
+ *   dim that may differ per rank (the other dims must agree);
+ * - reduce_scatter: input [world * d0, ...] -> this rank's [d0, ...] slice
+ *   of the reduction;
+ * - non-blocking forms return a DistWork to wait on; the buffers stay
+ *   referenced until it completes; every collective must be issued in the
+ *   same order on every rank (MPI's rule);
+ * - counts are element counts; MPI carries at most 2^31-1 per call.
+ * Functions that can fail return -1 / NULL with accel_last_error() set. */
+#ifndef ACCEL_DIST_H
+#define ACCEL_DIST_H
+
+#include <stdint.h>
+#include "tensor.h"
+
+typedef enum { DIST_SUM = 0, DIST_AVG, DIST_MAX, DIST_MIN, DIST_OP_COUNT } DistOp;
+
+/* Collective kinds, for the per-kind call counters and the watchdog. */
+typedef enum {
+    DK_ALL_REDUCE = 0,
+    DK_REDUCE_SCATTER,
+    DK_ALL_GATHER,
+    DK_ALL_GATHER_V,
+    DK_BROADCAST,
+    DK_BARRIER,
+    DK_ALL_GATHER_BYTES,
+    DK_BROADCAST_BYTES,
+    DK_COUNT
+} DistKind;
+
+typedef struct DistComm DistComm;
+typedef struct DistReq DistReq; /* a backend's operation in flight */
+
+/* A backend. Buffers are raw memory of the backend's device; n counts
+ * elements. Each operation is blocking when req is NULL; otherwise it starts
+ * the operation and stores a request in *req (or NULL when it finished at
+ * once). Reductions never see DIST_AVG (the generic layer sums, then
+ * scales), nor fp8 dtypes. wait/test complete and free the request. */
+typedef struct DistBackendOps {
+    const char *name;
+    int (*all_reduce)(DistComm *c, void *buf, int64_t n, DType dt, DistOp op, DistReq **req);
+    /* in: [size * n], out: [n] */
+    int (*reduce_scatter)(DistComm *c, const void *in, void *out, int64_t n, DType dt, DistOp op, DistReq **req);
+    /* in: [n], out: [size * n] */
+    int (*all_gather)(DistComm *c, const void *in, void *out, int64_t n, DType dt, DistReq **req);
+    /* in: [counts[rank]], out: [sum(counts)], counts: [size] */
+    int (*all_gather_v)(DistComm *c, const void *in, void *out, const int64_t *counts, DType dt, DistReq **req);
+    int (*broadcast)(DistComm *c, void *buf, int64_t n, DType dt, int root, DistReq **req);
+    int (*barrier)(DistComm *c, DistReq **req);
+    int (*wait)(DistComm *c, DistReq *r, const char *what);
+    int (*test)(DistComm *c, DistReq *r, int *done, const char *what); /* frees r once done */
+    void (*abort)(DistComm *c, int code);                             /* ends the whole job */
+    int (*finalize)(DistComm *c);
+} DistBackendOps;
+
+struct DistComm {
+    const DistBackendOps *ops;
+    int rank, size;             /* in the job */
+    int local_rank, local_size; /* on this machine */
+};
+
+/* ---- the job's communicator ---- */
+
+/* The world communicator, initialised on the first call: the "mpi" backend
+ * when this process was started by mpirun (OMPI_COMM_WORLD_SIZE > 1) or by
+ * Slurm's srun (SLURM_STEP_NUM_TASKS > 1), else "single".
+ * ACCEL_LUA_DIST_BACKEND=single|mpi overrides the choice. NULL on failure
+ * (the same error on every later call). */
+DistComm *dist_world(void);
+int dist_is_initialized(void);
+/* The number of processes the launcher started (from its environment), and
+ * this process's rank and local rank; no MPI call, cheap. */
+int dist_launched_size(int *rank, int *local_rank);
+/* Ends the whole job from this rank (MPI_Abort; exit in one process). */
+void dist_abort(DistComm *c, int code) __attribute__((noreturn));
+
+/* ---- collectives on CPU tensors ---- */
+
+int dist_all_reduce(DistComm *c, Tensor *t, DistOp op); /* in place */
+int dist_reduce_scatter(DistComm *c, Tensor *out, Tensor *in, DistOp op);
+int dist_all_gather(DistComm *c, Tensor *out, Tensor *in);
+/* counts[size]: every rank's first-dim length, from dist_gather_lengths. */
+int dist_all_gather_v(DistComm *c, Tensor *out, Tensor *in, const int64_t *counts);
+int dist_broadcast(DistComm *c, Tensor *t, int root); /* in place */
+int dist_barrier(DistComm *c);
+
+/* Shapes of the outputs for an input shape; -1 with an error if not valid. */
+int dist_all_gather_shape(DistComm *c, const Tensor *in, int64_t *shape, int *ndim);
+int dist_reduce_scatter_shape(DistComm *c, const Tensor *in, int64_t *shape, int *ndim);
+int dist_all_gather_v_shape(DistComm *c, const Tensor *in, const int64_t *counts, int64_t *shape, int *ndim);
+/* Every rank's n into counts[size] (an all_gather of one int64; counted as
+ * part of all_gather_v). */
+int dist_gather_lengths(DistComm *c, int64_t n, int64_t *counts);
+
+/* Byte strings (serialised objects). all_gather: every rank gets all ranks'
+ * strings concatenated in rank order, lens[size] their lengths; broadcast:
+ * every rank gets root's string. Results are malloc'd (free()). */
+char *dist_all_gather_bytes(DistComm *c, const void *data, size_t n, size_t *lens);
+char *dist_broadcast_bytes(DistComm *c, const void *data, size_t n, int root, size_t *len);
+
+/* ---- non-blocking forms ---- */
+
+typedef struct DistWork DistWork;
+DistWork *dist_iall_reduce(DistComm *c, Tensor *t, DistOp op);
+DistWork *dist_ireduce_scatter(DistComm *c, Tensor *out, Tensor *in, DistOp op);
+DistWork *dist_iall_gather(DistComm *c, Tensor *out, Tensor *in);
+DistWork *dist_iall_gather_v(DistComm *c, Tensor *out, Tensor *in, const int64_t *counts);
+DistWork *dist_ibroadcast(DistComm *c, Tensor *t, int root);
+DistWork *dist_ibarrier(DistComm *c);
+int dist_wait(DistWork *w);         /* 0, or -1 with the error; again after completion: same result */
+int dist_test(DistWork *w);         /* 1 done, 0 in flight, -1 failed; drives progress */
+void dist_work_free(DistWork *w);   /* a work still in flight is kept until it completes at exit */
+int dist_progress(DistComm *c);     /* tests every work in flight (MPI advances non-blocking
+                                       collectives only inside MPI calls); -1 on an error */
+
+/* ---- counters, names ---- */
+
+typedef struct {
+    uint64_t calls[DK_COUNT]; /* blocking and non-blocking alike */
+    uint64_t bytes[DK_COUNT]; /* bytes this rank contributed */
+} DistStats;
+void dist_stats(DistStats *out);
+void dist_reset_stats(void);
+const char *dist_kind_name(DistKind k); /* "all_reduce", ... */
+const char *dist_op_name(DistOp op);    /* "sum", ... */
+int dist_op_parse(const char *s);       /* "sum" "avg"|"mean" "max" "min" -> DistOp, -1 if unknown */
+
+/* ---- watchdog (dist_watchdog.c) ----
+ * A collective in flight longer than the timeout (seconds; env
+ * ACCEL_LUA_COLLECTIVE_TIMEOUT, default 300; <= 0 disables) makes the
+ * watchdog thread print "accel-lua: rank R: collective NAME #N timed out
+ * after S s (other ranks may have died)" and end the job (dist_abort). A
+ * non-blocking collective counts from when it was started until its
+ * completion is observed. */
+void dist_set_timeout(double seconds);
+double dist_get_timeout(void);
+
+/* ---- for backends and the generic layer ---- */
+
+typedef struct DistTrack {
+    const char *name;
+    uint64_t seq;
+    double t0;
+    struct DistTrack *prev, *next;
+} DistTrack;
+void dist_watch_begin(DistTrack *t, const char *name, uint64_t seq);
+void dist_watch_end(DistTrack *t);
+int dist_watchdog_start(DistComm *c); /* no-op if running */
+void dist_watchdog_stop(void);
+double dist_env_timeout(void); /* ACCEL_LUA_COLLECTIVE_TIMEOUT or the default */
+
+void dist_single_init(DistComm *c);
+/* expected: the size the launcher announced (checked against MPI's). */
+int dist_mpi_init(DistComm *c, int expected);
+
+#endif

@@ -1,0 +1,135 @@
+/* idx.c: IDX files (the MNIST family: MNIST, Fashion-MNIST, KMNIST, ...),
+ * plain or gzip-compressed (see datafiles.h).
+ *
+ * Layout: two zero bytes, a type code (0x08 uint8, 0x09 int8, 0x0B int16,
+ * 0x0C int32, 0x0D float32, 0x0E float64), the number of dims, each dim as a
+ * big-endian uint32, then the elements big-endian in row-major order. Files
+ * are read through zlib, which passes plain files through unchanged; a file
+ * is gzipped when it starts with the gzip magic 1f 8b. */
+#include "datafiles.h"
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <zlib.h>
+
+typedef struct {
+    gzFile gz;
+    const char *path;
+} Src;
+
+static const struct {
+    uint8_t code;
+    int size;
+    DType dt;
+    const char *name;
+} idx_types[] = {
+    {0x08, 1, DT_U8, "uint8"},     {0x09, 1, DT_I32, "int8"},      {0x0B, 2, DT_I32, "int16"},
+    {0x0C, 4, DT_I32, "int32"},    {0x0D, 4, DT_F32, "float32"},   {0x0E, 8, DT_F64, "float64"},
+};
+
+/* Read exactly n bytes (the file's `what`); 0, or -1 naming the problem. */
+static int src_read(Src *s, void *dst, size_t n, const char *what) {
+    size_t got = 0;
+    int zerr = Z_OK;
+    while (got < n) {
+        unsigned chunk = n - got > (1u << 30) ? 1u << 30 : (unsigned)(n - got);
+        int r = gzread(s->gz, (char *)dst + got, chunk);
+        if (r <= 0) {
+            const char *msg = gzerror(s->gz, &zerr);
+            if (r < 0 && zerr != Z_BUF_ERROR)
+                return accel_fail_int("read_idx: %s: cannot read the %s: %s", s->path, what,
+                                      zerr == Z_ERRNO ? strerror(errno) : msg);
+            break;
+        }
+        got += (size_t)r;
+    }
+    if (got == n) return 0;
+    return accel_fail_int("read_idx: %s is truncated: the %s needs %zu bytes but only %zu are left%s", s->path, what, n,
+                          got, zerr == Z_BUF_ERROR ? " (the gzip stream ends early)" : "");
+}
+
+static uint32_t be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
+
+/* Header -> type index, shape; 0 or -1. */
+static int read_header(Src *s, int *type, int64_t *shape, int *ndim) {
+    uint8_t h[4], d[4 * TENSOR_MAX_DIMS];
+    if (src_read(s, h, 4, "header") < 0) return -1;
+    if (h[0] != 0 || h[1] != 0)
+        return accel_fail_int("read_idx: %s is not an IDX file (it starts with bytes %02x %02x, expected 00 00)", s->path,
+                              h[0], h[1]);
+    *type = -1;
+    for (int i = 0; i < (int)(sizeof idx_types / sizeof idx_types[0]); i++)
+        if (idx_types[i].code == h[2]) *type = i;
+    if (*type < 0)
+        return accel_fail_int("read_idx: %s: unknown IDX element type 0x%02x (expected 0x08 uint8, 0x09 int8, 0x0B int16, "
+                              "0x0C int32, 0x0D float32 or 0x0E float64)", s->path, h[2]);
+    if (h[3] > TENSOR_MAX_DIMS)
+        return accel_fail_int("read_idx: %s: the header declares %d dims; tensors have at most %d", s->path, h[3],
+                              TENSOR_MAX_DIMS);
+    *ndim = h[3];
+    if (src_read(s, d, 4 * (size_t)*ndim, "dimension sizes") < 0) return -1;
+    int64_t n = 1;
+    for (int i = 0; i < *ndim; i++) {
+        shape[i] = be32(d + 4 * i);
+        if (shape[i] && n > INT64_MAX / 16 / shape[i])
+            return accel_fail_int("read_idx: %s: the header's shape is too large to be real", s->path);
+        n *= shape[i];
+    }
+    return 0;
+}
+
+/* Big-endian elements of `size` bytes at the start of t's data -> native
+ * values of t's dtype, in place (widening runs backwards so it never
+ * overwrites an element it has yet to read). */
+static void decode(Tensor *t, int size, bool is_signed) {
+    uint8_t *p = tensor_data(t);
+    int64_t n = t->numel;
+    if (t->dtype == DT_U8) return;
+    if (size == 1 || size == 2) {
+        int32_t *out = (int32_t *)(void *)p;
+        for (int64_t i = n - 1; i >= 0; i--) {
+            const uint8_t *e = p + i * size;
+            out[i] = size == 1 ? (is_signed ? (int8_t)e[0] : e[0]) : (int16_t)(uint16_t)(e[0] << 8 | e[1]);
+        }
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        uint8_t *e = p + i * size;
+        for (int a = 0, b = size - 1; a < b; a++, b--) {
+            uint8_t tmp = e[a];
+            e[a] = e[b], e[b] = tmp;
+        }
+    }
+}
+
+static Tensor *read_body(Src *s) {
+    int type = 0, ndim = 0;
+    int64_t shape[TENSOR_MAX_DIMS];
+    if (read_header(s, &type, shape, &ndim) < 0) return NULL;
+    Tensor *t = tensor_empty(shape, ndim, idx_types[type].dt, (Device){DEV_CPU, 0});
+    if (!t) return NULL;
+    size_t nbytes = (size_t)t->numel * (size_t)idx_types[type].size;
+    char what[200];
+    snprintf(what, sizeof what, "data (%lld %s elements, shape %s)", (long long)t->numel, idx_types[type].name,
+             tensor_shape_str(t));
+    uint8_t extra;
+    if (src_read(s, tensor_data(t), nbytes, what) < 0) {
+        tensor_release(t);
+        return NULL;
+    }
+    if (gzread(s->gz, &extra, 1) > 0) {
+        tensor_release(t);
+        return accel_fail("read_idx: %s has bytes after the %s its header declares", s->path, what);
+    }
+    decode(t, idx_types[type].size, idx_types[type].code == 0x09);
+    return t;
+}
+
+Tensor *idx_read(const char *path) {
+    Src s = {.gz = gzopen(path, "rb"), .path = path};
+    if (!s.gz) return accel_fail("read_idx: cannot open %s: %s", path, errno ? strerror(errno) : "out of memory");
+    gzbuffer(s.gz, 1 << 18);
+    Tensor *t = read_body(&s);
+    gzclose(s.gz);
+    return t;
+}

@@ -1,0 +1,278 @@
+/* cmd_config.c: `accel-lua config [--config_file PATH]` asks questions like
+ * `accelerate config` and writes the answers as YAML;
+ * `accel-lua config default [--config_file PATH] [--mixed_precision X]`
+ * writes sensible defaults (and, like Accelerate, leaves an existing file
+ * alone). The file goes to --config_file, else $ACCEL_LUA_CONFIG, else
+ * ~/.cache/accel-lua/default_config.yaml (folders created).
+ *
+ * Answers are read from stdin one line each, so they can be piped in; an
+ * empty line (or end of input) takes the default shown in brackets; a
+ * choice is given by its number or its name. A bad answer is asked again
+ * on a terminal; from a pipe it is an error naming the question and the
+ * answer (exit 2), since later lines would no longer match. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "host/config_yaml.h"
+#include "host/settings.h"
+#include "host/subcommands.h"
+
+#define WHO "accel-lua config"
+
+typedef struct {
+    LaunchConfig c;
+    int tty; /* stdin is a terminal */
+} Session;
+
+/* Prints the question, reads one line into buf (the default if empty or
+ * at end of input). Echoes piped answers so the transcript reads well. */
+static void read_answer(const Session *s, const char *question, const char *def, char *buf,
+                        size_t n) {
+    char *line = NULL;
+    size_t cap = 0;
+    printf("%s [%s]: ", question, def ? def : "");
+    fflush(stdout);
+    ssize_t len = getline(&line, &cap, stdin);
+    if (len < 0) len = 0;
+    while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r' || line[len - 1] == ' '))
+        len--;
+    size_t start = line ? strspn(line, " \t") : 0;
+    if ((size_t)len <= start)
+        snprintf(buf, n, "%s", def ? def : "");
+    else
+        snprintf(buf, n, "%.*s", (int)((size_t)len - start), line + start);
+    free(line);
+    if (!s->tty) printf("%s\n", buf);
+}
+
+/* After a bad answer: 1 = ask again (terminal), 0 = give up (pipe). */
+static int retry(const Session *s, const char *question, const char *answer, const char *why) {
+    if (s->tty) {
+        printf("  %s; please answer again.\n", why);
+        return 1;
+    }
+    fprintf(stderr, "%s: \"%s\": answer '%s': %s\n", WHO, question, answer, why);
+    return 0;
+}
+
+/* Asks for setting id; an empty answer with no default leaves it unset. */
+static int ask(Session *s, int id, const char *question, const char *def) {
+    char buf[1024], err[256];
+    for (;;) {
+        read_answer(s, question, def, buf, sizeof buf);
+        if (buf[0] == '\0') return 0;
+        if (config_set(&s->c, id, buf, SRC_FILE, err, sizeof err) == 0) return 0;
+        if (!retry(s, question, buf, err)) return -1;
+    }
+}
+
+/* Asks to pick one of values[0..n) (by number or name) for setting id. */
+static int ask_choice(Session *s, int id, const char *question, const char *const *values,
+                      const char *const *labels, int n, int def) {
+    char buf[256], err[256], num[16];
+    printf("%s\n", question);
+    for (int i = 0; i < n; i++) printf("  [%d] %s\n", i, labels ? labels[i] : values[i]);
+    snprintf(num, sizeof num, "%d", def);
+    for (;;) {
+        read_answer(s, "Your choice", num, buf, sizeof buf);
+        char *end;
+        long k = strtol(buf, &end, 10);
+        const char *text = *end == '\0' && k >= 0 && k < n ? values[k] : buf;
+        int ok = config_set(&s->c, id, text, SRC_FILE, err, sizeof err) == 0;
+        for (int i = 0; ok && i < n; i++)
+            if (strcmp(s->c.value[id], values[i]) == 0) return 0;
+        if (ok) snprintf(err, sizeof err, "not one of the choices");
+        if (!retry(s, question, buf, err)) return -1;
+    }
+}
+
+/* The enum choices of setting id as a list (at most 8). */
+static int setting_choices(int id, char store[8][64], const char *values[8]) {
+    const char *p = host_settings[id].choices;
+    int n = 0;
+    while (*p != '\0' && n < 8) {
+        size_t len = strcspn(p, "|");
+        snprintf(store[n], 64, "%.*s", (int)len, p);
+        values[n] = store[n];
+        n++;
+        p += len + (p[len] == '|');
+    }
+    return n;
+}
+
+static int ask_enum(Session *s, int id, const char *question) {
+    char store[8][64];
+    const char *values[8];
+    int n = setting_choices(id, store, values), def = 0;
+    for (int i = 0; i < n; i++)
+        if (host_settings[id].def && strcmp(values[i], host_settings[id].def) == 0) def = i;
+    return ask_choice(s, id, question, values, NULL, n, def);
+}
+
+/* A yes/no question that is not itself a setting; -1 on a bad answer. */
+static int ask_yes_no(Session *s, const char *question, int def) {
+    char buf[64];
+    for (;;) {
+        read_answer(s, question, def ? "yes" : "no", buf, sizeof buf);
+        if (strcasecmp(buf, "yes") == 0 || strcasecmp(buf, "y") == 0) return 1;
+        if (strcasecmp(buf, "no") == 0 || strcasecmp(buf, "n") == 0) return 0;
+        if (!retry(s, question, buf, "answer yes or no")) return -1;
+    }
+}
+
+static void set(Session *s, int id, const char *value) {
+    char err[256];
+    config_set(&s->c, id, value, SRC_FILE, err, sizeof err);
+}
+
+static int is(const Session *s, int id, const char *value) {
+    return s->c.value[id] != NULL && strcmp(s->c.value[id], value) == 0;
+}
+
+static int ask_machines(Session *s) {
+    if (ask(s, S_NUM_MACHINES, "How many different machines will you use (more than 1 for "
+                               "multi-node training)?", "1") != 0)
+        return -1;
+    if (config_int(&s->c, S_NUM_MACHINES, 1) == 1) return 0;
+    return ask(s, S_MACHINE_RANK, "What is the rank of this machine (machine 0 runs launch)?",
+               "0") ||
+           ask(s, S_MAIN_PROCESS_IP, "What is the IP address of the machine that will host the "
+                                     "main process?", NULL) ||
+           ask(s, S_MAIN_PROCESS_PORT, "What is the port you will use to communicate with the "
+                                       "main process?", "29500") ||
+           ask(s, S_HOSTFILE, "Which mpirun hostfile lists the machines (one line per machine, "
+                              "'host slots=N')?", NULL)
+               ? -1 : 0;
+}
+
+static int ask_deepspeed(Session *s) {
+    set(s, S_DISTRIBUTED_TYPE, "DEEPSPEED");
+    if (ask(s, S_ZERO_STAGE, "What should be your DeepSpeed's ZeRO optimization stage (0-3)?",
+            "2") ||
+        ask_enum(s, S_OFFLOAD_OPTIMIZER_DEVICE, "Where to offload optimizer states?"))
+        return -1;
+    if (config_int(&s->c, S_ZERO_STAGE, 2) == 3 &&
+        (ask_enum(s, S_OFFLOAD_PARAM_DEVICE, "Where to offload parameters?") ||
+         ask(s, S_ZERO3_INIT_FLAG, "Do you want to create the model's parameters already "
+                                   "sharded (zero3_init_flag)?", "no")))
+        return -1;
+    int clip = ask_yes_no(s, "Do you want to use gradient clipping?", 0);
+    if (clip < 0) return -1;
+    return clip ? ask(s, S_GRADIENT_CLIPPING, "What is the gradient clipping value?", "1.0") : 0;
+}
+
+static int ask_fsdp(Session *s) {
+    set(s, S_DISTRIBUTED_TYPE, "FSDP");
+    if (ask_enum(s, S_FSDP_SHARDING_STRATEGY, "What should be your sharding strategy?") ||
+        ask(s, S_FSDP_OFFLOAD_PARAMS, "Do you want to offload parameters and gradients to "
+                                      "the CPU?", "no") ||
+        ask_enum(s, S_FSDP_AUTO_WRAP_POLICY, "What should be your auto wrap policy?"))
+        return -1;
+    if (is(s, S_FSDP_AUTO_WRAP_POLICY, "SIZE_BASED_WRAP") &&
+        ask(s, S_FSDP_MIN_NUM_PARAMS, "What should be your FSDP's minimum number of parameters "
+                                      "per unit?", "100000000"))
+        return -1;
+    if (is(s, S_FSDP_AUTO_WRAP_POLICY, "TRANSFORMER_BASED_WRAP") &&
+        ask(s, S_FSDP_TRANSFORMER_LAYER_CLS, "Which module classes are the transformer layers "
+                                             "to wrap (comma-separated names)?", NULL))
+        return -1;
+    return ask_enum(s, S_FSDP_BACKWARD_PREFETCH, "What should be your backward prefetch?") ||
+                   ask_enum(s, S_FSDP_STATE_DICT_TYPE, "What should be your state dict type?")
+               ? -1 : 0;
+}
+
+/* Processes, threads and the sharding engine of a distributed setup. */
+static int ask_distributed(Session *s) {
+    if (ask_machines(s) ||
+        ask(s, S_NUM_PROCESSES, "How many processes should be used for distributed training "
+                                "(in total, over all machines)?", "2") ||
+        ask(s, S_NUM_THREADS, "How many CPU threads should each process use?", "1"))
+        return -1;
+    int ds = ask_yes_no(s, "Do you want to use DeepSpeed (ZeRO sharding)?", 0);
+    if (ds < 0) return -1;
+    if (ds) return ask_deepspeed(s);
+    int fsdp = ask_yes_no(s, "Do you want to use FullyShardedDataParallel?", 0);
+    if (fsdp < 0) return -1;
+    return fsdp ? ask_fsdp(s) : 0;
+}
+
+static int interview(Session *s) {
+    static const char *const env_values[] = {"LOCAL_MACHINE"};
+    static const char *const env_labels[] = {"This machine (and machines mpirun can reach)"};
+    static const char *const dist_values[] = {"NO", "MULTI_CPU", "MULTI_GPU"};
+    static const char *const dist_labels[] = {"No distributed training", "multi-CPU",
+                                              "multi-GPU"};
+    if (ask_choice(s, S_COMPUTE_ENVIRONMENT, "In which compute environment are you running?",
+                   env_values, env_labels, 1, 0) ||
+        ask_choice(s, S_DISTRIBUTED_TYPE, "Which type of machine are you using?", dist_values,
+                   dist_labels, 3, 0))
+        return -1;
+    if (is(s, S_DISTRIBUTED_TYPE, "MULTI_GPU"))
+        printf("  note: this accel-lua is built without CUDA; launch refuses MULTI_GPU until it "
+               "is built with make CUDA=1\n");
+    if (is(s, S_DISTRIBUTED_TYPE, "NO")) {
+        set(s, S_NUM_PROCESSES, "1");
+        if (ask(s, S_USE_CPU, "Do you want to run your training on CPU only (even if a GPU is "
+                              "available)?", "yes"))
+            return -1;
+    } else {
+        set(s, S_USE_CPU, is(s, S_DISTRIBUTED_TYPE, "MULTI_GPU") ? "false" : "true");
+        if (ask_distributed(s)) return -1;
+    }
+    return ask(s, S_GRADIENT_ACCUMULATION_STEPS, "How many gradient accumulation steps?", "1") ||
+                   ask_enum(s, S_MIXED_PRECISION, "Do you wish to use mixed precision?")
+               ? -1 : 0;
+}
+
+/* --config_file PATH and (config default only) --mixed_precision X. */
+static int parse_flags(Session *s, int argc, char **argv, int is_default, const char **path) {
+    char err[256];
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int has_value = i + 1 < argc;
+        if (strcmp(a, "--config_file") == 0 && has_value) {
+            *path = argv[++i];
+        } else if (is_default && strcmp(a, "--mixed_precision") == 0 && has_value) {
+            if (config_set(&s->c, S_MIXED_PRECISION, argv[++i], SRC_FLAG, err, sizeof err)) {
+                fprintf(stderr, "%s: --mixed_precision: %s\n", WHO, err);
+                return -1;
+            }
+        } else {
+            fprintf(stderr, "%s: unknown flag or missing value: %s\nusage: accel-lua config "
+                            "[--config_file PATH]\n       accel-lua config default "
+                            "[--config_file PATH] [--mixed_precision no|fp16|bf16|fp8]\n", WHO, a);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int cmd_config(int argc, char **argv) {
+    Session s = {.tty = isatty(STDIN_FILENO)};
+    int is_default = argc > 1 && strcmp(argv[1], "default") == 0;
+    const char *path = NULL;
+    char buf[4096];
+    int status = 2;
+    if (parse_flags(&s, argc - is_default, argv + is_default, is_default, &path) != 0) goto done;
+    if (path == NULL) path = config_default_path(buf, sizeof buf);
+    if (is_default && access(path, F_OK) == 0) {
+        fprintf(stderr, "%s: %s already exists; not overwritten (run `accel-lua config`, or pass "
+                        "--config_file elsewhere)\n", WHO, path);
+        status = 1;
+        goto done;
+    }
+    if (!is_default && interview(&s) != 0) goto done;
+    config_fill_defaults(&s.c);
+    if (config_write(&s.c, path, WHO) != 0) {
+        status = 1;
+        goto done;
+    }
+    printf("%s: configuration saved at %s\n", WHO, path);
+    status = 0;
+done:
+    config_free(&s.c);
+    return status;
+}

@@ -1,0 +1,445 @@
+/* cmd_launch.c: `accel-lua launch [flags] script.lua [args]` (DESIGN §3).
+ *
+ * Settings come from flags, then the config file (--config_file, else
+ * $ACCEL_LUA_CONFIG / ~/.cache/accel-lua/default_config.yaml when it
+ * exists), then defaults; they reach the ranks as ACCEL_LUA_* variables
+ * (list in settings.c). One process and no machines: the script runs
+ * directly (this same binary). Otherwise this builds an OpenMPI 4 `mpirun`
+ * command line running /proc/self/exe on the script:
+ *   --allow-run-as-root   when run as root
+ *   -np N                 N = num_processes, over all machines
+ *   one machine:          --oversubscribe --bind-to none when N exceeds the
+ *                         physical cores (mpirun's slots); --bind-to none
+ *                         when N x threads exceeds them; --map-by slot:PE=T
+ *                         (T cores per rank) when T > 1 fits
+ *   --hostfile H          machines from mpirun's hostfile; with
+ *                         num_machines M > 1 also --map-by ppr:N/M:node
+ *   -x NAME=VALUE         each setting, OMP/OPENBLAS_NUM_THREADS, and
+ *                         -x LUA_PATH etc. when set here
+ * mpirun is started once, on machine 0: on a machine with machine_rank > 0
+ * launch explains that and exits 0. main_process_ip / main_process_port are
+ * informational (MPI wires the ranks). A job started by `mpirun -np N
+ * accel-lua train.lua` or `srun accel-lua train.lua` needs none of this:
+ * the communicator reads MPI's / Slurm's variables itself.
+ *
+ * Failure: OpenMPI's default already ends the whole job when one rank exits
+ * non-zero or is killed (a failing rank prints "accel-lua: rank R: <error>",
+ * host/run.c). With --max_restarts K a failed job is started again, up to
+ * K times (ACCEL_LUA_RESTART_COUNT tells the script which attempt it is;
+ * it is expected to resume with load_state). --dry_run prints the command
+ * instead of running it. ACCEL_LUA_MPIRUN names another mpirun. Exit
+ * status: the job's (128 + signal if killed), 2 for bad usage. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "host/config_yaml.h"
+#include "host/host.h"
+#include "host/settings.h"
+#include "host/subcommands.h"
+
+#define WHO "accel-lua launch"
+
+/* A growable NULL-terminated list of strings (an argv, or NAME=VALUE). */
+typedef struct {
+    char **v;
+    int n, cap;
+} StrList;
+
+__attribute__((format(printf, 2, 3)))
+static void list_add(StrList *l, const char *fmt, ...) {
+    va_list ap;
+    if (l->n + 2 > l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 32;
+        l->v = realloc(l->v, (size_t)l->cap * sizeof *l->v);
+    }
+    va_start(ap, fmt);
+    if (vasprintf(&l->v[l->n], fmt, ap) < 0) abort();
+    va_end(ap);
+    l->v[++l->n] = NULL;
+}
+
+static void list_free(StrList *l) {
+    for (int i = 0; i < l->n; i++) free(l->v[i]);
+    free(l->v);
+    *l = (StrList){0};
+}
+
+/* What the command line said. */
+typedef struct {
+    LaunchConfig flags;      /* settings given as flags (SRC_FLAG) */
+    const char *config_file; /* --config_file */
+    int dist_switch;         /* 1 + index in dist_switches (--use_fsdp...); 0 = none */
+    int dry_run, help;
+    int script;              /* argv index of the script; 0 = none */
+    StrList unknown;         /* unknown flags, to name them all at once */
+} LaunchArgs;
+
+static const struct { const char *flag, *dist_type; } dist_switches[] = {
+    {"multi_gpu", "MULTI_GPU"}, {"use_deepspeed", "DEEPSPEED"}, {"use_fsdp", "FSDP"},
+};
+
+/* Prints "accel-lua launch: <message>" and a hint; returns -1. */
+__attribute__((format(printf, 1, 2)))
+static int usage_fail(const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "%s: ", WHO);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n(accel-lua launch --help lists the flags)\n");
+    return -1;
+}
+
+static int is_bool_word(const char *s) {
+    static const char *const words[] = {"true", "false", "yes", "no", "1", "0", "on", "off"};
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        if (strcasecmp(s, words[i]) == 0) return 1;
+    return 0;
+}
+
+/* --name[=value] for a setting: the value is inline, the next argument,
+ * or (booleans) absent = true. Advances *i past a consumed value. */
+static int parse_setting(LaunchArgs *a, int id, const char *name, const char *inline_value,
+                         int argc, char **argv, int *i) {
+    char err[256];
+    const char *value = inline_value;
+    if (value == NULL && host_settings[id].type == ST_BOOL)
+        value = *i + 1 < argc && is_bool_word(argv[*i + 1]) ? argv[++*i] : "true";
+    if (value == NULL && *i + 1 < argc) value = argv[++*i];
+    if (value == NULL) return usage_fail("--%s needs a value", name);
+    if (config_set(&a->flags, id, value, SRC_FLAG, err, sizeof err) != 0)
+        return usage_fail("--%s: %s", name, err);
+    return 0;
+}
+
+/* Handles argv[*i] (starting with '-'); returns -1 on a bad value. */
+static int parse_flag(LaunchArgs *a, int argc, char **argv, int *i) {
+    const char *arg = argv[*i];
+    char name[128];
+    if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+        a->help = 1;
+        return 0;
+    }
+    if (strncmp(arg, "--", 2) != 0 || strlen(arg) >= sizeof name) {
+        list_add(&a->unknown, "%s", arg);
+        return 0;
+    }
+    const char *eq = strchr(arg, '=');
+    size_t len = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
+    snprintf(name, sizeof name, "%.*s", (int)len, arg + 2);
+    for (char *p = name; *p != '\0'; p++)
+        if (*p == '-') *p = '_';
+    const char *value = eq ? eq + 1 : NULL;
+    if (strcmp(name, "dry_run") == 0) {
+        a->dry_run = 1;
+        return 0;
+    }
+    for (size_t k = 0; k < sizeof dist_switches / sizeof dist_switches[0]; k++) {
+        if (strcmp(name, dist_switches[k].flag) != 0) continue;
+        if (a->dist_switch != 0 && a->dist_switch != (int)k + 1)
+            return usage_fail("--%s conflicts with --%s", name,
+                              dist_switches[a->dist_switch - 1].flag);
+        a->dist_switch = (int)k + 1;
+        return 0;
+    }
+    if (strcmp(name, "config_file") == 0) {
+        a->config_file = value ? value : *i + 1 < argc ? argv[++*i] : NULL;
+        return a->config_file ? 0 : usage_fail("--config_file needs a path");
+    }
+    int id = setting_by_flag(name);
+    if (id >= 0) return parse_setting(a, id, name, value, argc, argv, i);
+    list_add(&a->unknown, "%s", arg);
+    return 0;
+}
+
+static int parse_args(LaunchArgs *a, int argc, char **argv) {
+    for (int i = 1; i < argc && a->script == 0; i++) {
+        if (strcmp(argv[i], "--") == 0) {
+            if (i + 1 < argc) a->script = i + 1;
+            break;
+        }
+        if (argv[i][0] != '-' || strcmp(argv[i], "-") == 0)
+            a->script = i;
+        else if (parse_flag(a, argc, argv, &i) != 0)
+            return -1;
+    }
+    if (a->unknown.n > 0) {
+        fprintf(stderr, "%s: unknown flag%s:", WHO, a->unknown.n > 1 ? "s" : "");
+        for (int i = 0; i < a->unknown.n; i++) fprintf(stderr, " %s", a->unknown.v[i]);
+        fprintf(stderr, "\n(accel-lua launch --help lists the flags)\n");
+        return -1;
+    }
+    if (a->script == 0 && !a->help) return usage_fail("no script given");
+    return 0;
+}
+
+static void print_help(void) {
+    printf("usage: accel-lua launch [flags] script.lua [args]\n"
+           "Runs the script on num_processes ranks through OpenMPI's mpirun (directly\n"
+           "when there is one process on one machine). Flags override the config file\n"
+           "(--config_file, else $ACCEL_LUA_CONFIG or ~/.cache/accel-lua/default_config.yaml),\n"
+           "which overrides the defaults.\n\n"
+           "  --config_file PATH                     the YAML config to read\n"
+           "  --multi_gpu                            distributed_type MULTI_GPU (needs a CUDA build)\n"
+           "  --use_deepspeed                        distributed_type DEEPSPEED (ZeRO sharding)\n"
+           "  --use_fsdp                             distributed_type FSDP\n"
+           "  --dry_run                              print the command instead of running it\n");
+    for (int i = 0; i < S_COUNT; i++) {
+        const Setting *s = &host_settings[i];
+        if (s->flag == NULL) continue;
+        const char *arg = s->type == ST_BOOL ? "" : s->type == ST_STR ? " S" : " N";
+        char left[64];
+        snprintf(left, sizeof left, "--%s%s", s->flag, s->type == ST_ENUM ? " X" : arg);
+        printf("  %-38s %s%s%s%s\n", left, s->help, s->def ? " [" : "", s->def ? s->def : "",
+               s->def ? "]" : "");
+    }
+}
+
+/* ---- settings: file, flags, defaults, consistency ---- */
+
+static int load_settings(LaunchConfig *c, const LaunchArgs *a) {
+    char buf[4096];
+    char err[256];
+    const char *path = config_path_in_force(a->config_file, buf, sizeof buf);
+    if (path != NULL && config_read(c, path, WHO) != 0) return -1;
+    config_merge(c, &a->flags);
+    if (a->dist_switch != 0)
+        config_set(c, S_DISTRIBUTED_TYPE, dist_switches[a->dist_switch - 1].dist_type, SRC_FLAG,
+                   err, sizeof err);
+    return 0;
+}
+
+static int type_is(const LaunchConfig *c, const char *type) {
+    const char *t = config_str(c, S_DISTRIBUTED_TYPE);
+    return t != NULL && strcmp(t, type) == 0;
+}
+
+/* Derives distributed_type from the counts, fills defaults, checks what
+ * cannot work; returns -1 after printing why. */
+static int resolve(LaunchConfig *c) {
+    char err[256];
+    long n = config_int(c, S_NUM_PROCESSES, 1), m = config_int(c, S_NUM_MACHINES, 1);
+    /* use_cpu wins over MULTI_GPU when given at the same or a higher level
+     * (--cpu over the file's MULTI_GPU, not the file's use_cpu over --multi_gpu). */
+    int cpu_asked = config_bool(c, S_USE_CPU) &&
+                    c->source[S_USE_CPU] >= c->source[S_DISTRIBUTED_TYPE];
+    if (type_is(c, "MULTI_GPU") && cpu_asked)
+        config_set(c, S_DISTRIBUTED_TYPE, "MULTI_CPU", c->source[S_USE_CPU], err, sizeof err);
+    if ((config_str(c, S_DISTRIBUTED_TYPE) == NULL || type_is(c, "NO")) && (n > 1 || m > 1))
+        config_set(c, S_DISTRIBUTED_TYPE, "MULTI_CPU", SRC_DEFAULT, err, sizeof err);
+    config_fill_defaults(c);
+    if (n > 1 && config_str(c, S_NUM_THREADS) == NULL)
+        config_set(c, S_NUM_THREADS, "1", SRC_DEFAULT, err, sizeof err);
+    if (type_is(c, "MULTI_GPU")) {
+        fprintf(stderr, "%s: distributed_type MULTI_GPU (--multi_gpu): this accel-lua is built "
+                        "without CUDA (make CUDA=1); use --cpu or MULTI_CPU\n", WHO);
+        return -1;
+    }
+    if (m > 1 && config_str(c, S_HOSTFILE) == NULL) {
+        fprintf(stderr, "%s: num_machines %ld needs --hostfile (or mpirun_config.mpirun_hostfile "
+                        "in the config): mpirun starts the ranks on every machine\n", WHO, m);
+        return -1;
+    }
+    if (n % m != 0) {
+        fprintf(stderr, "%s: num_processes %ld is not a multiple of num_machines %ld\n", WHO, n, m);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- the command ---- */
+
+/* NAME=VALUE for each setting the ranks see, for attempt `attempt`. */
+static void build_env(const LaunchConfig *c, int attempt, StrList *env) {
+    for (int i = 0; i < S_COUNT; i++)
+        if (host_settings[i].env != NULL && c->value[i] != NULL && config_applies(c, i))
+            list_add(env, "%s=%s", host_settings[i].env, c->value[i]);
+    list_add(env, "ACCEL_LUA_USE_DEEPSPEED=%s", type_is(c, "DEEPSPEED") ? "true" : "false");
+    list_add(env, "ACCEL_LUA_USE_FSDP=%s", type_is(c, "FSDP") ? "true" : "false");
+    if (config_str(c, S_NUM_THREADS) != NULL) {
+        list_add(env, "OMP_NUM_THREADS=%s", config_str(c, S_NUM_THREADS));
+        list_add(env, "OPENBLAS_NUM_THREADS=%s", config_str(c, S_NUM_THREADS));
+    }
+    list_add(env, "ACCEL_LUA_RESTART_COUNT=%d", attempt);
+}
+
+static int uses_mpirun(const LaunchConfig *c) {
+    return config_int(c, S_NUM_PROCESSES, 1) > 1 || config_int(c, S_NUM_MACHINES, 1) > 1 ||
+           config_str(c, S_HOSTFILE) != NULL;
+}
+
+/* Where the ranks go and what they are bound to (see the top comment). */
+static void add_placement(const LaunchConfig *c, StrList *cmd) {
+    long n = config_int(c, S_NUM_PROCESSES, 1), m = config_int(c, S_NUM_MACHINES, 1);
+    long t = config_int(c, S_NUM_THREADS, 1);
+    const char *hostfile = config_str(c, S_HOSTFILE);
+    if (hostfile != NULL) {
+        list_add(cmd, "--hostfile");
+        list_add(cmd, "%s", hostfile);
+        if (m > 1) list_add(cmd, "--map-by"), list_add(cmd, "ppr:%ld:node", n / m);
+        if (t > 1) list_add(cmd, "--bind-to"), list_add(cmd, "none");
+        return;
+    }
+    long cores = host_physical_cores();
+    if (n > cores) list_add(cmd, "--oversubscribe");
+    if (n * t > cores)
+        list_add(cmd, "--bind-to"), list_add(cmd, "none");
+    else if (t > 1)
+        list_add(cmd, "--map-by"), list_add(cmd, "slot:PE=%ld", t);
+}
+
+static void build_command(const LaunchConfig *c, const StrList *env, int argc, char **argv,
+                          int script, StrList *cmd) {
+    static const char *const forwarded[] = {"LUA_PATH", "LUA_CPATH", "LUA_PATH_5_4",
+                                            "LUA_CPATH_5_4", "LUA_INIT", "LUA_INIT_5_4"};
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[len > 0 ? len : 0] = '\0';
+    if (uses_mpirun(c)) {
+        const char *mpirun = getenv("ACCEL_LUA_MPIRUN");
+        list_add(cmd, "%s", mpirun && mpirun[0] ? mpirun : "mpirun");
+        if (geteuid() == 0) list_add(cmd, "--allow-run-as-root");
+        list_add(cmd, "-np");
+        list_add(cmd, "%ld", config_int(c, S_NUM_PROCESSES, 1));
+        add_placement(c, cmd);
+        for (int i = 0; i < env->n; i++) list_add(cmd, "-x"), list_add(cmd, "%s", env->v[i]);
+        for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++)
+            if (getenv(forwarded[i]) != NULL) list_add(cmd, "-x"), list_add(cmd, "%s", forwarded[i]);
+    }
+    list_add(cmd, "%s", len > 0 ? self : "accel-lua");
+    for (int i = script; i < argc; i++) list_add(cmd, "%s", argv[i]);
+}
+
+/* Prints a word so that a shell reads it back unchanged. */
+static void print_quoted(const char *s) {
+    if (s[0] != '\0' && strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                  "0123456789_-./=:,@%+") == strlen(s)) {
+        fputs(s, stdout);
+        return;
+    }
+    putchar('\'');
+    for (; *s != '\0'; s++) {
+        if (*s == '\'') fputs("'\\'", stdout);
+        putchar(*s);
+    }
+    putchar('\'');
+}
+
+/* One line: NAME=VALUE words (direct run only), then the command. */
+static void print_command(const StrList *env, const StrList *cmd, int direct) {
+    for (int i = 0; direct && i < env->n; i++) print_quoted(env->v[i]), putchar(' ');
+    for (int i = 0; i < cmd->n; i++) print_quoted(cmd->v[i]), putchar(i + 1 < cmd->n ? ' ' : '\n');
+    fflush(stdout);
+}
+
+/* ---- running, with restarts ---- */
+
+static volatile sig_atomic_t stop_signal;
+static volatile pid_t running_child;
+
+/* Ctrl-C reaches the job through the terminal's process group; SIGTERM /
+ * SIGHUP sent to launch alone are passed on. Either way: no restart. */
+static void on_stop_signal(int sig) {
+    stop_signal = sig;
+    if (sig != SIGINT && running_child > 0) kill(running_child, sig);
+}
+
+static void catch_stop_signals(void) {
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
+}
+
+/* Runs cmd with env added; returns its exit status (128 + signal when
+ * killed), or -1 if it could not be started. */
+static int run_once(const StrList *cmd, const StrList *env) {
+    int fds[2], err = 0, status = 0;
+    if (pipe2(fds, O_CLOEXEC) != 0) return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        for (int i = 0; i < env->n; i++) putenv(env->v[i]);
+        execvp(cmd->v[0], cmd->v);
+        err = errno;
+        if (write(fds[1], &err, sizeof err) < 0) _exit(127);
+        _exit(127);
+    }
+    close(fds[1]);
+    running_child = pid;
+    ssize_t got;
+    while ((got = read(fds[0], &err, sizeof err)) < 0 && errno == EINTR) {}
+    close(fds[0]);
+    while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    running_child = 0;
+    if (pid < 0 || got == (ssize_t)sizeof err) {
+        fprintf(stderr, "%s: cannot run %s: %s%s\n", WHO, cmd->v[0],
+                strerror(pid < 0 ? errno : err),
+                strstr(cmd->v[0], "mpirun") ? " (OpenMPI: apt-get install openmpi-bin)" : "");
+        return -1;
+    }
+    return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
+
+static int run_job(const LaunchConfig *c, int argc, char **argv, int script, int dry_run) {
+    long restarts = config_int(c, S_MAX_RESTARTS, 0);
+    int status = 0;
+    catch_stop_signals();
+    for (int attempt = 0;; attempt++) {
+        StrList env = {0}, cmd = {0};
+        build_env(c, attempt, &env);
+        build_command(c, &env, argc, argv, script, &cmd);
+        if (dry_run) print_command(&env, &cmd, !uses_mpirun(c));
+        else status = run_once(&cmd, &env);
+        list_free(&cmd);
+        list_free(&env);
+        if (status <= 0 || stop_signal || attempt >= restarts) break;
+        fprintf(stderr, "%s: job failed (exit %d), restart %d/%ld\n", WHO, status, attempt + 1,
+                restarts);
+    }
+    if (status > 0)
+        fprintf(stderr, "%s: job failed (exit %d)%s\n", WHO, status,
+                stop_signal ? ", interrupted" : restarts > 0 ? ", no restarts left" : "");
+    return status < 0 ? 127 : status;
+}
+
+int cmd_launch(int argc, char **argv) {
+    LaunchArgs a = {0};
+    LaunchConfig c = {0};
+    int status = 2;
+    if (parse_args(&a, argc, argv) != 0) goto done;
+    if (a.help) {
+        print_help();
+        status = 0;
+        goto done;
+    }
+    if (load_settings(&c, &a) != 0 || resolve(&c) != 0) goto done;
+    if (config_int(&c, S_NUM_MACHINES, 1) > 1 && config_int(&c, S_MACHINE_RANK, 0) > 0) {
+        fprintf(stderr, "%s: machine_rank %ld: nothing to do here; under MPI only machine 0 runs "
+                        "`accel-lua launch`, and mpirun starts the ranks on the others "
+                        "(listed in the hostfile)\n", WHO, config_int(&c, S_MACHINE_RANK, 0));
+        status = 0;
+        goto done;
+    }
+    const char *script = argv[a.script];
+    /* With a hostfile the script may live on the other machines only. */
+    if (config_str(&c, S_HOSTFILE) == NULL && strcmp(script, "-") != 0 &&
+        access(script, R_OK) != 0) {
+        fprintf(stderr, "%s: cannot read script %s: %s\n", WHO, script, strerror(errno));
+        goto done;
+    }
+    status = run_job(&c, argc, argv, a.script, a.dry_run);
+done:
+    config_free(&a.flags);
+    config_free(&c);
+    list_free(&a.unknown);
+    return status;
+}

@@ -1,0 +1,65 @@
+/* rank.c: what the host knows about being one rank of a job, started by
+ * `accel-lua launch`, by `mpirun -np N accel-lua ...` directly, or by
+ * Slurm's `srun`: its rank (for "accel-lua: rank R: <error>") and its
+ * compute-thread count. The communicator (core/dist) finds the ranks on
+ * its own; this only reads the launchers' environment variables. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <lauxlib.h>
+
+#include "host/host.h"
+
+/* The first of the variables that holds a non-negative integer, or -1. */
+static long env_first(const char *const *names) {
+    for (; *names != NULL; names++) {
+        const char *s = getenv(*names);
+        char *end;
+        if (s == NULL || s[0] == '\0') continue;
+        long v = strtol(s, &end, 10);
+        if (*end == '\0' && v >= 0) return v;
+    }
+    return -1;
+}
+
+/* OpenMPI, PMIx, MPICH/PMI, Slurm job steps (srun). */
+static const char *const rank_vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK",
+                                        "SLURM_PROCID", NULL};
+static const char *const size_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
+                                        "SLURM_STEP_NUM_TASKS", NULL};
+
+int host_rank(void) {
+    static const char *const mpi_vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", NULL};
+    long r = env_first(mpi_vars);
+    if (r >= 0) return (int)r;
+    /* SLURM_PROCID alone is also set in a batch script's single task. */
+    return env_first(size_vars) > 1 ? (int)env_first(rank_vars) : -1;
+}
+
+int host_world_size(void) {
+    long n = env_first(size_vars);
+    return n > 0 ? (int)n : 1;
+}
+
+/* ACCEL_LUA_NUM_THREADS if set; else 1 when this is one of several ranks
+ * and OMP_NUM_THREADS does not say otherwise (never more compute threads
+ * than cores, DESIGN §5); else the runtime's default (all cores). Applied
+ * through accel.num_threads, which sets the OpenMP and OpenBLAS pools. */
+void host_apply_threads(lua_State *L) {
+    const char *s = getenv("ACCEL_LUA_NUM_THREADS");
+    long n = 0;
+    if (s != NULL && s[0] != '\0') {
+        char *end;
+        n = strtol(s, &end, 10);
+        if (*end != '\0' || n < 1)
+            luaL_error(L, "ACCEL_LUA_NUM_THREADS: '%s' is not a positive integer", s);
+    } else if (host_world_size() > 1 && getenv("OMP_NUM_THREADS") == NULL) {
+        n = 1;
+    }
+    if (n == 0) return;
+    lua_getglobal(L, "accel");
+    lua_getfield(L, -1, "num_threads");
+    lua_pushinteger(L, n);
+    lua_call(L, 1, 0);
+    lua_pop(L, 1);
+}

@@ -1,0 +1,96 @@
+/* settings.h: the launch settings (DESIGN §3) in one table. Each setting
+ * has its YAML key (Accelerate's names; "section.key" inside
+ * deepspeed_config / fsdp_config / mpirun_config), its `launch` flag, the
+ * ACCEL_LUA_* variable that carries it to the ranks, a type, allowed values
+ * and a default. A LaunchConfig holds one canonical text value per setting
+ * and where it came from, so flags, the YAML reader and writer, `config`,
+ * `launch`, `env` and `test` all share one validator. The list of settings
+ * and variables is documented in settings.c. */
+#ifndef ACCEL_HOST_SETTINGS_H
+#define ACCEL_HOST_SETTINGS_H
+
+#include <stddef.h>
+
+typedef enum { ST_INT, ST_FLOAT, ST_BOOL, ST_STR, ST_ENUM } SettingType;
+
+typedef struct {
+    const char *key;     /* YAML key: "num_processes", "deepspeed_config.zero_stage" */
+    const char *flag;    /* launch flag without "--"; NULL = none */
+    const char *env;     /* variable exported to the ranks; NULL = none */
+    SettingType type;
+    const char *choices; /* ST_ENUM: "no|fp16|bf16"; ST_INT: "min..max" or "min.." */
+    const char *def;     /* default as text; NULL = unset */
+    const char *help;    /* one line for --help */
+} Setting;
+
+/* Indices into the table (settings.c keeps the same order). */
+enum {
+    S_COMPUTE_ENVIRONMENT,
+    S_DISTRIBUTED_TYPE,
+    S_NUM_PROCESSES,
+    S_NUM_MACHINES,
+    S_MACHINE_RANK,
+    S_MAIN_PROCESS_IP,
+    S_MAIN_PROCESS_PORT,
+    S_HOSTFILE,
+    S_MIXED_PRECISION,
+    S_GRADIENT_ACCUMULATION_STEPS,
+    S_USE_CPU,
+    S_NUM_THREADS,
+    S_MAX_RESTARTS,
+    S_ZERO_STAGE,
+    S_OFFLOAD_OPTIMIZER_DEVICE,
+    S_OFFLOAD_PARAM_DEVICE,
+    S_GRADIENT_CLIPPING,
+    S_ZERO3_INIT_FLAG,
+    S_DEEPSPEED_CONFIG_FILE,
+    S_FSDP_SHARDING_STRATEGY,
+    S_FSDP_OFFLOAD_PARAMS,
+    S_FSDP_AUTO_WRAP_POLICY,
+    S_FSDP_MIN_NUM_PARAMS,
+    S_FSDP_TRANSFORMER_LAYER_CLS,
+    S_FSDP_BACKWARD_PREFETCH,
+    S_FSDP_STATE_DICT_TYPE,
+    S_COUNT
+};
+
+typedef enum { SRC_UNSET, SRC_DEFAULT, SRC_FILE, SRC_FLAG } SettingSource;
+
+typedef struct {
+    char *value[S_COUNT]; /* canonical text (malloc'd); NULL = unset */
+    SettingSource source[S_COUNT];
+} LaunchConfig;
+
+extern const Setting host_settings[S_COUNT];
+
+/* Setting by YAML key (aliases such as deepspeed_config.
+ * gradient_accumulation_steps included); -1 if unknown. */
+int setting_by_key(const char *key);
+/* 1 if the key is one of Accelerate's that accel-lua accepts and ignores. */
+int setting_key_ignored(const char *key);
+/* 1 if name is a section (deepspeed_config, fsdp_config, mpirun_config). */
+int setting_is_section(const char *name);
+/* Setting by launch flag name ("num_processes", no dashes); -1 if none. */
+int setting_by_flag(const char *flag);
+
+/* Validates text for setting id and stores its canonical form. Returns 0,
+ * or -1 with "'abc' is not an integer" (or similar) in err. */
+int config_set(LaunchConfig *c, int id, const char *text, SettingSource src,
+               char *err, size_t errlen);
+/* Copies every setting that `from` has over `to` (keeping its source). */
+void config_merge(LaunchConfig *to, const LaunchConfig *from);
+void config_unset(LaunchConfig *c, int id);
+void config_free(LaunchConfig *c);
+
+const char *config_str(const LaunchConfig *c, int id); /* NULL if unset */
+long config_int(const LaunchConfig *c, int id, long fallback);
+int config_bool(const LaunchConfig *c, int id);        /* unset = 0 */
+
+/* 1 if setting id applies under the config's distributed_type (the
+ * deepspeed_config keys only for DEEPSPEED, fsdp_config only for FSDP). */
+int config_applies(const LaunchConfig *c, int id);
+/* Fills unset settings that apply with their defaults (use_cpu: true in
+ * a build without CUDA). */
+void config_fill_defaults(LaunchConfig *c);
+
+#endif

@@ -1,0 +1,558 @@
+-- accelerator_spec.lua: accel.Accelerator on one process: options and
+-- fields, prepare, gradient accumulation (k micro-batches == one batch k
+-- times larger), schedulers coupled to real optimizer steps, fp16 loss
+-- scaling (an overflowing step is skipped and the scale halves), bf16
+-- training close to fp32, autocast scopes, the collective operations,
+-- clipping and trackers. Checkpoints are in checkpoint_spec.lua.
+local accel = require("accel")
+local nn, optim, data = accel.nn, accel.optim, accel.data
+
+local function tmpdir()
+  local d = os.tmpname()
+  os.remove(d)
+  accel._C.mkdirs(d)
+  return d
+end
+
+local function mlp(seed, d_in, hidden, d_out)
+  accel.set_seed(seed)
+  return nn.Sequential(nn.Linear(d_in, hidden), nn.Tanh(), nn.Linear(hidden, d_out))
+end
+
+local function max_abs_diff(a, b) return (a - b):abs():max():item() end
+
+local function params_close(m1, m2, tol)
+  local p1, p2 = m1:parameters(), m2:parameters()
+  assert.are.equal(#p1, #p2)
+  local worst = 0
+  for i = 1, #p1 do worst = math.max(worst, max_abs_diff(p1[i], p2[i])) end
+  assert.is_true(worst <= tol, ("parameters differ by %g (tolerance %g)"):format(worst, tol))
+  return worst
+end
+
+local function params_equal(m1, m2)
+  local p1, p2 = m1:parameters(), m2:parameters()
+  for i = 1, #p1 do
+    if not p1[i]:equal(p2[i]) then return false end
+  end
+  return true
+end
+
+local function error_matching(pattern, fn)
+  local ok, err = pcall(fn)
+  assert.is_false(ok, "expected an error matching " .. pattern)
+  assert.is_truthy(tostring(err):find(pattern), ("error %q does not match %q"):format(tostring(err), pattern))
+  return err
+end
+
+-- A classification set a small MLP can learn: labels of a fixed teacher.
+local function teacher_data(n, d_in, classes, seed)
+  accel.set_seed(seed)
+  local x = accel.randn(n, d_in)
+  local w = accel.randn(d_in, classes)
+  local _, y = accel.matmul(x, w):max(2)
+  return x, y
+end
+
+describe("Accelerator options", function()
+  it("exposes the one-process fields", function()
+    local a = accel.Accelerator()
+    assert.are.equal(0, a.process_index)
+    assert.are.equal(0, a.local_process_index)
+    assert.are.equal(1, a.num_processes)
+    assert.is_true(a.is_main_process)
+    assert.is_true(a.is_local_main_process)
+    assert.is_true(a.is_last_process)
+    assert.are.equal("cpu", tostring(a.device))
+    assert.are.equal("no", a.mixed_precision)
+    assert.are.equal(1, a.gradient_accumulation_steps)
+    assert.is_true(a.sync_gradients)
+    assert.are.equal("NO", a.distributed_type)
+  end)
+
+  it("shares one PartialState between Accelerators", function()
+    local a, b = accel.Accelerator(), accel.Accelerator{gradient_accumulation_steps = 3}
+    assert.are.equal(a.state, b.state)
+    assert.are.equal(accel.PartialState(), a.state)
+    assert.are.equal(1, a.gradient_accumulation_steps)
+    assert.are.equal(3, b.gradient_accumulation_steps)
+    b.gradient_accumulation_steps = 4
+    assert.are.equal(4, b.gradient_accumulation_steps)
+  end)
+
+  it("names a bad mixed_precision, and fp8 needs the GPU backend", function()
+    error_matching('unknown mixed_precision "fp17"', function() accel.Accelerator{mixed_precision = "fp17"} end)
+    error_matching("fp8.*GPU backend", function() accel.Accelerator{mixed_precision = "fp8"} end)
+    assert.are.equal("bf16", accel.Accelerator{mixed_precision = "bf16"}.mixed_precision)
+    assert.are.equal("fp16", accel.Accelerator{mixed_precision = "fp16"}.mixed_precision)
+  end)
+
+  it("rejects unknown options and bad values", function()
+    error_matching("unknown option mixed_precison", function() accel.Accelerator{mixed_precison = "bf16"} end)
+    error_matching("gradient_accumulation_steps must be a positive integer", function()
+      accel.Accelerator{gradient_accumulation_steps = 0}
+    end)
+    error_matching("zero_stage must be 0, 1, 2 or 3", function() accel.Accelerator{zero_stage = 5} end)
+    error_matching("sharding_strategy", function()
+      accel.FullyShardedDataParallelPlugin{sharding_strategy = "EVERYTHING"}
+    end)
+    error_matching("either deepspeed_plugin or fsdp_plugin", function()
+      accel.Accelerator{deepspeed_plugin = accel.DeepSpeedPlugin{}, fsdp_plugin = accel.FullyShardedDataParallelPlugin{}}
+    end)
+  end)
+
+  it("stores the sharding plugins as a ZeRO stage", function()
+    local a = accel.Accelerator{deepspeed_plugin = accel.DeepSpeedPlugin{zero_stage = 3, gradient_accumulation_steps = 2}}
+    assert.are.equal(3, a.zero_stage)
+    assert.are.equal(2, a.gradient_accumulation_steps)
+    assert.are.equal(2, accel.Accelerator{fsdp_plugin = {sharding_strategy = "SHARD_GRAD_OP"}}.zero_stage)
+    assert.are.equal(1, accel.Accelerator{zero_stage = 1}.zero_stage)
+    local dir = tmpdir()
+    local f = assert(io.open(dir .. "/ds.json", "w"))
+    f:write('{"zero_optimization": {"stage": 1, "overlap_comm": true}, "gradient_accumulation_steps": 4, "bf16": {"enabled": true}}')
+    f:close()
+    local ds = accel.DeepSpeedPlugin{hf_ds_config = dir .. "/ds.json"}
+    assert.are.equal(1, ds.zero_stage)
+    assert.are.same({"zero_optimization.overlap_comm"}, ds.ignored_keys)
+    local b = accel.Accelerator{deepspeed_plugin = ds}
+    assert.are.equal("bf16", b.mixed_precision)
+    assert.are.equal(4, b.gradient_accumulation_steps)
+    os.execute("rm -rf '" .. dir .. "'")
+  end)
+
+  it("takes its defaults from accel-lua launch's settings", function()
+    local bin = os.getenv("ACCEL_LUA_BIN") or arg[-1]
+    local p = assert(io.popen("ACCEL_LUA_MIXED_PRECISION=bf16 ACCEL_LUA_GRADIENT_ACCUMULATION_STEPS=3 "
+      .. "ACCEL_LUA_USE_DEEPSPEED=true ACCEL_LUA_ZERO_STAGE=1 '" .. bin .. "' -e "
+      .. "\"local a = accel.Accelerator() io.write(a.mixed_precision, ' ', a.gradient_accumulation_steps, ' ', a.zero_stage)\" 2>&1"))
+    local out = p:read("a")
+    p:close()
+    assert.are.equal("bf16 3 1", out)
+  end)
+
+  it("takes a ProjectConfiguration or a plain table", function()
+    local a = accel.Accelerator{project_config = accel.ProjectConfiguration{project_dir = "p", total_limit = 2}}
+    assert.are.equal("p", a.project_dir)
+    assert.are.equal(2, a.project_configuration.total_limit)
+    local b = accel.Accelerator{project_config = {automatic_checkpoint_naming = true}, project_dir = "q"}
+    assert.are.equal("q", b.project_dir)
+    assert.is_true(b.project_configuration.automatic_checkpoint_naming)
+    error_matching("unknown option", function() accel.ProjectConfiguration{project = "x"} end)
+  end)
+end)
+
+describe("Accelerator:prepare", function()
+  it("returns every argument in order, wrapped", function()
+    local a = accel.Accelerator()
+    local model = mlp(1, 4, 8, 2)
+    local opt = optim.SGD(model:parameters(), {lr = 0.1})
+    local sched = optim.lr_scheduler.StepLR(opt, {step_size = 1})
+    local loader = data.DataLoader(data.TensorDataset(accel.randn(10, 4)), {batch_size = 5})
+    local other = {hello = "world"}
+    local m2, o2, l2, s2, x2, n2 = a:prepare(model, opt, loader, sched, other, 7)
+    assert.are.equal(model, m2)
+    assert.are.equal(model, a:unwrap_model(m2))
+    assert.are_not.equal(opt, o2)
+    assert.are.equal(opt, o2.optimizer)
+    assert.are.equal(opt.param_groups, o2.param_groups)
+    assert.are.equal(sched, s2.scheduler)
+    assert.are.equal(other, x2)
+    assert.are.equal(7, n2)
+    assert.are.equal(2, #l2)
+    o2.param_groups[1].lr = 0.5
+    assert.are.equal(0.5, opt.param_groups[1].lr)
+    assert.are.equal(a:prepare(o2), o2)
+  end)
+
+  it("marks the last batch of a pass and moves through epochs", function()
+    local a = accel.Accelerator()
+    local loader = a:prepare(data.DataLoader(data.TensorDataset(accel.arange(10)), {batch_size = 4}))
+    local ends, seen = {}, {}
+    for xb in loader:iter() do
+      ends[#ends + 1] = a.gradient_state:end_of_dataloader()
+      seen[#seen + 1] = xb:size(1)
+    end
+    assert.are.same({false, false, true}, ends)
+    assert.are.same({4, 4, 2}, seen)
+    assert.are.same({epoch = 1, batches = 0}, loader:state_dict())
+    assert.is_false(a.gradient_state:end_of_dataloader())
+    local skipped = a:skip_first_batches(loader, 2)
+    local n = 0
+    for xb in skipped:iter() do
+      n = n + 1
+      assert.are.equal(8, xb[1]:item())
+    end
+    assert.are.equal(1, n)
+  end)
+end)
+
+-- Trains with micro-batches of size `bs` and k accumulation steps for the
+-- given epochs (close_form: the Lua 5.4 <close> handle instead of a function).
+local function train_accumulated(x, y, bs, k, epochs, opt_name, close_form)
+  local model = mlp(7, x:size(2), 16, 3)
+  local opt = opt_name == "adamw" and optim.AdamW(model:parameters(), {lr = 1e-2, weight_decay = 0.1})
+    or optim.SGD(model:parameters(), {lr = 0.1, momentum = 0.9})
+  local a = accel.Accelerator{gradient_accumulation_steps = k}
+  local loader = data.DataLoader(data.TensorDataset(x, y), {batch_size = bs, shuffle = true, seed = 3})
+  model, opt, loader = a:prepare(model, opt, loader)
+  local criterion = nn.CrossEntropyLoss()
+  local syncs = 0
+  for _ = 1, epochs do
+    for xb, yb in loader:iter() do
+      local function body()
+        a:backward(criterion(model(xb), yb))
+        if a.sync_gradients then syncs = syncs + 1 end
+        opt:step()
+        opt:zero_grad()
+      end
+      if close_form then
+        local _ <close> = a:accumulate(model)
+        body()
+      else
+        a:accumulate(model, body)
+      end
+    end
+  end
+  return model, syncs
+end
+
+describe("gradient accumulation", function()
+  local x, y = teacher_data(96, 6, 3, 11)
+
+  for _, opt_name in ipairs({"sgd", "adamw"}) do
+    it("k micro-batches equal one batch k times larger (" .. opt_name .. ")", function()
+      local big, big_syncs = train_accumulated(x, y, 32, 1, 3, opt_name)
+      local small, small_syncs = train_accumulated(x, y, 8, 4, 3, opt_name)
+      assert.are.equal(9, big_syncs)
+      assert.are.equal(9, small_syncs)
+      params_close(big, small, 1e-6)
+      local untrained = mlp(7, 6, 16, 3)
+      assert.is_true(max_abs_diff(untrained:parameters()[1], big:parameters()[1]) > 1e-3)
+    end)
+  end
+
+  it("the <close> handle form equals the function form", function()
+    local m1 = train_accumulated(x, y, 8, 4, 1, "sgd", false)
+    local m2 = train_accumulated(x, y, 8, 4, 1, "sgd", true)
+    assert.is_true(params_equal(m1, m2))
+  end)
+
+  it("syncs every k-th step and at the end of the loader", function()
+    local a = accel.Accelerator{gradient_accumulation_steps = 4}
+    local loader = a:prepare(data.DataLoader(data.TensorDataset(accel.arange(13)), {batch_size = 1}))
+    local flags = {}
+    for _ in loader:iter() do
+      a:accumulate(function() flags[#flags + 1] = a.sync_gradients end)
+    end
+    assert.are.same({false, false, false, true, false, false, false, true, false, false, false, true, true}, flags)
+  end)
+
+  it("steps the optimizer and zeroes grads only on sync steps", function()
+    local a = accel.Accelerator{gradient_accumulation_steps = 2}
+    local model = mlp(1, 3, 4, 2)
+    local opt = a:prepare(optim.SGD(model:parameters(), {lr = 0.5}))
+    model = a:prepare(model)
+    local w = model:parameters()[1]
+    local before = w:clone()
+    a:accumulate(model, function()
+      a:backward(model(accel.ones(2, 3)):sum())
+      assert.is_false(a.sync_gradients)
+      opt:step()
+      opt:zero_grad()
+    end)
+    assert.is_true(w:equal(before))
+    local g1 = w.grad:clone()
+    a:accumulate(model, function()
+      a:backward(model(accel.ones(2, 3)):sum())
+      assert.is_true(a.sync_gradients)
+      assert.is_true(max_abs_diff(w.grad, g1 * 2) < 1e-6)
+      opt:step()
+    end)
+    assert.is_true(max_abs_diff(w, before - g1 * 2 * 0.5) < 1e-6)
+  end)
+
+  it("no_sync runs its body (function and handle forms)", function()
+    local a = accel.Accelerator()
+    local model = mlp(1, 3, 4, 2)
+    assert.are.equal(42, a:no_sync(model, function() return 42 end))
+    do
+      local _ <close> = a:no_sync(model)
+      assert.is_false(a._grad_sync[model])
+    end
+    assert.is_true(a._grad_sync[model])
+  end)
+end)
+
+describe("prepared schedulers", function()
+  local function run(k, coupled, calls)
+    local a = accel.Accelerator{gradient_accumulation_steps = k, step_scheduler_with_optimizer = coupled}
+    local model = mlp(1, 3, 4, 2)
+    local opt = optim.SGD(model:parameters(), {lr = 1.0})
+    local sched = optim.lr_scheduler.StepLR(opt, {step_size = 1, gamma = 0.5})
+    model, opt, sched = a:prepare(model, opt, sched)
+    for _ = 1, calls do
+      a:accumulate(model, function()
+        a:backward(model(accel.ones(1, 3)):sum())
+        opt:step()
+        sched:step()
+        opt:zero_grad()
+      end)
+    end
+    return opt.param_groups[1].lr, sched
+  end
+
+  it("step only after a real optimizer step", function()
+    assert.are.equal(0.5 ^ 6, (run(1, true, 6)))
+    assert.are.equal(0.5 ^ 3, (run(2, true, 6)))
+    assert.are.equal(0.5 ^ 2, (run(3, true, 6)))
+  end)
+
+  it("step on every call with step_scheduler_with_optimizer = false", function()
+    assert.are.equal(0.5 ^ 6, (run(3, false, 6)))
+  end)
+
+  it("pass get_last_lr and state_dict through", function()
+    local _, sched = run(2, true, 4)
+    assert.are.same({0.25}, sched:get_last_lr())
+    assert.are.equal(2, sched:state_dict().last_epoch)
+  end)
+end)
+
+describe("fp16 loss scaling", function()
+  it("skips an overflowing step and halves the scale", function()
+    local a = accel.Accelerator{mixed_precision = "fp16"}
+    local model = mlp(3, 4, 8, 2)
+    local opt = optim.SGD(model:parameters(), {lr = 0.1})
+    local sched = optim.lr_scheduler.StepLR(opt, {step_size = 1, gamma = 0.5})
+    model, opt, sched = a:prepare(model, opt, sched)
+    local x = accel.randn(5, 4)
+    assert.are.equal(65536, a.scaler:get_scale())
+
+    local function step(loss_factor)
+      a:backward(model(x):pow(2):mean() * loss_factor)
+      opt:step()
+      sched:step()
+      opt:zero_grad()
+    end
+
+    local w = model:parameters()[1]
+    local before = w:clone()
+    step(1)
+    assert.is_false(a.optimizer_step_was_skipped)
+    assert.is_false(w:equal(before))
+    assert.are.equal(65536, a.scaler:get_scale())
+    assert.are.equal(0.05, opt.param_groups[1].lr)
+
+    before = w:clone()
+    step(1e38) -- times the scale: inf
+    assert.is_true(a.optimizer_step_was_skipped)
+    assert.is_true(opt.step_was_skipped)
+    assert.is_true(w:equal(before))
+    assert.are.equal(32768, a.scaler:get_scale())
+    assert.are.equal(0.05, opt.param_groups[1].lr) -- the scheduler did not step either
+
+    step(1)
+    assert.is_false(a.optimizer_step_was_skipped)
+    assert.is_false(w:equal(before))
+    assert.are.equal(32768, a.scaler:get_scale())
+  end)
+
+  it("grows the scale after growth_interval good steps", function()
+    local a = accel.Accelerator{mixed_precision = "fp16"}
+    local model = mlp(3, 4, 8, 2)
+    local opt
+    model, opt = a:prepare(model, optim.SGD(model:parameters(), {lr = 0.01}))
+    a.scaler.growth_interval = 3
+    for i = 1, 7 do
+      a:backward(model(accel.randn(2, 4)):mean() * 1e-3) -- small: no fp16 overflow at 4 * 2^16
+      opt:step()
+      opt:zero_grad()
+      local want = i >= 6 and 4 * 65536 or i >= 3 and 2 * 65536 or 65536
+      assert.are.equal(want, a.scaler:get_scale())
+    end
+  end)
+
+  it("unscales gradients before the step (matches fp32 to fp16 precision)", function()
+    local function one_step(mp)
+      local a = accel.Accelerator{mixed_precision = mp}
+      local model = mlp(5, 6, 16, 3)
+      local opt
+      model, opt = a:prepare(model, optim.SGD(model:parameters(), {lr = 1.0}))
+      local before = model:parameters()[1]:clone()
+      accel.set_seed(9)
+      local x = accel.randn(8, 6)
+      a:backward(model(x):pow(2):mean())
+      local norm = a:clip_grad_norm_(model:parameters(), 1e9)
+      opt:step()
+      return before - model:parameters()[1], norm:item()
+    end
+    local d32, n32 = one_step("no")
+    local d16, n16 = one_step("fp16")
+    local scale = d32:abs():max():item()
+    assert.is_true(scale > 1e-4)
+    assert.is_true(max_abs_diff(d32, d16) < 1e-2 * scale)
+    assert.is_true(math.abs(n32 - n16) < 1e-2 * n32, ("norms %g vs %g"):format(n32, n16))
+  end)
+end)
+
+describe("bf16", function()
+  it("MLP training ends within 1% of the fp32 loss", function()
+    local x, y = teacher_data(512, 16, 4, 21)
+    local criterion = nn.CrossEntropyLoss()
+    local function train(mp)
+      local a = accel.Accelerator{mixed_precision = mp}
+      local model = mlp(4, 16, 64, 4)
+      local opt = optim.AdamW(model:parameters(), {lr = 3e-3})
+      local loader = data.DataLoader(data.TensorDataset(x, y), {batch_size = 32, shuffle = true, seed = 1})
+      model, opt, loader = a:prepare(model, opt, loader)
+      for _ = 1, 8 do
+        for xb, yb in loader:iter() do
+          a:backward(criterion(model(xb), yb))
+          opt:step()
+          opt:zero_grad()
+        end
+      end
+      return accel.no_grad(function() return criterion(a:unwrap_model(model, {keep_fp32_wrapper = false})(x), y):item() end)
+    end
+    local l32, l16 = train("no"), train("bf16")
+    assert.is_true(l32 < 0.5, "fp32 training did not learn: loss " .. l32)
+    assert.is_true(math.abs(l16 - l32) <= 0.01 * l32, ("bf16 loss %.5f vs fp32 %.5f"):format(l16, l32))
+  end)
+
+  it("runs the prepared model's GEMMs in bf16 and returns float32", function()
+    local Probe = nn.Module:extend("Probe")
+    function Probe:init() self.fc = nn.Linear(4, 3) end
+    function Probe:forward(x)
+      local h = self.fc(x)
+      self.seen = h.dtype
+      return h
+    end
+    local a = accel.Accelerator{mixed_precision = "bf16"}
+    local model = a:prepare(Probe())
+    local out = model(accel.randn(2, 4))
+    assert.are.equal(accel.bfloat16, model.seen)
+    assert.are.equal(accel.float32, out.dtype)
+    assert.is_nil(accel._C.set_autocast(nil))
+    a:unwrap_model(model, {keep_fp32_wrapper = false})
+    model(accel.randn(2, 4))
+    assert.are.equal(accel.float32, model.seen)
+  end)
+
+  it("autocast scopes restore the previous setting, also on error", function()
+    local a = accel.Accelerator{mixed_precision = "bf16"}
+    local w = accel.randn(4, 2)
+    local dt = a:autocast(function() return accel.matmul(accel.randn(3, 4), w).dtype end)
+    assert.are.equal(accel.bfloat16, dt)
+    assert.are.equal(accel.float32, accel.matmul(accel.randn(3, 4), w).dtype)
+    assert.is_false(pcall(a.autocast, a, function() error("boom") end))
+    assert.are.equal(accel.float32, accel.matmul(accel.randn(3, 4), w).dtype)
+    do
+      local _ <close> = a:autocast()
+      assert.are.equal(accel.bfloat16, accel.matmul(accel.randn(3, 4), w).dtype)
+    end
+    assert.are.equal(accel.float32, accel.matmul(accel.randn(3, 4), w).dtype)
+    local plain = accel.Accelerator()
+    assert.are.equal(accel.float32, plain:autocast(function() return accel.matmul(accel.randn(3, 4), w).dtype end))
+  end)
+
+  it("restores autocast when the model's forward raises", function()
+    local Bad = nn.Module:extend("Bad")
+    function Bad:init() self.fc = nn.Linear(2, 2) end
+    function Bad:forward() error("forward failed") end
+    local a = accel.Accelerator{mixed_precision = "bf16"}
+    local model = a:prepare(Bad())
+    error_matching("forward failed", function() model(accel.randn(1, 2)) end)
+    assert.is_nil(accel._C.set_autocast(nil))
+  end)
+end)
+
+describe("operations on one process", function()
+  local a = accel.Accelerator()
+
+  it("gather, reduce, broadcast and pad_across_processes", function()
+    local t = accel.tensor({{1.0, 2.0}, {3.0, 4.0}})
+    assert.is_true(a:gather(t):equal(t))
+    local g = a:gather(accel.tensor(5.0))
+    assert.are.same({1}, {g:size(1)})
+    local nested = a:gather({a = t, b = {t}})
+    assert.is_true(nested.b[1]:equal(t))
+    assert.is_true(a:reduce(t):equal(t))
+    assert.is_true(a:reduce(t, "mean"):equal(t))
+    assert.is_true(a:reduce(t, {reduction = "sum", scale = 2}):equal(t * 2))
+    error_matching('reduction must be', function() a:reduce(t, "median") end)
+    assert.is_true(a:broadcast(t):equal(t))
+    assert.is_true(a:pad_across_processes(t, {dim = 2}):equal(t))
+  end)
+
+  it("gather_object, split_between_processes and gather_for_metrics", function()
+    assert.are.same({1, 2, 3}, a:gather_object({1, 2, 3}))
+    assert.are.same({{x = 1}}, a:gather_object({x = 1}))
+    assert.are.same({"a", "b", "c"}, a:split_between_processes({"a", "b", "c"}))
+    assert.are.same({"a", "b", "c"}, a:split_between_processes({"a", "b", "c"}, {apply_padding = true}))
+    assert.are.equal(3, a:split_between_processes({"a", "b", "c"}, function(part) return #part end))
+    assert.are.equal(4, a:split_between_processes(accel.arange(4)):numel())
+    local ops = require("accel.operations")
+    -- the rule for several processes: contiguous parts, the first len % N one longer
+    assert.are.same({"c", "d"}, ops.split({"a", "b", "c", "d", "e"}, 1, 3))
+    assert.are.same({"e", "e"}, ops.split({"a", "b", "c", "d", "e"}, 2, 3, true))
+    local loader = a:prepare(data.DataLoader(data.TensorDataset(accel.arange(10)), {batch_size = 4}))
+    local all = {}
+    for xb in loader:iter() do
+      local g = a:gather_for_metrics(xb)
+      for _, v in ipairs(g:tolist()) do all[#all + 1] = v end
+    end
+    assert.are.same({0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, all)
+  end)
+
+  it("main_process_first, on_main_process, triggers, print, free_memory", function()
+    assert.are.equal(5, a:main_process_first(function() return 5 end))
+    do
+      local _ <close> = a:main_process_first()
+    end
+    local ran = false
+    a:on_main_process(function() ran = true end)()
+    assert.is_true(ran)
+    assert.is_false(a:check_trigger())
+    a:set_trigger()
+    assert.is_true(a:check_trigger())
+    assert.is_false(a:check_trigger())
+    a:wait_for_everyone()
+    a:print("accelerator_spec: print on the main process")
+    local x, y = a:free_memory(1, 2)
+    assert.is_nil(x)
+    assert.is_nil(y)
+  end)
+
+  it("clip_grad_norm_ returns the total norm and clips; clip_grad_value_ clamps", function()
+    local w = nn.Parameter(accel.tensor({3.0, 4.0}))
+    w.grad = accel.tensor({3.0, 4.0})
+    local n = a:clip_grad_norm_({w}, 1.0)
+    assert.is_true(math.abs(n:item() - 5) < 1e-6)
+    assert.is_true(math.abs(w.grad:norm():item() - 1) < 1e-4)
+    w.grad = accel.tensor({3.0, -4.0})
+    a:clip_grad_value_({w}, 0.5)
+    assert.are.same({0.5, -0.5}, w.grad:tolist())
+  end)
+end)
+
+describe("trackers", function()
+  it("log through accel.tracking on the main process", function()
+    local dir = tmpdir()
+    local a = accel.Accelerator{log_with = "jsonl", project_dir = dir}
+    a:init_trackers("run1", {config = {lr = 0.1}})
+    a:log({loss = 1.5}, {step = 1})
+    a:log({loss = 1.25}, 2)
+    a:end_training()
+    local f = assert(io.open(dir .. "/run1/metrics.jsonl"))
+    local text = f:read("a")
+    f:close()
+    assert.is_truthy(text:find("1.25", 1, true))
+    assert.is_truthy(text:find("1.5", 1, true))
+    os.execute("rm -rf '" .. dir .. "'")
+  end)
+
+  it("need a project_dir", function()
+    local a = accel.Accelerator{log_with = "csv"}
+    error_matching("project_dir", function() a:init_trackers("x") end)
+  end)
+end)

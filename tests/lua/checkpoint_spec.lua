@@ -1,0 +1,474 @@
+-- checkpoint_spec.lua: the Accelerator's files. save_model (one file or
+-- shards + index JSON, laid out as PyTorch's safetensors reader expects),
+-- save / load, save_state / load_state: in-process round trips, resume in
+-- a NEW process bitwise equal to an unbroken run, a SIGKILL in the middle
+-- of save_state, automatic naming with total_limit, and every refusal
+-- (truncated, corrupted, partial or foreign checkpoints) naming the cause
+-- without touching the model.
+local accel = require("accel")
+local json = require("accel.json")
+local nn, optim, data = accel.nn, accel.optim, accel.data
+local C = accel._C
+
+local HELPER = "tests/lua/helpers/train_resume.lua"
+local BIN = os.getenv("ACCEL_LUA_BIN") or arg[-1]
+
+local function tmpdir()
+  local d = os.tmpname()
+  os.remove(d)
+  C.mkdirs(d)
+  return d
+end
+
+local function rm(path) C.fs_remove_tree(path) end
+
+local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+
+local function run_helper(env, ...)
+  local args = {}
+  for i, v in ipairs({...}) do args[i] = q(v) end
+  local cmd = ("%s %s %s %s 2>&1"):format(env or "", q(BIN), q(HELPER), table.concat(args, " "))
+  local p = assert(io.popen(cmd))
+  local out = p:read("a")
+  local ok = p:close()
+  assert.is_true(ok == true, "helper failed: " .. cmd .. "\n" .. out)
+  return out
+end
+
+local function read(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+local function write(path, s)
+  local f = assert(io.open(path, "wb"))
+  f:write(s)
+  f:close()
+end
+
+local function error_matching(pattern, fn)
+  local ok, err = pcall(fn)
+  assert.is_false(ok, "expected an error matching " .. pattern)
+  assert.is_truthy(tostring(err):find(pattern), ("error %q does not match %q"):format(tostring(err), pattern))
+  return err
+end
+
+-- The JSON header of a safetensors file, read by hand (u64 LE length + JSON).
+local function safetensors_header(path)
+  local raw = read(path)
+  local n = 0
+  for i = 8, 1, -1 do n = n * 256 + raw:byte(i) end
+  return json.decode(raw:sub(9, 8 + n)), #raw - 8 - n
+end
+
+local function shape_of(t)
+  local s = {}
+  for i = 1, t:dim() do s[i] = t:size(i) end
+  return s
+end
+
+local function same_tensors(a, b)
+  for k, v in pairs(a) do
+    if b[k] == nil or not v:equal(b[k]) then return false end
+  end
+  for k in pairs(b) do
+    if a[k] == nil then return false end
+  end
+  return true
+end
+
+local function snapshot(model)
+  local out = {}
+  for k, v in pairs(model:state_dict()) do out[k] = v:clone() end
+  return out
+end
+
+local Net = nn.Module:extend("CheckpointNet")
+function Net:init(hidden)
+  self.body = nn.Sequential(nn.Linear(5, hidden), nn.ReLU())
+  self.head = nn.Linear(hidden, 2)
+  self:register_buffer("steps", accel.zeros(1))
+end
+function Net:forward(x) return self.head(self.body(x)) end
+
+-- A prepared setup with a little training done.
+local function trained(hidden, o)
+  o = o or {}
+  accel.set_seed(o.seed or 5)
+  local model = Net(hidden or 8)
+  local opt = optim.Adam(model:parameters(), {lr = 1e-2})
+  local sched = optim.lr_scheduler.ExponentialLR(opt, {gamma = 0.9})
+  local loader = data.DataLoader(data.TensorDataset(accel.randn(20, 5), accel.randint(0, 2, {20})),
+    {batch_size = 4, shuffle = true, seed = 7})
+  local a = accel.Accelerator{project_config = o.project_config, mixed_precision = o.mixed_precision}
+  model, opt, loader, sched = a:prepare(model, opt, loader, sched)
+  local n = 0
+  for xb, yb in loader:iter() do
+    a:backward(nn.functional.cross_entropy(model(xb), yb))
+    opt:step()
+    opt:zero_grad()
+    n = n + 1
+    if n == (o.batches or 3) then break end
+  end
+  sched:step()
+  return {a = a, model = model, opt = opt, sched = sched, loader = loader}
+end
+
+describe("save_model", function()
+  it("writes model.safetensors with PyTorch's names, dtypes and shapes", function()
+    local dir = tmpdir()
+    local s = trained()
+    s.a:save_model(s.model, dir)
+    local header, body = safetensors_header(dir .. "/model.safetensors")
+    local sd = s.model:state_dict()
+    local names = {}
+    for k in pairs(header) do names[#names + 1] = k end
+    table.sort(names)
+    assert.are.same({"__metadata__", "body.0.bias", "body.0.weight", "head.bias", "head.weight", "steps"}, names)
+    assert.are.same({format = "pt"}, header.__metadata__)
+    local spans = {}
+    for k, v in pairs(header) do
+      if k ~= "__metadata__" then
+        assert.are.equal("F32", v.dtype)
+        assert.are.same(shape_of(sd[k]), v.shape)
+        spans[#spans + 1] = v.data_offsets
+      end
+    end
+    table.sort(spans, function(x, y) return x[1] < y[1] end)
+    local pos = 0
+    for _, sp in ipairs(spans) do
+      assert.are.equal(pos, sp[1])
+      pos = sp[2]
+    end
+    assert.are.equal(body, pos)
+    assert.is_true(same_tensors(sd, accel.load(dir .. "/model.safetensors")))
+    rm(dir)
+  end)
+
+  it("shards above max_shard_size with model.safetensors.index.json", function()
+    local dir = tmpdir()
+    local s = trained(40)
+    s.a:save_model(s.model, dir, {max_shard_size = 500})
+    local index = json.decode(read(dir .. "/model.safetensors.index.json"))
+    local sd = s.model:state_dict()
+    local total, files = 0, {}
+    for k, t in pairs(sd) do
+      total = total + t:numel() * 4
+      local f = index.weight_map[k]
+      assert.is_string(f, "no shard for " .. k)
+      files[f] = files[f] or {}
+      files[f][k] = true
+    end
+    assert.are.equal(total, index.metadata.total_size)
+    local nfiles = 0
+    for f, keys in pairs(files) do
+      nfiles = nfiles + 1
+      assert.is_truthy(f:find("^model%-%d%d%d%d%d%-of%-%d%d%d%d%d%.safetensors$"), f)
+      local shard = accel.load(dir .. "/" .. f)
+      local bytes = 0
+      for k, t in pairs(shard) do
+        assert.is_true(keys[k] == true, k .. " is in " .. f .. " but the index says otherwise")
+        assert.is_true(t:equal(sd[k]))
+        bytes = bytes + t:numel() * 4
+      end
+      local n = 0
+      for _ in pairs(shard) do n = n + 1 end
+      assert.is_true(bytes <= 500 or n == 1, f .. " is over the limit")
+    end
+    assert.is_true(nfiles >= 3)
+    assert.is_truthy(next(files):find("of%-" .. ("%05d"):format(nfiles)))
+    assert.is_nil(io.open(dir .. "/model.safetensors"))
+    -- saving again unsharded removes the stale shards and index
+    s.a:save_model(s.model, dir)
+    local left = C.fs_listdir(dir)
+    assert.are.same({"model.safetensors"}, left)
+    rm(dir)
+  end)
+
+  it("reads sizes as Hugging Face writes them", function()
+    local ck = require("accel.checkpoint")
+    assert.are.equal(10e9, ck.parse_size("10GB"))
+    assert.are.equal(500e6, ck.parse_size("500MB"))
+    assert.are.equal(2 * 1024 ^ 3, ck.parse_size("2GiB"))
+    assert.are.equal(1234, ck.parse_size(1234))
+    local s = trained()
+    error_matching("max_shard_size: expected a size", function() s.a:save_model(s.model, "x", {max_shard_size = "ten"}) end)
+  end)
+end)
+
+describe("save / load", function()
+  it("tables of tensors go to safetensors, plain values to JSON", function()
+    local dir = tmpdir()
+    local a = accel.Accelerator()
+    local t = {w = accel.randn(3, 2), b = accel.arange(4)}
+    a:save(t, dir .. "/t.safetensors")
+    local back = a:load(dir .. "/t.safetensors")
+    assert.is_true(same_tensors(t, back))
+    local v = {epoch = 3, lr = 0.1, name = "run", flags = {true, false}, nested = {x = {1, 2.5}}}
+    a:save(v, dir .. "/v.json")
+    assert.are.same(v, a:load(dir .. "/v.json"))
+    error_matching("mixes tensors with other values", function() a:save({w = t.w, n = 1}, dir .. "/m") end)
+    write(dir .. "/junk", "not json")
+    error_matching("neither a safetensors file nor valid JSON", function() a:load(dir .. "/junk") end)
+    rm(dir)
+  end)
+
+  it("state-dict key errors are clear (missing, unexpected, mis-shaped)", function()
+    local dir = tmpdir()
+    local a = accel.Accelerator()
+    a:save(Net(8):state_dict(), dir .. "/m.safetensors")
+    local sd = a:load(dir .. "/m.safetensors")
+    local bigger = Net(9)
+    error_matching("size mismatch for body.0.weight", function() bigger:load_state_dict(sd) end)
+    local Other = nn.Module:extend("OtherNet")
+    function Other:init() self.body = nn.Sequential(nn.Linear(5, 8), nn.ReLU()) self.tail = nn.Linear(8, 2) end
+    local err = error_matching("Missing key", function() Other():load_state_dict(sd) end)
+    assert.is_truthy(err:find("tail.weight", 1, true))
+    assert.is_truthy(err:find("Unexpected key", 1, true))
+    assert.is_truthy(err:find("head.weight", 1, true))
+    rm(dir)
+  end)
+end)
+
+describe("save_state / load_state", function()
+  it("round-trips model, optimizer, scheduler, loader, RNG and registered objects", function()
+    local dir = tmpdir()
+    local s = trained()
+    local obj = {data = {w = accel.randn(2, 2), sparse = {[1] = "a", [5] = "e"}, inf = math.huge, n = 3}}
+    function obj:state_dict() return self.data end
+    function obj:load_state_dict(d) self.data = d end
+    local progress = {epoch = 4}
+    s.a:register_for_checkpointing(obj, { -- plain functions of the state work too
+      state_dict = function() return {epoch = progress.epoch} end,
+      load_state_dict = function(st) progress.epoch = st.epoch end,
+    })
+    local w0 = obj.data.w:clone()
+    local model_before, opt_before = snapshot(s.model), {}
+    for i, st in pairs(s.opt:state_dict().state) do opt_before[i] = {exp_avg = st.exp_avg:clone(), step = st.step} end
+    local lr_before = s.opt.param_groups[1].lr
+    local loader_before = s.loader:state_dict()
+    s.a:save_state(dir .. "/ckpt")
+    local r1 = accel.randn(4)
+    local xb1 = s.a:skip_first_batches(s.loader, loader_before.batches):iter()() -- the batch after the saved position
+    -- change everything (one more training step), then load
+    s.a:backward(nn.functional.cross_entropy(s.model(accel.randn(4, 5)), accel.tensor({0, 1, 1, 0})))
+    s.opt:step()
+    s.opt:zero_grad()
+    accel.no_grad(function() for _, p in ipairs(s.model:parameters()) do p:add_(1) end end)
+    s.opt.param_groups[1].lr = 123
+    s.sched:step()
+    obj.data = {}
+    progress.epoch = 0
+    s.a:load_state(dir .. "/ckpt")
+    assert.are.equal(4, progress.epoch)
+    assert.is_true(same_tensors(model_before, s.model:state_dict()))
+    assert.are.equal(lr_before, s.opt.param_groups[1].lr)
+    local opt_after = s.opt:state_dict()
+    assert.is_not_nil(next(opt_before))
+    for i, st in pairs(opt_before) do
+      assert.is_true(st.exp_avg:equal(opt_after.state[i].exp_avg))
+      assert.are.equal(st.step, opt_after.state[i].step)
+    end
+    assert.are.same(loader_before, s.loader:state_dict())
+    assert.is_true(accel.randn(4):equal(r1))
+    assert.is_true(s.loader:iter()():equal(xb1))
+    assert.is_true(obj.data.w:equal(w0))
+    assert.are.same({[1] = "a", [5] = "e"}, obj.data.sparse)
+    assert.are.equal(math.huge, obj.data.inf)
+    assert.are.equal(3, obj.data.n)
+    -- only safetensors and JSON
+    for _, f in ipairs(C.fs_listdir(dir .. "/ckpt")) do
+      assert.is_truthy(f:find("%.safetensors$") or f:find("%.json$"), f)
+    end
+    rm(dir)
+  end)
+
+  it("register_for_checkpointing needs state_dict and load_state_dict", function()
+    local a = accel.Accelerator()
+    error_matching("argument 1 %(table%) needs state_dict%(%) and load_state_dict%(%)", function()
+      a:register_for_checkpointing({})
+    end)
+  end)
+
+  for _, mp in ipairs({"no", "fp16"}) do
+    it("resumes in a new process bitwise equal to an unbroken run (" .. mp .. ")", function()
+      local dir = tmpdir()
+      run_helper(nil, "straight", dir, 20, mp)
+      run_helper(nil, "first", dir, 10, mp)
+      run_helper(nil, "second", dir, 10, mp)
+      local straight = read(dir .. "/straight.txt")
+      local resumed = read(dir .. "/first.txt"):gsub("count[^\n]*\n", "") .. read(dir .. "/second.txt")
+      assert.are.equal(straight, resumed)
+      local a, b = accel.load(dir .. "/straight.safetensors"), accel.load(dir .. "/second.safetensors")
+      assert.is_true(same_tensors(a, b))
+      assert.is_not_nil(a["opt.1.exp_avg"])
+      local first = accel.load(dir .. "/first.safetensors")
+      assert.is_false(first["param.0.weight"]:equal(a["param.0.weight"]))
+      rm(dir)
+    end)
+  end
+
+  it("a SIGKILL in the middle of save_state leaves the previous checkpoint", function()
+    local dir = tmpdir()
+    run_helper(nil, "first", dir, 6)
+    local index_before = read(dir .. "/ckpt/checkpoint_index.json")
+    local p = assert(io.popen(("ACCEL_TEST_SAVE_PAUSE_MS=400 %s %s save %s 12 >/dev/null 2>&1 & echo $!"):format(
+      q(BIN), q(HELPER), q(dir))))
+    local pid = tonumber(p:read("l"))
+    p:close()
+    local tmp, deadline = nil, accel.clock() + 30
+    while accel.clock() < deadline do
+      for _, f in ipairs(C.fs_listdir(dir)) do
+        if f:find("^ckpt%.tmp%-") and #(C.fs_listdir(dir .. "/" .. f) or {}) > 0 then tmp = dir .. "/" .. f end
+      end
+      if tmp then break end
+      C.sleep_ms(20)
+    end
+    assert.is_not_nil(tmp, "the save never started")
+    os.execute("kill -9 " .. pid)
+    C.sleep_ms(100)
+    assert.are.equal(index_before, read(dir .. "/ckpt/checkpoint_index.json"))
+    local H = dofile(HELPER)
+    local s = H.setup("no")
+    error_matching("checkpoint_index.json is missing", function() s.accelerator:load_state(tmp) end)
+    s.accelerator:load_state(dir .. "/ckpt")
+    local first = accel.load(dir .. "/first.safetensors")
+    for name, p2 in s.model:named_parameters() do assert.is_true(first["param." .. name]:equal(p2), name) end
+    -- the next save of the same folder replaces it and clears the leftovers
+    s.accelerator:save_state(dir .. "/ckpt")
+    for _, f in ipairs(C.fs_listdir(dir)) do assert.is_falsy(f:find("^ckpt%.")) end
+    rm(dir)
+  end)
+
+  it("names checkpoints automatically and keeps the newest total_limit", function()
+    local dir = tmpdir()
+    local pc = accel.ProjectConfiguration{project_dir = dir, automatic_checkpoint_naming = true, total_limit = 2}
+    local s = trained(8, {project_config = pc})
+    local counter = {n = 0}
+    function counter:state_dict() return {n = self.n} end
+    function counter:load_state_dict(t) self.n = t.n end
+    s.a:register_for_checkpointing(counter)
+    for i = 0, 3 do
+      counter.n = i
+      assert.are.equal(dir .. "/checkpoints/checkpoint_" .. i, s.a:save_state())
+    end
+    assert.are.same({"checkpoint_2", "checkpoint_3"}, C.fs_listdir(dir .. "/checkpoints"))
+    C.mkdirs(dir .. "/checkpoints/checkpoint_9.tmp-1") -- a crashed save: never picked up
+    counter.n = -1
+    s.a:load_state()
+    assert.are.equal(3, counter.n)
+    counter.n = -1
+    s.a:load_state("latest")
+    assert.are.equal(3, counter.n)
+    -- a new run continues the numbering
+    local s2 = trained(8, {project_config = {project_dir = dir, automatic_checkpoint_naming = true}})
+    assert.are.equal(dir .. "/checkpoints/checkpoint_4", s2.a:save_state())
+    error_matching("give an output directory", function() trained().a:save_state() end)
+    rm(dir)
+  end)
+
+  describe("refuses, naming the file and the fault, and changes nothing:", function()
+    local dir, s
+    before_each(function()
+      dir = tmpdir()
+      s = trained()
+      s.a:save_state(dir .. "/ckpt")
+    end)
+    after_each(function() rm(dir) end)
+
+    local function refused(pattern, target, setup)
+      target = target or s
+      local before = snapshot(target.model)
+      local lr = target.opt.param_groups[1].lr
+      local loader_state = target.loader:state_dict()
+      accel.no_grad(function() end)
+      error_matching(pattern, function() target.a:load_state(dir .. "/ckpt") end)
+      assert.is_true(same_tensors(before, target.model:state_dict()))
+      assert.are.equal(lr, target.opt.param_groups[1].lr)
+      assert.are.same(loader_state, target.loader:state_dict())
+      return setup
+    end
+
+    it("a truncated safetensors file", function()
+      local path = dir .. "/ckpt/model.safetensors"
+      write(path, read(path):sub(1, 100))
+      refused("model%.safetensors is truncated or altered: 100 bytes")
+    end)
+
+    it("a corrupted byte (checksum)", function()
+      local path = dir .. "/ckpt/optimizer.safetensors"
+      local raw = read(path)
+      local i = #raw - 3
+      write(path, raw:sub(1, i - 1) .. string.char((raw:byte(i) + 1) % 256) .. raw:sub(i + 1))
+      refused("optimizer%.safetensors is corrupted: crc32")
+    end)
+
+    it("a corrupted index", function()
+      write(dir .. "/ckpt/checkpoint_index.json", "{\"format\": ")
+      refused("checkpoint_index%.json is corrupted")
+    end)
+
+    it("a missing file", function()
+      os.remove(dir .. "/ckpt/scheduler.json")
+      refused("scheduler%.json is missing")
+    end)
+
+    it("a folder that is not a checkpoint", function()
+      os.remove(dir .. "/ckpt/checkpoint_index.json")
+      refused("checkpoint_index%.json is missing")
+      error_matching("no checkpoint at", function() s.a:load_state(dir .. "/nothing") end)
+    end)
+
+    it("a checkpoint of another model", function()
+      local other = trained(9)
+      refused("checkpoint of another model %(model 1: the checkpoint has \"body%.0%.bias float32 %[8%]\" where the model has \"body%.0%.bias float32 %[9%]\"",
+        other)
+    end)
+
+    it("a model with an extra or a missing parameter", function()
+      local Extra = Net:extend("ExtraNet")
+      function Extra:init(h)
+        Net.init(self, h)
+        self.scale = nn.Parameter(accel.ones(1))
+      end
+      local a = accel.Accelerator()
+      accel.set_seed(5)
+      local m = Extra(8)
+      local opt = optim.Adam(m:parameters(), {lr = 1e-2})
+      local sched = optim.lr_scheduler.ExponentialLR(opt, {gamma = 0.9})
+      local loader = data.DataLoader(data.TensorDataset(accel.randn(20, 5)), {batch_size = 4})
+      m, opt, loader, sched = a:prepare(m, opt, loader, sched)
+      refused("the model has \"scale float32 %[1%]\", which the checkpoint lacks", {a = a, model = m, opt = opt, loader = loader})
+    end)
+
+    local function setup_like(o)
+      local a = accel.Accelerator()
+      accel.set_seed(5)
+      local m = Net(8)
+      local opt = o.groups and optim.Adam({{params = m.body:parameters()}, {params = m.head:parameters()}}, {lr = 1e-2})
+        or optim.Adam(m:parameters(), {lr = 1e-2})
+      local sched = optim.lr_scheduler.ExponentialLR(opt, {gamma = 0.9})
+      local loader = data.DataLoader(data.TensorDataset(accel.randn(20, 5)), {batch_size = o.batch_size or 4})
+      m, opt, loader, sched = a:prepare(m, opt, loader, sched)
+      return {a = a, model = m, opt = opt, loader = loader}
+    end
+
+    it("an optimizer with other parameter groups", function()
+      refused("optimizer%.json does not fit optimizer 1: 1 parameter groups, the optimizer has 2", setup_like({groups = true}))
+    end)
+
+    it("a data loader with fewer batches than the saved position", function()
+      refused("dataloader%.json is at batch 3, but data loader 1 has 2 batches per pass", setup_like({batch_size = 10}))
+    end)
+
+    it("a different set of prepared objects", function()
+      local a = accel.Accelerator()
+      local m = a:prepare(Net(8))
+      local opt = a:prepare(optim.SGD(m:parameters(), {lr = 0.1}))
+      local loader = a:prepare(data.DataLoader(data.TensorDataset(accel.randn(20, 5)), {batch_size = 4}))
+      refused("the checkpoint holds 1 schedulers, this Accelerator prepared 0", {a = a, model = m, opt = opt, loader = loader})
+    end)
+  end)
+end)

@@ -1,0 +1,800 @@
+-- data_spec.lua: accel.data. The loader's order is checked against a
+-- pure-Lua Philox4x32-10 + Fisher-Yates written from the definition in
+-- core/rng.c's top comment, the sharding rules against a step-by-step
+-- transcription of Accelerate's BatchSamplerShard, the file readers against
+-- files this spec writes byte by byte (string.pack), and the real
+-- Fashion-MNIST test set against its published shape and class balance.
+local accel = require("accel")
+local data = accel.data
+
+local SPEC = "data_spec.lua:"
+
+-- fn (written on the line of the call) must raise one error naming this
+-- file:line once and containing each needle. Calls into the library must
+-- not be tail calls (write them as statements), or fn's frame is gone.
+local function expect_error(fn, ...)
+  local line = debug.getinfo(2, "l").currentline
+  local ok, err = pcall(fn)
+  assert.is_false(ok, "expected an error, the call succeeded")
+  assert.are.equal("string", type(err), "error value is a " .. type(err))
+  local where = SPEC .. line .. ":"
+  assert.is_truthy(err:find(where, 1, true), ("error %q does not point at %s"):format(err, where))
+  local _, count = err:gsub(SPEC:gsub("%p", "%%%0"), "")
+  assert.are.equal(1, count, ("error %q names the location more than once"):format(err))
+  for _, needle in ipairs{...} do
+    assert.is_truthy(err:find(needle, 1, true), ("error %q does not mention %q"):format(err, needle))
+  end
+  return err
+end
+
+local function tmpname(suffix)
+  local n = os.tmpname()
+  os.remove(n)
+  return n .. suffix
+end
+
+local function write_file(path, s)
+  local f = assert(io.open(path, "wb"))
+  f:write(s)
+  f:close()
+end
+
+local function write_gzip(path, s)
+  local p = assert(io.popen("gzip -c > '" .. path .. "'", "w"))
+  p:write(s)
+  assert(p:close())
+end
+
+local function read_file(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+-- A dataset whose samples are their own 0-based ids: batches show the order.
+local function ids_dataset(n) return data.TensorDataset(accel.arange(n)) end
+
+-- All batches of one pass, each a Lua list of ids.
+local function pass(loader)
+  local out = {}
+  for b in loader:iter() do out[#out + 1] = b:tolist() end
+  return out
+end
+
+local function shape_of(t)
+  local s = {}
+  for d = 1, t:dim() do s[d] = t:size(d) end
+  return s
+end
+
+local function flatten(batches)
+  local out = {}
+  for _, b in ipairs(batches) do
+    for _, v in ipairs(b) do out[#out + 1] = v end
+  end
+  return out
+end
+
+-- ---------------------------------------------------------------------
+-- Reference permutation: Philox4x32-10 keyed by the seed, counter = block
+-- index, 64-bit draws high word first, Fisher-Yates with
+-- j = floor(x * (i + 1) / 2^64); epoch e starts at block e * 2^40.
+
+local M32 = 0xffffffff
+
+local function philox(block, k0, k1)
+  local c0, c1, c2, c3 = block & M32, (block >> 32) & M32, 0, 0
+  for r = 1, 10 do
+    if r > 1 then k0, k1 = (k0 + 0x9E3779B9) & M32, (k1 + 0xBB67AE85) & M32 end
+    local p0, p1 = 0xD2511F53 * c0, 0xCD9E8D57 * c2
+    c0, c1, c2, c3 = ((p1 >> 32) ~ c1 ~ k0) & M32, p1 & M32, ((p0 >> 32) ~ c3 ~ k1) & M32, p0 & M32
+  end
+  return {c0, c1, c2, c3}
+end
+
+local function reference_perm(n, seed, epoch)
+  local k0, k1 = seed & M32, (seed >> 32) & M32
+  local block, words, pos = epoch << 40, nil, 5
+  local function next32()
+    if pos == 5 then words, block, pos = philox(block, k0, k1), block + 1, 1 end
+    pos = pos + 1
+    return words[pos - 1]
+  end
+  local function scale(x, range) -- floor(x * range / 2^64), x unsigned 64-bit, range < 2^32
+    local xh, xl = (x >> 32) & M32, x & M32
+    return (xh * range + ((xl * range) >> 32)) >> 32
+  end
+  local perm = {}
+  for i = 0, n - 1 do perm[i] = i end
+  for i = n - 1, 1, -1 do
+    local x = (next32() << 32) | next32()
+    local j = scale(x, i + 1)
+    perm[i], perm[j] = perm[j], perm[i]
+  end
+  local out = {}
+  for i = 0, n - 1 do out[i + 1] = perm[i] end
+  return out
+end
+
+-- ---------------------------------------------------------------------
+-- Reference sharding: Accelerate's BatchSamplerShard, transcribed loop by
+-- loop. global: the unsharded batches (lists of ids) of one pass.
+
+local function concat(a, b)
+  local out = {}
+  for _, v in ipairs(a) do out[#out + 1] = v end
+  for _, v in ipairs(b) do out[#out + 1] = v end
+  return out
+end
+
+local function slice(t, i, j) -- Python t[i:j]
+  local out = {}
+  for k = i + 1, math.min(j, #t) do out[#out + 1] = t[k] end
+  return out
+end
+
+local function shard_no_split(global, bs, N, r, drop_last, even)
+  local out, initial, to_yield, batch, idx = {}, {}, {}, {}, -1
+  for i, b in ipairs(global) do
+    idx, batch = i - 1, b
+    if not drop_last and idx < N then initial = concat(initial, b) end
+    if idx % N == r then to_yield = b end
+    if idx % N == N - 1 and #b == bs then
+      out[#out + 1] = to_yield
+      to_yield = {}
+    end
+  end
+  if drop_last or #initial == 0 then return out end
+  if not even then
+    if #to_yield > 0 then out[#out + 1] = to_yield end
+    return out
+  end
+  if #to_yield == bs then out[#out + 1] = to_yield end
+  while #initial < N * bs do initial = concat(initial, initial) end
+  if #batch == bs then batch, idx = {}, idx + 1 end
+  local cycle = 0
+  while idx % N ~= 0 or #batch > 0 do
+    local stop = cycle + bs - #batch
+    batch = concat(batch, slice(initial, cycle, stop))
+    if idx % N == r then out[#out + 1] = batch end
+    cycle, batch, idx = stop, {}, idx + 1
+  end
+  return out
+end
+
+local function shard_split(global, bs, N, r, drop_last, even)
+  local out, initial, bl, last = {}, {}, bs // N, {}
+  for i, b in ipairs(global) do
+    if i == 1 then initial = b end
+    if #b == bs then out[#out + 1] = slice(b, bl * r, bl * (r + 1)) end
+    last = b
+  end
+  if not drop_last and #initial > 0 and #last < bs then
+    if not even then
+      if #last > bl * r then out[#out + 1] = slice(last, bl * r, bl * (r + 1)) end
+    else
+      while #initial < bs do initial = concat(initial, initial) end
+      out[#out + 1] = slice(concat(last, initial), bl * r, bl * (r + 1))
+    end
+  end
+  return out
+end
+
+-- ---------------------------------------------------------------------
+
+describe("datasets", function()
+  it("TensorDataset gives rows of every tensor, #ds the sample count", function()
+    local x, y = accel.arange(12):view(4, 3):float(), accel.tensor{10, 11, 12, 13}
+    local ds = data.TensorDataset(x, y)
+    assert.are.equal(4, #ds)
+    local xi, yi = ds:get(3)
+    assert.are.same({6.0, 7.0, 8.0}, xi:tolist())
+    assert.are.equal(12, yi:item())
+  end)
+
+  it("TensorDataset refuses tensors with different first dims, naming both shapes", function()
+    expect_error(function() data.TensorDataset(accel.zeros(5, 2), accel.zeros(4)) end,
+      "TensorDataset", "[5, 2]", "[4]", "first dimension")
+    expect_error(function() data.TensorDataset(accel.zeros(3), 7) end, "TensorDataset", "argument 2")
+    expect_error(function() data.TensorDataset(accel.tensor(1.0)) end, "TensorDataset", "0-dimensional")
+  end)
+
+  it("Dataset wraps Lua functions; len may be a number or a function", function()
+    local ds = data.Dataset{len = 3, get = function(i) return i * 10 end}
+    assert.are.equal(3, #ds)
+    assert.are.equal(20, ds:get(2))
+    local n = 2
+    local dyn = data.Dataset{len = function() return n end, get = function(i) return i end}
+    assert.are.equal(2, #dyn)
+    n = 5
+    assert.are.equal(5, #dyn)
+    expect_error(function() data.Dataset{len = 3} end, "Dataset", "get")
+    expect_error(function() data.Dataset{len = -1, get = print} end, "Dataset", "len")
+  end)
+end)
+
+describe("DataLoader order", function()
+  it("visits every sample exactly once per epoch, in batches of batch_size", function()
+    local loader = data.DataLoader(ids_dataset(23), {batch_size = 5, shuffle = true, seed = 3})
+    assert.are.equal(5, #loader)
+    local orders = {}
+    for e = 1, 3 do
+      local batches = pass(loader)
+      assert.are.equal(5, #batches)
+      for b = 1, 4 do assert.are.equal(5, #batches[b]) end
+      assert.are.equal(3, #batches[5])
+      local seen, ids = {}, flatten(batches)
+      for _, v in ipairs(ids) do
+        assert.is_nil(seen[v], "sample " .. v .. " seen twice")
+        seen[v] = true
+      end
+      assert.are.equal(23, #ids)
+      orders[e] = table.concat(ids, ",")
+    end
+    assert.are_not.equal(orders[1], orders[2])
+    assert.are_not.equal(orders[2], orders[3])
+  end)
+
+  it("is the documented Philox permutation of (seed, epoch)", function()
+    for _, case in ipairs{{n = 10, seed = 1234}, {n = 37, seed = 0x123456789AB}, {n = 2, seed = -5}} do
+      local loader = data.DataLoader(ids_dataset(case.n), {batch_size = 4, shuffle = true, seed = case.seed})
+      for epoch = 0, 2 do
+        assert.are.same(reference_perm(case.n, case.seed, epoch), flatten(pass(loader)))
+      end
+    end
+  end)
+
+  it("depends only on (seed, epoch), not on the global generator", function()
+    local a = data.DataLoader(ids_dataset(50), {batch_size = 8, shuffle = true, seed = 99})
+    local b = data.DataLoader(ids_dataset(50), {batch_size = 8, shuffle = true, seed = 99})
+    local first = flatten(pass(a))
+    accel.set_seed(1)
+    accel.randn(100)
+    assert.are.same(first, flatten(pass(b)))
+    accel.randperm(7)
+    local second = flatten(pass(a))
+    b:set_epoch(1)
+    assert.are.same(second, flatten(pass(b)))
+    local c = data.DataLoader(ids_dataset(50), {batch_size = 8, shuffle = true, seed = 99})
+    c:set_epoch(1)
+    assert.are.same(second, flatten(pass(c)))
+  end)
+
+  it("leaves the global generator untouched while iterating", function()
+    local loader = data.DataLoader(ids_dataset(30), {batch_size = 4, shuffle = true, seed = 5})
+    accel.set_seed(17)
+    local s0, o0 = accel.get_rng_state()
+    pass(loader)
+    local s1, o1 = accel.get_rng_state()
+    assert.are.equal(s0, s1)
+    assert.are.equal(o0, o1)
+  end)
+
+  it("draws its default seed from the global generator once, at construction", function()
+    accel.set_seed(2024)
+    local a = data.DataLoader(ids_dataset(40), {batch_size = 40, shuffle = true})
+    local after_a = accel.randn(3):tolist()
+    accel.set_seed(2024)
+    local b = data.DataLoader(ids_dataset(40), {batch_size = 40, shuffle = true})
+    accel.set_seed(2024)
+    local no_draw = accel.randn(3):tolist()
+    assert.are.same(flatten(pass(a)), flatten(pass(b)))
+    assert.are_not.same(no_draw, after_a) -- construction advanced the generator
+    accel.set_seed(2024)
+    data.DataLoader(ids_dataset(40), {batch_size = 40}) -- no shuffle: draws nothing
+    assert.are.same(no_draw, accel.randn(3):tolist())
+    accel.set_seed(2025)
+    local c = data.DataLoader(ids_dataset(40), {batch_size = 40, shuffle = true})
+    assert.are_not.same(flatten(pass(a)), flatten(pass(c)))
+  end)
+
+  it("keeps the dataset order without shuffle", function()
+    local loader = data.DataLoader(ids_dataset(7), {batch_size = 3})
+    assert.are.same({{0, 1, 2}, {3, 4, 5}, {6}}, pass(loader))
+    assert.are.same({{0, 1, 2}, {3, 4, 5}, {6}}, pass(loader))
+  end)
+
+  it("drop_last drops the incomplete last batch", function()
+    local loader = data.DataLoader(ids_dataset(10), {batch_size = 4, drop_last = true})
+    assert.are.equal(2, #loader)
+    assert.are.same({{0, 1, 2, 3}, {4, 5, 6, 7}}, pass(loader))
+    local shuffled = data.DataLoader(ids_dataset(10), {batch_size = 4, drop_last = true, shuffle = true, seed = 8})
+    local batches = pass(shuffled)
+    assert.are.equal(2, #batches)
+    assert.are.same(slice(reference_perm(10, 8, 0), 0, 8), flatten(batches))
+    assert.are.equal(0, #data.DataLoader(ids_dataset(3), {batch_size = 4, drop_last = true}))
+  end)
+
+  it("batches of a TensorDataset are the rows of its tensors at the batch's ids", function()
+    local x = accel.randn(20, 3, 2)
+    local y = accel.arange(20)
+    local loader = data.DataLoader(data.TensorDataset(x, y), {batch_size = 6, shuffle = true, seed = 1})
+    for xb, yb in loader:iter() do
+      assert.are.same({yb:size(1), 3, 2}, {xb:size(1), xb:size(2), xb:size(3)})
+      for b, id in ipairs(yb:tolist()) do
+        assert.is_true(xb[b]:equal(x[id + 1]))
+      end
+    end
+  end)
+end)
+
+describe("DataLoader epochs and resume", function()
+  it("a full pass advances the epoch; an abandoned pass restarts it", function()
+    local loader = data.DataLoader(ids_dataset(9), {batch_size = 2, shuffle = true, seed = 4})
+    assert.are.same({epoch = 0, batches = 0}, loader:state_dict())
+    pass(loader)
+    assert.are.same({epoch = 1, batches = 0}, loader:state_dict())
+    local it = loader:iter()
+    local b1 = it():tolist()
+    it()
+    assert.are.same({epoch = 1, batches = 2}, loader:state_dict())
+    assert.are.same(b1, loader:iter()():tolist()) -- same epoch again from its start
+    assert.are.same(reference_perm(9, 4, 1), flatten(pass(loader)))
+    assert.are.same({epoch = 2, batches = 0}, loader:state_dict())
+  end)
+
+  it("set_epoch selects the order of that epoch", function()
+    local loader = data.DataLoader(ids_dataset(11), {batch_size = 3, shuffle = true, seed = 21})
+    loader:set_epoch(5)
+    assert.are.same(reference_perm(11, 21, 5), flatten(pass(loader)))
+    assert.are.equal(6, loader:state_dict().epoch)
+    expect_error(function() loader:set_epoch(-1) end, "set_epoch", "epoch")
+  end)
+
+  it("load_state_dict resumes mid-epoch with the same remaining batches", function()
+    local a = data.DataLoader(ids_dataset(30), {batch_size = 4, shuffle = true, seed = 77})
+    pass(a)
+    local rest, it, state = {}, a:iter(), nil
+    for k = 1, 8 do
+      local b = it()
+      if k == 3 then state = a:state_dict() end
+      if k > 3 then rest[#rest + 1] = b:tolist() end
+    end
+    assert.are.same({epoch = 1, batches = 3}, state)
+    local b = data.DataLoader(ids_dataset(30), {batch_size = 4, shuffle = true, seed = 77})
+    b:load_state_dict(state)
+    b:set_epoch(1) -- the usual per-epoch call keeps the resume position
+    assert.are.same(state, b:state_dict())
+    assert.are.same(rest, pass(b))
+    assert.are.same({epoch = 2, batches = 0}, b:state_dict())
+    assert.are.same(reference_perm(30, 77, 2), flatten(pass(b))) -- then whole epochs
+  end)
+
+  it("resuming at the end of an epoch yields nothing and moves to the next", function()
+    local loader = data.DataLoader(ids_dataset(8), {batch_size = 4, shuffle = true, seed = 1})
+    loader:load_state_dict({epoch = 3, batches = 2})
+    assert.are.same({}, pass(loader))
+    assert.are.same({epoch = 4, batches = 0}, loader:state_dict())
+  end)
+
+  it("skip_first_batches starts at batch n + 1 without loading the skipped samples", function()
+    local calls = 0
+    local ds = data.Dataset{len = 20, get = function(i)
+      calls = calls + 1
+      return i
+    end}
+    local loader = data.DataLoader(ds, {batch_size = 3, shuffle = true, seed = 9})
+    local full = pass(loader) -- epoch 0
+    loader:set_epoch(0)
+    calls = 0
+    local skipped = loader:skip_first_batches(4)
+    assert.are.equal(3, #skipped)
+    assert.are.equal(7, #loader)
+    local rest = {}
+    for b in skipped:iter() do
+      rest[#rest + 1] = b:tolist()
+    end
+    assert.are.equal(20 - 12, calls)
+    assert.are.same({full[5], full[6], full[7]}, rest)
+    -- the pass through the skip loader finished epoch 0 for the loader too
+    assert.are.same({epoch = 1, batches = 0}, loader:state_dict())
+    assert.are.equal(7, #skipped) -- later passes are whole epochs
+  end)
+
+  it("refuses a state from a longer loader", function()
+    local loader = data.DataLoader(ids_dataset(10), {batch_size = 5})
+    expect_error(function() loader:load_state_dict({epoch = 0, batches = 3}) end, "load_state_dict", "3", "2 batches")
+    expect_error(function() loader:load_state_dict({epoch = "x", batches = 0}) end, "load_state_dict", "epoch")
+  end)
+
+  it("end_of_dataloader is true during the last batch only", function()
+    local loader = data.DataLoader(ids_dataset(5), {batch_size = 2})
+    local flags = {}
+    for _ in loader:iter() do flags[#flags + 1] = loader:end_of_dataloader() end
+    assert.are.same({false, false, true}, flags)
+    assert.is_false(loader:end_of_dataloader())
+  end)
+end)
+
+describe("DataLoader sharding", function()
+  local function shards(n, bs, N, opts, loader_opts)
+    loader_opts = loader_opts or {}
+    loader_opts.batch_size, loader_opts.shuffle, loader_opts.seed = bs, true, 123
+    local base = data.DataLoader(ids_dataset(n), loader_opts)
+    local out = {}
+    for r = 0, N - 1 do out[r] = pass(base:shard(r, N, opts)) end
+    return out, pass(base)
+  end
+
+  it("rank r gets global batches r, r + N, ...; even_batches pads by wrapping to the start", function()
+    for _, N in ipairs{2, 3} do
+      for _, n in ipairs{1, 5, 10, 11, 12, 13} do
+        for _, bs in ipairs{1, 2, 3, 4} do
+          local got, global = shards(n, bs, N, {even_batches = true})
+          local counts
+          for r = 0, N - 1 do
+            assert.are.same(shard_no_split(global, bs, N, r, false, true), got[r], ("n=%d bs=%d N=%d r=%d"):format(n, bs, N, r))
+            counts = counts or #got[r]
+            assert.are.equal(counts, #got[r])
+            for _, b in ipairs(got[r]) do assert.are.equal(bs, #b) end
+          end
+          -- dealt back round-robin: the global order, then padding from its start
+          local union = {}
+          for j = 1, counts do
+            for r = 0, N - 1 do union[#union + 1] = got[r][j] end
+          end
+          union = flatten(union)
+          local order = flatten(global)
+          for k = 1, #union do assert.are.equal(order[(k - 1) % n + 1], union[k]) end
+          assert.is_true(#union >= n and #union - n < N * bs)
+        end
+      end
+    end
+  end)
+
+  it("without even_batches the shards partition the global order exactly", function()
+    for _, n in ipairs{7, 10, 12} do
+      local got, global = shards(n, 3, 2, {even_batches = false})
+      for r = 0, 1 do assert.are.same(shard_no_split(global, 3, 2, r, false, false), got[r]) end
+      local union = {}
+      for j = 1, math.max(#got[0], #got[1]) do
+        union[#union + 1] = got[0][j]
+        union[#union + 1] = got[1][j]
+      end
+      assert.are.same(flatten(global), flatten(union))
+    end
+  end)
+
+  it("drop_last keeps only whole rounds of full batches", function()
+    for _, n in ipairs{10, 13, 16, 17} do
+      local got, global = shards(n, 2, 3, {even_batches = true}, {drop_last = true})
+      for r = 0, 2 do
+        assert.are.same(shard_no_split(global, 2, 3, r, true, true), got[r])
+        assert.are.equal(math.floor(math.floor(n / 2) / 3), #got[r])
+      end
+    end
+  end)
+
+  it("split_batches cuts every global batch N ways", function()
+    for _, even in ipairs{true, false} do
+      for _, n in ipairs{3, 8, 10, 11} do
+        local got, global = shards(n, 4, 2, {split_batches = true, even_batches = even})
+        for r = 0, 1 do
+          assert.are.same(shard_split(global, 4, 2, r, false, even), got[r], ("n=%d even=%s r=%d"):format(n, even, r))
+        end
+      end
+    end
+    local got, global = shards(10, 4, 2, {split_batches = true}, {drop_last = true})
+    for r = 0, 1 do assert.are.same(shard_split(global, 4, 2, r, true, true), got[r]) end
+  end)
+
+  it("the length of a shard is its number of batches", function()
+    local base = data.DataLoader(ids_dataset(9), {batch_size = 2})
+    assert.are.equal(3, #base:shard(0, 2))
+    assert.are.equal(3, #base:shard(1, 2))
+    assert.are.equal(3, #base:shard(0, 2, {even_batches = false}))
+    assert.are.equal(2, #base:shard(1, 2, {even_batches = false}))
+    local s = base:shard(1, 2, {split_batches = false})
+    assert.are.same({1, 2, true, false}, {s.process_index, s.num_processes, s.even_batches, s.split_batches})
+    assert.are.equal(data.DataLoader, getmetatable(s))
+    assert.are.equal(data.DataLoader, getmetatable(base))
+    assert.are.equal(#base, #base:shard(0, 1))
+    assert.are.same(pass(base), pass(base:shard(0, 1)))
+  end)
+
+  it("shards resume mid-epoch and reshuffle per epoch like the global order", function()
+    local base = data.DataLoader(ids_dataset(40), {batch_size = 3, shuffle = true, seed = 6})
+    local s = base:shard(1, 2)
+    local e0 = pass(s)
+    local e1 = pass(s)
+    assert.are_not.same(e0, e1)
+    local t = base:shard(1, 2)
+    t:load_state_dict({epoch = 1, batches = 2})
+    assert.are.same(slice(e1, 2, #e1), pass(t))
+    local u = base:shard(1, 2):skip_first_batches(5)
+    assert.are.same(slice(e0, 5, #e0), pass(u))
+  end)
+
+  it("rejects bad shard arguments", function()
+    local base = data.DataLoader(ids_dataset(10), {batch_size = 3})
+    expect_error(function() base:shard(2, 2) end, "shard", "rank", "0..1")
+    expect_error(function() base:shard(0, 0) end, "shard", "world_size")
+    expect_error(function() base:shard(0, 2, {split_batches = true}) end, "split_batches", "(3)", "(2)")
+    expect_error(function() base:shard(0, 2):shard(0, 2) end, "already")
+    expect_error(function() base:shard(0, 2, {evenbatches = true}) end, "evenbatches")
+  end)
+end)
+
+describe("collation", function()
+  it("numbers become int64 (integers) or float32 tensors, tensors are stacked", function()
+    local ds = data.Dataset{len = 4, get = function(i) return accel.full({2, 3}, i), i, i / 2, i % 2 == 0, "s" .. i end}
+    local loader = data.DataLoader(ds, {batch_size = 4})
+    local t, ints, floats, bools, strs = loader:iter()()
+    assert.are.same({4, 2, 3}, {t:size(1), t:size(2), t:size(3)})
+    assert.are.equal(3.0, t[3][2][1]:item())
+    assert.are.equal(accel.int64, ints.dtype)
+    assert.are.same({1, 2, 3, 4}, ints:tolist())
+    assert.are.equal(accel.float32, floats.dtype)
+    assert.are.same({0.5, 1.0, 1.5, 2.0}, floats:tolist())
+    assert.are.equal(accel.bool, bools.dtype)
+    assert.are.same({"s1", "s2", "s3", "s4"}, strs)
+  end)
+
+  it("tables are collated key by key", function()
+    local ds = data.Dataset{len = 3, get = function(i) return {x = accel.ones(2) * i, label = i - 1} end}
+    local batch = data.DataLoader(ds, {batch_size = 3}):iter()()
+    assert.are.same({{1.0, 1.0}, {2.0, 2.0}, {3.0, 3.0}}, batch.x:tolist())
+    assert.are.same({0, 1, 2}, batch.label:tolist())
+    local c = data.default_collate({{a = 1, b = {2, 3}}, {a = 4, b = {5, 6}}})
+    assert.are.same({1, 4}, c.a:tolist())
+    assert.are.same({2, 5}, c.b[1]:tolist())
+  end)
+
+  it("collate_fn receives the list of samples and its results are yielded", function()
+    local ds = data.TensorDataset(accel.arange(6), accel.arange(6) * 10)
+    local seen
+    local loader = data.DataLoader(ds, {batch_size = 4, collate_fn = function(batch)
+      seen = batch
+      local s = 0
+      for _, sample in ipairs(batch) do s = s + sample[1]:item() + sample[2]:item() end
+      return s, #batch
+    end})
+    local it = loader:iter()
+    local s, n = it()
+    assert.are.equal(0 + 1 + 2 + 3 + 10 * (0 + 1 + 2 + 3), s)
+    assert.are.equal(4, n)
+    assert.are.equal(4, #seen)
+    local single = data.DataLoader(data.Dataset{len = 2, get = function(i) return {id = i} end},
+      {batch_size = 2, collate_fn = function(batch) return batch end})
+    assert.are.same({{id = 1}, {id = 2}}, single:iter()())
+  end)
+
+  it("items of different shapes give an error naming both shapes and positions", function()
+    local ds = data.Dataset{len = 4, get = function(i) return accel.zeros(i == 3 and 4 or 3), i end}
+    local loader = data.DataLoader(ds, {batch_size = 4})
+    expect_error(function() for _ in loader:iter() do end end, "[3]", "[4]", "item 1", "item 3")
+    local shuffled = data.DataLoader(ds, {batch_size = 4, shuffle = true, seed = 3})
+    expect_error(function() for _ in shuffled:iter() do end end, "[4]", "item 3")
+    expect_error(function() data.default_collate({accel.zeros(2), accel.zeros(2, 1)}) end, "[2]", "[2, 1]", "sample 2")
+  end)
+
+  it("samples with different field counts or kinds are errors", function()
+    local ragged = data.Dataset{len = 2, get = function(i) if i == 1 then return 1, 2 end return 1 end}
+    expect_error(function() for _ in data.DataLoader(ragged, {batch_size = 2}):iter() do end end, "item 2", "1 fields", "2")
+    local mixed = data.Dataset{len = 2, get = function(i) if i == 1 then return 1 end return accel.zeros(1) end}
+    expect_error(function() for _ in data.DataLoader(mixed, {batch_size = 2}):iter() do end end, "number", "tensor")
+  end)
+end)
+
+describe("DataLoader options", function()
+  it("batch_size must be a positive integer", function()
+    local ds = ids_dataset(4)
+    expect_error(function() data.DataLoader(ds, {batch_size = 0}) end, "batch_size", "positive", "0")
+    expect_error(function() data.DataLoader(ds, {batch_size = -2}) end, "batch_size", "-2")
+    expect_error(function() data.DataLoader(ds, {batch_size = 1.5}) end, "batch_size", "1.5")
+  end)
+
+  it("unknown options, non-datasets and bad flags are errors", function()
+    local ds = ids_dataset(4)
+    expect_error(function() data.DataLoader(ds, {batchsize = 2}) end, "unknown option", "batchsize")
+    expect_error(function() data.DataLoader(accel.zeros(3)) end, "DataLoader", "TensorDataset")
+    expect_error(function() data.DataLoader({}, {}) end, "DataLoader", "get")
+    expect_error(function() data.DataLoader(ds, {shuffle = 1}) end, "shuffle")
+    expect_error(function() data.DataLoader(ds, {seed = 1.5}) end, "seed")
+    expect_error(function() data.DataLoader(ds, {collate_fn = 3}) end, "collate_fn")
+    assert.are.equal(2, #data.DataLoader(ds, {batch_size = 2, num_workers = 4, pin_memory = true}))
+  end)
+
+  it("an empty dataset gives no batches", function()
+    local loader = data.DataLoader(data.Dataset{len = 0, get = function() end}, {batch_size = 3, shuffle = true})
+    assert.are.equal(0, #loader)
+    assert.are.same({}, pass(loader))
+  end)
+end)
+
+-- ---------------------------------------------------------------------
+
+local function idx_bytes(code, shape, fmt, values)
+  local parts = {string.pack(">BBBB", 0, 0, code, #shape)}
+  for _, d in ipairs(shape) do parts[#parts + 1] = string.pack(">I4", d) end
+  for _, v in ipairs(values) do parts[#parts + 1] = string.pack(fmt, v) end
+  return table.concat(parts)
+end
+
+describe("read_idx", function()
+  local cases = {
+    {code = 0x08, fmt = ">B", dtype = accel.uint8, shape = {2, 3, 2}, values = {0, 1, 2, 127, 128, 255, 9, 8, 7, 6, 5, 4}},
+    {code = 0x0C, fmt = ">i4", dtype = accel.int32, shape = {4}, values = {-2147483648, -1, 65536 + 3, 2147483647}},
+    {code = 0x0D, fmt = ">f", dtype = accel.float32, shape = {2, 2}, values = {1.5, -0.25, 3e8, 0.0}},
+    {code = 0x0E, fmt = ">d", dtype = accel.float64, shape = {3}, values = {math.pi, -1e-300, 2 ^ 60}},
+    {code = 0x0B, fmt = ">i2", dtype = accel.int32, shape = {3}, values = {-32768, -2, 300}},
+    {code = 0x09, fmt = ">i1", dtype = accel.int32, shape = {2}, values = {-128, 5}},
+  }
+
+  local function check(t, case)
+    assert.are.equal(case.dtype, t.dtype)
+    assert.are.same(case.shape, shape_of(t))
+    assert.are.same(case.values, t:reshape(-1):tolist())
+  end
+
+  it("reads every element type, plain and gzipped", function()
+    for _, case in ipairs(cases) do
+      local bytes = idx_bytes(case.code, case.shape, case.fmt, case.values)
+      local plain, gz = tmpname(".idx"), tmpname(".idx.gz")
+      write_file(plain, bytes)
+      write_gzip(gz, bytes)
+      assert.are_not.equal(bytes, read_file(gz))
+      check(data.read_idx(plain), case)
+      check(data.read_idx(gz), case)
+      os.remove(plain)
+      os.remove(gz)
+    end
+  end)
+
+  it("names the file and the problem for bad files", function()
+    local good = idx_bytes(0x08, {4, 5}, ">B", {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20})
+    local path, gz = tmpname(".idx"), tmpname(".idx.gz")
+    write_file(path, good:sub(1, #good - 3))
+    expect_error(function() data.read_idx(path) end, path, "truncated", "20 uint8 elements", "[4, 5]")
+    write_file(path, good:sub(1, 6))
+    expect_error(function() data.read_idx(path) end, path, "truncated", "dimension sizes")
+    write_file(path, "")
+    expect_error(function() data.read_idx(path) end, path, "truncated", "header")
+    write_gzip(gz, good)
+    local z = read_file(gz)
+    write_file(gz, z:sub(1, #z - 12))
+    expect_error(function() data.read_idx(gz) end, gz, "truncated")
+    write_file(path, "\1\2\8\1" .. string.pack(">I4", 0))
+    expect_error(function() data.read_idx(path) end, path, "not an IDX file")
+    write_file(path, "\0\0\7\1" .. string.pack(">I4", 0))
+    expect_error(function() data.read_idx(path) end, path, "element type 0x07")
+    write_file(path, good .. "xx")
+    expect_error(function() data.read_idx(path) end, path, "bytes after")
+    os.remove(path)
+    os.remove(gz)
+    expect_error(function() data.read_idx(path) end, path, "cannot open", "No such file")
+  end)
+end)
+
+describe("TokenFile", function()
+  local function token_file(tokens, over)
+    over = over or {}
+    local h = {over.magic or 20240520, over.version or 1, over.count or #tokens}
+    local parts = {string.pack("<i4i4i4", h[1], h[2], h[3]), string.rep("\0", 1024 - 12)}
+    for _, t in ipairs(tokens) do parts[#parts + 1] = string.pack("<I2", t) end
+    local path = tmpname(".bin")
+    write_file(path, table.concat(parts) .. (over.extra or ""))
+    return path
+  end
+
+  local toks = {5, 300, 65535, 0, 50256, 7, 32768, 1, 2, 3, 4}
+
+  it("maps the token stream and serves (x, y) blocks shifted by one", function()
+    local path = token_file(toks)
+    local tf = data.TokenFile(path, {block_size = 3})
+    assert.are.equal(11, tf.num_tokens)
+    assert.are.equal(accel.uint8, tf.tokens.dtype)
+    assert.are.same({11, 2}, {tf.tokens:size(1), tf.tokens:size(2)})
+    assert.are.same({44, 1}, {tf.tokens[2][1]:item(), tf.tokens[2][2]:item()}) -- 300 = 0x012C, little-endian
+    assert.are.equal(3, #tf) -- blocks of 4 tokens at 0, 3, 6 (9 + 4 > 11)
+    local x, y = tf:get(2)
+    assert.are.equal(accel.int64, x.dtype)
+    assert.are.same({0, 50256, 7}, x:tolist())
+    assert.are.same({50256, 7, 32768}, y:tolist())
+    assert.are.same({65535, 0}, tf:ids(3, 2):tolist())
+    local loader = data.DataLoader(tf, {batch_size = 2})
+    local xb, yb = loader:iter()()
+    assert.are.same({{5, 300, 65535}, {0, 50256, 7}}, xb:tolist())
+    assert.are.same({{300, 65535, 0}, {50256, 7, 32768}}, yb:tolist())
+    local overlapping = data.TokenFile(path, {block_size = 4, stride = 1})
+    assert.are.equal(7, #overlapping)
+    local ox, oy = overlapping:get(7)
+    assert.are.same({32768, 1, 2, 3}, ox:tolist())
+    assert.are.same({1, 2, 3, 4}, oy:tolist())
+    expect_error(function() overlapping:get(8) end, "TokenFile", "8", "1..7")
+    tf, overlapping, loader = nil, nil, nil
+    collectgarbage()
+    os.remove(path)
+  end)
+
+  it("validates the header with clear errors", function()
+    local bad_magic = token_file(toks, {magic = 1234})
+    expect_error(function() data.TokenFile(bad_magic, {block_size = 2}) end, bad_magic, "magic 1234", "20240520")
+    local bad_version = token_file(toks, {version = 2})
+    expect_error(function() data.TokenFile(bad_version, {block_size = 2}) end, bad_version, "version 2")
+    local short = token_file(toks, {count = 12})
+    expect_error(function() data.TokenFile(short, {block_size = 2}) end, short, "truncated", "12 tokens")
+    local long = token_file(toks, {extra = "abcd"})
+    expect_error(function() data.TokenFile(long, {block_size = 2}) end, long, "longer")
+    local tiny = tmpname(".bin")
+    write_file(tiny, "abc")
+    expect_error(function() data.TokenFile(tiny, {block_size = 2}) end, tiny, "header")
+    expect_error(function() data.TokenFile(tiny) end, "block_size")
+    expect_error(function() data.TokenFile(tiny .. ".missing", {block_size = 2}) end, "cannot open")
+    for _, p in ipairs{bad_magic, bad_version, short, long, tiny} do os.remove(p) end
+  end)
+end)
+
+describe("CSV", function()
+  local text = 'a,"b",label\r\n1,2.5,0\r\n\r\n-3,4e2,1\r\n 5 , "6" ,2\r\n'
+
+  it("reads a table into a dataset of the chosen column groups", function()
+    local path = tmpname(".csv")
+    write_file(path, text)
+    local t, names = data.read_csv(path)
+    assert.are.same({"a", "b", "label"}, names)
+    assert.are.equal(accel.float32, t.dtype)
+    assert.are.same({{1, 2.5, 0}, {-3, 400, 1}, {5, 6, 2}}, t:tolist())
+    local ds = data.CSV(path, {columns = {{"a", "b"}, "label"}, dtype = {accel.float32, accel.int64}})
+    assert.are.equal(3, #ds)
+    assert.are.same({"a", "b", "label"}, ds.columns)
+    local x, y = ds:get(2)
+    assert.are.same({-3, 400}, x:tolist())
+    assert.are.equal(accel.int64, y.dtype)
+    assert.are.equal(1, y:item())
+    local all = data.CSV(path, {dtype = accel.float64})
+    assert.are.same({5, 6, 2}, all:get(3):tolist())
+    local by_index = data.CSV(path, {columns = {3, {1}}})
+    local l, a = by_index:get(1)
+    assert.are.same({0, {1}}, {l:item(), a:tolist()})
+    os.remove(path)
+  end)
+
+  it("reads files without a header and with other delimiters", function()
+    local path = tmpname(".tsv")
+    write_file(path, "1\t2\n3\t4")
+    local t, names = data.read_csv(path, {header = false, delimiter = "\t", dtype = accel.int64})
+    assert.is_nil(names)
+    assert.are.same({{1, 2}, {3, 4}}, t:tolist())
+    os.remove(path)
+  end)
+
+  it("names file:line for malformed rows", function()
+    local path = tmpname(".csv")
+    write_file(path, "a,b\n1,2\n3\n")
+    expect_error(function() data.CSV(path) end, path .. ":3", "expected 2 fields", "found 1")
+    write_file(path, "a,b\n1,2\n3,x4\n")
+    expect_error(function() data.read_csv(path) end, path .. ":3", "field 2", "x4", "not a number")
+    write_file(path, "a,b\n1,\n")
+    expect_error(function() data.read_csv(path) end, path .. ":2", "field 2", "empty")
+    write_file(path, "a,b\n1,2\n")
+    expect_error(function() data.CSV(path, {columns = {"c"}}) end, "no column 'c'", "a, b")
+    expect_error(function() data.CSV(path, {columns = {3}}) end, "column 3", "1..2")
+    expect_error(function() data.CSV(path, {delimiter = ";;"}) end, "delimiter")
+    write_file(path, "")
+    expect_error(function() data.read_csv(path) end, path, "no rows")
+    os.remove(path)
+    expect_error(function() data.read_csv(path) end, path, "cannot open")
+  end)
+end)
+
+describe("Fashion-MNIST (Debian's dataset-fashion-mnist)", function()
+  it("loads the real test set: 10000 28x28 uint8 images, 1000 of each class", function()
+    local dir = data.fashion_mnist_dir()
+    assert(dir, "dataset-fashion-mnist is not installed (scripts/install-deps.sh installs it); "
+      .. "data.fashion_mnist_dir() found no t10k-images-idx3-ubyte.gz")
+    local images = data.read_idx(dir .. "/t10k-images-idx3-ubyte.gz")
+    assert.are.equal(accel.uint8, images.dtype)
+    assert.are.same({10000, 28, 28}, shape_of(images))
+    assert.are.equal(255, images:float():max():item())
+    assert.are.equal(0, images:float():min():item())
+    local labels = data.read_idx(dir .. "/t10k-labels-idx1-ubyte.gz")
+    assert.are.equal(accel.uint8, labels.dtype)
+    assert.are.same({10000}, shape_of(labels))
+    local counts = {}
+    for _, c in ipairs(labels:tolist()) do counts[c] = (counts[c] or 0) + 1 end
+    for c = 0, 9 do assert.are.equal(1000, counts[c], "class " .. c) end
+    assert.are.same({9, 2, 1, 1, 6}, labels:narrow(1, 1, 5):tolist()) -- the published first test labels
+  end)
+end)

@@ -1,0 +1,149 @@
+-- dist_mpi_test.lua: the communicator across processes (core/dist, "mpi"
+-- backend). Run by scripts/run-tests.sh as `accel-lua dist_mpi_test.lua`
+-- (exit 0 = pass); it starts OpenMPI jobs of accel-lua on the helper
+-- scripts in tests/lua/helpers/ (oversubscribed: 2 and 3 ranks on however
+-- few cores) and checks their exit status, output and duration:
+--   dist_collectives.lua  every collective against closed forms (2 and 3 ranks)
+--   dist_watchdog.lua     a skipped collective: the watchdog ends the job
+--   dist_failure.lua      a rank that exits, raises or aborts: the job ends at once
+--   dist_mpi_error.lua    an MPI error becomes a Lua error (collective, file:line, MPI's text)
+-- plus accel.so under plain lua5.4 in an MPI job. The accel-lua under test
+-- is $ACCEL_LUA_BIN, else the interpreter running this script.
+local accel = require("accel")
+
+local BIN = os.getenv("ACCEL_LUA_BIN") or arg[-1]
+local HELPERS = (arg[0]:match("^(.*)/[^/]*$") or ".") .. "/helpers/"
+local TMP = os.tmpname()
+local MPIRUN = "timeout -k 5 90 mpirun --allow-run-as-root --oversubscribe"
+
+local passed, failed = 0, 0
+
+local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+local function slurp(path)
+  local f = io.open(path, "rb")
+  if not f then return "" end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+-- Sanitizer builds: MPI's own leaks are suppressed only with full stacks
+-- (scripts/lsan.supp).
+local ENV = ""
+if os.getenv("ASAN_OPTIONS") then
+  ENV = "env ASAN_OPTIONS=" .. quote(os.getenv("ASAN_OPTIONS") .. ":fast_unwind_on_malloc=0") .. " "
+end
+
+-- Runs `mpirun -np N PROGRAM ARGS` (PROGRAM defaults to accel-lua); returns
+-- {code, out, err, secs}.
+local function mpirun(np, args, o)
+  o = o or {}
+  local cmd = ("%s%s %s -np %d %s %s >%s 2>%s"):format(ENV, o.env or "", MPIRUN, np, o.program or quote(BIN), args,
+    quote(TMP .. ".out"), quote(TMP .. ".err"))
+  local t0 = accel.clock()
+  local _, how, code = os.execute(cmd)
+  local run = {secs = accel.clock() - t0, out = slurp(TMP .. ".out"), err = slurp(TMP .. ".err")}
+  run.code = how == "exit" and code or 128 + code
+  return run
+end
+
+-- check(name, run, {cond, "what failed"}, ...): one pass or fail line.
+local function check(name, run, ...)
+  local why = {}
+  for _, c in ipairs({...}) do
+    if not c[1] then why[#why + 1] = c[2] end
+  end
+  if #why == 0 then
+    passed = passed + 1
+    print(("ok   %s (%.1f s)"):format(name, run.secs))
+    return
+  end
+  failed = failed + 1
+  print(("FAIL %s (%.1f s, exit %d): %s"):format(name, run.secs, run.code, table.concat(why, "; ")))
+  print("  stdout: " .. run.out:sub(-3000):gsub("\n", "\n  | "))
+  print("  stderr: " .. run.err:sub(-3000):gsub("\n", "\n  | "))
+end
+
+local function has(s, plain) return s:find(plain, 1, true) ~= nil end
+
+local function all_ranks_ok(run, n)
+  for r = 0, n - 1 do
+    if not run.out:find(("ok rank %d: %%d+ checks"):format(r)) then return false end
+  end
+  return true
+end
+
+if not os.execute("command -v mpirun >/dev/null 2>&1") then
+  print("FAIL mpirun not found (apt-get install openmpi-bin; scripts/install-deps.sh)")
+  os.exit(1)
+end
+local unset = "env -u ACCEL_LUA_COLLECTIVE_TIMEOUT -u ACCEL_LUA_DIST_BACKEND "
+
+-- ---- every collective, 2 and 3 ranks ----
+for _, n in ipairs({2, 3}) do
+  local run = mpirun(n, quote(HELPERS .. "dist_collectives.lua") .. " " .. n, {env = unset})
+  check(("collectives on %d ranks"):format(n), run, {run.code == 0, "exit status"},
+    {all_ranks_ok(run, n), "not every rank printed its ok line"})
+end
+
+-- ---- watchdog: environment and set_timeout ----
+do
+  local run = mpirun(2, quote(HELPERS .. "dist_watchdog.lua"), {env = unset .. "ACCEL_LUA_COLLECTIVE_TIMEOUT=3"})
+  check("watchdog (ACCEL_LUA_COLLECTIVE_TIMEOUT=3) ends a stalled job", run, {run.code ~= 0, "job exited 0"},
+    {has(run.err, "accel-lua: rank 0: collective all_reduce #2 timed out after 3 s (other ranks may have died)"),
+      "stderr does not name rank 0 and all_reduce #2"},
+    {run.secs >= 3 and run.secs < 15, "did not end between 3 and 15 s"},
+    {not has(run.out, "passed a collective"), "rank 0 passed the stalled collective"})
+  run = mpirun(2, quote(HELPERS .. "dist_watchdog.lua") .. " 2", {env = unset})
+  check("watchdog (dist.set_timeout(2)) ends a stalled job", run, {run.code ~= 0, "job exited 0"},
+    {has(run.err, "accel-lua: rank 0: collective all_reduce #2 timed out after 2 s"), "stderr does not name the stall"},
+    {run.secs >= 2 and run.secs < 14, "did not end between 2 and 14 s"})
+end
+
+-- ---- a failing rank ends the job at once ----
+do
+  local run = mpirun(2, quote(HELPERS .. "dist_failure.lua") .. " exit", {env = unset})
+  check("a rank calling os.exit(3) ends the job", run, {run.code ~= 0, "job exited 0"},
+    {has(run.err, "accel-lua: rank 1: exiting with status 3"), "stderr does not name rank 1 and its status"},
+    {run.secs < 10, "took 10 s or more"}, {not has(run.out, "never joined"), "rank 0 went on alone"})
+  run = mpirun(2, quote(HELPERS .. "dist_failure.lua") .. " abort", {env = unset})
+  check("a rank calling dist.abort(5) ends the job", run, {run.code ~= 0, "job exited 0"},
+    {has(run.err, "accel-lua: rank 1: dist.abort(5): ending the job"), "stderr does not name rank 1 and code 5"},
+    {run.secs < 10, "took 10 s or more"}, {not has(run.out, "never joined"), "rank 0 went on alone"})
+  run = mpirun(2, quote(HELPERS .. "dist_failure.lua") .. " error", {env = unset})
+  check("a rank raising an error ends the job", run, {run.code ~= 0, "job exited 0"},
+    {has(run.err, "rank 1 fails on purpose"), "stderr lacks the rank's error"},
+    {run.secs < 10, "took 10 s or more"}, {not has(run.out, "never joined"), "rank 0 went on alone"})
+end
+
+-- ---- an MPI error is reported, not fatal ----
+do
+  local run = mpirun(2, quote(HELPERS .. "dist_mpi_error.lua"), {env = unset})
+  local reported = run.out:match("rank %d: error [^\n]*all_gather: MPI error at [^\n]*core/dist_mpi%.c:%d+: MPI_ERR_%u+")
+  check("an MPI error names the collective, file:line and MPI's message", run, {run.code == 0, "exit status"},
+    {has(run.out, "rank 0: ") and has(run.out, "rank 1: "), "a rank did not report"},
+    {reported ~= nil, "no rank reported the error as expected"})
+end
+
+-- ---- accel.so in a plain Lua 5.4, in an MPI job ----
+do
+  local so = BIN:gsub("[^/]*$", "") .. "accel.so"
+  local ldd = io.popen("ldd " .. quote(so) .. " 2>/dev/null"):read("a")
+  if io.open(so) and os.execute("command -v lua5.4 >/dev/null 2>&1") and not ldd:find("libasan") then
+    local script = ("package.cpath = %q; local accel = require('accel'); local d = accel.dist; "
+      .. "local t = accel.full({3}, d.get_rank() + 1.0); d.all_reduce(t); "
+      .. "print(d.get_backend() .. ' ' .. d.get_rank() .. ' ' .. t:sum():item())"):format(so)
+    local run = mpirun(2, "-e " .. quote(script), {env = unset, program = "lua5.4"})
+    check("accel.so under lua5.4 in a 2-rank job", run, {run.code == 0, "exit status"},
+      {has(run.out, "mpi 0 9.0") and has(run.out, "mpi 1 9.0"), "wrong all_reduce through accel.so"})
+  else
+    print("skip accel.so under lua5.4 (no accel.so, no lua5.4, or a sanitizer build)")
+  end
+end
+
+os.remove(TMP)
+os.remove(TMP .. ".out")
+os.remove(TMP .. ".err")
+print(("%d passed, %d failed"):format(passed, failed))
+os.exit(failed == 0 and 0 or 1)

@@ -1,0 +1,234 @@
+-- lr_scheduler_spec.lua: busted spec, run inside accel-lua
+--   build/accel-lua /usr/bin/busted tests/lua/lr_scheduler_spec.lua
+-- accel.optim.lr_scheduler against PyTorch 1.13: tests/fixtures/lr_schedules.lua
+-- (written by scripts/fixtures/make_optim_fixtures.py) holds the lr of two
+-- param groups right after construction and after each of 30
+-- optimizer:step(); scheduler:step() pairs (and OneCycleLR's momentum).
+-- Also: state_dict round trips, initial_lr, positional vs options
+-- arguments, and the error cases.
+local accel = require("accel")
+local optim = accel.optim
+local S = optim.lr_scheduler
+
+local FIX = dofile("tests/fixtures/lr_schedules.lua")
+local STEPS = 30
+local REL = 1e-12 -- the formulas are PyTorch's, expression by expression
+
+local function sgd2()
+  local a, b = accel.zeros(2, {requires_grad = true}), accel.zeros(3, {requires_grad = true})
+  return optim.SGD({{params = {a}}, {params = {b}, lr = 0.05}}, {lr = 0.1, momentum = 0.9})
+end
+
+local function adam2()
+  local a, b = accel.zeros(2, {requires_grad = true}), accel.zeros(3, {requires_grad = true})
+  return optim.Adam({{params = {a}}, {params = {b}, lr = 0.05}}, {lr = 0.1})
+end
+
+-- Must match SCHEDULES in scripts/fixtures/make_optim_fixtures.py.
+local SCHEDULES = {
+  StepLR = {sgd2, function(o) return S.StepLR(o, {step_size = 7, gamma = 0.5}) end},
+  MultiStepLR = {sgd2, function(o) return S.MultiStepLR(o, {milestones = {5, 12, 12, 20}, gamma = 0.3}) end},
+  ExponentialLR = {sgd2, function(o) return S.ExponentialLR(o, {gamma = 0.9}) end},
+  CosineAnnealingLR = {sgd2, function(o) return S.CosineAnnealingLR(o, {T_max = 10, eta_min = 0.001}) end},
+  LinearLR = {sgd2, function(o) return S.LinearLR(o, {start_factor = 0.25, end_factor = 0.9, total_iters = 8}) end},
+  LambdaLR = {sgd2, function(o)
+    return S.LambdaLR(o, {function(e) return 0.95 ^ e end, function(e) return 1.0 / (1 + e) end})
+  end},
+  OneCycleLR_cos = {sgd2, function(o) return S.OneCycleLR(o, {max_lr = {0.5, 0.2}, total_steps = 30}) end},
+  OneCycleLR_linear3 = {adam2, function(o)
+    return S.OneCycleLR(o, 0.3, {total_steps = 30, pct_start = 0.25, anneal_strategy = "linear", three_phase = true})
+  end},
+  SequentialLR = {sgd2, function(o)
+    return S.SequentialLR(o, {S.LinearLR(o, {start_factor = 0.1, total_iters = 5}), S.CosineAnnealingLR(o, 20)},
+      {milestones = {5}})
+  end},
+  SequentialLR3 = {sgd2, function(o)
+    return S.SequentialLR(o, {S.ExponentialLR(o, 0.9), S.StepLR(o, 3, {gamma = 0.5}), S.MultiStepLR(o, {13, 15},
+      {gamma = 0.1})}, {4, 10})
+  end},
+  cosine_warmup = {sgd2, function(o) return S.get_cosine_schedule_with_warmup(o, 5, 30) end},
+  cosine_warmup_cycles = {sgd2, function(o) return S.get_cosine_schedule_with_warmup(o, 3, 25, {num_cycles = 1.5}) end},
+  linear_warmup = {sgd2, function(o) return S.get_linear_schedule_with_warmup(o, 4, 25) end},
+}
+
+local function momentum_of(opt)
+  local out = {}
+  for i, g in ipairs(opt.param_groups) do out[i] = g.betas and g.betas[1] or g.momentum end
+  return out
+end
+
+local function close(a, b) return math.abs(a - b) <= REL * math.abs(b) end
+
+local function check_list(actual, expected, what)
+  assert.are.equal(#expected, #actual, what .. ": group count")
+  for i = 1, #expected do
+    if not close(actual[i], expected[i]) then
+      error(("%s: group %d is %.17g, expected %.17g"):format(what, i, actual[i], expected[i]), 2)
+    end
+  end
+end
+
+-- Runs a schedule for steps first..last, checking lrs (and momentum) after each.
+local function run(name, sched, opt, first, last)
+  local want = FIX[name]
+  for s = first, last do
+    opt:step()
+    sched:step()
+    check_list(sched:get_last_lr(), want.lrs[s + 1], ("%s step %d lr"):format(name, s))
+    local lrs = {}
+    for i, g in ipairs(opt.param_groups) do lrs[i] = g.lr end
+    check_list(lrs, want.lrs[s + 1], ("%s step %d param_groups lr"):format(name, s))
+    if want.momentum then check_list(momentum_of(opt), want.momentum[s + 1], ("%s step %d momentum"):format(name, s)) end
+  end
+end
+
+local names = {}
+for name in pairs(SCHEDULES) do names[#names + 1] = name end
+table.sort(names)
+
+describe("lr schedulers match PyTorch", function()
+  for _, name in ipairs(names) do
+    it(name .. ", 30 steps", function()
+      local make_opt, make = table.unpack(SCHEDULES[name])
+      local opt = make_opt()
+      local sched = make(opt)
+      check_list(sched:get_last_lr(), FIX[name].lrs[1], name .. " after construction")
+      if FIX[name].momentum then check_list(momentum_of(opt), FIX[name].momentum[1], name .. " momentum at 0") end
+      run(name, sched, opt, 1, STEPS)
+      assert.are.equal(STEPS, sched.last_epoch)
+    end)
+  end
+
+  it("fixtures are not trivial", function()
+    for _, name in ipairs(names) do
+      local lrs, distinct = FIX[name].lrs, {}
+      for _, l in ipairs(lrs) do distinct[l[1]] = true end
+      local n = 0
+      for _ in pairs(distinct) do n = n + 1 end
+      assert.is_true(n >= 3, name)
+    end
+  end)
+end)
+
+describe("lr scheduler state", function()
+  for _, name in ipairs(names) do
+    it(name .. ": state_dict after 12 steps, load into a fresh optimizer + scheduler, continue == PyTorch", function()
+      local make_opt, make = table.unpack(SCHEDULES[name])
+      local opt = make_opt()
+      local sched = make(opt)
+      run(name, sched, opt, 1, 12)
+      local osd, ssd = opt:state_dict(), sched:state_dict()
+      assert.is_nil(ssd.optimizer)
+      assert.are.equal(12, ssd.last_epoch)
+      local opt2 = make_opt()
+      local sched2 = make(opt2)
+      opt2:load_state_dict(osd)
+      sched2:load_state_dict(ssd)
+      -- the saved dict is a copy: stepping the old scheduler does not change it
+      opt:step()
+      sched:step()
+      assert.are.equal(12, ssd.last_epoch)
+      assert.are.equal(12, sched2.last_epoch)
+      run(name, sched2, opt2, 13, STEPS)
+    end)
+  end
+
+  it("records initial_lr in the param groups; base_lrs come from it", function()
+    local opt = sgd2()
+    local sched = S.StepLR(opt, 2)
+    assert.are.equal(0.1, opt.param_groups[1].initial_lr)
+    assert.are.equal(0.05, opt.param_groups[2].initial_lr)
+    assert.are.same({0.1, 0.05}, sched.base_lrs)
+    assert.are.equal(0, sched.last_epoch)
+    assert.are.equal(0.1, opt:state_dict().param_groups[1].initial_lr)
+  end)
+
+  it("resuming with last_epoch needs initial_lr", function()
+    local ok, err = pcall(S.StepLR, sgd2(), 2, {last_epoch = 5})
+    assert.is_false(ok)
+    assert.matches("lr_scheduler_spec.lua:%d+: StepLR: param 'initial_lr' is not specified in param_groups%[1%]", err)
+    local opt = sgd2()
+    for _, g in ipairs(opt.param_groups) do g.initial_lr = g.lr end
+    local sched = S.StepLR(opt, 2, {gamma = 0.5, last_epoch = 5})
+    assert.are.equal(6, sched.last_epoch)
+    assert.are.same({0.05, 0.025}, sched:get_last_lr())
+  end)
+
+  it("LambdaLR keeps its functions across load_state_dict", function()
+    local opt = sgd2()
+    local sched = S.LambdaLR(opt, function(e) return 1 / (e + 1) end)
+    sched:step()
+    local sd = sched:state_dict()
+    assert.is_nil(sd.lr_lambdas)
+    local sched2 = S.LambdaLR(sgd2(), function(e) return 1 / (e + 1) end)
+    sched2:load_state_dict(sd)
+    sched2:step()
+    assert.are.equal(2, sched2.last_epoch)
+    assert.is_true(close(sched2:get_last_lr()[1], 0.1 / 3))
+  end)
+
+  it("get_last_lr returns a copy", function()
+    local sched = S.ExponentialLR(sgd2(), 0.5)
+    local l = sched:get_last_lr()
+    l[1] = 7
+    assert.are.equal(0.1, sched:get_last_lr()[1])
+  end)
+
+  it("step(epoch) uses the closed form", function()
+    local opt = sgd2()
+    local sched = S.CosineAnnealingLR(opt, {T_max = 10})
+    sched:step(5)
+    assert.are.equal(5, sched.last_epoch)
+    assert.is_true(close(sched:get_last_lr()[1], 0.1 * (1 + math.cos(math.pi * 5 / 10)) / 2))
+  end)
+end)
+
+describe("lr scheduler errors", function()
+  local function fails(pattern, f, ...)
+    local ok, err = pcall(f, ...)
+    assert.is_false(ok, "expected an error matching " .. pattern)
+    assert.matches("lr_scheduler_spec.lua:%d+: " .. pattern, err)
+  end
+
+  it("names the bad argument", function()
+    fails("StepLR: missing required argument 'step_size'", S.StepLR, sgd2())
+    fails("StepLR: 'step_size' must be a positive integer, got 0", S.StepLR, sgd2(), 0)
+    fails("StepLR: unknown option 'gama'", S.StepLR, sgd2(), 3, {gama = 0.1})
+    fails("StepLR: 'step_size' given both positionally and as an option", S.StepLR, sgd2(), 3, {step_size = 3})
+    fails("StepLR: expected an optimizer", S.StepLR, {}, 3)
+    fails("CosineAnnealingLR: 'T_max' must be positive", S.CosineAnnealingLR, sgd2(), 0)
+    fails("LinearLR: Starting multiplicative factor expected", S.LinearLR, sgd2(), {start_factor = 0})
+    fails("LinearLR: Ending multiplicative factor expected to be between 0 and 1", S.LinearLR, sgd2(),
+      {end_factor = 1.5})
+    fails("LambdaLR: Expected 2 lr_lambdas, but got 1", S.LambdaLR, sgd2(), {function() return 1 end})
+    fails("LambdaLR: 'lr_lambda' must be a function", S.LambdaLR, sgd2(), 3)
+    fails("OneCycleLR: You must define either total_steps OR %(epochs AND steps_per_epoch%)", S.OneCycleLR, sgd2(), 0.1)
+    fails("OneCycleLR: Expected float between 0 and 1 pct_start", S.OneCycleLR, sgd2(), 0.1,
+      {total_steps = 10, pct_start = 1.5})
+    fails("OneCycleLR: anneal_strategy must be one of 'cos' or 'linear'", S.OneCycleLR, sgd2(), 0.1,
+      {total_steps = 10, anneal_strategy = "exp"})
+    fails("OneCycleLR: expected 2 values for max_lr, got 3", S.OneCycleLR, sgd2(), {0.1, 0.2, 0.3}, {total_steps = 10})
+    local opt = sgd2()
+    fails("SequentialLR: Sequential Schedulers expects number of schedulers provided to be one more",
+      S.SequentialLR, opt, {S.StepLR(opt, 2), S.StepLR(opt, 3)}, {})
+    fails("SequentialLR: Sequential Schedulers expects all schedulers to belong to the same optimizer",
+      S.SequentialLR, opt, {S.StepLR(opt, 2), S.StepLR(sgd2(), 3)}, {4})
+  end)
+
+  it("OneCycleLR refuses to step past total_steps", function()
+    local opt = sgd2()
+    local sched = S.OneCycleLR(opt, 0.1, {epochs = 2, steps_per_epoch = 3})
+    assert.are.equal(6, sched.total_steps)
+    for _ = 1, 6 do sched:step() end
+    fails("OneCycleLR: Tried to step 8 times. The specified number of total steps is 6", sched.step, sched)
+  end)
+
+  it("OneCycleLR needs an optimizer with momentum or betas when cycling momentum", function()
+    local Plain = optim.Optimizer:extend("Plain")
+    function Plain:init(params) optim.Optimizer.init(self, params, {lr = 0.1}) end
+    local opt = Plain({accel.zeros(1, {requires_grad = true})})
+    fails("OneCycleLR: optimizer must support momentum", S.OneCycleLR, opt, 0.1, {total_steps = 5})
+    local s = S.OneCycleLR(opt, 0.1, {total_steps = 5, cycle_momentum = false})
+    assert.is_true(close(s:get_last_lr()[1], 0.1 / 25))
+  end)
+end)

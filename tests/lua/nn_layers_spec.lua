@@ -1,0 +1,770 @@
+-- nn layers, losses and nn.init: each forward against a float64 reference
+-- computed here in plain Lua from the layer's own parameters, gradients with
+-- gradcheck (central finite differences in float64), default initialisation
+-- statistics, and MultiheadAttention against PyTorch's outputs
+-- (tests/fixtures/nn_mha.safetensors, scripts/fixtures/make_nn_fixtures.py).
+local accel = require("accel")
+local gc = dofile("tests/lua/gradcheck.lua")
+local nn = accel.nn
+local F = nn.functional
+
+local f64 = accel.float64
+
+local function check_grad(fn, inputs, opts)
+  local ok, msg = gc.gradcheck(fn, inputs, opts)
+  assert(ok, msg)
+end
+
+local function shape_of(t)
+  local out = {}
+  for d = 1, t:dim() do out[d] = t:size(d) end
+  return out
+end
+
+local function T(data) return accel.tensor(data, {dtype = f64}) end
+local function max_abs_diff(a, b) return (a:double() - b:double()):abs():max():item() end
+local function close(a, b, tol) assert.is_true(max_abs_diff(a, b) <= (tol or 1e-12), "max diff " .. max_abs_diff(a, b)) end
+
+-- ---- plain-Lua math (independent of the library) ----
+
+local function tanh(u)
+  if u > 20 then return 1 elseif u < -20 then return -1 end
+  local e = math.exp(2 * u)
+  return (e - 1) / (e + 1)
+end
+
+-- erf by its Taylor series (|x| <= 4 keeps the cancellation below 1e-12)
+local function erf(x)
+  local sum, term, n = 0, x, 0
+  while math.abs(term) > 1e-17 * math.max(1, math.abs(sum)) or n < 3 do
+    sum = sum + term / (2 * n + 1)
+    n = n + 1
+    term = -term * x * x / n
+  end
+  return 2 / math.sqrt(math.pi) * sum
+end
+
+local function sigmoid(x) return 1 / (1 + math.exp(-x)) end
+
+-- apply f to every number of a nested table
+local function map(t, f)
+  if type(t) == "number" then return f(t) end
+  local out = {}
+  for i, v in ipairs(t) do out[i] = map(v, f) end
+  return out
+end
+
+local function ref_linear(x, w, b)
+  local out = {}
+  for i, row in ipairs(x) do
+    out[i] = {}
+    for o, wrow in ipairs(w) do
+      local s = b and b[o] or 0
+      for k, v in ipairs(row) do s = s + v * wrow[k] end
+      out[i][o] = s
+    end
+  end
+  return out
+end
+
+-- normalise each row (a list) by its statistics
+local function ref_norm_rows(x, w, b, eps, rms)
+  local out = {}
+  for i, row in ipairs(x) do
+    local n, mean, var = #row, 0, 0
+    if not rms then
+      for _, v in ipairs(row) do mean = mean + v end
+      mean = mean / n
+    end
+    for _, v in ipairs(row) do var = var + (v - mean) ^ 2 end
+    var = var / n
+    out[i] = {}
+    for k, v in ipairs(row) do
+      out[i][k] = (v - mean) / math.sqrt(var + eps) * (w and w[k] or 1) + (b and b[k] or 0)
+    end
+  end
+  return out
+end
+
+-- sample statistics of a tensor
+local function stats(t)
+  local x = t:double()
+  return x:mean():item(), x:std():item(), x:min():item(), x:max():item()
+end
+
+describe("nn.Linear", function()
+  before_each(function() accel.set_seed(1) end)
+
+  it("computes x W^T + b", function()
+    local l = nn.Linear(5, 3):double()
+    local x = accel.randn(4, 5, {dtype = f64})
+    close(l(x), T(ref_linear(x:tolist(), l.weight:tolist(), l.bias:tolist())))
+    local nb = nn.Linear(5, 3, {bias = false}):double()
+    close(nb(x), T(ref_linear(x:tolist(), nb.weight:tolist(), nil)))
+    assert.same({2, 7, 3}, shape_of(nb(accel.randn(2, 7, 5, {dtype = f64}))))
+  end)
+
+  it("has correct gradients for input, weight and bias", function()
+    local l = nn.Linear(4, 3):double()
+    local x = gc.randn(2, 4)
+    check_grad(function(xx) return l(xx) end, {x, l.weight, l.bias})
+  end)
+
+  it("initialises weight and bias in U(-1/sqrt(in), 1/sqrt(in))", function()
+    local l = nn.Linear(256, 512)
+    local bound = 1 / 16
+    local mean, std, lo, hi = stats(l.weight)
+    assert.is_true(lo >= -bound and hi <= bound)
+    assert.is_true(math.abs(std / (bound / math.sqrt(3)) - 1) < 0.02, "std " .. std)
+    assert.is_true(math.abs(mean) < 0.002)
+    assert.is_true(hi > 0.99 * bound and lo < -0.99 * bound)
+    mean, std, lo, hi = stats(l.bias)
+    assert.is_true(lo >= -bound and hi <= bound)
+    assert.is_true(math.abs(std / (bound / math.sqrt(3)) - 1) < 0.15, "bias std " .. std)
+  end)
+
+  it("rejects bad sizes and shapes clearly", function()
+    local ok, err = pcall(function() nn.Linear(-1, 2) end)
+    assert.is_false(ok)
+    assert.matches("Linear: in_features must be a non%-negative integer", err)
+    ok, err = pcall(function() nn.Linear(3, 2)(accel.randn(2, 4)) end)
+    assert.is_false(ok)
+    assert.matches("nn_layers_spec.lua", err)
+  end)
+end)
+
+describe("nn.Embedding", function()
+  before_each(function() accel.set_seed(2) end)
+
+  it("looks up rows by 0-based id", function()
+    local e = nn.Embedding(6, 3):double()
+    local ids = accel.tensor({{0, 5}, {2, 2}})
+    local w = e.weight:tolist()
+    close(e(ids), T({{w[1], w[6]}, {w[3], w[3]}}))
+  end)
+
+  it("zeros the padding row and never updates it", function()
+    local e = nn.Embedding(5, 4, {padding_idx = 1}):double()
+    assert.equals(0, e.weight[2]:abs():max():item())
+    assert.is_true(e.weight[1]:abs():max():item() > 0)
+    local ids = accel.tensor({1, 3, 1, 0})
+    local out = e(ids)
+    close(out[1], e.weight[2])
+    out:sum():backward()
+    assert.equals(0, e.weight.grad[2]:abs():max():item())
+    close(e.weight.grad[4], accel.ones(4, {dtype = f64}))
+    close(e.weight.grad[1], accel.ones(4, {dtype = f64}))
+    -- a non-zero padding row is returned as it is, still without gradient
+    accel.no_grad(function() e.weight[2]:fill_(7) end)
+    e.weight.grad = nil
+    local y = e(ids)
+    assert.equals(7, y[1][1]:item())
+    -- the other rows' gradients (the padding row's is zero by definition, not by calculus)
+    check_grad(function(w) return F.embedding(accel.tensor({3, 0, 3}), w, {padding_idx = 1}) end, {e.weight})
+    assert.equals(4, nn.Embedding(5, 2, {padding_idx = -1}).padding_idx)
+  end)
+
+  it("has gradients that sum over repeated ids", function()
+    local e = nn.Embedding(4, 3):double()
+    check_grad(function() return e(accel.tensor({{1, 1}, {3, 0}})) end, {e.weight})
+  end)
+
+  it("initialises N(0, 1)", function()
+    local mean, std = stats(nn.Embedding(1000, 64).weight)
+    assert.is_true(math.abs(mean) < 0.02)
+    assert.is_true(math.abs(std - 1) < 0.02)
+  end)
+
+  it("from_pretrained freezes by default", function()
+    local w = accel.randn(3, 2)
+    local e = nn.Embedding.from_pretrained(w)
+    assert.is_false(e.weight.requires_grad)
+    close(e(accel.tensor({2})), w[3]:unsqueeze(1))
+    assert.is_true(nn.Embedding.from_pretrained(w, {freeze = false}).weight.requires_grad)
+  end)
+end)
+
+describe("nn.LayerNorm and nn.RMSNorm", function()
+  before_each(function() accel.set_seed(3) end)
+
+  it("LayerNorm normalises the last dims and applies weight and bias", function()
+    local ln = nn.LayerNorm(6):double()
+    assert.equals(1, ln.weight:min():item())
+    assert.equals(0, ln.bias:abs():max():item())
+    nn.init.normal_(ln.weight)
+    nn.init.normal_(ln.bias)
+    local x = accel.randn(3, 6, {dtype = f64}) * 3 + 1
+    close(ln(x), T(ref_norm_rows(x:tolist(), ln.weight:tolist(), ln.bias:tolist(), 1e-5)), 1e-10)
+    -- two normalised dims are one flattened row
+    local ln2 = nn.LayerNorm({2, 3}, {eps = 1e-3}):double()
+    nn.init.normal_(ln2.weight)
+    local x2 = accel.randn(4, 2, 3, {dtype = f64})
+    local ref = ref_norm_rows(x2:reshape(4, 6):tolist(), ln2.weight:reshape(6):tolist(), nil, 1e-3)
+    close(ln2(x2):reshape(4, 6), T(ref), 1e-10)
+    local plain = nn.LayerNorm(6, {elementwise_affine = false}):double()
+    assert.equals(0, #plain:parameters())
+    close(plain(x), T(ref_norm_rows(x:tolist(), nil, nil, 1e-5)), 1e-10)
+  end)
+
+  it("LayerNorm gradients", function()
+    local ln = nn.LayerNorm(5):double()
+    nn.init.normal_(ln.weight)
+    nn.init.normal_(ln.bias)
+    check_grad(function(x) return ln(x) end, {gc.randn(3, 5), ln.weight, ln.bias})
+  end)
+
+  it("RMSNorm divides by the root mean square (default eps: the dtype's epsilon)", function()
+    local rn = nn.RMSNorm(4):double()
+    nn.init.normal_(rn.weight)
+    local x = accel.randn(5, 4, {dtype = f64})
+    close(rn(x), T(ref_norm_rows(x:tolist(), rn.weight:tolist(), nil, 2.220446049250313e-16, true)), 1e-10)
+    local rn2 = nn.RMSNorm(4, {eps = 0.5, elementwise_affine = false}):double()
+    close(rn2(x), T(ref_norm_rows(x:tolist(), nil, nil, 0.5, true)), 1e-10)
+    check_grad(function(xx) return rn(xx) end, {gc.randn(2, 4), rn.weight})
+  end)
+end)
+
+describe("nn.Dropout", function()
+  before_each(function() accel.set_seed(4) end)
+
+  it("zeros about p of the values and scales the rest by 1/(1-p) in training", function()
+    local d = nn.Dropout(0.25)
+    local y = d(accel.ones(20000))
+    local zeros = y:eq(0):sum():item()
+    assert.is_true(math.abs(zeros / 20000 - 0.25) < 0.02, zeros)
+    local kept = y:masked_fill(y:eq(0), 4 / 3)
+    close(kept, accel.full({20000}, 4 / 3), 1e-6)
+  end)
+
+  it("is the identity in eval mode and for p = 0", function()
+    local x = accel.randn(100)
+    assert.is_true(rawequal(nn.Dropout(0.5):eval()(x), x) or max_abs_diff(nn.Dropout(0.5):eval()(x), x) == 0)
+    assert.equals(0, max_abs_diff(nn.Dropout(0)(x), x))
+    local ok, err = pcall(function() nn.Dropout(1.5) end)
+    assert.is_false(ok)
+    assert.matches("between 0 and 1", err)
+  end)
+
+  it("passes gradient through the kept values", function()
+    local x = accel.ones(1000, {requires_grad = true})
+    local y = nn.Dropout(0.5)(x)
+    y:sum():backward()
+    close(x.grad, y:detach(), 1e-6) -- d y_i / d x_i = mask_i / (1 - p) = y_i here
+  end)
+end)
+
+-- ---- Conv2d / MaxPool2d (F.conv2d / F.max_pool2d come from the conv slice) ----
+
+local has_conv = F.conv2d ~= nil
+local has_pool = F.max_pool2d ~= nil
+local conv_it = has_conv and it or pending
+local pool_it = has_pool and it or pending
+
+-- x {N, C, H, W}, w {O, C/g, kh, kw}
+local function ref_conv2d(x, w, b, stride, pad, dil, groups)
+  local N, C, H, W = #x, #x[1], #x[1][1], #x[1][1][1]
+  local O, Cg, KH, KW = #w, #w[1], #w[1][1], #w[1][1][1]
+  local OH = math.floor((H + 2 * pad - dil * (KH - 1) - 1) / stride) + 1
+  local OW = math.floor((W + 2 * pad - dil * (KW - 1) - 1) / stride) + 1
+  local per_group = O / groups
+  local out = {}
+  for n = 1, N do
+    out[n] = {}
+    for o = 1, O do
+      local g = math.floor((o - 1) / per_group)
+      out[n][o] = {}
+      for oh = 1, OH do
+        out[n][o][oh] = {}
+        for ow = 1, OW do
+          local s = b and b[o] or 0
+          for c = 1, Cg do
+            for kh = 1, KH do
+              for kw = 1, KW do
+                local ih = (oh - 1) * stride - pad + (kh - 1) * dil + 1
+                local iw = (ow - 1) * stride - pad + (kw - 1) * dil + 1
+                if ih >= 1 and ih <= H and iw >= 1 and iw <= W then
+                  s = s + x[n][g * Cg + c][ih][iw] * w[o][c][kh][kw]
+                end
+              end
+            end
+          end
+          out[n][o][oh][ow] = s
+        end
+      end
+    end
+  end
+  return out
+end
+
+describe("nn.Conv2d", function()
+  before_each(function() accel.set_seed(5) end)
+
+  conv_it("matches a direct convolution (stride, padding, groups)", function()
+    local x = accel.randn(2, 4, 7, 6, {dtype = f64})
+    for _, cfg in ipairs({{1, 0, 1, 1}, {2, 1, 1, 1}, {1, 2, 2, 1}, {1, 1, 1, 2}}) do
+      local stride, pad, dil, groups = cfg[1], cfg[2], cfg[3], cfg[4]
+      local conv = nn.Conv2d(4, 6, 3, {stride = stride, padding = pad, dilation = dil, groups = groups}):double()
+      local ref = ref_conv2d(x:tolist(), conv.weight:tolist(), conv.bias:tolist(), stride, pad, dil, groups)
+      close(conv(x), T(ref), 1e-10)
+    end
+    local same = nn.Conv2d(4, 6, 3, {padding = "same"}):double()
+    close(same(x), T(ref_conv2d(x:tolist(), same.weight:tolist(), same.bias:tolist(), 1, 1, 1, 1)), 1e-10)
+    local nb = nn.Conv2d(4, 2, {3, 2}, {bias = false}):double()
+    close(nb(x), T(ref_conv2d(x:tolist(), nb.weight:tolist(), nil, 1, 0, 1, 1)), 1e-10)
+  end)
+
+  conv_it("has correct gradients", function()
+    local conv = nn.Conv2d(2, 3, 3, {padding = 1, stride = 2}):double()
+    check_grad(function(x) return conv(x) end, {gc.randn(2, 2, 5, 4), conv.weight, conv.bias})
+  end)
+
+  it("initialises weight and bias in U(-1/sqrt(fan_in), 1/sqrt(fan_in))", function()
+    local conv = nn.Conv2d(16, 64, 3)
+    assert.same({64, 16, 3, 3}, shape_of(conv.weight))
+    local bound = 1 / 12 -- fan_in = 16 * 3 * 3
+    local _, std, lo, hi = stats(conv.weight)
+    assert.is_true(lo >= -bound and hi <= bound)
+    assert.is_true(math.abs(std / (bound / math.sqrt(3)) - 1) < 0.03, std)
+    _, _, lo, hi = stats(conv.bias)
+    assert.is_true(lo >= -bound and hi <= bound)
+    assert.same({4, 2, 3, 3}, shape_of(nn.Conv2d(4, 4, 3, {groups = 2}).weight))
+    local ok, err = pcall(function() nn.Conv2d(3, 4, 3, {groups = 2}) end)
+    assert.is_false(ok)
+    assert.matches("in_channels %(3%) must be divisible by groups %(2%)", err)
+  end)
+end)
+
+-- PyTorch's output size: floor (or ceil) of the window count; with ceil_mode
+-- the last window must start inside the input or its left padding
+local function pool_out(n, k, s, p, d, ceil)
+  local span = n + 2 * p - d * (k - 1) - 1
+  local o = (ceil and math.ceil(span / s) or math.floor(span / s)) + 1
+  if ceil and (o - 1) * s >= n + p then o = o - 1 end
+  return o
+end
+
+local function ref_max_pool2d(x, k, stride, pad, dil, ceil)
+  dil = dil or 1
+  local out = {}
+  for n, img in ipairs(x) do
+    out[n] = {}
+    for c, plane in ipairs(img) do
+      local H, W = #plane, #plane[1]
+      local OH, OW = pool_out(H, k, stride, pad, dil, ceil), pool_out(W, k, stride, pad, dil, ceil)
+      out[n][c] = {}
+      for oh = 1, OH do
+        out[n][c][oh] = {}
+        for ow = 1, OW do
+          local m = -math.huge
+          for i = 1, k do
+            for j = 1, k do
+              local ih, iw = (oh - 1) * stride - pad + (i - 1) * dil + 1, (ow - 1) * stride - pad + (j - 1) * dil + 1
+              if ih >= 1 and ih <= H and iw >= 1 and iw <= W then m = math.max(m, plane[ih][iw]) end
+            end
+          end
+          out[n][c][oh][ow] = m
+        end
+      end
+    end
+  end
+  return out
+end
+
+describe("nn.MaxPool2d", function()
+  before_each(function() accel.set_seed(6) end)
+
+  pool_it("takes the maximum of each window (stride, padding, dilation, ceil_mode)", function()
+    local x = accel.randn(2, 3, 6, 7, {dtype = f64})
+    local lx = x:tolist()
+    close(nn.MaxPool2d(2)(x), T(ref_max_pool2d(lx, 2, 2, 0)))
+    close(nn.MaxPool2d(3, {stride = 2, padding = 1})(x), T(ref_max_pool2d(lx, 3, 2, 1)))
+    close(nn.MaxPool2d(2, {stride = 1, dilation = 2})(x), T(ref_max_pool2d(lx, 2, 1, 0, 2)))
+    close(nn.MaxPool2d(2, {ceil_mode = true})(x), T(ref_max_pool2d(lx, 2, 2, 0, 1, true)))
+  end)
+
+  pool_it("returns the positions of the maxima with return_indices", function()
+    local x = accel.randn(1, 2, 4, 6, {dtype = f64})
+    local values, indices = nn.MaxPool2d(2, {return_indices = true})(x)
+    assert.equals(accel.int64, indices.dtype)
+    local flat = x:reshape(1, 2, 24)
+    close(flat:gather(3, indices:reshape(1, 2, 6)):reshape(1, 2, 2, 3), values, 0)
+  end)
+
+  pool_it("routes the gradient to the maxima", function()
+    check_grad(function(x) return nn.MaxPool2d(2)(x) end, {gc.randn(1, 2, 4, 4)})
+  end)
+end)
+
+describe("shape modules", function()
+  it("Flatten keeps dim 1 by default (PyTorch's flatten(1))", function()
+    local x = accel.randn(2, 3, 4, 5)
+    local y = nn.Flatten()(x)
+    assert.same({2, 60}, shape_of(y))
+    close(y, x:reshape(2, 60), 0)
+    local z = nn.Flatten(2, 3)(x)
+    assert.same({2, 12, 5}, shape_of(z))
+    local u = nn.Unflatten(2, {3, 20})(y)
+    assert.same({2, 3, 20}, shape_of(u))
+    close(u, x:reshape(2, 3, 20), 0)
+    assert.is_true(rawequal(nn.Identity(1, 2)(x), x))
+  end)
+end)
+
+describe("activations", function()
+  local xs = {-3.5, -2, -1.25, -0.5, -0.1, 0.2, 0.7, 1, 1.9, 3.2}
+  local x = T(xs)
+
+  local cases = {
+    {"ReLU", nn.ReLU(), function(v) return math.max(v, 0) end},
+    {"GELU", nn.GELU(), function(v) return 0.5 * v * (1 + erf(v / math.sqrt(2))) end},
+    {"GELU tanh", nn.GELU({approximate = "tanh"}),
+      function(v) return 0.5 * v * (1 + tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v ^ 3))) end},
+    {"SiLU", nn.SiLU(), function(v) return v * sigmoid(v) end},
+    {"Tanh", nn.Tanh(), tanh},
+    {"Sigmoid", nn.Sigmoid(), sigmoid},
+    {"LeakyReLU", nn.LeakyReLU(), function(v) return v > 0 and v or 0.01 * v end},
+    {"LeakyReLU(0.2)", nn.LeakyReLU(0.2), function(v) return v > 0 and v or 0.2 * v end},
+    {"Identity", nn.Identity(), function(v) return v end},
+  }
+  for _, c in ipairs(cases) do
+    it(c[1] .. " matches its formula and has correct gradients", function()
+      close(c[2](x), T(map(xs, c[3])), 1e-12)
+      check_grad(function(t) return c[2](t) end, {gc.leaf(x)})
+    end)
+  end
+
+  it("Softmax and LogSoftmax along a 1-based dim", function()
+    local rows = {{1, 2, 3}, {-1, 0.5, 4}}
+    local t = T(rows)
+    local function softmax_rows(r)
+      local out = {}
+      for i, row in ipairs(r) do
+        local m, s = math.max(table.unpack(row)), 0
+        for _, v in ipairs(row) do s = s + math.exp(v - m) end
+        out[i] = {}
+        for j, v in ipairs(row) do out[i][j] = math.exp(v - m) / s end
+      end
+      return out
+    end
+    close(nn.Softmax(2)(t), T(softmax_rows(rows)))
+    close(nn.Softmax(-1)(t), T(softmax_rows(rows)))
+    close(nn.LogSoftmax(2)(t), T(map(softmax_rows(rows), math.log)))
+    close(nn.Softmax(1)(t):t(), T(softmax_rows(t:t():tolist())))
+    check_grad(function(a) return nn.LogSoftmax(1)(a) end, {gc.randn(3, 4)})
+    check_grad(function(a) return nn.Softmax(2)(a) end, {gc.randn(3, 4)})
+    local ok, err = pcall(function() nn.Softmax() end)
+    assert.is_false(ok)
+    assert.matches("dim must be given", err)
+  end)
+end)
+
+-- ---- losses ----
+
+local function ref_cross_entropy(logits, target, ignore, eps, reduction)
+  local losses, total, count = {}, 0, 0
+  for i, row in ipairs(logits) do
+    local m, s = math.max(table.unpack(row)), 0
+    for _, v in ipairs(row) do s = s + math.exp(v - m) end
+    local lse = m + math.log(s)
+    local y = target[i]
+    local l = 0
+    if y ~= ignore then
+      local smooth = 0
+      for _, v in ipairs(row) do smooth = smooth + (lse - v) end
+      l = (1 - eps) * (lse - row[y + 1]) + eps / #row * smooth
+      total, count = total + l, count + 1
+    end
+    losses[i] = l
+  end
+  if reduction == "none" then return losses end
+  if reduction == "sum" then return total end
+  return total / count
+end
+
+describe("losses", function()
+  before_each(function() accel.set_seed(7) end)
+
+  it("CrossEntropyLoss with ignore_index and label_smoothing", function()
+    local logits = accel.randn(6, 4, {dtype = f64})
+    local target = accel.tensor({0, 3, -100, 2, 1, 3})
+    local lt, tt = logits:tolist(), target:tolist()
+    for _, o in ipairs({{}, {label_smoothing = 0.1}, {reduction = "sum", label_smoothing = 0.3}, {reduction = "none"}}) do
+      local crit = nn.CrossEntropyLoss(o)
+      local ref = ref_cross_entropy(lt, tt, -100, o.label_smoothing or 0, o.reduction or "mean")
+      close(crit(logits, target), T(ref), 1e-12)
+    end
+    local t2 = accel.tensor({0, 3, 1, 2, 1, 3})
+    close(nn.CrossEntropyLoss({ignore_index = 1})(logits, t2), T(ref_cross_entropy(lt, t2:tolist(), 1, 0, "mean")), 1e-12)
+    check_grad(function(z) return nn.CrossEntropyLoss({label_smoothing = 0.2})(z, target) end, {gc.leaf(logits)})
+    local ok, err = pcall(function() nn.CrossEntropyLoss({weight = accel.ones(4)}) end)
+    assert.is_false(ok)
+    assert.matches("per%-class weight is not supported", err)
+    ok, err = pcall(function() nn.CrossEntropyLoss({reduction = "avg"}) end)
+    assert.is_false(ok)
+    assert.matches('reduction must be "mean", "sum" or "none"', err)
+  end)
+
+  it("NLLLoss picks -input[target] and skips ignore_index", function()
+    local logp = F.log_softmax(accel.randn(5, 3, {dtype = f64}), 2)
+    local target = accel.tensor({2, 0, 1, 1, 2})
+    local lp, tt = logp:tolist(), target:tolist()
+    local s = 0
+    for i = 1, 5 do s = s - lp[i][tt[i] + 1] end
+    close(nn.NLLLoss()(logp, target), T(s / 5), 1e-12)
+    local s2 = 0
+    for i = 1, 5 do if tt[i] ~= 1 then s2 = s2 - lp[i][tt[i] + 1] end end
+    close(nn.NLLLoss({ignore_index = 1})(logp, target), T(s2 / 3), 1e-12)
+    close(nn.NLLLoss({reduction = "sum"})(logp, target), T(s), 1e-12)
+    check_grad(function(z) return nn.NLLLoss()(z, target) end, {gc.randn(5, 3)})
+  end)
+
+  it("MSELoss and L1Loss", function()
+    local a, b = accel.randn(3, 4, {dtype = f64}), accel.randn(3, 4, {dtype = f64})
+    local la, lb = a:reshape(12):tolist(), b:reshape(12):tolist()
+    local sq, ab = 0, 0
+    for i = 1, 12 do
+      sq = sq + (la[i] - lb[i]) ^ 2
+      ab = ab + math.abs(la[i] - lb[i])
+    end
+    close(nn.MSELoss()(a, b), T(sq / 12), 1e-12)
+    close(nn.MSELoss({reduction = "sum"})(a, b), T(sq), 1e-12)
+    close(nn.L1Loss()(a, b), T(ab / 12), 1e-12)
+    assert.same({3, 4}, shape_of(nn.L1Loss({reduction = "none"})(a, b)))
+    check_grad(function(x, y) return nn.MSELoss()(x, y) end, {gc.leaf(a), gc.leaf(b)})
+    check_grad(function(x) return nn.L1Loss()(x, b) end, {gc.leaf(a)})
+  end)
+
+  it("BCEWithLogitsLoss, with pos_weight", function()
+    local x = accel.randn(4, 3, {dtype = f64}) * 3
+    local y = accel.rand(4, 3, {dtype = f64}):gt(0.5):double()
+    local pw = T({1, 2, 0.5})
+    local lx, ly, lpw = x:tolist(), y:tolist(), pw:tolist()
+    local s, spw = 0, 0
+    for i = 1, 4 do
+      for j = 1, 3 do
+        local p = sigmoid(lx[i][j])
+        s = s - (ly[i][j] * math.log(p) + (1 - ly[i][j]) * math.log(1 - p))
+        spw = spw - (lpw[j] * ly[i][j] * math.log(p) + (1 - ly[i][j]) * math.log(1 - p))
+      end
+    end
+    close(nn.BCEWithLogitsLoss()(x, y), T(s / 12), 1e-12)
+    local crit = nn.BCEWithLogitsLoss({pos_weight = pw})
+    close(crit(x, y), T(spw / 12), 1e-12)
+    assert.same({"pos_weight"}, crit:state_dict_keys())
+    check_grad(function(z) return crit(z, y) end, {gc.leaf(x)})
+  end)
+end)
+
+-- ---- MultiheadAttention ----
+
+describe("nn.MultiheadAttention", function()
+  local fx = accel.load("tests/fixtures/nn_mha.safetensors")
+  local function loaded(o)
+    local mha = nn.MultiheadAttention(8, 2, o):eval()
+    mha:load_state_dict({in_proj_weight = fx.in_proj_weight, in_proj_bias = fx.in_proj_bias,
+                         ["out_proj.weight"] = fx["out_proj.weight"], ["out_proj.bias"] = fx["out_proj.bias"]})
+    return mha
+  end
+
+  it("has PyTorch's parameters and initialisation", function()
+    accel.set_seed(8)
+    local mha = nn.MultiheadAttention(64, 4)
+    assert.same({"in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"}, mha:state_dict_keys())
+    local bound = math.sqrt(6 / (64 + 3 * 64))
+    local _, std, lo, hi = stats(mha.in_proj_weight)
+    assert.is_true(lo >= -bound and hi <= bound)
+    assert.is_true(math.abs(std / (bound / math.sqrt(3)) - 1) < 0.03)
+    assert.equals(0, mha.in_proj_bias:abs():max():item())
+    assert.equals(0, mha.out_proj.bias:abs():max():item())
+    _, _, lo, hi = stats(mha.out_proj.weight)
+    assert.is_true(lo >= -1 / 8 and hi <= 1 / 8)
+    local ok, err = pcall(function() nn.MultiheadAttention(10, 3) end)
+    assert.is_false(ok)
+    assert.matches("embed_dim %(10%) must be divisible by num_heads %(3%)", err)
+  end)
+
+  it("matches PyTorch: self-attention, causal masks, cross-attention, key padding, per-head weights", function()
+    local mha = loaded()
+    local x, q, k, v = fx.x, fx.q, fx.k, fx.v
+    local out, w = mha(x, x, x)
+    close(out, fx.out_self, 1e-5)
+    close(w, fx.w_self, 1e-5)
+    local causal = accel.full({4, 4}, -math.huge):triu(1)
+    out, w = mha(x, x, x, {attn_mask = causal})
+    close(out, fx.out_causal, 1e-5)
+    close(w, fx.w_causal, 1e-5)
+    out, w = mha(x, x, x, {attn_mask = accel.ones(4, 4, {dtype = accel.bool}):triu(1)})
+    close(out, fx.out_causal, 1e-5)
+    out, w = mha(x, x, x, {is_causal = true})
+    close(out, fx.out_causal, 1e-5)
+    close(w, fx.w_causal, 1e-5)
+    out, w = mha(q, k, v)
+    close(out, fx.out_cross, 1e-5)
+    close(w, fx.w_cross, 1e-5)
+    out, w = mha(q, k, v, {key_padding_mask = fx.kpm})
+    close(out, fx.out_kpm, 1e-5)
+    close(w, fx.w_kpm, 1e-5)
+    local _, wh = mha(q, k, v, {average_attn_weights = false})
+    close(wh, fx.w_heads, 1e-5)
+    out, w = mha(q, k, v, {need_weights = false})
+    close(out, fx.out_cross, 1e-5)
+    assert.is_nil(w)
+  end)
+
+  it("batch_first and unbatched inputs give the same numbers", function()
+    local bf = loaded({batch_first = true})
+    local out, w = bf(fx.q:transpose(1, 2), fx.k:transpose(1, 2), fx.v:transpose(1, 2))
+    close(out:transpose(1, 2), fx.out_cross, 1e-5)
+    close(w, fx.w_cross, 1e-5)
+    local mha = loaded()
+    local o1, w1 = mha(fx.q:select(2, 2), fx.k:select(2, 2), fx.v:select(2, 2))
+    close(o1, fx.out_cross:select(2, 2), 1e-5)
+    close(w1, fx.w_cross[2], 1e-5)
+  end)
+
+  it("has correct gradients for inputs and every parameter", function()
+    accel.set_seed(9)
+    local mha = nn.MultiheadAttention(4, 2):double()
+    nn.init.normal_(mha.in_proj_bias)
+    nn.init.normal_(mha.out_proj.bias)
+    local x = gc.randn(3, 2, 4)
+    check_grad(function(a) return (mha(a, a, a, {is_causal = true})) end,
+      {x, mha.in_proj_weight, mha.in_proj_bias, mha.out_proj.weight, mha.out_proj.bias})
+    local q, kv = gc.randn(2, 1, 4), gc.randn(3, 1, 4)
+    check_grad(function(a, b) local _, w = mha(a, b, b); return w end, {q, kv, mha.in_proj_weight})
+  end)
+
+  it("rejects mis-shaped inputs and masks", function()
+    local mha = loaded()
+    local ok, err = pcall(function() mha(accel.randn(4, 2, 6), fx.k, fx.v) end)
+    assert.is_false(ok)
+    assert.matches("query must be 3%-D with last dim embed_dim=8", err)
+    ok, err = pcall(function() mha(fx.x, fx.x, fx.x, {attn_mask = accel.zeros(3, 4)}) end)
+    assert.is_false(ok)
+    assert.matches("attn_mask of shape", err)
+  end)
+end)
+
+-- ---- nn.init ----
+
+describe("nn.init", function()
+  local init = nn.init
+  before_each(function() accel.set_seed(10) end)
+
+  it("uniform_ / normal_ / constant_ / zeros_ / ones_ / eye_", function()
+    local t = accel.empty(200, 100)
+    assert.is_true(rawequal(init.uniform_(t, -2, 3), t))
+    local mean, std, lo, hi = stats(t)
+    assert.is_true(lo >= -2 and hi <= 3 and math.abs(mean - 0.5) < 0.05)
+    assert.is_true(math.abs(std - 5 / math.sqrt(12)) < 0.03)
+    init.uniform_(t)
+    _, _, lo, hi = stats(t)
+    assert.is_true(lo >= 0 and hi <= 1)
+    init.normal_(t, 1, 0.5)
+    mean, std = stats(t)
+    assert.is_true(math.abs(mean - 1) < 0.02 and math.abs(std - 0.5) < 0.01)
+    init.normal_(t, {std = 0.02})
+    mean, std = stats(t)
+    assert.is_true(math.abs(mean) < 0.001 and math.abs(std - 0.02) < 0.001)
+    init.constant_(t, 0.25)
+    assert.is_true(t:min():item() == 0.25 and t:max():item() == 0.25)
+    init.zeros_(t)
+    assert.equals(0, t:abs():max():item())
+    init.ones_(t)
+    assert.equals(1, t:min():item())
+    close(init.eye_(accel.empty(2, 3, {dtype = f64})), T({{1, 0, 0}, {0, 1, 0}}), 0)
+  end)
+
+  it("xavier_uniform_ / xavier_normal_ use fan_in + fan_out", function()
+    local t = accel.empty(300, 200)
+    init.xavier_uniform_(t)
+    local bound = math.sqrt(6 / 500)
+    local _, std, lo, hi = stats(t)
+    assert.is_true(lo >= -bound and hi <= bound)
+    assert.is_true(math.abs(std / (bound / math.sqrt(3)) - 1) < 0.02)
+    init.xavier_uniform_(t, {gain = 2})
+    _, _, lo, hi = stats(t)
+    assert.is_true(hi > bound and hi <= 2 * bound)
+    init.xavier_normal_(t, 3)
+    _, std = stats(t)
+    assert.is_true(math.abs(std / (3 * math.sqrt(2 / 500)) - 1) < 0.02)
+  end)
+
+  it("kaiming_uniform_ / kaiming_normal_ with a, mode and nonlinearity", function()
+    local t = accel.empty(64, 32, 3, 3) -- fan_in 288, fan_out 576
+    init.kaiming_uniform_(t)            -- leaky_relu, a = 0: gain sqrt(2)
+    local bound = math.sqrt(2) * math.sqrt(3 / 288)
+    local _, std, lo, hi = stats(t)
+    assert.is_true(lo >= -bound and hi <= bound and hi > 0.99 * bound)
+    init.kaiming_uniform_(t, math.sqrt(5))
+    bound = 1 / math.sqrt(288)
+    _, std, lo, hi = stats(t)
+    assert.is_true(lo >= -bound and hi <= bound and hi > 0.99 * bound)
+    init.kaiming_normal_(t, {mode = "fan_out", nonlinearity = "relu"})
+    _, std = stats(t)
+    assert.is_true(math.abs(std / math.sqrt(2 / 576) - 1) < 0.02)
+    init.kaiming_normal_(t, 0, "fan_in", "linear")
+    _, std = stats(t)
+    assert.is_true(math.abs(std / math.sqrt(1 / 288) - 1) < 0.02)
+    local ok, err = pcall(function() init.kaiming_uniform_(accel.empty(5)) end)
+    assert.is_false(ok)
+    assert.matches("fewer than 2 dimensions", err)
+    ok, err = pcall(function() init.kaiming_normal_(t, {mode = "fan_mid"}) end)
+    assert.is_false(ok)
+    assert.matches("mode fan_mid not supported", err)
+  end)
+
+  it("trunc_normal_ stays in [a, b] with the truncated normal's spread", function()
+    local t = accel.empty(100000, {dtype = f64})
+    init.trunc_normal_(t)
+    local mean, std, lo, hi = stats(t)
+    assert.is_true(lo >= -2 and hi <= 2)
+    -- N(0,1) truncated to [-2, 2]: variance 1 - 2*2*phi(2) / (Phi(2) - Phi(-2))
+    local phi2 = math.exp(-2) / math.sqrt(2 * math.pi)
+    local mass = erf(2 / math.sqrt(2))
+    assert.is_true(math.abs(std - math.sqrt(1 - 4 * phi2 / mass)) < 0.01, std)
+    assert.is_true(math.abs(mean) < 0.01)
+    init.trunc_normal_(t, {std = 0.02, a = -0.04, b = 0.04})
+    _, _, lo, hi = stats(t)
+    assert.is_true(lo >= -0.04 and hi <= 0.04)
+  end)
+
+  it("orthogonal_ gives orthonormal rows or columns", function()
+    local tall = init.orthogonal_(accel.empty(6, 4, {dtype = f64}))
+    close(tall:t():matmul(tall), accel.zeros(4, 4, {dtype = f64}) + T({{1, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, 1, 0}, {0, 0, 0, 1}}), 1e-12)
+    local wide = init.orthogonal_(accel.empty(3, 5, {dtype = f64}), 2)
+    close(wide:matmul(wide:t()), T({{4, 0, 0}, {0, 4, 0}, {0, 0, 4}}), 1e-12)
+  end)
+
+  it("calculate_gain follows PyTorch's table", function()
+    assert.equals(1, init.calculate_gain("linear"))
+    assert.equals(1, init.calculate_gain("conv2d"))
+    assert.equals(1, init.calculate_gain("sigmoid"))
+    assert.equals(5 / 3, init.calculate_gain("tanh"))
+    assert.equals(math.sqrt(2), init.calculate_gain("relu"))
+    assert.equals(math.sqrt(2 / (1 + 0.01 ^ 2)), init.calculate_gain("leaky_relu"))
+    assert.equals(math.sqrt(2 / (1 + 0.2 ^ 2)), init.calculate_gain("leaky_relu", 0.2))
+    assert.equals(0.75, init.calculate_gain("selu"))
+    local ok, err = pcall(function() init.calculate_gain("swish") end)
+    assert.is_false(ok)
+    assert.matches("unsupported nonlinearity swish", err)
+  end)
+
+  it("works on parameters without recording autograd, reproducibly after set_seed", function()
+    local p = nn.Parameter(accel.empty(4, 4))
+    init.xavier_uniform_(p)
+    assert.is_true(p.is_leaf and p.requires_grad)
+    assert.is_nil(p.grad_fn)
+    accel.set_seed(123)
+    local a = init.normal_(accel.empty(10)):clone()
+    local l1 = nn.Linear(3, 3)
+    accel.set_seed(123)
+    local b = init.normal_(accel.empty(10))
+    local l2 = nn.Linear(3, 3)
+    assert.equals(0, max_abs_diff(a, b))
+    assert.equals(0, max_abs_diff(l1.weight, l2.weight))
+    -- float64 tensors get float64 draws (not rounded float32 values)
+    local d = init.uniform_(accel.empty(1000, {dtype = f64}))
+    assert.is_true(max_abs_diff(d, d:float()) > 0)
+  end)
+end)

@@ -1,0 +1,489 @@
+-- optim_spec.lua: busted spec, run inside accel-lua
+--   build/accel-lua /usr/bin/busted tests/lua/optim_spec.lua
+-- accel.optim's SGD / Adam / AdamW against PyTorch 1.13
+-- (tests/fixtures/optim_steps.safetensors, written by
+-- scripts/fixtures/make_optim_fixtures.py: 10 steps over a fixed gradient
+-- sequence, float64 and float32), param groups, state_dict round trips,
+-- zero_grad, closures, error cases, and nn.utils' gradient clipping against
+-- closed forms.
+local accel = require("accel")
+local optim = accel.optim
+local nn = accel.nn
+
+local FIXTURE = "tests/fixtures/optim_steps.safetensors"
+local STEPS = 10
+
+-- Must match CONFIGS in scripts/fixtures/make_optim_fixtures.py.
+local CONFIGS = {
+  sgd_plain = {"SGD", nil, {lr = 0.1}},
+  sgd_momentum = {"SGD", nil, {lr = 0.1, momentum = 0.9, dampening = 0.1}},
+  sgd_nesterov = {"SGD", nil, {lr = 0.05, momentum = 0.9, nesterov = true, weight_decay = 0.01}},
+  sgd_wd = {"SGD", nil, {lr = 0.1, weight_decay = 0.1}},
+  sgd_maximize = {"SGD", nil, {lr = 0.1, momentum = 0.5, maximize = true}},
+  adam = {"Adam", nil, {lr = 0.01}},
+  adam_wd = {"Adam", nil, {lr = 0.01, betas = {0.8, 0.99}, weight_decay = 0.1}},
+  adam_amsgrad = {"Adam", nil, {lr = 0.01, amsgrad = true, weight_decay = 0.05}},
+  adamw = {"AdamW", nil, {lr = 0.01}},
+  adamw_amsgrad_max = {"AdamW", nil, {lr = 0.02, weight_decay = 0.1, amsgrad = true, maximize = true, eps = 1e-6}},
+  groups_sgd = {"SGD", function(p1, p2)
+    return {{params = {p1}, lr = 0.1}, {params = {p2}, lr = 0.01, momentum = 0.9}}
+  end, {lr = 0.05}},
+  groups_adamw = {"AdamW", function(p1, p2)
+    return {{params = {p1}}, {params = {p2}, lr = 0.1, weight_decay = 0.0}}
+  end, {lr = 0.01}},
+  adamw_skip = {"AdamW", nil, {lr = 0.05, weight_decay = 0.02}},
+}
+
+-- Tolerances (relative, plus an absolute floor for values near zero).
+-- float64 runs the same formulas as torch: agreement to rounding.
+-- float32: torch's and our kernels round a few operations differently.
+local TOL = {f64 = {rel = 1e-12, abs = 1e-14}, f32 = {rel = 1e-6, abs = 1e-7}}
+
+local fx = accel.load(FIXTURE)
+
+local function flat(t)
+  local out, v = {}, t:reshape(-1):tolist()
+  for i = 1, #v do out[i] = v[i] end
+  return out
+end
+
+-- asserts |a - b| <= rel |b| + abs elementwise; returns the worst relative error
+local function assert_close(actual, expected, tol, what)
+  local a, b = flat(actual), flat(expected)
+  assert.are.equal(#b, #a, what .. ": element count")
+  local worst = 0
+  for i = 1, #b do
+    local d = math.abs(a[i] - b[i])
+    if d > tol.rel * math.abs(b[i]) + tol.abs then
+      error(("%s: element %d is %.17g, expected %.17g (diff %.3g)"):format(what, i, a[i], b[i], d), 2)
+    end
+    if b[i] ~= 0 then worst = math.max(worst, d / math.abs(b[i])) end
+  end
+  return worst
+end
+
+local function leaf(t) return t:clone():requires_grad_(true) end
+
+-- Runs a fixture config for STEPS steps; calls check(step, p1, p2) after each.
+local function run_config(dname, name, check, first, last, opt, p1, p2)
+  local cls, groups, opts = table.unpack(CONFIGS[name])
+  if not opt then
+    p1, p2 = leaf(fx[dname .. ".init.p1"]), leaf(fx[dname .. ".init.p2"])
+    opt = optim[cls](groups and groups(p1, p2) or {p1, p2}, opts)
+  end
+  local g1, g2, skip = fx[dname .. ".grad.p1"], fx[dname .. ".grad.p2"], fx["skip_p2"]
+  for s = first or 1, last or STEPS do
+    p1.grad = g1[s]:clone()
+    if name == "adamw_skip" and skip[s]:item() == 1 then p2.grad = nil else p2.grad = g2[s]:clone() end
+    opt:step()
+    if check then check(s, p1, p2) end
+  end
+  return opt, p1, p2
+end
+
+describe("optimizers match PyTorch", function()
+  local names = {}
+  for name in pairs(CONFIGS) do names[#names + 1] = name end
+  table.sort(names)
+  for _, dname in ipairs({"f64", "f32"}) do
+    for _, name in ipairs(names) do
+      it(("%s %s, %d steps"):format(name, dname, STEPS), function()
+        run_config(dname, name, function(s, p1, p2)
+          assert_close(p1, fx[("%s.%s.p1"):format(dname, name)][s], TOL[dname], ("%s step %d p1"):format(name, s))
+          assert_close(p2, fx[("%s.%s.p2"):format(dname, name)][s], TOL[dname], ("%s step %d p2"):format(name, s))
+        end)
+      end)
+    end
+  end
+
+  it("the fixture really moves the parameters (and differs between configs)", function()
+    local init = fx["f64.init.p1"]
+    for name in pairs(CONFIGS) do
+      assert.is_false(fx["f64." .. name .. ".p1"][STEPS]:allclose(init, 0, 1e-3), name)
+    end
+    assert.is_false(fx["f64.adam.p1"]:allclose(fx["f64.adamw.p1"]))
+    assert.is_false(fx["f64.sgd_momentum.p1"]:allclose(fx["f64.sgd_nesterov.p1"]))
+  end)
+end)
+
+describe("optimizer behaviour", function()
+  it("keeps parameters leaves that require grad, float32 state like the params", function()
+    local opt, p1 = run_config("f32", "adam_amsgrad", nil, 1, 2)
+    assert.is_true(p1.is_leaf)
+    assert.is_true(p1.requires_grad)
+    local st = opt.state[p1]
+    assert.are.equal(2, st.step)
+    assert.are.equal(math.type(st.step), "integer")
+    for _, k in ipairs({"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}) do
+      assert.are.equal(accel.float32, st[k].dtype)
+      assert.are.same({3, 5}, {st[k]:size(1), st[k]:size(2)})
+      assert.is_false(st[k].requires_grad)
+    end
+  end)
+
+  it("bumps the parameter's version: a graph that saved it refuses backward", function()
+    local p = accel.tensor({1.0, 2.0}, {requires_grad = true})
+    local opt = optim.SGD({p}, {lr = 0.1})
+    local y = (p * p):sum()
+    p.grad = accel.tensor({1.0, 1.0})
+    opt:step()
+    assert.has_error(function() y:backward() end)
+  end)
+
+  it("skips parameters whose grad is nil (no update, no state)", function()
+    local a, b = accel.tensor({1.0, 2.0}, {requires_grad = true}), accel.tensor({3.0}, {requires_grad = true})
+    for _, cls in ipairs({"SGD", "Adam", "AdamW"}) do
+      local opt = optim[cls]({a, b}, {lr = 0.1, momentum = cls == "SGD" and 0.9 or nil})
+      a.grad, b.grad = accel.tensor({1.0, 1.0}), nil
+      opt:step()
+      assert.are.same({3.0}, b:tolist())
+      assert.is_nil(opt.state[b])
+      assert.is_not_nil(opt.state[a])
+    end
+  end)
+
+  it("updates a non-contiguous parameter in place", function()
+    local base = accel.arange(6, {dtype = accel.float64}):reshape(2, 3)
+    local p = base:t()
+    p:requires_grad_(true)
+    assert.is_false(p:is_contiguous())
+    local opt = optim.SGD({p}, {lr = 0.5})
+    p.grad = accel.ones(3, 2, {dtype = accel.float64})
+    opt:step()
+    assert.are.same({{-0.5, 2.5}, {0.5, 3.5}, {1.5, 4.5}}, p:tolist())
+    assert.are.same({{-0.5, 0.5, 1.5}, {2.5, 3.5, 4.5}}, base:tolist())
+  end)
+
+  it("casts a gradient of another float dtype to the parameter's", function()
+    local p = accel.tensor({1.0, 2.0}, {requires_grad = true})
+    local opt = optim.SGD({p}, {lr = 1})
+    p.grad = accel.tensor({0.25, 0.5}, {dtype = accel.float64})
+    opt:step()
+    assert.are.same({0.75, 1.5}, p:tolist())
+  end)
+
+  it("large tensors (parallel chunks) follow Adam's first step closed form", function()
+    local n = 100003
+    local p0 = accel.randn(n, {dtype = accel.float64})
+    local g = accel.randn(n, {dtype = accel.float64})
+    local p = leaf(p0)
+    local lr, eps = 1e-2, 1e-8
+    local opt = optim.Adam({p}, {lr = lr, eps = eps})
+    p.grad = g
+    opt:step()
+    -- step 1: m_hat = g, v_hat = g^2 -> p = p0 - lr g / (|g| + eps)
+    local want = p0 - g * lr / (g:abs() + eps)
+    assert.is_true(p:detach():allclose(want, 1e-12, 1e-15))
+    -- and float32 against the same formula in float32
+    local q = leaf(p0:float())
+    local opt32 = optim.AdamW({q}, {lr = lr, eps = eps, weight_decay = 0})
+    q.grad = g:float()
+    opt32:step()
+    assert.is_true(q:detach():double():allclose(want, 1e-5, 1e-7))
+  end)
+
+  it("param groups: different lr per group, lr writable between steps", function()
+    local f64 = {requires_grad = true, dtype = accel.float64}
+    local a, b = accel.tensor({1.0}, f64), accel.tensor({1.0}, f64)
+    local opt = optim.SGD({{params = {a}}, {params = {b}, lr = 0.5}}, {lr = 0.1})
+    assert.are.equal(0.1, opt.param_groups[1].lr)
+    assert.are.equal(0.5, opt.param_groups[2].lr)
+    assert.are.equal(0, opt.param_groups[2].momentum)
+    a.grad, b.grad = accel.ones(1, {dtype = accel.float64}), accel.ones(1, {dtype = accel.float64})
+    opt:step()
+    assert.are.same({0.9}, a:tolist())
+    assert.are.same({0.5}, b:tolist())
+    opt.param_groups[1].lr = 0.25
+    opt:step()
+    assert.are.equal(0.9 - 0.25, a:item())
+    assert.are.same({0.0}, b:tolist())
+  end)
+
+  it("add_param_group fills defaults and refuses a parameter already present", function()
+    local a, b = accel.zeros(2, {requires_grad = true}), accel.zeros(3, {requires_grad = true})
+    local opt = optim.AdamW({a}, {lr = 0.01, betas = {0.8, 0.9}})
+    opt:add_param_group({params = {b}, lr = 0.1})
+    local g = opt.param_groups[2]
+    assert.are.equal(0.1, g.lr)
+    assert.are.same({0.8, 0.9}, g.betas)
+    assert.are.equal(0.01, g.weight_decay)
+    assert.are.equal(1e-8, g.eps)
+    assert.are.equal(false, g.amsgrad)
+    -- betas tables are not shared between groups
+    g.betas[1] = 0.5
+    assert.are.equal(0.8, opt.param_groups[1].betas[1])
+    local ok, err = pcall(opt.add_param_group, opt, {params = {a}})
+    assert.is_false(ok)
+    assert.matches("optim_spec.lua:%d+: AdamW: some parameters appear in more than one parameter group", err)
+  end)
+
+  it("zero_grad sets grads to nil by default, or zeroes them", function()
+    local a = accel.tensor({1.0, 2.0}, {requires_grad = true})
+    local opt = optim.SGD({a}, {lr = 0.1})
+    a.grad = accel.tensor({3.0, 4.0})
+    opt:zero_grad()
+    assert.is_nil(a.grad)
+    a.grad = accel.tensor({3.0, 4.0})
+    local g = a.grad
+    opt:zero_grad({set_to_none = false})
+    assert.are.equal(g, a.grad)
+    assert.are.same({0.0, 0.0}, a.grad:tolist())
+    opt:zero_grad(false)
+    assert.are.same({0.0, 0.0}, a.grad:tolist())
+  end)
+
+  it("step(closure) evaluates the closure with grad enabled and returns its loss", function()
+    local w = accel.tensor({2.0}, {requires_grad = true})
+    local opt = optim.SGD({w}, {lr = 0.1})
+    local loss = accel.no_grad(function()
+      return opt:step(function()
+        opt:zero_grad()
+        local l = (w * w):sum()
+        l:backward()
+        return l
+      end)
+    end)
+    assert.are.equal(4.0, loss:item())
+    assert.is_true(math.abs(w:item() - 1.6) < 1e-6) -- 2 - 0.1 * 4
+    assert.is_nil(opt:step())
+  end)
+
+  it("prints its param groups", function()
+    local opt = optim.Adam({accel.zeros(1, {requires_grad = true})}, {lr = 0.5})
+    local s = tostring(opt)
+    assert.matches("^Adam %(", s)
+    assert.matches("Parameter Group 1", s, 1, true)
+    assert.matches("betas: (0.9, 0.999)", s, 1, true)
+    assert.matches("lr: 0.5", s, 1, true)
+  end)
+end)
+
+describe("optimizer state_dict", function()
+  local function copy_params(p1, p2) return leaf(p1:detach()), leaf(p2:detach()) end
+
+  for _, case in ipairs({{"f32", "adam_amsgrad"}, {"f32", "sgd_nesterov"}, {"f64", "adamw_skip"},
+    {"f32", "groups_adamw"}}) do
+    local dname, name = case[1], case[2]
+    it(("save after 4 steps, load into a new optimizer, continue == uninterrupted (%s %s)"):format(name, dname),
+      function()
+        local _, u1, u2 = run_config(dname, name)
+        local opt, p1, p2 = run_config(dname, name, nil, 1, 4)
+        local sd = opt:state_dict()
+        local q1, q2 = copy_params(p1, p2)
+        local cls, groups, opts = table.unpack(CONFIGS[name])
+        local fresh = optim[cls](groups and groups(q1, q2) or {q1, q2}, cls == "SGD" and {lr = 123} or {})
+        fresh:load_state_dict(sd)
+        -- the loaded state is a copy: running the old optimizer on does not touch it
+        run_config(dname, name, nil, 5, 6, opt, p1, p2)
+        run_config(dname, name, nil, 5, STEPS, fresh, q1, q2)
+        assert.is_true(q1:equal(u1), "p1 bitwise equal")
+        assert.is_true(q2:equal(u2), "p2 bitwise equal")
+        assert.are.equal(opts.lr or 0.01, fresh.param_groups[1].lr)
+      end)
+  end
+
+  it("has PyTorch's structure with 1-based parameter indices", function()
+    local a, b, c = accel.zeros(2, {requires_grad = true}), accel.zeros(3, {requires_grad = true}),
+      accel.zeros(1, {requires_grad = true})
+    local opt = optim.Adam({{params = {a, b}}, {params = {c}, lr = 0.5}}, {lr = 0.1, betas = {0.8, 0.9}})
+    a.grad, c.grad = accel.ones(2), accel.ones(1)
+    opt:step()
+    opt:step()
+    local sd = opt:state_dict()
+    assert.are.same({1, 2}, sd.param_groups[1].params)
+    assert.are.same({3}, sd.param_groups[2].params)
+    assert.are.same({0.8, 0.9}, sd.param_groups[1].betas)
+    assert.are.equal(0.1, sd.param_groups[1].lr)
+    assert.are.equal(0.5, sd.param_groups[2].lr)
+    assert.are.equal(false, sd.param_groups[1].amsgrad)
+    assert.is_nil(sd.state[2]) -- b never had a gradient
+    assert.are.equal(2, sd.state[1].step)
+    assert.are.equal(2, sd.state[3].step)
+    assert.is_true(accel.is_tensor(sd.state[1].exp_avg))
+    assert.is_true(accel.is_tensor(sd.state[3].exp_avg_sq))
+    -- param_groups in the dict are copies
+    sd.param_groups[1].betas[1] = 0
+    assert.are.equal(0.8, opt.param_groups[1].betas[1])
+    -- keys as strings (e.g. after JSON) load too
+    local opt2 = optim.Adam({{params = {a, b}}, {params = {c}}}, {lr = 0.1})
+    opt2:load_state_dict({state = {["1"] = sd.state[1], ["3"] = sd.state[3]}, param_groups = sd.param_groups})
+    assert.are.equal(2, opt2.state[a].step)
+    assert.are.equal(0, opt2.param_groups[1].betas[1])
+  end)
+
+  it("SGD's momentum buffer round-trips; SGD without momentum keeps no state", function()
+    local a = accel.tensor({1.0}, {requires_grad = true})
+    local opt = optim.SGD({a}, {lr = 0.1, momentum = 0.9})
+    a.grad = accel.tensor({1.0})
+    opt:step()
+    local sd = opt:state_dict()
+    assert.are.same({1.0}, sd.state[1].momentum_buffer:tolist())
+    local plain = optim.SGD({a}, {lr = 0.1})
+    plain:step()
+    assert.are.same({}, plain:state_dict().state)
+  end)
+
+  it("refuses a state dict that does not fit", function()
+    local a, b = accel.zeros(2, {requires_grad = true}), accel.zeros(3, {requires_grad = true})
+    local opt = optim.Adam({a, b})
+    a.grad, b.grad = accel.ones(2), accel.ones(3)
+    opt:step()
+    local sd = opt:state_dict()
+    local function fails(o, d, pattern)
+      local ok, err = pcall(o.load_state_dict, o, d)
+      assert.is_false(ok)
+      assert.matches(pattern, err)
+    end
+    fails(optim.Adam({{params = {a}}, {params = {b}}}), sd, "loaded state dict has 1 parameter groups, but the optimizer has 2")
+    fails(optim.Adam({a}), sd, "parameter group 1 has 2 parameters, but the optimizer's group has 1")
+    local c = accel.zeros(4, {requires_grad = true})
+    fails(optim.Adam({a, c}), sd, "state 'exp_avg' of parameter 2 has shape %[3%] but the parameter has shape %[4%]")
+    fails(optim.Adam({a, b}), {state = {[7] = {step = 1}}, param_groups = sd.param_groups},
+      "state for parameter 7, which is in none of its parameter groups")
+    fails(optim.Adam({a, b}), {}, "load_state_dict expects a table")
+  end)
+end)
+
+describe("optimizer errors", function()
+  local p = accel.zeros(2, {requires_grad = true})
+  local function fails(pattern, f, ...)
+    local ok, err = pcall(f, ...)
+    assert.is_false(ok, "expected an error matching " .. pattern)
+    assert.matches("optim_spec.lua:%d+: " .. pattern, err)
+  end
+
+  it("rejects bad hyper-parameters", function()
+    fails("SGD: Invalid learning rate: %-0.1", optim.SGD, {p}, {lr = -0.1})
+    fails("Adam: Invalid learning rate: %-1", optim.Adam, {p}, {lr = -1})
+    fails("AdamW: Invalid beta parameter at index 1: 1", optim.AdamW, {p}, {betas = {1.0, 0.999}})
+    fails("Adam: Invalid beta parameter at index 2: %-0.1", optim.Adam, {p}, {betas = {0.9, -0.1}})
+    fails("Adam: option 'betas' must be a list of two numbers", optim.Adam, {p}, {betas = 0.9})
+    fails("Adam: Invalid epsilon value", optim.Adam, {p}, {eps = -1e-8})
+    fails("Adam: Invalid weight_decay value", optim.Adam, {p}, {weight_decay = -1})
+    fails("SGD: Invalid momentum value", optim.SGD, {p}, {momentum = -0.5})
+    fails("SGD: Nesterov momentum requires a momentum and zero dampening", optim.SGD, {p}, {nesterov = true})
+    fails("SGD: Nesterov momentum requires", optim.SGD, {p}, {nesterov = true, momentum = 0.9, dampening = 0.1})
+    fails("SGD: unknown option 'lrr'", optim.SGD, {p}, {lrr = 0.1})
+    fails("AdamW: option 'lr' must be a number", optim.AdamW, {p}, {lr = "0.1"})
+    fails("SGD: Invalid learning rate", optim.SGD, {{params = {p}, lr = -2}}, {lr = 0.1})
+    fails("Adam: differentiable = true is not supported", optim.Adam, {p}, {differentiable = true})
+  end)
+
+  it("rejects bad parameter lists", function()
+    fails("SGD: optimizer got an empty parameter list", optim.SGD, {}, {lr = 0.1})
+    fails("Adam: params must be a list of tensors or of param%-group tables, got a single tensor", optim.Adam, p)
+    fails("Adam: params%[2%] is the same tensor as params%[1%]", optim.Adam, {p, p})
+    local q = accel.zeros(1, {requires_grad = true})
+    fails("Adam: some parameters appear in more than one parameter group", optim.Adam,
+      {{params = {p, q}}, {params = {q}}})
+    fails("SGD: optimizer can only optimize tensors, but params%[2%] is a number", optim.SGD, {p, 3})
+    local nonleaf = p * 2
+    fails("AdamW: can't optimize a non%-leaf tensor", optim.AdamW, {nonleaf})
+    fails("Adam: params%[1%] is accel.int64; optimizers update float32 or float64", optim.Adam, {accel.zeros(2, {dtype = accel.int64})})
+    fails("SGD: a param group needs a 'params' list", optim.SGD, {{lr = 0.1}})
+    fails("Adam: params must be a list .*, got a table that is not a list %(for a module, pass model:parameters%(%)%)",
+      optim.Adam, {weight = p})
+  end)
+
+  it("reports a parameter the C update cannot take, before changing anything", function()
+    local a = accel.zeros(2, {requires_grad = true})
+    local opt = optim.Adam({a})
+    -- a bfloat16 parameter slipped into the group after construction
+    local h = accel.zeros(3, {dtype = accel.bfloat16, requires_grad = true})
+    opt.param_groups[1].params[2] = h
+    a.grad, h.grad = accel.ones(2), accel.ones(3, {dtype = accel.bfloat16})
+    fails("Adam: parameter 2 is bfloat16; optimizers update float32 or float64 parameters", opt.step, opt)
+    -- the group is checked before any update: a is untouched, no state was made
+    assert.are.same({0.0, 0.0}, a:tolist())
+    assert.is_nil(opt.state[a])
+    local two = optim.SGD({{params = {a}}, {params = {accel.zeros(1, {requires_grad = true})}}}, {lr = 0.1})
+    two.param_groups[2].params[1] = h
+    fails("SGD %(param group 2%): parameter 1 is bfloat16", two.step, two)
+  end)
+end)
+
+describe("nn.utils clipping", function()
+  local function params(...)
+    local out = {}
+    for i, g in ipairs({...}) do
+      out[i] = accel.zeros(#g, {requires_grad = true})
+      out[i].grad = accel.tensor(g)
+    end
+    return out
+  end
+
+  it("clip_grad_norm_ scales by max_norm / (total + 1e-6) when above", function()
+    local ps = params({3.0, 4.0}, {12.0}) -- total 2-norm 13
+    local total = nn.utils.clip_grad_norm_(ps, 6.5)
+    assert.are.equal(0, total:dim())
+    assert.are.equal(accel.float32, total.dtype)
+    assert.are.equal(13.0, total:item())
+    local c = 6.5 / (13 + 1e-6)
+    assert.is_true(ps[1].grad:allclose(accel.tensor({3 * c, 4 * c}), 1e-6, 0))
+    assert.is_true(ps[2].grad:allclose(accel.tensor({12 * c}), 1e-6, 0))
+  end)
+
+  it("clip_grad_norm_ leaves gradients alone below max_norm and skips nil grads", function()
+    local ps = params({3.0, 4.0}, {12.0})
+    ps[3] = accel.zeros(2, {requires_grad = true})
+    local total = nn.utils.clip_grad_norm_(ps, 100)
+    assert.are.equal(13.0, total:item())
+    assert.are.same({3.0, 4.0}, ps[1].grad:tolist())
+    assert.are.same({12.0}, ps[2].grad:tolist())
+    assert.are.equal(0.0, nn.utils.clip_grad_norm_({ps[3]}, 1.0):item())
+  end)
+
+  it("clip_grad_norm_ with norm_type 1, inf and 3", function()
+    local ps = params({3.0, -4.0}, {-12.0})
+    assert.are.equal(19.0, nn.utils.clip_grad_norm_(ps, 100, {norm_type = 1}):item())
+    assert.are.equal(12.0, nn.utils.clip_grad_norm_(ps, 100, {norm_type = math.huge}):item())
+    assert.are.equal(12.0, nn.utils.clip_grad_norm_(ps, 100, {norm_type = "inf"}):item())
+    local want3 = (27 + 64 + 1728) ^ (1 / 3)
+    assert.is_true(math.abs(nn.utils.clip_grad_norm_(ps, 100, {norm_type = 3}):item() - want3) < 1e-5 * want3)
+    nn.utils.clip_grad_norm_(ps, 6, {norm_type = math.huge})
+    assert.is_true(ps[2].grad:allclose(accel.tensor({-12 * 6 / (12 + 1e-6)}), 1e-6, 0))
+  end)
+
+  it("total norm of large gradients (parallel partial sums) in float64", function()
+    local p = accel.zeros(200001, {requires_grad = true, dtype = accel.float64})
+    p.grad = accel.full({200001}, 0.5, {dtype = accel.float64})
+    local total = nn.utils.clip_grad_norm_({p}, 1e9)
+    assert.are.equal(accel.float64, total.dtype)
+    assert.is_true(math.abs(total:item() - math.sqrt(200001 * 0.25)) < 1e-9)
+    assert.are.equal(math.sqrt(200001 * 0.25), accel._C.total_norm({p.grad}, 2))
+  end)
+
+  it("clip_grad_norm_ on a non-finite norm: error when asked, else scales like PyTorch", function()
+    local ps = params({1.0, 0 / 0})
+    local ok, err = pcall(nn.utils.clip_grad_norm_, ps, 1.0, {error_if_nonfinite = true})
+    assert.is_false(ok)
+    assert.matches("optim_spec.lua:%d+: clip_grad_norm_: The total norm of order 2", err)
+    local total = nn.utils.clip_grad_norm_(ps, 1.0)
+    assert.is_true(total:item() ~= total:item())
+    local inf = params({1.0, math.huge})
+    assert.are.equal(math.huge, nn.utils.clip_grad_norm_(inf, 1.0):item())
+  end)
+
+  it("clip_grad_value_ clamps every gradient", function()
+    local ps = params({3.0, -4.0, 0.5}, {-12.0})
+    nn.utils.clip_grad_value_(ps, 1.0)
+    assert.are.same({1.0, -1.0, 0.5}, ps[1].grad:tolist())
+    assert.are.same({-1.0}, ps[2].grad:tolist())
+  end)
+
+  it("parameters_to_vector / vector_to_parameters", function()
+    local a, b = accel.tensor({{1.0, 2.0}}, {requires_grad = true}), accel.tensor({3.0}, {requires_grad = true})
+    assert.are.same({1.0, 2.0, 3.0}, nn.utils.parameters_to_vector({a, b}):tolist())
+    nn.utils.vector_to_parameters(accel.tensor({4.0, 5.0, 6.0}), {a, b})
+    assert.are.same({{4.0, 5.0}}, a:tolist())
+    assert.are.same({6.0}, b:tolist())
+    assert.has_error(function() nn.utils.vector_to_parameters(accel.tensor({1.0}), {a, b}) end)
+  end)
+
+  it("rejects bad arguments", function()
+    assert.has_error(function() nn.utils.clip_grad_norm_({1}, 1.0) end)
+    assert.has_error(function() nn.utils.clip_grad_norm_({weight = params({1.0})[1]}, 1.0) end)
+    assert.has_error(function() nn.utils.clip_grad_norm_(params({1.0}), "1") end)
+    assert.has_error(function() nn.utils.clip_grad_norm_(params({1.0}), 1.0, {norm_type = -1}) end)
+  end)
+end)

@@ -1,0 +1,277 @@
+-- progress_spec.lua: accel.progress, the tqdm-like bar. Output goes to
+-- temporary files (not terminals), so plain mode is the default there;
+-- {tty = true} forces the terminal form to check the redraw limit.
+local accel = require("accel")
+local progress = require("accel.progress")
+
+local function tmpfile()
+  local path = os.tmpname()
+  return path, assert(io.open(path, "w+b"))
+end
+
+local function contents(path, f)
+  f:flush()
+  local r = assert(io.open(path, "rb"))
+  local s = r:read("a")
+  r:close()
+  return s
+end
+
+local function lines_of(s)
+  local out = {}
+  for line in s:gmatch("([^\n]*)\n") do out[#out + 1] = line end
+  return out
+end
+
+local function busy_wait(seconds)
+  local t = accel.clock()
+  while accel.clock() - t < seconds do end
+end
+
+local PLAIN = "^(.-): (%d+)%% (%d+)/(%d+) %[(%d%d:%d%d)<([%d:?]+), ([%d.]+)it/s(.*)%]$"
+
+describe("progress.bar in plain mode (not a terminal)", function()
+  local path, f
+  before_each(function() path, f = tmpfile() end)
+  after_each(function() f:close(); os.remove(path) end)
+
+  it("prints a line each time another 10% is crossed, and one at close", function()
+    local bar = progress.bar(200, {desc = "epoch 1", file = f})
+    assert.is_false(bar.tty)
+    for _ = 1, 200 do bar:update() end
+    bar:close()
+    bar:close() -- no second final line
+    local ls = lines_of(contents(path, f))
+    assert.are.equal(10, #ls)
+    for i, line in ipairs(ls) do
+      local desc, pct, n, total, elapsed, eta, rate, post = line:match(PLAIN)
+      assert.truthy(desc, "bad line: " .. line)
+      assert.are.equal("epoch 1", desc)
+      assert.are.equal(i * 10, tonumber(pct))
+      assert.are.equal(i * 20, tonumber(n))
+      assert.are.equal("200", total)
+      assert.are.equal("00:00", elapsed)
+      assert.truthy(eta == "00:00" or eta == "?")
+      assert.is_true(tonumber(rate) > 0)
+      assert.are.equal("", post)
+    end
+  end)
+
+  it("prints at most one line per 10% for large updates and many small ones", function()
+    local bar = progress.bar(100000, {file = f})
+    for _ = 1, 100000 do bar:update(1) end
+    bar:close()
+    local ls = lines_of(contents(path, f))
+    assert.are.equal(10, #ls)
+    assert.matches("^100%% 100000/100000 %[", ls[10])
+    -- one update jumping over several 10% marks prints one line
+    local path2, f2 = tmpfile()
+    bar = progress.bar(10, {file = f2})
+    bar:update(7)
+    bar:update(1)
+    bar:update(2)
+    bar:close()
+    ls = lines_of(contents(path2, f2))
+    f2:close()
+    os.remove(path2)
+    assert.are.equal(3, #ls)
+    assert.are.same({"70% 7/10", "80% 8/10", "100% 10/10"},
+      {ls[1]:match("^%d+%% %d+/%d+"), ls[2]:match("^%d+%% %d+/%d+"), ls[3]:match("^%d+%% %d+/%d+")})
+  end)
+
+  it("shows the postfix, sorted, formatted when drawn", function()
+    local bar = progress.bar(4, {desc = "train", file = f})
+    bar:set_postfix({loss = accel.tensor(0.5), lr = 1e-3, tag = "x"})
+    bar:update(2)
+    bar:set_postfix({loss = 0.123456})
+    bar:update(2)
+    bar:close()
+    local ls = lines_of(contents(path, f))
+    assert.are.equal(2, #ls)
+    assert.matches("^train: 50%% 2/4 %[.*it/s, loss=0.5, lr=0.001, tag=x%]$", ls[1])
+    assert.matches("^train: 100%% 4/4 %[.*it/s, loss=0.1235%]$", ls[2])
+  end)
+
+  it("formats fractional counts, overshoot and special postfix values", function()
+    local bar = progress.bar(2.5, {file = f})
+    bar:update(0.5)
+    bar:close()
+    bar = progress.bar(4, {file = f})
+    bar:set_postfix({loss = 0 / 0, big = math.huge})
+    bar:update(6)
+    bar:close()
+    local ls = lines_of(contents(path, f))
+    assert.matches("^20%% 0.5/2.5 %[00:00<00:00, ", ls[1])
+    assert.matches("^100%% 6/4 %[00:00<00:00, [%d.]+it/s, big=inf, loss=%-?nan%]$", ls[2])
+    assert.are.equal(2, #ls)
+  end)
+
+  it("prints only a final line for an unknown total", function()
+    local bar = progress.bar(nil, {file = f})
+    for _ = 1, 50 do bar:update() end
+    bar:close()
+    local ls = lines_of(contents(path, f))
+    assert.are.equal(1, #ls)
+    assert.matches("^50it %[00:00, [%d.]+it/s%]$", ls[1])
+  end)
+
+  it("prints nothing when quiet or disabled", function()
+    for _, opts in ipairs({{quiet = true, file = f}, {disable = true, file = f},
+                           {disable = true, tty = true, file = f}}) do
+      local bar = progress.bar(10, opts)
+      for _ = 1, 10 do bar:update() end
+      bar:close()
+    end
+    assert.are.equal("", contents(path, f))
+  end)
+
+  it("is disabled by default on a process whose local rank is not 0", function()
+    local p = io.popen("readlink /proc/$PPID/exe")
+    local exe = p:read("l")
+    p:close()
+    local script = [[local b = require('accel.progress').bar(3, {tty = true}); b:update(3); b:close()]]
+    for rank, expect_output in pairs({["0"] = true, ["1"] = false}) do
+      p = io.popen("LOCAL_RANK=" .. rank .. " '" .. exe .. "' -e \"" .. script .. "\" 2>&1")
+      local out = p:read("a")
+      p:close()
+      assert.are.equal(expect_output, out:find("3/3", 1, true) ~= nil, "LOCAL_RANK=" .. rank .. ": " .. out)
+    end
+  end)
+
+  it("rejects bad arguments with clear errors at the caller's line", function()
+    local ok, err = pcall(function() progress.bar(-1) end)
+    assert.is_false(ok)
+    assert.matches("progress_spec.lua:%d+: progress.bar: total must be a non%-negative number or nil, got %-1", err)
+    ok, err = pcall(function() progress.bar(3, {file = 42}) end)
+    assert.matches("progress.bar: file must be a Lua file", err, 1, true)
+    ok, err = pcall(function() progress.wrap(42) end)
+    assert.matches("progress.wrap: expected an iterator function, a loader", err, 1, true)
+  end)
+end)
+
+describe("progress.bar in terminal mode", function()
+  local path, f
+  before_each(function() path, f = tmpfile() end)
+  after_each(function() f:close(); os.remove(path) end)
+
+  it("redraws one line in place, at most every mininterval", function()
+    local bar = progress.bar(20000, {desc = "fit", file = f, tty = true, ncols = 100})
+    local t0 = accel.clock()
+    for i = 1, 20000 do
+      bar:update()
+      if i % 2000 == 0 then busy_wait(0.02) end
+    end
+    local elapsed = accel.clock() - t0
+    bar:close()
+    local s = contents(path, f)
+    local _, redraws = s:gsub("\r", "")
+    assert.is_true(redraws >= 2)
+    assert.is_true(redraws <= math.floor(elapsed / 0.1) + 3, redraws .. " redraws in " .. elapsed .. " s")
+    assert.are.equal(1, select(2, s:gsub("\n", ""))) -- one line, ended at close
+    local last = s:match("\r([^\r]*)\n$")
+    assert.matches("^fit: 100%%|[^|]+| 20000/20000 %[%d%d:%d%d<00:00, [%d.]+it/s%]\27%[K$", last)
+    assert.is_nil(last:match("|([^|]+)|"):find(" ", 1, true)) -- a full bar
+    local first = s:match("^\r([^\r]*)")
+    assert.matches("^fit:   0%%| +| 0/20000 %[00:00<%?, %?it/s%]\27%[K$", first)
+  end)
+
+  it("draws partial blocks and fits the width", function()
+    local bar = progress.bar(16, {file = f, tty = true, ncols = 60, mininterval = 0})
+    bar:update(5)
+    bar:close()
+    local s = contents(path, f)
+    for line in s:gmatch("\r([^\r\n]*)") do
+      local visible = line:gsub("\27%[K$", "")
+      assert.is_true(utf8.len(visible) <= 60, visible)
+    end
+    -- 5/16 of the bar: full blocks, one partial block (eighths), then spaces
+    local bar_text = s:match(" 31%%|([^|]+)| 5/16 ")
+    local width = utf8.len(bar_text)
+    local full = select(2, bar_text:gsub("█", ""))
+    assert.are.equal(math.floor(5 / 16 * width), full)
+    local eighths = math.floor(5 / 16 * width * 8) % 8
+    local partial = ({"▏", "▎", "▍", "▌", "▋", "▊", "▉"})[eighths]
+    assert.are.equal(string.rep("█", full) .. (partial or " ") .. string.rep(" ", width - full - 1), bar_text)
+    local path2, f2 = tmpfile()
+    bar = progress.bar(4, {file = f2, tty = true, ascii = true, ncols = 50, mininterval = 0})
+    bar:update(2)
+    bar:close()
+    local s2 = contents(path2, f2)
+    f2:close()
+    os.remove(path2)
+    assert.matches(" 50%%|#+ +| 2/4 ", s2)
+  end)
+
+  it("costs little per update", function()
+    local bar = progress.bar(1000000, {file = f, tty = true})
+    local t0 = accel.clock()
+    for _ = 1, 200000 do bar:update() end
+    local per = (accel.clock() - t0) / 200000
+    bar:close()
+    assert.is_true(per < 5e-6, per * 1e6 .. " us per update")
+  end)
+end)
+
+describe("progress.wrap", function()
+  local path, f
+  before_each(function() path, f = tmpfile() end)
+  after_each(function() f:close(); os.remove(path) end)
+
+  -- a stateful iterator yielding (i, nil, i * i) for i = 1..n
+  local function triples(n)
+    local i = 0
+    return function()
+      i = i + 1
+      if i <= n then return i, nil, i * i end
+    end
+  end
+
+  it("yields exactly what the wrapped iterator yields and counts the items", function()
+    local got = {}
+    for a, b, c in progress.wrap(triples(25), 25, {file = f, desc = "w"}) do
+      got[#got + 1] = {a, b, c}
+    end
+    assert.are.equal(25, #got)
+    for i = 1, 25 do assert.are.same({i, nil, i * i}, got[i]) end
+    local ls = lines_of(contents(path, f))
+    assert.matches("^w: 100%% 25/25 %[", ls[#ls])
+  end)
+
+  it("passes the control variable like a generic for (stateless iterators)", function()
+    local keys = {}
+    local t = {10, 20, 30}
+    local inext = ipairs(t) -- ipairs' step function, called with (nil, control) as a for loop would
+    local function step(_, i) return inext(t, i or 0) end
+    for i, v in progress.wrap(step, 3, {file = f}) do keys[#keys + 1] = i .. "=" .. v end
+    assert.are.same({"1=10", "2=20", "3=30"}, keys)
+  end)
+
+  it("takes a list or a loader-like object, using # as the total", function()
+    local got = {}
+    for v in progress.wrap({"a", "b", "c"}, nil, {file = f}) do got[#got + 1] = v end
+    assert.are.same({"a", "b", "c"}, got)
+    local loader = setmetatable({}, {__len = function() return 4 end})
+    function loader:iter() return triples(4) end
+    local sum = 0
+    for a, _, c in progress.wrap(loader, nil, {file = f}) do sum = sum + a + c end
+    assert.are.equal(1 + 2 + 3 + 4 + 1 + 4 + 9 + 16, sum)
+    local ls = lines_of(contents(path, f))
+    assert.are.equal(3 + 4, #ls) -- 33%, 66%, 100% 3/3, then 25%, 50%, 75%, 100% 4/4
+    assert.matches("^100%% 3/3 %[", ls[3])
+    assert.matches("^100%% 4/4 %[", ls[7])
+  end)
+
+  it("closes the bar when the loop breaks (Lua 5.4 closing value)", function()
+    local it, _, _, bar = progress.wrap(triples(100), 100, {file = f, tty = true})
+    for a in it do
+      if a == 30 then break end
+    end
+    assert.is_nil(bar.closed) -- `it` alone is not a closing for-loop
+    for a in progress.wrap(triples(100), 100, {file = f, tty = true, desc = "b"}) do
+      if a == 30 then break end
+    end
+    local s = contents(path, f)
+    assert.matches("\rb:  29%%|[^\r]*| 29/100 [^\r]*\27%[K\n$", s)
+    bar:close()
+  end)
+end)
