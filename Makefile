@@ -4,7 +4,7 @@
 #   make             build/accel-lua, build/accel.so, build/test_*
 #   make deps        install missing Debian packages (scripts/install-deps.sh)
 #   make test        deps, all, then scripts/run-tests.sh build
-#   make run         deps, all, then build/accel-lua examples/regression.lua
+#   make run         deps, all, then trains the Fashion-MNIST MLP (examples/fashion_mnist.lua)
 #   make asan-test   ASan+UBSan build in build/asan/, then the same tests
 #   make clean
 
@@ -93,7 +93,7 @@ test: deps
 
 run: deps
 	$(MAKE) all
-	$(PROGRAM) examples/regression.lua
+	$(PROGRAM) examples/fashion_mnist.lua mlp
 
 # Sanitizer build: its own tree, same runner, leak detection on. Leak
 # reports from system libraries (not ours) are filtered by scripts/lsan.supp
