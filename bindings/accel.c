@@ -508,6 +508,8 @@ int luaopen_accel(lua_State *L) {
         lua_setfield(L, m, likes[i]);
     }
     set_dtypes(L);
+    lua_newtable(L);
+    lua_setfield(L, m, "_C");
     lu_open_autograd(L, m);
     lu_open_functions(L, m);
     lu_open_dist(L, m);

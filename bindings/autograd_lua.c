@@ -144,14 +144,6 @@ void lu_open_autograd(lua_State *L, int m) {
     lua_pushvalue(L, m);
     luaL_setfuncs(L, fns, 0);
     lua_pop(L, 1);
-    lua_getfield(L, m, "_C");
-    if (lua_isnil(L, -1)) {
-        lua_pop(L, 1);
-        lua_newtable(L);
-        lua_pushvalue(L, -1);
-        lua_setfield(L, m, "_C");
-    }
-    lua_pushcfunction(L, l_attach_custom);
-    lua_setfield(L, -2, "attach_custom");
-    lua_pop(L, 1);
+    static const luaL_Reg c_fns[] = {{"attach_custom", l_attach_custom}, {NULL, NULL}};
+    lu_register_c(L, m, c_fns);
 }

@@ -100,13 +100,5 @@ static int c_max_pool2d(lua_State *L) {
 
 void lu_open_conv(lua_State *L, int m) {
     static const luaL_Reg fns[] = {{"conv2d", c_conv2d}, {"max_pool2d", c_max_pool2d}, {NULL, NULL}};
-    lua_getfield(L, m, "_C");
-    if (lua_isnil(L, -1)) {
-        lua_pop(L, 1);
-        lua_newtable(L);
-        lua_pushvalue(L, -1);
-        lua_setfield(L, m, "_C");
-    }
-    luaL_setfuncs(L, fns, 0);
-    lua_pop(L, 1);
+    lu_register_c(L, m, fns);
 }

@@ -111,13 +111,5 @@ void lu_open_data(lua_State *L, int m) {
                                    {"read_idx", c_read_idx},      {"read_csv", c_read_csv},
                                    {"token_map", c_token_map},    {"token_blocks", c_token_blocks},
                                    {"token_ids", c_token_ids},    {NULL, NULL}};
-    lua_getfield(L, m, "_C");
-    if (lua_isnil(L, -1)) {
-        lua_pop(L, 1);
-        lua_newtable(L);
-        lua_pushvalue(L, -1);
-        lua_setfield(L, m, "_C");
-    }
-    luaL_setfuncs(L, fns, 0);
-    lua_pop(L, 1);
+    lu_register_c(L, m, fns);
 }

@@ -322,13 +322,5 @@ void lu_open_dist(lua_State *L, int m) {
         {"dist_get_timeout", l_get_timeout}, {"dist_progress", l_progress}, {"dist_abort", l_abort},
         {NULL, NULL}};
     open_work(L);
-    lua_getfield(L, m, "_C");
-    if (lua_isnil(L, -1)) {
-        lua_pop(L, 1);
-        lua_newtable(L);
-        lua_pushvalue(L, -1);
-        lua_setfield(L, m, "_C");
-    }
-    luaL_setfuncs(L, fns, 0);
-    lua_pop(L, 1);
+    lu_register_c(L, m, fns);
 }

@@ -227,12 +227,5 @@ void lu_open_fs(lua_State *L, int m) {
                                    {"fs_listdir", c_fs_listdir}, {"fs_stat", c_fs_stat}, {"file_size", c_file_size}, {"fs_crc32", c_fs_crc32},
                                    {"fs_fsync", c_fs_fsync}, {"getpid", c_getpid},
                                    {"sleep_ms", c_sleep_ms}, {NULL, NULL}};
-    if (lua_getfield(L, m, "_C") == LUA_TNIL) {
-        lua_pop(L, 1);
-        lua_newtable(L);
-        lua_pushvalue(L, -1);
-        lua_setfield(L, m, "_C");
-    }
-    luaL_setfuncs(L, fns, 0);
-    lua_pop(L, 1);
+    lu_register_c(L, m, fns);
 }

@@ -64,18 +64,13 @@ static int c_set_autocast(lua_State *L) {
     return 1;
 }
 
+/* raise(msg): a Lua error at the user's file:line (first frame outside the library) */
+static int c_raise(lua_State *L) { return lu_error(L, "%s", luaL_checkstring(L, 1)); }
+
 void lu_open_functions(lua_State *L, int m) {
     static const luaL_Reg fns[] = {{"linear", c_linear}, {"cross_entropy", c_cross_entropy}, {"layer_norm", c_layer_norm},
                                    {"embedding", c_embedding}, {"softmax", c_softmax}, {"dropout", c_dropout},
-                                   {"set_autocast", c_set_autocast},
+                                   {"set_autocast", c_set_autocast}, {"raise", c_raise},
                                    {NULL, NULL}};
-    lua_getfield(L, m, "_C");
-    if (lua_isnil(L, -1)) {
-        lua_pop(L, 1);
-        lua_newtable(L);
-        lua_pushvalue(L, -1);
-        lua_setfield(L, m, "_C");
-    }
-    luaL_setfuncs(L, fns, 0);
-    lua_pop(L, 1);
+    lu_register_c(L, m, fns);
 }

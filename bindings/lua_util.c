@@ -364,3 +364,10 @@ void lu_open_device(lua_State *L) {
     lua_setfield(L, -2, "__index");
     lua_pop(L, 1);
 }
+
+/* Add fns to accel._C (the module at index m must already hold _C). */
+void lu_register_c(lua_State *L, int m, const luaL_Reg *fns) {
+    lua_getfield(L, m, "_C");
+    luaL_setfuncs(L, fns, 0);
+    lua_pop(L, 1);
+}

@@ -70,6 +70,8 @@ void lu_gc_account(lua_State *L, size_t n);
 void lu_open_tensor(lua_State *L); /* registers the Tensor metatable */
 void lu_open_device(lua_State *L);
 int lu_device_new(lua_State *L);
+/* Add functions to accel._C (created by luaopen_accel before any lu_open_*). */
+void lu_register_c(lua_State *L, int module_idx, const luaL_Reg *fns);
 void lu_open_autograd(lua_State *L, int module_idx);
 /* Run ag_backward with custom Lua Function backwards called on L (the running
  * thread); returns ag_backward's result. */

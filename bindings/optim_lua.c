@@ -139,13 +139,5 @@ static int c_total_norm(lua_State *L) {
 void lu_open_optim(lua_State *L, int m) {
     static const luaL_Reg fns[] = {{"sgd_step", c_sgd_step}, {"adam_step", c_adam_step},
                                    {"total_norm", c_total_norm}, {NULL, NULL}};
-    lua_getfield(L, m, "_C");
-    if (lua_isnil(L, -1)) {
-        lua_pop(L, 1);
-        lua_newtable(L);
-        lua_pushvalue(L, -1);
-        lua_setfield(L, m, "_C");
-    }
-    luaL_setfuncs(L, fns, 0);
-    lua_pop(L, 1);
+    lu_register_c(L, m, fns);
 }

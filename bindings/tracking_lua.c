@@ -2,7 +2,7 @@
  * (bindings/lua/accel/tracking.lua, progress.lua): the few things Lua's
  * standard library cannot do. CRC-32C for TFRecord framing, fsync of an open
  * Lua file, isatty and the terminal's width, wall-clock time, the host
- * name, mkdir -p, and raise (an error at the user's file:line). */
+ * name and mkdir -p. */
 #include "lua_util.h"
 #include "../core/crc32c.h"
 
@@ -97,21 +97,9 @@ static int c_mkdirs(lua_State *L) {
     return 0;
 }
 
-/* raise(msg): error "file:line: msg" at the first frame outside the embedded
- * library, for library Lua code whose callers may themselves be library code */
-static int c_raise(lua_State *L) { return lu_error(L, "%s", luaL_checkstring(L, 1)); }
-
 void lu_open_tracking(lua_State *L, int m) {
     static const luaL_Reg fns[] = {{"crc32c", c_crc32c}, {"masked_crc32c", c_masked_crc32c}, {"fsync", c_fsync},
                                    {"isatty", c_isatty}, {"terminal_width", c_terminal_width}, {"wall_time", c_wall_time}, {"hostname", c_hostname},
-                                   {"mkdirs", c_mkdirs}, {"raise", c_raise}, {NULL, NULL}};
-    lua_getfield(L, m, "_C");
-    if (lua_isnil(L, -1)) {
-        lua_pop(L, 1);
-        lua_newtable(L);
-        lua_pushvalue(L, -1);
-        lua_setfield(L, m, "_C");
-    }
-    luaL_setfuncs(L, fns, 0);
-    lua_pop(L, 1);
+                                   {"mkdirs", c_mkdirs}, {NULL, NULL}};
+    lu_register_c(L, m, fns);
 }

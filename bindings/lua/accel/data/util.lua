@@ -5,15 +5,7 @@ local U = {}
 
 -- error(msg) positioned at the first Lua frame outside the embedded library
 -- (the user's call site), as lu_error does for C errors.
-function U.fail(msg)
-  local level = 2
-  while true do
-    local info = debug.getinfo(level, "Sl")
-    if not info then return error(msg, 0) end
-    if info.currentline > 0 and info.source:sub(1, 8) ~= "=[accel]" then return error(msg, level) end
-    level = level + 1
-  end
-end
+function U.fail(msg) return require("accel.util").raise("%s", msg) end
 
 function U.failf(fmt, ...) return U.fail(string.format(fmt, ...)) end
 

@@ -50,22 +50,8 @@ local M = {}
 
 -- ---- errors at the user's line ----
 
--- Level (for error()) of the first Lua frame outside the embedded library.
-local function user_level()
-  local level = 3
-  while true do
-    local info = debug.getinfo(level, "Sl")
-    if not info then return 2 end
-    if info.currentline > 0 and info.source:sub(1, 8) ~= "=[accel]" then return level - 1 end
-    level = level + 1
-  end
-end
-
 -- error(msg) reported at the first frame of the user's code.
-function M.raise(fmt, ...)
-  local msg = select("#", ...) > 0 and fmt:format(...) or fmt
-  error(msg, user_level())
-end
+M.raise = require("accel.util").raise
 local raise = M.raise
 
 -- ---- Parameter ----

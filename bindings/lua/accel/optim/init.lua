@@ -38,19 +38,7 @@ local optim = {}
 
 -- ---- errors at the user's line ----
 
-local function user_level()
-  local level = 3
-  while true do
-    local info = debug.getinfo(level, "Sl")
-    if not info then return 2 end
-    if info.currentline > 0 and info.source:sub(1, 8) ~= "=[accel]" then return level - 1 end
-    level = level + 1
-  end
-end
-
-local function raise(fmt, ...)
-  error(select("#", ...) > 0 and fmt:format(...) or fmt, user_level())
-end
+local raise = require("accel.util").raise
 optim._raise = raise
 
 local is_tensor = accel.is_tensor
