@@ -39,7 +39,7 @@ static void read_answer(const Session *s, const char *question, const char *def,
     if (len < 0) len = 0;
     while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r' || line[len - 1] == ' '))
         len--;
-    size_t start = line ? strspn(line, " \t") : 0;
+    size_t start = len > 0 ? strspn(line, " \t") : 0; /* at end of input line holds no string */
     if ((size_t)len <= start)
         snprintf(buf, n, "%s", def ? def : "");
     else
