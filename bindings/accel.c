@@ -403,6 +403,7 @@ static const struct { const char *name, *module; } exports[] = {
     {"FullyShardedDataParallelPlugin", "accel.accelerator"},
     {"ProjectConfiguration", "accel.accelerator"},
     {"PartialState", "accel.accelerator"},
+    {"DistributedDataParallelKwargs", "accel.accelerator"},
 };
 
 /* require(module) and return its field k (module itself when k is NULL). */
@@ -512,7 +513,9 @@ int luaopen_accel(lua_State *L) {
     lua_setfield(L, m, "_C");
     lu_open_autograd(L, m);
     lu_open_functions(L, m);
+    lu_open_attention(L, m);
     lu_open_dist(L, m);
+    lu_open_ddp(L, m);
     lu_open_conv(L, m);
     lu_open_data(L, m);
     lu_open_optim(L, m);

@@ -66,6 +66,7 @@ Tensor *lu_tensor_or_scalar(lua_State *L, int idx, const Tensor *like);
 
 /* Report n bytes of tensor memory to the Lua GC. */
 void lu_gc_account(lua_State *L, size_t n);
+void lu_gc_after_backward(lua_State *L); /* full collection after backward (lua_util.c) */
 
 void lu_open_tensor(lua_State *L); /* registers the Tensor metatable */
 void lu_open_device(lua_State *L);
@@ -83,5 +84,7 @@ void lu_open_tracking(lua_State *L, int module_idx); /* crc32c, fsync, isatty, m
 void lu_open_fs(lua_State *L, int module_idx); /* fs_write, fs_rename, fs_crc32, fs_listdir, ... (fs_lua.c) */
 void lu_open_data(lua_State *L, int module_idx); /* data_lua.c: data_randperm, read_idx, read_csv, token_map, ... */
 void lu_open_dist(lua_State *L, int module_idx); /* dist_lua.c: dist_all_reduce, dist_all_gather, ... (core/dist.h) */
+void lu_open_ddp(lua_State *L, int module_idx); /* ddp_lua.c: ddp_reducer (core/ddp.h) */
+void lu_open_attention(lua_State *L, int module_idx); /* attention_lua.c: scaled_dot_product_attention (fused) */
 
 #endif

@@ -623,6 +623,7 @@ static int t_backward(lua_State *L) {
     Tensor *t = SELF;
     Tensor *g = lu_to_tensor(L, 2);
     if (lu_run_backward(L, t, g) < 0) lu_core_error(L);
+    lu_gc_after_backward(L);
     return 0;
 }
 

@@ -1,4 +1,14 @@
-/* autograd.c: recording nodes and the backward engine (see autograd.h). */
+/* autograd.c: recording nodes and the backward engine (see autograd.h).
+ *
+ * Leaf hooks (Tensor.grad_hook, used by DDP's gradient reducer): while
+ * counting dependencies, the engine also counts, per backward pass, the
+ * edges that lead to each hooked leaf; each edge is settled when its node
+ * has run (with or without a gradient for that input), and the hook runs
+ * once, when the last edge is settled and at least one gradient arrived.
+ * So a leaf used several times (a tied weight, a layer applied twice) is
+ * reported once, with its complete gradient. A node that no gradient
+ * reached still "runs" (its backward is skipped) so that the counts below
+ * it settle. */
 #include "autograd.h"
 #include "ops.h"
 #include "pool.h"
@@ -6,6 +16,9 @@
 #include <string.h>
 
 static __thread bool grad_enabled = true;
+static uint32_t backward_pass, pass_counter; /* the pass running (0: none), for leaf hooks */
+
+uint32_t ag_backward_pass(void) { return backward_pass; }
 
 /* Nodes with up to POOLED_EDGES inputs come from a free list. */
 #define POOLED_EDGES 3
@@ -137,11 +150,19 @@ static Tensor *fit_grad(Tensor *g, const AGEdge *e) {
 }
 
 /* acc = acc + g (acc may be NULL: takes g). */
+bool ag_sole_owner(const Tensor *t) {
+    return t->refcount == 1 && t->storage->refcount == 1 && !t->is_view && !t->grad_fn && tensor_is_contiguous(t);
+}
+
 static int accumulate(Tensor **acc, Tensor *g) {
     if (!*acc) {
         *acc = tensor_retain(g);
         return 0;
     }
+    Tensor *a = *acc; /* held by nothing else: add in place */
+    if (ag_sole_owner(a) && a->dtype == g->dtype && a->ndim == g->ndim &&
+        !memcmp(a->shape, g->shape, sizeof(int64_t) * (size_t)a->ndim))
+        return op_binary_(KB_ADD, a, g);
     Tensor *sum = op_binary(KB_ADD, *acc, g);
     if (!sum) return -1;
     tensor_release(*acc);
@@ -155,12 +176,32 @@ static int accumulate_leaf(Tensor *leaf, Tensor *g) {
     if (leaf->grad) {
         if (op_binary_(KB_ADD, leaf->grad, g) < 0) return -1;
     } else {
-        Tensor *c = g->refcount == 1 && !g->is_view && tensor_is_contiguous(g) ? tensor_retain(g) : tensor_clone(g);
+        Tensor *c = ag_sole_owner(g) ? tensor_retain(g) : tensor_clone(g);
         if (!c) return -1;
         leaf->grad = c;
     }
-    if (leaf->grad_hook) leaf->grad_hook(leaf, leaf->grad_hook_ud);
     return 0;
+}
+
+/* ---- leaf hooks ---- */
+
+/* count_deps: one more edge of this pass leads to the leaf. */
+static void leaf_count(Tensor *leaf) {
+    if (!leaf->grad_hook) return;
+    if (leaf->ag_pass != backward_pass) {
+        leaf->ag_pass = backward_pass;
+        leaf->ag_pending = 0;
+        leaf->ag_got = false;
+    }
+    leaf->ag_pending++;
+}
+
+/* An edge to the leaf is settled (got: it brought a gradient); after the
+ * last one, the hook runs if anything arrived. */
+static void leaf_settle(Tensor *leaf, bool got) {
+    if (!leaf->grad_hook || leaf->ag_pass != backward_pass) return;
+    leaf->ag_got = leaf->ag_got || got;
+    if (--leaf->ag_pending == 0 && leaf->ag_got) leaf->grad_hook(leaf, leaf->grad_hook_ud);
 }
 
 /* ---- the engine ---- */
@@ -207,6 +248,7 @@ static int count_deps(AGNode *root, NodeList *all) {
         AGNode *n = stack.v[--stack.n];
         for (int k = 0; k < n->n_in; k++) {
             AGNode *p = n->edges[k].fn;
+            if (n->edges[k].leaf) leaf_count(n->edges[k].leaf);
             if (!p) continue;
             if (p->stack_next != p) {
                 p->stack_next = p;
@@ -230,18 +272,32 @@ static int run_node(AGNode *n, NodeList *ready) {
     memset(gin, 0, sizeof *gin * (size_t)n->n_in);
     Tensor *gout = n->grad_acc;
     n->grad_acc = NULL;
-    int rc = n->backward(n, gout, gin);
+    if (n->backward_acc && n->n_in == 1 && n->edges[0].fn) { /* adds into the producer's gradient itself */
+        AGNode *p = n->edges[0].fn;
+        int rc = gout ? n->backward_acc(n, gout, &p->grad_acc) : 0;
+        tensor_release(gout);
+        if (rc == 0 && --p->deps == 0) rc = list_push(ready, p);
+        if (gin != gin_stack) free(gin);
+        node_free_saved(n);
+        n->released = true;
+        return rc;
+    }
+    int rc = gout ? n->backward(n, gout, gin) : 0; /* no gradient reached it: none for its inputs */
     tensor_release(gout);
     for (int k = 0; rc == 0 && k < n->n_in; k++) {
         AGEdge *e = &n->edges[k];
-        if (!gin[k] || (!e->fn && !e->leaf)) continue;
-        Tensor *g = fit_grad(gin[k], e);
-        if (!g) rc = -1;
-        else if (e->fn) {
-            rc = accumulate(&e->fn->grad_acc, g);
+        if (!e->fn && !e->leaf) continue;
+        Tensor *g = gin[k] ? fit_grad(gin[k], e) : NULL;
+        if (gin[k] && !g) rc = -1;
+        tensor_release(gin[k]); /* g owns it now: a sole owner can be adopted or added into */
+        gin[k] = NULL;
+        if (rc < 0) break;
+        if (e->fn) {
+            if (g) rc = accumulate(&e->fn->grad_acc, g);
             if (rc == 0 && --e->fn->deps == 0) rc = list_push(ready, e->fn);
         } else {
-            rc = accumulate_leaf(e->leaf, g);
+            if (g) rc = accumulate_leaf(e->leaf, g);
+            if (rc == 0) leaf_settle(e->leaf, g != NULL);
         }
         tensor_release(g);
     }
@@ -270,10 +326,15 @@ int ag_backward(Tensor *root, Tensor *grad) {
     if (!g) return -1;
     bool prev = ag_set_grad_enabled(false);
     int rc = 0;
+    uint32_t outer = backward_pass; /* a backward run from inside a custom Function's backward */
+    if (++pass_counter == 0) pass_counter = 1; /* 0 means none */
+    backward_pass = pass_counter;
     if (!root->grad_fn) {
         rc = accumulate_leaf(root, g);
+        if (rc == 0 && root->grad_hook) root->grad_hook(root, root->grad_hook_ud);
         tensor_release(g);
         ag_set_grad_enabled(prev);
+        backward_pass = outer;
         return rc;
     }
     AGNode *top = node_retain(root->grad_fn);
@@ -297,5 +358,6 @@ int ag_backward(Tensor *root, Tensor *grad) {
     list_free(&ready);
     ag_node_release(top);
     ag_set_grad_enabled(prev);
+    backward_pass = outer;
     return rc;
 }

@@ -19,6 +19,14 @@ typedef struct AGNode AGNode;
  * may be broadcast-larger than the input's: the engine reduces them.
  * Returns 0, or -1 with an error set. */
 typedef int (*AGBackwardFn)(AGNode *n, Tensor *gout, Tensor **gin);
+/* Optional, for one-input nodes whose gradient covers only part of their
+ * input (narrow, select): add it straight into *acc, the producer's
+ * accumulated gradient (the input's shape and dtype; NULL: create it), so
+ * that a split into k parts costs k slice writes, not k full-size zero
+ * tensors summed. The engine uses it instead of backward when the input
+ * comes from another node (never for leaves). Returns 0, or -1 with an
+ * error set. */
+typedef int (*AGAccumulateFn)(AGNode *n, Tensor *gout, Tensor **acc);
 
 typedef struct AGEdge {
     AGNode *fn;    /* producer of this input, or NULL */
@@ -42,6 +50,7 @@ struct AGNode {
     double p[4];     /* op scalars */
     int64_t i[TENSOR_MAX_DIMS * 2]; /* op integers (dims, shapes) */
     void *ctx;
+    AGAccumulateFn backward_acc; /* optional, see AGAccumulateFn */
     /* engine scratch */
     int deps;
     Tensor *grad_acc;
@@ -70,8 +79,17 @@ static inline bool ag_input_needs_grad(const AGNode *n, int k) {
 void ag_node_release(AGNode *n);
 
 /* Run backward from root with gradient grad (NULL: root must have one
- * element, gradient 1). Returns 0 or -1 with error. */
+ * element, gradient 1). Returns 0 or -1 with error. Leaves' grad_hooks run
+ * once per pass, after their last contribution (see autograd.c). */
 int ag_backward(Tensor *root, Tensor *grad);
+/* A number identifying the backward pass running now (0 outside backward);
+ * every ag_backward call gets a new one. */
+uint32_t ag_backward_pass(void);
+
+/* Whether a gradient tensor is held by nothing else (no other reference,
+ * view, graph or Lua value), so the engine may add into it in place or
+ * adopt it as a leaf's .grad. */
+bool ag_sole_owner(const Tensor *t);
 
 /* Reduce a (broadcast) gradient to a shape by summing; new reference. */
 Tensor *ag_sum_to(Tensor *g, const int64_t *shape, int ndim);

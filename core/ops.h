@@ -79,4 +79,9 @@ Tensor *op_conv2d_padded(Tensor *x, Tensor *w, Tensor *b, const int64_t stride[2
 Tensor *op_max_pool2d(Tensor *x, const int64_t kernel[2], const int64_t stride[2], const int64_t padding[2],
                       const int64_t dilation[2], bool ceil_mode, Tensor **indices);
 
+/* ---- fused attention (ops_attention.c) ---- */
+/* softmax(scale q k^T [causal]) v for q (B, H, L, D) or (N, L, D), k, v with
+ * the same batch dims; the (L, S) scores are never formed. */
+Tensor *op_scaled_dot_product_attention(Tensor *q, Tensor *k, Tensor *v, double scale, bool causal);
+
 #endif

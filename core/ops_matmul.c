@@ -95,7 +95,10 @@ static bool foldable(const Tensor *a) {
     return true;
 }
 
-static Tensor *mm_forward(Tensor *a, Tensor *b) {
+/* a @ b, and with bias (broadcast over the rows; may be NULL) the GEMM
+ * accumulates onto the bias copied into the output (beta = 1), so adding it
+ * costs a write pass, not a separate read-modify-write one. */
+static Tensor *mm_forward(Tensor *a, Tensor *b, Tensor *bias) {
     int64_t K = a->shape[a->ndim - 1];
     if (b->shape[b->ndim - 2] != K)
         return accel_fail("matmul: shapes %s and %s cannot be multiplied (%lld != %lld)", tensor_shape_str(a),
@@ -111,6 +114,11 @@ static Tensor *mm_forward(Tensor *a, Tensor *b) {
     DType rd = dtype_promote(a->dtype, b->dtype);
     Tensor *out = tensor_empty(oshape, bnd + 2, acc, a->device);
     if (!out) return NULL;
+    const double beta = bias ? 1.0 : 0.0;
+    if (bias && tensor_copy_(out, bias) < 0) {
+        tensor_release(out);
+        return NULL;
+    }
     int rc;
     bool shared_b = b->ndim == 2 || shape_numel(b->shape, b->ndim - 2) == 1;
     if (shared_b && a->ndim > 2 && foldable(a) && shape_numel(a->shape, a->ndim - 2) == shape_numel(bshape, bnd)) {
@@ -121,9 +129,9 @@ static Tensor *mm_forward(Tensor *a, Tensor *b) {
         b2.ndim = 2, b2.shape[0] = K, b2.shape[1] = N;
         b2.stride[0] = b->stride[b->ndim - 2], b2.stride[1] = b->stride[b->ndim - 1];
         b2.requires_grad = false, b2.grad_fn = NULL;
-        rc = matmul_into(out, &a2, &b2, NULL, 0, 0.0);
+        rc = matmul_into(out, &a2, &b2, NULL, 0, beta);
     } else {
-        rc = matmul_into(out, a, b, bshape, bnd, 0.0);
+        rc = matmul_into(out, a, b, bshape, bnd, beta);
     }
     if (rc < 0) {
         tensor_release(out);
@@ -162,7 +170,7 @@ static int bw_mm(AGNode *n, Tensor *g, Tensor **gin) {
 }
 
 static Tensor *mm_nd(Tensor *a, Tensor *b) {
-    Tensor *out = mm_forward(a, b);
+    Tensor *out = mm_forward(a, b, NULL);
     AGNode *n = out ? ag_record("mm", bw_mm, out, (Tensor *[]){a, b}, 2) : NULL;
     if (n) ag_save(n, a), ag_save(n, b);
     return out;
@@ -233,12 +241,14 @@ static Tensor *linear_impl(Tensor *x, Tensor *w, Tensor *b) {
         return accel_fail("linear: bias of shape %s does not match weight of shape %s", tensor_shape_str(b), tensor_shape_str(w));
     bool prev = ag_set_grad_enabled(false);
     Tensor *wt = tensor_transpose(w, 0, 1);
-    Tensor *y = wt ? op_matmul(x, wt) : NULL;
-    tensor_release(wt);
-    if (y && b && op_binary_(KB_ADD, y, b) < 0) {
-        tensor_release(y);
-        y = NULL;
+    Tensor *y = NULL;
+    if (wt && x->ndim == 1) { /* (in) @ (in, out): matmul's vector rules, then the bias */
+        y = op_matmul(x, wt);
+        if (y && b && op_binary_(KB_ADD, y, b) < 0) tensor_release(y), y = NULL;
+    } else if (wt) {
+        y = mm_forward(x, wt, b);
     }
+    tensor_release(wt);
     ag_set_grad_enabled(prev);
     Tensor *ins[3] = {x, w, b};
     AGNode *n = y ? ag_record("linear", bw_linear, y, ins, b ? 3 : 2) : NULL;

@@ -47,9 +47,17 @@ typedef struct Tensor {
     bool is_view;          /* shares storage with a tensor that existed before */
     struct Tensor *grad;   /* accumulated gradient (leaves) */
     struct AGNode *grad_fn;
-    /* called after a gradient is accumulated into this leaf's .grad */
+    /* Called once per backward pass, after this leaf's LAST gradient
+     * contribution of that pass has been accumulated into .grad (a leaf
+     * used twice, e.g. a tied weight, gets one call); not called when the
+     * pass brought it no gradient. See autograd.c. */
     void (*grad_hook)(struct Tensor *self, void *ud);
     void *grad_hook_ud;
+    /* engine scratch for hooked leaves: the pass that counted them, the
+     * contributions still to come in it, whether one arrived */
+    uint32_t ag_pass;
+    int32_t ag_pending;
+    bool ag_got;
 } Tensor;
 
 /* ---- storage and lifetime ---- */

@@ -3,6 +3,7 @@
  * contiguous / clone / detach / dtype casts, with their backward rules. */
 #include "tensor.h"
 #include "autograd.h"
+#include "ops.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,27 @@ static int bw_narrow(AGNode *n, Tensor *g, Tensor **gin) {
     tensor_release(part);
     gin[0] = z;
     return 0;
+}
+
+/* The same, added straight into the producer's gradient *acc (see
+ * AGAccumulateFn): a split into k parts writes k slices of one tensor. */
+static int acc_narrow(AGNode *n, Tensor *g, Tensor **acc) {
+    const AGEdge *e = &n->edges[0];
+    Tensor *a = *acc;
+    const bool fresh = !a;
+    if (fresh || !ag_sole_owner(a) || a->dtype != e->dtype) { /* a buffer of our own: zeros, or a copy */
+        Tensor *z = fresh ? tensor_zeros(e->shape, e->ndim, e->dtype, g->device) : tensor_empty(e->shape, e->ndim, e->dtype, g->device);
+        if (!z || (!fresh && tensor_copy_(z, a) < 0)) {
+            tensor_release(z);
+            return -1;
+        }
+        tensor_release(a);
+        *acc = a = z;
+    }
+    Tensor *part = n->i[2] ? tensor_select(a, (int)n->i[0], n->i[1]) : tensor_narrow(a, (int)n->i[0], n->i[1], n->i[3]);
+    int rc = !part ? -1 : fresh ? tensor_copy_(part, g) : op_binary_(KB_ADD, part, g);
+    tensor_release(part);
+    return rc;
 }
 
 static Tensor *record_view(Tensor *out, Tensor *t, const char *name, AGBackwardFn fn) {
@@ -220,7 +242,7 @@ Tensor *tensor_narrow(Tensor *t, int dim, int64_t start, int64_t length) {
     s[dim] = length;
     Tensor *v = make_view(t, s, t->stride, t->ndim, t->offset + start * t->stride[dim]);
     AGNode *n = v ? ag_record("NarrowBackward", bw_narrow, v, &t, 1) : NULL;
-    if (n) n->i[0] = dim, n->i[1] = start, n->i[2] = 0, n->i[3] = length;
+    if (n) n->i[0] = dim, n->i[1] = start, n->i[2] = 0, n->i[3] = length, n->backward_acc = acc_narrow;
     return v;
 }
 
@@ -238,7 +260,7 @@ Tensor *tensor_select(Tensor *t, int dim, int64_t index) {
         if (d != dim) s[k] = t->shape[d], st[k++] = t->stride[d];
     Tensor *v = make_view(t, s, st, t->ndim - 1, t->offset + index * t->stride[dim]);
     AGNode *n = v ? ag_record("SelectBackward", bw_narrow, v, &t, 1) : NULL;
-    if (n) n->i[0] = dim, n->i[1] = index, n->i[2] = 1;
+    if (n) n->i[0] = dim, n->i[1] = index, n->i[2] = 1, n->backward_acc = acc_narrow;
     return v;
 }
 

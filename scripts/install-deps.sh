@@ -12,7 +12,9 @@ PACKAGES=(
     libopenmpi-dev openmpi-bin
     libyaml-dev zlib1g-dev
     dataset-fashion-mnist   # the example data set (accel.data.fashion_mnist_dir(): /usr/share/datasets/fashion-mnist)
+    fortunes        # the GPT example's default text corpus (/usr/share/games/fortunes)
     python3-venv    # python3 -m venv for the test set-up (scripts/setup-test-python.sh)
+    gnuplot-nox     # the benchmark chart (scripts/bench/run.sh -> docs/bench.png)
 )
 
 # Prints the packages from PACKAGES that are not installed (one dpkg-query

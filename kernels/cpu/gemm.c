@@ -7,10 +7,17 @@
  *         is not 0 or 1). Where this oneDNN build has no bf16 matmul for the
  *         CPU (2.6 needs AVX-512 for it) A and B are widened to f32, keeping
  *         their stored layout, and go through sgemm.
- * Transposes are never materialised: they become GEMM flags or strides. */
+ * Transposes are never materialised: they become GEMM flags or strides.
+ *
+ * Threads: oneDNN spreads every sgemm over the whole OpenMP team, also one
+ * of a few microseconds, where the fork / join costs more than it saves
+ * (and on a loaded machine waking the second thread can take a scheduler
+ * tick: milliseconds). Products under GEMM_PAR_MIN_FLOP run on the calling
+ * thread alone. */
 #include <dnnl.h>
 #include <cblas.h>
 #include <limits.h>
+#include <omp.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include "kernels.h"
@@ -56,12 +63,17 @@ DEF_SCALE_C(f64, double)
         }                                                                   \
     } while (0)
 
+#define GEMM_PAR_MIN_FLOP (2.0 * 1024 * 1024)
+
 int k_gemm_f32(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     TRIVIAL_GEMM(f32);
     if (legal_lds(ta, tb, M, N, K, &lda, &ldb, &ldc)) return 1;
+    const int team = omp_get_max_threads(), alone = team > 1 && 2.0 * M * N * K < GEMM_PAR_MIN_FLOP;
+    if (alone) omp_set_num_threads(1);
     dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B,
                                   ldb, beta, C, ldc);
+    if (alone) omp_set_num_threads(team);
     return st != dnnl_success;
 }
 

@@ -202,6 +202,28 @@ void k_max_pool2d_fwd_f64(const KPool2d *g, const double *x, double *y, int64_t 
 void k_max_pool2d_bwd_f32(const KPool2d *g, const float *gy, const int64_t *idx, const uint8_t *code, float *gx);
 void k_max_pool2d_bwd_f64(const KPool2d *g, const double *gy, const int64_t *idx, const uint8_t *code, double *gx);
 
+/* ---------------- fused scaled-dot-product attention (attention.c) -------- */
+/* q (B, H, L, D), k (B, H, S, D), v (B, H, S, Dv), o (B, H, L, Dv), each
+ * with its own strides for the batch, head and row dims (st[0..2]) and a
+ * contiguous last dim; gradients have their own strides too. lse (B, H, L)
+ * contiguous: the row log-sum-exp the forward saves for backward.
+ * o = softmax(scale q k^T [causal: key j > query i masked]) v, never
+ * forming the (L, S) scores. Backward overwrites gq, gk, gv. Causal needs
+ * S >= 1. Returns 0, or nonzero when memory or the GEMM library failed. */
+typedef struct {
+    int64_t B, H, L, S, D, Dv;
+    int64_t sq[3], sk[3], sv[3], so[3];
+    int64_t sgq[3], sgk[3], sgv[3], sgo[3];
+    double scale;
+    int causal;
+} KAttn;
+int k_attention_fwd_f32(const KAttn *a, const float *q, const float *k, const float *v, float *o, float *lse);
+int k_attention_fwd_f64(const KAttn *a, const double *q, const double *k, const double *v, double *o, double *lse);
+int k_attention_bwd_f32(const KAttn *a, const float *q, const float *k, const float *v, const float *o,
+                        const float *lse, const float *go, float *gq, float *gk, float *gv);
+int k_attention_bwd_f64(const KAttn *a, const double *q, const double *k, const double *v, const double *o,
+                        const double *lse, const double *go, double *gq, double *gk, double *gv);
+
 /* ---------------- implementation helper for the kernels/cpu sources ------ */
 /* for (i = 0; i < count; i++) BODY, in an OpenMP team only when `work`
  * (elements touched) >= KERNEL_PAR_MIN, so small calls never pay for a

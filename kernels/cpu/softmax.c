@@ -2,9 +2,81 @@
  * (outer, n, inner) view, their backward, and fused cross-entropy over
  * (N, C) logits. Max-subtracted, so huge logits are fine; sums accumulate in
  * double. Rows (inner == 1) or blocks of BLK columns are the parallel tasks.
- * y may alias x (in-place softmax): each element is read before written. */
+ * y may alias x (in-place softmax): each element is read before written.
+ *
+ * float32 rows (softmax, cross-entropy forward and backward) run on AVX2
+ * lanes with vmath.h's exp; a row is read from memory once per pass and a
+ * 50257-wide row (200 KB) stays in L2 between its max and exp passes, so the
+ * two-pass form costs no extra memory traffic. */
 #include <math.h>
 #include "kernels.h"
+#include "vmath.h"
+
+/* ---- float32 row helpers on 8 lanes ---- */
+
+/* max of a contiguous row; NaN if any element is NaN */
+static float row_max_v8(const float *x, int64_t n) {
+    __m256 m = _mm256_set1_ps(-INFINITY), nan = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        m = _mm256_max_ps(m, v);
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    }
+    float r = -INFINITY, buf[8];
+    _mm256_storeu_ps(buf, m);
+    for (int k = 0; k < 8; k++) r = buf[k] > r ? buf[k] : r;
+    for (; i < n; i++) r = x[i] > r || x[i] != x[i] ? x[i] : r;
+    return _mm256_movemask_ps(nan) ? NAN : r;
+}
+
+/* sum_i e^(x_i - m) accumulated in double; y (may be NULL or x) gets the terms */
+static double exp_sum_v8(const float *x, int64_t n, float m, float *y) {
+    const __m256 vm = _mm256_set1_ps(m);
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 e = vm_exp_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+        if (y) _mm256_storeu_ps(y + i, e);
+        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+    double buf[4], s = 0;
+    _mm256_storeu_pd(buf, _mm256_add_pd(s0, s1));
+    for (int k = 0; k < 4; k++) s += buf[k];
+    for (; i < n; i++) {
+        const float e = vm_exp_f32(x[i] - m);
+        if (y) y[i] = e;
+        s += e;
+    }
+    return s;
+}
+
+static double row_sumexp_v8(const float *x, int64_t n, float m) { return exp_sum_v8(x, n, m, NULL); }
+
+/* gx_i = g (e^(x_i - lse) - off) */
+static void ce_grad_v8(const float *x, int64_t n, float lse, float off, float g, float *gx) {
+    const __m256 vl = _mm256_set1_ps(lse), vo = _mm256_set1_ps(off), vg = _mm256_set1_ps(g);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 e = vm_exp_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vl));
+        _mm256_storeu_ps(gx + i, _mm256_mul_ps(vg, _mm256_sub_ps(e, vo)));
+    }
+    for (; i < n; i++) gx[i] = g * (vm_exp_f32(x[i] - lse) - off);
+}
+
+/* The row helpers each dtype uses: the lanes above for f32, the generic
+ * loops of DEF_SOFTMAX for f64. */
+#define ROW_MAX_f32 row_max_v8
+#define ROW_SUMEXP_f32 row_sumexp_v8
+#define EXP_SUM_f32(x, n, m, y) exp_sum_v8(x, n, m, y)
+#define CE_GRAD_f32 ce_grad_v8
+#define ROW_MAX_f64 row_max_f64
+#define ROW_SUMEXP_f64 row_sumexp_f64
+#define EXP_SUM_f64(x, n, m, y) exp_sum_f64(x, n, m, y)
+#define CE_GRAD_f64 ce_grad_f64
+#define UNUSED_f32 __attribute__((unused))
+#define UNUSED_f64
 
 #define BLK 64    /* columns per task when inner > 1 */
 #define LANES 8   /* independent accumulators for a row max */
@@ -15,7 +87,7 @@ static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 #define DEF_SOFTMAX(S, T, MS)                                               \
     /* NaN-propagating max of a contiguous row */                           \
-    static T row_max_##S(const T *x, int64_t n) {                           \
+    static UNUSED_##S T row_max_##S(const T *x, int64_t n) {                \
         T m[LANES];                                                         \
         for (int k = 0; k < LANES; k++) m[k] = -INFINITY;                   \
         int64_t i = 0;                                                      \
@@ -27,24 +99,26 @@ static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
         return r;                                                           \
     }                                                                       \
     /* sum_i exp(x_i - m) */                                                \
-    static double row_sumexp_##S(const T *x, int64_t n, T m) {              \
-        double s = 0;                                                       \
-        for (int64_t i = 0; i < n; i++) s += exp##MS(x[i] - m);             \
-        return s;                                                           \
-    }                                                                       \
-    static void softmax_row_##S(int is_log, const T *x, int64_t n, T *y) {  \
-        const T m = row_max_##S(x, n);                                      \
-        if (is_log) {                                                       \
-            const T ls = (T)log(row_sumexp_##S(x, n, m));                   \
-            for (int64_t i = 0; i < n; i++) y[i] = (x[i] - m) - ls;         \
-            return;                                                         \
-        }                                                                   \
+    static UNUSED_##S double exp_sum_##S(const T *x, int64_t n, T m, T *y) { \
         double s = 0;                                                       \
         for (int64_t i = 0; i < n; i++) {                                   \
             const T e = exp##MS(x[i] - m);                                  \
-            y[i] = e;                                                       \
+            if (y) y[i] = e;                                                \
             s += e;                                                         \
         }                                                                   \
+        return s;                                                           \
+    }                                                                       \
+    static UNUSED_##S double row_sumexp_##S(const T *x, int64_t n, T m) {   \
+        return exp_sum_##S(x, n, m, NULL);                                  \
+    }                                                                       \
+    static void softmax_row_##S(int is_log, const T *x, int64_t n, T *y) {  \
+        const T m = ROW_MAX_##S(x, n);                                      \
+        if (is_log) {                                                       \
+            const T ls = (T)log(ROW_SUMEXP_##S(x, n, m));                   \
+            for (int64_t i = 0; i < n; i++) y[i] = (x[i] - m) - ls;         \
+            return;                                                         \
+        }                                                                   \
+        const double s = EXP_SUM_##S(x, n, m, y);                           \
         const T r = (T)(1.0 / s);                                           \
         for (int64_t i = 0; i < n; i++) y[i] *= r;                          \
     }                                                                       \
@@ -159,8 +233,8 @@ static int64_t ce_bad_target(const int64_t *target, int64_t N, int64_t C, int64_
     /* loss of one row; *lse gets log-sum-exp of the row */                 \
     static double ce_row_##S(const T *x, int64_t C, int64_t t, int ignored, \
                              double ls, T *lse) {                           \
-        const T m = row_max_##S(x, C);                                      \
-        const double l = (double)m + log(row_sumexp_##S(x, C, m));          \
+        const T m = ROW_MAX_##S(x, C);                                      \
+        const double l = (double)m + log(ROW_SUMEXP_##S(x, C, m));          \
         *lse = (T)l;                                                        \
         if (ignored) return 0;                                              \
         double loss = (1 - ls) * (l - (double)x[t]);                        \
@@ -185,10 +259,12 @@ static int64_t ce_bad_target(const int64_t *target, int64_t N, int64_t C, int64_
         return -1;                                                          \
     }                                                                       \
     /* gx_c = g (softmax_c - (1-ls) [c == t] - ls / C) */                   \
+    static UNUSED_##S void ce_grad_##S(const T *x, int64_t C, T lse, T off, T g, T *gx) { \
+        for (int64_t c = 0; c < C; c++) gx[c] = g * (exp##MS(x[c] - lse) - off); \
+    }                                                                       \
     static void ce_bwd_row_##S(const T *x, T lse, int64_t C, int64_t t,     \
                                double ls, T g, T *gx) {                     \
-        const T off = (T)(ls / (double)C);                                  \
-        for (int64_t c = 0; c < C; c++) gx[c] = g * (exp##MS(x[c] - lse) - off); \
+        CE_GRAD_##S(x, C, lse, (T)(ls / (double)C), g, gx);                 \
         if (t >= 0 && t < C) gx[t] -= g * (T)(1 - ls);                      \
     }                                                                       \
     void k_cross_entropy_bwd_##S(const T *x, const T *lse, int64_t N, int64_t C, \

@@ -746,3 +746,92 @@ describe("custom functions from Lua", function()
     assert.matches("must return a tensor", errmsg(function() NotTensor(gc.randn(2)) end))
   end)
 end)
+
+-- Leaf hooks (Tensor.grad_hook, what DDP's reducer hangs on): one call per
+-- backward pass after the leaf's last contribution. Observed through a
+-- one-process reducer (accel.ddp): stats().hook_calls counts the calls and
+-- r:slice(i) holds the gradient the hook saw (the reducer copies it then).
+describe("leaf gradient hooks", function()
+  local Stop = accel.autograd.Function{ -- passes values, returns no gradient
+    forward = function(ctx, x) return x:clone() end,
+    backward = function(ctx, g) return nil end,
+  }
+
+  local function reducer(params, o)
+    return accel.ddp.Reducer(params, o)
+  end
+
+  it("a leaf used twice (tied weight) is reported once, with its complete gradient", function()
+    local w = leaf({{0.5, -1}, {2, 0.25}})
+    local x = leaf({{1, 2}, {3, 4}})
+    local r = reducer({w})
+    local y = accel.matmul(accel.matmul(x, w):tanh(), w)
+    y:sum():backward()
+    assert.equal(1, r:stats().hook_calls)
+    assert_close(r:slice(1), w.grad)  -- not the first contribution only
+    local w2 = w:detach():clone():requires_grad_(true)
+    accel.matmul(accel.matmul(x:detach(), w2):tanh(), w2):sum():backward()
+    assert_close(w.grad, w2.grad)
+    r:finalize()
+    r:close()
+  end)
+
+  it("a leaf used by many consumers, once per backward pass", function()
+    local w = leaf({1, 2, 3})
+    local r = reducer({w})
+    r:set_sync(false)
+    local y = w * 2 + w:exp() + (w * w):sum()
+    y:sum():backward()
+    assert.equal(0, r:stats().hook_calls) -- sync off: the hook returns at once
+    r:set_sync(true)
+    ;(w * 3 + w):sum():backward()
+    assert.equal(1, r:stats().hook_calls)
+    r:finalize()
+    assert.equal(1, r:stats().syncs)
+    r:close()
+  end)
+
+  it("a node that receives no gradient still lets the gradient below it through", function()
+    local w = leaf({1, 2})
+    local r = reducer({w})
+    local m = w * 3
+    ;(Stop(m):sum() + m:sum()):backward() -- Stop gives m no gradient; m:sum() does
+    assert.same({3, 3}, w.grad:tolist())
+    assert.equal(1, r:stats().hook_calls)
+    assert_close(r:slice(1), w.grad)
+    r:finalize()
+    r:close()
+  end)
+
+  it("a leaf whose every path brings no gradient gets no call", function()
+    local w, v = leaf({1, 2}), leaf({3})
+    local r = reducer({w, v})
+    ;(Stop(w):sum() + v:sum()):backward()
+    assert.is_nil(w.grad)
+    local st = r:stats()
+    assert.equal(1, st.hook_calls) -- v only
+    r:finalize()
+    assert.equal(1, r:stats().missing) -- w's slice filled with zeros at finalize
+    r:close()
+  end)
+
+  it("backward on the leaf itself calls its hook", function()
+    local w = leaf({1, 2})
+    local r = reducer({w})
+    w:backward(accel.tensor({0.5, 0.25}, {dtype = f64}))
+    assert.equal(1, r:stats().hook_calls)
+    assert.same({0.5, 0.25}, r:slice(1):tolist())
+    r:finalize()
+    r:close()
+  end)
+
+  it("two passes reaching the parameters before their synchronisation: a clear error", function()
+    local w = leaf({1, 2})
+    local r = reducer({w})
+    w:sum():backward()
+    ;(w * 2):sum():backward()
+    assert.matches("two backward passes in one synchronising step", errmsg(function() r:finalize() end))
+    assert.is_false(r:active())
+    r:close()
+  end)
+end)

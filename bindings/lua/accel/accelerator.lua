@@ -59,6 +59,27 @@
 --  * Several models: the first is model.safetensors, the i-th
 --    model_<i-1>.safetensors (Accelerate's names); the same for optimizer,
 --    scheduler and dataloader files.
+--  * Several processes (DDP, accel.ddp / core/ddp.c): prepare(model)
+--    broadcasts rank 0's parameters and buffers and gives the model a
+--    gradient reducer (bucket_cap_mb and find_unused_parameters from
+--    kwargs_handlers = {accel.DistributedDataParallelKwargs{...}}). The
+--    model stays the same object (no wrapper). Gradients are averaged by
+--    the time accelerator:backward returns (and, for a bare loss:backward(),
+--    before the prepared optimizer steps or clip_grad_* runs); on non-sync
+--    steps (accumulate, no_sync) nothing is communicated.
+--  * save_state on N processes: rank 0 writes every shared file (model,
+--    optimizer, scheduler, loaders, registered objects, scaler), every rank
+--    writes random_states_<rank>.json into the same temporary folder
+--    (named after rank 0's pid), then a barrier, rank 0 writes the index and
+--    renames the folder into place, and a last barrier lets nobody go on
+--    before the checkpoint exists. Automatic names are chosen by rank 0.
+--    The processes must share the file system.
+--  * load_state with another number of processes works: model and
+--    optimizer are replicated; a loader's position is converted through the
+--    number of samples consumed, and refused (naming both counts) when that
+--    is not a whole number of batches of the new layout; a rank without its
+--    own random_states_<rank>.json keeps its generator (rank 0 warns once,
+--    naming those ranks) and takes the accumulation step from rank 0's file.
 local accel = require("accel")
 local state = require("accel.state")
 local ops = require("accel.operations")
@@ -67,6 +88,7 @@ local amp = require("accel.amp")
 local checkpoint = require("accel.checkpoint")
 local plugins = require("accel.plugins")
 local json = require("accel.json")
+local ddp = require("accel.ddp")
 local raise = require("accel.nn.module").raise
 local C = accel._C
 
@@ -76,6 +98,7 @@ M.PartialState = state.PartialState
 M.ProjectConfiguration = plugins.ProjectConfiguration
 M.DeepSpeedPlugin = plugins.DeepSpeedPlugin
 M.FullyShardedDataParallelPlugin = plugins.FullyShardedDataParallelPlugin
+M.DistributedDataParallelKwargs = ddp.DistributedDataParallelKwargs
 
 local Accelerator = {__name = "Accelerator"}
 M.Accelerator_class = Accelerator
@@ -131,7 +154,7 @@ end
 local OPTIONS = {mixed_precision = "any", gradient_accumulation_steps = "number", cpu = "boolean",
   device_placement = "boolean", log_with = "any", project_dir = "string", project_config = "table",
   step_scheduler_with_optimizer = "boolean", split_batches = "boolean", even_batches = "boolean",
-  deepspeed_plugin = "table", fsdp_plugin = "table", zero_stage = "number"}
+  deepspeed_plugin = "table", fsdp_plugin = "table", zero_stage = "number", kwargs_handlers = "table"}
 
 local PRECISIONS = {no = true, bf16 = true, fp16 = true, fp8 = true}
 
@@ -215,6 +238,19 @@ local function resolve_sharding(self, o)
   return ds
 end
 
+-- The DistributedDataParallelKwargs among kwargs_handlers (defaults without one).
+local function resolve_kwargs(handlers)
+  local found = nil
+  for i, h in ipairs(handlers or {}) do
+    if not ddp.is_kwargs(h) then
+      raise("Accelerator: kwargs_handlers[%d] is not a handler this Accelerator knows "
+        .. "(accel.DistributedDataParallelKwargs)", i)
+    end
+    found = h
+  end
+  return found or ddp.DistributedDataParallelKwargs()
+end
+
 local function new_accelerator(_, o)
   plugins.check_options("Accelerator", o, OPTIONS)
   o = o or {}
@@ -243,6 +279,8 @@ local function new_accelerator(_, o)
   rawset(self, "_dataloaders", {})
   rawset(self, "_custom_objects", {})
   rawset(self, "_grad_sync", setmetatable({}, {__mode = "k"}))
+  rawset(self, "ddp_kwargs", resolve_kwargs(o.kwargs_handlers))
+  rawset(self, "_reducers", {}) -- {model = m, reducer = r}, one per prepared model on N processes
   rawset(self, "flag", 0)
   return self
 end
@@ -291,22 +329,45 @@ function Accelerator:prepare(...)
   return table.unpack(out, 1, args.n)
 end
 
--- The model itself: parameters broadcast from process 0, moved to the
--- device, forward under autocast for bf16 / fp16.
+local function reducer_of(self, model)
+  for _, e in ipairs(self._reducers) do
+    if rawequal(e.model, model) then return e.reducer end
+  end
+  return nil
+end
+
+-- The model itself: moved to the device, forward under autocast for bf16 /
+-- fp16; on several processes rank 0's parameters (and buffers) are
+-- broadcast and the model gets its DDP gradient reducer.
 function Accelerator:prepare_model(model, o)
   if kind_of(model) ~= "model" then raise("prepare_model: expected an nn.Module, got %s", type(model)) end
   if not contains(self._models, model) then self._models[#self._models + 1] = model end
-  local comm = self.state.comm
-  for _, p in ipairs(model:parameters()) do comm:broadcast(p, 0) end
   local place = self.device_placement and not (o and o.device_placement == false)
   if place and tostring(self.device) ~= "cpu" then model:to(self.device) end
+  if self.num_processes > 1 and not reducer_of(self, model) then
+    local kw = self.ddp_kwargs
+    ddp.broadcast_model(model, 0, kw.broadcast_buffers)
+    if #ddp.trainable(model) > 0 then -- a frozen model needs no reducer
+      local reducer = ddp.Reducer(model, {bucket_cap_mb = kw.bucket_cap_mb,
+        find_unused_parameters = kw.find_unused_parameters})
+      reducer:set_sync(self._grad_sync[model] ~= false)
+      self._reducers[#self._reducers + 1] = {model = model, reducer = reducer}
+    end
+  end
   return amp.patch_forward(model, self.autocast_dtype)
+end
+
+-- Completes the gradient averaging of every model whose synchronising
+-- backward has run (a no-op otherwise, and on one process).
+function Accelerator:_finish_grad_sync()
+  for _, e in ipairs(self._reducers) do e.reducer:finalize() end
 end
 
 function Accelerator:prepare_optimizer(optimizer)
   if prepared.is_optimizer(optimizer) then return optimizer end
   if kind_of(optimizer) ~= "optimizer" then raise("prepare_optimizer: expected an optimizer, got %s", type(optimizer)) end
-  local wrapped = prepared.wrap_optimizer(optimizer, self.gradient_state, self.scaler)
+  local wrapped = prepared.wrap_optimizer(optimizer, self.gradient_state, self.scaler,
+    function() self:_finish_grad_sync() end)
   self._optimizers[#self._optimizers + 1] = wrapped
   return wrapped
 end
@@ -342,7 +403,8 @@ function Accelerator:prepare_data_loader(loader)
   local bs = type(loader.batch_size) == "number" and loader.batch_size or nil
   local wrapped = prepared.wrap_loader(base, {gradient_state = self.gradient_state, device = self.device,
     total_batch_size = bs and (self.split_batches and bs or bs * self.num_processes),
-    dataset_length = safe_len(loader.dataset), drop_last = loader.drop_last == true})
+    dataset_length = safe_len(loader.dataset), drop_last = loader.drop_last == true,
+    even_batches = self.even_batches or self.num_processes == 1})
   self._dataloaders[#self._dataloaders + 1] = wrapped
   return wrapped
 end
@@ -373,11 +435,16 @@ function Accelerator:backward(loss, o)
   if k > 1 then loss = loss / k end
   if self.scaler then loss = self.scaler:scale_loss(loss) end
   if o and o.gradient ~= nil then loss:backward(o.gradient) else loss:backward() end
+  self:_finish_grad_sync()
 end
 
--- Gradient synchronisation of one model on / off (DDP consults it; a
--- no-op on one process).
-function Accelerator:_set_grad_sync(model, on) self._grad_sync[model] = on end
+-- Gradient synchronisation of one model on / off (its DDP reducer follows;
+-- a no-op on one process).
+function Accelerator:_set_grad_sync(model, on)
+  self._grad_sync[model] = on
+  local r = reducer_of(self, model)
+  if r then r:set_sync(on) end
+end
 
 -- accumulate(model..., fn) or `local _ <close> = accelerator:accumulate(model...)`:
 -- counts a micro-batch; sync_gradients (and so the optimizer step) is true on
@@ -413,6 +480,7 @@ end
 
 -- Divide the fp16-scaled gradients by the loss scale (once per step).
 function Accelerator:unscale_gradients(optimizer)
+  self:_finish_grad_sync()
   if not self.scaler then return end
   local opts = optimizer and {optimizer} or self._optimizers
   for _, opt in ipairs(opts) do
@@ -437,6 +505,7 @@ end
 
 function Accelerator:clip_grad_value_(parameters, clip_value)
   local params = param_list(parameters, "clip_grad_value_")
+  self:_finish_grad_sync()
   self:unscale_gradients()
   return accel.nn.utils.clip_grad_value_(params, clip_value)
 end
@@ -519,6 +588,8 @@ end
 -- free_memory(...): drops the references to everything prepared and
 -- returns the cached tensor memory; returns nil for each argument.
 function Accelerator:free_memory(...)
+  for _, e in ipairs(self._reducers) do e.reducer:close() end
+  rawset(self, "_reducers", {})
   rawset(self, "_models", {})
   rawset(self, "_optimizers", {})
   rawset(self, "_schedulers", {})
@@ -676,7 +747,8 @@ end
 
 -- What the index records about the prepared objects.
 local function index_of(self, fingerprints)
-  local idx = {num_processes = self.num_processes, mixed_precision = self.mixed_precision, models = json.array(),
+  local idx = {num_processes = self.num_processes, split_batches = self.split_batches,
+    mixed_precision = self.mixed_precision, models = json.array(),
     optimizers = #self._optimizers, schedulers = #self._schedulers, dataloaders = #self._dataloaders,
     custom_objects = #self._custom_objects, scaler = self.scaler ~= nil}
   for i, fp in ipairs(fingerprints) do idx.models[i] = {file = numbered("model", i, ".safetensors"), fingerprint = fp} end
@@ -694,8 +766,12 @@ function Accelerator:save_state(output_dir)
         .. "automatic_checkpoint_naming = true}")
     end
     root = checkpoints_dir(self)
-    local nums = existing_checkpoints(root)
-    local i = math.max(pc.iteration, (nums[#nums] or -1) + 1)
+    local i = nil
+    if self.is_main_process then
+      local nums = existing_checkpoints(root)
+      i = math.max(pc.iteration, (nums[#nums] or -1) + 1)
+    end
+    i = self.state.comm:broadcast_object(i, 0) -- rank 0 names it for everyone
     output_dir = checkpoint.join(root, "checkpoint_" .. i)
     pc.iteration = i + 1
   elseif type(output_dir) ~= "string" then
@@ -772,6 +848,28 @@ local function optimizer_mismatch(saved, opt)
   return nil
 end
 
+-- A loader position {epoch, batches} saved by idx.num_processes processes,
+-- for this layout: converted through the number of samples consumed (each
+-- local batch consumed N global batches, or one under split_batches); a
+-- position that is not a whole number of batches here is refused.
+local function convert_position(self, s, idx, refuse)
+  local saved_n = tonumber(idx.num_processes) or 1
+  local now_n = self.num_processes
+  local split = idx.split_batches
+  if split == nil then split = self.split_batches end
+  if split ~= self.split_batches then
+    refuse(" was saved with split_batches = %s, this Accelerator has %s", tostring(split), tostring(self.split_batches))
+  end
+  if saved_n == now_n or split or s.batches == 0 then return s end
+  local global = s.batches * saved_n
+  if global % now_n ~= 0 then
+    refuse(" is at batch %d of %d processes (%d global batches into epoch %d), which is not a whole number of batches "
+      .. "for %d processes; resume with %d processes, or from a checkpoint saved at the end of an epoch or after a "
+      .. "multiple of %d batches", s.batches, saved_n, global, s.epoch, now_n, saved_n, now_n)
+  end
+  return {epoch = s.epoch, batches = math.floor(global / now_n)}
+end
+
 -- Everything load_state applies, read and checked before any change.
 local function read_checkpoint(self, dir)
   local r = checkpoint.open(dir)
@@ -809,6 +907,7 @@ local function read_checkpoint(self, dir)
     if type(s) ~= "table" or type(s.epoch) ~= "number" or type(s.batches) ~= "number" then
       refuse("%s is malformed (expected {epoch, batches})", numbered("dataloader", i, ".json"))
     end
+    s = convert_position(self, s, idx, function(fmt, ...) refuse(numbered("dataloader", i, ".json") .. fmt, ...) end)
     if s.batches > #self._dataloaders[i] then
       refuse("%s is at batch %d, but data loader %d has %d batches per pass (another data set or batch size?)",
         numbered("dataloader", i, ".json"), s.batches, i, #self._dataloaders[i])
@@ -822,9 +921,20 @@ local function read_checkpoint(self, dir)
     local s = r:json(rng_file)
     if type(s) ~= "table" or type(s.accel) ~= "table" then refuse("%s is malformed", rng_file) end
     data.rng = s
-  elseif self.is_main_process then
-    io.stderr:write(("load_state: %s has no %s (saved by %s processes); the random state is not restored\n"):format(
-      r.dir, rng_file, tostring(idx.num_processes)))
+  elseif r:has("random_states_0.json") then
+    local s = r:json("random_states_0.json")
+    data.step = type(s) == "table" and s.step or nil
+  end
+  if self.is_main_process then
+    local missing = {}
+    for rank = 0, self.num_processes - 1 do
+      if not r:has(("random_states_%d.json"):format(rank)) then missing[#missing + 1] = tostring(rank) end
+    end
+    if #missing > 0 then
+      io.stderr:write(("load_state: %s was saved by %s process(es) and has no random_states_<rank>.json for "
+        .. "rank(s) %s; they keep their current random state\n"):format(r.dir, tostring(idx.num_processes),
+        table.concat(missing, ", ")))
+    end
   end
   return data, r.dir
 end
@@ -854,6 +964,8 @@ function Accelerator:load_state(input_dir)
   if data.rng then
     accel.set_rng_state(data.rng.accel[1], data.rng.accel[2])
     if type(data.rng.step) == "number" then self.gradient_state.step = data.rng.step end
+  elseif type(data.step) == "number" then
+    self.gradient_state.step = data.step
   end
   return dir
 end

@@ -7,7 +7,7 @@
 --   c.rank, c.world_size              this process, 0-based, and the process count
 --   c.local_rank, c.local_world_size  the same within this machine
 --   c.backend                         "none" | "mpi" | "nccl"
---   c:all_gather(t)           -> list of world_size tensors (rank order; same shape on every rank)
+--   c:all_gather(t)           -> list of world_size tensors (rank order; the first dim may differ)
 --   c:all_reduce(t, op)       -> new tensor, op "sum" | "max" | "min"
 --   c:broadcast(t, src)       -> t, overwritten in place with rank src's values on the others
 --   c:barrier()
@@ -45,9 +45,17 @@ Multi.__index = Multi
 local function dist() return require("accel.dist") end
 local function json() return require("accel.json") end
 
+-- First dims may differ between ranks (all_gather_v), e.g. the last
+-- batches of a loader prepared with even_batches = false.
 function Multi:all_gather(t)
   local x = t:dim() == 0 and t:reshape(1) or t:contiguous()
-  return dist().all_gather(x):split(x:size(1), 1)
+  local all, counts = dist().all_gather_v(x)
+  local parts, at = {}, 1
+  for i, n in ipairs(counts) do
+    parts[i] = all:narrow(1, at, n)
+    at = at + n
+  end
+  return parts
 end
 function Multi:all_reduce(t, op)
   if op ~= "sum" and op ~= "max" and op ~= "min" then
@@ -61,7 +69,12 @@ function Multi:broadcast(t, src)
   if src < 0 or src >= self.world_size then
     error(("broadcast: from_process %s does not exist (%d processes)"):format(tostring(src), self.world_size), 2)
   end
-  dist().broadcast(t, src)
+  if t:is_contiguous() then
+    dist().broadcast(t, src)
+    return t
+  end
+  local c = dist().broadcast(t:contiguous(), src)
+  require("accel").no_grad(function() t:copy_(c) end)
   return t
 end
 function Multi:barrier() dist().barrier() end

@@ -8,12 +8,30 @@ local raise = require("accel.nn.module").raise
 
 local ops = {}
 
--- fn applied to every tensor in data (a tensor or nested tables of them).
+-- Keys of a table in one order every process agrees on (pairs() order
+-- depends on each process's string hash seed, and collectives must be
+-- issued in the same order on every rank).
+local function key_less(a, b)
+  local ta, tb = type(a), type(b)
+  if ta ~= tb then return ta < tb end
+  if ta == "number" or ta == "string" then return a < b end
+  return tostring(a) < tostring(b)
+end
+
+local function sorted_keys(t)
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys, key_less)
+  return keys
+end
+
+-- fn applied to every tensor in data (a tensor or nested tables of them),
+-- in sorted key order.
 local function map_tensors(data, fn)
   if accel.is_tensor(data) then return fn(data) end
   if type(data) == "table" and getmetatable(data) == nil then
     local out = {}
-    for k, v in pairs(data) do out[k] = map_tensors(v, fn) end
+    for _, k in ipairs(sorted_keys(data)) do out[k] = map_tensors(data[k], fn) end
     return out
   end
   return data

@@ -58,14 +58,19 @@ M.AcceleratedOptimizer = AcceleratedOptimizer
 
 function M.is_optimizer(x) return getmetatable(x) == AcceleratedOptimizer end
 
--- gradient_state: the Accelerator's GradientState; scaler: a GradScaler or nil.
-function M.wrap_optimizer(optimizer, gradient_state, scaler)
-  local self = {optimizer = optimizer, gradient_state = gradient_state, scaler = scaler, step_was_skipped = false}
+-- gradient_state: the Accelerator's GradientState; scaler: a GradScaler or
+-- nil; before_step: nil or a function run before each real step (DDP
+-- completes the gradient averaging there).
+function M.wrap_optimizer(optimizer, gradient_state, scaler, before_step)
+  local self = {optimizer = optimizer, gradient_state = gradient_state, scaler = scaler, step_was_skipped = false,
+    before_step = before_step}
   return setmetatable(self, AcceleratedOptimizer)
 end
 
 function AcceleratedOptimizer:step(closure)
   if not self.gradient_state.sync_gradients then return end
+  local before = rawget(self, "before_step")
+  if before then before() end
   local scaler = rawget(self, "scaler")
   if scaler then
     local ran = scaler:step(self.optimizer, closure)
@@ -132,10 +137,13 @@ function M.is_loader(x) return getmetatable(x) == DataLoaderShard end
 -- base: the sharded loader (loader:shard(...), with iter, #, state_dict,
 -- load_state_dict, set_epoch, skip_first_batches and end_of_dataloader as
 -- accel.data's DataLoader); o: {gradient_state, device, total_batch_size,
--- dataset_length, drop_last} (the last three for gather_for_metrics).
+-- dataset_length, drop_last, even_batches} (for gather_for_metrics: the
+-- samples repeated to fill the last global batch are those past
+-- dataset_length % total_batch_size; without even_batches none are).
 function M.wrap_loader(base, o)
   local self = {base = base, gradient_state = o.gradient_state, device = o.device, _end = false, remainder = -1,
-    total_batch_size = o.total_batch_size, dataset_length = o.dataset_length, drop_last = o.drop_last}
+    total_batch_size = o.total_batch_size, dataset_length = o.dataset_length, drop_last = o.drop_last,
+    even_batches = o.even_batches ~= false}
   return setmetatable(self, DataLoaderShard)
 end
 
@@ -158,7 +166,7 @@ function DataLoaderShard:iter()
   local move = device ~= nil and tostring(device) ~= "cpu"
   local f, s, c = base:iter()
   rawset(self, "_end", false)
-  if not self.drop_last and self.dataset_length and self.total_batch_size then
+  if not self.drop_last and self.even_batches and self.dataset_length and self.total_batch_size then
     rawset(self, "remainder", self.dataset_length % self.total_batch_size)
   end
   gs:add_dataloader(self)
@@ -197,7 +205,7 @@ function DataLoaderShard:set_epoch(e) return self.base:set_epoch(e) end
 -- A loader over the same shard that starts at batch n + 1 of the current pass.
 function DataLoaderShard:skip_first_batches(n)
   local o = {gradient_state = self.gradient_state, device = self.device, total_batch_size = self.total_batch_size,
-    dataset_length = self.dataset_length, drop_last = self.drop_last}
+    dataset_length = self.dataset_length, drop_last = self.drop_last, even_batches = self.even_batches}
   return M.wrap_loader(self.base:skip_first_batches(n), o)
 end
 

@@ -136,9 +136,28 @@ function F.normalize(x, o)
   return x / x:norm(p, dim, {keepdim = true}):clamp(eps)
 end
 
--- Causal or masked attention: softmax(q k^T * scale + mask) v over the last two dims.
+-- Can the fused kernel take q, k, v? 3-D or 4-D, equal batch dims, one
+-- float dtype, cpu, at least one key.
+local function fused_attention_ok(q, k, v)
+  local nd = q:dim()
+  if (nd ~= 3 and nd ~= 4) or k:dim() ~= nd or v:dim() ~= nd then return false end
+  for d = 1, nd - 2 do
+    if k:size(d) ~= q:size(d) or v:size(d) ~= q:size(d) then return false end
+  end
+  return q.dtype.is_floating_point and k.dtype == q.dtype and v.dtype == q.dtype and k:size(-2) > 0
+    and q:size(-1) == k:size(-1) and v:size(-2) == k:size(-2)
+    and q.device.type == "cpu" and k.device.type == "cpu" and v.device.type == "cpu"
+end
+
+-- Causal or masked attention: softmax(q k^T * scale + mask) v over the last
+-- two dims. Without attn_mask and dropout it runs the fused kernel
+-- (accel._C.scaled_dot_product_attention: flash-style, the (L, S) scores are
+-- never formed); otherwise the composite below.
 function F.scaled_dot_product_attention(q, k, v, o)
-  local scale = opt(o, "scale", 1 / math.sqrt(q:size(-1)))
+  local scale = opt(o, "scale", nil) or 1 / math.sqrt(q:size(-1))
+  if opt(o, "attn_mask", nil) == nil and opt(o, "dropout_p", 0) == 0 and fused_attention_ok(q, k, v) then
+    return C.scaled_dot_product_attention(q, k, v, scale, opt(o, "is_causal", false))
+  end
   local scores = q:matmul(k:transpose(-2, -1)) * scale
   local L, S = q:size(-2), k:size(-2)
   if opt(o, "is_causal", false) then

@@ -1,0 +1,117 @@
+-- accel.ddp: DistributedDataParallel's pieces for the Accelerator (the
+-- work is C: core/ddp.c, bindings/ddp_lua.c).
+--
+--   local r = accel.ddp.Reducer(model:parameters(), {bucket_cap_mb = 25, find_unused_parameters = false, align = 1})
+--   r:set_sync(false) ... r:set_sync(true)   -- no_sync: nothing copied, nothing sent
+--   loss:backward(); r:finalize()             -- .grad now holds the average over the ranks
+--   accel.ddp.broadcast_model(model, 0)       -- rank 0's parameters and buffers to every rank
+--   accel.DistributedDataParallelKwargs{bucket_cap_mb = 10}  -- Accelerator{kwargs_handlers = {...}}
+--
+-- How a step works (core/ddp.h has the details): parameters are packed
+-- into flat buckets in reverse registration order; during a synchronising
+-- backward each parameter's gradient is copied into its bucket once it is
+-- complete (the engine reports each parameter once per backward, after its
+-- last contribution, so tied weights are fine) and each full bucket's
+-- all_reduce (avg) starts at once, in bucket order, overlapping the rest of
+-- backward; finalize() starts what is left (parameters that got no
+-- gradient contribute their accumulated .grad or zeros), waits, and copies
+-- the averages back into .grad. .grad is never a view into a bucket.
+--
+-- Decisions: buffers are broadcast from rank 0 at prepare only (the nn
+-- library has no layer whose buffers change in training, e.g. no
+-- BatchNorm); DistributedDataParallelKwargs accepts Accelerate's keys, of
+-- which bucket_cap_mb, find_unused_parameters and broadcast_buffers (false:
+-- do not broadcast buffers at prepare) mean something here; dim,
+-- check_reduction, gradient_as_bucket_view and static_graph are accepted
+-- and have no effect (gradients are copied, the graph is dynamic).
+local accel = require("accel")
+local plugins = require("accel.plugins")
+local raise = require("accel.nn.module").raise
+local C = accel._C
+
+local ddp = {}
+
+local KWARGS = {dim = "number", broadcast_buffers = "boolean", bucket_cap_mb = "number",
+  find_unused_parameters = "boolean", check_reduction = "boolean", gradient_as_bucket_view = "boolean",
+  static_graph = "boolean", comm_hook = "any", comm_wrapper = "any", comm_state_option = "any"}
+
+local DDPKwargs = {__name = "DistributedDataParallelKwargs"}
+DDPKwargs.__index = DDPKwargs
+ddp.DistributedDataParallelKwargs_class = DDPKwargs
+
+-- Accelerate's DistributedDataParallelKwargs (a kwargs handler).
+function ddp.DistributedDataParallelKwargs(o)
+  if getmetatable(o) == DDPKwargs then return o end
+  plugins.check_options("DistributedDataParallelKwargs", o, KWARGS)
+  o = o or {}
+  if o.comm_hook ~= nil or o.comm_wrapper ~= nil then
+    raise("DistributedDataParallelKwargs: comm_hook / comm_wrapper are not supported (gradients are averaged in float "
+      .. "precision of the parameters)")
+  end
+  local cap = o.bucket_cap_mb
+  if cap ~= nil and not (cap > 0) then
+    raise("DistributedDataParallelKwargs: bucket_cap_mb must be a positive number, got %s", tostring(cap))
+  end
+  return setmetatable({bucket_cap_mb = cap or 25, find_unused_parameters = o.find_unused_parameters == true,
+    broadcast_buffers = o.broadcast_buffers ~= false, gradient_as_bucket_view = o.gradient_as_bucket_view == true,
+    static_graph = o.static_graph == true}, DDPKwargs)
+end
+
+function ddp.is_kwargs(x) return getmetatable(x) == DDPKwargs end
+
+-- The distinct parameters that require grad, in order.
+local function trainable(params)
+  if type(params) == "table" and type(params.parameters) == "function" then params = params:parameters() end
+  local out, seen = {}, {}
+  for i, p in ipairs(params) do
+    if not accel.is_tensor(p) then raise("ddp: parameter %d must be a tensor, got %s", i, type(p)) end
+    if p.requires_grad and not seen[p] then
+      seen[p] = true
+      out[#out + 1] = p
+    end
+  end
+  return out
+end
+ddp.trainable = trainable
+
+-- Reducer(params, {bucket_cap_mb = 25, find_unused_parameters = false, align = 1}):
+-- the gradient reducer over the parameters that require grad (a list, or a
+-- module). r.params lists them (bucket info refers to positions in it).
+function ddp.Reducer(params, o)
+  plugins.check_options("ddp.Reducer", o, {bucket_cap_mb = "number", find_unused_parameters = "boolean",
+    align = "number"})
+  o = o or {}
+  if type(params) ~= "table" then
+    raise("ddp.Reducer: expected a list of parameters or a module, got %s", type(params))
+  end
+  local cap, align = o.bucket_cap_mb or 25, o.align or 1
+  if not (cap > 0) then raise("ddp.Reducer: bucket_cap_mb must be a positive number, got %s", tostring(cap)) end
+  if align < 1 or align ~= math.floor(align) then
+    raise("ddp.Reducer: align must be a positive integer, got %s", tostring(align))
+  end
+  local list = trainable(params)
+  if #list == 0 then raise("ddp.Reducer: the model has no parameters that require grad") end
+  return C.ddp_reducer(list, cap, math.floor(align), o.find_unused_parameters == true), list
+end
+
+-- Rank src's parameters (and buffers, unless buffers == false) copied into
+-- every rank's model, in place.
+function ddp.broadcast_model(model, src, buffers)
+  local dist = require("accel.dist")
+  local tensors = {}
+  for _, p in ipairs(model:parameters()) do tensors[#tensors + 1] = p end
+  if buffers ~= false and type(model.buffers) == "function" then
+    for _, b in ipairs(model:buffers()) do tensors[#tensors + 1] = b end
+  end
+  accel.no_grad(function()
+    for _, t in ipairs(tensors) do
+      if t:is_contiguous() then
+        dist.broadcast(t, src or 0)
+      else
+        t:copy_(dist.broadcast(t:contiguous(), src or 0))
+      end
+    end
+  end)
+end
+
+return ddp

@@ -1,0 +1,141 @@
+-- The fused scaled_dot_product_attention (kernels/cpu/attention.c through
+-- accel._C.scaled_dot_product_attention, and F.scaled_dot_product_attention
+-- routing to it): gradients against central finite differences in float64,
+-- values against a float64 reference written out here with plain tensor ops
+-- (q k^T, mask, exp, normalise, @ v), shapes that cross the kernel's query
+-- blocks (64 rows) and key chunks (256 keys), strided q/k/v views of one
+-- packed projection, the composite fallbacks and the errors.
+local accel = require("accel")
+local gc = dofile("tests/lua/gradcheck.lua")
+local F = accel.nn.functional
+local C = accel._C
+
+local f64 = accel.float64
+
+-- softmax(scale q k^T [masked above the diagonal]) v in float64, no fused code
+local function reference(q, k, v, causal, scale)
+  q, k, v = q:detach():double(), k:detach():double(), v:detach():double()
+  local L, S = q:size(-2), k:size(-2)
+  scale = scale or 1 / math.sqrt(q:size(-1))
+  local s = q:matmul(k:transpose(-2, -1)) * scale
+  if causal then
+    s = s:masked_fill(accel.ones(L, S, {dtype = accel.bool}):triu(1), -math.huge)
+  end
+  local e = (s - s:amax(-1, {keepdim = true})):exp()
+  return (e / e:sum(-1, {keepdim = true})):matmul(v)
+end
+
+local function max_diff(a, b) return (a:double() - b:double()):abs():max():item() end
+
+local function fused(causal, scale)
+  return function(q, k, v) return C.scaled_dot_product_attention(q, k, v, scale, causal) end
+end
+
+local function check(fn, inputs)
+  local ok, msg = gc.gradcheck(fn, inputs)
+  assert(ok, msg)
+end
+
+describe("fused attention: gradients (float64 finite differences)", function()
+  before_each(function() accel.set_seed(3) end)
+
+  it("causal, 4-D, square", function()
+    check(fused(true, 0.4), {gc.randn(2, 2, 5, 3), gc.randn(2, 2, 5, 3), gc.randn(2, 2, 5, 4)})
+  end)
+
+  it("not causal, L ~= S, 3-D", function()
+    check(fused(false, 0.7), {gc.randn(2, 3, 4), gc.randn(2, 6, 4), gc.randn(2, 6, 2)})
+  end)
+
+  it("causal with more queries than keys and with fewer", function()
+    check(fused(true, 0.5), {gc.randn(1, 2, 7, 3), gc.randn(1, 2, 4, 3), gc.randn(1, 2, 4, 2)})
+    check(fused(true, 0.5), {gc.randn(1, 2, 3, 3), gc.randn(1, 2, 6, 3), gc.randn(1, 2, 6, 2)})
+  end)
+
+  it("across query blocks and key chunks (L = 70, S = 300)", function()
+    check(fused(true, 0.3), {gc.randn(1, 1, 70, 2), gc.randn(1, 1, 300, 2), gc.randn(1, 1, 300, 1)})
+  end)
+
+  it("q, k, v as strided views of one packed projection, through F", function()
+    local B, T, H, D = 2, 5, 2, 3
+    local function attn(qkv)
+      local parts = qkv:split(H * D, 3)
+      local function heads(t) return t:view(B, T, H, D):transpose(2, 3) end
+      local y = F.scaled_dot_product_attention(heads(parts[1]), heads(parts[2]), heads(parts[3]), {is_causal = true})
+      if y.requires_grad then assert.equal("scaled_dot_product_attention", y.grad_fn) end
+      return y:transpose(2, 3):contiguous():view(B, T, H * D)
+    end
+    check(attn, {gc.randn(B, T, 3 * H * D)})
+  end)
+end)
+
+describe("fused attention: values", function()
+  before_each(function() accel.set_seed(4) end)
+
+  for _, causal in ipairs({true, false}) do
+    it(("float32 matches the float64 reference (causal = %s)"):format(tostring(causal)), function()
+      local q, k, v = accel.randn(2, 3, 130, 16), accel.randn(2, 3, 300, 16), accel.randn(2, 3, 300, 8)
+      local y = F.scaled_dot_product_attention(q, k, v, {is_causal = causal})
+      assert.same({2, 3, 130, 8}, {y:size(1), y:size(2), y:size(3), y:size(4)})
+      assert.is_true(max_diff(y, reference(q, k, v, causal)) < 2e-6)
+    end)
+  end
+
+  it("float32 gradients match float64 ones", function()
+    local q64, k64, v64 = gc.randn(1, 2, 80, 8), gc.randn(1, 2, 80, 8), gc.randn(1, 2, 80, 8)
+    local g = accel.randn(1, 2, 80, 8, {dtype = f64})
+    F.scaled_dot_product_attention(q64, k64, v64, {is_causal = true}):backward(g)
+    local q, k, v = q64:detach():float(), k64:detach():float(), v64:detach():float()
+    for _, t in ipairs({q, k, v}) do t:requires_grad_(true) end
+    F.scaled_dot_product_attention(q, k, v, {is_causal = true}):backward(g:float())
+    assert.is_true(max_diff(q.grad, q64.grad) < 1e-5)
+    assert.is_true(max_diff(k.grad, k64.grad) < 1e-5)
+    assert.is_true(max_diff(v.grad, v64.grad) < 1e-5)
+  end)
+
+  it("a 4-D output is stored heads-last, so transpose(2, 3) is contiguous", function()
+    local y = F.scaled_dot_product_attention(accel.randn(2, 4, 6, 8), accel.randn(2, 4, 6, 8), accel.randn(2, 4, 6, 8))
+    assert.is_false(y:is_contiguous())
+    assert.is_true(y:transpose(2, 3):is_contiguous())
+    assert.is_true(max_diff(y:contiguous(), y) == 0)
+  end)
+
+  it("scale is honoured and defaults to 1 / sqrt(D)", function()
+    local q, k, v = accel.randn(1, 1, 9, 5), accel.randn(1, 1, 9, 5), accel.randn(1, 1, 9, 5)
+    assert.is_true(max_diff(F.scaled_dot_product_attention(q, k, v), reference(q, k, v, false)) < 2e-6)
+    assert.is_true(max_diff(F.scaled_dot_product_attention(q, k, v, {scale = 2.5}), reference(q, k, v, false, 2.5)) < 1e-5)
+  end)
+
+  it("bfloat16 inputs compute in float32 and return bfloat16", function()
+    local q, k, v = accel.randn(1, 2, 7, 4), accel.randn(1, 2, 7, 4), accel.randn(1, 2, 7, 4)
+    local y = F.scaled_dot_product_attention(q:bfloat16(), k:bfloat16(), v:bfloat16(), {is_causal = true})
+    assert.equal(accel.bfloat16, y.dtype)
+    assert.is_true(max_diff(y, reference(q:bfloat16(), k:bfloat16(), v:bfloat16(), true)) < 2e-2)
+  end)
+end)
+
+describe("F.scaled_dot_product_attention: composite fallbacks and errors", function()
+  before_each(function() accel.set_seed(5) end)
+
+  it("an attn_mask uses the composite (same values as the fused causal path)", function()
+    local q, k, v = accel.randn(2, 2, 6, 4), accel.randn(2, 2, 6, 4), accel.randn(2, 2, 6, 4)
+    local allowed = accel.ones(6, 6, {dtype = accel.bool}):tril()
+    local y = F.scaled_dot_product_attention(q, k, v, {attn_mask = allowed})
+    assert.is_nil(y.grad_fn) -- no input requires grad
+    assert.is_true(max_diff(y, F.scaled_dot_product_attention(q, k, v, {is_causal = true})) < 1e-6)
+    assert.is_true(max_diff(y, reference(q, k, v, true)) < 2e-6)
+  end)
+
+  it("broadcast batch dims use the composite", function()
+    local q, k, v = accel.randn(2, 3, 5, 4), accel.randn(1, 3, 5, 4), accel.randn(1, 3, 5, 4)
+    local y = F.scaled_dot_product_attention(q, k, v)
+    assert.is_true(max_diff(y, reference(q, k:expand(2, 3, 5, 4), v:expand(2, 3, 5, 4), false)) < 2e-6)
+  end)
+
+  it("bad inputs to the fused op are clear errors", function()
+    assert.has_error(function() C.scaled_dot_product_attention(accel.randn(1, 2, 3), accel.randn(1, 2, 4), accel.randn(1, 2, 3), 1, false) end,
+      "scaled_dot_product_attention: expected q (B, H, L, D) or (N, L, D), k (.., S, D) and v (.., S, Dv) with equal batch dims, got [1, 2, 3], [1, 2, 4] and [1, 2, 3]")
+    assert.has_error(function() C.scaled_dot_product_attention(accel.randn(1, 2, 3), accel.randn(1, 2, 3, {dtype = f64}), accel.randn(1, 2, 3), 1, false) end)
+    assert.has_error(function() C.scaled_dot_product_attention(accel.randn(1, 2, 3), accel.randn(1, 0, 3), accel.randn(1, 0, 3), 1, true) end)
+  end)
+end)

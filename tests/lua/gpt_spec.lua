@@ -1,0 +1,349 @@
+-- gpt_spec.lua: accel.models.gpt2 (examples/gpt.lua's model).
+--  * names and shapes are Hugging Face GPT-2's (the list below is written
+--    from transformers' GPT2LMHeadModel layout, not from our code), in
+--    model:state_dict() and in the file accelerator:save_model writes;
+--    config.json carries HF's keys; from_pretrained reads our files and
+--    HF-style variants (old causal-mask buffers, a tied lm_head.weight,
+--    GPT2Model names without "transformer.").
+--  * numerics (issue 5's guard for the fused kernels): one GPT block's
+--    forward and backward, and a tiny GPT's logits, loss and every gradient,
+--    match PyTorch float64 references (tests/fixtures/gpt_block.safetensors,
+--    scripts/fixtures/make_gpt_fixtures.py) to 1e-4 in float32.
+--  * causality, sampling (reproducible, greedy = top_k 1), errors.
+--  * examples/gpt.lua runs end to end on a small text (a tiny config, 40
+--    steps): the validation loss falls, a sample is printed, the HF files,
+--    checkpoints and logs are written.
+local accel = require("accel")
+local json = require("accel.json")
+local gpt2 = accel.models.gpt2
+local C = accel._C
+
+local FIXTURE = "tests/fixtures/gpt_block.safetensors"
+local BIN = os.getenv("ACCEL_LUA_BIN") or arg[-1]
+local TOL = 1e-4
+
+local function tmpdir()
+  local d = os.tmpname()
+  os.remove(d)
+  C.mkdirs(d)
+  return d
+end
+
+local function read(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+-- entries of f under prefix (prefix removed) whose remaining name holds a dot (weights)
+local function weights(f, prefix)
+  local out = {}
+  for k, v in pairs(f) do
+    local name = k:sub(1, #prefix) == prefix and k:sub(#prefix + 1)
+    if name and name:find("%.") then out[name] = v end
+  end
+  return out
+end
+
+local function count(t)
+  local n = 0
+  for _ in pairs(t) do n = n + 1 end
+  return n
+end
+
+local function shape_of(t)
+  local s = {}
+  for i = 1, t:dim() do s[i] = t:size(i) end
+  return s
+end
+
+-- fn() raises an error that contains `needle` and points at this file
+local function fails_with(fn, needle)
+  local ok, err = pcall(fn)
+  assert(not ok, "expected an error containing: " .. needle)
+  err = tostring(err)
+  assert(err:find(needle, 1, true), ("error %q does not contain %q"):format(err, needle))
+  assert(err:find("gpt_spec.lua:", 1, true), ("error %q does not point at the caller's line"):format(err))
+end
+
+-- max |got - want| <= TOL * max(max |want|, 1e-2): relative to the tensor's scale
+local function assert_close(got, want, what)
+  assert(got ~= nil, what .. ": no value")
+  assert.are.same(shape_of(want), shape_of(got))
+  local diff = (got:double() - want:double()):abs():max():item()
+  local scale = math.max(want:double():abs():max():item(), 1e-2)
+  assert(diff <= TOL * scale, ("%s: max difference %.3e, allowed %.3e (scale %.3e)"):format(what, diff, TOL * scale, scale))
+end
+
+-- HF GPT2LMHeadModel's parameters for vocab V, n_positions P, n_embd E,
+-- n_layer L, n_inner I, in HF's state_dict order (lm_head.weight is tied:
+-- HF's files leave it out).
+local function hf_layout(V, P, E, L, I)
+  local rows = {{"transformer.wte.weight", {V, E}}, {"transformer.wpe.weight", {P, E}}}
+  for i = 0, L - 1 do
+    local h = "transformer.h." .. i .. "."
+    for _, r in ipairs({
+      {"ln_1.weight", {E}}, {"ln_1.bias", {E}},
+      {"attn.c_attn.weight", {E, 3 * E}}, {"attn.c_attn.bias", {3 * E}},
+      {"attn.c_proj.weight", {E, E}}, {"attn.c_proj.bias", {E}},
+      {"ln_2.weight", {E}}, {"ln_2.bias", {E}},
+      {"mlp.c_fc.weight", {E, I}}, {"mlp.c_fc.bias", {I}},
+      {"mlp.c_proj.weight", {I, E}}, {"mlp.c_proj.bias", {E}},
+    }) do rows[#rows + 1] = {h .. r[1], r[2]} end
+  end
+  rows[#rows + 1] = {"transformer.ln_f.weight", {E}}
+  rows[#rows + 1] = {"transformer.ln_f.bias", {E}}
+  return rows
+end
+
+local TINY = {vocab_size = 40, n_positions = 12, n_embd = 16, n_layer = 2, n_head = 2, dropout = 0}
+
+describe("GPT-2 names and layouts (Hugging Face)", function()
+  it("state_dict has HF GPT2LMHeadModel's names, shapes and order", function()
+    accel.set_seed(1)
+    local model = gpt2.GPT2LMHeadModel(gpt2.GPT2Config(TINY))
+    local want = hf_layout(40, 12, 16, 2, 64)
+    local keys, sd = model:state_dict_keys(), model:state_dict()
+    assert.are.equal(#want, #keys)
+    for i, r in ipairs(want) do
+      assert.are.equal(r[1], keys[i])
+      assert.are.same(r[2], shape_of(sd[r[1]]))
+    end
+    assert.is_nil(sd["lm_head.weight"])
+    assert.are.equal(40 * 16 + 12 * 16 + 2 * (4 * 16 + 16 * 48 + 48 + 16 * 16 + 16 + 16 * 64 + 64 + 64 * 16 + 16) + 32,
+      model:num_parameters())
+  end)
+
+  it("an untied head is lm_head.weight (vocab, n_embd), last, as HF", function()
+    local o = {tie_word_embeddings = false}
+    for k, v in pairs(TINY) do o[k] = v end
+    local model = gpt2.GPT2LMHeadModel(gpt2.GPT2Config(o))
+    local keys = model:state_dict_keys()
+    assert.are.equal("lm_head.weight", keys[#keys])
+    assert.are.same({40, 16}, shape_of(model:state_dict()["lm_head.weight"]))
+    assert.is_false(rawequal(model.lm_head.weight, model.transformer.wte.weight))
+  end)
+
+  it("initialises as HF: N(0, 0.02), c_proj N(0, 0.02 / sqrt(2 n_layer)), zero biases, LayerNorm 1 / 0", function()
+    accel.set_seed(2)
+    local model = gpt2.GPT2LMHeadModel(gpt2.GPT2Config{vocab_size = 256, n_positions = 64, n_embd = 64, n_layer = 8, n_head = 4})
+    local sd = model:state_dict()
+    local function std(t) return t:double():std():item() end
+    assert.is_true(math.abs(std(sd["transformer.wte.weight"]) - 0.02) < 0.002)
+    assert.is_true(math.abs(std(sd["transformer.h.0.mlp.c_fc.weight"]) - 0.02) < 0.002)
+    assert.is_true(math.abs(std(sd["transformer.h.3.mlp.c_proj.weight"]) - 0.005) < 0.0005)
+    assert.is_true(math.abs(std(sd["transformer.h.3.attn.c_proj.weight"]) - 0.005) < 0.0005)
+    assert.are.equal(0, sd["transformer.h.1.attn.c_attn.bias"]:abs():sum():item())
+    assert.are.equal(64, sd["transformer.ln_f.weight"]:sum():item())
+  end)
+
+  it("accelerator:save_model writes HF's file; config.json has HF's keys; from_pretrained reads both back", function()
+    accel.set_seed(3)
+    local config = gpt2.GPT2Config(TINY)
+    local model = gpt2.GPT2LMHeadModel(config)
+    local accelerator = accel.Accelerator{}
+    model = accelerator:prepare(model)
+    local dir = tmpdir()
+    accelerator:save_model(model, dir)
+    config:save_pretrained(dir)
+    local tensors, meta = accel.load(dir .. "/model.safetensors")
+    assert.are.equal("pt", meta.format)
+    local want = hf_layout(40, 12, 16, 2, 64)
+    assert.are.equal(#want, count(tensors))
+    for _, r in ipairs(want) do
+      assert(tensors[r[1]], "missing " .. r[1])
+      assert.are.same(r[2], shape_of(tensors[r[1]]))
+      assert.are.equal(accel.float32, tensors[r[1]].dtype)
+    end
+    local cfg = json.decode(read(dir .. "/config.json"))
+    assert.are.equal("gpt2", cfg.model_type)
+    assert.are.same({"GPT2LMHeadModel"}, cfg.architectures)
+    assert.are.equal(40, cfg.vocab_size)
+    assert.are.equal(12, cfg.n_positions)
+    assert.are.equal(16, cfg.n_embd)
+    assert.are.equal(2, cfg.n_layer)
+    assert.are.equal(2, cfg.n_head)
+    assert.are.equal("gelu_new", cfg.activation_function)
+    assert.are.equal(1e-5, cfg.layer_norm_epsilon)
+    assert.are.equal(0, cfg.resid_pdrop)
+    assert.is_true(cfg.tie_word_embeddings)
+
+    local again = gpt2.GPT2LMHeadModel.from_pretrained(dir)
+    local ids = accel.randint(0, 40, {2, 12})
+    assert.is_true(again(ids):equal(model(ids)))
+    C.fs_remove_tree(dir)
+  end)
+
+  it("from_pretrained reads a sharded save_model (index json + shards)", function()
+    accel.set_seed(8)
+    local config = gpt2.GPT2Config(TINY)
+    local model = gpt2.GPT2LMHeadModel(config)
+    local dir = tmpdir()
+    accel.Accelerator{}:save_model(model, dir, {max_shard_size = 8000})
+    config:save_pretrained(dir)
+    assert.is_nil(C.file_size(dir .. "/model.safetensors"))
+    assert.is_not_nil(C.file_size(dir .. "/model.safetensors.index.json"))
+    local again = gpt2.GPT2LMHeadModel.from_pretrained(dir)
+    local ids = accel.randint(0, 40, {2, 5})
+    assert.is_true(again(ids):equal(model(ids)))
+    C.fs_remove_tree(dir)
+  end)
+
+  it("from_pretrained accepts HF variants: attn.bias buffers, tied lm_head.weight, GPT2Model names", function()
+    accel.set_seed(4)
+    local config = gpt2.GPT2Config(TINY)
+    local model = gpt2.GPT2LMHeadModel(config)
+    local dir = tmpdir()
+    config:save_pretrained(dir)
+    local sd = {}
+    for k, v in pairs(model:state_dict()) do sd[k:gsub("^transformer%.", "")] = v end
+    sd["lm_head.weight"] = model.transformer.wte.weight:detach()
+    sd["h.0.attn.bias"] = accel.ones(1, 1, 12, 12):tril()
+    sd["h.1.attn.masked_bias"] = accel.tensor(-1e4)
+    accel.save(sd, dir .. "/model.safetensors", {format = "pt"})
+    local again = gpt2.GPT2LMHeadModel.from_pretrained(dir)
+    local ids = accel.randint(0, 40, {1, 9})
+    assert.is_true(again(ids):equal(model(ids)))
+    C.fs_remove_tree(dir)
+  end)
+end)
+
+describe("GPT-2 numerics against PyTorch (float32, 1e-4)", function()
+  local f = accel.load(FIXTURE)
+
+  it("one block (B=2, T=16, C=32, H=4): forward, d/dx and every parameter gradient", function()
+    local config = gpt2.GPT2Config{n_embd = 32, n_head = 4, dropout = 0}
+    local block = gpt2.GPT2Block(config, 0)
+    local w = weights(f, "block.")
+    assert.are.equal(12, count(w))
+    block:load_state_dict(w)
+    local x = f["block.x"]:clone():requires_grad_(true)
+    local y = block(x)
+    assert_close(y, f["block.y"], "block output")
+    local projected = (y * f["block.r"]):sum()
+    projected:backward()
+    assert_close(x.grad, f["block.dx"], "d/dx")
+    local n = 0
+    for name, p in block:named_parameters() do
+      assert_close(p.grad, f["block_grad." .. name], "d/d " .. name)
+      n = n + 1
+    end
+    assert.are.equal(12, n)
+  end)
+
+  it("tiny GPT (V=24, T=7, L=2, H=2, C=8): logits, loss and every gradient (tied wte included)", function()
+    local config = gpt2.GPT2Config{vocab_size = 24, n_positions = 8, n_embd = 8, n_layer = 2, n_head = 2, dropout = 0}
+    local model = gpt2.GPT2LMHeadModel(config)
+    model:load_state_dict(weights(f, "gpt."))
+    local logits, loss = model(f["gpt.input_ids"], {targets = f["gpt.targets"]})
+    assert_close(logits, f["gpt.logits"], "logits")
+    assert_close(loss, f["gpt.loss"], "loss")
+    loss:backward()
+    local n = 0
+    for name, p in model:named_parameters() do
+      assert_close(p.grad, f["gpt_grad." .. name], "d loss / d " .. name)
+      n = n + 1
+    end
+    assert.are.equal(2 + 2 * 12 + 2, n)
+  end)
+
+  it("the same under the Accelerator's prepared model (fp32) and with HF-style labels", function()
+    local config = gpt2.GPT2Config{vocab_size = 24, n_positions = 8, n_embd = 8, n_layer = 2, n_head = 2, dropout = 0}
+    local model = accel.Accelerator{mixed_precision = "no"}:prepare(gpt2.GPT2LMHeadModel(config))
+    model:load_state_dict(weights(f, "gpt."))
+    local ids, tgt = f["gpt.input_ids"], f["gpt.targets"]
+    local logits, loss = model(ids, {targets = tgt})
+    assert_close(logits, f["gpt.logits"], "logits")
+    assert_close(loss, f["gpt.loss"], "loss")
+    -- HF's labels are shifted inside: logits[:, t] is scored against labels[:, t + 1]
+    local _, l2 = model(ids, {labels = tgt})
+    local want = accel.nn.functional.cross_entropy(f["gpt.logits"]:narrow(2, 1, 6):reshape(-1, 24),
+      tgt:narrow(2, 2, 6):reshape(-1))
+    assert.is_true(math.abs(l2:item() - want:item()) <= TOL * want:item())
+  end)
+end)
+
+describe("GPT-2 behaviour", function()
+  it("is causal: changing token t changes no logits before t", function()
+    accel.set_seed(5)
+    local model = gpt2.GPT2LMHeadModel(gpt2.GPT2Config(TINY))
+    local ids = accel.randint(0, 40, {2, 10})
+    local base = model(ids)
+    local other = ids:clone()
+    other[1][7] = (ids[1][7]:item() + 1) % 40
+    local changed = model(other)
+    assert.is_true(changed:narrow(2, 1, 6):equal(base:narrow(2, 1, 6)))
+    assert.is_true((changed:narrow(2, 7, 4) - base:narrow(2, 7, 4)):abs():max():item() > 1e-6)
+    assert.is_true(changed[2]:equal(base[2]))
+  end)
+
+  it("generate: prompt kept, reproducible under set_seed, top_k = 1 and temperature 0 are greedy", function()
+    accel.set_seed(6)
+    local model = gpt2.GPT2LMHeadModel(gpt2.GPT2Config(TINY))
+    local prompt = accel.tensor({{1, 2, 3}, {4, 5, 6}})
+    accel.set_seed(7)
+    local a = model:generate(prompt, {max_new_tokens = 15, temperature = 1.5})
+    accel.set_seed(7)
+    local b = model:generate(prompt, {max_new_tokens = 15, temperature = 1.5})
+    assert.are.same({2, 18}, shape_of(a))
+    assert.is_true(a:equal(b))
+    assert.is_true(a:narrow(2, 1, 3):equal(prompt))
+    assert.is_true(a:min():item() >= 0 and a:max():item() < 40)
+    local g1 = model:generate(prompt, {max_new_tokens = 15, top_k = 1})
+    local g2 = model:generate(prompt, {max_new_tokens = 15, temperature = 0})
+    assert.is_true(g1:equal(g2))
+    -- greedy: each new id is the argmax of the logits of the sequence so far
+    local seq = g2:narrow(2, 1, 12)
+    local _, best = model(seq):select(2, -1):max(2)
+    assert.is_true(best:equal(g2:select(2, 13)))
+    assert.is_true(model.training) -- generate restores train mode
+  end)
+
+  it("refuses bad input with one clear error at the caller's line", function()
+    local model = gpt2.GPT2LMHeadModel(gpt2.GPT2Config(TINY))
+    local int = {dtype = accel.int64}
+    fails_with(function() model(accel.zeros(1, 13, int)) end, "GPT2Model: sequence length 13 is longer than n_positions (12)")
+    fails_with(function() model(accel.zeros(1, 4)) end, "GPT2Model: input_ids must be an integer tensor, got accel.float32")
+    fails_with(function() model(accel.zeros(4, int)) end, "GPT2Model: input_ids must be a 2-D tensor (batch, time)")
+    fails_with(function() model(accel.zeros(1, 4, int), {target = 1}) end,
+      'GPT2LMHeadModel: unknown option "target" (targets, labels, ignore_index)')
+    fails_with(function() model(accel.zeros(1, 4, int), {targets = accel.zeros(1, 3, int)}) end,
+      "GPT2LMHeadModel: targets must have the shape of input_ids")
+    fails_with(function() gpt2.GPT2Config{n_embd = 30, n_head = 4} end, "GPT2Config: n_embd (30) must be divisible by n_head (4)")
+    fails_with(function() gpt2.GPT2Config{n_layers = 3} end, 'GPT2Config: unknown option "n_layers"')
+    fails_with(function() gpt2.GPT2Config{activation_function = "swiglu"} end, 'activation_function "swiglu" is not supported')
+    fails_with(function() gpt2.GPT2LMHeadModel.from_pretrained("/nonexistent/dir") end,
+      "from_pretrained: /nonexistent/dir has no config.json")
+    fails_with(function() model:generate(accel.zeros(1, 2, int), {top_k = 0}) end, "generate: top_k must be a positive integer")
+  end)
+end)
+
+describe("examples/gpt.lua", function()
+  it("trains a tiny config on README.md: validation loss falls, sample printed, HF files + checkpoints + logs", function()
+    local dir = tmpdir()
+    local cmd = ("%s examples/gpt.lua --steps=40 --n_layer=1 --n_head=2 --n_embd=32 --block_size=32 --batch_size=8 "
+      .. "--warmup=5 --eval_interval=20 --eval_batches=2 --save_interval=20 --log_interval=20 --sample_tokens=40 "
+      .. "--threads=1 --out_dir=%s README.md 2>&1"):format(BIN, dir)
+    local p = assert(io.popen(cmd))
+    local out = p:read("a")
+    local ok = p:close()
+    assert(ok == true, "examples/gpt.lua failed:\n" .. out)
+    local first, last = out:match("validation loss ([%d.]+) %-> ([%d.]+)")
+    assert(first and last, "no validation summary in:\n" .. out)
+    assert(tonumber(last) < tonumber(first) - 1, out)
+    assert.is_truthy(out:find("step    40 | loss", 1, true))
+    assert.is_truthy(out:find("---- sample", 1, true))
+    local tensors = accel.load(dir .. "/model/model.safetensors")
+    assert.are.same({256, 32}, shape_of(tensors["transformer.wte.weight"]))
+    assert.are.same({32, 96}, shape_of(tensors["transformer.h.0.attn.c_attn.weight"]))
+    assert.are.equal(256, json.decode(read(dir .. "/model/config.json")).vocab_size)
+    assert.is_not_nil(C.file_size(dir .. "/checkpoints/checkpoint_1/checkpoint_index.json"))
+    local metrics = read(dir .. "/gpt/metrics.jsonl")
+    assert.is_truthy(metrics:find('"val_loss"', 1, true))
+    local events = false
+    for _, f in ipairs(C.fs_listdir(dir .. "/gpt")) do events = events or f:find("^events%.out%.tfevents%.") ~= nil end
+    assert.is_true(events)
+    C.fs_remove_tree(dir)
+  end)
+end)
