@@ -84,6 +84,22 @@ static int bw_sdpa(AGNode *n, Tensor *g, Tensor **gin) {
     return 0;
 }
 
+static int bw_to_input_dtype(AGNode *n, Tensor *g, Tensor **gin) {
+    (void)n;
+    gin[0] = tensor_retain(g); /* the engine casts it to the float32 edge */
+    return 0;
+}
+
+/* The float32 output cast to the inputs' dtype (bf16, fp16) in the same
+ * heads-last layout, differentiable. */
+static Tensor *cast_output(Tensor *out, DType dt, int nd, const KAttn *a) {
+    Tensor *r = heads_last(nd, a->B, a->H, a->L, a->Dv, dt, out->device);
+    if (!r) return NULL;
+    tensor_copy_strided(r, out);
+    ag_record("ToCopyBackward", bw_to_input_dtype, r, &out, 1);
+    return r;
+}
+
 static int check_sdpa(const Tensor *q, const Tensor *k, const Tensor *v) {
     const int nd = q->ndim;
     bool ok = (nd == 3 || nd == 4) && k->ndim == nd && v->ndim == nd;
@@ -133,7 +149,7 @@ Tensor *op_scaled_dot_product_attention(Tensor *qin, Tensor *kin, Tensor *vin, d
     free(c);
     tensor_release(q), tensor_release(k), tensor_release(v), tensor_release(o), tensor_release(lse);
     if (out && out->dtype != qin->dtype) {
-        Tensor *r = tensor_to_dtype(out, qin->dtype);
+        Tensor *r = cast_output(out, qin->dtype, nd, &a);
         tensor_release(out);
         out = r;
     }

@@ -13,10 +13,12 @@
 # each with 1 and 2 threads (OMP_NUM_THREADS = OPENBLAS_NUM_THREADS =
 # threads), under the environment's OpenBLAS setting ("as-is") and with
 # OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE unset ("unset"; one run labelled
-# "as-is = unset" when the environment sets neither). PyTorch also gets the
-# configurations the anchors found best (small: 1 torch thread + 2 OpenBLAS
-# threads; gpt2: 2 threads with OMP_WAIT_POLICY=passive), so "PyTorch best"
-# is the best of everything it ran. Peak RSS is /usr/bin/time's maximum
+# "as-is = unset" when the environment sets neither). Runs with more than
+# one thread are repeated with OMP_WAIT_POLICY=passive on both sides
+# ("passive": idle OpenMP threads sleep instead of spinning, which is what
+# counts on a machine shared with other work). PyTorch also gets the small
+# GPT setting the anchors found best for it (1 torch thread + 2 OpenBLAS
+# threads), so "PyTorch best" is the best of everything it ran. Peak RSS is /usr/bin/time's maximum
 # resident set of each process. Micro benchmarks (start-up, per-op, matmul
 # against the libraries) come first with --only micro (on by default).
 #
@@ -191,15 +193,16 @@ train_bench() {
             esac
             run "$bench" accel-lua "$t" "$blas" std "${envs[@]}" -- "${acc_cmd[@]}"
             [[ $HAVE_TORCH == 1 ]] && run "$bench" pytorch "$t" "$blas" std "${envs[@]}" -- "${torch_cmd[@]}"
+            if (( t > 1 )); then # OpenMP threads that sleep at once instead of spinning (both sides)
+                run "$bench" accel-lua "$t" "$blas" passive "${envs[@]}" OMP_WAIT_POLICY=passive -- "${acc_cmd[@]}"
+                [[ $HAVE_TORCH == 1 ]] && run "$bench" pytorch "$t" "$blas" passive "${envs[@]}" OMP_WAIT_POLICY=passive \
+                    -- "${torch_cmd[@]}"
+            fi
         done
-        # PyTorch's best configurations from the anchors (2 threads available)
-        if [[ $HAVE_TORCH == 1 && " $THREADS " == *" 2 "* ]]; then
-            case $bench in
-            small) run small pytorch 1 "$blas" "torch1+blas2" OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=2 -- \
-                "$PYTHON" "$ANCHORS/bench_gpt.py" 1 small "$SMALL_STEPS" "$SMALL_WARMUP" ;;
-            gpt2) run gpt2 pytorch 2 "$blas" "passive" OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 OMP_WAIT_POLICY=passive -- \
-                "$PYTHON" "$ANCHORS/bench_gpt.py" 2 gpt2 "$GPT2_STEPS" "$GPT2_WARMUP" ;;
-            esac
+        # PyTorch's best small-GPT setting on the anchor machine: 1 torch thread, 2 OpenBLAS threads
+        if [[ $HAVE_TORCH == 1 && $bench == small && " $THREADS " == *" 2 "* ]]; then
+            run small pytorch 1 "$blas" "torch1+blas2" OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=2 -- \
+                "$PYTHON" "$ANCHORS/bench_gpt.py" 1 small "$SMALL_STEPS" "$SMALL_WARMUP"
         fi
     done
 }
@@ -246,7 +249,7 @@ END {
             fmt(gf[order[i], "accel-lua"], 1), fmt(gf[order[i], "pytorch"], 1),
             fmt(div(rss[order[i], "accel-lua"], 1024), 0), fmt(div(rss[order[i], "pytorch"], 1024), 0),
             rr == "" ? "n/a" : fmt(rr, 2) "x"
-        if (ra != "" && k[4] == "std") printf "\"%s %sT%s\" %.3f\n", k[1], k[2], k[3] == "unset" ? " auto" : "", ra > chartdata
+        if (ra != "") printf "\"%s %sT%s%s\" %.3f\n", k[1], k[2], k[4] == "std" ? "" : " " k[4], k[3] == "unset" ? " auto" : "", ra > chartdata
     }
     print ""
     print "Targets (issue 5), this run:"

@@ -161,6 +161,28 @@ static void test_bf16(void) {
         if (!isnan(f) && f32_to_bf16(f) != h) ok = 0;
     }
     CHECK(ok);
+    /* k_cast's 8-lane runs give the scalar codec's bits: every bf16, and f32
+     * bit patterns striding through all exponents (ties, NaNs, inf, denormals) */
+    enum { NB = 65536 + 7 };
+    uint16_t *h = NEW(uint16_t, NB), *h2 = NEW(uint16_t, NB);
+    float *f = NEW(float, NB);
+    for (int i = 0; i < NB; i++) h[i] = (uint16_t)(i * 1u);
+    k_cast(NB, h, DT_BF16, 1, f, DT_F32, 1);
+    int same = 1;
+    for (int i = 0; i < NB; i++) same &= memcmp(&f[i], &(float){bf16_to_f32(h[i])}, 4) == 0;
+    CHECK(same);
+    same = 1;
+    for (uint32_t base = 0; base < 64; base++) { /* high halves: all 65536 (inf, NaN, denormals); low: ties or hashed */
+        for (int i = 0; i < NB; i++) {
+            const uint32_t lo = i % 4 == 0 ? 0x8000u : ((uint32_t)i * 7919u + base * 104729u) & 0xffffu;
+            const uint32_t u = (((uint32_t)i + base * 1021u) & 0xffffu) << 16 | lo;
+            memcpy(&f[i], &u, 4);
+        }
+        k_cast(NB, f, DT_F32, 1, h2, DT_BF16, 1);
+        for (int i = 0; i < NB; i++) same &= h2[i] == f32_to_bf16(f[i]);
+    }
+    CHECK(same);
+    free(h), free(h2), free(f);
 }
 
 static void test_f16(void) {

@@ -106,11 +106,21 @@ describe("fused attention: values", function()
     assert.is_true(max_diff(F.scaled_dot_product_attention(q, k, v, {scale = 2.5}), reference(q, k, v, false, 2.5)) < 1e-5)
   end)
 
-  it("bfloat16 inputs compute in float32 and return bfloat16", function()
+  it("bfloat16 inputs compute in float32 and return bfloat16 (heads-last), with gradients", function()
     local q, k, v = accel.randn(1, 2, 7, 4), accel.randn(1, 2, 7, 4), accel.randn(1, 2, 7, 4)
+    for _, t in ipairs({q, k, v}) do t:requires_grad_(true) end
     local y = F.scaled_dot_product_attention(q:bfloat16(), k:bfloat16(), v:bfloat16(), {is_causal = true})
     assert.equal(accel.bfloat16, y.dtype)
+    assert.is_true(y:transpose(2, 3):is_contiguous())
     assert.is_true(max_diff(y, reference(q:bfloat16(), k:bfloat16(), v:bfloat16(), true)) < 2e-2)
+    local g = accel.randn(1, 2, 7, 4)
+    y:float():backward(g)
+    local q2, k2, v2 = q:detach():bfloat16():float(), k:detach():bfloat16():float(), v:detach():bfloat16():float()
+    for _, t in ipairs({q2, k2, v2}) do t:requires_grad_(true) end
+    F.scaled_dot_product_attention(q2, k2, v2, {is_causal = true}):backward(g)
+    assert.is_true(max_diff(q.grad, q2.grad) < 3e-2)
+    assert.is_true(max_diff(k.grad, k2.grad) < 3e-2)
+    assert.is_true(max_diff(v.grad, v2.grad) < 3e-2)
   end)
 end)
 
