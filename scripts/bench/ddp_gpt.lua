@@ -3,7 +3,7 @@
 -- Accelerator, for the DDP scaling benchmark (scripts/bench/ddp_gpt.sh;
 -- PyTorch's side is shared/anchors/ddp_gpt.py).
 --
---   accel-lua scripts/bench/ddp_gpt.lua [STEPS [WARMUP [B]]]                       # 1 rank
+--   accel-lua scripts/bench/ddp_gpt.lua [STEPS [WARMUP [B [BUCKET_CAP_MB]]]]        # 1 rank
 --   accel-lua launch --cpu --num_processes 2 scripts/bench/ddp_gpt.lua [STEPS ...]  # 2 ranks
 --
 -- Model (written out here with accel.nn): token + position embeddings;
@@ -33,6 +33,7 @@ local steps = tonumber(arg[1]) or 30
 local warmup = tonumber(arg[2]) or 5
 local V, T, L, H, C = 65, 64, 4, 4, 128
 local B = tonumber(arg[3]) or 16
+local cap_mb = tonumber(arg[4]) or 25
 
 local Attn = nn.Module:extend("Attn")
 function Attn:init()
@@ -83,7 +84,7 @@ accel.set_seed(0)
 local model = GPT()
 local opt = optim.AdamW(model:parameters(), {lr = 3e-4, betas = {0.9, 0.95}, weight_decay = 0.1})
 local t_prep = accel.clock()
-local acc = accel.Accelerator()
+local acc = accel.Accelerator{kwargs_handlers = {accel.DistributedDataParallelKwargs{bucket_cap_mb = cap_mb}}}
 model, opt = acc:prepare(model, opt)
 t_prep = accel.clock() - t_prep
 local rank, world = acc.process_index, acc.num_processes
