@@ -1,5 +1,9 @@
-/* iter.c: strided multi-operand iteration (see iter.h). */
+/* iter.c: strided multi-operand iteration (see iter.h). Runs shorter than
+ * a kernel's own parallel threshold are spread over the OpenMP team when
+ * there are many of them (a broadcast bias row, a column slice): each run
+ * is independent and the callbacks are pure kernel calls. */
 #include "iter.h"
+#include "../kernels/cpu/kernels.h"
 #include <stdio.h>
 
 void iter_init(StridedIter *it, int ndim, const int64_t *shape) {
@@ -61,6 +65,21 @@ void iter_run(StridedIter *it, IterRunFn fn, void *ctx) {
     int last = it->ndim - 1;
     int64_t n = it->shape[last];
     for (int k = 0; k < it->nops; k++) inner[k] = it->stride[k][last];
+    int64_t runs = 1;
+    for (int d = 0; d < last; d++) runs *= it->shape[d];
+    if (runs > 1 && n < KERNEL_PAR_MIN && runs * n >= KERNEL_PAR_MIN) {
+        KERNEL_FOR(r, runs, runs * n, {
+            char *pr[ITER_MAX_OPS];
+            for (int k = 0; k < it->nops; k++) pr[k] = it->base[k];
+            for (int64_t d = last - 1, rest = r; d >= 0; d--) {
+                const int64_t i = rest % it->shape[d];
+                rest /= it->shape[d];
+                for (int k = 0; k < it->nops; k++) pr[k] += i * it->stride[k][d] * (int64_t)it->elsize[k];
+            }
+            fn(ctx, n, pr, inner);
+        });
+        return;
+    }
     int64_t idx[TENSOR_MAX_DIMS] = {0};
     for (;;) {
         for (int k = 0; k < it->nops; k++) {

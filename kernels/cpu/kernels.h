@@ -5,8 +5,8 @@
  * caller casts other dtypes to one of these.
  *
  * Threads: OpenMP above a size threshold (KERNEL_PAR_MIN elements of work);
- * kernel_set_threads() sets the OpenMP and OpenBLAS pools together, never
- * more than the machine's cores. */
+ * kernel_set_threads() sets the OpenMP team, never more than the machine's
+ * cores; OpenBLAS stays single-threaded and is split over that team. */
 #ifndef ACCEL_KERNELS_CPU_H
 #define ACCEL_KERNELS_CPU_H
 

@@ -1213,6 +1213,9 @@ static void test_gemm(void) {
                 gemm_case(kind, ta, tb, 1, 40, 7, 1, 0, 0);
                 gemm_case(kind, ta, tb, 5, 1, 9, 1, 0.5, 2);
                 gemm_case(kind, ta, tb, 130, 70, 90, 1, 0, 1);
+                /* above the threading threshold: split over the team by rows, then by columns */
+                gemm_case(kind, ta, tb, 301, 97, 80, 1, 0.5, 3);
+                gemm_case(kind, ta, tb, 41, 530, 96, -1, 0, 2);
             }
     /* bf16 primitive cache: more shapes than slots, then repeats */
     for (int rep = 0; rep < 2; rep++)
