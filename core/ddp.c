@@ -52,17 +52,29 @@ static void note_error(DdpReducer *r, const char *msg) {
 
 /* ---- layout ---- */
 
+/* The first bucket of each dtype (the last parameters, whose gradients
+ * backward makes first) is capped lower, as PyTorch's DDP does (1 MiB), so
+ * that its all-reduce starts early in backward instead of waiting for a
+ * quarter of a large model's gradients. */
+#define DDP_FIRST_BUCKET_BYTES (1024.0 * 1024.0)
+
 /* Assigns each parameter its bucket and offset (reverse registration
- * order, one open bucket per dtype, cap in bytes); returns the number of
- * buckets and fills numel[] / dtype[] per bucket. */
+ * order, one open bucket per dtype, cap in bytes, the first one per dtype
+ * at most DDP_FIRST_BUCKET_BYTES); returns the number of buckets and fills
+ * numel[] / dtype[] per bucket. */
 static int plan(DdpReducer *r, double cap, int64_t *numel, DType *dtype) {
     int open[DT_COUNT], nb = 0;
-    for (int d = 0; d < DT_COUNT; d++) open[d] = -1;
+    bool first[DT_COUNT];
+    for (int d = 0; d < DT_COUNT; d++) open[d] = -1, first[d] = true;
     for (int i = r->n - 1; i >= 0; i--) {
         Tensor *p = r->slots[i].param;
         size_t es = dtype_size(p->dtype);
         int b = open[p->dtype];
-        if (b >= 0 && numel[b] > 0 && (double)(numel[b] + p->numel) * (double)es > cap) b = -1;
+        double limit = first[p->dtype] && cap > DDP_FIRST_BUCKET_BYTES ? DDP_FIRST_BUCKET_BYTES : cap;
+        if (b >= 0 && numel[b] > 0 && (double)(numel[b] + p->numel) * (double)es > limit) {
+            b = -1;
+            first[p->dtype] = false;
+        }
         if (b < 0) {
             b = open[p->dtype] = nb++;
             numel[b] = 0;

@@ -7,7 +7,8 @@
  * (backward produces the last layers' gradients first), one dtype per
  * bucket, a new bucket whenever the next parameter would take the current
  * one past bucket_cap_mb (a parameter larger than the cap gets a bucket of
- * its own). Each parameter owns the slice [offset, offset + numel) of its
+ * its own); the first bucket of each dtype is capped at 1 MiB, as in
+ * PyTorch's DDP, so its reduction starts early in backward. Each parameter owns the slice [offset, offset + numel) of its
  * bucket's flat buffer; the buffer's length is the used length rounded up
  * to a multiple of `align` (the padding stays zero), so a sharding engine
  * can reduce-scatter equal shards of it (align = world size).

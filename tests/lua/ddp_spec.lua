@@ -45,6 +45,22 @@ describe("bucket layout", function()
     r2:close()
   end)
 
+  it("the first bucket (the last parameters) holds at most 1 MiB, as PyTorch's DDP; the others use the cap", function()
+    -- 5 parameters of 0.4 MiB (float32): first bucket 2 of them (0.8 MiB),
+    -- then the 25 MiB default takes the other 3
+    local ps = params(5, {104858, 104858, 104858, 104858, 104858})
+    local r = accel.ddp.Reducer(ps)
+    local b = r:buckets()
+    assert.equal(2, #b)
+    assert.same({5, 4}, b[1].params)
+    assert.same({3, 2, 1}, b[2].params)
+    r:close()
+    -- a cap below 1 MiB applies to the first bucket as well
+    local r2 = accel.ddp.Reducer(ps, {bucket_cap_mb = 0.5})
+    assert.equal(5, #r2:buckets())
+    r2:close()
+  end)
+
   it("one dtype per bucket; align pads every buffer to a multiple (for reduce_scatter)", function()
     local ps = {accel.randn(3):requires_grad_(true), accel.randn(5, {dtype = accel.float64}):requires_grad_(true),
       accel.randn(4):requires_grad_(true)}
