@@ -319,7 +319,14 @@ static int l_is_tensor(lua_State *L) {
 static int l_memory(lua_State *L) {
     lua_pushinteger(L, (lua_Integer)tensor_live_bytes());
     lua_pushinteger(L, (lua_Integer)backend_cpu.cached_bytes());
-    return 2;
+    lua_pushinteger(L, (lua_Integer)tensor_peak_live_bytes());
+    return 3;
+}
+
+static int l_reset_peak_memory_stats(lua_State *L) {
+    (void)L;
+    tensor_reset_peak_live_bytes();
+    return 0;
 }
 
 static int l_empty_cache(lua_State *L) {
@@ -485,6 +492,7 @@ static const luaL_Reg functions[] = {
     {"where", l_where}, {"set_seed", l_set_seed}, {"manual_seed", l_set_seed}, {"initial_seed", l_initial_seed},
     {"get_rng_state", l_rng_state}, {"set_rng_state", l_set_rng_state}, {"clock", l_clock},
     {"num_threads", l_num_threads}, {"is_tensor", l_is_tensor}, {"memory_stats", l_memory},
+    {"reset_peak_memory_stats", l_reset_peak_memory_stats},
     {"empty_cache", l_empty_cache}, {"save", l_save}, {"load", l_load}, {"device", lu_device_new}, {NULL, NULL}};
 
 int luaopen_accel(lua_State *L) {

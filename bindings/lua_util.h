@@ -66,7 +66,7 @@ Tensor *lu_tensor_or_scalar(lua_State *L, int idx, const Tensor *like);
 
 /* Report n bytes of tensor memory to the Lua GC. */
 void lu_gc_account(lua_State *L, size_t n);
-void lu_gc_after_backward(lua_State *L); /* full collection after backward (lua_util.c) */
+void lu_gc_before_backward(lua_State *L); /* full collection as backward starts (lua_util.c) */
 
 void lu_open_tensor(lua_State *L); /* registers the Tensor metatable */
 void lu_open_device(lua_State *L);

@@ -4,6 +4,16 @@
  *   _C.sgd_step(who, params, grads, bufs, group)
  *   _C.adam_step(who, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs|nil, steps, group, decoupled)
  *   _C.total_norm(tensors, norm_type) -> number   (norm_type may be math.huge)
+ *   _C.has_grads(params) -> {bool...}             which parameters have a .grad
+ *   _C.clear_grads(params)                        every .grad = nil
+ *   _C.grads_total_norm(params, norm_type) -> number or nil (no gradients)
+ *   _C.grads_mul_(params, factor)                 every .grad *= factor
+ *
+ * grads = nil means each parameter's own .grad. The optimizers pass nil and
+ * the functions above exist so that a training step never makes Lua
+ * userdata for the gradients: such a handle keeps its gradient alive until
+ * the next full GC, that is through the next forward pass after
+ * zero_grad() (GPT-2 shape: 0.5 GB at the peak).
  *
  * group is the param group table (PyTorch's keys): SGD reads lr, momentum,
  * dampening, weight_decay, nesterov, maximize; Adam reads lr, betas = {b1,
@@ -14,6 +24,7 @@
  * each parameter's step count after the increment. `who` prefixes errors. */
 #include "lua_util.h"
 #include "../core/optim.h"
+#include "../core/ops.h"
 #include <math.h>
 
 /* Slots 1..n of the list at idx (nil -> NULL) in an array owned by a
@@ -30,6 +41,18 @@ static Tensor **tensor_list(lua_State *L, int idx, int n, const char *who, const
         lua_pop(L, 1);
     }
     return a;
+}
+
+/* The parameters' own gradients (NULL where none). */
+static Tensor **grad_list(lua_State *L, int n, Tensor **params) {
+    Tensor **g = lua_newuserdatauv(L, (size_t)(n > 0 ? n : 1) * sizeof *g, 0);
+    for (int i = 0; i < n; i++) g[i] = params[i]->grad;
+    return g;
+}
+
+/* grads argument at idx: a list, or nil for the parameters' own. */
+static Tensor **grads_arg(lua_State *L, int idx, int n, Tensor **params, const char *who) {
+    return lua_isnil(L, idx) ? grad_list(L, n, params) : tensor_list(L, idx, n, who, "grads");
 }
 
 /* Hands the tensors the core created (slots that are nil in the list at
@@ -75,7 +98,7 @@ static int c_sgd_step(lua_State *L) {
                   .dampening = need_number(L, 5, "dampening", who),
                   .weight_decay = need_number(L, 5, "weight_decay", who),
                   .nesterov = flag(L, 5, "nesterov"), .maximize = flag(L, 5, "maximize")};
-    Tensor **p = tensor_list(L, 2, n, who, "params"), **g = tensor_list(L, 3, n, who, "grads");
+    Tensor **p = tensor_list(L, 2, n, who, "params"), **g = grads_arg(L, 3, n, p, who);
     Tensor **b = a.momentum != 0 ? tensor_list(L, 4, n, who, "momentum_buffers") : NULL;
     int rc = optim_sgd_step(who, n, p, g, b, &a);
     if (b) store_created(L, 4, n, b);
@@ -101,7 +124,7 @@ static int c_adam_step(lua_State *L) {
     KAdamArgs a = {.lr = need_number(L, 8, "lr", who), .beta1 = beta(L, 8, 1, who), .beta2 = beta(L, 8, 2, who),
                    .eps = need_number(L, 8, "eps", who), .weight_decay = need_number(L, 8, "weight_decay", who),
                    .decoupled = lua_toboolean(L, 9), .maximize = flag(L, 8, "maximize")};
-    Tensor **p = tensor_list(L, 2, n, who, "params"), **g = tensor_list(L, 3, n, who, "grads");
+    Tensor **p = tensor_list(L, 2, n, who, "params"), **g = grads_arg(L, 3, n, p, who);
     Tensor **m = tensor_list(L, 4, n, who, "exp_avgs"), **v = tensor_list(L, 5, n, who, "exp_avg_sqs");
     Tensor **vmax = lua_isnil(L, 6) ? NULL : tensor_list(L, 6, n, who, "max_exp_avg_sqs");
     int64_t *steps = lua_newuserdatauv(L, (size_t)(n > 0 ? n : 1) * sizeof *steps, 0);
@@ -136,8 +159,76 @@ static int c_total_norm(lua_State *L) {
     return 1;
 }
 
+/* The parameters of the list at arg 1, each checked to be a tensor. */
+static Tensor **param_list(lua_State *L, const char *who, int *n) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_Unsigned len = lua_rawlen(L, 1);
+    if (len > 0x7fffffff) lu_error(L, "%s: too many parameters", who);
+    *n = (int)len;
+    Tensor **p = tensor_list(L, 1, *n, who, "params");
+    for (int i = 0; i < *n; i++)
+        if (!p[i]) lu_error(L, "%s: params[%d] is nil", who, i + 1);
+    return p;
+}
+
+static int c_has_grads(lua_State *L) {
+    int n;
+    Tensor **p = param_list(L, "has_grads", &n);
+    lua_createtable(L, n, 0);
+    for (int i = 0; i < n; i++) {
+        lua_pushboolean(L, p[i]->grad != NULL);
+        lua_rawseti(L, -2, i + 1);
+    }
+    return 1;
+}
+
+static int c_clear_grads(lua_State *L) {
+    int n;
+    Tensor **p = param_list(L, "clear_grads", &n);
+    for (int i = 0; i < n; i++) {
+        tensor_release(p[i]->grad);
+        p[i]->grad = NULL;
+    }
+    return 0;
+}
+
+/* The gradients that exist, packed at the front; their count. */
+static int present_grads(lua_State *L, const char *who, Tensor ***out) {
+    int n, k = 0;
+    Tensor **p = param_list(L, who, &n), **g = grad_list(L, n, p);
+    for (int i = 0; i < n; i++)
+        if (g[i]) g[k++] = g[i];
+    *out = g;
+    return k;
+}
+
+static int c_grads_total_norm(lua_State *L) {
+    double p = luaL_checknumber(L, 2), out;
+    Tensor **g;
+    int k = present_grads(L, "clip_grad_norm_", &g);
+    if (k == 0) return 0;
+    if (optim_total_norm(k, g, p, &out) < 0) lu_core_error(L);
+    lua_pushnumber(L, out);
+    return 1;
+}
+
+static int c_grads_mul_(lua_State *L) {
+    double f = luaL_checknumber(L, 2);
+    Tensor **g;
+    int k = present_grads(L, "clip_grad_norm_", &g);
+    for (int i = 0; i < k; i++)
+        if (op_binary_scalar_(KB_MUL, g[i], f, false) < 0) lu_core_error(L);
+    return 0;
+}
+
 void lu_open_optim(lua_State *L, int m) {
-    static const luaL_Reg fns[] = {{"sgd_step", c_sgd_step}, {"adam_step", c_adam_step},
-                                   {"total_norm", c_total_norm}, {NULL, NULL}};
+    static const luaL_Reg fns[] = {{"sgd_step", c_sgd_step},
+                                   {"adam_step", c_adam_step},
+                                   {"total_norm", c_total_norm},
+                                   {"has_grads", c_has_grads},
+                                   {"clear_grads", c_clear_grads},
+                                   {"grads_total_norm", c_grads_total_norm},
+                                   {"grads_mul_", c_grads_mul_},
+                                   {NULL, NULL}};
     lu_register_c(L, m, fns);
 }

@@ -622,8 +622,8 @@ static int t_to(lua_State *L) {
 static int t_backward(lua_State *L) {
     Tensor *t = SELF;
     Tensor *g = lu_to_tensor(L, 2);
+    lu_gc_before_backward(L);
     if (lu_run_backward(L, t, g) < 0) lu_core_error(L);
-    lu_gc_after_backward(L);
     return 0;
 }
 

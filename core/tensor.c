@@ -10,7 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
-static size_t live_bytes;
+static size_t live_bytes, peak_live_bytes;
 static ObjPool tensor_pool = {NULL, sizeof(Tensor)};
 static ObjPool storage_pool = {NULL, sizeof(Storage)};
 
@@ -23,6 +23,8 @@ Tensor *tensor_header_alloc(void) {
 void tensor_header_free(Tensor *t) { pool_free(&tensor_pool, t); }
 
 size_t tensor_live_bytes(void) { return live_bytes; }
+size_t tensor_peak_live_bytes(void) { return peak_live_bytes; }
+void tensor_reset_peak_live_bytes(void) { peak_live_bytes = live_bytes; }
 
 Storage *storage_new(size_t nbytes, Device dev) {
     const Backend *be = backend_for(dev);
@@ -42,6 +44,7 @@ Storage *storage_new(size_t nbytes, Device dev) {
     s->on_free = NULL;
     s->free_ud = NULL;
     live_bytes += nbytes;
+    if (live_bytes > peak_live_bytes) peak_live_bytes = live_bytes;
     return s;
 }
 

@@ -67,6 +67,8 @@ void storage_release(Storage *s);
 Tensor *tensor_retain(Tensor *t);
 void tensor_release(Tensor *t);
 size_t tensor_live_bytes(void); /* bytes of storage currently alive */
+size_t tensor_peak_live_bytes(void);     /* the most alive at once since start or the last reset */
+void tensor_reset_peak_live_bytes(void); /* peak := live now */
 Tensor *tensor_header_alloc(void); /* zeroed header from the pool, NULL with error */
 void tensor_header_free(Tensor *t);
 

@@ -6,7 +6,9 @@
 -- betas (0.9, 0.95), weight_decay 0.1; a fresh batch of uniform random
 -- token ids each step). Timed per step: zero_grad + forward + loss +
 -- backward + step. Prints one JSON line (median step, tokens/s, achieved
--- GFLOP/s with the Python script's FLOP formula, peak RSS).
+-- GFLOP/s with the Python script's FLOP formula, peak RSS, and the most
+-- tensor bytes alive at once: "peak_live_mib", the part of the RSS that
+-- tensors need, the rest being the allocator's cache and the libraries).
 --
 --   accel-lua scripts/bench/gpt.lua THREADS small|gpt2 [STEPS] [WARMUP] [options]
 --   options: --attn=sdpa|explicit  causal attention through
@@ -165,6 +167,8 @@ local out = {
     B * T / med, flops_step / 1e9, flops_step / med / 1e9),
   ('"loss_first": %.3f, "loss_last": %.3f, "peak_rss_kib": %d, "page_faults_per_step": %.0f'):format(
     losses[1], losses[#losses], peak_rss_kib(), faults / n),
+  ('"peak_live_mib": %.0f, "cached_mib_at_end": %.0f'):format(select(3, accel.memory_stats()) / 2^20,
+    select(2, accel.memory_stats()) / 2^20),
 }
 if flags.losses then
   local ls = {}

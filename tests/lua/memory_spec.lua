@@ -90,6 +90,20 @@ describe("memory", function()
     assert.is_true(c >= 0)
   end)
 
+  it("the peak of live bytes follows a tensor made and freed, and resets to what is live", function()
+    collectgarbage()
+    accel.reset_peak_memory_stats()
+    local before, _, peak0 = accel.memory_stats()
+    assert.equal(before, peak0)
+    local t = accel.zeros(3000000)
+    t:free()
+    local now, _, peak = accel.memory_stats()
+    assert.equal(before, now)
+    assert.equal(before + 12000000, peak)
+    accel.reset_peak_memory_stats()
+    assert.equal(now, select(3, accel.memory_stats()))
+  end)
+
   it("t:free() releases at once and later use errors with 'freed'", function()
     collectgarbage()
     collectgarbage()
@@ -160,5 +174,45 @@ describe("memory", function()
     end)
     assert.is_false(ok)
     assert.equal(before, live())
+  end)
+
+  it("cross_entropy's backward writes the gradient over logits nothing else holds, same values", function()
+    accel.set_seed(3)
+    local N, C = 1000, 5000 -- logits: 20 MB
+    local x, t = accel.randn(N, 64), accel.randint(0, C, {N})
+    local W = (accel.randn(64, C) * 0.1):requires_grad_(true)
+    -- logits kept by a Lua local: the gradient needs a buffer of its own
+    local logits = x:matmul(W)
+    local loss = accel.nn.functional.cross_entropy(logits, t)
+    collectgarbage()
+    accel.reset_peak_memory_stats()
+    local base = live()
+    loss:backward()
+    local kept_extra = select(3, accel.memory_stats()) - base
+    local g_kept = W.grad:clone()
+    logits, loss, W.grad = nil, nil, nil
+    -- logits held by the graph only: written over
+    loss = accel.nn.functional.cross_entropy(x:matmul(W), t)
+    collectgarbage()
+    accel.reset_peak_memory_stats()
+    base = live()
+    loss:backward()
+    local reused_extra = select(3, accel.memory_stats()) - base
+    assert.is_true(W.grad:equal(g_kept))
+    assert.is_true(kept_extra - reused_extra >= N * C * 4, ("extra bytes in backward: %d kept, %d reused"):format(kept_extra, reused_extra))
+  end)
+
+  it("zero_grad() frees the gradients at once after step() and clip_grad_norm_ (no Lua handles left)", function()
+    local m = accel.nn.Linear(1000, 1000)
+    local opt = accel.optim.AdamW(m:parameters(), {lr = 1e-3})
+    local grad_bytes = (1000 * 1000 + 1000) * 4
+    for _ = 1, 2 do
+      m(accel.randn(8, 1000)):sum():backward()
+      accel.nn.utils.clip_grad_norm_(m:parameters(), 0.5)
+      opt:step()
+      local before = live() -- a Lua handle made for a gradient above would keep it alive here
+      opt:zero_grad()
+      assert.equal(before - grad_bytes, live())
+    end
   end)
 end)

@@ -59,9 +59,15 @@ function utils.clip_grad_norm_(parameters, max_norm, opts)
   if opts ~= nil and type(opts) ~= "table" then raise("%s: options must be a table", name) end
   opts = opts or {}
   local norm_type = norm_type_of(name, opts.norm_type)
-  local grads = grads_of(params)
-  if #grads == 0 then return accel.tensor(0.0) end
-  local total = accel.tensor(C.total_norm(grads, norm_type), {dtype = grads[1].dtype})
+  -- the gradients stay in C (no Lua handles that would keep them alive past
+  -- zero_grad(), see bindings/optim_lua.c)
+  local norm = C.grads_total_norm(params, norm_type)
+  if norm == nil then return accel.tensor(0.0) end
+  local has, dtype = C.has_grads(params), nil
+  for i = #params, 1, -1 do
+    if has[i] then dtype = params[i].dtype end -- the first gradient's dtype
+  end
+  local total = accel.tensor(norm, {dtype = dtype})
   local t = total:item()
   if opts.error_if_nonfinite and (t ~= t or t == math.huge) then
     raise("%s: The total norm of order %s for gradients from `parameters` is non-finite, so it cannot be clipped. "
@@ -69,12 +75,8 @@ function utils.clip_grad_norm_(parameters, max_norm, opts)
       .. "`error_if_nonfinite=false`", name, tostring(norm_type))
   end
   local coef = (max_norm / (total + 1e-6)):clamp(nil, 1.0)
-  local c = coef:item()
-  if c ~= 1 then
-    accel.no_grad(function()
-      for _, g in ipairs(grads) do g:mul_(coef) end
-    end)
-  end
+  local c = coef:item() -- the factor rounded to the gradients' dtype, as PyTorch multiplies by it
+  if c ~= 1 then C.grads_mul_(params, c) end
   return total
 end
 

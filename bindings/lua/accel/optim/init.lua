@@ -182,12 +182,12 @@ function Optimizer:zero_grad(opts)
     set_to_none = opts.set_to_none
   end
   for _, g in ipairs(self.param_groups) do
-    for _, p in ipairs(g.params) do
-      local grad = p.grad
-      if grad ~= nil then
-        if set_to_none then
-          p.grad = nil
-        else
+    if set_to_none then
+      C.clear_grads(g.params) -- no Lua handle to the gradients (see bindings/optim_lua.c)
+    else
+      for _, p in ipairs(g.params) do
+        local grad = p.grad
+        if grad ~= nil then
           if grad.grad_fn then grad:detach_() elseif grad.requires_grad then grad:requires_grad_(false) end
           grad:zero_()
         end
@@ -389,17 +389,17 @@ function SGD:step(closure)
   local loss = run_closure(closure)
   local state = self.state
   for gi, g in ipairs(self.param_groups) do
-    local ps, grads, bufs, any = g.params, {}, {}, false
+    local ps, bufs, any = g.params, {}, false
+    local grads = C.has_grads(ps) -- true where a parameter has a .grad; the C step reads it
     for i = 1, #ps do
-      local grad = ps[i].grad
-      if grad ~= nil then
-        grads[i], any = grad, true
+      if grads[i] then
+        any = true
         local st = state[ps[i]]
         if st then bufs[i] = st.momentum_buffer end
       end
     end
     if any then
-      C.sgd_step(self:_who(gi), ps, grads, bufs, g)
+      C.sgd_step(self:_who(gi), ps, nil, bufs, g)
       if g.momentum ~= 0 then
         for i = 1, #ps do
           if grads[i] then
@@ -441,13 +441,13 @@ local function adam_step(self, closure)
   local loss = run_closure(closure)
   local state, decoupled = self.state, self._decoupled
   for gi, g in ipairs(self.param_groups) do
-    local ps, grads, ms, vs, steps, any = g.params, {}, {}, {}, {}, false
+    local ps, ms, vs, steps, any = g.params, {}, {}, {}, false
+    local grads = C.has_grads(ps) -- true where a parameter has a .grad; the C step reads it
     local vmaxs = g.amsgrad and {} or nil
     for i = 1, #ps do
       local p = ps[i]
-      local grad = p.grad
-      if grad ~= nil then
-        grads[i], any = grad, true
+      if grads[i] then
+        any = true
         local st = state[p]
         if st then
           steps[i], ms[i], vs[i] = (st.step or 0) + 1, st.exp_avg, st.exp_avg_sq
@@ -458,7 +458,7 @@ local function adam_step(self, closure)
       end
     end
     if any then
-      C.adam_step(self:_who(gi), ps, grads, ms, vs, vmaxs, steps, g, decoupled)
+      C.adam_step(self:_who(gi), ps, nil, ms, vs, vmaxs, steps, g, decoupled)
       for i = 1, #ps do
         if grads[i] then
           local st = state[ps[i]]
