@@ -43,23 +43,35 @@ static Tensor *contig(Tensor *t) {
     return c;
 }
 
-/* ---- gather ---- */
+/* ---- gradients of gather and index_select ---- */
 
-static int bw_gather(AGNode *n, Tensor *g, Tensor **gin) {
+/* The input's gradient: zeros with g added at the saved indices, per
+ * element (gather: k_scatter_add) or per slice along dim (index_select:
+ * k_index_add). The index matches the input except along dim, so both
+ * share the input's outer / inner extents. */
+static int bw_add_at_index(AGNode *n, Tensor *g, Tensor **gin, bool per_element) {
     Tensor *idx = ag_saved(n, 0);
     if (!idx) return -1;
     int dim = (int)n->i[0];
     Tensor *z = tensor_zeros(n->edges[0].shape, n->edges[0].ndim, g->dtype, g->device), *gc = z ? contig(g) : NULL;
     if (gc) {
         int64_t outer, inner;
-        outer_inner(idx, dim, &outer, &inner);
-        k_scatter_add(g->dtype, tensor_data(z), outer, n->edges[0].shape[dim], inner, tensor_data(idx), idx->shape[dim], tensor_data(gc));
+        outer_inner(z, dim, &outer, &inner);
+        if (per_element)
+            k_scatter_add(g->dtype, tensor_data(z), outer, z->shape[dim], inner, tensor_data(idx), idx->shape[dim], tensor_data(gc));
+        else
+            k_index_add(g->dtype, tensor_data(z), outer, z->shape[dim], inner, tensor_data(idx), idx->numel, tensor_data(gc));
     }
     tensor_release(gc);
     gin[0] = gc ? z : NULL;
     if (!gc) tensor_release(z);
     return gin[0] ? 0 : -1;
 }
+
+static int bw_gather(AGNode *n, Tensor *g, Tensor **gin) { return bw_add_at_index(n, g, gin, true); }
+static int bw_index_select(AGNode *n, Tensor *g, Tensor **gin) { return bw_add_at_index(n, g, gin, false); }
+
+/* ---- gather ---- */
 
 Tensor *op_gather(Tensor *a, int dim, Tensor *index) {
     if ((dim = tensor_wrap_dim(a, dim, "gather")) < 0) return NULL;
@@ -86,22 +98,6 @@ Tensor *op_gather(Tensor *a, int dim, Tensor *index) {
 }
 
 /* ---- index_select / embedding ---- */
-
-static int bw_index_select(AGNode *n, Tensor *g, Tensor **gin) {
-    Tensor *idx = ag_saved(n, 0);
-    if (!idx) return -1;
-    int dim = (int)n->i[0];
-    Tensor *z = tensor_zeros(n->edges[0].shape, n->edges[0].ndim, g->dtype, g->device), *gc = z ? contig(g) : NULL;
-    if (gc) {
-        int64_t outer, inner;
-        outer_inner(z, dim, &outer, &inner);
-        k_index_add(g->dtype, tensor_data(z), outer, z->shape[dim], inner, tensor_data(idx), idx->numel, tensor_data(gc));
-    }
-    tensor_release(gc);
-    gin[0] = gc ? z : NULL;
-    if (!gc) tensor_release(z);
-    return gin[0] ? 0 : -1;
-}
 
 Tensor *op_index_select(Tensor *a, int dim, Tensor *index) {
     if (a->ndim == 0) return accel_fail("index_select: cannot index a 0-dim tensor");
