@@ -241,21 +241,18 @@ static Tensor **tensor_list(lua_State *L, int idx, int *n, const char *op) {
     return ts;
 }
 
-static int l_cat(lua_State *L) {
+/* name(list, [dim = 1]): joins a list of tensors along dim (op_cat / op_stack). */
+static int join_tensors(lua_State *L, const char *name, Tensor *(*join)(Tensor **, int, int)) {
     int n;
     int dim = lua_isnoneornil(L, 2) ? 0 : lu_dim(L, 2);
-    Tensor **ts = tensor_list(L, 1, &n, "cat");
-    lu_push_tensor(L, op_cat(ts, n, dim));
+    Tensor **ts = tensor_list(L, 1, &n, name);
+    lu_push_tensor(L, join(ts, n, dim));
     return 1;
 }
 
-static int l_stack(lua_State *L) {
-    int n;
-    int dim = lua_isnoneornil(L, 2) ? 0 : lu_dim(L, 2);
-    Tensor **ts = tensor_list(L, 1, &n, "stack");
-    lu_push_tensor(L, op_stack(ts, n, dim));
-    return 1;
-}
+static int l_cat(lua_State *L) { return join_tensors(L, "cat", op_cat); }
+
+static int l_stack(lua_State *L) { return join_tensors(L, "stack", op_stack); }
 
 static int l_where(lua_State *L) {
     Tensor *c = lu_check_tensor(L, 1);
@@ -298,12 +295,7 @@ static int l_set_rng_state(lua_State *L) {
     return 0;
 }
 
-static int l_clock(lua_State *L) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec * 1e-9);
-    return 1;
-}
+static int l_clock(lua_State *L) { return lu_push_clock(L, CLOCK_MONOTONIC); }
 
 static int l_num_threads(lua_State *L) {
     if (!lua_isnoneornil(L, 1)) kernel_set_threads((int)luaL_checkinteger(L, 1));

@@ -155,14 +155,7 @@ void lu_open_ddp(lua_State *L, int m) {
                                        {"finalize", r_finalize}, {"buckets", r_buckets}, {"bucket", r_bucket},
                                        {"slice", r_slice},       {"stats", r_stats},     {"close", r_close},
                                        {NULL, NULL}};
-    luaL_newmetatable(L, REDUCER_MT);
-    luaL_newlib(L, methods);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, r_close);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, r_tostring);
-    lua_setfield(L, -2, "__tostring");
-    lua_pop(L, 1);
+    lu_new_class(L, REDUCER_MT, methods, r_close, r_tostring);
     lua_getfield(L, m, "_C");
     lua_pushcfunction(L, l_reducer);
     lua_setfield(L, -2, "ddp_reducer");

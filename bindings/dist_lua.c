@@ -301,14 +301,7 @@ static int w_tostring(lua_State *L) {
 
 static void open_work(lua_State *L) {
     static const luaL_Reg methods[] = {{"wait", w_wait}, {"test", w_test}, {"is_completed", w_test}, {NULL, NULL}};
-    luaL_newmetatable(L, WORK_MT);
-    luaL_newlib(L, methods);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, w_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, w_tostring);
-    lua_setfield(L, -2, "__tostring");
-    lua_pop(L, 1);
+    lu_new_class(L, WORK_MT, methods, w_gc, w_tostring);
 }
 
 void lu_open_dist(lua_State *L, int m) {

@@ -378,12 +378,26 @@ int lu_device_new(lua_State *L) {
 }
 
 void lu_open_device(lua_State *L) {
+    static const luaL_Reg meta[] = {
+        {"__tostring", device_tostring}, {"__eq", device_eq}, {"__index", device_index}, {NULL, NULL}};
     luaL_newmetatable(L, "accel.Device");
-    lua_pushcfunction(L, device_tostring);
-    lua_setfield(L, -2, "__tostring");
-    lua_pushcfunction(L, device_eq);
-    lua_setfield(L, -2, "__eq");
-    lua_pushcfunction(L, device_index);
+    luaL_setfuncs(L, meta, 0);
+    lua_pop(L, 1);
+}
+
+int lu_push_clock(lua_State *L, clockid_t clock) {
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec * 1e-9);
+    return 1;
+}
+
+void lu_new_class(lua_State *L, const char *mt, const luaL_Reg *methods, lua_CFunction gc, lua_CFunction tostring) {
+    const luaL_Reg meta[] = {{"__gc", gc}, {"__tostring", tostring}, {NULL, NULL}};
+    luaL_newmetatable(L, mt);
+    luaL_setfuncs(L, meta, 0);
+    lua_newtable(L);
+    luaL_setfuncs(L, methods, 0);
     lua_setfield(L, -2, "__index");
     lua_pop(L, 1);
 }

@@ -6,6 +6,7 @@
 
 #include <lua.h>
 #include <lauxlib.h>
+#include <time.h>
 #include "../core/tensor.h"
 #include "../core/ops.h"
 
@@ -63,6 +64,13 @@ bool lu_is_device(lua_State *L, int idx);
 
 /* Tensor or number at idx as a tensor (numbers become 0-dim of dtype like). */
 Tensor *lu_tensor_or_scalar(lua_State *L, int idx, const Tensor *like);
+
+/* Push the time of clock (CLOCK_MONOTONIC, CLOCK_REALTIME) in seconds, with
+ * fractions; returns 1, the count of results. */
+int lu_push_clock(lua_State *L, clockid_t clock);
+/* Register the metatable mt of a userdata class: methods as its __index,
+ * gc as __gc and tostring as __tostring. */
+void lu_new_class(lua_State *L, const char *mt, const luaL_Reg *methods, lua_CFunction gc, lua_CFunction tostring);
 
 /* Report n bytes of tensor memory to the Lua GC. */
 void lu_gc_account(lua_State *L, size_t n);

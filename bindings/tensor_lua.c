@@ -371,33 +371,26 @@ static int t_len(lua_State *L) {
     return 1;
 }
 
-static int t_view(lua_State *L) {
+typedef Tensor *(*ShapeFn)(Tensor *t, const int64_t *shape, int ndim);
+
+/* t:view(shape...) and the like: fn(t, the shape given) */
+static int to_shape(lua_State *L, ShapeFn fn) {
     int64_t shape[TENSOR_MAX_DIMS];
     int next, nd = lu_shape(L, 2, shape, &next);
-    return ret(L, tensor_view(SELF, shape, nd));
+    return ret(L, fn(SELF, shape, nd));
 }
 
-static int t_reshape(lua_State *L) {
-    int64_t shape[TENSOR_MAX_DIMS];
-    int next, nd = lu_shape(L, 2, shape, &next);
-    return ret(L, tensor_reshape(SELF, shape, nd));
-}
-
-static int t_view_as(lua_State *L) {
+/* t:view_as(other) and the like: fn(t, other's shape) */
+static int to_shape_of(lua_State *L, ShapeFn fn) {
     Tensor *o = lu_check_tensor(L, 2);
-    return ret(L, tensor_reshape(SELF, o->shape, o->ndim));
+    return ret(L, fn(SELF, o->shape, o->ndim));
 }
 
-static int t_expand(lua_State *L) {
-    int64_t shape[TENSOR_MAX_DIMS];
-    int next, nd = lu_shape(L, 2, shape, &next);
-    return ret(L, tensor_expand(SELF, shape, nd));
-}
-
-static int t_expand_as(lua_State *L) {
-    Tensor *o = lu_check_tensor(L, 2);
-    return ret(L, tensor_expand(SELF, o->shape, o->ndim));
-}
+static int t_view(lua_State *L) { return to_shape(L, tensor_view); }
+static int t_reshape(lua_State *L) { return to_shape(L, tensor_reshape); }
+static int t_view_as(lua_State *L) { return to_shape_of(L, tensor_reshape); }
+static int t_expand(lua_State *L) { return to_shape(L, tensor_expand); }
+static int t_expand_as(lua_State *L) { return to_shape_of(L, tensor_expand); }
 
 static int t_transpose(lua_State *L) { return ret(L, tensor_transpose(SELF, lu_dim(L, 2), lu_dim(L, 3))); }
 
@@ -1000,11 +993,9 @@ static void build_methods(lua_State *L) {
 }
 
 void lu_open_tensor(lua_State *L) {
+    static const luaL_Reg size_meta[] = {{"__call", shape_call}, {"__tostring", shape_tostring}, {NULL, NULL}};
     luaL_newmetatable(L, "accel.Size");
-    lua_pushcfunction(L, shape_call);
-    lua_setfield(L, -2, "__call");
-    lua_pushcfunction(L, shape_tostring);
-    lua_setfield(L, -2, "__tostring");
+    luaL_setfuncs(L, size_meta, 0);
     lua_pop(L, 1);
 
     luaL_newmetatable(L, TENSOR_MT);

@@ -53,7 +53,6 @@ static int c_isatty(lua_State *L) {
     return 1;
 }
 
-/* wall_time() -> seconds since the Unix epoch, with fractions */
 /* terminal_width(file) -> columns of the terminal it writes to, or nil */
 static int c_terminal_width(lua_State *L) {
     struct winsize ws;
@@ -62,12 +61,8 @@ static int c_terminal_width(lua_State *L) {
     return 1;
 }
 
-static int c_wall_time(lua_State *L) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec * 1e-9);
-    return 1;
-}
+/* wall_time() -> seconds since the Unix epoch, with fractions */
+static int c_wall_time(lua_State *L) { return lu_push_clock(L, CLOCK_REALTIME); }
 
 static int c_hostname(lua_State *L) {
     char name[256];

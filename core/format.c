@@ -17,6 +17,7 @@
  * copy them to the cpu first to see values. */
 #include "tensor.h"
 #include "autograd.h"
+#include "strbuf.h"
 #include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -31,33 +32,8 @@
 
 /* ---------------- string builder ---------------- */
 
-typedef struct {
-    char *p;
-    size_t len, cap;
-    bool oom;
-} Str;
-
-static void str_put(Str *s, const char *text, size_t n) {
-    if (s->oom) return;
-    if (s->len + n + 1 > s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 128;
-        while (cap < s->len + n + 1) cap *= 2;
-        char *p = realloc(s->p, cap);
-        if (!p) {
-            s->oom = true;
-            return;
-        }
-        s->p = p, s->cap = cap;
-    }
-    memcpy(s->p + s->len, text, n);
-    s->len += n;
-    s->p[s->len] = 0;
-}
-
-static void str_puts(Str *s, const char *text) { str_put(s, text, strlen(text)); }
-
-static void str_spaces(Str *s, int n) {
-    for (int i = 0; i < n; i++) str_put(s, " ", 1);
+static void str_spaces(StrBuf *s, int n) {
+    for (int i = 0; i < n; i++) strbuf_put(s, " ", 1);
 }
 
 /* ---------------- element formatter ---------------- */
@@ -76,7 +52,7 @@ typedef struct {
     size_t esize;
     bool summarize;
     Fmt f;
-    Str *out;
+    StrBuf *out;
 } Printer;
 
 static double elem_f64(const Printer *P, int64_t off) { return dtype_load(P->base + off * (int64_t)P->esize, P->t->dtype); }
@@ -99,7 +75,7 @@ static void put_value(Printer *P, int64_t off) {
     int64_t iv = P->f.is_float ? 0 : elem_i64(P, off);
     int len = value_text(&P->f, v, iv, buf, sizeof buf);
     str_spaces(P->out, P->f.width - len);
-    str_puts(P->out, buf);
+    strbuf_puts(P->out, buf);
 }
 
 /* Whether index i of a dim of size n is printed. */
@@ -166,28 +142,28 @@ static void put_vector(Printer *P, int dim, int64_t off, int indent) {
     int64_t n = P->t->shape[dim], st = P->t->stride[dim];
     int per_line = (PRINT_LINEWIDTH - indent) / (P->f.width + 2);
     if (per_line < 1) per_line = 1;
-    str_puts(P->out, "[");
+    strbuf_puts(P->out, "[");
     int k = 0; /* items on the current line, "..." included */
     for (int64_t i = 0; i < n; i++) {
         bool ellipsis = !shown(P, i, n);
         if (i > 0) {
             if (k == per_line) {
-                str_puts(P->out, ",\n");
+                strbuf_puts(P->out, ",\n");
                 str_spaces(P->out, indent + 1);
                 k = 0;
             } else {
-                str_puts(P->out, ", ");
+                strbuf_puts(P->out, ", ");
             }
         }
         if (ellipsis) {
-            str_puts(P->out, " ...");
+            strbuf_puts(P->out, " ...");
             i = n - PRINT_EDGEITEMS - 1;
         } else {
             put_value(P, off + i * st);
         }
         k++;
     }
-    str_puts(P->out, "]");
+    strbuf_puts(P->out, "]");
 }
 
 static void put_nested(Printer *P, int dim, int64_t off, int indent) {
@@ -197,24 +173,24 @@ static void put_nested(Printer *P, int dim, int64_t off, int indent) {
         return;
     }
     int64_t n = P->t->shape[dim];
-    str_puts(P->out, "[");
+    strbuf_puts(P->out, "[");
     for (int64_t i = 0; i < n; i++) {
         if (i > 0) {
-            str_puts(P->out, ",");
-            for (int r = 1; r < rest; r++) str_puts(P->out, "\n");
+            strbuf_puts(P->out, ",");
+            for (int r = 1; r < rest; r++) strbuf_puts(P->out, "\n");
             str_spaces(P->out, indent + 1);
         }
         if (!shown(P, i, n)) {
-            str_puts(P->out, "...");
+            strbuf_puts(P->out, "...");
             i = n - PRINT_EDGEITEMS - 1;
             continue;
         }
         put_nested(P, dim + 1, off + i * P->t->stride[dim], indent + 1);
     }
-    str_puts(P->out, "]");
+    strbuf_puts(P->out, "]");
 }
 
-static void put_contents(const Tensor *t, Str *out) {
+static void put_contents(const Tensor *t, StrBuf *out) {
     Printer P = {.t = t, .base = tensor_data(t), .esize = dtype_size(t->dtype),
                  .summarize = t->numel > PRINT_THRESHOLD, .out = out};
     fmt_init(&P);
@@ -291,31 +267,31 @@ static void collect_suffixes(const Tensor *t, bool readable, Suffixes *s) {
 }
 
 /* PyTorch's _add_suffixes: ", suffix", or ",\n" + indent when the line would pass 80. */
-static void put_suffixes(Str *out, const Suffixes *s) {
+static void put_suffixes(StrBuf *out, const Suffixes *s) {
     const char *nl = out->p ? strrchr(out->p, '\n') : NULL;
     size_t last = nl ? (size_t)(out->p + out->len - nl) + 1 : out->len + 2; /* len - rfind("\n") + 1 */
     int indent = (int)strlen(PREFIX);
     for (int i = 0; i < s->n; i++) {
         size_t sl = strlen(s->text[i]);
         if (last + sl + 2 > PRINT_LINEWIDTH) {
-            str_puts(out, ",\n");
+            strbuf_puts(out, ",\n");
             str_spaces(out, indent);
             last = (size_t)indent + sl;
         } else {
-            str_puts(out, ", ");
+            strbuf_puts(out, ", ");
             last += sl + 2;
         }
-        str_puts(out, s->text[i]);
+        strbuf_puts(out, s->text[i]);
     }
-    str_puts(out, ")");
+    strbuf_puts(out, ")");
 }
 
 char *tensor_format(const Tensor *t) {
-    Str out = {0};
+    StrBuf out = {0};
     bool readable = t->device.type == DEV_CPU;
-    str_puts(&out, PREFIX);
-    if (!readable) str_puts(&out, "...");
-    else if (t->numel == 0) str_puts(&out, "[]");
+    strbuf_puts(&out, PREFIX);
+    if (!readable) strbuf_puts(&out, "...");
+    else if (t->numel == 0) strbuf_puts(&out, "[]");
     else put_contents(t, &out);
     Suffixes s = {.n = 0};
     collect_suffixes(t, readable, &s);

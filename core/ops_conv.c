@@ -20,23 +20,6 @@
 #include "precision.h"
 #include <string.h>
 
-/* A contiguous copy of t in dtype dt (t itself when it already is one), outside the graph. */
-static Tensor *contiguous_as(Tensor *t, DType dt) {
-    bool prev = ag_set_grad_enabled(false);
-    Tensor *c = tensor_to_dtype(t, dt), *d = c ? tensor_contiguous(c) : NULL;
-    ag_set_grad_enabled(prev);
-    tensor_release(c);
-    return d;
-}
-
-/* r itself cast to dt (r is consumed). */
-static Tensor *cast_result(Tensor *r, DType dt) {
-    if (!r || r->dtype == dt) return r;
-    Tensor *c = tensor_to_dtype(r, dt);
-    tensor_release(r);
-    return c;
-}
-
 /* The kernels' dtype for a float input dtype, and their accumulator dtype. */
 static DType conv_kernel_dtype(DType dt) { return dt == DT_F64 || dt == DT_BF16 ? dt : DT_F32; }
 static DType conv_acc_dtype(DType kdt) { return kdt == DT_F64 ? DT_F64 : DT_F32; }
@@ -140,7 +123,7 @@ static int bw_conv2d(AGNode *n, Tensor *gout, Tensor **gin) {
     const DType kdt = x->dtype, adt = conv_acc_dtype(kdt);
     const bool need_x = ag_input_needs_grad(n, 0), need_w = ag_input_needs_grad(n, 1);
     const bool need_b = n->n_in > 2 && ag_input_needs_grad(n, 2);
-    Tensor *gy = contiguous_as(gout, kdt);
+    Tensor *gy = tensor_contiguous_as(gout, kdt);
     Tensor *gx = gy && need_x ? tensor_empty(x->shape, 4, adt, x->device) : NULL;
     Tensor *gw = gy && need_w ? tensor_empty(w->shape, 4, adt, w->device) : NULL;
     Tensor *gb = gy && need_b ? tensor_empty(&g.O, 1, adt, w->device) : NULL;
@@ -162,8 +145,8 @@ static int bw_conv2d(AGNode *n, Tensor *gout, Tensor **gin) {
 static Tensor *conv2d_forward(Tensor *xin, Tensor *win, Tensor *bin, const ConvSpec *s) {
     const DType kdt = conv_kernel_dtype(xin->dtype), adt = conv_acc_dtype(kdt);
     const KConv2d *g = &s->g;
-    Tensor *x = contiguous_as(xin, kdt), *w = x ? contiguous_as(win, kdt) : NULL;
-    Tensor *b = w && bin ? contiguous_as(bin, adt) : NULL;
+    Tensor *x = tensor_contiguous_as(xin, kdt), *w = x ? tensor_contiguous_as(win, kdt) : NULL;
+    Tensor *b = w && bin ? tensor_contiguous_as(bin, adt) : NULL;
     const int64_t oshape[4] = {g->N, g->O, g->OH, g->OW};
     Tensor *y = w && (b || !bin) ? tensor_empty(oshape, 4, adt, xin->device) : NULL;
     if (y && k_conv2d_fwd(kdt, g, tensor_data(x), tensor_data(w), b ? tensor_data(b) : NULL, tensor_data(y)) != 0) {
@@ -195,7 +178,7 @@ static Tensor *conv2d_impl(Tensor *x, Tensor *w, Tensor *b, const int64_t stride
     }
     ConvSpec s;
     if (conv_check_tensors(x, w, b, groups) < 0 || conv_spec(x, w, stride, lo, hi, dil, groups, &s) < 0) return NULL;
-    return cast_result(conv2d_forward(x, w, b, &s), x->dtype);
+    return tensor_to_dtype_owned(conv2d_forward(x, w, b, &s), x->dtype);
 }
 
 Tensor *op_conv2d_padded(Tensor *x, Tensor *w, Tensor *b, const int64_t stride[2], const int64_t pad_lo[2],
@@ -253,7 +236,7 @@ static int bw_max_pool2d(AGNode *n, Tensor *gout, Tensor **gin) {
     const int64_t *idx = codes ? NULL : tensor_data(where);
     const uint8_t *code = codes ? tensor_data(where) : NULL;
     const DType cdt = n->edges[0].dtype == DT_F64 ? DT_F64 : DT_F32;
-    Tensor *gy = contiguous_as(gout, cdt);
+    Tensor *gy = tensor_contiguous_as(gout, cdt);
     Tensor *gx = gy ? tensor_empty(n->edges[0].shape, n->edges[0].ndim, cdt, gy->device) : NULL;
     if (gx && cdt == DT_F64) k_max_pool2d_bwd_f64(&g, tensor_data(gy), idx, code, tensor_data(gx));
     else if (gx) k_max_pool2d_bwd_f32(&g, tensor_data(gy), idx, code, tensor_data(gx));
@@ -289,7 +272,7 @@ Tensor *op_max_pool2d(Tensor *xin, const int64_t kernel[2], const int64_t stride
     /* backward needs codes (or, for huge windows, the flat indices) */
     const bool track = ag_needs_grad(&xin, 1), small = g.KH * g.KW <= 256;
     const bool want_idx = indices || (track && !small), want_code = track && small;
-    Tensor *x = contiguous_as(xin, cdt), *y = x ? tensor_empty(oshape, nd, cdt, x->device) : NULL;
+    Tensor *x = tensor_contiguous_as(xin, cdt), *y = x ? tensor_empty(oshape, nd, cdt, x->device) : NULL;
     Tensor *idx = y && want_idx ? tensor_empty(oshape, nd, DT_I64, x->device) : NULL;
     Tensor *code = y && want_code ? tensor_empty(oshape, nd, DT_U8, x->device) : NULL;
     if (y && (idx || !want_idx) && (code || !want_code)) {
@@ -307,7 +290,7 @@ Tensor *op_max_pool2d(Tensor *xin, const int64_t kernel[2], const int64_t stride
         y = NULL;
     }
     tensor_release(x), tensor_release(code);
-    y = cast_result(y, xin->dtype);
+    y = tensor_to_dtype_owned(y, xin->dtype);
     if (y && indices) *indices = tensor_retain(idx);
     tensor_release(idx);
     return y;

@@ -41,6 +41,14 @@ static Tensor *as_dtype_plain(Tensor *t, DType dt) {
     return c;
 }
 
+/* as_dtype_plain, taking over the caller's reference to t (NULL passes through). */
+static Tensor *as_dtype_plain_owned(Tensor *t, DType dt) {
+    if (!t || t->dtype == dt) return t;
+    Tensor *c = as_dtype_plain(t, dt);
+    tensor_release(t);
+    return c;
+}
+
 static int check_same_device(Tensor *a, Tensor *b, const char *op) {
     if (a->device.type == b->device.type && a->device.index == b->device.index) return 0;
     char da[32], db[32];
@@ -97,12 +105,7 @@ static Tensor *binary_compute(KBinOp op, Tensor *a, Tensor *b, DType rd, const i
     if (out) binary_into(op, cdt, out, ca, cb);
     tensor_release(ca);
     tensor_release(cb);
-    if (out && out->dtype != rd) {
-        Tensor *r = as_dtype_plain(out, rd);
-        tensor_release(out);
-        out = r;
-    }
-    return out;
+    return as_dtype_plain_owned(out, rd);
 }
 
 /* ---- binary backward ---- */
@@ -406,11 +409,7 @@ Tensor *op_unary(KUnOp op, Tensor *a, double p1, double p2) {
     Tensor *out = ca ? tensor_empty(a->shape, a->ndim, cdt, a->device) : NULL;
     if (out) unary_into(op, cdt, out, ca, p1, p2);
     tensor_release(ca);
-    if (out && out->dtype != rd) {
-        Tensor *r = as_dtype_plain(out, rd);
-        tensor_release(out);
-        out = r;
-    }
+    out = as_dtype_plain_owned(out, rd);
     if (!out || !unary_differentiable(op)) return out;
     AGNode *n = ag_record(kun_name(op), bw_unary, out, &a, 1);
     if (n) {

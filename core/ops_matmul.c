@@ -137,12 +137,7 @@ static Tensor *mm_forward(Tensor *a, Tensor *b, Tensor *bias) {
         tensor_release(out);
         return NULL;
     }
-    if (out->dtype != rd) {
-        Tensor *r = tensor_to_dtype(out, rd);
-        tensor_release(out);
-        out = r;
-    }
-    return out;
+    return tensor_to_dtype_owned(out, rd);
 }
 
 static int bw_mm(AGNode *n, Tensor *g, Tensor **gin) {

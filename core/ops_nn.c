@@ -6,15 +6,6 @@
 
 static DType nn_compute_dtype(DType dt) { return dt == DT_F64 ? DT_F64 : DT_F32; }
 
-/* A contiguous copy of t in dtype dt (t itself when it already is one). */
-static Tensor *contiguous_as(Tensor *t, DType dt) {
-    bool prev = ag_set_grad_enabled(false);
-    Tensor *c = tensor_to_dtype(t, dt), *d = c ? tensor_contiguous(c) : NULL;
-    ag_set_grad_enabled(prev);
-    tensor_release(c);
-    return d;
-}
-
 static void outer_inner(const Tensor *t, int dim, int64_t *outer, int64_t *inner) {
     *outer = *inner = 1;
     for (int d = 0; d < dim; d++) *outer *= t->shape[d];
@@ -24,7 +15,7 @@ static void outer_inner(const Tensor *t, int dim, int64_t *outer, int64_t *inner
 static int bw_softmax(AGNode *n, Tensor *g, Tensor **gin) {
     Tensor *y = ag_saved(n, 0);
     if (!y) return -1;
-    Tensor *gc = contiguous_as(g, y->dtype);
+    Tensor *gc = tensor_contiguous_as(g, y->dtype);
     Tensor *gx = gc ? tensor_empty_like(y) : NULL;
     if (gx) {
         int64_t outer, inner;
@@ -43,7 +34,7 @@ Tensor *op_softmax(Tensor *a, int dim, bool log) {
     if (!dtype_is_float(a->dtype)) return accel_fail("%s: input dtype must be floating point, got %s", name, dtype_name(a->dtype));
     if ((dim = tensor_wrap_dim(a, dim, name)) < 0) return NULL;
     DType cdt = nn_compute_dtype(a->dtype);
-    Tensor *x = contiguous_as(a, cdt), *y = x ? tensor_empty_like(x) : NULL;
+    Tensor *x = tensor_contiguous_as(a, cdt), *y = x ? tensor_empty_like(x) : NULL;
     if (y) {
         int64_t outer, inner;
         outer_inner(x, dim, &outer, &inner);
@@ -80,7 +71,7 @@ static bool logits_reusable(const Tensor *x, const Tensor *gc) {
 static int bw_cross_entropy(AGNode *n, Tensor *g, Tensor **gin) {
     Tensor *x = ag_saved(n, 0), *lse = ag_saved(n, 1), *t = ag_saved(n, 2);
     if (!x || !lse || !t) return -1;
-    Tensor *gc = contiguous_as(g, x->dtype);
+    Tensor *gc = tensor_contiguous_as(g, x->dtype);
     Tensor *gx = !gc ? NULL : logits_reusable(x, gc) ? tensor_detach(x) : tensor_empty_like(x);
     if (gx) {
         int64_t N = x->shape[0], C = x->shape[1];
@@ -97,7 +88,7 @@ static int bw_cross_entropy(AGNode *n, Tensor *g, Tensor **gin) {
 /* (N, C) logits and (N) int64 targets -> per-row losses (N), differentiable. */
 static Tensor *cross_entropy_rows(Tensor *logits2, Tensor *target1, int64_t ignore_index, double ls, int64_t *count) {
     DType cdt = nn_compute_dtype(logits2->dtype);
-    Tensor *x = contiguous_as(logits2, cdt), *t = contiguous_as(target1, DT_I64);
+    Tensor *x = tensor_contiguous_as(logits2, cdt), *t = tensor_contiguous_as(target1, DT_I64);
     int64_t N = logits2->shape[0], C = logits2->shape[1];
     Tensor *loss = t ? tensor_empty(&N, 1, cdt, x->device) : NULL, *lse = loss ? tensor_empty(&N, 1, cdt, x->device) : NULL;
     Tensor *out = NULL;
@@ -209,7 +200,7 @@ static int bw_layer_norm(AGNode *n, Tensor *g, Tensor **gin) {
     Tensor *x = ag_saved(n, 0), *mean = ag_saved(n, 1), *rstd = ag_saved(n, 2), *w = n->n_saved > 3 ? ag_saved(n, 3) : NULL;
     if (!x || !mean || !rstd || (n->n_saved > 3 && !w)) return -1;
     int64_t C = n->i[0], rows = C ? x->numel / C : 0;
-    Tensor *gc = contiguous_as(g, x->dtype), *gx = gc ? tensor_empty_like(x) : NULL;
+    Tensor *gc = tensor_contiguous_as(g, x->dtype), *gx = gc ? tensor_empty_like(x) : NULL;
     bool gw_needed = n->n_in > 1 && ag_input_needs_grad(n, 1), gb_needed = n->n_in > 2 && ag_input_needs_grad(n, 2);
     Tensor *gw = gx && gw_needed ? tensor_zeros(&C, 1, x->dtype, x->device) : NULL;
     Tensor *gb = gx && gb_needed ? tensor_zeros(&C, 1, x->dtype, x->device) : NULL;
@@ -242,7 +233,7 @@ Tensor *op_layer_norm(Tensor *xin, const int64_t *nshape, int nnd, Tensor *w, Te
                           w ? tensor_shape_str(w) : "none", b ? tensor_shape_str(b) : "none");
     if (!dtype_is_float(xin->dtype)) return accel_fail("layer_norm: input must be floating point, got %s", dtype_name(xin->dtype));
     DType cdt = nn_compute_dtype(xin->dtype);
-    Tensor *x = contiguous_as(xin, cdt), *wc = w ? contiguous_as(w, cdt) : NULL, *bc = b ? contiguous_as(b, cdt) : NULL;
+    Tensor *x = tensor_contiguous_as(xin, cdt), *wc = w ? tensor_contiguous_as(w, cdt) : NULL, *bc = b ? tensor_contiguous_as(b, cdt) : NULL;
     int64_t rows = C ? xin->numel / C : 0;
     Tensor *y = x ? tensor_empty_like(x) : NULL;
     Tensor *mean = y ? tensor_empty(&rows, 1, cdt, x->device) : NULL, *rstd = mean ? tensor_empty(&rows, 1, cdt, x->device) : NULL;

@@ -93,12 +93,7 @@ static Tensor *reduce_compute(KRedOp op, Tensor *a, const RedDims *r) {
         else k_reduce_i64(op, tensor_data(c), outer, r->n, inner, tensor_data(out));
     }
     tensor_release(c);
-    if (out && out->dtype != rd) {
-        Tensor *o2 = tensor_to_dtype(out, rd);
-        tensor_release(out);
-        out = o2;
-    }
-    return out;
+    return tensor_to_dtype_owned(out, rd);
 }
 
 /* g reshaped to the keepdim shape and expanded to the input's shape. */

@@ -14,6 +14,7 @@
  * bytes into fresh CPU tensors. Assumes a little-endian host, as the format
  * stores little-endian data. */
 #include "safetensors.h"
+#include "strbuf.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -39,60 +40,35 @@ static int st_dtype_from_name(const char *s) {
     return -1;
 }
 
-/* ======================= growable byte buffer ======================= */
+/* ======================= text into a StrBuf ======================= */
 
-typedef struct {
-    char *p;
-    size_t len, cap;
-    bool oom;
-} Buf;
-
-static void buf_put(Buf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p, b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-}
-
-static void buf_puts(Buf *b, const char *s) { buf_put(b, s, strlen(s)); }
-
-static void buf_printf(Buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void buf_printf(Buf *b, const char *fmt, ...) {
+static void buf_printf(StrBuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void buf_printf(StrBuf *b, const char *fmt, ...) {
     char tmp[64];
     va_list ap;
     va_start(ap, fmt);
     int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
-    buf_put(b, tmp, (size_t)k);
+    strbuf_put(b, tmp, (size_t)k);
 }
 
 /* A JSON string literal; bytes >= 0x80 pass through (UTF-8), as serde_json does. */
-static void buf_json_string(Buf *b, const char *s) {
-    buf_put(b, "\"", 1);
+static void buf_json_string(StrBuf *b, const char *s) {
+    strbuf_put(b, "\"", 1);
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
         if (c == '"' || c == '\\') {
             char esc[2] = {'\\', (char)c};
-            buf_put(b, esc, 2);
-        } else if (c == '\n') buf_puts(b, "\\n");
-        else if (c == '\r') buf_puts(b, "\\r");
-        else if (c == '\t') buf_puts(b, "\\t");
-        else if (c == '\b') buf_puts(b, "\\b");
-        else if (c == '\f') buf_puts(b, "\\f");
+            strbuf_put(b, esc, 2);
+        } else if (c == '\n') strbuf_puts(b, "\\n");
+        else if (c == '\r') strbuf_puts(b, "\\r");
+        else if (c == '\t') strbuf_puts(b, "\\t");
+        else if (c == '\b') strbuf_puts(b, "\\b");
+        else if (c == '\f') strbuf_puts(b, "\\f");
         else if (c < 0x20) buf_printf(b, "\\u%04x", c);
-        else buf_put(b, (const char *)&c, 1);
+        else strbuf_put(b, (const char *)&c, 1);
     }
-    buf_put(b, "\"", 1);
+    strbuf_put(b, "\"", 1);
 }
 
 /* ======================= shared helpers ======================= */
@@ -191,7 +167,7 @@ static int check_save_args(const char *path, const char **names, Tensor **ts, in
     return 0;
 }
 
-static void header_tensor(Buf *b, const char *name, const Tensor *t, uint64_t *offset) {
+static void header_tensor(StrBuf *b, const char *name, const Tensor *t, uint64_t *offset) {
     uint64_t nbytes = (uint64_t)t->numel * dtype_size(t->dtype);
     buf_json_string(b, name);
     buf_printf(b, ":{\"dtype\":\"%s\",\"shape\":[", st_dtype_names[t->dtype]);
@@ -202,26 +178,26 @@ static void header_tensor(Buf *b, const char *name, const Tensor *t, uint64_t *o
 }
 
 /* The full header including the 8-byte length prefix and space padding. */
-static int build_header(Buf *b, const char **names, Tensor **ts, int n, const char **mk, const char **mv, int n_meta) {
-    buf_put(b, "\0\0\0\0\0\0\0\0", 8);
-    buf_puts(b, "{");
+static int build_header(StrBuf *b, const char **names, Tensor **ts, int n, const char **mk, const char **mv, int n_meta) {
+    strbuf_put(b, "\0\0\0\0\0\0\0\0", 8);
+    strbuf_puts(b, "{");
     if (n_meta > 0) {
-        buf_puts(b, "\"" META_KEY "\":{");
+        strbuf_puts(b, "\"" META_KEY "\":{");
         for (int i = 0; i < n_meta; i++) {
-            if (i) buf_puts(b, ",");
+            if (i) strbuf_puts(b, ",");
             buf_json_string(b, mk[i]);
-            buf_puts(b, ":");
+            strbuf_puts(b, ":");
             buf_json_string(b, mv[i] ? mv[i] : "");
         }
-        buf_puts(b, "}");
+        strbuf_puts(b, "}");
     }
     uint64_t offset = 0;
     for (int i = 0; i < n; i++) {
-        if (i || n_meta > 0) buf_puts(b, ",");
+        if (i || n_meta > 0) strbuf_puts(b, ",");
         header_tensor(b, names[i], ts[i], &offset);
     }
-    buf_puts(b, "}");
-    while (!b->oom && (b->len - 8) % 8) buf_puts(b, " ");
+    strbuf_puts(b, "}");
+    while (!b->oom && (b->len - 8) % 8) strbuf_puts(b, " ");
     if (b->oom) return -1;
     uint64_t hlen = b->len - 8;
     for (int k = 0; k < 8; k++) b->p[k] = (char)(hlen >> (8 * k) & 0xff);
@@ -259,7 +235,7 @@ static int fsync_parent_dir(const char *path) {
 
 /* Header and data into the temporary file: 0, -1 with errno, or -2 with a
  * message already set. */
-static int write_temp(const char *path, const char *tmp, const Buf *hdr, const char **names, Tensor **ts, int n,
+static int write_temp(const char *path, const char *tmp, const StrBuf *hdr, const char **names, Tensor **ts, int n,
                       const char **what) {
     *what = "cannot create";
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -284,7 +260,7 @@ static int write_temp(const char *path, const char *tmp, const Buf *hdr, const c
 int safetensors_save(const char *path, const char **names, Tensor **ts, int n, const char **meta_keys,
                      const char **meta_vals, int n_meta) {
     if (check_save_args(path, names, ts, n, meta_keys, meta_vals, n_meta) < 0) return -1;
-    Buf hdr = {0};
+    StrBuf hdr = {0};
     if (build_header(&hdr, names, ts, n, meta_keys, meta_vals, n_meta) < 0) {
         free(hdr.p);
         return accel_fail_int("accel.save: '%s': out of memory building the header", path);
@@ -372,7 +348,7 @@ static int jexpect(JParser *P, char c) {
     return 0;
 }
 
-static void put_utf8(Buf *b, uint32_t cp) {
+static void put_utf8(StrBuf *b, uint32_t cp) {
     char u[4];
     size_t n;
     if (cp < 0x80) u[0] = (char)cp, n = 1;
@@ -382,7 +358,7 @@ static void put_utf8(Buf *b, uint32_t cp) {
     else
         u[0] = (char)(0xF0 | cp >> 18), u[1] = (char)(0x80 | (cp >> 12 & 0x3F)), u[2] = (char)(0x80 | (cp >> 6 & 0x3F)),
         u[3] = (char)(0x80 | (cp & 0x3F)), n = 4;
-    buf_put(b, u, n);
+    strbuf_put(b, u, n);
 }
 
 static int jhex4(JParser *P, uint32_t *out) {
@@ -398,7 +374,7 @@ static int jhex4(JParser *P, uint32_t *out) {
 }
 
 /* After "\u": one code point, joining a surrogate pair. */
-static int junicode(JParser *P, Buf *b) {
+static int junicode(JParser *P, StrBuf *b) {
     uint32_t cp = 0, lo = 0;
     if (jhex4(P, &cp) < 0) return -1;
     if (cp >= 0xDC00 && cp <= 0xDFFF) return jerr(P, "bad \\u escape: unpaired low surrogate");
@@ -415,13 +391,13 @@ static int junicode(JParser *P, Buf *b) {
     return 0;
 }
 
-static int jescape(JParser *P, Buf *b) {
+static int jescape(JParser *P, StrBuf *b) {
     int c = jpeek(P);
     P->pos++;
     const char *from = "\"\\/bfnrt", *to = "\"\\/\b\f\n\r\t";
     const char *hit = c > 0 ? strchr(from, c) : NULL;
     if (hit && *hit) {
-        buf_put(b, to + (hit - from), 1);
+        strbuf_put(b, to + (hit - from), 1);
         return 0;
     }
     if (c == 'u') return junicode(P, b);
@@ -431,8 +407,8 @@ static int jescape(JParser *P, Buf *b) {
 
 static int jstring(JParser *P, char **out) {
     if (jexpect(P, '"') < 0) return -1;
-    Buf b = {0};
-    buf_put(&b, "", 0);
+    StrBuf b = {0};
+    strbuf_put(&b, "", 0);
     for (;;) {
         int c = jpeek(P);
         if (c < 0) {
@@ -443,7 +419,7 @@ static int jstring(JParser *P, char **out) {
         int rc = 0;
         if (c == '\\') P->pos++, rc = jescape(P, &b);
         else if (c < 0x20) rc = jerr(P, "control character in string");
-        else buf_put(&b, P->p + P->pos++, 1);
+        else strbuf_put(&b, P->p + P->pos++, 1);
         if (rc < 0) {
             free(b.p);
             return -1;

@@ -119,6 +119,11 @@ int tensor_wrap_dim(const Tensor *t, int dim, const char *op);
 
 /* ---- copies and casts ---- */
 Tensor *tensor_to_dtype(Tensor *t, DType dt); /* returns t retained if same dtype */
+/* t converted to dt, taking over the caller's reference to t (NULL passes through). */
+Tensor *tensor_to_dtype_owned(Tensor *t, DType dt);
+/* A contiguous copy of t in dtype dt (t itself when it already is one),
+ * outside the graph: a kernel's operand. */
+Tensor *tensor_contiguous_as(Tensor *t, DType dt);
 int tensor_copy_(Tensor *dst, Tensor *src);   /* broadcasting src to dst, casting */
 int tensor_fill_(Tensor *t, double v);
 /* Visit dst/src element runs: calls k_cast-like strided copy. Used by contiguous, copy_. */

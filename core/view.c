@@ -348,6 +348,21 @@ Tensor *tensor_to_dtype(Tensor *t, DType dt) {
     return copy_of(t, dt, "ToCopyBackward");
 }
 
+Tensor *tensor_to_dtype_owned(Tensor *t, DType dt) {
+    if (!t || t->dtype == dt) return t;
+    Tensor *c = tensor_to_dtype(t, dt);
+    tensor_release(t);
+    return c;
+}
+
+Tensor *tensor_contiguous_as(Tensor *t, DType dt) {
+    bool prev = ag_set_grad_enabled(false);
+    Tensor *c = tensor_to_dtype(t, dt), *d = c ? tensor_contiguous(c) : NULL;
+    ag_set_grad_enabled(prev);
+    tensor_release(c);
+    return d;
+}
+
 Tensor *tensor_detach(Tensor *t) {
     Tensor *v = make_view(t, t->shape, t->stride, t->ndim, t->offset);
     if (v) v->is_view = t->is_view;

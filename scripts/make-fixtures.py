@@ -13,10 +13,11 @@ import os
 import sys
 
 import torch
-from safetensors.torch import save_file
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUT = os.path.join(ROOT, "tests", "fixtures", "torch_tensors.safetensors")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures"))
+from fixture_file import fixture_path, save_fixture  # noqa: E402
+
+OUT = fixture_path("torch_tensors.safetensors")
 
 
 def fixtures():
@@ -45,14 +46,11 @@ def fixtures():
     t["u8_6"] = ar(6, dtype=torch.int64).mul(50).to(torch.uint8)
     # bool: i % 3 == 0 for i = 0..6
     t["bool_7"] = ar(7) % 3 == 0
-    return {k: v.contiguous() for k, v in t.items()}
+    return t
 
 
 def main():
-    os.makedirs(os.path.dirname(OUT), exist_ok=True)
-    save_file(fixtures(), OUT, metadata={"format": "pt", "generator": "scripts/make-fixtures.py"})
-    os.chmod(OUT, 0o644)  # safetensors creates it 0600
-    size = os.path.getsize(OUT)
+    size = save_fixture(fixtures(), OUT, "scripts/make-fixtures.py")
     print(f"wrote {OUT} ({size} bytes, torch {torch.__version__})")
     if size >= 4096:
         sys.exit("fixture is larger than 4 KB")

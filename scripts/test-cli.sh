@@ -10,31 +10,16 @@
 #
 # Prints one line per check and ends with "N passed, N failed". HOME points
 # into a temporary folder so no real config is read or written.
-set -uo pipefail
-
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BUILD=$(cd "${1:-$ROOT/build}" && pwd) || exit 1
-EXE=$BUILD/accel-lua
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-cd "$ROOT" || exit 1
+# shellcheck source=scripts/test-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/test-lib.sh" "$@"
 export HOME=$TMP/home
 unset XDG_CACHE_HOME ACCEL_LUA_CONFIG ACCEL_LUA_MPIRUN ACCEL_LUA_NUM_THREADS OMP_NUM_THREADS
 # Under ASan (make asan-test) the ranks load MPI's plugins: the slow
 # unwinder sees through them, so scripts/lsan.supp's MPI entries match.
 [[ -n ${ASAN_OPTIONS:-} ]] && export ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0"
 
-PASS=0
-FAIL=0
 OUT=""
 RC=0
-
-ok() { PASS=$((PASS + 1)); echo "ok   $1"; }
-bad() {
-    FAIL=$((FAIL + 1))
-    echo "FAIL $1"
-    [[ -n ${2:-} ]] && tail -n 40 <<<"$2" | sed 's/^/     > /'
-}
 
 # run CMD...: OUT = stdout+stderr, RC = exit status, MS = milliseconds taken.
 run() {
@@ -65,15 +50,17 @@ print(("rank %s of %s mp=%s acc=%s threads=%d args=%s"):format(
   os.getenv("ACCEL_LUA_MIXED_PRECISION"), os.getenv("ACCEL_LUA_GRADIENT_ACCUMULATION_STEPS"),
   accel.num_threads(), table.concat({...}, ",")))
 EOF
-    # Rank 1 fails (error, or SIGKILL of itself); rank 0 would run 20 s.
-    cat >"$TMP/fail.lua" <<'EOF'
-if os.getenv("OMPI_COMM_WORLD_RANK") == "1" then
-  if arg[1] == "kill" then
+    # Lua lines for rank 1: with the argument "kill" it SIGKILLs itself.
+    local kill_self='  if arg[1] == "kill" then
     local f = assert(io.open("/proc/self/stat"))
     local pid = f:read("n")
     f:close()
     os.execute("kill -9 " .. pid)
-  end
+  end'
+    # Rank 1 fails (error, or SIGKILL of itself); rank 0 would run 20 s.
+    cat >"$TMP/fail.lua" <<EOF
+if os.getenv("OMPI_COMM_WORLD_RANK") == "1" then
+$kill_self
   error("boom on purpose")
 end
 local t = os.time()
@@ -92,17 +79,12 @@ f:close()
 print("rank " .. rank .. " ok on attempt " .. os.getenv("ACCEL_LUA_RESTART_COUNT"))
 EOF
     # The same inside collectives: rank 0 waits in its second all_reduce.
-    cat >"$TMP/fail_dist.lua" <<'EOF'
+    cat >"$TMP/fail_dist.lua" <<EOF
 local dist = accel.dist
 local t = dist.all_reduce(accel.ones(1000), "sum")
 assert(t[1]:item() == dist.get_world_size())
 if dist.get_rank() == 1 then
-  if arg[1] == "kill" then
-    local f = assert(io.open("/proc/self/stat"))
-    local pid = f:read("n")
-    f:close()
-    os.execute("kill -9 " .. pid)
-  end
+$kill_self
   error("boom in training")
 end
 dist.all_reduce(t, "sum")
@@ -311,8 +293,7 @@ main() {
     check_failures
     check_interactive
     check_env
-    echo "$PASS passed, $FAIL failed"
-    (( FAIL == 0 ))
+    finish
 }
 
 main

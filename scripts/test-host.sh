@@ -7,24 +7,8 @@
 #
 # Prints one line per check and ends with "N passed, N failed". Startup time
 # is printed for information only.
-set -uo pipefail
-
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BUILD=$(cd "${1:-$ROOT/build}" && pwd) || exit 1
-EXE=$BUILD/accel-lua
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-cd "$ROOT" || exit 1
-
-PASS=0
-FAIL=0
-
-ok() { PASS=$((PASS + 1)); echo "ok   $1"; }
-bad() {
-    FAIL=$((FAIL + 1))
-    echo "FAIL $1"
-    [[ -n ${2:-} ]] && sed 's/^/     > /' <<<"$2"
-}
+# shellcheck source=scripts/test-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/test-lib.sh" "$@"
 
 # expect NAME EXPECTED_STDOUT CMD...: exit 0 and exactly this output.
 expect() {
@@ -130,8 +114,7 @@ main() {
     check_embedded
     check_module
     report_startup
-    echo "$PASS passed, $FAIL failed"
-    (( FAIL == 0 ))
+    finish
 }
 
 main

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "conv_dnnl.h"
+#include "lru.h"
 
 enum { DIR_FWD, DIR_BWD_DATA, DIR_BWD_WEIGHTS };
 enum { OP_SRC, OP_WEI, OP_DST, OP_COUNT }; /* or their diffs */
@@ -183,11 +184,7 @@ static ConvSlot *slot_get(const KConv2d *g, int dir, int bias) {
             s->last = ++lru_clock;
             return s;
         }
-        if (!s->used) { /* prefer a free slot, else the oldest */
-            if (victim->used) victim = s;
-        } else if (victim->used && s->last < victim->last) {
-            victim = s;
-        }
+        if (lru_better_victim(s->used, s->last, victim->used, victim->last)) victim = s;
     }
     slot_release(victim);
     victim->g = *g, victim->dir = dir, victim->bias = bias, victim->used = 1, victim->last = ++lru_clock;

@@ -29,6 +29,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include "kernels.h"
+#include "lru.h"
 
 /* A stored matrix with a single row may carry any row stride (0 for a
  * broadcast); the libraries want ld >= cols, so give it the smallest legal
@@ -226,11 +227,7 @@ static MatmulSlot *slot_get(const MatmulSlot *key) {
             s->last = ++lru_clock;
             return s;
         }
-        if (!s->used) { /* prefer a free slot, else the oldest */
-            if (victim->used) victim = s;
-        } else if (victim->used && s->last < victim->last) {
-            victim = s;
-        }
+        if (lru_better_victim(s->used, s->last, victim->used, victim->last)) victim = s;
     }
     slot_release(victim);
     *victim = *key;

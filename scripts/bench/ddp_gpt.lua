@@ -6,9 +6,9 @@
 --   accel-lua scripts/bench/ddp_gpt.lua [STEPS [WARMUP [B [BUCKET_CAP_MB]]]]        # 1 rank
 --   accel-lua launch --cpu --num_processes 2 scripts/bench/ddp_gpt.lua [STEPS ...]  # 2 ranks
 --
--- Model (written out here with accel.nn): token + position embeddings;
--- per block x += proj(causal_attn(ln1(x))), x += fc2(gelu_tanh(fc1(ln2(x))))
--- with qkv = one Linear(C, 3C) and attention through
+-- Model (common.gpt of scripts/bench/common.lua, shared with gpt.lua):
+-- token + position embeddings; per block x += proj(causal_attn(ln1(x))),
+-- x += fc2(gelu_tanh(fc1(ln2(x)))) with qkv = one Linear(C, 3C) and attention through
 -- F.scaled_dot_product_attention{is_causal = true}; final LayerNorm; LM head
 -- tied to the token embedding; N(0, 0.02) init, zero biases; AdamW lr 3e-4,
 -- betas (0.9, 0.95), weight_decay 0.1. As in ddp_gpt.py: the model is
@@ -26,8 +26,8 @@
 -- copying the averages back), optimizer step; plus the time of a plain
 -- all_reduce of one bucket's size, measured after training.
 local accel = require("accel")
-local nn, optim = accel.nn, accel.optim
-local F = nn.functional
+local optim = accel.optim
+local common = dofile((debug.getinfo(1, "S").source:match("^@(.*)/") or ".") .. "/common.lua")
 
 local steps = tonumber(arg[1]) or 30
 local warmup = tonumber(arg[2]) or 5
@@ -35,53 +35,8 @@ local V, T, L, H, C = 65, 64, 4, 4, 128
 local B = tonumber(arg[3]) or 16
 local cap_mb = tonumber(arg[4]) or 25
 
-local Attn = nn.Module:extend("Attn")
-function Attn:init()
-  self.qkv = nn.Linear(C, 3 * C)
-  self.proj = nn.Linear(C, C)
-end
-function Attn:forward(x)
-  local b, t = x:size(1), x:size(2)
-  local qkv = self.qkv(x):split(C, 3)
-  local function heads(z) return z:view(b, t, H, C / H):transpose(2, 3) end
-  local y = F.scaled_dot_product_attention(heads(qkv[1]), heads(qkv[2]), heads(qkv[3]), {is_causal = true})
-  return self.proj(y:transpose(2, 3):contiguous():view(b, t, C))
-end
-
-local Block = nn.Module:extend("Block")
-function Block:init()
-  self.ln1, self.attn, self.ln2 = nn.LayerNorm(C), Attn(), nn.LayerNorm(C)
-  self.fc1, self.act, self.fc2 = nn.Linear(C, 4 * C), nn.GELU({approximate = "tanh"}), nn.Linear(4 * C, C)
-end
-function Block:forward(x)
-  x = x + self.attn(self.ln1(x))
-  return x + self.fc2(self.act(self.fc1(self.ln2(x))))
-end
-
-local GPT = nn.Module:extend("GPT")
-function GPT:init()
-  self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
-  local blocks = {}
-  for i = 1, L do blocks[i] = Block() end
-  self.blocks = nn.ModuleList(blocks)
-  self.lnf = nn.LayerNorm(C)
-  self.head = nn.Linear(C, V, {bias = false})
-  self.head.weight = self.wte.weight -- tied
-  for _, m in ipairs(self:modules()) do
-    if m:isinstance(nn.Linear) or m:isinstance(nn.Embedding) then nn.init.normal_(m.weight, 0.0, 0.02) end
-    if m:isinstance(nn.Linear) and m.bias ~= nil then nn.init.zeros_(m.bias) end
-  end
-  self.pos = accel.arange(T)
-end
-function GPT:forward(idx, tgt)
-  local x = self.wte(idx) + self.wpe(self.pos:narrow(1, 1, idx:size(2)))
-  for _, blk in ipairs(self.blocks) do x = blk(x) end
-  local logits = self.head(self.lnf(x))
-  return F.cross_entropy(logits:view(-1, V), tgt:reshape(-1))
-end
-
 accel.set_seed(0)
-local model = GPT()
+local model = common.gpt({V = V, T = T, L = L, H = H, C = C})
 local opt = optim.AdamW(model:parameters(), {lr = 3e-4, betas = {0.9, 0.95}, weight_decay = 0.1})
 local t_prep = accel.clock()
 local acc = accel.Accelerator{kwargs_handlers = {accel.DistributedDataParallelKwargs{bucket_cap_mb = cap_mb}}}
@@ -90,14 +45,7 @@ t_prep = accel.clock() - t_prep
 local rank, world = acc.process_index, acc.num_processes
 accel.set_seed(1000 + rank)
 
-local function median(xs)
-  local s = {}
-  for i, v in ipairs(xs) do s[i] = v end
-  table.sort(s)
-  local n = #s
-  if n == 0 then return 0 end
-  return n % 2 == 1 and s[(n + 1) / 2] or (s[n / 2] + s[n / 2 + 1]) / 2
-end
+local median = common.median
 
 local times, cpus, parts = {}, {}, {fwd = {}, bwd = {}, fin = {}, opt = {}, cpu_fin = {}}
 local loss_first, loss_last, t_loop

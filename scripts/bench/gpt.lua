@@ -17,8 +17,8 @@
 --            --bf16                 forward under bf16 autocast
 --            --losses               also print every step's loss (JSON list)
 local accel = require("accel")
-local nn, optim = accel.nn, accel.optim
-local F = nn.functional
+local optim = accel.optim
+local common = dofile((debug.getinfo(1, "S").source:match("^@(.*)/") or ".") .. "/common.lua")
 
 local CFGS = {
   small = {V = 65, T = 64, L = 4, H = 4, C = 128, B = 16},
@@ -41,70 +41,8 @@ if flags.attn ~= "sdpa" and flags.attn ~= "explicit" then error("gpt.lua: --attn
 accel.num_threads(threads)
 accel.set_seed(0)
 local V, T, L, H, C, B = cfg.V, cfg.T, cfg.L, cfg.H, cfg.C, cfg.B
-local hs = C // H
 
-local Attn = nn.Module:extend("Attn")
-function Attn:init()
-  self.qkv = nn.Linear(C, 3 * C)
-  self.proj = nn.Linear(C, C)
-  if flags.attn == "explicit" then
-    self:register_buffer("mask", accel.ones(T, T):tril():view(1, 1, T, T))
-  end
-end
-function Attn:forward(x)
-  local b, t = x:size(1), x:size(2)
-  local parts = self.qkv(x):split(C, 3)
-  local q = parts[1]:view(b, t, H, hs):transpose(2, 3)
-  local k = parts[2]:view(b, t, H, hs):transpose(2, 3)
-  local v = parts[3]:view(b, t, H, hs):transpose(2, 3)
-  local y
-  if flags.attn == "sdpa" then
-    y = F.scaled_dot_product_attention(q, k, v, {is_causal = true})
-  else
-    local att = q:matmul(k:transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-    att = att:masked_fill(self.mask:narrow(3, 1, t):narrow(4, 1, t):eq(0), -math.huge)
-    y = F.softmax(att, -1):matmul(v)
-  end
-  return self.proj(y:transpose(2, 3):contiguous():view(b, t, C))
-end
-
-local Block = nn.Module:extend("Block")
-function Block:init()
-  self.ln1 = nn.LayerNorm(C)
-  self.attn = Attn()
-  self.ln2 = nn.LayerNorm(C)
-  self.fc1 = nn.Linear(C, 4 * C)
-  self.act = nn.GELU({approximate = "tanh"})
-  self.fc2 = nn.Linear(4 * C, C)
-end
-function Block:forward(x)
-  x = x + self.attn(self.ln1(x))
-  return x + self.fc2(self.act(self.fc1(self.ln2(x))))
-end
-
-local GPT = nn.Module:extend("GPT")
-function GPT:init()
-  self.wte = nn.Embedding(V, C)
-  self.wpe = nn.Embedding(T, C)
-  local blocks = {}
-  for i = 1, L do blocks[i] = Block() end
-  self.blocks = nn.ModuleList(blocks)
-  self.lnf = nn.LayerNorm(C)
-  for _, m in ipairs(self:modules()) do
-    if m:isinstance(nn.Linear) or m:isinstance(nn.Embedding) then nn.init.normal_(m.weight, 0.0, 0.02) end
-    if m:isinstance(nn.Linear) and m.bias ~= nil then nn.init.zeros_(m.bias) end
-  end
-  self.pos = accel.arange(0, T)
-end
-function GPT:forward(idx, tgt)
-  local t = idx:size(2)
-  local x = self.wte(idx) + self.wpe(self.pos:narrow(1, 1, t))
-  for _, blk in ipairs(self.blocks) do x = blk(x) end
-  local logits = F.linear(self.lnf(x), self.wte.weight) -- tied head
-  return F.cross_entropy(logits:view(-1, V), tgt:reshape(-1))
-end
-
-local model = GPT()
+local model = common.gpt({V = V, T = T, L = L, H = H, C = C, attn = flags.attn})
 local nparams = 0
 for _, p in ipairs(model:parameters()) do nparams = nparams + p:numel() end
 local n_nonpos = nparams - model.wpe.weight:numel()
@@ -117,27 +55,20 @@ local function forward(idx, tgt)
   return model(idx, tgt)
 end
 
-local function peak_rss_kib()
-  local f = io.open("/proc/self/status")
+-- The number that pattern captures in /proc/self/<name>, or 0.
+local function proc_number(name, pattern)
+  local f = io.open("/proc/self/" .. name)
   if not f then return 0 end
   local s = f:read("a")
   f:close()
-  return tonumber(s:match("VmHWM:%s*(%d+)")) or 0
+  return tonumber(s:match(pattern)) or 0
 end
 
-local function minflt()
-  local f = io.open("/proc/self/stat")
-  if not f then return 0 end
-  local s = f:read("a")
-  f:close()
-  return tonumber(s:match("^.-%) %S+" .. (" %S+"):rep(6) .. " (%d+)")) or 0 -- field 10
-end
+local function peak_rss_kib() return proc_number("status", "VmHWM:%s*(%d+)") end
 
-local function median(v)
-  table.sort(v)
-  local n = #v
-  return n % 2 == 1 and v[(n + 1) // 2] or (v[n // 2] + v[n // 2 + 1]) / 2
-end
+local function minflt() return proc_number("stat", "^.-%) %S+" .. (" %S+"):rep(6) .. " (%d+)") end -- field 10
+
+local median = common.median
 
 local times, cpus, losses, faults = {}, {}, {}, 0
 for i = 1, warmup + steps do

@@ -8,6 +8,7 @@
 -- Last line: "RESULT accel add=<us> fwdbwd=<us> rss_before_kib=<n> rss_after_kib=<n>
 -- [torch_add=<us> torch_fwdbwd=<us>]".
 local accel = require("accel")
+local common = dofile((debug.getinfo(1, "S").source:match("^@(.*)/") or ".") .. "/common.lua")
 
 local N, REPEATS, with_torch = 100000, 3, true
 local nums = {}
@@ -28,11 +29,7 @@ local function vmrss_kib()
   return -1
 end
 
-local function median(xs)
-  table.sort(xs)
-  local n = #xs
-  return n % 2 == 1 and xs[(n + 1) // 2] or (xs[n // 2] + xs[n // 2 + 1]) / 2
-end
+local median = common.median
 
 local function time_loop(body, n, repeats)
   body(math.min(n, 1000)) -- warm up

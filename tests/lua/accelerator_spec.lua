@@ -5,21 +5,14 @@
 -- training close to fp32, autocast scopes, the collective operations,
 -- clipping and trackers. Checkpoints are in checkpoint_spec.lua.
 local accel = require("accel")
+local support = dofile("tests/lua/support.lua")
+local tmpdir, max_abs_diff, error_matching = support.tmpdir, support.max_abs_diff, support.error_matching
 local nn, optim, data = accel.nn, accel.optim, accel.data
-
-local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  accel._C.mkdirs(d)
-  return d
-end
 
 local function mlp(seed, d_in, hidden, d_out)
   accel.set_seed(seed)
   return nn.Sequential(nn.Linear(d_in, hidden), nn.Tanh(), nn.Linear(hidden, d_out))
 end
-
-local function max_abs_diff(a, b) return (a - b):abs():max():item() end
 
 local function params_close(m1, m2, tol)
   local p1, p2 = m1:parameters(), m2:parameters()
@@ -36,13 +29,6 @@ local function params_equal(m1, m2)
     if not p1[i]:equal(p2[i]) then return false end
   end
   return true
-end
-
-local function error_matching(pattern, fn)
-  local ok, err = pcall(fn)
-  assert.is_false(ok, "expected an error matching " .. pattern)
-  assert.is_truthy(tostring(err):find(pattern), ("error %q does not match %q"):format(tostring(err), pattern))
-  return err
 end
 
 -- A classification set a small MLP can learn: labels of a fixed teacher.

@@ -7,10 +7,12 @@
 -- packed projection, the composite fallbacks and the errors.
 local accel = require("accel")
 local gc = dofile("tests/lua/gradcheck.lua")
+local support = dofile("tests/lua/support.lua")
 local F = accel.nn.functional
 local C = accel._C
 
 local f64 = accel.float64
+local check, max_abs_diff = gc.check, support.max_abs_diff
 
 -- softmax(scale q k^T [masked above the diagonal]) v in float64, no fused code
 local function reference(q, k, v, causal, scale)
@@ -25,15 +27,8 @@ local function reference(q, k, v, causal, scale)
   return (e / e:sum(-1, {keepdim = true})):matmul(v)
 end
 
-local function max_diff(a, b) return (a:double() - b:double()):abs():max():item() end
-
 local function fused(causal, scale)
   return function(q, k, v) return C.scaled_dot_product_attention(q, k, v, scale, causal) end
-end
-
-local function check(fn, inputs)
-  local ok, msg = gc.gradcheck(fn, inputs)
-  assert(ok, msg)
 end
 
 describe("fused attention: gradients (float64 finite differences)", function()
@@ -77,7 +72,7 @@ describe("fused attention: values", function()
       local q, k, v = accel.randn(2, 3, 130, 16), accel.randn(2, 3, 300, 16), accel.randn(2, 3, 300, 8)
       local y = F.scaled_dot_product_attention(q, k, v, {is_causal = causal})
       assert.same({2, 3, 130, 8}, {y:size(1), y:size(2), y:size(3), y:size(4)})
-      assert.is_true(max_diff(y, reference(q, k, v, causal)) < 2e-6)
+      assert.is_true(max_abs_diff(y, reference(q, k, v, causal)) < 2e-6)
     end)
   end
 
@@ -88,22 +83,22 @@ describe("fused attention: values", function()
     local q, k, v = q64:detach():float(), k64:detach():float(), v64:detach():float()
     for _, t in ipairs({q, k, v}) do t:requires_grad_(true) end
     F.scaled_dot_product_attention(q, k, v, {is_causal = true}):backward(g:float())
-    assert.is_true(max_diff(q.grad, q64.grad) < 1e-5)
-    assert.is_true(max_diff(k.grad, k64.grad) < 1e-5)
-    assert.is_true(max_diff(v.grad, v64.grad) < 1e-5)
+    assert.is_true(max_abs_diff(q.grad, q64.grad) < 1e-5)
+    assert.is_true(max_abs_diff(k.grad, k64.grad) < 1e-5)
+    assert.is_true(max_abs_diff(v.grad, v64.grad) < 1e-5)
   end)
 
   it("a 4-D output is stored heads-last, so transpose(2, 3) is contiguous", function()
     local y = F.scaled_dot_product_attention(accel.randn(2, 4, 6, 8), accel.randn(2, 4, 6, 8), accel.randn(2, 4, 6, 8))
     assert.is_false(y:is_contiguous())
     assert.is_true(y:transpose(2, 3):is_contiguous())
-    assert.is_true(max_diff(y:contiguous(), y) == 0)
+    assert.is_true(max_abs_diff(y:contiguous(), y) == 0)
   end)
 
   it("scale is honoured and defaults to 1 / sqrt(D)", function()
     local q, k, v = accel.randn(1, 1, 9, 5), accel.randn(1, 1, 9, 5), accel.randn(1, 1, 9, 5)
-    assert.is_true(max_diff(F.scaled_dot_product_attention(q, k, v), reference(q, k, v, false)) < 2e-6)
-    assert.is_true(max_diff(F.scaled_dot_product_attention(q, k, v, {scale = 2.5}), reference(q, k, v, false, 2.5)) < 1e-5)
+    assert.is_true(max_abs_diff(F.scaled_dot_product_attention(q, k, v), reference(q, k, v, false)) < 2e-6)
+    assert.is_true(max_abs_diff(F.scaled_dot_product_attention(q, k, v, {scale = 2.5}), reference(q, k, v, false, 2.5)) < 1e-5)
   end)
 
   it("bfloat16 inputs compute in float32 and return bfloat16 (heads-last), with gradients", function()
@@ -112,15 +107,15 @@ describe("fused attention: values", function()
     local y = F.scaled_dot_product_attention(q:bfloat16(), k:bfloat16(), v:bfloat16(), {is_causal = true})
     assert.equal(accel.bfloat16, y.dtype)
     assert.is_true(y:transpose(2, 3):is_contiguous())
-    assert.is_true(max_diff(y, reference(q:bfloat16(), k:bfloat16(), v:bfloat16(), true)) < 2e-2)
+    assert.is_true(max_abs_diff(y, reference(q:bfloat16(), k:bfloat16(), v:bfloat16(), true)) < 2e-2)
     local g = accel.randn(1, 2, 7, 4)
     y:float():backward(g)
     local q2, k2, v2 = q:detach():bfloat16():float(), k:detach():bfloat16():float(), v:detach():bfloat16():float()
     for _, t in ipairs({q2, k2, v2}) do t:requires_grad_(true) end
     F.scaled_dot_product_attention(q2, k2, v2, {is_causal = true}):backward(g)
-    assert.is_true(max_diff(q.grad, q2.grad) < 3e-2)
-    assert.is_true(max_diff(k.grad, k2.grad) < 3e-2)
-    assert.is_true(max_diff(v.grad, v2.grad) < 3e-2)
+    assert.is_true(max_abs_diff(q.grad, q2.grad) < 3e-2)
+    assert.is_true(max_abs_diff(k.grad, k2.grad) < 3e-2)
+    assert.is_true(max_abs_diff(v.grad, v2.grad) < 3e-2)
   end)
 end)
 
@@ -132,14 +127,14 @@ describe("F.scaled_dot_product_attention: composite fallbacks and errors", funct
     local allowed = accel.ones(6, 6, {dtype = accel.bool}):tril()
     local y = F.scaled_dot_product_attention(q, k, v, {attn_mask = allowed})
     assert.is_nil(y.grad_fn) -- no input requires grad
-    assert.is_true(max_diff(y, F.scaled_dot_product_attention(q, k, v, {is_causal = true})) < 1e-6)
-    assert.is_true(max_diff(y, reference(q, k, v, true)) < 2e-6)
+    assert.is_true(max_abs_diff(y, F.scaled_dot_product_attention(q, k, v, {is_causal = true})) < 1e-6)
+    assert.is_true(max_abs_diff(y, reference(q, k, v, true)) < 2e-6)
   end)
 
   it("broadcast batch dims use the composite", function()
     local q, k, v = accel.randn(2, 3, 5, 4), accel.randn(1, 3, 5, 4), accel.randn(1, 3, 5, 4)
     local y = F.scaled_dot_product_attention(q, k, v)
-    assert.is_true(max_diff(y, reference(q, k:expand(2, 3, 5, 4), v:expand(2, 3, 5, 4), false)) < 2e-6)
+    assert.is_true(max_abs_diff(y, reference(q, k:expand(2, 3, 5, 4), v:expand(2, 3, 5, 4), false)) < 2e-6)
   end)
 
   it("bad inputs to the fused op are clear errors", function()

@@ -3,31 +3,22 @@
 -- functions. Expected values are closed forms or finite differences.
 local accel = require("accel")
 local gc = dofile("tests/lua/gradcheck.lua")
+local support = dofile("tests/lua/support.lua")
 
 local f64 = accel.float64
+local check, errmsg = gc.check, support.errmsg
 
 local function leaf(data) return gc.leaf(accel.tensor(data, {dtype = f64})) end
 
 local function close(a, b, tol)
   tol = tol or 1e-12
-  local d = (a:double() - b:double()):abs():max():item()
+  local d = support.max_abs_diff(a, b)
   return d <= tol, d
 end
 
 local function assert_close(a, b, tol)
   local ok, d = close(a, b, tol)
   assert(ok, ("max abs difference %g (tolerance %g)\n%s\nvs\n%s"):format(d, tol or 1e-12, tostring(a), tostring(b)))
-end
-
-local function check(fn, inputs, opts)
-  local ok, msg = gc.gradcheck(fn, inputs, opts)
-  assert(ok, msg)
-end
-
-local function errmsg(f, ...)
-  local ok, err = pcall(f, ...)
-  assert.is_false(ok, "expected an error")
-  return tostring(err)
 end
 
 describe("gradient accumulation", function()

@@ -4,23 +4,16 @@
 -- differences cannot apply (dropout's random mask, float32 round trips).
 local accel = require("accel")
 local gc = dofile("tests/lua/gradcheck.lua")
+local support = dofile("tests/lua/support.lua")
 local F = accel.nn.functional
 
 local f64 = accel.float64
-
-local function check(fn, inputs, opts)
-  local ok, msg = gc.gradcheck(fn, inputs, opts)
-  assert(ok, msg)
-end
+local check, max_abs_diff = gc.check, support.max_abs_diff
 
 local randn, uniform = gc.randn, gc.uniform
 
 -- a float64 leaf from a Lua table
 local function leaf(data) return gc.leaf(accel.tensor(data, {dtype = f64})) end
-
-local function max_abs_diff(a, b)
-  return (a:double() - b:double()):abs():max():item()
-end
 
 describe("gradcheck helper", function()
   before_each(function() accel.set_seed(1) end)

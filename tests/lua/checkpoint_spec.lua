@@ -7,22 +7,15 @@
 -- without touching the model.
 local accel = require("accel")
 local json = require("accel.json")
+local support = dofile("tests/lua/support.lua")
 local nn, optim, data = accel.nn, accel.optim, accel.data
 local C = accel._C
 
 local HELPER = "tests/lua/helpers/train_resume.lua"
-local BIN = os.getenv("ACCEL_LUA_BIN") or arg[-1]
-
-local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  C.mkdirs(d)
-  return d
-end
-
-local function rm(path) C.fs_remove_tree(path) end
-
-local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+local BIN = support.ACCEL_LUA
+local tmpdir, rm, q = support.tmpdir, support.remove_tree, support.shell_quote
+local read, write = support.read_file, support.write_file
+local shape_of, error_matching = support.shape_of, support.error_matching
 
 local function run_helper(env, ...)
   local args = {}
@@ -35,38 +28,12 @@ local function run_helper(env, ...)
   return out
 end
 
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function write(path, s)
-  local f = assert(io.open(path, "wb"))
-  f:write(s)
-  f:close()
-end
-
-local function error_matching(pattern, fn)
-  local ok, err = pcall(fn)
-  assert.is_false(ok, "expected an error matching " .. pattern)
-  assert.is_truthy(tostring(err):find(pattern), ("error %q does not match %q"):format(tostring(err), pattern))
-  return err
-end
-
 -- The JSON header of a safetensors file, read by hand (u64 LE length + JSON).
 local function safetensors_header(path)
   local raw = read(path)
   local n = 0
   for i = 8, 1, -1 do n = n * 256 + raw:byte(i) end
   return json.decode(raw:sub(9, 8 + n)), #raw - 8 - n
-end
-
-local function shape_of(t)
-  local s = {}
-  for i = 1, t:dim() do s[i] = t:size(i) end
-  return s
 end
 
 local function same_tensors(a, b)

@@ -7,16 +7,13 @@
 -- ("same" padding, ceil_mode windows, return_indices, avg_pool2d divisors).
 local accel = require("accel")
 local gc = dofile("tests/lua/gradcheck.lua")
+local support = dofile("tests/lua/support.lua")
 local F = accel.nn.functional
 
 local f64 = accel.float64
 
 local function flat(t) return t:double():contiguous():reshape(-1):tolist() end
-local function dims(t)
-  local d = {}
-  for i = 1, t:dim() do d[i] = t:size(i) end
-  return d
-end
+local shape_of = support.shape_of
 
 -- the largest |a - b| over two equal-length lists
 local function max_diff(a, b)
@@ -40,7 +37,7 @@ local function pair(v) if type(v) == "table" then return v end return {v, v} end
 -- conv2d of x (N, C, H, W) by w (O, C/g, KH, KW) with bias b (list or nil);
 -- pad = {top, bottom, left, right}. Returns the flat output and its shape.
 local function ref_conv(x, w, b, stride, pad, dil, groups)
-  local xs, ws, xv, wv = dims(x), dims(w), flat(x), flat(w)
+  local xs, ws, xv, wv = shape_of(x), shape_of(w), flat(x), flat(w)
   local N, C, H, W = xs[1], xs[2], xs[3], xs[4]
   local O, Cg, KH, KW = ws[1], ws[2], ws[3], ws[4]
   local sh, sw, dh, dw = stride[1], stride[2], dil[1], dil[2]
@@ -73,18 +70,12 @@ local function ref_conv(x, w, b, stride, pad, dil, groups)
   return out, {N, O, OH, OW}
 end
 
-local function pool_out(n, k, s, p, d, ceil_mode)
-  local span = n + 2 * p - d * (k - 1) - 1
-  local o = (ceil_mode and math.ceil(span / s) or math.floor(span / s)) + 1
-  if ceil_mode and (o - 1) * s >= n + p then o = o - 1 end
-  return o
-end
-
 -- max_pool2d of x (N, C, H, W): flat values, flat 0-based indices, shape.
 local function ref_max_pool(x, k, s, p, d, ceil_mode)
-  local xs, xv = dims(x), flat(x)
+  local xs, xv = shape_of(x), flat(x)
   local NC, H, W = xs[1] * xs[2], xs[3], xs[4]
-  local OH, OW = pool_out(H, k[1], s[1], p[1], d[1], ceil_mode), pool_out(W, k[2], s[2], p[2], d[2], ceil_mode)
+  local OH = support.pool_output_size(H, k[1], s[1], p[1], d[1], ceil_mode)
+  local OW = support.pool_output_size(W, k[2], s[2], p[2], d[2], ceil_mode)
   local vals, idx = {}, {}
   for pl = 0, NC - 1 do
     for oh = 0, OH - 1 do
@@ -146,7 +137,7 @@ describe("F.conv2d forward", function()
       else p = pair(p); pad = {p[1], p[1], p[2], p[2]} end
       local want, shape = ref_conv(x, w, b and flat(b), st, pad, dil, o.groups or 1)
       local y = F.conv2d(x, w, b, o)
-      assert.are.same(shape, dims(y))
+      assert.are.same(shape, shape_of(y))
       assert.are.equal(f64, y.dtype)
       assert_close(y, want, 1e-12)
       -- float32: oneDNN's primitives or im2col + sgemm, against the same reference
@@ -170,13 +161,13 @@ describe("F.conv2d forward", function()
   it("accepts unbatched (C, H, W) input and a bias given in the options table", function()
     local x, w, b = accel.randn(3, 6, 6, {dtype = f64}), accel.randn(2, 3, 3, 3, {dtype = f64}), accel.randn(2, {dtype = f64})
     local y = F.conv2d(x, w, {bias = b, padding = 1})
-    assert.are.same({2, 6, 6}, dims(y))
+    assert.are.same({2, 6, 6}, shape_of(y))
     assert_close(y, F.conv2d(x:unsqueeze(1), w, b, {padding = 1})[1], 0)
   end)
 
   it("works for an empty batch", function()
     local y = F.conv2d(accel.zeros(0, 2, 5, 5), accel.randn(3, 2, 3, 3), accel.randn(3))
-    assert.are.same({0, 3, 3, 3}, dims(y))
+    assert.are.same({0, 3, 3, 3}, shape_of(y))
   end)
 end)
 
@@ -208,7 +199,7 @@ describe("F.conv2d gradients (float64 finite differences)", function()
     local w2 = gc.randn(3, 2, 3, 3)
     F.conv2d(x2, w2):sum():backward()
     assert.is_nil(x2.grad)
-    assert.are.same({3, 2, 3, 3}, dims(w2.grad))
+    assert.are.same({3, 2, 3, 3}, shape_of(w2.grad))
   end)
 
   it("float32 gradients agree with float64 ones (oneDNN and im2col paths)", function()
@@ -251,7 +242,7 @@ describe("F.max_pool2d", function()
       for k, v in pairs(o) do ret[k] = v end
       ret.return_indices = true
       local v, idx = F.max_pool2d(x, c[2], ret)
-      assert.are.same(shape, dims(v))
+      assert.are.same(shape, shape_of(v))
       assert.are.equal(accel.int64, idx.dtype)
       assert_close(v, want, 0)
       assert.are.same(want_idx, idx:reshape(-1):tolist())
@@ -292,7 +283,7 @@ describe("F.max_pool2d", function()
 
   it("accepts unbatched (C, H, W) input", function()
     local x = accel.randn(3, 6, 6)
-    assert.are.same({3, 3, 3}, dims(F.max_pool2d(x, 2)))
+    assert.are.same({3, 3, 3}, shape_of(F.max_pool2d(x, 2)))
     assert_close(F.max_pool2d(x, 2), F.max_pool2d(x:unsqueeze(1), 2)[1], 0)
   end)
 end)

@@ -6,50 +6,15 @@
 -- Fashion-MNIST test set against its published shape and class balance.
 local accel = require("accel")
 local data = accel.data
+local support = dofile("tests/lua/support.lua")
 
-local SPEC = "data_spec.lua:"
-
--- fn (written on the line of the call) must raise one error naming this
--- file:line once and containing each needle. Calls into the library must
--- not be tail calls (write them as statements), or fn's frame is gone.
-local function expect_error(fn, ...)
-  local line = debug.getinfo(2, "l").currentline
-  local ok, err = pcall(fn)
-  assert.is_false(ok, "expected an error, the call succeeded")
-  assert.are.equal("string", type(err), "error value is a " .. type(err))
-  local where = SPEC .. line .. ":"
-  assert.is_truthy(err:find(where, 1, true), ("error %q does not point at %s"):format(err, where))
-  local _, count = err:gsub(SPEC:gsub("%p", "%%%0"), "")
-  assert.are.equal(1, count, ("error %q names the location more than once"):format(err))
-  for _, needle in ipairs{...} do
-    assert.is_truthy(err:find(needle, 1, true), ("error %q does not mention %q"):format(err, needle))
-  end
-  return err
-end
-
-local function tmpname(suffix)
-  local n = os.tmpname()
-  os.remove(n)
-  return n .. suffix
-end
-
-local function write_file(path, s)
-  local f = assert(io.open(path, "wb"))
-  f:write(s)
-  f:close()
-end
+local expect_error, shape_of = support.expect_error, support.shape_of
+local tmpname, read_file, write_file = support.tmpname, support.read_file, support.write_file
 
 local function write_gzip(path, s)
   local p = assert(io.popen("gzip -c > '" .. path .. "'", "w"))
   p:write(s)
   assert(p:close())
-end
-
-local function read_file(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
 end
 
 -- A dataset whose samples are their own 0-based ids: batches show the order.
@@ -60,12 +25,6 @@ local function pass(loader)
   local out = {}
   for b in loader:iter() do out[#out + 1] = b:tolist() end
   return out
-end
-
-local function shape_of(t)
-  local s = {}
-  for d = 1, t:dim() do s[d] = t:size(d) end
-  return s
 end
 
 local function flatten(batches)

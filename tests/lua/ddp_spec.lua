@@ -3,13 +3,9 @@
 -- identity, so results are exact), sync off, missing gradients, options and
 -- errors. The multi-process behaviour is tests/lua/ddp_test.lua.
 local accel = require("accel")
+local support = dofile("tests/lua/support.lua")
 local nn, dist = accel.nn, accel.dist
-
-local function errmsg(f, ...)
-  local ok, err = pcall(f, ...)
-  assert.is_false(ok, "expected an error")
-  return tostring(err)
-end
+local errmsg = support.errmsg
 
 local function params(n, sizes, dtype)
   local out = {}

@@ -19,69 +19,28 @@
 -- The accel-lua under test is $ACCEL_LUA_BIN, else the interpreter running
 -- this script.
 local accel = require("accel")
+local HERE = arg[0]:match("^(.*)/[^/]*$") or "."
+local support = dofile(HERE .. "/support.lua")
 
-local BIN = os.getenv("ACCEL_LUA_BIN") or arg[-1]
-local HELPERS = (arg[0]:match("^(.*)/[^/]*$") or ".") .. "/helpers/"
-local TMP = os.tmpname()
-local DIR = TMP .. ".d"
+local HELPERS = HERE .. "/helpers/"
+local quote, has, all_ranks_ok = support.shell_quote, support.has, support.all_ranks_ok
+local jobs = support.job_checks()
+local check = jobs.check
 
-local passed, failed = 0, 0
-
-local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-
-local function slurp(path)
-  local f = io.open(path, "rb")
-  if not f then return "" end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+support.require_mpirun()
+local DIR = support.tmpdir()
 
 -- A clean environment for the jobs: no config file, no inherited settings.
 local ENV = "env -u ACCEL_LUA_COLLECTIVE_TIMEOUT -u ACCEL_LUA_DIST_BACKEND -u ACCEL_LUA_MIXED_PRECISION "
   .. "-u ACCEL_LUA_GRADIENT_ACCUMULATION_STEPS -u ACCEL_LUA_USE_DEEPSPEED -u ACCEL_LUA_USE_FSDP "
-  .. "ACCEL_LUA_CONFIG=" .. quote(DIR .. "/no-config.yaml") .. " "
-if os.getenv("ASAN_OPTIONS") then
-  ENV = ENV .. "ASAN_OPTIONS=" .. quote(os.getenv("ASAN_OPTIONS") .. ":fast_unwind_on_malloc=0") .. " "
-end
+  .. "ACCEL_LUA_CONFIG=" .. quote(DIR .. "/no-config.yaml") .. " " .. support.asan_env()
 
 -- `accel-lua launch --cpu --num_processes np HELPER args...` -> {code, out, err, secs}
 local function launch(np, helper, ...)
   local args = {}
   for i, a in ipairs({...}) do args[i] = quote(tostring(a)) end
-  local cmd = ("%stimeout -k 5 120 %s launch --cpu --num_processes %d %s %s >%s 2>%s"):format(ENV, quote(BIN), np,
-    quote(HELPERS .. helper), table.concat(args, " "), quote(TMP .. ".out"), quote(TMP .. ".err"))
-  local t0 = accel.clock()
-  local _, how, code = os.execute(cmd)
-  local run = {secs = accel.clock() - t0, out = slurp(TMP .. ".out"), err = slurp(TMP .. ".err")}
-  run.code = how == "exit" and code or 128 + code
-  return run
-end
-
--- check(name, run, {cond, "what failed"}, ...): one pass or fail line.
-local function check(name, run, ...)
-  local why = {}
-  for _, c in ipairs({...}) do
-    if not c[1] then why[#why + 1] = c[2] end
-  end
-  if #why == 0 then
-    passed = passed + 1
-    print(("ok   %s (%.1f s)"):format(name, run.secs))
-    return
-  end
-  failed = failed + 1
-  print(("FAIL %s (%.1f s, exit %d): %s"):format(name, run.secs, run.code, table.concat(why, "; ")))
-  print("  stdout: " .. run.out:sub(-3000):gsub("\n", "\n  | "))
-  print("  stderr: " .. run.err:sub(-3000):gsub("\n", "\n  | "))
-end
-
-local function has(s, plain) return s:find(plain, 1, true) ~= nil end
-
-local function all_ranks_ok(run, n)
-  for r = 0, n - 1 do
-    if not run.out:find(("ok rank %d: %%d+ checks"):format(r)) then return false end
-  end
-  return true
+  return jobs.run(("%stimeout -k 5 120 %s launch --cpu --num_processes %d %s %s"):format(ENV,
+    quote(support.ACCEL_LUA), np, quote(HELPERS .. helper), table.concat(args, " ")))
 end
 
 -- Largest relative difference (per tensor: max |a - b| / max |b|) between
@@ -99,12 +58,6 @@ local function max_rel(path_a, path_b)
   end
   return worst, where
 end
-
-if not os.execute("command -v mpirun >/dev/null 2>&1") then
-  print("FAIL mpirun not found (apt-get install openmpi-bin; scripts/install-deps.sh)")
-  os.exit(1)
-end
-os.execute("mkdir -p " .. quote(DIR))
 
 -- ---- (a) N ranks x batch b == 1 rank x batch N*b; (b) accumulation ----
 do
@@ -150,7 +103,7 @@ do
   for r = 0, 1 do
     local function lines(mode)
       local out = {}
-      for l in slurp(("%s/%s_r%d.txt"):format(d, mode, r)):gmatch("[^\n]+") do out[#out + 1] = l end
+      for l in support.read_if_exists(("%s/%s_r%d.txt"):format(d, mode, r)):gmatch("[^\n]+") do out[#out + 1] = l end
       return out
     end
     local s, f, c = lines("straight"), lines("first"), lines("second")
@@ -158,8 +111,8 @@ do
     for i = 1, 6 do same = same and s[i] == f[i] and s[i + 6] == c[i] end
     same = same and s[13] == c[7]
     why[#why + 1] = {same, ("rank %d: the losses (or counter / lr line) of the resumed run differ"):format(r)}
-    local st = slurp(("%s/straight_r%d.safetensors"):format(d, r))
-    why[#why + 1] = {#st > 0 and st == slurp(("%s/second_r%d.safetensors"):format(d, r)),
+    local st = support.read_if_exists(("%s/straight_r%d.safetensors"):format(d, r))
+    why[#why + 1] = {#st > 0 and st == support.read_if_exists(("%s/second_r%d.safetensors"):format(d, r)),
       ("rank %d: parameters / optimizer state differ from the unbroken run"):format(r)}
   end
   check("2 ranks: train 6, save_state, new launch, load_state, train 6 == train 12 (bitwise)", second,
@@ -188,9 +141,5 @@ for _, n in ipairs({2, 3}) do
     {run.code == 0, "exit status"}, {all_ranks_ok(run, n), "not every rank printed its ok line"})
 end
 
-os.execute("rm -rf " .. quote(DIR))
-os.remove(TMP)
-os.remove(TMP .. ".out")
-os.remove(TMP .. ".err")
-print(("%d passed, %d failed"):format(passed, failed))
-os.exit(failed == 0 and 0 or 1)
+support.remove_tree(DIR)
+jobs.finish()

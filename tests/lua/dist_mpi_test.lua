@@ -9,75 +9,29 @@
 --   dist_mpi_error.lua    an MPI error becomes a Lua error (collective, file:line, MPI's text)
 -- plus accel.so under plain lua5.4 in an MPI job. The accel-lua under test
 -- is $ACCEL_LUA_BIN, else the interpreter running this script.
-local accel = require("accel")
+local HERE = arg[0]:match("^(.*)/[^/]*$") or "."
+local support = dofile(HERE .. "/support.lua")
 
-local BIN = os.getenv("ACCEL_LUA_BIN") or arg[-1]
-local HELPERS = (arg[0]:match("^(.*)/[^/]*$") or ".") .. "/helpers/"
-local TMP = os.tmpname()
+local BIN = support.ACCEL_LUA
+local HELPERS = HERE .. "/helpers/"
 local MPIRUN = "timeout -k 5 90 mpirun --allow-run-as-root --oversubscribe"
-
-local passed, failed = 0, 0
-
-local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-
-local function slurp(path)
-  local f = io.open(path, "rb")
-  if not f then return "" end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local quote, has, all_ranks_ok = support.shell_quote, support.has, support.all_ranks_ok
+local jobs = support.job_checks()
+local check = jobs.check
 
 -- Sanitizer builds: MPI's own leaks are suppressed only with full stacks
 -- (scripts/lsan.supp).
-local ENV = ""
-if os.getenv("ASAN_OPTIONS") then
-  ENV = "env ASAN_OPTIONS=" .. quote(os.getenv("ASAN_OPTIONS") .. ":fast_unwind_on_malloc=0") .. " "
-end
+local ASAN = support.asan_env()
+local ENV = ASAN ~= "" and "env " .. ASAN or ""
 
 -- Runs `mpirun -np N PROGRAM ARGS` (PROGRAM defaults to accel-lua); returns
 -- {code, out, err, secs}.
 local function mpirun(np, args, o)
   o = o or {}
-  local cmd = ("%s%s %s -np %d %s %s >%s 2>%s"):format(ENV, o.env or "", MPIRUN, np, o.program or quote(BIN), args,
-    quote(TMP .. ".out"), quote(TMP .. ".err"))
-  local t0 = accel.clock()
-  local _, how, code = os.execute(cmd)
-  local run = {secs = accel.clock() - t0, out = slurp(TMP .. ".out"), err = slurp(TMP .. ".err")}
-  run.code = how == "exit" and code or 128 + code
-  return run
+  return jobs.run(("%s%s %s -np %d %s %s"):format(ENV, o.env or "", MPIRUN, np, o.program or quote(BIN), args))
 end
 
--- check(name, run, {cond, "what failed"}, ...): one pass or fail line.
-local function check(name, run, ...)
-  local why = {}
-  for _, c in ipairs({...}) do
-    if not c[1] then why[#why + 1] = c[2] end
-  end
-  if #why == 0 then
-    passed = passed + 1
-    print(("ok   %s (%.1f s)"):format(name, run.secs))
-    return
-  end
-  failed = failed + 1
-  print(("FAIL %s (%.1f s, exit %d): %s"):format(name, run.secs, run.code, table.concat(why, "; ")))
-  print("  stdout: " .. run.out:sub(-3000):gsub("\n", "\n  | "))
-  print("  stderr: " .. run.err:sub(-3000):gsub("\n", "\n  | "))
-end
-
-local function has(s, plain) return s:find(plain, 1, true) ~= nil end
-
-local function all_ranks_ok(run, n)
-  for r = 0, n - 1 do
-    if not run.out:find(("ok rank %d: %%d+ checks"):format(r)) then return false end
-  end
-  return true
-end
-
-if not os.execute("command -v mpirun >/dev/null 2>&1") then
-  print("FAIL mpirun not found (apt-get install openmpi-bin; scripts/install-deps.sh)")
-  os.exit(1)
-end
+support.require_mpirun()
 local unset = "env -u ACCEL_LUA_COLLECTIVE_TIMEOUT -u ACCEL_LUA_DIST_BACKEND "
 
 -- ---- every collective, 2 and 3 ranks ----
@@ -142,8 +96,4 @@ do
   end
 end
 
-os.remove(TMP)
-os.remove(TMP .. ".out")
-os.remove(TMP .. ".err")
-print(("%d passed, %d failed"):format(passed, failed))
-os.exit(failed == 0 and 0 or 1)
+jobs.finish()

@@ -15,26 +15,14 @@
 --    checkpoints and logs are written.
 local accel = require("accel")
 local json = require("accel.json")
+local support = dofile("tests/lua/support.lua")
 local gpt2 = accel.models.gpt2
 local C = accel._C
 
 local FIXTURE = "tests/fixtures/gpt_block.safetensors"
-local BIN = os.getenv("ACCEL_LUA_BIN") or arg[-1]
+local BIN = support.ACCEL_LUA
 local TOL = 1e-4
-
-local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  C.mkdirs(d)
-  return d
-end
-
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local tmpdir, read, shape_of = support.tmpdir, support.read_file, support.shape_of
 
 -- entries of f under prefix (prefix removed) whose remaining name holds a dot (weights)
 local function weights(f, prefix)
@@ -50,12 +38,6 @@ local function count(t)
   local n = 0
   for _ in pairs(t) do n = n + 1 end
   return n
-end
-
-local function shape_of(t)
-  local s = {}
-  for i = 1, t:dim() do s[i] = t:size(i) end
-  return s
 end
 
 -- fn() raises an error that contains `needle` and points at this file

@@ -10,6 +10,7 @@
 --   inputs  list; the float64 tensors with requires_grad are checked.
 --   opts    eps (1e-6), atol (1e-6), rtol (1e-5), seed (1234),
 --           only = {i, ...} (check just these input positions).
+-- check(fn, inputs, opts): gradcheck, raising its report when it fails.
 --
 -- Analytic gradients: backward of sum(fn(...) * R) for a fixed random R of
 -- the output's shape (R = 1 when the output has one element is just a
@@ -134,6 +135,12 @@ function M.gradcheck(fn, inputs, opts)
     return false, msg
   end
   return true, ("gradcheck ok (worst error / tolerance = %.3g)"):format(worst)
+end
+
+-- check(fn, inputs, opts): raises gradcheck's report unless the gradients pass.
+function M.check(fn, inputs, opts)
+  local ok, msg = M.gradcheck(fn, inputs, opts)
+  assert(ok, msg)
 end
 
 -- A float64 leaf requiring grad: M.leaf(accel.randn(2, 3, {dtype = accel.float64}))

@@ -1,6 +1,7 @@
 -- Memory behaviour of tensors and autograd graphs: a long training-like loop
 -- without collectgarbage() stays flat, t:free() and <close> release at once.
 local accel = require("accel")
+local support = dofile("tests/lua/support.lua")
 
 local function rss_kb()
   for line in io.lines("/proc/self/status") do
@@ -12,11 +13,7 @@ end
 
 local function live() return (accel.memory_stats()) end
 
-local function errmsg(f, ...)
-  local ok, err = pcall(f, ...)
-  assert.is_false(ok, "expected an error")
-  return tostring(err)
-end
+local errmsg = support.errmsg
 
 -- ASan keeps freed memory in a quarantine, so RSS says nothing under it.
 local function sanitized()

@@ -5,24 +5,15 @@
 -- (tests/fixtures/nn_mha.safetensors, scripts/fixtures/make_nn_fixtures.py).
 local accel = require("accel")
 local gc = dofile("tests/lua/gradcheck.lua")
+local support = dofile("tests/lua/support.lua")
 local nn = accel.nn
 local F = nn.functional
 
 local f64 = accel.float64
-
-local function check_grad(fn, inputs, opts)
-  local ok, msg = gc.gradcheck(fn, inputs, opts)
-  assert(ok, msg)
-end
-
-local function shape_of(t)
-  local out = {}
-  for d = 1, t:dim() do out[d] = t:size(d) end
-  return out
-end
+local check_grad, shape_of, max_abs_diff = gc.check, support.shape_of, support.max_abs_diff
+local ref_norm_rows = support.ref_norm_rows
 
 local function T(data) return accel.tensor(data, {dtype = f64}) end
-local function max_abs_diff(a, b) return (a:double() - b:double()):abs():max():item() end
 local function close(a, b, tol) assert.is_true(max_abs_diff(a, b) <= (tol or 1e-12), "max diff " .. max_abs_diff(a, b)) end
 
 -- ---- plain-Lua math (independent of the library) ----
@@ -62,25 +53,6 @@ local function ref_linear(x, w, b)
       local s = b and b[o] or 0
       for k, v in ipairs(row) do s = s + v * wrow[k] end
       out[i][o] = s
-    end
-  end
-  return out
-end
-
--- normalise each row (a list) by its statistics
-local function ref_norm_rows(x, w, b, eps, rms)
-  local out = {}
-  for i, row in ipairs(x) do
-    local n, mean, var = #row, 0, 0
-    if not rms then
-      for _, v in ipairs(row) do mean = mean + v end
-      mean = mean / n
-    end
-    for _, v in ipairs(row) do var = var + (v - mean) ^ 2 end
-    var = var / n
-    out[i] = {}
-    for k, v in ipairs(row) do
-      out[i][k] = (v - mean) / math.sqrt(var + eps) * (w and w[k] or 1) + (b and b[k] or 0)
     end
   end
   return out
@@ -334,15 +306,6 @@ describe("nn.Conv2d", function()
   end)
 end)
 
--- PyTorch's output size: floor (or ceil) of the window count; with ceil_mode
--- the last window must start inside the input or its left padding
-local function pool_out(n, k, s, p, d, ceil)
-  local span = n + 2 * p - d * (k - 1) - 1
-  local o = (ceil and math.ceil(span / s) or math.floor(span / s)) + 1
-  if ceil and (o - 1) * s >= n + p then o = o - 1 end
-  return o
-end
-
 local function ref_max_pool2d(x, k, stride, pad, dil, ceil)
   dil = dil or 1
   local out = {}
@@ -350,7 +313,8 @@ local function ref_max_pool2d(x, k, stride, pad, dil, ceil)
     out[n] = {}
     for c, plane in ipairs(img) do
       local H, W = #plane, #plane[1]
-      local OH, OW = pool_out(H, k, stride, pad, dil, ceil), pool_out(W, k, stride, pad, dil, ceil)
+      local OH = support.pool_output_size(H, k, stride, pad, dil, ceil)
+      local OW = support.pool_output_size(W, k, stride, pad, dil, ceil)
       out[n][c] = {}
       for oh = 1, OH do
         out[n][c][oh] = {}

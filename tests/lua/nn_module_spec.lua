@@ -2,15 +2,11 @@
 -- state_dict / load_state_dict (round trip and strict errors), train/eval,
 -- apply, zero_grad, to(), hooks, containers and printing.
 local accel = require("accel")
+local support = dofile("tests/lua/support.lua")
 local nn = accel.nn
 
 local f64 = accel.float64
-
-local function shape_of(t)
-  local out = {}
-  for d = 1, t:dim() do out[d] = t:size(d) end
-  return out
-end
+local shape_of, max_abs_diff = support.shape_of, support.max_abs_diff
 
 local function keys_of(iter)
   local out = {}
@@ -24,8 +20,6 @@ local function sorted_keys(t)
   table.sort(out)
   return out
 end
-
-local function max_abs_diff(a, b) return (a:double() - b:double()):abs():max():item() end
 
 -- the GPT-2-like tree used for key names: h.<i>.attn.c_attn.{weight,bias}
 local Attn = nn.Module:extend("Attn")

@@ -3,25 +3,20 @@
 -- {tty = true} forces the terminal form to check the redraw limit.
 local accel = require("accel")
 local progress = require("accel.progress")
+local support = dofile("tests/lua/support.lua")
 
 local function tmpfile()
   local path = os.tmpname()
   return path, assert(io.open(path, "w+b"))
 end
 
+-- What has been written to f, the open file at path.
 local function contents(path, f)
   f:flush()
-  local r = assert(io.open(path, "rb"))
-  local s = r:read("a")
-  r:close()
-  return s
+  return support.read_file(path)
 end
 
-local function lines_of(s)
-  local out = {}
-  for line in s:gmatch("([^\n]*)\n") do out[#out + 1] = line end
-  return out
-end
+local lines_of = support.lines_of
 
 local function busy_wait(seconds)
   local t = accel.clock()

@@ -6,25 +6,10 @@
 -- same closed-form formulas as the generator (never from accel's own output),
 -- and that accel.save -> accel.load round-trips every dtype.
 local accel = require("accel")
+local support = dofile("tests/lua/support.lua")
 
 local FIXTURE = "tests/fixtures/torch_tensors.safetensors"
-
--- Flattens a nested Lua list (tolist() output) in row-major order.
-local function flatten(v, out)
-  out = out or {}
-  if type(v) ~= "table" then
-    out[#out + 1] = v
-    return out
-  end
-  for _, x in ipairs(v) do flatten(x, out) end
-  return out
-end
-
-local function shape_of(t)
-  local s = {}
-  for i = 1, #t.shape do s[i] = t.shape[i] end
-  return s
-end
+local flatten, shape_of = support.flatten, support.shape_of
 
 -- expected[i] for i = 0..n-1 from formula f
 local function gen(n, f)

@@ -4,22 +4,8 @@
 -- and the utilities accel.clock and accel.num_threads.
 -- Reference values are closed forms or plain Lua arithmetic, never accel.
 local accel = require("accel")
-
--- float32 rounding of a Lua number, done by Lua's own string.pack.
-local function f32(x) return (string.unpack("<f", string.pack("<f", x))) end
-
-local function shape_of(t)
-  local s = {}
-  for i = 1, t:dim() do s[i] = t:size(i) end
-  return s
-end
-
-local function flatten(v, out)
-  out = out or {}
-  if type(v) ~= "table" then out[#out + 1] = v; return out end
-  for i = 1, #v do flatten(v[i], out) end
-  return out
-end
+local support = dofile("tests/lua/support.lua")
+local f32, shape_of, flatten = support.f32, support.shape_of, support.flatten
 
 local function assert_list_equal(expected, got)
   assert.are.equal(#expected, #got)

@@ -3,48 +3,17 @@
 -- dtypes involved, and the caller's file:line in this spec.
 local accel = require("accel")
 local F = accel.nn.functional
+local support = dofile("tests/lua/support.lua")
 
-local SPEC = "tensor_errors_spec.lua:"
+-- expect_error(fn, needle...): fn (written on the same line as the call) must
+-- raise one error naming this file and the line of the call, once, and
+-- containing each needle. (Calls into accel.nn.functional, which is Lua, are
+-- not tail calls in fn: a Lua tail call replaces fn's frame.)
+local expect_error = support.expect_error
+local read_file, write_file = support.read_file, support.write_file
 
--- expect_error(fn, needle...) : fn (written on the same line as the call)
--- must raise one error that carries this file's name and the line of the
--- call, once, followed by each needle (plain substrings).
--- (Calls into accel.nn.functional, which is Lua, are not tail calls in fn:
--- a Lua tail call replaces fn's frame, so no frame of this file would be
--- left to name.)
-local function expect_error(fn, ...)
-  local line = debug.getinfo(2, "l").currentline
-  local ok, err = pcall(fn)
-  assert.is_false(ok, "expected an error, the call succeeded")
-  assert.are.equal("string", type(err), "error value is a " .. type(err))
-  local where = SPEC .. line .. ":"
-  assert.is_truthy(err:find(where, 1, true), ("error %q does not point at %s"):format(err, where))
-  local _, count = err:gsub(SPEC:gsub("%p", "%%%0"), "")
-  assert.are.equal(1, count, ("error %q names the location more than once"):format(err))
-  for _, needle in ipairs{...} do
-    assert.is_truthy(err:find(needle, 1, true), ("error %q does not mention %q"):format(err, needle))
-  end
-  return err
-end
-
-local function tmpname(suffix)
-  local n = os.tmpname()
-  os.remove(n)
-  return n .. (suffix or ".safetensors")
-end
-
-local function read_all(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function write_all(path, s)
-  local f = assert(io.open(path, "wb"))
-  f:write(s)
-  f:close()
-end
+-- A fresh temporary path for a .safetensors file.
+local function tmpname() return support.tmpname(".safetensors") end
 
 describe("shape errors", function()
   local a23, b4 = accel.zeros(2, 3), accel.zeros(4)
@@ -313,21 +282,21 @@ describe("file errors", function()
   it("accel.load of a truncated file names the file and the problem", function()
     local path = tmpname()
     accel.save({w = accel.randn(16, 16), b = accel.zeros(16)}, path)
-    local bytes = read_all(path)
+    local bytes = read_file(path)
     assert.is_true(#bytes > 1000)
     -- cut in the data section
     local cut = tmpname()
-    write_all(cut, bytes:sub(1, #bytes - 100))
+    write_file(cut, bytes:sub(1, #bytes - 100))
     local err = expect_error(function() return accel.load(cut) end, cut)
     assert.is_truthy(err:lower():find("trunc", 1, true) or err:find("bytes", 1, true), err)
     -- cut in the JSON header
-    write_all(cut, bytes:sub(1, 20))
+    write_file(cut, bytes:sub(1, 20))
     expect_error(function() return accel.load(cut) end, cut)
     -- cut inside the 8-byte length prefix
-    write_all(cut, bytes:sub(1, 5))
+    write_file(cut, bytes:sub(1, 5))
     expect_error(function() return accel.load(cut) end, cut)
     -- an empty file
-    write_all(cut, "")
+    write_file(cut, "")
     expect_error(function() return accel.load(cut) end, cut)
     -- truncated in place with io.open(..., "r+"): overwrite the header length with garbage
     local f = assert(io.open(path, "r+b"))

@@ -6,23 +6,12 @@
 -- values read back with :tolist(), never by accel itself.
 local accel = require("accel")
 local F = accel.nn.functional
+local support = dofile("tests/lua/support.lua")
 
 ---------------------------------------------------------------- helpers
 
 local inf, nan = math.huge, 0 / 0
-
-local function flat(v, out)
-  out = out or {}
-  if type(v) ~= "table" then out[#out + 1] = v; return out end
-  for i = 1, #v do flat(v[i], out) end
-  return out
-end
-
-local function shape_of(t)
-  local s = {}
-  for i = 1, t:dim() do s[i] = t:size(i) end
-  return s
-end
+local flatten, shape_of, f32 = support.flatten, support.shape_of, support.f32
 
 local RTOL32, ATOL32 = 1e-6, 1e-7
 local RTOL64, ATOL64 = 1e-12, 1e-14
@@ -31,7 +20,7 @@ local RTOL64, ATOL64 = 1e-12, 1e-14
 -- |got - exp| <= atol + rtol * |exp|; nan matches nan, inf matches inf.
 local function assert_close(exp, got, rtol, atol, what)
   rtol, atol = rtol or RTOL32, atol or ATOL32
-  local e, g = flat(exp), flat(got)
+  local e, g = flatten(exp), flatten(got)
   assert.are.equal(#e, #g, (what or "") .. ": element count")
   for i = 1, #e do
     local x, y = e[i], g[i]
@@ -46,7 +35,7 @@ local function assert_close(exp, got, rtol, atol, what)
 end
 
 local function assert_exact(exp, got, what)
-  local e, g = flat(exp), flat(got)
+  local e, g = flatten(exp), flatten(got)
   assert.are.equal(#e, #g, (what or "") .. ": element count")
   for i = 1, #e do
     if e[i] ~= g[i] then
@@ -114,9 +103,6 @@ end
 
 local function sign(x) return x > 0 and 1.0 or x < 0 and -1.0 or 0.0 end
 local function trunc(x) return x >= 0 and math.floor(x) or math.ceil(x) end
-
--- float32 rounding by Lua's string.pack
-local function f32(x) return (string.unpack("<f", string.pack("<f", x))) end
 
 -- Inputs: fixed values plus some random normals (read back, so exact).
 local SPECIAL = {-3.5, -2.0, -1.25, -0.5, -0.1, 0.0, 0.1, 0.3, 0.5, 1.0, 1.7, 2.5, 4.0}
@@ -1047,7 +1033,7 @@ describe("matmul", function()
     assert.are.equal(accel.bfloat16, r.dtype)
     local exp = naive_mm(a:tolist(), b:tolist())
     -- each output rounded to bf16 once (fp32 accumulation): rel 2^-8 plus a little
-    local e, g = flat(exp), flat(r:tolist())
+    local e, g = flatten(exp), flatten(r:tolist())
     for i = 1, #e do assert.is_true(math.abs(e[i] - g[i]) <= 2 ^ -8 * math.abs(e[i]) + 1e-2, i) end
   end)
 end)
@@ -1222,7 +1208,7 @@ end)
 describe("nn.functional.mse_loss / layer_norm", function()
   accel.set_seed(31)
   local a, b = accel.randn(3, 4), accel.randn(3, 4)
-  local al, bl = flat(a:tolist()), flat(b:tolist())
+  local al, bl = flatten(a:tolist()), flatten(b:tolist())
 
   it("mse_loss mean / sum / none", function()
     local sq = map2(al, bl, function(x, y) return (x - y) ^ 2 end)
@@ -1231,18 +1217,7 @@ describe("nn.functional.mse_loss / layer_norm", function()
     assert_close(sq, F.mse_loss(a, b, {reduction = "none"}):tolist(), 1e-6, 1e-7)
   end)
 
-  local function ln_ref(rows, w, bias, eps)
-    local out = {}
-    for i, r in ipairs(rows) do
-      local m = l_mean(r)
-      local v = l_var(r, 0)
-      out[i] = {}
-      for j, x in ipairs(r) do
-        out[i][j] = (x - m) / math.sqrt(v + eps) * (w and w[j] or 1) + (bias and bias[j] or 0)
-      end
-    end
-    return out
-  end
+  local ln_ref = support.ref_norm_rows
 
   it("layer_norm over the last dim, with and without weight/bias", function()
     local x = accel.randn(5, 8):mul(3):add(1)
@@ -1260,10 +1235,10 @@ describe("nn.functional.mse_loss / layer_norm", function()
     local x = accel.randn(2, 3, 4, {dtype = accel.float64})
     local xl = x:tolist()
     local rows = {}
-    for i = 1, 2 do rows[i] = flat(xl[i]) end
+    for i = 1, 2 do rows[i] = flatten(xl[i]) end
     local exp = ln_ref(rows, nil, nil, 1e-5)
     local got = F.layer_norm(x, {3, 4}):tolist()
-    for i = 1, 2 do assert_close(exp[i], flat(got[i]), 1e-12, 1e-12) end
+    for i = 1, 2 do assert_close(exp[i], flatten(got[i]), 1e-12, 1e-12) end
   end)
 end)
 

@@ -5,12 +5,8 @@
 -- 1-based rows, copy_ with broadcasting, #t, item, tolist.
 -- Expected values are written out by hand or computed in plain Lua.
 local accel = require("accel")
-
-local function shape_of(t)
-  local s = {}
-  for i = 1, t:dim() do s[i] = t:size(i) end
-  return s
-end
+local support = dofile("tests/lua/support.lua")
+local shape_of = support.shape_of
 
 -- 0..n-1 as float32, reshaped
 local function seq(...)

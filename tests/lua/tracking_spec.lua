@@ -6,8 +6,12 @@
 local accel = require("accel")
 local tracking = require("accel.tracking")
 local C = accel._C
+local support = dofile("tests/lua/support.lua")
+local shell_quote, tmpdir, rmtree = support.shell_quote, support.tmpdir, support.remove_tree
+local read_file, f32 = support.read_file, support.f32
 
-local function shell_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+-- The newline-terminated lines of the file at path.
+local function lines(path) return support.lines_of(read_file(path)) end
 
 -- The repository root: two folders above this spec.
 local ROOT = (function()
@@ -18,32 +22,6 @@ local ROOT = (function()
   return root
 end)()
 local SPEC = "tracking_spec.lua"
-
-local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  C.mkdirs(d)
-  return d
-end
-
-local function rmtree(d)
-  os.execute("rm -rf '" .. d .. "'")
-end
-
-local function slurp(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function lines(path)
-  local out = {}
-  for line in slurp(path):gmatch("([^\n]*)\n") do out[#out + 1] = line end
-  return out
-end
-
-local function f32(x) return (string.unpack("<f", string.pack("<f", x))) end
 
 -- The accel-lua program running this spec (the parent of a popen'd shell).
 local function accel_lua()
@@ -140,7 +118,7 @@ end
 
 -- CSV rows as lists of cells (RFC 4180: quoted cells may hold , "" and newlines).
 local function csv_rows(path)
-  local text, rows, row, pos = slurp(path), {}, {}, 1
+  local text, rows, row, pos = read_file(path), {}, {}, 1
   while pos <= #text do
     local cell
     if text:sub(pos, pos) == '"' then
@@ -178,7 +156,7 @@ end
 local function mask(crc) return (((crc >> 15) | (crc << 17)) + 0xa282ead8) & 0xffffffff end
 
 local function read_records(path)
-  local s, pos, records = slurp(path), 1, {}
+  local s, pos, records = read_file(path), 1, {}
   while pos <= #s do
     assert(#s - pos + 1 >= 12, "truncated record header")
     local len_bytes = s:sub(pos, pos + 7)
@@ -344,11 +322,7 @@ describe("tracking.create", function()
 
   it("gives clear errors for bad values, steps and use after finish", function()
     local tr = tracking.create("jsonl", {project_dir = dir})
-    local function err_of(fn)
-      local ok, e = pcall(fn)
-      assert.is_false(ok)
-      return e
-    end
+    local err_of = support.errmsg
     assert.matches(SPEC .. ':%d+: log: value of "loss" must be a number, a string or a one%-element tensor, got table',
       err_of(function() tr:log({loss = {}}) end))
     assert.matches('value of "w" must be a one%-element tensor, got 4 elements',
@@ -413,7 +387,7 @@ describe("jsonl tracker", function()
   it("writes the configuration to config.json", function()
     tracking.create("jsonl", {project_dir = dir, run_name = "r",
       config = {lr = 3e-4, layers = {784, 256, 10}, name = "mlp", amp = false, sched = {T_max = 5}}}):finish()
-    local cfg = json_decode(slurp(dir .. "/r/config.json"))
+    local cfg = json_decode(read_file(dir .. "/r/config.json"))
     assert.are.same({lr = 3e-4, layers = {784, 256, 10}, name = "mlp", amp = false, sched = {T_max = 5}}, cfg)
   end)
 
@@ -461,7 +435,7 @@ describe("csv tracker", function()
       assert.are.equal(5, #rows[i])
       assert.is_true(math.abs(tonumber(rows[i][2]) - os.time()) <= 5)
     end
-    assert.are.same({bs = 32}, json_decode(slurp(dir .. "/r/config.json")))
+    assert.are.same({bs = 32}, json_decode(read_file(dir .. "/r/config.json")))
   end)
 
   it("adds a column for a key first seen later, padding the earlier rows", function()

@@ -90,6 +90,7 @@ local plugins = require("accel.plugins")
 local json = require("accel.json")
 local ddp = require("accel.ddp")
 local raise = require("accel.nn.module").raise
+local util = require("accel.util")
 local C = accel._C
 
 local M = {}
@@ -104,11 +105,7 @@ local Accelerator = {__name = "Accelerator"}
 M.Accelerator_class = Accelerator
 local props = {}
 
-Accelerator.__index = function(self, k)
-  local get = props[k]
-  if get then return get(self) end
-  return Accelerator[k]
-end
+Accelerator.__index = util.property_index(Accelerator, props)
 
 Accelerator.__newindex = function(self, k, v)
   if k == "gradient_accumulation_steps" then
@@ -124,15 +121,11 @@ end
 
 -- ---------------------------------------------------------------- fields
 
-function props.device(a) return a.state.device end
-function props.process_index(a) return a.state.process_index end
-function props.local_process_index(a) return a.state.local_process_index end
-function props.num_processes(a) return a.state.num_processes end
-function props.is_main_process(a) return a.state.is_main_process end
-function props.is_local_main_process(a) return a.state.is_local_main_process end
-function props.is_last_process(a) return a.state.is_last_process end
-function props.distributed_type(a) return a.state.distributed_type end
-function props.use_distributed(a) return a.state.use_distributed end
+-- the process fields, read from the PartialState
+for _, k in ipairs({"device", "process_index", "local_process_index", "num_processes", "is_main_process",
+                    "is_local_main_process", "is_last_process", "distributed_type", "use_distributed"}) do
+  props[k] = function(a) return a.state[k] end
+end
 function props.sync_gradients(a) return a.gradient_state.sync_gradients end
 function props.gradient_accumulation_steps(a) return a.gradient_state.num_steps end
 function props.step(a) return a.gradient_state.step end

@@ -22,6 +22,7 @@
 local accel = require("accel")
 local json = require("accel.json")
 local raise = require("accel.nn.module").raise
+local read_file = require("accel.util").read_file
 local C = accel._C
 
 local M = {}
@@ -157,13 +158,6 @@ function M.unpack(value, tensors, where) return unpack_value(value, tensors or {
 
 -- ---------------------------------------------------------------- plain files
 
-local function read_file(path)
-  local f, err = io.open(path, "rb")
-  if not f then return nil, err end
-  local s = f:read("a")
-  f:close()
-  return s
-end
 M.read_file = read_file
 
 -- Does path hold a safetensors file (u64 header length, then '{')?

@@ -199,43 +199,46 @@ end
 
 local decode_value
 
+-- After an array item or object member: the closing bracket (true and the
+-- position past it) or a comma (false and the position of the next item).
+local function after_item(s, pos, close, what)
+  pos = skip_ws(s, pos)
+  local c = s:sub(pos, pos)
+  if c == close then return true, pos + 1 end
+  if c ~= "," then decode_error(s, pos, ("expected ',' or '%s' in %s"):format(close, what)) end
+  return false, skip_ws(s, pos + 1)
+end
+
 local function decode_array(s, pos, depth)
   local out, n = {}, 0
   pos = skip_ws(s, pos + 1)
   if s:sub(pos, pos) == "]" then return json.array(out), pos + 1 end
-  while true do
-    local v
+  repeat
+    local v, closed
     v, pos = decode_value(s, pos, depth + 1)
     n = n + 1
     out[n] = v
-    pos = skip_ws(s, pos)
-    local c = s:sub(pos, pos)
-    if c == "]" then return out, pos + 1 end
-    if c ~= "," then decode_error(s, pos, "expected ',' or ']' in array") end
-    pos = skip_ws(s, pos + 1)
-  end
+    closed, pos = after_item(s, pos, "]", "array")
+  until closed
+  return out, pos
 end
 
 local function decode_object(s, pos, depth)
   local out = {}
   pos = skip_ws(s, pos + 1)
   if s:sub(pos, pos) == "}" then return out, pos + 1 end
-  while true do
+  repeat
     if s:sub(pos, pos) ~= '"' then decode_error(s, pos, "expected a string key in object") end
-    local k
+    local k, v, closed
     k, pos = decode_string(s, pos)
     if out[k] ~= nil then decode_error(s, pos, ("duplicate key %q in object"):format(k)) end
     pos = skip_ws(s, pos)
     if s:sub(pos, pos) ~= ":" then decode_error(s, pos, "expected ':' after object key") end
-    local v
     v, pos = decode_value(s, skip_ws(s, pos + 1), depth + 1)
     out[k] = v
-    pos = skip_ws(s, pos)
-    local c = s:sub(pos, pos)
-    if c == "}" then return out, pos + 1 end
-    if c ~= "," then decode_error(s, pos, "expected ',' or '}' in object") end
-    pos = skip_ws(s, pos + 1)
-  end
+    closed, pos = after_item(s, pos, "}", "object")
+  until closed
+  return out, pos
 end
 
 local literals = {["true"] = true, ["false"] = false, ["null"] = json.null}

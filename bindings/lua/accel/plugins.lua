@@ -8,6 +8,7 @@
 -- native sharding engine of DESIGN §4.
 local json = require("accel.json")
 local raise = require("accel.nn.module").raise
+local read_file = require("accel.util").read_file
 
 local M = {}
 
@@ -96,10 +97,8 @@ end
 
 local function read_ds_config(cfg)
   if type(cfg) == "table" then return cfg end
-  local f, err = io.open(cfg, "rb")
-  if not f then raise("DeepSpeedPlugin: cannot read hf_ds_config: %s", err) end
-  local text = f:read("a")
-  f:close()
+  local text, err = read_file(cfg)
+  if not text then raise("DeepSpeedPlugin: cannot read hf_ds_config: %s", err) end
   local ok, v = pcall(json.decode, text)
   if not ok or type(v) ~= "table" then raise("DeepSpeedPlugin: hf_ds_config %s is not a JSON object (%s)", cfg, tostring(v)) end
   return v

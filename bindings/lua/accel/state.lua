@@ -9,6 +9,7 @@
 local accel = require("accel")
 local comm = require("accel.comm")
 local raise = require("accel.nn.module").raise
+local util = require("accel.util")
 
 local M = {}
 
@@ -45,11 +46,7 @@ end
 local PartialState = {}
 local props = {}
 
-PartialState.__index = function(self, k)
-  local get = props[k]
-  if get then return get(self) end
-  return PartialState[k]
-end
+PartialState.__index = util.property_index(PartialState, props)
 
 function props.process_index(s) return s.comm.rank end
 function props.num_processes(s) return s.comm.world_size end

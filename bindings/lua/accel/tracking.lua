@@ -42,6 +42,7 @@
 --   and metrics.csv; the csv header already there is kept and extended).
 local accel = require("accel")
 local json = require("accel.json")
+local read_file = require("accel.util").read_file
 local C = accel._C
 
 local tracking = {}
@@ -111,14 +112,6 @@ local function file_exists(path)
   local f = io.open(path, "rb")
   if f then f:close() end
   return f ~= nil
-end
-
-local function read_file(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
 end
 
 -- A file opened for appending, flushed after each record and fsynced at

@@ -15,4 +15,23 @@ function util.raise(fmt, ...)
   end
 end
 
+-- An __index for a class with computed properties: a key of props is read
+-- as props[k](self), any other key comes from the class.
+function util.property_index(class, props)
+  return function(self, k)
+    local get = props[k]
+    if get then return get(self) end
+    return class[k]
+  end
+end
+
+-- The contents of the file at path, or nil and io.open's message.
+function util.read_file(path)
+  local f, err = io.open(path, "rb")
+  if not f then return nil, err end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
 return util

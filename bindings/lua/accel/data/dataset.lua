@@ -48,27 +48,25 @@ TensorDataset.__name = "accel.data.TensorDataset"
 
 function TensorDataset:__len() return self._n end
 
+-- t:method(1, arg) for each tensor t of ts, as separate results.
+local function each_tensor(ts, method, arg)
+  local k = #ts
+  if k == 1 then return ts[1][method](ts[1], 1, arg) end
+  if k == 2 then return ts[1][method](ts[1], 1, arg), ts[2][method](ts[2], 1, arg) end
+  local out = {}
+  for f = 1, k do out[f] = ts[f][method](ts[f], 1, arg) end
+  return U.unpack(out, 1, k)
+end
+
 function TensorDataset:get(i)
   local n = self._n
   if not U.is_integer(i) or i < 1 or i > n then
     U.failf("TensorDataset: index %s is out of range 1..%d", tostring(i), n)
   end
-  local ts, k = self.tensors, #self.tensors
-  if k == 1 then return ts[1]:select(1, i) end
-  if k == 2 then return ts[1]:select(1, i), ts[2]:select(1, i) end
-  local out = {}
-  for f = 1, k do out[f] = ts[f]:select(1, i) end
-  return U.unpack(out, 1, k)
+  return each_tensor(self.tensors, "select", i)
 end
 
-function TensorDataset:get_batch(idx)
-  local ts, k = self.tensors, #self.tensors
-  if k == 1 then return ts[1]:index_select(1, idx) end
-  if k == 2 then return ts[1]:index_select(1, idx), ts[2]:index_select(1, idx) end
-  local out = {}
-  for f = 1, k do out[f] = ts[f]:index_select(1, idx) end
-  return U.unpack(out, 1, k)
-end
+function TensorDataset:get_batch(idx) return each_tensor(self.tensors, "index_select", idx) end
 
 function M.TensorDataset(...)
   local ts = U.pack(...)

@@ -47,7 +47,8 @@
 local accel = require("accel")
 local nn = require("accel.nn")
 local json = require("accel.json")
-local raise = require("accel.util").raise
+local util = require("accel.util")
+local raise, read_file = util.raise, util.read_file
 
 local F, init, Module, Parameter = nn.functional, nn.init, nn.Module, nn.Parameter
 
@@ -430,20 +431,12 @@ end
 
 local function join(dir, name) return dir:gsub("/+$", "") .. "/" .. name end
 
-local function read_text(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
 -- Tensors of dir's model.safetensors, or of the shards its
 -- model.safetensors.index.json lists.
 local function read_weights(dir)
   local single = join(dir, "model.safetensors")
   if accel._C.file_size(single) then return (accel.load(single)) end
-  local index = read_text(join(dir, "model.safetensors.index.json"))
+  local index = read_file(join(dir, "model.safetensors.index.json"))
   if not index then raise("from_pretrained: %s has no model.safetensors (nor model.safetensors.index.json)", dir) end
   local out, seen = {}, {}
   for _, file in pairs(json.decode(index).weight_map) do
@@ -475,7 +468,7 @@ end
 -- (ours, or one written by transformers' save_pretrained).
 function GPT2LMHeadModel.from_pretrained(dir)
   if type(dir) ~= "string" then raise("from_pretrained: expected a directory, got %s", type(dir)) end
-  local text = read_text(join(dir, "config.json"))
+  local text = read_file(join(dir, "config.json"))
   if not text then raise("from_pretrained: %s has no config.json", dir) end
   local config = M.config_from_dict(json.decode(text))
   local model = GPT2LMHeadModel(config)

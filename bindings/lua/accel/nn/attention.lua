@@ -22,7 +22,7 @@ local F = require("accel.nn.functional")
 local init = require("accel.nn.initializers")
 local layers = require("accel.nn.layers")
 
-local Module, Parameter, raise = base.Module, base.Parameter, base.raise
+local Parameter, raise = base.Parameter, base.raise
 
 local M = {}
 
@@ -32,8 +32,7 @@ local function opts(o) return type(o) == "table" and o or {} end
 local NonDynamicallyQuantizableLinear = layers.Linear:extend("NonDynamicallyQuantizableLinear")
 M.NonDynamicallyQuantizableLinear = NonDynamicallyQuantizableLinear
 
-local MultiheadAttention = Module:extend("MultiheadAttention")
-M.MultiheadAttention = MultiheadAttention
+local MultiheadAttention = base.export_class(M, "MultiheadAttention")
 
 function MultiheadAttention:init(embed_dim, num_heads, o)
   o = opts(o)

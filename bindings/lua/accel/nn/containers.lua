@@ -8,7 +8,7 @@
 local accel = require("accel")
 local base = require("accel.nn.module")
 
-local Module, raise, is_module = base.Module, base.raise, base.is_module
+local raise, is_module, export_class = base.raise, base.is_module, base.export_class
 
 local M = {}
 
@@ -112,8 +112,7 @@ end
 
 -- ---- Sequential ----
 
-local Sequential = Module:extend("Sequential")
-M.Sequential = Sequential
+local Sequential = export_class(M, "Sequential")
 add_list_methods(Sequential, "Sequential")
 
 -- Sequential(m1, m2, ...) or Sequential({{"name", m}, ...}) / Sequential({name = m})
@@ -135,8 +134,7 @@ end
 
 -- ---- ModuleList ----
 
-local ModuleList = Module:extend("ModuleList")
-M.ModuleList = ModuleList
+local ModuleList = export_class(M, "ModuleList")
 add_list_methods(ModuleList, "ModuleList")
 
 function ModuleList:init(mods)
@@ -152,8 +150,7 @@ end
 
 -- ---- ModuleDict ----
 
-local ModuleDict = Module:extend("ModuleDict")
-M.ModuleDict = ModuleDict
+local ModuleDict = export_class(M, "ModuleDict")
 
 function ModuleDict:init(mods)
   if mods ~= nil then add_from(self, mods, "ModuleDict") end

@@ -12,7 +12,7 @@ local base = require("accel.nn.module")
 local F = require("accel.nn.functional")
 local init = require("accel.nn.initializers")
 
-local Module, Parameter, raise, py = base.Module, base.Parameter, base.raise, base.pyrepr
+local Parameter, raise, py, export_class = base.Parameter, base.raise, base.pyrepr, base.export_class
 
 local M = {}
 
@@ -50,8 +50,7 @@ end
 
 -- ---- Linear ----
 
-local Linear = Module:extend("Linear")
-M.Linear = Linear
+local Linear = export_class(M, "Linear")
 
 -- Linear(in_features, out_features, [{bias = true, dtype =, device =}] or [bias])
 function Linear:init(in_features, out_features, o)
@@ -82,8 +81,7 @@ end
 
 -- ---- Embedding ----
 
-local Embedding = Module:extend("Embedding")
-M.Embedding = Embedding
+local Embedding = export_class(M, "Embedding")
 
 local function padding_index(num, padding_idx)
   if padding_idx == nil then return nil end
@@ -148,8 +146,7 @@ local function shape_list(s, what)
   return out
 end
 
-local LayerNorm = Module:extend("LayerNorm")
-M.LayerNorm = LayerNorm
+local LayerNorm = export_class(M, "LayerNorm")
 
 -- LayerNorm(normalized_shape, [{eps = 1e-5, elementwise_affine = true, bias = true, dtype =, device =}])
 function LayerNorm:init(normalized_shape, o)
@@ -179,8 +176,7 @@ function LayerNorm:extra_repr()
   return ("%s, eps=%s, elementwise_affine=%s"):format(py(self.normalized_shape), py(self.eps), py(self.elementwise_affine))
 end
 
-local RMSNorm = Module:extend("RMSNorm")
-M.RMSNorm = RMSNorm
+local RMSNorm = export_class(M, "RMSNorm")
 
 -- RMSNorm(normalized_shape, [{eps = nil (the dtype's machine epsilon), elementwise_affine = true}])
 function RMSNorm:init(normalized_shape, o)
@@ -205,8 +201,7 @@ end
 
 -- ---- Dropout ----
 
-local Dropout = Module:extend("Dropout")
-M.Dropout = Dropout
+local Dropout = export_class(M, "Dropout")
 
 -- Dropout([p = 0.5], [{inplace = false}]) or Dropout({p =, inplace =})
 function Dropout:init(p, o)
@@ -225,8 +220,7 @@ function Dropout:extra_repr() return ("p=%s, inplace=%s"):format(py(self.p), py(
 
 -- ---- Conv2d / MaxPool2d (through F.conv2d / F.max_pool2d) ----
 
-local Conv2d = Module:extend("Conv2d")
-M.Conv2d = Conv2d
+local Conv2d = export_class(M, "Conv2d")
 
 -- Conv2d(in_channels, out_channels, kernel_size, [{stride = 1, padding = 0,
 --   dilation = 1, groups = 1, bias = true, padding_mode = "zeros", dtype =, device =}])
@@ -282,8 +276,7 @@ function Conv2d:extra_repr()
   return s
 end
 
-local MaxPool2d = Module:extend("MaxPool2d")
-M.MaxPool2d = MaxPool2d
+local MaxPool2d = export_class(M, "MaxPool2d")
 
 -- MaxPool2d(kernel_size, [{stride = kernel_size, padding = 0, dilation = 1,
 --   ceil_mode = false, return_indices = false}]); with return_indices the
@@ -312,8 +305,7 @@ end
 
 -- ---- shape modules ----
 
-local Flatten = Module:extend("Flatten")
-M.Flatten = Flatten
+local Flatten = export_class(M, "Flatten")
 
 -- Flatten([start_dim = 2], [end_dim = -1]) or Flatten({start_dim =, end_dim =}); 1-based dims
 function Flatten:init(start_dim, end_dim)
@@ -326,8 +318,7 @@ function Flatten:forward(x) return x:flatten(self.start_dim, self.end_dim) end
 
 function Flatten:extra_repr() return ("start_dim=%d, end_dim=%d"):format(self.start_dim, self.end_dim) end
 
-local Unflatten = Module:extend("Unflatten")
-M.Unflatten = Unflatten
+local Unflatten = export_class(M, "Unflatten")
 
 -- Unflatten(dim, unflattened_size): dim (1-based) becomes the sizes given
 function Unflatten:init(dim, unflattened_size)
@@ -350,8 +341,7 @@ end
 
 function Unflatten:extra_repr() return ("dim=%d, unflattened_size=%s"):format(self.dim, py(self.unflattened_size)) end
 
-local Identity = Module:extend("Identity")
-M.Identity = Identity
+local Identity = export_class(M, "Identity")
 function Identity:init() end -- accepts and ignores any arguments, as PyTorch's
 function Identity:forward(x) return x end
 
@@ -359,10 +349,9 @@ function Identity:forward(x) return x end
 
 -- A module with no parameters whose forward is fn(self, x).
 local function activation(name, fn, extra)
-  local cls = Module:extend(name)
+  local cls = export_class(M, name)
   cls.forward = fn
   if extra then cls.extra_repr = extra end
-  M[name] = cls
   return cls
 end
 

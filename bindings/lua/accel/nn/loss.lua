@@ -9,7 +9,7 @@ local accel = require("accel")
 local base = require("accel.nn.module")
 local F = require("accel.nn.functional")
 
-local Module, raise = base.Module, base.raise
+local raise, export_class = base.raise, base.export_class
 
 local M = {}
 
@@ -23,24 +23,21 @@ local function reduction(name, o)
   return r
 end
 
-local function no_class_weight(name, o, first)
+-- The options of a class-target loss (o: its constructor's argument), with
+-- ignore_index set on self; a per-class weight is refused.
+local function class_target_opts(self, name, o)
+  local first = o
+  o = opts(o)
   if accel.is_tensor(first) or o.weight ~= nil then
     raise("%s: per-class weight is not supported", name)
   end
-end
-
-local function loss_class(name)
-  local cls = Module:extend(name)
-  M[name] = cls
-  return cls
-end
-
-local CrossEntropyLoss = loss_class("CrossEntropyLoss")
-function CrossEntropyLoss:init(o)
-  local first = o
-  o = opts(o)
-  no_class_weight("CrossEntropyLoss", o, first)
   self.ignore_index = o.ignore_index or -100
+  return o
+end
+
+local CrossEntropyLoss = export_class(M, "CrossEntropyLoss")
+function CrossEntropyLoss:init(o)
+  o = class_target_opts(self, "CrossEntropyLoss", o)
   self.label_smoothing = o.label_smoothing or 0.0
   if self.label_smoothing < 0 or self.label_smoothing > 1 then
     raise("CrossEntropyLoss: label_smoothing must be between 0.0 and 1.0, got %s", tostring(self.label_smoothing))
@@ -52,30 +49,27 @@ function CrossEntropyLoss:forward(input, target)
                                          reduction = self.reduction})
 end
 
-local NLLLoss = loss_class("NLLLoss")
+local NLLLoss = export_class(M, "NLLLoss")
 function NLLLoss:init(o)
-  local first = o
-  o = opts(o)
-  no_class_weight("NLLLoss", o, first)
-  self.ignore_index = o.ignore_index or -100
+  o = class_target_opts(self, "NLLLoss", o)
   self.reduction = reduction("NLLLoss", o)
 end
 function NLLLoss:forward(input, target)
   return F.nll_loss(input, target, {ignore_index = self.ignore_index, reduction = self.reduction})
 end
 
-local MSELoss = loss_class("MSELoss")
+local MSELoss = export_class(M, "MSELoss")
 function MSELoss:init(o) self.reduction = reduction("MSELoss", opts(o)) end
 function MSELoss:forward(input, target) return F.mse_loss(input, target, {reduction = self.reduction}) end
 
-local L1Loss = loss_class("L1Loss")
+local L1Loss = export_class(M, "L1Loss")
 function L1Loss:init(o) self.reduction = reduction("L1Loss", opts(o)) end
 function L1Loss:forward(input, target) return F.l1_loss(input, target, {reduction = self.reduction}) end
 
 -- BCEWithLogitsLoss([{weight =, pos_weight =, reduction =}]): weight and
 -- pos_weight are buffers, as in PyTorch (so they follow :to() and appear in
 -- state_dict when given).
-local BCEWithLogitsLoss = loss_class("BCEWithLogitsLoss")
+local BCEWithLogitsLoss = export_class(M, "BCEWithLogitsLoss")
 function BCEWithLogitsLoss:init(o)
   o = opts(o)
   self.reduction = reduction("BCEWithLogitsLoss", o)

@@ -166,6 +166,14 @@ end
 Module.__meta = make_meta(Module)
 setmetatable(Module, class_mt)
 
+-- Module:extend(name), also stored as exports[name]: how the nn files
+-- declare the classes they export.
+function M.export_class(exports, name)
+  local cls = Module:extend(name)
+  exports[name] = cls
+  return cls
+end
+
 function Module:init() end
 
 function Module:forward()
@@ -390,21 +398,19 @@ local function split_target(target)
   return mod, name
 end
 
-function Module:get_parameter(target)
+-- The tensor "path.to.name" of a submodule's registry (_parameters or
+-- _buffers); kind names it in the error.
+local function get_registered(self, target, registry, kind)
   local mod, name = split_target(target)
   local m = self:get_submodule(mod)
-  local p = m._parameters.vals[name]
-  if p == nil then raise('%s has no parameter "%s"', m:_get_name(), name) end
-  return p
+  local t = m[registry].vals[name]
+  if t == nil then raise('%s has no %s "%s"', m:_get_name(), kind, name) end
+  return t
 end
 
-function Module:get_buffer(target)
-  local mod, name = split_target(target)
-  local m = self:get_submodule(mod)
-  local b = m._buffers.vals[name]
-  if b == nil then raise('%s has no buffer "%s"', m:_get_name(), name) end
-  return b
-end
+function Module:get_parameter(target) return get_registered(self, target, "_parameters", "parameter") end
+
+function Module:get_buffer(target) return get_registered(self, target, "_buffers", "buffer") end
 
 -- ---- state ----
 

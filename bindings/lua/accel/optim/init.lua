@@ -358,6 +358,36 @@ local function check_bool(name, group, key)
   if type(group[key]) ~= "boolean" then raise("%s: option '%s' must be a boolean, got %s", name, key, type(group[key])) end
 end
 
+-- ---- what the optimizers' steps share ----
+
+-- p's entry of an optimizer's state table, created empty on first use.
+local function param_state(state, p)
+  local st = state[p]
+  if not st then
+    st = {}
+    state[p] = st
+  end
+  return st
+end
+
+-- An optimizer's step: runs closure, then
+-- step_group(self, gi, g, grads) for each param group g where some
+-- parameter has a .grad (grads[i]: whether g.params[i] has one; the C step
+-- reads the gradients itself); returns the closure's loss.
+local function step_groups(self, closure, step_group)
+  local loss = run_closure(closure)
+  for gi, g in ipairs(self.param_groups) do
+    local grads = C.has_grads(g.params)
+    for i = 1, #grads do
+      if grads[i] then
+        step_group(self, gi, g, grads)
+        break
+      end
+    end
+  end
+  return loss
+end
+
 -- ---- SGD ----
 
 local SGD = Optimizer:extend("SGD")
@@ -385,37 +415,21 @@ function SGD:_check_group(g)
   end
 end
 
-function SGD:step(closure)
-  local loss = run_closure(closure)
-  local state = self.state
-  for gi, g in ipairs(self.param_groups) do
-    local ps, bufs, any = g.params, {}, false
-    local grads = C.has_grads(ps) -- true where a parameter has a .grad; the C step reads it
+local function sgd_group_step(self, gi, g, grads)
+  local ps, state, bufs = g.params, self.state, {}
+  for i = 1, #ps do
+    local st = grads[i] and state[ps[i]]
+    if st then bufs[i] = st.momentum_buffer end
+  end
+  C.sgd_step(self:_who(gi), ps, nil, bufs, g)
+  if g.momentum ~= 0 then
     for i = 1, #ps do
-      if grads[i] then
-        any = true
-        local st = state[ps[i]]
-        if st then bufs[i] = st.momentum_buffer end
-      end
-    end
-    if any then
-      C.sgd_step(self:_who(gi), ps, nil, bufs, g)
-      if g.momentum ~= 0 then
-        for i = 1, #ps do
-          if grads[i] then
-            local st = state[ps[i]]
-            if not st then
-              st = {}
-              state[ps[i]] = st
-            end
-            st.momentum_buffer = bufs[i]
-          end
-        end
-      end
+      if grads[i] then param_state(state, ps[i]).momentum_buffer = bufs[i] end
     end
   end
-  return loss
 end
+
+function SGD:step(closure) return step_groups(self, closure, sgd_group_step) end
 
 -- ---- Adam / AdamW ----
 
@@ -437,43 +451,31 @@ local function check_adam_group(self, g)
   check_bool(name, g, "maximize")
 end
 
-local function adam_step(self, closure)
-  local loss = run_closure(closure)
-  local state, decoupled = self.state, self._decoupled
-  for gi, g in ipairs(self.param_groups) do
-    local ps, ms, vs, steps, any = g.params, {}, {}, {}, false
-    local grads = C.has_grads(ps) -- true where a parameter has a .grad; the C step reads it
-    local vmaxs = g.amsgrad and {} or nil
-    for i = 1, #ps do
-      local p = ps[i]
-      if grads[i] then
-        any = true
-        local st = state[p]
-        if st then
-          steps[i], ms[i], vs[i] = (st.step or 0) + 1, st.exp_avg, st.exp_avg_sq
-          if vmaxs then vmaxs[i] = st.max_exp_avg_sq end
-        else
-          steps[i] = 1
-        end
-      end
-    end
-    if any then
-      C.adam_step(self:_who(gi), ps, nil, ms, vs, vmaxs, steps, g, decoupled)
-      for i = 1, #ps do
-        if grads[i] then
-          local st = state[ps[i]]
-          if not st then
-            st = {}
-            state[ps[i]] = st
-          end
-          st.step, st.exp_avg, st.exp_avg_sq = steps[i], ms[i], vs[i]
-          if vmaxs then st.max_exp_avg_sq = vmaxs[i] end
-        end
+local function adam_group_step(self, gi, g, grads)
+  local ps, state, ms, vs, steps = g.params, self.state, {}, {}, {}
+  local vmaxs = g.amsgrad and {} or nil
+  for i = 1, #ps do
+    if grads[i] then
+      local st = state[ps[i]]
+      if st then
+        steps[i], ms[i], vs[i] = (st.step or 0) + 1, st.exp_avg, st.exp_avg_sq
+        if vmaxs then vmaxs[i] = st.max_exp_avg_sq end
+      else
+        steps[i] = 1
       end
     end
   end
-  return loss
+  C.adam_step(self:_who(gi), ps, nil, ms, vs, vmaxs, steps, g, self._decoupled)
+  for i = 1, #ps do
+    if grads[i] then
+      local st = param_state(state, ps[i])
+      st.step, st.exp_avg, st.exp_avg_sq = steps[i], ms[i], vs[i]
+      if vmaxs then st.max_exp_avg_sq = vmaxs[i] end
+    end
+  end
 end
+
+local function adam_step(self, closure) return step_groups(self, closure, adam_group_step) end
 
 local function adam_class(name, default_wd, decoupled)
   local cls = Optimizer:extend(name)

@@ -1,0 +1,247 @@
+-- tests/lua/support.lua: small helpers shared by the specs and the
+-- *_test.lua scripts: temporary files and folders, shell quoting, tensor
+-- shapes and differences, expected errors, and running accel-lua jobs in
+-- other processes with a pass / fail line per check.
+--
+--   local support = dofile("tests/lua/support.lua")   -- from the repository root
+--
+-- The assertions are luassert's (busted's assert): busted gives `assert` to
+-- the spec files only, not to the modules they load with dofile.
+local accel = require("accel")
+local has_luassert, luassert = pcall(require, "luassert")
+if not has_luassert then luassert = nil end -- the *_test.lua scripts assert nothing through it
+
+local M = {}
+
+-- The accel-lua under test: $ACCEL_LUA_BIN, else the interpreter running
+-- this script or busted.
+M.ACCEL_LUA = os.getenv("ACCEL_LUA_BIN") or arg[-1]
+
+-- ---------------------------------------------------------------------
+-- files and folders
+
+-- A new empty folder under the system's temporary folder.
+function M.tmpdir()
+  local d = os.tmpname()
+  os.remove(d)
+  accel._C.mkdirs(d)
+  return d
+end
+
+-- A fresh temporary path ending in suffix; nothing is created there.
+function M.tmpname(suffix)
+  local n = os.tmpname()
+  os.remove(n)
+  return n .. (suffix or "")
+end
+
+-- rm -rf path (no error when it does not exist).
+function M.remove_tree(path) accel._C.fs_remove_tree(path) end
+
+function M.read_file(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+-- The file's contents, or "" when it cannot be read.
+function M.read_if_exists(path)
+  local f = io.open(path, "rb")
+  if not f then return "" end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+function M.write_file(path, s)
+  local f = assert(io.open(path, "wb"))
+  f:write(s)
+  f:close()
+end
+
+-- The newline-terminated lines of s, without their newlines.
+function M.lines_of(s)
+  local out = {}
+  for line in s:gmatch("([^\n]*)\n") do out[#out + 1] = line end
+  return out
+end
+
+-- s in single quotes for /bin/sh.
+function M.shell_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+
+-- ---------------------------------------------------------------------
+-- tensors and reference numbers
+
+-- A tensor's sizes as a Lua list.
+function M.shape_of(t)
+  local s = {}
+  for i = 1, t:dim() do s[i] = t:size(i) end
+  return s
+end
+
+-- The numbers of a nested Lua list (:tolist() output) in row-major order.
+function M.flatten(v, out)
+  out = out or {}
+  if type(v) ~= "table" then out[#out + 1] = v; return out end
+  for i = 1, #v do M.flatten(v[i], out) end
+  return out
+end
+
+-- float32 rounding of a Lua number, done by Lua's own string.pack.
+function M.f32(x) return (string.unpack("<f", string.pack("<f", x))) end
+
+-- max |a - b| over two tensors, computed in float64.
+function M.max_abs_diff(a, b) return (a:double() - b:double()):abs():max():item() end
+
+-- PyTorch's pooling output size along one dim of size n (kernel k, stride s,
+-- padding p, dilation d): the floor (or ceil) of the window count; with
+-- ceil_mode the last window must start inside the input or its left padding.
+function M.pool_output_size(n, k, s, p, d, ceil_mode)
+  local span = n + 2 * p - d * (k - 1) - 1
+  local o = (ceil_mode and math.ceil(span / s) or math.floor(span / s)) + 1
+  if ceil_mode and (o - 1) * s >= n + p then o = o - 1 end
+  return o
+end
+
+-- Each row of x (a list of lists) normalised by its own statistics, times w
+-- and plus b (lists, or nil): layer norm, or RMS norm (no mean) with rms.
+function M.ref_norm_rows(x, w, b, eps, rms)
+  local out = {}
+  for i, row in ipairs(x) do
+    local n, mean, var = #row, 0, 0
+    if not rms then
+      for _, v in ipairs(row) do mean = mean + v end
+      mean = mean / n
+    end
+    for _, v in ipairs(row) do var = var + (v - mean) ^ 2 end
+    var = var / n
+    out[i] = {}
+    for k, v in ipairs(row) do
+      out[i][k] = (v - mean) / math.sqrt(var + eps) * (w and w[k] or 1) + (b and b[k] or 0)
+    end
+  end
+  return out
+end
+
+-- ---------------------------------------------------------------------
+-- expected errors (for specs: they assert with luassert). An error raised
+-- by a library function passed here directly, rather than called from a
+-- closure in the spec, names this file as its location.
+
+-- f(...) must raise an error; returns its message as a string.
+function M.errmsg(f, ...)
+  local ok, err = pcall(f, ...)
+  luassert.is_false(ok, "expected an error")
+  return tostring(err)
+end
+
+-- fn() must raise an error whose message matches the Lua pattern.
+function M.error_matching(pattern, fn)
+  local ok, err = pcall(fn)
+  luassert.is_false(ok, "expected an error matching " .. pattern)
+  luassert.is_truthy(tostring(err):find(pattern), ("error %q does not match %q"):format(tostring(err), pattern))
+  return err
+end
+
+-- fn (written on the line of the call) must raise one error naming the
+-- calling spec's file:line once and containing each needle (plain
+-- substrings); returns the message. Calls into the library must not be tail
+-- calls in fn (write them as statements): a Lua tail call replaces fn's
+-- frame, so no frame of the spec would be left to name.
+function M.expect_error(fn, ...)
+  local caller = debug.getinfo(2, "Sl")
+  local spec = caller.source:gsub("^@", ""):match("[^/]*$") .. ":"
+  local line = caller.currentline
+  local ok, err = pcall(fn)
+  luassert.is_false(ok, "expected an error, the call succeeded")
+  luassert.are.equal("string", type(err), "error value is a " .. type(err))
+  local where = spec .. line .. ":"
+  luassert.is_truthy(err:find(where, 1, true), ("error %q does not point at %s"):format(err, where))
+  local _, count = err:gsub(spec:gsub("%p", "%%%0"), "")
+  luassert.are.equal(1, count, ("error %q names the location more than once"):format(err))
+  for _, needle in ipairs{...} do
+    luassert.is_truthy(err:find(needle, 1, true), ("error %q does not mention %q"):format(err, needle))
+  end
+  return err
+end
+
+-- ---------------------------------------------------------------------
+-- accel-lua jobs in other processes (the *_test.lua scripts)
+
+-- Ends the script with a FAIL line when OpenMPI's mpirun is not installed.
+function M.require_mpirun()
+  if not os.execute("command -v mpirun >/dev/null 2>&1") then
+    print("FAIL mpirun not found (apt-get install openmpi-bin; scripts/install-deps.sh)")
+    os.exit(1)
+  end
+end
+
+-- "ASAN_OPTIONS=... " for the jobs of a sanitizer build, else "": MPI's own
+-- leaks are suppressed (scripts/lsan.supp) only with full stacks.
+function M.asan_env()
+  local asan = os.getenv("ASAN_OPTIONS")
+  if not asan then return "" end
+  return "ASAN_OPTIONS=" .. M.shell_quote(asan .. ":fast_unwind_on_malloc=0") .. " "
+end
+
+-- Whether s contains the plain text.
+function M.has(s, plain) return s:find(plain, 1, true) ~= nil end
+
+-- Whether every rank 0..n-1 of the job printed "ok rank R: C checks".
+function M.all_ranks_ok(run, n)
+  for r = 0, n - 1 do
+    if not run.out:find(("ok rank %d: %%d+ checks"):format(r)) then return false end
+  end
+  return true
+end
+
+-- A list of checks on jobs:
+--   jobs.run(cmd)     runs the shell command, stdout and stderr captured:
+--                     {code, out, err, secs}
+--   jobs.check(name, run, {cond, "what failed"}, ...)
+--                     one "ok" or "FAIL" line (with the run's output)
+--   jobs.finish()     removes the captures, prints "N passed, N failed",
+--                     exits 0 when nothing failed
+function M.job_checks()
+  local tmp = os.tmpname()
+  local passed, failed = 0, 0
+  local jobs = {}
+
+  function jobs.run(cmd)
+    local t0 = accel.clock()
+    local _, how, code = os.execute(("%s >%s 2>%s"):format(cmd, M.shell_quote(tmp .. ".out"),
+      M.shell_quote(tmp .. ".err")))
+    local run = {secs = accel.clock() - t0, out = M.read_if_exists(tmp .. ".out"), err = M.read_if_exists(tmp .. ".err")}
+    run.code = how == "exit" and code or 128 + code
+    return run
+  end
+
+  function jobs.check(name, run, ...)
+    local why = {}
+    for _, c in ipairs({...}) do
+      if not c[1] then why[#why + 1] = c[2] end
+    end
+    if #why == 0 then
+      passed = passed + 1
+      print(("ok   %s (%.1f s)"):format(name, run.secs))
+      return
+    end
+    failed = failed + 1
+    print(("FAIL %s (%.1f s, exit %d): %s"):format(name, run.secs, run.code, table.concat(why, "; ")))
+    print("  stdout: " .. run.out:sub(-3000):gsub("\n", "\n  | "))
+    print("  stderr: " .. run.err:sub(-3000):gsub("\n", "\n  | "))
+  end
+
+  function jobs.finish()
+    os.remove(tmp)
+    os.remove(tmp .. ".out")
+    os.remove(tmp .. ".err")
+    print(("%d passed, %d failed"):format(passed, failed))
+    os.exit(failed == 0 and 0 or 1)
+  end
+
+  return jobs
+end
+
+return M
