@@ -123,15 +123,22 @@ void lu_gc_account(lua_State *L, size_t n) {
  * through the forward pass), so only a full collection frees them. Left to
  * the rule above, every activation would stay alive to the end of backward
  * next to the gradients being made (GPT-2 shape: 0.75 GB more at the peak),
- * and be freed at some point of the NEXT step, whose allocations then miss
- * the caching allocator (fresh pages, page faults). So once 64 MiB of
- * tensors have been pushed since the last full collection, backward starts
- * with one: each activation is then freed as soon as the graph is done with
- * it, and the allocator sees the same frees and allocations every step. A
- * full collection of a model's Lua heap costs well under a millisecond. */
+ * and be freed at some point of the NEXT step, which then runs with two
+ * steps' tensors in memory (more cache misses; with two processes sharing
+ * the L3, both slow down) and whose allocations miss the caching allocator.
+ * So backward starts with a full collection once the tensor bytes pushed
+ * since the last one reach 64 MiB or GC_BACKWARD_RATIO times the Lua heap:
+ * a full collection costs about a pass over the Lua heap, so it runs every
+ * step where a step's tensors are large next to that heap (a small GPT:
+ * ~40 MiB of tensors against ~1 MiB of heap) and every few dozen steps for
+ * a tiny model, where it would cost more than the step. Each activation is
+ * then freed as soon as the graph is done with it. */
+#define GC_BACKWARD_RATIO 16
+
 void lu_gc_before_backward(lua_State *L) {
     LuState *st = lu_state(L);
-    if (st->gc_since_full >= GC_FULL_MIN) gc_full(L, st);
+    size_t heap = (size_t)lua_gc(L, LUA_GCCOUNT) * 1024;
+    if (st->gc_since_full >= GC_FULL_MIN || st->gc_since_full >= GC_BACKWARD_RATIO * heap) gc_full(L, st);
 }
 
 void lu_push_tensor(lua_State *L, Tensor *t) {
