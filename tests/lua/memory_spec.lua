@@ -212,4 +212,18 @@ describe("memory", function()
       assert.equal(before - grad_bytes, live())
     end
   end)
+
+  it("a step's activations are freed during its own backward, with no collectgarbage() in the loop", function()
+    -- ~25 MB of tensors a step: below the 64 MiB rule, above 16x the Lua heap
+    local m = accel.nn.Sequential(accel.nn.Linear(512, 512), accel.nn.GELU(), accel.nn.Linear(512, 512))
+    local x = accel.randn(4096, 512)
+    m(x):pow(2):mean():backward()
+    collectgarbage()
+    local base = live() -- x, parameters, gradients
+    for _ = 1, 4 do
+      m(x):pow(2):mean():backward()
+      local extra = live() - base
+      assert.is_true(extra < 1024 * 1024, ("%d bytes of the step still alive after backward"):format(extra))
+    end
+  end)
 end)
