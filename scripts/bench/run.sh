@@ -209,13 +209,23 @@ train_bench() {
 
 wants micro && micro
 PEAK=""
+# measure_peak: PEAK := the larger of PEAK and a new all-core FMA peak.
+measure_peak() {
+    local p
+    p=$(OMP_NUM_THREADS=$(getconf _NPROCESSORS_ONLN) "$OUT/bench_peak" | grep -oE 'gflops=[0-9.]+' | cut -d= -f2)
+    echo "  fp32 FMA peak, all $(getconf _NPROCESSORS_ONLN) cores: $p GFLOP/s (scripts/bench/peak.c, load $(cut -d' ' -f1 /proc/loadavg))"
+    PEAK=$(awk -v a="${PEAK:-0}" -v b="${p:-0}" 'BEGIN { print (b > a ? b : a) }')
+}
 if wants mlp || wants small || wants gpt2; then
     echo
     echo "== training benchmarks (each accel-lua run followed by its PyTorch run)"
     gcc -O2 -march=x86-64-v3 -fopenmp -o "$OUT/bench_peak" "$BENCH/peak.c"
-    PEAK=$(OMP_NUM_THREADS=$(getconf _NPROCESSORS_ONLN) "$OUT/bench_peak" | grep -oE 'gflops=[0-9.]+' | cut -d= -f2)
-    echo "  fp32 FMA peak, all $(getconf _NPROCESSORS_ONLN) cores: $PEAK GFLOP/s (scripts/bench/peak.c)"
+    measure_peak
     for b in mlp small gpt2; do wants $b && train_bench $b; done
+    # measured again after the trainings: a peak taken while another job
+    # held a core would make the fraction of peak look better than it is;
+    # the larger of the two is the machine's
+    measure_peak
 fi
 [[ -s $RESULTS ]] || exit 0
 
