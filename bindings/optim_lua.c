@@ -145,30 +145,28 @@ static int c_adam_step(lua_State *L) {
     return 0;
 }
 
-static int c_total_norm(lua_State *L) {
-    luaL_checktype(L, 1, LUA_TTABLE);
-    double p = luaL_checknumber(L, 2);
-    lua_Unsigned n = lua_rawlen(L, 1);
-    if (n > 0x7fffffff) lu_error(L, "total_norm: too many tensors");
-    Tensor **ts = tensor_list(L, 1, (int)n, "total_norm", "tensors");
-    for (lua_Unsigned i = 0; i < n; i++)
-        if (!ts[i]) lu_error(L, "total_norm: tensors[%d] is nil", (int)i + 1);
-    double out;
-    if (optim_total_norm((int)n, ts, p, &out) < 0) lu_core_error(L);
-    lua_pushnumber(L, out);
-    return 1;
-}
-
-/* The parameters of the list at arg 1, each checked to be a tensor. */
-static Tensor **param_list(lua_State *L, const char *who, int *n) {
+/* The list at arg 1 (named `what` in errors, its items `items`), every
+ * slot a tensor. */
+static Tensor **full_list(lua_State *L, const char *who, const char *what, const char *items, int *n) {
     luaL_checktype(L, 1, LUA_TTABLE);
     lua_Unsigned len = lua_rawlen(L, 1);
-    if (len > 0x7fffffff) lu_error(L, "%s: too many parameters", who);
+    if (len > 0x7fffffff) lu_error(L, "%s: too many %s", who, items);
     *n = (int)len;
-    Tensor **p = tensor_list(L, 1, *n, who, "params");
+    Tensor **ts = tensor_list(L, 1, *n, who, what);
     for (int i = 0; i < *n; i++)
-        if (!p[i]) lu_error(L, "%s: params[%d] is nil", who, i + 1);
-    return p;
+        if (!ts[i]) lu_error(L, "%s: %s[%d] is nil", who, what, i + 1);
+    return ts;
+}
+
+static Tensor **param_list(lua_State *L, const char *who, int *n) { return full_list(L, who, "params", "parameters", n); }
+
+static int c_total_norm(lua_State *L) {
+    int n;
+    Tensor **ts = full_list(L, "total_norm", "tensors", "tensors", &n);
+    double p = luaL_checknumber(L, 2), out;
+    if (optim_total_norm(n, ts, p, &out) < 0) lu_core_error(L);
+    lua_pushnumber(L, out);
+    return 1;
 }
 
 static int c_has_grads(lua_State *L) {

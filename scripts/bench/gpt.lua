@@ -85,6 +85,7 @@ for i = 1, warmup + steps do
     times[#times + 1], cpus[#cpus + 1], faults = dt, dc, faults + df
   end
 end
+local _, cached, peak_live = accel.memory_stats()
 local med, cpu_med = median(times), median(cpus)
 local n = #times
 local out = {
@@ -98,8 +99,7 @@ local out = {
     B * T / med, flops_step / 1e9, flops_step / med / 1e9),
   ('"loss_first": %.3f, "loss_last": %.3f, "peak_rss_kib": %d, "page_faults_per_step": %.0f'):format(
     losses[1], losses[#losses], peak_rss_kib(), faults / n),
-  ('"peak_live_mib": %.0f, "cached_mib_at_end": %.0f'):format(select(3, accel.memory_stats()) / 2^20,
-    select(2, accel.memory_stats()) / 2^20),
+  ('"peak_live_mib": %.0f, "cached_mib_at_end": %.0f'):format(peak_live / 2^20, cached / 2^20),
 }
 if flags.losses then
   local ls = {}

@@ -7,7 +7,7 @@
 --
 -- `parameters` is a list of tensors or one tensor; parameters whose grad is
 -- nil are skipped. clip_grad_norm_ computes the total norm of all gradients
--- in one C pass (accel._C.total_norm, in double; norm_type may be math.huge
+-- in one C pass (accel._C.grads_total_norm, in double; norm_type may be math.huge
 -- or "inf") and returns it as a 0-dim tensor of the gradients' dtype; like
 -- PyTorch it multiplies every gradient by clamp(max_norm / (total + 1e-6),
 -- max = 1) in that dtype (skipped when the factor is exactly 1).
@@ -64,8 +64,11 @@ function utils.clip_grad_norm_(parameters, max_norm, opts)
   local norm = C.grads_total_norm(params, norm_type)
   if norm == nil then return accel.tensor(0.0) end
   local has, dtype = C.has_grads(params), nil
-  for i = #params, 1, -1 do
-    if has[i] then dtype = params[i].dtype end -- the first gradient's dtype
+  for i = 1, #params do
+    if has[i] then
+      dtype = params[i].dtype -- the first gradient's
+      break
+    end
   end
   local total = accel.tensor(norm, {dtype = dtype})
   local t = total:item()
