@@ -104,23 +104,25 @@ static int r_buckets(lua_State *L) {
     return 1;
 }
 
+/* Argument 2 as a 0-based index into `count` things called `what`. */
+static int check_index(lua_State *L, int count, const char *what) {
+    lua_Integer i = luaL_checkinteger(L, 2);
+    if (i < 1 || i > count) lu_error(L, "ddp: %s %lld does not exist (1..%d)", what, (long long)i, count);
+    return (int)i - 1;
+}
+
 static int r_bucket(lua_State *L) {
     DdpReducer *r = check_reducer(L);
-    lua_Integer b = luaL_checkinteger(L, 2);
-    if (b < 1 || b > ddp_num_buckets(r))
-        return lu_error(L, "ddp: bucket %lld does not exist (1..%d)", (long long)b, ddp_num_buckets(r));
+    int b = check_index(L, ddp_num_buckets(r), "bucket");
     DdpBucketInfo bi;
-    ddp_bucket_info(r, (int)b - 1, &bi);
+    ddp_bucket_info(r, b, &bi);
     lu_push_tensor(L, tensor_detach(bi.flat));
     return 1;
 }
 
 static int r_slice(lua_State *L) {
     DdpReducer *r = check_reducer(L);
-    lua_Integer i = luaL_checkinteger(L, 2);
-    if (i < 1 || i > ddp_num_params(r))
-        return lu_error(L, "ddp: parameter %lld does not exist (1..%d)", (long long)i, ddp_num_params(r));
-    lu_push_tensor(L, tensor_detach(ddp_slice(r, (int)i - 1)));
+    lu_push_tensor(L, tensor_detach(ddp_slice(r, check_index(L, ddp_num_params(r), "parameter"))));
     return 1;
 }
 
