@@ -403,6 +403,13 @@ static const struct { const char *name, *module; } exports[] = {
     {"ProjectConfiguration", "accel.accelerator"},
     {"PartialState", "accel.accelerator"},
     {"DistributedDataParallelKwargs", "accel.accelerator"},
+    {"InitProcessGroupKwargs", "accel.accelerator"},
+    {"GradScalerKwargs", "accel.accelerator"},
+    {"AutocastKwargs", "accel.accelerator"},
+    {"FP8RecipeKwargs", "accel.accelerator"},
+    {"GradientAccumulationPlugin", "accel.accelerator"},
+    {"DataLoaderConfiguration", "accel.accelerator"},
+    {"find_executable_batch_size", "accel.accelerator"},
 };
 
 /* require(module) and return its field k (module itself when k is NULL). */

@@ -83,37 +83,91 @@ describe("Accelerator options", function()
       accel.FullyShardedDataParallelPlugin{sharding_strategy = "EVERYTHING"}
     end)
     error_matching("either deepspeed_plugin or fsdp_plugin", function()
-      accel.Accelerator{deepspeed_plugin = accel.DeepSpeedPlugin{}, fsdp_plugin = accel.FullyShardedDataParallelPlugin{}}
+      accel.Accelerator{deepspeed_plugin = accel.DeepSpeedPlugin{zero_stage = 0},
+        fsdp_plugin = accel.FullyShardedDataParallelPlugin{sharding_strategy = "NO_SHARD"}}
     end)
   end)
 
-  it("stores the sharding plugins as a ZeRO stage", function()
-    local a = accel.Accelerator{deepspeed_plugin = accel.DeepSpeedPlugin{zero_stage = 3, gradient_accumulation_steps = 2}}
-    assert.are.equal(3, a.zero_stage)
+  it("runs stage-0 sharding plugins as plain data parallel and says so", function()
+    local a = accel.Accelerator{deepspeed_plugin = accel.DeepSpeedPlugin{zero_stage = 0, gradient_accumulation_steps = 2}}
+    assert.are.equal(0, a.zero_stage)
     assert.are.equal(2, a.gradient_accumulation_steps)
-    assert.are.equal(2, accel.Accelerator{fsdp_plugin = {sharding_strategy = "SHARD_GRAD_OP"}}.zero_stage)
-    assert.are.equal(1, accel.Accelerator{zero_stage = 1}.zero_stage)
+    assert.are.equal("NO", a.distributed_type)
+    local f = accel.Accelerator{fsdp_plugin = {sharding_strategy = "NO_SHARD"}}
+    assert.are.equal(0, f.zero_stage)
+    assert.are.equal("NO", f.distributed_type)
+    assert.are.equal(0, accel.Accelerator{zero_stage = 0}.zero_stage)
     local dir = tmpdir()
-    local f = assert(io.open(dir .. "/ds.json", "w"))
-    f:write('{"zero_optimization": {"stage": 1, "overlap_comm": true}, "gradient_accumulation_steps": 4, "bf16": {"enabled": true}}')
-    f:close()
+    local fh = assert(io.open(dir .. "/ds.json", "w"))
+    fh:write('{"zero_optimization": {"stage": 0, "overlap_comm": true}, "gradient_accumulation_steps": 4, "bf16": {"enabled": true}}')
+    fh:close()
     local ds = accel.DeepSpeedPlugin{hf_ds_config = dir .. "/ds.json"}
-    assert.are.equal(1, ds.zero_stage)
+    assert.are.equal(0, ds.zero_stage)
     assert.are.same({"zero_optimization.overlap_comm"}, ds.ignored_keys)
     local b = accel.Accelerator{deepspeed_plugin = ds}
     assert.are.equal("bf16", b.mixed_precision)
     assert.are.equal(4, b.gradient_accumulation_steps)
+    fh = assert(io.open(dir .. "/ds1.json", "w"))
+    fh:write('{"zero_optimization": {"stage": 1}}')
+    fh:close()
+    error_matching("zero_stage = 1 is not supported: .*sharding is not implemented yet", function()
+      accel.DeepSpeedPlugin{hf_ds_config = dir .. "/ds1.json"}
+    end)
     os.execute("rm -rf '" .. dir .. "'")
+  end)
+
+  it("refuses every setting that would shard or offload, naming it", function()
+    for stage = 1, 3 do
+      error_matching("zero_stage = " .. stage .. " shards .*sharding is not implemented yet", function()
+        accel.Accelerator{zero_stage = stage}
+      end)
+      error_matching("DeepSpeedPlugin: zero_stage = " .. stage .. " is not supported: .*sharding is not implemented yet",
+        function() accel.DeepSpeedPlugin{zero_stage = stage} end)
+    end
+    error_matching("DeepSpeedPlugin: zero_stage = 2 is not supported", function() accel.DeepSpeedPlugin{} end)
+    for _, k in ipairs({"offload_optimizer_device", "offload_param_device"}) do
+      error_matching("DeepSpeedPlugin: " .. k .. ' = "cpu" is not supported: offloading', function()
+        accel.DeepSpeedPlugin{zero_stage = 0, [k] = "cpu"}
+      end)
+    end
+    for _, s in ipairs({"FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2", 1, 2, 4}) do
+      error_matching('sharding_strategy = "%u+[%u_%d]*" shards the model, and sharding is not implemented yet', function()
+        accel.FullyShardedDataParallelPlugin{sharding_strategy = s}
+      end)
+    end
+    error_matching('FULL_SHARD.*default when none is given', function() accel.Accelerator{fsdp_plugin = {}} end)
+    error_matching("cpu_offload = true is not supported: offloading", function()
+      accel.FullyShardedDataParallelPlugin{sharding_strategy = "NO_SHARD", cpu_offload = true}
+    end)
   end)
 
   it("takes its defaults from accel-lua launch's settings", function()
     local bin = os.getenv("ACCEL_LUA_BIN") or arg[-1]
-    local p = assert(io.popen("ACCEL_LUA_MIXED_PRECISION=bf16 ACCEL_LUA_GRADIENT_ACCUMULATION_STEPS=3 "
-      .. "ACCEL_LUA_USE_DEEPSPEED=true ACCEL_LUA_ZERO_STAGE=1 '" .. bin .. "' -e "
-      .. "\"local a = accel.Accelerator() io.write(a.mixed_precision, ' ', a.gradient_accumulation_steps, ' ', a.zero_stage)\" 2>&1"))
-    local out = p:read("a")
-    p:close()
-    assert.are.equal("bf16 3 1", out)
+    local function run(env)
+      local p = assert(io.popen(env .. " '" .. bin .. "' -e "
+        .. "\"local a = accel.Accelerator() io.write(a.mixed_precision, ' ', a.gradient_accumulation_steps, ' ', "
+        .. "a.zero_stage, ' ', a.distributed_type)\" 2>&1"))
+      local out = p:read("a")
+      p:close()
+      return out
+    end
+    assert.are.equal("bf16 3 0 NO", run("ACCEL_LUA_MIXED_PRECISION=bf16 ACCEL_LUA_GRADIENT_ACCUMULATION_STEPS=3 "
+      .. "ACCEL_LUA_USE_DEEPSPEED=true ACCEL_LUA_ZERO_STAGE=0"))
+    -- launch's sharding settings are refused by name until sharding exists
+    assert.matches("DeepSpeedPlugin from accel%-lua launch's settings %(ACCEL_LUA_USE_DEEPSPEED=true, "
+      .. "ACCEL_LUA_ZERO_STAGE=1%): zero_stage = 1 is not supported: .*sharding is not implemented yet",
+      run("ACCEL_LUA_USE_DEEPSPEED=true ACCEL_LUA_ZERO_STAGE=1"))
+    assert.matches("ACCELERATE_USE_DEEPSPEED=true%): zero_stage = 2 is not supported",
+      run("ACCELERATE_USE_DEEPSPEED=true"))
+    assert.matches("ACCEL_LUA_OFFLOAD_OPTIMIZER_DEVICE=cpu%): offload_optimizer_device = \"cpu\" is not supported",
+      run("ACCEL_LUA_USE_DEEPSPEED=true ACCEL_LUA_ZERO_STAGE=0 ACCEL_LUA_OFFLOAD_OPTIMIZER_DEVICE=cpu"))
+    assert.matches('ACCEL_LUA_USE_FSDP=true, ACCEL_LUA_FSDP_SHARDING_STRATEGY=SHARD_GRAD_OP%): sharding_strategy = '
+      .. '"SHARD_GRAD_OP" shards the model', run("ACCEL_LUA_USE_FSDP=true ACCEL_LUA_FSDP_SHARDING_STRATEGY=SHARD_GRAD_OP"))
+    assert.matches("ACCEL_LUA_FSDP_OFFLOAD_PARAMS=true%): cpu_offload = true is not supported",
+      run("ACCEL_LUA_USE_FSDP=true ACCEL_LUA_FSDP_SHARDING_STRATEGY=NO_SHARD ACCEL_LUA_FSDP_OFFLOAD_PARAMS=true"))
+    assert.matches("sharding_strategy = \"FULL_SHARD\" shards the model", run("ACCELERATE_USE_FSDP=true"))
+    assert.are.equal("no 1 0 NO", run("ACCEL_LUA_USE_FSDP=true ACCEL_LUA_FSDP_SHARDING_STRATEGY=NO_SHARD "
+      .. "ACCEL_LUA_FSDP_STATE_DICT_TYPE=FULL_STATE_DICT ACCEL_LUA_FSDP_BACKWARD_PREFETCH=BACKWARD_PRE"))
   end)
 
   it("takes a ProjectConfiguration or a plain table", function()

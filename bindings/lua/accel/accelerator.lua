@@ -100,6 +100,10 @@ M.ProjectConfiguration = plugins.ProjectConfiguration
 M.DeepSpeedPlugin = plugins.DeepSpeedPlugin
 M.FullyShardedDataParallelPlugin = plugins.FullyShardedDataParallelPlugin
 M.DistributedDataParallelKwargs = ddp.DistributedDataParallelKwargs
+for _, name in ipairs({"InitProcessGroupKwargs", "GradScalerKwargs", "AutocastKwargs", "FP8RecipeKwargs",
+  "GradientAccumulationPlugin", "DataLoaderConfiguration"}) do
+  M[name] = plugins[name]
+end
 
 local Accelerator = {__name = "Accelerator"}
 M.Accelerator_class = Accelerator
@@ -144,33 +148,61 @@ end
 
 -- ---------------------------------------------------------------- construction
 
-local OPTIONS = {mixed_precision = "any", gradient_accumulation_steps = "number", cpu = "boolean",
-  device_placement = "boolean", log_with = "any", project_dir = "string", project_config = "table",
+local OPTIONS = plugins.register("Accelerator", {mixed_precision = "any", gradient_accumulation_steps = "number",
+  cpu = "boolean", device_placement = "boolean", log_with = "any", project_dir = "string", project_config = "table",
   step_scheduler_with_optimizer = "boolean", split_batches = "boolean", even_batches = "boolean",
-  deepspeed_plugin = "table", fsdp_plugin = "table", zero_stage = "number", kwargs_handlers = "table"}
+  deepspeed_plugin = "table", fsdp_plugin = "table", zero_stage = "number", kwargs_handlers = "table",
+  gradient_accumulation_plugin = "table", dataloader_config = "table"})
 
 local PRECISIONS = {no = true, bf16 = true, fp16 = true, fp8 = true}
 
 -- A launch setting: ACCEL_LUA_<name> (set by accel-lua launch, see
--- host/settings.c), else Accelerate's ACCELERATE_<name>.
+-- host/settings.c), else Accelerate's ACCELERATE_<name>; also the
+-- variable's name.
 local function setting(name)
-  local v = os.getenv("ACCEL_LUA_" .. name) or os.getenv("ACCELERATE_" .. name)
-  if v == "" then return nil end
-  return v
+  for _, prefix in ipairs({"ACCEL_LUA_", "ACCELERATE_"}) do
+    local v = os.getenv(prefix .. name)
+    if v ~= nil and v ~= "" then return v, prefix .. name end
+  end
+  return nil
 end
 
--- The sharding plugin launch asked for (when the script passes none).
-local function plugin_from_settings()
-  if setting("USE_DEEPSPEED") == "true" then
-    return "deepspeed_plugin", {zero_stage = tonumber(setting("ZERO_STAGE") or ""),
-      offload_optimizer_device = setting("OFFLOAD_OPTIMIZER_DEVICE"),
-      offload_param_device = setting("OFFLOAD_PARAM_DEVICE"),
-      gradient_clipping = tonumber(setting("GRADIENT_CLIPPING") or ""),
-      hf_ds_config = setting("DEEPSPEED_CONFIG_FILE")}
+-- Settings -> plugin options, and the "VAR=value" list that names them.
+local function from_settings(map)
+  local o, named = {}, {}
+  for _, e in ipairs(map) do
+    local v, var = setting(e[2])
+    if v ~= nil then
+      o[e[1]] = e[3] and e[3](v) or v
+      named[#named + 1] = var .. "=" .. v
+    end
   end
-  if setting("USE_FSDP") == "true" then
-    return "fsdp_plugin", {sharding_strategy = setting("FSDP_SHARDING_STRATEGY"),
-      cpu_offload = setting("FSDP_OFFLOAD_PARAMS") == "true"}
+  return o, table.concat(named, ", ")
+end
+
+local function flag(v) return v == "true" end
+
+-- The sharding plugin launch asked for (when the script passes none):
+-- its key, its options and the name its errors use.
+local function plugin_from_settings()
+  local use_ds, ds_var = setting("USE_DEEPSPEED")
+  if use_ds == "true" then
+    local o, named = from_settings({{"zero_stage", "ZERO_STAGE", tonumber},
+      {"offload_optimizer_device", "OFFLOAD_OPTIMIZER_DEVICE"}, {"offload_param_device", "OFFLOAD_PARAM_DEVICE"},
+      {"gradient_clipping", "GRADIENT_CLIPPING", tonumber}, {"zero3_init_flag", "ZERO3_INIT_FLAG", flag},
+      {"hf_ds_config", "DEEPSPEED_CONFIG_FILE"}})
+    return "deepspeed_plugin", o, ("DeepSpeedPlugin from accel-lua launch's settings (%s=true%s)"):format(ds_var,
+      named ~= "" and ", " .. named or "")
+  end
+  local use_fsdp, fsdp_var = setting("USE_FSDP")
+  if use_fsdp == "true" then
+    local o, named = from_settings({{"sharding_strategy", "FSDP_SHARDING_STRATEGY"},
+      {"cpu_offload", "FSDP_OFFLOAD_PARAMS", flag}, {"auto_wrap_policy", "FSDP_AUTO_WRAP_POLICY"},
+      {"min_num_params", "FSDP_MIN_NUM_PARAMS", tonumber},
+      {"transformer_cls_names_to_wrap", "FSDP_TRANSFORMER_LAYER_CLS_TO_WRAP"},
+      {"backward_prefetch", "FSDP_BACKWARD_PREFETCH"}, {"state_dict_type", "FSDP_STATE_DICT_TYPE"}})
+    return "fsdp_plugin", o, ("FullyShardedDataParallelPlugin from accel-lua launch's settings (%s=true%s)"):format(
+      fsdp_var, named ~= "" and ", " .. named or "")
   end
   return nil
 end
@@ -200,26 +232,33 @@ local function resolve_accumulation(o, ds)
   return math.floor(k)
 end
 
--- The ZeRO stage of the options and plugins (they must agree).
+-- The ZeRO stage of the options and plugins (they must agree); until the
+-- sharding engine exists only stage 0 passes (see accel.plugins).
 local function resolve_sharding(self, o)
+  local ds_what, fsdp_what = nil, nil
   if o.deepspeed_plugin == nil and o.fsdp_plugin == nil and o.zero_stage == nil then
-    local key, plugin = plugin_from_settings()
+    local key, plugin, what = plugin_from_settings()
     if key then
       local copy = {}
       for k, v in pairs(o) do copy[k] = v end
       copy[key], o = plugin, copy
+      if key == "deepspeed_plugin" then ds_what = what else fsdp_what = what end
     end
   end
   if o.deepspeed_plugin and o.fsdp_plugin then
     raise("Accelerator: give either deepspeed_plugin or fsdp_plugin, not both")
   end
-  local ds = o.deepspeed_plugin and plugins.DeepSpeedPlugin(o.deepspeed_plugin)
-  local fsdp = o.fsdp_plugin and plugins.FullyShardedDataParallelPlugin(o.fsdp_plugin)
+  local ds = o.deepspeed_plugin and plugins.DeepSpeedPlugin(o.deepspeed_plugin, ds_what)
+  local fsdp = o.fsdp_plugin and plugins.FullyShardedDataParallelPlugin(o.fsdp_plugin, fsdp_what)
   local stage = (ds or fsdp) and (ds or fsdp).zero_stage or 0
   if o.zero_stage ~= nil then
     plugins.check_stage("Accelerator", o.zero_stage)
     if (ds or fsdp) and o.zero_stage ~= stage then
       raise("Accelerator: zero_stage = %d disagrees with the plugin's stage %d", o.zero_stage, stage)
+    end
+    if o.zero_stage ~= 0 then
+      raise("Accelerator: zero_stage = %d shards the training state, and sharding is not implemented yet (a later "
+        .. "release adds the sharding engine); use zero_stage = 0 (plain data parallel)", o.zero_stage)
     end
     stage = o.zero_stage
   end
@@ -231,17 +270,83 @@ local function resolve_sharding(self, o)
   return ds
 end
 
--- The DistributedDataParallelKwargs among kwargs_handlers (defaults without one).
+-- The handlers Accelerator{kwargs_handlers = {...}} takes, by constructor
+-- name, and the field each lands in (Accelerate's names).
+local HANDLERS = {DistributedDataParallelKwargs = "ddp_handler", InitProcessGroupKwargs = "init_handler",
+  GradScalerKwargs = "scaler_handler", AutocastKwargs = "autocast_handler", FP8RecipeKwargs = "fp8_recipe_handler"}
+local HANDLER_NAMES = "accel.AutocastKwargs, accel.DistributedDataParallelKwargs, accel.FP8RecipeKwargs, "
+  .. "accel.GradScalerKwargs, accel.InitProcessGroupKwargs"
+
+-- kwargs_handlers -> {field = handler}; each kind at most once.
 local function resolve_kwargs(handlers)
-  local found = nil
+  local found = {}
   for i, h in ipairs(handlers or {}) do
-    if not ddp.is_kwargs(h) then
-      raise("Accelerator: kwargs_handlers[%d] is not a handler this Accelerator knows "
-        .. "(accel.DistributedDataParallelKwargs)", i)
+    local kind = ddp.is_kwargs(h) and "DistributedDataParallelKwargs" or plugins.kind_of(h)
+    if kind == "GradientAccumulationPlugin" or kind == "DataLoaderConfiguration" then
+      raise("Accelerator: kwargs_handlers[%d] is a %s; pass it as %s = ...", i, kind,
+        kind == "GradientAccumulationPlugin" and "gradient_accumulation_plugin" or "dataloader_config")
     end
-    found = h
+    local field = kind and HANDLERS[kind]
+    if not field then
+      raise("Accelerator: kwargs_handlers[%d] is not a handler this Accelerator knows (%s)", i, HANDLER_NAMES)
+    end
+    if found[field] then raise("Accelerator: kwargs_handlers holds more than one accel.%s (give each kind once)", kind) end
+    found[field] = h
   end
-  return found or ddp.DistributedDataParallelKwargs()
+  if found.fp8_recipe_handler then
+    raise("Accelerator: kwargs_handlers holds an accel.FP8RecipeKwargs, but fp8 training needs the GPU backend "
+      .. "(Hopper, through cuBLASLt), which this build does not have")
+  end
+  found.ddp_handler = found.ddp_handler or ddp.DistributedDataParallelKwargs()
+  return found
+end
+
+-- gradient_accumulation_plugin or gradient_accumulation_steps (not both,
+-- as in Accelerate) -> the plugin.
+local function resolve_accumulation_plugin(o, ds)
+  local p = o.gradient_accumulation_plugin
+  if p == nil then return plugins.GradientAccumulationPlugin({num_steps = resolve_accumulation(o, ds)}) end
+  if o.gradient_accumulation_steps ~= nil and o.gradient_accumulation_steps ~= 1 then
+    raise("Accelerator: give either gradient_accumulation_steps or gradient_accumulation_plugin, not both")
+  end
+  if plugins.kind_of(p) ~= "GradientAccumulationPlugin" then p = plugins.GradientAccumulationPlugin(p) end
+  return p
+end
+
+-- dataloader_config plus the Accelerator's own split_batches / even_batches
+-- (Accelerate's older spelling): both may be given only when they agree.
+local function resolve_dataloader_config(o)
+  local c = o.dataloader_config
+  if c ~= nil and plugins.kind_of(c) ~= "DataLoaderConfiguration" then c = plugins.DataLoaderConfiguration(c) end
+  c = c or plugins.DataLoaderConfiguration()
+  local merged = {}
+  for k, v in pairs(c) do merged[k] = v end
+  for _, k in ipairs({"split_batches", "even_batches"}) do
+    if o[k] ~= nil then
+      if o.dataloader_config ~= nil and o[k] ~= c[k] then
+        raise("Accelerator: %s = %s disagrees with dataloader_config.%s = %s", k, tostring(o[k]), k, tostring(c[k]))
+      end
+      merged[k] = o[k]
+    end
+  end
+  return plugins.DataLoaderConfiguration(merged)
+end
+
+-- The fp16 GradScaler (GradScalerKwargs feed it; enabled = false: none).
+local function make_scaler(self, kw)
+  if self.mixed_precision ~= "fp16" then
+    if kw and self.is_main_process then
+      io.stderr:write(("Accelerator: GradScalerKwargs has no effect with mixed_precision = \"%s\" (only fp16 scales "
+        .. "the loss)\n"):format(self.mixed_precision))
+    end
+    return nil
+  end
+  kw = kw or plugins.GradScalerKwargs()
+  if not kw.enabled then return nil end
+  local comm = self.state.comm
+  return amp.GradScaler({init_scale = kw.init_scale, growth_factor = kw.growth_factor,
+    backoff_factor = kw.backoff_factor, growth_interval = kw.growth_interval,
+    agree = function(found) return comm:all_reduce(accel.tensor({found and 1 or 0}), "max"):item() > 0 end})
 end
 
 local function new_accelerator(_, o)
@@ -250,17 +355,34 @@ local function new_accelerator(_, o)
   local self = setmetatable({}, Accelerator)
   rawset(self, "state", state.PartialState())
   local ds = resolve_sharding(self, o)
+  local handlers = resolve_kwargs(o.kwargs_handlers)
+  for k, h in pairs(handlers) do rawset(self, k, h) end
+  rawset(self, "ddp_kwargs", handlers.ddp_handler)
+  if handlers.init_handler and handlers.init_handler.timeout then
+    require("accel.dist").set_timeout(handlers.init_handler.timeout)
+  end
   local mp = o.mixed_precision
   if mp == nil and ds then mp = (ds.bf16 == true and "bf16") or (ds.fp16 == true and "fp16") or nil end
   rawset(self, "mixed_precision", resolve_precision(mp))
-  rawset(self, "gradient_state", state.GradientState(resolve_accumulation(o, ds)))
-  rawset(self, "scaler", self.mixed_precision == "fp16" and amp.GradScaler() or nil)
-  rawset(self, "autocast_dtype", amp.dtype_of(self.mixed_precision))
+  local gap = resolve_accumulation_plugin(o, ds)
+  rawset(self, "gradient_accumulation_plugin", gap)
+  rawset(self, "gradient_state", state.GradientState(gap.num_steps, gap))
+  rawset(self, "scaler", make_scaler(self, handlers.scaler_handler))
+  local autocast_on = handlers.autocast_handler == nil or handlers.autocast_handler.enabled
+  rawset(self, "autocast_dtype", autocast_on and amp.dtype_of(self.mixed_precision) or nil)
   local pc = plugins.ProjectConfiguration(o.project_config)
   if o.project_dir and pc.project_dir == nil then pc:set_directories(o.project_dir) end
+  if pc.save_on_each_node and self.state.num_local_processes ~= self.num_processes then
+    raise("Accelerator: project_config.save_on_each_node = true is not supported on several machines yet "
+      .. "(every checkpoint is written once, by the main process, to a shared file system)")
+  end
   rawset(self, "project_configuration", pc)
-  rawset(self, "split_batches", o.split_batches == true)
-  rawset(self, "even_batches", o.even_batches ~= false)
+  local dlc = resolve_dataloader_config(o)
+  rawset(self, "dataloader_config", dlc)
+  rawset(self, "split_batches", dlc.split_batches)
+  rawset(self, "even_batches", dlc.even_batches)
+  rawset(self, "non_blocking", dlc.non_blocking)
+  rawset(self, "use_seedable_sampler", dlc.use_seedable_sampler)
   rawset(self, "step_scheduler_with_optimizer", o.step_scheduler_with_optimizer ~= false)
   rawset(self, "device_placement", o.device_placement ~= false)
   rawset(self, "cpu", o.cpu == true or (o.cpu == nil and setting("USE_CPU") == "true"))
@@ -271,14 +393,58 @@ local function new_accelerator(_, o)
   rawset(self, "_schedulers", {})
   rawset(self, "_dataloaders", {})
   rawset(self, "_custom_objects", {})
+  rawset(self, "_save_state_pre_hooks", {})
+  rawset(self, "_load_state_pre_hooks", {})
   rawset(self, "_grad_sync", setmetatable({}, {__mode = "k"}))
-  rawset(self, "ddp_kwargs", resolve_kwargs(o.kwargs_handlers))
   rawset(self, "_reducers", {}) -- {model = m, reducer = r}, one per prepared model on N processes
   rawset(self, "flag", 0)
   return self
 end
 
 M.Accelerator = setmetatable({}, {__call = new_accelerator, __index = Accelerator})
+
+-- ---------------------------------------------------------------- find_executable_batch_size
+
+-- true when err is the allocator's out-of-memory error: every allocation
+-- failure of the core says "out of memory" (core/tensor.c's storage_new:
+-- "out of memory: cannot allocate N bytes on <device>"), as PyTorch's
+-- messages carry " out of memory." for Accelerate's check.
+function M.is_out_of_memory_error(err)
+  return type(err) == "string" and err:find("out of memory", 1, true) ~= nil
+end
+
+-- accel.find_executable_batch_size(fn, {starting_batch_size = 128, reduce_batch_size_fn = nil})
+-- -> a function(...) that calls fn(batch_size, ...) and, while that fails
+-- with an out-of-memory error, frees the cached memory and retries with
+-- the batch size halved (or reduce_batch_size_fn()'s value); other errors
+-- pass through, and reaching 0 raises. The batch size that worked is kept
+-- for the next call (as Accelerate's decorator keeps it).
+function M.find_executable_batch_size(fn, o)
+  if type(fn) ~= "function" then raise("find_executable_batch_size: expected a function, got %s", type(fn)) end
+  plugins.check_options("find_executable_batch_size", o, {starting_batch_size = "number",
+    reduce_batch_size_fn = "function"})
+  o = o or {}
+  local batch_size = o.starting_batch_size or 128
+  if batch_size < 1 or batch_size ~= math.floor(batch_size) then
+    raise("find_executable_batch_size: starting_batch_size must be a positive integer, got %s", tostring(batch_size))
+  end
+  local reduce = o.reduce_batch_size_fn or function() return math.floor(batch_size / 2) end
+  return function(...)
+    while true do
+      if batch_size <= 0 then raise("find_executable_batch_size: no executable batch size found, reached zero") end
+      local res = table.pack(pcall(fn, batch_size, ...))
+      if res[1] then return table.unpack(res, 2, res.n) end
+      if not M.is_out_of_memory_error(res[2]) then error(res[2], 0) end
+      collectgarbage()
+      collectgarbage()
+      accel.empty_cache()
+      batch_size = reduce()
+      if type(batch_size) ~= "number" then
+        raise("find_executable_batch_size: reduce_batch_size_fn returned %s, expected a number", type(batch_size))
+      end
+    end
+  end
+end
 
 -- ---------------------------------------------------------------- prepare
 
@@ -359,8 +525,18 @@ end
 function Accelerator:prepare_optimizer(optimizer)
   if prepared.is_optimizer(optimizer) then return optimizer end
   if kind_of(optimizer) ~= "optimizer" then raise("prepare_optimizer: expected an optimizer, got %s", type(optimizer)) end
-  local wrapped = prepared.wrap_optimizer(optimizer, self.gradient_state, self.scaler,
-    function() self:_finish_grad_sync() end)
+  local clip = self.deepspeed_plugin and self.deepspeed_plugin.gradient_clipping
+  local wrapped = prepared.wrap_optimizer(optimizer, self.gradient_state, self.scaler, function()
+    self:_finish_grad_sync()
+    if clip then -- DeepSpeed's gradient_clipping: the engine clips before every step
+      if self.scaler then self.scaler:unscale_(optimizer) end
+      local params = {}
+      for _, g in ipairs(optimizer.param_groups) do
+        for _, p in ipairs(g.params) do params[#params + 1] = p end
+      end
+      accel.nn.utils.clip_grad_norm_(params, clip)
+    end
+  end)
   self._optimizers[#self._optimizers + 1] = wrapped
   return wrapped
 end
@@ -394,7 +570,12 @@ function Accelerator:prepare_data_loader(loader)
   local base = loader:shard(self.process_index, self.num_processes,
     {even_batches = self.even_batches, split_batches = self.split_batches})
   local bs = type(loader.batch_size) == "number" and loader.batch_size or nil
-  local wrapped = prepared.wrap_loader(base, {gradient_state = self.gradient_state, device = self.device,
+  local device = self.device_placement and self.device or nil
+  if self.non_blocking and device ~= nil and tostring(device) ~= "cpu" then
+    raise("prepare_data_loader: dataloader_config.non_blocking = true is not supported on %s: copies to the device "
+      .. "are synchronous here", tostring(device))
+  end
+  local wrapped = prepared.wrap_loader(base, {gradient_state = self.gradient_state, device = device,
     total_batch_size = bs and (self.split_batches and bs or bs * self.num_processes),
     dataset_length = safe_len(loader.dataset), drop_last = loader.drop_last == true,
     even_batches = self.even_batches or self.num_processes == 1})
@@ -450,7 +631,7 @@ function Accelerator:accumulate(...)
   local gs = self.gradient_state
   return state.scoped(function()
     gs:do_sync()
-    if not gs.sync_gradients then
+    if not gs.sync_gradients and not (gs.sync_each_batch and self.use_distributed) then
       for _, m in ipairs(models) do self:_set_grad_sync(m, false) end
     end
   end, function()
@@ -464,17 +645,40 @@ function Accelerator:no_sync(model, fn)
     function() self:_set_grad_sync(model, true) end, fn)
 end
 
--- autocast(fn) / handle: the body's GEMMs run in the mixed-precision dtype.
-function Accelerator:autocast(fn)
+-- trigger_sync_in_backward(model, fn) / handle: gradients are averaged in
+-- the body's backward even inside no_sync / a non-synchronising
+-- accumulate step (Accelerate's; a no-op on one process). The model's
+-- previous setting comes back afterwards.
+function Accelerator:trigger_sync_in_backward(model, fn)
+  local before = nil
+  return state.scoped(function()
+    before = self._grad_sync[model]
+    self:_set_grad_sync(model, true)
+  end, function() self:_set_grad_sync(model, before ~= false) end, fn)
+end
+
+-- autocast([autocast_handler], fn) / handle: the body's GEMMs run in the
+-- mixed-precision dtype (none when the handler, or the Accelerator's
+-- AutocastKwargs, says enabled = false).
+function Accelerator:autocast(handler, fn)
+  if type(handler) == "function" then handler, fn = nil, handler end
   local dtype, prev = self.autocast_dtype, nil
-  if dtype == nil then return state.scoped(function() end, function() end, fn) end
+  if handler ~= nil then
+    if plugins.kind_of(handler) ~= "AutocastKwargs" then handler = plugins.AutocastKwargs(handler) end
+    dtype = handler.enabled and amp.dtype_of(self.mixed_precision) or nil
+  end
+  if amp.dtype_of(self.mixed_precision) == nil then return state.scoped(function() end, function() end, fn) end
   return state.scoped(function() prev = C.set_autocast(dtype) end, function() C.set_autocast(prev) end, fn)
 end
 
--- Divide the fp16-scaled gradients by the loss scale (once per step).
+-- Divide the fp16-scaled gradients by the loss scale, once per optimizer
+-- step and only on a synchronising step: on the other micro-steps the
+-- gradients are still being accumulated in the scaled domain, and
+-- unscaling them there would mix scaled and unscaled terms (so it is a
+-- no-op; the step itself unscales and checks for inf/NaN).
 function Accelerator:unscale_gradients(optimizer)
   self:_finish_grad_sync()
-  if not self.scaler then return end
+  if not self.scaler or not self.gradient_state.sync_gradients then return end
   local opts = optimizer and {optimizer} or self._optimizers
   for _, opt in ipairs(opts) do
     self.scaler:unscale_(prepared.is_optimizer(opt) and opt.optimizer or opt)
@@ -488,19 +692,33 @@ local function param_list(parameters, what)
   return parameters
 end
 
--- clip_grad_norm_(parameters, max_norm, [norm_type | {norm_type=}]) -> total norm (0-dim tensor)
+-- The loss scale that the gradients still carry on this step (1 when
+-- none): under fp16 on a non-synchronising micro-step they are scaled.
+local function pending_scale(self)
+  if self.scaler and not self.gradient_state.sync_gradients then return self.scaler:get_scale() end
+  return 1
+end
+
+-- clip_grad_norm_(parameters, max_norm, [norm_type | {norm_type=}]) -> total norm (0-dim tensor).
+-- On a synchronising step the gradients are unscaled first (fp16); on
+-- another micro-step they are clipped as they stand, with the threshold
+-- scaled by the loss scale they carry, so the result is what clipping the
+-- unscaled gradients would give and nothing is marked unscaled.
 function Accelerator:clip_grad_norm_(parameters, max_norm, norm_type)
   local params = param_list(parameters, "clip_grad_norm_")
   self:unscale_gradients()
   local o = type(norm_type) == "table" and norm_type or {norm_type = norm_type or 2}
-  return accel.nn.utils.clip_grad_norm_(params, max_norm, o)
+  local scale = pending_scale(self)
+  if type(max_norm) ~= "number" or scale == 1 then return accel.nn.utils.clip_grad_norm_(params, max_norm, o) end
+  return accel.nn.utils.clip_grad_norm_(params, max_norm * scale, o) / scale
 end
 
 function Accelerator:clip_grad_value_(parameters, clip_value)
   local params = param_list(parameters, "clip_grad_value_")
-  self:_finish_grad_sync()
   self:unscale_gradients()
-  return accel.nn.utils.clip_grad_value_(params, clip_value)
+  local scale = pending_scale(self)
+  if type(clip_value) ~= "number" then return accel.nn.utils.clip_grad_value_(params, clip_value) end
+  return accel.nn.utils.clip_grad_value_(params, clip_value * scale)
 end
 
 -- ---------------------------------------------------------------- processes
@@ -513,6 +731,7 @@ function Accelerator:on_main_process(fn) return self.state:on_main_process(fn) e
 function Accelerator:on_local_main_process(fn) return self.state:on_local_main_process(fn) end
 function Accelerator:on_last_process(fn) return self.state:on_last_process(fn) end
 function Accelerator:on_process(fn, i) return self.state:on_process(fn, i) end
+function Accelerator:on_local_process(fn, i) return self.state:on_local_process(fn, i) end
 function Accelerator:split_between_processes(inputs, o, fn) return self.state:split_between_processes(inputs, o, fn) end
 
 function Accelerator:gather(data) return ops.gather(self.state.comm, data) end
@@ -578,8 +797,12 @@ function Accelerator:check_trigger()
   return false
 end
 
--- free_memory(...): drops the references to everything prepared and
--- returns the cached tensor memory; returns nil for each argument.
+-- free_memory(...) / clear(...): drops the references to everything
+-- prepared (models, optimizers, schedulers, loaders and their DDP
+-- reducers; objects given to register_for_checkpointing stay, as in
+-- Accelerate) and returns the cached tensor memory; returns nil for each
+-- argument, so `model, optimizer = accelerator:clear(model, optimizer)`
+-- releases the caller's references too (Accelerate's idiom).
 function Accelerator:free_memory(...)
   for _, e in ipairs(self._reducers) do e.reducer:close() end
   rawset(self, "_reducers", {})
@@ -587,6 +810,7 @@ function Accelerator:free_memory(...)
   rawset(self, "_optimizers", {})
   rawset(self, "_schedulers", {})
   rawset(self, "_dataloaders", {})
+  self.gradient_state.loaders = {}
   self.gradient_state.step = 0
   collectgarbage()
   collectgarbage()
@@ -597,6 +821,7 @@ function Accelerator:free_memory(...)
     return table.unpack(out, 1, n)
   end
 end
+Accelerator.clear = Accelerator.free_memory
 Accelerator.release_memory = Accelerator.free_memory
 
 -- ---------------------------------------------------------------- trackers
@@ -712,6 +937,51 @@ function Accelerator:register_for_checkpointing(...)
   for i = 1, n do self._custom_objects[#self._custom_objects + 1] = (select(i, ...)) end
 end
 
+-- ---------------------------------------------------------------- state hooks
+
+-- What register_*_state_pre_hook returns: handle:remove() unregisters.
+local HookHandle = {__name = "RemovableHandle"}
+HookHandle.__index = HookHandle
+function HookHandle:remove()
+  for i, h in ipairs(self.list) do
+    if h == self.hook then
+      table.remove(self.list, i)
+      return
+    end
+  end
+end
+
+local function add_hook(list, fn, what)
+  if type(fn) ~= "function" then raise("%s: expected a function, got %s", what, type(fn)) end
+  local hook = {fn = fn}
+  list[#list + 1] = hook
+  return setmetatable({list = list, hook = hook}, HookHandle)
+end
+
+local function run_hooks(list, ...)
+  local copy = {}
+  for i, h in ipairs(list) do copy[i] = h end
+  for _, h in ipairs(copy) do h.fn(...) end
+end
+
+-- register_save_state_pre_hook(fn): save_state calls fn(models, weights, output_dir)
+-- on every process before it writes anything: models is a list of the
+-- prepared models, weights their state dicts (same order); a hook that
+-- saves a model its own way removes its entry from weights, and
+-- save_state then writes only the remaining ones. output_dir is the
+-- folder being written (a temporary folder renamed into place when the
+-- checkpoint is complete), so files the hook writes there are part of it.
+function Accelerator:register_save_state_pre_hook(fn)
+  return add_hook(self._save_state_pre_hooks, fn, "register_save_state_pre_hook")
+end
+
+-- register_load_state_pre_hook(fn): load_state calls fn(models, input_dir)
+-- before it reads the checkpoint; a hook that loads a model itself
+-- removes it from models, and load_state restores only the remaining ones.
+function Accelerator:register_load_state_pre_hook(fn)
+  return add_hook(self._load_state_pre_hooks, fn, "register_load_state_pre_hook")
+end
+
 -- ---------------------------------------------------------------- save_state / load_state
 
 local function numbered(base, i, ext) return (i == 1 and base or base .. "_" .. (i - 1)) .. (ext or "") end
@@ -773,10 +1043,12 @@ function Accelerator:save_state(output_dir)
   local comm, main = self.state.comm, self.is_main_process
   local w = checkpoint.writer(output_dir, comm:broadcast_object(main and C.getpid() or nil, 0), main)
   comm:barrier()
+  local models, weights = {}, {}
+  for i, m in ipairs(self._models) do models[i], weights[i] = m, self:get_state_dict(m) end
+  run_hooks(self._save_state_pre_hooks, models, weights, w.tmp)
   local fingerprints = {}
   if main then
-    for i, m in ipairs(self._models) do
-      local sd = self:get_state_dict(m)
+    for i, sd in ipairs(weights) do
       fingerprints[i] = checkpoint.fingerprint(sd)
       w:tensors(numbered("model", i, ".safetensors"), sd)
     end
@@ -864,18 +1136,18 @@ local function convert_position(self, s, idx, refuse)
 end
 
 -- Everything load_state applies, read and checked before any change.
-local function read_checkpoint(self, dir)
+local function read_checkpoint(self, dir, models)
   local r = checkpoint.open(dir)
   local idx = r.index
   local function refuse(fmt, ...) error(("load_state: refusing %s: " .. fmt):format(r.dir, ...), 0) end
-  local bad = count_mismatch("models", type(idx.models) == "table" and #idx.models or nil, #self._models)
+  local bad = count_mismatch("models", type(idx.models) == "table" and #idx.models or nil, #models)
     or count_mismatch("optimizers", idx.optimizers, #self._optimizers)
     or count_mismatch("schedulers", idx.schedulers, #self._schedulers)
     or count_mismatch("data loaders", idx.dataloaders, #self._dataloaders)
     or count_mismatch("registered objects", idx.custom_objects, #self._custom_objects)
   if bad then refuse("%s", bad) end
   local data = {models = {}, optimizers = {}, schedulers = {}, loaders = {}, custom = {}}
-  for i, m in ipairs(self._models) do
+  for i, m in ipairs(models) do
     local current = checkpoint.fingerprint(self:get_state_dict(m))
     local entry = idx.models[i]
     if type(entry) ~= "table" or type(entry.fingerprint) ~= "table" then
@@ -946,9 +1218,12 @@ function Accelerator:load_state(input_dir)
   elseif type(input_dir) ~= "string" then
     raise("load_state: expected a checkpoint directory, got %s", type(input_dir))
   end
-  local ok, data, dir = pcall(read_checkpoint, self, input_dir)
+  local models = {}
+  for i, m in ipairs(self._models) do models[i] = m end
+  run_hooks(self._load_state_pre_hooks, models, input_dir)
+  local ok, data, dir = pcall(read_checkpoint, self, input_dir, models)
   if not ok then raise("%s", tostring(data)) end
-  for i, m in ipairs(self._models) do self:unwrap_model(m):load_state_dict(data.models[i]) end
+  for i, m in ipairs(models) do self:unwrap_model(m):load_state_dict(data.models[i]) end
   for i, opt in ipairs(self._optimizers) do opt:load_state_dict(data.optimizers[i]) end
   for i, s in ipairs(self._schedulers) do s:load_state_dict(data.schedulers[i]) end
   for i, l in ipairs(self._dataloaders) do l:load_state_dict(data.loaders[i]) end

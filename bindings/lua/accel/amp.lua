@@ -79,15 +79,20 @@ end
 -- PyTorch's torch.cuda.amp.GradScaler semantics: the loss is multiplied by
 -- scale before backward; before an optimizer step the gradients are
 -- unscaled (once per step) and checked, and a step whose gradients hold an
--- inf or NaN is skipped; update() then halves the scale after a skipped
+-- inf or NaN on any process is skipped on every process; update() then halves the scale after a skipped
 -- step, or doubles it after growth_interval good steps in a row.
 local GradScaler = {}
 GradScaler.__index = GradScaler
 
+-- amp.GradScaler{init_scale=, growth_factor=, backoff_factor=, growth_interval=,
+-- agree = function(found) -> found on any process}: agree makes every
+-- process skip the step when any of them found an inf or NaN (the
+-- Accelerator passes an all_reduce through its communicator).
 function amp.GradScaler(o)
   o = o or {}
   return setmetatable({scale = o.init_scale or 65536.0, growth_factor = o.growth_factor or 2.0,
     backoff_factor = o.backoff_factor or 0.5, growth_interval = o.growth_interval or 2000,
+    agree = o.agree or function(found) return found end,
     growth_tracker = 0, per_opt = setmetatable({}, {__mode = "k"}), found_inf_any = false}, GradScaler)
 end
 
@@ -132,7 +137,7 @@ end
 function GradScaler:step(opt, closure)
   self:unscale_(opt)
   local st = opt_state(self, opt)
-  local found = st.found_inf
+  local found = self.agree(st.found_inf)
   st.unscaled, st.found_inf = false, false
   if found then
     self.found_inf_any = true

@@ -21,9 +21,11 @@
 -- library has no layer whose buffers change in training, e.g. no
 -- BatchNorm); DistributedDataParallelKwargs accepts Accelerate's keys, of
 -- which bucket_cap_mb, find_unused_parameters and broadcast_buffers (false:
--- do not broadcast buffers at prepare) mean something here; dim,
--- check_reduction, gradient_as_bucket_view and static_graph are accepted
--- and have no effect (gradients are copied, the graph is dynamic).
+-- do not broadcast buffers at prepare) mean something here; dim = 0 (the
+-- only value: nothing is scattered), check_reduction (a no-op in PyTorch
+-- too), gradient_as_bucket_view and static_graph (PyTorch's memory and
+-- speed options, which change no result) are accepted and change nothing
+-- (gradients are copied, the graph is dynamic).
 local accel = require("accel")
 local plugins = require("accel.plugins")
 local raise = require("accel.nn.module").raise
@@ -31,9 +33,10 @@ local C = accel._C
 
 local ddp = {}
 
-local KWARGS = {dim = "number", broadcast_buffers = "boolean", bucket_cap_mb = "number",
-  find_unused_parameters = "boolean", check_reduction = "boolean", gradient_as_bucket_view = "boolean",
-  static_graph = "boolean", comm_hook = "any", comm_wrapper = "any", comm_state_option = "any"}
+local KWARGS = plugins.register("DistributedDataParallelKwargs", {dim = "number", broadcast_buffers = "boolean",
+  bucket_cap_mb = "number", find_unused_parameters = "boolean", check_reduction = "boolean",
+  gradient_as_bucket_view = "boolean", static_graph = "boolean", comm_hook = "any", comm_wrapper = "any",
+  comm_state_option = "any"})
 
 local DDPKwargs = {__name = "DistributedDataParallelKwargs"}
 DDPKwargs.__index = DDPKwargs
@@ -44,9 +47,13 @@ function ddp.DistributedDataParallelKwargs(o)
   if getmetatable(o) == DDPKwargs then return o end
   plugins.check_options("DistributedDataParallelKwargs", o, KWARGS)
   o = o or {}
-  if o.comm_hook ~= nil or o.comm_wrapper ~= nil then
-    raise("DistributedDataParallelKwargs: comm_hook / comm_wrapper are not supported (gradients are averaged in float "
-      .. "precision of the parameters)")
+  if o.comm_hook ~= nil or o.comm_wrapper ~= nil or o.comm_state_option ~= nil then
+    raise("DistributedDataParallelKwargs: comm_hook / comm_wrapper / comm_state_option are not supported (gradients "
+      .. "are averaged in float precision of the parameters)")
+  end
+  if o.dim ~= nil and o.dim ~= 0 then
+    raise("DistributedDataParallelKwargs: dim = %s is not supported: each process feeds its own batch, nothing is "
+      .. "scattered along a dimension (only 0, the default, is accepted)", tostring(o.dim))
   end
   local cap = o.bucket_cap_mb
   if cap ~= nil and not (cap > 0) then

@@ -117,45 +117,84 @@ end
 
 -- ---------------------------------------------------------------- split
 
+local function splittable(x) return accel.is_tensor(x) or (type(x) == "table" and getmetatable(x) == nil) end
+
+local function is_list(x) return accel.is_tensor(x) or #x > 0 or next(x) == nil end
+
 local function length_of(x)
-  if accel.is_tensor(x) then return x:dim() == 0 and 1 or x:size(1) end
+  if accel.is_tensor(x) then
+    if x:dim() == 0 then raise("split_between_processes: a 0-dim tensor has no length to split") end
+    return x:size(1)
+  end
   return #x
 end
 
+-- x's items first .. first + count - 1, then (apply_padding) copies of x's
+-- last item up to pad_to: Accelerate pads with inputs[-1], the input's
+-- last item, so a process whose part is empty still gets pad_to items.
 local function slice(x, first, count, pad_to)
+  local n = length_of(x)
   if accel.is_tensor(x) then
-    local part = x:narrow(1, first, count)
-    if pad_to > count and count > 0 then
-      local reps = {part}
-      for i = count + 1, pad_to do reps[#reps + 1] = x:narrow(1, first + count - 1, 1) end
-      part = accel.cat(reps, 1)
-    end
-    return part
+    local parts = {}
+    if count > 0 then parts[1] = x:narrow(1, first, count) end
+    for _ = count + 1, pad_to do parts[#parts + 1] = x:narrow(1, n, 1) end
+    if #parts == 0 then return x:narrow(1, 1, 0) end
+    return #parts == 1 and parts[1] or accel.cat(parts, 1)
   end
   local out = {}
   for i = 1, count do out[i] = x[first + i - 1] end
-  for i = count + 1, pad_to do out[i] = out[count] end
+  for i = count + 1, pad_to do out[i] = x[n] end
   return out
 end
 
--- This rank's contiguous part of inputs (see PartialState:split_between_processes).
+-- Accelerate's split of n items: rank r gets items [start, start + count)
+-- with the first n % world ranks one item longer; apply_padding makes
+-- every part n // world (+1 when n % world > 0) long.
+function ops.split_range(n, rank, world, apply_padding)
+  local per, extra = math.floor(n / world), n % world
+  local first = rank * per + math.min(rank, extra) + 1
+  local count = per + (rank < extra and 1 or 0)
+  local pad_to = (apply_padding and n > 0) and per + (extra > 0 and 1 or 0) or count
+  return first, count, pad_to
+end
+
+-- This rank's contiguous part of inputs (see PartialState:split_between_processes):
+-- a list, a tensor (along dim 1), or a table of them (nested tables too),
+-- whose values must all have the first one's length (Accelerate's rule for
+-- a dict). On one process inputs come back unchanged, as in Accelerate.
 function ops.split(inputs, rank, world, apply_padding)
-  local function split_one(x)
-    local n = length_of(x)
-    local per, extra = math.floor(n / world), n % world
-    local first = rank * per + math.min(rank, extra) + 1
-    local count = per + (rank < extra and 1 or 0)
-    local pad_to = apply_padding and per + (extra > 0 and 1 or 0) or count
-    return slice(x, first, count, pad_to)
-  end
-  if accel.is_tensor(inputs) then return split_one(inputs) end
-  if type(inputs) ~= "table" then
+  if not splittable(inputs) then
     raise("split_between_processes: expected a list, a tensor or a table of them, got %s", type(inputs))
   end
-  if #inputs > 0 or next(inputs) == nil then return split_one(inputs) end
-  local out = {}
-  for k, v in pairs(inputs) do out[k] = split_one(v) end
-  return out
+  if world == 1 then return inputs end
+  local n = nil
+  if not is_list(inputs) then
+    local keys = {}
+    for k in pairs(inputs) do keys[#keys + 1] = k end
+    table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+    for _, k in ipairs(keys) do
+      local v = inputs[k]
+      if not splittable(v) then
+        raise("split_between_processes: value %s is a %s, expected a list or a tensor", tostring(k), type(v))
+      end
+      local len = is_list(v) and length_of(v) or nil
+      if len and n and len ~= n then
+        raise("split_between_processes: all values of the table must have the same length (%s has %d, another %d)",
+          tostring(k), len, n)
+      end
+      n = n or len
+    end
+  else
+    n = length_of(inputs)
+  end
+  local first, count, pad_to = ops.split_range(n or 0, rank, world, apply_padding)
+  local function split_value(x)
+    if is_list(x) then return slice(x, first, count, pad_to) end
+    local out = {}
+    for k, v in pairs(x) do out[k] = split_value(v) end
+    return out
+  end
+  return split_value(inputs)
 end
 
 return ops

@@ -1,11 +1,24 @@
 -- accel.plugins: the Accelerator's configuration objects, as Accelerate
--- names them: ProjectConfiguration, DeepSpeedPlugin and
--- FullyShardedDataParallelPlugin. Each is a constructor over one options
--- table that checks keys, types and values (an unknown key is an error
--- naming it) and fills in Accelerate's defaults; each also accepts an
--- object it made itself. Both sharding plugins resolve to a ZeRO stage
--- (0: none, 1: optimizer state, 2: + gradients, 3: + parameters), the one
--- native sharding engine of DESIGN §4.
+-- names them: ProjectConfiguration, DeepSpeedPlugin,
+-- FullyShardedDataParallelPlugin, GradientAccumulationPlugin,
+-- DataLoaderConfiguration and the kwargs handlers InitProcessGroupKwargs,
+-- GradScalerKwargs, AutocastKwargs and FP8RecipeKwargs
+-- (DistributedDataParallelKwargs lives in accel.ddp). Each is a
+-- constructor over one options table that checks keys, types and values
+-- (an unknown key is an error naming it and listing the known ones) and
+-- fills in Accelerate's defaults; each also accepts an object it made
+-- itself. Every option table is registered in M.OPTION_SPECS (read-only),
+-- so tests can check that each key has an effect.
+--
+-- Both sharding plugins resolve to a ZeRO stage (0: none, 1: optimizer
+-- state, 2: + gradients, 3: + parameters). The sharding engine does not
+-- exist yet, so any value that would shard (stage 1-3, FULL_SHARD,
+-- SHARD_GRAD_OP, HYBRID_SHARD) or offload (offload_*_device = "cpu",
+-- cpu_offload = true), and any FSDP/DeepSpeed option whose non-default
+-- value only a sharding engine could honour, raises one error naming the
+-- option and saying that sharding is not implemented yet. What remains
+-- (DeepSpeed stage 0, FSDP NO_SHARD) runs as plain data parallel, and
+-- accelerator.distributed_type says so ("NO" / "MULTI_CPU").
 local json = require("accel.json")
 local raise = require("accel.nn.module").raise
 local read_file = require("accel.util").read_file
@@ -42,19 +55,78 @@ local function check_options(what, o, spec)
 end
 M.check_options = check_options
 
+-- Every constructor's option table, by constructor name: register(name,
+-- spec) records it; M.OPTION_SPECS[name] is a read-only view of it.
+local specs = {}
+local function read_only(t, name)
+  return setmetatable({}, {__index = t, __pairs = function() return next, t, nil end,
+    __newindex = function() raise("OPTION_SPECS.%s is read-only", name) end})
+end
+M.OPTION_SPECS = setmetatable({}, {
+  __index = function(_, k) return specs[k] and read_only(specs[k], k) end,
+  __pairs = function()
+    local views = {}
+    for k, v in pairs(specs) do views[k] = read_only(v, k) end
+    return next, views, nil
+  end,
+  __newindex = function() raise("OPTION_SPECS is read-only") end})
+function M.register(name, spec)
+  specs[name] = spec
+  return spec
+end
+
+local function show(v) return type(v) == "string" and ('"' .. v .. '"') or tostring(v) end
+M.show = show
+
+-- Values this build can honour: limits[key] = {ok = function(v, o) -> bool,
+-- why = text}. A given value outside them raises, naming the option.
+local function check_limits(what, o, limits)
+  local keys = {}
+  for k in pairs(limits) do keys[#keys + 1] = k end
+  table.sort(keys)
+  for _, k in ipairs(keys) do
+    local v, lim = o[k], limits[k]
+    if v ~= nil and not lim.ok(v, o) then raise("%s: %s = %s is not supported: %s", what, k, show(v), lim.why) end
+  end
+end
+M.check_limits = check_limits
+
+local NO_SHARDING = "sharding is not implemented yet (a later release adds the sharding engine)"
+
+-- A limit that accepts only the listed values.
+local function only(why, ...)
+  local allowed = {...}
+  return {why = why, ok = function(v)
+    for _, a in ipairs(allowed) do
+      if v == a then return true end
+    end
+    return false
+  end}
+end
+
+-- A class whose objects are made by its constructor only.
+local function class(name)
+  local c = {__name = name}
+  c.__index = c
+  c.__tostring = function() return "accel." .. name end
+  return c
+end
+
 -- ---------------------------------------------------------------- ProjectConfiguration
 
 local ProjectConfiguration = {__name = "ProjectConfiguration"}
 ProjectConfiguration.__index = ProjectConfiguration
 M.ProjectConfiguration_class = ProjectConfiguration
 
+local PROJECT_OPTIONS = M.register("ProjectConfiguration", {project_dir = "string", logging_dir = "string",
+  automatic_checkpoint_naming = "boolean", total_limit = "number", iteration = "number",
+  save_on_each_node = "boolean"})
+
 -- accel.ProjectConfiguration{project_dir=, logging_dir=, automatic_checkpoint_naming=false,
 --                            total_limit=nil, iteration=0, save_on_each_node=false}
 function M.ProjectConfiguration(o)
   if getmetatable(o) == ProjectConfiguration then return o end
-  check_options("ProjectConfiguration", o, {project_dir = "string", logging_dir = "string",
-    automatic_checkpoint_naming = "boolean", total_limit = "number", iteration = "number",
-    save_on_each_node = "boolean"})
+  check_options("ProjectConfiguration", o, PROJECT_OPTIONS)
   o = o or {}
   if o.total_limit and (o.total_limit < 1 or o.total_limit ~= math.floor(o.total_limit)) then
     raise("ProjectConfiguration: total_limit must be a positive integer, got %s", tostring(o.total_limit))
@@ -109,21 +181,41 @@ local function check_stage(what, s)
   return s
 end
 
+local DS_OPTIONS = M.register("DeepSpeedPlugin", {zero_stage = "number",
+  offload_optimizer_device = {"string", "none", "cpu"}, offload_param_device = {"string", "none", "cpu"},
+  gradient_accumulation_steps = "number", gradient_clipping = "number", hf_ds_config = "any",
+  zero3_init_flag = "boolean"})
+
+-- What a DeepSpeedPlugin can ask of this build (checked on the resolved
+-- values, also those that came from hf_ds_config).
+local DS_LIMITS = {
+  zero_stage = only("ZeRO stage 1-3 shards optimizer state / gradients / parameters, and " .. NO_SHARDING
+    .. '; use zero_stage = 0 (plain data parallel)', 0),
+  offload_optimizer_device = only('offloading to the CPU needs the sharding engine; ' .. NO_SHARDING, "none"),
+  offload_param_device = only('offloading to the CPU needs the sharding engine; ' .. NO_SHARDING, "none"),
+  zero3_init_flag = only("creating parameters sharded is ZeRO stage 3; " .. NO_SHARDING, false),
+  gradient_clipping = {why = "it must be a positive number", ok = function(v) return v > 0 end},
+  gradient_accumulation_steps = {why = "it must be a positive integer",
+    ok = function(v) return v >= 1 and v == math.floor(v) end},
+}
+
 -- accel.DeepSpeedPlugin{zero_stage=2, offload_optimizer_device="none"|"cpu",
 --   offload_param_device=, gradient_accumulation_steps=, gradient_clipping=,
---   hf_ds_config="ds_config.json" | table}. Options given explicitly win
--- over ds_config; ds_config keys without a meaning here are listed in
--- plugin.ignored_keys (the Accelerator reports them once).
-function M.DeepSpeedPlugin(o)
+--   zero3_init_flag=false, hf_ds_config="ds_config.json" | table}. Options
+-- given explicitly win over ds_config; ds_config keys without a meaning
+-- here are listed in plugin.ignored_keys (the Accelerator reports them
+-- once). Only zero_stage = 0 runs today (see the top of this file);
+-- gradient_clipping clips the gradients' total norm before every
+-- optimizer step, as DeepSpeed's engine does. what: the name errors use.
+function M.DeepSpeedPlugin(o, what)
   if getmetatable(o) == DeepSpeedPlugin then return o end
-  check_options("DeepSpeedPlugin", o, {zero_stage = "number", offload_optimizer_device = {"string", "none", "cpu"},
-    offload_param_device = {"string", "none", "cpu"}, gradient_accumulation_steps = "number",
-    gradient_clipping = "number", hf_ds_config = "any", zero3_init_flag = "boolean"})
+  what = what or "DeepSpeedPlugin"
+  check_options(what, o, DS_OPTIONS)
   o = o or {}
   local self = setmetatable({ignored_keys = {}, ds_config = nil}, DeepSpeedPlugin)
   if o.hf_ds_config ~= nil then
     if type(o.hf_ds_config) ~= "string" and type(o.hf_ds_config) ~= "table" then
-      raise("DeepSpeedPlugin: hf_ds_config must be a file path or a table, got %s", type(o.hf_ds_config))
+      raise("%s: hf_ds_config must be a file path or a table, got %s", what, type(o.hf_ds_config))
     end
     self.ds_config = read_ds_config(o.hf_ds_config)
     for path, v in pairs(leaves(self.ds_config, "", {})) do
@@ -140,14 +232,16 @@ function M.DeepSpeedPlugin(o)
     "gradient_clipping", "zero3_init_flag"}) do
     if o[k] ~= nil then self[k] = o[k] end
   end
-  self.zero_stage = check_stage("DeepSpeedPlugin", self.zero_stage or 2)
+  self.zero_stage = check_stage(what, self.zero_stage or 2)
   self.offload_optimizer_device = self.offload_optimizer_device or "none"
   self.offload_param_device = self.offload_param_device or "none"
+  self.zero3_init_flag = self.zero3_init_flag == true
   for _, k in ipairs({"offload_optimizer_device", "offload_param_device"}) do
     if self[k] ~= "none" and self[k] ~= "cpu" then
-      raise('DeepSpeedPlugin: %s must be "none" or "cpu", got %s', k, tostring(self[k]))
+      raise('%s: %s must be "none" or "cpu", got %s', what, k, tostring(self[k]))
     end
   end
+  check_limits(what, self, DS_LIMITS)
   return self
 end
 
@@ -157,34 +251,171 @@ local FSDPPlugin = {__name = "FullyShardedDataParallelPlugin"}
 FSDPPlugin.__index = FSDPPlugin
 M.FullyShardedDataParallelPlugin_class = FSDPPlugin
 
-local STRATEGY_STAGE = {FULL_SHARD = 3, SHARD_GRAD_OP = 2, NO_SHARD = 0}
-local STRATEGY_BY_NUMBER = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"} -- PyTorch's ShardingStrategy numbering
+local STRATEGY_STAGE = {FULL_SHARD = 3, SHARD_GRAD_OP = 2, NO_SHARD = 0, HYBRID_SHARD = 3, HYBRID_SHARD_ZERO2 = 2}
+-- PyTorch's ShardingStrategy numbering
+local STRATEGY_BY_NUMBER = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"}
 
--- accel.FullyShardedDataParallelPlugin{sharding_strategy="FULL_SHARD"|"SHARD_GRAD_OP"|"NO_SHARD" (or 1|2|3),
---   auto_wrap_policy=, cpu_offload=false, ...}: FULL_SHARD is ZeRO-3,
--- SHARD_GRAD_OP ZeRO-2, NO_SHARD plain data parallel.
-function M.FullyShardedDataParallelPlugin(o)
+local FSDP_OPTIONS = M.register("FullyShardedDataParallelPlugin", {sharding_strategy = "any",
+  auto_wrap_policy = "any", cpu_offload = "boolean", min_num_params = "number", transformer_cls_names_to_wrap = "any",
+  state_dict_type = "string", use_orig_params = "boolean", sync_module_states = "boolean",
+  backward_prefetch = "string", forward_prefetch = "boolean", limit_all_gathers = "boolean",
+  activation_checkpointing = "boolean"})
+
+-- Accelerate's spellings of the string options (either case).
+local FSDP_CHOICES = {auto_wrap_policy = {"transformer_based_wrap", "size_based_wrap", "no_wrap"},
+  state_dict_type = {"FULL_STATE_DICT", "SHARDED_STATE_DICT", "LOCAL_STATE_DICT"},
+  backward_prefetch = {"BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"}}
+
+local function fsdp_choice(what, k, v)
+  if type(v) ~= "string" then return v end
+  for _, c in ipairs(FSDP_CHOICES[k]) do
+    if c:lower() == v:lower() then return c end
+  end
+  raise("%s: %s must be one of %s, got %s", what, k, table.concat(FSDP_CHOICES[k], ", "), show(v))
+end
+
+-- With NO_SHARD (the only strategy that runs), FSDP's wrapping and
+-- prefetch options only group and order communication, as in PyTorch; the
+-- others would change what runs or what is written.
+local FSDP_LIMITS = {
+  cpu_offload = only("offloading parameters to the CPU needs the sharding engine; " .. NO_SHARDING, false),
+  activation_checkpointing = only("activation checkpointing inside FSDP units is not implemented yet", false),
+  state_dict_type = only("save_state writes the full model (FULL_STATE_DICT); sharded state dicts need the "
+    .. "sharding engine, and " .. NO_SHARDING, "FULL_STATE_DICT"),
+  sync_module_states = only("prepare always broadcasts rank 0's parameters and buffers", true),
+}
+
+-- accel.FullyShardedDataParallelPlugin{sharding_strategy="FULL_SHARD"|"SHARD_GRAD_OP"|"NO_SHARD"|
+--   "HYBRID_SHARD"|"HYBRID_SHARD_ZERO2" (or PyTorch's numbers 1-5), auto_wrap_policy=, cpu_offload=false, ...}:
+-- FULL_SHARD / HYBRID_SHARD are ZeRO-3, SHARD_GRAD_OP / HYBRID_SHARD_ZERO2
+-- ZeRO-2 (refused until the sharding engine exists), NO_SHARD plain data
+-- parallel. what: the name errors use.
+function M.FullyShardedDataParallelPlugin(o, what)
   if getmetatable(o) == FSDPPlugin then return o end
-  check_options("FullyShardedDataParallelPlugin", o, {sharding_strategy = "any", auto_wrap_policy = "any",
-    cpu_offload = "boolean", min_num_params = "number", transformer_cls_names_to_wrap = "any",
-    state_dict_type = "string", use_orig_params = "boolean", sync_module_states = "boolean",
-    backward_prefetch = "any", forward_prefetch = "boolean", limit_all_gathers = "boolean",
-    activation_checkpointing = "boolean"})
+  what = what or "FullyShardedDataParallelPlugin"
+  check_options(what, o, FSDP_OPTIONS)
   o = o or {}
   local self = setmetatable({}, FSDPPlugin)
-  for k, v in pairs(o) do self[k] = v end
+  for k, v in pairs(o) do self[k] = FSDP_CHOICES[k] and fsdp_choice(what, k, v) or v end
   local s = o.sharding_strategy or "FULL_SHARD"
   if type(s) == "number" then s = STRATEGY_BY_NUMBER[s] or tostring(s) end
   if type(s) ~= "string" or STRATEGY_STAGE[s:upper()] == nil then
-    raise('FullyShardedDataParallelPlugin: sharding_strategy must be "FULL_SHARD", "SHARD_GRAD_OP" or "NO_SHARD" '
-      .. "(or 1, 2, 3), got %s", tostring(o.sharding_strategy))
+    raise('%s: sharding_strategy must be "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD" or '
+      .. '"HYBRID_SHARD_ZERO2" (or 1 to 5), got %s', what, tostring(o.sharding_strategy))
   end
   self.sharding_strategy = s:upper()
   self.zero_stage = STRATEGY_STAGE[self.sharding_strategy]
+  if self.zero_stage ~= 0 then
+    raise('%s: sharding_strategy = "%s" shards the model, and %s; use sharding_strategy = "NO_SHARD" '
+      .. "(plain data parallel)%s", what, self.sharding_strategy, NO_SHARDING,
+      o.sharding_strategy == nil and ' (FULL_SHARD is the default when none is given)' or "")
+  end
   self.cpu_offload = o.cpu_offload == true
+  check_limits(what, self, FSDP_LIMITS)
+  self.state_dict_type = self.state_dict_type or "FULL_STATE_DICT"
+  self.auto_wrap_policy = self.auto_wrap_policy or "no_wrap"
+  self.activation_checkpointing = o.activation_checkpointing == true
+  self.sync_module_states = o.sync_module_states ~= false
   return self
 end
 
 M.check_stage = check_stage
+
+-- ---------------------------------------------------------------- kwargs handlers and small configurations
+
+local made_by = {} -- metatable -> constructor name
+
+-- A configuration class `name`: accel.<name>{...} checks the options against
+-- spec and limits, fills in defaults, then finish(self) may check more.
+local function configuration(name, spec, defaults, limits, finish)
+  local c = class(name)
+  made_by[c] = name
+  M[name .. "_class"] = c
+  M.register(name, spec)
+  M[name] = function(o)
+    if getmetatable(o) == c then return o end
+    check_options(name, o, spec)
+    o = o or {}
+    check_limits(name, o, limits or {})
+    local self = setmetatable({}, c)
+    for k, v in pairs(defaults) do self[k] = v end
+    for k, v in pairs(o) do self[k] = v end
+    if finish then finish(self) end
+    return self
+  end
+end
+
+-- The constructor name of a configuration object made here (nil otherwise).
+function M.kind_of(x)
+  return type(x) == "table" and made_by[getmetatable(x)] or nil
+end
+
+local function positive(why) return {why = why, ok = function(v) return v > 0 end} end
+local function positive_integer(why)
+  return {why = why, ok = function(v) return v >= 1 and v == math.floor(v) end}
+end
+local function non_negative_integer(why)
+  return {why = why, ok = function(v) return v >= 0 and v == math.floor(v) end}
+end
+local FROM_LAUNCHER = "the processes and their communicator (MPI) are set up by accel-lua launch / mpirun, not from the script"
+
+-- accel.InitProcessGroupKwargs{timeout = seconds}: the collective timeout
+-- (the watchdog's limit, accel.dist.set_timeout); without it the default
+-- (ACCEL_LUA_COLLECTIVE_TIMEOUT or the built-in one) stays.
+configuration("InitProcessGroupKwargs", {timeout = "number", backend = "any", init_method = "any"}, {}, {
+  timeout = positive("it must be a positive number of seconds"),
+  backend = {why = FROM_LAUNCHER, ok = function() return false end},
+  init_method = {why = FROM_LAUNCHER, ok = function() return false end}})
+
+-- accel.GradScalerKwargs{init_scale = 65536, growth_factor = 2, backoff_factor = 0.5,
+--   growth_interval = 2000, enabled = true}: the fp16 GradScaler (PyTorch's rules).
+configuration("GradScalerKwargs", {init_scale = "number", growth_factor = "number", backoff_factor = "number",
+  growth_interval = "number", enabled = "boolean"},
+  {init_scale = 65536.0, growth_factor = 2.0, backoff_factor = 0.5, growth_interval = 2000, enabled = true}, {
+  init_scale = positive("it must be a positive number"),
+  growth_factor = {why = "it must be greater than 1", ok = function(v) return v > 1 end},
+  backoff_factor = {why = "it must be between 0 and 1", ok = function(v) return v > 0 and v < 1 end},
+  growth_interval = positive_integer("it must be a positive integer")})
+
+-- accel.AutocastKwargs{enabled = true, cache_enabled = nil}: enabled = false
+-- turns autocast off for the prepared forward and accelerator:autocast.
+-- cache_enabled is accepted either way: casts are not cached here, which
+-- changes no result (PyTorch's cache only saves repeated weight casts).
+configuration("AutocastKwargs", {enabled = "boolean", cache_enabled = "boolean"}, {enabled = true})
+
+-- accel.FP8RecipeKwargs{fp8_format = "HYBRID", amax_history_len = 1024,
+--   amax_compute_algo = "most_recent", margin = 0, interval = 1}: checked as
+-- Accelerate checks it; an Accelerator given one refuses it (no fp8 here).
+configuration("FP8RecipeKwargs", {fp8_format = "string", amax_history_len = "number", amax_compute_algo = "string",
+  margin = "number", interval = "number"},
+  {fp8_format = "HYBRID", amax_history_len = 1024, amax_compute_algo = "most_recent", margin = 0, interval = 1}, {
+  amax_history_len = positive_integer("it must be a positive integer"),
+  margin = non_negative_integer("it must be a non-negative integer"),
+  interval = positive_integer("it must be a positive integer")},
+  function(self)
+    self.fp8_format, self.amax_compute_algo = self.fp8_format:upper(), self.amax_compute_algo:lower()
+    if self.fp8_format ~= "HYBRID" and self.fp8_format ~= "E4M3" and self.fp8_format ~= "E5M2" then
+      raise('FP8RecipeKwargs: fp8_format must be "HYBRID", "E4M3" or "E5M2", got %s', show(self.fp8_format))
+    end
+    if self.amax_compute_algo ~= "max" and self.amax_compute_algo ~= "most_recent" then
+      raise('FP8RecipeKwargs: amax_compute_algo must be "max" or "most_recent", got %s', show(self.amax_compute_algo))
+    end
+  end)
+
+-- accel.GradientAccumulationPlugin{num_steps = 1, adjust_scheduler = true,
+--   sync_with_dataloader = true, sync_each_batch = false}
+configuration("GradientAccumulationPlugin", {num_steps = "number", adjust_scheduler = "boolean",
+  sync_with_dataloader = "boolean", sync_each_batch = "boolean"},
+  {num_steps = 1, adjust_scheduler = true, sync_with_dataloader = true, sync_each_batch = false},
+  {num_steps = positive_integer("it must be a positive integer")})
+
+-- accel.DataLoaderConfiguration{split_batches = false, even_batches = true,
+--   dispatch_batches = false, use_seedable_sampler = false, non_blocking = false}
+configuration("DataLoaderConfiguration", {split_batches = "boolean", even_batches = "boolean",
+  dispatch_batches = "boolean", use_seedable_sampler = "boolean", non_blocking = "boolean"},
+  {split_batches = false, even_batches = true, dispatch_batches = false, use_seedable_sampler = false,
+   non_blocking = false},
+  {dispatch_batches = only("every process iterates its own shard of the loader; dispatching batches from the main "
+    .. "process is not implemented", false)})
 
 return M

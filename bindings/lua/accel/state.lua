@@ -110,18 +110,37 @@ end
 function PartialState:on_last_process(fn)
   return on_process_if(function() return self.is_last_process end, fn, "on_last_process")
 end
+-- on_process(fn, i) / on_local_process(fn, i): fn runs only on the process
+-- whose (local) index is i (either argument order).
+local function index_arg(what, fn, i)
+  if type(fn) == "number" then fn, i = i, fn end
+  if type(i) ~= "number" or i < 0 or i ~= math.floor(i) then
+    raise("%s: expected a process index (a non-negative integer), got %s", what, tostring(i))
+  end
+  return fn, i
+end
+
 function PartialState:on_process(fn, process_index)
-  if type(fn) == "number" then fn, process_index = process_index, fn end
+  fn, process_index = index_arg("on_process", fn, process_index)
   return on_process_if(function() return self.process_index == process_index end, fn, "on_process")
+end
+function PartialState:on_local_process(fn, local_process_index)
+  fn, local_process_index = index_arg("on_local_process", fn, local_process_index)
+  return on_process_if(function() return self.local_process_index == local_process_index end, fn, "on_local_process")
 end
 
 -- split_between_processes(inputs, [{apply_padding = false}], [fn]): this
 -- process's contiguous part of a list, a tensor (along dim 1) or a table of
--- them (each value split); the first len % N processes get one more item.
--- With apply_padding every part is padded with its last item to the longest
--- part's length. With fn: returns fn(part).
+-- them (each value split at the same positions; all must have the same
+-- length); the first len % N processes get one more item. With
+-- apply_padding every part is padded with the input's last item (as
+-- Accelerate's inputs[-1]) to the longest part's length, also a part that
+-- was empty. On one process inputs come back as they are. An empty input
+-- gives empty parts (Accelerate fails on it with padding). With fn:
+-- returns fn(part).
 function PartialState:split_between_processes(inputs, opts, fn)
   if type(opts) == "function" then opts, fn = nil, opts end
+  require("accel.plugins").check_options("split_between_processes", opts, {apply_padding = "boolean"})
   local part = require("accel.operations").split(inputs, self.process_index, self.num_processes,
     opts and opts.apply_padding)
   if fn then return fn(part) end
@@ -133,13 +152,22 @@ end
 -- Where gradient accumulation stands, for one Accelerator: the number of
 -- micro-batches per optimizer step, whether this step synchronises (and
 -- steps the optimizer), and the data loader being iterated, whose last
--- batch also ends an accumulation window.
+-- batch also ends an accumulation window (unless the
+-- GradientAccumulationPlugin says sync_with_dataloader = false).
+-- sync_each_batch: on several processes, gradients are averaged on every
+-- micro-batch while the optimizer still steps every num_steps.
+-- adjust_scheduler is kept for Accelerate's name; Accelerate's
+-- GradientState reads it from the plugin's non-default values with a
+-- default of false, so it never changes a schedule there, and it does not
+-- here either (see accel.prepared's scheduler).
 local GradientState = {}
 GradientState.__index = GradientState
 
-function M.GradientState(num_steps)
-  return setmetatable({num_steps = num_steps, sync_gradients = true, step = 0, sync_with_dataloader = true,
-    loaders = {}}, GradientState)
+function M.GradientState(num_steps, plugin)
+  plugin = plugin or {}
+  return setmetatable({num_steps = num_steps, sync_gradients = true, step = 0,
+    sync_with_dataloader = plugin.sync_with_dataloader ~= false, sync_each_batch = plugin.sync_each_batch == true,
+    adjust_scheduler = plugin.adjust_scheduler ~= false, loaders = {}}, GradientState)
 end
 
 function GradientState:active_dataloader() return self.loaders[#self.loaders] end
