@@ -323,7 +323,7 @@ local function resolve_dataloader_config(o)
   for k, v in pairs(c) do merged[k] = v end
   for _, k in ipairs({"split_batches", "even_batches"}) do
     if o[k] ~= nil then
-      if o.dataloader_config ~= nil and o[k] ~= c[k] then
+      if plugins.was_given(c, k) and o[k] ~= c[k] then
         raise("Accelerator: %s = %s disagrees with dataloader_config.%s = %s", k, tostring(o[k]), k, tostring(c[k]))
       end
       merged[k] = o[k]
@@ -413,6 +413,9 @@ function M.is_out_of_memory_error(err)
   return type(err) == "string" and err:find("out of memory", 1, true) ~= nil
 end
 
+local FIND_BATCH_OPTIONS = plugins.register("find_executable_batch_size", {starting_batch_size = "number",
+  reduce_batch_size_fn = "function"})
+
 -- accel.find_executable_batch_size(fn, {starting_batch_size = 128, reduce_batch_size_fn = nil})
 -- -> a function(...) that calls fn(batch_size, ...) and, while that fails
 -- with an out-of-memory error, frees the cached memory and retries with
@@ -421,8 +424,7 @@ end
 -- for the next call (as Accelerate's decorator keeps it).
 function M.find_executable_batch_size(fn, o)
   if type(fn) ~= "function" then raise("find_executable_batch_size: expected a function, got %s", type(fn)) end
-  plugins.check_options("find_executable_batch_size", o, {starting_batch_size = "number",
-    reduce_batch_size_fn = "function"})
+  plugins.check_options("find_executable_batch_size", o, FIND_BATCH_OPTIONS)
   o = o or {}
   local batch_size = o.starting_batch_size or 128
   if batch_size < 1 or batch_size ~= math.floor(batch_size) then
@@ -892,10 +894,12 @@ function Accelerator:get_state_dict(model)
   return self:unwrap_model(model):state_dict()
 end
 
+local SAVE_MODEL_OPTIONS = plugins.register("save_model", {max_shard_size = "any", safe_serialization = "boolean"})
+
 -- save_model(model, dir, {max_shard_size = "10GB", safe_serialization = true})
 function Accelerator:save_model(model, dir, o)
   o = o or {}
-  plugins.check_options("save_model", o, {max_shard_size = "any", safe_serialization = "boolean"})
+  plugins.check_options("save_model", o, SAVE_MODEL_OPTIONS)
   if o.safe_serialization == false then raise("save_model: only safetensors is written (safe_serialization = true)") end
   if type(dir) ~= "string" then raise("save_model: expected a directory, got %s", type(dir)) end
   local max_bytes = checkpoint.parse_size(o.max_shard_size or "10GB", "save_model: max_shard_size")

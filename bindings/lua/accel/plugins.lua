@@ -324,6 +324,7 @@ M.check_stage = check_stage
 -- ---------------------------------------------------------------- kwargs handlers and small configurations
 
 local made_by = {} -- metatable -> constructor name
+local given = setmetatable({}, {__mode = "k"}) -- object -> the options its constructor was given
 
 -- A configuration class `name`: accel.<name>{...} checks the options against
 -- spec and limits, fills in defaults, then finish(self) may check more.
@@ -339,11 +340,16 @@ local function configuration(name, spec, defaults, limits, finish)
     check_limits(name, o, limits or {})
     local self = setmetatable({}, c)
     for k, v in pairs(defaults) do self[k] = v end
-    for k, v in pairs(o) do self[k] = v end
+    local keys = {}
+    for k, v in pairs(o) do self[k], keys[k] = v, true end
+    given[self] = keys
     if finish then finish(self) end
     return self
   end
 end
+
+-- true when the configuration object was made with option k given.
+function M.was_given(x, k) return given[x] ~= nil and given[x][k] == true end
 
 -- The constructor name of a configuration object made here (nil otherwise).
 function M.kind_of(x)

@@ -10,6 +10,7 @@ local accel = require("accel")
 local comm = require("accel.comm")
 local raise = require("accel.nn.module").raise
 local util = require("accel.util")
+local plugins = require("accel.plugins")
 
 local M = {}
 
@@ -138,9 +139,11 @@ end
 -- was empty. On one process inputs come back as they are. An empty input
 -- gives empty parts (Accelerate fails on it with padding). With fn:
 -- returns fn(part).
+local SPLIT_OPTIONS = plugins.register("split_between_processes", {apply_padding = "boolean"})
+
 function PartialState:split_between_processes(inputs, opts, fn)
   if type(opts) == "function" then opts, fn = nil, opts end
-  require("accel.plugins").check_options("split_between_processes", opts, {apply_padding = "boolean"})
+  plugins.check_options("split_between_processes", opts, SPLIT_OPTIONS)
   local part = require("accel.operations").split(inputs, self.process_index, self.num_processes,
     opts and opts.apply_padding)
   if fn then return fn(part) end

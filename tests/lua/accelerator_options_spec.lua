@@ -1,0 +1,731 @@
+-- accelerator_options_spec.lua: no accepted option is ignored. For every
+-- key of every option table the Accelerator, its plugins, kwargs handlers
+-- and configurations accept (accel.plugins.OPTION_SPECS, filled by the
+-- constructors themselves), a case below shows the key's effect, or the
+-- one clear error naming it when the value cannot be honoured yet. The
+-- first test fails when a key has no case (a key added later without a
+-- test) or a case names a key that does not exist. Effects that only show
+-- on several processes are checked in accelerator_parity_test.lua and
+-- ddp_test.lua; the cases here say so and check what one process shows.
+local accel = require("accel")
+local support = dofile("tests/lua/support.lua")
+local tmpdir, error_matching = support.tmpdir, support.error_matching
+local nn, optim, data = accel.nn, accel.optim, accel.data
+local C = accel._C
+local _ = accel.Accelerator -- loads every module that registers an option table
+local SPECS = accel.plugins.OPTION_SPECS
+
+local function mlp(seed)
+  accel.set_seed(seed)
+  return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+end
+
+-- The autocast dtype in force (nil when off).
+local function current_autocast()
+  local prev = C.set_autocast(nil)
+  C.set_autocast(prev)
+  return prev
+end
+
+-- Parameters after `steps` SGD steps on fixed data with Accelerator{o}.
+local function trained(o, steps)
+  local a = accel.Accelerator(o)
+  local model = mlp(11)
+  local opt
+  model, opt = a:prepare(model, optim.SGD(model:parameters(), {lr = 0.1}))
+  accel.set_seed(12)
+  local x = accel.randn(6, 4)
+  for _ = 1, steps or 2 do
+    a:accumulate(model, function()
+      a:backward(model(x):pow(2):mean())
+      opt:step()
+      opt:zero_grad()
+    end)
+  end
+  local out = {}
+  for i, p in ipairs(model:parameters()) do out[i] = p:clone() end
+  return out, a
+end
+
+local BASELINE = nil
+local function same_as_plain(o)
+  BASELINE = BASELINE or trained({})
+  local got = trained(o)
+  for i, p in ipairs(BASELINE) do assert.is_true(p:equal(got[i]), "parameter " .. i .. " differs") end
+end
+
+-- The options a prepared loader's shard() was called with.
+local function shard_options(o)
+  local loader = data.DataLoader(data.TensorDataset(accel.arange(8)), {batch_size = 2})
+  local orig, seen = loader.shard, nil
+  loader.shard = function(self, r, w, so)
+    seen = so
+    return orig(self, r, w, so)
+  end
+  local a = accel.Accelerator(o)
+  local prepared = a:prepare(loader)
+  return seen, prepared, a
+end
+
+-- sync_gradients after each micro-batch of one pass over a loader of n batches.
+local function sync_pattern(o, n)
+  local a = accel.Accelerator(o)
+  local model = a:prepare(mlp(1))
+  local loader = a:prepare(data.DataLoader(data.TensorDataset(accel.randn(n, 4)), {batch_size = 1}))
+  local out = {}
+  for _ in loader:iter() do
+    a:accumulate(model, function() out[#out + 1] = a.sync_gradients end)
+  end
+  return out
+end
+
+-- The lr after each of `micro` micro-batches with StepLR(gamma 0.5) stepped every micro-batch.
+local function lr_sequence(o, micro)
+  local a = accel.Accelerator(o)
+  local model = mlp(2)
+  local opt = optim.SGD(model:parameters(), {lr = 1})
+  local sched = optim.lr_scheduler.StepLR(opt, {step_size = 1, gamma = 0.5})
+  model, opt, sched = a:prepare(model, opt, sched)
+  local lrs = {}
+  for _ = 1, micro do
+    a:accumulate(model, function()
+      a:backward(model(accel.randn(2, 4)):sum())
+      opt:step()
+      sched:step()
+      opt:zero_grad()
+    end)
+    lrs[#lrs + 1] = opt.param_groups[1].lr
+  end
+  return lrs
+end
+
+-- The fp16 loss scale after the given steps (true: a clean step, false: an overflowing one).
+local function scale_after(kw, steps)
+  local a = accel.Accelerator{mixed_precision = "fp16", kwargs_handlers = {accel.GradScalerKwargs(kw)}}
+  local model = mlp(3)
+  local opt
+  model, opt = a:prepare(model, optim.SGD(model:parameters(), {lr = 1e-3}))
+  for _, clean in ipairs(steps) do
+    a:backward(model(accel.randn(2, 4)):mean() * (clean and 1e-3 or 1e38))
+    opt:step()
+    opt:zero_grad()
+  end
+  return a.scaler:get_scale()
+end
+
+local function with_timeout_restored(fn)
+  local before = accel.dist.get_timeout()
+  local ok, err = pcall(fn)
+  accel.dist.set_timeout(before)
+  if not ok then error(err, 0) end
+end
+
+local NOT_SHARDING = "sharding is not implemented yet"
+
+local CASES = {}
+
+CASES.Accelerator = {
+  mixed_precision = function()
+    local a = accel.Accelerator{mixed_precision = "bf16"}
+    assert.are.equal(accel.bfloat16, a:autocast(current_autocast))
+    local model = a:prepare(mlp(1))
+    assert.are.equal(accel.float32, model(accel.randn(2, 4)).dtype)
+    error_matching('unknown mixed_precision "fp4"', function() accel.Accelerator{mixed_precision = "fp4"} end)
+  end,
+  gradient_accumulation_steps = function()
+    local a = accel.Accelerator{gradient_accumulation_steps = 2}
+    local seen = {}
+    for _ = 1, 4 do a:accumulate(function() seen[#seen + 1] = a.sync_gradients end) end
+    assert.are.same({false, true, false, true}, seen)
+  end,
+  cpu = function()
+    local a = accel.Accelerator{cpu = true}
+    assert.is_true(a.cpu)
+    assert.are.equal("cpu", tostring(a.device))
+  end,
+  device_placement = function()
+    local _, on = shard_options({})
+    assert.are.equal("cpu", tostring(on.device))
+    local _, off = shard_options({device_placement = false})
+    assert.is_nil(off.device) -- batches are left where the loader made them
+  end,
+  log_with = function()
+    local got = {}
+    local tracker = {name = "mine", log = function(_, values, step) got[#got + 1] = {values.loss, step} end}
+    local a = accel.Accelerator{log_with = tracker}
+    a:init_trackers("p")
+    a:log({loss = 0.5}, 3)
+    assert.are.same({{0.5, 3}}, got)
+  end,
+  project_dir = function()
+    local a = accel.Accelerator{project_dir = "proj"}
+    assert.are.equal("proj", a.project_dir)
+    assert.are.equal("proj", a.logging_dir)
+  end,
+  project_config = function()
+    local dir = tmpdir()
+    local a = accel.Accelerator{project_config = {project_dir = dir, automatic_checkpoint_naming = true}}
+    a:prepare(mlp(1))
+    assert.are.equal(dir .. "/checkpoints/checkpoint_0", a:save_state())
+    support.remove_tree(dir)
+  end,
+  step_scheduler_with_optimizer = function()
+    assert.are.same({1, 0.5, 0.5, 0.25}, lr_sequence({gradient_accumulation_steps = 2}, 4))
+    assert.are.same({0.5, 0.25, 0.125, 0.0625},
+      lr_sequence({gradient_accumulation_steps = 2, step_scheduler_with_optimizer = false}, 4))
+  end,
+  split_batches = function()
+    assert.is_false(shard_options({}).split_batches)
+    assert.is_true(shard_options({split_batches = true}).split_batches)
+  end,
+  even_batches = function()
+    assert.is_true(shard_options({}).even_batches)
+    assert.is_false(shard_options({even_batches = false}).even_batches)
+  end,
+  deepspeed_plugin = function()
+    local a = accel.Accelerator{deepspeed_plugin = {zero_stage = 0, gradient_accumulation_steps = 3}}
+    assert.are.equal(3, a.gradient_accumulation_steps)
+    assert.are.equal("NO", a.distributed_type)
+    error_matching(NOT_SHARDING, function() accel.Accelerator{deepspeed_plugin = {zero_stage = 1}} end)
+  end,
+  fsdp_plugin = function()
+    local a = accel.Accelerator{fsdp_plugin = {sharding_strategy = "NO_SHARD"}}
+    assert.are.equal(0, a.zero_stage)
+    assert.are.equal("NO", a.distributed_type)
+    error_matching(NOT_SHARDING, function() accel.Accelerator{fsdp_plugin = {sharding_strategy = "FULL_SHARD"}} end)
+  end,
+  zero_stage = function()
+    assert.are.equal(0, accel.Accelerator{zero_stage = 0}.zero_stage)
+    error_matching("zero_stage = 3 shards the training state, and " .. NOT_SHARDING, function()
+      accel.Accelerator{zero_stage = 3}
+    end)
+  end,
+  kwargs_handlers = function()
+    local a = accel.Accelerator{kwargs_handlers = {accel.DistributedDataParallelKwargs{bucket_cap_mb = 5},
+      accel.AutocastKwargs{enabled = false}}}
+    assert.are.equal(5, a.ddp_kwargs.bucket_cap_mb)
+    assert.is_false(a.autocast_handler.enabled)
+    error_matching("more than one accel.GradScalerKwargs", function()
+      accel.Accelerator{kwargs_handlers = {accel.GradScalerKwargs(), accel.GradScalerKwargs{init_scale = 2}}}
+    end)
+    error_matching("kwargs_handlers%[2%] is not a handler this Accelerator knows %(accel.AutocastKwargs, "
+      .. "accel.DistributedDataParallelKwargs, accel.FP8RecipeKwargs, accel.GradScalerKwargs, "
+      .. "accel.InitProcessGroupKwargs%)", function()
+      accel.Accelerator{kwargs_handlers = {accel.AutocastKwargs(), {timeout = 3}}}
+    end)
+    error_matching("kwargs_handlers%[1%] is a GradientAccumulationPlugin; pass it as gradient_accumulation_plugin",
+      function() accel.Accelerator{kwargs_handlers = {accel.GradientAccumulationPlugin{num_steps = 2}}} end)
+  end,
+  gradient_accumulation_plugin = function()
+    local a = accel.Accelerator{gradient_accumulation_plugin = accel.GradientAccumulationPlugin{num_steps = 3}}
+    assert.are.equal(3, a.gradient_accumulation_steps)
+    assert.are.equal(2, accel.Accelerator{gradient_accumulation_plugin = {num_steps = 2}}.gradient_accumulation_steps)
+    error_matching("either gradient_accumulation_steps or gradient_accumulation_plugin", function()
+      accel.Accelerator{gradient_accumulation_steps = 2, gradient_accumulation_plugin = {num_steps = 2}}
+    end)
+  end,
+  dataloader_config = function()
+    assert.is_true(shard_options({dataloader_config = accel.DataLoaderConfiguration{split_batches = true}}).split_batches)
+    assert.is_true(shard_options({dataloader_config = {even_batches = false}, split_batches = true}).split_batches)
+    error_matching("even_batches = true disagrees with dataloader_config.even_batches = false", function()
+      accel.Accelerator{dataloader_config = {even_batches = false}, even_batches = true}
+    end)
+  end,
+}
+
+CASES.ProjectConfiguration = {
+  project_dir = function()
+    assert.are.equal("d", accel.Accelerator{project_config = {project_dir = "d"}}.project_dir)
+  end,
+  logging_dir = function()
+    local a = accel.Accelerator{project_config = {project_dir = "d", logging_dir = "logs"}}
+    assert.are.equal("logs", a.logging_dir)
+  end,
+  automatic_checkpoint_naming = function()
+    local a = accel.Accelerator{project_config = {project_dir = "d"}}
+    error_matching("give an output directory", function() a:save_state() end)
+  end,
+  total_limit = function()
+    local dir = tmpdir()
+    local a = accel.Accelerator{project_config = {project_dir = dir, automatic_checkpoint_naming = true, total_limit = 1}}
+    a:prepare(mlp(1))
+    a:save_state()
+    a:save_state()
+    assert.are.same({"checkpoint_1"}, C.fs_listdir(dir .. "/checkpoints"))
+    support.remove_tree(dir)
+    error_matching("total_limit must be a positive integer", function() accel.ProjectConfiguration{total_limit = 0} end)
+  end,
+  iteration = function()
+    local dir = tmpdir()
+    local a = accel.Accelerator{project_config = {project_dir = dir, automatic_checkpoint_naming = true, iteration = 5}}
+    a:prepare(mlp(1))
+    assert.are.equal(dir .. "/checkpoints/checkpoint_5", a:save_state())
+    assert.are.equal(6, a.save_iteration)
+    support.remove_tree(dir)
+  end,
+  save_on_each_node = function()
+    -- on one machine, "each node" is the main process's node: accepted
+    local dir = tmpdir()
+    local a = accel.Accelerator{project_config = {save_on_each_node = true}}
+    a:prepare(mlp(1))
+    a:save_state(dir .. "/ck")
+    support.remove_tree(dir)
+    -- a job over several machines is refused (simulated: fewer local processes than processes)
+    local comm = accel.PartialState().comm
+    local before = comm.local_world_size
+    comm.local_world_size = 0
+    local ok, err = pcall(accel.Accelerator, {project_config = {save_on_each_node = true}})
+    comm.local_world_size = before
+    assert.is_false(ok)
+    assert.matches("save_on_each_node = true is not supported on several machines", err)
+  end,
+}
+
+CASES.DeepSpeedPlugin = {
+  zero_stage = function()
+    assert.are.equal(0, accel.DeepSpeedPlugin{zero_stage = 0}.zero_stage)
+    for s = 1, 3 do
+      error_matching("zero_stage = " .. s .. " is not supported: .*" .. NOT_SHARDING, function()
+        accel.DeepSpeedPlugin{zero_stage = s}
+      end)
+    end
+    error_matching("zero_stage must be 0, 1, 2 or 3", function() accel.DeepSpeedPlugin{zero_stage = 7} end)
+  end,
+  offload_optimizer_device = function()
+    assert.are.equal("none", accel.DeepSpeedPlugin{zero_stage = 0, offload_optimizer_device = "none"}
+      .offload_optimizer_device)
+    error_matching('offload_optimizer_device = "cpu" is not supported: offloading.*' .. NOT_SHARDING, function()
+      accel.DeepSpeedPlugin{zero_stage = 0, offload_optimizer_device = "cpu"}
+    end)
+  end,
+  offload_param_device = function()
+    error_matching('offload_param_device = "cpu" is not supported: offloading.*' .. NOT_SHARDING, function()
+      accel.DeepSpeedPlugin{zero_stage = 0, offload_param_device = "cpu"}
+    end)
+    error_matching("must be one of none, cpu", function()
+      accel.DeepSpeedPlugin{zero_stage = 0, offload_param_device = "nvme"}
+    end)
+  end,
+  gradient_accumulation_steps = function()
+    assert.are.equal(4, accel.Accelerator{deepspeed_plugin = {zero_stage = 0, gradient_accumulation_steps = 4}}
+      .gradient_accumulation_steps)
+    error_matching("gradient_accumulation_steps = 0 is not supported", function()
+      accel.DeepSpeedPlugin{zero_stage = 0, gradient_accumulation_steps = 0}
+    end)
+  end,
+  gradient_clipping = function()
+    -- DeepSpeed clips the gradients' total norm to gradient_clipping before
+    -- every step: with SGD(lr = 1) the update's total norm is then exactly it.
+    local a = accel.Accelerator{deepspeed_plugin = {zero_stage = 0, gradient_clipping = 0.01}}
+    local model = mlp(4)
+    local opt
+    model, opt = a:prepare(model, optim.SGD(model:parameters(), {lr = 1}))
+    local before = {}
+    for i, p in ipairs(model:parameters()) do before[i] = p:clone() end
+    a:backward(model(accel.randn(6, 4)):pow(2):sum())
+    local g2 = 0
+    for _, p in ipairs(model:parameters()) do g2 = g2 + p.grad:pow(2):sum():item() end
+    assert.is_true(math.sqrt(g2) > 0.1, "the gradients are larger than the threshold")
+    opt:step()
+    local d2 = 0
+    for i, p in ipairs(model:parameters()) do d2 = d2 + (p - before[i]):pow(2):sum():item() end
+    assert.is_true(math.abs(math.sqrt(d2) - 0.01) < 1e-4, ("update norm %g"):format(math.sqrt(d2)))
+    error_matching("gradient_clipping = %-1 is not supported", function()
+      accel.DeepSpeedPlugin{zero_stage = 0, gradient_clipping = -1}
+    end)
+  end,
+  hf_ds_config = function()
+    local ds = accel.DeepSpeedPlugin{hf_ds_config = {zero_optimization = {stage = 0}, gradient_accumulation_steps = 2,
+      fp16 = {enabled = true}, train_batch_size = 8}}
+    assert.are.same({"train_batch_size"}, ds.ignored_keys)
+    local a = accel.Accelerator{deepspeed_plugin = ds}
+    assert.are.equal(2, a.gradient_accumulation_steps)
+    assert.are.equal("fp16", a.mixed_precision)
+    error_matching("zero_stage = 3 is not supported", function()
+      accel.DeepSpeedPlugin{hf_ds_config = {zero_optimization = {stage = 3}}}
+    end)
+  end,
+  zero3_init_flag = function()
+    assert.is_false(accel.DeepSpeedPlugin{zero_stage = 0, zero3_init_flag = false}.zero3_init_flag)
+    error_matching("zero3_init_flag = true is not supported: .*ZeRO stage 3", function()
+      accel.DeepSpeedPlugin{zero_stage = 0, zero3_init_flag = true}
+    end)
+  end,
+}
+
+local function fsdp(o)
+  o.sharding_strategy = o.sharding_strategy or "NO_SHARD"
+  return accel.FullyShardedDataParallelPlugin(o)
+end
+-- NO_SHARD with this option trains exactly as no plugin at all (the
+-- option only groups or orders communication, as in PyTorch).
+local function no_shard_same(o)
+  o.sharding_strategy = "NO_SHARD"
+  same_as_plain({fsdp_plugin = o})
+end
+
+CASES.FullyShardedDataParallelPlugin = {
+  sharding_strategy = function()
+    assert.are.equal(0, fsdp{sharding_strategy = "no_shard"}.zero_stage)
+    assert.are.equal(0, fsdp{sharding_strategy = 3}.zero_stage) -- PyTorch's ShardingStrategy.NO_SHARD
+    no_shard_same({})
+    for _, s in ipairs({"FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"}) do
+      error_matching(s .. '" shards the model, and ' .. NOT_SHARDING, function() fsdp{sharding_strategy = s} end)
+    end
+    error_matching("sharding_strategy must be", function() fsdp{sharding_strategy = "HALF"} end)
+  end,
+  auto_wrap_policy = function()
+    assert.are.equal("size_based_wrap", fsdp{auto_wrap_policy = "SIZE_BASED_WRAP"}.auto_wrap_policy)
+    no_shard_same({auto_wrap_policy = "transformer_based_wrap"})
+    error_matching("auto_wrap_policy must be one of", function() fsdp{auto_wrap_policy = "all"} end)
+  end,
+  cpu_offload = function()
+    assert.is_false(fsdp{cpu_offload = false}.cpu_offload)
+    error_matching("cpu_offload = true is not supported: offloading.*" .. NOT_SHARDING, function()
+      fsdp{cpu_offload = true}
+    end)
+  end,
+  min_num_params = function() no_shard_same({auto_wrap_policy = "size_based_wrap", min_num_params = 10}) end,
+  transformer_cls_names_to_wrap = function() no_shard_same({transformer_cls_names_to_wrap = {"Block"}}) end,
+  state_dict_type = function()
+    assert.are.equal("FULL_STATE_DICT", fsdp{state_dict_type = "full_state_dict"}.state_dict_type)
+    error_matching('state_dict_type = "SHARDED_STATE_DICT" is not supported', function()
+      fsdp{state_dict_type = "SHARDED_STATE_DICT"}
+    end)
+  end,
+  use_orig_params = function()
+    no_shard_same({use_orig_params = false})
+    no_shard_same({use_orig_params = true})
+  end,
+  sync_module_states = function()
+    no_shard_same({sync_module_states = true})
+    error_matching("sync_module_states = false is not supported: prepare always broadcasts", function()
+      fsdp{sync_module_states = false}
+    end)
+  end,
+  backward_prefetch = function()
+    no_shard_same({backward_prefetch = "BACKWARD_POST"})
+    error_matching("backward_prefetch must be one of", function() fsdp{backward_prefetch = "SOON"} end)
+  end,
+  forward_prefetch = function() no_shard_same({forward_prefetch = true}) end,
+  limit_all_gathers = function() no_shard_same({limit_all_gathers = false}) end,
+  activation_checkpointing = function()
+    no_shard_same({activation_checkpointing = false})
+    error_matching("activation_checkpointing = true is not supported", function()
+      fsdp{activation_checkpointing = true}
+    end)
+  end,
+}
+
+local function ddp_kw(o) return accel.Accelerator{kwargs_handlers = {accel.DistributedDataParallelKwargs(o)}}.ddp_kwargs end
+-- On one process there is no reducer; these reach the Accelerator's
+-- ddp_kwargs, which prepare hands to the reducer on N processes (their
+-- effect there: accelerator_parity_test.lua and ddp_test.lua).
+CASES.DistributedDataParallelKwargs = {
+  dim = function()
+    same_as_plain({kwargs_handlers = {accel.DistributedDataParallelKwargs{dim = 0}}})
+    error_matching("dim = 1 is not supported", function() accel.DistributedDataParallelKwargs{dim = 1} end)
+  end,
+  broadcast_buffers = function() assert.is_false(ddp_kw({broadcast_buffers = false}).broadcast_buffers) end,
+  bucket_cap_mb = function()
+    assert.are.equal(0.5, ddp_kw({bucket_cap_mb = 0.5}).bucket_cap_mb)
+    error_matching("bucket_cap_mb must be a positive number", function()
+      accel.DistributedDataParallelKwargs{bucket_cap_mb = 0}
+    end)
+  end,
+  find_unused_parameters = function()
+    assert.is_true(ddp_kw({find_unused_parameters = true}).find_unused_parameters)
+  end,
+  check_reduction = function()
+    same_as_plain({kwargs_handlers = {accel.DistributedDataParallelKwargs{check_reduction = true}}})
+  end,
+  gradient_as_bucket_view = function()
+    same_as_plain({kwargs_handlers = {accel.DistributedDataParallelKwargs{gradient_as_bucket_view = true}}})
+  end,
+  static_graph = function()
+    same_as_plain({kwargs_handlers = {accel.DistributedDataParallelKwargs{static_graph = true}}})
+  end,
+  comm_hook = function()
+    error_matching("comm_hook / comm_wrapper / comm_state_option are not supported", function()
+      accel.DistributedDataParallelKwargs{comm_hook = "fp16"}
+    end)
+  end,
+  comm_wrapper = function()
+    error_matching("not supported", function() accel.DistributedDataParallelKwargs{comm_wrapper = "fp16"} end)
+  end,
+  comm_state_option = function()
+    error_matching("not supported", function() accel.DistributedDataParallelKwargs{comm_state_option = {}} end)
+  end,
+}
+
+CASES.InitProcessGroupKwargs = {
+  timeout = function()
+    with_timeout_restored(function()
+      local before = accel.dist.get_timeout()
+      accel.Accelerator{kwargs_handlers = {accel.InitProcessGroupKwargs()}}
+      assert.are.equal(before, accel.dist.get_timeout()) -- not given: the default stays
+      accel.Accelerator{kwargs_handlers = {accel.InitProcessGroupKwargs{timeout = 7}}}
+      assert.are.equal(7, accel.dist.get_timeout())
+    end)
+    error_matching("timeout = 0 is not supported: it must be a positive number of seconds", function()
+      accel.InitProcessGroupKwargs{timeout = 0}
+    end)
+  end,
+  backend = function()
+    error_matching('backend = "nccl" is not supported: .*accel%-lua launch', function()
+      accel.InitProcessGroupKwargs{backend = "nccl"}
+    end)
+  end,
+  init_method = function()
+    error_matching("init_method = .* is not supported", function()
+      accel.InitProcessGroupKwargs{init_method = "env://"}
+    end)
+  end,
+}
+
+CASES.GradScalerKwargs = {
+  init_scale = function()
+    assert.are.equal(1024, scale_after({init_scale = 1024}, {}))
+    error_matching("init_scale = 0 is not supported", function() accel.GradScalerKwargs{init_scale = 0} end)
+  end,
+  growth_factor = function()
+    assert.are.equal(4096, scale_after({init_scale = 1024, growth_factor = 4, growth_interval = 1}, {true}))
+    error_matching("growth_factor = 1 is not supported", function() accel.GradScalerKwargs{growth_factor = 1} end)
+  end,
+  backoff_factor = function()
+    assert.are.equal(256, scale_after({init_scale = 1024, backoff_factor = 0.25}, {false}))
+    error_matching("backoff_factor = 1 is not supported", function() accel.GradScalerKwargs{backoff_factor = 1} end)
+  end,
+  growth_interval = function()
+    assert.are.equal(1024, scale_after({init_scale = 1024, growth_interval = 3}, {true, true}))
+    assert.are.equal(2048, scale_after({init_scale = 1024, growth_interval = 3}, {true, true, true}))
+    error_matching("growth_interval = 1.5 is not supported", function() accel.GradScalerKwargs{growth_interval = 1.5} end)
+  end,
+  enabled = function()
+    local a = accel.Accelerator{mixed_precision = "fp16", kwargs_handlers = {accel.GradScalerKwargs{enabled = false}}}
+    assert.is_nil(a.scaler)
+    local model = mlp(5)
+    local ref = mlp(5)
+    a:backward(a:prepare(model)(accel.ones(1, 4)):sum())
+    ref(accel.ones(1, 4)):sum():backward()
+    -- not scaled by 2^16 (fp16 GEMMs make the values differ slightly)
+    local g, r = model:parameters()[1].grad, ref:parameters()[1].grad
+    assert.is_true((g - r):abs():max():item() < 1e-2 * r:abs():max():item())
+  end,
+}
+
+CASES.AutocastKwargs = {
+  enabled = function()
+    local a = accel.Accelerator{mixed_precision = "bf16", kwargs_handlers = {accel.AutocastKwargs{enabled = false}}}
+    assert.is_nil(a:autocast(current_autocast))
+    local inner = nil
+    local model = mlp(1)
+    local forward = model.forward
+    model.forward = function(self, x)
+      inner = current_autocast()
+      return forward(self, x)
+    end
+    a:prepare(model)(accel.randn(2, 4))
+    assert.is_nil(inner) -- the prepared forward does not autocast either
+    local b = accel.Accelerator{mixed_precision = "bf16"}
+    assert.are.equal(accel.bfloat16, b:autocast(current_autocast))
+    assert.is_nil(b:autocast(accel.AutocastKwargs{enabled = false}, current_autocast)) -- Accelerate's autocast(handler)
+  end,
+  cache_enabled = function()
+    -- casts are never cached here, which changes no result; autocast stays on
+    for _, v in ipairs({true, false}) do
+      local a = accel.Accelerator{mixed_precision = "bf16", kwargs_handlers = {accel.AutocastKwargs{cache_enabled = v}}}
+      assert.are.equal(accel.bfloat16, a:autocast(current_autocast))
+    end
+  end,
+}
+
+local function fp8_refused(o)
+  error_matching("FP8RecipeKwargs, but fp8 training needs the GPU backend", function()
+    accel.Accelerator{kwargs_handlers = {accel.FP8RecipeKwargs(o)}}
+  end)
+end
+CASES.FP8RecipeKwargs = {
+  fp8_format = function()
+    assert.are.equal("E4M3", accel.FP8RecipeKwargs{fp8_format = "e4m3"}.fp8_format)
+    error_matching('fp8_format must be "HYBRID", "E4M3" or "E5M2", got "E3M4"', function()
+      accel.FP8RecipeKwargs{fp8_format = "E3M4"}
+    end)
+    fp8_refused({fp8_format = "HYBRID"})
+  end,
+  amax_history_len = function()
+    assert.are.equal(16, accel.FP8RecipeKwargs{amax_history_len = 16}.amax_history_len)
+    error_matching("amax_history_len = 0 is not supported", function() accel.FP8RecipeKwargs{amax_history_len = 0} end)
+    fp8_refused({amax_history_len = 16})
+  end,
+  amax_compute_algo = function()
+    assert.are.equal("max", accel.FP8RecipeKwargs{amax_compute_algo = "MAX"}.amax_compute_algo)
+    error_matching('amax_compute_algo must be "max" or "most_recent"', function()
+      accel.FP8RecipeKwargs{amax_compute_algo = "mean"}
+    end)
+    fp8_refused({amax_compute_algo = "max"})
+  end,
+  margin = function()
+    error_matching("margin = %-1 is not supported", function() accel.FP8RecipeKwargs{margin = -1} end)
+    fp8_refused({margin = 1})
+  end,
+  interval = function()
+    error_matching("interval = 0 is not supported", function() accel.FP8RecipeKwargs{interval = 0} end)
+    fp8_refused({interval = 2})
+  end,
+}
+
+CASES.GradientAccumulationPlugin = {
+  num_steps = function()
+    assert.are.same({false, false, true, false, true},
+      sync_pattern({gradient_accumulation_plugin = {num_steps = 3}}, 5))
+    error_matching("num_steps = 0 is not supported", function() accel.GradientAccumulationPlugin{num_steps = 0} end)
+  end,
+  adjust_scheduler = function()
+    -- Accelerate's GradientState reads adjust_scheduler from the plugin's
+    -- non-default values with a default of false, so neither value changes
+    -- the schedule: one StepLR step per optimizer step.
+    for _, v in ipairs({true, false}) do
+      local o = {gradient_accumulation_plugin = {num_steps = 2, adjust_scheduler = v}}
+      assert.are.same({1, 0.5, 0.5, 0.25}, lr_sequence(o, 4))
+    end
+  end,
+  sync_with_dataloader = function()
+    assert.are.same({false, true, true}, sync_pattern({gradient_accumulation_plugin = {num_steps = 2}}, 3))
+    assert.are.same({false, true, false},
+      sync_pattern({gradient_accumulation_plugin = {num_steps = 2, sync_with_dataloader = false}}, 3))
+  end,
+  sync_each_batch = function()
+    -- one process: nothing to synchronise, the optimizer steps as before
+    -- (the reducer syncing every micro-batch on N processes:
+    -- accelerator_parity_test.lua)
+    assert.are.same({false, true, true},
+      sync_pattern({gradient_accumulation_plugin = {num_steps = 2, sync_each_batch = true}}, 3))
+    local a = accel.Accelerator{gradient_accumulation_plugin = {num_steps = 2, sync_each_batch = true}}
+    assert.is_true(a.gradient_state.sync_each_batch)
+  end,
+}
+
+CASES.DataLoaderConfiguration = {
+  split_batches = function()
+    assert.is_true(shard_options({dataloader_config = {split_batches = true}}).split_batches)
+  end,
+  even_batches = function()
+    assert.is_false(shard_options({dataloader_config = {even_batches = false}}).even_batches)
+  end,
+  dispatch_batches = function()
+    shard_options({dataloader_config = {dispatch_batches = false}})
+    error_matching("dispatch_batches = true is not supported: every process iterates its own shard", function()
+      accel.DataLoaderConfiguration{dispatch_batches = true}
+    end)
+  end,
+  use_seedable_sampler = function()
+    -- the prepared order depends only on (seed, epoch): with the same seed
+    -- two loaders agree, and the next epoch reshuffles
+    local function order(epoch)
+      local a = accel.Accelerator{dataloader_config = {use_seedable_sampler = true}}
+      local l = a:prepare(data.DataLoader(data.TensorDataset(accel.arange(16)), {batch_size = 16, shuffle = true,
+        seed = 5}))
+      l:set_epoch(epoch)
+      for xb in l:iter() do return xb:tolist() end
+    end
+    assert.are.same(order(0), order(0))
+    assert.are_not.same(order(0), order(1))
+  end,
+  non_blocking = function()
+    -- on the CPU there is no copy to make: batches stay the loader's tensors
+    local _, l = shard_options({dataloader_config = {non_blocking = true}})
+    for xb in l:iter() do assert.are.equal("cpu", tostring(xb.device)) end
+    -- a device copy would be synchronous: refused there (simulated device)
+    local a = accel.Accelerator{dataloader_config = {non_blocking = true}}
+    local state = accel.PartialState()
+    local before = rawget(state, "device")
+    rawset(state, "device", "cuda:0")
+    local ok, err = pcall(a.prepare, a, data.DataLoader(data.TensorDataset(accel.arange(4)), {batch_size = 2}))
+    rawset(state, "device", before)
+    assert.is_false(ok)
+    assert.matches("non_blocking = true is not supported on cuda:0", err)
+  end,
+}
+
+CASES.find_executable_batch_size = {
+  starting_batch_size = function()
+    local seen = nil
+    accel.find_executable_batch_size(function(bs) seen = bs end, {starting_batch_size = 24})()
+    assert.are.equal(24, seen)
+  end,
+  reduce_batch_size_fn = function()
+    local seen = {}
+    accel.find_executable_batch_size(function(bs)
+      seen[#seen + 1] = bs
+      if bs > 5 then accel.empty(2 ^ 40) end
+    end, {starting_batch_size = 8, reduce_batch_size_fn = function() return 5 end})()
+    assert.are.same({8, 5}, seen)
+  end,
+}
+
+CASES.save_model = {
+  max_shard_size = function()
+    local dir = tmpdir()
+    local a = accel.Accelerator()
+    a:save_model(a:prepare(mlp(1)), dir, {max_shard_size = 100})
+    local files = C.fs_listdir(dir)
+    table.sort(files)
+    assert.is_true(#files > 2, "several shards and an index")
+    assert.are.equal("model.safetensors.index.json", files[#files])
+    support.remove_tree(dir)
+  end,
+  safe_serialization = function()
+    error_matching("only safetensors is written", function()
+      accel.Accelerator():save_model(mlp(1), "x", {safe_serialization = false})
+    end)
+  end,
+}
+
+CASES.split_between_processes = {
+  apply_padding = function()
+    -- one process: the input itself; the padding rule at N processes is in accelerator_parity_spec.lua
+    local ops = require("accel.operations")
+    assert.are.same({"C", "C"}, ops.split({"A", "B", "C"}, 1, 2, true))
+    assert.are.same({"C"}, ops.split({"A", "B", "C"}, 1, 2, false))
+  end,
+}
+
+describe("option tables", function()
+  it("every key of every option table has a case here, and every case a key", function()
+    local missing, extra, n = {}, {}, 0
+    for name, spec in pairs(SPECS) do
+      for key in pairs(spec) do
+        n = n + 1
+        if not (CASES[name] and CASES[name][key]) then missing[#missing + 1] = name .. "." .. key end
+      end
+    end
+    for name, cases in pairs(CASES) do
+      for key in pairs(cases) do
+        if not (SPECS[name] and SPECS[name][key] ~= nil) then extra[#extra + 1] = name .. "." .. key end
+      end
+    end
+    table.sort(missing)
+    table.sort(extra)
+    assert.are.same({}, missing, "options without a test case")
+    assert.are.same({}, extra, "cases for options that do not exist")
+    assert.is_true(n > 70, ("only %d options registered"):format(n))
+  end)
+
+  it("the registry is read-only", function()
+    error_matching("read%-only", function() SPECS.Accelerator.new_key = "any" end)
+    error_matching("read%-only", function() SPECS.Other = {} end)
+  end)
+end)
+
+local names = {}
+for name in pairs(CASES) do names[#names + 1] = name end
+table.sort(names)
+for _, name in ipairs(names) do
+  describe(name, function()
+    local keys = {}
+    for key in pairs(CASES[name]) do keys[#keys + 1] = key end
+    table.sort(keys)
+    for _, key in ipairs(keys) do it(key, CASES[name][key]) end
+  end)
+end
