@@ -1,0 +1,152 @@
+-- accel_parity.lua: the Accelerator's cross-process parity checks on N
+-- ranks, run by accelerator_parity_test.lua as
+-- `accel-lua launch --cpu --num_processes N accel_parity.lua`. Every rank
+-- checks each result against a closed form and raises on the first
+-- mismatch; at the end each rank prints "ok rank R: C checks".
+local accel = require("accel")
+local nn, optim, dist = accel.nn, accel.optim, accel.dist
+
+local acc = accel.Accelerator{kwargs_handlers = {accel.InitProcessGroupKwargs{timeout = 77}}}
+local rank, N = acc.process_index, acc.num_processes
+local checks = 0
+
+local function check(cond, fmt, ...)
+  checks = checks + 1
+  if not cond then error(("rank %d: " .. fmt):format(rank, ...), 2) end
+end
+
+local function mlp(seed)
+  accel.set_seed(seed)
+  return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+end
+
+-- Every rank's copy of tensor t (as flat lists), through gather_object.
+local function everyones(t) return acc:gather_object({t:reshape(-1):double():tolist()}) end -- a list per rank
+
+local function same_everywhere(t, what)
+  local all = everyones(t)
+  for r = 2, #all do
+    for i, v in ipairs(all[1]) do check(all[r][i] == v, "%s differs between rank 0 and rank %d", what, r - 1) end
+  end
+end
+
+-- ---- InitProcessGroupKwargs{timeout} reaches the watchdog on every rank ----
+check(dist.get_timeout() == 77, "collective timeout %s, expected 77", tostring(dist.get_timeout()))
+
+-- ---- split_between_processes pads with the input's last item ----
+do
+  local items = {}
+  for i = 1, N - 1 do items[i] = "item" .. i end -- fewer items than ranks: the last rank's part is empty
+  local part = acc:split_between_processes(items, {apply_padding = true})
+  local want = rank < N - 1 and items[rank + 1] or items[N - 1]
+  check(#part == 1 and part[1] == want, "padded part {%s}, expected {%s}", table.concat(part, ","), want)
+  local t = acc:split_between_processes(accel.arange(N - 1):float(), {apply_padding = true})
+  check(t:numel() == 1 and t:item() == (rank < N - 1 and rank or N - 2), "padded tensor part %s", tostring(t))
+  check(#acc:split_between_processes(items) == (rank < N - 1 and 1 or 0), "unpadded part length")
+end
+
+-- ---- distributed_type tells what runs ----
+check(acc.distributed_type == "MULTI_CPU", "distributed_type %s", acc.distributed_type)
+check(accel.Accelerator{fsdp_plugin = {sharding_strategy = "NO_SHARD"}}.distributed_type == "MULTI_CPU",
+  "NO_SHARD runs as MULTI_CPU")
+
+-- ---- fp16: an overflow on one rank skips the step on every rank ----
+do
+  local a = accel.Accelerator{mixed_precision = "fp16"}
+  local model = mlp(1)
+  local opt
+  model, opt = a:prepare(model, optim.SGD(model:parameters(), {lr = 0.1}))
+  local before = model:parameters()[1]:clone()
+  a:no_sync(model, function() -- local gradients: only the last rank's overflow
+    a:backward(model(accel.ones(2, 4)):pow(2):mean() * (rank == N - 1 and 1e38 or 1))
+  end)
+  a:clip_grad_norm_(model:parameters(), 1.0)
+  opt:step()
+  opt:zero_grad()
+  check(a.optimizer_step_was_skipped, "the step ran although rank %d overflowed", N - 1)
+  check(model:parameters()[1]:equal(before), "parameters changed")
+  check(a.scaler:get_scale() == 32768, "scale %g, expected 32768", a.scaler:get_scale())
+  same_everywhere(model:parameters()[1], "parameters after the skipped step")
+end
+
+-- ---- sync_each_batch: gradients averaged on every micro-batch ----
+local function collectives_per_microbatch(o)
+  local a = accel.Accelerator(o)
+  local model = mlp(2)
+  local opt
+  model, opt = a:prepare(model, optim.SGD(model:parameters(), {lr = 0.1}))
+  local counts, syncs = {}, {}
+  for i = 1, 4 do
+    local c0 = dist.counters().all_reduce or 0
+    a:accumulate(model, function()
+      a:backward(model(accel.full({2, 4}, rank + i)):sum())
+      counts[i] = (dist.counters().all_reduce or 0) - c0
+      syncs[i] = a.sync_gradients
+      opt:step()
+      opt:zero_grad()
+    end)
+  end
+  same_everywhere(model:parameters()[1], "parameters")
+  a:free_memory()
+  return counts, syncs, model
+end
+do
+  local plain, s1, m1 = collectives_per_microbatch({gradient_accumulation_plugin = {num_steps = 2}})
+  local each, s2, m2 = collectives_per_microbatch({gradient_accumulation_plugin = {num_steps = 2, sync_each_batch = true}})
+  check(plain[1] == 0 and plain[3] == 0 and plain[2] > 0, "without sync_each_batch: all_reduce counts %d %d %d %d",
+    plain[1], plain[2], plain[3], plain[4])
+  check(each[1] > 0 and each[3] > 0, "sync_each_batch: no all_reduce on a non-sync micro-batch (%d %d %d %d)",
+    each[1], each[2], each[3], each[4])
+  check(not s2[1] and s2[2] and not s2[3] and s2[4], "sync_each_batch: the optimizer still steps every 2")
+  check(not s1[1] and s1[2], "plain accumulation sync pattern")
+  -- averaging every micro-batch or once per window gives the same update
+  local d = (m1:parameters()[1] - m2:parameters()[1]):abs():max():item()
+  check(d < 1e-6, "sync_each_batch changed the result by %g", d)
+end
+
+-- ---- trigger_sync_in_backward averages inside no_sync ----
+do
+  local a = accel.Accelerator()
+  local model = a:prepare(mlp(3))
+  a:no_sync(model, function()
+    a:backward(model(accel.full({2, 4}, rank + 1)):sum()) -- local only
+    local g = model:parameters()[1].grad:clone()
+    local all = everyones(g)
+    check(all[1][1] ~= all[N][1], "no_sync gradients are local")
+    model:zero_grad()
+    a:trigger_sync_in_backward(model, function()
+      a:backward(model(accel.full({2, 4}, rank + 1)):sum())
+    end)
+    same_everywhere(model:parameters()[1].grad, "gradients after trigger_sync_in_backward")
+  end)
+  a:free_memory()
+end
+
+-- ---- DistributedDataParallelKwargs{broadcast_buffers = false} keeps each rank's buffers ----
+do
+  local function with_buffer()
+    local m = mlp(4)
+    m:register_buffer("mark", accel.full({1}, rank + 1))
+    return m
+  end
+  local a = accel.Accelerator()
+  local m = a:prepare(with_buffer())
+  check(m.mark:item() == 1, "buffers broadcast from rank 0 by default (got %g)", m.mark:item())
+  a:free_memory()
+  local b = accel.Accelerator{kwargs_handlers = {accel.DistributedDataParallelKwargs{broadcast_buffers = false}}}
+  local m2 = b:prepare(with_buffer())
+  check(m2.mark:item() == rank + 1, "broadcast_buffers = false: buffer %g, expected %d", m2.mark:item(), rank + 1)
+  b:free_memory()
+end
+
+-- ---- on_local_process / on_process / on_last_process ----
+do
+  local ran = 0
+  acc:on_local_process(function() ran = ran + 1 end, 1)()
+  acc:on_last_process(function() ran = ran + 10 end)()
+  local want = (rank == 1 and 1 or 0) + (rank == N - 1 and 10 or 0)
+  check(ran == want, "decorators ran %d, expected %d", ran, want)
+end
+
+acc:wait_for_everyone()
+print(("ok rank %d: %d checks"):format(rank, checks))
