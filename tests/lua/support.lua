@@ -244,4 +244,15 @@ function M.job_checks()
   return jobs
 end
 
+-- For a helper run on every rank: check(cond, fmt, ...) raises "rank R: ..."
+-- at the caller when cond is false, and count() tells how many ran.
+function M.rank_checker(rank)
+  local n = 0
+  local function check(cond, fmt, ...)
+    n = n + 1
+    if not cond then error(("rank %d: " .. fmt):format(rank, ...), 2) end
+  end
+  return check, function() return n end
+end
+
 return M

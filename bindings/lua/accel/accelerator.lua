@@ -33,7 +33,31 @@
 --    to one Accelerator (Accelerate shares it per process); PartialState is
 --    shared.
 --  * A GradScaler step: unscale once, skip on inf/NaN, then update() after
---    every optimizer step, as AcceleratedOptimizer does in Accelerate.
+--    every optimizer step, as AcceleratedOptimizer does in Accelerate. The
+--    unscale happens only on a synchronising step (the step itself, or a
+--    clip / unscale_gradients on that step); whether any process found an
+--    inf or NaN is agreed through one all_reduce, so every process skips
+--    the same steps. clip_grad_norm_ / clip_grad_value_ on a non-sync
+--    micro-step clip the still-scaled gradients against the threshold
+--    times the loss scale (the result of clipping the unscaled ones) and
+--    return the unscaled norm; unscale_gradients there is a no-op.
+--    (Accelerate unscales there, and PyTorch then refuses the second
+--    unscale_ of the window.)
+--  * Sharding: until the sharding engine exists, zero_stage 1-3, the
+--    sharding FSDP strategies, offloading and the FSDP / DeepSpeed options
+--    only a sharding engine could honour raise one error naming the option
+--    (or the launch setting); DeepSpeed stage 0 and FSDP NO_SHARD run as
+--    plain data parallel, and distributed_type says what runs ("NO" /
+--    "MULTI_CPU"; Accelerate would say "DEEPSPEED" / "FSDP" there).
+--  * kwargs_handlers: DistributedDataParallelKwargs, InitProcessGroupKwargs
+--    (timeout in seconds, a number), GradScalerKwargs, AutocastKwargs,
+--    FP8RecipeKwargs (refused: no fp8 here), each at most once.
+--    GradScalerKwargs without fp16 warns (Accelerate ignores it silently).
+--  * Save / load pre-hooks get the temporary folder the checkpoint is
+--    written into as output_dir (it is renamed into place when complete),
+--    so what a hook writes there belongs to the checkpoint.
+--  * find_executable_batch_size halves the batch size (DESIGN; Accelerate
+--    1.x multiplies it by 0.9; reduce_batch_size_fn chooses either).
 --  * Automatic checkpoint naming writes checkpoint_<i> with i one more than
 --    the largest existing number (0 for none), so a resumed run continues
 --    the numbering; total_limit prunes the oldest only after the new

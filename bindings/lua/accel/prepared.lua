@@ -13,7 +13,10 @@
 --  * AcceleratedScheduler: steps only after a real optimizer step, and then
 --    num_processes times unless split_batches (Accelerate's rule, so a
 --    schedule written for one process ends at the same point);
---    step_with_optimizer = false makes step() unconditional.
+--    step_with_optimizer = false makes step() unconditional. The
+--    GradientAccumulationPlugin's adjust_scheduler changes nothing, as in
+--    Accelerate (whose GradientState reads it from the plugin's non-default
+--    values with a default of false, so the adjustment never runs).
 --  * DataLoaderShard: iterates this process's shard, marks the last batch of
 --    a pass (end_of_dataloader(), which closes an accumulation window), moves
 --    batches to the device, and reports its position (epoch, batches

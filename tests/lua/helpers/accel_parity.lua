@@ -6,14 +6,11 @@
 local accel = require("accel")
 local nn, optim, dist = accel.nn, accel.optim, accel.dist
 
+local support = dofile((arg[0]:match("^(.*)/helpers/[^/]*$") or "tests/lua") .. "/support.lua")
+
 local acc = accel.Accelerator{kwargs_handlers = {accel.InitProcessGroupKwargs{timeout = 77}}}
 local rank, N = acc.process_index, acc.num_processes
-local checks = 0
-
-local function check(cond, fmt, ...)
-  checks = checks + 1
-  if not cond then error(("rank %d: " .. fmt):format(rank, ...), 2) end
-end
+local check, checks = support.rank_checker(rank)
 
 local function mlp(seed)
   accel.set_seed(seed)
@@ -149,4 +146,4 @@ do
 end
 
 acc:wait_for_everyone()
-print(("ok rank %d: %d checks"):format(rank, checks))
+print(("ok rank %d: %d checks"):format(rank, checks()))
