@@ -691,6 +691,48 @@ CASES.split_between_processes = {
   end,
 }
 
+CASES.PartialState = {
+  cpu = function()
+    local st = accel.PartialState{cpu = true}
+    assert.are.equal("cpu", tostring(st.device))
+    error_matching("unknown option gpu", function() accel.PartialState{gpu = true} end)
+  end,
+}
+
+CASES.prepare_model = {
+  device_placement = function()
+    local a = accel.Accelerator()
+    local model = mlp(1)
+    assert.are.equal(model, a:prepare_model(model, {device_placement = false}))
+    assert.are.equal("cpu", tostring(model:parameters()[1].device)) -- left where it was
+    error_matching("unknown option evaluation_mode", function() a:prepare_model(mlp(1), {evaluation_mode = true}) end)
+  end,
+}
+
+CASES.unwrap_model = {
+  keep_fp32_wrapper = function()
+    local a = accel.Accelerator{mixed_precision = "bf16"}
+    local model = mlp(1)
+    local plain = model.forward
+    a:prepare(model)
+    assert.are_not.equal(plain, model.forward) -- the autocast / float32-output patch
+    a:unwrap_model(model, {keep_fp32_wrapper = true})
+    assert.are_not.equal(plain, model.forward)
+    a:unwrap_model(model, {keep_fp32_wrapper = false})
+    assert.are.equal(plain, model.forward)
+  end,
+}
+
+CASES.backward = {
+  gradient = function()
+    local a = accel.Accelerator()
+    local w = nn.Parameter(accel.ones(2))
+    a:backward(w * 3, {gradient = accel.tensor({1, 2})})
+    assert.are.same({3, 6}, w.grad:tolist())
+    error_matching("unknown option retain_graph", function() a:backward((w * 3):sum(), {retain_graph = true}) end)
+  end,
+}
+
 describe("option tables", function()
   it("every key of every option table has a case here, and every case a key", function()
     local missing, extra, n = {}, {}, 0
@@ -709,7 +751,7 @@ describe("option tables", function()
     table.sort(extra)
     assert.are.same({}, missing, "options without a test case")
     assert.are.same({}, extra, "cases for options that do not exist")
-    assert.is_true(n > 70, ("only %d options registered"):format(n))
+    assert.is_true(n > 75, ("only %d options registered"):format(n))
   end)
 
   it("the registry is read-only", function()

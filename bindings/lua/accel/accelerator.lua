@@ -524,8 +524,11 @@ end
 -- The model itself: moved to the device, forward under autocast for bf16 /
 -- fp16; on several processes rank 0's parameters (and buffers) are
 -- broadcast and the model gets its DDP gradient reducer.
+local PREPARE_MODEL_OPTIONS = plugins.register("prepare_model", {device_placement = "boolean"})
+
 function Accelerator:prepare_model(model, o)
   if kind_of(model) ~= "model" then raise("prepare_model: expected an nn.Module, got %s", type(model)) end
+  plugins.check_options("prepare_model", o, PREPARE_MODEL_OPTIONS)
   if not contains(self._models, model) then self._models[#self._models + 1] = model end
   local place = self.device_placement and not (o and o.device_placement == false)
   if place and tostring(self.device) ~= "cpu" then model:to(self.device) end
@@ -620,7 +623,10 @@ function Accelerator:skip_first_batches(loader, n)
   return loader:skip_first_batches(n)
 end
 
+local UNWRAP_OPTIONS = plugins.register("unwrap_model", {keep_fp32_wrapper = "boolean"})
+
 function Accelerator:unwrap_model(model, o)
+  plugins.check_options("unwrap_model", o, UNWRAP_OPTIONS)
   if o and o.keep_fp32_wrapper == false then amp.unpatch_forward(model) end
   return model
 end
@@ -629,8 +635,11 @@ end
 
 -- backward(loss): loss / gradient_accumulation_steps, times the loss scale
 -- under fp16, then loss:backward().
+local BACKWARD_OPTIONS = plugins.register("backward", {gradient = "any"})
+
 function Accelerator:backward(loss, o)
   if not accel.is_tensor(loss) then raise("backward: expected the loss tensor, got %s", type(loss)) end
+  plugins.check_options("backward", o, BACKWARD_OPTIONS)
   local k = self.gradient_state.num_steps
   if k > 1 then loss = loss / k end
   if self.scaler then loss = self.scaler:scale_loss(loss) end

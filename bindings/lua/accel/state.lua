@@ -67,8 +67,12 @@ local shared = nil
 
 -- accel.PartialState([{cpu = false}]): the process state (the same object
 -- every time, as Accelerate's shared state).
+-- cpu = true asks for the CPU, which is where the process state lives in
+-- this build (every device is chosen per Accelerator).
+local PARTIAL_STATE_OPTIONS = plugins.register("PartialState", {cpu = "boolean"})
+
 function M.PartialState(opts)
-  if opts ~= nil and type(opts) ~= "table" then raise("PartialState: expected an options table, got %s", type(opts)) end
+  plugins.check_options("PartialState", opts, PARTIAL_STATE_OPTIONS)
   if shared then return shared end
   local c = comm.create()
   shared = setmetatable({comm = c, device = accel.device("cpu"), initialized = true}, PartialState)
