@@ -223,6 +223,10 @@ CASES.Accelerator = {
     error_matching("either gradient_accumulation_steps or gradient_accumulation_plugin", function()
       accel.Accelerator{gradient_accumulation_steps = 2, gradient_accumulation_plugin = {num_steps = 2}}
     end)
+    error_matching("gradient_accumulation_steps = 4 disagrees with gradient_accumulation_plugin.num_steps = 2", function()
+      accel.Accelerator{deepspeed_plugin = {zero_stage = 0, gradient_accumulation_steps = 4},
+        gradient_accumulation_plugin = {num_steps = 2}}
+    end)
   end,
   dataloader_config = function()
     assert.is_true(shard_options({dataloader_config = accel.DataLoaderConfiguration{split_batches = true}}).split_batches)
@@ -469,6 +473,11 @@ CASES.InitProcessGroupKwargs = {
     end)
     error_matching("timeout = 0 is not supported: it must be a positive number of seconds", function()
       accel.InitProcessGroupKwargs{timeout = 0}
+    end)
+    with_timeout_restored(function() -- a refused Accelerator leaves the timeout alone
+      local before = accel.dist.get_timeout()
+      pcall(accel.Accelerator, {kwargs_handlers = {accel.InitProcessGroupKwargs{timeout = 9}}, mixed_precision = "fp17"})
+      assert.are.equal(before, accel.dist.get_timeout())
     end)
   end,
   backend = function()

@@ -334,6 +334,10 @@ local function resolve_accumulation_plugin(o, ds)
     raise("Accelerator: give either gradient_accumulation_steps or gradient_accumulation_plugin, not both")
   end
   if plugins.kind_of(p) ~= "GradientAccumulationPlugin" then p = plugins.GradientAccumulationPlugin(p) end
+  if ds and ds.gradient_accumulation_steps ~= nil and ds.gradient_accumulation_steps ~= p.num_steps then
+    raise("Accelerator: the DeepSpeedPlugin's gradient_accumulation_steps = %s disagrees with "
+      .. "gradient_accumulation_plugin.num_steps = %d", tostring(ds.gradient_accumulation_steps), p.num_steps)
+  end
   return p
 end
 
@@ -382,9 +386,6 @@ local function new_accelerator(_, o)
   local handlers = resolve_kwargs(o.kwargs_handlers)
   for k, h in pairs(handlers) do rawset(self, k, h) end
   rawset(self, "ddp_kwargs", handlers.ddp_handler)
-  if handlers.init_handler and handlers.init_handler.timeout then
-    require("accel.dist").set_timeout(handlers.init_handler.timeout)
-  end
   local mp = o.mixed_precision
   if mp == nil and ds then mp = (ds.bf16 == true and "bf16") or (ds.fp16 == true and "fp16") or nil end
   rawset(self, "mixed_precision", resolve_precision(mp))
@@ -422,6 +423,9 @@ local function new_accelerator(_, o)
   rawset(self, "_grad_sync", setmetatable({}, {__mode = "k"}))
   rawset(self, "_reducers", {}) -- {model = m, reducer = r}, one per prepared model on N processes
   rawset(self, "flag", 0)
+  if handlers.init_handler and handlers.init_handler.timeout then -- last: a refused Accelerator changes nothing
+    require("accel.dist").set_timeout(handlers.init_handler.timeout)
+  end
   return self
 end
 
