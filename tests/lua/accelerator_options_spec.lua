@@ -348,6 +348,9 @@ CASES.DeepSpeedPlugin = {
     error_matching("zero_stage = 3 is not supported", function()
       accel.DeepSpeedPlugin{hf_ds_config = {zero_optimization = {stage = 3}}}
     end)
+    error_matching('mixed_precision = "bf16" disagrees with the DeepSpeed config %(fp16.enabled = true%)', function()
+      accel.Accelerator{deepspeed_plugin = ds, mixed_precision = "bf16"}
+    end)
   end,
   zero3_init_flag = function()
     assert.is_false(accel.DeepSpeedPlugin{zero_stage = 0, zero3_init_flag = false}.zero3_init_flag)

@@ -386,9 +386,12 @@ local function new_accelerator(_, o)
   local handlers = resolve_kwargs(o.kwargs_handlers)
   for k, h in pairs(handlers) do rawset(self, k, h) end
   rawset(self, "ddp_kwargs", handlers.ddp_handler)
-  local mp = o.mixed_precision
-  if mp == nil and ds then mp = (ds.bf16 == true and "bf16") or (ds.fp16 == true and "fp16") or nil end
-  rawset(self, "mixed_precision", resolve_precision(mp))
+  local ds_mp = ds and ((ds.bf16 == true and "bf16") or (ds.fp16 == true and "fp16")) or nil
+  rawset(self, "mixed_precision", resolve_precision(o.mixed_precision or ds_mp))
+  if ds_mp and self.mixed_precision ~= ds_mp then
+    raise('Accelerator: mixed_precision = "%s" disagrees with the DeepSpeed config (%s.enabled = true)',
+      self.mixed_precision, ds_mp)
+  end
   local gap = resolve_accumulation_plugin(o, ds)
   rawset(self, "gradient_accumulation_plugin", gap)
   rawset(self, "gradient_state", state.GradientState(gap.num_steps, gap))
