@@ -68,7 +68,7 @@ end
 
 local pack_value
 
-local function pack_table(t, tensors, path)
+local function pack_entries(t, tensors, path)
   local n, count, all_strings, tagged = #t, 0, true, false
   for k in pairs(t) do
     count = count + 1
@@ -101,6 +101,23 @@ local function pack_table(t, tensors, path)
   return {__map__ = pairs_out}
 end
 
+-- pack_entries with the walk bounded: a cycle or a nesting deeper than JSON
+-- holds is one error naming the path, never a stack overflow. The tables on
+-- the current path and their count; M.pack resets both (an error leaves them).
+local on_path, depth = {}, 0
+
+local function pack_table(t, tensors, path)
+  local where = path == "" and "the value" or path:gsub("^%.", "")
+  if on_path[t] then raise("checkpoint: %s contains itself (a cycle); saved state must be a tree", where) end
+  if depth >= json.MAX_DEPTH then
+    raise("checkpoint: %s nests tables deeper than %d levels (json.MAX_DEPTH)", where:sub(1, 60), json.MAX_DEPTH)
+  end
+  on_path[t], depth = true, depth + 1
+  local v = pack_entries(t, tensors, path)
+  on_path[t], depth = nil, depth - 1
+  return v
+end
+
 pack_value = function(v, tensors, path)
   local tv = type(v)
   if accel.is_tensor(v) then
@@ -129,6 +146,7 @@ end
 -- value -> json-ready value, {name -> tensor}
 function M.pack(value)
   local tensors = {}
+  on_path, depth = {}, 0
   return pack_value(value, tensors, ""), tensors
 end
 
@@ -181,12 +199,14 @@ local function all_tensors(t)
   return true
 end
 
-local function has_tensor(v, seen)
+-- (Tables nested beyond json.MAX_DEPTH are not searched: encoding refuses them.)
+local function has_tensor(v, seen, depth)
   if accel.is_tensor(v) then return true end
-  if type(v) ~= "table" or seen[v] then return false end
+  depth = depth or 0
+  if type(v) ~= "table" or seen[v] or depth > json.MAX_DEPTH then return false end
   seen[v] = true
   for _, x in pairs(v) do
-    if has_tensor(x, seen) then return true end
+    if has_tensor(x, seen, depth + 1) then return true end
   end
   return false
 end
@@ -203,8 +223,8 @@ function M.save_object(obj, path)
     raise("save: %s mixes tensors with other values; save a table of name -> tensor (safetensors) or plain "
       .. "values (JSON), or use register_for_checkpointing + save_state", path)
   end
-  local ok, text = pcall(json.encode, obj, {indent = 2})
-  if not ok then raise("save: %s: %s", path, text) end
+  local text, err = json.try_encode(obj, {indent = 2})
+  if not text then raise("save: %s: %s", path, err) end
   C.fs_write(path, text .. "\n")
 end
 
@@ -214,8 +234,8 @@ function M.load_object(path)
   if looks_like_safetensors(path) then return accel.load(path) end
   local text, err = read_file(path)
   if not text then raise("load: %s", err) end
-  local ok, v = pcall(json.decode, text)
-  if not ok then raise("load: %s is neither a safetensors file nor valid JSON (%s)", path, v) end
+  local v, jerr = json.try_decode(text)
+  if jerr then raise("load: %s is neither a safetensors file nor valid JSON (%s)", path, jerr) end
   return v
 end
 
@@ -305,7 +325,9 @@ function Writer:tensors(name, tensors, metadata)
 end
 
 function Writer:json(name, value)
-  C.fs_write(self:path(name), json.encode(value, {indent = 1}) .. "\n")
+  local text, err = json.try_encode(value, {indent = 1})
+  if not text then raise("save_state: %s: %s", name, err) end
+  C.fs_write(self:path(name), text .. "\n")
   self:wrote()
 end
 
@@ -364,8 +386,8 @@ function M.open(dir)
     refuse(dir, "%s is missing, so the folder is incomplete (an interrupted save_state) or not an accel-lua checkpoint",
       M.INDEX)
   end
-  local ok, index = pcall(json.decode, text)
-  if not ok or type(index) ~= "table" then refuse(dir, "%s is corrupted (%s)", M.INDEX, tostring(index)) end
+  local index, jerr = json.try_decode(text)
+  if type(index) ~= "table" then refuse(dir, "%s is corrupted (%s)", M.INDEX, jerr or "not an object") end
   if index.format ~= M.FORMAT then refuse(dir, "%s has format %s, expected %q", M.INDEX, tostring(index.format), M.FORMAT) end
   if index.version ~= M.VERSION then
     refuse(dir, "%s has version %s; this accel-lua reads version %d", M.INDEX, tostring(index.version), M.VERSION)
@@ -409,8 +431,8 @@ end
 
 function Reader:json(name)
   local path = self:require(name)
-  local ok, v = pcall(json.decode, read_file(path))
-  if not ok then refuse(self.dir, "%s is not valid JSON: %s", name, tostring(v)) end
+  local v, err = json.try_decode(read_file(path))
+  if err then refuse(self.dir, "%s is not valid JSON: %s", name, err) end
   return v
 end
 
