@@ -1,0 +1,68 @@
+-- json_objects.lua: run by tests/lua/json_test.lua under
+-- `mpirun -np 2 accel-lua json_objects.lua`. One rank gives gather_object /
+-- broadcast_object a value JSON cannot hold (a function, NaN, a cycle, a
+-- 10^6-deep table, invalid UTF-8): every rank must get one error naming the
+-- rank that gave it (this script's file:line), none may hang, and the
+-- collectives after it must still pair up. Prints "ok rank R: C checks".
+local accel = require("accel")
+local acc = accel.Accelerator()
+local rank, checks = acc.process_index, 0
+local HERE = "json_objects.lua:"
+
+local function check(cond, what)
+  checks = checks + 1
+  if not cond then
+    print(("FAIL rank %d: %s"):format(rank, what))
+    os.exit(1)
+  end
+end
+
+local function deep(n)
+  local top = {}
+  local t = top
+  for _ = 2, n do
+    t[1] = {}
+    t = t[1]
+  end
+  return top
+end
+
+-- fn must fail on this rank with a message naming `bad_rank` and `needle`.
+local function refused(name, bad_rank, needle, fn)
+  local ok, err = pcall(fn)
+  check(not ok, name .. ": no error")
+  err = tostring(err)
+  print(("rank %d: %s: %s"):format(rank, name, err:sub(1, 200)))
+  check(err:find(("rank %d's value cannot be sent"):format(bad_rank), 1, true), name .. ": rank not named: " .. err)
+  check(err:find(needle, 1, true), name .. ": cause not named: " .. err)
+  check(err:find(HERE, 1, true), name .. ": no file:line of the script: " .. err)
+end
+
+local cyc = {}
+cyc.self = cyc
+refused("function on rank 1", 1, "value.cb is a function", function()
+  acc:gather_object(rank == 1 and {cb = print} or {cb = "fine"})
+end)
+refused("NaN on rank 0", 0, "value[1] is NaN", function() acc:gather_object({rank == 0 and 0 / 0 or 1.0}) end)
+refused("cycle on rank 1", 1, "value.self contains itself", function() acc:gather_object(rank == 1 and cyc or {}) end)
+refused("deep table on rank 0", 0, "deeper than 256 levels", function()
+  acc:gather_object(rank == 0 and deep(1000000) or {})
+end)
+refused("broadcast from rank 1 of bad UTF-8", 1, "value.s is not valid UTF-8", function()
+  acc.state.comm:broadcast_object({s = rank == 1 and "\xff" or "ok"}, 1)
+end)
+
+-- A bad value on a rank that is not the source is not sent, so not refused.
+local got = acc.state.comm:broadcast_object(rank == 0 and {n = 7} or {cb = print}, 0)
+check(got.n == 7, "broadcast from rank 0 ignored the other rank's value")
+
+-- The collectives still pair up after the refusals.
+local all = acc:gather_object({rank, 2 ^ 53 + rank, "r\u{e9}" .. rank})
+check(#all == 6 and all[1] == 0 and all[4] == 1, "gather_object after the refusals")
+check(math.type(all[2]) == "float" and all[5] == 2 ^ 53 + 1, "float values came back changed")
+local ints = acc:gather_object(math.maxinteger - rank)
+check(ints[1] == math.maxinteger and ints[2] == math.maxinteger - 1 and math.type(ints[2]) == "integer",
+  "integers near 2^63 came back changed")
+local sum = acc:reduce(accel.tensor({rank + 1.0}), "sum")
+check(sum:item() == 3, "a tensor collective after the refusals")
+print(("ok rank %d: %d checks"):format(rank, checks))
