@@ -291,24 +291,36 @@ local Writer = {}
 Writer.__index = Writer
 
 -- Start a checkpoint that will replace `target` on commit. tmp_suffix makes
--- the temporary folder name (the same on every process).
+-- the temporary folder name (the same on every process); create: make it now
+-- (else call w:create() on the one process that writes the folder).
 function M.writer(target, tmp_suffix, create)
   target = target:gsub("/+$", "")
   local self = setmetatable({target = target, tmp = target .. ".tmp-" .. tmp_suffix,
     pause_ms = tonumber(os.getenv("ACCEL_TEST_SAVE_PAUSE_MS") or "")}, Writer)
-  if create then
-    local parent, base = target:match("^(.*)/([^/]*)$")
-    if parent == nil then parent, base = ".", target end
-    if parent ~= "" then C.mkdirs(parent) end
-    for _, f in ipairs(C.fs_listdir(parent ~= "" and parent or "/") or {}) do
-      local tag, pid = f:sub(#base + 1, #base + 5), f:sub(#base + 6)
-      if f:sub(1, #base) == base and (tag == ".tmp-" or tag == ".old-") and pid:find("^%d+$") then
-        C.fs_remove_tree(join(parent, f)) -- left by a save that crashed
-      end
-    end
-    C.mkdirs(self.tmp)
-  end
+  if create then self:create() end
   return self
+end
+
+-- The parent folder, stale temporary folders of crashed saves removed, and
+-- the empty temporary folder.
+function Writer:create()
+  local target = self.target
+  local parent, base = target:match("^(.*)/([^/]*)$")
+  if parent == nil then parent, base = ".", target end
+  if parent ~= "" then C.mkdirs(parent) end
+  for _, f in ipairs(C.fs_listdir(parent ~= "" and parent or "/") or {}) do
+    local tag, pid = f:sub(#base + 1, #base + 5), f:sub(#base + 6)
+    if f:sub(1, #base) == base and (tag == ".tmp-" or tag == ".old-") and pid:find("^%d+$") then
+      C.fs_remove_tree(join(parent, f)) -- left by a save that crashed
+    end
+  end
+  C.mkdirs(self.tmp)
+end
+
+-- A save that failed: remove the temporary folder (the target is untouched
+-- until commit). Never raises, so the save's own error is the one reported.
+function Writer:abort()
+  if C.fs_stat(self.tmp) then pcall(C.fs_remove_tree, self.tmp) end
 end
 
 function Writer:path(name) return join(self.tmp, name) end

@@ -65,4 +65,23 @@ check(ints[1] == math.maxinteger and ints[2] == math.maxinteger - 1 and math.typ
   "integers near 2^63 came back changed")
 local sum = acc:reduce(accel.tensor({rank + 1.0}), "sum")
 check(sum:item() == 3, "a tensor collective after the refusals")
+
+-- save_state failing on rank 0 only
+local dir = arg[1]
+local C = accel._C
+local model = acc:prepare(accel.nn.Linear(3, 2))
+acc:save_state(dir .. "/ckpt")
+local index = io.open(dir .. "/ckpt/checkpoint_index.json"):read("a")
+acc:register_for_checkpointing({load_state_dict = function() end, state_dict = function()
+  if rank == 0 then error("rank 0's state_dict fails on purpose") end
+  return {}
+end})
+local ok, err = pcall(acc.save_state, acc, dir .. "/ckpt")
+print(("rank %d: save_state: %s"):format(rank, tostring(err)))
+check(not ok, "save_state did not fail")
+check(tostring(err):find(rank == 0 and "rank 0's state_dict fails on purpose" or "save_state: process 0 failed", 1, true),
+  "save_state error: " .. tostring(err))
+acc:wait_for_everyone()
+check(table.concat(C.fs_listdir(dir), " ") == "ckpt", "leftovers: " .. table.concat(C.fs_listdir(dir), " "))
+check(io.open(dir .. "/ckpt/checkpoint_index.json"):read("a") == index, "the old checkpoint changed")
 print(("ok rank %d: %d checks"):format(rank, checks))
