@@ -819,6 +819,13 @@ function Accelerator:save_state(output_dir)
   return output_dir
 end
 
+-- profile(fn, opts): fn() with the core's op profiler on; writes a Chrome
+-- trace to opts.output_trace_dir/profile_<process_index>.json (see
+-- accel.profiler for the options); returns what fn returns.
+function Accelerator:profile(fn, opts)
+  return require("accel.profiler").run(fn, opts, self.process_index, function() self:wait_for_everyone() end)
+end
+
 local function count_mismatch(what, saved, have)
   if saved ~= have then
     return ("the checkpoint holds %d %s, this Accelerator prepared %d"):format(saved or 0, what, have)
