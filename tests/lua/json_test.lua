@@ -3,7 +3,7 @@
 -- error appears on every rank, names the rank that gave the bad value and the
 -- script's file:line, nothing hangs, and later collectives still work; a
 -- save_state failing on one rank fails on both and leaves no temporary
--- folder. Run by
+-- folder; accelerator:profile writes one trace per rank. Run by
 -- scripts/run-tests.sh as `accel-lua json_test.lua` (exit 0 = pass).
 local HERE = arg[0]:match("^(.*)/[^/]*$") or "."
 local support = dofile(HERE .. "/support.lua")

@@ -84,4 +84,17 @@ check(tostring(err):find(rank == 0 and "rank 0's state_dict fails on purpose" or
 acc:wait_for_everyone()
 check(table.concat(C.fs_listdir(dir), " ") == "ckpt", "leftovers: " .. table.concat(C.fs_listdir(dir), " "))
 check(io.open(dir .. "/ckpt/checkpoint_index.json"):read("a") == index, "the old checkpoint changed")
+
+-- profile: one trace file per rank, written before profile returns anywhere
+local json = require("accel.json")
+acc:wait_for_everyone() -- both ranks have looked at dir
+acc:profile(function() accel.ones(2):add(rank) end, {output_trace_dir = dir .. "/traces"})
+for r = 0, 1 do
+  local f = io.open(("%s/traces/profile_%d.json"):format(dir, r))
+  check(f ~= nil, "no profile_" .. r .. ".json")
+  local trace = json.decode(f:read("a"))
+  f:close()
+  check(#trace.traceEvents == 1 and trace.traceEvents[1].name == "add" and trace.traceEvents[1].pid == r,
+    "profile_" .. r .. ".json: " .. json.encode(trace.traceEvents))
+end
 print(("ok rank %d: %d checks"):format(rank, checks))
