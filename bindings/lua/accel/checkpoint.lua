@@ -11,8 +11,9 @@
 -- possibly a ".tmp-" folder that nothing loads (the next save of <dir>
 -- removes it). A save that raises (on any process: see save_step in
 -- accelerator.lua) removes its temporary folder with Writer:abort(), so only
--- a killed process leaves one. open() verifies the index, every size and checksum before
--- anything is read, and names the file and the fault when it refuses.
+-- a killed process leaves one. open() verifies the index, every size and
+-- checksum before anything is read, and names the file and the fault when
+-- it refuses.
 --
 -- State that mixes tensors and plain Lua values (optimizer, scheduler,
 -- registered objects) is split by pack(): tensors go to NAME.safetensors
