@@ -9,7 +9,9 @@
 -- autograd backward function ("<op>Backward", e.g. "linearBackward"), each
 -- with its own start and end from the core's monotonic clock. Ops called
 -- inside another op or a backward function are recorded too, nested in it
--- (as in PyTorch's trace). pid is the process index, tid the thread.
+-- (as in PyTorch's trace). pid is the process index, tid the thread. Views,
+-- tensor creation, fused optimizer steps and collectives are not forward
+-- events (their backward functions, e.g. of views, are recorded).
 --
 -- opts (the names of Accelerate's ProfileKwargs; unknown keys are refused):
 --   output_trace_dir  folder for profile_<process_index>.json (as Accelerate);
