@@ -1,7 +1,7 @@
 -- json_objects.lua: run by tests/lua/json_test.lua under
 -- `mpirun -np 2 accel-lua json_objects.lua`. One rank gives gather_object /
 -- broadcast_object a value JSON cannot hold (a function, NaN, a cycle, a
--- 10^6-deep table, invalid UTF-8): every rank must get one error naming the
+-- 10^5-deep table, invalid UTF-8): every rank must get one error naming the
 -- rank that gave it (this script's file:line), none may hang, and the
 -- collectives after it must still pair up. Prints "ok rank R: C checks".
 local accel = require("accel")
@@ -46,7 +46,7 @@ end)
 refused("NaN on rank 0", 0, "value[1] is NaN", function() acc:gather_object({rank == 0 and 0 / 0 or 1.0}) end)
 refused("cycle on rank 1", 1, "value.self contains itself", function() acc:gather_object(rank == 1 and cyc or {}) end)
 refused("deep table on rank 0", 0, "deeper than 256 levels", function()
-  acc:gather_object(rank == 0 and deep(1000000) or {})
+  acc:gather_object(rank == 0 and deep(100000) or {}) -- 10^6 is in json_spec (slow under ASan with full unwinds)
 end)
 refused("broadcast from rank 1 of bad UTF-8", 1, "value.s is not valid UTF-8", function()
   acc.state.comm:broadcast_object({s = rank == 1 and "\xff" or "ok"}, 1)
