@@ -252,10 +252,19 @@ local function raw_part(s, i, j)
   return part
 end
 
+-- The next quote, backslash or control character U+0000-U+001F at or after
+-- i (DEL, which %c also matches, is plain text). No NUL in the pattern, for
+-- LuaJIT.
+local function next_special(s, i)
+  local j = s:find('["\\%c]', i)
+  while j and s:byte(j) == 127 do j = s:find('["\\%c]', j + 1) end
+  return j
+end
+
 local function decode_string(s, pos) -- pos at the opening quote
   local parts, i = {}, pos + 1
   while true do
-    local j = s:find('["\\\0-\31]', i)
+    local j = next_special(s, i)
     if not j then decode_error(s, pos, "unterminated string") end
     parts[#parts + 1] = raw_part(s, i, j)
     local c = s:sub(j, j)
