@@ -12,6 +12,7 @@
 #include "autograd.h"
 #include "ops.h"
 #include "pool.h"
+#include "profile.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -262,6 +263,13 @@ static int count_deps(AGNode *root, NodeList *all) {
     return rc;
 }
 
+/* The node's backward (into gin), or its backward_acc (into *acc), timed by
+ * the profiler as one "<name>Backward" event when it is on. */
+static int timed_backward(AGNode *n, Tensor *gout, Tensor **gin, Tensor **acc) {
+    PROF_SCOPE(n->name, PROF_BACKWARD, gout, NULL);
+    return acc ? n->backward_acc(n, gout, acc) : n->backward(n, gout, gin);
+}
+
 static int run_node(AGNode *n, NodeList *ready) {
     if (n->released)
         return accel_fail_int("backward through %s a second time: the graph's saved tensors were freed after the first "
@@ -274,7 +282,7 @@ static int run_node(AGNode *n, NodeList *ready) {
     n->grad_acc = NULL;
     if (n->backward_acc && n->n_in == 1 && n->edges[0].fn) { /* adds into the producer's gradient itself */
         AGNode *p = n->edges[0].fn;
-        int rc = gout ? n->backward_acc(n, gout, &p->grad_acc) : 0;
+        int rc = gout ? timed_backward(n, gout, NULL, &p->grad_acc) : 0;
         tensor_release(gout);
         if (rc == 0 && --p->deps == 0) rc = list_push(ready, p);
         if (gin != gin_stack) free(gin);
@@ -282,7 +290,7 @@ static int run_node(AGNode *n, NodeList *ready) {
         n->released = true;
         return rc;
     }
-    int rc = gout ? n->backward(n, gout, gin) : 0; /* no gradient reached it: none for its inputs */
+    int rc = gout ? timed_backward(n, gout, gin, NULL) : 0; /* no gradient reached it: none for its inputs */
     tensor_release(gout);
     for (int k = 0; rc == 0 && k < n->n_in; k++) {
         AGEdge *e = &n->edges[k];

@@ -11,6 +11,7 @@
  * y:transpose(2, 3):contiguous():view(B, L, H * Dv) costs no copy. It is
  * not a view of anything the caller has seen (is_view stays false). */
 #include "ops.h"
+#include "profile.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -119,6 +120,7 @@ static int check_sdpa(const Tensor *q, const Tensor *k, const Tensor *v) {
 }
 
 Tensor *op_scaled_dot_product_attention(Tensor *qin, Tensor *kin, Tensor *vin, double scale, bool causal) {
+    PROF_SCOPE("scaled_dot_product_attention", PROF_FORWARD, qin, kin);
     if (check_sdpa(qin, kin, vin) < 0) return NULL;
     const DType cdt = qin->dtype == DT_F64 ? DT_F64 : DT_F32;
     const int nd = qin->ndim;

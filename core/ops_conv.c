@@ -18,6 +18,7 @@
  *    uint8 position within the window instead (8x less memory traffic). */
 #include "ops.h"
 #include "precision.h"
+#include "profile.h"
 #include <string.h>
 
 /* The kernels' dtype for a float input dtype, and their accumulator dtype. */
@@ -183,6 +184,7 @@ static Tensor *conv2d_impl(Tensor *x, Tensor *w, Tensor *b, const int64_t stride
 
 Tensor *op_conv2d_padded(Tensor *x, Tensor *w, Tensor *b, const int64_t stride[2], const int64_t pad_lo[2],
                          const int64_t pad_hi[2], const int64_t dilation[2], int64_t groups) {
+    PROF_SCOPE("conv2d", PROF_FORWARD, x, w);
     if (b && b->dtype != x->dtype)
         return accel_fail("conv2d: bias (%s) must have the input's dtype (%s)", dtype_name(b->dtype), dtype_name(x->dtype));
     if (precision_autocast() == DT_F32) return conv2d_impl(x, w, b, stride, pad_lo, pad_hi, dilation, groups);
@@ -253,6 +255,7 @@ static void pool_shape(const Tensor *x, const KPool2d *g, int64_t out[4]) {
 
 Tensor *op_max_pool2d(Tensor *xin, const int64_t kernel[2], const int64_t stride[2], const int64_t padding[2],
                       const int64_t dilation[2], bool ceil_mode, Tensor **indices) {
+    PROF_SCOPE("max_pool2d", PROF_FORWARD, xin, NULL);
     if (indices) *indices = NULL;
     if (pool_check(xin, kernel, stride, padding, dilation) < 0) return NULL;
     const int nd = xin->ndim;

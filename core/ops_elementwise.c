@@ -5,6 +5,7 @@
 #include "ops.h"
 #include "backend.h"
 #include "iter.h"
+#include "profile.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -196,6 +197,7 @@ static void record_binary(KBinOp op, Tensor *out, Tensor *a, Tensor *b) {
 }
 
 Tensor *op_binary(KBinOp op, Tensor *a, Tensor *b) {
+    PROF_SCOPE(kbin_name(op), PROF_FORWARD, a, b);
     const char *name = kbin_name(op);
     if (check_same_device(a, b, name) < 0) return NULL;
     int64_t shape[TENSOR_MAX_DIMS];
@@ -228,6 +230,7 @@ static Tensor *scalar_operand(KBinOp op, const Tensor *a, double s, bool is_int)
 }
 
 Tensor *op_binary_scalar(KBinOp op, Tensor *a, double s, bool is_int, bool scalar_lhs) {
+    PROF_SCOPE(kbin_name(op), PROF_FORWARD, a, NULL);
     Tensor *st = scalar_operand(op, a, s, is_int);
     if (!st) return NULL;
     Tensor *x = scalar_lhs ? st : a, *y = scalar_lhs ? a : st;
@@ -279,6 +282,7 @@ static int check_inplace_dtype(Tensor *a, DType rd, const char *op) {
 }
 
 int op_binary_(KBinOp op, Tensor *a, Tensor *b) {
+    PROF_SCOPE(kbin_name(op), PROF_INPLACE, a, b);
     const char *name = kbin_name(op);
     if (check_same_device(a, b, name) < 0) return -1;
     int64_t shape[TENSOR_MAX_DIMS];
@@ -315,7 +319,7 @@ int op_binary_(KBinOp op, Tensor *a, Tensor *b) {
     return rc;
 }
 
-int op_binary_scalar_(KBinOp op, Tensor *a, double s, bool is_int) {
+int op_binary_scalar_(KBinOp op, Tensor *a, double s, bool is_int) { /* profiled as the op_binary_ it calls */
     if (check_inplace_dtype(a, scalar_result_dtype(op, a->dtype, is_int), kbin_name(op)) < 0) return -1;
     Tensor *st = scalar_operand(op, a, s, is_int);
     if (!st) return -1;
@@ -400,6 +404,7 @@ static int bw_unary(AGNode *n, Tensor *g, Tensor **gin) {
 }
 
 Tensor *op_unary(KUnOp op, Tensor *a, double p1, double p2) {
+    PROF_SCOPE(kun_name(op), PROF_FORWARD, a, NULL);
     DType rd = a->dtype;
     if (!dtype_is_float(rd) && !unary_keeps_int(op)) rd = dtype_default_float();
     if (op == KU_NOT) rd = DT_BOOL;
@@ -421,6 +426,7 @@ Tensor *op_unary(KUnOp op, Tensor *a, double p1, double p2) {
 }
 
 int op_unary_(KUnOp op, Tensor *a, double p1, double p2) {
+    PROF_SCOPE(kun_name(op), PROF_INPLACE, a, NULL);
     const char *name = kun_name(op);
     if (!dtype_is_float(a->dtype) && !unary_keeps_int(op))
         return accel_fail_int("%s_: result type float can't be cast to the in-place output's type %s", name, dtype_name(a->dtype));
@@ -466,6 +472,7 @@ static int bw_where(AGNode *n, Tensor *g, Tensor **gin) {
 }
 
 Tensor *op_where(Tensor *cond, Tensor *a, Tensor *b) {
+    PROF_SCOPE("where", PROF_FORWARD, a, b);
     if (cond->dtype != DT_BOOL && cond->dtype != DT_U8)
         return accel_fail("where: condition must be a bool tensor, got %s", dtype_name(cond->dtype));
     int64_t s1[TENSOR_MAX_DIMS], s2[TENSOR_MAX_DIMS];
@@ -500,6 +507,7 @@ static int check_mask(Tensor *mask) {
 }
 
 Tensor *op_masked_fill(Tensor *a, Tensor *mask, double v) {
+    PROF_SCOPE("masked_fill", PROF_FORWARD, a, mask);
     if (check_mask(mask) < 0) return NULL;
     Tensor *fill = tensor_scalar(v, a->dtype);
     if (!fill) return NULL;
@@ -523,4 +531,7 @@ int op_masked_fill_(Tensor *a, Tensor *mask, double v) {
     return rc;
 }
 
-Tensor *op_cast(Tensor *a, DType dt) { return tensor_to_dtype(a, dt); }
+Tensor *op_cast(Tensor *a, DType dt) {
+    PROF_SCOPE("to", PROF_FORWARD, a, NULL);
+    return tensor_to_dtype(a, dt);
+}

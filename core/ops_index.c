@@ -2,6 +2,7 @@
  * with index validation (0-based index values; errors name the bad index)
  * and backward rules. */
 #include "ops.h"
+#include "profile.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,6 +75,7 @@ static int bw_index_select(AGNode *n, Tensor *g, Tensor **gin) { return bw_add_a
 /* ---- gather ---- */
 
 Tensor *op_gather(Tensor *a, int dim, Tensor *index) {
+    PROF_SCOPE("gather", PROF_FORWARD, a, index);
     if ((dim = tensor_wrap_dim(a, dim, "gather")) < 0) return NULL;
     if (index->ndim != a->ndim)
         return accel_fail("gather: index (shape %s) must have as many dims as the input (shape %s)", tensor_shape_str(index), tensor_shape_str(a));
@@ -100,6 +102,7 @@ Tensor *op_gather(Tensor *a, int dim, Tensor *index) {
 /* ---- index_select / embedding ---- */
 
 Tensor *op_index_select(Tensor *a, int dim, Tensor *index) {
+    PROF_SCOPE("index_select", PROF_FORWARD, a, index);
     if (a->ndim == 0) return accel_fail("index_select: cannot index a 0-dim tensor");
     if ((dim = tensor_wrap_dim(a, dim, "index_select")) < 0) return NULL;
     if (index->ndim > 1) return accel_fail("index_select: index must be 1-D, got shape %s", tensor_shape_str(index));
@@ -121,6 +124,7 @@ Tensor *op_index_select(Tensor *a, int dim, Tensor *index) {
 }
 
 Tensor *op_embedding(Tensor *weight, Tensor *index) {
+    PROF_SCOPE("embedding", PROF_FORWARD, weight, index);
     if (weight->ndim != 2) return accel_fail("embedding: weight must be 2-D (num_embeddings, dim), got %s", tensor_shape_str(weight));
     Tensor *flat = tensor_reshape(index, (int64_t[]){-1}, 1);
     Tensor *rows = flat ? op_index_select(weight, 0, flat) : NULL;
@@ -148,6 +152,7 @@ static int bw_cat(AGNode *n, Tensor *g, Tensor **gin) {
 }
 
 Tensor *op_cat(Tensor **ts, int n, int dim) {
+    PROF_SCOPE("cat", PROF_FORWARD, n > 0 ? ts[0] : NULL, NULL);
     if (n == 0) return accel_fail("cat: expected a non-empty list of tensors");
     Tensor *ref = ts[0];
     if (ref->ndim == 0) return accel_fail("cat: zero-dimensional tensor (item 1) cannot be concatenated");
@@ -184,6 +189,7 @@ Tensor *op_cat(Tensor **ts, int n, int dim) {
 }
 
 Tensor *op_stack(Tensor **ts, int n, int dim) {
+    PROF_SCOPE("stack", PROF_FORWARD, n > 0 ? ts[0] : NULL, NULL);
     if (n == 0) return accel_fail("stack: expected a non-empty list of tensors");
     int nd = ts[0]->ndim + 1;
     if (dim < -nd || dim >= nd) return accel_fail("stack: dim %d out of range for %d-dim result", dim >= 0 ? dim + 1 : dim, nd);
@@ -220,6 +226,7 @@ static Tensor *tri_mask(const Tensor *a, int64_t k, bool upper) {
 }
 
 Tensor *op_tril(Tensor *a, int64_t k, bool upper) {
+    PROF_SCOPE(upper ? "triu" : "tril", PROF_FORWARD, a, NULL);
     if (a->ndim < 2) return accel_fail("%s: input must have at least 2 dims, got shape %s", upper ? "triu" : "tril", tensor_shape_str(a));
     Tensor *m = tri_mask(a, k, upper);
     Tensor *r = m ? op_masked_fill(a, m, 0.0) : NULL;

@@ -7,6 +7,7 @@
 #include "backend.h"
 #include "iter.h"
 #include "precision.h"
+#include "profile.h"
 #include <string.h>
 
 /* A 2-D matrix as GEMM sees it. */
@@ -268,6 +269,12 @@ static Tensor *matmul_2(Tensor *a, Tensor *b, Tensor *unused) {
     return matmul_impl(a, b);
 }
 
-Tensor *op_matmul(Tensor *a, Tensor *b) { return with_autocast(matmul_2, a, b, NULL); }
+Tensor *op_matmul(Tensor *a, Tensor *b) {
+    PROF_SCOPE("matmul", PROF_FORWARD, a, b);
+    return with_autocast(matmul_2, a, b, NULL);
+}
 
-Tensor *op_linear(Tensor *x, Tensor *w, Tensor *b) { return with_autocast(linear_impl, x, w, b); }
+Tensor *op_linear(Tensor *x, Tensor *w, Tensor *b) {
+    PROF_SCOPE("linear", PROF_FORWARD, x, w);
+    return with_autocast(linear_impl, x, w, b);
+}

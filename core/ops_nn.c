@@ -2,6 +2,7 @@
  * (forward + backward through the fused kernels), in float32 or float64;
  * other float dtypes compute in float32. */
 #include "ops.h"
+#include "profile.h"
 #include <string.h>
 
 static DType nn_compute_dtype(DType dt) { return dt == DT_F64 ? DT_F64 : DT_F32; }
@@ -30,6 +31,7 @@ static int bw_softmax(AGNode *n, Tensor *g, Tensor **gin) {
 }
 
 Tensor *op_softmax(Tensor *a, int dim, bool log) {
+    PROF_SCOPE(log ? "log_softmax" : "softmax", PROF_FORWARD, a, NULL);
     const char *name = log ? "log_softmax" : "softmax";
     if (!dtype_is_float(a->dtype)) return accel_fail("%s: input dtype must be floating point, got %s", name, dtype_name(a->dtype));
     if ((dim = tensor_wrap_dim(a, dim, name)) < 0) return NULL;
@@ -166,6 +168,7 @@ static Tensor *cross_entropy_probs(Tensor *logits, Tensor *target, double ls) {
 }
 
 Tensor *op_cross_entropy(Tensor *logits, Tensor *target, int64_t ignore_index, double ls, int reduction) {
+    PROF_SCOPE("cross_entropy", PROF_FORWARD, logits, target);
     if (!dtype_is_float(logits->dtype))
         return accel_fail("cross_entropy: input must be floating point, got %s", dtype_name(logits->dtype));
     if (ls < 0 || ls > 1) return accel_fail("cross_entropy: label_smoothing must be in [0, 1], got %g", ls);
@@ -220,6 +223,7 @@ static int bw_layer_norm(AGNode *n, Tensor *g, Tensor **gin) {
 }
 
 Tensor *op_layer_norm(Tensor *xin, const int64_t *nshape, int nnd, Tensor *w, Tensor *b, double eps) {
+    PROF_SCOPE("layer_norm", PROF_FORWARD, xin, w);
     bool ok = nnd >= 1 && nnd <= xin->ndim;
     for (int k = 0; ok && k < nnd; k++) ok = xin->shape[xin->ndim - nnd + k] == nshape[k];
     int64_t C = shape_numel(nshape, nnd);

@@ -5,6 +5,7 @@
  * last first. */
 #include "ops.h"
 #include "backend.h"
+#include "profile.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,6 +166,7 @@ static int bw_reduce(AGNode *n, Tensor *g, Tensor **gin) {
 }
 
 Tensor *op_reduce(KRedOp op, Tensor *a, const int *dims, int ndims, bool keepdim) {
+    PROF_SCOPE(red_names[op], PROF_FORWARD, a, NULL);
     const char *name = red_names[op];
     if (op == KR_MEAN && !dtype_is_float(a->dtype))
         return accel_fail("mean: input dtype must be floating point, got %s (convert with :float())", dtype_name(a->dtype));
@@ -205,6 +207,7 @@ static int bw_max_dim(AGNode *n, Tensor *g, Tensor **gin) {
 }
 
 int op_max_dim(Tensor *a, int dim, bool keepdim, bool want_max, Tensor **values, Tensor **indices) {
+    PROF_SCOPE(want_max ? "max" : "min", PROF_FORWARD, a, NULL);
     const char *name = want_max ? "max" : "min";
     if ((dim = tensor_wrap_dim(a, dim, name)) < 0) return -1;
     if (a->ndim == 0) {
@@ -256,6 +259,7 @@ int op_max_dim(Tensor *a, int dim, bool keepdim, bool want_max, Tensor **values,
 }
 
 Tensor *op_argmax(Tensor *a, int dim, bool keepdim, bool want_max, bool all) {
+    PROF_SCOPE(want_max ? "argmax" : "argmin", PROF_FORWARD, a, NULL);
     Tensor *v = NULL, *ix = NULL;
     if (!all && tensor_wrap_dim(a, dim, want_max ? "argmax" : "argmin") < 0) return NULL;
     bool prev = ag_set_grad_enabled(false);
@@ -280,6 +284,7 @@ Tensor *op_argmax(Tensor *a, int dim, bool keepdim, bool want_max, bool all) {
 /* ---- composites: var, std, norm ---- */
 
 Tensor *op_var(Tensor *a, const int *dims, int ndims, double correction, bool keepdim) {
+    PROF_SCOPE("var", PROF_FORWARD, a, NULL);
     if (!dtype_is_float(a->dtype)) return accel_fail("var: input dtype must be floating point, got %s", dtype_name(a->dtype));
     RedDims r;
     if (red_dims(a, dims, ndims, keepdim, &r, "var") < 0) return NULL;
@@ -309,6 +314,7 @@ static int bw_norm2(AGNode *n, Tensor *g, Tensor **gin) {
 }
 
 Tensor *op_norm(Tensor *a, double p, const int *dims, int ndims, bool keepdim) {
+    PROF_SCOPE("norm", PROF_FORWARD, a, NULL);
     if (!dtype_is_float(a->dtype)) return accel_fail("norm: input dtype must be floating point, got %s", dtype_name(a->dtype));
     Tensor *ab = op_unary(KU_ABS, a, 0, 0), *r = NULL;
     if (!ab) return NULL;

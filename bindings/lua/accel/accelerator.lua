@@ -1062,6 +1062,22 @@ local function index_of(self, fingerprints)
   return idx
 end
 
+-- One part of save_state, run on every process, then agreed on in place of
+-- a barrier: when f raised on any process, the temporary folder is removed
+-- (the target is untouched before commit) and every process raises, the
+-- failing one its own error, the others an error naming it.
+local function save_step(comm, w, f)
+  local ok, err = pcall(f)
+  local all = comm:all_gather_object(ok and "" or tostring(err):gsub("[\128-\255]", "?"))
+  for r, e in ipairs(all) do
+    if e ~= "" then
+      if comm.rank == 0 then w:abort() end
+      if not ok then error(err, 0) end
+      raise("save_state: process %d failed, so nothing was saved: %s", r - 1, e)
+    end
+  end
+end
+
 -- save_state([dir]): the whole training state as one checkpoint folder
 -- (see accel.checkpoint); returns the folder.
 function Accelerator:save_state(output_dir)
@@ -1085,36 +1101,45 @@ function Accelerator:save_state(output_dir)
     raise("save_state: expected a directory, got %s", type(output_dir))
   end
   local comm, main = self.state.comm, self.is_main_process
-  local w = checkpoint.writer(output_dir, comm:broadcast_object(main and C.getpid() or nil, 0), main)
-  comm:barrier()
+  local w = checkpoint.writer(output_dir, comm:broadcast_object(main and C.getpid() or nil, 0), false)
+  local fingerprints = {}
+  save_step(comm, w, function() if main then w:create() end end)
   local models, weights = {}, {}
   for i, m in ipairs(self._models) do models[i], weights[i] = m, self:get_state_dict(m) end
-  run_hooks(self._save_state_pre_hooks, models, weights, w.tmp)
-  local fingerprints = {}
-  if main then
-    for i, sd in ipairs(weights) do
-      fingerprints[i] = checkpoint.fingerprint(sd)
-      w:tensors(numbered("model", i, ".safetensors"), sd)
+  save_step(comm, w, function() run_hooks(self._save_state_pre_hooks, models, weights, w.tmp) end)
+  save_step(comm, w, function()
+    if main then
+      for i, sd in ipairs(weights) do
+        fingerprints[i] = checkpoint.fingerprint(sd)
+        w:tensors(numbered("model", i, ".safetensors"), sd)
+      end
+      for i, opt in ipairs(self._optimizers) do w:packed(numbered("optimizer", i), opt:state_dict()) end
+      for i, s in ipairs(self._schedulers) do w:packed(numbered("scheduler", i), s:state_dict()) end
+      for i, l in ipairs(self._dataloaders) do w:json(numbered("dataloader", i, ".json"), l:state_dict()) end
+      for i, obj in ipairs(self._custom_objects) do
+        w:packed("custom_checkpoint_" .. (i - 1), call_either(obj, "state_dict"))
+      end
+      if self.scaler then w:json("scaler.json", self.scaler:state_dict()) end
     end
-    for i, opt in ipairs(self._optimizers) do w:packed(numbered("optimizer", i), opt:state_dict()) end
-    for i, s in ipairs(self._schedulers) do w:packed(numbered("scheduler", i), s:state_dict()) end
-    for i, l in ipairs(self._dataloaders) do w:json(numbered("dataloader", i, ".json"), l:state_dict()) end
-    for i, obj in ipairs(self._custom_objects) do
-      w:packed("custom_checkpoint_" .. (i - 1), call_either(obj, "state_dict"))
+    w:json(("random_states_%d.json"):format(self.process_index), {accel = rng_state(), step = self.gradient_state.step})
+  end)
+  save_step(comm, w, function()
+    if main then
+      w:commit(index_of(self, fingerprints))
+      if root and pc.total_limit then
+        local nums = existing_checkpoints(root)
+        for j = 1, #nums - pc.total_limit do C.fs_remove_tree(checkpoint.join(root, "checkpoint_" .. nums[j])) end
+      end
     end
-    if self.scaler then w:json("scaler.json", self.scaler:state_dict()) end
-  end
-  w:json(("random_states_%d.json"):format(self.process_index), {accel = rng_state(), step = self.gradient_state.step})
-  comm:barrier()
-  if main then
-    w:commit(index_of(self, fingerprints))
-    if root and pc.total_limit then
-      local nums = existing_checkpoints(root)
-      for j = 1, #nums - pc.total_limit do C.fs_remove_tree(checkpoint.join(root, "checkpoint_" .. nums[j])) end
-    end
-  end
-  comm:barrier()
+  end)
   return output_dir
+end
+
+-- profile(fn, opts): fn() with the core's op profiler on; writes a Chrome
+-- trace to opts.output_trace_dir/profile_<process_index>.json (see
+-- accel.profiler for the options); returns what fn returns.
+function Accelerator:profile(fn, opts)
+  return require("accel.profiler").run(fn, opts, self.process_index, function() self:wait_for_everyone() end)
 end
 
 local function count_mismatch(what, saved, have)

@@ -9,8 +9,11 @@
 -- removed afterwards), and the parent directory is fsynced. A crash at any
 -- point leaves either the old folder or the new complete one at <dir>, plus
 -- possibly a ".tmp-" folder that nothing loads (the next save of <dir>
--- removes it). open() verifies the index, every size and checksum before
--- anything is read, and names the file and the fault when it refuses.
+-- removes it). A save that raises (on any process: see save_step in
+-- accelerator.lua) removes its temporary folder with Writer:abort(), so only
+-- a killed process leaves one. open() verifies the index, every size and
+-- checksum before anything is read, and names the file and the fault when
+-- it refuses.
 --
 -- State that mixes tensors and plain Lua values (optimizer, scheduler,
 -- registered objects) is split by pack(): tensors go to NAME.safetensors
@@ -68,7 +71,7 @@ end
 
 local pack_value
 
-local function pack_table(t, tensors, path)
+local function pack_entries(t, tensors, path)
   local n, count, all_strings, tagged = #t, 0, true, false
   for k in pairs(t) do
     count = count + 1
@@ -101,6 +104,23 @@ local function pack_table(t, tensors, path)
   return {__map__ = pairs_out}
 end
 
+-- pack_entries with the walk bounded: a cycle or a nesting deeper than JSON
+-- holds is one error naming the path, never a stack overflow. The tables on
+-- the current path and their count; M.pack resets both (an error leaves them).
+local on_path, depth = {}, 0
+
+local function pack_table(t, tensors, path)
+  local where = path == "" and "the value" or path:gsub("^%.", "")
+  if on_path[t] then raise("checkpoint: %s contains itself (a cycle); saved state must be a tree", where) end
+  if depth >= json.MAX_DEPTH then
+    raise("checkpoint: %s nests tables deeper than %d levels (json.MAX_DEPTH)", where:sub(1, 60), json.MAX_DEPTH)
+  end
+  on_path[t], depth = true, depth + 1
+  local v = pack_entries(t, tensors, path)
+  on_path[t], depth = nil, depth - 1
+  return v
+end
+
 pack_value = function(v, tensors, path)
   local tv = type(v)
   if accel.is_tensor(v) then
@@ -129,6 +149,7 @@ end
 -- value -> json-ready value, {name -> tensor}
 function M.pack(value)
   local tensors = {}
+  on_path, depth = {}, 0
   return pack_value(value, tensors, ""), tensors
 end
 
@@ -181,12 +202,14 @@ local function all_tensors(t)
   return true
 end
 
-local function has_tensor(v, seen)
+-- (Tables nested beyond json.MAX_DEPTH are not searched: encoding refuses them.)
+local function has_tensor(v, seen, depth)
   if accel.is_tensor(v) then return true end
-  if type(v) ~= "table" or seen[v] then return false end
+  depth = depth or 0
+  if type(v) ~= "table" or seen[v] or depth > json.MAX_DEPTH then return false end
   seen[v] = true
   for _, x in pairs(v) do
-    if has_tensor(x, seen) then return true end
+    if has_tensor(x, seen, depth + 1) then return true end
   end
   return false
 end
@@ -203,8 +226,8 @@ function M.save_object(obj, path)
     raise("save: %s mixes tensors with other values; save a table of name -> tensor (safetensors) or plain "
       .. "values (JSON), or use register_for_checkpointing + save_state", path)
   end
-  local ok, text = pcall(json.encode, obj, {indent = 2})
-  if not ok then raise("save: %s: %s", path, text) end
+  local text, err = json.try_encode(obj, {indent = 2})
+  if not text then raise("save: %s: %s", path, err) end
   C.fs_write(path, text .. "\n")
 end
 
@@ -214,8 +237,8 @@ function M.load_object(path)
   if looks_like_safetensors(path) then return accel.load(path) end
   local text, err = read_file(path)
   if not text then raise("load: %s", err) end
-  local ok, v = pcall(json.decode, text)
-  if not ok then raise("load: %s is neither a safetensors file nor valid JSON (%s)", path, v) end
+  local v, jerr = json.try_decode(text)
+  if jerr then raise("load: %s is neither a safetensors file nor valid JSON (%s)", path, jerr) end
   return v
 end
 
@@ -271,24 +294,36 @@ local Writer = {}
 Writer.__index = Writer
 
 -- Start a checkpoint that will replace `target` on commit. tmp_suffix makes
--- the temporary folder name (the same on every process).
+-- the temporary folder name (the same on every process); create: make it now
+-- (else call w:create() on the one process that writes the folder).
 function M.writer(target, tmp_suffix, create)
   target = target:gsub("/+$", "")
   local self = setmetatable({target = target, tmp = target .. ".tmp-" .. tmp_suffix,
     pause_ms = tonumber(os.getenv("ACCEL_TEST_SAVE_PAUSE_MS") or "")}, Writer)
-  if create then
-    local parent, base = target:match("^(.*)/([^/]*)$")
-    if parent == nil then parent, base = ".", target end
-    if parent ~= "" then C.mkdirs(parent) end
-    for _, f in ipairs(C.fs_listdir(parent ~= "" and parent or "/") or {}) do
-      local tag, pid = f:sub(#base + 1, #base + 5), f:sub(#base + 6)
-      if f:sub(1, #base) == base and (tag == ".tmp-" or tag == ".old-") and pid:find("^%d+$") then
-        C.fs_remove_tree(join(parent, f)) -- left by a save that crashed
-      end
-    end
-    C.mkdirs(self.tmp)
-  end
+  if create then self:create() end
   return self
+end
+
+-- The parent folder, stale temporary folders of crashed saves removed, and
+-- the empty temporary folder.
+function Writer:create()
+  local target = self.target
+  local parent, base = target:match("^(.*)/([^/]*)$")
+  if parent == nil then parent, base = ".", target end
+  if parent ~= "" then C.mkdirs(parent) end
+  for _, f in ipairs(C.fs_listdir(parent ~= "" and parent or "/") or {}) do
+    local tag, pid = f:sub(#base + 1, #base + 5), f:sub(#base + 6)
+    if f:sub(1, #base) == base and (tag == ".tmp-" or tag == ".old-") and pid:find("^%d+$") then
+      C.fs_remove_tree(join(parent, f)) -- left by a save that crashed
+    end
+  end
+  C.mkdirs(self.tmp)
+end
+
+-- A save that failed: remove the temporary folder (the target is untouched
+-- until commit). Never raises, so the save's own error is the one reported.
+function Writer:abort()
+  if C.fs_stat(self.tmp) then pcall(C.fs_remove_tree, self.tmp) end
 end
 
 function Writer:path(name) return join(self.tmp, name) end
@@ -305,7 +340,9 @@ function Writer:tensors(name, tensors, metadata)
 end
 
 function Writer:json(name, value)
-  C.fs_write(self:path(name), json.encode(value, {indent = 1}) .. "\n")
+  local text, err = json.try_encode(value, {indent = 1})
+  if not text then raise("save_state: %s: %s", name, err) end
+  C.fs_write(self:path(name), text .. "\n")
   self:wrote()
 end
 
@@ -364,8 +401,8 @@ function M.open(dir)
     refuse(dir, "%s is missing, so the folder is incomplete (an interrupted save_state) or not an accel-lua checkpoint",
       M.INDEX)
   end
-  local ok, index = pcall(json.decode, text)
-  if not ok or type(index) ~= "table" then refuse(dir, "%s is corrupted (%s)", M.INDEX, tostring(index)) end
+  local index, jerr = json.try_decode(text)
+  if type(index) ~= "table" then refuse(dir, "%s is corrupted (%s)", M.INDEX, jerr or "not an object") end
   if index.format ~= M.FORMAT then refuse(dir, "%s has format %s, expected %q", M.INDEX, tostring(index.format), M.FORMAT) end
   if index.version ~= M.VERSION then
     refuse(dir, "%s has version %s; this accel-lua reads version %d", M.INDEX, tostring(index.version), M.VERSION)
@@ -409,8 +446,8 @@ end
 
 function Reader:json(name)
   local path = self:require(name)
-  local ok, v = pcall(json.decode, read_file(path))
-  if not ok then refuse(self.dir, "%s is not valid JSON: %s", name, tostring(v)) end
+  local v, err = json.try_decode(read_file(path))
+  if err then refuse(self.dir, "%s is not valid JSON: %s", name, err) end
   return v
 end
 

@@ -35,15 +35,45 @@ function Single:broadcast(t, src)
   return t
 end
 function Single:barrier() end
-function Single:all_gather_object(v) return {v} end
-function Single:broadcast_object(v) return v end
+
+-- Objects travel as JSON (accel.json). A rank whose value cannot be encoded
+-- sends "\0" and the reason instead (no JSON text starts with a NUL), so the
+-- one collective still completes on every rank and every rank raises the
+-- same error, naming the rank; one process encodes and decodes too, so a
+-- value is refused (or copied) the same on every process count.
+local function payload(v)
+  local text, err = require("accel.json").try_encode(v)
+  return text or "\0" .. err
+end
+
+-- The value a payload from 0-based `rank` stands for, or the error, raised
+-- at the user's file:line.
+local function unpayload(op, s, rank)
+  local raise = require("accel.util").raise
+  if s:sub(1, 1) == "\0" then raise("%s: rank %d's value cannot be sent: %s", op, rank, s:sub(2)) end
+  local v, err = require("accel.json").try_decode(s)
+  if err then raise("%s: rank %d's value arrived damaged: %s", op, rank, err) end
+  return v
+end
+
+-- Every payload checked before any is decoded: one failing rank fails all.
+local function unpayload_all(op, payloads)
+  for r, s in ipairs(payloads) do
+    if s:sub(1, 1) == "\0" then unpayload(op, s, r - 1) end
+  end
+  local out = {}
+  for r, s in ipairs(payloads) do out[r] = unpayload(op, s, r - 1) end
+  return out
+end
+
+function Single:all_gather_object(v) return unpayload_all("gather_object", {payload(v)}) end
+function Single:broadcast_object(v) return unpayload("broadcast_object", payload(v), 0) end
 
 -- Several processes: the same interface over accel.dist (MPI on CPU).
 local Multi = {}
 Multi.__index = Multi
 
 local function dist() return require("accel.dist") end
-local function json() return require("accel.json") end
 
 -- First dims may differ between ranks (all_gather_v), e.g. the last
 -- batches of a loader prepared with even_batches = false.
@@ -79,12 +109,11 @@ function Multi:broadcast(t, src)
 end
 function Multi:barrier() dist().barrier() end
 function Multi:all_gather_object(v)
-  local out = {}
-  for i, s in ipairs(dist().all_gather_bytes(json().encode(v))) do out[i] = json().decode(s) end
-  return out
+  return unpayload_all("gather_object", dist().all_gather_bytes(payload(v)))
 end
 function Multi:broadcast_object(v, src)
-  return json().decode(dist().broadcast_bytes(json().encode(v), src or 0))
+  src = src or 0
+  return unpayload("broadcast_object", dist().broadcast_bytes(self.rank == src and payload(v) or "", src), src)
 end
 
 -- The communicator for this process: accel.dist's world when the script was

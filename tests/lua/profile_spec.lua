@@ -1,0 +1,133 @@
+-- profile_spec.lua: Accelerator:profile(fn, opts) writes a Chrome trace
+-- (Trace Event Format) of the core's ops and backward functions with their
+-- own times: the forward and backward ops of a small training step are in
+-- it by name, timestamps are ordered, durations non-negative, nested events
+-- inside their parents, and the top-level events fit in the wall time
+-- measured around the call; nothing is recorded while the profiler is off;
+-- options follow Accelerate's ProfileKwargs names, the rest is refused.
+local accel = require("accel")
+local json = require("accel.json")
+local support = dofile("tests/lua/support.lua")
+local expect_error, tmpdir, read = support.expect_error, support.tmpdir, support.read_file
+local nn = accel.nn
+
+local function names_of(trace)
+  local set = {}
+  for _, e in ipairs(trace.traceEvents) do set[e.name] = (set[e.name] or 0) + 1 end
+  return set
+end
+
+-- A two-layer MLP step: forward, loss, backward.
+local function step()
+  accel.set_seed(3)
+  local model = nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 3))
+  local x, y = accel.randn(8, 6), accel.tensor({0, 1, 2, 0, 1, 2, 0, 1})
+  return function()
+    local loss = nn.functional.cross_entropy(model(x), y)
+    loss:backward()
+    return loss:item(), "second result"
+  end
+end
+
+describe("Accelerator:profile", function()
+  local acc = accel.Accelerator()
+
+  it("writes profile_<rank>.json with the forward and backward ops and their times", function()
+    local dir = tmpdir()
+    local run = step()
+    local t0 = accel.clock()
+    local loss, second = acc:profile(run, {output_trace_dir = dir .. "/traces", record_shapes = true})
+    local wall_us = (accel.clock() - t0) * 1e6
+    assert.is_true(loss > 0)
+    assert.are.equal("second result", second)
+    local trace = json.decode(read(dir .. "/traces/profile_0.json"))
+    local names = names_of(trace)
+    for _, want in ipairs({"linear", "tanh", "cross_entropy", "linearBackward", "tanhBackward",
+      "cross_entropyBackward", "matmul"}) do
+      assert.is_truthy(names[want], "no " .. want .. " event; got " .. json.encode(names))
+    end
+    assert.are.equal(2, names.linear)
+    assert.are.equal(2, names.linearBackward)
+    local ev = trace.traceEvents
+    local prev, top, top_sum = -1, {}, 0
+    for _, e in ipairs(ev) do
+      assert.are.equal("X", e.ph)
+      assert.are.equal(0, e.pid)
+      assert.is_true(e.ts >= prev, "timestamps out of order")
+      assert.is_true(e.dur >= 0)
+      assert.is_true(e.ts >= 0 and e.ts + e.dur <= wall_us, "event outside the profiled call")
+      prev = e.ts
+      -- an event either starts after the last top-level one ends, or lies inside it
+      local last = top[#top]
+      if last and e.ts < last.ts + last.dur then
+        assert.is_true(e.ts + e.dur <= last.ts + last.dur + 1e-3, e.name .. " overlaps " .. last.name .. " without nesting")
+      else
+        top[#top + 1] = e
+        top_sum = top_sum + e.dur
+      end
+    end
+    assert.is_true(top_sum <= wall_us, ("top-level events sum to %g us, the call took %g us"):format(top_sum, wall_us))
+    -- linear's input shapes: x [8, 6] and the weight [5, 6]
+    local first_linear
+    for _, e in ipairs(ev) do
+      if e.name == "linear" then first_linear = first_linear or e end
+    end
+    assert.are.same({{8, 6}, {5, 6}}, first_linear.args["Input Dims"])
+    -- backward runs after the forward
+    local last_forward, first_backward = 0, math.huge
+    for _, e in ipairs(ev) do
+      if e.cat == "backward" then first_backward = math.min(first_backward, e.ts) end
+      if e.name == "cross_entropy" then last_forward = e.ts end
+    end
+    assert.is_true(first_backward > last_forward)
+    support.remove_tree(dir)
+  end)
+
+  it("records nothing while it is off", function()
+    local run = step()
+    run() -- ops before
+    local trace
+    acc:profile(function() end, {on_trace_ready = function(t) trace = t end})
+    assert.are.equal(0, #trace.traceEvents)
+    assert.is_false(accel._C.profile_active())
+    run() -- ops after
+    acc:profile(function() accel.ones(2):add(1) end, {on_trace_ready = function(t) trace = t end})
+    assert.are.same({add = 1}, names_of(trace))
+    assert.are.same({}, trace.traceEvents[1].args) -- no shapes unless record_shapes
+  end)
+
+  it("in-place ops end in _, and nothing is written without output_trace_dir", function()
+    local trace
+    local dir = tmpdir()
+    acc:profile(function() accel.ones(3):mul_(2) end, {on_trace_ready = function(t) trace = t end})
+    assert.are.same({mul_ = 1}, names_of(trace))
+    assert.are.same({}, accel._C.fs_listdir(dir))
+    support.remove_tree(dir)
+  end)
+
+  it("an error in fn is raised unchanged and stops the profiler", function()
+    local dir = tmpdir()
+    local line = debug.getinfo(1, "l").currentline + 1
+    local ok, err = pcall(acc.profile, acc, function() error("fn fails on purpose") end, {output_trace_dir = dir})
+    assert.is_false(ok)
+    assert.are.equal("tests/lua/profile_spec.lua:" .. line .. ": fn fails on purpose", err)
+    assert.is_false(accel._C.profile_active())
+    assert.are.same({}, accel._C.fs_listdir(dir))
+    local trace
+    acc:profile(function() accel.ones(2):neg() end, {on_trace_ready = function(t) trace = t end})
+    assert.are.same({neg = 1}, names_of(trace)) -- the failed run left nothing behind
+    support.remove_tree(dir)
+  end)
+
+  it("refuses what it does not do", function()
+    local f = function() end
+    expect_error(function() acc:profile(f, {output_dir = "x"}) end, "profile: unknown option output_dir")
+    expect_error(function() acc:profile(f, {with_stack = true}) end, "profile: with_stack is not supported")
+    expect_error(function() acc:profile(f, {profile_memory = true}) end, "profile: profile_memory is not supported")
+    expect_error(function() acc:profile(f, {activities = {"cpu", "cuda"}}) end, "activity cuda is not supported")
+    expect_error(function() acc:profile(f, {record_shapes = "yes"}) end, "record_shapes must be a boolean")
+    expect_error(function() acc:profile("f") end, "profile: expected a function to run, got string")
+    expect_error(function() acc:profile(function() acc:profile(f) end) end, "profile calls do not nest")
+    assert.is_false(accel._C.profile_active())
+  end)
+end)
