@@ -3,7 +3,7 @@
 own Python client reads them back from a tracking server, for
 tests/lua/trackers_spec.lua (which checks what the MLflow tracker sent).
 
-    read-mlflow-run.py TRACKING_URI EXPERIMENT_NAME
+    read-mlflow-run.py TRACKING_URI EXPERIMENT_NAME [--latest]
 
 One tab-separated line per fact, runs in start order:
     experiment  <id>
@@ -11,7 +11,8 @@ One tab-separated line per fact, runs in start order:
     param       <run_id>  <key>  <value>
     tag         <run_id>  <key>  <value>
     metric      <run_id>  <key>  <step>  <repr(value)>  <timestamp ms>
-(every value of a metric's history, from get_metric_history). Values with
+(every value of a metric's history, from get_metric_history; with --latest
+only the run's latest value per key, as "latest <run_id> <key> <repr(value)>"). Values with
 tabs or newlines are escaped with Python's repr. No experiment of that name:
 "experiment none" and exit 0.
 """
@@ -27,6 +28,7 @@ def text(s):
 
 def main():
     uri, name = sys.argv[1], sys.argv[2]
+    latest = "--latest" in sys.argv[3:]
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name(name)
     if exp is None:
@@ -42,6 +44,9 @@ def main():
         for k, v in sorted(run.data.tags.items()):
             print(f"tag\t{rid}\t{text(k)}\t{text(v)}")
         for key in sorted(run.data.metrics):
+            if latest:
+                print(f"latest\t{rid}\t{text(key)}\t{run.data.metrics[key]!r}")
+                continue
             for m in client.get_metric_history(rid, key):
                 print(f"metric\t{rid}\t{text(key)}\t{m.step}\t{m.value!r}\t{m.timestamp}")
 

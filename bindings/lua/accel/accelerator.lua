@@ -669,9 +669,13 @@ function Accelerator:init_trackers(project_name, a, b)
   if init_kwargs ~= nil and not is_table(init_kwargs) then raise("init_trackers: init_kwargs must be a table, got %s", type(init_kwargs)) end
   init_kwargs = init_kwargs or {}
   if not self.is_main_process then return end
+  local entries = tracker_entries(self.log_with)
+  for _, entry in ipairs(entries) do -- every name and table checked before any tracker starts
+    if is_table(entry) then accel.tracking.check_tracker(entry) else accel.tracking.expand_names(entry) end
+  end
   local started, used = {}, {}
   local ok, err = pcall(function()
-    for _, entry in ipairs(tracker_entries(self.log_with)) do
+    for _, entry in ipairs(entries) do
       local trackers, names = start_tracker(self, entry, project_name, init_kwargs)
       for _, t in ipairs(trackers) do started[#started + 1] = t end
       for _, n in ipairs(names) do used[n] = true end
