@@ -74,11 +74,12 @@ local function recorder(name)
   return t
 end
 
-describe("init_trackers arguments", function()
-  local dir
-  before_each(function() dir = tmpdir() end)
-  after_each(function() rmtree(dir) end)
+-- A fresh folder per test (the describes below use it).
+local dir
+before_each(function() dir = tmpdir() end)
+after_each(function() rmtree(dir) end)
 
+describe("init_trackers arguments", function()
   it("takes the config positionally, as Accelerate's init_trackers(project_name, config)", function()
     local a = accel.Accelerator{log_with = "jsonl", project_dir = dir}
     a:init_trackers("run1", {lr = 0.1, batch_size = 32})
@@ -127,10 +128,6 @@ describe("init_trackers arguments", function()
 end)
 
 describe("tracker names", function()
-  local dir
-  before_each(function() dir = tmpdir() end)
-  after_each(function() rmtree(dir) end)
-
   it("refuses Accelerate's trackers we do not have, naming the supported ones, before starting any", function()
     for _, name in ipairs({"wandb", "comet_ml", "aim", "clearml", "dvclive", "swanlab", "trackio"}) do
       local a = accel.Accelerator{log_with = {"csv", name}, project_dir = dir}
@@ -160,10 +157,6 @@ describe("tracker names", function()
 end)
 
 describe("custom trackers", function()
-  local dir
-  before_each(function() dir = tmpdir() end)
-  after_each(function() rmtree(dir) end)
-
   it("a table with GeneralTracker's methods, alone: start, config, log, finish", function()
     local t = recorder("mine")
     local a = accel.Accelerator{log_with = t}
@@ -257,7 +250,6 @@ describe("the MLflow tracker without a server", function()
   end)
 
   it("a server that never answers: an error once the timeout has passed", function()
-    local dir = tmpdir()
     local log = dir .. "/hung.log"
     local pgid = spawn(SYSTEM_PYTHON .. [[ -c 'import socket, time; s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8); print(s.getsockname()[1], flush=True); time.sleep(60)']], log, 60)
     local port
@@ -275,7 +267,6 @@ describe("the MLflow tracker without a server", function()
       assert.matches("experiments/get%-by%-name%?experiment_name=Default: no answer within 1", e)
     end)
     stop(pgid)
-    rmtree(dir)
     assert(ok, err)
   end)
 end)
@@ -444,7 +435,6 @@ describe("the MLflow tracker against `mlflow server`", function()
 
   it('takes MLFLOW_TRACKING_URI and MLFLOW_EXPERIMENT_NAME from the environment; "all" includes it', function()
     if not need_server() then return end
-    local dir = tmpdir()
     write_file(dir .. "/train.lua", [[
       local accel = require("accel")
       local a = accel.Accelerator{log_with = "all", project_dir = ]] .. string.format("%q", dir) .. [[}
@@ -462,6 +452,5 @@ describe("the MLflow tracker against `mlflow server`", function()
     assert.are.same({lr = "2"}, r.runs[1].params)
     assert.are.same({{step = 3, value = 0.125}}, {{step = r.runs[1].metrics.loss[1].step, value = r.runs[1].metrics.loss[1].value}})
     assert.is_true(exists(dir .. "/files/metrics.csv"))
-    rmtree(dir)
   end)
 end)

@@ -568,10 +568,9 @@ end
 
 -- A metric value as MLflow's JSON (protobuf's spellings for NaN and the infinities).
 local function mlflow_number(v)
-  if v ~= v then return '"NaN"' end
-  if v == math.huge then return '"Infinity"' end
-  if v == -math.huge then return '"-Infinity"' end
-  return json.encode(v)
+  local text = json_metric(v)
+  if v ~= v or v == math.huge or v == -math.huge then return '"' .. text .. '"' end
+  return text
 end
 
 function Mlflow:write(step, items, wall)
