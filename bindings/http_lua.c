@@ -75,9 +75,8 @@ static void set_headers(lua_State *L, HttpReq *r, int idx) {
     luaL_checktype(L, idx, LUA_TTABLE);
     lua_Integer n = (lua_Integer)lua_rawlen(L, idx);
     for (lua_Integer i = 1; i <= n; i++) {
-        lua_rawgeti(L, idx, i);
-        const char *h = lua_tostring(L, -1);
-        if (!h || lua_type(L, -1) != LUA_TSTRING)
+        const char *h = lua_rawgeti(L, idx, i) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+        if (!h)
             lu_error(L, "http_request: header %lld must be a string \"Name: value\"", (long long)i);
         struct curl_slist *next = curl_slist_append(r->headers, h);
         if (!next) lu_error(L, "http_request: out of memory adding a header");
@@ -127,12 +126,40 @@ static int push_failure(lua_State *L, HttpReq *r, const char *method, const char
     return 2;
 }
 
+/* curl_global_init on the first request (a program that never talks HTTP
+ * never loads TLS), curl_global_cleanup when the Lua state closes (the
+ * __gc of a registry value). */
+#define HTTP_GLOBAL "accel.http.global"
+
+static int global_gc(lua_State *L) {
+    (void)L;
+    curl_global_cleanup();
+    return 0;
+}
+
+static void global_init(lua_State *L) {
+    if (lua_getfield(L, LUA_REGISTRYINDEX, HTTP_GLOBAL) != LUA_TNIL) {
+        lua_pop(L, 1);
+        return;
+    }
+    lua_pop(L, 1);
+    CURLcode rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+    if (rc != CURLE_OK) lu_error(L, "http_request: curl_global_init failed: %s", curl_easy_strerror(rc));
+    lua_newuserdatauv(L, 1, 0);
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, global_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_setmetatable(L, -2);
+    lua_setfield(L, LUA_REGISTRYINDEX, HTTP_GLOBAL);
+}
+
 /* http_request(method, url, body, headers, timeout_s) -> status, body | nil, message */
 static int c_http_request(lua_State *L) {
     const char *method = luaL_checkstring(L, 1);
     const char *url = luaL_checkstring(L, 2);
     double timeout = luaL_checknumber(L, 5);
-    if (!(timeout > 0) || timeout > 86400) lu_error(L, "http_request: timeout must be in (0, 86400] seconds, got %f", timeout);
+    if (!(timeout > 0) || timeout > 86400) lu_error(L, "http_request: timeout must be in (0, 86400] seconds, got %g", timeout);
+    global_init(L);
     HttpReq *r = lua_newuserdatauv(L, sizeof *r, 0);
     memset(r, 0, sizeof *r);
     luaL_setmetatable(L, HTTP_MT);
@@ -151,8 +178,6 @@ static int c_http_request(lua_State *L) {
 }
 
 void lu_open_http(lua_State *L, int m) {
-    CURLcode rc = curl_global_init(CURL_GLOBAL_DEFAULT);
-    if (rc != CURLE_OK) luaL_error(L, "accel: curl_global_init failed: %s", curl_easy_strerror(rc));
     luaL_newmetatable(L, HTTP_MT);
     lua_pushcfunction(L, req_gc);
     lua_setfield(L, -2, "__gc");

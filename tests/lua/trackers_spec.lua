@@ -226,6 +226,21 @@ end)
 -- MLflow
 ------------------------------------------------------------------------------
 
+describe("_C.http_request (libcurl)", function()
+  it("refuses bad arguments at the caller's line and other protocols; answers nil, reason without a server", function()
+    assert.matches(SPEC .. ':%d+: http_request: header 1 must be a string "Name: value"',
+      errmsg(function() C.http_request("GET", "http://127.0.0.1:1/", nil, {1}, 1) end))
+    assert.matches("http_request: timeout must be in %(0, 86400%] seconds, got 0",
+      errmsg(function() C.http_request("GET", "http://127.0.0.1:1/", nil, nil, 0) end))
+    local status, why = C.http_request("GET", "ftp://127.0.0.1/x", nil, nil, 1)
+    assert.is_nil(status)
+    assert.matches('GET ftp://127.0.0.1/x: Unsupported protocol', why, 1, true)
+    status, why = C.http_request("POST", "http://127.0.0.1:" .. free_port() .. "/x", "{}", {"Content-Type: application/json"}, 1)
+    assert.is_nil(status)
+    assert.matches("Couldn't connect to server", why, 1, true)
+  end)
+end)
+
 describe("the MLflow tracker without a server", function()
   it("needs an http(s) tracking URI", function()
     assert.matches(SPEC .. ":%d+: mlflow tracker: no tracking server; set MLFLOW_TRACKING_URI",
