@@ -153,6 +153,13 @@ describe("tracker names", function()
     a:end_training()
     assert.is_true(exists(dir .. "/p/metrics.csv"))
     assert.are.equal(1, #support.lines_of(read_file(dir .. "/p/metrics.jsonl")))
+    -- a name given twice (here through "all") is one tracker
+    local b = accel.Accelerator{log_with = {"all", "jsonl"}, project_dir = dir}
+    b:init_trackers("q")
+    assert.are.equal(3, #b.trackers)
+    b:log({loss = 3}, 1)
+    b:end_training()
+    assert.are.equal(1, #support.lines_of(read_file(dir .. "/q/metrics.jsonl")))
   end)
 end)
 

@@ -642,19 +642,25 @@ local function builtin_tracker_opts(self, name, project_name, extra)
   return opts
 end
 
--- Starts the tracker of one log_with entry; returns it and its built-in name (or nil).
-local function start_tracker(self, entry, project_name, init_kwargs)
+-- Starts the trackers of one log_with entry (built-in names in `used` already
+-- started are skipped: {"all", "csv"} starts one csv tracker); returns them.
+local function start_tracker(self, entry, project_name, init_kwargs, used)
   if is_table(entry) then
     local t = accel.tracking.check_tracker(entry)
     if t.requires_logging_directory and self.logging_dir == nil then
       raise('init_trackers: custom tracker "%s" requires a logging directory; give accel.Accelerator{..., project_dir = "runs"}', t.name)
     end
     if t.start then t:start() end
-    return {t}, {}
+    return {t}
   end
-  local out, names = {}, accel.tracking.expand_names(entry)
-  for i, n in ipairs(names) do out[i] = accel.tracking.create(n, builtin_tracker_opts(self, n, project_name, init_kwargs[n])) end
-  return out, names
+  local out = {}
+  for _, n in ipairs(accel.tracking.expand_names(entry)) do
+    if not used[n] then
+      used[n] = true
+      out[#out + 1] = accel.tracking.create(n, builtin_tracker_opts(self, n, project_name, init_kwargs[n]))
+    end
+  end
+  return out
 end
 
 -- init_trackers(project_name, config, init_kwargs), as Accelerate, or
@@ -676,9 +682,7 @@ function Accelerator:init_trackers(project_name, a, b)
   local started, used = {}, {}
   local ok, err = pcall(function()
     for _, entry in ipairs(entries) do
-      local trackers, names = start_tracker(self, entry, project_name, init_kwargs)
-      for _, t in ipairs(trackers) do started[#started + 1] = t end
-      for _, n in ipairs(names) do used[n] = true end
+      for _, t in ipairs(start_tracker(self, entry, project_name, init_kwargs, used)) do started[#started + 1] = t end
     end
     for k in pairs(init_kwargs) do
       if not used[k] then raise('init_trackers: init_kwargs.%s names no built-in tracker started from log_with', tostring(k)) end
