@@ -7,6 +7,11 @@
 --   tr:log({loss = loss, lr = scheduler:get_last_lr()[1]}, step)   -- numbers or one-element tensors
 --   tr:finish()
 --
+-- Custom trackers (tables with Accelerate's GeneralTracker surface: name,
+-- requires_logging_directory, log, store_init_configuration, finish, and
+-- optionally start and tracker) are checked by tracking.check_tracker;
+-- tracking.GeneralTracker is a base class giving the optional ones.
+--
 -- Names: "jsonl", "csv", "tensorboard", "mlflow", "all", or a list of them.
 -- "all" is every available tracker, as in Accelerate: the three file
 -- trackers, plus "mlflow" when MLFLOW_TRACKING_URI is set. Accelerate's
