@@ -207,6 +207,16 @@ describe("custom trackers", function()
     end
   end)
 
+  it("end_training finishes every tracker even when one fails, then raises that failure", function()
+    local bad, good = recorder("bad"), recorder("good")
+    function bad.finish() error("bad tracker: cannot close", 0) end
+    local a = accel.Accelerator{log_with = {bad, good}}
+    a:init_trackers("p")
+    assert.are.equal("bad tracker: cannot close", errmsg(function() a:end_training() end))
+    assert.are.same({"finish"}, good.calls[#good.calls])
+    assert.are.equal(0, #a.trackers)
+  end)
+
   it("one that requires a logging directory needs a project_dir", function()
     local t = recorder("mine")
     t.requires_logging_directory = true

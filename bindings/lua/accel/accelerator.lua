@@ -724,14 +724,18 @@ function Accelerator:log(values, o)
   for _, t in ipairs(self.trackers) do t:log(values, step) end
 end
 
--- end_training(): closes the trackers, then waits for every process.
+-- end_training(): closes the trackers (every one, even when one fails: the
+-- first failure is raised after all were tried), then waits for every process.
 function Accelerator:end_training()
+  local trackers, first_err = self.trackers, nil
+  rawset(self, "trackers", {})
   if self.is_main_process then
-    for _, t in ipairs(self.trackers) do
-      if has_fn(t, "finish") then t:finish() end
+    for _, t in ipairs(trackers) do
+      local ok, err = pcall(t.finish, t)
+      first_err = first_err or (not ok and err) or nil
     end
   end
-  rawset(self, "trackers", {})
+  if first_err then error(first_err, 0) end
   self:wait_for_everyone()
 end
 

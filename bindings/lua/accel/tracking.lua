@@ -803,10 +803,16 @@ function Tracker:store_init_configuration(config)
   for _, t in ipairs(self.trackers) do t:store_config(config) end
 end
 
+-- Closes every backend, even when one fails (the first failure is raised).
 function Tracker:finish()
   if self.finished then return end
   self.finished = true
-  for _, t in ipairs(self.trackers) do t:close() end
+  local first_err
+  for _, t in ipairs(self.trackers) do
+    local ok, err = pcall(t.close, t)
+    first_err = first_err or (not ok and err) or nil
+  end
+  if first_err then error(first_err, 0) end
 end
 
 return tracking
