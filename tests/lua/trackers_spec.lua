@@ -303,6 +303,71 @@ describe("the MLflow tracker without a server", function()
   end)
 end)
 
+describe("the MLflow tracker's requests (a stub server)", function()
+  it("sends the REST calls Accelerate's MLflowTracker makes, with the token, JSON bodies and an encoded name", function()
+    local log = dir .. "/stub.out"
+    local requests = dir .. "/requests.jsonl"
+    local pgid = spawn(SYSTEM_PYTHON .. " scripts/mlflow-stub-server.py " .. shell_quote(requests), log, 120)
+    local ok, err = pcall(function()
+      local port
+      for _ = 1, 100 do
+        port = tonumber(read_if_exists(log):match("^(%d+)\n"))
+        if port then break end
+        sleep(0.1)
+      end
+      assert(port, "the stub server did not start: " .. read_if_exists(log))
+      write_file(dir .. "/train.lua", [[
+        local accel = require("accel")
+        local a = accel.Accelerator{log_with = "mlflow"}
+        a:init_trackers("stub exp/1", {lr = 0.5}, {mlflow = {run_name = "n1", tags = {a = "b"}}})
+        a:log({loss = 0.25, acc = 1}, 5)
+        a:log({loss = 0 / 0}, 6)
+        a:end_training()
+      ]])
+      local t0 = math.floor(C.wall_time() * 1000)
+      local out, done = sh("MLFLOW_TRACKING_TOKEN=secret MLFLOW_TRACKING_URI=http://127.0.0.1:" .. port .. "/ " ..
+        "env -u MLFLOW_EXPERIMENT_NAME -u MLFLOW_RUN_ID " .. shell_quote(support.ACCEL_LUA) .. " " .. shell_quote(dir .. "/train.lua"))
+      assert(done, out)
+      local t1 = math.floor(C.wall_time() * 1000)
+      local json = require("accel.json")
+      local got = {}
+      for _, line in ipairs(support.lines_of(read_file(requests))) do got[#got + 1] = json.decode(line) end
+      local api = "/api/2.0/mlflow/"
+      assert.are.same({{"GET", api .. "experiments/get-by-name?experiment_name=stub%20exp%2F1"},
+                       {"POST", api .. "runs/create"}, {"POST", api .. "runs/log-batch"},
+                       {"POST", api .. "runs/log-batch"}, {"POST", api .. "runs/log-batch"},
+                       {"POST", api .. "runs/update"}},
+        (function()
+          local t = {}
+          for i, r in ipairs(got) do t[i] = {r.method, r.path} end
+          return t
+        end)())
+      for _, r in ipairs(got) do
+        assert.are.equal("Bearer secret", r.authorization)
+        assert.are.equal("application/json", r.content_type)
+      end
+      local create = json.decode(got[2].body)
+      assert.is_true(create.start_time >= t0 and create.start_time <= t1)
+      create.start_time = nil
+      assert.are.same({experiment_id = "7", run_name = "n1", tags = {{key = "a", value = "b"}}}, create)
+      assert.are.same({run_id = "stub-run", params = {{key = "lr", value = "0.5"}}}, json.decode(got[3].body))
+      local m = json.decode(got[4].body)
+      assert.are.equal("stub-run", m.run_id)
+      for _, e in ipairs(m.metrics) do
+        assert.is_true(e.timestamp >= t0 and e.timestamp <= t1)
+        e.timestamp = nil
+      end
+      assert.are.same({{key = "acc", value = 1, step = 5}, {key = "loss", value = 0.25, step = 5}}, m.metrics)
+      assert.matches('"value": "NaN"', got[5].body, 1, true)
+      local update = json.decode(got[6].body)
+      assert.is_true(update.end_time >= t0 and update.end_time <= t1)
+      assert.are.same({run_id = "stub-run", status = "FINISHED"}, {run_id = update.run_id, status = update.status})
+    end)
+    stop(pgid)
+    assert(ok, err)
+  end)
+end)
+
 describe("the MLflow tracker against `mlflow server`", function()
   local server = {} -- uri, pgid, dir; skip: why the tests are pending
 

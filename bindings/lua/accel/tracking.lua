@@ -521,10 +521,11 @@ function Mlflow.new(_, opts)
   for _, k in ipairs({"run_id", "nested_run"}) do
     if opts[k] ~= nil then fail("mlflow tracker: option " .. k .. " (resuming / nesting runs) is not supported") end
   end
-  if os.getenv("MLFLOW_RUN_ID") then fail("mlflow tracker: MLFLOW_RUN_ID (resuming a run) is not supported; unset it") end
+  if (os.getenv("MLFLOW_RUN_ID") or "") ~= "" then fail("mlflow tracker: MLFLOW_RUN_ID (resuming a run) is not supported; unset it") end
   local self = setmetatable({name = "mlflow", uri = mlflow_uri(opts), timeout = mlflow_timeout(opts),
                              headers = mlflow_headers(), warned = {}}, Mlflow)
-  local experiment = os.getenv("MLFLOW_EXPERIMENT_NAME") or opts.experiment_name or "Default"
+  local env_experiment = os.getenv("MLFLOW_EXPERIMENT_NAME")
+  local experiment = (env_experiment ~= "" and env_experiment) or opts.experiment_name or "Default"
   if type(experiment) ~= "string" or experiment == "" then fail("mlflow tracker: experiment_name must be a non-empty string") end
   if opts.run_name ~= nil and type(opts.run_name) ~= "string" then fail("mlflow tracker: run_name must be a string") end
   local tags = string_map(opts.tags, "tags")
@@ -715,7 +716,7 @@ function tracking.valid_trackers() return {"jsonl", "csv", "tensorboard", "mlflo
 --   local My = tracking.GeneralTracker:extend{name = "my"}
 --   function My:log(values, step) ... end
 --   local t = My:new{...}          -- then Accelerator{log_with = {t, "csv"}}
-local GeneralTracker = {requires_logging_directory = false, main_process_only = true}
+local GeneralTracker = {requires_logging_directory = false}
 GeneralTracker.__index = GeneralTracker
 tracking.GeneralTracker = GeneralTracker
 
