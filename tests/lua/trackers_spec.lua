@@ -163,6 +163,19 @@ describe("tracker names", function()
   end)
 end)
 
+describe("tracker methods for media and files", function()
+  it("log_images, log_table, log_figure, log_artifact(s) are clear errors", function()
+    local a = accel.Accelerator{log_with = "jsonl", project_dir = dir}
+    a:init_trackers("p")
+    for _, m in ipairs({"log_images", "log_table", "log_figure", "log_artifact", "log_artifacts"}) do
+      local t = a:get_tracker("jsonl")
+      assert.matches(SPEC .. ":%d+: " .. m .. ": not supported by accel%-lua's jsonl tracker",
+        errmsg(function() t[m](t, {}) end))
+    end
+    a:end_training()
+  end)
+end)
+
 describe("custom trackers", function()
   it("a table with GeneralTracker's methods, alone: start, config, log, finish", function()
     local t = recorder("mine")

@@ -804,6 +804,14 @@ function Tracker:store_init_configuration(config)
   for _, t in ipairs(self.trackers) do t:store_config(config) end
 end
 
+-- Accelerate's tracker methods for media and files: not written by these
+-- trackers, so a clear error rather than "attempt to call a nil value".
+for _, m in ipairs({"log_images", "log_table", "log_figure", "log_artifact", "log_artifacts"}) do
+  Tracker[m] = function(self)
+    fail(m .. ": not supported by accel-lua's " .. tostring(self.name) .. " tracker (numbers and strings go through log)")
+  end
+end
+
 -- Closes every backend, even when one fails (the first failure is raised).
 function Tracker:finish()
   if self.finished then return end
