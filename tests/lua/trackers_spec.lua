@@ -61,6 +61,26 @@ local function stop(pgid)
   os.execute("kill -KILL -" .. pgid .. " 2>/dev/null")
 end
 
+-- Runs fn(port) while cmd (a loopback server printing its port as its
+-- first line) runs in the background; stops it whatever fn does.
+local function with_listener(cmd, fn)
+  local log = os.tmpname()
+  local pgid = spawn(cmd, log, 120)
+  local ok, err = pcall(function()
+    local port
+    for _ = 1, 100 do
+      port = tonumber(read_if_exists(log):match("^(%d+)\n"))
+      if port then break end
+      sleep(0.1)
+    end
+    assert(port, "the helper server did not start: " .. read_if_exists(log))
+    fn(port)
+  end)
+  stop(pgid)
+  os.remove(log)
+  assert(ok, err)
+end
+
 local function json_of(dir) return require("accel.json").decode(read_file(dir .. "/config.json")) end
 
 -- A custom tracker (Accelerate's GeneralTracker surface) recording its calls.
@@ -295,40 +315,20 @@ describe("the MLflow tracker without a server", function()
   end)
 
   it("a server that never answers: an error once the timeout has passed", function()
-    local log = dir .. "/hung.log"
-    local pgid = spawn(SYSTEM_PYTHON .. [[ -c 'import socket, time; s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8); print(s.getsockname()[1], flush=True); time.sleep(60)']], log, 60)
-    local port
-    for _ = 1, 100 do
-      port = tonumber(read_if_exists(log):match("%d+"))
-      if port then break end
-      sleep(0.1)
-    end
-    local ok, err = pcall(function()
-      assert(port, "the silent server did not start: " .. read_if_exists(log))
+    with_listener(SYSTEM_PYTHON .. [[ -c 'import socket, time; s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8); print(s.getsockname()[1], flush=True); time.sleep(60)']], function(port)
       local t0 = accel.clock()
       local e = errmsg(function() tracking.create("mlflow", {tracking_uri = "http://127.0.0.1:" .. port, timeout = 1}) end)
       local took = accel.clock() - t0
       assert.is_true(took >= 0.9 and took < 5, "took " .. took .. " s")
       assert.matches("experiments/get%-by%-name%?experiment_name=Default: no answer within 1", e)
     end)
-    stop(pgid)
-    assert(ok, err)
   end)
 end)
 
 describe("the MLflow tracker's requests (a stub server)", function()
   it("sends the REST calls Accelerate's MLflowTracker makes, with the token, JSON bodies and an encoded name", function()
-    local log = dir .. "/stub.out"
     local requests = dir .. "/requests.jsonl"
-    local pgid = spawn(SYSTEM_PYTHON .. " scripts/mlflow-stub-server.py " .. shell_quote(requests), log, 120)
-    local ok, err = pcall(function()
-      local port
-      for _ = 1, 100 do
-        port = tonumber(read_if_exists(log):match("^(%d+)\n"))
-        if port then break end
-        sleep(0.1)
-      end
-      assert(port, "the stub server did not start: " .. read_if_exists(log))
+    with_listener(SYSTEM_PYTHON .. " scripts/mlflow-stub-server.py " .. shell_quote(requests), function(port)
       write_file(dir .. "/train.lua", [[
         local accel = require("accel")
         local a = accel.Accelerator{log_with = "mlflow"}
@@ -376,8 +376,6 @@ describe("the MLflow tracker's requests (a stub server)", function()
       assert.is_true(update.end_time >= t0 and update.end_time <= t1)
       assert.are.same({run_id = "stub-run", status = "FINISHED"}, {run_id = update.run_id, status = update.status})
     end)
-    stop(pgid)
-    assert(ok, err)
   end)
 end)
 
