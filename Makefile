@@ -26,7 +26,7 @@ DEPFLAGS = -MMD -MP
 LDFLAGS := -fopenmp $(SANFLAGS)
 # accel.so leaves the Lua API to the interpreter that loads it (Debian's
 # lua5.4 has Lua linked in statically; a second copy of Lua would break it).
-LIBS_NOLUA := -ldnnl -lopenblas -lgomp -lm -lz -ldl
+LIBS_NOLUA := -ldnnl -lopenblas -lgomp -lm -lz -ldl -lcurl
 LIBS := -llua5.4 -lyaml $(LIBS_NOLUA)
 
 ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer \

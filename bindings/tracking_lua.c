@@ -2,7 +2,9 @@
  * (bindings/lua/accel/tracking.lua, progress.lua): the few things Lua's
  * standard library cannot do. CRC-32C for TFRecord framing, fsync of an open
  * Lua file, isatty and the terminal's width, wall-clock time, the host
- * name and mkdir -p. */
+ * name and mkdir -p; and (http_lua.c) the HTTP requests of the MLflow
+ * tracker. */
+#include "http_lua.h"
 #include "lua_util.h"
 #include "../core/crc32c.h"
 
@@ -97,4 +99,5 @@ void lu_open_tracking(lua_State *L, int m) {
                                    {"isatty", c_isatty}, {"terminal_width", c_terminal_width}, {"wall_time", c_wall_time}, {"hostname", c_hostname},
                                    {"mkdirs", c_mkdirs}, {NULL, NULL}};
     lu_register_c(L, m, fns);
+    lu_open_http(L, m);
 }

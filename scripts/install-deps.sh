@@ -11,6 +11,7 @@ PACKAGES=(
     libdnnl-dev libopenblas-dev
     libopenmpi-dev openmpi-bin
     libyaml-dev zlib1g-dev
+    libcurl4-openssl-dev    # HTTP for the MLflow tracker (bindings/http_lua.c, -lcurl)
     dataset-fashion-mnist   # the example data set (accel.data.fashion_mnist_dir(): /usr/share/datasets/fashion-mnist)
     fortunes        # the GPT example's default text corpus (/usr/share/games/fortunes)
     python3-venv    # python3 -m venv for the test set-up (scripts/setup-test-python.sh)

@@ -868,44 +868,118 @@ Accelerator.release_memory = Accelerator.free_memory
 
 -- ---------------------------------------------------------------- trackers
 
-local function tracker_names(log_with)
+-- log_with -> list of entries: tracker names and custom tracker tables. A
+-- table with list items is a list; any other table is one custom tracker.
+local function tracker_entries(log_with)
   if log_with == nil then return {} end
-  if type(log_with) == "string" or (is_table(log_with) and has_fn(log_with, "log")) then return {log_with} end
+  if type(log_with) == "string" then return {log_with} end
   if not is_table(log_with) then raise("log_with: expected a tracker name, a tracker or a list of them, got %s", type(log_with)) end
+  if log_with[1] == nil and next(log_with) ~= nil then return {log_with} end
   return log_with
 end
 
--- init_trackers(project_name, {config=, init_kwargs = {tensorboard = {...}}}):
--- starts the log_with trackers (main process only) under logging_dir.
-function Accelerator:init_trackers(project_name, o)
-  if type(project_name) ~= "string" then raise("init_trackers: expected a project name, got %s", type(project_name)) end
-  o = o or {}
-  if not self.is_main_process then return end
-  for _, t in ipairs(tracker_names(self.log_with)) do
-    if is_table(t) then
-      if has_fn(t, "store_init_configuration") and o.config then t:store_init_configuration(o.config) end
-      self.trackers[#self.trackers + 1] = t
-    else
-      if self.logging_dir == nil then
-        raise('init_trackers: tracker "%s" writes under project_dir; give accel.Accelerator{log_with = ..., '
-          .. 'project_dir = "runs"}', tostring(t))
-      end
-      local opts = {project_dir = self.logging_dir, run_name = project_name, config = o.config}
-      local extra = o.init_kwargs and o.init_kwargs[t]
-      if is_table(extra) then
-        for k, v in pairs(extra) do opts[k] = v end
-      end
-      local tr = accel.tracking.create(t, opts)
-      self.trackers[#self.trackers + 1] = tr
-    end
+-- init_trackers' second and third arguments -> config, init_kwargs.
+-- Accelerate's positional form (project_name, config, init_kwargs) and our
+-- options table {config =, init_kwargs =}: a second argument is the options
+-- table when no third is given and every key it has is "config" or
+-- "init_kwargs" (so {} is an empty options table); otherwise it is the config.
+local function init_trackers_args(a, b)
+  if b == nil and is_table(a) and not accel.is_tensor(a) then
+    local options = true
+    for k in pairs(a) do options = options and (k == "config" or k == "init_kwargs") end
+    if options then return a.config, a.init_kwargs end
   end
+  return a, b
 end
 
-function Accelerator:get_tracker(name)
-  for _, t in ipairs(self.trackers) do
-    if t.name == name then return t end
+-- The options tracking.create gets for the built-in tracker `name`.
+local function builtin_tracker_opts(self, name, project_name, extra)
+  local opts
+  if name == "mlflow" then
+    opts = {experiment_name = project_name}
+  else
+    if self.logging_dir == nil then
+      raise('init_trackers: tracker "%s" writes under project_dir; give accel.Accelerator{log_with = ..., '
+        .. 'project_dir = "runs"}', name)
+    end
+    opts = {project_dir = self.logging_dir, run_name = project_name}
   end
-  return nil
+  if extra ~= nil and not is_table(extra) then raise("init_trackers: init_kwargs.%s must be a table, got %s", name, type(extra)) end
+  for k, v in pairs(extra or {}) do opts[k] = v end
+  return opts
+end
+
+-- Starts the trackers of one log_with entry (built-in names in `used` already
+-- started are skipped: {"all", "csv"} starts one csv tracker); returns them.
+local function start_tracker(self, entry, project_name, init_kwargs, used)
+  if is_table(entry) then
+    local t = accel.tracking.check_tracker(entry)
+    if t.requires_logging_directory and self.logging_dir == nil then
+      raise('init_trackers: custom tracker "%s" requires a logging directory; give accel.Accelerator{..., project_dir = "runs"}', t.name)
+    end
+    if t.start then t:start() end
+    return {t}
+  end
+  local out = {}
+  for _, n in ipairs(accel.tracking.expand_names(entry)) do
+    if not used[n] then
+      used[n] = true
+      out[#out + 1] = accel.tracking.create(n, builtin_tracker_opts(self, n, project_name, init_kwargs[n]))
+    end
+  end
+  return out
+end
+
+-- init_trackers(project_name, config, init_kwargs), as Accelerate, or
+-- init_trackers(project_name, {config =, init_kwargs = {mlflow = {...}}}):
+-- starts the log_with trackers (main process only): file trackers under
+-- logging_dir/project_name, mlflow's experiment named project_name; then
+-- stores config in each. init_kwargs naming no started tracker is an error.
+function Accelerator:init_trackers(project_name, a, b)
+  if type(project_name) ~= "string" then raise("init_trackers: expected a project name, got %s", type(project_name)) end
+  local config, init_kwargs = init_trackers_args(a, b)
+  if config ~= nil and not is_table(config) then raise("init_trackers: config must be a table, got %s", type(config)) end
+  if init_kwargs ~= nil and not is_table(init_kwargs) then raise("init_trackers: init_kwargs must be a table, got %s", type(init_kwargs)) end
+  init_kwargs = init_kwargs or {}
+  if not self.is_main_process then return end
+  local entries = tracker_entries(self.log_with)
+  for _, entry in ipairs(entries) do -- every name and table checked before any tracker starts
+    if is_table(entry) then accel.tracking.check_tracker(entry) else accel.tracking.expand_names(entry) end
+  end
+  local started, used = {}, {}
+  local ok, err = pcall(function()
+    for _, entry in ipairs(entries) do
+      for _, t in ipairs(start_tracker(self, entry, project_name, init_kwargs, used)) do started[#started + 1] = t end
+    end
+    for k in pairs(init_kwargs) do
+      if not used[k] then raise('init_trackers: init_kwargs.%s names no built-in tracker started from log_with', tostring(k)) end
+    end
+    if config ~= nil then
+      for _, t in ipairs(started) do t:store_init_configuration(config) end
+    end
+  end)
+  if not ok then
+    for _, t in ipairs(started) do pcall(t.finish, t) end -- no half-started runs left behind
+    error(err, 0)
+  end
+  for _, t in ipairs(started) do self.trackers[#self.trackers + 1] = t end
+end
+
+-- get_tracker(name, unwrap): the tracker of that name (unwrap: its `tracker`
+-- field, e.g. the MLflow run's ids); a do-nothing tracker when there are none
+-- (the other processes), as Accelerate; an error for an unknown name.
+function Accelerator:get_tracker(name, unwrap)
+  if type(name) ~= "string" then raise("get_tracker: expected a tracker name, got %s", type(name)) end
+  if #self.trackers == 0 then return accel.tracking.blank_tracker() end
+  local have = {}
+  for _, t in ipairs(self.trackers) do
+    if t.name == name then
+      if unwrap then return t.tracker end
+      return t
+    end
+    have[#have + 1] = '"' .. tostring(t.name) .. '"'
+  end
+  raise('get_tracker: "%s" is not an available tracker stored inside the Accelerator (trackers: %s)', name, table.concat(have, ", "))
 end
 
 -- log(values, {step=}) or log(values, step): to every tracker (main process).
@@ -917,14 +991,18 @@ function Accelerator:log(values, o)
   for _, t in ipairs(self.trackers) do t:log(values, step) end
 end
 
--- end_training(): closes the trackers, then waits for every process.
+-- end_training(): closes the trackers (every one, even when one fails: the
+-- first failure is raised after all were tried), then waits for every process.
 function Accelerator:end_training()
+  local trackers, first_err = self.trackers, nil
+  rawset(self, "trackers", {})
   if self.is_main_process then
-    for _, t in ipairs(self.trackers) do
-      if has_fn(t, "finish") then t:finish() end
+    for _, t in ipairs(trackers) do
+      local ok, err = pcall(t.finish, t)
+      first_err = first_err or (not ok and err) or nil
     end
   end
-  rawset(self, "trackers", {})
+  if first_err then error(first_err, 0) end
   self:wait_for_everyone()
 end
 

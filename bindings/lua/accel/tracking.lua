@@ -7,7 +7,18 @@
 --   tr:log({loss = loss, lr = scheduler:get_last_lr()[1]}, step)   -- numbers or one-element tensors
 --   tr:finish()
 --
--- Names: "jsonl", "csv", "tensorboard", "all" (the three), or a list of them.
+-- Custom trackers (tables with Accelerate's GeneralTracker surface: name,
+-- requires_logging_directory, log, store_init_configuration, finish, and
+-- optionally start and tracker) are checked by tracking.check_tracker;
+-- tracking.GeneralTracker is a base class giving the optional ones.
+--
+-- Names: "jsonl", "csv", "tensorboard", "mlflow", "all", or a list of them.
+-- "all" is every available tracker, as in Accelerate: the three file
+-- trackers, plus "mlflow" when MLFLOW_TRACKING_URI is set. Accelerate's
+-- other trackers ("wandb", "comet_ml", "aim", "clearml", "dvclive",
+-- "swanlab", "trackio") need their Python packages: they are refused with
+-- an error naming the supported ones. Options other than the ones listed
+-- here (and for mlflow below) are refused by name, never ignored.
 -- Every file goes in project_dir/run_name (run_name optional; project_dir
 -- defaults to "."):
 --   jsonl        metrics.jsonl, one JSON object per log call:
@@ -40,6 +51,39 @@
 --   once a second while logging and always by finish().
 -- * Existing files are appended to (a resumed run continues its metrics.jsonl
 --   and metrics.csv; the csv header already there is kept and extended).
+--
+-- mlflow: a run on an MLflow tracking server through its REST API
+-- (/api/2.0/mlflow/..., HTTP through libcurl: _C.http_request), the calls
+-- Accelerate's MLflowTracker makes through the mlflow package:
+--   tracking.create("mlflow", {experiment_name = "proj", run_name = "r1",
+--     tracking_uri = "http://127.0.0.1:5000", tags = {k = "v"}, description = "...",
+--     timeout = 30, config = {...}})
+-- * tracking_uri: the option, else MLFLOW_TRACKING_URI; http:// or https://
+--   only (file:, sqlite:, databricks: stores are refused: they need the
+--   mlflow package). MLFLOW_TRACKING_TOKEN, when set, is sent as a Bearer
+--   token; MLFLOW_TRACKING_USERNAME / PASSWORD are refused (not implemented).
+-- * The experiment: MLFLOW_EXPERIMENT_NAME, else experiment_name, else
+--   "Default"; looked up with experiments/get-by-name and created with
+--   experiments/create when missing. A run is started with runs/create
+--   (start_time, run_name: the server picks a name when none is given; tags;
+--   description as the mlflow.note.content tag). run_id / nested_run (run
+--   resumption) are refused.
+-- * store_init_configuration(config): each top-level key a param
+--   (runs/log-batch, at most 100 per request). Values as text: strings as
+--   they are, numbers / booleans / tables as JSON (tensors as numbers or
+--   lists). A value longer than MLflow's 6000 characters is dropped with a
+--   warning on stderr (as Accelerate does); the server refuses the rest of
+--   what it does not accept (keys over 250 characters, bad characters,
+--   changing a logged param), and that is an error.
+-- * log(values, step): numbers (and one-element tensors) as metrics with the
+--   step and the time in milliseconds (runs/log-batch, at most 1000 per
+--   request; NaN / infinities as MLflow's JSON spells them); strings are not
+--   MLflow metrics: dropped with one warning per key (as Accelerate does).
+-- * finish(): runs/update status FINISHED with end_time.
+-- * Each request waits at most `timeout` seconds (default 30, or
+--   MLFLOW_HTTP_REQUEST_TIMEOUT); no retries. A server that cannot be
+--   reached, or answers HTTP 4xx / 5xx, is an error naming the endpoint and
+--   MLflow's error_code and message.
 local accel = require("accel")
 local json = require("accel.json")
 local read_file = require("accel.util").read_file
@@ -51,7 +95,11 @@ local tracking = {}
 -- file:line), as the C bindings' errors do.
 local fail = C.raise
 
-local VALID = {"jsonl", "csv", "tensorboard", "all"}
+local FILE_TRACKERS = {"jsonl", "csv", "tensorboard"}
+local VALID = {"jsonl", "csv", "tensorboard", "mlflow", "all"}
+-- Accelerate's LoggerType names we do not have (they need Python packages).
+local REFUSED = {wandb = true, comet_ml = true, aim = true, clearml = true, dvclive = true, swanlab = true,
+                 trackio = true}
 local FSYNC_INTERVAL = 1.0 -- seconds between fsyncs while logging
 
 ------------------------------------------------------------------------------
@@ -152,7 +200,7 @@ end
 local Jsonl = {}
 Jsonl.__index = Jsonl
 
-function Jsonl.new(dir)
+function Jsonl.new(dir, _)
   local path = dir .. "/metrics.jsonl"
   return setmetatable({name = "jsonl", dir = dir, path = path, out = appender(path)}, Jsonl)
 end
@@ -221,7 +269,7 @@ local function parse_header(line)
   return cols
 end
 
-function Csv.new(dir)
+function Csv.new(dir, _)
   local path = dir .. "/metrics.csv"
   local self = setmetatable({name = "csv", dir = dir, path = path, columns = {}, index = {}}, Csv)
   local text = read_file(path)
@@ -350,7 +398,7 @@ local function event_file_name(dir)
   return path
 end
 
-function Tensorboard.new(dir)
+function Tensorboard.new(dir, _)
   local path = event_file_name(dir)
   local self = setmetatable({name = "tensorboard", dir = dir, path = path, out = appender(path)}, Tensorboard)
   self.out:write(tfrecord(event(C.wall_time(), nil, pb_bytes(3, "brain.Event:2"))))
@@ -373,10 +421,197 @@ end
 function Tensorboard:close() self.out:close() end
 
 ------------------------------------------------------------------------------
+-- mlflow: REST calls to a tracking server
+------------------------------------------------------------------------------
+
+local MLFLOW_PARAM_VALUE_MAX = 6000 -- mlflow.utils.validation.MAX_PARAM_VAL_LENGTH
+local MLFLOW_PARAMS_PER_BATCH = 100 -- MAX_PARAMS_TAGS_PER_BATCH
+local MLFLOW_METRICS_PER_BATCH = 1000 -- MAX_METRICS_PER_BATCH
+local MLFLOW_DEFAULT_TIMEOUT = 30 -- seconds per request
+
+local Mlflow = {}
+Mlflow.__index = Mlflow
+
+local function now_ms() return math.floor(C.wall_time() * 1000) end
+
+local function url_encode(s)
+  return (s:gsub("[^%w%-_%.~]", function(c) return string.format("%%%02X", c:byte()) end))
+end
+
+local function warn(msg) io.stderr:write("accel.tracking: warning: " .. msg .. "\n") end
+
+-- The server's base URL: the option, else MLFLOW_TRACKING_URI.
+local function mlflow_uri(opts)
+  local uri = opts.tracking_uri or os.getenv("MLFLOW_TRACKING_URI")
+  if uri == nil or uri == "" then
+    fail("mlflow tracker: no tracking server; set MLFLOW_TRACKING_URI=http://host:port (or the tracking_uri "
+      .. "option: init_kwargs = {mlflow = {tracking_uri = ...}})")
+  end
+  if type(uri) ~= "string" or not uri:find("^https?://[^/]") then
+    fail("mlflow tracker: tracking URI " .. tostring(uri) .. " is not an http:// or https:// tracking server "
+      .. "(local file / database stores need the mlflow package; run `mlflow server` and point at it)")
+  end
+  return (uri:gsub("/+$", ""))
+end
+
+local function mlflow_timeout(opts)
+  local t = opts.timeout
+  if t == nil then
+    local env = os.getenv("MLFLOW_HTTP_REQUEST_TIMEOUT")
+    t = env and tonumber(env)
+    if env and not t then fail("mlflow tracker: MLFLOW_HTTP_REQUEST_TIMEOUT must be a number of seconds, got " .. env) end
+  end
+  t = t or MLFLOW_DEFAULT_TIMEOUT
+  if type(t) ~= "number" or not (t > 0) then fail("mlflow tracker: timeout must be a positive number of seconds, got " .. tostring(t)) end
+  return t
+end
+
+local function mlflow_headers()
+  if os.getenv("MLFLOW_TRACKING_USERNAME") or os.getenv("MLFLOW_TRACKING_PASSWORD") then
+    fail("mlflow tracker: MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD (basic auth) are not supported; "
+      .. "use MLFLOW_TRACKING_TOKEN")
+  end
+  local headers = {"Content-Type: application/json", "Accept: application/json"}
+  local token = os.getenv("MLFLOW_TRACKING_TOKEN")
+  if token and token ~= "" then headers[#headers + 1] = "Authorization: Bearer " .. token end
+  return headers
+end
+
+-- One REST call (body: JSON text or nil). Returns the decoded answer, or
+-- nil when the server answered with the error_code `tolerate`; anything
+-- else that is not a 2xx answer raises naming the endpoint.
+function Mlflow:call(method, endpoint, body, tolerate)
+  local url = self.uri .. "/api/2.0/mlflow/" .. endpoint
+  local status, answer = C.http_request(method, url, body, self.headers, self.timeout)
+  if not status then fail("mlflow tracker: " .. answer .. " (is the MLflow tracking server running?)") end
+  local ok, decoded = pcall(json.decode, answer)
+  if not ok or type(decoded) ~= "table" then decoded = nil end
+  if status >= 200 and status < 300 then
+    if not decoded then fail("mlflow tracker: " .. method .. " " .. url .. ": the answer is not a JSON object: " .. answer:sub(1, 200)) end
+    return decoded
+  end
+  local code = decoded and decoded.error_code
+  if tolerate and code == tolerate then return nil end
+  local why = code and (tostring(code) .. ": " .. tostring(decoded.message)) or answer:sub(1, 300)
+  fail(string.format("mlflow tracker: %s %s: HTTP %d %s", method, url, status, why))
+end
+
+-- The experiment's id (created when missing).
+function Mlflow:experiment_id(name)
+  local found = self:call("GET", "experiments/get-by-name?experiment_name=" .. url_encode(name), nil,
+    "RESOURCE_DOES_NOT_EXIST")
+  if found then return found.experiment.experiment_id end
+  local made = self:call("POST", "experiments/create", json.encode({name = name}), "RESOURCE_ALREADY_EXISTS")
+  if made then return made.experiment_id end
+  return self:call("GET", "experiments/get-by-name?experiment_name=" .. url_encode(name)).experiment.experiment_id
+end
+
+local function string_map(t, what)
+  if t == nil then return {} end
+  if type(t) ~= "table" then fail("mlflow tracker: " .. what .. " must be a table of name -> string, got " .. type(t)) end
+  local out = {}
+  for _, k in ipairs(sorted_keys(t)) do
+    if type(k) ~= "string" then fail("mlflow tracker: " .. what .. " keys must be strings, got " .. type(k)) end
+    out[#out + 1] = {key = k, value = tostring(t[k])}
+  end
+  return out
+end
+
+function Mlflow.new(_, opts)
+  for _, k in ipairs({"run_id", "nested_run"}) do
+    if opts[k] ~= nil then fail("mlflow tracker: option " .. k .. " (resuming / nesting runs) is not supported") end
+  end
+  if (os.getenv("MLFLOW_RUN_ID") or "") ~= "" then fail("mlflow tracker: MLFLOW_RUN_ID (resuming a run) is not supported; unset it") end
+  local self = setmetatable({name = "mlflow", uri = mlflow_uri(opts), timeout = mlflow_timeout(opts),
+                             headers = mlflow_headers(), warned = {}}, Mlflow)
+  local env_experiment = os.getenv("MLFLOW_EXPERIMENT_NAME")
+  local experiment = (env_experiment ~= "" and env_experiment) or opts.experiment_name or "Default"
+  if type(experiment) ~= "string" or experiment == "" then fail("mlflow tracker: experiment_name must be a non-empty string") end
+  if opts.run_name ~= nil and type(opts.run_name) ~= "string" then fail("mlflow tracker: run_name must be a string") end
+  local tags = string_map(opts.tags, "tags")
+  if opts.description ~= nil then tags[#tags + 1] = {key = "mlflow.note.content", value = tostring(opts.description)} end
+  local run = self:call("POST", "runs/create", json.encode({experiment_id = self:experiment_id(experiment),
+    start_time = now_ms(), run_name = opts.run_name, tags = json.array(tags)})).run.info
+  self.run_id = run.run_id
+  self.tracker = {run_id = run.run_id, experiment_id = run.experiment_id, run_name = run.run_name,
+                  experiment_name = experiment, tracking_uri = self.uri}
+  return self
+end
+
+function Mlflow:log_batch(field, entries, per_request)
+  for first = 1, #entries, per_request do
+    local part = {}
+    for i = first, math.min(#entries, first + per_request - 1) do part[#part + 1] = entries[i] end
+    self:call("POST", "runs/log-batch", '{"run_id": ' .. json.encode(self.run_id) .. ', "' .. field .. '": [' ..
+      table.concat(part, ", ") .. "]}")
+  end
+end
+
+-- A param value as MLflow's text.
+local function param_text(v)
+  if type(v) == "string" then return v end
+  v = plain(v)
+  if type(v) == "string" then return v end
+  local ok, text = pcall(json.encode, v)
+  if not ok then fail("store_init_configuration: " .. tostring(text)) end
+  return text
+end
+
+function Mlflow:store_config(config)
+  local entries = {}
+  for _, k in ipairs(sorted_keys(config)) do
+    if type(k) ~= "string" then fail("store_init_configuration: mlflow param names must be strings, got " .. type(k) .. " " .. tostring(k)) end
+    local text = param_text(config[k])
+    if #text > MLFLOW_PARAM_VALUE_MAX then
+      warn(string.format('mlflow: param "%s" dropped: its value has %d characters, MLflow accepts at most %d',
+        k, #text, MLFLOW_PARAM_VALUE_MAX))
+    else
+      entries[#entries + 1] = json.encode({key = k, value = text})
+    end
+  end
+  self:log_batch("params", entries, MLFLOW_PARAMS_PER_BATCH)
+end
+
+-- A metric value as MLflow's JSON (protobuf's spellings for NaN and the infinities).
+local function mlflow_number(v)
+  local text = json_metric(v)
+  if v ~= v or v == math.huge or v == -math.huge then return '"' .. text .. '"' end
+  return text
+end
+
+function Mlflow:write(step, items, wall)
+  local entries, ms = {}, math.floor(wall * 1000)
+  for _, kv in ipairs(items) do
+    local k, v = kv[1], kv[2]
+    if type(v) == "number" then
+      entries[#entries + 1] = '{"key": ' .. json.encode(k) .. ', "value": ' .. mlflow_number(v) ..
+        ', "timestamp": ' .. string.format("%d", ms) .. ', "step": ' .. string.format("%d", step) .. "}"
+    elseif not self.warned[k] then
+      self.warned[k] = true
+      warn('mlflow: "' .. k .. '" is a ' .. type(v) .. ", not a number; MLflow metrics are numbers, so it is not "
+        .. "sent to MLflow (other trackers still get it)")
+    end
+  end
+  self:log_batch("metrics", entries, MLFLOW_METRICS_PER_BATCH)
+end
+
+function Mlflow:close()
+  if not self.run_id then return end
+  local run_id = self.run_id
+  self.run_id = nil
+  self:call("POST", "runs/update", json.encode({run_id = run_id, status = "FINISHED", end_time = now_ms()}))
+end
+
+------------------------------------------------------------------------------
 -- The tracker object
 ------------------------------------------------------------------------------
 
-local BACKENDS = {jsonl = Jsonl, csv = Csv, tensorboard = Tensorboard}
+local BACKENDS = {jsonl = Jsonl, csv = Csv, tensorboard = Tensorboard, mlflow = Mlflow}
+
+-- The options tracking.create reads, per tracker (anything else is refused).
+local FILE_OPTIONS = {project_dir = true, run_name = true, config = true}
+local MLFLOW_OPTIONS = {run_name = true, config = true, tracking_uri = true, experiment_name = true, tags = true,
+                       description = true, timeout = true, run_id = true, nested_run = true}
 
 local Tracker = {}
 Tracker.__index = Tracker
@@ -385,16 +620,31 @@ local function valid_names()
   return '"' .. table.concat(VALID, '", "') .. '"'
 end
 
+local function quoted(n) return type(n) == "string" and '"' .. n .. '"' or tostring(n) end
+
+-- What "all" means now: the file trackers, and mlflow when a server is named.
+local function all_names()
+  local out = {}
+  for i, n in ipairs(FILE_TRACKERS) do out[i] = n end
+  if os.getenv("MLFLOW_TRACKING_URI") then out[#out + 1] = "mlflow" end
+  return out
+end
+
 -- "all", one name or a list of names -> list of backend names, deduplicated.
 local function expand_names(name)
   local list = type(name) == "table" and name or {name}
   local out, seen = {}, {}
   for _, n in ipairs(list) do
-    if type(n) ~= "string" or not (BACKENDS[n] or n == "all") then
-      fail("tracking.create: unknown tracker " .. (type(n) == "string" and '"' .. n .. '"' or tostring(n)) ..
-        "; valid trackers are " .. valid_names())
+    if REFUSED[n] then
+      fail("tracking: tracker " .. quoted(n) .. " is not available in accel-lua (Accelerate's " .. n ..
+        " tracker needs its Python package); supported trackers are " .. valid_names() ..
+        ", or a custom tracker table (accel.tracking.GeneralTracker)")
     end
-    for _, b in ipairs(n == "all" and {"jsonl", "csv", "tensorboard"} or {n}) do
+    if type(n) ~= "string" or not (BACKENDS[n] or n == "all") then
+      fail("tracking: unknown tracker " .. quoted(n) .. "; valid trackers are " .. valid_names() ..
+        ", or a custom tracker table (accel.tracking.GeneralTracker)")
+    end
+    for _, b in ipairs(n == "all" and all_names() or {n}) do
       if not seen[b] then
         seen[b] = true
         out[#out + 1] = b
@@ -404,28 +654,110 @@ local function expand_names(name)
   if #out == 0 then fail("tracking.create: no tracker named; valid trackers are " .. valid_names()) end
   return out
 end
+tracking.expand_names = expand_names
 
--- tracking.create(name, {project_dir = ".", run_name = nil, config = nil})
-function tracking.create(name, opts)
-  opts = opts or {}
-  if type(opts) ~= "table" then fail("tracking.create: options must be a table") end
-  local names = expand_names(name)
+-- Refuses an option none of the named trackers reads.
+local function check_options(names, opts)
+  for k in pairs(opts) do
+    local used = false
+    for _, n in ipairs(names) do used = used or (n == "mlflow" and MLFLOW_OPTIONS or FILE_OPTIONS)[k] == true end
+    if not used then
+      fail("tracking.create: option " .. tostring(k) .. " is not read by tracker(s) " .. table.concat(names, ", ") ..
+        " (file trackers: project_dir, run_name, config; mlflow: tracking_uri, experiment_name, run_name, tags, "
+        .. "description, timeout, config)")
+    end
+  end
+end
+
+-- The run folder of the file trackers (created), or nil when none is named.
+local function run_dir(names, opts)
+  local files = false
+  for _, n in ipairs(names) do files = files or n ~= "mlflow" end
+  if not files then return nil end
   local dir = opts.project_dir or "."
   if type(dir) ~= "string" then fail("tracking.create: project_dir must be a string") end
   if opts.run_name ~= nil then dir = dir .. "/" .. tostring(opts.run_name) end
   C.mkdirs(dir)
+  return dir
+end
+
+-- tracking.create(name, {project_dir = ".", run_name = nil, config = nil, <mlflow options>})
+function tracking.create(name, opts)
+  opts = opts or {}
+  if type(opts) ~= "table" then fail("tracking.create: options must be a table") end
+  local names = expand_names(name)
+  check_options(names, opts)
+  local dir = run_dir(names, opts)
   local self = setmetatable({name = type(name) == "string" and name or table.concat(names, ","),
-                             run_dir = dir, trackers = {}, last_step = nil}, Tracker)
+                             run_dir = dir, trackers = {}, last_step = nil,
+                             requires_logging_directory = dir ~= nil}, Tracker)
   for _, n in ipairs(names) do
-    local backend = BACKENDS[n].new(dir)
+    local ok, backend = pcall(BACKENDS[n].new, dir, opts)
+    if not ok then
+      self:finish() -- the ones already started
+      error(backend, 0)
+    end
     self.trackers[#self.trackers + 1] = backend
     self.trackers[n] = backend
   end
+  -- Accelerate's `tracker` property: the MLflow run (ids, URI) for mlflow alone, else this object.
+  self.tracker = #names == 1 and self.trackers[1].tracker or self
   if opts.config ~= nil then self:store_init_configuration(opts.config) end
   return self
 end
 
-function tracking.valid_trackers() return {"jsonl", "csv", "tensorboard", "all"} end
+function tracking.valid_trackers() return {"jsonl", "csv", "tensorboard", "mlflow", "all"} end
+
+------------------------------------------------------------------------------
+-- Custom trackers (Accelerate's GeneralTracker)
+------------------------------------------------------------------------------
+
+-- A base class: defaults for everything but name and log.
+--   local My = tracking.GeneralTracker:extend{name = "my"}
+--   function My:log(values, step) ... end
+--   local t = My:new{...}          -- then Accelerator{log_with = {t, "csv"}}
+local GeneralTracker = {requires_logging_directory = false}
+GeneralTracker.__index = GeneralTracker
+tracking.GeneralTracker = GeneralTracker
+
+function GeneralTracker:extend(fields)
+  local class = setmetatable(fields or {}, self)
+  class.__index = class
+  return class
+end
+
+function GeneralTracker:new(fields) return setmetatable(fields or {}, self) end
+function GeneralTracker:start() end
+function GeneralTracker:store_init_configuration(_) end
+function GeneralTracker:finish() end
+
+-- The tracker returned by Accelerator:get_tracker when there are none (the
+-- processes other than the main one): every method does nothing.
+function tracking.blank_tracker()
+  local t = GeneralTracker:new{name = "blank"}
+  function t.log() end
+  t.tracker = t
+  return t
+end
+
+-- Checks that t has what the Accelerator calls; the error names what is missing.
+function tracking.check_tracker(t)
+  local what = type(t.name) == "string" and 'custom tracker "' .. t.name .. '"' or "custom tracker"
+  if type(t.name) ~= "string" or t.name == "" then
+    fail("log_with: " .. what .. " has no name (a string field, as Accelerate's GeneralTracker.name)")
+  end
+  if type(t.requires_logging_directory) ~= "boolean" then
+    fail("log_with: " .. what .. " has no requires_logging_directory (a boolean field)")
+  end
+  for _, m in ipairs({"log", "store_init_configuration", "finish"}) do
+    if type(t[m]) ~= "function" then
+      fail("log_with: " .. what .. " has no " .. m .. " method (extend accel.tracking.GeneralTracker for defaults "
+        .. "of store_init_configuration and finish)")
+    end
+  end
+  if t.start ~= nil and type(t.start) ~= "function" then fail("log_with: " .. what .. ": start must be a method") end
+  return t
+end
 
 -- values -> list of {key, value} sorted by key, numbers and strings only.
 local function normalize(values)
@@ -472,10 +804,24 @@ function Tracker:store_init_configuration(config)
   for _, t in ipairs(self.trackers) do t:store_config(config) end
 end
 
+-- Accelerate's tracker methods for media and files: not written by these
+-- trackers, so a clear error rather than "attempt to call a nil value".
+for _, m in ipairs({"log_images", "log_table", "log_figure", "log_artifact", "log_artifacts"}) do
+  Tracker[m] = function(self)
+    fail(m .. ": not supported by accel-lua's " .. tostring(self.name) .. " tracker (numbers and strings go through log)")
+  end
+end
+
+-- Closes every backend, even when one fails (the first failure is raised).
 function Tracker:finish()
   if self.finished then return end
   self.finished = true
-  for _, t in ipairs(self.trackers) do t:close() end
+  local first_err
+  for _, t in ipairs(self.trackers) do
+    local ok, err = pcall(t.close, t)
+    first_err = first_err or (not ok and err) or nil
+  end
+  if first_err then error(first_err, 0) end
 end
 
 return tracking
