@@ -151,7 +151,8 @@ CASES.Accelerator = {
   end,
   log_with = function()
     local got = {}
-    local tracker = {name = "mine", log = function(_, values, step) got[#got + 1] = {values.loss, step} end}
+    local tracker = accel.tracking.GeneralTracker:extend{name = "mine"}:new{}
+    function tracker.log(_, values, step) got[#got + 1] = {values.loss, step} end
     local a = accel.Accelerator{log_with = tracker}
     a:init_trackers("p")
     a:log({loss = 0.5}, 3)
