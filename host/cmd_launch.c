@@ -3,10 +3,15 @@
  * Settings come from flags, then the config file (--config_file, else
  * $ACCEL_LUA_CONFIG / ~/.cache/accel-lua/default_config.yaml when it
  * exists), then defaults; they reach the ranks as ACCEL_LUA_* variables
- * (list in settings.c). One process and no machines: the script runs
- * directly (this same binary). Otherwise this builds an OpenMPI 4 `mpirun`
- * command line running /proc/self/exe on the script:
+ * (list in settings.c). Flags use Accelerate's spellings (also
+ * --mpirun_hostfile / --deepspeed_hostfile for --hostfile, -t, -m, -q);
+ * Accelerate's flags for what does not exist here are refused, each with
+ * its reason (unsupported.c), all named at once, exit 2. One process and
+ * no machines: the script runs directly (this same binary). Otherwise this
+ * builds an OpenMPI 4 `mpirun` command line running /proc/self/exe on the
+ * script:
  *   --allow-run-as-root   when run as root
+ *   --quiet               with -q / --quiet (no mpirun banners)
  *   -np N                 N = num_processes, over all machines
  *   one machine:          --oversubscribe --bind-to none when N exceeds the
  *                         physical cores (mpirun's slots); --bind-to none
@@ -16,6 +21,12 @@
  *                         num_machines M > 1 also --map-by ppr:N/M:node
  *   -x NAME=VALUE         each setting, OMP/OPENBLAS_NUM_THREADS, and
  *                         -x LUA_PATH etc. when set here
+ * -m / --module: the script is a module name; each rank runs
+ * `accel-lua -m NAME args` (found on package.path, host/main.c).
+ * --no_python: each rank runs the script itself as a program.
+ * --log_dir / --tee / --redirects (torchrun's): each rank writes its own
+ * logs (host/rank_log.c); --log_dir alone means --tee 3; a non-zero --tee
+ * or --redirects without --log_dir is an error.
  * mpirun is started once, on machine 0: on a machine with machine_rank > 0
  * launch explains that and exits 0. main_process_ip / main_process_port are
  * informational (MPI wires the ranks). A job started by `mpirun -np N
@@ -24,11 +35,14 @@
  *
  * Failure: OpenMPI's default already ends the whole job when one rank exits
  * non-zero or is killed (a failing rank prints "accel-lua: rank R: <error>",
- * host/run.c). With --max_restarts K a failed job is started again, up to
- * K times (ACCEL_LUA_RESTART_COUNT tells the script which attempt it is;
- * it is expected to resume with load_state). --dry_run prints the command
- * instead of running it. ACCEL_LUA_MPIRUN names another mpirun. Exit
- * status: the job's (128 + signal if killed), 2 for bad usage. */
+ * host/run.c). launch checks on the job (mpirun, or the single process)
+ * every --monitor_interval seconds (default 0.1, Accelerate's), so a
+ * finished or failed attempt is seen within that time. With --max_restarts
+ * K a failed job is started again, up to K times (ACCEL_LUA_RESTART_COUNT
+ * tells the script which attempt it is; it is expected to resume with
+ * load_state). --dry_run prints the command instead of running it.
+ * ACCEL_LUA_MPIRUN names another mpirun. Exit status: the job's (128 +
+ * signal if killed), 2 for bad usage. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -138,14 +152,14 @@ static int parse_setting(LaunchArgs *a, int id, const char *name, const char *in
 /* An Accelerate flag for something accel-lua lacks: consumes its value;
  * a neutral value (`--dynamo_backend no`) is accepted, anything else is
  * noted in a->refused with the reason. */
-static void parse_unsupported(LaunchArgs *a, const Unsupported *u, const char *value, int argc,
-                              char **argv, int *i) {
+static void parse_unsupported(LaunchArgs *a, const Unsupported *u, const char *name,
+                              const char *value, int argc, char **argv, int *i) {
     if (value == NULL && u->takes_value && *i + 1 < argc) value = argv[++*i];
     if (unsupported_is_neutral(u, value)) return;
     if (value != NULL && u->neutral != NULL)
-        list_add(&a->refused, "--%s %s: not supported: %s", u->flag, value, u->reason);
+        list_add(&a->refused, "--%s %s: not supported: %s", name, value, u->reason);
     else
-        list_add(&a->refused, "--%s: not supported: %s", u->flag, u->reason);
+        list_add(&a->refused, "--%s: not supported: %s", name, u->reason);
 }
 
 static const char *long_spelling(const char *arg) {
@@ -193,7 +207,7 @@ static int parse_flag(LaunchArgs *a, int argc, char **argv, int *i) {
     int id = setting_by_flag(name);
     if (id >= 0) return parse_setting(a, id, name, value, argc, argv, i);
     const Unsupported *u = unsupported_by_flag(name);
-    if (u != NULL) parse_unsupported(a, u, value, argc, argv, i);
+    if (u != NULL) parse_unsupported(a, u, name, value, argc, argv, i);
     else list_add(&a->unknown, "%s", arg);
     return 0;
 }
@@ -250,10 +264,11 @@ static void print_help(void) {
                s->def ? "]" : "");
     }
     printf("\nAccelerate flags for what does not exist here are refused, each with its "
-           "reason:\n ");
+           "reason\n(a value that asks for nothing, such as --dynamo_backend no, is "
+           "accepted):\n ");
     for (int i = 0, col = 1; i < host_unsupported_count; i++) {
-        const char *f = host_unsupported[i].flag;
-        if (f == NULL) continue;
+        const char *f = host_unsupported[i].flag, *neutral = host_unsupported[i].neutral;
+        if (f == NULL || (neutral != NULL && strcmp(neutral, "*") == 0)) continue;
         if (col + strlen(f) + 3 > 79) printf("\n "), col = 1;
         col += printf(" --%s", f);
     }

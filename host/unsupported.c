@@ -6,11 +6,13 @@
  * (src/accelerate/commands/launch.py, launch_command_parser) and the keys
  * `accelerate config` writes (commands/config/config_args.py). Every flag
  * there is either a setting (settings.c), one of launch's own switches
- * (cmd_launch.c), or a row here; scripts/test-cli.sh checks that against a
- * list taken from Accelerate's source (scripts/fixtures/accelerate_launch_flags.txt).
+ * (cmd_launch.c), or a row here; scripts/test-launch-flags.sh checks that against a
+ * list taken from Accelerate's source (tests/fixtures/accelerate_launch_flags.txt).
  *
- * A row's neutral values ask for nothing we lack (`--dynamo_backend no`,
- * `tpu_use_cluster: false`, `gpu_ids: all`): those are accepted, because
+ * A flag or key ending in '*' covers every name it begins (all of
+ * Megatron-LM's, ParallelismConfig's and the fp8 recipe's; first match
+ * wins). A row's neutral values ask for nothing we lack (`--dynamo_backend
+ * no`, `tpu_use_cluster: false`, `gpu_ids: all`): those are accepted, because
  * `accelerate config` writes them into every file. Any other value is an
  * error naming the flag or key and the reason. "*" marks the few whose
  * every value is fine here because mpirun does the job they configure. */
@@ -74,82 +76,35 @@ const Unsupported host_unsupported[] = {
     {NULL, "mpirun_config.mpirun_ccl", 1, "*",
      "oneCCL is not used: OpenMPI carries the collectives"},
     {"use_megatron_lm", NULL, 0, NULL, R_MEGATRON},
-    {"megatron_lm_tp_degree", NULL, 1, NULL, R_MEGATRON},
-    {"megatron_lm_use_custom_fsdp", NULL, 1, NULL, R_MEGATRON},
-    {"megatron_lm_no_load_optim", NULL, 1, NULL, R_MEGATRON},
-    {"megatron_lm_eod_mask_loss", NULL, 1, NULL, R_MEGATRON},
-    {"megatron_lm_overlap_cpu_optimizer_d2h_h2d", NULL, 1, NULL, R_MEGATRON},
-    {"megatron_lm_no_save_optim", NULL, 1, NULL, R_MEGATRON},
-    {"megatron_lm_optimizer_cpu_offload", NULL, 1, NULL, R_MEGATRON},
-    {"megatron_lm_use_precision_aware_optimizer", NULL, 1, NULL, R_MEGATRON},
-    {"megatron_lm_decoder_last_pipeline_num_layers", NULL, 1, NULL, R_MEGATRON},
-    {"megatron_lm_pp_degree", NULL, 1, NULL, R_MEGATRON},
-    {"megatron_lm_num_micro_batches", NULL, 1, NULL, R_MEGATRON},
-    {"megatron_lm_sequence_parallelism", NULL, 1, NULL, R_MEGATRON},
-    {"megatron_lm_recompute_activations", NULL, 1, NULL, R_MEGATRON},
-    {"megatron_lm_use_distributed_optimizer", NULL, 1, NULL, R_MEGATRON},
-    {"megatron_lm_gradient_clipping", NULL, 1, NULL, R_MEGATRON},
-    {"megatron_lm_recompute_granularity", NULL, 1, NULL, R_MEGATRON},
-    {"megatron_lm_recompute_method", NULL, 1, NULL, R_MEGATRON},
-    {"megatron_lm_recompute_num_layers", NULL, 1, NULL, R_MEGATRON},
-    {"megatron_lm_attention_backend", NULL, 1, NULL, R_MEGATRON},
-    {"megatron_lm_expert_model_parallel_size", NULL, 1, NULL, R_MEGATRON},
-    {"megatron_lm_context_parallel_size", NULL, 1, NULL, R_MEGATRON},
-    {"megatron_lm_attention_dropout", NULL, 1, NULL, R_MEGATRON},
-    {"megatron_lm_hidden_dropout", NULL, 1, NULL, R_MEGATRON},
-    {"megatron_lm_attention_softmax_in_fp32", NULL, 1, NULL, R_MEGATRON},
-    {"megatron_lm_expert_tensor_parallel_size", NULL, 1, NULL, R_MEGATRON},
-    {"megatron_lm_calculate_per_token_loss", NULL, 1, NULL, R_MEGATRON},
-    {"megatron_lm_use_rotary_position_embeddings", NULL, 1, NULL, R_MEGATRON},
-    {NULL, "megatron_lm_config.*", 1, NULL, R_MEGATRON},
+    {"megatron_lm_*", "megatron_lm_config.*", 1, NULL, R_MEGATRON},
     {"use_parallelism_config", NULL, 0, NULL, R_PARALLEL},
-    {"parallelism_config_dp_replicate_size", NULL, 1, NULL, R_PARALLEL},
-    {"parallelism_config_dp_shard_size", NULL, 1, NULL, R_PARALLEL},
-    {"parallelism_config_tp_size", NULL, 1, NULL, R_PARALLEL},
-    {"parallelism_config_cp_size", NULL, 1, NULL, R_PARALLEL},
-    {"parallelism_config_cp_backend", NULL, 1, NULL, R_PARALLEL},
-    {"parallelism_config_cp_comm_strategy", NULL, 1, NULL, R_PARALLEL},
-    {"parallelism_config_sp_size", NULL, 1, NULL, R_PARALLEL},
-    {"parallelism_config_sp_backend", NULL, 1, NULL, R_PARALLEL},
-    {"parallelism_config_sp_seq_length", NULL, 1, NULL, R_PARALLEL},
-    {"parallelism_config_sp_seq_length_is_variable", NULL, 1, NULL, R_PARALLEL},
-    {"parallelism_config_sp_attn_implementation", NULL, 1, NULL, R_PARALLEL},
-    {NULL, "parallelism_config.*", 1, NULL, R_PARALLEL},
-    {"fp8_backend", NULL, 1, NULL, R_FP8},
+    {"parallelism_config_*", "parallelism_config.*", 1, NULL, R_PARALLEL},
     {"fp8_use_autocast_during_eval", NULL, 0, NULL, R_FP8},
-    {"fp8_margin", NULL, 1, NULL, R_FP8},
-    {"fp8_interval", NULL, 1, NULL, R_FP8},
-    {"fp8_format", NULL, 1, NULL, R_FP8},
-    {"fp8_amax_history_len", NULL, 1, NULL, R_FP8},
-    {"fp8_amax_compute_algo", NULL, 1, NULL, R_FP8},
-    {"fp8_override_linear_precision", NULL, 1, NULL, R_FP8},
-    {"fp8_opt_level", NULL, 1, NULL, R_FP8},
-    {"fp8_enable_fsdp_float8_all_gather", NULL, 1, NULL, R_FP8},
-    {"fp8_pad_inner_dim", NULL, 1, NULL, R_FP8},
-    {NULL, "fp8_config.*", 1, NULL, R_FP8},
+    {"fp8_*", "fp8_config.*", 1, NULL, R_FP8},
     {"aws_access_key_id", NULL, 1, NULL, R_AWS},
     {"aws_secret_access_key", NULL, 1, NULL, R_AWS},
 };
 
 const int host_unsupported_count = (int)(sizeof host_unsupported / sizeof host_unsupported[0]);
 
+/* A pattern ending in '*' matches every name it begins ("fp8_*",
+ * "fp8_config.*"); any other only itself. */
+static int matches(const char *pattern, const char *name) {
+    size_t n = strlen(pattern);
+    if (n > 0 && pattern[n - 1] == '*') return strncmp(pattern, name, n - 1) == 0;
+    return strcmp(pattern, name) == 0;
+}
+
 const Unsupported *unsupported_by_flag(const char *flag) {
     for (int i = 0; i < host_unsupported_count; i++)
-        if (host_unsupported[i].flag != NULL && strcmp(host_unsupported[i].flag, flag) == 0)
+        if (host_unsupported[i].flag != NULL && matches(host_unsupported[i].flag, flag))
             return &host_unsupported[i];
     return NULL;
 }
 
-/* "section.*" matches every key of the section. */
-static int key_matches(const char *pattern, const char *key) {
-    size_t n = strlen(pattern);
-    if (n >= 2 && strcmp(pattern + n - 2, ".*") == 0) return strncmp(pattern, key, n - 1) == 0;
-    return strcmp(pattern, key) == 0;
-}
-
 const Unsupported *unsupported_by_key(const char *key) {
     for (int i = 0; i < host_unsupported_count; i++)
-        if (host_unsupported[i].key != NULL && key_matches(host_unsupported[i].key, key))
+        if (host_unsupported[i].key != NULL && matches(host_unsupported[i].key, key))
             return &host_unsupported[i];
     return NULL;
 }

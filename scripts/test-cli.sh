@@ -18,28 +18,6 @@ unset XDG_CACHE_HOME ACCEL_LUA_CONFIG ACCEL_LUA_MPIRUN ACCEL_LUA_NUM_THREADS OMP
 # unwinder sees through them, so scripts/lsan.supp's MPI entries match.
 [[ -n ${ASAN_OPTIONS:-} ]] && export ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0"
 
-OUT=""
-RC=0
-
-# run CMD...: OUT = stdout+stderr, RC = exit status, MS = milliseconds taken.
-run() {
-    local t0
-    t0=$(date +%s%N)
-    OUT=$("$@" 2>&1)
-    RC=$?
-    MS=$(( ($(date +%s%N) - t0) / 1000000 ))
-}
-
-# check NAME COND...: passes when the bash condition (evaluated) holds.
-check() {
-    local name=$1
-    shift
-    if eval "$@"; then ok "$name"; else bad "$name" "rc=$RC (${MS:-?} ms)
-$OUT"; fi
-}
-
-has() { [[ $OUT == *"$1"* ]]; }
-
 ROOT_FLAG=""
 [[ $(id -u) -eq 0 ]] && ROOT_FLAG="--allow-run-as-root "
 
