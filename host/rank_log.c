@@ -15,7 +15,9 @@
  * each chunk to the file and to the console; it ends when the rank's end
  * of the pipe closes, so output written just before a crash (even a
  * SIGKILL) still reaches the file. The child ignores the stop signals so
- * it can drain. */
+ * it can drain. Once set up, ACCEL_LUA_LOGS_OPEN=1 is exported so that
+ * accel-lua processes the script starts write into the rank's streams
+ * instead of truncating its files again. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -151,7 +153,7 @@ static int redirect(const char *folder, int files, int tee) {
 
 int host_setup_rank_logs(void) {
     const char *dir = getenv("ACCEL_LUA_LOG_DIR");
-    if (dir == NULL || dir[0] == '\0') return 0;
+    if (dir == NULL || dir[0] == '\0' || getenv("ACCEL_LUA_LOGS_OPEN") != NULL) return 0;
     int rank = host_rank() >= 0 ? host_rank() : 0, tee, redirects;
     const char *attempt = getenv("ACCEL_LUA_RESTART_COUNT");
     if (env_bits("ACCEL_LUA_TEE", rank, &tee) != 0 ||
@@ -168,7 +170,7 @@ int host_setup_rank_logs(void) {
                 rank, folder, strerror(errno));
         return -1;
     }
-    if (redirect(folder, tee | redirects, tee) == 0) return 0;
+    if (redirect(folder, tee | redirects, tee) == 0) return setenv("ACCEL_LUA_LOGS_OPEN", "1", 1);
     fprintf(stderr, "%s: rank %d: cannot set up the logs in %s: %s\n", ACCEL_LUA_NAME, rank,
             folder, strerror(errno));
     return -1;

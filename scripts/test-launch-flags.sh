@@ -18,12 +18,14 @@ unset ACCEL_LUA_LOG_DIR ACCEL_LUA_TEE ACCEL_LUA_REDIRECTS
 
 write_scripts() {
     # Each rank prints what it was given on stdout and a line on stderr;
-    # with "fail" rank 1 raises after printing.
+    # with "fail" rank 1 raises after printing; with "nested EXE" each
+    # rank runs `EXE -e ...` (an accel-lua started by the script).
     cat >"$TMP/rank.lua" <<'EOF'
 local r = os.getenv("OMPI_COMM_WORLD_RANK") or "none"
 print(("out %s debug=%s omp=%s threads=%d args=%s"):format(r, os.getenv("ACCEL_LUA_DEBUG_MODE"),
   os.getenv("OMP_NUM_THREADS"), accel.num_threads(), table.concat({...}, ",")))
 io.stderr:write("err " .. r .. "\n")
+if arg[1] == "nested" then io.stdout:flush() os.execute(arg[2] .. [[ -e 'print("nested child")']]) end
 if arg[1] == "fail" and r == "1" then error("boom on purpose") end
 EOF
     # Fails on attempt 0, succeeds on attempt 1.
@@ -211,6 +213,10 @@ check_log_dir() {
     run "$EXE" launch --num_processes 2 --log_dir "$logs" --redirects 3 "$TMP/rank.lua" fail
     check "--redirects 3: the ranks' output only in the files, the failing rank's error too" \
         '(( RC != 0 )) && ! has "out 0" && ! has "boom" && grep -q "^out 1 " "$logs/attempt_0/rank_1/stdout.log" && grep -q "rank 1: .*boom on purpose" "$logs/attempt_0/rank_1/stderr.log"'
+    logs=$TMP/logs4
+    run "$EXE" launch --num_processes 2 --log_dir "$logs" "$TMP/rank.lua" nested "$EXE"
+    check "an accel-lua started by a rank writes into that rank's log, not over it" \
+        '(( RC == 0 )) && grep -q "^out 0 " "$logs/attempt_0/rank_0/stdout.log" && grep -qx "nested child" "$logs/attempt_0/rank_0/stdout.log"'
     run "$EXE" launch --tee 3 "$TMP/rank.lua"
     check "--tee without --log_dir: exit 2, says what is missing" '(( RC == 2 )) && has "--tee 3 needs --log_dir"'
     local spec
