@@ -247,6 +247,12 @@ static int update(Session *s, const char *path) {
                         "`accel-lua config default` writes one)\n", WHO, path);
         return 1;
     }
+    size_t len = strlen(path);
+    if (len >= 5 && strcmp(path + len - 5, ".json") == 0) {
+        fprintf(stderr, "%s: %s: update writes YAML, not JSON; rename the file to .yaml "
+                        "first\n", WHO, path);
+        return 2;
+    }
     if (config_read_noting(&s->c, path, WHO, dropped, sizeof dropped) != 0) return 2;
     for (int i = 0; i < S_COUNT; i++) had[i] = s->c.value[i] != NULL;
     config_fill_defaults(&s->c);

@@ -439,6 +439,17 @@ static void print_command(const StrList *env, const StrList *cmd, int direct) {
     fflush(stdout);
 }
 
+/* The ranks make their own log folders; on one machine launch makes
+ * --log_dir first, so a bad one is one error, before anything starts. */
+static int prepare_log_dir(const LaunchConfig *c, int dry_run) {
+    const char *dir = config_str(c, S_LOG_DIR);
+    if (dir == NULL || dry_run || config_str(c, S_HOSTFILE) != NULL) return 0;
+    if (host_make_dirs(dir, strlen(dir)) == 0 && access(dir, W_OK) == 0) return 0;
+    fprintf(stderr, "%s: --log_dir %s: cannot create or write it: %s\n", WHO, dir,
+            strerror(errno));
+    return -1;
+}
+
 /* ---- running, with restarts ---- */
 
 static volatile sig_atomic_t stop_signal;
@@ -550,6 +561,7 @@ int cmd_launch(int argc, char **argv) {
                 script, strerror(errno));
         goto done;
     }
+    if (prepare_log_dir(&c, a.dry_run) != 0) goto done;
     if (a.module && a.no_python) {
         fprintf(stderr, "%s: --module and --no_python: a module runs through accel-lua\n", WHO);
         goto done;

@@ -17,6 +17,7 @@
 #include <yaml.h>
 
 #include "host/config_yaml.h"
+#include "host/host.h"
 
 const char *config_default_path(char *buf, size_t n) {
     const char *env = getenv("ACCEL_LUA_CONFIG");
@@ -202,15 +203,8 @@ static void write_group(FILE *f, const LaunchConfig *c, const char *section, siz
 
 /* mkdir -p of the folder holding path. */
 static int make_parents(const char *path) {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p != '\0'; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    return 0;
+    const char *slash = strrchr(path, '/');
+    return slash == NULL || slash == path ? 0 : host_make_dirs(path, (size_t)(slash - path));
 }
 
 int config_write(const LaunchConfig *c, const char *path, const char *who) {

@@ -62,6 +62,9 @@ int host_setup_rank_logs(void);
  * the reason in err. */
 int host_stream_bits(const char *spec, int rank, int *bits, char *err, size_t n);
 
+/* mkdir -p of path[0..len); 0, or -1 with errno set. */
+int host_make_dirs(const char *path, size_t len);
+
 /* CPUs (logical) and physical cores in this process's affinity mask. */
 int host_logical_cpus(void);
 int host_physical_cores(void);

@@ -66,13 +66,19 @@ static int env_bits(const char *name, int rank, int *bits) {
     return -1;
 }
 
-/* mkdir -p */
-static int make_dirs(char *path) {
-    for (char *p = path + 1;; p++) {
+int host_make_dirs(const char *path, size_t len) {
+    char buf[4096];
+    if (len >= sizeof buf) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    memcpy(buf, path, len);
+    buf[len] = '\0';
+    for (char *p = buf + 1;; p++) {
         if (*p != '/' && *p != '\0') continue;
         char c = *p;
         *p = '\0';
-        int bad = mkdir(path, 0755) != 0 && errno != EEXIST;
+        int bad = mkdir(buf, 0755) != 0 && errno != EEXIST;
         *p = c;
         if (bad || c == '\0') return bad ? -1 : 0;
     }
@@ -165,7 +171,7 @@ int host_setup_rank_logs(void) {
     char folder[4096];
     snprintf(folder, sizeof folder, "%s/attempt_%s/rank_%d", dir,
              attempt && attempt[0] ? attempt : "0", rank);
-    if (make_dirs(folder) != 0) {
+    if (host_make_dirs(folder, strlen(folder)) != 0) {
         fprintf(stderr, "%s: rank %d: cannot create the log folder %s: %s\n", ACCEL_LUA_NAME,
                 rank, folder, strerror(errno));
         return -1;

@@ -224,6 +224,10 @@ check_log_dir() {
         run "$EXE" launch --tee "$spec" --log_dir "$logs" "$TMP/rank.lua"
         check "--tee $spec: exit 2, spec named" "(( RC == 2 )) && has \"--tee: '$spec' is not 0-3\""
     done
+    printf 'x\n' >"$TMP/a_file"
+    run "$EXE" launch --num_processes 2 --log_dir "$TMP/a_file/logs" "$TMP/rank.lua"
+    check "--log_dir that cannot be made: exit 2, one error naming it, nothing run" \
+        '(( RC == 2 )) && has "--log_dir $TMP/a_file/logs: cannot create" && ! has "out 0"'
     run "$EXE" launch --dry_run --tee 0 "$TMP/rank.lua"
     check "--tee 0 (Accelerate's default) needs no --log_dir" '(( RC == 0 ))'
 }
@@ -279,6 +283,10 @@ EOF
     run "$EXE" config update --config_file "$cfg"
     check "config update of a file with a bad key: exit 2, key named, file untouched" \
         "(( RC == 2 )) && has \"unknown key 'num_procesess'\" && [[ \$(cat \"\$cfg\") == \"\$before\" ]]"
+    printf '{"num_processes": 2}\n' >"$TMP/c.json"
+    run "$EXE" config update --config_file "$TMP/c.json"
+    check "config update of a .json file: refused (it writes YAML), file untouched" \
+        '(( RC == 2 )) && has "update writes YAML" && [[ $(cat "$TMP/c.json") == "{\"num_processes\": 2}" ]]'
     run "$EXE" config update --config_file "$TMP/none.yaml"
     check "config update of a missing file: exit 1, named" '(( RC == 1 )) && has "none.yaml does not exist"'
     run "$EXE" config default
