@@ -192,6 +192,8 @@ static int ask_fsdp(Session *s) {
 /* Processes, threads and the sharding engine of a distributed setup. */
 static int ask_distributed(Session *s) {
     if (ask_machines(s) ||
+        ask(s, S_DEBUG, "Should distributed operations be checked while running for errors? "
+                        "This can avoid timeout issues but will be slower.", "no") ||
         ask(s, S_NUM_PROCESSES, "How many processes should be used for distributed training "
                                 "(in total, over all machines)?", "2") ||
         ask(s, S_NUM_THREADS, "How many CPU threads should each process use?", "1"))
