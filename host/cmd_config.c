@@ -2,8 +2,13 @@
  * `accelerate config` and writes the answers as YAML;
  * `accel-lua config default [--config_file PATH] [--mixed_precision X]`
  * writes sensible defaults (and, like Accelerate, leaves an existing file
- * alone). The file goes to --config_file, else $ACCEL_LUA_CONFIG, else
- * ~/.cache/accel-lua/default_config.yaml (folders created).
+ * alone); `accel-lua config update [--config_file PATH]` (Accelerate's
+ * `accelerate config update`) reads an existing file, checks it as launch
+ * does, adds the settings it lacks with their defaults, drops Accelerate's
+ * keys that ask for nothing here (`tpu_use_cluster: false` ...), and
+ * writes it back, saying what changed. The file goes to --config_file,
+ * else $ACCEL_LUA_CONFIG, else ~/.cache/accel-lua/default_config.yaml
+ * (folders created).
  *
  * Answers are read from stdin one line each, so they can be piped in; an
  * empty line (or end of input) takes the default shown in brackets; a
@@ -187,6 +192,8 @@ static int ask_fsdp(Session *s) {
 /* Processes, threads and the sharding engine of a distributed setup. */
 static int ask_distributed(Session *s) {
     if (ask_machines(s) ||
+        ask(s, S_DEBUG, "Should distributed operations be checked while running for errors? "
+                        "This can avoid timeout issues but will be slower.", "no") ||
         ask(s, S_NUM_PROCESSES, "How many processes should be used for distributed training "
                                 "(in total, over all machines)?", "2") ||
         ask(s, S_NUM_THREADS, "How many CPU threads should each process use?", "1"))
@@ -227,6 +234,40 @@ static int interview(Session *s) {
                ? -1 : 0;
 }
 
+/* Appends key to the ", "-separated list in buf. */
+static void note_key(char *buf, size_t n, const char *key) {
+    size_t used = strlen(buf);
+    snprintf(buf + used, n - used, "%s%s", used ? ", " : "", key);
+}
+
+/* config update: see the top comment. Returns the exit status. */
+static int update(Session *s, const char *path) {
+    char dropped[2048], added[2048] = "";
+    int had[S_COUNT];
+    if (access(path, F_OK) != 0) {
+        fprintf(stderr, "%s: %s does not exist: nothing to update (`accel-lua config` or "
+                        "`accel-lua config default` writes one)\n", WHO, path);
+        return 1;
+    }
+    size_t len = strlen(path);
+    if (len >= 5 && strcmp(path + len - 5, ".json") == 0) {
+        fprintf(stderr, "%s: %s: update writes YAML, not JSON; rename the file to .yaml "
+                        "first\n", WHO, path);
+        return 2;
+    }
+    if (config_read_noting(&s->c, path, WHO, dropped, sizeof dropped) != 0) return 2;
+    for (int i = 0; i < S_COUNT; i++) had[i] = s->c.value[i] != NULL;
+    config_fill_defaults(&s->c);
+    for (int i = 0; i < S_COUNT; i++)
+        if (!had[i] && s->c.value[i] != NULL && host_settings[i].key != NULL)
+            note_key(added, sizeof added, host_settings[i].key);
+    if (config_write(&s->c, path, WHO) != 0) return 1;
+    printf("%s: updated %s\n  added with their defaults: %s\n  removed (Accelerate keys that "
+           "ask for nothing here): %s\n", WHO, path, added[0] ? added : "none",
+           dropped[0] ? dropped : "none");
+    return 0;
+}
+
 /* --config_file PATH and (config default only) --mixed_precision X. */
 static int parse_flags(Session *s, int argc, char **argv, int is_default, const char **path) {
     char err[256];
@@ -243,7 +284,8 @@ static int parse_flags(Session *s, int argc, char **argv, int is_default, const 
         } else {
             fprintf(stderr, "%s: unknown flag or missing value: %s\nusage: accel-lua config "
                             "[--config_file PATH]\n       accel-lua config default "
-                            "[--config_file PATH] [--mixed_precision no|fp16|bf16|fp8]\n", WHO, a);
+                            "[--config_file PATH] [--mixed_precision no|fp16|bf16|fp8]\n"
+                            "       accel-lua config update [--config_file PATH]\n", WHO, a);
             return -1;
         }
     }
@@ -253,11 +295,17 @@ static int parse_flags(Session *s, int argc, char **argv, int is_default, const 
 int cmd_config(int argc, char **argv) {
     Session s = {.tty = isatty(STDIN_FILENO)};
     int is_default = argc > 1 && strcmp(argv[1], "default") == 0;
+    int is_update = argc > 1 && strcmp(argv[1], "update") == 0;
+    int sub = is_default || is_update;
     const char *path = NULL;
     char buf[4096];
     int status = 2;
-    if (parse_flags(&s, argc - is_default, argv + is_default, is_default, &path) != 0) goto done;
+    if (parse_flags(&s, argc - sub, argv + sub, is_default, &path) != 0) goto done;
     if (path == NULL) path = config_default_path(buf, sizeof buf);
+    if (is_update) {
+        status = update(&s, path);
+        goto done;
+    }
     if (is_default && access(path, F_OK) == 0) {
         fprintf(stderr, "%s: %s already exists; not overwritten (run `accel-lua config`, or pass "
                         "--config_file elsewhere)\n", WHO, path);

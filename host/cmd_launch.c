@@ -3,10 +3,15 @@
  * Settings come from flags, then the config file (--config_file, else
  * $ACCEL_LUA_CONFIG / ~/.cache/accel-lua/default_config.yaml when it
  * exists), then defaults; they reach the ranks as ACCEL_LUA_* variables
- * (list in settings.c). One process and no machines: the script runs
- * directly (this same binary). Otherwise this builds an OpenMPI 4 `mpirun`
- * command line running /proc/self/exe on the script:
+ * (list in settings.c). Flags use Accelerate's spellings (also
+ * --mpirun_hostfile / --deepspeed_hostfile for --hostfile, -t, -m, -q);
+ * Accelerate's flags for what does not exist here are refused, each with
+ * its reason (unsupported.c), all named at once, exit 2. One process and
+ * no machines: the script runs directly (this same binary). Otherwise this
+ * builds an OpenMPI 4 `mpirun` command line running /proc/self/exe on the
+ * script:
  *   --allow-run-as-root   when run as root
+ *   --quiet               with -q / --quiet (no mpirun banners)
  *   -np N                 N = num_processes, over all machines
  *   one machine:          --oversubscribe --bind-to none when N exceeds the
  *                         physical cores (mpirun's slots); --bind-to none
@@ -16,6 +21,12 @@
  *                         num_machines M > 1 also --map-by ppr:N/M:node
  *   -x NAME=VALUE         each setting, OMP/OPENBLAS_NUM_THREADS, and
  *                         -x LUA_PATH etc. when set here
+ * -m / --module: the script is a module name; each rank runs
+ * `accel-lua -m NAME args` (found on package.path, host/main.c).
+ * --no_python: each rank runs the script itself as a program.
+ * --log_dir / --tee / --redirects (torchrun's): each rank writes its own
+ * logs (host/rank_log.c); --log_dir alone means --tee 3; a non-zero --tee
+ * or --redirects without --log_dir is an error.
  * mpirun is started once, on machine 0: on a machine with machine_rank > 0
  * launch explains that and exits 0. main_process_ip / main_process_port are
  * informational (MPI wires the ranks). A job started by `mpirun -np N
@@ -24,19 +35,24 @@
  *
  * Failure: OpenMPI's default already ends the whole job when one rank exits
  * non-zero or is killed (a failing rank prints "accel-lua: rank R: <error>",
- * host/run.c). With --max_restarts K a failed job is started again, up to
- * K times (ACCEL_LUA_RESTART_COUNT tells the script which attempt it is;
- * it is expected to resume with load_state). --dry_run prints the command
- * instead of running it. ACCEL_LUA_MPIRUN names another mpirun. Exit
- * status: the job's (128 + signal if killed), 2 for bad usage. */
+ * host/run.c). launch checks on the job (mpirun, or the single process)
+ * every --monitor_interval seconds (default 0.1, Accelerate's), so a
+ * finished or failed attempt is seen within that time. With --max_restarts
+ * K a failed job is started again, up to K times (ACCEL_LUA_RESTART_COUNT
+ * tells the script which attempt it is; it is expected to resume with
+ * load_state). --dry_run prints the command instead of running it.
+ * ACCEL_LUA_MPIRUN names another mpirun. Exit status: the job's (128 +
+ * signal if killed), 2 for bad usage. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "host/config_yaml.h"
@@ -76,10 +92,24 @@ typedef struct {
     LaunchConfig flags;      /* settings given as flags (SRC_FLAG) */
     const char *config_file; /* --config_file */
     int dist_switch;         /* 1 + index in dist_switches (--use_fsdp...); 0 = none */
-    int dry_run, help;
+    int dry_run, help, quiet, module, no_python;
     int script;              /* argv index of the script; 0 = none */
     StrList unknown;         /* unknown flags, to name them all at once */
+    StrList refused;         /* Accelerate's flags we lack: "--flag: reason" */
 } LaunchArgs;
+
+/* launch's own switches (not settings: they shape the command only). */
+static const struct { const char *flag; size_t offset; } switches[] = {
+    {"dry_run", offsetof(LaunchArgs, dry_run)},
+    {"quiet", offsetof(LaunchArgs, quiet)},
+    {"module", offsetof(LaunchArgs, module)},
+    {"no_python", offsetof(LaunchArgs, no_python)},
+};
+
+/* Accelerate's one-letter spellings. */
+static const struct { const char *shorthand, *flag; } short_flags[] = {
+    {"-t", "--tee"}, {"-m", "--module"}, {"-q", "--quiet"},
+};
 
 static const struct { const char *flag, *dist_type; } dist_switches[] = {
     {"multi_gpu", "MULTI_GPU"}, {"use_deepspeed", "DEEPSPEED"}, {"use_fsdp", "FSDP"},
@@ -119,9 +149,28 @@ static int parse_setting(LaunchArgs *a, int id, const char *name, const char *in
     return 0;
 }
 
+/* An Accelerate flag for something accel-lua lacks: consumes its value;
+ * a neutral value (`--dynamo_backend no`) is accepted, anything else is
+ * noted in a->refused with the reason. */
+static void parse_unsupported(LaunchArgs *a, const Unsupported *u, const char *name,
+                              const char *value, int argc, char **argv, int *i) {
+    if (value == NULL && u->takes_value && *i + 1 < argc) value = argv[++*i];
+    if (unsupported_is_neutral(u, value)) return;
+    if (value != NULL && u->neutral != NULL)
+        list_add(&a->refused, "--%s %s: not supported: %s", name, value, u->reason);
+    else
+        list_add(&a->refused, "--%s: not supported: %s", name, u->reason);
+}
+
+static const char *long_spelling(const char *arg) {
+    for (size_t k = 0; k < sizeof short_flags / sizeof short_flags[0]; k++)
+        if (strcmp(arg, short_flags[k].shorthand) == 0) return short_flags[k].flag;
+    return arg;
+}
+
 /* Handles argv[*i] (starting with '-'); returns -1 on a bad value. */
 static int parse_flag(LaunchArgs *a, int argc, char **argv, int *i) {
-    const char *arg = argv[*i];
+    const char *arg = long_spelling(argv[*i]);
     char name[128];
     if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
         a->help = 1;
@@ -137,8 +186,10 @@ static int parse_flag(LaunchArgs *a, int argc, char **argv, int *i) {
     for (char *p = name; *p != '\0'; p++)
         if (*p == '-') *p = '_';
     const char *value = eq ? eq + 1 : NULL;
-    if (strcmp(name, "dry_run") == 0) {
-        a->dry_run = 1;
+    for (size_t k = 0; k < sizeof switches / sizeof switches[0]; k++) {
+        if (strcmp(name, switches[k].flag) != 0) continue;
+        if (value != NULL) return usage_fail("--%s takes no value", name);
+        *(int *)((char *)a + switches[k].offset) = 1;
         return 0;
     }
     for (size_t k = 0; k < sizeof dist_switches / sizeof dist_switches[0]; k++) {
@@ -155,7 +206,9 @@ static int parse_flag(LaunchArgs *a, int argc, char **argv, int *i) {
     }
     int id = setting_by_flag(name);
     if (id >= 0) return parse_setting(a, id, name, value, argc, argv, i);
-    list_add(&a->unknown, "%s", arg);
+    const Unsupported *u = unsupported_by_flag(name);
+    if (u != NULL) parse_unsupported(a, u, name, value, argc, argv, i);
+    else list_add(&a->unknown, "%s", arg);
     return 0;
 }
 
@@ -170,10 +223,14 @@ static int parse_args(LaunchArgs *a, int argc, char **argv) {
         else if (parse_flag(a, argc, argv, &i) != 0)
             return -1;
     }
+    for (int i = 0; i < a->refused.n; i++) fprintf(stderr, "%s: %s\n", WHO, a->refused.v[i]);
     if (a->unknown.n > 0) {
         fprintf(stderr, "%s: unknown flag%s:", WHO, a->unknown.n > 1 ? "s" : "");
         for (int i = 0; i < a->unknown.n; i++) fprintf(stderr, " %s", a->unknown.v[i]);
-        fprintf(stderr, "\n(accel-lua launch --help lists the flags)\n");
+        fprintf(stderr, "\n");
+    }
+    if (a->unknown.n > 0 || a->refused.n > 0) {
+        fprintf(stderr, "(accel-lua launch --help lists the flags)\n");
         return -1;
     }
     if (a->script == 0 && !a->help) return usage_fail("no script given");
@@ -190,7 +247,13 @@ static void print_help(void) {
            "  --multi_gpu                            distributed_type MULTI_GPU (needs a CUDA build)\n"
            "  --use_deepspeed                        distributed_type DEEPSPEED (ZeRO sharding)\n"
            "  --use_fsdp                             distributed_type FSDP\n"
-           "  --dry_run                              print the command instead of running it\n");
+           "  -m, --module                           the script is a Lua module name, found on\n"
+           "                                         package.path, run as the script\n"
+           "  --no_python                            run the script as a program (not through\n"
+           "                                         accel-lua)\n"
+           "  -q, --quiet                            mpirun --quiet, and no \"job failed\" line\n"
+           "  --dry_run                              print the command instead of running it\n"
+           "  --mpirun_hostfile, --deepspeed_hostfile  the same as --hostfile; -t is --tee\n");
     for (int i = 0; i < S_COUNT; i++) {
         const Setting *s = &host_settings[i];
         if (s->flag == NULL) continue;
@@ -200,6 +263,16 @@ static void print_help(void) {
         printf("  %-38s %s%s%s%s\n", left, s->help, s->def ? " [" : "", s->def ? s->def : "",
                s->def ? "]" : "");
     }
+    printf("\nAccelerate flags for what does not exist here are refused, each with its "
+           "reason\n(a value that asks for nothing, such as --dynamo_backend no, is "
+           "accepted):\n ");
+    for (int i = 0, col = 1; i < host_unsupported_count; i++) {
+        const char *f = host_unsupported[i].flag, *neutral = host_unsupported[i].neutral;
+        if (f == NULL || (neutral != NULL && strcmp(neutral, "*") == 0)) continue;
+        if (col + strlen(f) + 3 > 79) printf("\n "), col = 1;
+        col += printf(" --%s", f);
+    }
+    printf("\n");
 }
 
 /* ---- settings: file, flags, defaults, consistency ---- */
@@ -219,6 +292,31 @@ static int load_settings(LaunchConfig *c, const LaunchArgs *a) {
 static int type_is(const LaunchConfig *c, const char *type) {
     const char *t = config_str(c, S_DISTRIBUTED_TYPE);
     return t != NULL && strcmp(t, type) == 0;
+}
+
+/* --tee / --redirects: valid specs, and a --log_dir to write to (a spec
+ * of 0 asks for no file); --log_dir alone tees everything (--tee 3). */
+static int resolve_logs(LaunchConfig *c) {
+    static const int specs[] = {S_TEE, S_REDIRECTS};
+    char err[256];
+    for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++) {
+        const char *spec = config_str(c, specs[k]);
+        int bits;
+        if (spec == NULL) continue;
+        if (host_stream_bits(spec, -1, &bits, err, sizeof err) != 0) {
+            fprintf(stderr, "%s: --%s: %s\n", WHO, host_settings[specs[k]].flag, err);
+            return -1;
+        }
+        if (config_str(c, S_LOG_DIR) == NULL && strcmp(spec, "0") != 0) {
+            fprintf(stderr, "%s: --%s %s needs --log_dir DIR (where the rank logs go)\n", WHO,
+                    host_settings[specs[k]].flag, spec);
+            return -1;
+        }
+    }
+    if (config_str(c, S_LOG_DIR) != NULL && config_str(c, S_TEE) == NULL &&
+        config_str(c, S_REDIRECTS) == NULL)
+        config_set(c, S_TEE, "3", SRC_DEFAULT, err, sizeof err);
+    return 0;
 }
 
 /* Derives distributed_type from the counts, fills defaults, checks what
@@ -251,7 +349,7 @@ static int resolve(LaunchConfig *c) {
         fprintf(stderr, "%s: num_processes %ld is not a multiple of num_machines %ld\n", WHO, n, m);
         return -1;
     }
-    return 0;
+    return resolve_logs(c);
 }
 
 /* ---- the command ---- */
@@ -295,8 +393,8 @@ static void add_placement(const LaunchConfig *c, StrList *cmd) {
         list_add(cmd, "--map-by"), list_add(cmd, "slot:PE=%ld", t);
 }
 
-static void build_command(const LaunchConfig *c, const StrList *env, int argc, char **argv,
-                          int script, StrList *cmd) {
+static void build_command(const LaunchConfig *c, const LaunchArgs *a, const StrList *env,
+                          int argc, char **argv, StrList *cmd) {
     static const char *const forwarded[] = {"LUA_PATH", "LUA_CPATH", "LUA_PATH_5_4",
                                             "LUA_CPATH_5_4", "LUA_INIT", "LUA_INIT_5_4"};
     char self[4096];
@@ -306,6 +404,7 @@ static void build_command(const LaunchConfig *c, const StrList *env, int argc, c
         const char *mpirun = getenv("ACCEL_LUA_MPIRUN");
         list_add(cmd, "%s", mpirun && mpirun[0] ? mpirun : "mpirun");
         if (geteuid() == 0) list_add(cmd, "--allow-run-as-root");
+        if (a->quiet) list_add(cmd, "--quiet");
         list_add(cmd, "-np");
         list_add(cmd, "%ld", config_int(c, S_NUM_PROCESSES, 1));
         add_placement(c, cmd);
@@ -313,8 +412,9 @@ static void build_command(const LaunchConfig *c, const StrList *env, int argc, c
         for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++)
             if (getenv(forwarded[i]) != NULL) list_add(cmd, "-x"), list_add(cmd, "%s", forwarded[i]);
     }
-    list_add(cmd, "%s", len > 0 ? self : "accel-lua");
-    for (int i = script; i < argc; i++) list_add(cmd, "%s", argv[i]);
+    if (!a->no_python) list_add(cmd, "%s", len > 0 ? self : "accel-lua");
+    if (a->module) list_add(cmd, "-m");
+    for (int i = a->script; i < argc; i++) list_add(cmd, "%s", argv[i]);
 }
 
 /* Prints a word so that a shell reads it back unchanged. */
@@ -339,6 +439,17 @@ static void print_command(const StrList *env, const StrList *cmd, int direct) {
     fflush(stdout);
 }
 
+/* The ranks make their own log folders; on one machine launch makes
+ * --log_dir first, so a bad one is one error, before anything starts. */
+static int prepare_log_dir(const LaunchConfig *c, int dry_run) {
+    const char *dir = config_str(c, S_LOG_DIR);
+    if (dir == NULL || dry_run || config_str(c, S_HOSTFILE) != NULL) return 0;
+    if (host_make_dirs(dir, strlen(dir)) == 0 && access(dir, W_OK) == 0) return 0;
+    fprintf(stderr, "%s: --log_dir %s: cannot create or write it: %s\n", WHO, dir,
+            strerror(errno));
+    return -1;
+}
+
 /* ---- running, with restarts ---- */
 
 static volatile sig_atomic_t stop_signal;
@@ -360,9 +471,20 @@ static void catch_stop_signals(void) {
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
 }
 
+/* Waits for the job, checking on it every `interval` seconds (the
+ * --monitor_interval); signals only cut a nap short. */
+static void wait_job(pid_t pid, double interval, int *status) {
+    struct timespec nap = {(time_t)interval, (long)((interval - (double)(time_t)interval) * 1e9)};
+    for (;;) {
+        pid_t got = waitpid(pid, status, WNOHANG);
+        if (got == pid || (got < 0 && errno != EINTR)) return;
+        nanosleep(&nap, NULL);
+    }
+}
+
 /* Runs cmd with env added; returns its exit status (128 + signal when
  * killed), or -1 if it could not be started. */
-static int run_once(const StrList *cmd, const StrList *env) {
+static int run_once(const StrList *cmd, const StrList *env, double interval) {
     int fds[2], err = 0, status = 0;
     if (pipe2(fds, O_CLOEXEC) != 0) return -1;
     pid_t pid = fork();
@@ -378,7 +500,7 @@ static int run_once(const StrList *cmd, const StrList *env) {
     ssize_t got;
     while ((got = read(fds[0], &err, sizeof err)) < 0 && errno == EINTR) {}
     close(fds[0]);
-    while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    if (pid > 0) wait_job(pid, interval, &status);
     running_child = 0;
     if (pid < 0 || got == (ssize_t)sizeof err) {
         fprintf(stderr, "%s: cannot run %s: %s%s\n", WHO, cmd->v[0],
@@ -389,23 +511,24 @@ static int run_once(const StrList *cmd, const StrList *env) {
     return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
 }
 
-static int run_job(const LaunchConfig *c, int argc, char **argv, int script, int dry_run) {
+static int run_job(const LaunchConfig *c, const LaunchArgs *a, int argc, char **argv) {
     long restarts = config_int(c, S_MAX_RESTARTS, 0);
+    double interval = strtod(config_str(c, S_MONITOR_INTERVAL), NULL);
     int status = 0;
     catch_stop_signals();
     for (int attempt = 0;; attempt++) {
         StrList env = {0}, cmd = {0};
         build_env(c, attempt, &env);
-        build_command(c, &env, argc, argv, script, &cmd);
-        if (dry_run) print_command(&env, &cmd, !uses_mpirun(c));
-        else status = run_once(&cmd, &env);
+        build_command(c, a, &env, argc, argv, &cmd);
+        if (a->dry_run) print_command(&env, &cmd, !uses_mpirun(c));
+        else status = run_once(&cmd, &env, interval);
         list_free(&cmd);
         list_free(&env);
         if (status <= 0 || stop_signal || attempt >= restarts) break;
         fprintf(stderr, "%s: job failed (exit %d), restart %d/%ld\n", WHO, status, attempt + 1,
                 restarts);
     }
-    if (status > 0)
+    if (status > 0 && !a->quiet)
         fprintf(stderr, "%s: job failed (exit %d)%s\n", WHO, status,
                 stop_signal ? ", interrupted" : restarts > 0 ? ", no restarts left" : "");
     return status < 0 ? 127 : status;
@@ -430,16 +553,24 @@ int cmd_launch(int argc, char **argv) {
         goto done;
     }
     const char *script = argv[a.script];
-    /* With a hostfile the script may live on the other machines only. */
-    if (config_str(&c, S_HOSTFILE) == NULL && strcmp(script, "-") != 0 &&
-        access(script, R_OK) != 0) {
-        fprintf(stderr, "%s: cannot read script %s: %s\n", WHO, script, strerror(errno));
+    /* With a hostfile the script may live on the other machines only; a
+     * module is looked up by each rank. */
+    if (config_str(&c, S_HOSTFILE) == NULL && strcmp(script, "-") != 0 && !a.module &&
+        access(script, a.no_python ? X_OK : R_OK) != 0) {
+        fprintf(stderr, "%s: cannot %s script %s: %s\n", WHO, a.no_python ? "execute" : "read",
+                script, strerror(errno));
         goto done;
     }
-    status = run_job(&c, argc, argv, a.script, a.dry_run);
+    if (prepare_log_dir(&c, a.dry_run) != 0) goto done;
+    if (a.module && a.no_python) {
+        fprintf(stderr, "%s: --module and --no_python: a module runs through accel-lua\n", WHO);
+        goto done;
+    }
+    status = run_job(&c, &a, argc, argv);
 done:
     config_free(&a.flags);
     config_free(&c);
     list_free(&a.unknown);
+    list_free(&a.refused);
     return status;
 }

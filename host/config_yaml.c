@@ -1,9 +1,11 @@
 /* config_yaml.c: reading and writing the config file (see config_yaml.h).
  * The file is a YAML mapping with Accelerate's keys; deepspeed_config,
- * fsdp_config and mpirun_config are nested mappings. Keys Accelerate
- * writes that mean nothing here are accepted and ignored (settings.c);
- * any other key is an error. A null value (`key:`, `key: null`) leaves the
- * setting unset. Duplicate keys are errors. */
+ * fsdp_config and mpirun_config are nested mappings. Accelerate's keys for
+ * what does not exist here (unsupported.c) are accepted with a value that
+ * asks for nothing (`tpu_use_cluster: false`, `dynamo_config: {}`), and
+ * are otherwise an error naming the key and why; any other key is an
+ * error. A null value (`key:`, `key: null`) leaves the setting unset.
+ * Duplicate keys are errors. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -15,6 +17,7 @@
 #include <yaml.h>
 
 #include "host/config_yaml.h"
+#include "host/host.h"
 
 const char *config_default_path(char *buf, size_t n) {
     const char *env = getenv("ACCEL_LUA_CONFIG");
@@ -43,6 +46,8 @@ typedef struct {
     const char *path;
     const char *who;
     int seen[S_COUNT];
+    char *dropped; /* NULL, or where to list the accepted no-op keys */
+    size_t dropped_len;
 } Reader;
 
 /* Prints "<who>: <path>:<line>: <message>"; returns -1. */
@@ -66,11 +71,35 @@ static int is_null(const yaml_node_t *n) {
            strcmp(s, "Null") == 0 || strcmp(s, "NULL") == 0;
 }
 
+/* An empty sequence or mapping ([] / {}) asks for nothing, like null. */
+static int is_empty(const yaml_node_t *n) {
+    if (n->type == YAML_SEQUENCE_NODE) return n->data.sequence.items.top == n->data.sequence.items.start;
+    if (n->type == YAML_MAPPING_NODE) return n->data.mapping.pairs.top == n->data.mapping.pairs.start;
+    return is_null(n);
+}
+
+/* One of Accelerate's keys for what accel-lua lacks: fine if its value
+ * asks for nothing (noted in r->dropped), else an error saying why. */
+static int read_unsupported(Reader *r, const Unsupported *u, const char *key,
+                            const yaml_node_t *vn) {
+    int scalar_value = vn->type == YAML_SCALAR_NODE && !is_null(vn);
+    if (!is_empty(vn) && !(scalar_value && unsupported_is_neutral(u, scalar(vn)))) {
+        if (scalar_value) return fail(r, vn, "%s: '%s' is not supported: %s", key, scalar(vn), u->reason);
+        return fail(r, vn, "%s is not supported: %s", key, u->reason);
+    }
+    if (r->dropped != NULL) {
+        size_t used = strlen(r->dropped);
+        snprintf(r->dropped + used, r->dropped_len - used, "%s%s", used ? ", " : "", key);
+    }
+    return 0;
+}
+
 static int read_value(Reader *r, const char *key, const yaml_node_t *kn, const yaml_node_t *vn) {
     char err[256];
     int id = setting_by_key(key);
     if (id < 0) {
-        if (setting_key_ignored(key)) return 0;
+        const Unsupported *u = unsupported_by_key(key);
+        if (u != NULL) return read_unsupported(r, u, key, vn);
         return fail(r, kn, "unknown key '%s'", key);
     }
     if (r->seen[id]) return fail(r, kn, "'%s' given twice", key);
@@ -106,7 +135,13 @@ static int read_mapping(Reader *r, const yaml_node_t *map, const char *prefix) {
 }
 
 int config_read(LaunchConfig *c, const char *path, const char *who) {
-    Reader r = {.c = c, .path = path, .who = who};
+    return config_read_noting(c, path, who, NULL, 0);
+}
+
+int config_read_noting(LaunchConfig *c, const char *path, const char *who, char *dropped,
+                       size_t n) {
+    Reader r = {.c = c, .path = path, .who = who, .dropped = dropped, .dropped_len = n};
+    if (dropped != NULL && n > 0) dropped[0] = '\0';
     FILE *f = fopen(path, "rb");
     if (f == NULL) {
         fprintf(stderr, "%s: cannot read config file %s: %s\n", who, path, strerror(errno));
@@ -155,8 +190,8 @@ static void write_group(FILE *f, const LaunchConfig *c, const char *section, siz
     int header = 0;
     for (int i = 0; i < S_COUNT; i++) {
         const char *key = host_settings[i].key;
+        if (key == NULL || c->value[i] == NULL) continue;
         const char *dot = strchr(key, '.');
-        if (c->value[i] == NULL) continue;
         if (n == 0 ? dot != NULL : (strncmp(key, section, n) != 0 || key[n] != '.')) continue;
         if (n > 0 && !header) fprintf(f, "%.*s:\n", (int)n, section);
         header = 1;
@@ -168,15 +203,8 @@ static void write_group(FILE *f, const LaunchConfig *c, const char *section, siz
 
 /* mkdir -p of the folder holding path. */
 static int make_parents(const char *path) {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p != '\0'; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    return 0;
+    const char *slash = strrchr(path, '/');
+    return slash == NULL || slash == path ? 0 : host_make_dirs(path, (size_t)(slash - path));
 }
 
 int config_write(const LaunchConfig *c, const char *path, const char *who) {

@@ -20,6 +20,10 @@ const char *config_path_in_force(const char *given, char *buf, size_t n);
 /* Reads path into c (source SRC_FILE). On error prints
  * "<who>: <path>:<line>: <what>" to stderr and returns -1. */
 int config_read(LaunchConfig *c, const char *path, const char *who);
+/* The same, listing in dropped ("a, b", n bytes) Accelerate's keys that
+ * were accepted as asking for nothing (`tpu_use_cluster: false`). */
+int config_read_noting(LaunchConfig *c, const char *path, const char *who, char *dropped,
+                       size_t n);
 
 /* Writes the set values of c as YAML (parent folders created, written to a
  * temporary name then renamed). On error prints it and returns -1. */

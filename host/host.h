@@ -54,6 +54,17 @@ int host_world_size(void);
  * default when several ranks run); needs the global `accel`. */
 void host_apply_threads(lua_State *L);
 
+/* Per-rank log files from ACCEL_LUA_LOG_DIR / _TEE / _REDIRECTS (rank_log.c);
+ * call before anything runs. Returns 0, or -1 after printing why. */
+int host_setup_rank_logs(void);
+/* Which streams (bit 1 stdout, bit 2 stderr) a torchrun stream spec ("3",
+ * "0:1,1:2") gives `rank` (-1: only check the spec). Returns 0, or -1 with
+ * the reason in err. */
+int host_stream_bits(const char *spec, int rank, int *bits, char *err, size_t n);
+
+/* mkdir -p of path[0..len); 0, or -1 with errno set. */
+int host_make_dirs(const char *path, size_t len);
+
 /* CPUs (logical) and physical cores in this process's affinity mask. */
 int host_logical_cpus(void);
 int host_physical_cores(void);

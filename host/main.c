@@ -2,7 +2,10 @@
  * subcommands.c); otherwise behaves like the standalone `lua` interpreter:
  *   accel-lua [options] [script [args]]
  * with -e, -l, -i, -v, -E, -W, -, --, the global `arg` table, LUA_INIT,
- * a REPL on a terminal, and exit status 1 when anything failed. */
+ * a REPL on a terminal, and exit status 1 when anything failed. One option
+ * more than lua: `-m mod [args]` runs module mod's file (found on
+ * package.path, as require finds it) as the script, like `python -m`;
+ * arg[0] is that file. `accel-lua launch -m` runs ranks this way. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +27,7 @@ typedef struct {
     int has_exec;    /* some -e was given */
     int no_env;      /* -E */
     int help;        /* -h / --help */
+    const char *module; /* -m mod: the module run as the script */
 } HostArgs;
 
 static void print_usage(FILE *out) {
@@ -34,6 +38,7 @@ static void print_usage(FILE *out) {
             "  -i        enter interactive mode after executing 'script'\n"
             "  -l mod    require library 'mod' into global 'mod'\n"
             "  -l g=mod  require library 'mod' into global 'g'\n"
+            "  -m mod    run module 'mod' (found on package.path) as the script\n"
             "  -v        show version information\n"
             "  -E        ignore environment variables\n"
             "  -W        turn warnings on\n"
@@ -79,11 +84,21 @@ static int parse_option(HostArgs *a, int *i) {
     return usage_error("unrecognized option '%s'", opt);
 }
 
+/* -m mod / -mmod: the module is the script; options end there. */
+static int module_option(HostArgs *a, int i) {
+    const char *s = a->argv[i];
+    if (s[2] == '\0' && i + 1 >= a->argc) return usage_error("'%s' needs argument", s);
+    a->module = s[2] != '\0' ? s + 2 : a->argv[i + 1];
+    a->script = s[2] != '\0' ? i : i + 1;
+    return 1;
+}
+
 /* First pass: finds the script and the flags; returns 0 on bad usage. */
 static int parse_args(HostArgs *a) {
     for (int i = 1; i < a->argc; i++) {
         const char *s = a->argv[i];
         if (s[0] != '-' || strcmp(s, "-") == 0) { a->script = i; return 1; }
+        if (s[1] == 'm') return module_option(a, i);
         if (strcmp(s, "--") == 0) {
             if (i + 1 < a->argc) a->script = i + 1;
             return 1;
@@ -156,7 +171,28 @@ static int run_lua_init(lua_State *L) {
     return host_dostring(L, init, name);
 }
 
+/* The file of module a->module on package.path (pushed), with arg[0] set
+ * to it; raises "module 'x' not found" with the places tried. */
+static const char *find_module(lua_State *L, const HostArgs *a) {
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "searchpath");
+    lua_pushstring(L, a->module);
+    lua_getfield(L, -3, "path");
+    lua_call(L, 2, 2);
+    if (lua_isnil(L, -2))
+        luaL_error(L, "module '%s' not found (-m looks on package.path):%s", a->module,
+                   lua_tostring(L, -1));
+    lua_pop(L, 1);
+    lua_remove(L, -2);
+    lua_getglobal(L, "arg");
+    lua_pushvalue(L, -2);
+    lua_rawseti(L, -2, 0);
+    lua_pop(L, 1);
+    return lua_tostring(L, -1);
+}
+
 static int run_script(lua_State *L, const HostArgs *a) {
+    if (a->module != NULL) return host_doscript(L, find_module(L, a)) == LUA_OK;
     const char *fname = a->argv[a->script];
     int from_stdin = strcmp(fname, "-") == 0 && strcmp(a->argv[a->script - 1], "--") != 0;
     return host_doscript(L, from_stdin ? NULL : fname) == LUA_OK;
@@ -224,6 +260,7 @@ int main(int argc, char **argv) {
     if (cmd != NULL) return cmd->run(argc - 1, argv + 1);
     HostArgs a = {.argc = argc, .argv = argv};
     if (argv[0] == NULL || !parse_args(&a)) return EXIT_FAILURE;
+    if (host_setup_rank_logs() != 0) return EXIT_FAILURE;
     if (a.help) {
         print_usage(stdout);
         return EXIT_SUCCESS;

@@ -12,16 +12,29 @@
  *   ACCEL_LUA_NUM_THREADS                 compute threads per rank (default 1 when
  *                                         several ranks; the host applies it at start,
  *                                         OMP_NUM_THREADS / OPENBLAS_NUM_THREADS too)
+ *   ACCEL_LUA_DEBUG_MODE                  true | false (--debug; Accelerate's
+ *                                         ACCELERATE_DEBUG_MODE: collectives check
+ *                                         shapes across ranks first)
+ *   ACCEL_LUA_LOG_DIR, ACCEL_LUA_TEE, ACCEL_LUA_REDIRECTS
+ *                                         per-rank log files (host/rank_log.c)
  *   ACCEL_LUA_USE_DEEPSPEED, ACCEL_LUA_USE_FSDP   true | false (from distributed_type)
  *   with DEEPSPEED: ACCEL_LUA_ZERO_STAGE (0-3), ACCEL_LUA_OFFLOAD_OPTIMIZER_DEVICE,
- *     ACCEL_LUA_OFFLOAD_PARAM_DEVICE (none | cpu), ACCEL_LUA_GRADIENT_CLIPPING,
- *     ACCEL_LUA_ZERO3_INIT_FLAG, ACCEL_LUA_DEEPSPEED_CONFIG_FILE
- *   with FSDP: ACCEL_LUA_FSDP_SHARDING_STRATEGY, ACCEL_LUA_FSDP_OFFLOAD_PARAMS,
- *     ACCEL_LUA_FSDP_AUTO_WRAP_POLICY, ACCEL_LUA_FSDP_MIN_NUM_PARAMS,
- *     ACCEL_LUA_FSDP_TRANSFORMER_LAYER_CLS_TO_WRAP, ACCEL_LUA_FSDP_BACKWARD_PREFETCH,
- *     ACCEL_LUA_FSDP_STATE_DICT_TYPE
+ *     ACCEL_LUA_OFFLOAD_PARAM_DEVICE (none | cpu | nvme), ACCEL_LUA_OFFLOAD_*_NVME_PATH,
+ *     ACCEL_LUA_GRADIENT_CLIPPING, ACCEL_LUA_ZERO3_INIT_FLAG,
+ *     ACCEL_LUA_ZERO3_SAVE_16BIT_MODEL, ACCEL_LUA_DEEPSPEED_CONFIG_FILE,
+ *     ACCEL_LUA_DEEPSPEED_MOE_LAYER_CLS_NAMES
+ *   with FSDP: ACCEL_LUA_FSDP_VERSION, ACCEL_LUA_FSDP_SHARDING_STRATEGY,
+ *     ACCEL_LUA_FSDP_OFFLOAD_PARAMS, ACCEL_LUA_FSDP_AUTO_WRAP_POLICY,
+ *     ACCEL_LUA_FSDP_MIN_NUM_PARAMS, ACCEL_LUA_FSDP_TRANSFORMER_LAYER_CLS_TO_WRAP,
+ *     ACCEL_LUA_FSDP_BACKWARD_PREFETCH, ACCEL_LUA_FSDP_STATE_DICT_TYPE,
+ *     ACCEL_LUA_FSDP_RESHARD_AFTER_FORWARD, ACCEL_LUA_FSDP_FORWARD_PREFETCH,
+ *     ACCEL_LUA_FSDP_USE_ORIG_PARAMS, ACCEL_LUA_FSDP_CPU_RAM_EFFICIENT_LOADING,
+ *     ACCEL_LUA_FSDP_SYNC_MODULE_STATES, ACCEL_LUA_FSDP_ACTIVATION_CHECKPOINTING
  *   ACCEL_LUA_RESTART_COUNT               0 on the first attempt, k on restart k
  *
+ * Every sharding setting Accelerate has is carried to the ranks as it is
+ * given; the Accelerator decides (and says) what it cannot do. Accelerate's
+ * flags and keys for what does not exist here are in unsupported.c.
  * main_process_ip / main_process_port / machine_rank are accepted for
  * Accelerate compatibility but not exported: under MPI, mpirun (started
  * once, on machine 0) places and wires the ranks. */
@@ -69,14 +82,24 @@ const Setting host_settings[S_COUNT] = {
                        "compute threads per rank (default 1 with several ranks)"},
     [S_MAX_RESTARTS] = {"max_restarts", "max_restarts", NULL, ST_INT, "0..", NULL,
                         "relaunch a failed job up to this many times"},
+    [S_DEBUG] = {"debug", "debug", "ACCEL_LUA_DEBUG_MODE", ST_BOOL, NULL, "false",
+                 "collectives check shapes and dtypes across ranks first"},
+    [S_TEE] = {NULL, "tee", "ACCEL_LUA_TEE", ST_STR, NULL, NULL,
+               "streams copied to --log_dir and the console: 0-3 or R:N,..."},
+    [S_REDIRECTS] = {NULL, "redirects", "ACCEL_LUA_REDIRECTS", ST_STR, NULL, NULL,
+                     "streams sent to --log_dir only: 0-3 or R:N,..."},
+    [S_LOG_DIR] = {NULL, "log_dir", "ACCEL_LUA_LOG_DIR", ST_STR, NULL, NULL,
+                   "per-rank logs: DIR/attempt_K/rank_R/{stdout,stderr}.log"},
+    [S_MONITOR_INTERVAL] = {NULL, "monitor_interval", NULL, ST_FLOAT, ">0", "0.1",
+                            "seconds between launch's checks of the job"},
     [S_ZERO_STAGE] = {DS "zero_stage", "zero_stage", "ACCEL_LUA_ZERO_STAGE", ST_INT, "0..3", "2",
                       "ZeRO stage 0-3 (with --use_deepspeed)"},
     [S_OFFLOAD_OPTIMIZER_DEVICE] = {DS "offload_optimizer_device", "offload_optimizer_device",
-                                    "ACCEL_LUA_OFFLOAD_OPTIMIZER_DEVICE", ST_ENUM, "none|cpu",
-                                    "none", "none or cpu"},
+                                    "ACCEL_LUA_OFFLOAD_OPTIMIZER_DEVICE", ST_ENUM,
+                                    "none|cpu|nvme", "none", "none, cpu or nvme"},
     [S_OFFLOAD_PARAM_DEVICE] = {DS "offload_param_device", "offload_param_device",
-                                "ACCEL_LUA_OFFLOAD_PARAM_DEVICE", ST_ENUM, "none|cpu", "none",
-                                "none or cpu (stage 3)"},
+                                "ACCEL_LUA_OFFLOAD_PARAM_DEVICE", ST_ENUM, "none|cpu|nvme",
+                                "none", "none, cpu or nvme (stage 3)"},
     [S_GRADIENT_CLIPPING] = {DS "gradient_clipping", "gradient_clipping",
                              "ACCEL_LUA_GRADIENT_CLIPPING", ST_FLOAT, NULL, NULL,
                              "clip gradients to this norm"},
@@ -85,10 +108,27 @@ const Setting host_settings[S_COUNT] = {
     [S_DEEPSPEED_CONFIG_FILE] = {DS "deepspeed_config_file", "deepspeed_config_file",
                                  "ACCEL_LUA_DEEPSPEED_CONFIG_FILE", ST_STR, NULL, NULL,
                                  "DeepSpeed JSON config"},
+    [S_OFFLOAD_OPTIMIZER_NVME_PATH] = {DS "offload_optimizer_nvme_path",
+                                       "offload_optimizer_nvme_path",
+                                       "ACCEL_LUA_OFFLOAD_OPTIMIZER_NVME_PATH", ST_STR, NULL, NULL,
+                                       "folder for optimizer states (nvme offload)"},
+    [S_OFFLOAD_PARAM_NVME_PATH] = {DS "offload_param_nvme_path", "offload_param_nvme_path",
+                                   "ACCEL_LUA_OFFLOAD_PARAM_NVME_PATH", ST_STR, NULL, NULL,
+                                   "folder for parameters (nvme offload)"},
+    [S_ZERO3_SAVE_16BIT_MODEL] = {DS "zero3_save_16bit_model", "zero3_save_16bit_model",
+                                  "ACCEL_LUA_ZERO3_SAVE_16BIT_MODEL", ST_BOOL, NULL, "false",
+                                  "save the gathered 16-bit model (stage 3)"},
+    [S_DEEPSPEED_MOE_LAYER_CLS_NAMES] = {DS "deepspeed_moe_layer_cls_names",
+                                         "deepspeed_moe_layer_cls_names",
+                                         "ACCEL_LUA_DEEPSPEED_MOE_LAYER_CLS_NAMES", ST_STR, NULL,
+                                         NULL, "mixture-of-experts layer classes"},
+    [S_FSDP_VERSION] = {FS "fsdp_version", "fsdp_version", "ACCEL_LUA_FSDP_VERSION", ST_ENUM,
+                        "1|2", "1", "FSDP version 1 or 2"},
     [S_FSDP_SHARDING_STRATEGY] = {FS "fsdp_sharding_strategy", "fsdp_sharding_strategy",
                                   "ACCEL_LUA_FSDP_SHARDING_STRATEGY", ST_ENUM,
-                                  "FULL_SHARD|SHARD_GRAD_OP|NO_SHARD", "FULL_SHARD",
-                                  "FULL_SHARD, SHARD_GRAD_OP or NO_SHARD"},
+                                  "FULL_SHARD|SHARD_GRAD_OP|NO_SHARD|HYBRID_SHARD|"
+                                  "HYBRID_SHARD_ZERO2", "FULL_SHARD",
+                                  "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD(_ZERO2)"},
     [S_FSDP_OFFLOAD_PARAMS] = {FS "fsdp_offload_params", "fsdp_offload_params",
                                "ACCEL_LUA_FSDP_OFFLOAD_PARAMS", ST_BOOL, NULL, "false",
                                "offload parameters and gradients to the CPU"},
@@ -111,6 +151,28 @@ const Setting host_settings[S_COUNT] = {
                                 "ACCEL_LUA_FSDP_STATE_DICT_TYPE", ST_ENUM,
                                 "FULL_STATE_DICT|SHARDED_STATE_DICT|LOCAL_STATE_DICT",
                                 "SHARDED_STATE_DICT", "how save_state writes the model"},
+    [S_FSDP_RESHARD_AFTER_FORWARD] = {FS "fsdp_reshard_after_forward",
+                                      "fsdp_reshard_after_forward",
+                                      "ACCEL_LUA_FSDP_RESHARD_AFTER_FORWARD", ST_ENUM,
+                                      "true|false|FULL_SHARD|SHARD_GRAD_OP|NO_RESHARD", "true",
+                                      "true/false (FSDP2) or a strategy (FSDP1)"},
+    [S_FSDP_FORWARD_PREFETCH] = {FS "fsdp_forward_prefetch", "fsdp_forward_prefetch",
+                                 "ACCEL_LUA_FSDP_FORWARD_PREFETCH", ST_BOOL, NULL, "false",
+                                 "prefetch the next unit during forward"},
+    [S_FSDP_USE_ORIG_PARAMS] = {FS "fsdp_use_orig_params", "fsdp_use_orig_params",
+                                "ACCEL_LUA_FSDP_USE_ORIG_PARAMS", ST_BOOL, NULL, "true",
+                                "keep the original parameters visible"},
+    [S_FSDP_CPU_RAM_EFFICIENT_LOADING] = {FS "fsdp_cpu_ram_efficient_loading",
+                                          "fsdp_cpu_ram_efficient_loading",
+                                          "ACCEL_LUA_FSDP_CPU_RAM_EFFICIENT_LOADING", ST_BOOL,
+                                          NULL, "true", "load weights on rank 0 only"},
+    [S_FSDP_SYNC_MODULE_STATES] = {FS "fsdp_sync_module_states", "fsdp_sync_module_states",
+                                   "ACCEL_LUA_FSDP_SYNC_MODULE_STATES", ST_BOOL, NULL, "true",
+                                   "broadcast rank 0's weights at prepare"},
+    [S_FSDP_ACTIVATION_CHECKPOINTING] = {FS "fsdp_activation_checkpointing",
+                                         "fsdp_activation_checkpointing",
+                                         "ACCEL_LUA_FSDP_ACTIVATION_CHECKPOINTING", ST_BOOL, NULL,
+                                         "false", "recompute activations in backward"},
 };
 
 /* Other spellings Accelerate's configs use for the same settings. */
@@ -119,36 +181,30 @@ static const struct { const char *key; int id; } aliases[] = {
     {DS "deepspeed_hostfile", S_HOSTFILE},
 };
 
-/* Keys Accelerate writes that mean nothing here: accepted, ignored. */
-static const char *const ignored_keys[] = {
-    "debug", "downcast_bf16", "dynamo_config", "enable_cpu_affinity", "gpu_ids",
-    "ipex_config", "main_training_function", "megatron_lm_config", "rdzv_backend",
-    "same_network", "tpu_env", "tpu_use_cluster", "tpu_use_sudo", "use_mps_device",
-    DS "deepspeed_multinode_launcher", DS "zero3_save_16bit_model",
-    FS "fsdp_use_orig_params", FS "fsdp_sync_module_states", FS "fsdp_forward_prefetch",
-    FS "fsdp_cpu_ram_efficient_loading", FS "fsdp_activation_checkpointing",
-    "mpirun_config.mpirun_ccl",
+/* Accelerate's other flag spellings for the same settings. */
+static const struct { const char *flag; int id; } flag_aliases[] = {
+    {"mpirun_hostfile", S_HOSTFILE},
+    {"deepspeed_hostfile", S_HOSTFILE},
 };
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
 int setting_by_key(const char *key) {
     for (int i = 0; i < S_COUNT; i++)
-        if (strcmp(host_settings[i].key, key) == 0) return i;
+        if (host_settings[i].key != NULL && strcmp(host_settings[i].key, key) == 0) return i;
     for (size_t i = 0; i < COUNT(aliases); i++)
         if (strcmp(aliases[i].key, key) == 0) return aliases[i].id;
     return -1;
 }
 
-int setting_key_ignored(const char *key) {
-    for (size_t i = 0; i < COUNT(ignored_keys); i++)
-        if (strcmp(ignored_keys[i], key) == 0) return 1;
-    return 0;
-}
-
 int setting_is_section(const char *name) {
-    return strcmp(name, "deepspeed_config") == 0 || strcmp(name, "fsdp_config") == 0 ||
-           strcmp(name, "mpirun_config") == 0;
+    static const char *const sections[] = {
+        "deepspeed_config", "fsdp_config",     "mpirun_config", "dynamo_config",
+        "megatron_lm_config", "fp8_config", "parallelism_config", "ipex_config",
+    };
+    for (size_t i = 0; i < COUNT(sections); i++)
+        if (strcmp(sections[i], name) == 0) return 1;
+    return 0;
 }
 
 /* Case-insensitive, '-' and '_' alike, whole of a against b[0..blen). */
@@ -165,6 +221,8 @@ static int loose_equal(const char *a, const char *b, size_t blen) {
 int setting_by_flag(const char *flag) {
     for (int i = 0; i < S_COUNT; i++)
         if (host_settings[i].flag != NULL && strcmp(host_settings[i].flag, flag) == 0) return i;
+    for (size_t i = 0; i < COUNT(flag_aliases); i++)
+        if (strcmp(flag_aliases[i].flag, flag) == 0) return flag_aliases[i].id;
     return -1;
 }
 
@@ -203,11 +261,15 @@ static char *canon_int(const Setting *s, const char *text, char *err, size_t err
     return strdup(buf);
 }
 
-static char *canon_float(const char *text, char *err, size_t errlen) {
+static char *canon_float(const Setting *s, const char *text, char *err, size_t errlen) {
     char *end;
     double v = strtod(text, &end);
     if (end == text || *end != '\0' || !isfinite(v)) {
         snprintf(err, errlen, "'%s' is not a number", text);
+        return NULL;
+    }
+    if (s->choices != NULL && strcmp(s->choices, ">0") == 0 && !(v > 0)) {
+        snprintf(err, errlen, "%s is not a positive number", text);
         return NULL;
     }
     return strdup(text);
@@ -250,7 +312,7 @@ int config_set(LaunchConfig *c, int id, const char *text, SettingSource src, cha
     }
     switch (s->type) {
     case ST_INT: v = canon_int(s, text, err, errlen); break;
-    case ST_FLOAT: v = canon_float(text, err, errlen); break;
+    case ST_FLOAT: v = canon_float(s, text, err, errlen); break;
     case ST_BOOL: v = canon_bool(text, err, errlen); break;
     case ST_ENUM: v = canon_enum(s, text, err, errlen); break;
     case ST_STR: v = strdup(text); break;
@@ -295,6 +357,7 @@ int config_bool(const LaunchConfig *c, int id) {
 int config_applies(const LaunchConfig *c, int id) {
     const char *key = host_settings[id].key;
     const char *type = c->value[S_DISTRIBUTED_TYPE] ? c->value[S_DISTRIBUTED_TYPE] : "NO";
+    if (key == NULL) return 1;
     if (strncmp(key, DS, strlen(DS)) == 0) return strcmp(type, "DEEPSPEED") == 0;
     if (strncmp(key, FS, strlen(FS)) == 0) return strcmp(type, "FSDP") == 0;
     return 1;

@@ -14,11 +14,13 @@
 typedef enum { ST_INT, ST_FLOAT, ST_BOOL, ST_STR, ST_ENUM } SettingType;
 
 typedef struct {
-    const char *key;     /* YAML key: "num_processes", "deepspeed_config.zero_stage" */
+    const char *key;     /* YAML key: "num_processes", "deepspeed_config.zero_stage";
+                            NULL = a launch flag only (--tee, --log_dir ...) */
     const char *flag;    /* launch flag without "--"; NULL = none */
     const char *env;     /* variable exported to the ranks; NULL = none */
     SettingType type;
-    const char *choices; /* ST_ENUM: "no|fp16|bf16"; ST_INT: "min..max" or "min.." */
+    const char *choices; /* ST_ENUM: "no|fp16|bf16"; ST_INT: "min..max" or "min..";
+                            ST_FLOAT: ">0" for a positive number, else NULL */
     const char *def;     /* default as text; NULL = unset */
     const char *help;    /* one line for --help */
 } Setting;
@@ -38,12 +40,22 @@ enum {
     S_USE_CPU,
     S_NUM_THREADS,
     S_MAX_RESTARTS,
+    S_DEBUG,
+    S_TEE,
+    S_REDIRECTS,
+    S_LOG_DIR,
+    S_MONITOR_INTERVAL,
     S_ZERO_STAGE,
     S_OFFLOAD_OPTIMIZER_DEVICE,
     S_OFFLOAD_PARAM_DEVICE,
     S_GRADIENT_CLIPPING,
     S_ZERO3_INIT_FLAG,
     S_DEEPSPEED_CONFIG_FILE,
+    S_OFFLOAD_OPTIMIZER_NVME_PATH,
+    S_OFFLOAD_PARAM_NVME_PATH,
+    S_ZERO3_SAVE_16BIT_MODEL,
+    S_DEEPSPEED_MOE_LAYER_CLS_NAMES,
+    S_FSDP_VERSION,
     S_FSDP_SHARDING_STRATEGY,
     S_FSDP_OFFLOAD_PARAMS,
     S_FSDP_AUTO_WRAP_POLICY,
@@ -51,6 +63,12 @@ enum {
     S_FSDP_TRANSFORMER_LAYER_CLS,
     S_FSDP_BACKWARD_PREFETCH,
     S_FSDP_STATE_DICT_TYPE,
+    S_FSDP_RESHARD_AFTER_FORWARD,
+    S_FSDP_FORWARD_PREFETCH,
+    S_FSDP_USE_ORIG_PARAMS,
+    S_FSDP_CPU_RAM_EFFICIENT_LOADING,
+    S_FSDP_SYNC_MODULE_STATES,
+    S_FSDP_ACTIVATION_CHECKPOINTING,
     S_COUNT
 };
 
@@ -66,12 +84,34 @@ extern const Setting host_settings[S_COUNT];
 /* Setting by YAML key (aliases such as deepspeed_config.
  * gradient_accumulation_steps included); -1 if unknown. */
 int setting_by_key(const char *key);
-/* 1 if the key is one of Accelerate's that accel-lua accepts and ignores. */
-int setting_key_ignored(const char *key);
-/* 1 if name is a section (deepspeed_config, fsdp_config, mpirun_config). */
+/* 1 if name is a section of the YAML file (deepspeed_config, fsdp_config,
+ * mpirun_config, and Accelerate's sections that accel-lua refuses:
+ * dynamo_config, megatron_lm_config, fp8_config ...). */
 int setting_is_section(const char *name);
-/* Setting by launch flag name ("num_processes", no dashes); -1 if none. */
+/* Setting by launch flag name ("num_processes", no dashes; Accelerate's
+ * other spellings such as "mpirun_hostfile" included); -1 if none. */
 int setting_by_flag(const char *flag);
+
+/* Accelerate's launch flags and config keys that accel-lua does not
+ * support (unsupported.c). Each is refused with its reason, unless its
+ * value is one that asks for nothing we lack (`--dynamo_backend no`,
+ * `tpu_use_cluster: false`). */
+typedef struct {
+    const char *flag;    /* launch flag without "--"; NULL = config key only */
+    const char *key;     /* YAML key ("section.key"; "section.*" = every key
+                            in it); NULL = flag only */
+    int takes_value;     /* the flag is followed by a value */
+    const char *neutral; /* "|"-separated values accepted as no-ops (case
+                            ignored); "*" = any value; NULL = always refused */
+    const char *reason;
+} Unsupported;
+
+const Unsupported *unsupported_by_flag(const char *flag);
+const Unsupported *unsupported_by_key(const char *key);
+/* 1 if value (NULL: a switch given without one) is accepted as a no-op. */
+int unsupported_is_neutral(const Unsupported *u, const char *value);
+extern const Unsupported host_unsupported[];
+extern const int host_unsupported_count;
 
 /* Validates text for setting id and stores its canonical form. Returns 0,
  * or -1 with "'abc' is not an integer" (or similar) in err. */

@@ -5,7 +5,8 @@
 #
 # Suites, in order:
 #   1. BUILD/test_*            C programs; last line "N passed, N failed"
-#   2. scripts/test-host.sh    checks of the accel-lua program itself
+#   2. scripts/test-host.sh    checks of the accel-lua program itself;
+#      scripts/test-cli.sh, scripts/test-launch-flags.sh  its subcommands
 #   3. tests/lua/*_spec.lua    busted specs, one busted run per file, run
 #                              inside BUILD/accel-lua (so `accel` is ours)
 #   4. tests/lua/*_test.lua    plain scripts: exit 0 = 1 passed, else 1 failed
@@ -123,6 +124,7 @@ run_lua_suites() {
     fi
     run_counted "scripts/test-host.sh" "$ROOT/scripts/test-host.sh" "$BUILD"
     run_counted "scripts/test-cli.sh" "$ROOT/scripts/test-cli.sh" "$BUILD"
+    run_counted "scripts/test-launch-flags.sh" "$ROOT/scripts/test-launch-flags.sh" "$BUILD"
     "$ROOT/scripts/setup-test-python.sh" || echo "run-tests: scripts/setup-test-python.sh failed (specs reading TensorBoard files will fail)" >&2
     for f in tests/lua/*_spec.lua; do run_busted "$f"; done
     for f in tests/lua/*_test.lua; do run_plain "$f"; done

@@ -18,28 +18,6 @@ unset XDG_CACHE_HOME ACCEL_LUA_CONFIG ACCEL_LUA_MPIRUN ACCEL_LUA_NUM_THREADS OMP
 # unwinder sees through them, so scripts/lsan.supp's MPI entries match.
 [[ -n ${ASAN_OPTIONS:-} ]] && export ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0"
 
-OUT=""
-RC=0
-
-# run CMD...: OUT = stdout+stderr, RC = exit status, MS = milliseconds taken.
-run() {
-    local t0
-    t0=$(date +%s%N)
-    OUT=$("$@" 2>&1)
-    RC=$?
-    MS=$(( ($(date +%s%N) - t0) / 1000000 ))
-}
-
-# check NAME COND...: passes when the bash condition (evaluated) holds.
-check() {
-    local name=$1
-    shift
-    if eval "$@"; then ok "$name"; else bad "$name" "rc=$RC (${MS:-?} ms)
-$OUT"; fi
-}
-
-has() { [[ $OUT == *"$1"* ]]; }
-
 ROOT_FLAG=""
 [[ $(id -u) -eq 0 ]] && ROOT_FLAG="--allow-run-as-root "
 
@@ -264,12 +242,12 @@ check_failures() {
 
 check_interactive() {
     local cfg=$TMP/piped.yaml
-    run bash -c "printf '0\n1\n\n3\n2\nno\nno\n4\nbf16\n' | '$EXE' config --config_file '$cfg'"
-    check "config with piped answers (multi-CPU, 3 ranks, 2 threads, bf16)" \
-        '(( RC == 0 )) && grep -qx "distributed_type: '"'"'MULTI_CPU'"'"'" "$cfg" && grep -qx "num_processes: 3" "$cfg" && grep -qx "num_cpu_threads_per_process: 2" "$cfg" && grep -qx "gradient_accumulation_steps: 4" "$cfg" && grep -qx "mixed_precision: '"'"'bf16'"'"'" "$cfg" && grep -qx "num_machines: 1" "$cfg"'
-    run bash -c "printf '\n1\n\n2\n\nyes\n3\n1\ncpu\nno\nno\n' | '$EXE' config --config_file '$cfg'"
+    run bash -c "printf '0\n1\n\nyes\n3\n2\nno\nno\n4\nbf16\n' | '$EXE' config --config_file '$cfg'"
+    check "config with piped answers (multi-CPU, debug, 3 ranks, 2 threads, bf16)" \
+        '(( RC == 0 )) && grep -qx "distributed_type: '"'"'MULTI_CPU'"'"'" "$cfg" && grep -qx "debug: true" "$cfg" && grep -qx "num_processes: 3" "$cfg" && grep -qx "num_cpu_threads_per_process: 2" "$cfg" && grep -qx "gradient_accumulation_steps: 4" "$cfg" && grep -qx "mixed_precision: '"'"'bf16'"'"'" "$cfg" && grep -qx "num_machines: 1" "$cfg"'
+    run bash -c "printf '\n1\n\n\n2\n\nyes\n3\n1\ncpu\nno\nno\n' | '$EXE' config --config_file '$cfg'"
     check "config with piped answers (DeepSpeed stage 3; end of input takes defaults)" \
-        '(( RC == 0 )) && grep -qx "distributed_type: '"'"'DEEPSPEED'"'"'" "$cfg" && grep -qx "  zero_stage: 3" "$cfg" && grep -qx "  offload_param_device: '"'"'cpu'"'"'" "$cfg" && grep -qx "mixed_precision: '"'"'no'"'"'" "$cfg"'
+        '(( RC == 0 )) && grep -qx "distributed_type: '"'"'DEEPSPEED'"'"'" "$cfg" && grep -qx "  zero_stage: 3" "$cfg" && grep -qx "  offload_param_device: '"'"'cpu'"'"'" "$cfg" && grep -qx "mixed_precision: '"'"'no'"'"'" "$cfg" && grep -qx "debug: false" "$cfg"'
     run "$EXE" launch --dry_run --config_file "$cfg" "$TMP/rank.lua"
     check "launch reads what config wrote" 'has "ACCEL_LUA_ZERO_STAGE=3 " && has "-np 2 "'
     run bash -c "printf '0\n1\nabc\n' | '$EXE' config --config_file '$TMP/never.yaml'"

@@ -6,6 +6,9 @@
 #   ok NAME            one passed check
 #   bad NAME [OUTPUT]  one failed check, with the last 40 lines of OUTPUT
 #   finish             prints "N passed, N failed"; status 0 when none failed
+#   run CMD...         OUT = its stdout+stderr, RC = exit status, MS = milliseconds
+#   check NAME COND... one check: passes when the bash condition (evaluated) holds
+#   has TEXT           OUT contains TEXT
 # shellcheck shell=bash
 set -uo pipefail
 
@@ -31,3 +34,24 @@ finish() {
     echo "$PASS passed, $FAIL failed"
     (( FAIL == 0 ))
 }
+
+OUT=""
+RC=0
+MS=""
+
+run() {
+    local t0
+    t0=$(date +%s%N)
+    OUT=$("$@" 2>&1)
+    RC=$?
+    MS=$(( ($(date +%s%N) - t0) / 1000000 ))
+}
+
+check() {
+    local name=$1
+    shift
+    if eval "$@"; then ok "$name"; else bad "$name" "rc=$RC (${MS:-?} ms)
+$OUT"; fi
+}
+
+has() { [[ $OUT == *"$1"* ]]; }
