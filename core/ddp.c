@@ -272,6 +272,34 @@ int ddp_finalize(DdpReducer *r) {
     return -1;
 }
 
+/* ---- join: a rank without data shadows a step ---- */
+
+int ddp_shadow_step(DdpReducer *r) {
+    if (r->active) return accel_fail_int("ddp: a joined rank cannot shadow a step while its own step is in progress");
+    for (int b = 0; b < r->nb; b++) {
+        Bucket *bk = &r->buckets[b];
+        if (tensor_fill_(bk->flat, 0.0)) return -1;
+        bk->work = r->ops.start(r, b, r->ops.ud);
+        if (!bk->work) note_error(r, accel_last_error());
+    }
+    if (r->used) {
+        memset(tensor_data(r->used), 0, (size_t)r->n);
+        r->used_work = dist_iall_reduce_agreed(r->comm, r->used, DIST_MAX);
+        if (settle(r->used_work)) note_error(r, accel_last_error());
+        r->used_work = NULL;
+    }
+    for (int b = 0; b < r->nb; b++) {
+        if (settle(r->buckets[b].work)) note_error(r, accel_last_error());
+        r->buckets[b].work = NULL;
+    }
+    if (!r->error) return 0;
+    accel_fail_int("%s", r->error);
+    free(r->error);
+    r->error = NULL;
+    return -1;
+}
+
+
 /* ---- lifetime ---- */
 
 static int install_hooks(DdpReducer *r) {
