@@ -19,22 +19,13 @@ local HERE = arg[0]:match("^(.*)/[^/]*$") or "."
 local support = dofile(HERE .. "/support.lua")
 
 local HELPERS = HERE .. "/helpers/"
-local quote, has, all_ranks_ok = support.shell_quote, support.has, support.all_ranks_ok
+local has, all_ranks_ok = support.has, support.all_ranks_ok
 local jobs = support.job_checks()
 local check = jobs.check
 
 support.require_mpirun()
 local DIR = support.tmpdir()
-local ENV = "env -u ACCEL_LUA_COLLECTIVE_TIMEOUT -u ACCEL_LUA_DIST_BACKEND -u ACCEL_LUA_DEBUG_MODE "
-  .. "-u ACCELERATE_DEBUG_MODE -u ACCEL_LUA_MIXED_PRECISION -u ACCEL_LUA_GRADIENT_ACCUMULATION_STEPS "
-  .. "ACCEL_LUA_CONFIG=" .. quote(DIR .. "/no-config.yaml") .. " " .. support.asan_env()
-
-local function launch(np, helper, ...)
-  local args = {}
-  for i, a in ipairs({...}) do args[i] = quote(tostring(a)) end
-  return jobs.run(("%stimeout -k 5 120 %s launch --cpu --num_processes %d %s %s"):format(ENV,
-    quote(support.ACCEL_LUA), np, quote(HELPERS .. helper), table.concat(args, " ")))
-end
+local launch = support.launcher(jobs, support.job_env(DIR), HELPERS)
 
 -- ---- broadcast_object_list, gather_for_metrics(a, b), non-tensors ----
 for _, n in ipairs({2, 3}) do

@@ -11,18 +11,8 @@ local data = accel.data
 
 local acc = accel.Accelerator()
 local rank, N = acc.process_index, acc.num_processes
-local checks = 0
-
-local function check(cond, fmt, ...)
-  checks = checks + 1
-  if not cond then error(("rank %d: " .. fmt):format(rank, ...), 2) end
-end
-
-local function expect(want, fn, ...)
-  local ok, err = pcall(fn, ...)
-  check(not ok, "no error, expected %q", want)
-  check(tostring(err):find(want, 1, true) ~= nil, "error %q does not contain %q", tostring(err), want)
-end
+local rc = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/rank_checks.lua")(rank)
+local check, expect = rc.check, rc.expect_part
 
 -- ---- broadcast_object_list ----
 do
@@ -84,4 +74,4 @@ do
 end
 
 acc:wait_for_everyone()
-print(("ok rank %d: %d checks"):format(rank, checks))
+print(("ok rank %d: %d checks"):format(rank, rc.count))

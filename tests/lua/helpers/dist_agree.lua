@@ -12,15 +12,8 @@ local dist = accel.dist
 local r, N = dist.get_rank(), dist.get_world_size()
 local odd = r == N - 1 -- the rank that differs
 local last = N - 1
-local checks = 0
-
-local function expect(want, fn, ...)
-  checks = checks + 1
-  local ok, err = pcall(fn, ...)
-  if ok then error(("rank %d: no error, expected %q"):format(r, want), 2) end
-  local msg = tostring(err):gsub("^[^:]+:%d+: ", "")
-  if msg ~= want then error(("rank %d: error %q, expected %q"):format(r, tostring(err), want), 2) end
-end
+local rc = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/rank_checks.lua")(r)
+local expect = rc.expect
 
 local function f32(...) return accel.ones(...) end
 
@@ -62,10 +55,8 @@ expect(("all_reduce: rank 0 has float32 [2, 3], rank %d has float32 [3, 2]"):for
 -- after all of that the ranks are still in step
 local t = accel.full({3}, r + 1.0)
 dist.all_reduce(t)
-checks = checks + 1
-assert(t:sum():item() == 3 * N * (N + 1) / 2, "all_reduce after the mismatches")
+rc.check(t:sum():item() == 3 * N * (N + 1) / 2, "all_reduce after the mismatches")
 local g = acc:gather(accel.full({r + 1}, r))
-checks = checks + 1
-assert(g:size(1) == N * (N + 1) / 2, "gather of different first dims after the mismatches")
+rc.check(g:size(1) == N * (N + 1) / 2, "gather of different first dims after the mismatches")
 
-print(("ok rank %d: %d checks"):format(r, checks))
+print(("ok rank %d: %d checks"):format(r, rc.count))

@@ -15,15 +15,8 @@ local dist = accel.dist
 local mode = arg[1]
 local r, N = dist.get_rank(), dist.get_world_size()
 local odd, last = r == N - 1, N - 1
-local checks = 0
-
-local function expect(want, fn, ...)
-  checks = checks + 1
-  local ok, err = pcall(fn, ...)
-  if ok then error(("rank %d: no error, expected %q"):format(r, want), 2) end
-  local msg = tostring(err):gsub("^[^:]+:%d+: ", "")
-  if msg ~= want then error(("rank %d: error %q, expected %q"):format(r, tostring(err), want), 2) end
-end
+local rc = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/rank_checks.lua")(r)
+local expect = rc.expect
 
 if mode == "layout" then
   local m = odd and nn.Linear(3, 4) or nn.Linear(4, 3)
@@ -38,8 +31,7 @@ if mode == "layout" then
     acc.prepare, acc, odd and nn.Linear(3, 4) or nn.Linear(4, 3))
   -- the same model everywhere still works
   local red = accel.ddp.Reducer(nn.Linear(4, 3))
-  checks = checks + 1
-  assert(#red:buckets() == 1)
+  rc.check(#red:buckets() == 1, "one bucket")
 elseif mode == "debug" then
   local m = nn.Linear(4, 3)
   local red = accel.ddp.Reducer(m)
@@ -56,4 +48,4 @@ else
   error("mode layout or debug expected")
 end
 
-print(("ok rank %d: %d checks"):format(r, checks))
+print(("ok rank %d: %d checks"):format(r, rc.count))
