@@ -71,7 +71,7 @@ describe("gather_for_metrics of several values", function()
     assert.are.same({"n0", "n2", "n4"}, names)
   end)
 
-  it("tells the options table from data: the last of two or more, booleans under string keys", function()
+  it("tells the options from data: the last of two or more, a boolean or booleans under string keys", function()
     local t = accel.tensor({1.0, 2.0})
     local g, l = a:gather_for_metrics({3}, {1, 2}, {use_gather_object = true})
     assert.are.same({3}, g)
@@ -81,6 +81,9 @@ describe("gather_for_metrics of several values", function()
     assert.are.same({{use_gather_object = true}}, one) -- a single argument is always data
     assert.are.same({{ok = true, n = 1}}, two)         -- not all booleans: data
     assert.are.equal(1, select("#", a:gather_for_metrics(t, {use_gather_object = false})))
+    -- Accelerate's positional form gather_for_metrics(input_data, use_gather_object)
+    assert.are.same({"x"}, a:gather_for_metrics("x", true))
+    assert.are.equal(1, select("#", a:gather_for_metrics(t, false)))
   end)
 
   it("refuses unknown options, nil arguments and nothing at all", function()

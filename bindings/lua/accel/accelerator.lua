@@ -550,14 +550,18 @@ local function gather_one_for_metrics(self, data, use_object)
   return out
 end
 
--- The options table of gather_for_metrics: the last of two or more
--- arguments when it is a non-empty plain table of booleans under string
--- keys (data never looks like that: it holds tensors or values to gather);
--- its keys are then checked.
+-- The options of gather_for_metrics: the last of two or more arguments
+-- when it is a boolean (Accelerate's positional use_gather_object) or a
+-- non-empty plain table of booleans under string keys (data never looks
+-- like that: it holds tensors or values to gather); its keys are then checked.
 local METRICS_OPTIONS = {use_gather_object = true}
 
 local function metrics_options(args)
   local o = args.n >= 2 and args[args.n] or nil
+  if type(o) == "boolean" then
+    args.n = args.n - 1
+    return {use_gather_object = o}
+  end
   if type(o) ~= "table" or getmetatable(o) ~= nil or next(o) == nil then return nil end
   for k, v in pairs(o) do
     if type(k) ~= "string" or type(v) ~= "boolean" then return nil end
@@ -569,7 +573,7 @@ local function metrics_options(args)
   return o
 end
 
--- gather_for_metrics(data...[, {use_gather_object = false}]) -> one result
+-- gather_for_metrics(data...[, {use_gather_object = false} | use_gather_object]) -> one result
 -- per data argument, in order (gather_for_metrics(preds, labels) -> all
 -- preds, all labels).
 function Accelerator:gather_for_metrics(...)
