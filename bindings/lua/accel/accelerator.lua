@@ -557,7 +557,8 @@ end
 local METRICS_OPTIONS = {use_gather_object = true}
 
 local function metrics_options(args)
-  local o = args.n >= 2 and args[args.n] or nil
+  if args.n < 2 then return nil end
+  local o = args[args.n]
   if type(o) == "boolean" then
     args.n = args.n - 1
     return {use_gather_object = o}
