@@ -24,6 +24,10 @@
 -- divide_by_initial_world_size = True. Optimizer state (momentum, Adam's
 -- moments) is not synchronised, as in PyTorch: it stays what each rank had.
 --
+-- The step's all_reduce also checks that the ranks still training agree on
+-- synchronising (gradient accumulation windows that end at different
+-- batches would not): one error on every rank instead of a hang.
+--
 -- Limits (as in PyTorch): inside fn only the gradient synchronisation is
 -- shadowed. A rank that calls another collective per step (gather,
 -- reduce, gather_for_metrics, wait_for_everyone ...) while another rank has
@@ -160,11 +164,21 @@ local function reducers_of(acc, models)
   return out
 end
 
--- {still training, sync of reducer 1, ...}, summed over the ranks.
+-- {still training, sync of reducer 1, ...}, summed over the ranks; every
+-- rank raises the same error when the training ranks disagree on a sync.
 local function agree_step(comm, training, reducers)
   local v = {training and 1 or 0}
   for i, r in ipairs(reducers) do v[i + 1] = training and r:sync() and accel.is_grad_enabled() and 1 or 0 end
-  return comm:all_reduce(accel.tensor(v, {dtype = accel.int64}), "sum"):tolist()
+  v = comm:all_reduce(accel.tensor(v, {dtype = accel.int64}), "sum"):tolist()
+  for i = 2, #v do
+    if v[i] > 0 and v[i] < v[1] then
+      raise("join_uneven_inputs: in this step %d of the %d processes still training synchronise the gradients of "
+        .. "model %d and the others do not (gradient accumulation windows that end at different batches, e.g. at "
+        .. "each process's last batch); give every process a whole number of accumulation windows, or "
+        .. "gradient_accumulation_steps = 1", v[i], v[1], i - 1)
+    end
+  end
+  return v
 end
 
 -- Each forward of model (with gradients enabled or not) announces a step.
