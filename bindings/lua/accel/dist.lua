@@ -20,7 +20,11 @@
 -- "single" (every collective is the identity). With async_op = true a
 -- collective returns a handle: h:wait() returns its results, h:test() (or
 -- h:is_completed()) says whether it finished. Tensors must be on the cpu;
--- in-place ones (all_reduce, broadcast) must be contiguous.
+-- in-place ones (all_reduce, broadcast) must be contiguous. Before its data
+-- moves, every collective checks that all ranks called it with the same
+-- dtype, shape, op and source (one small header exchange, core/dist.c): a
+-- difference is one error on every rank naming both ranks' values
+-- (docs/collectives.md).
 local accel = require("accel")
 local C = accel._C
 
