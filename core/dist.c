@@ -41,7 +41,7 @@ static const char *const kind_names[DK_COUNT] = {"all_reduce", "reduce_scatter",
 static const char *const op_names[DIST_OP_COUNT] = {"sum", "avg", "max", "min"};
 
 const char *dist_kind_name(DistKind k) { return (unsigned)k < DK_COUNT ? kind_names[k] : "?"; }
-const char *dist_op_name(DistOp op) { return op < DIST_OP_COUNT ? op_names[op] : "?"; }
+const char *dist_op_name(DistOp op) { return (unsigned)op < DIST_OP_COUNT ? op_names[op] : "?"; }
 
 int dist_op_parse(const char *s) {
     for (int i = 0; i < DIST_OP_COUNT; i++)
