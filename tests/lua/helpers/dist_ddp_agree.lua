@@ -20,7 +20,7 @@ local expect = rc.expect
 
 if mode == "layout" then
   local m = odd and nn.Linear(3, 4) or nn.Linear(4, 3)
-  expect(("ddp: parameter 1 (of the 2 that require grad, in registration order) is float32 [3, 4] on rank 0 but "
+  expect(("ddp: parameter 1 'weight' (of the 2 that require grad, in registration order) is float32 [3, 4] on rank 0 but "
     .. "float32 [4, 3] on rank %d (every rank must prepare the same model)"):format(last), accel.ddp.Reducer, m)
   m = odd and nn.Linear(4, 3, {bias = false}) or nn.Linear(4, 3)
   expect(("ddp: rank 0's model has 2 parameters that require grad, rank %d's has 1 (every rank must prepare the "
