@@ -133,7 +133,7 @@ function ops.broadcast_object_list(comm, list, src)
       tostring(src))
   end
   if comm.world_size == 1 then return list end
-  local got = comm:broadcast_object(comm.rank == src and list or nil, src)
+  local got = comm:broadcast_object(comm.rank == src and list or {}, src) -- only src's value is sent
   if comm.rank ~= src then
     local n = #list
     for i = 1, #got do list[i] = got[i] end
