@@ -3,6 +3,7 @@
  * on the job's communicator. The Lua face is accel.ddp (bindings/lua/accel/
  * ddp.lua), which checks options; the Accelerator drives it. Methods:
  *   r:set_sync(on), r:sync(), r:active(), r:finalize()
+ *   r:shadow()       -> a joined rank's part of the others' step (ddp_shadow_step)
  *   r:buckets()      -> list of {dtype, numel, padded, params = {i, ...}, offsets = {...}}
  *                       (params 1-based positions in the list given; offsets 0-based elements)
  *   r:bucket(b)      -> bucket b's flat buffer (a tensor sharing its memory)
@@ -67,6 +68,11 @@ static int r_active(lua_State *L) {
 
 static int r_finalize(lua_State *L) {
     if (ddp_finalize(check_reducer(L))) return lu_core_error(L);
+    return 0;
+}
+
+static int r_shadow(lua_State *L) {
+    if (ddp_shadow_step(check_reducer(L))) return lu_core_error(L);
     return 0;
 }
 
@@ -156,6 +162,7 @@ void lu_open_ddp(lua_State *L, int m) {
     static const luaL_Reg methods[] = {{"set_sync", r_set_sync}, {"sync", r_sync},       {"active", r_active},
                                        {"finalize", r_finalize}, {"buckets", r_buckets}, {"bucket", r_bucket},
                                        {"slice", r_slice},       {"stats", r_stats},     {"close", r_close},
+                                       {"shadow", r_shadow},
                                        {NULL, NULL}};
     lu_new_class(L, REDUCER_MT, methods, r_close, r_tostring);
     lua_getfield(L, m, "_C");

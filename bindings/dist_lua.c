@@ -163,10 +163,9 @@ static int l_all_gather_v(lua_State *L) {
     DistComm *c = comm(L);
     lua_settop(L, 2);
     Tensor *in = input(L, 1);
-    if (in->ndim == 0) return lu_error(L, "all_gather_v: input must have at least one dim (got a 0-dim tensor; use all_gather)");
     int64_t shape[TENSOR_MAX_DIMS], *counts = scratch(L, sizeof(int64_t) * (size_t)c->size);
     int nd;
-    if (dist_gather_lengths(c, in->shape[0], counts) || dist_all_gather_v_shape(c, in, counts, shape, &nd))
+    if (dist_gather_lengths(c, in, counts) || dist_all_gather_v_shape(c, in, counts, shape, &nd))
         return lu_core_error(L);
     Tensor *out = push_output(L, 0, in, shape, nd);
     lua_createtable(L, c->size, 0);

@@ -194,7 +194,7 @@ static void on_grad(Tensor *p, void *ud) {
 
 DistWork *ddp_start_allreduce(DdpReducer *r, int b, void *ud) {
     (void)ud;
-    return dist_iall_reduce(r->comm, r->buckets[b].flat, DIST_AVG);
+    return dist_iall_reduce_agreed(r->comm, r->buckets[b].flat, DIST_AVG);
 }
 
 static bool used_anywhere(const DdpReducer *r, int i) {
@@ -238,7 +238,7 @@ static int settle(DistWork *w) {
 static int start_used_flags(DdpReducer *r) {
     uint8_t *f = tensor_data(r->used);
     for (int i = 0; i < r->n; i++) f[i] = r->slots[i].param->grad != NULL;
-    r->used_work = dist_iall_reduce(r->comm, r->used, DIST_MAX);
+    r->used_work = dist_iall_reduce_agreed(r->comm, r->used, DIST_MAX);
     return r->used_work ? 0 : -1;
 }
 
@@ -272,6 +272,34 @@ int ddp_finalize(DdpReducer *r) {
     return -1;
 }
 
+/* ---- join: a rank without data shadows a step ---- */
+
+int ddp_shadow_step(DdpReducer *r) {
+    if (r->active) return accel_fail_int("ddp: a joined rank cannot shadow a step while its own step is in progress");
+    for (int b = 0; b < r->nb; b++) {
+        Bucket *bk = &r->buckets[b];
+        if (tensor_fill_(bk->flat, 0.0)) return -1;
+        bk->work = r->ops.start(r, b, r->ops.ud);
+        if (!bk->work) note_error(r, accel_last_error());
+    }
+    if (r->used) {
+        memset(tensor_data(r->used), 0, (size_t)r->n);
+        r->used_work = dist_iall_reduce_agreed(r->comm, r->used, DIST_MAX);
+        if (settle(r->used_work)) note_error(r, accel_last_error());
+        r->used_work = NULL;
+    }
+    for (int b = 0; b < r->nb; b++) {
+        if (settle(r->buckets[b].work)) note_error(r, accel_last_error());
+        r->buckets[b].work = NULL;
+    }
+    if (!r->error) return 0;
+    accel_fail_int("%s", r->error);
+    free(r->error);
+    r->error = NULL;
+    return -1;
+}
+
+
 /* ---- lifetime ---- */
 
 static int install_hooks(DdpReducer *r) {
@@ -304,6 +332,85 @@ static int check_params(Tensor **params, int n) {
     return 0;
 }
 
+/* ---- agreement on the layout (once, at creation) ---- */
+
+/* Every rank's vals[n] into a malloc'd [size * n] (a checked all_gather). */
+static int64_t *gather_i64(DistComm *c, const int64_t *vals, int64_t n) {
+    Device cpu = {DEV_CPU, 0};
+    int64_t total = n * c->size;
+    Tensor *in = tensor_empty(&n, 1, DT_I64, cpu), *out = tensor_empty(&total, 1, DT_I64, cpu);
+    int64_t *res = in && out ? accel_malloc(sizeof(int64_t) * (size_t)total) : NULL;
+    if (res) {
+        memcpy(tensor_data(in), vals, sizeof(int64_t) * (size_t)n);
+        if (dist_all_gather(c, out, in) == 0) memcpy(res, tensor_data(out), sizeof(int64_t) * (size_t)total);
+        else free(res), res = NULL;
+    }
+    tensor_release(in);
+    tensor_release(out);
+    return res;
+}
+
+#define PARAM_DESC (2 + TENSOR_MAX_DIMS) /* dtype, ndim, dims */
+
+static int counts_differ(DdpReducer *r, const int64_t *all) {
+    for (int q = 1; q < r->comm->size; q++) {
+        if (all[2 * q] != all[0])
+            return accel_fail_int("ddp: rank 0's model has %lld parameters that require grad, rank %d's has %lld (every "
+                                  "rank must prepare the same model)", (long long)all[0], q, (long long)all[2 * q]);
+        if (all[2 * q + 1] != all[1])
+            return accel_fail_int("ddp: rank 0 packs the gradients into %lld buckets, rank %d into %lld (bucket_cap_mb "
+                                  "must be the same on every rank)", (long long)all[1], q, (long long)all[2 * q + 1]);
+    }
+    return 0;
+}
+
+/* The first parameter, then bucket, whose description differs from rank 0's. */
+static int layout_differs(DdpReducer *r, const int64_t *all, int64_t len) {
+    char a[192], b[192];
+    for (int i = 0; i < r->n; i++)
+        for (int q = 1; q < r->comm->size; q++) {
+            const int64_t *d0 = all + (int64_t)i * PARAM_DESC, *dq = d0 + q * len;
+            if (memcmp(d0, dq, sizeof(int64_t) * PARAM_DESC) == 0) continue;
+            dist_desc_str(d0, a, sizeof a);
+            dist_desc_str(dq, b, sizeof b);
+            return accel_fail_int("ddp: parameter %d (of the %d that require grad, in registration order) is %s on rank 0 "
+                                  "but %s on rank %d (every rank must prepare the same model)", i + 1, r->n, a, b, q);
+        }
+    for (int k = 0; k < r->nb; k++)
+        for (int q = 1; q < r->comm->size; q++) {
+            int64_t at = (int64_t)r->n * PARAM_DESC + k;
+            if (all[at] != all[at + q * len])
+                return accel_fail_int("ddp: bucket %d holds %lld elements on rank 0, %lld on rank %d (bucket_cap_mb must be "
+                                      "the same on every rank)", k + 1, (long long)all[at], (long long)all[at + q * len], q);
+        }
+    return 0;
+}
+
+/* Every rank has the same parameters (dtype, shape, order) and buckets. */
+static int agree_layout(DdpReducer *r) {
+    if (r->comm->size == 1) return 0;
+    int64_t head[2] = {r->n, r->nb}, len = (int64_t)r->n * PARAM_DESC + r->nb;
+    int64_t *all = gather_i64(r->comm, head, 2);
+    int rc = !all || counts_differ(r, all) ? -1 : 0;
+    free(all);
+    int64_t *mine = rc ? NULL : accel_malloc(sizeof(int64_t) * (size_t)len);
+    if (!mine) return -1;
+    for (int i = 0; i < r->n; i++) {
+        const Tensor *p = r->slots[i].param;
+        int64_t *d = mine + (int64_t)i * PARAM_DESC;
+        for (int k = 0; k < PARAM_DESC; k++) d[k] = k < 2 + p->ndim ? 0 : -1;
+        d[0] = p->dtype;
+        d[1] = p->ndim;
+        memcpy(d + 2, p->shape, sizeof(int64_t) * (size_t)p->ndim);
+    }
+    for (int k = 0; k < r->nb; k++) mine[(int64_t)r->n * PARAM_DESC + k] = r->buckets[k].flat->numel;
+    all = gather_i64(r->comm, mine, len);
+    rc = !all || layout_differs(r, all, len) ? -1 : 0;
+    free(all);
+    free(mine);
+    return rc;
+}
+
 DdpReducer *ddp_reducer_new(DistComm *c, Tensor **params, int n, const DdpOptions *o) {
     if (check_params(params, n)) return NULL;
     DdpReducer *r = accel_calloc(1, sizeof *r);
@@ -329,6 +436,7 @@ DdpReducer *ddp_reducer_new(DistComm *c, Tensor **params, int n, const DdpOption
         r->used = tensor_zeros(&len, 1, DT_U8, (Device){DEV_CPU, 0});
         if (!r->used) rc = -1;
     }
+    if (rc == 0) rc = agree_layout(r);
     if (rc == 0) rc = install_hooks(r);
     free(numel);
     free(dtype);

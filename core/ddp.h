@@ -87,7 +87,11 @@ typedef struct {
 
 /* params: n distinct leaf tensors that require grad, same device, in
  * registration order. Installs their grad_hooks (a parameter hooked by
- * another reducer is an error). Sync starts on. */
+ * another reducer is an error). Sync starts on. Collective: every rank
+ * makes its reducer at the same point, and the ranks check that they agree
+ * on the parameters (count, dtypes, shapes) and the buckets, or fail with
+ * the first difference (bucket all-reduces are then not checked again,
+ * except in debug mode, see dist.h). */
 DdpReducer *ddp_reducer_new(DistComm *c, Tensor **params, int n, const DdpOptions *o);
 /* Waits for reductions in flight, removes the hooks, frees everything. */
 void ddp_reducer_free(DdpReducer *r);
@@ -99,6 +103,12 @@ bool ddp_sync(const DdpReducer *r);
 bool ddp_active(const DdpReducer *r);
 /* Completes the step's reduction (see above); 0 without one in progress. */
 int ddp_finalize(DdpReducer *r);
+/* Join (uneven inputs): a rank that has no batch for this step takes part
+ * in its collectives as the other ranks' ddp_finalize issues them (every
+ * bucket's reduction in order, then the find_unused flags) with zeros, and
+ * keeps nothing: avg then divides the others' sum by the whole world size
+ * (PyTorch's divide_by_initial_world_size = True). Not during a step. */
+int ddp_shadow_step(DdpReducer *r);
 
 int ddp_num_params(const DdpReducer *r);
 Tensor *ddp_param(const DdpReducer *r, int i); /* borrowed */

@@ -16,9 +16,19 @@
  *   kept, with its buffers, until its completion is observed (by
  *   dist_progress or at exit), since MPI may still write into them;
  * - avg divides by the number of processes after the sum (x / size, as
- *   PyTorch's `t / world_size`), in float32 for bf16 / f16. */
+ *   PyTorch's `t / world_size`), in float32 for bf16 / f16;
+ * - agreement: before its data moves, every collective exchanges a small
+ *   fixed-size header (kind, op, root, dtype, shape) with an all_gather and
+ *   compares it across ranks, so a mismatch is one error, the same on every
+ *   rank, naming the ranks and what each has, instead of MPI_ERR_TRUNCATE on
+ *   one rank and a wrong result on another. The *_agreed forms skip it for
+ *   buffers whose layout the ranks agreed on once (DDP buckets, checked at
+ *   reducer creation), except in debug mode (ACCEL_LUA_DEBUG_MODE or
+ *   ACCELERATE_DEBUG_MODE true), where every collective is checked. */
 #include "dist.h"
 #include <dlfcn.h>
+#include <stdbool.h>
+#include <strings.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,8 +40,8 @@ static const char *const kind_names[DK_COUNT] = {"all_reduce", "reduce_scatter",
                                                  "broadcast", "barrier", "all_gather_bytes", "broadcast_bytes"};
 static const char *const op_names[DIST_OP_COUNT] = {"sum", "avg", "max", "min"};
 
-const char *dist_kind_name(DistKind k) { return k < DK_COUNT ? kind_names[k] : "?"; }
-const char *dist_op_name(DistOp op) { return op < DIST_OP_COUNT ? op_names[op] : "?"; }
+const char *dist_kind_name(DistKind k) { return (unsigned)k < DK_COUNT ? kind_names[k] : "?"; }
+const char *dist_op_name(DistOp op) { return (unsigned)op < DIST_OP_COUNT ? op_names[op] : "?"; }
 
 int dist_op_parse(const char *s) {
     for (int i = 0; i < DIST_OP_COUNT; i++)
@@ -100,7 +110,33 @@ static void pin_self(void) {
     if (dladdr((void *)dist_world, &info) && info.dli_fname) dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
 }
 
+/* ---- debug mode ---- */
+
+static bool debug_mode;
+
+/* name's value as a boolean (Accelerate's str_to_bool spellings) into *out;
+ * unset leaves *out; anything else is an error. */
+static int env_flag(const char *name, bool *out) {
+    static const char *const yes[] = {"1", "true", "yes", "y", "t", "on"}, *const no[] = {"0", "false", "no", "n", "f", "off"};
+    const char *s = getenv(name);
+    if (!s || !*s) return 0;
+    for (size_t i = 0; i < sizeof yes / sizeof *yes; i++) {
+        if (strcasecmp(s, yes[i]) == 0) return *out = true, 0;
+        if (strcasecmp(s, no[i]) == 0) return *out = false, 0;
+    }
+    return accel_fail_int("dist init: %s=%s is not a boolean (true/false, 1/0, yes/no, on/off)", name, s);
+}
+
+int dist_debug_mode(void) { return debug_mode; }
+
+static int read_settings(void) {
+    debug_mode = false;
+    if (env_flag("ACCELERATE_DEBUG_MODE", &debug_mode) || env_flag("ACCEL_LUA_DEBUG_MODE", &debug_mode)) return -1;
+    return dist_env_timeout() < 0 ? -1 : 0;
+}
+
 static int world_init(void) {
+    if (read_settings()) return -1;
     int n = dist_launched_size(NULL, NULL);
     int use_mpi = n > 1;
     const char *forced = getenv("ACCEL_LUA_DIST_BACKEND");
@@ -148,6 +184,8 @@ typedef struct {
     const int64_t *counts; /* all_gather_v: elements per rank */
     void *out;
     const void *in;
+    const Tensor *shape;   /* what the ranks must agree on (NULL: kind, op and root only) */
+    bool agreed;           /* the layout was agreed beforehand: no header exchange outside debug mode */
 } Coll;
 
 static int launch(DistComm *c, const Coll *a, DistReq **req) {
@@ -348,6 +386,88 @@ static int check_root(DistComm *c, int root, const char *what) {
     return 0;
 }
 
+/* ---- agreement between ranks (see the top) ----
+ * The header: kind, op (reductions), root (broadcasts), dtype, ndim, dims
+ * (-1 where it does not apply). Every rank compares every other rank's
+ * header with rank 0's, so all of them report the same first difference. */
+
+enum { H_KIND, H_OP, H_ROOT, H_DTYPE, H_NDIM, H_DIMS, H_LEN = H_DIMS + TENSOR_MAX_DIMS };
+
+static void fill_header(DistKind kind, const Coll *a, int64_t *h) {
+    for (int i = 0; i < H_LEN; i++) h[i] = -1;
+    h[H_KIND] = kind;
+    if (kind == DK_ALL_REDUCE || kind == DK_REDUCE_SCATTER) h[H_OP] = a->op;
+    if (kind == DK_BROADCAST || kind == DK_BROADCAST_BYTES) h[H_ROOT] = a->root;
+    if (!a->shape) return;
+    h[H_DTYPE] = a->shape->dtype;
+    h[H_NDIM] = a->shape->ndim;
+    for (int d = 0; d < a->shape->ndim; d++) h[H_DIMS + d] = a->shape->shape[d];
+}
+
+static int header_ndim(const int64_t *h) { return h[H_NDIM] < 0 || h[H_NDIM] > TENSOR_MAX_DIMS ? 0 : (int)h[H_NDIM]; }
+
+void dist_desc_str(const int64_t *d, char *buf, size_t n) {
+    char sh[160];
+    shape_str(d + 2, d[1] < 0 || d[1] > TENSOR_MAX_DIMS ? 0 : (int)d[1], sh, sizeof sh);
+    snprintf(buf, n, "%s %s", (unsigned)d[0] < DT_COUNT ? dtype_name((DType)d[0]) : "?", sh);
+}
+
+static void header_str(const int64_t *h, char *buf, size_t n) { dist_desc_str(h + H_DTYPE, buf, n); }
+
+/* all_gather_v lets the first dim differ. */
+static bool same_shape(const int64_t *a, const int64_t *b) {
+    if (a[H_DTYPE] != b[H_DTYPE] || a[H_NDIM] != b[H_NDIM]) return false;
+    for (int d = a[H_KIND] == DK_ALL_GATHER_V ? 1 : 0; d < header_ndim(a); d++)
+        if (a[H_DIMS + d] != b[H_DIMS + d]) return false;
+    return true;
+}
+
+static int mismatch(const int64_t *h0, const int64_t *hq, int q) {
+    const char *what = dist_kind_name((DistKind)h0[H_KIND]);
+    if (hq[H_KIND] != h0[H_KIND])
+        return accel_fail_int("collective mismatch: rank 0 called %s, rank %d called %s (every rank must issue the "
+                              "same collectives in the same order)", what, q, dist_kind_name((DistKind)hq[H_KIND]));
+    if (hq[H_OP] != h0[H_OP])
+        return accel_fail_int("%s: rank 0 reduces with %s, rank %d with %s", what, dist_op_name((DistOp)h0[H_OP]), q,
+                              dist_op_name((DistOp)hq[H_OP]));
+    if (hq[H_ROOT] != h0[H_ROOT])
+        return accel_fail_int("%s: rank 0 broadcasts from rank %lld, rank %d from rank %lld", what, (long long)h0[H_ROOT],
+                              q, (long long)hq[H_ROOT]);
+    char s0[192], sq[192];
+    header_str(h0, s0, sizeof s0);
+    header_str(hq, sq, sizeof sq);
+    return accel_fail_int("%s: rank 0 has %s, rank %d has %s%s", what, s0, q, sq,
+                          h0[H_KIND] == DK_ALL_GATHER_V ? " (the dtype and every dim but the first must agree)" : "");
+}
+
+static int compare(DistComm *c, const int64_t *all) {
+    for (int q = 1; q < c->size; q++) {
+        const int64_t *hq = all + (size_t)q * H_LEN;
+        if (hq[H_KIND] != all[H_KIND] || hq[H_OP] != all[H_OP] || hq[H_ROOT] != all[H_ROOT] || !same_shape(all, hq))
+            return mismatch(all, hq, q);
+    }
+    return 0;
+}
+
+/* Every rank's header ([size * H_LEN], malloc'd), checked; NULL on a
+ * mismatch or a failure. Watched as the collective NAME #SEQ. */
+static int64_t *exchange(DistComm *c, DistKind kind, const Coll *a, uint64_t seq) {
+    int64_t h[H_LEN], *all = accel_malloc(sizeof(int64_t) * H_LEN * (size_t)c->size);
+    if (!all) return NULL;
+    fill_header(kind, a, h);
+    Coll x = {.kind = DK_ALL_GATHER, .dt = DT_I64, .n = H_LEN, .out = all, .in = h};
+    if (run(c, &x, dist_kind_name(kind), seq) == 0 && compare(c, all) == 0) return all;
+    free(all);
+    return NULL;
+}
+
+static int agree(DistComm *c, DistKind kind, const Coll *a, uint64_t seq) {
+    int64_t *all = exchange(c, kind, a, seq);
+    if (!all) return -1;
+    free(all);
+    return 0;
+}
+
 /* ---- output shapes ---- */
 
 int dist_all_gather_shape(DistComm *c, const Tensor *in, int64_t *shape, int *ndim) {
@@ -388,7 +508,7 @@ int dist_all_gather_v_shape(DistComm *c, const Tensor *in, const int64_t *counts
 static int prep_all_reduce(DistComm *c, Tensor *t, DistOp op, Coll *a) {
     const char *what = "all_reduce";
     if (check_tensor(c, t, what) || check_reduce(t, op, what)) return -1;
-    *a = (Coll){.kind = DK_ALL_REDUCE, .dt = t->dtype, .op = op, .n = t->numel, .out = tensor_data(t)};
+    *a = (Coll){.kind = DK_ALL_REDUCE, .dt = t->dtype, .op = op, .n = t->numel, .out = tensor_data(t), .shape = t};
     a->in = a->out;
     return 0;
 }
@@ -400,7 +520,8 @@ static int prep_reduce_scatter(DistComm *c, Tensor *out, Tensor *in, DistOp op, 
     if (check_tensor(c, in, what) || check_reduce(in, op, what) || dist_reduce_scatter_shape(c, in, shape, &nd) ||
         check_out(c, out, in, shape, nd, what))
         return -1;
-    *a = (Coll){.kind = DK_REDUCE_SCATTER, .dt = in->dtype, .op = op, .n = out->numel, .out = tensor_data(out), .in = tensor_data(in)};
+    *a = (Coll){.kind = DK_REDUCE_SCATTER, .dt = in->dtype, .op = op, .n = out->numel, .out = tensor_data(out),
+                .in = tensor_data(in), .shape = in};
     return 0;
 }
 
@@ -409,7 +530,8 @@ static int prep_all_gather(DistComm *c, Tensor *out, Tensor *in, Coll *a) {
     int64_t shape[TENSOR_MAX_DIMS];
     int nd;
     if (check_tensor(c, in, what) || dist_all_gather_shape(c, in, shape, &nd) || check_out(c, out, in, shape, nd, what)) return -1;
-    *a = (Coll){.kind = DK_ALL_GATHER, .dt = in->dtype, .n = in->numel, .out = tensor_data(out), .in = tensor_data(in)};
+    *a = (Coll){.kind = DK_ALL_GATHER, .dt = in->dtype, .n = in->numel, .out = tensor_data(out), .in = tensor_data(in),
+                .shape = in};
     return 0;
 }
 
@@ -428,28 +550,36 @@ static int prep_all_gather_v(DistComm *c, Tensor *out, Tensor *in, const int64_t
         if (counts[i] < 0) return accel_fail_int("%s: negative count %lld for rank %d", what, (long long)counts[i], i);
         el[i] = counts[i] * row;
     }
-    *a = (Coll){.kind = DK_ALL_GATHER_V, .dt = in->dtype, .n = in->numel, .counts = el, .out = tensor_data(out), .in = tensor_data(in)};
+    /* the ranks agreed in dist_gather_lengths, which gave the counts */
+    *a = (Coll){.kind = DK_ALL_GATHER_V, .dt = in->dtype, .n = in->numel, .counts = el, .out = tensor_data(out),
+                .in = tensor_data(in), .shape = in, .agreed = true};
     return 0;
 }
 
 static int prep_broadcast(DistComm *c, Tensor *t, int root, Coll *a) {
     const char *what = "broadcast";
     if (check_tensor(c, t, what) || check_root(c, root, what)) return -1;
-    *a = (Coll){.kind = DK_BROADCAST, .dt = t->dtype, .root = root, .n = t->numel, .out = tensor_data(t)};
+    *a = (Coll){.kind = DK_BROADCAST, .dt = t->dtype, .root = root, .n = t->numel, .out = tensor_data(t), .shape = t};
     return 0;
 }
 
 static size_t call_bytes(const Coll *a) { return (size_t)a->n * dtype_size(a->dt); }
 
-/* Blocking: run, then mark the output written. */
+static int must_agree(const Coll *a) { return !a->agreed || debug_mode; }
+
+/* Blocking: agree, run, then mark the output written. */
 static int run_tensor(DistComm *c, const Coll *a, Tensor *out) {
-    int rc = run(c, a, dist_kind_name(a->kind), count_call(a->kind, call_bytes(a)));
+    uint64_t seq = count_call(a->kind, call_bytes(a));
+    if (must_agree(a) && agree(c, a->kind, a, seq)) return -1;
+    int rc = run(c, a, dist_kind_name(a->kind), seq);
     if (rc == 0 && out) tensor_bump_version(out);
     return rc;
 }
 
 static DistWork *start_tensor(DistComm *c, const Coll *a, Tensor *out, Tensor *in) {
-    return start(c, a, out, in, count_call(a->kind, call_bytes(a)));
+    uint64_t seq = count_call(a->kind, call_bytes(a));
+    if (must_agree(a) && agree(c, a->kind, a, seq)) return NULL;
+    return start(c, a, out, in, seq);
 }
 
 int dist_all_reduce(DistComm *c, Tensor *t, DistOp op) {
@@ -460,6 +590,13 @@ int dist_all_reduce(DistComm *c, Tensor *t, DistOp op) {
 DistWork *dist_iall_reduce(DistComm *c, Tensor *t, DistOp op) {
     Coll a;
     return prep_all_reduce(c, t, op, &a) ? NULL : start_tensor(c, &a, t, NULL);
+}
+
+DistWork *dist_iall_reduce_agreed(DistComm *c, Tensor *t, DistOp op) {
+    Coll a;
+    if (prep_all_reduce(c, t, op, &a)) return NULL;
+    a.agreed = true;
+    return start_tensor(c, &a, t, NULL);
 }
 
 int dist_reduce_scatter(DistComm *c, Tensor *out, Tensor *in, DistOp op) {
@@ -518,10 +655,17 @@ DistWork *dist_ibarrier(DistComm *c) {
     return start_tensor(c, &a, NULL, NULL);
 }
 
-/* Part of all_gather_v: watched under its name, counted with its data. */
-int dist_gather_lengths(DistComm *c, int64_t n, int64_t *counts) {
-    Coll a = {.kind = DK_ALL_GATHER, .dt = DT_I64, .n = 1, .out = counts, .in = &n};
-    return run(c, &a, dist_kind_name(DK_ALL_GATHER_V), stats.calls[DK_ALL_GATHER_V] + 1);
+/* Part of all_gather_v (its agreement): watched under its name, counted with its data. */
+int dist_gather_lengths(DistComm *c, const Tensor *in, int64_t *counts) {
+    const char *what = dist_kind_name(DK_ALL_GATHER_V);
+    if (check_tensor(c, in, what)) return -1;
+    if (in->ndim == 0) return accel_fail_int("%s: input must have at least one dim (got a 0-dim tensor; use all_gather)", what);
+    Coll a = {.kind = DK_ALL_GATHER_V, .dt = in->dtype, .shape = in};
+    int64_t *all = exchange(c, DK_ALL_GATHER_V, &a, stats.calls[DK_ALL_GATHER_V] + 1);
+    if (!all) return -1;
+    for (int i = 0; i < c->size; i++) counts[i] = all[(size_t)i * H_LEN + H_DIMS];
+    free(all);
+    return 0;
 }
 
 /* ---- byte strings ---- */
@@ -529,6 +673,8 @@ int dist_gather_lengths(DistComm *c, int64_t n, int64_t *counts) {
 char *dist_all_gather_bytes(DistComm *c, const void *data, size_t n, size_t *lens) {
     const char *what = dist_kind_name(DK_ALL_GATHER_BYTES);
     uint64_t seq = count_call(DK_ALL_GATHER_BYTES, n);
+    Coll h = {.kind = DK_ALL_GATHER_BYTES};
+    if (agree(c, h.kind, &h, seq)) return NULL;
     int64_t len = (int64_t)n, total = 0, *counts = accel_malloc(sizeof(int64_t) * (size_t)c->size);
     if (!counts) return NULL;
     Coll a = {.kind = DK_ALL_GATHER, .dt = DT_I64, .n = 1, .out = counts, .in = &len};
@@ -551,6 +697,8 @@ char *dist_broadcast_bytes(DistComm *c, const void *data, size_t n, int root, si
     const char *what = dist_kind_name(DK_BROADCAST_BYTES);
     if (check_root(c, root, what)) return NULL;
     uint64_t seq = count_call(DK_BROADCAST_BYTES, c->rank == root ? n : 0);
+    Coll h = {.kind = DK_BROADCAST_BYTES, .root = root};
+    if (agree(c, h.kind, &h, seq)) return NULL;
     int64_t m = c->rank == root ? (int64_t)n : 0;
     Coll a = {.kind = DK_BROADCAST, .dt = DT_I64, .root = root, .n = 1, .out = &m};
     if (run(c, &a, what, seq)) return NULL;

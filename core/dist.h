@@ -6,7 +6,12 @@
  *             described at its top).
  * The tensor-level functions below validate their arguments (CPU,
  * contiguous, dtypes, equal sizes), count every call per kind, watch every
- * call with the watchdog (dist_watchdog.c) and then call the backend.
+ * call with the watchdog (dist_watchdog.c), check that every rank called
+ * the same collective with the same dtype, shape, op and root (one small
+ * all_gather of a fixed-size header; a mismatch fails on every rank with
+ * the same message naming the ranks, e.g. "all_reduce: rank 0 has float32
+ * [2, 3], rank 1 has float32 [3, 2]") and then call the backend. The check
+ * is blocking, also for the non-blocking forms.
  *
  * Semantics shared by all backends:
  * - ranks are 0-based; the process group is every process of the job;
@@ -98,7 +103,8 @@ void dist_abort(DistComm *c, int code) __attribute__((noreturn));
 int dist_all_reduce(DistComm *c, Tensor *t, DistOp op); /* in place */
 int dist_reduce_scatter(DistComm *c, Tensor *out, Tensor *in, DistOp op);
 int dist_all_gather(DistComm *c, Tensor *out, Tensor *in);
-/* counts[size]: every rank's first-dim length, from dist_gather_lengths. */
+/* counts[size]: every rank's first-dim length, from dist_gather_lengths
+ * (which is where the ranks' shapes are checked). */
 int dist_all_gather_v(DistComm *c, Tensor *out, Tensor *in, const int64_t *counts);
 int dist_broadcast(DistComm *c, Tensor *t, int root); /* in place */
 int dist_barrier(DistComm *c);
@@ -107,9 +113,10 @@ int dist_barrier(DistComm *c);
 int dist_all_gather_shape(DistComm *c, const Tensor *in, int64_t *shape, int *ndim);
 int dist_reduce_scatter_shape(DistComm *c, const Tensor *in, int64_t *shape, int *ndim);
 int dist_all_gather_v_shape(DistComm *c, const Tensor *in, const int64_t *counts, int64_t *shape, int *ndim);
-/* Every rank's n into counts[size] (an all_gather of one int64; counted as
- * part of all_gather_v). */
-int dist_gather_lengths(DistComm *c, int64_t n, int64_t *counts);
+/* Every rank's first-dim length of in into counts[size], after checking
+ * that the ranks agree on the dtype and the other dims (counted as part of
+ * all_gather_v). */
+int dist_gather_lengths(DistComm *c, const Tensor *in, int64_t *counts);
 
 /* Byte strings (serialised objects). all_gather: every rank gets all ranks'
  * strings concatenated in rank order, lens[size] their lengths; broadcast:
@@ -121,6 +128,15 @@ char *dist_broadcast_bytes(DistComm *c, const void *data, size_t n, int root, si
 
 typedef struct DistWork DistWork;
 DistWork *dist_iall_reduce(DistComm *c, Tensor *t, DistOp op);
+/* The same for a buffer whose layout every rank agreed on beforehand (DDP
+ * buckets, checked when the reducer is made): no header exchange, except in
+ * debug mode. */
+DistWork *dist_iall_reduce_agreed(DistComm *c, Tensor *t, DistOp op);
+/* ACCEL_LUA_DEBUG_MODE (or Accelerate's ACCELERATE_DEBUG_MODE) is true:
+ * the *_agreed collectives are checked too (read at initialisation). */
+int dist_debug_mode(void);
+/* "float32 [2, 3]" from d = {dtype, ndim, dims[ndim]} (as exchanged between ranks). */
+void dist_desc_str(const int64_t *d, char *buf, size_t n);
 DistWork *dist_ireduce_scatter(DistComm *c, Tensor *out, Tensor *in, DistOp op);
 DistWork *dist_iall_gather(DistComm *c, Tensor *out, Tensor *in);
 DistWork *dist_iall_gather_v(DistComm *c, Tensor *out, Tensor *in, const int64_t *counts);
@@ -146,11 +162,13 @@ int dist_op_parse(const char *s);       /* "sum" "avg"|"mean" "max" "min" -> Dis
 
 /* ---- watchdog (dist_watchdog.c) ----
  * A collective in flight longer than the timeout (seconds; env
- * ACCEL_LUA_COLLECTIVE_TIMEOUT, default 300; <= 0 disables) makes the
- * watchdog thread print "accel-lua: rank R: collective NAME #N timed out
- * after S s (other ranks may have died)" and end the job (dist_abort). A
+ * ACCEL_LUA_COLLECTIVE_TIMEOUT, default 300, a number >= 0 or an error when
+ * the communicator starts; 0 disables) makes the watchdog thread print
+ * "accel-lua: rank R: collective NAME #N timed out after S s; not entered by
+ * rank Q (last in NAME #M, left it T s ago)" (the ranks of this machine that
+ * never entered it, and what each did last) and end the job (dist_abort). A
  * non-blocking collective counts from when it was started until its
- * completion is observed. */
+ * completion is observed. dist_set_timeout: seconds >= 0 (0: off). */
 void dist_set_timeout(double seconds);
 double dist_get_timeout(void);
 
@@ -159,6 +177,7 @@ double dist_get_timeout(void);
 typedef struct DistTrack {
     const char *name;
     uint64_t seq;
+    uint64_t order; /* this rank's count of collectives entered, this one included */
     double t0;
     struct DistTrack *prev, *next;
 } DistTrack;
@@ -166,7 +185,7 @@ void dist_watch_begin(DistTrack *t, const char *name, uint64_t seq);
 void dist_watch_end(DistTrack *t);
 int dist_watchdog_start(DistComm *c); /* no-op if running */
 void dist_watchdog_stop(void);
-double dist_env_timeout(void); /* ACCEL_LUA_COLLECTIVE_TIMEOUT or the default */
+double dist_env_timeout(void); /* ACCEL_LUA_COLLECTIVE_TIMEOUT or the default; -1 with an error if malformed */
 
 void dist_single_init(DistComm *c);
 /* expected: the size the launcher announced (checked against MPI's). */

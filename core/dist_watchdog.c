@@ -2,14 +2,37 @@
  * on a list (oldest first) from its start until its completion is
  * observed; a background thread wakes every tenth of the timeout (at most
  * every second) and, when the oldest has been in flight longer than the
- * timeout, prints which rank and which collective stalled and ends the
- * whole job through the backend's abort (MPI_Abort), so a rank that died
- * or skipped a collective never leaves the others hanging. Started only
- * for multi-process backends. */
+ * timeout, prints which rank and which collective stalled, which ranks did
+ * not enter it and what each was last doing, and ends the whole job through
+ * the backend's abort (MPI_Abort), so a rank that died or skipped a
+ * collective never leaves the others hanging. Started only for
+ * multi-process backends.
+ *
+ * Who did not arrive: every rank publishes, in a slot of a small file
+ * shared by the job's ranks on one machine (/dev/shm, else $TMPDIR or
+ * /tmp; mapped MAP_SHARED, named by rank 0 at start-up and unlinked once
+ * every rank has it open, so nothing is left behind even after a crash),
+ * how many collectives it has entered, the name and number of the last one,
+ * whether it is inside it, and when it entered / left it (CLOCK_MONOTONIC,
+ * which the processes of one machine share). A stalled rank compares the
+ * slots with its own count: a rank with a smaller count never entered the
+ * collective. Ranks on other machines have no slot here; the message then
+ * says so (their state is unknown). Without the file (it could not be
+ * created) the message names only the waiting rank.
+ *
+ * The timeout: ACCEL_LUA_COLLECTIVE_TIMEOUT in seconds (a number >= 0; 0
+ * turns the watchdog off; anything else is an error when the communicator
+ * starts), default 300; dist_set_timeout overrides it. */
 #include "dist.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -33,14 +56,19 @@ double dist_env_timeout(void) {
     const char *s = getenv("ACCEL_LUA_COLLECTIVE_TIMEOUT");
     if (!s || !*s) return DEFAULT_TIMEOUT;
     char *end;
+    errno = 0;
     double v = strtod(s, &end);
-    if (*end == 0) return v;
-    fprintf(stderr, "accel-lua: ignoring ACCEL_LUA_COLLECTIVE_TIMEOUT=%s (not a number of seconds); using %g\n", s, DEFAULT_TIMEOUT);
-    return DEFAULT_TIMEOUT;
+    if (end == s || *end != 0 || isnan(v) || v < 0 || errno == ERANGE)
+        return accel_fail_int("dist init: ACCEL_LUA_COLLECTIVE_TIMEOUT=%s is not a number of seconds >= 0 (0 turns the "
+                              "collective watchdog off; unset means %g)", s, DEFAULT_TIMEOUT);
+    return v;
 }
 
 static double current_timeout(void) {
-    if (timeout_s < 0) timeout_s = dist_env_timeout();
+    if (timeout_s < 0) {
+        double v = dist_env_timeout(); /* checked when the communicator started */
+        timeout_s = v < 0 ? DEFAULT_TIMEOUT : v;
+    }
     return timeout_s;
 }
 
@@ -58,16 +86,80 @@ double dist_get_timeout(void) {
     return t;
 }
 
+/* ---- the ranks' shared slots (see the top) ---- */
+
+typedef struct {
+    int32_t pid;      /* 0: never written (a rank on another machine) */
+    int32_t inside;   /* collectives this rank is in now */
+    uint64_t entered; /* collectives it has entered */
+    uint64_t seq;     /* the last one's number (per kind) */
+    double t_enter, t_leave;
+    char name[32];
+} RankSlot;
+
+static RankSlot *slots; /* [watched->size]; NULL without the shared file */
+static size_t slots_bytes;
+static uint64_t entered;
+
+static void slot_path(char *buf, size_t n) {
+    const char *dir = "/dev/shm";
+    if (access(dir, W_OK) != 0) dir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(buf, n, "%s/accel-lua-watch-%ld-%llx", dir, (long)getpid(), (unsigned long long)(now() * 1e9));
+}
+
+/* Rank 0 names the file, every rank maps it, then it is unlinked. Any
+ * failure leaves slots NULL (the messages then name only the waiting rank). */
+static void open_slots(DistComm *c) {
+    char path[256] = {0};
+    if (c->rank == 0) slot_path(path, sizeof path);
+    if (c->ops->broadcast(c, path, sizeof path, DT_U8, 0, NULL)) return;
+    path[sizeof path - 1] = 0;
+    size_t bytes = sizeof(RankSlot) * (size_t)c->size;
+    void *m = MAP_FAILED;
+    int fd = open(path, O_RDWR | O_CREAT, 0600);
+    if (fd >= 0 && ftruncate(fd, (off_t)bytes) == 0) m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (fd >= 0) close(fd);
+    int rc = c->ops->barrier(c, NULL); /* every rank has it open */
+    if (fd >= 0) unlink(path);        /* the first unlink wins; ENOENT for the others */
+    if (m == MAP_FAILED) return;
+    if (rc) {
+        munmap(m, bytes);
+        return;
+    }
+    slots = m;
+    slots_bytes = bytes;
+    slots[c->rank].pid = (int32_t)getpid();
+}
+
+static void publish_begin(const DistTrack *t) {
+    if (!slots) return;
+    RankSlot *s = &slots[watched->rank];
+    snprintf(s->name, sizeof s->name, "%s", t->name);
+    s->seq = t->seq;
+    s->t_enter = t->t0;
+    __atomic_add_fetch(&s->inside, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&s->entered, t->order, __ATOMIC_RELEASE);
+}
+
+static void publish_end(void) {
+    if (!slots) return;
+    RankSlot *s = &slots[watched->rank];
+    s->t_leave = now();
+    __atomic_sub_fetch(&s->inside, 1, __ATOMIC_RELEASE);
+}
+
 void dist_watch_begin(DistTrack *t, const char *name, uint64_t seq) {
     t->name = name;
     t->seq = seq;
     t->t0 = now();
     t->next = NULL;
     pthread_mutex_lock(&mu);
+    t->order = ++entered;
     t->prev = newest;
     if (newest) newest->next = t;
     else oldest = t;
     newest = t;
+    publish_begin(t);
     pthread_mutex_unlock(&mu);
 }
 
@@ -78,17 +170,54 @@ void dist_watch_end(DistTrack *t) {
     if (t->next) t->next->prev = t->prev;
     else if (newest == t) newest = t->prev;
     t->prev = t->next = NULL;
+    publish_end();
     pthread_mutex_unlock(&mu);
+}
+
+/* ---- the message ---- */
+
+/* What rank q's slot says about the stalled collective t, appended to buf
+ * (nothing when q is waiting in it too). */
+static void describe_rank(const DistTrack *t, int q, char *buf, size_t n) {
+    const RankSlot *s = &slots[q];
+    size_t at = strlen(buf);
+    double t_now = now();
+    if (__atomic_load_n(&s->pid, __ATOMIC_ACQUIRE) == 0) {
+        snprintf(buf + at, n - at, "; rank %d: on another machine, state unknown", q);
+        return;
+    }
+    uint64_t e = __atomic_load_n(&s->entered, __ATOMIC_ACQUIRE);
+    int inside = __atomic_load_n(&s->inside, __ATOMIC_ACQUIRE);
+    if (e >= t->order && (inside == 0 || strcmp(s->name, t->name) == 0)) return; /* there (or past it) */
+    if (e >= t->order) {
+        snprintf(buf + at, n - at, "; rank %d is in %s #%llu instead", q, s->name, (unsigned long long)s->seq);
+        return;
+    }
+    if (kill(s->pid, 0) != 0 && errno == ESRCH)
+        snprintf(buf + at, n - at, "; not entered by rank %d (its process has exited)", q);
+    else if (e == 0) snprintf(buf + at, n - at, "; not entered by rank %d (no collective yet)", q);
+    else if (inside)
+        snprintf(buf + at, n - at, "; not entered by rank %d (still in %s #%llu, for %.1f s)", q, s->name,
+                 (unsigned long long)s->seq, t_now - s->t_enter);
+    else
+        snprintf(buf + at, n - at, "; not entered by rank %d (last in %s #%llu, left it %.1f s ago)", q, s->name,
+                 (unsigned long long)s->seq, t_now - s->t_leave);
 }
 
 /* Called with mu held; never returns. */
 static void fire(const DistTrack *t, double limit) {
-    char name[64];
-    uint64_t seq = t->seq;
-    snprintf(name, sizeof name, "%s", t->name);
+    size_t n = 256 + 128 * (size_t)watched->size;
+    char *msg = malloc(n), *others = malloc(n);
+    if (!msg || !others) _exit(1);
+    others[0] = 0;
+    for (int q = 0; slots && q < watched->size; q++)
+        if (q != watched->rank) describe_rank(t, q, others, n);
+    if (!slots) snprintf(others, n, " (other ranks may have died)");
+    else if (!others[0]) snprintf(others, n, "; every rank entered it (one may be stuck inside it)");
+    snprintf(msg, n, "accel-lua: rank %d: collective %s #%llu timed out after %g s%s\n", watched->rank, t->name,
+             (unsigned long long)t->seq, limit, others);
     pthread_mutex_unlock(&mu);
-    fprintf(stderr, "accel-lua: rank %d: collective %s #%llu timed out after %g s (other ranks may have died)\n",
-            watched->rank, name, (unsigned long long)seq, limit);
+    fputs(msg, stderr);
     fflush(stderr);
     watched->ops->abort(watched, 1);
     _exit(1);
@@ -121,6 +250,7 @@ int dist_watchdog_start(DistComm *c) {
     pthread_condattr_destroy(&attr);
     watched = c;
     stopping = 0;
+    open_slots(c);
     int rc = pthread_create(&thread, NULL, watch_loop, NULL);
     if (rc) return accel_fail_int("dist: cannot start the watchdog thread (error %d)", rc);
     running = 1;
@@ -136,4 +266,6 @@ void dist_watchdog_stop(void) {
     pthread_join(thread, NULL);
     pthread_cond_destroy(&cv);
     running = 0;
+    if (slots) munmap(slots, slots_bytes);
+    slots = NULL;
 }

@@ -4,9 +4,16 @@
 -- scripts in tests/lua/helpers/ (oversubscribed: 2 and 3 ranks on however
 -- few cores) and checks their exit status, output and duration:
 --   dist_collectives.lua  every collective against closed forms (2 and 3 ranks)
---   dist_watchdog.lua     a skipped collective: the watchdog ends the job
+--   dist_watchdog.lua     a skipped collective: the watchdog ends the job, naming
+--                         the rank that did not enter it and what it did last
 --   dist_failure.lua      a rank that exits, raises or aborts: the job ends at once
---   dist_mpi_error.lua    an MPI error becomes a Lua error (collective, file:line, MPI's text)
+--   dist_mpi_error.lua    inputs of different sizes: the same error on every rank
+--                         instead of MPI_ERR_TRUNCATE on one of them
+--   dist_agree.lua        every collective checks shapes, dtypes, ops, roots and
+--                         the collective itself across ranks (2 and 3 ranks)
+--   dist_ddp_agree.lua    DDP buckets agree at creation; with ACCEL_LUA_DEBUG_MODE
+--                         their all-reduces are checked too
+-- plus ACCEL_LUA_COLLECTIVE_TIMEOUT / ACCEL_LUA_DEBUG_MODE values that are refused
 -- plus accel.so under plain lua5.4 in an MPI job. The accel-lua under test
 -- is $ACCEL_LUA_BIN, else the interpreter running this script.
 local HERE = arg[0]:match("^(.*)/[^/]*$") or "."
@@ -41,18 +48,53 @@ for _, n in ipairs({2, 3}) do
     {all_ranks_ok(run, n), "not every rank printed its ok line"})
 end
 
--- ---- watchdog: environment and set_timeout ----
+-- ---- watchdog: environment and set_timeout; who did not arrive ----
 do
   local run = mpirun(2, quote(HELPERS .. "dist_watchdog.lua"), {env = unset .. "ACCEL_LUA_COLLECTIVE_TIMEOUT=3"})
-  check("watchdog (ACCEL_LUA_COLLECTIVE_TIMEOUT=3) ends a stalled job", run, {run.code ~= 0, "job exited 0"},
-    {has(run.err, "accel-lua: rank 0: collective all_reduce #2 timed out after 3 s (other ranks may have died)"),
-      "stderr does not name rank 0 and all_reduce #2"},
+  check("watchdog (ACCEL_LUA_COLLECTIVE_TIMEOUT=3) ends a stalled job, naming the rank that did not enter", run,
+    {run.code ~= 0, "job exited 0"},
+    {has(run.err, "accel-lua: rank 0: collective all_reduce #2 timed out after 3 s; not entered by rank 1 "
+      .. "(last in all_reduce #1, left it "), "stderr does not name rank 1 as not having entered all_reduce #2"},
     {run.secs >= 3 and run.secs < 15, "did not end between 3 and 15 s"},
     {not has(run.out, "passed a collective"), "rank 0 passed the stalled collective"})
-  run = mpirun(2, quote(HELPERS .. "dist_watchdog.lua") .. " 2", {env = unset})
-  check("watchdog (dist.set_timeout(2)) ends a stalled job", run, {run.code ~= 0, "job exited 0"},
-    {has(run.err, "accel-lua: rank 0: collective all_reduce #2 timed out after 2 s"), "stderr does not name the stall"},
+  run = mpirun(3, quote(HELPERS .. "dist_watchdog.lua") .. " 2", {env = unset})
+  local _, named = run.err:gsub("collective all_reduce #2 timed out after 2 s; not entered by rank 1 %(", "")
+  check("watchdog (dist.set_timeout(2)) on 3 ranks: the waiting ranks name rank 1", run,
+    {run.code ~= 0, "job exited 0"},
+    {named >= 1 and not has(run.err, "not entered by rank 0") and not has(run.err, "not entered by rank 2"),
+      "stderr does not name rank 1 (only)"},
     {run.secs >= 2 and run.secs < 14, "did not end between 2 and 14 s"})
+  for _, v in ipairs({"-1", "abc", "nan", "5s"}) do
+    run = mpirun(2, "-e " .. quote("require('accel').dist.barrier()"), {env = unset .. "ACCEL_LUA_COLLECTIVE_TIMEOUT=" .. v})
+    check("ACCEL_LUA_COLLECTIVE_TIMEOUT=" .. v .. " is an error", run, {run.code ~= 0, "job exited 0"},
+      {has(run.err, "ACCEL_LUA_COLLECTIVE_TIMEOUT=" .. v .. " is not a number of seconds >= 0"), "no error naming it"},
+      {run.secs < 15, "took 15 s or more"})
+  end
+  run = mpirun(2, "-e " .. quote("local d = require('accel').dist; d.barrier(); print('timeout ' .. d.get_timeout())"),
+    {env = unset .. "ACCEL_LUA_COLLECTIVE_TIMEOUT=0"})
+  check("ACCEL_LUA_COLLECTIVE_TIMEOUT=0 turns the watchdog off", run, {run.code == 0, "exit status"},
+    {has(run.out, "timeout 0.0"), "get_timeout is not 0"})
+  run = mpirun(2, "-e " .. quote("require('accel').dist.barrier()"), {env = unset .. "ACCEL_LUA_DEBUG_MODE=maybe"})
+  check("ACCEL_LUA_DEBUG_MODE=maybe is an error", run, {run.code ~= 0, "job exited 0"},
+    {has(run.err, "ACCEL_LUA_DEBUG_MODE=maybe is not a boolean"), "no error naming it"})
+end
+
+-- ---- every collective checks what the ranks pass ----
+for _, n in ipairs({2, 3}) do
+  local run = mpirun(n, quote(HELPERS .. "dist_agree.lua"), {env = unset})
+  check(("shape / dtype / op / root / collective mismatches on %d ranks: one error, the same on every rank"):format(n),
+    run, {run.code == 0, "exit status"}, {all_ranks_ok(run, n), "not every rank printed its ok line"})
+end
+do
+  local run = mpirun(2, quote(HELPERS .. "dist_ddp_agree.lua") .. " layout", {env = unset})
+  check("DDP reducers agree on their layout at creation", run, {run.code == 0, "exit status"},
+    {all_ranks_ok(run, 2), "not every rank printed its ok line"})
+  run = mpirun(2, quote(HELPERS .. "dist_ddp_agree.lua") .. " debug", {env = unset .. "ACCEL_LUA_DEBUG_MODE=true"})
+  check("ACCEL_LUA_DEBUG_MODE=true checks every DDP bucket all-reduce", run, {run.code == 0, "exit status"},
+    {all_ranks_ok(run, 2), "not every rank printed its ok line"}, {run.secs < 30, "took 30 s or more"})
+  run = mpirun(2, quote(HELPERS .. "dist_ddp_agree.lua") .. " debug", {env = unset .. "ACCELERATE_DEBUG_MODE=1"})
+  check("ACCELERATE_DEBUG_MODE=1 does the same", run, {run.code == 0, "exit status"},
+    {all_ranks_ok(run, 2), "not every rank printed its ok line"}, {run.secs < 30, "took 30 s or more"})
 end
 
 -- ---- a failing rank ends the job at once ----
@@ -71,13 +113,15 @@ do
     {run.secs < 10, "took 10 s or more"}, {not has(run.out, "never joined"), "rank 0 went on alone"})
 end
 
--- ---- an MPI error is reported, not fatal ----
+-- ---- inputs MPI would reject on one rank only: one error on every rank ----
 do
   local run = mpirun(2, quote(HELPERS .. "dist_mpi_error.lua"), {env = unset})
-  local reported = run.out:match("rank %d: error [^\n]*all_gather: MPI error at [^\n]*core/dist_mpi%.c:%d+: MPI_ERR_%u+")
-  check("an MPI error names the collective, file:line and MPI's message", run, {run.code == 0, "exit status"},
-    {has(run.out, "rank 0: ") and has(run.out, "rank 1: "), "a rank did not report"},
-    {reported ~= nil, "no rank reported the error as expected"})
+  local want = "all_gather: rank 0 has float32 [2], rank 1 has float32 [3]"
+  check("all_gather of [2] and [3]: the same error on both ranks, no MPI_ERR_TRUNCATE", run,
+    {run.code == 0, "exit status"},
+    {run.out:match("rank 0: error [^\n]*" .. want:gsub("%p", "%%%0")) and run.out:match("rank 1: error [^\n]*"
+      .. want:gsub("%p", "%%%0")), "a rank did not report the mismatch"},
+    {not has(run.out, "MPI_ERR"), "an MPI error reached a rank"})
 end
 
 -- ---- accel.so in a plain Lua 5.4, in an MPI job ----

@@ -190,9 +190,13 @@ describe("accel.dist, one process", function()
     if not os.getenv("ACCEL_LUA_COLLECTIVE_TIMEOUT") then assert.are.equal(300, before) end
     dist.set_timeout(12.5)
     assert.are.equal(12.5, dist.get_timeout())
-    dist.set_timeout(-1) -- off
+    dist.set_timeout(0) -- off
     assert.are.equal(0, dist.get_timeout())
     dist.set_timeout(before)
     assert.has_error(function() dist.set_timeout("soon") end, "set_timeout: seconds expected, got string")
+    assert.has_error(function() dist.set_timeout(-1) end,
+      "set_timeout: seconds must be >= 0 (0 turns the watchdog off), got -1")
+    assert.has_error(function() dist.set_timeout(0 / 0) end)
+    assert.are.equal(before, dist.get_timeout())
   end)
 end)

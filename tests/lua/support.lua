@@ -255,4 +255,26 @@ function M.rank_checker(rank)
   return check, function() return n end
 end
 
+-- A clean environment for launched jobs: no config file (DIR/no-config.yaml
+-- never exists), none of the settings a caller's shell may export, the
+-- sanitizer options of a sanitizer build.
+function M.job_env(dir)
+  return "env -u ACCEL_LUA_COLLECTIVE_TIMEOUT -u ACCEL_LUA_DIST_BACKEND -u ACCEL_LUA_MIXED_PRECISION "
+    .. "-u ACCEL_LUA_GRADIENT_ACCUMULATION_STEPS -u ACCEL_LUA_USE_DEEPSPEED -u ACCEL_LUA_USE_FSDP "
+    .. "-u ACCEL_LUA_DEBUG_MODE -u ACCELERATE_DEBUG_MODE "
+    .. "ACCEL_LUA_CONFIG=" .. M.shell_quote(dir .. "/no-config.yaml") .. " " .. M.asan_env()
+end
+
+-- launch(np, helper, args...) for jobs = M.job_checks(): runs
+-- `accel-lua launch --cpu --num_processes np HELPERS/helper args...` in env
+-- (limited to 120 s) -> {code, out, err, secs}.
+function M.launcher(jobs, env, helpers)
+  return function(np, helper, ...)
+    local args = {}
+    for i, a in ipairs({...}) do args[i] = M.shell_quote(tostring(a)) end
+    return jobs.run(("%stimeout -k 5 120 %s launch --cpu --num_processes %d %s %s"):format(env,
+      M.shell_quote(M.ACCEL_LUA), np, M.shell_quote(helpers .. helper), table.concat(args, " ")))
+  end
+end
+
 return M

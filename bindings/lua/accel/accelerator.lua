@@ -113,6 +113,7 @@ local checkpoint = require("accel.checkpoint")
 local plugins = require("accel.plugins")
 local json = require("accel.json")
 local ddp = require("accel.ddp")
+local join = require("accel.join")
 local raise = require("accel.nn.module").raise
 local util = require("accel.util")
 local C = accel._C
@@ -647,6 +648,7 @@ local BACKWARD_OPTIONS = plugins.register("backward", {gradient = "any"})
 function Accelerator:backward(loss, o)
   if not accel.is_tensor(loss) then raise("backward: expected the loss tensor, got %s", type(loss)) end
   plugins.check_options("backward", o, BACKWARD_OPTIONS)
+  join.check_uneven(self)
   local k = self.gradient_state.num_steps
   if k > 1 then loss = loss / k end
   if self.scaler then loss = self.scaler:scale_loss(loss) end
@@ -787,10 +789,11 @@ local function all_tensors(data)
   return true
 end
 
--- gather_for_metrics(data, {use_gather_object = false}): gather, minus the
+-- One value of gather_for_metrics: gathered (tensors) or gathered as Lua
+-- values (use_gather_object, or anything that is not all tensors), minus the
 -- samples repeated to even out the last batch of the loader.
-function Accelerator:gather_for_metrics(data, o)
-  local use_object = (o and o.use_gather_object) or not all_tensors(data)
+local function gather_one_for_metrics(self, data, use_object)
+  use_object = use_object or not all_tensors(data)
   local out = use_object and self:gather_object(data) or self:gather(data)
   local gs = self.gradient_state
   if gs:end_of_dataloader() then
@@ -806,6 +809,45 @@ function Accelerator:gather_for_metrics(data, o)
     end
   end
   return out
+end
+
+-- The options of gather_for_metrics: the last of two or more arguments
+-- when it is a boolean (Accelerate's positional use_gather_object) or a
+-- non-empty plain table of booleans under string keys (data never looks
+-- like that: it holds tensors or values to gather); its keys are then checked.
+local METRICS_OPTIONS = {use_gather_object = true}
+
+local function metrics_options(args)
+  if args.n < 2 then return nil end
+  local o = args[args.n]
+  if type(o) == "boolean" then
+    args.n = args.n - 1
+    return {use_gather_object = o}
+  end
+  if type(o) ~= "table" or getmetatable(o) ~= nil or next(o) == nil then return nil end
+  for k, v in pairs(o) do
+    if type(k) ~= "string" or type(v) ~= "boolean" then return nil end
+  end
+  for k in pairs(o) do
+    if not METRICS_OPTIONS[k] then raise("gather_for_metrics: unknown option '%s' (use_gather_object)", k) end
+  end
+  args.n = args.n - 1
+  return o
+end
+
+-- gather_for_metrics(data...[, {use_gather_object = false} | use_gather_object]) -> one result
+-- per data argument, in order (gather_for_metrics(preds, labels) -> all
+-- preds, all labels).
+function Accelerator:gather_for_metrics(...)
+  local args = table.pack(...)
+  local o = metrics_options(args)
+  if args.n == 0 then raise("gather_for_metrics: expected the data to gather") end
+  local out = {}
+  for i = 1, args.n do
+    if args[i] == nil then raise("gather_for_metrics: argument %d is nil", i) end
+    out[i] = gather_one_for_metrics(self, args[i], o and o.use_gather_object)
+  end
+  return table.unpack(out, 1, args.n)
 end
 
 -- reduce(t, "sum" | "mean" | "max" | "min" | "none" or {reduction=, scale=})
@@ -826,6 +868,17 @@ function Accelerator:broadcast(data, from_process)
 end
 
 function Accelerator:gather_object(obj) return ops.gather_object(self.state.comm, obj) end
+
+-- join_uneven_inputs(models, {even_batches =}, fn) -> fn's results: ranks
+-- that run out of batches shadow the others' gradient all-reduces with zeros
+-- (accel.join has the semantics: divide_by_initial_world_size = true).
+function Accelerator:join_uneven_inputs(models, o, fn) return join.join_uneven_inputs(self, models, o, fn) end
+
+-- broadcast_object_list(list, from_process = 0): list's items replaced in
+-- place by process from_process's (JSON values); returns list.
+function Accelerator:broadcast_object_list(list, from_process)
+  return ops.broadcast_object_list(self.state.comm, list, from_process or 0)
+end
 
 -- set_trigger on any process makes check_trigger true on every process (once).
 function Accelerator:set_trigger() rawset(self, "flag", 1) end

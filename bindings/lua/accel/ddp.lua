@@ -81,6 +81,18 @@ local function trainable(params)
 end
 ddp.trainable = trainable
 
+-- The ranks' layout check (core/ddp.c) names a parameter by its position
+-- in list; a module's parameter also gets its name.
+local function name_parameter(params, list, msg)
+  msg = msg:gsub("^[^\n]-:%d+: (ddp: )", "%1", 1) -- the location is added again by raise
+  local i = tonumber(msg:match("^ddp: parameter (%d+) %("))
+  if not i or type(params.named_parameters) ~= "function" then return msg end
+  for name, p in params:named_parameters() do
+    if rawequal(p, list[i]) then return (msg:gsub("^ddp: parameter %d+ %(", ("ddp: parameter %d '%s' ("):format(i, name))) end
+  end
+  return msg
+end
+
 -- Reducer(params, {bucket_cap_mb = 25, find_unused_parameters = false, align = 1}):
 -- the gradient reducer over the parameters that require grad (a list, or a
 -- module). r.params lists them (bucket info refers to positions in it).
@@ -98,7 +110,9 @@ function ddp.Reducer(params, o)
   end
   local list = trainable(params)
   if #list == 0 then raise("ddp.Reducer: the model has no parameters that require grad") end
-  return C.ddp_reducer(list, cap, math.floor(align), o.find_unused_parameters == true), list
+  local ok, r = pcall(C.ddp_reducer, list, cap, math.floor(align), o.find_unused_parameters == true)
+  if not ok then raise("%s", name_parameter(params, list, tostring(r))) end
+  return r, list
 end
 
 -- Rank src's parameters (and buffers, unless buffers == false) copied into

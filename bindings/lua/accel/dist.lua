@@ -12,7 +12,7 @@
 --   dist.barrier({async_op=})
 --   dist.all_gather_bytes(s) -> list of every rank's string; dist.broadcast_bytes(s, src) -> string
 --   dist.counters() -> calls, bytes (tables by kind, plus .total); dist.reset_counters()
---   dist.set_timeout(seconds), dist.get_timeout(); dist.progress(); dist.abort([code])
+--   dist.set_timeout(seconds >= 0, 0 = off), dist.get_timeout(); dist.progress(); dist.abort([code])
 --
 -- Ranks are 0-based values (src too), as in PyTorch and Accelerate. The
 -- process group is initialised on first use: the "mpi" backend when the
@@ -20,7 +20,11 @@
 -- "single" (every collective is the identity). With async_op = true a
 -- collective returns a handle: h:wait() returns its results, h:test() (or
 -- h:is_completed()) says whether it finished. Tensors must be on the cpu;
--- in-place ones (all_reduce, broadcast) must be contiguous.
+-- in-place ones (all_reduce, broadcast) must be contiguous. Before its data
+-- moves, every collective checks that all ranks called it with the same
+-- dtype, shape, op and source (one small header exchange, core/dist.c): a
+-- difference is one error on every rank naming both ranks' values
+-- (docs/collectives.md).
 local accel = require("accel")
 local C = accel._C
 
@@ -112,6 +116,9 @@ function dist.reset_counters() C.dist_reset_counters() end
 function dist.set_timeout(seconds)
   if type(seconds) ~= "number" then
     error(("set_timeout: seconds expected, got %s"):format(type(seconds)), 2)
+  end
+  if seconds ~= seconds or seconds < 0 then
+    error(("set_timeout: seconds must be >= 0 (0 turns the watchdog off), got %s"):format(tostring(seconds)), 2)
   end
   C.dist_set_timeout(seconds)
 end

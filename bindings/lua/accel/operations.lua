@@ -2,7 +2,16 @@
 -- and nested tables of tensors (Accelerate's utils.operations), written
 -- against the communicator interface of accel.comm so that they are the same
 -- code for one process and for N. A nested table is walked recursively and
--- rebuilt with the same keys; non-tensor leaves pass through unchanged.
+-- rebuilt with the same keys.
+--
+-- Values that are not tensors: gather, reduce, broadcast and
+-- pad_across_processes raise an error naming the value's type, where it
+-- sits in the data and the op (Accelerate raises its TypeError "Unsupported
+-- types (...) passed to ..."), on every process count (Accelerate checks
+-- gather / broadcast / pad only when distributed; a script should not work
+-- on one process and fail on two). Lua values travel with gather_object and
+-- broadcast_object_list (JSON). map_tensors (used for batches) passes other
+-- leaves through.
 local accel = require("accel")
 local raise = require("accel.nn.module").raise
 
@@ -38,10 +47,42 @@ local function map_tensors(data, fn)
 end
 ops.map_tensors = map_tensors
 
+local function key_text(k)
+  if type(k) == "string" and k:match("^[%a_][%w_]*$") then return "." .. k end
+  return "[" .. (type(k) == "string" and ("%q"):format(k) or tostring(k)) .. "]"
+end
+
+local function type_text(v)
+  if type(v) == "table" then return "table with a metatable (" .. tostring(getmetatable(v).__name or "an object") .. ")" end
+  return type(v)
+end
+
+-- The first leaf of data that is not a tensor: its description and path.
+local function first_other(data, path)
+  if accel.is_tensor(data) then return nil end
+  if type(data) ~= "table" or getmetatable(data) ~= nil then return type_text(data), path end
+  for _, k in ipairs(sorted_keys(data)) do
+    local what, where = first_other(data[k], path .. key_text(k))
+    if what then return what, where end
+  end
+  return nil
+end
+
+-- map_tensors, after checking that every leaf is a tensor (else an error
+-- naming op, the type, where it is and hint).
+local function map_only_tensors(op, hint, data, fn)
+  local what, where = first_other(data, "data")
+  if what then
+    raise("%s: unsupported type %s%s; only tensors and nested tables of tensors can be passed%s", op, what,
+      where == "data" and "" or " at " .. where, hint)
+  end
+  return map_tensors(data, fn)
+end
+
 -- gather: every process's tensor concatenated along dim 1, in rank order
 -- (0-dim tensors become 1-D first, as in Accelerate).
 function ops.gather(comm, data)
-  return map_tensors(data, function(t)
+  return map_only_tensors("gather", " (use gather_object for other Lua values)", data, function(t)
     if t:dim() == 0 then t = t:reshape(1) end
     local parts = comm:all_gather(t:contiguous())
     if #parts == 1 then return parts[1] end
@@ -63,12 +104,12 @@ local reductions = {sum = "sum", mean = "sum", max = "max", min = "min"}
 -- "none" returns it unchanged.
 function ops.reduce(comm, data, reduction, scale)
   reduction = reduction or "sum"
-  if reduction == "none" then return data end
   local op = reductions[reduction]
-  if not op then
+  if not op and reduction ~= "none" then
     raise('reduce: reduction must be "sum", "mean", "max", "min" or "none", got %s', tostring(reduction))
   end
-  return map_tensors(data, function(t)
+  if reduction == "none" then return map_only_tensors("reduce", "", data, function(t) return t end) end
+  return map_only_tensors("reduce", "", data, function(t)
     local r = comm:all_reduce(t, op)
     if reduction == "mean" then r = r / comm.world_size end
     if scale and scale ~= 1 then r = r * scale end
@@ -77,13 +118,34 @@ function ops.reduce(comm, data, reduction, scale)
 end
 
 function ops.broadcast(comm, data, src)
-  return map_tensors(data, function(t) return comm:broadcast(t, src or 0) end)
+  return map_only_tensors("broadcast", " (use broadcast_object_list for other Lua values)", data,
+    function(t) return comm:broadcast(t, src or 0) end)
+end
+
+-- broadcast_object_list: the items of list replaced in place, on every
+-- process but src, by src's items (as JSON values); returns list.
+function ops.broadcast_object_list(comm, list, src)
+  if type(list) ~= "table" or getmetatable(list) ~= nil then
+    raise("broadcast_object_list: expected a list, got %s", type_text(list))
+  end
+  if type(src) ~= "number" or src ~= math.floor(src) or src < 0 or src >= comm.world_size then
+    raise("broadcast_object_list: from_process must be a process index in 0..%d, got %s", comm.world_size - 1,
+      tostring(src))
+  end
+  if comm.world_size == 1 then return list end
+  local got = comm:broadcast_object(comm.rank == src and list or {}, src) -- only src's value is sent
+  if comm.rank ~= src then
+    local n = #list
+    for i = 1, #got do list[i] = got[i] end
+    for i = #got + 1, n do list[i] = nil end
+  end
+  return list
 end
 
 -- pad_across_processes: pads dim `dim` of each tensor to the largest size
 -- any process has, with pad_index, after the data (or before with pad_first).
 function ops.pad_across_processes(comm, data, dim, pad_index, pad_first)
-  return map_tensors(data, function(t)
+  return map_only_tensors("pad_across_processes", "", data, function(t)
     if t:dim() == 0 then return t end
     local d = dim < 0 and t:dim() + dim + 1 or dim
     if d < 1 or d > t:dim() then

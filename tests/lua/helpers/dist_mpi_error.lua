@@ -1,9 +1,9 @@
 -- dist_mpi_error.lua: run by tests/lua/dist_mpi_test.lua under
 -- `mpirun -np 2 accel-lua dist_mpi_error.lua`. The ranks pass all_gather
--- inputs of different sizes (a caller's bug MPI detects): the rank that
--- receives more than it expects must get a Lua error naming the collective,
--- the file:line of the failed MPI call and MPI's error string, and no rank
--- may crash. Each rank prints "rank R: ok" or "rank R: error <message>".
+-- inputs of different sizes (a caller's bug MPI would report on one rank
+-- only, as MPI_ERR_TRUNCATE): every rank must get the same Lua error naming
+-- both ranks' shapes, and no rank may crash. Each rank prints "rank R: ok"
+-- or "rank R: error <message>".
 local accel = require("accel")
 local dist = accel.dist
 

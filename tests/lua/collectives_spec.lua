@@ -1,0 +1,132 @@
+-- collectives_spec.lua: the Accelerator's collectives on one process:
+-- values that are not tensors are refused by gather / reduce / broadcast /
+-- pad_across_processes (naming the op, the type, where it is and the
+-- caller's file:line), broadcast_object_list, gather_for_metrics of several
+-- values (and how its options table is told from data), and
+-- join_uneven_inputs' arguments. The multi-process behaviour is in
+-- collectives_test.lua and dist_mpi_test.lua.
+local accel = require("accel")
+local support = dofile("tests/lua/support.lua")
+local expect_error = support.expect_error
+local data, nn = accel.data, accel.nn
+
+describe("collectives of values that are not tensors", function()
+  local a = accel.Accelerator()
+  local t = accel.ones(2)
+
+  it("gather, reduce, broadcast and pad_across_processes raise, naming the type and where it is", function()
+    expect_error(function() a:gather(3) end,
+      "gather: unsupported type number; only tensors and nested tables of tensors can be passed (use gather_object "
+        .. "for other Lua values)")
+    expect_error(function() a:gather({x = t, y = {t, "label"}}) end, "gather: unsupported type string at data.y[2]")
+    expect_error(function() a:gather({[1.5] = true}) end, "gather: unsupported type boolean at data[1.5]")
+    expect_error(function() a:reduce({loss = 0.5}, "mean") end, "reduce: unsupported type number at data.loss")
+    expect_error(function() a:reduce("x", "none") end, "reduce: unsupported type string")
+    expect_error(function() a:broadcast({["a key"] = 1}) end,
+      'broadcast: unsupported type number at data["a key"]', "use broadcast_object_list")
+    expect_error(function() a:broadcast(nn.Linear(1, 1)) end, "broadcast: unsupported type table with a metatable (Linear)")
+    expect_error(function() a:pad_across_processes({t, 7}) end, "pad_across_processes: unsupported type number at data[2]")
+  end)
+
+  it("tensors and nested tables of tensors still pass", function()
+    assert.is_true(a:gather({x = t, y = {t}}).y[1]:equal(t))
+    assert.is_true(a:reduce({t}, "sum")[1]:equal(t))
+    assert.is_true(a:broadcast({t})[1]:equal(t))
+    assert.are.same({}, a:gather({}))
+  end)
+end)
+
+describe("broadcast_object_list", function()
+  local a = accel.Accelerator()
+
+  it("returns the list itself, unchanged on one process", function()
+    local list = {1, "two", {three = 3}}
+    assert.are.equal(list, a:broadcast_object_list(list))
+    assert.are.same({1, "two", {three = 3}}, list)
+    assert.are.equal(list, a:broadcast_object_list(list, 0))
+  end)
+
+  it("refuses what is not a list and processes that do not exist", function()
+    expect_error(function() a:broadcast_object_list("x") end, "broadcast_object_list: expected a list, got string")
+    expect_error(function() a:broadcast_object_list({1}, 1) end,
+      "broadcast_object_list: from_process must be a process index in 0..0, got 1")
+    expect_error(function() a:broadcast_object_list({1}, 0.5) end, "got 0.5")
+  end)
+end)
+
+describe("gather_for_metrics of several values", function()
+  local a = accel.Accelerator()
+
+  it("returns every value gathered, in order, each cut at the end of the loader", function()
+    local loader = a:prepare(data.DataLoader(data.TensorDataset(accel.arange(5), accel.arange(5) * 2), {batch_size = 2}))
+    local xs, ys, names = {}, {}, {}
+    for xb, yb in loader:iter() do
+      local gx, gy, gn = a:gather_for_metrics(xb, yb, {"n" .. xb[1]:item()})
+      for _, v in ipairs(gx:tolist()) do xs[#xs + 1] = v end
+      for _, v in ipairs(gy:tolist()) do ys[#ys + 1] = v end
+      for _, v in ipairs(gn) do names[#names + 1] = v end
+    end
+    assert.are.same({0, 1, 2, 3, 4}, xs)
+    assert.are.same({0, 2, 4, 6, 8}, ys)
+    assert.are.same({"n0", "n2", "n4"}, names)
+  end)
+
+  it("tells the options from data: the last of two or more, a boolean or booleans under string keys", function()
+    local t = accel.tensor({1.0, 2.0})
+    local g, l = a:gather_for_metrics({3}, {1, 2}, {use_gather_object = true})
+    assert.are.same({3}, g)
+    assert.are.same({1, 2}, l)
+    assert.are.equal(2, select("#", a:gather_for_metrics(t, {1, 2})))
+    local one, two = a:gather_for_metrics({use_gather_object = true}, {ok = true, n = 1})
+    assert.are.same({{use_gather_object = true}}, one) -- a single argument is always data
+    assert.are.same({{ok = true, n = 1}}, two)         -- not all booleans: data
+    assert.are.equal(1, select("#", a:gather_for_metrics(t, {use_gather_object = false})))
+    -- Accelerate's positional form gather_for_metrics(input_data, use_gather_object)
+    assert.are.same({"x"}, a:gather_for_metrics("x", true))
+    assert.are.equal(1, select("#", a:gather_for_metrics(t, false)))
+  end)
+
+  it("refuses unknown options, nil arguments and nothing at all", function()
+    local t = accel.tensor({1.0})
+    expect_error(function() a:gather_for_metrics(t, {use_gather_objct = true}) end,
+      "gather_for_metrics: unknown option 'use_gather_objct' (use_gather_object)")
+    expect_error(function() a:gather_for_metrics(t, nil, t) end, "gather_for_metrics: argument 2 is nil")
+    expect_error(function() a:gather_for_metrics(t, nil) end, "gather_for_metrics: argument 2 is nil")
+    expect_error(function() a:gather_for_metrics() end, "gather_for_metrics: expected the data to gather")
+  end)
+end)
+
+describe("join_uneven_inputs on one process", function()
+  local a = accel.Accelerator()
+  local model = a:prepare(nn.Linear(2, 1))
+
+  it("runs fn and returns its results", function()
+    local x, y = a:join_uneven_inputs({model}, {even_batches = false}, function() return 1, "two" end)
+    assert.are.equal(1, x)
+    assert.are.equal("two", y)
+    assert.are.equal(3, a:join_uneven_inputs(model, function() return 3 end))
+  end)
+
+  it("restores the loaders' even_batches after fn, also when fn raises", function()
+    local b = accel.Accelerator()
+    local loader = b:prepare(data.DataLoader(data.TensorDataset(accel.arange(4)), {batch_size = 2}))
+    local inside
+    b:join_uneven_inputs({model}, {even_batches = false}, function() inside = loader.even_batches end)
+    assert.is_true(inside) -- one process: never uneven
+    assert.is_true(loader.even_batches)
+    assert.has_error(function() b:join_uneven_inputs(model, {}, function() error("boom") end) end)
+  end)
+
+  it("checks its arguments", function()
+    expect_error(function() a:join_uneven_inputs({model}, {even_batches = false}) end,
+      "join_uneven_inputs: expected (models, {even_batches = ...}, fn) with fn a function, got nil")
+    expect_error(function() a:join_uneven_inputs({model}, {evenbatches = false}, function() end) end,
+      "join_uneven_inputs: unknown option 'evenbatches' (even_batches)")
+    expect_error(function() a:join_uneven_inputs({model}, {even_batches = 1}, function() end) end,
+      "join_uneven_inputs: even_batches must be a boolean, got number")
+    expect_error(function() a:join_uneven_inputs({5}, function() end) end,
+      "join_uneven_inputs: joinable 1 must be a prepared model, got number")
+    expect_error(function() a:join_uneven_inputs({}, function() end) end,
+      "join_uneven_inputs: expected a model or a list of models (the joinables)")
+  end)
+end)
