@@ -134,7 +134,31 @@ local Accelerator = {__name = "Accelerator"}
 M.Accelerator_class = Accelerator
 local props = {}
 
-Accelerator.__index = util.property_index(Accelerator, props)
+-- Accelerate's Accelerator members this one does not offer: reading one
+-- raises with the reason (instead of Lua's "attempt to call a nil value").
+local REFUSED_MEMBERS = {
+  lomo_backward = "the LOMO optimizer is not available",
+  maybe_context_parallel = "context parallelism is not implemented",
+  verify_device_map = "big-model device maps (dispatch_model) are not implemented",
+  deepspeed_ulysses_dl_adapter = "DeepSpeed Ulysses sequence parallelism is not implemented",
+  fp8_backend = "fp8 needs the GPU backend",
+  torch_device_mesh = "there are no device meshes (no ParallelismConfig)",
+  parallelism_config = "ParallelismConfig is not implemented",
+  is_composable_parallelism_enabled = "ParallelismConfig is not implemented",
+  tensor_parallel_rank = "tensor parallelism is not implemented",
+  pipeline_parallel_rank = "pipeline parallelism is not implemented",
+  context_parallel_rank = "context parallelism is not implemented",
+  data_parallel_rank = "no ParallelismConfig: use process_index",
+  data_parallel_shard_rank = "no ParallelismConfig: use process_index",
+}
+M.REFUSED_MEMBERS = REFUSED_MEMBERS
+
+local read_member = util.property_index(Accelerator, props)
+Accelerator.__index = function(self, k)
+  local v = read_member(self, k)
+  if v == nil and REFUSED_MEMBERS[k] then raise("Accelerator.%s is not supported here: %s", k, REFUSED_MEMBERS[k]) end
+  return v
+end
 
 Accelerator.__newindex = function(self, k, v)
   if k == "gradient_accumulation_steps" then
@@ -164,6 +188,11 @@ function props.project_dir(a) return a.project_configuration.project_dir end
 function props.logging_dir(a) return a.project_configuration.logging_dir end
 function props.save_iteration(a) return a.project_configuration.iteration end
 
+-- Accelerate's: true for several accelerator devices (MULTI_GPU), not MULTI_CPU.
+function props.multi_device(a) return a.state.distributed_type == "MULTI_GPU" end
+function props.should_save_model(a) return a.state.is_local_main_process end
+function props.is_fsdp2(_) return false end
+
 function props.optimizer_step_was_skipped(a)
   for _, opt in ipairs(a._optimizers) do
     if opt.step_was_skipped then return true end
@@ -178,6 +207,15 @@ local OPTIONS = plugins.register("Accelerator", {mixed_precision = "any", gradie
   step_scheduler_with_optimizer = "boolean", split_batches = "boolean", even_batches = "boolean",
   deepspeed_plugin = "table", fsdp_plugin = "table", zero_stage = "number", kwargs_handlers = "table",
   gradient_accumulation_plugin = "table", dataloader_config = "table"})
+
+plugins.refuse("Accelerator", {
+  torch_tp_plugin = "tensor parallelism is not implemented (use data parallel or sharding plugins)",
+  megatron_lm_plugin = "there is no Megatron-LM engine",
+  rng_types = "one generator (accel's Philox) is seeded and checkpointed; there are no torch/cuda/xla generators",
+  dynamo_backend = "torch.compile does not exist here",
+  dynamo_plugin = "torch.compile does not exist here",
+  deepspeed_plugins = "one sharding engine serves one model setup; give one deepspeed_plugin",
+  parallelism_config = "ParallelismConfig (tensor / context / pipeline parallel meshes) is not implemented"})
 
 local PRECISIONS = {no = true, bf16 = true, fp16 = true, fp8 = true}
 

@@ -25,12 +25,18 @@ local read_file = require("accel.util").read_file
 
 local M = {}
 
+-- Accelerate's options that a constructor refuses, with the reason:
+-- refused[constructor][option] = why (see M.refuse).
+local refused = {}
+
 -- Checks o's keys against spec {key = "type" | {"type", allowed values...}}.
 local function check_options(what, o, spec)
   if o == nil then return {} end
   if type(o) ~= "table" then raise("%s: expected an options table, got %s", what, type(o)) end
   for k, v in pairs(o) do
     local rule = spec[k]
+    local why = rule == nil and refused[what] and refused[what][k]
+    if why then raise("%s: option %s is Accelerate's but not supported here: %s", what, tostring(k), why) end
     if rule == nil then
       local keys = {}
       for name in pairs(spec) do keys[#keys + 1] = name end
@@ -54,6 +60,13 @@ local function check_options(what, o, spec)
   return o
 end
 M.check_options = check_options
+
+-- refuse(name, {option = why}): options of Accelerate's constructor `name`
+-- that this build does not offer; giving one raises with the reason.
+function M.refuse(name, reasons)
+  refused[name] = reasons
+  return reasons
+end
 
 -- Every constructor's option table, by constructor name: register(name,
 -- spec) records it; M.OPTION_SPECS[name] is a read-only view of it.
