@@ -281,16 +281,16 @@ end)
 describe("DataLoader epochs and resume", function()
   it("a full pass advances the epoch; an abandoned pass restarts it", function()
     local loader = data.DataLoader(ids_dataset(9), {batch_size = 2, shuffle = true, seed = 4})
-    assert.are.same({epoch = 0, batches = 0}, loader:state_dict())
+    assert.are.same({epoch = 0, samples = 0}, loader:state_dict())
     pass(loader)
-    assert.are.same({epoch = 1, batches = 0}, loader:state_dict())
+    assert.are.same({epoch = 1, samples = 0}, loader:state_dict())
     local it = loader:iter()
     local b1 = it():tolist()
     it()
-    assert.are.same({epoch = 1, batches = 2}, loader:state_dict())
+    assert.are.same({epoch = 1, samples = 4}, loader:state_dict())
     assert.are.same(b1, loader:iter()():tolist()) -- same epoch again from its start
     assert.are.same(reference_perm(9, 4, 1), flatten(pass(loader)))
-    assert.are.same({epoch = 2, batches = 0}, loader:state_dict())
+    assert.are.same({epoch = 2, samples = 0}, loader:state_dict())
   end)
 
   it("set_epoch selects the order of that epoch", function()
@@ -310,13 +310,13 @@ describe("DataLoader epochs and resume", function()
       if k == 3 then state = a:state_dict() end
       if k > 3 then rest[#rest + 1] = b:tolist() end
     end
-    assert.are.same({epoch = 1, batches = 3}, state)
+    assert.are.same({epoch = 1, samples = 12}, state)
     local b = data.DataLoader(ids_dataset(30), {batch_size = 4, shuffle = true, seed = 77})
     b:load_state_dict(state)
     b:set_epoch(1) -- the usual per-epoch call keeps the resume position
     assert.are.same(state, b:state_dict())
     assert.are.same(rest, pass(b))
-    assert.are.same({epoch = 2, batches = 0}, b:state_dict())
+    assert.are.same({epoch = 2, samples = 0}, b:state_dict())
     assert.are.same(reference_perm(30, 77, 2), flatten(pass(b))) -- then whole epochs
   end)
 
@@ -324,7 +324,7 @@ describe("DataLoader epochs and resume", function()
     local loader = data.DataLoader(ids_dataset(8), {batch_size = 4, shuffle = true, seed = 1})
     loader:load_state_dict({epoch = 3, batches = 2})
     assert.are.same({}, pass(loader))
-    assert.are.same({epoch = 4, batches = 0}, loader:state_dict())
+    assert.are.same({epoch = 4, samples = 0}, loader:state_dict())
   end)
 
   it("skip_first_batches starts at batch n + 1 without loading the skipped samples", function()
@@ -347,7 +347,7 @@ describe("DataLoader epochs and resume", function()
     assert.are.equal(20 - 12, calls)
     assert.are.same({full[5], full[6], full[7]}, rest)
     -- the pass through the skip loader finished epoch 0 for the loader too
-    assert.are.same({epoch = 1, batches = 0}, loader:state_dict())
+    assert.are.same({epoch = 1, samples = 0}, loader:state_dict())
     assert.are.equal(7, #skipped) -- later passes are whole epochs
   end)
 
