@@ -3,9 +3,16 @@
 --
 -- A pass over local batches j = 0, 1, ... of epoch e: the global order is
 -- a permutation of 0..n-1 that depends only on (seed, e) (the identity
--- without shuffle); local batch j covers positions [start, stop) of that
--- order, taken modulo n where padding wraps to the start of the pass; the
--- indices of a batch that does not wrap are a view (narrow) of the order.
+-- without shuffle); a pass covers positions [offset, n) of it (offset 0, or
+-- the saved position it resumes, or the batches skip_first_batches skips),
+-- dealt to the shards by the layout's rules from offset on; local batch j
+-- covers positions [start, stop), taken modulo n where padding wraps to the
+-- start of the order; the indices of a batch that does not wrap are a view
+-- (narrow) of the order. Skipping k local batches is the same as the offset
+-- k * (global batch), so a same-layout resume deals exactly the batches an
+-- unbroken pass would. A position is samples of the order, the same on
+-- every rank and meaningful for any number of shards; position_problem
+-- says when a layout cannot continue one exactly (docs/data-positions.md).
 local accel = require("accel")
 local C = accel._C
 local U = require("accel.data.util")
