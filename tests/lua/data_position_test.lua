@@ -29,24 +29,17 @@ local data = accel.data
 local HERE = arg[0]:match("^(.*)/[^/]*$") or "."
 local support = dofile(HERE .. "/support.lua")
 
-local quote, has = support.shell_quote, support.has
+local has = support.has
 local jobs = support.job_checks()
 local check = jobs.check
 
 support.require_mpirun()
 local DIR = support.tmpdir()
 
-local ENV = "env -u ACCEL_LUA_COLLECTIVE_TIMEOUT -u ACCEL_LUA_DIST_BACKEND -u ACCEL_LUA_MIXED_PRECISION "
-  .. "-u ACCEL_LUA_GRADIENT_ACCUMULATION_STEPS -u ACCEL_LUA_USE_DEEPSPEED -u ACCEL_LUA_USE_FSDP "
-  .. "ACCEL_LUA_CONFIG=" .. quote(DIR .. "/no-config.yaml") .. " " .. support.asan_env()
+local run_helper = support.launcher(jobs, DIR, HERE .. "/helpers/")
 
 -- `accel-lua launch --cpu --num_processes np data_position.lua args...` -> {code, out, err, secs}
-local function launch(np, ...)
-  local args = {}
-  for i, a in ipairs({...}) do args[i] = quote(tostring(a)) end
-  return jobs.run(("%stimeout -k 5 120 %s launch --cpu --num_processes %d %s %s"):format(ENV,
-    quote(support.ACCEL_LUA), np, quote(HERE .. "/helpers/data_position.lua"), table.concat(args, " ")))
-end
+local function launch(np, ...) return run_helper(np, "data_position.lua", ...) end
 
 local N_SAMPLES, SEED = 23, 5
 

@@ -30,18 +30,8 @@ local check = jobs.check
 support.require_mpirun()
 local DIR = support.tmpdir()
 
--- A clean environment for the jobs: no config file, no inherited settings.
-local ENV = "env -u ACCEL_LUA_COLLECTIVE_TIMEOUT -u ACCEL_LUA_DIST_BACKEND -u ACCEL_LUA_MIXED_PRECISION "
-  .. "-u ACCEL_LUA_GRADIENT_ACCUMULATION_STEPS -u ACCEL_LUA_USE_DEEPSPEED -u ACCEL_LUA_USE_FSDP "
-  .. "ACCEL_LUA_CONFIG=" .. quote(DIR .. "/no-config.yaml") .. " " .. support.asan_env()
-
 -- `accel-lua launch --cpu --num_processes np HELPER args...` -> {code, out, err, secs}
-local function launch(np, helper, ...)
-  local args = {}
-  for i, a in ipairs({...}) do args[i] = quote(tostring(a)) end
-  return jobs.run(("%stimeout -k 5 120 %s launch --cpu --num_processes %d %s %s"):format(ENV,
-    quote(support.ACCEL_LUA), np, quote(HELPERS .. helper), table.concat(args, " ")))
-end
+local launch = support.launcher(jobs, DIR, HELPERS)
 
 -- Largest relative difference (per tensor: max |a - b| / max |b|) between
 -- two safetensors files, and a description of it.

@@ -203,6 +203,7 @@ end
 --                     one "ok" or "FAIL" line (with the run's output)
 --   jobs.finish()     removes the captures, prints "N passed, N failed",
 --                     exits 0 when nothing failed
+-- (M.launcher runs accel-lua launch jobs through it.)
 function M.job_checks()
   local tmp = os.tmpname()
   local passed, failed = 0, 0
@@ -242,6 +243,23 @@ function M.job_checks()
   end
 
   return jobs
+end
+
+-- launch(np, helper, args...) -> {code, out, err, secs}: runs
+-- `accel-lua launch --cpu --num_processes np HELPERS/helper args...` through
+-- jobs.run, in a clean environment (no config file: dir/no-config.yaml does
+-- not exist; no inherited ACCEL_LUA_* settings), killed after 120 s.
+function M.launcher(jobs, dir, helpers)
+  local q = M.shell_quote
+  local env = "env -u ACCEL_LUA_COLLECTIVE_TIMEOUT -u ACCEL_LUA_DIST_BACKEND -u ACCEL_LUA_MIXED_PRECISION "
+    .. "-u ACCEL_LUA_GRADIENT_ACCUMULATION_STEPS -u ACCEL_LUA_USE_DEEPSPEED -u ACCEL_LUA_USE_FSDP "
+    .. "ACCEL_LUA_CONFIG=" .. q(dir .. "/no-config.yaml") .. " " .. M.asan_env()
+  return function(np, helper, ...)
+    local args = {}
+    for i, a in ipairs({...}) do args[i] = q(tostring(a)) end
+    return jobs.run(("%stimeout -k 5 120 %s launch --cpu --num_processes %d %s %s"):format(env,
+      q(M.ACCEL_LUA), np, q(helpers .. helper), table.concat(args, " ")))
+  end
 end
 
 -- For a helper run on every rank: check(cond, fmt, ...) raises "rank R: ..."
