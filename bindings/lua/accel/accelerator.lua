@@ -1162,6 +1162,7 @@ end
 -- of rank 0 in the saving layout idx.num_processes / idx.split_batches),
 -- as {epoch, samples}; or nil and why l cannot continue it exactly.
 local function convert_position(l, s, idx)
+  if type(l.position_problem) ~= "function" then return s end -- a loader class of the user's own: its own state
   local from = {num_processes = tonumber(idx.num_processes) or 1, split_batches = idx.split_batches == true}
   local samples, why = s.samples, nil
   if samples == nil then samples, why = l:position_of_batches(s.batches, from) end

@@ -216,7 +216,8 @@ function DataLoader:set_epoch(epoch)
 end
 
 -- {epoch = e, samples = s}: s samples of epoch e's global order consumed by
--- all processes together (the same number on every rank).
+-- all processes together (the same on every rank while the ranks are in
+-- step; save_state writes rank 0's).
 function DataLoader:state_dict()
   local st = self._state
   local s = st.resume or position_after(self, U.len(self.dataset), st.offset or 0, st.batches)
