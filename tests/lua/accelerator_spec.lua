@@ -214,7 +214,7 @@ describe("Accelerator:prepare", function()
     end
     assert.are.same({false, false, true}, ends)
     assert.are.same({4, 4, 2}, seen)
-    assert.are.same({epoch = 1, batches = 0}, loader:state_dict())
+    assert.are.same({epoch = 1, samples = 0}, loader:state_dict())
     assert.is_false(a.gradient_state:end_of_dataloader())
     local skipped = a:skip_first_batches(loader, 2)
     local n = 0

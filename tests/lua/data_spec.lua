@@ -281,16 +281,16 @@ end)
 describe("DataLoader epochs and resume", function()
   it("a full pass advances the epoch; an abandoned pass restarts it", function()
     local loader = data.DataLoader(ids_dataset(9), {batch_size = 2, shuffle = true, seed = 4})
-    assert.are.same({epoch = 0, batches = 0}, loader:state_dict())
+    assert.are.same({epoch = 0, samples = 0}, loader:state_dict())
     pass(loader)
-    assert.are.same({epoch = 1, batches = 0}, loader:state_dict())
+    assert.are.same({epoch = 1, samples = 0}, loader:state_dict())
     local it = loader:iter()
     local b1 = it():tolist()
     it()
-    assert.are.same({epoch = 1, batches = 2}, loader:state_dict())
+    assert.are.same({epoch = 1, samples = 4}, loader:state_dict())
     assert.are.same(b1, loader:iter()():tolist()) -- same epoch again from its start
     assert.are.same(reference_perm(9, 4, 1), flatten(pass(loader)))
-    assert.are.same({epoch = 2, batches = 0}, loader:state_dict())
+    assert.are.same({epoch = 2, samples = 0}, loader:state_dict())
   end)
 
   it("set_epoch selects the order of that epoch", function()
@@ -310,13 +310,13 @@ describe("DataLoader epochs and resume", function()
       if k == 3 then state = a:state_dict() end
       if k > 3 then rest[#rest + 1] = b:tolist() end
     end
-    assert.are.same({epoch = 1, batches = 3}, state)
+    assert.are.same({epoch = 1, samples = 12}, state)
     local b = data.DataLoader(ids_dataset(30), {batch_size = 4, shuffle = true, seed = 77})
     b:load_state_dict(state)
     b:set_epoch(1) -- the usual per-epoch call keeps the resume position
     assert.are.same(state, b:state_dict())
     assert.are.same(rest, pass(b))
-    assert.are.same({epoch = 2, batches = 0}, b:state_dict())
+    assert.are.same({epoch = 2, samples = 0}, b:state_dict())
     assert.are.same(reference_perm(30, 77, 2), flatten(pass(b))) -- then whole epochs
   end)
 
@@ -324,7 +324,7 @@ describe("DataLoader epochs and resume", function()
     local loader = data.DataLoader(ids_dataset(8), {batch_size = 4, shuffle = true, seed = 1})
     loader:load_state_dict({epoch = 3, batches = 2})
     assert.are.same({}, pass(loader))
-    assert.are.same({epoch = 4, batches = 0}, loader:state_dict())
+    assert.are.same({epoch = 4, samples = 0}, loader:state_dict())
   end)
 
   it("skip_first_batches starts at batch n + 1 without loading the skipped samples", function()
@@ -347,7 +347,7 @@ describe("DataLoader epochs and resume", function()
     assert.are.equal(20 - 12, calls)
     assert.are.same({full[5], full[6], full[7]}, rest)
     -- the pass through the skip loader finished epoch 0 for the loader too
-    assert.are.same({epoch = 1, batches = 0}, loader:state_dict())
+    assert.are.same({epoch = 1, samples = 0}, loader:state_dict())
     assert.are.equal(7, #skipped) -- later passes are whole epochs
   end)
 
@@ -463,6 +463,58 @@ describe("DataLoader sharding", function()
     assert.are.same(slice(e1, 2, #e1), pass(t))
     local u = base:shard(1, 2):skip_first_batches(5)
     assert.are.same(slice(e0, 5, #e0), pass(u))
+  end)
+
+  it("a position is samples of the global order: any number of shards continues it", function()
+    local order = reference_perm(23, 6, 0)
+    local saver = data.DataLoader(ids_dataset(23), {batch_size = 2, shuffle = true, seed = 6}):shard(1, 2)
+    local it = saver:iter()
+    it()
+    it()
+    it()
+    assert.are.same({epoch = 0, samples = 12}, saver:state_dict()) -- 3 rounds of 2 shards x 2
+    -- 3 shards from sample 12: shard r's batch j holds positions 12 + (r + 3j) * 2 .. + 1, the last round
+    -- padded from the start of the order
+    for r = 0, 2 do
+      local t = data.DataLoader(ids_dataset(23), {batch_size = 2, shuffle = true, seed = 6}):shard(r, 3)
+      t:load_state_dict({epoch = 0, samples = 12})
+      local want = {}
+      for j = 0, 1 do
+        local p = 12 + (r + 3 * j) * 2
+        want[#want + 1] = {order[p % 23 + 1], order[(p + 1) % 23 + 1]}
+      end
+      assert.are.same(want, pass(t))
+      assert.are.same({epoch = 1, samples = 0}, t:state_dict())
+    end
+    local last = data.DataLoader(ids_dataset(23), {batch_size = 2}):shard(0, 2)
+    for _ in last:iter() do
+      if last:end_of_dataloader() then assert.are.same({epoch = 0, samples = 23}, last:state_dict()) end
+    end
+  end)
+
+  it("refuses a position past the end or between batches, naming it", function()
+    local loader = data.DataLoader(ids_dataset(10), {batch_size = 4})
+    expect_error(function() loader:load_state_dict({epoch = 0, samples = 11}) end,
+      "the position (epoch 0, 11 of 10 samples consumed) is past the end")
+    expect_error(function() loader:load_state_dict({epoch = 0, samples = 6}) end,
+      "the position (epoch 0, 6 of 10 samples consumed) is not a whole number of batches of 4 for 1 process")
+    expect_error(function() loader:load_state_dict({epoch = 0, samples = -4}) end, "samples must be an integer >= 0")
+    loader:load_state_dict({epoch = 0, samples = 10}) -- the end: the pass is empty
+    assert.are.same({}, pass(loader))
+    assert.are.same({epoch = 1, samples = 0}, loader:state_dict())
+  end)
+
+  it("with drop_last, says when a layout would skip what the saving one still yields", function()
+    local base = data.DataLoader(ids_dataset(23), {batch_size = 2, drop_last = true})
+    -- from 12: 5 full batches left; 2 shards yield 4 of them (to 20), 3 shards only 3 (to 18), 1 shard all 5
+    local why = base:shard(0, 3):position_problem(0, 12, {num_processes = 2})
+    assert.is_truthy(why and why:find("samples 19 to 20 of the epoch's order, which 2 processes would still see", 1, true))
+    assert.is_nil(base:position_problem(0, 12, {num_processes = 2}))
+    assert.is_nil(base:shard(1, 2):position_problem(0, 12, {num_processes = 2}))
+    -- split_batches on 2 yields every full batch (to 22): 3 shards would lose samples 19 to 22
+    why = base:shard(0, 3):position_problem(0, 12, {num_processes = 2, split_batches = true})
+    assert.is_truthy(why and why:find("saved by 2 processes with split_batches) cannot be continued exactly by "
+      .. "3 processes", 1, true) and why:find("samples 19 to 22", 1, true))
   end)
 
   it("rejects bad shard arguments", function()

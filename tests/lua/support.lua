@@ -203,6 +203,7 @@ end
 --                     one "ok" or "FAIL" line (with the run's output)
 --   jobs.finish()     removes the captures, prints "N passed, N failed",
 --                     exits 0 when nothing failed
+-- (M.launcher runs accel-lua launch jobs through it.)
 function M.job_checks()
   local tmp = os.tmpname()
   local passed, failed = 0, 0

@@ -66,8 +66,8 @@
 --    load_state_dict are methods (obj:load_state_dict(s)) or plain
 --    functions of the state (obj.load_state_dict(s), told apart by their
 --    parameter count).
---  * save_state also records each prepared loader's (epoch, batches
---    consumed) and load_state puts it back, so a resumed loop needs no
+--  * save_state also records each prepared loader's (epoch, samples of the
+--    global order consumed) and load_state puts it back, so a resumed loop needs no
 --    skip_first_batches. The RNG saved is accel's generator (Philox state);
 --    Lua's math.random state cannot be read in Lua 5.4 and is not saved.
 --  * load_state verifies everything (index, sizes, checksums, model
@@ -99,9 +99,9 @@
 --    before the checkpoint exists. Automatic names are chosen by rank 0.
 --    The processes must share the file system.
 --  * load_state with another number of processes works: model and
---    optimizer are replicated; a loader's position is converted through the
---    number of samples consumed, and refused (naming both counts) when that
---    is not a whole number of batches of the new layout; a rank without its
+--    optimizer are replicated; a loader continues its global order from the
+--    saved sample (docs/data-positions.md: the cases refused, naming both
+--    layouts and the position, and older {epoch, batches} files); a rank without its
 --    own random_states_<rank>.json keeps its generator (rank 0 warns once,
 --    naming those ranks) and takes the accumulation step from rank 0's file.
 local accel = require("accel")
@@ -1351,26 +1351,18 @@ local function optimizer_mismatch(saved, opt)
   return nil
 end
 
--- A loader position {epoch, batches} saved by idx.num_processes processes,
--- for this layout: converted through the number of samples consumed (each
--- local batch consumed N global batches, or one under split_batches); a
--- position that is not a whole number of batches here is refused.
-local function convert_position(self, s, idx, refuse)
-  local saved_n = tonumber(idx.num_processes) or 1
-  local now_n = self.num_processes
-  local split = idx.split_batches
-  if split == nil then split = self.split_batches end
-  if split ~= self.split_batches then
-    refuse(" was saved with split_batches = %s, this Accelerator has %s", tostring(split), tostring(self.split_batches))
-  end
-  if saved_n == now_n or split or s.batches == 0 then return s end
-  local global = s.batches * saved_n
-  if global % now_n ~= 0 then
-    refuse(" is at batch %d of %d processes (%d global batches into epoch %d), which is not a whole number of batches "
-      .. "for %d processes; resume with %d processes, or from a checkpoint saved at the end of an epoch or after a "
-      .. "multiple of %d batches", s.batches, saved_n, global, s.epoch, now_n, saved_n, now_n)
-  end
-  return {epoch = s.epoch, batches = math.floor(global / now_n)}
+-- A saved loader position for prepared loader l: {epoch, samples} (samples
+-- of the global order, any layout) or the older {epoch, batches} (batches
+-- of rank 0 in the saving layout idx.num_processes / idx.split_batches),
+-- as {epoch, samples}; or nil and why l cannot continue it exactly.
+local function convert_position(l, s, idx)
+  if type(l.position_problem) ~= "function" then return s end -- a loader class of the user's own: its own state
+  local from = {num_processes = tonumber(idx.num_processes) or 1, split_batches = idx.split_batches == true}
+  local samples, why = s.samples, nil
+  if samples == nil then samples, why = l:position_of_batches(s.batches, from) end
+  why = why or l:position_problem(s.epoch, samples, from)
+  if why then return nil, why end
+  return {epoch = s.epoch, samples = samples}
 end
 
 -- Everything load_state applies, read and checked before any change.
@@ -1406,16 +1398,15 @@ local function read_checkpoint(self, dir, models)
   end
   for i = 1, #self._schedulers do data.schedulers[i] = r:packed(numbered("scheduler", i)) end
   for i = 1, #self._dataloaders do
-    local s = r:json(numbered("dataloader", i, ".json"))
-    if type(s) ~= "table" or type(s.epoch) ~= "number" or type(s.batches) ~= "number" then
-      refuse("%s is malformed (expected {epoch, batches})", numbered("dataloader", i, ".json"))
+    local file = numbered("dataloader", i, ".json")
+    local s = r:json(file)
+    local function int(v) return type(v) == "number" and v >= 0 and v == math.floor(v) end
+    if type(s) ~= "table" or not int(s.epoch) or not (int(s.samples) or (s.samples == nil and int(s.batches))) then
+      refuse("%s is malformed (expected {epoch, samples})", file)
     end
-    s = convert_position(self, s, idx, function(fmt, ...) refuse(numbered("dataloader", i, ".json") .. fmt, ...) end)
-    if s.batches > #self._dataloaders[i] then
-      refuse("%s is at batch %d, but data loader %d has %d batches per pass (another data set or batch size?)",
-        numbered("dataloader", i, ".json"), s.batches, i, #self._dataloaders[i])
-    end
-    data.loaders[i] = s
+    local why
+    data.loaders[i], why = convert_position(self._dataloaders[i], s, idx)
+    if why then refuse("%s does not fit data loader %d: %s", file, i, why) end
   end
   for i = 1, #self._custom_objects do data.custom[i] = r:packed("custom_checkpoint_" .. (i - 1)) end
   if self.scaler and r:has("scaler.json") then data.scaler = r:json("scaler.json") end

@@ -19,8 +19,10 @@
 --    values with a default of false, so the adjustment never runs).
 --  * DataLoaderShard: iterates this process's shard, marks the last batch of
 --    a pass (end_of_dataloader(), which closes an accumulation window), moves
---    batches to the device, and reports its position (epoch, batches
---    consumed) for save_state.
+--    batches to the device, and reports its position (epoch, samples of the
+--    global order consumed by all processes) for save_state. A resumed pass
+--    starting at sample s has its padded last global batch counted from s
+--    (remainder = (dataset_length - s) % total_batch_size).
 local accel = require("accel")
 local raise = require("accel.nn.module").raise
 
@@ -170,7 +172,8 @@ function DataLoaderShard:iter()
   local f, s, c = base:iter()
   rawset(self, "_end", false)
   if not self.drop_last and self.even_batches and self.dataset_length and self.total_batch_size then
-    rawset(self, "remainder", self.dataset_length % self.total_batch_size)
+    local start = type(base.pass_start) == "function" and base:pass_start() or 0 -- where this pass starts
+    rawset(self, "remainder", (self.dataset_length - start) % self.total_batch_size)
   end
   gs:add_dataloader(self)
   local done = false
@@ -193,12 +196,15 @@ end
 
 function DataLoaderShard:end_of_dataloader() return rawget(self, "_end") == true end
 
--- {epoch = e, batches = k}: where the next iter() continues.
+-- {epoch = e, samples = s}: the next iter() continues epoch e's global
+-- order after its first s samples (consumed by all processes together).
 function DataLoaderShard:state_dict() return self.base:state_dict() end
 
+-- Also takes the older {epoch, batches} (batches of this process's shard).
 function DataLoaderShard:load_state_dict(s)
-  if type(s) ~= "table" or type(s.epoch) ~= "number" or type(s.batches) ~= "number" then
-    raise("DataLoader.load_state_dict: expected {epoch = number, batches = number}")
+  if type(s) ~= "table" or type(s.epoch) ~= "number"
+    or (type(s.samples) ~= "number" and type(s.batches) ~= "number") then
+    raise("DataLoader.load_state_dict: expected {epoch = number, samples = number}")
   end
   return self.base:load_state_dict(s)
 end

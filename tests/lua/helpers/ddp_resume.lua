@@ -8,7 +8,7 @@
 --   straight  train STEPS micro-batches
 --   first     train STEPS, then save_state(DIR/ckpt)
 --   second    load_state(DIR/ckpt), then train STEPS
---   position  load_state(DIR/ckpt) and print "rank R: epoch E batch B step S",
+--   position  load_state(DIR/ckpt) and print "rank R: epoch E samples S step T",
 --             or the load_state error as "rank R: refused: <message>"
 --
 -- Each training mode writes DIR/MODE_r<rank>.txt (losses as hex floats) and
@@ -28,7 +28,7 @@ if mode == "position" then
   local ok, err = pcall(a.load_state, a, dir .. "/ckpt")
   if ok then
     local st = s.loader:state_dict()
-    print(("rank %d: epoch %d batch %d step %d"):format(rank, st.epoch, st.batches, a.step))
+    print(("rank %d: epoch %d samples %d step %d"):format(rank, st.epoch, st.samples, a.step))
   else
     print(("rank %d: refused: %s"):format(rank, tostring(err)))
   end

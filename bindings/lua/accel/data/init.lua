@@ -29,10 +29,16 @@
 --    the next iter() starts that epoch again (as Accelerate's loaders).
 --    set_epoch(e) selects epoch e (a no-op when e is already current, so a
 --    resumed position survives the usual per-epoch set_epoch call).
---  * Position: state_dict() -> {epoch = e, batches = k}, k the batches of
---    epoch e yielded so far (in this loader's own, local, batches);
---    load_state_dict(s) makes the next iter() start at batch k + 1 of epoch
---    e. skip_first_batches(n) returns a loader sharing this one's state
+--  * Position: state_dict() -> {epoch = e, samples = s}, s the samples of
+--    epoch e's global order consumed so far by all shards together (k local
+--    batches on N shards: k * N * batch_size, or k * batch_size under
+--    split_batches; the whole epoch, n, once a pass has yielded its last
+--    batch); load_state_dict(s) makes the next iter() deal the order from
+--    sample s + 1 on, with this loader's own layout (any number of shards),
+--    and refuses a position past the end or not a whole number of batches.
+--    The older {epoch = e, batches = k} (k batches of this loader's own
+--    layout) is still accepted. See docs/data-positions.md.
+--    skip_first_batches(n) returns a loader sharing this one's state
 --    whose next pass starts at batch n + 1 of the current epoch (later
 --    passes are whole epochs), so checkpoints taken through either see the
 --    same position. Both are O(1): nothing before the start is loaded.

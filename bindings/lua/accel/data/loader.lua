@@ -3,9 +3,16 @@
 --
 -- A pass over local batches j = 0, 1, ... of epoch e: the global order is
 -- a permutation of 0..n-1 that depends only on (seed, e) (the identity
--- without shuffle); local batch j covers positions [start, stop) of that
--- order, taken modulo n where padding wraps to the start of the pass; the
--- indices of a batch that does not wrap are a view (narrow) of the order.
+-- without shuffle); a pass covers positions [offset, n) of it (offset 0, or
+-- the saved position it resumes, or the batches skip_first_batches skips),
+-- dealt to the shards by the layout's rules from offset on; local batch j
+-- covers positions [start, stop), taken modulo n where padding wraps to the
+-- start of the order; the indices of a batch that does not wrap are a view
+-- (narrow) of the order. Skipping k local batches is the same as the offset
+-- k * (global batch), so a same-layout resume deals exactly the batches an
+-- unbroken pass would. A position is samples of the order, the same on
+-- every rank and meaningful for any number of shards; position_problem
+-- says when a layout cannot continue one exactly (docs/data-positions.md).
 local accel = require("accel")
 local C = accel._C
 local U = require("accel.data.util")
@@ -60,7 +67,7 @@ function DataLoader.new(dataset, opts)
     dataset = dataset, batch_size = floor(bs), shuffle = shuffle, drop_last = check_flag(opts.drop_last, "drop_last"),
     seed = seed, collate_fn = opts.collate_fn,
     process_index = 0, num_processes = 1, split_batches = false, even_batches = true, _pad = false,
-    _state = {epoch = 0, batches = 0}, -- shared with skip_first_batches copies
+    _state = {epoch = 0, batches = 0, offset = 0}, -- shared with skip_first_batches copies
   }, DataLoader)
 end
 
@@ -71,21 +78,53 @@ local function copy(self)
 end
 
 -- ---- batch arithmetic ----
+-- A pass covers positions [offset, n) of the epoch's order (offset 0 unless
+-- the pass resumes a saved position or skips batches). The layout L is a
+-- loader or a table with its batch_size, num_processes, process_index,
+-- split_batches, drop_last and _pad fields (a saving layout is rebuilt so).
 
--- Local batches per pass.
-function DataLoader:_count()
-  local n, bs, N = U.len(self.dataset), self.batch_size, self.num_processes
-  local full = floor(n / bs)
-  if self.split_batches then
-    if self.drop_last then return full end
-    local rem = n - full * bs
-    if rem == 0 or self._pad then return ceil(n / bs) end
-    return full + ((rem > self.process_index * floor(bs / N)) and 1 or 0)
+-- Samples of the global order one local batch of every rank covers.
+local function global_batch(L)
+  if L.split_batches then return L.batch_size end
+  return L.batch_size * L.num_processes
+end
+
+-- Local batches of rank L.process_index in a pass from offset.
+local function pass_count(L, n, offset)
+  local bs, N, r = L.batch_size, L.num_processes, n - offset
+  local full = floor(r / bs)
+  if L.split_batches then
+    if L.drop_last then return full end
+    local rem = r - full * bs
+    if rem == 0 or L._pad then return ceil(r / bs) end
+    return full + ((rem > L.process_index * floor(bs / N)) and 1 or 0)
   end
-  if self.drop_last then return floor(full / N) end
-  local nb = ceil(n / bs)
-  if self._pad then return ceil(nb / N) end
-  return max(0, ceil((nb - self.process_index) / N))
+  if L.drop_last then return floor(full / N) end
+  local nb = ceil(r / bs)
+  if L._pad then return ceil(nb / N) end
+  return max(0, ceil((nb - L.process_index) / N))
+end
+
+-- Where the real samples of a pass from offset end (exclusive): n, or with
+-- drop_last the end of the last whole round of batches.
+local function pass_end(L, n, offset)
+  if not L.drop_last then return n end
+  return offset + pass_count(L, n, offset) * global_batch(L)
+end
+
+-- The position (samples of the order consumed by all ranks together) after
+-- rank 0 has taken `batches` local batches of a pass from offset: the end
+-- of the epoch once the pass is done (what drop_last leaves out counts as
+-- consumed; padding never goes past n).
+local function position_after(L, n, offset, batches)
+  if batches > 0 and batches >= pass_count(L, n, offset) then return n end
+  return min(offset + batches * global_batch(L), n)
+end
+
+-- Local batches per pass (from the start of the epoch, or for a skip
+-- loader from its first batch).
+function DataLoader:_count()
+  return pass_count(self, U.len(self.dataset), self._skip or 0)
 end
 
 function DataLoader:_order(epoch, n)
@@ -96,15 +135,15 @@ function DataLoader:_order(epoch, n)
   return order
 end
 
--- 0-based sample indices (int64 tensor) of local batch j.
-function DataLoader:_indices(order, j, n)
+-- 0-based sample indices (int64 tensor) of local batch j of a pass from offset.
+function DataLoader:_indices(order, j, n, offset)
   local bs, N, start, stop = self.batch_size, self.num_processes, nil, nil
   if self.split_batches then
     local bl = floor(bs / N)
-    start = j * bs + self.process_index * bl
+    start = offset + j * bs + self.process_index * bl
     stop = start + bl
   else
-    start = (self.process_index + j * N) * bs
+    start = offset + (self.process_index + j * N) * bs
     stop = start + bs
   end
   if not self._pad and stop > n then stop = n end
@@ -143,30 +182,25 @@ end
 
 -- ---- the public face ----
 
-function DataLoader:__len()
-  local c = self:_count()
-  if self._skip then return max(0, c - self._skip) end
-  return c
-end
+function DataLoader:__len() return self:_count() end
 
 function DataLoader:iter()
-  local st = self._state
-  local start = self._skip or st.resume or 0
+  local st, n = self._state, U.len(self.dataset)
+  local offset = min(self._skip or st.resume or 0, n)
   self._skip, st.resume = nil, nil
-  local epoch, n, count = st.epoch, U.len(self.dataset), self:_count()
-  start = min(start, count)
-  st.batches = start
-  local order = count > start and self:_order(epoch, n) or nil
-  local j, done = start, false
+  local epoch, count = st.epoch, pass_count(self, n, offset)
+  st.offset, st.batches = offset, 0
+  local order = count > 0 and self:_order(epoch, n) or nil
+  local j, done = 0, false
   return function()
     if j >= count then
       if not done then
         done = true
-        if st.epoch == epoch then st.epoch, st.batches = epoch + 1, 0 end
+        if st.epoch == epoch then st.epoch, st.batches, st.offset = epoch + 1, 0, 0 end
       end
       return nil
     end
-    local idx = self:_indices(order, j, n)
+    local idx = self:_indices(order, j, n, offset)
     j = j + 1
     st.batches = j
     return self:_fetch(idx)
@@ -177,38 +211,110 @@ function DataLoader:set_epoch(epoch)
   U.check_int(epoch, 0, "DataLoader:set_epoch: epoch")
   local st = self._state
   if epoch ~= st.epoch then
-    st.epoch, st.batches, st.resume = epoch, 0, nil
+    st.epoch, st.batches, st.offset, st.resume = epoch, 0, 0, nil
   end
 end
 
+-- {epoch = e, samples = s}: s samples of epoch e's global order consumed by
+-- all processes together (the same on every rank while the ranks are in
+-- step; save_state writes rank 0's).
 function DataLoader:state_dict()
-  return {epoch = self._state.epoch, batches = self._state.batches}
+  local st = self._state
+  local s = st.resume or position_after(self, U.len(self.dataset), st.offset or 0, st.batches)
+  return {epoch = st.epoch, samples = s}
 end
 
-function DataLoader:load_state_dict(s)
-  if type(s) ~= "table" then U.failf("DataLoader:load_state_dict: expected a table {epoch =, batches =}, got %s", type(s)) end
-  U.check_int(s.epoch, 0, "DataLoader:load_state_dict: epoch")
-  U.check_int(s.batches, 0, "DataLoader:load_state_dict: batches")
-  local count = self:_count()
-  if s.batches > count then
-    U.failf("DataLoader:load_state_dict: the state has %d batches consumed but this loader has %d batches per epoch (a different data set or batch size?)",
-      s.batches, count)
+-- "N process(es)[ with split_batches]" for a layout.
+local function layout_text(L)
+  return ("%d process%s%s"):format(L.num_processes, L.num_processes == 1 and "" or "es",
+    L.split_batches and " with split_batches" or "")
+end
+
+-- The layout {num_processes =, split_batches =} a position was saved by,
+-- as a table pass_count can read (drop_last and batch_size: this loader's).
+function DataLoader:_saving_layout(from)
+  return {batch_size = self.batch_size, num_processes = from.num_processes, process_index = 0,
+    split_batches = from.split_batches == true, drop_last = self.drop_last, _pad = false}
+end
+
+-- Why this loader cannot continue epoch `epoch` from position `samples`
+-- exactly (every remaining sample of the order once, in the unprepared
+-- loader's batches), or nil. from: the saving layout {num_processes =,
+-- split_batches =}, or nil when unknown.
+function DataLoader:position_problem(epoch, samples, from)
+  local n, bs = U.len(self.dataset), self.batch_size
+  local where = ("the position (epoch %d, %d of %d samples consumed%s)"):format(epoch, samples, n,
+    from and ", saved by " .. layout_text(self:_saving_layout(from)) or "")
+  if samples > n then
+    return ("%s is past the end of this loader's epoch of %d samples (another data set?)"):format(where, n)
   end
+  if samples < n and samples % bs ~= 0 then
+    return ("%s is not a whole number of batches of %d for %s (another batch size?)"):format(where, bs,
+      layout_text(self))
+  end
+  if from and samples < n then
+    local want, got = pass_end(self:_saving_layout(from), n, samples), pass_end(self, n, samples)
+    if got < want then
+      local saved = layout_text(self:_saving_layout(from))
+      return ("%s cannot be continued exactly by %s: with drop_last they take only whole rounds of %d samples, "
+        .. "so samples %d to %d of the epoch's order, which %s would still see, would be skipped; resume with %s, "
+        .. "or from a checkpoint saved at the end of an epoch"):format(where, layout_text(self), global_batch(self),
+        got + 1, want, saved, saved)
+    end
+  end
+  return nil
+end
+
+-- The position of an older {epoch, batches} state: `batches` local batches
+-- of rank 0 in the layout `from` (nil: this loader's own). Returns the
+-- samples, or nil and why it does not fit this loader.
+function DataLoader:position_of_batches(batches, from)
+  local L, n = from and self:_saving_layout(from) or self, U.len(self.dataset)
+  local count = pass_count(L, n, 0)
+  if batches > count then
+    return nil, ("the state has %d batches consumed but %s has %d batches per epoch (a different data set or batch size?)")
+      :format(batches, from and "this loader on " .. layout_text(L) or "this loader", count)
+  end
+  return position_after(L, n, 0, batches)
+end
+
+-- s: {epoch =, samples =} (state_dict's), or the older {epoch =, batches =}
+-- in this loader's own batches. The next iter() continues epoch e's order
+-- from sample s + 1.
+function DataLoader:load_state_dict(s)
+  if type(s) ~= "table" then U.failf("DataLoader:load_state_dict: expected a table {epoch =, samples =}, got %s", type(s)) end
+  U.check_int(s.epoch, 0, "DataLoader:load_state_dict: epoch")
+  local samples, why
+  if s.samples == nil and s.batches ~= nil then
+    U.check_int(s.batches, 0, "DataLoader:load_state_dict: batches")
+    samples, why = self:position_of_batches(s.batches)
+  else
+    samples = U.check_int(s.samples, 0, "DataLoader:load_state_dict: samples")
+    why = self:position_problem(s.epoch, samples)
+  end
+  if why then U.fail("DataLoader:load_state_dict: " .. why) end
   local st = self._state
-  st.epoch, st.batches, st.resume = s.epoch, s.batches, s.batches
+  st.epoch, st.batches, st.offset, st.resume = s.epoch, 0, samples, samples
 end
 
 function DataLoader:skip_first_batches(n)
   U.check_int(n, 0, "DataLoader:skip_first_batches: n")
   local c = copy(self)
-  c._skip = n
+  c._skip = min(n * global_batch(self), U.len(self.dataset))
   return c
+end
+
+-- The first position of the order the current (or next) pass covers.
+function DataLoader:pass_start()
+  local st = self._state
+  return st.resume or st.offset or 0
 end
 
 -- True while the batch just yielded is the last one of the pass.
 function DataLoader:end_of_dataloader()
-  local count = self:_count()
-  return count > 0 and self._state.batches >= count
+  local st = self._state
+  local count = pass_count(self, U.len(self.dataset), st.offset or 0)
+  return count > 0 and st.batches >= count
 end
 
 function DataLoader:shard(rank, world_size, opts)
@@ -228,7 +334,7 @@ function DataLoader:shard(rank, world_size, opts)
   c.process_index, c.num_processes, c.split_batches = rank, world_size, split
   c.even_batches = opts.even_batches ~= false
   c._pad = world_size > 1 and c.even_batches and not self.drop_last
-  c._skip, c._state = nil, {epoch = self._state.epoch, batches = 0}
+  c._skip, c._state = nil, {epoch = self._state.epoch, batches = 0, offset = 0}
   return c
 end
 
