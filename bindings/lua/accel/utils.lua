@@ -1,0 +1,245 @@
+-- accel.utils: torch.utils-style helpers. Activation checkpointing:
+--
+--   local y = accel.utils.checkpoint(block, x)                 -- block(x), recomputed in backward
+--   local a, b = accel.utils.checkpoint(fn, x, mask, 3, {use_reentrant = true})
+--   accel.utils.checkpoint_module(model.h[1])                  -- every call of the module checkpointed
+--   accel.utils.checkpoint_module(model.h[1], {enabled = false})  -- undo
+--
+-- checkpoint(fn, ...) runs fn(...) keeping none of its intermediate
+-- activations, and returns what fn returns. It keeps the arguments, the
+-- random generator's state (accel.get_rng_state) and the autocast dtype; when
+-- a gradient reaches its outputs, it recomputes fn on detached copies of the
+-- arguments with the same random state and autocast, back-propagates the
+-- incoming gradients through the recomputed graph (parameters used inside fn
+-- get their .grad as without checkpointing), puts back the generator state
+-- that was current before the recompute, and passes the arguments'
+-- gradients on. Nested checkpoints work (a checkpointed fn may call
+-- checkpoint itself).
+--
+-- Options, as PyTorch's keywords, in one trailing table whose keys are all
+-- option names (a trailing table without any option name is passed to fn):
+--   use_reentrant (false): false records fn's graph without keeping its
+--     tensors (ag_set_keep_saved), so each output requires grad exactly as
+--     without checkpointing, and parameters inside fn get gradients even when
+--     no argument requires grad. true runs fn under no_grad as PyTorch's
+--     reentrant variant: every floating-point output requires grad when some
+--     argument does, and when none does, nothing inside gets a gradient (a
+--     warning says so once).
+--   preserve_rng_state (true): replay the random state in the recompute.
+-- Decisions where PyTorch has no counterpart: under no_grad (or when grad
+-- mode is off) checkpoint just calls fn; fn must return at least one tensor
+-- (as a separate return value: tables are not looked into), else an error.
+-- Tensors that require grad must reach fn as arguments, or be leaves
+-- (parameters): a captured non-leaf makes the recompute's backward reach the
+-- outer graph, which the engine refuses with an error.
+local accel = require("accel")
+local util = require("accel.util")
+local C = accel._C
+local raise = util.raise
+
+local utils = {}
+
+local OPTIONS = {use_reentrant = true, preserve_rng_state = true}
+
+-- The trailing options table of args (removed from it), or {}.
+local function take_options(args)
+  local last = args[args.n]
+  if args.n == 0 or type(last) ~= "table" or getmetatable(last) ~= nil then return {} end
+  local known, unknown = false, nil
+  for k in pairs(last) do
+    if OPTIONS[k] then known = true else unknown = unknown or tostring(k) end
+  end
+  if not known then return {} end
+  if unknown then raise("checkpoint: unknown option '%s' (options: use_reentrant, preserve_rng_state)", unknown) end
+  args.n = args.n - 1
+  return last
+end
+
+local function callable(fn)
+  if type(fn) == "function" then return true end
+  local mt = getmetatable(fn)
+  return type(mt) == "table" and mt.__call ~= nil
+end
+
+-- fn(args...) with keep_saved and autocast set, both restored also on error;
+-- returns fn's results packed.
+local function run_with(fn, args, keep_saved, autocast)
+  local prev_keep = C.set_keep_saved(keep_saved)
+  local prev_cast = C.set_autocast(autocast)
+  local ok, res = pcall(function() return table.pack(fn(table.unpack(args, 1, args.n))) end)
+  C.set_keep_saved(prev_keep)
+  C.set_autocast(prev_cast)
+  if not ok then error(res, 0) end
+  return res
+end
+
+local function current_autocast()
+  local cur = C.set_autocast(nil)
+  C.set_autocast(cur)
+  return cur
+end
+
+-- A leaf that requires grad, given as an extra input to the checkpoint's
+-- node so that it is recorded when only parameters inside fn need grads.
+local anchor
+local function get_anchor()
+  if not anchor then anchor = accel.zeros({}, {requires_grad = true}) end
+  return anchor
+end
+
+local warned_no_grad_input = false
+
+-- The results' tensors that get the checkpoint's history: positions and
+-- tensors. Raises when fn returned no tensor at all.
+local function outputs_to_attach(res, reentrant)
+  local pos, outs, any = {}, {}, false
+  for i = 1, res.n do
+    local r = res[i]
+    if accel.is_tensor(r) then
+      any = true
+      if (reentrant and r.dtype.is_floating_point) or (not reentrant and r.requires_grad) then
+        pos[#pos + 1], outs[#outs + 1] = i, r
+      end
+    end
+  end
+  if not any then
+    raise("checkpoint: fn must return at least one tensor (as a separate return value; tables are not looked "
+      .. "into), got %s", res.n == 0 and "nothing" or type(res[1]))
+  end
+  return pos, outs
+end
+
+-- The arguments for the recompute: tensors that require grad as fresh
+-- leaves over the same storage, the rest as they were.
+local function detached_args(args)
+  local d = {n = args.n}
+  for i = 1, args.n do
+    local a = args[i]
+    if accel.is_tensor(a) and a.requires_grad then d[i] = a:detach():requires_grad_(true) else d[i] = a end
+  end
+  return d
+end
+
+-- The backward of one checkpoint: recompute, back-propagate, and return
+-- the arguments' gradients (one per node input).
+local function make_backward(st, pos, n_inputs)
+  return function(...)
+    local grads = table.pack(...)
+    local args = st.args
+    if not args then raise("checkpoint: backward through the same checkpoint a second time") end
+    st.args = nil -- the inputs are not needed after this
+    local d = detached_args(args)
+    local rng_now
+    if st.rng then
+      rng_now = {accel.get_rng_state()}
+      accel.set_rng_state(st.rng[1], st.rng[2])
+    end
+    local ok, res = pcall(function() return accel.enable_grad(run_with, st.fn, d, true, st.autocast) end)
+    if rng_now then accel.set_rng_state(rng_now[1], rng_now[2]) end
+    if not ok then error(res, 0) end
+    local roots, rgrads = {}, {}
+    for k, i in ipairs(pos) do
+      local r, g = res[i], grads[k]
+      if g ~= nil and accel.is_tensor(r) and r.requires_grad then roots[#roots + 1], rgrads[#rgrads + 1] = r, g end
+    end
+    if #roots > 0 then C.backward_many(roots, rgrads) end
+    local gin = {}
+    for i = 1, args.n do
+      if accel.is_tensor(args[i]) and args[i].requires_grad then gin[i] = d[i].grad end
+    end
+    return table.unpack(gin, 1, n_inputs)
+  end
+end
+
+local function no_grad_input_warning(args)
+  if warned_no_grad_input then return end
+  for i = 1, args.n do
+    if accel.is_tensor(args[i]) and args[i].requires_grad then return end
+  end
+  warned_no_grad_input = true
+  io.stderr:write("accel.utils.checkpoint: use_reentrant = true and no argument requires grad: "
+    .. "gradients inside fn will be nil (use use_reentrant = false)\n")
+end
+
+-- checkpoint with the arguments packed and the options parsed.
+local function checkpoint_packed(fn, args, o)
+  if not callable(fn) then raise("checkpoint: fn must be a function or a callable table, got %s", type(fn)) end
+  if not accel.is_grad_enabled() then return fn(table.unpack(args, 1, args.n)) end
+  local reentrant = o.use_reentrant == true
+  local st = {fn = fn, args = args, autocast = current_autocast()}
+  if o.preserve_rng_state ~= false then st.rng = {accel.get_rng_state()} end
+  local res
+  if reentrant then
+    no_grad_input_warning(args)
+    res = accel.no_grad(run_with, fn, args, true, st.autocast)
+  else
+    res = run_with(fn, args, false, st.autocast)
+  end
+  local pos, outs = outputs_to_attach(res, reentrant)
+  if #outs == 0 then return table.unpack(res, 1, res.n) end
+  local inputs = {}
+  for i = 1, args.n do inputs[i] = accel.is_tensor(args[i]) and args[i] or false end
+  if not reentrant then inputs[args.n + 1] = get_anchor() end
+  local backward = make_backward(st, pos, #inputs)
+  if #outs == 1 then
+    res[pos[1]] = C.attach_custom(outs[1], inputs, backward, "CheckpointFunction")
+  else
+    local attached = C.attach_custom(outs, inputs, backward, "CheckpointFunction")
+    for k, i in ipairs(pos) do res[i] = attached[k] end
+  end
+  return table.unpack(res, 1, res.n)
+end
+
+function utils.checkpoint(fn, ...)
+  local args = table.pack(...)
+  local o = take_options(args)
+  return checkpoint_packed(fn, args, o)
+end
+
+-- checkpoint_module(module [, opts]): every later call of the module runs
+-- its forward under checkpoint (opts: use_reentrant, preserve_rng_state);
+-- {enabled = false} undoes it. Returns the module. The wrapper lives in the
+-- instance (module.forward), so the class and other instances are untouched
+-- and forward hooks still run around the checkpointed forward.
+local wrapped = setmetatable({}, {__mode = "k"})
+
+function utils.checkpoint_module(module, opts)
+  if not require("accel.nn.module").is_module(module) then
+    raise("checkpoint_module: expected an nn.Module, got %s", type(module))
+  end
+  opts = opts or {}
+  if type(opts) ~= "table" then raise("checkpoint_module: options must be a table, got %s", type(opts)) end
+  local o = {}
+  for k, v in pairs(opts) do
+    if k ~= "enabled" and not OPTIONS[k] then
+      raise("checkpoint_module: unknown option '%s' (options: enabled, use_reentrant, preserve_rng_state)", tostring(k))
+    end
+    if k ~= "enabled" then o[k] = v end
+  end
+  local attrs = rawget(module, "_attrs")
+  local w = wrapped[module]
+  if opts.enabled == false then
+    if w then
+      attrs.forward = w.prev
+      wrapped[module] = nil
+    end
+    return module
+  end
+  if w then
+    w.opts = o
+    return module
+  end
+  w = {prev = attrs.forward, opts = o}
+  local inner = module.forward -- the forward in effect before wrapping
+  attrs.forward = function(self, ...)
+    local args = table.pack(self, ...)
+    return checkpoint_packed(inner, args, w.opts)
+  end
+  wrapped[module] = w
+  return module
+end
+
+-- Whether checkpoint_module wraps the module now.
+function utils.is_checkpointed(module) return wrapped[module] ~= nil end
+
+return utils
