@@ -269,6 +269,13 @@ static int l_backward_many(lua_State *L) {
     return 0;
 }
 
+/* _C.collect_garbage_tensors(): activation checkpointing's collection of
+ * the tensors a checkpointed forward or recompute left (lu_gc_after_checkpoint) */
+static int l_collect_garbage_tensors(lua_State *L) {
+    lu_gc_after_checkpoint(L);
+    return 0;
+}
+
 /* _C.set_keep_saved(on) -> previous (see ag_set_keep_saved) */
 static int l_set_keep_saved(lua_State *L) {
     lua_pushboolean(L, ag_set_keep_saved(lua_toboolean(L, 1)));
@@ -287,6 +294,7 @@ void lu_open_autograd(lua_State *L, int m) {
     luaL_setfuncs(L, fns, 0);
     lua_pop(L, 1);
     static const luaL_Reg c_fns[] = {{"attach_custom", l_attach_custom}, {"backward_many", l_backward_many},
-                                     {"set_keep_saved", l_set_keep_saved}, {NULL, NULL}};
+                                     {"set_keep_saved", l_set_keep_saved},
+                                     {"collect_garbage_tensors", l_collect_garbage_tensors}, {NULL, NULL}};
     lu_register_c(L, m, c_fns);
 }

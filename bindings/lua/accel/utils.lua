@@ -143,6 +143,8 @@ local function make_backward(st, pos, n_inputs)
       if g ~= nil and accel.is_tensor(r) and r.requires_grad then roots[#roots + 1], rgrads[#rgrads + 1] = r, g end
     end
     if #roots > 0 then C.backward_many(roots, rgrads) end
+    res, roots, rgrads = nil, nil, nil
+    C.collect_garbage_tensors() -- the recompute's tensors, now that its graph is done with them
     local gin = {}
     for i = 1, args.n do
       if accel.is_tensor(args[i]) and args[i].requires_grad then gin[i] = d[i].grad end
@@ -175,6 +177,7 @@ local function checkpoint_packed(fn, args, o)
   else
     res = run_with(fn, args, false, st.autocast)
   end
+  C.collect_garbage_tensors() -- fn's intermediate tensors: none is kept for backward
   local pos, outs = outputs_to_attach(res, reentrant)
   if #outs == 0 then return table.unpack(res, 1, res.n) end
   local inputs = {}
