@@ -276,6 +276,71 @@ static int l_collect_garbage_tensors(lua_State *L) {
     return 0;
 }
 
+/* Add t to the result list (at -1) once, keyed in the set at -2. */
+static void add_leaf(lua_State *L, Tensor *t) {
+    if (lua_rawgetp(L, -2, t) != LUA_TNIL) {
+        lua_pop(L, 1);
+        return;
+    }
+    lua_pop(L, 1);
+    lua_pushboolean(L, 1);
+    lua_rawsetp(L, -3, t);
+    lu_push_existing(L, t);
+    lua_rawseti(L, -2, (lua_Integer)lua_rawlen(L, -2) + 1);
+}
+
+/* Push node n unless seen (set at -2); false when out of memory. */
+static bool push_node(lua_State *L, AGNode *n, AGNode ***stack, int *len, int *cap) {
+    if (lua_rawgetp(L, -2, n) != LUA_TNIL) {
+        lua_pop(L, 1);
+        return true;
+    }
+    lua_pop(L, 1);
+    lua_pushboolean(L, 1);
+    lua_rawsetp(L, -3, n);
+    if (*len == *cap) {
+        int c = *cap ? *cap * 2 : 64;
+        AGNode **v = realloc(*stack, sizeof *v * (size_t)c);
+        if (!v) return false;
+        *stack = v, *cap = c;
+    }
+    (*stack)[(*len)++] = n;
+    return true;
+}
+
+/* _C.graph_leaves({tensors...}) -> the leaves requiring grad that the
+ * tensors' graphs reach through nodes recorded without saving (a
+ * checkpointed forward's), each once: the parameters a checkpoint's
+ * recompute will give gradients to. */
+static int l_graph_leaves(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_settop(L, 1);
+    lua_newtable(L); /* 2: seen nodes and leaves */
+    lua_newtable(L); /* 3: the leaves */
+    AGNode **stack = NULL;
+    int len = 0, cap = 0;
+    bool ok = true;
+    for (int k = 1; ok && k <= (int)lua_rawlen(L, 1); k++) {
+        lua_rawgeti(L, 1, k);
+        Tensor *t = lu_to_tensor(L, -1);
+        lua_pop(L, 1);
+        if (!t || !t->requires_grad) continue;
+        if (!t->grad_fn) add_leaf(L, t);
+        else if (t->grad_fn->unsaved) ok = push_node(L, t->grad_fn, &stack, &len, &cap);
+    }
+    while (ok && len) {
+        AGNode *n = stack[--len];
+        for (int e = 0; ok && e < n->n_in; e++) {
+            if (n->edges[e].leaf) add_leaf(L, n->edges[e].leaf);
+            AGNode *p = n->edges[e].fn;
+            if (p && p->unsaved) ok = push_node(L, p, &stack, &len, &cap);
+        }
+    }
+    free(stack);
+    if (!ok) return lu_error(L, "checkpoint: out of memory");
+    return 1;
+}
+
 /* _C.set_keep_saved(on) -> previous (see ag_set_keep_saved) */
 static int l_set_keep_saved(lua_State *L) {
     lua_pushboolean(L, ag_set_keep_saved(lua_toboolean(L, 1)));
@@ -294,7 +359,7 @@ void lu_open_autograd(lua_State *L, int m) {
     luaL_setfuncs(L, fns, 0);
     lua_pop(L, 1);
     static const luaL_Reg c_fns[] = {{"attach_custom", l_attach_custom}, {"backward_many", l_backward_many},
-                                     {"set_keep_saved", l_set_keep_saved},
+                                     {"set_keep_saved", l_set_keep_saved}, {"graph_leaves", l_graph_leaves},
                                      {"collect_garbage_tensors", l_collect_garbage_tensors}, {NULL, NULL}};
     lu_register_c(L, m, c_fns);
 }

@@ -182,7 +182,13 @@ local function checkpoint_packed(fn, args, o)
   if #outs == 0 then return table.unpack(res, 1, res.n) end
   local inputs = {}
   for i = 1, args.n do inputs[i] = accel.is_tensor(args[i]) and args[i] or false end
-  if not reentrant then inputs[args.n + 1] = get_anchor() end
+  if not reentrant then
+    -- the parameters the recompute will reach are inputs too (given no
+    -- gradient here: the recompute's backward accumulates them), so that a
+    -- leaf's gradient hook (DDP) waits for this node before it runs
+    for _, leaf in ipairs(C.graph_leaves(outs)) do inputs[#inputs + 1] = leaf end
+    inputs[#inputs + 1] = get_anchor()
+  end
   local backward = make_backward(st, pos, #inputs)
   if #outs == 1 then
     res[pos[1]] = C.attach_custom(outs[1], inputs, backward, "CheckpointFunction")
