@@ -295,8 +295,16 @@ describe("accel.utils.checkpoint errors", function()
   end)
 
   it("an unknown option next to a known one", function()
-    expect_error(function() utils.checkpoint(function(a) return a end, gc.randn(2), {use_reentrant = false, debug = true}) end,
-      "unknown option 'debug'")
+    expect_error(function() utils.checkpoint(function(a) return a end, gc.randn(2), {use_reentrant = false, verbose = true}) end,
+      "unknown option 'verbose'")
+  end)
+
+  it("PyTorch keywords we do not support: an error unless set to what asks for nothing", function()
+    local function id(a) return a * 1 end
+    expect_error(function() utils.checkpoint(id, gc.randn(2), {debug = true}) end, "option 'debug' is not supported")
+    expect_error(function() utils.checkpoint(id, gc.randn(2), {determinism_check = "default"}) end,
+      "option 'determinism_check' is not supported", "only determinism_check = none")
+    assert.is_true(utils.checkpoint(id, gc.randn(2), {determinism_check = "none", debug = false}).requires_grad)
   end)
 
   it("a trailing table without option names is an argument of fn", function()
@@ -401,6 +409,7 @@ describe("accel.utils.checkpoint_module", function()
   it("bad arguments", function()
     expect_error(function() utils.checkpoint_module(42) end, "checkpoint_module: expected an nn.Module", "number")
     expect_error(function() utils.checkpoint_module(mlp_block(2, 2), {reentrant = true}) end, "unknown option 'reentrant'")
+    expect_error(function() utils.checkpoint_module(mlp_block(2, 2), {debug = true}) end, "option 'debug' is not supported")
   end)
 end)
 

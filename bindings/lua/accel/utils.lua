@@ -26,6 +26,8 @@
 --     argument does, and when none does, nothing inside gets a gradient (a
 --     warning says so once).
 --   preserve_rng_state (true): replay the random state in the recompute.
+--   PyTorch's determinism_check, debug and context_fn: only "none" / false /
+--     false (what asks for nothing); another value is an error.
 -- Decisions where PyTorch has no counterpart: under no_grad (or when grad
 -- mode is off) checkpoint just calls fn; fn must return at least one tensor
 -- (as a separate return value: tables are not looked into), else an error.
@@ -40,17 +42,30 @@ local raise = util.raise
 local utils = {}
 
 local OPTIONS = {use_reentrant = true, preserve_rng_state = true}
+-- PyTorch's other keywords: accepted at the value that asks for nothing
+local UNSUPPORTED = {determinism_check = "none", debug = false, context_fn = false}
 
--- The trailing options table of args (removed from it), or {}.
+-- Refuse an unknown key, or an unsupported one set to something.
+local function check_option(where, k, v)
+  if OPTIONS[k] then return end
+  if UNSUPPORTED[k] ~= nil then
+    if v == UNSUPPORTED[k] then return end
+    raise("%s: option '%s' is not supported (only %s = %s)", where, k, k, tostring(UNSUPPORTED[k]))
+  end
+  raise("%s: unknown option '%s' (options: use_reentrant, preserve_rng_state)", where, tostring(k))
+end
+
+-- The trailing options table of args (removed from it), or {}: a plain
+-- table with at least one of PyTorch's checkpoint keywords.
 local function take_options(args)
   local last = args[args.n]
   if args.n == 0 or type(last) ~= "table" or getmetatable(last) ~= nil then return {} end
-  local known, unknown = false, nil
+  local known = false
   for k in pairs(last) do
-    if OPTIONS[k] then known = true else unknown = unknown or tostring(k) end
+    if OPTIONS[k] or UNSUPPORTED[k] ~= nil then known = true end
   end
   if not known then return {} end
-  if unknown then raise("checkpoint: unknown option '%s' (options: use_reentrant, preserve_rng_state)", unknown) end
+  for k, v in pairs(last) do check_option("checkpoint", k, v) end
   args.n = args.n - 1
   return last
 end
@@ -220,10 +235,10 @@ function utils.checkpoint_module(module, opts)
   if type(opts) ~= "table" then raise("checkpoint_module: options must be a table, got %s", type(opts)) end
   local o = {}
   for k, v in pairs(opts) do
-    if k ~= "enabled" and not OPTIONS[k] then
-      raise("checkpoint_module: unknown option '%s' (options: enabled, use_reentrant, preserve_rng_state)", tostring(k))
+    if k ~= "enabled" then
+      check_option("checkpoint_module", k, v)
+      o[k] = v
     end
-    if k ~= "enabled" then o[k] = v end
   end
   local attrs = rawget(module, "_attrs")
   local w = wrapped[module]
