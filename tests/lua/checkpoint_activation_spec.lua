@@ -325,6 +325,26 @@ describe("accel.utils.checkpoint errors", function()
     expect_error(function() q:backward(accel.ones(3, {dtype = f64})) end, "backward through CheckpointFunction a second time")
   end)
 
+  it("an argument modified in place between forward and backward", function()
+    local x = gc.randn(3)
+    local b = accel.randn(3, {dtype = f64})
+    local y = utils.checkpoint(function(p, q) return p * q end, x, b)
+    b:add_(1)
+    expect_error(function() y:sum():backward() end,
+      "checkpoint: argument 2 (shape [3]) was modified by an in-place operation")
+  end)
+
+  it("_version counts in-place writes to the storage", function()
+    local t = accel.zeros(3)
+    local v0 = t._version
+    t:add_(1)
+    assert.equal(v0 + 1, t._version)
+    local view = t:narrow(1, 1, 2)
+    view:mul_(2)
+    assert.equal(v0 + 2, t._version)
+    assert.equal(t._version, view._version)
+  end)
+
   it("an error in fn leaves the runtime as it was (saving on, autocast and rng state kept)", function()
     local C = accel._C
     local x = gc.randn(3)

@@ -124,12 +124,30 @@ local function outputs_to_attach(res, reentrant)
   return pos, outs
 end
 
+-- The storage versions of the tensor arguments, at the forward.
+local function versions_of(args)
+  local v = {}
+  for i = 1, args.n do
+    if accel.is_tensor(args[i]) then v[i] = args[i]._version end
+  end
+  return v
+end
+
 -- The arguments for the recompute: tensors that require grad as fresh
--- leaves over the same storage, the rest as they were.
-local function detached_args(args)
+-- leaves over the same storage, the rest as they were. Raises when one was
+-- written in place since the forward (the recompute would see other values).
+local function detached_args(args, versions)
   local d = {n = args.n}
   for i = 1, args.n do
     local a = args[i]
+    if accel.is_tensor(a) and a._version ~= versions[i] then
+      local dims = {}
+      for k = 1, a:dim() do dims[k] = a:size(k) end
+      -- level 0: backward, which reports it, adds the user's file:line
+      error(("checkpoint: argument %d (shape [%s]) was modified by an in-place operation after the checkpointed "
+        .. "forward, so the recompute in backward would see other values; clone it before modifying it")
+        :format(i, table.concat(dims, ", ")), 0)
+    end
     if accel.is_tensor(a) and a.requires_grad then d[i] = a:detach():requires_grad_(true) else d[i] = a end
   end
   return d
@@ -141,9 +159,9 @@ local function make_backward(st, pos, n_inputs)
   return function(...)
     local grads = table.pack(...)
     local args = st.args
-    if not args then raise("checkpoint: backward through the same checkpoint a second time") end
+    if not args then error("checkpoint: backward through the same checkpoint a second time", 0) end
     st.args = nil -- the inputs are not needed after this
-    local d = detached_args(args)
+    local d = detached_args(args, st.versions)
     local rng_now
     if st.rng then
       rng_now = {accel.get_rng_state()}
@@ -183,7 +201,7 @@ local function checkpoint_packed(fn, args, o)
   if not callable(fn) then raise("checkpoint: fn must be a function or a callable table, got %s", type(fn)) end
   if not accel.is_grad_enabled() then return fn(table.unpack(args, 1, args.n)) end
   local reentrant = o.use_reentrant == true
-  local st = {fn = fn, args = args, autocast = current_autocast()}
+  local st = {fn = fn, args = args, versions = versions_of(args), autocast = current_autocast()}
   if o.preserve_rng_state ~= false then st.rng = {accel.get_rng_state()} end
   local res
   if reentrant then
