@@ -8,7 +8,15 @@
  * So a leaf used several times (a tied weight, a layer applied twice) is
  * reported once, with its complete gradient. A node that no gradient
  * reached still "runs" (its backward is skipped) so that the counts below
- * it settle. */
+ * it settle.
+ *
+ * Nested backward (a custom Function's backward, activation checkpointing's
+ * recompute, calling backward itself) runs as part of the pass around it:
+ * same pass number, so a hooked leaf's count adds the nested edges to the
+ * outer ones and its hook runs once. A nested pass must stay on its own
+ * graph: reaching a node the outer pass has counted is an error. Nodes
+ * recorded while keep_saved is off (ag_set_keep_saved) hold no saved tensors
+ * and refuse to run. */
 #include "autograd.h"
 #include "ops.h"
 #include "pool.h"
@@ -277,7 +285,8 @@ static int count_deps(AGNode *root, NodeList *all) {
             if (n->edges[k].leaf) leaf_count(n->edges[k].leaf);
             if (!p) continue;
             rc = check_not_outer(p);
-            if (rc == 0 && p->stack_next != p) rc = visit(p, &stack, all);
+            if (rc < 0) break; /* an outer node's count is not ours to touch */
+            if (p->stack_next != p) rc = visit(p, &stack, all);
             p->deps++;
         }
     }
