@@ -172,6 +172,24 @@ describe("accel.utils.checkpoint", function()
     end, {gc.randn(3), gc.randn(3)})
   end)
 
+  it("an argument returned as it is, the same result twice, an unused argument (both variants)", function()
+    for _, re in ipairs({false, true}) do
+      local o = {use_reentrant = re}
+      gc.check(function(a)
+        local p, q = utils.checkpoint(function(x) return x, x * 2 end, a, o)
+        return p * q
+      end, {gc.randn(3)})
+      gc.check(function(a)
+        local p, q = utils.checkpoint(function(x) local h = x:sin(); return h, h end, a, o)
+        return p * 3 + q
+      end, {gc.randn(3)})
+      local a, b = gc.randn(3), gc.randn(3)
+      utils.checkpoint(function(x, _) return x * 2 end, a, b, o):sum():backward()
+      assert.same({2, 2, 2}, a.grad:tolist())
+      assert.is_nil(b.grad)
+    end
+  end)
+
   it("an output that does not depend on anything requiring grad does not require grad", function()
     local x = gc.randn(4)
     local y, mask = utils.checkpoint(function(a) return a * 2, (a:detach():gt(0)):double() end, x)
