@@ -444,6 +444,25 @@ describe("accel.utils.checkpoint_module", function()
     assert.equal("CheckpointFunction", y.grad_fn)
   end)
 
+  it("a forward an instance had before is kept, and comes back on undo", function()
+    local block = mlp_block(4, 8)
+    local own = function(self, x) return x * 3 end
+    block.forward = own
+    utils.checkpoint_module(block)
+    local x = gc.randn(2, 4):float():detach():requires_grad_(true)
+    local y = block(x)
+    assert.equal("CheckpointFunction", y.grad_fn)
+    assert_same(y, x * 3, "y")
+    utils.checkpoint_module(block, {enabled = false})
+    assert.equal(own, block.forward)
+  end)
+
+  it("undo after the forward was replaced again: a clear error", function()
+    local block = utils.checkpoint_module(mlp_block(4, 8))
+    block.forward = function(self, x) return x end
+    expect_error(function() utils.checkpoint_module(block, {enabled = false}) end, "MLPBlock.forward was replaced")
+  end)
+
   it("bad arguments", function()
     expect_error(function() utils.checkpoint_module(42) end, "checkpoint_module: expected an nn.Module", "number")
     expect_error(function() utils.checkpoint_module(mlp_block(2, 2), {reentrant = true}) end, "unknown option 'reentrant'")

@@ -262,6 +262,10 @@ function utils.checkpoint_module(module, opts)
   local w = wrapped[module]
   if opts.enabled == false then
     if w then
+      if attrs.forward ~= w.wrapper then
+        raise("checkpoint_module: %s.forward was replaced after checkpoint_module wrapped it; undo that first",
+          module:_get_name())
+      end
       attrs.forward = w.prev
       wrapped[module] = nil
     end
@@ -273,10 +277,11 @@ function utils.checkpoint_module(module, opts)
   end
   w = {prev = attrs.forward, opts = o}
   local inner = module.forward -- the forward in effect before wrapping
-  attrs.forward = function(self, ...)
+  w.wrapper = function(self, ...)
     local args = table.pack(self, ...)
     return checkpoint_packed(inner, args, w.opts)
   end
+  attrs.forward = w.wrapper
   wrapped[module] = w
   return module
 end
