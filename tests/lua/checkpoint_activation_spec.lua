@@ -463,6 +463,22 @@ describe("accel.utils.checkpoint_module", function()
     expect_error(function() utils.checkpoint_module(block, {enabled = false}) end, "MLPBlock.forward was replaced")
   end)
 
+  it("apply_activation_checkpointing wraps the modules check_fn selects", function()
+    local gpt2 = accel.models.gpt2
+    local model = gpt2.GPT2LMHeadModel(gpt2.GPT2Config{vocab_size = 16, n_positions = 8, n_embd = 8, n_layer = 3, n_head = 2})
+    local done = utils.apply_activation_checkpointing(model, {
+      check_fn = function(m) return m:_get_name() == "GPT2Block" end, use_reentrant = false})
+    assert.equal(3, #done)
+    for i = 1, 3 do
+      assert.equal(model.transformer.h[i], done[i])
+      assert.is_true(utils.is_checkpointed(model.transformer.h[i]))
+    end
+    assert.is_false(utils.is_checkpointed(model.transformer))
+    expect_error(function() utils.apply_activation_checkpointing(model, {}) end, "check_fn must be a function")
+    expect_error(function() utils.apply_activation_checkpointing(model, {check_fn = function() return true end, typo = 1}) end,
+      "unknown option 'typo'")
+  end)
+
   it("bad arguments", function()
     expect_error(function() utils.checkpoint_module(42) end, "checkpoint_module: expected an nn.Module", "number")
     expect_error(function() utils.checkpoint_module(mlp_block(2, 2), {reentrant = true}) end, "unknown option 'reentrant'")

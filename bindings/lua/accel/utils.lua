@@ -4,6 +4,7 @@
 --   local a, b = accel.utils.checkpoint(fn, x, mask, 3, {use_reentrant = true})
 --   accel.utils.checkpoint_module(model.h[1])                  -- every call of the module checkpointed
 --   accel.utils.checkpoint_module(model.h[1], {enabled = false})  -- undo
+--   accel.utils.apply_activation_checkpointing(model, {check_fn = function(m) return m:_get_name() == "GPT2Block" end})
 --
 -- checkpoint(fn, ...) runs fn(...) keeping none of its intermediate
 -- activations, and returns what fn returns. It keeps the arguments, the
@@ -284,6 +285,30 @@ function utils.checkpoint_module(module, opts)
   attrs.forward = w.wrapper
   wrapped[module] = w
   return module
+end
+
+-- apply_activation_checkpointing(model, {check_fn = fn(module) -> bool [,
+-- use_reentrant =, preserve_rng_state =]}): checkpoint_module on every
+-- module of model (itself included, pre-order) for which check_fn is true,
+-- as PyTorch's apply_activation_checkpointing (FSDP wrap units use it).
+-- Returns the list of the modules wrapped.
+function utils.apply_activation_checkpointing(model, opts)
+  if not require("accel.nn.module").is_module(model) then
+    raise("apply_activation_checkpointing: expected an nn.Module, got %s", type(model))
+  end
+  opts = opts or {}
+  if type(opts.check_fn) ~= "function" then
+    raise("apply_activation_checkpointing: check_fn must be a function(module) -> boolean, got %s", type(opts.check_fn))
+  end
+  local o = {}
+  for k, v in pairs(opts) do
+    if k ~= "check_fn" then o[k] = v end
+  end
+  local done = {}
+  for _, m in ipairs(model:modules()) do
+    if opts.check_fn(m) then done[#done + 1] = utils.checkpoint_module(m, o) end
+  end
+  return done
 end
 
 -- Whether checkpoint_module wraps the module now.
