@@ -17,8 +17,9 @@
 -- gradients on. Nested checkpoints work (a checkpointed fn may call
 -- checkpoint itself).
 --
--- Options, as PyTorch's keywords, in one trailing table whose keys are all
--- option names (a trailing table without any option name is passed to fn):
+-- Options, as PyTorch's keywords, in one trailing plain table holding at
+-- least one of the names below (a trailing table without any of them is an
+-- argument of fn; one that has them and an unknown key is an error):
 --   use_reentrant (false): false records fn's graph without keeping its
 --     tensors (ag_set_keep_saved), so each output requires grad exactly as
 --     without checkpointing, and parameters inside fn get gradients even when
@@ -34,7 +35,18 @@
 -- (as a separate return value: tables are not looked into), else an error.
 -- Tensors that require grad must reach fn as arguments, or be leaves
 -- (parameters): a captured non-leaf makes the recompute's backward reach the
--- outer graph, which the engine refuses with an error.
+-- outer graph, which the engine refuses with an error. Arguments written in
+-- place between forward and backward (t._version changed) are refused.
+--
+-- How: the checkpoint's outputs get one custom node (_C.attach_custom,
+-- several outputs through slot nodes) whose inputs are the tensor
+-- arguments, the parameters the recorded forward graph reaches
+-- (_C.graph_leaves; given no gradient here, they make a leaf's gradient hook
+-- such as DDP's wait for the node) and an anchor leaf (so the node is
+-- recorded when only parameters need grads). Its backward recomputes and
+-- runs a nested backward (_C.backward_many), which the engine counts as part
+-- of the outer pass. The tensors a checkpointed forward or recompute leaves
+-- are garbage at once; _C.collect_garbage_tensors frees them.
 local accel = require("accel")
 local util = require("accel.util")
 local C = accel._C
