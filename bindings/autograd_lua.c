@@ -1,8 +1,11 @@
 /* autograd_lua.c: grad-mode control from Lua (accel.no_grad(fn) and its
  * <close> handle form, enable_grad, set_grad_enabled, is_grad_enabled) and
- * the C side of custom autograd functions (accel._C.attach_custom), whose
- * backward calls back into Lua. */
+ * the C side of custom autograd functions (accel._C.attach_custom, one or
+ * several outputs), whose backward calls back into Lua, backward from several
+ * roots (_C.backward_many) and recording without saving (_C.set_keep_saved,
+ * for activation checkpointing). */
 #include "lua_util.h"
+#include <stdio.h>
 #include <stdlib.h>
 
 /* Run fn (at index 1) with grad mode `on`, restoring it afterwards even on
@@ -49,10 +52,20 @@ static int l_is_grad_enabled(lua_State *L) {
  * lu_run_backward), not on the one that ran forward: that may be a
  * coroutine that has finished and been collected since. c->L is the main
  * thread, which lives as long as the state (used when backward was entered
- * from C, and to release the registry reference). */
+ * from C, and to release the registry reference).
+ *
+ * Several outputs (attach_custom given a list): the custom node's own
+ * output is a hidden scalar; each real output gets a one-input "slot" node
+ * on it whose backward_acc files its gradient into grads[slot] and hands
+ * the engine a marker, so the custom node runs once, after every output's
+ * gradient is complete, and its Lua backward receives one gradient (or nil)
+ * per output. */
 typedef struct {
     lua_State *L;
     int fn_ref;
+    int n_out;        /* 0: one output, whose gradient is the node's own */
+    char name[40];    /* the nodes' name in error messages */
+    Tensor *grads[];  /* n_out accumulated output gradients */
 } LuaBackward;
 
 static __thread lua_State *backward_L;
@@ -65,23 +78,47 @@ int lu_run_backward(lua_State *L, Tensor *root, Tensor *grad) {
     return rc;
 }
 
+static void release_grads(LuaBackward *c) {
+    for (int k = 0; k < c->n_out; k++) {
+        tensor_release(c->grads[k]);
+        c->grads[k] = NULL;
+    }
+}
+
 static void lua_backward_destroy(AGNode *n) {
     LuaBackward *c = n->ctx;
     luaL_unref(c->L, LUA_REGISTRYINDEX, c->fn_ref);
+    release_grads(c);
     free(c);
 }
 
-/* Calls the Lua backward with the output gradient; it returns one gradient
- * (tensor or nil) per input. */
+/* Push the output gradients: g, or each slot's (nil where none came). */
+static void push_output_grads(lua_State *L, LuaBackward *c, Tensor *g) {
+    if (!c->n_out) {
+        lu_push_tensor(L, tensor_retain(g));
+        return;
+    }
+    for (int k = 0; k < c->n_out; k++) {
+        if (c->grads[k]) lu_push_tensor(L, c->grads[k]);
+        else lua_pushnil(L);
+        c->grads[k] = NULL; /* the Lua value owns it now */
+    }
+}
+
+/* Calls the Lua backward with the output gradient(s); it returns one
+ * gradient (tensor or nil) per input. */
 static int lua_backward_run(AGNode *n, Tensor *g, Tensor **gin) {
     LuaBackward *c = n->ctx;
     lua_State *L = backward_L ? backward_L : c->L;
-    if (!lua_checkstack(L, n->n_in + 4)) return accel_fail_int("custom Function backward: Lua stack overflow");
+    if (!lua_checkstack(L, n->n_in + c->n_out + 4)) {
+        release_grads(c);
+        return accel_fail_int("%s backward: Lua stack overflow", c->name);
+    }
     int top = lua_gettop(L);
     lua_rawgeti(L, LUA_REGISTRYINDEX, c->fn_ref);
-    lu_push_tensor(L, tensor_retain(g));
-    if (lua_pcall(L, 1, n->n_in, 0) != LUA_OK) {
-        accel_fail("custom Function backward failed: %s", lua_tostring(L, -1));
+    push_output_grads(L, c, g);
+    if (lua_pcall(L, c->n_out ? c->n_out : 1, n->n_in, 0) != LUA_OK) {
+        accel_fail("%s backward failed: %s", c->name, lua_tostring(L, -1));
         lua_settop(L, top);
         return -1;
     }
@@ -90,7 +127,8 @@ static int lua_backward_run(AGNode *n, Tensor *g, Tensor **gin) {
         if (lua_isnil(L, idx)) continue;
         TensorUD *u = luaL_testudata(L, idx, TENSOR_MT);
         if (!u || !u->t) {
-            accel_fail("custom Function backward must return a tensor or nil for input %d, got %s", k + 1, luaL_typename(L, idx));
+            accel_fail("%s backward must return a tensor or nil for input %d, got %s", c->name, k + 1,
+                       luaL_typename(L, idx));
             lua_settop(L, top);
             return -1;
         }
@@ -100,36 +138,212 @@ static int lua_backward_run(AGNode *n, Tensor *g, Tensor **gin) {
     return 0;
 }
 
-/* _C.attach_custom(output, {inputs...}, backward_fn) -> output with history */
-static int l_attach_custom(lua_State *L) {
-    Tensor *out = lu_check_tensor(L, 1);
-    luaL_checktype(L, 2, LUA_TTABLE);
-    luaL_checktype(L, 3, LUA_TFUNCTION);
-    int n = (int)lua_rawlen(L, 2);
-    Tensor **ins = lua_newuserdatauv(L, sizeof(Tensor *) * (size_t)(n ? n : 1), 0);
-    for (int i = 0; i < n; i++) {
-        lua_rawgeti(L, 2, i + 1);
+/* A slot node: its gradient joins grads[slot] of the custom node below. */
+static int slot_acc(AGNode *n, Tensor *gout, Tensor **acc) {
+    AGNode *custom = n->edges[0].fn;
+    LuaBackward *c = custom->ctx;
+    Tensor **g = &c->grads[n->i[0]];
+    if (!*g) *g = tensor_retain(gout);
+    else {
+        Tensor *sum = op_binary(KB_ADD, *g, gout);
+        if (!sum) return -1;
+        tensor_release(*g);
+        *g = sum;
+    }
+    if (!*acc) *acc = tensor_retain(gout); /* marker: the custom node has something to run on */
+    return 0;
+}
+
+static int slot_backward(AGNode *n, Tensor *gout, Tensor **gin) {
+    (void)gout, (void)gin;
+    return accel_fail_int("%s: output slot run without its custom node", n->name);
+}
+
+/* The inputs list at idx as tensors (NULL for non-tensors), in a userdata
+ * buffer left on the stack. */
+static Tensor **check_inputs(lua_State *L, int idx, int *n) {
+    *n = (int)lua_rawlen(L, idx);
+    Tensor **ins = lua_newuserdatauv(L, sizeof(Tensor *) * (size_t)(*n ? *n : 1), 0);
+    for (int i = 0; i < *n; i++) {
+        lua_rawgeti(L, idx, i + 1);
         ins[i] = lu_to_tensor(L, -1);
         lua_pop(L, 1);
     }
+    return ins;
+}
+
+static LuaBackward *new_ctx(lua_State *L, int fn_idx, int n_out, const char *name) {
+    LuaBackward *c = calloc(1, sizeof *c + sizeof(Tensor *) * (size_t)n_out);
+    if (!c) return NULL;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
+    c->L = lua_tothread(L, -1);
+    lua_pop(L, 1);
+    lua_pushvalue(L, fn_idx);
+    c->fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    c->n_out = n_out;
+    snprintf(c->name, sizeof c->name, "%s", name);
+    return c;
+}
+
+/* Record the custom node on out (history-free) with the inputs; false when
+ * nothing needs a gradient. Raises on out of memory. */
+static bool record_custom(lua_State *L, Tensor *out, Tensor **ins, int n, int n_out, const char *name) {
+    AGNode *node = ag_record("CustomFunction", lua_backward_run, out, ins, n);
+    if (!node) return false;
+    LuaBackward *c = new_ctx(L, 3, n_out, name);
+    if (!c) return lu_error(L, "out of memory");
+    node->ctx = c;
+    node->destroy_ctx = lua_backward_destroy;
+    node->name = c->name;
+    return true;
+}
+
+/* Several outputs: a list of detached outputs with slot nodes over a hidden
+ * custom node (non-float outputs pass through without history). */
+static int attach_many(lua_State *L, Tensor **ins, int n, const char *name) {
+    int n_out = (int)lua_rawlen(L, 1);
+    Tensor *hub = tensor_empty(NULL, 0, DT_F32, (Device){DEV_CPU, 0});
+    if (!hub) return lu_core_error(L);
+    lu_push_tensor(L, hub); /* released with the Lua value */
+    bool recorded = record_custom(L, hub, ins, n, n_out, name);
+    lua_createtable(L, n_out, 0);
+    for (int k = 0; k < n_out; k++) {
+        lua_rawgeti(L, 1, k + 1);
+        Tensor *o = lu_check_tensor(L, -1);
+        lua_pop(L, 1);
+        Tensor *r = tensor_detach(o);
+        if (!r) return lu_core_error(L);
+        AGNode *slot = recorded ? ag_record("CustomFunction", slot_backward, r, &hub, 1) : NULL;
+        if (slot) {
+            slot->name = hub->grad_fn->name;
+            slot->backward_acc = slot_acc;
+            slot->i[0] = k;
+        }
+        lu_push_tensor(L, r);
+        lua_rawseti(L, -2, k + 1);
+    }
+    return 1;
+}
+
+/* _C.attach_custom(output, {inputs...}, backward_fn [, name]) -> output with
+ * history; with a list of outputs, the list of them (backward_fn then gets
+ * one gradient or nil per output). */
+static int l_attach_custom(lua_State *L) {
+    bool many = lua_istable(L, 1);
+    Tensor *out = many ? NULL : lu_check_tensor(L, 1);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    luaL_checktype(L, 3, LUA_TFUNCTION);
+    const char *name = luaL_optstring(L, 4, "custom Function");
+    lua_settop(L, 4);
+    int n;
+    Tensor **ins = check_inputs(L, 2, &n);
+    if (many) return attach_many(L, ins, n, name);
     Tensor *r = tensor_detach(out);
     if (!r) return lu_core_error(L);
-    AGNode *node = ag_record("CustomFunction", lua_backward_run, r, ins, n);
-    if (node) {
-        LuaBackward *c = malloc(sizeof *c);
-        if (!c) {
-            tensor_release(r);
-            return lu_error(L, "out of memory");
-        }
-        lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
-        c->L = lua_tothread(L, -1);
-        lua_pop(L, 1);
-        lua_pushvalue(L, 3);
-        c->fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-        node->ctx = c;
-        node->destroy_ctx = lua_backward_destroy;
-    }
     lu_push_tensor(L, r);
+    record_custom(L, r, ins, n, 0, name);
+    return 1;
+}
+
+/* _C.backward_many({tensors...}, {grads...}): one backward from all of them */
+static int l_backward_many(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    int n = (int)lua_rawlen(L, 1);
+    if ((int)lua_rawlen(L, 2) != n)
+        return lu_error(L, "backward: %d tensors but %d gradients", n, (int)lua_rawlen(L, 2));
+    Tensor **v = lua_newuserdatauv(L, sizeof(Tensor *) * (size_t)(2 * n + 1), 0);
+    for (int k = 0; k < n; k++) {
+        lua_rawgeti(L, 1, k + 1);
+        v[k] = lu_check_tensor(L, -1);
+        lua_rawgeti(L, 2, k + 1);
+        v[n + k] = lu_check_tensor(L, -1);
+        lua_pop(L, 2);
+    }
+    lu_gc_before_backward(L);
+    lua_State *prev = backward_L;
+    backward_L = L;
+    int rc = ag_backward_many(v, v + n, n);
+    backward_L = prev;
+    if (rc < 0) return lu_core_error(L);
+    return 0;
+}
+
+/* _C.collect_garbage_tensors(): activation checkpointing's collection of
+ * the tensors a checkpointed forward or recompute left (lu_gc_after_checkpoint) */
+static int l_collect_garbage_tensors(lua_State *L) {
+    lu_gc_after_checkpoint(L);
+    return 0;
+}
+
+/* Add t to the result list (at -1) once, keyed in the set at -2. */
+static void add_leaf(lua_State *L, Tensor *t) {
+    if (lua_rawgetp(L, -2, t) != LUA_TNIL) {
+        lua_pop(L, 1);
+        return;
+    }
+    lua_pop(L, 1);
+    lua_pushboolean(L, 1);
+    lua_rawsetp(L, -3, t);
+    lu_push_existing(L, t);
+    lua_rawseti(L, -2, (lua_Integer)lua_rawlen(L, -2) + 1);
+}
+
+/* Push node n unless seen (set at -2); false when out of memory. */
+static bool push_node(lua_State *L, AGNode *n, AGNode ***stack, int *len, int *cap) {
+    if (lua_rawgetp(L, -2, n) != LUA_TNIL) {
+        lua_pop(L, 1);
+        return true;
+    }
+    lua_pop(L, 1);
+    lua_pushboolean(L, 1);
+    lua_rawsetp(L, -3, n);
+    if (*len == *cap) {
+        int c = *cap ? *cap * 2 : 64;
+        AGNode **v = realloc(*stack, sizeof *v * (size_t)c);
+        if (!v) return false;
+        *stack = v, *cap = c;
+    }
+    (*stack)[(*len)++] = n;
+    return true;
+}
+
+/* _C.graph_leaves({tensors...}) -> the leaves requiring grad that the
+ * tensors' graphs reach through nodes recorded without saving (a
+ * checkpointed forward's), each once: the parameters a checkpoint's
+ * recompute will give gradients to. */
+static int l_graph_leaves(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_settop(L, 1);
+    lua_newtable(L); /* 2: seen nodes and leaves */
+    lua_newtable(L); /* 3: the leaves */
+    AGNode **stack = NULL;
+    int len = 0, cap = 0;
+    bool ok = true;
+    for (int k = 1; ok && k <= (int)lua_rawlen(L, 1); k++) {
+        lua_rawgeti(L, 1, k);
+        Tensor *t = lu_to_tensor(L, -1);
+        lua_pop(L, 1);
+        if (!t || !t->requires_grad) continue;
+        if (!t->grad_fn) add_leaf(L, t);
+        else if (t->grad_fn->unsaved) ok = push_node(L, t->grad_fn, &stack, &len, &cap);
+    }
+    while (ok && len) {
+        AGNode *n = stack[--len];
+        for (int e = 0; ok && e < n->n_in; e++) {
+            if (n->edges[e].leaf) add_leaf(L, n->edges[e].leaf);
+            AGNode *p = n->edges[e].fn;
+            if (p && p->unsaved) ok = push_node(L, p, &stack, &len, &cap);
+        }
+    }
+    free(stack);
+    if (!ok) return lu_error(L, "checkpoint: out of memory");
+    return 1;
+}
+
+/* _C.set_keep_saved(on) -> previous (see ag_set_keep_saved) */
+static int l_set_keep_saved(lua_State *L) {
+    lua_pushboolean(L, ag_set_keep_saved(lua_toboolean(L, 1)));
     return 1;
 }
 
@@ -144,6 +358,8 @@ void lu_open_autograd(lua_State *L, int m) {
     lua_pushvalue(L, m);
     luaL_setfuncs(L, fns, 0);
     lua_pop(L, 1);
-    static const luaL_Reg c_fns[] = {{"attach_custom", l_attach_custom}, {NULL, NULL}};
+    static const luaL_Reg c_fns[] = {{"attach_custom", l_attach_custom}, {"backward_many", l_backward_many},
+                                     {"set_keep_saved", l_set_keep_saved}, {"graph_leaves", l_graph_leaves},
+                                     {"collect_garbage_tensors", l_collect_garbage_tensors}, {NULL, NULL}};
     lu_register_c(L, m, c_fns);
 }

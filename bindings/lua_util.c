@@ -141,6 +141,16 @@ void lu_gc_before_backward(lua_State *L) {
     if (st->gc_since_full >= GC_FULL_MIN || st->gc_since_full >= GC_BACKWARD_RATIO * heap) gc_full(L, st);
 }
 
+/* Activation checkpointing, after a checkpointed forward and after each
+ * recompute's backward: their tensors are all garbage then, and freeing them
+ * is the point. A full collection runs once the tensor bytes pushed since
+ * the last one reach the Lua heap's size, so it costs at most about a pass
+ * over as many bytes as the tensors it frees. */
+void lu_gc_after_checkpoint(lua_State *L) {
+    LuState *st = lu_state(L);
+    if (st->gc_since_full >= (size_t)lua_gc(L, LUA_GCCOUNT) * 1024) gc_full(L, st);
+}
+
 void lu_push_tensor(lua_State *L, Tensor *t) {
     if (!t) lu_core_error(L);
     TensorUD *u = lua_newuserdatauv(L, sizeof *u, 0);

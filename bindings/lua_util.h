@@ -75,6 +75,7 @@ void lu_new_class(lua_State *L, const char *mt, const luaL_Reg *methods, lua_CFu
 /* Report n bytes of tensor memory to the Lua GC. */
 void lu_gc_account(lua_State *L, size_t n);
 void lu_gc_before_backward(lua_State *L); /* full collection as backward starts (lua_util.c) */
+void lu_gc_after_checkpoint(lua_State *L);  /* the one after a checkpointed forward / recompute */
 
 void lu_open_tensor(lua_State *L); /* registers the Tensor metatable */
 void lu_open_device(lua_State *L);

@@ -839,6 +839,9 @@ static int push_property(lua_State *L, Tensor *t, const char *k) {
     case 'n':
         if (strcmp(k, "ndim") == 0) return lua_pushinteger(L, t->ndim), 1;
         break;
+    case '_': /* PyTorch's t._version: bumped by every in-place write to the storage */
+        if (strcmp(k, "_version") == 0) return lua_pushinteger(L, (lua_Integer)t->storage->version), 1;
+        break;
     case 'T':
         if (k[1] == 0) {
             int perm[TENSOR_MAX_DIMS];

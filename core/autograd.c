@@ -8,16 +8,26 @@
  * So a leaf used several times (a tied weight, a layer applied twice) is
  * reported once, with its complete gradient. A node that no gradient
  * reached still "runs" (its backward is skipped) so that the counts below
- * it settle. */
+ * it settle.
+ *
+ * Nested backward (a custom Function's backward, activation checkpointing's
+ * recompute, calling backward itself) runs as part of the pass around it:
+ * same pass number, so a hooked leaf's count adds the nested edges to the
+ * outer ones and its hook runs once. A nested pass must stay on its own
+ * graph: reaching a node the outer pass has counted is an error. Nodes
+ * recorded while keep_saved is off (ag_set_keep_saved) hold no saved tensors
+ * and refuse to run. */
 #include "autograd.h"
 #include "ops.h"
 #include "pool.h"
 #include "profile.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static __thread bool grad_enabled = true;
+static __thread bool grad_enabled = true, keep_saved = true;
 static uint32_t backward_pass, pass_counter; /* the pass running (0: none), for leaf hooks */
+static int pass_depth;                       /* ag_backward calls running, nested ones included */
 
 uint32_t ag_backward_pass(void) { return backward_pass; }
 
@@ -40,6 +50,12 @@ bool ag_grad_enabled(void) { return grad_enabled; }
 bool ag_set_grad_enabled(bool on) {
     bool prev = grad_enabled;
     grad_enabled = on;
+    return prev;
+}
+
+bool ag_set_keep_saved(bool on) {
+    bool prev = keep_saved;
+    keep_saved = on;
     return prev;
 }
 
@@ -89,6 +105,7 @@ AGNode *ag_record(const char *name, AGBackwardFn fn, Tensor *out, Tensor **input
     if (!n) return NULL;
     n->refcount = 1;
     n->name = name;
+    n->unsaved = !keep_saved;
     n->backward = fn;
     n->n_in = n_in;
     n->edges = (AGEdge *)(n + 1);
@@ -110,6 +127,7 @@ AGNode *ag_record(const char *name, AGBackwardFn fn, Tensor *out, Tensor **input
 }
 
 void ag_save(AGNode *n, Tensor *t) {
+    if (n->unsaved) return;
     int k = n->n_saved++;
     /* Saving the node's own output: keep a history-free header over the same
      * storage, so output -> grad_fn -> saved -> output is not a reference
@@ -237,25 +255,39 @@ static int list_push(NodeList *l, AGNode *n) {
     return 0;
 }
 
+/* A node marked (stack_next == itself) by a pass further out: a nested
+ * backward must not count or run it (the outer pass owns its scratch). */
+static int check_not_outer(const AGNode *p) {
+    if (p->stack_next == p && p->depth != pass_depth)
+        return accel_fail_int("backward inside a backward (a custom Function's backward, or checkpoint's recompute) "
+                              "reached %s, a node of the graph the outer backward is running through: pass the tensors "
+                              "that require grad to the function as arguments instead of capturing them", p->name);
+    return 0;
+}
+
+/* Mark p visited by this pass; its count starts at 0. */
+static int visit(AGNode *p, NodeList *stack, NodeList *all) {
+    p->stack_next = p;
+    p->depth = pass_depth;
+    p->deps = 0;
+    return list_push(stack, p) < 0 || list_push(all, p) < 0 ? -1 : 0;
+}
+
 /* Count, for every node reachable from root, how many edges point to it. */
 static int count_deps(AGNode *root, NodeList *all) {
     NodeList stack;
     list_init(&stack);
-    int rc = 0;
-    if (list_push(&stack, root) < 0 || list_push(all, root) < 0) rc = -1;
-    root->deps = 0;
-    root->stack_next = root; /* visited marker: a node points to itself while being counted */
+    int rc = check_not_outer(root);
+    if (rc == 0) rc = visit(root, &stack, all); /* visited marker: a node points to itself while being counted */
     while (rc == 0 && stack.n) {
         AGNode *n = stack.v[--stack.n];
-        for (int k = 0; k < n->n_in; k++) {
+        for (int k = 0; rc == 0 && k < n->n_in; k++) {
             AGNode *p = n->edges[k].fn;
             if (n->edges[k].leaf) leaf_count(n->edges[k].leaf);
             if (!p) continue;
-            if (p->stack_next != p) {
-                p->stack_next = p;
-                p->deps = 0;
-                if (list_push(&stack, p) < 0 || list_push(all, p) < 0) rc = -1;
-            }
+            rc = check_not_outer(p);
+            if (rc < 0) break; /* an outer node's count is not ours to touch */
+            if (p->stack_next != p) rc = visit(p, &stack, all);
             p->deps++;
         }
     }
@@ -274,6 +306,10 @@ static int run_node(AGNode *n, NodeList *ready) {
     if (n->released)
         return accel_fail_int("backward through %s a second time: the graph's saved tensors were freed after the first "
                               "backward (call backward once per forward)", n->name);
+    if (n->unsaved)
+        return accel_fail_int("backward through %s, which was recorded inside activation checkpointing's forward and "
+                              "keeps no tensors for backward: backpropagate through the checkpoint's outputs only",
+                              n->name);
     Tensor *gin_stack[8];
     Tensor **gin = n->n_in <= 8 ? gin_stack : calloc((size_t)n->n_in, sizeof *gin);
     if (!gin) return accel_fail_int("backward: out of memory");
@@ -316,14 +352,48 @@ static int run_node(AGNode *n, NodeList *ready) {
     return rc;
 }
 
-int ag_backward(Tensor *root, Tensor *grad) {
+/* Grad mode off; an outermost pass gets a new number, a nested one runs as
+ * part of the pass around it (its leaf hooks count with the outer ones, and
+ * DDP sees one pass). end_pass restores what begin_pass returned. */
+typedef struct {
+    uint32_t outer;
+    bool grad_mode;
+} PassScope;
+
+static PassScope begin_pass(void) {
+    PassScope sc = {backward_pass, ag_set_grad_enabled(false)};
+    if (!sc.outer) {
+        if (++pass_counter == 0) pass_counter = 1; /* 0 means none */
+        backward_pass = pass_counter;
+    }
+    pass_depth++;
+    return sc;
+}
+
+static void end_pass(PassScope sc) {
+    pass_depth--;
+    ag_set_grad_enabled(sc.grad_mode);
+    backward_pass = sc.outer;
+}
+
+/* The root requires grad and its gradient (when given) has its shape; k:
+ * the root's position among several (-1: the only one). */
+static int check_root(const Tensor *root, const Tensor *grad, int k) {
+    char what[32] = "the tensor";
+    if (k >= 0) snprintf(what, sizeof what, "tensor %d", k + 1);
     if (!root->requires_grad)
-        return accel_fail_int("backward: the tensor (shape %s) does not require grad and has no grad_fn", tensor_shape_str(root));
+        return accel_fail_int("backward: %s (shape %s) does not require grad and has no grad_fn", what,
+                              tensor_shape_str(root));
+    if (grad && (grad->ndim != root->ndim || memcmp(grad->shape, root->shape, sizeof(int64_t) * (size_t)root->ndim) != 0))
+        return accel_fail_int("backward: gradient shape %s does not match %s's shape %s", tensor_shape_str(grad), what,
+                              tensor_shape_str(root));
+    return 0;
+}
+
+int ag_backward(Tensor *root, Tensor *grad) {
+    if (check_root(root, grad, -1) < 0) return -1;
     Tensor *g;
     if (grad) {
-        if (grad->ndim != root->ndim || memcmp(grad->shape, root->shape, sizeof(int64_t) * (size_t)root->ndim) != 0)
-            return accel_fail_int("backward: gradient shape %s does not match the tensor's shape %s", tensor_shape_str(grad),
-                                  tensor_shape_str(root));
         g = tensor_reshape(grad, root->shape, root->ndim);
     } else {
         if (root->numel != 1)
@@ -332,19 +402,16 @@ int ag_backward(Tensor *root, Tensor *grad) {
         g = tensor_full(root->shape, root->ndim, 1.0, root->dtype, root->device);
     }
     if (!g) return -1;
-    bool prev = ag_set_grad_enabled(false);
-    int rc = 0;
-    uint32_t outer = backward_pass; /* a backward run from inside a custom Function's backward */
-    if (++pass_counter == 0) pass_counter = 1; /* 0 means none */
-    backward_pass = pass_counter;
     if (!root->grad_fn) {
-        rc = accumulate_leaf(root, g);
+        PassScope outer = begin_pass();
+        int rc = accumulate_leaf(root, g);
         if (rc == 0 && root->grad_hook) root->grad_hook(root, root->grad_hook_ud);
         tensor_release(g);
-        ag_set_grad_enabled(prev);
-        backward_pass = outer;
+        end_pass(outer);
         return rc;
     }
+    PassScope outer = begin_pass();
+    int rc = 0;
     AGNode *top = node_retain(root->grad_fn);
     NodeList all, ready;
     list_init(&all);
@@ -365,7 +432,37 @@ int ag_backward(Tensor *root, Tensor *grad) {
     list_free(&all);
     list_free(&ready);
     ag_node_release(top);
-    ag_set_grad_enabled(prev);
-    backward_pass = outer;
+    end_pass(outer);
+    return rc;
+}
+
+/* ---- several roots ---- */
+
+/* The gradients of the roots, given by the caller (the node's ctx). */
+static int bw_roots(AGNode *n, Tensor *gout, Tensor **gin) {
+    Tensor **grads = n->ctx;
+    (void)gout;
+    for (int k = 0; k < n->n_in; k++) gin[k] = tensor_retain(grads[k]);
+    return 0;
+}
+
+int ag_backward_many(Tensor **roots, Tensor **grads, int n) {
+    for (int k = 0; k < n; k++) {
+        if (!grads[k]) return accel_fail_int("backward: no gradient given for tensor %d", k + 1);
+        if (check_root(roots[k], grads[k], k) < 0) return -1;
+    }
+    if (n <= 1) return n ? ag_backward(roots[0], grads[0]) : 0;
+    /* one scalar node above the roots, handing each its gradient */
+    Tensor *top = tensor_empty(NULL, 0, DT_F32, (Device){DEV_CPU, 0});
+    if (!top) return -1;
+    bool prev = ag_set_grad_enabled(true), prev_keep = ag_set_keep_saved(true);
+    AGNode *node = ag_record("backward", bw_roots, top, roots, n);
+    ag_set_grad_enabled(prev), ag_set_keep_saved(prev_keep);
+    int rc = node ? 0 : accel_fail_int("backward: out of memory");
+    if (node) { /* grads outlive the node: it goes with top */
+        node->ctx = grads;
+        rc = ag_backward(top, NULL);
+    }
+    tensor_release(top);
     return rc;
 }

@@ -47,18 +47,26 @@ struct AGNode {
     int64_t saved_version[AG_MAX_SAVED];
     int n_saved;
     bool released;
+    bool unsaved;    /* recorded while saving was off (ag_set_keep_saved): cannot run */
     double p[4];     /* op scalars */
     int64_t i[TENSOR_MAX_DIMS * 2]; /* op integers (dims, shapes) */
     void *ctx;
     AGAccumulateFn backward_acc; /* optional, see AGAccumulateFn */
     /* engine scratch */
     int deps;
+    int depth;       /* nesting depth of the pass that counted it (see ag_backward) */
     Tensor *grad_acc;
     AGNode *stack_next;
 };
 
 bool ag_grad_enabled(void);
 bool ag_set_grad_enabled(bool on); /* returns the previous mode */
+
+/* While keep_saved is off, ops still record their nodes (so requires_grad
+ * and grad_fn come out as usual) but ag_save keeps nothing: the nodes refuse
+ * to run. Activation checkpointing runs its forward so and recomputes the
+ * graph in backward. Returns the previous setting. */
+bool ag_set_keep_saved(bool on);
 
 /* True when grad mode is on and any of the inputs requires grad. */
 bool ag_needs_grad(Tensor **inputs, int n);
@@ -80,10 +88,16 @@ void ag_node_release(AGNode *n);
 
 /* Run backward from root with gradient grad (NULL: root must have one
  * element, gradient 1). Returns 0 or -1 with error. Leaves' grad_hooks run
- * once per pass, after their last contribution (see autograd.c). */
+ * once per pass, after their last contribution (see autograd.c). A backward
+ * started inside a node's backward (a custom Function's, checkpoint's
+ * recompute) runs as part of the outer pass; it may not reach the nodes of
+ * the graph the outer pass is running through (an error says so). */
 int ag_backward(Tensor *root, Tensor *grad);
+/* Backward from n roots at once, roots[k] receiving grads[k] (same shape,
+ * required): torch.autograd.backward(tensors, grad_tensors). */
+int ag_backward_many(Tensor **roots, Tensor **grads, int n);
 /* A number identifying the backward pass running now (0 outside backward);
- * every ag_backward call gets a new one. */
+ * every outermost ag_backward call gets a new one, nested ones share it. */
 uint32_t ag_backward_pass(void);
 
 /* Whether a gradient tensor is held by nothing else (no other reference,

@@ -48,7 +48,15 @@ autograd.no_grad = accel.no_grad
 autograd.enable_grad = accel.enable_grad
 autograd.set_grad_enabled = accel.set_grad_enabled
 
--- backward(tensor, grad): the functional form of t:backward(grad)
-function autograd.backward(t, grad) t:backward(grad) end
+-- backward(tensor, grad): the functional form of t:backward(grad);
+-- backward({t1, t2, ...}, {g1, g2, ...}): one backward pass from several
+-- tensors at once, each with its gradient (torch.autograd.backward).
+function autograd.backward(t, grad)
+  if accel.is_tensor(t) then return t:backward(grad) end
+  if type(t) ~= "table" or type(grad) ~= "table" then
+    require("accel.util").raise("autograd.backward: expected a tensor, or a list of tensors and a list of gradients")
+  end
+  accel._C.backward_many(t, grad)
+end
 
 return autograd

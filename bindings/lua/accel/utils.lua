@@ -1,0 +1,329 @@
+-- accel.utils: torch.utils-style helpers. Activation checkpointing:
+--
+--   local y = accel.utils.checkpoint(block, x)                 -- block(x), recomputed in backward
+--   local a, b = accel.utils.checkpoint(fn, x, mask, 3, {use_reentrant = true})
+--   accel.utils.checkpoint_module(model.h[1])                  -- every call of the module checkpointed
+--   accel.utils.checkpoint_module(model.h[1], {enabled = false})  -- undo
+--   accel.utils.apply_activation_checkpointing(model, {check_fn = function(m) return m:_get_name() == "GPT2Block" end})
+--
+-- checkpoint(fn, ...) runs fn(...) keeping none of its intermediate
+-- activations, and returns what fn returns. It keeps the arguments, the
+-- random generator's state (accel.get_rng_state) and the autocast dtype; when
+-- a gradient reaches its outputs, it recomputes fn on detached copies of the
+-- arguments with the same random state and autocast, back-propagates the
+-- incoming gradients through the recomputed graph (parameters used inside fn
+-- get their .grad as without checkpointing), puts back the generator state
+-- that was current before the recompute, and passes the arguments'
+-- gradients on. Nested checkpoints work (a checkpointed fn may call
+-- checkpoint itself).
+--
+-- Options, as PyTorch's keywords, in one trailing plain table holding at
+-- least one of the names below (a trailing table without any of them is an
+-- argument of fn; one that has them and an unknown key is an error):
+--   use_reentrant (false): false records fn's graph without keeping its
+--     tensors (ag_set_keep_saved), so each output requires grad exactly as
+--     without checkpointing, and parameters inside fn get gradients even when
+--     no argument requires grad. true runs fn under no_grad as PyTorch's
+--     reentrant variant: every floating-point output requires grad when some
+--     argument does, and when none does, nothing inside gets a gradient (a
+--     warning says so once).
+--   preserve_rng_state (true): replay the random state in the recompute.
+--   PyTorch's determinism_check, debug and context_fn: only "none" / false /
+--     false (what asks for nothing); another value is an error.
+-- Decisions where PyTorch has no counterpart: under no_grad (or when grad
+-- mode is off) checkpoint just calls fn; fn must return at least one tensor
+-- (as a separate return value: tables are not looked into), else an error.
+-- Tensors that require grad must reach fn as arguments, or be leaves
+-- (parameters): a captured non-leaf makes the recompute's backward reach the
+-- outer graph, which the engine refuses with an error. Arguments written in
+-- place between forward and backward (t._version changed) are refused.
+--
+-- How: the checkpoint's outputs get one custom node (_C.attach_custom,
+-- several outputs through slot nodes) whose inputs are the tensor
+-- arguments, the parameters the recorded forward graph reaches
+-- (_C.graph_leaves; given no gradient here, they make a leaf's gradient hook
+-- such as DDP's wait for the node) and an anchor leaf (so the node is
+-- recorded when only parameters need grads). Its backward recomputes and
+-- runs a nested backward (_C.backward_many), which the engine counts as part
+-- of the outer pass. The tensors a checkpointed forward or recompute leaves
+-- are garbage at once; _C.collect_garbage_tensors frees them.
+local accel = require("accel")
+local util = require("accel.util")
+local C = accel._C
+local raise = util.raise
+
+local utils = {}
+
+local OPTIONS = {use_reentrant = true, preserve_rng_state = true}
+-- PyTorch's other keywords: accepted at the value that asks for nothing
+local UNSUPPORTED = {determinism_check = "none", debug = false, context_fn = false}
+
+-- Refuse an unknown key, or an unsupported one set to something.
+local function check_option(where, k, v)
+  if OPTIONS[k] then return end
+  if UNSUPPORTED[k] ~= nil then
+    if v == UNSUPPORTED[k] then return end
+    raise("%s: option '%s' is not supported (only %s = %s)", where, k, k, tostring(UNSUPPORTED[k]))
+  end
+  raise("%s: unknown option '%s' (options: use_reentrant, preserve_rng_state)", where, tostring(k))
+end
+
+-- The trailing options table of args (removed from it), or {}: a plain
+-- table with at least one of PyTorch's checkpoint keywords.
+local function take_options(args)
+  local last = args[args.n]
+  if args.n == 0 or type(last) ~= "table" or getmetatable(last) ~= nil then return {} end
+  local known = false
+  for k in pairs(last) do
+    if OPTIONS[k] or UNSUPPORTED[k] ~= nil then known = true end
+  end
+  if not known then return {} end
+  for k, v in pairs(last) do check_option("checkpoint", k, v) end
+  args.n = args.n - 1
+  return last
+end
+
+local function callable(fn)
+  if type(fn) == "function" then return true end
+  local mt = getmetatable(fn)
+  return type(mt) == "table" and mt.__call ~= nil
+end
+
+-- fn(args...) with keep_saved and autocast set, both restored also on error;
+-- returns fn's results packed.
+local function run_with(fn, args, keep_saved, autocast)
+  local prev_keep = C.set_keep_saved(keep_saved)
+  local prev_cast = C.set_autocast(autocast)
+  local ok, res = pcall(function() return table.pack(fn(table.unpack(args, 1, args.n))) end)
+  C.set_keep_saved(prev_keep)
+  C.set_autocast(prev_cast)
+  if not ok then error(res, 0) end
+  return res
+end
+
+local function current_autocast()
+  local cur = C.set_autocast(nil)
+  C.set_autocast(cur)
+  return cur
+end
+
+-- A leaf that requires grad, given as an extra input to the checkpoint's
+-- node so that it is recorded when only parameters inside fn need grads.
+local anchor
+local function get_anchor()
+  if not anchor then anchor = accel.zeros({}, {requires_grad = true}) end
+  return anchor
+end
+
+local warned_no_grad_input = false
+
+-- The results' tensors that get the checkpoint's history: positions and
+-- tensors. Raises when fn returned no tensor at all.
+local function outputs_to_attach(res, reentrant)
+  local pos, outs, any = {}, {}, false
+  for i = 1, res.n do
+    local r = res[i]
+    if accel.is_tensor(r) then
+      any = true
+      if (reentrant and r.dtype.is_floating_point) or (not reentrant and r.requires_grad) then
+        pos[#pos + 1], outs[#outs + 1] = i, r
+      end
+    end
+  end
+  if not any then
+    raise("checkpoint: fn must return at least one tensor (as a separate return value; tables are not looked "
+      .. "into), got %s", res.n == 0 and "nothing" or type(res[1]))
+  end
+  return pos, outs
+end
+
+-- The storage versions of the tensor arguments, at the forward.
+local function versions_of(args)
+  local v = {}
+  for i = 1, args.n do
+    if accel.is_tensor(args[i]) then v[i] = args[i]._version end
+  end
+  return v
+end
+
+-- The arguments for the recompute: tensors that require grad as fresh
+-- leaves over the same storage, the rest as they were. Raises when one was
+-- written in place since the forward (the recompute would see other values).
+local function detached_args(args, versions)
+  local d = {n = args.n}
+  for i = 1, args.n do
+    local a = args[i]
+    if accel.is_tensor(a) and a._version ~= versions[i] then
+      local dims = {}
+      for k = 1, a:dim() do dims[k] = a:size(k) end
+      -- level 0: backward, which reports it, adds the user's file:line
+      error(("checkpoint: argument %d (shape [%s]) was modified by an in-place operation after the checkpointed "
+        .. "forward, so the recompute in backward would see other values; clone it before modifying it")
+        :format(i, table.concat(dims, ", ")), 0)
+    end
+    if accel.is_tensor(a) and a.requires_grad then d[i] = a:detach():requires_grad_(true) else d[i] = a end
+  end
+  return d
+end
+
+-- The backward of one checkpoint: recompute, back-propagate, and return
+-- the arguments' gradients (one per node input).
+local function make_backward(st, pos, n_inputs)
+  return function(...)
+    local grads = table.pack(...)
+    local args = st.args
+    if not args then error("checkpoint: backward through the same checkpoint a second time", 0) end
+    st.args = nil -- the inputs are not needed after this
+    local d = detached_args(args, st.versions)
+    local rng_now
+    if st.rng then
+      rng_now = {accel.get_rng_state()}
+      accel.set_rng_state(st.rng[1], st.rng[2])
+    end
+    local ok, res = pcall(function() return accel.enable_grad(run_with, st.fn, d, true, st.autocast) end)
+    if rng_now then accel.set_rng_state(rng_now[1], rng_now[2]) end
+    if not ok then error(res, 0) end
+    local roots, rgrads = {}, {}
+    for k, i in ipairs(pos) do
+      local r, g = res[i], grads[k]
+      if g ~= nil and accel.is_tensor(r) and r.requires_grad then roots[#roots + 1], rgrads[#rgrads + 1] = r, g end
+    end
+    if #roots > 0 then C.backward_many(roots, rgrads) end
+    res, roots, rgrads = nil, nil, nil
+    C.collect_garbage_tensors() -- the recompute's tensors, now that its graph is done with them
+    local gin = {}
+    for i = 1, args.n do
+      if accel.is_tensor(args[i]) and args[i].requires_grad then gin[i] = d[i].grad end
+    end
+    return table.unpack(gin, 1, n_inputs)
+  end
+end
+
+local function no_grad_input_warning(args)
+  if warned_no_grad_input then return end
+  for i = 1, args.n do
+    if accel.is_tensor(args[i]) and args[i].requires_grad then return end
+  end
+  warned_no_grad_input = true
+  io.stderr:write("accel.utils.checkpoint: use_reentrant = true and no argument requires grad: "
+    .. "gradients inside fn will be nil (use use_reentrant = false)\n")
+end
+
+-- checkpoint with the arguments packed and the options parsed.
+local function checkpoint_packed(fn, args, o)
+  if not callable(fn) then raise("checkpoint: fn must be a function or a callable table, got %s", type(fn)) end
+  if not accel.is_grad_enabled() then return fn(table.unpack(args, 1, args.n)) end
+  local reentrant = o.use_reentrant == true
+  local st = {fn = fn, args = args, versions = versions_of(args), autocast = current_autocast()}
+  if o.preserve_rng_state ~= false then st.rng = {accel.get_rng_state()} end
+  local res
+  if reentrant then
+    no_grad_input_warning(args)
+    res = accel.no_grad(run_with, fn, args, true, st.autocast)
+  else
+    res = run_with(fn, args, false, st.autocast)
+  end
+  C.collect_garbage_tensors() -- fn's intermediate tensors: none is kept for backward
+  local pos, outs = outputs_to_attach(res, reentrant)
+  if #outs == 0 then return table.unpack(res, 1, res.n) end
+  local inputs = {}
+  for i = 1, args.n do inputs[i] = accel.is_tensor(args[i]) and args[i] or false end
+  if not reentrant then
+    -- the parameters the recompute will reach are inputs too (given no
+    -- gradient here: the recompute's backward accumulates them), so that a
+    -- leaf's gradient hook (DDP) waits for this node before it runs
+    for _, leaf in ipairs(C.graph_leaves(outs)) do inputs[#inputs + 1] = leaf end
+    inputs[#inputs + 1] = get_anchor()
+  end
+  local backward = make_backward(st, pos, #inputs)
+  if #outs == 1 then
+    res[pos[1]] = C.attach_custom(outs[1], inputs, backward, "CheckpointFunction")
+  else
+    local attached = C.attach_custom(outs, inputs, backward, "CheckpointFunction")
+    for k, i in ipairs(pos) do res[i] = attached[k] end
+  end
+  return table.unpack(res, 1, res.n)
+end
+
+function utils.checkpoint(fn, ...)
+  local args = table.pack(...)
+  local o = take_options(args)
+  return checkpoint_packed(fn, args, o)
+end
+
+-- checkpoint_module(module [, opts]): every later call of the module runs
+-- its forward under checkpoint (opts: use_reentrant, preserve_rng_state);
+-- {enabled = false} undoes it. Returns the module. The wrapper lives in the
+-- instance (module.forward), so the class and other instances are untouched
+-- and forward hooks still run around the checkpointed forward.
+local wrapped = setmetatable({}, {__mode = "k"})
+
+function utils.checkpoint_module(module, opts)
+  if not require("accel.nn.module").is_module(module) then
+    raise("checkpoint_module: expected an nn.Module, got %s", type(module))
+  end
+  opts = opts or {}
+  if type(opts) ~= "table" then raise("checkpoint_module: options must be a table, got %s", type(opts)) end
+  local o = {}
+  for k, v in pairs(opts) do
+    if k ~= "enabled" then
+      check_option("checkpoint_module", k, v)
+      o[k] = v
+    end
+  end
+  local attrs = rawget(module, "_attrs")
+  local w = wrapped[module]
+  if opts.enabled == false then
+    if w then
+      if attrs.forward ~= w.wrapper then
+        raise("checkpoint_module: %s.forward was replaced after checkpoint_module wrapped it; undo that first",
+          module:_get_name())
+      end
+      attrs.forward = w.prev
+      wrapped[module] = nil
+    end
+    return module
+  end
+  if w then
+    w.opts = o
+    return module
+  end
+  w = {prev = attrs.forward, opts = o}
+  local inner = module.forward -- the forward in effect before wrapping
+  w.wrapper = function(self, ...)
+    local args = table.pack(self, ...)
+    return checkpoint_packed(inner, args, w.opts)
+  end
+  attrs.forward = w.wrapper
+  wrapped[module] = w
+  return module
+end
+
+-- apply_activation_checkpointing(model, {check_fn = fn(module) -> bool [,
+-- use_reentrant =, preserve_rng_state =]}): checkpoint_module on every
+-- module of model (itself included, pre-order) for which check_fn is true,
+-- as PyTorch's apply_activation_checkpointing (FSDP wrap units use it).
+-- Returns the list of the modules wrapped.
+function utils.apply_activation_checkpointing(model, opts)
+  if not require("accel.nn.module").is_module(model) then
+    raise("apply_activation_checkpointing: expected an nn.Module, got %s", type(model))
+  end
+  opts = opts or {}
+  if type(opts.check_fn) ~= "function" then
+    raise("apply_activation_checkpointing: check_fn must be a function(module) -> boolean, got %s", type(opts.check_fn))
+  end
+  local o = {}
+  for k, v in pairs(opts) do
+    if k ~= "check_fn" then o[k] = v end
+  end
+  local done = {}
+  for _, m in ipairs(model:modules()) do
+    if opts.check_fn(m) then done[#done + 1] = utils.checkpoint_module(m, o) end
+  end
+  return done
+end
+
+-- Whether checkpoint_module wraps the module now.
+function utils.is_checkpointed(module) return wrapped[module] ~= nil end
+
+return utils
