@@ -51,7 +51,7 @@ typedef struct {
     Tensor *gfull, *gtmp; /* stage >= 2, during one backward */
     DistWork *work;
     int pending;
-    bool launched;
+    bool launched, grad_dirty; /* grad_dirty: the gradient shard holds a sum */
 } Unit;
 
 typedef struct {
@@ -257,12 +257,15 @@ static int build_unit(ShardEngine *e, int u, bool broadcast) {
 /* ---- stage 2-3: the gradient hook and the reductions ---- */
 
 static int finish_pass(ShardEngine *e, bool release);
+static void reap(ShardEngine *e);
 
+/* Reduce-scatters the unit's gradient: straight into the gradient shard
+ * when that holds nothing yet, else into a temporary added at settle. */
 static int start_reduction(ShardEngine *e, Unit *un) {
     un->launched = true;
-    un->gtmp = flat_f32(un->shard, false);
-    if (!un->gtmp) return -1;
-    un->work = dist_ireduce_scatter(e->comm, un->gtmp, un->gfull, DIST_AVG);
+    if (un->grad_dirty && !(un->gtmp = flat_f32(un->shard, false))) return -1;
+    un->work = dist_ireduce_scatter(e->comm, un->gtmp ? un->gtmp : un->grad, un->gfull, DIST_AVG);
+    un->grad_dirty = true;
     e->st.reductions++;
     return un->work ? 0 : -1;
 }
@@ -321,11 +324,14 @@ static void on_grad(Tensor *p, void *ud) {
     if (e->units[u].pending == 0) shard_unit_release(e, u);
     launch_ready(e, true);
     if (dist_progress(e->comm)) note_error(e, accel_last_error());
+    reap(e);
 }
 
-/* Waits for unit u's reduction and adds it into the gradient shard. */
+/* Waits for unit un's reduction (if one is in flight), adds it into the
+ * gradient shard and frees the full buffer. */
 static int settle_unit(Unit *un) {
-    int rc = un->work ? dist_wait(un->work) : (un->launched ? -1 : 0);
+    if (!un->work) return 0;
+    int rc = dist_wait(un->work);
     dist_work_free(un->work);
     un->work = NULL;
     if (rc == 0 && un->gtmp) {
@@ -336,6 +342,25 @@ static int settle_unit(Unit *un) {
     tensor_release(un->gfull);
     un->gtmp = un->gfull = NULL;
     return rc;
+}
+
+/* At most SHARD_IN_FLIGHT reductions stay in flight during backward (the
+ * full gradient buffers they hold bound the memory); finished ones are
+ * settled at once. */
+#define SHARD_IN_FLIGHT 2
+
+static void reap(ShardEngine *e) {
+    int in_flight = 0;
+    for (int u = e->nu - 1; u > e->next; u--) {
+        Unit *un = &e->units[u];
+        if (un->work && dist_test(un->work) != 0 && settle_unit(un)) note_error(e, accel_last_error());
+        in_flight += un->work != NULL;
+    }
+    for (int u = e->nu - 1; u > e->next && in_flight > SHARD_IN_FLIGHT; u--) {
+        if (!e->units[u].work) continue;
+        if (settle_unit(&e->units[u])) note_error(e, accel_last_error());
+        in_flight--;
+    }
 }
 
 /* Parameters that got no gradient in the pass contribute .grad or zeros. */
@@ -547,7 +572,10 @@ int shard_zero_grad(ShardEngine *e) {
         tensor_release(e->params[i]->grad);
         e->params[i]->grad = NULL;
     }
-    for (int u = 0; e->shard_grads && u < e->nu; u++) memset(fdata(e->units[u].grad), 0, (size_t)e->units[u].shard * 4);
+    for (int u = 0; e->shard_grads && u < e->nu; u++) {
+        memset(fdata(e->units[u].grad), 0, (size_t)e->units[u].shard * sizeof(float));
+        e->units[u].grad_dirty = false;
+    }
     e->has_grads = false;
     return 0;
 }

@@ -65,6 +65,7 @@ local OPTIONS = {stage = "number", wrap = "any", bucket_cap_mb = "number", offlo
 
 local Engine = {}
 Engine.__index = Engine
+local owned = setmetatable({}, {__mode = "k"}) -- parameter -> the open engine holding it
 Engine.__name = "accel.shard.Engine"
 shard.Engine_class = Engine
 
@@ -317,6 +318,9 @@ function shard.Engine(model, optimizer, o)
   local kind = optimizer_kind(optimizer)
   local params, names = trainable_of(model)
   if #params == 0 then raise("shard.Engine: the model has no parameters that require grad") end
+  for i, p in ipairs(params) do
+    if owned[p] then raise("shard.Engine: parameter %s is already held by another engine (close that one first)", names[i]) end
+  end
   local self = setmetatable({model = model, optimizer = optimizer, params = params, names = names, stage = stage,
     _kind = kind}, Engine)
   group_index(self)
@@ -326,6 +330,7 @@ function shard.Engine(model, optimizer, o)
     broadcast = o.broadcast ~= false})
   self._unit_of = unit_of
   if stage == 3 then install_hooks(self) end
+  for _, p in ipairs(params) do owned[p] = self end
   hijack_optimizer(self)
   return self
 end
@@ -446,6 +451,7 @@ function Engine:close()
   rawset(self.optimizer, "step", nil)
   rawset(self.optimizer, "zero_grad", nil)
   c:close()
+  for _, p in ipairs(self.params) do owned[p] = nil end
   self._c = nil
 end
 

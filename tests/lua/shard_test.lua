@@ -1,0 +1,126 @@
+-- shard_test.lua: the sharding engine (core/shard.c, accel.shard) across
+-- processes. Run by scripts/run-tests.sh as `accel-lua shard_test.lua`
+-- (exit 0 = pass); it starts `accel-lua launch --cpu --num_processes N`
+-- jobs (OpenMPI, oversubscribed) on the helpers in tests/lua/helpers/:
+--   shard_equiv.lua   stages 1, 2 and 3 on 1, 2 and 3 ranks end with the
+--                     parameters of one process trained on the global batch
+--                     (DESIGN §6.2) after 20 AdamW steps, to 1e-5 relative,
+--                     on a 205-parameter model; also with clipping (the
+--                     total norm equal too), accumulation k = 3, SGD with
+--                     momentum, two param groups with a StepLR schedule, and
+--                     the wrap policies module_list, no_wrap, min_num_params,
+--                     a module list and transformer_cls_names
+--   shard_memory.lua  peak live tensor bytes per rank under stage 3 on 2
+--                     ranks <= 0.55 x DDP's, for a model with small
+--                     activations
+--   shard_errors.lua  bad options and uses, each one clear error
+-- The accel-lua under test is $ACCEL_LUA_BIN, else the interpreter running
+-- this script.
+local accel = require("accel")
+local HERE = arg[0]:match("^(.*)/[^/]*$") or "."
+local support = dofile(HERE .. "/support.lua")
+
+local HELPERS = HERE .. "/helpers/"
+local quote, all_ranks_ok = support.shell_quote, support.all_ranks_ok
+local jobs = support.job_checks()
+local check = jobs.check
+
+support.require_mpirun()
+local DIR = support.tmpdir()
+
+local ENV = "env -u ACCEL_LUA_COLLECTIVE_TIMEOUT -u ACCEL_LUA_DIST_BACKEND -u ACCEL_LUA_MIXED_PRECISION "
+  .. "-u ACCEL_LUA_GRADIENT_ACCUMULATION_STEPS -u ACCEL_LUA_USE_DEEPSPEED -u ACCEL_LUA_USE_FSDP "
+  .. "ACCEL_LUA_CONFIG=" .. quote(DIR .. "/no-config.yaml") .. " " .. support.asan_env()
+
+local function launch(np, helper, ...)
+  local args = {}
+  for i, a in ipairs({...}) do args[i] = quote(tostring(a)) end
+  return jobs.run(("%stimeout -k 5 120 %s launch --cpu --num_processes %d %s %s"):format(ENV,
+    quote(support.ACCEL_LUA), np, quote(HELPERS .. helper), table.concat(args, " ")))
+end
+
+-- Largest relative difference (per tensor: max |a - b| / max |b|) between
+-- two safetensors files, and where.
+local function max_rel(path_a, path_b)
+  local ok_a, a = pcall(accel.load, path_a)
+  local ok_b, b = pcall(accel.load, path_b)
+  if not (ok_a and ok_b) then return math.huge, "a result file is missing" end
+  local worst, where = 0, "-"
+  for k, t in pairs(b) do
+    if not a[k] then return math.huge, "no " .. k end
+    local scale = t:double():abs():max():item()
+    local d = (a[k]:double() - t:double()):abs():max():item() / (scale > 0 and scale or 1)
+    if d > worst then worst, where = d, k end
+  end
+  return worst, where
+end
+
+local refs = {}
+-- The one-process reference of a configuration (args after stage=0).
+local function reference(key, ...)
+  if not refs[key] then
+    local path = DIR .. "/ref_" .. key .. ".st"
+    local run = launch(1, "shard_equiv.lua", path, "stage=0", ...)
+    refs[key] = {path = path, run = run, norm = tonumber(run.out:match("norm ([%d.]+)"))}
+  end
+  return refs[key]
+end
+
+local function equiv(name, n, stage, key, extra)
+  local ref = reference(key, table.unpack(extra))
+  local path = ("%s/%s_s%d_n%d.st"):format(DIR, key, stage, n)
+  local run = launch(n, "shard_equiv.lua", path, "stage=" .. stage, table.unpack(extra))
+  local d, where = max_rel(path, ref.path)
+  local norm = tonumber(run.out:match("norm ([%d.]+)"))
+  local early = tonumber(run.out:match("early (%d+)") or "0")
+  local why = {{ref.run.code == 0, "the reference run failed: " .. ref.run.err:sub(-300)},
+    {run.code == 0, "exit status"}, {all_ranks_ok(run, n), "not every rank finished"},
+    {d <= 1e-5, ("parameters differ by %g relative (%s)"):format(d, where)}}
+  if key == "clip" then
+    why[#why + 1] = {norm and ref.norm and ref.norm > 0.1 and math.abs(norm - ref.norm) <= 1e-5 * ref.norm,
+      ("clip total norm %s, reference %s"):format(tostring(norm), tostring(ref.norm))}
+  end
+  if stage >= 2 and n > 1 then
+    why[#why + 1] = {early > 0, "no reduction started during backward"}
+  end
+  check(("%s: stage %d on %d rank(s) == 1 process, global batch"):format(name, stage, n), run, table.unpack(why))
+end
+
+-- ---- (a) every stage on 1, 2, 3 ranks, AdamW ----
+for _, n in ipairs({1, 2, 3}) do
+  for stage = 1, 3 do equiv("AdamW, wrap module_list", n, stage, "base", {"wrap=module_list"}) end
+end
+
+-- ---- (b) clipping, accumulation, SGD momentum, param groups + scheduler, wrap policies ----
+for stage = 1, 3 do
+  equiv("clip_grad_norm_(0.1), wrap min_num_params", 2, stage, "clip", {"clip=0.1", "wrap=min"})
+  equiv("accumulation k = 3, no_wrap", 3, stage, "accum", {"accum=3", "wrap=no_wrap"})
+  equiv("SGD momentum 0.9, wrap a module list", 3, stage, "sgd", {"opt=sgd", "wrap=list"})
+  equiv("2 param groups + StepLR, transformer_cls_names", 3, stage, "groups", {"groups=2", "wrap=cls"})
+end
+equiv("stage 1-2 default units (bucket-sized)", 3, 2, "default", {"wrap=default"})
+
+-- ---- (c) memory: stage 3 on 2 ranks vs DDP ----
+do
+  local ddp = launch(2, "shard_memory.lua", "ddp")
+  local s3 = launch(2, "shard_memory.lua", "stage3")
+  local why = {{ddp.code == 0, "the DDP run failed: " .. ddp.err:sub(-300)}, {s3.code == 0, "exit status"}}
+  for r = 0, 1 do
+    local a = tonumber(ddp.out:match("peak " .. r .. " (%d+)") or "")
+    local b = tonumber(s3.out:match("peak " .. r .. " (%d+)") or "")
+    why[#why + 1] = {a and b and b <= 0.55 * a,
+      ("rank %d: stage 3 peak %s bytes, DDP %s (ratio %s)"):format(r, tostring(b), tostring(a),
+        a and b and ("%.3f"):format(b / a) or "?")}
+  end
+  check("stage 3 peak live bytes per rank <= 0.55 x DDP's (2 ranks)", s3, table.unpack(why))
+end
+
+-- ---- (d) bad options and uses ----
+for _, n in ipairs({1, 2}) do
+  local run = launch(n, "shard_errors.lua")
+  check(("bad options and uses give one clear error each (%d rank(s))"):format(n), run,
+    {run.code == 0, "exit status"}, {all_ranks_ok(run, n), "not every rank printed its ok line"})
+end
+
+support.remove_tree(DIR)
+jobs.finish()
