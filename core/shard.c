@@ -503,7 +503,7 @@ static const char *const SGD_STATE[] = {"momentum_buffer", NULL, NULL};
 
 const char *shard_state_name(const ShardEngine *e, int which) {
     if (which == 0) return "param";
-    if (!e->kind_set || which < 1 || which > N_STATE) return NULL;
+    if (!e->kind_set || which < 1 || which > N_STATE || !e->units[0].state[which - 1]) return NULL;
     return (e->kind == SHARD_ADAM ? ADAM_STATE : SGD_STATE)[which - 1];
 }
 

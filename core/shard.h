@@ -153,7 +153,9 @@ bool shard_storage_released(const Storage *s);
  * copy at stages 1-2; stage 3 one all_gather_v of the ranks' segments.
  * which: 0 the parameter, 1.. the optimizer state slots (shard_state_name). */
 int shard_full_tensor(ShardEngine *e, int i, int which, Tensor *out);
-const char *shard_state_name(const ShardEngine *e, int which); /* NULL past the last */
+/* "param" for 0, the name of state slot which ("exp_avg", ...), NULL past
+ * the last slot created so far. */
+const char *shard_state_name(const ShardEngine *e, int which);
 
 /* ---- layout and shards, for checkpoints ---- */
 int shard_num_units(const ShardEngine *e);

@@ -13,6 +13,9 @@
 --   shard_memory.lua  peak live tensor bytes per rank under stage 3 on 2
 --                     ranks <= 0.55 x DDP's, for a model with small
 --                     activations
+--   shard_ops.lua     unscale_'s found_inf agreed by every rank, shard_state's
+--                     index against the gathered tensors, full_state_dict,
+--                     the offload flag
 --   shard_errors.lua  bad options and uses, each one clear error
 -- The accel-lua under test is $ACCEL_LUA_BIN, else the interpreter running
 -- this script.
@@ -115,7 +118,17 @@ do
   check("stage 3 peak live bytes per rank <= 0.55 x DDP's (2 ranks)", s3, table.unpack(why))
 end
 
--- ---- (d) bad options and uses ----
+-- ---- (d) unscale_ / found_inf, shard_state's index, full_state_dict, offload ----
+for _, n in ipairs({2, 3}) do
+  local run = launch(n, "shard_ops.lua")
+  check(("found_inf agreed, shard_state index, full_state_dict, offload flag, stages 1-3 (%d ranks)"):format(n), run,
+    {run.code == 0, "exit status"}, {all_ranks_ok(run, n), "not every rank printed its ok line"})
+end
+for stage = 2, 3 do
+  equiv("offload_optimizer = cpu", 2, stage, "base", {"wrap=module_list", "offload=cpu"})
+end
+
+-- ---- (e) bad options and uses ----
 for _, n in ipairs({1, 2}) do
   local run = launch(n, "shard_errors.lua")
   check(("bad options and uses give one clear error each (%d rank(s))"):format(n), run,

@@ -5,6 +5,7 @@
 --     stage=0|1|2|3   0: no engine, one process (the reference)
 --     steps=20 accum=1 clip=0 (max norm; 0 = none) opt=adamw|sgd
 --     wrap=module_list|no_wrap|min|list|cls|default  groups=1|2 (2: two param groups + StepLR)
+--     offload=none|cpu
 --
 -- Every optimizer step consumes the same 12 * accum samples of a fixed set
 -- (global batch 12 per micro-step, split evenly over the ranks); the
@@ -19,7 +20,8 @@ local accel = require("accel")
 local nn, optim, dist = accel.nn, accel.optim, accel.dist
 
 local out = arg[1]
-local o = {stage = "0", steps = "20", accum = "1", clip = "0", opt = "adamw", wrap = "module_list", groups = "1"}
+local o = {stage = "0", steps = "20", accum = "1", clip = "0", opt = "adamw", wrap = "module_list", groups = "1",
+  offload = "none"}
 for i = 2, #arg do
   local k, v = arg[i]:match("^(%w+)=(.*)$")
   if not k or o[k] == nil then error("bad argument " .. arg[i]) end
@@ -89,7 +91,8 @@ local wraps = {
 }
 local eng
 if stage > 0 then
-  eng = accel.shard.Engine(model, optimizer, {stage = stage, wrap = wraps[o.wrap], bucket_cap_mb = 0.0004})
+  eng = accel.shard.Engine(model, optimizer, {stage = stage, wrap = wraps[o.wrap], bucket_cap_mb = 0.0004,
+    offload_optimizer = o.offload})
 end
 
 local criterion = nn.CrossEntropyLoss()
