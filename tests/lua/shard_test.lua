@@ -9,7 +9,9 @@
 --                     total norm equal too), accumulation k = 3, SGD with
 --                     momentum, two param groups with a StepLR schedule, and
 --                     the wrap policies module_list, no_wrap, min_num_params,
---                     a module list and transformer_cls_names
+--                     a module list and transformer_cls_names, CPU
+--                     offload; under bf16 autocast every stage equals DDP
+--                     on the same 2 ranks
 --   shard_memory.lua  peak live tensor bytes per rank under stage 3 on 2
 --                     ranks <= 0.55 x DDP's, for a model with small
 --                     activations
@@ -59,18 +61,19 @@ local function max_rel(path_a, path_b)
 end
 
 local refs = {}
--- The one-process reference of a configuration (args after stage=0).
-local function reference(key, ...)
+-- The reference run of a configuration: one process (stage=0) unless ddp
+-- names a rank count for DDP (stage=-1) on that many ranks.
+local function reference(key, ddp, extra)
   if not refs[key] then
     local path = DIR .. "/ref_" .. key .. ".st"
-    local run = launch(1, "shard_equiv.lua", path, "stage=0", ...)
+    local run = launch(ddp or 1, "shard_equiv.lua", path, ddp and "stage=-1" or "stage=0", table.unpack(extra))
     refs[key] = {path = path, run = run, norm = tonumber(run.out:match("norm ([%d.]+)"))}
   end
   return refs[key]
 end
 
-local function equiv(name, n, stage, key, extra)
-  local ref = reference(key, table.unpack(extra))
+local function equiv(name, n, stage, key, extra, ddp)
+  local ref = reference(key, ddp, extra)
   local path = ("%s/%s_s%d_n%d.st"):format(DIR, key, stage, n)
   local run = launch(n, "shard_equiv.lua", path, "stage=" .. stage, table.unpack(extra))
   local d, where = max_rel(path, ref.path)
@@ -79,14 +82,15 @@ local function equiv(name, n, stage, key, extra)
   local why = {{ref.run.code == 0, "the reference run failed: " .. ref.run.err:sub(-300)},
     {run.code == 0, "exit status"}, {all_ranks_ok(run, n), "not every rank finished"},
     {d <= 1e-5, ("parameters differ by %g relative (%s)"):format(d, where)}}
-  if key == "clip" then
+  if table.concat(extra, " "):find("clip=", 1, true) then
     why[#why + 1] = {norm and ref.norm and ref.norm > 0.1 and math.abs(norm - ref.norm) <= 1e-5 * ref.norm,
       ("clip total norm %s, reference %s"):format(tostring(norm), tostring(ref.norm))}
   end
   if stage >= 2 and n > 1 then
     why[#why + 1] = {early > 0, "no reduction started during backward"}
   end
-  check(("%s: stage %d on %d rank(s) == 1 process, global batch"):format(name, stage, n), run, table.unpack(why))
+  local against = ddp and ("DDP on %d ranks"):format(ddp) or "1 process, global batch"
+  check(("%s: stage %d on %d rank(s) == %s"):format(name, stage, n, against), run, table.unpack(why))
 end
 
 -- ---- (a) every stage on 1, 2, 3 ranks, AdamW ----
@@ -126,6 +130,9 @@ for _, n in ipairs({2, 3}) do
 end
 for stage = 2, 3 do
   equiv("offload_optimizer = cpu", 2, stage, "base", {"wrap=module_list", "offload=cpu"})
+end
+for stage = 1, 3 do
+  equiv("bf16 autocast, clip 0.1", 2, stage, "bf16", {"wrap=module_list", "amp=bf16", "clip=0.1"}, 2)
 end
 
 -- ---- (e) bad options and uses ----

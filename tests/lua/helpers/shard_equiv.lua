@@ -5,7 +5,8 @@
 --     stage=0|1|2|3   0: no engine, one process (the reference)
 --     steps=20 accum=1 clip=0 (max norm; 0 = none) opt=adamw|sgd
 --     wrap=module_list|no_wrap|min|list|cls|default  groups=1|2 (2: two param groups + StepLR)
---     offload=none|cpu
+--     offload=none|cpu  amp=no|bf16 (the model's forward under autocast, as the Accelerator patches it)
+--     stage=-1: DDP (accel.ddp.Reducer) on N ranks, the other reference
 --
 -- Every optimizer step consumes the same 12 * accum samples of a fixed set
 -- (global batch 12 per micro-step, split evenly over the ranks); the
@@ -21,7 +22,7 @@ local nn, optim, dist = accel.nn, accel.optim, accel.dist
 
 local out = arg[1]
 local o = {stage = "0", steps = "20", accum = "1", clip = "0", opt = "adamw", wrap = "module_list", groups = "1",
-  offload = "none"}
+  offload = "none", amp = "no"}
 for i = 2, #arg do
   local k, v = arg[i]:match("^(%w+)=(.*)$")
   if not k or o[k] == nil then error("bad argument " .. arg[i]) end
@@ -51,7 +52,7 @@ function Net:forward(x)
 end
 
 local world, rank = 1, 0
-if stage > 0 then world, rank = dist.get_world_size(), dist.get_rank() end
+if stage ~= 0 then world, rank = dist.get_world_size(), dist.get_rank() end
 local function fail(fmt, ...) error(("rank %d: " .. fmt):format(rank, ...), 2) end
 
 accel.set_seed(7)
@@ -89,8 +90,12 @@ local wraps = {
   module_list = "module_list", no_wrap = "no_wrap", min = {min_num_params = 50},
   list = {model.inp, model.blocks[2], model.out}, cls = {transformer_cls_names = {"Block"}},
 }
-local eng
-if stage > 0 then
+if o.amp ~= "no" then require("accel.amp").patch_forward(model, require("accel.amp").dtype_of(o.amp)) end
+local eng, reducer
+if stage == -1 then
+  accel.ddp.broadcast_model(model, 0)
+  reducer = accel.ddp.Reducer(model, {bucket_cap_mb = 0.0004})
+elseif stage > 0 then
   eng = accel.shard.Engine(model, optimizer, {stage = stage, wrap = wraps[o.wrap], bucket_cap_mb = 0.0004,
     offload_optimizer = o.offload})
 end
@@ -107,17 +112,19 @@ for s = 1, steps do
   else
     for m = 1, accum do
       local lo = ((s - 1) * accum + (m - 1)) * 12 + rank * b
-      eng:set_sync(m == accum)
+      local sync = eng or reducer
+      sync:set_sync(m == accum)
       local loss = criterion(model(x:narrow(1, lo + 1, b)), y:narrow(1, lo + 1, b)) / accum
       loss:backward()
-      eng:finalize()
+      sync:finalize()
       if stage >= 2 then
         for name, p in model:named_parameters() do
           if p.grad ~= nil then fail("stage %d: %s.grad is not nil after finalize", stage, name) end
         end
       end
     end
-    if clip > 0 then norm = eng:clip_grad_norm_(clip):item() end
+    if clip > 0 and eng then norm = eng:clip_grad_norm_(clip):item() end
+    if clip > 0 and reducer then norm = nn.utils.clip_grad_norm_(model:parameters(), clip):item() end
   end
   optimizer:step()
   optimizer:zero_grad()
@@ -132,7 +139,7 @@ if stage == 3 then
 end
 
 local sd
-if stage == 0 then
+if stage <= 0 then
   sd = {}
   for name, p in model:named_parameters() do sd[name] = p:detach():clone() end
 else
