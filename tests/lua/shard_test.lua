@@ -21,44 +21,18 @@
 --   shard_errors.lua  bad options and uses, each one clear error
 -- The accel-lua under test is $ACCEL_LUA_BIN, else the interpreter running
 -- this script.
-local accel = require("accel")
 local HERE = arg[0]:match("^(.*)/[^/]*$") or "."
 local support = dofile(HERE .. "/support.lua")
 
 local HELPERS = HERE .. "/helpers/"
-local quote, all_ranks_ok = support.shell_quote, support.all_ranks_ok
+local all_ranks_ok = support.all_ranks_ok
 local jobs = support.job_checks()
 local check = jobs.check
 
 support.require_mpirun()
 local DIR = support.tmpdir()
 
-local ENV = "env -u ACCEL_LUA_COLLECTIVE_TIMEOUT -u ACCEL_LUA_DIST_BACKEND -u ACCEL_LUA_MIXED_PRECISION "
-  .. "-u ACCEL_LUA_GRADIENT_ACCUMULATION_STEPS -u ACCEL_LUA_USE_DEEPSPEED -u ACCEL_LUA_USE_FSDP "
-  .. "ACCEL_LUA_CONFIG=" .. quote(DIR .. "/no-config.yaml") .. " " .. support.asan_env()
-
-local function launch(np, helper, ...)
-  local args = {}
-  for i, a in ipairs({...}) do args[i] = quote(tostring(a)) end
-  return jobs.run(("%stimeout -k 5 120 %s launch --cpu --num_processes %d %s %s"):format(ENV,
-    quote(support.ACCEL_LUA), np, quote(HELPERS .. helper), table.concat(args, " ")))
-end
-
--- Largest relative difference (per tensor: max |a - b| / max |b|) between
--- two safetensors files, and where.
-local function max_rel(path_a, path_b)
-  local ok_a, a = pcall(accel.load, path_a)
-  local ok_b, b = pcall(accel.load, path_b)
-  if not (ok_a and ok_b) then return math.huge, "a result file is missing" end
-  local worst, where = 0, "-"
-  for k, t in pairs(b) do
-    if not a[k] then return math.huge, "no " .. k end
-    local scale = t:double():abs():max():item()
-    local d = (a[k]:double() - t:double()):abs():max():item() / (scale > 0 and scale or 1)
-    if d > worst then worst, where = d, k end
-  end
-  return worst, where
-end
+local launch, max_rel = support.launcher(jobs, HELPERS, DIR), support.max_rel
 
 local refs = {}
 -- The reference run of a configuration: one process (stage=0) unless ddp
@@ -122,11 +96,14 @@ do
   check("stage 3 peak live bytes per rank <= 0.55 x DDP's (2 ranks)", s3, table.unpack(why))
 end
 
--- ---- (d) unscale_ / found_inf, shard_state's index, full_state_dict, offload ----
+-- ---- (d) unscale_ / found_inf, shard_state's index, full_state_dict, offload; (e) bad inputs ----
+local function all_ok(what, helper, n)
+  local run = launch(n, helper)
+  check(("%s (%d rank(s))"):format(what, n), run, {run.code == 0, "exit status"},
+    {all_ranks_ok(run, n), "not every rank printed its ok line"})
+end
 for _, n in ipairs({2, 3}) do
-  local run = launch(n, "shard_ops.lua")
-  check(("found_inf agreed, shard_state index, full_state_dict, offload flag, stages 1-3 (%d ranks)"):format(n), run,
-    {run.code == 0, "exit status"}, {all_ranks_ok(run, n), "not every rank printed its ok line"})
+  all_ok("found_inf agreed, shard_state index, full_state_dict, offload flag, stages 1-3", "shard_ops.lua", n)
 end
 for stage = 2, 3 do
   equiv("offload_optimizer = cpu", 2, stage, "base", {"wrap=module_list", "offload=cpu"})
@@ -134,13 +111,7 @@ end
 for stage = 1, 3 do
   equiv("bf16 autocast, clip 0.1", 2, stage, "bf16", {"wrap=module_list", "amp=bf16", "clip=0.1"}, 2)
 end
-
--- ---- (e) bad options and uses ----
-for _, n in ipairs({1, 2}) do
-  local run = launch(n, "shard_errors.lua")
-  check(("bad options and uses give one clear error each (%d rank(s))"):format(n), run,
-    {run.code == 0, "exit status"}, {all_ranks_ok(run, n), "not every rank printed its ok line"})
-end
+for _, n in ipairs({1, 2}) do all_ok("bad options and uses give one clear error each", "shard_errors.lua", n) end
 
 support.remove_tree(DIR)
 jobs.finish()

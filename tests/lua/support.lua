@@ -244,4 +244,36 @@ function M.job_checks()
   return jobs
 end
 
+-- launch(np, helper, args...) for job checks: `accel-lua launch --cpu
+-- --num_processes np HELPERS/helper args...` in a clean environment (no
+-- config file, no inherited ACCEL_LUA_* settings; dir holds the absent
+-- config) -> {code, out, err, secs}.
+function M.launcher(jobs, helpers, dir)
+  local env = "env -u ACCEL_LUA_COLLECTIVE_TIMEOUT -u ACCEL_LUA_DIST_BACKEND -u ACCEL_LUA_MIXED_PRECISION "
+    .. "-u ACCEL_LUA_GRADIENT_ACCUMULATION_STEPS -u ACCEL_LUA_USE_DEEPSPEED -u ACCEL_LUA_USE_FSDP "
+    .. "ACCEL_LUA_CONFIG=" .. M.shell_quote(dir .. "/no-config.yaml") .. " " .. M.asan_env()
+  return function(np, helper, ...)
+    local args = {}
+    for i, a in ipairs({...}) do args[i] = M.shell_quote(tostring(a)) end
+    return jobs.run(("%stimeout -k 5 120 %s launch --cpu --num_processes %d %s %s"):format(env,
+      M.shell_quote(M.ACCEL_LUA), np, M.shell_quote(helpers .. helper), table.concat(args, " ")))
+  end
+end
+
+-- Largest relative difference (per tensor: max |a - b| / max |b|) between
+-- two safetensors files, and the name of that tensor.
+function M.max_rel(path_a, path_b)
+  local ok_a, a = pcall(accel.load, path_a)
+  local ok_b, b = pcall(accel.load, path_b)
+  if not (ok_a and ok_b) then return math.huge, "a result file is missing" end
+  local worst, where = 0, "-"
+  for k, t in pairs(b) do
+    if not a[k] then return math.huge, "no " .. k end
+    local scale = t:double():abs():max():item()
+    local d = (a[k]:double() - t:double()):abs():max():item() / (scale > 0 and scale or 1)
+    if d > worst then worst, where = d, k end
+  end
+  return worst, where
+end
+
 return M

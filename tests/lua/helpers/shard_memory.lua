@@ -28,23 +28,17 @@ accel.set_seed(3)
 local model = Net()
 local optimizer = optim.AdamW(model:parameters(), {lr = 1e-3})
 local x = accel.randn(2, 64)
-local step
+local sync -- what completes the gradient after backward
 if mode == "ddp" then
-  local reducer = accel.ddp.Reducer(model)
-  step = function()
-    model(x):pow(2):mean():backward()
-    reducer:finalize()
-    optimizer:step()
-    optimizer:zero_grad()
-  end
+  sync = accel.ddp.Reducer(model)
 else
-  local eng = accel.shard.Engine(model, optimizer, {stage = tonumber(mode:match("%d")), wrap = "module_list"})
-  step = function()
-    model(x):pow(2):mean():backward()
-    eng:finalize()
-    optimizer:step()
-    optimizer:zero_grad()
-  end
+  sync = accel.shard.Engine(model, optimizer, {stage = tonumber(mode:match("%d")), wrap = "module_list"})
+end
+local function step()
+  model(x):pow(2):mean():backward()
+  sync:finalize()
+  optimizer:step()
+  optimizer:zero_grad()
 end
 for _ = 1, 2 do step() end
 collectgarbage()
