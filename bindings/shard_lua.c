@@ -8,7 +8,8 @@
  *   e:step(kind, group_of, groups)   kind "sgd" | "adam" | "adamw"; group_of[i]: the
  *                                    index into groups (param-group tables) of parameter i
  *   e:clip_grad_norm(max_norm, p) -> total norm;  e:unscale(factor) -> found_inf
- *   e:gather(u), e:release(u), e:gathered(u), e:pre_backward(u, t) -> t'
+ *   e:gather(u), e:release(u), e:gathered(u), e:pre_backward(u, t) -> t', e:prefetch(u)
+ *   e:forward_begin(), e:before_forward(u)   (a model's forward, see shard_unit_forward)
  *   e:full_tensor(i, which) -> parameter i (which 0) or its state slot `which`, in full
  *   e:units() -> {{numel, padded, shard, params = {i...}, offsets = {...}}, ...}
  *   e:shard(u, which) -> this rank's shard (which -1 gradient, 0 master, 1.. state) or nil
@@ -76,7 +77,8 @@ static int l_engine(lua_State *L) {
         if (unit_of[i] + 1 > nu) nu = unit_of[i] + 1;
     }
     ShardOptions o = {.stage = (int)opt_number(L, 3, "stage", 0), .bucket_cap_mb = opt_number(L, 3, "bucket_cap_mb", 25),
-                      .offload_optimizer = opt_bool(L, 3, "offload_optimizer"), .broadcast = opt_bool(L, 3, "broadcast")};
+                      .offload_optimizer = opt_bool(L, 3, "offload_optimizer"), .broadcast = opt_bool(L, 3, "broadcast"),
+                      .backward_prefetch = opt_bool(L, 3, "backward_prefetch")};
     DistComm *c = dist_world();
     if (!c) return lu_core_error(L);
     EngineUD *u = lua_newuserdatauv(L, sizeof *u, 0);
@@ -181,6 +183,21 @@ static int e_release(lua_State *L) {
     return rc_or_error(L, shard_unit_release(e, unit_arg(L, e)));
 }
 
+static int e_prefetch(lua_State *L) {
+    ShardEngine *e = check_engine(L);
+    return rc_or_error(L, shard_unit_prefetch(e, unit_arg(L, e)));
+}
+
+static int e_forward_begin(lua_State *L) {
+    shard_forward_begin(check_engine(L));
+    return 0;
+}
+
+static int e_before_forward(lua_State *L) {
+    ShardEngine *e = check_engine(L);
+    return rc_or_error(L, shard_unit_forward(e, unit_arg(L, e)));
+}
+
 static int e_gathered(lua_State *L) {
     ShardEngine *e = check_engine(L);
     lua_pushboolean(L, shard_unit_gathered(e, unit_arg(L, e)));
@@ -279,7 +296,7 @@ static int e_info(lua_State *L) {
 static int e_stats(lua_State *L) {
     ShardStats st;
     shard_stats(check_engine(L), &st);
-    lua_createtable(L, 0, 7);
+    lua_createtable(L, 0, 8);
     set_int(L, "units", st.units);
     set_int(L, "params", st.params);
     set_int(L, "steps", (lua_Integer)st.steps);
@@ -287,6 +304,7 @@ static int e_stats(lua_State *L) {
     set_int(L, "early", (lua_Integer)st.early);
     set_int(L, "gathers", (lua_Integer)st.gathers);
     set_int(L, "releases", (lua_Integer)st.releases);
+    set_int(L, "prefetches", (lua_Integer)st.prefetches);
     return 1;
 }
 
@@ -320,6 +338,7 @@ void lu_open_shard(lua_State *L, int m) {
         {"gathered", e_gathered}, {"pre_backward", e_pre_backward}, {"full_tensor", e_full_tensor},
         {"units", e_units},       {"shard", e_shard},             {"state_names", e_state_names},
         {"steps", e_steps},       {"info", e_info},               {"stats", e_stats},
+        {"prefetch", e_prefetch}, {"forward_begin", e_forward_begin}, {"before_forward", e_before_forward},
         {"close", e_close},       {NULL, NULL}};
     lu_new_class(L, ENGINE_MT, methods, e_close, e_tostring);
     static const luaL_Reg fns[] = {{"shard_engine", l_engine}, {"shard_released", l_released}, {NULL, NULL}};

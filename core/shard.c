@@ -50,6 +50,9 @@ typedef struct {
     Tensor *master, *grad, *state[N_STATE];
     Tensor *gfull, *gtmp; /* stage >= 2, during one backward */
     DistWork *work;
+    Tensor *next_flat; /* stage 3: a prefetch's buffer, gwork its all_gather */
+    DistWork *gwork;
+    int fwd_prev;      /* the unit whose forward started before this one's (-1: none) */
     int pending;
     bool launched, grad_dirty; /* grad_dirty: the gradient shard holds a sum */
 } Unit;
@@ -62,7 +65,8 @@ typedef struct {
 struct ShardEngine {
     DistComm *comm;
     int rank, world, stage;
-    bool shard_grads, shard_params, offload;
+    bool shard_grads, shard_params, offload, prefetch;
+    int last_fwd; /* the unit whose forward started last in this forward (-1: none) */
     bool sync, active, has_grads, kind_set;
     ShardOptKind kind;
     int n, nu;
@@ -130,8 +134,25 @@ static void set_flat(Unit *un, Tensor *flat) {
     un->view->nbytes = flat ? (size_t)flat->numel * sizeof(float) : 0;
 }
 
+/* Completes unit un's prefetch: its buffer becomes the unit's. */
+static int finish_prefetch(ShardEngine *e, Unit *un) {
+    int rc = dist_wait(un->gwork);
+    dist_work_free(un->gwork);
+    un->gwork = NULL;
+    Tensor *flat = un->next_flat;
+    un->next_flat = NULL;
+    if (rc) {
+        tensor_release(flat);
+        return -1;
+    }
+    set_flat(un, flat);
+    e->st.gathers++;
+    return 0;
+}
+
 int shard_unit_gather(ShardEngine *e, int u) {
     Unit *un = &e->units[u];
+    if (un->gwork) return finish_prefetch(e, un);
     if (un->holder->flat) return 0;
     Tensor *flat = flat_f32(un->padded, false);
     if (!flat) return -1;
@@ -144,9 +165,33 @@ int shard_unit_gather(ShardEngine *e, int u) {
     return 0;
 }
 
+int shard_unit_prefetch(ShardEngine *e, int u) {
+    Unit *un = &e->units[u];
+    if (!e->shard_params || un->holder->flat || un->gwork || (e->active && un->pending == 0)) return 0;
+    if (!(un->next_flat = flat_f32(un->padded, false))) return -1;
+    un->gwork = dist_iall_gather(e->comm, un->next_flat, un->master);
+    if (!un->gwork) {
+        tensor_release(un->next_flat);
+        un->next_flat = NULL;
+        return -1;
+    }
+    e->st.prefetches++;
+    return 0;
+}
+
+void shard_forward_begin(ShardEngine *e) { e->last_fwd = -1; }
+
+int shard_unit_forward(ShardEngine *e, int u) {
+    e->units[u].fwd_prev = e->last_fwd;
+    e->last_fwd = u;
+    return shard_unit_gather(e, u);
+}
+
 int shard_unit_release(ShardEngine *e, int u) {
     Unit *un = &e->units[u];
-    if (!e->shard_params || !un->holder->flat) return 0;
+    if (!e->shard_params) return 0;
+    if (un->gwork && finish_prefetch(e, un)) return -1;
+    if (!un->holder->flat) return 0;
     set_flat(un, NULL);
     e->st.releases++;
     return 0;
@@ -207,6 +252,7 @@ static int plan_unit(ShardEngine *e, int u) {
         numels[k++] = e->params[i]->numel;
         un->numel += e->params[i]->numel;
     }
+    un->fwd_prev = -1;
     un->shard = shard_len(un->numel, e->world);
     un->padded = un->shard * e->world;
     un->nseg = shard_segments(un->n, un->offsets, numels, un->shard, e->rank, un->segs);
@@ -397,9 +443,13 @@ int shard_gather_all(ShardEngine *e) {
 
 /* ---- stage 3: gather before backward ---- */
 
+/* Before unit u's backward: gather it; with prefetch, start gathering the
+ * unit whose forward ran before u's (whose backward comes next). */
 static int pre_backward_fn(AGNode *n, Tensor *gout, Tensor **gin) {
     ShardEngine *e = find_live((uint64_t)n->i[0]);
-    if (e && shard_unit_gather(e, (int)n->i[1])) return -1;
+    int u = (int)n->i[1];
+    if (e && shard_unit_gather(e, u)) return -1;
+    if (e && e->prefetch && e->units[u].fwd_prev >= 0 && shard_unit_prefetch(e, e->units[u].fwd_prev)) return -1;
     gin[0] = tensor_retain(gout);
     return 0;
 }
@@ -679,6 +729,8 @@ ShardEngine *shard_engine_new(DistComm *c, Tensor **params, int n, const int *un
     e->rank = c->rank;
     e->world = c->size;
     e->offload = o->offload_optimizer;
+    e->prefetch = o->backward_prefetch;
+    e->last_fwd = -1;
     e->sync = true;
     int rc = set_stage(e, o->stage);
     if (rc == 0) rc = alloc_engine(e, params, n, unit_of, n_units);
@@ -707,6 +759,9 @@ static void unlink_live(ShardEngine *e) {
 static void free_unit(Unit *un) {
     if (un->work) dist_wait(un->work);
     dist_work_free(un->work);
+    if (un->gwork) dist_wait(un->gwork);
+    dist_work_free(un->gwork);
+    tensor_release(un->next_flat);
     tensor_release(un->gtmp);
     tensor_release(un->gfull);
     tensor_release(un->master);

@@ -87,6 +87,7 @@ typedef struct {
     double bucket_cap_mb;     /* stage 1's DDP buckets (<= 0: 25) */
     bool offload_optimizer;   /* see above */
     bool broadcast;           /* rank 0's parameters to every rank at creation */
+    bool backward_prefetch;   /* stage 3: gather the next unit while one runs backward */
 } ShardOptions;
 
 typedef enum { SHARD_SGD = 0, SHARD_ADAM = 1 } ShardOptKind;
@@ -101,7 +102,7 @@ typedef struct {
 
 typedef struct {
     int units, params;
-    uint64_t steps, reductions, early, gathers, releases;
+    uint64_t steps, reductions, early, gathers, releases, prefetches;
 } ShardStats;
 
 /* params: n distinct float32 CPU leaves that require grad; unit_of[i] in
@@ -136,8 +137,15 @@ int shard_clip_grad_norm(ShardEngine *e, double max_norm, double p, double *tota
  * holds an inf / NaN (one all_reduce, the same answer on every rank). */
 int shard_unscale(ShardEngine *e, double factor, bool *found_inf);
 
-/* stage 3 */
-int shard_unit_gather(ShardEngine *e, int u);
+/* stage 3. A model's forward: shard_forward_begin, then for each unit
+ * shard_unit_forward (records the forward order, gathers) ... its forward
+ * ... shard_unit_release. */
+void shard_forward_begin(ShardEngine *e);
+int shard_unit_forward(ShardEngine *e, int u);
+int shard_unit_gather(ShardEngine *e, int u); /* completes a prefetch of u if one is under way */
+/* Starts gathering u without waiting (not when gathered, under way, or
+ * its gradient of this backward is complete). */
+int shard_unit_prefetch(ShardEngine *e, int u);
 int shard_unit_release(ShardEngine *e, int u);
 bool shard_unit_gathered(const ShardEngine *e, int u);
 /* out unchanged, with an identity node whose backward gathers unit u

@@ -63,6 +63,9 @@ local function equiv(name, n, stage, key, extra, ddp)
   if stage >= 2 and n > 1 then
     why[#why + 1] = {early > 0, "no reduction started during backward"}
   end
+  if table.concat(extra, " "):find("prefetch=1", 1, true) then
+    why[#why + 1] = {tonumber(run.out:match("prefetches (%d+)") or "0") > 0, "no unit was prefetched"}
+  end
   local against = ddp and ("DDP on %d ranks"):format(ddp) or "1 process, global batch"
   check(("%s: stage %d on %d rank(s) == %s"):format(name, stage, n, against), run, table.unpack(why))
 end
@@ -80,6 +83,8 @@ for stage = 1, 3 do
   equiv("2 param groups + StepLR, transformer_cls_names", 3, stage, "groups", {"groups=2", "wrap=cls"})
 end
 equiv("stage 1-2 default units (bucket-sized)", 3, 2, "default", {"wrap=default"})
+equiv("backward_prefetch", 3, 3, "base", {"wrap=module_list", "prefetch=1"})
+equiv("backward_prefetch, accumulation k = 3", 2, 3, "accum", {"accum=3", "wrap=cls", "prefetch=1"})
 
 -- ---- (c) memory: stage 3 on 2 ranks vs DDP ----
 do

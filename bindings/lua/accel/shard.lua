@@ -8,7 +8,8 @@
 --                                     -- {transformer_cls_names = {"Block"}}, "module_list"
 --     bucket_cap_mb = 25,             -- stage 1's DDP buckets; stage 1-2 default units
 --     offload_optimizer = false,      -- "cpu" / true: optimizer shards on the host
---     broadcast = true})              -- rank 0's parameters to every rank first
+--     broadcast = true,               -- rank 0's parameters to every rank first
+--     backward_prefetch = false})     -- stage 3: gather the next unit during a backward
 --   for each step:
 --     loss:backward(); eng:finalize()        -- (step / clip call finalize themselves)
 --     eng:clip_grad_norm_(1.0)               -- -> total norm (0-dim float32 tensor)
@@ -61,7 +62,7 @@ local C = accel._C
 local shard = {}
 
 local OPTIONS = {stage = "number", wrap = "any", bucket_cap_mb = "number", offload_optimizer = "any",
-  broadcast = "boolean"}
+  broadcast = "boolean", backward_prefetch = "boolean"}
 
 local Engine = {}
 Engine.__index = Engine
@@ -231,7 +232,7 @@ local function install_hooks(self)
   local c, handles = self._c, {}
   for u, unit in ipairs(self._units) do
     if unit.module then
-      handles[#handles + 1] = unit.module:register_forward_pre_hook(function() c:gather(u) end)
+      handles[#handles + 1] = unit.module:register_forward_pre_hook(function() c:before_forward(u) end)
       handles[#handles + 1] = unit.module:register_forward_hook(function(_, _, res)
         local out = wrap_outputs(c, u, res)
         c:release(u)
@@ -239,9 +240,11 @@ local function install_hooks(self)
       end)
     end
   end
-  if self._has_root then
-    handles[#handles + 1] = self.model:register_forward_pre_hook(function() c:gather(1) end)
-  end
+  local root = self._has_root
+  handles[#handles + 1] = self.model:register_forward_pre_hook(function()
+    c:forward_begin()
+    if root then c:gather(1) end
+  end)
   self._handles = handles
 end
 
@@ -327,7 +330,7 @@ function shard.Engine(model, optimizer, o)
   local unit_of, units, has_root = assign(params, policy_units(model, o.wrap, stage, cap, params))
   self._units, self._has_root = units, has_root
   self._c = C.shard_engine(params, unit_of, {stage = stage, bucket_cap_mb = cap, offload_optimizer = offload,
-    broadcast = o.broadcast ~= false})
+    broadcast = o.broadcast ~= false, backward_prefetch = o.backward_prefetch == true})
   self._unit_of = unit_of
   if stage == 3 then install_hooks(self) end
   for _, p in ipairs(params) do owned[p] = self end

@@ -5,7 +5,7 @@
 --     stage=0|1|2|3   0: no engine, one process (the reference)
 --     steps=20 accum=1 clip=0 (max norm; 0 = none) opt=adamw|sgd
 --     wrap=module_list|no_wrap|min|list|cls|default  groups=1|2 (2: two param groups + StepLR)
---     offload=none|cpu  amp=no|bf16 (the model's forward under autocast, as the Accelerator patches it)
+--     offload=none|cpu  prefetch=0|1 (stage 3 backward_prefetch)  amp=no|bf16 (the model's forward under autocast, as the Accelerator patches it)
 --     stage=-1: DDP (accel.ddp.Reducer) on N ranks, the other reference
 --
 -- Every optimizer step consumes the same 12 * accum samples of a fixed set
@@ -22,7 +22,7 @@ local nn, optim, dist = accel.nn, accel.optim, accel.dist
 
 local out = arg[1]
 local o = {stage = "0", steps = "20", accum = "1", clip = "0", opt = "adamw", wrap = "module_list", groups = "1",
-  offload = "none", amp = "no"}
+  offload = "none", amp = "no", prefetch = "0"}
 for i = 2, #arg do
   local k, v = arg[i]:match("^(%w+)=(.*)$")
   if not k or o[k] == nil then error("bad argument " .. arg[i]) end
@@ -97,7 +97,7 @@ if stage == -1 then
   reducer = accel.ddp.Reducer(model, {bucket_cap_mb = 0.0004})
 elseif stage > 0 then
   eng = accel.shard.Engine(model, optimizer, {stage = stage, wrap = wraps[o.wrap], bucket_cap_mb = 0.0004,
-    offload_optimizer = o.offload})
+    offload_optimizer = o.offload, backward_prefetch = o.prefetch == "1"})
 end
 
 local criterion = nn.CrossEntropyLoss()
@@ -157,8 +157,8 @@ if rank == 0 then
   print(("norm %.6f"):format(norm))
   if eng then
     local st = eng:stats()
-    print(("units %d reductions %d early %d gathers %d releases %d"):format(st.units, st.reductions, st.early,
-      st.gathers, st.releases))
+    print(("units %d reductions %d early %d gathers %d releases %d prefetches %d"):format(st.units, st.reductions,
+      st.early, st.gathers, st.releases, st.prefetches))
   end
 end
 if eng then eng:close() end
