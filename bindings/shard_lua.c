@@ -11,6 +11,7 @@
  *   e:gather(u), e:release(u), e:gathered(u), e:pre_backward(u, t) -> t', e:prefetch(u)
  *   e:forward_begin(), e:before_forward(u)   (a model's forward, see shard_unit_forward)
  *   e:full_tensor(i, which) -> parameter i (which 0) or its state slot `which`, in full
+ *   e:load_full(i, which, t), e:set_kind(kind), e:set_steps(i, n)   (loading, local)
  *   e:units() -> {{numel, padded, shard, params = {i...}, offsets = {...}}, ...}
  *   e:shard(u, which) -> this rank's shard (which -1 gradient, 0 master, 1.. state) or nil
  *   e:state_names() -> {"exp_avg", ...};  e:steps(i);  e:info();  e:stats();  e:close() */
@@ -224,6 +225,26 @@ static int e_full_tensor(lua_State *L) {
     return rc_or_error(L, shard_full_tensor(e, i, which, out)) + 1;
 }
 
+static int e_load_full(lua_State *L) {
+    ShardEngine *e = check_engine(L);
+    int i = check_index(L, 2, shard_num_params(e), "parameter");
+    return rc_or_error(L, shard_load_full(e, i, (int)luaL_checkinteger(L, 3), lu_check_tensor(L, 4)));
+}
+
+static int e_set_kind(lua_State *L) {
+    const char *kind = luaL_checkstring(L, 2);
+    return rc_or_error(L, shard_set_kind(check_engine(L), strcmp(kind, "sgd") == 0 ? SHARD_SGD : SHARD_ADAM));
+}
+
+static int e_set_steps(lua_State *L) {
+    ShardEngine *e = check_engine(L);
+    int i = check_index(L, 2, shard_num_params(e), "parameter");
+    lua_Integer n = luaL_checkinteger(L, 3);
+    if (n < 0) lu_error(L, "shard: a step count must be >= 0, got %lld", (long long)n);
+    shard_set_param_steps(e, i, n);
+    return 0;
+}
+
 static void set_int(lua_State *L, const char *k, lua_Integer v) {
     lua_pushinteger(L, v);
     lua_setfield(L, -2, k);
@@ -339,6 +360,7 @@ void lu_open_shard(lua_State *L, int m) {
         {"units", e_units},       {"shard", e_shard},             {"state_names", e_state_names},
         {"steps", e_steps},       {"info", e_info},               {"stats", e_stats},
         {"prefetch", e_prefetch}, {"forward_begin", e_forward_begin}, {"before_forward", e_before_forward},
+        {"load_full", e_load_full}, {"set_kind", e_set_kind}, {"set_steps", e_set_steps},
         {"close", e_close},       {NULL, NULL}};
     lu_new_class(L, ENGINE_MT, methods, e_close, e_tostring);
     static const luaL_Reg fns[] = {{"shard_engine", l_engine}, {"shard_released", l_released}, {NULL, NULL}};

@@ -567,17 +567,26 @@ static int slots_needed(const ShardEngine *e, const ShardHyper *h) {
     return need;
 }
 
-static int prepare_state(ShardEngine *e, const ShardHyper *h) {
-    for (int i = 0; i < e->n; i++)
-        if (h[i].kind != h[0].kind) return accel_fail_int("shard: every parameter must use the same optimizer");
-    if (e->kind_set && h[0].kind != e->kind) return accel_fail_int("shard: the optimizer kind changed between steps");
-    e->kind = h[0].kind;
+int shard_set_kind(ShardEngine *e, ShardOptKind kind) {
+    if (e->kind_set && kind != e->kind) return accel_fail_int("shard: the optimizer kind changed between steps");
+    e->kind = kind;
     e->kind_set = true;
-    int need = slots_needed(e, h);
+    return 0;
+}
+
+/* State slots 0..need-1 of every unit (zeros where new). */
+static int ensure_slots(ShardEngine *e, int need) {
     for (int u = 0; u < e->nu; u++)
         for (int s = 0; s < need; s++)
             if (!e->units[u].state[s] && !(e->units[u].state[s] = flat_f32(e->units[u].shard, true))) return -1;
     return 0;
+}
+
+static int prepare_state(ShardEngine *e, const ShardHyper *h) {
+    for (int i = 0; i < e->n; i++)
+        if (h[i].kind != h[0].kind) return accel_fail_int("shard: every parameter must use the same optimizer");
+    if (shard_set_kind(e, h[0].kind)) return -1;
+    return ensure_slots(e, slots_needed(e, h));
 }
 
 static float *state_at(Unit *un, int s, int64_t at) { return un->state[s] ? fdata(un->state[s]) + at : NULL; }
@@ -639,11 +648,17 @@ static Tensor *slot_shard(const ShardEngine *e, int u, int which) {
     return which >= 1 && which <= N_STATE ? un->state[which - 1] : NULL;
 }
 
+/* A full tensor of parameter i must be contiguous float32 of its numel. */
+static int check_full(const ShardEngine *e, int i, const Tensor *t) {
+    if (t->numel != e->params[i]->numel || t->dtype != DT_F32 || !tensor_is_contiguous(t))
+        return accel_fail_int("shard: a full tensor of parameter %d must be contiguous float32 with %lld elements, got %s "
+                              "%s", i + 1, (long long)e->params[i]->numel, dtype_name(t->dtype), tensor_shape_str(t));
+    return 0;
+}
+
 int shard_full_tensor(ShardEngine *e, int i, int which, Tensor *out) {
     Tensor *p = e->params[i];
-    if (out->numel != p->numel || out->dtype != DT_F32 || !tensor_is_contiguous(out))
-        return accel_fail_int("shard: full tensor of parameter %d needs a contiguous float32 tensor of %lld elements",
-                              i + 1, (long long)p->numel);
+    if (check_full(e, i, out)) return -1;
     if (which == 0 && !e->shard_params) {
         memcpy(tensor_data(out), tensor_data(p), (size_t)p->numel * sizeof(float));
         return 0;
@@ -663,6 +678,26 @@ int shard_full_tensor(ShardEngine *e, int i, int which, Tensor *out) {
     free(counts);
     return rc;
 }
+
+int shard_load_full(ShardEngine *e, int i, int which, const Tensor *full) {
+    if (check_full(e, i, full)) return -1;
+    if (which < 0 || which > N_STATE) return accel_fail_int("shard: there is no shard %d to load", which);
+    if (which > 0 && !e->kind_set)
+        return accel_fail_int("shard: loading optimizer state needs the optimizer kind (shard_set_kind) first");
+    if (which > 0 && ensure_slots(e, which)) return -1;
+    Unit *un = &e->units[e->unit_of[i]];
+    int64_t off = offset_of(e, i), from, len = shard_overlap(off, full->numel, un->shard, e->rank, &from);
+    const float *src = tensor_data(full);
+    memcpy(fdata(slot_shard(e, e->unit_of[i], which)) + off + from - (int64_t)e->rank * un->shard, src + from,
+           (size_t)len * sizeof(float));
+    if (which == 0 && un->holder->flat) {
+        memcpy(fdata(un->holder->flat) + off, src, (size_t)full->numel * sizeof(float));
+        un->view->version++;
+    }
+    return 0;
+}
+
+void shard_set_param_steps(ShardEngine *e, int i, int64_t steps) { e->steps[i] = steps; }
 
 /* ---- creation and teardown ---- */
 

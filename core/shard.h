@@ -164,6 +164,15 @@ int shard_full_tensor(ShardEngine *e, int i, int which, Tensor *out);
 /* "param" for 0, the name of state slot which ("exp_avg", ...), NULL past
  * the last slot created so far. */
 const char *shard_state_name(const ShardEngine *e, int which);
+/* The reverse, local (no communication): this rank's part of parameter i's
+ * `which` (0 the parameter, 1.. a state slot, created as zeros if missing)
+ * from a full tensor; at stages 1-2 (or a gathered stage-3 unit) which 0
+ * also sets the full parameter. Every rank loading the same full tensors
+ * reshards a checkpoint onto any number of ranks. */
+int shard_load_full(ShardEngine *e, int i, int which, const Tensor *full);
+/* The optimizer kind (fixed by the first step; set it to load state before). */
+int shard_set_kind(ShardEngine *e, ShardOptKind kind);
+void shard_set_param_steps(ShardEngine *e, int i, int64_t steps);
 
 /* ---- layout and shards, for checkpoints ---- */
 int shard_num_units(const ShardEngine *e);

@@ -12,6 +12,9 @@
 --                     a module list and transformer_cls_names, CPU
 --                     offload; under bf16 autocast every stage equals DDP
 --                     on the same 2 ranks
+--                     Also: full_state_dict + full_optim_state saved on 2
+--                     ranks, loaded on 3 and on 1 ranks (another stage),
+--                     continued == the unbroken run
 --   shard_memory.lua  peak live tensor bytes per rank under stage 3 on 2
 --                     ranks <= 0.55 x DDP's, for a model with small
 --                     activations
@@ -85,6 +88,21 @@ end
 equiv("stage 1-2 default units (bucket-sized)", 3, 2, "default", {"wrap=default"})
 equiv("backward_prefetch", 3, 3, "base", {"wrap=module_list", "prefetch=1"})
 equiv("backward_prefetch, accumulation k = 3", 2, 3, "accum", {"accum=3", "wrap=cls", "prefetch=1"})
+
+-- ---- (b2) full state saved on 2 ranks, loaded on 3 and on 1, continued ----
+do
+  local ref = reference("base", nil, {"wrap=module_list"})
+  local ck = DIR .. "/full_ck.st"
+  local first = launch(2, "shard_equiv.lua", DIR .. "/half.st", "stage=2", "steps=10", "save=" .. ck)
+  for _, c in ipairs({{3, 3}, {1, 1}}) do
+    local path = ("%s/resumed_%d.st"):format(DIR, c[1])
+    local run = launch(c[1], "shard_equiv.lua", path, "stage=" .. c[2], "steps=10", "start=10", "load=" .. ck)
+    local d, where = max_rel(path, ref.path)
+    check(("10 steps at stage 2 on 2 ranks, full state loaded at stage %d on %d rank(s), 10 more == 20 unbroken")
+      :format(c[2], c[1]), run, {first.code == 0, "the saving run failed: " .. first.err:sub(-300)},
+      {run.code == 0, "exit status"}, {d <= 1e-5, ("parameters differ by %g relative (%s)"):format(d, where)})
+  end
+end
 
 -- ---- (c) memory: stage 3 on 2 ranks vs DDP ----
 do

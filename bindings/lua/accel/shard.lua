@@ -17,6 +17,8 @@
 --   eng:set_sync(false)                      -- gradient accumulation micro-steps
 --   eng:unscale_(1 / scale) -> found_inf     -- fp16 loss scaling, agreed by every rank
 --   eng:full_state_dict()                    -- {name = full tensor}, gathered one at a time
+--   eng:full_optim_state()                   -- {name = {step, exp_avg, ...}} in full, the same way
+--   eng:load_full_state_dict(sd), eng:load_full_optim_state(st)  -- local: reshards onto these ranks
 --   eng:shard_state()                        -- this rank's shards + the index of all ranks'
 --   eng:gathered(fn)                         -- stage 3: fn() with every parameter present
 --   eng:close()                              -- collective: full parameters back, hooks off
@@ -390,6 +392,64 @@ function Engine:full_state_dict()
   for i, name in ipairs(self.names) do sd[name] = c:full_tensor(i, 0) end
   for name, b in self.model:named_buffers() do sd[name] = b:detach():clone() end
   return sd
+end
+
+-- {name = {step = n, exp_avg = t, ...}}: the optimizer state in full, one
+-- tensor gathered at a time (collective).
+function Engine:full_optim_state()
+  local c, out = self:_live(), {}
+  c:finalize()
+  local names = c:state_names()
+  for i, name in ipairs(self.names) do
+    local st = {step = c:steps(i)}
+    for k, s in ipairs(names) do st[s] = c:full_tensor(i, k) end
+    out[name] = st
+  end
+  return out
+end
+
+-- Full tensor t for parameter i, checked and made float32 / contiguous.
+local function full_arg(self, i, t, what)
+  local name, p = self.names[i], self.params[i]
+  if not accel.is_tensor(t) then raise("shard.Engine:%s: no tensor for %s", what, name) end
+  local want, got = p.shape, t.shape
+  local same = #want == #got
+  for d = 1, #want do same = same and want[d] == got[d] end
+  if not same then
+    raise("shard.Engine:%s: %s has shape [%s], the parameter [%s]", what, name, table.concat(got, ", "),
+      table.concat(want, ", "))
+  end
+  return t:detach():float():contiguous()
+end
+
+-- load_full_state_dict(sd): every parameter from full tensors keyed as
+-- full_state_dict's (buffers too, where present). Local: each rank keeps
+-- its part, so a state saved on any number of ranks loads on this one.
+function Engine:load_full_state_dict(sd)
+  local c = self:_live()
+  for i, name in ipairs(self.names) do c:load_full(i, 0, full_arg(self, i, sd[name], "load_full_state_dict")) end
+  accel.no_grad(function()
+    for name, b in self.model:named_buffers() do
+      if sd[name] ~= nil then b:copy_(sd[name]) end
+    end
+  end)
+end
+
+local KIND_STATES = {sgd = {"momentum_buffer"}, adam = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}}
+KIND_STATES.adamw = KIND_STATES.adam
+
+-- load_full_optim_state(st): the reverse of full_optim_state (local).
+function Engine:load_full_optim_state(st)
+  local c = self:_live()
+  c:set_kind(self._kind)
+  for i, name in ipairs(self.names) do
+    local s = st[name]
+    if type(s) ~= "table" then raise("shard.Engine:load_full_optim_state: no state for parameter %s", name) end
+    c:set_steps(i, s.step or 0)
+    for k, n in ipairs(KIND_STATES[self._kind]) do
+      if s[n] ~= nil then c:load_full(i, k, full_arg(self, i, s[n], "load_full_optim_state")) end
+    end
+  end
 end
 
 -- This rank's shards and the index of every rank's:

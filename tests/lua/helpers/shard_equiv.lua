@@ -5,7 +5,9 @@
 --     stage=0|1|2|3   0: no engine, one process (the reference)
 --     steps=20 accum=1 clip=0 (max norm; 0 = none) opt=adamw|sgd
 --     wrap=module_list|no_wrap|min|list|cls|default  groups=1|2 (2: two param groups + StepLR)
---     offload=none|cpu  prefetch=0|1 (stage 3 backward_prefetch)  amp=no|bf16 (the model's forward under autocast, as the Accelerator patches it)
+--     offload=none|cpu  prefetch=0|1 (stage 3 backward_prefetch)
+--     save=PATH: at the end, full_state_dict + full_optim_state into PATH;
+--     load=PATH start=K: load them first and train on the data of steps K+1..  amp=no|bf16 (the model's forward under autocast, as the Accelerator patches it)
 --     stage=-1: DDP (accel.ddp.Reducer) on N ranks, the other reference
 --
 -- Every optimizer step consumes the same 12 * accum samples of a fixed set
@@ -22,7 +24,7 @@ local nn, optim, dist = accel.nn, accel.optim, accel.dist
 
 local out = arg[1]
 local o = {stage = "0", steps = "20", accum = "1", clip = "0", opt = "adamw", wrap = "module_list", groups = "1",
-  offload = "none", amp = "no", prefetch = "0"}
+  offload = "none", amp = "no", prefetch = "0", save = "", load = "", start = "0"}
 for i = 2, #arg do
   local k, v = arg[i]:match("^(%w+)=(.*)$")
   if not k or o[k] == nil then error("bad argument " .. arg[i]) end
@@ -56,7 +58,7 @@ if stage ~= 0 then world, rank = dist.get_world_size(), dist.get_rank() end
 local function fail(fmt, ...) error(("rank %d: " .. fmt):format(rank, ...), 2) end
 
 accel.set_seed(7)
-local n = 12 * accum * steps
+local n = 12 * accum * math.max(40, steps + tonumber(o.start)) -- the same data for every run length
 local x = accel.randn(n, 6)
 local y = accel.randint(0, 2, {n})
 local model = Net()
@@ -100,10 +102,36 @@ elseif stage > 0 then
     offload_optimizer = o.offload, backward_prefetch = o.prefetch == "1"})
 end
 
+-- Full parameters and optimizer state <-> one safetensors file.
+local function save_full(path)
+  local sd, st, flat = eng:full_state_dict(), eng:full_optim_state(), {}
+  for name, t in pairs(sd) do flat["p/" .. name] = t end
+  for name, s in pairs(st) do
+    for k, v in pairs(s) do flat[("s/%s/%s"):format(name, k)] = accel.is_tensor(v) and v or accel.tensor(v) end
+  end
+  if rank == 0 then accel.save(flat, path) end
+end
+
+local function load_full(path)
+  local flat, sd, st = accel.load(path), {}, {}
+  for key, t in pairs(flat) do
+    local name = key:match("^p/(.*)$")
+    if name then sd[name] = t end
+    local pname, k = key:match("^s/(.*)/([%w_]+)$")
+    if pname then
+      st[pname] = st[pname] or {}
+      st[pname][k] = k == "step" and math.floor(t:item()) or t
+    end
+  end
+  eng:load_full_state_dict(sd)
+  eng:load_full_optim_state(st)
+end
+if o.load ~= "" then load_full(o.load) end
+
 local criterion = nn.CrossEntropyLoss()
 local b = 12 / world
 local norm = 0
-for s = 1, steps do
+for s = tonumber(o.start) + 1, tonumber(o.start) + steps do
   if stage == 0 then
     local lo = (s - 1) * 12 * accum
     local loss = criterion(model(x:narrow(1, lo + 1, 12 * accum)), y:narrow(1, lo + 1, 12 * accum))
@@ -138,6 +166,7 @@ if stage == 3 then
   end
 end
 
+if o.save ~= "" then save_full(o.save) end
 local sd
 if stage <= 0 then
   sd = {}

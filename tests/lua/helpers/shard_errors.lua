@@ -61,6 +61,11 @@ expect("a second engine on hooked parameters", function() Engine(m, o, {stage = 
 local y = m(accel.randn(4, 3))
 y:sum():backward()
 eng:step()
+expect("loading without a tensor", function() eng:load_full_state_dict({}) end, "no tensor for 0.weight")
+expect("loading a wrong shape", function() eng:load_full_state_dict({["0.weight"] = accel.zeros(2)}) end,
+  "0.weight has shape [2], the parameter [5, 3]")
+expect("loading optimizer state without an entry", function() eng:load_full_optim_state({}) end,
+  "no state for parameter 0.weight")
 eng:gathered(function()
   if m[1].weight:abs():sum():item() <= 0 then error("gathered parameters are empty") end
 end)
