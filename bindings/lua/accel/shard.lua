@@ -22,6 +22,7 @@
 --   eng:shard_state()                        -- this rank's shards + the index of all ranks'
 --   eng:gathered(fn)                         -- stage 3: fn() with every parameter present
 --   eng:close()                              -- collective: full parameters back, hooks off
+--   accel.shard.engine_of(param | model | optimizer) -> the open engine holding it, or nil
 --
 -- The stage is read once, by the C engine (core/shard.h). While an engine
 -- is open, optimizer:step() and optimizer:zero_grad() of the wrapped
@@ -283,6 +284,7 @@ local function hijack_optimizer(self)
   local opt, eng = self.optimizer, self
   rawset(opt, "step", function(_, closure) return eng:step(closure) end)
   rawset(opt, "zero_grad", function() return eng:zero_grad() end)
+  rawset(opt, "_shard_engine", eng)
 end
 
 -- ---- construction ----
@@ -341,6 +343,21 @@ function shard.Engine(model, optimizer, o)
 end
 
 function shard.is_engine(x) return getmetatable(x) == Engine end
+
+-- The open engine that holds x (a parameter, a module's first trainable
+-- parameter, or a wrapped optimizer), or nil: for code that must route
+-- gradient work (clipping, unscaling, state dicts) through the engine.
+function shard.engine_of(x)
+  if accel.is_tensor(x) then return owned[x] end
+  if type(x) ~= "table" then return nil end
+  if rawget(x, "_shard_engine") then return rawget(x, "_shard_engine") end
+  if is_module(x) then
+    for _, p in ipairs(x:parameters()) do
+      if owned[p] then return owned[p] end
+    end
+  end
+  return nil
+end
 
 -- ---- the step and the gradients ----
 
@@ -513,6 +530,7 @@ function Engine:close()
   for _, h in ipairs(self._handles or {}) do h:remove() end
   rawset(self.optimizer, "step", nil)
   rawset(self.optimizer, "zero_grad", nil)
+  rawset(self.optimizer, "_shard_engine", nil)
   c:close()
   for _, p in ipairs(self.params) do owned[p] = nil end
   self._c = nil

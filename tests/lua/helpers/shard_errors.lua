@@ -51,6 +51,9 @@ expect("float64 parameters", function() Engine(m64, optim.SGD(m64:parameters()),
 
 -- stage 3: released parameters refuse use, state_dict included
 local eng = Engine(m, o, {stage = 3, wrap = {m[1], m[3]}})
+if accel.shard.engine_of(o) ~= eng or accel.shard.engine_of(m) ~= eng or accel.shard.engine_of(m[3].bias) ~= eng then
+  error("engine_of does not find the engine")
+end
 expect("a released parameter", function() return m[1].weight:sum() end, "its memory is released",
   "tensor of shape [5, 3]")
 expect("state_dict of released parameters", function() return m:state_dict() end, "its memory is released")
@@ -71,6 +74,7 @@ eng:gathered(function()
 end)
 eng:close()
 expect("a closed engine", function() eng:step() end, "the engine was closed")
+if accel.shard.engine_of(o) ~= nil or accel.shard.engine_of(m) ~= nil then error("engine_of finds a closed engine") end
 if m[1].weight:abs():sum():item() <= 0 then error("close did not gather the parameters") end
 checks = checks + 1
 print(("ok rank %d: %d checks"):format(rank, checks))
