@@ -2,6 +2,7 @@
  * device objects, GC accounting (see lua_util.h). */
 #include "lua_util.h"
 #include "../core/backend.h"
+#include "../core/shard.h"
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -63,11 +64,18 @@ static TensorUD *test_tensor(lua_State *L, int idx) {
 
 bool lu_is_tensor(lua_State *L, int idx) { return test_tensor(L, idx) != NULL; }
 
-Tensor *lu_to_tensor(lua_State *L, int idx) {
+Tensor *lu_tensor_meta(lua_State *L, int idx) {
     TensorUD *u = test_tensor(L, idx);
     if (!u) return NULL;
     if (!u->t) lu_error(L, "tensor was freed (t:free() or <close>) and cannot be used");
     return u->t;
+}
+
+Tensor *lu_to_tensor(lua_State *L, int idx) {
+    Tensor *t = lu_tensor_meta(L, idx);
+    if (t && t->numel > 0 && shard_storage_released(t->storage))
+        lu_error(L, "a tensor of shape %s cannot be used: " SHARD_RELEASED_MSG, tensor_shape_str(t));
+    return t;
 }
 
 Tensor *lu_check_tensor(lua_State *L, int idx) {

@@ -36,6 +36,9 @@ int lu_core_error(lua_State *L);
 
 Tensor *lu_check_tensor(lua_State *L, int idx);
 Tensor *lu_to_tensor(lua_State *L, int idx); /* NULL if not a tensor */
+/* As lu_to_tensor, also for a tensor whose memory a sharding engine released
+ * (its shape, dtype, ... stay readable); not for reading data. */
+Tensor *lu_tensor_meta(lua_State *L, int idx);
 bool lu_is_tensor(lua_State *L, int idx);
 /* Push a tensor (steals the reference); raises the core error when t is NULL. */
 void lu_push_tensor(lua_State *L, Tensor *t);
@@ -94,6 +97,7 @@ void lu_open_fs(lua_State *L, int module_idx); /* fs_write, fs_rename, fs_crc32,
 void lu_open_data(lua_State *L, int module_idx); /* data_lua.c: data_randperm, read_idx, read_csv, token_map, ... */
 void lu_open_dist(lua_State *L, int module_idx); /* dist_lua.c: dist_all_reduce, dist_all_gather, ... (core/dist.h) */
 void lu_open_ddp(lua_State *L, int module_idx); /* ddp_lua.c: ddp_reducer (core/ddp.h) */
+void lu_open_shard(lua_State *L, int module_idx); /* shard_lua.c: shard_engine (core/shard.h) */
 void lu_open_attention(lua_State *L, int module_idx); /* attention_lua.c: scaled_dot_product_attention (fused) */
 void lu_open_profile(lua_State *L, int module_idx); /* profile_lua.c: profile_start/stop/events (core/profile.h) */
 

@@ -856,7 +856,8 @@ static int push_property(lua_State *L, Tensor *t, const char *k) {
 static int t_index(lua_State *L) {
     lua_pushvalue(L, 2);
     if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;
-    Tensor *t = SELF;
+    Tensor *t = lua_isinteger(L, 2) ? SELF : lu_tensor_meta(L, 1); /* properties: also of released parameters */
+    if (!t) t = SELF;
     if (lua_isinteger(L, 2)) {
         lua_Integer i = lua_tointeger(L, 2);
         if (i == 0) return lu_error(L, "index 0 is invalid: positions are 1-based (t[1] is the first)");

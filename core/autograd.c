@@ -139,6 +139,9 @@ void ag_save(AGNode *n, Tensor *t) {
 
 Tensor *ag_saved(AGNode *n, int k) {
     Tensor *t = n->saved[k];
+    if (t && t->numel > 0 && !t->storage->data)
+        return accel_fail("backward of %s: a tensor it saved (shape %s) has no memory: it is a parameter whose sharding "
+                          "engine released it (stage 3) outside its wrap unit", n->name, tensor_shape_str(t));
     if (t && t->storage->version != n->saved_version[k])
         return accel_fail("backward of %s: a tensor it saved (shape %s) was modified by an in-place operation after it was "
                           "used; clone it before modifying in place", n->name, tensor_shape_str(t));

@@ -18,7 +18,6 @@
 --   ddp_tied.lua    tied / reused weights and parameters without gradients
 -- The accel-lua under test is $ACCEL_LUA_BIN, else the interpreter running
 -- this script.
-local accel = require("accel")
 local HERE = arg[0]:match("^(.*)/[^/]*$") or "."
 local support = dofile(HERE .. "/support.lua")
 
@@ -30,23 +29,7 @@ local check = jobs.check
 support.require_mpirun()
 local DIR = support.tmpdir()
 
-local launch = support.launcher(jobs, support.job_env(DIR), HELPERS)
-
--- Largest relative difference (per tensor: max |a - b| / max |b|) between
--- two safetensors files, and a description of it.
-local function max_rel(path_a, path_b)
-  local ok_a, a = pcall(accel.load, path_a)
-  local ok_b, b = pcall(accel.load, path_b)
-  if not (ok_a and ok_b) then return math.huge, "a result file is missing" end
-  local worst, where = 0, "-"
-  for k, t in pairs(b) do
-    if not a[k] then return math.huge, "no " .. k end
-    local scale = t:double():abs():max():item()
-    local d = (a[k]:double() - t:double()):abs():max():item() / (scale > 0 and scale or 1)
-    if d > worst then worst, where = d, k end
-  end
-  return worst, where
-end
+local launch, max_rel = support.launcher(jobs, support.job_env(DIR), HELPERS), support.max_rel
 
 -- ---- (a) N ranks x batch b == 1 rank x batch N*b; (b) accumulation ----
 do

@@ -278,4 +278,20 @@ function M.launcher(jobs, env, helpers)
   end
 end
 
+-- Largest relative difference (per tensor: max |a - b| / max |b|) between
+-- two safetensors files, and the name of that tensor.
+function M.max_rel(path_a, path_b)
+  local ok_a, a = pcall(accel.load, path_a)
+  local ok_b, b = pcall(accel.load, path_b)
+  if not (ok_a and ok_b) then return math.huge, "a result file is missing" end
+  local worst, where = 0, "-"
+  for k, t in pairs(b) do
+    if not a[k] then return math.huge, "no " .. k end
+    local scale = t:double():abs():max():item()
+    local d = (a[k]:double() - t:double()):abs():max():item() / (scale > 0 and scale or 1)
+    if d > worst then worst, where = d, k end
+  end
+  return worst, where
+end
+
 return M

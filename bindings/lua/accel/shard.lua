@@ -1,0 +1,544 @@
+-- accel.shard: sharded data parallelism (ZeRO stages 1-3 / FSDP) on one
+-- engine (the work is C: core/shard.c, bindings/shard_lua.c; user guide:
+-- docs/sharding.md).
+--
+--   local eng = accel.shard.Engine(model, optimizer, {
+--     stage = 2,                      -- 1: optimizer state, 2: + gradients, 3: + parameters
+--     wrap = "no_wrap",               -- or a list of modules, {min_num_params = n},
+--                                     -- {transformer_cls_names = {"Block"}}, "module_list"
+--     bucket_cap_mb = 25,             -- stage 1's DDP buckets; stage 1-2 default units
+--     offload_optimizer = false,      -- "cpu" / true: optimizer shards on the host
+--     broadcast = true,               -- rank 0's parameters to every rank first
+--     backward_prefetch = false})     -- stage 3: gather the next unit during a backward
+--   for each step:
+--     loss:backward(); eng:finalize()        -- (step / clip call finalize themselves)
+--     eng:clip_grad_norm_(1.0)               -- -> total norm (0-dim float32 tensor)
+--     eng:step(); eng:zero_grad()            -- also optimizer:step() / optimizer:zero_grad()
+--   eng:set_sync(false)                      -- gradient accumulation micro-steps
+--   eng:unscale_(1 / scale) -> found_inf     -- fp16 loss scaling, agreed by every rank
+--   eng:full_state_dict()                    -- {name = full tensor}, gathered one at a time
+--   eng:full_optim_state()                   -- {name = {step, exp_avg, ...}} in full, the same way
+--   eng:load_full_state_dict(sd), eng:load_full_optim_state(st)  -- local: reshards onto these ranks
+--   eng:shard_state()                        -- this rank's shards + the index of all ranks'
+--   eng:gathered(fn)                         -- stage 3: fn() with every parameter present
+--   eng:close()                              -- collective: full parameters back, hooks off
+--   accel.shard.engine_of(param | model | optimizer) -> the open engine holding it, or nil
+--
+-- The stage is read once, by the C engine (core/shard.h). While an engine
+-- is open, optimizer:step() and optimizer:zero_grad() of the wrapped
+-- optimizer run the engine's (the optimizer keeps its param_groups, read
+-- at every step, so schedulers and per-group lr / weight_decay work; its
+-- own state stays empty: the state lives in the shards). Supported
+-- optimizers: accel.optim.SGD, Adam, AdamW (float32 parameters).
+--
+-- What .grad holds: stage 1, after finalize, the full average over the
+-- ranks (as DDP); stages 2-3, nil (the gradient lives only in the
+-- engine's shards): clip through eng:clip_grad_norm_ and unscale through
+-- eng:unscale_, not accel.nn.utils / GradScaler on .grad.
+--
+-- Accumulation: stage 1 with set_sync(false) communicates nothing and .grad
+-- accumulates locally (DDP's no_sync); stages 2-3 reduce-scatter every
+-- backward into the rank's gradient shard, which sums the micro-steps
+-- (set_sync has no effect there), so nothing full-size is held in between.
+--
+-- Stage 3: between uses a wrapped module's parameters have no memory;
+-- using one raises "... its memory is released ...". Each unit is
+-- all-gathered by a forward pre-hook, released by a forward hook, and
+-- gathered again before its backward (an identity node on its outputs);
+-- parameters in no unit (the root unit) are gathered when the model's
+-- forward starts and kept until their gradients are reduced. A parameter
+-- shared by two sibling units goes to the root unit.
+--
+-- Wrap units (the granularity of stage 3's gathers and of the gradient
+-- reductions): a list of modules; {min_num_params = n} (PyTorch's
+-- size_based_auto_wrap_policy: a module whose not-yet-wrapped parameters
+-- reach n elements becomes a unit, children first); {transformer_cls_names
+-- = {...}} (modules whose class name is listed); "module_list" (each child
+-- of every ModuleList); "no_wrap" (one unit). Default: stage 3 "no_wrap";
+-- stages 1-2 consecutive parameters in chunks of bucket_cap_mb.
+local accel = require("accel")
+local plugins = require("accel.plugins")
+local util = require("accel.util")
+local raise = util.raise
+local C = accel._C
+
+local shard = {}
+
+local OPTIONS = {stage = "number", wrap = "any", bucket_cap_mb = "number", offload_optimizer = "any",
+  broadcast = "boolean", backward_prefetch = "boolean"}
+
+local Engine = {}
+Engine.__index = Engine
+local owned = setmetatable({}, {__mode = "k"}) -- parameter -> the open engine holding it
+Engine.__name = "accel.shard.Engine"
+shard.Engine_class = Engine
+
+-- ---- wrap policies -> unit lists ----
+
+local function is_module(x) return type(x) == "table" and type(x.parameters) == "function" end
+
+-- The modules of model (itself excluded) in registration order.
+local function submodules(model)
+  local out = {}
+  for _, m in ipairs(model:modules()) do
+    if m ~= model then out[#out + 1] = m end
+  end
+  return out
+end
+
+local function by_class(model, names)
+  local want = {}
+  for _, n in ipairs(names) do want[n] = true end
+  local out = {}
+  for _, m in ipairs(submodules(model)) do
+    if want[m:_get_name()] then out[#out + 1] = m end
+  end
+  return out
+end
+
+local function module_lists(model)
+  local out = {}
+  for _, m in ipairs(submodules(model)) do
+    if m:_get_name() == "ModuleList" then
+      for _, c in ipairs(m:children()) do out[#out + 1] = c end
+    end
+  end
+  return out
+end
+
+-- size_based: children first; a module whose unclaimed parameters reach
+-- min elements is a unit (claiming them); the root is never one.
+local function size_based(model, min)
+  local claimed, out = {}, {}
+  local function visit(m)
+    for _, c in ipairs(m:children()) do visit(c) end
+    if m == model then return end
+    local n, mine = 0, {}
+    for _, p in ipairs(m:parameters()) do
+      if not claimed[p] then n, mine[#mine + 1] = n + p:numel(), p end
+    end
+    if n >= min and #mine > 0 then
+      for _, p in ipairs(mine) do claimed[p] = true end
+      out[#out + 1] = {module = m, params = mine}
+    end
+  end
+  visit(model)
+  return out
+end
+
+-- {module = m, params = {...}} for each wrapped module (params: its own).
+local function policy_units(model, wrap, stage, cap_mb, trainable)
+  if wrap == nil then
+    if stage == 3 then return {} end
+    local units, cur, bytes = {}, nil, math.huge
+    for _, p in ipairs(trainable) do
+      if bytes + p:numel() * 4 > cap_mb * 1048576 and (cur == nil or #cur.params > 0) then
+        cur, bytes = {params = {}}, 0
+        units[#units + 1] = cur
+      end
+      cur.params[#cur.params + 1], bytes = p, bytes + p:numel() * 4
+    end
+    return units
+  end
+  if wrap == "no_wrap" then return {} end
+  local mods
+  if wrap == "module_list" then
+    mods = module_lists(model)
+  elseif type(wrap) == "table" and wrap.min_num_params ~= nil then
+    if type(wrap.min_num_params) ~= "number" or wrap.min_num_params < 1 then
+      raise("shard.Engine: wrap.min_num_params must be a positive number, got %s", tostring(wrap.min_num_params))
+    end
+    return size_based(model, wrap.min_num_params)
+  elseif type(wrap) == "table" and wrap.transformer_cls_names ~= nil then
+    if type(wrap.transformer_cls_names) ~= "table" then
+      raise("shard.Engine: wrap.transformer_cls_names must be a list of class names")
+    end
+    mods = by_class(model, wrap.transformer_cls_names)
+  elseif type(wrap) == "table" and not is_module(wrap) then
+    mods = wrap
+    for i, m in ipairs(mods) do
+      if not is_module(m) then raise("shard.Engine: wrap[%d] must be a module, got %s", i, type(m)) end
+    end
+  else
+    raise("shard.Engine: wrap must be \"no_wrap\", \"module_list\", a list of modules, {min_num_params = n} or "
+      .. "{transformer_cls_names = {...}}, got %s", tostring(wrap))
+  end
+  local units = {}
+  for _, m in ipairs(mods) do units[#units + 1] = {module = m, params = m:parameters()} end
+  return units
+end
+
+-- unit_of[i] (1-based, root = 1) for each trainable parameter; the units
+-- with their modules (index u + 1 in C). A parameter claimed by two units
+-- goes to the root; a nested unit's parameters stay with the innermost.
+local function assign(trainable, units)
+  local owner, count = {}, {}
+  for u, unit in ipairs(units) do
+    for _, p in ipairs(unit.params) do
+      count[p] = (count[p] or 0) + 1
+      local prev = owner[p]
+      if prev == nil or #units[prev].params > #unit.params then owner[p] = u end
+    end
+  end
+  local nested = {}
+  for u, unit in ipairs(units) do
+    for _, v in ipairs(units) do
+      if v ~= unit and v.module and unit.module then
+        for _, m in ipairs(unit.module:modules()) do
+          if m == v.module then nested[v] = true end
+        end
+      end
+    end
+  end
+  local unit_of, used, order = {}, {}, {}
+  for i, p in ipairs(trainable) do
+    local u = owner[p]
+    if u and count[p] > 1 and not nested[units[u]] then u = nil end
+    unit_of[i] = u or 0
+    if u and not used[u] then
+      used[u] = true
+      order[#order + 1] = u
+    end
+  end
+  -- C unit indices: root (if any parameter is in no unit) first, then the
+  -- used units in the order of their first parameter.
+  local has_root = false
+  for i = 1, #trainable do has_root = has_root or unit_of[i] == 0 end
+  local cidx, cunits = {}, {}
+  if has_root then cunits[1] = {root = true} end
+  for _, u in ipairs(order) do
+    cunits[#cunits + 1] = units[u]
+    cidx[u] = #cunits
+  end
+  for i = 1, #trainable do unit_of[i] = unit_of[i] == 0 and 1 or cidx[unit_of[i]] end
+  return unit_of, cunits, has_root
+end
+
+-- ---- stage 3 hooks ----
+
+-- res with every tensor that requires grad passed through u's pre-backward
+-- identity (tables recursed, copied).
+local function wrap_outputs(c, u, v)
+  if accel.is_tensor(v) then
+    if v.requires_grad then return c:pre_backward(u, v) end
+    return v
+  end
+  if type(v) == "table" and getmetatable(v) == nil then
+    local out = {}
+    for k, x in pairs(v) do out[k] = wrap_outputs(c, u, x) end
+    return out
+  end
+  return v
+end
+
+local function install_hooks(self)
+  local c, handles = self._c, {}
+  for u, unit in ipairs(self._units) do
+    if unit.module then
+      handles[#handles + 1] = unit.module:register_forward_pre_hook(function() c:before_forward(u) end)
+      handles[#handles + 1] = unit.module:register_forward_hook(function(_, _, res)
+        local out = wrap_outputs(c, u, res)
+        c:release(u)
+        return out
+      end)
+    end
+  end
+  local root = self._has_root
+  handles[#handles + 1] = self.model:register_forward_pre_hook(function()
+    c:forward_begin()
+    if root then c:gather(1) end
+  end)
+  self._handles = handles
+end
+
+-- ---- the optimizer ----
+
+local function optimizer_kind(opt)
+  local optim = accel.optim
+  local mt = getmetatable(opt)
+  if mt == optim.SGD then return "sgd" end
+  if mt == optim.Adam then return "adam" end
+  if mt == optim.AdamW then return "adamw" end
+  raise("shard.Engine: the optimizer must be accel.optim.SGD, Adam or AdamW, got %s",
+    type(opt) == "table" and tostring(opt.__name) or type(opt))
+end
+
+-- group_of[i]: the param group (index) of trainable parameter i.
+local function group_index(self)
+  local where = {}
+  for gi, g in ipairs(self.optimizer.param_groups) do
+    for _, p in ipairs(g.params) do where[p] = gi end
+  end
+  local out = {}
+  for i, p in ipairs(self.params) do
+    out[i] = where[p]
+    if not out[i] then
+      raise("shard.Engine: parameter %s requires grad but is in none of the optimizer's param groups",
+        self.names[i] or tostring(i))
+    end
+  end
+  return out
+end
+
+local function hijack_optimizer(self)
+  local opt, eng = self.optimizer, self
+  rawset(opt, "step", function(_, closure) return eng:step(closure) end)
+  rawset(opt, "zero_grad", function() return eng:zero_grad() end)
+  rawset(opt, "_shard_engine", eng)
+end
+
+-- ---- construction ----
+
+local function trainable_of(model)
+  local params, names, seen = {}, {}, {}
+  for name, p in model:named_parameters() do
+    if p.requires_grad and not seen[p] then
+      seen[p] = true
+      params[#params + 1] = p
+      names[#params] = name
+    end
+  end
+  return params, names
+end
+
+local function check_engine_options(o)
+  plugins.check_options("shard.Engine", o, OPTIONS)
+  local stage = o.stage
+  if stage == nil then raise("shard.Engine: option stage is required (1, 2 or 3)") end
+  if stage ~= 1 and stage ~= 2 and stage ~= 3 then
+    raise("shard.Engine: stage must be 1, 2 or 3, got %s (stage 0 / NO_SHARD is DDP: accel.ddp)", tostring(stage))
+  end
+  local off = o.offload_optimizer
+  if off ~= nil and off ~= false and off ~= true and off ~= "cpu" and off ~= "none" then
+    raise("shard.Engine: offload_optimizer must be false, true, \"cpu\" or \"none\", got %s", tostring(off))
+  end
+  local cap = o.bucket_cap_mb or 25
+  if not (cap > 0) then raise("shard.Engine: bucket_cap_mb must be a positive number, got %s", tostring(cap)) end
+  return stage, cap, off == true or off == "cpu"
+end
+
+-- Engine(model, optimizer, opts): see the top of this file.
+function shard.Engine(model, optimizer, o)
+  if not is_module(model) then raise("shard.Engine: expected a module, got %s", type(model)) end
+  o = o or {}
+  local stage, cap, offload = check_engine_options(o)
+  local kind = optimizer_kind(optimizer)
+  local params, names = trainable_of(model)
+  if #params == 0 then raise("shard.Engine: the model has no parameters that require grad") end
+  for i, p in ipairs(params) do
+    if owned[p] then raise("shard.Engine: parameter %s is already held by another engine (close that one first)", names[i]) end
+  end
+  local self = setmetatable({model = model, optimizer = optimizer, params = params, names = names, stage = stage,
+    _kind = kind}, Engine)
+  group_index(self)
+  local unit_of, units, has_root = assign(params, policy_units(model, o.wrap, stage, cap, params))
+  self._units, self._has_root = units, has_root
+  self._c = C.shard_engine(params, unit_of, {stage = stage, bucket_cap_mb = cap, offload_optimizer = offload,
+    broadcast = o.broadcast ~= false, backward_prefetch = o.backward_prefetch == true})
+  self._unit_of = unit_of
+  if stage == 3 then install_hooks(self) end
+  for _, p in ipairs(params) do owned[p] = self end
+  hijack_optimizer(self)
+  return self
+end
+
+function shard.is_engine(x) return getmetatable(x) == Engine end
+
+-- The open engine that holds x (a parameter, a module's first trainable
+-- parameter, or a wrapped optimizer), or nil: for code that must route
+-- gradient work (clipping, unscaling, state dicts) through the engine.
+function shard.engine_of(x)
+  if accel.is_tensor(x) then return owned[x] end
+  if type(x) ~= "table" then return nil end
+  if rawget(x, "_shard_engine") then return rawget(x, "_shard_engine") end
+  if is_module(x) then
+    for _, p in ipairs(x:parameters()) do
+      if owned[p] then return owned[p] end
+    end
+  end
+  return nil
+end
+
+-- ---- the step and the gradients ----
+
+function Engine:_live()
+  if not self._c then raise("shard.Engine: the engine was closed") end
+  return self._c
+end
+
+function Engine:finalize() self:_live():finalize() end
+
+function Engine:step(closure)
+  local c = self:_live()
+  local loss = closure and accel.enable_grad(closure) or nil
+  c:step(self._kind, group_index(self), self.optimizer.param_groups)
+  return loss
+end
+
+function Engine:zero_grad() self:_live():zero_grad() end
+
+function Engine:set_sync(on) self:_live():set_sync(on and true or false) end
+
+-- clip_grad_norm_(max_norm, norm_type = 2) -> total norm (0-dim float32)
+function Engine:clip_grad_norm_(max_norm, norm_type)
+  if type(max_norm) ~= "number" then raise("shard.Engine:clip_grad_norm_: max_norm must be a number") end
+  local p = norm_type or 2
+  if p == "inf" then p = math.huge end
+  if type(p) ~= "number" then raise("shard.Engine:clip_grad_norm_: norm_type must be a number or \"inf\"") end
+  return accel.tensor(self:_live():clip_grad_norm(max_norm, p))
+end
+
+-- unscale_(factor) -> found_inf: gradients times factor; true on every rank
+-- when any rank's gradient holds an inf / NaN.
+function Engine:unscale_(factor) return self:_live():unscale(factor) end
+
+-- ---- state ----
+
+-- Element count from the shape (readable while a parameter is released).
+local function numel_of(p)
+  local n = 1
+  for _, d in ipairs(p.shape) do n = n * d end
+  return n
+end
+
+-- {name = full float32 tensor} of parameters, then buffers (clones), one
+-- parameter gathered at a time (collective at stage 3).
+function Engine:full_state_dict()
+  local c, sd = self:_live(), {}
+  c:finalize()
+  for i, name in ipairs(self.names) do sd[name] = c:full_tensor(i, 0) end
+  for name, b in self.model:named_buffers() do sd[name] = b:detach():clone() end
+  return sd
+end
+
+-- {name = {step = n, exp_avg = t, ...}}: the optimizer state in full, one
+-- tensor gathered at a time (collective).
+function Engine:full_optim_state()
+  local c, out = self:_live(), {}
+  c:finalize()
+  local names = c:state_names()
+  for i, name in ipairs(self.names) do
+    local st = {step = c:steps(i)}
+    for k, s in ipairs(names) do st[s] = c:full_tensor(i, k) end
+    out[name] = st
+  end
+  return out
+end
+
+-- Full tensor t for parameter i, checked and made float32 / contiguous.
+local function full_arg(self, i, t, what)
+  local name, p = self.names[i], self.params[i]
+  if not accel.is_tensor(t) then raise("shard.Engine:%s: no tensor for %s", what, name) end
+  local want, got = p.shape, t.shape
+  local same = #want == #got
+  for d = 1, #want do same = same and want[d] == got[d] end
+  if not same then
+    raise("shard.Engine:%s: %s has shape [%s], the parameter [%s]", what, name, table.concat(got, ", "),
+      table.concat(want, ", "))
+  end
+  return t:detach():float():contiguous()
+end
+
+-- load_full_state_dict(sd): every parameter from full tensors keyed as
+-- full_state_dict's (buffers too, where present). Local: each rank keeps
+-- its part, so a state saved on any number of ranks loads on this one.
+function Engine:load_full_state_dict(sd)
+  local c = self:_live()
+  for i, name in ipairs(self.names) do c:load_full(i, 0, full_arg(self, i, sd[name], "load_full_state_dict")) end
+  accel.no_grad(function()
+    for name, b in self.model:named_buffers() do
+      if sd[name] ~= nil then b:copy_(sd[name]) end
+    end
+  end)
+end
+
+local KIND_STATES = {sgd = {"momentum_buffer"}, adam = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}}
+KIND_STATES.adamw = KIND_STATES.adam
+
+-- load_full_optim_state(st): the reverse of full_optim_state (local).
+function Engine:load_full_optim_state(st)
+  local c = self:_live()
+  c:set_kind(self._kind)
+  for i, name in ipairs(self.names) do
+    local s = st[name]
+    if type(s) ~= "table" then raise("shard.Engine:load_full_optim_state: no state for parameter %s", name) end
+    c:set_steps(i, s.step or 0)
+    for k, n in ipairs(KIND_STATES[self._kind]) do
+      if s[n] ~= nil then c:load_full(i, k, full_arg(self, i, s[n], "load_full_optim_state")) end
+    end
+  end
+end
+
+-- This rank's shards and the index of every rank's:
+-- {rank, world, stage, state_names = {"exp_avg", ...},
+--  tensors = {["unit1.param"] = t, ["unit1.exp_avg"] = t, ...},
+--  steps = {[name] = n},
+--  units = {{numel, padded, shard, params = {{name, shape, offset, numel}}}},
+--  index = {{param = name, state = "param" | "exp_avg" | ..., rank = r, unit = u,
+--            begin = first element in the parameter (0-based), len, at = first element in the shard}}}
+function Engine:shard_state()
+  local c = self:_live()
+  local info, units = c:info(), c:units()
+  local out = {rank = info.rank, world = info.world, stage = info.stage, state_names = c:state_names(),
+    tensors = {}, steps = {}, units = {}, index = {}}
+  local states = {"param"}
+  for k, n in ipairs(out.state_names) do states[k + 1] = n end
+  for u, unit in ipairs(units) do
+    local entry = {numel = unit.numel, padded = unit.padded, shard = unit.shard, params = {}}
+    for k, i in ipairs(unit.params) do
+      local p = self.params[i]
+      local n = numel_of(p)
+      entry.params[k] = {name = self.names[i], shape = p.shape, offset = unit.offsets[k], numel = n}
+      out.steps[self.names[i]] = c:steps(i)
+      for r = 0, info.world - 1 do
+        local lo, hi = r * unit.shard, (r + 1) * unit.shard
+        local b, e = math.max(lo, unit.offsets[k]), math.min(hi, unit.offsets[k] + n)
+        for _, s in ipairs(states) do
+          if e > b then
+            out.index[#out.index + 1] = {param = self.names[i], state = s, rank = r, unit = u,
+              begin = b - unit.offsets[k], len = e - b, at = b - lo}
+          end
+        end
+      end
+    end
+    out.units[u] = entry
+    for w, s in ipairs(states) do out.tensors[("unit%d.%s"):format(u, s)] = c:shard(u, w - 1) end
+  end
+  return out
+end
+
+-- fn() with every unit gathered (stage 3; collective), released after.
+function Engine:gathered(fn)
+  local c = self:_live()
+  c:gather_all()
+  local ok, err = pcall(fn)
+  if self.stage == 3 then
+    for u = 1, #self._units do c:release(u) end
+  end
+  if not ok then error(err, 0) end
+end
+
+function Engine:stats() return self:_live():stats() end
+function Engine:units() return self:_live():units() end
+
+-- Collective: every parameter back in full, hooks removed, the optimizer's
+-- own step / zero_grad restored, shards freed.
+function Engine:close()
+  local c = self._c
+  if not c then return end
+  c:gather_all()
+  for _, h in ipairs(self._handles or {}) do h:remove() end
+  rawset(self.optimizer, "step", nil)
+  rawset(self.optimizer, "zero_grad", nil)
+  rawset(self.optimizer, "_shard_engine", nil)
+  c:close()
+  for _, p in ipairs(self.params) do owned[p] = nil end
+  self._c = nil
+end
+
+function Engine:__tostring()
+  if not self._c then return "accel.shard.Engine(closed)" end
+  return tostring(self._c)
+end
+
+return shard

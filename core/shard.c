@@ -1,0 +1,861 @@
+/* shard.c: the sharding engine (see shard.h): unit layout and flat
+ * buffers, parameter views, the stage 2-3 gradient hook and ordered
+ * reduce-scatters, stage 3 gathers / releases, and the optimizer step,
+ * clipping and unscaling over this rank's shards. */
+#include "shard.h"
+#include "autograd.h"
+#include "ddp.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- layout arithmetic ---- */
+
+int64_t shard_len(int64_t numel, int world) { return (numel + world - 1) / world; }
+
+int64_t shard_overlap(int64_t off, int64_t len, int64_t shard, int rank, int64_t *from) {
+    int64_t lo = (int64_t)rank * shard, hi = lo + shard;
+    int64_t b = off > lo ? off : lo, end = off + len < hi ? off + len : hi;
+    *from = b - off;
+    return end > b ? end - b : 0;
+}
+
+int shard_segments(int n, const int64_t *offsets, const int64_t *numels, int64_t shard, int rank, ShardSeg *out) {
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t from, len = shard_overlap(offsets[i], numels[i], shard, rank, &from);
+        if (len == 0) continue;
+        out[k++] = (ShardSeg){.slot = i, .at = offsets[i] + from - (int64_t)rank * shard, .from = from, .len = len};
+    }
+    return k;
+}
+
+/* ---- the engine's state ---- */
+
+#define N_STATE 3
+
+typedef struct {
+    Tensor *flat; /* the unit's full buffer while gathered, else NULL */
+} Holder;
+
+typedef struct {
+    int n;
+    int *params;
+    int64_t *offsets;
+    int64_t numel, padded, shard;
+    int nseg;
+    ShardSeg *segs;
+    Storage *view; /* the storage the unit's parameters view (data swapped) */
+    Holder *holder;
+    Tensor *master, *grad, *state[N_STATE];
+    Tensor *gfull, *gtmp; /* stage >= 2, during one backward */
+    DistWork *work;
+    Tensor *next_flat; /* stage 3: a prefetch's buffer, gwork its all_gather */
+    DistWork *gwork;
+    int fwd_prev;      /* the unit whose forward started before this one's (-1: none) */
+    int pending;
+    bool launched, grad_dirty; /* grad_dirty: the gradient shard holds a sum */
+} Unit;
+
+typedef struct {
+    ShardEngine *e;
+    int i;
+} Hook;
+
+struct ShardEngine {
+    DistComm *comm;
+    int rank, world, stage;
+    bool shard_grads, shard_params, offload, prefetch;
+    int last_fwd; /* the unit whose forward started last in this forward (-1: none) */
+    bool sync, active, has_grads, kind_set;
+    ShardOptKind kind;
+    int n, nu;
+    Tensor **params;
+    int *unit_of;
+    bool *reported;
+    int64_t *steps;
+    Hook *hooks;
+    Unit *units;
+    DdpReducer *ddp; /* stage 1 */
+    uint32_t pass;
+    int next; /* the next unit to reduce (counting down) */
+    char *error;
+    ShardStats st;
+    uint64_t id;
+    ShardEngine *live_next;
+};
+
+static ShardEngine *live_head;
+static uint64_t live_ids;
+
+static ShardEngine *find_live(uint64_t id) {
+    for (ShardEngine *e = live_head; e; e = e->live_next)
+        if (e->id == id) return e;
+    return NULL;
+}
+
+static void note_error(ShardEngine *e, const char *msg) {
+    if (!e->error) e->error = strdup(msg);
+}
+
+/* The first error noted during backward, raised once. */
+static int raise_noted(ShardEngine *e) {
+    if (!e->error) return 0;
+    accel_fail("%s", e->error);
+    free(e->error);
+    e->error = NULL;
+    return -1;
+}
+
+static float *fdata(Tensor *t) { return (float *)tensor_data(t); }
+
+static Tensor *flat_f32(int64_t n, bool zero) {
+    return zero ? tensor_zeros(&n, 1, DT_F32, (Device){DEV_CPU, 0}) : tensor_empty(&n, 1, DT_F32, (Device){DEV_CPU, 0});
+}
+
+/* ---- gathered / released parameter memory ---- */
+
+static void holder_free(void *data, size_t nbytes, void *ud) {
+    Holder *h = ud;
+    (void)data, (void)nbytes;
+    tensor_release(h->flat);
+    free(h);
+}
+
+bool shard_storage_released(const Storage *s) {
+    return s && s->borrowed && s->on_free == holder_free && s->data == NULL;
+}
+
+/* The unit's buffer becomes flat (NULL: released). */
+static void set_flat(Unit *un, Tensor *flat) {
+    tensor_release(un->holder->flat);
+    un->holder->flat = flat;
+    un->view->data = flat ? tensor_data(flat) : NULL;
+    un->view->nbytes = flat ? (size_t)flat->numel * sizeof(float) : 0;
+}
+
+/* Completes unit un's prefetch: its buffer becomes the unit's. */
+static int finish_prefetch(ShardEngine *e, Unit *un) {
+    int rc = dist_wait(un->gwork);
+    dist_work_free(un->gwork);
+    un->gwork = NULL;
+    Tensor *flat = un->next_flat;
+    un->next_flat = NULL;
+    if (rc) {
+        tensor_release(flat);
+        return -1;
+    }
+    set_flat(un, flat);
+    e->st.gathers++;
+    return 0;
+}
+
+int shard_unit_gather(ShardEngine *e, int u) {
+    Unit *un = &e->units[u];
+    if (un->gwork) return finish_prefetch(e, un);
+    if (un->holder->flat) return 0;
+    Tensor *flat = flat_f32(un->padded, false);
+    if (!flat) return -1;
+    if (dist_all_gather(e->comm, flat, un->master)) {
+        tensor_release(flat);
+        return -1;
+    }
+    set_flat(un, flat);
+    e->st.gathers++;
+    return 0;
+}
+
+int shard_unit_prefetch(ShardEngine *e, int u) {
+    Unit *un = &e->units[u];
+    if (!e->shard_params || un->holder->flat || un->gwork || (e->active && un->pending == 0)) return 0;
+    if (!(un->next_flat = flat_f32(un->padded, false))) return -1;
+    un->gwork = dist_iall_gather(e->comm, un->next_flat, un->master);
+    if (!un->gwork) {
+        tensor_release(un->next_flat);
+        un->next_flat = NULL;
+        return -1;
+    }
+    e->st.prefetches++;
+    return 0;
+}
+
+void shard_forward_begin(ShardEngine *e) { e->last_fwd = -1; }
+
+int shard_unit_forward(ShardEngine *e, int u) {
+    e->units[u].fwd_prev = e->last_fwd;
+    e->last_fwd = u;
+    return shard_unit_gather(e, u);
+}
+
+int shard_unit_release(ShardEngine *e, int u) {
+    Unit *un = &e->units[u];
+    if (!e->shard_params) return 0;
+    if (un->gwork && finish_prefetch(e, un)) return -1;
+    if (!un->holder->flat) return 0;
+    set_flat(un, NULL);
+    e->st.releases++;
+    return 0;
+}
+
+bool shard_unit_gathered(const ShardEngine *e, int u) { return e->units[u].holder->flat != NULL; }
+
+static void release_all(ShardEngine *e) {
+    for (int u = 0; u < e->nu; u++) shard_unit_release(e, u);
+}
+
+/* Stages 1-2 after a step: the new parameters from every rank's shard. */
+static int regather(ShardEngine *e) {
+    for (int u = 0; u < e->nu; u++) {
+        Unit *un = &e->units[u];
+        if (dist_all_gather(e->comm, un->holder->flat, un->master)) return -1;
+        un->view->version++;
+    }
+    return 0;
+}
+
+/* ---- building a unit ---- */
+
+static void contiguous_strides(Tensor *p) {
+    int64_t s = 1;
+    for (int d = p->ndim - 1; d >= 0; d--) {
+        p->stride[d] = s;
+        s *= p->shape[d];
+    }
+}
+
+/* p's values into its slice of flat. */
+static int pack_param(Tensor *flat, Tensor *p, int64_t off) {
+    int64_t stride[TENSOR_MAX_DIMS], s = 1;
+    for (int d = p->ndim - 1; d >= 0; d--) stride[d] = s, s *= p->shape[d];
+    Tensor *slice = tensor_as_strided(flat, p->shape, stride, p->ndim, off);
+    if (!slice) return -1;
+    int rc = tensor_copy_(slice, p);
+    tensor_release(slice);
+    return rc;
+}
+
+/* The unit's parameters (engine order), offsets and shard segments. */
+static int plan_unit(ShardEngine *e, int u) {
+    Unit *un = &e->units[u];
+    for (int i = 0; i < e->n; i++) un->n += e->unit_of[i] == u;
+    if (un->n == 0) return accel_fail_int("shard: wrap unit %d has no parameters", u + 1);
+    un->params = accel_malloc(sizeof(int) * (size_t)un->n);
+    un->offsets = accel_malloc(sizeof(int64_t) * (size_t)un->n);
+    int64_t *numels = accel_malloc(sizeof(int64_t) * (size_t)un->n);
+    un->segs = accel_malloc(sizeof(ShardSeg) * (size_t)un->n);
+    if (!un->params || !un->offsets || !numels || !un->segs) return free(numels), -1;
+    int k = 0;
+    for (int i = 0; i < e->n; i++) {
+        if (e->unit_of[i] != u) continue;
+        un->params[k] = i;
+        un->offsets[k] = un->numel;
+        numels[k++] = e->params[i]->numel;
+        un->numel += e->params[i]->numel;
+    }
+    un->fwd_prev = -1;
+    un->shard = shard_len(un->numel, e->world);
+    un->padded = un->shard * e->world;
+    un->nseg = shard_segments(un->n, un->offsets, numels, un->shard, e->rank, un->segs);
+    free(numels);
+    if (un->padded > INT32_MAX)
+        return accel_fail_int("shard: wrap unit %d holds %lld elements, more than one collective carries (2^31-1); "
+                              "wrap smaller units", u + 1, (long long)un->padded);
+    return 0;
+}
+
+/* The parameters become views into the unit's storage. */
+static void repoint(ShardEngine *e, Unit *un) {
+    for (int k = 0; k < un->n; k++) {
+        Tensor *p = e->params[un->params[k]];
+        storage_release(p->storage);
+        p->storage = un->view;
+        un->view->refcount++;
+        p->offset = un->offsets[k];
+        contiguous_strides(p);
+    }
+}
+
+static int build_unit(ShardEngine *e, int u, bool broadcast) {
+    Unit *un = &e->units[u];
+    if (plan_unit(e, u)) return -1;
+    Tensor *flat = flat_f32(un->padded, true);
+    if (!flat) return -1;
+    int rc = 0;
+    for (int k = 0; k < un->n && rc == 0; k++) rc = pack_param(flat, e->params[un->params[k]], un->offsets[k]);
+    if (rc == 0 && broadcast) rc = dist_broadcast(e->comm, flat, 0);
+    un->master = rc == 0 ? flat_f32(un->shard, false) : NULL;
+    un->holder = un->master ? calloc(1, sizeof *un->holder) : NULL;
+    if (un->holder) un->view = storage_wrap(tensor_data(flat), (size_t)flat->numel * sizeof(float), flat->device,
+                                            holder_free, un->holder);
+    if (!un->view) {
+        tensor_release(flat);
+        free(un->holder);
+        un->holder = NULL;
+        return rc == 0 && un->master ? accel_fail_int("out of memory building shard unit %d", u + 1) : -1;
+    }
+    un->holder->flat = flat;
+    memcpy(fdata(un->master), fdata(flat) + (int64_t)e->rank * un->shard, (size_t)un->shard * sizeof(float));
+    repoint(e, un);
+    if (e->shard_grads && !(un->grad = flat_f32(un->shard, true))) return -1;
+    return shard_unit_release(e, u);
+}
+
+/* ---- stage 2-3: the gradient hook and the reductions ---- */
+
+static int finish_pass(ShardEngine *e, bool release);
+static void reap(ShardEngine *e);
+
+/* Reduce-scatters the unit's gradient: straight into the gradient shard
+ * when that holds nothing yet, else into a temporary added at settle. */
+static int start_reduction(ShardEngine *e, Unit *un) {
+    un->launched = true;
+    if (un->grad_dirty && !(un->gtmp = flat_f32(un->shard, false))) return -1;
+    un->work = dist_ireduce_scatter(e->comm, un->gtmp ? un->gtmp : un->grad, un->gfull, DIST_AVG);
+    un->grad_dirty = true;
+    e->st.reductions++;
+    return un->work ? 0 : -1;
+}
+
+/* Starts every complete unit's reduction, in decreasing unit order. */
+static void launch_ready(ShardEngine *e, bool early) {
+    while (e->next >= 0 && e->units[e->next].pending == 0) {
+        if (start_reduction(e, &e->units[e->next])) note_error(e, accel_last_error());
+        if (early) e->st.early++;
+        e->next--;
+    }
+}
+
+static void begin_pass(ShardEngine *e, uint32_t pass) {
+    e->active = true;
+    e->pass = pass;
+    e->next = e->nu - 1;
+    for (int i = 0; i < e->n; i++) e->reported[i] = false;
+    for (int u = 0; u < e->nu; u++) e->units[u].pending = e->units[u].n, e->units[u].launched = false;
+}
+
+/* Parameter i's gradient (zeros without one) into its unit's flat buffer;
+ * .grad is dropped. */
+static int take_grad(ShardEngine *e, int i, int64_t off) {
+    Unit *un = &e->units[e->unit_of[i]];
+    Tensor *p = e->params[i], *g = p->grad;
+    if (!un->gfull && !(un->gfull = flat_f32(un->padded, true))) return -1;
+    e->reported[i] = true;
+    un->pending--;
+    if (!g) return 0;
+    int rc = g->numel != p->numel ? accel_fail_int("shard: the gradient of a parameter of shape %s has shape %s",
+                                                   tensor_shape_str(p), tensor_shape_str(g))
+                                  : pack_param(un->gfull, g, off);
+    tensor_release(g);
+    p->grad = NULL;
+    return rc;
+}
+
+static int64_t offset_of(const ShardEngine *e, int i) {
+    const Unit *un = &e->units[e->unit_of[i]];
+    for (int k = 0; k < un->n; k++)
+        if (un->params[k] == i) return un->offsets[k];
+    return 0;
+}
+
+static void on_grad(Tensor *p, void *ud) {
+    Hook *h = ud;
+    ShardEngine *e = h->e;
+    uint32_t pass = ag_backward_pass();
+    (void)p;
+    if (e->active && pass != e->pass && finish_pass(e, false)) note_error(e, accel_last_error());
+    if (!e->active) begin_pass(e, pass);
+    if (e->reported[h->i]) return;
+    if (take_grad(e, h->i, offset_of(e, h->i))) note_error(e, accel_last_error());
+    int u = e->unit_of[h->i];
+    if (e->units[u].pending == 0) shard_unit_release(e, u);
+    launch_ready(e, true);
+    if (dist_progress(e->comm)) note_error(e, accel_last_error());
+    reap(e);
+}
+
+/* Waits for unit un's reduction (if one is in flight), adds it into the
+ * gradient shard and frees the full buffer. */
+static int settle_unit(Unit *un) {
+    if (!un->work) return 0;
+    int rc = dist_wait(un->work);
+    dist_work_free(un->work);
+    un->work = NULL;
+    if (rc == 0 && un->gtmp) {
+        float *g = fdata(un->grad), *t = fdata(un->gtmp);
+        for (int64_t k = 0; k < un->shard; k++) g[k] += t[k];
+    }
+    tensor_release(un->gtmp);
+    tensor_release(un->gfull);
+    un->gtmp = un->gfull = NULL;
+    return rc;
+}
+
+/* At most SHARD_IN_FLIGHT reductions stay in flight during backward (the
+ * full gradient buffers they hold bound the memory); finished ones are
+ * settled at once. */
+#define SHARD_IN_FLIGHT 2
+
+static void reap(ShardEngine *e) {
+    int in_flight = 0;
+    for (int u = e->nu - 1; u > e->next; u--) {
+        Unit *un = &e->units[u];
+        if (un->work && dist_test(un->work) != 0 && settle_unit(un)) note_error(e, accel_last_error());
+        in_flight += un->work != NULL;
+    }
+    for (int u = e->nu - 1; u > e->next && in_flight > SHARD_IN_FLIGHT; u--) {
+        if (!e->units[u].work) continue;
+        if (settle_unit(&e->units[u])) note_error(e, accel_last_error());
+        in_flight--;
+    }
+}
+
+/* Parameters that got no gradient in the pass contribute .grad or zeros. */
+static void fill_missing(ShardEngine *e) {
+    for (int i = 0; i < e->n; i++)
+        if (!e->reported[i] && take_grad(e, i, offset_of(e, i))) note_error(e, accel_last_error());
+}
+
+/* Completes the pass; release: stage 3 frees every unit afterwards (not
+ * when a new pass starts, whose units may be gathered already). */
+static int finish_pass(ShardEngine *e, bool release) {
+    if (e->ddp) return ddp_finalize(e->ddp);
+    if (!e->active) return 0;
+    e->active = false; /* a hook during the waits below starts a new pass */
+    fill_missing(e);
+    launch_ready(e, false);
+    int rc = 0;
+    for (int u = e->nu - 1; u >= 0; u--)
+        if (settle_unit(&e->units[u]) && rc == 0) rc = -1;
+    if (rc) note_error(e, accel_last_error());
+    if (release && e->shard_params) release_all(e);
+    e->has_grads = true;
+    return raise_noted(e);
+}
+
+int shard_finalize(ShardEngine *e) { return finish_pass(e, true); }
+
+int shard_gather_all(ShardEngine *e) {
+    if (shard_finalize(e)) return -1;
+    for (int u = 0; u < e->nu; u++)
+        if (shard_unit_gather(e, u)) return -1;
+    return 0;
+}
+
+/* ---- stage 3: gather before backward ---- */
+
+/* Before unit u's backward: gather it; with prefetch, start gathering the
+ * unit whose forward ran before u's (whose backward comes next). */
+static int pre_backward_fn(AGNode *n, Tensor *gout, Tensor **gin) {
+    ShardEngine *e = find_live((uint64_t)n->i[0]);
+    int u = (int)n->i[1];
+    if (e && shard_unit_gather(e, u)) return -1;
+    if (e && e->prefetch && e->units[u].fwd_prev >= 0 && shard_unit_prefetch(e, e->units[u].fwd_prev)) return -1;
+    gin[0] = tensor_retain(gout);
+    return 0;
+}
+
+Tensor *shard_pre_backward(ShardEngine *e, int u, Tensor *out) {
+    if (!ag_grad_enabled() || !out->requires_grad || !e->shard_params) return tensor_retain(out);
+    Tensor *r = tensor_detach(out);
+    if (!r) return NULL;
+    AGNode *node = ag_record("ShardPreBackward", pre_backward_fn, r, &out, 1);
+    if (node) {
+        node->i[0] = (int64_t)e->id;
+        node->i[1] = u;
+    }
+    return r;
+}
+
+/* ---- gradients of this rank's shard ---- */
+
+/* The gradient of segment s of unit un (NULL: the parameter has none). */
+static const float *seg_grad(ShardEngine *e, Unit *un, const ShardSeg *s) {
+    if (e->shard_grads) return fdata(un->grad) + s->at;
+    Tensor *g = e->params[un->params[s->slot]]->grad;
+    return g ? (const float *)tensor_data(g) + s->from : NULL;
+}
+
+/* Stage 1 reads .grad: float32, contiguous, the parameter's size. */
+static int check_grads(ShardEngine *e) {
+    for (int i = 0; e->ddp && i < e->n; i++) {
+        Tensor *g = e->params[i]->grad;
+        if (g && (g->dtype != DT_F32 || !tensor_is_contiguous(g) || g->numel != e->params[i]->numel))
+            return accel_fail_int("shard: parameter %d's .grad must be a contiguous float32 tensor of its shape, got "
+                                  "%s %s", i + 1, dtype_name(g->dtype), tensor_shape_str(g));
+    }
+    return 0;
+}
+
+/* Sum of |g|^p (p = INFINITY: max) over this rank's shard. */
+static double local_norm_pow(ShardEngine *e, double p) {
+    double acc = 0;
+    for (int u = 0; u < e->nu; u++) {
+        Unit *un = &e->units[u];
+        for (int k = 0; k < un->nseg; k++) {
+            const float *g = seg_grad(e, un, &un->segs[k]);
+            if (!g) continue;
+            double v = k_norm_pow_f32(un->segs[k].len, g, p);
+            acc = isinf(p) ? (v > acc || isnan(v) ? v : acc) : acc + v;
+        }
+    }
+    return acc;
+}
+
+static int all_reduce_double(ShardEngine *e, double *v, DistOp op) {
+    int64_t one = 1;
+    Tensor *t = tensor_full(&one, 1, *v, DT_F64, (Device){DEV_CPU, 0});
+    if (!t) return -1;
+    int rc = dist_all_reduce(e->comm, t, op);
+    if (rc == 0) *v = ((double *)tensor_data(t))[0];
+    tensor_release(t);
+    return rc;
+}
+
+static void scale(float *x, int64_t n, float f) {
+    for (int64_t k = 0; k < n; k++) x[k] *= f;
+}
+
+static void scale_grads(ShardEngine *e, double factor) {
+    for (int i = 0; e->ddp && i < e->n; i++)
+        if (e->params[i]->grad) scale(fdata(e->params[i]->grad), e->params[i]->numel, (float)factor);
+    for (int u = 0; e->shard_grads && u < e->nu; u++) scale(fdata(e->units[u].grad), e->units[u].shard, (float)factor);
+}
+
+static int ready_grads(ShardEngine *e) {
+    if (shard_finalize(e)) return -1;
+    return check_grads(e);
+}
+
+int shard_clip_grad_norm(ShardEngine *e, double max_norm, double p, double *total) {
+    if (ready_grads(e)) return -1;
+    double s = local_norm_pow(e, p);
+    if (all_reduce_double(e, &s, isinf(p) ? DIST_MAX : DIST_SUM)) return -1;
+    *total = isinf(p) || p == 0 ? s : pow(s, 1.0 / p);
+    float coef = (float)max_norm / ((float)*total + 1e-6f); /* in float32, as clip_grad_norm_ on float32 grads */
+    if (coef < 1) scale_grads(e, coef);
+    return 0;
+}
+
+int shard_unscale(ShardEngine *e, double factor, bool *found_inf) {
+    if (ready_grads(e)) return -1;
+    scale_grads(e, factor);
+    double m = local_norm_pow(e, INFINITY);
+    double bad = isfinite(m) ? 0 : 1;
+    if (all_reduce_double(e, &bad, DIST_MAX)) return -1;
+    *found_inf = bad != 0;
+    return 0;
+}
+
+/* ---- the optimizer step ---- */
+
+static const char *const ADAM_STATE[] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+static const char *const SGD_STATE[] = {"momentum_buffer", NULL, NULL};
+
+const char *shard_state_name(const ShardEngine *e, int which) {
+    if (which == 0) return "param";
+    if (!e->kind_set || which < 1 || which > N_STATE || !e->units[0].state[which - 1]) return NULL;
+    return (e->kind == SHARD_ADAM ? ADAM_STATE : SGD_STATE)[which - 1];
+}
+
+/* How many state slots parameters with hyper-parameters h need. */
+static int slots_needed(const ShardEngine *e, const ShardHyper *h) {
+    int need = 0;
+    for (int i = 0; i < e->n; i++) {
+        int k = h[i].kind == SHARD_ADAM ? (h[i].amsgrad ? 3 : 2) : (h[i].sgd.momentum != 0 ? 1 : 0);
+        if (k > need) need = k;
+    }
+    return need;
+}
+
+int shard_set_kind(ShardEngine *e, ShardOptKind kind) {
+    if (e->kind_set && kind != e->kind) return accel_fail_int("shard: the optimizer kind changed between steps");
+    e->kind = kind;
+    e->kind_set = true;
+    return 0;
+}
+
+/* State slots 0..need-1 of every unit (zeros where new). */
+static int ensure_slots(ShardEngine *e, int need) {
+    for (int u = 0; u < e->nu; u++)
+        for (int s = 0; s < need; s++)
+            if (!e->units[u].state[s] && !(e->units[u].state[s] = flat_f32(e->units[u].shard, true))) return -1;
+    return 0;
+}
+
+static int prepare_state(ShardEngine *e, const ShardHyper *h) {
+    for (int i = 0; i < e->n; i++)
+        if (h[i].kind != h[0].kind) return accel_fail_int("shard: every parameter must use the same optimizer");
+    if (shard_set_kind(e, h[0].kind)) return -1;
+    return ensure_slots(e, slots_needed(e, h));
+}
+
+static float *state_at(Unit *un, int s, int64_t at) { return un->state[s] ? fdata(un->state[s]) + at : NULL; }
+
+static void step_segment(ShardEngine *e, Unit *un, const ShardSeg *s, const ShardHyper *h) {
+    int i = un->params[s->slot];
+    const float *g = seg_grad(e, un, s);
+    if (!g) return;
+    float *p = fdata(shard_host_view(e, un->master)) + s->at;
+    if (h[i].kind == SHARD_ADAM) {
+        KAdamArgs a = h[i].adam;
+        a.step = e->steps[i] + 1;
+        k_adam_f32(s->len, p, g, state_at(un, 0, s->at), state_at(un, 1, s->at),
+                   h[i].amsgrad ? state_at(un, 2, s->at) : NULL, &a);
+    } else {
+        k_sgd_f32(s->len, p, g, h[i].sgd.momentum != 0 ? state_at(un, 0, s->at) : NULL, e->steps[i] == 0, &h[i].sgd);
+    }
+}
+
+/* Whether parameter i takes part in this step (has a gradient). */
+static bool stepping(const ShardEngine *e, int i) { return e->shard_grads || e->params[i]->grad != NULL; }
+
+int shard_step(ShardEngine *e, const ShardHyper *h) {
+    if (ready_grads(e)) return -1;
+    bool any = e->shard_grads && e->has_grads;
+    for (int i = 0; !e->shard_grads && i < e->n; i++) any = any || e->params[i]->grad != NULL;
+    if (!any) return 0;
+    if (prepare_state(e, h)) return -1;
+    for (int u = 0; u < e->nu; u++)
+        for (int k = 0; k < e->units[u].nseg; k++) step_segment(e, &e->units[u], &e->units[u].segs[k], h);
+    for (int i = 0; i < e->n; i++) e->steps[i] += stepping(e, i);
+    e->st.steps++;
+    if (!e->shard_params) return regather(e);
+    release_all(e);
+    for (int u = 0; u < e->nu; u++) e->units[u].view->version++;
+    return 0;
+}
+
+int shard_zero_grad(ShardEngine *e) {
+    if (shard_finalize(e)) return -1;
+    for (int i = 0; e->ddp && i < e->n; i++) {
+        tensor_release(e->params[i]->grad);
+        e->params[i]->grad = NULL;
+    }
+    for (int u = 0; e->shard_grads && u < e->nu; u++) {
+        memset(fdata(e->units[u].grad), 0, (size_t)e->units[u].shard * sizeof(float));
+        e->units[u].grad_dirty = false;
+    }
+    e->has_grads = false;
+    return 0;
+}
+
+/* ---- full tensors ---- */
+
+static Tensor *slot_shard(const ShardEngine *e, int u, int which) {
+    const Unit *un = &e->units[u];
+    if (which == 0) return un->master;
+    if (which == -1) return un->grad;
+    return which >= 1 && which <= N_STATE ? un->state[which - 1] : NULL;
+}
+
+/* A full tensor of parameter i must be contiguous float32 of its numel. */
+static int check_full(const ShardEngine *e, int i, const Tensor *t) {
+    if (t->numel != e->params[i]->numel || t->dtype != DT_F32 || !tensor_is_contiguous(t))
+        return accel_fail_int("shard: a full tensor of parameter %d must be contiguous float32 with %lld elements, got %s "
+                              "%s", i + 1, (long long)e->params[i]->numel, dtype_name(t->dtype), tensor_shape_str(t));
+    return 0;
+}
+
+int shard_full_tensor(ShardEngine *e, int i, int which, Tensor *out) {
+    Tensor *p = e->params[i];
+    if (check_full(e, i, out)) return -1;
+    if (which == 0 && !e->shard_params) {
+        memcpy(tensor_data(out), tensor_data(p), (size_t)p->numel * sizeof(float));
+        return 0;
+    }
+    int u = e->unit_of[i];
+    Tensor *src = slot_shard(e, u, which);
+    if (!src) return accel_fail_int("shard: parameter %d has no optimizer state %d yet (no step was taken)", i + 1, which);
+    int64_t off = offset_of(e, i), from, *counts = accel_malloc(sizeof(int64_t) * (size_t)e->world);
+    if (!counts) return -1;
+    for (int r = 0; r < e->world; r++) counts[r] = shard_overlap(off, p->numel, e->units[u].shard, r, &from);
+    int64_t mine = shard_overlap(off, p->numel, e->units[u].shard, e->rank, &from), one = 1, n = p->numel;
+    Tensor *in = tensor_as_strided(src, &mine, &one, 1, off + from - (int64_t)e->rank * e->units[u].shard);
+    Tensor *o = in ? tensor_as_strided(out, &n, &one, 1, out->offset) : NULL;
+    int rc = o ? dist_all_gather_v(e->comm, o, in, counts) : -1;
+    tensor_release(in);
+    tensor_release(o);
+    free(counts);
+    return rc;
+}
+
+int shard_load_full(ShardEngine *e, int i, int which, const Tensor *full) {
+    if (check_full(e, i, full)) return -1;
+    if (which < 0 || which > N_STATE) return accel_fail_int("shard: there is no shard %d to load", which);
+    if (which > 0 && !e->kind_set)
+        return accel_fail_int("shard: loading optimizer state needs the optimizer kind (shard_set_kind) first");
+    if (which > 0 && ensure_slots(e, which)) return -1;
+    Unit *un = &e->units[e->unit_of[i]];
+    int64_t off = offset_of(e, i), from, len = shard_overlap(off, full->numel, un->shard, e->rank, &from);
+    const float *src = tensor_data(full);
+    memcpy(fdata(slot_shard(e, e->unit_of[i], which)) + off + from - (int64_t)e->rank * un->shard, src + from,
+           (size_t)len * sizeof(float));
+    if (which == 0 && un->holder->flat) {
+        memcpy(fdata(un->holder->flat) + off, src, (size_t)full->numel * sizeof(float));
+        un->view->version++;
+    }
+    return 0;
+}
+
+void shard_set_param_steps(ShardEngine *e, int i, int64_t steps) { e->steps[i] = steps; }
+
+/* ---- creation and teardown ---- */
+
+static int check_params(Tensor **params, int n, const int *unit_of, int n_units) {
+    for (int i = 0; i < n; i++) {
+        Tensor *p = params[i];
+        if (p->dtype != DT_F32 || p->device.type != DEV_CPU || p->grad_fn || !p->requires_grad)
+            return accel_fail_int("shard: parameter %d must be a float32 cpu leaf that requires grad, got %s", i + 1,
+                                  dtype_name(p->dtype));
+        if (p->grad_hook) return accel_fail_int("shard: parameter %d is already hooked (by DDP or another engine)", i + 1);
+        if (unit_of[i] < 0 || unit_of[i] >= n_units)
+            return accel_fail_int("shard: parameter %d's unit %d is not in 1..%d", i + 1, unit_of[i] + 1, n_units);
+        for (int j = 0; j < i; j++)
+            if (params[j] == p) return accel_fail_int("shard: parameter %d is parameter %d again", i + 1, j + 1);
+    }
+    return 0;
+}
+
+static int set_stage(ShardEngine *e, int stage) {
+    if (stage < 1 || stage > 3)
+        return accel_fail_int("shard: stage must be 1, 2 or 3, got %d (stage 0 is plain DDP)", stage);
+    e->stage = stage;
+    e->shard_grads = stage >= 2;
+    e->shard_params = stage >= 3;
+    return 0;
+}
+
+static int alloc_engine(ShardEngine *e, Tensor **params, int n, const int *unit_of, int n_units) {
+    e->n = n;
+    e->nu = n_units;
+    e->params = accel_malloc(sizeof(Tensor *) * (size_t)n);
+    e->unit_of = accel_malloc(sizeof(int) * (size_t)n);
+    e->reported = calloc((size_t)n, sizeof(bool));
+    e->steps = calloc((size_t)n, sizeof(int64_t));
+    e->hooks = calloc((size_t)n, sizeof(Hook));
+    e->units = calloc((size_t)n_units, sizeof(Unit));
+    if (!e->params || !e->unit_of || !e->reported || !e->steps || !e->hooks || !e->units)
+        return accel_fail_int("out of memory creating the shard engine");
+    for (int i = 0; i < n; i++) e->params[i] = tensor_retain(params[i]), e->unit_of[i] = unit_of[i];
+    return 0;
+}
+
+static int install_hooks(ShardEngine *e, double cap) {
+    if (!e->shard_grads) {
+        DdpOptions o = {.bucket_cap_mb = cap, .align = 1, .find_unused = false};
+        e->ddp = ddp_reducer_new(e->comm, e->params, e->n, &o);
+        return e->ddp ? 0 : -1;
+    }
+    for (int i = 0; i < e->n; i++) {
+        e->hooks[i] = (Hook){e, i};
+        e->params[i]->grad_hook = on_grad;
+        e->params[i]->grad_hook_ud = &e->hooks[i];
+    }
+    return 0;
+}
+
+ShardEngine *shard_engine_new(DistComm *c, Tensor **params, int n, const int *unit_of, int n_units,
+                              const ShardOptions *o) {
+    if (n < 1 || n_units < 1) return accel_fail("shard: the engine needs parameters and at least one wrap unit");
+    if (check_params(params, n, unit_of, n_units)) return NULL;
+    ShardEngine *e = calloc(1, sizeof *e);
+    if (!e) return accel_fail("out of memory creating the shard engine");
+    e->comm = c;
+    e->rank = c->rank;
+    e->world = c->size;
+    e->offload = o->offload_optimizer;
+    e->prefetch = o->backward_prefetch;
+    e->last_fwd = -1;
+    e->sync = true;
+    int rc = set_stage(e, o->stage);
+    if (rc == 0) rc = alloc_engine(e, params, n, unit_of, n_units);
+    for (int u = 0; rc == 0 && u < n_units; u++) rc = build_unit(e, u, o->broadcast);
+    if (rc == 0) rc = install_hooks(e, o->bucket_cap_mb);
+    if (rc) {
+        shard_engine_free(e);
+        return NULL;
+    }
+    e->id = ++live_ids;
+    e->live_next = live_head;
+    live_head = e;
+    e->st.units = n_units;
+    e->st.params = n;
+    return e;
+}
+
+static void unlink_live(ShardEngine *e) {
+    for (ShardEngine **p = &live_head; *p; p = &(*p)->live_next)
+        if (*p == e) {
+            *p = e->live_next;
+            return;
+        }
+}
+
+static void free_unit(Unit *un) {
+    if (un->work) dist_wait(un->work);
+    dist_work_free(un->work);
+    if (un->gwork) dist_wait(un->gwork);
+    dist_work_free(un->gwork);
+    tensor_release(un->next_flat);
+    tensor_release(un->gtmp);
+    tensor_release(un->gfull);
+    tensor_release(un->master);
+    tensor_release(un->grad);
+    for (int s = 0; s < N_STATE; s++) tensor_release(un->state[s]);
+    if (un->view) storage_release(un->view);
+    free(un->params);
+    free(un->offsets);
+    free(un->segs);
+}
+
+void shard_engine_free(ShardEngine *e) {
+    if (!e) return;
+    unlink_live(e);
+    ddp_reducer_free(e->ddp);
+    for (int i = 0; e->params && i < e->n; i++) {
+        if (!e->params[i]) continue;
+        if (e->params[i]->grad_hook == on_grad) e->params[i]->grad_hook = NULL, e->params[i]->grad_hook_ud = NULL;
+        tensor_release(e->params[i]);
+    }
+    for (int u = 0; e->units && u < e->nu; u++) free_unit(&e->units[u]);
+    free(e->units);
+    free(e->params);
+    free(e->unit_of);
+    free(e->reported);
+    free(e->steps);
+    free(e->hooks);
+    free(e->error);
+    free(e);
+}
+
+/* ---- accessors ---- */
+
+int shard_stage(const ShardEngine *e) { return e->stage; }
+void shard_set_sync(ShardEngine *e, bool on) {
+    e->sync = on;
+    if (e->ddp) ddp_set_sync(e->ddp, on);
+}
+int shard_num_units(const ShardEngine *e) { return e->nu; }
+int shard_num_params(const ShardEngine *e) { return e->n; }
+Tensor *shard_param(const ShardEngine *e, int i) { return e->params[i]; }
+int64_t shard_param_steps(const ShardEngine *e, int i) { return e->steps[i]; }
+int shard_rank(const ShardEngine *e) { return e->rank; }
+int shard_world(const ShardEngine *e) { return e->world; }
+bool shard_offload(const ShardEngine *e) { return e->offload; }
+void shard_stats(const ShardEngine *e, ShardStats *out) { *out = e->st; }
+Tensor *shard_unit_shard(const ShardEngine *e, int u, int which) { return slot_shard(e, u, which); }
+Tensor *shard_host_view(ShardEngine *e, Tensor *shard) {
+    (void)e; /* offload plan: shards live on the host already in the CPU build */
+    return shard;
+}
+
+void shard_unit_info(const ShardEngine *e, int u, int *n, const int **params, const int64_t **offsets, int64_t *numel,
+                     int64_t *padded, int64_t *shard) {
+    const Unit *un = &e->units[u];
+    *n = un->n;
+    *params = un->params;
+    *offsets = un->offsets;
+    *numel = un->numel;
+    *padded = un->padded;
+    *shard = un->shard;
+}

@@ -1,0 +1,170 @@
+/* test_shard.c: C tests of the sharding engine's layout arithmetic
+ * (core/shard.c: shard lengths, padding, the part of a parameter in a
+ * rank's shard, the segments of a rank's shard) against values worked out
+ * by hand and an element-by-element recount, plus the engine on the
+ * one-process communicator: parameters become views of their unit's
+ * buffer, stage 3 releases and gathers them with their values kept, and an
+ * SGD step on the shards equals p - lr * g.
+ * Last line "N passed, N failed". */
+#include "core/shard.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int n_pass, n_fail;
+
+#define CHECK(cond) check(!!(cond), __LINE__, #cond)
+
+static void check(int ok, int line, const char *what) {
+    if (ok) {
+        n_pass++;
+        return;
+    }
+    n_fail++;
+    printf("test_shard.c:%d: FAIL %s\n", line, what);
+}
+
+static bool seg_is(const ShardSeg *s, int slot, int64_t at, int64_t from, int64_t len) {
+    return s->slot == slot && s->at == at && s->from == from && s->len == len;
+}
+
+/* ---- hand-worked layouts ---- */
+
+static void test_lengths(void) {
+    CHECK(shard_len(205, 1) == 205);
+    CHECK(shard_len(205, 2) == 103); /* padded 206: one zero */
+    CHECK(shard_len(205, 3) == 69);  /* padded 207: two zeros */
+    CHECK(shard_len(6, 3) == 2);
+    CHECK(shard_len(1, 4) == 1); /* ranks 1..3 own only padding */
+    int64_t from = -1;
+    CHECK(shard_overlap(100, 10, 103, 0, &from) == 3 && from == 0);
+    CHECK(shard_overlap(100, 10, 103, 1, &from) == 7 && from == 3);
+    CHECK(shard_overlap(0, 5, 2, 3, &from) == 0);
+}
+
+/* The test model of shard_test.lua: 49 + 70 + 70 + 16 = 205 elements on 3
+ * ranks (shard 69, padded 207). */
+static void test_segments_by_hand(void) {
+    const int64_t offsets[] = {0, 49, 119, 189}, numels[] = {49, 70, 70, 16};
+    ShardSeg s[4];
+    CHECK(shard_segments(4, offsets, numels, 69, 0, s) == 2);
+    CHECK(seg_is(&s[0], 0, 0, 0, 49) && seg_is(&s[1], 1, 49, 0, 20));
+    CHECK(shard_segments(4, offsets, numels, 69, 1, s) == 2);
+    CHECK(seg_is(&s[0], 1, 0, 20, 50) && seg_is(&s[1], 2, 50, 0, 19));
+    CHECK(shard_segments(4, offsets, numels, 69, 2, s) == 2);
+    CHECK(seg_is(&s[0], 2, 0, 19, 51) && seg_is(&s[1], 3, 51, 0, 16)); /* 67 used, 2 padding */
+}
+
+/* ---- every element in exactly one rank's shard, at the right place ---- */
+
+static void test_cover(int world, int n, const int64_t *numels) {
+    int64_t offsets[16], total = 0;
+    for (int i = 0; i < n; i++) offsets[i] = total, total += numels[i];
+    int64_t shard = shard_len(total, world);
+    int *seen = calloc((size_t)(total > 0 ? total : 1), sizeof(int));
+    bool ok = shard * world >= total && shard * world - total < world;
+    for (int r = 0; r < world; r++) {
+        ShardSeg s[16];
+        int k = shard_segments(n, offsets, numels, shard, r, s);
+        for (int j = 0; j < k; j++) {
+            ok = ok && s[j].at >= 0 && s[j].at + s[j].len <= shard && s[j].from + s[j].len <= numels[s[j].slot];
+            for (int64_t e = 0; e < s[j].len; e++) {
+                int64_t flat = (int64_t)r * shard + s[j].at + e; /* its place in the unit's buffer */
+                ok = ok && flat == offsets[s[j].slot] + s[j].from + e;
+                if (flat < total) seen[flat]++;
+            }
+        }
+    }
+    for (int64_t e = 0; e < total; e++) ok = ok && seen[e] == 1;
+    free(seen);
+    if (!ok) printf("test_shard.c: cover failed for world %d, %d parameters\n", world, n);
+    CHECK(ok);
+}
+
+static void test_covers(void) {
+    const int64_t a[] = {49, 70, 70, 16}, b[] = {1}, c[] = {5, 1, 1, 7, 3, 11}, d[] = {2, 2};
+    for (int w = 1; w <= 7; w++) {
+        test_cover(w, 4, a);
+        test_cover(w, 1, b);
+        test_cover(w, 6, c);
+        test_cover(w, 2, d);
+    }
+}
+
+/* ---- the engine on one process ---- */
+
+static Tensor *param(int64_t r, int64_t c, float base) {
+    int64_t shape[2] = {r, c};
+    Tensor *t = tensor_empty(shape, 2, DT_F32, (Device){DEV_CPU, 0});
+    float *d = tensor_data(t);
+    for (int64_t i = 0; i < r * c; i++) d[i] = base + (float)i;
+    t->requires_grad = true;
+    return t;
+}
+
+static void test_engine_stage3(DistComm *c) {
+    Tensor *ps[2] = {param(2, 3, 1), param(1, 5, 100)};
+    int unit_of[2] = {0, 0};
+    ShardOptions o = {.stage = 3};
+    ShardEngine *e = shard_engine_new(c, ps, 2, unit_of, 1, &o);
+    CHECK(e != NULL);
+    if (!e) return;
+    CHECK(shard_storage_released(ps[0]->storage) && ps[0]->storage == ps[1]->storage);
+    CHECK(shard_unit_gather(e, 0) == 0 && !shard_storage_released(ps[0]->storage));
+    float *a = tensor_data(ps[0]), *b = tensor_data(ps[1]);
+    CHECK(b == a + 6 && a[5] == 6.0f && b[0] == 100.0f && b[4] == 104.0f);
+    CHECK(shard_unit_release(e, 0) == 0 && ps[0]->storage->data == NULL);
+    shard_engine_free(e);
+    tensor_release(ps[0]);
+    tensor_release(ps[1]);
+}
+
+static void test_engine_sgd(DistComm *c) {
+    Tensor *ps[2] = {param(2, 2, 1), param(3, 1, 10)};
+    int unit_of[2] = {0, 1};
+    ShardOptions o = {.stage = 1};
+    ShardEngine *e = shard_engine_new(c, ps, 2, unit_of, 2, &o);
+    CHECK(e != NULL && shard_num_units(e) == 2);
+    if (!e) return;
+    for (int i = 0; i < 2; i++) {
+        ps[i]->grad = tensor_full(ps[i]->shape, ps[i]->ndim, 0.5 * (i + 1), DT_F32, (Device){DEV_CPU, 0});
+    }
+    ShardHyper h[2];
+    for (int i = 0; i < 2; i++) h[i] = (ShardHyper){.kind = SHARD_SGD, .sgd = {.lr = 0.1}};
+    CHECK(shard_step(e, h) == 0);
+    const float *a = tensor_data(ps[0]), *b = tensor_data(ps[1]);
+    CHECK(a[0] == 1.0f - 0.1f * 0.5f && a[3] == 4.0f - 0.1f * 0.5f && b[2] == 12.0f - 0.1f * 1.0f);
+    CHECK(shard_param_steps(e, 0) == 1 && shard_param_steps(e, 1) == 1);
+    double total = 0;
+    CHECK(shard_clip_grad_norm(e, 1e9, 2.0, &total) == 0 && fabs(total - sqrt(4 * 0.25 + 3 * 1.0)) < 1e-9);
+    shard_engine_free(e);
+    tensor_release(ps[0]);
+    tensor_release(ps[1]);
+}
+
+static void test_engine_errors(DistComm *c) {
+    Tensor *p = param(2, 2, 0);
+    int unit_of[1] = {0};
+    ShardOptions bad = {.stage = 4};
+    CHECK(shard_engine_new(c, &p, 1, unit_of, 1, &bad) == NULL && strstr(accel_last_error(), "stage must be 1, 2 or 3"));
+    ShardOptions o = {.stage = 2};
+    int out_of_range[1] = {3};
+    CHECK(shard_engine_new(c, &p, 1, out_of_range, 1, &o) == NULL && strstr(accel_last_error(), "unit 4 is not in 1..1"));
+    tensor_release(p);
+}
+
+int main(void) {
+    test_lengths();
+    test_segments_by_hand();
+    test_covers();
+    DistComm *c = dist_world();
+    CHECK(c != NULL && c->size == 1);
+    if (c && c->size == 1) {
+        test_engine_stage3(c);
+        test_engine_sgd(c);
+        test_engine_errors(c);
+    }
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}

@@ -1,0 +1,140 @@
+-- shard_test.lua: the sharding engine (core/shard.c, accel.shard) across
+-- processes. Run by scripts/run-tests.sh as `accel-lua shard_test.lua`
+-- (exit 0 = pass); it starts `accel-lua launch --cpu --num_processes N`
+-- jobs (OpenMPI, oversubscribed) on the helpers in tests/lua/helpers/:
+--   shard_equiv.lua   stages 1, 2 and 3 on 1, 2 and 3 ranks end with the
+--                     parameters of one process trained on the global batch
+--                     (DESIGN §6.2) after 20 AdamW steps, to 1e-5 relative,
+--                     on a 205-parameter model; also with clipping (the
+--                     total norm equal too), accumulation k = 3, SGD with
+--                     momentum, two param groups with a StepLR schedule, and
+--                     the wrap policies module_list, no_wrap, min_num_params,
+--                     a module list and transformer_cls_names, CPU
+--                     offload; under bf16 autocast every stage equals DDP
+--                     on the same 2 ranks
+--                     Also: full_state_dict + full_optim_state saved on 2
+--                     ranks, loaded on 3 and on 1 ranks (another stage),
+--                     continued == the unbroken run
+--   shard_memory.lua  peak live tensor bytes per rank under stage 3 on 2
+--                     ranks <= 0.55 x DDP's, for a model with small
+--                     activations
+--   shard_ops.lua     unscale_'s found_inf agreed by every rank, shard_state's
+--                     index against the gathered tensors, full_state_dict,
+--                     the offload flag
+--   shard_errors.lua  bad options and uses, each one clear error
+-- The accel-lua under test is $ACCEL_LUA_BIN, else the interpreter running
+-- this script.
+local HERE = arg[0]:match("^(.*)/[^/]*$") or "."
+local support = dofile(HERE .. "/support.lua")
+
+local HELPERS = HERE .. "/helpers/"
+local all_ranks_ok = support.all_ranks_ok
+local jobs = support.job_checks()
+local check = jobs.check
+
+support.require_mpirun()
+local DIR = support.tmpdir()
+
+local launch, max_rel = support.launcher(jobs, support.job_env(DIR), HELPERS), support.max_rel
+
+local refs = {}
+-- The reference run of a configuration: one process (stage=0) unless ddp
+-- names a rank count for DDP (stage=-1) on that many ranks.
+local function reference(key, ddp, extra)
+  if not refs[key] then
+    local path = DIR .. "/ref_" .. key .. ".st"
+    local run = launch(ddp or 1, "shard_equiv.lua", path, ddp and "stage=-1" or "stage=0", table.unpack(extra))
+    refs[key] = {path = path, run = run, norm = tonumber(run.out:match("norm ([%d.]+)"))}
+  end
+  return refs[key]
+end
+
+local function equiv(name, n, stage, key, extra, ddp)
+  local ref = reference(key, ddp, extra)
+  local path = ("%s/%s_s%d_n%d.st"):format(DIR, key, stage, n)
+  local run = launch(n, "shard_equiv.lua", path, "stage=" .. stage, table.unpack(extra))
+  local d, where = max_rel(path, ref.path)
+  local norm = tonumber(run.out:match("norm ([%d.]+)"))
+  local early = tonumber(run.out:match("early (%d+)") or "0")
+  local why = {{ref.run.code == 0, "the reference run failed: " .. ref.run.err:sub(-300)},
+    {run.code == 0, "exit status"}, {all_ranks_ok(run, n), "not every rank finished"},
+    {d <= 1e-5, ("parameters differ by %g relative (%s)"):format(d, where)}}
+  if table.concat(extra, " "):find("clip=", 1, true) then
+    why[#why + 1] = {norm and ref.norm and ref.norm > 0.1 and math.abs(norm - ref.norm) <= 1e-5 * ref.norm,
+      ("clip total norm %s, reference %s"):format(tostring(norm), tostring(ref.norm))}
+  end
+  if stage >= 2 and n > 1 then
+    why[#why + 1] = {early > 0, "no reduction started during backward"}
+  end
+  if table.concat(extra, " "):find("prefetch=1", 1, true) then
+    why[#why + 1] = {tonumber(run.out:match("prefetches (%d+)") or "0") > 0, "no unit was prefetched"}
+  end
+  local against = ddp and ("DDP on %d ranks"):format(ddp) or "1 process, global batch"
+  check(("%s: stage %d on %d rank(s) == %s"):format(name, stage, n, against), run, table.unpack(why))
+end
+
+-- ---- (a) every stage on 1, 2, 3 ranks, AdamW ----
+for _, n in ipairs({1, 2, 3}) do
+  for stage = 1, 3 do equiv("AdamW, wrap module_list", n, stage, "base", {"wrap=module_list"}) end
+end
+
+-- ---- (b) clipping, accumulation, SGD momentum, param groups + scheduler, wrap policies ----
+for stage = 1, 3 do
+  equiv("clip_grad_norm_(0.1), wrap min_num_params", 2, stage, "clip", {"clip=0.1", "wrap=min"})
+  equiv("accumulation k = 3, no_wrap", 3, stage, "accum", {"accum=3", "wrap=no_wrap"})
+  equiv("SGD momentum 0.9, wrap a module list", 3, stage, "sgd", {"opt=sgd", "wrap=list"})
+  equiv("2 param groups + StepLR, transformer_cls_names", 3, stage, "groups", {"groups=2", "wrap=cls"})
+end
+equiv("stage 1-2 default units (bucket-sized)", 3, 2, "default", {"wrap=default"})
+equiv("backward_prefetch", 3, 3, "base", {"wrap=module_list", "prefetch=1"})
+equiv("backward_prefetch, accumulation k = 3", 2, 3, "accum", {"accum=3", "wrap=cls", "prefetch=1"})
+
+-- ---- (b2) full state saved on 2 ranks, loaded on 3 and on 1, continued ----
+do
+  local ref = reference("base", nil, {"wrap=module_list"})
+  local ck = DIR .. "/full_ck.st"
+  local first = launch(2, "shard_equiv.lua", DIR .. "/half.st", "stage=2", "steps=10", "save=" .. ck)
+  for _, c in ipairs({{3, 3}, {1, 1}}) do
+    local path = ("%s/resumed_%d.st"):format(DIR, c[1])
+    local run = launch(c[1], "shard_equiv.lua", path, "stage=" .. c[2], "steps=10", "start=10", "load=" .. ck)
+    local d, where = max_rel(path, ref.path)
+    check(("10 steps at stage 2 on 2 ranks, full state loaded at stage %d on %d rank(s), 10 more == 20 unbroken")
+      :format(c[2], c[1]), run, {first.code == 0, "the saving run failed: " .. first.err:sub(-300)},
+      {run.code == 0, "exit status"}, {d <= 1e-5, ("parameters differ by %g relative (%s)"):format(d, where)})
+  end
+end
+
+-- ---- (c) memory: stage 3 on 2 ranks vs DDP ----
+do
+  local ddp = launch(2, "shard_memory.lua", "ddp")
+  local s3 = launch(2, "shard_memory.lua", "stage3")
+  local why = {{ddp.code == 0, "the DDP run failed: " .. ddp.err:sub(-300)}, {s3.code == 0, "exit status"}}
+  for r = 0, 1 do
+    local a = tonumber(ddp.out:match("peak " .. r .. " (%d+)") or "")
+    local b = tonumber(s3.out:match("peak " .. r .. " (%d+)") or "")
+    why[#why + 1] = {a and b and b <= 0.55 * a,
+      ("rank %d: stage 3 peak %s bytes, DDP %s (ratio %s)"):format(r, tostring(b), tostring(a),
+        a and b and ("%.3f"):format(b / a) or "?")}
+  end
+  check("stage 3 peak live bytes per rank <= 0.55 x DDP's (2 ranks)", s3, table.unpack(why))
+end
+
+-- ---- (d) unscale_ / found_inf, shard_state's index, full_state_dict, offload; (e) bad inputs ----
+local function all_ok(what, helper, n)
+  local run = launch(n, helper)
+  check(("%s (%d rank(s))"):format(what, n), run, {run.code == 0, "exit status"},
+    {all_ranks_ok(run, n), "not every rank printed its ok line"})
+end
+for _, n in ipairs({2, 3}) do
+  all_ok("found_inf agreed, shard_state index, full_state_dict, offload flag, stages 1-3", "shard_ops.lua", n)
+end
+for stage = 2, 3 do
+  equiv("offload_optimizer = cpu", 2, stage, "base", {"wrap=module_list", "offload=cpu"})
+end
+for stage = 1, 3 do
+  equiv("bf16 autocast, clip 0.1", 2, stage, "bf16", {"wrap=module_list", "amp=bf16", "clip=0.1"}, 2)
+end
+for _, n in ipairs({1, 2}) do all_ok("bad options and uses give one clear error each", "shard_errors.lua", n) end
+
+support.remove_tree(DIR)
+jobs.finish()
