@@ -1,0 +1,79 @@
+-- accelerate_names_spec: the README's table of Accelerate names stays true.
+-- Every public Accelerator method is listed there; every Accelerate member
+-- or option we refuse is listed and raises naming itself and the reason
+-- (never Lua's "attempt to call a nil value", never silently accepted).
+local accel = require("accel")
+local acc_mod = require("accel.accelerator")
+
+local function readme_table()
+  local f = assert(io.open("README.md", "rb"))
+  local text = f:read("a")
+  f:close()
+  local start = assert(text:find("### Accelerate names: supported and refused", 1, true), "README has no names table")
+  local stop = text:find("\n### ", start + 10, true) or #text
+  return text:sub(start, stop)
+end
+
+local function listed(tbl, name)
+  return tbl:find("`" .. name .. "`", 1, true) ~= nil or tbl:find("`" .. name .. "(", 1, true) ~= nil
+    or tbl:find(", " .. name .. ",", 1, true) ~= nil or tbl:find("{" .. name .. ",", 1, true) ~= nil
+    or tbl:find(", " .. name .. "}", 1, true) ~= nil
+end
+
+describe("the README's Accelerate names table", function()
+  local tbl = readme_table()
+
+  it("lists every public Accelerator method", function()
+    local missing = {}
+    for k, v in pairs(acc_mod.Accelerator_class) do
+      if type(v) == "function" and not k:match("^_") and not listed(tbl, k) then missing[#missing + 1] = k end
+    end
+    table.sort(missing)
+    assert.are.same({}, missing)
+  end)
+
+  it("lists every refused member, and reading one raises naming it", function()
+    local a = accel.Accelerator{}
+    local n = 0
+    for name, why in pairs(acc_mod.REFUSED_MEMBERS) do
+      n = n + 1
+      assert.is_true(listed(tbl, name), name .. " is not in the README table")
+      local ok, err = pcall(function() return a[name] end)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find("Accelerator." .. name .. " is not supported here: " .. why, 1, true), err)
+      assert.truthy(tostring(err):find("accelerate_names_spec.lua:%d+"), err)
+    end
+    assert.is_true(n >= 10)
+  end)
+
+  it("refuses Accelerate's constructor options we lack, naming each", function()
+    for _, opt in ipairs({"rng_types", "dynamo_backend", "dynamo_plugin", "torch_tp_plugin", "megatron_lm_plugin",
+                          "deepspeed_plugins", "parallelism_config"}) do
+      assert.is_true(listed(tbl, opt), opt .. " is not in the README table")
+      local ok, err = pcall(accel.Accelerator, {[opt] = {}})
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find("option " .. opt .. " is Accelerate's but not supported here", 1, true), err)
+    end
+    -- a name Accelerate does not have either stays "unknown"
+    local ok, err = pcall(accel.Accelerator, {no_such_option = 1})
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("unknown option no_such_option", 1, true), err)
+  end)
+
+  it("lists the configuration classes we provide, and they exist", function()
+    for _, name in ipairs({"PartialState", "ProjectConfiguration", "DistributedDataParallelKwargs",
+                           "InitProcessGroupKwargs", "GradScalerKwargs", "AutocastKwargs", "GradientAccumulationPlugin",
+                           "DataLoaderConfiguration", "FP8RecipeKwargs", "DeepSpeedPlugin",
+                           "FullyShardedDataParallelPlugin", "find_executable_batch_size"}) do
+      assert.is_true(listed(tbl, name), name .. " is not in the README table")
+      assert.is_truthy(accel[name], "accel." .. name .. " does not exist")
+    end
+  end)
+
+  it("answers the plain properties as Accelerate does on the CPU", function()
+    local a = accel.Accelerator{}
+    assert.is_false(a.multi_device) -- Accelerate: only MULTI_GPU-like types are multi_device
+    assert.is_true(a.should_save_model)
+    assert.is_false(a.is_fsdp2)
+  end)
+end)
