@@ -202,13 +202,7 @@ static int check_float_target(const Tensor *t, const char *op) {
 
 static Tensor *new_random(const int64_t *shape, int ndim, DType dt, const char *op) {
     if (ndim < 0 || ndim > TENSOR_MAX_DIMS) return accel_fail("%s: expected 0 to %d dims, got %d", op, TENSOR_MAX_DIMS, ndim);
-    for (int d = 0; d < ndim; d++) {
-        if (shape[d] < 0) {
-            char s[160];
-            shape_str(shape, ndim, s, sizeof s);
-            return accel_fail("%s: negative dimension %lld in shape %s", op, (long long)shape[d], s);
-        }
-    }
+    if (shape_check(op, shape, ndim, (int)dt) < 0) return NULL;
     return tensor_empty(shape, ndim, dt, (Device){DEV_CPU, 0});
 }
 
