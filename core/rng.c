@@ -271,6 +271,7 @@ Tensor *rng_randint(int64_t lo, int64_t hi, const int64_t *shape, int ndim, DTyp
 static Tensor *randperm_from(Stream *s, int64_t n, DType dt) {
     if (n < 0) return accel_fail("randperm: n must be non-negative, got %lld", (long long)n);
     if (dt == DT_BOOL && n > 2) return accel_fail("randperm: n = %lld does not fit dtype bool", (long long)n);
+    if (shape_check("randperm", &n, 1, (int)DT_I64) < 0) return NULL; /* the int64 work array */
     int64_t *perm = accel_malloc(sizeof *perm * (size_t)(n ? n : 1));
     if (!perm) return NULL;
     for (int64_t i = 0; i < n; i++) perm[i] = i;

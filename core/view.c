@@ -123,6 +123,7 @@ static int infer_shape(const Tensor *t, const int64_t *shape, int ndim, int64_t 
     }
     char req[160];
     shape_str(shape, ndim, req, sizeof req);
+    if (known < 0 && infer < 0) return (int)shape_check(op, shape, ndim, SHAPE_NO_DTYPE); /* its words for the overflow */
     if (known < 0) return accel_fail_int("%s: shape %s has more than 2^63 elements", op, req);
     if (zero) known = 0;
     if (infer >= 0) {
