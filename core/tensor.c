@@ -96,9 +96,9 @@ int64_t size_add(int64_t a, int64_t b) {
 static int64_t stride_span(const int64_t *shape, int ndim, bool *has_zero) {
     int64_t p = 1;
     *has_zero = false;
-    for (int i = 0; i < ndim && p >= 0; i++) {
+    for (int i = 0; i < ndim; i++) {
         *has_zero |= shape[i] == 0;
-        p = size_mul(p, shape[i] ? shape[i] : 1);
+        p = size_mul(p, shape[i] ? shape[i] : 1); /* stays -1 once it overflows */
     }
     return p;
 }
