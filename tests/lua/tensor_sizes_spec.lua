@@ -161,3 +161,24 @@ describe("reductions of expanded tensors with more than 2^31 elements", function
       return x.grad:item()]], tostring(2.0^40))
   end)
 end)
+
+describe("file readers check declared sizes", function()
+  it("TokenFile:ids with first + count past 2^63 is out of range, not a read past the file", function()
+    local path = support.tmpname(".bin")
+    support.write_file(path, string.pack("<i4i4i4", 20240520, 1, 3) .. ("\0"):rep(1024 - 12) .. string.pack("<I2I2I2", 5, 6, 7))
+    refused(("local tf = accel.data.TokenFile(%q, {block_size = 1})\n local ids = tf:ids(2, math.maxinteger)\n return ids"):format(path),
+      "TokenFile: 9223372036854775807 tokens from token 2 are out of range (the file has 3)")
+    gives(("local tf = accel.data.TokenFile(%q, {block_size = 1})\n return tf:ids(2, 2)[2]:item()"):format(path), "7")
+    os.remove(path)
+  end)
+
+  it("read_idx refuses a zero size beside huge ones and a shape larger than the file", function()
+    local path = support.tmpname(".idx")
+    support.write_file(path, "\0\0\8\3" .. string.pack(">I4I4I4", 0, 0xFFFFFFFF, 0xFFFFFFFF))
+    refused(("local t = accel.data.read_idx(%q)\n return t"):format(path), "read_idx:", "[0, 4294967295, 4294967295] is refused")
+    support.write_file(path, "\0\0\8\2" .. string.pack(">I4I4", 65536, 65536) .. "abc")
+    refused(("local t = accel.data.read_idx(%q)\n return t"):format(path),
+      "is truncated: the header declares shape [65536, 65536] of uint8 (4294967296 bytes) but the file has 3 bytes after the header")
+    os.remove(path)
+  end)
+end)
