@@ -69,13 +69,13 @@ static int check_size(const Src *s, int type, const int64_t *shape, int ndim) {
     shape_str(shape, ndim, shp, sizeof shp);
     if (gzdirect(s->gz)) {
         if (need > s->file_size - header)
-            return accel_fail_int("read_idx: %s is truncated: the header declares shape %s of %s (%lld bytes) but the "
-                                  "file has %lld bytes after the header", s->path, shp, idx_types[type].name,
-                                  (long long)need, (long long)(s->file_size - header));
+            return accel_fail_int("read_idx: %s is truncated: the header declares %lld %s elements, shape %s (%lld "
+                                  "bytes), but the file has %lld bytes after the header", s->path, (long long)n,
+                                  idx_types[type].name, shp, (long long)need, (long long)(s->file_size - header));
     } else if (need / GZIP_MAX_RATIO > s->file_size) {
-        return accel_fail_int("read_idx: %s is truncated or corrupt: the header declares shape %s of %s (%lld bytes), more "
-                              "than its %lld compressed bytes can hold", s->path, shp, idx_types[type].name,
-                              (long long)need, (long long)s->file_size);
+        return accel_fail_int("read_idx: %s is truncated or corrupt: the header declares %lld %s elements, shape %s (%lld "
+                              "bytes), more than its %lld compressed bytes can hold", s->path, (long long)n,
+                              idx_types[type].name, shp, (long long)need, (long long)s->file_size);
     }
     return 0;
 }

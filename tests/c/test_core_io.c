@@ -693,10 +693,10 @@ static void test_idx_sizes(void) {
     write_idx(p, 0x0E, (uint32_t[]){1u << 30, 1u << 31}, 2, 0, false); /* 2^61 elements of 8 bytes */
     expect_idx_error(p, "shape [1073741824, 2147483648] of float64 needs more than 2^63 bytes", __LINE__);
     write_idx(p, 0x08, (uint32_t[]){65536, 65536}, 2, 10, false); /* 4 GiB declared, 10 bytes there */
-    expect_idx_error(p, "is truncated: the header declares shape [65536, 65536] of uint8 (4294967296 bytes) but the file has 10 bytes after the header", __LINE__);
+    expect_idx_error(p, "is truncated: the header declares 4294967296 uint8 elements, shape [65536, 65536] (4294967296 bytes), but the file has 10 bytes after the header", __LINE__);
     const char *g = tpath("sizes.idx.gz");
     write_idx(g, 0x0D, (uint32_t[]){65536, 65536}, 2, 64, true); /* 16 GiB declared in a few dozen bytes */
-    expect_idx_error(g, "of float32 (17179869184 bytes), more than its", __LINE__);
+    expect_idx_error(g, "float32 elements, shape [65536, 65536] (17179869184 bytes), more than its", __LINE__);
     write_idx(g, 0x08, (uint32_t[]){2, 3}, 2, 6, true); /* a real one still reads */
     Tensor *t = idx_read(g);
     CHECK(t && t->numel == 6 && t->shape[0] == 2 && t->shape[1] == 3);

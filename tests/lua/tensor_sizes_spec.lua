@@ -178,7 +178,7 @@ describe("file readers check declared sizes", function()
     refused(("local t = accel.data.read_idx(%q)\n return t"):format(path), "read_idx:", "[0, 4294967295, 4294967295] is refused")
     support.write_file(path, "\0\0\8\2" .. string.pack(">I4I4", 65536, 65536) .. "abc")
     refused(("local t = accel.data.read_idx(%q)\n return t"):format(path),
-      "is truncated: the header declares shape [65536, 65536] of uint8 (4294967296 bytes) but the file has 3 bytes after the header")
+      "is truncated: the header declares 4294967296 uint8 elements, shape [65536, 65536] (4294967296 bytes), but the file has 3 bytes after the header")
     os.remove(path)
   end)
 end)
