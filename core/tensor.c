@@ -227,7 +227,7 @@ const char *tensor_shape_str(const Tensor *t) {
 
 static Tensor *tensor_alloc_header(const int64_t *shape, int ndim, DType dt, Device dev) {
     if (ndim > TENSOR_MAX_DIMS) return accel_fail("tensors have at most %d dims, got %d", TENSOR_MAX_DIMS, ndim);
-    int64_t numel = shape_check("new tensor", shape, ndim, (int)dt);
+    int64_t numel = shape_check("cannot create a tensor", shape, ndim, (int)dt); /* ops name themselves first */
     if (numel < 0) return NULL;
     Tensor *t = tensor_header_alloc();
     if (!t) return NULL;

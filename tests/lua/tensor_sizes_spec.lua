@@ -90,6 +90,12 @@ describe("sizes that overflow int64", function()
       "expand: shape [4294967296, 4294967296] has more than 2^63 elements")
   end)
 
+  it("elementwise results of huge expanded tensors name the op", function()
+    local e = "local x = accel.ones(1, 1):expand(2^31, 2^31); "
+    refused(e .. "return x * 2", "mul: shape [2147483648, 2147483648] of float32 needs more than 2^63 bytes")
+    refused(e .. "return x:exp()", "exp: shape [2147483648, 2147483648] of float32 needs more than 2^63 bytes")
+  end)
+
   it("view and reshape check the requested shape", function()
     refused([[return accel.zeros(4):view(2^40, 2^40, -1)]], "view: shape [1099511627776, 1099511627776, -1] has more than 2^63")
     refused([[return accel.zeros(0):reshape(2^40, 2^40, 0)]], "reshape: shape [1099511627776, 1099511627776, 0]")
