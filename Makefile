@@ -6,6 +6,8 @@
 #   make test        deps, all, then scripts/run-tests.sh build
 #   make run         deps, all, then trains the Fashion-MNIST MLP (examples/fashion_mnist.lua)
 #   make asan-test   ASan+UBSan build in build/asan/, then the same tests
+#   make fuzz        libFuzzer runs of the file readers (clang; not part of
+#                    make test), FUZZ_SECONDS (default 30) per reader
 #   make clean
 
 BUILD ?= build
@@ -19,11 +21,12 @@ CC := gcc
 LUA ?= lua5.4
 OPTFLAGS ?= -O3
 SANFLAGS ?=
-CFLAGS := -std=c11 -D_GNU_SOURCE $(OPTFLAGS) -march=x86-64-v3 -fopenmp -fno-math-errno \
+OMPFLAGS ?= -fopenmp
+CFLAGS := -std=c11 -D_GNU_SOURCE $(OPTFLAGS) -march=x86-64-v3 $(OMPFLAGS) -fno-math-errno \
           -Wall -Wextra -Werror -fPIC -g $(SANFLAGS)
 CPPFLAGS := -I. -Ikernels -I/usr/include/lua5.4 -I/usr/lib/x86_64-linux-gnu/openmpi/include
 DEPFLAGS = -MMD -MP
-LDFLAGS := -fopenmp $(SANFLAGS)
+LDFLAGS := $(OMPFLAGS) $(SANFLAGS)
 # accel.so leaves the Lua API to the interpreter that loads it (Debian's
 # lua5.4 has Lua linked in statically; a second copy of Lua would break it).
 LIBS_NOLUA := -ldnnl -lopenblas -lgomp -lm -lz -ldl -lcurl
@@ -50,7 +53,7 @@ TEST_BIN := $(TEST_SRC:tests/c/%.c=$(BUILD)/%)
 PROGRAM := $(BUILD)/accel-lua
 MODULE := $(BUILD)/accel.so
 
-.PHONY: all deps test run asan-test clean FORCE
+.PHONY: all deps test run asan-test fuzz fuzz-bins clean FORCE
 .DEFAULT_GOAL := all
 
 all: $(PROGRAM) $(MODULE) $(TEST_BIN)
@@ -102,15 +105,45 @@ run: deps
 # deferred frees (256 MB by default).
 asan-test: deps
 	$(MAKE) all BUILD=build/asan OPTFLAGS="-O1 -g" SANFLAGS="$(ASAN_FLAGS)"
-	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1:quarantine_size_mb=4 \
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1:quarantine_size_mb=4:allocator_may_return_null=1 \
 	LSAN_OPTIONS=suppressions=$(CURDIR)/scripts/lsan.supp:print_suppressions=0 \
 	UBSAN_OPTIONS=print_stacktrace=1 \
 	OMPI_MCA_mca_base_component_disable_dlclose=1 \
 	scripts/run-tests.sh build/asan
+
+# Fuzzing: each tests/fuzz/fuzz_NAME.c is a libFuzzer target linked with
+# the core (and, for yaml, the config reader), built by clang in its own
+# tree with ASan+UBSan. OpenMP pragmas are left serial there
+# (-fopenmp=libgomp: libgomp's API, no parallel code generation), as
+# clang's OpenMP runtime is not the one the libraries use. clang comes from
+# `scripts/install-deps.sh --fuzz`, so make test never needs it.
+# scripts/run-fuzz.sh runs each target for FUZZ_SECONDS from the seed corpus
+# in tests/fuzz/corpus/NAME (new inputs go to build/fuzz/corpus/NAME).
+FUZZ_SECONDS ?= 30
+FUZZ_OMP := -fopenmp=libgomp
+# (thread counts that feed only the pragmas are unused there; gcc-only
+# attributes are ignored)
+FUZZ_SAN := -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined \
+            -Wno-unused-variable -Wno-unused-but-set-variable -Wno-unknown-attributes
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/%)
+FUZZ_HOST_OBJ := $(OBJ)/host/config_yaml.o $(OBJ)/host/settings.o
+
+fuzz:
+	scripts/install-deps.sh --fuzz
+	$(MAKE) fuzz-bins BUILD=build/fuzz CC=clang OPTFLAGS="-O1 -g" OMPFLAGS="$(FUZZ_OMP)" SANFLAGS="$(FUZZ_SAN)"
+	scripts/run-fuzz.sh build/fuzz $(FUZZ_SECONDS)
+
+fuzz-bins: $(FUZZ_BIN)
+
+$(BUILD)/fuzz_%: $(OBJ)/tests/fuzz/fuzz_%.o $(CORE_OBJ) $(FUZZ_HOST_OBJ)
+	$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(LIBS)
+
+$(FUZZ_SRC:%.c=$(OBJ)/%.o): CPPFLAGS += -Icore
 
 clean:
 	rm -rf build
 
 FORCE:
 
--include $(patsubst %.o,%.d,$(CORE_OBJ) $(BIND_OBJ) $(HOST_OBJ) $(TEST_OBJ))
+-include $(patsubst %.o,%.d,$(CORE_OBJ) $(BIND_OBJ) $(HOST_OBJ) $(TEST_OBJ) $(FUZZ_SRC:%.c=$(OBJ)/%.o))

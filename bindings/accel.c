@@ -45,30 +45,31 @@ static int finish(lua_State *L, Tensor *t, const CreateOpts *o) {
     return 1;
 }
 
-static int l_full_shape(lua_State *L, double v, int first, bool has_value) {
+/* A tensor of the shape filled with v, the shape checked first so that an
+ * impossible one is an error naming op (zeros, ones, full, empty). */
+static int filled(lua_State *L, const char *op, const int64_t *shape, int nd, double v, const CreateOpts *o) {
+    if (shape_check(op, shape, nd, (int)o->dt) < 0) return lu_core_error(L);
+    return finish(L, tensor_full(shape, nd, v, o->dt, o->dev), o);
+}
+
+static int l_full_shape(lua_State *L, const char *op, double v, bool has_value) {
     int64_t shape[TENSOR_MAX_DIMS];
-    int next, nd = lu_shape(L, first, shape, &next);
+    int next, nd = lu_shape(L, 1, shape, &next);
     if (has_value) {
         if (!lua_isnumber(L, next) && !lua_isboolean(L, next)) return lu_error(L, "full: fill value expected after the size");
         v = lua_isboolean(L, next) ? lua_toboolean(L, next) : lua_tonumber(L, next);
         DType def = lua_isboolean(L, next) ? DT_BOOL : lua_isinteger(L, next) ? DT_I64 : DT_F32;
         CreateOpts o = create_opts(L, next + 1, def);
-        return finish(L, tensor_full(shape, nd, v, o.dt, o.dev), &o);
+        return filled(L, op, shape, nd, v, &o);
     }
     CreateOpts o = create_opts(L, next, DT_F32);
-    return finish(L, tensor_full(shape, nd, v, o.dt, o.dev), &o);
+    return filled(L, op, shape, nd, v, &o);
 }
 
-static int l_zeros(lua_State *L) { return l_full_shape(L, 0, 1, false); }
-static int l_ones(lua_State *L) { return l_full_shape(L, 1, 1, false); }
-static int l_full(lua_State *L) { return l_full_shape(L, 0, 1, true); }
-
-static int l_empty(lua_State *L) {
-    int64_t shape[TENSOR_MAX_DIMS];
-    int next, nd = lu_shape(L, 1, shape, &next);
-    CreateOpts o = create_opts(L, next, DT_F32);
-    return finish(L, tensor_zeros(shape, nd, o.dt, o.dev), &o);
-}
+static int l_zeros(lua_State *L) { return l_full_shape(L, "zeros", 0, false); }
+static int l_ones(lua_State *L) { return l_full_shape(L, "ones", 1, false); }
+static int l_full(lua_State *L) { return l_full_shape(L, "full", 0, true); }
+static int l_empty(lua_State *L) { return l_full_shape(L, "empty", 0, false); }
 
 static int random_shape(lua_State *L, bool normal) {
     int64_t shape[TENSOR_MAX_DIMS];

@@ -92,9 +92,9 @@ static int c_token_blocks(lua_State *L) {
 static int c_token_ids(lua_State *L) {
     Tensor *tok = check_tokens(L, 1);
     lua_Integer start = luaL_checkinteger(L, 2), count = luaL_checkinteger(L, 3);
-    if (start < 0 || count < 0 || start + count > tok->shape[0])
-        return lu_error(L, "TokenFile: tokens %lld to %lld are out of range (the file has %lld)", (long long)start + 1,
-                        (long long)(start + count), (long long)tok->shape[0]);
+    if (start < 0 || count < 0 || start > tok->shape[0] || count > tok->shape[0] - start) /* no start + count: it may overflow */
+        return lu_error(L, "TokenFile: %lld tokens from token %lld are out of range (the file has %lld)", (long long)count,
+                        (long long)((uint64_t)start + 1), (long long)tok->shape[0]);
     int64_t n = count;
     Tensor *t = tensor_empty(&n, 1, DT_I64, CPU);
     if (t) {

@@ -3,6 +3,7 @@
 #include "lua_util.h"
 #include "../core/backend.h"
 #include "../core/shard.h"
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -222,15 +223,16 @@ int lu_dims(lua_State *L, int idx, int *out) {
     return n;
 }
 
+/* A size: a Lua integer, or a float with an integral value in int64's
+ * range (2^32 is a float in Lua 5.4; 2^63 and 1e30 are not sizes). */
 static int64_t check_size(lua_State *L, int idx, int pos) {
-    if (!lua_isinteger(L, idx)) {
-        if (lua_isnumber(L, idx)) {
-            lua_Number v = lua_tonumber(L, idx);
-            if (v == (lua_Number)(int64_t)v) return (int64_t)v;
-        }
-        lu_error(L, "size %d must be an integer, got %s", pos, luaL_typename(L, idx));
+    if (lua_isinteger(L, idx)) return lua_tointeger(L, idx);
+    if (lua_type(L, idx) == LUA_TNUMBER) {
+        lua_Number v = lua_tonumber(L, idx);
+        if (v >= -0x1p63 && v < 0x1p63 && v == floor(v)) return (int64_t)v;
+        lu_error(L, "size %d (%.17g) is not an integer in int64's range", pos, (double)v);
     }
-    return lua_tointeger(L, idx);
+    return lu_error(L, "size %d must be an integer, got %s", pos, luaL_typename(L, idx));
 }
 
 int lu_shape(lua_State *L, int idx, int64_t *shape, int *next) {

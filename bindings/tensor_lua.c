@@ -466,7 +466,14 @@ static int t_split(lua_State *L) {
     if (lua_istable(L, 2)) {
         int n = (int)lua_rawlen(L, 2);
         int64_t total = 0;
-        for (int i = 1; i <= n; i++) lua_rawgeti(L, 2, i), total += lua_tointeger(L, -1), lua_pop(L, 1);
+        for (int i = 1; i <= n; i++) {
+            lua_rawgeti(L, 2, i);
+            lua_Integer sz = lua_tointeger(L, -1);
+            lua_pop(L, 1);
+            if (sz < 0) return lu_error(L, "split: size %d is negative (%lld)", i, (long long)sz);
+            if (total >= 0) total = size_add(total, sz);
+        }
+        if (total < 0) return lu_error(L, "split: sizes sum to more than 2^63 but dimension %d has size %lld", dim + 1, (long long)len);
         if (total != len) return lu_error(L, "split: sizes sum to %lld but dimension %d has size %lld", (long long)total, dim + 1, (long long)len);
         for (int i = 1; i <= n; i++) {
             lua_rawgeti(L, 2, i);
@@ -480,10 +487,10 @@ static int t_split(lua_State *L) {
     }
     int64_t sz = luaL_checkinteger(L, 2);
     if (sz <= 0) return lu_error(L, "split: split_size must be positive, got %lld", (long long)sz);
-    for (; start < len || (len == 0 && k == 1); start += sz) {
-        lu_push_tensor(L, tensor_narrow(t, dim, start, start + sz > len ? len - start : sz));
+    for (;; start += sz) { /* pieces of sz, the last one shorter; one empty piece when len is 0 */
+        lu_push_tensor(L, tensor_narrow(t, dim, start, sz > len - start ? len - start : sz));
         lua_rawseti(L, -2, k++);
-        if (len == 0) break;
+        if (len - start <= sz) break;
     }
     return 1;
 }
@@ -494,7 +501,7 @@ static int t_chunk(lua_State *L) {
     if (chunks <= 0) return lu_error(L, "chunk: number of chunks must be positive, got %lld", (long long)chunks);
     int dim = lua_isnoneornil(L, 3) ? 0 : lu_dim(L, 3);
     if ((dim = tensor_wrap_dim(t, dim, "chunk")) < 0) lu_core_error(L);
-    int64_t sz = (t->shape[dim] + chunks - 1) / chunks;
+    int64_t sz = t->shape[dim] / chunks + (t->shape[dim] % chunks != 0); /* ceil, without overflow */
     lua_settop(L, 1);
     lua_pushinteger(L, sz > 0 ? sz : 1);
     lua_pushinteger(L, dim + 1);

@@ -16,12 +16,14 @@ typedef struct {
     const char *a, *b; /* field text [a, b), trimmed and unquoted */
 } Field;
 
+#define CSV_MAX_FIELDS (1 << 30) /* per line: the field count is an int */
+
 typedef struct {
     const char *path;
-    int line;
+    long long line; /* files of more than 2^31 lines exist */
     char delim;
     int ncols;   /* -1 until the first row fixes it */
-    int ref_line; /* the line that fixed ncols */
+    long long ref_line; /* the line that fixed ncols */
     double *vals;
     int64_t nvals, cap;
     Field *fields; /* the current line's fields */
@@ -61,6 +63,8 @@ static Field trim(const char *a, const char *b) {
 }
 
 static int grow_fields(Csv *c) {
+    if (c->fcap > CSV_MAX_FIELDS / 2)
+        return accel_fail_int("CSV: %s:%lld: more than %d fields on one line", c->path, c->line, CSV_MAX_FIELDS);
     int cap = c->fcap ? c->fcap * 2 : 64;
     Field *nf = realloc(c->fields, (size_t)cap * sizeof *nf);
     if (!nf) return accel_fail_int("CSV: out of memory reading %s", c->path);
@@ -90,7 +94,7 @@ static int fixed_cols(Csv *c, int n) {
         return 0;
     }
     if (n == c->ncols) return 0;
-    return accel_fail_int("CSV: %s:%d: expected %d fields (as on line %d), found %d", c->path, c->line, c->ncols,
+    return accel_fail_int("CSV: %s:%lld: expected %d fields (as on line %lld), found %d", c->path, c->line, c->ncols,
                           c->ref_line, n);
 }
 
@@ -108,14 +112,14 @@ static int push_value(Csv *c, double v) {
 static int parse_number(Csv *c, Field f, int col) {
     char tmp[128], *end;
     size_t n = (size_t)(f.b - f.a);
-    if (n == 0) return accel_fail_int("CSV: %s:%d: field %d is empty", c->path, c->line, col);
+    if (n == 0) return accel_fail_int("CSV: %s:%lld: field %d is empty", c->path, c->line, col);
     if (n < sizeof tmp) {
         memcpy(tmp, f.a, n);
         tmp[n] = 0;
         double v = strtod(tmp, &end);
         if (*end == 0) return push_value(c, v);
     }
-    return accel_fail_int("CSV: %s:%d: field %d (\"%.*s\") is not a number", c->path, c->line, col,
+    return accel_fail_int("CSV: %s:%lld: field %d (\"%.*s\") is not a number", c->path, c->line, col,
                           (int)(n > 40 ? 40 : n), f.a);
 }
 

@@ -10,12 +10,18 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 typedef struct {
     gzFile gz;
     const char *path;
+    int64_t file_size; /* bytes on disk (compressed, for a gzipped file) */
 } Src;
+
+/* The most bytes a deflate stream inflates to per compressed byte (RFC
+ * 1951's longest match per shortest code: about 1032:1). */
+#define GZIP_MAX_RATIO 1032
 
 static const struct {
     uint8_t code;
@@ -50,6 +56,30 @@ static int src_read(Src *s, void *dst, size_t n, const char *what) {
 
 static uint32_t be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
 
+/* Does the file hold as many bytes as the header's shape needs? Checked
+ * before anything is allocated: the shape must be possible at all, and the
+ * bytes it needs must fit in the rest of the file (a gzipped file in its
+ * compressed size times the largest deflate ratio). 0 or -1. */
+static int check_size(const Src *s, int type, const int64_t *shape, int ndim) {
+    char op[600], shp[200];
+    snprintf(op, sizeof op, "read_idx: %s", s->path);
+    int64_t n = shape_check(op, shape, ndim, (int)idx_types[type].dt);
+    int64_t need = size_mul(n, idx_types[type].size), header = 4 + 4 * (int64_t)ndim;
+    if (n < 0) return -1;
+    shape_str(shape, ndim, shp, sizeof shp);
+    if (gzdirect(s->gz)) {
+        if (need > s->file_size - header)
+            return accel_fail_int("read_idx: %s is truncated: the header declares %lld %s elements, shape %s (%lld "
+                                  "bytes), but the file has %lld bytes after the header", s->path, (long long)n,
+                                  idx_types[type].name, shp, (long long)need, (long long)(s->file_size - header));
+    } else if (need / GZIP_MAX_RATIO > s->file_size) {
+        return accel_fail_int("read_idx: %s is truncated or corrupt: the header declares %lld %s elements, shape %s (%lld "
+                              "bytes), more than its %lld compressed bytes can hold", s->path, (long long)n,
+                              idx_types[type].name, shp, (long long)need, (long long)s->file_size);
+    }
+    return 0;
+}
+
 /* Header -> type index, shape; 0 or -1. */
 static int read_header(Src *s, int *type, int64_t *shape, int *ndim) {
     uint8_t h[4], d[4 * TENSOR_MAX_DIMS];
@@ -68,14 +98,8 @@ static int read_header(Src *s, int *type, int64_t *shape, int *ndim) {
                               TENSOR_MAX_DIMS);
     *ndim = h[3];
     if (src_read(s, d, 4 * (size_t)*ndim, "dimension sizes") < 0) return -1;
-    int64_t n = 1;
-    for (int i = 0; i < *ndim; i++) {
-        shape[i] = be32(d + 4 * i);
-        if (shape[i] && n > INT64_MAX / 16 / shape[i])
-            return accel_fail_int("read_idx: %s: the header's shape is too large to be real", s->path);
-        n *= shape[i];
-    }
-    return 0;
+    for (int i = 0; i < *ndim; i++) shape[i] = be32(d + 4 * i);
+    return check_size(s, *type, shape, *ndim);
 }
 
 /* Big-endian elements of `size` bytes at the start of t's data -> native
@@ -126,7 +150,10 @@ static Tensor *read_body(Src *s) {
 }
 
 Tensor *idx_read(const char *path) {
-    Src s = {.gz = gzopen(path, "rb"), .path = path};
+    struct stat st;
+    if (stat(path, &st) < 0) return accel_fail("read_idx: cannot open %s: %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode)) return accel_fail("read_idx: %s is a directory, not an IDX file", path);
+    Src s = {.gz = gzopen(path, "rb"), .path = path, .file_size = S_ISREG(st.st_mode) ? st.st_size : INT64_MAX};
     if (!s.gz) return accel_fail("read_idx: cannot open %s: %s", path, errno ? strerror(errno) : "out of memory");
     gzbuffer(s.gz, 1 << 18);
     Tensor *t = read_body(&s);

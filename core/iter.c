@@ -109,5 +109,5 @@ int broadcast_shapes(const int64_t *a, int na, const int64_t *b, int nb, int64_t
         out[i] = da == 1 ? db : da;
     }
     *nout = n;
-    return 0;
+    return shape_check(op, out, n, SHAPE_NO_DTYPE) < 0 ? -1 : 0;
 }

@@ -27,6 +27,10 @@ static DType conv_acc_dtype(DType kdt) { return kdt == DT_F64 ? DT_F64 : DT_F32;
 
 /* ---------------- conv2d ---------------- */
 
+/* How far a window of k taps with dilation d reaches, d * (k - 1) + 1; -1
+ * when k < 1 or it passes 2^63. */
+static int64_t window_reach(int64_t k, int64_t d) { return k < 1 ? -1 : size_add(size_mul(d, k - 1), 1); }
+
 /* The geometry of x (N, C, H, W) * w (O, C/groups, KH, KW), after the checks. */
 typedef struct {
     KConv2d g;
@@ -67,9 +71,9 @@ static int conv_check_tensors(const Tensor *x, const Tensor *w, const Tensor *b,
     if (O % groups != 0)
         return accel_fail_int("conv2d: out_channels (%lld, weight %s) are not divisible by groups (%lld)", (long long)O,
                               tensor_shape_str(w), (long long)groups);
-    if (w->shape[1] * groups != C)
+    if (size_mul(w->shape[1], groups) != C)
         return accel_fail_int("conv2d: weight %s with groups=%lld expects input with %lld channels, but input %s has %lld",
-                              tensor_shape_str(w), (long long)groups, (long long)(w->shape[1] * groups),
+                              tensor_shape_str(w), (long long)groups, (long long)size_mul(w->shape[1], groups),
                               tensor_shape_str(x), (long long)C);
     if (b && (b->ndim != 1 || b->shape[0] != O))
         return accel_fail_int("conv2d: bias must have shape [%lld] (out_channels of weight %s), got %s", (long long)O,
@@ -83,8 +87,12 @@ static int conv_spec(const Tensor *x, const Tensor *w, const int64_t stride[2], 
     *g = (KConv2d){.N = x->shape[0], .C = x->shape[1], .H = x->shape[2], .W = x->shape[3], .O = w->shape[0],
                    .KH = w->shape[2], .KW = w->shape[3], .sh = stride[0], .sw = stride[1], .ph = lo[0], .pw = lo[1],
                    .dh = dil[0], .dw = dil[1], .groups = groups};
-    const int64_t reach_h = g->dh * (g->KH - 1) + 1, reach_w = g->dw * (g->KW - 1) + 1;
-    const int64_t ph = g->H + lo[0] + hi[0], pw = g->W + lo[1] + hi[1];
+    const int64_t reach_h = window_reach(g->KH, g->dh), reach_w = window_reach(g->KW, g->dw);
+    const int64_t ph = size_add(size_add(g->H, lo[0]), hi[0]), pw = size_add(size_add(g->W, lo[1]), hi[1]);
+    if (reach_h < 0 || reach_w < 0 || ph < 0 || pw < 0)
+        return accel_fail_int("conv2d: input %s with kernel (%lld x %lld), padding and dilation (%lld, %lld) spans more "
+                              "than 2^63 positions", tensor_shape_str(x), (long long)g->KH, (long long)g->KW,
+                              (long long)g->dh, (long long)g->dw);
     if (g->KH < 1 || g->KW < 1 || reach_h > ph || reach_w > pw)
         return accel_fail_int("conv2d: kernel (%lld x %lld, dilation (%lld, %lld)) is larger than the padded input "
                               "(%lld x %lld) of input %s",
@@ -92,6 +100,13 @@ static int conv_spec(const Tensor *x, const Tensor *w, const int64_t stride[2], 
                               (long long)pw, tensor_shape_str(x));
     g->OH = (ph - reach_h) / g->sh + 1;
     g->OW = (pw - reach_w) / g->sw + 1;
+    /* the output, and the (C/groups * KH * KW + 1, OH * OW) column buffer of the kernels */
+    const int64_t oshape[4] = {g->N, g->O, g->OH, g->OW};
+    const int64_t col_rows = size_add(size_mul(g->C / groups, size_mul(g->KH, g->KW)), 1);
+    if (shape_check("conv2d", oshape, 4, (int)DT_F64) < 0) return -1;
+    if (size_mul(size_mul(col_rows, size_mul(g->OH, g->OW)), (int64_t)sizeof(double)) < 0)
+        return accel_fail_int("conv2d: input %s with weight %s needs an im2col buffer of more than 2^63 bytes",
+                              tensor_shape_str(x), tensor_shape_str(w));
     memcpy(s->pad_lo, lo, sizeof s->pad_lo);
     memcpy(s->pad_hi, hi, sizeof s->pad_hi);
     return 0;
@@ -201,8 +216,11 @@ Tensor *op_conv2d(Tensor *x, Tensor *w, Tensor *b, const int64_t stride[2], cons
 
 /* ---------------- max_pool2d ---------------- */
 
+/* The output length, 0 when the window does not fit, -1 when the sizes pass 2^63. */
 static int64_t pool_out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
-    const int64_t span = in + 2 * p - d * (k - 1) - 1;
+    const int64_t padded = size_add(in, size_mul(2, p)), reach = window_reach(k, d);
+    if (padded < 0 || reach < 0) return -1;
+    const int64_t span = padded - reach;
     if (span < 0) return 0;
     int64_t o = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
     if (ceil_mode && (o - 1) * s >= in + p) o--; /* the last window must start inside the input or left padding */
@@ -264,6 +282,10 @@ Tensor *op_max_pool2d(Tensor *xin, const int64_t kernel[2], const int64_t stride
     g.NC = shape_numel(xin->shape, nd - 2);
     g.OH = pool_out_size(g.H, g.KH, g.sh, g.ph, g.dh, ceil_mode);
     g.OW = pool_out_size(g.W, g.KW, g.sw, g.pw, g.dw, ceil_mode);
+    if (g.OH < 0 || g.OW < 0)
+        return accel_fail("max_pool2d: input %s with kernel (%lld, %lld) and dilation (%lld, %lld) spans more than 2^63 "
+                          "positions", tensor_shape_str(xin), (long long)g.KH, (long long)g.KW, (long long)g.dh,
+                          (long long)g.dw);
     if (g.OH < 1 || g.OW < 1)
         return accel_fail("max_pool2d: input %s is too small for kernel (%lld, %lld) with padding (%lld, %lld) and dilation "
                           "(%lld, %lld): the output would be %lld x %lld",
@@ -273,7 +295,7 @@ Tensor *op_max_pool2d(Tensor *xin, const int64_t kernel[2], const int64_t stride
     int64_t oshape[4];
     pool_shape(xin, &g, oshape);
     /* backward needs codes (or, for huge windows, the flat indices) */
-    const bool track = ag_needs_grad(&xin, 1), small = g.KH * g.KW <= 256;
+    const bool track = ag_needs_grad(&xin, 1), small = g.KH <= 256 && g.KW <= 256 && g.KH * g.KW <= 256;
     const bool want_idx = indices || (track && !small), want_code = track && small;
     Tensor *x = tensor_contiguous_as(xin, cdt), *y = x ? tensor_empty(oshape, nd, cdt, x->device) : NULL;
     Tensor *idx = y && want_idx ? tensor_empty(oshape, nd, DT_I64, x->device) : NULL;

@@ -100,8 +100,9 @@ static Tensor *binary_compute(KBinOp op, Tensor *a, Tensor *b, DType rd, const i
     DType in_dt = dtype_promote(a->dtype, b->dtype);
     DType cdt = compute_dtype(kbin_is_compare(op) ? in_dt : (op == KB_DIV ? rd : in_dt));
     if (op == KB_POW && dtype_is_float(rd)) cdt = compute_dtype(rd);
-    Tensor *ca = as_dtype_plain(a, cdt), *cb = ca ? as_dtype_plain(b, cdt) : NULL;
     DType odt = kbin_is_compare(op) ? DT_BOOL : cdt;
+    if (shape_check(kbin_name(op), shape, nd, (int)odt) < 0) return NULL; /* e.g. huge expanded operands */
+    Tensor *ca = as_dtype_plain(a, cdt), *cb = ca ? as_dtype_plain(b, cdt) : NULL;
     Tensor *out = cb ? tensor_empty(shape, nd, odt, a->device) : NULL;
     if (out) binary_into(op, cdt, out, ca, cb);
     tensor_release(ca);
@@ -410,6 +411,7 @@ Tensor *op_unary(KUnOp op, Tensor *a, double p1, double p2) {
     if (op == KU_NOT) rd = DT_BOOL;
     if (op == KU_POW && !dtype_is_float(rd) && p1 != floor(p1)) rd = dtype_default_float();
     DType cdt = compute_dtype(rd == DT_BOOL ? a->dtype : rd);
+    if (shape_check(kun_name(op), a->shape, a->ndim, (int)cdt) < 0) return NULL; /* e.g. a huge expanded input */
     Tensor *ca = as_dtype_plain(a, cdt);
     Tensor *out = ca ? tensor_empty(a->shape, a->ndim, cdt, a->device) : NULL;
     if (out) unary_into(op, cdt, out, ca, p1, p2);

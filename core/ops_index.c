@@ -106,11 +106,12 @@ Tensor *op_index_select(Tensor *a, int dim, Tensor *index) {
     if (a->ndim == 0) return accel_fail("index_select: cannot index a 0-dim tensor");
     if ((dim = tensor_wrap_dim(a, dim, "index_select")) < 0) return NULL;
     if (index->ndim > 1) return accel_fail("index_select: index must be 1-D, got shape %s", tensor_shape_str(index));
-    Tensor *idx = checked_index(index, a->shape[dim], "index_select");
-    Tensor *x = idx ? contig(a) : NULL;
     int64_t shape[TENSOR_MAX_DIMS];
     memcpy(shape, a->shape, sizeof shape);
     shape[dim] = index->numel;
+    if (shape_check("index_select", shape, a->ndim, (int)a->dtype) < 0) return NULL;
+    Tensor *idx = checked_index(index, a->shape[dim], "index_select");
+    Tensor *x = idx ? contig(a) : NULL;
     Tensor *out = x ? tensor_empty(shape, a->ndim, a->dtype, a->device) : NULL;
     if (out) {
         int64_t outer, inner;
@@ -126,13 +127,15 @@ Tensor *op_index_select(Tensor *a, int dim, Tensor *index) {
 Tensor *op_embedding(Tensor *weight, Tensor *index) {
     PROF_SCOPE("embedding", PROF_FORWARD, weight, index);
     if (weight->ndim != 2) return accel_fail("embedding: weight must be 2-D (num_embeddings, dim), got %s", tensor_shape_str(weight));
+    if (index->ndim == TENSOR_MAX_DIMS) return accel_fail("embedding: index has %d dims; at most %d are supported", index->ndim, TENSOR_MAX_DIMS - 1);
+    int64_t shape[TENSOR_MAX_DIMS];
+    memcpy(shape, index->shape, sizeof(int64_t) * (size_t)index->ndim);
+    shape[index->ndim] = weight->shape[1];
+    if (shape_check("embedding", shape, index->ndim + 1, (int)weight->dtype) < 0) return NULL;
     Tensor *flat = tensor_reshape(index, (int64_t[]){-1}, 1);
     Tensor *rows = flat ? op_index_select(weight, 0, flat) : NULL;
     tensor_release(flat);
     if (!rows) return NULL;
-    int64_t shape[TENSOR_MAX_DIMS];
-    memcpy(shape, index->shape, sizeof(int64_t) * (size_t)index->ndim);
-    shape[index->ndim] = weight->shape[1];
     Tensor *r = tensor_reshape(rows, shape, index->ndim + 1);
     tensor_release(rows);
     return r;
@@ -168,9 +171,11 @@ Tensor *op_cat(Tensor **ts, int n, int dim) {
         if (!ok)
             return accel_fail("cat: tensor %d has shape %s, which does not match tensor 1's shape %s except in dim %d", k + 1,
                               tensor_shape_str(t), tensor_shape_str(ref), dim + 1);
-        shape[dim] += t->shape[dim];
+        if ((shape[dim] = size_add(shape[dim], t->shape[dim])) < 0)
+            return accel_fail("cat: the sizes of dim %d add up to more than 2^63 (at tensor %d of %d)", dim + 1, k + 1, n);
         dt = dtype_promote(dt, t->dtype);
     }
+    if (shape_check("cat", shape, ref->ndim, (int)dt) < 0) return NULL;
     Tensor *out = tensor_empty(shape, ref->ndim, dt, ref->device);
     if (!out) return NULL;
     bool prev = ag_set_grad_enabled(false);
@@ -193,6 +198,10 @@ Tensor *op_stack(Tensor **ts, int n, int dim) {
     if (n == 0) return accel_fail("stack: expected a non-empty list of tensors");
     int nd = ts[0]->ndim + 1;
     if (dim < -nd || dim >= nd) return accel_fail("stack: dim %d out of range for %d-dim result", dim >= 0 ? dim + 1 : dim, nd);
+    if (nd > TENSOR_MAX_DIMS) return accel_fail("stack: the result would have %d dims; at most %d are supported", nd, TENSOR_MAX_DIMS);
+    int64_t shape[TENSOR_MAX_DIMS];
+    for (int d = 0, k = 0; d < nd; d++) shape[d] = d == (dim < 0 ? dim + nd : dim) ? n : ts[0]->shape[k++];
+    if (shape_check("stack", shape, nd, (int)ts[0]->dtype) < 0) return NULL;
     Tensor *local[64];
     Tensor **us = n <= 64 ? local : accel_calloc((size_t)n, sizeof *us);
     if (!us) return NULL;

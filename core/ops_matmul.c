@@ -113,6 +113,7 @@ static Tensor *mm_forward(Tensor *a, Tensor *b, Tensor *bias) {
     oshape[bnd] = M, oshape[bnd + 1] = N;
     DType cdt = gemm_dtype(a->dtype, b->dtype), acc = cdt == DT_F64 ? DT_F64 : DT_F32;
     DType rd = dtype_promote(a->dtype, b->dtype);
+    if (shape_check("matmul", oshape, bnd + 2, (int)acc) < 0) return NULL;
     Tensor *out = tensor_empty(oshape, bnd + 2, acc, a->device);
     if (!out) return NULL;
     const double beta = bias ? 1.0 : 0.0;

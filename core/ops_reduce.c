@@ -73,17 +73,49 @@ static DType reduce_result_dtype(KRedOp op, DType dt) {
     return dt;
 }
 
+/* a with each reduced dim along which it is constant (stride 0, as expand
+ * makes) narrowed to size 1; *r2 describes the rest and *times is how many
+ * elements per output were dropped (1 when none). The mean, amax and amin
+ * of the rest are a's and its sum times *times is a's, so a huge expanded
+ * tensor reduces without being copied out. prod keeps every element (x^n is
+ * not what the running product rounds to). */
+static Tensor *drop_constant_dims(Tensor *a, KRedOp op, const RedDims *r, RedDims *r2, int64_t *times) {
+    *r2 = *r, *times = 1;
+    Tensor *v = tensor_retain(a);
+    for (int d = 0; v && op != KR_PROD && d < a->ndim; d++) {
+        if (!r->mask[d] || a->stride[d] != 0 || a->shape[d] <= 1) continue;
+        Tensor *n = tensor_narrow(v, d, 0, 1);
+        tensor_release(v);
+        v = n;
+        *times *= a->shape[d]; /* divides r->n, which fits */
+        r2->n /= a->shape[d];
+    }
+    return v;
+}
+
+/* out *= times, elementwise, for a sum of `times` equal parts (int64 wraps as the kernels do). */
+static void scale_sum(Tensor *out, int64_t times) {
+    for (int64_t i = 0; times > 1 && i < out->numel; i++) {
+        if (out->dtype == DT_F32) ((float *)tensor_data(out))[i] = (float)(((float *)tensor_data(out))[i] * (double)times);
+        else if (out->dtype == DT_F64) ((double *)tensor_data(out))[i] *= (double)times;
+        else ((int64_t *)tensor_data(out))[i] = (int64_t)((uint64_t)((int64_t *)tensor_data(out))[i] * (uint64_t)times);
+    }
+}
+
 /* Forward without autograd. */
-static Tensor *reduce_compute(KRedOp op, Tensor *a, const RedDims *r) {
+static Tensor *reduce_compute(KRedOp op, Tensor *a, const RedDims *rin) {
     DType rd = reduce_result_dtype(op, a->dtype);
     DType cdt = rd == DT_F64 ? DT_F64 : dtype_is_float(rd) ? DT_F32 : DT_I64;
     bool prev = ag_set_grad_enabled(false);
-    Tensor *ca = tensor_to_dtype(a, cdt);
+    RedDims rs, *r = &rs;
+    int64_t times;
+    Tensor *na = drop_constant_dims(a, op, rin, r, &times);
+    Tensor *ca = na ? tensor_to_dtype(na, cdt) : NULL;
     int64_t outer = 0, inner = 0;
     Tensor *c = ca ? red_layout(ca, r, &outer, &inner) : NULL;
     Tensor *out = c ? tensor_empty(r->out_shape, r->out_nd, cdt, a->device) : NULL;
     ag_set_grad_enabled(prev);
-    tensor_release(ca);
+    tensor_release(na), tensor_release(ca);
     if (out && r->n == 0 && (op == KR_MAX || op == KR_MIN)) {
         tensor_release(c), tensor_release(out);
         return accel_fail("%s: cannot reduce over a zero-size dimension (shape %s)", red_names[op], tensor_shape_str(a));
@@ -92,6 +124,7 @@ static Tensor *reduce_compute(KRedOp op, Tensor *a, const RedDims *r) {
         if (cdt == DT_F32) k_reduce_f32(op, tensor_data(c), outer, r->n, inner, tensor_data(out));
         else if (cdt == DT_F64) k_reduce_f64(op, tensor_data(c), outer, r->n, inner, tensor_data(out));
         else k_reduce_i64(op, tensor_data(c), outer, r->n, inner, tensor_data(out));
+        if (op == KR_SUM) scale_sum(out, times);
     }
     tensor_release(c);
     return tensor_to_dtype_owned(out, rd);

@@ -202,13 +202,7 @@ static int check_float_target(const Tensor *t, const char *op) {
 
 static Tensor *new_random(const int64_t *shape, int ndim, DType dt, const char *op) {
     if (ndim < 0 || ndim > TENSOR_MAX_DIMS) return accel_fail("%s: expected 0 to %d dims, got %d", op, TENSOR_MAX_DIMS, ndim);
-    for (int d = 0; d < ndim; d++) {
-        if (shape[d] < 0) {
-            char s[160];
-            shape_str(shape, ndim, s, sizeof s);
-            return accel_fail("%s: negative dimension %lld in shape %s", op, (long long)shape[d], s);
-        }
-    }
+    if (shape_check(op, shape, ndim, (int)dt) < 0) return NULL;
     return tensor_empty(shape, ndim, dt, (Device){DEV_CPU, 0});
 }
 
@@ -277,6 +271,7 @@ Tensor *rng_randint(int64_t lo, int64_t hi, const int64_t *shape, int ndim, DTyp
 static Tensor *randperm_from(Stream *s, int64_t n, DType dt) {
     if (n < 0) return accel_fail("randperm: n must be non-negative, got %lld", (long long)n);
     if (dt == DT_BOOL && n > 2) return accel_fail("randperm: n = %lld does not fit dtype bool", (long long)n);
+    if (shape_check("randperm", &n, 1, (int)DT_I64) < 0) return NULL; /* the int64 work array */
     int64_t *perm = accel_malloc(sizeof *perm * (size_t)(n ? n : 1));
     if (!perm) return NULL;
     for (int64_t i = 0; i < n; i++) perm[i] = i;

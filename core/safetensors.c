@@ -628,16 +628,13 @@ static int parse_shape(Loader *L, Entry *e, const JVal *s) {
     return 0;
 }
 
-/* Bytes the shape needs, or -1 when it exceeds any possible file. */
-static int64_t shape_nbytes(const Entry *e) {
-    uint64_t n = dtype_size(e->dt);
-    for (int d = 0; d < e->ndim; d++)
-        if (e->shape[d] == 0) return 0;
-    for (int d = 0; d < e->ndim; d++) {
-        if (n > (uint64_t)INT64_MAX / (uint64_t)e->shape[d]) return -1;
-        n *= (uint64_t)e->shape[d];
-    }
-    return (int64_t)n;
+/* Bytes the shape needs; -1 with the error when no tensor can have it
+ * (more than 2^63 elements or bytes, or strides that would overflow). */
+static int64_t shape_nbytes(const Loader *L, const Entry *e) {
+    char op[600];
+    snprintf(op, sizeof op, "accel.load: '%s' has an invalid header: tensor '%.200s'", L->path, e->name);
+    int64_t n = shape_check(op, e->shape, e->ndim, (int)e->dt);
+    return n < 0 ? -1 : n * (int64_t)dtype_size(e->dt);
 }
 
 static int parse_offsets(Loader *L, Entry *e, const JVal *o) {
@@ -646,10 +643,11 @@ static int parse_offsets(Loader *L, Entry *e, const JVal *o) {
         return lfail(L, "has an invalid header: tensor '%.200s' needs \"data_offsets\" [begin, end] with 0 <= begin <= end",
                      e->name);
     e->begin = (uint64_t)o->items[0].i, e->end = (uint64_t)o->items[1].i;
-    int64_t need = shape_nbytes(e);
+    int64_t need = shape_nbytes(L, e);
     char shp[160];
     shape_str(e->shape, e->ndim, shp, sizeof shp);
-    if (need < 0 || (uint64_t)need != e->end - e->begin)
+    if (need < 0) return -1;
+    if ((uint64_t)need != e->end - e->begin)
         return lfail(L, "has an invalid header: tensor '%.200s' has data_offsets [%llu, %llu] (%llu bytes) but shape %s of %s needs %lld bytes",
                      e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
                      (unsigned long long)(e->end - e->begin), shp, st_dtype_names[e->dt], (long long)need);

@@ -5,6 +5,7 @@
 #include "autograd.h"
 #include "iter.h"
 #include "pool.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,10 +81,51 @@ void tensor_release(Tensor *t) {
     tensor_header_free(t);
 }
 
+int64_t size_mul(int64_t a, int64_t b) {
+    int64_t r;
+    return a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r) ? -1 : r;
+}
+
+int64_t size_add(int64_t a, int64_t b) {
+    int64_t r;
+    return a < 0 || b < 0 || __builtin_add_overflow(a, b, &r) ? -1 : r;
+}
+
+/* The product of the sizes with zeros counted as 1 (the largest contiguous
+ * stride times its size), -1 as size_mul; *has_zero tells if one was 0. */
+static int64_t stride_span(const int64_t *shape, int ndim, bool *has_zero) {
+    int64_t p = 1;
+    *has_zero = false;
+    for (int i = 0; i < ndim; i++) {
+        *has_zero |= shape[i] == 0;
+        p = size_mul(p, shape[i] ? shape[i] : 1); /* stays -1 once it overflows */
+    }
+    return p;
+}
+
 int64_t shape_numel(const int64_t *shape, int ndim) {
-    int64_t n = 1;
-    for (int i = 0; i < ndim; i++) n *= shape[i];
-    return n;
+    bool zero;
+    int64_t p = stride_span(shape, ndim, &zero);
+    return p < 0 ? -1 : zero ? 0 : p;
+}
+
+int64_t shape_check(const char *op, const int64_t *shape, int ndim, int dtype) {
+    char s[200];
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] < 0) {
+            shape_str(shape, ndim, s, sizeof s);
+            return accel_fail_int("%s: negative dimension %lld in shape %s", op, (long long)shape[i], s);
+        }
+    bool zero;
+    int64_t p = stride_span(shape, ndim, &zero), n = zero ? 0 : p;
+    if (p >= 0 && (dtype < 0 || size_mul(n, (int64_t)dtype_size((DType)dtype)) >= 0)) return n;
+    shape_str(shape, ndim, s, sizeof s);
+    if (p >= 0)
+        return accel_fail_int("%s: shape %s of %s needs more than 2^63 bytes", op, s, dtype_name((DType)dtype));
+    if (zero)
+        return accel_fail_int("%s: shape %s is refused: its nonzero sizes multiply to more than 2^63, so its strides "
+                              "would overflow (even though it has no elements)", op, s);
+    return accel_fail_int("%s: shape %s has more than 2^63 elements", op, s);
 }
 
 bool tensor_is_contiguous(const Tensor *t) {
@@ -185,23 +227,21 @@ const char *tensor_shape_str(const Tensor *t) {
 
 static Tensor *tensor_alloc_header(const int64_t *shape, int ndim, DType dt, Device dev) {
     if (ndim > TENSOR_MAX_DIMS) return accel_fail("tensors have at most %d dims, got %d", TENSOR_MAX_DIMS, ndim);
+    int64_t numel = shape_check("cannot create a tensor", shape, ndim, (int)dt); /* ops name themselves first */
+    if (numel < 0) return NULL;
     Tensor *t = tensor_header_alloc();
     if (!t) return NULL;
     t->refcount = 1;
     t->dtype = dt;
     t->device = dev;
     t->ndim = ndim;
-    int64_t st = 1;
+    int64_t st = 1; /* cannot overflow: shape_check bounds the last product */
     for (int d = ndim - 1; d >= 0; d--) {
-        if (shape[d] < 0) {
-            tensor_header_free(t);
-            return accel_fail("negative dimension %lld in shape", (long long)shape[d]);
-        }
         t->shape[d] = shape[d];
         t->stride[d] = st;
         st *= shape[d] ? shape[d] : 1;
     }
-    t->numel = shape_numel(shape, ndim);
+    t->numel = numel;
     return t;
 }
 
@@ -240,8 +280,13 @@ Tensor *tensor_from_data(const void *data, const int64_t *shape, int ndim, DType
 
 Tensor *tensor_arange(double start, double end, double step, DType dt) {
     if (step == 0) return accel_fail("arange: step must be nonzero");
-    if ((end - start) / step < 0) return accel_fail("arange: upper bound and step are inconsistent (start %g, end %g, step %g)", start, end, step);
-    int64_t n = (int64_t)ceil((end - start) / step);
+    double count = ceil((end - start) / step);
+    if (isnan(count)) return accel_fail("arange: start %g, end %g and step %g do not give a number of elements", start, end, step);
+    if (count < 0) return accel_fail("arange: upper bound and step are inconsistent (start %g, end %g, step %g)", start, end, step);
+    if (!(count < 0x1p63))
+        return accel_fail("arange: start %g, end %g, step %g give %g elements, more than 2^63", start, end, step, count);
+    int64_t n = (int64_t)count;
+    if (shape_check("arange", &n, 1, (int)dt) < 0) return NULL;
     Tensor *t = tensor_empty(&n, 1, dt, (Device){DEV_CPU, 0});
     if (!t) return NULL;
     char *p = t->storage->data;
@@ -255,6 +300,7 @@ Tensor *tensor_arange(double start, double end, double step, DType dt) {
 
 Tensor *tensor_linspace(double start, double end, int64_t steps, DType dt) {
     if (steps < 0) return accel_fail("linspace: number of steps must be non-negative, got %lld", (long long)steps);
+    if (shape_check("linspace", &steps, 1, (int)dt) < 0) return NULL;
     Tensor *t = tensor_empty(&steps, 1, dt, (Device){DEV_CPU, 0});
     if (!t) return NULL;
     char *p = t->storage->data;

@@ -85,7 +85,25 @@ const char *device_str(Device d, char *buf, size_t n);
 int device_parse(const char *s, Device *out);
 int shape_str(const int64_t *shape, int ndim, char *buf, size_t n); /* "[2, 3]" */
 const char *tensor_shape_str(const Tensor *t); /* thread-local rotating buffers */
+
+/* ---- checked size arithmetic ----
+ * Every size, stride, element count and byte count is computed with these,
+ * so none can wrap. The invariant they keep: for every tensor, the product
+ * of its sizes with zeros counted as 1 (what its contiguous strides need)
+ * fits in int64, and so does its element count times the element size. */
+/* a * b and a + b of non-negative sizes; -1 when either is negative or the
+ * result does not fit in int64 (so -1 never passes for a size). */
+int64_t size_mul(int64_t a, int64_t b);
+int64_t size_add(int64_t a, int64_t b);
+/* Elements of a shape; -1 when a size is negative or the sizes (zeros
+ * counted as 1) multiply past INT64_MAX. */
 int64_t shape_numel(const int64_t *shape, int ndim);
+/* shape_numel with the error "<op>: shape [..] has more than 2^63 elements"
+ * (or names the negative size); with elsize > 0 also checks that the bytes,
+ * numel * elsize, fit in int64 ("<op>: shape [..] of <dtype> needs more
+ * than 2^63 bytes"). -1 on error. */
+int64_t shape_check(const char *op, const int64_t *shape, int ndim, int dtype);
+#define SHAPE_NO_DTYPE (-1)
 
 /* ---- creation ---- */
 Tensor *tensor_empty(const int64_t *shape, int ndim, DType dt, Device dev);

@@ -84,11 +84,12 @@ Tensor *tokenfile_map(const char *path) {
 
 int tokenfile_blocks(const Tensor *tokens, const int64_t *starts, int64_t B, int64_t T, Tensor **x, Tensor **y) {
     int64_t ntok = tokens->shape[0];
-    for (int64_t b = 0; b < B; b++)
-        if (starts[b] < 0 || starts[b] + T + 1 > ntok)
-            return accel_fail_int("TokenFile: a block of %lld tokens at token %lld runs past the %lld tokens of the file",
-                                  (long long)(T + 1), (long long)starts[b], (long long)ntok);
     int64_t shape[2] = {B, T};
+    if (shape_check("TokenFile", shape, 2, (int)DT_I64) < 0) return -1;
+    for (int64_t b = 0; b < B; b++)
+        if (starts[b] < 0 || size_add(starts[b], size_add(T, 1)) < 0 || starts[b] + T + 1 > ntok)
+            return accel_fail_int("TokenFile: a block of %lld + 1 tokens at token %lld runs past the %lld tokens of the file",
+                                  (long long)T, (long long)starts[b], (long long)ntok);
     *x = tensor_empty(shape, 2, DT_I64, (Device){DEV_CPU, 0});
     *y = *x ? tensor_empty(shape, 2, DT_I64, (Device){DEV_CPU, 0}) : NULL;
     if (!*y) {

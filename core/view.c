@@ -16,7 +16,8 @@ int tensor_wrap_dim(const Tensor *t, int dim, const char *op) {
     return dim < 0 ? dim + n : dim;
 }
 
-/* A new header over t's storage. */
+/* A new header over t's storage. Views that can make a larger shape than
+ * t's (expand, as_strided) check it first (shape_check). */
 static Tensor *make_view(Tensor *t, const int64_t *shape, const int64_t *stride, int ndim, int64_t offset) {
     if (ndim > TENSOR_MAX_DIMS) return accel_fail("tensors have at most %d dims", TENSOR_MAX_DIMS);
     Tensor *v = tensor_header_alloc();
@@ -106,6 +107,7 @@ static Tensor *record_view(Tensor *out, Tensor *t, const char *name, AGBackwardF
 static int infer_shape(const Tensor *t, const int64_t *shape, int ndim, int64_t *out, const char *op) {
     int infer = -1;
     int64_t known = 1;
+    bool zero = false;
     if (ndim > TENSOR_MAX_DIMS) return accel_fail_int("%s: at most %d dims", op, TENSOR_MAX_DIMS);
     for (int i = 0; i < ndim; i++) {
         out[i] = shape[i];
@@ -115,9 +117,15 @@ static int infer_shape(const Tensor *t, const int64_t *shape, int ndim, int64_t 
         } else if (shape[i] < 0) {
             return accel_fail_int("%s: invalid shape dimension %lld", op, (long long)shape[i]);
         } else {
-            known *= shape[i];
+            zero |= shape[i] == 0;
+            if (known >= 0) known = size_mul(known, shape[i] ? shape[i] : 1);
         }
     }
+    char req[160];
+    shape_str(shape, ndim, req, sizeof req);
+    if (known < 0 && infer < 0) return (int)shape_check(op, shape, ndim, SHAPE_NO_DTYPE); /* its words for the overflow */
+    if (known < 0) return accel_fail_int("%s: shape %s has more than 2^63 elements", op, req);
+    if (zero) known = 0;
     if (infer >= 0) {
         if (known == 0 || t->numel % known != 0) goto bad;
         out[infer] = t->numel / known;
@@ -125,9 +133,7 @@ static int infer_shape(const Tensor *t, const int64_t *shape, int ndim, int64_t 
         goto bad;
     }
     return 0;
-bad:;
-    char req[160];
-    shape_str(shape, ndim, req, sizeof req);
+bad:
     return accel_fail_int("%s: shape %s is invalid for input of shape %s (%lld elements)", op, req, tensor_shape_str(t),
                           (long long)t->numel);
 }
@@ -234,7 +240,7 @@ Tensor *tensor_narrow(Tensor *t, int dim, int64_t start, int64_t length) {
     if ((dim = tensor_wrap_dim(t, dim, "narrow")) < 0) return NULL;
     if (t->ndim == 0) return accel_fail("narrow: cannot narrow a 0-dim tensor");
     if (start < 0) start += t->shape[dim];
-    if (start < 0 || length < 0 || start + length > t->shape[dim])
+    if (start < 0 || length < 0 || start > t->shape[dim] || length > t->shape[dim] - start)
         return accel_fail("narrow: start %lld + length %lld exceeds dimension %d of size %lld (shape %s)",
                           (long long)start + 1, (long long)length, dim + 1, (long long)t->shape[dim], tensor_shape_str(t));
     int64_t s[TENSOR_MAX_DIMS];
@@ -310,19 +316,22 @@ Tensor *tensor_expand(Tensor *t, const int64_t *shape, int ndim) {
         s[d] = want;
         st[d] = (td < 0 || cur != want) ? 0 : t->stride[td];
     }
+    if (shape_check("expand", s, ndim, SHAPE_NO_DTYPE) < 0) return NULL;
     return record_view(make_view(t, s, st, ndim, t->offset), t, "ExpandBackward", bw_identity);
 }
 
 Tensor *tensor_as_strided(Tensor *t, const int64_t *shape, const int64_t *stride, int ndim, int64_t offset) {
     if (ag_needs_grad(&t, 1)) return accel_fail("as_strided: not differentiable; call it on a detached tensor");
-    int64_t maxoff = offset;
+    int64_t maxoff = offset, numel = shape_check("as_strided", shape, ndim, SHAPE_NO_DTYPE);
+    if (numel < 0) return NULL;
+    if (offset < 0) return accel_fail("as_strided: negative storage offset %lld", (long long)offset);
     for (int d = 0; d < ndim; d++) {
-        if (shape[d] < 0 || stride[d] < 0) return accel_fail("as_strided: negative size or stride");
-        if (shape[d] > 0) maxoff += (shape[d] - 1) * stride[d];
+        if (stride[d] < 0) return accel_fail("as_strided: negative stride %lld", (long long)stride[d]);
+        if (shape[d] > 0) maxoff = size_add(maxoff, size_mul(shape[d] - 1, stride[d]));
     }
-    if (shape_numel(shape, ndim) > 0 && (size_t)(maxoff + 1) * dtype_size(t->dtype) > t->storage->nbytes)
-        return accel_fail("as_strided: view reaches element %lld beyond the storage's %zu elements", (long long)maxoff,
-                          t->storage->nbytes / dtype_size(t->dtype));
+    const int64_t have = (int64_t)(t->storage->nbytes / dtype_size(t->dtype));
+    if (numel > 0 && (maxoff < 0 || maxoff >= have))
+        return accel_fail("as_strided: the view reaches past the storage's %lld elements", (long long)have);
     return make_view(t, shape, stride, ndim, offset);
 }
 

@@ -2,7 +2,8 @@
 # install-deps.sh: installs the Debian packages accel-lua needs to build and
 # test (DESIGN.md section 5). Idempotent: asks dpkg-query which packages are
 # missing and does nothing (quickly, quietly) when none are; otherwise runs
-# one `apt-get update` and installs only the missing ones.
+# one `apt-get update` and installs only the missing ones. With --fuzz it
+# also installs FUZZ_PACKAGES (below).
 set -euo pipefail
 
 PACKAGES=(
@@ -17,6 +18,11 @@ PACKAGES=(
     python3-venv    # python3 -m venv for the test set-up (scripts/setup-test-python.sh)
     gnuplot-nox     # the benchmark chart (scripts/bench/run.sh -> docs/bench.png)
 )
+
+# `install-deps.sh --fuzz` installs these as well: what `make fuzz` needs
+# (clang with libFuzzer, and the omp.h its -fopenmp=libgomp build reads).
+# make test never needs them.
+FUZZ_PACKAGES=(clang libomp-dev)
 
 # Prints the packages from PACKAGES that are not installed (one dpkg-query
 # call; unknown packages are simply absent from its output).
@@ -42,6 +48,12 @@ as_root() {
 }
 
 main() {
+    if [[ ${1:-} == --fuzz ]]; then
+        PACKAGES+=("${FUZZ_PACKAGES[@]}")
+    elif [[ $# -gt 0 ]]; then
+        echo "install-deps: unknown option $1 (the only one is --fuzz)" >&2
+        exit 2
+    fi
     local missing
     mapfile -t missing < <(missing_packages)
     if [[ ${#missing[@]} -eq 0 ]]; then

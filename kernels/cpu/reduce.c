@@ -17,6 +17,9 @@
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+/* floor(n * s / S) for 0 <= s <= S without forming n * s (n may be near 2^63). */
+static inline int64_t split_at(int64_t n, int64_t s, int64_t S) { return n / S * s + n % S * s / S; }
+
 /* Pieces to split n into for `tasks` tasks: 1 unless the call is big and
  * has too few tasks to feed the threads. Depends on shapes only. */
 static int64_t red_splits(int64_t tasks, int64_t n, int64_t work) {
@@ -95,7 +98,8 @@ static int64_t red_splits(int64_t tasks, int64_t n, int64_t work) {
         }                                                                   \
         KERNEL_FOR(u, tasks * S, work, {                                    \
             const int64_t t = u / S, s = u % S;                             \
-            NAME##_task(x, n, inner, nb, t, n * s / S, n * (s + 1) / S,     \
+            NAME##_task(x, n, inner, nb, t, split_at(n, s, S),             \
+                        split_at(n, s + 1, S),                              \
                         part + u * W);                                      \
         });                                                                 \
         for (int64_t t = 0; t < tasks; t++) {                               \

@@ -1,9 +1,13 @@
 /* test_core_io.c: C tests of the core's file and text I/O and randomness:
  * safetensors save/load (round trips, byte layout, validation errors,
  * crash-safe replacement), tensor_format against strings PyTorch prints,
- * and the Philox generator behind rand/randn/randint/randperm. */
+ * the Philox generator behind rand/randn/randint/randperm, and the size
+ * checks (checked arithmetic; crafted IDX / safetensors / token-file
+ * headers whose sizes overflow or exceed the file). */
 #include "core/safetensors.h"
+#include "core/datafiles.h"
 #include "core/ops.h"
+#include <zlib.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -628,6 +632,106 @@ static void test_rng_inplace(void) {
     tensor_release(it), tensor_release(mask), tensor_release(g), tensor_release(t), tensor_release(base);
 }
 
+/* ======================= size limits ======================= */
+
+static void test_checked_sizes(void) {
+    CHECK(size_mul(3037000499, 3037000499) == 9223372030926249001LL); /* just below 2^63 */
+    CHECK(size_mul(3037000500, 3037000500) == -1);
+    CHECK(size_mul(INT64_MAX, 0) == 0 && size_mul(-1, 2) == -1);
+    CHECK(size_add(INT64_MAX - 1, 1) == INT64_MAX && size_add(INT64_MAX, 1) == -1);
+    CHECK(shape_numel((int64_t[]){4294967296, 4294967296, 4}, 3) == -1);
+    CHECK(shape_numel((int64_t[]){0, 5}, 2) == 0 && shape_numel(NULL, 0) == 1);
+    CHECK(shape_check("op", (int64_t[]){4294967296, 4294967296, 4}, 3, SHAPE_NO_DTYPE) == -1);
+    CHECK_ERR("op: shape [4294967296, 4294967296, 4] has more than 2^63 elements");
+    CHECK(shape_check("op", (int64_t[]){0, 4294967296, 4294967296}, 3, SHAPE_NO_DTYPE) == -1);
+    CHECK_ERR("op: shape [0, 4294967296, 4294967296] is refused: its nonzero sizes multiply to more than 2^63");
+    CHECK(shape_check("op", (int64_t[]){1LL << 61}, 1, (int)DT_F32) == -1);
+    CHECK_ERR("op: shape [2305843009213693952] of float32 needs more than 2^63 bytes");
+    CHECK(shape_check("op", (int64_t[]){1LL << 61}, 1, (int)DT_U8) == 1LL << 61);
+    CHECK(shape_check("op", (int64_t[]){2, -3}, 2, SHAPE_NO_DTYPE) == -1);
+    CHECK_ERR("op: negative dimension -3 in shape [2, -3]");
+    CHECK(tensor_empty((int64_t[]){0, 4294967296, 4294967296}, 3, DT_F32, (Device){DEV_CPU, 0}) == NULL);
+    CHECK_ERR("strides would overflow");
+}
+
+/* An IDX header: type code, dims (the data after it is `data` bytes of zeros). */
+static void write_idx(const char *path, uint8_t type, const uint32_t *dims, int ndim, size_t data, bool gz) {
+    uint8_t h[4 + 4 * TENSOR_MAX_DIMS] = {0, 0, type, (uint8_t)ndim};
+    for (int i = 0; i < ndim; i++)
+        for (int k = 0; k < 4; k++) h[4 + 4 * i + k] = (uint8_t)(dims[i] >> (24 - 8 * k));
+    size_t n = 4 + 4 * (size_t)ndim;
+    uint8_t *buf = calloc(n + data, 1);
+    memcpy(buf, h, n);
+    if (gz) {
+        gzFile f = gzopen(path, "wb9");
+        CHECK(f && gzwrite(f, buf, (unsigned)(n + data)) == (int)(n + data) && gzclose(f) == Z_OK);
+    } else {
+        write_file(path, buf, n + data);
+    }
+    free(buf);
+}
+
+/* idx_read fails with an error containing part, having allocated no tensor storage. */
+static void expect_idx_error(const char *path, const char *part, int line) {
+    tensor_reset_peak_live_bytes();
+    size_t before = tensor_live_bytes();
+    accel_clear_error();
+    Tensor *t = idx_read(path);
+    check(t == NULL, __FILE__, line, "read_idx fails");
+    check(tensor_peak_live_bytes() == before, __FILE__, line, "nothing was allocated for the data");
+    check_err(part, __FILE__, line);
+    check(strstr(accel_last_error(), "-1 bytes") == NULL, __FILE__, line, "no negative byte count");
+    tensor_release(t);
+}
+
+static void test_idx_sizes(void) {
+    const char *p = tpath("sizes.idx");
+    write_idx(p, 0x08, (uint32_t[]){0, 0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu}, 4, 0, false);
+    expect_idx_error(p, "shape [0, 4294967295, 4294967295, 4294967295] is refused: its nonzero sizes multiply to more than 2^63", __LINE__);
+    write_idx(p, 0x08, (uint32_t[]){0xFFFFFFFFu, 0xFFFFFFFFu}, 2, 0, false);
+    expect_idx_error(p, "shape [4294967295, 4294967295] has more than 2^63 elements", __LINE__);
+    write_idx(p, 0x0E, (uint32_t[]){1u << 30, 1u << 31}, 2, 0, false); /* 2^61 elements of 8 bytes */
+    expect_idx_error(p, "shape [1073741824, 2147483648] of float64 needs more than 2^63 bytes", __LINE__);
+    write_idx(p, 0x08, (uint32_t[]){65536, 65536}, 2, 10, false); /* 4 GiB declared, 10 bytes there */
+    expect_idx_error(p, "is truncated: the header declares 4294967296 uint8 elements, shape [65536, 65536] (4294967296 bytes), but the file has 10 bytes after the header", __LINE__);
+    const char *g = tpath("sizes.idx.gz");
+    write_idx(g, 0x0D, (uint32_t[]){65536, 65536}, 2, 64, true); /* 16 GiB declared in a few dozen bytes */
+    expect_idx_error(g, "float32 elements, shape [65536, 65536] (17179869184 bytes), more than its", __LINE__);
+    write_idx(g, 0x08, (uint32_t[]){2, 3}, 2, 6, true); /* a real one still reads */
+    Tensor *t = idx_read(g);
+    CHECK(t && t->numel == 6 && t->shape[0] == 2 && t->shape[1] == 3);
+    tensor_release(t);
+}
+
+static void test_safetensors_sizes(void) {
+    const char *g = tpath("sizes.safetensors");
+    write_raw_st(g, "{\"a\": {\"dtype\": \"F32\", \"shape\": [0, 4294967296, 4294967296, 4294967296], \"data_offsets\": [0, 0]}}", 0);
+    expect_load_error(g, "tensor 'a': shape [0, 4294967296, 4294967296, 4294967296] is refused: its nonzero sizes multiply", __LINE__);
+    write_raw_st(g, "{\"a\": {\"dtype\": \"F32\", \"shape\": [4294967296, 4294967296], \"data_offsets\": [0, 8]}}", 8);
+    expect_load_error(g, "tensor 'a': shape [4294967296, 4294967296] has more than 2^63 elements", __LINE__);
+    CHECK(strstr(accel_last_error(), "-1 bytes") == NULL);
+    write_raw_st(g, "{\"a\": {\"dtype\": \"F64\", \"shape\": [2305843009213693952], \"data_offsets\": [0, 0]}}", 0);
+    expect_load_error(g, "tensor 'a': shape [2305843009213693952] of float64 needs more than 2^63 bytes", __LINE__);
+}
+
+static void test_tokenfile_sizes(void) {
+    int32_t h[256] = {20240520, 1, 3};
+    uint8_t buf[sizeof h + 6] = {0};
+    memcpy(buf, h, sizeof h);
+    const char *p = tpath("sizes.bin");
+    write_file(p, buf, sizeof buf);
+    Tensor *tok = tokenfile_map(p), *x = NULL, *y = NULL;
+    CHECK(tok != NULL);
+    int64_t start = 1;
+    CHECK(tok && tokenfile_blocks(tok, &start, 1, INT64_MAX, &x, &y) == -1 && !x && !y);
+    CHECK_ERR("TokenFile: shape [1, 9223372036854775807] of int64 needs more than 2^63 bytes");
+    CHECK(tok && tokenfile_blocks(tok, &start, 1, 1LL << 59, &x, &y) == -1 && !x && !y);
+    CHECK_ERR("a block of 576460752303423488 + 1 tokens at token 1 runs past the 3 tokens of the file");
+    CHECK(tok && tokenfile_blocks(tok, &start, 1, -2, &x, &y) == -1);
+    CHECK_ERR("TokenFile: negative dimension -2 in shape [1, -2]");
+    tensor_release(tok);
+}
+
 static void remove_tree(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return;
@@ -660,6 +764,10 @@ int main(void) {
     test_rng_reproducible();
     test_rng_distributions();
     test_rng_inplace();
+    test_checked_sizes();
+    test_idx_sizes();
+    test_safetensors_sizes();
+    test_tokenfile_sizes();
     remove_tree(tmpdir);
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
