@@ -84,3 +84,167 @@ describe("fp8 casts against PyTorch 2.x", function()
   end)
 end)
 
+
+-- ---------------------------------------------------------------- the scaled matmul
+
+-- A {rows, cols} fp8 tensor of random finite codes (uniform over the codes,
+-- so over every magnitude; NaN / inf codes replaced by code 0x30).
+local function random_codes(rows, cols, dt)
+  local bits = accel.randint(0, 256, {rows, cols}):to(accel.uint8)
+  local t = C.fp8_bits(bits, dt)
+  local v = t:float()
+  local bad = v:ne(v):logical_or(v:abs():eq(math.huge))
+  local fill = C.fp8_bits(accel.full({rows, cols}, 0x30, {dtype = accel.uint8}), dt)
+  return accel.where(bad, fill, t)
+end
+
+-- The float64 product of the decoded codes times sa * sb, and the sum of
+-- |a| |b| per entry (for the float32 accumulation bound).
+local function reference_mm(a, sa, b, sb)
+  local A, B = a:float():tolist(), b:float():tolist()
+  local M, K, N = #A, #B, #B[1]
+  local ref, mag = {}, {}
+  for i = 1, M do
+    ref[i], mag[i] = {}, {}
+    for j = 1, N do
+      local s, m = 0.0, 0.0
+      for k = 1, K do
+        local p = A[i][k] * B[k][j]
+        s, m = s + p, m + math.abs(p)
+      end
+      ref[i][j], mag[i][j] = s * sa * sb, m * math.abs(sa * sb)
+    end
+  end
+  return ref, mag
+end
+
+local U = 2.0 ^ -24 -- float32's unit roundoff
+
+-- Worst |C - ref| / bound over C's entries, where bound is the float32
+-- accumulation bound (K + 1) u sum|a||b| |sa sb| + 2 u |ref| + the smallest subnormal.
+local function worst_ratio(c, ref, mag, K)
+  local C_ = c:tolist()
+  local worst = 0
+  for i = 1, #ref do
+    for j = 1, #ref[1] do
+      local bound = (K + 1) * U * mag[i][j] + 2 * U * math.abs(ref[i][j]) + 2.0 ^ -149
+      local r = math.abs(C_[i][j] - ref[i][j]) / bound
+      if r > worst then worst = r end
+    end
+  end
+  return worst
+end
+
+describe("fp8 scaled matmul", function()
+  local cases = {{"e4m3fn x e4m3fn", accel.float8_e4m3fn, accel.float8_e4m3fn},
+                 {"e5m2 x e4m3fn", accel.float8_e5m2, accel.float8_e4m3fn},
+                 {"e5m2 x e5m2", accel.float8_e5m2, accel.float8_e5m2}}
+  for _, case in ipairs(cases) do
+    it(case[1] .. " equals the float64 product of the same codes to float32 accumulation", function()
+      accel.manual_seed(7)
+      local M, K, N = 37, 53, 29
+      local a, b = random_codes(M, K, case[2]), random_codes(N, K, case[3]):t() -- b a transposed view
+      local sa, sb = fround(1 / 3.7), fround(0.0123)
+      local c = C.fp8_scaled_mm(a, sa, b, sb)
+      assert.are.same({M, N}, {c:size(1), c:size(2)})
+      assert.are.equal(accel.float32, c.dtype)
+      local ref, mag = reference_mm(a, sa, b, sb)
+      local w = worst_ratio(c, ref, mag, K)
+      if os.getenv("FP8_SPEC_VERBOSE") then print(case[1], "worst error / bound", w) end
+      assert.is_true(w <= 1.0, "worst error / bound = " .. w)
+    end)
+  end
+
+  it("is exact where float32 holds every partial sum (small integer codes, power-of-two scales)", function()
+    accel.manual_seed(3)
+    local a = accel.randint(-16, 17, {9, 40}):float():to(accel.float8_e4m3fn)
+    local b = accel.randint(-16, 17, {40, 11}):float():to(accel.float8_e5m2)
+    local c = C.fp8_scaled_mm(a, 0.25, b, 8.0):tolist()
+    local ref = reference_mm(a, 0.25, b, 8.0)
+    assert.are.same(ref, c)
+  end)
+
+  it("applies both scales (a wrong scale is caught)", function()
+    local a = accel.tensor({{1, 2}}):to(accel.float8_e4m3fn)
+    local b = accel.tensor({{3}, {4}}):to(accel.float8_e4m3fn)
+    assert.are.same({{11 * 0.5 * 3}}, C.fp8_scaled_mm(a, 0.5, b, 3):tolist())
+  end)
+end)
+
+-- ---------------------------------------------------------------- delayed scaling
+
+-- The scales delayed scaling must produce after each step, from the amaxes
+-- recorded at each step (closed form: TE's DelayedScaling).
+local function expected_scales(amaxes, fmax, o)
+  local scales, scale = {}, 1.0
+  for k = 1, #amaxes do
+    if k % o.interval == 0 then -- the scale changes only every interval steps
+      local amax = 0
+      if o.algo == "most_recent" then
+        amax = amaxes[k]
+      else
+        for j = math.max(1, k - o.len + 1), k do amax = math.max(amax, amaxes[j]) end
+      end
+      if amax > 0 and amax < math.huge then scale = fround(fmax / amax) * 2.0 ^ -o.margin end
+    end
+    scales[k] = scale
+  end
+  return scales
+end
+
+local function amax_of(t) return t:abs():max():item() end
+
+-- Runs steps of an fp8 Linear prepared by an Accelerator with recipe kw;
+-- at step k the input is x * fx[k] and the output gradient g * fg[k].
+-- Returns the recorded amaxes and the scales after each step, and checks
+-- that each step quantised with the scales of the step before.
+local function run_steps(kw, fx, fg)
+  accel.manual_seed(11)
+  local acc = accel.Accelerator{mixed_precision = "fp8", kwargs_handlers = {accel.FP8RecipeKwargs(kw)}}
+  local lin = acc:prepare(accel.nn.Linear(6, 5))
+  local opt = accel.optim.SGD(lin:parameters(), {lr = 0.1})
+  local x0, g0 = accel.randn(7, 6), accel.randn(7, 5)
+  local meta = lin.fp8_meta
+  local rec = {amax = {x = {}, w = {}, g = {}}, scale = {x = {}, w = {}, g = {}}}
+  local bwd = kw.fp8_format == "E4M3" and accel.float8_e4m3fn or accel.float8_e5m2
+  for k = 1, #fx do
+    local x, g, w = x0 * fx[k], g0 * fg[k], lin.weight:detach():clone()
+    local sx, sw, sg = meta.input.scale, meta.weight.scale, meta.grad_output.scale
+    local y = lin(x)
+    local qx = C.fp8_quantize(x, sx, accel.float8_e4m3fn)
+    local qw = C.fp8_quantize(w, sw, accel.float8_e4m3fn)
+    local want_y = C.fp8_scaled_mm(qx, fround(1 / sx), qw:t(), fround(1 / sw)) + lin.bias:detach()
+    assert.are.same(want_y:tolist(), y:tolist())
+    opt:zero_grad()
+    acc:backward((y * g):sum())
+    local qg = C.fp8_quantize(g, sg, bwd)
+    local want_dw = C.fp8_scaled_mm(qg:t(), fround(1 / sg), qx, fround(1 / sx))
+    assert.are.same(want_dw:tolist(), lin.weight.grad:tolist())
+    opt:step()
+    rec.amax.x[k], rec.amax.w[k], rec.amax.g[k] = amax_of(x), amax_of(w), amax_of(g)
+    rec.scale.x[k], rec.scale.w[k], rec.scale.g[k] = meta.input.scale, meta.weight.scale, meta.grad_output.scale
+  end
+  return rec
+end
+
+describe("fp8 delayed scaling", function()
+  it("HYBRID, max over a 3-step history, margin 1: the scales follow the closed form", function()
+    local kw = {fp8_format = "HYBRID", amax_history_len = 3, amax_compute_algo = "max", margin = 1}
+    local rec = run_steps(kw, {1, 4, 0.5, 0.25, 0.125, 2, 0.01}, {1, 0.5, 8, 0.25, 0.25, 0.1, 1})
+    local o = {algo = "max", len = 3, margin = 1, interval = 1}
+    assert.are.same(expected_scales(rec.amax.x, 448, o), rec.scale.x)
+    assert.are.same(expected_scales(rec.amax.w, 448, o), rec.scale.w)
+    assert.are.same(expected_scales(rec.amax.g, 57344, o), rec.scale.g)
+    assert.are_not.equal(rec.scale.x[4], rec.scale.x[5]) -- the window moved on
+  end)
+
+  it("E4M3, most_recent, interval 2: an all-zero step keeps the scale", function()
+    local kw = {fp8_format = "E4M3", amax_compute_algo = "most_recent", interval = 2}
+    local rec = run_steps(kw, {1, 3, 0.5, 0, 2, 0.25}, {2, 1, 0, 0, 4, 0.5})
+    local o = {algo = "most_recent", len = 1024, margin = 0, interval = 2}
+    assert.are.same(expected_scales(rec.amax.x, 448, o), rec.scale.x)
+    assert.are.same(expected_scales(rec.amax.w, 448, o), rec.scale.w)
+    assert.are.same(expected_scales(rec.amax.g, 448, o), rec.scale.g)
+    assert.are.equal(rec.scale.g[2], rec.scale.g[4]) -- step 4's gradient was all zero
+  end)
+end)
