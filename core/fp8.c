@@ -21,11 +21,17 @@ static int check_fmt(DType fmt, const char *op) {
     return accel_fail_int("%s: format must be float8_e4m3fn or float8_e5m2, got %s", op, dtype_name(fmt));
 }
 
+/* The error for fp8 work on a device whose backend registered no fp8 kernels. */
+static void *no_device_fp8(const char *op, Device d) {
+    return accel_fail("%s: fp8 on cuda:%d needs the CUDA fp8 backend (cuBLASLt fp8 GEMM, compute capability 8.9 or "
+                      "newer), which this build does not register (fp8_set_device_scaled_mm)",
+                      op, d.index);
+}
+
 /* x as a contiguous float32 CPU tensor (new reference), or NULL with an error. */
 static Tensor *f32_input(Tensor *x, const char *op) {
     if (!dtype_is_float(x->dtype)) return accel_fail("%s: input must be a float tensor, got %s", op, dtype_name(x->dtype));
-    if (x->device.type != DEV_CPU)
-        return accel_fail("%s: the fp8 casts run on the CPU here; the input is on a device without an fp8 backend", op);
+    if (x->device.type != DEV_CPU) return no_device_fp8(op, x->device);
     return tensor_contiguous_as(x, DT_F32);
 }
 
@@ -102,9 +108,7 @@ Tensor *fp8_scaled_mm(Tensor *a, float a_scale_inv, Tensor *b, float b_scale_inv
         return accel_fail("fp8 scaled_mm: operands are on different devices");
     if (a->device.type == DEV_CPU) return cpu_scaled_mm(a, a_scale_inv, b, b_scale_inv);
     if (device_mm[a->device.type]) return device_mm[a->device.type](a, a_scale_inv, b, b_scale_inv);
-    return accel_fail("fp8 scaled_mm: fp8 on cuda:%d needs the CUDA fp8 backend (cuBLASLt fp8 GEMM, compute capability "
-                      "8.9 or newer), which this build does not register (fp8_set_device_scaled_mm)",
-                      a->device.index);
+    return no_device_fp8("fp8 scaled_mm", a->device);
 }
 
 void fp8_set_device_scaled_mm(DeviceType type, Fp8ScaledMm fn) {
