@@ -304,6 +304,31 @@ describe("fp8 training of the seed MLP", function()
     assert.is_true(f8[10] < f8[1] * 0.95, "the fp8 run did not learn")
   end)
 
+  it("in eval mode the prepared forward runs the plain Linears under bf16 autocast", function()
+    local _, model = train_mlp("fp8", 1)
+    local steps = model[1].fp8_meta.input.steps
+    model:eval()
+    local x = accel.randn(5, 20)
+    local y = model(x)
+    assert.are.equal(steps, model[1].fp8_meta.input.steps) -- no fp8 cast ran
+    local F = accel.nn.functional
+    local want
+    local prev = C.set_autocast(accel.bfloat16)
+    local h = F.linear(F.linear(x, model[1].weight, model[1].bias):relu(), model[3].weight, model[3].bias):relu()
+    want = F.linear(h, model[5].weight, model[5].bias)
+    C.set_autocast(prev)
+    assert.are.same(want:float():tolist(), y:tolist())
+    model:train()
+    model(x)
+    assert.are.equal(steps + 1, model[1].fp8_meta.input.steps)
+  end)
+
+  it("a Linear given an input of the wrong width is one error naming the shapes", function()
+    local _, model = train_mlp("fp8", 1)
+    local x = accel.randn(4, 10)
+    support.expect_error(function() model(x) end, "in_features = 20", "4x10")
+  end)
+
   it("unwrap_model(keep_fp32_wrapper = false) gives the plain float32 Linears back", function()
     local _, model, acc = train_mlp("fp8", 1)
     acc:unwrap_model(model, {keep_fp32_wrapper = false})

@@ -58,7 +58,7 @@ local patched = setmetatable({}, {__mode = "k"})
 -- Make model's forward run under autocast(dtype) and return float32
 -- outputs; with fp8_recipe (accel.fp8.DelayedScaling) its nn.Linear layers
 -- also get the fp8 recipe (accel.fp8.convert_model), active inside this
--- forward. The model stays the same object (as Accelerate does on one
+-- forward while the model is in training mode. The model stays the same object (as Accelerate does on one
 -- process); amp.unpatch_forward restores the original.
 function amp.patch_forward(model, dtype, fp8_recipe)
   if patched[model] or (dtype == nil and fp8_recipe == nil) then return model end
@@ -66,7 +66,13 @@ function amp.patch_forward(model, dtype, fp8_recipe)
   if fp8 then fp8.convert_model(model, fp8_recipe) end -- first: the model may be a Linear itself
   local orig = model.forward
   patched[model] = orig
-  local run = fp8 and function(...) return fp8.run(orig, ...) end or orig
+  local run = orig
+  if fp8 then -- fp8 only in training mode (Accelerate's fp8_use_autocast_during_eval = false)
+    run = function(self, ...)
+      if self.training == false then return orig(self, ...) end
+      return fp8.run(orig, self, ...)
+    end
+  end
   model.forward = function(self, ...)
     return outputs_to_fp32(amp.run(dtype, run, self, ...))
   end

@@ -22,6 +22,10 @@
 -- when that amax is 0, inf or NaN (TE's rule). A step is one forward of the
 -- Linear (input, weight) or one backward through it (grad_output).
 --
+-- In eval mode (model:eval()) the prepared forward runs without fp8, as
+-- Accelerate's default fp8_use_autocast_during_eval = false: plain Linears
+-- under bf16 autocast, and the scaling state does not move.
+--
 -- Where this differs from TE + Accelerate: the Linear's input is quantised
 -- from its own dtype (TE first casts it to the autocast dtype, bf16), and
 -- the output is float32 (TE returns the autocast dtype). Products outside
@@ -113,20 +117,26 @@ end
 local Fp8Linear = autograd.Function{
   forward = function(ctx, x, w, b, meta)
     local in_f, out_f = w:size(2), w:size(1)
+    if x:dim() == 0 or x:size(x:dim()) ~= in_f then
+      raise("Linear (fp8): the input's last dimension must be in_features = %d, got shape %s", in_f,
+        table.concat(shape_of(x), "x"))
+    end
     local qx, xinv = meta.input:quantize(rows_of(x, in_f))
     local qw, winv = meta.weight:quantize(w)
     local y = C.fp8_scaled_mm(qx, xinv, qw:t(), winv)
     if b ~= nil then y = y + b end
     ctx.qx, ctx.xinv, ctx.qw, ctx.winv, ctx.meta = qx, xinv, qw, winv, meta
-    ctx.x_shape, ctx.has_bias, ctx.out_f = shape_of(x), b ~= nil, out_f
+    ctx.x_shape, ctx.x_dtype, ctx.w_dtype, ctx.out_f = shape_of(x), x.dtype, w.dtype, out_f
+    ctx.b_dtype = b ~= nil and b.dtype or nil
     return y:reshape(shape_of(x, out_f))
   end,
   backward = function(ctx, g)
     local g2 = rows_of(g, ctx.out_f)
     local qg, ginv = ctx.meta.grad_output:quantize(g2)
-    local dx = ctx.needs_input_grad[1] and C.fp8_scaled_mm(qg, ginv, ctx.qw, ctx.winv):reshape(ctx.x_shape) or nil
-    local dw = ctx.needs_input_grad[2] and C.fp8_scaled_mm(qg:t(), ginv, ctx.qx, ctx.xinv) or nil
-    local db = ctx.has_bias and ctx.needs_input_grad[3] and g2:float():sum(1) or nil
+    local dx = ctx.needs_input_grad[1] and C.fp8_scaled_mm(qg, ginv, ctx.qw, ctx.winv):reshape(ctx.x_shape)
+      :to(ctx.x_dtype) or nil
+    local dw = ctx.needs_input_grad[2] and C.fp8_scaled_mm(qg:t(), ginv, ctx.qx, ctx.xinv):to(ctx.w_dtype) or nil
+    local db = ctx.b_dtype and ctx.needs_input_grad[3] and g2:float():sum(1):to(ctx.b_dtype) or nil
     return dx, dw, db, nil
   end,
 }
