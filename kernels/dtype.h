@@ -1,6 +1,10 @@
 /* dtype.h: element types shared by every layer, and scalar conversions
  * between them (bf16, fp16 and the two fp8 formats are stored as bits and
- * converted with round-to-nearest-even). Pure C, header-only, no state. */
+ * converted with round-to-nearest-even). Pure C, header-only, no state.
+ * fp8 out of range, as PyTorch 2.x casts (bit for bit, checked against a
+ * PyTorch fixture): float8_e4m3fn saturates to +-448 (+-inf too), NaN stays
+ * NaN; float8_e5m2 overflows to +-inf and keeps inf. The fp8 recipe
+ * (core/fp8.c) saturates both (e5m2 to +-57344). See the codec below. */
 #ifndef ACCEL_DTYPE_H
 #define ACCEL_DTYPE_H
 
@@ -46,9 +50,22 @@ static inline uint16_t f32_to_bf16(float f) {
 }
 
 /* ---- generic small-float codec: 1 sign bit, E exponent bits, M mantissa bits ----
- * ieee_inf: the format has infinities (fp16, e5m2); e4m3 ("fn") has none and
- * uses only S.1111.111 as NaN, saturating nothing (out of range -> NaN, as
- * PyTorch's conversion does for float8_e4m3fn). */
+ * Round to nearest even. Flags: SF_IEEE_INF: the format has infinities and
+ * NaNs in its top exponent (fp16, e5m2); without it (e4m3fn, "finite") the
+ * top exponent holds normal numbers and only S.1111.111 is NaN.
+ * SF_SATURATE: a value beyond the largest finite one (after rounding), and
+ * +-inf, become +-max instead of +-inf (or NaN). NaN stays NaN, its sign kept.
+ *
+ * The casts PyTorch 2.x makes (tests/fixtures/fp8_casts.safetensors, made by
+ * scripts/fixtures/make_fp8_fixtures.py, decides; docs/fp8.md):
+ *  - float32 -> float8_e4m3fn saturates: everything >= 448 (and +inf) gives
+ *    448, the same as x.clamp(-448, 448).to(float8_e4m3fn);
+ *  - float32 -> float8_e5m2 rounds past 57344 + half an ulp to inf and keeps
+ *    inf (IEEE overflow); f32_to_f8e5m2_sat is the saturating cast of the fp8
+ *    training recipe (clamp to +-57344 first, as Transformer Engine's SATFINITE
+ *    conversion); e4m3fn's recipe cast is the plain one. */
+enum { SF_IEEE_INF = 1, SF_SATURATE = 2 };
+
 static inline float smallfloat_decode(uint32_t bits, int E, int M, int ieee_inf) {
     uint32_t sign = bits >> (E + M) & 1u;
     uint32_t exp = (bits >> M) & ((1u << E) - 1u);
@@ -67,50 +84,51 @@ static inline float smallfloat_decode(uint32_t bits, int E, int M, int ieee_inf)
     return sign ? -v : v;
 }
 
-static inline uint32_t smallfloat_encode(float f, int E, int M, int ieee_inf) {
-    uint32_t sign = signbit(f) ? 1u : 0u;
-    uint32_t s = sign << (E + M);
-    int bias = (1 << (E - 1)) - 1;
+/* Bits (sign cleared) of the largest finite value, of +inf, of NaN. */
+static inline uint32_t smallfloat_max_bits(int E, int M, int flags) {
     uint32_t maxexp = (1u << E) - 1u;
-    if (isnan(f)) return s | (maxexp << M) | ((1u << M) - 1u);
+    return (flags & SF_IEEE_INF) ? (((maxexp - 1u) << M) | ((1u << M) - 1u)) : ((maxexp << M) | ((1u << M) - 2u));
+}
+static inline uint32_t smallfloat_overflow_bits(int E, int M, int flags) {
+    if (flags & SF_SATURATE) return smallfloat_max_bits(E, M, flags);
+    uint32_t maxexp = (1u << E) - 1u;
+    return (flags & SF_IEEE_INF) ? (maxexp << M) : ((maxexp << M) | ((1u << M) - 1u));
+}
+
+static inline uint32_t smallfloat_encode(float f, int E, int M, int flags) {
+    uint32_t s = (signbit(f) ? 1u : 0u) << (E + M);
+    int bias = (1 << (E - 1)) - 1;
+    if (isnan(f)) return s | ((1u << E) - 1u) << M | ((1u << M) - 1u);
     float a = fabsf(f);
-    /* largest finite value */
-    float maxv = ieee_inf ? ldexpf((float)((2u << M) - 1u), (int)maxexp - 1 - bias - M)
-                          : ldexpf((float)((2u << M) - 2u), (int)maxexp - bias - M);
-    if (isinf(a)) return ieee_inf ? (s | (maxexp << M)) : (s | (maxexp << M) | ((1u << M) - 1u));
+    float maxv = smallfloat_decode(smallfloat_max_bits(E, M, flags), E, M, flags & SF_IEEE_INF);
+    if (isinf(a)) return s | smallfloat_overflow_bits(E, M, flags);
     int e;
     frexpf(a, &e); /* a = m * 2^e, m in [0.5,1) */
-    int unbiased = e - 1;
     int minexp = 1 - bias;
-    if (unbiased < minexp) unbiased = minexp;
-    /* quantum at this exponent */
-    float q = ldexpf(1.0f, unbiased - M);
-    float r = nearbyintf(a / q); /* default rounding mode: nearest even */
-    float v = r * q;
-    if (v > maxv) {
-        /* round-to-nearest overflow: values up to maxv + half ulp round to maxv in RNE */
-        if (ieee_inf) return s | (maxexp << M);
-        return s | (maxexp << M) | ((1u << M) - 1u); /* e4m3fn: NaN */
-    }
+    int unbiased = e - 1 < minexp ? minexp : e - 1;
+    float q = ldexpf(1.0f, unbiased - M);    /* the quantum at this exponent */
+    float v = nearbyintf(a / q) * q;         /* default rounding mode: nearest even */
+    if (v > maxv) return s | smallfloat_overflow_bits(E, M, flags);
     if (v == 0.0f) return s;
     int ev;
-    float mv = frexpf(v, &ev);
-    (void)mv;
+    frexpf(v, &ev);
     int ue = ev - 1;
-    if (ue < minexp) { /* subnormal */
-        uint32_t man = (uint32_t)(v / ldexpf(1.0f, minexp - M));
-        return s | man;
-    }
+    if (ue < minexp) return s | (uint32_t)(v / ldexpf(1.0f, minexp - M)); /* subnormal */
     uint32_t man = (uint32_t)(ldexpf(v, M - ue)) - (1u << M);
     return s | ((uint32_t)(ue + bias) << M) | man;
 }
 
 static inline float f16_to_f32(uint16_t h) { return smallfloat_decode(h, 5, 10, 1); }
-static inline uint16_t f32_to_f16(float f) { return (uint16_t)smallfloat_encode(f, 5, 10, 1); }
+static inline uint16_t f32_to_f16(float f) { return (uint16_t)smallfloat_encode(f, 5, 10, SF_IEEE_INF); }
 static inline float f8e4m3_to_f32(uint8_t b) { return smallfloat_decode(b, 4, 3, 0); }
-static inline uint8_t f32_to_f8e4m3(float f) { return (uint8_t)smallfloat_encode(f, 4, 3, 0); }
+static inline uint8_t f32_to_f8e4m3(float f) { return (uint8_t)smallfloat_encode(f, 4, 3, SF_SATURATE); }
 static inline float f8e5m2_to_f32(uint8_t b) { return smallfloat_decode(b, 5, 2, 1); }
-static inline uint8_t f32_to_f8e5m2(float f) { return (uint8_t)smallfloat_encode(f, 5, 2, 1); }
+static inline uint8_t f32_to_f8e5m2(float f) { return (uint8_t)smallfloat_encode(f, 5, 2, SF_IEEE_INF); }
+/* The fp8 recipe's casts: out of range (and +-inf) -> +-max, NaN -> NaN. */
+static inline uint8_t f32_to_f8e4m3_sat(float f) { return f32_to_f8e4m3(f); }
+static inline uint8_t f32_to_f8e5m2_sat(float f) {
+    return (uint8_t)smallfloat_encode(f, 5, 2, SF_IEEE_INF | SF_SATURATE);
+}
 
 /* Read element i (already offset pointer) of any dtype as double. */
 static inline double dtype_load(const void *p, DType dt) {

@@ -553,10 +553,11 @@ CASES.AutocastKwargs = {
   end,
 }
 
-local function fp8_refused(o)
-  error_matching("FP8RecipeKwargs, but fp8 training needs the GPU backend", function()
-    accel.Accelerator{kwargs_handlers = {accel.FP8RecipeKwargs(o)}}
-  end)
+-- The scaling state an fp8 Accelerator with FP8RecipeKwargs(o) gives a
+-- prepared Linear (the option reaches the recipe the Linear runs).
+local function fp8_meta(o)
+  local a = accel.Accelerator{mixed_precision = "fp8", kwargs_handlers = {accel.FP8RecipeKwargs(o)}}
+  return a:prepare(accel.nn.Linear(3, 2)).fp8_meta
 end
 CASES.FP8RecipeKwargs = {
   fp8_format = function()
@@ -564,27 +565,28 @@ CASES.FP8RecipeKwargs = {
     error_matching('fp8_format must be "HYBRID", "E4M3" or "E5M2", got "E3M4"', function()
       accel.FP8RecipeKwargs{fp8_format = "E3M4"}
     end)
-    fp8_refused({fp8_format = "HYBRID"})
+    assert.are.equal(accel.float8_e5m2, fp8_meta({fp8_format = "HYBRID"}).grad_output.dtype)
+    assert.are.equal(accel.float8_e4m3fn, fp8_meta({fp8_format = "E4M3"}).grad_output.dtype)
   end,
   amax_history_len = function()
     assert.are.equal(16, accel.FP8RecipeKwargs{amax_history_len = 16}.amax_history_len)
     error_matching("amax_history_len = 0 is not supported", function() accel.FP8RecipeKwargs{amax_history_len = 0} end)
-    fp8_refused({amax_history_len = 16})
+    assert.are.equal(16, fp8_meta({amax_history_len = 16}).input.len)
   end,
   amax_compute_algo = function()
     assert.are.equal("max", accel.FP8RecipeKwargs{amax_compute_algo = "MAX"}.amax_compute_algo)
     error_matching('amax_compute_algo must be "max" or "most_recent"', function()
       accel.FP8RecipeKwargs{amax_compute_algo = "mean"}
     end)
-    fp8_refused({amax_compute_algo = "max"})
+    assert.are.equal("max", fp8_meta({amax_compute_algo = "max"}).weight.algo)
   end,
   margin = function()
     error_matching("margin = %-1 is not supported", function() accel.FP8RecipeKwargs{margin = -1} end)
-    fp8_refused({margin = 1})
+    assert.are.equal(1, fp8_meta({margin = 1}).input.margin)
   end,
   interval = function()
     error_matching("interval = 0 is not supported", function() accel.FP8RecipeKwargs{interval = 0} end)
-    fp8_refused({interval = 2})
+    assert.are.equal(2, fp8_meta({interval = 2}).grad_output.interval)
   end,
 }
 

@@ -66,9 +66,11 @@ describe("Accelerator options", function()
     assert.are.equal(4, b.gradient_accumulation_steps)
   end)
 
-  it("names a bad mixed_precision, and fp8 needs the GPU backend", function()
+  it("names a bad mixed_precision; fp8 runs the CPU emulation of the fp8 recipe", function()
     error_matching('unknown mixed_precision "fp17"', function() accel.Accelerator{mixed_precision = "fp17"} end)
-    error_matching("fp8.*GPU backend", function() accel.Accelerator{mixed_precision = "fp8"} end)
+    local f = accel.Accelerator{mixed_precision = "FP8"}
+    assert.are.same({"fp8", "CPU_EMULATION"}, {f.mixed_precision, f.fp8_backend})
+    assert.is_nil(accel.Accelerator{mixed_precision = "bf16"}.fp8_backend)
     assert.are.equal("bf16", accel.Accelerator{mixed_precision = "bf16"}.mixed_precision)
     assert.are.equal("fp16", accel.Accelerator{mixed_precision = "fp16"}.mixed_precision)
   end)

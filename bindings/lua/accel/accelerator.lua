@@ -51,7 +51,14 @@
 --    "MULTI_CPU"; Accelerate would say "DEEPSPEED" / "FSDP" there).
 --  * kwargs_handlers: DistributedDataParallelKwargs, InitProcessGroupKwargs
 --    (timeout in seconds, a number), GradScalerKwargs, AutocastKwargs,
---    FP8RecipeKwargs (refused: no fp8 here), each at most once.
+--    FP8RecipeKwargs (the fp8 recipe, with mixed_precision = "fp8"), each
+--    at most once.
+--  * mixed_precision = "fp8": every nn.Linear of a prepared model runs
+--    Transformer Engine's delayed-scaling recipe (accel.fp8, configured by
+--    FP8RecipeKwargs; E5M2 is refused as TE refuses it), other GEMMs run
+--    under bf16 autocast (as Accelerate). Without an fp8 GPU backend the
+--    recipe is emulated exactly on the CPU: accelerator.fp8_backend =
+--    "CPU_EMULATION" (Accelerate says "TE" / "MSAMP" / "AO").
 --    GradScalerKwargs without fp16 warns (Accelerate ignores it silently).
 --  * Save / load pre-hooks get the temporary folder the checkpoint is
 --    written into as output_dir (it is renamed into place when complete),
@@ -277,12 +284,7 @@ local function resolve_precision(mp)
     raise('Accelerator: unknown mixed_precision %s; expected "no", "fp16", "bf16" or "fp8"',
       type(mp) == "string" and ('"' .. mp .. '"') or tostring(mp))
   end
-  mp = mp:lower()
-  if mp == "fp8" then
-    raise('Accelerator: mixed_precision "fp8" needs the GPU backend (Hopper, through cuBLASLt), which this build '
-      .. 'does not have; use "bf16" or "fp16" on the CPU')
-  end
-  return mp
+  return mp:lower()
 end
 
 local function resolve_accumulation(o, ds)
@@ -356,12 +358,24 @@ local function resolve_kwargs(handlers)
     if found[field] then raise("Accelerator: kwargs_handlers holds more than one accel.%s (give each kind once)", kind) end
     found[field] = h
   end
-  if found.fp8_recipe_handler then
-    raise("Accelerator: kwargs_handlers holds an accel.FP8RecipeKwargs, but fp8 training needs the GPU backend "
-      .. "(Hopper, through cuBLASLt), which this build does not have")
-  end
   found.ddp_handler = found.ddp_handler or ddp.DistributedDataParallelKwargs()
   return found
+end
+
+-- The fp8 recipe (mixed_precision = "fp8"; the handler's options or
+-- FP8RecipeKwargs' defaults); a handler without fp8 warns and is unused.
+local function resolve_fp8(self, kw)
+  if self.mixed_precision ~= "fp8" then
+    if kw and self.state.is_main_process then
+      io.stderr:write(("Accelerator: FP8RecipeKwargs has no effect with mixed_precision = \"%s\" (only fp8 uses "
+        .. "it)\n"):format(self.mixed_precision))
+    end
+    return
+  end
+  local fp8 = require("accel.fp8")
+  rawset(self, "fp8_recipe_handler", kw or plugins.FP8RecipeKwargs())
+  rawset(self, "fp8_recipe", fp8.DelayedScaling(self.fp8_recipe_handler))
+  rawset(self, "fp8_backend", fp8.BACKEND)
 end
 
 -- gradient_accumulation_plugin or gradient_accumulation_steps (not both,
@@ -431,6 +445,7 @@ local function new_accelerator(_, o)
     raise('Accelerator: mixed_precision = "%s" disagrees with the DeepSpeed config (%s.enabled = true)',
       self.mixed_precision, ds_mp)
   end
+  resolve_fp8(self, handlers.fp8_recipe_handler)
   local gap = resolve_accumulation_plugin(o, ds)
   rawset(self, "gradient_accumulation_plugin", gap)
   rawset(self, "gradient_state", state.GradientState(gap.num_steps, gap))
@@ -588,7 +603,7 @@ function Accelerator:prepare_model(model, o)
       self._reducers[#self._reducers + 1] = {model = model, reducer = reducer}
     end
   end
-  return amp.patch_forward(model, self.autocast_dtype)
+  return amp.patch_forward(model, self.autocast_dtype, self.fp8_recipe)
 end
 
 -- Completes the gradient averaging of every model whose synchronising

@@ -3,15 +3,18 @@
 -- accumulation, float32 master weights; see core/precision.h), the patched
 -- model forward that runs under it and hands float32 outputs back (as
 -- Accelerate's convert_outputs_to_fp32), and GradScaler, PyTorch's dynamic
--- loss scaling for fp16.
+-- loss scaling for fp16. Under "fp8" the model's nn.Linear layers run the
+-- fp8 recipe (accel.fp8) and every other GEMM runs under bf16 autocast, as
+-- Accelerate's fp8 does.
 local accel = require("accel")
 local C = accel._C
 
 local amp = {}
 
--- The autocast dtype of a mixed_precision string (nil for "no").
+-- The autocast dtype of a mixed_precision string (nil for "no"; fp8's
+-- GEMMs outside the fp8 Linears use bf16).
 function amp.dtype_of(mixed_precision)
-  if mixed_precision == "bf16" then return accel.bfloat16 end
+  if mixed_precision == "bf16" or mixed_precision == "fp8" then return accel.bfloat16 end
   if mixed_precision == "fp16" then return accel.float16 end
   return nil
 end
@@ -53,14 +56,25 @@ end
 local patched = setmetatable({}, {__mode = "k"})
 
 -- Make model's forward run under autocast(dtype) and return float32
--- outputs. The model stays the same object (as Accelerate does on one
+-- outputs; with fp8_recipe (accel.fp8.DelayedScaling) its nn.Linear layers
+-- also get the fp8 recipe (accel.fp8.convert_model), active inside this
+-- forward while the model is in training mode. The model stays the same object (as Accelerate does on one
 -- process); amp.unpatch_forward restores the original.
-function amp.patch_forward(model, dtype)
-  if patched[model] or dtype == nil then return model end
+function amp.patch_forward(model, dtype, fp8_recipe)
+  if patched[model] or (dtype == nil and fp8_recipe == nil) then return model end
+  local fp8 = fp8_recipe and require("accel.fp8")
+  if fp8 then fp8.convert_model(model, fp8_recipe) end -- first: the model may be a Linear itself
   local orig = model.forward
   patched[model] = orig
+  local run = orig
+  if fp8 then -- fp8 only in training mode (Accelerate's fp8_use_autocast_during_eval = false)
+    run = function(self, ...)
+      if self.training == false then return orig(self, ...) end
+      return fp8.run(orig, self, ...)
+    end
+  end
   model.forward = function(self, ...)
-    return outputs_to_fp32(amp.run(dtype, orig, self, ...))
+    return outputs_to_fp32(amp.run(dtype, run, self, ...))
   end
   return model
 end
@@ -71,6 +85,7 @@ function amp.unpatch_forward(model)
   patched[model] = nil
   model.forward = nil -- an nn.Module falls back to its class's forward
   if model.forward ~= orig then model.forward = orig end
+  require("accel.fp8").unconvert_model(model)
   return model
 end
 
