@@ -27,8 +27,8 @@
 #define R_MEGATRON "there is no Megatron-LM engine (tensor / pipeline parallelism)"
 #define R_PARALLEL "there is no ParallelismConfig (tensor, context, sequence parallel, " \
                    "2-D sharding); use --use_fsdp or --use_deepspeed"
-#define R_FP8 "fp8 recipes need the GPU backend (TransformerEngine / MS-AMP / torchao), " \
-              "which this build does not have"
+#define R_FP8 "the fp8 recipe is set in the script with accel.FP8RecipeKwargs{...} " \
+              "(--mixed_precision fp8 turns it on); there are no TransformerEngine / MS-AMP / torchao backends"
 #define R_AWS "there are no SageMaker launches"
 #define R_RDZV "mpirun starts and wires the ranks: there is no torchrun rendezvous"
 #define R_FILTER "there are no DeepSpeed node filters: list the machines to use in the " \

@@ -148,7 +148,6 @@ local REFUSED_MEMBERS = {
   maybe_context_parallel = "context parallelism is not implemented",
   verify_device_map = "big-model device maps (dispatch_model) are not implemented",
   deepspeed_ulysses_dl_adapter = "DeepSpeed Ulysses sequence parallelism is not implemented",
-  fp8_backend = "fp8 needs the GPU backend",
   torch_device_mesh = "there are no device meshes (no ParallelismConfig)",
   parallelism_config = "ParallelismConfig is not implemented",
   is_composable_parallelism_enabled = "ParallelismConfig is not implemented",
