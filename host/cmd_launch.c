@@ -57,6 +57,7 @@
 
 #include "host/config_yaml.h"
 #include "host/host.h"
+#include "host/job_watch.h"
 #include "host/settings.h"
 #include "host/subcommands.h"
 
@@ -381,6 +382,7 @@ static void add_placement(const LaunchConfig *c, StrList *cmd) {
     if (hostfile != NULL) {
         list_add(cmd, "--hostfile");
         list_add(cmd, "%s", hostfile);
+        if (getenv("OMPI_MCA_rtc") == NULL) list_add(cmd, "--mca"), list_add(cmd, "rtc"), list_add(cmd, "^hwloc");
         if (m > 1) list_add(cmd, "--map-by"), list_add(cmd, "ppr:%ld:node", n / m);
         if (t > 1) list_add(cmd, "--bind-to"), list_add(cmd, "none");
         return;
@@ -483,24 +485,31 @@ static void wait_job(pid_t pid, double interval, int *status) {
 }
 
 /* Runs cmd with env added; returns its exit status (128 + signal when
- * killed), or -1 if it could not be started. */
-static int run_once(const StrList *cmd, const StrList *env, double interval) {
-    int fds[2], err = 0, status = 0;
+ * killed), or -1 if it could not be started. With `w`, the job's stderr
+ * goes through a pipe to job_watch_wait (copied on, and read for why the
+ * job ended). */
+static int run_once(const StrList *cmd, const StrList *env, double interval, JobWatch *w) {
+    int fds[2], errfd[2] = {-1, -1}, err = 0, status = 0;
     if (pipe2(fds, O_CLOEXEC) != 0) return -1;
+    if (w != NULL && pipe2(errfd, O_CLOEXEC) != 0) w = NULL, errfd[0] = errfd[1] = -1;
     pid_t pid = fork();
     if (pid == 0) {
         for (int i = 0; i < env->n; i++) putenv(env->v[i]);
+        if (errfd[1] >= 0 && dup2(errfd[1], STDERR_FILENO) < 0) _exit(127);
         execvp(cmd->v[0], cmd->v);
         err = errno;
         if (write(fds[1], &err, sizeof err) < 0) _exit(127);
         _exit(127);
     }
     close(fds[1]);
+    if (errfd[1] >= 0) close(errfd[1]);
     running_child = pid;
     ssize_t got;
     while ((got = read(fds[0], &err, sizeof err)) < 0 && errno == EINTR) {}
     close(fds[0]);
-    if (pid > 0) wait_job(pid, interval, &status);
+    if (pid > 0 && w != NULL) job_watch_wait(w, pid, errfd[0], interval, &status);
+    else if (pid > 0) wait_job(pid, interval, &status);
+    if (errfd[0] >= 0 && (pid <= 0 || w == NULL)) close(errfd[0]);
     running_child = 0;
     if (pid < 0 || got == (ssize_t)sizeof err) {
         fprintf(stderr, "%s: cannot run %s: %s%s\n", WHO, cmd->v[0],
@@ -509,6 +518,17 @@ static int run_once(const StrList *cmd, const StrList *env, double interval) {
         return -1;
     }
     return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
+
+/* Prints why the attempt failed, naming the rank's host, when mpirun's
+ * output said. */
+static void report_reason(const LaunchConfig *c, const JobWatch *w) {
+    long m = config_int(c, S_NUM_MACHINES, 1);
+    JobPlacement p = {config_str(c, S_HOSTFILE),
+                      m > 1 ? config_int(c, S_NUM_PROCESSES, 1) / m : 0};
+    char reason[1024];
+    job_watch_reason(w, &p, reason, sizeof reason);
+    if (reason[0] != '\0') fprintf(stderr, "%s: %s\n", WHO, reason);
 }
 
 static int run_job(const LaunchConfig *c, const LaunchArgs *a, int argc, char **argv) {
@@ -520,10 +540,13 @@ static int run_job(const LaunchConfig *c, const LaunchArgs *a, int argc, char **
         StrList env = {0}, cmd = {0};
         build_env(c, attempt, &env);
         build_command(c, a, &env, argc, argv, &cmd);
+        JobWatch w;
+        job_watch_init(&w);
         if (a->dry_run) print_command(&env, &cmd, !uses_mpirun(c));
-        else status = run_once(&cmd, &env, interval);
+        else status = run_once(&cmd, &env, interval, uses_mpirun(c) ? &w : NULL);
         list_free(&cmd);
         list_free(&env);
+        if (status > 0 && !a->quiet) report_reason(c, &w);
         if (status <= 0 || stop_signal || attempt >= restarts) break;
         fprintf(stderr, "%s: job failed (exit %d), restart %d/%ld\n", WHO, status, attempt + 1,
                 restarts);
