@@ -179,6 +179,12 @@ EOF
     check "every fsdp_config key reaches the ranks (missing:${missing:- none})" '(( RC == 0 )) && [[ -z $missing ]]'
     run "$EXE" launch --dry_run --mpirun_hostfile "$TMP/hf" --num_processes 2 "$TMP/rank.lua"
     check "--mpirun_hostfile is Accelerate's spelling of --hostfile" '(( RC == 0 )) && has "--hostfile $TMP/hf "'
+    check "a hostfile start passes --mca rtc ^hwloc (orted's hwloc_shmem_topology_write crashes)" \
+        '(( RC == 0 )) && has "--mca rtc '"'^hwloc'"' "'
+    run env OMPI_MCA_rtc=hwloc "$EXE" launch --dry_run --hostfile "$TMP/hf" --num_processes 2 "$TMP/rank.lua"
+    check "OMPI_MCA_rtc set by the user: launch leaves rtc to it" '(( RC == 0 )) && ! has "rtc"'
+    run "$EXE" launch --dry_run --num_processes 2 "$TMP/rank.lua"
+    check "one machine without a hostfile: no rtc setting" '(( RC == 0 )) && ! has "rtc"'
 }
 
 # One 2-rank launch: --debug, 2 threads, rank 0 tees both streams, rank 1
