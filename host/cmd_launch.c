@@ -19,6 +19,15 @@
  *                         (T cores per rank) when T > 1 fits
  *   --hostfile H          machines from mpirun's hostfile; with
  *                         num_machines M > 1 also --map-by ppr:N/M:node
+ *                         (ranks iK..iK+K-1 on the hostfile's i-th machine)
+ *   --mca rtc ^hwloc      with a hostfile, unless OMPI_MCA_rtc is set: Open
+ *                         MPI 4.1's remote daemon (orted) was seen to crash at
+ *                         start in hwloc_shmem_topology_write (its rtc hwloc
+ *                         component, which shares the machine's topology with
+ *                         the ranks through a file and binds them); without it
+ *                         the daemons start every time, and the ranks of a
+ *                         multi-machine job are not bound to cores (ppr
+ *                         placement did not bind them here either)
  *   -x NAME=VALUE         each setting, OMP/OPENBLAS_NUM_THREADS, and
  *                         -x LUA_PATH etc. when set here
  * -m / --module: the script is a module name; each rank runs
@@ -35,7 +44,10 @@
  *
  * Failure: OpenMPI's default already ends the whole job when one rank exits
  * non-zero or is killed (a failing rank prints "accel-lua: rank R: <error>",
- * host/run.c). launch checks on the job (mpirun, or the single process)
+ * host/run.c). mpirun's stderr reaches launch through a pipe and is copied
+ * on as it comes, and launch adds one line saying why the attempt failed:
+ * the killed rank, or the first rank's error, with its host and
+ * machine_rank (host/job_watch.c). launch checks on the job (mpirun, or the single process)
  * every --monitor_interval seconds (default 0.1, Accelerate's), so a
  * finished or failed attempt is seen within that time. With --max_restarts
  * K a failed job is started again, up to K times (ACCEL_LUA_RESTART_COUNT
