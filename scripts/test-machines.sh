@@ -19,10 +19,11 @@
 # namespace: real machines do not share one, and Open MPI's shared-memory
 # files are named after it). The hostfile lists the addresses.
 #
-# Checks: `accel-lua launch --num_machines 2 --hostfile` (2 machines x 2
+# Checks: the machines have no address or route outside the subnet;
+# `accel-lua launch --num_machines 2 --hostfile` (2 machines x 2
 # ranks) ends with the parameters of 1 process trained on the whole batch,
 # and of 1 machine x 4 ranks (1e-5 relative); 3 machines x 1 rank the same;
-# a SIGKILLed rank on machine 1 ends the job within 10 s and launch names
+# five 2-machine launches in a row all start; a SIGKILLed rank on machine 1 ends the job within 10 s and launch names
 # its host; a rank's error on machine 1 is reported with its host; a
 # checkpoint saved by 2 machines into the shared folder resumes bitwise
 # (losses, parameters, optimizer state) like an unbroken run; ranks
@@ -36,7 +37,7 @@
 # shellcheck source=scripts/test-lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/test-lib.sh" "$@"
 
-CHECKS=10
+CHECKS=12
 SUBNET=10.213.47
 TAG=acl$$
 SW=$TAG-sw
@@ -126,6 +127,9 @@ if ! make_network 2>"$TMP/net.err"; then
     skip_all "the kernel refused to make network namespaces / veth pairs: $(head -c 300 "$TMP/net.err")"
 fi
 write_agent
+run sh -c "for ns in ${HOSTS[*]} $SW; do ip -n \$ns -4 route show table all; ip -n \$ns -4 -br addr; done"
+check "the test machines reach only $SUBNET.0/24 (no other address, no other route)" \
+    '[[ $(grep -Eo "[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+" <<<"$OUT" | grep -Ev "^($SUBNET\.|127\.)" | sort -u) == "" ]] && ! grep -q default <<<"$OUT"'
 LAUNCH=("$EXE" launch --cpu)
 EQUIV=$HELPERS/ddp_equiv.lua
 
@@ -147,6 +151,20 @@ check_equivalence() {
         "$EQUIV" "$TMP/three.st" 4 20
     check "3 machines x 1 rank == 1 process x batch 12 (1e-5)" \
         '(( one == 0 && RC == 0 )) && close_to "$TMP/three.st" "$TMP/one12.st"'
+}
+
+# ---- starts are reliable ----
+check_repeated_starts() {
+    local i started=0
+    printf '%s\n' 'local a = require("accel").Accelerator{}' \
+        'print(("up %d of %d"):format(a.process_index, require("accel").dist.all_reduce(require("accel").ones(1)):item()))' \
+        >"$TMP/up.lua"
+    for i in 1 2 3 4 5; do
+        run on_machine 0 "${LAUNCH[@]}" --num_machines 2 --num_processes 2 --hostfile "$TMP/hosts2" "$TMP/up.lua"
+        (( RC == 0 )) && has "up 0 of 2" && has "up 1 of 2" && started=$((started + 1))
+    done
+    check "5 two-machine launches in a row: every one starts on both machines ($started of 5)" \
+        '(( started == 5 ))'
 }
 
 # ---- failures name the host ----
@@ -229,6 +247,7 @@ check_outside_start() {
 }
 
 check_equivalence
+check_repeated_starts
 check_failures
 check_resume
 check_outside_start
