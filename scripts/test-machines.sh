@@ -20,16 +20,17 @@
 # files are named after it). The hostfile lists the addresses.
 #
 # Checks: the machines have no address or route outside the subnet;
-# `accel-lua launch --num_machines 2 --hostfile` (2 machines x 2
-# ranks) ends with the parameters of 1 process trained on the whole batch,
-# and of 1 machine x 4 ranks (1e-5 relative); 3 machines x 1 rank the same;
-# five 2-machine launches in a row all start; a SIGKILLed rank on machine 1 ends the job within 10 s and launch names
-# its host; a rank's error on machine 1 is reported with its host; a
-# checkpoint saved by 2 machines into the shared folder resumes bitwise
-# (losses, parameters, optimizer state) like an unbroken run; ranks
-# started by plain mpirun as srun starts them (SLURM_* and PMIx variables,
-# no OMPI_COMM_WORLD_*) and by a bare PMIx launcher join one job; and the
-# namespaces are gone at the end.
+# `accel-lua launch --num_machines 2 --hostfile` (2 machines x 2 ranks)
+# ends with the parameters of 1 process trained on the whole batch, and of
+# 1 machine x 4 ranks (1e-5 relative); 3 machines x 1 rank the same; five
+# 2-machine launches in a row all start; a SIGKILLed rank on machine 1
+# ends the job within 10 s and launch names its host, and so does a
+# SIGKILLed Open MPI daemon of machine 1; a rank's error on machine 1 is
+# reported with its host; a checkpoint saved by 2 machines into the shared
+# folder resumes bitwise (losses, parameters, optimizer state) like an
+# unbroken run; ranks started by plain mpirun as srun starts them (SLURM_*
+# and PMIx variables, no OMPI_COMM_WORLD_*) and by a bare PMIx launcher
+# join one job; and the namespaces are gone at the end.
 #
 # Prints "N passed, N failed" (", N skipped" when the kernel or the user
 # cannot make network namespaces: every check is then skipped, with the
@@ -37,7 +38,7 @@
 # shellcheck source=scripts/test-lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/test-lib.sh" "$@"
 
-CHECKS=12
+CHECKS=13
 SUBNET=10.213.47
 TAG=acl$$
 SW=$TAG-sw
@@ -168,22 +169,39 @@ check_repeated_starts() {
 }
 
 # ---- failures name the host ----
-check_failures() {
-    local dir=$TMP/spin t0 waited=0
+# spin_and_kill WHAT: a 2-machine x 2-rank job in which the test SIGKILLs,
+# once every rank runs, rank 3 (WHAT=rank) or machine 1's Open MPI daemon
+# (WHAT=daemon); RC, OUT, and MS = milliseconds from the kill to the end.
+spin_and_kill() {
+    local dir=$TMP/spin-$1 t0 waited=0 victim pid
     mkdir -p "$dir"
     on_machine 0 "${LAUNCH[@]}" --num_machines 2 --num_processes 4 --hostfile "$TMP/hosts2" \
         "$HELPERS/machines_spin.lua" "$dir" >"$TMP/kill.out" 2>&1 &
     local job=$!
     while [[ ! -e $dir/pid_r3 ]] && (( waited < 300 )); do sleep 0.1; waited=$((waited + 1)); done
     sleep 0.5
+    [[ -e $dir/pid_r3 ]] && victim=$(cat "$dir/pid_r3")
+    if [[ $1 == daemon ]]; then
+        victim=""
+        for pid in $(ip netns pids "${HOSTS[1]}"); do
+            [[ $({ tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null) == orted\ * ]] && victim=$pid
+        done
+    fi
     t0=$(date +%s%N)
-    [[ -e $dir/pid_r3 ]] && kill -9 "$(cat "$dir/pid_r3")"
+    [[ -n $victim ]] && kill -9 "$victim"
     wait "$job"
     RC=$?
     MS=$(( ($(date +%s%N) - t0) / 1000000 ))
     OUT=$(cat "$TMP/kill.out")
+}
+
+check_failures() {
+    spin_and_kill rank
     check "a SIGKILLed rank on machine 1 ends the job within 10 s; launch names its host" \
         '(( RC != 0 && MS < 10000 )) && has "accel-lua launch: rank 3 (host $SUBNET.2, machine_rank 1) was killed by signal 9"'
+    spin_and_kill daemon
+    check "machine 1's Open MPI daemon SIGKILLed: the job ends within 10 s; launch names the host" \
+        '(( RC != 0 && MS < 10000 )) && has "accel-lua launch: lost contact with host $SUBNET.2, machine_rank 1"'
     printf '%s\n' 'local a = require("accel").Accelerator{}' \
         'require("accel").dist.barrier()' \
         'if a.process_index == 2 then error("boom on machine 1") end' \
