@@ -47,8 +47,8 @@
  * host/run.c). mpirun's stderr reaches launch through a pipe and is copied
  * on as it comes, and launch adds one line saying why the attempt failed:
  * the killed rank, or the first rank's error, with its host and
- * machine_rank (host/job_watch.c). launch checks on the job (mpirun, or the single process)
- * every --monitor_interval seconds (default 0.1, Accelerate's), so a
+ * machine_rank (host/job_watch.c). launch checks on the job (mpirun, or
+ * the single process) every --monitor_interval seconds (default 0.1, Accelerate's), so a
  * finished or failed attempt is seen within that time. With --max_restarts
  * K a failed job is started again, up to K times (ACCEL_LUA_RESTART_COUNT
  * tells the script which attempt it is; it is expected to resume with
@@ -394,7 +394,8 @@ static void add_placement(const LaunchConfig *c, StrList *cmd) {
     if (hostfile != NULL) {
         list_add(cmd, "--hostfile");
         list_add(cmd, "%s", hostfile);
-        if (getenv("OMPI_MCA_rtc") == NULL) list_add(cmd, "--mca"), list_add(cmd, "rtc"), list_add(cmd, "^hwloc");
+        if (getenv("OMPI_MCA_rtc") == NULL)
+            list_add(cmd, "--mca"), list_add(cmd, "rtc"), list_add(cmd, "^hwloc");
         if (m > 1) list_add(cmd, "--map-by"), list_add(cmd, "ppr:%ld:node", n / m);
         if (t > 1) list_add(cmd, "--bind-to"), list_add(cmd, "none");
         return;

@@ -31,13 +31,12 @@ void job_watch_init(JobWatch *w) {
 }
 
 static void take_line(JobWatch *w, const char *s) {
-    int rank, sig;
+    int rank, sig, at = 0;
     char node[256], name[64] = "";
     const char *p;
-    if (w->killed_rank < 0 &&
-        (p = strstr(s, "noticed that process rank ")) != NULL &&
-        sscanf(p, "noticed that process rank %d with PID %*d on node %255s exited on signal %d (%63[^)]",
-               &rank, node, &sig, name) >= 3) {
+    if (w->killed_rank < 0 && (p = strstr(s, "noticed that process rank ")) != NULL &&
+        sscanf(p, "noticed that process rank %d with PID %*d on node %255s exited on signal %d "
+                  "(%63[^)]", &rank, node, &sig, name) >= 3) {
         w->killed_rank = rank, w->signal = sig;
         snprintf(w->killed_node, sizeof w->killed_node, "%s", node);
         snprintf(w->signal_name, sizeof w->signal_name, "%s", name);
@@ -45,9 +44,9 @@ static void take_line(JobWatch *w, const char *s) {
                (p = strstr(s, " on node ")) != NULL && sscanf(p, " on node %255s", node) == 1) {
         snprintf(w->lost_node, sizeof w->lost_node, "%s", node);
     } else if (w->error_rank < 0 && (p = strstr(s, "accel-lua: rank ")) == s &&
-               sscanf(p, "accel-lua: rank %d: %n", &rank, &sig) >= 1 && sig > 0) {
+               sscanf(p, "accel-lua: rank %d: %n", &rank, &at) >= 1 && at > 0) {
         w->error_rank = rank;
-        snprintf(w->error, sizeof w->error, "%s", s + sig);
+        snprintf(w->error, sizeof w->error, "%s", s + at);
     } else if (w->abort_rank < 0 && (p = strstr(s, "MPI_ABORT was invoked on rank ")) != NULL &&
                sscanf(p, "MPI_ABORT was invoked on rank %d", &rank) == 1) {
         w->abort_rank = rank;
@@ -122,8 +121,9 @@ static long hostfile_lookup(const char *path, long want, const char *name, char 
     return found;
 }
 
-/* "host H, machine_rank I" (its line among the hostfile's machines) for the machine named `node`, else for the one
- * rank `rank` was placed on; "" when neither is known. */
+/* "host H, machine_rank I" (I: its line among the hostfile's machines)
+ * for the machine named `node`, else for the one rank `rank` was placed
+ * on; "" when neither is known. */
 static void describe_host(const JobPlacement *p, int rank, const char *node, char *out, size_t n) {
     char host[256] = "";
     long index = -1;
