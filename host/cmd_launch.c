@@ -19,7 +19,9 @@
  *                         (T cores per rank) when T > 1 fits
  *   --hostfile H          machines from mpirun's hostfile; with
  *                         num_machines M > 1 also --map-by ppr:N/M:node
- *                         (ranks iK..iK+K-1 on the hostfile's i-th machine)
+ *                         (ranks iK..iK+K-1 on the hostfile's i-th machine);
+ *                         a hostfile that cannot be read or lists fewer than
+ *                         M machines is refused before mpirun starts
  *   --mca rtc ^hwloc      with a hostfile, unless OMPI_MCA_rtc is set: Open
  *                         MPI 4.1's remote daemon (orted) was seen to crash at
  *                         start in hwloc_shmem_topology_write (its rtc hwloc
@@ -465,6 +467,23 @@ static int prepare_log_dir(const LaunchConfig *c, int dry_run) {
     return -1;
 }
 
+/* A hostfile mpirun can use: readable, listing num_machines machines at
+ * least (mpirun's own errors for these are banners about ORTE and ppr). */
+static int check_hostfile(const LaunchConfig *c, int dry_run) {
+    const char *path = config_str(c, S_HOSTFILE);
+    long m = config_int(c, S_NUM_MACHINES, 1);
+    if (path == NULL || dry_run) return 0;
+    long listed = job_hostfile_machines(path);
+    if (listed < 0) {
+        fprintf(stderr, "%s: --hostfile %s: cannot read it: %s\n", WHO, path, strerror(errno));
+        return -1;
+    }
+    if (listed >= m) return 0;
+    fprintf(stderr, "%s: --hostfile %s lists %ld machine%s, num_machines is %ld (one line per "
+                    "machine: HOST slots=N)\n", WHO, path, listed, listed == 1 ? "" : "s", m);
+    return -1;
+}
+
 /* ---- running, with restarts ---- */
 
 static volatile sig_atomic_t stop_signal;
@@ -597,7 +616,7 @@ int cmd_launch(int argc, char **argv) {
                 script, strerror(errno));
         goto done;
     }
-    if (prepare_log_dir(&c, a.dry_run) != 0) goto done;
+    if (prepare_log_dir(&c, a.dry_run) != 0 || check_hostfile(&c, a.dry_run) != 0) goto done;
     if (a.module && a.no_python) {
         fprintf(stderr, "%s: --module and --no_python: a module runs through accel-lua\n", WHO);
         goto done;

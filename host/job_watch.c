@@ -101,18 +101,36 @@ void job_watch_wait(JobWatch *w, pid_t pid, int fd, double interval, int *status
     if (w->len > 0) job_watch_feed(w, "\n", 1);
 }
 
-/* The `want`-th machine (0-based) named in the hostfile (first word of
- * each line that is not blank or a comment), or the index of the machine
- * named `name`; -1 when there is none. */
-static long hostfile_lookup(const char *path, long want, const char *name, char *out, size_t n) {
-    FILE *f = path ? fopen(path, "r") : NULL;
-    char line[1024], word[256];
-    long index = -1, found = -1;
-    if (f == NULL) return -1;
-    while (found < 0 && fgets(line, sizeof line, f) != NULL) {
+/* The next machine named in a hostfile (the first word of a line that is
+ * not blank or a comment) into word[256]; 0 at the end. */
+static int next_machine(FILE *f, char *word) {
+    char line[1024];
+    while (fgets(line, sizeof line, f) != NULL) {
         char *hash = strchr(line, '#');
         if (hash != NULL) *hash = '\0';
-        if (sscanf(line, "%255s", word) != 1) continue;
+        if (sscanf(line, "%255s", word) == 1) return 1;
+    }
+    return 0;
+}
+
+long job_hostfile_machines(const char *path) {
+    FILE *f = fopen(path, "r");
+    char word[256];
+    long count = 0;
+    if (f == NULL) return -1;
+    while (next_machine(f, word)) count++;
+    fclose(f);
+    return count;
+}
+
+/* The `want`-th machine (0-based) of the hostfile, or the index of the
+ * machine named `name`; -1 when there is none. */
+static long hostfile_lookup(const char *path, long want, const char *name, char *out, size_t n) {
+    FILE *f = path ? fopen(path, "r") : NULL;
+    char word[256];
+    long index = -1, found = -1;
+    if (f == NULL) return -1;
+    while (found < 0 && next_machine(f, word)) {
         index++;
         if (index == want || (name != NULL && strcmp(word, name) == 0)) found = index;
     }

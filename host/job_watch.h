@@ -27,6 +27,10 @@ typedef struct {
 
 void job_watch_init(JobWatch *w);
 
+/* How many machines a hostfile lists (lines that are not blank or a
+ * comment), or -1 with errno set when it cannot be read. */
+long job_hostfile_machines(const char *path);
+
 /* Takes a chunk of mpirun's stderr (already copied to the console). */
 void job_watch_feed(JobWatch *w, const char *buf, size_t n);
 
