@@ -19,6 +19,17 @@
  *                         (T cores per rank) when T > 1 fits
  *   --hostfile H          machines from mpirun's hostfile; with
  *                         num_machines M > 1 also --map-by ppr:N/M:node
+ *                         (ranks iK..iK+K-1 on the hostfile's i-th machine);
+ *                         a hostfile that cannot be read or lists fewer than
+ *                         M machines is refused before mpirun starts
+ *   --mca rtc ^hwloc      with a hostfile, unless OMPI_MCA_rtc is set: Open
+ *                         MPI 4.1's remote daemon (orted) was seen to crash at
+ *                         start in hwloc_shmem_topology_write (its rtc hwloc
+ *                         component, which shares the machine's topology with
+ *                         the ranks through a file and binds them); without it
+ *                         the daemons start every time, and the ranks of a
+ *                         multi-machine job are not bound to cores (ppr
+ *                         placement did not bind them here either)
  *   -x NAME=VALUE         each setting, OMP/OPENBLAS_NUM_THREADS, and
  *                         -x LUA_PATH etc. when set here
  * -m / --module: the script is a module name; each rank runs
@@ -35,8 +46,11 @@
  *
  * Failure: OpenMPI's default already ends the whole job when one rank exits
  * non-zero or is killed (a failing rank prints "accel-lua: rank R: <error>",
- * host/run.c). launch checks on the job (mpirun, or the single process)
- * every --monitor_interval seconds (default 0.1, Accelerate's), so a
+ * host/run.c). mpirun's stderr reaches launch through a pipe and is copied
+ * on as it comes, and launch adds one line saying why the attempt failed:
+ * the killed rank, or the first rank's error, with its host and
+ * machine_rank (host/job_watch.c). launch checks on the job (mpirun, or
+ * the single process) every --monitor_interval seconds (default 0.1, Accelerate's), so a
  * finished or failed attempt is seen within that time. With --max_restarts
  * K a failed job is started again, up to K times (ACCEL_LUA_RESTART_COUNT
  * tells the script which attempt it is; it is expected to resume with
@@ -57,6 +71,7 @@
 
 #include "host/config_yaml.h"
 #include "host/host.h"
+#include "host/job_watch.h"
 #include "host/settings.h"
 #include "host/subcommands.h"
 
@@ -381,6 +396,8 @@ static void add_placement(const LaunchConfig *c, StrList *cmd) {
     if (hostfile != NULL) {
         list_add(cmd, "--hostfile");
         list_add(cmd, "%s", hostfile);
+        if (getenv("OMPI_MCA_rtc") == NULL)
+            list_add(cmd, "--mca"), list_add(cmd, "rtc"), list_add(cmd, "^hwloc");
         if (m > 1) list_add(cmd, "--map-by"), list_add(cmd, "ppr:%ld:node", n / m);
         if (t > 1) list_add(cmd, "--bind-to"), list_add(cmd, "none");
         return;
@@ -450,6 +467,23 @@ static int prepare_log_dir(const LaunchConfig *c, int dry_run) {
     return -1;
 }
 
+/* A hostfile mpirun can use: readable, listing num_machines machines at
+ * least (mpirun's own errors for these are banners about ORTE and ppr). */
+static int check_hostfile(const LaunchConfig *c, int dry_run) {
+    const char *path = config_str(c, S_HOSTFILE);
+    long m = config_int(c, S_NUM_MACHINES, 1);
+    if (path == NULL || dry_run) return 0;
+    long listed = job_hostfile_machines(path);
+    if (listed < 0) {
+        fprintf(stderr, "%s: --hostfile %s: cannot read it: %s\n", WHO, path, strerror(errno));
+        return -1;
+    }
+    if (listed >= m) return 0;
+    fprintf(stderr, "%s: --hostfile %s lists %ld machine%s, num_machines is %ld (one line per "
+                    "machine: HOST slots=N)\n", WHO, path, listed, listed == 1 ? "" : "s", m);
+    return -1;
+}
+
 /* ---- running, with restarts ---- */
 
 static volatile sig_atomic_t stop_signal;
@@ -483,24 +517,31 @@ static void wait_job(pid_t pid, double interval, int *status) {
 }
 
 /* Runs cmd with env added; returns its exit status (128 + signal when
- * killed), or -1 if it could not be started. */
-static int run_once(const StrList *cmd, const StrList *env, double interval) {
-    int fds[2], err = 0, status = 0;
+ * killed), or -1 if it could not be started. With `w`, the job's stderr
+ * goes through a pipe to job_watch_wait (copied on, and read for why the
+ * job ended). */
+static int run_once(const StrList *cmd, const StrList *env, double interval, JobWatch *w) {
+    int fds[2], errfd[2] = {-1, -1}, err = 0, status = 0;
     if (pipe2(fds, O_CLOEXEC) != 0) return -1;
+    if (w != NULL && pipe2(errfd, O_CLOEXEC) != 0) w = NULL, errfd[0] = errfd[1] = -1;
     pid_t pid = fork();
     if (pid == 0) {
         for (int i = 0; i < env->n; i++) putenv(env->v[i]);
+        if (errfd[1] >= 0 && dup2(errfd[1], STDERR_FILENO) < 0) _exit(127);
         execvp(cmd->v[0], cmd->v);
         err = errno;
         if (write(fds[1], &err, sizeof err) < 0) _exit(127);
         _exit(127);
     }
     close(fds[1]);
+    if (errfd[1] >= 0) close(errfd[1]);
     running_child = pid;
     ssize_t got;
     while ((got = read(fds[0], &err, sizeof err)) < 0 && errno == EINTR) {}
     close(fds[0]);
-    if (pid > 0) wait_job(pid, interval, &status);
+    if (pid > 0 && w != NULL) job_watch_wait(w, pid, errfd[0], interval, &status);
+    else if (pid > 0) wait_job(pid, interval, &status);
+    if (errfd[0] >= 0 && (pid <= 0 || w == NULL)) close(errfd[0]);
     running_child = 0;
     if (pid < 0 || got == (ssize_t)sizeof err) {
         fprintf(stderr, "%s: cannot run %s: %s%s\n", WHO, cmd->v[0],
@@ -509,6 +550,17 @@ static int run_once(const StrList *cmd, const StrList *env, double interval) {
         return -1;
     }
     return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
+
+/* Prints why the attempt failed, naming the rank's host, when mpirun's
+ * output said. */
+static void report_reason(const LaunchConfig *c, const JobWatch *w) {
+    long m = config_int(c, S_NUM_MACHINES, 1);
+    JobPlacement p = {config_str(c, S_HOSTFILE),
+                      m > 1 ? config_int(c, S_NUM_PROCESSES, 1) / m : 0};
+    char reason[1024];
+    job_watch_reason(w, &p, reason, sizeof reason);
+    if (reason[0] != '\0') fprintf(stderr, "%s: %s\n", WHO, reason);
 }
 
 static int run_job(const LaunchConfig *c, const LaunchArgs *a, int argc, char **argv) {
@@ -520,10 +572,13 @@ static int run_job(const LaunchConfig *c, const LaunchArgs *a, int argc, char **
         StrList env = {0}, cmd = {0};
         build_env(c, attempt, &env);
         build_command(c, a, &env, argc, argv, &cmd);
+        JobWatch w;
+        job_watch_init(&w);
         if (a->dry_run) print_command(&env, &cmd, !uses_mpirun(c));
-        else status = run_once(&cmd, &env, interval);
+        else status = run_once(&cmd, &env, interval, uses_mpirun(c) ? &w : NULL);
         list_free(&cmd);
         list_free(&env);
+        if (status > 0 && !a->quiet) report_reason(c, &w);
         if (status <= 0 || stop_signal || attempt >= restarts) break;
         fprintf(stderr, "%s: job failed (exit %d), restart %d/%ld\n", WHO, status, attempt + 1,
                 restarts);
@@ -561,7 +616,7 @@ int cmd_launch(int argc, char **argv) {
                 script, strerror(errno));
         goto done;
     }
-    if (prepare_log_dir(&c, a.dry_run) != 0) goto done;
+    if (prepare_log_dir(&c, a.dry_run) != 0 || check_hostfile(&c, a.dry_run) != 0) goto done;
     if (a.module && a.no_python) {
         fprintf(stderr, "%s: --module and --no_python: a module runs through accel-lua\n", WHO);
         goto done;

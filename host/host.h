@@ -49,6 +49,9 @@ void host_repl(lua_State *L);
  * not launched). */
 int host_rank(void);
 int host_world_size(void);
+/* A start by a PMIx launcher that exports no size (PMIX_RANK and
+ * PMIX_NAMESPACE only): ACCEL_LUA_DIST_BACKEND=mpi, so MPI says the size. */
+void host_join_pmix_job(void);
 
 /* Sets the compute threads from ACCEL_LUA_NUM_THREADS (1 per rank by
  * default when several ranks run); needs the global `accel`. */

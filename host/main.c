@@ -260,6 +260,7 @@ int main(int argc, char **argv) {
     if (cmd != NULL) return cmd->run(argc - 1, argv + 1);
     HostArgs a = {.argc = argc, .argv = argv};
     if (argv[0] == NULL || !parse_args(&a)) return EXIT_FAILURE;
+    host_join_pmix_job();
     if (host_setup_rank_logs() != 0) return EXIT_FAILURE;
     if (a.help) {
         print_usage(stdout);

@@ -2,7 +2,12 @@
  * `accel-lua launch`, by `mpirun -np N accel-lua ...` directly, or by
  * Slurm's `srun`: its rank (for "accel-lua: rank R: <error>") and its
  * compute-thread count. The communicator (core/dist) finds the ranks on
- * its own; this only reads the launchers' environment variables. */
+ * its own; this only reads the launchers' environment variables, except
+ * for a start by a PMIx launcher that sets none of the size variables
+ * (PMIX_RANK / PMIX_NAMESPACE only, as PRRTE's prun or a bare PMIx server
+ * do): there the size is known only to MPI, so host_join_pmix_job makes
+ * the communicator start MPI (ACCEL_LUA_DIST_BACKEND=mpi) instead of
+ * running every task as a job of its own. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -34,6 +39,17 @@ int host_rank(void) {
     if (r >= 0) return (int)r;
     /* SLURM_PROCID alone is also set in a batch script's single task. */
     return env_first(size_vars) > 1 ? (int)env_first(rank_vars) : -1;
+}
+
+void host_join_pmix_job(void) {
+    static const char *const sized[] = {"OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS",
+                                        "ACCEL_LUA_DIST_BACKEND", NULL};
+    const char *ns = getenv("PMIX_NAMESPACE");
+    if (ns == NULL || ns[0] == '\0' || getenv("PMIX_RANK") == NULL) return;
+    for (const char *const *v = sized; *v != NULL; v++)
+        if (getenv(*v) != NULL) return;
+    if (setenv("ACCEL_LUA_DIST_BACKEND", "mpi", 1) != 0)
+        fprintf(stderr, "%s: cannot set ACCEL_LUA_DIST_BACKEND for a PMIx start\n", ACCEL_LUA_NAME);
 }
 
 int host_world_size(void) {

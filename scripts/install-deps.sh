@@ -17,6 +17,7 @@ PACKAGES=(
     fortunes        # the GPT example's default text corpus (/usr/share/games/fortunes)
     python3-venv    # python3 -m venv for the test set-up (scripts/setup-test-python.sh)
     gnuplot-nox     # the benchmark chart (scripts/bench/run.sh -> docs/bench.png)
+    iproute2        # `ip netns` for the several-machines test (scripts/test-machines.sh)
 )
 
 # `install-deps.sh --fuzz` installs these as well: what `make fuzz` needs

@@ -6,7 +6,9 @@
 # Suites, in order:
 #   1. BUILD/test_*            C programs; last line "N passed, N failed"
 #   2. scripts/test-host.sh    checks of the accel-lua program itself;
-#      scripts/test-cli.sh, scripts/test-launch-flags.sh  its subcommands
+#      scripts/test-cli.sh, scripts/test-launch-flags.sh  its subcommands;
+#      scripts/test-machines.sh  several machines (network namespaces; its
+#                                checks are skipped, counted, without root)
 #   3. tests/lua/*_spec.lua    busted specs, one busted run per file, run
 #                              inside BUILD/accel-lua (so `accel` is ours)
 #   4. tests/lua/*_test.lua    plain scripts: exit 0 = 1 passed, else 1 failed
@@ -24,7 +26,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_ARG=${1:-${ACCEL_BUILD:-build}}
 TIMEOUT=${ACCEL_TEST_TIMEOUT:-900}
 BUSTED=${BUSTED:-/usr/bin/busted}
-SUMMARY_RE='^([0-9]+) passed, ([0-9]+) failed'
+SUMMARY_RE='^([0-9]+) passed, ([0-9]+) failed(, ([0-9]+) skipped)?'
 BUSTED_RE='^([0-9]+) success(es)? / ([0-9]+) failures? / ([0-9]+) errors? / ([0-9]+) pending'
 
 PASSED=0
@@ -74,7 +76,8 @@ settle() {
     (( fail > 0 )) && show_output "$out"
 }
 
-# run_counted NAME CMD...: a program ending with "N passed, N failed".
+# run_counted NAME CMD...: a program ending with "N passed, N failed" or
+# "N passed, N failed, N skipped".
 run_counted() {
     local name=$1 out rc line
     shift
@@ -82,7 +85,7 @@ run_counted() {
     rc=$?
     line=$(grep -E "$SUMMARY_RE" <<<"$out" | tail -n 1)
     if [[ $line =~ $SUMMARY_RE ]]; then
-        settle "$name" "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" 0 1 "$rc" "$out"
+        settle "$name" "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" "${BASH_REMATCH[4]:-0}" 1 "$rc" "$out"
     else
         settle "$name" 0 0 0 0 "$rc" "$out"
     fi
@@ -125,6 +128,7 @@ run_lua_suites() {
     run_counted "scripts/test-host.sh" "$ROOT/scripts/test-host.sh" "$BUILD"
     run_counted "scripts/test-cli.sh" "$ROOT/scripts/test-cli.sh" "$BUILD"
     run_counted "scripts/test-launch-flags.sh" "$ROOT/scripts/test-launch-flags.sh" "$BUILD"
+    run_counted "scripts/test-machines.sh" "$ROOT/scripts/test-machines.sh" "$BUILD"
     "$ROOT/scripts/setup-test-python.sh" || echo "run-tests: scripts/setup-test-python.sh failed (specs reading TensorBoard files will fail)" >&2
     for f in tests/lua/*_spec.lua; do run_busted "$f"; done
     for f in tests/lua/*_test.lua; do run_plain "$f"; done

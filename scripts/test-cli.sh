@@ -103,8 +103,8 @@ check_dry_run() {
         'has "-np 4096 --oversubscribe --bind-to none "'
     printf 'localhost slots=2\n' >"$TMP/hostfile"
     run "$EXE" launch --dry_run --num_machines 2 --num_processes 4 --hostfile "$TMP/hostfile" --main_process_ip 10.0.0.1 "$TMP/rank.lua"
-    check "dry run, 2 machines: --hostfile and --map-by ppr:2:node" \
-        '(( RC == 0 )) && has "-np 4 --hostfile $TMP/hostfile --map-by ppr:2:node -x" && [[ $OUT != *oversubscribe* ]]'
+    check "dry run, 2 machines: --hostfile, --mca rtc ^hwloc and --map-by ppr:2:node" \
+        '(( RC == 0 )) && has "-np 4 --hostfile $TMP/hostfile --mca rtc '"'^hwloc'"' --map-by ppr:2:node -x" && [[ $OUT != *oversubscribe* ]]'
     run "$EXE" launch --dry_run --num_machines 2 --num_processes 4 "$TMP/rank.lua"
     check "2 machines without a hostfile: exit 2, says so" '(( RC == 2 )) && has "needs --hostfile"'
     run "$EXE" launch --num_machines 2 --num_processes 4 --hostfile "$TMP/hostfile" --machine_rank 1 "$TMP/touch.lua" "$TMP/touched"
@@ -214,9 +214,13 @@ check_failures() {
     run "$EXE" launch --num_processes 2 "$TMP/fail.lua"
     check "a rank's error ends the job non-zero within 10 s, naming the rank" \
         '(( RC != 0 && MS < 10000 )) && has "accel-lua: rank 1: $TMP/fail.lua:8: boom on purpose" && has "job failed"'
+    check "launch repeats the first rank's error as the reason the job failed" \
+        'has "accel-lua launch: rank 1 failed first: $TMP/fail.lua:8: boom on purpose"'
     run "$EXE" launch --num_processes 2 "$TMP/fail.lua" kill
     check "a SIGKILLed rank ends the job non-zero within 10 s, naming the rank" \
         '(( RC != 0 && MS < 10000 )) && has "rank 1 " && has "signal 9" && [[ $OUT != *"boom"* ]]'
+    check "launch names the killed rank, its host and the signal as the reason the job failed" \
+        '[[ $OUT =~ "accel-lua launch: rank 1 (host "[^\ ]+") was killed by signal 9 (Killed)" ]]'
     run "$EXE" launch --num_processes 2 "$TMP/fail_dist.lua"
     check "an error while the other rank waits in all_reduce: job ends within 10 s, rank named" \
         '(( RC != 0 && MS < 10000 )) && has "accel-lua: rank 1: $TMP/fail_dist.lua:11: boom in training" && [[ $OUT != *"never joined"* ]]'

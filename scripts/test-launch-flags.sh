@@ -179,6 +179,19 @@ EOF
     check "every fsdp_config key reaches the ranks (missing:${missing:- none})" '(( RC == 0 )) && [[ -z $missing ]]'
     run "$EXE" launch --dry_run --mpirun_hostfile "$TMP/hf" --num_processes 2 "$TMP/rank.lua"
     check "--mpirun_hostfile is Accelerate's spelling of --hostfile" '(( RC == 0 )) && has "--hostfile $TMP/hf "'
+    check "a hostfile start passes --mca rtc ^hwloc (orted's hwloc_shmem_topology_write crashes)" \
+        '(( RC == 0 )) && has "--mca rtc '"'^hwloc'"' "'
+    run env OMPI_MCA_rtc=hwloc "$EXE" launch --dry_run --hostfile "$TMP/hf" --num_processes 2 "$TMP/rank.lua"
+    check "OMPI_MCA_rtc set by the user: launch leaves rtc to it" '(( RC == 0 )) && ! has "rtc"'
+    run "$EXE" launch --dry_run --num_processes 2 "$TMP/rank.lua"
+    check "one machine without a hostfile: no rtc setting" '(( RC == 0 )) && ! has "rtc"'
+    run "$EXE" launch --num_machines 2 --num_processes 2 --hostfile "$TMP/no-such-hostfile" "$TMP/rank.lua"
+    check "a hostfile that cannot be read: exit 2, one line naming it" \
+        '(( RC == 2 )) && [[ $OUT == "accel-lua launch: --hostfile $TMP/no-such-hostfile: cannot read it: No such file or directory" ]]'
+    printf '# the machines\n\nlocalhost slots=2  # only one\n' >"$TMP/hf1"
+    run "$EXE" launch --num_machines 2 --num_processes 2 --hostfile "$TMP/hf1" "$TMP/rank.lua"
+    check "a hostfile with fewer machines than --num_machines: exit 2, both counts named" \
+        '(( RC == 2 )) && has "--hostfile $TMP/hf1 lists 1 machine, num_machines is 2" && ! has "ORTE"'
 }
 
 # One 2-rank launch: --debug, 2 threads, rank 0 tees both streams, rank 1
