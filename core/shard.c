@@ -548,13 +548,14 @@ int shard_unscale(ShardEngine *e, double factor, bool *found_inf) {
 
 /* ---- the optimizer step ---- */
 
-static const char *const ADAM_STATE[] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
-static const char *const SGD_STATE[] = {"momentum_buffer", NULL, NULL};
+/* State slot names by optimizer kind (SHARD_SGD, SHARD_ADAM). */
+static const char *const STATE_NAMES[2][N_STATE] = {{"momentum_buffer", NULL, NULL},
+                                                    {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}};
 
 const char *shard_state_name(const ShardEngine *e, int which) {
     if (which == 0) return "param";
     if (!e->kind_set || which < 1 || which > N_STATE || !e->units[0].state[which - 1]) return NULL;
-    return (e->kind == SHARD_ADAM ? ADAM_STATE : SGD_STATE)[which - 1];
+    return STATE_NAMES[e->kind == SHARD_ADAM][which - 1];
 }
 
 /* How many state slots parameters with hyper-parameters h need. */
