@@ -470,7 +470,7 @@ Tensor *shard_pre_backward(ShardEngine *e, int u, Tensor *out) {
 
 /* The gradient of segment s of unit un (NULL: the parameter has none). */
 static const float *seg_grad(ShardEngine *e, Unit *un, const ShardSeg *s) {
-    if (e->shard_grads) return fdata(un->grad) + s->at;
+    if (e->shard_grads) return e->has_grads ? fdata(un->grad) + s->at : NULL;
     Tensor *g = e->params[un->params[s->slot]]->grad;
     return g ? (const float *)tensor_data(g) + s->from : NULL;
 }
@@ -632,10 +632,7 @@ int shard_zero_grad(ShardEngine *e) {
         tensor_release(e->params[i]->grad);
         e->params[i]->grad = NULL;
     }
-    for (int u = 0; e->shard_grads && u < e->nu; u++) {
-        memset(fdata(e->units[u].grad), 0, (size_t)e->units[u].shard * sizeof(float));
-        e->units[u].grad_dirty = false;
-    }
+    for (int u = 0; u < e->nu; u++) e->units[u].grad_dirty = false; /* the next reduction overwrites the shard */
     e->has_grads = false;
     return 0;
 }

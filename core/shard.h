@@ -128,6 +128,8 @@ int shard_finalize(ShardEngine *e);
  * stages 1-2 all-gather the parameters. Skipped (0) without gradients
  * since the last shard_zero_grad. */
 int shard_step(ShardEngine *e, const ShardHyper *h);
+/* Stage 1: .grad = nil; stages 2-3: the gradient shards count as empty
+ * (not cleared: the next backward's reduce-scatter overwrites them). */
 int shard_zero_grad(ShardEngine *e);
 /* Total p-norm of the gradient (one all_reduce of the shards' partial
  * sums; p = INFINITY: max) into *total; gradients scaled by
@@ -183,7 +185,8 @@ Tensor *shard_param(const ShardEngine *e, int i); /* borrowed */
 void shard_unit_info(const ShardEngine *e, int u, int *n, const int **params, const int64_t **offsets, int64_t *numel,
                      int64_t *padded, int64_t *shard);
 /* This rank's shard of unit u: which 0 master, 1.. state (NULL: not
- * created yet), -1 gradient (stage >= 2). Borrowed. */
+ * created yet), -1 gradient (stage >= 2; stale after shard_zero_grad until
+ * the next backward). Borrowed. */
 Tensor *shard_unit_shard(const ShardEngine *e, int u, int which);
 int64_t shard_param_steps(const ShardEngine *e, int i);
 int shard_rank(const ShardEngine *e);
