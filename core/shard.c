@@ -72,13 +72,9 @@ static void set_flat(Unit *un, Tensor *flat) {
     un->view->nbytes = flat ? (size_t)flat->numel * sizeof(float) : 0;
 }
 
-/* Completes unit un's prefetch: its buffer becomes the unit's. */
-static int finish_prefetch(ShardEngine *e, Unit *un) {
-    int rc = dist_wait(un->gwork);
-    dist_work_free(un->gwork);
-    un->gwork = NULL;
-    Tensor *flat = un->next_flat;
-    un->next_flat = NULL;
+/* A gathered buffer becomes the unit's (rc: the gather's result; on a
+ * failure the buffer is dropped). */
+static int adopt(ShardEngine *e, Unit *un, Tensor *flat, int rc) {
     if (rc) {
         tensor_release(flat);
         return -1;
@@ -88,19 +84,23 @@ static int finish_prefetch(ShardEngine *e, Unit *un) {
     return 0;
 }
 
+/* Completes unit un's prefetch: its buffer becomes the unit's. */
+static int finish_prefetch(ShardEngine *e, Unit *un) {
+    int rc = dist_wait(un->gwork);
+    dist_work_free(un->gwork);
+    un->gwork = NULL;
+    Tensor *flat = un->next_flat;
+    un->next_flat = NULL;
+    return adopt(e, un, flat, rc);
+}
+
 int shard_unit_gather(ShardEngine *e, int u) {
     Unit *un = &e->units[u];
     if (un->gwork) return finish_prefetch(e, un);
     if (un->holder->flat) return 0;
     Tensor *flat = flat_f32(un->padded, false);
     if (!flat) return -1;
-    if (dist_all_gather(e->comm, flat, un->master)) {
-        tensor_release(flat);
-        return -1;
-    }
-    set_flat(un, flat);
-    e->st.gathers++;
-    return 0;
+    return adopt(e, un, flat, dist_all_gather(e->comm, flat, un->master));
 }
 
 int shard_unit_prefetch(ShardEngine *e, int u) {
