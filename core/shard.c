@@ -411,13 +411,17 @@ static int check_params(Tensor **params, int n, const int *unit_of, int n_units)
     return 0;
 }
 
-static int set_stage(ShardEngine *e, int stage) {
+int shard_stage_flags(int stage, bool *grads, bool *params) {
     if (stage < 1 || stage > 3)
         return accel_fail_int("shard: stage must be 1, 2 or 3, got %d (stage 0 is plain DDP)", stage);
-    e->stage = stage;
-    e->shard_grads = stage >= 2;
-    e->shard_params = stage >= 3;
+    *grads = stage >= 2;
+    *params = stage >= 3;
     return 0;
+}
+
+static int set_stage(ShardEngine *e, int stage) {
+    e->stage = stage;
+    return shard_stage_flags(stage, &e->shard_grads, &e->shard_params);
 }
 
 static int alloc_engine(ShardEngine *e, Tensor **params, int n, const int *unit_of, int n_units) {

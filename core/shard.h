@@ -2,9 +2,9 @@
  * from C without Lua, on the communicator of core/dist.h. One engine wraps
  * a model's float32 CPU parameters and does its optimizer's step.
  *
- * Stage: ONE integer, ShardOptions.stage, read here and nowhere else
- * (shard_engine_new turns it into the three booleans below; the rest of the
- * engine asks those):
+ * Stage: ONE integer, ShardOptions.stage, read in one place
+ * (shard_stage_flags turns it into "gradients sharded" / "parameters
+ * sharded"; the engine and accel.shard ask those):
  *   1  optimizer state sharded. Gradients are averaged as DDP does (a
  *      DdpReducer of core/ddp.h: bucket all_reduces started during
  *      backward, .grad holds the full average afterwards); each rank
@@ -119,6 +119,8 @@ void shard_engine_free(ShardEngine *e);
  * model keeps its full parameters). */
 int shard_gather_all(ShardEngine *e);
 
+/* The one reading of the stage: 1, 2 or 3, else -1 with an error. */
+int shard_stage_flags(int stage, bool *grads_sharded, bool *params_sharded);
 int shard_stage(const ShardEngine *e);
 void shard_set_sync(ShardEngine *e, bool on);
 /* Completes the reduction of the backward passes since the last call; 0
