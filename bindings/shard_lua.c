@@ -344,6 +344,15 @@ static int e_tostring(lua_State *L) {
     return 1;
 }
 
+/* accel._C.shard_stage_flags(stage) -> grads_sharded, params_sharded */
+static int l_stage_flags(lua_State *L) {
+    bool grads = false, params = false;
+    if (shard_stage_flags((int)luaL_checkinteger(L, 1), &grads, &params)) return lu_core_error(L);
+    lua_pushboolean(L, grads);
+    lua_pushboolean(L, params);
+    return 2;
+}
+
 /* accel._C.shard_released(t): whether t's memory was released by an engine. */
 static int l_released(lua_State *L) {
     TensorUD *u = luaL_checkudata(L, 1, TENSOR_MT);
@@ -363,6 +372,7 @@ void lu_open_shard(lua_State *L, int m) {
         {"load_full", e_load_full}, {"set_kind", e_set_kind}, {"set_steps", e_set_steps},
         {"close", e_close},       {NULL, NULL}};
     lu_new_class(L, ENGINE_MT, methods, e_close, e_tostring);
-    static const luaL_Reg fns[] = {{"shard_engine", l_engine}, {"shard_released", l_released}, {NULL, NULL}};
+    static const luaL_Reg fns[] = {{"shard_engine", l_engine}, {"shard_released", l_released},
+                                   {"shard_stage_flags", l_stage_flags}, {NULL, NULL}};
     lu_register_c(L, m, fns);
 }

@@ -2,9 +2,9 @@
  * from C without Lua, on the communicator of core/dist.h. One engine wraps
  * a model's float32 CPU parameters and does its optimizer's step.
  *
- * Stage: ONE integer, ShardOptions.stage, read here and nowhere else
- * (shard_engine_new turns it into the three booleans below; the rest of the
- * engine asks those):
+ * Stage: ONE integer, ShardOptions.stage, read in one place
+ * (shard_stage_flags turns it into "gradients sharded" / "parameters
+ * sharded"; the engine and accel.shard ask those):
  *   1  optimizer state sharded. Gradients are averaged as DDP does (a
  *      DdpReducer of core/ddp.h: bucket all_reduces started during
  *      backward, .grad holds the full average afterwards); each rank
@@ -119,6 +119,8 @@ void shard_engine_free(ShardEngine *e);
  * model keeps its full parameters). */
 int shard_gather_all(ShardEngine *e);
 
+/* The one reading of the stage: 1, 2 or 3, else -1 with an error. */
+int shard_stage_flags(int stage, bool *grads_sharded, bool *params_sharded);
 int shard_stage(const ShardEngine *e);
 void shard_set_sync(ShardEngine *e, bool on);
 /* Completes the reduction of the backward passes since the last call; 0
@@ -128,6 +130,8 @@ int shard_finalize(ShardEngine *e);
  * stages 1-2 all-gather the parameters. Skipped (0) without gradients
  * since the last shard_zero_grad. */
 int shard_step(ShardEngine *e, const ShardHyper *h);
+/* Stage 1: .grad = nil; stages 2-3: the gradient shards count as empty
+ * (not cleared: the next backward's reduce-scatter overwrites them). */
 int shard_zero_grad(ShardEngine *e);
 /* Total p-norm of the gradient (one all_reduce of the shards' partial
  * sums; p = INFINITY: max) into *total; gradients scaled by
@@ -183,7 +187,8 @@ Tensor *shard_param(const ShardEngine *e, int i); /* borrowed */
 void shard_unit_info(const ShardEngine *e, int u, int *n, const int **params, const int64_t **offsets, int64_t *numel,
                      int64_t *padded, int64_t *shard);
 /* This rank's shard of unit u: which 0 master, 1.. state (NULL: not
- * created yet), -1 gradient (stage >= 2). Borrowed. */
+ * created yet), -1 gradient (stage >= 2; stale after shard_zero_grad until
+ * the next backward). Borrowed. */
 Tensor *shard_unit_shard(const ShardEngine *e, int u, int which);
 int64_t shard_param_steps(const ShardEngine *e, int i);
 int shard_rank(const ShardEngine *e);

@@ -4,9 +4,13 @@
  * by hand and an element-by-element recount, plus the engine on the
  * one-process communicator: parameters become views of their unit's
  * buffer, stage 3 releases and gathers them with their values kept, and an
- * SGD step on the shards equals p - lr * g.
+ * SGD step on the shards equals p - lr * g; stage 2 through autograd
+ * (sum(x @ W) has dW[i][j] = sum_k x[k][i]): .grad is nil after backward,
+ * the gradient shard holds dW, accumulated over two backward passes.
  * Last line "N passed, N failed". */
 #include "core/shard.h"
+#include "core/autograd.h"
+#include "core/ops.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,6 +147,43 @@ static void test_engine_sgd(DistComm *c) {
     tensor_release(ps[1]);
 }
 
+/* sum over all elements of x @ w: d/dw[i][j] = sum_k x[k][i]. */
+static int backward_sum_xw(Tensor *x, Tensor *w) {
+    Tensor *y = op_matmul(x, w);
+    int dims[2] = {0, 1};
+    Tensor *l = y ? op_reduce(KR_SUM, y, dims, 2, false) : NULL;
+    int rc = l ? ag_backward(l, NULL) : -1;
+    tensor_release(l);
+    tensor_release(y);
+    return rc;
+}
+
+static void test_engine_stage2_autograd(DistComm *c) {
+    Tensor *w = param(3, 2, 0.5f), *x = param(4, 3, -1.0f);
+    x->requires_grad = false;
+    int unit_of[1] = {0};
+    ShardOptions o = {.stage = 2};
+    ShardEngine *e = shard_engine_new(c, &w, 1, unit_of, 1, &o);
+    CHECK(e != NULL);
+    if (!e) return;
+    CHECK(backward_sum_xw(x, w) == 0 && w->grad == NULL);
+    CHECK(backward_sum_xw(x, w) == 0 && shard_finalize(e) == 0 && w->grad == NULL);
+    const float *g = tensor_data(shard_unit_shard(e, 0, -1)), *xd = tensor_data(x);
+    bool ok = true;
+    for (int i = 0; i < 3; i++) {
+        float col = 0; /* sum_k x[k][i], twice */
+        for (int k = 0; k < 4; k++) col += xd[k * 3 + i];
+        for (int j = 0; j < 2; j++) ok = ok && fabsf(g[i * 2 + j] - 2 * col) <= 1e-5f * fabsf(col);
+    }
+    CHECK(ok);
+    ShardStats st;
+    shard_stats(e, &st);
+    CHECK(st.reductions == 2 && st.early == 2);
+    shard_engine_free(e);
+    tensor_release(w);
+    tensor_release(x);
+}
+
 static void test_engine_errors(DistComm *c) {
     Tensor *p = param(2, 2, 0);
     int unit_of[1] = {0};
@@ -163,6 +204,7 @@ int main(void) {
     if (c && c->size == 1) {
         test_engine_stage3(c);
         test_engine_sgd(c);
+        test_engine_stage2_autograd(c);
         test_engine_errors(c);
     }
     printf("%d passed, %d failed\n", n_pass, n_fail);

@@ -7,7 +7,7 @@
 --                     (DESIGN §6.2) after 20 AdamW steps, to 1e-5 relative,
 --                     on a 205-parameter model; also with clipping (the
 --                     total norm equal too), accumulation k = 3, SGD with
---                     momentum, two param groups with a StepLR schedule, and
+--                     momentum and nesterov, Adam with amsgrad, two param groups with a StepLR schedule, and
 --                     the wrap policies module_list, no_wrap, min_num_params,
 --                     a module list and transformer_cls_names, CPU
 --                     offload; under bf16 autocast every stage equals DDP
@@ -86,6 +86,10 @@ for stage = 1, 3 do
   equiv("2 param groups + StepLR, transformer_cls_names", 3, stage, "groups", {"groups=2", "wrap=cls"})
 end
 equiv("stage 1-2 default units (bucket-sized)", 3, 2, "default", {"wrap=default"})
+for stage = 2, 3 do
+  equiv("Adam (L2 decay) amsgrad, betas (0.8, 0.99)", 3, stage, "amsgrad", {"opt=amsgrad", "wrap=module_list"})
+  equiv("SGD nesterov", 2, stage, "nesterov", {"opt=nesterov", "wrap=min"})
+end
 equiv("backward_prefetch", 3, 3, "base", {"wrap=module_list", "prefetch=1"})
 equiv("backward_prefetch, accumulation k = 3", 2, 3, "accum", {"accum=3", "wrap=cls", "prefetch=1"})
 

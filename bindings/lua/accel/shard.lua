@@ -127,9 +127,9 @@ local function size_based(model, min)
 end
 
 -- {module = m, params = {...}} for each wrapped module (params: its own).
-local function policy_units(model, wrap, stage, cap_mb, trainable)
+local function policy_units(model, wrap, params_sharded, cap_mb, trainable)
   if wrap == nil then
-    if stage == 3 then return {} end
+    if params_sharded then return {} end
     local units, cur, bytes = {}, nil, math.huge
     for _, p in ipairs(trainable) do
       if bytes + p:numel() * 4 > cap_mb * 1048576 and (cur == nil or #cur.params > 0) then
@@ -305,7 +305,7 @@ local function check_engine_options(o)
   plugins.check_options("shard.Engine", o, OPTIONS)
   local stage = o.stage
   if stage == nil then raise("shard.Engine: option stage is required (1, 2 or 3)") end
-  if stage ~= 1 and stage ~= 2 and stage ~= 3 then
+  if stage ~= math.floor(stage) or not pcall(C.shard_stage_flags, stage) then
     raise("shard.Engine: stage must be 1, 2 or 3, got %s (stage 0 / NO_SHARD is DDP: accel.ddp)", tostring(stage))
   end
   local off = o.offload_optimizer
@@ -331,12 +331,14 @@ function shard.Engine(model, optimizer, o)
   local self = setmetatable({model = model, optimizer = optimizer, params = params, names = names, stage = stage,
     _kind = kind}, Engine)
   group_index(self)
-  local unit_of, units, has_root = assign(params, policy_units(model, o.wrap, stage, cap, params))
+  local _, params_sharded = C.shard_stage_flags(stage)
+  self._params_sharded = params_sharded
+  local unit_of, units, has_root = assign(params, policy_units(model, o.wrap, params_sharded, cap, params))
   self._units, self._has_root = units, has_root
   self._c = C.shard_engine(params, unit_of, {stage = stage, bucket_cap_mb = cap, offload_optimizer = offload,
     broadcast = o.broadcast ~= false, backward_prefetch = o.backward_prefetch == true})
   self._unit_of = unit_of
-  if stage == 3 then install_hooks(self) end
+  if params_sharded then install_hooks(self) end
   for _, p in ipairs(params) do owned[p] = self end
   hijack_optimizer(self)
   return self
@@ -512,7 +514,7 @@ function Engine:gathered(fn)
   local c = self:_live()
   c:gather_all()
   local ok, err = pcall(fn)
-  if self.stage == 3 then
+  if self._params_sharded then
     for u = 1, #self._units do c:release(u) end
   end
   if not ok then error(err, 0) end

@@ -3,7 +3,7 @@
 --
 --   accel-lua launch --cpu --num_processes N shard_equiv.lua OUT key=value...
 --     stage=0|1|2|3   0: no engine, one process (the reference)
---     steps=20 accum=1 clip=0 (max norm; 0 = none) opt=adamw|sgd
+--     steps=20 accum=1 clip=0 (max norm; 0 = none) opt=adamw|sgd|nesterov|amsgrad (Adam, L2 decay)
 --     wrap=module_list|no_wrap|min|list|cls|default  groups=1|2 (2: two param groups + StepLR)
 --     offload=none|cpu  prefetch=0|1 (stage 3 backward_prefetch)
 --     save=PATH: at the end, full_state_dict + full_optim_state into PATH;
@@ -83,6 +83,10 @@ end
 local optimizer
 if o.opt == "sgd" then
   optimizer = optim.SGD(groups, {lr = 0.05, momentum = 0.9, weight_decay = 0.01})
+elseif o.opt == "nesterov" then
+  optimizer = optim.SGD(groups, {lr = 0.05, momentum = 0.8, nesterov = true, weight_decay = 0.01})
+elseif o.opt == "amsgrad" then
+  optimizer = optim.Adam(groups, {lr = 1e-2, weight_decay = 0.01, amsgrad = true, betas = {0.8, 0.99}})
 else
   optimizer = optim.AdamW(groups, {lr = 1e-2, weight_decay = 0.05})
 end

@@ -60,6 +60,12 @@ expect("state_dict of released parameters", function() return m:state_dict() end
 if m[1].weight.shape[2] ~= 3 then error("the shape of a released parameter is not readable") end
 expect("a second engine on hooked parameters", function() Engine(m, o, {stage = 2}) end,
   "parameter 0.weight is already held by another engine")
+-- a graph that saved a parameter, which is released before its backward
+eng._c:gather(1)
+local saved = m[1].weight * m[1].weight
+eng._c:release(1)
+expect("backward through a released parameter", function() saved:sum():backward() end,
+  "a tensor it saved (shape [5, 3]) has no memory")
 -- inside the unit's forward the parameters are there; after close too
 local y = m(accel.randn(4, 3))
 y:sum():backward()

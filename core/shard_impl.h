@@ -1,0 +1,73 @@
+/* shard_impl.h: the sharding engine's private state, shared by shard.c
+ * (layout, memory, hooks, reductions) and shard_step.c (the step and the
+ * operations on shards). Not part of the engine's interface (shard.h). */
+#ifndef ACCEL_SHARD_IMPL_H
+#define ACCEL_SHARD_IMPL_H
+
+#include "shard.h"
+#include "ddp.h"
+
+#define N_STATE 3
+
+typedef struct {
+    Tensor *flat; /* the unit's full buffer while gathered, else NULL */
+} Holder;
+
+typedef struct {
+    int n;
+    int *params;
+    int64_t *offsets;
+    int64_t numel, padded, shard;
+    int nseg;
+    ShardSeg *segs;
+    Storage *view; /* the storage the unit's parameters view (data swapped) */
+    Holder *holder;
+    Tensor *master, *grad, *state[N_STATE];
+    Tensor *gfull, *gtmp; /* stage >= 2, during one backward */
+    DistWork *work;
+    Tensor *next_flat; /* stage 3: a prefetch's buffer, gwork its all_gather */
+    DistWork *gwork;
+    int fwd_prev;      /* the unit whose forward started before this one's (-1: none) */
+    int pending;
+    bool launched, grad_dirty; /* grad_dirty: the gradient shard holds a sum */
+} Unit;
+
+typedef struct {
+    ShardEngine *e;
+    int i;
+} Hook;
+
+struct ShardEngine {
+    DistComm *comm;
+    int rank, world, stage;
+    bool shard_grads, shard_params, offload, prefetch;
+    int last_fwd; /* the unit whose forward started last in this forward (-1: none) */
+    bool sync, active, has_grads, kind_set;
+    ShardOptKind kind;
+    int n, nu;
+    Tensor **params;
+    int *unit_of;
+    bool *reported;
+    int64_t *steps;
+    Hook *hooks;
+    Unit *units;
+    DdpReducer *ddp; /* stage 1 */
+    uint32_t pass;
+    int next; /* the next unit to reduce (counting down) */
+    char *error;
+    ShardStats st;
+    uint64_t id;
+    ShardEngine *live_next;
+};
+
+static inline float *fdata(Tensor *t) { return (float *)tensor_data(t); }
+
+static inline Tensor *flat_f32(int64_t n, bool zero) {
+    return zero ? tensor_zeros(&n, 1, DT_F32, (Device){DEV_CPU, 0}) : tensor_empty(&n, 1, DT_F32, (Device){DEV_CPU, 0});
+}
+
+/* shard.c */
+void shard_release_all(ShardEngine *e);          /* stage 3: every unit released */
+int64_t shard_offset_of(const ShardEngine *e, int i); /* parameter i's offset in its unit */
+
+#endif

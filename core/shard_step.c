@@ -1,0 +1,250 @@
+/* shard_step.c: the sharding engine's work on this rank's shards (see
+ * shard.h): reading the gradient of a shard, clipping, unscaling, the
+ * optimizer step with the fused kernels per parameter segment, the
+ * parameters' all-gather after it, and full tensors in and out. */
+#include "shard_impl.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Stages 1-2 after a step: the new parameters from every rank's shard. */
+static int regather(ShardEngine *e) {
+    for (int u = 0; u < e->nu; u++) {
+        Unit *un = &e->units[u];
+        if (dist_all_gather(e->comm, un->holder->flat, un->master)) return -1;
+        un->view->version++;
+    }
+    return 0;
+}
+
+/* ---- gradients of this rank's shard ---- */
+
+/* The gradient of segment s of unit un (NULL: the parameter has none). */
+static const float *seg_grad(ShardEngine *e, Unit *un, const ShardSeg *s) {
+    if (e->shard_grads) return e->has_grads ? fdata(un->grad) + s->at : NULL;
+    Tensor *g = e->params[un->params[s->slot]]->grad;
+    return g ? (const float *)tensor_data(g) + s->from : NULL;
+}
+
+/* Stage 1 reads .grad: float32, contiguous, the parameter's size. */
+static int check_grads(ShardEngine *e) {
+    for (int i = 0; e->ddp && i < e->n; i++) {
+        Tensor *g = e->params[i]->grad;
+        if (g && (g->dtype != DT_F32 || !tensor_is_contiguous(g) || g->numel != e->params[i]->numel))
+            return accel_fail_int("shard: parameter %d's .grad must be a contiguous float32 tensor of its shape, got "
+                                  "%s %s", i + 1, dtype_name(g->dtype), tensor_shape_str(g));
+    }
+    return 0;
+}
+
+/* Sum of |g|^p (p = INFINITY: max) over this rank's shard. */
+static double local_norm_pow(ShardEngine *e, double p) {
+    double acc = 0;
+    for (int u = 0; u < e->nu; u++) {
+        Unit *un = &e->units[u];
+        for (int k = 0; k < un->nseg; k++) {
+            const float *g = seg_grad(e, un, &un->segs[k]);
+            if (!g) continue;
+            double v = k_norm_pow_f32(un->segs[k].len, g, p);
+            acc = isinf(p) ? (v > acc || isnan(v) ? v : acc) : acc + v;
+        }
+    }
+    return acc;
+}
+
+static int all_reduce_double(ShardEngine *e, double *v, DistOp op) {
+    int64_t one = 1;
+    Tensor *t = tensor_full(&one, 1, *v, DT_F64, (Device){DEV_CPU, 0});
+    if (!t) return -1;
+    int rc = dist_all_reduce(e->comm, t, op);
+    if (rc == 0) *v = ((double *)tensor_data(t))[0];
+    tensor_release(t);
+    return rc;
+}
+
+static void scale(float *x, int64_t n, float f) {
+    for (int64_t k = 0; k < n; k++) x[k] *= f;
+}
+
+static void scale_grads(ShardEngine *e, double factor) {
+    for (int i = 0; e->ddp && i < e->n; i++)
+        if (e->params[i]->grad) scale(fdata(e->params[i]->grad), e->params[i]->numel, (float)factor);
+    for (int u = 0; e->shard_grads && u < e->nu; u++) scale(fdata(e->units[u].grad), e->units[u].shard, (float)factor);
+}
+
+static int ready_grads(ShardEngine *e) {
+    if (shard_finalize(e)) return -1;
+    return check_grads(e);
+}
+
+int shard_clip_grad_norm(ShardEngine *e, double max_norm, double p, double *total) {
+    if (ready_grads(e)) return -1;
+    double s = local_norm_pow(e, p);
+    if (all_reduce_double(e, &s, isinf(p) ? DIST_MAX : DIST_SUM)) return -1;
+    *total = isinf(p) || p == 0 ? s : pow(s, 1.0 / p);
+    float coef = (float)max_norm / ((float)*total + 1e-6f); /* in float32, as clip_grad_norm_ on float32 grads */
+    if (coef < 1) scale_grads(e, coef);
+    return 0;
+}
+
+int shard_unscale(ShardEngine *e, double factor, bool *found_inf) {
+    if (ready_grads(e)) return -1;
+    scale_grads(e, factor);
+    double m = local_norm_pow(e, INFINITY);
+    double bad = isfinite(m) ? 0 : 1;
+    if (all_reduce_double(e, &bad, DIST_MAX)) return -1;
+    *found_inf = bad != 0;
+    return 0;
+}
+
+/* ---- the optimizer step ---- */
+
+/* State slot names by optimizer kind (SHARD_SGD, SHARD_ADAM). */
+static const char *const STATE_NAMES[2][N_STATE] = {{"momentum_buffer", NULL, NULL},
+                                                    {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}};
+
+const char *shard_state_name(const ShardEngine *e, int which) {
+    if (which == 0) return "param";
+    if (!e->kind_set || which < 1 || which > N_STATE || !e->units[0].state[which - 1]) return NULL;
+    return STATE_NAMES[e->kind == SHARD_ADAM][which - 1];
+}
+
+/* How many state slots parameters with hyper-parameters h need. */
+static int slots_needed(const ShardEngine *e, const ShardHyper *h) {
+    int need = 0;
+    for (int i = 0; i < e->n; i++) {
+        int k = h[i].kind == SHARD_ADAM ? (h[i].amsgrad ? 3 : 2) : (h[i].sgd.momentum != 0 ? 1 : 0);
+        if (k > need) need = k;
+    }
+    return need;
+}
+
+int shard_set_kind(ShardEngine *e, ShardOptKind kind) {
+    if (e->kind_set && kind != e->kind) return accel_fail_int("shard: the optimizer kind changed between steps");
+    e->kind = kind;
+    e->kind_set = true;
+    return 0;
+}
+
+/* State slots 0..need-1 of every unit (zeros where new). */
+static int ensure_slots(ShardEngine *e, int need) {
+    for (int u = 0; u < e->nu; u++)
+        for (int s = 0; s < need; s++)
+            if (!e->units[u].state[s] && !(e->units[u].state[s] = flat_f32(e->units[u].shard, true))) return -1;
+    return 0;
+}
+
+static int prepare_state(ShardEngine *e, const ShardHyper *h) {
+    for (int i = 0; i < e->n; i++)
+        if (h[i].kind != h[0].kind) return accel_fail_int("shard: every parameter must use the same optimizer");
+    if (shard_set_kind(e, h[0].kind)) return -1;
+    return ensure_slots(e, slots_needed(e, h));
+}
+
+static float *state_at(Unit *un, int s, int64_t at) { return un->state[s] ? fdata(un->state[s]) + at : NULL; }
+
+static void step_segment(ShardEngine *e, Unit *un, const ShardSeg *s, const ShardHyper *h) {
+    int i = un->params[s->slot];
+    const float *g = seg_grad(e, un, s);
+    if (!g) return;
+    float *p = fdata(shard_host_view(e, un->master)) + s->at;
+    if (h[i].kind == SHARD_ADAM) {
+        KAdamArgs a = h[i].adam;
+        a.step = e->steps[i] + 1;
+        k_adam_f32(s->len, p, g, state_at(un, 0, s->at), state_at(un, 1, s->at),
+                   h[i].amsgrad ? state_at(un, 2, s->at) : NULL, &a);
+    } else {
+        k_sgd_f32(s->len, p, g, h[i].sgd.momentum != 0 ? state_at(un, 0, s->at) : NULL, e->steps[i] == 0, &h[i].sgd);
+    }
+}
+
+/* Whether parameter i takes part in this step (has a gradient). */
+static bool stepping(const ShardEngine *e, int i) { return e->shard_grads || e->params[i]->grad != NULL; }
+
+int shard_step(ShardEngine *e, const ShardHyper *h) {
+    if (ready_grads(e)) return -1;
+    bool any = e->shard_grads && e->has_grads;
+    for (int i = 0; !e->shard_grads && i < e->n; i++) any = any || e->params[i]->grad != NULL;
+    if (!any) return 0;
+    if (prepare_state(e, h)) return -1;
+    for (int u = 0; u < e->nu; u++)
+        for (int k = 0; k < e->units[u].nseg; k++) step_segment(e, &e->units[u], &e->units[u].segs[k], h);
+    for (int i = 0; i < e->n; i++) e->steps[i] += stepping(e, i);
+    e->st.steps++;
+    if (!e->shard_params) return regather(e);
+    shard_release_all(e);
+    for (int u = 0; u < e->nu; u++) e->units[u].view->version++;
+    return 0;
+}
+
+int shard_zero_grad(ShardEngine *e) {
+    if (shard_finalize(e)) return -1;
+    for (int i = 0; e->ddp && i < e->n; i++) {
+        tensor_release(e->params[i]->grad);
+        e->params[i]->grad = NULL;
+    }
+    for (int u = 0; u < e->nu; u++) e->units[u].grad_dirty = false; /* the next reduction overwrites the shard */
+    e->has_grads = false;
+    return 0;
+}
+
+/* ---- full tensors ---- */
+
+Tensor *shard_unit_shard(const ShardEngine *e, int u, int which) {
+    const Unit *un = &e->units[u];
+    if (which == 0) return un->master;
+    if (which == -1) return un->grad;
+    return which >= 1 && which <= N_STATE ? un->state[which - 1] : NULL;
+}
+
+/* A full tensor of parameter i must be contiguous float32 of its numel. */
+static int check_full(const ShardEngine *e, int i, const Tensor *t) {
+    if (t->numel != e->params[i]->numel || t->dtype != DT_F32 || !tensor_is_contiguous(t))
+        return accel_fail_int("shard: a full tensor of parameter %d must be contiguous float32 with %lld elements, got %s "
+                              "%s", i + 1, (long long)e->params[i]->numel, dtype_name(t->dtype), tensor_shape_str(t));
+    return 0;
+}
+
+int shard_full_tensor(ShardEngine *e, int i, int which, Tensor *out) {
+    Tensor *p = e->params[i];
+    if (check_full(e, i, out)) return -1;
+    if (which == 0 && !e->shard_params) {
+        memcpy(tensor_data(out), tensor_data(p), (size_t)p->numel * sizeof(float));
+        return 0;
+    }
+    int u = e->unit_of[i];
+    Tensor *src = shard_unit_shard(e, u, which);
+    if (!src) return accel_fail_int("shard: parameter %d has no optimizer state %d yet (no step was taken)", i + 1, which);
+    int64_t off = shard_offset_of(e, i), from, *counts = accel_malloc(sizeof(int64_t) * (size_t)e->world);
+    if (!counts) return -1;
+    for (int r = 0; r < e->world; r++) counts[r] = shard_overlap(off, p->numel, e->units[u].shard, r, &from);
+    int64_t mine = shard_overlap(off, p->numel, e->units[u].shard, e->rank, &from), one = 1, n = p->numel;
+    Tensor *in = tensor_as_strided(src, &mine, &one, 1, off + from - (int64_t)e->rank * e->units[u].shard);
+    Tensor *o = in ? tensor_as_strided(out, &n, &one, 1, out->offset) : NULL;
+    int rc = o ? dist_all_gather_v(e->comm, o, in, counts) : -1;
+    tensor_release(in);
+    tensor_release(o);
+    free(counts);
+    return rc;
+}
+
+int shard_load_full(ShardEngine *e, int i, int which, const Tensor *full) {
+    if (check_full(e, i, full)) return -1;
+    if (which < 0 || which > N_STATE) return accel_fail_int("shard: there is no shard %d to load", which);
+    if (which > 0 && !e->kind_set)
+        return accel_fail_int("shard: loading optimizer state needs the optimizer kind (shard_set_kind) first");
+    if (which > 0 && ensure_slots(e, which)) return -1;
+    Unit *un = &e->units[e->unit_of[i]];
+    int64_t off = shard_offset_of(e, i), from, len = shard_overlap(off, full->numel, un->shard, e->rank, &from);
+    const float *src = tensor_data(full);
+    memcpy(fdata(shard_unit_shard(e, e->unit_of[i], which)) + off + from - (int64_t)e->rank * un->shard, src + from,
+           (size_t)len * sizeof(float));
+    if (which == 0 && un->holder->flat) {
+        memcpy(fdata(un->holder->flat) + off, src, (size_t)full->numel * sizeof(float));
+        un->view->version++;
+    }
+    return 0;
+}
+
+void shard_set_param_steps(ShardEngine *e, int i, int64_t steps) { e->steps[i] = steps; }
+
