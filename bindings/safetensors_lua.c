@@ -3,8 +3,9 @@
  *   accel._C.st_open(path) -> f;  f:entries() -> {{name, dtype = "F32", shape}, ...} (header order)
  *     f:read(name [, first, count]) -> the tensor, or its elements [first, first + count) as 1-D
  *     f:close()
- *   accel._C.st_writer(path, {name = spec tensor}, {meta}) -> w   (header from the specs' dtypes
- *     and shapes, names in byte order as accel.save writes them; specs may be released parameters)
+ *   accel._C.st_writer(path, {name = spec}, {meta}) -> w   (header from the specs' dtypes and
+ *     shapes, names in byte order as accel.save writes them; a spec is a tensor, possibly a
+ *     released parameter, or {dtype = "F32", shape = {...}}, which allocates nothing)
  *     w:names() -> the order in which w:put(t) takes the tensors;  w:finish();  w:abort() */
 #include "lua_util.h"
 #include "../core/safetensors.h"
@@ -90,6 +91,35 @@ static int f_tostring(lua_State *L) {
 
 /* ---- writer ---- */
 
+/* The spec at the top of the stack: the tensor itself, or a header-only
+ * Tensor made from {dtype = "F32", shape = {...}} in *slot. */
+static Tensor *spec_of(lua_State *L, const char *name, Tensor *slot) {
+    Tensor *t = lu_tensor_meta(L, -1);
+    if (t) return t;
+    memset(slot, 0, sizeof *slot);
+    lua_getfield(L, -1, "dtype");
+    const char *tag = lua_tostring(L, -1);
+    int dt = -1;
+    for (int k = 0; tag && k < DT_COUNT; k++)
+        if (strcmp(tag, dtype_tags[k]) == 0) dt = k;
+    lua_pop(L, 1);
+    if (dt < 0) lu_error(L, "safetensors: '%s': dtype must be one of F32, F64, BF16, ..., got %s", name, tag ? tag : "nil");
+    lua_getfield(L, -1, "shape");
+    if (!lua_istable(L, -1)) lu_error(L, "safetensors: '%s': shape must be a list", name);
+    int nd = (int)lua_rawlen(L, -1);
+    if (nd > TENSOR_MAX_DIMS) lu_error(L, "safetensors: '%s': at most %d dims", name, TENSOR_MAX_DIMS);
+    slot->dtype = (DType)dt, slot->device = (Device){DEV_CPU, 0}, slot->ndim = nd, slot->numel = 1;
+    for (int d = 0; d < nd; d++) {
+        lua_rawgeti(L, -1, d + 1);
+        lua_Integer v = lua_tointeger(L, -1);
+        if (v < 0 || !lua_isinteger(L, -1)) lu_error(L, "safetensors: '%s': shape entries must be integers >= 0", name);
+        slot->shape[d] = v, slot->numel *= v;
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    return slot;
+}
+
 static int cmp_name(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
 /* The names of table idx (string keys, tensor values), sorted, in a userdata kept on the stack. */
@@ -98,7 +128,8 @@ static const char **spec_names(lua_State *L, int idx, int *n) {
     lua_pushnil(L);
     while (lua_next(L, idx)) {
         if (lua_type(L, -2) != LUA_TSTRING) lu_error(L, "safetensors: tensor names must be strings");
-        if (!lu_tensor_meta(L, -1)) lu_error(L, "safetensors: '%s' is not a tensor", lua_tostring(L, -2));
+        if (!lu_tensor_meta(L, -1) && !lua_istable(L, -1))
+            lu_error(L, "safetensors: '%s' is neither a tensor nor {dtype, shape}", lua_tostring(L, -2));
         count++;
         lua_pop(L, 1);
     }
@@ -134,10 +165,11 @@ static int l_writer(lua_State *L) {
     int n;
     const char **names = spec_names(L, 2, &n); /* stack 4 (3 is the metadata) */
     Tensor **specs = lua_newuserdatauv(L, sizeof(Tensor *) * (size_t)(n ? n : 1), 0);
+    Tensor *slots = lua_newuserdatauv(L, sizeof(Tensor) * (size_t)(n ? n : 1), 0);
     lua_createtable(L, n, 0); /* the order, kept with the writer */
     for (int i = 0; i < n; i++) {
         lua_getfield(L, 2, names[i]);
-        specs[i] = lu_tensor_meta(L, -1);
+        specs[i] = spec_of(L, names[i], &slots[i]);
         lua_pop(L, 1);
         lua_pushstring(L, names[i]);
         lua_rawseti(L, -2, i + 1);
