@@ -13,6 +13,8 @@
 --     plain=DIR      also checkpoint.save_model(eng:full_state_dict()) into DIR (the
 --                    unstreamed path, same max_shard_size) — stage > 0 only
 --     hidden=7       the width (7: 205 parameters, divisible by neither 2 nor 3)
+--     refused=1      load_state must raise: print "refused: <message>" and go on (the
+--                    run must then equal one without load=)
 --     mem=1          print "savemodel_peak P before B largest L model M" (live tensor
 --                    bytes on this rank around save_model)
 -- Rank 0 writes the full parameters to OUT (safetensors, through get_state_dict).
@@ -22,7 +24,7 @@ local checkpoint = require("accel.checkpoint")
 
 local out = arg[1]
 local o = {stage = "0", via = "engine", steps = "5", load = "", save = "", model = "", plain = "", hidden = "7",
-  mem = "0", max_shard_size = "10GB"}
+  mem = "0", max_shard_size = "10GB", refused = "0"}
 for i = 2, #arg do
   local k, v = arg[i]:match("^([%w_]+)=(.*)$")
   if not k or o[k] == nil then error("bad argument " .. arg[i]) end
@@ -78,7 +80,13 @@ else
   model, optimizer, loader, scheduler = acc:prepare(model, optimizer, loader, scheduler)
 end
 
-if o.load ~= "" then acc:load_state(o.load) end
+if o.load ~= "" and o.refused == "1" then
+  local ok, err = pcall(acc.load_state, acc, o.load)
+  assert(not ok, "load_state accepted " .. o.load)
+  print("refused: " .. tostring(err):gsub("\n", " "))
+elseif o.load ~= "" then
+  acc:load_state(o.load)
+end
 
 local criterion = nn.CrossEntropyLoss()
 local steps, want = 0, tonumber(o.steps)
