@@ -96,20 +96,8 @@ local function entries(model, eng)
 end
 
 -- load_state's model identity ("name dtype [shape]" of every state entry,
--- sorted) from the tensors' metadata, equal to checkpoint.fingerprint of the
--- full state dict.
-function M.fingerprint(model)
-  local sd = model:state_dict({keep_vars = true})
-  local names = {}
-  for k in pairs(sd) do names[#names + 1] = k end
-  table.sort(names)
-  local out = json.array()
-  for i, k in ipairs(names) do
-    local t = sd[k]
-    out[i] = ("%s %s [%s]"):format(k, (tostring(t.dtype):gsub("^accel%.", "")), table.concat(t.shape, ","))
-  end
-  return out
-end
+-- sorted), from the tensors' metadata only (released parameters included).
+function M.fingerprint(model) return checkpoint.fingerprint(model:state_dict({keep_vars = true})) end
 
 -- ---------------------------------------------------------------- save_state
 
@@ -336,10 +324,10 @@ optimizer_for = function(self, model, eng)
   return nil
 end
 
--- {name = {step, state = tensor}} of a full optimizer state_dict (state by
--- the 1-based position of the parameter across the groups).
-local function states_by_name(saved, opt, names_of)
-  local by_id, n, out = {}, 0, {}
+-- {param = id}: the 1-based position of each parameter across the
+-- optimizer's groups (the keys of its state_dict's state).
+local function param_ids(opt)
+  local by_id, n = {}, 0
   for _, g in ipairs((opt.optimizer or opt).param_groups) do
     for _, p in ipairs(g.params) do
       if by_id[p] == nil then
@@ -348,7 +336,13 @@ local function states_by_name(saved, opt, names_of)
       end
     end
   end
-  for p, id in pairs(by_id) do
+  return by_id
+end
+
+-- {name = {step, state = tensor}} of a full optimizer state_dict.
+local function states_by_name(saved, opt, names_of)
+  local out = {}
+  for p, id in pairs(param_ids(opt)) do
     local st = saved.state[id] or saved.state[tostring(id)]
     if st and names_of[p] then out[names_of[p]] = st end
   end
@@ -500,15 +494,7 @@ local function apply_plain(self, plan)
   if not (plan.optimizer and src:has_states()) then return end
   local opt = self._optimizers[plan.optimizer]
   local sd = opt:state_dict()
-  local by_id, n = {}, 0
-  for _, g in ipairs((opt.optimizer or opt).param_groups) do
-    for _, p in ipairs(g.params) do
-      if by_id[p] == nil then
-        n = n + 1
-        by_id[p] = n
-      end
-    end
-  end
+  local by_id = param_ids(opt)
   local state = {}
   for name, p in pairs(params) do
     local id, pc = by_id[p], src.params[name]
