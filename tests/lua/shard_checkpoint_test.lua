@@ -186,6 +186,17 @@ m = merge(base)
 check("merge-weights with one argument: usage, exit 2", m, {m.code == 2 and has(m.err, "usage:"), m.err})
 m = merge(base, path("y.st"), "--frobnicate")
 check("merge-weights: unknown option named", m, {m.code == 2 and has(m.err, "--frobnicate"), m.err})
+m = merge(base, path("y.st"), "--unsafe_serialization")
+check("merge-weights --unsafe_serialization refused", m, {m.code == 2 and has(m.err, "only safetensors"), m.err})
+do -- OUTPUT as a folder (accelerate merge-weights' form), --remove_checkpoint_dir
+  local ck = copy("to_remove")
+  m = merge(ck, path("merged_dir"), "--remove_checkpoint_dir")
+  local fs = require("accel")._C.fs_stat
+  check("merge-weights CKPT DIR --remove_checkpoint_dir: DIR/model.safetensors, the checkpoint removed", m,
+    {m.code == 0, m.err}, {max_rel(path("merged_dir/model.safetensors"), path("ck_2_s3_7.st")) == 0,
+      "DIR/model.safetensors is missing or differs from the saving run's weights"},
+    {fs(ck) == nil, "the checkpoint is still there"})
+end
 
 support.remove_tree(DIR)
 jobs.finish()

@@ -640,51 +640,74 @@ function M.merge(ckpt, out, model_index)
 end
 
 -- The `accel-lua merge-weights` command line (host/cmd_merge.c) -> exit status.
-M.USAGE = [[usage: accel-lua merge-weights CHECKPOINT_DIR OUTPUT [--model N]
+M.USAGE = [[usage: accel-lua merge-weights CHECKPOINT_DIR OUTPUT [--model N] [--remove_checkpoint_dir]
 
 Turns a save_state folder written under a sharding engine (ZeRO stages 1-3 /
-FSDP; one *_shard_<rank>.safetensors per rank) into one safetensors file of
-the full model weights: the names and bytes Accelerator:save_model writes for
-the same model without sharding. The folder is verified first (index, sizes,
-crc32). OUTPUT is a file path (a directory gets model.safetensors inside).
-  --model N   the N-th prepared model (default 1)
+FSDP; one model_shard_<rank>.safetensors per rank) into one safetensors file
+of the full model weights: the names and bytes Accelerator:save_model writes
+for the same model without sharding. The folder is verified first (index,
+sizes, crc32), and one tensor at a time is held in memory.
+  OUTPUT                    a folder (created if needed) that gets model.safetensors,
+                            as accelerate merge-weights; a path ending in
+                            .safetensors is the file itself
+  --model N                 the N-th prepared model (default 1)
+  --remove_checkpoint_dir   remove CHECKPOINT_DIR after a successful merge
+  --unsafe_serialization    refused: only safetensors is written
 ]]
+
+local function usage_error(fmt, ...)
+  io.stderr:write(("accel-lua merge-weights: " .. fmt .. "\n"):format(...))
+  io.stderr:write(M.USAGE)
+  return 2
+end
+
+-- args -> {ckpt, out, model, remove} or nil and the exit status.
+local function parse_merge_args(args)
+  local pos, o, k = {}, {model = 1}, 1
+  while k <= #args do
+    local a = args[k]
+    if a == "--model" then
+      o.model = tonumber(args[k + 1] or "")
+      if not o.model or o.model < 1 or o.model ~= math.floor(o.model) then
+        return nil, usage_error("--model needs a positive integer, got %s", tostring(args[k + 1]))
+      end
+      k = k + 1
+    elseif a == "--remove_checkpoint_dir" then
+      o.remove = true
+    elseif a == "--unsafe_serialization" then
+      return nil, usage_error("--unsafe_serialization is not supported: only safetensors is written")
+    elseif a:sub(1, 2) == "--" then
+      return nil, usage_error("unknown option %s", a)
+    else
+      pos[#pos + 1] = a
+    end
+    k = k + 1
+  end
+  if #pos ~= 2 then return nil, usage_error("expected CHECKPOINT_DIR and OUTPUT, got %d argument(s)", #pos) end
+  o.ckpt, o.out = pos[1], pos[2]
+  return o
+end
 
 function M.main(args)
   if args[1] == "--help" or args[1] == "-h" then
     io.stdout:write(M.USAGE)
     return 0
   end
-  local pos, model = {}, 1
-  local k = 1
-  while k <= #args do
-    local a = args[k]
-    if a == "--model" then
-      model = tonumber(args[k + 1] or "")
-      if not model or model < 1 or model ~= math.floor(model) then
-        io.stderr:write("accel-lua merge-weights: --model needs a positive integer\n")
-        return 2
-      end
-      k = k + 1
-    elseif a:sub(1, 2) == "--" then
-      io.stderr:write(("accel-lua merge-weights: unknown option %s\n%s"):format(a, M.USAGE))
-      return 2
-    else
-      pos[#pos + 1] = a
+  local o, status = parse_merge_args(args)
+  if not o then return status end
+  local out = o.out
+  local ok, err = pcall(function()
+    if not out:find("%.safetensors$") then
+      C.mkdirs(out)
+      out = join(out, "model.safetensors")
     end
-    k = k + 1
-  end
-  if #pos ~= 2 then
-    io.stderr:write(M.USAGE)
-    return 2
-  end
-  local out = pos[2]
-  if C.fs_stat(out) == "dir" then out = join(out, "model.safetensors") end
-  local ok, err = pcall(M.merge, pos[1], out, model)
+    M.merge(o.ckpt, out, o.model)
+  end)
   if not ok then
     io.stderr:write(("accel-lua %s\n"):format((tostring(err):gsub("^load_state: ", "merge-weights: "))))
     return 1
   end
+  if o.remove then C.fs_remove_tree(o.ckpt) end
   io.stdout:write(("wrote %s\n"):format(out))
   return 0
 end
