@@ -83,6 +83,13 @@ resume("3 -> 1", 3, 2, 7, 1, 1)
 resume("1 -> 2", 1, 3, 7, 2, 2)
 resume("unsharded -> sharded", 1, 0, 7, 2, 3)
 resume("DDP -> sharded", 2, 0, 5, 3, 1)
+do -- loaded while stage 3's parameters are gathered (eng:gathered): the gathered copies get the full tensors
+  local out = path("gathered.st")
+  local run = launch(3, "shard_resume.lua", out, "stage=3", "steps=5", "load=" .. path("ck_2_s3_7"), "gathered=1")
+  local d, where = max_rel(out, path("ref.st"))
+  check("2 -> 3 at stage 3, load_state inside eng:gathered(fn): the parameters seen there == the loaded ones, "
+    .. "continued == unbroken (1e-6)", run, ok_run(run, 3), {d <= 1e-6, ("parameters differ by %g relative (%s)"):format(d, where)})
+end
 
 -- ---- (b) merge-weights, save_model under the engine ----
 local ddp = launch(2, "shard_resume.lua", path("ddp.st"), "stage=0", "steps=7", "model=" .. path("ddp_model"))

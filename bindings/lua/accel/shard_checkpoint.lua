@@ -422,16 +422,21 @@ end
 
 -- ---------------------------------------------------------------- apply
 
--- The range of parameter i's elements this rank keeps, or the whole.
+-- Per parameter i: the range [lo, hi) of its elements this rank keeps in
+-- its shards, and full = true when it must be given in full (stages 1-2
+-- keep every parameter in full; a stage 3 unit that is gathered right now
+-- gets the full tensor copied in too).
 local function ranges(eng)
-  local out, info = {}, eng:_live():info()
-  for _, unit in ipairs(eng:units()) do
+  local c = eng:_live()
+  local out, rank = {}, c:info().rank
+  for u, unit in ipairs(eng:units()) do
+    local whole = eng.stage ~= 3 or c:gathered(u)
     for k, i in ipairs(unit.params) do
       local n = numel_of(eng.params[i].shape)
       local off = unit.offsets[k]
-      local lo = math.max(0, info.rank * unit.shard - off)
-      local hi = math.min(n, (info.rank + 1) * unit.shard - off)
-      out[i] = {lo = math.min(lo, n), hi = math.max(hi, math.min(lo, n))}
+      local lo = math.min(n, math.max(0, rank * unit.shard - off))
+      local hi = math.max(lo, math.min(n, (rank + 1) * unit.shard - off))
+      out[i] = {lo = lo, hi = hi, n = n, full = whole}
     end
   end
   return out
@@ -451,14 +456,13 @@ local function lazy(fn) return setmetatable({}, {__index = function(_, k) return
 local function apply_engine(plan)
   local eng, src, e = plan.eng, plan.src, plan.e
   local range = ranges(eng)
-  local full = eng.stage ~= 3
   local replicated = {}
   for _, name in ipairs(e.replicated) do replicated[name] = true end
   eng:load_full_state_dict(lazy(function(name)
     local i = e.pos[name]
     if i then
-      local n = numel_of(eng.params[i].shape)
-      return build(src, name, "param", eng.params[i].shape, full and 0 or range[i].lo, full and n or range[i].hi)
+      local g = range[i]
+      return build(src, name, "param", eng.params[i].shape, g.full and 0 or g.lo, g.full and g.n or g.hi)
     end
     if replicated[name] then return src:replicated(name) end
     return nil

@@ -13,6 +13,8 @@
 --     plain=DIR      also checkpoint.save_model(eng:full_state_dict()) into DIR (the
 --                    unstreamed path, same max_shard_size) — stage > 0 only
 --     hidden=7       the width (7: 205 parameters, divisible by neither 2 nor 3)
+--     gathered=1     stage 3: load_state inside eng:gathered(fn); the parameters read
+--                    there must equal get_state_dict's afterwards (bitwise)
 --     refused=1      load_state must raise: print "refused: <message>" and go on (the
 --                    run must then equal one without load=)
 --     mem=1          print "savemodel_peak P before B largest L model M" (live tensor
@@ -24,7 +26,7 @@ local checkpoint = require("accel.checkpoint")
 
 local out = arg[1]
 local o = {stage = "0", via = "engine", steps = "5", load = "", save = "", model = "", plain = "", hidden = "7",
-  mem = "0", max_shard_size = "10GB", refused = "0"}
+  mem = "0", max_shard_size = "10GB", refused = "0", gathered = "0"}
 for i = 2, #arg do
   local k, v = arg[i]:match("^([%w_]+)=(.*)$")
   if not k or o[k] == nil then error("bad argument " .. arg[i]) end
@@ -84,6 +86,16 @@ if o.load ~= "" and o.refused == "1" then
   local ok, err = pcall(acc.load_state, acc, o.load)
   assert(not ok, "load_state accepted " .. o.load)
   print("refused: " .. tostring(err):gsub("\n", " "))
+elseif o.load ~= "" and o.gathered == "1" then
+  local seen = {}
+  eng:gathered(function()
+    acc:load_state(o.load)
+    for name, p in model:named_parameters() do seen[name] = p:detach():clone() end
+  end)
+  local sd = acc:get_state_dict(model)
+  for name, t in pairs(seen) do
+    assert(t:equal(sd[name]), ("rank %d: %s read inside gathered() differs from the loaded weights"):format(rank, name))
+  end
 elseif o.load ~= "" then
   acc:load_state(o.load)
 end
