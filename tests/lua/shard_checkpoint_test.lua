@@ -10,7 +10,10 @@
 --       on 1 process without sharding, continued to 12 steps: the
 --       parameters equal one process trained 12 steps unbroken (1e-6);
 --       also 3 -> 1 (stage 2 -> stage 1), 1 -> 2 (stage 3 -> stage 2) and
---       an unsharded checkpoint (1 process) into stage 3 on 2 ranks;
+--       an unsharded checkpoint (1 process) into stage 3 on 2 ranks, DDP into
+--       stage 1, and a load inside eng:gathered(fn); peak live bytes during
+--       load_state (3 ranks stage 3, 2 ranks stage 1, 1 process without
+--       sharding) <= what the load leaves + 4 tensors (< half the model);
 --   (b) merge-weights of a 2-rank checkpoint (each stage) is byte-identical
 --       to save_model of the same model trained with DDP on 2 ranks, to
 --       save_model under the engine (streamed) and to checkpoint.save_model
@@ -89,6 +92,27 @@ do -- loaded while stage 3's parameters are gathered (eng:gathered): the gathere
   local d, where = max_rel(out, path("ref.st"))
   check("2 -> 3 at stage 3, load_state inside eng:gathered(fn): the parameters seen there == the loaded ones, "
     .. "continued == unbroken (1e-6)", run, ok_run(run, 3), {d <= 1e-6, ("parameters differ by %g relative (%s)"):format(d, where)})
+end
+
+do -- memory while loading: beyond what the load leaves, at most a few tensors, far below a model
+  local wide = {"hidden=32", "blocks=8"} -- 37000 bytes of parameters, the largest 4096
+  local ck = path("ck_wide")
+  local first = launch(2, "shard_resume.lua", path("wide.st"), "stage=3", "steps=7", "save=" .. ck, table.unpack(wide))
+  for _, c in ipairs({{3, 3}, {2, 1}, {1, 0}}) do
+    local run = launch(c[1], "shard_resume.lua", path("wide_" .. c[1] .. ".st"), "stage=" .. c[2], "steps=1",
+      "load=" .. ck, "mem=1", table.unpack(wide))
+    local why = {{first.code == 0, "the saving run failed: " .. first.err:sub(-300)}, ok_run(run, c[1])}
+    for r = 0, c[1] - 1 do
+      local peak, _, after, largest, total = run.out:match(("loadstate_peak (%%d+) before (%%d+) after (%%d+) largest (%%d+) "
+        .. "model (%%d+) rank %d"):format(r))
+      peak, after, largest, total = tonumber(peak), tonumber(after), tonumber(largest), tonumber(total)
+      why[#why + 1] = {peak and peak - after <= 4 * largest and 4 * largest < total / 2,
+        ("rank %d: peak %s, after the load %s, largest tensor %s, model %s"):format(r, tostring(peak), tostring(after),
+          tostring(largest), tostring(total))}
+    end
+    check(("load_state on %d rank(s) (%s): peak live bytes <= what the load leaves + 4 tensors (< half the model)")
+      :format(c[1], c[2] == 0 and "no sharding" or "stage " .. c[2]), run, table.unpack(why))
+  end
 end
 
 -- ---- (b) merge-weights, save_model under the engine ----

@@ -496,19 +496,22 @@ local function apply_plain(self, plan)
     end
   end)
   if not (plan.optimizer and src:has_states()) then return end
-  local opt = self._optimizers[plan.optimizer]
-  local sd = opt:state_dict()
-  local by_id = param_ids(opt)
-  local state = {}
+  -- One parameter's state at a time through the optimizer's own
+  -- load_state_dict (which checks and copies it), collected into its state
+  -- table: never the whole optimizer state twice.
+  local raw = self._optimizers[plan.optimizer].optimizer or self._optimizers[plan.optimizer]
+  local groups = raw:state_dict().param_groups
+  local by_id, kept = param_ids(raw), {}
   for name, p in pairs(params) do
-    local id, pc = by_id[p], src.params[name]
-    if id and pc then
+    local id = by_id[p]
+    if id and src.params[name] then
       local st = {step = src:step(name)}
       for _, s in ipairs(src:state_names()) do st[s] = build(src, name, s, p.shape, 0, numel_of(p.shape)) end
-      state[id] = st
+      raw:load_state_dict({state = {[id] = st}, param_groups = groups})
+      kept[p] = raw.state[p]
     end
   end
-  opt:load_state_dict({state = state, param_groups = sd.param_groups})
+  raw.state = kept
 end
 
 -- Applies every plan (after the optimizers' own state_dicts are loaded).

@@ -13,12 +13,14 @@
 --     plain=DIR      also checkpoint.save_model(eng:full_state_dict()) into DIR (the
 --                    unstreamed path, same max_shard_size) — stage > 0 only
 --     hidden=7       the width (7: 205 parameters, divisible by neither 2 nor 3)
+--     blocks=2       the number of residual blocks
 --     gathered=1     stage 3: load_state inside eng:gathered(fn); the parameters read
 --                    there must equal get_state_dict's afterwards (bitwise)
 --     refused=1      load_state must raise: print "refused: <message>" and go on (the
 --                    run must then equal one without load=)
---     mem=1          print "savemodel_peak P before B largest L model M" (live tensor
---                    bytes on this rank around save_model)
+--     mem=1          print "savemodel_peak P before B largest L model M rank R" (live
+--                    tensor bytes on this rank around save_model) and
+--                    "loadstate_peak P before B after A largest L model M rank R" around load_state
 -- Rank 0 writes the full parameters to OUT (safetensors, through get_state_dict).
 local accel = require("accel")
 local nn, optim, data = accel.nn, accel.optim, accel.data
@@ -26,7 +28,7 @@ local checkpoint = require("accel.checkpoint")
 
 local out = arg[1]
 local o = {stage = "0", via = "engine", steps = "5", load = "", save = "", model = "", plain = "", hidden = "7",
-  mem = "0", max_shard_size = "10GB", refused = "0", gathered = "0"}
+  mem = "0", max_shard_size = "10GB", refused = "0", gathered = "0", blocks = "2"}
 for i = 2, #arg do
   local k, v = arg[i]:match("^([%w_]+)=(.*)$")
   if not k or o[k] == nil then error("bad argument " .. arg[i]) end
@@ -44,13 +46,16 @@ function Block:forward(h) return self.lin(self.norm(h)):tanh() end
 local Net = nn.Module:extend("Net")
 function Net:init()
   self.inp = nn.Linear(6, H)
-  self.blocks = nn.ModuleList({Block(), Block()})
+  local blocks = {}
+  for i = 1, tonumber(o.blocks) do blocks[i] = Block() end
+  self.blocks = nn.ModuleList(blocks)
   self.out = nn.Linear(H, 2)
 end
 function Net:forward(x)
   local h = nn.functional.gelu(self.inp(x))
-  h = h + self.blocks[1](h)
-  return self.out(h + self.blocks[2](h))
+  local n = #self.blocks
+  for i = 1, n - 1 do h = h + self.blocks[i](h) end
+  return self.out(h + self.blocks[n](h))
 end
 
 accel.set_seed(11)
@@ -82,6 +87,17 @@ else
   model, optimizer, loader, scheduler = acc:prepare(model, optimizer, loader, scheduler)
 end
 
+-- Bytes of the largest parameter and of all of them.
+local function sizes()
+  local largest, total = 0, 0
+  for _, p in ipairs(model:parameters()) do
+    local n = 4
+    for _, d in ipairs(p.shape) do n = n * d end
+    largest, total = math.max(largest, n), total + n
+  end
+  return largest, total
+end
+
 if o.load ~= "" and o.refused == "1" then
   local ok, err = pcall(acc.load_state, acc, o.load)
   assert(not ok, "load_state accepted " .. o.load)
@@ -97,7 +113,17 @@ elseif o.load ~= "" and o.gathered == "1" then
     assert(t:equal(sd[name]), ("rank %d: %s read inside gathered() differs from the loaded weights"):format(rank, name))
   end
 elseif o.load ~= "" then
+  collectgarbage()
+  local before = accel.memory_stats()
+  accel.reset_peak_memory_stats()
   acc:load_state(o.load)
+  if o.mem == "1" then
+    local peak = select(3, accel.memory_stats())
+    collectgarbage()
+    local largest, total = sizes()
+    print(("loadstate_peak %d before %d after %d largest %d model %d rank %d"):format(peak, before, accel.memory_stats(),
+      largest, total, rank))
+  end
 end
 
 local criterion = nn.CrossEntropyLoss()
@@ -126,12 +152,7 @@ if o.model ~= "" then
   acc:save_model(model, o.model, {max_shard_size = tonumber(o.max_shard_size) or o.max_shard_size})
   local peak = select(3, accel.memory_stats())
   if o.mem == "1" then
-    local largest, total = 0, 0
-    for _, p in ipairs(model:parameters()) do
-      local n = 4
-      for _, d in ipairs(p.shape) do n = n * d end
-      largest, total = math.max(largest, n), total + n
-    end
+    local largest, total = sizes()
     print(("savemodel_peak %d before %d largest %d model %d rank %d"):format(peak, before, largest, total, rank))
   end
 end
