@@ -525,6 +525,7 @@ int luaopen_accel(lua_State *L) {
     lu_open_dist(L, m);
     lu_open_ddp(L, m);
     lu_open_shard(L, m);
+    lu_open_safetensors(L, m);
     lu_open_conv(L, m);
     lu_open_data(L, m);
     lu_open_optim(L, m);

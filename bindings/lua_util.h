@@ -98,6 +98,7 @@ void lu_open_data(lua_State *L, int module_idx); /* data_lua.c: data_randperm, r
 void lu_open_dist(lua_State *L, int module_idx); /* dist_lua.c: dist_all_reduce, dist_all_gather, ... (core/dist.h) */
 void lu_open_ddp(lua_State *L, int module_idx); /* ddp_lua.c: ddp_reducer (core/ddp.h) */
 void lu_open_shard(lua_State *L, int module_idx); /* shard_lua.c: shard_engine (core/shard.h) */
+void lu_open_safetensors(lua_State *L, int module_idx); /* safetensors_lua.c: st_open, st_writer (one tensor at a time) */
 void lu_open_attention(lua_State *L, int module_idx); /* attention_lua.c: scaled_dot_product_attention (fused) */
 void lu_open_profile(lua_State *L, int module_idx); /* profile_lua.c: profile_start/stop/events (core/profile.h) */
 void lu_open_fp8(lua_State *L, int module_idx); /* fp8_lua.c: fp8_quantize, fp8_amax, fp8_update_scale, fp8_scaled_mm (core/fp8.h) */

@@ -788,3 +788,161 @@ int safetensors_load(const char *path, char ***names, Tensor ***ts, int *n, char
     *names = NULL, *ts = NULL, *n = 0, *meta_keys = NULL, *meta_vals = NULL, *n_meta = 0;
     return -1;
 }
+
+/* ======================= one tensor at a time ======================= */
+
+/* A file opened for reading tensors one by one (the header is parsed and
+ * validated once; each read is a pread of the bytes asked for). */
+struct SafetensorsFile {
+    Loader L;
+    char *path;
+};
+
+SafetensorsFile *safetensors_open(const char *path) {
+    SafetensorsFile *f = calloc(1, sizeof *f);
+    size_t len = strlen(path) + 1;
+    if (f) f->path = malloc(len);
+    if (!f || !f->path) {
+        free(f);
+        return accel_fail("accel.load: '%s': out of memory", path);
+    }
+    memcpy(f->path, path, len);
+    f->L.path = f->path;
+    f->L.fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (f->L.fd < 0) {
+        accel_fail("accel.load: cannot open '%s': %s", path, strerror(errno));
+        safetensors_close(f);
+        return NULL;
+    }
+    int rc = read_header(&f->L);
+    if (rc == 0) rc = parse_entries(&f->L);
+    if (rc == 0) return f;
+    safetensors_close(f);
+    return NULL;
+}
+
+void safetensors_close(SafetensorsFile *f) {
+    if (!f) return;
+    if (f->L.fd >= 0) close(f->L.fd);
+    jval_free(&f->L.root);
+    free(f->L.entries);
+    free(f->path);
+    free(f);
+}
+
+int safetensors_count(const SafetensorsFile *f) { return f->L.n; }
+
+void safetensors_entry(const SafetensorsFile *f, int i, const char **name, DType *dt, int *ndim, const int64_t **shape) {
+    const Entry *e = &f->L.entries[i];
+    *name = e->name, *dt = e->dt, *ndim = e->ndim, *shape = e->shape;
+}
+
+int safetensors_find(const SafetensorsFile *f, const char *name) {
+    for (int i = 0; i < f->L.n; i++)
+        if (strcmp(f->L.entries[i].name, name) == 0) return i;
+    return -1;
+}
+
+Tensor *safetensors_read(SafetensorsFile *f, int i, int64_t first, int64_t count) {
+    const Entry *e = &f->L.entries[i];
+    if (count < 0) return read_tensor(&f->L, e);
+    int64_t numel = (int64_t)((e->end - e->begin) / dtype_size(e->dt));
+    if (first < 0 || first > numel || count > numel - first)
+        return accel_fail("accel.load: '%s': elements [%lld, %lld) are outside tensor '%.200s' of %lld elements", f->path,
+                          (long long)first, (long long)(first + count), e->name, (long long)numel);
+    Entry part = *e;
+    part.ndim = 1, part.shape[0] = count;
+    part.begin = e->begin + (uint64_t)first * dtype_size(e->dt);
+    part.end = part.begin + (uint64_t)count * dtype_size(e->dt);
+    return read_tensor(&f->L, &part);
+}
+
+/* A file written one tensor at a time: the header (from the tensors'
+ * dtypes and shapes, known up front) first, then each tensor's bytes as it
+ * is put, into "<path>.tmp.<pid>", renamed over path by finish. */
+struct SafetensorsWriter {
+    char *path, *tmp;
+    int fd, n, next;
+    DType *dt;
+    int64_t *numel;
+};
+
+static SafetensorsWriter *writer_fail(SafetensorsWriter *w, const char *what) {
+    int saved = errno;
+    accel_fail("accel.save: %s '%s': %s", what, w->path, strerror(saved));
+    safetensors_writer_abort(w);
+    return NULL;
+}
+
+static SafetensorsWriter *writer_new(const char *path, int n) {
+    SafetensorsWriter *w = calloc(1, sizeof *w);
+    size_t len = strlen(path);
+    if (w) w->path = malloc(len + 1), w->tmp = malloc(len + 32);
+    if (w) w->dt = calloc((size_t)(n ? n : 1), sizeof *w->dt), w->numel = calloc((size_t)(n ? n : 1), sizeof *w->numel);
+    if (!w || !w->path || !w->tmp || !w->dt || !w->numel) {
+        safetensors_writer_abort(w);
+        return accel_fail("accel.save: '%s': out of memory", path);
+    }
+    memcpy(w->path, path, len + 1);
+    snprintf(w->tmp, len + 32, "%s.tmp.%d", path, (int)getpid());
+    w->fd = -1, w->n = n;
+    return w;
+}
+
+SafetensorsWriter *safetensors_writer_open(const char *path, const char **names, Tensor **specs, int n,
+                                           const char **meta_keys, const char **meta_vals, int n_meta) {
+    if (check_save_args(path, names, specs, n, meta_keys, meta_vals, n_meta) < 0) return NULL;
+    SafetensorsWriter *w = writer_new(path, n);
+    if (!w) return NULL;
+    for (int i = 0; i < n; i++) w->dt[i] = specs[i]->dtype, w->numel[i] = specs[i]->numel;
+    StrBuf hdr = {0};
+    if (build_header(&hdr, names, specs, n, meta_keys, meta_vals, n_meta) < 0) {
+        free(hdr.p);
+        safetensors_writer_abort(w);
+        return accel_fail("accel.save: '%s': out of memory building the header", path);
+    }
+    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int rc = w->fd < 0 ? -1 : write_all(w->fd, hdr.p, hdr.len);
+    free(hdr.p);
+    return rc < 0 ? writer_fail(w, w->fd < 0 ? "cannot create" : "cannot write") : w;
+}
+
+int safetensors_writer_put(SafetensorsWriter *w, Tensor *t) {
+    if (w->next >= w->n) return accel_fail_int("accel.save: '%s': all %d tensors are written already", w->path, w->n);
+    int i = w->next;
+    if (t->dtype != w->dt[i] || t->numel != w->numel[i] || t->device.type != DEV_CPU)
+        return accel_fail_int("accel.save: '%s': tensor %d is %s with %lld elements, the header says %s with %lld",
+                              w->path, i + 1, st_dtype_names[t->dtype], (long long)t->numel, st_dtype_names[w->dt[i]],
+                              (long long)w->numel[i]);
+    int rc = write_tensor_data(w->fd, t);
+    if (rc == -1) return accel_fail_int("accel.save: cannot write '%s': %s", w->path, strerror(errno));
+    if (rc == -2) return -1;
+    w->next++;
+    return 0;
+}
+
+int safetensors_writer_finish(SafetensorsWriter *w) {
+    if (w->next != w->n) {
+        int rc = accel_fail_int("accel.save: '%s': %d of %d tensors were written", w->path, w->next, w->n);
+        safetensors_writer_abort(w);
+        return rc;
+    }
+    int rc = fsync(w->fd);
+    if (close(w->fd) < 0) rc = -1;
+    w->fd = -1;
+    if (rc == 0 && rename(w->tmp, w->path) < 0) rc = -1;
+    if (rc == 0 && fsync_parent_dir(w->path) < 0) rc = -1;
+    if (rc < 0) {
+        writer_fail(w, "cannot finish");
+        return -1;
+    }
+    free(w->path), free(w->tmp), free(w->dt), free(w->numel), free(w);
+    return 0;
+}
+
+void safetensors_writer_abort(SafetensorsWriter *w) {
+    if (!w) return;
+    if (w->fd >= 0) close(w->fd);
+    if (w->tmp) unlink(w->tmp);
+    free(w->path), free(w->tmp), free(w->dt), free(w->numel), free(w);
+}

@@ -30,4 +30,31 @@ int safetensors_load(const char *path, char ***names, Tensor ***ts, int *n, char
 /* Free an array of n malloc'd strings and the array (NULL is fine). */
 void safetensors_free_names(char **names, int n);
 
+/* ---- one tensor at a time (never the whole file in memory) ---- */
+
+/* A file whose header is parsed and validated; NULL with a message on error. */
+typedef struct SafetensorsFile SafetensorsFile;
+SafetensorsFile *safetensors_open(const char *path);
+void safetensors_close(SafetensorsFile *f);
+int safetensors_count(const SafetensorsFile *f);
+/* Entry i (0-based, header order): its name (valid until close), dtype and shape. */
+void safetensors_entry(const SafetensorsFile *f, int i, const char **name, DType *dt, int *ndim, const int64_t **shape);
+int safetensors_find(const SafetensorsFile *f, const char *name); /* -1 when absent */
+/* Entry i as a new CPU tensor (count < 0), or its elements [first, first +
+ * count) in storage order as a 1-D tensor. */
+Tensor *safetensors_read(SafetensorsFile *f, int i, int64_t first, int64_t count);
+
+/* A file written one tensor at a time: open writes the header from specs'
+ * dtypes and shapes (their data is not read: a tensor whose memory is
+ * released works), put writes the next tensor's bytes (same dtype and
+ * element count as its spec), finish fsyncs and renames the temporary
+ * "<path>.tmp.<pid>" over path; abort (also after a failed put) removes
+ * it. finish and abort free the writer. */
+typedef struct SafetensorsWriter SafetensorsWriter;
+SafetensorsWriter *safetensors_writer_open(const char *path, const char **names, Tensor **specs, int n,
+                                           const char **meta_keys, const char **meta_vals, int n_meta);
+int safetensors_writer_put(SafetensorsWriter *w, Tensor *t);
+int safetensors_writer_finish(SafetensorsWriter *w);
+void safetensors_writer_abort(SafetensorsWriter *w);
+
 #endif

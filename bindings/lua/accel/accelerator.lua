@@ -123,6 +123,7 @@ local ddp = require("accel.ddp")
 local join = require("accel.join")
 local raise = require("accel.nn.module").raise
 local util = require("accel.util")
+local shard_ckpt = require("accel.shard_checkpoint")
 local C = accel._C
 
 local M = {}
@@ -1114,6 +1115,8 @@ end
 -- ---------------------------------------------------------------- files
 
 function Accelerator:get_state_dict(model)
+  -- [sharded checkpoints] a model held by a sharding engine: its full weights, gathered one tensor at a time
+  if shard_ckpt.engine_of(model) then return shard_ckpt.full_state_dict(model) end
   return self:unwrap_model(model):state_dict()
 end
 
@@ -1126,6 +1129,8 @@ function Accelerator:save_model(model, dir, o)
   if o.safe_serialization == false then raise("save_model: only safetensors is written (safe_serialization = true)") end
   if type(dir) ~= "string" then raise("save_model: expected a directory, got %s", type(dir)) end
   local max_bytes = checkpoint.parse_size(o.max_shard_size or "10GB", "save_model: max_shard_size")
+  -- [sharded checkpoints] each tensor gathered (collective) just before rank 0 writes it
+  if shard_ckpt.engine_of(model) then return shard_ckpt.save_model(model, dir, max_bytes, self.is_main_process) end
   local sd = self:get_state_dict(model)
   local order = has_fn(model, "state_dict_keys") and model:state_dict_keys() or nil
   if not order then
@@ -1287,14 +1292,22 @@ function Accelerator:save_state(output_dir)
   local w = checkpoint.writer(output_dir, comm:broadcast_object(main and C.getpid() or nil, 0), false)
   local fingerprints = {}
   save_step(comm, w, function() if main then w:create() end end)
-  local models, weights = {}, {}
-  for i, m in ipairs(self._models) do models[i], weights[i] = m, self:get_state_dict(m) end
+  local models, weights, layouts = {}, {}, {}
+  for i, m in ipairs(self._models) do
+    -- [sharded checkpoints] a model held by a sharding engine is saved as every rank's shards (below)
+    models[i], weights[i] = m, shard_ckpt.engine_of(m) and shard_ckpt.weights_marker(m) or self:get_state_dict(m)
+  end
   save_step(comm, w, function() run_hooks(self._save_state_pre_hooks, models, weights, w.tmp) end)
   save_step(comm, w, function()
+    layouts = shard_ckpt.save_all(self, w, weights, numbered) -- [sharded checkpoints] every rank's shard files
     if main then
       for i, sd in ipairs(weights) do
-        fingerprints[i] = checkpoint.fingerprint(sd)
-        w:tensors(numbered("model", i, ".safetensors"), sd)
+        if shard_ckpt.is_marker(sd) then
+          fingerprints[i] = shard_ckpt.fingerprint(sd.model) -- [sharded checkpoints]
+        else
+          fingerprints[i] = checkpoint.fingerprint(sd)
+          w:tensors(numbered("model", i, ".safetensors"), sd)
+        end
       end
       for i, opt in ipairs(self._optimizers) do w:packed(numbered("optimizer", i), opt:state_dict()) end
       for i, s in ipairs(self._schedulers) do w:packed(numbered("scheduler", i), s:state_dict()) end
@@ -1308,7 +1321,7 @@ function Accelerator:save_state(output_dir)
   end)
   save_step(comm, w, function()
     if main then
-      w:commit(index_of(self, fingerprints))
+      w:commit(shard_ckpt.annotate(index_of(self, fingerprints), layouts)) -- [sharded checkpoints] layouts in the index
       if root and pc.total_limit then
         local nums = existing_checkpoints(root)
         for j = 1, #nums - pc.total_limit do C.fs_remove_tree(checkpoint.join(root, "checkpoint_" .. nums[j])) end
@@ -1331,10 +1344,8 @@ local function count_mismatch(what, saved, have)
   end
 end
 
-local function shape_text(t)
-  local d = {}
-  for i = 1, t:dim() do d[i] = tostring(t:size(i)) end
-  return "[" .. table.concat(d, ", ") .. "]"
+local function shape_text(t) -- (.shape stays readable on a parameter a sharding engine released)
+  return "[" .. table.concat(t.shape, ", ") .. "]"
 end
 
 -- Checks an optimizer state_dict against the optimizer's own layout: the
@@ -1380,7 +1391,7 @@ local function convert_position(l, s, idx)
 end
 
 -- Everything load_state applies, read and checked before any change.
-local function read_checkpoint(self, dir, models)
+local function read_checkpoint(self, dir, models, sharded_plans)
   local r = checkpoint.open(dir)
   local idx = r.index
   local function refuse(fmt, ...) error(("load_state: refusing %s: " .. fmt):format(r.dir, ...), 0) end
@@ -1390,19 +1401,24 @@ local function read_checkpoint(self, dir, models)
     or count_mismatch("data loaders", idx.dataloaders, #self._dataloaders)
     or count_mismatch("registered objects", idx.custom_objects, #self._custom_objects)
   if bad then refuse("%s", bad) end
-  local data = {models = {}, optimizers = {}, schedulers = {}, loaders = {}, custom = {}}
+  local data = {models = {}, optimizers = {}, schedulers = {}, loaders = {}, custom = {}, sharded = sharded_plans}
   for i, m in ipairs(models) do
-    local current = checkpoint.fingerprint(self:get_state_dict(m))
+    local sharded = shard_ckpt.involved(idx.models[i], m) -- [sharded checkpoints]
+    local current = sharded and shard_ckpt.fingerprint(m) or checkpoint.fingerprint(self:get_state_dict(m))
     local entry = idx.models[i]
     if type(entry) ~= "table" or type(entry.fingerprint) ~= "table" then
       refuse("%s is corrupted (no fingerprint for model %d)", checkpoint.INDEX, i)
     end
     local diff = checkpoint.compare_fingerprints(entry.fingerprint, current)
     if diff then refuse("it is a checkpoint of another model (model %d: %s)", i, diff) end
-    local sd = r:tensors(numbered("model", i, ".safetensors"))
-    diff = checkpoint.compare_fingerprints(checkpoint.fingerprint(sd), current)
-    if diff then refuse("%s does not match model %d: %s", numbered("model", i, ".safetensors"), i, diff) end
-    data.models[i] = sd
+    if sharded then -- [sharded checkpoints] files, headers and pieces checked here, read when applied
+      data.sharded[i] = shard_ckpt.plan(self, r, entry, m, refuse, i, numbered("model", i, ".safetensors"))
+    else
+      local sd = r:tensors(numbered("model", i, ".safetensors"))
+      diff = checkpoint.compare_fingerprints(checkpoint.fingerprint(sd), current)
+      if diff then refuse("%s does not match model %d: %s", numbered("model", i, ".safetensors"), i, diff) end
+      data.models[i] = sd
+    end
   end
   for i, opt in ipairs(self._optimizers) do
     local s = r:packed(numbered("optimizer", i))
@@ -1410,6 +1426,7 @@ local function read_checkpoint(self, dir, models)
     if diff then refuse("%s.json does not fit optimizer %d: %s", numbered("optimizer", i), i, diff) end
     data.optimizers[i] = s
   end
+  shard_ckpt.take_optimizer_states(self, data) -- [sharded checkpoints] an engine's optimizer state goes to the engine
   for i = 1, #self._schedulers do data.schedulers[i] = r:packed(numbered("scheduler", i)) end
   for i = 1, #self._dataloaders do
     local file = numbered("dataloader", i, ".json")
@@ -1464,10 +1481,17 @@ function Accelerator:load_state(input_dir)
   local models = {}
   for i, m in ipairs(self._models) do models[i] = m end
   run_hooks(self._load_state_pre_hooks, models, input_dir)
-  local ok, data, dir = pcall(read_checkpoint, self, input_dir, models)
-  if not ok then raise("%s", tostring(data)) end
-  for i, m in ipairs(models) do self:unwrap_model(m):load_state_dict(data.models[i]) end
+  local sharded_plans = {}
+  local ok, data, dir = pcall(read_checkpoint, self, input_dir, models, sharded_plans)
+  if not ok then
+    shard_ckpt.close_plans(sharded_plans) -- [sharded checkpoints] files opened by the checks
+    raise("%s", tostring(data))
+  end
+  for i, m in ipairs(models) do
+    if data.models[i] then self:unwrap_model(m):load_state_dict(data.models[i]) end
+  end
   for i, opt in ipairs(self._optimizers) do opt:load_state_dict(data.optimizers[i]) end
+  shard_ckpt.apply(self, data.sharded) -- [sharded checkpoints] one tensor at a time, after the optimizers' groups
   for i, s in ipairs(self._schedulers) do s:load_state_dict(data.schedulers[i]) end
   for i, l in ipairs(self._dataloaders) do l:load_state_dict(data.loaders[i]) end
   for i, obj in ipairs(self._custom_objects) do call_either(obj, "load_state_dict", data.custom[i]) end

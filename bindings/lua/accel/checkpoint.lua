@@ -244,37 +244,43 @@ end
 
 -- ---------------------------------------------------------------- save_model
 
--- Writes state (name -> tensor; names in `order`) as dir/model.safetensors,
--- or as model-0000i-of-0000N.safetensors shards of at most max_bytes each
--- plus model.safetensors.index.json when it does not fit in one. A tensor
--- larger than max_bytes gets a shard of its own. Stale weight files of an
--- earlier save_model in dir are removed.
-function M.save_model(state, order, dir, max_bytes)
-  C.mkdirs(dir)
+-- The files of a save_model: names (in `order`) grouped into shards of at
+-- most max_bytes each (a tensor larger than that gets one of its own);
+-- bytes_of(name) gives a tensor's size. -> {{names...}, ...}, total bytes.
+function M.plan_model_files(order, bytes_of, max_bytes)
   local shards, current, current_size, total = {}, {}, 0, 0
   for _, name in ipairs(order) do
-    local t = state[name]
-    local bytes = t:numel() * t:element_size()
-    if current_size + bytes > max_bytes and next(current) ~= nil then
+    local bytes = bytes_of(name)
+    if current_size + bytes > max_bytes and #current > 0 then
       shards[#shards + 1] = current
       current, current_size = {}, 0
     end
-    current[name] = t
+    current[#current + 1] = name
     current_size = current_size + bytes
     total = total + bytes
   end
-  if next(current) ~= nil or #shards == 0 then shards[#shards + 1] = current end
+  if #current > 0 or #shards == 0 then shards[#shards + 1] = current end
+  return shards, total
+end
+
+-- The file name of shard i of n.
+function M.model_file(i, n)
+  if n == 1 then return "model.safetensors" end
+  return ("model-%05d-of-%05d.safetensors"):format(i, n)
+end
+
+-- After the weight files of a save_model are written: the index (more than
+-- one file), and stale weight files of an earlier save_model in dir removed.
+function M.finish_model_dir(dir, shards, total)
   local keep = {}
   if #shards == 1 then
     keep["model.safetensors"] = true
-    accel.save(shards[1], join(dir, "model.safetensors"), {format = "pt"})
   else
     local weight_map = {}
-    for i, shard in ipairs(shards) do
-      local file = ("model-%05d-of-%05d.safetensors"):format(i, #shards)
+    for i, names in ipairs(shards) do
+      local file = M.model_file(i, #shards)
       keep[file] = true
-      accel.save(shard, join(dir, file), {format = "pt"})
-      for name in pairs(shard) do weight_map[name] = file end
+      for _, name in ipairs(names) do weight_map[name] = file end
     end
     keep["model.safetensors.index.json"] = true
     C.fs_write(join(dir, "model.safetensors.index.json"),
@@ -285,6 +291,25 @@ function M.save_model(state, order, dir, max_bytes)
       or f:find("^model%-%d+%-of%-%d+%.safetensors$")
     if stale and not keep[f] then os.remove(join(dir, f)) end
   end
+end
+
+-- Writes state (name -> tensor; names in `order`) as dir/model.safetensors,
+-- or as model-0000i-of-0000N.safetensors shards of at most max_bytes each
+-- plus model.safetensors.index.json when it does not fit in one (see
+-- plan_model_files). Stale weight files of an earlier save_model in dir are
+-- removed.
+function M.save_model(state, order, dir, max_bytes)
+  C.mkdirs(dir)
+  local shards, total = M.plan_model_files(order, function(name)
+    local t = state[name]
+    return t:numel() * t:element_size()
+  end, max_bytes)
+  for i, names in ipairs(shards) do
+    local part = {}
+    for _, name in ipairs(names) do part[name] = state[name] end
+    accel.save(part, join(dir, M.model_file(i, #shards)), {format = "pt"})
+  end
+  M.finish_model_dir(dir, shards, total)
   return #shards
 end
 
@@ -463,10 +488,8 @@ end
 
 -- ---------------------------------------------------------------- fingerprints
 
-local function shape_str(t)
-  local dims = {}
-  for i = 1, t:dim() do dims[i] = tostring(t:size(i)) end
-  return "[" .. table.concat(dims, ",") .. "]"
+local function shape_str(t) -- (.shape stays readable on a parameter a sharding engine released)
+  return "[" .. table.concat(t.shape, ",") .. "]"
 end
 
 -- A model's identity for load_state: "name dtype [shape]" of every state

@@ -1,0 +1,722 @@
+-- accel.shard_checkpoint: checkpoints of models held by a sharding engine
+-- (accel.shard; user guide: docs/sharded-checkpoints.md). Called by the
+-- Accelerator's save_state / load_state / save_model / get_state_dict for a
+-- prepared model with an open engine (accel.shard.engine_of(model)), and by
+-- `accel-lua merge-weights`.
+--
+-- Folder layout (inside save_state's atomic folder, next to the usual
+-- files): for model i (base "model", "model_1", ...) every rank r writes
+--   <base>_shard_<r>.safetensors       its pieces of the float32 master
+--                                      parameters, one 1-D tensor per
+--                                      parameter it holds a part of, named
+--                                      after the parameter; rank 0 also puts
+--                                      the replicated entries (buffers,
+--                                      frozen parameters) there in full
+--   <optimizer base>_shard_<r>.safetensors   the same pieces of every
+--                                      optimizer state, "<param>.<state>"
+-- and rank 0 records the layout in checkpoint_index.json (written last,
+-- with every file's size and crc32) as models[i].sharded:
+--   {world, stage, files = [...], replicated = [...], aliases = {alias = name},
+--    params = [{name, shape, pieces = [[rank, begin, len], ...]}],
+--    optimizer = {index, files = [...], state_names = [...], steps = {name = n}}}
+-- (begin/len in elements of the flattened parameter; the pieces of one
+-- parameter cover it exactly once; the states share the parameter's pieces).
+--
+-- Loading reads, one tensor at a time, only the pieces of each parameter /
+-- state this rank needs (a ranged read of the saved files, never a whole
+-- file), builds that one tensor and hands it to the engine
+-- (load_full_state_dict / load_full_optim_state, through tables that build
+-- each entry when it is asked for), so a checkpoint saved on any number of
+-- ranks at any stage loads on any other, into a run without sharding, and an
+-- unsharded checkpoint into a sharded run. Every file, header, piece and
+-- shape is checked before anything changes (plan), then applied (apply).
+--
+-- Decisions: the optimizer's own optimizer.json (param_groups: lr, betas...,
+-- what schedulers change) is written as without sharding, with an empty
+-- state; a run without sharding gets its optimizer state built in full (its
+-- optimizer holds it in full anyway). save_model under an engine gathers one
+-- tensor at a time into a file written incrementally (accel._C.st_writer),
+-- so rank 0 never holds more than one full tensor beyond the model's shards.
+local accel = require("accel")
+local json = require("accel.json")
+local shard = require("accel.shard")
+local checkpoint = require("accel.checkpoint")
+local raise = require("accel.nn.module").raise
+local C = accel._C
+
+local M = {}
+
+local join = checkpoint.join
+
+function M.engine_of(model) return shard.engine_of(model) end
+
+function M.shard_file(base, rank) return ("%s_shard_%d.safetensors"):format(base, rank) end
+
+local function numel_of(shape)
+  local n = 1
+  for _, d in ipairs(shape) do n = n * d end
+  return n
+end
+
+local function copy_list(t)
+  local out = json.array()
+  for i, v in ipairs(t) do out[i] = v end
+  return out
+end
+
+local DTYPE_BYTES = {F32 = 4, F64 = 8, BF16 = 2, F16 = 2, F8_E4M3 = 1, F8_E5M2 = 1, I64 = 8, I32 = 4, U8 = 1, BOOL = 1}
+
+-- The safetensors tag of a tensor's dtype ("F32", ...).
+local TAGS = {float32 = "F32", float64 = "F64", bfloat16 = "BF16", float16 = "F16", float8_e4m3fn = "F8_E4M3",
+  float8_e5m2 = "F8_E5M2", int64 = "I64", int32 = "I32", uint8 = "U8", bool = "BOOL"}
+local function tag_of(t) return TAGS[(tostring(t.dtype):gsub("^accel%.", ""))] end
+
+-- ---------------------------------------------------------------- the model's entries
+
+-- The model's state_dict entries (no data read: works while stage 3 has
+-- released the parameters): order, {name = tensor}, and for the engine's
+-- parameters name -> position in eng.names (an alias of a tied parameter
+-- maps to its engine name in aliases).
+local function entries(model, eng)
+  local order = model:state_dict_keys()
+  local sd = model:state_dict({keep_vars = true})
+  local pos, by_tensor, aliases, replicated = {}, {}, {}, {}
+  if eng then
+    for i, name in ipairs(eng.names) do
+      pos[name] = i
+      by_tensor[eng.params[i]] = name
+    end
+  end
+  for _, name in ipairs(order) do
+    local owner = by_tensor[sd[name]]
+    if owner and owner ~= name then aliases[name] = owner
+    elseif not owner then replicated[#replicated + 1] = name end
+  end
+  return {order = order, sd = sd, pos = pos, aliases = aliases, replicated = replicated}
+end
+
+-- load_state's model identity ("name dtype [shape]" of every state entry,
+-- sorted), from the tensors' metadata only (released parameters included).
+function M.fingerprint(model) return checkpoint.fingerprint(model:state_dict({keep_vars = true})) end
+
+-- ---------------------------------------------------------------- save_state
+
+-- This rank's shard files for model `eng.model` (bases: the model's and its
+-- optimizer's file names without extension; optim_base nil: no optimizer
+-- prepared for it) -> the layout for the index (the same on every rank).
+function M.write_shards(w, eng, model_base, optim_base, optim_index)
+  local ss = eng:shard_state()
+  local e = entries(eng.model, eng)
+  local params, pieces = json.array(), {}
+  for i, name in ipairs(eng.names) do
+    pieces[name] = json.array()
+    params[i] = {name = name, shape = copy_list(eng.params[i].shape), pieces = pieces[name]}
+  end
+  local mine, mine_state = {}, {}
+  for _, x in ipairs(ss.index) do
+    if x.state == "param" then
+      local list = pieces[x.param]
+      list[#list + 1] = json.array({x.rank, x.begin, x.len})
+    end
+    local t = x.rank == ss.rank and ss.tensors[("unit%d.%s"):format(x.unit, x.state)] or nil
+    if t and x.state == "param" then mine[x.param] = t:narrow(1, x.at + 1, x.len)
+    elseif t then mine_state[x.param .. "." .. x.state] = t:narrow(1, x.at + 1, x.len) end
+  end
+  if ss.rank == 0 then
+    for _, name in ipairs(e.replicated) do mine[name] = e.sd[name]:detach() end
+  end
+  local files = json.array()
+  for r = 0, ss.world - 1 do files[r + 1] = M.shard_file(model_base, r) end
+  w:tensors(files[ss.rank + 1], mine)
+  local layout = {world = ss.world, stage = ss.stage, files = files, params = params,
+    replicated = copy_list(e.replicated), aliases = e.aliases}
+  if optim_base and #ss.state_names > 0 then
+    local ofiles = json.array()
+    for r = 0, ss.world - 1 do ofiles[r + 1] = M.shard_file(optim_base, r) end
+    w:tensors(ofiles[ss.rank + 1], mine_state)
+    layout.optimizer = {index = optim_index, files = ofiles, state_names = copy_list(ss.state_names), steps = ss.steps}
+  end
+  return layout
+end
+
+-- What save_state puts in `weights` (the list its pre-hooks see) for a
+-- model held by an engine: a marker, since the full weights are never
+-- gathered; the shards are written by save_all.
+local Marker = {__name = "ShardedWeights"}
+function M.weights_marker(model) return setmetatable({model = model, eng = M.engine_of(model)}, Marker) end
+function M.is_marker(x) return getmetatable(x) == Marker end
+
+local optimizer_for
+
+-- Every rank: the shard files of each marked model (weights[i]) -> {i = layout}.
+function M.save_all(self, w, weights, numbered)
+  local layouts = {}
+  for i, sd in ipairs(weights) do
+    if M.is_marker(sd) then
+      local k = optimizer_for(self, sd.model, sd.eng)
+      layouts[i] = M.write_shards(w, sd.eng, numbered("model", i), k and numbered("optimizer", k), k)
+    end
+  end
+  return layouts
+end
+
+-- The index's models[i] of the sharded models get their layout (and no whole file).
+function M.annotate(idx, layouts)
+  for i, layout in pairs(layouts) do
+    idx.models[i].sharded = layout
+    idx.models[i].file = nil
+  end
+  return idx
+end
+
+-- ---------------------------------------------------------------- sources
+
+-- A source gives, for a parameter name, the elements [lo, hi) of the full
+-- parameter (which = "param") or of one of its optimizer states, written
+-- into a flat float32 tensor; replicated(name) a replicated entry in full.
+
+local Sharded = {}
+Sharded.__index = Sharded
+
+local function open_cached(self, file)
+  local f = self.open[file]
+  if not f then
+    f = C.st_open(join(self.dir, file))
+    self.open[file] = f
+  end
+  return f
+end
+
+function Sharded:fill(name, which, lo, hi, flat)
+  local p = self.params[name]
+  local files = which == "param" and self.layout.files or self.layout.optimizer.files
+  local key = which == "param" and name or name .. "." .. which
+  for _, pc in ipairs(p.pieces) do
+    local rank, b, len = pc[1], pc[2], pc[3]
+    local from, to = math.max(lo, b), math.min(hi, b + len)
+    if to > from then
+      local piece = open_cached(self, files[rank + 1]):read(key, from - b, to - from)
+      flat:narrow(1, from + 1, to - from):copy_(piece)
+    end
+  end
+end
+
+function Sharded:replicated(name) return open_cached(self, self.layout.files[1]):read(name) end
+function Sharded:has_states() return self.layout.optimizer ~= nil end
+function Sharded:step(name) return self.layout.optimizer.steps[name] or 0 end
+function Sharded:state_names() return self.layout.optimizer and self.layout.optimizer.state_names or {} end
+
+function Sharded:close()
+  for _, f in pairs(self.open) do f:close() end
+  self.open = {}
+end
+
+-- A checkpoint saved without sharding: model.safetensors read one tensor at
+-- a time; the optimizer state from its optimizer files (state by position).
+local Dense = {}
+Dense.__index = Dense
+
+function Dense:fill(name, which, lo, hi, flat)
+  if which == "param" then
+    flat:narrow(1, lo + 1, hi - lo):copy_(self.file:read(name, lo, hi - lo))
+  else
+    local t = self.states[name][which]
+    flat:narrow(1, lo + 1, hi - lo):copy_(t:reshape(-1):narrow(1, lo + 1, hi - lo))
+  end
+end
+
+function Dense:replicated(name) return self.file:read(name) end
+function Dense:has_states() return next(self.states) ~= nil end
+function Dense:step(name) return self.states[name] and self.states[name].step or 0 end
+
+function Dense:state_names()
+  local seen, out = {}, {}
+  for _, st in pairs(self.states) do
+    for k, v in pairs(st) do
+      if accel.is_tensor(v) and not seen[k] then
+        seen[k] = true
+        out[#out + 1] = k
+      end
+    end
+  end
+  table.sort(out)
+  return out
+end
+
+function Dense:close()
+  if self.file then self.file:close() end
+  self.file = nil
+end
+
+-- ---------------------------------------------------------------- checks (load_state, before any change)
+
+local OPTIM_STATES = {SGD = {momentum_buffer = true},
+  Adam = {exp_avg = true, exp_avg_sq = true, max_exp_avg_sq = true}}
+OPTIM_STATES.AdamW = OPTIM_STATES.Adam
+
+local function optimizer_states_of(opt)
+  local raw = opt.optimizer or opt
+  for name, cls in pairs({SGD = accel.optim.SGD, Adam = accel.optim.Adam, AdamW = accel.optim.AdamW}) do
+    if getmetatable(raw) == cls then return OPTIM_STATES[name], name end
+  end
+  return nil
+end
+
+-- Every file of the layout present, every piece in its file with the
+-- right dtype and length; refuse(fmt, ...) raises.
+local function check_files(r, layout, refuse)
+  local function check(files, key_of, what)
+    local want = {}
+    for rank = 0, layout.world - 1 do want[rank] = {} end
+    for _, p in ipairs(layout.params) do
+      for _, pc in ipairs(p.pieces) do
+        for _, key in ipairs(key_of(p)) do want[pc[1]][key] = pc[3] end
+      end
+    end
+    for rank = 0, layout.world - 1 do
+      local file = files[rank + 1]
+      if type(file) ~= "string" or not r:has(file) then
+        refuse("%s is missing: the checkpoint was saved on %d processes and rank %d's %s shard is not there",
+          tostring(file), layout.world, rank, what)
+      end
+      local ok, f = pcall(C.st_open, join(r.dir, file))
+      if not ok then refuse("%s cannot be read: %s", file, tostring(f)) end
+      local have = {}
+      for _, e in ipairs(f:entries()) do have[e.name] = e end
+      f:close()
+      for key, len in pairs(want[rank]) do
+        local e = have[key]
+        if not e or e.dtype ~= "F32" or #e.shape ~= 1 or e.shape[1] ~= len then
+          refuse("%s does not hold %s as %d float32 elements (the index says rank %d holds them)", file, key, len, rank)
+        end
+      end
+    end
+  end
+  if type(layout.world) ~= "number" or type(layout.files) ~= "table" or type(layout.params) ~= "table" then
+    refuse("%s is corrupted (bad shard layout)", checkpoint.INDEX)
+  end
+  check(layout.files, function(p) return {p.name} end, "parameter")
+  local o = layout.optimizer
+  if o then
+    check(o.files, function(p)
+      local keys = {}
+      for i, s in ipairs(o.state_names) do keys[i] = p.name .. "." .. s end
+      return keys
+    end, "optimizer")
+  end
+end
+
+-- The optimizer (prepared position k) that steps this model's parameters.
+optimizer_for = function(self, model, eng)
+  local raw = eng and eng.optimizer
+  local first = model:parameters()[1]
+  for k, opt in ipairs(self._optimizers) do
+    local o = opt.optimizer or opt
+    if raw and rawequal(o, raw) then return k, opt end
+    if not raw then
+      for _, g in ipairs(o.param_groups) do
+        for _, p in ipairs(g.params) do
+          if rawequal(p, first) then return k, opt end
+        end
+      end
+    end
+  end
+  return nil
+end
+
+-- {param = id}: the 1-based position of each parameter across the
+-- optimizer's groups (the keys of its state_dict's state).
+local function param_ids(opt)
+  local by_id, n = {}, 0
+  for _, g in ipairs((opt.optimizer or opt).param_groups) do
+    for _, p in ipairs(g.params) do
+      if by_id[p] == nil then
+        n = n + 1
+        by_id[p] = n
+      end
+    end
+  end
+  return by_id
+end
+
+-- {name = {step, state = tensor}} of a full optimizer state_dict.
+local function states_by_name(saved, opt, names_of)
+  local out = {}
+  for p, id in pairs(param_ids(opt)) do
+    local st = saved.state[id] or saved.state[tostring(id)]
+    if st and names_of[p] then out[names_of[p]] = st end
+  end
+  return out
+end
+
+local function names_of_params(model)
+  local out = {}
+  for name, p in model:named_parameters() do out[p] = out[p] or name end
+  return out
+end
+
+-- Does model i take part (a sharded checkpoint entry, or a model with an engine)?
+function M.involved(entry, model)
+  return type(entry) == "table" and entry.sharded ~= nil or M.engine_of(model) ~= nil
+end
+
+-- Everything load_state needs for model i, checked: -> plan (its open
+-- files are closed by apply or close_plans). dense_file: the model's file
+-- in an unsharded checkpoint.
+function M.plan(self, r, entry, model, refuse, model_index, dense_file)
+  local eng = M.engine_of(model)
+  local e = entries(model, eng)
+  local plan = {model = model, eng = eng, e = e}
+  local layout = entry.sharded
+  if layout then
+    check_files(r, layout, refuse)
+    local params = {}
+    for _, p in ipairs(layout.params) do params[p.name] = p end
+    plan.src = setmetatable({dir = r.dir, layout = layout, params = params, open = {}}, Sharded)
+    if layout.optimizer then
+      local k = layout.optimizer.index
+      local mine = optimizer_for(self, model, eng)
+      if mine == nil or k ~= mine then
+        refuse("the optimizer state of model %d was saved with optimizer %s; this Accelerator prepared its optimizer "
+          .. "as number %s", model_index or 1, tostring(k), tostring(mine))
+      end
+      local allowed, kind = optimizer_states_of(self._optimizers[k])
+      for _, s in ipairs(layout.optimizer.state_names) do
+        if allowed and not allowed[s] then
+          refuse("%s holds optimizer state %q, which %s does not keep", layout.optimizer.files[1], s, kind)
+        end
+      end
+      plan.optimizer = k
+    end
+  else
+    local path = r:require(dense_file)
+    local ok, f = pcall(C.st_open, path)
+    if not ok then refuse("%s cannot be read: %s", dense_file, tostring(f)) end
+    plan.src = setmetatable({file = f, states = {}}, Dense)
+    local have = {}
+    for _, x in ipairs(f:entries()) do have[x.name] = x end
+    for _, name in ipairs(e.order) do
+      local x, t = have[name], e.sd[name]
+      if not x or table.concat(x.shape, ",") ~= table.concat(t.shape, ",") or x.dtype ~= tag_of(t) then
+        refuse("%s does not match model %d: %s is %s", dense_file, model_index or 1, name,
+          x and (x.dtype .. " [" .. table.concat(x.shape, ",") .. "]") or "missing")
+      end
+    end
+  end
+  return plan
+end
+
+-- After load_state read the optimizers (data.optimizers[k], full
+-- state_dicts): the state of an optimizer whose model is held by an engine
+-- moves into that model's plan (the optimizer itself keeps an empty state).
+function M.take_optimizer_states(self, data)
+  for _, plan in pairs(data.sharded) do
+    local k = plan.eng and optimizer_for(self, plan.model, plan.eng)
+    if getmetatable(plan.src) == Dense and k and data.optimizers[k] then
+      plan.src.states = states_by_name(data.optimizers[k], self._optimizers[k], names_of_params(plan.model))
+      data.optimizers[k] = {state = {}, param_groups = data.optimizers[k].param_groups}
+      plan.optimizer = k
+    end
+  end
+end
+
+-- ---------------------------------------------------------------- apply
+
+-- Per parameter i: the range [lo, hi) of its elements this rank keeps in
+-- its shards, and full = true when it must be given in full (stages 1-2
+-- keep every parameter in full; a stage 3 unit that is gathered right now
+-- gets the full tensor copied in too).
+local function ranges(eng)
+  local c = eng:_live()
+  local out, rank = {}, c:info().rank
+  for u, unit in ipairs(eng:units()) do
+    local whole = eng.stage ~= 3 or c:gathered(u)
+    for k, i in ipairs(unit.params) do
+      local n = numel_of(eng.params[i].shape)
+      local off = unit.offsets[k]
+      local lo = math.min(n, math.max(0, rank * unit.shard - off))
+      local hi = math.max(lo, math.min(n, (rank + 1) * unit.shard - off))
+      out[i] = {lo = lo, hi = hi, n = n, full = whole}
+    end
+  end
+  return out
+end
+
+-- One full-shaped float32 tensor with elements [lo, hi) from the source
+-- (the rest zero); the previous one is collected first, so only one is live.
+local function build(src, name, which, shape, lo, hi)
+  collectgarbage()
+  local t = accel.zeros(shape)
+  if hi > lo then src:fill(name, which, lo, hi, t:view(-1)) end
+  return t
+end
+
+local function lazy(fn) return setmetatable({}, {__index = function(_, k) return fn(k) end}) end
+
+local function apply_engine(plan)
+  local eng, src, e = plan.eng, plan.src, plan.e
+  local range = ranges(eng)
+  local replicated = {}
+  for _, name in ipairs(e.replicated) do replicated[name] = true end
+  eng:load_full_state_dict(lazy(function(name)
+    local i = e.pos[name]
+    if i then
+      local g = range[i]
+      return build(src, name, "param", eng.params[i].shape, g.full and 0 or g.lo, g.full and g.n or g.hi)
+    end
+    if replicated[name] then return src:replicated(name) end
+    return nil
+  end))
+  if not (plan.optimizer and src:has_states()) then return end
+  local have = {}
+  for _, s in ipairs(src:state_names()) do have[s] = true end
+  eng:load_full_optim_state(lazy(function(name)
+    local i = e.pos[name]
+    if not i then return nil end
+    local shape = eng.params[i].shape
+    return setmetatable({step = src:step(name)}, {__index = function(_, s)
+      if not have[s] then return nil end
+      return build(src, name, s, shape, range[i].lo, range[i].hi)
+    end})
+  end))
+end
+
+local function apply_plain(self, plan)
+  local src, e, model = plan.src, plan.e, plan.model
+  local params = {}
+  for name, p in model:named_parameters() do params[name] = p end
+  accel.no_grad(function()
+    for _, name in ipairs(e.order) do
+      local t = e.sd[name]
+      if e.aliases[name] == nil then
+        local v = src.params and src.params[name] and build(src, name, "param", t.shape, 0, numel_of(t.shape))
+          or src:replicated(name)
+        t:copy_(v)
+      end
+    end
+  end)
+  if not (plan.optimizer and src:has_states()) then return end
+  -- One parameter's state at a time through the optimizer's own
+  -- load_state_dict (which checks and copies it), collected into its state
+  -- table: never the whole optimizer state twice.
+  local raw = self._optimizers[plan.optimizer].optimizer or self._optimizers[plan.optimizer]
+  local groups = raw:state_dict().param_groups
+  local by_id, kept = param_ids(raw), {}
+  for name, p in pairs(params) do
+    local id = by_id[p]
+    if id and src.params[name] then
+      local st = {step = src:step(name)}
+      for _, s in ipairs(src:state_names()) do st[s] = build(src, name, s, p.shape, 0, numel_of(p.shape)) end
+      raw:load_state_dict({state = {[id] = st}, param_groups = groups})
+      kept[p] = raw.state[p]
+    end
+  end
+  raw.state = kept
+end
+
+-- Applies every plan (after the optimizers' own state_dicts are loaded).
+function M.apply(self, plans)
+  for _, plan in pairs(plans) do
+    local ok, err = pcall(function()
+      if plan.eng then apply_engine(plan) else apply_plain(self, plan) end
+    end)
+    plan.src:close()
+    if not ok then error(err, 0) end
+  end
+end
+
+function M.close_plans(plans)
+  for _, plan in pairs(plans) do plan.src:close() end
+end
+
+-- ---------------------------------------------------------------- full weights (save_model, get_state_dict)
+
+-- Parameter i of the engine in full (collective under stage 3).
+local function full_param(eng, i) return eng:_live():full_tensor(i, 0) end
+
+-- {name = full tensor} (gathered one tensor at a time; the whole model once).
+function M.full_state_dict(model)
+  local eng = M.engine_of(model)
+  local e = entries(model, eng)
+  eng:finalize()
+  local out = {}
+  for _, name in ipairs(e.order) do
+    local i = e.pos[e.aliases[name] or name]
+    out[name] = i and full_param(eng, i) or e.sd[name]:detach():clone()
+  end
+  return out
+end
+
+-- save_model for a model with an engine: the same files as
+-- checkpoint.save_model of the full state dict, each tensor gathered (every
+-- rank, same order) just before it is written by rank 0.
+function M.save_model(model, dir, max_bytes, main)
+  local eng = M.engine_of(model)
+  local e = entries(model, eng)
+  eng:finalize()
+  local function spec(name)
+    local i = e.pos[e.aliases[name] or name]
+    if i then return {dtype = "F32", shape = copy_list(eng.params[i].shape)} end
+    return e.sd[name]
+  end
+  local shards, total = checkpoint.plan_model_files(e.order, function(name)
+    local s = spec(name)
+    local tag = accel.is_tensor(s) and tag_of(s) or s.dtype
+    return numel_of(s.shape) * DTYPE_BYTES[tag]
+  end, max_bytes)
+  if main then C.mkdirs(dir) end
+  for k, names in ipairs(shards) do
+    local sorted = {}
+    for j, name in ipairs(names) do sorted[j] = name end
+    table.sort(sorted)
+    local w
+    if main then
+      local specs = {}
+      for _, name in ipairs(names) do specs[name] = spec(name) end
+      w = C.st_writer(join(dir, checkpoint.model_file(k, #shards)), specs, {format = "pt"})
+    end
+    local ok, err = pcall(function()
+      for j, name in ipairs(sorted) do
+        if w and w:names()[j] ~= name then raise("save_model: tensor order differs (%s)", name) end
+        collectgarbage()
+        local i = e.pos[e.aliases[name] or name]
+        local t = i and full_param(eng, i) or e.sd[name]:detach()
+        if w then w:put(t) end
+      end
+    end)
+    if not ok then
+      if w then w:abort() end
+      error(err, 0)
+    end
+    if w then w:finish() end
+  end
+  if main then checkpoint.finish_model_dir(dir, shards, total) end
+  return #shards
+end
+
+-- ---------------------------------------------------------------- merge-weights
+
+-- merge(ckpt, out): the full weights of a sharded save_state folder as one
+-- safetensors file (the names, order and bytes save_model writes for the
+-- same model without sharding), one tensor in memory at a time.
+function M.merge(ckpt, out, model_index)
+  local r = checkpoint.open(ckpt)
+  local i = model_index or 1
+  local entry = type(r.index.models) == "table" and r.index.models[i] or nil
+  if type(entry) ~= "table" then
+    error(("merge-weights: %s has no model %d in %s"):format(r.dir, i, checkpoint.INDEX), 0)
+  end
+  local layout = entry.sharded
+  if not layout then
+    error(("merge-weights: %s is not a sharded checkpoint (model %d is saved whole as %s; copy that file instead)")
+      :format(r.dir, i, tostring(entry.file)), 0)
+  end
+  local function refuse(fmt, ...) error(("merge-weights: refusing %s: " .. fmt):format(r.dir, ...), 0) end
+  check_files(r, layout, refuse)
+  local params = {}
+  for _, p in ipairs(layout.params) do params[p.name] = p end
+  local src = setmetatable({dir = r.dir, layout = layout, params = params, open = {}}, Sharded)
+  local first = C.st_open(join(r.dir, layout.files[1]))
+  local rep = {}
+  for _, e in ipairs(first:entries()) do rep[e.name] = e end
+  first:close()
+  local specs = {}
+  for _, p in ipairs(layout.params) do specs[p.name] = {dtype = "F32", shape = copy_list(p.shape)} end
+  for _, name in ipairs(layout.replicated or {}) do
+    if not rep[name] then refuse("%s does not hold %s", layout.files[1], name) end
+    specs[name] = {dtype = rep[name].dtype, shape = rep[name].shape}
+  end
+  for alias, name in pairs(layout.aliases or {}) do specs[alias] = specs[name] end
+  local ok, err = pcall(function()
+    local w = C.st_writer(out, specs, {format = "pt"})
+    local wrote_ok, werr = pcall(function()
+      for _, name in ipairs(w:names()) do
+        local p = params[(layout.aliases or {})[name] or name]
+        w:put(p and build(src, p.name, "param", p.shape, 0, numel_of(p.shape)) or src:replicated(name))
+      end
+    end)
+    if not wrote_ok then
+      w:abort()
+      error(werr, 0)
+    end
+    w:finish()
+  end)
+  src:close()
+  if not ok then error(("merge-weights: %s"):format(tostring(err)), 0) end
+  return out
+end
+
+-- The `accel-lua merge-weights` command line (host/cmd_merge.c) -> exit status.
+M.USAGE = [[usage: accel-lua merge-weights CHECKPOINT_DIR OUTPUT [--model N] [--remove_checkpoint_dir]
+
+Turns a save_state folder written under a sharding engine (ZeRO stages 1-3 /
+FSDP; one model_shard_<rank>.safetensors per rank) into one safetensors file
+of the full model weights: the names and bytes Accelerator:save_model writes
+for the same model without sharding. The folder is verified first (index,
+sizes, crc32), and one tensor at a time is held in memory.
+  OUTPUT                    a folder (created if needed) that gets model.safetensors,
+                            as accelerate merge-weights; a path ending in
+                            .safetensors is the file itself
+  --model N                 the N-th prepared model (default 1)
+  --remove_checkpoint_dir   remove CHECKPOINT_DIR after a successful merge
+  --unsafe_serialization    refused: only safetensors is written
+]]
+
+local function usage_error(fmt, ...)
+  io.stderr:write(("accel-lua merge-weights: " .. fmt .. "\n"):format(...))
+  io.stderr:write(M.USAGE)
+  return 2
+end
+
+-- args -> {ckpt, out, model, remove} or nil and the exit status.
+local function parse_merge_args(args)
+  local pos, o, k = {}, {model = 1}, 1
+  while k <= #args do
+    local a = args[k]
+    if a == "--model" then
+      o.model = tonumber(args[k + 1] or "")
+      if not o.model or o.model < 1 or o.model ~= math.floor(o.model) then
+        return nil, usage_error("--model needs a positive integer, got %s", tostring(args[k + 1]))
+      end
+      k = k + 1
+    elseif a == "--remove_checkpoint_dir" then
+      o.remove = true
+    elseif a == "--unsafe_serialization" then
+      return nil, usage_error("--unsafe_serialization is not supported: only safetensors is written")
+    elseif a:sub(1, 2) == "--" then
+      return nil, usage_error("unknown option %s", a)
+    else
+      pos[#pos + 1] = a
+    end
+    k = k + 1
+  end
+  if #pos ~= 2 then return nil, usage_error("expected CHECKPOINT_DIR and OUTPUT, got %d argument(s)", #pos) end
+  o.ckpt, o.out = pos[1], pos[2]
+  return o
+end
+
+function M.main(args)
+  if args[1] == "--help" or args[1] == "-h" then
+    io.stdout:write(M.USAGE)
+    return 0
+  end
+  local o, status = parse_merge_args(args)
+  if not o then return status end
+  local out = o.out
+  local ok, err = pcall(function()
+    if not out:find("%.safetensors$") then
+      C.mkdirs(out)
+      out = join(out, "model.safetensors")
+    end
+    M.merge(o.ckpt, out, o.model)
+  end)
+  if not ok then
+    io.stderr:write(("accel-lua %s\n"):format((tostring(err):gsub("^load_state: ", "merge-weights: "))))
+    return 1
+  end
+  if o.remove then C.fs_remove_tree(o.ckpt) end
+  io.stdout:write(("wrote %s\n"):format(out))
+  return 0
+end
+
+return M

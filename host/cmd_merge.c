@@ -1,0 +1,43 @@
+/* cmd_merge.c: `accel-lua merge-weights CHECKPOINT_DIR OUTPUT [--model N]`:
+ * the full model weights of a sharded save_state folder as one safetensors
+ * file. The work is Lua (accel.shard_checkpoint.main, which also prints
+ * the usage for --help); this file runs it in a fresh state and returns
+ * its exit status. */
+#include <lauxlib.h>
+#include <lualib.h>
+
+#include "host/host.h"
+#include "host/subcommands.h"
+
+/* Lua side: require the module and call main(args) -> exit status. */
+static int run_merge(lua_State *L) {
+    int argc = (int)lua_tointeger(L, 1);
+    char **argv = lua_touserdata(L, 2);
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "accel.shard_checkpoint");
+    lua_call(L, 1, 1);
+    lua_getfield(L, -1, "main");
+    lua_createtable(L, argc, 0);
+    for (int i = 1; i < argc; i++) {
+        lua_pushstring(L, argv[i]);
+        lua_rawseti(L, -2, i);
+    }
+    lua_call(L, 1, 1);
+    return 1;
+}
+
+int cmd_merge_weights(int argc, char **argv) {
+    lua_State *L = luaL_newstate();
+    if (L == NULL) {
+        fprintf(stderr, "accel-lua merge-weights: cannot create a Lua state (out of memory)\n");
+        return 1;
+    }
+    host_open_libs(L);
+    lua_pushcfunction(L, run_merge);
+    lua_pushinteger(L, argc);
+    lua_pushlightuserdata(L, argv);
+    int status = host_report(L, host_docall(L, 2, 1));
+    int rc = status == LUA_OK ? (int)lua_tointeger(L, -1) : 1;
+    lua_close(L);
+    return rc;
+}
