@@ -12,6 +12,7 @@ static const HostSubcommand subcommands[] = {
     {"config", "write the config file (questions, or `config default`)", cmd_config},
     {"env", "versions, CPU, MPI and the config in force", cmd_env},
     {"test", "a short end-to-end check on the configured setup", cmd_test},
+    {"estimate-memory", "per-rank memory of a training run (ZeRO stages, measured activations)", cmd_estimate_memory},
     {NULL, NULL, NULL},
 };
 

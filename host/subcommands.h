@@ -27,5 +27,6 @@ int cmd_launch(int argc, char **argv);
 int cmd_config(int argc, char **argv);
 int cmd_env(int argc, char **argv);
 int cmd_test(int argc, char **argv);
+int cmd_estimate_memory(int argc, char **argv);
 
 #endif
