@@ -190,7 +190,8 @@ end
 -- {model = module, batch = fn(B, T), loss = fn(model, batch), name, seq_len}
 local function gpt2_job(o)
   local gpt2 = accel.models.gpt2
-  local config = gpt2.GPT2Config(M.parse_model_args(o.model_args))
+  local ok, config = pcall(gpt2.GPT2Config, M.parse_model_args(o.model_args))
+  if not ok then usage("--model_args: %s", tostring(config)) end
   local T = o.seq_len or config.n_positions
   if T > config.n_positions then
     usage("--seq_len %d is longer than the model's n_positions (%d)", T, config.n_positions)
