@@ -54,12 +54,8 @@ static int protected_estimate(lua_State *L) {
 }
 
 int cmd_estimate_memory(int argc, char **argv) {
-    lua_State *L = luaL_newstate();
-    if (L == NULL) {
-        fprintf(stderr, "%s: cannot create a Lua state: not enough memory\n", WHO);
-        return EXIT_FAILURE;
-    }
-    lua_gc(L, LUA_GCSTOP, 0); /* restarted once the libraries are open */
+    lua_State *L = host_new_state(WHO);
+    if (L == NULL) return EXIT_FAILURE;
     lua_pushcfunction(L, protected_estimate);
     lua_pushinteger(L, argc);
     lua_pushlightuserdata(L, argv);

@@ -363,7 +363,7 @@ function M.measure(job, o, trainable)
     C.clear_grads(trainable)
     accel.reset_peak_memory_stats()
     local b = job.batch(o.batch_size)
-    local results = table.pack(job.loss(model, b)) -- kept through backward, as a loop's locals are
+    local results = {job.loss(model, b)} -- kept through backward, as a loop's locals are
     local loss = results[1]
     if not accel.is_tensor(loss) or loss:numel() ~= 1 or not loss.requires_grad then
       usage("%s: the loss must be a scalar tensor that requires grad, got %s", job.name,
@@ -470,7 +470,12 @@ local function report(job, o, s, r, act, machine)
       o.batch_size, job.seq_len and (", seq_len " .. job.seq_len) or ""))
   if job.detail then print("model: " .. job.detail) end
   local unit_sizes = {}
-  for i, u in ipairs(s.units) do unit_sizes[i] = ("%s%d"):format(u.root and "root " or "", u.numel) end
+  for _, u in ipairs(s.units) do
+    local label = ("%s%d"):format(u.root and "root " or "", u.numel)
+    local last = unit_sizes[#unit_sizes]
+    if last and last.label == label then last.n = last.n + 1 else unit_sizes[#unit_sizes + 1] = {label = label, n = 1} end
+  end
+  for i, g in ipairs(unit_sizes) do unit_sizes[i] = g.n > 1 and ("%d x %s"):format(g.n, g.label) or g.label end
   print(("P = %d trainable parameter elements (F = %d frozen); %d unit(s) of %s elements, padded to multiples of N = %d")
     :format(s.trainable, s.frozen, #s.units, table.concat(unit_sizes, ", "), o.num_processes))
   print(("measured on: %s, %d logical CPU(s), %d physical core(s), %d compute thread(s); float32 master weights%s")
