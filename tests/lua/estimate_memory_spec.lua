@@ -148,6 +148,7 @@ describe("estimate-memory", function()
   local TRAINING = {
     {stage = 0, processes = 1, mixed_precision = "no", train = single_process("no")},
     {stage = 0, processes = 1, mixed_precision = "bf16", train = single_process("bf16")},
+    {stage = 0, processes = 1, mixed_precision = "fp16", train = single_process("fp16")},
   }
   for _, c in ipairs(TRAINING) do
     it(("the total is within 10 %% of training's peak live bytes: stage %d, %d process(es), %s, AdamW, batch 8")
@@ -182,6 +183,15 @@ return {
     assert.are.equal(4 * P / 2, rows.parameters)
     assert.are.equal(4 * P / 2, rows["optimizer states"])
     assert.are.equal(4 * P, rows["gathered unit (transient)"])
+  end)
+
+  it("sizes are printed by Accelerate's convert_bytes rule (1024-based, Python's round(x, 2))", function()
+    local convert = require("accel.estimate_memory").convert_bytes
+    assert.are.equal("512 bytes", convert(512))
+    assert.are.equal("535.0 KB", convert(547840))      -- 535.0
+    assert.are.equal("1.04 MB", convert(1095680))      -- 1.0449...
+    assert.are.equal("1.5 GB", convert(1610612736))    -- 1.5
+    assert.are.equal("84.95 MB", convert(89076941))    -- 84.9500...
   end)
 
   it("--help lists the flags", function()
