@@ -8,20 +8,27 @@
 --     [--num_processes N] [--zero_stage 0-3] [--mixed_precision no|bf16|fp16]
 --     [--batch_size B] [--seq_len T] [--optimizer adamw|adam|sgd|sgd_momentum]
 --     [--offload_optimizer] [--wrap transformer_based_wrap|no_wrap] [--steps K]
+--     [--gc_phases P]
 --
 -- Where Accelerate's command multiplies the parameter bytes by fixed
 -- factors for "Training using Adam" at batch size 1, this one
 --  * computes the model state per rank (parameters, gradients, optimizer
 --    state) from the model's own parameter list and the layout of this
 --    runtime's sharding engine (DESIGN §4), and
---  * MEASURES the activations: K forward/backward passes of the full model
---    in this process at the per-rank batch size (default K = 3), each
---    started with the gradients freed as optimizer:zero_grad() frees them;
---    activations = the highest peak of live tensor bytes of passes 2..K
---    (accel.memory_stats()'s third value after reset_peak_memory_stats)
---    minus the parameter and gradient bytes. Pass 1 only warms up: from
---    pass 2 on, tensors of the previous pass that wait for Lua's garbage
---    collector are counted as they are in training.
+--  * MEASURES the activations: forward/backward passes of the full model
+--    in this process at the per-rank batch size, each started with the
+--    gradients freed as optimizer:zero_grad() frees them; activations = the
+--    highest peak of live tensor bytes (accel.memory_stats()'s third value
+--    after reset_peak_memory_stats) minus the parameter and gradient
+--    bytes. Tensors of the previous pass that wait for Lua's garbage
+--    collector count, as they do in training. Where the collector's full
+--    collections fall in a step (every 64 MiB of tensor bytes) decides
+--    whether the forward's dead tensors are freed before backward, and a
+--    training loop settles into one such phase, set by whatever else it
+--    allocates: the same model and batch can peak 25 % apart. So after a
+--    warm-up pass, --steps passes (default 3) run at each of --gc_phases
+--    (default 8) offsets of that cycle; the highest peak is reported (a
+--    bound for any loop) and the lowest settled one is printed below.
 --
 -- The per-rank formulas (P: trainable parameter elements; units u: the
 -- engine's flat buffers, each padded to pad_u = N * ceil(n_u / N) elements
@@ -84,7 +91,7 @@ end
 local FLAGS = {
   model = "string", model_args = "string", num_processes = "int", zero_stage = "int",
   mixed_precision = "string", batch_size = "int", seq_len = "int", optimizer = "string",
-  offload_optimizer = "bool", wrap = "string", steps = "int", help = "bool",
+  offload_optimizer = "bool", wrap = "string", steps = "int", gc_phases = "int", help = "bool",
 }
 local CHOICES = {
   mixed_precision = {no = true, bf16 = true, fp16 = true},
@@ -105,7 +112,7 @@ end
 -- argv list -> options table (defaults filled in).
 function M.parse_args(argv)
   local o = {num_processes = 1, zero_stage = 0, mixed_precision = "no", batch_size = 1, optimizer = "adamw",
-    wrap = "transformer_based_wrap", steps = 3, offload_optimizer = false}
+    wrap = "transformer_based_wrap", steps = 3, gc_phases = 8, offload_optimizer = false}
   local i = 1
   while i <= #argv do
     local a = argv[i]
@@ -159,7 +166,8 @@ function M.check_options(o)
   if o.num_processes < 1 then usage("--num_processes must be at least 1, got %d", o.num_processes) end
   if o.batch_size < 1 then usage("--batch_size must be at least 1, got %d", o.batch_size) end
   if o.seq_len ~= nil and o.seq_len < 1 then usage("--seq_len must be at least 1, got %d", o.seq_len) end
-  if o.steps < 2 then usage("--steps must be at least 2 (pass 1 only warms up), got %d", o.steps) end
+  if o.steps < 1 then usage("--steps must be at least 1, got %d", o.steps) end
+  if o.gc_phases < 1 then usage("--gc_phases must be at least 1, got %d", o.gc_phases) end
   if o.mixed_precision == "fp8" then
     usage("--mixed_precision fp8 needs the GPU backend, which this build does not have (no, bf16 or fp16)")
   end
@@ -346,38 +354,57 @@ end
 
 -- ---------------------------------------------------------------- measuring
 
--- Highest peak of live tensor bytes over passes 2..steps of
--- clear grads / batch / forward / loss / backward, minus parameters and
--- gradients. Returns activations, measured peak.
+-- Lua's full collections come every 64 MiB of tensor bytes pushed
+-- (GC_FULL_MIN in bindings/lua_util.c), and where they fall in a step
+-- decides whether the forward's dead tensors are gone before backward.
+local GC_CYCLE = 64 * 1048576
+
+-- One pass: free the gradients (as optimizer:zero_grad() does), push
+-- `offset` bytes through the GC accounting, then batch / forward / loss /
+-- backward. Returns the pass's peak of live tensor bytes.
+local function one_pass(job, o, scaler, trainable, offset)
+  accel._C.clear_grads(trainable)
+  if offset > 0 then accel.empty(math.floor(offset / 4)):free() end
+  accel.reset_peak_memory_stats()
+  local b = job.batch(o.batch_size)
+  local results = {job.loss(job.model, b)} -- kept through backward, as a loop's locals are
+  local loss = results[1]
+  if not accel.is_tensor(loss) or loss:numel() ~= 1 or not loss.requires_grad then
+    usage("%s: the loss must be a scalar tensor that requires grad, got %s", job.name,
+      accel.is_tensor(loss) and ("a tensor of shape " .. tostring(loss.shape)) or type(loss))
+  end
+  if scaler then loss = scaler:scale_loss(loss) end
+  loss:backward()
+  return (select(3, accel.memory_stats()))
+end
+
+-- Activations: one warm-up pass, then --steps passes at each of
+-- --gc_phases offsets of the collector's cycle (a training loop settles
+-- into one phase, fixed by what else it allocates); the highest peak, and
+-- the lowest settled one (last pass of a phase), each minus the bytes of
+-- the parameters and their gradients.
 function M.measure(job, o, trainable)
-  local model, C = job.model, accel._C
-  local dtype = amp.dtype_of(o.mixed_precision)
-  amp.patch_forward(model, dtype)
+  local model = job.model
+  amp.patch_forward(model, amp.dtype_of(o.mixed_precision))
   model:train()
   local scaler = o.mixed_precision == "fp16" and amp.GradScaler() or nil
-  local state_bytes = 0
-  for _, p in ipairs(model:parameters()) do state_bytes = state_bytes + p:numel() * p:element_size() end
-  for _, p in ipairs(trainable) do state_bytes = state_bytes + p:numel() * p:element_size() end
-  local highest = 0
-  for pass = 1, o.steps do
-    C.clear_grads(trainable)
-    accel.reset_peak_memory_stats()
-    local b = job.batch(o.batch_size)
-    local results = {job.loss(model, b)} -- kept through backward, as a loop's locals are
-    local loss = results[1]
-    if not accel.is_tensor(loss) or loss:numel() ~= 1 or not loss.requires_grad then
-      usage("%s: the loss must be a scalar tensor that requires grad, got %s", job.name,
-        accel.is_tensor(loss) and ("a tensor of shape " .. tostring(loss.shape)) or type(loss))
+  local state = 0
+  for _, p in ipairs(model:parameters()) do state = state + p:numel() * p:element_size() end
+  for _, p in ipairs(trainable) do state = state + p:numel() * p:element_size() end
+  one_pass(job, o, scaler, trainable, 0)
+  local highest, lowest = 0, math.huge
+  for phase = 0, o.gc_phases - 1 do
+    local peak
+    for _ = 1, o.steps do
+      peak = one_pass(job, o, scaler, trainable, phase * GC_CYCLE / o.gc_phases)
+      highest = math.max(highest, peak)
     end
-    if scaler then loss = scaler:scale_loss(loss) end
-    loss:backward()
-    local peak = select(3, accel.memory_stats())
-    results, loss, b = nil, nil, nil
-    if pass >= 2 and peak > highest then highest = peak end
+    lowest = math.min(lowest, peak)
   end
-  C.clear_grads(trainable)
+  accel._C.clear_grads(trainable)
   amp.unpatch_forward(model)
-  return math.max(highest - state_bytes, 0), highest
+  local function net(b) return math.max(b - state, 0) end
+  return {highest = net(highest), lowest = net(lowest)}
 end
 
 -- ---------------------------------------------------------------- output
@@ -457,7 +484,7 @@ local function report(job, o, s, r, act, machine)
   }
   if r.gathered then rows[#rows + 1] = {"gathered unit (transient)", r.gathered, r.f.gathered} end
   if r.grad_bucket then rows[#rows + 1] = {"gradient buffer (transient)", r.grad_bucket, r.f.grad_bucket} end
-  rows[#rows + 1] = {"activations (measured)", act, ("peak of passes 2..%d - params - grads"):format(o.steps)}
+  rows[#rows + 1] = {"activations (measured)", act.highest, "highest peak - params - grads"}
   local total = 0
   for _, row in ipairs(rows) do total = total + row[2] end
   rows[#rows + 1] = {"total", total, "sum of the rows above"}
@@ -481,6 +508,9 @@ local function report(job, o, s, r, act, machine)
   print(("measured on: %s, %d logical CPU(s), %d physical core(s), %d compute thread(s); float32 master weights%s")
     :format(machine.cpu or "unknown CPU", machine.logical_cpus or 0, machine.physical_cores or 0, accel.num_threads(),
       o.mixed_precision ~= "no" and (", " .. o.mixed_precision .. " autocast (GEMM operands cast on the fly)") or ""))
+  print(("activations: the highest peak of %d pass(es) at each of %d phase(s) of Lua's garbage collector, after "
+    .. "a warm-up pass; the lowest settled phase needs %s (a training loop settles into one phase, depending on "
+    .. "what else it allocates)"):format(o.steps, o.gc_phases, M.convert_bytes(act.lowest)))
   if o.offload_optimizer then
     print("offload: the optimizer states live on the host; this is a CPU-only build, where the host memory is the "
       .. "device memory, so nothing moves and the total stays the same")
@@ -513,7 +543,8 @@ this process at the per-rank batch size.
   --offload_optimizer         optimizer states on the host (stages 1-3)
   --wrap W                    stage 3 units: transformer_based_wrap (each ModuleList child; default)
                               or no_wrap
-  --steps K                   measured passes, the first only warms up (default 3)
+  --steps K                   measured passes per GC phase (default 3)
+  --gc_phases P               phases of Lua's garbage collector measured (default 8)
   -h, --help                  this text
 ]]
 
@@ -533,8 +564,7 @@ local function run(argv, machine)
   local units = o.zero_stage == 3 and wrap_units(job.model, trainable, o.wrap) or chunk_units(trainable)
   s.units = M.pad_units(units, o.num_processes)
   local r = M.model_state(s)
-  local act = M.measure(job, o, trainable)
-  report(job, o, s, r, act, machine)
+  report(job, o, s, r, M.measure(job, o, trainable), machine)
   return 0
 end
 
