@@ -146,7 +146,10 @@ describe("estimate-memory", function()
   local function train_cmd(processes, mp, stage)
     local script = ("tests/lua/helpers/estmem_train.lua %s 8 128 4 %s %d"):format(TRAIN_ARGS, mp, stage)
     if processes == 1 then return q(BIN) .. " " .. script end
-    return ("%s%s launch --cpu --num_processes %d %s"):format(support.asan_env(), q(BIN), processes, script)
+    -- no config file and no inherited launch settings
+    local env = "env -u ACCEL_LUA_MIXED_PRECISION -u ACCEL_LUA_GRADIENT_ACCUMULATION_STEPS -u ACCEL_LUA_USE_DEEPSPEED "
+      .. "-u ACCEL_LUA_USE_FSDP ACCEL_LUA_CONFIG=" .. q(support.tmpname("-no-config.yaml")) .. " "
+    return ("%s%s%s launch --cpu --num_processes %d %s"):format(env, support.asan_env(), q(BIN), processes, script)
   end
   local TRAINING = {
     {stage = 0, processes = 1, mixed_precision = "no"},
