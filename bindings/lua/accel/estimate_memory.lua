@@ -25,10 +25,11 @@
 --    collections fall in a step (every 64 MiB of tensor bytes) decides
 --    whether the forward's dead tensors are freed before backward, and a
 --    training loop settles into one such phase, set by whatever else it
---    allocates: the same model and batch can peak 25 % apart. So after a
+--    allocates: the same model and batch can peak a third apart. So after a
 --    warm-up pass, --steps passes (default 3) run at each of --gc_phases
---    (default 8) offsets of that cycle; the highest peak is reported (a
---    bound for any loop) and the lowest settled one is printed below.
+--    (default 8) offsets of that cycle; the highest peak is reported (not
+--    a guaranteed bound: a loop may settle in a phase not sampled) and the
+--    lowest settled one is printed below.
 --
 -- The per-rank formulas (P: trainable parameter elements; units u: the
 -- engine's flat buffers, each padded to pad_u = N * ceil(n_u / N) elements
