@@ -248,7 +248,7 @@ local function from_settings(map)
   for _, e in ipairs(map) do
     local v, var = setting(e[2])
     if v ~= nil then
-      o[e[1]] = e[3] and e[3](v) or v
+      if e[3] then o[e[1]] = e[3](v) else o[e[1]] = v end -- a conversion may give false
       named[#named + 1] = var .. "=" .. v
     end
   end
