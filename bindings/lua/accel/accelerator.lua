@@ -304,11 +304,11 @@ local function merge_ds_file(o, named)
     local path, v = DS_FILE_KEYS[e[1]], o[e[1]]
     local in_file = path and file_value(cfg, path)
     if in_file ~= nil and v ~= nil and in_file ~= "auto" and in_file ~= v then
-      local raw = setting(e[2])
+      local raw, var = setting(e[2])
       if raw == e[4] then
         o[e[1]] = nil -- launch's default: the file wins
       else
-        raise("DeepSpeedPlugin from %s: %s = %s disagrees with %s's %s = %s", named, e[2], raw, o.hf_ds_config,
+        raise("DeepSpeedPlugin from %s: %s = %s disagrees with %s's %s = %s", named, var, raw, o.hf_ds_config,
           table.concat(path, "."), tostring(in_file))
       end
     end
@@ -388,7 +388,7 @@ local function resolve_sharding(self, o)
   if o.zero_stage ~= nil and o.zero_stage ~= stage then
     raise("Accelerator: zero_stage = %d disagrees with the plugin's stage %d", o.zero_stage, stage)
   end
-  local plan = shard_plan.plan(ds, fsdp, self.state)
+  local plan = shard_plan.plan(ds, fsdp, self.state, fsdp_what)
   rawset(self, "deepspeed_plugin", ds)
   rawset(self, "fsdp_plugin", fsdp)
   rawset(self, "zero_stage", stage)

@@ -63,34 +63,34 @@ local function fsdp_wrap(f)
   return "no_wrap"
 end
 
-local function check_hybrid(f, state)
+local function check_hybrid(f, state, what)
   local s = f.sharding_strategy
   if s ~= "HYBRID_SHARD" and s ~= "HYBRID_SHARD_ZERO2" then return end
   if state.num_local_processes == state.num_processes then
-    raise('FullyShardedDataParallelPlugin: sharding_strategy = "%s" shards inside each machine and replicates '
-      .. "across machines, so it needs several machines; this job runs on one (%d process(es)): use \"%s\"", s,
+    raise('%s: sharding_strategy = "%s" shards inside each machine and replicates '
+      .. "across machines, so it needs several machines; this job runs on one (%d process(es)): use \"%s\"", what, s,
       state.num_processes, s == "HYBRID_SHARD" and "FULL_SHARD" or "SHARD_GRAD_OP")
   end
-  raise('FullyShardedDataParallelPlugin: sharding_strategy = "%s" needs two communicators split from the world '
+  raise('%s: sharding_strategy = "%s" needs two communicators split from the world '
     .. "(the ranks of one machine, and one rank per machine), and the communicator (core/dist) has no split; use "
-    .. '"%s" over all %d processes', s, s == "HYBRID_SHARD" and "FULL_SHARD" or "SHARD_GRAD_OP", state.num_processes)
+    .. '"%s" over all %d processes', what, s, s == "HYBRID_SHARD" and "FULL_SHARD" or "SHARD_GRAD_OP", state.num_processes)
 end
 
-local function fsdp_plan(f, state)
-  check_hybrid(f, state)
+local function fsdp_plan(f, state, what)
+  check_hybrid(f, state, what)
   local stage = f.zero_stage
   if stage == 0 then
     if f.activation_checkpointing then
-      raise("FullyShardedDataParallelPlugin: activation_checkpointing = true checkpoints the sharded wrap units, and "
-        .. "NO_SHARD has none; call accel.utils.apply_activation_checkpointing(model, {check_fn = ...}) before prepare")
+      raise("%s: activation_checkpointing = true checkpoints the sharded wrap units, and NO_SHARD has none; call "
+        .. "accel.utils.apply_activation_checkpointing(model, {check_fn = ...}) before prepare", what)
     end
     return nil
   end
   local wrap = fsdp_wrap(f)
   if f.activation_checkpointing and wrap == "no_wrap" then
-    raise('FullyShardedDataParallelPlugin: activation_checkpointing = true runs each wrap unit under checkpoint, and '
+    raise('%s: activation_checkpointing = true runs each wrap unit under checkpoint, and '
       .. 'auto_wrap_policy = "no_wrap" makes none below the model; give auto_wrap_policy = '
-      .. '"transformer_based_wrap" or "size_based_wrap"')
+      .. '"transformer_based_wrap" or "size_based_wrap"', what)
   end
   local prefetch = f.backward_prefetch == "BACKWARD_PRE" or f.backward_prefetch == "BACKWARD_POST"
   return {kind = "FSDP", stage = stage, sync = f.sync_module_states ~= false,
@@ -100,10 +100,11 @@ local function fsdp_plan(f, state)
 end
 
 -- The plan for the plugins (at most one is given), or nil when nothing is
--- sharded. state: the PartialState (machines and processes).
-function M.plan(ds, fsdp, state)
+-- sharded. state: the PartialState (machines and processes); what: the
+-- name the FSDP plugin's errors use.
+function M.plan(ds, fsdp, state, what)
   if ds then return ds_plan(ds) end
-  if fsdp then return fsdp_plan(fsdp, state) end
+  if fsdp then return fsdp_plan(fsdp, state, what or "FullyShardedDataParallelPlugin") end
   return nil
 end
 
