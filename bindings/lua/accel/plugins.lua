@@ -90,14 +90,17 @@ local function show(v) return type(v) == "string" and ('"' .. v .. '"') or tostr
 M.show = show
 
 -- Values this build can honour: limits[key] = {ok = function(v, o) -> bool,
--- why = text}. A given value outside them raises, naming the option.
+-- why = text | function(v, o) -> text}. A given value outside them raises, naming the option.
 local function check_limits(what, o, limits)
   local keys = {}
   for k in pairs(limits) do keys[#keys + 1] = k end
   table.sort(keys)
   for _, k in ipairs(keys) do
     local v, lim = o[k], limits[k]
-    if v ~= nil and not lim.ok(v, o) then raise("%s: %s = %s is not supported: %s", what, k, show(v), lim.why) end
+    if v ~= nil and not lim.ok(v, o) then
+      local why = type(lim.why) == "function" and lim.why(v, o) or lim.why
+      raise("%s: %s = %s is not supported: %s", what, k, show(v), why)
+    end
   end
 end
 M.check_limits = check_limits
@@ -216,10 +219,16 @@ local function no_nvme_path(v) return v == "" or v == "none" end
 -- What a DeepSpeedPlugin can ask of this build (checked on the resolved
 -- values, also those that came from hf_ds_config).
 local DS_LIMITS = {
-  offload_optimizer_device = {why = "offloading the optimizer needs ZeRO stage 1, 2 or 3 (stage 0 shards nothing); "
-    .. NVME, ok = function(v, o) return v == "none" or (v == "cpu" and o.zero_stage >= 1) end},
-  offload_param_device = {why = "offloading parameters is ZeRO stage 3 (parameters are sharded only there); " .. NVME,
-    ok = function(v, o) return v == "none" or (v == "cpu" and o.zero_stage == 3) end},
+  offload_optimizer_device = {ok = function(v, o) return v == "none" or (v == "cpu" and o.zero_stage >= 1) end,
+    why = function(v, o)
+      return v == "nvme" and NVME or ("offloading the optimizer needs ZeRO stage 1, 2 or 3 (stage %d shards nothing)")
+        :format(o.zero_stage)
+    end},
+  offload_param_device = {ok = function(v, o) return v == "none" or (v == "cpu" and o.zero_stage == 3) end,
+    why = function(v, o)
+      return v == "nvme" and NVME or ("offloading parameters is ZeRO stage 3, where parameters are sharded (this is "
+        .. "stage %d)"):format(o.zero_stage)
+    end},
   offload_optimizer_nvme_path = {why = NVME, ok = no_nvme_path},
   offload_param_nvme_path = {why = NVME, ok = no_nvme_path},
   zero3_init_flag = only("parameters are created in full by the model's constructor, before the Accelerator sees "
