@@ -103,6 +103,8 @@ describe("Accelerator options", function()
     local z = accel.Accelerator{zero_stage = 0}
     assert.are.equal(0, z.zero_stage)
     assert.are.equal("NO", z.distributed_type)
+    assert.are.equal("FSDP", f.distributed_type) -- its own, also after another Accelerator was made
+    assert.are.equal("NO", z.state.distributed_type) -- the shared state: the last Accelerator's
     local dir = tmpdir()
     local fh = assert(io.open(dir .. "/ds.json", "w"))
     fh:write('{"zero_optimization": {"stage": 0, "overlap_comm": true, "contiguous_gradients": true}, '

@@ -182,7 +182,7 @@ for _, k in ipairs({"device", "process_index", "local_process_index", "num_proce
 end
 -- "DEEPSPEED" / "FSDP" whenever a sharding plugin is given (also stage 0 /
 -- NO_SHARD, which run as DDP: Accelerate's values), else the process state's.
-function props.distributed_type(a) return a._distributed_type or a.state.distributed_type end
+function props.distributed_type(a) return a._distributed_type or a.state:_process_type() end
 function props.sync_gradients(a) return a.gradient_state.sync_gradients end
 function props.gradient_accumulation_steps(a) return a.gradient_state.num_steps end
 function props.step(a) return a.gradient_state.step end

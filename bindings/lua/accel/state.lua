@@ -57,11 +57,16 @@ function props.is_main_process(s) return s.comm.rank == 0 end
 function props.is_local_main_process(s) return s.comm.local_rank == 0 end
 function props.is_last_process(s) return s.comm.rank == s.comm.world_size - 1 end
 function props.use_distributed(s) return s.comm.world_size > 1 end
+-- What the processes are, without a sharding plugin: NO / MULTI_CPU / MULTI_GPU.
+function PartialState:_process_type()
+  if self.comm.world_size == 1 then return "NO" end
+  return self.comm.backend == "nccl" and "MULTI_GPU" or "MULTI_CPU"
+end
+
 function props.distributed_type(s)
   local info = rawget(s, "accelerator_info")
   if info and info.distributed_type then return info.distributed_type end
-  if s.comm.world_size == 1 then return "NO" end
-  return s.comm.backend == "nccl" and "MULTI_GPU" or "MULTI_CPU"
+  return s:_process_type()
 end
 
 -- What the last Accelerator made asked for (Accelerate's AcceleratorState
