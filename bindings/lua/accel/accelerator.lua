@@ -1125,7 +1125,17 @@ function Accelerator:gather_object(obj) return ops.gather_object(self.state.comm
 -- join_uneven_inputs(models, {even_batches =}, fn) -> fn's results: ranks
 -- that run out of batches shadow the others' gradient all-reduces with zeros
 -- (accel.join has the semantics: divide_by_initial_world_size = true).
-function Accelerator:join_uneven_inputs(models, o, fn) return join.join_uneven_inputs(self, models, o, fn) end
+-- Under a sharding engine only even batches are possible (its
+-- reduce-scatters and gathers cannot be shadowed by a rank without data).
+function Accelerator:join_uneven_inputs(models, o, fn)
+  local even = type(o) == "table" and not accel.is_tensor(o) and o.even_batches
+  if even == nil then even = self.even_batches end
+  if #self._engines > 0 and self.num_processes > 1 and not even then
+    raise("join_uneven_inputs: under %s (%s) uneven inputs cannot be joined: the sharding engine's collectives need "
+      .. "every process in every step; use even_batches = true", self.distributed_type, self.sharding)
+  end
+  return join.join_uneven_inputs(self, models, o, fn)
+end
 
 -- broadcast_object_list(list, from_process = 0): list's items replaced in
 -- place by process from_process's (JSON values); returns list.

@@ -17,8 +17,10 @@
 -- with a StepLR schedule. The model has 205 parameters (divisible by
 -- neither 2 nor 3) and applies one block twice. Rank 0 writes the full
 -- parameters (accelerator:get_state_dict) to OUT; every rank prints
--- "skipped K calls C dt T" (optimizer steps skipped, Block forwards run, distributed_type)
--- and its ok line.
+-- "skipped K calls C dt T norm N engine ..." (optimizer steps skipped, Block
+-- forwards run, distributed_type, the last clip's norm, the engine) and its
+-- ok line. Checked on every rank: stages 2-3 leave .grad nil after backward;
+-- join_uneven_inputs with uneven batches is refused under an engine.
 local accel = require("accel")
 local nn, optim = accel.nn, accel.optim
 
@@ -134,6 +136,10 @@ if rank == 0 then
   accel.save(params, out)
 end
 local eng = accelerator.shard_engine
+if eng and world > 1 then
+  local ok, err = pcall(accelerator.join_uneven_inputs, accelerator, {model}, {even_batches = false}, function() end)
+  assert(not ok and tostring(err):find("uneven inputs cannot be joined", 1, true), "join_uneven_inputs: " .. tostring(err))
+end
 print(("rank %d skipped %d calls %d dt %s norm %.6f engine %s"):format(rank, skipped, calls,
   accelerator.distributed_type, norm, eng and ("stage %d units %d"):format(eng.stage, eng:stats().units) or "none"))
 if rank == 0 then io.write(tostring(accelerator.state)) end
