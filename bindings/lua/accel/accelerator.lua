@@ -43,12 +43,21 @@
 --    return the unscaled norm; unscale_gradients there is a no-op.
 --    (Accelerate unscales there, and PyTorch then refuses the second
 --    unscale_ of the window.)
---  * Sharding: until the sharding engine exists, zero_stage 1-3, the
---    sharding FSDP strategies, offloading and the FSDP / DeepSpeed options
---    only a sharding engine could honour raise one error naming the option
---    (or the launch setting); DeepSpeed stage 0 and FSDP NO_SHARD run as
---    plain data parallel, and distributed_type says what runs ("NO" /
---    "MULTI_CPU"; Accelerate would say "DEEPSPEED" / "FSDP" there).
+--  * Sharding (docs/sharding-accelerator.md): a DeepSpeedPlugin with
+--    zero_stage 1-3 (also zero_stage = S, and launch's --use_deepspeed) or
+--    an FSDP plugin with a sharded strategy makes prepare(model, optimizer)
+--    build one accel.shard.Engine (the mapping: accel.shard_plan); the
+--    model and its optimizer must be given to the same prepare call. The
+--    engine's optimizer step / zero_grad run behind the prepared optimizer;
+--    backward finalizes the engine's reduction, accumulate switches its
+--    sync, clip_grad_norm_ and the fp16 GradScaler's unscale go through it
+--    (found_inf agreed by every rank), clip_grad_value_ is refused at
+--    stages 2-3 (no .grad), get_state_dict under stage 3 gathers the full
+--    weights; free_memory closes the engines; accelerator.shard_engine /
+--    shard_engine_of(model) give the open engine. Stage 0 and NO_SHARD run
+--    as DDP. distributed_type is "DEEPSPEED" / "FSDP" whenever such a
+--    plugin is given (also at stage 0 / NO_SHARD, as Accelerate), and
+--    accelerator.state prints the stage.
 --  * kwargs_handlers: DistributedDataParallelKwargs, InitProcessGroupKwargs
 --    (timeout in seconds, a number), GradScalerKwargs, AutocastKwargs,
 --    FP8RecipeKwargs (refused: no fp8 here), each at most once.
