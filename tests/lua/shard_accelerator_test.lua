@@ -5,7 +5,7 @@
 -- (OpenMPI, oversubscribed) of tests/lua/helpers/shard_accel.lua, one
 -- unchanged Accelerate-style loop (prepared loader, AdamW + StepLR,
 -- accumulate, backward, clip_grad_norm_, 20 optimizer steps) on a
--- 205-parameter model, and compares each sharded run's parameters with the
+-- 151-parameter model, and compares each sharded run's parameters with the
 -- plain DDP run of the same loop on the same ranks (1e-5 relative):
 --   * DeepSpeedPlugin stages 1, 2, 3, with and without offload_optimizer_device = "cpu";
 --     FSDP FULL_SHARD, SHARD_GRAD_OP, NO_SHARD; wrap policies transformer_based_wrap
