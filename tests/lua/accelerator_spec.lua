@@ -148,6 +148,11 @@ describe("Accelerator options", function()
       local sd = a:get_state_dict(model) -- stage 3: gathered full tensors
       local want = plain:state_dict()
       for k, t in pairs(want) do assert.is_true(max_abs_diff(sd[k], t) <= 1e-6, k .. " differs") end
+      local dir = tmpdir()
+      a:save_model(model, dir) -- the full weights, also under stage 3
+      local saved = accel.load(dir .. "/model.safetensors")
+      for k, t in pairs(want) do assert.is_true(max_abs_diff(saved[k], t) <= 1e-6, "saved " .. k .. " differs") end
+      os.execute("rm -rf '" .. dir .. "'")
       a:free_memory() -- closes the engine: the model's parameters are full again
       params_close(model, plain, 1e-6)
     end
