@@ -16,8 +16,8 @@
 --     as DDP's, one more than without the inf)
 --   * FSDP activation_checkpointing under FULL_SHARD (the blocks run twice as often)
 --   * the same through launch's flags (--use_deepspeed --zero_stage 3
---     --offload_optimizer_device cpu), an accelerate-config YAML with an fsdp_config:
---     section, and a ds_config table with "auto" values
+--     --offload_optimizer_device cpu), accelerate-config YAMLs with an fsdp_config: and a
+--     deepspeed_config: section, and a ds_config table with "auto" values
 --   * bad configurations on 2 ranks: HYBRID_SHARD on one machine, a
 --     train_micro_batch_size_per_gpu that disagrees with the loader
 -- The accel-lua under test is $ACCEL_LUA_BIN, else the interpreter running this script.
@@ -184,6 +184,15 @@ do
           .. "activation checkpointing", 1, true) ~= nil, "accelerator.state does not print the sharding"}
         return c
       end}))
+end
+do
+  local yaml = DIR .. "/ds.yaml"
+  support.write_file(yaml, table.concat({"compute_environment: LOCAL_MACHINE", "distributed_type: DEEPSPEED",
+    "num_processes: 2", "use_cpu: true", "mixed_precision: 'no'", "deepspeed_config:", "  zero_stage: 1",
+    "  offload_optimizer_device: cpu", "  offload_param_device: none", "  gradient_accumulation_steps: 3",
+    "  gradient_clipping: 0.1", "  zero3_init_flag: false", "  zero3_save_16bit_model: false", ""}, "\n"))
+  equiv("a YAML deepspeed_config (stage 1, offload cpu, accumulation 3, gradient_clipping 0.1)", 2,
+    {"plugin=launch"}, {"accum=3", "clip=0.1"}, with(DS, {stage = 1, flags = "--config_file " .. quote(yaml)}))
 end
 for stage = 2, 3 do
   equiv(("hf_ds_config with \"auto\" values, reduce_bucket_size, stage %d"):format(stage), 2,

@@ -9,8 +9,9 @@
 --                       DeepSpeedPlugin{hf_ds_config = {...}} with "auto" values
 --     stage=1|2|3 offload=none|cpu   (ds)
 --     strategy=FULL_SHARD|SHARD_GRAD_OP|NO_SHARD wrap=transformer|size|no ckpt=0|1   (fsdp)
---     steps=20 accum=1 clip=0 (max norm: ds through the plugin's gradient_clipping,
---                              the others through accelerator:clip_grad_norm_)
+--     steps=20 accum=1 clip=0 (max norm: ds / dsconfig through the plugin's gradient_clipping,
+--                              the others through accelerator:clip_grad_norm_ unless launch's
+--                              settings gave DeepSpeed a gradient_clipping)
 --     mp=no|bf16|fp16  overflow=0 (fp16: the optimizer step whose loss is inf on rank 1)
 --
 -- 12 samples per micro-step over all ranks from a prepared DataLoader, AdamW
@@ -101,6 +102,8 @@ local loader = accel.data.DataLoader(accel.data.TensorDataset(x, y), {batch_size
 model, optimizer, loader, sched = accelerator:prepare(model, optimizer, loader, sched)
 
 local criterion = nn.MSELoss()
+-- DeepSpeed's gradient_clipping clips by itself (the plugin, a ds_config or launch's settings)
+local ds_clips = accelerator.deepspeed_plugin ~= nil and accelerator.deepspeed_plugin.gradient_clipping ~= nil
 local skipped, micro, norm = 0, 0, 0
 for xb, yb in loader:iter() do
   accelerator:accumulate(model, function()
@@ -115,7 +118,7 @@ for xb, yb in loader:iter() do
         assert(p.grad == nil, ("rank %d: stage %d keeps %s.grad"):format(rank, eng.stage, name))
       end
     end
-    if clip > 0 and o.plugin ~= "ds" and o.plugin ~= "dsconfig" and accelerator.sync_gradients then
+    if clip > 0 and not ds_clips and accelerator.sync_gradients then
       norm = accelerator:clip_grad_norm_(model:parameters(), clip):item()
     end
     optimizer:step()
