@@ -177,6 +177,18 @@ describe("Accelerator options", function()
     assert.are.equal(frozen, a:prepare(frozen)) -- nothing to shard: prepared as usual
   end)
 
+  it("refuses save_state / load_state while a sharding engine holds the training state", function()
+    local a = accel.Accelerator{zero_stage = 1}
+    local model = mlp(1, 2, 3, 1)
+    a:prepare(model, optim.AdamW(model:parameters(), {lr = 0.1}))
+    local dir = tmpdir()
+    error_matching("save_state: under DEEPSPEED %(ZeRO stage 1%) the optimizer state and the parameters live in the "
+      .. "sharding engine's shards", function() a:save_state(dir .. "/ck") end)
+    error_matching("load_state: under DEEPSPEED", function() a:load_state(dir .. "/ck") end)
+    a:free_memory()
+    os.execute("rm -rf '" .. dir .. "'")
+  end)
+
   it("clips through the engine; clip_grad_value_ is refused where .grad is sharded", function()
     for stage = 1, 3 do
       local a = accel.Accelerator{zero_stage = stage}

@@ -1487,9 +1487,23 @@ local function save_step(comm, w, f)
   end
 end
 
+-- Under a sharding engine the optimizer state lives in the engine's shards
+-- (the optimizer's own state is empty) and stage 3's parameters are
+-- released: the folder format below would save an empty optimizer state
+-- and could not load the weights, so it refuses (the sharded checkpoint
+-- format replaces this).
+local function refuse_sharded_checkpoint(self, what)
+  if #self._engines == 0 then return end
+  raise("%s: under %s (%s) the optimizer state and the parameters live in the sharding engine's shards, which this "
+    .. "checkpoint format does not write; save the weights with save_model, or the full state through "
+    .. "accelerator.shard_engine (full_state_dict, full_optim_state, docs/sharding.md)", what, self.distributed_type,
+    self.sharding)
+end
+
 -- save_state([dir]): the whole training state as one checkpoint folder
 -- (see accel.checkpoint); returns the folder.
 function Accelerator:save_state(output_dir)
+  refuse_sharded_checkpoint(self, "save_state")
   local pc = self.project_configuration
   local root
   if output_dir == nil then
@@ -1676,6 +1690,7 @@ end
 -- load_state([dir | "latest"]): restores what save_state wrote, or refuses
 -- (changing nothing) with a message naming the file and the fault.
 function Accelerator:load_state(input_dir)
+  refuse_sharded_checkpoint(self, "load_state")
   if input_dir == nil or input_dir == "latest" then
     if input_dir == nil and not self.project_configuration.automatic_checkpoint_naming then
       raise("load_state: give a checkpoint directory (or \"latest\" with a project_dir)")
