@@ -6,7 +6,7 @@
 -- and its configuration classes, tracking, progress, utils, models.gpt2,
 -- dist/comm/ddp/shard), so a function added without documentation fails
 -- here. A name is "documented" when its page has a heading naming it or an
--- inline code span that calls it (`accel.zeros(`, `t:view(`, `name(`) or
+-- inline code span that calls it (`accel.zeros(`, `t:view(`, `name(`, `name{`) or
 -- names it as a field (`t.shape`, `accel.float32`, `__add`).
 -- Names starting with "_" are private; ALLOW below lists the few public
 -- names that are internals, each with its reason.
@@ -36,7 +36,7 @@ local function documented(path)
   text = text:gsub("\n```.-\n```", "\n") -- fenced examples do not count
   local names = {}
   local function add_span(span)
-    for name in span:gmatch("([%a_][%w_]*)%s*%(") do names[name] = true end
+    for name in span:gmatch("([%a_][%w_]*)%s*[%({]") do names[name] = true end
     local last = span:match("([%a_][%w_]*)%s*$")
     if last then names[last] = true end
   end
