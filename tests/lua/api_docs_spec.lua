@@ -134,19 +134,9 @@ end
 
 PAGES["nn.md"] = function()
   local nn = accel.nn
-  local names = {}
-  for k, v in pairs(nn) do
-    if type(k) == "string" and k:sub(1, 1) ~= "_" then
-      names[k] = true
-      if type(v) == "table" and rawget(v, "__name") then
-        for m in pairs(class_methods(v, {})) do
-          if not CTOR_HOOKS[m] then names[m] = true end
-        end
-      end
-    end
-  end
+  local names = classes_and_methods(nn, {})
   class_methods(nn.Module, names)
-  names.init = nil
+  names.init = nil -- the constructor body a subclass defines (shown in the class idiom)
   public_keys(nn.functional, names)
   public_keys(nn.init, names)
   public_keys(nn.utils, names)
@@ -173,23 +163,29 @@ end
 PAGES["accelerator.md"] = function()
   local acc = require("accel.accelerator")
   local names = {}
-  for k, v in pairs(acc) do
-    if type(k) == "string" and not k:match("_class$") then names[k] = true end
+  for k in pairs(acc) do
+    if type(k) == "string" and k:sub(1, 1) ~= "_" and not k:match("_class$") then names[k] = true end
   end
   class_methods(acc.Accelerator_class, names)
-  local plugins = require("accel.plugins")
-  for k, v in pairs(plugins) do
-    if type(k) == "string" and k:match("_class$") then class_methods(v, names) end
+  names.extend = nil
+  -- the fields its __index computes (accelerator.lua's props table, read
+  -- from the source since the table is local to the module)
+  local src = support.read_file("bindings/lua/accel/accelerator.lua")
+  local n = 0
+  for name in src:gmatch("\nfunction props%.([%w_]+)") do names[name], n = true, n + 1 end
+  local list = src:match("for _, k in ipairs%((%b{})%) do%s+props%[k%]")
+  assert(list and n > 0, "accelerator.lua's props definitions were found")
+  for name in list:gmatch('"([%w_]+)"') do names[name] = true end
+  for k, cls in pairs(require("accel.plugins")) do
+    if type(k) == "string" and k:match("_class$") then class_methods(cls, names) end
   end
   local prepared = require("accel.prepared")
   for _, cls in ipairs({"AcceleratedOptimizer", "AcceleratedScheduler", "DataLoaderShard"}) do
     names[cls] = true
     class_methods(prepared[cls], names)
   end
-  local state = require("accel.state")
-  names.PartialState = true
+  assert(require("accel.state").GradientState, "accel.state.GradientState exists")
   names.GradientState = true
-  names.extend = nil
   return names
 end
 
