@@ -7,7 +7,14 @@
 -- dist/comm/ddp/shard), so a function added without documentation fails
 -- here. A name is "documented" when its page has a heading naming it or an
 -- inline code span that calls it (`accel.zeros(`, `t:view(`, `name(`, `name{`) or
--- names it as a field (`t.shape`, `accel.float32`, `__add`).
+-- names it as a field (`t.shape`, `accel.float32`, `__add`). Fenced code
+-- blocks do not count. The check is per page: a name documented once on
+-- its page covers every class of that page that has it.
+-- Three lists are not tables the library exposes, so they are read where
+-- they are defined: accel.c's lazy exports table (accel.Accelerator, ...,
+-- each forced to load), accelerator.lua's computed fields (props), and the
+-- tensor properties of tensor_lua.c's push_property (listed below and
+-- checked to exist on a tensor).
 -- Names starting with "_" are private; ALLOW below lists the few public
 -- names that are internals, each with its reason.
 local accel = require("accel")
