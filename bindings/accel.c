@@ -299,8 +299,8 @@ static int l_set_rng_state(lua_State *L) {
 static int l_clock(lua_State *L) { return lu_push_clock(L, CLOCK_MONOTONIC); }
 
 static int l_num_threads(lua_State *L) {
-    if (!lua_isnoneornil(L, 1)) kernel_set_threads((int)luaL_checkinteger(L, 1));
-    lua_pushinteger(L, kernel_get_threads());
+    if (!lua_isnoneornil(L, 1)) backend_set_threads((int)luaL_checkinteger(L, 1));
+    lua_pushinteger(L, backend_get_threads());
     return 1;
 }
 

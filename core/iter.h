@@ -1,7 +1,9 @@
 /* iter.h: walking several strided operands of one (broadcast) shape in
  * innermost runs. Adjacent dims that are contiguous for every operand are
  * merged so a contiguous tensor is one run; each run is handed to a callback
- * with the operands' pointers and innermost strides (in elements). */
+ * with the operands' pointers and innermost strides (in elements).
+ * A StridedIter is also the backend interface's n-d launch description
+ * (backend.h): the core fills it, the backend runs it. */
 #ifndef ACCEL_ITER_H
 #define ACCEL_ITER_H
 
@@ -22,6 +24,9 @@ void iter_init(StridedIter *it, int ndim, const int64_t *shape);
 void iter_add(StridedIter *it, void *base, const int64_t *stride, size_t elsize);
 /* Add a tensor operand broadcast to the iterator's shape (trailing alignment). */
 void iter_add_tensor(StridedIter *it, const Tensor *t);
+/* Add t's data as a one-stride run (1: contiguous, 0: one element broadcast). */
+void iter_add_run(StridedIter *it, const Tensor *t, int64_t stride);
+/* For the CPU backend (backend_cpu.c): call fn once per innermost run. */
 typedef void (*IterRunFn)(void *ctx, int64_t n, char **ptrs, const int64_t *strides);
 void iter_run(StridedIter *it, IterRunFn fn, void *ctx);
 

@@ -11,6 +11,7 @@
  * y:transpose(2, 3):contiguous():view(B, L, H * Dv) costs no copy. It is
  * not a view of anything the caller has seen (is_view stays false). */
 #include "ops.h"
+#include "backend.h"
 #include "profile.h"
 #include <stdlib.h>
 #include <string.h>
@@ -67,13 +68,9 @@ static int bw_sdpa(AGNode *n, Tensor *g, Tensor **gin) {
     int rc = gv ? 0 : -1;
     if (rc == 0) {
         bhr_strides(go, a.sgo), bhr_strides(gq, a.sgq), bhr_strides(gk, a.sgk), bhr_strides(gv, a.sgv);
-        int bad = q->dtype == DT_F64
-                      ? k_attention_bwd_f64(&a, tensor_data(q), tensor_data(k), tensor_data(v), tensor_data(o),
-                                            tensor_data(c->lse), tensor_data(go), tensor_data(gq), tensor_data(gk),
-                                            tensor_data(gv))
-                      : k_attention_bwd_f32(&a, tensor_data(q), tensor_data(k), tensor_data(v), tensor_data(o),
-                                            tensor_data(c->lse), tensor_data(go), tensor_data(gq), tensor_data(gk),
-                                            tensor_data(gv));
+        int bad = backend_for(q->device)->attention_bwd(q->dtype, &a, tensor_data(q), tensor_data(k), tensor_data(v),
+                                                        tensor_data(o), tensor_data(c->lse), tensor_data(go),
+                                                        tensor_data(gq), tensor_data(gk), tensor_data(gv));
         if (bad) rc = accel_fail_int("scaled_dot_product_attention backward: out of memory or GEMM failure");
     }
     tensor_release(go);
@@ -134,10 +131,8 @@ Tensor *op_scaled_dot_product_attention(Tensor *qin, Tensor *kin, Tensor *vin, d
     if (lse && !c) accel_fail("scaled_dot_product_attention: out of memory");
     if (c) {
         bhr_strides(q, a.sq), bhr_strides(k, a.sk), bhr_strides(v, a.sv), bhr_strides(o, a.so);
-        int bad = cdt == DT_F64 ? k_attention_fwd_f64(&a, tensor_data(q), tensor_data(k), tensor_data(v),
-                                                      tensor_data(o), tensor_data(lse))
-                                : k_attention_fwd_f32(&a, tensor_data(q), tensor_data(k), tensor_data(v),
-                                                      tensor_data(o), tensor_data(lse));
+        int bad = backend_for(q->device)->attention_fwd(cdt, &a, tensor_data(q), tensor_data(k), tensor_data(v),
+                                                        tensor_data(o), tensor_data(lse));
         if (bad) accel_fail("scaled_dot_product_attention: out of memory or GEMM failure");
         else out = tensor_retain(o);
     }

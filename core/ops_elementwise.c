@@ -57,17 +57,6 @@ static int check_same_device(Tensor *a, Tensor *b, const char *op) {
                           device_str(b->device, db, sizeof db));
 }
 
-typedef struct {
-    const Backend *be;
-    KBinOp op;
-    DType cdt;
-} BinCtx;
-
-static void binary_run(void *ctx, int64_t n, char **p, const int64_t *st) {
-    BinCtx *c = ctx;
-    c->be->binary(c->op, c->cdt, n, p[1], st[1], p[2], st[2], p[0], st[0]);
-}
-
 /* out = a op b over out's shape; a, b already of compute dtype cdt; out of
  * cdt (or bool for comparisons). */
 /* Stride for a one-run fast path: 1 for a contiguous operand covering all
@@ -80,19 +69,20 @@ static int64_t run_stride(const Tensor *t, int64_t n) {
 }
 
 static void binary_into(KBinOp op, DType cdt, Tensor *out, Tensor *a, Tensor *b) {
-    const Backend *be = backend_for(out->device);
     int64_t sa = run_stride(a, out->numel), sb = run_stride(b, out->numel);
-    if (sa >= 0 && sb >= 0 && tensor_is_contiguous(out)) {
-        be->binary(op, cdt, out->numel, tensor_data(a), sa, tensor_data(b), sb, tensor_data(out), 1);
-        return;
-    }
     StridedIter it;
-    iter_init(&it, out->ndim, out->shape);
-    iter_add_tensor(&it, out);
-    iter_add_tensor(&it, a);
-    iter_add_tensor(&it, b);
-    BinCtx c = {be, op, cdt};
-    iter_run(&it, binary_run, &c);
+    if (sa >= 0 && sb >= 0 && tensor_is_contiguous(out)) {
+        iter_init(&it, 1, &out->numel);
+        iter_add_run(&it, out, 1);
+        iter_add_run(&it, a, sa);
+        iter_add_run(&it, b, sb);
+    } else {
+        iter_init(&it, out->ndim, out->shape);
+        iter_add_tensor(&it, out);
+        iter_add_tensor(&it, a);
+        iter_add_tensor(&it, b);
+    }
+    backend_for(out->device)->binary(op, cdt, &it);
 }
 
 /* Compute a op b into a fresh tensor of dtype rd and shape (shape, nd). */
@@ -345,30 +335,18 @@ static bool unary_differentiable(KUnOp op) {
     return !(op == KU_SIGN || op == KU_FLOOR || op == KU_CEIL || op == KU_ROUND || op == KU_TRUNC || op == KU_NOT);
 }
 
-typedef struct {
-    const Backend *be;
-    KUnOp op;
-    DType cdt;
-    double p1, p2;
-} UnCtx;
-
-static void unary_run(void *ctx, int64_t n, char **p, const int64_t *st) {
-    UnCtx *c = ctx;
-    c->be->unary(c->op, c->cdt, n, p[1], st[1], p[0], st[0], c->p1, c->p2);
-}
-
 static void unary_into(KUnOp op, DType cdt, Tensor *out, Tensor *a, double p1, double p2) {
-    const Backend *be = backend_for(out->device);
-    if (tensor_is_contiguous(a) && tensor_is_contiguous(out)) {
-        be->unary(op, cdt, out->numel, tensor_data(a), 1, tensor_data(out), 1, p1, p2);
-        return;
-    }
     StridedIter it;
-    iter_init(&it, out->ndim, out->shape);
-    iter_add_tensor(&it, out);
-    iter_add_tensor(&it, a);
-    UnCtx c = {be, op, cdt, p1, p2};
-    iter_run(&it, unary_run, &c);
+    if (tensor_is_contiguous(a) && tensor_is_contiguous(out)) {
+        iter_init(&it, 1, &out->numel);
+        iter_add_run(&it, out, 1);
+        iter_add_run(&it, a, 1);
+    } else {
+        iter_init(&it, out->ndim, out->shape);
+        iter_add_tensor(&it, out);
+        iter_add_tensor(&it, a);
+    }
+    backend_for(out->device)->unary(op, cdt, &it, p1, p2);
 }
 
 static Tensor *contig_of(Tensor *t, DType dt) {
@@ -395,8 +373,7 @@ static int bw_unary(AGNode *n, Tensor *g, Tensor **gin) {
     Tensor *gx = gc ? tensor_empty(gc->shape, gc->ndim, cdt, gc->device) : NULL;
     if (gx) {
         const void *x = unary_uses_output(op) ? NULL : tensor_data(s), *y = unary_uses_output(op) ? tensor_data(s) : NULL;
-        if (cdt == DT_F32) k_unary_backward_f32(op, gx->numel, x, y, tensor_data(gc), tensor_data(gx), n->p[0], n->p[1]);
-        else k_unary_backward_f64(op, gx->numel, x, y, tensor_data(gc), tensor_data(gx), n->p[0], n->p[1]);
+        backend_for(gx->device)->unary_backward(op, cdt, gx->numel, x, y, tensor_data(gc), tensor_data(gx), n->p[0], n->p[1]);
     }
     tensor_release(s);
     tensor_release(gc);
@@ -457,11 +434,6 @@ int op_unary_(KUnOp op, Tensor *a, double p1, double p2) {
 
 /* ---- where / masked_fill ---- */
 
-static void where_run(void *ctx, int64_t n, char **p, const int64_t *st) {
-    size_t es = *(size_t *)ctx;
-    k_where(n, (const uint8_t *)p[1], st[1], p[2], st[2], p[3], st[3], p[0], st[0], es);
-}
-
 static int bw_where(AGNode *n, Tensor *g, Tensor **gin) {
     Tensor *c = ag_saved(n, 0);
     if (!c) return -1;
@@ -492,8 +464,7 @@ Tensor *op_where(Tensor *cond, Tensor *a, Tensor *b) {
         iter_add_tensor(&it, cond);
         iter_add_tensor(&it, ca);
         iter_add_tensor(&it, cb);
-        size_t es = dtype_size(rd);
-        iter_run(&it, where_run, &es);
+        backend_for(out->device)->where(&it);
         AGNode *n = ag_record("where", bw_where, out, (Tensor *[]){NULL, a, b}, 3);
         if (n) ag_save(n, cond);
     }

@@ -2,6 +2,7 @@
  * with index validation (0-based index values; errors name the bad index)
  * and backward rules. */
 #include "ops.h"
+#include "backend.h"
 #include "profile.h"
 #include <stdlib.h>
 #include <string.h>
@@ -59,9 +60,9 @@ static int bw_add_at_index(AGNode *n, Tensor *g, Tensor **gin, bool per_element)
         int64_t outer, inner;
         outer_inner(z, dim, &outer, &inner);
         if (per_element)
-            k_scatter_add(g->dtype, tensor_data(z), outer, z->shape[dim], inner, tensor_data(idx), idx->shape[dim], tensor_data(gc));
+            backend_for(z->device)->scatter_add(g->dtype, tensor_data(z), outer, z->shape[dim], inner, tensor_data(idx), idx->shape[dim], tensor_data(gc));
         else
-            k_index_add(g->dtype, tensor_data(z), outer, z->shape[dim], inner, tensor_data(idx), idx->numel, tensor_data(gc));
+            backend_for(z->device)->index_add(g->dtype, tensor_data(z), outer, z->shape[dim], inner, tensor_data(idx), idx->numel, tensor_data(gc));
     }
     tensor_release(gc);
     gin[0] = gc ? z : NULL;
@@ -90,7 +91,7 @@ Tensor *op_gather(Tensor *a, int dim, Tensor *index) {
     if (out) {
         int64_t outer, inner;
         outer_inner(a, dim, &outer, &inner);
-        k_gather(tensor_data(x), outer, a->ndim ? a->shape[dim] : 1, inner, tensor_data(idx), index->ndim ? index->shape[dim] : 1,
+        backend_for(x->device)->gather(tensor_data(x), outer, a->ndim ? a->shape[dim] : 1, inner, tensor_data(idx), index->ndim ? index->shape[dim] : 1,
                  tensor_data(out), dtype_size(a->dtype));
         AGNode *n = ag_record("gather", bw_gather, out, &a, 1);
         if (n) n->i[0] = dim, ag_save(n, idx);
@@ -116,7 +117,7 @@ Tensor *op_index_select(Tensor *a, int dim, Tensor *index) {
     if (out) {
         int64_t outer, inner;
         outer_inner(a, dim, &outer, &inner);
-        k_index_select(tensor_data(x), outer, a->shape[dim], inner, tensor_data(idx), index->numel, tensor_data(out), dtype_size(a->dtype));
+        backend_for(x->device)->index_select(tensor_data(x), outer, a->shape[dim], inner, tensor_data(idx), index->numel, tensor_data(out), dtype_size(a->dtype));
         AGNode *n = ag_record("index_select", bw_index_select, out, &a, 1);
         if (n) n->i[0] = dim, ag_save(n, idx);
     }

@@ -121,9 +121,7 @@ static Tensor *reduce_compute(KRedOp op, Tensor *a, const RedDims *rin) {
         return accel_fail("%s: cannot reduce over a zero-size dimension (shape %s)", red_names[op], tensor_shape_str(a));
     }
     if (out) {
-        if (cdt == DT_F32) k_reduce_f32(op, tensor_data(c), outer, r->n, inner, tensor_data(out));
-        else if (cdt == DT_F64) k_reduce_f64(op, tensor_data(c), outer, r->n, inner, tensor_data(out));
-        else k_reduce_i64(op, tensor_data(c), outer, r->n, inner, tensor_data(out));
+        backend_for(out->device)->reduce(op, cdt, tensor_data(c), outer, r->n, inner, tensor_data(out));
         if (op == KR_SUM) scale_sum(out, times);
     }
     tensor_release(c);
@@ -231,7 +229,7 @@ static int bw_max_dim(AGNode *n, Tensor *g, Tensor **gin) {
         int64_t outer = 1, inner = 1;
         for (int d = 0; d < dim; d++) outer *= keep[d];
         for (int d = dim + 1; d < n->edges[0].ndim; d++) inner *= keep[d];
-        k_scatter_add(g->dtype, tensor_data(z), outer, n->edges[0].shape[dim], inner, tensor_data(idx), 1, tensor_data(gc));
+        backend_for(z->device)->scatter_add(g->dtype, tensor_data(z), outer, n->edges[0].shape[dim], inner, tensor_data(idx), 1, tensor_data(gc));
     }
     tensor_release(gk), tensor_release(gc);
     gin[0] = gc ? z : NULL;
@@ -266,9 +264,8 @@ int op_max_dim(Tensor *a, int dim, bool keepdim, bool want_max, Tensor **values,
         tensor_release(c), tensor_release(v), tensor_release(ix);
         return -1;
     }
-    if (cdt == DT_F32) k_argreduce_f32(want_max, tensor_data(c), outer, a->shape[dim], inner, tensor_data(v), tensor_data(ix));
-    else if (cdt == DT_F64) k_argreduce_f64(want_max, tensor_data(c), outer, a->shape[dim], inner, tensor_data(v), tensor_data(ix));
-    else k_argreduce_i64(want_max, tensor_data(c), outer, a->shape[dim], inner, tensor_data(v), tensor_data(ix));
+    backend_for(c->device)->argreduce(want_max, cdt, tensor_data(c), outer, a->shape[dim], inner, tensor_data(v),
+                                      tensor_data(ix));
     tensor_release(c);
     if (v->dtype != a->dtype) {
         Tensor *v2 = tensor_to_dtype(v, a->dtype);

@@ -4,6 +4,7 @@
  * allocation, then one kernel call per parameter. */
 #include "optim.h"
 #include "autograd.h"
+#include "backend.h"
 #include <math.h>
 
 static bool same_shape(const Tensor *a, const Tensor *b) {
@@ -102,8 +103,8 @@ int optim_sgd_step(const char *who, int n, Tensor **params, Tensor **grads, Tens
         if (init && !(bufs[i] = tensor_empty(p->shape, p->ndim, p->dtype, p->device))) return -1;
         if (mom) buf = bufs[i];
         if (prepare(p, grads[i], &pc, &gc) < 0) return -1;
-        if (p->dtype == DT_F32) k_sgd_f32(p->numel, tensor_data(pc), tensor_data(gc), buf ? tensor_data(buf) : NULL, init, a);
-        else k_sgd_f64(p->numel, tensor_data(pc), tensor_data(gc), buf ? tensor_data(buf) : NULL, init, a);
+        backend_for(p->device)->sgd(p->dtype, p->numel, tensor_data(pc), tensor_data(gc), buf ? tensor_data(buf) : NULL,
+                                    init, a);
         finish(p, pc, gc);
         bump(buf);
     }
@@ -131,12 +132,8 @@ int optim_adam_step(const char *who, int n, Tensor **params, Tensor **grads, Ten
         if (prepare(p, grads[i], &pc, &gc) < 0) return -1;
         KAdamArgs ai = *a;
         ai.step = steps[i];
-        if (p->dtype == DT_F32)
-            k_adam_f32(p->numel, tensor_data(pc), tensor_data(gc), tensor_data(exp_avg[i]), tensor_data(exp_avg_sq[i]),
-                       vmax ? tensor_data(vmax) : NULL, &ai);
-        else
-            k_adam_f64(p->numel, tensor_data(pc), tensor_data(gc), tensor_data(exp_avg[i]), tensor_data(exp_avg_sq[i]),
-                       vmax ? tensor_data(vmax) : NULL, &ai);
+        backend_for(p->device)->adam(p->dtype, p->numel, tensor_data(pc), tensor_data(gc), tensor_data(exp_avg[i]),
+                                     tensor_data(exp_avg_sq[i]), vmax ? tensor_data(vmax) : NULL, &ai);
         finish(p, pc, gc);
         bump(exp_avg[i]);
         bump(exp_avg_sq[i]);
@@ -154,7 +151,7 @@ static int norm_one(Tensor *t, double p, double *out) {
     ag_set_grad_enabled(prev);
     tensor_release(c1);
     if (!c) return -1;
-    *out = cdt == DT_F32 ? k_norm_pow_f32(c->numel, tensor_data(c), p) : k_norm_pow_f64(c->numel, tensor_data(c), p);
+    *out = backend_for(c->device)->norm_pow(cdt, c->numel, tensor_data(c), p);
     tensor_release(c);
     return 0;
 }

@@ -314,22 +314,18 @@ Tensor *tensor_linspace(double start, double end, int64_t steps, DType dt) {
 
 /* ---- copies ---- */
 
-static void copy_run(void *ctx, int64_t n, char **p, const int64_t *st) {
-    const DType *dts = ctx;
-    backend_cpu.cast(n, p[1], dts[1], st[1], p[0], dts[0], st[0]);
-}
-
 void tensor_copy_strided(Tensor *dst, const Tensor *src) {
-    if (src->numel == dst->numel && tensor_is_contiguous(src) && tensor_is_contiguous(dst)) {
-        backend_cpu.cast(dst->numel, tensor_data(src), src->dtype, 1, tensor_data(dst), dst->dtype, 1);
-        return;
-    }
     StridedIter it;
-    iter_init(&it, dst->ndim, dst->shape);
-    iter_add_tensor(&it, dst);
-    iter_add_tensor(&it, src);
-    DType dts[2] = {dst->dtype, src->dtype};
-    iter_run(&it, copy_run, dts);
+    if (src->numel == dst->numel && tensor_is_contiguous(src) && tensor_is_contiguous(dst)) {
+        iter_init(&it, 1, &dst->numel);
+        iter_add_run(&it, dst, 1);
+        iter_add_run(&it, src, 1);
+    } else {
+        iter_init(&it, dst->ndim, dst->shape);
+        iter_add_tensor(&it, dst);
+        iter_add_tensor(&it, src);
+    }
+    backend_for(dst->device)->copy(&it, dst->dtype, src->dtype);
 }
 
 int tensor_copy_(Tensor *dst, Tensor *src) {
@@ -352,23 +348,16 @@ int tensor_copy_(Tensor *dst, Tensor *src) {
     return 0;
 }
 
-static void fill_run(void *ctx, int64_t n, char **p, const int64_t *st) {
-    const double *v = ctx;
-    DType dt = (DType)(int)v[1];
-    k_fill(n, p[0], dt, st[0], v[0]);
-}
-
 int tensor_fill_(Tensor *t, double v) {
-    if (tensor_is_contiguous(t)) {
-        k_fill(t->numel, tensor_data(t), t->dtype, 1, v);
-        tensor_bump_version(t);
-        return 0;
-    }
     StridedIter it;
-    iter_init(&it, t->ndim, t->shape);
-    iter_add_tensor(&it, t);
-    double ctx[2] = {v, (double)t->dtype};
-    iter_run(&it, fill_run, ctx);
+    if (tensor_is_contiguous(t)) {
+        iter_init(&it, 1, &t->numel);
+        iter_add_run(&it, t, 1);
+    } else {
+        iter_init(&it, t->ndim, t->shape);
+        iter_add_tensor(&it, t);
+    }
+    backend_for(t->device)->fill(&it, t->dtype, v);
     tensor_bump_version(t);
     return 0;
 }
