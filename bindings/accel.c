@@ -211,9 +211,12 @@ static int l_tensor(lua_State *L) {
     CreateOpts o = create_opts(L, 2, def);
     Tensor *t = tensor_empty(info.shape, info.ndim, o.dt, o.dev);
     if (!t) return lu_core_error(L);
-    char *p = t->storage->data;
     lu_push_tensor(L, t); /* owned by Lua while filling, so errors do not leak */
+    /* staged in a Lua-owned host buffer (collected if filling raises), then copied to the device */
+    char *host = lua_newuserdatauv(L, (size_t)t->numel * dtype_size(o.dt) + 1, 0), *p = host;
     fill_data(L, 1, &p, o.dt);
+    if (tensor_from_host(t, host) < 0) return lu_core_error(L);
+    lua_pop(L, 1);
     if (o.requires_grad) {
         if (!dtype_is_float(o.dt)) return lu_error(L, "only floating point tensors can require gradients (got %s)", dtype_name(o.dt));
         t->requires_grad = true;

@@ -24,16 +24,20 @@ static Tensor *checked_index(Tensor *idx, int64_t n, const char *op) {
     ag_set_grad_enabled(prev);
     if (!c) return NULL;
     tensor_copy_strided(c, idx);
-    int64_t *p = tensor_data(c);
-    for (int64_t i = 0; i < c->numel; i++) {
-        int64_t v = p[i];
-        if (v < 0 || v >= n) {
+    HostMap m; /* indices are checked on the host */
+    const int64_t *p = tensor_host_map(c, HOST_READ, &m);
+    for (int64_t i = 0; p && i < c->numel; i++) {
+        if (p[i] < 0 || p[i] >= n) {
             int64_t bad = p[i];
+            tensor_host_unmap(&m);
             tensor_release(c);
             return accel_fail("%s: index %lld is out of range for a dimension of size %lld (index values are 0-based)", op,
                               (long long)bad, (long long)n);
         }
-        p[i] = v;
+    }
+    if (!p || tensor_host_unmap(&m) < 0) {
+        tensor_release(c);
+        return NULL;
     }
     return c;
 }
@@ -228,11 +232,15 @@ static Tensor *tri_mask(const Tensor *a, int64_t k, bool upper) {
     int64_t R = a->shape[a->ndim - 2], C = a->shape[a->ndim - 1];
     int64_t shape[2] = {R, C};
     Tensor *m = tensor_empty(shape, 2, DT_BOOL, a->device);
-    if (!m) return NULL;
-    uint8_t *p = tensor_data(m);
+    HostMap hm;
+    uint8_t *p = m ? tensor_host_map(m, HOST_WRITE, &hm) : NULL;
+    if (!p) {
+        tensor_release(m);
+        return NULL;
+    }
     for (int64_t i = 0; i < R; i++)
         for (int64_t j = 0; j < C; j++) p[i * C + j] = upper ? (j - i < k) : (j - i > k); /* true = zeroed */
-    return m;
+    return tensor_host_finish(m, &hm);
 }
 
 Tensor *op_tril(Tensor *a, int64_t k, bool upper) {

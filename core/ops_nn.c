@@ -95,13 +95,16 @@ static Tensor *cross_entropy_rows(Tensor *logits2, Tensor *target1, int64_t igno
     if (lse) {
         int64_t bad = backend_for(x->device)->cross_entropy_fwd(cdt, tensor_data(x), N, C, tensor_data(t), ignore_index, ls,
                                                                 tensor_data(loss), tensor_data(lse));
-        if (bad >= 0) {
+        HostMap m; /* the targets, for the count of valid rows and the error */
+        const int64_t *tp = tensor_host_map(t, HOST_READ, &m);
+        if (tp && bad >= 0) {
             accel_fail("cross_entropy: target %lld is out of bounds for %lld classes (sample %lld; targets are 0-based "
-                       "class indices)", (long long)((int64_t *)tensor_data(t))[bad], (long long)C, (long long)bad + 1);
-        } else {
-            const int64_t *tp = tensor_data(t);
+                       "class indices)", (long long)tp[bad], (long long)C, (long long)bad + 1);
+        } else if (tp) {
             *count = 0;
             for (int64_t i = 0; i < N; i++) *count += tp[i] != ignore_index;
+        }
+        if (tensor_host_unmap(&m) == 0 && tp && bad < 0) {
             out = tensor_retain(loss);
             AGNode *n = ag_record("cross_entropy", bw_cross_entropy, out, &logits2, 1);
             if (n) {

@@ -507,7 +507,7 @@ static int all_reduce_double(ShardEngine *e, double *v, DistOp op) {
     Tensor *t = tensor_full(&one, 1, *v, DT_F64, (Device){DEV_CPU, 0});
     if (!t) return -1;
     int rc = dist_all_reduce(e->comm, t, op);
-    if (rc == 0) *v = ((double *)tensor_data(t))[0];
+    if (rc == 0) *v = tensor_item(t);
     tensor_release(t);
     return rc;
 }
@@ -662,7 +662,7 @@ int shard_full_tensor(ShardEngine *e, int i, int which, Tensor *out) {
     Tensor *p = e->params[i];
     if (check_full(e, i, out)) return -1;
     if (which == 0 && !e->shard_params) {
-        memcpy(tensor_data(out), tensor_data(p), (size_t)p->numel * sizeof(float));
+        tensor_copy_flat(out, p);
         return 0;
     }
     int u = e->unit_of[i];

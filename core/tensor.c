@@ -264,7 +264,7 @@ Tensor *tensor_full(const int64_t *shape, int ndim, double v, DType dt, Device d
 
 Tensor *tensor_zeros(const int64_t *shape, int ndim, DType dt, Device dev) {
     Tensor *t = tensor_empty(shape, ndim, dt, dev);
-    if (t) memset(t->storage->data, 0, t->storage->nbytes);
+    if (t) tensor_fill_(t, 0.0);
     return t;
 }
 
@@ -274,7 +274,10 @@ Tensor *tensor_empty_like(const Tensor *t) { return tensor_empty(t->shape, t->nd
 
 Tensor *tensor_from_data(const void *data, const int64_t *shape, int ndim, DType dt) {
     Tensor *t = tensor_empty(shape, ndim, dt, (Device){DEV_CPU, 0});
-    if (t && t->numel) memcpy(t->storage->data, data, (size_t)t->numel * dtype_size(dt));
+    if (t && t->numel && tensor_from_host(t, data) < 0) {
+        tensor_release(t);
+        return NULL;
+    }
     return t;
 }
 
@@ -288,28 +291,36 @@ Tensor *tensor_arange(double start, double end, double step, DType dt) {
     int64_t n = (int64_t)count;
     if (shape_check("arange", &n, 1, (int)dt) < 0) return NULL;
     Tensor *t = tensor_empty(&n, 1, dt, (Device){DEV_CPU, 0});
-    if (!t) return NULL;
-    char *p = t->storage->data;
+    HostMap m;
+    char *p = t ? tensor_host_map(t, HOST_WRITE, &m) : NULL;
+    if (!p) {
+        tensor_release(t);
+        return NULL;
+    }
     size_t es = dtype_size(dt);
     for (int64_t i = 0; i < n; i++) {
         if (dtype_is_float(dt)) dtype_store(p + i * es, dt, start + (double)i * step);
         else dtype_store_i64(p + i * es, dt, (int64_t)start + i * (int64_t)step);
     }
-    return t;
+    return tensor_host_finish(t, &m);
 }
 
 Tensor *tensor_linspace(double start, double end, int64_t steps, DType dt) {
     if (steps < 0) return accel_fail("linspace: number of steps must be non-negative, got %lld", (long long)steps);
     if (shape_check("linspace", &steps, 1, (int)dt) < 0) return NULL;
     Tensor *t = tensor_empty(&steps, 1, dt, (Device){DEV_CPU, 0});
-    if (!t) return NULL;
-    char *p = t->storage->data;
+    HostMap m;
+    char *p = t ? tensor_host_map(t, HOST_WRITE, &m) : NULL;
+    if (!p) {
+        tensor_release(t);
+        return NULL;
+    }
     size_t es = dtype_size(dt);
     double step = steps > 1 ? (end - start) / (double)(steps - 1) : 0;
     int64_t half = steps / 2;
     for (int64_t i = 0; i < steps; i++) /* symmetric like PyTorch: second half counts back from end */
         dtype_store(p + i * es, dt, i < half || steps == 1 ? start + step * (double)i : end - step * (double)(steps - 1 - i));
-    return t;
+    return tensor_host_finish(t, &m);
 }
 
 /* ---- copies ---- */
@@ -362,13 +373,3 @@ int tensor_fill_(Tensor *t, double v) {
     return 0;
 }
 
-double tensor_get_flat(const Tensor *t, int64_t i) {
-    int64_t off = t->offset;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        off += (i % t->shape[d]) * t->stride[d];
-        i /= t->shape[d];
-    }
-    return dtype_load((char *)t->storage->data + off * (int64_t)dtype_size(t->dtype), t->dtype);
-}
-
-double tensor_item(const Tensor *t) { return tensor_get_flat(t, 0); }
