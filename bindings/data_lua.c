@@ -83,7 +83,10 @@ static int c_token_blocks(lua_State *L) {
     if (starts->dtype != DT_I64 || starts->ndim != 1) return lu_error(L, "TokenFile: block starts must be a 1-D int64 tensor");
     if (T < 0) return lu_error(L, "TokenFile: block length must be >= 0, got %lld", (long long)T);
     Tensor *s = tensor_contiguous(starts), *x = NULL, *y = NULL;
-    int rc = s ? tokenfile_blocks(tok, tensor_data(s), s->shape[0], T, &x, &y) : -1;
+    HostMap m;
+    const int64_t *hs = s ? tensor_host_map(s, HOST_READ, &m) : NULL;
+    int rc = hs ? tokenfile_blocks(tok, hs, s->shape[0], T, &x, &y) : -1;
+    if (hs) tensor_host_unmap(&m);
     tensor_release(s);
     if (rc < 0) return lu_core_error(L);
     lu_push_tensor(L, x);
