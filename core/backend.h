@@ -60,6 +60,7 @@ typedef struct Backend {
     /* A host address for device memory (zero-copy map), or NULL when the
      * memory is not host-addressable (then copy). */
     void *(*host_ptr)(void *dev);
+    void (*zero)(void *dev, size_t nbytes); /* all bytes 0 (a fresh tensor's zeros) */
 
     /* ---- streams and events (handles are the backend's) ---- */
     void *(*stream_current)(void);

@@ -25,6 +25,10 @@ static int cpu_from_host(void *dev, const void *host, size_t nbytes) {
 
 static void *cpu_host_ptr(void *dev) { return dev; }
 
+static void cpu_zero(void *dev, size_t nbytes) {
+    if (nbytes) memset(dev, 0, nbytes);
+}
+
 static char cpu_stream_token; /* the one stream / event handle */
 static void *cpu_stream_current(void) { return &cpu_stream_token; }
 static int cpu_noop(void) { return 0; }
@@ -40,19 +44,26 @@ typedef struct {
     double p1, p2;
 } RunCtx;
 
+static inline void bin_kernel(KBinOp op, DType cdt, int64_t n, char **p, const int64_t *st) {
+    if (cdt == DT_F32) k_binary_f32(op, n, (float *)p[1], st[1], (float *)p[2], st[2], p[0], st[0]);
+    else if (cdt == DT_F64) k_binary_f64(op, n, (double *)p[1], st[1], (double *)p[2], st[2], p[0], st[0]);
+    else k_binary_i64(op, n, (int64_t *)p[1], st[1], (int64_t *)p[2], st[2], p[0], st[0]);
+}
+
 static void bin_run(void *ctx, int64_t n, char **p, const int64_t *st) {
     const RunCtx *c = ctx;
-    if (c->cdt == DT_F32) k_binary_f32((KBinOp)c->op, n, (float *)p[1], st[1], (float *)p[2], st[2], p[0], st[0]);
-    else if (c->cdt == DT_F64) k_binary_f64((KBinOp)c->op, n, (double *)p[1], st[1], (double *)p[2], st[2], p[0], st[0]);
-    else k_binary_i64((KBinOp)c->op, n, (int64_t *)p[1], st[1], (int64_t *)p[2], st[2], p[0], st[0]);
+    bin_kernel((KBinOp)c->op, c->cdt, n, p, st);
+}
+
+static inline void un_kernel(KUnOp op, DType cdt, int64_t n, char **p, const int64_t *st, double p1, double p2) {
+    if (cdt == DT_F32) k_unary_f32(op, n, (float *)p[1], st[1], (float *)p[0], st[0], p1, p2);
+    else if (cdt == DT_F64) k_unary_f64(op, n, (double *)p[1], st[1], (double *)p[0], st[0], p1, p2);
+    else k_unary_i64(op, n, (int64_t *)p[1], st[1], (int64_t *)p[0], st[0], p1, p2);
 }
 
 static void un_run(void *ctx, int64_t n, char **p, const int64_t *st) {
     const RunCtx *c = ctx;
-    KUnOp op = (KUnOp)c->op;
-    if (c->cdt == DT_F32) k_unary_f32(op, n, (float *)p[1], st[1], (float *)p[0], st[0], c->p1, c->p2);
-    else if (c->cdt == DT_F64) k_unary_f64(op, n, (double *)p[1], st[1], (double *)p[0], st[0], c->p1, c->p2);
-    else k_unary_i64(op, n, (int64_t *)p[1], st[1], (int64_t *)p[0], st[0], c->p1, c->p2);
+    un_kernel((KUnOp)c->op, c->cdt, n, p, st, c->p1, c->p2);
 }
 
 static void where_run(void *ctx, int64_t n, char **p, const int64_t *st) {
@@ -81,9 +92,22 @@ static void run_nd(StridedIter *it, IterRunFn fn, const void *ctx) {
     iter_run(it, fn, (void *)ctx);
 }
 
-static void cpu_binary(KBinOp op, DType cdt, StridedIter *it) { run_nd(it, bin_run, &(RunCtx){.op = op, .cdt = cdt}); }
+/* The one-run case (contiguous or broadcast scalar operands) calls the kernel directly. */
+static void cpu_binary(KBinOp op, DType cdt, StridedIter *it) {
+    if (it->ndim == 1 && it->shape[0] > 0) {
+        const int64_t st[3] = {it->stride[0][0], it->stride[1][0], it->stride[2][0]};
+        bin_kernel(op, cdt, it->shape[0], it->base, st);
+        return;
+    }
+    run_nd(it, bin_run, &(RunCtx){.op = op, .cdt = cdt});
+}
 
 static void cpu_unary(KUnOp op, DType cdt, StridedIter *it, double p1, double p2) {
+    if (it->ndim == 1 && it->shape[0] > 0) {
+        const int64_t st[2] = {it->stride[0][0], it->stride[1][0]};
+        un_kernel(op, cdt, it->shape[0], it->base, st, p1, p2);
+        return;
+    }
     run_nd(it, un_run, &(RunCtx){.op = op, .cdt = cdt, .p1 = p1, .p2 = p2});
 }
 
@@ -207,6 +231,7 @@ const Backend backend_cpu = {
     .to_host = cpu_to_host,
     .from_host = cpu_from_host,
     .host_ptr = cpu_host_ptr,
+    .zero = cpu_zero,
     .stream_current = cpu_stream_current,
     .synchronize = cpu_noop,
     .event_new = cpu_event_new,

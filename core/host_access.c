@@ -109,8 +109,7 @@ int tensor_from_host(Tensor *t, const void *src) {
 
 void tensor_copy_flat(Tensor *dst, const Tensor *src) {
     StridedIter it;
-    int64_t n = dst->numel;
-    iter_init(&it, 1, &n);
+    iter_init_run(&it, dst->numel);
     iter_add_run(&it, dst, 1);
     iter_add_run(&it, src, 1);
     backend_for(dst->device)->copy(&it, dst->dtype, src->dtype);

@@ -29,10 +29,6 @@ void iter_add_tensor(StridedIter *it, const Tensor *t) {
     iter_add(it, tensor_data(t), st, dtype_size(t->dtype));
 }
 
-void iter_add_run(StridedIter *it, const Tensor *t, int64_t stride) {
-    iter_add(it, tensor_data(t), (int64_t[TENSOR_MAX_DIMS]){stride}, dtype_size(t->dtype));
-}
-
 /* Drop size-1 dims and merge dims contiguous for every operand. */
 static void iter_coalesce(StridedIter *it) {
     int nd = 0;

@@ -24,8 +24,20 @@ void iter_init(StridedIter *it, int ndim, const int64_t *shape);
 void iter_add(StridedIter *it, void *base, const int64_t *stride, size_t elsize);
 /* Add a tensor operand broadcast to the iterator's shape (trailing alignment). */
 void iter_add_tensor(StridedIter *it, const Tensor *t);
-/* Add t's data as a one-stride run (1: contiguous, 0: one element broadcast). */
-void iter_add_run(StridedIter *it, const Tensor *t, int64_t stride);
+/* A one-dim description of n elements (the common contiguous case; cheap). */
+static inline void iter_init_run(StridedIter *it, int64_t n) {
+    it->nops = 0;
+    it->ndim = 1;
+    it->shape[0] = n;
+}
+/* Add t's data as a one-stride run (1: contiguous, 0: one element broadcast)
+ * to a one-dim description. */
+static inline void iter_add_run(StridedIter *it, const Tensor *t, int64_t stride) {
+    int k = it->nops++;
+    it->base[k] = tensor_data(t);
+    it->elsize[k] = dtype_size(t->dtype);
+    it->stride[k][0] = it->shape[0] == 1 ? 0 : stride;
+}
 /* For the CPU backend (backend_cpu.c): call fn once per innermost run. */
 typedef void (*IterRunFn)(void *ctx, int64_t n, char **ptrs, const int64_t *strides);
 void iter_run(StridedIter *it, IterRunFn fn, void *ctx);

@@ -72,7 +72,7 @@ static void binary_into(KBinOp op, DType cdt, Tensor *out, Tensor *a, Tensor *b)
     int64_t sa = run_stride(a, out->numel), sb = run_stride(b, out->numel);
     StridedIter it;
     if (sa >= 0 && sb >= 0 && tensor_is_contiguous(out)) {
-        iter_init(&it, 1, &out->numel);
+        iter_init_run(&it, out->numel);
         iter_add_run(&it, out, 1);
         iter_add_run(&it, a, sa);
         iter_add_run(&it, b, sb);
@@ -338,7 +338,7 @@ static bool unary_differentiable(KUnOp op) {
 static void unary_into(KUnOp op, DType cdt, Tensor *out, Tensor *a, double p1, double p2) {
     StridedIter it;
     if (tensor_is_contiguous(a) && tensor_is_contiguous(out)) {
-        iter_init(&it, 1, &out->numel);
+        iter_init_run(&it, out->numel);
         iter_add_run(&it, out, 1);
         iter_add_run(&it, a, 1);
     } else {

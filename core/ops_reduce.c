@@ -101,8 +101,7 @@ static int scale_sum(Tensor *out, int64_t times) {
     Tensor *s = tensor_full(NULL, 0, (double)times, out->dtype, out->device);
     if (!s) return -1;
     StridedIter it;
-    int64_t n = out->numel;
-    iter_init(&it, 1, &n);
+    iter_init_run(&it, out->numel);
     iter_add_run(&it, out, 1);
     iter_add_run(&it, out, 1);
     iter_add_run(&it, s, 0);

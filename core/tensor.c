@@ -264,7 +264,7 @@ Tensor *tensor_full(const int64_t *shape, int ndim, double v, DType dt, Device d
 
 Tensor *tensor_zeros(const int64_t *shape, int ndim, DType dt, Device dev) {
     Tensor *t = tensor_empty(shape, ndim, dt, dev);
-    if (t) tensor_fill_(t, 0.0);
+    if (t) backend_for(dev)->zero(t->storage->data, t->storage->nbytes);
     return t;
 }
 
@@ -328,7 +328,7 @@ Tensor *tensor_linspace(double start, double end, int64_t steps, DType dt) {
 void tensor_copy_strided(Tensor *dst, const Tensor *src) {
     StridedIter it;
     if (src->numel == dst->numel && tensor_is_contiguous(src) && tensor_is_contiguous(dst)) {
-        iter_init(&it, 1, &dst->numel);
+        iter_init_run(&it, dst->numel);
         iter_add_run(&it, dst, 1);
         iter_add_run(&it, src, 1);
     } else {
@@ -362,7 +362,7 @@ int tensor_copy_(Tensor *dst, Tensor *src) {
 int tensor_fill_(Tensor *t, double v) {
     StridedIter it;
     if (tensor_is_contiguous(t)) {
-        iter_init(&it, 1, &t->numel);
+        iter_init_run(&it, t->numel);
         iter_add_run(&it, t, 1);
     } else {
         iter_init(&it, t->ndim, t->shape);
