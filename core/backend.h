@@ -138,6 +138,9 @@ const Backend *backend_for(Device d);
 /* The backend registered under a name ("cpu"), or NULL. */
 const Backend *backend_by_name(const char *name);
 extern const Backend backend_cpu;
+extern const Backend backend_sim; /* the simulated device (backend_sim.c) */
+/* Whether p is a sim device handle (tests: it must fault if dereferenced). */
+int backend_sim_is_handle(const void *p);
 /* The CPU backend's thread team (n <= 0: number of cores). */
 void backend_set_threads(int n);
 int backend_get_threads(void);

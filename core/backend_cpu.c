@@ -271,11 +271,13 @@ const Backend backend_cpu = {
 
 const Backend *backend_for(Device d) {
     if (d.type == DEV_CPU) return &backend_cpu;
+    if (d.type == DEV_SIM) return &backend_sim;
     return accel_fail("device cuda:%d is not available: this build has no CUDA backend (build with make CUDA=1 on a machine with a GPU)", d.index);
 }
 
 const Backend *backend_by_name(const char *name) {
     if (strcmp(name, "cpu") == 0) return &backend_cpu;
+    if (strcmp(name, "sim") == 0) return &backend_sim;
     return NULL;
 }
 

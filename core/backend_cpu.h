@@ -9,5 +9,6 @@ void *cpu_mem_alloc(size_t nbytes);
 void cpu_mem_free(void *p, size_t nbytes);
 size_t cpu_mem_cached_bytes(void);
 void cpu_mem_empty_cache(void);
+size_t alloc_round_size(size_t n); /* the size classes, shared with the sim backend */
 
 #endif

@@ -185,6 +185,7 @@ DType dtype_default_float(void) { return DT_F32; }
 
 const char *device_str(Device d, char *buf, size_t n) {
     if (d.type == DEV_CPU) snprintf(buf, n, "cpu");
+    else if (d.type == DEV_SIM) snprintf(buf, n, "sim");
     else snprintf(buf, n, "cuda:%d", d.index);
     return buf;
 }
@@ -192,6 +193,10 @@ const char *device_str(Device d, char *buf, size_t n) {
 int device_parse(const char *s, Device *out) {
     if (strcmp(s, "cpu") == 0) {
         *out = (Device){DEV_CPU, 0};
+        return 0;
+    }
+    if (strcmp(s, "sim") == 0 || strcmp(s, "sim:0") == 0) {
+        *out = (Device){DEV_SIM, 0};
         return 0;
     }
     if (strcmp(s, "cuda") == 0) {
@@ -204,7 +209,7 @@ int device_parse(const char *s, Device *out) {
         *out = (Device){DEV_CUDA, idx};
         return 0;
     }
-    return accel_fail_int("unknown device '%s' (expected \"cpu\", \"cuda\" or \"cuda:N\")", s);
+    return accel_fail_int("unknown device '%s' (expected \"cpu\", \"cuda\", \"cuda:N\" or \"sim\")", s);
 }
 
 int shape_str(const int64_t *shape, int ndim, char *buf, size_t n) {

@@ -14,7 +14,7 @@
 
 #define TENSOR_MAX_DIMS 8
 
-typedef enum { DEV_CPU = 0, DEV_CUDA = 1 } DeviceType;
+typedef enum { DEV_CPU = 0, DEV_CUDA = 1, DEV_SIM = 2 } DeviceType; /* sim: the simulated device (backend_sim.c) */
 typedef struct {
     DeviceType type;
     int index;
