@@ -20,7 +20,7 @@ typedef struct {
 } CreateOpts;
 
 static CreateOpts create_opts(lua_State *L, int idx, DType def) {
-    CreateOpts o = {def, {DEV_CPU, 0}, false};
+    CreateOpts o = {def, lu_default_device(L), false};
     if (!lu_is_opts(L, idx)) {
         if (!lua_isnone(L, idx) && !lua_isnil(L, idx))
             lu_error(L, "bad argument #%d (options table {dtype=, device=, requires_grad=} expected, got %s)", idx, luaL_typename(L, idx));
@@ -33,6 +33,11 @@ static CreateOpts create_opts(lua_State *L, int idx, DType def) {
 }
 
 static int finish(lua_State *L, Tensor *t, const CreateOpts *o) {
+    if (t && (t->device.type != o->dev.type || t->device.index != o->dev.index)) { /* made on the host (RNG, ranges) */
+        Tensor *m = tensor_to_device(t, o->dev);
+        tensor_release(t);
+        t = m;
+    }
     if (!t) return lu_core_error(L);
     if (o->requires_grad) {
         if (!dtype_is_float(t->dtype)) {
@@ -488,6 +493,25 @@ static void set_dtypes(lua_State *L) {
     }
 }
 
+/* accel.set_default_device(d): where creation functions put tensors. */
+static int l_set_default_device(lua_State *L) {
+    lu_set_default_device(L, 1);
+    return 0;
+}
+
+static int l_get_default_device(lua_State *L) {
+    lu_push_device(L, lu_default_device(L));
+    return 1;
+}
+
+/* accel.synchronize([device]): wait for the device's queued work. */
+static int l_synchronize(lua_State *L) {
+    Device d = lua_isnoneornil(L, 1) ? lu_default_device(L) : lu_check_device(L, 1);
+    const Backend *be = backend_for(d);
+    if (!be || be->synchronize() != 0) return lu_core_error(L);
+    return 0;
+}
+
 static const luaL_Reg functions[] = {
     {"tensor", l_tensor}, {"zeros", l_zeros}, {"ones", l_ones}, {"full", l_full}, {"empty", l_empty},
     {"rand", l_rand}, {"randn", l_randn}, {"randint", l_randint}, {"randperm", l_randperm}, {"arange", l_arange},
@@ -496,7 +520,9 @@ static const luaL_Reg functions[] = {
     {"get_rng_state", l_rng_state}, {"set_rng_state", l_set_rng_state}, {"clock", l_clock},
     {"num_threads", l_num_threads}, {"is_tensor", l_is_tensor}, {"memory_stats", l_memory},
     {"reset_peak_memory_stats", l_reset_peak_memory_stats},
-    {"empty_cache", l_empty_cache}, {"save", l_save}, {"load", l_load}, {"device", lu_device_new}, {NULL, NULL}};
+    {"empty_cache", l_empty_cache}, {"save", l_save}, {"load", l_load}, {"device", lu_device_new},
+    {"set_default_device", l_set_default_device}, {"get_default_device", l_get_default_device},
+    {"synchronize", l_synchronize}, {NULL, NULL}};
 
 int luaopen_accel(lua_State *L) {
     accel_preload_embedded(L);

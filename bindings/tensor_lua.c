@@ -582,13 +582,16 @@ static int to_dtype_upvalue(lua_State *L) {
     return ret(L, tensor_to_dtype(SELF, (DType)lua_tointeger(L, lua_upvalueindex(1))));
 }
 
-static bool looks_like_device(const char *s) { return strncmp(s, "cpu", 3) == 0 || strncmp(s, "cuda", 4) == 0; }
+static bool looks_like_device(const char *s) {
+    return strncmp(s, "cpu", 3) == 0 || strncmp(s, "cuda", 4) == 0 || strncmp(s, "sim", 3) == 0;
+}
 
+/* A copy on d through the host (no autograd edge across devices yet). */
 static Tensor *move_to(lua_State *L, Tensor *t, Device d) {
     if (d.type == t->device.type && d.index == t->device.index) return tensor_retain(t);
-    if (!backend_for(d)) lu_core_error(L);
-    lu_error(L, "to: copying between devices is not available in this build");
-    return NULL;
+    Tensor *m = tensor_to_device(t, d);
+    if (!m) lu_core_error(L);
+    return m;
 }
 
 /* t:to(dtype | device | tensor | {dtype=, device=}) */
@@ -771,7 +774,7 @@ static int any_all(lua_State *L, bool any) {
         if (any && nz) { r = true; break; }
         if (!any && !nz) { r = false; break; }
     }
-    Tensor *o = tensor_scalar(r, DT_BOOL);
+    Tensor *o = tensor_full(NULL, 0, r, DT_BOOL, t->device);
     return ret(L, o);
 }
 

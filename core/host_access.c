@@ -107,6 +107,20 @@ int tensor_from_host(Tensor *t, const void *src) {
     return 0;
 }
 
+Tensor *tensor_to_device(const Tensor *t, Device d) {
+    Tensor *out = tensor_empty(t->shape, t->ndim, t->dtype, d);
+    size_t nbytes = (size_t)t->numel * dtype_size(t->dtype);
+    void *buf = out ? malloc(nbytes ? nbytes : 1) : NULL;
+    if (out && !buf) accel_fail("out of memory staging %zu bytes between devices", nbytes);
+    if (!buf || tensor_to_host(t, buf) < 0 || tensor_from_host(out, buf) < 0) {
+        free(buf);
+        tensor_release(out);
+        return NULL;
+    }
+    free(buf);
+    return out;
+}
+
 void tensor_copy_flat(Tensor *dst, const Tensor *src) {
     StridedIter it;
     iter_init_run(&it, dst->numel);

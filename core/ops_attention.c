@@ -111,8 +111,11 @@ static int check_sdpa(const Tensor *q, const Tensor *k, const Tensor *v) {
         return accel_fail_int("scaled_dot_product_attention: q, k, v must share one floating-point dtype, got %s, %s "
                               "and %s", dtype_name(q->dtype), dtype_name(k->dtype), dtype_name(v->dtype));
     if (k->shape[nd - 2] == 0) return accel_fail_int("scaled_dot_product_attention: needs at least one key (S = 0)");
-    if (q->device.type != DEV_CPU || k->device.type != DEV_CPU || v->device.type != DEV_CPU)
-        return accel_fail_int("scaled_dot_product_attention: the fused kernel runs on cpu tensors only");
+    char dq[32], dk[32], dv[32];
+    if (q->device.type != k->device.type || q->device.type != v->device.type)
+        return accel_fail_int("scaled_dot_product_attention: q, k, v are on different devices (%s, %s and %s)",
+                              device_str(q->device, dq, sizeof dq), device_str(k->device, dk, sizeof dk),
+                              device_str(v->device, dv, sizeof dv));
     return 0;
 }
 

@@ -215,9 +215,7 @@ static DType scalar_result_dtype(KBinOp op, DType a, bool is_int) {
 static Tensor *scalar_operand(KBinOp op, const Tensor *a, double s, bool is_int) {
     DType base = kbin_is_compare(op) ? (dtype_is_float(a->dtype) ? a->dtype : (is_int ? DT_I64 : DT_F32))
                                      : scalar_result_dtype(op, a->dtype, is_int);
-    Tensor *st = tensor_scalar(s, compute_dtype(base));
-    if (st) st->device = a->device;
-    return st;
+    return tensor_full(NULL, 0, s, compute_dtype(base), a->device);
 }
 
 Tensor *op_binary_scalar(KBinOp op, Tensor *a, double s, bool is_int, bool scalar_lhs) {
@@ -482,7 +480,7 @@ static int check_mask(Tensor *mask) {
 Tensor *op_masked_fill(Tensor *a, Tensor *mask, double v) {
     PROF_SCOPE("masked_fill", PROF_FORWARD, a, mask);
     if (check_mask(mask) < 0) return NULL;
-    Tensor *fill = tensor_scalar(v, a->dtype);
+    Tensor *fill = tensor_full(NULL, 0, v, a->dtype, a->device);
     if (!fill) return NULL;
     Tensor *out = op_where(mask, fill, a);
     tensor_release(fill);

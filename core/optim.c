@@ -23,9 +23,6 @@ static int check_param(const char *who, int id, const Tensor *p, const Tensor *g
     if (p->dtype != DT_F32 && p->dtype != DT_F64)
         return accel_fail_int("%s: parameter %d is %s; optimizers update float32 or float64 parameters (keep float32 "
                               "master weights)", who, id, dtype_name(p->dtype));
-    if (p->device.type != DEV_CPU)
-        return accel_fail_int("%s: parameter %d is on %s; this build updates cpu parameters only", who, id,
-                              device_str(p->device, d1, sizeof d1));
     if (!same_device(p, g))
         return accel_fail_int("%s: parameter %d is on %s but its gradient is on %s", who, id,
                               device_str(p->device, d1, sizeof d1), device_str(g->device, d2, sizeof d2));
@@ -162,7 +159,6 @@ int optim_total_norm(int n, Tensor **ts, double p, double *out) {
         if (!dtype_is_float(ts[i]->dtype))
             return accel_fail_int("total_norm: tensor %d is %s; norms need floating point tensors", i + 1,
                                   dtype_name(ts[i]->dtype));
-        if (ts[i]->device.type != DEV_CPU) return accel_fail_int("total_norm: tensor %d is not on the cpu", i + 1);
     }
     double acc = 0;
     for (int i = 0; i < n; i++) {

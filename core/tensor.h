@@ -182,6 +182,8 @@ int tensor_from_host(Tensor *t, const void *src);
  * (the CPU), else NULL: for consumers that take host buffers (MPI) and
  * refuse or stage otherwise. */
 void *tensor_host_ptr(const Tensor *t);
+/* A contiguous copy of t on device d, through the host (no autograd). */
+Tensor *tensor_to_device(const Tensor *t, Device d);
 /* dst = src on the device: both contiguous, same dtype and numel. */
 void tensor_copy_flat(Tensor *dst, const Tensor *src);
 
