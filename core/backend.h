@@ -139,8 +139,12 @@ const Backend *backend_for(Device d);
 const Backend *backend_by_name(const char *name);
 extern const Backend backend_cpu;
 extern const Backend backend_sim; /* the simulated device (backend_sim.c) */
-/* Whether p is a sim device handle (tests: it must fault if dereferenced). */
+/* Testing hooks of the sim backend: whether p is one of its handles (which
+ * fault if dereferenced); hold (1) / release (0) its worker; read device
+ * memory the way a missing synchronisation would (without waiting). */
 int backend_sim_is_handle(const void *p);
+void backend_sim_debug_hold(int on);
+void backend_sim_debug_peek(void *host, const void *dev, size_t nbytes);
 /* The CPU backend's thread team (n <= 0: number of cores). */
 void backend_set_threads(int n);
 int backend_get_threads(void);

@@ -119,7 +119,7 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv_work = PTHREAD_COND_INITIALIZER, cv_done = PTHREAD_COND_INITIALIZER;
 static Task *head, *tail;
 static uint64_t submitted, completed;
-static int started;
+static int started, held; /* held: the worker starts nothing (tests) */
 static _Atomic int sticky_error; /* set by the worker, read by the host */
 
 static int backend_sim_synchronize(void);
@@ -128,7 +128,7 @@ static void *worker(void *unused) {
     (void)unused;
     pthread_mutex_lock(&mu);
     for (;;) {
-        while (!head) pthread_cond_wait(&cv_work, &mu);
+        while (!head || held) pthread_cond_wait(&cv_work, &mu);
         Task *t = head;
         head = t->next;
         if (!head) tail = NULL;
@@ -572,6 +572,18 @@ static int sim_attn_bwd(DType cdt, const KAttn *at, const void *q, const void *k
                                       .p = {(void *)q, (void *)k, (void *)v, (void *)o, (void *)lse, (void *)go, gq, gk, gv}});
     return 0;
 }
+
+/* ---------------- testing hooks ---------------- */
+
+void backend_sim_debug_hold(int on) {
+    pthread_mutex_lock(&mu);
+    held = on;
+    pthread_cond_broadcast(&cv_work);
+    pthread_mutex_unlock(&mu);
+}
+
+/* to_host without its synchronisation: what a backend missing one would read. */
+void backend_sim_debug_peek(void *host, const void *dev, size_t nbytes) { memcpy(host, real(dev), nbytes); }
 
 const Backend backend_sim = {
     .name = "sim",
