@@ -9,6 +9,13 @@
 #include <math.h>
 #include <string.h>
 
+int tensor_check_device(const char *op, const Tensor *a, const Tensor *b) {
+    if (!b || (a->device.type == b->device.type && a->device.index == b->device.index)) return 0;
+    char da[32], db[32];
+    return accel_fail_int("%s: tensors are on different devices (%s and %s)", op, device_str(a->device, da, sizeof da),
+                          device_str(b->device, db, sizeof db));
+}
+
 void *tensor_host_ptr(const Tensor *t) {
     const Backend *be = backend_for(t->device);
     return be ? be->host_ptr(tensor_data(t)) : NULL;

@@ -203,6 +203,7 @@ static Tensor *conv2d_impl(Tensor *x, Tensor *w, Tensor *b, const int64_t stride
 Tensor *op_conv2d_padded(Tensor *x, Tensor *w, Tensor *b, const int64_t stride[2], const int64_t pad_lo[2],
                          const int64_t pad_hi[2], const int64_t dilation[2], int64_t groups) {
     PROF_SCOPE("conv2d", PROF_FORWARD, x, w);
+    if (tensor_check_device("conv2d", x, w) < 0 || tensor_check_device("conv2d", x, b) < 0) return NULL;
     if (b && b->dtype != x->dtype)
         return accel_fail("conv2d: bias (%s) must have the input's dtype (%s)", dtype_name(b->dtype), dtype_name(x->dtype));
     if (precision_autocast() == DT_F32) return conv2d_impl(x, w, b, stride, pad_lo, pad_hi, dilation, groups);

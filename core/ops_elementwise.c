@@ -50,12 +50,7 @@ static Tensor *as_dtype_plain_owned(Tensor *t, DType dt) {
     return c;
 }
 
-static int check_same_device(Tensor *a, Tensor *b, const char *op) {
-    if (a->device.type == b->device.type && a->device.index == b->device.index) return 0;
-    char da[32], db[32];
-    return accel_fail_int("%s: tensors are on different devices (%s and %s)", op, device_str(a->device, da, sizeof da),
-                          device_str(b->device, db, sizeof db));
-}
+static int check_same_device(Tensor *a, Tensor *b, const char *op) { return tensor_check_device(op, a, b); }
 
 /* out = a op b over out's shape; a, b already of compute dtype cdt; out of
  * cdt (or bool for comparisons). */
@@ -447,6 +442,7 @@ Tensor *op_where(Tensor *cond, Tensor *a, Tensor *b) {
     PROF_SCOPE("where", PROF_FORWARD, a, b);
     if (cond->dtype != DT_BOOL && cond->dtype != DT_U8)
         return accel_fail("where: condition must be a bool tensor, got %s", dtype_name(cond->dtype));
+    if (tensor_check_device("where", a, b) < 0 || tensor_check_device("where", a, cond) < 0) return NULL;
     int64_t s1[TENSOR_MAX_DIMS], s2[TENSOR_MAX_DIMS];
     int n1, n2;
     if (broadcast_shapes(a->shape, a->ndim, b->shape, b->ndim, s1, &n1, "where") < 0 ||

@@ -81,6 +81,7 @@ static int bw_index_select(AGNode *n, Tensor *g, Tensor **gin) { return bw_add_a
 
 Tensor *op_gather(Tensor *a, int dim, Tensor *index) {
     PROF_SCOPE("gather", PROF_FORWARD, a, index);
+    if (tensor_check_device("gather", a, index) < 0) return NULL;
     if ((dim = tensor_wrap_dim(a, dim, "gather")) < 0) return NULL;
     if (index->ndim != a->ndim)
         return accel_fail("gather: index (shape %s) must have as many dims as the input (shape %s)", tensor_shape_str(index), tensor_shape_str(a));
@@ -108,6 +109,7 @@ Tensor *op_gather(Tensor *a, int dim, Tensor *index) {
 
 Tensor *op_index_select(Tensor *a, int dim, Tensor *index) {
     PROF_SCOPE("index_select", PROF_FORWARD, a, index);
+    if (tensor_check_device("index_select", a, index) < 0) return NULL;
     if (a->ndim == 0) return accel_fail("index_select: cannot index a 0-dim tensor");
     if ((dim = tensor_wrap_dim(a, dim, "index_select")) < 0) return NULL;
     if (index->ndim > 1) return accel_fail("index_select: index must be 1-D, got shape %s", tensor_shape_str(index));
@@ -131,6 +133,7 @@ Tensor *op_index_select(Tensor *a, int dim, Tensor *index) {
 
 Tensor *op_embedding(Tensor *weight, Tensor *index) {
     PROF_SCOPE("embedding", PROF_FORWARD, weight, index);
+    if (tensor_check_device("embedding", weight, index) < 0) return NULL;
     if (weight->ndim != 2) return accel_fail("embedding: weight must be 2-D (num_embeddings, dim), got %s", tensor_shape_str(weight));
     if (index->ndim == TENSOR_MAX_DIMS) return accel_fail("embedding: index has %d dims; at most %d are supported", index->ndim, TENSOR_MAX_DIMS - 1);
     int64_t shape[TENSOR_MAX_DIMS];
@@ -171,7 +174,8 @@ Tensor *op_cat(Tensor **ts, int n, int dim) {
     DType dt = ref->dtype;
     for (int k = 0; k < n; k++) {
         Tensor *t = ts[k];
-        bool ok = t->ndim == ref->ndim && t->device.type == ref->device.type;
+        if (tensor_check_device("cat", ref, t) < 0) return NULL;
+        bool ok = t->ndim == ref->ndim;
         for (int d = 0; ok && d < t->ndim; d++) ok = d == dim || t->shape[d] == ref->shape[d];
         if (!ok)
             return accel_fail("cat: tensor %d has shape %s, which does not match tensor 1's shape %s except in dim %d", k + 1,

@@ -170,6 +170,7 @@ static Tensor *cross_entropy_probs(Tensor *logits, Tensor *target, double ls) {
 
 Tensor *op_cross_entropy(Tensor *logits, Tensor *target, int64_t ignore_index, double ls, int reduction) {
     PROF_SCOPE("cross_entropy", PROF_FORWARD, logits, target);
+    if (tensor_check_device("cross_entropy", logits, target) < 0) return NULL;
     if (!dtype_is_float(logits->dtype))
         return accel_fail("cross_entropy: input must be floating point, got %s", dtype_name(logits->dtype));
     if (ls < 0 || ls > 1) return accel_fail("cross_entropy: label_smoothing must be in [0, 1], got %g", ls);
@@ -222,6 +223,7 @@ static int bw_layer_norm(AGNode *n, Tensor *g, Tensor **gin) {
 
 Tensor *op_layer_norm(Tensor *xin, const int64_t *nshape, int nnd, Tensor *w, Tensor *b, double eps) {
     PROF_SCOPE("layer_norm", PROF_FORWARD, xin, w);
+    if (tensor_check_device("layer_norm", xin, w) < 0 || tensor_check_device("layer_norm", xin, b) < 0) return NULL;
     bool ok = nnd >= 1 && nnd <= xin->ndim;
     for (int k = 0; ok && k < nnd; k++) ok = xin->shape[xin->ndim - nnd + k] == nshape[k];
     int64_t C = shape_numel(nshape, nnd);

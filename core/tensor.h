@@ -85,6 +85,9 @@ DType dtype_promote(DType a, DType b);
 DType dtype_default_float(void);
 const char *device_str(Device d, char *buf, size_t n);
 int device_parse(const char *s, Device *out);
+/* 0 when b is NULL or on a's device, else -1 with "<op>: tensors are on
+ * different devices (<a's> and <b's>)". */
+int tensor_check_device(const char *op, const Tensor *a, const Tensor *b);
 int shape_str(const int64_t *shape, int ndim, char *buf, size_t n); /* "[2, 3]" */
 const char *tensor_shape_str(const Tensor *t); /* thread-local rotating buffers */
 
