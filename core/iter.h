@@ -38,6 +38,22 @@ static inline void iter_add_run(StridedIter *it, const Tensor *t, int64_t stride
     it->elsize[k] = dtype_size(t->dtype);
     it->stride[k][0] = it->shape[0] == 1 ? 0 : stride;
 }
+/* The launch description for out and ins[0..nin) broadcast to out's shape:
+ * one run when run_st gives each input's run stride (1: contiguous, 0: one
+ * element; out contiguous), else the n-d description. */
+static inline void iter_launch(StridedIter *it, const Tensor *out, const Tensor *const *ins, int nin,
+                               const int64_t *run_st) {
+    if (run_st) {
+        iter_init_run(it, out->numel);
+        iter_add_run(it, out, 1);
+        for (int k = 0; k < nin; k++) iter_add_run(it, ins[k], run_st[k]);
+        return;
+    }
+    iter_init(it, out->ndim, out->shape);
+    iter_add_tensor(it, out);
+    for (int k = 0; k < nin; k++) iter_add_tensor(it, ins[k]);
+}
+
 /* For the CPU backend (backend_cpu.c): call fn once per innermost run. */
 typedef void (*IterRunFn)(void *ctx, int64_t n, char **ptrs, const int64_t *strides);
 void iter_run(StridedIter *it, IterRunFn fn, void *ctx);

@@ -66,17 +66,8 @@ static int64_t run_stride(const Tensor *t, int64_t n) {
 static void binary_into(KBinOp op, DType cdt, Tensor *out, Tensor *a, Tensor *b) {
     int64_t sa = run_stride(a, out->numel), sb = run_stride(b, out->numel);
     StridedIter it;
-    if (sa >= 0 && sb >= 0 && tensor_is_contiguous(out)) {
-        iter_init_run(&it, out->numel);
-        iter_add_run(&it, out, 1);
-        iter_add_run(&it, a, sa);
-        iter_add_run(&it, b, sb);
-    } else {
-        iter_init(&it, out->ndim, out->shape);
-        iter_add_tensor(&it, out);
-        iter_add_tensor(&it, a);
-        iter_add_tensor(&it, b);
-    }
+    bool one_run = sa >= 0 && sb >= 0 && tensor_is_contiguous(out);
+    iter_launch(&it, out, (const Tensor *[]){a, b}, 2, one_run ? (const int64_t[]){sa, sb} : NULL);
     backend_for(out->device)->binary(op, cdt, &it);
 }
 
@@ -330,15 +321,8 @@ static bool unary_differentiable(KUnOp op) {
 
 static void unary_into(KUnOp op, DType cdt, Tensor *out, Tensor *a, double p1, double p2) {
     StridedIter it;
-    if (tensor_is_contiguous(a) && tensor_is_contiguous(out)) {
-        iter_init_run(&it, out->numel);
-        iter_add_run(&it, out, 1);
-        iter_add_run(&it, a, 1);
-    } else {
-        iter_init(&it, out->ndim, out->shape);
-        iter_add_tensor(&it, out);
-        iter_add_tensor(&it, a);
-    }
+    bool one_run = tensor_is_contiguous(a) && tensor_is_contiguous(out);
+    iter_launch(&it, out, (const Tensor *[]){a}, 1, one_run ? (const int64_t[]){1} : NULL);
     backend_for(out->device)->unary(op, cdt, &it, p1, p2);
 }
 
@@ -453,11 +437,7 @@ Tensor *op_where(Tensor *cond, Tensor *a, Tensor *b) {
     Tensor *out = cb ? tensor_empty(s2, n2, rd, a->device) : NULL;
     if (out) {
         StridedIter it;
-        iter_init(&it, n2, s2);
-        iter_add_tensor(&it, out);
-        iter_add_tensor(&it, cond);
-        iter_add_tensor(&it, ca);
-        iter_add_tensor(&it, cb);
+        iter_launch(&it, out, (const Tensor *[]){cond, ca, cb}, 3, NULL);
         backend_for(out->device)->where(&it);
         AGNode *n = ag_record("where", bw_where, out, (Tensor *[]){NULL, a, b}, 3);
         if (n) ag_save(n, cond);

@@ -332,15 +332,8 @@ Tensor *tensor_linspace(double start, double end, int64_t steps, DType dt) {
 
 void tensor_copy_strided(Tensor *dst, const Tensor *src) {
     StridedIter it;
-    if (src->numel == dst->numel && tensor_is_contiguous(src) && tensor_is_contiguous(dst)) {
-        iter_init_run(&it, dst->numel);
-        iter_add_run(&it, dst, 1);
-        iter_add_run(&it, src, 1);
-    } else {
-        iter_init(&it, dst->ndim, dst->shape);
-        iter_add_tensor(&it, dst);
-        iter_add_tensor(&it, src);
-    }
+    bool one_run = src->numel == dst->numel && tensor_is_contiguous(src) && tensor_is_contiguous(dst);
+    iter_launch(&it, dst, (const Tensor *[]){src}, 1, one_run ? (const int64_t[]){1} : NULL);
     backend_for(dst->device)->copy(&it, dst->dtype, src->dtype);
 }
 
@@ -366,13 +359,7 @@ int tensor_copy_(Tensor *dst, Tensor *src) {
 
 int tensor_fill_(Tensor *t, double v) {
     StridedIter it;
-    if (tensor_is_contiguous(t)) {
-        iter_init_run(&it, t->numel);
-        iter_add_run(&it, t, 1);
-    } else {
-        iter_init(&it, t->ndim, t->shape);
-        iter_add_tensor(&it, t);
-    }
+    iter_launch(&it, t, NULL, 0, tensor_is_contiguous(t) ? (const int64_t[]){0} : NULL);
     backend_for(t->device)->fill(&it, t->dtype, v);
     tensor_bump_version(t);
     return 0;
