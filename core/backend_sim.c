@@ -142,7 +142,24 @@ static void *worker(void *unused) {
     return NULL;
 }
 
+/* fork: the child has no worker thread; it starts its own on its next
+ * submission and runs what was still queued at the fork (a task running at
+ * that moment is the parent's: the child counts it done, possibly half
+ * applied, so fork after a synchronize). The queue lock is held across the
+ * fork so the child's copy is consistent. */
+static void fork_prepare(void) { pthread_mutex_lock(&mu); }
+static void fork_parent(void) { pthread_mutex_unlock(&mu); }
+static void fork_child(void) {
+    uint64_t queued = 0;
+    for (Task *t = head; t; t = t->next) queued++;
+    completed = submitted - queued;
+    started = 0;
+    pthread_mutex_unlock(&mu);
+}
+
 static void start_worker(void) {
+    static int atfork_done;
+    if (!atfork_done && pthread_atfork(fork_prepare, fork_parent, fork_child) == 0) atfork_done = 1;
     pthread_t th;
     pthread_attr_t at;
     if (pthread_attr_init(&at) == 0 && pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED) == 0 &&

@@ -98,7 +98,32 @@ static void test_order(void) {
     tensor_release(a), tensor_release(b);
 }
 
+/* A child forked after sim work gets its own worker and sees the parent's data. */
+static void test_fork(void) {
+    const int64_t n = 64;
+    Tensor *t = tensor_full(&n, 1, 2.0, DT_F32, SIM);
+    if (!t || backend_sim.synchronize() != 0) {
+        check(0, "a sim tensor before the fork");
+        return;
+    }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        float v[64];
+        alarm(20); /* a child without a worker would wait forever */
+        tensor_fill_(t, 5.0);
+        _exit(tensor_to_host(t, v) == 0 && v[0] == 5 && v[63] == 5 ? 0 : 1);
+    }
+    int st = 0;
+    check(pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+          "a forked child runs sim work on its own worker");
+    float v[64];
+    check(tensor_to_host(t, v) == 0 && v[0] == 2, "the parent's tensor is untouched by the child");
+    tensor_release(t);
+}
+
 int main(void) {
+    test_fork();
     test_fault();
     test_stale();
     test_order();
