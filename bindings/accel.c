@@ -204,6 +204,7 @@ static int l_tensor(lua_State *L) {
     Tensor *src = lu_to_tensor(L, 1);
     if (src) {
         CreateOpts o = create_opts(L, 2, src->dtype);
+        if (!lu_is_opts(L, 2) || (lua_getfield(L, 2, "device"), lua_isnil(L, -1))) o.dev = src->device; /* as torch.tensor(t) */
         bool prev = ag_set_grad_enabled(false);
         Tensor *c = tensor_empty(src->shape, src->ndim, o.dt, src->device);
         if (c) tensor_copy_strided(c, src);

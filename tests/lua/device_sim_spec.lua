@@ -45,6 +45,8 @@ describe("the sim device", function()
     assert.are.same(c:tolist(), s:tolist())
     assert.are.same(c:tolist(), s:to("cpu"):tolist())
     assert.are.equal("cpu", s:to("cpu").device.type)
+    assert.are.equal("sim", accel.tensor(s).device.type) -- a copy where its data is, as torch.tensor(t)
+    assert.are.equal("cpu", accel.tensor(s, {device = "cpu"}).device.type)
   end)
 
   it("trains a step exactly as the CPU does", function()
