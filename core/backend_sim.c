@@ -7,7 +7,9 @@
  *    offset (handle = H + (real - R)). A handle dereferenced anywhere
  *    outside this file faults (SIGSEGV); interior pointers (views, byte
  *    offsets) translate by the same constant. host_ptr is NULL, so the
- *    host-access API stages through to_host / from_host.
+ *    host-access API stages through to_host / from_host. A pointer given
+ *    to an entry that is not a handle (an operand left on another device)
+ *    aborts on the submitting thread with a message.
  *  - Work runs asynchronously, in submission order, on one worker thread
  *    (the device's one stream). Every entry copies its arguments into a
  *    task and returns; the host waits only in synchronize, event_sync,
@@ -27,6 +29,7 @@
 #include "backend_cpu.h"
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -65,6 +68,15 @@ static void *real(const void *handle) {
 
 int backend_sim_is_handle(const void *p) {
     return handle_base && (const char *)p >= handle_base && (const char *)p < handle_base + SIM_SPAN;
+}
+
+/* A pointer handed to an entry that is not one of our handles is host (or
+ * another device's) memory: a mixed-device bug above the backend. Caught on
+ * the submitting thread, so the stack shows the culprit. */
+static void expect_handle(const void *p, const char *entry) {
+    if (!p || backend_sim_is_handle(p)) return;
+    fprintf(stderr, "sim: %s was given %p, which is not sim memory (an operand on another device)\n", entry, p);
+    abort();
 }
 
 static size_t bucket_of(size_t n) { return (n / 32 * 2654435761u) % SIM_BUCKETS; }
@@ -334,17 +346,27 @@ static void run_fill(void *a) {
     nd_translate(&x->it);
     backend_cpu.fill(&x->it, x->d1, x->p1);
 }
+static void expect_nd(const StridedIter *it, const char *entry) {
+    for (int k = 0; k < it->nops; k++) expect_handle(it->base[k], entry);
+}
 static void sim_binary(KBinOp op, DType cdt, StridedIter *it) {
+    expect_nd(it, "binary");
     submit(run_binary, &(NdArgs){.it = *it, .op = op, .d1 = cdt}, sizeof(NdArgs));
 }
 static void sim_unary(KUnOp op, DType cdt, StridedIter *it, double p1, double p2) {
+    expect_nd(it, "unary");
     submit(run_unary, &(NdArgs){.it = *it, .op = op, .d1 = cdt, .p1 = p1, .p2 = p2}, sizeof(NdArgs));
 }
-static void sim_where(StridedIter *it) { submit(run_where, &(NdArgs){.it = *it}, sizeof(NdArgs)); }
+static void sim_where(StridedIter *it) {
+    expect_nd(it, "where");
+    submit(run_where, &(NdArgs){.it = *it}, sizeof(NdArgs));
+}
 static void sim_copy(StridedIter *it, DType odt, DType adt) {
+    expect_nd(it, "copy");
     submit(run_copy, &(NdArgs){.it = *it, .d1 = odt, .d2 = adt}, sizeof(NdArgs));
 }
 static void sim_fill(StridedIter *it, DType dt, double v) {
+    expect_nd(it, "fill");
     submit(run_fill, &(NdArgs){.it = *it, .d1 = dt, .p1 = v}, sizeof(NdArgs));
 }
 
@@ -368,7 +390,10 @@ typedef struct {
     double *ret_f;
 } Args;
 
-static void submit_args(void (*run)(void *), const Args *a) { submit(run, a, sizeof *a); }
+static void submit_args(void (*run)(void *), const Args *a) {
+    for (int k = 0; k < 10; k++) expect_handle(a->p[k], "an entry");
+    submit(run, a, sizeof *a);
+}
 
 static void run_unary_backward(void *v) {
     Args *a = v;

@@ -344,9 +344,11 @@ int tensor_copy_(Tensor *dst, Tensor *src) {
     if (nb != dst->ndim || shape_numel(bs, nb) != dst->numel)
         return accel_fail_int("copy_: source shape %s cannot be broadcast to destination shape %s", tensor_shape_str(src),
                               tensor_shape_str(dst));
-    if (src->storage == dst->storage && src->numel > 1 && !(src->offset == dst->offset && src->ndim == dst->ndim &&
-        memcmp(src->stride, dst->stride, sizeof(int64_t) * (size_t)src->ndim) == 0)) {
-        Tensor *tmp = tensor_clone(src); /* overlapping copy: go through a temporary */
+    bool across = dst->device.type != src->device.type || dst->device.index != src->device.index;
+    if (across || (src->storage == dst->storage && src->numel > 1 && !(src->offset == dst->offset &&
+        src->ndim == dst->ndim && memcmp(src->stride, dst->stride, sizeof(int64_t) * (size_t)src->ndim) == 0))) {
+        /* overlapping copy, or one from another device (staged through the host): go through a temporary */
+        Tensor *tmp = across ? tensor_to_device(src, dst->device) : tensor_clone(src);
         if (!tmp) return -1;
         tensor_copy_strided(dst, tmp);
         tensor_release(tmp);
