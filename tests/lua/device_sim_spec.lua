@@ -47,6 +47,9 @@ describe("the sim device", function()
     assert.are.equal("cpu", s:to("cpu").device.type)
     assert.are.equal("sim", accel.tensor(s).device.type) -- a copy where its data is, as torch.tensor(t)
     assert.are.equal("cpu", accel.tensor(s, {device = "cpu"}).device.type)
+    local z = accel.zeros(2, 3, {device = "sim"})
+    z:copy_(accel.tensor({1, 2, 3})) -- broadcast from the cpu
+    assert.are.same({{1, 2, 3}, {1, 2, 3}}, z:tolist())
   end)
 
   it("trains a step exactly as the CPU does", function()
