@@ -149,11 +149,6 @@ static int check_save_args(const char *path, const char **names, Tensor **ts, in
             return accel_fail_int("accel.save: '%s': tensor name %d is not valid UTF-8", path, i);
         if (strcmp(names[i], META_KEY) == 0)
             return accel_fail_int("accel.save: '%s': \"%s\" is reserved and cannot name a tensor", path, META_KEY);
-        if (ts[i]->device.type != DEV_CPU) {
-            char dev[32];
-            return accel_fail_int("accel.save: '%s': tensor '%.200s' is on %s; move it to the cpu first", path,
-                                  names[i], device_str(ts[i]->device, dev, sizeof dev));
-        }
     }
     for (int i = 0; i < n_meta; i++) {
         if (!mk[i]) return accel_fail_int("accel.save: '%s': metadata entry %d has no key", path, i);
