@@ -348,7 +348,7 @@ static void finish_job(void) {
 
 static int check_tensor(DistComm *c, const Tensor *t, const char *what) {
     if (!t) return accel_fail_int("%s: tensor expected", what);
-    if (t->device.type != DEV_CPU) {
+    if (!tensor_host_ptr(t)) { /* communicators read and write host buffers */
         char dev[32];
         return accel_fail_int("%s: the %s backend takes cpu tensors, got one on %s", what, c->ops->name,
                               device_str(t->device, dev, sizeof dev));
@@ -508,7 +508,7 @@ int dist_all_gather_v_shape(DistComm *c, const Tensor *in, const int64_t *counts
 static int prep_all_reduce(DistComm *c, Tensor *t, DistOp op, Coll *a) {
     const char *what = "all_reduce";
     if (check_tensor(c, t, what) || check_reduce(t, op, what)) return -1;
-    *a = (Coll){.kind = DK_ALL_REDUCE, .dt = t->dtype, .op = op, .n = t->numel, .out = tensor_data(t), .shape = t};
+    *a = (Coll){.kind = DK_ALL_REDUCE, .dt = t->dtype, .op = op, .n = t->numel, .out = tensor_host_ptr(t), .shape = t};
     a->in = a->out;
     return 0;
 }
@@ -520,8 +520,8 @@ static int prep_reduce_scatter(DistComm *c, Tensor *out, Tensor *in, DistOp op, 
     if (check_tensor(c, in, what) || check_reduce(in, op, what) || dist_reduce_scatter_shape(c, in, shape, &nd) ||
         check_out(c, out, in, shape, nd, what))
         return -1;
-    *a = (Coll){.kind = DK_REDUCE_SCATTER, .dt = in->dtype, .op = op, .n = out->numel, .out = tensor_data(out),
-                .in = tensor_data(in), .shape = in};
+    *a = (Coll){.kind = DK_REDUCE_SCATTER, .dt = in->dtype, .op = op, .n = out->numel, .out = tensor_host_ptr(out),
+                .in = tensor_host_ptr(in), .shape = in};
     return 0;
 }
 
@@ -530,7 +530,7 @@ static int prep_all_gather(DistComm *c, Tensor *out, Tensor *in, Coll *a) {
     int64_t shape[TENSOR_MAX_DIMS];
     int nd;
     if (check_tensor(c, in, what) || dist_all_gather_shape(c, in, shape, &nd) || check_out(c, out, in, shape, nd, what)) return -1;
-    *a = (Coll){.kind = DK_ALL_GATHER, .dt = in->dtype, .n = in->numel, .out = tensor_data(out), .in = tensor_data(in),
+    *a = (Coll){.kind = DK_ALL_GATHER, .dt = in->dtype, .n = in->numel, .out = tensor_host_ptr(out), .in = tensor_host_ptr(in),
                 .shape = in};
     return 0;
 }
@@ -551,15 +551,15 @@ static int prep_all_gather_v(DistComm *c, Tensor *out, Tensor *in, const int64_t
         el[i] = counts[i] * row;
     }
     /* the ranks agreed in dist_gather_lengths, which gave the counts */
-    *a = (Coll){.kind = DK_ALL_GATHER_V, .dt = in->dtype, .n = in->numel, .counts = el, .out = tensor_data(out),
-                .in = tensor_data(in), .shape = in, .agreed = true};
+    *a = (Coll){.kind = DK_ALL_GATHER_V, .dt = in->dtype, .n = in->numel, .counts = el, .out = tensor_host_ptr(out),
+                .in = tensor_host_ptr(in), .shape = in, .agreed = true};
     return 0;
 }
 
 static int prep_broadcast(DistComm *c, Tensor *t, int root, Coll *a) {
     const char *what = "broadcast";
     if (check_tensor(c, t, what) || check_root(c, root, what)) return -1;
-    *a = (Coll){.kind = DK_BROADCAST, .dt = t->dtype, .root = root, .n = t->numel, .out = tensor_data(t), .shape = t};
+    *a = (Coll){.kind = DK_BROADCAST, .dt = t->dtype, .root = root, .n = t->numel, .out = tensor_host_ptr(t), .shape = t};
     return 0;
 }
 

@@ -172,18 +172,24 @@ static void fill_randint(Stream *s, char *p, DType dt, int64_t n, const double *
     for (int64_t i = 0; i < n; i++) dtype_store_i64(p + i * (int64_t)es, dt, (int64_t)((uint64_t)lo + scale64(next64(s), range)));
 }
 
-/* Fill t in row-major order, through a contiguous temporary when needed. */
-static int fill_tensor(Tensor *t, FillFn fn, const double *args, const char *op) {
-    if (t->device.type != DEV_CPU) {
-        char dev[32];
-        return accel_fail_int("%s: tensors on %s are not supported by the random generator in this build", op,
-                              device_str(t->device, dev, sizeof dev));
-    }
+/* Fill t in row-major order, through a contiguous temporary when needed.
+ * The draws are made on the host (the generator's state lives there) and
+ * reach the device through the host-access API (no copy on the CPU). */
+static int fill_tensor(Tensor *t, FillFn fn, const double *args) {
     Tensor *c = tensor_is_contiguous(t) ? t : tensor_empty(t->shape, t->ndim, t->dtype, t->device);
-    if (!c) return -1;
+    HostMap m;
+    char *p = c ? tensor_host_map(c, HOST_WRITE, &m) : NULL;
+    if (!p) {
+        if (c != t) tensor_release(c);
+        return -1;
+    }
     Stream s = stream_begin();
-    fn(&s, tensor_data(c), c->dtype, c->numel, args);
+    fn(&s, p, c->dtype, c->numel, args);
     stream_end(&s);
+    if (tensor_host_unmap(&m) < 0) {
+        if (c != t) tensor_release(c);
+        return -1;
+    }
     if (c != t) {
         tensor_copy_strided(t, c);
         tensor_release(c);
@@ -212,27 +218,27 @@ int rng_uniform_(Tensor *t, double lo, double hi) {
     if (check_float_target(t, "uniform_") < 0) return -1;
     if (!(lo <= hi)) return accel_fail_int("uniform_: expects a [from, to) range, but got from=%g > to=%g", lo, hi);
     double args[2] = {lo, hi};
-    return fill_tensor(t, fill_uniform, args, "uniform_");
+    return fill_tensor(t, fill_uniform, args);
 }
 
 int rng_normal_(Tensor *t, double mean, double std) {
     if (check_float_target(t, "normal_") < 0) return -1;
     if (!(std >= 0)) return accel_fail_int("normal_: std must be >= 0, got %g", std);
     double args[2] = {mean, std};
-    return fill_tensor(t, fill_normal, args, "normal_");
+    return fill_tensor(t, fill_normal, args);
 }
 
 int rng_bernoulli_mask_(Tensor *t, double p) {
     if (check_float_target(t, "bernoulli_mask_") < 0) return -1;
     if (!(p >= 0 && p <= 1)) return accel_fail_int("dropout probability has to be between 0 and 1, but got %g", p);
     double args[1] = {p};
-    return fill_tensor(t, fill_bernoulli, args, "bernoulli_mask_");
+    return fill_tensor(t, fill_bernoulli, args);
 }
 
 static Tensor *random_float(const int64_t *shape, int ndim, DType dt, const char *op, FillFn fn, const double *args) {
     if (!dtype_is_float(dt)) return accel_fail("%s: expected a floating point dtype, got %s", op, dtype_name(dt));
     Tensor *t = new_random(shape, ndim, dt, op);
-    if (t && fill_tensor(t, fn, args, op) < 0) {
+    if (t && fill_tensor(t, fn, args) < 0) {
         tensor_release(t);
         return NULL;
     }
@@ -260,7 +266,7 @@ Tensor *rng_randint(int64_t lo, int64_t hi, const int64_t *shape, int ndim, DTyp
     double args[2];
     memcpy(&args[0], &lo, sizeof lo);
     memcpy(&args[1], &range, sizeof range);
-    if (fill_tensor(t, fill_randint, args, "randint") < 0) {
+    if (fill_tensor(t, fill_randint, args) < 0) {
         tensor_release(t);
         return NULL;
     }
@@ -281,9 +287,14 @@ static Tensor *randperm_from(Stream *s, int64_t n, DType dt) {
         perm[i] = perm[j], perm[j] = tmp;
     }
     Tensor *t = tensor_empty(&n, 1, dt, (Device){DEV_CPU, 0});
-    if (t) {
-        char *p = tensor_data(t);
+    HostMap m;
+    char *p = t ? tensor_host_map(t, HOST_WRITE, &m) : NULL;
+    if (p) {
         for (int64_t i = 0; i < n; i++) dtype_store_i64(p + i * (int64_t)dtype_size(dt), dt, perm[i]);
+        t = tensor_host_finish(t, &m);
+    } else {
+        tensor_release(t);
+        t = NULL;
     }
     free(perm);
     return t;

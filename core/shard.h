@@ -57,7 +57,7 @@
 #include <stdint.h>
 #include "dist.h"
 #include "tensor.h"
-#include "../kernels/cpu/kernels.h"
+#include "../kernels/kops.h"
 
 /* ---- layout arithmetic (pure) ---- */
 
