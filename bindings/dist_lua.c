@@ -92,19 +92,24 @@ static int l_init(lua_State *L) {
     return 1;
 }
 
+static void set_int(lua_State *L, const char *key, lua_Integer v) {
+    lua_pushinteger(L, v);
+    lua_setfield(L, -2, key);
+}
+
+static void set_str(lua_State *L, const char *key, const char *v) {
+    lua_pushstring(L, v);
+    lua_setfield(L, -2, key);
+}
+
 static int l_info(lua_State *L) {
     DistComm *c = comm(L);
     lua_createtable(L, 0, 5);
-    lua_pushstring(L, c->ops->name);
-    lua_setfield(L, -2, "backend");
-    lua_pushinteger(L, c->rank);
-    lua_setfield(L, -2, "rank");
-    lua_pushinteger(L, c->size);
-    lua_setfield(L, -2, "world_size");
-    lua_pushinteger(L, c->local_rank);
-    lua_setfield(L, -2, "local_rank");
-    lua_pushinteger(L, c->local_size);
-    lua_setfield(L, -2, "local_world_size");
+    set_str(L, "backend", c->ops->name);
+    set_int(L, "rank", c->rank);
+    set_int(L, "world_size", c->size);
+    set_int(L, "local_rank", c->local_rank);
+    set_int(L, "local_world_size", c->local_size);
     return 1;
 }
 
@@ -358,12 +363,9 @@ static GroupUD *check_group(lua_State *L) {
 static int g_info(lua_State *L) {
     DistComm *c = check_group(L)->c;
     lua_createtable(L, 0, 4);
-    lua_pushinteger(L, c->rank);
-    lua_setfield(L, -2, "rank");
-    lua_pushinteger(L, c->size);
-    lua_setfield(L, -2, "size");
-    lua_pushstring(L, c->label);
-    lua_setfield(L, -2, "label");
+    set_int(L, "rank", c->rank);
+    set_int(L, "size", c->size);
+    set_str(L, "label", c->label);
     lua_createtable(L, c->size, 0);
     for (int q = 0; q < c->size; q++) lua_pushinteger(L, dist_comm_world_rank(c, q)), lua_rawseti(L, -2, q + 1);
     lua_setfield(L, -2, "world_ranks");

@@ -133,9 +133,10 @@ void dist_abort(DistComm *c, int code) __attribute__((noreturn));
  * Ranks in messages: a sub-communicator's errors name its own ranks with
  * their world ranks, e.g. "all_reduce on the node communicator: rank 0
  * (world rank 2) has float32 [2], rank 1 (world rank 3) has float32 [3]";
- * the watchdog says "rank 2 (node rank 0): collective all_reduce #3 on the
- * node communicator timed out ...; not entered by node rank 1 (world rank
- * 3) ...".
+ * the watchdog (whose "#N" counts the collectives of that communicator)
+ * says "accel-lua: rank 2: collective all_reduce #3 on the node
+ * communicator timed out after S s; not entered by rank 1 (world rank 3)
+ * ..." (the waiting process by its world rank).
  * dist_node_comm(world): the processes on this machine (same host name),
  * ranked by world rank; dist_cross_node_comm(world): the processes with
  * this one's node rank on every machine, ranked by world rank (so cross

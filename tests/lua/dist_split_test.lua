@@ -19,20 +19,12 @@
 local HERE = arg[0]:match("^(.*)/[^/]*$") or "."
 local support = dofile(HERE .. "/support.lua")
 
-local BIN = support.ACCEL_LUA
 local HELPERS = HERE .. "/helpers/"
-local MPIRUN = "timeout -k 5 90 mpirun --allow-run-as-root --oversubscribe"
 local quote, has, all_ranks_ok = support.shell_quote, support.has, support.all_ranks_ok
 local jobs = support.job_checks()
 local check = jobs.check
-
-local ASAN = support.asan_env()
-local ENV = "env -u ACCEL_LUA_COLLECTIVE_TIMEOUT -u ACCEL_LUA_DIST_BACKEND -u ACCEL_LUA_TEST_RANKS_PER_NODE "
-  .. (ASAN ~= "" and ASAN or "")
-
-local function mpirun(np, args, env)
-  return jobs.run(("%s%s %s -np %d %s %s"):format(ENV, env or "", MPIRUN, np, quote(BIN), args))
-end
+local mpirun = support.mpi_runner(jobs,
+  "env -u ACCEL_LUA_COLLECTIVE_TIMEOUT -u ACCEL_LUA_DIST_BACKEND -u ACCEL_LUA_TEST_RANKS_PER_NODE ")
 
 support.require_mpirun()
 

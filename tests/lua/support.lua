@@ -278,6 +278,17 @@ function M.launcher(jobs, env, helpers)
   end
 end
 
+-- mpirun(np, args, env) for jobs = M.job_checks(): runs `mpirun -np np
+-- accel-lua args` (oversubscribed, limited to 90 s) after the environment
+-- prefix base (e.g. "env -u X ") and env -> {code, out, err, secs}.
+function M.mpi_runner(jobs, base)
+  local asan = M.asan_env()
+  return function(np, args, env)
+    return jobs.run(("%s%s%stimeout -k 5 90 mpirun --allow-run-as-root --oversubscribe -np %d %s %s"):format(base,
+      asan, env or "", np, M.shell_quote(M.ACCEL_LUA), args))
+  end
+end
+
 -- Largest relative difference (per tensor: max |a - b| / max |b|) between
 -- two safetensors files, and the name of that tensor.
 function M.max_rel(path_a, path_b)
