@@ -875,15 +875,14 @@ static int drain(DistComm *c) {
 
 int dist_comm_free(DistComm *c) {
     if (!c) return 0;
-    if (!c->world_ranks || c == world.node || c == world.cross)
+    if (c == &world || c == world.node || c == world.cross)
         return accel_fail_int("dist_comm_free: the %s communicator belongs to the job (only dist_split's can be freed)",
                               c->label);
+    DistComm **p = &world.next_child;
+    while (*p && *p != c) p = &(*p)->next_child;
+    if (!*p) return 0; /* freed already (at the end of the job) */
     int rc = drain(c);
-    for (DistComm **p = &world.next_child; *p; p = &(*p)->next_child)
-        if (*p == c) {
-            *p = c->next_child;
-            break;
-        }
+    *p = c->next_child;
     destroy_comm(c);
     return rc;
 }

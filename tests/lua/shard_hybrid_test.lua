@@ -28,7 +28,7 @@ local check = jobs.check
 
 support.require_mpirun()
 local DIR = support.tmpdir()
-local ENV = "env -u ACCEL_LUA_TEST_RANKS_PER_NODE " .. support.job_env(DIR)
+local ENV = support.job_env(DIR)
 local launch = support.launcher(jobs, ENV, HELPERS)
 local fake = support.launcher(jobs, ENV .. "ACCEL_LUA_TEST_RANKS_PER_NODE=2 ", HELPERS)
 local max_rel = support.max_rel
