@@ -22,7 +22,10 @@
 # Checks: the machines have no address or route outside the subnet;
 # `accel-lua launch --num_machines 2 --hostfile` (2 machines x 2 ranks)
 # ends with the parameters of 1 process trained on the whole batch, and of
-# 1 machine x 4 ranks (1e-5 relative); 3 machines x 1 rank the same; five
+# 1 machine x 4 ranks (1e-5 relative); 3 machines x 1 rank the same;
+# HYBRID_SHARD (accel.shard hybrid = true, stage 3) on 2 machines x 2
+# ranks, its machines found by host name, == 1 process, each rank holding
+# half the optimizer state; five
 # 2-machine launches in a row all start; a SIGKILLed rank on machine 1
 # ends the job within 10 s and launch names its host, and so does a
 # SIGKILLed Open MPI daemon of machine 1; a rank's error on machine 1 is
@@ -40,7 +43,7 @@
 # shellcheck source=scripts/test-lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/test-lib.sh" "$@"
 
-CHECKS=13
+CHECKS=14
 SUBNET=10.213.47
 TAG=acl$$
 SW=$TAG-sw
@@ -156,6 +159,19 @@ check_equivalence() {
         '(( one == 0 && RC == 0 )) && close_to "$TMP/three.st" "$TMP/one12.st"'
 }
 
+# ---- HYBRID sharding: machines found by their host names ----
+check_hybrid() {
+    local sh=$HELPERS/shard_equiv.lua
+    run here "$EXE" "$sh" "$TMP/hyb-one.st" stage=0 wrap=module_list
+    local one=$RC
+    run on_machine 0 "${LAUNCH[@]}" --num_machines 2 --num_processes 4 --hostfile "$TMP/hosts2" \
+        "$sh" "$TMP/hyb-two.st" stage=3 hybrid=1 wrap=module_list
+    local halves
+    halves=$(grep -c "^state rank [0-3] elems 206 " <<<"$OUT")
+    check "HYBRID_SHARD on 2 machines x 2 ranks == 1 process (1e-5); each rank holds half the optimizer state" \
+        '(( one == 0 && RC == 0 && halves == 4 )) && close_to "$TMP/hyb-two.st" "$TMP/hyb-one.st"'
+}
+
 # ---- starts are reliable ----
 check_repeated_starts() {
     local i started=0
@@ -267,6 +283,7 @@ check_outside_start() {
 }
 
 check_equivalence
+check_hybrid
 check_repeated_starts
 check_failures
 check_resume
