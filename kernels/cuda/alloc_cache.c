@@ -99,15 +99,17 @@ static size_t release_free_segments(CacheAlloc *a) {
 }
 
 /* A new segment for a request, on the free list: 0, 1 when the device is
- * out of memory (after releasing the cache once), -1 on a host failure. */
+ * out of memory (after releasing the cache once), -1 on another failure. */
 static int new_segment(CacheAlloc *a, size_t rounded, uintptr_t stream, CacheBlock **out) {
     size_t sz = segment_size(rounded);
     CacheBlock *b = calloc(1, sizeof *b);
     if (!b) return cuda_fail("caching allocator: host out of memory for bookkeeping");
     void *p = NULL;
-    if (a->raw.alloc(a->raw.ctx, sz, &p) != 0 && (release_free_segments(a) == 0 || a->raw.alloc(a->raw.ctx, sz, &p) != 0)) {
+    int rc = a->raw.alloc(a->raw.ctx, sz, &p);
+    if (rc > 0 && release_free_segments(a) > 0) rc = a->raw.alloc(a->raw.ctx, sz, &p);
+    if (rc) {
         free(b);
-        return 1;
+        return rc;
     }
     *b = (CacheBlock){.ptr = p, .size = sz, .stream = stream, .pool = rounded > CACHE_SMALL_MAX};
     b->seg_next = a->segments;

@@ -33,8 +33,10 @@ extern "C" {
 #define CACHE_LARGE_ROUND (2u << 20)   /* large segments round up to this */
 #define CACHE_BUCKETS 1024
 
-/* The raw allocator: alloc returns 0 and *p, or nonzero when out of memory
- * (it may set cuda_last_error; the cache replaces the message). */
+/* The raw allocator: alloc returns 0 and *p; 1 when the device is out of
+ * memory (the cache then releases what it holds, retries, and reports "CUDA
+ * out of memory"); -1 on any other failure, with cuda_last_error set, which
+ * the cache passes on (no driver, a broken context: not out of memory). */
 typedef struct {
     void *ctx;
     int (*alloc)(void *ctx, size_t size, void **p);

@@ -155,6 +155,21 @@ static void test_oom(void) {
     CHECK(f.used == 0 && f.bad_frees == 0);
 }
 
+/* A raw failure that is not out of memory passes through with its own message. */
+static int broken_alloc(void *ctx, size_t size, void **p) {
+    (void)ctx, (void)size, (void)p;
+    return cuda_fail("cudaMalloc: no usable NVIDIA driver (cudaErrorInsufficientDriver)");
+}
+
+static void test_raw_error(void) {
+    CacheAlloc a;
+    cache_init(&a, (CacheRaw){NULL, broken_alloc, fake_free}, 0);
+    void *p = (void *)1;
+    CHECK(cache_alloc(&a, 4096, 0, &p) == -1 && p == NULL);
+    CHECK(strstr(cuda_last_error(), "cudaErrorInsufficientDriver") && !strstr(cuda_last_error(), "out of memory"));
+    CHECK(a.stats.num_ooms == 0 && a.stats.reserved == 0);
+}
+
 static void test_empty_cache_and_stats(void) {
     CacheAlloc a;
     Fake f;
@@ -245,6 +260,7 @@ int main(void) {
     test_large_no_split_below_threshold();
     test_streams();
     test_oom();
+    test_raw_error();
     test_empty_cache_and_stats();
     test_bad_frees();
     test_random();
