@@ -4,7 +4,9 @@
 #   scripts/run-tests.sh [BUILD_DIR]      (default: $ACCEL_BUILD or build)
 #
 # Suites, in order:
-#   1. BUILD/test_*            C programs; last line "N passed, N failed"
+#   1. BUILD/test_*            C programs; last line "N passed, N failed[, N skipped]"
+#      BUILD/cuda-ci/test_cuda the CUDA build's test binary (make cuda-ci);
+#                              without a CUDA toolkit it counts 1 skipped
 #   2. scripts/test-host.sh    checks of the accel-lua program itself;
 #      scripts/test-cli.sh, scripts/test-launch-flags.sh  its subcommands
 #   3. tests/lua/*_spec.lua    busted specs, one busted run per file, run
@@ -24,7 +26,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_ARG=${1:-${ACCEL_BUILD:-build}}
 TIMEOUT=${ACCEL_TEST_TIMEOUT:-900}
 BUSTED=${BUSTED:-/usr/bin/busted}
-SUMMARY_RE='^([0-9]+) passed, ([0-9]+) failed'
+SUMMARY_RE='^([0-9]+) passed, ([0-9]+) failed(, ([0-9]+) skipped)?'
 BUSTED_RE='^([0-9]+) success(es)? / ([0-9]+) failures? / ([0-9]+) errors? / ([0-9]+) pending'
 
 PASSED=0
@@ -82,7 +84,7 @@ run_counted() {
     rc=$?
     line=$(grep -E "$SUMMARY_RE" <<<"$out" | tail -n 1)
     if [[ $line =~ $SUMMARY_RE ]]; then
-        settle "$name" "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" 0 1 "$rc" "$out"
+        settle "$name" "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" "${BASH_REMATCH[4]:-0}" 1 "$rc" "$out"
     else
         settle "$name" 0 0 0 0 "$rc" "$out"
     fi
@@ -130,6 +132,19 @@ run_lua_suites() {
     for f in tests/lua/*_test.lua; do run_plain "$f"; done
 }
 
+# The CUDA build's binary (compile and link are checked by make cuda-ci;
+# without a GPU it checks the no-GPU path and skips the GPU checks).
+run_cuda_build_test() {
+    local t=$BUILD/cuda-ci/test_cuda cuda=${CUDA_HOME:-/usr/local/cuda}
+    if [[ -x $t ]]; then
+        run_counted "cuda-ci/test_cuda" "$t"
+    elif [[ ! -x $cuda/bin/nvcc ]]; then
+        record "cuda-ci/test_cuda" 0 0 1 "no CUDA toolkit at $cuda: CUDA build not tested"
+    else
+        record "cuda-ci/test_cuda" 0 1 0 "$t missing: run make cuda-ci"
+    fi
+}
+
 main() {
     local t final
     if ! BUILD=$(cd "$BUILD_ARG" 2>/dev/null && pwd); then
@@ -141,6 +156,7 @@ main() {
     for t in "$BUILD"/test_*; do
         [[ -f $t && -x $t ]] && run_counted "$(basename "$t")" "$t"
     done
+    run_cuda_build_test
     run_lua_suites
     final="$PASSED passed, $FAILED failed"
     (( SKIPPED > 0 )) && final+=", $SKIPPED skipped"

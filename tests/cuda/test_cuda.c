@@ -1,0 +1,284 @@
+/* test_cuda.c: the CUDA build's test binary (make CUDA=1 / make cuda-ci).
+ * Without a GPU (this is how CI runs it) it checks device discovery's
+ * no-GPU answer (0 devices and the reason) and that a device call fails
+ * with a clear CUDA error naming our file:line instead of crashing, then
+ * counts the GPU checks as skipped. With a GPU (scripts/gpu-check.sh) it
+ * runs each kernel family on fresh random inputs, device outputs poisoned
+ * first, against the CPU kernels (kernels/cpu) and the host codecs:
+ * casts bit for bit, Adam bit for bit, the RNG equal to core/rng.c, the
+ * rest within float32 tolerances.
+ * ACCEL_EXPECT_GPU=1 makes "no GPU" a failure (the GPU machine).
+ * Last line "N passed, N failed[, N skipped]". */
+#include "kernels/cuda/kernels_cuda.h"
+#include "kernels/cuda/cuda_check.h"
+#include "core/ops.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int n_pass, n_fail, n_skip;
+#define CHECK(cond) check(!!(cond), __LINE__, #cond)
+static void check(int ok, int line, const char *what) {
+    if (ok) n_pass++;
+    else n_fail++, printf("test_cuda.c:%d: FAIL %s\n", line, what);
+}
+
+/* ---------------- without a GPU ---------------- */
+
+static int driver_present(void) { return access("/dev/nvidiactl", F_OK) == 0 || access("/dev/nvidia0", F_OK) == 0; }
+
+static void test_no_gpu_path(void) {
+    char why[256];
+    int n = cuda_device_count(why, sizeof why);
+    CHECK(n == 0);
+    printf("cuda_device_count: 0 (%s)\n", why);
+    CHECK(strstr(why, "cudaGetDeviceCount") != NULL);
+    CHECK(strstr(why, "no usable NVIDIA driver") || strstr(why, "no CUDA GPU was found"));
+    /* a device call fails cleanly with the runtime's error at our file:line, not "out of memory" */
+    void *p = (void *)1;
+    cuda_clear_error();
+    CHECK(kc_malloc(0, 4096, NULL, &p) == -1 && p == NULL);
+    printf("kc_malloc without a GPU: %s\n", cuda_last_error());
+    CHECK(strstr(cuda_last_error(), "alloc.cu:") != NULL && strstr(cuda_last_error(), "cudaError") != NULL);
+    CHECK(strstr(cuda_last_error(), "out of memory") == NULL);
+    KcIter it = {.ndim = 1, .shape = {4}, .st = {{1}}};
+    cuda_clear_error();
+    CHECK(kc_fill(&it, (void *)16, DT_F32, 1.0, NULL) == -1);
+    CHECK(strstr(cuda_last_error(), "elementwise.cu:") != NULL);
+}
+
+/* ---------------- with a GPU ---------------- */
+
+static unsigned rs = 1234;
+static float frand(void) { return rs = rs * 1103515245u + 12345u, ((rs >> 8) & 0xffff) / 32768.0f - 1.0f; }
+
+static void *dev(size_t bytes) {
+    void *p = NULL;
+    if (kc_malloc(0, bytes, NULL, &p)) printf("kc_malloc: %s\n", cuda_last_error()), exit(1);
+    return p;
+}
+static void *dev_from(const void *h, size_t bytes) {
+    void *p = dev(bytes);
+    if (kc_copy_to_device(0, p, h, bytes, NULL)) printf("copy: %s\n", cuda_last_error()), exit(1);
+    return p;
+}
+/* a device buffer full of NaN bytes (0xff), so unwritten outputs show */
+static void *dev_poisoned(size_t bytes) {
+    void *h = malloc(bytes), *p;
+    memset(h, 0xff, bytes);
+    p = dev_from(h, bytes);
+    free(h);
+    return p;
+}
+static void to_host(void *h, const void *d, size_t bytes) {
+    if (kc_copy_to_host(0, h, d, bytes, NULL)) printf("copy: %s\n", cuda_last_error()), exit(1);
+}
+static float *rand_f32(int64_t n, float scale) {
+    float *x = malloc(sizeof *x * (size_t)n);
+    for (int64_t i = 0; i < n; i++) x[i] = frand() * scale;
+    return x;
+}
+/* |got - want| <= tol (|want| + 1) everywhere */
+static int close_f32(const float *got, const float *want, int64_t n, double tol) {
+    for (int64_t i = 0; i < n; i++)
+        if (!(fabs((double)got[i] - want[i]) <= tol * (fabs(want[i]) + 1))) {
+            printf("  [%lld] got %.9g want %.9g\n", (long long)i, got[i], want[i]);
+            return 0;
+        }
+    return 1;
+}
+static float *fetch_f32(const void *d, int64_t n) {
+    float *h = malloc(sizeof *h * (size_t)n);
+    to_host(h, d, sizeof *h * (size_t)n);
+    return h;
+}
+
+static void test_casts(void) {
+    enum { N = 256 + 6 };
+    float x[N];
+    for (int i = 0; i < 256; i++) x[i] = f8e4m3_to_f32((uint8_t)i) * 1.0625f; /* between codes */
+    const float extra[6] = {448.0f, 500.0f, 1e6f, INFINITY, -INFINITY, 60000.0f};
+    memcpy(x + 256, extra, sizeof extra);
+    const DType outs[4] = {DT_F8E4M3, DT_F8E5M2, DT_BF16, DT_F16};
+    void *dx = dev_from(x, sizeof x);
+    KcIter it = {.ndim = 1, .shape = {N}, .st = {{1}, {1}}};
+    for (int k = 0; k < 4; k++) {
+        size_t es = dtype_size(outs[k]);
+        void *dy = dev_poisoned(es * N);
+        char got[2 * N], want[2 * N];
+        CHECK(kc_cast(&it, dx, DT_F32, dy, outs[k], NULL) == 0);
+        to_host(got, dy, es * N);
+        for (int i = 0; i < N; i++) dtype_store(want + i * es, outs[k], x[i]);
+        CHECK(memcmp(got, want, es * N) == 0);
+        kc_free(0, dy);
+    }
+    kc_free(0, dx);
+}
+
+static void test_binary_broadcast(void) {
+    float *a = rand_f32(15, 3), *b = rand_f32(20, 3), want[60];
+    KcIter it = {.ndim = 3, .shape = {3, 4, 5}, .st = {{20, 5, 1}, {5, 0, 1}, {0, 5, 1}}};
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 4; j++)
+            for (int k = 0; k < 5; k++) want[i * 20 + j * 5 + k] = a[i * 5 + k] * b[j * 5 + k];
+    void *da = dev_from(a, 60), *db = dev_from(b, 80), *dy = dev_poisoned(240);
+    CHECK(kc_binary(KB_MUL, &it, da, DT_F32, db, DT_F32, dy, DT_F32, NULL) == 0);
+    float *got = fetch_f32(dy, 60);
+    CHECK(close_f32(got, want, 60, 0));
+    free(a), free(b), free(got);
+    kc_free(0, da), kc_free(0, db), kc_free(0, dy);
+}
+
+static void test_cross_entropy(void) {
+    const int64_t N = 4, C = 50257;
+    float *x = rand_f32(N * C, 8), loss[4], lse[4], g[4] = {1, 0.5f, 2, 1};
+    int64_t t[4] = {0, 50256, -100, 777}, bad = -1;
+    CHECK(k_cross_entropy_fwd_f32(x, N, C, t, -100, 0.1, loss, lse) == -1);
+    void *dx = dev_from(x, sizeof *x * N * C), *dt = dev_from(t, sizeof t), *dl = dev_poisoned(16), *dlse = dev_poisoned(16);
+    void *dbad = dev_from(&bad, 8), *dg = dev_from(g, 16), *dgx = dev_poisoned(sizeof *x * N * C);
+    CHECK(kc_cross_entropy_fwd(dx, DT_F32, N, C, dt, -100, 0.1, dl, dlse, dbad, NULL) == 0);
+    float *gl = fetch_f32(dl, N), *glse = fetch_f32(dlse, N);
+    to_host(&bad, dbad, 8);
+    CHECK(bad == -1 && close_f32(gl, loss, N, 1e-5) && close_f32(glse, lse, N, 1e-5));
+    float *gx = malloc(sizeof *gx * N * C);
+    k_cross_entropy_bwd_f32(x, lse, N, C, t, -100, 0.1, g, gx);
+    CHECK(kc_cross_entropy_bwd(dx, DT_F32, dlse, N, C, dt, -100, 0.1, dg, dgx, NULL) == 0);
+    float *ggx = fetch_f32(dgx, N * C);
+    CHECK(close_f32(ggx, gx, N * C, 1e-5));
+    free(x), free(gl), free(glse), free(gx), free(ggx);
+    kc_free(0, dx), kc_free(0, dt), kc_free(0, dl), kc_free(0, dlse), kc_free(0, dbad), kc_free(0, dg), kc_free(0, dgx);
+}
+
+static void test_layernorm(void) {
+    const int64_t R = 7, C = 768;
+    float *x = rand_f32(R * C, 2), *w = rand_f32(C, 1), *b = rand_f32(C, 1), *y = malloc(4 * R * C), mean[7], rstd[7];
+    k_layernorm_fwd_f32(x, w, b, R, C, 1e-5, y, mean, rstd);
+    void *dx = dev_from(x, 4 * R * C), *dw = dev_from(w, 4 * C), *db = dev_from(b, 4 * C);
+    void *dy = dev_poisoned(4 * R * C), *dm = dev_poisoned(4 * R), *dr = dev_poisoned(4 * R);
+    CHECK(kc_layernorm_fwd(dx, dw, db, DT_F32, R, C, 1e-5, dy, dm, dr, NULL) == 0);
+    float *gy = fetch_f32(dy, R * C), *gr = fetch_f32(dr, R);
+    CHECK(close_f32(gy, y, R * C, 1e-5) && close_f32(gr, rstd, R, 1e-5));
+    free(x), free(w), free(b), free(y), free(gy), free(gr);
+    kc_free(0, dx), kc_free(0, dw), kc_free(0, db), kc_free(0, dy), kc_free(0, dm), kc_free(0, dr);
+}
+
+static void test_adam_bitwise(void) {
+    const int64_t n = 10007;
+    float *p = rand_f32(n, 1), *g = rand_f32(n, 1), *m = rand_f32(n, 0.1f), *v = rand_f32(n, 0.1f);
+    for (int64_t i = 0; i < n; i++) v[i] = fabsf(v[i]);
+    void *dp = dev_from(p, 4 * n), *dg = dev_from(g, 4 * n), *dm = dev_from(m, 4 * n), *dv = dev_from(v, 4 * n);
+    const KAdamArgs a = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01, .decoupled = 1, .step = 3};
+    k_adam_f32(n, p, g, m, v, NULL, &a);
+    CHECK(kc_adam_f32(n, dp, dg, dm, dv, NULL, &a, NULL) == 0);
+    float *gp = fetch_f32(dp, n), *gm = fetch_f32(dm, n);
+    CHECK(memcmp(gp, p, 4 * n) == 0 && memcmp(gm, m, 4 * n) == 0);
+    free(p), free(g), free(m), free(v), free(gp), free(gm);
+    kc_free(0, dp), kc_free(0, dg), kc_free(0, dm), kc_free(0, dv);
+}
+
+static void test_rng_matches_cpu(void) {
+    int64_t n = 1001;
+    uint64_t st[2] = {42, 7};
+    rng_set_state(st);
+    Tensor *t = rng_rand(&n, 1, DT_F32);
+    void *d = dev_poisoned(4 * n);
+    CHECK(t && kc_rng_uniform(d, DT_F32, n, 42, 7, 0.0, 1.0, NULL) == 0);
+    float *got = fetch_f32(d, n);
+    CHECK(t && memcmp(got, tensor_data(t), 4 * n) == 0);
+    tensor_release(t), free(got), kc_free(0, d);
+}
+
+static void test_gemm(void) {
+    const int64_t M = 33, N = 65, K = 17;
+    float *A = rand_f32(M * K, 1), *B = rand_f32(K * N, 1), *bias = rand_f32(N, 1), *C = calloc(M * N, 4);
+    CHECK(k_gemm_f32(0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, C, N) == 0);
+    for (int64_t i = 0; i < M * N; i++) C[i] += bias[i % N];
+    KcGemmCtx *ctx = NULL;
+    CHECK(kc_gemm_ctx_create(&ctx, 32u << 20) == 0);
+    void *dA = dev_from(A, 4 * M * K), *dB = dev_from(B, 4 * K * N), *db = dev_from(bias, 4 * N), *dC = dev_poisoned(4 * M * N);
+    int rc = ctx ? kc_gemm(ctx, 0, 0, M, N, K, 1.0f, dA, K, dB, N, 0.0f, dC, N, DT_F32, DT_F32, KC_EPI_BIAS, db, NULL) : -1;
+    if (rc) printf("kc_gemm: %s\n", cuda_last_error());
+    float *got = fetch_f32(dC, M * N);
+    CHECK(rc == 0 && close_f32(got, C, M * N, 1e-5));
+    kc_gemm_ctx_destroy(ctx);
+    free(A), free(B), free(bias), free(C), free(got);
+    kc_free(0, dA), kc_free(0, dB), kc_free(0, db), kc_free(0, dC);
+}
+
+static void attn_layout(KAttn *a, int64_t B, int64_t H, int64_t L, int64_t D) {
+    memset(a, 0, sizeof *a);
+    a->B = B, a->H = H, a->L = L, a->S = L, a->D = D, a->Dv = D, a->scale = 1.0 / sqrt((double)D), a->causal = 1;
+    int64_t *all[8] = {a->sq, a->sk, a->sv, a->so, a->sgq, a->sgk, a->sgv, a->sgo};
+    for (int k = 0; k < 8; k++) all[k][0] = H * L * D, all[k][1] = L * D, all[k][2] = D;
+}
+
+static void test_attention(void) {
+    KAttn a;
+    attn_layout(&a, 1, 2, 37, 16);
+    const int64_t n = 2 * 37 * 16, nl = 2 * 37;
+    float *q = rand_f32(n, 1), *k = rand_f32(n, 1), *v = rand_f32(n, 1), *go = rand_f32(n, 1);
+    float *o = malloc(4 * n), *lse = malloc(4 * nl), *gq = malloc(4 * n), *gk = malloc(4 * n), *gv = malloc(4 * n);
+    CHECK(k_attention_fwd_f32(&a, q, k, v, o, lse) == 0);
+    CHECK(k_attention_bwd_f32(&a, q, k, v, o, lse, go, gq, gk, gv) == 0);
+    void *dq = dev_from(q, 4 * n), *dk = dev_from(k, 4 * n), *dv = dev_from(v, 4 * n), *dgo = dev_from(go, 4 * n);
+    void *dout = dev_poisoned(4 * n), *dlse = dev_poisoned(4 * nl);
+    void *dgq = dev_poisoned(4 * n), *dgk = dev_poisoned(4 * n), *dgv = dev_poisoned(4 * n);
+    CHECK(kc_attention_fwd(&a, DT_F32, dq, dk, dv, dout, dlse, NULL) == 0);
+    CHECK(kc_attention_bwd(&a, DT_F32, dq, dk, dv, dout, dlse, dgo, dgq, dgk, dgv, NULL) == 0);
+    float *r[5] = {fetch_f32(dout, n), fetch_f32(dlse, nl), fetch_f32(dgq, n), fetch_f32(dgk, n), fetch_f32(dgv, n)};
+    CHECK(close_f32(r[0], o, n, 1e-5) && close_f32(r[1], lse, nl, 1e-5));
+    CHECK(close_f32(r[2], gq, n, 1e-4) && close_f32(r[3], gk, n, 1e-4) && close_f32(r[4], gv, n, 1e-4));
+    void *bufs[9] = {dq, dk, dv, dgo, dout, dlse, dgq, dgk, dgv};
+    for (int i = 0; i < 9; i++) kc_free(0, bufs[i]);
+    for (int i = 0; i < 5; i++) free(r[i]);
+    free(q), free(k), free(v), free(go), free(o), free(lse), free(gq), free(gk), free(gv);
+}
+
+static void test_reduce(void) {
+    const int64_t outer = 3, n = 1000, inner = 7;
+    float *x = rand_f32(outer * n * inner, 1), want[21];
+    k_reduce_f32(KR_SUM, x, outer, n, inner, want);
+    void *dx = dev_from(x, 4 * outer * n * inner), *dy = dev_poisoned(4 * 21);
+    CHECK(kc_reduce(KR_SUM, dx, DT_F32, outer, n, inner, dy, NULL) == 0);
+    float *got = fetch_f32(dy, 21);
+    CHECK(close_f32(got, want, 21, 1e-5));
+    free(x), free(got), kc_free(0, dx), kc_free(0, dy);
+}
+
+static void test_oom_message(void) {
+    void *p = NULL;
+    CHECK(kc_malloc(0, (size_t)1 << 50, NULL, &p) == -1 && strstr(cuda_last_error(), "out of memory"));
+}
+
+static void gpu_tests(void) {
+    test_casts();
+    test_binary_broadcast();
+    test_cross_entropy();
+    test_layernorm();
+    test_adam_bitwise();
+    test_rng_matches_cpu();
+    test_gemm();
+    test_attention();
+    test_reduce();
+    test_oom_message();
+}
+#define GPU_TESTS 10
+
+int main(void) {
+    char why[256];
+    const char *expect = getenv("ACCEL_EXPECT_GPU");
+    int n = cuda_device_count(why, sizeof why);
+    if (n == 0) {
+        CHECK(!(expect && strcmp(expect, "1") == 0)); /* the GPU machine must see its GPU */
+        if (!driver_present()) test_no_gpu_path();
+        printf("no GPU (%s): %d GPU checks skipped\n", why, GPU_TESTS);
+        n_skip += GPU_TESTS;
+    } else {
+        printf("%d GPU(s)\n", n);
+        gpu_tests();
+    }
+    printf("%d passed, %d failed, %d skipped\n", n_pass, n_fail, n_skip);
+    return n_fail != 0;
+}
