@@ -9,7 +9,7 @@
 #   make fuzz        libFuzzer runs of the file readers (clang; not part of
 #                    make test), FUZZ_SECONDS (default 30) per reader
 #   make CUDA=1      also the CUDA build in $(BUILD)/cuda (all GPU targets; docs/gpu.md)
-#   make cuda-ci     the CUDA build for one GPU target (what make test builds)
+#   make cuda-ci     the CUDA build when a CUDA toolkit is installed, else a note (make test)
 #   make clean
 
 BUILD ?= build
@@ -152,16 +152,17 @@ $(FUZZ_SRC:%.c=$(OBJ)/%.o): CPPFLAGS += -Icore
 # ---- CUDA ----
 # kernels/cuda/*.cu (nvcc) and *.c, core/dist_nccl.c and the CUDA test
 # binary tests/cuda/test_cuda.c, linked with the core, cudart (static),
-# cuBLASLt and NCCL of $(CUDA_HOME). Warnings are errors in host and device
-# code. `make CUDA=1` builds every target of CUDA_GENCODE_ALL into
-# $(BUILD)/cuda; `make test` builds cuda-ci: the same sources for sm_80
-# only, into $(BUILD)/cuda-ci, so CI catches breakage at a third of the
-# compile time, and skips (saying so) when $(CUDA_HOME) has no nvcc.
+# cuBLASLt and NCCL of $(CUDA_HOME), into $(BUILD)/cuda. Warnings are errors
+# in host and device code. Targets: sm_80 and sm_90 machine code plus
+# compute_90 PTX (newer GPUs JIT it). `make test` builds the same (target
+# cuda-ci: measured 69 s wall / 24 s CPU for all three targets on the
+# 2-core build machine, 47 s / 16 s for sm_80 alone, so CI builds all
+# three) and skips, saying so, when $(CUDA_HOME) has no nvcc.
+# CUDA_GENCODE="-gencode arch=compute_80,code=sm_80" builds one target.
 CUDA_HOME ?= /usr/local/cuda
 NVCC := $(CUDA_HOME)/bin/nvcc
 CUDA_GENCODE_ALL := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
                     -gencode arch=compute_90,code=compute_90
-CUDA_GENCODE_CI := -gencode arch=compute_80,code=sm_80
 CUDA_GENCODE ?= $(CUDA_GENCODE_ALL)
 CUDA_BUILD ?= $(BUILD)/cuda
 NVCCFLAGS := -std=c++17 -O3 $(CUDA_GENCODE) -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-fPIC \
@@ -178,7 +179,7 @@ cuda: $(CUDA_TEST)
 
 cuda-ci:
 	@if [ -x $(NVCC) ]; then \
-	    $(MAKE) --no-print-directory cuda CUDA_BUILD=$(BUILD)/cuda-ci CUDA_GENCODE="$(CUDA_GENCODE_CI)"; \
+	    $(MAKE) --no-print-directory cuda; \
 	else \
 	    echo "cuda-ci: no CUDA toolkit at $(CUDA_HOME) (no $(NVCC)): the CUDA build is skipped"; \
 	fi
@@ -196,7 +197,7 @@ $(CUDA_BUILD)/obj/%.o: %.c
 
 $(CUDA_BUILD)/obj/tests/cuda/test_cuda.o: CUDA_CPPFLAGS += -Icore
 
--include $(wildcard $(BUILD)/cuda/obj/*/*/*.d $(BUILD)/cuda/obj/*/*.d $(BUILD)/cuda-ci/obj/*/*/*.d $(BUILD)/cuda-ci/obj/*/*.d)
+-include $(wildcard $(CUDA_BUILD)/obj/*/*/*.d $(CUDA_BUILD)/obj/*/*.d)
 
 clean:
 	rm -rf build

@@ -5,7 +5,7 @@
 #
 # Suites, in order:
 #   1. BUILD/test_*            C programs; last line "N passed, N failed[, N skipped]"
-#      BUILD/cuda-ci/test_cuda the CUDA build's test binary (make cuda-ci);
+#      BUILD/cuda/test_cuda    the CUDA build's test binary (make cuda-ci);
 #                              without a CUDA toolkit it counts 1 skipped
 #   2. scripts/test-host.sh    checks of the accel-lua program itself;
 #      scripts/test-cli.sh, scripts/test-launch-flags.sh  its subcommands
@@ -135,13 +135,13 @@ run_lua_suites() {
 # The CUDA build's binary (compile and link are checked by make cuda-ci;
 # without a GPU it checks the no-GPU path and skips the GPU checks).
 run_cuda_build_test() {
-    local t=$BUILD/cuda-ci/test_cuda cuda=${CUDA_HOME:-/usr/local/cuda}
+    local t=$BUILD/cuda/test_cuda cuda=${CUDA_HOME:-/usr/local/cuda}
     if [[ -x $t ]]; then
-        run_counted "cuda-ci/test_cuda" "$t"
+        run_counted "cuda/test_cuda" "$t"
     elif [[ ! -x $cuda/bin/nvcc ]]; then
-        record "cuda-ci/test_cuda" 0 0 1 "no CUDA toolkit at $cuda: CUDA build not tested"
+        record "cuda/test_cuda" 0 0 1 "no CUDA toolkit at $cuda: CUDA build not tested"
     else
-        record "cuda-ci/test_cuda" 0 1 0 "$t missing: run make cuda-ci"
+        record "cuda/test_cuda" 0 1 0 "$t missing: run make cuda-ci"
     fi
 }
 
