@@ -63,6 +63,18 @@ static inline DT_HD uint64_t philox_scale64(uint64_t x, uint64_t range) {
 #endif
 }
 
+/* The bits of a uniform draw that a dtype holds exactly (rng.c). */
+static inline DT_HD int rng_uniform_bits(DType dt) {
+    switch (dt) {
+    case DT_F64: return 53;
+    case DT_BF16: return 8;
+    case DT_F16: return 11;
+    case DT_F8E4M3: return 4;
+    case DT_F8E5M2: return 3;
+    default: return 24;
+    }
+}
+
 /* ---- element i of each draw (bits: the uniform's precision, rng.c) ---- */
 
 static inline DT_HD double rng_uniform_at(uint64_t seed, uint64_t offset, uint64_t i, int bits) {

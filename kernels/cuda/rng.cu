@@ -5,19 +5,8 @@
 #include "common.cuh"
 #include "philox.h"
 
-__device__ int uniform_bits(DType dt) {
-    switch (dt) {
-    case DT_F64: return 53;
-    case DT_BF16: return 8;
-    case DT_F16: return 11;
-    case DT_F8E4M3: return 4;
-    case DT_F8E5M2: return 3;
-    default: return 24;
-    }
-}
-
 __global__ void uniform_kernel(void *o, DType dt, int64_t n, uint64_t seed, uint64_t off, double lo, double hi) {
-    const int bits = uniform_bits(dt);
+    const int bits = rng_uniform_bits(dt);
     KC_GRID_STRIDE(i, n) kc_store(o, dt, i, lo + rng_uniform_at(seed, off, (uint64_t)i, bits) * (hi - lo));
 }
 

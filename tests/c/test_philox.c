@@ -40,17 +40,21 @@ static uint64_t offset_now(void) {
 
 static int uniform_bits_of(DType dt) { return dt == DT_F64 ? 53 : dt == DT_BF16 ? 8 : dt == DT_F16 ? 11 : 24; }
 
+/* element i of t holds exactly v stored in dt */
+static int elem_is(const Tensor *t, int64_t i, DType dt, double v) {
+    char want[8];
+    dtype_store(want, dt, v);
+    return memcmp((char *)tensor_data(t) + i * (int64_t)dtype_size(dt), want, dtype_size(dt)) == 0;
+}
+
 /* rand of n elements at (seed, offset) equals rng_uniform_at for every element. */
 static void check_rand(uint64_t seed, uint64_t offset, int64_t n, DType dt) {
     uint64_t st[2] = {seed, offset};
     rng_set_state(st);
     Tensor *t = rng_rand(&n, 1, dt);
     int same = t != NULL;
-    for (int64_t i = 0; same && i < n; i++) {
-        char want[8];
-        dtype_store(want, dt, rng_uniform_at(seed, offset, (uint64_t)i, uniform_bits_of(dt)));
-        same = memcmp((char *)tensor_data(t) + i * (int64_t)dtype_size(dt), want, dtype_size(dt)) == 0;
-    }
+    for (int64_t i = 0; same && i < n; i++)
+        same = elem_is(t, i, dt, rng_uniform_at(seed, offset, (uint64_t)i, uniform_bits_of(dt)));
     CHECK(same);
     CHECK(offset_now() == offset + rng_blocks_uniform((uint64_t)n, uniform_bits_of(dt)));
     tensor_release(t);
@@ -64,9 +68,7 @@ static void check_randn(uint64_t seed, uint64_t offset, int64_t n, DType dt) {
     for (int64_t i = 0; same && i < n; i++) {
         double pair[2];
         rng_normal_pair_at(seed, offset, (uint64_t)i / 2, pair);
-        char want[8];
-        dtype_store(want, dt, pair[i % 2]);
-        same = memcmp((char *)tensor_data(t) + i * (int64_t)dtype_size(dt), want, dtype_size(dt)) == 0;
+        same = elem_is(t, i, dt, pair[i % 2]);
     }
     CHECK(same);
     CHECK(offset_now() == offset + rng_blocks_normal((uint64_t)n));
