@@ -184,7 +184,7 @@ cuda-ci:
 	    echo "cuda-ci: no CUDA toolkit at $(CUDA_HOME) (no $(NVCC)): the CUDA build is skipped"; \
 	fi
 
-$(CUDA_TEST): $(CUDA_BUILD)/obj/tests/cuda/test_cuda.o $(CUDA_OBJ) $(CORE_OBJ)
+$(CUDA_TEST): $(CUDA_BUILD)/obj/tests/cuda/test_cuda.o $(CUDA_BUILD)/obj/tests/cuda/host_ops.o $(CUDA_OBJ) $(CORE_OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) $(CUDA_LIBS)
 
 $(CUDA_BUILD)/obj/%.o: %.cu

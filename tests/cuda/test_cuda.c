@@ -1,4 +1,9 @@
 /* test_cuda.c: the CUDA build's test binary (make CUDA=1 / make cuda-ci).
+ * Everywhere: the kernels' scalar functions (scalar_ops.cuh, compiled for
+ * the host by host_ops.cu) against the CPU kernels for every binary and
+ * unary op and unary derivative over values with signs, zeros, NaN and
+ * infinities (bit for bit for the exact ops, to a few ulps for the
+ * transcendental ones, whose vectorised CPU forms differ).
  * Without a GPU (this is how CI runs it) it checks device discovery's
  * no-GPU answer (0 devices and the reason) and that a device call fails
  * with a clear CUDA error naming our file:line instead of crashing, then
@@ -47,6 +52,124 @@ static void test_no_gpu_path(void) {
     cuda_clear_error();
     CHECK(kc_fill(&it, (void *)16, DT_F32, 1.0, NULL) == -1);
     CHECK(strstr(cuda_last_error(), "elementwise.cu:") != NULL);
+}
+
+/* ---------------- the kernels' scalar semantics, on the host ---------------- */
+/* host_ops.cu: scalar_ops.cuh compiled for the host */
+float hk_binop_f32(int op, float x, float y);
+double hk_binop_f64(int op, double x, double y);
+int64_t hk_binop_i64(int op, int64_t x, int64_t y);
+float hk_unop_f32(int op, float x, float p1, float p2);
+double hk_unop_f64(int op, double x, double p1, double p2);
+int64_t hk_unop_i64(int op, int64_t x, int64_t lo, int64_t hi);
+float hk_grad_f32(int op, float x, float y, float gy, float p1, float p2);
+double hk_grad_f64(int op, double x, double y, double gy, double p1, double p2);
+
+static const double VALS[] = {-3.5, -2, -1, -0.0, 0, 0.25, 0.5, 1, 2.5, 3, 7, 1e-3, 40, -40, NAN, INFINITY, -INFINITY};
+#define NV ((int)(sizeof VALS / sizeof VALS[0]))
+
+/* equal (NaN equals NaN), or within tol relative to max(|want|, 1) when tol > 0 */
+static int same(double got, double want, double tol) {
+    if (got != got || want != want) return got != got && want != want;
+    if (got == want) return 1;
+    return tol > 0 && fabs(got - want) <= tol * fmax(fabs(want), 1.0);
+}
+
+/* ops whose result the CPU and the GPU must give bit for bit */
+static int unary_exact(KUnOp op) {
+    switch (op) {
+    case KU_NEG: case KU_RELU: case KU_ABS: case KU_SQUARE: case KU_RECIP: case KU_SIGN: case KU_CLAMP:
+    case KU_FLOOR: case KU_CEIL: case KU_ROUND: case KU_TRUNC: case KU_LEAKY_RELU: case KU_NOT: case KU_SQRT:
+        return 1;
+    default: return 0;
+    }
+}
+
+static void unary_params(KUnOp op, double *p1, double *p2) {
+    *p1 = op == KU_CLAMP ? -1 : op == KU_POW ? 1.7 : op == KU_RPOW ? 2 : op == KU_LEAKY_RELU ? 0.1 : 0;
+    *p2 = op == KU_CLAMP ? 2 : 0;
+}
+
+static void test_binary_semantics(void) {
+    int bad32 = 0, bad64 = 0, badi = 0;
+    for (int op = 0; op < KB_COUNT; op++)
+        for (int i = 0; i < NV; i++)
+            for (int j = 0; j < NV; j++) {
+                const float x = (float)VALS[i], y = (float)VALS[j];
+                const double xd = VALS[i], yd = VALS[j];
+                union { float f; double d; int64_t i; uint8_t b; } o32 = {0}, o64 = {0}, oi = {0};
+                k_binary_f32(op, 1, &x, 1, &y, 1, &o32, 1);
+                k_binary_f64(op, 1, &xd, 1, &yd, 1, &o64, 1);
+                const int cmp = kbin_is_compare(op);
+                bad32 += !same(hk_binop_f32(op, x, y), cmp ? o32.b : o32.f, 0);
+                bad64 += !same(hk_binop_f64(op, xd, yd), cmp ? o64.b : o64.d, 0);
+                if (isfinite(xd) && isfinite(yd)) {
+                    const int64_t xi = (int64_t)(xd * 3), yi = (int64_t)(yd * 3);
+                    k_binary_i64(op, 1, &xi, 1, &yi, 1, &oi, 1);
+                    badi += hk_binop_i64(op, xi, yi) != (cmp ? oi.b : oi.i);
+                }
+            }
+    CHECK(bad32 == 0);
+    CHECK(bad64 == 0);
+    CHECK(badi == 0);
+    if (bad32 + bad64 + badi) printf("  binary mismatches: f32 %d, f64 %d, i64 %d\n", bad32, bad64, badi);
+}
+
+static void test_unary_semantics(void) {
+    int bad32 = 0, bad64 = 0, badi = 0;
+    static const double pows[] = {2, 3, 1, 0.5, -1, -0.5, -2, 1.7};
+    for (int op = 0; op < KU_COUNT; op++)
+        for (int pk = 0; pk < (op == KU_POW ? 8 : 1); pk++)
+            for (int i = 0; i < NV; i++) {
+                double p1, p2;
+                unary_params(op, &p1, &p2);
+                if (op == KU_POW) p1 = pows[pk];
+                const float x = (float)VALS[i];
+                const double xd = VALS[i];
+                float o32;
+                double o64;
+                k_unary_f32(op, 1, &x, 1, &o32, 1, p1, p2);
+                k_unary_f64(op, 1, &xd, 1, &o64, 1, p1, p2);
+                const int exact = unary_exact(op);
+                if (!same(hk_unop_f32(op, x, (float)p1, (float)p2), o32, exact ? 0 : 1e-6)) {
+                    if (bad32++ < 5) printf("  unary f32 op %d x %g: %.9g vs cpu %.9g\n", op, x, hk_unop_f32(op, x, (float)p1, (float)p2), o32);
+                }
+                bad64 += !same(hk_unop_f64(op, xd, p1, p2), o64, exact ? 0 : 1e-14);
+            }
+    static const KUnOp int_ops[] = {KU_NEG, KU_ABS, KU_SQUARE, KU_SIGN, KU_CLAMP, KU_RELU, KU_NOT};
+    for (int k = 0; k < 7; k++)
+        for (int64_t x = -9; x <= 9; x++) {
+            int64_t o;
+            k_unary_i64(int_ops[k], 1, &x, 1, &o, 1, -3.5, 4.2); /* int bounds: -3 and 4 */
+            badi += hk_unop_i64(int_ops[k], x, -3, 4) != o;
+        }
+    CHECK(bad32 == 0);
+    CHECK(bad64 == 0);
+    CHECK(badi == 0);
+}
+
+static void test_unary_grad_semantics(void) {
+    static const KUnOp ops[] = {KU_NEG, KU_RELU, KU_GELU, KU_GELU_TANH, KU_SILU, KU_TANH, KU_SIGMOID, KU_EXP,
+                                KU_LOG, KU_SQRT, KU_RSQRT, KU_ABS, KU_CLAMP, KU_POW, KU_LEAKY_RELU, KU_SQUARE,
+                                KU_RECIP, KU_SIN, KU_COS, KU_LOG1P, KU_EXPM1, KU_ERF};
+    int bad32 = 0, bad64 = 0;
+    for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
+        for (int i = 0; i < NV; i++) {
+            double p1, p2;
+            unary_params(ops[k], &p1, &p2);
+            const float x = (float)VALS[i], gy = 0.75f;
+            const double xd = VALS[i], gyd = 0.75;
+            float y, g32;
+            double yd, g64;
+            k_unary_f32(ops[k], 1, &x, 1, &y, 1, p1, p2);
+            k_unary_f64(ops[k], 1, &xd, 1, &yd, 1, p1, p2);
+            k_unary_backward_f32(ops[k], 1, &x, &y, &gy, &g32, p1, p2);
+            k_unary_backward_f64(ops[k], 1, &xd, &yd, &gyd, &g64, p1, p2);
+            bad32 += !same(hk_grad_f32(ops[k], x, y, gy, (float)p1, (float)p2), g32, 1e-6);
+            bad64 += !same(hk_grad_f64(ops[k], xd, yd, gyd, p1, p2), g64, 1e-14);
+        }
+    CHECK(bad32 == 0);
+    CHECK(bad64 == 0);
 }
 
 /* ---------------- with a GPU ---------------- */
@@ -269,6 +392,9 @@ static void gpu_tests(void) {
 int main(void) {
     char why[256];
     const char *expect = getenv("ACCEL_EXPECT_GPU");
+    test_binary_semantics();
+    test_unary_semantics();
+    test_unary_grad_semantics();
     int n = cuda_device_count(why, sizeof why);
     if (n == 0) {
         CHECK(!(expect && strcmp(expect, "1") == 0)); /* the GPU machine must see its GPU */
