@@ -266,6 +266,16 @@ static int do_create(NcclComm *c, DistComm *group, int device) {
     return 0;
 }
 
+/* Undoes whatever do_create managed before it failed (errors ignored: the
+ * first one is already reported). */
+static void release_partial(NcclComm *c) {
+    if (c->barrier_buf) cudaFree(c->barrier_buf);
+    if (c->ready) cudaEventDestroy(c->ready);
+    if (c->stream) cudaStreamDestroy(c->stream);
+    if (c->comm) ncclCommDestroy(c->comm);
+    free(c);
+}
+
 DistComm *dist_nccl_comm(DistComm *group, int device) {
     for (NcclComm *c = comms; c; c = c->next)
         if (c->group == group && c->device == device) return &c->base;
@@ -276,8 +286,7 @@ DistComm *dist_nccl_comm(DistComm *group, int device) {
     c->group = group, c->device = device;
     if (do_create(c, group, device)) {
         accel_fail("nccl init on cuda:%d (rank %d of %d): %s", device, group->rank, group->size, cuda_last_error());
-        if (c->comm) ncclCommDestroy(c->comm);
-        free(c);
+        release_partial(c);
         return NULL;
     }
     c->next = comms;

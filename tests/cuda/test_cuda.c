@@ -17,6 +17,7 @@
 #include "kernels/cuda/kernels_cuda.h"
 #include "kernels/cuda/cuda_check.h"
 #include "core/ops.h"
+#include "core/dist_nccl.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +53,12 @@ static void test_no_gpu_path(void) {
     cuda_clear_error();
     CHECK(kc_fill(&it, (void *)16, DT_F32, 1.0, NULL) == -1);
     CHECK(strstr(cuda_last_error(), "elementwise.cu:") != NULL);
+    /* NCCL on a one-process job: refused with the reason, nothing cached */
+    DistComm *world = dist_world();
+    CHECK(world != NULL && dist_nccl_comm(world, 0) == NULL);
+    printf("dist_nccl_comm without a GPU: %s\n", accel_last_error());
+    CHECK(strstr(accel_last_error(), "nccl init on cuda:0 (rank 0 of 1)") && strstr(accel_last_error(), "cudaError"));
+    CHECK(dist_nccl_shutdown() == 0);
 }
 
 /* ---------------- the kernels' scalar semantics, on the host ---------------- */
