@@ -58,7 +58,7 @@ __device__ __forceinline__ void kc_store(void *p, DType dt, int64_t i, int64_t v
 }
 
 /* ---- n-d offsets: element `lin` (row-major over shape) of operand k ---- */
-__device__ __forceinline__ void kc_offsets(const KcIter &it, int64_t lin, int nops, int64_t off[4]) {
+__host__ __device__ __forceinline__ void kc_offsets(const KcIter &it, int64_t lin, int nops, int64_t off[4]) {
     for (int k = 0; k < nops; k++) off[k] = 0;
     for (int d = it.ndim - 1; d >= 0; d--) {
         const int64_t s = it.shape[d], c = lin % s;

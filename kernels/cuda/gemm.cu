@@ -2,7 +2,7 @@
  * C (M, N) = alpha op(A) op(B) + beta C, op(A) (M, K), op(B) (K, N), ta / tb
  * nonzero when A is stored (K, M) / B stored (N, K), lda etc. the row
  * strides. cuBLASLt is column-major, so the call computes C^T = op(B)^T
- * op(A)^T: our B is its first operand, our A its second, with m = N, n = M.
+ * op(A)^T (gemm_layout.h, checked on the host by test_cuda).
  * Types: float32 in and out (compute CUBLAS_COMPUTE_32F, or _32F_FAST_TF32
  * when allow_tf32 is on, as torch.backends.cuda.matmul.allow_tf32; PyTorch's
  * default is off), bf16 / fp16 in with bf16 / fp16 or float32 out and
@@ -10,6 +10,7 @@
  * (cuBLASLt's GELU is the tanh approximation: gelu(x, approximate="tanh")).
  * The algorithm comes from cuBLASLt's heuristic for the context's workspace. */
 #include "common.cuh"
+#include "gemm_layout.h"
 #include <cublasLt.h>
 #include <stdlib.h>
 
@@ -87,17 +88,18 @@ static int gemm_describe(KcGemmCtx *ctx, GemmDescs *d, int ta, int tb, int64_t M
                          const void *bias) {
     const cublasComputeType_t ct =
         in == CUDA_R_32F && ctx->allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    const KcLtLayout l = kc_gemm_layout(ta, tb, M, N, K, lda, ldb, ldc);
     cublas_check(cublasLtMatmulDescCreate(&d->op, ct, CUDA_R_32F));
-    const cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t opa = l.first.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t opb = l.second.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasLtEpilogue_t e = lt_epilogue(epi);
     cublas_check(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
     cublas_check(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
     cublas_check(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e));
     if (bias) cublas_check(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-    /* column-major views: first operand our B, (N, K) or stored (K, N) */
-    cublas_check(cublasLtMatrixLayoutCreate(&d->a, in, tb ? K : N, tb ? N : K, ldb));
-    cublas_check(cublasLtMatrixLayoutCreate(&d->b, in, ta ? M : K, ta ? K : M, lda));
-    cublas_check(cublasLtMatrixLayoutCreate(&d->c, out, N, M, ldc));
+    cublas_check(cublasLtMatrixLayoutCreate(&d->a, in, l.first.rows, l.first.cols, l.first.ld));
+    cublas_check(cublasLtMatrixLayoutCreate(&d->b, in, l.second.rows, l.second.cols, l.second.ld));
+    cublas_check(cublasLtMatrixLayoutCreate(&d->c, out, l.out.rows, l.out.cols, l.out.ld));
     cublas_check(cublasLtMatmulPreferenceCreate(&d->pref));
     cublas_check(cublasLtMatmulPreferenceSetAttribute(d->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                       &ctx->workspace_bytes, sizeof ctx->workspace_bytes));

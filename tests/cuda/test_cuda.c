@@ -16,6 +16,7 @@
  * Last line "N passed, N failed[, N skipped]". */
 #include "kernels/cuda/kernels_cuda.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gemm_layout.h"
 #include "core/ops.h"
 #include "core/dist_nccl.h"
 #include <math.h>
@@ -61,6 +62,25 @@ static void test_no_gpu_path(void) {
     CHECK(dist_nccl_shutdown() == 0);
 }
 
+/* ---------------- helpers ---------------- */
+
+static unsigned rs = 1234;
+static float frand(void) { return rs = rs * 1103515245u + 12345u, ((rs >> 8) & 0xffff) / 32768.0f - 1.0f; }
+
+static float *rand_f32(int64_t n, float scale) {
+    float *x = malloc(sizeof *x * (size_t)n);
+    for (int64_t i = 0; i < n; i++) x[i] = frand() * scale;
+    return x;
+}
+/* |got - want| <= tol (|want| + 1) everywhere */
+static int close_f32(const float *got, const float *want, int64_t n, double tol) {
+    for (int64_t i = 0; i < n; i++)
+        if (!(fabs((double)got[i] - want[i]) <= tol * (fabs(want[i]) + 1))) {
+            printf("  [%lld] got %.9g want %.9g\n", (long long)i, got[i], want[i]);
+            return 0;
+        }
+    return 1;
+}
 /* ---------------- the kernels' scalar semantics, on the host ---------------- */
 /* host_ops.cu: scalar_ops.cuh compiled for the host */
 float hk_binop_f32(int op, float x, float y);
@@ -179,10 +199,60 @@ static void test_unary_grad_semantics(void) {
     CHECK(bad64 == 0);
 }
 
-/* ---------------- with a GPU ---------------- */
+void hk_offsets(const KcIter *it, int64_t lin, int nops, int64_t off[4]);
 
-static unsigned rs = 1234;
-static float frand(void) { return rs = rs * 1103515245u + 12345u, ((rs >> 8) & 0xffff) / 32768.0f - 1.0f; }
+/* The n-d offsets of the elementwise kernels against nested loops: shape
+ * (2, 3, 4), an output, a permuted input and a broadcast one. */
+static void test_iter_offsets(void) {
+    const KcIter it = {.ndim = 3, .shape = {2, 3, 4}, .st = {{12, 4, 1}, {1, 8, 2}, {4, 0, 1}}};
+    int bad = 0;
+    for (int64_t i = 0; i < 2; i++)
+        for (int64_t j = 0; j < 3; j++)
+            for (int64_t l = 0; l < 4; l++) {
+                int64_t off[4];
+                hk_offsets(&it, (i * 3 + j) * 4 + l, 3, off);
+                for (int k = 0; k < 3; k++) bad += off[k] != i * it.st[k][0] + j * it.st[k][1] + l * it.st[k][2];
+            }
+    CHECK(bad == 0);
+    const KcIter scalar = {.ndim = 0};
+    int64_t off[4] = {9, 9, 9, 9};
+    hk_offsets(&scalar, 0, 3, off);
+    CHECK(off[0] == 0 && off[1] == 0 && off[2] == 0);
+}
+
+/* element (r, c) of op(X) for a column-major matrix m */
+static float lt_elem(const float *x, const KcLtMat *m, int64_t r, int64_t c) {
+    return m->trans ? x[c + r * m->ld] : x[r + c * m->ld];
+}
+
+/* What cuBLASLt computes from kc_gemm_layout's description (a column-major
+ * reference), against the CPU's row-major k_gemm_f32, for every ta / tb
+ * and padded strides. */
+static void test_gemm_layout(void) {
+    const int64_t M = 5, N = 7, K = 3;
+    int bad = 0;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            const int64_t lda = (ta ? M : K) + 2, ldb = (tb ? K : N) + 1, ldc = N + 3;
+            float *A = rand_f32((ta ? K : M) * lda, 1), *B = rand_f32((tb ? N : K) * ldb, 1);
+            float C[5 * 10] = {0}, D[5 * 10] = {0};
+            k_gemm_f32(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
+            const KcLtLayout l = kc_gemm_layout(ta, tb, M, N, K, lda, ldb, ldc);
+            const int64_t opk = l.first.trans ? (int64_t)l.first.rows : (int64_t)l.first.cols;
+            bad += opk != K || (int64_t)l.out.rows != N || (int64_t)l.out.cols != M;
+            for (int64_t i = 0; i < N; i++)
+                for (int64_t j = 0; j < M; j++) {
+                    double s = 0;
+                    for (int64_t k = 0; k < K; k++) s += (double)lt_elem(B, &l.first, i, k) * lt_elem(A, &l.second, k, j);
+                    D[i + j * l.out.ld] = (float)s;
+                }
+            bad += !close_f32(D, C, 5 * 10, 1e-5);
+            free(A), free(B);
+        }
+    CHECK(bad == 0);
+}
+
+/* ---------------- with a GPU ---------------- */
 
 static void *dev(size_t bytes) {
     void *p = NULL;
@@ -204,20 +274,6 @@ static void *dev_poisoned(size_t bytes) {
 }
 static void to_host(void *h, const void *d, size_t bytes) {
     if (kc_copy_to_host(0, h, d, bytes, NULL)) printf("copy: %s\n", cuda_last_error()), exit(1);
-}
-static float *rand_f32(int64_t n, float scale) {
-    float *x = malloc(sizeof *x * (size_t)n);
-    for (int64_t i = 0; i < n; i++) x[i] = frand() * scale;
-    return x;
-}
-/* |got - want| <= tol (|want| + 1) everywhere */
-static int close_f32(const float *got, const float *want, int64_t n, double tol) {
-    for (int64_t i = 0; i < n; i++)
-        if (!(fabs((double)got[i] - want[i]) <= tol * (fabs(want[i]) + 1))) {
-            printf("  [%lld] got %.9g want %.9g\n", (long long)i, got[i], want[i]);
-            return 0;
-        }
-    return 1;
 }
 static float *fetch_f32(const void *d, int64_t n) {
     float *h = malloc(sizeof *h * (size_t)n);
@@ -402,6 +458,8 @@ int main(void) {
     test_binary_semantics();
     test_unary_semantics();
     test_unary_grad_semantics();
+    test_iter_offsets();
+    test_gemm_layout();
     int n = cuda_device_count(why, sizeof why);
     if (n == 0) {
         CHECK(!(expect && strcmp(expect, "1") == 0)); /* the GPU machine must see its GPU */
