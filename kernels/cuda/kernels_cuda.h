@@ -131,6 +131,18 @@ int kc_gemm(KcGemmCtx *ctx, int ta, int tb, int64_t M, int64_t N, int64_t K, flo
  * device, driver too old for this runtime). */
 int cuda_device_count(char *why, size_t n);
 
+/* ---- stream.cu: ordering (handles are cudaStream_t / cudaEvent_t) ---- */
+int kc_set_device(int device);
+int kc_stream_create(int device, void **stream);
+int kc_stream_destroy(void *stream);
+int kc_stream_synchronize(void *stream);
+int kc_event_create(void **event);
+int kc_event_destroy(void *event);
+int kc_event_record(void *event, void *stream);
+int kc_stream_wait_event(void *stream, void *event);
+int kc_event_synchronize(void *event);
+int kc_copy_device(void *dst, const void *src, size_t n, void *stream);
+
 /* ---- alloc.cu: the caching allocator per device (alloc_cache.h) ---- */
 int kc_malloc(int device, size_t size, void *stream, void **p);
 int kc_free(int device, void *p);
