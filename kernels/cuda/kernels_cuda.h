@@ -57,10 +57,14 @@ int kc_reduce(KRedOp op, const void *x, DType dt, int64_t outer, int64_t n, int6
 int kc_argreduce(int want_max, const void *x, DType dt, int64_t outer, int64_t n, int64_t inner, void *vals,
                  int64_t *idx, void *stream);
 
-/* ---- softmax.cu: rows of length n, contiguous; one block per row ---- */
-int kc_softmax(int log, const void *x, DType dt, int64_t rows, int64_t n, void *y, void *stream);
-int kc_softmax_backward(int log, const void *y, const void *gy, DType dt, int64_t rows, int64_t n, void *gx,
-                        void *stream);
+/* sum_i |x_i|^p into *out (one double in device memory), as k_norm_pow_*
+ * (p = INFINITY: max |x_i|, NaN sticking; p = 0: count of nonzeros). */
+int kc_norm_pow(const void *x, DType dt, int64_t n, double p, double *out, void *stream);
+
+/* ---- softmax.cu: over n of a contiguous (outer, n, inner) view, as k_softmax_* ---- */
+int kc_softmax(int log, const void *x, DType dt, int64_t outer, int64_t n, int64_t inner, void *y, void *stream);
+int kc_softmax_backward(int log, const void *y, const void *gy, DType dt, int64_t outer, int64_t n, int64_t inner,
+                        void *gx, void *stream);
 /* logits x (N, C) of dt; target (N) int64; loss, lse (N) float32, as
  * k_cross_entropy_fwd_f32. bad (one int64 in device memory) receives the
  * first invalid row, or stays -1 (the caller sets it to -1 first). */

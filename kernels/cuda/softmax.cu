@@ -1,6 +1,8 @@
-/* softmax.cu: softmax / log-softmax forward and backward over contiguous
- * rows, and the fused cross-entropy forward and backward over (N, C)
- * logits (C up to GPT-2's 50 257 and beyond). One block per row; the row
+/* softmax.cu: softmax / log-softmax forward and backward over the middle
+ * dim of a contiguous (outer, n, inner) view, and the fused cross-entropy
+ * forward and backward over (N, C) logits (C up to GPT-2's 50 257 and
+ * beyond). inner > 1: one thread per column, three passes (max, sum,
+ * write). inner == 1 (the last dim, the common case): one block per row; the row
  * max and sum of exponentials come from one online pass (running max m and
  * sum s rescaled when m grows, merged across threads the same way), then
  * one pass writes. Statistics in float32 (double for float64 inputs). */
@@ -62,28 +64,72 @@ template <typename T> __global__ void softmax_bwd(int log_, const void *y, const
     }
 }
 
+/* inner > 1: one thread per (outer, inner) column, three passes over n */
+template <typename T>
+__global__ void softmax_fwd_cols(int log_, const void *x, DType dt, int64_t outer, int64_t n, int64_t inner, void *y) {
+    KC_GRID_STRIDE(e, outer * inner) {
+        const int64_t base = (e / inner) * n * inner + e % inner;
+        T m = -INFINITY, s = 0;
+        for (int64_t j = 0; j < n; j++) {
+            const T v = kc_load<T>(x, dt, base + j * inner);
+            m = v > m || v != v ? v : m;
+        }
+        for (int64_t j = 0; j < n; j++) s += exp(kc_load<T>(x, dt, base + j * inner) - m);
+        const T lse = m + log(s);
+        for (int64_t j = 0; j < n; j++) {
+            const T v = kc_load<T>(x, dt, base + j * inner) - lse;
+            kc_store(y, dt, base + j * inner, log_ ? v : exp(v));
+        }
+    }
+}
+
+template <typename T>
+__global__ void softmax_bwd_cols(int log_, const void *y, const void *gy, DType dt, int64_t outer, int64_t n,
+                                 int64_t inner, void *gx) {
+    KC_GRID_STRIDE(e, outer * inner) {
+        const int64_t base = (e / inner) * n * inner + e % inner;
+        T s = 0;
+        for (int64_t j = 0; j < n; j++) {
+            const T g = kc_load<T>(gy, dt, base + j * inner);
+            s += log_ ? g : g * kc_load<T>(y, dt, base + j * inner);
+        }
+        for (int64_t j = 0; j < n; j++) {
+            const T yj = kc_load<T>(y, dt, base + j * inner), gj = kc_load<T>(gy, dt, base + j * inner);
+            kc_store(gx, dt, base + j * inner, log_ ? gj - exp(yj) * s : yj * (gj - s));
+        }
+    }
+}
+
 static int rows_ok(int64_t rows) {
     if (rows > INT32_MAX) return cuda_fail("softmax: %lld rows exceed one launch", (long long)rows);
     return 0;
 }
 
-extern "C" int kc_softmax(int log_, const void *x, DType dt, int64_t rows, int64_t n, void *y, void *stream) {
-    if (rows == 0 || n == 0) return 0;
-    if (rows_ok(rows)) return -1;
+extern "C" int kc_softmax(int log_, const void *x, DType dt, int64_t outer, int64_t n, int64_t inner, void *y,
+                          void *stream) {
+    if (outer * inner == 0 || n == 0) return 0;
     cudaStream_t s = kc_stream(stream);
-    if (dt == DT_F64) softmax_fwd<double><<<(unsigned)rows, ROW_THREADS, 0, s>>>(log_, x, dt, n, y);
-    else softmax_fwd<float><<<(unsigned)rows, ROW_THREADS, 0, s>>>(log_, x, dt, n, y);
+    const int f64 = dt == DT_F64;
+    if (inner > 1 && f64) softmax_fwd_cols<double><<<kc_blocks(outer * inner), KC_THREADS, 0, s>>>(log_, x, dt, outer, n, inner, y);
+    else if (inner > 1) softmax_fwd_cols<float><<<kc_blocks(outer * inner), KC_THREADS, 0, s>>>(log_, x, dt, outer, n, inner, y);
+    else if (rows_ok(outer)) return -1;
+    else if (f64) softmax_fwd<double><<<(unsigned)outer, ROW_THREADS, 0, s>>>(log_, x, dt, n, y);
+    else softmax_fwd<float><<<(unsigned)outer, ROW_THREADS, 0, s>>>(log_, x, dt, n, y);
     cuda_check_launch();
     return 0;
 }
 
-extern "C" int kc_softmax_backward(int log_, const void *y, const void *gy, DType dt, int64_t rows, int64_t n, void *gx,
-                                   void *stream) {
-    if (rows == 0 || n == 0) return 0;
-    if (rows_ok(rows)) return -1;
+extern "C" int kc_softmax_backward(int log_, const void *y, const void *gy, DType dt, int64_t outer, int64_t n,
+                                   int64_t inner, void *gx, void *stream) {
+    if (outer * inner == 0 || n == 0) return 0;
     cudaStream_t s = kc_stream(stream);
-    if (dt == DT_F64) softmax_bwd<double><<<(unsigned)rows, ROW_THREADS, 0, s>>>(log_, y, gy, dt, n, gx);
-    else softmax_bwd<float><<<(unsigned)rows, ROW_THREADS, 0, s>>>(log_, y, gy, dt, n, gx);
+    const int f64 = dt == DT_F64;
+    const unsigned cb = kc_blocks(outer * inner);
+    if (inner > 1 && f64) softmax_bwd_cols<double><<<cb, KC_THREADS, 0, s>>>(log_, y, gy, dt, outer, n, inner, gx);
+    else if (inner > 1) softmax_bwd_cols<float><<<cb, KC_THREADS, 0, s>>>(log_, y, gy, dt, outer, n, inner, gx);
+    else if (rows_ok(outer)) return -1;
+    else if (f64) softmax_bwd<double><<<(unsigned)outer, ROW_THREADS, 0, s>>>(log_, y, gy, dt, n, gx);
+    else softmax_bwd<float><<<(unsigned)outer, ROW_THREADS, 0, s>>>(log_, y, gy, dt, n, gx);
     cuda_check_launch();
     return 0;
 }
@@ -124,10 +170,10 @@ __global__ void ce_fwd(const void *x, DType dt, int64_t C, const int64_t *target
 __global__ void ce_bwd(const void *x, DType dt, const float *lse, int64_t C, const int64_t *target, int64_t ignore,
                        float ls, const float *g, void *gx) {
     const int64_t row = blockIdx.x, base = row * C, t = target[row];
-    const float gi = t == ignore ? 0.0f : g[row], l = lse[row], smooth = ls / (float)C;
+    const float gi = g[row], l = lse[row], smooth = ls / (float)C;
     for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
         const float p = expf(kc_load<float>(x, dt, base + j) - l);
-        kc_store(gx, dt, base + j, gi * (p - (j == t ? 1.0f - ls : 0.0f) - smooth));
+        kc_store(gx, dt, base + j, t == ignore ? 0.0f : gi * (p - (j == t ? 1.0f - ls : 0.0f) - smooth)); /* ignored rows: 0 */
     }
 }
 

@@ -337,6 +337,30 @@ static void test_cross_entropy(void) {
     kc_free(0, dx), kc_free(0, dt), kc_free(0, dl), kc_free(0, dlse), kc_free(0, dbad), kc_free(0, dg), kc_free(0, dgx);
 }
 
+/* softmax and log-softmax, forward and backward, over the last dim and a middle one */
+static void test_softmax(void) {
+    static const int64_t shapes[2][3] = {{5, 1000, 1}, {3, 20, 7}};
+    int ok = 1;
+    for (int k = 0; k < 2; k++)
+        for (int lg = 0; lg < 2; lg++) {
+            const int64_t o = shapes[k][0], n = shapes[k][1], in = shapes[k][2], tot = o * n * in;
+            float *x = rand_f32(tot, 4), *gy = rand_f32(tot, 1), *y = malloc(4 * tot), *gx = malloc(4 * tot);
+            k_softmax_f32(lg, x, o, n, in, y);
+            k_softmax_backward_f32(lg, y, gy, o, n, in, gx);
+            void *dx = dev_from(x, 4 * tot), *dgy = dev_from(gy, 4 * tot), *dy = dev_poisoned(4 * tot), *dgx = dev_poisoned(4 * tot);
+            ok &= kc_softmax(lg, dx, DT_F32, o, n, in, dy, NULL) == 0;
+            float *gy_ = fetch_f32(dy, tot);
+            ok &= close_f32(gy_, y, tot, 1e-5);
+            void *dyc = dev_from(y, 4 * tot); /* backward from the CPU's y */
+            ok &= kc_softmax_backward(lg, dyc, dgy, DT_F32, o, n, in, dgx, NULL) == 0;
+            float *ggx = fetch_f32(dgx, tot);
+            ok &= close_f32(ggx, gx, tot, 1e-5);
+            free(x), free(gy), free(y), free(gx), free(gy_), free(ggx);
+            kc_free(0, dx), kc_free(0, dgy), kc_free(0, dy), kc_free(0, dgx), kc_free(0, dyc);
+        }
+    CHECK(ok);
+}
+
 static void test_layernorm(void) {
     const int64_t R = 7, C = 768;
     float *x = rand_f32(R * C, 2), *w = rand_f32(C, 1), *b = rand_f32(C, 1), *y = malloc(4 * R * C), mean[7], rstd[7];
@@ -433,6 +457,22 @@ static void test_reduce(void) {
     free(x), free(got), kc_free(0, dx), kc_free(0, dy);
 }
 
+static void test_norm(void) {
+    const int64_t n = 100003;
+    float *x = rand_f32(n, 3);
+    void *dx = dev_from(x, 4 * n), *dout = dev_poisoned(8);
+    static const double ps[4] = {2, 1, INFINITY, 0};
+    int ok = 1;
+    for (int k = 0; k < 4; k++) {
+        double got = NAN, want = k_norm_pow_f32(n, x, ps[k]);
+        ok &= kc_norm_pow(dx, DT_F32, n, ps[k], dout, NULL) == 0;
+        to_host(&got, dout, 8);
+        ok &= fabs(got - want) <= 1e-12 * fmax(want, 1);
+    }
+    CHECK(ok);
+    free(x), kc_free(0, dx), kc_free(0, dout);
+}
+
 static void test_oom_message(void) {
     void *p = NULL;
     CHECK(kc_malloc(0, (size_t)1 << 50, NULL, &p) == -1 && strstr(cuda_last_error(), "out of memory"));
@@ -442,15 +482,17 @@ static void gpu_tests(void) {
     test_casts();
     test_binary_broadcast();
     test_cross_entropy();
+    test_softmax();
     test_layernorm();
     test_adam_bitwise();
     test_rng_matches_cpu();
     test_gemm();
     test_attention();
     test_reduce();
+    test_norm();
     test_oom_message();
 }
-#define GPU_TESTS 10
+#define GPU_TESTS 12
 
 int main(void) {
     char why[256];
