@@ -57,6 +57,9 @@ int kc_reduce(KRedOp op, const void *x, DType dt, int64_t outer, int64_t n, int6
 int kc_argreduce(int want_max, const void *x, DType dt, int64_t outer, int64_t n, int64_t inner, void *vals,
                  int64_t *idx, void *stream);
 
+/* variance over n, divided by n - correction (out of x's float dtype). */
+int kc_var(const void *x, DType dt, int64_t outer, int64_t n, int64_t inner, double correction, void *out,
+           void *stream);
 /* sum_i |x_i|^p into *out (one double in device memory), as k_norm_pow_*
  * (p = INFINITY: max |x_i|, NaN sticking; p = 0: count of nonzeros). */
 int kc_norm_pow(const void *x, DType dt, int64_t n, double p, double *out, void *stream);
@@ -92,6 +95,12 @@ int kc_scatter_add(DType dt, void *gx, int64_t outer, int64_t n, int64_t inner, 
                    const void *gout, void *stream);
 int kc_index_add(DType dt, void *gx, int64_t outer, int64_t n, int64_t inner, const int64_t *idx, int64_t m,
                  const void *gout, void *stream);
+
+/* ---- pool.cu: KPool2d as k_max_pool2d_*; float32 or float64 ---- */
+int kc_max_pool2d_fwd(DType dt, const KPool2d *g, const void *x, void *y, int64_t *idx, uint8_t *code, void *stream);
+/* gx (NC, H, W) zeroed, then gy added where each maximum was (idx, else code). */
+int kc_max_pool2d_bwd(DType dt, const KPool2d *g, const void *gy, const int64_t *idx, const uint8_t *code, void *gx,
+                      void *stream);
 
 /* ---- optim.cu: flat float32 buffers, kernels/cpu/optim.c's formulas ---- */
 int kc_sgd_f32(int64_t n, float *p, const float *g, float *buf, int buf_init, const KSgdArgs *a, void *stream);

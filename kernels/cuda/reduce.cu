@@ -191,3 +191,29 @@ extern "C" int kc_norm_pow(const void *x, DType dt, int64_t n, double p, double 
     cuda_check_launch();
     return 0;
 }
+
+/* ---- variance over n with a correction (divide by n - correction), two
+ * passes in double, one thread per (outer, inner) output, as k_var_* ---- */
+__global__ void var_kernel(const void *x, DType dt, int64_t outer, int64_t n, int64_t inner, double div, void *out) {
+    KC_GRID_STRIDE(e, outer * inner) {
+        const int64_t base = (e / inner) * n * inner + e % inner;
+        double s = 0, ss = 0;
+        for (int64_t j = 0; j < n; j++) s += kc_load<double>(x, dt, base + j * inner);
+        const double mean = s / (double)n;
+        for (int64_t j = 0; j < n; j++) {
+            const double d = kc_load<double>(x, dt, base + j * inner) - mean;
+            ss += d * d;
+        }
+        kc_store(out, dt, e, ss / div);
+    }
+}
+
+extern "C" int kc_var(const void *x, DType dt, int64_t outer, int64_t n, int64_t inner, double correction, void *out,
+                      void *stream) {
+    if (outer * inner == 0) return 0;
+    if (!dtype_is_float(dt)) return cuda_fail("var: dtype %d is not a float type", (int)dt);
+    var_kernel<<<kc_blocks(outer * inner), KC_THREADS, 0, kc_stream(stream)>>>(x, dt, outer, n, inner,
+                                                                             (double)n - correction, out);
+    cuda_check_launch();
+    return 0;
+}

@@ -473,6 +473,32 @@ static void test_norm(void) {
     free(x), kc_free(0, dx), kc_free(0, dout);
 }
 
+static void test_var_pool(void) {
+    const int64_t outer = 3, n = 50, inner = 4;
+    float *x = rand_f32(outer * n * inner, 2), want[12];
+    k_var_f32(x, outer, n, inner, 1.0, want);
+    void *dx = dev_from(x, 4 * outer * n * inner), *dv = dev_poisoned(4 * 12);
+    CHECK(kc_var(dx, DT_F32, outer, n, inner, 1.0, dv, NULL) == 0);
+    float *got = fetch_f32(dv, 12);
+    CHECK(close_f32(got, want, 12, 1e-5));
+    /* 3x3 windows, stride 2, padding 1 over (6, 9, 11) planes */
+    const KPool2d g = {.NC = 6, .H = 9, .W = 11, .OH = 5, .OW = 6, .KH = 3, .KW = 3, .sh = 2, .sw = 2, .ph = 1, .pw = 1, .dh = 1, .dw = 1};
+    const int64_t nx = 6 * 9 * 11, ny = 6 * 5 * 6;
+    float *px = rand_f32(nx, 1), *py = malloc(4 * ny), *gy = rand_f32(ny, 1), *gx = malloc(4 * nx);
+    uint8_t *code = malloc((size_t)ny), *gcode = malloc((size_t)ny);
+    k_max_pool2d_fwd_f32(&g, px, py, NULL, code);
+    k_max_pool2d_bwd_f32(&g, gy, NULL, code, gx);
+    void *dpx = dev_from(px, 4 * nx), *dpy = dev_poisoned(4 * ny), *dcode = dev_poisoned((size_t)ny);
+    void *dgy = dev_from(gy, 4 * ny), *dgx = dev_poisoned(4 * nx);
+    CHECK(kc_max_pool2d_fwd(DT_F32, &g, dpx, dpy, NULL, dcode, NULL) == 0);
+    CHECK(kc_max_pool2d_bwd(DT_F32, &g, dgy, NULL, dcode, dgx, NULL) == 0);
+    float *gpy = fetch_f32(dpy, ny), *ggx = fetch_f32(dgx, nx);
+    to_host(gcode, dcode, (size_t)ny);
+    CHECK(memcmp(gpy, py, 4 * ny) == 0 && memcmp(gcode, code, (size_t)ny) == 0 && close_f32(ggx, gx, nx, 1e-6));
+    free(x), free(got), free(px), free(py), free(gy), free(gx), free(code), free(gcode), free(gpy), free(ggx);
+    kc_free(0, dx), kc_free(0, dv), kc_free(0, dpx), kc_free(0, dpy), kc_free(0, dcode), kc_free(0, dgy), kc_free(0, dgx);
+}
+
 static void test_oom_message(void) {
     void *p = NULL;
     CHECK(kc_malloc(0, (size_t)1 << 50, NULL, &p) == -1 && strstr(cuda_last_error(), "out of memory"));
@@ -490,9 +516,10 @@ static void gpu_tests(void) {
     test_attention();
     test_reduce();
     test_norm();
+    test_var_pool();
     test_oom_message();
 }
-#define GPU_TESTS 12
+#define GPU_TESTS 13
 
 int main(void) {
     char why[256];
