@@ -139,6 +139,13 @@ int kc_gemm(KcGemmCtx *ctx, int ta, int tb, int64_t M, int64_t N, int64_t K, flo
             const void *B, int64_t ldb, float beta, void *C, int64_t ldc, DType in_dt, DType out_dt,
             KcEpilogue epi, const void *bias, void *stream);
 
+/* ---- conv.cu: KConv2d as k_conv2d_*, im2col + kc_gemm, float32 ---- */
+int kc_conv2d_fwd(KcGemmCtx *ctx, DType dt, const KConv2d *g, const void *x, const void *w, const void *b, void *y,
+                  void *stream); /* b may be NULL */
+/* gx, gw, gb overwritten; NULL for those not wanted. */
+int kc_conv2d_bwd(KcGemmCtx *ctx, DType dt, const KConv2d *g, const void *x, const void *w, const void *gy, void *gx,
+                  void *gw, void *gb, void *stream);
+
 /* ---- device.cu ---- */
 /* The number of usable GPUs; 0 with the reason in why (no driver, no
  * device, driver too old for this runtime). */

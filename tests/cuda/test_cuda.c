@@ -499,6 +499,29 @@ static void test_var_pool(void) {
     kc_free(0, dx), kc_free(0, dv), kc_free(0, dpx), kc_free(0, dpy), kc_free(0, dcode), kc_free(0, dgy), kc_free(0, dgx);
 }
 
+static void test_conv(void) {
+    const KConv2d g = {.N = 2, .C = 4, .H = 7, .W = 8, .O = 6, .KH = 3, .KW = 3, .OH = 4, .OW = 8,
+                       .sh = 2, .sw = 1, .ph = 1, .pw = 1, .dh = 1, .dw = 1, .groups = 2};
+    const int64_t nx = 2 * 4 * 7 * 8, nw = 6 * 2 * 9, ny = 2 * 6 * 4 * 8;
+    float *x = rand_f32(nx, 1), *w = rand_f32(nw, 1), *b = rand_f32(6, 1), *gy = rand_f32(ny, 1);
+    float *y = malloc(4 * ny), *gx = malloc(4 * nx), *gw = malloc(4 * nw), gb[6];
+    CHECK(k_conv2d_fwd(DT_F32, &g, x, w, b, y) == 0 && k_conv2d_bwd(DT_F32, &g, x, w, gy, gx, gw, gb) == 0);
+    KcGemmCtx *ctx = NULL;
+    CHECK(kc_gemm_ctx_create(&ctx, 32u << 20) == 0);
+    void *dx = dev_from(x, 4 * nx), *dw = dev_from(w, 4 * nw), *db = dev_from(b, 24), *dgy = dev_from(gy, 4 * ny);
+    void *dy = dev_poisoned(4 * ny), *dgx = dev_poisoned(4 * nx), *dgw = dev_poisoned(4 * nw), *dgb = dev_poisoned(24);
+    CHECK(ctx && kc_conv2d_fwd(ctx, DT_F32, &g, dx, dw, db, dy, NULL) == 0);
+    CHECK(ctx && kc_conv2d_bwd(ctx, DT_F32, &g, dx, dw, dgy, dgx, dgw, dgb, NULL) == 0);
+    float *r[4] = {fetch_f32(dy, ny), fetch_f32(dgx, nx), fetch_f32(dgw, nw), fetch_f32(dgb, 6)};
+    CHECK(close_f32(r[0], y, ny, 1e-5) && close_f32(r[1], gx, nx, 1e-5));
+    CHECK(close_f32(r[2], gw, nw, 1e-5) && close_f32(r[3], gb, 6, 1e-5));
+    kc_gemm_ctx_destroy(ctx);
+    void *bufs[8] = {dx, dw, db, dgy, dy, dgx, dgw, dgb};
+    for (int i = 0; i < 8; i++) kc_free(0, bufs[i]);
+    for (int i = 0; i < 4; i++) free(r[i]);
+    free(x), free(w), free(b), free(gy), free(y), free(gx), free(gw);
+}
+
 static void test_oom_message(void) {
     void *p = NULL;
     CHECK(kc_malloc(0, (size_t)1 << 50, NULL, &p) == -1 && strstr(cuda_last_error(), "out of memory"));
@@ -517,9 +540,10 @@ static void gpu_tests(void) {
     test_reduce();
     test_norm();
     test_var_pool();
+    test_conv();
     test_oom_message();
 }
-#define GPU_TESTS 13
+#define GPU_TESTS 14
 
 int main(void) {
     char why[256];
