@@ -1,8 +1,9 @@
 /* reduce.cu: sum / mean / prod / max / min and arg-max / arg-min over the
  * middle dim of a contiguous (outer, n, inner) view. inner == 1: one block
- * per output row, a tree over the row (accumulation in float32 for float32 /
- * bf16 / fp16, double for float64, int64 for integers); inner > 1: one
- * thread per output element walking n (reads coalesce over inner). max /
+ * per output row, a tree over the row; inner > 1: one thread per output
+ * element walking n (reads coalesce over inner). Accumulation: float32 for
+ * bf16 / fp16, double for float32 (as the CPU's k_reduce_f32) and float64,
+ * int64 for integers. max /
  * min and the arg forms propagate NaN (the first NaN wins), ties take the
  * first index, as the CPU. */
 #include "common.cuh"
@@ -75,7 +76,7 @@ extern "C" int kc_reduce(KRedOp op, const void *x, DType dt, int64_t outer, int6
                          void *stream) {
     if (outer * inner == 0) return 0;
     cudaStream_t s = kc_stream(stream);
-    if (dt == DT_F64) launch_reduce<double>(op, x, dt, outer, n, inner, out, dt, s);
+    if (dt == DT_F64 || dt == DT_F32) launch_reduce<double>(op, x, dt, outer, n, inner, out, dt, s); /* as the CPU */
     else if (dtype_is_float(dt)) launch_reduce<float>(op, x, dt, outer, n, inner, out, dt, s);
     else launch_reduce<int64_t>(op, x, dt, outer, n, inner, out, op == KR_SUM || op == KR_PROD ? DT_I64 : dt, s);
     cuda_check_launch();
