@@ -77,12 +77,13 @@ int kc_cross_entropy_fwd(const void *x, DType dt, int64_t N, int64_t C, const in
 int kc_cross_entropy_bwd(const void *x, DType dt, const float *lse, int64_t N, int64_t C, const int64_t *target,
                          int64_t ignore_index, double label_smoothing, const float *g, void *gx, void *stream);
 
-/* ---- layernorm.cu: rows of C, contiguous; w, b (C) of dt or NULL ---- */
+/* ---- layernorm.cu: rows of C, contiguous; w, b (C) of dt or NULL; mean,
+ * rstd (rows) and gw, gb (C) float32, float64 when dt is float64 ---- */
 int kc_layernorm_fwd(const void *x, const void *w, const void *b, DType dt, int64_t rows, int64_t C, double eps,
-                     void *y, float *mean, float *rstd, void *stream);
-/* gx (rows, C) of dt overwritten; gw, gb (C) float32 accumulated (+=) when not NULL. */
-int kc_layernorm_bwd(const void *x, const void *w, const float *mean, const float *rstd, const void *gy, DType dt,
-                     int64_t rows, int64_t C, void *gx, float *gw, float *gb, void *stream);
+                     void *y, void *mean, void *rstd, void *stream);
+/* gx (rows, C) of dt overwritten; gw, gb accumulated (+=) when not NULL. */
+int kc_layernorm_bwd(const void *x, const void *w, const void *mean, const void *rstd, const void *gy, DType dt,
+                     int64_t rows, int64_t C, void *gx, void *gw, void *gb, void *stream);
 
 /* ---- index.cu: (outer, n, inner) views as k_gather / k_index_select ---- */
 int kc_gather(const void *x, int64_t outer, int64_t n, int64_t inner, const int64_t *idx, int64_t m, void *out,

@@ -1,6 +1,7 @@
 /* layernorm.cu: layer norm over the last dim C of contiguous rows, forward
- * (y = (x - mean) rstd w + b, mean and rstd saved in float32) and backward
- * (gx overwritten; gw, gb float32, accumulated with atomic adds). One block
+ * (y = (x - mean) rstd w + b, mean and rstd saved) and backward (gx
+ * overwritten; gw, gb accumulated with atomic adds). Statistics and the
+ * gw / gb sums are float32, float64 for float64 inputs. One block
  * per row, two-pass statistics (mean, then the centred sum of squares, as
  * the CPU), arithmetic in float32 (double for float64). */
 #include "common.cuh"
@@ -13,8 +14,8 @@ template <typename T> __device__ T ln_sum(T v) {
 }
 
 template <typename T>
-__global__ void ln_fwd(const void *x, const void *w, const void *b, DType dt, int64_t C, T eps, void *y, float *mean,
-                       float *rstd) {
+__global__ void ln_fwd(const void *x, const void *w, const void *b, DType dt, int64_t C, T eps, void *y, T *mean,
+                       T *rstd) {
     const int64_t base = (int64_t)blockIdx.x * C;
     T s = 0;
     for (int64_t j = threadIdx.x; j < C; j += blockDim.x) s += kc_load<T>(x, dt, base + j);
@@ -31,14 +32,14 @@ __global__ void ln_fwd(const void *x, const void *w, const void *b, DType dt, in
         if (b) v += kc_load<T>(b, dt, j);
         kc_store(y, dt, base + j, v);
     }
-    if (threadIdx.x == 0) mean[blockIdx.x] = (float)mu, rstd[blockIdx.x] = (float)r;
+    if (threadIdx.x == 0) mean[blockIdx.x] = mu, rstd[blockIdx.x] = r;
 }
 
 /* xhat = (x - mean) rstd, g = gy w:  gx = rstd (g - mean(g) - xhat mean(g xhat));
  * gw += gy xhat, gb += gy. */
 template <typename T>
-__global__ void ln_bwd(const void *x, const void *w, const float *mean, const float *rstd, const void *gy, DType dt,
-                       int64_t C, void *gx, float *gw, float *gb) {
+__global__ void ln_bwd(const void *x, const void *w, const T *mean, const T *rstd, const void *gy, DType dt,
+                       int64_t C, void *gx, T *gw, T *gb) {
     const int64_t row = blockIdx.x, base = row * C;
     const T mu = mean[row], r = rstd[row];
     T s1 = 0, s2 = 0;
@@ -46,8 +47,8 @@ __global__ void ln_bwd(const void *x, const void *w, const float *mean, const fl
         const T xh = (kc_load<T>(x, dt, base + j) - mu) * r, gyj = kc_load<T>(gy, dt, base + j);
         const T g = w ? gyj * kc_load<T>(w, dt, j) : gyj;
         s1 += g, s2 += g * xh;
-        if (gw) atomicAdd(gw + j, (float)(gyj * xh));
-        if (gb) atomicAdd(gb + j, (float)gyj);
+        if (gw) atomicAdd(gw + j, gyj * xh);
+        if (gb) atomicAdd(gb + j, gyj);
     }
     const T m1 = ln_sum(s1) / (T)C, m2 = ln_sum(s2) / (T)C;
     for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
@@ -63,23 +64,28 @@ static int ln_rows_ok(int64_t rows) {
 }
 
 extern "C" int kc_layernorm_fwd(const void *x, const void *w, const void *b, DType dt, int64_t rows, int64_t C,
-                                double eps, void *y, float *mean, float *rstd, void *stream) {
+                                double eps, void *y, void *mean, void *rstd, void *stream) {
     if (rows == 0) return 0;
     if (ln_rows_ok(rows)) return -1;
     cudaStream_t s = kc_stream(stream);
-    if (dt == DT_F64) ln_fwd<double><<<(unsigned)rows, LN_THREADS, 0, s>>>(x, w, b, dt, C, eps, y, mean, rstd);
-    else ln_fwd<float><<<(unsigned)rows, LN_THREADS, 0, s>>>(x, w, b, dt, C, (float)eps, y, mean, rstd);
+    if (dt == DT_F64)
+        ln_fwd<double><<<(unsigned)rows, LN_THREADS, 0, s>>>(x, w, b, dt, C, eps, y, (double *)mean, (double *)rstd);
+    else ln_fwd<float><<<(unsigned)rows, LN_THREADS, 0, s>>>(x, w, b, dt, C, (float)eps, y, (float *)mean, (float *)rstd);
     cuda_check_launch();
     return 0;
 }
 
-extern "C" int kc_layernorm_bwd(const void *x, const void *w, const float *mean, const float *rstd, const void *gy,
-                                DType dt, int64_t rows, int64_t C, void *gx, float *gw, float *gb, void *stream) {
+extern "C" int kc_layernorm_bwd(const void *x, const void *w, const void *mean, const void *rstd, const void *gy,
+                                DType dt, int64_t rows, int64_t C, void *gx, void *gw, void *gb, void *stream) {
     if (rows == 0) return 0;
     if (ln_rows_ok(rows)) return -1;
     cudaStream_t s = kc_stream(stream);
-    if (dt == DT_F64) ln_bwd<double><<<(unsigned)rows, LN_THREADS, 0, s>>>(x, w, mean, rstd, gy, dt, C, gx, gw, gb);
-    else ln_bwd<float><<<(unsigned)rows, LN_THREADS, 0, s>>>(x, w, mean, rstd, gy, dt, C, gx, gw, gb);
+    if (dt == DT_F64)
+        ln_bwd<double><<<(unsigned)rows, LN_THREADS, 0, s>>>(x, w, (const double *)mean, (const double *)rstd, gy, dt, C,
+                                                              gx, (double *)gw, (double *)gb);
+    else
+        ln_bwd<float><<<(unsigned)rows, LN_THREADS, 0, s>>>(x, w, (const float *)mean, (const float *)rstd, gy, dt, C, gx,
+                                                             (float *)gw, (float *)gb);
     cuda_check_launch();
     return 0;
 }

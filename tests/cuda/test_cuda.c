@@ -370,8 +370,19 @@ static void test_layernorm(void) {
     CHECK(kc_layernorm_fwd(dx, dw, db, DT_F32, R, C, 1e-5, dy, dm, dr, NULL) == 0);
     float *gy = fetch_f32(dy, R * C), *gr = fetch_f32(dr, R);
     CHECK(close_f32(gy, y, R * C, 1e-5) && close_f32(gr, rstd, R, 1e-5));
-    free(x), free(w), free(b), free(y), free(gy), free(gr);
+    /* backward from the CPU's statistics; gw, gb accumulate onto zeros */
+    float *g = rand_f32(R * C, 1), *gx = malloc(4 * R * C), *gw = calloc(C, 4), *gb = calloc(C, 4);
+    k_layernorm_bwd_f32(x, w, mean, rstd, g, R, C, gx, gw, gb);
+    void *dg = dev_from(g, 4 * R * C), *dmc = dev_from(mean, 4 * R), *drc = dev_from(rstd, 4 * R);
+    float *zeros = calloc(C, 4);
+    void *dgx = dev_poisoned(4 * R * C), *dgw = dev_from(zeros, 4 * C), *dgb = dev_from(zeros, 4 * C);
+    CHECK(kc_layernorm_bwd(dx, dw, dmc, drc, dg, DT_F32, R, C, dgx, dgw, dgb, NULL) == 0);
+    float *ggx = fetch_f32(dgx, R * C), *ggw = fetch_f32(dgw, C), *ggb = fetch_f32(dgb, C);
+    CHECK(close_f32(ggx, gx, R * C, 1e-4) && close_f32(ggw, gw, C, 1e-4) && close_f32(ggb, gb, C, 1e-4));
+    free(x), free(w), free(b), free(y), free(gy), free(gr), free(g), free(gx), free(gw), free(gb), free(zeros);
+    free(ggx), free(ggw), free(ggb);
     kc_free(0, dx), kc_free(0, dw), kc_free(0, db), kc_free(0, dy), kc_free(0, dm), kc_free(0, dr);
+    kc_free(0, dg), kc_free(0, dmc), kc_free(0, drc), kc_free(0, dgx), kc_free(0, dgw), kc_free(0, dgb);
 }
 
 static void test_adam_bitwise(void) {
