@@ -428,6 +428,38 @@ static void test_gemm(void) {
     kc_free(0, dA), kc_free(0, dB), kc_free(0, db), kc_free(0, dC);
 }
 
+/* fp8 products: quantised operands, a float64 reference of the same
+ * decoded values times the scales; a GPU older than 8.9 must refuse clearly. */
+static void test_gemm_fp8(void) {
+    enum { M = 32, N = 48, K = 64 };
+    uint8_t a[M * K], b[N * K];
+    float want[M * N];
+    const float sa = 0.5f, sb = 2.0f;
+    for (int i = 0; i < M * K; i++) a[i] = f32_to_f8e4m3(frand() * 4);
+    for (int i = 0; i < N * K; i++) b[i] = f32_to_f8e4m3(frand() * 4);
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double acc = 0;
+            for (int k = 0; k < K; k++) acc += (double)f8e4m3_to_f32(a[m * K + k]) * f8e4m3_to_f32(b[n * K + k]);
+            want[m * N + n] = (float)(acc * sa * sb);
+        }
+    KcGemmCtx *ctx = NULL;
+    CHECK(kc_gemm_ctx_create(&ctx, 32u << 20) == 0);
+    void *da = dev_from(a, sizeof a), *db = dev_from(b, sizeof b), *dsa = dev_from(&sa, 4), *dsb = dev_from(&sb, 4);
+    void *dc = dev_poisoned(sizeof want);
+    int rc = kc_gemm_fp8(ctx, M, N, K, da, DT_F8E4M3, K, db, DT_F8E4M3, K, dsa, dsb, dc, DT_F32, N, NULL, NULL);
+    if (rc) {
+        printf("kc_gemm_fp8: %s\n", cuda_last_error());
+        CHECK(strstr(cuda_last_error(), "compute capability 8.9 or newer") != NULL);
+    } else {
+        float *got = fetch_f32(dc, M * N);
+        CHECK(close_f32(got, want, M * N, 1e-5));
+        free(got);
+    }
+    kc_gemm_ctx_destroy(ctx);
+    kc_free(0, da), kc_free(0, db), kc_free(0, dsa), kc_free(0, dsb), kc_free(0, dc);
+}
+
 static void attn_layout(KAttn *a, int64_t B, int64_t H, int64_t L, int64_t D) {
     memset(a, 0, sizeof *a);
     a->B = B, a->H = H, a->L = L, a->S = L, a->D = D, a->Dv = D, a->scale = 1.0 / sqrt((double)D), a->causal = 1;
@@ -547,6 +579,7 @@ static void gpu_tests(void) {
     test_adam_bitwise();
     test_rng_matches_cpu();
     test_gemm();
+    test_gemm_fp8();
     test_attention();
     test_reduce();
     test_norm();
@@ -554,7 +587,7 @@ static void gpu_tests(void) {
     test_conv();
     test_oom_message();
 }
-#define GPU_TESTS 14
+#define GPU_TESTS 15
 
 int main(void) {
     char why[256];
