@@ -35,36 +35,14 @@
  *    as above; element = u >= p ? 1 / (1 - p) : 0, so it is kept with
  *    probability 1 - p. */
 #include "ops.h"
+#include "philox.h"
 #include <stdlib.h>
 #include <string.h>
 
 static uint64_t rng_seed_value = 0;
 static uint64_t rng_offset = 0;
 
-/* ---------------- Philox4x32-10 ---------------- */
-
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u
-#define PHILOX_W1 0xBB67AE85u
-
-static void philox_round(uint32_t c[4], const uint32_t k[2]) {
-    uint64_t p0 = (uint64_t)PHILOX_M0 * c[0], p1 = (uint64_t)PHILOX_M1 * c[2];
-    uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
-    uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
-    uint32_t n0 = hi1 ^ c[1] ^ k[0], n2 = hi0 ^ c[3] ^ k[1];
-    c[0] = n0, c[1] = lo1, c[2] = n2, c[3] = lo0;
-}
-
-/* out = Philox4x32-10(counter ctr, key key). */
-static void philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
-    uint32_t c[4] = {ctr[0], ctr[1], ctr[2], ctr[3]}, k[2] = {key[0], key[1]};
-    for (int r = 0; r < 10; r++) {
-        if (r) k[0] += PHILOX_W0, k[1] += PHILOX_W1;
-        philox_round(c, k);
-    }
-    memcpy(out, c, sizeof c);
-}
+/* Philox4x32-10 is kernels/philox.h's, the code the CUDA kernels run too. */
 
 /* ---------------- the stream ---------------- */
 
@@ -85,7 +63,7 @@ static void stream_end(const Stream *s) { rng_offset = s->block; }
 static uint32_t next32(Stream *s) {
     if (s->pos == 4) {
         uint32_t ctr[4] = {(uint32_t)s->block, (uint32_t)(s->block >> 32), 0, 0};
-        philox4x32_10(ctr, s->key, s->buf);
+        philox4x32_10_block(ctr, s->key, s->buf);
         s->block++;
         s->pos = 0;
     }
@@ -99,18 +77,6 @@ static uint64_t next64(Stream *s) {
 
 /* floor(x * range / 2^64) */
 static uint64_t scale64(uint64_t x, uint64_t range) { return (uint64_t)(((unsigned __int128)x * range) >> 64); }
-
-/* Bits of a uniform draw that the dtype holds exactly (see the top comment). */
-static int uniform_bits(DType dt) {
-    switch (dt) {
-    case DT_F64: return 53;
-    case DT_BF16: return 8;
-    case DT_F16: return 11;
-    case DT_F8E4M3: return 4;
-    case DT_F8E5M2: return 3;
-    default: return 24;
-    }
-}
 
 static double next_uniform(Stream *s, int bits) {
     if (bits > 32) return (double)(next64(s) >> (64 - bits)) * ldexp(1.0, -bits);
@@ -141,7 +107,7 @@ void rng_set_state(const uint64_t state[2]) {
 typedef void (*FillFn)(Stream *s, char *p, DType dt, int64_t n, const double *args);
 
 static void fill_uniform(Stream *s, char *p, DType dt, int64_t n, const double *a) {
-    int bits = uniform_bits(dt);
+    int bits = rng_uniform_bits(dt);
     size_t es = dtype_size(dt);
     for (int64_t i = 0; i < n; i++) dtype_store(p + i * (int64_t)es, dt, a[0] + next_uniform(s, bits) * (a[1] - a[0]));
 }

@@ -4,7 +4,9 @@
 #   scripts/run-tests.sh [BUILD_DIR]      (default: $ACCEL_BUILD or build)
 #
 # Suites, in order:
-#   1. BUILD/test_*            C programs; last line "N passed, N failed"
+#   1. BUILD/test_*            C programs; last line "N passed, N failed[, N skipped]"
+#      BUILD/cuda/test_cuda    the CUDA build's test binary (make cuda-ci);
+#                              without a CUDA toolkit it counts 1 skipped
 #   2. scripts/test-host.sh    checks of the accel-lua program itself;
 #      scripts/test-cli.sh, scripts/test-launch-flags.sh  its subcommands;
 #      scripts/test-machines.sh  several machines (network namespaces; its
@@ -134,6 +136,19 @@ run_lua_suites() {
     for f in tests/lua/*_test.lua; do run_plain "$f"; done
 }
 
+# The CUDA build's binary (compile and link are checked by make cuda-ci;
+# without a GPU it checks the no-GPU path and skips the GPU checks).
+run_cuda_build_test() {
+    local t=$BUILD/cuda/test_cuda cuda=${CUDA_HOME:-/usr/local/cuda}
+    if [[ -x $t ]]; then
+        run_counted "cuda/test_cuda" "$t"
+    elif [[ ! -x $cuda/bin/nvcc ]]; then
+        record "cuda/test_cuda" 0 0 1 "no CUDA toolkit at $cuda: CUDA build not tested"
+    else
+        record "cuda/test_cuda" 0 1 0 "$t missing: run make cuda-ci"
+    fi
+}
+
 main() {
     local t final
     if ! BUILD=$(cd "$BUILD_ARG" 2>/dev/null && pwd); then
@@ -145,6 +160,7 @@ main() {
     for t in "$BUILD"/test_*; do
         [[ -f $t && -x $t ]] && run_counted "$(basename "$t")" "$t"
     done
+    run_cuda_build_test
     run_lua_suites
     final="$PASSED passed, $FAILED failed"
     (( SKIPPED > 0 )) && final+=", $SKIPPED skipped"
