@@ -2,7 +2,7 @@
 # test-progress-launch.sh: accel.progress and the examples' banners under
 # `accel-lua launch --num_processes 2` (mpirun hands every rank pipes; launch
 # tells the ranks whether its own stdout / stderr is a terminal). Checks:
-#   - on a pseudo-terminal (python3's pty module, 77 columns, output
+#   - on a pseudo-terminal (scripts/run-on-pty.py, 77 columns, output
 #     post-processing off so every \r is a redraw): carriage-return redraws
 #     from rank 0 only, no bar of rank 1, the last redraw as wide as the
 #     terminal; the same for a bar on stdout (fully buffered in a rank, so
@@ -24,68 +24,20 @@ unset XDG_CACHE_HOME ACCEL_LUA_CONFIG ACCEL_LUA_MPIRUN ACCEL_LUA_NUM_THREADS OMP
 unset ACCEL_LUA_STDOUT_TTY ACCEL_LUA_STDERR_TTY ACCEL_LUA_COLUMNS
 [[ -n ${ASAN_OPTIONS:-} ]] && export ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0"
 
-# run_on_pty.py COLS MARKER OUTFILE CMD...: runs CMD on a new pseudo-terminal COLS
-# wide (no \n -> \r\n translation), writes what it printed to OUTFILE and
-# prints "SECONDS_UNTIL_MARKER_SEEN SECONDS_UNTIL_END EXIT_STATUS".
-cat >"$TMP/run_on_pty.py" <<'EOF'
-import os, pty, sys, time, struct, fcntl, termios
-cols, marker, outpath, cmd = int(sys.argv[1]), sys.argv[2].encode(), sys.argv[3], sys.argv[4:]
-t0 = time.monotonic()
-pid, fd = pty.fork()
-if pid == 0:
-    fcntl.ioctl(1, termios.TIOCSWINSZ, struct.pack("HHHH", 24, cols, 0, 0))
-    attrs = termios.tcgetattr(1)
-    attrs[1] &= ~termios.OPOST
-    termios.tcsetattr(1, termios.TCSANOW, attrs)
-    os.execvp(cmd[0], cmd)
-data, seen = b"", -1.0
-while True:
-    try:
-        chunk = os.read(fd, 65536)
-    except OSError:
-        break
-    if not chunk:
-        break
-    data += chunk
-    if seen < 0 and marker in data:
-        seen = time.monotonic() - t0
-_, status = os.waitpid(pid, 0)
-end = time.monotonic() - t0
-open(outpath, "wb").write(data)
-print("%.3f %.3f %d" % (seen, end, os.waitstatus_to_exitcode(status)))
-EOF
-
-# The bar of rank R is named "rankR"; arg 1: stdout or stderr, arg 2: wait
-# (2 s with the bar half done), arg 3: fail (rank 0 errors after a redraw).
-cat >"$TMP/bar.lua" <<'EOF'
-local progress = require("accel.progress")
-local rank = os.getenv("OMPI_COMM_WORLD_RANK") or "0"
-local file = arg[1] == "stdout" and io.stdout or io.stderr
-local bar = progress.bar(10, {desc = "rank" .. rank, file = file, mininterval = 0})
-for _ = 1, 5 do bar:update(1) end
-if arg[2] == "wait" then
-  local t = accel.clock()
-  while accel.clock() - t < 2 do end
-end
-if arg[3] == "fail" then
-  if rank == "0" then error("boom after a redraw") end
-  local t = accel.clock()
-  while accel.clock() - t < 20 do end
-end
-for _ = 1, 5 do bar:update(1) end
-bar:close()
-EOF
+PTY=$ROOT/scripts/run-on-pty.py
+# a bar named "rankR"; args: stdout|stderr, wait (2 s half done), fail
+BAR=$ROOT/tests/lua/helpers/progress_bar.lua
 
 LAUNCH=("$EXE" launch --cpu --num_processes 2)
 PTYOUT=$TMP/pty.out
 
 # on_pty MARKER CMD...: runs CMD on a 77-column pseudo-terminal; OUT: what
-# it printed, T_SEEN / T_END / RC from run_on_pty.py (RC 99 if it failed).
+# it printed, T_SEEN / T_END / RC from run-on-pty.py (RC 99 if it failed).
 on_pty() {
     local marker=$1 res
     shift
     rm -f "$PTYOUT"
-    res=$(python3 "$TMP/run_on_pty.py" 77 "$marker" "$PTYOUT" "$@")
+    res=$(python3 "$PTY" 77 "$marker" "$PTYOUT" "$@")
     read -r T_SEEN T_END RC <<<"$res"
     [[ -n $RC && -f $PTYOUT ]] || RC=99 T_SEEN=-1 T_END=-1
     OUT=$(cat "$PTYOUT" 2>/dev/null)
@@ -99,7 +51,7 @@ redraw_lines() { tr '\n' '\r' <<<"${OUT#*$'\r'}" | tr '\r' '\n' | grep -v '^$' |
 last_redraw() { local s=${OUT##*$'\r'}; s=${s%%$'\e'\[K*}; printf '%s' "$s"; }
 
 for stream in stderr stdout; do
-    on_pty "" "${LAUNCH[@]}" "$TMP/bar.lua" "$stream"
+    on_pty "" "${LAUNCH[@]}" "$BAR" "$stream"
     check "launch on a terminal, bar on $stream: exit 0" '(( RC == 0 ))'
     check "launch on a terminal, bar on $stream: at least 10 redraws in place" '(( $(redraws) >= 10 ))'
     check "launch on a terminal, bar on $stream: every redraw is rank 0's" \
@@ -111,18 +63,18 @@ done
 
 # "| 5/10 [" is in the terminal form only: the half-done bar, before rank 0's
 # 2 s wait; the job ends no earlier than 2 s later.
-on_pty "| 5/10 [" "${LAUNCH[@]}" "$TMP/bar.lua" stdout wait
+on_pty "| 5/10 [" "${LAUNCH[@]}" "$BAR" stdout wait
 check "a redraw (no newline) reaches the terminal while the rank still runs" \
     "python3 -c 'import sys; s, e = float(sys.argv[1]), float(sys.argv[2]); sys.exit(not (s >= 0 and e - s >= 1.5))' $T_SEEN $T_END"
 
-on_pty "" "${LAUNCH[@]}" "$TMP/bar.lua" stderr nowait fail
+on_pty "" "${LAUNCH[@]}" "$BAR" stderr nowait fail
 check "an error right after a redraw is named as the job's cause" \
     '(( RC != 0 )) && has "rank 0 failed first: " && has "boom after a redraw"'
 
 # Open MPI gives each rank a pseudo-terminal for stdout even when mpirun's
 # output goes to a file: the bar must still be plain there.
 for stream in stderr stdout; do
-    run "${LAUNCH[@]}" "$TMP/bar.lua" "$stream"
+    run "${LAUNCH[@]}" "$BAR" "$stream"
     check "launch to a file, bar on $stream: exit 0, no carriage return" \
         '(( RC == 0 )) && [[ $OUT != *$'"'"'\r'"'"'* ]]'
     check "launch to a file, bar on $stream: plain lines from rank 0 (50% and 100%)" \
