@@ -13,6 +13,8 @@
 #     launch as the job's cause
 #   - output to a file: plain lines from rank 0 only, no \r (on stdout too,
 #     where Open MPI gives the ranks a pseudo-terminal of its own)
+#   - --log_dir --redirects 2: rank 0's stderr.log (no terminal) gets plain
+#     lines; --tee 2: the console still gets the redraws
 #   - examples/regression.lua and examples/custom_module.lua print their
 #     banner once under launch
 # Run by scripts/run-tests.sh:   scripts/test-progress-launch.sh [BUILD_DIR]
@@ -81,6 +83,17 @@ for stream in stderr stdout; do
         'has "rank0: 50% 5/10 [" && has "rank0: 100% 10/10 ["'
     check "launch to a file, bar on $stream: nothing from rank 1" '! has rank1'
 done
+
+# --log_dir with --redirects 2: rank 0's stderr goes to its file only, which
+# is no terminal (plain lines there); with --tee 2 the console still shows
+# the redraws.
+on_pty "" "${LAUNCH[@]}" --log_dir "$TMP/logs" --redirects 2 "$BAR" stderr
+LOG=$TMP/logs/attempt_0/rank_0/stderr.log
+check "--redirects 2 on a terminal: rank 0's stderr.log has plain lines, no carriage return" \
+    '(( RC == 0 )) && grep -q "^rank0: 100% 10/10 \[" "$LOG" && ! grep -q $'"'"'\r'"'"' "$LOG"'
+on_pty "" "${LAUNCH[@]}" --log_dir "$TMP/logs" --tee 2 "$BAR" stderr
+check "--tee 2 on a terminal: rank 0 still redraws in place on the console" \
+    '(( RC == 0 && $(redraws) >= 10 )) && ! has rank1'
 
 # count TEXT: how many lines of OUT contain TEXT.
 count() { grep -cF -- "$1" <<<"$OUT"; }
