@@ -34,10 +34,12 @@
  *                         -x LUA_PATH etc. when set here; also
  *                         ACCEL_LUA_STDOUT_TTY / ACCEL_LUA_STDERR_TTY (1
  *                         when launch's stdout / stderr is a terminal, else
- *                         0) and ACCEL_LUA_COLUMNS (its width): the ranks
- *                         write into mpirun's pipes, and rank 0's progress
- *                         bar redraws in place only when it knows the
- *                         output ends on a terminal (docs/progress.md)
+ *                         0) and ACCEL_LUA_COLUMNS (its width): a rank
+ *                         cannot tell by itself (stderr is a pipe, stdout
+ *                         a pseudo-terminal of Open MPI's even when the
+ *                         output goes to a file), and rank 0's progress bar
+ *                         redraws in place only on a terminal
+ *                         (docs/progress.md)
  * -m / --module: the script is a module name; each rank runs
  * `accel-lua -m NAME args` (found on package.path, host/main.c).
  * --no_python: each rank runs the script itself as a program.
@@ -378,9 +380,9 @@ static int resolve(LaunchConfig *c) {
 
 /* Whether launch's stdout / stderr is a terminal (1 or 0, always set, so a
  * value inherited from an outer launch never leaks through) and, when one
- * is, its width: mpirun hands every rank pipes, so this is how rank 0's
- * progress bar (bindings/lua/accel/progress.lua) knows that what it
- * writes ends on a terminal and may be redrawn in place. */
+ * is, its width: what mpirun gives the ranks says nothing about where
+ * their output ends, so this is how rank 0's progress bar
+ * (bindings/lua/accel/progress.lua) knows it may redraw in place. */
 static void add_terminal_env(StrList *env) {
     struct winsize ws;
     int out = isatty(STDOUT_FILENO), err = isatty(STDERR_FILENO);

@@ -13,11 +13,12 @@
  *   MPI_ABORT was invoked on rank R         a rank ended the job
  * in that order of precedence (a carriage return ends a line too, and a
  * line is read from after its last erase-line code: a progress bar redrawn
- * in place, with no newline, must not hide the error line that follows). Its host: mpirun names the node of a killed
- * rank; for the others, launch placed the ranks itself (--map-by
- * ppr:K:node: ranks iK..iK+K-1 on the hostfile's i-th machine), so the
- * hostfile says which machine a rank ran on. Open MPI 4.1's wording; a
- * line not recognised costs only the summary, never the output. */
+ * in place, with no newline, must not hide the error line that follows).
+ * Its host: mpirun names the node of a killed rank; for the others,
+ * launch placed the ranks itself (--map-by ppr:K:node: ranks iK..iK+K-1 on
+ * the hostfile's i-th machine), so the hostfile says which machine a rank
+ * ran on. Open MPI 4.1's wording; a line not recognised costs only the
+ * summary, never the output. */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
