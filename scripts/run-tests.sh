@@ -9,6 +9,7 @@
 #                              without a CUDA toolkit it counts 1 skipped
 #   2. scripts/test-host.sh    checks of the accel-lua program itself;
 #      scripts/test-cli.sh, scripts/test-launch-flags.sh  its subcommands;
+#      scripts/test-progress-launch.sh  progress bars / banners under launch;
 #      scripts/test-machines.sh  several machines (network namespaces; its
 #                                checks are skipped, counted, without root)
 #   3. tests/lua/*_spec.lua    busted specs, one busted run per file, run
@@ -130,6 +131,7 @@ run_lua_suites() {
     run_counted "scripts/test-host.sh" "$ROOT/scripts/test-host.sh" "$BUILD"
     run_counted "scripts/test-cli.sh" "$ROOT/scripts/test-cli.sh" "$BUILD"
     run_counted "scripts/test-launch-flags.sh" "$ROOT/scripts/test-launch-flags.sh" "$BUILD"
+    run_counted "scripts/test-progress-launch.sh" "$ROOT/scripts/test-progress-launch.sh" "$BUILD"
     run_counted "scripts/test-machines.sh" "$ROOT/scripts/test-machines.sh" "$BUILD"
     "$ROOT/scripts/setup-test-python.sh" || echo "run-tests: scripts/setup-test-python.sh failed (specs reading TensorBoard files will fail)" >&2
     for f in tests/lua/*_spec.lua; do run_busted "$f"; done

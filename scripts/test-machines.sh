@@ -33,7 +33,9 @@
 # folder resumes bitwise (losses, parameters, optimizer state) like an
 # unbroken run; ranks started by plain mpirun as srun starts them (SLURM_*
 # and PMIx variables, no OMPI_COMM_WORLD_*) and by a bare PMIx launcher
-# join one job; and the namespaces are gone at the end.
+# join one job; a progress bar on machine 0's terminal is redrawn by rank
+# 0 only (machine 1's local main prints plain lines), and into a file every
+# local main prints plain lines; and the namespaces are gone at the end.
 #
 # Prints "N passed, N failed" (", N skipped" when the kernel or the user
 # cannot make network namespaces: every check is then skipped, with the
@@ -43,7 +45,7 @@
 # shellcheck source=scripts/test-lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/test-lib.sh" "$@"
 
-CHECKS=14
+CHECKS=16
 SUBNET=10.213.47
 TAG=acl$$
 SW=$TAG-sw
@@ -229,6 +231,22 @@ check_failures() {
         '(( RC != 0 && MS < 10000 )) && has "accel-lua launch: rank 2 (host $SUBNET.2, machine_rank 1) failed first: $TMP/boom.lua:3: boom on machine 1"'
 }
 
+# ---- progress bars: rank 0 redraws on launch's terminal ----
+# All ranks' output reaches machine 0's terminal: rank 0 redraws there, the
+# local main process of machine 1 (rank 2) reports in plain lines (as
+# Accelerate's local-main rule), ranks 1 and 3 print nothing.
+check_progress() {
+    local bar=$ROOT/tests/lua/helpers/progress_bar.lua res
+    local job=("${LAUNCH[@]}" --num_machines 2 --num_processes 4 --hostfile "$TMP/hosts2" "$bar")
+    res=$(on_machine 0 python3 "$ROOT/scripts/run-on-pty.py" 77 "" "$TMP/bar.out" "${job[@]}")
+    OUT=$(cat "$TMP/bar.out" 2>/dev/null)
+    check "2 machines on a terminal: rank 0 redraws in place, rank 2 prints plain lines, ranks 1 and 3 nothing" \
+        '[[ ${res##* } == 0 ]] && has $'"'"'\rrank0: 100%|'"'"' && has $'"'"'\nrank2: 100% 10/10 ['"'"' && [[ $OUT != *$'"'"'\rrank2'"'"'* && $OUT != *rank1* && $OUT != *rank3* ]]'
+    run on_machine 0 "${job[@]}"
+    check "2 machines into a file: plain lines from ranks 0 and 2, no carriage return" \
+        '(( RC == 0 )) && has "rank0: 100% 10/10 [" && has "rank2: 100% 10/10 [" && [[ $OUT != *$'"'"'\r'"'"'* && $OUT != *rank1* && $OUT != *rank3* ]]'
+}
+
 # ---- a checkpoint saved across machines resumes ----
 check_resume() {
     local d=$TMP/resume r same=1
@@ -287,6 +305,7 @@ check_hybrid
 check_repeated_starts
 check_failures
 check_resume
+check_progress
 check_outside_start
 remove_network
 run ip netns list
