@@ -147,9 +147,20 @@ local function new_instance(cls, ...)
   return self
 end
 
+-- A method defined on a Module class (`function Net:helper()`) is checked:
+-- `net.helper()` raises "Net.helper: call it as obj:helper(...)" at the
+-- user's line (accel.util.check_methods). forward is left unchecked: it is
+-- the hot path, and m(x) is how it is called.
+local util = require("accel.util")
+local NOT_CHECKED = {forward = true}
+local function define_method(cls, k, v)
+  rawset(cls, k, util.method_field(k, v, rawget(cls, "__name"), M.is_module, NOT_CHECKED))
+end
+
 local class_mt = {
   __call = new_instance,
   __tostring = function(cls) return "class " .. cls.__name end,
+  __newindex = define_method,
 }
 
 -- Class:extend(name) -> a subclass of Class named name.
@@ -160,7 +171,8 @@ function Module.extend(parent, name)
   end
   local cls = {__name = name, super = parent}
   cls.__meta = make_meta(cls)
-  return setmetatable(cls, {__index = parent, __call = class_mt.__call, __tostring = class_mt.__tostring})
+  return setmetatable(cls, {__index = parent, __call = class_mt.__call, __tostring = class_mt.__tostring,
+                            __newindex = define_method})
 end
 
 Module.__meta = make_meta(Module)
