@@ -78,12 +78,20 @@ local function describe(x)
   return "a " .. type(x)
 end
 
+-- wrapper -> the function it checks (a method copied to another class,
+-- `Conv2d.reset_parameters = Linear.reset_parameters`, is checked afresh for
+-- the class it lands in)
+local unchecked = setmetatable({}, {__mode = "k"})
+
 -- f wrapped so that its first argument must pass is_instance.
 function util.checked_method(f, name, method, is_instance)
-  return function(self, ...)
+  f = unchecked[f] or f
+  local w = function(self, ...)
     if not is_instance(self) then util.method_call_error(name, method, describe(self)) end
     return f(self, ...)
   end
+  unchecked[w] = f
+  return w
 end
 
 local function is_public_method(k, f, skip)

@@ -153,8 +153,22 @@ end
 -- the hot path, and m(x) is how it is called.
 local util = require("accel.util")
 local NOT_CHECKED = {forward = true}
+
+-- is_instance(x): x is a module of class cls or of a subclass of it.
+local function instance_checker(cls)
+  return function(x)
+    local mt = type(x) == "table" and getmetatable(x)
+    local c = type(mt) == "table" and rawget(mt, "__class")
+    while c do
+      if c == cls then return true end
+      c = rawget(c, "super")
+    end
+    return false
+  end
+end
+
 local function define_method(cls, k, v)
-  rawset(cls, k, util.method_field(k, v, rawget(cls, "__name"), M.is_module, NOT_CHECKED))
+  rawset(cls, k, util.method_field(k, v, rawget(cls, "__name"), instance_checker(cls), NOT_CHECKED))
 end
 
 local class_mt = {
