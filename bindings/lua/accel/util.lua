@@ -116,6 +116,15 @@ function util.check_methods(class, name, o)
   return class
 end
 
+-- A table that accel.operations walks into as a container: no metatable,
+-- or one that only adds printing and marks itself __container = true (a
+-- module's state_dict).
+function util.is_container(t)
+  if type(t) ~= "table" then return false end
+  local mt = getmetatable(t)
+  return mt == nil or (type(mt) == "table" and rawget(mt, "__container") == true)
+end
+
 -- The contents of the file at path, or nil and io.open's message.
 function util.read_file(path)
   local f, err = io.open(path, "rb")

@@ -458,16 +458,65 @@ local function state_entries(self, prefix, out)
   return out
 end
 
+-- ---- printing a state_dict ----
+-- print(model:state_dict()) shows one line per entry, in PyTorch's order
+-- (keys added later follow, sorted), with the tensor's shape and dtype:
+--   OrderedDict(
+--     fc.weight  [2, 3]  float32
+--     fc.bias    [2]     float32
+--   )
+-- The metatable holds only __name, __tostring, the key order and
+-- __container (accel.util.is_container: still a plain table for pairs,
+-- indexing and accel.operations).
+
+local function entry_text(v)
+  if not accel.is_tensor(v) then return tostring(v), "" end
+  local dims = {}
+  for d = 1, v:dim() do dims[d] = tostring(v:size(d)) end
+  return "[" .. table.concat(dims, ", ") .. "]", (tostring(v.dtype):gsub("^accel%.", ""))
+end
+
+local function state_dict_order(sd, keys)
+  local order, seen, rest = {}, {}, {}
+  for _, k in ipairs(keys) do
+    if rawget(sd, k) ~= nil then order[#order + 1], seen[k] = k, true end
+  end
+  for k in pairs(sd) do
+    if not seen[k] then rest[#rest + 1] = tostring(k) end
+  end
+  table.sort(rest)
+  for _, k in ipairs(rest) do order[#order + 1] = k end
+  return order
+end
+
+local function state_dict_tostring(sd)
+  local order = state_dict_order(sd, getmetatable(sd).keys)
+  if #order == 0 then return "OrderedDict()" end
+  local rows, w1, w2 = {}, 0, 0
+  for i, k in ipairs(order) do
+    local shape, dtype = entry_text(sd[k])
+    rows[i] = {k, shape, dtype}
+    w1, w2 = math.max(w1, #k), math.max(w2, #shape)
+  end
+  local lines = {"OrderedDict("}
+  for _, r in ipairs(rows) do
+    lines[#lines + 1] = (("  %-" .. w1 .. "s  %-" .. w2 .. "s  %s"):format(r[1], r[2], r[3])):gsub("%s+$", "")
+  end
+  lines[#lines + 1] = ")"
+  return table.concat(lines, "\n")
+end
+
 -- state_dict([{prefix = "", keep_vars = false}]) -> {key = tensor}: detached
--- tensors sharing the module's storage. state_dict_keys() lists the keys in
--- PyTorch's order.
+-- tensors sharing the module's storage (a plain table that prints as above).
+-- state_dict_keys() lists the keys in PyTorch's order.
 function Module:state_dict(o)
   o = opts_of(o)
-  local sd = {}
-  for _, e in ipairs(state_entries(self, o.prefix or "", {})) do
+  local sd, keys = {}, {}
+  for i, e in ipairs(state_entries(self, o.prefix or "", {})) do
     sd[e[1]] = o.keep_vars and e[2] or e[2]:detach()
+    keys[i] = e[1]
   end
-  return sd
+  return setmetatable(sd, {__name = "OrderedDict", __tostring = state_dict_tostring, __container = true, keys = keys})
 end
 
 function Module:state_dict_keys()

@@ -59,6 +59,7 @@ local function show(v)
     for i, x in ipairs(v) do parts[i] = show(x) end
     return "(" .. table.concat(parts, ", ") .. ")"
   end
+  if type(v) == "boolean" then return v and "True" or "False" end -- as PyTorch prints a group
   return tostring(v)
 end
 
