@@ -8,6 +8,7 @@
 #   2. scripts/test-host.sh    checks of the accel-lua program itself;
 #      scripts/test-cli.sh, scripts/test-cli-help.sh (--help, unknown
 #      commands), scripts/test-launch-flags.sh  its subcommands;
+#      scripts/test-repl.sh   the REPL on a terminal (tmux) and without;
 #      scripts/test-machines.sh  several machines (network namespaces; its
 #                                checks are skipped, counted, without root)
 #   3. tests/lua/*_spec.lua    busted specs, one busted run per file, run
@@ -129,6 +130,7 @@ run_lua_suites() {
     run_counted "scripts/test-host.sh" "$ROOT/scripts/test-host.sh" "$BUILD"
     run_counted "scripts/test-cli.sh" "$ROOT/scripts/test-cli.sh" "$BUILD"
     run_counted "scripts/test-cli-help.sh" "$ROOT/scripts/test-cli-help.sh" "$BUILD"
+    run_counted "scripts/test-repl.sh" "$ROOT/scripts/test-repl.sh" "$BUILD"
     run_counted "scripts/test-launch-flags.sh" "$ROOT/scripts/test-launch-flags.sh" "$BUILD"
     run_counted "scripts/test-machines.sh" "$ROOT/scripts/test-machines.sh" "$BUILD"
     "$ROOT/scripts/setup-test-python.sh" || echo "run-tests: scripts/setup-test-python.sh failed (specs reading TensorBoard files will fail)" >&2
