@@ -155,15 +155,17 @@ local util = require("accel.util")
 local NOT_CHECKED = {forward = true}
 
 -- is_instance(x): x is a module of class cls or of a subclass of it.
+local function class_is(c, cls)
+  while c do
+    if c == cls then return true end
+    c = rawget(c, "super")
+  end
+  return false
+end
+
 local function instance_checker(cls)
   return function(x)
-    local mt = type(x) == "table" and getmetatable(x)
-    local c = type(mt) == "table" and rawget(mt, "__class")
-    while c do
-      if c == cls then return true end
-      c = rawget(c, "super")
-    end
-    return false
+    return type(x) == "table" and class_is(class_of(x), cls)
   end
 end
 
@@ -209,14 +211,7 @@ end
 function Module:_get_name() return class_of(self).__name end
 
 -- m:isinstance(nn.Linear): m's class is cls or a subclass of it.
-function Module:isinstance(cls)
-  local c = class_of(self)
-  while c do
-    if c == cls then return true end
-    c = rawget(c, "super")
-  end
-  return false
-end
+function Module:isinstance(cls) return class_is(class_of(self), cls) end
 
 -- ---- registration ----
 
