@@ -31,6 +31,8 @@ static double scalar_arg(lua_State *L, int idx, const char *op) {
     return lua_tonumber(L, idx);
 }
 
+static bool int_scalar(lua_State *L, int idx) { return lua_isinteger(L, idx) || lua_isboolean(L, idx); }
+
 static Tensor *binary(lua_State *L, KBinOp op, int ia, int ib) {
     Tensor *a = lu_to_tensor(L, ia), *b = lu_to_tensor(L, ib);
     if (a && b) return op_binary(op, a, b);
@@ -52,14 +54,16 @@ static Tensor *scaled_other(lua_State *L, int idx, int opts) {
 
 static int binary_method(lua_State *L) {
     KBinOp op = (KBinOp)lua_tointeger(L, lua_upvalueindex(1));
-    (void)SELF; /* t.add(x): the method-call error, not "add: tensor expected" */
+    Tensor *self = SELF; /* first: t.add(x) is the method-call error */
     Tensor *scaled = (op == KB_ADD || op == KB_SUB) ? scaled_other(L, 2, 3) : NULL;
-    Tensor *r;
+    Tensor *r, *b;
     if (scaled) {
-        r = op_binary(op, SELF, scaled);
+        r = op_binary(op, self, scaled);
         tensor_release(scaled);
+    } else if ((b = lu_to_tensor(L, 2)) != NULL) {
+        r = op_binary(op, self, b);
     } else {
-        r = binary(L, op, 1, 2);
+        r = op_binary_scalar(op, self, scalar_arg(L, 2, kbin_name(op)), int_scalar(L, 2), false);
     }
     return ret(L, r);
 }
@@ -105,8 +109,6 @@ static int t_fmod(lua_State *L) {
     tensor_release(flip), tensor_release(fix), tensor_release(rb);
     return ret(L, out);
 }
-
-static bool int_scalar(lua_State *L, int idx) { return lua_isinteger(L, idx) || lua_isboolean(L, idx); }
 
 /* a ^ b: scalar exponents use the unary kernels (exact backward). Integer
  * tensors use the binary kernel with PyTorch's promotion (int ^ int stays
@@ -165,19 +167,19 @@ static KUnOp unary_op(lua_State *L) {
 }
 
 static int unary_method(lua_State *L) {
-    (void)SELF;
+    Tensor *self = SELF;
     KUnOp op = unary_op(L);
     double p1, p2;
     unary_params(L, op, &p1, &p2);
-    return ret(L, op_unary(op, SELF, p1, p2));
+    return ret(L, op_unary(op, self, p1, p2));
 }
 
 static int unary_method_(lua_State *L) {
-    (void)SELF;
+    Tensor *self = SELF;
     KUnOp op = unary_op(L);
     double p1, p2;
     unary_params(L, op, &p1, &p2);
-    return ret_rc(L, op_unary_(op, SELF, p1, p2));
+    return ret_rc(L, op_unary_(op, self, p1, p2));
 }
 
 /* ---- reductions ---- */
@@ -200,12 +202,12 @@ static int reduce_args(lua_State *L, int *dims, bool *keepdim) {
 }
 
 static int reduce_method(lua_State *L) {
-    (void)SELF;
+    Tensor *self = SELF;
     KRedOp op = (KRedOp)lua_tointeger(L, lua_upvalueindex(1));
     int dims[TENSOR_MAX_DIMS];
     bool keep;
     int n = reduce_args(L, dims, &keep);
-    return ret(L, op_reduce(op, SELF, dims, n, keep));
+    return ret(L, op_reduce(op, self, dims, n, keep));
 }
 
 /* max/min: (), (dim[, keepdim]), (other tensor) */
