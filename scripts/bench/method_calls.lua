@@ -17,7 +17,7 @@ local function median_us(fn)
     runs[r] = (accel.clock() - t0) / N * 1e6
   end
   table.sort(runs)
-  return runs[(REPEATS + 1) // 2]
+  return runs[math.floor((REPEATS + 1) / 2)]
 end
 
 local m = nn.Linear(4, 4)
