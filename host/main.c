@@ -5,7 +5,10 @@
  * a REPL on a terminal, and exit status 1 when anything failed. One option
  * more than lua: `-m mod [args]` runs module mod's file (found on
  * package.path, as require finds it) as the script, like `python -m`;
- * arg[0] is that file. `accel-lua launch -m` runs ranks this way. */
+ * arg[0] is that file. `accel-lua launch -m` runs ranks this way. A first
+ * word that looks like a command name but is neither a subcommand nor a
+ * file is refused (exit 2), naming the closest subcommand ("unknown
+ * command 'lauch', did you mean launch?"). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
