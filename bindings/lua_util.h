@@ -62,7 +62,10 @@ bool lu_opt_bool(lua_State *L, int idx, const char *key, bool def);
 double lu_opt_number(lua_State *L, int idx, const char *key, double def);
 int lu_opt_dtype(lua_State *L, int idx, const char *key, int def); /* -1 default passthrough */
 int lu_check_dtype(lua_State *L, int idx);                          /* dtype object or string */
-Device lu_opt_device(lua_State *L, int idx, const char *key);
+Device lu_opt_device(lua_State *L, int idx, const char *key); /* absent: the default device */
+Device lu_default_device(lua_State *L);
+Device lu_check_device(lua_State *L, int idx); /* accel.device or "cpu" / "cuda:N" / "sim" */
+void lu_set_default_device(lua_State *L, int idx); /* device at idx becomes the default */
 void lu_push_dtype(lua_State *L, DType dt);
 void lu_push_device(lua_State *L, Device d);
 bool lu_is_dtype(lua_State *L, int idx);

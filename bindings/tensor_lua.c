@@ -538,43 +538,49 @@ static int t_unbind(lua_State *L) {
 
 /* ---- values ---- */
 
-/* Element i in row-major order: integer, boolean or float as the dtype is. */
-static void push_value(lua_State *L, const Tensor *t, int64_t i) {
-    int64_t off = t->offset;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        off += (i % t->shape[d]) * t->stride[d];
-        i /= t->shape[d];
-    }
-    const char *p = (const char *)t->storage->data + off * (int64_t)dtype_size(t->dtype);
-    if (t->dtype == DT_BOOL) lua_pushboolean(L, *p != 0);
-    else if (!dtype_is_float(t->dtype)) lua_pushinteger(L, dtype_load_i64(p, t->dtype));
-    else lua_pushnumber(L, dtype_load(p, t->dtype));
+/* t's values in row-major order, copied to a Lua-owned host buffer (pushed
+ * on the stack, so a Lua error while using it frees it). */
+static const char *host_values(lua_State *L, const Tensor *t) {
+    char *buf = lua_newuserdatauv(L, (size_t)t->numel * dtype_size(t->dtype) + 1, 0);
+    if (tensor_to_host(t, buf) < 0) lu_core_error(L);
+    return buf;
 }
+
+/* Element i of host values of dtype dt: integer, boolean or float as the dtype is. */
+static void push_value(lua_State *L, DType dt, const char *host, int64_t i) {
+    const char *p = host + i * (int64_t)dtype_size(dt);
+    if (dt == DT_BOOL) lua_pushboolean(L, *p != 0);
+    else if (!dtype_is_float(dt)) lua_pushinteger(L, dtype_load_i64(p, dt));
+    else lua_pushnumber(L, dtype_load(p, dt));
+}
+
+static double host_at(DType dt, const char *host, int64_t i) { return dtype_load(host + i * (int64_t)dtype_size(dt), dt); }
 
 static int t_item(lua_State *L) {
     Tensor *t = SELF;
     if (t->numel != 1)
         return lu_error(L, "item: a tensor with %lld elements (shape %s) cannot be converted to a number", (long long)t->numel,
                         tensor_shape_str(t));
-    push_value(L, t, 0);
+    push_value(L, t->dtype, host_values(L, t), 0);
     return 1;
 }
 
-static void push_list(lua_State *L, const Tensor *t, int d, int64_t *flat) {
+static void push_list(lua_State *L, const Tensor *t, const char *host, int d, int64_t *flat) {
     if (d == t->ndim) {
-        push_value(L, t, (*flat)++);
+        push_value(L, t->dtype, host, (*flat)++);
         return;
     }
     lua_createtable(L, (int)t->shape[d], 0);
     for (int64_t i = 0; i < t->shape[d]; i++) {
-        push_list(L, t, d + 1, flat);
+        push_list(L, t, host, d + 1, flat);
         lua_rawseti(L, -2, i + 1);
     }
 }
 
 static int t_tolist(lua_State *L) {
     int64_t flat = 0;
-    push_list(L, SELF, 0, &flat);
+    Tensor *t = SELF;
+    push_list(L, t, host_values(L, t), 0, &flat);
     return 1;
 }
 
@@ -592,13 +598,16 @@ static int to_dtype_upvalue(lua_State *L) {
     return ret(L, tensor_to_dtype(SELF, (DType)lua_tointeger(L, lua_upvalueindex(1))));
 }
 
-static bool looks_like_device(const char *s) { return strncmp(s, "cpu", 3) == 0 || strncmp(s, "cuda", 4) == 0; }
+static bool looks_like_device(const char *s) {
+    return strncmp(s, "cpu", 3) == 0 || strncmp(s, "cuda", 4) == 0 || strncmp(s, "sim", 3) == 0;
+}
 
+/* A copy on d through the host (no autograd edge across devices yet). */
 static Tensor *move_to(lua_State *L, Tensor *t, Device d) {
     if (d.type == t->device.type && d.index == t->device.index) return tensor_retain(t);
-    if (!backend_for(d)) lu_core_error(L);
-    lu_error(L, "to: copying between devices is not available in this build");
-    return NULL;
+    Tensor *m = tensor_to_device(t, d);
+    if (!m) lu_core_error(L);
+    return m;
 }
 
 /* t:to(dtype | device | tensor | {dtype=, device=}) */
@@ -751,7 +760,8 @@ static int t_copy_(lua_State *L) {
 static int t_equal(lua_State *L) {
     Tensor *a = SELF, *b = lu_check_tensor(L, 2);
     bool eq = a->ndim == b->ndim && memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim) == 0;
-    for (int64_t i = 0; eq && i < a->numel; i++) eq = tensor_get_flat(a, i) == tensor_get_flat(b, i);
+    const char *ha = eq ? host_values(L, a) : NULL, *hb = eq ? host_values(L, b) : NULL;
+    for (int64_t i = 0; eq && i < a->numel; i++) eq = host_at(a->dtype, ha, i) == host_at(b->dtype, hb, i);
     lua_pushboolean(L, eq);
     return 1;
 }
@@ -763,8 +773,9 @@ static int t_allclose(lua_State *L) {
     int nd;
     if (broadcast_shapes(a->shape, a->ndim, b->shape, b->ndim, shape, &nd, "allclose") < 0) lu_core_error(L);
     bool ok = a->numel == b->numel;
+    const char *ha = ok ? host_values(L, a) : NULL, *hb = ok ? host_values(L, b) : NULL;
     for (int64_t i = 0; ok && i < a->numel; i++) {
-        double x = tensor_get_flat(a, i), y = tensor_get_flat(b, i);
+        double x = host_at(a->dtype, ha, i), y = host_at(b->dtype, hb, i);
         ok = fabs(x - y) <= atol + rtol * fabs(y) || (x == y);
     }
     lua_pushboolean(L, ok);
@@ -774,12 +785,13 @@ static int t_allclose(lua_State *L) {
 static int any_all(lua_State *L, bool any) {
     Tensor *t = SELF;
     bool r = !any;
+    const char *h = host_values(L, t);
     for (int64_t i = 0; i < t->numel; i++) {
-        bool nz = tensor_get_flat(t, i) != 0;
+        bool nz = host_at(t->dtype, h, i) != 0;
         if (any && nz) { r = true; break; }
         if (!any && !nz) { r = false; break; }
     }
-    Tensor *o = tensor_scalar(r, DT_BOOL);
+    Tensor *o = tensor_full(NULL, 0, r, DT_BOOL, t->device);
     return ret(L, o);
 }
 

@@ -16,6 +16,10 @@
 /* Prints "accel-lua 0.1.0 (Lua 5.4.x)" and a newline to stdout. */
 void host_print_version(void);
 
+/* A new Lua state with its GC stopped (restart it once the libraries are
+ * open); NULL after printing "<who>: cannot create state" when out of memory. */
+lua_State *host_new_state(const char *who);
+
 /* Opens the standard libraries, then requires `accel` (kept as a global).
  * Call inside a protected call: errors are raised as Lua errors. */
 void host_open_libs(lua_State *L);

@@ -235,12 +235,8 @@ static int protected_main(lua_State *L) {
 }
 
 static int run_interpreter(HostArgs *a) {
-    lua_State *L = luaL_newstate();
-    if (L == NULL) {
-        fprintf(stderr, "%s: cannot create state: not enough memory\n", ACCEL_LUA_NAME);
-        return EXIT_FAILURE;
-    }
-    lua_gc(L, LUA_GCSTOP, 0); /* restarted once the libraries are open */
+    lua_State *L = host_new_state(ACCEL_LUA_NAME);
+    if (L == NULL) return EXIT_FAILURE;
     lua_pushcfunction(L, protected_main);
     lua_pushlightuserdata(L, a);
     int status = host_pcall(L, 1, 1);

@@ -21,6 +21,16 @@ void host_print_version(void) {
     fflush(stdout);
 }
 
+lua_State *host_new_state(const char *who) {
+    lua_State *L = luaL_newstate();
+    if (L == NULL) {
+        fprintf(stderr, "%s: cannot create state: not enough memory\n", who);
+        return NULL;
+    }
+    lua_gc(L, LUA_GCSTOP, 0); /* restarted once the libraries are open */
+    return L;
+}
+
 void host_open_libs(lua_State *L) {
     luaL_openlibs(L);
     luaL_requiref(L, "accel", luaopen_accel, 1);

@@ -13,6 +13,7 @@ static const HostSubcommand subcommands[] = {
     {"env", "versions, CPU, MPI and the config in force", cmd_env},
     {"test", "a short end-to-end check on the configured setup", cmd_test},
     {"merge-weights", "a sharded save_state folder -> one safetensors file of the full weights", cmd_merge_weights},
+    {"estimate-memory", "per-rank memory of a training run (ZeRO stages, measured activations)", cmd_estimate_memory},
     {NULL, NULL, NULL},
 };
 

@@ -35,5 +35,6 @@ int cmd_config(int argc, char **argv);
 int cmd_env(int argc, char **argv);
 int cmd_test(int argc, char **argv);
 int cmd_merge_weights(int argc, char **argv); /* cmd_merge.c */
+int cmd_estimate_memory(int argc, char **argv);
 
 #endif

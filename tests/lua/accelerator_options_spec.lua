@@ -27,7 +27,8 @@ local function current_autocast()
   return prev
 end
 
--- Parameters after `steps` SGD steps on fixed data with Accelerator{o}.
+-- Parameters after `steps` SGD steps on fixed data with Accelerator{o}
+-- (and the Accelerator).
 local function trained(o, steps)
   local a = accel.Accelerator(o)
   local model = mlp(11)
@@ -43,7 +44,11 @@ local function trained(o, steps)
     end)
   end
   local out = {}
-  for i, p in ipairs(model:parameters()) do out[i] = p:clone() end
+  local function read()
+    for i, p in ipairs(model:parameters()) do out[i] = p:clone() end
+  end
+  local eng = a.shard_engine -- under ZeRO stage 3 the parameters are read while gathered
+  if eng and eng.stage == 3 then eng:gathered(read) else read() end
   return out, a
 end
 
@@ -120,8 +125,6 @@ local function with_timeout_restored(fn)
   if not ok then error(err, 0) end
 end
 
-local NOT_SHARDING = "sharding is not implemented yet"
-
 local CASES = {}
 
 CASES.Accelerator = {
@@ -186,20 +189,25 @@ CASES.Accelerator = {
   deepspeed_plugin = function()
     local a = accel.Accelerator{deepspeed_plugin = {zero_stage = 0, gradient_accumulation_steps = 3}}
     assert.are.equal(3, a.gradient_accumulation_steps)
-    assert.are.equal("NO", a.distributed_type)
-    error_matching(NOT_SHARDING, function() accel.Accelerator{deepspeed_plugin = {zero_stage = 1}} end)
+    assert.are.equal("DEEPSPEED", a.distributed_type) -- Accelerate's value; stage 0 runs as DDP
+    local _, b = trained({deepspeed_plugin = {zero_stage = 2}})
+    assert.are.equal(2, b.shard_engine.stage) -- prepare built the sharding engine
+    same_as_plain({deepspeed_plugin = {zero_stage = 2}})
   end,
   fsdp_plugin = function()
     local a = accel.Accelerator{fsdp_plugin = {sharding_strategy = "NO_SHARD"}}
     assert.are.equal(0, a.zero_stage)
-    assert.are.equal("NO", a.distributed_type)
-    error_matching(NOT_SHARDING, function() accel.Accelerator{fsdp_plugin = {sharding_strategy = "FULL_SHARD"}} end)
+    assert.are.equal("FSDP", a.distributed_type)
+    local _, b = trained({fsdp_plugin = {sharding_strategy = "FULL_SHARD"}})
+    assert.are.equal(3, b.shard_engine.stage)
+    same_as_plain({fsdp_plugin = {}}) -- FULL_SHARD, the default
   end,
   zero_stage = function()
     assert.are.equal(0, accel.Accelerator{zero_stage = 0}.zero_stage)
-    error_matching("zero_stage = 3 shards the training state, and " .. NOT_SHARDING, function()
-      accel.Accelerator{zero_stage = 3}
-    end)
+    local _, a = trained({zero_stage = 3})
+    assert.are.equal(3, a.deepspeed_plugin.zero_stage) -- zero_stage = S is DeepSpeedPlugin{zero_stage = S}
+    assert.are.equal(3, a.shard_engine.stage)
+    error_matching("zero_stage must be 0, 1, 2 or 3, got 4", function() accel.Accelerator{zero_stage = 4} end)
   end,
   kwargs_handlers = function()
     local a = accel.Accelerator{kwargs_handlers = {accel.DistributedDataParallelKwargs{bucket_cap_mb = 5},
@@ -286,33 +294,56 @@ CASES.ProjectConfiguration = {
   end,
 }
 
+-- The open engine after a short training run under Accelerator{o}.
+local function engine_after(o)
+  local _, a = trained(o)
+  return a.shard_engine, a
+end
+local function ds_engine(o) return engine_after({deepspeed_plugin = o}) end
+
 CASES.DeepSpeedPlugin = {
   zero_stage = function()
-    assert.are.equal(0, accel.DeepSpeedPlugin{zero_stage = 0}.zero_stage)
-    for s = 1, 3 do
-      error_matching("zero_stage = " .. s .. " is not supported: .*" .. NOT_SHARDING, function()
-        accel.DeepSpeedPlugin{zero_stage = s}
-      end)
-    end
+    assert.are.equal(2, accel.DeepSpeedPlugin{}.zero_stage) -- Accelerate's default
+    assert.is_nil(ds_engine({zero_stage = 0})) -- plain data parallel
+    for s = 1, 3 do assert.are.equal(s, ds_engine({zero_stage = s}).stage) end
     error_matching("zero_stage must be 0, 1, 2 or 3", function() accel.DeepSpeedPlugin{zero_stage = 7} end)
   end,
   offload_optimizer_device = function()
-    assert.are.equal("none", accel.DeepSpeedPlugin{zero_stage = 0, offload_optimizer_device = "none"}
-      .offload_optimizer_device)
-    error_matching('offload_optimizer_device = "cpu" is not supported: offloading.*' .. NOT_SHARDING, function()
+    assert.is_false(ds_engine({zero_stage = 2, offload_optimizer_device = "none"})._c:info().offload_optimizer)
+    assert.is_true(ds_engine({zero_stage = 2, offload_optimizer_device = "cpu"})._c:info().offload_optimizer)
+    same_as_plain({deepspeed_plugin = {zero_stage = 2, offload_optimizer_device = "cpu"}})
+    error_matching('offload_optimizer_device = "cpu" is not supported: offloading the optimizer needs ZeRO stage 1, 2 '
+      .. "or 3 %(stage 0 shards nothing%)", function()
       accel.DeepSpeedPlugin{zero_stage = 0, offload_optimizer_device = "cpu"}
+    end)
+    error_matching('offload_optimizer_device = "nvme" is not supported: NVMe offload', function()
+      accel.DeepSpeedPlugin{offload_optimizer_device = "nvme"}
     end)
   end,
   offload_param_device = function()
-    error_matching('offload_param_device = "cpu" is not supported: offloading.*' .. NOT_SHARDING, function()
-      accel.DeepSpeedPlugin{zero_stage = 0, offload_param_device = "cpu"}
+    -- stage 3 on the CPU build: the parameter shards are on the host already (trains as without it)
+    same_as_plain({deepspeed_plugin = {zero_stage = 3, offload_param_device = "cpu"}})
+    error_matching('offload_param_device = "cpu" is not supported: offloading parameters is ZeRO stage 3, where '
+      .. "parameters are sharded %(this is stage 2%)", function()
+      accel.DeepSpeedPlugin{zero_stage = 2, offload_param_device = "cpu"}
     end)
-    error_matching("must be one of none, cpu", function()
-      accel.DeepSpeedPlugin{zero_stage = 0, offload_param_device = "nvme"}
+    error_matching('offload_param_device = "nvme" is not supported: NVMe offload', function()
+      accel.DeepSpeedPlugin{zero_stage = 3, offload_param_device = "nvme"}
+    end)
+  end,
+  offload_optimizer_nvme_path = function()
+    assert.are.equal("none", accel.DeepSpeedPlugin{offload_optimizer_nvme_path = "none"}.offload_optimizer_nvme_path)
+    error_matching('offload_optimizer_nvme_path = "/nvme" is not supported: NVMe offload', function()
+      accel.DeepSpeedPlugin{offload_optimizer_nvme_path = "/nvme"}
+    end)
+  end,
+  offload_param_nvme_path = function()
+    error_matching('offload_param_nvme_path = "/nvme" is not supported: NVMe offload', function()
+      accel.DeepSpeedPlugin{zero_stage = 3, offload_param_nvme_path = "/nvme"}
     end)
   end,
   gradient_accumulation_steps = function()
-    assert.are.equal(4, accel.Accelerator{deepspeed_plugin = {zero_stage = 0, gradient_accumulation_steps = 4}}
+    assert.are.equal(4, accel.Accelerator{deepspeed_plugin = {zero_stage = 2, gradient_accumulation_steps = 4}}
       .gradient_accumulation_steps)
     error_matching("gradient_accumulation_steps = 0 is not supported", function()
       accel.DeepSpeedPlugin{zero_stage = 0, gradient_accumulation_steps = 0}
@@ -320,43 +351,73 @@ CASES.DeepSpeedPlugin = {
   end,
   gradient_clipping = function()
     -- DeepSpeed clips the gradients' total norm to gradient_clipping before
-    -- every step: with SGD(lr = 1) the update's total norm is then exactly it.
-    local a = accel.Accelerator{deepspeed_plugin = {zero_stage = 0, gradient_clipping = 0.01}}
-    local model = mlp(4)
-    local opt
-    model, opt = a:prepare(model, optim.SGD(model:parameters(), {lr = 1}))
-    local before = {}
-    for i, p in ipairs(model:parameters()) do before[i] = p:clone() end
-    a:backward(model(accel.randn(6, 4)):pow(2):sum())
-    local g2 = 0
-    for _, p in ipairs(model:parameters()) do g2 = g2 + p.grad:pow(2):sum():item() end
-    assert.is_true(math.sqrt(g2) > 0.1, "the gradients are larger than the threshold")
-    opt:step()
-    local d2 = 0
-    for i, p in ipairs(model:parameters()) do d2 = d2 + (p - before[i]):pow(2):sum():item() end
-    assert.is_true(math.abs(math.sqrt(d2) - 0.01) < 1e-4, ("update norm %g"):format(math.sqrt(d2)))
+    -- every step: with SGD(lr = 1) the update's total norm is then exactly it
+    -- (stage 0 on .grad, stages 2-3 through the engine's shards).
+    for _, stage in ipairs({0, 2, 3}) do
+      local a = accel.Accelerator{deepspeed_plugin = {zero_stage = stage, gradient_clipping = 0.01}}
+      local model = mlp(4)
+      local opt
+      model, opt = a:prepare(model, optim.SGD(model:parameters(), {lr = 1}))
+      assert.are.equal(stage > 0, a:shard_engine_of(model) ~= nil)
+      local before = {}
+      local function full() return a:get_state_dict(model) end -- full weights also under stage 3
+      for k, p in pairs(full()) do before[k] = p:clone() end
+      a:backward(model(accel.randn(6, 4)):pow(2):sum())
+      opt:step()
+      local d2 = 0
+      for k, p in pairs(full()) do d2 = d2 + (p - before[k]):pow(2):sum():item() end
+      assert.is_true(math.abs(math.sqrt(d2) - 0.01) < 1e-4, ("stage %d: update norm %g"):format(stage, math.sqrt(d2)))
+      a:free_memory()
+    end
     error_matching("gradient_clipping = %-1 is not supported", function()
       accel.DeepSpeedPlugin{zero_stage = 0, gradient_clipping = -1}
     end)
   end,
   hf_ds_config = function()
-    local ds = accel.DeepSpeedPlugin{hf_ds_config = {zero_optimization = {stage = 0}, gradient_accumulation_steps = 2,
-      fp16 = {enabled = true}, train_batch_size = 8}}
-    assert.are.same({"train_batch_size"}, ds.ignored_keys)
+    local ds = accel.DeepSpeedPlugin{hf_ds_config = {zero_optimization = {stage = 2, reduce_bucket_size = 10},
+      gradient_accumulation_steps = 2, fp16 = {enabled = true, initial_scale_power = 10, loss_scale_window = 7},
+      train_batch_size = "auto", train_micro_batch_size_per_gpu = "auto", steps_per_print = 5}}
+    assert.are.same({"steps_per_print"}, ds.ignored_keys)
     local a = accel.Accelerator{deepspeed_plugin = ds}
     assert.are.equal(2, a.gradient_accumulation_steps)
     assert.are.equal("fp16", a.mixed_precision)
-    error_matching("zero_stage = 3 is not supported", function()
-      accel.DeepSpeedPlugin{hf_ds_config = {zero_optimization = {stage = 3}}}
-    end)
+    assert.are.equal(1024, a.scaler:get_scale()) -- 2^initial_scale_power
+    assert.are.equal(7, a.scaler.growth_interval) -- loss_scale_window
+    local model = mlp(1)
+    model = a:prepare(model, optim.SGD(model:parameters(), {lr = 0.1}))
+    assert.is_true(a.shard_engine:stats().units >= 4, "reduce_bucket_size = 10 elements makes small units")
+    a:prepare(data.DataLoader(data.TensorDataset(accel.randn(8, 4)), {batch_size = 4}))
+    assert.are.equal(4, ds.deepspeed_config.train_micro_batch_size_per_gpu) -- "auto" filled from the loader
+    assert.are.equal(8, ds.deepspeed_config.train_batch_size) -- micro x accumulation x processes
     error_matching('mixed_precision = "bf16" disagrees with the DeepSpeed config %(fp16.enabled = true%)', function()
       accel.Accelerator{deepspeed_plugin = ds, mixed_precision = "bf16"}
     end)
+    error_matching("train_micro_batch_size_per_gpu = 3, but the loader gives each of the 1 process%(es%) batches of 4",
+      function()
+        local b = accel.Accelerator{deepspeed_plugin = {hf_ds_config = {train_micro_batch_size_per_gpu = 3}}}
+        b:prepare(data.DataLoader(data.TensorDataset(accel.randn(8, 4)), {batch_size = 4}))
+      end)
   end,
   zero3_init_flag = function()
-    assert.is_false(accel.DeepSpeedPlugin{zero_stage = 0, zero3_init_flag = false}.zero3_init_flag)
-    error_matching("zero3_init_flag = true is not supported: .*ZeRO stage 3", function()
-      accel.DeepSpeedPlugin{zero_stage = 0, zero3_init_flag = true}
+    assert.is_false(accel.DeepSpeedPlugin{zero_stage = 3, zero3_init_flag = false}.zero3_init_flag)
+    error_matching("zero3_init_flag = true is not supported: parameters are created in full by the model's "
+      .. "constructor", function() accel.DeepSpeedPlugin{zero_stage = 3, zero3_init_flag = true} end)
+  end,
+  zero3_save_16bit_model = function()
+    -- get_state_dict / save_model under stage 3 gather the full weights either way (float32 here)
+    for _, flag in ipairs({true, false}) do
+      local got, a = trained({deepspeed_plugin = {zero_stage = 3, zero3_save_16bit_model = flag}})
+      local sd = a:get_state_dict(a._models[1])
+      assert.are.equal(4 * 8, sd["0.weight"]:numel())
+      assert.is_true(sd["2.bias"]:equal(a.shard_engine:full_state_dict()["2.bias"]))
+      assert.are.equal(#got, #a._models[1]:parameters()) -- trained() read every parameter (gathered)
+      a:free_memory()
+    end
+  end,
+  transformer_moe_cls_names = function()
+    assert.are.equal("", accel.DeepSpeedPlugin{transformer_moe_cls_names = ""}.transformer_moe_cls_names)
+    error_matching('transformer_moe_cls_names = "MoE" is not supported: there are no mixture%-of%-experts', function()
+      accel.DeepSpeedPlugin{transformer_moe_cls_names = "MoE"}
     end)
   end,
 }
@@ -371,56 +432,131 @@ local function no_shard_same(o)
   o.sharding_strategy = "NO_SHARD"
   same_as_plain({fsdp_plugin = o})
 end
+local function fsdp_engine(o) return engine_after({fsdp_plugin = o}) end
+-- The engine's wrap units (their parameter counts) under FULL_SHARD with o.
+local function unit_sizes(o)
+  o.sharding_strategy = "FULL_SHARD"
+  local eng = fsdp_engine(o)
+  local sizes = {}
+  for i, u in ipairs(eng:units()) do sizes[i] = u.numel end
+  return sizes
+end
 
 CASES.FullyShardedDataParallelPlugin = {
   sharding_strategy = function()
     assert.are.equal(0, fsdp{sharding_strategy = "no_shard"}.zero_stage)
     assert.are.equal(0, fsdp{sharding_strategy = 3}.zero_stage) -- PyTorch's ShardingStrategy.NO_SHARD
     no_shard_same({})
-    for _, s in ipairs({"FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"}) do
-      error_matching(s .. '" shards the model, and ' .. NOT_SHARDING, function() fsdp{sharding_strategy = s} end)
-    end
+    assert.are.equal(3, fsdp_engine({sharding_strategy = "FULL_SHARD"}).stage)
+    assert.are.equal(2, fsdp_engine({sharding_strategy = 2}).stage) -- SHARD_GRAD_OP
+    error_matching('HYBRID_SHARD" shards inside each machine .*needs several machines', function()
+      accel.Accelerator{fsdp_plugin = {sharding_strategy = "HYBRID_SHARD"}}
+    end)
     error_matching("sharding_strategy must be", function() fsdp{sharding_strategy = "HALF"} end)
   end,
   auto_wrap_policy = function()
     assert.are.equal("size_based_wrap", fsdp{auto_wrap_policy = "SIZE_BASED_WRAP"}.auto_wrap_policy)
+    assert.are.same({58}, unit_sizes({auto_wrap_policy = "no_wrap"})) -- the whole model (58 parameters)
+    assert.are.same({40, 18}, unit_sizes({auto_wrap_policy = "transformer_based_wrap",
+      transformer_cls_names_to_wrap = {"Linear"}}))
     no_shard_same({auto_wrap_policy = "transformer_based_wrap"})
     error_matching("auto_wrap_policy must be one of", function() fsdp{auto_wrap_policy = "all"} end)
   end,
   cpu_offload = function()
     assert.is_false(fsdp{cpu_offload = false}.cpu_offload)
-    error_matching("cpu_offload = true is not supported: offloading.*" .. NOT_SHARDING, function()
+    assert.is_true(fsdp_engine({cpu_offload = true})._c:info().offload_optimizer)
+    same_as_plain({fsdp_plugin = {cpu_offload = true}})
+    error_matching("cpu_offload = true is not supported: offloading needs a sharded strategy", function()
       fsdp{cpu_offload = true}
     end)
   end,
-  min_num_params = function() no_shard_same({auto_wrap_policy = "size_based_wrap", min_num_params = 10}) end,
-  transformer_cls_names_to_wrap = function() no_shard_same({transformer_cls_names_to_wrap = {"Block"}}) end,
+  min_num_params = function()
+    -- both Linear layers (40 and 18 parameters) reach 10; only the first reaches 30, the
+    -- second stays in the root unit (listed first)
+    assert.are.same({40, 18}, unit_sizes({auto_wrap_policy = "size_based_wrap", min_num_params = 10}))
+    assert.are.same({18, 40}, unit_sizes({auto_wrap_policy = "size_based_wrap", min_num_params = 30}))
+    no_shard_same({auto_wrap_policy = "size_based_wrap", min_num_params = 10})
+    error_matching("min_num_params = 0 is not supported", function() fsdp{min_num_params = 0} end)
+  end,
+  transformer_cls_names_to_wrap = function()
+    assert.are.same({40, 18}, unit_sizes({auto_wrap_policy = "transformer_based_wrap",
+      transformer_cls_names_to_wrap = "Linear"})) -- launch's comma-separated spelling
+    assert.are.same({58}, unit_sizes({auto_wrap_policy = "transformer_based_wrap",
+      transformer_cls_names_to_wrap = {"Block"}})) -- no such module: everything in the root unit
+    no_shard_same({transformer_cls_names_to_wrap = {"Block"}})
+  end,
   state_dict_type = function()
     assert.are.equal("FULL_STATE_DICT", fsdp{state_dict_type = "full_state_dict"}.state_dict_type)
-    error_matching('state_dict_type = "SHARDED_STATE_DICT" is not supported', function()
-      fsdp{state_dict_type = "SHARDED_STATE_DICT"}
+    assert.are.equal("SHARDED_STATE_DICT", fsdp{sharding_strategy = "FULL_SHARD",
+      state_dict_type = "SHARDED_STATE_DICT"}.state_dict_type)
+    error_matching('state_dict_type = "LOCAL_STATE_DICT" is not supported: LOCAL_STATE_DICT is each rank', function()
+      fsdp{state_dict_type = "LOCAL_STATE_DICT"}
     end)
   end,
   use_orig_params = function()
     no_shard_same({use_orig_params = false})
-    no_shard_same({use_orig_params = true})
+    -- the model keeps its own parameter tensors either way (use_orig_params = true's behaviour)
+    same_as_plain({fsdp_plugin = {use_orig_params = false}})
   end,
   sync_module_states = function()
     no_shard_same({sync_module_states = true})
-    error_matching("sync_module_states = false is not supported: prepare always broadcasts", function()
+    same_as_plain({fsdp_plugin = {sync_module_states = false}}) -- one process: nothing to copy
+    error_matching("sync_module_states = false is not supported: with NO_SHARD prepare always broadcasts", function()
       fsdp{sync_module_states = false}
     end)
   end,
   backward_prefetch = function()
     no_shard_same({backward_prefetch = "BACKWARD_POST"})
+    assert.is_true(fsdp_engine({backward_prefetch = "BACKWARD_PRE", auto_wrap_policy = "transformer_based_wrap",
+      transformer_cls_names_to_wrap = {"Linear"}}):stats().prefetches > 0)
+    assert.are.equal(0, fsdp_engine({backward_prefetch = "NO_PREFETCH", auto_wrap_policy = "transformer_based_wrap",
+      transformer_cls_names_to_wrap = {"Linear"}}):stats().prefetches)
     error_matching("backward_prefetch must be one of", function() fsdp{backward_prefetch = "SOON"} end)
   end,
-  forward_prefetch = function() no_shard_same({forward_prefetch = true}) end,
-  limit_all_gathers = function() no_shard_same({limit_all_gathers = false}) end,
+  forward_prefetch = function()
+    no_shard_same({forward_prefetch = true})
+    same_as_plain({fsdp_plugin = {sharding_strategy = "SHARD_GRAD_OP", forward_prefetch = true}})
+    error_matching("forward_prefetch = true is not supported: the engine gathers a unit when its forward starts",
+      function() fsdp{sharding_strategy = "FULL_SHARD", forward_prefetch = true} end)
+  end,
+  limit_all_gathers = function()
+    no_shard_same({limit_all_gathers = false})
+    same_as_plain({fsdp_plugin = {limit_all_gathers = true}}) -- the engine has at most one prefetch in flight
+  end,
   activation_checkpointing = function()
     no_shard_same({activation_checkpointing = false})
-    error_matching("activation_checkpointing = true is not supported", function()
-      fsdp{activation_checkpointing = true}
+    local _, a = trained({fsdp_plugin = {activation_checkpointing = true, auto_wrap_policy = "transformer_based_wrap",
+      transformer_cls_names_to_wrap = {"Linear"}}})
+    local model = a._models[1]
+    assert.is_true(accel.utils.is_checkpointed(model[1]))
+    assert.is_true(accel.utils.is_checkpointed(model[3]))
+    assert.is_false(accel.utils.is_checkpointed(model))
+    same_as_plain({fsdp_plugin = {activation_checkpointing = true, auto_wrap_policy = "transformer_based_wrap",
+      transformer_cls_names_to_wrap = {"Linear"}}})
+    error_matching('activation_checkpointing = true runs each wrap unit under checkpoint, and auto_wrap_policy = '
+      .. '"no_wrap"', function() accel.Accelerator{fsdp_plugin = {activation_checkpointing = true}} end)
+    error_matching("activation_checkpointing = true checkpoints the sharded wrap units, and NO_SHARD has none",
+      function() accel.Accelerator{fsdp_plugin = {sharding_strategy = "NO_SHARD", activation_checkpointing = true}} end)
+  end,
+  fsdp_version = function()
+    assert.is_false(accel.Accelerator{fsdp_plugin = {fsdp_version = 1}}.is_fsdp2)
+    assert.is_true(accel.Accelerator{fsdp_plugin = {fsdp_version = 2}}.is_fsdp2)
+    same_as_plain({fsdp_plugin = {fsdp_version = 2}})
+    error_matching("fsdp_version = 3 is not supported", function() fsdp{fsdp_version = 3} end)
+  end,
+  reshard_after_forward = function()
+    assert.are.equal(3, fsdp_engine({reshard_after_forward = true}).stage)
+    assert.are.equal(2, fsdp_engine({reshard_after_forward = false}).stage) -- FSDP2: parameters kept: SHARD_GRAD_OP
+    assert.are.equal(2, fsdp_engine({reshard_after_forward = "SHARD_GRAD_OP"}).stage) -- Accelerate's FSDP1 spelling
+    error_matching('reshard_after_forward = "SHARD_GRAD_OP" disagrees with sharding_strategy = "FULL_SHARD"', function()
+      accel.FullyShardedDataParallelPlugin{sharding_strategy = "FULL_SHARD", reshard_after_forward = "SHARD_GRAD_OP"}
+    end)
+  end,
+  cpu_ram_efficient_loading = function()
+    -- rank 0's weights reach every rank at prepare (every rank still builds the model first)
+    same_as_plain({fsdp_plugin = {cpu_ram_efficient_loading = true}})
+    error_matching("cpu_ram_efficient_loading = true needs sync_module_states = true", function()
+      accel.FullyShardedDataParallelPlugin{cpu_ram_efficient_loading = true, sync_module_states = false}
     end)
   end,
 }

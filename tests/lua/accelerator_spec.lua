@@ -90,57 +90,200 @@ describe("Accelerator options", function()
     end)
   end)
 
-  it("runs stage-0 sharding plugins as plain data parallel and says so", function()
+  it("runs stage-0 plugins as plain data parallel; distributed_type names the plugin, as Accelerate", function()
     local a = accel.Accelerator{deepspeed_plugin = accel.DeepSpeedPlugin{zero_stage = 0, gradient_accumulation_steps = 2}}
     assert.are.equal(0, a.zero_stage)
     assert.are.equal(2, a.gradient_accumulation_steps)
-    assert.are.equal("NO", a.distributed_type)
+    assert.are.equal("DEEPSPEED", a.distributed_type)
+    local model = a:prepare(mlp(1, 2, 3, 1)) -- stage 0: a model alone is fine (DDP)
+    assert.is_nil(a.shard_engine)
+    assert.is_nil(a:shard_engine_of(model))
     local f = accel.Accelerator{fsdp_plugin = {sharding_strategy = "NO_SHARD"}}
     assert.are.equal(0, f.zero_stage)
-    assert.are.equal("NO", f.distributed_type)
-    assert.are.equal(0, accel.Accelerator{zero_stage = 0}.zero_stage)
+    assert.are.equal("FSDP", f.distributed_type)
+    assert.matches("Sharding: FSDP NO_SHARD %(ZeRO stage 0%) %(plain data parallel%)", tostring(f.state))
+    local z = accel.Accelerator{zero_stage = 0}
+    assert.are.equal(0, z.zero_stage)
+    assert.are.equal("NO", z.distributed_type)
+    assert.are.equal("FSDP", f.distributed_type) -- its own, also after another Accelerator was made
+    assert.are.equal("NO", z.state.distributed_type) -- the shared state: the last Accelerator's
     local dir = tmpdir()
     local fh = assert(io.open(dir .. "/ds.json", "w"))
-    fh:write('{"zero_optimization": {"stage": 0, "overlap_comm": true}, "gradient_accumulation_steps": 4, "bf16": {"enabled": true}}')
+    fh:write('{"zero_optimization": {"stage": 0, "overlap_comm": true, "contiguous_gradients": true}, '
+      .. '"gradient_accumulation_steps": 4, "bf16": {"enabled": true}}')
     fh:close()
     local ds = accel.DeepSpeedPlugin{hf_ds_config = dir .. "/ds.json"}
     assert.are.equal(0, ds.zero_stage)
-    assert.are.same({"zero_optimization.overlap_comm"}, ds.ignored_keys)
+    assert.are.same({"zero_optimization.contiguous_gradients"}, ds.ignored_keys)
     local b = accel.Accelerator{deepspeed_plugin = ds}
     assert.are.equal("bf16", b.mixed_precision)
     assert.are.equal(4, b.gradient_accumulation_steps)
     fh = assert(io.open(dir .. "/ds1.json", "w"))
     fh:write('{"zero_optimization": {"stage": 1}}')
     fh:close()
-    error_matching("zero_stage = 1 is not supported: .*sharding is not implemented yet", function()
-      accel.DeepSpeedPlugin{hf_ds_config = dir .. "/ds1.json"}
-    end)
+    assert.are.equal(1, accel.DeepSpeedPlugin{hf_ds_config = dir .. "/ds1.json"}.zero_stage)
     os.execute("rm -rf '" .. dir .. "'")
   end)
 
-  it("refuses every setting that would shard or offload, naming it", function()
+  it("builds one sharding engine in prepare(model, optimizer) for stages 1-3 and trains as without it", function()
+    local function train(o)
+      local a = accel.Accelerator(o)
+      local model = mlp(3, 4, 5, 2)
+      local opt
+      model, opt = a:prepare(model, optim.AdamW(model:parameters(), {lr = 1e-2}))
+      accel.set_seed(4)
+      for _ = 1, 5 do
+        a:backward(model(accel.randn(6, 4)):pow(2):mean())
+        opt:step()
+        opt:zero_grad()
+      end
+      return model, a
+    end
+    local plain = train({})
     for stage = 1, 3 do
-      error_matching("zero_stage = " .. stage .. " shards .*sharding is not implemented yet", function()
-        accel.Accelerator{zero_stage = stage}
-      end)
-      error_matching("DeepSpeedPlugin: zero_stage = " .. stage .. " is not supported: .*sharding is not implemented yet",
-        function() accel.DeepSpeedPlugin{zero_stage = stage} end)
+      local model, a = train({zero_stage = stage})
+      assert.are.equal("DEEPSPEED", a.distributed_type)
+      assert.are.equal(stage, a.deepspeed_plugin.zero_stage)
+      assert.are.equal(stage, a.shard_engine.stage)
+      assert.are.equal(a.shard_engine, a:shard_engine_of(model))
+      assert.matches("Sharding: ZeRO stage " .. stage, tostring(a.state))
+      local sd = a:get_state_dict(model) -- stage 3: gathered full tensors
+      local want = plain:state_dict()
+      for k, t in pairs(want) do assert.is_true(max_abs_diff(sd[k], t) <= 1e-6, k .. " differs") end
+      local unwrapped = a:unwrap_model(model):state_dict() -- stage 3 too: the full weights, not released shards
+      for k, t in pairs(want) do assert.is_true(max_abs_diff(unwrapped[k], t) <= 1e-6, "unwrapped " .. k .. " differs") end
+      local dir = tmpdir()
+      a:save_model(model, dir) -- the full weights, also under stage 3
+      local saved = accel.load(dir .. "/model.safetensors")
+      for k, t in pairs(want) do assert.is_true(max_abs_diff(saved[k], t) <= 1e-6, "saved " .. k .. " differs") end
+      os.execute("rm -rf '" .. dir .. "'")
+      a:free_memory() -- closes the engine: the model's parameters are full again
+      params_close(model, plain, 1e-6)
     end
-    error_matching("DeepSpeedPlugin: zero_stage = 2 is not supported", function() accel.DeepSpeedPlugin{} end)
-    for _, k in ipairs({"offload_optimizer_device", "offload_param_device"}) do
-      error_matching("DeepSpeedPlugin: " .. k .. ' = "cpu" is not supported: offloading', function()
-        accel.DeepSpeedPlugin{zero_stage = 0, [k] = "cpu"}
-      end)
+    local _, f = train({fsdp_plugin = {sharding_strategy = "SHARD_GRAD_OP"}})
+    assert.are.equal("FSDP", f.distributed_type)
+    assert.are.equal(2, f.shard_engine.stage)
+  end)
+
+  it("needs the model and its optimizer in one prepare call under sharding", function()
+    local a = accel.Accelerator{zero_stage = 2}
+    local model = mlp(1, 2, 3, 1)
+    local opt = optim.SGD(model:parameters(), {lr = 0.1})
+    error_matching("under DEEPSPEED %(ZeRO stage 2%) give the model and its optimizer to the same prepare call.*got 1 "
+      .. "model%(s%) with trainable parameters and 0 optimizer", function() a:prepare(model) end)
+    error_matching("got 0 model%(s%) with trainable parameters and 1 optimizer", function() a:prepare(opt) end)
+    error_matching("prepare_model: under DEEPSPEED .*accelerator:prepare%(model, optimizer%)", function()
+      a:prepare_model(model)
+    end)
+    error_matching("prepare_optimizer: under DEEPSPEED", function() a:prepare_optimizer(opt) end)
+    local frozen = mlp(2, 2, 3, 1)
+    for _, p in ipairs(frozen:parameters()) do p.requires_grad = false end
+    assert.are.equal(frozen, a:prepare(frozen)) -- nothing to shard: prepared as usual
+  end)
+
+  it("save_state / load_state under a sharding engine restore weights and optimizer state", function()
+    for stage = 1, 3 do
+      local function train(a, model, opt, n)
+        for _ = 1, n do
+          a:backward(model(accel.randn(6, 3)):pow(2):sum())
+          opt:step()
+          opt:zero_grad()
+        end
+      end
+      accel.set_seed(3)
+      local a = accel.Accelerator{zero_stage = stage}
+      local model = mlp(1, 3, 4, 2)
+      local opt
+      model, opt = a:prepare(model, optim.AdamW(model:parameters(), {lr = 0.05}))
+      train(a, model, opt, 2)
+      local dir = tmpdir()
+      a:save_state(dir .. "/ck")
+      accel.set_seed(9)
+      train(a, model, opt, 2)
+      local want = a:get_state_dict(model)
+      a:free_memory()
+      -- a fresh run from the checkpoint continues exactly (same data: the generator is restored)
+      local b = accel.Accelerator{zero_stage = stage}
+      local model2 = mlp(7, 3, 4, 2)
+      local opt2
+      model2, opt2 = b:prepare(model2, optim.AdamW(model2:parameters(), {lr = 0.05}))
+      b:load_state(dir .. "/ck")
+      accel.set_seed(9)
+      train(b, model2, opt2, 2)
+      local got = b:get_state_dict(model2)
+      for k, t in pairs(want) do assert.are.equal(0, (got[k] - t):abs():max():item(), k) end
+      b:free_memory()
+      os.execute("rm -rf '" .. dir .. "'")
     end
-    for _, s in ipairs({"FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2", 1, 2, 4}) do
-      error_matching('sharding_strategy = "%u+[%u_%d]*" shards the model, and sharding is not implemented yet', function()
-        accel.FullyShardedDataParallelPlugin{sharding_strategy = s}
-      end)
+  end)
+
+  it("clips through the engine; clip_grad_value_ is refused where .grad is sharded", function()
+    for stage = 1, 3 do
+      local a = accel.Accelerator{zero_stage = stage}
+      local model = mlp(5, 4, 5, 2)
+      local opt
+      model, opt = a:prepare(model, optim.SGD(model:parameters(), {lr = 0.1}))
+      a:backward(model(accel.randn(6, 4)):pow(2):sum())
+      local norm = a:clip_grad_norm_(model:parameters(), 1e-3)
+      assert.is_true(norm:item() > 1e-3)
+      if stage == 1 then
+        a:clip_grad_value_(model:parameters(), 1e-4)
+        for _, p in ipairs(model:parameters()) do assert.is_true(p.grad:abs():max():item() <= 1e-4 + 1e-9) end
+      else
+        error_matching("clip_grad_value_: under DEEPSPEED %(ZeRO stage " .. stage .. "%) the gradients are sharded",
+          function() a:clip_grad_value_(model:parameters(), 1e-4) end)
+      end
+      opt:step()
+      a:free_memory()
     end
-    error_matching('FULL_SHARD.*default when none is given', function() accel.Accelerator{fsdp_plugin = {}} end)
-    error_matching("cpu_offload = true is not supported: offloading", function()
+  end)
+
+  it("refuses what it cannot honour, naming the option and the reason", function()
+    error_matching("Accelerator: zero_stage must be 0, 1, 2 or 3, got 4", function() accel.Accelerator{zero_stage = 4} end)
+    error_matching("DeepSpeedPlugin: zero_stage must be 0, 1, 2 or 3, got 4", function()
+      accel.DeepSpeedPlugin{zero_stage = 4}
+    end)
+    error_matching('offload_optimizer_device = "cpu" is not supported: offloading the optimizer needs ZeRO stage 1, 2 '
+      .. "or 3", function() accel.DeepSpeedPlugin{zero_stage = 0, offload_optimizer_device = "cpu"} end)
+    error_matching('offload_param_device = "cpu" is not supported: offloading parameters is ZeRO stage 3', function()
+      accel.DeepSpeedPlugin{zero_stage = 2, offload_param_device = "cpu"}
+    end)
+    assert.are.equal("cpu", accel.DeepSpeedPlugin{zero_stage = 3, offload_param_device = "cpu"}.offload_param_device)
+    error_matching('offload_optimizer_device = "nvme" is not supported: .*NVMe offload', function()
+      accel.DeepSpeedPlugin{zero_stage = 2, offload_optimizer_device = "nvme"}
+    end)
+    error_matching('HYBRID_SHARD" shards inside each machine and replicates across machines, so it needs several '
+      .. 'machines; this job runs on one %(1 process%(es%)%): use "FULL_SHARD"', function()
+      accel.Accelerator{fsdp_plugin = {sharding_strategy = "HYBRID_SHARD"}}
+    end)
+    error_matching('HYBRID_SHARD_ZERO2" .*several machines.*use "SHARD_GRAD_OP"', function()
+      accel.Accelerator{fsdp_plugin = {sharding_strategy = "HYBRID_SHARD_ZERO2"}}
+    end)
+    error_matching("cpu_offload = true is not supported: offloading needs a sharded strategy", function()
       accel.FullyShardedDataParallelPlugin{sharding_strategy = "NO_SHARD", cpu_offload = true}
     end)
+    error_matching("overlap_comm = false is not supported: the engine always starts the gradient reductions", function()
+      accel.DeepSpeedPlugin{hf_ds_config = {zero_optimization = {stage = 2, overlap_comm = false}}}
+    end)
+    error_matching("allgather_bucket_size = 200 is not supported: .*equal to reduce_bucket_size", function()
+      accel.DeepSpeedPlugin{hf_ds_config = {zero_optimization = {reduce_bucket_size = 100, allgather_bucket_size = 200}}}
+    end)
+    error_matching("train_batch_size = 10 is not train_micro_batch_size_per_gpu 4 x gradient_accumulation_steps 2 x 1 "
+      .. "process", function()
+      accel.Accelerator{deepspeed_plugin = {hf_ds_config = {train_batch_size = 10, train_micro_batch_size_per_gpu = 4,
+        gradient_accumulation_steps = 2}}}
+    end)
+  end)
+
+  it("reports the ds_config keys with no meaning here by name, once", function()
+    local bin = os.getenv("ACCEL_LUA_BIN") or arg[-1]
+    local p = assert(io.popen("'" .. bin .. "' -e \"local a = accel.Accelerator{deepspeed_plugin = {hf_ds_config = "
+      .. "{zero_optimization = {stage = 2, round_robin_gradients = true}, wall_clock_breakdown = false}}} "
+      .. "io.write(a.zero_stage)\" 2>&1"))
+    local out = p:read("a")
+    p:close()
+    assert.are.equal("DeepSpeedPlugin: ds_config keys with no meaning here were ignored: wall_clock_breakdown, "
+      .. "zero_optimization.round_robin_gradients\n2", out)
   end)
 
   it("takes its defaults from accel-lua launch's settings", function()
@@ -153,23 +296,49 @@ describe("Accelerator options", function()
       p:close()
       return out
     end
-    assert.are.equal("bf16 3 0 NO", run("ACCEL_LUA_MIXED_PRECISION=bf16 ACCEL_LUA_GRADIENT_ACCUMULATION_STEPS=3 "
+    assert.are.equal("bf16 3 0 DEEPSPEED", run("ACCEL_LUA_MIXED_PRECISION=bf16 ACCEL_LUA_GRADIENT_ACCUMULATION_STEPS=3 "
       .. "ACCEL_LUA_USE_DEEPSPEED=true ACCEL_LUA_ZERO_STAGE=0"))
-    -- launch's sharding settings are refused by name until sharding exists
-    assert.matches("DeepSpeedPlugin from accel%-lua launch's settings %(ACCEL_LUA_USE_DEEPSPEED=true, "
-      .. "ACCEL_LUA_ZERO_STAGE=1%): zero_stage = 1 is not supported: .*sharding is not implemented yet",
-      run("ACCEL_LUA_USE_DEEPSPEED=true ACCEL_LUA_ZERO_STAGE=1"))
-    assert.matches("ACCELERATE_USE_DEEPSPEED=true%): zero_stage = 2 is not supported",
-      run("ACCELERATE_USE_DEEPSPEED=true"))
+    assert.are.equal("no 1 1 DEEPSPEED", run("ACCEL_LUA_USE_DEEPSPEED=true ACCEL_LUA_ZERO_STAGE=1"))
+    assert.are.equal("no 1 2 DEEPSPEED", run("ACCELERATE_USE_DEEPSPEED=true"))
     assert.matches("ACCEL_LUA_OFFLOAD_OPTIMIZER_DEVICE=cpu%): offload_optimizer_device = \"cpu\" is not supported",
       run("ACCEL_LUA_USE_DEEPSPEED=true ACCEL_LUA_ZERO_STAGE=0 ACCEL_LUA_OFFLOAD_OPTIMIZER_DEVICE=cpu"))
-    assert.matches('ACCEL_LUA_USE_FSDP=true, ACCEL_LUA_FSDP_SHARDING_STRATEGY=SHARD_GRAD_OP%): sharding_strategy = '
-      .. '"SHARD_GRAD_OP" shards the model', run("ACCEL_LUA_USE_FSDP=true ACCEL_LUA_FSDP_SHARDING_STRATEGY=SHARD_GRAD_OP"))
+    assert.are.equal("no 1 2 FSDP", run("ACCEL_LUA_USE_FSDP=true ACCEL_LUA_FSDP_SHARDING_STRATEGY=SHARD_GRAD_OP"))
     assert.matches("ACCEL_LUA_FSDP_OFFLOAD_PARAMS=true%): cpu_offload = true is not supported",
       run("ACCEL_LUA_USE_FSDP=true ACCEL_LUA_FSDP_SHARDING_STRATEGY=NO_SHARD ACCEL_LUA_FSDP_OFFLOAD_PARAMS=true"))
-    assert.matches("sharding_strategy = \"FULL_SHARD\" shards the model", run("ACCELERATE_USE_FSDP=true"))
-    assert.are.equal("no 1 0 NO", run("ACCEL_LUA_USE_FSDP=true ACCEL_LUA_FSDP_SHARDING_STRATEGY=NO_SHARD "
+    assert.are.equal("no 1 3 FSDP", run("ACCELERATE_USE_FSDP=true"))
+    assert.are.equal("no 1 0 FSDP", run("ACCEL_LUA_USE_FSDP=true ACCEL_LUA_FSDP_SHARDING_STRATEGY=NO_SHARD "
       .. "ACCEL_LUA_FSDP_STATE_DICT_TYPE=FULL_STATE_DICT ACCEL_LUA_FSDP_BACKWARD_PREFETCH=BACKWARD_PRE"))
+    -- every setting launch exports for --use_fsdp / --use_deepspeed is read (launch's defaults here)
+    assert.are.equal("no 1 3 FSDP", run("ACCEL_LUA_USE_FSDP=true ACCEL_LUA_FSDP_VERSION=1 "
+      .. "ACCEL_LUA_FSDP_SHARDING_STRATEGY=FULL_SHARD ACCEL_LUA_FSDP_OFFLOAD_PARAMS=false "
+      .. "ACCEL_LUA_FSDP_AUTO_WRAP_POLICY=NO_WRAP ACCEL_LUA_FSDP_BACKWARD_PREFETCH=BACKWARD_PRE "
+      .. "ACCEL_LUA_FSDP_STATE_DICT_TYPE=SHARDED_STATE_DICT ACCEL_LUA_FSDP_RESHARD_AFTER_FORWARD=true "
+      .. "ACCEL_LUA_FSDP_FORWARD_PREFETCH=false ACCEL_LUA_FSDP_USE_ORIG_PARAMS=true "
+      .. "ACCEL_LUA_FSDP_CPU_RAM_EFFICIENT_LOADING=true ACCEL_LUA_FSDP_SYNC_MODULE_STATES=true "
+      .. "ACCEL_LUA_FSDP_ACTIVATION_CHECKPOINTING=false"))
+    assert.are.equal("no 1 2 FSDP", run("ACCEL_LUA_USE_FSDP=true ACCEL_LUA_FSDP_VERSION=2 "
+      .. "ACCEL_LUA_FSDP_RESHARD_AFTER_FORWARD=false"))
+    assert.matches("ACCEL_LUA_FSDP_ACTIVATION_CHECKPOINTING=true%): activation_checkpointing = true runs each wrap "
+      .. "unit under checkpoint, and auto_wrap_policy = \"no_wrap\"", run("ACCEL_LUA_USE_FSDP=true "
+      .. "ACCEL_LUA_FSDP_AUTO_WRAP_POLICY=NO_WRAP ACCEL_LUA_FSDP_ACTIVATION_CHECKPOINTING=true"))
+    assert.are.equal("no 1 2 DEEPSPEED", run("ACCEL_LUA_USE_DEEPSPEED=true ACCEL_LUA_ZERO_STAGE=2 "
+      .. "ACCEL_LUA_OFFLOAD_OPTIMIZER_DEVICE=none ACCEL_LUA_OFFLOAD_PARAM_DEVICE=none ACCEL_LUA_ZERO3_INIT_FLAG=false "
+      .. "ACCEL_LUA_ZERO3_SAVE_16BIT_MODEL=false"))
+    assert.matches("ACCEL_LUA_DEEPSPEED_MOE_LAYER_CLS_NAMES=MoE%): transformer_moe_cls_names = \"MoE\" is not "
+      .. "supported: there are no mixture%-of%-experts layers", run("ACCEL_LUA_USE_DEEPSPEED=true "
+      .. "ACCEL_LUA_DEEPSPEED_MOE_LAYER_CLS_NAMES=MoE"))
+    assert.matches("ACCEL_LUA_OFFLOAD_PARAM_NVME_PATH=/nvme%): offload_param_nvme_path = \"/nvme\" is not supported",
+      run("ACCEL_LUA_USE_DEEPSPEED=true ACCEL_LUA_OFFLOAD_PARAM_NVME_PATH=/nvme"))
+    -- a DeepSpeed config file: launch's default ZERO_STAGE=2 does not override the file's stage
+    local dir = tmpdir()
+    local fh = assert(io.open(dir .. "/ds3.json", "w"))
+    fh:write('{"zero_optimization": {"stage": 3}}')
+    fh:close()
+    assert.are.equal("no 1 3 DEEPSPEED", run("ACCEL_LUA_USE_DEEPSPEED=true ACCEL_LUA_ZERO_STAGE=2 "
+      .. "ACCEL_LUA_DEEPSPEED_CONFIG_FILE=" .. dir .. "/ds3.json"))
+    assert.matches("ACCEL_LUA_ZERO_STAGE = 1 disagrees with .*ds3.json's zero_optimization.stage = 3",
+      run("ACCEL_LUA_USE_DEEPSPEED=true ACCEL_LUA_ZERO_STAGE=1 ACCEL_LUA_DEEPSPEED_CONFIG_FILE=" .. dir .. "/ds3.json"))
+    os.execute("rm -rf '" .. dir .. "'")
   end)
 
   it("takes a ProjectConfiguration or a plain table", function()

@@ -82,6 +82,16 @@ for stage = 1, 3 do
       :format(at, stage), run, ok_run(run, 1), {d <= 1e-6, ("parameters differ by %g relative (%s)"):format(d, where)})
   end
 end
+do -- through the Accelerator: prepare with a DeepSpeedPlugin builds the engine, save_state / load_state use it
+  local ck = path("ck_plugin")
+  local first = launch(2, "shard_resume.lua", path("plugin_first.st"), "stage=2", "steps=7", "save=" .. ck, "via=plugin")
+  local out = path("plugin_res.st")
+  local run = launch(3, "shard_resume.lua", out, "stage=3", "steps=5", "load=" .. ck, "via=plugin")
+  local d, where = max_rel(out, path("ref.st"))
+  check("Accelerator with DeepSpeedPlugin: saved mid-epoch at stage 2 on 2 ranks, loaded at stage 3 on 3 ranks, "
+    .. "12 steps == unbroken (1e-6)", run, {first.code == 0, "the saving run failed: " .. first.err:sub(-400)},
+    ok_run(run, 3), {d <= 1e-6, ("parameters differ by %g relative (%s)"):format(d, where)})
+end
 resume("3 -> 1", 3, 2, 7, 1, 1)
 resume("1 -> 2", 1, 3, 7, 2, 2)
 resume("unsharded -> sharded", 1, 0, 7, 2, 3)

@@ -43,12 +43,21 @@
 --    return the unscaled norm; unscale_gradients there is a no-op.
 --    (Accelerate unscales there, and PyTorch then refuses the second
 --    unscale_ of the window.)
---  * Sharding: until the sharding engine exists, zero_stage 1-3, the
---    sharding FSDP strategies, offloading and the FSDP / DeepSpeed options
---    only a sharding engine could honour raise one error naming the option
---    (or the launch setting); DeepSpeed stage 0 and FSDP NO_SHARD run as
---    plain data parallel, and distributed_type says what runs ("NO" /
---    "MULTI_CPU"; Accelerate would say "DEEPSPEED" / "FSDP" there).
+--  * Sharding (docs/sharding-accelerator.md): a DeepSpeedPlugin with
+--    zero_stage 1-3 (also zero_stage = S, and launch's --use_deepspeed) or
+--    an FSDP plugin with a sharded strategy makes prepare(model, optimizer)
+--    build one accel.shard.Engine (the mapping: accel.shard_plan); the
+--    model and its optimizer must be given to the same prepare call. The
+--    engine's optimizer step / zero_grad run behind the prepared optimizer;
+--    backward finalizes the engine's reduction, accumulate switches its
+--    sync, clip_grad_norm_ and the fp16 GradScaler's unscale go through it
+--    (found_inf agreed by every rank), clip_grad_value_ is refused at
+--    stages 2-3 (no .grad), get_state_dict under stage 3 gathers the full
+--    weights; free_memory closes the engines; accelerator.shard_engine /
+--    shard_engine_of(model) give the open engine. Stage 0 and NO_SHARD run
+--    as DDP. distributed_type is "DEEPSPEED" / "FSDP" whenever such a
+--    plugin is given (also at stage 0 / NO_SHARD, as Accelerate), and
+--    accelerator.state prints the stage.
 --  * kwargs_handlers: DistributedDataParallelKwargs, InitProcessGroupKwargs
 --    (timeout in seconds, a number), GradScalerKwargs, AutocastKwargs,
 --    FP8RecipeKwargs (the fp8 recipe, with mixed_precision = "fp8"), each
@@ -118,6 +127,7 @@ local prepared = require("accel.prepared")
 local amp = require("accel.amp")
 local checkpoint = require("accel.checkpoint")
 local plugins = require("accel.plugins")
+local shard_plan = require("accel.shard_plan")
 local json = require("accel.json")
 local ddp = require("accel.ddp")
 local join = require("accel.join")
@@ -183,9 +193,12 @@ end
 
 -- the process fields, read from the PartialState
 for _, k in ipairs({"device", "process_index", "local_process_index", "num_processes", "is_main_process",
-                    "is_local_main_process", "is_last_process", "distributed_type", "use_distributed"}) do
+                    "is_local_main_process", "is_last_process", "use_distributed"}) do
   props[k] = function(a) return a.state[k] end
 end
+-- "DEEPSPEED" / "FSDP" whenever a sharding plugin is given (also stage 0 /
+-- NO_SHARD, which run as DDP: Accelerate's values), else the process state's.
+function props.distributed_type(a) return a._distributed_type or a.state:_process_type() end
 function props.sync_gradients(a) return a.gradient_state.sync_gradients end
 function props.gradient_accumulation_steps(a) return a.gradient_state.num_steps end
 function props.step(a) return a.gradient_state.step end
@@ -198,7 +211,15 @@ function props.save_iteration(a) return a.project_configuration.iteration end
 -- Accelerate's: true for several accelerator devices (MULTI_GPU), not MULTI_CPU.
 function props.multi_device(a) return a.state.distributed_type == "MULTI_GPU" end
 function props.should_save_model(a) return a.state.is_local_main_process end
-function props.is_fsdp2(_) return false end
+function props.is_fsdp2(a) return a.fsdp_plugin ~= nil and a.fsdp_plugin.fsdp_version == 2 end
+
+-- The open sharding engine (accel.shard.Engine) of the model prepared last
+-- under a sharding plugin, or nil; shard_engine_of(model | optimizer)
+-- finds the one of a given model.
+function props.shard_engine(a)
+  local e = a._engines[#a._engines]
+  return e and e.engine or nil
+end
 
 function props.optimizer_step_was_skipped(a)
   for _, opt in ipairs(a._optimizers) do
@@ -243,7 +264,7 @@ local function from_settings(map)
   for _, e in ipairs(map) do
     local v, var = setting(e[2])
     if v ~= nil then
-      o[e[1]] = e[3] and e[3](v) or v
+      if e[3] then o[e[1]] = e[3](v) else o[e[1]] = v end -- a conversion may give false
       named[#named + 1] = var .. "=" .. v
     end
   end
@@ -251,26 +272,79 @@ local function from_settings(map)
 end
 
 local function flag(v) return v == "true" end
+local function reshard(v)
+  if v == "true" or v == "false" then return v == "true" end
+  return v
+end
+
+-- Every DeepSpeed / FSDP launch setting (host/settings.c, docs/launch.md)
+-- -> {plugin option, setting name, conversion, launch's default}.
+local DS_SETTINGS = {{"zero_stage", "ZERO_STAGE", tonumber, "2"},
+  {"offload_optimizer_device", "OFFLOAD_OPTIMIZER_DEVICE", nil, "none"},
+  {"offload_param_device", "OFFLOAD_PARAM_DEVICE", nil, "none"},
+  {"offload_optimizer_nvme_path", "OFFLOAD_OPTIMIZER_NVME_PATH"}, {"offload_param_nvme_path", "OFFLOAD_PARAM_NVME_PATH"},
+  {"gradient_clipping", "GRADIENT_CLIPPING", tonumber}, {"zero3_init_flag", "ZERO3_INIT_FLAG", flag, "false"},
+  {"zero3_save_16bit_model", "ZERO3_SAVE_16BIT_MODEL", flag, "false"},
+  {"transformer_moe_cls_names", "DEEPSPEED_MOE_LAYER_CLS_NAMES"}, {"hf_ds_config", "DEEPSPEED_CONFIG_FILE"}}
+local FSDP_SETTINGS = {{"fsdp_version", "FSDP_VERSION", tonumber}, {"sharding_strategy", "FSDP_SHARDING_STRATEGY"},
+  {"cpu_offload", "FSDP_OFFLOAD_PARAMS", flag}, {"auto_wrap_policy", "FSDP_AUTO_WRAP_POLICY"},
+  {"min_num_params", "FSDP_MIN_NUM_PARAMS", tonumber},
+  {"transformer_cls_names_to_wrap", "FSDP_TRANSFORMER_LAYER_CLS_TO_WRAP"},
+  {"backward_prefetch", "FSDP_BACKWARD_PREFETCH"}, {"state_dict_type", "FSDP_STATE_DICT_TYPE"},
+  {"reshard_after_forward", "FSDP_RESHARD_AFTER_FORWARD", reshard}, {"forward_prefetch", "FSDP_FORWARD_PREFETCH", flag},
+  {"use_orig_params", "FSDP_USE_ORIG_PARAMS", flag},
+  {"cpu_ram_efficient_loading", "FSDP_CPU_RAM_EFFICIENT_LOADING", flag},
+  {"sync_module_states", "FSDP_SYNC_MODULE_STATES", flag},
+  {"activation_checkpointing", "FSDP_ACTIVATION_CHECKPOINTING", flag}}
+M.LAUNCH_SETTINGS = {deepspeed = DS_SETTINGS, fsdp = FSDP_SETTINGS}
+
+-- With a DeepSpeed config file, a setting at launch's default value does
+-- not override a key the file sets (launch always exports the defaults);
+-- another value that disagrees with the file is an error.
+local DS_FILE_KEYS = {zero_stage = {"zero_optimization", "stage"},
+  offload_optimizer_device = {"zero_optimization", "offload_optimizer", "device"},
+  offload_param_device = {"zero_optimization", "offload_param", "device"}, gradient_clipping = {"gradient_clipping"}}
+
+local function file_value(cfg, path)
+  local t = cfg
+  for _, k in ipairs(path) do
+    if type(t) ~= "table" then return nil end
+    t = t[k]
+  end
+  return t
+end
+
+local function merge_ds_file(o, named)
+  local cfg = plugins.DeepSpeedPlugin({hf_ds_config = o.hf_ds_config}, "DeepSpeedPlugin from " .. named).ds_config
+  for _, e in ipairs(DS_SETTINGS) do
+    local path, v = DS_FILE_KEYS[e[1]], o[e[1]]
+    local in_file = path and file_value(cfg, path)
+    if in_file ~= nil and v ~= nil and in_file ~= "auto" and in_file ~= v then
+      local raw, var = setting(e[2])
+      if raw == e[4] then
+        o[e[1]] = nil -- launch's default: the file wins
+      else
+        raise("DeepSpeedPlugin from %s: %s = %s disagrees with %s's %s = %s", named, var, raw, o.hf_ds_config,
+          table.concat(path, "."), tostring(in_file))
+      end
+    end
+  end
+  return o
+end
 
 -- The sharding plugin launch asked for (when the script passes none):
 -- its key, its options and the name its errors use.
 local function plugin_from_settings()
   local use_ds, ds_var = setting("USE_DEEPSPEED")
   if use_ds == "true" then
-    local o, named = from_settings({{"zero_stage", "ZERO_STAGE", tonumber},
-      {"offload_optimizer_device", "OFFLOAD_OPTIMIZER_DEVICE"}, {"offload_param_device", "OFFLOAD_PARAM_DEVICE"},
-      {"gradient_clipping", "GRADIENT_CLIPPING", tonumber}, {"zero3_init_flag", "ZERO3_INIT_FLAG", flag},
-      {"hf_ds_config", "DEEPSPEED_CONFIG_FILE"}})
-    return "deepspeed_plugin", o, ("DeepSpeedPlugin from accel-lua launch's settings (%s=true%s)"):format(ds_var,
-      named ~= "" and ", " .. named or "")
+    local o, named = from_settings(DS_SETTINGS)
+    local what = ("accel-lua launch's settings (%s=true%s)"):format(ds_var, named ~= "" and ", " .. named or "")
+    if o.hf_ds_config then o = merge_ds_file(o, what) end
+    return "deepspeed_plugin", o, "DeepSpeedPlugin from " .. what
   end
   local use_fsdp, fsdp_var = setting("USE_FSDP")
   if use_fsdp == "true" then
-    local o, named = from_settings({{"sharding_strategy", "FSDP_SHARDING_STRATEGY"},
-      {"cpu_offload", "FSDP_OFFLOAD_PARAMS", flag}, {"auto_wrap_policy", "FSDP_AUTO_WRAP_POLICY"},
-      {"min_num_params", "FSDP_MIN_NUM_PARAMS", tonumber},
-      {"transformer_cls_names_to_wrap", "FSDP_TRANSFORMER_LAYER_CLS_TO_WRAP"},
-      {"backward_prefetch", "FSDP_BACKWARD_PREFETCH"}, {"state_dict_type", "FSDP_STATE_DICT_TYPE"}})
+    local o, named = from_settings(FSDP_SETTINGS)
     return "fsdp_plugin", o, ("FullyShardedDataParallelPlugin from accel-lua launch's settings (%s=true%s)"):format(
       fsdp_var, named ~= "" and ", " .. named or "")
   end
@@ -297,8 +371,9 @@ local function resolve_accumulation(o, ds)
   return math.floor(k)
 end
 
--- The ZeRO stage of the options and plugins (they must agree); until the
--- sharding engine exists only stage 0 passes (see accel.plugins).
+-- The ZeRO stage of the options and plugins (they must agree) and the
+-- engine plan (accel.shard_plan; nil for stage 0 / NO_SHARD, which run as
+-- DDP). zero_stage = S >= 1 without a plugin is DeepSpeedPlugin{zero_stage = S}.
 local function resolve_sharding(self, o)
   local ds_what, fsdp_what = nil, nil
   if o.deepspeed_plugin == nil and o.fsdp_plugin == nil and o.zero_stage == nil then
@@ -313,21 +388,24 @@ local function resolve_sharding(self, o)
   if o.deepspeed_plugin and o.fsdp_plugin then
     raise("Accelerator: give either deepspeed_plugin or fsdp_plugin, not both")
   end
-  local ds = o.deepspeed_plugin and plugins.DeepSpeedPlugin(o.deepspeed_plugin, ds_what)
+  if o.zero_stage ~= nil then plugins.check_stage("Accelerator", o.zero_stage) end
+  local ds_opts = o.deepspeed_plugin
+  if ds_opts == nil and o.fsdp_plugin == nil and o.zero_stage ~= nil and o.zero_stage ~= 0 then
+    ds_opts, ds_what = {zero_stage = o.zero_stage}, ("Accelerator (zero_stage = %d)"):format(o.zero_stage)
+  end
+  local ds = ds_opts and plugins.DeepSpeedPlugin(ds_opts, ds_what)
   local fsdp = o.fsdp_plugin and plugins.FullyShardedDataParallelPlugin(o.fsdp_plugin, fsdp_what)
   local stage = (ds or fsdp) and (ds or fsdp).zero_stage or 0
-  if o.zero_stage ~= nil then
-    plugins.check_stage("Accelerator", o.zero_stage)
-    if (ds or fsdp) and o.zero_stage ~= stage then
-      raise("Accelerator: zero_stage = %d disagrees with the plugin's stage %d", o.zero_stage, stage)
-    end
-    if o.zero_stage ~= 0 then
-      raise("Accelerator: zero_stage = %d shards the training state, and sharding is not implemented yet (a later "
-        .. "release adds the sharding engine); use zero_stage = 0 (plain data parallel)", o.zero_stage)
-    end
-    stage = o.zero_stage
+  if o.zero_stage ~= nil and o.zero_stage ~= stage then
+    raise("Accelerator: zero_stage = %d disagrees with the plugin's stage %d", o.zero_stage, stage)
   end
-  self.deepspeed_plugin, self.fsdp_plugin, self.zero_stage = ds, fsdp, stage
+  local plan = shard_plan.plan(ds, fsdp, self.state, fsdp_what)
+  rawset(self, "deepspeed_plugin", ds)
+  rawset(self, "fsdp_plugin", fsdp)
+  rawset(self, "zero_stage", stage)
+  rawset(self, "_shard_plan", plan)
+  rawset(self, "_distributed_type", ds and "DEEPSPEED" or fsdp and "FSDP" or nil)
+  rawset(self, "sharding", shard_plan.describe(plan, ds, fsdp))
   if ds and #ds.ignored_keys > 0 and self.state.is_main_process then
     io.stderr:write(("DeepSpeedPlugin: ds_config keys with no meaning here were ignored: %s\n"):format(
       table.concat(ds.ignored_keys, ", ")))
@@ -413,8 +491,45 @@ local function resolve_dataloader_config(o)
   return plugins.DataLoaderConfiguration(merged)
 end
 
--- The fp16 GradScaler (GradScalerKwargs feed it; enabled = false: none).
-local function make_scaler(self, kw)
+-- The DeepSpeed config's "auto" values, filled from the Accelerator as
+-- Accelerate does: gradient_accumulation_steps, gradient_clipping (the
+-- plugin's, else 1.0, Accelerate's value), bf16 / fp16 from
+-- mixed_precision; then DeepSpeed's batch rule where all three are known.
+local function resolve_ds_autos(self, ds, k)
+  if ds.auto.gradient_clipping and ds.gradient_clipping == nil then ds.gradient_clipping = 1.0 end
+  shard_plan.fill_auto(ds, {gradient_accumulation_steps = k, gradient_clipping = ds.gradient_clipping,
+    bf16 = self.mixed_precision == "bf16", fp16 = self.mixed_precision == "fp16"})
+  if type(ds.gradient_accumulation_steps) == "number" and ds.gradient_accumulation_steps ~= k then
+    raise("Accelerator: the DeepSpeed config's gradient_accumulation_steps = %s disagrees with "
+      .. "gradient_accumulation_steps = %d", tostring(ds.gradient_accumulation_steps), k)
+  end
+  shard_plan.check_config_batch(ds, k, self.num_processes)
+end
+
+-- GradScalerKwargs' fields, with the DeepSpeed config's fp16 loss-scale
+-- keys (initial_scale_power -> init_scale = 2^power, loss_scale_window ->
+-- growth_interval) where the handler does not give them; both given and
+-- different is an error.
+local function scaler_fields(kw, ds)
+  local f = {init_scale = kw.init_scale, growth_factor = kw.growth_factor, backoff_factor = kw.backoff_factor,
+    growth_interval = kw.growth_interval}
+  if not ds then return f end
+  local from_ds = {init_scale = ds.initial_scale_power and 2 ^ ds.initial_scale_power,
+    growth_interval = ds.loss_scale_window}
+  local ds_key = {init_scale = "fp16.initial_scale_power", growth_interval = "fp16.loss_scale_window"}
+  for k, v in pairs(from_ds) do
+    if plugins.was_given(kw, k) and kw[k] ~= v then
+      raise("Accelerator: GradScalerKwargs %s = %s disagrees with the DeepSpeed config's %s (%s)", k, tostring(kw[k]),
+        ds_key[k], tostring(v))
+    end
+    f[k] = v
+  end
+  return f
+end
+
+-- The fp16 GradScaler (GradScalerKwargs and the DeepSpeed config's fp16
+-- keys feed it; enabled = false: none).
+local function make_scaler(self, kw, ds)
   if self.mixed_precision ~= "fp16" then
     if kw and self.is_main_process then
       io.stderr:write(("Accelerator: GradScalerKwargs has no effect with mixed_precision = \"%s\" (only fp16 scales "
@@ -425,8 +540,9 @@ local function make_scaler(self, kw)
   kw = kw or plugins.GradScalerKwargs()
   if not kw.enabled then return nil end
   local comm = self.state.comm
-  return amp.GradScaler({init_scale = kw.init_scale, growth_factor = kw.growth_factor,
-    backoff_factor = kw.backoff_factor, growth_interval = kw.growth_interval,
+  local f = scaler_fields(kw, ds)
+  return amp.GradScaler({init_scale = f.init_scale, growth_factor = f.growth_factor,
+    backoff_factor = f.backoff_factor, growth_interval = f.growth_interval,
     agree = function(found) return comm:all_reduce(accel.tensor({found and 1 or 0}), "max"):item() > 0 end})
 end
 
@@ -449,7 +565,8 @@ local function new_accelerator(_, o)
   local gap = resolve_accumulation_plugin(o, ds)
   rawset(self, "gradient_accumulation_plugin", gap)
   rawset(self, "gradient_state", state.GradientState(gap.num_steps, gap))
-  rawset(self, "scaler", make_scaler(self, handlers.scaler_handler))
+  if ds then resolve_ds_autos(self, ds, gap.num_steps) end
+  rawset(self, "scaler", make_scaler(self, handlers.scaler_handler, ds))
   local autocast_on = handlers.autocast_handler == nil or handlers.autocast_handler.enabled
   rawset(self, "autocast_dtype", autocast_on and amp.dtype_of(self.mixed_precision) or nil)
   local pc = plugins.ProjectConfiguration(o.project_config)
@@ -479,7 +596,10 @@ local function new_accelerator(_, o)
   rawset(self, "_load_state_pre_hooks", {})
   rawset(self, "_grad_sync", setmetatable({}, {__mode = "k"}))
   rawset(self, "_reducers", {}) -- {model = m, reducer = r}, one per prepared model on N processes
+  rawset(self, "_engines", {}) -- {model = m, optimizer = o, engine = e}, one per model prepared under a sharding plan
   rawset(self, "flag", 0)
+  self.state:_set_accelerator_info({distributed_type = self._distributed_type, mixed_precision = self.mixed_precision,
+    sharding = self.sharding})
   if handlers.init_handler and handlers.init_handler.timeout then -- last: a refused Accelerator changes nothing
     require("accel.dist").set_timeout(handlers.init_handler.timeout)
   end
@@ -538,6 +658,9 @@ end
 local function is_table(x) return type(x) == "table" end
 local function has_fn(x, k) return type(x[k]) == "function" end
 
+local prepare_sharded, wrap_optimizer -- defined below
+local shard = function() return require("accel.shard") end
+
 local function kind_of(x)
   if not is_table(x) then return nil end
   if prepared.is_optimizer(x) then return "optimizer" end
@@ -557,14 +680,63 @@ local function contains(list, x)
   return false
 end
 
+-- The engine of x (a model, an optimizer, prepared or not, or a parameter)
+-- among this Accelerator's, or nil.
+local function engine_of(self, x)
+  if prepared.is_optimizer(x) then x = x.optimizer end
+  for _, e in ipairs(self._engines) do
+    if rawequal(e.model, x) or rawequal(e.optimizer, x) then return e.engine end
+  end
+  if accel.is_tensor(x) then
+    local eng = shard().engine_of(x)
+    for _, e in ipairs(self._engines) do
+      if e.engine == eng then return eng end
+    end
+  end
+  return nil
+end
+
+function Accelerator:shard_engine_of(x) return engine_of(self, x) end
+
+-- Under a sharding plan: the model and its optimizer of this prepare call
+-- become one accel.shard.Engine (both must be given together, as
+-- Accelerate requires for DeepSpeed); their prepared forms go into out.
+-- A model without trainable parameters (evaluation) is prepared as usual.
+prepare_sharded = function(self, args, out)
+  local models, opts = {}, {}
+  for i = 1, args.n do
+    local k, x = kind_of(args[i]), args[i]
+    if k == "model" and not contains(self._models, x) and #ddp.trainable(x) > 0 then models[#models + 1] = i end
+    if k == "optimizer" and not prepared.is_optimizer(x) then opts[#opts + 1] = i end
+  end
+  if #models == 0 and #opts == 0 then return end
+  if #models ~= 1 or #opts ~= 1 then
+    raise("prepare: under %s (%s) give the model and its optimizer to the same prepare call, one of each, as "
+      .. "Accelerate requires for DeepSpeed: the sharding engine is built from both (got %d model(s) with trainable "
+      .. "parameters and %d optimizer(s))", self.distributed_type, self.sharding, #models, #opts)
+  end
+  local model, opt = args[models[1]], args[opts[1]]
+  self._models[#self._models + 1] = model
+  if self.device_placement and tostring(self.device) ~= "cpu" then model:to(self.device) end
+  local plan = self._shard_plan
+  if plan.sync then ddp.broadcast_model(model, 0, self.ddp_kwargs.broadcast_buffers) end
+  local eng = shard_plan.build(plan, model, opt)
+  eng:set_sync(self._grad_sync[model] ~= false)
+  self._engines[#self._engines + 1] = {model = model, optimizer = opt, engine = eng}
+  out[models[1]] = amp.patch_forward(model, self.autocast_dtype)
+  out[opts[1]] = wrap_optimizer(self, opt)
+end
+
 -- prepare(...): every argument wrapped for training, returned in order;
 -- schedulers after the optimizers they drive. Anything else comes back as is.
 function Accelerator:prepare(...)
   local args = table.pack(...)
   local out = {}
+  if self._shard_plan then prepare_sharded(self, args, out) end
   for i = 1, args.n do
     local k = kind_of(args[i])
-    if k == "model" then out[i] = self:prepare_model(args[i])
+    if out[i] ~= nil then -- prepared above (the sharded model and its optimizer)
+    elseif k == "model" then out[i] = self:prepare_model(args[i])
     elseif k == "optimizer" then out[i] = self:prepare_optimizer(args[i])
     elseif k == "loader" then out[i] = self:prepare_data_loader(args[i])
     elseif k ~= "scheduler" then out[i] = args[i] end
@@ -590,6 +762,10 @@ local PREPARE_MODEL_OPTIONS = plugins.register("prepare_model", {device_placemen
 function Accelerator:prepare_model(model, o)
   if kind_of(model) ~= "model" then raise("prepare_model: expected an nn.Module, got %s", type(model)) end
   plugins.check_options("prepare_model", o, PREPARE_MODEL_OPTIONS)
+  if self._shard_plan and not contains(self._models, model) and #ddp.trainable(model) > 0 then
+    raise("prepare_model: under %s (%s) the model is prepared together with its optimizer: use "
+      .. "accelerator:prepare(model, optimizer)", self.distributed_type, self.sharding)
+  end
   if not contains(self._models, model) then self._models[#self._models + 1] = model end
   local place = self.device_placement and not (o and o.device_placement == false)
   if place and tostring(self.device) ~= "cpu" then model:to(self.device) end
@@ -610,25 +786,42 @@ end
 -- backward has run (a no-op otherwise, and on one process).
 function Accelerator:_finish_grad_sync()
   for _, e in ipairs(self._reducers) do e.reducer:finalize() end
+  for _, e in ipairs(self._engines) do e.engine:finalize() end
 end
 
-function Accelerator:prepare_optimizer(optimizer)
-  if prepared.is_optimizer(optimizer) then return optimizer end
-  if kind_of(optimizer) ~= "optimizer" then raise("prepare_optimizer: expected an optimizer, got %s", type(optimizer)) end
+-- The AcceleratedOptimizer of optimizer; before every real step the
+-- gradient reduction completes and DeepSpeed's gradient_clipping clips
+-- (through the sharding engine when one holds the optimizer).
+wrap_optimizer = function(self, optimizer)
   local clip = self.deepspeed_plugin and self.deepspeed_plugin.gradient_clipping
   local wrapped = prepared.wrap_optimizer(optimizer, self.gradient_state, self.scaler, function()
     self:_finish_grad_sync()
     if clip then -- DeepSpeed's gradient_clipping: the engine clips before every step
       if self.scaler then self.scaler:unscale_(optimizer) end
-      local params = {}
-      for _, g in ipairs(optimizer.param_groups) do
-        for _, p in ipairs(g.params) do params[#params + 1] = p end
+      local eng = engine_of(self, optimizer)
+      if eng then
+        eng:clip_grad_norm_(clip)
+      else
+        local params = {}
+        for _, g in ipairs(optimizer.param_groups) do
+          for _, p in ipairs(g.params) do params[#params + 1] = p end
+        end
+        accel.nn.utils.clip_grad_norm_(params, clip)
       end
-      accel.nn.utils.clip_grad_norm_(params, clip)
     end
   end)
   self._optimizers[#self._optimizers + 1] = wrapped
   return wrapped
+end
+
+function Accelerator:prepare_optimizer(optimizer)
+  if prepared.is_optimizer(optimizer) then return optimizer end
+  if kind_of(optimizer) ~= "optimizer" then raise("prepare_optimizer: expected an optimizer, got %s", type(optimizer)) end
+  if self._shard_plan then
+    raise("prepare_optimizer: under %s (%s) the optimizer is prepared together with its model: use "
+      .. "accelerator:prepare(model, optimizer)", self.distributed_type, self.sharding)
+  end
+  return wrap_optimizer(self, optimizer)
 end
 
 function Accelerator:prepare_scheduler(scheduler)
@@ -660,6 +853,8 @@ function Accelerator:prepare_data_loader(loader)
   local base = loader:shard(self.process_index, self.num_processes,
     {even_batches = self.even_batches, split_batches = self.split_batches})
   local bs = type(loader.batch_size) == "number" and loader.batch_size or nil
+  shard_plan.check_batch(self.deepspeed_plugin, bs, {split_batches = self.split_batches,
+    num_processes = self.num_processes, accumulation = self.gradient_state.num_steps})
   local device = self.device_placement and self.device or nil
   if self.non_blocking and device ~= nil and tostring(device) ~= "cpu" then
     raise("prepare_data_loader: dataloader_config.non_blocking = true is not supported on %s: copies to the device "
@@ -715,6 +910,8 @@ function Accelerator:_set_grad_sync(model, on)
   self._grad_sync[model] = on
   local r = reducer_of(self, model)
   if r then r:set_sync(on) end
+  local eng = engine_of(self, model)
+  if eng then eng:set_sync(on) end
 end
 
 -- accumulate(model..., fn) or `local _ <close> = accelerator:accumulate(model...)`:
@@ -782,6 +979,8 @@ function Accelerator:unscale_gradients(optimizer)
   end
 end
 
+local sharded_engine -- defined below
+
 local function param_list(parameters, what)
   if accel.is_tensor(parameters) then return {parameters} end
   if is_table(parameters) and has_fn(parameters, "parameters") then return parameters:parameters() end
@@ -796,7 +995,21 @@ local function pending_scale(self)
   return 1
 end
 
+-- The engine holding any of params (they are clipped through it: the
+-- whole model, as DeepSpeed and FSDP clip), or nil.
+sharded_engine = function(self, params)
+  if #self._engines == 0 then return nil end
+  for _, p in ipairs(params) do
+    local eng = engine_of(self, p)
+    if eng then return eng end
+  end
+  return nil
+end
+
 -- clip_grad_norm_(parameters, max_norm, [norm_type | {norm_type=}]) -> total norm (0-dim tensor).
+-- Under a sharding engine: the norm of the whole model's gradients, from
+-- the shards, on the synchronising step; nil on other micro-steps (the
+-- gradient is not complete before it).
 -- On a synchronising step the gradients are unscaled first (fp16); on
 -- another micro-step they are clipped as they stand, with the threshold
 -- scaled by the loss scale they carry, so the result is what clipping the
@@ -805,6 +1018,11 @@ function Accelerator:clip_grad_norm_(parameters, max_norm, norm_type)
   local params = param_list(parameters, "clip_grad_norm_")
   self:unscale_gradients()
   local o = type(norm_type) == "table" and norm_type or {norm_type = norm_type or 2}
+  local eng = sharded_engine(self, params)
+  if eng then
+    if not self.gradient_state.sync_gradients then return nil end
+    return eng:clip_grad_norm_(max_norm, o.norm_type)
+  end
   local scale = pending_scale(self)
   if type(max_norm) ~= "number" or scale == 1 then return accel.nn.utils.clip_grad_norm_(params, max_norm, o) end
   return accel.nn.utils.clip_grad_norm_(params, max_norm * scale, o) / scale
@@ -812,6 +1030,12 @@ end
 
 function Accelerator:clip_grad_value_(parameters, clip_value)
   local params = param_list(parameters, "clip_grad_value_")
+  local eng = sharded_engine(self, params)
+  if eng and eng.stage >= 2 then
+    raise("clip_grad_value_: under %s (%s) the gradients are sharded and .grad is not kept (ZeRO stage %d), so they "
+      .. "cannot be clipped element by element; use accelerator:clip_grad_norm_ (Accelerate refuses "
+      .. "clip_grad_value_ under DeepSpeed and FSDP too)", self.distributed_type, self.sharding, eng.stage)
+  end
   self:unscale_gradients()
   local scale = pending_scale(self)
   if type(clip_value) ~= "number" then return accel.nn.utils.clip_grad_value_(params, clip_value) end
@@ -835,7 +1059,7 @@ function Accelerator:gather(data) return ops.gather(self.state.comm, data) end
 
 local function all_tensors(data)
   if accel.is_tensor(data) then return true end
-  if type(data) ~= "table" or getmetatable(data) ~= nil or next(data) == nil then return false end
+  if not util.is_container(data) or next(data) == nil then return false end
   for _, v in pairs(data) do
     if not all_tensors(v) then return false end
   end
@@ -925,7 +1149,17 @@ function Accelerator:gather_object(obj) return ops.gather_object(self.state.comm
 -- join_uneven_inputs(models, {even_batches =}, fn) -> fn's results: ranks
 -- that run out of batches shadow the others' gradient all-reduces with zeros
 -- (accel.join has the semantics: divide_by_initial_world_size = true).
-function Accelerator:join_uneven_inputs(models, o, fn) return join.join_uneven_inputs(self, models, o, fn) end
+-- Under a sharding engine only even batches are possible (its
+-- reduce-scatters and gathers cannot be shadowed by a rank without data).
+function Accelerator:join_uneven_inputs(models, o, fn)
+  local even = type(o) == "table" and not accel.is_tensor(o) and o.even_batches
+  if even == nil then even = self.even_batches end
+  if #self._engines > 0 and self.num_processes > 1 and not even then
+    raise("join_uneven_inputs: under %s (%s) uneven inputs cannot be joined: the sharding engine's collectives need "
+      .. "every process in every step; use even_batches = true", self.distributed_type, self.sharding)
+  end
+  return join.join_uneven_inputs(self, models, o, fn)
+end
 
 -- broadcast_object_list(list, from_process = 0): list's items replaced in
 -- place by process from_process's (JSON values); returns list.
@@ -953,7 +1187,9 @@ end
 -- releases the caller's references too (Accelerate's idiom).
 function Accelerator:free_memory(...)
   for _, e in ipairs(self._reducers) do e.reducer:close() end
+  for _, e in ipairs(self._engines) do e.engine:close() end
   rawset(self, "_reducers", {})
+  rawset(self, "_engines", {})
   rawset(self, "_models", {})
   rawset(self, "_optimizers", {})
   rawset(self, "_schedulers", {})
@@ -1114,6 +1350,8 @@ end
 
 -- ---------------------------------------------------------------- files
 
+-- Under ZeRO stage 3 the full weights, gathered one tensor at a time
+-- (eng:full_state_dict(); collective: every process calls it).
 function Accelerator:get_state_dict(model)
   -- [sharded checkpoints] a model held by a sharding engine: its full weights, gathered one tensor at a time
   if shard_ckpt.engine_of(model) then return shard_ckpt.full_state_dict(model) end
@@ -1505,4 +1743,8 @@ function Accelerator:load_state(input_dir)
   return dir
 end
 
+
+-- A method called with "." instead of ":" raises at the caller's line.
+util.check_methods(Accelerator, "Accelerator")
+util.check_methods(HookHandle, "RemovableHandle")
 return M

@@ -129,10 +129,18 @@ local function finite(g)
 end
 
 -- Divide every gradient of opt's parameters by the scale, once per step.
+-- An optimizer held by a sharding engine (accel.shard) is unscaled through
+-- it: under ZeRO stages 2-3 .grad is nil and the gradients live in the
+-- engine's shards; its found_inf is already agreed by every rank.
 function GradScaler:unscale_(opt)
   local st = opt_state(self, opt)
   if st.unscaled then return end
   local inv = 1.0 / self.scale
+  local eng = package.loaded["accel.shard"] and package.loaded["accel.shard"].engine_of(opt)
+  if eng then
+    st.found_inf, st.unscaled = eng:unscale_(inv), true
+    return
+  end
   accel.no_grad(function()
     for _, group in ipairs(opt.param_groups) do
       for _, p in ipairs(group.params) do
@@ -188,4 +196,7 @@ function GradScaler:load_state_dict(s)
   self.growth_interval, self.growth_tracker = s.growth_interval, s._growth_tracker
 end
 
+
+-- A method called with "." instead of ":" raises at the caller's line.
+require("accel.util").check_methods(GradScaler, "GradScaler")
 return amp

@@ -11,14 +11,12 @@
 -- so tests can check that each key has an effect.
 --
 -- Both sharding plugins resolve to a ZeRO stage (0: none, 1: optimizer
--- state, 2: + gradients, 3: + parameters). The sharding engine does not
--- exist yet, so any value that would shard (stage 1-3, FULL_SHARD,
--- SHARD_GRAD_OP, HYBRID_SHARD) or offload (offload_*_device = "cpu",
--- cpu_offload = true), and any FSDP/DeepSpeed option whose non-default
--- value only a sharding engine could honour, raises one error naming the
--- option and saying that sharding is not implemented yet. What remains
--- (DeepSpeed stage 0, FSDP NO_SHARD) runs as plain data parallel, and
--- accelerator.distributed_type says so ("NO" / "MULTI_CPU").
+-- state, 2: + gradients, 3: + parameters); the Accelerator maps the
+-- plugin onto accel.shard.Engine's options (accel.shard_plan) and builds
+-- the engine in prepare. A value this build cannot honour (NVMe offload,
+-- offloading with a stage that shards nothing, LOCAL_STATE_DICT, ...)
+-- raises one error naming the option and the reason; the mapping of every
+-- option is in docs/sharding-accelerator.md.
 local json = require("accel.json")
 local raise = require("accel.nn.module").raise
 local read_file = require("accel.util").read_file
@@ -92,19 +90,20 @@ local function show(v) return type(v) == "string" and ('"' .. v .. '"') or tostr
 M.show = show
 
 -- Values this build can honour: limits[key] = {ok = function(v, o) -> bool,
--- why = text}. A given value outside them raises, naming the option.
+-- why = text | function(v, o) -> text}. A given value outside them raises, naming the option.
 local function check_limits(what, o, limits)
   local keys = {}
   for k in pairs(limits) do keys[#keys + 1] = k end
   table.sort(keys)
   for _, k in ipairs(keys) do
     local v, lim = o[k], limits[k]
-    if v ~= nil and not lim.ok(v, o) then raise("%s: %s = %s is not supported: %s", what, k, show(v), lim.why) end
+    if v ~= nil and not lim.ok(v, o) then
+      local why = type(lim.why) == "function" and lim.why(v, o) or lim.why
+      raise("%s: %s = %s is not supported: %s", what, k, show(v), why)
+    end
   end
 end
 M.check_limits = check_limits
-
-local NO_SHARDING = "sharding is not implemented yet (a later release adds the sharding engine)"
 
 -- A limit that accepts only the listed values.
 local function only(why, ...)
@@ -160,16 +159,26 @@ local DeepSpeedPlugin = {__name = "DeepSpeedPlugin"}
 DeepSpeedPlugin.__index = DeepSpeedPlugin
 M.DeepSpeedPlugin_class = DeepSpeedPlugin
 
--- ds_config keys that mean something here, by dotted path.
+-- ds_config keys that mean something here, by dotted path -> plugin field
+-- (docs/sharding-accelerator.md says what each does).
 local DS_KEYS = {
   ["zero_optimization.stage"] = "zero_stage",
   ["zero_optimization.offload_optimizer.device"] = "offload_optimizer_device",
   ["zero_optimization.offload_param.device"] = "offload_param_device",
+  ["zero_optimization.reduce_bucket_size"] = "reduce_bucket_size",
+  ["zero_optimization.allgather_bucket_size"] = "allgather_bucket_size",
+  ["zero_optimization.overlap_comm"] = "overlap_comm",
+  ["zero_optimization.stage3_prefetch_bucket_size"] = "stage3_prefetch_bucket_size",
   ["gradient_accumulation_steps"] = "gradient_accumulation_steps",
   ["gradient_clipping"] = "gradient_clipping",
+  ["train_micro_batch_size_per_gpu"] = "train_micro_batch_size_per_gpu",
+  ["train_batch_size"] = "train_batch_size",
   ["bf16.enabled"] = "bf16",
   ["fp16.enabled"] = "fp16",
+  ["fp16.initial_scale_power"] = "initial_scale_power",
+  ["fp16.loss_scale_window"] = "loss_scale_window",
 }
+M.DS_CONFIG_KEYS = DS_KEYS
 
 -- Dotted paths of every leaf of a ds_config table.
 local function leaves(t, prefix, out)
@@ -180,12 +189,12 @@ local function leaves(t, prefix, out)
   return out
 end
 
-local function read_ds_config(cfg)
+local function read_ds_config(cfg, what)
   if type(cfg) == "table" then return cfg end
   local text, err = read_file(cfg)
-  if not text then raise("DeepSpeedPlugin: cannot read hf_ds_config: %s", err) end
+  if not text then raise("%s: cannot read hf_ds_config: %s", what, err) end
   local ok, v = pcall(json.decode, text)
-  if not ok or type(v) ~= "table" then raise("DeepSpeedPlugin: hf_ds_config %s is not a JSON object (%s)", cfg, tostring(v)) end
+  if not ok or type(v) ~= "table" then raise("%s: hf_ds_config %s is not a JSON object (%s)", what, cfg, tostring(v)) end
   return v
 end
 
@@ -195,63 +204,120 @@ local function check_stage(what, s)
 end
 
 local DS_OPTIONS = M.register("DeepSpeedPlugin", {zero_stage = "number",
-  offload_optimizer_device = {"string", "none", "cpu"}, offload_param_device = {"string", "none", "cpu"},
+  offload_optimizer_device = {"string", "none", "cpu", "nvme"}, offload_param_device = {"string", "none", "cpu", "nvme"},
+  offload_optimizer_nvme_path = "string", offload_param_nvme_path = "string",
   gradient_accumulation_steps = "number", gradient_clipping = "number", hf_ds_config = "any",
-  zero3_init_flag = "boolean"})
+  zero3_init_flag = "boolean", zero3_save_16bit_model = "boolean", transformer_moe_cls_names = "string"})
+
+local function positive_number(v) return type(v) == "number" and v > 0 end
+local function positive_int(v) return positive_number(v) and v == math.floor(v) end
+local function is_auto(v) return v == "auto" end
+local function positive_or_auto(v) return is_auto(v) or positive_int(v) end
+local NVME = "NVMe offload (DeepSpeed's swap files) is not implemented; use \"cpu\""
+local function no_nvme_path(v) return v == "" or v == "none" end
 
 -- What a DeepSpeedPlugin can ask of this build (checked on the resolved
 -- values, also those that came from hf_ds_config).
 local DS_LIMITS = {
-  zero_stage = only("ZeRO stage 1-3 shards optimizer state / gradients / parameters, and " .. NO_SHARDING
-    .. '; use zero_stage = 0 (plain data parallel)', 0),
-  offload_optimizer_device = only('offloading to the CPU needs the sharding engine; ' .. NO_SHARDING, "none"),
-  offload_param_device = only('offloading to the CPU needs the sharding engine; ' .. NO_SHARDING, "none"),
-  zero3_init_flag = only("creating parameters sharded is ZeRO stage 3; " .. NO_SHARDING, false),
-  gradient_clipping = {why = "it must be a positive number", ok = function(v) return v > 0 end},
-  gradient_accumulation_steps = {why = "it must be a positive integer",
-    ok = function(v) return v >= 1 and v == math.floor(v) end},
+  offload_optimizer_device = {ok = function(v, o) return v == "none" or (v == "cpu" and o.zero_stage >= 1) end,
+    why = function(v, o)
+      return v == "nvme" and NVME or ("offloading the optimizer needs ZeRO stage 1, 2 or 3 (stage %d shards nothing)")
+        :format(o.zero_stage)
+    end},
+  offload_param_device = {ok = function(v, o) return v == "none" or (v == "cpu" and o.zero_stage == 3) end,
+    why = function(v, o)
+      return v == "nvme" and NVME or ("offloading parameters is ZeRO stage 3, where parameters are sharded (this is "
+        .. "stage %d)"):format(o.zero_stage)
+    end},
+  offload_optimizer_nvme_path = {why = NVME, ok = no_nvme_path},
+  offload_param_nvme_path = {why = NVME, ok = no_nvme_path},
+  zero3_init_flag = only("parameters are created in full by the model's constructor, before the Accelerator sees "
+    .. "them (prepare then shards them); there is no deepspeed.zero.Init", false),
+  transformer_moe_cls_names = {why = "there are no mixture-of-experts layers (DeepSpeed MoE) here",
+    ok = function(v) return v == "" end},
+  gradient_clipping = {why = "it must be a positive number (or \"auto\")",
+    ok = function(v) return is_auto(v) or positive_number(v) end},
+  gradient_accumulation_steps = {why = "it must be a positive integer (or \"auto\")", ok = positive_or_auto},
+  train_micro_batch_size_per_gpu = {why = "it must be a positive integer (or \"auto\")", ok = positive_or_auto},
+  train_batch_size = {why = "it must be a positive integer (or \"auto\")", ok = positive_or_auto},
+  reduce_bucket_size = {why = "it must be a positive number of elements (or \"auto\")",
+    ok = function(v) return is_auto(v) or positive_number(v) end},
+  allgather_bucket_size = {why = "it must be a positive number of elements, equal to reduce_bucket_size when both are "
+    .. "given: the engine reduces and gathers the same units", ok = function(v, o)
+      if is_auto(v) then return true end
+      if not positive_number(v) then return false end
+      return not positive_number(o.reduce_bucket_size) or o.reduce_bucket_size == v
+    end},
+  overlap_comm = {why = "the engine always starts the gradient reductions during backward (the results are the "
+    .. "same either way); give true or leave the key out", ok = function(v) return v == true or is_auto(v) end},
+  stage3_prefetch_bucket_size = {why = "it must be a number of elements >= 0 (0: no prefetch) or \"auto\"",
+    ok = function(v) return is_auto(v) or (type(v) == "number" and v >= 0) end},
+  initial_scale_power = {why = "it must be an integer >= 0 (the loss scale starts at 2^power)",
+    ok = function(v) return type(v) == "number" and v >= 0 and v == math.floor(v) end},
+  loss_scale_window = {why = "it must be a positive integer (steps without overflow before the scale grows)",
+    ok = positive_int},
 }
+
+-- ds_config -> plugin fields; the keys with no meaning here go to
+-- self.ignored_keys, "auto" values to self.auto[field] (the Accelerator
+-- fills them as Accelerate does).
+local function take_ds_config(self, cfg, what)
+  self.ds_config = read_ds_config(cfg, what)
+  for path, v in pairs(leaves(self.ds_config, "", {})) do
+    local field = DS_KEYS[path]
+    if field == nil then
+      self.ignored_keys[#self.ignored_keys + 1] = path
+    elseif v == "auto" then
+      self.auto[field] = true
+    else
+      self[field] = v
+    end
+  end
+  table.sort(self.ignored_keys)
+  for _, k in ipairs({"bf16", "fp16", "overlap_comm"}) do
+    if self[k] ~= nil and type(self[k]) ~= "boolean" then
+      raise("%s: ds_config %s must be true, false or \"auto\", got %s", what, k == "overlap_comm"
+        and "zero_optimization.overlap_comm" or k .. ".enabled", show(self[k]))
+    end
+  end
+end
 
 -- accel.DeepSpeedPlugin{zero_stage=2, offload_optimizer_device="none"|"cpu",
 --   offload_param_device=, gradient_accumulation_steps=, gradient_clipping=,
---   zero3_init_flag=false, hf_ds_config="ds_config.json" | table}. Options
--- given explicitly win over ds_config; ds_config keys without a meaning
--- here are listed in plugin.ignored_keys (the Accelerator reports them
--- once). Only zero_stage = 0 runs today (see the top of this file);
--- gradient_clipping clips the gradients' total norm before every
--- optimizer step, as DeepSpeed's engine does. what: the name errors use.
+--   zero3_init_flag=false, zero3_save_16bit_model=false, hf_ds_config="ds_config.json" | table}.
+-- Options given explicitly win over ds_config; ds_config keys without a
+-- meaning here are listed in plugin.ignored_keys (the Accelerator reports
+-- them once), "auto" values in plugin.auto. Stages 1-3 run on the sharding
+-- engine (accel.shard; the Accelerator builds it in prepare), stage 0 is
+-- plain data parallel. gradient_clipping clips the gradients' total norm
+-- before every optimizer step, as DeepSpeed's engine does. what: the name
+-- errors use.
 function M.DeepSpeedPlugin(o, what)
   if getmetatable(o) == DeepSpeedPlugin then return o end
   what = what or "DeepSpeedPlugin"
   check_options(what, o, DS_OPTIONS)
   o = o or {}
-  local self = setmetatable({ignored_keys = {}, ds_config = nil}, DeepSpeedPlugin)
+  local self = setmetatable({ignored_keys = {}, auto = {}, ds_config = nil}, DeepSpeedPlugin)
   if o.hf_ds_config ~= nil then
     if type(o.hf_ds_config) ~= "string" and type(o.hf_ds_config) ~= "table" then
       raise("%s: hf_ds_config must be a file path or a table, got %s", what, type(o.hf_ds_config))
     end
-    self.ds_config = read_ds_config(o.hf_ds_config)
-    for path, v in pairs(leaves(self.ds_config, "", {})) do
-      local field = DS_KEYS[path]
-      if field == nil then
-        self.ignored_keys[#self.ignored_keys + 1] = path
-      elseif v ~= "auto" then
-        self[field] = v
-      end
-    end
-    table.sort(self.ignored_keys)
+    take_ds_config(self, o.hf_ds_config, what)
   end
   for _, k in ipairs({"zero_stage", "offload_optimizer_device", "offload_param_device", "gradient_accumulation_steps",
-    "gradient_clipping", "zero3_init_flag"}) do
-    if o[k] ~= nil then self[k] = o[k] end
+    "gradient_clipping", "zero3_init_flag", "zero3_save_16bit_model", "offload_optimizer_nvme_path",
+    "offload_param_nvme_path", "transformer_moe_cls_names"}) do
+    if o[k] ~= nil then self[k], self.auto[k] = o[k], nil end
   end
+  if self.auto.zero_stage then self.zero_stage = nil end
   self.zero_stage = check_stage(what, self.zero_stage or 2)
   self.offload_optimizer_device = self.offload_optimizer_device or "none"
   self.offload_param_device = self.offload_param_device or "none"
   self.zero3_init_flag = self.zero3_init_flag == true
+  self.zero3_save_16bit_model = self.zero3_save_16bit_model == true
   for _, k in ipairs({"offload_optimizer_device", "offload_param_device"}) do
-    if self[k] ~= "none" and self[k] ~= "cpu" then
-      raise('%s: %s must be "none" or "cpu", got %s', what, k, tostring(self[k]))
+    if self[k] ~= "none" and self[k] ~= "cpu" and self[k] ~= "nvme" then
+      raise('%s: %s must be "none", "cpu" or "nvme", got %s', what, k, show(self[k]))
     end
   end
   check_limits(what, self, DS_LIMITS)
@@ -265,6 +331,7 @@ FSDPPlugin.__index = FSDPPlugin
 M.FullyShardedDataParallelPlugin_class = FSDPPlugin
 
 local STRATEGY_STAGE = {FULL_SHARD = 3, SHARD_GRAD_OP = 2, NO_SHARD = 0, HYBRID_SHARD = 3, HYBRID_SHARD_ZERO2 = 2}
+M.FSDP_STRATEGY_STAGE = STRATEGY_STAGE
 -- PyTorch's ShardingStrategy numbering
 local STRATEGY_BY_NUMBER = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"}
 
@@ -272,7 +339,8 @@ local FSDP_OPTIONS = M.register("FullyShardedDataParallelPlugin", {sharding_stra
   auto_wrap_policy = "any", cpu_offload = "boolean", min_num_params = "number", transformer_cls_names_to_wrap = "any",
   state_dict_type = "string", use_orig_params = "boolean", sync_module_states = "boolean",
   backward_prefetch = "string", forward_prefetch = "boolean", limit_all_gathers = "boolean",
-  activation_checkpointing = "boolean"})
+  activation_checkpointing = "boolean", fsdp_version = "number", reshard_after_forward = "any",
+  cpu_ram_efficient_loading = "boolean"})
 
 -- Accelerate's spellings of the string options (either case).
 local FSDP_CHOICES = {auto_wrap_policy = {"transformer_based_wrap", "size_based_wrap", "no_wrap"},
@@ -287,22 +355,52 @@ local function fsdp_choice(what, k, v)
   raise("%s: %s must be one of %s, got %s", what, k, table.concat(FSDP_CHOICES[k], ", "), show(v))
 end
 
--- With NO_SHARD (the only strategy that runs), FSDP's wrapping and
--- prefetch options only group and order communication, as in PyTorch; the
--- others would change what runs or what is written.
+-- The values this build cannot honour (the rest: docs/sharding-accelerator.md).
 local FSDP_LIMITS = {
-  cpu_offload = only("offloading parameters to the CPU needs the sharding engine; " .. NO_SHARDING, false),
-  activation_checkpointing = only("activation checkpointing inside FSDP units is not implemented yet", false),
-  state_dict_type = only("save_state writes the full model (FULL_STATE_DICT); sharded state dicts need the "
-    .. "sharding engine, and " .. NO_SHARDING, "FULL_STATE_DICT"),
-  sync_module_states = only("prepare always broadcasts rank 0's parameters and buffers", true),
+  cpu_offload = {why = "offloading needs a sharded strategy (NO_SHARD shards nothing)",
+    ok = function(v, o) return v == false or o.zero_stage >= 1 end},
+  state_dict_type = only("LOCAL_STATE_DICT is each rank's flat buffer, which cannot be loaded on another number of "
+    .. "processes; use SHARDED_STATE_DICT or FULL_STATE_DICT", "FULL_STATE_DICT", "SHARDED_STATE_DICT"),
+  sync_module_states = {why = "with NO_SHARD prepare always broadcasts rank 0's parameters and buffers (DDP)",
+    ok = function(v, o) return v == true or o.zero_stage >= 1 end},
+  forward_prefetch = {why = "the engine gathers a unit when its forward starts and does not prefetch the next one "
+    .. "during forward (FULL_SHARD); use backward_prefetch", ok = function(v, o) return v == false or o.zero_stage ~= 3 end},
+  fsdp_version = only("FSDP versions are 1 and 2 (both run on the same engine)", 1, 2),
+  min_num_params = {why = "it must be a positive integer", ok = function(v) return positive_int(v) end},
 }
+
+local function strategy_name(what, s, given)
+  if type(s) == "number" then s = STRATEGY_BY_NUMBER[s] or tostring(s) end
+  if type(s) ~= "string" or STRATEGY_STAGE[s:upper()] == nil then
+    raise('%s: sharding_strategy must be "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD" or '
+      .. '"HYBRID_SHARD_ZERO2" (or 1 to 5), got %s', what, tostring(given))
+  end
+  return s:upper()
+end
+
+-- reshard_after_forward: FSDP2's boolean (false keeps the parameters
+-- gathered from forward to backward: SHARD_GRAD_OP) or, as Accelerate's
+-- FSDP1 spelling, a strategy name; it must agree with sharding_strategy.
+local function apply_reshard(self, what, r, strategy_given)
+  if r == nil or r == true or r == "true" then return end
+  if r == false or r == "false" then
+    if self.sharding_strategy == "FULL_SHARD" then self.sharding_strategy = "SHARD_GRAD_OP"
+    elseif self.sharding_strategy == "HYBRID_SHARD" then self.sharding_strategy = "HYBRID_SHARD_ZERO2" end
+    return
+  end
+  local s = strategy_name(what, r, r)
+  if strategy_given and s ~= self.sharding_strategy then
+    raise('%s: reshard_after_forward = "%s" disagrees with sharding_strategy = "%s"', what, s, self.sharding_strategy)
+  end
+  self.sharding_strategy = s
+end
 
 -- accel.FullyShardedDataParallelPlugin{sharding_strategy="FULL_SHARD"|"SHARD_GRAD_OP"|"NO_SHARD"|
 --   "HYBRID_SHARD"|"HYBRID_SHARD_ZERO2" (or PyTorch's numbers 1-5), auto_wrap_policy=, cpu_offload=false, ...}:
 -- FULL_SHARD / HYBRID_SHARD are ZeRO-3, SHARD_GRAD_OP / HYBRID_SHARD_ZERO2
--- ZeRO-2 (refused until the sharding engine exists), NO_SHARD plain data
--- parallel. what: the name errors use.
+-- ZeRO-2 (the sharding engine, built by the Accelerator's prepare; the
+-- hybrid ones need several machines), NO_SHARD plain data parallel. what:
+-- the name errors use.
 function M.FullyShardedDataParallelPlugin(o, what)
   if getmetatable(o) == FSDPPlugin then return o end
   what = what or "FullyShardedDataParallelPlugin"
@@ -310,25 +408,30 @@ function M.FullyShardedDataParallelPlugin(o, what)
   o = o or {}
   local self = setmetatable({}, FSDPPlugin)
   for k, v in pairs(o) do self[k] = FSDP_CHOICES[k] and fsdp_choice(what, k, v) or v end
-  local s = o.sharding_strategy or "FULL_SHARD"
-  if type(s) == "number" then s = STRATEGY_BY_NUMBER[s] or tostring(s) end
-  if type(s) ~= "string" or STRATEGY_STAGE[s:upper()] == nil then
-    raise('%s: sharding_strategy must be "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD" or '
-      .. '"HYBRID_SHARD_ZERO2" (or 1 to 5), got %s', what, tostring(o.sharding_strategy))
-  end
-  self.sharding_strategy = s:upper()
+  self.sharding_strategy = strategy_name(what, o.sharding_strategy or "FULL_SHARD", o.sharding_strategy)
+  apply_reshard(self, what, o.reshard_after_forward, o.sharding_strategy ~= nil)
   self.zero_stage = STRATEGY_STAGE[self.sharding_strategy]
-  if self.zero_stage ~= 0 then
-    raise('%s: sharding_strategy = "%s" shards the model, and %s; use sharding_strategy = "NO_SHARD" '
-      .. "(plain data parallel)%s", what, self.sharding_strategy, NO_SHARDING,
-      o.sharding_strategy == nil and ' (FULL_SHARD is the default when none is given)' or "")
-  end
   self.cpu_offload = o.cpu_offload == true
+  self.fsdp_version = o.fsdp_version or 1
   check_limits(what, self, FSDP_LIMITS)
   self.state_dict_type = self.state_dict_type or "FULL_STATE_DICT"
   self.auto_wrap_policy = self.auto_wrap_policy or "no_wrap"
   self.activation_checkpointing = o.activation_checkpointing == true
   self.sync_module_states = o.sync_module_states ~= false
+  self.cpu_ram_efficient_loading = o.cpu_ram_efficient_loading == true
+  if self.cpu_ram_efficient_loading and not self.sync_module_states then
+    raise("%s: cpu_ram_efficient_loading = true needs sync_module_states = true (the other ranks get rank 0's "
+      .. "weights by broadcast), as in Accelerate", what)
+  end
+  local names = self.transformer_cls_names_to_wrap
+  if type(names) == "string" then
+    local list = {}
+    for n in names:gmatch("[^,%s]+") do list[#list + 1] = n end
+    self.transformer_cls_names_to_wrap = list
+  elseif names ~= nil and type(names) ~= "table" then
+    raise("%s: transformer_cls_names_to_wrap must be a list of class names or a comma-separated string, got %s",
+      what, type(names))
+  end
   return self
 end
 
@@ -437,4 +540,9 @@ configuration("DataLoaderConfiguration", {split_batches = "boolean", even_batche
   {dispatch_batches = only("every process iterates its own shard of the loader; dispatching batches from the main "
     .. "process is not implemented", false)})
 
+
+-- A method called with "." instead of ":" raises at the caller's line.
+require("accel.util").check_methods(ProjectConfiguration, "ProjectConfiguration")
+require("accel.util").check_methods(DeepSpeedPlugin, "DeepSpeedPlugin")
+require("accel.util").check_methods(FSDPPlugin, "FullyShardedDataParallelPlugin")
 return M

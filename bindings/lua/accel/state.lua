@@ -57,9 +57,36 @@ function props.is_main_process(s) return s.comm.rank == 0 end
 function props.is_local_main_process(s) return s.comm.local_rank == 0 end
 function props.is_last_process(s) return s.comm.rank == s.comm.world_size - 1 end
 function props.use_distributed(s) return s.comm.world_size > 1 end
+-- What the processes are, without a sharding plugin: NO / MULTI_CPU / MULTI_GPU.
+function PartialState:_process_type()
+  if self.comm.world_size == 1 then return "NO" end
+  return self.comm.backend == "nccl" and "MULTI_GPU" or "MULTI_CPU"
+end
+
 function props.distributed_type(s)
-  if s.comm.world_size == 1 then return "NO" end
-  return s.comm.backend == "nccl" and "MULTI_GPU" or "MULTI_CPU"
+  local info = rawget(s, "accelerator_info")
+  if info and info.distributed_type then return info.distributed_type end
+  return s:_process_type()
+end
+
+-- What the last Accelerator made asked for (Accelerate's AcceleratorState
+-- is shared the same way): {distributed_type = "DEEPSPEED" | "FSDP" | nil,
+-- mixed_precision = ..., sharding = "ZeRO stage 2, ..." | nil}.
+function PartialState:_set_accelerator_info(info) rawset(self, "accelerator_info", info) end
+
+-- Accelerate's AcceleratorState print: the environment, the processes,
+-- then (once an Accelerator exists) the precision and the sharding stage.
+PartialState.__tostring = function(s)
+  local lines = {("Distributed environment: %s  Backend: %s"):format(s.distributed_type, tostring(s.backend)),
+    ("Num processes: %d"):format(s.num_processes), ("Process index: %d"):format(s.process_index),
+    ("Local process index: %d"):format(s.local_process_index), ("Device: %s"):format(tostring(s.device))}
+  local info = rawget(s, "accelerator_info")
+  if info then
+    lines[#lines + 1] = ""
+    lines[#lines + 1] = "Mixed precision type: " .. tostring(info.mixed_precision)
+    if info.sharding then lines[#lines + 1] = "Sharding: " .. info.sharding end
+  end
+  return table.concat(lines, "\n") .. "\n"
 end
 function props.backend(s) return s.comm.backend end
 

@@ -504,8 +504,25 @@ end
 -- state_dict([{prefix = "", keep_vars = false}]) -> {key = tensor}: detached
 -- tensors sharing the module's storage (a plain table that prints as above).
 -- state_dict_keys() lists the keys in PyTorch's order.
+
+-- The open stage-3 sharding engine whose model is m, or nil: its
+-- parameters are released between uses, so state_dict gathers them.
+local function stage3_engine_of(m)
+  local eng = package.loaded["accel.shard"] and package.loaded["accel.shard"].engine_of(m)
+  if eng and eng.stage == 3 and rawequal(eng.model, m) then return eng end
+  return nil
+end
+
 function Module:state_dict(o)
   o = opts_of(o)
+  if not o.keep_vars and stage3_engine_of(self) then
+    -- under ZeRO-3 / FULL_SHARD: the full weights, gathered one tensor at a
+    -- time (collective: every process calls it), as accelerator:get_state_dict
+    local full, sd = require("accel.shard_checkpoint").full_state_dict(self), {}
+    for k, t in pairs(full) do sd[(o.prefix or "") .. k] = t end
+    return setmetatable(sd, {__name = "OrderedDict", __tostring = state_dict_tostring, __container = true,
+      keys = self:state_dict_keys()})
+  end
   local sd, keys = {}, {}
   for i, e in ipairs(state_entries(self, o.prefix or "", {})) do
     sd[e[1]] = o.keep_vars and e[2] or e[2]:detach()

@@ -1,0 +1,585 @@
+-- accel.estimate_memory: `accel-lua estimate-memory`, the per-rank memory
+-- of a training run, printed as a table in the style of Accelerate's
+-- `accelerate estimate-memory` (a boxed table, sizes through Accelerate's
+-- convert_bytes rule: 1024-based units, two decimals). User guide:
+-- docs/estimate-memory.md.
+--
+--   accel-lua estimate-memory SCRIPT.lua | --model gpt2 [--model_args k=v,...]
+--     [--num_processes N] [--zero_stage 0-3] [--mixed_precision no|bf16|fp16]
+--     [--batch_size B] [--seq_len T] [--optimizer adamw|adam|sgd|sgd_momentum]
+--     [--offload_optimizer] [--wrap transformer_based_wrap|no_wrap] [--steps K]
+--     [--gc_phases P]
+--
+-- Where Accelerate's command multiplies the parameter bytes by fixed
+-- factors for "Training using Adam" at batch size 1, this one
+--  * computes the model state per rank (parameters, gradients, optimizer
+--    state) from the model's own parameter list and the layout of this
+--    runtime's sharding engine (DESIGN §4), and
+--  * MEASURES the activations: forward/backward passes of the full model
+--    in this process at the per-rank batch size, each started with the
+--    gradients freed as optimizer:zero_grad() frees them; activations = the
+--    highest peak of live tensor bytes (accel.memory_stats()'s third value
+--    after reset_peak_memory_stats) minus the parameter and gradient
+--    bytes. Tensors of the previous pass that wait for Lua's garbage
+--    collector count, as they do in training. Where the collector's full
+--    collections fall in a step (every 64 MiB of tensor bytes) decides
+--    whether the forward's dead tensors are freed before backward, and a
+--    training loop settles into one such phase, set by whatever else it
+--    allocates: the same model and batch can peak a third apart. So after a
+--    warm-up pass, --steps passes (default 3) run at each of --gc_phases
+--    (default 8) offsets of that cycle; the highest peak is reported (not
+--    a guaranteed bound: a loop may settle in a phase not sampled) and the
+--    lowest settled one is printed below.
+--
+-- The per-rank formulas (P: trainable parameter elements; units u: the
+-- engine's flat buffers, each padded to pad_u = N * ceil(n_u / N) elements
+-- and sharded into sh_u = pad_u / N; k: optimizer state tensors per
+-- parameter, AdamW / Adam 2, SGD with momentum 1, SGD 0; all float32,
+-- whatever mixed_precision says, since master weights stay float32 and
+-- autocast casts GEMM operands on the fly; those casts are activations):
+--   stage 0 (DDP)  parameters 4P; gradients 4P, plus 4P of DDP bucket
+--                  buffers when N > 1 (.grad is never a view into a bucket);
+--                  optimizer 4kP
+--   stage 1        parameters 4 sum(pad_u) (the full buffers the model
+--                  uses, all-gathered after each step) + 4 sum(sh_u) (the
+--                  fp32 master shard); gradients 4P (.grad) + 4P (DDP
+--                  buckets); optimizer 4k sum(sh_u)
+--   stage 2        parameters as stage 1; gradients 4 sum(sh_u); optimizer
+--                  4k sum(sh_u); transient: one unit's full gradient buffer,
+--                  4 max(pad_u), before its reduce-scatter
+--   stage 3        parameters 4 sum(sh_u) (master shards); gradients and
+--                  optimizer as stage 2; transient: the gathered parameters
+--                  of the root unit (parameters outside every wrapped
+--                  module, gathered for the whole step) and of the largest
+--                  other unit, 4 (pad_root + max pad_u), plus the gradient
+--                  buffer as stage 2
+-- Units: stages 1-2 consecutive parameters in chunks of 25 MiB (the
+-- engine's default bucket_cap_mb); stage 3 by --wrap:
+-- transformer_based_wrap (default: each child of every ModuleList, e.g.
+-- GPT-2's blocks, the rest in the root unit) or no_wrap (one unit). Frozen
+-- parameters are counted in full in "parameters" at every stage.
+-- --offload_optimizer moves the optimizer state to the host; on this CPU
+-- build that is the same memory, and the output says so.
+--
+-- SCRIPT.lua protocol: the script returns a table (or a function that
+-- returns one) with
+--   model = function() return module end     (or the module itself)
+--   batch = function(batch_size, seq_len) return batch end   (seq_len: the
+--           --seq_len value or nil; the batch may be any Lua value)
+--   loss  = function(model, batch) return scalar_loss, ... end   (optional:
+--           by default model(batch), whose first result must be the scalar
+--           loss). Everything it returns stays alive through backward, as
+--           a training loop's locals do (`local logits, loss = model(x)`):
+--           return what your loop keeps in scope, e.g. the logits.
+local accel = require("accel")
+local amp = require("accel.amp")
+
+local M = {}
+
+local WHO = "accel-lua estimate-memory"
+local BUCKET_CAP_BYTES = 25 * 1048576
+
+-- ---------------------------------------------------------------- errors
+
+-- Usage errors are tables so main can tell them from failures of the
+-- model's code (which keep their file:line).
+local function usage(fmt, ...)
+  error({usage = string.format(fmt, ...)}, 0)
+end
+
+-- ---------------------------------------------------------------- flags
+
+local FLAGS = {
+  model = "string", model_args = "string", num_processes = "int", zero_stage = "int",
+  mixed_precision = "string", batch_size = "int", seq_len = "int", optimizer = "string",
+  offload_optimizer = "bool", wrap = "string", steps = "int", gc_phases = "int", help = "bool",
+}
+local CHOICES = {
+  mixed_precision = {no = true, bf16 = true, fp16 = true},
+  optimizer = {adamw = true, adam = true, sgd = true, sgd_momentum = true},
+  wrap = {transformer_based_wrap = true, no_wrap = true},
+}
+M.OPTIMIZER_STATES = {adamw = 2, adam = 2, sgd_momentum = 1, sgd = 0}
+
+local function flag_value(name, kind, v)
+  if kind == "int" then
+    local n = tonumber(v)
+    if n == nil or n ~= math.floor(n) then usage("--%s: expected an integer, got %q", name, v) end
+    return n
+  end
+  return v
+end
+
+-- argv list -> options table (defaults filled in).
+function M.parse_args(argv)
+  local o = {num_processes = 1, zero_stage = 0, mixed_precision = "no", batch_size = 1, optimizer = "adamw",
+    wrap = "transformer_based_wrap", steps = 3, gc_phases = 8, offload_optimizer = false}
+  local i = 1
+  while i <= #argv do
+    local a = argv[i]
+    local name, inline = a:match("^%-%-([%w_%-]+)=(.*)$")
+    name = name or a:match("^%-%-([%w_%-]+)$")
+    if a == "-h" then name = "help" end
+    if name then
+      name = name:gsub("%-", "_")
+      local kind = FLAGS[name]
+      if kind == nil then usage("unknown flag %s (see --help)", a) end
+      if kind == "bool" then
+        if inline then usage("--%s takes no value", name) end
+        o[name] = true
+      else
+        local v = inline
+        if v == nil then
+          i = i + 1
+          v = argv[i]
+          if v == nil then usage("--%s needs a value", name) end
+        end
+        o[name] = flag_value(name, kind, v)
+      end
+    elseif a:sub(1, 1) == "-" then
+      usage("unknown flag %s (see --help)", a)
+    elseif o.script then
+      usage("one SCRIPT.lua only, got %s and %s", o.script, a)
+    else
+      o.script = a
+    end
+    i = i + 1
+  end
+  return o
+end
+
+local function check_choice(o, name)
+  if not CHOICES[name][o[name]] then
+    local list = {}
+    for k in pairs(CHOICES[name]) do list[#list + 1] = k end
+    table.sort(list)
+    usage("--%s must be one of %s, got %q", name, table.concat(list, ", "), tostring(o[name]))
+  end
+end
+
+function M.check_options(o)
+  if o.help then return o end
+  if o.script and o.model then usage("give a SCRIPT.lua or --model, not both") end
+  if not o.script and not o.model then usage("missing model: give a SCRIPT.lua or --model gpt2 (see --help)") end
+  if o.model and o.model ~= "gpt2" then usage("--model: unknown model %q (known: gpt2; or give a SCRIPT.lua)", o.model) end
+  if o.model_args and not o.model then usage("--model_args needs --model") end
+  if o.zero_stage < 0 or o.zero_stage > 3 then usage("--zero_stage must be 0, 1, 2 or 3, got %d", o.zero_stage) end
+  if o.num_processes < 1 then usage("--num_processes must be at least 1, got %d", o.num_processes) end
+  if o.batch_size < 1 then usage("--batch_size must be at least 1, got %d", o.batch_size) end
+  if o.seq_len ~= nil and o.seq_len < 1 then usage("--seq_len must be at least 1, got %d", o.seq_len) end
+  if o.steps < 1 then usage("--steps must be at least 1, got %d", o.steps) end
+  if o.gc_phases < 1 then usage("--gc_phases must be at least 1, got %d", o.gc_phases) end
+  if o.mixed_precision == "fp8" then
+    usage("--mixed_precision fp8 needs the GPU backend, which this build does not have (no, bf16 or fp16)")
+  end
+  for _, name in ipairs({"mixed_precision", "optimizer", "wrap"}) do check_choice(o, name) end
+  if o.offload_optimizer and o.zero_stage == 0 then
+    usage("--offload_optimizer needs --zero_stage 1, 2 or 3 (the optimizer state is offloaded by the sharding engine)")
+  end
+  return o
+end
+
+-- "n_layer=2,n_embd=64,tie_word_embeddings=false" -> table of numbers,
+-- booleans and strings.
+function M.parse_model_args(s)
+  local out = {}
+  if s == nil then return out end
+  for item in s:gmatch("[^,]+") do
+    local k, v = item:match("^%s*([%w_]+)%s*=%s*(.-)%s*$")
+    if not k or v == "" then usage("--model_args: expected key=value, got %q", item) end
+    if v == "true" then out[k] = true
+    elseif v == "false" then out[k] = false
+    else out[k] = tonumber(v) or v end
+  end
+  return out
+end
+
+-- ---------------------------------------------------------------- models
+
+-- {model = module, batch = fn(B, T), loss = fn(model, batch), name, seq_len}
+local function gpt2_job(o)
+  local gpt2 = accel.models.gpt2
+  local ok, config = pcall(gpt2.GPT2Config, M.parse_model_args(o.model_args))
+  if not ok then usage("--model_args: %s", tostring(config)) end
+  local T = o.seq_len or config.n_positions
+  if T > config.n_positions then
+    usage("--seq_len %d is longer than the model's n_positions (%d)", T, config.n_positions)
+  end
+  return {
+    name = "gpt2", detail = tostring(config), seq_len = T,
+    model = gpt2.GPT2LMHeadModel(config),
+    batch = function(B)
+      local d = accel.randint(0, config.vocab_size, {B, T + 1})
+      return {d:narrow(2, 1, T), d:narrow(2, 2, T)}
+    end,
+    loss = function(model, b)
+      local logits, loss = model(b[1], {targets = b[2]})
+      return loss, logits
+    end,
+  }
+end
+
+local function is_module(x) return type(x) == "table" and type(x.parameters) == "function" end
+
+local function default_loss(model, b) return model(b) end
+
+local function script_job(o)
+  local chunk, err = loadfile(o.script)
+  if not chunk then usage("cannot load %s: %s", o.script, tostring(err)) end
+  local spec = chunk()
+  if type(spec) == "function" then spec = spec() end
+  if type(spec) ~= "table" then
+    usage("%s must return a table {model = fn, batch = fn(batch_size, seq_len), loss = fn(model, batch)} "
+      .. "(or a function returning one), got %s", o.script, type(spec))
+  end
+  local model = spec.model
+  if type(model) == "function" then model = model() end
+  if not is_module(model) then usage("%s: model must be a module or a function returning one, got %s", o.script, type(model)) end
+  if type(spec.batch) ~= "function" then usage("%s: batch must be a function(batch_size, seq_len), got %s", o.script, type(spec.batch)) end
+  if spec.loss ~= nil and type(spec.loss) ~= "function" then usage("%s: loss must be a function(model, batch), got %s", o.script, type(spec.loss)) end
+  local T = o.seq_len
+  return {name = o.script, seq_len = T, model = model, loss = spec.loss or default_loss,
+    batch = function(B) return spec.batch(B, T) end}
+end
+
+-- ---------------------------------------------------------------- layout
+
+-- Trainable (unique, requires_grad) and frozen parameters of model.
+local function split_params(model)
+  local trainable, frozen = {}, {}
+  for _, p in ipairs(model:parameters()) do
+    if p.requires_grad then trainable[#trainable + 1] = p else frozen[#frozen + 1] = p end
+  end
+  return trainable, frozen
+end
+
+-- Stage 1-2 units: consecutive parameters in chunks of 25 MiB.
+local function chunk_units(trainable)
+  local units, cur, bytes = {}, nil, math.huge
+  for _, p in ipairs(trainable) do
+    if bytes + p:numel() * 4 > BUCKET_CAP_BYTES and (cur == nil or cur.numel > 0) then
+      cur, bytes = {numel = 0}, 0
+      units[#units + 1] = cur
+    end
+    cur.numel, bytes = cur.numel + p:numel(), bytes + p:numel() * 4
+  end
+  return units
+end
+
+-- Stage 3 units: each child of every ModuleList a unit (a parameter
+-- claimed by two goes to the root), the rest the root unit (first).
+local function wrap_units(model, trainable, wrap)
+  local owner = {}
+  local units = {}
+  if wrap == "transformer_based_wrap" then
+    for _, m in ipairs(model:modules()) do
+      if m ~= model and m:_get_name() == "ModuleList" then
+        for _, c in ipairs(m:children()) do
+          local u = {numel = 0}
+          units[#units + 1] = u
+          for _, p in ipairs(c:parameters()) do owner[p] = owner[p] == nil and u or false end
+        end
+      end
+    end
+  end
+  local root = {numel = 0, root = true}
+  for _, p in ipairs(trainable) do
+    local u = owner[p] or root
+    u.numel = u.numel + p:numel()
+  end
+  local out = {}
+  if root.numel > 0 then out[1] = root end
+  for _, u in ipairs(units) do
+    if u.numel > 0 then out[#out + 1] = u end
+  end
+  return out
+end
+
+-- Each unit's padded length and shard for N ranks.
+function M.pad_units(units, N)
+  for _, u in ipairs(units) do
+    u.padded = N * math.ceil(u.numel / N)
+    u.shard = u.padded / N
+  end
+  return units
+end
+
+-- ---------------------------------------------------------------- formulas
+
+local function sums(units)
+  local pad, sh, max_pad, root_pad, max_other = 0, 0, 0, 0, 0
+  for _, u in ipairs(units) do
+    pad, sh = pad + u.padded, sh + u.shard
+    max_pad = math.max(max_pad, u.padded)
+    if u.root then root_pad = u.padded else max_other = math.max(max_other, u.padded) end
+  end
+  return {pad = pad, sh = sh, max_pad = max_pad, root_pad = root_pad, max_other = max_other}
+end
+
+-- The model-state rows per rank, in bytes, with the formula of each:
+-- {parameters, gradients, optimizer, gathered, grad_bucket} (f: formulas).
+function M.model_state(s)
+  local N, k, P, F = s.num_processes, s.optimizer_states, s.trainable, s.frozen
+  local u = sums(s.units)
+  local frozen = F > 0 and " + 4F frozen" or ""
+  local r = {f = {}}
+  local stage = s.zero_stage
+  if stage == 0 then
+    r.parameters, r.f.parameters = 4 * P, "4P"
+    r.gradients = N > 1 and 8 * P or 4 * P
+    r.f.gradients = N > 1 and "4P .grad + 4P DDP buckets" or "4P"
+    r.optimizer, r.f.optimizer = 4 * k * P, ("%dP"):format(4 * k)
+  else
+    if stage == 3 then
+      r.parameters, r.f.parameters = 4 * u.sh, "4 sum(pad_u)/N master shards"
+    else
+      r.parameters = 4 * u.pad + 4 * u.sh
+      r.f.parameters = "4 sum(pad_u) full + 4 sum(pad_u)/N master shard"
+    end
+    if stage == 1 then
+      r.gradients, r.f.gradients = 8 * P, "4P .grad + 4P DDP buckets"
+    else
+      r.gradients, r.f.gradients = 4 * u.sh, "4 sum(pad_u)/N shards"
+      r.grad_bucket, r.f.grad_bucket = 4 * u.max_pad, "4 max(pad_u), one unit before its reduce-scatter"
+    end
+    r.optimizer, r.f.optimizer = 4 * k * u.sh, ("%d sum(pad_u)/N shards"):format(4 * k)
+    if stage == 3 then
+      r.gathered = 4 * (u.root_pad + u.max_other)
+      r.f.gathered = u.root_pad > 0 and u.max_other > 0 and "4 (pad_root + max other pad_u)" or "4 max(pad_u)"
+    end
+  end
+  r.parameters = r.parameters + 4 * F
+  r.f.parameters = r.f.parameters .. frozen
+  return r
+end
+
+-- ---------------------------------------------------------------- measuring
+
+-- Lua's full collections come every 64 MiB of tensor bytes pushed
+-- (GC_FULL_MIN in bindings/lua_util.c), and where they fall in a step
+-- decides whether the forward's dead tensors are gone before backward.
+local GC_CYCLE = 64 * 1048576
+
+-- One pass: free the gradients (as optimizer:zero_grad() does), push
+-- `offset` bytes through the GC accounting, then batch / forward / loss /
+-- backward. Returns the pass's peak of live tensor bytes.
+local function one_pass(job, o, scaler, trainable, offset)
+  accel._C.clear_grads(trainable)
+  if offset > 0 then accel.empty(math.floor(offset / 4)):free() end
+  accel.reset_peak_memory_stats()
+  local b = job.batch(o.batch_size)
+  local results = {job.loss(job.model, b)} -- kept through backward, as a loop's locals are
+  local loss = results[1]
+  if not accel.is_tensor(loss) or loss:numel() ~= 1 or not loss.requires_grad then
+    usage("%s: the loss must be a scalar tensor that requires grad, got %s", job.name,
+      accel.is_tensor(loss) and ("a tensor of shape " .. tostring(loss.shape)) or type(loss))
+  end
+  if scaler then loss = scaler:scale_loss(loss) end
+  loss:backward()
+  return (select(3, accel.memory_stats()))
+end
+
+-- Activations: one warm-up pass, then --steps passes at each of
+-- --gc_phases offsets of the collector's cycle (a training loop settles
+-- into one phase, fixed by what else it allocates); the highest peak, and
+-- the lowest settled one (last pass of a phase), each minus the bytes of
+-- the parameters and their gradients.
+function M.measure(job, o, trainable)
+  local model = job.model
+  amp.patch_forward(model, amp.dtype_of(o.mixed_precision))
+  model:train()
+  local scaler = o.mixed_precision == "fp16" and amp.GradScaler() or nil
+  local state = 0
+  for _, p in ipairs(model:parameters()) do state = state + p:numel() * p:element_size() end
+  for _, p in ipairs(trainable) do state = state + p:numel() * p:element_size() end
+  one_pass(job, o, scaler, trainable, 0)
+  local highest, lowest = 0, math.huge
+  for phase = 0, o.gc_phases - 1 do
+    local peak
+    for _ = 1, o.steps do
+      peak = one_pass(job, o, scaler, trainable, phase * GC_CYCLE / o.gc_phases)
+      highest = math.max(highest, peak)
+    end
+    lowest = math.min(lowest, peak)
+  end
+  accel._C.clear_grads(trainable)
+  amp.unpatch_forward(model)
+  local function net(b) return math.max(b - state, 0) end
+  return {highest = net(highest), lowest = net(lowest)}
+end
+
+-- ---------------------------------------------------------------- output
+
+-- Accelerate's convert_bytes: the largest 1024-based unit, two decimals
+-- at most (Python's round(x, 2) printed: "9.0 MB", "84.95 MB").
+function M.convert_bytes(n)
+  if n < 1024 then return ("%d bytes"):format(n) end
+  local size = n
+  for _, unit in ipairs({"KB", "MB", "GB", "TB"}) do
+    size = size / 1024
+    if size < 1024 or unit == "TB" then
+      local s = ("%.2f"):format(size):gsub("0$", "")
+      return s .. " " .. unit
+    end
+  end
+end
+
+local function utf8_len(s)
+  local _, n = s:gsub("[^\128-\191]", "")
+  return n
+end
+
+local function pad_to(s, w, align)
+  local gap = w - utf8_len(s)
+  if align == "left" then return " " .. s .. (" "):rep(gap) .. " " end
+  if align == "right" then return " " .. (" "):rep(gap) .. s .. " " end
+  local left = math.floor(gap / 2)
+  return " " .. (" "):rep(left) .. s .. (" "):rep(gap - left) .. " "
+end
+
+-- A boxed table as Accelerate's create_ascii_table draws it (title row,
+-- centred headers); the first column left-aligned, numbers right-aligned.
+function M.ascii_table(title, headers, rows, rule_before)
+  local widths = {}
+  for c, h in ipairs(headers) do
+    widths[c] = utf8_len(h)
+    for _, r in ipairs(rows) do widths[c] = math.max(widths[c], utf8_len(r[c])) end
+  end
+  local inner = -1
+  for _, w in ipairs(widths) do inner = inner + w + 3 end
+  if utf8_len(title) + 2 > inner then
+    widths[#widths] = widths[#widths] + utf8_len(title) + 2 - inner
+    inner = utf8_len(title) + 2
+  end
+  local function rule(l, m, r)
+    local parts = {}
+    for c, w in ipairs(widths) do parts[c] = ("─"):rep(w + 2) end
+    return l .. table.concat(parts, m) .. r
+  end
+  local function line(cells, aligns)
+    local parts = {}
+    for c, s in ipairs(cells) do parts[c] = pad_to(s, widths[c], aligns and aligns[c]) end
+    return "│" .. table.concat(parts, "│") .. "│"
+  end
+  local out = {"┌" .. ("─"):rep(inner) .. "┐", "│" .. pad_to(title, inner - 2) .. "│", rule("├", "┬", "┤"),
+    line(headers), rule("├", "┼", "┤")}
+  local aligns = {"left", "right", "right", "left"}
+  for i, r in ipairs(rows) do
+    if rule_before[i] then out[#out + 1] = rule("├", "┼", "┤") end
+    out[#out + 1] = line(r, aligns)
+  end
+  out[#out + 1] = rule("└", "┴", "┘")
+  return table.concat(out, "\n")
+end
+
+local STAGE_NAMES = {[0] = "no sharding (DDP)", "ZeRO-1: optimizer state sharded",
+  "ZeRO-2 / SHARD_GRAD_OP: + gradients", "ZeRO-3 / FULL_SHARD: + parameters"}
+local OPT_NAMES = {adamw = "AdamW", adam = "Adam", sgd = "SGD", sgd_momentum = "SGD (momentum)"}
+
+local function report(job, o, s, r, act, machine)
+  local opt_label = o.offload_optimizer and "optimizer states (host)" or "optimizer states"
+  local rows = {
+    {"parameters", r.parameters, r.f.parameters},
+    {"gradients", r.gradients, r.f.gradients},
+    {opt_label, r.optimizer, r.f.optimizer},
+  }
+  if r.gathered then rows[#rows + 1] = {"gathered unit (transient)", r.gathered, r.f.gathered} end
+  if r.grad_bucket then rows[#rows + 1] = {"gradient buffer (transient)", r.grad_bucket, r.f.grad_bucket} end
+  rows[#rows + 1] = {"activations (measured)", act.highest, "highest peak - params - grads"}
+  local total = 0
+  for _, row in ipairs(rows) do total = total + row[2] end
+  rows[#rows + 1] = {"total", total, "sum of the rows above"}
+  local cells = {}
+  for i, row in ipairs(rows) do cells[i] = {row[1], M.convert_bytes(row[2]), ("%d"):format(row[2]), row[3]} end
+  local title = ("Memory per rank for training `%s`"):format(job.name)
+  print(M.ascii_table(title, {"Component", "Size", "Bytes", "Formula"}, cells, {[#cells] = true}))
+  print(("processes: %d; stage %d, %s; mixed_precision %s; optimizer %s; batch size %d per rank%s")
+    :format(o.num_processes, o.zero_stage, STAGE_NAMES[o.zero_stage], o.mixed_precision, OPT_NAMES[o.optimizer],
+      o.batch_size, job.seq_len and (", seq_len " .. job.seq_len) or ""))
+  if job.detail then print("model: " .. job.detail) end
+  local unit_sizes = {}
+  for _, u in ipairs(s.units) do
+    local label = ("%s%d"):format(u.root and "root " or "", u.numel)
+    local last = unit_sizes[#unit_sizes]
+    if last and last.label == label then last.n = last.n + 1 else unit_sizes[#unit_sizes + 1] = {label = label, n = 1} end
+  end
+  for i, g in ipairs(unit_sizes) do unit_sizes[i] = g.n > 1 and ("%d x %s"):format(g.n, g.label) or g.label end
+  print(("P = %d trainable parameter elements (F = %d frozen); %d unit(s) of %s elements, padded to multiples of N = %d")
+    :format(s.trainable, s.frozen, #s.units, table.concat(unit_sizes, ", "), o.num_processes))
+  print(("measured on: %s, %d logical CPU(s), %d physical core(s), %d compute thread(s); float32 master weights%s")
+    :format(machine.cpu or "unknown CPU", machine.logical_cpus or 0, machine.physical_cores or 0, accel.num_threads(),
+      o.mixed_precision ~= "no" and (", " .. o.mixed_precision .. " autocast (GEMM operands cast on the fly)") or ""))
+  print(("activations: the highest peak of %d pass(es) at each of %d phase(s) of Lua's garbage collector, after "
+    .. "a warm-up pass; the lowest settled phase needs %s (a training loop settles into one phase, depending on "
+    .. "what else it allocates)"):format(o.steps, o.gc_phases, M.convert_bytes(act.lowest)))
+  if o.offload_optimizer then
+    print("offload: the optimizer states live on the host; this is a CPU-only build, where the host memory is the "
+      .. "device memory, so nothing moves and the total stays the same")
+  end
+  if o.zero_stage == 1 or o.zero_stage == 2 then
+    print("stages 1-2: each rank keeps the full parameters, all-gathered after every optimizer step")
+  end
+end
+
+-- ---------------------------------------------------------------- main
+
+local HELP = [[
+usage: accel-lua estimate-memory SCRIPT.lua | --model gpt2 [--model_args k=v,...] [options]
+
+Per-rank memory of a training run: parameters, gradients and optimizer
+states from the model's parameter list and the sharding layout, plus the
+activations measured by running forward/backward passes of the model in
+this process at the per-rank batch size.
+
+  SCRIPT.lua                  returns {model = fn() or module, batch = fn(batch_size, seq_len),
+                              loss = fn(model, batch)} (loss optional: model(batch) is the loss)
+  --model gpt2                accel.models.gpt2.GPT2LMHeadModel
+  --model_args k=v,...        GPT2Config keys (n_layer, n_embd, n_head, vocab_size, n_positions, ...)
+  --num_processes N           ranks (default 1)
+  --zero_stage S              0 (DDP), 1, 2 or 3 (default 0)
+  --mixed_precision M         no, bf16 or fp16 (default no)
+  --batch_size B              per rank (default 1)
+  --seq_len T                 sequence length (gpt2 default: n_positions; passed to a script's batch)
+  --optimizer O               adamw, adam, sgd or sgd_momentum (default adamw)
+  --offload_optimizer         optimizer states on the host (stages 1-3)
+  --wrap W                    stage 3 units: transformer_based_wrap (each ModuleList child; default)
+                              or no_wrap
+  --steps K                   measured passes per GC phase (default 3)
+  --gc_phases P               phases of Lua's garbage collector measured (default 8)
+  -h, --help                  this text
+]]
+
+local function run(argv, machine)
+  local o = M.check_options(M.parse_args(argv))
+  if o.help then
+    io.write(HELP)
+    return 0
+  end
+  local job = o.script and script_job(o) or gpt2_job(o)
+  local trainable, frozen = split_params(job.model)
+  if #trainable == 0 then usage("%s: the model has no parameters that require grad", job.name) end
+  local s = {num_processes = o.num_processes, zero_stage = o.zero_stage,
+    optimizer_states = M.OPTIMIZER_STATES[o.optimizer], trainable = 0, frozen = 0}
+  for _, p in ipairs(trainable) do s.trainable = s.trainable + p:numel() end
+  for _, p in ipairs(frozen) do s.frozen = s.frozen + p:numel() end
+  local units = o.zero_stage == 3 and wrap_units(job.model, trainable, o.wrap) or chunk_units(trainable)
+  s.units = M.pad_units(units, o.num_processes)
+  local r = M.model_state(s)
+  report(job, o, s, r, M.measure(job, o, trainable), machine)
+  return 0
+end
+
+-- main(argv, machine) -> exit status; errors are printed here.
+function M.main(argv, machine)
+  local ok, res = pcall(run, argv, machine or {})
+  if ok then return res end
+  io.stdout:flush()
+  if type(res) == "table" and res.usage then
+    io.stderr:write(WHO, ": ", res.usage, "\n")
+    return 2
+  end
+  io.stderr:write(WHO, ": ", tostring(res), "\n")
+  return 1
+end
+
+return M

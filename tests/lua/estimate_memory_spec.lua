@@ -1,0 +1,259 @@
+-- `accel-lua estimate-memory`: the table's parameter / gradient /
+-- optimizer rows equal the closed forms written out here (GPT-2's
+-- parameter count, the sharding layout of docs/estimate-memory.md) for a
+-- small GPT-2 whose parameter count divides by neither 2 nor 3, at N = 1,
+-- 2, 3 and stages 0-3; the total is within 10 % of the peak live bytes of
+-- a real training run; a SCRIPT.lua model; --help; bad input.
+local accel = require("accel")
+local support = dofile("tests/lua/support.lua")
+local q = support.shell_quote
+
+local BIN = support.ACCEL_LUA
+
+-- Runs the command line; {code, out, err}.
+local function sh(cmd)
+  local out, err = support.tmpname(".out"), support.tmpname(".err")
+  local _, how, code = os.execute(("%s >%s 2>%s"):format(cmd, q(out), q(err)))
+  local r = {code = how == "exit" and code or 128 + code, out = support.read_if_exists(out),
+    err = support.read_if_exists(err)}
+  os.remove(out)
+  os.remove(err)
+  return r
+end
+
+local function estimate(args)
+  local r = sh(q(BIN) .. " estimate-memory " .. args)
+  assert.are.equal(0, r.code, "estimate-memory " .. args .. " failed:\n" .. r.out .. r.err)
+  return r.out
+end
+
+-- The table's rows: {component = bytes} (the "Bytes" column).
+local function rows_of(out)
+  local rows = {}
+  for line in out:gmatch("[^\n]+") do
+    local name, bytes = line:match("^│ (%a[%w ()]-)%s+│[^│]+│%s+(%d+) │")
+    if name then rows[name] = tonumber(bytes) end
+  end
+  return rows
+end
+
+-- ---------------------------------------------------------------- closed forms
+
+-- GPT-2 (tied embeddings, n_inner = 4d): vocab*d + T*d + L*(12 d^2 + 13 d) + 2d,
+-- and its stage-3 units: the root (wte, wpe, ln_f) and one per block.
+local SHAPE = {vocab_size = 65, n_positions = 16, n_embd = 7, n_layer = 2, n_head = 1}
+local MODEL_ARGS = "vocab_size=65,n_positions=16,n_embd=7,n_layer=2,n_head=1"
+local function gpt2_count(c)
+  local d = c.n_embd
+  return c.vocab_size * d + c.n_positions * d + c.n_layer * (12 * d * d + 13 * d) + 2 * d
+end
+local function gpt2_units(c)
+  local d = c.n_embd
+  local units = {{numel = c.vocab_size * d + c.n_positions * d + 2 * d, root = true}}
+  for i = 1, c.n_layer do units[i + 1] = {numel = 12 * d * d + 13 * d} end
+  return units
+end
+
+local function padded(n, N) return N * math.ceil(n / N) end
+
+-- Per-rank bytes the documented formulas give (k optimizer states per element).
+local function expected(P, units, N, stage, k)
+  if stage == 0 then
+    return {parameters = 4 * P, gradients = (N > 1 and 8 or 4) * P, ["optimizer states"] = 4 * k * P}
+  end
+  local pad, max_pad, root, other = 0, 0, 0, 0
+  for _, u in ipairs(units) do
+    local p = padded(u.numel, N)
+    pad, max_pad = pad + p, math.max(max_pad, p)
+    if u.root then root = p else other = math.max(other, p) end
+  end
+  local sh = pad / N
+  local e = {["optimizer states"] = 4 * k * sh}
+  if stage == 3 then
+    e.parameters, e.gradients = 4 * sh, 4 * sh
+    e["gathered unit (transient)"] = 4 * (root + other)
+  else
+    e.parameters = 4 * pad + 4 * sh
+    e.gradients = stage == 1 and 8 * P or 4 * sh
+  end
+  if stage >= 2 then e["gradient buffer (transient)"] = 4 * max_pad end
+  return e
+end
+
+describe("estimate-memory", function()
+  it("GPT-2's parameter count: the model's numel sum equals the closed form, which divides by neither 2 nor 3", function()
+    local model = accel.models.gpt2.GPT2LMHeadModel(SHAPE)
+    local n = 0
+    for _, p in ipairs(model:parameters()) do n = n + p:numel() end
+    assert.are.equal(1939, gpt2_count(SHAPE))
+    assert.are.equal(gpt2_count(SHAPE), n)
+    assert.is_true(n % 2 ~= 0 and n % 3 ~= 0)
+    -- and the 124M shape, as Hugging Face counts it
+    assert.are.equal(124439808, gpt2_count({vocab_size = 50257, n_positions = 1024, n_embd = 768, n_layer = 12}))
+  end)
+
+  for _, N in ipairs({1, 2, 3}) do
+    for stage = 0, 3 do
+      it(("rows equal the closed form: N = %d, stage %d, AdamW"):format(N, stage), function()
+        local out = estimate(("--model gpt2 --model_args %s --num_processes %d --zero_stage %d --batch_size 1 "
+          .. "--seq_len 8 --steps 1 --gc_phases 1"):format(MODEL_ARGS, N, stage))
+        local rows = rows_of(out)
+        local P = gpt2_count(SHAPE)
+        local units = stage == 3 and gpt2_units(SHAPE) or {{numel = P}}
+        local want = expected(P, units, N, stage, 2)
+        for name, bytes in pairs(want) do assert.are.equal(bytes, rows[name], name .. "\n" .. out) end
+        assert.is_nil(rows["gathered unit (transient)"] and stage ~= 3 and "present" or nil)
+        assert.is_true(rows["activations (measured)"] > 0)
+        local sum = 0
+        for name, bytes in pairs(rows) do
+          if name ~= "total" then sum = sum + bytes end
+        end
+        assert.are.equal(sum, rows.total)
+        assert.is_truthy(out:find(("P = %d trainable"):format(P), 1, true), out)
+      end)
+    end
+  end
+
+  for opt, k in pairs({adam = 2, sgd_momentum = 1, sgd = 0}) do
+    it(("optimizer %s keeps %d state tensor(s) per element (stage 2, N = 3)"):format(opt, k), function()
+      local rows = rows_of(estimate(("--model gpt2 --model_args %s --num_processes 3 --zero_stage 2 --optimizer %s "
+        .. "--seq_len 8 --steps 1 --gc_phases 1"):format(MODEL_ARGS, opt)))
+      assert.are.equal(4 * k * padded(gpt2_count(SHAPE), 3) / 3, rows["optimizer states"])
+    end)
+  end
+
+  it("--offload_optimizer: the state is on the host, the same bytes, and the output says it is the same memory", function()
+    local out = estimate(("--model gpt2 --model_args %s --num_processes 2 --zero_stage 1 --offload_optimizer "
+      .. "--seq_len 8 --steps 1 --gc_phases 1"):format(MODEL_ARGS))
+    assert.are.equal(8 * padded(gpt2_count(SHAPE), 2) / 2, rows_of(out)["optimizer states (host)"])
+    assert.is_truthy(out:find("CPU-only build, where the host memory is the device memory", 1, true), out)
+  end)
+
+  it("prints the machine, the threads and the precision it measured with", function()
+    local out = estimate(("--model gpt2 --model_args %s --seq_len 8 --steps 1 --gc_phases 1 --mixed_precision bf16"):format(MODEL_ARGS))
+    assert.is_truthy(out:find("measured on: .+ compute thread%(s%); float32 master weights, bf16 autocast"), out)
+    assert.is_truthy(out:find("Memory per rank for training `gpt2`", 1, true), out)
+    assert.is_truthy(out:find("┌", 1, true) and out:find("┘", 1, true), out)
+  end)
+
+  -- Training comparisons: each entry trains with `train` (a shell command
+  -- printing rank 0's "peak_live_bytes N") and estimates with the same
+  -- settings, on a shape whose step pushes more than the collector's 64 MiB
+  -- cycle (docs/estimate-memory.md: how far a loop's GC phase moves its
+  -- peak). Stages 1-3 train through accel.shard.Engine under `launch` and
+  -- are pending in a build without the sharding engine.
+  local TRAIN_ARGS = "n_layer=2,n_embd=128,n_head=4,vocab_size=2048,n_positions=128"
+  local function train_cmd(processes, mp, stage)
+    local script = ("tests/lua/helpers/estmem_train.lua %s 8 128 4 %s %d"):format(TRAIN_ARGS, mp, stage)
+    if processes == 1 then return q(BIN) .. " " .. script end
+    -- no config file and no inherited launch settings
+    local env = "env -u ACCEL_LUA_MIXED_PRECISION -u ACCEL_LUA_GRADIENT_ACCUMULATION_STEPS -u ACCEL_LUA_USE_DEEPSPEED "
+      .. "-u ACCEL_LUA_USE_FSDP ACCEL_LUA_CONFIG=" .. q(support.tmpname("-no-config.yaml")) .. " "
+    return ("%s%s%s launch --cpu --num_processes %d %s"):format(env, support.asan_env(), q(BIN), processes, script)
+  end
+  local TRAINING = {
+    {stage = 0, processes = 1, mixed_precision = "no"},
+    {stage = 0, processes = 1, mixed_precision = "bf16"},
+    {stage = 0, processes = 1, mixed_precision = "fp16"},
+    {stage = 1, processes = 2, mixed_precision = "no"},
+    {stage = 2, processes = 3, mixed_precision = "no"},
+    {stage = 3, processes = 2, mixed_precision = "no"},
+    {stage = 3, processes = 2, mixed_precision = "bf16"},
+  }
+  local has_engine = pcall(require, "accel.shard")
+  for _, c in ipairs(TRAINING) do
+    it(("the total is within 10 %% of training's peak live bytes: stage %d, %d process(es), %s, AdamW, batch 8")
+      :format(c.stage, c.processes, c.mixed_precision), function()
+      if c.stage > 0 and not has_engine then
+        pending("accel.shard (the sharding engine) is not in this build")
+        return
+      end
+      local r = sh(train_cmd(c.processes, c.mixed_precision, c.stage))
+      assert.are.equal(0, r.code, r.out .. r.err)
+      local peak = tonumber(r.out:match("peak_live_bytes (%d+)"))
+      assert.is_not_nil(peak, r.out)
+      local rows = rows_of(estimate(("--model gpt2 --model_args %s --batch_size 8 --seq_len 128 --zero_stage %d "
+        .. "--num_processes %d --mixed_precision %s"):format(TRAIN_ARGS, c.stage, c.processes, c.mixed_precision)))
+      local ratio = rows.total / peak
+      print(("\n  estimate %d bytes, training peak %d bytes: ratio %.3f"):format(rows.total, peak, ratio))
+      assert.is_true(ratio > 0.9 and ratio < 1.1, ("estimate %d vs training peak %d"):format(rows.total, peak))
+    end)
+  end
+
+  it("a SCRIPT.lua returning {model, batch, loss}: rows from its own parameters", function()
+    local path = support.tmpname(".lua")
+    support.write_file(path, [[
+local accel = require("accel")
+local nn = accel.nn
+return {
+  model = function() return nn.Sequential(nn.Linear(5, 7), nn.Tanh(), nn.Linear(7, 3)) end,
+  batch = function(B) return {accel.randn(B, 5), accel.randn(B, 3)} end,
+  loss = function(model, b) return (model(b[1]) - b[2]):pow(2):mean() end,
+}
+]])
+    local out = estimate(q(path) .. " --num_processes 2 --zero_stage 3 --batch_size 4 --steps 1 --gc_phases 2 --optimizer sgd_momentum")
+    os.remove(path)
+    local P = 5 * 7 + 7 + 7 * 3 + 3 -- 66: no ModuleList, so one unit
+    local rows = rows_of(out)
+    assert.are.equal(4 * P / 2, rows.parameters)
+    assert.are.equal(4 * P / 2, rows["optimizer states"])
+    assert.are.equal(4 * P, rows["gathered unit (transient)"])
+  end)
+
+  it("sizes are printed by Accelerate's convert_bytes rule (1024-based, Python's round(x, 2))", function()
+    local convert = require("accel.estimate_memory").convert_bytes
+    assert.are.equal("512 bytes", convert(512))
+    assert.are.equal("535.0 KB", convert(547840))      -- 535.0
+    assert.are.equal("1.04 MB", convert(1095680))      -- 1.0449...
+    assert.are.equal("1.5 GB", convert(1610612736))    -- 1.5
+    assert.are.equal("84.95 MB", convert(89076941))    -- 84.9500...
+  end)
+
+  it("--help lists the flags", function()
+    local r = sh(q(BIN) .. " estimate-memory --help")
+    assert.are.equal(0, r.code)
+    for _, flag in ipairs({"--model", "--model_args", "--num_processes", "--zero_stage", "--mixed_precision",
+                           "--batch_size", "--seq_len", "--optimizer", "--offload_optimizer"}) do
+      assert.is_truthy(r.out:find(flag, 1, true), flag)
+    end
+  end)
+
+  local BAD = {
+    {"--model gpt2 --bogus 1", "unknown flag --bogus"},
+    {"--model gpt2 --zero_stage 4", "--zero_stage must be 0, 1, 2 or 3, got 4"},
+    {"--batch_size 2", "missing model: give a SCRIPT.lua or --model gpt2"},
+    {"--model gpt2 --batch_size 0", "--batch_size must be at least 1, got 0"},
+    {"--model gpt2 --num_processes 0", "--num_processes must be at least 1, got 0"},
+    {"--model gpt2 --optimizer lion", "--optimizer must be one of adam, adamw, sgd, sgd_momentum, got \"lion\""},
+    {"--model gpt2 --offload_optimizer", "--offload_optimizer needs --zero_stage 1, 2 or 3"},
+    {"--model gpt2 --model_args n_lyer=2", "--model_args: GPT2Config: unknown option \"n_lyer\""},
+    {"--model gpt3", "--model: unknown model \"gpt3\" (known: gpt2"},
+    {"--model gpt2 --batch_size", "--batch_size needs a value"},
+    {"/nonexistent/model.lua", "cannot load /nonexistent/model.lua"},
+    {"--model gpt2 --gc_phases 0", "--gc_phases must be at least 1, got 0"},
+  }
+  for _, case in ipairs(BAD) do
+    it("bad input: " .. case[1], function()
+      local r = sh(q(BIN) .. " estimate-memory " .. case[1])
+      assert.are.equal(2, r.code, r.out .. r.err)
+      assert.is_truthy(r.err:find("accel-lua estimate-memory: " .. case[2], 1, true), r.err)
+      assert.are.equal("", r.out)
+    end)
+  end
+
+  it("bad input: a script that returns no table, or a loss that is not a scalar, is named", function()
+    local path = support.tmpname(".lua")
+    support.write_file(path, "return 42\n")
+    local r = sh(q(BIN) .. " estimate-memory " .. q(path))
+    assert.are.equal(2, r.code)
+    assert.is_truthy(r.err:find(path .. " must return a table {model = fn", 1, true), r.err)
+    support.write_file(path, [[
+local accel = require("accel")
+return {model = accel.nn.Linear(2, 2), batch = function(B) return accel.randn(B, 2) end}
+]])
+    r = sh(q(BIN) .. " estimate-memory " .. q(path))
+    os.remove(path)
+    assert.are.equal(2, r.code)
+    assert.is_truthy(r.err:find("the loss must be a scalar tensor that requires grad, got a tensor of shape", 1, true), r.err)
+  end)
+end)
