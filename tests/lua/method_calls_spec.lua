@@ -36,6 +36,25 @@ local function tmpdir()
 end
 
 describe("a method called with . instead of :", function()
+  it("the Accelerator, what prepare returns, the plugins and the GradScaler", function()
+    local a = accel.Accelerator{mixed_precision = "fp16"}
+    expect_dot_error(function() a.print("x") end, "Accelerator", "print", here())
+    expect_dot_error(function() a.wait_for_everyone() end, "Accelerator", "wait_for_everyone", here())
+    local m = nn.Linear(3, 2)
+    local opt, loader
+    m, opt, loader = a:prepare(m, optim.SGD(m:parameters(), {lr = 0.1}),
+      data.DataLoader(data.TensorDataset(accel.randn(4, 3)), {batch_size = 2}))
+    expect_dot_error(function() opt.zero_grad() end, "AcceleratedOptimizer", "zero_grad", here())
+    expect_dot_error(function() loader.iter() end, "DataLoaderShard", "iter", here())
+    expect_dot_error(function() a.scaler.update() end, "GradScaler", "update", here())
+    local ds = accel.DeepSpeedPlugin{zero_stage = 0}
+    assert.are.equal(0, ds.zero_stage)
+    local n = 0
+    for xb in loader do n = n + xb:size(1) end -- a prepared loader iterates like loader:iter()
+    assert.are.equal(4, n)
+    a:print("correct calls still work")
+  end)
+
   it("nn.Module methods (on a built-in layer and on a user class)", function()
     local m = nn.Linear(3, 2)
     expect_dot_error(function() m.parameters() end, "Module", "parameters", here())
