@@ -32,6 +32,8 @@ LDFLAGS := $(OMPFLAGS) $(SANFLAGS)
 # lua5.4 has Lua linked in statically; a second copy of Lua would break it).
 LIBS_NOLUA := -ldnnl -lopenblas -lgomp -lm -lz -ldl -lcurl
 LIBS := -llua5.4 -lyaml $(LIBS_NOLUA)
+# The program alone: the REPL's line editing (host/repl.c).
+PROGRAM_LIBS := -lreadline
 
 ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer \
               -fno-sanitize-recover=undefined
@@ -63,7 +65,7 @@ all: cuda
 endif
 
 $(PROGRAM): $(HOST_OBJ) $(BIND_OBJ) $(CORE_OBJ)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) $(PROGRAM_LIBS)
 
 $(MODULE): $(BIND_OBJ) $(CORE_OBJ)
 	$(CC) $(LDFLAGS) -shared -o $@ $^ $(LIBS_NOLUA)

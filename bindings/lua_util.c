@@ -80,16 +80,27 @@ Tensor *lu_to_tensor(lua_State *L, int idx) {
     return t;
 }
 
+/* The name the running C function was called by ("sum" for t:sum()), or dflt. */
+static const char *called_name(lua_State *L, const char *dflt) {
+    lua_Debug ar;
+    if (!lua_getstack(L, 0, &ar) || !lua_getinfo(L, "n", &ar) || ar.name == NULL) return dflt;
+    return ar.name;
+}
+
 Tensor *lu_check_tensor(lua_State *L, int idx) {
     Tensor *t = lu_to_tensor(L, idx);
+    if (!t)
+        lu_error(L, "bad argument #%d to '%s' (tensor expected, got %s)", idx, called_name(L, "?"),
+                 luaL_typename(L, idx));
+    return t;
+}
+
+Tensor *lu_check_self(lua_State *L) {
+    Tensor *t = lu_to_tensor(L, 1);
     if (!t) {
-        lua_Debug ar;
-        const char *fname = "?";
-        if (lua_getstack(L, 0, &ar)) {
-            lua_getinfo(L, "n", &ar);
-            if (ar.name) fname = ar.name;
-        }
-        lu_error(L, "bad argument #%d to '%s' (tensor expected, got %s)", idx, fname, luaL_typename(L, idx));
+        const char *m = called_name(L, "method");
+        lu_error(L, "Tensor.%s: call it as t:%s(...), not t.%s(...) (the tensor itself must come first; got %s)",
+                 m, m, m, luaL_typename(L, 1));
     }
     return t;
 }

@@ -35,6 +35,9 @@ int lu_error(lua_State *L, const char *fmt, ...) __attribute__((format(printf, 2
 int lu_core_error(lua_State *L);
 
 Tensor *lu_check_tensor(lua_State *L, int idx);
+/* Argument 1 of a tensor method (t:name(...)); anything else raises
+ * "Tensor.name: call it as t:name(...), not t.name(...)". */
+Tensor *lu_check_self(lua_State *L);
 Tensor *lu_to_tensor(lua_State *L, int idx); /* NULL if not a tensor */
 /* As lu_to_tensor, also for a tensor whose memory a sharding engine released
  * (its shape, dtype, ... stay readable); not for reading data. */

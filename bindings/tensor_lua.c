@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SELF lu_check_tensor(L, 1)
+#define SELF lu_check_self(L)
 
 static int ret(lua_State *L, Tensor *t) {
     lu_push_tensor(L, t);
@@ -30,6 +30,8 @@ static double scalar_arg(lua_State *L, int idx, const char *op) {
         lu_error(L, "%s: bad argument #%d (tensor or number expected, got %s)", op, idx, luaL_typename(L, idx));
     return lua_tonumber(L, idx);
 }
+
+static bool int_scalar(lua_State *L, int idx) { return lua_isinteger(L, idx) || lua_isboolean(L, idx); }
 
 static Tensor *binary(lua_State *L, KBinOp op, int ia, int ib) {
     Tensor *a = lu_to_tensor(L, ia), *b = lu_to_tensor(L, ib);
@@ -52,13 +54,16 @@ static Tensor *scaled_other(lua_State *L, int idx, int opts) {
 
 static int binary_method(lua_State *L) {
     KBinOp op = (KBinOp)lua_tointeger(L, lua_upvalueindex(1));
+    Tensor *self = SELF; /* first: t.add(x) is the method-call error */
     Tensor *scaled = (op == KB_ADD || op == KB_SUB) ? scaled_other(L, 2, 3) : NULL;
-    Tensor *r;
+    Tensor *r, *b;
     if (scaled) {
-        r = op_binary(op, SELF, scaled);
+        r = op_binary(op, self, scaled);
         tensor_release(scaled);
+    } else if ((b = lu_to_tensor(L, 2)) != NULL) {
+        r = op_binary(op, self, b);
     } else {
-        r = binary(L, op, 1, 2);
+        r = op_binary_scalar(op, self, scalar_arg(L, 2, kbin_name(op)), int_scalar(L, 2), false);
     }
     return ret(L, r);
 }
@@ -105,8 +110,6 @@ static int t_fmod(lua_State *L) {
     return ret(L, out);
 }
 
-static bool int_scalar(lua_State *L, int idx) { return lua_isinteger(L, idx) || lua_isboolean(L, idx); }
-
 /* a ^ b: scalar exponents use the unary kernels (exact backward). Integer
  * tensors use the binary kernel with PyTorch's promotion (int ^ int stays
  * integer, int ^ float is float32); the unary kernels are float-only. */
@@ -120,11 +123,12 @@ static Tensor *power(lua_State *L, int ia, int ib) {
         if (!dtype_is_float(b->dtype)) return op_binary_scalar(KB_POW, b, scalar_arg(L, ia, "pow"), int_scalar(L, ia), true);
         return op_unary(KU_RPOW, b, scalar_arg(L, ia, "pow"), 0);
     }
+    if (!a) lu_error(L, "pow: tensor expected, got %s and %s", luaL_typename(L, ia), luaL_typename(L, ib));
     return op_binary(KB_POW, a, b);
 }
 
 static int mm_pow(lua_State *L) { return ret(L, power(L, 1, 2)); }
-static int t_pow(lua_State *L) { return ret(L, power(L, 1, 2)); }
+static int t_pow(lua_State *L) { return (void)SELF, ret(L, power(L, 1, 2)); }
 
 static int t_pow_(lua_State *L) {
     Tensor *a = SELF, *b = lu_to_tensor(L, 2);
@@ -163,17 +167,19 @@ static KUnOp unary_op(lua_State *L) {
 }
 
 static int unary_method(lua_State *L) {
+    Tensor *self = SELF;
     KUnOp op = unary_op(L);
     double p1, p2;
     unary_params(L, op, &p1, &p2);
-    return ret(L, op_unary(op, SELF, p1, p2));
+    return ret(L, op_unary(op, self, p1, p2));
 }
 
 static int unary_method_(lua_State *L) {
+    Tensor *self = SELF;
     KUnOp op = unary_op(L);
     double p1, p2;
     unary_params(L, op, &p1, &p2);
-    return ret_rc(L, op_unary_(op, SELF, p1, p2));
+    return ret_rc(L, op_unary_(op, self, p1, p2));
 }
 
 /* ---- reductions ---- */
@@ -196,11 +202,12 @@ static int reduce_args(lua_State *L, int *dims, bool *keepdim) {
 }
 
 static int reduce_method(lua_State *L) {
+    Tensor *self = SELF;
     KRedOp op = (KRedOp)lua_tointeger(L, lua_upvalueindex(1));
     int dims[TENSOR_MAX_DIMS];
     bool keep;
     int n = reduce_args(L, dims, &keep);
-    return ret(L, op_reduce(op, SELF, dims, n, keep));
+    return ret(L, op_reduce(op, self, dims, n, keep));
 }
 
 /* max/min: (), (dim[, keepdim]), (other tensor) */
@@ -375,15 +382,16 @@ typedef Tensor *(*ShapeFn)(Tensor *t, const int64_t *shape, int ndim);
 
 /* t:view(shape...) and the like: fn(t, the shape given) */
 static int to_shape(lua_State *L, ShapeFn fn) {
+    Tensor *self = SELF;
     int64_t shape[TENSOR_MAX_DIMS];
     int next, nd = lu_shape(L, 2, shape, &next);
-    return ret(L, fn(SELF, shape, nd));
+    return ret(L, fn(self, shape, nd));
 }
 
 /* t:view_as(other) and the like: fn(t, other's shape) */
 static int to_shape_of(lua_State *L, ShapeFn fn) {
-    Tensor *o = lu_check_tensor(L, 2);
-    return ret(L, fn(SELF, o->shape, o->ndim));
+    Tensor *self = SELF, *o = lu_check_tensor(L, 2);
+    return ret(L, fn(self, o->shape, o->ndim));
 }
 
 static int t_view(lua_State *L) { return to_shape(L, tensor_view); }
@@ -392,7 +400,10 @@ static int t_view_as(lua_State *L) { return to_shape_of(L, tensor_reshape); }
 static int t_expand(lua_State *L) { return to_shape(L, tensor_expand); }
 static int t_expand_as(lua_State *L) { return to_shape_of(L, tensor_expand); }
 
-static int t_transpose(lua_State *L) { return ret(L, tensor_transpose(SELF, lu_dim(L, 2), lu_dim(L, 3))); }
+static int t_transpose(lua_State *L) {
+    Tensor *self = SELF; /* first: t.transpose(...) is a method-call error */
+    return ret(L, tensor_transpose(self, lu_dim(L, 2), lu_dim(L, 3)));
+}
 
 static int t_t(lua_State *L) {
     Tensor *t = SELF;
@@ -414,18 +425,23 @@ static int t_permute(lua_State *L) {
 }
 
 static int t_narrow(lua_State *L) {
+    Tensor *self = SELF;
     lua_Integer start = luaL_checkinteger(L, 3);
     if (start == 0) return lu_error(L, "narrow: start 0 is invalid: positions are 1-based");
-    return ret(L, tensor_narrow(SELF, lu_dim(L, 2), start > 0 ? start - 1 : start, luaL_checkinteger(L, 4)));
+    return ret(L, tensor_narrow(self, lu_dim(L, 2), start > 0 ? start - 1 : start, luaL_checkinteger(L, 4)));
 }
 
 static int t_select(lua_State *L) {
+    Tensor *self = SELF;
     lua_Integer i = luaL_checkinteger(L, 3);
     if (i == 0) return lu_error(L, "select: index 0 is invalid: positions are 1-based (negative counts from the end)");
-    return ret(L, tensor_select(SELF, lu_dim(L, 2), i > 0 ? i - 1 : i));
+    return ret(L, tensor_select(self, lu_dim(L, 2), i > 0 ? i - 1 : i));
 }
 
-static int t_unsqueeze(lua_State *L) { return ret(L, tensor_unsqueeze(SELF, lu_dim(L, 2))); }
+static int t_unsqueeze(lua_State *L) {
+    Tensor *self = SELF; /* first: t.unsqueeze(...) is a method-call error */
+    return ret(L, tensor_unsqueeze(self, lu_dim(L, 2)));
+}
 
 static int t_squeeze(lua_State *L) {
     return ret(L, tensor_squeeze(SELF, lua_isnoneornil(L, 2) ? TENSOR_ALL_DIMS : lu_dim(L, 2)));
@@ -649,7 +665,8 @@ static int t_requires_grad_(lua_State *L) {
 }
 
 static int t_free(lua_State *L) {
-    TensorUD *u = luaL_checkudata(L, 1, TENSOR_MT);
+    if (!lu_is_tensor(L, 1)) (void)SELF; /* the method-call error */
+    TensorUD *u = lua_touserdata(L, 1);
     tensor_release(u->t);
     u->t = NULL;
     return 0;
@@ -783,11 +800,23 @@ static int t_all(lua_State *L) { return any_all(L, false); }
 
 /* ---- indexing ---- */
 
-static int t_gather(lua_State *L) { return ret(L, op_gather(SELF, lu_dim(L, 2), lu_check_tensor(L, 3))); }
-static int t_index_select(lua_State *L) { return ret(L, op_index_select(SELF, lu_dim(L, 2), lu_check_tensor(L, 3))); }
+static int t_gather(lua_State *L) {
+    Tensor *self = SELF; /* first: t.gather(...) is a method-call error */
+    return ret(L, op_gather(self, lu_dim(L, 2), lu_check_tensor(L, 3)));
+}
+static int t_index_select(lua_State *L) {
+    Tensor *self = SELF; /* first: t.index_select(...) is a method-call error */
+    return ret(L, op_index_select(self, lu_dim(L, 2), lu_check_tensor(L, 3)));
+}
 
-static int t_masked_fill(lua_State *L) { return ret(L, op_masked_fill(SELF, lu_check_tensor(L, 2), scalar_arg(L, 3, "masked_fill"))); }
-static int t_masked_fill_(lua_State *L) { return ret_rc(L, op_masked_fill_(SELF, lu_check_tensor(L, 2), scalar_arg(L, 3, "masked_fill_"))); }
+static int t_masked_fill(lua_State *L) {
+    Tensor *self = SELF; /* first: t.masked_fill(...) is a method-call error */
+    return ret(L, op_masked_fill(self, lu_check_tensor(L, 2), scalar_arg(L, 3, "masked_fill")));
+}
+static int t_masked_fill_(lua_State *L) {
+    Tensor *self = SELF; /* first: t.masked_fill_(...) is a method-call error */
+    return ret_rc(L, op_masked_fill_(self, lu_check_tensor(L, 2), scalar_arg(L, 3, "masked_fill_")));
+}
 
 static int t_where(lua_State *L) {
     Tensor *a = SELF, *c = lu_check_tensor(L, 2);
@@ -800,10 +829,19 @@ static int t_where(lua_State *L) {
 static int t_tril(lua_State *L) { return ret(L, op_tril(SELF, luaL_optinteger(L, 2, 0), false)); }
 static int t_triu(lua_State *L) { return ret(L, op_tril(SELF, luaL_optinteger(L, 2, 0), true)); }
 
-static int t_matmul(lua_State *L) { return ret(L, op_matmul(SELF, lu_check_tensor(L, 2))); }
+static int t_matmul(lua_State *L) {
+    Tensor *self = SELF; /* first: t.matmul(...) is a method-call error */
+    return ret(L, op_matmul(self, lu_check_tensor(L, 2)));
+}
 
-static int t_softmax(lua_State *L) { return ret(L, op_softmax(SELF, lu_dim(L, 2), false)); }
-static int t_log_softmax(lua_State *L) { return ret(L, op_softmax(SELF, lu_dim(L, 2), true)); }
+static int t_softmax(lua_State *L) {
+    Tensor *self = SELF; /* first: t.softmax(...) is a method-call error */
+    return ret(L, op_softmax(self, lu_dim(L, 2), false));
+}
+static int t_log_softmax(lua_State *L) {
+    Tensor *self = SELF; /* first: t.log_softmax(...) is a method-call error */
+    return ret(L, op_softmax(self, lu_dim(L, 2), true));
+}
 
 static int t_type(lua_State *L) {
     Tensor *t = SELF;

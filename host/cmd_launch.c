@@ -296,7 +296,8 @@ static void print_help(void) {
         if (col + strlen(f) + 3 > 79) printf("\n "), col = 1;
         col += printf(" --%s", f);
     }
-    printf("\n");
+    printf("\n\nExample:\n  accel-lua launch --num_processes 2 --mixed_precision bf16 "
+           "train.lua --epochs 3\n");
 }
 
 /* ---- settings: file, flags, defaults, consistency ---- */

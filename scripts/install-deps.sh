@@ -18,6 +18,8 @@ PACKAGES=(
     python3-venv    # python3 -m venv for the test set-up (scripts/setup-test-python.sh)
     gnuplot-nox     # the benchmark chart (scripts/bench/run.sh -> docs/bench.png)
     iproute2        # `ip netns` for the several-machines test (scripts/test-machines.sh)
+    libreadline-dev # the REPL's line editing and history (host/repl.c, -lreadline)
+    tmux            # drives the REPL on a terminal in scripts/test-repl.sh
 )
 
 # `install-deps.sh --fuzz` installs these as well: what `make fuzz` needs

@@ -8,7 +8,9 @@
 #      BUILD/cuda/test_cuda    the CUDA build's test binary (make cuda-ci);
 #                              without a CUDA toolkit it counts 1 skipped
 #   2. scripts/test-host.sh    checks of the accel-lua program itself;
-#      scripts/test-cli.sh, scripts/test-launch-flags.sh  its subcommands;
+#      scripts/test-cli.sh, scripts/test-cli-help.sh (--help, unknown
+#      commands), scripts/test-launch-flags.sh  its subcommands;
+#      scripts/test-repl.sh   the REPL on a terminal (tmux) and without;
 #      scripts/test-progress-launch.sh  progress bars / banners under launch;
 #      scripts/test-machines.sh  several machines (network namespaces; its
 #                                checks are skipped, counted, without root)
@@ -130,6 +132,8 @@ run_lua_suites() {
     fi
     run_counted "scripts/test-host.sh" "$ROOT/scripts/test-host.sh" "$BUILD"
     run_counted "scripts/test-cli.sh" "$ROOT/scripts/test-cli.sh" "$BUILD"
+    run_counted "scripts/test-cli-help.sh" "$ROOT/scripts/test-cli-help.sh" "$BUILD"
+    run_counted "scripts/test-repl.sh" "$ROOT/scripts/test-repl.sh" "$BUILD"
     run_counted "scripts/test-launch-flags.sh" "$ROOT/scripts/test-launch-flags.sh" "$BUILD"
     run_counted "scripts/test-progress-launch.sh" "$ROOT/scripts/test-progress-launch.sh" "$BUILD"
     run_counted "scripts/test-machines.sh" "$ROOT/scripts/test-machines.sh" "$BUILD"

@@ -322,4 +322,7 @@ function progress.wrap(it, total, opts)
   end, nil, nil, bar
 end
 
+-- bar.update(1): "ProgressBar.update: call it as obj:update(...)"
+require("accel.util").check_methods(Bar, "ProgressBar")
+
 return progress
