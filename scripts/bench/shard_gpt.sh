@@ -98,7 +98,8 @@ fi
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 CPU=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
-echo "== $(date -u '+%Y-%m-%d %H:%M UTC'); machine: $(getconf _NPROCESSORS_ONLN) cores, $CPU; load $(load)"
+FLAGS=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|avx512f|avx512_bf16|amx_bf16)$' | tr '\n' ' ')
+echo "== $(date -u '+%Y-%m-%d %H:%M UTC'); machine: $(getconf _NPROCESSORS_ONLN) cores, $CPU (${FLAGS% }); load $(load)"
 echo "== OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>} OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE:-<unset>}" \
      "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 (both sides); PyTorch: $TORCH_VERSION"
 echo "== shape $SHAPE, 2 ranks x 1 thread, steps $STEPS, warmup $WARMUP, rounds $ROUNDS," \
@@ -115,8 +116,8 @@ run() {
     log=$OUT/shard_gpt.$key.log
     line=$(timeout -k 5 "$TIMEOUT" "$@" 2>"$log" | grep '^{"bench": "shard_gpt"' | tail -n 1) || true
     if [[ -z $line ]]; then
-        echo "$key: no result; last lines of $log:" >&2
-        grep -v '^\s*$' "$log" | tail -n 3 | sed 's/^/    /' >&2
+        echo "$key: no result; from $log:" >&2
+        { grep -m1 -E '^accel-lua: rank|Error|error' "$log" || grep -v '^\s*$' "$log" | tail -n 3; } | sed 's/^/    /' >&2
         return
     fi
     echo "$line" >>"$RESULTS"
