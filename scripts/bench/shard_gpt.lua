@@ -13,6 +13,8 @@
 --                               the loop through acc:prepare / acc:backward
 --            --ckpt             activation checkpointing of every block
 --                               (accel.utils.checkpoint_module)
+--            --prefetch         engine path, stage 3: backward_prefetch = true
+--                               (gather the next unit while one runs backward)
 --            --profile          one extra step under the op profiler: where
 --                               its time goes (top-level ops by name; the
 --                               rest of the step is communication, hooks and
@@ -38,6 +40,11 @@
 --   peak_live: the most tensor bytes alive at once during the timed steps
 --     (memory_stats' third value, reset after the warm-up);
 --   peak_rss: the process's VmHWM (whole run).
+-- Time: per phase (rank 0's medians): forward (with, under stage 3, the
+-- units' blocking gathers, also given alone: ms_forward_gathers), backward
+-- with the gradient reduction, optimizer step (stages 1-2: with the
+-- parameters' all_gather), the barrier; collectives per step
+-- (dist.counters).
 -- Rank 0 prints one JSON line with the per-rank figures and their maxima.
 local accel = require("accel")
 local dist = accel.dist
@@ -77,6 +84,20 @@ if flags.ckpt then
 end
 local opt = accel.optim.AdamW(model:parameters(), {lr = 3e-4, betas = {0.9, 0.95}, weight_decay = 0.1})
 
+-- Stage 3 on the engine path: the time of the engine's forward pre-hooks
+-- (the blocking all_gather of each unit, and of the root unit when the
+-- model's forward starts), between a hook registered before the engine's
+-- and one registered after it (hooks run in registration order).
+local gather_s, t_hook = 0, 0
+local timed = {model}
+for _, blk in ipairs(model.blocks) do timed[#timed + 1] = blk end
+local function timing_hooks(fn)
+  if stage == 3 and flags.via == "engine" then
+    for _, m in ipairs(timed) do m:register_forward_pre_hook(fn) end
+  end
+end
+timing_hooks(function() t_hook = accel.clock() end)
+
 -- sync(loss): backward and the gradient reduction; eng: the sharding
 -- engine (nil under DDP).
 local sync, eng
@@ -93,10 +114,12 @@ elseif stage == 0 then
   local reducer = accel.ddp.Reducer(model)
   sync = function(loss) loss:backward(); reducer:finalize() end
 else
-  eng = accel.shard.Engine(model, opt, {stage = stage, wrap = "module_list"})
+  eng = accel.shard.Engine(model, opt, {stage = stage, wrap = "module_list", backward_prefetch = stage == 3 and
+    flags.prefetch == true})
   sync = function(loss) loss:backward(); eng:finalize() end
 end
 t_prep = accel.clock() - t_prep
+timing_hooks(function() gather_s = gather_s + accel.clock() - t_hook end)
 local rank, world = dist.get_rank(), dist.get_world_size()
 accel.set_seed(1000 + rank)
 
@@ -117,6 +140,7 @@ end
 local function step()
   local idx, tgt = batch()
   local t0 = accel.clock()
+  gather_s = 0
   opt:zero_grad()
   local loss = model(idx, tgt)
   local t1 = accel.clock()
@@ -129,7 +153,7 @@ local function step()
 end
 
 local median = common.median
-local times, parts = {}, {fwd = {}, bwd = {}, opt = {}, wait = {}}
+local times, parts = {}, {fwd = {}, bwd = {}, opt = {}, wait = {}, gather = {}}
 local losses, comm0 = {}, nil -- comm0: {calls, bytes} when the timed steps start
 for i = 1, warmup + steps do
   if i == warmup + 1 then
@@ -146,6 +170,7 @@ for i = 1, warmup + steps do
     parts.bwd[#parts.bwd + 1] = t2 - t1
     parts.opt[#parts.opt + 1] = t3 - t2
     parts.wait[#parts.wait + 1] = t4 - t3
+    parts.gather[#parts.gather + 1] = gather_s
   end
 end
 local _, _, peak_live = accel.memory_stats()
@@ -199,7 +224,7 @@ end
 
 local mine = {rank = rank, med = median(times), peak_rss = proc_number("status", "VmHWM:%s*(%d+)") * 1024,
   peak_live = peak_live, state_live = state_live, fwd = median(parts.fwd), bwd = median(parts.bwd),
-  opt = median(parts.opt), wait = median(parts.wait), loss_first = losses[1], loss_last = losses[#losses]}
+  opt = median(parts.opt), wait = median(parts.wait), gather = median(parts.gather), loss_first = losses[1], loss_last = losses[#losses]}
 local all = {}
 for r, s in ipairs(dist.all_gather_bytes(require("accel.json").encode(mine))) do
   all[r] = require("accel.json").decode(s)
@@ -221,14 +246,15 @@ local st, st_list = max_of("state_live")
 local info = eng and eng._c:info() or {}
 local stats = eng and eng:stats() or {}
 local out = {
-  ('"bench": "shard_gpt", "impl": "accel-lua", "mode": "%s", "stage": %d, "via": "%s", "ckpt": %s, "cfg": "%s"')
-    :format(mode, stage, flags.via, flags.ckpt and "true" or "false", cfg_name),
+  ('"bench": "shard_gpt", "impl": "accel-lua", "mode": "%s", "stage": %d, "via": "%s", "ckpt": %s, "prefetch": %s, '
+    .. '"cfg": "%s"'):format(mode, stage, flags.via, flags.ckpt and "true" or "false",
+    flags.prefetch and "true" or "false", cfg_name),
   ('"world": %d, "B_per_rank": %d, "T": %d, "params": %d, "steps": %d, "warmup": %d, "threads": %d')
     :format(world, B, T, nparams, steps, warmup, accel.num_threads()),
   ('"step_s_median": %.4f, "global_tokens_per_s": %.1f, "prepare_s": %.3f'):format(
     med_max, world * B * T / med_max, t_prep),
-  ('"ms_forward": %.1f, "ms_backward": %.1f, "ms_optimizer": %.1f, "ms_barrier": %.1f'):format(
-    mine.fwd * 1e3, mine.bwd * 1e3, mine.opt * 1e3, mine.wait * 1e3),
+  ('"ms_forward": %.1f, "ms_forward_gathers": %.1f, "ms_backward": %.1f, "ms_optimizer": %.1f, "ms_barrier": %.1f')
+    :format(mine.fwd * 1e3, mine.gather * 1e3, mine.bwd * 1e3, mine.opt * 1e3, mine.wait * 1e3),
   ('"peak_rss_bytes_max_rank": %d, "peak_rss_bytes": [%s], "peak_live_bytes_max_rank": %d, "peak_live_bytes": [%s]')
     :format(rss, rss_list, live, live_list),
   ('"state_live_bytes_max_rank": %d, "state_live_bytes": [%s], "pgos_bytes": %d, "p_bytes": %d, "g_bytes": %d, '
