@@ -188,4 +188,11 @@ target "ZeRO-3 tokens/s / PyTorch FSDP2's" "$(ratio "${TOK[zero3]:-0}" "${TOK[to
 target "ZeRO-3 peak RSS per rank / PyTorch FSDP2's" "$(ratio "${RSS[zero3]:-0}" "${RSS[torch-fsdp]:-0}")" "<=" 0.6
 echo "(other ratios: accel-lua DDP / PyTorch DDP tokens/s $(ratio "${TOK[ddp]:-0}" "${TOK[torch-ddp]:-0}");" \
      "PyTorch FSDP2 / PyTorch DDP $(ratio "${TOK[torch-fsdp]:-0}" "${TOK[torch-ddp]:-0}"))"
+# The four accel-lua rows train the same model on the same batches: their
+# losses agree to rounding when the engine trains as DDP does.
+losses=
+for key in ddp zero1 zero2 zero3; do
+    [[ -n ${LINE[$key]:-} ]] && losses+=" $key $(get $key loss_first) -> $(get $key loss_last);"
+done
+[[ -n $losses ]] && echo "accel-lua losses (first -> last timed step, same data in every row):${losses%;}"
 echo "raw: $RESULTS; load at the end $(load)"
