@@ -40,6 +40,11 @@
 --   peak_live: the most tensor bytes alive at once during the timed steps
 --     (memory_stats' third value, reset after the warm-up);
 --   peak_rss: the process's VmHWM (whole run).
+-- CPU time: each rank's median process CPU time of a step up to the
+-- barrier (os.clock), and global tokens over the larger one: the rate if
+-- each rank had its core to itself (foreign load inflates wall time much
+-- more than CPU time; waiting in a collective costs CPU time only where
+-- MPI polls a free core).
 -- Time: per phase (rank 0's medians): forward (with, under stage 3, the
 -- units' blocking gathers, also given alone: ms_forward_gathers), backward
 -- with the gradient reduction, optimizer step (stages 1-2: with the
@@ -139,7 +144,7 @@ end
 -- One training step; returns the loss and its phases' end times.
 local function step()
   local idx, tgt = batch()
-  local t0 = accel.clock()
+  local c0, t0 = os.clock(), accel.clock()
   gather_s = 0
   opt:zero_grad()
   local loss = model(idx, tgt)
@@ -148,12 +153,13 @@ local function step()
   local t2 = accel.clock()
   opt:step()
   local t3 = accel.clock()
+  local c3 = os.clock()
   dist.barrier()
-  return loss, t0, t1, t2, t3, accel.clock()
+  return loss, t0, t1, t2, t3, accel.clock(), c3 - c0
 end
 
 local median = common.median
-local times, parts = {}, {fwd = {}, bwd = {}, opt = {}, wait = {}, gather = {}}
+local times, cpus, parts = {}, {}, {fwd = {}, bwd = {}, opt = {}, wait = {}, gather = {}}
 local losses, comm0 = {}, nil -- comm0: {calls, bytes} when the timed steps start
 for i = 1, warmup + steps do
   if i == warmup + 1 then
@@ -162,10 +168,11 @@ for i = 1, warmup + steps do
     accel.reset_peak_memory_stats()
     comm0 = {dist.counters()}
   end
-  local loss, t0, t1, t2, t3, t4 = step()
+  local loss, t0, t1, t2, t3, t4, cpu = step()
   losses[#losses + 1] = loss:item()
   if i > warmup then
     times[#times + 1] = t4 - t0
+    cpus[#cpus + 1] = cpu
     parts.fwd[#parts.fwd + 1] = t1 - t0
     parts.bwd[#parts.bwd + 1] = t2 - t1
     parts.opt[#parts.opt + 1] = t3 - t2
@@ -222,7 +229,7 @@ if flags.profile then
   prof.step_us = (s1 - s0) * 1e6
 end
 
-local mine = {rank = rank, med = median(times), peak_rss = proc_number("status", "VmHWM:%s*(%d+)") * 1024,
+local mine = {rank = rank, med = median(times), cpu = median(cpus), peak_rss = proc_number("status", "VmHWM:%s*(%d+)") * 1024,
   peak_live = peak_live, state_live = state_live, fwd = median(parts.fwd), bwd = median(parts.bwd),
   opt = median(parts.opt), wait = median(parts.wait), gather = median(parts.gather), loss_first = losses[1], loss_last = losses[#losses]}
 local all = {}
@@ -231,15 +238,16 @@ for r, s in ipairs(dist.all_gather_bytes(require("accel.json").encode(mine))) do
 end
 if rank ~= 0 then return end
 
-local function max_of(key)
+local function max_of(key, fmt)
   local m, list = 0, {}
   for r, x in ipairs(all) do
     m = math.max(m, x[key])
-    list[r] = ("%.0f"):format(x[key])
+    list[r] = (fmt or "%.0f"):format(x[key])
   end
   return m, table.concat(list, ", ")
 end
 local med_max = max_of("med")
+local cpu_max, cpu_list = max_of("cpu", "%.4f")
 local rss, rss_list = max_of("peak_rss")
 local live, live_list = max_of("peak_live")
 local st, st_list = max_of("state_live")
@@ -253,6 +261,8 @@ local out = {
     :format(world, B, T, nparams, steps, warmup, accel.num_threads()),
   ('"step_s_median": %.4f, "global_tokens_per_s": %.1f, "prepare_s": %.3f'):format(
     med_max, world * B * T / med_max, t_prep),
+  ('"cpu_s_median_max_rank": %.4f, "cpu_s_median": [%s], "global_tokens_per_cpu_s": %.1f'):format(
+    cpu_max, cpu_list, world * B * T / cpu_max),
   ('"ms_forward": %.1f, "ms_forward_gathers": %.1f, "ms_backward": %.1f, "ms_optimizer": %.1f, "ms_barrier": %.1f')
     :format(mine.fwd * 1e3, mine.gather * 1e3, mine.bwd * 1e3, mine.opt * 1e3, mine.wait * 1e3),
   ('"peak_rss_bytes_max_rank": %d, "peak_rss_bytes": [%s], "peak_live_bytes_max_rank": %d, "peak_live_bytes": [%s]')

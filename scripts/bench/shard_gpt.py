@@ -8,7 +8,8 @@ attention) under DDP or FSDP2 (fully_shard per block, then the root), gloo,
 As fsdp_gpt.py: model initialised from seed 0 on every rank, AdamW lr 3e-4
 betas (0.9, 0.95) weight_decay 0.1, fresh random tokens per step (generator
 seed 1 + rank), the timed region is zero_grad + forward + loss + backward +
-step + barrier. Added: "ckpt" runs every block under
+step + barrier. Added: each rank's median process CPU time of a step up to
+the barrier (gloo's threads included) and global tokens over the larger one; "ckpt" runs every block under
 torch.utils.checkpoint(use_reentrant=False) (shard_gpt.lua --ckpt does the
 same per block); the phases of a step; per rank peak RSS (ru_maxrss) and
 parameters + gradients + optimizer state counted from this rank's local
@@ -107,24 +108,25 @@ g = torch.Generator().manual_seed(1 + rank)
 def step():
     data = torch.randint(0, V, (B, T + 1), generator=g)
     idx, tgt = data[:, :-1], data[:, 1:]
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     opt.zero_grad(set_to_none=True)
     loss = model(idx, tgt)
     t1 = time.perf_counter()
     loss.backward()
     t2 = time.perf_counter()
     opt.step()
-    t3 = time.perf_counter()
+    t3, c3 = time.perf_counter(), time.process_time()
     dist.barrier()
-    return loss.item(), (t0, t1, t2, t3, time.perf_counter())
+    return loss.item(), (t0, t1, t2, t3, time.perf_counter()), c3 - c0
 
 
-times, parts, losses = [], [[], [], [], []], []
+times, cpus, parts, losses = [], [], [[], [], [], []], []
 for i in range(warmup + steps):
-    loss, ts = step()
+    loss, ts, cpu = step()
     losses.append(loss)
     if i >= warmup:
         times.append(ts[4] - ts[0])
+        cpus.append(cpu)
         for k in range(4):
             parts[k].append(ts[k + 1] - ts[k])
 
@@ -144,7 +146,8 @@ p_b = sum(local_bytes(p) for p in params)
 g_b = sum(local_bytes(p.grad) for p in params if p.grad is not None)
 os_b = sum(local_bytes(v) for st in opt.state.values() for v in st.values() if torch.is_tensor(v) and v.dim() > 0)
 med = statistics.median(times)
-mine = torch.tensor([med, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0, p_b, g_b, os_b],
+mine = torch.tensor([med, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0, p_b, g_b, os_b,
+                     statistics.median(cpus)],
                     dtype=torch.float64)
 every = [torch.zeros_like(mine) for _ in range(world)]
 dist.all_gather(every, mine)
@@ -152,10 +155,12 @@ if rank == 0:
     med_max = max(e[0].item() for e in every)
     rss = [int(e[1].item()) for e in every]
     pgos = [int(e[2].item() + e[3].item() + e[4].item()) for e in every]
+    cpu_max = max(e[5].item() for e in every)
     print(json.dumps(dict(
         bench="shard_gpt", impl="pytorch", mode=mode, ckpt=CKPT, cfg=cfg_name, world=world, torch=torch.__version__,
         params=nparams, steps=steps, warmup=warmup, threads=torch.get_num_threads(),
         step_s_median=round(med_max, 4), global_tokens_per_s=round(world * B * T / med_max, 1),
+        cpu_s_median_max_rank=round(cpu_max, 4), global_tokens_per_cpu_s=round(world * B * T / cpu_max, 1),
         ms_forward=round(statistics.median(parts[0]) * 1e3, 1), ms_backward=round(statistics.median(parts[1]) * 1e3, 1),
         ms_optimizer=round(statistics.median(parts[2]) * 1e3, 1), ms_barrier=round(statistics.median(parts[3]) * 1e3, 1),
         peak_rss_bytes_max_rank=max(rss), peak_rss_bytes=rss, pgos_bytes=max(pgos), pgos_bytes_per_rank=pgos,
