@@ -55,23 +55,14 @@ local accel = require("accel")
 local dist = accel.dist
 local common = dofile((debug.getinfo(1, "S").source:match("^@(.*)/") or ".") .. "/common.lua")
 
-local CFGS = {
-  small = {V = 65, T = 64, L = 4, H = 4, C = 128, B = 16},
-  gpt2 = {V = 50257, T = 256, L = 12, H = 12, C = 768, B = 4},
-}
 local STAGES = {ddp = 0, zero1 = 1, zero2 = 2, zero3 = 3}
 
-local pos, flags = {}, {via = "engine"}
-for _, a in ipairs(arg) do
-  local k, v = a:match("^%-%-([%w_]+)=(.*)$")
-  if k then flags[k] = v
-  elseif a:match("^%-%-") then flags[a:sub(3)] = true
-  else pos[#pos + 1] = a end
-end
+local pos, flags = common.args(arg, {via = "engine"})
 local mode, cfg_name = pos[1], pos[2] or "small"
 local stage = STAGES[mode or ""]
 if not stage then error("shard_gpt.lua: mode must be ddp, zero1, zero2 or zero3, got " .. tostring(mode), 0) end
-local cfg = CFGS[cfg_name] or error("shard_gpt.lua: shape must be small or gpt2, got " .. tostring(cfg_name), 0)
+local cfg = common.SHAPES[cfg_name]
+if not cfg then error("shard_gpt.lua: shape must be small or gpt2, got " .. tostring(cfg_name), 0) end
 local steps = tonumber(pos[3]) or (cfg_name == "small" and 20 or 3)
 local warmup = tonumber(pos[4]) or (cfg_name == "small" and 3 or 1)
 if flags.via ~= "engine" and flags.via ~= "accelerator" then
@@ -127,14 +118,6 @@ t_prep = accel.clock() - t_prep
 timing_hooks(function() gather_s = gather_s + accel.clock() - t_hook end)
 local rank, world = dist.get_rank(), dist.get_world_size()
 accel.set_seed(1000 + rank)
-
-local function proc_number(name, pattern)
-  local f = io.open("/proc/self/" .. name)
-  if not f then return 0 end
-  local s = f:read("a")
-  f:close()
-  return tonumber(s:match(pattern)) or 0
-end
 
 local function batch()
   local data = accel.randint(0, V, {B, T + 1})
@@ -229,9 +212,11 @@ if flags.profile then
   prof.step_us = (s1 - s0) * 1e6
 end
 
-local mine = {rank = rank, med = median(times), cpu = median(cpus), peak_rss = proc_number("status", "VmHWM:%s*(%d+)") * 1024,
+local mine = {rank = rank, med = median(times), cpu = median(cpus),
+  peak_rss = common.proc_number("status", "VmHWM:%s*(%d+)") * 1024,
   peak_live = peak_live, state_live = state_live, fwd = median(parts.fwd), bwd = median(parts.bwd),
-  opt = median(parts.opt), wait = median(parts.wait), gather = median(parts.gather), loss_first = losses[1], loss_last = losses[#losses]}
+  opt = median(parts.opt), wait = median(parts.wait), gather = median(parts.gather), loss_first = losses[1],
+  loss_last = losses[#losses]}
 local all = {}
 for r, s in ipairs(dist.all_gather_bytes(require("accel.json").encode(mine))) do
   all[r] = require("accel.json").decode(s)
