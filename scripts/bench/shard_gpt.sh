@@ -91,10 +91,11 @@ if ! wants torch-ddp && ! wants torch-fsdp; then
     TORCH=0 TORCH_VERSION="not asked for (--only)"
 elif ! TORCH_VERSION=$("$TORCH_PYTHON" -c 'import torch; from torch.distributed.fsdp import fully_shard; print(torch.__version__)' 2>/dev/null); then
     TORCH=0
-    found=$("$TORCH_PYTHON" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)
-    TORCH_VERSION="none usable (TORCH_PYTHON=$TORCH_PYTHON has PyTorch $found)"
+    found=$("$TORCH_PYTHON" -c 'import torch; print("PyTorch " + torch.__version__ + ", without fully_shard")' \
+        2>/dev/null || echo "no PyTorch there")
+    TORCH_VERSION="none usable (TORCH_PYTHON=$TORCH_PYTHON: $found)"
     echo "shard_gpt.sh: no PyTorch 2.x with torch.distributed.fsdp.fully_shard for TORCH_PYTHON=$TORCH_PYTHON" \
-         "(found: $found): the PyTorch rows are left out. Make one with" \
+         "($found): the PyTorch rows are left out. Make one with" \
          "'python3 -m venv V && V/bin/pip install torch' and run with TORCH_PYTHON=V/bin/python" >&2
 fi
 
@@ -164,7 +165,9 @@ for key in ddp zero1 zero2 zero3 torch-ddp torch-fsdp; do
     ddp) name="accel-lua DDP" ;; zero*) name="accel-lua ZeRO-${key#zero}" ;;
     torch-ddp) name="PyTorch DDP" ;; torch-fsdp) name="PyTorch FSDP2" ;;
     esac
-    printf '| %-16s | %9s | %7s | %9s | %13s | %14s | %10s | %10s | %s |\n' "$name" "${TOK[$key]:-n/a}" \
+    none=n/a
+    [[ $key == torch-* && $TORCH == 0 ]] && none="no PyTorch"
+    printf '| %-16s | %9s | %7s | %9s | %13s | %14s | %10s | %10s | %s |\n' "$name" "${TOK[$key]:-$none}" \
         "$(get "$key" step_s_median)" "$(get "$key" global_tokens_per_cpu_s)" "$(mib "${RSS[$key]:-}")" "$(mib "$(get "$key" pgos_bytes)")" \
         "$(mib "$(get "$key" state_live_bytes_max_rank)")" "$(mib "$(get "$key" peak_live_bytes_max_rank)")" \
         "${LOADS[$key]:-}"
