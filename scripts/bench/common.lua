@@ -6,9 +6,40 @@
 --   common.gpt(cfg)    the pre-LN GPT-2 of shared/anchors/bench_gpt.py
 --                      (gpt.lua, ddp_gpt.lua): a new model for cfg = {V, T,
 --                      L, H, C, attn = "sdpa" | "explicit"}
+--   common.SHAPES      {small = {V, T, L, H, C, B}, gpt2 = {...}}: the shapes
+--                      of bench_gpt.py / fsdp_gpt.py (B per rank)
+--   common.args(arg, flags)  the script's arguments: the positional ones
+--                      (a list) and flags (the table given, with --k=v as
+--                      flags.k = "v" and --k as flags.k = true)
+--   common.proc_number(name, pattern)  the number pattern captures in
+--                      /proc/self/<name>, or 0
 local accel = require("accel")
 
 local M = {}
+
+M.SHAPES = {
+  small = {V = 65, T = 64, L = 4, H = 4, C = 128, B = 16},
+  gpt2 = {V = 50257, T = 256, L = 12, H = 12, C = 768, B = 4},
+}
+
+function M.args(argv, flags)
+  local pos = {}
+  for _, a in ipairs(argv) do
+    local k, v = a:match("^%-%-([%w_]+)=(.*)$")
+    if k then flags[k] = v
+    elseif a:match("^%-%-") then flags[a:sub(3)] = true
+    else pos[#pos + 1] = a end
+  end
+  return pos, flags
+end
+
+function M.proc_number(name, pattern)
+  local f = io.open("/proc/self/" .. name)
+  if not f then return 0 end
+  local s = f:read("a")
+  f:close()
+  return tonumber(s:match(pattern)) or 0
+end
 
 function M.median(v)
   table.sort(v)

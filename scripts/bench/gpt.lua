@@ -20,21 +20,10 @@ local accel = require("accel")
 local optim = accel.optim
 local common = dofile((debug.getinfo(1, "S").source:match("^@(.*)/") or ".") .. "/common.lua")
 
-local CFGS = {
-  small = {V = 65, T = 64, L = 4, H = 4, C = 128, B = 16},
-  gpt2 = {V = 50257, T = 256, L = 12, H = 12, C = 768, B = 4},
-}
-
-local pos, flags = {}, {attn = "sdpa"}
-for _, a in ipairs(arg) do
-  local k, v = a:match("^%-%-([%w_]+)=(.*)$")
-  if k then flags[k] = v
-  elseif a:match("^%-%-") then flags[a:sub(3)] = true
-  else pos[#pos + 1] = a end
-end
+local pos, flags = common.args(arg, {attn = "sdpa"})
 local threads = tonumber(pos[1]) or 1
 local cfg_name = pos[2] or "small"
-local cfg = CFGS[cfg_name] or error("gpt.lua: shape must be small or gpt2, got " .. tostring(cfg_name))
+local cfg = common.SHAPES[cfg_name] or error("gpt.lua: shape must be small or gpt2, got " .. tostring(cfg_name))
 local steps = tonumber(pos[3]) or (cfg_name == "small" and 30 or 5)
 local warmup = tonumber(pos[4]) or (cfg_name == "small" and 5 or 1)
 if flags.attn ~= "sdpa" and flags.attn ~= "explicit" then error("gpt.lua: --attn must be sdpa or explicit") end
@@ -55,14 +44,7 @@ local function forward(idx, tgt)
   return model(idx, tgt)
 end
 
--- The number that pattern captures in /proc/self/<name>, or 0.
-local function proc_number(name, pattern)
-  local f = io.open("/proc/self/" .. name)
-  if not f then return 0 end
-  local s = f:read("a")
-  f:close()
-  return tonumber(s:match(pattern)) or 0
-end
+local proc_number = common.proc_number
 
 local function peak_rss_kib() return proc_number("status", "VmHWM:%s*(%d+)") end
 
