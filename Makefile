@@ -8,6 +8,8 @@
 #   make asan-test   ASan+UBSan build in build/asan/, then the same tests
 #   make fuzz        libFuzzer runs of the file readers (clang; not part of
 #                    make test), FUZZ_SECONDS (default 30) per reader
+#   make install     program, accel.so and man pages under PREFIX (default
+#                    /usr/local), staged under DESTDIR; make uninstall
 #   make clean
 
 BUILD ?= build
@@ -147,3 +149,42 @@ clean:
 FORCE:
 
 -include $(patsubst %.o,%.d,$(CORE_OBJ) $(BIND_OBJ) $(HOST_OBJ) $(TEST_OBJ) $(FUZZ_SRC:%.c=$(OBJ)/%.o))
+
+# Installation. `make install PREFIX=/usr/local DESTDIR=/tmp/stage` copies
+# the program, accel.so and the man pages; `make uninstall` (same PREFIX
+# and DESTDIR) removes exactly the files install lists in INSTALL_FILES
+# (`make install-files` prints them). accel.so goes where
+# Debian's lua5.4 looks for C modules: its package.cpath has
+# /usr/local/lib/lua/5.4/?.so (for PREFIX=/usr/local) and
+# /usr/lib/x86_64-linux-gnu/lua/5.4/?.so (for PREFIX=/usr, the .deb).
+PREFIX ?= /usr/local
+DESTDIR ?=
+BINDIR ?= $(PREFIX)/bin
+MANDIR ?= $(PREFIX)/share/man
+LUA_CMOD_DIR ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/x86_64-linux-gnu/lua/5.4,$(PREFIX)/lib/lua/5.4)
+MAN_PAGES := $(wildcard man/*.1)
+INSTALL_FILES := $(BINDIR)/accel-lua $(LUA_CMOD_DIR)/accel.so \
+                 $(MAN_PAGES:man/%=$(MANDIR)/man1/%)
+
+.PHONY: install uninstall install-files deb
+
+install: $(PROGRAM) $(MODULE)
+	install -d "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(LUA_CMOD_DIR)" "$(DESTDIR)$(MANDIR)/man1"
+	install -m 0755 $(PROGRAM) "$(DESTDIR)$(BINDIR)/accel-lua"
+	install -m 0644 $(MODULE) "$(DESTDIR)$(LUA_CMOD_DIR)/accel.so"
+	install -m 0644 $(MAN_PAGES) "$(DESTDIR)$(MANDIR)/man1/"
+
+# uninstall removes the files and, when they are left empty, only the Lua
+# module directories (nothing else uses them); bin/ and share/man/man1 are
+# system directories on Debian (base-files makes them) and stay.
+LUA_CMOD_DIRS := $(LUA_CMOD_DIR) $(patsubst %/,%,$(dir $(LUA_CMOD_DIR)))
+
+uninstall:
+	rm -f $(addprefix "$(DESTDIR),$(addsuffix ",$(INSTALL_FILES)))
+	for d in $(LUA_CMOD_DIRS); do \
+	    if [ -d "$(DESTDIR)$$d" ]; then rmdir --ignore-fail-on-non-empty "$(DESTDIR)$$d"; fi; \
+	done
+
+# The installed paths, one a line (scripts/test-install.sh compares them).
+install-files:
+	@printf '%s\n' $(INSTALL_FILES)

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# test-install.sh: checks of `make install` / `make uninstall` and the man
+# pages (man/*.1). Installs the given build into a temporary DESTDIR with
+# PREFIX=/usr/local, compares the installed files with the list below
+# (written here, not read from the Makefile), runs the installed program,
+# loads the installed accel.so into plain lua5.4, renders each man page
+# with `man --warnings` (no warning allowed), checks that the pages name
+# every option, command and launch flag the program's own --help lists,
+# then uninstalls and checks that only files of others are left. Run by
+# scripts/run-tests.sh:
+#
+#   scripts/test-install.sh [BUILD_DIR]     (default: build)
+#
+# Prints one line per check and ends with "N passed, N failed".
+# shellcheck source=scripts/test-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/test-lib.sh" "$@"
+export HOME=$TMP/home
+unset LUA_INIT LUA_INIT_5_4 LUA_PATH LUA_CPATH LUA_PATH_5_4 LUA_CPATH_5_4
+
+STAGE=$TMP/stage
+LUADIR=/usr/local/lib/lua/5.4
+EXPECTED="usr/local/bin/accel-lua
+usr/local/lib/lua/5.4/accel.so
+usr/local/share/man/man1/accel-lua-config.1
+usr/local/share/man/man1/accel-lua-launch.1
+usr/local/share/man/man1/accel-lua.1"
+VERSION=$(sed -n 's/^#define ACCEL_LUA_VERSION "\(.*\)"$/\1/p' host/host.h)
+
+# make_in TARGET VAR=VALUE...: runs make TARGET on this build without
+# rebuilding it (-o: the program and the module count as up to date).
+make_in() {
+    run make -s --no-print-directory -o "$BUILD/accel-lua" -o "$BUILD/accel.so" \
+        BUILD="$BUILD" "$@"
+}
+
+# The files (and links) under a folder, relative to it, sorted.
+files_under() { (cd "$1" && find . \( -type f -o -type l \) | sed 's|^\./||' | sort); }
+
+check_install() {
+    make_in install PREFIX=/usr/local DESTDIR="$STAGE"
+    check "make install PREFIX=/usr/local DESTDIR=... succeeds" '(( RC == 0 ))'
+    OUT=$(files_under "$STAGE")
+    check "install puts exactly the program, accel.so and 3 man pages there" '[[ $OUT == "$EXPECTED" ]]'
+    check "the installed program is executable" '[[ -x $STAGE/usr/local/bin/accel-lua ]]'
+    run "$STAGE/usr/local/bin/accel-lua" -e 'print(accel.__version__)'
+    check "the installed program prints accel.__version__ ($VERSION, host/host.h)" \
+        '(( RC == 0 )) && [[ $OUT == "$VERSION" ]]'
+}
+
+check_plain_lua() {
+    run lua5.4 -e 'print(package.cpath)'
+    check "plain lua5.4 searches $LUADIR for C modules by default" "has '$LUADIR/?.so;'"
+    LUA_CPATH="$STAGE$LUADIR/?.so" run lua5.4 -e '
+        local accel = require("accel")
+        local t = accel.ones({2, 3}) * 2
+        print(package.searchpath("accel", package.cpath), t:sum():item(), t.shape[1], t.shape[2])'
+    check "plain lua5.4 requires the installed accel.so and makes a tensor (sum 12, 2x3)" \
+        '(( RC == 0 )) && [[ $OUT == "$STAGE$LUADIR/accel.so	12.0	2	3" ]]'
+    run make -s --no-print-directory install-files PREFIX=/usr
+    check "PREFIX=/usr puts accel.so on Debian's lua5.4 path" \
+        "has /usr/lib/x86_64-linux-gnu/lua/5.4/accel.so && [[ \$(lua5.4 -e 'print(package.cpath)') == */usr/lib/x86_64-linux-gnu/lua/5.4/?.so* ]]"
+}
+
+# render PAGE: TEXT (and OUT) = the page as text, ERR = man's and groff's
+# warnings.
+render() {
+    ERR=$(MANWIDTH=80 man --warnings -l "$1" 2>&1 >/dev/null)
+    TEXT=$(MANWIDTH=80 man --warnings -l "$1" 2>/dev/null)
+    OUT=$TEXT
+}
+
+# missing WORD...: prints the words the rendered page (TEXT) lacks.
+missing() {
+    local w
+    for w in "$@"; do grep -qF -- "$w" <<<"$TEXT" || printf '%s ' "$w"; done
+}
+
+# none_missing NAME: one check that the words missing() found (gone) are none.
+none_missing() {
+    OUT="missing: $gone"
+    check "$1" '[[ -z $gone ]]'
+}
+
+# The ACCEL_LUA_* variables launch gives the ranks: the settings table of
+# host/settings.c and the ones host/cmd_launch.c adds.
+rank_variables() {
+    { grep -ohE '"ACCEL_LUA_[A-Z0-9_]+"' host/settings.c | tr -d '"'
+      grep -ohE '"ACCEL_LUA_[A-Z0-9_]+=' host/cmd_launch.c | tr -d '"='; } | sort -u
+}
+
+check_man_pages() {
+    local page name gone
+    for page in "$STAGE"/usr/local/share/man/man1/*.1; do
+        name=$(basename "$page" .1)
+        render "$page"
+        OUT=$ERR
+        check "man --warnings renders $name(1) without warnings" '[[ -z $ERR ]]'
+        render "$page"
+        check "$name(1) has NAME, SYNOPSIS, ENVIRONMENT, FILES, EXIT STATUS, EXAMPLES" \
+            "has 'NAME' && has 'SYNOPSIS' && has 'ENVIRONMENT' && has 'FILES' && has 'EXIT STATUS' && has 'EXAMPLES'"
+    done
+    render man/accel-lua-launch.1
+    # shellcheck disable=SC2046  # one word per flag
+    gone=$(missing $("$EXE" launch --help | grep -oE -- '(^|[ ,])--?[a-z][a-z0-9_]*\*?' | sed 's/^[ ,]*//' | sort -u))
+    none_missing "accel-lua-launch(1) names every flag of launch --help"
+    # shellcheck disable=SC2046
+    gone=$(missing $(rank_variables))
+    none_missing "accel-lua-launch(1) names every ACCEL_LUA_* variable launch sets in the ranks"
+    render man/accel-lua.1
+    # shellcheck disable=SC2046
+    gone=$(missing $("$EXE" --help | sed -n 's/^  \(-[a-zA-Z-]*\) .*/\1/p; s/^  \([a-z][a-z-]*\)  .*/\1/p'))
+    none_missing "accel-lua(1) names every option and command of accel-lua --help"
+    render man/accel-lua-config.1
+    # shellcheck disable=SC2046
+    gone=$(missing "config default" "config update" $("$EXE" config --no-such-flag 2>&1 | grep 'usage\|^  ' | grep -oE -- '--[a-z_]+' | sort -u))
+    none_missing "accel-lua-config(1) names the forms and flags of config's usage"
+}
+
+check_uninstall() {
+    mkdir -p "$STAGE/usr/local/bin" && echo keep >"$STAGE/usr/local/bin/other-tool"
+    make_in uninstall PREFIX=/usr/local DESTDIR="$STAGE"
+    check "make uninstall succeeds" '(( RC == 0 ))'
+    OUT=$(files_under "$STAGE")
+    check "uninstall removes every installed file and leaves another program's" \
+        '[[ $OUT == "usr/local/bin/other-tool" ]]'
+    check "uninstall removes the emptied Lua module folders" '[[ ! -e $STAGE/usr/local/lib/lua ]]'
+    make_in uninstall PREFIX=/usr/local DESTDIR="$STAGE"
+    check "a second uninstall (nothing installed) succeeds" '(( RC == 0 ))'
+}
+
+check_install
+check_plain_lua
+check_man_pages
+check_uninstall
+finish
