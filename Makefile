@@ -188,3 +188,6 @@ uninstall:
 # The installed paths, one a line (scripts/test-install.sh compares them).
 install-files:
 	@printf '%s\n' $(INSTALL_FILES)
+
+# The CPU check (kernels/cpu/cpu_check.c) must itself run on any x86-64.
+$(OBJ)/kernels/cpu/cpu_check.o: CFLAGS := $(subst -march=x86-64-v3,-march=x86-64,$(CFLAGS))

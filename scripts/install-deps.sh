@@ -18,6 +18,8 @@ PACKAGES=(
     python3-venv    # python3 -m venv for the test set-up (scripts/setup-test-python.sh)
     gnuplot-nox     # the benchmark chart (scripts/bench/run.sh -> docs/bench.png)
     iproute2        # `ip netns` for the several-machines test (scripts/test-machines.sh)
+    man-db          # `man --warnings -l` renders the man pages (scripts/test-install.sh)
+    qemu-user       # qemu-x86_64 -cpu Nehalem/Haswell: the CPU checks of scripts/test-install.sh
 )
 
 # `install-deps.sh --fuzz` installs these as well: what `make fuzz` needs

@@ -6,12 +6,15 @@
 # loads the installed accel.so into plain lua5.4, renders each man page
 # with `man --warnings` (no warning allowed), checks that the pages name
 # every option, command and launch flag the program's own --help lists,
-# then uninstalls and checks that only files of others are left. Run by
-# scripts/run-tests.sh:
+# then uninstalls and checks that only files of others are left. Under
+# qemu-x86_64 (Debian's qemu-user) it runs the installed program on an
+# emulated CPU without AVX2 (Nehalem: a clear refusal, exit 1, not SIGILL)
+# and on one with it (Haswell: it runs); without qemu-x86_64 those checks
+# are skipped and counted as skipped. Run by scripts/run-tests.sh:
 #
 #   scripts/test-install.sh [BUILD_DIR]     (default: build)
 #
-# Prints one line per check and ends with "N passed, N failed".
+# Prints one line per check and ends with "N passed, N failed[, N skipped]".
 # shellcheck source=scripts/test-lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/test-lib.sh" "$@"
 export HOME=$TMP/home
@@ -19,6 +22,7 @@ unset LUA_INIT LUA_INIT_5_4 LUA_PATH LUA_CPATH LUA_PATH_5_4 LUA_CPATH_5_4
 
 STAGE=$TMP/stage
 LUADIR=/usr/local/lib/lua/5.4
+LUA_BIN=$(command -v lua5.4)
 EXPECTED="usr/local/bin/accel-lua
 usr/local/lib/lua/5.4/accel.so
 usr/local/share/man/man1/accel-lua-config.1
@@ -128,8 +132,41 @@ check_uninstall() {
     check "a second uninstall (nothing installed) succeeds" '(( RC == 0 ))'
 }
 
+# on_cpu MODEL CMD...: runs CMD on qemu's emulated CPU MODEL (OUT without
+# qemu's own notes about host features TCG does not emulate).
+on_cpu() {
+    local model=$1
+    shift
+    run timeout 600 qemu-x86_64 -cpu "$model" "$@"
+    OUT=$(grep -v "^qemu-x86_64: warning: TCG doesn't support" <<<"$OUT")
+}
+
+SKIP=0
+check_old_cpu() {
+    local exe=$STAGE/usr/local/bin/accel-lua so_path="$STAGE$LUADIR/?.so"
+    if ! command -v qemu-x86_64 >/dev/null; then
+        echo "skip the emulated-CPU checks: no qemu-x86_64 (Debian package qemu-user)"
+        SKIP=$((SKIP + 4))
+        return
+    fi
+    on_cpu Nehalem "$exe" -e 'print(accel.__version__)'
+    check "on a CPU without AVX2 (qemu Nehalem) the program refuses to start, naming what is missing"         '(( RC == 1 )) && has "this CPU lacks avx, avx2, fma" && has "needs an x86-64-v3 CPU"'
+    LUA_CPATH=$so_path on_cpu Nehalem "$LUA_BIN" -e 'require("accel")'
+    check "on a CPU without AVX2 plain lua5.4 loading accel.so gets the same refusal"         '(( RC == 1 )) && has "this CPU lacks avx, avx2, fma"'
+    on_cpu Haswell "$exe" -e 'print(accel.ones({2, 3}):sum():item())'
+    check "on an AVX2 CPU (qemu Haswell) the program runs" '(( RC == 0 )) && [[ $OUT == 6.0 ]]'
+    LUA_CPATH=$so_path on_cpu Haswell "$LUA_BIN" -e 'print(require("accel").ones({4}):sum():item())'
+    check "on an AVX2 CPU plain lua5.4 runs accel.so" '(( RC == 0 )) && [[ $OUT == 4.0 ]]'
+}
+
 check_install
 check_plain_lua
 check_man_pages
+check_old_cpu
 check_uninstall
-finish
+if (( SKIP > 0 )); then
+    echo "$PASS passed, $FAIL failed, $SKIP skipped"
+    (( FAIL == 0 ))
+else
+    finish
+fi
