@@ -191,3 +191,8 @@ install-files:
 
 # The CPU check (kernels/cpu/cpu_check.c) must itself run on any x86-64.
 $(OBJ)/kernels/cpu/cpu_check.o: CFLAGS := $(subst -march=x86-64-v3,-march=x86-64,$(CFLAGS))
+
+# A Debian package of this build: $(BUILD)/accel-lua_VERSION_ARCH.deb
+# (scripts/make-deb.sh says what goes in; needs dpkg-dev).
+deb: $(PROGRAM) $(MODULE)
+	scripts/make-deb.sh $(BUILD)

@@ -19,6 +19,7 @@ PACKAGES=(
     gnuplot-nox     # the benchmark chart (scripts/bench/run.sh -> docs/bench.png)
     iproute2        # `ip netns` for the several-machines test (scripts/test-machines.sh)
     man-db          # `man --warnings -l` renders the man pages (scripts/test-install.sh)
+    dpkg-dev        # dpkg-shlibdeps for `make deb` (scripts/make-deb.sh)
     qemu-user       # qemu-x86_64 -cpu Nehalem/Haswell: the CPU checks of scripts/test-install.sh
 )
 

@@ -10,7 +10,10 @@
 # qemu-x86_64 (Debian's qemu-user) it runs the installed program on an
 # emulated CPU without AVX2 (Nehalem: a clear refusal, exit 1, not SIGILL)
 # and on one with it (Haswell: it runs); without qemu-x86_64 those checks
-# are skipped and counted as skipped. Run by scripts/run-tests.sh:
+# are skipped and counted as skipped. Last, `make deb`'s package
+# (scripts/make-deb.sh): its file list, its dependencies (each one a
+# package installed here), and `dpkg --root` install, run and remove in an
+# empty root. Run by scripts/run-tests.sh:
 #
 #   scripts/test-install.sh [BUILD_DIR]     (default: build)
 #
@@ -159,11 +162,48 @@ check_old_cpu() {
     check "on an AVX2 CPU plain lua5.4 runs accel.so" '(( RC == 0 )) && [[ $OUT == 4.0 ]]'
 }
 
+DEB_FILES="./usr/bin/accel-lua
+./usr/lib/x86_64-linux-gnu/lua/5.4/accel.so
+./usr/share/man/man1/accel-lua-config.1.gz
+./usr/share/man/man1/accel-lua-launch.1.gz
+./usr/share/man/man1/accel-lua.1.gz"
+
+# The Depends field's package names, one a line.
+deb_depends() {
+    dpkg-deb --field "$1" Depends | tr ',' '\n' | sed 's/(.*)//; s/|.*//; s/ //g' | grep .
+}
+
+check_deb() {
+    local deb droot pkg absent=""
+    run scripts/make-deb.sh "$BUILD" "$TMP/debout"
+    deb=$TMP/debout/accel-lua_${VERSION}_$(dpkg --print-architecture).deb
+    check "make-deb.sh builds accel-lua_${VERSION}_ARCH.deb" '(( RC == 0 )) && [[ -f $deb ]]'
+    [[ -f $deb ]] || return
+    OUT=$(dpkg-deb --contents "$deb" | awk '$1 !~ /^d/ { print $6 }' | sort)
+    check "the package holds the program, accel.so on lua5.4's path, 3 gzipped man pages" '[[ $OUT == "$DEB_FILES" ]]'
+    for pkg in $(deb_depends "$deb"); do
+        dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null | grep -qx installed || absent+="$pkg "
+    done
+    OUT="Depends: $(dpkg-deb --field "$deb" Depends); not installed: $absent"
+    check "every package the .deb depends on is a Debian package installed here" '[[ -z $absent ]] && has libdnnl2 && has liblua5.4-0'
+    droot=$TMP/dpkgroot
+    mkdir -p "$droot/var/lib/dpkg/info" "$droot/var/lib/dpkg/updates" && : >"$droot/var/lib/dpkg/status"
+    run dpkg --root="$droot" --force-depends --log=/dev/null -i "$deb"
+    check "dpkg --root installs the package into an empty root" '(( RC == 0 )) && [[ -x $droot/usr/bin/accel-lua ]]'
+    run "$droot/usr/bin/accel-lua" -e 'print(accel.__version__)'
+    check "the packaged program runs" '(( RC == 0 )) && [[ $OUT == "$VERSION" ]]'
+    run dpkg --root="$droot" --log=/dev/null -r accel-lua
+    OUT="$OUT
+left: $(cd "$droot" && find . ! -type d ! -path './var/lib/dpkg/*')"
+    check "dpkg -r removes every file of the package" '(( RC == 0 )) && [[ $OUT == *"left: " ]]'
+}
+
 check_install
 check_plain_lua
 check_man_pages
 check_old_cpu
 check_uninstall
+check_deb
 if (( SKIP > 0 )); then
     echo "$PASS passed, $FAIL failed, $SKIP skipped"
     (( FAIL == 0 ))
