@@ -12,6 +12,7 @@ PACKAGES=(
     libdnnl-dev libopenblas-dev
     libopenmpi-dev openmpi-bin
     libyaml-dev zlib1g-dev
+    libsimde-dev            # SIMDe: the AVX2 intrinsics in the baseline build of the kernels (kernels/cpu/simd.h)
     libcurl4-openssl-dev    # HTTP for the MLflow tracker (bindings/http_lua.c, -lcurl)
     dataset-fashion-mnist   # the example data set (accel.data.fashion_mnist_dir(): /usr/share/datasets/fashion-mnist)
     fortunes        # the GPT example's default text corpus (/usr/share/games/fortunes)
