@@ -10,6 +10,7 @@
 #                    make test), FUZZ_SECONDS (default 30) per reader
 #   make install     program, accel.so and man pages under PREFIX (default
 #                    /usr/local), staged under DESTDIR; make uninstall
+#   make deb         build/accel-lua_VERSION_amd64.deb (scripts/make-deb.sh)
 #   make clean
 
 BUILD ?= build
