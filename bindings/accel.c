@@ -20,7 +20,7 @@ typedef struct {
 } CreateOpts;
 
 static CreateOpts create_opts(lua_State *L, int idx, DType def) {
-    CreateOpts o = {def, {DEV_CPU, 0}, false};
+    CreateOpts o = {def, lu_default_device(L), false};
     if (!lu_is_opts(L, idx)) {
         if (!lua_isnone(L, idx) && !lua_isnil(L, idx))
             lu_error(L, "bad argument #%d (options table {dtype=, device=, requires_grad=} expected, got %s)", idx, luaL_typename(L, idx));
@@ -33,6 +33,11 @@ static CreateOpts create_opts(lua_State *L, int idx, DType def) {
 }
 
 static int finish(lua_State *L, Tensor *t, const CreateOpts *o) {
+    if (t && (t->device.type != o->dev.type || t->device.index != o->dev.index)) { /* made on the host (RNG, ranges) */
+        Tensor *m = tensor_to_device(t, o->dev);
+        tensor_release(t);
+        t = m;
+    }
     if (!t) return lu_core_error(L);
     if (o->requires_grad) {
         if (!dtype_is_float(t->dtype)) {
@@ -199,6 +204,7 @@ static int l_tensor(lua_State *L) {
     Tensor *src = lu_to_tensor(L, 1);
     if (src) {
         CreateOpts o = create_opts(L, 2, src->dtype);
+        if (!lu_is_opts(L, 2) || (lua_getfield(L, 2, "device"), lua_isnil(L, -1))) o.dev = src->device; /* as torch.tensor(t) */
         bool prev = ag_set_grad_enabled(false);
         Tensor *c = tensor_empty(src->shape, src->ndim, o.dt, src->device);
         if (c) tensor_copy_strided(c, src);
@@ -211,9 +217,12 @@ static int l_tensor(lua_State *L) {
     CreateOpts o = create_opts(L, 2, def);
     Tensor *t = tensor_empty(info.shape, info.ndim, o.dt, o.dev);
     if (!t) return lu_core_error(L);
-    char *p = t->storage->data;
     lu_push_tensor(L, t); /* owned by Lua while filling, so errors do not leak */
+    /* staged in a Lua-owned host buffer (collected if filling raises), then copied to the device */
+    char *host = lua_newuserdatauv(L, (size_t)t->numel * dtype_size(o.dt) + 1, 0), *p = host;
     fill_data(L, 1, &p, o.dt);
+    if (tensor_from_host(t, host) < 0) return lu_core_error(L);
+    lua_pop(L, 1);
     if (o.requires_grad) {
         if (!dtype_is_float(o.dt)) return lu_error(L, "only floating point tensors can require gradients (got %s)", dtype_name(o.dt));
         t->requires_grad = true;
@@ -299,8 +308,8 @@ static int l_set_rng_state(lua_State *L) {
 static int l_clock(lua_State *L) { return lu_push_clock(L, CLOCK_MONOTONIC); }
 
 static int l_num_threads(lua_State *L) {
-    if (!lua_isnoneornil(L, 1)) kernel_set_threads((int)luaL_checkinteger(L, 1));
-    lua_pushinteger(L, kernel_get_threads());
+    if (!lua_isnoneornil(L, 1)) backend_set_threads((int)luaL_checkinteger(L, 1));
+    lua_pushinteger(L, backend_get_threads());
     return 1;
 }
 
@@ -485,6 +494,25 @@ static void set_dtypes(lua_State *L) {
     }
 }
 
+/* accel.set_default_device(d): where creation functions put tensors. */
+static int l_set_default_device(lua_State *L) {
+    lu_set_default_device(L, 1);
+    return 0;
+}
+
+static int l_get_default_device(lua_State *L) {
+    lu_push_device(L, lu_default_device(L));
+    return 1;
+}
+
+/* accel.synchronize([device]): wait for the device's queued work. */
+static int l_synchronize(lua_State *L) {
+    Device d = lua_isnoneornil(L, 1) ? lu_default_device(L) : lu_check_device(L, 1);
+    const Backend *be = backend_for(d);
+    if (!be || be->synchronize() != 0) return lu_core_error(L);
+    return 0;
+}
+
 static const luaL_Reg functions[] = {
     {"tensor", l_tensor}, {"zeros", l_zeros}, {"ones", l_ones}, {"full", l_full}, {"empty", l_empty},
     {"rand", l_rand}, {"randn", l_randn}, {"randint", l_randint}, {"randperm", l_randperm}, {"arange", l_arange},
@@ -493,7 +521,9 @@ static const luaL_Reg functions[] = {
     {"get_rng_state", l_rng_state}, {"set_rng_state", l_set_rng_state}, {"clock", l_clock},
     {"num_threads", l_num_threads}, {"is_tensor", l_is_tensor}, {"memory_stats", l_memory},
     {"reset_peak_memory_stats", l_reset_peak_memory_stats},
-    {"empty_cache", l_empty_cache}, {"save", l_save}, {"load", l_load}, {"device", lu_device_new}, {NULL, NULL}};
+    {"empty_cache", l_empty_cache}, {"save", l_save}, {"load", l_load}, {"device", lu_device_new},
+    {"set_default_device", l_set_default_device}, {"get_default_device", l_get_default_device},
+    {"synchronize", l_synchronize}, {NULL, NULL}};
 
 int luaopen_accel(lua_State *L) {
     accel_preload_embedded(L);

@@ -26,8 +26,11 @@ static int c_draw_seed(lua_State *L) {
     int64_t one = 1;
     Tensor *t = rng_randint(0, (int64_t)1 << 62, &one, 1, DT_I64);
     if (!t) return lu_core_error(L);
-    lua_pushinteger(L, *(int64_t *)tensor_data(t));
+    int64_t v = 0;
+    int rc = tensor_to_host(t, &v); /* exact: a double would round it */
     tensor_release(t);
+    if (rc < 0) return lu_core_error(L);
+    lua_pushinteger(L, v);
     return 1;
 }
 
@@ -80,7 +83,10 @@ static int c_token_blocks(lua_State *L) {
     if (starts->dtype != DT_I64 || starts->ndim != 1) return lu_error(L, "TokenFile: block starts must be a 1-D int64 tensor");
     if (T < 0) return lu_error(L, "TokenFile: block length must be >= 0, got %lld", (long long)T);
     Tensor *s = tensor_contiguous(starts), *x = NULL, *y = NULL;
-    int rc = s ? tokenfile_blocks(tok, tensor_data(s), s->shape[0], T, &x, &y) : -1;
+    HostMap m;
+    const int64_t *hs = s ? tensor_host_map(s, HOST_READ, &m) : NULL;
+    int rc = hs ? tokenfile_blocks(tok, hs, s->shape[0], T, &x, &y) : -1;
+    if (hs) tensor_host_unmap(&m);
     tensor_release(s);
     if (rc < 0) return lu_core_error(L);
     lu_push_tensor(L, x);
@@ -97,11 +103,16 @@ static int c_token_ids(lua_State *L) {
                         (long long)((uint64_t)start + 1), (long long)tok->shape[0]);
     int64_t n = count;
     Tensor *t = tensor_empty(&n, 1, DT_I64, CPU);
-    if (t) {
-        const uint8_t *src = (const uint8_t *)tensor_data(tok) + 2 * start;
-        int64_t *dst = tensor_data(t);
+    HostMap mt, md;
+    const uint8_t *src = t ? tensor_host_map(tok, HOST_READ, &mt) : NULL;
+    int64_t *dst = src ? tensor_host_map(t, HOST_WRITE, &md) : NULL;
+    if (src && dst) {
+        src += 2 * start;
         for (int64_t i = 0; i < n; i++) dst[i] = src[2 * i] | src[2 * i + 1] << 8;
     }
+    if (src) tensor_host_unmap(&mt);
+    if (dst) t = tensor_host_finish(t, &md);
+    else tensor_release(t), t = NULL;
     lu_push_tensor(L, t);
     return 1;
 }

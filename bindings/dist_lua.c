@@ -3,19 +3,42 @@
  * (accel.dist.Work: wait, test / is_completed). The Lua face users call is
  * accel.dist (bindings/lua/accel/dist.lua), which checks options and names.
  * Ranks are 0-based values, as in PyTorch and Accelerate. Each function
- * initialises the communicator on first use. */
+ * initialises the communicator on first use. Groups (accel.dist.Group:
+ * sub-communicators, core/dist.h dist_split): dist_group("node" |
+ * "cross_node"), dist_split([group,] color, key); every collective, and
+ * dist_counters, takes a group as an optional FIRST argument. */
 #include "lua_util.h"
 #include "../core/dist.h"
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define WORK_MT "accel.dist.Work"
+#define GROUP_MT "accel.dist.Group"
 
 typedef struct {
     DistWork *w;
 } WorkUD;
 
+typedef struct {
+    DistComm *c; /* NULL once freed */
+    bool owned;  /* from dist_split (freed by free / the GC) */
+} GroupUD;
+
+/* The group at idx (a sub-communicator), or NULL when idx holds none. */
+static GroupUD *group_at(lua_State *L, int idx) { return luaL_testudata(L, idx, GROUP_MT); }
+
+/* The communicator of a call: a Group as the first argument (removed from
+ * the stack, so the others keep their positions), else the world. */
 static DistComm *comm(lua_State *L) {
+    GroupUD *g = group_at(L, 1);
+    if (g) {
+        if (!g->c) lu_error(L, "dist: the group was freed");
+        DistComm *c = g->c;
+        lua_remove(L, 1);
+        return c;
+    }
     DistComm *c = dist_world();
     if (!c) lu_core_error(L);
     return c;
@@ -69,19 +92,24 @@ static int l_init(lua_State *L) {
     return 1;
 }
 
+static void set_int(lua_State *L, const char *key, lua_Integer v) {
+    lua_pushinteger(L, v);
+    lua_setfield(L, -2, key);
+}
+
+static void set_str(lua_State *L, const char *key, const char *v) {
+    lua_pushstring(L, v);
+    lua_setfield(L, -2, key);
+}
+
 static int l_info(lua_State *L) {
     DistComm *c = comm(L);
     lua_createtable(L, 0, 5);
-    lua_pushstring(L, c->ops->name);
-    lua_setfield(L, -2, "backend");
-    lua_pushinteger(L, c->rank);
-    lua_setfield(L, -2, "rank");
-    lua_pushinteger(L, c->size);
-    lua_setfield(L, -2, "world_size");
-    lua_pushinteger(L, c->local_rank);
-    lua_setfield(L, -2, "local_rank");
-    lua_pushinteger(L, c->local_size);
-    lua_setfield(L, -2, "local_world_size");
+    set_str(L, "backend", c->ops->name);
+    set_int(L, "rank", c->rank);
+    set_int(L, "world_size", c->size);
+    set_int(L, "local_rank", c->local_rank);
+    set_int(L, "local_world_size", c->local_size);
     return 1;
 }
 
@@ -219,7 +247,8 @@ static int l_broadcast_bytes(lua_State *L) {
 
 static int l_counters(lua_State *L) {
     DistStats st;
-    dist_stats(&st);
+    if (group_at(L, 1)) dist_comm_stats(comm(L), &st);
+    else dist_stats(&st);
     for (int which = 0; which < 2; which++) {
         lua_createtable(L, 0, DK_COUNT + 1);
         uint64_t total = 0;
@@ -298,6 +327,80 @@ static int w_tostring(lua_State *L) {
     return 1;
 }
 
+/* ---- groups (sub-communicators) ---- */
+
+static int push_group(lua_State *L, DistComm *c, bool owned) {
+    if (!c) return lu_core_error(L);
+    GroupUD *g = lua_newuserdatauv(L, sizeof *g, 0);
+    *g = (GroupUD){c, owned};
+    luaL_setmetatable(L, GROUP_MT);
+    return 1;
+}
+
+/* dist_group("node" | "cross_node") -> the world's cached group */
+static int l_group(lua_State *L) {
+    const char *kind = luaL_checkstring(L, 1);
+    DistComm *w = comm(L);
+    if (strcmp(kind, "node") == 0) return push_group(L, dist_node_comm(w), false);
+    if (strcmp(kind, "cross_node") == 0) return push_group(L, dist_cross_node_comm(w), false);
+    return lu_error(L, "dist: unknown group '%s' (node, cross_node)", kind);
+}
+
+/* dist_split([group,] color, key) -> a new group of the members with this color */
+static int l_split(lua_State *L) {
+    DistComm *parent = comm(L);
+    int color = (int)luaL_checkinteger(L, 1), key = (int)luaL_optinteger(L, 2, parent->rank);
+    return push_group(L, dist_split(parent, color, key), true);
+}
+
+static GroupUD *check_group(lua_State *L) {
+    GroupUD *g = luaL_checkudata(L, 1, GROUP_MT);
+    if (!g->c) lu_error(L, "dist: the group was freed");
+    return g;
+}
+
+/* g:info() -> {rank, size, label, world_ranks = {...}} */
+static int g_info(lua_State *L) {
+    DistComm *c = check_group(L)->c;
+    lua_createtable(L, 0, 4);
+    set_int(L, "rank", c->rank);
+    set_int(L, "size", c->size);
+    set_str(L, "label", c->label);
+    lua_createtable(L, c->size, 0);
+    for (int q = 0; q < c->size; q++) lua_pushinteger(L, dist_comm_world_rank(c, q)), lua_rawseti(L, -2, q + 1);
+    lua_setfield(L, -2, "world_ranks");
+    return 1;
+}
+
+static int g_free(lua_State *L) {
+    GroupUD *g = luaL_checkudata(L, 1, GROUP_MT);
+    DistComm *c = g->c;
+    if (!c || !g->owned) return 0;
+    g->c = NULL;
+    return dist_comm_free(c) ? lu_core_error(L) : 0;
+}
+
+/* The GC: as free, an error only printed (a finaliser must not raise). */
+static int g_gc(lua_State *L) {
+    GroupUD *g = luaL_checkudata(L, 1, GROUP_MT);
+    DistComm *c = g->c;
+    g->c = NULL;
+    if (c && g->owned && dist_comm_free(c)) fprintf(stderr, "accel-lua: freeing a dist group: %s\n", accel_last_error());
+    return 0;
+}
+
+static int g_tostring(lua_State *L) {
+    GroupUD *g = luaL_checkudata(L, 1, GROUP_MT);
+    if (!g->c) lua_pushliteral(L, "accel.dist.Group(freed)");
+    else lua_pushfstring(L, "accel.dist.Group(%s, rank %d of %d)", g->c->label, g->c->rank, g->c->size);
+    return 1;
+}
+
+static void open_group(lua_State *L) {
+    static const luaL_Reg methods[] = {{"info", g_info}, {"free", g_free}, {NULL, NULL}};
+    lu_new_class(L, GROUP_MT, methods, g_gc, g_tostring);
+}
+
 static void open_work(lua_State *L) {
     static const luaL_Reg methods[] = {{"wait", w_wait}, {"test", w_test}, {"is_completed", w_test}, {NULL, NULL}};
     lu_new_class(L, WORK_MT, methods, w_gc, w_tostring);
@@ -312,7 +415,8 @@ void lu_open_dist(lua_State *L, int m) {
         {"dist_broadcast_bytes", l_broadcast_bytes}, {"dist_counters", l_counters},
         {"dist_reset_counters", l_reset_counters}, {"dist_set_timeout", l_set_timeout},
         {"dist_get_timeout", l_get_timeout}, {"dist_progress", l_progress}, {"dist_abort", l_abort},
-        {NULL, NULL}};
+        {"dist_group", l_group}, {"dist_split", l_split}, {NULL, NULL}};
     open_work(L);
+    open_group(L);
     lu_register_c(L, m, fns);
 }

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- errors ---- */
@@ -79,16 +80,27 @@ Tensor *lu_to_tensor(lua_State *L, int idx) {
     return t;
 }
 
+/* The name the running C function was called by ("sum" for t:sum()), or dflt. */
+static const char *called_name(lua_State *L, const char *dflt) {
+    lua_Debug ar;
+    if (!lua_getstack(L, 0, &ar) || !lua_getinfo(L, "n", &ar) || ar.name == NULL) return dflt;
+    return ar.name;
+}
+
 Tensor *lu_check_tensor(lua_State *L, int idx) {
     Tensor *t = lu_to_tensor(L, idx);
+    if (!t)
+        lu_error(L, "bad argument #%d to '%s' (tensor expected, got %s)", idx, called_name(L, "?"),
+                 luaL_typename(L, idx));
+    return t;
+}
+
+Tensor *lu_check_self(lua_State *L) {
+    Tensor *t = lu_to_tensor(L, 1);
     if (!t) {
-        lua_Debug ar;
-        const char *fname = "?";
-        if (lua_getstack(L, 0, &ar)) {
-            lua_getinfo(L, "n", &ar);
-            if (ar.name) fname = ar.name;
-        }
-        lu_error(L, "bad argument #%d to '%s' (tensor expected, got %s)", idx, fname, luaL_typename(L, idx));
+        const char *m = called_name(L, "method");
+        lu_error(L, "Tensor.%s: call it as t:%s(...), not t.%s(...) (the tensor itself must come first; got %s)",
+                 m, m, m, luaL_typename(L, 1));
     }
     return t;
 }
@@ -344,7 +356,7 @@ void lu_push_device(lua_State *L, Device d) {
     luaL_setmetatable(L, "accel.Device");
 }
 
-static Device parse_device(lua_State *L, int idx) {
+Device lu_check_device(lua_State *L, int idx) {
     if (lu_is_device(L, idx)) return *(Device *)lua_touserdata(L, idx);
     Device d = {DEV_CPU, 0};
     if (lua_type(L, idx) != LUA_TSTRING) lu_error(L, "device expected (\"cpu\", \"cuda:0\" or accel.device(...)), got %s", luaL_typename(L, idx));
@@ -352,11 +364,33 @@ static Device parse_device(lua_State *L, int idx) {
     return d;
 }
 
-Device lu_opt_device(lua_State *L, int idx, const char *key) {
+/* The device creation functions use when none is given: set by
+ * accel.set_default_device, else ACCEL_LUA_DEVICE (read on first use), else
+ * the CPU. */
+static Device default_device;
+static bool default_device_known;
+
+Device lu_default_device(lua_State *L) {
+    if (default_device_known) return default_device;
+    const char *env = getenv("ACCEL_LUA_DEVICE");
     Device d = {DEV_CPU, 0};
+    if (env && *env && (device_parse(env, &d) < 0 || !backend_for(d)))
+        lu_error(L, "ACCEL_LUA_DEVICE=%s: %s", env, accel_last_error());
+    default_device = d, default_device_known = true;
+    return d;
+}
+
+void lu_set_default_device(lua_State *L, int idx) {
+    Device d = lu_check_device(L, idx);
+    if (!backend_for(d)) lu_core_error(L);
+    default_device = d, default_device_known = true;
+}
+
+Device lu_opt_device(lua_State *L, int idx, const char *key) {
+    Device d = lu_default_device(L);
     if (!lu_is_opts(L, idx)) return d;
     lua_getfield(L, idx, key);
-    if (!lua_isnil(L, -1)) d = parse_device(L, lua_gettop(L));
+    if (!lua_isnil(L, -1)) d = lu_check_device(L, lua_gettop(L));
     lua_pop(L, 1);
     if (d.type != DEV_CPU && !backend_for(d)) lu_core_error(L);
     return d;
@@ -367,11 +401,11 @@ Tensor *lu_tensor_or_scalar(lua_State *L, int idx, const Tensor *like) {
     if (t) return tensor_retain(t);
     if (lua_type(L, idx) == LUA_TNUMBER) {
         DType dt = like && dtype_is_float(like->dtype) ? like->dtype : (lua_isinteger(L, idx) ? DT_I64 : DT_F32);
-        Tensor *s = tensor_scalar(lua_tonumber(L, idx), dt);
+        Tensor *s = tensor_full(NULL, 0, lua_tonumber(L, idx), dt, like ? like->device : lu_default_device(L));
         if (!s) lu_core_error(L);
         return s;
     }
-    if (lua_isboolean(L, idx)) return tensor_scalar(lua_toboolean(L, idx), DT_BOOL);
+    if (lua_isboolean(L, idx)) return tensor_full(NULL, 0, lua_toboolean(L, idx), DT_BOOL, like ? like->device : lu_default_device(L));
     lu_error(L, "bad argument #%d (tensor or number expected, got %s)", idx, luaL_typename(L, idx));
     return NULL;
 }
@@ -393,14 +427,14 @@ static int device_eq(lua_State *L) {
 static int device_index(lua_State *L) {
     Device *d = luaL_checkudata(L, 1, "accel.Device");
     const char *k = luaL_checkstring(L, 2);
-    if (strcmp(k, "type") == 0) lua_pushstring(L, d->type == DEV_CPU ? "cpu" : "cuda");
+    if (strcmp(k, "type") == 0) lua_pushstring(L, d->type == DEV_CPU ? "cpu" : d->type == DEV_SIM ? "sim" : "cuda");
     else if (strcmp(k, "index") == 0) lua_pushinteger(L, d->index);
     else lua_pushnil(L);
     return 1;
 }
 
 int lu_device_new(lua_State *L) {
-    lu_push_device(L, parse_device(L, 1));
+    lu_push_device(L, lu_check_device(L, 1));
     return 1;
 }
 

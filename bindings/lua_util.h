@@ -35,6 +35,9 @@ int lu_error(lua_State *L, const char *fmt, ...) __attribute__((format(printf, 2
 int lu_core_error(lua_State *L);
 
 Tensor *lu_check_tensor(lua_State *L, int idx);
+/* Argument 1 of a tensor method (t:name(...)); anything else raises
+ * "Tensor.name: call it as t:name(...), not t.name(...)". */
+Tensor *lu_check_self(lua_State *L);
 Tensor *lu_to_tensor(lua_State *L, int idx); /* NULL if not a tensor */
 /* As lu_to_tensor, also for a tensor whose memory a sharding engine released
  * (its shape, dtype, ... stay readable); not for reading data. */
@@ -59,7 +62,10 @@ bool lu_opt_bool(lua_State *L, int idx, const char *key, bool def);
 double lu_opt_number(lua_State *L, int idx, const char *key, double def);
 int lu_opt_dtype(lua_State *L, int idx, const char *key, int def); /* -1 default passthrough */
 int lu_check_dtype(lua_State *L, int idx);                          /* dtype object or string */
-Device lu_opt_device(lua_State *L, int idx, const char *key);
+Device lu_opt_device(lua_State *L, int idx, const char *key); /* absent: the default device */
+Device lu_default_device(lua_State *L);
+Device lu_check_device(lua_State *L, int idx); /* accel.device or "cpu" / "cuda:N" / "sim" */
+void lu_set_default_device(lua_State *L, int idx); /* device at idx becomes the default */
 void lu_push_dtype(lua_State *L, DType dt);
 void lu_push_device(lua_State *L, Device d);
 bool lu_is_dtype(lua_State *L, int idx);

@@ -1,7 +1,9 @@
 /* shard_lua.c: the sharding engine (core/shard.h) as a Lua userdata, made
  * by accel._C.shard_engine(params, unit_of, opts) on the job's
  * communicator (unit_of[i]: 1-based unit of params[i]; opts: stage,
- * bucket_cap_mb, offload_optimizer, broadcast). The Lua face is accel.shard
+ * bucket_cap_mb, offload_optimizer, broadcast, backward_prefetch, hybrid:
+ * on the node communicator, replicated over the cross-node one, see
+ * core/shard.h). The Lua face is accel.shard
  * (bindings/lua/accel/shard.lua), which builds units from a wrap policy and
  * checks options. Methods (units, parameters 1-based):
  *   e:set_sync(on), e:finalize(), e:zero_grad(), e:gather_all()
@@ -81,7 +83,7 @@ static int l_engine(lua_State *L) {
                       .offload_optimizer = opt_bool(L, 3, "offload_optimizer"), .broadcast = opt_bool(L, 3, "broadcast"),
                       .backward_prefetch = opt_bool(L, 3, "backward_prefetch")};
     DistComm *c = dist_world();
-    if (!c) return lu_core_error(L);
+    if (!c || (opt_bool(L, 3, "hybrid") && shard_hybrid_comms(c, &c, &o.replicate))) return lu_core_error(L);
     EngineUD *u = lua_newuserdatauv(L, sizeof *u, 0);
     u->e = NULL;
     luaL_setmetatable(L, ENGINE_MT);
@@ -309,6 +311,9 @@ static int e_info(lua_State *L) {
     set_int(L, "stage", shard_stage(e));
     set_int(L, "rank", shard_rank(e));
     set_int(L, "world", shard_world(e));
+    int replica, replicas = shard_replicas(e, &replica);
+    set_int(L, "replica", replica);
+    set_int(L, "replicas", replicas);
     lua_pushboolean(L, shard_offload(e));
     lua_setfield(L, -2, "offload_optimizer");
     return 1;

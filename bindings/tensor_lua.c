@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SELF lu_check_tensor(L, 1)
+#define SELF lu_check_self(L)
 
 static int ret(lua_State *L, Tensor *t) {
     lu_push_tensor(L, t);
@@ -30,6 +30,8 @@ static double scalar_arg(lua_State *L, int idx, const char *op) {
         lu_error(L, "%s: bad argument #%d (tensor or number expected, got %s)", op, idx, luaL_typename(L, idx));
     return lua_tonumber(L, idx);
 }
+
+static bool int_scalar(lua_State *L, int idx) { return lua_isinteger(L, idx) || lua_isboolean(L, idx); }
 
 static Tensor *binary(lua_State *L, KBinOp op, int ia, int ib) {
     Tensor *a = lu_to_tensor(L, ia), *b = lu_to_tensor(L, ib);
@@ -52,13 +54,16 @@ static Tensor *scaled_other(lua_State *L, int idx, int opts) {
 
 static int binary_method(lua_State *L) {
     KBinOp op = (KBinOp)lua_tointeger(L, lua_upvalueindex(1));
+    Tensor *self = SELF; /* first: t.add(x) is the method-call error */
     Tensor *scaled = (op == KB_ADD || op == KB_SUB) ? scaled_other(L, 2, 3) : NULL;
-    Tensor *r;
+    Tensor *r, *b;
     if (scaled) {
-        r = op_binary(op, SELF, scaled);
+        r = op_binary(op, self, scaled);
         tensor_release(scaled);
+    } else if ((b = lu_to_tensor(L, 2)) != NULL) {
+        r = op_binary(op, self, b);
     } else {
-        r = binary(L, op, 1, 2);
+        r = op_binary_scalar(op, self, scalar_arg(L, 2, kbin_name(op)), int_scalar(L, 2), false);
     }
     return ret(L, r);
 }
@@ -105,8 +110,6 @@ static int t_fmod(lua_State *L) {
     return ret(L, out);
 }
 
-static bool int_scalar(lua_State *L, int idx) { return lua_isinteger(L, idx) || lua_isboolean(L, idx); }
-
 /* a ^ b: scalar exponents use the unary kernels (exact backward). Integer
  * tensors use the binary kernel with PyTorch's promotion (int ^ int stays
  * integer, int ^ float is float32); the unary kernels are float-only. */
@@ -120,11 +123,12 @@ static Tensor *power(lua_State *L, int ia, int ib) {
         if (!dtype_is_float(b->dtype)) return op_binary_scalar(KB_POW, b, scalar_arg(L, ia, "pow"), int_scalar(L, ia), true);
         return op_unary(KU_RPOW, b, scalar_arg(L, ia, "pow"), 0);
     }
+    if (!a) lu_error(L, "pow: tensor expected, got %s and %s", luaL_typename(L, ia), luaL_typename(L, ib));
     return op_binary(KB_POW, a, b);
 }
 
 static int mm_pow(lua_State *L) { return ret(L, power(L, 1, 2)); }
-static int t_pow(lua_State *L) { return ret(L, power(L, 1, 2)); }
+static int t_pow(lua_State *L) { return (void)SELF, ret(L, power(L, 1, 2)); }
 
 static int t_pow_(lua_State *L) {
     Tensor *a = SELF, *b = lu_to_tensor(L, 2);
@@ -163,17 +167,19 @@ static KUnOp unary_op(lua_State *L) {
 }
 
 static int unary_method(lua_State *L) {
+    Tensor *self = SELF;
     KUnOp op = unary_op(L);
     double p1, p2;
     unary_params(L, op, &p1, &p2);
-    return ret(L, op_unary(op, SELF, p1, p2));
+    return ret(L, op_unary(op, self, p1, p2));
 }
 
 static int unary_method_(lua_State *L) {
+    Tensor *self = SELF;
     KUnOp op = unary_op(L);
     double p1, p2;
     unary_params(L, op, &p1, &p2);
-    return ret_rc(L, op_unary_(op, SELF, p1, p2));
+    return ret_rc(L, op_unary_(op, self, p1, p2));
 }
 
 /* ---- reductions ---- */
@@ -196,11 +202,12 @@ static int reduce_args(lua_State *L, int *dims, bool *keepdim) {
 }
 
 static int reduce_method(lua_State *L) {
+    Tensor *self = SELF;
     KRedOp op = (KRedOp)lua_tointeger(L, lua_upvalueindex(1));
     int dims[TENSOR_MAX_DIMS];
     bool keep;
     int n = reduce_args(L, dims, &keep);
-    return ret(L, op_reduce(op, SELF, dims, n, keep));
+    return ret(L, op_reduce(op, self, dims, n, keep));
 }
 
 /* max/min: (), (dim[, keepdim]), (other tensor) */
@@ -375,15 +382,16 @@ typedef Tensor *(*ShapeFn)(Tensor *t, const int64_t *shape, int ndim);
 
 /* t:view(shape...) and the like: fn(t, the shape given) */
 static int to_shape(lua_State *L, ShapeFn fn) {
+    Tensor *self = SELF;
     int64_t shape[TENSOR_MAX_DIMS];
     int next, nd = lu_shape(L, 2, shape, &next);
-    return ret(L, fn(SELF, shape, nd));
+    return ret(L, fn(self, shape, nd));
 }
 
 /* t:view_as(other) and the like: fn(t, other's shape) */
 static int to_shape_of(lua_State *L, ShapeFn fn) {
-    Tensor *o = lu_check_tensor(L, 2);
-    return ret(L, fn(SELF, o->shape, o->ndim));
+    Tensor *self = SELF, *o = lu_check_tensor(L, 2);
+    return ret(L, fn(self, o->shape, o->ndim));
 }
 
 static int t_view(lua_State *L) { return to_shape(L, tensor_view); }
@@ -392,7 +400,10 @@ static int t_view_as(lua_State *L) { return to_shape_of(L, tensor_reshape); }
 static int t_expand(lua_State *L) { return to_shape(L, tensor_expand); }
 static int t_expand_as(lua_State *L) { return to_shape_of(L, tensor_expand); }
 
-static int t_transpose(lua_State *L) { return ret(L, tensor_transpose(SELF, lu_dim(L, 2), lu_dim(L, 3))); }
+static int t_transpose(lua_State *L) {
+    Tensor *self = SELF; /* first: t.transpose(...) is a method-call error */
+    return ret(L, tensor_transpose(self, lu_dim(L, 2), lu_dim(L, 3)));
+}
 
 static int t_t(lua_State *L) {
     Tensor *t = SELF;
@@ -414,18 +425,23 @@ static int t_permute(lua_State *L) {
 }
 
 static int t_narrow(lua_State *L) {
+    Tensor *self = SELF;
     lua_Integer start = luaL_checkinteger(L, 3);
     if (start == 0) return lu_error(L, "narrow: start 0 is invalid: positions are 1-based");
-    return ret(L, tensor_narrow(SELF, lu_dim(L, 2), start > 0 ? start - 1 : start, luaL_checkinteger(L, 4)));
+    return ret(L, tensor_narrow(self, lu_dim(L, 2), start > 0 ? start - 1 : start, luaL_checkinteger(L, 4)));
 }
 
 static int t_select(lua_State *L) {
+    Tensor *self = SELF;
     lua_Integer i = luaL_checkinteger(L, 3);
     if (i == 0) return lu_error(L, "select: index 0 is invalid: positions are 1-based (negative counts from the end)");
-    return ret(L, tensor_select(SELF, lu_dim(L, 2), i > 0 ? i - 1 : i));
+    return ret(L, tensor_select(self, lu_dim(L, 2), i > 0 ? i - 1 : i));
 }
 
-static int t_unsqueeze(lua_State *L) { return ret(L, tensor_unsqueeze(SELF, lu_dim(L, 2))); }
+static int t_unsqueeze(lua_State *L) {
+    Tensor *self = SELF; /* first: t.unsqueeze(...) is a method-call error */
+    return ret(L, tensor_unsqueeze(self, lu_dim(L, 2)));
+}
 
 static int t_squeeze(lua_State *L) {
     return ret(L, tensor_squeeze(SELF, lua_isnoneornil(L, 2) ? TENSOR_ALL_DIMS : lu_dim(L, 2)));
@@ -522,43 +538,49 @@ static int t_unbind(lua_State *L) {
 
 /* ---- values ---- */
 
-/* Element i in row-major order: integer, boolean or float as the dtype is. */
-static void push_value(lua_State *L, const Tensor *t, int64_t i) {
-    int64_t off = t->offset;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        off += (i % t->shape[d]) * t->stride[d];
-        i /= t->shape[d];
-    }
-    const char *p = (const char *)t->storage->data + off * (int64_t)dtype_size(t->dtype);
-    if (t->dtype == DT_BOOL) lua_pushboolean(L, *p != 0);
-    else if (!dtype_is_float(t->dtype)) lua_pushinteger(L, dtype_load_i64(p, t->dtype));
-    else lua_pushnumber(L, dtype_load(p, t->dtype));
+/* t's values in row-major order, copied to a Lua-owned host buffer (pushed
+ * on the stack, so a Lua error while using it frees it). */
+static const char *host_values(lua_State *L, const Tensor *t) {
+    char *buf = lua_newuserdatauv(L, (size_t)t->numel * dtype_size(t->dtype) + 1, 0);
+    if (tensor_to_host(t, buf) < 0) lu_core_error(L);
+    return buf;
 }
+
+/* Element i of host values of dtype dt: integer, boolean or float as the dtype is. */
+static void push_value(lua_State *L, DType dt, const char *host, int64_t i) {
+    const char *p = host + i * (int64_t)dtype_size(dt);
+    if (dt == DT_BOOL) lua_pushboolean(L, *p != 0);
+    else if (!dtype_is_float(dt)) lua_pushinteger(L, dtype_load_i64(p, dt));
+    else lua_pushnumber(L, dtype_load(p, dt));
+}
+
+static double host_at(DType dt, const char *host, int64_t i) { return dtype_load(host + i * (int64_t)dtype_size(dt), dt); }
 
 static int t_item(lua_State *L) {
     Tensor *t = SELF;
     if (t->numel != 1)
         return lu_error(L, "item: a tensor with %lld elements (shape %s) cannot be converted to a number", (long long)t->numel,
                         tensor_shape_str(t));
-    push_value(L, t, 0);
+    push_value(L, t->dtype, host_values(L, t), 0);
     return 1;
 }
 
-static void push_list(lua_State *L, const Tensor *t, int d, int64_t *flat) {
+static void push_list(lua_State *L, const Tensor *t, const char *host, int d, int64_t *flat) {
     if (d == t->ndim) {
-        push_value(L, t, (*flat)++);
+        push_value(L, t->dtype, host, (*flat)++);
         return;
     }
     lua_createtable(L, (int)t->shape[d], 0);
     for (int64_t i = 0; i < t->shape[d]; i++) {
-        push_list(L, t, d + 1, flat);
+        push_list(L, t, host, d + 1, flat);
         lua_rawseti(L, -2, i + 1);
     }
 }
 
 static int t_tolist(lua_State *L) {
     int64_t flat = 0;
-    push_list(L, SELF, 0, &flat);
+    Tensor *t = SELF;
+    push_list(L, t, host_values(L, t), 0, &flat);
     return 1;
 }
 
@@ -576,13 +598,16 @@ static int to_dtype_upvalue(lua_State *L) {
     return ret(L, tensor_to_dtype(SELF, (DType)lua_tointeger(L, lua_upvalueindex(1))));
 }
 
-static bool looks_like_device(const char *s) { return strncmp(s, "cpu", 3) == 0 || strncmp(s, "cuda", 4) == 0; }
+static bool looks_like_device(const char *s) {
+    return strncmp(s, "cpu", 3) == 0 || strncmp(s, "cuda", 4) == 0 || strncmp(s, "sim", 3) == 0;
+}
 
+/* A copy on d through the host (no autograd edge across devices yet). */
 static Tensor *move_to(lua_State *L, Tensor *t, Device d) {
     if (d.type == t->device.type && d.index == t->device.index) return tensor_retain(t);
-    if (!backend_for(d)) lu_core_error(L);
-    lu_error(L, "to: copying between devices is not available in this build");
-    return NULL;
+    Tensor *m = tensor_to_device(t, d);
+    if (!m) lu_core_error(L);
+    return m;
 }
 
 /* t:to(dtype | device | tensor | {dtype=, device=}) */
@@ -640,7 +665,8 @@ static int t_requires_grad_(lua_State *L) {
 }
 
 static int t_free(lua_State *L) {
-    TensorUD *u = luaL_checkudata(L, 1, TENSOR_MT);
+    if (!lu_is_tensor(L, 1)) (void)SELF; /* the method-call error */
+    TensorUD *u = lua_touserdata(L, 1);
     tensor_release(u->t);
     u->t = NULL;
     return 0;
@@ -734,7 +760,8 @@ static int t_copy_(lua_State *L) {
 static int t_equal(lua_State *L) {
     Tensor *a = SELF, *b = lu_check_tensor(L, 2);
     bool eq = a->ndim == b->ndim && memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim) == 0;
-    for (int64_t i = 0; eq && i < a->numel; i++) eq = tensor_get_flat(a, i) == tensor_get_flat(b, i);
+    const char *ha = eq ? host_values(L, a) : NULL, *hb = eq ? host_values(L, b) : NULL;
+    for (int64_t i = 0; eq && i < a->numel; i++) eq = host_at(a->dtype, ha, i) == host_at(b->dtype, hb, i);
     lua_pushboolean(L, eq);
     return 1;
 }
@@ -746,8 +773,9 @@ static int t_allclose(lua_State *L) {
     int nd;
     if (broadcast_shapes(a->shape, a->ndim, b->shape, b->ndim, shape, &nd, "allclose") < 0) lu_core_error(L);
     bool ok = a->numel == b->numel;
+    const char *ha = ok ? host_values(L, a) : NULL, *hb = ok ? host_values(L, b) : NULL;
     for (int64_t i = 0; ok && i < a->numel; i++) {
-        double x = tensor_get_flat(a, i), y = tensor_get_flat(b, i);
+        double x = host_at(a->dtype, ha, i), y = host_at(b->dtype, hb, i);
         ok = fabs(x - y) <= atol + rtol * fabs(y) || (x == y);
     }
     lua_pushboolean(L, ok);
@@ -757,12 +785,13 @@ static int t_allclose(lua_State *L) {
 static int any_all(lua_State *L, bool any) {
     Tensor *t = SELF;
     bool r = !any;
+    const char *h = host_values(L, t);
     for (int64_t i = 0; i < t->numel; i++) {
-        bool nz = tensor_get_flat(t, i) != 0;
+        bool nz = host_at(t->dtype, h, i) != 0;
         if (any && nz) { r = true; break; }
         if (!any && !nz) { r = false; break; }
     }
-    Tensor *o = tensor_scalar(r, DT_BOOL);
+    Tensor *o = tensor_full(NULL, 0, r, DT_BOOL, t->device);
     return ret(L, o);
 }
 
@@ -771,11 +800,23 @@ static int t_all(lua_State *L) { return any_all(L, false); }
 
 /* ---- indexing ---- */
 
-static int t_gather(lua_State *L) { return ret(L, op_gather(SELF, lu_dim(L, 2), lu_check_tensor(L, 3))); }
-static int t_index_select(lua_State *L) { return ret(L, op_index_select(SELF, lu_dim(L, 2), lu_check_tensor(L, 3))); }
+static int t_gather(lua_State *L) {
+    Tensor *self = SELF; /* first: t.gather(...) is a method-call error */
+    return ret(L, op_gather(self, lu_dim(L, 2), lu_check_tensor(L, 3)));
+}
+static int t_index_select(lua_State *L) {
+    Tensor *self = SELF; /* first: t.index_select(...) is a method-call error */
+    return ret(L, op_index_select(self, lu_dim(L, 2), lu_check_tensor(L, 3)));
+}
 
-static int t_masked_fill(lua_State *L) { return ret(L, op_masked_fill(SELF, lu_check_tensor(L, 2), scalar_arg(L, 3, "masked_fill"))); }
-static int t_masked_fill_(lua_State *L) { return ret_rc(L, op_masked_fill_(SELF, lu_check_tensor(L, 2), scalar_arg(L, 3, "masked_fill_"))); }
+static int t_masked_fill(lua_State *L) {
+    Tensor *self = SELF; /* first: t.masked_fill(...) is a method-call error */
+    return ret(L, op_masked_fill(self, lu_check_tensor(L, 2), scalar_arg(L, 3, "masked_fill")));
+}
+static int t_masked_fill_(lua_State *L) {
+    Tensor *self = SELF; /* first: t.masked_fill_(...) is a method-call error */
+    return ret_rc(L, op_masked_fill_(self, lu_check_tensor(L, 2), scalar_arg(L, 3, "masked_fill_")));
+}
 
 static int t_where(lua_State *L) {
     Tensor *a = SELF, *c = lu_check_tensor(L, 2);
@@ -788,10 +829,19 @@ static int t_where(lua_State *L) {
 static int t_tril(lua_State *L) { return ret(L, op_tril(SELF, luaL_optinteger(L, 2, 0), false)); }
 static int t_triu(lua_State *L) { return ret(L, op_tril(SELF, luaL_optinteger(L, 2, 0), true)); }
 
-static int t_matmul(lua_State *L) { return ret(L, op_matmul(SELF, lu_check_tensor(L, 2))); }
+static int t_matmul(lua_State *L) {
+    Tensor *self = SELF; /* first: t.matmul(...) is a method-call error */
+    return ret(L, op_matmul(self, lu_check_tensor(L, 2)));
+}
 
-static int t_softmax(lua_State *L) { return ret(L, op_softmax(SELF, lu_dim(L, 2), false)); }
-static int t_log_softmax(lua_State *L) { return ret(L, op_softmax(SELF, lu_dim(L, 2), true)); }
+static int t_softmax(lua_State *L) {
+    Tensor *self = SELF; /* first: t.softmax(...) is a method-call error */
+    return ret(L, op_softmax(self, lu_dim(L, 2), false));
+}
+static int t_log_softmax(lua_State *L) {
+    Tensor *self = SELF; /* first: t.log_softmax(...) is a method-call error */
+    return ret(L, op_softmax(self, lu_dim(L, 2), true));
+}
 
 static int t_type(lua_State *L) {
     Tensor *t = SELF;

@@ -6,7 +6,8 @@
  * bounded; on allocation failure it is emptied and the allocation retried.
  * Single-threaded by design: tensors are created on the interpreter thread
  * only (kernels' OpenMP threads never allocate storage). */
-#include "backend.h"
+#include "backend_cpu.h"
+#include "tensor.h"
 #include <stdlib.h>
 
 #define NBUCKETS 1024
@@ -29,7 +30,7 @@ size_t alloc_round_size(size_t n) {
 
 static size_t bucket_of(size_t n) { return (n / 32 * 2654435761u) % NBUCKETS; }
 
-static void *cpu_alloc(size_t nbytes) {
+void *cpu_mem_alloc(size_t nbytes) {
     size_t n = alloc_round_size(nbytes);
     FreeBlock **pp = &buckets[bucket_of(n)];
     for (FreeBlock *b = *pp; b; pp = &b->next, b = b->next) {
@@ -41,13 +42,13 @@ static void *cpu_alloc(size_t nbytes) {
     }
     void *p = aligned_alloc(64, n);
     if (!p) {
-        backend_cpu.empty_cache();
+        cpu_mem_empty_cache();
         p = aligned_alloc(64, n);
     }
     return p;
 }
 
-static void cpu_free(void *p, size_t nbytes) {
+void cpu_mem_free(void *p, size_t nbytes) {
     if (!p) return;
     size_t n = alloc_round_size(nbytes);
     if (cached + n > CACHE_LIMIT) {
@@ -62,9 +63,9 @@ static void cpu_free(void *p, size_t nbytes) {
     cached += n;
 }
 
-static size_t cpu_cached_bytes(void) { return cached; }
+size_t cpu_mem_cached_bytes(void) { return cached; }
 
-static void cpu_empty_cache(void) {
+void cpu_mem_empty_cache(void) {
     for (int i = 0; i < NBUCKETS; i++) {
         FreeBlock *b = buckets[i];
         while (b) {
@@ -75,43 +76,4 @@ static void cpu_empty_cache(void) {
         buckets[i] = NULL;
     }
     cached = 0;
-}
-
-static void cpu_binary(KBinOp op, DType cdt, int64_t n, const void *a, int64_t sa, const void *b, int64_t sb, void *o, int64_t so) {
-    if (cdt == DT_F32) k_binary_f32(op, n, a, sa, b, sb, o, so);
-    else if (cdt == DT_F64) k_binary_f64(op, n, a, sa, b, sb, o, so);
-    else k_binary_i64(op, n, a, sa, b, sb, o, so);
-}
-
-static void cpu_unary(KUnOp op, DType cdt, int64_t n, const void *a, int64_t sa, void *o, int64_t so, double p1, double p2) {
-    if (cdt == DT_F32) k_unary_f32(op, n, a, sa, o, so, p1, p2);
-    else if (cdt == DT_F64) k_unary_f64(op, n, a, sa, o, so, p1, p2);
-    else k_unary_i64(op, n, a, sa, o, so, p1, p2);
-}
-
-static int cpu_gemm(DType dt, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha, const void *A, int64_t lda,
-                    const void *B, int64_t ldb, double beta, void *C, int64_t ldc) {
-    switch (dt) {
-    case DT_F32: return k_gemm_f32(ta, tb, M, N, K, (float)alpha, A, lda, B, ldb, (float)beta, C, ldc);
-    case DT_F64: return k_gemm_f64(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    case DT_BF16: return k_gemm_bf16(ta, tb, M, N, K, (float)alpha, A, lda, B, ldb, (float)beta, C, ldc);
-    default: return -1;
-    }
-}
-
-const Backend backend_cpu = {
-    .name = "cpu",
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .cached_bytes = cpu_cached_bytes,
-    .empty_cache = cpu_empty_cache,
-    .binary = cpu_binary,
-    .unary = cpu_unary,
-    .cast = k_cast,
-    .gemm = cpu_gemm,
-};
-
-const Backend *backend_for(Device d) {
-    if (d.type == DEV_CPU) return &backend_cpu;
-    return accel_fail("device cuda:%d is not available: this build has no CUDA backend (build with make CUDA=1 on a machine with a GPU)", d.index);
 }

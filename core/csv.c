@@ -195,7 +195,10 @@ Tensor *csv_read(const char *path, char delim, bool header, char ***names, int *
     if (rc == 0) {
         int64_t shape[2] = {c.ncols ? c.nvals / c.ncols : 0, c.ncols};
         t = tensor_empty(shape, 2, DT_F64, (Device){DEV_CPU, 0});
-        if (t && c.nvals) memcpy(tensor_data(t), c.vals, (size_t)c.nvals * sizeof(double));
+        if (t && c.nvals && tensor_from_host(t, c.vals) < 0) {
+            tensor_release(t);
+            t = NULL;
+        }
     }
     free(c.vals);
     free(c.fields);

@@ -137,7 +137,7 @@ static int fill(Slot *s) {
         return accel_fail_int("ddp: the gradient of a parameter of shape %s has shape %s", tensor_shape_str(s->param),
                               tensor_shape_str(g));
     if (g->dtype == s->slice->dtype && tensor_is_contiguous(g)) {
-        memcpy(tensor_data(s->slice), tensor_data(g), (size_t)g->numel * dtype_size(g->dtype));
+        tensor_copy_flat(s->slice, g);
         return 0;
     }
     return tensor_copy_(s->slice, g);
@@ -198,7 +198,7 @@ DistWork *ddp_start_allreduce(DdpReducer *r, int b, void *ud) {
 }
 
 static bool used_anywhere(const DdpReducer *r, int i) {
-    return !r->used || ((const uint8_t *)tensor_data(r->used))[i] != 0;
+    return !r->used || ((const uint8_t *)tensor_host_ptr(r->used))[i] != 0; /* a host staging buffer */
 }
 
 /* The bucket's slices back into .grad (a new .grad where there was none). */
@@ -216,7 +216,7 @@ int ddp_copy_back(DdpReducer *r, int b, void *ud) {
             s->param->grad = g;
         }
         if (g->dtype == bk->dtype && tensor_is_contiguous(g)) {
-            memcpy(tensor_data(g), tensor_data(s->slice), (size_t)g->numel * dtype_size(g->dtype));
+            tensor_copy_flat(g, s->slice);
             tensor_bump_version(g);
         } else if (tensor_copy_(g, s->slice)) {
             return -1;
@@ -236,7 +236,7 @@ static int settle(DistWork *w) {
 }
 
 static int start_used_flags(DdpReducer *r) {
-    uint8_t *f = tensor_data(r->used);
+    uint8_t *f = tensor_host_ptr(r->used); /* the flags are a host staging buffer (cpu) */
     for (int i = 0; i < r->n; i++) f[i] = r->slots[i].param->grad != NULL;
     r->used_work = dist_iall_reduce_agreed(r->comm, r->used, DIST_MAX);
     return r->used_work ? 0 : -1;
@@ -283,7 +283,7 @@ int ddp_shadow_step(DdpReducer *r) {
         if (!bk->work) note_error(r, accel_last_error());
     }
     if (r->used) {
-        memset(tensor_data(r->used), 0, (size_t)r->n);
+        tensor_fill_(r->used, 0.0);
         r->used_work = dist_iall_reduce_agreed(r->comm, r->used, DIST_MAX);
         if (settle(r->used_work)) note_error(r, accel_last_error());
         r->used_work = NULL;
@@ -341,9 +341,7 @@ static int64_t *gather_i64(DistComm *c, const int64_t *vals, int64_t n) {
     Tensor *in = tensor_empty(&n, 1, DT_I64, cpu), *out = tensor_empty(&total, 1, DT_I64, cpu);
     int64_t *res = in && out ? accel_malloc(sizeof(int64_t) * (size_t)total) : NULL;
     if (res) {
-        memcpy(tensor_data(in), vals, sizeof(int64_t) * (size_t)n);
-        if (dist_all_gather(c, out, in) == 0) memcpy(res, tensor_data(out), sizeof(int64_t) * (size_t)total);
-        else free(res), res = NULL;
+        if (tensor_from_host(in, vals) || dist_all_gather(c, out, in) || tensor_to_host(out, res)) free(res), res = NULL;
     }
     tensor_release(in);
     tensor_release(out);

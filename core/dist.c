@@ -54,16 +54,19 @@ int dist_op_parse(const char *s) {
 static DistStats stats;
 
 void dist_stats(DistStats *out) { *out = stats; }
-void dist_reset_stats(void) { memset(&stats, 0, sizeof stats); }
+void dist_comm_stats(const DistComm *c, DistStats *out) { *out = c->stats; }
 
-static uint64_t count_call(DistKind k, size_t bytes) {
+/* The process's counter and c's; the result numbers the call on c. */
+static uint64_t count_call(DistComm *c, DistKind k, size_t bytes) {
     stats.bytes[k] += bytes;
-    return ++stats.calls[k];
+    stats.calls[k]++;
+    c->stats.bytes[k] += bytes;
+    return ++c->stats.calls[k];
 }
 
 /* ---- the world ---- */
 
-static DistComm world;
+static DistComm world = {.label = "world"};
 static int world_state; /* 0 not initialised, 1 ready, -1 failed */
 static char world_err[512];
 static pid_t world_pid;
@@ -90,6 +93,13 @@ int dist_launched_size(int *rank, int *local_rank) {
 }
 
 int dist_is_initialized(void) { return world_state > 0; }
+
+/* Every communicator's counters from zero. */
+void dist_reset_stats(void) {
+    memset(&stats, 0, sizeof stats);
+    memset(&world.stats, 0, sizeof world.stats);
+    for (DistComm *c = world.next_child; c; c = c->next_child) memset(&c->stats, 0, sizeof c->stats);
+}
 
 static void finish_job(void);
 
@@ -224,7 +234,7 @@ static void finish(DistComm *c, const Coll *a) {
 /* A blocking call, watched as NAME #SEQ. */
 static int run(DistComm *c, const Coll *a, const char *name, uint64_t seq) {
     DistTrack t;
-    dist_watch_begin(&t, name, seq);
+    dist_watch_begin(&t, c, name, seq);
     int rc = launch(c, a, NULL);
     dist_watch_end(&t);
     if (rc == 0) finish(c, a);
@@ -281,7 +291,7 @@ static DistWork *start(DistComm *c, const Coll *a, Tensor *out, Tensor *in, uint
     w->comm = c;
     w->call = *a;
     w->call.counts = NULL; /* the backend copied them */
-    dist_watch_begin(&w->track, dist_kind_name(a->kind), seq);
+    dist_watch_begin(&w->track, c, dist_kind_name(a->kind), seq);
     if (launch(c, a, &w->req)) {
         dist_watch_end(&w->track);
         free(w);
@@ -333,6 +343,8 @@ int dist_progress(DistComm *c) {
     return rc;
 }
 
+static void free_children(void);
+
 /* Status 0 at exit: complete what is in flight, then finalise. */
 static void finish_job(void) {
     while (live) {
@@ -340,6 +352,7 @@ static void finish_job(void) {
         int orphan = w->orphan;
         if (dist_wait(w) && !orphan) fprintf(stderr, "accel-lua: rank %d: at exit: %s\n", world.rank, accel_last_error());
     }
+    free_children();
     dist_watchdog_stop();
     if (world.ops->finalize(&world)) fprintf(stderr, "accel-lua: rank %d: at exit: %s\n", world.rank, accel_last_error());
 }
@@ -348,7 +361,7 @@ static void finish_job(void) {
 
 static int check_tensor(DistComm *c, const Tensor *t, const char *what) {
     if (!t) return accel_fail_int("%s: tensor expected", what);
-    if (t->device.type != DEV_CPU) {
+    if (!tensor_host_ptr(t)) { /* communicators read and write host buffers */
         char dev[32];
         return accel_fail_int("%s: the %s backend takes cpu tensors, got one on %s", what, c->ops->name,
                               device_str(t->device, dev, sizeof dev));
@@ -422,21 +435,39 @@ static bool same_shape(const int64_t *a, const int64_t *b) {
     return true;
 }
 
-static int mismatch(const int64_t *h0, const int64_t *hq, int q) {
-    const char *what = dist_kind_name((DistKind)h0[H_KIND]);
+/* " on the node communicator" off the world, else "". */
+static void where_str(const DistComm *c, char *buf, size_t n) {
+    if (!c->world_ranks) buf[0] = 0;
+    else snprintf(buf, n, " on the %s communicator", c->label);
+}
+
+/* The collective's name and, off the world, its communicator. */
+static void what_str(const DistComm *c, const char *kind, char *buf, size_t n) {
+    char where[64];
+    where_str(c, where, sizeof where);
+    snprintf(buf, n, "%s%s", kind, where);
+}
+
+static int mismatch(const DistComm *c, const int64_t *h0, const int64_t *hq, int q) {
+    char what[96], where[64], r0[48], rq[48];
+    what_str(c, dist_kind_name((DistKind)h0[H_KIND]), what, sizeof what);
+    where_str(c, where, sizeof where);
+    dist_rank_str(c, 0, r0, sizeof r0);
+    dist_rank_str(c, q, rq, sizeof rq);
     if (hq[H_KIND] != h0[H_KIND])
-        return accel_fail_int("collective mismatch: rank 0 called %s, rank %d called %s (every rank must issue the "
-                              "same collectives in the same order)", what, q, dist_kind_name((DistKind)hq[H_KIND]));
+        return accel_fail_int("collective mismatch%s: %s called %s, %s called %s (every rank must issue the same "
+                              "collectives in the same order)", where, r0,
+                              dist_kind_name((DistKind)h0[H_KIND]), rq, dist_kind_name((DistKind)hq[H_KIND]));
     if (hq[H_OP] != h0[H_OP])
-        return accel_fail_int("%s: rank 0 reduces with %s, rank %d with %s", what, dist_op_name((DistOp)h0[H_OP]), q,
+        return accel_fail_int("%s: %s reduces with %s, %s with %s", what, r0, dist_op_name((DistOp)h0[H_OP]), rq,
                               dist_op_name((DistOp)hq[H_OP]));
     if (hq[H_ROOT] != h0[H_ROOT])
-        return accel_fail_int("%s: rank 0 broadcasts from rank %lld, rank %d from rank %lld", what, (long long)h0[H_ROOT],
-                              q, (long long)hq[H_ROOT]);
+        return accel_fail_int("%s: %s broadcasts from rank %lld, %s from rank %lld", what, r0, (long long)h0[H_ROOT],
+                              rq, (long long)hq[H_ROOT]);
     char s0[192], sq[192];
     header_str(h0, s0, sizeof s0);
     header_str(hq, sq, sizeof sq);
-    return accel_fail_int("%s: rank 0 has %s, rank %d has %s%s", what, s0, q, sq,
+    return accel_fail_int("%s: %s has %s, %s has %s%s", what, r0, s0, rq, sq,
                           h0[H_KIND] == DK_ALL_GATHER_V ? " (the dtype and every dim but the first must agree)" : "");
 }
 
@@ -444,7 +475,7 @@ static int compare(DistComm *c, const int64_t *all) {
     for (int q = 1; q < c->size; q++) {
         const int64_t *hq = all + (size_t)q * H_LEN;
         if (hq[H_KIND] != all[H_KIND] || hq[H_OP] != all[H_OP] || hq[H_ROOT] != all[H_ROOT] || !same_shape(all, hq))
-            return mismatch(all, hq, q);
+            return mismatch(c, all, hq, q);
     }
     return 0;
 }
@@ -508,7 +539,7 @@ int dist_all_gather_v_shape(DistComm *c, const Tensor *in, const int64_t *counts
 static int prep_all_reduce(DistComm *c, Tensor *t, DistOp op, Coll *a) {
     const char *what = "all_reduce";
     if (check_tensor(c, t, what) || check_reduce(t, op, what)) return -1;
-    *a = (Coll){.kind = DK_ALL_REDUCE, .dt = t->dtype, .op = op, .n = t->numel, .out = tensor_data(t), .shape = t};
+    *a = (Coll){.kind = DK_ALL_REDUCE, .dt = t->dtype, .op = op, .n = t->numel, .out = tensor_host_ptr(t), .shape = t};
     a->in = a->out;
     return 0;
 }
@@ -520,8 +551,8 @@ static int prep_reduce_scatter(DistComm *c, Tensor *out, Tensor *in, DistOp op, 
     if (check_tensor(c, in, what) || check_reduce(in, op, what) || dist_reduce_scatter_shape(c, in, shape, &nd) ||
         check_out(c, out, in, shape, nd, what))
         return -1;
-    *a = (Coll){.kind = DK_REDUCE_SCATTER, .dt = in->dtype, .op = op, .n = out->numel, .out = tensor_data(out),
-                .in = tensor_data(in), .shape = in};
+    *a = (Coll){.kind = DK_REDUCE_SCATTER, .dt = in->dtype, .op = op, .n = out->numel, .out = tensor_host_ptr(out),
+                .in = tensor_host_ptr(in), .shape = in};
     return 0;
 }
 
@@ -530,7 +561,7 @@ static int prep_all_gather(DistComm *c, Tensor *out, Tensor *in, Coll *a) {
     int64_t shape[TENSOR_MAX_DIMS];
     int nd;
     if (check_tensor(c, in, what) || dist_all_gather_shape(c, in, shape, &nd) || check_out(c, out, in, shape, nd, what)) return -1;
-    *a = (Coll){.kind = DK_ALL_GATHER, .dt = in->dtype, .n = in->numel, .out = tensor_data(out), .in = tensor_data(in),
+    *a = (Coll){.kind = DK_ALL_GATHER, .dt = in->dtype, .n = in->numel, .out = tensor_host_ptr(out), .in = tensor_host_ptr(in),
                 .shape = in};
     return 0;
 }
@@ -551,15 +582,15 @@ static int prep_all_gather_v(DistComm *c, Tensor *out, Tensor *in, const int64_t
         el[i] = counts[i] * row;
     }
     /* the ranks agreed in dist_gather_lengths, which gave the counts */
-    *a = (Coll){.kind = DK_ALL_GATHER_V, .dt = in->dtype, .n = in->numel, .counts = el, .out = tensor_data(out),
-                .in = tensor_data(in), .shape = in, .agreed = true};
+    *a = (Coll){.kind = DK_ALL_GATHER_V, .dt = in->dtype, .n = in->numel, .counts = el, .out = tensor_host_ptr(out),
+                .in = tensor_host_ptr(in), .shape = in, .agreed = true};
     return 0;
 }
 
 static int prep_broadcast(DistComm *c, Tensor *t, int root, Coll *a) {
     const char *what = "broadcast";
     if (check_tensor(c, t, what) || check_root(c, root, what)) return -1;
-    *a = (Coll){.kind = DK_BROADCAST, .dt = t->dtype, .root = root, .n = t->numel, .out = tensor_data(t), .shape = t};
+    *a = (Coll){.kind = DK_BROADCAST, .dt = t->dtype, .root = root, .n = t->numel, .out = tensor_host_ptr(t), .shape = t};
     return 0;
 }
 
@@ -569,7 +600,7 @@ static int must_agree(const Coll *a) { return !a->agreed || debug_mode; }
 
 /* Blocking: agree, run, then mark the output written. */
 static int run_tensor(DistComm *c, const Coll *a, Tensor *out) {
-    uint64_t seq = count_call(a->kind, call_bytes(a));
+    uint64_t seq = count_call(c, a->kind, call_bytes(a));
     if (must_agree(a) && agree(c, a->kind, a, seq)) return -1;
     int rc = run(c, a, dist_kind_name(a->kind), seq);
     if (rc == 0 && out) tensor_bump_version(out);
@@ -577,7 +608,7 @@ static int run_tensor(DistComm *c, const Coll *a, Tensor *out) {
 }
 
 static DistWork *start_tensor(DistComm *c, const Coll *a, Tensor *out, Tensor *in) {
-    uint64_t seq = count_call(a->kind, call_bytes(a));
+    uint64_t seq = count_call(c, a->kind, call_bytes(a));
     if (must_agree(a) && agree(c, a->kind, a, seq)) return NULL;
     return start(c, a, out, in, seq);
 }
@@ -661,7 +692,7 @@ int dist_gather_lengths(DistComm *c, const Tensor *in, int64_t *counts) {
     if (check_tensor(c, in, what)) return -1;
     if (in->ndim == 0) return accel_fail_int("%s: input must have at least one dim (got a 0-dim tensor; use all_gather)", what);
     Coll a = {.kind = DK_ALL_GATHER_V, .dt = in->dtype, .shape = in};
-    int64_t *all = exchange(c, DK_ALL_GATHER_V, &a, stats.calls[DK_ALL_GATHER_V] + 1);
+    int64_t *all = exchange(c, DK_ALL_GATHER_V, &a, c->stats.calls[DK_ALL_GATHER_V] + 1);
     if (!all) return -1;
     for (int i = 0; i < c->size; i++) counts[i] = all[(size_t)i * H_LEN + H_DIMS];
     free(all);
@@ -672,7 +703,7 @@ int dist_gather_lengths(DistComm *c, const Tensor *in, int64_t *counts) {
 
 char *dist_all_gather_bytes(DistComm *c, const void *data, size_t n, size_t *lens) {
     const char *what = dist_kind_name(DK_ALL_GATHER_BYTES);
-    uint64_t seq = count_call(DK_ALL_GATHER_BYTES, n);
+    uint64_t seq = count_call(c, DK_ALL_GATHER_BYTES, n);
     Coll h = {.kind = DK_ALL_GATHER_BYTES};
     if (agree(c, h.kind, &h, seq)) return NULL;
     int64_t len = (int64_t)n, total = 0, *counts = accel_malloc(sizeof(int64_t) * (size_t)c->size);
@@ -696,7 +727,7 @@ char *dist_all_gather_bytes(DistComm *c, const void *data, size_t n, size_t *len
 char *dist_broadcast_bytes(DistComm *c, const void *data, size_t n, int root, size_t *len) {
     const char *what = dist_kind_name(DK_BROADCAST_BYTES);
     if (check_root(c, root, what)) return NULL;
-    uint64_t seq = count_call(DK_BROADCAST_BYTES, c->rank == root ? n : 0);
+    uint64_t seq = count_call(c, DK_BROADCAST_BYTES, c->rank == root ? n : 0);
     Coll h = {.kind = DK_BROADCAST_BYTES, .root = root};
     if (agree(c, h.kind, &h, seq)) return NULL;
     int64_t m = c->rank == root ? (int64_t)n : 0;
@@ -713,4 +744,154 @@ char *dist_broadcast_bytes(DistComm *c, const void *data, size_t n, int root, si
     out[m] = 0;
     *len = (size_t)m;
     return out;
+}
+
+/* ---- sub-communicators (see dist.h) ---- */
+
+int dist_comm_world_rank(const DistComm *c, int q) { return c->world_ranks ? c->world_ranks[q] : q; }
+
+void dist_rank_str(const DistComm *c, int q, char *buf, size_t n) {
+    if (c->world_ranks) snprintf(buf, n, "rank %d (world rank %d)", q, c->world_ranks[q]);
+    else snprintf(buf, n, "rank %d", q);
+}
+
+int dist_test_ranks_per_node(int world_size) {
+    const char *s = getenv("ACCEL_LUA_TEST_RANKS_PER_NODE");
+    if (!s || !*s) return 0;
+    char *end;
+    long k = strtol(s, &end, 10);
+    if (*end != 0 || k < 1 || k > world_size || world_size % k != 0)
+        return accel_fail_int("ACCEL_LUA_TEST_RANKS_PER_NODE=%s: a testing knob that must be a positive integer "
+                              "dividing the %d processes (it groups consecutive ranks into machines of that many)",
+                              s, world_size);
+    return (int)k;
+}
+
+/* Each member's world rank into c->world_ranks (one all_gather on c). */
+static int learn_world_ranks(DistComm *c, int my_world_rank, uint64_t seq) {
+    int32_t me = my_world_rank, *all = accel_malloc(sizeof(int32_t) * (size_t)c->size);
+    if (!all) return -1;
+    Coll a = {.kind = DK_ALL_GATHER, .dt = DT_I32, .n = 1, .out = all, .in = &me};
+    if (run(c, &a, "split", seq)) return free(all), -1;
+    c->world_ranks = accel_malloc(sizeof(int) * (size_t)c->size);
+    if (!c->world_ranks) return free(all), -1;
+    for (int q = 0; q < c->size; q++) c->world_ranks[q] = all[q];
+    free(all);
+    return 0;
+}
+
+static void destroy_comm(DistComm *c) {
+    dist_watch_detach(c);
+    if (c->impl && c->ops->comm_free && c->ops->comm_free(c))
+        fprintf(stderr, "accel-lua: rank %d: %s\n", world.rank, accel_last_error());
+    free(c->world_ranks);
+    free(c);
+}
+
+static DistComm *split_as(DistComm *parent, int color, int key, const char *label) {
+    static uint64_t splits;
+    if (color < 0) return accel_fail("dist_split: color must be >= 0, got %d", color);
+    if (!parent->ops->split) return accel_fail("dist_split: the %s backend cannot split a communicator", parent->ops->name);
+    DistComm *c = accel_calloc(1, sizeof *c);
+    if (!c) return NULL;
+    DistTrack t;
+    uint64_t seq = ++splits;
+    dist_watch_begin(&t, parent, "split", seq);
+    int rc = parent->ops->split(parent, color, key, c);
+    dist_watch_end(&t);
+    c->ops = parent->ops;
+    c->label = label;
+    c->local_rank = parent->local_rank;
+    c->local_size = parent->local_size;
+    if (rc || learn_world_ranks(c, dist_comm_world_rank(parent, parent->rank), seq)) {
+        destroy_comm(c);
+        return NULL;
+    }
+    dist_watch_attach(c);
+    c->next_child = world.next_child;
+    world.next_child = c;
+    return c;
+}
+
+DistComm *dist_split(DistComm *parent, int color, int key) { return split_as(parent, color, key, "split"); }
+
+/* The machine of each rank: the index of the first rank with its host
+ * name (or of its group under ACCEL_LUA_TEST_RANKS_PER_NODE). */
+static int node_color(DistComm *w, int *color) {
+    int k = dist_test_ranks_per_node(w->size);
+    if (k < 0) return -1;
+    if (k > 0) {
+        *color = w->rank / k;
+        return 0;
+    }
+    char host[256] = {0};
+    if (gethostname(host, sizeof host - 1)) return accel_fail_int("dist_node_comm: gethostname failed");
+    size_t *lens = accel_malloc(sizeof(size_t) * (size_t)w->size), mine = strlen(host);
+    char *all = lens ? dist_all_gather_bytes(w, host, mine, lens) : NULL;
+    if (!all) return free(lens), -1;
+    size_t at = 0;
+    *color = w->rank;
+    for (int q = 0; q < w->size; at += lens[q], q++)
+        if (lens[q] == mine && memcmp(all + at, host, mine) == 0) {
+            *color = q;
+            break;
+        }
+    free(all);
+    free(lens);
+    return 0;
+}
+
+static int check_world(const DistComm *w, const char *what) {
+    if (w->world_ranks) return accel_fail_int("%s: takes the world communicator, got the %s communicator", what, w->label);
+    return 0;
+}
+
+DistComm *dist_node_comm(DistComm *w) {
+    int color;
+    if (w->node) return w->node;
+    if (check_world(w, "dist_node_comm") || node_color(w, &color)) return NULL;
+    w->node = split_as(w, color, w->rank, "node");
+    return w->node;
+}
+
+DistComm *dist_cross_node_comm(DistComm *w) {
+    if (w->cross) return w->cross;
+    if (check_world(w, "dist_cross_node_comm")) return NULL;
+    DistComm *node = dist_node_comm(w);
+    if (!node) return NULL;
+    w->cross = split_as(w, node->rank, w->rank, "cross-node");
+    return w->cross;
+}
+
+/* Completes c's collectives in flight (MPI forbids freeing under them). */
+static int drain(DistComm *c) {
+    int rc = 0;
+    for (DistWork *w = live, *next; w; w = next) {
+        next = w->next;
+        if (w->comm == c && dist_wait(w)) rc = -1;
+    }
+    return rc;
+}
+
+int dist_comm_free(DistComm *c) {
+    if (!c) return 0;
+    if (c == &world || c == world.node || c == world.cross)
+        return accel_fail_int("dist_comm_free: the %s communicator belongs to the job (only dist_split's can be freed)",
+                              c->label);
+    DistComm **p = &world.next_child;
+    while (*p && *p != c) p = &(*p)->next_child;
+    if (!*p) return 0; /* freed already (at the end of the job) */
+    int rc = drain(c);
+    *p = c->next_child;
+    destroy_comm(c);
+    return rc;
+}
+
+static void free_children(void) {
+    while (world.next_child) {
+        DistComm *c = world.next_child;
+        world.next_child = c->next_child;
+        destroy_comm(c);
+    }
+    world.node = world.cross = NULL;
 }

@@ -14,7 +14,8 @@
  * is blocking, also for the non-blocking forms.
  *
  * Semantics shared by all backends:
- * - ranks are 0-based; the process group is every process of the job;
+ * - ranks are 0-based; the world is every process of the job, and
+ *   sub-communicators (dist_split, below) are groups of its processes;
  * - reductions: sum, avg, max, min. avg = sum, then divided by the number of
  *   processes (floating dtypes only). bool: sum and max are logical or, min
  *   is logical and. bf16 / f16 are carried as raw 16-bit values and reduced
@@ -75,12 +76,34 @@ typedef struct DistBackendOps {
     int (*test)(DistComm *c, DistReq *r, int *done, const char *what); /* frees r once done */
     void (*abort)(DistComm *c, int code);                             /* ends the whole job */
     int (*finalize)(DistComm *c);
+    /* Optional (NULL: the backend cannot split). split: collective over
+     * parent; fills out's rank, size and impl (ops and the rest are the
+     * generic layer's). comm_free: releases a split's impl. */
+    int (*split)(DistComm *parent, int color, int key, DistComm *out);
+    int (*comm_free)(DistComm *c);
 } DistBackendOps;
+
+
+typedef struct {
+    uint64_t calls[DK_COUNT]; /* blocking and non-blocking alike */
+    uint64_t bytes[DK_COUNT]; /* bytes this rank contributed */
+} DistStats;
+
+typedef struct DistWatchSlots DistWatchSlots; /* dist_watchdog.c */
 
 struct DistComm {
     const DistBackendOps *ops;
-    int rank, size;             /* in the job */
-    int local_rank, local_size; /* on this machine */
+    int rank, size;             /* in this communicator (the world: in the job) */
+    int local_rank, local_size; /* this process on its machine, in the job (a sub-communicator keeps the world's) */
+    /* Set by the generic layer: */
+    const char *label;          /* "world", "node", "cross-node" or "split" (messages) */
+    int *world_ranks;           /* [size]: each member's world rank; NULL for the world */
+    void *impl;                 /* the backend's handle (mpi: a heap MPI_Comm) */
+    DistStats stats;            /* this communicator's calls */
+    uint64_t entered;           /* collectives entered on it (the watchdog's order) */
+    DistWatchSlots *watch;      /* the watchdog's slots shared by its members on a machine */
+    DistComm *node, *cross;     /* the world's cached dist_node_comm / dist_cross_node_comm */
+    DistComm *next_child;       /* the world's list of sub-communicators (freed at exit) */
 };
 
 /* ---- the job's communicator ---- */
@@ -97,6 +120,46 @@ int dist_is_initialized(void);
 int dist_launched_size(int *rank, int *local_rank);
 /* Ends the whole job from this rank (MPI_Abort; exit in one process). */
 void dist_abort(DistComm *c, int code) __attribute__((noreturn));
+
+/* ---- sub-communicators ----
+ * dist_split: collective over parent (every member calls it, in the same
+ * order as its other collectives): the members with the same color
+ * (>= 0) form one new communicator, ranked by key (ties: by parent rank),
+ * as MPI_Comm_split. The "single" backend returns a one-process
+ * communicator. Every collective, its agreement check, the counters
+ * (dist_comm_stats) and the watchdog work on a sub-communicator as on the
+ * world; collectives on different communicators must still be issued in
+ * the same order by the processes they share.
+ * Ranks in messages: a sub-communicator's errors name its own ranks with
+ * their world ranks, e.g. "all_reduce on the node communicator: rank 0
+ * (world rank 2) has float32 [2], rank 1 (world rank 3) has float32 [3]";
+ * the watchdog (whose "#N" counts the collectives of that communicator)
+ * says "accel-lua: rank 2: collective all_reduce #3 on the node
+ * communicator timed out after S s; not entered by rank 1 (world rank 3)
+ * ..." (the waiting process by its world rank).
+ * dist_node_comm(world): the processes on this machine (same host name),
+ * ranked by world rank; dist_cross_node_comm(world): the processes with
+ * this one's node rank on every machine, ranked by world rank (so cross
+ * rank k is on the k-th machine in world order). Both are made once
+ * (collective on the first call) and cached; the world owns them.
+ * Testing knob: ACCEL_LUA_TEST_RANKS_PER_NODE=k (a positive integer that
+ * divides the world size) makes dist_node_comm group consecutive world
+ * ranks into "machines" of k ranks instead (ranks 0..k-1, k..2k-1, ...),
+ * so multi-machine layouts can be tested on one computer.
+ * dist_comm_free: a communicator from dist_split (not the world nor its
+ * cached node / cross-node ones); local. Sub-communicators still alive
+ * at exit are freed before the job is finalised.
+ * dist_comm_world_rank: member q's world rank. */
+DistComm *dist_split(DistComm *parent, int color, int key);
+DistComm *dist_node_comm(DistComm *world);
+DistComm *dist_cross_node_comm(DistComm *world);
+int dist_comm_free(DistComm *c);
+int dist_comm_world_rank(const DistComm *c, int q);
+/* "rank 1 (world rank 3)" for a sub-communicator, "rank 1" for the world. */
+void dist_rank_str(const DistComm *c, int q, char *buf, size_t n);
+/* ACCEL_LUA_TEST_RANKS_PER_NODE: k, 0 when unset, -1 with an error when
+ * it is not a positive integer dividing world_size. */
+int dist_test_ranks_per_node(int world_size);
 
 /* ---- collectives on CPU tensors ---- */
 
@@ -150,11 +213,9 @@ int dist_progress(DistComm *c);     /* tests every work in flight (MPI advances 
 
 /* ---- counters, names ---- */
 
-typedef struct {
-    uint64_t calls[DK_COUNT]; /* blocking and non-blocking alike */
-    uint64_t bytes[DK_COUNT]; /* bytes this rank contributed */
-} DistStats;
-void dist_stats(DistStats *out);
+void dist_stats(DistStats *out); /* every communicator of this process together */
+/* One communicator's calls (the world's: only those on the world itself). */
+void dist_comm_stats(const DistComm *c, DistStats *out);
 void dist_reset_stats(void);
 const char *dist_kind_name(DistKind k); /* "all_reduce", ... */
 const char *dist_op_name(DistOp op);    /* "sum", ... */
@@ -175,16 +236,21 @@ double dist_get_timeout(void);
 /* ---- for backends and the generic layer ---- */
 
 typedef struct DistTrack {
+    DistComm *comm;
     const char *name;
     uint64_t seq;
-    uint64_t order; /* this rank's count of collectives entered, this one included */
+    uint64_t order; /* this rank's count of collectives entered on comm, this one included */
     double t0;
     struct DistTrack *prev, *next;
 } DistTrack;
-void dist_watch_begin(DistTrack *t, const char *name, uint64_t seq);
+void dist_watch_begin(DistTrack *t, DistComm *c, const char *name, uint64_t seq);
 void dist_watch_end(DistTrack *t);
 int dist_watchdog_start(DistComm *c); /* no-op if running */
 void dist_watchdog_stop(void);
+/* Collective over c: its shared slots (the world's: by dist_watchdog_start);
+ * detach unmaps them. Without slots the messages name only the waiting rank. */
+void dist_watch_attach(DistComm *c);
+void dist_watch_detach(DistComm *c);
 double dist_env_timeout(void); /* ACCEL_LUA_COLLECTIVE_TIMEOUT or the default; -1 with an error if malformed */
 
 void dist_single_init(DistComm *c);

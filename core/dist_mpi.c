@@ -53,9 +53,10 @@
  * redefined to read them from the table. Same ABI as linking against it. */
 #define MPI_FUNCS(X)                                                                                         \
     X(Init_thread) X(Initialized) X(Query_thread) X(Finalized) X(Finalize) X(Abort) X(Comm_set_errhandler)    \
-    X(Comm_dup) X(Comm_free) X(Comm_rank) X(Comm_size) X(Comm_split_type) X(Error_string) X(Op_create)        \
-    X(Op_free) X(Allreduce) X(Iallreduce) X(Reduce_scatter_block) X(Ireduce_scatter_block) X(Allgather)      \
-    X(Iallgather) X(Allgatherv) X(Iallgatherv) X(Bcast) X(Ibcast) X(Barrier) X(Ibarrier) X(Wait) X(Test)
+    X(Comm_dup) X(Comm_free) X(Comm_rank) X(Comm_size) X(Comm_split_type) X(Comm_split) X(Error_string)       \
+    X(Op_create) X(Op_free) X(Allreduce) X(Iallreduce) X(Reduce_scatter_block) X(Ireduce_scatter_block)      \
+    X(Allgather) X(Iallgather) X(Allgatherv) X(Iallgatherv) X(Bcast) X(Ibcast) X(Barrier) X(Ibarrier) X(Wait)  \
+    X(Test)
 #define MPI_GLOBALS(X)                                                                                       \
     X(ompi_mpi_comm_world) X(ompi_mpi_float) X(ompi_mpi_double) X(ompi_mpi_uint16_t) X(ompi_mpi_int64_t)     \
     X(ompi_mpi_int32_t) X(ompi_mpi_uint8_t) X(ompi_mpi_op_sum) X(ompi_mpi_op_max) X(ompi_mpi_op_min)          \
@@ -96,6 +97,9 @@ typedef struct {
 } MpiState;
 
 static MpiState mpi;
+
+/* The communicator's MPI handle: the world's is mpi.comm, a split's a heap MPI_Comm. */
+#define COMM(c) (*(MPI_Comm *)(c)->impl)
 
 struct DistReq {
     MPI_Request r;
@@ -207,40 +211,39 @@ static int m_test(DistComm *c, DistReq *r, int *done, const char *what) {
 /* ---- collectives ---- */
 
 static int m_all_reduce(DistComm *c, void *buf, int64_t n, DType dt, DistOp op, DistReq **req) {
-    (void)c;
-    if (check_count(n, "all_reduce")) return -1;
+        if (check_count(n, "all_reduce")) return -1;
     MPI_Datatype t = mpi_type(dt);
     if (!req) {
-        mpi_check(lib.Allreduce(MPI_IN_PLACE, buf, (int)n, t, mpi_op(dt, op), mpi.comm), "all_reduce");
+        mpi_check(lib.Allreduce(MPI_IN_PLACE, buf, (int)n, t, mpi_op(dt, op), COMM(c)), "all_reduce");
         return 0;
     }
     DistReq *r = req_new();
     if (!r) return -1;
-    return req_started(r, lib.Iallreduce(MPI_IN_PLACE, buf, (int)n, t, mpi_op(dt, op), mpi.comm, &r->r), "all_reduce", req);
+    return req_started(r, lib.Iallreduce(MPI_IN_PLACE, buf, (int)n, t, mpi_op(dt, op), COMM(c), &r->r), "all_reduce", req);
 }
 
 static int m_reduce_scatter(DistComm *c, const void *in, void *out, int64_t n, DType dt, DistOp op, DistReq **req) {
     if (check_count(n * c->size, "reduce_scatter")) return -1;
     MPI_Datatype t = mpi_type(dt);
     if (!req) {
-        mpi_check(lib.Reduce_scatter_block(in, out, (int)n, t, mpi_op(dt, op), mpi.comm), "reduce_scatter");
+        mpi_check(lib.Reduce_scatter_block(in, out, (int)n, t, mpi_op(dt, op), COMM(c)), "reduce_scatter");
         return 0;
     }
     DistReq *r = req_new();
     if (!r) return -1;
-    return req_started(r, lib.Ireduce_scatter_block(in, out, (int)n, t, mpi_op(dt, op), mpi.comm, &r->r), "reduce_scatter", req);
+    return req_started(r, lib.Ireduce_scatter_block(in, out, (int)n, t, mpi_op(dt, op), COMM(c), &r->r), "reduce_scatter", req);
 }
 
 static int m_all_gather(DistComm *c, const void *in, void *out, int64_t n, DType dt, DistReq **req) {
     if (check_count(n * c->size, "all_gather")) return -1;
     MPI_Datatype t = mpi_type(dt);
     if (!req) {
-        mpi_check(lib.Allgather(in, (int)n, t, out, (int)n, t, mpi.comm), "all_gather");
+        mpi_check(lib.Allgather(in, (int)n, t, out, (int)n, t, COMM(c)), "all_gather");
         return 0;
     }
     DistReq *r = req_new();
     if (!r) return -1;
-    return req_started(r, lib.Iallgather(in, (int)n, t, out, (int)n, t, mpi.comm, &r->r), "all_gather", req);
+    return req_started(r, lib.Iallgather(in, (int)n, t, out, (int)n, t, COMM(c), &r->r), "all_gather", req);
 }
 
 static int m_all_gather_v(DistComm *c, const void *in, void *out, const int64_t *counts, DType dt, DistReq **req) {
@@ -254,35 +257,33 @@ static int m_all_gather_v(DistComm *c, const void *in, void *out, const int64_t 
     for (int i = 0, at = 0; i < c->size; at += cnt[i], i++) cnt[i] = (int)counts[i], displs[i] = at;
     MPI_Datatype t = mpi_type(dt);
     if (!req) {
-        int rc = lib.Allgatherv(in, cnt[c->rank], t, out, cnt, displs, t, mpi.comm);
+        int rc = lib.Allgatherv(in, cnt[c->rank], t, out, cnt, displs, t, COMM(c));
         req_free(r);
         mpi_check(rc, "all_gather_v");
         return 0;
     }
-    return req_started(r, lib.Iallgatherv(in, cnt[c->rank], t, out, cnt, displs, t, mpi.comm, &r->r), "all_gather_v", req);
+    return req_started(r, lib.Iallgatherv(in, cnt[c->rank], t, out, cnt, displs, t, COMM(c), &r->r), "all_gather_v", req);
 }
 
 static int m_broadcast(DistComm *c, void *buf, int64_t n, DType dt, int root, DistReq **req) {
-    (void)c;
-    if (check_count(n, "broadcast")) return -1;
+        if (check_count(n, "broadcast")) return -1;
     if (!req) {
-        mpi_check(lib.Bcast(buf, (int)n, mpi_type(dt), root, mpi.comm), "broadcast");
+        mpi_check(lib.Bcast(buf, (int)n, mpi_type(dt), root, COMM(c)), "broadcast");
         return 0;
     }
     DistReq *r = req_new();
     if (!r) return -1;
-    return req_started(r, lib.Ibcast(buf, (int)n, mpi_type(dt), root, mpi.comm, &r->r), "broadcast", req);
+    return req_started(r, lib.Ibcast(buf, (int)n, mpi_type(dt), root, COMM(c), &r->r), "broadcast", req);
 }
 
 static int m_barrier(DistComm *c, DistReq **req) {
-    (void)c;
-    if (!req) {
-        mpi_check(lib.Barrier(mpi.comm), "barrier");
+        if (!req) {
+        mpi_check(lib.Barrier(COMM(c)), "barrier");
         return 0;
     }
     DistReq *r = req_new();
     if (!r) return -1;
-    return req_started(r, lib.Ibarrier(mpi.comm, &r->r), "barrier", req);
+    return req_started(r, lib.Ibarrier(COMM(c), &r->r), "barrier", req);
 }
 
 /* ---- lifetime ---- */
@@ -307,6 +308,32 @@ static int m_finalize(DistComm *c) {
     return 0;
 }
 
+/* ---- sub-communicators ---- */
+
+static int m_split(DistComm *parent, int color, int key, DistComm *out) {
+    MPI_Comm *h = accel_malloc(sizeof *h);
+    if (!h) return -1;
+    int rc = lib.Comm_split(COMM(parent), color, key, h);
+    if (rc != MPI_SUCCESS) {
+        free(h);
+        return mpi_fail(rc, "dist_split (MPI_Comm_split)", __FILE__, __LINE__);
+    }
+    out->impl = h;
+    mpi_check(lib.Comm_set_errhandler(*h, MPI_ERRORS_RETURN), "dist_split (MPI_Comm_set_errhandler)");
+    mpi_check(lib.Comm_rank(*h, &out->rank), "dist_split (MPI_Comm_rank)");
+    mpi_check(lib.Comm_size(*h, &out->size), "dist_split (MPI_Comm_size)");
+    return 0;
+}
+
+static int m_comm_free(DistComm *c) {
+    MPI_Comm *h = c->impl;
+    c->impl = NULL;
+    int rc = lib.Comm_free(h);
+    free(h);
+    mpi_check(rc, "dist_comm_free (MPI_Comm_free)");
+    return 0;
+}
+
 static const DistBackendOps mpi_ops = {
     .name = "mpi",
     .all_reduce = m_all_reduce,
@@ -319,6 +346,8 @@ static const DistBackendOps mpi_ops = {
     .test = m_test,
     .abort = m_abort,
     .finalize = m_finalize,
+    .split = m_split,
+    .comm_free = m_comm_free,
 };
 
 static int local_ranks(DistComm *c) {
@@ -346,6 +375,7 @@ int dist_mpi_init(DistComm *c, int expected) {
     mpi_check(lib.Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "dist init (MPI_Comm_set_errhandler)");
     mpi_check(lib.Comm_dup(MPI_COMM_WORLD, &mpi.comm), "dist init (MPI_Comm_dup)");
     mpi_check(lib.Comm_set_errhandler(mpi.comm, MPI_ERRORS_RETURN), "dist init (MPI_Comm_set_errhandler)");
+    c->impl = &mpi.comm;
     mpi_check(lib.Comm_rank(mpi.comm, &c->rank), "dist init (MPI_Comm_rank)");
     mpi_check(lib.Comm_size(mpi.comm, &c->size), "dist init (MPI_Comm_size)");
     if (expected > 1 && c->size != expected)

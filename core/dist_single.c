@@ -1,6 +1,7 @@
 /* dist_single.c: the "single" communicator backend: one process, so every
  * collective is the identity (in-place ops) or a copy (in -> out), and every
- * operation completes at once (requests are always NULL). */
+ * operation completes at once (requests are always NULL). A split is a
+ * one-process communicator again. */
 #include "dist.h"
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +64,19 @@ static int s_finalize(DistComm *c) {
     return 0;
 }
 
+/* The only process forms a communicator of its own, whatever the color. */
+static int s_split(DistComm *parent, int color, int key, DistComm *out) {
+    (void)parent, (void)color, (void)key;
+    out->rank = 0;
+    out->size = 1;
+    return 0;
+}
+
+static int s_comm_free(DistComm *c) {
+    (void)c;
+    return 0;
+}
+
 static const DistBackendOps single_ops = {
     .name = "single",
     .all_reduce = s_all_reduce,
@@ -75,6 +89,8 @@ static const DistBackendOps single_ops = {
     .test = s_test,
     .abort = s_abort,
     .finalize = s_finalize,
+    .split = s_split,
+    .comm_free = s_comm_free,
 };
 
 void dist_single_init(DistComm *c) {

@@ -9,10 +9,14 @@
  * multi-process backends.
  *
  * Who did not arrive: every rank publishes, in a slot of a small file
- * shared by the job's ranks on one machine (/dev/shm, else $TMPDIR or
- * /tmp; mapped MAP_SHARED, named by rank 0 at start-up and unlinked once
- * every rank has it open, so nothing is left behind even after a crash),
- * how many collectives it has entered, the name and number of the last one,
+ * shared by the communicator's ranks on one machine (/dev/shm, else
+ * $TMPDIR or /tmp; mapped MAP_SHARED, named by the communicator's rank 0
+ * when it is made and unlinked once every rank has it open, so nothing is
+ * left behind even after a crash): one file per communicator (the world
+ * and each sub-communicator, dist_split), slots indexed by the rank in it,
+ * counting the collectives entered on that communicator only, since
+ * members of different sub-communicators issue different sequences. Each
+ * slot holds how many collectives it has entered, the name and number of the last one,
  * whether it is inside it, and when it entered / left it (CLOCK_MONOTONIC,
  * which the processes of one machine share). A stalled rank compares the
  * slots with its own count: a rank with a smaller count never entered the
@@ -44,7 +48,7 @@ static DistTrack *oldest, *newest;
 static double timeout_s = -1; /* < 0: not read from the environment yet */
 static int running, stopping;
 static pthread_t thread;
-static DistComm *watched;
+static DistComm *watched; /* the world: its abort ends the job */
 
 static double now(void) {
     struct timespec ts;
@@ -97,9 +101,12 @@ typedef struct {
     char name[32];
 } RankSlot;
 
-static RankSlot *slots; /* [watched->size]; NULL without the shared file */
-static size_t slots_bytes;
-static uint64_t entered;
+struct DistWatchSlots {
+    RankSlot *slots; /* [comm->size] */
+    size_t bytes;
+};
+
+static RankSlot *slots_of(const DistComm *c) { return c->watch ? c->watch->slots : NULL; }
 
 static void slot_path(char *buf, size_t n) {
     const char *dir = "/dev/shm";
@@ -108,7 +115,7 @@ static void slot_path(char *buf, size_t n) {
 }
 
 /* Rank 0 names the file, every rank maps it, then it is unlinked. Any
- * failure leaves slots NULL (the messages then name only the waiting rank). */
+ * failure leaves c without slots (the messages then name only the waiting rank). */
 static void open_slots(DistComm *c) {
     char path[256] = {0};
     if (c->rank == 0) slot_path(path, sizeof path);
@@ -121,19 +128,36 @@ static void open_slots(DistComm *c) {
     if (fd >= 0) close(fd);
     int rc = c->ops->barrier(c, NULL); /* every rank has it open */
     if (fd >= 0) unlink(path);        /* the first unlink wins; ENOENT for the others */
-    if (m == MAP_FAILED) return;
-    if (rc) {
-        munmap(m, bytes);
+    DistWatchSlots *w = m == MAP_FAILED || rc ? NULL : malloc(sizeof *w);
+    if (!w) {
+        if (m != MAP_FAILED) munmap(m, bytes);
         return;
     }
-    slots = m;
-    slots_bytes = bytes;
-    slots[c->rank].pid = (int32_t)getpid();
+    *w = (DistWatchSlots){.slots = m, .bytes = bytes};
+    w->slots[c->rank].pid = (int32_t)getpid();
+    pthread_mutex_lock(&mu);
+    c->watch = w;
+    pthread_mutex_unlock(&mu);
+}
+
+void dist_watch_attach(DistComm *c) {
+    if (running && !c->watch) open_slots(c);
+}
+
+void dist_watch_detach(DistComm *c) {
+    pthread_mutex_lock(&mu);
+    DistWatchSlots *w = c->watch;
+    c->watch = NULL;
+    pthread_mutex_unlock(&mu);
+    if (!w) return;
+    munmap(w->slots, w->bytes);
+    free(w);
 }
 
 static void publish_begin(const DistTrack *t) {
+    RankSlot *slots = slots_of(t->comm);
     if (!slots) return;
-    RankSlot *s = &slots[watched->rank];
+    RankSlot *s = &slots[t->comm->rank];
     snprintf(s->name, sizeof s->name, "%s", t->name);
     s->seq = t->seq;
     s->t_enter = t->t0;
@@ -141,20 +165,22 @@ static void publish_begin(const DistTrack *t) {
     __atomic_store_n(&s->entered, t->order, __ATOMIC_RELEASE);
 }
 
-static void publish_end(void) {
+static void publish_end(const DistTrack *t) {
+    RankSlot *slots = slots_of(t->comm);
     if (!slots) return;
-    RankSlot *s = &slots[watched->rank];
+    RankSlot *s = &slots[t->comm->rank];
     s->t_leave = now();
     __atomic_sub_fetch(&s->inside, 1, __ATOMIC_RELEASE);
 }
 
-void dist_watch_begin(DistTrack *t, const char *name, uint64_t seq) {
+void dist_watch_begin(DistTrack *t, DistComm *c, const char *name, uint64_t seq) {
+    t->comm = c;
     t->name = name;
     t->seq = seq;
     t->t0 = now();
     t->next = NULL;
     pthread_mutex_lock(&mu);
-    t->order = ++entered;
+    t->order = ++c->entered;
     t->prev = newest;
     if (newest) newest->next = t;
     else oldest = t;
@@ -170,7 +196,7 @@ void dist_watch_end(DistTrack *t) {
     if (t->next) t->next->prev = t->prev;
     else if (newest == t) newest = t->prev;
     t->prev = t->next = NULL;
-    publish_end();
+    publish_end(t);
     pthread_mutex_unlock(&mu);
 }
 
@@ -179,43 +205,47 @@ void dist_watch_end(DistTrack *t) {
 /* What rank q's slot says about the stalled collective t, appended to buf
  * (nothing when q is waiting in it too). */
 static void describe_rank(const DistTrack *t, int q, char *buf, size_t n) {
-    const RankSlot *s = &slots[q];
+    const RankSlot *s = &slots_of(t->comm)[q];
     size_t at = strlen(buf);
     double t_now = now();
+    char who[48];
+    dist_rank_str(t->comm, q, who, sizeof who);
     if (__atomic_load_n(&s->pid, __ATOMIC_ACQUIRE) == 0) {
-        snprintf(buf + at, n - at, "; rank %d: on another machine, state unknown", q);
+        snprintf(buf + at, n - at, "; %s: on another machine, state unknown", who);
         return;
     }
     uint64_t e = __atomic_load_n(&s->entered, __ATOMIC_ACQUIRE);
     int inside = __atomic_load_n(&s->inside, __ATOMIC_ACQUIRE);
     if (e >= t->order && (inside == 0 || strcmp(s->name, t->name) == 0)) return; /* there (or past it) */
     if (e >= t->order) {
-        snprintf(buf + at, n - at, "; rank %d is in %s #%llu instead", q, s->name, (unsigned long long)s->seq);
+        snprintf(buf + at, n - at, "; %s is in %s #%llu instead", who, s->name, (unsigned long long)s->seq);
         return;
     }
     if (kill(s->pid, 0) != 0 && errno == ESRCH)
-        snprintf(buf + at, n - at, "; not entered by rank %d (its process has exited)", q);
-    else if (e == 0) snprintf(buf + at, n - at, "; not entered by rank %d (no collective yet)", q);
+        snprintf(buf + at, n - at, "; not entered by %s (its process has exited)", who);
+    else if (e == 0) snprintf(buf + at, n - at, "; not entered by %s (no collective yet)", who);
     else if (inside)
-        snprintf(buf + at, n - at, "; not entered by rank %d (still in %s #%llu, for %.1f s)", q, s->name,
+        snprintf(buf + at, n - at, "; not entered by %s (still in %s #%llu, for %.1f s)", who, s->name,
                  (unsigned long long)s->seq, t_now - s->t_enter);
     else
-        snprintf(buf + at, n - at, "; not entered by rank %d (last in %s #%llu, left it %.1f s ago)", q, s->name,
+        snprintf(buf + at, n - at, "; not entered by %s (last in %s #%llu, left it %.1f s ago)", who, s->name,
                  (unsigned long long)s->seq, t_now - s->t_leave);
 }
 
 /* Called with mu held; never returns. */
 static void fire(const DistTrack *t, double limit) {
-    size_t n = 256 + 128 * (size_t)watched->size;
-    char *msg = malloc(n), *others = malloc(n);
+    const DistComm *c = t->comm;
+    size_t n = 256 + 160 * (size_t)c->size;
+    char *msg = malloc(n), *others = malloc(n), where[64] = "";
     if (!msg || !others) _exit(1);
     others[0] = 0;
-    for (int q = 0; slots && q < watched->size; q++)
-        if (q != watched->rank) describe_rank(t, q, others, n);
-    if (!slots) snprintf(others, n, " (other ranks may have died)");
+    for (int q = 0; slots_of(c) && q < c->size; q++)
+        if (q != c->rank) describe_rank(t, q, others, n);
+    if (!slots_of(c)) snprintf(others, n, " (other ranks may have died)");
     else if (!others[0]) snprintf(others, n, "; every rank entered it (one may be stuck inside it)");
-    snprintf(msg, n, "accel-lua: rank %d: collective %s #%llu timed out after %g s%s\n", watched->rank, t->name,
-             (unsigned long long)t->seq, limit, others);
+    if (c->world_ranks) snprintf(where, sizeof where, " on the %s communicator", c->label);
+    snprintf(msg, n, "accel-lua: rank %d: collective %s #%llu%s timed out after %g s%s\n", watched->rank, t->name,
+             (unsigned long long)t->seq, where, limit, others);
     pthread_mutex_unlock(&mu);
     fputs(msg, stderr);
     fflush(stderr);
@@ -250,10 +280,10 @@ int dist_watchdog_start(DistComm *c) {
     pthread_condattr_destroy(&attr);
     watched = c;
     stopping = 0;
-    open_slots(c);
     int rc = pthread_create(&thread, NULL, watch_loop, NULL);
     if (rc) return accel_fail_int("dist: cannot start the watchdog thread (error %d)", rc);
     running = 1;
+    open_slots(c);
     return 0;
 }
 
@@ -266,6 +296,5 @@ void dist_watchdog_stop(void) {
     pthread_join(thread, NULL);
     pthread_cond_destroy(&cv);
     running = 0;
-    if (slots) munmap(slots, slots_bytes);
-    slots = NULL;
+    dist_watch_detach(watched);
 }

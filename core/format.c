@@ -190,12 +190,15 @@ static void put_nested(Printer *P, int dim, int64_t off, int indent) {
     strbuf_puts(P->out, "]");
 }
 
-static void put_contents(const Tensor *t, StrBuf *out) {
-    Printer P = {.t = t, .base = tensor_data(t), .esize = dtype_size(t->dtype),
+static int put_contents(const Tensor *t, StrBuf *out) {
+    HostMap m; /* the values are read on the host */
+    Printer P = {.t = t, .base = tensor_host_map(t, HOST_READ, &m), .esize = dtype_size(t->dtype),
                  .summarize = t->numel > PRINT_THRESHOLD, .out = out};
+    if (!P.base) return -1;
     fmt_init(&P);
     if (t->ndim == 0) put_value(&P, 0);
     else put_nested(&P, 0, 0, (int)strlen(PREFIX));
+    return tensor_host_unmap(&m);
 }
 
 /* ---------------- suffixes ---------------- */
@@ -288,11 +291,14 @@ static void put_suffixes(StrBuf *out, const Suffixes *s) {
 
 char *tensor_format(const Tensor *t) {
     StrBuf out = {0};
-    bool readable = t->device.type == DEV_CPU;
+    bool readable = true; /* values come through the host-access API on any device */
     strbuf_puts(&out, PREFIX);
     if (!readable) strbuf_puts(&out, "...");
     else if (t->numel == 0) strbuf_puts(&out, "[]");
-    else put_contents(t, &out);
+    else if (put_contents(t, &out) < 0) {
+        free(out.p);
+        return NULL;
+    }
     Suffixes s = {.n = 0};
     collect_suffixes(t, readable, &s);
     put_suffixes(&out, &s);

@@ -102,11 +102,10 @@ static int read_header(Src *s, int *type, int64_t *shape, int *ndim) {
     return check_size(s, *type, shape, *ndim);
 }
 
-/* Big-endian elements of `size` bytes at the start of t's data -> native
+/* Big-endian elements of `size` bytes at p (t's host mapping) -> native
  * values of t's dtype, in place (widening runs backwards so it never
  * overwrites an element it has yet to read). */
-static void decode(Tensor *t, int size, bool is_signed) {
-    uint8_t *p = tensor_data(t);
+static void decode(const Tensor *t, uint8_t *p, int size, bool is_signed) {
     int64_t n = t->numel;
     if (t->dtype == DT_U8) return;
     if (size == 1 || size == 2) {
@@ -126,27 +125,31 @@ static void decode(Tensor *t, int size, bool is_signed) {
     }
 }
 
-static Tensor *read_body(Src *s) {
-    int type = 0, ndim = 0;
-    int64_t shape[TENSOR_MAX_DIMS];
-    if (read_header(s, &type, shape, &ndim) < 0) return NULL;
-    Tensor *t = tensor_empty(shape, ndim, idx_types[type].dt, (Device){DEV_CPU, 0});
-    if (!t) return NULL;
+/* The data after the header into p, t's host mapping, decoded. */
+static int read_data(Src *s, Tensor *t, uint8_t *p, int type) {
     size_t nbytes = (size_t)t->numel * (size_t)idx_types[type].size;
     char what[200];
     snprintf(what, sizeof what, "data (%lld %s elements, shape %s)", (long long)t->numel, idx_types[type].name,
              tensor_shape_str(t));
     uint8_t extra;
-    if (src_read(s, tensor_data(t), nbytes, what) < 0) {
-        tensor_release(t);
-        return NULL;
-    }
-    if (gzread(s->gz, &extra, 1) > 0) {
-        tensor_release(t);
-        return accel_fail("read_idx: %s has bytes after the %s its header declares", s->path, what);
-    }
-    decode(t, idx_types[type].size, idx_types[type].code == 0x09);
-    return t;
+    if (src_read(s, p, nbytes, what) < 0) return -1;
+    if (gzread(s->gz, &extra, 1) > 0)
+        return accel_fail_int("read_idx: %s has bytes after the %s its header declares", s->path, what);
+    decode(t, p, idx_types[type].size, idx_types[type].code == 0x09);
+    return 0;
+}
+
+static Tensor *read_body(Src *s) {
+    int type = 0, ndim = 0;
+    int64_t shape[TENSOR_MAX_DIMS];
+    if (read_header(s, &type, shape, &ndim) < 0) return NULL;
+    Tensor *t = tensor_empty(shape, ndim, idx_types[type].dt, (Device){DEV_CPU, 0});
+    HostMap m;
+    uint8_t *p = t ? tensor_host_map(t, HOST_WRITE, &m) : NULL;
+    if (p && read_data(s, t, p, type) == 0) return tensor_host_finish(t, &m);
+    if (p) tensor_host_unmap(&m);
+    tensor_release(t);
+    return NULL;
 }
 
 Tensor *idx_read(const char *path) {

@@ -1,7 +1,9 @@
 /* iter.h: walking several strided operands of one (broadcast) shape in
  * innermost runs. Adjacent dims that are contiguous for every operand are
  * merged so a contiguous tensor is one run; each run is handed to a callback
- * with the operands' pointers and innermost strides (in elements). */
+ * with the operands' pointers and innermost strides (in elements).
+ * A StridedIter is also the backend interface's n-d launch description
+ * (backend.h): the core fills it, the backend runs it. */
 #ifndef ACCEL_ITER_H
 #define ACCEL_ITER_H
 
@@ -22,6 +24,37 @@ void iter_init(StridedIter *it, int ndim, const int64_t *shape);
 void iter_add(StridedIter *it, void *base, const int64_t *stride, size_t elsize);
 /* Add a tensor operand broadcast to the iterator's shape (trailing alignment). */
 void iter_add_tensor(StridedIter *it, const Tensor *t);
+/* A one-dim description of n elements (the common contiguous case; cheap). */
+static inline void iter_init_run(StridedIter *it, int64_t n) {
+    it->nops = 0;
+    it->ndim = 1;
+    it->shape[0] = n;
+}
+/* Add t's data as a one-stride run (1: contiguous, 0: one element broadcast)
+ * to a one-dim description. */
+static inline void iter_add_run(StridedIter *it, const Tensor *t, int64_t stride) {
+    int k = it->nops++;
+    it->base[k] = tensor_data(t);
+    it->elsize[k] = dtype_size(t->dtype);
+    it->stride[k][0] = it->shape[0] == 1 ? 0 : stride;
+}
+/* The launch description for out and ins[0..nin) broadcast to out's shape:
+ * one run when run_st gives each input's run stride (1: contiguous, 0: one
+ * element; out contiguous), else the n-d description. */
+static inline void iter_launch(StridedIter *it, const Tensor *out, const Tensor *const *ins, int nin,
+                               const int64_t *run_st) {
+    if (run_st) {
+        iter_init_run(it, out->numel);
+        iter_add_run(it, out, 1);
+        for (int k = 0; k < nin; k++) iter_add_run(it, ins[k], run_st[k]);
+        return;
+    }
+    iter_init(it, out->ndim, out->shape);
+    iter_add_tensor(it, out);
+    for (int k = 0; k < nin; k++) iter_add_tensor(it, ins[k]);
+}
+
+/* For the CPU backend (backend_cpu.c): call fn once per innermost run. */
 typedef void (*IterRunFn)(void *ctx, int64_t n, char **ptrs, const int64_t *strides);
 void iter_run(StridedIter *it, IterRunFn fn, void *ctx);
 

@@ -7,7 +7,7 @@
 
 #include "tensor.h"
 #include "autograd.h"
-#include "../kernels/cpu/kernels.h"
+#include "../kernels/kops.h"
 
 /* ---- elementwise (ops_elementwise.c) ---- */
 Tensor *op_binary(KBinOp op, Tensor *a, Tensor *b);

@@ -11,6 +11,7 @@
  * y:transpose(2, 3):contiguous():view(B, L, H * Dv) costs no copy. It is
  * not a view of anything the caller has seen (is_view stays false). */
 #include "ops.h"
+#include "backend.h"
 #include "profile.h"
 #include <stdlib.h>
 #include <string.h>
@@ -67,13 +68,9 @@ static int bw_sdpa(AGNode *n, Tensor *g, Tensor **gin) {
     int rc = gv ? 0 : -1;
     if (rc == 0) {
         bhr_strides(go, a.sgo), bhr_strides(gq, a.sgq), bhr_strides(gk, a.sgk), bhr_strides(gv, a.sgv);
-        int bad = q->dtype == DT_F64
-                      ? k_attention_bwd_f64(&a, tensor_data(q), tensor_data(k), tensor_data(v), tensor_data(o),
-                                            tensor_data(c->lse), tensor_data(go), tensor_data(gq), tensor_data(gk),
-                                            tensor_data(gv))
-                      : k_attention_bwd_f32(&a, tensor_data(q), tensor_data(k), tensor_data(v), tensor_data(o),
-                                            tensor_data(c->lse), tensor_data(go), tensor_data(gq), tensor_data(gk),
-                                            tensor_data(gv));
+        int bad = backend_for(q->device)->attention_bwd(q->dtype, &a, tensor_data(q), tensor_data(k), tensor_data(v),
+                                                        tensor_data(o), tensor_data(c->lse), tensor_data(go),
+                                                        tensor_data(gq), tensor_data(gk), tensor_data(gv));
         if (bad) rc = accel_fail_int("scaled_dot_product_attention backward: out of memory or GEMM failure");
     }
     tensor_release(go);
@@ -114,8 +111,11 @@ static int check_sdpa(const Tensor *q, const Tensor *k, const Tensor *v) {
         return accel_fail_int("scaled_dot_product_attention: q, k, v must share one floating-point dtype, got %s, %s "
                               "and %s", dtype_name(q->dtype), dtype_name(k->dtype), dtype_name(v->dtype));
     if (k->shape[nd - 2] == 0) return accel_fail_int("scaled_dot_product_attention: needs at least one key (S = 0)");
-    if (q->device.type != DEV_CPU || k->device.type != DEV_CPU || v->device.type != DEV_CPU)
-        return accel_fail_int("scaled_dot_product_attention: the fused kernel runs on cpu tensors only");
+    char dq[32], dk[32], dv[32];
+    if (q->device.type != k->device.type || q->device.type != v->device.type)
+        return accel_fail_int("scaled_dot_product_attention: q, k, v are on different devices (%s, %s and %s)",
+                              device_str(q->device, dq, sizeof dq), device_str(k->device, dk, sizeof dk),
+                              device_str(v->device, dv, sizeof dv));
     return 0;
 }
 
@@ -134,10 +134,8 @@ Tensor *op_scaled_dot_product_attention(Tensor *qin, Tensor *kin, Tensor *vin, d
     if (lse && !c) accel_fail("scaled_dot_product_attention: out of memory");
     if (c) {
         bhr_strides(q, a.sq), bhr_strides(k, a.sk), bhr_strides(v, a.sv), bhr_strides(o, a.so);
-        int bad = cdt == DT_F64 ? k_attention_fwd_f64(&a, tensor_data(q), tensor_data(k), tensor_data(v),
-                                                      tensor_data(o), tensor_data(lse))
-                                : k_attention_fwd_f32(&a, tensor_data(q), tensor_data(k), tensor_data(v),
-                                                      tensor_data(o), tensor_data(lse));
+        int bad = backend_for(q->device)->attention_fwd(cdt, &a, tensor_data(q), tensor_data(k), tensor_data(v),
+                                                        tensor_data(o), tensor_data(lse));
         if (bad) accel_fail("scaled_dot_product_attention: out of memory or GEMM failure");
         else out = tensor_retain(o);
     }

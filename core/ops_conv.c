@@ -17,6 +17,7 @@
  *    plane, as PyTorch's return_indices; for its own backward it keeps a
  *    uint8 position within the window instead (8x less memory traffic). */
 #include "ops.h"
+#include "backend.h"
 #include "precision.h"
 #include "profile.h"
 #include <string.h>
@@ -144,8 +145,9 @@ static int bw_conv2d(AGNode *n, Tensor *gout, Tensor **gin) {
     Tensor *gw = gy && need_w ? tensor_empty(w->shape, 4, adt, w->device) : NULL;
     Tensor *gb = gy && need_b ? tensor_empty(&g.O, 1, adt, w->device) : NULL;
     int rc = !gy || (need_x && !gx) || (need_w && !gw) || (need_b && !gb) ? -1 : 0;
-    if (rc == 0 && k_conv2d_bwd(kdt, &g, tensor_data(x), tensor_data(w), tensor_data(gy), gx ? tensor_data(gx) : NULL,
-                                gw ? tensor_data(gw) : NULL, gb ? tensor_data(gb) : NULL) != 0)
+    if (rc == 0 && backend_for(x->device)->conv2d_bwd(kdt, &g, tensor_data(x), tensor_data(w), tensor_data(gy),
+                                                      gx ? tensor_data(gx) : NULL, gw ? tensor_data(gw) : NULL,
+                                                      gb ? tensor_data(gb) : NULL) != 0)
         rc = kernel_failed("backward", &g);
     tensor_release(gy);
     if (rc < 0) {
@@ -165,7 +167,8 @@ static Tensor *conv2d_forward(Tensor *xin, Tensor *win, Tensor *bin, const ConvS
     Tensor *b = w && bin ? tensor_contiguous_as(bin, adt) : NULL;
     const int64_t oshape[4] = {g->N, g->O, g->OH, g->OW};
     Tensor *y = w && (b || !bin) ? tensor_empty(oshape, 4, adt, xin->device) : NULL;
-    if (y && k_conv2d_fwd(kdt, g, tensor_data(x), tensor_data(w), b ? tensor_data(b) : NULL, tensor_data(y)) != 0) {
+    if (y && backend_for(y->device)->conv2d_fwd(kdt, g, tensor_data(x), tensor_data(w), b ? tensor_data(b) : NULL,
+                                                tensor_data(y)) != 0) {
         kernel_failed("forward", g);
         tensor_release(y);
         y = NULL;
@@ -200,6 +203,7 @@ static Tensor *conv2d_impl(Tensor *x, Tensor *w, Tensor *b, const int64_t stride
 Tensor *op_conv2d_padded(Tensor *x, Tensor *w, Tensor *b, const int64_t stride[2], const int64_t pad_lo[2],
                          const int64_t pad_hi[2], const int64_t dilation[2], int64_t groups) {
     PROF_SCOPE("conv2d", PROF_FORWARD, x, w);
+    if (tensor_check_device("conv2d", x, w) < 0 || tensor_check_device("conv2d", x, b) < 0) return NULL;
     if (b && b->dtype != x->dtype)
         return accel_fail("conv2d: bias (%s) must have the input's dtype (%s)", dtype_name(b->dtype), dtype_name(x->dtype));
     if (precision_autocast() == DT_F32) return conv2d_impl(x, w, b, stride, pad_lo, pad_hi, dilation, groups);
@@ -258,8 +262,7 @@ static int bw_max_pool2d(AGNode *n, Tensor *gout, Tensor **gin) {
     const DType cdt = n->edges[0].dtype == DT_F64 ? DT_F64 : DT_F32;
     Tensor *gy = tensor_contiguous_as(gout, cdt);
     Tensor *gx = gy ? tensor_empty(n->edges[0].shape, n->edges[0].ndim, cdt, gy->device) : NULL;
-    if (gx && cdt == DT_F64) k_max_pool2d_bwd_f64(&g, tensor_data(gy), idx, code, tensor_data(gx));
-    else if (gx) k_max_pool2d_bwd_f32(&g, tensor_data(gy), idx, code, tensor_data(gx));
+    if (gx) backend_for(gx->device)->max_pool2d_bwd(cdt, &g, tensor_data(gy), idx, code, tensor_data(gx));
     tensor_release(gy);
     gin[0] = gx;
     return gx ? 0 : -1;
@@ -303,8 +306,7 @@ Tensor *op_max_pool2d(Tensor *xin, const int64_t kernel[2], const int64_t stride
     if (y && (idx || !want_idx) && (code || !want_code)) {
         int64_t *ip = idx ? tensor_data(idx) : NULL;
         uint8_t *cp = code ? tensor_data(code) : NULL;
-        if (cdt == DT_F64) k_max_pool2d_fwd_f64(&g, tensor_data(x), tensor_data(y), ip, cp);
-        else k_max_pool2d_fwd_f32(&g, tensor_data(x), tensor_data(y), ip, cp);
+        backend_for(y->device)->max_pool2d_fwd(cdt, &g, tensor_data(x), tensor_data(y), ip, cp);
         AGNode *n = ag_record("max_pool2d", bw_max_pool2d, y, &xin, 1);
         if (n) {
             memcpy(n->i, &g, sizeof g);

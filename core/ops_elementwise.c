@@ -50,23 +50,7 @@ static Tensor *as_dtype_plain_owned(Tensor *t, DType dt) {
     return c;
 }
 
-static int check_same_device(Tensor *a, Tensor *b, const char *op) {
-    if (a->device.type == b->device.type && a->device.index == b->device.index) return 0;
-    char da[32], db[32];
-    return accel_fail_int("%s: tensors are on different devices (%s and %s)", op, device_str(a->device, da, sizeof da),
-                          device_str(b->device, db, sizeof db));
-}
-
-typedef struct {
-    const Backend *be;
-    KBinOp op;
-    DType cdt;
-} BinCtx;
-
-static void binary_run(void *ctx, int64_t n, char **p, const int64_t *st) {
-    BinCtx *c = ctx;
-    c->be->binary(c->op, c->cdt, n, p[1], st[1], p[2], st[2], p[0], st[0]);
-}
+static int check_same_device(Tensor *a, Tensor *b, const char *op) { return tensor_check_device(op, a, b); }
 
 /* out = a op b over out's shape; a, b already of compute dtype cdt; out of
  * cdt (or bool for comparisons). */
@@ -80,19 +64,11 @@ static int64_t run_stride(const Tensor *t, int64_t n) {
 }
 
 static void binary_into(KBinOp op, DType cdt, Tensor *out, Tensor *a, Tensor *b) {
-    const Backend *be = backend_for(out->device);
     int64_t sa = run_stride(a, out->numel), sb = run_stride(b, out->numel);
-    if (sa >= 0 && sb >= 0 && tensor_is_contiguous(out)) {
-        be->binary(op, cdt, out->numel, tensor_data(a), sa, tensor_data(b), sb, tensor_data(out), 1);
-        return;
-    }
     StridedIter it;
-    iter_init(&it, out->ndim, out->shape);
-    iter_add_tensor(&it, out);
-    iter_add_tensor(&it, a);
-    iter_add_tensor(&it, b);
-    BinCtx c = {be, op, cdt};
-    iter_run(&it, binary_run, &c);
+    bool one_run = sa >= 0 && sb >= 0 && tensor_is_contiguous(out);
+    iter_launch(&it, out, (const Tensor *[]){a, b}, 2, one_run ? (const int64_t[]){sa, sb} : NULL);
+    backend_for(out->device)->binary(op, cdt, &it);
 }
 
 /* Compute a op b into a fresh tensor of dtype rd and shape (shape, nd). */
@@ -225,9 +201,7 @@ static DType scalar_result_dtype(KBinOp op, DType a, bool is_int) {
 static Tensor *scalar_operand(KBinOp op, const Tensor *a, double s, bool is_int) {
     DType base = kbin_is_compare(op) ? (dtype_is_float(a->dtype) ? a->dtype : (is_int ? DT_I64 : DT_F32))
                                      : scalar_result_dtype(op, a->dtype, is_int);
-    Tensor *st = tensor_scalar(s, compute_dtype(base));
-    if (st) st->device = a->device;
-    return st;
+    return tensor_full(NULL, 0, s, compute_dtype(base), a->device);
 }
 
 Tensor *op_binary_scalar(KBinOp op, Tensor *a, double s, bool is_int, bool scalar_lhs) {
@@ -345,30 +319,11 @@ static bool unary_differentiable(KUnOp op) {
     return !(op == KU_SIGN || op == KU_FLOOR || op == KU_CEIL || op == KU_ROUND || op == KU_TRUNC || op == KU_NOT);
 }
 
-typedef struct {
-    const Backend *be;
-    KUnOp op;
-    DType cdt;
-    double p1, p2;
-} UnCtx;
-
-static void unary_run(void *ctx, int64_t n, char **p, const int64_t *st) {
-    UnCtx *c = ctx;
-    c->be->unary(c->op, c->cdt, n, p[1], st[1], p[0], st[0], c->p1, c->p2);
-}
-
 static void unary_into(KUnOp op, DType cdt, Tensor *out, Tensor *a, double p1, double p2) {
-    const Backend *be = backend_for(out->device);
-    if (tensor_is_contiguous(a) && tensor_is_contiguous(out)) {
-        be->unary(op, cdt, out->numel, tensor_data(a), 1, tensor_data(out), 1, p1, p2);
-        return;
-    }
     StridedIter it;
-    iter_init(&it, out->ndim, out->shape);
-    iter_add_tensor(&it, out);
-    iter_add_tensor(&it, a);
-    UnCtx c = {be, op, cdt, p1, p2};
-    iter_run(&it, unary_run, &c);
+    bool one_run = tensor_is_contiguous(a) && tensor_is_contiguous(out);
+    iter_launch(&it, out, (const Tensor *[]){a}, 1, one_run ? (const int64_t[]){1} : NULL);
+    backend_for(out->device)->unary(op, cdt, &it, p1, p2);
 }
 
 static Tensor *contig_of(Tensor *t, DType dt) {
@@ -395,8 +350,7 @@ static int bw_unary(AGNode *n, Tensor *g, Tensor **gin) {
     Tensor *gx = gc ? tensor_empty(gc->shape, gc->ndim, cdt, gc->device) : NULL;
     if (gx) {
         const void *x = unary_uses_output(op) ? NULL : tensor_data(s), *y = unary_uses_output(op) ? tensor_data(s) : NULL;
-        if (cdt == DT_F32) k_unary_backward_f32(op, gx->numel, x, y, tensor_data(gc), tensor_data(gx), n->p[0], n->p[1]);
-        else k_unary_backward_f64(op, gx->numel, x, y, tensor_data(gc), tensor_data(gx), n->p[0], n->p[1]);
+        backend_for(gx->device)->unary_backward(op, cdt, gx->numel, x, y, tensor_data(gc), tensor_data(gx), n->p[0], n->p[1]);
     }
     tensor_release(s);
     tensor_release(gc);
@@ -457,11 +411,6 @@ int op_unary_(KUnOp op, Tensor *a, double p1, double p2) {
 
 /* ---- where / masked_fill ---- */
 
-static void where_run(void *ctx, int64_t n, char **p, const int64_t *st) {
-    size_t es = *(size_t *)ctx;
-    k_where(n, (const uint8_t *)p[1], st[1], p[2], st[2], p[3], st[3], p[0], st[0], es);
-}
-
 static int bw_where(AGNode *n, Tensor *g, Tensor **gin) {
     Tensor *c = ag_saved(n, 0);
     if (!c) return -1;
@@ -477,6 +426,7 @@ Tensor *op_where(Tensor *cond, Tensor *a, Tensor *b) {
     PROF_SCOPE("where", PROF_FORWARD, a, b);
     if (cond->dtype != DT_BOOL && cond->dtype != DT_U8)
         return accel_fail("where: condition must be a bool tensor, got %s", dtype_name(cond->dtype));
+    if (tensor_check_device("where", a, b) < 0 || tensor_check_device("where", a, cond) < 0) return NULL;
     int64_t s1[TENSOR_MAX_DIMS], s2[TENSOR_MAX_DIMS];
     int n1, n2;
     if (broadcast_shapes(a->shape, a->ndim, b->shape, b->ndim, s1, &n1, "where") < 0 ||
@@ -487,13 +437,8 @@ Tensor *op_where(Tensor *cond, Tensor *a, Tensor *b) {
     Tensor *out = cb ? tensor_empty(s2, n2, rd, a->device) : NULL;
     if (out) {
         StridedIter it;
-        iter_init(&it, n2, s2);
-        iter_add_tensor(&it, out);
-        iter_add_tensor(&it, cond);
-        iter_add_tensor(&it, ca);
-        iter_add_tensor(&it, cb);
-        size_t es = dtype_size(rd);
-        iter_run(&it, where_run, &es);
+        iter_launch(&it, out, (const Tensor *[]){cond, ca, cb}, 3, NULL);
+        backend_for(out->device)->where(&it);
         AGNode *n = ag_record("where", bw_where, out, (Tensor *[]){NULL, a, b}, 3);
         if (n) ag_save(n, cond);
     }
@@ -511,7 +456,7 @@ static int check_mask(Tensor *mask) {
 Tensor *op_masked_fill(Tensor *a, Tensor *mask, double v) {
     PROF_SCOPE("masked_fill", PROF_FORWARD, a, mask);
     if (check_mask(mask) < 0) return NULL;
-    Tensor *fill = tensor_scalar(v, a->dtype);
+    Tensor *fill = tensor_full(NULL, 0, v, a->dtype, a->device);
     if (!fill) return NULL;
     Tensor *out = op_where(mask, fill, a);
     tensor_release(fill);

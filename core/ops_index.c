@@ -2,6 +2,7 @@
  * with index validation (0-based index values; errors name the bad index)
  * and backward rules. */
 #include "ops.h"
+#include "backend.h"
 #include "profile.h"
 #include <stdlib.h>
 #include <string.h>
@@ -23,16 +24,20 @@ static Tensor *checked_index(Tensor *idx, int64_t n, const char *op) {
     ag_set_grad_enabled(prev);
     if (!c) return NULL;
     tensor_copy_strided(c, idx);
-    int64_t *p = tensor_data(c);
-    for (int64_t i = 0; i < c->numel; i++) {
-        int64_t v = p[i];
-        if (v < 0 || v >= n) {
+    HostMap m; /* indices are checked on the host */
+    const int64_t *p = tensor_host_map(c, HOST_READ, &m);
+    for (int64_t i = 0; p && i < c->numel; i++) {
+        if (p[i] < 0 || p[i] >= n) {
             int64_t bad = p[i];
+            tensor_host_unmap(&m);
             tensor_release(c);
             return accel_fail("%s: index %lld is out of range for a dimension of size %lld (index values are 0-based)", op,
                               (long long)bad, (long long)n);
         }
-        p[i] = v;
+    }
+    if (!p || tensor_host_unmap(&m) < 0) {
+        tensor_release(c);
+        return NULL;
     }
     return c;
 }
@@ -59,9 +64,9 @@ static int bw_add_at_index(AGNode *n, Tensor *g, Tensor **gin, bool per_element)
         int64_t outer, inner;
         outer_inner(z, dim, &outer, &inner);
         if (per_element)
-            k_scatter_add(g->dtype, tensor_data(z), outer, z->shape[dim], inner, tensor_data(idx), idx->shape[dim], tensor_data(gc));
+            backend_for(z->device)->scatter_add(g->dtype, tensor_data(z), outer, z->shape[dim], inner, tensor_data(idx), idx->shape[dim], tensor_data(gc));
         else
-            k_index_add(g->dtype, tensor_data(z), outer, z->shape[dim], inner, tensor_data(idx), idx->numel, tensor_data(gc));
+            backend_for(z->device)->index_add(g->dtype, tensor_data(z), outer, z->shape[dim], inner, tensor_data(idx), idx->numel, tensor_data(gc));
     }
     tensor_release(gc);
     gin[0] = gc ? z : NULL;
@@ -76,6 +81,7 @@ static int bw_index_select(AGNode *n, Tensor *g, Tensor **gin) { return bw_add_a
 
 Tensor *op_gather(Tensor *a, int dim, Tensor *index) {
     PROF_SCOPE("gather", PROF_FORWARD, a, index);
+    if (tensor_check_device("gather", a, index) < 0) return NULL;
     if ((dim = tensor_wrap_dim(a, dim, "gather")) < 0) return NULL;
     if (index->ndim != a->ndim)
         return accel_fail("gather: index (shape %s) must have as many dims as the input (shape %s)", tensor_shape_str(index), tensor_shape_str(a));
@@ -90,7 +96,7 @@ Tensor *op_gather(Tensor *a, int dim, Tensor *index) {
     if (out) {
         int64_t outer, inner;
         outer_inner(a, dim, &outer, &inner);
-        k_gather(tensor_data(x), outer, a->ndim ? a->shape[dim] : 1, inner, tensor_data(idx), index->ndim ? index->shape[dim] : 1,
+        backend_for(x->device)->gather(tensor_data(x), outer, a->ndim ? a->shape[dim] : 1, inner, tensor_data(idx), index->ndim ? index->shape[dim] : 1,
                  tensor_data(out), dtype_size(a->dtype));
         AGNode *n = ag_record("gather", bw_gather, out, &a, 1);
         if (n) n->i[0] = dim, ag_save(n, idx);
@@ -103,6 +109,7 @@ Tensor *op_gather(Tensor *a, int dim, Tensor *index) {
 
 Tensor *op_index_select(Tensor *a, int dim, Tensor *index) {
     PROF_SCOPE("index_select", PROF_FORWARD, a, index);
+    if (tensor_check_device("index_select", a, index) < 0) return NULL;
     if (a->ndim == 0) return accel_fail("index_select: cannot index a 0-dim tensor");
     if ((dim = tensor_wrap_dim(a, dim, "index_select")) < 0) return NULL;
     if (index->ndim > 1) return accel_fail("index_select: index must be 1-D, got shape %s", tensor_shape_str(index));
@@ -116,7 +123,7 @@ Tensor *op_index_select(Tensor *a, int dim, Tensor *index) {
     if (out) {
         int64_t outer, inner;
         outer_inner(a, dim, &outer, &inner);
-        k_index_select(tensor_data(x), outer, a->shape[dim], inner, tensor_data(idx), index->numel, tensor_data(out), dtype_size(a->dtype));
+        backend_for(x->device)->index_select(tensor_data(x), outer, a->shape[dim], inner, tensor_data(idx), index->numel, tensor_data(out), dtype_size(a->dtype));
         AGNode *n = ag_record("index_select", bw_index_select, out, &a, 1);
         if (n) n->i[0] = dim, ag_save(n, idx);
     }
@@ -126,6 +133,7 @@ Tensor *op_index_select(Tensor *a, int dim, Tensor *index) {
 
 Tensor *op_embedding(Tensor *weight, Tensor *index) {
     PROF_SCOPE("embedding", PROF_FORWARD, weight, index);
+    if (tensor_check_device("embedding", weight, index) < 0) return NULL;
     if (weight->ndim != 2) return accel_fail("embedding: weight must be 2-D (num_embeddings, dim), got %s", tensor_shape_str(weight));
     if (index->ndim == TENSOR_MAX_DIMS) return accel_fail("embedding: index has %d dims; at most %d are supported", index->ndim, TENSOR_MAX_DIMS - 1);
     int64_t shape[TENSOR_MAX_DIMS];
@@ -166,7 +174,8 @@ Tensor *op_cat(Tensor **ts, int n, int dim) {
     DType dt = ref->dtype;
     for (int k = 0; k < n; k++) {
         Tensor *t = ts[k];
-        bool ok = t->ndim == ref->ndim && t->device.type == ref->device.type;
+        if (tensor_check_device("cat", ref, t) < 0) return NULL;
+        bool ok = t->ndim == ref->ndim;
         for (int d = 0; ok && d < t->ndim; d++) ok = d == dim || t->shape[d] == ref->shape[d];
         if (!ok)
             return accel_fail("cat: tensor %d has shape %s, which does not match tensor 1's shape %s except in dim %d", k + 1,
@@ -227,11 +236,15 @@ static Tensor *tri_mask(const Tensor *a, int64_t k, bool upper) {
     int64_t R = a->shape[a->ndim - 2], C = a->shape[a->ndim - 1];
     int64_t shape[2] = {R, C};
     Tensor *m = tensor_empty(shape, 2, DT_BOOL, a->device);
-    if (!m) return NULL;
-    uint8_t *p = tensor_data(m);
+    HostMap hm;
+    uint8_t *p = m ? tensor_host_map(m, HOST_WRITE, &hm) : NULL;
+    if (!p) {
+        tensor_release(m);
+        return NULL;
+    }
     for (int64_t i = 0; i < R; i++)
         for (int64_t j = 0; j < C; j++) p[i * C + j] = upper ? (j - i < k) : (j - i > k); /* true = zeroed */
-    return m;
+    return tensor_host_finish(m, &hm);
 }
 
 Tensor *op_tril(Tensor *a, int64_t k, bool upper) {

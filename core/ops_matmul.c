@@ -177,7 +177,7 @@ static Tensor *matmul_impl(Tensor *a, Tensor *b) {
     if (a->ndim == 0 || b->ndim == 0)
         return accel_fail("matmul: both arguments need at least 1 dimension, got shapes %s and %s", tensor_shape_str(a),
                           tensor_shape_str(b));
-    if (a->device.type != b->device.type) return accel_fail("matmul: tensors are on different devices");
+    if (tensor_check_device("matmul", a, b) < 0) return NULL;
     int64_t ka = a->shape[a->ndim - 1], kb = b->shape[b->ndim == 1 ? 0 : b->ndim - 2];
     if (ka != kb) /* checked here so the message shows the caller's shapes, not the unsqueezed ones */
         return accel_fail("matmul: shapes %s and %s cannot be multiplied (%lld != %lld)", tensor_shape_str(a),
@@ -230,6 +230,7 @@ static int bw_linear(AGNode *n, Tensor *g, Tensor **gin) {
 }
 
 static Tensor *linear_impl(Tensor *x, Tensor *w, Tensor *b) {
+    if (tensor_check_device("linear", x, w) < 0 || tensor_check_device("linear", x, b) < 0) return NULL;
     if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1])
         return accel_fail("linear: input of shape %s does not match weight of shape %s (expected (..., %lld))",
                           tensor_shape_str(x), tensor_shape_str(w), w->ndim == 2 ? (long long)w->shape[1] : -1LL);

@@ -2,6 +2,7 @@
  * (forward + backward through the fused kernels), in float32 or float64;
  * other float dtypes compute in float32. */
 #include "ops.h"
+#include "backend.h"
 #include "profile.h"
 #include <string.h>
 
@@ -22,8 +23,8 @@ static int bw_softmax(AGNode *n, Tensor *g, Tensor **gin) {
         int64_t outer, inner;
         outer_inner(y, (int)n->i[0], &outer, &inner);
         int64_t len = y->ndim ? y->shape[n->i[0]] : 1;
-        if (y->dtype == DT_F32) k_softmax_backward_f32((int)n->i[1], tensor_data(y), tensor_data(gc), outer, len, inner, tensor_data(gx));
-        else k_softmax_backward_f64((int)n->i[1], tensor_data(y), tensor_data(gc), outer, len, inner, tensor_data(gx));
+        backend_for(y->device)->softmax_backward((int)n->i[1], y->dtype, tensor_data(y), tensor_data(gc), outer, len, inner,
+                                                 tensor_data(gx));
     }
     tensor_release(gc);
     gin[0] = gx;
@@ -41,8 +42,7 @@ Tensor *op_softmax(Tensor *a, int dim, bool log) {
         int64_t outer, inner;
         outer_inner(x, dim, &outer, &inner);
         int64_t len = x->ndim ? x->shape[dim] : 1;
-        if (cdt == DT_F32) k_softmax_f32(log, tensor_data(x), outer, len, inner, tensor_data(y));
-        else k_softmax_f64(log, tensor_data(x), outer, len, inner, tensor_data(y));
+        backend_for(x->device)->softmax(log, cdt, tensor_data(x), outer, len, inner, tensor_data(y));
         AGNode *n = ag_record(name, bw_softmax, y, &a, 1);
         if (n) {
             n->i[0] = dim, n->i[1] = log;
@@ -77,10 +77,8 @@ static int bw_cross_entropy(AGNode *n, Tensor *g, Tensor **gin) {
     Tensor *gx = !gc ? NULL : logits_reusable(x, gc) ? tensor_detach(x) : tensor_empty_like(x);
     if (gx) {
         int64_t N = x->shape[0], C = x->shape[1];
-        if (x->dtype == DT_F32)
-            k_cross_entropy_bwd_f32(tensor_data(x), tensor_data(lse), N, C, tensor_data(t), n->i[0], n->p[0], tensor_data(gc), tensor_data(gx));
-        else
-            k_cross_entropy_bwd_f64(tensor_data(x), tensor_data(lse), N, C, tensor_data(t), n->i[0], n->p[0], tensor_data(gc), tensor_data(gx));
+        backend_for(x->device)->cross_entropy_bwd(x->dtype, tensor_data(x), tensor_data(lse), N, C, tensor_data(t), n->i[0],
+                                                  n->p[0], tensor_data(gc), tensor_data(gx));
     }
     tensor_release(gc);
     gin[0] = gx;
@@ -95,15 +93,18 @@ static Tensor *cross_entropy_rows(Tensor *logits2, Tensor *target1, int64_t igno
     Tensor *loss = t ? tensor_empty(&N, 1, cdt, x->device) : NULL, *lse = loss ? tensor_empty(&N, 1, cdt, x->device) : NULL;
     Tensor *out = NULL;
     if (lse) {
-        int64_t bad = cdt == DT_F32 ? k_cross_entropy_fwd_f32(tensor_data(x), N, C, tensor_data(t), ignore_index, ls, tensor_data(loss), tensor_data(lse))
-                                    : k_cross_entropy_fwd_f64(tensor_data(x), N, C, tensor_data(t), ignore_index, ls, tensor_data(loss), tensor_data(lse));
-        if (bad >= 0) {
+        int64_t bad = backend_for(x->device)->cross_entropy_fwd(cdt, tensor_data(x), N, C, tensor_data(t), ignore_index, ls,
+                                                                tensor_data(loss), tensor_data(lse));
+        HostMap m; /* the targets, for the count of valid rows and the error */
+        const int64_t *tp = tensor_host_map(t, HOST_READ, &m);
+        if (tp && bad >= 0) {
             accel_fail("cross_entropy: target %lld is out of bounds for %lld classes (sample %lld; targets are 0-based "
-                       "class indices)", (long long)((int64_t *)tensor_data(t))[bad], (long long)C, (long long)bad + 1);
-        } else {
-            const int64_t *tp = tensor_data(t);
+                       "class indices)", (long long)tp[bad], (long long)C, (long long)bad + 1);
+        } else if (tp) {
             *count = 0;
             for (int64_t i = 0; i < N; i++) *count += tp[i] != ignore_index;
+        }
+        if (tensor_host_unmap(&m) == 0 && tp && bad < 0) {
             out = tensor_retain(loss);
             AGNode *n = ag_record("cross_entropy", bw_cross_entropy, out, &logits2, 1);
             if (n) {
@@ -169,6 +170,7 @@ static Tensor *cross_entropy_probs(Tensor *logits, Tensor *target, double ls) {
 
 Tensor *op_cross_entropy(Tensor *logits, Tensor *target, int64_t ignore_index, double ls, int reduction) {
     PROF_SCOPE("cross_entropy", PROF_FORWARD, logits, target);
+    if (tensor_check_device("cross_entropy", logits, target) < 0) return NULL;
     if (!dtype_is_float(logits->dtype))
         return accel_fail("cross_entropy: input must be floating point, got %s", dtype_name(logits->dtype));
     if (ls < 0 || ls > 1) return accel_fail("cross_entropy: label_smoothing must be in [0, 1], got %g", ls);
@@ -208,12 +210,9 @@ static int bw_layer_norm(AGNode *n, Tensor *g, Tensor **gin) {
     Tensor *gw = gx && gw_needed ? tensor_zeros(&C, 1, x->dtype, x->device) : NULL;
     Tensor *gb = gx && gb_needed ? tensor_zeros(&C, 1, x->dtype, x->device) : NULL;
     if (gx) {
-        if (x->dtype == DT_F32)
-            k_layernorm_bwd_f32(tensor_data(x), w ? tensor_data(w) : NULL, tensor_data(mean), tensor_data(rstd), tensor_data(gc), rows, C,
-                                tensor_data(gx), gw ? tensor_data(gw) : NULL, gb ? tensor_data(gb) : NULL);
-        else
-            k_layernorm_bwd_f64(tensor_data(x), w ? tensor_data(w) : NULL, tensor_data(mean), tensor_data(rstd), tensor_data(gc), rows, C,
-                                tensor_data(gx), gw ? tensor_data(gw) : NULL, gb ? tensor_data(gb) : NULL);
+        backend_for(x->device)->layernorm_bwd(x->dtype, tensor_data(x), w ? tensor_data(w) : NULL, tensor_data(mean),
+                                              tensor_data(rstd), tensor_data(gc), rows, C, tensor_data(gx),
+                                              gw ? tensor_data(gw) : NULL, gb ? tensor_data(gb) : NULL);
     }
     tensor_release(gc);
     gin[0] = gx;
@@ -224,6 +223,7 @@ static int bw_layer_norm(AGNode *n, Tensor *g, Tensor **gin) {
 
 Tensor *op_layer_norm(Tensor *xin, const int64_t *nshape, int nnd, Tensor *w, Tensor *b, double eps) {
     PROF_SCOPE("layer_norm", PROF_FORWARD, xin, w);
+    if (tensor_check_device("layer_norm", xin, w) < 0 || tensor_check_device("layer_norm", xin, b) < 0) return NULL;
     bool ok = nnd >= 1 && nnd <= xin->ndim;
     for (int k = 0; ok && k < nnd; k++) ok = xin->shape[xin->ndim - nnd + k] == nshape[k];
     int64_t C = shape_numel(nshape, nnd);
@@ -242,10 +242,8 @@ Tensor *op_layer_norm(Tensor *xin, const int64_t *nshape, int nnd, Tensor *w, Te
     Tensor *y = x ? tensor_empty_like(x) : NULL;
     Tensor *mean = y ? tensor_empty(&rows, 1, cdt, x->device) : NULL, *rstd = mean ? tensor_empty(&rows, 1, cdt, x->device) : NULL;
     if (rstd) {
-        if (cdt == DT_F32)
-            k_layernorm_fwd_f32(tensor_data(x), wc ? tensor_data(wc) : NULL, bc ? tensor_data(bc) : NULL, rows, C, eps, tensor_data(y), tensor_data(mean), tensor_data(rstd));
-        else
-            k_layernorm_fwd_f64(tensor_data(x), wc ? tensor_data(wc) : NULL, bc ? tensor_data(bc) : NULL, rows, C, eps, tensor_data(y), tensor_data(mean), tensor_data(rstd));
+        backend_for(x->device)->layernorm_fwd(cdt, tensor_data(x), wc ? tensor_data(wc) : NULL, bc ? tensor_data(bc) : NULL,
+                                              rows, C, eps, tensor_data(y), tensor_data(mean), tensor_data(rstd));
         Tensor *ins[3] = {xin, w, b};
         AGNode *n = ag_record("layer_norm", bw_layer_norm, y, ins, b ? 3 : (w ? 2 : 1));
         if (n) {

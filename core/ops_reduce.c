@@ -93,13 +93,21 @@ static Tensor *drop_constant_dims(Tensor *a, KRedOp op, const RedDims *r, RedDim
     return v;
 }
 
-/* out *= times, elementwise, for a sum of `times` equal parts (int64 wraps as the kernels do). */
-static void scale_sum(Tensor *out, int64_t times) {
-    for (int64_t i = 0; times > 1 && i < out->numel; i++) {
-        if (out->dtype == DT_F32) ((float *)tensor_data(out))[i] = (float)(((float *)tensor_data(out))[i] * (double)times);
-        else if (out->dtype == DT_F64) ((double *)tensor_data(out))[i] *= (double)times;
-        else ((int64_t *)tensor_data(out))[i] = (int64_t)((uint64_t)((int64_t *)tensor_data(out))[i] * (uint64_t)times);
-    }
+/* out *= times in place (out of a compute dtype), for a sum of `times`
+ * equal parts, on the device: one correctly rounded product per element
+ * (times is exact as an f32 below 2^24 and as an f64 below 2^53). */
+static int scale_sum(Tensor *out, int64_t times) {
+    if (times <= 1) return 0;
+    Tensor *s = tensor_full(NULL, 0, (double)times, out->dtype, out->device);
+    if (!s) return -1;
+    StridedIter it;
+    iter_init_run(&it, out->numel);
+    iter_add_run(&it, out, 1);
+    iter_add_run(&it, out, 1);
+    iter_add_run(&it, s, 0);
+    backend_for(out->device)->binary(KB_MUL, out->dtype, &it);
+    tensor_release(s);
+    return 0;
 }
 
 /* Forward without autograd. */
@@ -121,10 +129,8 @@ static Tensor *reduce_compute(KRedOp op, Tensor *a, const RedDims *rin) {
         return accel_fail("%s: cannot reduce over a zero-size dimension (shape %s)", red_names[op], tensor_shape_str(a));
     }
     if (out) {
-        if (cdt == DT_F32) k_reduce_f32(op, tensor_data(c), outer, r->n, inner, tensor_data(out));
-        else if (cdt == DT_F64) k_reduce_f64(op, tensor_data(c), outer, r->n, inner, tensor_data(out));
-        else k_reduce_i64(op, tensor_data(c), outer, r->n, inner, tensor_data(out));
-        if (op == KR_SUM) scale_sum(out, times);
+        backend_for(out->device)->reduce(op, cdt, tensor_data(c), outer, r->n, inner, tensor_data(out));
+        if (op == KR_SUM && scale_sum(out, times) < 0) tensor_release(out), out = NULL;
     }
     tensor_release(c);
     return tensor_to_dtype_owned(out, rd);
@@ -231,7 +237,7 @@ static int bw_max_dim(AGNode *n, Tensor *g, Tensor **gin) {
         int64_t outer = 1, inner = 1;
         for (int d = 0; d < dim; d++) outer *= keep[d];
         for (int d = dim + 1; d < n->edges[0].ndim; d++) inner *= keep[d];
-        k_scatter_add(g->dtype, tensor_data(z), outer, n->edges[0].shape[dim], inner, tensor_data(idx), 1, tensor_data(gc));
+        backend_for(z->device)->scatter_add(g->dtype, tensor_data(z), outer, n->edges[0].shape[dim], inner, tensor_data(idx), 1, tensor_data(gc));
     }
     tensor_release(gk), tensor_release(gc);
     gin[0] = gc ? z : NULL;
@@ -266,9 +272,8 @@ int op_max_dim(Tensor *a, int dim, bool keepdim, bool want_max, Tensor **values,
         tensor_release(c), tensor_release(v), tensor_release(ix);
         return -1;
     }
-    if (cdt == DT_F32) k_argreduce_f32(want_max, tensor_data(c), outer, a->shape[dim], inner, tensor_data(v), tensor_data(ix));
-    else if (cdt == DT_F64) k_argreduce_f64(want_max, tensor_data(c), outer, a->shape[dim], inner, tensor_data(v), tensor_data(ix));
-    else k_argreduce_i64(want_max, tensor_data(c), outer, a->shape[dim], inner, tensor_data(v), tensor_data(ix));
+    backend_for(c->device)->argreduce(want_max, cdt, tensor_data(c), outer, a->shape[dim], inner, tensor_data(v),
+                                      tensor_data(ix));
     tensor_release(c);
     if (v->dtype != a->dtype) {
         Tensor *v2 = tensor_to_dtype(v, a->dtype);

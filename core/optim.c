@@ -4,6 +4,7 @@
  * allocation, then one kernel call per parameter. */
 #include "optim.h"
 #include "autograd.h"
+#include "backend.h"
 #include <math.h>
 
 static bool same_shape(const Tensor *a, const Tensor *b) {
@@ -22,9 +23,6 @@ static int check_param(const char *who, int id, const Tensor *p, const Tensor *g
     if (p->dtype != DT_F32 && p->dtype != DT_F64)
         return accel_fail_int("%s: parameter %d is %s; optimizers update float32 or float64 parameters (keep float32 "
                               "master weights)", who, id, dtype_name(p->dtype));
-    if (p->device.type != DEV_CPU)
-        return accel_fail_int("%s: parameter %d is on %s; this build updates cpu parameters only", who, id,
-                              device_str(p->device, d1, sizeof d1));
     if (!same_device(p, g))
         return accel_fail_int("%s: parameter %d is on %s but its gradient is on %s", who, id,
                               device_str(p->device, d1, sizeof d1), device_str(g->device, d2, sizeof d2));
@@ -102,8 +100,8 @@ int optim_sgd_step(const char *who, int n, Tensor **params, Tensor **grads, Tens
         if (init && !(bufs[i] = tensor_empty(p->shape, p->ndim, p->dtype, p->device))) return -1;
         if (mom) buf = bufs[i];
         if (prepare(p, grads[i], &pc, &gc) < 0) return -1;
-        if (p->dtype == DT_F32) k_sgd_f32(p->numel, tensor_data(pc), tensor_data(gc), buf ? tensor_data(buf) : NULL, init, a);
-        else k_sgd_f64(p->numel, tensor_data(pc), tensor_data(gc), buf ? tensor_data(buf) : NULL, init, a);
+        backend_for(p->device)->sgd(p->dtype, p->numel, tensor_data(pc), tensor_data(gc), buf ? tensor_data(buf) : NULL,
+                                    init, a);
         finish(p, pc, gc);
         bump(buf);
     }
@@ -131,12 +129,8 @@ int optim_adam_step(const char *who, int n, Tensor **params, Tensor **grads, Ten
         if (prepare(p, grads[i], &pc, &gc) < 0) return -1;
         KAdamArgs ai = *a;
         ai.step = steps[i];
-        if (p->dtype == DT_F32)
-            k_adam_f32(p->numel, tensor_data(pc), tensor_data(gc), tensor_data(exp_avg[i]), tensor_data(exp_avg_sq[i]),
-                       vmax ? tensor_data(vmax) : NULL, &ai);
-        else
-            k_adam_f64(p->numel, tensor_data(pc), tensor_data(gc), tensor_data(exp_avg[i]), tensor_data(exp_avg_sq[i]),
-                       vmax ? tensor_data(vmax) : NULL, &ai);
+        backend_for(p->device)->adam(p->dtype, p->numel, tensor_data(pc), tensor_data(gc), tensor_data(exp_avg[i]),
+                                     tensor_data(exp_avg_sq[i]), vmax ? tensor_data(vmax) : NULL, &ai);
         finish(p, pc, gc);
         bump(exp_avg[i]);
         bump(exp_avg_sq[i]);
@@ -154,7 +148,7 @@ static int norm_one(Tensor *t, double p, double *out) {
     ag_set_grad_enabled(prev);
     tensor_release(c1);
     if (!c) return -1;
-    *out = cdt == DT_F32 ? k_norm_pow_f32(c->numel, tensor_data(c), p) : k_norm_pow_f64(c->numel, tensor_data(c), p);
+    *out = backend_for(c->device)->norm_pow(cdt, c->numel, tensor_data(c), p);
     tensor_release(c);
     return 0;
 }
@@ -165,7 +159,6 @@ int optim_total_norm(int n, Tensor **ts, double p, double *out) {
         if (!dtype_is_float(ts[i]->dtype))
             return accel_fail_int("total_norm: tensor %d is %s; norms need floating point tensors", i + 1,
                                   dtype_name(ts[i]->dtype));
-        if (ts[i]->device.type != DEV_CPU) return accel_fail_int("total_norm: tensor %d is not on the cpu", i + 1);
     }
     double acc = 0;
     for (int i = 0; i < n; i++) {

@@ -14,7 +14,7 @@
 #define ACCEL_OPTIM_H
 
 #include "tensor.h"
-#include "../kernels/cpu/kernels.h"
+#include "../kernels/kops.h"
 
 /* bufs may be NULL when a->momentum == 0. */
 int optim_sgd_step(const char *who, int n, Tensor **params, Tensor **grads, Tensor **bufs, const KSgdArgs *a);

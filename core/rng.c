@@ -35,36 +35,14 @@
  *    as above; element = u >= p ? 1 / (1 - p) : 0, so it is kept with
  *    probability 1 - p. */
 #include "ops.h"
+#include "philox.h"
 #include <stdlib.h>
 #include <string.h>
 
 static uint64_t rng_seed_value = 0;
 static uint64_t rng_offset = 0;
 
-/* ---------------- Philox4x32-10 ---------------- */
-
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u
-#define PHILOX_W1 0xBB67AE85u
-
-static void philox_round(uint32_t c[4], const uint32_t k[2]) {
-    uint64_t p0 = (uint64_t)PHILOX_M0 * c[0], p1 = (uint64_t)PHILOX_M1 * c[2];
-    uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
-    uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
-    uint32_t n0 = hi1 ^ c[1] ^ k[0], n2 = hi0 ^ c[3] ^ k[1];
-    c[0] = n0, c[1] = lo1, c[2] = n2, c[3] = lo0;
-}
-
-/* out = Philox4x32-10(counter ctr, key key). */
-static void philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
-    uint32_t c[4] = {ctr[0], ctr[1], ctr[2], ctr[3]}, k[2] = {key[0], key[1]};
-    for (int r = 0; r < 10; r++) {
-        if (r) k[0] += PHILOX_W0, k[1] += PHILOX_W1;
-        philox_round(c, k);
-    }
-    memcpy(out, c, sizeof c);
-}
+/* Philox4x32-10 is kernels/philox.h's, the code the CUDA kernels run too. */
 
 /* ---------------- the stream ---------------- */
 
@@ -85,7 +63,7 @@ static void stream_end(const Stream *s) { rng_offset = s->block; }
 static uint32_t next32(Stream *s) {
     if (s->pos == 4) {
         uint32_t ctr[4] = {(uint32_t)s->block, (uint32_t)(s->block >> 32), 0, 0};
-        philox4x32_10(ctr, s->key, s->buf);
+        philox4x32_10_block(ctr, s->key, s->buf);
         s->block++;
         s->pos = 0;
     }
@@ -99,18 +77,6 @@ static uint64_t next64(Stream *s) {
 
 /* floor(x * range / 2^64) */
 static uint64_t scale64(uint64_t x, uint64_t range) { return (uint64_t)(((unsigned __int128)x * range) >> 64); }
-
-/* Bits of a uniform draw that the dtype holds exactly (see the top comment). */
-static int uniform_bits(DType dt) {
-    switch (dt) {
-    case DT_F64: return 53;
-    case DT_BF16: return 8;
-    case DT_F16: return 11;
-    case DT_F8E4M3: return 4;
-    case DT_F8E5M2: return 3;
-    default: return 24;
-    }
-}
 
 static double next_uniform(Stream *s, int bits) {
     if (bits > 32) return (double)(next64(s) >> (64 - bits)) * ldexp(1.0, -bits);
@@ -141,7 +107,7 @@ void rng_set_state(const uint64_t state[2]) {
 typedef void (*FillFn)(Stream *s, char *p, DType dt, int64_t n, const double *args);
 
 static void fill_uniform(Stream *s, char *p, DType dt, int64_t n, const double *a) {
-    int bits = uniform_bits(dt);
+    int bits = rng_uniform_bits(dt);
     size_t es = dtype_size(dt);
     for (int64_t i = 0; i < n; i++) dtype_store(p + i * (int64_t)es, dt, a[0] + next_uniform(s, bits) * (a[1] - a[0]));
 }
@@ -172,18 +138,24 @@ static void fill_randint(Stream *s, char *p, DType dt, int64_t n, const double *
     for (int64_t i = 0; i < n; i++) dtype_store_i64(p + i * (int64_t)es, dt, (int64_t)((uint64_t)lo + scale64(next64(s), range)));
 }
 
-/* Fill t in row-major order, through a contiguous temporary when needed. */
-static int fill_tensor(Tensor *t, FillFn fn, const double *args, const char *op) {
-    if (t->device.type != DEV_CPU) {
-        char dev[32];
-        return accel_fail_int("%s: tensors on %s are not supported by the random generator in this build", op,
-                              device_str(t->device, dev, sizeof dev));
-    }
+/* Fill t in row-major order, through a contiguous temporary when needed.
+ * The draws are made on the host (the generator's state lives there) and
+ * reach the device through the host-access API (no copy on the CPU). */
+static int fill_tensor(Tensor *t, FillFn fn, const double *args) {
     Tensor *c = tensor_is_contiguous(t) ? t : tensor_empty(t->shape, t->ndim, t->dtype, t->device);
-    if (!c) return -1;
+    HostMap m;
+    char *p = c ? tensor_host_map(c, HOST_WRITE, &m) : NULL;
+    if (!p) {
+        if (c != t) tensor_release(c);
+        return -1;
+    }
     Stream s = stream_begin();
-    fn(&s, tensor_data(c), c->dtype, c->numel, args);
+    fn(&s, p, c->dtype, c->numel, args);
     stream_end(&s);
+    if (tensor_host_unmap(&m) < 0) {
+        if (c != t) tensor_release(c);
+        return -1;
+    }
     if (c != t) {
         tensor_copy_strided(t, c);
         tensor_release(c);
@@ -212,27 +184,27 @@ int rng_uniform_(Tensor *t, double lo, double hi) {
     if (check_float_target(t, "uniform_") < 0) return -1;
     if (!(lo <= hi)) return accel_fail_int("uniform_: expects a [from, to) range, but got from=%g > to=%g", lo, hi);
     double args[2] = {lo, hi};
-    return fill_tensor(t, fill_uniform, args, "uniform_");
+    return fill_tensor(t, fill_uniform, args);
 }
 
 int rng_normal_(Tensor *t, double mean, double std) {
     if (check_float_target(t, "normal_") < 0) return -1;
     if (!(std >= 0)) return accel_fail_int("normal_: std must be >= 0, got %g", std);
     double args[2] = {mean, std};
-    return fill_tensor(t, fill_normal, args, "normal_");
+    return fill_tensor(t, fill_normal, args);
 }
 
 int rng_bernoulli_mask_(Tensor *t, double p) {
     if (check_float_target(t, "bernoulli_mask_") < 0) return -1;
     if (!(p >= 0 && p <= 1)) return accel_fail_int("dropout probability has to be between 0 and 1, but got %g", p);
     double args[1] = {p};
-    return fill_tensor(t, fill_bernoulli, args, "bernoulli_mask_");
+    return fill_tensor(t, fill_bernoulli, args);
 }
 
 static Tensor *random_float(const int64_t *shape, int ndim, DType dt, const char *op, FillFn fn, const double *args) {
     if (!dtype_is_float(dt)) return accel_fail("%s: expected a floating point dtype, got %s", op, dtype_name(dt));
     Tensor *t = new_random(shape, ndim, dt, op);
-    if (t && fill_tensor(t, fn, args, op) < 0) {
+    if (t && fill_tensor(t, fn, args) < 0) {
         tensor_release(t);
         return NULL;
     }
@@ -260,7 +232,7 @@ Tensor *rng_randint(int64_t lo, int64_t hi, const int64_t *shape, int ndim, DTyp
     double args[2];
     memcpy(&args[0], &lo, sizeof lo);
     memcpy(&args[1], &range, sizeof range);
-    if (fill_tensor(t, fill_randint, args, "randint") < 0) {
+    if (fill_tensor(t, fill_randint, args) < 0) {
         tensor_release(t);
         return NULL;
     }
@@ -281,9 +253,14 @@ static Tensor *randperm_from(Stream *s, int64_t n, DType dt) {
         perm[i] = perm[j], perm[j] = tmp;
     }
     Tensor *t = tensor_empty(&n, 1, dt, (Device){DEV_CPU, 0});
-    if (t) {
-        char *p = tensor_data(t);
+    HostMap m;
+    char *p = t ? tensor_host_map(t, HOST_WRITE, &m) : NULL;
+    if (p) {
         for (int64_t i = 0; i < n; i++) dtype_store_i64(p + i * (int64_t)dtype_size(dt), dt, perm[i]);
+        t = tensor_host_finish(t, &m);
+    } else {
+        tensor_release(t);
+        t = NULL;
     }
     free(perm);
     return t;

@@ -149,11 +149,6 @@ static int check_save_args(const char *path, const char **names, Tensor **ts, in
             return accel_fail_int("accel.save: '%s': tensor name %d is not valid UTF-8", path, i);
         if (strcmp(names[i], META_KEY) == 0)
             return accel_fail_int("accel.save: '%s': \"%s\" is reserved and cannot name a tensor", path, META_KEY);
-        if (ts[i]->device.type != DEV_CPU) {
-            char dev[32];
-            return accel_fail_int("accel.save: '%s': tensor '%.200s' is on %s; move it to the cpu first", path,
-                                  names[i], device_str(ts[i]->device, dev, sizeof dev));
-        }
     }
     for (int i = 0; i < n_meta; i++) {
         if (!mk[i]) return accel_fail_int("accel.save: '%s': metadata entry %d has no key", path, i);
@@ -210,8 +205,15 @@ static int write_tensor_data(int fd, Tensor *t) {
     Tensor *c = tensor_is_contiguous(t) ? tensor_retain(t) : tensor_empty(t->shape, t->ndim, t->dtype, t->device);
     if (!c) return -2;
     if (c != t) tensor_copy_strided(c, t);
-    int rc = write_all(fd, tensor_data(c), (size_t)c->numel * dtype_size(c->dtype));
+    HostMap m; /* the bytes are written from the host */
+    const void *p = tensor_host_map(c, HOST_READ, &m);
+    if (!p) {
+        tensor_release(c);
+        return -2;
+    }
+    int rc = write_all(fd, p, (size_t)c->numel * dtype_size(c->dtype));
     int saved = errno;
+    tensor_host_unmap(&m);
     tensor_release(c);
     errno = saved;
     return rc;
@@ -716,13 +718,22 @@ static Tensor *read_tensor(Loader *L, const Entry *e) {
         lfail(L, "tensor '%.200s': %s", e->name, accel_last_error());
         return NULL;
     }
-    if (e->end > e->begin && pread_all(L->fd, tensor_data(t), e->end - e->begin, (off_t)(L->data_start + e->begin)) < 0) {
+    HostMap m;
+    void *p = tensor_host_map(t, HOST_WRITE, &m);
+    if (!p) {
+        lfail(L, "tensor '%.200s': %s", e->name, accel_last_error());
+        tensor_release(t);
+        return NULL;
+    }
+    if (e->end > e->begin && pread_all(L->fd, p, e->end - e->begin, (off_t)(L->data_start + e->begin)) < 0) {
         int err = errno;
+        tensor_host_unmap(&m);
         tensor_release(t);
         if (err == 0) lfail(L, "is truncated: tensor '%.200s' could not be read completely", e->name);
         else lfail(L, "cannot be read: tensor '%.200s': %s", e->name, strerror(err));
         return NULL;
     }
+    if (!(t = tensor_host_finish(t, &m))) lfail(L, "tensor '%.200s': %s", e->name, accel_last_error());
     return t;
 }
 

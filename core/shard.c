@@ -211,6 +211,7 @@ static int build_unit(ShardEngine *e, int u, bool broadcast) {
     int rc = 0;
     for (int k = 0; k < un->n && rc == 0; k++) rc = pack_param(flat, e->params[un->params[k]], un->offsets[k]);
     if (rc == 0 && broadcast) rc = dist_broadcast(e->comm, flat, 0);
+    if (rc == 0 && broadcast && e->cross) rc = dist_broadcast(e->cross, flat, 0);
     un->master = rc == 0 ? flat_f32(un->shard, false) : NULL;
     un->holder = un->master ? calloc(1, sizeof *un->holder) : NULL;
     if (un->holder) un->view = storage_wrap(tensor_data(flat), (size_t)flat->numel * sizeof(float), flat->device,
@@ -343,6 +344,13 @@ static void fill_missing(ShardEngine *e) {
         if (!e->reported[i] && take_grad(e, i, shard_offset_of(e, i))) note_error(e, accel_last_error());
 }
 
+/* HYBRID: every gradient shard averaged over the other machines' copies. */
+static int reduce_replicas(ShardEngine *e) {
+    for (int u = 0; u < e->nu; u++)
+        if (dist_all_reduce(e->cross, e->units[u].grad, DIST_AVG)) return -1;
+    return 0;
+}
+
 /* Completes the pass; release: stage 3 frees every unit afterwards (not
  * when a new pass starts, whose units may be gathered already). */
 static int finish_pass(ShardEngine *e, bool release) {
@@ -354,6 +362,7 @@ static int finish_pass(ShardEngine *e, bool release) {
     int rc = 0;
     for (int u = e->nu - 1; u >= 0; u--)
         if (settle_unit(&e->units[u]) && rc == 0) rc = -1;
+    if (rc == 0 && e->cross && e->sync) rc = reduce_replicas(e);
     if (rc) note_error(e, accel_last_error());
     if (release && e->shard_params) shard_release_all(e);
     e->has_grads = true;
@@ -457,9 +466,13 @@ ShardEngine *shard_engine_new(DistComm *c, Tensor **params, int n, const int *un
                               const ShardOptions *o) {
     if (n < 1 || n_units < 1) return accel_fail("shard: the engine needs parameters and at least one wrap unit");
     if (check_params(params, n, unit_of, n_units)) return NULL;
+    if (o->replicate && o->stage < 2)
+        return accel_fail("shard: HYBRID sharding needs stage 2 (HYBRID_SHARD_ZERO2) or 3 (HYBRID_SHARD), got stage %d",
+                          o->stage);
     ShardEngine *e = calloc(1, sizeof *e);
     if (!e) return accel_fail("out of memory creating the shard engine");
     e->comm = c;
+    e->cross = o->replicate;
     e->rank = c->rank;
     e->world = c->size;
     e->offload = o->offload_optimizer;
@@ -540,6 +553,10 @@ Tensor *shard_param(const ShardEngine *e, int i) { return e->params[i]; }
 int64_t shard_param_steps(const ShardEngine *e, int i) { return e->steps[i]; }
 int shard_rank(const ShardEngine *e) { return e->rank; }
 int shard_world(const ShardEngine *e) { return e->world; }
+int shard_replicas(const ShardEngine *e, int *replica) {
+    *replica = e->cross ? e->cross->rank : 0;
+    return e->cross ? e->cross->size : 1;
+}
 bool shard_offload(const ShardEngine *e) { return e->offload; }
 void shard_stats(const ShardEngine *e, ShardStats *out) { *out = e->st; }
 Tensor *shard_host_view(ShardEngine *e, Tensor *shard) {
@@ -556,4 +573,36 @@ void shard_unit_info(const ShardEngine *e, int u, int *n, const int **params, co
     *numel = un->numel;
     *padded = un->padded;
     *shard = un->shard;
+}
+
+/* ---- HYBRID's communicators ---- */
+
+/* The largest and the smallest node size over the world (one all_reduce). */
+static int node_sizes(DistComm *world, int size, int64_t *most, int64_t *least) {
+    int64_t two = 2;
+    Tensor *t = tensor_empty(&two, 1, DT_I64, (Device){DEV_CPU, 0});
+    if (!t) return -1;
+    int64_t *v = tensor_data(t);
+    v[0] = size, v[1] = -size;
+    int rc = dist_all_reduce(world, t, DIST_MAX);
+    *most = v[0], *least = -v[1];
+    tensor_release(t);
+    return rc;
+}
+
+int shard_hybrid_comms(DistComm *world, DistComm **node, DistComm **cross) {
+    *node = dist_node_comm(world);
+    *cross = *node ? dist_cross_node_comm(world) : NULL;
+    if (!*cross) return -1;
+    if ((*node)->size == world->size)
+        return accel_fail_int("shard: HYBRID_SHARD shards inside a machine and replicates across machines, but all %d "
+                              "process(es) of this job run on one machine: use FULL_SHARD / SHARD_GRAD_OP there, or "
+                              "launch on several machines (tests can fake machines of k ranks with "
+                              "ACCEL_LUA_TEST_RANKS_PER_NODE=k)", world->size);
+    int64_t most, least;
+    if (node_sizes(world, (*node)->size, &most, &least)) return -1;
+    if (most != least)
+        return accel_fail_int("shard: HYBRID_SHARD needs the same number of processes on every machine; this job's "
+                              "machines run between %lld and %lld", (long long)least, (long long)most);
+    return 0;
 }

@@ -49,6 +49,23 @@
  * this CPU build they are there already: the flag is recorded and the copy
  * plan (shard_host_view) is the identity; a device build copies there.
  *
+ * HYBRID_SHARD (FSDP's HYBRID_SHARD = stage 3, HYBRID_SHARD_ZERO2 =
+ * stage 2): shard inside a machine, replicate across machines. The engine
+ * is made on the node communicator (dist_node_comm: everything above is
+ * per machine: the layout pads to the node size, gathers and
+ * reduce-scatters stay inside the machine) with ShardOptions.replicate =
+ * the cross-node communicator (dist_cross_node_comm: the ranks holding the
+ * same shard on the other machines). Additions: at creation the
+ * parameters are broadcast inside the node, then across nodes (so every
+ * rank starts from world rank 0's); after a synchronising backward
+ * (set_sync(true), the default) each gradient shard, already averaged in
+ * the node, is all-reduced (avg) across nodes, so it holds the global
+ * average; non-synchronising micro-steps (set_sync(false)) keep the node's
+ * sum and leave the cross-node reduction to the synchronising one. Every
+ * machine then steps identical shards identically; clipping and the inf
+ * check reduce over the node (its shards already hold the global values).
+ * Stage 1 is refused with replicate. shard_hybrid_comms makes the pair.
+ *
  * Functions that can fail return -1 / NULL with accel_last_error() set. */
 #ifndef ACCEL_SHARD_H
 #define ACCEL_SHARD_H
@@ -57,7 +74,7 @@
 #include <stdint.h>
 #include "dist.h"
 #include "tensor.h"
-#include "../kernels/cpu/kernels.h"
+#include "../kernels/kops.h"
 
 /* ---- layout arithmetic (pure) ---- */
 
@@ -88,6 +105,7 @@ typedef struct {
     bool offload_optimizer;   /* see above */
     bool broadcast;           /* rank 0's parameters to every rank at creation */
     bool backward_prefetch;   /* stage 3: gather the next unit while one runs backward */
+    DistComm *replicate;      /* HYBRID (stages 2-3): see below; NULL: none */
 } ShardOptions;
 
 typedef enum { SHARD_SGD = 0, SHARD_ADAM = 1 } ShardOptKind;
@@ -118,6 +136,14 @@ void shard_engine_free(ShardEngine *e);
 /* Collective: finalizes and gathers every unit (before closing, so the
  * model keeps its full parameters). */
 int shard_gather_all(ShardEngine *e);
+
+/* HYBRID's communicators from the world (collective): *node and *cross
+ * (owned by the world). Errors: one machine only (HYBRID needs several;
+ * ACCEL_LUA_TEST_RANKS_PER_NODE fakes machines for tests), or machines
+ * with different numbers of processes. */
+int shard_hybrid_comms(DistComm *world, DistComm **node, DistComm **cross);
+/* HYBRID: this rank's replica (cross-node rank) and their number; 0 and 1 otherwise. */
+int shard_replicas(const ShardEngine *e, int *replica);
 
 /* The one reading of the stage: 1, 2 or 3, else -1 with an error. */
 int shard_stage_flags(int stage, bool *grads_sharded, bool *params_sharded);

@@ -39,6 +39,7 @@ typedef struct {
 
 struct ShardEngine {
     DistComm *comm;
+    DistComm *cross; /* HYBRID: the replicas of this rank's shards on the other machines */
     int rank, world, stage;
     bool shard_grads, shard_params, offload, prefetch;
     int last_fwd; /* the unit whose forward started last in this forward (-1: none) */

@@ -3,6 +3,7 @@
  * optimizer step with the fused kernels per parameter segment, the
  * parameters' all-gather after it, and full tensors in and out. */
 #include "shard_impl.h"
+#include "backend.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +46,7 @@ static double local_norm_pow(ShardEngine *e, double p) {
         for (int k = 0; k < un->nseg; k++) {
             const float *g = seg_grad(e, un, &un->segs[k]);
             if (!g) continue;
-            double v = k_norm_pow_f32(un->segs[k].len, g, p);
+            double v = backend_for(un->master->device)->norm_pow(DT_F32, un->segs[k].len, g, p);
             acc = isinf(p) ? (v > acc || isnan(v) ? v : acc) : acc + v;
         }
     }
@@ -151,10 +152,11 @@ static void step_segment(ShardEngine *e, Unit *un, const ShardSeg *s, const Shar
     if (h[i].kind == SHARD_ADAM) {
         KAdamArgs a = h[i].adam;
         a.step = e->steps[i] + 1;
-        k_adam_f32(s->len, p, g, state_at(un, 0, s->at), state_at(un, 1, s->at),
-                   h[i].amsgrad ? state_at(un, 2, s->at) : NULL, &a);
+        backend_for(un->master->device)->adam(DT_F32, s->len, p, g, state_at(un, 0, s->at), state_at(un, 1, s->at),
+                                              h[i].amsgrad ? state_at(un, 2, s->at) : NULL, &a);
     } else {
-        k_sgd_f32(s->len, p, g, h[i].sgd.momentum != 0 ? state_at(un, 0, s->at) : NULL, e->steps[i] == 0, &h[i].sgd);
+        backend_for(un->master->device)->sgd(DT_F32, s->len, p, g, h[i].sgd.momentum != 0 ? state_at(un, 0, s->at) : NULL,
+                                             e->steps[i] == 0, &h[i].sgd);
     }
 }
 

@@ -185,6 +185,7 @@ DType dtype_default_float(void) { return DT_F32; }
 
 const char *device_str(Device d, char *buf, size_t n) {
     if (d.type == DEV_CPU) snprintf(buf, n, "cpu");
+    else if (d.type == DEV_SIM) snprintf(buf, n, "sim");
     else snprintf(buf, n, "cuda:%d", d.index);
     return buf;
 }
@@ -192,6 +193,10 @@ const char *device_str(Device d, char *buf, size_t n) {
 int device_parse(const char *s, Device *out) {
     if (strcmp(s, "cpu") == 0) {
         *out = (Device){DEV_CPU, 0};
+        return 0;
+    }
+    if (strcmp(s, "sim") == 0 || strcmp(s, "sim:0") == 0) {
+        *out = (Device){DEV_SIM, 0};
         return 0;
     }
     if (strcmp(s, "cuda") == 0) {
@@ -204,7 +209,7 @@ int device_parse(const char *s, Device *out) {
         *out = (Device){DEV_CUDA, idx};
         return 0;
     }
-    return accel_fail_int("unknown device '%s' (expected \"cpu\", \"cuda\" or \"cuda:N\")", s);
+    return accel_fail_int("unknown device '%s' (expected \"cpu\", \"cuda\", \"cuda:N\" or \"sim\")", s);
 }
 
 int shape_str(const int64_t *shape, int ndim, char *buf, size_t n) {
@@ -264,7 +269,7 @@ Tensor *tensor_full(const int64_t *shape, int ndim, double v, DType dt, Device d
 
 Tensor *tensor_zeros(const int64_t *shape, int ndim, DType dt, Device dev) {
     Tensor *t = tensor_empty(shape, ndim, dt, dev);
-    if (t) memset(t->storage->data, 0, t->storage->nbytes);
+    if (t) backend_for(dev)->zero(t->storage->data, t->storage->nbytes);
     return t;
 }
 
@@ -274,7 +279,10 @@ Tensor *tensor_empty_like(const Tensor *t) { return tensor_empty(t->shape, t->nd
 
 Tensor *tensor_from_data(const void *data, const int64_t *shape, int ndim, DType dt) {
     Tensor *t = tensor_empty(shape, ndim, dt, (Device){DEV_CPU, 0});
-    if (t && t->numel) memcpy(t->storage->data, data, (size_t)t->numel * dtype_size(dt));
+    if (t && t->numel && tensor_from_host(t, data) < 0) {
+        tensor_release(t);
+        return NULL;
+    }
     return t;
 }
 
@@ -288,48 +296,45 @@ Tensor *tensor_arange(double start, double end, double step, DType dt) {
     int64_t n = (int64_t)count;
     if (shape_check("arange", &n, 1, (int)dt) < 0) return NULL;
     Tensor *t = tensor_empty(&n, 1, dt, (Device){DEV_CPU, 0});
-    if (!t) return NULL;
-    char *p = t->storage->data;
+    HostMap m;
+    char *p = t ? tensor_host_map(t, HOST_WRITE, &m) : NULL;
+    if (!p) {
+        tensor_release(t);
+        return NULL;
+    }
     size_t es = dtype_size(dt);
     for (int64_t i = 0; i < n; i++) {
         if (dtype_is_float(dt)) dtype_store(p + i * es, dt, start + (double)i * step);
         else dtype_store_i64(p + i * es, dt, (int64_t)start + i * (int64_t)step);
     }
-    return t;
+    return tensor_host_finish(t, &m);
 }
 
 Tensor *tensor_linspace(double start, double end, int64_t steps, DType dt) {
     if (steps < 0) return accel_fail("linspace: number of steps must be non-negative, got %lld", (long long)steps);
     if (shape_check("linspace", &steps, 1, (int)dt) < 0) return NULL;
     Tensor *t = tensor_empty(&steps, 1, dt, (Device){DEV_CPU, 0});
-    if (!t) return NULL;
-    char *p = t->storage->data;
+    HostMap m;
+    char *p = t ? tensor_host_map(t, HOST_WRITE, &m) : NULL;
+    if (!p) {
+        tensor_release(t);
+        return NULL;
+    }
     size_t es = dtype_size(dt);
     double step = steps > 1 ? (end - start) / (double)(steps - 1) : 0;
     int64_t half = steps / 2;
     for (int64_t i = 0; i < steps; i++) /* symmetric like PyTorch: second half counts back from end */
         dtype_store(p + i * es, dt, i < half || steps == 1 ? start + step * (double)i : end - step * (double)(steps - 1 - i));
-    return t;
+    return tensor_host_finish(t, &m);
 }
 
 /* ---- copies ---- */
 
-static void copy_run(void *ctx, int64_t n, char **p, const int64_t *st) {
-    const DType *dts = ctx;
-    backend_cpu.cast(n, p[1], dts[1], st[1], p[0], dts[0], st[0]);
-}
-
 void tensor_copy_strided(Tensor *dst, const Tensor *src) {
-    if (src->numel == dst->numel && tensor_is_contiguous(src) && tensor_is_contiguous(dst)) {
-        backend_cpu.cast(dst->numel, tensor_data(src), src->dtype, 1, tensor_data(dst), dst->dtype, 1);
-        return;
-    }
     StridedIter it;
-    iter_init(&it, dst->ndim, dst->shape);
-    iter_add_tensor(&it, dst);
-    iter_add_tensor(&it, src);
-    DType dts[2] = {dst->dtype, src->dtype};
-    iter_run(&it, copy_run, dts);
+    bool one_run = src->numel == dst->numel && tensor_is_contiguous(src) && tensor_is_contiguous(dst);
+    iter_launch(&it, dst, (const Tensor *[]){src}, 1, one_run ? (const int64_t[]){1} : NULL);
+    backend_for(dst->device)->copy(&it, dst->dtype, src->dtype);
 }
 
 int tensor_copy_(Tensor *dst, Tensor *src) {
@@ -339,9 +344,11 @@ int tensor_copy_(Tensor *dst, Tensor *src) {
     if (nb != dst->ndim || shape_numel(bs, nb) != dst->numel)
         return accel_fail_int("copy_: source shape %s cannot be broadcast to destination shape %s", tensor_shape_str(src),
                               tensor_shape_str(dst));
-    if (src->storage == dst->storage && src->numel > 1 && !(src->offset == dst->offset && src->ndim == dst->ndim &&
-        memcmp(src->stride, dst->stride, sizeof(int64_t) * (size_t)src->ndim) == 0)) {
-        Tensor *tmp = tensor_clone(src); /* overlapping copy: go through a temporary */
+    bool across = dst->device.type != src->device.type || dst->device.index != src->device.index;
+    if (across || (src->storage == dst->storage && src->numel > 1 && !(src->offset == dst->offset &&
+        src->ndim == dst->ndim && memcmp(src->stride, dst->stride, sizeof(int64_t) * (size_t)src->ndim) == 0))) {
+        /* overlapping copy, or one from another device (staged through the host): go through a temporary */
+        Tensor *tmp = across ? tensor_to_device(src, dst->device) : tensor_clone(src);
         if (!tmp) return -1;
         tensor_copy_strided(dst, tmp);
         tensor_release(tmp);
@@ -352,34 +359,11 @@ int tensor_copy_(Tensor *dst, Tensor *src) {
     return 0;
 }
 
-static void fill_run(void *ctx, int64_t n, char **p, const int64_t *st) {
-    const double *v = ctx;
-    DType dt = (DType)(int)v[1];
-    k_fill(n, p[0], dt, st[0], v[0]);
-}
-
 int tensor_fill_(Tensor *t, double v) {
-    if (tensor_is_contiguous(t)) {
-        k_fill(t->numel, tensor_data(t), t->dtype, 1, v);
-        tensor_bump_version(t);
-        return 0;
-    }
     StridedIter it;
-    iter_init(&it, t->ndim, t->shape);
-    iter_add_tensor(&it, t);
-    double ctx[2] = {v, (double)t->dtype};
-    iter_run(&it, fill_run, ctx);
+    iter_launch(&it, t, NULL, 0, tensor_is_contiguous(t) ? (const int64_t[]){0} : NULL);
+    backend_for(t->device)->fill(&it, t->dtype, v);
     tensor_bump_version(t);
     return 0;
 }
 
-double tensor_get_flat(const Tensor *t, int64_t i) {
-    int64_t off = t->offset;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        off += (i % t->shape[d]) * t->stride[d];
-        i /= t->shape[d];
-    }
-    return dtype_load((char *)t->storage->data + off * (int64_t)dtype_size(t->dtype), t->dtype);
-}
-
-double tensor_item(const Tensor *t) { return tensor_get_flat(t, 0); }

@@ -14,7 +14,7 @@
 
 #define TENSOR_MAX_DIMS 8
 
-typedef enum { DEV_CPU = 0, DEV_CUDA = 1 } DeviceType;
+typedef enum { DEV_CPU = 0, DEV_CUDA = 1, DEV_SIM = 2 } DeviceType; /* sim: the simulated device (backend_sim.c) */
 typedef struct {
     DeviceType type;
     int index;
@@ -73,6 +73,8 @@ Tensor *tensor_header_alloc(void); /* zeroed header from the pool, NULL with err
 void tensor_header_free(Tensor *t);
 
 /* ---- metadata helpers ---- */
+/* t's first element as a *device* pointer: hand it to backend entries
+ * (backend.h); never dereference it on the host (see host access below). */
 static inline void *tensor_data(const Tensor *t) {
     return (char *)t->storage->data + t->offset * (int64_t)dtype_size(t->dtype);
 }
@@ -83,6 +85,9 @@ DType dtype_promote(DType a, DType b);
 DType dtype_default_float(void);
 const char *device_str(Device d, char *buf, size_t n);
 int device_parse(const char *s, Device *out);
+/* 0 when b is NULL or on a's device, else -1 with "<op>: tensors are on
+ * different devices (<a's> and <b's>)". */
+int tensor_check_device(const char *op, const Tensor *a, const Tensor *b);
 int shape_str(const int64_t *shape, int ndim, char *buf, size_t n); /* "[2, 3]" */
 const char *tensor_shape_str(const Tensor *t); /* thread-local rotating buffers */
 
@@ -147,9 +152,43 @@ int tensor_fill_(Tensor *t, double v);
 /* Visit dst/src element runs: calls k_cast-like strided copy. Used by contiguous, copy_. */
 void tensor_copy_strided(Tensor *dst, const Tensor *src);
 
-/* ---- element access ---- */
+/* ---- element access (host reads through the device's to_host) ---- */
 double tensor_item(const Tensor *t);                 /* numel must be 1 (caller checks) */
 double tensor_get_flat(const Tensor *t, int64_t i);  /* i-th element in logical row-major order */
+
+/* ---- host access (host_access.c): the one road from host code to values ----
+ * tensor_host_map gives a host pointer to t's first element, t's strides
+ * applying: on the CPU the memory itself (no copy, after the device's
+ * queued work), on a device whose memory the host cannot address a staging
+ * copy of the storage from t's offset on, written back by
+ * tensor_host_unmap when mode has HOST_WRITE. NULL with an error. */
+enum { HOST_READ = 1, HOST_WRITE = 2, HOST_RW = 3 };
+typedef struct {
+    const Tensor *t;
+    char *host;    /* what map returned */
+    void *staging; /* NULL when host is the device memory itself */
+    size_t nbytes;
+    int mode;
+} HostMap;
+void *tensor_host_map(const Tensor *t, int mode, HostMap *m);
+int tensor_host_unmap(HostMap *m); /* 0, or -1 with an error (write-back failed) */
+/* For a tensor just created and filled through m: unmap, and return t, or
+ * NULL (t released) when the write-back failed. */
+Tensor *tensor_host_finish(Tensor *t, HostMap *m);
+/* Element i (logical row-major order) of t, read through host, t's mapping. */
+double tensor_host_load(const Tensor *t, const void *host, int64_t i);
+int64_t tensor_host_load_i64(const Tensor *t, const void *host, int64_t i);
+/* t's numel elements (t's dtype, row-major) to / from a host buffer. */
+int tensor_to_host(const Tensor *t, void *dst);
+int tensor_from_host(Tensor *t, const void *src);
+/* t's data as a host address where the device's memory is host-addressable
+ * (the CPU), else NULL: for consumers that take host buffers (MPI) and
+ * refuse or stage otherwise. */
+void *tensor_host_ptr(const Tensor *t);
+/* A contiguous copy of t on device d, through the host (no autograd). */
+Tensor *tensor_to_device(const Tensor *t, Device d);
+/* dst = src on the device: both contiguous, same dtype and numel. */
+void tensor_copy_flat(Tensor *dst, const Tensor *src);
 
 /* ---- printing: PyTorch-like "tensor([...])" into a malloc'd string ---- */
 char *tensor_format(const Tensor *t);

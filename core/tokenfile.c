@@ -96,14 +96,23 @@ int tokenfile_blocks(const Tensor *tokens, const int64_t *starts, int64_t B, int
         tensor_release(*x);
         return -1;
     }
-    const uint8_t *ids = tensor_data(tokens);
-    int64_t *px = tensor_data(*x), *py = tensor_data(*y);
-    for (int64_t b = 0; b < B; b++) {
+    HostMap mt, mx, my;
+    const uint8_t *ids = tensor_host_map(tokens, HOST_READ, &mt);
+    int64_t *px = ids ? tensor_host_map(*x, HOST_WRITE, &mx) : NULL, *py = px ? tensor_host_map(*y, HOST_WRITE, &my) : NULL;
+    for (int64_t b = 0; py && b < B; b++) {
         const uint8_t *src = ids + 2 * starts[b];
         for (int64_t i = 0; i < T; i++) {
             px[b * T + i] = src[2 * i] | src[2 * i + 1] << 8;
             py[b * T + i] = src[2 * i + 2] | src[2 * i + 3] << 8;
         }
     }
-    return 0;
+    int rc = py ? 0 : -1;
+    if (py && tensor_host_unmap(&my) < 0) rc = -1;
+    if (px && tensor_host_unmap(&mx) < 0) rc = -1;
+    if (ids) tensor_host_unmap(&mt);
+    if (rc < 0) {
+        tensor_release(*x), tensor_release(*y);
+        *x = *y = NULL;
+    }
+    return rc;
 }

@@ -47,7 +47,6 @@ local points = centers:index_select(1, labels) + accel.randn(4000, 8)
 local loader = data.DataLoader(data.TensorDataset(points, labels), {batch_size = 64, shuffle = true})
 
 local model = Net(8, 32, 2, 4)
-print(model)
 local optimizer = optim.AdamW(model:parameters(), {lr = 3e-3})
 local scheduler = optim.lr_scheduler.get_cosine_schedule_with_warmup(optimizer, 20, epochs * #loader)
 local accelerator = accel.Accelerator{
@@ -55,6 +54,7 @@ local accelerator = accel.Accelerator{
   project_config = accel.ProjectConfiguration{project_dir = project_dir, automatic_checkpoint_naming = true, total_limit = 2},
   log_with = {"tensorboard", "jsonl"},
 }
+accelerator:print(model) -- once, on the main process, under `accel-lua launch` too
 model, optimizer, loader, scheduler = accelerator:prepare(model, optimizer, loader, scheduler)
 accelerator:init_trackers("custom_module", {config = {lr = 3e-3, epochs = epochs}})
 

@@ -20,10 +20,12 @@ local function load(split)
   return xs, labels:long()
 end
 
+-- made first, so that under `accel-lua launch` the banner prints once
+local accelerator = accel.Accelerator{}
 local t0 = accel.clock()
 local xtr, ytr = load("train")
 local xte, yte = load("t10k")
-print(("data: %d train, %d test images in %.2f s"):format(xtr:size(1), xte:size(1), accel.clock() - t0))
+accelerator:print(("data: %d train, %d test images in %.2f s"):format(xtr:size(1), xte:size(1), accel.clock() - t0))
 
 accel.set_seed(0)
 local model
@@ -40,7 +42,6 @@ end
 local loader = data.DataLoader(data.TensorDataset(xtr, ytr), {batch_size = 64, shuffle = true})
 local optimizer = optim.Adam(model:parameters(), {lr = 1e-3})
 local criterion = nn.CrossEntropyLoss()
-local accelerator = accel.Accelerator{}
 model, optimizer, loader = accelerator:prepare(model, optimizer, loader)
 
 local function test_accuracy()

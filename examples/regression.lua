@@ -2,6 +2,10 @@
 -- alone (no nn, no optim yet): a linear model trained by hand-written SGD.
 --   accel-lua examples/regression.lua [steps]
 local accel = require("accel")
+-- PartialState:print prints on the main process only, so under
+-- `accel-lua launch --num_processes N` (each rank fits the same model) the
+-- lines appear once.
+local state = accel.PartialState()
 
 accel.set_seed(0)
 local steps = tonumber(arg and arg[1]) or 300
@@ -27,9 +31,9 @@ for step = 1, steps do
   w.grad:zero_()
   b.grad:zero_()
   if step == 1 or step % 50 == 0 then
-    print(("step %4d  loss %.6f"):format(step, loss:item()))
+    state:print(("step %4d  loss %.6f"):format(step, loss:item()))
   end
 end
 local wl = w:tolist()
-print(("learned w = (%.3f, %.3f), b = %.3f  (true: 3, -2, 0.5)  in %.3f s"):format(
+state:print(("learned w = (%.3f, %.3f), b = %.3f  (true: 3, -2, 0.5)  in %.3f s"):format(
   wl[1][1], wl[2][1], b:item(), accel.clock() - t0))

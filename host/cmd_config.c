@@ -268,6 +268,32 @@ static int update(Session *s, const char *path) {
     return 0;
 }
 
+#define CONFIG_USAGE                                                                        \
+    "usage: accel-lua config [--config_file PATH]\n"                                         \
+    "       accel-lua config default [--config_file PATH] [--mixed_precision no|fp16|bf16|fp8]\n" \
+    "       accel-lua config update [--config_file PATH]\n"
+
+/* `config [default|update] --help`: what the form does, its flags, an example. */
+static void print_help(const char *sub) {
+    printf(CONFIG_USAGE "\n");
+    if (sub == NULL)
+        printf("Asks the launch questions (machines, processes, mixed precision, sharding ...)\n"
+               "and writes the answers as YAML; an empty answer takes the default in brackets.\n"
+               "Answers may be piped in, one per line.\n");
+    else if (strcmp(sub, "default") == 0)
+        printf("Writes a config with the defaults (one machine, one process); an existing file\n"
+               "is left alone.\n");
+    else
+        printf("Reads an existing config, adds the settings it lacks with their defaults, drops\n"
+               "Accelerate keys that ask for nothing here, and writes it back.\n");
+    printf("\n  --config_file PATH       the file to write [$ACCEL_LUA_CONFIG, else\n"
+           "                           ~/.cache/accel-lua/default_config.yaml]\n"
+           "  --mixed_precision X      (config default) no, fp16, bf16 or fp8 [no]\n"
+           "  -h, --help               this help\n\n"
+           "Example:\n  accel-lua config %s--config_file ./accel.yaml\n",
+           sub == NULL ? "" : strcmp(sub, "default") == 0 ? "default --mixed_precision bf16 " : "update ");
+}
+
 /* --config_file PATH and (config default only) --mixed_precision X. */
 static int parse_flags(Session *s, int argc, char **argv, int is_default, const char **path) {
     char err[256];
@@ -282,10 +308,7 @@ static int parse_flags(Session *s, int argc, char **argv, int is_default, const 
                 return -1;
             }
         } else {
-            fprintf(stderr, "%s: unknown flag or missing value: %s\nusage: accel-lua config "
-                            "[--config_file PATH]\n       accel-lua config default "
-                            "[--config_file PATH] [--mixed_precision no|fp16|bf16|fp8]\n"
-                            "       accel-lua config update [--config_file PATH]\n", WHO, a);
+            fprintf(stderr, "%s: unknown flag or missing value: %s\n" CONFIG_USAGE, WHO, a);
             return -1;
         }
     }
@@ -300,6 +323,10 @@ int cmd_config(int argc, char **argv) {
     const char *path = NULL;
     char buf[4096];
     int status = 2;
+    if (argc > 1 + sub && host_is_help(argv[1 + sub])) {
+        print_help(sub ? argv[1] : NULL);
+        return 0;
+    }
     if (parse_flags(&s, argc - sub, argv + sub, is_default, &path) != 0) goto done;
     if (path == NULL) path = config_default_path(buf, sizeof buf);
     if (is_update) {

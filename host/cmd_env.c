@@ -97,6 +97,17 @@ static int print_config(const char *given) {
 
 int cmd_env(int argc, char **argv) {
     const char *given = NULL;
+    if (argc == 2 && host_is_help(argv[1])) {
+        printf("usage: accel-lua env [--config_file PATH]\n\n"
+               "Prints what a bug report needs: the versions of accel-lua, Lua, oneDNN,\n"
+               "OpenBLAS and OpenMPI, the platform, the CPU, the thread settings, and the\n"
+               "config file in force with its contents.\n\n"
+               "  --config_file PATH   the config to show [$ACCEL_LUA_CONFIG, else\n"
+               "                       ~/.cache/accel-lua/default_config.yaml]\n"
+               "  -h, --help           this help\n\n"
+               "Example:\n  accel-lua env --config_file ./accel.yaml\n");
+        return 0;
+    }
     if (argc == 3 && strcmp(argv[1], "--config_file") == 0) {
         given = argv[2];
     } else if (argc != 1) {

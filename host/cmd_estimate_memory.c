@@ -39,15 +39,7 @@ static int protected_estimate(lua_State *L) {
 #ifdef LUA_GCGEN
     lua_gc(L, LUA_GCGEN, 0, 0); /* as main.c runs scripts */
 #endif
-    lua_getglobal(L, "require");
-    lua_pushstring(L, "accel.estimate_memory");
-    lua_call(L, 1, 1);
-    lua_getfield(L, -1, "main");
-    lua_createtable(L, argc, 0);
-    for (int i = 1; i < argc; i++) {
-        lua_pushstring(L, argv[i]);
-        lua_rawseti(L, -2, i);
-    }
+    host_push_module_main(L, "accel.estimate_memory", argc, argv);
     push_machine(L);
     lua_call(L, 2, 1);
     return 1;

@@ -31,7 +31,15 @@
  *                         multi-machine job are not bound to cores (ppr
  *                         placement did not bind them here either)
  *   -x NAME=VALUE         each setting, OMP/OPENBLAS_NUM_THREADS, and
- *                         -x LUA_PATH etc. when set here
+ *                         -x LUA_PATH etc. when set here; also
+ *                         ACCEL_LUA_STDOUT_TTY / ACCEL_LUA_STDERR_TTY (1
+ *                         when launch's stdout / stderr is a terminal, else
+ *                         0) and ACCEL_LUA_COLUMNS (its width): a rank
+ *                         cannot tell by itself (stderr is a pipe, stdout
+ *                         a pseudo-terminal of Open MPI's even when the
+ *                         output goes to a file), and rank 0's progress bar
+ *                         redraws in place only on a terminal
+ *                         (docs/progress.md)
  * -m / --module: the script is a module name; each rank runs
  * `accel-lua -m NAME args` (found on package.path, host/main.c).
  * --no_python: each rank runs the script itself as a program.
@@ -65,6 +73,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -287,7 +296,8 @@ static void print_help(void) {
         if (col + strlen(f) + 3 > 79) printf("\n "), col = 1;
         col += printf(" --%s", f);
     }
-    printf("\n");
+    printf("\n\nExample:\n  accel-lua launch --num_processes 2 --mixed_precision bf16 "
+           "train.lua --epochs 3\n");
 }
 
 /* ---- settings: file, flags, defaults, consistency ---- */
@@ -369,6 +379,21 @@ static int resolve(LaunchConfig *c) {
 
 /* ---- the command ---- */
 
+/* Whether launch's stdout / stderr is a terminal (1 or 0, always set, so a
+ * value inherited from an outer launch never leaks through) and, when one
+ * is, its width: what mpirun gives the ranks says nothing about where
+ * their output ends, so this is how rank 0's progress bar
+ * (bindings/lua/accel/progress.lua) knows it may redraw in place. */
+static void add_terminal_env(StrList *env) {
+    struct winsize ws;
+    int out = isatty(STDOUT_FILENO), err = isatty(STDERR_FILENO);
+    list_add(env, "ACCEL_LUA_STDOUT_TTY=%d", out);
+    list_add(env, "ACCEL_LUA_STDERR_TTY=%d", err);
+    if ((out || err) && ioctl(out ? STDOUT_FILENO : STDERR_FILENO, TIOCGWINSZ, &ws) == 0 &&
+        ws.ws_col > 0)
+        list_add(env, "ACCEL_LUA_COLUMNS=%d", (int)ws.ws_col);
+}
+
 /* NAME=VALUE for each setting the ranks see, for attempt `attempt`. */
 static void build_env(const LaunchConfig *c, int attempt, StrList *env) {
     for (int i = 0; i < S_COUNT; i++)
@@ -381,6 +406,7 @@ static void build_env(const LaunchConfig *c, int attempt, StrList *env) {
         list_add(env, "OPENBLAS_NUM_THREADS=%s", config_str(c, S_NUM_THREADS));
     }
     list_add(env, "ACCEL_LUA_RESTART_COUNT=%d", attempt);
+    add_terminal_env(env);
 }
 
 static int uses_mpirun(const LaunchConfig *c) {

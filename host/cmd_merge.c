@@ -13,15 +13,7 @@
 static int run_merge(lua_State *L) {
     int argc = (int)lua_tointeger(L, 1);
     char **argv = lua_touserdata(L, 2);
-    lua_getglobal(L, "require");
-    lua_pushliteral(L, "accel.shard_checkpoint");
-    lua_call(L, 1, 1);
-    lua_getfield(L, -1, "main");
-    lua_createtable(L, argc, 0);
-    for (int i = 1; i < argc; i++) {
-        lua_pushstring(L, argv[i]);
-        lua_rawseti(L, -2, i);
-    }
+    host_push_module_main(L, "accel.shard_checkpoint", argc, argv);
     lua_call(L, 1, 1);
     return 1;
 }
@@ -39,5 +31,7 @@ int cmd_merge_weights(int argc, char **argv) {
     int status = host_report(L, host_docall(L, 2, 1));
     int rc = status == LUA_OK ? (int)lua_tointeger(L, -1) : 1;
     lua_close(L);
+    if (rc == 0 && argc == 2 && host_is_help(argv[1]))
+        printf("\nExample:\n  accel-lua merge-weights ckpt/checkpoint_3 merged/\n");
     return rc;
 }

@@ -64,6 +64,17 @@ int cmd_test(int argc, char **argv) {
     char path[4096];
     char *args[5] = {"launch", NULL, NULL, NULL, NULL};
     int n = 1;
+    if (argc == 2 && host_is_help(argv[1])) {
+        printf("usage: accel-lua test [--config_file PATH]\n\n"
+               "Runs a short built-in training script through `accel-lua launch` with the\n"
+               "config's settings (mpirun when num_processes > 1) and says \"Test is a\n"
+               "success!\" when every rank passed.\n\n"
+               "  --config_file PATH   the config to launch with [$ACCEL_LUA_CONFIG, else\n"
+               "                       ~/.cache/accel-lua/default_config.yaml]\n"
+               "  -h, --help           this help\n\n"
+               "Example:\n  accel-lua test --config_file ./accel.yaml\n");
+        return 0;
+    }
     if (argc == 3 && strcmp(argv[1], "--config_file") == 0) {
         args[n++] = "--config_file";
         args[n++] = argv[2];

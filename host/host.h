@@ -31,6 +31,10 @@ int host_pcall(lua_State *L, int narg, int nres);
 
 /* Like host_pcall, and Ctrl-C interrupts the call with an error. */
 int host_docall(lua_State *L, int narg, int nres);
+/* Pushes require(module).main and a table of argv[1..argc-1] (a
+ * subcommand's arguments), ready for lua_call with the table as the first
+ * argument. */
+void host_push_module_main(lua_State *L, const char *module, int argc, char **argv);
 
 /* On error status, prints "accel-lua: <message>" to stderr and pops it
  * ("accel-lua: rank R: <message>" in a rank of a multi-process job).

@@ -11,11 +11,14 @@
  *                                           first one is the cause, later ones
  *                                           are usually other ranks noticing
  *   MPI_ABORT was invoked on rank R         a rank ended the job
- * in that order of precedence. Its host: mpirun names the node of a killed
- * rank; for the others, launch placed the ranks itself (--map-by
- * ppr:K:node: ranks iK..iK+K-1 on the hostfile's i-th machine), so the
- * hostfile says which machine a rank ran on. Open MPI 4.1's wording; a
- * line not recognised costs only the summary, never the output. */
+ * in that order of precedence (a carriage return ends a line too, and a
+ * line is read from after its last erase-line code: a progress bar redrawn
+ * in place, with no newline, must not hide the error line that follows).
+ * Its host: mpirun names the node of a killed rank; for the others,
+ * launch placed the ranks itself (--map-by ppr:K:node: ranks iK..iK+K-1 on
+ * the hostfile's i-th machine), so the hostfile says which machine a rank
+ * ran on. Open MPI 4.1's wording; a line not recognised costs only the
+ * summary, never the output. */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -34,6 +37,7 @@ static void take_line(JobWatch *w, const char *s) {
     int rank, sig, at = 0;
     char node[256], name[64] = "";
     const char *p;
+    while ((p = strstr(s, "\33[K")) != NULL) s = p + 3; /* after a bar's last redraw */
     if (w->killed_rank < 0 && (p = strstr(s, "noticed that process rank ")) != NULL &&
         sscanf(p, "noticed that process rank %d with PID %*d on node %255s exited on signal %d "
                   "(%63[^)]", &rank, node, &sig, name) >= 3) {
@@ -55,7 +59,7 @@ static void take_line(JobWatch *w, const char *s) {
 
 void job_watch_feed(JobWatch *w, const char *buf, size_t n) {
     for (size_t i = 0; i < n; i++) {
-        if (buf[i] != '\n') {
+        if (buf[i] != '\n' && buf[i] != '\r') {
             if (w->len + 1 < sizeof w->line) w->line[w->len++] = buf[i];
             continue;
         }

@@ -5,7 +5,10 @@
  * a REPL on a terminal, and exit status 1 when anything failed. One option
  * more than lua: `-m mod [args]` runs module mod's file (found on
  * package.path, as require finds it) as the script, like `python -m`;
- * arg[0] is that file. `accel-lua launch -m` runs ranks this way. */
+ * arg[0] is that file. `accel-lua launch -m` runs ranks this way. A first
+ * word that looks like a command name but is neither a subcommand nor a
+ * file is refused (exit 2), naming the closest subcommand ("unknown
+ * command 'lauch', did you mean launch?"). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -251,9 +254,28 @@ static int run_interpreter(HostArgs *a) {
     return ok ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
+/* A first word that looks like a command name (letters, digits, '-', '_';
+ * no ".lua"), is none, and is no file either: says so (with the closest
+ * command) and returns 1; otherwise 0 and the word is run as a script. */
+static int unknown_command(const char *word) {
+    size_t n = strlen(word);
+    if (n == 0 || word[0] == '-' || strspn(word, "abcdefghijklmnopqrstuvwxyz"
+                                                 "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") != n)
+        return 0;
+    if (access(word, F_OK) == 0) return 0;
+    const char *near = host_suggest_subcommand(word);
+    if (near != NULL)
+        fprintf(stderr, "%s: unknown command '%s', did you mean %s?\n", ACCEL_LUA_NAME, word, near);
+    else
+        fprintf(stderr, "%s: unknown command '%s', and no file of that name (see %s --help)\n",
+                ACCEL_LUA_NAME, word, ACCEL_LUA_NAME);
+    return 1;
+}
+
 int main(int argc, char **argv) {
     const HostSubcommand *cmd = argc > 1 ? host_find_subcommand(argv[1]) : NULL;
     if (cmd != NULL) return cmd->run(argc - 1, argv + 1);
+    if (argc > 1 && unknown_command(argv[1])) return 2;
     HostArgs a = {.argc = argc, .argv = argv};
     if (argv[0] == NULL || !parse_args(&a)) return EXIT_FAILURE;
     host_join_pmix_job();

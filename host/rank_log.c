@@ -17,7 +17,9 @@
  * SIGKILL) still reaches the file. The child ignores the stop signals so
  * it can drain. Once set up, ACCEL_LUA_LOGS_OPEN=1 is exported so that
  * accel-lua processes the script starts write into the rank's streams
- * instead of truncating its files again. */
+ * instead of truncating its files again. A stream sent to the file only is
+ * no terminal any more: ACCEL_LUA_STDOUT_TTY / ACCEL_LUA_STDERR_TTY (launch's
+ * word for accel.progress) become 0 for it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -157,6 +159,17 @@ static int redirect(const char *folder, int files, int tee) {
     return 0;
 }
 
+/* A stream sent to its file only no longer ends on launch's terminal:
+ * say so to accel.progress (ACCEL_LUA_STDOUT_TTY / _STDERR_TTY, set by
+ * launch from its own stdout / stderr). A teed stream keeps launch's word. */
+static int mark_redirected(int redirects) {
+    static const char *const vars[] = {"ACCEL_LUA_STDOUT_TTY", "ACCEL_LUA_STDERR_TTY"};
+    for (int s = 0; s < 2; s++)
+        if ((redirects & (1 << s)) && getenv(vars[s]) != NULL && setenv(vars[s], "0", 1) != 0)
+            return -1;
+    return 0;
+}
+
 int host_setup_rank_logs(void) {
     const char *dir = getenv("ACCEL_LUA_LOG_DIR");
     if (dir == NULL || dir[0] == '\0' || getenv("ACCEL_LUA_LOGS_OPEN") != NULL) return 0;
@@ -176,7 +189,8 @@ int host_setup_rank_logs(void) {
                 rank, folder, strerror(errno));
         return -1;
     }
-    if (redirect(folder, tee | redirects, tee) == 0) return setenv("ACCEL_LUA_LOGS_OPEN", "1", 1);
+    if (redirect(folder, tee | redirects, tee) == 0 && mark_redirected(redirects) == 0)
+        return setenv("ACCEL_LUA_LOGS_OPEN", "1", 1);
     fprintf(stderr, "%s: rank %d: cannot set up the logs in %s: %s\n", ACCEL_LUA_NAME, rank,
             folder, strerror(errno));
     return -1;

@@ -1,14 +1,32 @@
-/* repl.c: the interactive read-eval-print loop. Plain getline() input (no
- * readline), prompts "> " and ">> " (or the globals _PROMPT / _PROMPT2),
- * each line first tried as "return <line>" so expressions print their
- * values, incomplete statements continued on the next lines. */
+/* repl.c: the interactive read-eval-print loop, as lua5.4's: prompts "> "
+ * and ">> " (or the globals _PROMPT / _PROMPT2), each line first tried as
+ * "return <line>" so expressions print their values (with the global
+ * print: several results tab-separated, a tensor as PyTorch prints it),
+ * incomplete statements continued on the next lines.
+ *
+ * On a terminal, lines are read with GNU readline (line editing, up-arrow
+ * history, as lua5.4 built with readline); each complete entry, a
+ * multi-line statement as one, goes into the history. Unlike lua5.4
+ * (which keeps none), the history is kept across sessions as Python's REPL
+ * keeps ~/.python_history: in $ACCEL_LUA_HISTORY, else ~/.accel_lua_history
+ * (the last 1000 entries; ACCEL_LUA_HISTORY="" keeps none). When stdin is
+ * not a terminal (accel-lua -i < file), lines are read plainly with
+ * getline and nothing is saved. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <readline/history.h>
+#include <readline/readline.h>
 
 #include <lauxlib.h>
 
 #include "host/host.h"
+
+#define HISTORY_MAX 1000
+
+static int use_readline; /* stdin is a terminal */
 
 #define EOF_MARK "<eof>"
 #define EOF_MARK_LEN (sizeof(EOF_MARK) - 1)
@@ -23,6 +41,13 @@ static const char *prompt_for(lua_State *L, int first) {
 /* Prints the prompt and pushes the next line without its newline;
  * returns 0 (pushing nothing) at end of input. */
 static int push_line(lua_State *L, int first) {
+    if (use_readline) {
+        char *line = readline(prompt_for(L, first));
+        if (line == NULL) return 0;
+        lua_pushstring(L, line);
+        free(line);
+        return 1;
+    }
     fputs(prompt_for(L, first), stdout);
     fflush(stdout);
     char *buf = NULL;
@@ -36,6 +61,11 @@ static int push_line(lua_State *L, int first) {
     lua_pushlstring(L, buf, (size_t)n);
     free(buf);
     return 1;
+}
+
+/* One complete entry (a line, or a statement of several) into the history. */
+static void save_entry(const char *entry) {
+    if (use_readline && entry != NULL && entry[0] != '\0') add_history(entry);
 }
 
 /* A syntax error at end of input means the statement is unfinished. */
@@ -52,6 +82,7 @@ static int try_as_expression(lua_State *L) {
     const char *code = lua_pushfstring(L, "return %s", lua_tostring(L, -1));
     int status = luaL_loadbuffer(L, code, strlen(code), "=stdin");
     if (status == LUA_OK) {
+        save_entry(lua_tostring(L, -3));
         lua_remove(L, -2); /* the "return" code */
         lua_remove(L, -2); /* the line */
     } else {
@@ -68,6 +99,7 @@ static int load_statement(lua_State *L) {
         const char *code = lua_tolstring(L, -1, &len);
         int status = luaL_loadbuffer(L, code, len, "=stdin");
         if (!is_incomplete(L, status) || !push_line(L, 0)) {
+            save_entry(lua_tostring(L, -2));
             lua_remove(L, -2);
             return status;
         }
@@ -99,9 +131,38 @@ static void print_results(lua_State *L, int base) {
     }
 }
 
+/* The history file (see the top comment), or NULL for none. */
+static const char *history_path(char *buf, size_t size) {
+    const char *env = getenv("ACCEL_LUA_HISTORY");
+    if (env != NULL) return env[0] != '\0' ? env : NULL;
+    const char *home = getenv("HOME");
+    if (home == NULL || home[0] == '\0') return NULL;
+    int n = snprintf(buf, size, "%s/.accel_lua_history", home);
+    return n > 0 && (size_t)n < size ? buf : NULL;
+}
+
+/* Readline set up on a terminal, with the saved history read in. */
+static const char *start_line_editing(char *buf, size_t size) {
+    use_readline = isatty(STDIN_FILENO);
+    if (!use_readline) return NULL;
+    rl_readline_name = ACCEL_LUA_NAME; /* for $if accel-lua in ~/.inputrc */
+    const char *path = history_path(buf, size);
+    if (path != NULL) read_history(path); /* a missing file is no error */
+    return path;
+}
+
+/* Writes the history back (the last HISTORY_MAX entries). */
+static void stop_line_editing(const char *path) {
+    if (path == NULL) return;
+    if (write_history(path) != 0 || history_truncate_file(path, HISTORY_MAX) != 0)
+        fprintf(stderr, "%s: cannot write the REPL history %s\n", ACCEL_LUA_NAME, path);
+}
+
 void host_repl(lua_State *L) {
     int base = lua_gettop(L);
     int status;
+    char buf[4096];
+    const char *history = start_line_editing(buf, sizeof buf);
     while ((status = read_entry(L)) != -1) {
         if (status == LUA_OK) status = host_docall(L, 0, LUA_MULTRET);
         if (status == LUA_OK)
@@ -111,6 +172,7 @@ void host_repl(lua_State *L) {
         lua_settop(L, base);
     }
     lua_settop(L, base);
+    stop_line_editing(history);
     fputc('\n', stdout);
     fflush(stdout);
 }

@@ -143,3 +143,16 @@ int host_doscript(lua_State *L, const char *fname) {
     }
     return host_report(L, status);
 }
+
+void host_push_module_main(lua_State *L, const char *module, int argc, char **argv) {
+    lua_getglobal(L, "require");
+    lua_pushstring(L, module);
+    lua_call(L, 1, 1);
+    lua_getfield(L, -1, "main");
+    lua_remove(L, -2);
+    lua_createtable(L, argc, 0);
+    for (int i = 1; i < argc; i++) {
+        lua_pushstring(L, argv[i]);
+        lua_rawseti(L, -2, i);
+    }
+}

@@ -29,3 +29,39 @@ void host_print_subcommands(FILE *out) {
     for (const HostSubcommand *c = subcommands; c->name != NULL; c++)
         fprintf(out, "  %-16s %s\n", c->name, c->summary);
 }
+
+int host_is_help(const char *arg) {
+    return arg != NULL && (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0);
+}
+
+/* Levenshtein distance of a and b (both short words; longer ones count as
+ * far apart). */
+static size_t edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63) return 64;
+    size_t row[64];
+    for (size_t j = 0; j <= lb; j++) row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (row[j] + 1 < best) best = row[j] + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+const char *host_suggest_subcommand(const char *word) {
+    const char *best = NULL;
+    size_t best_d = 3; /* at most two edits away */
+    for (const HostSubcommand *c = subcommands; c->name != NULL; c++) {
+        size_t d = edit_distance(word, c->name);
+        if (d < best_d) best = c->name, best_d = d;
+    }
+    return best;
+}

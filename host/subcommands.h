@@ -22,6 +22,13 @@ const HostSubcommand *host_find_subcommand(const char *name);
 /* Lists the registered subcommands for the usage text (nothing if none). */
 void host_print_subcommands(FILE *out);
 
+/* 1 when arg is -h or --help. */
+int host_is_help(const char *arg);
+
+/* The registered subcommand at most two edits away from word (the
+ * closest), or NULL: for "unknown command 'lauch', did you mean launch?". */
+const char *host_suggest_subcommand(const char *word);
+
 /* The subcommands (host/cmd_*.c); argv[0] is the subcommand's name. */
 int cmd_launch(int argc, char **argv);
 int cmd_config(int argc, char **argv);

@@ -13,6 +13,15 @@
 #include <string.h>
 #include <math.h>
 
+/* DT_HD marks the scalar codecs __host__ __device__ under nvcc, so the CUDA
+ * kernels run the very same conversions as the CPU (bit for bit); plain C
+ * compilers see nothing. */
+#ifdef __CUDACC__
+#define DT_HD __host__ __device__
+#else
+#define DT_HD
+#endif
+
 typedef enum {
     DT_F32 = 0,
     DT_F64,
@@ -27,21 +36,21 @@ typedef enum {
     DT_COUNT
 } DType;
 
-static inline size_t dtype_size(DType dt) {
+static inline DT_HD size_t dtype_size(DType dt) {
     static const size_t sz[DT_COUNT] = {4, 8, 2, 2, 1, 1, 8, 4, 1, 1};
     return sz[dt];
 }
 
-static inline int dtype_is_float(DType dt) { return dt <= DT_F8E5M2; }
+static inline DT_HD int dtype_is_float(DType dt) { return dt <= DT_F8E5M2; }
 
 /* ---- bf16 ---- */
-static inline float bf16_to_f32(uint16_t h) {
+static inline DT_HD float bf16_to_f32(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
     float f;
     memcpy(&f, &u, 4);
     return f;
 }
-static inline uint16_t f32_to_bf16(float f) {
+static inline DT_HD uint16_t f32_to_bf16(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
@@ -66,7 +75,7 @@ static inline uint16_t f32_to_bf16(float f) {
  *    conversion); e4m3fn's recipe cast is the plain one. */
 enum { SF_IEEE_INF = 1, SF_SATURATE = 2 };
 
-static inline float smallfloat_decode(uint32_t bits, int E, int M, int ieee_inf) {
+static inline DT_HD float smallfloat_decode(uint32_t bits, int E, int M, int ieee_inf) {
     uint32_t sign = bits >> (E + M) & 1u;
     uint32_t exp = (bits >> M) & ((1u << E) - 1u);
     uint32_t man = bits & ((1u << M) - 1u);
@@ -85,17 +94,17 @@ static inline float smallfloat_decode(uint32_t bits, int E, int M, int ieee_inf)
 }
 
 /* Bits (sign cleared) of the largest finite value, of +inf, of NaN. */
-static inline uint32_t smallfloat_max_bits(int E, int M, int flags) {
+static inline DT_HD uint32_t smallfloat_max_bits(int E, int M, int flags) {
     uint32_t maxexp = (1u << E) - 1u;
     return (flags & SF_IEEE_INF) ? (((maxexp - 1u) << M) | ((1u << M) - 1u)) : ((maxexp << M) | ((1u << M) - 2u));
 }
-static inline uint32_t smallfloat_overflow_bits(int E, int M, int flags) {
+static inline DT_HD uint32_t smallfloat_overflow_bits(int E, int M, int flags) {
     if (flags & SF_SATURATE) return smallfloat_max_bits(E, M, flags);
     uint32_t maxexp = (1u << E) - 1u;
     return (flags & SF_IEEE_INF) ? (maxexp << M) : ((maxexp << M) | ((1u << M) - 1u));
 }
 
-static inline uint32_t smallfloat_encode(float f, int E, int M, int flags) {
+static inline DT_HD uint32_t smallfloat_encode(float f, int E, int M, int flags) {
     uint32_t s = (signbit(f) ? 1u : 0u) << (E + M);
     int bias = (1 << (E - 1)) - 1;
     if (isnan(f)) return s | ((1u << E) - 1u) << M | ((1u << M) - 1u);
@@ -118,20 +127,20 @@ static inline uint32_t smallfloat_encode(float f, int E, int M, int flags) {
     return s | ((uint32_t)(ue + bias) << M) | man;
 }
 
-static inline float f16_to_f32(uint16_t h) { return smallfloat_decode(h, 5, 10, 1); }
-static inline uint16_t f32_to_f16(float f) { return (uint16_t)smallfloat_encode(f, 5, 10, SF_IEEE_INF); }
-static inline float f8e4m3_to_f32(uint8_t b) { return smallfloat_decode(b, 4, 3, 0); }
-static inline uint8_t f32_to_f8e4m3(float f) { return (uint8_t)smallfloat_encode(f, 4, 3, SF_SATURATE); }
-static inline float f8e5m2_to_f32(uint8_t b) { return smallfloat_decode(b, 5, 2, 1); }
-static inline uint8_t f32_to_f8e5m2(float f) { return (uint8_t)smallfloat_encode(f, 5, 2, SF_IEEE_INF); }
+static inline DT_HD float f16_to_f32(uint16_t h) { return smallfloat_decode(h, 5, 10, 1); }
+static inline DT_HD uint16_t f32_to_f16(float f) { return (uint16_t)smallfloat_encode(f, 5, 10, SF_IEEE_INF); }
+static inline DT_HD float f8e4m3_to_f32(uint8_t b) { return smallfloat_decode(b, 4, 3, 0); }
+static inline DT_HD uint8_t f32_to_f8e4m3(float f) { return (uint8_t)smallfloat_encode(f, 4, 3, SF_SATURATE); }
+static inline DT_HD float f8e5m2_to_f32(uint8_t b) { return smallfloat_decode(b, 5, 2, 1); }
+static inline DT_HD uint8_t f32_to_f8e5m2(float f) { return (uint8_t)smallfloat_encode(f, 5, 2, SF_IEEE_INF); }
 /* The fp8 recipe's casts: out of range (and +-inf) -> +-max, NaN -> NaN. */
-static inline uint8_t f32_to_f8e4m3_sat(float f) { return f32_to_f8e4m3(f); }
-static inline uint8_t f32_to_f8e5m2_sat(float f) {
+static inline DT_HD uint8_t f32_to_f8e4m3_sat(float f) { return f32_to_f8e4m3(f); }
+static inline DT_HD uint8_t f32_to_f8e5m2_sat(float f) {
     return (uint8_t)smallfloat_encode(f, 5, 2, SF_IEEE_INF | SF_SATURATE);
 }
 
 /* Read element i (already offset pointer) of any dtype as double. */
-static inline double dtype_load(const void *p, DType dt) {
+static inline DT_HD double dtype_load(const void *p, DType dt) {
     switch (dt) {
     case DT_F32: return *(const float *)p;
     case DT_F64: return *(const double *)p;
@@ -148,7 +157,7 @@ static inline double dtype_load(const void *p, DType dt) {
 }
 
 /* Integer read without going through double (exact for all int64). */
-static inline int64_t dtype_load_i64(const void *p, DType dt) {
+static inline DT_HD int64_t dtype_load_i64(const void *p, DType dt) {
     switch (dt) {
     case DT_I64: return *(const int64_t *)p;
     case DT_I32: return *(const int32_t *)p;
@@ -158,7 +167,7 @@ static inline int64_t dtype_load_i64(const void *p, DType dt) {
     }
 }
 
-static inline void dtype_store(void *p, DType dt, double v) {
+static inline DT_HD void dtype_store(void *p, DType dt, double v) {
     switch (dt) {
     case DT_F32: *(float *)p = (float)v; break;
     case DT_F64: *(double *)p = v; break;
@@ -174,7 +183,7 @@ static inline void dtype_store(void *p, DType dt, double v) {
     }
 }
 
-static inline void dtype_store_i64(void *p, DType dt, int64_t v) {
+static inline DT_HD void dtype_store_i64(void *p, DType dt, int64_t v) {
     switch (dt) {
     case DT_I64: *(int64_t *)p = v; break;
     case DT_I32: *(int32_t *)p = (int32_t)v; break;

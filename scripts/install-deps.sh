@@ -22,6 +22,8 @@ PACKAGES=(
     man-db          # `man --warnings -l` renders the man pages (scripts/test-install.sh)
     dpkg-dev        # dpkg-shlibdeps for `make deb` (scripts/make-deb.sh)
     qemu-user       # qemu-x86_64 -cpu Nehalem/Haswell: the CPU checks of scripts/test-install.sh
+    libreadline-dev # the REPL's line editing and history (host/repl.c, -lreadline)
+    tmux            # drives the REPL on a terminal in scripts/test-repl.sh
 )
 
 # `install-deps.sh --fuzz` installs these as well: what `make fuzz` needs

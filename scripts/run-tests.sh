@@ -4,9 +4,14 @@
 #   scripts/run-tests.sh [BUILD_DIR]      (default: $ACCEL_BUILD or build)
 #
 # Suites, in order:
-#   1. BUILD/test_*            C programs; last line "N passed, N failed"
+#   1. BUILD/test_*            C programs; last line "N passed, N failed[, N skipped]"
+#      BUILD/cuda/test_cuda    the CUDA build's test binary (make cuda-ci);
+#                              without a CUDA toolkit it counts 1 skipped
 #   2. scripts/test-host.sh    checks of the accel-lua program itself;
-#      scripts/test-cli.sh, scripts/test-launch-flags.sh  its subcommands;
+#      scripts/test-cli.sh, scripts/test-cli-help.sh (--help, unknown
+#      commands), scripts/test-launch-flags.sh  its subcommands;
+#      scripts/test-repl.sh   the REPL on a terminal (tmux) and without;
+#      scripts/test-progress-launch.sh  progress bars / banners under launch;
 #      scripts/test-machines.sh  several machines (network namespaces; its
 #                                checks are skipped, counted, without root)
 #      scripts/test-install.sh   make install / uninstall into a temporary
@@ -129,12 +134,28 @@ run_lua_suites() {
     fi
     run_counted "scripts/test-host.sh" "$ROOT/scripts/test-host.sh" "$BUILD"
     run_counted "scripts/test-cli.sh" "$ROOT/scripts/test-cli.sh" "$BUILD"
+    run_counted "scripts/test-cli-help.sh" "$ROOT/scripts/test-cli-help.sh" "$BUILD"
+    run_counted "scripts/test-repl.sh" "$ROOT/scripts/test-repl.sh" "$BUILD"
     run_counted "scripts/test-launch-flags.sh" "$ROOT/scripts/test-launch-flags.sh" "$BUILD"
+    run_counted "scripts/test-progress-launch.sh" "$ROOT/scripts/test-progress-launch.sh" "$BUILD"
     run_counted "scripts/test-machines.sh" "$ROOT/scripts/test-machines.sh" "$BUILD"
     run_counted "scripts/test-install.sh" "$ROOT/scripts/test-install.sh" "$BUILD"
     "$ROOT/scripts/setup-test-python.sh" || echo "run-tests: scripts/setup-test-python.sh failed (specs reading TensorBoard files will fail)" >&2
     for f in tests/lua/*_spec.lua; do run_busted "$f"; done
     for f in tests/lua/*_test.lua; do run_plain "$f"; done
+}
+
+# The CUDA build's binary (compile and link are checked by make cuda-ci;
+# without a GPU it checks the no-GPU path and skips the GPU checks).
+run_cuda_build_test() {
+    local t=$BUILD/cuda/test_cuda cuda=${CUDA_HOME:-/usr/local/cuda}
+    if [[ -x $t ]]; then
+        run_counted "cuda/test_cuda" "$t"
+    elif [[ ! -x $cuda/bin/nvcc ]]; then
+        record "cuda/test_cuda" 0 0 1 "no CUDA toolkit at $cuda: CUDA build not tested"
+    else
+        record "cuda/test_cuda" 0 1 0 "$t missing: run make cuda-ci"
+    fi
 }
 
 main() {
@@ -148,6 +169,7 @@ main() {
     for t in "$BUILD"/test_*; do
         [[ -f $t && -x $t ]] && run_counted "$(basename "$t")" "$t"
     done
+    run_cuda_build_test
     run_lua_suites
     final="$PASSED passed, $FAILED failed"
     (( SKIPPED > 0 )) && final+=", $SKIPPED skipped"

@@ -22,7 +22,10 @@
 # Checks: the machines have no address or route outside the subnet;
 # `accel-lua launch --num_machines 2 --hostfile` (2 machines x 2 ranks)
 # ends with the parameters of 1 process trained on the whole batch, and of
-# 1 machine x 4 ranks (1e-5 relative); 3 machines x 1 rank the same; five
+# 1 machine x 4 ranks (1e-5 relative); 3 machines x 1 rank the same;
+# HYBRID_SHARD (accel.shard hybrid = true, stage 3) on 2 machines x 2
+# ranks, its machines found by host name, == 1 process, each rank holding
+# half the optimizer state; five
 # 2-machine launches in a row all start; a SIGKILLed rank on machine 1
 # ends the job within 10 s and launch names its host, and so does a
 # SIGKILLed Open MPI daemon of machine 1; a rank's error on machine 1 is
@@ -30,7 +33,9 @@
 # folder resumes bitwise (losses, parameters, optimizer state) like an
 # unbroken run; ranks started by plain mpirun as srun starts them (SLURM_*
 # and PMIx variables, no OMPI_COMM_WORLD_*) and by a bare PMIx launcher
-# join one job; and the namespaces are gone at the end.
+# join one job; a progress bar on machine 0's terminal is redrawn by rank
+# 0 only (machine 1's local main prints plain lines), and into a file every
+# local main prints plain lines; and the namespaces are gone at the end.
 #
 # Prints "N passed, N failed" (", N skipped" when the kernel or the user
 # cannot make network namespaces: every check is then skipped, with the
@@ -40,7 +45,7 @@
 # shellcheck source=scripts/test-lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/test-lib.sh" "$@"
 
-CHECKS=13
+CHECKS=16
 SUBNET=10.213.47
 TAG=acl$$
 SW=$TAG-sw
@@ -156,6 +161,19 @@ check_equivalence() {
         '(( one == 0 && RC == 0 )) && close_to "$TMP/three.st" "$TMP/one12.st"'
 }
 
+# ---- HYBRID sharding: machines found by their host names ----
+check_hybrid() {
+    local sh=$HELPERS/shard_equiv.lua
+    run here "$EXE" "$sh" "$TMP/hyb-one.st" stage=0 wrap=module_list
+    local one=$RC
+    run on_machine 0 "${LAUNCH[@]}" --num_machines 2 --num_processes 4 --hostfile "$TMP/hosts2" \
+        "$sh" "$TMP/hyb-two.st" stage=3 hybrid=1 wrap=module_list
+    local halves
+    halves=$(grep -c "^state rank [0-3] elems 206 " <<<"$OUT")
+    check "HYBRID_SHARD on 2 machines x 2 ranks == 1 process (1e-5); each rank holds half the optimizer state" \
+        '(( one == 0 && RC == 0 && halves == 4 )) && close_to "$TMP/hyb-two.st" "$TMP/hyb-one.st"'
+}
+
 # ---- starts are reliable ----
 check_repeated_starts() {
     local i started=0
@@ -213,6 +231,22 @@ check_failures() {
         '(( RC != 0 && MS < 10000 )) && has "accel-lua launch: rank 2 (host $SUBNET.2, machine_rank 1) failed first: $TMP/boom.lua:3: boom on machine 1"'
 }
 
+# ---- progress bars: rank 0 redraws on launch's terminal ----
+# All ranks' output reaches machine 0's terminal: rank 0 redraws there, the
+# local main process of machine 1 (rank 2) reports in plain lines (as
+# Accelerate's local-main rule), ranks 1 and 3 print nothing.
+check_progress() {
+    local bar=$ROOT/tests/lua/helpers/progress_bar.lua res
+    local job=("${LAUNCH[@]}" --num_machines 2 --num_processes 4 --hostfile "$TMP/hosts2" "$bar")
+    res=$(on_machine 0 python3 "$ROOT/scripts/run-on-pty.py" 77 "" "$TMP/bar.out" "${job[@]}")
+    OUT=$(cat "$TMP/bar.out" 2>/dev/null)
+    check "2 machines on a terminal: rank 0 redraws in place, rank 2 prints plain lines, ranks 1 and 3 nothing" \
+        '[[ ${res##* } == 0 ]] && has $'"'"'\rrank0: 100%|'"'"' && has $'"'"'\nrank2: 100% 10/10 ['"'"' && [[ $OUT != *$'"'"'\rrank2'"'"'* && $OUT != *rank1* && $OUT != *rank3* ]]'
+    run on_machine 0 "${job[@]}"
+    check "2 machines into a file: plain lines from ranks 0 and 2, no carriage return" \
+        '(( RC == 0 )) && has "rank0: 100% 10/10 [" && has "rank2: 100% 10/10 [" && [[ $OUT != *$'"'"'\r'"'"'* && $OUT != *rank1* && $OUT != *rank3* ]]'
+}
+
 # ---- a checkpoint saved across machines resumes ----
 check_resume() {
     local d=$TMP/resume r same=1
@@ -267,9 +301,11 @@ check_outside_start() {
 }
 
 check_equivalence
+check_hybrid
 check_repeated_starts
 check_failures
 check_resume
+check_progress
 check_outside_start
 remove_network
 run ip netns list

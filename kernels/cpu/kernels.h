@@ -12,6 +12,7 @@
 
 #include <stdint.h>
 #include "../dtype.h"
+#include "../kops.h"
 
 #define KERNEL_PAR_MIN 32768
 
@@ -22,34 +23,10 @@ int kernel_get_threads(void);
 /* Callers loop over outer dimensions; a stride of 0 broadcasts. When all
  * strides are 1 the kernel takes a vectorisable contiguous path. */
 
-typedef enum {
-    KB_ADD, KB_SUB, KB_MUL, KB_DIV, KB_POW, KB_MAX, KB_MIN,
-    KB_EQ, KB_NE, KB_LT, KB_LE, KB_GT, KB_GE, /* comparisons: output uint8 0/1 */
-    KB_AND, KB_OR, KB_XOR,                    /* logical (nonzero = true), output uint8 */
-    KB_FLOORDIV, KB_REMAINDER,                /* Python semantics (floor) */
-    KB_COUNT
-} KBinOp;
-
-static inline int kbin_is_compare(KBinOp op) { return op >= KB_EQ && op <= KB_XOR; }
-
 /* o[i*so] = a[i*sa] op b[i*sb]; for comparisons o is uint8_t*. */
 void k_binary_f32(KBinOp op, int64_t n, const float *a, int64_t sa, const float *b, int64_t sb, void *o, int64_t so);
 void k_binary_f64(KBinOp op, int64_t n, const double *a, int64_t sa, const double *b, int64_t sb, void *o, int64_t so);
 void k_binary_i64(KBinOp op, int64_t n, const int64_t *a, int64_t sa, const int64_t *b, int64_t sb, void *o, int64_t so);
-
-typedef enum {
-    KU_NEG, KU_EXP, KU_LOG, KU_SQRT, KU_RSQRT, KU_TANH, KU_SIGMOID, KU_RELU,
-    KU_GELU,      /* exact: 0.5 x (1 + erf(x / sqrt 2)) */
-    KU_GELU_TANH, /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
-    KU_SILU, KU_ABS, KU_SIN, KU_COS, KU_SQUARE, KU_RECIP, KU_SIGN,
-    KU_CLAMP,     /* p1 = min (or -INF), p2 = max (or +INF) */
-    KU_POW,       /* x ^ p1 */
-    KU_RPOW,      /* p1 ^ x */
-    KU_LOG1P, KU_EXPM1, KU_FLOOR, KU_CEIL, KU_ROUND, KU_TRUNC, KU_ERF,
-    KU_LEAKY_RELU, /* slope p1 */
-    KU_NOT,        /* logical not: output value 1 where x == 0 */
-    KU_COUNT
-} KUnOp;
 
 /* o[i*so] = f(a[i*sa]; p1, p2). */
 void k_unary_f32(KUnOp op, int64_t n, const float *a, int64_t sa, float *o, int64_t so, double p1, double p2);
@@ -74,10 +51,6 @@ void k_cast(int64_t n, const void *a, DType adt, int64_t sa, void *o, DType odt,
 void k_fill(int64_t n, void *o, DType odt, int64_t so, double v);
 
 /* ---------------- reductions over a (outer, n, inner) contiguous view ----- */
-/* x is contiguous with logical shape (outer, n, inner); reduce over n.
- * out has (outer, inner). SUM accumulates in double for f32 (so fp32 sums
- * are as good as pairwise); MEAN = SUM / n; PROD; MAX/MIN propagate NaN. */
-typedef enum { KR_SUM, KR_MEAN, KR_PROD, KR_MAX, KR_MIN, KR_COUNT } KRedOp;
 void k_reduce_f32(KRedOp op, const float *x, int64_t outer, int64_t n, int64_t inner, float *out);
 void k_reduce_f64(KRedOp op, const double *x, int64_t outer, int64_t n, int64_t inner, double *out);
 void k_reduce_i64(KRedOp op, const int64_t *x, int64_t outer, int64_t n, int64_t inner, int64_t *out); /* SUM PROD MAX MIN */
@@ -143,23 +116,11 @@ void k_index_add(DType dt, void *gx, int64_t outer, int64_t n, int64_t inner, co
  * step is the 1-based step count after increment. */
 void k_adamw_f32(int64_t n, float *p, const float *g, float *m, float *v, double lr, double beta1, double beta2, double eps, double weight_decay, int64_t step);
 
-/* SGD and Adam/AdamW with all of PyTorch's options (formulas at the top of
- * optim.c). Scalars in double; elementwise work in the buffer's type. */
-typedef struct {
-    double lr, momentum, dampening, weight_decay;
-    int nesterov, maximize;
-} KSgdArgs;
 /* buf: momentum buffer (ignored when momentum == 0, may then be NULL);
  * buf_init: first step, buf = d instead of the running average. */
 void k_sgd_f32(int64_t n, float *p, const float *g, float *buf, int buf_init, const KSgdArgs *a);
 void k_sgd_f64(int64_t n, double *p, const double *g, double *buf, int buf_init, const KSgdArgs *a);
 
-typedef struct {
-    double lr, beta1, beta2, eps, weight_decay;
-    int decoupled; /* 1: AdamW (p *= 1 - lr wd); 0: Adam (g += wd p) */
-    int maximize;
-    int64_t step;  /* 1-based step count after the increment */
-} KAdamArgs;
 /* vmax: amsgrad's running max of v, or NULL without amsgrad. */
 void k_adam_f32(int64_t n, float *p, const float *g, float *m, float *v, float *vmax, const KAdamArgs *a);
 void k_adam_f64(int64_t n, double *p, const double *g, double *m, double *v, double *vmax, const KAdamArgs *a);
@@ -169,17 +130,7 @@ void k_adam_f64(int64_t n, double *p, const double *g, double *m, double *v, dou
 double k_norm_pow_f32(int64_t n, const float *x, double p);
 double k_norm_pow_f64(int64_t n, const double *x, double p);
 
-
 /* ---------------- 2-D convolution (conv.c) and max pooling (pool.c), NCHW -- */
-/* x (N, C, H, W), w (O, C/groups, KH, KW), b (O), y (N, O, OH, OW), all
- * contiguous. ph/pw pad the top/left edges; OH/OW (computed by the caller)
- * fix how far the windows reach, so bottom/right padding is implicit.
- * dt: F32, F64, or BF16 (x, w, gy in bf16; y, b, gx, gw, gb in f32).
- * Return 0, or nonzero when memory or the library failed. */
-typedef struct {
-    int64_t N, C, H, W, O, KH, KW, OH, OW;
-    int64_t sh, sw, ph, pw, dh, dw, groups;
-} KConv2d;
 int k_conv2d_fwd(DType dt, const KConv2d *g, const void *x, const void *w, const void *b, void *y); /* b may be NULL */
 /* Gradients from gy: gx (input), gw (weight), gb (bias), each overwritten;
  * pass NULL for those not wanted (x is read only for gw). */
@@ -188,35 +139,12 @@ int k_conv2d_bwd(DType dt, const KConv2d *g, const void *x, const void *w, const
  * else im2col + GEMM; off forces im2col (tests, benchmarks). Returns the
  * previous setting. */
 int k_conv2d_use_dnnl(int on);
-/* x (NC, H, W) -> y (NC, OH, OW), and where each maximum sits (either may be
- * NULL): idx, its flat position h*W + w in the plane (PyTorch's
- * return_indices), code, its position kh*KW + kw in the window (needs
- * KH*KW <= 256). NaN propagates. Padding must leave every window an input
- * element. Backward: gx = 0, then gx[plane][position] += gy, the position
- * from idx, or from code when idx is NULL. */
-typedef struct {
-    int64_t NC, H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw;
-} KPool2d;
 void k_max_pool2d_fwd_f32(const KPool2d *g, const float *x, float *y, int64_t *idx, uint8_t *code);
 void k_max_pool2d_fwd_f64(const KPool2d *g, const double *x, double *y, int64_t *idx, uint8_t *code);
 void k_max_pool2d_bwd_f32(const KPool2d *g, const float *gy, const int64_t *idx, const uint8_t *code, float *gx);
 void k_max_pool2d_bwd_f64(const KPool2d *g, const double *gy, const int64_t *idx, const uint8_t *code, double *gx);
 
 /* ---------------- fused scaled-dot-product attention (attention.c) -------- */
-/* q (B, H, L, D), k (B, H, S, D), v (B, H, S, Dv), o (B, H, L, Dv), each
- * with its own strides for the batch, head and row dims (st[0..2]) and a
- * contiguous last dim; gradients have their own strides too. lse (B, H, L)
- * contiguous: the row log-sum-exp the forward saves for backward.
- * o = softmax(scale q k^T [causal: key j > query i masked]) v, never
- * forming the (L, S) scores. Backward overwrites gq, gk, gv. Causal needs
- * S >= 1. Returns 0, or nonzero when memory or the GEMM library failed. */
-typedef struct {
-    int64_t B, H, L, S, D, Dv;
-    int64_t sq[3], sk[3], sv[3], so[3];
-    int64_t sgq[3], sgk[3], sgv[3], sgo[3];
-    double scale;
-    int causal;
-} KAttn;
 int k_attention_fwd_f32(const KAttn *a, const float *q, const float *k, const float *v, float *o, float *lse);
 int k_attention_fwd_f64(const KAttn *a, const double *q, const double *k, const double *v, double *o, double *lse);
 int k_attention_bwd_f32(const KAttn *a, const float *q, const float *k, const float *v, const float *o,

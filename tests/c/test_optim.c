@@ -9,6 +9,7 @@
  * Last line "N passed, N failed". */
 #include "core/optim.h"
 #include "core/ops.h"
+#include "kernels/cpu/kernels.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -195,6 +195,23 @@ static void test_engine_errors(DistComm *c) {
     tensor_release(p);
 }
 
+/* One process: a split is a one-process communicator, the node / cross-node
+ * ones too; HYBRID is refused (one machine), so is replicate at stage 1. */
+static void test_hybrid_single(DistComm *c) {
+    DistComm *s = dist_split(c, 3, 0), *node = NULL, *cross = NULL;
+    CHECK(s && s->size == 1 && s->rank == 0 && dist_comm_world_rank(s, 0) == 0 && strcmp(s->label, "split") == 0);
+    CHECK(dist_split(c, -1, 0) == NULL && strstr(accel_last_error(), "color must be >= 0"));
+    CHECK(dist_comm_free(s) == 0);
+    CHECK(dist_node_comm(c) && dist_node_comm(c)->size == 1 && dist_cross_node_comm(c)->size == 1);
+    CHECK(dist_comm_free(dist_node_comm(c)) == -1 && strstr(accel_last_error(), "belongs to the job"));
+    CHECK(shard_hybrid_comms(c, &node, &cross) == -1 && strstr(accel_last_error(), "run on one machine"));
+    Tensor *p = param(2, 2, 0);
+    int unit_of[1] = {0};
+    ShardOptions o = {.stage = 1, .replicate = dist_cross_node_comm(c)};
+    CHECK(shard_engine_new(c, &p, 1, unit_of, 1, &o) == NULL && strstr(accel_last_error(), "needs stage 2"));
+    tensor_release(p);
+}
+
 int main(void) {
     test_lengths();
     test_segments_by_hand();
@@ -206,6 +223,7 @@ int main(void) {
         test_engine_sgd(c);
         test_engine_stage2_autograd(c);
         test_engine_errors(c);
+        test_hybrid_single(c);
     }
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;

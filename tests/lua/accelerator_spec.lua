@@ -150,6 +150,8 @@ describe("Accelerator options", function()
       local sd = a:get_state_dict(model) -- stage 3: gathered full tensors
       local want = plain:state_dict()
       for k, t in pairs(want) do assert.is_true(max_abs_diff(sd[k], t) <= 1e-6, k .. " differs") end
+      local unwrapped = a:unwrap_model(model):state_dict() -- stage 3 too: the full weights, not released shards
+      for k, t in pairs(want) do assert.is_true(max_abs_diff(unwrapped[k], t) <= 1e-6, "unwrapped " .. k .. " differs") end
       local dir = tmpdir()
       a:save_model(model, dir) -- the full weights, also under stage 3
       local saved = accel.load(dir .. "/model.safetensors")

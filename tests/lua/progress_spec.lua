@@ -133,6 +133,39 @@ describe("progress.bar in plain mode (not a terminal)", function()
     end
   end)
 
+  -- Under `accel-lua launch` the ranks write into pipes; launch says whether
+  -- its own stderr is a terminal (ACCEL_LUA_STDERR_TTY) and its width.
+  it("redraws in place on the main process when launch's stderr is a terminal", function()
+    local p = io.popen("readlink /proc/$PPID/exe")
+    local exe = p:read("l")
+    p:close()
+    local script = [[local b = require('accel.progress').bar(3, {desc = 'x'}); b:update(3); b:close()]]
+    local function run(vars)
+      p = io.popen(vars .. " '" .. exe .. "' -e \"" .. script .. "\" 2>&1")
+      local out = p:read("a")
+      p:close()
+      return out
+    end
+    local tty = "ACCEL_LUA_STDERR_TTY=1 ACCEL_LUA_COLUMNS=50 "
+    local out = run(tty .. "OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_LOCAL_RANK=0")
+    assert.truthy(out:find("\r", 1, true), out)
+    local last = out:match("\r([^\r]*)\27%[K\n$")
+    assert.truthy(last, out)
+    assert.are.equal(50, utf8.len(last))           -- the launcher terminal's width
+    assert.matches("^x: 100%%|", last)
+    -- a local main process of another machine (rank 2): plain lines
+    out = run(tty .. "OMPI_COMM_WORLD_RANK=2 OMPI_COMM_WORLD_LOCAL_RANK=0")
+    assert.is_nil(out:find("\r", 1, true), out)
+    assert.matches("^x: 100%% 3/3 %[", out)
+    -- not on a terminal, or another rank of machine 0: as before
+    out = run("ACCEL_LUA_STDERR_TTY=0 ACCEL_LUA_COLUMNS=50 OMPI_COMM_WORLD_RANK=0")
+    assert.matches("^x: 100%% 3/3 %[", out)
+    assert.are.equal("", run(tty .. "OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_LOCAL_RANK=1"))
+    -- the variable names the stream: stdout's does not make stderr a terminal
+    out = run("ACCEL_LUA_STDOUT_TTY=1 OMPI_COMM_WORLD_RANK=0")
+    assert.is_nil(out:find("\r", 1, true), out)
+  end)
+
   it("rejects bad arguments with clear errors at the caller's line", function()
     local ok, err = pcall(function() progress.bar(-1) end)
     assert.is_false(ok)

@@ -31,7 +31,7 @@ local check = jobs.check
 
 support.require_mpirun()
 local DIR = support.tmpdir()
-local ENV = support.job_env(DIR)
+local ENV = support.job_env(DIR) -- the HYBRID case below adds the testing knob
 
 -- launch(n, flags, out, args...) -> run
 local function launch(n, flags, out, ...)
@@ -118,6 +118,16 @@ for _, n in ipairs({2, 3}) do
   equiv("FSDP NO_SHARD (DDP)", n, fsdp("NO_SHARD"), {}, FSDP)
 end
 equiv("DeepSpeedPlugin{zero_stage = 1, offload_optimizer_device = cpu}", 3, ds(1, "cpu"), {}, with(DS, {stage = 1}))
+
+-- ---- (a2) HYBRID_SHARD: 4 ranks as 2 machines x 2 (ACCEL_LUA_TEST_RANKS_PER_NODE, the testing knob) ----
+do
+  local saved = ENV
+  ENV = saved .. "ACCEL_LUA_TEST_RANKS_PER_NODE=2 "
+  equiv('FSDP sharding_strategy = "HYBRID_SHARD" (2 machines x 2)', 4, fsdp("HYBRID_SHARD"), {}, with(FSDP, {stage = 3}))
+  equiv('FSDP sharding_strategy = "HYBRID_SHARD_ZERO2" (2 machines x 2)', 4, fsdp("HYBRID_SHARD_ZERO2"), {},
+    with(FSDP, {stage = 2}))
+  ENV = saved
+end
 
 -- ---- (b) clipping, accumulation, bf16, fp16 with an overflowing step ----
 local function same_norm(run, ref)

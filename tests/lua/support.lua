@@ -262,7 +262,7 @@ end
 function M.job_env(dir)
   return "env -u ACCEL_LUA_COLLECTIVE_TIMEOUT -u ACCEL_LUA_DIST_BACKEND -u ACCEL_LUA_MIXED_PRECISION "
     .. "-u ACCEL_LUA_GRADIENT_ACCUMULATION_STEPS -u ACCEL_LUA_USE_DEEPSPEED -u ACCEL_LUA_USE_FSDP "
-    .. "-u ACCEL_LUA_DEBUG_MODE -u ACCELERATE_DEBUG_MODE "
+    .. "-u ACCEL_LUA_DEBUG_MODE -u ACCELERATE_DEBUG_MODE -u ACCEL_LUA_TEST_RANKS_PER_NODE "
     .. "ACCEL_LUA_CONFIG=" .. M.shell_quote(dir .. "/no-config.yaml") .. " " .. M.asan_env()
 end
 
@@ -275,6 +275,17 @@ function M.launcher(jobs, env, helpers)
     for i, a in ipairs({...}) do args[i] = M.shell_quote(tostring(a)) end
     return jobs.run(("%stimeout -k 5 120 %s launch --cpu --num_processes %d %s %s"):format(env,
       M.shell_quote(M.ACCEL_LUA), np, M.shell_quote(helpers .. helper), table.concat(args, " ")))
+  end
+end
+
+-- mpirun(np, args, env) for jobs = M.job_checks(): runs `mpirun -np np
+-- accel-lua args` (oversubscribed, limited to 90 s) after the environment
+-- prefix base (e.g. "env -u X ") and env -> {code, out, err, secs}.
+function M.mpi_runner(jobs, base)
+  local asan = M.asan_env()
+  return function(np, args, env)
+    return jobs.run(("%s%s%stimeout -k 5 90 mpirun --allow-run-as-root --oversubscribe -np %d %s %s"):format(base,
+      asan, env or "", np, M.shell_quote(M.ACCEL_LUA), args))
   end
 end
 

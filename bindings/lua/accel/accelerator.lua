@@ -1059,7 +1059,7 @@ function Accelerator:gather(data) return ops.gather(self.state.comm, data) end
 
 local function all_tensors(data)
   if accel.is_tensor(data) then return true end
-  if type(data) ~= "table" or getmetatable(data) ~= nil or next(data) == nil then return false end
+  if not util.is_container(data) or next(data) == nil then return false end
   for _, v in pairs(data) do
     if not all_tensors(v) then return false end
   end
@@ -1743,4 +1743,8 @@ function Accelerator:load_state(input_dir)
   return dir
 end
 
+
+-- A method called with "." instead of ":" raises at the caller's line.
+util.check_methods(Accelerator, "Accelerator")
+util.check_methods(HookHandle, "RemovableHandle")
 return M

@@ -196,4 +196,7 @@ function GradScaler:load_state_dict(s)
   self.growth_interval, self.growth_tracker = s.growth_interval, s._growth_tracker
 end
 
+
+-- A method called with "." instead of ":" raises at the caller's line.
+require("accel.util").check_methods(GradScaler, "GradScaler")
 return amp

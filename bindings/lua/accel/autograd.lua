@@ -59,4 +59,7 @@ function autograd.backward(t, grad)
   accel._C.backward_many(t, grad)
 end
 
+-- ctx.save_for_backward(x) (PyTorch spells it with a dot): "ctx:save_for_backward(...)"
+require("accel.util").check_methods(Ctx, "ctx")
+
 return autograd

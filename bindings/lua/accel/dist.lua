@@ -11,7 +11,9 @@
 --   dist.broadcast(t, src, {async_op=})                                -> t (in place)
 --   dist.barrier({async_op=})
 --   dist.all_gather_bytes(s) -> list of every rank's string; dist.broadcast_bytes(s, src) -> string
---   dist.counters() -> calls, bytes (tables by kind, plus .total); dist.reset_counters()
+--   dist.counters([group]) -> calls, bytes (tables by kind, plus .total); dist.reset_counters()
+--   dist.node_group(), dist.cross_node_group(), dist.split_group(color, key, {group=})
+--     -> accel.dist.Group; every collective takes {group = g} (its ranks are g's)
 --   dist.set_timeout(seconds >= 0, 0 = off), dist.get_timeout(); dist.progress(); dist.abort([code])
 --
 -- Ranks are 0-based values (src too), as in PyTorch and Accelerate. The
@@ -46,8 +48,14 @@ local function options(o, allowed, name)
   return o
 end
 
-local ASYNC = {async_op = true}
-local ASYNC_OUT = {async_op = true, out = true}
+local ASYNC = {async_op = true, group = true}
+local ASYNC_OUT = {async_op = true, out = true, group = true}
+
+-- C function fn on o.group (a sub-communicator, passed first) or the world.
+local function on(fn, o, ...)
+  if o.group ~= nil then return fn(o.group, ...) end
+  return fn(...)
+end
 
 -- Positional op or src that may be left out in favour of the options table.
 local function split(v, o)
@@ -59,46 +67,47 @@ function dist.init() return C.dist_init() end
 function dist.is_initialized() return C.dist_is_initialized() end
 function dist.info() return C.dist_info() end
 function dist.get_backend() return C.dist_info().backend end
-function dist.get_rank() return C.dist_info().rank end
-function dist.get_world_size() return C.dist_info().world_size end
+-- get_rank(group) / get_world_size(group): in the group when one is given.
+function dist.get_rank(group) return group and group:info().rank or C.dist_info().rank end
+function dist.get_world_size(group) return group and group:info().size or C.dist_info().world_size end
 function dist.get_local_rank() return C.dist_info().local_rank end
 function dist.get_local_world_size() return C.dist_info().local_world_size end
 
 function dist.all_reduce(t, op, o)
   op, o = split(op, o)
-  o = options(o, {async_op = true, op = true}, "all_reduce")
-  return C.dist_all_reduce(t, op or o.op or "sum", o.async_op)
+  o = options(o, {async_op = true, op = true, group = true}, "all_reduce")
+  return on(C.dist_all_reduce, o, t, op or o.op or "sum", o.async_op)
 end
 
 function dist.reduce_scatter(input, op, o)
   op, o = split(op, o)
-  o = options(o, {async_op = true, out = true, op = true}, "reduce_scatter")
-  return C.dist_reduce_scatter(input, op or o.op or "sum", o.out, o.async_op)
+  o = options(o, {async_op = true, out = true, op = true, group = true}, "reduce_scatter")
+  return on(C.dist_reduce_scatter, o, input, op or o.op or "sum", o.out, o.async_op)
 end
 
 function dist.all_gather(t, o)
   o = options(o, ASYNC_OUT, "all_gather")
-  return C.dist_all_gather(t, o.out, o.async_op)
+  return on(C.dist_all_gather, o, t, o.out, o.async_op)
 end
 
 function dist.all_gather_v(t, o)
   o = options(o, ASYNC, "all_gather_v")
-  return C.dist_all_gather_v(t, o.async_op)
+  return on(C.dist_all_gather_v, o, t, o.async_op)
 end
 
 function dist.broadcast(t, src, o)
   src, o = split(src, o)
-  o = options(o, {async_op = true, src = true}, "broadcast")
+  o = options(o, {async_op = true, src = true, group = true}, "broadcast")
   src = src or o.src or 0
   if type(src) ~= "number" or src ~= math.floor(src) then
     error(("broadcast: src must be a rank number (0-based), got %s"):format(tostring(src)), 2)
   end
-  return C.dist_broadcast(t, src, o.async_op)
+  return on(C.dist_broadcast, o, t, src, o.async_op)
 end
 
 function dist.barrier(o)
   o = options(o, ASYNC, "barrier")
-  return C.dist_barrier(o.async_op)
+  return on(C.dist_barrier, o, o.async_op)
 end
 
 function dist.all_gather_bytes(s)
@@ -110,7 +119,28 @@ end
 
 function dist.broadcast_bytes(s, src) return C.dist_broadcast_bytes(s, src or 0) end
 
-function dist.counters() return C.dist_counters() end
+-- counters(group): that group's calls only; without one, every call of this process.
+function dist.counters(group)
+  if group then return C.dist_counters(group) end
+  return C.dist_counters()
+end
+
+-- Groups (sub-communicators, core/dist.h): node_group() the processes on
+-- this machine, cross_node_group() those with this one's node rank on
+-- every machine (both made once, collectively, and kept);
+-- split_group(color, key, {group=}) a new group of the members (of the
+-- world or of group) with the same color, ranked by key (default: rank),
+-- freed by g:free() or when collected. g:info() -> {rank, size, label,
+-- world_ranks}. Pass {group = g} to a collective to run it in g.
+function dist.node_group() return C.dist_group("node") end
+function dist.cross_node_group() return C.dist_group("cross_node") end
+function dist.split_group(color, key, o)
+  o = options(o, {group = true}, "split_group")
+  if type(color) ~= "number" or color ~= math.floor(color) or color < 0 then
+    error(("split_group: color must be an integer >= 0, got %s"):format(tostring(color)), 2)
+  end
+  return on(C.dist_split, o, color, key)
+end
 function dist.reset_counters() C.dist_reset_counters() end
 
 function dist.set_timeout(seconds)

@@ -14,6 +14,7 @@
 -- leaves through.
 local accel = require("accel")
 local raise = require("accel.nn.module").raise
+local is_container = require("accel.util").is_container
 
 local ops = {}
 
@@ -38,7 +39,7 @@ end
 -- in sorted key order.
 local function map_tensors(data, fn)
   if accel.is_tensor(data) then return fn(data) end
-  if type(data) == "table" and getmetatable(data) == nil then
+  if is_container(data) then
     local out = {}
     for _, k in ipairs(sorted_keys(data)) do out[k] = map_tensors(data[k], fn) end
     return out
@@ -60,7 +61,7 @@ end
 -- The first leaf of data that is not a tensor: its description and path.
 local function first_other(data, path)
   if accel.is_tensor(data) then return nil end
-  if type(data) ~= "table" or getmetatable(data) ~= nil then return type_text(data), path end
+  if not is_container(data) then return type_text(data), path end
   for _, k in ipairs(sorted_keys(data)) do
     local what, where = first_other(data[k], path .. key_text(k))
     if what then return what, where end

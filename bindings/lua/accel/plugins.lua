@@ -540,4 +540,9 @@ configuration("DataLoaderConfiguration", {split_batches = "boolean", even_batche
   {dispatch_batches = only("every process iterates its own shard of the loader; dispatching batches from the main "
     .. "process is not implemented", false)})
 
+
+-- A method called with "." instead of ":" raises at the caller's line.
+require("accel.util").check_methods(ProjectConfiguration, "ProjectConfiguration")
+require("accel.util").check_methods(DeepSpeedPlugin, "DeepSpeedPlugin")
+require("accel.util").check_methods(FSDPPlugin, "FullyShardedDataParallelPlugin")
 return M

@@ -218,4 +218,10 @@ function DataLoaderShard:skip_first_batches(n)
   return M.wrap_loader(self.base:skip_first_batches(n), o)
 end
 
+
+-- A method called with "." instead of ":" raises at the caller's line.
+require("accel.util").check_methods(AcceleratedOptimizer, "AcceleratedOptimizer")
+require("accel.util").check_methods(AcceleratedScheduler, "AcceleratedScheduler")
+require("accel.util").check_methods(DataLoaderShard, "DataLoaderShard")
+DataLoaderShard.__call = require("accel.data.loader").__call
 return M

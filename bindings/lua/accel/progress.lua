@@ -9,8 +9,10 @@
 --
 -- Options: desc, file (default io.stderr), disable, quiet, mininterval
 -- (seconds between terminal redraws, default 0.1), ascii (bar drawn with '#'),
--- tty (true / false: force terminal or plain mode; default isatty(file)),
--- ncols (line width on a terminal; default the terminal's width, else 80).
+-- tty (true / false: force terminal or plain mode; default isatty(file), and
+-- under `accel-lua launch` for io.stdout / io.stderr whether launch's own
+-- stdout / stderr is a terminal, on the main process only), ncols (line
+-- width on a terminal; default the terminal's width, else 80).
 --
 -- On a terminal one line is redrawn in place, at most every mininterval:
 --   epoch 1:  45%|█████████▎           | 45/100 [00:02<00:03, 20.51it/s, loss=0.123]
@@ -22,9 +24,16 @@
 --
 -- Decisions: `disable` defaults to true on a process whose local rank
 -- (LOCAL_RANK or OMPI_COMM_WORLD_LOCAL_RANK) is not 0, so only the local
--- main process draws; the rate is the average since the bar started; the
--- count is what has been consumed, so wrap() adds one when the loop asks for
--- the next item (as tqdm does); set_postfix values (numbers, one-element
+-- main process draws (Accelerate's tqdm(main_process_only=True) rule, so on
+-- several machines each machine's local main process reports); under
+-- `accel-lua launch` every rank writes into what mpirun gives it, and launch
+-- tells the ranks (ACCEL_LUA_STDOUT_TTY / ACCEL_LUA_STDERR_TTY /
+-- ACCEL_LUA_COLUMNS) whether that ends on its terminal: only the main
+-- process (rank 0) then redraws in place, a local main process of another
+-- machine prints plain lines; each redraw is flushed at once (no newline
+-- ends it); the rate is the average since the bar started; the count is
+-- what has been consumed, so wrap() adds one when the loop asks for the
+-- next item (as tqdm does); set_postfix values (numbers, one-element
 -- tensors, strings) are formatted only when a line is drawn, keys sorted.
 -- wrap() returns the bar as the generic-for's closing value, so in Lua 5.4 a
 -- `break` out of the loop (or an error) closes the bar too.
@@ -41,13 +50,51 @@ local Bar = {}
 Bar.__index = Bar
 Bar.__close = function(self) self:close() end
 
+-- Whether the first of these variables that is set says 0 (or none is set).
+local function rank_is_zero(names)
+  for _, name in ipairs(names) do
+    local rank = os.getenv(name)
+    if rank ~= nil and rank ~= "" then return tonumber(rank) == 0 end
+  end
+  return true
+end
+
 local function is_main_local_process()
-  local rank = os.getenv("LOCAL_RANK") or os.getenv("OMPI_COMM_WORLD_LOCAL_RANK")
-  return rank == nil or tonumber(rank) == 0
+  return rank_is_zero({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"})
+end
+
+local function is_main_process()
+  return rank_is_zero({"RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
 end
 
 local function is_lua_file(f)
   return io.type(f) == "file"
+end
+
+-- Under `accel-lua launch` the ranks write into what mpirun gives them (a
+-- pipe for stderr; for stdout a pseudo-terminal of Open MPI's, even when
+-- mpirun's own output goes to a file), so isatty there says nothing about
+-- where the output ends. launch says it instead: ACCEL_LUA_STDOUT_TTY /
+-- ACCEL_LUA_STDERR_TTY are 1 when its own stdout / stderr is a terminal,
+-- else 0, and ACCEL_LUA_COLUMNS is its width. Only the main process takes a
+-- 1 as a terminal: every rank's output reaches the same one, and two bars
+-- redrawn there would overwrite each other. Returns true / false when launch
+-- said, nil when it did not (not under launch, or another file).
+local function launcher_terminal(file)
+  local var = (file == io.stdout and "ACCEL_LUA_STDOUT_TTY") or (file == io.stderr and "ACCEL_LUA_STDERR_TTY")
+  local said = var and os.getenv(var)
+  if said ~= "1" and said ~= "0" then return nil end
+  return said == "1" and is_main_process()
+end
+
+-- Terminal mode or not, and the width when known, for a bar writing to file.
+local function terminal_of(file)
+  if not is_lua_file(file) then return false, nil end
+  local own = C.isatty(file)
+  local width = own and C.terminal_width(file) or nil
+  local said = launcher_terminal(file)
+  if said == nil then return own, width end
+  return said, said and (width or tonumber(os.getenv("ACCEL_LUA_COLUMNS"))) or nil
 end
 
 -- "mm:ss" or "h:mm:ss"
@@ -91,11 +138,12 @@ function progress.bar(total, opts)
   local disable = opts.disable
   if disable == nil then disable = not is_main_local_process() end
   local tty = opts.tty
-  if tty == nil then tty = is_lua_file(file) and C.isatty(file) end
+  local found_tty, width = terminal_of(file)
+  if tty == nil then tty = found_tty end
   local self = setmetatable({
     n = 0, total = total, desc = opts.desc, file = file, disabled = disable, tty = tty,
     quiet = opts.quiet, ascii = opts.ascii, mininterval = opts.mininterval or 0.1,
-    ncols = opts.ncols or (tty and is_lua_file(file) and C.terminal_width(file)) or 80,
+    ncols = opts.ncols or (tty and width) or 80,
     next_pct = PLAIN_STEP, printed_n = -1,
   }, Bar)
   self.start = accel.clock()
@@ -273,5 +321,8 @@ function progress.wrap(it, total, opts)
     return pass(f(s, ctrl))
   end, nil, nil, bar
 end
+
+-- bar.update(1): "ProgressBar.update: call it as obj:update(...)"
+require("accel.util").check_methods(Bar, "ProgressBar")
 
 return progress

@@ -9,7 +9,9 @@
 --     bucket_cap_mb = 25,             -- stage 1's DDP buckets; stage 1-2 default units
 --     offload_optimizer = false,      -- "cpu" / true: optimizer shards on the host
 --     broadcast = true,               -- rank 0's parameters to every rank first
---     backward_prefetch = false})     -- stage 3: gather the next unit during a backward
+--     backward_prefetch = false,      -- stage 3: gather the next unit during a backward
+--     hybrid = false})                -- HYBRID_SHARD (stage 3) / HYBRID_SHARD_ZERO2 (stage 2):
+--                                     -- shard inside each machine, replicate across machines
 --   for each step:
 --     loss:backward(); eng:finalize()        -- (step / clip call finalize themselves)
 --     eng:clip_grad_norm_(1.0)               -- -> total norm (0-dim float32 tensor)
@@ -65,7 +67,7 @@ local C = accel._C
 local shard = {}
 
 local OPTIONS = {stage = "number", wrap = "any", bucket_cap_mb = "number", offload_optimizer = "any",
-  broadcast = "boolean", backward_prefetch = "boolean"}
+  broadcast = "boolean", backward_prefetch = "boolean", hybrid = "boolean"}
 
 local Engine = {}
 Engine.__index = Engine
@@ -312,6 +314,10 @@ local function check_engine_options(o)
   if off ~= nil and off ~= false and off ~= true and off ~= "cpu" and off ~= "none" then
     raise("shard.Engine: offload_optimizer must be false, true, \"cpu\" or \"none\", got %s", tostring(off))
   end
+  if o.hybrid and stage < 2 then
+    raise("shard.Engine: hybrid = true needs stage 2 (HYBRID_SHARD_ZERO2) or 3 (HYBRID_SHARD), got stage %s",
+      tostring(stage))
+  end
   local cap = o.bucket_cap_mb or 25
   if not (cap > 0) then raise("shard.Engine: bucket_cap_mb must be a positive number, got %s", tostring(cap)) end
   return stage, cap, off == true or off == "cpu"
@@ -336,7 +342,7 @@ function shard.Engine(model, optimizer, o)
   local unit_of, units, has_root = assign(params, policy_units(model, o.wrap, params_sharded, cap, params))
   self._units, self._has_root = units, has_root
   self._c = C.shard_engine(params, unit_of, {stage = stage, bucket_cap_mb = cap, offload_optimizer = offload,
-    broadcast = o.broadcast ~= false, backward_prefetch = o.backward_prefetch == true})
+    broadcast = o.broadcast ~= false, backward_prefetch = o.backward_prefetch == true, hybrid = o.hybrid == true})
   self._unit_of = unit_of
   if params_sharded then install_hooks(self) end
   for _, p in ipairs(params) do owned[p] = self end
@@ -472,7 +478,10 @@ function Engine:load_full_optim_state(st)
 end
 
 -- This rank's shards and the index of every rank's:
--- {rank, world, stage, state_names = {"exp_avg", ...},
+-- {rank, world, stage, replica, replicas, state_names = {"exp_avg", ...},
+-- (hybrid: rank / world / index are within this machine; replica is the
+-- machine's index, replicas their number: every machine holds the same
+-- shards, so replica 0's files are a complete checkpoint)
 --  tensors = {["unit1.param"] = t, ["unit1.exp_avg"] = t, ...},
 --  steps = {[name] = n},
 --  units = {{numel, padded, shard, params = {{name, shape, offset, numel}}}},
@@ -481,7 +490,8 @@ end
 function Engine:shard_state()
   local c = self:_live()
   local info, units = c:info(), c:units()
-  local out = {rank = info.rank, world = info.world, stage = info.stage, state_names = c:state_names(),
+  local out = {rank = info.rank, world = info.world, stage = info.stage, replica = info.replica,
+    replicas = info.replicas, state_names = c:state_names(),
     tensors = {}, steps = {}, units = {}, index = {}}
   local states = {"param"}
   for k, n in ipairs(out.state_names) do states[k + 1] = n end

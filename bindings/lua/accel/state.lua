@@ -239,4 +239,8 @@ function GradientState:do_sync()
   end
 end
 
+-- state.wait_for_everyone(): "PartialState.wait_for_everyone: call it as obj:wait_for_everyone(...)"
+require("accel.util").check_methods(PartialState, "PartialState")
+require("accel.util").check_methods(GradientState, "GradientState")
+
 return M

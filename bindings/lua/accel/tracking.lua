@@ -824,4 +824,8 @@ function Tracker:finish()
   if first_err then error(first_err, 0) end
 end
 
+-- tracker.log(...): "Tracker.log: call it as obj:log(...)"
+require("accel.util").check_methods(Tracker, "Tracker")
+require("accel.util").check_methods(GeneralTracker, "GeneralTracker")
+
 return tracking

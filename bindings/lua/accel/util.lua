@@ -25,6 +25,126 @@ function util.property_index(class, props)
   end
 end
 
+-- ---- method calls with `.` instead of `:` ----
+--
+-- util.check_methods(class, name, [o]) wraps each public method of class
+-- (a function field whose name has no leading "_" and is not in
+-- o.skip / the constructors new, extend, init, from_pretrained,
+-- from_config) so that its first argument
+-- must be an instance: `opt.step()` raises "SGD.step: call it as
+-- obj:step(...), not obj.step(...)" at the user's file:line instead of a
+-- confusing error inside the method. o.is_instance(x) decides what an
+-- instance is (default: x's metatable is class or a subclass of it, found
+-- through the metatables' _super / super fields or their __index chain).
+-- The cost is one extra call, a getmetatable and a table read per call
+-- (about 60 ns; the class walk runs once per metatable); hot paths
+-- (a module's forward, tensor methods) are left out or checked in C.
+
+local CONSTRUCTORS = {new = true, extend = true, init = true, from_pretrained = true, from_config = true}
+
+-- The parent class of class table c, or nil.
+local function parent_of(c)
+  local p = rawget(c, "_super") or rawget(c, "super")
+  if p ~= nil then return p end
+  local mt = getmetatable(c)
+  if type(mt) ~= "table" then return nil end
+  local idx = rawget(mt, "__index")
+  if type(idx) == "table" and idx ~= c then return idx end
+  return nil
+end
+
+function util.instance_of(x, class)
+  if type(x) ~= "table" and type(x) ~= "userdata" then return false end
+  local c = getmetatable(x)
+  local hops = 0
+  while type(c) == "table" and hops < 64 do
+    if rawequal(c, class) then return true end
+    c = parent_of(c)
+    hops = hops + 1
+  end
+  return false
+end
+
+-- The error for name.method called without an instance, at the user's line.
+function util.method_call_error(name, method, got)
+  util.raise("%s.%s: call it as obj:%s(...), not obj.%s(...) (the object itself must come first; got %s)",
+    name, method, method, method, got)
+end
+
+local function describe(x)
+  if x == nil then return "nil" end
+  local mt = getmetatable(x)
+  local n = type(mt) == "table" and rawget(mt, "__name")
+  if type(n) == "string" then return "a " .. n end
+  return "a " .. type(x)
+end
+
+-- wrapper -> the function it checks (a method copied to another class,
+-- `Conv2d.reset_parameters = Linear.reset_parameters`, is checked afresh for
+-- the class it lands in)
+local unchecked = setmetatable({}, {__mode = "k"})
+
+-- f wrapped so that its first argument must pass is_instance. What passes
+-- depends only on the metatable, so each metatable seen to pass is
+-- remembered: the usual call costs a getmetatable and a table read.
+-- A method of up to three fixed parameters gets a wrapper of the same
+-- arity (a vararg function costs a copy of its arguments per call; a
+-- method without varargs cannot tell the difference).
+function util.checked_method(f, name, method, is_instance)
+  f = unchecked[f] or f
+  local passed = setmetatable({}, {__mode = "k"})
+  local function check(self) -- the slow path: a metatable not seen yet
+    if not is_instance(self) then util.method_call_error(name, method, describe(self)) end
+    local mt = getmetatable(self)
+    if mt ~= nil then passed[mt] = true end
+  end
+  local info = debug.getinfo(f, "u")
+  local n = not info.isvararg and info.nparams or nil
+  local w
+  if n == 1 then
+    w = function(self) if not passed[getmetatable(self)] then check(self) end return f(self) end
+  elseif n == 2 then
+    w = function(self, a) if not passed[getmetatable(self)] then check(self) end return f(self, a) end
+  elseif n == 3 then
+    w = function(self, a, b) if not passed[getmetatable(self)] then check(self) end return f(self, a, b) end
+  else
+    w = function(self, ...) if not passed[getmetatable(self)] then check(self) end return f(self, ...) end
+  end
+  unchecked[w] = f
+  return w
+end
+
+local function is_public_method(k, f, skip)
+  return type(k) == "string" and type(f) == "function" and k:sub(1, 1) ~= "_" and not CONSTRUCTORS[k]
+    and not skip[k]
+end
+
+-- Field k = f of class name: f checked if it is a public method, else f.
+function util.method_field(k, f, name, is_instance, skip)
+  if is_public_method(k, f, skip or {}) then return util.checked_method(f, name, k, is_instance) end
+  return f
+end
+
+function util.check_methods(class, name, o)
+  o = o or {}
+  local is_instance = o.is_instance or function(x) return util.instance_of(x, class) end
+  local keys = {}
+  for k in pairs(class) do keys[#keys + 1] = k end
+  for _, k in ipairs(keys) do
+    rawset(class, k, util.method_field(k, rawget(class, k), name, is_instance, o.skip))
+  end
+  return class
+end
+
+-- A table that accel.operations walks into as a container: no metatable,
+-- or one that only adds printing and marks itself __container = true (a
+-- module's state_dict).
+function util.is_container(t)
+  if type(t) ~= "table" then return false end
+  local mt = getmetatable(t)
+  return mt == nil or (type(mt) == "table" and rawget(mt, "__container") == true)
+end
+
 -- The contents of the file at path, or nil and io.open's message.
 function util.read_file(path)
   local f, err = io.open(path, "rb")

@@ -9,6 +9,9 @@
 --     save=PATH: at the end, full_state_dict + full_optim_state into PATH;
 --     load=PATH start=K: load them first and train on the data of steps K+1..  amp=no|bf16 (the model's forward under autocast, as the Accelerator patches it)
 --     stage=-1: DDP (accel.ddp.Reducer) on N ranks, the other reference
+--     hybrid=0|1: the engine's hybrid option (HYBRID_SHARD / _ZERO2); every
+--     rank then prints "state rank R elems E units U" (its optimizer state
+--     elements, summed over the slots, and the unit count)
 --
 -- Every optimizer step consumes the same 12 * accum samples of a fixed set
 -- (global batch 12 per micro-step, split evenly over the ranks); the
@@ -24,7 +27,7 @@ local nn, optim, dist = accel.nn, accel.optim, accel.dist
 
 local out = arg[1]
 local o = {stage = "0", steps = "20", accum = "1", clip = "0", opt = "adamw", wrap = "module_list", groups = "1",
-  offload = "none", amp = "no", prefetch = "0", save = "", load = "", start = "0"}
+  offload = "none", amp = "no", prefetch = "0", save = "", load = "", start = "0", hybrid = "0"}
 for i = 2, #arg do
   local k, v = arg[i]:match("^(%w+)=(.*)$")
   if not k or o[k] == nil then error("bad argument " .. arg[i]) end
@@ -103,7 +106,7 @@ if stage == -1 then
   reducer = accel.ddp.Reducer(model, {bucket_cap_mb = 0.0004})
 elseif stage > 0 then
   eng = accel.shard.Engine(model, optimizer, {stage = stage, wrap = wraps[o.wrap], bucket_cap_mb = 0.0004,
-    offload_optimizer = o.offload, backward_prefetch = o.prefetch == "1"})
+    offload_optimizer = o.offload, backward_prefetch = o.prefetch == "1", hybrid = o.hybrid == "1"})
 end
 
 -- Full parameters and optimizer state <-> one safetensors file.
@@ -170,6 +173,16 @@ if stage == 3 then
   end
 end
 
+if o.hybrid == "1" then
+  local elems, units = 0, eng:units()
+  for u = 1, #units do
+    for k = 1, 3 do
+      local t = eng._c:shard(u, k)
+      if t then elems = elems + t:numel() end
+    end
+  end
+  print(("state rank %d elems %d units %d"):format(rank, elems, #units))
+end
 if o.save ~= "" then save_full(o.save) end
 local sd
 if stage <= 0 then

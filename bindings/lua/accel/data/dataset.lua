@@ -89,4 +89,8 @@ end
 
 M.TensorDatasetClass = TensorDataset
 
+-- ds.get(1): "TensorDataset.get: call it as obj:get(...)"
+require("accel.util").check_methods(FnDataset, "Dataset")
+require("accel.util").check_methods(TensorDataset, "TensorDataset")
+
 return M

@@ -158,4 +158,7 @@ function M.CSV(path, opts)
   return ds
 end
 
+-- tf.get(1): "TokenFile.get: call it as obj:get(...)"
+require("accel.util").check_methods(TokenFile, "TokenFile")
+
 return M

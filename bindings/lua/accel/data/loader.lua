@@ -207,6 +207,24 @@ function DataLoader:iter()
   end
 end
 
+-- `for batch in loader do` (the loader itself as the iterator, as a Python
+-- `for batch in loader:` reads): the loop's first call (control value nil)
+-- starts a pass as loader:iter() does, later calls continue it. A loop
+-- left with break leaves its pass; the next loop starts a new one.
+local for_passes = setmetatable({}, {__mode = "k"})
+
+function DataLoader:__call(_, control)
+  local it = for_passes[self]
+  if control == nil or it == nil then
+    it = self:iter()
+    for_passes[self] = it
+  end
+  return (function(...)
+    if (...) == nil then for_passes[self] = nil end
+    return ...
+  end)(it())
+end
+
 function DataLoader:set_epoch(epoch)
   U.check_int(epoch, 0, "DataLoader:set_epoch: epoch")
   local st = self._state
@@ -339,4 +357,7 @@ function DataLoader:shard(rank, world_size, opts)
 end
 
 -- data.DataLoader(dataset, opts) constructs; getmetatable(loader) == data.DataLoader.
+-- loader.iter() and the like: "DataLoader.iter: call it as obj:iter(...)"
+require("accel.util").check_methods(DataLoader, "DataLoader")
+
 return setmetatable(DataLoader, {__call = function(_, dataset, opts) return DataLoader.new(dataset, opts) end})

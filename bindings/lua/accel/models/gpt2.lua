@@ -484,4 +484,7 @@ function GPT2LMHeadModel:save_pretrained(dir)
   accel.save(self:state_dict(), join(dir, "model.safetensors"), {format = "pt"})
 end
 
+-- config.to_dict(): "GPT2Config.to_dict: call it as obj:to_dict(...)"
+require("accel.util").check_methods(Config, "GPT2Config")
+
 return M

@@ -146,7 +146,7 @@ local function fused_attention_ok(q, k, v)
   end
   return q.dtype.is_floating_point and k.dtype == q.dtype and v.dtype == q.dtype and k:size(-2) > 0
     and q:size(-1) == k:size(-1) and v:size(-2) == k:size(-2)
-    and q.device.type == "cpu" and k.device.type == "cpu" and v.device.type == "cpu"
+    and k.device == q.device and v.device == q.device
 end
 
 -- Causal or masked attention: softmax(q k^T * scale + mask) v over the last
@@ -161,7 +161,7 @@ function F.scaled_dot_product_attention(q, k, v, o)
   local scores = q:matmul(k:transpose(-2, -1)) * scale
   local L, S = q:size(-2), k:size(-2)
   if opt(o, "is_causal", false) then
-    local mask = accel.ones(L, S, {dtype = accel.bool}):triu(1)
+    local mask = accel.ones(L, S, {dtype = accel.bool, device = q.device}):triu(1)
     scores = scores:masked_fill(mask, -math.huge)
   end
   local am = opt(o, "attn_mask", nil)

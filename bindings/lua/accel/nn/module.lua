@@ -147,9 +147,36 @@ local function new_instance(cls, ...)
   return self
 end
 
+-- A method defined on a Module class (`function Net:helper()`) is checked:
+-- `net.helper()` raises "Net.helper: call it as obj:helper(...)" at the
+-- user's line (accel.util.check_methods). forward is left unchecked: it is
+-- the hot path, and m(x) is how it is called.
+local util = require("accel.util")
+local NOT_CHECKED = {forward = true}
+
+-- is_instance(x): x is a module of class cls or of a subclass of it.
+local function class_is(c, cls)
+  while c do
+    if c == cls then return true end
+    c = rawget(c, "super")
+  end
+  return false
+end
+
+local function instance_checker(cls)
+  return function(x)
+    return type(x) == "table" and class_is(class_of(x), cls)
+  end
+end
+
+local function define_method(cls, k, v)
+  rawset(cls, k, util.method_field(k, v, rawget(cls, "__name"), instance_checker(cls), NOT_CHECKED))
+end
+
 local class_mt = {
   __call = new_instance,
   __tostring = function(cls) return "class " .. cls.__name end,
+  __newindex = define_method,
 }
 
 -- Class:extend(name) -> a subclass of Class named name.
@@ -160,7 +187,8 @@ function Module.extend(parent, name)
   end
   local cls = {__name = name, super = parent}
   cls.__meta = make_meta(cls)
-  return setmetatable(cls, {__index = parent, __call = class_mt.__call, __tostring = class_mt.__tostring})
+  return setmetatable(cls, {__index = parent, __call = class_mt.__call, __tostring = class_mt.__tostring,
+                            __newindex = define_method})
 end
 
 Module.__meta = make_meta(Module)
@@ -183,14 +211,7 @@ end
 function Module:_get_name() return class_of(self).__name end
 
 -- m:isinstance(nn.Linear): m's class is cls or a subclass of it.
-function Module:isinstance(cls)
-  local c = class_of(self)
-  while c do
-    if c == cls then return true end
-    c = rawget(c, "super")
-  end
-  return false
-end
+function Module:isinstance(cls) return class_is(class_of(self), cls) end
 
 -- ---- registration ----
 
@@ -432,16 +453,82 @@ local function state_entries(self, prefix, out)
   return out
 end
 
+-- ---- printing a state_dict ----
+-- print(model:state_dict()) shows one line per entry, in PyTorch's order
+-- (keys added later follow, sorted), with the tensor's shape and dtype:
+--   OrderedDict(
+--     fc.weight  [2, 3]  float32
+--     fc.bias    [2]     float32
+--   )
+-- The metatable holds only __name, __tostring, the key order and
+-- __container (accel.util.is_container: still a plain table for pairs,
+-- indexing and accel.operations).
+
+local function entry_text(v)
+  if not accel.is_tensor(v) then return tostring(v), "" end
+  local dims = {}
+  for d = 1, v:dim() do dims[d] = tostring(v:size(d)) end
+  return "[" .. table.concat(dims, ", ") .. "]", (tostring(v.dtype):gsub("^accel%.", ""))
+end
+
+local function state_dict_order(sd, keys)
+  local order, seen, rest = {}, {}, {}
+  for _, k in ipairs(keys) do
+    if rawget(sd, k) ~= nil then order[#order + 1], seen[k] = k, true end
+  end
+  for k in pairs(sd) do
+    if not seen[k] then rest[#rest + 1] = tostring(k) end
+  end
+  table.sort(rest)
+  for _, k in ipairs(rest) do order[#order + 1] = k end
+  return order
+end
+
+local function state_dict_tostring(sd)
+  local order = state_dict_order(sd, getmetatable(sd).keys)
+  if #order == 0 then return "OrderedDict()" end
+  local rows, w1, w2 = {}, 0, 0
+  for i, k in ipairs(order) do
+    local shape, dtype = entry_text(sd[k])
+    rows[i] = {k, shape, dtype}
+    w1, w2 = math.max(w1, #k), math.max(w2, #shape)
+  end
+  local lines = {"OrderedDict("}
+  for _, r in ipairs(rows) do
+    lines[#lines + 1] = (("  %-" .. w1 .. "s  %-" .. w2 .. "s  %s"):format(r[1], r[2], r[3])):gsub("%s+$", "")
+  end
+  lines[#lines + 1] = ")"
+  return table.concat(lines, "\n")
+end
+
 -- state_dict([{prefix = "", keep_vars = false}]) -> {key = tensor}: detached
--- tensors sharing the module's storage. state_dict_keys() lists the keys in
--- PyTorch's order.
+-- tensors sharing the module's storage (a plain table that prints as above).
+-- state_dict_keys() lists the keys in PyTorch's order.
+
+-- The open stage-3 sharding engine whose model is m, or nil: its
+-- parameters are released between uses, so state_dict gathers them.
+local function stage3_engine_of(m)
+  local eng = package.loaded["accel.shard"] and package.loaded["accel.shard"].engine_of(m)
+  if eng and eng.stage == 3 and rawequal(eng.model, m) then return eng end
+  return nil
+end
+
 function Module:state_dict(o)
   o = opts_of(o)
-  local sd = {}
-  for _, e in ipairs(state_entries(self, o.prefix or "", {})) do
-    sd[e[1]] = o.keep_vars and e[2] or e[2]:detach()
+  if not o.keep_vars and stage3_engine_of(self) then
+    -- under ZeRO-3 / FULL_SHARD: the full weights, gathered one tensor at a
+    -- time (collective: every process calls it), as accelerator:get_state_dict
+    local full, sd = require("accel.shard_checkpoint").full_state_dict(self), {}
+    for k, t in pairs(full) do sd[(o.prefix or "") .. k] = t end
+    return setmetatable(sd, {__name = "OrderedDict", __tostring = state_dict_tostring, __container = true,
+      keys = self:state_dict_keys()})
   end
-  return sd
+  local sd, keys = {}, {}
+  for i, e in ipairs(state_entries(self, o.prefix or "", {})) do
+    sd[e[1]] = o.keep_vars and e[2] or e[2]:detach()
+    keys[i] = e[1]
+  end
+  return setmetatable(sd, {__name = "OrderedDict", __tostring = state_dict_tostring, __container = true, keys = keys})
 end
 
 function Module:state_dict_keys()

@@ -38,7 +38,8 @@ local optim = {}
 
 -- ---- errors at the user's line ----
 
-local raise = require("accel.util").raise
+local util = require("accel.util")
+local raise = util.raise
 optim._raise = raise
 
 local is_tensor = accel.is_tensor
@@ -58,6 +59,7 @@ local function show(v)
     for i, x in ipairs(v) do parts[i] = show(x) end
     return "(" .. table.concat(parts, ", ") .. ")"
   end
+  if type(v) == "boolean" then return v and "True" or "False" end -- as PyTorch prints a group
   return tostring(v)
 end
 
@@ -83,7 +85,10 @@ function Optimizer:extend(name)
   cls.__index = cls
   cls.__name = name
   cls._super = self
-  return setmetatable(cls, {__index = self, __call = new_instance})
+  -- methods defined on the class later are checked (accel.util.check_methods)
+  local function is_instance(x) return util.instance_of(x, cls) end
+  local function define(c, k, v) rawset(c, k, util.method_field(k, v, name, is_instance)) end
+  return setmetatable(cls, {__index = self, __call = new_instance, __newindex = define})
 end
 
 -- isinstance(x, Optimizer) for any subclass
@@ -494,6 +499,9 @@ end
 optim.Adam = adam_class("Adam", 0, false)
 -- AdamW: as Adam, decoupled weight decay (default 1e-2)
 optim.AdamW = adam_class("AdamW", 1e-2, true)
+
+-- opt.step() and the like: "Optimizer.step: call it as obj:step(...)"
+util.check_methods(Optimizer, "Optimizer")
 
 -- accel.optim.lr_scheduler, loaded on first use
 return setmetatable(optim, {

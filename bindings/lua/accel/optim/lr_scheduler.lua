@@ -22,6 +22,7 @@
 -- LinearLR's start_factor > 0 (as PyTorch 2 requires).
 local optim = require("accel.optim")
 local raise = optim._raise
+local util = require("accel.util")
 
 local S = {}
 
@@ -605,5 +606,8 @@ function S.get_linear_schedule_with_warmup(optimizer, ...)
   end
   return S.LambdaLR(optimizer, lr_lambda, {last_epoch = a.last_epoch})
 end
+
+-- sched.step() and the like: "LRScheduler.step: call it as obj:step(...)"
+util.check_methods(LRScheduler, "LRScheduler")
 
 return S

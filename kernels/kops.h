@@ -1,0 +1,90 @@
+/* kops.h: the op vocabulary every backend shares: the elementwise,
+ * unary and reduction op codes and the parameter blocks of the fused ops
+ * (optimizer steps, convolution, pooling, attention). Neutral ground: the
+ * core, the backend interface (core/backend.h) and each backend's kernels
+ * include it; no backend defines these itself. Sizes and strides are in
+ * elements. */
+#ifndef ACCEL_KOPS_H
+#define ACCEL_KOPS_H
+
+#include <stdint.h>
+
+typedef enum {
+    KB_ADD, KB_SUB, KB_MUL, KB_DIV, KB_POW, KB_MAX, KB_MIN,
+    KB_EQ, KB_NE, KB_LT, KB_LE, KB_GT, KB_GE, /* comparisons: output uint8 0/1 */
+    KB_AND, KB_OR, KB_XOR,                    /* logical (nonzero = true), output uint8 */
+    KB_FLOORDIV, KB_REMAINDER,                /* Python semantics (floor) */
+    KB_COUNT
+} KBinOp;
+
+static inline int kbin_is_compare(KBinOp op) { return op >= KB_EQ && op <= KB_XOR; }
+
+typedef enum {
+    KU_NEG, KU_EXP, KU_LOG, KU_SQRT, KU_RSQRT, KU_TANH, KU_SIGMOID, KU_RELU,
+    KU_GELU,      /* exact: 0.5 x (1 + erf(x / sqrt 2)) */
+    KU_GELU_TANH, /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+    KU_SILU, KU_ABS, KU_SIN, KU_COS, KU_SQUARE, KU_RECIP, KU_SIGN,
+    KU_CLAMP,     /* p1 = min (or -INF), p2 = max (or +INF) */
+    KU_POW,       /* x ^ p1 */
+    KU_RPOW,      /* p1 ^ x */
+    KU_LOG1P, KU_EXPM1, KU_FLOOR, KU_CEIL, KU_ROUND, KU_TRUNC, KU_ERF,
+    KU_LEAKY_RELU, /* slope p1 */
+    KU_NOT,        /* logical not: output value 1 where x == 0 */
+    KU_COUNT
+} KUnOp;
+
+/* x is contiguous with logical shape (outer, n, inner); reduce over n.
+ * out has (outer, inner). SUM accumulates in double for f32 (so fp32 sums
+ * are as good as pairwise); MEAN = SUM / n; PROD; MAX/MIN propagate NaN. */
+typedef enum { KR_SUM, KR_MEAN, KR_PROD, KR_MAX, KR_MIN, KR_COUNT } KRedOp;
+
+/* SGD and Adam/AdamW with all of PyTorch's options (formulas at the top of
+ * optim.c). Scalars in double; elementwise work in the buffer's type. */
+typedef struct {
+    double lr, momentum, dampening, weight_decay;
+    int nesterov, maximize;
+} KSgdArgs;
+
+typedef struct {
+    double lr, beta1, beta2, eps, weight_decay;
+    int decoupled; /* 1: AdamW (p *= 1 - lr wd); 0: Adam (g += wd p) */
+    int maximize;
+    int64_t step;  /* 1-based step count after the increment */
+} KAdamArgs;
+
+/* x (N, C, H, W), w (O, C/groups, KH, KW), b (O), y (N, O, OH, OW), all
+ * contiguous. ph/pw pad the top/left edges; OH/OW (computed by the caller)
+ * fix how far the windows reach, so bottom/right padding is implicit.
+ * dt: F32, F64, or BF16 (x, w, gy in bf16; y, b, gx, gw, gb in f32).
+ * Return 0, or nonzero when memory or the library failed. */
+typedef struct {
+    int64_t N, C, H, W, O, KH, KW, OH, OW;
+    int64_t sh, sw, ph, pw, dh, dw, groups;
+} KConv2d;
+
+/* x (NC, H, W) -> y (NC, OH, OW), and where each maximum sits (either may be
+ * NULL): idx, its flat position h*W + w in the plane (PyTorch's
+ * return_indices), code, its position kh*KW + kw in the window (needs
+ * KH*KW <= 256). NaN propagates. Padding must leave every window an input
+ * element. Backward: gx = 0, then gx[plane][position] += gy, the position
+ * from idx, or from code when idx is NULL. */
+typedef struct {
+    int64_t NC, H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw;
+} KPool2d;
+
+/* q (B, H, L, D), k (B, H, S, D), v (B, H, S, Dv), o (B, H, L, Dv), each
+ * with its own strides for the batch, head and row dims (st[0..2]) and a
+ * contiguous last dim; gradients have their own strides too. lse (B, H, L)
+ * contiguous: the row log-sum-exp the forward saves for backward.
+ * o = softmax(scale q k^T [causal: key j > query i masked]) v, never
+ * forming the (L, S) scores. Backward overwrites gq, gk, gv. Causal needs
+ * S >= 1. Returns 0, or nonzero when memory or the GEMM library failed. */
+typedef struct {
+    int64_t B, H, L, S, D, Dv;
+    int64_t sq[3], sk[3], sv[3], so[3];
+    int64_t sgq[3], sgk[3], sgv[3], sgo[3];
+    double scale;
+    int causal;
+} KAttn;
+
+#endif

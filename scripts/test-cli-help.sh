@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# test-cli-help.sh: every accel-lua subcommand answers --help and -h (usage,
+# flags, an example; exit 0, nothing on stderr), and a mistyped command name
+# that is no file says "unknown command 'X', did you mean Y?" (exit 2),
+# while an existing file of that name, a .lua name and options still go to
+# the interpreter. The subcommands are read from `accel-lua --help`, so a
+# new one is checked without editing this file. Run by scripts/run-tests.sh:
+#
+#   scripts/test-cli-help.sh [BUILD_DIR]     (default: build)
+#
+# Prints one line per check and ends with "N passed, N failed".
+# shellcheck source=scripts/test-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/test-lib.sh" "$@"
+export HOME=$TMP/home
+unset ACCEL_LUA_CONFIG
+
+# The command names listed under "Commands:" in the program's own help.
+mapfile -t COMMANDS < <("$EXE" --help | sed -n '/^Commands:/,$p' | awk 'NR > 1 {print $1}')
+check "accel-lua --help lists the subcommands" '(( ${#COMMANDS[@]} >= 5 ))'
+
+# help_ok NAME WORDS...: `accel-lua WORDS` exits 0 with a usage line naming
+# the command (and its form, e.g. config default), at least one flag, an
+# example using that form, and an empty stderr.
+help_ok() {
+    local name=$1 err
+    shift
+    OUT=$("$EXE" "$@" 2>"$TMP/err")
+    RC=$?
+    err=$(<"$TMP/err")
+    local first=$1 words="$*"
+    check "$name" '(( RC == 0 )) && [[ -z $err ]] && has "usage: accel-lua $first" &&
+        has "  --" && [[ ${OUT#*Example:} == *"accel-lua ${words% -*}"* ]]'
+}
+
+for c in "${COMMANDS[@]}"; do
+    help_ok "$c --help" "$c" --help
+    help_ok "$c -h" "$c" -h
+done
+for c in default update; do
+    help_ok "config $c --help" config "$c" --help
+    help_ok "config $c -h" config "$c" -h
+done
+run "$EXE" config default --help
+check "config default --help describes defaults, writes nothing" \
+    'has "defaults" && [[ ! -e $HOME/.cache/accel-lua/default_config.yaml ]]'
+
+# Mistyped command names.
+run "$EXE" lauch train.lua
+check "lauch: did you mean launch (exit 2)" \
+    '(( RC == 2 )) && [[ $OUT == "accel-lua: unknown command '"'"'lauch'"'"', did you mean launch?" ]]'
+run "$EXE" confg
+check "confg: did you mean config" '(( RC == 2 )) && has "did you mean config?"'
+run "$EXE" merge-weight a b
+check "merge-weight: did you mean merge-weights" '(( RC == 2 )) && has "did you mean merge-weights?"'
+run "$EXE" zzzqqq
+check "a far word: unknown command, no file (exit 2)" \
+    '(( RC == 2 )) && has "unknown command '"'"'zzzqqq'"'"', and no file of that name"'
+printf 'print("ran " .. arg[0])\n' >"$TMP/lauch"
+(cd "$TMP" && run "$EXE" lauch && check "an existing file named lauch runs as a script" \
+    '(( RC == 0 )) && has "ran lauch"')
+run "$EXE" lauch.lua
+check "lauch.lua (no such file) is the interpreter's error" \
+    '(( RC == 1 )) && has "cannot open lauch.lua" && ! has "unknown command"'
+run "$EXE" -e 'print(1+1)'
+check "options still run" '(( RC == 0 )) && [[ $OUT == 2 ]]'
+
+finish

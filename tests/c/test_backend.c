@@ -1,0 +1,542 @@
+/* test_backend.c: backend conformance, in the way of ggml's
+ * test-backend-ops: every entry of the Backend interface (core/backend.h),
+ * for every dtype it supports, on random inputs with odd sizes, strided and
+ * broadcast operands, run on the backend under test (device memory, reached
+ * only through from_host / to_host) and compared with a reference.
+ *
+ * References: naive loops written here (elementwise ops through contiguous
+ * host gathers fed to the CPU kernels one run at a time, GEMM, reductions,
+ * arg-reductions, softmax, gather / index_select, fill, copy/cast), so the
+ * CPU backend's own n-d run splitting is checked too; the fused families
+ * (norms, cross-entropy, optimizers, conv / pool, attention, backward
+ * kernels) are compared with the CPU backend, which is what a device
+ * backend must match (their CPU kernels have their own tests:
+ * test_kernels, test_conv, test_optim).
+ *
+ *   build/test_backend [NAME...]    default: every backend of this build
+ * Last line "N passed, N failed". */
+#include "core/backend.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int n_pass, n_fail;
+static const Backend *B;                  /* under test */
+static const Backend *const R = &backend_cpu; /* reference: host memory */
+static uint64_t seed = 0x9e3779b97f4a7c15ull;
+
+static void result(int ok, const char *what, DType dt) {
+    if (ok) {
+        n_pass++;
+        return;
+    }
+    n_fail++;
+    printf("test_backend [%s] FAIL %s (%s)\n", B->name, what, dtype_name(dt));
+}
+
+static double urand(void) { /* xorshift64*, [0, 1) */
+    seed ^= seed >> 12, seed ^= seed << 25, seed ^= seed >> 27;
+    return (double)((seed * 2685821657736338717ull) >> 11) * 0x1p-53;
+}
+
+/* ---- buffers: h host staging, r the reference's copy, d the device's ---- */
+
+typedef struct {
+    DType dt;
+    int64_t n;
+    size_t nbytes;
+    char *h, *r;
+    void *d;
+} Buf;
+
+static Buf buf_new(DType dt, int64_t n) {
+    Buf b = {.dt = dt, .n = n, .nbytes = (size_t)n * dtype_size(dt)};
+    b.h = calloc(1, b.nbytes + 16);
+    b.r = calloc(1, b.nbytes + 16);
+    b.d = B->alloc(b.nbytes ? b.nbytes : 1);
+    if (!b.h || !b.r || !b.d) {
+        fprintf(stderr, "test_backend: out of memory\n");
+        exit(1);
+    }
+    return b;
+}
+
+static void buf_upload(Buf *b) {
+    memcpy(b->r, b->h, b->nbytes);
+    if (B->from_host(b->d, b->h, b->nbytes) != 0) result(0, "from_host", b->dt);
+}
+
+/* Random values in [lo, hi) (integers for integer dtypes). */
+static Buf in(DType dt, int64_t n, double lo, double hi) {
+    Buf b = buf_new(dt, n);
+    for (int64_t i = 0; i < n; i++) {
+        double v = lo + (hi - lo) * urand();
+        dtype_store(b.h + i * (int64_t)dtype_size(dt), dt, dtype_is_float(dt) ? v : floor(v));
+    }
+    buf_upload(&b);
+    return b;
+}
+
+/* An output (or accumulator) starting at zero on both sides. */
+static Buf out(DType dt, int64_t n) {
+    Buf b = buf_new(dt, n);
+    buf_upload(&b);
+    return b;
+}
+
+static void buf_free(Buf *b) {
+    free(b->h), free(b->r);
+    B->free(b->d, b->nbytes ? b->nbytes : 1);
+}
+
+static double tol_of(DType dt) { return dt == DT_F64 ? 1e-11 : dt == DT_F32 ? 2e-5 : dt == DT_BF16 ? 1e-2 : 0; }
+
+/* The device's values (fetched into h) against the reference's r. */
+static void check_buf(Buf *b, double tol, const char *what) {
+    if (B->to_host(b->h, b->d, b->nbytes) != 0) {
+        result(0, "to_host", b->dt);
+        return;
+    }
+    int ok = 1;
+    for (int64_t i = 0; ok && i < b->n; i++) {
+        double x = dtype_load(b->h + i * (int64_t)dtype_size(b->dt), b->dt);
+        double y = dtype_load(b->r + i * (int64_t)dtype_size(b->dt), b->dt);
+        ok = (isnan(x) && isnan(y)) || x == y || fabs(x - y) <= tol * (1 + fabs(y));
+        if (!ok) printf("  %s[%lld]: got %.17g, want %.17g\n", what, (long long)i, x, y);
+    }
+    result(ok, what, b->dt);
+}
+
+static char *at(const Buf *b, int64_t i) { return b->r + i * (int64_t)dtype_size(b->dt); }
+
+/* ---- n-d elementwise: logical shape (3, 5, 7), odd strides ---- */
+
+enum { D0 = 3, D1 = 5, D2 = 7, NE = D0 * D1 * D2 };
+static const int64_t shape3[3] = {D0, D1, D2};
+static const int64_t st_out[3] = {D1 * D2, D2, 1};      /* contiguous */
+static const int64_t st_perm[3] = {1, D0, D0 * D1};     /* stored transposed */
+static const int64_t st_bcast[3] = {D2, 0, 1};          /* (3, 1, 7) broadcast along dim 1 */
+static const int64_t st_row[3] = {0, 0, 1};             /* one row of 7 */
+
+
+/* Logical element i's offset under strides st. */
+static int64_t off_of(const int64_t *st, int64_t i) {
+    return (i / (D1 * D2)) * st[0] + (i / D2 % D1) * st[1] + (i % D2) * st[2];
+}
+
+/* b's reference values gathered to logical order (a contiguous host copy). */
+static char *gather(const Buf *b, const int64_t *st) {
+    size_t es = dtype_size(b->dt);
+    char *g = malloc(NE * es);
+    for (int64_t i = 0; i < NE; i++) memcpy(g + i * (int64_t)es, b->r + off_of(st, i) * (int64_t)es, es);
+    return g;
+}
+
+/* A device launch over the (3, 5, 7) shape. */
+static void nd_begin(StridedIter *it) { iter_init(it, 3, shape3); }
+static void nd_add(StridedIter *it, Buf *b, const int64_t *st) { iter_add(it, b->d, st, dtype_size(b->dt)); }
+
+/* One contiguous run over host pointers, for the reference. */
+static void run_begin(StridedIter *it) { iter_init_run(it, NE); }
+static void run_add(StridedIter *it, void *p, DType dt) {
+    iter_add(it, p, (const int64_t[1]){1}, dtype_size(dt));
+}
+
+static const char *const bin_names[KB_COUNT] = {"add", "sub", "mul", "div", "pow", "max", "min", "eq", "ne", "lt", "le",
+                                                "gt", "ge", "and", "or", "xor", "floordiv", "remainder"};
+
+static void test_binary(DType cdt) {
+    for (int op = 0; op < KB_COUNT; op++) {
+        if (cdt == DT_I64 && (op == KB_DIV || op == KB_POW)) continue; /* the core computes these in float */
+        DType odt = kbin_is_compare((KBinOp)op) ? DT_BOOL : cdt;
+        Buf a = in(cdt, NE, -4, 4), b = in(cdt, D0 * D2, 1, 5), o = out(odt, NE);
+        StridedIter it;
+        nd_begin(&it), nd_add(&it, &o, st_out), nd_add(&it, &a, st_perm), nd_add(&it, &b, st_bcast);
+        B->binary((KBinOp)op, cdt, &it);
+        char *ga = gather(&a, st_perm), *gb = gather(&b, st_bcast);
+        run_begin(&it), run_add(&it, o.r, odt), run_add(&it, ga, cdt), run_add(&it, gb, cdt);
+        R->binary((KBinOp)op, cdt, &it);
+        char what[64];
+        snprintf(what, sizeof what, "binary %s", bin_names[op]);
+        check_buf(&o, tol_of(cdt), what);
+        free(ga), free(gb);
+        buf_free(&a), buf_free(&b), buf_free(&o);
+    }
+}
+
+static void test_unary(DType cdt) {
+    for (int op = 0; op < KU_COUNT; op++) {
+        bool int_ok = op == KU_NEG || op == KU_ABS || op == KU_SQUARE || op == KU_SIGN || op == KU_CLAMP ||
+                      op == KU_RELU || op == KU_NOT;
+        if (cdt == DT_I64 && !int_ok) continue;
+        bool positive = op == KU_LOG || op == KU_SQRT || op == KU_RSQRT || op == KU_POW || op == KU_LOG1P;
+        Buf a = in(cdt, NE, positive ? 0.1 : -3, 3), o = out(cdt, NE);
+        double p1 = op == KU_CLAMP ? -1 : op == KU_RPOW ? 1.7 : op == KU_POW ? 2.5 : 0.1, p2 = 1.5;
+        StridedIter it;
+        nd_begin(&it), nd_add(&it, &o, st_out), nd_add(&it, &a, st_perm);
+        B->unary((KUnOp)op, cdt, &it, p1, p2);
+        char *ga = gather(&a, st_perm);
+        run_begin(&it), run_add(&it, o.r, cdt), run_add(&it, ga, cdt);
+        R->unary((KUnOp)op, cdt, &it, p1, p2);
+        char what[64];
+        snprintf(what, sizeof what, "unary %d", op);
+        check_buf(&o, tol_of(cdt), what);
+        free(ga);
+        buf_free(&a), buf_free(&o);
+    }
+}
+
+static void test_unary_backward(DType cdt) {
+    static const KUnOp ops[] = {KU_RELU, KU_GELU, KU_GELU_TANH, KU_SILU, KU_TANH, KU_SIGMOID, KU_EXP, KU_LOG,
+                                KU_SQRT, KU_ABS, KU_CLAMP, KU_POW, KU_SQUARE, KU_SIN, KU_ERF, KU_NEG};
+    for (size_t k = 0; k < sizeof ops / sizeof *ops; k++) {
+        Buf x = in(cdt, NE, 0.1, 3), y = in(cdt, NE, 0.1, 3), g = in(cdt, NE, -1, 1), o = out(cdt, NE);
+        R->unary_backward(ops[k], cdt, NE, x.r, y.r, g.r, o.r, 0.5, 2);
+        B->unary_backward(ops[k], cdt, NE, x.d, y.d, g.d, o.d, 0.5, 2);
+        check_buf(&o, tol_of(cdt), "unary_backward");
+        buf_free(&x), buf_free(&y), buf_free(&g), buf_free(&o);
+    }
+}
+
+static void test_where(DType dt) {
+    Buf c = in(DT_BOOL, NE, 0, 2), a = in(dt, NE, -5, 5), b = in(dt, D2, -5, 5), o = out(dt, NE);
+    StridedIter it;
+    nd_begin(&it), nd_add(&it, &o, st_out), nd_add(&it, &c, st_perm), nd_add(&it, &a, st_out), nd_add(&it, &b, st_row);
+    B->where(&it);
+    for (int64_t i = 0; i < NE; i++) {
+        const Buf *src = *at(&c, off_of(st_perm, i)) ? &a : &b;
+        memcpy(at(&o, i), at(src, off_of(src == &a ? st_out : st_row, i)), dtype_size(dt));
+    }
+    check_buf(&o, 0, "where");
+    buf_free(&c), buf_free(&a), buf_free(&b), buf_free(&o);
+}
+
+static void test_copy(DType odt, DType adt) {
+    Buf a = in(adt, NE, -100, 100), o = out(odt, NE);
+    StridedIter it;
+    nd_begin(&it), nd_add(&it, &o, st_out), nd_add(&it, &a, st_perm);
+    B->copy(&it, odt, adt);
+    char *ga = gather(&a, st_perm);
+    run_begin(&it), run_add(&it, o.r, odt), run_add(&it, ga, adt);
+    R->copy(&it, odt, adt);
+    check_buf(&o, 0, "copy");
+    free(ga);
+    buf_free(&a), buf_free(&o);
+}
+
+static void test_fill(DType dt) {
+    Buf o = in(dt, NE, 0, 3); /* fill through a strided view: every element written once */
+    StridedIter it;
+    nd_begin(&it), nd_add(&it, &o, st_perm);
+    B->fill(&it, dt, 2.5);
+    for (int64_t i = 0; i < NE; i++) dtype_store(at(&o, i), dt, 2.5);
+    check_buf(&o, 0, "fill");
+    B->zero(o.d, o.nbytes);
+    memset(o.r, 0, o.nbytes);
+    check_buf(&o, 0, "zero");
+    buf_free(&o);
+}
+
+/* ---- GEMM against a naive double loop ---- */
+
+static void test_gemm(DType dt) {
+    const int64_t M = 5, N = 7, K = 3, pad = 2;
+    DType odt = dt == DT_BF16 ? DT_F32 : dt;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            int64_t lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+            Buf a = in(dt, (ta ? K : M) * lda, -1, 1), b = in(dt, (tb ? N : K) * ldb, -1, 1);
+            Buf c = in(odt, M * ldc, -1, 1);
+            int rc = B->gemm(dt, ta, tb, M, N, K, 0.5, a.d, lda, b.d, ldb, 2.0, c.d, ldc);
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t j = 0; j < N; j++) {
+                    double s = 0;
+                    for (int64_t k = 0; k < K; k++)
+                        s += dtype_load(at(&a, ta ? k * lda + i : i * lda + k), dt) *
+                             dtype_load(at(&b, tb ? j * ldb + k : k * ldb + j), dt);
+                    dtype_store(at(&c, i * ldc + j), odt, 0.5 * s + 2.0 * dtype_load(at(&c, i * ldc + j), odt));
+                }
+            result(rc == 0, "gemm returns 0", dt);
+            check_buf(&c, dt == DT_F64 ? 1e-12 : 1e-5, "gemm");
+            buf_free(&a), buf_free(&b), buf_free(&c);
+        }
+}
+
+/* ---- row-wise families over (outer, n, inner) = (3, 5, 7) ---- */
+
+static void test_reduce(DType cdt) {
+    for (int op = 0; op < KR_COUNT; op++) {
+        if (cdt == DT_I64 && op == KR_MEAN) continue;
+        Buf x = in(cdt, NE, -2, 2), o = out(cdt, D0 * D2);
+        B->reduce((KRedOp)op, cdt, x.d, D0, D1, D2, o.d);
+        for (int64_t a = 0; a < D0; a++)
+            for (int64_t c = 0; c < D2; c++) {
+                double s = op == KR_PROD ? 1 : op == KR_MAX ? -INFINITY : op == KR_MIN ? INFINITY : 0;
+                for (int64_t j = 0; j < D1; j++) {
+                    double v = dtype_load(at(&x, (a * D1 + j) * D2 + c), cdt);
+                    s = op == KR_PROD ? s * v : op == KR_MAX ? fmax(s, v) : op == KR_MIN ? fmin(s, v) : s + v;
+                }
+                dtype_store(at(&o, a * D2 + c), cdt, op == KR_MEAN ? s / D1 : s);
+            }
+        check_buf(&o, tol_of(cdt), "reduce");
+        Buf v = out(cdt, D0 * D2), ix = out(DT_I64, D0 * D2);
+        int want_max = op & 1;
+        B->argreduce(want_max, cdt, x.d, D0, D1, D2, v.d, ix.d);
+        for (int64_t a = 0; a < D0; a++)
+            for (int64_t c = 0; c < D2; c++) {
+                int64_t best = 0;
+                for (int64_t j = 1; j < D1; j++) {
+                    double vj = dtype_load(at(&x, (a * D1 + j) * D2 + c), cdt), vb = dtype_load(at(&x, (a * D1 + best) * D2 + c), cdt);
+                    if (want_max ? vj > vb : vj < vb) best = j;
+                }
+                memcpy(at(&v, a * D2 + c), at(&x, (a * D1 + best) * D2 + c), dtype_size(cdt));
+                ((int64_t *)ix.r)[a * D2 + c] = best;
+            }
+        check_buf(&v, 0, "argreduce values");
+        check_buf(&ix, 0, "argreduce indices");
+        buf_free(&x), buf_free(&o), buf_free(&v), buf_free(&ix);
+    }
+}
+
+static void test_softmax(DType cdt) {
+    for (int log_ = 0; log_ < 2; log_++) {
+        Buf x = in(cdt, NE, -3, 3), y = out(cdt, NE);
+        B->softmax(log_, cdt, x.d, D0, D1, D2, y.d);
+        for (int64_t a = 0; a < D0; a++)
+            for (int64_t c = 0; c < D2; c++) {
+                double m = -INFINITY, s = 0;
+                for (int64_t j = 0; j < D1; j++) m = fmax(m, dtype_load(at(&x, (a * D1 + j) * D2 + c), cdt));
+                for (int64_t j = 0; j < D1; j++) s += exp(dtype_load(at(&x, (a * D1 + j) * D2 + c), cdt) - m);
+                for (int64_t j = 0; j < D1; j++) {
+                    double e = dtype_load(at(&x, (a * D1 + j) * D2 + c), cdt) - m;
+                    dtype_store(at(&y, (a * D1 + j) * D2 + c), cdt, log_ ? e - log(s) : exp(e) / s);
+                }
+            }
+        check_buf(&y, tol_of(cdt), log_ ? "log_softmax" : "softmax");
+        Buf g = in(cdt, NE, -1, 1), gx = out(cdt, NE);
+        R->softmax_backward(log_, cdt, y.r, g.r, D0, D1, D2, gx.r);
+        B->softmax_backward(log_, cdt, y.d, g.d, D0, D1, D2, gx.d);
+        check_buf(&gx, tol_of(cdt), "softmax_backward");
+        buf_free(&x), buf_free(&y), buf_free(&g), buf_free(&gx);
+    }
+}
+
+static void test_cross_entropy(DType cdt) {
+    const int64_t N = 9, C = 13, ignore = -100;
+    Buf x = in(cdt, N * C, -3, 3), t = in(DT_I64, N, 0, C), loss = out(cdt, N), lse = out(cdt, N);
+    ((int64_t *)t.h)[4] = ignore;
+    buf_upload(&t);
+    int64_t r1 = R->cross_entropy_fwd(cdt, x.r, N, C, (int64_t *)t.r, ignore, 0.1, loss.r, lse.r);
+    int64_t r2 = B->cross_entropy_fwd(cdt, x.d, N, C, t.d, ignore, 0.1, loss.d, lse.d);
+    result(r1 == -1 && r2 == -1, "cross_entropy_fwd status", cdt);
+    check_buf(&loss, tol_of(cdt), "cross_entropy loss");
+    check_buf(&lse, tol_of(cdt), "cross_entropy lse");
+    Buf g = in(cdt, N, 0, 1), gx = out(cdt, N * C);
+    R->cross_entropy_bwd(cdt, x.r, lse.r, N, C, (int64_t *)t.r, ignore, 0.1, g.r, gx.r);
+    B->cross_entropy_bwd(cdt, x.d, lse.d, N, C, t.d, ignore, 0.1, g.d, gx.d);
+    check_buf(&gx, tol_of(cdt), "cross_entropy_bwd");
+    ((int64_t *)t.h)[2] = C + 3; /* an invalid target is reported, not read */
+    buf_upload(&t);
+    r2 = B->cross_entropy_fwd(cdt, x.d, N, C, t.d, ignore, 0.1, loss.d, lse.d);
+    result(r2 == 2, "cross_entropy_fwd reports the bad row", cdt);
+    buf_free(&x), buf_free(&t), buf_free(&loss), buf_free(&lse), buf_free(&g), buf_free(&gx);
+}
+
+static void test_layernorm(DType cdt) {
+    const int64_t rows = 11, C = 9;
+    for (int affine = 0; affine < 2; affine++) {
+        Buf x = in(cdt, rows * C, -2, 2), w = in(cdt, C, 0.5, 1.5), b = in(cdt, C, -1, 1);
+        Buf y = out(cdt, rows * C), mean = out(cdt, rows), rstd = out(cdt, rows);
+        R->layernorm_fwd(cdt, x.r, affine ? w.r : NULL, affine ? b.r : NULL, rows, C, 1e-5, y.r, mean.r, rstd.r);
+        B->layernorm_fwd(cdt, x.d, affine ? w.d : NULL, affine ? b.d : NULL, rows, C, 1e-5, y.d, mean.d, rstd.d);
+        check_buf(&y, tol_of(cdt), "layernorm_fwd y");
+        check_buf(&rstd, tol_of(cdt), "layernorm_fwd rstd");
+        Buf gy = in(cdt, rows * C, -1, 1), gx = out(cdt, rows * C), gw = out(cdt, C), gb = out(cdt, C);
+        R->layernorm_bwd(cdt, x.r, affine ? w.r : NULL, mean.r, rstd.r, gy.r, rows, C, gx.r, gw.r, gb.r);
+        B->layernorm_bwd(cdt, x.d, affine ? w.d : NULL, mean.d, rstd.d, gy.d, rows, C, gx.d, gw.d, gb.d);
+        check_buf(&gx, tol_of(cdt), "layernorm_bwd gx");
+        check_buf(&gw, tol_of(cdt), "layernorm_bwd gw");
+        check_buf(&gb, tol_of(cdt), "layernorm_bwd gb");
+        buf_free(&x), buf_free(&w), buf_free(&b), buf_free(&y), buf_free(&mean), buf_free(&rstd);
+        buf_free(&gy), buf_free(&gx), buf_free(&gw), buf_free(&gb);
+    }
+}
+
+/* ---- indexing ---- */
+
+static void test_index(DType dt) {
+    const int64_t m = 4;
+    size_t es = dtype_size(dt);
+    Buf x = in(dt, NE, -9, 9), ig = in(DT_I64, D0 * m * D2, 0, D1), is = in(DT_I64, m, 0, D1);
+    Buf og = out(dt, D0 * m * D2), os = out(dt, D0 * m * D2);
+    B->gather(x.d, D0, D1, D2, ig.d, m, og.d, es);
+    B->index_select(x.d, D0, D1, D2, is.d, m, os.d, es);
+    for (int64_t a = 0; a < D0; a++)
+        for (int64_t j = 0; j < m; j++)
+            for (int64_t c = 0; c < D2; c++) {
+                int64_t o = (a * m + j) * D2 + c;
+                memcpy(at(&og, o), at(&x, (a * D1 + ((int64_t *)ig.r)[o]) * D2 + c), es);
+                memcpy(at(&os, o), at(&x, (a * D1 + ((int64_t *)is.r)[j]) * D2 + c), es);
+            }
+    check_buf(&og, 0, "gather");
+    check_buf(&os, 0, "index_select");
+    if (dt == DT_F32 || dt == DT_F64) {
+        Buf g1 = out(dt, NE), g2 = out(dt, NE), gout = in(dt, D0 * m * D2, -1, 1);
+        R->scatter_add(dt, g1.r, D0, D1, D2, (int64_t *)ig.r, m, gout.r);
+        B->scatter_add(dt, g1.d, D0, D1, D2, ig.d, m, gout.d);
+        R->index_add(dt, g2.r, D0, D1, D2, (int64_t *)is.r, m, gout.r);
+        B->index_add(dt, g2.d, D0, D1, D2, is.d, m, gout.d);
+        check_buf(&g1, tol_of(dt), "scatter_add");
+        check_buf(&g2, tol_of(dt), "index_add");
+        buf_free(&g1), buf_free(&g2), buf_free(&gout);
+    }
+    buf_free(&x), buf_free(&ig), buf_free(&is), buf_free(&og), buf_free(&os);
+}
+
+/* ---- optimizers ---- */
+
+static void test_optim(DType cdt) {
+    const int64_t n = 37;
+    KSgdArgs sa = {.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .weight_decay = 0.01, .nesterov = 1};
+    KAdamArgs aa = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1, .decoupled = 1, .step = 3};
+    Buf p = in(cdt, n, -1, 1), g = in(cdt, n, -1, 1), buf = out(cdt, n);
+    R->sgd(cdt, n, p.r, g.r, buf.r, 1, &sa);
+    B->sgd(cdt, n, p.d, g.d, buf.d, 1, &sa);
+    check_buf(&p, tol_of(cdt), "sgd p");
+    check_buf(&buf, tol_of(cdt), "sgd momentum");
+    Buf m = in(cdt, n, -1, 1), v = in(cdt, n, 0, 1), vmax = in(cdt, n, 0, 1);
+    R->adam(cdt, n, p.r, g.r, m.r, v.r, vmax.r, &aa);
+    B->adam(cdt, n, p.d, g.d, m.d, v.d, vmax.d, &aa);
+    check_buf(&p, tol_of(cdt), "adam p");
+    check_buf(&v, tol_of(cdt), "adam v");
+    double np = B->norm_pow(cdt, n, g.d, 2.0), nr = R->norm_pow(cdt, n, g.r, 2.0);
+    result(fabs(np - nr) <= 1e-9 * nr, "norm_pow", cdt);
+    buf_free(&p), buf_free(&g), buf_free(&buf), buf_free(&m), buf_free(&v), buf_free(&vmax);
+}
+
+/* ---- conv, pool, attention ---- */
+
+static void test_conv(DType dt) {
+    KConv2d c = {.N = 2, .C = 4, .H = 7, .W = 5, .O = 6, .KH = 3, .KW = 2, .sh = 2, .sw = 1, .ph = 1, .pw = 0,
+                 .dh = 1, .dw = 2, .groups = 2};
+    c.OH = (c.H + 2 * c.ph - c.dh * (c.KH - 1) - 1) / c.sh + 1;
+    c.OW = (c.W + 2 * c.pw - c.dw * (c.KW - 1) - 1) / c.sw + 1;
+    DType adt = dt == DT_BF16 ? DT_F32 : dt;
+    Buf x = in(dt, c.N * c.C * c.H * c.W, -1, 1), w = in(dt, c.O * (c.C / c.groups) * c.KH * c.KW, -1, 1);
+    Buf b = in(adt, c.O, -1, 1), y = out(adt, c.N * c.O * c.OH * c.OW);
+    int r1 = R->conv2d_fwd(dt, &c, x.r, w.r, b.r, y.r), r2 = B->conv2d_fwd(dt, &c, x.d, w.d, b.d, y.d);
+    result(r1 == 0 && r2 == 0, "conv2d_fwd returns 0", dt);
+    check_buf(&y, tol_of(dt), "conv2d_fwd");
+    Buf gy = in(dt, y.n, -1, 1), gx = out(adt, x.n), gw = out(adt, w.n), gb = out(adt, b.n);
+    r1 = R->conv2d_bwd(dt, &c, x.r, w.r, gy.r, gx.r, gw.r, gb.r);
+    r2 = B->conv2d_bwd(dt, &c, x.d, w.d, gy.d, gx.d, gw.d, gb.d);
+    result(r1 == 0 && r2 == 0, "conv2d_bwd returns 0", dt);
+    check_buf(&gx, tol_of(dt), "conv2d_bwd gx");
+    check_buf(&gw, tol_of(dt), "conv2d_bwd gw");
+    check_buf(&gb, tol_of(dt), "conv2d_bwd gb");
+    buf_free(&x), buf_free(&w), buf_free(&b), buf_free(&y), buf_free(&gy), buf_free(&gx), buf_free(&gw), buf_free(&gb);
+}
+
+static void test_pool(DType cdt) {
+    KPool2d g = {.NC = 3, .H = 9, .W = 7, .KH = 3, .KW = 2, .sh = 2, .sw = 2, .ph = 1, .pw = 1, .dh = 1, .dw = 1};
+    g.OH = (g.H + 2 * g.ph - g.dh * (g.KH - 1) - 1) / g.sh + 1;
+    g.OW = (g.W + 2 * g.pw - g.dw * (g.KW - 1) - 1) / g.sw + 1;
+    int64_t no = g.NC * g.OH * g.OW;
+    Buf x = in(cdt, g.NC * g.H * g.W, -1, 1), y = out(cdt, no), idx = out(DT_I64, no), code = out(DT_U8, no);
+    R->max_pool2d_fwd(cdt, &g, x.r, y.r, (int64_t *)idx.r, (uint8_t *)code.r);
+    B->max_pool2d_fwd(cdt, &g, x.d, y.d, idx.d, code.d);
+    check_buf(&y, 0, "max_pool2d_fwd");
+    check_buf(&idx, 0, "max_pool2d_fwd idx");
+    check_buf(&code, 0, "max_pool2d_fwd code");
+    Buf gy = in(cdt, no, -1, 1), gx = out(cdt, x.n);
+    R->max_pool2d_bwd(cdt, &g, gy.r, NULL, (uint8_t *)code.r, gx.r);
+    B->max_pool2d_bwd(cdt, &g, gy.d, NULL, code.d, gx.d);
+    check_buf(&gx, tol_of(cdt), "max_pool2d_bwd");
+    buf_free(&x), buf_free(&y), buf_free(&idx), buf_free(&code), buf_free(&gy), buf_free(&gx);
+}
+
+static void bhr(int64_t st[3], int64_t H, int64_t rows, int64_t D) { st[0] = H * rows * D, st[1] = rows * D, st[2] = D; }
+
+static void test_attention(DType cdt) {
+    for (int causal = 0; causal < 2; causal++) {
+        KAttn a = {.B = 2, .H = 3, .L = 5, .S = 7, .D = 4, .Dv = 3, .scale = 0.5, .causal = causal};
+        bhr(a.sq, a.H, a.L, a.D), bhr(a.sk, a.H, a.S, a.D), bhr(a.sv, a.H, a.S, a.Dv), bhr(a.so, a.H, a.L, a.Dv);
+        memcpy(a.sgq, a.sq, sizeof a.sq), memcpy(a.sgk, a.sk, sizeof a.sk), memcpy(a.sgv, a.sv, sizeof a.sv);
+        memcpy(a.sgo, a.so, sizeof a.so);
+        int64_t bh = a.B * a.H;
+        Buf q = in(cdt, bh * a.L * a.D, -1, 1), k = in(cdt, bh * a.S * a.D, -1, 1), v = in(cdt, bh * a.S * a.Dv, -1, 1);
+        Buf o = out(cdt, bh * a.L * a.Dv), lse = out(cdt, bh * a.L);
+        int r1 = R->attention_fwd(cdt, &a, q.r, k.r, v.r, o.r, lse.r), r2 = B->attention_fwd(cdt, &a, q.d, k.d, v.d, o.d, lse.d);
+        result(r1 == 0 && r2 == 0, "attention_fwd returns 0", cdt);
+        check_buf(&o, tol_of(cdt), "attention_fwd o");
+        check_buf(&lse, tol_of(cdt), "attention_fwd lse");
+        Buf go = in(cdt, o.n, -1, 1), gq = out(cdt, q.n), gk = out(cdt, k.n), gv = out(cdt, v.n);
+        r1 = R->attention_bwd(cdt, &a, q.r, k.r, v.r, o.r, lse.r, go.r, gq.r, gk.r, gv.r);
+        r2 = B->attention_bwd(cdt, &a, q.d, k.d, v.d, o.d, lse.d, go.d, gq.d, gk.d, gv.d);
+        result(r1 == 0 && r2 == 0, "attention_bwd returns 0", cdt);
+        check_buf(&gq, tol_of(cdt), "attention_bwd gq");
+        check_buf(&gk, tol_of(cdt), "attention_bwd gk");
+        check_buf(&gv, tol_of(cdt), "attention_bwd gv");
+        buf_free(&q), buf_free(&k), buf_free(&v), buf_free(&o), buf_free(&lse);
+        buf_free(&go), buf_free(&gq), buf_free(&gk), buf_free(&gv);
+    }
+}
+
+/* ---- memory, host copies, streams ---- */
+
+static void test_memory_streams(void) {
+    Buf a = in(DT_F32, 1001, -1, 1); /* from_host, then to_host of the same bytes */
+    check_buf(&a, 0, "to_host(from_host(x))");
+    void *h = B->host_ptr(a.d);
+    result(h == NULL || memcmp(h, a.r, a.nbytes) == 0, "host_ptr is NULL or maps the memory", DT_F32);
+    buf_free(&a);
+    void *ev = B->event_new();
+    result(ev && B->stream_current() != NULL, "event_new, stream_current", DT_F32);
+    result(B->event_record(ev) == 0 && B->event_wait(ev) == 0 && B->event_sync(ev) == 0, "event record/wait/sync", DT_F32);
+    B->event_free(ev);
+    result(B->synchronize() == 0, "synchronize", DT_F32);
+    result(B->cached_bytes() <= (size_t)1 << 40, "cached_bytes", DT_F32);
+}
+
+static void run_backend(const Backend *be) {
+    B = be;
+    static const DType fl[] = {DT_F32, DT_F64}, ar[] = {DT_F32, DT_F64, DT_I64};
+    for (int i = 0; i < 3; i++) {
+        test_binary(ar[i]);
+        test_unary(ar[i]);
+        test_reduce(ar[i]);
+    }
+    for (int i = 0; i < 2; i++) {
+        DType dt = fl[i];
+        test_unary_backward(dt), test_softmax(dt), test_cross_entropy(dt), test_layernorm(dt);
+        test_optim(dt), test_pool(dt), test_attention(dt), test_conv(dt), test_gemm(dt);
+    }
+    test_conv(DT_BF16), test_gemm(DT_BF16);
+    static const DType all[] = {DT_F32, DT_F64, DT_BF16, DT_F16, DT_I64, DT_I32, DT_U8, DT_BOOL};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
+        test_where(all[i]), test_fill(all[i]), test_index(all[i]);
+        for (size_t j = 0; j < sizeof all / sizeof *all; j++) test_copy(all[i], all[j]);
+    }
+    test_memory_streams();
+    B->empty_cache();
+}
+
+int main(int argc, char **argv) {
+    static const char *const every[] = {"cpu", "sim"};
+    int n = argc > 1 ? argc - 1 : (int)(sizeof every / sizeof *every);
+    for (int i = 0; i < n; i++) {
+        const char *name = argc > 1 ? argv[i + 1] : every[i];
+        const Backend *be = backend_by_name(name);
+        if (!be) {
+            printf("test_backend: no backend named %s in this build\n", name);
+            n_fail++;
+            continue;
+        }
+        int before = n_pass;
+        run_backend(be);
+        printf("test_backend [%s]: %d checks passed\n", name, n_pass - before);
+    }
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail != 0;
+}
