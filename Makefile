@@ -8,6 +8,9 @@
 #   make asan-test   ASan+UBSan build in build/asan/, then the same tests
 #   make fuzz        libFuzzer runs of the file readers (clang; not part of
 #                    make test), FUZZ_SECONDS (default 30) per reader
+#   make install     program, accel.so and man pages under PREFIX (default
+#                    /usr/local), staged under DESTDIR; make uninstall
+#   make deb         build/accel-lua_VERSION_amd64.deb (scripts/make-deb.sh)
 #   make CUDA=1      also the CUDA build in $(BUILD)/cuda (all GPU targets; docs/gpu.md)
 #   make cuda-ci     the CUDA build when a CUDA toolkit is installed, else a note (make test)
 #   make clean
@@ -23,7 +26,10 @@ LUA ?= lua5.4
 OPTFLAGS ?= -O3
 SANFLAGS ?=
 OMPFLAGS ?= -fopenmp
-CFLAGS := -std=c11 -D_GNU_SOURCE $(OPTFLAGS) -march=x86-64-v3 $(OMPFLAGS) -fno-math-errno \
+# Everything runs on the baseline x86-64; the CPU kernels are built once
+# more for x86-64-v3 and picked at load time (KERNEL_VARIANTS below).
+MARCH ?= -march=x86-64
+CFLAGS := -std=c11 -D_GNU_SOURCE $(OPTFLAGS) $(MARCH) $(OMPFLAGS) -fno-math-errno \
           -Wall -Wextra -Werror -fPIC -g $(SANFLAGS)
 CPPFLAGS := -I. -Ikernels -I/usr/include/lua5.4 -I/usr/lib/x86_64-linux-gnu/openmpi/include
 DEPFLAGS = -MMD -MP
@@ -41,13 +47,20 @@ ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer \
 OBJ := $(BUILD)/obj
 GEN := $(BUILD)/gen
 
-CORE_SRC := $(filter-out core/dist_nccl.c,$(wildcard core/*.c)) $(wildcard kernels/cpu/*.c)
+# kernels/cpu/*.c except threads.c (OpenMP settings, no loops) are the
+# dispatched kernels: one object per variant (see kernel_variant_rule).
+KERNEL_SRC := $(filter-out kernels/cpu/threads.c,$(wildcard kernels/cpu/*.c))
+KERNEL_VARIANTS := v3 base
+MARCH_v3 := -march=x86-64-v3
+MARCH_base := -march=x86-64
+KERNEL_OBJ := $(foreach v,$(KERNEL_VARIANTS),$(KERNEL_SRC:%.c=$(OBJ)/%.$(v).o)) $(OBJ)/gen/kernel_dispatch.o
+CORE_SRC := $(filter-out core/dist_nccl.c,$(wildcard core/*.c)) kernels/cpu/threads.c
 BIND_SRC := $(wildcard bindings/*.c)
 HOST_SRC := $(wildcard host/*.c)
 TEST_SRC := $(wildcard tests/c/test_*.c)
 LUA_LIB := $(sort $(shell find bindings/lua -type f -name '*.lua' 2>/dev/null))
 
-CORE_OBJ := $(CORE_SRC:%.c=$(OBJ)/%.o)
+CORE_OBJ := $(CORE_SRC:%.c=$(OBJ)/%.o) $(KERNEL_OBJ)
 BIND_OBJ := $(BIND_SRC:%.c=$(OBJ)/%.o) $(OBJ)/gen/embedded_lua.o
 HOST_OBJ := $(HOST_SRC:%.c=$(OBJ)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(OBJ)/%.o)
@@ -73,11 +86,22 @@ $(MODULE): $(BIND_OBJ) $(CORE_OBJ)
 $(BUILD)/test_%: $(OBJ)/tests/c/test_%.o $(CORE_OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
-$(OBJ)/%.o: %.c
+$(OBJ)/%.o: %.c $(BUILD)/flags.txt
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(DEPFLAGS) -c -o $@ $<
 
 $(TEST_OBJ): CPPFLAGS += -Icore
+# The C tests call F16C / AVX2 intrinsics directly as references, so they
+# are built for (and run on) x86-64-v3 machines; the program does not
+# need that.
+$(TEST_OBJ): CFLAGS := $(filter-out -march=%,$(CFLAGS)) $(MARCH_v3)
+
+# The compiler flags of this build: when they change (MARCH=, OPTFLAGS=,
+# a Makefile edit), every object is compiled again, never mixed.
+$(BUILD)/flags.txt: FORCE
+	@mkdir -p $(@D)
+	@echo '$(CC) $(CPPFLAGS) $(CFLAGS) $(MARCH_v3) $(MARCH_base)' > $@.new
+	@if cmp -s $@.new $@; then rm -f $@.new; else mv -f $@.new $@; fi
 
 # The CUDA caching allocator's bookkeeping is plain C, tested on the CPU.
 $(BUILD)/test_cuda_alloc: $(OBJ)/kernels/cuda/alloc_cache.o $(OBJ)/kernels/cuda/error.o
@@ -208,3 +232,82 @@ clean:
 FORCE:
 
 -include $(patsubst %.o,%.d,$(CORE_OBJ) $(BIND_OBJ) $(HOST_OBJ) $(TEST_OBJ) $(FUZZ_SRC:%.c=$(OBJ)/%.o))
+
+# Installation. `make install PREFIX=/usr/local DESTDIR=/tmp/stage` copies
+# the program, accel.so and the man pages; `make uninstall` (same PREFIX
+# and DESTDIR) removes exactly the files install lists in INSTALL_FILES
+# (`make install-files` prints them). accel.so goes where
+# Debian's lua5.4 looks for C modules: its package.cpath has
+# /usr/local/lib/lua/5.4/?.so (for PREFIX=/usr/local) and
+# /usr/lib/x86_64-linux-gnu/lua/5.4/?.so (for PREFIX=/usr, the .deb).
+PREFIX ?= /usr/local
+DESTDIR ?=
+BINDIR ?= $(PREFIX)/bin
+MANDIR ?= $(PREFIX)/share/man
+LUA_CMOD_DIR ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/x86_64-linux-gnu/lua/5.4,$(PREFIX)/lib/lua/5.4)
+MAN_PAGES := $(wildcard man/*.1)
+INSTALL_FILES := $(BINDIR)/accel-lua $(LUA_CMOD_DIR)/accel.so \
+                 $(MAN_PAGES:man/%=$(MANDIR)/man1/%)
+
+.PHONY: install uninstall install-files deb linked-objects
+
+install: $(PROGRAM) $(MODULE)
+	install -d "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(LUA_CMOD_DIR)" "$(DESTDIR)$(MANDIR)/man1"
+	install -m 0755 $(PROGRAM) "$(DESTDIR)$(BINDIR)/accel-lua"
+	install -m 0644 $(MODULE) "$(DESTDIR)$(LUA_CMOD_DIR)/accel.so"
+	install -m 0644 $(MAN_PAGES) "$(DESTDIR)$(MANDIR)/man1/"
+
+# uninstall removes the files and, when they are left empty, only the Lua
+# module directories (nothing else uses them); bin/ and share/man/man1 are
+# system directories on Debian (base-files makes them) and stay.
+LUA_CMOD_DIRS := $(LUA_CMOD_DIR) $(patsubst %/,%,$(dir $(LUA_CMOD_DIR)))
+
+uninstall:
+	rm -f $(addprefix "$(DESTDIR),$(addsuffix ",$(INSTALL_FILES)))
+	for d in $(LUA_CMOD_DIRS); do \
+	    if [ -d "$(DESTDIR)$$d" ]; then rmdir --ignore-fail-on-non-empty "$(DESTDIR)$$d"; fi; \
+	done
+
+# The installed paths, one a line (scripts/test-install.sh compares them).
+install-files:
+	@printf '%s\n' $(INSTALL_FILES)
+
+# A Debian package of this build: $(BUILD)/accel-lua_VERSION_ARCH.deb
+# (scripts/make-deb.sh says what goes in; needs dpkg-dev).
+deb: $(PROGRAM) $(MODULE)
+	scripts/make-deb.sh $(BUILD)
+
+# Kernels for every x86-64, fast where the CPU allows: each file of
+# KERNEL_SRC is compiled once per variant (v3: -march=x86-64-v3, AVX2 + FMA
+# + F16C; base: the baseline x86-64, where kernels/cpu/simd.h lets SIMDe
+# stand in for the intrinsics), and each copy's global functions get the
+# variant as a suffix (k_add -> k_add_v3, k_add_base; objcopy). The
+# generated $(GEN)/kernel_dispatch.c defines every original name as a GNU
+# ifunc whose resolver (kernels/cpu/dispatch.h) picks the v3 copy when the
+# CPU has x86-64-v3, once, when the program or accel.so is loaded. The
+# resolver runs before sanitizers start, so that file is never
+# instrumented.
+
+# kernel_variant_rule V: the compile-and-rename rule of variant V.
+define kernel_variant_rule
+$$(OBJ)/kernels/cpu/%.$(1).o: kernels/cpu/%.c $$(BUILD)/flags.txt
+	@mkdir -p $$(@D)
+	$$(CC) $$(CPPFLAGS) $$(filter-out -march=%,$$(CFLAGS)) $$(MARCH_$(1)) -Wno-psabi -MMD -MP -MT $$@ -MF $$(@:.o=.d) -c -o $$@.raw $$<
+	nm --defined-only -g $$@.raw | awk '$$$$2 == "T" { print $$$$3, $$$$3 "_$(1)" }' >$$@.syms
+	objcopy --redefine-syms=$$@.syms $$@.raw $$@
+endef
+$(foreach v,$(KERNEL_VARIANTS),$(eval $(call kernel_variant_rule,$(v))))
+
+$(GEN)/kernel_dispatch.c: $(KERNEL_SRC:%.c=$(OBJ)/%.v3.o)
+	@mkdir -p $(@D)
+	{ echo '/* generated by the Makefile: one ifunc per kernel function */'; \
+	  echo '#include "kernels/cpu/dispatch.h"'; \
+	  cat $(KERNEL_SRC:%.c=$(OBJ)/%.v3.o.syms) | awk '{ print "DISPATCH(" $$1 ")" }'; } >$@
+
+# The objects of accel-lua and accel.so (scripts/check-baseline.sh reads them).
+linked-objects:
+	@echo $(sort $(HOST_OBJ) $(BIND_OBJ) $(CORE_OBJ))
+
+$(OBJ)/gen/kernel_dispatch.o: $(GEN)/kernel_dispatch.c kernels/cpu/dispatch.h
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(filter-out -fsanitize% -fno-sanitize%,$(CFLAGS)) -c -o $@ $<

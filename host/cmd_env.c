@@ -2,7 +2,8 @@
  * needs, in the style of `accelerate env`: versions of accel-lua, Lua,
  * oneDNN, OpenBLAS and OpenMPI (`mpirun --version`, or $ACCEL_LUA_MPIRUN),
  * NCCL / CUDA (not built yet), the platform, the CPU (model, logical CPUs
- * and physical cores available, SIMD flags), thread settings, and the
+ * and physical cores available, SIMD flags, the kernel build the dispatcher
+ * picked: kernels/cpu/isa.h), thread settings, and the
  * config file in force with its contents (checked). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include <dnnl.h>
 #include <lua.h>
 
+#include "cpu/isa.h"
 #include "host/config_yaml.h"
 #include "host/host.h"
 #include "host/subcommands.h"
@@ -59,6 +61,7 @@ static void print_cpu(void) {
            host_logical_cpus(), host_physical_cores());
     printf("- CPU features: %s%s%s\n", have[0] ? have : "(none of the listed)",
            missing[0] ? "; missing: " : "", missing);
+    printf("- CPU kernels: %s\n", kernel_isa());
 }
 
 static void print_threads(void) {

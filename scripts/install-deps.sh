@@ -12,12 +12,16 @@ PACKAGES=(
     libdnnl-dev libopenblas-dev
     libopenmpi-dev openmpi-bin
     libyaml-dev zlib1g-dev
+    libsimde-dev            # SIMDe: the AVX2 intrinsics in the baseline build of the kernels (kernels/cpu/simd.h)
     libcurl4-openssl-dev    # HTTP for the MLflow tracker (bindings/http_lua.c, -lcurl)
     dataset-fashion-mnist   # the example data set (accel.data.fashion_mnist_dir(): /usr/share/datasets/fashion-mnist)
     fortunes        # the GPT example's default text corpus (/usr/share/games/fortunes)
     python3-venv    # python3 -m venv for the test set-up (scripts/setup-test-python.sh)
     gnuplot-nox     # the benchmark chart (scripts/bench/run.sh -> docs/bench.png)
     iproute2        # `ip netns` for the several-machines test (scripts/test-machines.sh)
+    man-db          # `man --warnings -l` renders the man pages (scripts/test-install.sh)
+    dpkg-dev        # dpkg-shlibdeps for `make deb` (scripts/make-deb.sh)
+    qemu-user       # qemu-x86_64 -cpu Nehalem/Haswell: the CPU checks of scripts/test-install.sh
     libreadline-dev # the REPL's line editing and history (host/repl.c, -lreadline)
     tmux            # drives the REPL on a terminal in scripts/test-repl.sh
 )

@@ -14,6 +14,8 @@
 #      scripts/test-progress-launch.sh  progress bars / banners under launch;
 #      scripts/test-machines.sh  several machines (network namespaces; its
 #                                checks are skipped, counted, without root)
+#      scripts/test-install.sh   make install / uninstall into a temporary
+#                                DESTDIR, the man pages
 #   3. tests/lua/*_spec.lua    busted specs, one busted run per file, run
 #                              inside BUILD/accel-lua (so `accel` is ours)
 #   4. tests/lua/*_test.lua    plain scripts: exit 0 = 1 passed, else 1 failed
@@ -137,6 +139,7 @@ run_lua_suites() {
     run_counted "scripts/test-launch-flags.sh" "$ROOT/scripts/test-launch-flags.sh" "$BUILD"
     run_counted "scripts/test-progress-launch.sh" "$ROOT/scripts/test-progress-launch.sh" "$BUILD"
     run_counted "scripts/test-machines.sh" "$ROOT/scripts/test-machines.sh" "$BUILD"
+    run_counted "scripts/test-install.sh" "$ROOT/scripts/test-install.sh" "$BUILD"
     "$ROOT/scripts/setup-test-python.sh" || echo "run-tests: scripts/setup-test-python.sh failed (specs reading TensorBoard files will fail)" >&2
     for f in tests/lua/*_spec.lua; do run_busted "$f"; done
     for f in tests/lua/*_test.lua; do run_plain "$f"; done

@@ -10,7 +10,7 @@
  * into CHUNK pieces for OpenMP. */
 #include <math.h>
 #include <string.h>
-#include <immintrin.h>
+#include "simd.h"
 #include "kernels.h"
 #include "vmath.h"
 

@@ -18,7 +18,7 @@
  * into fixed chunks (OpenMP above KERNEL_PAR_MIN), so results never depend
  * on the thread count. */
 #include <math.h>
-#include <immintrin.h>
+#include "simd.h"
 #include "kernels.h"
 
 #define CHUNK 8192        /* elements per update task */

@@ -8,7 +8,7 @@
  * element). Planes are spread over OpenMP threads above the size threshold.
  * The common 2x2 / stride 2 window without padding has its own loops
  * (AVX2 for float32), branch-free since random data would mispredict. */
-#include <immintrin.h>
+#include "simd.h"
 #include <math.h>
 #include <string.h>
 #include "kernels.h"

@@ -11,7 +11,7 @@
 #ifndef ACCEL_KERNELS_VMATH_H
 #define ACCEL_KERNELS_VMATH_H
 
-#include <immintrin.h>
+#include "simd.h"
 #include <stdint.h>
 
 static inline __m256 vm_exp_ps(__m256 x) {
