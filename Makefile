@@ -161,7 +161,7 @@ FUZZ_SAN := -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer 
             -Wno-unused-variable -Wno-unused-but-set-variable -Wno-unknown-attributes
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/%)
-FUZZ_HOST_OBJ := $(OBJ)/host/config_yaml.o $(OBJ)/host/settings.o
+FUZZ_HOST_OBJ := $(OBJ)/host/config_yaml.o $(OBJ)/host/settings.o $(OBJ)/host/unsupported.o $(OBJ)/host/rank_log.o $(OBJ)/host/rank.o
 
 fuzz:
 	scripts/install-deps.sh --fuzz
