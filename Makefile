@@ -143,6 +143,7 @@ asan-test: deps
 	LSAN_OPTIONS=suppressions=$(CURDIR)/scripts/lsan.supp:print_suppressions=0 \
 	UBSAN_OPTIONS=print_stacktrace=1 \
 	OMPI_MCA_mca_base_component_disable_dlclose=1 \
+	ACCEL_TEST_NO_CUDA="the sanitizer build has no CUDA part (make test builds it)" \
 	scripts/run-tests.sh build/asan
 
 # Fuzzing: each tests/fuzz/fuzz_NAME.c is a libFuzzer target linked with

@@ -5,7 +5,8 @@
 #
 # Suites, in order:
 #   1. BUILD/test_*            C programs; last line "N passed, N failed[, N skipped]"
-#      BUILD/cuda/test_cuda    the CUDA build's test binary (make cuda-ci);
+#      BUILD/cuda/test_cuda    the CUDA build's test binary (make cuda-ci;
+#                              ACCEL_TEST_NO_CUDA=reason: counted skipped);
 #                              without a CUDA toolkit it counts 1 skipped
 #   2. scripts/test-host.sh    checks of the accel-lua program itself;
 #      scripts/test-cli.sh, scripts/test-cli-help.sh (--help, unknown
@@ -151,6 +152,8 @@ run_cuda_build_test() {
     local t=$BUILD/cuda/test_cuda cuda=${CUDA_HOME:-/usr/local/cuda}
     if [[ -x $t ]]; then
         run_counted "cuda/test_cuda" "$t"
+    elif [[ -n ${ACCEL_TEST_NO_CUDA:-} ]]; then
+        record "cuda/test_cuda" 0 0 1 "$ACCEL_TEST_NO_CUDA"
     elif [[ ! -x $cuda/bin/nvcc ]]; then
         record "cuda/test_cuda" 0 0 1 "no CUDA toolkit at $cuda: CUDA build not tested"
     else
