@@ -13,12 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int n_pass, n_fail;
-#define CHECK(cond) check(!!(cond), __LINE__, #cond)
-static void check(int ok, int line, const char *what) {
-    if (ok) n_pass++;
-    else n_fail++, printf("test_cuda_alloc.c:%d: FAIL %s\n", line, what);
-}
+#include "check.h"
 
 #define MiB ((size_t)1 << 20)
 

@@ -9,12 +9,7 @@
 #include "kernels/philox.h"
 #include <stdio.h>
 
-static int n_pass, n_fail;
-#define CHECK(cond) check(!!(cond), __LINE__, #cond)
-static void check(int ok, int line, const char *what) {
-    if (ok) n_pass++;
-    else n_fail++, printf("test_philox.c:%d: FAIL %s\n", line, what);
-}
+#include "check.h"
 
 /* Random123's kat_vectors, philox4x32 with 10 rounds. */
 static void test_known_answers(void) {

@@ -16,18 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int n_pass, n_fail;
-
-#define CHECK(cond) check(!!(cond), __LINE__, #cond)
-
-static void check(int ok, int line, const char *what) {
-    if (ok) {
-        n_pass++;
-        return;
-    }
-    n_fail++;
-    printf("test_shard.c:%d: FAIL %s\n", line, what);
-}
+#include "check.h"
 
 static bool seg_is(const ShardSeg *s, int slot, int64_t at, int64_t from, int64_t len) {
     return s->slot == slot && s->at == at && s->from == from && s->len == len;
