@@ -25,6 +25,9 @@
 # as failures, pending as skipped. Prints one line per suite, then exactly
 # one final line "N passed, N failed[, N skipped]" (also written to
 # BUILD/test-summary.txt); exits 1 if anything failed or nothing ran.
+# The busted specs run once per device of ACCEL_TEST_DEVICES (default
+# "cpu sim": the second pass makes the simulated device the default, so
+# every op goes through a backend whose memory the host cannot read).
 # Environment: ACCEL_TEST_TIMEOUT (seconds per program, default 900),
 # BUSTED (path of the busted script, default /usr/bin/busted).
 set -uo pipefail
@@ -34,6 +37,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_ARG=${1:-${ACCEL_BUILD:-build}}
 TIMEOUT=${ACCEL_TEST_TIMEOUT:-900}
 BUSTED=${BUSTED:-/usr/bin/busted}
+DEVICES=${ACCEL_TEST_DEVICES:-cpu sim}
 SUMMARY_RE='^([0-9]+) passed, ([0-9]+) failed(, ([0-9]+) skipped)?'
 BUSTED_RE='^([0-9]+) success(es)? / ([0-9]+) failures? / ([0-9]+) errors? / ([0-9]+) pending'
 
@@ -99,11 +103,13 @@ run_counted() {
     fi
 }
 
-# run_busted SPEC: one spec file under accel-lua; errors count as failures,
+# run_busted SPEC [DEVICE]: one spec file under accel-lua (with DEVICE, as
+# the default device: ACCEL_LUA_DEVICE=DEVICE); errors count as failures,
 # pending as skipped.
 run_busted() {
-    local spec=$1 name="busted ${1#tests/lua/}" out rc line
-    out=$(timeout "$TIMEOUT" "$BUILD/accel-lua" "$BUSTED" --output=plainTerminal "$spec" 2>&1)
+    local spec=$1 dev=${2:-cpu} name="busted ${1#tests/lua/}" out rc line
+    [[ $dev == cpu ]] || name+=" [$dev]"
+    out=$(ACCEL_LUA_DEVICE=$dev timeout "$TIMEOUT" "$BUILD/accel-lua" "$BUSTED" --output=plainTerminal "$spec" 2>&1)
     rc=$?
     line=$(grep -E "$BUSTED_RE" <<<"$out" | tail -n 1)
     if [[ $line =~ $BUSTED_RE ]]; then
@@ -128,7 +134,7 @@ run_plain() {
 }
 
 run_lua_suites() {
-    local f
+    local f dev
     if [[ ! -x $BUILD/accel-lua ]]; then
         record "accel-lua" 0 1 0 "$BUILD/accel-lua missing"
         return
@@ -142,7 +148,9 @@ run_lua_suites() {
     run_counted "scripts/test-machines.sh" "$ROOT/scripts/test-machines.sh" "$BUILD"
     run_counted "scripts/test-install.sh" "$ROOT/scripts/test-install.sh" "$BUILD"
     "$ROOT/scripts/setup-test-python.sh" || echo "run-tests: scripts/setup-test-python.sh failed (specs reading TensorBoard files will fail)" >&2
-    for f in tests/lua/*_spec.lua; do run_busted "$f"; done
+    for dev in $DEVICES; do
+        for f in tests/lua/*_spec.lua; do run_busted "$f" "$dev"; done
+    done
     for f in tests/lua/*_test.lua; do run_plain "$f"; done
 }
 

@@ -18,6 +18,22 @@ local M = {}
 M.ACCEL_LUA = os.getenv("ACCEL_LUA_BIN") or arg[-1]
 
 -- ---------------------------------------------------------------------
+-- the device the suite runs on
+
+-- The default device's type: "cpu", or what ACCEL_LUA_DEVICE names (the
+-- suite runs a second time with ACCEL_LUA_DEVICE=sim).
+function M.default_device() return accel.get_default_device().type end
+
+-- For checks that are CPU-only by nature: returns `it` unchanged on the
+-- CPU; under another default device, a replacement that reports each test
+-- pending (counted as skipped, never as passed) with the reason.
+--   it = support.cpu_only(it, pending, "reads the CPU thread team")
+function M.cpu_only(it_fn, pending_fn, reason)
+  if M.default_device() == "cpu" then return it_fn end
+  return function(name) pending_fn(name .. " [cpu only: " .. reason .. "]") end
+end
+
+-- ---------------------------------------------------------------------
 -- files and folders
 
 -- A new empty folder under the system's temporary folder.
