@@ -54,7 +54,10 @@ KERNEL_VARIANTS := v3 base
 MARCH_v3 := -march=x86-64-v3
 MARCH_base := -march=x86-64
 KERNEL_OBJ := $(foreach v,$(KERNEL_VARIANTS),$(KERNEL_SRC:%.c=$(OBJ)/%.$(v).o)) $(OBJ)/gen/kernel_dispatch.o
-CORE_SRC := $(filter-out core/dist_nccl.c,$(wildcard core/*.c)) kernels/cpu/threads.c
+# core/ holds tensors, autograd and the ops; its folders hold the seams:
+# core/backend (the device interface and the CPU and sim backends),
+# core/dist (communicators, DDP, the sharding engine), core/io (file formats).
+CORE_SRC := $(filter-out core/dist/dist_nccl.c,$(wildcard core/*.c core/*/*.c)) kernels/cpu/threads.c
 BIND_SRC := $(wildcard bindings/*.c)
 HOST_SRC := $(wildcard host/*.c)
 TEST_SRC := $(wildcard tests/c/test_*.c)
@@ -177,7 +180,7 @@ $(BUILD)/fuzz_%: $(OBJ)/tests/fuzz/fuzz_%.o $(CORE_OBJ) $(FUZZ_HOST_OBJ)
 $(FUZZ_SRC:%.c=$(OBJ)/%.o): CPPFLAGS += -Icore
 
 # ---- CUDA ----
-# kernels/cuda/*.cu (nvcc) and *.c, core/dist_nccl.c and the CUDA test
+# kernels/cuda/*.cu (nvcc) and *.c, core/dist/dist_nccl.c and the CUDA test
 # binary tests/cuda/test_cuda.c, linked with the core, cudart (static),
 # cuBLASLt and NCCL of $(CUDA_HOME), into $(BUILD)/cuda. Warnings are errors
 # in host and device code. Targets: sm_80 and sm_90 machine code plus
@@ -198,7 +201,7 @@ NVCCFLAGS := -std=c++17 -O3 $(CUDA_GENCODE) -Werror all-warnings -Xcompiler -Wal
 CUDA_CPPFLAGS := $(CPPFLAGS) -I$(CUDA_HOME)/include
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart_static -lcublasLt -lnccl -lrt -lpthread -lstdc++
 CUDA_CU_SRC := $(wildcard kernels/cuda/*.cu)
-CUDA_C_SRC := $(wildcard kernels/cuda/*.c) core/dist_nccl.c
+CUDA_C_SRC := $(wildcard kernels/cuda/*.c) core/dist/dist_nccl.c
 CUDA_OBJ := $(CUDA_CU_SRC:%.cu=$(CUDA_BUILD)/obj/%.o) $(CUDA_C_SRC:%.c=$(CUDA_BUILD)/obj/%.o)
 CUDA_TEST := $(CUDA_BUILD)/test_cuda
 

@@ -5,8 +5,8 @@
 #include "accel.h"
 #include "embedded.h"
 #include "lua_util.h"
-#include "../core/backend.h"
-#include "../core/safetensors.h"
+#include "../core/backend/backend.h"
+#include "../core/io/safetensors.h"
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>

@@ -3,7 +3,7 @@
  * generator, the default seed drawn from it, and the file readers of
  * core/datafiles.h (IDX, CSV, llm.c token files). */
 #include "lua_util.h"
-#include "../core/datafiles.h"
+#include "../core/io/datafiles.h"
 #include <string.h>
 
 /* Blocks of the Philox stream between two epochs' permutations: epoch e of

@@ -11,7 +11,7 @@
  *   r:stats()        -> {syncs, hook_calls, early_launches, late_launches, missing}
  *   r:close()        -> removes the hooks and frees the buffers (also done by the GC) */
 #include "lua_util.h"
-#include "../core/ddp.h"
+#include "../core/dist/ddp.h"
 #include <stdio.h>
 
 #define REDUCER_MT "accel.ddp.Reducer"

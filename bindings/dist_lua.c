@@ -8,7 +8,7 @@
  * "cross_node"), dist_split([group,] color, key); every collective, and
  * dist_counters, takes a group as an optional FIRST argument. */
 #include "lua_util.h"
-#include "../core/dist.h"
+#include "../core/dist/dist.h"
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>

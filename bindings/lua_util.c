@@ -1,8 +1,8 @@
 /* lua_util.c: tensor userdata, error positions, argument parsing, dtype and
  * device objects, GC accounting (see lua_util.h). */
 #include "lua_util.h"
-#include "../core/backend.h"
-#include "../core/shard.h"
+#include "../core/backend/backend.h"
+#include "../core/dist/shard.h"
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>

@@ -8,7 +8,7 @@
  *     released parameter, or {dtype = "F32", shape = {...}}, which allocates nothing)
  *     w:names() -> the order in which w:put(t) takes the tensors;  w:finish();  w:abort() */
 #include "lua_util.h"
-#include "../core/safetensors.h"
+#include "../core/io/safetensors.h"
 #include <stdlib.h>
 #include <string.h>
 

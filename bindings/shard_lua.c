@@ -18,7 +18,7 @@
  *   e:shard(u, which) -> this rank's shard (which -1 gradient, 0 master, 1.. state) or nil
  *   e:state_names() -> {"exp_avg", ...};  e:steps(i);  e:info();  e:stats();  e:close() */
 #include "lua_util.h"
-#include "../core/shard.h"
+#include "../core/dist/shard.h"
 #include <math.h>
 #include <string.h>
 

@@ -3,8 +3,8 @@
  * 1-based dims. Each method parses its arguments, calls one core op and
  * raises the core's error (op, shapes, dtypes) at the caller's file:line. */
 #include "lua_util.h"
-#include "../core/backend.h"
-#include "../core/iter.h"
+#include "../core/backend/backend.h"
+#include "../core/backend/iter.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -6,7 +6,7 @@
  * tracker. */
 #include "http_lua.h"
 #include "lua_util.h"
-#include "../core/crc32c.h"
+#include "../core/io/crc32c.h"
 
 #include <errno.h>
 #include <lualib.h>

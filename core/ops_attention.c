@@ -11,7 +11,7 @@
  * y:transpose(2, 3):contiguous():view(B, L, H * Dv) costs no copy. It is
  * not a view of anything the caller has seen (is_view stays false). */
 #include "ops.h"
-#include "backend.h"
+#include "backend/backend.h"
 #include "profile.h"
 #include <stdlib.h>
 #include <string.h>

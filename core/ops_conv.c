@@ -17,7 +17,7 @@
  *    plane, as PyTorch's return_indices; for its own backward it keeps a
  *    uint8 position within the window instead (8x less memory traffic). */
 #include "ops.h"
-#include "backend.h"
+#include "backend/backend.h"
 #include "precision.h"
 #include "profile.h"
 #include <string.h>

@@ -3,8 +3,8 @@
  * their backward rules. Arithmetic runs in a compute dtype (f32, f64 or
  * i64); other dtypes are converted on the way in and out. */
 #include "ops.h"
-#include "backend.h"
-#include "iter.h"
+#include "backend/backend.h"
+#include "backend/iter.h"
 #include "profile.h"
 #include <math.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
  * with index validation (0-based index values; errors name the bad index)
  * and backward rules. */
 #include "ops.h"
-#include "backend.h"
+#include "backend/backend.h"
 #include "profile.h"
 #include <stdlib.h>
 #include <string.h>

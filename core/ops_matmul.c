@@ -4,8 +4,8 @@
  * their strides, so transposed views cost no copy. Batched products whose
  * right side is shared fold the batch into M (one GEMM). */
 #include "ops.h"
-#include "backend.h"
-#include "iter.h"
+#include "backend/backend.h"
+#include "backend/iter.h"
 #include "precision.h"
 #include "profile.h"
 #include <string.h>

@@ -2,7 +2,7 @@
  * (forward + backward through the fused kernels), in float32 or float64;
  * other float dtypes compute in float32. */
 #include "ops.h"
-#include "backend.h"
+#include "backend/backend.h"
 #include "profile.h"
 #include <string.h>
 

@@ -4,7 +4,7 @@
  * tensor is reduced in place as (outer, n, inner); several dims are moved
  * last first. */
 #include "ops.h"
-#include "backend.h"
+#include "backend/backend.h"
 #include "profile.h"
 #include <math.h>
 #include <stdlib.h>

@@ -4,7 +4,7 @@
  * allocation, then one kernel call per parameter. */
 #include "optim.h"
 #include "autograd.h"
-#include "backend.h"
+#include "backend/backend.h"
 #include <math.h>
 
 static bool same_shape(const Tensor *a, const Tensor *b) {

@@ -1,9 +1,9 @@
 /* tensor.c: storage and tensor lifetime, metadata, creation, and strided
  * copies. Views live in view.c, printing in format.c. */
 #include "tensor.h"
-#include "backend.h"
+#include "backend/backend.h"
 #include "autograd.h"
-#include "iter.h"
+#include "backend/iter.h"
 #include "pool.h"
 #include <math.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
  * oneDNN, OpenBLAS and OpenMPI (`mpirun --version`, or $ACCEL_LUA_MPIRUN),
  * NCCL / CUDA (not built yet), the platform, the CPU (model, logical CPUs
  * and physical cores available, SIMD flags, the kernel build the dispatcher
- * picked: kernels/cpu/isa.h), thread settings, and the
+ * picked: backend_cpu_kernels)), thread settings, and the
  * config file in force with its contents (checked). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +14,7 @@
 #include <dnnl.h>
 #include <lua.h>
 
-#include "cpu/isa.h"
+#include "core/backend/backend.h"
 #include "host/config_yaml.h"
 #include "host/host.h"
 #include "host/subcommands.h"
@@ -61,7 +61,7 @@ static void print_cpu(void) {
            host_logical_cpus(), host_physical_cores());
     printf("- CPU features: %s%s%s\n", have[0] ? have : "(none of the listed)",
            missing[0] ? "; missing: " : "", missing);
-    printf("- CPU kernels: %s\n", kernel_isa());
+    printf("- CPU kernels: %s\n", backend_cpu_kernels());
 }
 
 static void print_threads(void) {

@@ -15,7 +15,7 @@
  *
  *   build/test_backend [NAME...]    default: every backend of this build
  * Last line "N passed, N failed". */
-#include "core/backend.h"
+#include "core/backend/backend.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -4,8 +4,8 @@
  * the Philox generator behind rand/randn/randint/randperm, and the size
  * checks (checked arithmetic; crafted IDX / safetensors / token-file
  * headers whose sizes overflow or exceed the file). */
-#include "core/safetensors.h"
-#include "core/datafiles.h"
+#include "core/io/safetensors.h"
+#include "core/io/datafiles.h"
 #include "core/ops.h"
 #include <zlib.h>
 #include <dirent.h>

@@ -8,7 +8,7 @@
  * (sum(x @ W) has dW[i][j] = sum_k x[k][i]): .grad is nil after backward,
  * the gradient shard holds dW, accumulated over two backward passes.
  * Last line "N passed, N failed". */
-#include "core/shard.h"
+#include "core/dist/shard.h"
 #include "core/autograd.h"
 #include "core/ops.h"
 #include <math.h>

@@ -8,7 +8,7 @@
  * to_host sees the new ones after the worker runs. (3) Queued work runs in
  * stream order and events order the host after it.
  * Last line "N passed, N failed". */
-#include "core/backend.h"
+#include "core/backend/backend.h"
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>

@@ -18,7 +18,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemm_layout.h"
 #include "core/ops.h"
-#include "core/dist_nccl.h"
+#include "core/dist/dist_nccl.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* fuzz_csv.c: libFuzzer target for the CSV reader (core/csv.c). The first
  * byte picks the options: bit 0 a header line, bits 1-2 the delimiter. */
 #include "fuzz_input.h"
-#include "datafiles.h"
+#include "io/datafiles.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static const char delims[4] = {',', ';', '\t', ' '};

@@ -1,7 +1,7 @@
 /* fuzz_idx.c: libFuzzer target for the IDX reader (core/idx.c), plain and
  * gzipped inputs alike (zlib tells them apart by the gzip magic). */
 #include "fuzz_input.h"
-#include "datafiles.h"
+#include "io/datafiles.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     Tensor *t = idx_read(fuzz_input_file(data, size, ".idx"));

@@ -1,7 +1,7 @@
 /* fuzz_safetensors.c: libFuzzer target for the safetensors reader
  * (core/safetensors.c): header length, JSON header, offsets, data. */
 #include "fuzz_input.h"
-#include "safetensors.h"
+#include "io/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char **names, **keys, **vals;

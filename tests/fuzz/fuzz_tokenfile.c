@@ -2,7 +2,7 @@
  * the header checks of tokenfile_map, then one block of tokens read through
  * tokenfile_blocks at a start and length taken from the header's spare words. */
 #include "fuzz_input.h"
-#include "datafiles.h"
+#include "io/datafiles.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     Tensor *tok = tokenfile_map(fuzz_input_file(data, size, ".bin"));

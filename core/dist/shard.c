@@ -3,7 +3,7 @@
  * reduce-scatters, stage 3 gathers / releases, creation and teardown. The
  * optimizer step, clipping, unscaling and full tensors are shard_step.c. */
 #include "shard_impl.h"
-#include "autograd.h"
+#include "../autograd.h"
 #include "ddp.h"
 #include <stdlib.h>
 #include <string.h>

@@ -3,7 +3,7 @@
  * optimizer step with the fused kernels per parameter segment, the
  * parameters' all-gather after it, and full tensors in and out. */
 #include "shard_impl.h"
-#include "backend.h"
+#include "../backend/backend.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -7,7 +7,7 @@
  * Single-threaded by design: tensors are created on the interpreter thread
  * only (kernels' OpenMP threads never allocate storage). */
 #include "backend_cpu.h"
-#include "tensor.h"
+#include "../tensor.h"
 #include <stdlib.h>
 
 #define NBUCKETS 1024

@@ -8,7 +8,8 @@
  * events are no-ops. Memory comes from the caching allocator (alloc_cpu.c). */
 #include "backend.h"
 #include "backend_cpu.h"
-#include "../kernels/cpu/kernels.h"
+#include "../../kernels/cpu/kernels.h"
+#include "../../kernels/cpu/isa.h"
 #include <string.h>
 
 /* ---- host copies, streams ---- */
@@ -283,3 +284,4 @@ const Backend *backend_by_name(const char *name) {
 
 void backend_set_threads(int n) { kernel_set_threads(n); }
 int backend_get_threads(void) { return kernel_get_threads(); }
+const char *backend_cpu_kernels(void) { return kernel_isa(); }

@@ -2,7 +2,7 @@
  * hook, bucket launches in index order, finalize, and the default
  * all_reduce (avg) + copy-back reduction. */
 #include "ddp.h"
-#include "autograd.h"
+#include "../autograd.h"
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>

@@ -7,7 +7,7 @@
 #ifndef ACCEL_DATAFILES_H
 #define ACCEL_DATAFILES_H
 
-#include "tensor.h"
+#include "../tensor.h"
 
 /* IDX: a tensor with the file's shape; uint8 -> uint8, int32 -> int32,
  * float32 / float64 as stored, int8 / int16 widened to int32 (no narrower

@@ -14,7 +14,7 @@
  * bytes into fresh CPU tensors. Assumes a little-endian host, as the format
  * stores little-endian data. */
 #include "safetensors.h"
-#include "strbuf.h"
+#include "../strbuf.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>

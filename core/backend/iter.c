@@ -3,7 +3,7 @@
  * there are many of them (a broadcast bias row, a column slice): each run
  * is independent and the callbacks are pure kernel calls. */
 #include "iter.h"
-#include "../kernels/cpu/kernels.h"
+#include "../../kernels/cpu/kernels.h"
 #include <stdio.h>
 
 void iter_init(StridedIter *it, int ndim, const int64_t *shape) {

@@ -7,7 +7,7 @@
 #ifndef ACCEL_ITER_H
 #define ACCEL_ITER_H
 
-#include "tensor.h"
+#include "../tensor.h"
 
 #define ITER_MAX_OPS 4
 

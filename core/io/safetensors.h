@@ -7,7 +7,7 @@
 #ifndef ACCEL_SAFETENSORS_H
 #define ACCEL_SAFETENSORS_H
 
-#include "tensor.h"
+#include "../tensor.h"
 
 /* Largest JSON header accepted (the Python library's limit). */
 #define SAFETENSORS_MAX_HEADER 100000000u

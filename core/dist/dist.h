@@ -36,7 +36,7 @@
 #define ACCEL_DIST_H
 
 #include <stdint.h>
-#include "tensor.h"
+#include "../tensor.h"
 
 typedef enum { DIST_SUM = 0, DIST_AVG, DIST_MAX, DIST_MIN, DIST_OP_COUNT } DistOp;
 

@@ -48,7 +48,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include "dist.h"
-#include "tensor.h"
+#include "../tensor.h"
 
 typedef struct DdpReducer DdpReducer;
 

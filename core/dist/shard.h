@@ -73,8 +73,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include "dist.h"
-#include "tensor.h"
-#include "../kernels/kops.h"
+#include "../tensor.h"
+#include "../../kernels/kops.h"
 
 /* ---- layout arithmetic (pure) ---- */
 

@@ -41,9 +41,9 @@
 #ifndef ACCEL_BACKEND_H
 #define ACCEL_BACKEND_H
 
-#include "tensor.h"
+#include "../tensor.h"
 #include "iter.h"
-#include "../kernels/kops.h"
+#include "../../kernels/kops.h"
 
 typedef struct Backend {
     const char *name;
@@ -148,5 +148,8 @@ void backend_sim_debug_peek(void *host, const void *dev, size_t nbytes);
 /* The CPU backend's thread team (n <= 0: number of cores). */
 void backend_set_threads(int n);
 int backend_get_threads(void);
+/* Which build of the CPU kernels this process runs (picked at load time from
+ * the CPU's features): "x86-64-v3 (AVX2, FMA, F16C)" or the baseline. */
+const char *backend_cpu_kernels(void);
 
 #endif
