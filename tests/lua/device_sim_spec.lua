@@ -149,3 +149,65 @@ describe("the sim device", function()
     assert.are.equal(3000, t:sum():item())
   end)
 end)
+
+-- Library functions that make helper tensors (kernels, masks, divisors,
+-- norms, sampled tokens) make them on their input's device, not on the
+-- default one: on the CPU pass the inputs are on sim, on the sim pass on
+-- the cpu. Expected: the same call with every tensor on the cpu (the sim
+-- backend runs the CPU kernels, so results agree to the bit).
+describe("helper tensors follow their input's device", function()
+  local other = accel.get_default_device().type == "cpu" and "sim" or "cpu"
+
+  it("avg_pool2d (its ones kernel and divisors)", function()
+    accel.manual_seed(5)
+    local x = accel.randn(2, 3, 7, 6, {device = "cpu"})
+    local o = {stride = 2, padding = 1, ceil_mode = true, count_include_pad = false}
+    local y = F.avg_pool2d(x:to(other), 3, o)
+    assert.are.equal(other, y.device.type)
+    assert.truthy(y:to("cpu"):equal(F.avg_pool2d(x, 3, o)))
+  end)
+
+  it("MultiheadAttention's causal mask", function()
+    accel.manual_seed(6)
+    local mha = accel.nn.MultiheadAttention(4, 2)
+    local x = accel.randn(3, 2, 4, {device = "cpu"})
+    local want = mha:to("cpu")(x, x, x, {is_causal = true})
+    mha:to(other)
+    local xo = x:to(other)
+    local got = mha(xo, xo, xo, {is_causal = true})
+    assert.are.equal(other, got.device.type)
+    assert.truthy(got:to("cpu"):equal(want))
+  end)
+
+  it("nn.init.eye_, normal_ and orthogonal_ on a tensor of the other device", function()
+    local e = accel.empty(2, 3, {device = other})
+    accel.nn.init.eye_(e)
+    assert.are.same({{1, 0, 0}, {0, 1, 0}}, e:tolist())
+    accel.manual_seed(8)
+    local n = accel.nn.init.normal_(accel.empty(5, {device = other}))
+    accel.manual_seed(8)
+    assert.truthy(n:to("cpu"):equal(accel.nn.init.normal_(accel.empty(5, {device = "cpu"}))))
+    accel.manual_seed(9)
+    local q = accel.nn.init.orthogonal_(accel.empty(3, 4, {device = other}))
+    accel.manual_seed(9)
+    assert.truthy(q:to("cpu"):equal(accel.nn.init.orthogonal_(accel.empty(3, 4, {device = "cpu"}))))
+  end)
+
+  it("clip_grad_norm_ returns the norm on the gradients' device", function()
+    local w = accel.tensor({3.0, 4.0}, {device = other, requires_grad = true})
+    ;(w * w):sum():backward() -- grad 2w = {6, 8}: norm 10
+    local total = accel.nn.utils.clip_grad_norm_({w}, 1.0)
+    assert.are.equal(other, total.device.type)
+    assert.are.equal(10, total:item())
+  end)
+
+  it("GPT2LMHeadModel:generate appends tokens on the prompt's device", function()
+    local gpt2 = accel.models.gpt2
+    accel.manual_seed(4)
+    local cfg = gpt2.GPT2Config{vocab_size = 11, n_positions = 8, n_embd = 8, n_layer = 1, n_head = 2, dropout = 0}
+    local model = gpt2.GPT2LMHeadModel(cfg):to(other)
+    local ids = model:generate(accel.tensor({{1, 2}}, {device = other}), {max_new_tokens = 3})
+    assert.are.equal(other, ids.device.type)
+    assert.are.same({1, 5}, {ids:size(1), ids:size(2)})
+  end)
+end)
