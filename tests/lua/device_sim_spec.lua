@@ -139,8 +139,16 @@ describe("the sim device", function()
     local s = accel.arange(6, {dtype = accel.float32}):view(2, 3):to("sim"):t() -- a strided sim view
     accel.save({w = s}, path)
     local back = accel.load(path)
+    local on_sim = accel.load(path, {device = "sim"}) -- safetensors' load_file(device=)
+    local bad_key = select(2, pcall(accel.load, path, {devcie = "sim"}))
+    local bad_dev = select(2, pcall(accel.load, path, {device = "tpu"}))
     os.remove(path)
+    assert.are.equal("cpu", back.w.device.type) -- the cpu by default, whatever the default device
     assert.are.same({{0, 3}, {1, 4}, {2, 5}}, back.w:tolist())
+    assert.are.equal("sim", on_sim.w.device.type)
+    assert.are.same({{0, 3}, {1, 4}, {2, 5}}, on_sim.w:tolist())
+    assert.truthy(tostring(bad_key):find("accel.load: unknown option 'devcie'", 1, true), bad_key)
+    assert.truthy(tostring(bad_dev):find("unknown device 'tpu'", 1, true), bad_dev)
   end)
 
   it("synchronize waits for queued work", function()
