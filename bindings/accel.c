@@ -379,27 +379,64 @@ static int l_save(lua_State *L) {
     return 0;
 }
 
+/* accel.load's options ({device = d}, as safetensors' load_file(device=)):
+ * the device the tensors go to; the cpu by default, whatever the default
+ * device is (safetensors and torch.load do the same). */
+static Device load_device(lua_State *L, int idx) {
+    Device d = {DEV_CPU, 0};
+    if (lua_isnoneornil(L, idx)) return d;
+    if (!lu_is_opts(L, idx)) lu_error(L, "accel.load: options must be a table {device = ...}, got %s", luaL_typename(L, idx));
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        if (lua_type(L, -2) != LUA_TSTRING || strcmp(lua_tostring(L, -2), "device") != 0)
+            lu_error(L, "accel.load: unknown option '%s' (expected device)", luaL_tolstring(L, -2, NULL));
+        d = lu_check_device(L, lua_gettop(L));
+        lua_pop(L, 1);
+    }
+    if (!backend_for(d)) lu_core_error(L);
+    return d;
+}
+
+/* Moves the n loaded (cpu) tensors to dev in place; on failure releases
+ * them all and returns -1 with the error. */
+static int move_loaded(Tensor **ts, int n, Device dev) {
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        Tensor *t = ts[i];
+        ts[i] = rc == 0 ? tensor_to_device(t, dev) : NULL;
+        if (!ts[i]) rc = -1;
+        tensor_release(t);
+    }
+    for (int i = 0; rc < 0 && i < n; i++) tensor_release(ts[i]);
+    return rc;
+}
+
+/* accel.load(path, [{device =}]) -> {name = tensor}, {metadata} */
 static int l_load(lua_State *L) {
     const char *path = luaL_checkstring(L, 1);
+    Device dev = load_device(L, 2);
     char **names = NULL, **mk = NULL, **mv = NULL;
     Tensor **ts = NULL;
     int n = 0, nm = 0;
     if (safetensors_load(path, &names, &ts, &n, &mk, &mv, &nm) < 0) lu_core_error(L);
-    lua_createtable(L, 0, n);
-    for (int i = 0; i < n; i++) {
-        lu_push_tensor(L, ts[i]);
-        lua_setfield(L, -2, names[i]);
-    }
-    lua_createtable(L, 0, nm);
-    for (int i = 0; i < nm; i++) {
-        lua_pushstring(L, mv[i]);
-        lua_setfield(L, -2, mk[i]);
+    int rc = dev.type == DEV_CPU ? 0 : move_loaded(ts, n, dev); /* read on the host, then copied */
+    if (rc == 0) {
+        lua_createtable(L, 0, n);
+        for (int i = 0; i < n; i++) {
+            lu_push_tensor(L, ts[i]);
+            lua_setfield(L, -2, names[i]);
+        }
+        lua_createtable(L, 0, nm);
+        for (int i = 0; i < nm; i++) {
+            lua_pushstring(L, mv[i]);
+            lua_setfield(L, -2, mk[i]);
+        }
     }
     free(ts);
     safetensors_free_names(names, n);
     safetensors_free_names(mk, nm);
     safetensors_free_names(mv, nm);
-    return 2;
+    return rc == 0 ? 2 : lu_core_error(L);
 }
 
 /* ---- module ---- */

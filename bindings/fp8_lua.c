@@ -5,6 +5,7 @@
  * Scales travel as Lua numbers holding float32 values. */
 #include "lua_util.h"
 #include "../core/fp8.h"
+#include <stdlib.h>
 #include <string.h>
 
 static DType check_fp8_dtype(lua_State *L, int idx) {
@@ -63,11 +64,17 @@ static int c_bits(lua_State *L) {
     DType dt = (DType)lu_check_dtype(L, 2);
     if (dtype_size(t->dtype) != 1 || dtype_size(dt) != 1 || t->dtype == DT_BOOL || dt == DT_BOOL)
         return lu_error(L, "fp8_bits: needs uint8 / float8 dtypes, got %s -> %s", dtype_name(t->dtype), dtype_name(dt));
-    if (t->device.type != DEV_CPU) return lu_error(L, "fp8_bits: the tensor must be on the cpu");
-    Tensor *c = tensor_contiguous(t), *r = c ? tensor_empty(c->shape, c->ndim, dt, c->device) : NULL;
-    if (r) memcpy(tensor_data(r), tensor_data(c), (size_t)c->numel);
-    tensor_release(c);
-    if (!r) return lu_core_error(L);
+    /* the bytes travel through the host: read t's, write them as r's */
+    Tensor *r = tensor_empty(t->shape, t->ndim, dt, t->device);
+    void *buf = r ? malloc(t->numel ? (size_t)t->numel : 1) : NULL;
+    if (r && !buf) accel_fail("fp8_bits: out of memory");
+    int rc = buf ? tensor_to_host(t, buf) : -1;
+    if (rc == 0) rc = tensor_from_host(r, buf);
+    free(buf);
+    if (rc < 0) {
+        tensor_release(r);
+        return lu_core_error(L);
+    }
     lu_push_tensor(L, r);
     return 1;
 }

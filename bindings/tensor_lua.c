@@ -602,10 +602,9 @@ static bool looks_like_device(const char *s) {
     return strncmp(s, "cpu", 3) == 0 || strncmp(s, "cuda", 4) == 0 || strncmp(s, "sim", 3) == 0;
 }
 
-/* A copy on d through the host (no autograd edge across devices yet). */
+/* t on d (a copy through the host, recorded by autograd). */
 static Tensor *move_to(lua_State *L, Tensor *t, Device d) {
-    if (d.type == t->device.type && d.index == t->device.index) return tensor_retain(t);
-    Tensor *m = tensor_to_device(t, d);
+    Tensor *m = tensor_to(t, d);
     if (!m) lu_core_error(L);
     return m;
 }
@@ -635,6 +634,10 @@ static int t_to(lua_State *L) {
         } else if (!lua_isnil(L, i)) {
             return lu_error(L, "to: expected a dtype, device, tensor or options table, got %s", luaL_typename(L, i));
         }
+    }
+    if (dt == (int)t->dtype && dev.type == t->device.type && dev.index == t->device.index) {
+        lua_pushvalue(L, 1); /* nothing to do: the tensor itself, as PyTorch */
+        return 1;
     }
     Tensor *m = move_to(L, t, dev);
     Tensor *r = tensor_to_dtype(m, (DType)dt);

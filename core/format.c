@@ -12,9 +12,10 @@
  *    elements;
  *  - suffixes device, size (empty tensors), dtype (not for float32, int64,
  *    bool), grad_fn or requires_grad, wrapped like PyTorch's _add_suffixes.
- * Tensors whose memory is not host-readable (non-cpu devices) print their
- * contents as "..." with a size suffix, as PyTorch prints meta tensors;
- * copy them to the cpu first to see values. */
+ * The values are read through the host-access API (host_access.c), so a
+ * tensor on any device prints them; one off the cpu gets device='<device>'
+ * as its first suffix (PyTorch prints it for every tensor off the device of
+ * its default tensor type, the cpu, even under set_default_device). */
 #include "tensor.h"
 #include "autograd.h"
 #include "strbuf.h"
@@ -251,15 +252,15 @@ static void suffix_add(Suffixes *s, const char *fmt, const char *arg) {
     snprintf(s->text[s->n++], sizeof s->text[0], fmt, arg);
 }
 
-static void collect_suffixes(const Tensor *t, bool readable, Suffixes *s) {
+static void collect_suffixes(const Tensor *t, Suffixes *s) {
     char buf[128];
     if (t->device.type != DEV_CPU) suffix_add(s, "device='%s'", device_str(t->device, buf, sizeof buf));
     bool empty = t->numel == 0;
-    if ((empty && t->ndim != 1) || !readable) {
+    if (empty && t->ndim != 1) {
         size_suffix(t, buf, sizeof buf);
         suffix_add(s, "%s", buf);
     }
-    bool default_dt = empty || !readable ? t->dtype == DT_F32 : (t->dtype == DT_F32 || t->dtype == DT_I64 || t->dtype == DT_BOOL);
+    bool default_dt = empty ? t->dtype == DT_F32 : (t->dtype == DT_F32 || t->dtype == DT_I64 || t->dtype == DT_BOOL);
     if (!default_dt) suffix_add(s, "dtype=accel.%s", dtype_name(t->dtype));
     if (t->grad_fn) {
         grad_fn_name(t->grad_fn->name ? t->grad_fn->name : "unknown", buf, sizeof buf);
@@ -291,16 +292,14 @@ static void put_suffixes(StrBuf *out, const Suffixes *s) {
 
 char *tensor_format(const Tensor *t) {
     StrBuf out = {0};
-    bool readable = true; /* values come through the host-access API on any device */
     strbuf_puts(&out, PREFIX);
-    if (!readable) strbuf_puts(&out, "...");
-    else if (t->numel == 0) strbuf_puts(&out, "[]");
+    if (t->numel == 0) strbuf_puts(&out, "[]");
     else if (put_contents(t, &out) < 0) {
         free(out.p);
         return NULL;
     }
     Suffixes s = {.n = 0};
-    collect_suffixes(t, readable, &s);
+    collect_suffixes(t, &s);
     put_suffixes(&out, &s);
     if (out.oom) {
         free(out.p);

@@ -1,14 +1,18 @@
-/* fp8.c: the fp8 recipe's kernels on the CPU (see fp8.h). The casts use
- * dtype.h's codec (f32_to_f8e4m3_sat / f32_to_f8e5m2_sat); the matmul
- * decodes the codes to float32 (exact: every fp8 value is a float32) and
- * runs the ordinary float32 GEMM with autocast off, then applies the
- * combined scale once. */
+/* fp8.c: the fp8 recipe's kernels (see fp8.h), an exact emulation that
+ * runs on every device. The casts use dtype.h's codec (f32_to_f8e4m3_sat /
+ * f32_to_f8e5m2_sat) on the host, through the host-access API (zero-copy
+ * on the CPU; explicit host<->device copies elsewhere). The matmul decodes
+ * the codes to float32 on the operands' device (exact: every fp8 value is
+ * a float32), runs the ordinary float32 GEMM with autocast off and applies
+ * the combined scale once, all through the backend. A device backend with
+ * native fp8 GEMMs registers its own scaled matmul, which replaces the
+ * emulation on that device. */
 #include "fp8.h"
 #include "error.h"
 #include "ops.h"
 #include "precision.h"
 
-static Fp8ScaledMm device_mm[2];
+static Fp8ScaledMm device_mm[DEV_SIM + 1]; /* by DeviceType; none for the CPU */
 
 double fp8_max(DType fmt) {
     if (fmt == DT_F8E4M3) return 448.0;
@@ -21,18 +25,21 @@ static int check_fmt(DType fmt, const char *op) {
     return accel_fail_int("%s: format must be float8_e4m3fn or float8_e5m2, got %s", op, dtype_name(fmt));
 }
 
-/* The error for fp8 work on a device whose backend registered no fp8 kernels. */
-static void *no_device_fp8(const char *op, Device d) {
-    return accel_fail("%s: fp8 on cuda:%d needs the CUDA fp8 backend (cuBLASLt fp8 GEMM, compute capability 8.9 or "
-                      "newer), which this build does not register (fp8_set_device_scaled_mm)",
-                      op, d.index);
+/* x as a contiguous float32 tensor on its device (new reference), mapped
+ * for reading on the host (*v), or NULL with an error. */
+static Tensor *f32_input(Tensor *x, const char *op, HostMap *m, const float **v) {
+    if (!dtype_is_float(x->dtype)) return accel_fail("%s: input must be a float tensor, got %s", op, dtype_name(x->dtype));
+    Tensor *c = tensor_contiguous_as(x, DT_F32);
+    if (c && !(*v = tensor_host_map(c, HOST_READ, m))) {
+        tensor_release(c);
+        return NULL;
+    }
+    return c;
 }
 
-/* x as a contiguous float32 CPU tensor (new reference), or NULL with an error. */
-static Tensor *f32_input(Tensor *x, const char *op) {
-    if (!dtype_is_float(x->dtype)) return accel_fail("%s: input must be a float tensor, got %s", op, dtype_name(x->dtype));
-    if (x->device.type != DEV_CPU) return no_device_fp8(op, x->device);
-    return tensor_contiguous_as(x, DT_F32);
+static void f32_input_done(Tensor *c, HostMap *m) {
+    tensor_host_unmap(m); /* read-only: nothing to write back */
+    tensor_release(c);
 }
 
 /* max |v| of n floats, NaN if any is NaN. */
@@ -48,27 +55,34 @@ static double amax_of(const float *v, int64_t n) {
 }
 
 int fp8_amax(Tensor *x, double *amax) {
-    Tensor *c = f32_input(x, "fp8 amax");
+    HostMap m;
+    const float *v = NULL;
+    Tensor *c = f32_input(x, "fp8 amax", &m, &v);
     if (!c) return -1;
-    *amax = amax_of((const float *)tensor_data(c), c->numel);
-    tensor_release(c);
+    *amax = amax_of(v, c->numel);
+    f32_input_done(c, &m);
     return 0;
 }
 
 Tensor *fp8_quantize(Tensor *x, float scale, DType fmt, double *amax) {
     if (check_fmt(fmt, "fp8 quantize") < 0) return NULL;
-    Tensor *c = f32_input(x, "fp8 quantize");
+    HostMap mc, mq;
+    const float *v = NULL;
+    Tensor *c = f32_input(x, "fp8 quantize", &mc, &v);
     Tensor *q = c ? tensor_empty(c->shape, c->ndim, fmt, c->device) : NULL;
-    if (q) {
-        const float *v = (const float *)tensor_data(c);
-        uint8_t *o = (uint8_t *)tensor_data(q);
+    uint8_t *o = q ? tensor_host_map(q, HOST_WRITE, &mq) : NULL;
+    if (o) {
         for (int64_t i = 0; i < c->numel; i++) {
             float s = v[i] * scale;
             o[i] = fmt == DT_F8E4M3 ? f32_to_f8e4m3_sat(s) : f32_to_f8e5m2_sat(s);
         }
         if (amax) *amax = amax_of(v, c->numel);
+        q = tensor_host_finish(q, &mq);
+    } else if (q) {
+        tensor_release(q);
+        q = NULL;
     }
-    tensor_release(c);
+    if (c) f32_input_done(c, &mc);
     return q;
 }
 
@@ -84,8 +98,8 @@ static int check_mm_operand(const Tensor *t, const char *name) {
     return check_fmt(t->dtype, "fp8 scaled_mm");
 }
 
-/* The CPU emulation: decode, float32 GEMM (autocast off), one scale pass. */
-static Tensor *cpu_scaled_mm(Tensor *a, float a_scale_inv, Tensor *b, float b_scale_inv) {
+/* The emulation: decode, float32 GEMM (autocast off), one scale pass. */
+static Tensor *emulated_scaled_mm(Tensor *a, float a_scale_inv, Tensor *b, float b_scale_inv) {
     Tensor *da = tensor_contiguous_as(a, DT_F32), *db = da ? tensor_contiguous_as(b, DT_F32) : NULL;
     DType prev = precision_set_autocast(DT_F32);
     Tensor *c = db ? op_matmul(da, db) : NULL;
@@ -93,9 +107,11 @@ static Tensor *cpu_scaled_mm(Tensor *a, float a_scale_inv, Tensor *b, float b_sc
     tensor_release(da);
     tensor_release(db);
     if (!c) return NULL;
-    float s = a_scale_inv * b_scale_inv;
-    float *o = (float *)tensor_data(c);
-    for (int64_t i = 0; i < c->numel; i++) o[i] *= s;
+    float s = a_scale_inv * b_scale_inv; /* fl32(acc * s): s and acc are float32, the product is rounded once */
+    if (op_binary_scalar_(KB_MUL, c, (double)s, false) < 0) {
+        tensor_release(c);
+        return NULL;
+    }
     return c;
 }
 
@@ -104,13 +120,12 @@ Tensor *fp8_scaled_mm(Tensor *a, float a_scale_inv, Tensor *b, float b_scale_inv
     if (a->shape[1] != b->shape[0])
         return accel_fail("fp8 scaled_mm: shapes %s and %s cannot be multiplied (%lld != %lld)", tensor_shape_str(a),
                           tensor_shape_str(b), (long long)a->shape[1], (long long)b->shape[0]);
-    if (a->device.type != b->device.type || a->device.index != b->device.index)
-        return accel_fail("fp8 scaled_mm: operands are on different devices");
-    if (a->device.type == DEV_CPU) return cpu_scaled_mm(a, a_scale_inv, b, b_scale_inv);
-    if (device_mm[a->device.type]) return device_mm[a->device.type](a, a_scale_inv, b, b_scale_inv);
-    return no_device_fp8("fp8 scaled_mm", a->device);
+    if (tensor_check_device("fp8 scaled_mm", a, b) < 0) return NULL;
+    Fp8ScaledMm native = a->device.type == DEV_CPU ? NULL : device_mm[a->device.type];
+    if (native) return native(a, a_scale_inv, b, b_scale_inv);
+    return emulated_scaled_mm(a, a_scale_inv, b, b_scale_inv);
 }
 
 void fp8_set_device_scaled_mm(DeviceType type, Fp8ScaledMm fn) {
-    if (type == DEV_CUDA) device_mm[DEV_CUDA] = fn;
+    if (type != DEV_CPU && (int)type >= 0 && (int)type <= (int)DEV_SIM) device_mm[type] = fn;
 }

@@ -2,11 +2,12 @@
  * scaling, as Transformer Engine's DelayedScaling): the amax of a tensor,
  * the scaled saturating cast to e4m3fn / e5m2, the scale update from an
  * amax, and the scaled matmul of two fp8 operands with float32
- * accumulation. On the CPU these are the fp8 path (an exact emulation: the
- * operands are decoded exactly and multiplied by the float32 GEMM); a device
- * backend registers its own scaled matmul through fp8_set_device_scaled_mm
- * (the CUDA backend's cuBLASLt fp8 GEMM, sm_89+); without one, fp8 on that
- * device is a clear error. */
+ * accumulation. These are an exact emulation on every device (the operands
+ * are decoded exactly and multiplied by the float32 GEMM of their device's
+ * backend; the casts run on the host through explicit copies); a device
+ * backend with native fp8 GEMMs registers its own scaled matmul through
+ * fp8_set_device_scaled_mm (the CUDA backend's cuBLASLt fp8 GEMM, sm_89+),
+ * which then replaces the emulated product on that device. */
 #ifndef ACCEL_FP8_H
 #define ACCEL_FP8_H
 

@@ -187,6 +187,10 @@ int tensor_from_host(Tensor *t, const void *src);
 void *tensor_host_ptr(const Tensor *t);
 /* A contiguous copy of t on device d, through the host (no autograd). */
 Tensor *tensor_to_device(const Tensor *t, Device d);
+/* t on device d: t itself (retained) when it is there, else tensor_to_device
+ * recorded by autograd (ToCopyBackward: the gradient is moved back to t's
+ * device), as PyTorch's t.to(device). */
+Tensor *tensor_to(Tensor *t, Device d);
 /* dst = src on the device: both contiguous, same dtype and numel. */
 void tensor_copy_flat(Tensor *dst, const Tensor *src);
 

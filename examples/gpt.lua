@@ -186,8 +186,8 @@ local function evaluate()
   accel.no_grad(function()
     for first = 1, val_starts:size(1), B do
       local idx = val_starts:narrow(1, first, math.min(B, val_starts:size(1) - first + 1))
-      local x, y = val_set:get_batch(idx)
-      local _, loss = model(x, {targets = y})
+      local x, y = val_set:get_batch(idx) -- not a prepared loader: its batches are moved by hand
+      local _, loss = model(x:to(accelerator.device), {targets = y:to(accelerator.device)})
       total, count = total + loss:item() * idx:size(1), count + idx:size(1)
     end
   end)
@@ -287,7 +287,7 @@ end
 if accelerator.is_main_process then
   local prompt = {}
   for i = 1, #opt.prompt do prompt[i] = opt.prompt:byte(i) end
-  local ids = accelerator:unwrap_model(model):generate(accel.tensor({prompt}, {dtype = accel.int64}),
+  local ids = accelerator:unwrap_model(model):generate(accel.tensor({prompt}, {dtype = accel.int64, device = accelerator.device}),
     {max_new_tokens = opt.sample_tokens, temperature = opt.temperature,
      top_k = opt.top_k >= 1 and math.floor(opt.top_k) or nil})
   local bytes = {}

@@ -8,7 +8,9 @@
 #      BUILD/cuda/test_cuda    the CUDA build's test binary (make cuda-ci;
 #                              ACCEL_TEST_NO_CUDA=reason: counted skipped);
 #                              without a CUDA toolkit it counts 1 skipped
-#   2. scripts/test-host.sh    checks of the accel-lua program itself;
+#   2. scripts/test-seams.sh   the device seam in the source tree (no CPU
+#                              kernel reached above the backends);
+#      scripts/test-host.sh    checks of the accel-lua program itself;
 #      scripts/test-cli.sh, scripts/test-cli-help.sh (--help, unknown
 #      commands), scripts/test-launch-flags.sh  its subcommands;
 #      scripts/test-repl.sh   the REPL on a terminal (tmux) and without;
@@ -139,6 +141,7 @@ run_lua_suites() {
         record "accel-lua" 0 1 0 "$BUILD/accel-lua missing"
         return
     fi
+    run_counted "scripts/test-seams.sh" "$ROOT/scripts/test-seams.sh" "$BUILD"
     run_counted "scripts/test-host.sh" "$ROOT/scripts/test-host.sh" "$BUILD"
     run_counted "scripts/test-cli.sh" "$ROOT/scripts/test-cli.sh" "$BUILD"
     run_counted "scripts/test-cli-help.sh" "$ROOT/scripts/test-cli-help.sh" "$BUILD"

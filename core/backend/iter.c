@@ -1,9 +1,7 @@
-/* iter.c: strided multi-operand iteration (see iter.h). Runs shorter than
- * a kernel's own parallel threshold are spread over the OpenMP team when
- * there are many of them (a broadcast bias row, a column slice): each run
- * is independent and the callbacks are pure kernel calls. */
+/* iter.c: building n-d launch descriptions (StridedIter, see iter.h) and
+ * broadcasting shapes. Walking a description in runs is the CPU backend's
+ * business (backend_cpu.c), so nothing here depends on a backend. */
 #include "iter.h"
-#include "../../kernels/cpu/kernels.h"
 #include <stdio.h>
 
 void iter_init(StridedIter *it, int ndim, const int64_t *shape) {
@@ -27,71 +25,6 @@ void iter_add_tensor(StridedIter *it, const Tensor *t) {
         st[d] = (td < 0 || t->shape[td] == 1) ? 0 : t->stride[td];
     }
     iter_add(it, tensor_data(t), st, dtype_size(t->dtype));
-}
-
-/* Drop size-1 dims and merge dims contiguous for every operand. */
-static void iter_coalesce(StridedIter *it) {
-    int nd = 0;
-    for (int d = 0; d < it->ndim; d++) {
-        if (it->shape[d] == 1) continue;
-        if (nd > 0) {
-            bool merge = true;
-            for (int k = 0; k < it->nops; k++)
-                if (it->stride[k][nd - 1] != it->stride[k][d] * it->shape[d]) merge = false;
-            if (merge) {
-                it->shape[nd - 1] *= it->shape[d];
-                for (int k = 0; k < it->nops; k++) it->stride[k][nd - 1] = it->stride[k][d];
-                continue;
-            }
-        }
-        it->shape[nd] = it->shape[d];
-        for (int k = 0; k < it->nops; k++) it->stride[k][nd] = it->stride[k][d];
-        nd++;
-    }
-    it->ndim = nd;
-}
-
-void iter_run(StridedIter *it, IterRunFn fn, void *ctx) {
-    for (int d = 0; d < it->ndim; d++)
-        if (it->shape[d] == 0) return;
-    iter_coalesce(it);
-    char *ptrs[ITER_MAX_OPS];
-    int64_t inner[ITER_MAX_OPS];
-    if (it->ndim == 0) {
-        for (int k = 0; k < it->nops; k++) ptrs[k] = it->base[k], inner[k] = 0;
-        fn(ctx, 1, ptrs, inner);
-        return;
-    }
-    int last = it->ndim - 1;
-    int64_t n = it->shape[last];
-    for (int k = 0; k < it->nops; k++) inner[k] = it->stride[k][last];
-    int64_t runs = 1;
-    for (int d = 0; d < last; d++) runs *= it->shape[d];
-    if (runs > 1 && n < KERNEL_PAR_MIN && runs * n >= KERNEL_PAR_MIN) {
-        KERNEL_FOR(r, runs, runs * n, {
-            char *pr[ITER_MAX_OPS];
-            for (int k = 0; k < it->nops; k++) pr[k] = it->base[k];
-            for (int64_t d = last - 1, rest = r; d >= 0; d--) {
-                const int64_t i = rest % it->shape[d];
-                rest /= it->shape[d];
-                for (int k = 0; k < it->nops; k++) pr[k] += i * it->stride[k][d] * (int64_t)it->elsize[k];
-            }
-            fn(ctx, n, pr, inner);
-        });
-        return;
-    }
-    int64_t idx[TENSOR_MAX_DIMS] = {0};
-    for (;;) {
-        for (int k = 0; k < it->nops; k++) {
-            char *p = it->base[k];
-            for (int d = 0; d < last; d++) p += idx[d] * it->stride[k][d] * (int64_t)it->elsize[k];
-            ptrs[k] = p;
-        }
-        fn(ctx, n, ptrs, inner);
-        int d = last - 1;
-        while (d >= 0 && ++idx[d] == it->shape[d]) idx[d--] = 0;
-        if (d < 0) break;
-    }
 }
 
 int broadcast_shapes(const int64_t *a, int na, const int64_t *b, int nb, int64_t *out, int *nout, const char *op) {

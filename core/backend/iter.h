@@ -1,9 +1,7 @@
-/* iter.h: walking several strided operands of one (broadcast) shape in
- * innermost runs. Adjacent dims that are contiguous for every operand are
- * merged so a contiguous tensor is one run; each run is handed to a callback
- * with the operands' pointers and innermost strides (in elements).
- * A StridedIter is also the backend interface's n-d launch description
- * (backend.h): the core fills it, the backend runs it. */
+/* iter.h: the backend interface's n-d launch description (backend.h): one
+ * (broadcast) shape and, per operand, a base device pointer and strides in
+ * elements. The core fills it; the backend runs it (the CPU backend splits
+ * it into innermost runs, backend_cpu.c). */
 #ifndef ACCEL_ITER_H
 #define ACCEL_ITER_H
 
@@ -53,10 +51,6 @@ static inline void iter_launch(StridedIter *it, const Tensor *out, const Tensor 
     iter_add_tensor(it, out);
     for (int k = 0; k < nin; k++) iter_add_tensor(it, ins[k]);
 }
-
-/* For the CPU backend (backend_cpu.c): call fn once per innermost run. */
-typedef void (*IterRunFn)(void *ctx, int64_t n, char **ptrs, const int64_t *strides);
-void iter_run(StridedIter *it, IterRunFn fn, void *ctx);
 
 /* Broadcast shapes a and b into out; -1 with an error naming op on mismatch. */
 int broadcast_shapes(const int64_t *a, int na, const int64_t *b, int nb, int64_t *out, int *nout, const char *op);

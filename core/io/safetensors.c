@@ -921,7 +921,7 @@ SafetensorsWriter *safetensors_writer_open(const char *path, const char **names,
 int safetensors_writer_put(SafetensorsWriter *w, Tensor *t) {
     if (w->next >= w->n) return accel_fail_int("accel.save: '%s': all %d tensors are written already", w->path, w->n);
     int i = w->next;
-    if (t->dtype != w->dt[i] || t->numel != w->numel[i] || t->device.type != DEV_CPU)
+    if (t->dtype != w->dt[i] || t->numel != w->numel[i]) /* any device: the bytes come through the host */
         return accel_fail_int("accel.save: '%s': tensor %d is %s with %lld elements, the header says %s with %lld",
                               w->path, i + 1, st_dtype_names[t->dtype], (long long)t->numel, st_dtype_names[w->dt[i]],
                               (long long)w->numel[i]);

@@ -313,7 +313,7 @@ end)
 -- ---------------- PyTorch parity ----------------
 
 describe("PyTorch parity (tests/fixtures/conv.safetensors)", function()
-  local t = accel.load("tests/fixtures/conv.safetensors")
+  local t = accel.load("tests/fixtures/conv.safetensors", {device = accel.get_default_device()}) -- where the suite runs
 
   it("conv2d (stride, padding, dilation, groups) + max_pool2d with indices, forward and backward", function()
     local x, w, b = gc.leaf(t["a.x"]), gc.leaf(t["a.w"]), gc.leaf(t["a.b"])

@@ -52,6 +52,25 @@ describe("the sim device", function()
     assert.are.same({{1, 2, 3}, {1, 2, 3}}, z:tolist())
   end)
 
+  it(":to is recorded by autograd: the gradient goes back to the source device", function()
+    local x = accel.tensor({1, 2, 3}, {dtype = accel.float64, device = "cpu", requires_grad = true})
+    local y = x:to("sim")
+    assert.are.equal("ToCopyBackward", y.grad_fn)
+    assert.is_false(y.is_leaf)
+    ;(y * y):sum():backward() -- d/dx sum(x^2) = 2x
+    assert.are.equal("cpu", x.grad.device.type)
+    assert.are.same({2, 4, 6}, x.grad:tolist())
+    local w = accel.tensor({1.0, -2.0}, {device = "sim", requires_grad = true})
+    local c = w:to({device = "cpu", dtype = accel.float64}) -- device and dtype in one call
+    ;(c * accel.tensor({3, 5}, {dtype = accel.float64, device = "cpu"})):sum():backward()
+    assert.are.equal("sim", w.grad.device.type)
+    assert.are.equal(accel.float32, w.grad.dtype)
+    assert.are.same({3, 5}, w.grad:tolist())
+    assert.is_true(rawequal(w, w:to("sim"))) -- already there: the tensor itself, as PyTorch
+    local n = accel.no_grad(function() return x:to("sim") end)
+    assert.is_nil(n.grad_fn)
+  end)
+
   it("trains a step exactly as the CPU does", function()
     local l_cpu, y_cpu, w_cpu, g_cpu = train_step("cpu")
     local l_sim, y_sim, w_sim, g_sim = train_step("sim")
@@ -78,7 +97,7 @@ describe("the sim device", function()
   end)
 
   it("rejects operands on different devices, naming both", function()
-    local s, c = accel.ones(3, {device = "sim"}), accel.ones(3)
+    local s, c = accel.ones(3, {device = "sim"}), accel.ones(3, {device = "cpu"})
     local ok, err = pcall(function() return s + c end)
     assert.is_false(ok)
     assert.truthy(tostring(err):find("sim and cpu", 1, true))
@@ -89,17 +108,19 @@ describe("the sim device", function()
 
   it("is the default device after set_default_device", function()
     local before = accel.get_default_device()
-    accel.set_default_device("sim")
     local ok, err = pcall(function()
+      accel.set_default_device("sim")
       local z = accel.zeros(2, 2)
       assert.are.equal("sim", z.device.type)
       assert.are.equal("sim", accel.randn(3).device.type)
       assert.are.equal("sim", accel.arange(4).device.type)
       assert.are.same({0, 1, 2, 3}, accel.arange(4):tolist())
+      accel.set_default_device("cpu")
+      assert.are.equal("cpu", accel.zeros(1).device.type)
     end)
-    accel.set_default_device(before)
+    accel.set_default_device(before) -- the suite's own default (cpu, or sim on its second pass)
     assert(ok, err)
-    assert.are.equal("cpu", accel.zeros(1).device.type)
+    assert.are.equal(before.type, accel.zeros(1).device.type)
   end)
 
   it("reads ACCEL_LUA_DEVICE for the default, and refuses an unknown one", function()
@@ -118,13 +139,83 @@ describe("the sim device", function()
     local s = accel.arange(6, {dtype = accel.float32}):view(2, 3):to("sim"):t() -- a strided sim view
     accel.save({w = s}, path)
     local back = accel.load(path)
+    local on_sim = accel.load(path, {device = "sim"}) -- safetensors' load_file(device=)
+    local bad_key = select(2, pcall(accel.load, path, {devcie = "sim"}))
+    local bad_dev = select(2, pcall(accel.load, path, {device = "tpu"}))
     os.remove(path)
+    assert.are.equal("cpu", back.w.device.type) -- the cpu by default, whatever the default device
     assert.are.same({{0, 3}, {1, 4}, {2, 5}}, back.w:tolist())
+    assert.are.equal("sim", on_sim.w.device.type)
+    assert.are.same({{0, 3}, {1, 4}, {2, 5}}, on_sim.w:tolist())
+    assert.truthy(tostring(bad_key):find("accel.load: unknown option 'devcie'", 1, true), bad_key)
+    assert.truthy(tostring(bad_dev):find("unknown device 'tpu'", 1, true), bad_dev)
   end)
 
   it("synchronize waits for queued work", function()
     local t = accel.ones(1000, {device = "sim"}) * 3
     accel.synchronize("sim")
     assert.are.equal(3000, t:sum():item())
+  end)
+end)
+
+-- Library functions that make helper tensors (kernels, masks, divisors,
+-- norms, sampled tokens) make them on their input's device, not on the
+-- default one: on the CPU pass the inputs are on sim, on the sim pass on
+-- the cpu. Expected: the same call with every tensor on the cpu (the sim
+-- backend runs the CPU kernels, so results agree to the bit).
+describe("helper tensors follow their input's device", function()
+  local other = accel.get_default_device().type == "cpu" and "sim" or "cpu"
+
+  it("avg_pool2d (its ones kernel and divisors)", function()
+    accel.manual_seed(5)
+    local x = accel.randn(2, 3, 7, 6, {device = "cpu"})
+    local o = {stride = 2, padding = 1, ceil_mode = true, count_include_pad = false}
+    local y = F.avg_pool2d(x:to(other), 3, o)
+    assert.are.equal(other, y.device.type)
+    assert.truthy(y:to("cpu"):equal(F.avg_pool2d(x, 3, o)))
+  end)
+
+  it("MultiheadAttention's causal mask", function()
+    accel.manual_seed(6)
+    local mha = accel.nn.MultiheadAttention(4, 2)
+    local x = accel.randn(3, 2, 4, {device = "cpu"})
+    local want = mha:to("cpu")(x, x, x, {is_causal = true})
+    mha:to(other)
+    local xo = x:to(other)
+    local got = mha(xo, xo, xo, {is_causal = true})
+    assert.are.equal(other, got.device.type)
+    assert.truthy(got:to("cpu"):equal(want))
+  end)
+
+  it("nn.init.eye_, normal_ and orthogonal_ on a tensor of the other device", function()
+    local e = accel.empty(2, 3, {device = other})
+    accel.nn.init.eye_(e)
+    assert.are.same({{1, 0, 0}, {0, 1, 0}}, e:tolist())
+    accel.manual_seed(8)
+    local n = accel.nn.init.normal_(accel.empty(5, {device = other}))
+    accel.manual_seed(8)
+    assert.truthy(n:to("cpu"):equal(accel.nn.init.normal_(accel.empty(5, {device = "cpu"}))))
+    accel.manual_seed(9)
+    local q = accel.nn.init.orthogonal_(accel.empty(3, 4, {device = other}))
+    accel.manual_seed(9)
+    assert.truthy(q:to("cpu"):equal(accel.nn.init.orthogonal_(accel.empty(3, 4, {device = "cpu"}))))
+  end)
+
+  it("clip_grad_norm_ returns the norm on the gradients' device", function()
+    local w = accel.tensor({3.0, 4.0}, {device = other, requires_grad = true})
+    ;(w * w):sum():backward() -- grad 2w = {6, 8}: norm 10
+    local total = accel.nn.utils.clip_grad_norm_({w}, 1.0)
+    assert.are.equal(other, total.device.type)
+    assert.are.equal(10, total:item())
+  end)
+
+  it("GPT2LMHeadModel:generate appends tokens on the prompt's device", function()
+    local gpt2 = accel.models.gpt2
+    accel.manual_seed(4)
+    local cfg = gpt2.GPT2Config{vocab_size = 11, n_positions = 8, n_embd = 8, n_layer = 1, n_head = 2, dropout = 0}
+    local model = gpt2.GPT2LMHeadModel(cfg):to(other)
+    local ids = model:generate(accel.tensor({{1, 2}}, {device = other}), {max_new_tokens = 3})
+    assert.are.equal(other, ids.device.type)
+    assert.are.same({1, 5}, {ids:size(1), ids:size(2)})
   end)
 end)

@@ -42,7 +42,7 @@ local function mismatches(got, want, inputs, same)
   return n, table.concat(bad, "; ")
 end
 
-local fixture = accel.load(FIXTURE)
+local fixture = accel.load(FIXTURE, {device = accel.get_default_device()}) -- where the suite runs
 
 local function codes_of(t) return C.fp8_bits(t, accel.uint8):tolist() end
 
@@ -168,6 +168,39 @@ describe("fp8 scaled matmul", function()
     local a = accel.tensor({{1, 2}}):to(accel.float8_e4m3fn)
     local b = accel.tensor({{3}, {4}}):to(accel.float8_e4m3fn)
     assert.are.same({{11 * 0.5 * 3}}, C.fp8_scaled_mm(a, 0.5, b, 3):tolist())
+  end)
+end)
+
+-- ---------------------------------------------------------------- on another device
+
+-- The emulation runs on any device: on "sim" (memory the host cannot read)
+-- the casts must stage through the host and the product go through the
+-- backend; the expected codes are the PyTorch fixture's, as on the CPU.
+describe("fp8 kernels on the sim device", function()
+  it("the recipe's cast, amax and fp8_bits give the fixture's codes, on sim", function()
+    for name, dt in pairs(FORMATS) do
+      local x = fixture[name .. ".inputs"]:to("sim")
+      local q, amax = C.fp8_quantize(x, 1.0, dt)
+      assert.are.equal("sim", q.device.type)
+      local n, where = mismatches(codes_of(q), fixture[name .. ".saturated"]:tolist(), nil, rawequal)
+      assert.are.equal(0, n, where)
+      assert.is_true(amax ~= amax) -- the inputs hold a NaN: so does their amax
+    end
+    local x = accel.tensor({1.5, -470.25, 3}, {device = "sim"})
+    assert.are.equal(470.25, C.fp8_amax(x))
+    assert.are.equal(470.25, select(2, C.fp8_quantize(x, 2.0, accel.float8_e4m3fn)))
+  end)
+
+  it("the scaled matmul on sim is exact where float32 holds every partial sum", function()
+    accel.manual_seed(3)
+    local a = accel.randint(-16, 17, {9, 40}, {device = "cpu"}):float():to(accel.float8_e4m3fn)
+    local b = accel.randint(-16, 17, {40, 11}, {device = "cpu"}):float():to(accel.float8_e5m2)
+    local c = C.fp8_scaled_mm(a:to("sim"), 0.25, b:to("sim"):t():contiguous():t(), 8.0)
+    assert.are.equal("sim", c.device.type)
+    assert.are.same(reference_mm(a, 0.25, b, 8.0), c:tolist())
+    support.error_matching("fp8 scaled_mm: tensors are on different devices %(sim and cpu%)", function()
+      C.fp8_scaled_mm(a:to("sim"), 1, b:to("cpu"), 1)
+    end)
   end)
 end)
 

@@ -192,7 +192,7 @@ describe("GPT-2 names and layouts (Hugging Face)", function()
 end)
 
 describe("GPT-2 numerics against PyTorch (float32, 1e-4)", function()
-  local f = accel.load(FIXTURE)
+  local f = accel.load(FIXTURE, {device = accel.get_default_device()}) -- where the suite runs
 
   it("one block (B=2, T=16, C=32, H=4): forward, d/dx and every parameter gradient", function()
     local config = gpt2.GPT2Config{n_embd = 32, n_head = 4, dropout = 0}

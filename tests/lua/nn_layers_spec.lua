@@ -522,7 +522,7 @@ end)
 -- ---- MultiheadAttention ----
 
 describe("nn.MultiheadAttention", function()
-  local fx = accel.load("tests/fixtures/nn_mha.safetensors")
+  local fx = accel.load("tests/fixtures/nn_mha.safetensors", {device = accel.get_default_device()}) -- where the suite runs
   local function loaded(o)
     local mha = nn.MultiheadAttention(8, 2, o):eval()
     mha:load_state_dict({in_proj_weight = fx.in_proj_weight, in_proj_bias = fx.in_proj_bias,

@@ -385,10 +385,31 @@ describe("Module:to", function()
     assert.matches("floating point", err)
   end)
 
+  it("moves between devices: the moved parameters are leaves there, the input's gradient goes back to its device", function()
+    -- expected: the same forward/backward with everything on the cpu
+    local other = accel.get_default_device().type == "cpu" and "sim" or "cpu"
+    local net = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)):to("cpu")
+    local x = accel.randn(5, 3, {device = "cpu", requires_grad = true})
+    net(x):pow(2):sum():backward()
+    local want_x, want_w = x.grad:clone(), net[1].weight.grad:clone()
+    x.grad, net[1].weight.grad = nil, nil
+    net:zero_grad()
+    assert.equals(net, net:to(other))
+    for name, p in net:named_parameters() do
+      assert.equals(other, p.device.type, name)
+      assert.is_true(p.is_leaf and p.requires_grad and nn.is_parameter(p), name)
+    end
+    net(x:to(other)):pow(2):sum():backward()
+    assert.equals("cpu", x.grad.device.type)
+    assert.is_true(x.grad:equal(want_x))
+    assert.equals(other, net[1].weight.grad.device.type)
+    assert.is_true(net[1].weight.grad:to("cpu"):equal(want_w))
+  end)
+
   it("keeps the same tensors when nothing changes", function()
     local l = nn.Linear(2, 2)
     local w = l.weight
-    l:to("cpu")
+    l:to(w.device) -- where it already is (cpu, or sim on the suite's second pass)
     l:to(accel.float32)
     assert.is_true(rawequal(w, l.weight))
   end)

@@ -51,7 +51,7 @@ end
 
 describe("PyTorch parity (float32)", function()
   it("MLP with LayerNorm + GELU, AdamW, cosine schedule, grad-norm clipping: 40 steps", function()
-    local f = accel.load("tests/fixtures/parity_mlp.safetensors")
+    local f = accel.load("tests/fixtures/parity_mlp.safetensors", {device = accel.get_default_device()})
     local model = nn.Sequential(nn.Linear(20, 64), nn.LayerNorm(64), nn.GELU(), nn.Linear(64, 3))
     local opt = optim.AdamW(model:parameters(), {lr = 1e-2, weight_decay = 0.01})
     local sched = optim.lr_scheduler.CosineAnnealingLR(opt, {T_max = 40})
@@ -59,7 +59,7 @@ describe("PyTorch parity (float32)", function()
   end)
 
   it("conv net, SGD with momentum: 20 steps", function()
-    local f = accel.load("tests/fixtures/parity_conv.safetensors")
+    local f = accel.load("tests/fixtures/parity_conv.safetensors", {device = accel.get_default_device()})
     local model = nn.Sequential(nn.Conv2d(1, 4, 3, {padding = 1}), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(4, 8, 3),
       nn.ReLU(), nn.Flatten(), nn.Linear(128, 5))
     local opt = optim.SGD(model:parameters(), {lr = 0.05, momentum = 0.9})

@@ -28,6 +28,19 @@ describe("safetensors one tensor at a time", function()
     assert.are.equal(support.read_file(dir .. "/ref.safetensors"), support.read_file(dir .. "/new.safetensors"))
   end)
 
+  it("writes tensors from any device: sim tensors (strided too) give the CPU file's bytes", function()
+    local t = tensors()
+    local cpu, sim = {}, {}
+    for name, v in pairs(t) do cpu[name], sim[name] = v:to("cpu"), v:to("sim") end
+    sim.w = cpu.w:t():contiguous():to("sim"):t() -- w again, as a strided view of its transpose
+    assert.is_false(sim.w:is_contiguous())
+    accel.save(cpu, dir .. "/ref.safetensors")
+    local w = C.st_writer(dir .. "/new.safetensors", sim)
+    for _, name in ipairs(w:names()) do w:put(sim[name]) end
+    w:finish()
+    assert.are.equal(support.read_file(dir .. "/ref.safetensors"), support.read_file(dir .. "/new.safetensors"))
+  end)
+
   it("reads one tensor, or a range of its elements, and lists the header", function()
     accel.save(tensors(), dir .. "/f.safetensors")
     local f = C.st_open(dir .. "/f.safetensors")

@@ -31,10 +31,11 @@
 -- the output is float32 (TE returns the autocast dtype). Products outside
 -- nn.Linear run under bf16 autocast, as Accelerate's fp8 does.
 --
--- On the CPU the recipe is emulated exactly (accel.fp8.BACKEND =
--- "CPU_EMULATION"); tensors on another device need that device's fp8 GEMM
--- (the hook fp8_set_device_scaled_mm of core/fp8.h) and are refused
--- without one.
+-- The recipe is emulated exactly (accel.fp8.BACKEND = "CPU_EMULATION", the
+-- name kept from its first home) on every device: the casts run on the host
+-- through explicit host<->device copies, the decoded product through the
+-- device's backend. A backend with native fp8 GEMMs replaces the product
+-- through the hook fp8_set_device_scaled_mm of core/fp8.h.
 local accel = require("accel")
 local autograd = require("accel.autograd")
 local base = require("accel.nn.module")

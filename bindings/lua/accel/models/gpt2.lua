@@ -420,7 +420,7 @@ function GPT2LMHeadModel:generate(input_ids, o)
       local u = accel.rand(B):tolist()
       local next_ids = {}
       for b = 1, B do next_ids[b] = {sample_row(last[b], temperature, o.top_k, u[b])} end
-      ids = accel.cat({ids, accel.tensor(next_ids, {dtype = accel.int64})}, 2)
+      ids = accel.cat({ids, accel.tensor(next_ids, {dtype = accel.int64, device = ids.device})}, 2)
     end
   end)
   self:train(was_training)

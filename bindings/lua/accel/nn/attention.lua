@@ -89,7 +89,7 @@ local function apply_masks(self, scores, o, n, l, s)
   local h = self.num_heads
   local am = o.attn_mask
   if am == nil and o.is_causal then
-    am = accel.ones(l, s, {dtype = accel.bool}):triu(1)
+    am = accel.ones(l, s, {dtype = accel.bool, device = scores.device}):triu(1)
   end
   if am ~= nil then
     if am:dim() == 3 then

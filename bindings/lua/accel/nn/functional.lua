@@ -263,7 +263,7 @@ function F.avg_pool2d(input, kernel_size, o)
     out[i], hi[i] = m, math.max(0, (m - 1) * s[i] + k[i] - n - p[i])
   end
   local planes = input:reshape(-1, 1, H, W)
-  local ones = accel.ones(1, 1, k[1], k[2], {dtype = input.dtype})
+  local ones = accel.ones(1, 1, k[1], k[2], {dtype = input.dtype, device = input.device})
   local prev = C.set_autocast(nil)
   local ok, sums = pcall(C.conv2d, planes, ones, nil, s, {p[1], hi[1], p[2], hi[2]}, 1, 1)
   C.set_autocast(prev)
@@ -271,8 +271,9 @@ function F.avg_pool2d(input, kernel_size, o)
   if divisor then
     sums = sums / divisor
   else
-    local dh = accel.tensor(avg_divisors(H, out[1], k[1], s[1], p[1], include_pad), {dtype = input.dtype})
-    local dw = accel.tensor(avg_divisors(W, out[2], k[2], s[2], p[2], include_pad), {dtype = input.dtype})
+    local on = {dtype = input.dtype, device = input.device}
+    local dh = accel.tensor(avg_divisors(H, out[1], k[1], s[1], p[1], include_pad), on)
+    local dw = accel.tensor(avg_divisors(W, out[2], k[2], s[2], p[2], include_pad), on)
     sums = sums / (dh:view(out[1], 1) * dw:view(1, out[2]))
   end
   shape[#shape - 1], shape[#shape] = out[1], out[2]

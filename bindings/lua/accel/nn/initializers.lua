@@ -57,8 +57,8 @@ local function fill(t, src)
 end
 
 -- U(a, b) of t's shape in the generation dtype
-local function uniform(t, a, b) return accel.rand(t.shape, {dtype = gen_dtype(t)}) * (b - a) + a end
-local function normal(t, mean, std) return accel.randn(t.shape, {dtype = gen_dtype(t)}) * std + mean end
+local function uniform(t, a, b) return accel.rand(t.shape, {dtype = gen_dtype(t), device = t.device}) * (b - a) + a end
+local function normal(t, mean, std) return accel.randn(t.shape, {dtype = gen_dtype(t), device = t.device}) * std + mean end
 
 -- calculate_gain(nonlinearity, [param]): the recommended gain (PyTorch's table).
 function I.calculate_gain(nonlinearity, param)
@@ -138,8 +138,8 @@ function I.eye_(t)
   check_tensor(t, "eye_")
   if t:dim() ~= 2 then raise("nn.init.eye_: only tensors with 2 dimensions are supported, got shape %s", tostring(t.shape)) end
   local r, c = t:size(1), t:size(2)
-  local rows = accel.arange(r):unsqueeze(2):expand(r, c)
-  local cols = accel.arange(c):unsqueeze(1):expand(r, c)
+  local rows = accel.arange(r, {device = t.device}):unsqueeze(2):expand(r, c)
+  local cols = accel.arange(c, {device = t.device}):unsqueeze(1):expand(r, c)
   return fill(t, rows:eq(cols))
 end
 
@@ -191,10 +191,10 @@ function I.orthogonal_(t, ...)
   local gain = args({...}, {"gain"}, {1})
   local rows = t:size(1)
   local cols = math.floor(t:numel() / rows)
-  local a = accel.randn(rows, cols, {dtype = accel.float64})
+  local a = accel.randn(rows, cols, {dtype = accel.float64, device = t.device})
   if rows < cols then a = a:t():contiguous() end
   local n, k = a:size(1), a:size(2)
-  local q = accel.zeros(n, k, {dtype = accel.float64})
+  local q = accel.zeros(n, k, {dtype = accel.float64, device = t.device})
   for j = 1, k do
     local v = a:select(2, j)
     for _ = 1, 2 do -- twice is enough for orthogonality to rounding

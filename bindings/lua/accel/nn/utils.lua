@@ -63,14 +63,14 @@ function utils.clip_grad_norm_(parameters, max_norm, opts)
   -- zero_grad(), see bindings/optim_lua.c)
   local norm = C.grads_total_norm(params, norm_type)
   if norm == nil then return accel.tensor(0.0) end
-  local has, dtype = C.has_grads(params), nil
+  local has, dtype, device = C.has_grads(params), nil, nil
   for i = 1, #params do
     if has[i] then
-      dtype = params[i].dtype -- the first gradient's
+      dtype, device = params[i].dtype, params[i].device -- the first gradient's, as PyTorch
       break
     end
   end
-  local total = accel.tensor(norm, {dtype = dtype})
+  local total = accel.tensor(norm, {dtype = dtype, device = device})
   local t = total:item()
   if opts.error_if_nonfinite and (t ~= t or t == math.huge) then
     raise("%s: The total norm of order %s for gradients from `parameters` is non-finite, so it cannot be clipped. "
