@@ -132,6 +132,8 @@ local json = require("accel.json")
 local ddp = require("accel.ddp")
 local join = require("accel.join")
 local raise = require("accel.nn.module").raise
+-- Control values the processes agree on (flags, counts) are host tensors.
+local HOST = {device = "cpu"}
 local util = require("accel.util")
 local shard_ckpt = require("accel.shard_checkpoint")
 local C = accel._C
@@ -549,7 +551,7 @@ local function make_scaler(self, kw, ds)
   local f = scaler_fields(kw, ds)
   return amp.GradScaler({init_scale = f.init_scale, growth_factor = f.growth_factor,
     backoff_factor = f.backoff_factor, growth_interval = f.growth_interval,
-    agree = function(found) return comm:all_reduce(accel.tensor({found and 1 or 0}), "max"):item() > 0 end})
+    agree = function(found) return comm:all_reduce(accel.tensor({found and 1 or 0}, HOST), "max"):item() > 0 end})
 end
 
 local function new_accelerator(_, o)
@@ -1239,7 +1241,7 @@ end
 function Accelerator:set_trigger() rawset(self, "flag", 1) end
 
 function Accelerator:check_trigger()
-  local total = self.state.comm:all_reduce(accel.tensor({self.flag}), "sum"):item()
+  local total = self.state.comm:all_reduce(accel.tensor({self.flag}, HOST), "sum"):item()
   if total >= 1 then
     rawset(self, "flag", 0)
     return true
@@ -1262,6 +1264,7 @@ function Accelerator:free_memory(...)
   rawset(self, "_optimizers", {})
   rawset(self, "_schedulers", {})
   rawset(self, "_dataloaders", {})
+  rawset(self, "_moved_params", setmetatable({}, {__mode = "k"}))
   self.gradient_state.loaders = {}
   self.gradient_state.step = 0
   collectgarbage()
