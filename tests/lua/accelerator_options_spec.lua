@@ -861,6 +861,24 @@ CASES.PartialState = {
   end,
 }
 
+CASES.prepare_data_loader = {
+  device_placement = function()
+    local function first_batch(a, o)
+      local l = a:prepare_data_loader(data.DataLoader(data.TensorDataset(accel.arange(4, {device = "cpu"})),
+        {batch_size = 2}), o)
+      return l:iter()()
+    end
+    local a = accel.Accelerator()
+    assert.are.equal("cpu", tostring(first_batch(a, {device_placement = false}).device)) -- left where it was
+    assert.are.equal(RUN_DEVICE, tostring(first_batch(a).device))
+    local off = accel.Accelerator{device_placement = false}
+    assert.are.equal(RUN_DEVICE, tostring(first_batch(off, {device_placement = true}).device))
+    error_matching("unknown option slice_fn_for_dispatch", function()
+      a:prepare_data_loader(data.DataLoader(data.TensorDataset(accel.arange(4))), {slice_fn_for_dispatch = 1})
+    end)
+  end,
+}
+
 CASES.prepare_model = {
   device_placement = function()
     local a = accel.Accelerator()

@@ -913,8 +913,14 @@ local function safe_len(x)
   return ok and type(n) == "number" and n or nil
 end
 
--- This process's shard of the loader's global order (see DESIGN §2).
-function Accelerator:prepare_data_loader(loader)
+-- This process's shard of the loader's global order (see DESIGN §2),
+-- its batches on accelerator.device unless device_placement is false
+-- ({device_placement =} overrides the Accelerator's, as Accelerate's
+-- prepare_data_loader(data_loader, device_placement)).
+local PREPARE_LOADER_OPTIONS = plugins.register("prepare_data_loader", {device_placement = "boolean"})
+
+function Accelerator:prepare_data_loader(loader, o)
+  plugins.check_options("prepare_data_loader", o, PREPARE_LOADER_OPTIONS)
   if prepared.is_loader(loader) then return loader end
   if kind_of(loader) ~= "loader" then raise("prepare_data_loader: expected a DataLoader, got %s", type(loader)) end
   if not has_fn(loader, "shard") then raise("prepare_data_loader: the loader has no shard(rank, world_size, opts) method") end
@@ -923,7 +929,9 @@ function Accelerator:prepare_data_loader(loader)
   local bs = type(loader.batch_size) == "number" and loader.batch_size or nil
   shard_plan.check_batch(self.deepspeed_plugin, bs, {split_batches = self.split_batches,
     num_processes = self.num_processes, accumulation = self.gradient_state.num_steps})
-  local device = self.device_placement and self.device or nil
+  local place = self.device_placement
+  if o and o.device_placement ~= nil then place = o.device_placement end
+  local device = place and self.device or nil
   -- a copy to sim is queued behind the device's work (the host buffer is
   -- staged), so it does not block; other devices have no such copy yet
   if self.non_blocking and device ~= nil and device.type ~= "cpu" and device.type ~= "sim" then
