@@ -723,6 +723,13 @@ local function switch_parameters(optimizer, map)
   end
 end
 
+-- Whether prepare_model / prepare_data_loader place on the device: their
+-- {device_placement =} when given, else the Accelerator's.
+local function placement(self, o)
+  if o and o.device_placement ~= nil then return o.device_placement end
+  return self.device_placement
+end
+
 -- model moved to self.device; the optimizers prepared so far, and the ones
 -- prepared later (self._moved_params), see the moved parameters.
 local function place_model(self, model)
@@ -833,9 +840,7 @@ function Accelerator:prepare_model(model, o)
       .. "accelerator:prepare(model, optimizer)", self.distributed_type, self.sharding)
   end
   if not contains(self._models, model) then self._models[#self._models + 1] = model end
-  local place = self.device_placement
-  if o and o.device_placement ~= nil then place = o.device_placement end
-  if place then place_model(self, model) end
+  if placement(self, o) then place_model(self, model) end
   if self.num_processes > 1 and not reducer_of(self, model) then
     local kw = self.ddp_kwargs
     ddp.broadcast_model(model, 0, kw.broadcast_buffers)
@@ -929,12 +934,11 @@ function Accelerator:prepare_data_loader(loader, o)
   local bs = type(loader.batch_size) == "number" and loader.batch_size or nil
   shard_plan.check_batch(self.deepspeed_plugin, bs, {split_batches = self.split_batches,
     num_processes = self.num_processes, accumulation = self.gradient_state.num_steps})
-  local place = self.device_placement
-  if o and o.device_placement ~= nil then place = o.device_placement end
-  local device = place and self.device or nil
+  local device = placement(self, o) and self.device or nil
   -- a copy to sim is queued behind the device's work (the host buffer is
   -- staged), so it does not block; other devices have no such copy yet
-  if self.non_blocking and device ~= nil and device.type ~= "cpu" and device.type ~= "sim" then
+  local kind = device ~= nil and tostring(device):match("^[^:]+") or "cpu"
+  if self.non_blocking and kind ~= "cpu" and kind ~= "sim" then
     raise("prepare_data_loader: dataloader_config.non_blocking = true is not supported on %s: copies to the device "
       .. "are synchronous here", tostring(device))
   end
