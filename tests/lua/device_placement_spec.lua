@@ -131,6 +131,16 @@ describe("prepare places the model", function()
     end)
   end)
 
+  it("names the parameter of a model without to() that is elsewhere", function()
+    on_default("sim", function()
+      local w = nn.Parameter(accel.ones(2, {device = "cpu"}))
+      local bare = {parameters = function() return {w} end, forward = function(_, x) return x * w end}
+      error_matching("prepare: parameter 1 of the model is on cpu and the model has no to%(device%) method to move "
+        .. "it to sim", function() accel.Accelerator():prepare(bare) end)
+      assert.are.equal(bare, accel.Accelerator{cpu = true}:prepare_model(bare)) -- already there: nothing to move
+    end)
+  end)
+
   it("leaves the model where it is with device_placement = false", function()
     on_default("sim", function()
       local m = accel.Accelerator{device_placement = false}:prepare(cpu_mlp())

@@ -733,8 +733,17 @@ end
 -- model moved to self.device; the optimizers prepared so far, and the ones
 -- prepared later (self._moved_params), see the moved parameters.
 local function place_model(self, model)
-  local before = model:parameters()
-  model:to(self.device)
+  local before, device = model:parameters(), self.device
+  if type(model.to) ~= "function" then -- a model that is not an nn.Module: it must be there already
+    for i, p in ipairs(before) do
+      if tostring(p.device) ~= tostring(device) then
+        raise("prepare: parameter %d of the model is on %s and the model has no to(device) method to move it to %s "
+          .. "(give it one, or pass device_placement = false)", i, tostring(p.device), tostring(device))
+      end
+    end
+    return
+  end
+  model:to(device)
   local after, map, moved = model:parameters(), {}, false
   for i, p in ipairs(before) do
     local n = after[i]
