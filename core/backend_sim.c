@@ -169,10 +169,13 @@ static void fork_child(void) {
     pthread_mutex_unlock(&mu);
 }
 
-/* exit: the queued work finishes first. The libraries the kernels use
- * (oneDNN's JIT code, OpenBLAS's threads, libgomp) are torn down by their
- * own finalisers after the atexit handlers; a task still running then
- * would crash in them. */
+/* exit: the queued work finishes before the libraries the kernels use
+ * (oneDNN's JIT code, OpenBLAS's threads, libgomp) are torn down; a task
+ * still running then would crash in them. Exit handlers run in reverse
+ * order of registration, so one a library registers later (oneDNN does on
+ * first use) runs before this one: the Lua state's close drains first
+ * (backend_synchronize_all, bindings/accel.c); this covers an exit
+ * without it (os.exit(code) without close, a C program). */
 static void drain_at_exit(void) { (void)backend_sim_synchronize(); }
 
 static void start_worker(void) {
