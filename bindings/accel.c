@@ -550,6 +550,40 @@ static int l_synchronize(lua_State *L) {
     return 0;
 }
 
+/* accel.device_count([type]): how many devices of a type ("cpu", "sim",
+ * "cuda", or a device, which names its type) there are. Without one: of the
+ * accelerator in use, as torch.accelerator.device_count: the default
+ * device's type, or cuda when the default is the CPU (0 without a GPU). */
+static int l_device_count(lua_State *L) {
+    DeviceType t;
+    if (lua_isnoneornil(L, 1)) {
+        Device d = lu_default_device(L);
+        t = d.type == DEV_CPU ? DEV_CUDA : d.type;
+    } else {
+        t = lu_check_device(L, 1).type;
+    }
+    lua_pushinteger(L, backend_device_count(t));
+    return 1;
+}
+
+/* The state's last finaliser: every device finishes its queued work before
+ * the process tears down the libraries the kernels run in (lua_close at the
+ * end of a script, os.exit(code, true)). */
+static int drain_devices(lua_State *L) {
+    (void)L;
+    backend_synchronize_all();
+    return 0;
+}
+
+static void set_exit_drain(lua_State *L) {
+    lua_newuserdatauv(L, 1, 0);
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, drain_devices);
+    lua_setfield(L, -2, "__gc");
+    lua_setmetatable(L, -2);
+    lua_setfield(L, LUA_REGISTRYINDEX, "accel.drain_devices");
+}
+
 static const luaL_Reg functions[] = {
     {"tensor", l_tensor}, {"zeros", l_zeros}, {"ones", l_ones}, {"full", l_full}, {"empty", l_empty},
     {"rand", l_rand}, {"randn", l_randn}, {"randint", l_randint}, {"randperm", l_randperm}, {"arange", l_arange},
@@ -560,10 +594,11 @@ static const luaL_Reg functions[] = {
     {"reset_peak_memory_stats", l_reset_peak_memory_stats},
     {"empty_cache", l_empty_cache}, {"save", l_save}, {"load", l_load}, {"device", lu_device_new},
     {"set_default_device", l_set_default_device}, {"get_default_device", l_get_default_device},
-    {"synchronize", l_synchronize}, {NULL, NULL}};
+    {"synchronize", l_synchronize}, {"device_count", l_device_count}, {NULL, NULL}};
 
 int luaopen_accel(lua_State *L) {
     accel_preload_embedded(L);
+    set_exit_drain(L);
     lu_open_device(L);
     lu_open_tensor(L);
     lua_newtable(L);

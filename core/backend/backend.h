@@ -137,6 +137,12 @@ typedef struct Backend {
 const Backend *backend_for(Device d);
 /* The backend registered under a name ("cpu"), or NULL. */
 const Backend *backend_by_name(const char *name);
+/* How many devices of a type there are: cpu and sim 1, cuda the GPUs its
+ * backend sees (0 in a build without one). */
+int backend_device_count(DeviceType t);
+/* The host waits for the queued work of every device (process end: the
+ * libraries the kernels use are torn down after it). */
+void backend_synchronize_all(void);
 extern const Backend backend_cpu;
 extern const Backend backend_sim; /* the simulated device (backend_sim.c) */
 /* Testing hooks of the sim backend: whether p is one of its handles (which

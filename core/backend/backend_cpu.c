@@ -347,10 +347,20 @@ const Backend *backend_for(Device d) {
     return accel_fail("device cuda:%d is not available: this build has no CUDA backend (build with make CUDA=1 on a machine with a GPU)", d.index);
 }
 
+/* Every backend of this build. */
+static const Backend *const all_backends[] = {&backend_cpu, &backend_sim};
+#define N_BACKENDS (sizeof all_backends / sizeof all_backends[0])
+
 const Backend *backend_by_name(const char *name) {
-    if (strcmp(name, "cpu") == 0) return &backend_cpu;
-    if (strcmp(name, "sim") == 0) return &backend_sim;
+    for (size_t i = 0; i < N_BACKENDS; i++)
+        if (strcmp(name, all_backends[i]->name) == 0) return all_backends[i];
     return NULL;
+}
+
+int backend_device_count(DeviceType t) { return t == DEV_CPU || t == DEV_SIM ? 1 : 0; }
+
+void backend_synchronize_all(void) {
+    for (size_t i = 0; i < N_BACKENDS; i++) (void)all_backends[i]->synchronize();
 }
 
 void backend_set_threads(int n) { kernel_set_threads(n); }

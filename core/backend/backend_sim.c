@@ -169,9 +169,19 @@ static void fork_child(void) {
     pthread_mutex_unlock(&mu);
 }
 
+/* exit: the queued work finishes before the libraries the kernels use
+ * (oneDNN's JIT code, OpenBLAS's threads, libgomp) are torn down; a task
+ * still running then would crash in them. Exit handlers run in reverse
+ * order of registration, so one a library registers later (oneDNN does on
+ * first use) runs before this one: the Lua state's close drains first
+ * (backend_synchronize_all, bindings/accel.c); this covers an exit
+ * without it (os.exit(code) without close, a C program). */
+static void drain_at_exit(void) { (void)backend_sim_synchronize(); }
+
 static void start_worker(void) {
-    static int atfork_done;
+    static int atfork_done, atexit_done;
     if (!atfork_done && pthread_atfork(fork_prepare, fork_parent, fork_child) == 0) atfork_done = 1;
+    if (!atexit_done && atexit(drain_at_exit) == 0) atexit_done = 1;
     pthread_t th;
     pthread_attr_t at;
     if (pthread_attr_init(&at) == 0 && pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED) == 0 &&

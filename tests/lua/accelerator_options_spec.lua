@@ -15,6 +15,11 @@ local C = accel._C
 local _ = accel.Accelerator -- loads every module that registers an option table
 local SPECS = accel.plugins.OPTION_SPECS
 
+-- The device the suite runs on (ACCEL_LUA_DEVICE; the CPU without it):
+-- where an Accelerator puts models and batches.
+local RUN_DEVICE = os.getenv("ACCEL_LUA_DEVICE")
+if RUN_DEVICE == nil or RUN_DEVICE == "" then RUN_DEVICE = "cpu" end
+
 local function mlp(seed)
   accel.set_seed(seed)
   return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
@@ -148,7 +153,7 @@ CASES.Accelerator = {
   end,
   device_placement = function()
     local _, on = shard_options({})
-    assert.are.equal("cpu", tostring(on.device))
+    assert.are.equal(RUN_DEVICE, tostring(on.device))
     local _, off = shard_options({device_placement = false})
     assert.is_nil(off.device) -- batches are left where the loader made them
   end,
@@ -784,10 +789,10 @@ CASES.DataLoaderConfiguration = {
     assert.are_not.same(order(0), order(1))
   end,
   non_blocking = function()
-    -- on the CPU there is no copy to make: batches stay the loader's tensors
+    -- on the CPU there is no copy to make; on sim the copy is queued (staged)
     local _, l = shard_options({dataloader_config = {non_blocking = true}})
-    for xb in l:iter() do assert.are.equal("cpu", tostring(xb.device)) end
-    -- a device copy would be synchronous: refused there (simulated device)
+    for xb in l:iter() do assert.are.equal(RUN_DEVICE, tostring(xb.device)) end
+    -- a copy to a GPU would be synchronous: refused there (a faked cuda:0 state)
     local a = accel.Accelerator{dataloader_config = {non_blocking = true}}
     local state = accel.PartialState()
     local before = rawget(state, "device")
@@ -844,18 +849,44 @@ CASES.split_between_processes = {
 
 CASES.PartialState = {
   cpu = function()
-    local st = accel.PartialState{cpu = true}
+    -- the state's device is picked when it is made: a fresh one, then back
+    local state = require("accel.state")
+    state.reset_state()
+    local ok, st = pcall(accel.PartialState, {cpu = true})
+    state.reset_state()
+    assert(ok, st)
     assert.are.equal("cpu", tostring(st.device))
+    assert.are.equal(RUN_DEVICE, tostring(accel.PartialState().device))
     error_matching("unknown option gpu", function() accel.PartialState{gpu = true} end)
+  end,
+}
+
+CASES.prepare_data_loader = {
+  device_placement = function()
+    local function first_batch(a, o)
+      local l = a:prepare_data_loader(data.DataLoader(data.TensorDataset(accel.arange(4, {device = "cpu"})),
+        {batch_size = 2}), o)
+      return l:iter()()
+    end
+    local a = accel.Accelerator()
+    assert.are.equal("cpu", tostring(first_batch(a, {device_placement = false}).device)) -- left where it was
+    assert.are.equal(RUN_DEVICE, tostring(first_batch(a).device))
+    local off = accel.Accelerator{device_placement = false}
+    assert.are.equal(RUN_DEVICE, tostring(first_batch(off, {device_placement = true}).device))
+    error_matching("unknown option slice_fn_for_dispatch", function()
+      a:prepare_data_loader(data.DataLoader(data.TensorDataset(accel.arange(4))), {slice_fn_for_dispatch = 1})
+    end)
   end,
 }
 
 CASES.prepare_model = {
   device_placement = function()
     local a = accel.Accelerator()
-    local model = mlp(1)
+    local model = mlp(1):to("cpu")
     assert.are.equal(model, a:prepare_model(model, {device_placement = false}))
     assert.are.equal("cpu", tostring(model:parameters()[1].device)) -- left where it was
+    local placed = a:prepare_model(mlp(1):to("cpu"))
+    assert.are.equal(RUN_DEVICE, tostring(placed:parameters()[1].device))
     error_matching("unknown option evaluation_mode", function() a:prepare_model(mlp(1), {evaluation_mode = true}) end)
   end,
 }

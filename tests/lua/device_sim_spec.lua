@@ -120,7 +120,7 @@ describe("the sim device", function()
     end)
     accel.set_default_device(before) -- the suite's own default (cpu, or sim on its second pass)
     assert(ok, err)
-    assert.are.equal(before.type, accel.zeros(1).device.type)
+    assert.are.equal(before.type, accel.zeros(1).device.type) -- back to the suite's default
   end)
 
   it("reads ACCEL_LUA_DEVICE for the default, and refuses an unknown one", function()

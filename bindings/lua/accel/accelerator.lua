@@ -132,6 +132,8 @@ local json = require("accel.json")
 local ddp = require("accel.ddp")
 local join = require("accel.join")
 local raise = require("accel.nn.module").raise
+-- Control values the processes agree on (flags, counts) are host tensors.
+local HOST = {device = "cpu"}
 local util = require("accel.util")
 local shard_ckpt = require("accel.shard_checkpoint")
 local C = accel._C
@@ -192,9 +194,15 @@ end
 -- ---------------------------------------------------------------- fields
 
 -- the process fields, read from the PartialState
-for _, k in ipairs({"device", "process_index", "local_process_index", "num_processes", "is_main_process",
+for _, k in ipairs({"process_index", "local_process_index", "num_processes", "is_main_process",
                     "is_local_main_process", "is_last_process", "use_distributed"}) do
   props[k] = function(a) return a.state[k] end
+end
+-- Where prepare puts models and batches: the CPU with cpu = true, else the
+-- process state's device (accel.state.pick_device).
+function props.device(a)
+  if a.cpu then return accel.device("cpu") end
+  return a.state.device
 end
 -- "DEEPSPEED" / "FSDP" whenever a sharding plugin is given (also stage 0 /
 -- NO_SHARD, which run as DDP: Accelerate's values), else the process state's.
@@ -543,7 +551,7 @@ local function make_scaler(self, kw, ds)
   local f = scaler_fields(kw, ds)
   return amp.GradScaler({init_scale = f.init_scale, growth_factor = f.growth_factor,
     backoff_factor = f.backoff_factor, growth_interval = f.growth_interval,
-    agree = function(found) return comm:all_reduce(accel.tensor({found and 1 or 0}), "max"):item() > 0 end})
+    agree = function(found) return comm:all_reduce(accel.tensor({found and 1 or 0}, HOST), "max"):item() > 0 end})
 end
 
 local function new_accelerator(_, o)
@@ -588,6 +596,7 @@ local function new_accelerator(_, o)
   rawset(self, "log_with", o.log_with)
   rawset(self, "trackers", {})
   rawset(self, "_models", {})
+  rawset(self, "_moved_params", setmetatable({}, {__mode = "k"})) -- parameter before placement -> after
   rawset(self, "_optimizers", {})
   rawset(self, "_schedulers", {})
   rawset(self, "_dataloaders", {})
@@ -680,6 +689,73 @@ local function contains(list, x)
   return false
 end
 
+-- ---- device placement ----
+-- Module:to gives the tensors it moves new Parameter objects (a PyTorch
+-- .to() keeps them, swapping their data); an optimizer made before prepare
+-- holds the old ones. As Accelerate does for XLA (whose .to() also makes new
+-- parameters: Optimizer._switch_parameters), the optimizers are switched to
+-- the moved parameters, their state moved along to the parameters' device.
+
+local function state_to(st, device)
+  if accel.is_tensor(st) then return st:to(device) end
+  if type(st) ~= "table" then return st end
+  local out = {}
+  for k, v in pairs(st) do out[k] = state_to(v, device) end
+  return out
+end
+
+-- optimizer (unwrapped): every parameter in map (old -> new) replaced.
+local function switch_parameters(optimizer, map)
+  for _, g in ipairs(optimizer.param_groups or {}) do
+    for i, p in ipairs(g.params) do
+      local n = map[p]
+      if n ~= nil then g.params[i] = n end
+    end
+  end
+  local state = optimizer.state
+  if type(state) ~= "table" then return end
+  for old, new in pairs(map) do
+    local st = state[old]
+    if st ~= nil then
+      state[old] = nil
+      state[new] = state_to(st, new.device)
+    end
+  end
+end
+
+-- Whether prepare_model / prepare_data_loader place on the device: their
+-- {device_placement =} when given, else the Accelerator's.
+local function placement(self, o)
+  if o and o.device_placement ~= nil then return o.device_placement end
+  return self.device_placement
+end
+
+-- model moved to self.device; the optimizers prepared so far, and the ones
+-- prepared later (self._moved_params), see the moved parameters.
+local function place_model(self, model)
+  local before, device = model:parameters(), self.device
+  if type(model.to) ~= "function" then -- a model that is not an nn.Module: it must be there already
+    for i, p in ipairs(before) do
+      if tostring(p.device) ~= tostring(device) then
+        raise("prepare: parameter %d of the model is on %s and the model has no to(device) method to move it to %s "
+          .. "(give it one, or pass device_placement = false)", i, tostring(p.device), tostring(device))
+      end
+    end
+    return
+  end
+  model:to(device)
+  local after, map, moved = model:parameters(), {}, false
+  for i, p in ipairs(before) do
+    local n = after[i]
+    if n ~= nil and not rawequal(p, n) then
+      map[p], moved = n, true
+      self._moved_params[p] = n
+    end
+  end
+  if not moved then return end
+  for _, opt in ipairs(self._optimizers) do switch_parameters(opt.optimizer, map) end
+end
+
 -- The engine of x (a model, an optimizer, prepared or not, or a parameter)
 -- among this Accelerator's, or nil.
 local function engine_of(self, x)
@@ -717,7 +793,10 @@ prepare_sharded = function(self, args, out)
   end
   local model, opt = args[models[1]], args[opts[1]]
   self._models[#self._models + 1] = model
-  if self.device_placement and tostring(self.device) ~= "cpu" then model:to(self.device) end
+  if self.device_placement then
+    place_model(self, model)
+    switch_parameters(opt, self._moved_params)
+  end
   local plan = self._shard_plan
   if plan.sync then ddp.broadcast_model(model, 0, self.ddp_kwargs.broadcast_buffers) end
   local eng = shard_plan.build(plan, model, opt)
@@ -727,22 +806,25 @@ prepare_sharded = function(self, args, out)
   out[opts[1]] = wrap_optimizer(self, opt)
 end
 
--- prepare(...): every argument wrapped for training, returned in order;
--- schedulers after the optimizers they drive. Anything else comes back as is.
+-- prepare(...): every argument wrapped for training, returned in order.
+-- As Accelerate, in passes: models (moved to the device) and loaders
+-- first, then the optimizers (which then hold the moved parameters), then
+-- the schedulers that drive them. Anything else comes back as is.
+local PREPARE_PASSES = {{model = "prepare_model", loader = "prepare_data_loader"},
+  {optimizer = "prepare_optimizer"}, {scheduler = "prepare_scheduler"}}
+
 function Accelerator:prepare(...)
   local args = table.pack(...)
   local out = {}
   if self._shard_plan then prepare_sharded(self, args, out) end
-  for i = 1, args.n do
-    local k = kind_of(args[i])
-    if out[i] ~= nil then -- prepared above (the sharded model and its optimizer)
-    elseif k == "model" then out[i] = self:prepare_model(args[i])
-    elseif k == "optimizer" then out[i] = self:prepare_optimizer(args[i])
-    elseif k == "loader" then out[i] = self:prepare_data_loader(args[i])
-    elseif k ~= "scheduler" then out[i] = args[i] end
+  for _, pass in ipairs(PREPARE_PASSES) do
+    for i = 1, args.n do
+      local method = pass[kind_of(args[i])]
+      if out[i] == nil and method then out[i] = self[method](self, args[i]) end
+    end
   end
   for i = 1, args.n do
-    if kind_of(args[i]) == "scheduler" then out[i] = self:prepare_scheduler(args[i]) end
+    if out[i] == nil then out[i] = args[i] end
   end
   return table.unpack(out, 1, args.n)
 end
@@ -767,8 +849,7 @@ function Accelerator:prepare_model(model, o)
       .. "accelerator:prepare(model, optimizer)", self.distributed_type, self.sharding)
   end
   if not contains(self._models, model) then self._models[#self._models + 1] = model end
-  local place = self.device_placement and not (o and o.device_placement == false)
-  if place and tostring(self.device) ~= "cpu" then model:to(self.device) end
+  if placement(self, o) then place_model(self, model) end
   if self.num_processes > 1 and not reducer_of(self, model) then
     local kw = self.ddp_kwargs
     ddp.broadcast_model(model, 0, kw.broadcast_buffers)
@@ -821,6 +902,7 @@ function Accelerator:prepare_optimizer(optimizer)
     raise("prepare_optimizer: under %s (%s) the optimizer is prepared together with its model: use "
       .. "accelerator:prepare(model, optimizer)", self.distributed_type, self.sharding)
   end
+  switch_parameters(optimizer, self._moved_params)
   return wrap_optimizer(self, optimizer)
 end
 
@@ -845,8 +927,14 @@ local function safe_len(x)
   return ok and type(n) == "number" and n or nil
 end
 
--- This process's shard of the loader's global order (see DESIGN §2).
-function Accelerator:prepare_data_loader(loader)
+-- This process's shard of the loader's global order (see DESIGN §2),
+-- its batches on accelerator.device unless device_placement is false
+-- ({device_placement =} overrides the Accelerator's, as Accelerate's
+-- prepare_data_loader(data_loader, device_placement)).
+local PREPARE_LOADER_OPTIONS = plugins.register("prepare_data_loader", {device_placement = "boolean"})
+
+function Accelerator:prepare_data_loader(loader, o)
+  plugins.check_options("prepare_data_loader", o, PREPARE_LOADER_OPTIONS)
   if prepared.is_loader(loader) then return loader end
   if kind_of(loader) ~= "loader" then raise("prepare_data_loader: expected a DataLoader, got %s", type(loader)) end
   if not has_fn(loader, "shard") then raise("prepare_data_loader: the loader has no shard(rank, world_size, opts) method") end
@@ -855,8 +943,11 @@ function Accelerator:prepare_data_loader(loader)
   local bs = type(loader.batch_size) == "number" and loader.batch_size or nil
   shard_plan.check_batch(self.deepspeed_plugin, bs, {split_batches = self.split_batches,
     num_processes = self.num_processes, accumulation = self.gradient_state.num_steps})
-  local device = self.device_placement and self.device or nil
-  if self.non_blocking and device ~= nil and tostring(device) ~= "cpu" then
+  local device = placement(self, o) and self.device or nil
+  -- a copy to sim is queued behind the device's work (the host buffer is
+  -- staged), so it does not block; other devices have no such copy yet
+  local kind = device ~= nil and tostring(device):match("^[^:]+") or "cpu"
+  if self.non_blocking and kind ~= "cpu" and kind ~= "sim" then
     raise("prepare_data_loader: dataloader_config.non_blocking = true is not supported on %s: copies to the device "
       .. "are synchronous here", tostring(device))
   end
@@ -1171,7 +1262,7 @@ end
 function Accelerator:set_trigger() rawset(self, "flag", 1) end
 
 function Accelerator:check_trigger()
-  local total = self.state.comm:all_reduce(accel.tensor({self.flag}), "sum"):item()
+  local total = self.state.comm:all_reduce(accel.tensor({self.flag}, HOST), "sum"):item()
   if total >= 1 then
     rawset(self, "flag", 0)
     return true
@@ -1194,6 +1285,7 @@ function Accelerator:free_memory(...)
   rawset(self, "_optimizers", {})
   rawset(self, "_schedulers", {})
   rawset(self, "_dataloaders", {})
+  rawset(self, "_moved_params", setmetatable({}, {__mode = "k"}))
   self.gradient_state.loaders = {}
   self.gradient_state.step = 0
   collectgarbage()

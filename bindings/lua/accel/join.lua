@@ -169,7 +169,7 @@ end
 local function agree_step(comm, training, reducers)
   local v = {training and 1 or 0}
   for i, r in ipairs(reducers) do v[i + 1] = training and r:sync() and accel.is_grad_enabled() and 1 or 0 end
-  v = comm:all_reduce(accel.tensor(v, {dtype = accel.int64}), "sum"):tolist()
+  v = comm:all_reduce(accel.tensor(v, {dtype = accel.int64, device = "cpu"}), "sum"):tolist()
   for i = 2, #v do
     if v[i] > 0 and v[i] < v[1] then
       raise("join_uneven_inputs: in this step %d of the %d processes still training synchronise the gradients of "
@@ -210,7 +210,7 @@ end
 local function sync_final_models(acc, models, last_joiner)
   local comm = acc.state.comm
   local candidate = last_joiner and comm.rank or -1
-  local src = comm:all_reduce(accel.tensor({candidate}, {dtype = accel.int64}), "max"):item()
+  local src = comm:all_reduce(accel.tensor({candidate}, {dtype = accel.int64, device = "cpu"}), "max"):item()
   for _, m in ipairs(models) do ddp.broadcast_model(m, src, acc.ddp_kwargs.broadcast_buffers) end
 end
 

@@ -152,14 +152,14 @@ function ops.pad_across_processes(comm, data, dim, pad_index, pad_first)
     if d < 1 or d > t:dim() then
       raise("pad_across_processes: dim %d out of range for a tensor with %d dims", dim, t:dim())
     end
-    local sizes = comm:all_gather(accel.tensor({t:size(d)}))
+    local sizes = comm:all_gather(accel.tensor({t:size(d)}, {device = "cpu"})) -- a control value: on the host
     local max = t:size(d)
     for _, s in ipairs(sizes) do max = math.max(max, s:item()) end
     if max == t:size(d) then return t end
     local shape = {}
     for i = 1, t:dim() do shape[i] = t:size(i) end
     shape[d] = max
-    local out = accel.full(shape, pad_index or 0, {dtype = t.dtype})
+    local out = accel.full(shape, pad_index or 0, {dtype = t.dtype, device = t.device})
     local start = pad_first and max - t:size(d) + 1 or 1
     accel.no_grad(function() out:narrow(d, start, t:size(d)):copy_(t) end)
     return out

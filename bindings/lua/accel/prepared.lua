@@ -19,7 +19,8 @@
 --    values with a default of false, so the adjustment never runs).
 --  * DataLoaderShard: iterates this process's shard, marks the last batch of
 --    a pass (end_of_dataloader(), which closes an accumulation window), moves
---    batches to the device, and reports its position (epoch, samples of the
+--    batches to the Accelerator's device (every tensor, also inside tables;
+--    none with device_placement = false), and reports its position (epoch, samples of the
 --    global order consumed by all processes) for save_state. A resumed pass
 --    starting at sample s has its padded last global batch counted from s
 --    (remainder = (dataset_length - s) % total_batch_size).
@@ -154,13 +155,23 @@ end
 
 DataLoaderShard.__len = function(self) return #rawget(self, "base") end
 
--- Every tensor of a batch moved to device.
-local function to_device(device, ...)
-  local vals = table.pack(...)
-  local ops = require("accel.operations")
-  for i = 1, vals.n do
-    vals[i] = ops.map_tensors(vals[i], function(t) return t:to(device) end)
-  end
+-- Every tensor of a batch moved to device, in tables of them too (as
+-- Accelerate's send_to_device); a tensor already there is kept, other
+-- values pass through.
+local ops = require("accel.operations")
+local is_tensor = accel.is_tensor
+
+local function send(device, v)
+  if is_tensor(v) then return v:to(device) end
+  return ops.map_tensors(v, function(t) return t:to(device) end)
+end
+
+local function to_device(device, v1, ...)
+  local n = select("#", ...)
+  if n == 0 then return send(device, v1) end
+  if n == 1 then return send(device, v1), send(device, (...)) end
+  local vals = table.pack(v1, ...)
+  for i = 1, vals.n do vals[i] = send(device, vals[i]) end
   return table.unpack(vals, 1, vals.n)
 end
 
@@ -168,7 +179,7 @@ end
 -- current pass; while the last one is in use, end_of_dataloader() is true.
 function DataLoaderShard:iter()
   local base, gs, device = self.base, self.gradient_state, self.device
-  local move = device ~= nil and tostring(device) ~= "cpu"
+  local move = device ~= nil
   local f, s, c = base:iter()
   rawset(self, "_end", false)
   if not self.drop_last and self.even_batches and self.dataset_length and self.total_batch_size then

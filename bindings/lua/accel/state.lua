@@ -92,17 +92,35 @@ function props.backend(s) return s.comm.backend end
 
 local shared = nil
 
+-- The device this process computes on, chosen once when the state is made
+-- (Accelerate's set_device / default_device): the CPU when asked for;
+-- else the default device (accel.set_default_device, ACCEL_LUA_DEVICE)
+-- when it is not the CPU; else the GPU of this process's local rank when
+-- the build has GPUs (cuda:local_rank % device_count, as Accelerate); else
+-- the CPU. A cuda default on several processes also takes the local rank's GPU.
+function M.pick_device(cpu, local_rank, world_size)
+  if cpu then return accel.device("cpu") end
+  local d = accel.get_default_device()
+  local gpus = accel.device_count("cuda")
+  if gpus > 0 and (d.type == "cpu" or (d.type == "cuda" and world_size > 1)) then
+    return accel.device(("cuda:%d"):format(local_rank % gpus))
+  end
+  return d
+end
+
 -- accel.PartialState([{cpu = false}]): the process state (the same object
--- every time, as Accelerate's shared state).
--- cpu = true asks for the CPU, which is where the process state lives in
--- this build (every device is chosen per Accelerator).
+-- every time, as Accelerate's shared state); its device is picked by the
+-- first call (cpu = true: the CPU). An Accelerator{cpu = true} uses the CPU
+-- whatever the state's device (Accelerate refuses cpu = True once the
+-- state lives on an accelerator).
 local PARTIAL_STATE_OPTIONS = plugins.register("PartialState", {cpu = "boolean"})
 
 function M.PartialState(opts)
   plugins.check_options("PartialState", opts, PARTIAL_STATE_OPTIONS)
   if shared then return shared end
   local c = comm.create()
-  shared = setmetatable({comm = c, device = accel.device("cpu"), initialized = true}, PartialState)
+  local device = M.pick_device(opts ~= nil and opts.cpu == true, c.local_rank, c.world_size)
+  shared = setmetatable({comm = c, device = device, initialized = true}, PartialState)
   return shared
 end
 

@@ -6,7 +6,9 @@
 -- tensor of 0-based positions) returning the collated fields of those
 -- samples; the DataLoader uses it instead of get + default collate when no
 -- collate_fn is given (TensorDataset, TokenFile and CSV do: one
--- index_select per field).
+-- index_select per field). The indices are on the host; TensorDataset moves
+-- them to each field's device (once per device and batch), so a data set
+-- kept on a device is indexed there.
 local accel = require("accel")
 local U = require("accel.data.util")
 
@@ -66,7 +68,27 @@ function TensorDataset:get(i)
   return each_tensor(self.tensors, "select", i)
 end
 
-function TensorDataset:get_batch(idx) return each_tensor(self.tensors, "index_select", idx) end
+-- idx moved to each field's device (a field already there shares it).
+local function index_fields(ts, idx)
+  local by_device, out = {}, {}
+  for f = 1, #ts do
+    local t = ts[f]
+    local key = tostring(t.device)
+    local i = by_device[key]
+    if i == nil then
+      i = idx:to(t.device)
+      by_device[key] = i
+    end
+    out[f] = t:index_select(1, i)
+  end
+  return U.unpack(out, 1, #ts)
+end
+
+function TensorDataset:get_batch(idx)
+  local ts = self.tensors
+  if #ts == 1 and ts[1].device == idx.device then return ts[1]:index_select(1, idx) end
+  return index_fields(ts, idx)
+end
 
 function M.TensorDataset(...)
   local ts = U.pack(...)

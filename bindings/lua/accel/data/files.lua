@@ -58,7 +58,7 @@ end
 -- Sample i: x = ids of block i, y = the same block shifted by one (int64, T).
 function TokenFile:get(i)
   check_index(self, i)
-  local x, y = C.token_blocks(self.tokens, accel.tensor({(i - 1) * self.stride}), self.block_size)
+  local x, y = C.token_blocks(self.tokens, accel.tensor({(i - 1) * self.stride}, {device = "cpu"}), self.block_size)
   return x:view(-1), y:view(-1)
 end
 
@@ -147,7 +147,7 @@ function M.CSV(path, opts)
     if type(spec) == "table" then
       local idx = {}
       for k, c in ipairs(spec) do idx[k] = column(c, names, ncols, path) end
-      t = full:index_select(2, accel.tensor(idx, {dtype = accel.int64}))
+      t = full:index_select(2, accel.tensor(idx, {dtype = accel.int64, device = full.device}))
     else
       t = full:select(2, column(spec, names, ncols, path) + 1):contiguous()
     end

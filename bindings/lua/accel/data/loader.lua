@@ -20,6 +20,11 @@ local collate = require("accel.data.collate")
 
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
 
+-- The sample order and batch indices live on the host (as PyTorch's
+-- samplers yield Python ints): a data set whose tensors are on a device
+-- moves the indices there itself (TensorDataset:get_batch).
+local HOST = {device = "cpu"}
+
 local DataLoader = {}
 DataLoader.__index = DataLoader
 DataLoader.__name = "accel.data.DataLoader"
@@ -130,7 +135,7 @@ end
 function DataLoader:_order(epoch, n)
   local c = self._cache
   if c and c.n == n and (c.epoch == epoch or not self.shuffle) then return c.order end
-  local order = self.shuffle and C.data_randperm(n, self.seed, epoch) or accel.arange(n)
+  local order = self.shuffle and C.data_randperm(n, self.seed, epoch) or accel.arange(n, HOST)
   self._cache = {epoch = epoch, n = n, order = order}
   return order
 end
@@ -148,7 +153,7 @@ function DataLoader:_indices(order, j, n, offset)
   end
   if not self._pad and stop > n then stop = n end
   if stop <= n then return order:narrow(1, start + 1, stop - start) end
-  return order:index_select(1, accel.arange(start, stop):remainder(n)) -- padding wraps to the start
+  return order:index_select(1, accel.arange(start, stop, HOST):remainder(n)) -- padding wraps to the start
 end
 
 -- The batch of the given indices: get_batch fast path, else get + collate.
