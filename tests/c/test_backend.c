@@ -14,6 +14,7 @@
  * test_kernels, test_conv, test_optim).
  *
  *   build/test_backend [NAME...]    default: every backend of this build
+ *   build/cuda/test_backend cuda    the CUDA backend (on a machine with a GPU)
  * Last line "N passed, N failed". */
 #include "core/backend.h"
 #include <math.h>
@@ -529,7 +530,7 @@ int main(int argc, char **argv) {
         const char *name = argc > 1 ? argv[i + 1] : every[i];
         const Backend *be = backend_by_name(name);
         if (!be) {
-            printf("test_backend: no backend named %s in this build\n", name);
+            printf("test_backend: no backend %s: %s\n", name, accel_last_error());
             n_fail++;
             continue;
         }

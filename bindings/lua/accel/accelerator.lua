@@ -550,7 +550,7 @@ local function new_accelerator(_, o)
   plugins.check_options("Accelerator", o, OPTIONS)
   o = o or {}
   local self = setmetatable({}, Accelerator)
-  rawset(self, "state", state.PartialState())
+  rawset(self, "state", state.PartialState({cpu = o.cpu == true or (o.cpu == nil and setting("USE_CPU") == "true")}))
   local ds = resolve_sharding(self, o)
   local handlers = resolve_kwargs(o.kwargs_handlers)
   for k, h in pairs(handlers) do rawset(self, k, h) end

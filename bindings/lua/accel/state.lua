@@ -60,7 +60,7 @@ function props.use_distributed(s) return s.comm.world_size > 1 end
 -- What the processes are, without a sharding plugin: NO / MULTI_CPU / MULTI_GPU.
 function PartialState:_process_type()
   if self.comm.world_size == 1 then return "NO" end
-  return self.comm.backend == "nccl" and "MULTI_GPU" or "MULTI_CPU"
+  return (self.comm.backend == "nccl" or self.device.type == "cuda") and "MULTI_GPU" or "MULTI_CPU"
 end
 
 function props.distributed_type(s)
@@ -92,17 +92,48 @@ function props.backend(s) return s.comm.backend end
 
 local shared = nil
 
+-- The process's device, as Accelerate's PartialState picks it: the CPU when
+-- asked (cpu = true, or ACCEL_LUA_USE_CPU=true from `launch --cpu`);
+-- cuda:<local rank> in a CUDA build with a usable GPU; otherwise the CPU
+-- (a CUDA build without a GPU says so once, on stderr, and goes on there).
+local warned_no_gpu = false
+
+local function process_device(c, cpu)
+  if cpu or os.getenv("ACCEL_LUA_USE_CPU") == "true" or not accel.cuda.is_built() then return accel.device("cpu") end
+  local n = accel.cuda.device_count()
+  if n == 0 then
+    if not warned_no_gpu and c.rank == 0 then
+      io.stderr:write(("accel-lua: no CUDA GPU is usable (%s); running on the CPU\n"):format(
+        accel.cuda.unavailable_reason()))
+    end
+    warned_no_gpu = true
+    return accel.device("cpu")
+  end
+  if c.local_rank >= n then
+    raise("PartialState: local process %d has no GPU: this machine has %d (cuda:0 to cuda:%d); start at most %d "
+      .. "processes per machine (--num_processes, --gpu_ids) or use --cpu", c.local_rank, n, n - 1, n)
+  end
+  return accel.device("cuda:" .. c.local_rank)
+end
+
 -- accel.PartialState([{cpu = false}]): the process state (the same object
--- every time, as Accelerate's shared state).
--- cpu = true asks for the CPU, which is where the process state lives in
--- this build (every device is chosen per Accelerator).
+-- every time, as Accelerate's shared state). Its device is process_device's.
+-- Asking for the CPU once the state lives on a GPU is an error, as in
+-- Accelerate (the state cannot change once made).
 local PARTIAL_STATE_OPTIONS = plugins.register("PartialState", {cpu = "boolean"})
 
 function M.PartialState(opts)
   plugins.check_options("PartialState", opts, PARTIAL_STATE_OPTIONS)
-  if shared then return shared end
+  local cpu = opts ~= nil and opts.cpu == true
+  if shared then
+    if cpu and shared.device.type ~= "cpu" then
+      raise("PartialState: the process state already runs on %s and cannot change; pass cpu = true to the "
+        .. "first Accelerator (or PartialState) of the process", tostring(shared.device))
+    end
+    return shared
+  end
   local c = comm.create()
-  shared = setmetatable({comm = c, device = accel.device("cpu"), initialized = true}, PartialState)
+  shared = setmetatable({comm = c, device = process_device(c, cpu), initialized = true}, PartialState)
   return shared
 end
 
