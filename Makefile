@@ -55,9 +55,10 @@ MARCH_v3 := -march=x86-64-v3
 MARCH_base := -march=x86-64
 KERNEL_OBJ := $(foreach v,$(KERNEL_VARIANTS),$(KERNEL_SRC:%.c=$(OBJ)/%.$(v).o)) $(OBJ)/gen/kernel_dispatch.o
 # core/ holds tensors, autograd and the ops; its folders hold the seams:
-# core/backend (the device interface and the CPU and sim backends),
+# core/backend (the device interface and the CPU, sim and CUDA backends),
 # core/dist (communicators, DDP, the sharding engine), core/io (file formats).
-CORE_SRC := $(filter-out core/dist/dist_nccl.c,$(wildcard core/*.c core/*/*.c)) kernels/cpu/threads.c
+CORE_SRC := $(filter-out core/dist/dist_nccl.c core/backend/backend_cuda.c,$(wildcard core/*.c core/*/*.c)) \
+            kernels/cpu/threads.c
 BIND_SRC := $(wildcard bindings/*.c)
 HOST_SRC := $(wildcard host/*.c)
 TEST_SRC := $(wildcard tests/c/test_*.c)
@@ -180,9 +181,12 @@ $(BUILD)/fuzz_%: $(OBJ)/tests/fuzz/fuzz_%.o $(CORE_OBJ) $(FUZZ_HOST_OBJ)
 $(FUZZ_SRC:%.c=$(OBJ)/%.o): CPPFLAGS += -Icore
 
 # ---- CUDA ----
-# kernels/cuda/*.cu (nvcc) and *.c, core/dist/dist_nccl.c and the CUDA test
-# binary tests/cuda/test_cuda.c, linked with the core, cudart (static),
-# cuBLASLt and NCCL of $(CUDA_HOME), into $(BUILD)/cuda. Warnings are errors
+# kernels/cuda/*.cu (nvcc) and *.c, core/dist/dist_nccl.c, core/backend/backend_cuda.c
+# (the cuda backend: it fills backend_for's weak hook, so the core objects
+# are the CPU build's), linked with the core, cudart (static), cuBLASLt and
+# NCCL of $(CUDA_HOME), into $(BUILD)/cuda: the program accel-lua, the
+# backend conformance test test_backend (run it as `test_backend cuda`) and
+# the CUDA test binary tests/cuda/test_cuda.c. Warnings are errors
 # in host and device code. Targets: sm_80 and sm_90 machine code plus
 # compute_90 PTX (newer GPUs JIT it). `make test` builds the same (target
 # cuda-ci: measured 118 s wall / 37 s CPU for all three targets on the
@@ -201,12 +205,14 @@ NVCCFLAGS := -std=c++17 -O3 $(CUDA_GENCODE) -Werror all-warnings -Xcompiler -Wal
 CUDA_CPPFLAGS := $(CPPFLAGS) -I$(CUDA_HOME)/include
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart_static -lcublasLt -lnccl -lrt -lpthread -lstdc++
 CUDA_CU_SRC := $(wildcard kernels/cuda/*.cu)
-CUDA_C_SRC := $(wildcard kernels/cuda/*.c) core/dist/dist_nccl.c
+CUDA_C_SRC := $(wildcard kernels/cuda/*.c) core/dist/dist_nccl.c core/backend/backend_cuda.c
 CUDA_OBJ := $(CUDA_CU_SRC:%.cu=$(CUDA_BUILD)/obj/%.o) $(CUDA_C_SRC:%.c=$(CUDA_BUILD)/obj/%.o)
 CUDA_TEST := $(CUDA_BUILD)/test_cuda
+CUDA_PROGRAM := $(CUDA_BUILD)/accel-lua
+CUDA_TEST_BACKEND := $(CUDA_BUILD)/test_backend
 
 .PHONY: cuda cuda-ci
-cuda: $(CUDA_TEST)
+cuda: $(CUDA_TEST) $(CUDA_PROGRAM) $(CUDA_TEST_BACKEND)
 
 cuda-ci:
 	@if [ -x $(NVCC) ]; then \
@@ -216,6 +222,12 @@ cuda-ci:
 	fi
 
 $(CUDA_TEST): $(CUDA_BUILD)/obj/tests/cuda/test_cuda.o $(CUDA_BUILD)/obj/tests/cuda/host_ops.o $(CUDA_OBJ) $(CORE_OBJ)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) $(CUDA_LIBS)
+
+$(CUDA_PROGRAM): $(HOST_OBJ) $(BIND_OBJ) $(CORE_OBJ) $(CUDA_OBJ)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) $(PROGRAM_LIBS) $(CUDA_LIBS)
+
+$(CUDA_TEST_BACKEND): $(OBJ)/tests/c/test_backend.o $(CORE_OBJ) $(CUDA_OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) $(CUDA_LIBS)
 
 $(CUDA_BUILD)/obj/%.o: %.cu

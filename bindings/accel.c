@@ -635,6 +635,7 @@ int luaopen_accel(lua_State *L) {
     lu_open_tracking(L, m);
     lu_open_profile(L, m);
     lu_open_fp8(L, m);
+    lu_open_cuda(L, m);
     lua_pushliteral(L, "0.1.0");
     lua_setfield(L, m, "__version__");
     lua_createtable(L, 0, 1);

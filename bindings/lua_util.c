@@ -433,8 +433,12 @@ static int device_index(lua_State *L) {
     return 1;
 }
 
+/* accel.device("cuda:N") checks that the GPU exists (a clear error without
+ * one, or in a build without CUDA). */
 int lu_device_new(lua_State *L) {
-    lu_push_device(L, lu_check_device(L, 1));
+    Device d = lu_check_device(L, 1);
+    if (d.type == DEV_CUDA && !backend_for(d)) lu_core_error(L);
+    lu_push_device(L, d);
     return 1;
 }
 

@@ -346,7 +346,7 @@ static int resolve_logs(LaunchConfig *c) {
 
 /* Derives distributed_type from the counts, fills defaults, checks what
  * cannot work; returns -1 after printing why. */
-static int resolve(LaunchConfig *c) {
+static int resolve(LaunchConfig *c, int dry_run) {
     char err[256];
     long n = config_int(c, S_NUM_PROCESSES, 1), m = config_int(c, S_NUM_MACHINES, 1);
     /* use_cpu wins over MULTI_GPU when given at the same or a higher level
@@ -357,14 +357,10 @@ static int resolve(LaunchConfig *c) {
         config_set(c, S_DISTRIBUTED_TYPE, "MULTI_CPU", c->source[S_USE_CPU], err, sizeof err);
     if ((config_str(c, S_DISTRIBUTED_TYPE) == NULL || type_is(c, "NO")) && (n > 1 || m > 1))
         config_set(c, S_DISTRIBUTED_TYPE, "MULTI_CPU", SRC_DEFAULT, err, sizeof err);
+    if (launch_resolve_gpus(c, dry_run) != 0) return -1;
     config_fill_defaults(c);
     if (n > 1 && config_str(c, S_NUM_THREADS) == NULL)
         config_set(c, S_NUM_THREADS, "1", SRC_DEFAULT, err, sizeof err);
-    if (type_is(c, "MULTI_GPU")) {
-        fprintf(stderr, "%s: distributed_type MULTI_GPU (--multi_gpu): this accel-lua is built "
-                        "without CUDA (make CUDA=1); use --cpu or MULTI_CPU\n", WHO);
-        return -1;
-    }
     if (m > 1 && config_str(c, S_HOSTFILE) == NULL) {
         fprintf(stderr, "%s: num_machines %ld needs --hostfile (or mpirun_config.mpirun_hostfile "
                         "in the config): mpirun starts the ranks on every machine\n", WHO, m);
@@ -405,6 +401,8 @@ static void build_env(const LaunchConfig *c, int attempt, StrList *env) {
         list_add(env, "OMP_NUM_THREADS=%s", config_str(c, S_NUM_THREADS));
         list_add(env, "OPENBLAS_NUM_THREADS=%s", config_str(c, S_NUM_THREADS));
     }
+    if (config_str(c, S_GPU_IDS) != NULL && strcmp(config_str(c, S_GPU_IDS), "all") != 0)
+        list_add(env, "CUDA_VISIBLE_DEVICES=%s", config_str(c, S_GPU_IDS));
     list_add(env, "ACCEL_LUA_RESTART_COUNT=%d", attempt);
     add_terminal_env(env);
 }
@@ -625,7 +623,7 @@ int cmd_launch(int argc, char **argv) {
         status = 0;
         goto done;
     }
-    if (load_settings(&c, &a) != 0 || resolve(&c) != 0) goto done;
+    if (load_settings(&c, &a) != 0 || resolve(&c, a.dry_run) != 0) goto done;
     if (config_int(&c, S_NUM_MACHINES, 1) > 1 && config_int(&c, S_MACHINE_RANK, 0) > 0) {
         fprintf(stderr, "%s: machine_rank %ld: nothing to do here; under MPI only machine 0 runs "
                         "`accel-lua launch`, and mpirun starts the ranks on the others "

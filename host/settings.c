@@ -74,7 +74,7 @@ const Setting host_settings[S_COUNT] = {
                                        "gradient_accumulation_steps",
                                        "ACCEL_LUA_GRADIENT_ACCUMULATION_STEPS", ST_INT, "1..", "1",
                                        "micro-batches per optimizer step"},
-    /* No CUDA backend is built yet: the default is the CPU. */
+    /* The CPU by default; a CUDA build's launch makes the default false (gpus.c). */
     [S_USE_CPU] = {"use_cpu", "cpu", "ACCEL_LUA_USE_CPU", ST_BOOL, NULL, "true",
                    "run on the CPU even if a GPU is available"},
     [S_NUM_THREADS] = {"num_cpu_threads_per_process", "num_cpu_threads_per_process",
@@ -173,6 +173,9 @@ const Setting host_settings[S_COUNT] = {
                                          "fsdp_activation_checkpointing",
                                          "ACCEL_LUA_FSDP_ACTIVATION_CHECKPOINTING", ST_BOOL, NULL,
                                          "false", "recompute activations in backward"},
+    /* unset means all; the ranks get CUDA_VISIBLE_DEVICES (gpus.c) */
+    [S_GPU_IDS] = {"gpu_ids", "gpu_ids", NULL, ST_STR, NULL, NULL,
+                   "GPUs the ranks use: all or indices 0,1,... (CUDA builds)"},
 };
 
 /* Other spellings Accelerate's configs use for the same settings. */

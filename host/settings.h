@@ -69,6 +69,7 @@ enum {
     S_FSDP_CPU_RAM_EFFICIENT_LOADING,
     S_FSDP_SYNC_MODULE_STATES,
     S_FSDP_ACTIVATION_CHECKPOINTING,
+    S_GPU_IDS,
     S_COUNT
 };
 
@@ -132,5 +133,11 @@ int config_applies(const LaunchConfig *c, int id);
 /* Fills unset settings that apply with their defaults (use_cpu: true in
  * a build without CUDA). */
 void config_fill_defaults(LaunchConfig *c);
+
+/* gpus.c: "all" (or NULL) gives 0; a list of distinct indices fills ids
+ * and gives their number; -1 with err on anything else. */
+int gpu_ids_parse(const char *s, int *ids, int max, char *err, size_t n);
+/* launch's MULTI_GPU / gpu_ids / use_cpu checks (gpus.c); -1 after printing why. */
+int launch_resolve_gpus(LaunchConfig *c, int dry_run);
 
 #endif

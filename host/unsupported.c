@@ -12,7 +12,7 @@
  * A flag or key ending in '*' covers every name it begins (all of
  * Megatron-LM's, ParallelismConfig's and the fp8 recipe's; first match
  * wins). A row's neutral values ask for nothing we lack (`--dynamo_backend
- * no`, `tpu_use_cluster: false`, `gpu_ids: all`): those are accepted, because
+ * no`, `tpu_use_cluster: false`): those are accepted, because
  * `accelerate config` writes them into every file. Any other value is an
  * error naming the flag or key and the reason. "*" marks the few whose
  * every value is fine here because mpirun does the job they configure. */
@@ -50,8 +50,6 @@ const Unsupported host_unsupported[] = {
      "only TPU launches call a named function; the script runs as a whole"},
     {"downcast_bf16", "downcast_bf16", 0, NO, R_TPU},
     {NULL, "use_mps_device", 1, NO, "there is no MPS (Apple GPU) backend"},
-    {"gpu_ids", "gpu_ids", 1, "all", "this build has no CUDA backend, so there are no GPUs "
-                                     "to select"},
     {"enable_cpu_affinity", "enable_cpu_affinity", 0, NO,
      "it pins ranks to the CPUs next to their NVIDIA GPU; here mpirun places the ranks "
      "(--num_cpu_threads_per_process cores each)"},

@@ -89,7 +89,6 @@ tpu_name: my-pod
 tpu_env: [A=1]
 downcast_bf16: 'yes'
 use_mps_device: true
-gpu_ids: 0,1
 enable_cpu_affinity: true
 rdzv_backend: c10d
 main_training_function: train

@@ -151,6 +151,14 @@ extern const Backend backend_sim; /* the simulated device (backend_sim.c) */
 int backend_sim_is_handle(const void *p);
 void backend_sim_debug_hold(int on);
 void backend_sim_debug_peek(void *host, const void *dev, size_t nbytes);
+/* CUDA (backend_cuda.c, linked into the CUDA build only): whether this
+ * build has it; the number of usable GPUs (0, with the reason in why: not
+ * a CUDA build, no driver, no GPU); torch.backends.cuda.matmul.allow_tf32
+ * (default off; a no-op without CUDA). */
+int backend_cuda_built(void);
+int backend_cuda_count(char *why, size_t n);
+void backend_cuda_set_allow_tf32(int on);
+int backend_cuda_get_allow_tf32(void);
 /* The CPU backend's thread team (n <= 0: number of cores). */
 void backend_set_threads(int n);
 int backend_get_threads(void);

@@ -10,6 +10,7 @@
 #include "backend_cpu.h"
 #include "../../kernels/cpu/kernels.h"
 #include "../../kernels/cpu/isa.h"
+#include <stdio.h>
 #include <string.h>
 
 /* ---- host copies, streams ---- */
@@ -341,10 +342,20 @@ const Backend backend_cpu = {
     .attention_bwd = cpu_attn_bwd,
 };
 
+/* The CUDA backend (backend_cuda.c) is linked into the CUDA build only;
+ * elsewhere these weak references stay NULL and cuda:N is refused. */
+extern const Backend *cuda_backend_select(int index) __attribute__((weak));
+extern int cuda_backend_count(char *why, size_t n) __attribute__((weak));
+extern void cuda_backend_set_allow_tf32(int on) __attribute__((weak));
+extern int cuda_backend_get_allow_tf32(void) __attribute__((weak));
+
+#define NO_CUDA_BUILD "this accel-lua is built without CUDA (make CUDA=1)"
+
 const Backend *backend_for(Device d) {
     if (d.type == DEV_CPU) return &backend_cpu;
     if (d.type == DEV_SIM) return &backend_sim;
-    return accel_fail("device cuda:%d is not available: this build has no CUDA backend (build with make CUDA=1 on a machine with a GPU)", d.index);
+    if (cuda_backend_select) return cuda_backend_select(d.index);
+    return accel_fail("device cuda:%d is not available: " NO_CUDA_BUILD, d.index);
 }
 
 /* Every backend of this build. */
@@ -354,14 +365,34 @@ static const Backend *const all_backends[] = {&backend_cpu, &backend_sim};
 const Backend *backend_by_name(const char *name) {
     for (size_t i = 0; i < N_BACKENDS; i++)
         if (strcmp(name, all_backends[i]->name) == 0) return all_backends[i];
-    return NULL;
+    if (strcmp(name, "cuda") == 0) return backend_for((Device){DEV_CUDA, 0});
+    return accel_fail("no backend named '%s' (cpu, sim, cuda)", name);
 }
 
-int backend_device_count(DeviceType t) { return t == DEV_CPU || t == DEV_SIM ? 1 : 0; }
+int backend_cuda_built(void) { return cuda_backend_select != NULL; }
 
+int backend_cuda_count(char *why, size_t n) {
+    if (cuda_backend_count) return cuda_backend_count(why, n);
+    if (why && n) snprintf(why, n, NO_CUDA_BUILD);
+    return 0;
+}
+
+int backend_device_count(DeviceType t) {
+    if (t == DEV_CPU || t == DEV_SIM) return 1;
+    return t == DEV_CUDA ? backend_cuda_count(NULL, 0) : 0;
+}
+
+/* Waits for the queued work of the host-side backends (the CUDA backend's
+ * streams are synchronised by its own exit path). */
 void backend_synchronize_all(void) {
     for (size_t i = 0; i < N_BACKENDS; i++) (void)all_backends[i]->synchronize();
 }
+
+void backend_cuda_set_allow_tf32(int on) {
+    if (cuda_backend_set_allow_tf32) cuda_backend_set_allow_tf32(on);
+}
+
+int backend_cuda_get_allow_tf32(void) { return cuda_backend_get_allow_tf32 ? cuda_backend_get_allow_tf32() : 0; }
 
 void backend_set_threads(int n) { kernel_set_threads(n); }
 int backend_get_threads(void) { return kernel_get_threads(); }

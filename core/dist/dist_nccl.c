@@ -20,6 +20,7 @@
  * Errors: every CUDA / NCCL call is checked (cuda_check.h: file:line and
  * the library's message) and becomes "OP: nccl: MESSAGE". */
 #include "dist_nccl.h"
+#include "backend.h"
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <stdlib.h>
@@ -301,4 +302,14 @@ int dist_nccl_shutdown(void) {
     while (comms)
         if (n_finalize(&comms->base)) rc = -1;
     return rc;
+}
+
+/* dist_comm_for_tensor's CUDA half (dist_device.c): the NCCL communicator of
+ * group on t's GPU, ordered against that GPU's current compute stream. */
+DistComm *dist_nccl_for_tensor(DistComm *group, const Tensor *t) {
+    if (group->ops == &nccl_ops) return group;
+    const Backend *be = backend_for(t->device);
+    DistComm *c = be ? dist_nccl_comm(group, t->device.index) : NULL;
+    if (c) dist_nccl_set_compute_stream(c, be->stream_current());
+    return c;
 }

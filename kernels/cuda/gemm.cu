@@ -5,7 +5,7 @@
  * op(A)^T (gemm_layout.h, checked on the host by test_cuda).
  * Types: float32 in and out (compute CUBLAS_COMPUTE_32F, or _32F_FAST_TF32
  * when allow_tf32 is on, as torch.backends.cuda.matmul.allow_tf32; PyTorch's
- * default is off), bf16 / fp16 in with bf16 / fp16 or float32 out and
+ * default is off), float64 (kc_gemm_f64: CUBLAS_COMPUTE_64F), bf16 / fp16 in with bf16 / fp16 or float32 out and
  * float32 accumulation. Epilogues: bias (N) added to every row, then GELU
  * (cuBLASLt's GELU is the tanh approximation: gelu(x, approximate="tanh")).
  * The algorithm comes from cuBLASLt's heuristic for the context's workspace. */
@@ -87,10 +87,12 @@ static void gemm_free(GemmDescs *d) {
 static int gemm_describe(KcGemmCtx *ctx, GemmDescs *d, int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda,
                          int64_t ldb, int64_t ldc, cudaDataType_t a_t, cudaDataType_t b_t, cudaDataType_t out,
                          KcEpilogue epi, const void *bias) {
-    const cublasComputeType_t ct =
-        a_t == CUDA_R_32F && ctx->allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    const int f64 = a_t == CUDA_R_64F;
+    const cublasComputeType_t ct = f64                                    ? CUBLAS_COMPUTE_64F
+                                   : a_t == CUDA_R_32F && ctx->allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                          : CUBLAS_COMPUTE_32F;
     const KcLtLayout l = kc_gemm_layout(ta, tb, M, N, K, lda, ldb, ldc);
-    cublas_check(cublasLtMatmulDescCreate(&d->op, ct, CUDA_R_32F));
+    cublas_check(cublasLtMatmulDescCreate(&d->op, ct, f64 ? CUDA_R_64F : CUDA_R_32F));
     const cublasOperation_t opa = l.first.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t opb = l.second.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasLtEpilogue_t e = lt_epilogue(epi);
@@ -107,13 +109,14 @@ static int gemm_describe(KcGemmCtx *ctx, GemmDescs *d, int ta, int tb, int64_t M
     return 0;
 }
 
-static int gemm_run(KcGemmCtx *ctx, GemmDescs *d, float alpha, const void *A, const void *B, float beta, void *C,
-                    cudaStream_t s) {
+/* alpha, beta: host scalars of the scale type (double for float64, else float). */
+static int gemm_run(KcGemmCtx *ctx, GemmDescs *d, const void *alpha, const void *A, const void *B, const void *beta,
+                    void *C, cudaStream_t s) {
     cublasLtMatmulHeuristicResult_t h;
     int found = 0;
     cublas_check(cublasLtMatmulAlgoGetHeuristic(ctx->lt, d->op, d->a, d->b, d->c, d->c, d->pref, 1, &h, &found));
     if (found == 0) return cuda_fail("gemm: cuBLASLt has no algorithm for this shape / type / epilogue");
-    cublas_check(cublasLtMatmul(ctx->lt, d->op, &alpha, B, d->a, A, d->b, &beta, C, d->c, C, d->c, &h.algo,
+    cublas_check(cublasLtMatmul(ctx->lt, d->op, alpha, B, d->a, A, d->b, beta, C, d->c, C, d->c, &h.algo,
                                 ctx->workspace, ctx->workspace_bytes, s));
     return 0;
 }
@@ -128,7 +131,20 @@ extern "C" int kc_gemm(KcGemmCtx *ctx, int ta, int tb, int64_t M, int64_t N, int
     if ((epi == KC_EPI_BIAS || epi == KC_EPI_BIAS_GELU) && !bias) return cuda_fail("gemm: bias epilogue without a bias");
     GemmDescs d = {};
     int rc = gemm_describe(ctx, &d, ta, tb, M, N, K, lda, ldb, ldc, in, in, out, epi, bias);
-    if (rc == 0) rc = gemm_run(ctx, &d, alpha, A, B, beta, C, kc_stream(stream));
+    if (rc == 0) rc = gemm_run(ctx, &d, &alpha, A, B, &beta, C, kc_stream(stream));
+    gemm_free(&d);
+    return rc;
+}
+
+/* float64 in and out, float64 accumulation (CUBLAS_COMPUTE_64F), no epilogue. */
+extern "C" int kc_gemm_f64(KcGemmCtx *ctx, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha,
+                           const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc,
+                           void *stream) {
+    if (M == 0 || N == 0) return 0;
+    GemmDescs d = {};
+    int rc = gemm_describe(ctx, &d, ta, tb, M, N, K, lda, ldb, ldc, CUDA_R_64F, CUDA_R_64F, CUDA_R_64F, KC_EPI_NONE,
+                           NULL);
+    if (rc == 0) rc = gemm_run(ctx, &d, &alpha, A, B, &beta, C, kc_stream(stream));
     gemm_free(&d);
     return rc;
 }
@@ -177,7 +193,8 @@ extern "C" int kc_gemm_fp8(KcGemmCtx *ctx, int64_t M, int64_t N, int64_t K, cons
     int rc = gemm_describe(ctx, &d, 0, 1, M, N, K, lda, ldb, ldc, fp8_type(a_dt), fp8_type(b_dt), out,
                            bias ? KC_EPI_BIAS : KC_EPI_NONE, bias);
     if (rc == 0) rc = fp8_scales(&d, a_scale, b_scale);
-    if (rc == 0) rc = gemm_run(ctx, &d, 1.0f, A, B, 0.0f, C, kc_stream(stream));
+    const float one = 1.0f, zero = 0.0f;
+    if (rc == 0) rc = gemm_run(ctx, &d, &one, A, B, &zero, C, kc_stream(stream));
     gemm_free(&d);
     return rc;
 }

@@ -140,6 +140,10 @@ int kc_gemm(KcGemmCtx *ctx, int ta, int tb, int64_t M, int64_t N, int64_t K, flo
             const void *B, int64_t ldb, float beta, void *C, int64_t ldc, DType in_dt, DType out_dt,
             KcEpilogue epi, const void *bias, void *stream);
 
+/* float64: C = alpha op(A) op(B) + beta C, all float64, accumulation in float64. */
+int kc_gemm_f64(KcGemmCtx *ctx, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha, const void *A,
+                int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc, void *stream);
+
 /* fp8 (compute capability 8.9+, else an error saying so): C (M, N) =
  * a_scale b_scale A (M, K) @ B^T with B stored (N, K), A / B e4m3 or e5m2
  * (not both e5m2), scales one device float each, C bf16 / fp16 / float32,
@@ -171,6 +175,8 @@ int kc_event_record(void *event, void *stream);
 int kc_stream_wait_event(void *stream, void *event);
 int kc_event_synchronize(void *event);
 int kc_copy_device(void *dst, const void *src, size_t n, void *stream);
+/* n bytes of device memory set to 0, in stream order. */
+int kc_memset_zero(void *dst, size_t n, void *stream);
 
 /* ---- alloc.cu: the caching allocator per device (alloc_cache.h) ---- */
 int kc_malloc(int device, size_t size, void *stream, void **p);

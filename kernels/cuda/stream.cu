@@ -60,3 +60,9 @@ extern "C" int kc_copy_device(void *dst, const void *src, size_t n, void *stream
     cuda_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, kc_stream(stream)));
     return 0;
 }
+
+extern "C" int kc_memset_zero(void *dst, size_t n, void *stream) {
+    if (n == 0) return 0;
+    cuda_check(cudaMemsetAsync(dst, 0, n, kc_stream(stream)));
+    return 0;
+}

@@ -7,7 +7,8 @@
 --                      (gpt.lua, ddp_gpt.lua): a new model for cfg = {V, T,
 --                      L, H, C, attn = "sdpa" | "explicit"}
 --   common.SHAPES      {small = {V, T, L, H, C, B}, gpt2 = {...}}: the shapes
---                      of bench_gpt.py / fsdp_gpt.py (B per rank)
+--                      of bench_gpt.py / fsdp_gpt.py (B per rank); gpt2_b16
+--                      is the GPU one (B 16, T 1024)
 --   common.args(arg, flags)  the script's arguments: the positional ones
 --                      (a list) and flags (the table given, with --k=v as
 --                      flags.k = "v" and --k as flags.k = true)
@@ -20,6 +21,8 @@ local M = {}
 M.SHAPES = {
   small = {V = 65, T = 64, L = 4, H = 4, C = 128, B = 16},
   gpt2 = {V = 50257, T = 256, L = 12, H = 12, C = 768, B = 4},
+  -- the GPU benchmark's GPT-2-124M step (scripts/gpu-check.sh)
+  gpt2_b16 = {V = 50257, T = 1024, L = 12, H = 12, C = 768, B = 16},
 }
 
 function M.args(argv, flags)

@@ -16,6 +16,10 @@
 --              out as the Python script does (q k^T, masked_fill, softmax, @ v)
 --            --bf16                 forward under bf16 autocast
 --            --losses               also print every step's loss (JSON list)
+--            --tf32                 accel.backends.cuda.matmul.allow_tf32 = true
+--            --fp8                  mixed_precision = "fp8" (instead of --bf16)
+-- The device is the default one (ACCEL_LUA_DEVICE=cuda runs it on a GPU);
+-- each timed step ends with accel.synchronize(), so queued GPU work counts.
 local accel = require("accel")
 local optim = accel.optim
 local common = dofile((debug.getinfo(1, "S").source:match("^@(.*)/") or ".") .. "/common.lua")
@@ -23,8 +27,9 @@ local common = dofile((debug.getinfo(1, "S").source:match("^@(.*)/") or ".") .. 
 local pos, flags = common.args(arg, {attn = "sdpa"})
 local threads = tonumber(pos[1]) or 1
 local cfg_name = pos[2] or "small"
-local cfg = common.SHAPES[cfg_name] or error("gpt.lua: shape must be small or gpt2, got " .. tostring(cfg_name))
+local cfg = common.SHAPES[cfg_name] or error("gpt.lua: shape must be small, gpt2 or gpt2_b16, got " .. tostring(cfg_name))
 local steps = tonumber(pos[3]) or (cfg_name == "small" and 30 or 5)
+if flags.tf32 then accel.backends.cuda.matmul.allow_tf32 = true end
 local warmup = tonumber(pos[4]) or (cfg_name == "small" and 5 or 1)
 if flags.attn ~= "sdpa" and flags.attn ~= "explicit" then error("gpt.lua: --attn must be sdpa or explicit") end
 accel.num_threads(threads)
@@ -38,7 +43,8 @@ local n_nonpos = nparams - model.wpe.weight:numel()
 local opt = optim.AdamW(model:parameters(), {lr = 3e-4, betas = {0.9, 0.95}, weight_decay = 0.1})
 local flops_step = 6 * n_nonpos * B * T + 12 * L * T * C * B * T
 
-local accelerator = flags.bf16 and accel.Accelerator{mixed_precision = "bf16"} or nil
+local precision = flags.fp8 and "fp8" or flags.bf16 and "bf16" or nil
+local accelerator = precision and accel.Accelerator{mixed_precision = precision} or nil
 local function forward(idx, tgt)
   if accelerator then return accelerator:autocast(function() return model(idx, tgt) end) end
   return model(idx, tgt)
@@ -61,6 +67,7 @@ for i = 1, warmup + steps do
   local loss = forward(idx, tgt)
   loss:backward()
   opt:step()
+  accel.synchronize()
   local dt, dc, df = accel.clock() - t0, os.clock() - c0, minflt() - f0
   losses[#losses + 1] = loss:item()
   if i > warmup then
@@ -73,8 +80,10 @@ local n = #times
 local out = {
   ('"bench": "gpt", "impl": "accel-lua", "cfg": "%s", "V": %d, "T": %d, "L": %d, "H": %d, "C": %d, "B": %d')
     :format(cfg_name, V, T, L, H, C, B),
-  ('"threads": %d, "attn": "%s", "bf16": %s, "params": %d, "steps": %d, "warmup": %d'):format(
-    threads, flags.attn, flags.bf16 and "true" or "false", nparams, steps, warmup),
+  ('"threads": %d, "attn": "%s", "bf16": %s, "precision": "%s", "tf32": %s, "device": "%s"'):format(threads,
+    flags.attn, flags.bf16 and "true" or "false", precision or "fp32", flags.tf32 and "true" or "false",
+    tostring(accel.get_default_device())),
+  ('"params": %d, "steps": %d, "warmup": %d'):format(nparams, steps, warmup),
   ('"step_s_median": %.5f, "step_s_min": %.5f, "step_s_max": %.5f, "cpu_s_median": %.5f'):format(
     med, times[1], times[n], cpu_med),
   ('"tokens_per_s": %.0f, "model_gflop_per_step": %.2f, "achieved_gflops": %.1f'):format(

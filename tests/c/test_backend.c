@@ -7,13 +7,15 @@
  * References: naive loops written here (elementwise ops through contiguous
  * host gathers fed to the CPU kernels one run at a time, GEMM, reductions,
  * arg-reductions, softmax, gather / index_select, fill, copy/cast), so the
- * CPU backend's own n-d run splitting is checked too; the fused families
+ * CPU backend's own n-d run splitting is checked too; outputs an entry
+ * must overwrite start poisoned on the device (poisoned()); the fused families
  * (norms, cross-entropy, optimizers, conv / pool, attention, backward
  * kernels) are compared with the CPU backend, which is what a device
  * backend must match (their CPU kernels have their own tests:
  * test_kernels, test_conv, test_optim).
  *
  *   build/test_backend [NAME...]    default: every backend of this build
+ *   build/cuda/test_backend cuda    the CUDA backend (on a machine with a GPU)
  * Last line "N passed, N failed". */
 #include "core/backend/backend.h"
 #include <math.h>
@@ -85,6 +87,16 @@ static Buf out(DType dt, int64_t n) {
     return b;
 }
 
+/* An output the entry must overwrite: the device's copy starts as 0xA5
+ * bytes (a NaN-free poison: an element the entry leaves unwritten cannot
+ * match the reference); the reference computes every element itself. */
+static Buf poisoned(DType dt, int64_t n) {
+    Buf b = buf_new(dt, n);
+    memset(b.h, 0xA5, b.nbytes);
+    buf_upload(&b);
+    return b;
+}
+
 static void buf_free(Buf *b) {
     free(b->h), free(b->r);
     B->free(b->d, b->nbytes ? b->nbytes : 1);
@@ -150,7 +162,7 @@ static void test_binary(DType cdt) {
     for (int op = 0; op < KB_COUNT; op++) {
         if (cdt == DT_I64 && (op == KB_DIV || op == KB_POW)) continue; /* the core computes these in float */
         DType odt = kbin_is_compare((KBinOp)op) ? DT_BOOL : cdt;
-        Buf a = in(cdt, NE, -4, 4), b = in(cdt, D0 * D2, 1, 5), o = out(odt, NE);
+        Buf a = in(cdt, NE, -4, 4), b = in(cdt, D0 * D2, 1, 5), o = poisoned(odt, NE);
         StridedIter it;
         nd_begin(&it), nd_add(&it, &o, st_out), nd_add(&it, &a, st_perm), nd_add(&it, &b, st_bcast);
         B->binary((KBinOp)op, cdt, &it);
@@ -171,7 +183,7 @@ static void test_unary(DType cdt) {
                       op == KU_RELU || op == KU_NOT;
         if (cdt == DT_I64 && !int_ok) continue;
         bool positive = op == KU_LOG || op == KU_SQRT || op == KU_RSQRT || op == KU_POW || op == KU_LOG1P;
-        Buf a = in(cdt, NE, positive ? 0.1 : -3, 3), o = out(cdt, NE);
+        Buf a = in(cdt, NE, positive ? 0.1 : -3, 3), o = poisoned(cdt, NE);
         double p1 = op == KU_CLAMP ? -1 : op == KU_RPOW ? 1.7 : op == KU_POW ? 2.5 : 0.1, p2 = 1.5;
         StridedIter it;
         nd_begin(&it), nd_add(&it, &o, st_out), nd_add(&it, &a, st_perm);
@@ -191,7 +203,7 @@ static void test_unary_backward(DType cdt) {
     static const KUnOp ops[] = {KU_RELU, KU_GELU, KU_GELU_TANH, KU_SILU, KU_TANH, KU_SIGMOID, KU_EXP, KU_LOG,
                                 KU_SQRT, KU_ABS, KU_CLAMP, KU_POW, KU_SQUARE, KU_SIN, KU_ERF, KU_NEG};
     for (size_t k = 0; k < sizeof ops / sizeof *ops; k++) {
-        Buf x = in(cdt, NE, 0.1, 3), y = in(cdt, NE, 0.1, 3), g = in(cdt, NE, -1, 1), o = out(cdt, NE);
+        Buf x = in(cdt, NE, 0.1, 3), y = in(cdt, NE, 0.1, 3), g = in(cdt, NE, -1, 1), o = poisoned(cdt, NE);
         R->unary_backward(ops[k], cdt, NE, x.r, y.r, g.r, o.r, 0.5, 2);
         B->unary_backward(ops[k], cdt, NE, x.d, y.d, g.d, o.d, 0.5, 2);
         check_buf(&o, tol_of(cdt), "unary_backward");
@@ -200,7 +212,7 @@ static void test_unary_backward(DType cdt) {
 }
 
 static void test_where(DType dt) {
-    Buf c = in(DT_BOOL, NE, 0, 2), a = in(dt, NE, -5, 5), b = in(dt, D2, -5, 5), o = out(dt, NE);
+    Buf c = in(DT_BOOL, NE, 0, 2), a = in(dt, NE, -5, 5), b = in(dt, D2, -5, 5), o = poisoned(dt, NE);
     StridedIter it;
     nd_begin(&it), nd_add(&it, &o, st_out), nd_add(&it, &c, st_perm), nd_add(&it, &a, st_out), nd_add(&it, &b, st_row);
     B->where(&it);
@@ -213,7 +225,7 @@ static void test_where(DType dt) {
 }
 
 static void test_copy(DType odt, DType adt) {
-    Buf a = in(adt, NE, -100, 100), o = out(odt, NE);
+    Buf a = in(adt, NE, -100, 100), o = poisoned(odt, NE);
     StridedIter it;
     nd_begin(&it), nd_add(&it, &o, st_out), nd_add(&it, &a, st_perm);
     B->copy(&it, odt, adt);
@@ -268,7 +280,7 @@ static void test_gemm(DType dt) {
 static void test_reduce(DType cdt) {
     for (int op = 0; op < KR_COUNT; op++) {
         if (cdt == DT_I64 && op == KR_MEAN) continue;
-        Buf x = in(cdt, NE, -2, 2), o = out(cdt, D0 * D2);
+        Buf x = in(cdt, NE, -2, 2), o = poisoned(cdt, D0 * D2);
         B->reduce((KRedOp)op, cdt, x.d, D0, D1, D2, o.d);
         for (int64_t a = 0; a < D0; a++)
             for (int64_t c = 0; c < D2; c++) {
@@ -280,7 +292,7 @@ static void test_reduce(DType cdt) {
                 dtype_store(at(&o, a * D2 + c), cdt, op == KR_MEAN ? s / D1 : s);
             }
         check_buf(&o, tol_of(cdt), "reduce");
-        Buf v = out(cdt, D0 * D2), ix = out(DT_I64, D0 * D2);
+        Buf v = poisoned(cdt, D0 * D2), ix = poisoned(DT_I64, D0 * D2);
         int want_max = op & 1;
         B->argreduce(want_max, cdt, x.d, D0, D1, D2, v.d, ix.d);
         for (int64_t a = 0; a < D0; a++)
@@ -301,7 +313,7 @@ static void test_reduce(DType cdt) {
 
 static void test_softmax(DType cdt) {
     for (int log_ = 0; log_ < 2; log_++) {
-        Buf x = in(cdt, NE, -3, 3), y = out(cdt, NE);
+        Buf x = in(cdt, NE, -3, 3), y = poisoned(cdt, NE);
         B->softmax(log_, cdt, x.d, D0, D1, D2, y.d);
         for (int64_t a = 0; a < D0; a++)
             for (int64_t c = 0; c < D2; c++) {
@@ -314,7 +326,7 @@ static void test_softmax(DType cdt) {
                 }
             }
         check_buf(&y, tol_of(cdt), log_ ? "log_softmax" : "softmax");
-        Buf g = in(cdt, NE, -1, 1), gx = out(cdt, NE);
+        Buf g = in(cdt, NE, -1, 1), gx = poisoned(cdt, NE);
         R->softmax_backward(log_, cdt, y.r, g.r, D0, D1, D2, gx.r);
         B->softmax_backward(log_, cdt, y.d, g.d, D0, D1, D2, gx.d);
         check_buf(&gx, tol_of(cdt), "softmax_backward");
@@ -324,7 +336,7 @@ static void test_softmax(DType cdt) {
 
 static void test_cross_entropy(DType cdt) {
     const int64_t N = 9, C = 13, ignore = -100;
-    Buf x = in(cdt, N * C, -3, 3), t = in(DT_I64, N, 0, C), loss = out(cdt, N), lse = out(cdt, N);
+    Buf x = in(cdt, N * C, -3, 3), t = in(DT_I64, N, 0, C), loss = poisoned(cdt, N), lse = poisoned(cdt, N);
     ((int64_t *)t.h)[4] = ignore;
     buf_upload(&t);
     int64_t r1 = R->cross_entropy_fwd(cdt, x.r, N, C, (int64_t *)t.r, ignore, 0.1, loss.r, lse.r);
@@ -332,7 +344,7 @@ static void test_cross_entropy(DType cdt) {
     result(r1 == -1 && r2 == -1, "cross_entropy_fwd status", cdt);
     check_buf(&loss, tol_of(cdt), "cross_entropy loss");
     check_buf(&lse, tol_of(cdt), "cross_entropy lse");
-    Buf g = in(cdt, N, 0, 1), gx = out(cdt, N * C);
+    Buf g = in(cdt, N, 0, 1), gx = poisoned(cdt, N * C);
     R->cross_entropy_bwd(cdt, x.r, lse.r, N, C, (int64_t *)t.r, ignore, 0.1, g.r, gx.r);
     B->cross_entropy_bwd(cdt, x.d, lse.d, N, C, t.d, ignore, 0.1, g.d, gx.d);
     check_buf(&gx, tol_of(cdt), "cross_entropy_bwd");
@@ -347,12 +359,12 @@ static void test_layernorm(DType cdt) {
     const int64_t rows = 11, C = 9;
     for (int affine = 0; affine < 2; affine++) {
         Buf x = in(cdt, rows * C, -2, 2), w = in(cdt, C, 0.5, 1.5), b = in(cdt, C, -1, 1);
-        Buf y = out(cdt, rows * C), mean = out(cdt, rows), rstd = out(cdt, rows);
+        Buf y = poisoned(cdt, rows * C), mean = poisoned(cdt, rows), rstd = poisoned(cdt, rows);
         R->layernorm_fwd(cdt, x.r, affine ? w.r : NULL, affine ? b.r : NULL, rows, C, 1e-5, y.r, mean.r, rstd.r);
         B->layernorm_fwd(cdt, x.d, affine ? w.d : NULL, affine ? b.d : NULL, rows, C, 1e-5, y.d, mean.d, rstd.d);
         check_buf(&y, tol_of(cdt), "layernorm_fwd y");
         check_buf(&rstd, tol_of(cdt), "layernorm_fwd rstd");
-        Buf gy = in(cdt, rows * C, -1, 1), gx = out(cdt, rows * C), gw = out(cdt, C), gb = out(cdt, C);
+        Buf gy = in(cdt, rows * C, -1, 1), gx = poisoned(cdt, rows * C), gw = out(cdt, C), gb = out(cdt, C);
         R->layernorm_bwd(cdt, x.r, affine ? w.r : NULL, mean.r, rstd.r, gy.r, rows, C, gx.r, gw.r, gb.r);
         B->layernorm_bwd(cdt, x.d, affine ? w.d : NULL, mean.d, rstd.d, gy.d, rows, C, gx.d, gw.d, gb.d);
         check_buf(&gx, tol_of(cdt), "layernorm_bwd gx");
@@ -369,7 +381,7 @@ static void test_index(DType dt) {
     const int64_t m = 4;
     size_t es = dtype_size(dt);
     Buf x = in(dt, NE, -9, 9), ig = in(DT_I64, D0 * m * D2, 0, D1), is = in(DT_I64, m, 0, D1);
-    Buf og = out(dt, D0 * m * D2), os = out(dt, D0 * m * D2);
+    Buf og = poisoned(dt, D0 * m * D2), os = poisoned(dt, D0 * m * D2);
     B->gather(x.d, D0, D1, D2, ig.d, m, og.d, es);
     B->index_select(x.d, D0, D1, D2, is.d, m, os.d, es);
     for (int64_t a = 0; a < D0; a++)
@@ -424,7 +436,7 @@ static void test_conv(DType dt) {
     c.OW = (c.W + 2 * c.pw - c.dw * (c.KW - 1) - 1) / c.sw + 1;
     DType adt = dt == DT_BF16 ? DT_F32 : dt;
     Buf x = in(dt, c.N * c.C * c.H * c.W, -1, 1), w = in(dt, c.O * (c.C / c.groups) * c.KH * c.KW, -1, 1);
-    Buf b = in(adt, c.O, -1, 1), y = out(adt, c.N * c.O * c.OH * c.OW);
+    Buf b = in(adt, c.O, -1, 1), y = poisoned(adt, c.N * c.O * c.OH * c.OW);
     int r1 = R->conv2d_fwd(dt, &c, x.r, w.r, b.r, y.r), r2 = B->conv2d_fwd(dt, &c, x.d, w.d, b.d, y.d);
     result(r1 == 0 && r2 == 0, "conv2d_fwd returns 0", dt);
     check_buf(&y, tol_of(dt), "conv2d_fwd");
@@ -443,13 +455,13 @@ static void test_pool(DType cdt) {
     g.OH = (g.H + 2 * g.ph - g.dh * (g.KH - 1) - 1) / g.sh + 1;
     g.OW = (g.W + 2 * g.pw - g.dw * (g.KW - 1) - 1) / g.sw + 1;
     int64_t no = g.NC * g.OH * g.OW;
-    Buf x = in(cdt, g.NC * g.H * g.W, -1, 1), y = out(cdt, no), idx = out(DT_I64, no), code = out(DT_U8, no);
+    Buf x = in(cdt, g.NC * g.H * g.W, -1, 1), y = poisoned(cdt, no), idx = poisoned(DT_I64, no), code = poisoned(DT_U8, no);
     R->max_pool2d_fwd(cdt, &g, x.r, y.r, (int64_t *)idx.r, (uint8_t *)code.r);
     B->max_pool2d_fwd(cdt, &g, x.d, y.d, idx.d, code.d);
     check_buf(&y, 0, "max_pool2d_fwd");
     check_buf(&idx, 0, "max_pool2d_fwd idx");
     check_buf(&code, 0, "max_pool2d_fwd code");
-    Buf gy = in(cdt, no, -1, 1), gx = out(cdt, x.n);
+    Buf gy = in(cdt, no, -1, 1), gx = poisoned(cdt, x.n);
     R->max_pool2d_bwd(cdt, &g, gy.r, NULL, (uint8_t *)code.r, gx.r);
     B->max_pool2d_bwd(cdt, &g, gy.d, NULL, code.d, gx.d);
     check_buf(&gx, tol_of(cdt), "max_pool2d_bwd");
@@ -466,7 +478,7 @@ static void test_attention(DType cdt) {
         memcpy(a.sgo, a.so, sizeof a.so);
         int64_t bh = a.B * a.H;
         Buf q = in(cdt, bh * a.L * a.D, -1, 1), k = in(cdt, bh * a.S * a.D, -1, 1), v = in(cdt, bh * a.S * a.Dv, -1, 1);
-        Buf o = out(cdt, bh * a.L * a.Dv), lse = out(cdt, bh * a.L);
+        Buf o = poisoned(cdt, bh * a.L * a.Dv), lse = poisoned(cdt, bh * a.L);
         int r1 = R->attention_fwd(cdt, &a, q.r, k.r, v.r, o.r, lse.r), r2 = B->attention_fwd(cdt, &a, q.d, k.d, v.d, o.d, lse.d);
         result(r1 == 0 && r2 == 0, "attention_fwd returns 0", cdt);
         check_buf(&o, tol_of(cdt), "attention_fwd o");
@@ -529,7 +541,7 @@ int main(int argc, char **argv) {
         const char *name = argc > 1 ? argv[i + 1] : every[i];
         const Backend *be = backend_by_name(name);
         if (!be) {
-            printf("test_backend: no backend named %s in this build\n", name);
+            printf("test_backend: no backend %s: %s\n", name, accel_last_error());
             n_fail++;
             continue;
         }

@@ -558,7 +558,10 @@ local function new_accelerator(_, o)
   plugins.check_options("Accelerator", o, OPTIONS)
   o = o or {}
   local self = setmetatable({}, Accelerator)
-  rawset(self, "state", state.PartialState())
+  -- an existing process state is shared as it is (cpu = true then only
+  -- changes where this Accelerator puts things: props.device)
+  rawset(self, "state", state.current()
+    or state.PartialState({cpu = o.cpu == true or (o.cpu == nil and setting("USE_CPU") == "true")}))
   local ds = resolve_sharding(self, o)
   local handlers = resolve_kwargs(o.kwargs_handlers)
   for k, h in pairs(handlers) do rawset(self, k, h) end

@@ -60,7 +60,7 @@ function props.use_distributed(s) return s.comm.world_size > 1 end
 -- What the processes are, without a sharding plugin: NO / MULTI_CPU / MULTI_GPU.
 function PartialState:_process_type()
   if self.comm.world_size == 1 then return "NO" end
-  return self.comm.backend == "nccl" and "MULTI_GPU" or "MULTI_CPU"
+  return (self.comm.backend == "nccl" or self.device.type == "cuda") and "MULTI_GPU" or "MULTI_CPU"
 end
 
 function props.distributed_type(s)
@@ -93,39 +93,65 @@ function props.backend(s) return s.comm.backend end
 local shared = nil
 
 -- The device this process computes on, chosen once when the state is made
--- (Accelerate's set_device / default_device): the CPU when asked for;
--- else the default device (accel.set_default_device, ACCEL_LUA_DEVICE)
--- when it is not the CPU; else the GPU of this process's local rank when
--- the build has GPUs (cuda:local_rank % device_count, as Accelerate); else
--- the CPU. A cuda default on several processes also takes the local rank's GPU.
-function M.pick_device(cpu, local_rank, world_size)
+-- (Accelerate's PartialState device choice): the CPU when asked for
+-- (cpu = true); else a default device other than the CPU and CUDA that the
+-- user set (accel.set_default_device, ACCEL_LUA_DEVICE; e.g. sim); else the
+-- CPU under ACCEL_LUA_USE_CPU=true (`launch --cpu`, the default of a build
+-- without CUDA) or in a build without CUDA; else cuda:<local rank> when a
+-- GPU answers (a CUDA build without one says so once, on stderr, and runs
+-- on the CPU).
+local warned_no_gpu = false
+
+local function no_gpu(c)
+  if not warned_no_gpu and c.rank == 0 then
+    io.stderr:write(("accel-lua: no CUDA GPU is usable (%s); running on the CPU\n"):format(
+      accel.cuda.unavailable_reason()))
+  end
+  warned_no_gpu = true
+  return accel.device("cpu")
+end
+
+function M.pick_device(cpu, c)
   if cpu then return accel.device("cpu") end
   local d = accel.get_default_device()
-  local gpus = accel.device_count("cuda")
-  if gpus > 0 and (d.type == "cpu" or (d.type == "cuda" and world_size > 1)) then
-    return accel.device(("cuda:%d"):format(local_rank % gpus))
+  if d.type ~= "cpu" and d.type ~= "cuda" then return d end
+  if os.getenv("ACCEL_LUA_USE_CPU") == "true" or not accel.cuda.is_built() then return accel.device("cpu") end
+  local n = accel.cuda.device_count()
+  if n == 0 then return no_gpu(c) end
+  if c.local_rank >= n then
+    raise("PartialState: local process %d has no GPU: this machine has %d (cuda:0 to cuda:%d); start at most %d "
+      .. "processes per machine (--num_processes, --gpu_ids) or use --cpu", c.local_rank, n, n - 1, n)
   end
-  return d
+  return accel.device("cuda:" .. c.local_rank)
 end
 
 -- accel.PartialState([{cpu = false}]): the process state (the same object
 -- every time, as Accelerate's shared state); its device is picked by the
--- first call (cpu = true: the CPU). An Accelerator{cpu = true} uses the CPU
--- whatever the state's device (Accelerate refuses cpu = True once the
--- state lives on an accelerator).
+-- first call. Asking PartialState for the CPU once the state lives on
+-- another device is an error, as in Accelerate (the state cannot change
+-- once made); an Accelerator{cpu = true} uses the CPU whatever the state's
+-- device.
 local PARTIAL_STATE_OPTIONS = plugins.register("PartialState", {cpu = "boolean"})
 
 function M.PartialState(opts)
   plugins.check_options("PartialState", opts, PARTIAL_STATE_OPTIONS)
-  if shared then return shared end
+  local cpu = opts ~= nil and opts.cpu == true
+  if shared then
+    if cpu and shared.device.type ~= "cpu" then
+      raise("PartialState: the process state already runs on %s and cannot change; pass cpu = true to the "
+        .. "first Accelerator (or PartialState) of the process", tostring(shared.device))
+    end
+    return shared
+  end
   local c = comm.create()
-  local device = M.pick_device(opts ~= nil and opts.cpu == true, c.local_rank, c.world_size)
-  shared = setmetatable({comm = c, device = device, initialized = true}, PartialState)
+  shared = setmetatable({comm = c, device = M.pick_device(cpu, c), initialized = true}, PartialState)
   return shared
 end
 
 -- Forget the shared state (tests, or a script that wants a fresh one).
 function M.reset_state() shared = nil end
+-- The process state if one was made, else nil.
+function M.current() return shared end
 PartialState._reset_state = function() M.reset_state() end
 
 function PartialState:wait_for_everyone() self.comm:barrier() end
