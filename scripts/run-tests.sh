@@ -17,6 +17,8 @@
 #                                checks are skipped, counted, without root)
 #      scripts/test-install.sh   make install / uninstall into a temporary
 #                                DESTDIR, the man pages
+#      scripts/test-docs.sh      README's training script on 1 and 2
+#                                processes, links, the benchmark results file
 #   3. tests/lua/*_spec.lua    busted specs, one busted run per file, run
 #                              inside BUILD/accel-lua (so `accel` is ours)
 #   4. tests/lua/*_test.lua    plain scripts: exit 0 = 1 passed, else 1 failed
@@ -147,6 +149,7 @@ run_lua_suites() {
     run_counted "scripts/test-progress-launch.sh" "$ROOT/scripts/test-progress-launch.sh" "$BUILD"
     run_counted "scripts/test-machines.sh" "$ROOT/scripts/test-machines.sh" "$BUILD"
     run_counted "scripts/test-install.sh" "$ROOT/scripts/test-install.sh" "$BUILD"
+    run_counted "scripts/test-docs.sh" "$ROOT/scripts/test-docs.sh" "$BUILD"
     "$ROOT/scripts/setup-test-python.sh" || echo "run-tests: scripts/setup-test-python.sh failed (specs reading TensorBoard files will fail)" >&2
     for dev in $DEVICES; do
         for f in tests/lua/*_spec.lua; do run_busted "$f" "$dev"; done
