@@ -130,7 +130,9 @@ write_results() {
         echo
         echo "## Tables and targets"
         echo
-        awk '/^\|/ { print; t = 1; next } t { print ""; t = 0 } /^(- |Targets|\(start-up)/ { print }' "$LOG"
+        awk '/^\|/ { if (!t && p) print ""; print; t = 1; p = 1; next }
+             t { print ""; t = 0 }
+             /^(- |Targets|\(start-up)/ { print; p = 1 }' "$LOG"
         echo
         echo "## Full output"
         echo
