@@ -111,6 +111,22 @@ describe("README's PyTorch + Accelerate table", function()
     assert.are.equal(3, f(2))
   end)
 
+  it("accel.save writes tensors as safetensors, accelerator:save also plain values as JSON", function()
+    row("`accel.save(sd, \"m.safetensors\")`")
+    local path = os.tmpname()
+    accel.save({w = accel.tensor{1.5, 2.5}}, path)
+    local back = accel.load(path)
+    assert.are.same({1.5, 2.5}, values(back.w))
+    local a = accel.Accelerator{}
+    a:save({step = 3, name = "x"}, path)
+    local f = assert(io.open(path, "rb"))
+    local text = f:read("a")
+    f:close()
+    assert.truthy(text:find('"step": 3', 1, true), text)
+    assert.are.same({step = 3, name = "x"}, a:load(path))
+    os.remove(path)
+  end)
+
   it("== compares identity; eq and equal compare values", function()
     row("`t:eq(u)` (`==` compares identity in Lua)")
     local t, u = accel.tensor{1, 2}, accel.tensor{1, 2}
