@@ -21,6 +21,8 @@
 #                                DESTDIR, the man pages
 #      scripts/test-cuda-host.sh  the CUDA glue without a GPU (device
 #                                discovery, fallback, --gpu_ids, --multi_gpu)
+#      scripts/test-docs.sh      README's training script on 1 and 2
+#                                processes, links, the benchmark results file
 #   3. tests/lua/*_spec.lua    busted specs, one busted run per file, run
 #                              inside BUILD/accel-lua (so `accel` is ours)
 #   4. tests/lua/*_test.lua    plain scripts: exit 0 = 1 passed, else 1 failed
@@ -153,6 +155,7 @@ run_lua_suites() {
     run_counted "scripts/test-machines.sh" "$ROOT/scripts/test-machines.sh" "$BUILD"
     run_counted "scripts/test-install.sh" "$ROOT/scripts/test-install.sh" "$BUILD"
     run_counted "scripts/test-cuda-host.sh" "$ROOT/scripts/test-cuda-host.sh" "$BUILD"
+    run_counted "scripts/test-docs.sh" "$ROOT/scripts/test-docs.sh" "$BUILD"
     "$ROOT/scripts/setup-test-python.sh" || echo "run-tests: scripts/setup-test-python.sh failed (specs reading TensorBoard files will fail)" >&2
     for dev in $DEVICES; do
         for f in tests/lua/*_spec.lua; do run_busted "$f" "$dev"; done

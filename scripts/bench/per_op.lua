@@ -2,7 +2,7 @@
 -- Two 16-element float32 tensors, 1 thread; times `a + b` (no grad) and
 -- `(a + b):sum():backward()` (requires_grad), N iterations each, median of
 -- REPEATS runs; prints us/op and VmRSS before/after. Unless --no-torch is
--- given, it then runs per_op.py under /usr/bin/python3 (OMP_NUM_THREADS=1
+-- given, it then runs per_op.py under $PYTHON (default /usr/bin/python3; OMP_NUM_THREADS=1
 -- OPENBLAS_NUM_THREADS=1) and prints the ratios.
 --   OMP_NUM_THREADS=1 build/accel-lua scripts/bench/per_op.lua [N] [REPEATS] [--no-torch]
 -- Last line: "RESULT accel add=<us> fwdbwd=<us> rss_before_kib=<n> rss_after_kib=<n>
@@ -69,7 +69,8 @@ print(("  VmRSS before %d KiB, after %d KiB (Lua heap %.0f KiB)"):format(rss0, r
 local result = ("RESULT accel add=%.4f fwdbwd=%.4f rss_before_kib=%d rss_after_kib=%d"):format(t_add, t_fb, rss0, rss1)
 if with_torch then
   local dir = (arg[0]:match("^(.*)/[^/]*$") or ".")
-  local cmd = ("OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 /usr/bin/python3 '%s/per_op.py' %d %d 2>&1"):format(dir, N, REPEATS)
+  local python = os.getenv("PYTHON") or "/usr/bin/python3"
+  local cmd = ("OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 '%s' '%s/per_op.py' %d %d 2>&1"):format(python, dir, N, REPEATS)
   local p = io.popen(cmd)
   local out = p:read("a")
   p:close()

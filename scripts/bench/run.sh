@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run.sh: issue 5's benchmark suite, accel-lua against PyTorch in one run.
+# run.sh: the benchmark suite, accel-lua against PyTorch in one run.
 # From the repo root:
 #   bash scripts/bench/run.sh                  # everything (~10-15 min on 2 cores)
 #   bash scripts/bench/run.sh --only small,mlp --threads 1
@@ -23,14 +23,20 @@
 # against the libraries) come first with --only micro (on by default).
 #
 # Prints one Markdown table (throughput, ratio, achieved GFLOP/s with
-# bench_gpt.py's FLOP formula, peak RSS), the issue's targets with
+# bench_gpt.py's FLOP formula, peak RSS), the benchmark targets with
 # met / missed, and draws the ratios with gnuplot (Debian gnuplot-nox) to
-# docs/bench.png. Raw results: $BUILD/bench/results.tsv.
+# docs/bench.png. Raw results: $BUILD/bench/results.tsv. Everything it prints
+# also goes to a results file (--results, default docs/bench-results.md,
+# which docs/performance.md links as the latest run): the tables, the
+# targets and the full output, under the machine it ran on as read at run
+# time (lscpu's model name, CPUs, caches and flags, the kernel, the load,
+# the PyTorch version), so that no description of a machine is hand-written.
 #
 # Options: --only LIST (micro,mlp,small,gpt2), --threads LIST (1,2),
 # --blas LIST (asis,unset), --gpt2-steps N (2) --gpt2-warmup N (1),
 # --small-steps N (30) --small-warmup N (5), --mlp-reps N (3: one cold +
-# two warm), --chart PATH|none (docs/bench.png), --no-make.
+# two warm), --chart PATH|none (docs/bench.png), --results PATH|none
+# (docs/bench-results.md), --no-make.
 # Environment: ACCEL_BUILD (build dir, default build), OPTFLAGS (for make),
 # ANCHORS (../shared/anchors), PYTHON (/usr/bin/python3), PER_OP_N,
 # MATMUL_SIZES (the micro benchmarks).
@@ -48,7 +54,9 @@ THREADS="1 2"
 BLAS_MODES="asis unset"
 GPT2_STEPS=2 GPT2_WARMUP=1 SMALL_STEPS=30 SMALL_WARMUP=5 MLP_REPS=3
 CHART=$ROOT/docs/bench.png
+RESULTS_MD=$ROOT/docs/bench-results.md
 MAKE=1
+ARGS="$*"
 
 while [[ $# -gt 0 ]]; do
     case $1 in
@@ -61,12 +69,80 @@ while [[ $# -gt 0 ]]; do
     --small-warmup) SMALL_WARMUP=$2; shift 2 ;;
     --mlp-reps) MLP_REPS=$2; shift 2 ;;
     --chart) CHART=$2; shift 2 ;;
+    --results) RESULTS_MD=$2; shift 2 ;;
     --no-make) MAKE=0; shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
 wants() { [[ ",$ONLY," == *",$1,"* ]]; }
+
+# ---------------- the results file (the machine read at run time) ----------------
+
+# lscpu_field NAME: one field of lscpu's output ("Model name", "CPU(s)", ...).
+lscpu_field() { LC_ALL=C lscpu 2>/dev/null | awk -F: -v k="$1" '$1 == k { sub(/^[ \t]+/, "", $2); print $2; exit }'; }
+
+# machine_md: the machine section of the results file, every value read now.
+machine_md() {
+    local flags f have=""
+    flags=$(lscpu_field Flags)
+    [[ -n $flags ]] || flags=$(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
+    for f in avx2 fma avx512f avx512_bf16 avx512_fp16 amx_bf16 amx_tile; do
+        [[ " $flags " == *" $f "* ]] && have+="$f "
+    done
+    echo "## Machine (read by run.sh at run time)"
+    echo
+    echo "| | |"
+    echo "|---|---|"
+    for f in "Model name" "Vendor ID" "CPU(s)" "Thread(s) per core" "L2 cache" "L3 cache" "Hypervisor vendor"; do
+        printf '| %s | %s |\n' "$f" "$(lscpu_field "$f")"
+    done
+    printf '| kernel | %s |\n' "$(uname -srm)"
+    printf '| Debian | %s |\n' "$(cat /etc/debian_version 2>/dev/null || echo unknown)"
+    printf '| load average at the end | %s |\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
+    have=${have% }
+    printf '| SIMD / matrix extensions present | %s |\n' "${have:-none of avx2 fma avx512f avx512_bf16 amx}"
+    printf '| PyTorch | %s |\n' "$([[ $HAVE_TORCH == 1 ]] && "$PYTHON" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo 'not found (accel-lua only)')"
+    echo
+    echo "lscpu flags:"
+    echo
+    echo '```'
+    fold -s -w 100 <<<"$flags"
+    echo '```'
+}
+
+# write_results (the EXIT trap): stops copying stdout, then writes
+# RESULTS_MD from the run's output: the Markdown tables and target lines it
+# printed, then all of it verbatim.
+write_results() {
+    local rc=$?
+    exec >&3 3>&-
+    wait "$TEE_PID" 2>/dev/null
+    mkdir -p "$(dirname "$RESULTS_MD")"
+    {
+        echo "# Benchmark results: the latest run"
+        echo
+        echo "Written by \`scripts/bench/run.sh\` at the end of a run (do not edit by hand):"
+        echo "\`bash scripts/bench/run.sh${ARGS:+ $ARGS}\`, finished $(date -u '+%Y-%m-%d %H:%M UTC'), exit status $rc."
+        echo "How to read and reproduce it: [performance.md](performance.md)."
+        echo
+        machine_md
+        echo
+        echo "## Tables and targets"
+        echo
+        awk '/^\|/ { if (!t && p) print ""; print; t = 1; p = 1; next }
+             t { print ""; t = 0 }
+             /^(- |Targets|\(start-up)/ { print; p = 1 }' "$LOG"
+        echo
+        echo "## Full output"
+        echo
+        echo '```'
+        cat "$LOG"
+        echo '```'
+    } >"$RESULTS_MD.tmp" && mv "$RESULTS_MD.tmp" "$RESULTS_MD" && echo "results: $RESULTS_MD"
+    rm -f "$LOG"
+    exit "$rc"
+}
 
 if [[ $MAKE == 1 ]]; then
     make -j2 BUILD="$BUILD" ${OPTFLAGS:+OPTFLAGS="$OPTFLAGS"} >/dev/null ||
@@ -76,6 +152,13 @@ ACCEL=$BUILD/accel-lua
 [[ -x $ACCEL ]] || { echo "run.sh: $ACCEL not built" >&2; exit 1; }
 HAVE_TORCH=0
 "$PYTHON" -c 'import torch' 2>/dev/null && [[ -f $ANCHORS/bench_gpt.py ]] && HAVE_TORCH=1
+if [[ $RESULTS_MD != none ]]; then
+    [[ $RESULTS_MD = /* ]] || RESULTS_MD=$ROOT/$RESULTS_MD
+    LOG=$(mktemp)
+    exec 3>&1 > >(tee "$LOG")
+    TEE_PID=$!
+    trap write_results EXIT
+fi
 OUT=$BUILD/bench
 mkdir -p "$OUT"
 RESULTS=$OUT/results.tsv
@@ -110,8 +193,9 @@ micro() {
     per_op=$(OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$ACCEL" "$BENCH/per_op.lua" "$per_op_n")
     # shellcheck disable=SC2086
     matmul=$(OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$ACCEL" "$BENCH/matmul.lua" --direct "$direct" $sizes)
-    value() { grep -oE "(^| )$1=[^ ]*" <<<"$2" | tail -n 1 | cut -d= -f2; }
-    ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+    # a KEY=value field of a RESULT line; empty when absent (no PyTorch side)
+    value() { grep -oE "(^| )$1=[^ ]*" <<<"$2" | tail -n 1 | cut -d= -f2 || true; }
+    ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2fx", a / b; else print "n/a" }'; }
     local acc_line a t d l n
     acc_line=$(grep '^RESULT accel' <<<"$per_op")
     printf '| %-46s | %12s | %12s | %8s |\n' benchmark accel-lua reference ratio
@@ -119,22 +203,22 @@ micro() {
         "$(printf -- '-%.0s' {1..14})" "$(printf -- '-%.0s' {1..10})"
     row() { printf '| %-46s | %12s | %12s | %8s |\n' "$@"; }
     a=$(value accel_ms "$startup"); t=$(value torch_ms "$startup")
-    row "start-up ms (ref: python3 -c 'import torch')" "$a" "$t" "$(ratio "$t" "$a")x"
+    row "start-up ms (ref: python3 -c 'import torch')" "$a" "${t:-n/a}" "$(ratio "${t:-0}" "$a")"
     a=$(value add "$acc_line"); t=$(value torch_add "$acc_line")
-    row "a + b, 16 x f32, us/op (ref: PyTorch)" "$a" "${t:-n/a}" "$(ratio "${t:-0}" "$a")x"
+    row "a + b, 16 x f32, us/op (ref: PyTorch)" "$a" "${t:-n/a}" "$(ratio "${t:-0}" "$a")"
     a=$(value fwdbwd "$acc_line"); t=$(value torch_fwdbwd "$acc_line")
-    row "(a+b):sum():backward(), us/op (ref: PyTorch)" "$a" "${t:-n/a}" "$(ratio "${t:-0}" "$a")x"
+    row "(a+b):sum():backward(), us/op (ref: PyTorch)" "$a" "${t:-n/a}" "$(ratio "${t:-0}" "$a")"
     for n in $sizes; do
         l=$(grep "^RESULT matmul n=$n " <<<"$matmul" || true)
         [[ -n $l ]] || continue
         a=$(value f32 "$l"); d=$(value direct_f32 "$l")
-        row "matmul f32 n=$n GFLOP/s (ref: dnnl_sgemm)" "$a" "$d" "$(ratio "$a" "$d")x"
+        row "matmul f32 n=$n GFLOP/s (ref: dnnl_sgemm)" "$a" "$d" "$(ratio "$a" "$d")"
         a=$(value bf16 "$l"); d=$(value direct_bf16 "$l")
         if [[ $d == 0.00 ]]; then
             d=$(value direct_bf16_widened "$l")
-            row "matmul bf16 n=$n GFLOP/s (ref: widen+sgemm)" "$a" "$d" "$(ratio "$a" "$d")x"
+            row "matmul bf16 n=$n GFLOP/s (ref: widen+sgemm)" "$a" "$d" "$(ratio "$a" "$d")"
         else
-            row "matmul bf16 n=$n GFLOP/s (ref: oneDNN bf16)" "$a" "$d" "$(ratio "$a" "$d")x"
+            row "matmul bf16 n=$n GFLOP/s (ref: oneDNN bf16)" "$a" "$d" "$(ratio "$a" "$d")"
         fi
     done
     echo "(start-up and per-op: reference / accel-lua, >1 = accel-lua faster; matmul: accel-lua / library)"
@@ -262,7 +346,7 @@ END {
         if (ra != "") printf "\"%s %sT%s%s\" %.3f\n", k[1], k[2], k[4] == "std" ? "" : " " k[4], k[3] == "unset" ? " auto" : "", ra > chartdata
     }
     print ""
-    print "Targets (issue 5), this run:"
+    print "Targets, this run:"
     m1 = ""; for (i = 1; i <= n; i++) { split(order[i], k, SUBSEP); if (k[1] == "mlp" && k[2] == 1 && k[4] == "std") { r = div(tput[order[i], "accel-lua"], tput[order[i], "pytorch"]); if (r != "" && (m1 == "" || r < m1)) m1 = r } }
     if (m1 != "") printf "- seed MLP, 1 thread: %.2fx PyTorch (target >= 5x): %s\n", m1, (m1 >= 5 ? "met" : "missed")
     for (b = 0; b < 2; b++) {

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # startup.sh: process start-up cost, accel-lua vs PyTorch.
 # Median wall time of RUNS_ACCEL (30) runs of `BUILD/accel-lua -e ''` and of
-# RUNS_TORCH (5) runs of `/usr/bin/python3 -c 'import torch'`; prints ms and
-# the ratio. Uses hyperfine when installed, else a bash loop with date +%s%N.
+# RUNS_TORCH (5) runs of `$PYTHON -c 'import torch'` (default /usr/bin/python3);
+# prints ms and the ratio (torch_ms=n/a when that Python has no torch). Uses hyperfine when installed, else a bash loop with date +%s%N.
 #   bash scripts/bench/startup.sh [BUILD_DIR]     (default: $ACCEL_BUILD or build)
 # Last line: "RESULT startup accel_ms=<ms> torch_ms=<ms> ratio=<torch/accel>".
 set -euo pipefail
@@ -42,11 +42,15 @@ median_ms() {
 
 tool=$(command -v hyperfine >/dev/null && echo hyperfine || echo "bash loop, date +%s%N")
 accel_ms=$(median_ms "$RUNS_ACCEL" "$ACCEL" -e '')
-torch_ms=$(median_ms "$RUNS_TORCH" "$PYTHON" -c 'import torch')
-ratio=$(awk -v a="$accel_ms" -v t="$torch_ms" 'BEGIN { printf "%.1f", t / a }')
+if "$PYTHON" -c 'import torch' >/dev/null 2>&1; then
+    torch_ms=$(median_ms "$RUNS_TORCH" "$PYTHON" -c 'import torch')
+    ratio=$(awk -v a="$accel_ms" -v t="$torch_ms" 'BEGIN { printf "%.1f", t / a }')
+else
+    torch_ms=n/a ratio=n/a
+fi
 
 echo "start-up, median wall time ($tool)"
 printf '  %-36s %9.2f ms  (%d runs)\n' "accel-lua -e ''" "$accel_ms" "$RUNS_ACCEL"
-printf '  %-36s %9.2f ms  (%d runs)\n' "python3 -c 'import torch'" "$torch_ms" "$RUNS_TORCH"
+printf '  %-36s %9s ms  (%d runs)\n' "python3 -c 'import torch'" "$torch_ms" "$RUNS_TORCH"
 printf '  ratio torch/accel-lua                %9s x\n' "$ratio"
 echo "RESULT startup accel_ms=$accel_ms torch_ms=$torch_ms ratio=$ratio"

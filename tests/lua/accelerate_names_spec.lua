@@ -1,16 +1,19 @@
--- accelerate_names_spec: the README's table of Accelerate names stays true.
+-- accelerate_names_spec: the table of Accelerate names (docs/accelerate-names.md)
+-- stays true.
 -- Every public Accelerator method is listed there; every Accelerate member
 -- or option we refuse is listed and raises naming itself and the reason
 -- (never Lua's "attempt to call a nil value", never silently accepted).
 local accel = require("accel")
 local acc_mod = require("accel.accelerator")
 
-local function readme_table()
-  local f = assert(io.open("README.md", "rb"))
+local NAMES_DOC = "docs/accelerate-names.md"
+
+local function names_table()
+  local f = assert(io.open(NAMES_DOC, "rb"))
   local text = f:read("a")
   f:close()
-  local start = assert(text:find("### Accelerate names: supported and refused", 1, true), "README has no names table")
-  local stop = text:find("\n### ", start + 10, true) or #text
+  local start = assert(text:find("| Accelerate name | here |", 1, true), NAMES_DOC .. " has no names table")
+  local stop = text:find("\n\n", start, true) or #text
   return text:sub(start, stop)
 end
 
@@ -20,8 +23,8 @@ local function listed(tbl, name)
     or tbl:find(", " .. name .. "}", 1, true) ~= nil
 end
 
-describe("the README's Accelerate names table", function()
-  local tbl = readme_table()
+describe("the Accelerate names table (" .. NAMES_DOC .. ")", function()
+  local tbl = names_table()
 
   it("lists every public Accelerator method", function()
     local missing = {}
@@ -37,7 +40,7 @@ describe("the README's Accelerate names table", function()
     local n = 0
     for name, why in pairs(acc_mod.REFUSED_MEMBERS) do
       n = n + 1
-      assert.is_true(listed(tbl, name), name .. " is not in the README table")
+      assert.is_true(listed(tbl, name), name .. " is not in " .. NAMES_DOC)
       local ok, err = pcall(function() return a[name] end)
       assert.is_false(ok)
       assert.truthy(tostring(err):find("Accelerator." .. name .. " is not supported here: " .. why, 1, true), err)
@@ -49,7 +52,7 @@ describe("the README's Accelerate names table", function()
   it("refuses Accelerate's constructor options we lack, naming each", function()
     for _, opt in ipairs({"rng_types", "dynamo_backend", "dynamo_plugin", "torch_tp_plugin", "megatron_lm_plugin",
                           "deepspeed_plugins", "parallelism_config"}) do
-      assert.is_true(listed(tbl, opt), opt .. " is not in the README table")
+      assert.is_true(listed(tbl, opt), opt .. " is not in " .. NAMES_DOC)
       local ok, err = pcall(accel.Accelerator, {[opt] = {}})
       assert.is_false(ok)
       assert.truthy(tostring(err):find("option " .. opt .. " is Accelerate's but not supported here", 1, true), err)
@@ -65,7 +68,7 @@ describe("the README's Accelerate names table", function()
                            "InitProcessGroupKwargs", "GradScalerKwargs", "AutocastKwargs", "GradientAccumulationPlugin",
                            "DataLoaderConfiguration", "FP8RecipeKwargs", "DeepSpeedPlugin",
                            "FullyShardedDataParallelPlugin", "find_executable_batch_size"}) do
-      assert.is_true(listed(tbl, name), name .. " is not in the README table")
+      assert.is_true(listed(tbl, name), name .. " is not in " .. NAMES_DOC)
       assert.is_truthy(accel[name], "accel." .. name .. " does not exist")
     end
   end)

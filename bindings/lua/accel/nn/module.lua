@@ -25,7 +25,7 @@
 -- submodules, then the class's methods; registering a name that a method of
 -- the class already uses is refused (it would shadow the method).
 --
--- Decisions where PyTorch has no Lua shape (also in the README, section "nn"):
+-- Decisions where PyTorch has no Lua shape (also in docs/nn.md):
 --  * parameters(), buffers(), children(), modules() return Lua lists;
 --    named_*() return iterators for `for name, t in m:named_parameters() do`.
 --  * assigning a plain Lua table that holds modules or parameters is an error
