@@ -30,7 +30,8 @@
  * model paid it. OpenBLAS needs no JIT (its first call costs ~1 ms: buffer
  * set-up), and below about 1 MFLOP it is as fast as oneDNN warm: faster
  * when a side is tiny (N or K of a few: the logits layer), up to ~40 %
- * slower for A @ B^T, even over a training step. So products under
+ * slower for A @ B^T of mid sizes; over a small MLP's step OpenBLAS comes
+ * out slightly ahead (docs/bench-cold-start.md). So products under
  * GEMM_SMALL_MAX_FLOP never touch oneDNN, and a process whose products are
  * all small never pays its initialisation; the first large product does,
  * where ~25 ms is repaid. The route depends on the shape alone, so results
