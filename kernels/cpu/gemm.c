@@ -1,5 +1,6 @@
 /* gemm.c: row-major GEMM, C (M,N) = alpha op(A) (M,K) @ op(B) (K,N) + beta C.
- *   f32:  oneDNN dnnl_sgemm
+ *   f32:  oneDNN dnnl_sgemm; products under GEMM_SMALL_MAX_FLOP through
+ *         OpenBLAS cblas_sgemm on the calling thread (see "Cold start")
  *   f64:  OpenBLAS cblas_dgemm
  *   bf16: (bf16 A, B -> f32 C) a oneDNN matmul primitive, cached per shape in
  *         a small LRU table; transposes are memory-descriptor strides, alpha a
@@ -21,7 +22,20 @@
  * serves everything and never more threads than cores run. (OpenBLAS for
  * f32 products with A transposed, where oneDNN 2.6 is slowest here, was
  * tried: 30-60 % faster on those shapes alone with warm caches, no gain
- * inside a training step; so f32 stays on oneDNN.) */
+ * inside a training step; so f32 above GEMM_SMALL_MAX_FLOP stays on oneDNN.)
+ *
+ * Cold start: oneDNN's sgemm generates its whole set of JIT kernels on the
+ * first call of a process, whatever the shape (~25 ms of one core here,
+ * about 700 warm steps of a small MLP), and the first step of every small
+ * model paid it. OpenBLAS needs no JIT (its first call costs ~1 ms: buffer
+ * set-up), and below about 1 MFLOP it is as fast as oneDNN warm: faster
+ * when a side is tiny (N or K of a few: the logits layer), up to ~40 %
+ * slower for A @ B^T of mid sizes; over a small MLP's step OpenBLAS comes
+ * out slightly ahead (docs/bench-cold-start.md). So products under
+ * GEMM_SMALL_MAX_FLOP never touch oneDNN, and a process whose products are
+ * all small never pays its initialisation; the first large product does,
+ * where ~25 ms is repaid. The route depends on the shape alone, so results
+ * are the same from run to run and process to process. */
 #include <dnnl.h>
 #include <cblas.h>
 #include <limits.h>
@@ -73,6 +87,7 @@ DEF_SCALE_C(f64, double)
     } while (0)
 
 #define GEMM_PAR_MIN_FLOP (2.0 * 1024 * 1024)
+#define GEMM_SMALL_MAX_FLOP (1.0 * 1024 * 1024)
 
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 static void blas_one_thread(void) { openblas_set_num_threads(1); }
@@ -109,10 +124,23 @@ static int fits_int(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, i
     }
 DEF_BLAS_SPLIT(f64, double, cblas_dgemm)
 
+/* A small product on the calling thread through OpenBLAS (no JIT). */
+static void gemm_small_f32(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                           const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                           float *C, int64_t ldc) {
+    pthread_once(&blas_once, blas_one_thread);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+}
+
 int k_gemm_f32(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     TRIVIAL_GEMM(f32);
     if (legal_lds(ta, tb, M, N, K, &lda, &ldb, &ldc)) return 1;
+    if (2.0 * M * N * K < GEMM_SMALL_MAX_FLOP && fits_int(M, N, K, lda, ldb, ldc)) {
+        gemm_small_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return 0;
+    }
     const int team = omp_get_max_threads(), alone = team > 1 && 2.0 * M * N * K < GEMM_PAR_MIN_FLOP;
     if (alone) omp_set_num_threads(1);
     dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B,

@@ -94,7 +94,8 @@ void k_layernorm_bwd_f64(const double *x, const double *w, const double *mean, c
 /* ---------------- GEMM, row-major ---------------- */
 /* C = alpha * op(A) @ op(B) + beta * C; op(A) is (M,K), op(B) is (K,N).
  * ta/tb nonzero: A is stored (K,M) / B stored (N,K). lda etc. are row
- * strides of the stored matrices. f32 through dnnl_sgemm, f64 through
+ * strides of the stored matrices. f32 through dnnl_sgemm (under ~1 MFLOP
+ * OpenBLAS cblas_sgemm, which needs no JIT at start-up), f64 through
  * cblas_dgemm, bf16 (inputs bf16 bits, output f32) through oneDNN's matmul
  * primitive. Returns 0, or nonzero if the library call failed. */
 int k_gemm_f32(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);

@@ -1,7 +1,9 @@
 -- seed_mlp.lua: benchmark A of shared/anchors/bench_mlp.py in accel-lua: the
 -- seed MLP (Linear(20,128)-ReLU-Linear(128,64)-ReLU-Linear(64,3), AdamW 1e-3,
 -- CrossEntropyLoss), batch 32 shuffled, 5 epochs = 315 steps. Times only the
--- training loop; prints one JSON line per repeat like the PyTorch script.
+-- training loop; prints one JSON line per repeat like the PyTorch script
+-- (plus "loop_cpu_s": the process's CPU seconds during the loop, which other
+-- work on a loaded machine does not inflate).
 --   accel-lua scripts/bench/seed_mlp.lua THREADS [manual|dataloader] [REPEATS]
 local accel = require("accel")
 local nn, optim, data = accel.nn, accel.optim, accel.data
@@ -21,7 +23,7 @@ for rep = 0, repeats - 1 do
   local lossf = nn.CrossEntropyLoss()
   local loader = data.DataLoader(data.TensorDataset(x, y), {batch_size = BS, shuffle = true})
   local steps, loss = 0, nil
-  local t0 = accel.clock()
+  local t0, c0 = accel.clock(), os.clock()
   for _ = 1, EPOCHS do
     local function step(xb, yb)
       opt:zero_grad()
@@ -40,7 +42,7 @@ for rep = 0, repeats - 1 do
       end
     end
   end
-  local dt = accel.clock() - t0
-  print(('{"bench": "mlp", "impl": "accel-lua", "mode": "%s", "threads": %d, "rep": %d, "steps": %d, "loop_s": %.5f, "steps_per_s": %.1f, "final_loss": %.4f}')
-    :format(mode, threads, rep, steps, dt, steps / dt, loss:item()))
+  local dt, cpu = accel.clock() - t0, os.clock() - c0
+  print(('{"bench": "mlp", "impl": "accel-lua", "mode": "%s", "threads": %d, "rep": %d, "steps": %d, "loop_s": %.5f, "loop_cpu_s": %.5f, "steps_per_s": %.1f, "final_loss": %.4f}')
+    :format(mode, threads, rep, steps, dt, cpu, steps / dt, loss:item()))
 end

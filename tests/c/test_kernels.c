@@ -1221,6 +1221,24 @@ static void test_gemm(void) {
                 gemm_case(kind, ta, tb, 301, 97, 80, 1, 0.5, 3);
                 gemm_case(kind, ta, tb, 41, 530, 96, -1, 0, 2);
             }
+    /* f32 products under ~1 MFLOP go through OpenBLAS, larger ones through
+     * oneDNN (gemm.c): odd shapes on both sides of the boundary, and the
+     * seed MLP's products (batch 32 and its last batch of 16) */
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            gemm_case(0, ta, tb, 63, 65, 127, 0.7, 0.3, 1);  /* 1.04 MFLOP: small */
+            gemm_case(0, ta, tb, 65, 63, 129, -1, 0, 2);     /* 1.06 MFLOP: large */
+            gemm_case(0, ta, tb, 3, 1021, 171, 1, 1, 0);     /* 1.05 MFLOP: large */
+            gemm_case(0, ta, tb, 1, 513, 1021, 1.5, 0, 3);   /* 1.05 MFLOP: large */
+            gemm_case(0, ta, tb, 2, 3, 87000, 1, 0, 1);      /* long K, small */
+        }
+    static const int mlp[][5] = {{0, 1, 32, 128, 20}, {0, 1, 32, 64, 128}, {0, 1, 32, 3, 64},
+                                 {0, 0, 32, 64, 3},   {1, 0, 3, 64, 32},   {0, 0, 32, 128, 64},
+                                 {1, 0, 64, 128, 32}, {1, 0, 128, 20, 32}, {0, 1, 16, 128, 20},
+                                 {1, 0, 128, 20, 16}};
+    for (int i = 0; i < (int)(sizeof mlp / sizeof mlp[0]); i++)
+        for (int beta = 0; beta < 2; beta++)
+            gemm_case(0, mlp[i][0], mlp[i][1], mlp[i][2], mlp[i][3], mlp[i][4], 1, beta, 0);
     /* bf16 primitive cache: more shapes than slots, then repeats */
     for (int rep = 0; rep < 2; rep++)
         for (int k = 1; k <= 20; k++) gemm_case(2, k & 1, (k >> 1) & 1, k, 3 + k, 2 * k, 1, 0, 0);
