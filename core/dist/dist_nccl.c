@@ -20,7 +20,7 @@
  * Errors: every CUDA / NCCL call is checked (cuda_check.h: file:line and
  * the library's message) and becomes "OP: nccl: MESSAGE". */
 #include "dist_nccl.h"
-#include "backend.h"
+#include "../backend/backend.h"
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <stdlib.h>
