@@ -7,6 +7,7 @@
 #include "lua_util.h"
 #include "../core/backend.h"
 #include "../core/safetensors.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -513,6 +514,26 @@ static int l_synchronize(lua_State *L) {
     return 0;
 }
 
+/* The interpreter is closing: every device finishes its queued work first
+ * (a script may end without reading its last results; the work must not
+ * still run while the process exits and its libraries unload). */
+static int l_close_devices(lua_State *L) {
+    (void)L;
+    if (backend_synchronize_all()) fprintf(stderr, "accel-lua: at exit: %s\n", accel_last_error());
+    return 0;
+}
+
+/* A registry userdata whose finaliser runs l_close_devices at lua_close
+ * (made first, so it is finalised after the tensors). */
+static void close_devices_at_exit(lua_State *L) {
+    lua_newuserdatauv(L, 1, 0);
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, l_close_devices);
+    lua_setfield(L, -2, "__gc");
+    lua_setmetatable(L, -2);
+    lua_setfield(L, LUA_REGISTRYINDEX, "accel.close_devices");
+}
+
 static const luaL_Reg functions[] = {
     {"tensor", l_tensor}, {"zeros", l_zeros}, {"ones", l_ones}, {"full", l_full}, {"empty", l_empty},
     {"rand", l_rand}, {"randn", l_randn}, {"randint", l_randint}, {"randperm", l_randperm}, {"arange", l_arange},
@@ -527,6 +548,7 @@ static const luaL_Reg functions[] = {
 
 int luaopen_accel(lua_State *L) {
     accel_preload_embedded(L);
+    close_devices_at_exit(L);
     lu_open_device(L);
     lu_open_tensor(L);
     lua_newtable(L);

@@ -145,6 +145,10 @@ extern const Backend backend_sim; /* the simulated device (backend_sim.c) */
 int backend_sim_is_handle(const void *p);
 void backend_sim_debug_hold(int on);
 void backend_sim_debug_peek(void *host, const void *dev, size_t nbytes);
+/* Every device's queued work done (the host waits); -1 with the first
+ * error. Called when the interpreter closes (bindings/accel.c), so no
+ * queued kernel still runs while the process's libraries unload. */
+int backend_synchronize_all(void);
 /* The CPU backend's thread team (n <= 0: number of cores). */
 void backend_set_threads(int n);
 int backend_get_threads(void);

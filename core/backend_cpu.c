@@ -281,5 +281,10 @@ const Backend *backend_by_name(const char *name) {
     return NULL;
 }
 
+int backend_synchronize_all(void) {
+    int rc = backend_cpu.synchronize();
+    return backend_sim.synchronize() || rc ? -1 : 0;
+}
+
 void backend_set_threads(int n) { kernel_set_threads(n); }
 int backend_get_threads(void) { return kernel_get_threads(); }

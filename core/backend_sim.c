@@ -169,9 +169,18 @@ static void fork_child(void) {
     pthread_mutex_unlock(&mu);
 }
 
+/* At exit the queue drains before the libraries' teardown (their ELF
+ * destructors run after every atexit handler): a script that ends without
+ * reading its last results must not leave the worker in a GEMM while
+ * oneDNN / OpenBLAS unload. */
+static void drain_at_exit(void) {
+    if (started && !held) (void)backend_sim_synchronize();
+}
+
 static void start_worker(void) {
-    static int atfork_done;
+    static int atfork_done, atexit_done;
     if (!atfork_done && pthread_atfork(fork_prepare, fork_parent, fork_child) == 0) atfork_done = 1;
+    if (!atexit_done && atexit(drain_at_exit) == 0) atexit_done = 1;
     pthread_t th;
     pthread_attr_t at;
     if (pthread_attr_init(&at) == 0 && pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED) == 0 &&
