@@ -16,7 +16,15 @@
  *   kept, with its buffers, until its completion is observed (by
  *   dist_progress or at exit), since MPI may still write into them;
  * - avg divides by the number of processes after the sum (x / size, as
- *   PyTorch's `t / world_size`), in float32 for bf16 / f16;
+ *   PyTorch's `t / world_size`), in float32 for bf16 / f16, on the
+ *   tensor's device through its backend (an elementwise op, not autograd);
+ * - device tensors (dist.h): a tensor the backend cannot take is staged
+ *   after the agreement check, so a mismatch costs no copies: the input is
+ *   copied to the host when the call starts (to_host waits for the
+ *   device's queued work) and the output back when the call completes
+ *   (from_host is queued in stream order); a non-blocking call owns its
+ *   staging buffers until then. The staging is sized from the tensors,
+ *   not pinned or cached (a CUDA build may pool pinned buffers here);
  * - agreement: before its data moves, every collective exchanges a small
  *   fixed-size header (kind, op, root, dtype, shape) with an all_gather and
  *   compares it across ranks, so a mismatch is one error, the same on every
