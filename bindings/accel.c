@@ -7,6 +7,7 @@
 #include "lua_util.h"
 #include "../core/backend/backend.h"
 #include "../core/io/safetensors.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -571,7 +572,7 @@ static int l_device_count(lua_State *L) {
  * end of a script, os.exit(code, true)). */
 static int drain_devices(lua_State *L) {
     (void)L;
-    backend_synchronize_all();
+    if (backend_synchronize_all()) fprintf(stderr, "accel-lua: at exit: %s\n", accel_last_error());
     return 0;
 }
 

@@ -140,9 +140,6 @@ const Backend *backend_by_name(const char *name);
 /* How many devices of a type there are: cpu and sim 1, cuda the GPUs its
  * backend sees (0 in a build without one). */
 int backend_device_count(DeviceType t);
-/* The host waits for the queued work of every device (process end: the
- * libraries the kernels use are torn down after it). */
-void backend_synchronize_all(void);
 extern const Backend backend_cpu;
 extern const Backend backend_sim; /* the simulated device (backend_sim.c) */
 /* Testing hooks of the sim backend: whether p is one of its handles (which
@@ -159,6 +156,10 @@ int backend_cuda_built(void);
 int backend_cuda_count(char *why, size_t n);
 void backend_cuda_set_allow_tf32(int on);
 int backend_cuda_get_allow_tf32(void);
+/* Every device's queued work done (the host waits); -1 with the first
+ * error. Called when the interpreter closes (bindings/accel.c), so no
+ * queued kernel still runs while the process's libraries unload. */
+int backend_synchronize_all(void);
 /* The CPU backend's thread team (n <= 0: number of cores). */
 void backend_set_threads(int n);
 int backend_get_threads(void);

@@ -384,8 +384,11 @@ int backend_device_count(DeviceType t) {
 
 /* Waits for the queued work of the host-side backends (the CUDA backend's
  * streams are synchronised by its own exit path). */
-void backend_synchronize_all(void) {
-    for (size_t i = 0; i < N_BACKENDS; i++) (void)all_backends[i]->synchronize();
+int backend_synchronize_all(void) {
+    int rc = 0;
+    for (size_t i = 0; i < N_BACKENDS; i++)
+        if (all_backends[i]->synchronize() != 0) rc = -1;
+    return rc;
 }
 
 void backend_cuda_set_allow_tf32(int on) {

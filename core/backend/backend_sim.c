@@ -176,7 +176,9 @@ static void fork_child(void) {
  * first use) runs before this one: the Lua state's close drains first
  * (backend_synchronize_all, bindings/accel.c); this covers an exit
  * without it (os.exit(code) without close, a C program). */
-static void drain_at_exit(void) { (void)backend_sim_synchronize(); }
+static void drain_at_exit(void) {
+    if (started && !held) (void)backend_sim_synchronize();
+}
 
 static void start_worker(void) {
     static int atfork_done, atexit_done;

@@ -37,6 +37,7 @@ struct DdpReducer {
     uint32_t pass; /* the backward pass that started this step */
     int next;      /* the next bucket to start */
     Tensor *used;  /* find_unused: [n] uint8, "has a gradient", max over ranks */
+    uint8_t *used_host; /* its values on the host (this rank's before, every rank's after the reduction) */
     DistWork *used_work;
     char *error; /* the first failure during backward, raised by finalize */
     DdpStats stats;
@@ -198,7 +199,7 @@ DistWork *ddp_start_allreduce(DdpReducer *r, int b, void *ud) {
 }
 
 static bool used_anywhere(const DdpReducer *r, int i) {
-    return !r->used || ((const uint8_t *)tensor_host_ptr(r->used))[i] != 0; /* a host staging buffer */
+    return !r->used || r->used_host[i] != 0;
 }
 
 /* The bucket's slices back into .grad (a new .grad where there was none). */
@@ -236,8 +237,8 @@ static int settle(DistWork *w) {
 }
 
 static int start_used_flags(DdpReducer *r) {
-    uint8_t *f = tensor_host_ptr(r->used); /* the flags are a host staging buffer (cpu) */
-    for (int i = 0; i < r->n; i++) f[i] = r->slots[i].param->grad != NULL;
+    for (int i = 0; i < r->n; i++) r->used_host[i] = r->slots[i].param->grad != NULL;
+    if (tensor_from_host(r->used, r->used_host)) return -1;
     r->used_work = dist_iall_reduce_agreed(r->comm, r->used, DIST_MAX);
     return r->used_work ? 0 : -1;
 }
@@ -255,7 +256,8 @@ int ddp_finalize(DdpReducer *r) {
         }
     }
     launch_ready(r, true);
-    if (r->used && (start_used_flags(r) || settle(r->used_work))) note_error(r, accel_last_error());
+    if (r->used && (start_used_flags(r) || settle(r->used_work) || tensor_to_host(r->used, r->used_host)))
+        note_error(r, accel_last_error());
     r->used_work = NULL;
     for (int b = 0; b < r->nb; b++) {
         Bucket *bk = &r->buckets[b];
@@ -432,7 +434,8 @@ DdpReducer *ddp_reducer_new(DistComm *c, Tensor **params, int n, const DdpOption
     if (rc == 0 && r->find_unused) {
         int64_t len = n;
         r->used = tensor_zeros(&len, 1, DT_U8, (Device){DEV_CPU, 0});
-        if (!r->used) rc = -1;
+        r->used_host = accel_calloc((size_t)n, 1);
+        if (!r->used || !r->used_host) rc = -1;
     }
     if (rc == 0) rc = agree_layout(r);
     if (rc == 0) rc = install_hooks(r);
@@ -463,6 +466,7 @@ void ddp_reducer_free(DdpReducer *r) {
         tensor_release(s->param);
     }
     tensor_release(r->used);
+    free(r->used_host);
     free(r->buckets);
     free(r->slots);
     free(r->error);

@@ -16,7 +16,15 @@
  *   kept, with its buffers, until its completion is observed (by
  *   dist_progress or at exit), since MPI may still write into them;
  * - avg divides by the number of processes after the sum (x / size, as
- *   PyTorch's `t / world_size`), in float32 for bf16 / f16;
+ *   PyTorch's `t / world_size`), in float32 for bf16 / f16, on the
+ *   tensor's device through its backend (an elementwise op, not autograd);
+ * - device tensors (dist.h): a tensor the backend cannot take is staged
+ *   after the agreement check, so a mismatch costs no copies: the input is
+ *   copied to the host when the call starts (to_host waits for the
+ *   device's queued work) and the output back when the call completes
+ *   (from_host is queued in stream order); a non-blocking call owns its
+ *   staging buffers until then. The staging is sized from the tensors,
+ *   not pinned or cached (a CUDA build may pool pinned buffers here);
  * - agreement: before its data moves, every collective exchanges a small
  *   fixed-size header (kind, op, root, dtype, shape) with an all_gather and
  *   compares it across ranks, so a mismatch is one error, the same on every
@@ -26,6 +34,8 @@
  *   reducer creation), except in debug mode (ACCEL_LUA_DEBUG_MODE or
  *   ACCELERATE_DEBUG_MODE true), where every collective is checked. */
 #include "dist.h"
+#include "../autograd.h"
+#include "../ops.h"
 #include <dlfcn.h>
 #include <stdbool.h>
 #include <strings.h>
@@ -196,6 +206,9 @@ typedef struct {
     const void *in;
     const Tensor *shape;   /* what the ranks must agree on (NULL: kind, op and root only) */
     bool agreed;           /* the layout was agreed beforehand: no header exchange outside debug mode */
+    Tensor *dst;           /* tensor calls: the output (in place: the tensor), else NULL */
+    const Tensor *src;     /* the input when it is not dst */
+    void *stage_in, *stage_out; /* host staging of a device tensor (owned; the same buffer in place) */
 } Coll;
 
 static int launch(DistComm *c, const Coll *a, DistReq **req) {
@@ -210,35 +223,69 @@ static int launch(DistComm *c, const Coll *a, DistReq **req) {
     }
 }
 
-/* avg: out[i] /= size, computed as PyTorch's `t / world_size` would. */
-static void divide(void *buf, int64_t n, DType dt, int size) {
-    if (size == 1) return;
-    if (dt == DT_F32) {
-        float *p = buf;
-        for (int64_t i = 0; i < n; i++) p[i] /= (float)size;
-    } else if (dt == DT_F64) {
-        double *p = buf;
-        for (int64_t i = 0; i < n; i++) p[i] /= size;
-    } else {
-        for (int64_t i = 0; i < n; i++) {
-            char *p = (char *)buf + i * (int64_t)dtype_size(dt);
-            dtype_store(p, dt, (float)dtype_load(p, dt) / (float)size);
-        }
-    }
+/* avg: t /= size on t's device (its backend's division: in t's dtype for
+ * float32 / float64, in float32 rounded back for bf16 / f16, as PyTorch's
+ * `t / world_size`). Not an autograd op. */
+static int divide(Tensor *t, int size) {
+    if (size == 1) return 0;
+    bool prev = ag_set_grad_enabled(false);
+    int rc = op_binary_scalar_(KB_DIV, t, size, true);
+    ag_set_grad_enabled(prev);
+    return rc;
 }
 
-static void finish(DistComm *c, const Coll *a) {
-    if (a->op == DIST_AVG && (a->kind == DK_ALL_REDUCE || a->kind == DK_REDUCE_SCATTER)) divide(a->out, a->n, a->dt, c->size);
+/* ---- device tensors: direct or staged (see dist.h) ---- */
+
+/* Whether c's backend reads and writes t's memory itself. */
+static bool direct(const DistComm *c, const Tensor *t) {
+    return tensor_host_ptr(t) || (c->ops->takes_device && c->ops->takes_device(c, t->device));
+}
+
+static void unstage(Coll *a) {
+    if (a->stage_out != a->stage_in) free(a->stage_out);
+    free(a->stage_in);
+    a->stage_in = a->stage_out = NULL;
+}
+
+/* The backend's buffers for a tensor call, after the ranks agreed: the
+ * tensors' own memory, or host copies (the input's values; the output's
+ * room). */
+static int bind_buffers(DistComm *c, Coll *a) {
+    const Tensor *in = a->src ? a->src : a->dst;
+    if (!a->dst) return 0;
+    if (direct(c, a->dst)) {
+        void *h = tensor_host_ptr(a->dst);
+        a->out = h ? h : tensor_data(a->dst);
+        a->in = a->src ? (tensor_host_ptr(a->src) ? tensor_host_ptr(a->src) : tensor_data(a->src)) : a->out;
+        return 0;
+    }
+    size_t nin = (size_t)in->numel * dtype_size(in->dtype), nout = (size_t)a->dst->numel * dtype_size(a->dst->dtype);
+    a->stage_in = accel_malloc(nin ? nin : 1);
+    if (!a->stage_in || tensor_to_host(in, a->stage_in)) return unstage(a), -1;
+    a->stage_out = a->src ? accel_malloc(nout ? nout : 1) : a->stage_in;
+    if (!a->stage_out) return unstage(a), -1;
+    a->in = a->stage_in;
+    a->out = a->stage_out;
+    return 0;
+}
+
+/* After the backend completed with rc: a staged output back to its device,
+ * then avg's division. */
+static int finish(DistComm *c, Coll *a, int rc) {
+    if (rc == 0 && a->stage_out && tensor_from_host(a->dst, a->stage_out)) rc = -1;
+    unstage(a);
+    if (rc == 0 && a->dst && a->op == DIST_AVG && (a->kind == DK_ALL_REDUCE || a->kind == DK_REDUCE_SCATTER))
+        rc = divide(a->dst, c->size);
+    return rc;
 }
 
 /* A blocking call, watched as NAME #SEQ. */
-static int run(DistComm *c, const Coll *a, const char *name, uint64_t seq) {
+static int run(DistComm *c, Coll *a, const char *name, uint64_t seq) {
     DistTrack t;
     dist_watch_begin(&t, c, name, seq);
     int rc = launch(c, a, NULL);
     dist_watch_end(&t);
-    if (rc == 0) finish(c, a);
-    return rc;
+    return finish(c, a, rc);
 }
 
 /* ---- non-blocking calls ---- */
@@ -275,9 +322,9 @@ static void work_destroy(DistWork *w) {
 static int complete(DistWork *w, int rc) {
     dist_watch_end(&w->track);
     unlink_live(w);
+    rc = finish(w->comm, &w->call, rc);
     w->state = rc ? -1 : 1;
     if (rc) w->err = strdup(accel_last_error());
-    else finish(w->comm, &w->call);
     if (w->out && !rc) tensor_bump_version(w->out);
     tensor_release(w->in);
     w->in = NULL;
@@ -285,15 +332,17 @@ static int complete(DistWork *w, int rc) {
     return rc;
 }
 
-static DistWork *start(DistComm *c, const Coll *a, Tensor *out, Tensor *in, uint64_t seq) {
+/* A staged call's buffers move into the work (freed at its completion). */
+static DistWork *start(DistComm *c, Coll *a, Tensor *out, Tensor *in, uint64_t seq) {
     DistWork *w = accel_calloc(1, sizeof *w);
-    if (!w) return NULL;
+    if (!w) return unstage(a), NULL;
     w->comm = c;
     w->call = *a;
     w->call.counts = NULL; /* the backend copied them */
     dist_watch_begin(&w->track, c, dist_kind_name(a->kind), seq);
     if (launch(c, a, &w->req)) {
         dist_watch_end(&w->track);
+        unstage(&w->call);
         free(w);
         return NULL;
     }
@@ -359,13 +408,8 @@ static void finish_job(void) {
 
 /* ---- argument checks ---- */
 
-static int check_tensor(DistComm *c, const Tensor *t, const char *what) {
+static int check_tensor(const Tensor *t, const char *what) {
     if (!t) return accel_fail_int("%s: tensor expected", what);
-    if (!tensor_host_ptr(t)) { /* communicators read and write host buffers */
-        char dev[32];
-        return accel_fail_int("%s: the %s backend takes cpu tensors, got one on %s", what, c->ops->name,
-                              device_str(t->device, dev, sizeof dev));
-    }
     if (!tensor_is_contiguous(t)) return accel_fail_int("%s: tensor of shape %s must be contiguous (call :contiguous())", what, tensor_shape_str(t));
     return 0;
 }
@@ -379,9 +423,9 @@ static int check_reduce(const Tensor *t, DistOp op, const char *what) {
     return 0;
 }
 
-/* out must be a distinct contiguous cpu tensor of in's dtype with this shape. */
-static int check_out(DistComm *c, const Tensor *out, const Tensor *in, const int64_t *shape, int ndim, const char *what) {
-    if (check_tensor(c, out, what)) return -1;
+/* out must be a distinct contiguous tensor of in's dtype and device with this shape. */
+static int check_out(const Tensor *out, const Tensor *in, const int64_t *shape, int ndim, const char *what) {
+    if (check_tensor(out, what) || tensor_check_device(what, in, out)) return -1;
     if (out->dtype != in->dtype)
         return accel_fail_int("%s: output dtype %s differs from the input's %s", what, dtype_name(out->dtype), dtype_name(in->dtype));
     if (shape_numel(shape, ndim) != out->numel) {
@@ -536,11 +580,10 @@ int dist_all_gather_v_shape(DistComm *c, const Tensor *in, const int64_t *counts
  * Each prep_* checks its arguments and fills the call; the public pairs
  * then run it blocking or start it. */
 
-static int prep_all_reduce(DistComm *c, Tensor *t, DistOp op, Coll *a) {
+static int prep_all_reduce(Tensor *t, DistOp op, Coll *a) {
     const char *what = "all_reduce";
-    if (check_tensor(c, t, what) || check_reduce(t, op, what)) return -1;
-    *a = (Coll){.kind = DK_ALL_REDUCE, .dt = t->dtype, .op = op, .n = t->numel, .out = tensor_host_ptr(t), .shape = t};
-    a->in = a->out;
+    if (check_tensor(t, what) || check_reduce(t, op, what)) return -1;
+    *a = (Coll){.kind = DK_ALL_REDUCE, .dt = t->dtype, .op = op, .n = t->numel, .dst = t, .shape = t};
     return 0;
 }
 
@@ -548,11 +591,10 @@ static int prep_reduce_scatter(DistComm *c, Tensor *out, Tensor *in, DistOp op, 
     const char *what = "reduce_scatter";
     int64_t shape[TENSOR_MAX_DIMS];
     int nd;
-    if (check_tensor(c, in, what) || check_reduce(in, op, what) || dist_reduce_scatter_shape(c, in, shape, &nd) ||
-        check_out(c, out, in, shape, nd, what))
+    if (check_tensor(in, what) || check_reduce(in, op, what) || dist_reduce_scatter_shape(c, in, shape, &nd) ||
+        check_out(out, in, shape, nd, what))
         return -1;
-    *a = (Coll){.kind = DK_REDUCE_SCATTER, .dt = in->dtype, .op = op, .n = out->numel, .out = tensor_host_ptr(out),
-                .in = tensor_host_ptr(in), .shape = in};
+    *a = (Coll){.kind = DK_REDUCE_SCATTER, .dt = in->dtype, .op = op, .n = out->numel, .dst = out, .src = in, .shape = in};
     return 0;
 }
 
@@ -560,9 +602,8 @@ static int prep_all_gather(DistComm *c, Tensor *out, Tensor *in, Coll *a) {
     const char *what = "all_gather";
     int64_t shape[TENSOR_MAX_DIMS];
     int nd;
-    if (check_tensor(c, in, what) || dist_all_gather_shape(c, in, shape, &nd) || check_out(c, out, in, shape, nd, what)) return -1;
-    *a = (Coll){.kind = DK_ALL_GATHER, .dt = in->dtype, .n = in->numel, .out = tensor_host_ptr(out), .in = tensor_host_ptr(in),
-                .shape = in};
+    if (check_tensor(in, what) || dist_all_gather_shape(c, in, shape, &nd) || check_out(out, in, shape, nd, what)) return -1;
+    *a = (Coll){.kind = DK_ALL_GATHER, .dt = in->dtype, .n = in->numel, .dst = out, .src = in, .shape = in};
     return 0;
 }
 
@@ -571,7 +612,7 @@ static int prep_all_gather_v(DistComm *c, Tensor *out, Tensor *in, const int64_t
     const char *what = "all_gather_v";
     int64_t shape[TENSOR_MAX_DIMS];
     int nd;
-    if (check_tensor(c, in, what) || dist_all_gather_v_shape(c, in, counts, shape, &nd) || check_out(c, out, in, shape, nd, what))
+    if (check_tensor(in, what) || dist_all_gather_v_shape(c, in, counts, shape, &nd) || check_out(out, in, shape, nd, what))
         return -1;
     if (counts[c->rank] != in->shape[0])
         return accel_fail_int("%s: this rank's count %lld differs from its input's first dim %lld", what,
@@ -582,15 +623,15 @@ static int prep_all_gather_v(DistComm *c, Tensor *out, Tensor *in, const int64_t
         el[i] = counts[i] * row;
     }
     /* the ranks agreed in dist_gather_lengths, which gave the counts */
-    *a = (Coll){.kind = DK_ALL_GATHER_V, .dt = in->dtype, .n = in->numel, .counts = el, .out = tensor_host_ptr(out),
-                .in = tensor_host_ptr(in), .shape = in, .agreed = true};
+    *a = (Coll){.kind = DK_ALL_GATHER_V, .dt = in->dtype, .n = in->numel, .counts = el, .dst = out, .src = in, .shape = in,
+                .agreed = true};
     return 0;
 }
 
 static int prep_broadcast(DistComm *c, Tensor *t, int root, Coll *a) {
     const char *what = "broadcast";
-    if (check_tensor(c, t, what) || check_root(c, root, what)) return -1;
-    *a = (Coll){.kind = DK_BROADCAST, .dt = t->dtype, .root = root, .n = t->numel, .out = tensor_host_ptr(t), .shape = t};
+    if (check_tensor(t, what) || check_root(c, root, what)) return -1;
+    *a = (Coll){.kind = DK_BROADCAST, .dt = t->dtype, .root = root, .n = t->numel, .dst = t, .shape = t};
     return 0;
 }
 
@@ -598,34 +639,34 @@ static size_t call_bytes(const Coll *a) { return (size_t)a->n * dtype_size(a->dt
 
 static int must_agree(const Coll *a) { return !a->agreed || debug_mode; }
 
-/* Blocking: agree, run, then mark the output written. */
-static int run_tensor(DistComm *c, const Coll *a, Tensor *out) {
+/* Blocking: agree, bind the buffers, run, then mark the output written. */
+static int run_tensor(DistComm *c, Coll *a, Tensor *out) {
     uint64_t seq = count_call(c, a->kind, call_bytes(a));
-    if (must_agree(a) && agree(c, a->kind, a, seq)) return -1;
+    if ((must_agree(a) && agree(c, a->kind, a, seq)) || bind_buffers(c, a)) return -1;
     int rc = run(c, a, dist_kind_name(a->kind), seq);
     if (rc == 0 && out) tensor_bump_version(out);
     return rc;
 }
 
-static DistWork *start_tensor(DistComm *c, const Coll *a, Tensor *out, Tensor *in) {
+static DistWork *start_tensor(DistComm *c, Coll *a, Tensor *out, Tensor *in) {
     uint64_t seq = count_call(c, a->kind, call_bytes(a));
-    if (must_agree(a) && agree(c, a->kind, a, seq)) return NULL;
+    if ((must_agree(a) && agree(c, a->kind, a, seq)) || bind_buffers(c, a)) return NULL;
     return start(c, a, out, in, seq);
 }
 
 int dist_all_reduce(DistComm *c, Tensor *t, DistOp op) {
     Coll a;
-    return prep_all_reduce(c, t, op, &a) ? -1 : run_tensor(c, &a, t);
+    return prep_all_reduce(t, op, &a) ? -1 : run_tensor(c, &a, t);
 }
 
 DistWork *dist_iall_reduce(DistComm *c, Tensor *t, DistOp op) {
     Coll a;
-    return prep_all_reduce(c, t, op, &a) ? NULL : start_tensor(c, &a, t, NULL);
+    return prep_all_reduce(t, op, &a) ? NULL : start_tensor(c, &a, t, NULL);
 }
 
 DistWork *dist_iall_reduce_agreed(DistComm *c, Tensor *t, DistOp op) {
     Coll a;
-    if (prep_all_reduce(c, t, op, &a)) return NULL;
+    if (prep_all_reduce(t, op, &a)) return NULL;
     a.agreed = true;
     return start_tensor(c, &a, t, NULL);
 }
@@ -689,7 +730,7 @@ DistWork *dist_ibarrier(DistComm *c) {
 /* Part of all_gather_v (its agreement): watched under its name, counted with its data. */
 int dist_gather_lengths(DistComm *c, const Tensor *in, int64_t *counts) {
     const char *what = dist_kind_name(DK_ALL_GATHER_V);
-    if (check_tensor(c, in, what)) return -1;
+    if (check_tensor(in, what)) return -1;
     if (in->ndim == 0) return accel_fail_int("%s: input must have at least one dim (got a 0-dim tensor; use all_gather)", what);
     Coll a = {.kind = DK_ALL_GATHER_V, .dt = in->dtype, .shape = in};
     int64_t *all = exchange(c, DK_ALL_GATHER_V, &a, c->stats.calls[DK_ALL_GATHER_V] + 1);

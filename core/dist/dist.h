@@ -2,9 +2,17 @@
  * one job, usable from C without Lua. One interface, several backends, each
  * a struct of function pointers over raw buffers (like backend.h):
  *   "single"  one process: every collective is the identity (or a copy);
- *   "mpi"     OpenMPI, CPU tensors (dist_mpi.c; how jobs are launched is
+ *   "mpi"     OpenMPI, host buffers (dist_mpi.c; how jobs are launched is
  *             described at its top).
- * The tensor-level functions below validate their arguments (CPU,
+ * Tensors on a device whose memory the host cannot address (sim, cuda) are
+ * staged: the input is copied to a host buffer when the call starts (the
+ * copy waits for the device's queued work), the backend works on host
+ * buffers, and the result is copied back to the device when the call
+ * completes (queued in stream order, so later work on the tensor sees it).
+ * A backend that takes device memory itself (takes_device, the NCCL path)
+ * gets the device pointers instead. avg's division runs on the tensor's
+ * device through its backend.
+ * The tensor-level functions below validate their arguments (one device,
  * contiguous, dtypes, equal sizes), count every call per kind, watch every
  * call with the watchdog (dist_watchdog.c), check that every rank called
  * the same collective with the same dtype, shape, op and root (one small
@@ -81,6 +89,12 @@ typedef struct DistBackendOps {
      * generic layer's). comm_free: releases a split's impl. */
     int (*split)(DistComm *parent, int color, int key, DistComm *out);
     int (*comm_free)(DistComm *c);
+    /* Optional: whether the backend takes memory of device d directly
+     * (device pointers; it orders itself after the device's queued work, as
+     * dist_nccl.c does with events on the compute stream). NULL, or 0 for
+     * d: the generic layer stages d's tensors through host buffers. Memory
+     * the host can address (the CPU) is always handed over directly. */
+    int (*takes_device)(const DistComm *c, Device d);
 } DistBackendOps;
 
 
@@ -161,7 +175,7 @@ void dist_rank_str(const DistComm *c, int q, char *buf, size_t n);
  * it is not a positive integer dividing world_size. */
 int dist_test_ranks_per_node(int world_size);
 
-/* ---- collectives on CPU tensors ---- */
+/* ---- collectives on tensors (any device; see the top) ---- */
 
 int dist_all_reduce(DistComm *c, Tensor *t, DistOp op); /* in place */
 int dist_reduce_scatter(DistComm *c, Tensor *out, Tensor *in, DistOp op);

@@ -224,6 +224,12 @@ static int n_finalize(DistComm *c) {
     return rc ? fail("finalize") : 0;
 }
 
+/* The generic layer hands this GPU's tensors over as device pointers (no
+ * host staging, dist.h); anything else is staged through the host. */
+static int n_takes_device(const DistComm *c, Device d) {
+    return d.type == DEV_CUDA && d.index == ((const NcclComm *)c)->device;
+}
+
 static const DistBackendOps nccl_ops = {
     .name = "nccl",
     .all_reduce = n_all_reduce,
@@ -236,6 +242,7 @@ static const DistBackendOps nccl_ops = {
     .test = n_test,
     .abort = n_abort,
     .finalize = n_finalize,
+    .takes_device = n_takes_device,
 };
 
 /* ---- creation ---- */

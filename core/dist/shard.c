@@ -5,6 +5,7 @@
 #include "shard_impl.h"
 #include "../autograd.h"
 #include "ddp.h"
+#include "../ops.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -98,7 +99,7 @@ int shard_unit_gather(ShardEngine *e, int u) {
     Unit *un = &e->units[u];
     if (un->gwork) return finish_prefetch(e, un);
     if (un->holder->flat) return 0;
-    Tensor *flat = flat_f32(un->padded, false);
+    Tensor *flat = flat_f32(e, un->padded, false);
     if (!flat) return -1;
     return adopt(e, un, flat, dist_all_gather(e->comm, flat, un->master));
 }
@@ -106,7 +107,7 @@ int shard_unit_gather(ShardEngine *e, int u) {
 int shard_unit_prefetch(ShardEngine *e, int u) {
     Unit *un = &e->units[u];
     if (!e->shard_params || un->holder->flat || un->gwork || (e->active && un->pending == 0)) return 0;
-    if (!(un->next_flat = flat_f32(un->padded, false))) return -1;
+    if (!(un->next_flat = flat_f32(e, un->padded, false))) return -1;
     un->gwork = dist_iall_gather(e->comm, un->next_flat, un->master);
     if (!un->gwork) {
         tensor_release(un->next_flat);
@@ -206,13 +207,13 @@ static void repoint(ShardEngine *e, Unit *un) {
 static int build_unit(ShardEngine *e, int u, bool broadcast) {
     Unit *un = &e->units[u];
     if (plan_unit(e, u)) return -1;
-    Tensor *flat = flat_f32(un->padded, true);
+    Tensor *flat = flat_f32(e, un->padded, true);
     if (!flat) return -1;
     int rc = 0;
     for (int k = 0; k < un->n && rc == 0; k++) rc = pack_param(flat, e->params[un->params[k]], un->offsets[k]);
     if (rc == 0 && broadcast) rc = dist_broadcast(e->comm, flat, 0);
     if (rc == 0 && broadcast && e->cross) rc = dist_broadcast(e->cross, flat, 0);
-    un->master = rc == 0 ? flat_f32(un->shard, false) : NULL;
+    un->master = rc == 0 ? flat_f32(e, un->shard, false) : NULL;
     un->holder = un->master ? calloc(1, sizeof *un->holder) : NULL;
     if (un->holder) un->view = storage_wrap(tensor_data(flat), (size_t)flat->numel * sizeof(float), flat->device,
                                             holder_free, un->holder);
@@ -223,9 +224,9 @@ static int build_unit(ShardEngine *e, int u, bool broadcast) {
         return rc == 0 && un->master ? accel_fail_int("out of memory building shard unit %d", u + 1) : -1;
     }
     un->holder->flat = flat;
-    memcpy(fdata(un->master), fdata(flat) + (int64_t)e->rank * un->shard, (size_t)un->shard * sizeof(float));
+    if (shard_copy(un->master, 0, flat, (int64_t)e->rank * un->shard, un->shard)) return -1;
     repoint(e, un);
-    if (e->shard_grads && !(un->grad = flat_f32(un->shard, true))) return -1;
+    if (e->shard_grads && !(un->grad = flat_f32(e, un->shard, true))) return -1;
     return shard_unit_release(e, u);
 }
 
@@ -238,7 +239,7 @@ static void reap(ShardEngine *e);
  * when that holds nothing yet, else into a temporary added at settle. */
 static int start_reduction(ShardEngine *e, Unit *un) {
     un->launched = true;
-    if (un->grad_dirty && !(un->gtmp = flat_f32(un->shard, false))) return -1;
+    if (un->grad_dirty && !(un->gtmp = flat_f32(e, un->shard, false))) return -1;
     un->work = dist_ireduce_scatter(e->comm, un->gtmp ? un->gtmp : un->grad, un->gfull, DIST_AVG);
     un->grad_dirty = true;
     e->st.reductions++;
@@ -267,7 +268,7 @@ static void begin_pass(ShardEngine *e, uint32_t pass) {
 static int take_grad(ShardEngine *e, int i, int64_t off) {
     Unit *un = &e->units[e->unit_of[i]];
     Tensor *p = e->params[i], *g = p->grad;
-    if (!un->gfull && !(un->gfull = flat_f32(un->padded, true))) return -1;
+    if (!un->gfull && !(un->gfull = flat_f32(e, un->padded, true))) return -1;
     e->reported[i] = true;
     un->pending--;
     if (!g) return 0;
@@ -303,16 +304,13 @@ static void on_grad(Tensor *p, void *ud) {
 }
 
 /* Waits for unit un's reduction (if one is in flight), adds it into the
- * gradient shard and frees the full buffer. */
+ * gradient shard (on its device) and frees the full buffer. */
 static int settle_unit(Unit *un) {
     if (!un->work) return 0;
     int rc = dist_wait(un->work);
     dist_work_free(un->work);
     un->work = NULL;
-    if (rc == 0 && un->gtmp) {
-        float *g = fdata(un->grad), *t = fdata(un->gtmp);
-        for (int64_t k = 0; k < un->shard; k++) g[k] += t[k];
-    }
+    if (rc == 0 && un->gtmp) rc = op_binary_(KB_ADD, un->grad, un->gtmp);
     tensor_release(un->gtmp);
     tensor_release(un->gfull);
     un->gtmp = un->gfull = NULL;
@@ -408,9 +406,15 @@ Tensor *shard_pre_backward(ShardEngine *e, int u, Tensor *out) {
 static int check_params(Tensor **params, int n, const int *unit_of, int n_units) {
     for (int i = 0; i < n; i++) {
         Tensor *p = params[i];
-        if (p->dtype != DT_F32 || p->device.type != DEV_CPU || p->grad_fn || !p->requires_grad)
-            return accel_fail_int("shard: parameter %d must be a float32 cpu leaf that requires grad, got %s", i + 1,
+        if (p->dtype != DT_F32 || p->grad_fn || !p->requires_grad)
+            return accel_fail_int("shard: parameter %d must be a float32 leaf that requires grad, got %s", i + 1,
                                   dtype_name(p->dtype));
+        if (p->device.type != params[0]->device.type || p->device.index != params[0]->device.index) {
+            char d0[32], di[32];
+            return accel_fail_int("shard: parameter %d is on %s, parameter 1 on %s (the engine's parameters must be on "
+                                  "one device)", i + 1, device_str(p->device, di, sizeof di),
+                                  device_str(params[0]->device, d0, sizeof d0));
+        }
         if (p->grad_hook) return accel_fail_int("shard: parameter %d is already hooked (by DDP or another engine)", i + 1);
         if (unit_of[i] < 0 || unit_of[i] >= n_units)
             return accel_fail_int("shard: parameter %d's unit %d is not in 1..%d", i + 1, unit_of[i] + 1, n_units);
@@ -475,6 +479,7 @@ ShardEngine *shard_engine_new(DistComm *c, Tensor **params, int n, const int *un
     e->cross = o->replicate;
     e->rank = c->rank;
     e->world = c->size;
+    e->dev = params[0]->device;
     e->offload = o->offload_optimizer;
     e->prefetch = o->backward_prefetch;
     e->last_fwd = -1;
@@ -582,9 +587,8 @@ static int node_sizes(DistComm *world, int size, int64_t *most, int64_t *least) 
     int64_t two = 2;
     Tensor *t = tensor_empty(&two, 1, DT_I64, (Device){DEV_CPU, 0});
     if (!t) return -1;
-    int64_t *v = tensor_data(t);
-    v[0] = size, v[1] = -size;
-    int rc = dist_all_reduce(world, t, DIST_MAX);
+    int64_t v[2] = {size, -size};
+    int rc = tensor_from_host(t, v) || dist_all_reduce(world, t, DIST_MAX) || tensor_to_host(t, v) ? -1 : 0;
     *most = v[0], *least = -v[1];
     tensor_release(t);
     return rc;

@@ -1,6 +1,10 @@
 /* shard.h: the sharding engine (ZeRO stages 1-3 / FSDP, DESIGN §4), usable
  * from C without Lua, on the communicator of core/dist.h. One engine wraps
- * a model's float32 CPU parameters and does its optimizer's step.
+ * a model's float32 parameters (all on one device: every flat buffer,
+ * shard and optimizer state is made there, and the engine touches values
+ * only through that device's backend: copies, adds, scales, the fused
+ * optimizer entries, norm_pow; collectives stage through the host as
+ * dist.h says) and does its optimizer's step.
  *
  * Stage: ONE integer, ShardOptions.stage, read in one place
  * (shard_stage_flags turns it into "gradients sharded" / "parameters
@@ -46,8 +50,10 @@
  * micro-steps; there set_sync has no effect.
  *
  * offload_optimizer: the optimizer shards and their step on the host. On
- * this CPU build they are there already: the flag is recorded and the copy
- * plan (shard_host_view) is the identity; a device build copies there.
+ * the CPU they are there already: the flag is recorded and the copy plan
+ * (shard_host_view) is the identity. On another device the flag is
+ * recorded too, but the shards and their step stay on the device (moving
+ * them to the host is not implemented yet; docs/distributed-devices.md).
  *
  * HYBRID_SHARD (FSDP's HYBRID_SHARD = stage 3, HYBRID_SHARD_ZERO2 =
  * stage 2): shard inside a machine, replicate across machines. The engine
@@ -123,7 +129,7 @@ typedef struct {
     uint64_t steps, reductions, early, gathers, releases, prefetches;
 } ShardStats;
 
-/* params: n distinct float32 CPU leaves that require grad; unit_of[i] in
+/* params: n distinct float32 leaves that require grad, on one device; unit_of[i] in
  * [0, n_units) (every unit non-empty). Unit order matters twice: stage 2-3
  * reductions start in decreasing unit index (put the unit used first in
  * forward first, e.g. the root unit at 0). Installs gradient hooks. */

@@ -41,6 +41,7 @@ struct ShardEngine {
     DistComm *comm;
     DistComm *cross; /* HYBRID: the replicas of this rank's shards on the other machines */
     int rank, world, stage;
+    Device dev; /* the parameters' device: every flat buffer and shard lives there */
     bool shard_grads, shard_params, offload, prefetch;
     int last_fwd; /* the unit whose forward started last in this forward (-1: none) */
     bool sync, active, has_grads, kind_set;
@@ -61,14 +62,22 @@ struct ShardEngine {
     ShardEngine *live_next;
 };
 
+/* t's data as a float32 device pointer: for backend entries (and address
+ * arithmetic) only, never dereferenced here (the memory may be a device's). */
 static inline float *fdata(Tensor *t) { return (float *)tensor_data(t); }
 
-static inline Tensor *flat_f32(int64_t n, bool zero) {
-    return zero ? tensor_zeros(&n, 1, DT_F32, (Device){DEV_CPU, 0}) : tensor_empty(&n, 1, DT_F32, (Device){DEV_CPU, 0});
+/* A float32 buffer of n elements on the engine's device. */
+static inline Tensor *flat_f32(const ShardEngine *e, int64_t n, bool zero) {
+    return zero ? tensor_zeros(&n, 1, DT_F32, e->dev) : tensor_empty(&n, 1, DT_F32, e->dev);
 }
 
 /* shard.c */
 void shard_release_all(ShardEngine *e);          /* stage 3: every unit released */
 int64_t shard_offset_of(const ShardEngine *e, int i); /* parameter i's offset in its unit */
+
+/* shard_step.c: device-side helpers (every value moves through the backend). */
+/* n float32 elements from src[soff..] to dst[doff..] (offsets relative to
+ * each tensor's own); through a host buffer when the devices differ. */
+int shard_copy(Tensor *dst, int64_t doff, const Tensor *src, int64_t soff, int64_t n);
 
 #endif

@@ -4,6 +4,7 @@
  * parameters' all-gather after it, and full tensors in and out. */
 #include "shard_impl.h"
 #include "../backend/backend.h"
+#include "../ops.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,19 +59,20 @@ static int all_reduce_double(ShardEngine *e, double *v, DistOp op) {
     Tensor *t = tensor_full(&one, 1, *v, DT_F64, (Device){DEV_CPU, 0});
     if (!t) return -1;
     int rc = dist_all_reduce(e->comm, t, op);
-    if (rc == 0) *v = ((double *)tensor_data(t))[0];
+    if (rc == 0) *v = tensor_item(t);
     tensor_release(t);
     return rc;
 }
 
-static void scale(float *x, int64_t n, float f) {
-    for (int64_t k = 0; k < n; k++) x[k] *= f;
-}
+/* x *= (float)factor on x's device (a float32 multiply, as the loop it replaces). */
+static int scale(Tensor *x, double factor) { return op_binary_scalar_(KB_MUL, x, (float)factor, false); }
 
-static void scale_grads(ShardEngine *e, double factor) {
+static int scale_grads(ShardEngine *e, double factor) {
     for (int i = 0; e->ddp && i < e->n; i++)
-        if (e->params[i]->grad) scale(fdata(e->params[i]->grad), e->params[i]->numel, (float)factor);
-    for (int u = 0; e->shard_grads && u < e->nu; u++) scale(fdata(e->units[u].grad), e->units[u].shard, (float)factor);
+        if (e->params[i]->grad && scale(e->params[i]->grad, factor)) return -1;
+    for (int u = 0; e->shard_grads && u < e->nu; u++)
+        if (scale(e->units[u].grad, factor)) return -1;
+    return 0;
 }
 
 static int ready_grads(ShardEngine *e) {
@@ -84,13 +86,11 @@ int shard_clip_grad_norm(ShardEngine *e, double max_norm, double p, double *tota
     if (all_reduce_double(e, &s, isinf(p) ? DIST_MAX : DIST_SUM)) return -1;
     *total = isinf(p) || p == 0 ? s : pow(s, 1.0 / p);
     float coef = (float)max_norm / ((float)*total + 1e-6f); /* in float32, as clip_grad_norm_ on float32 grads */
-    if (coef < 1) scale_grads(e, coef);
-    return 0;
+    return coef < 1 ? scale_grads(e, coef) : 0;
 }
 
 int shard_unscale(ShardEngine *e, double factor, bool *found_inf) {
-    if (ready_grads(e)) return -1;
-    scale_grads(e, factor);
+    if (ready_grads(e) || scale_grads(e, factor)) return -1;
     double m = local_norm_pow(e, INFINITY);
     double bad = isfinite(m) ? 0 : 1;
     if (all_reduce_double(e, &bad, DIST_MAX)) return -1;
@@ -131,7 +131,7 @@ int shard_set_kind(ShardEngine *e, ShardOptKind kind) {
 static int ensure_slots(ShardEngine *e, int need) {
     for (int u = 0; u < e->nu; u++)
         for (int s = 0; s < need; s++)
-            if (!e->units[u].state[s] && !(e->units[u].state[s] = flat_f32(e->units[u].shard, true))) return -1;
+            if (!e->units[u].state[s] && !(e->units[u].state[s] = flat_f32(e, e->units[u].shard, true))) return -1;
     return 0;
 }
 
@@ -210,10 +210,7 @@ static int check_full(const ShardEngine *e, int i, const Tensor *t) {
 int shard_full_tensor(ShardEngine *e, int i, int which, Tensor *out) {
     Tensor *p = e->params[i];
     if (check_full(e, i, out)) return -1;
-    if (which == 0 && !e->shard_params) {
-        memcpy(tensor_data(out), tensor_data(p), (size_t)p->numel * sizeof(float));
-        return 0;
-    }
+    if (which == 0 && !e->shard_params) return shard_copy(out, 0, p, 0, p->numel);
     int u = e->unit_of[i];
     Tensor *src = shard_unit_shard(e, u, which);
     if (!src) return accel_fail_int("shard: parameter %d has no optimizer state %d yet (no step was taken)", i + 1, which);
@@ -238,11 +235,10 @@ int shard_load_full(ShardEngine *e, int i, int which, const Tensor *full) {
     if (which > 0 && ensure_slots(e, which)) return -1;
     Unit *un = &e->units[e->unit_of[i]];
     int64_t off = shard_offset_of(e, i), from, len = shard_overlap(off, full->numel, un->shard, e->rank, &from);
-    const float *src = tensor_data(full);
-    memcpy(fdata(shard_unit_shard(e, e->unit_of[i], which)) + off + from - (int64_t)e->rank * un->shard, src + from,
-           (size_t)len * sizeof(float));
+    Tensor *dst = shard_unit_shard(e, e->unit_of[i], which);
+    if (shard_copy(dst, off + from - (int64_t)e->rank * un->shard, full, from, len)) return -1;
     if (which == 0 && un->holder->flat) {
-        memcpy(fdata(un->holder->flat) + off, src, (size_t)full->numel * sizeof(float));
+        if (shard_copy(un->holder->flat, off, full, 0, full->numel)) return -1;
         un->view->version++;
     }
     return 0;
@@ -250,3 +246,26 @@ int shard_load_full(ShardEngine *e, int i, int which, const Tensor *full) {
 
 void shard_set_param_steps(ShardEngine *e, int i, int64_t steps) { e->steps[i] = steps; }
 
+
+/* ---- device-side copies (shard_impl.h) ---- */
+
+int shard_copy(Tensor *dst, int64_t doff, const Tensor *src, int64_t soff, int64_t n) {
+    if (n <= 0) return 0;
+    char *d = (char *)fdata(dst) + doff * (int64_t)sizeof(float); /* device addresses: arithmetic only */
+    char *s = (char *)tensor_data(src) + soff * (int64_t)sizeof(float);
+    const Backend *bd = backend_for(dst->device), *bs = backend_for(src->device);
+    if (!bd || !bs) return -1;
+    if (bd == bs && dst->device.index == src->device.index) {
+        StridedIter it = {.nops = 2, .ndim = 1, .shape = {n}, .stride = {{1}, {1}}, .elsize = {sizeof(float), sizeof(float)},
+                          .base = {d, s}};
+        bd->copy(&it, DT_F32, DT_F32);
+        return 0;
+    }
+    size_t nbytes = (size_t)n * sizeof(float);
+    void *buf = accel_malloc(nbytes); /* between devices: to_host waits for src's queued work */
+    int rc = !buf ? -1 : bs->to_host(buf, s, nbytes) || bd->from_host(d, buf, nbytes)
+                             ? accel_fail_int("shard: copying %zu bytes from %s to %s failed", nbytes, bs->name, bd->name)
+                             : 0;
+    free(buf);
+    return rc;
+}

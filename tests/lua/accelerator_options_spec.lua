@@ -147,9 +147,17 @@ CASES.Accelerator = {
     assert.are.same({false, true, false, true}, seen)
   end,
   cpu = function()
-    local a = accel.Accelerator{cpu = true}
+    -- a first Accelerator{cpu = true} makes the process state on the CPU (as
+    -- Accelerate's AcceleratorState(cpu=True)); a fresh state, then back
+    local state = require("accel.state")
+    state.reset_state()
+    local ok, a = pcall(accel.Accelerator, {cpu = true})
+    local st = ok and a.state
+    state.reset_state()
+    assert(ok, a)
     assert.is_true(a.cpu)
     assert.are.equal("cpu", tostring(a.device))
+    assert.are.equal("cpu", tostring(st.device))
   end,
   device_placement = function()
     local _, on = shard_options({})

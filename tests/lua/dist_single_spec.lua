@@ -88,6 +88,25 @@ describe("accel.dist, one process", function()
     assert.is_false(ok)
   end)
 
+  it("keeps results on the input's device (any device) and refuses an out= on another one", function()
+    local here = accel.get_default_device().type
+    local other = here == "sim" and "cpu" or "sim"
+    local x = accel.tensor({1, 2, 3}, {dtype = accel.float32})
+    assert.are.equal(here, dist.all_gather(x).device.type)
+    -- the other device: staged through the host on sim, direct on the cpu
+    local y = accel.tensor({1, 2, 3}, {device = other, dtype = accel.float32})
+    assert.are.equal(other, dist.all_gather(y).device.type)
+    assert.are.equal(other, dist.reduce_scatter(y).device.type)
+    assert.are.equal(y, dist.all_reduce(y, "avg"))
+    assert.are.same({1, 2, 3}, values(y))
+    local h = dist.broadcast(y, 0, {async_op = true})
+    assert.are.same({1, 2, 3}, values(h:wait()))
+    local ok, err = pcall(dist.all_gather, x, {out = accel.zeros(3, {device = other})})
+    assert.is_false(ok)
+    assert.truthy(err:find(("dist_single_spec.lua:%%d+: all_gather: tensors are on different devices %%(%s and %s%%)")
+      :format(here, other)), err)
+  end)
+
   it("all_gather_v returns the rows and every rank's count", function()
     local v, counts = dist.all_gather_v(accel.arange(6):view(3, 2))
     assert.are.same({3}, counts)

@@ -21,8 +21,8 @@ local function sh(cmd)
   return r
 end
 
-local function estimate(args)
-  local r = sh(q(BIN) .. " estimate-memory " .. args)
+local function estimate(args, env)
+  local r = sh((env and "env " .. env .. " " or "") .. q(BIN) .. " estimate-memory " .. args)
   assert.are.equal(0, r.code, "estimate-memory " .. args .. " failed:\n" .. r.out .. r.err)
   return r.out
 end
@@ -126,7 +126,20 @@ describe("estimate-memory", function()
     local out = estimate(("--model gpt2 --model_args %s --num_processes 2 --zero_stage 1 --offload_optimizer "
       .. "--seq_len 8 --steps 1 --gc_phases 1"):format(MODEL_ARGS))
     assert.are.equal(8 * padded(gpt2_count(SHAPE), 2) / 2, rows_of(out)["optimizer states (host)"])
-    assert.is_truthy(out:find("CPU-only build, where the host memory is the device memory", 1, true), out)
+    local dev = accel.get_default_device().type
+    if dev == "cpu" then
+      assert.is_truthy(out:find("CPU-only build, where the host memory is the device memory", 1, true), out)
+    else -- a device: the engine keeps the state there, and says so
+      assert.is_truthy(out:find("the sharding engine keeps the optimizer states on " .. dev, 1, true), out)
+    end
+  end)
+
+  it("names the device it measured on when that is not the cpu", function()
+    local args = ("--model gpt2 --model_args %s --seq_len 8 --steps 1 --gc_phases 1"):format(MODEL_ARGS)
+    local out = estimate(args, "ACCEL_LUA_DEVICE=sim")
+    assert.is_truthy(out:find("device: sim (the default device: the model, its gradients, optimizer state and "
+      .. "activations live there; the bytes are its live tensor bytes)", 1, true), out)
+    assert.is_falsy(estimate(args, "ACCEL_LUA_DEVICE=cpu"):find("device: ", 1, true))
   end)
 
   it("prints the machine, the threads and the precision it measured with", function()

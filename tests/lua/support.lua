@@ -107,8 +107,9 @@ end
 -- float32 rounding of a Lua number, done by Lua's own string.pack.
 function M.f32(x) return (string.unpack("<f", string.pack("<f", x))) end
 
--- max |a - b| over two tensors, computed in float64.
-function M.max_abs_diff(a, b) return (a:double() - b:double()):abs():max():item() end
+-- max |a - b| over two tensors, computed in float64 on the CPU (the
+-- tensors may live on different devices: a file loads onto the CPU).
+function M.max_abs_diff(a, b) return (a:to("cpu"):double() - b:to("cpu"):double()):abs():max():item() end
 
 -- PyTorch's pooling output size along one dim of size n (kernel k, stride s,
 -- padding p, dilation d): the floor (or ceil) of the window count; with

@@ -21,8 +21,10 @@
 -- process was started by mpirun / srun with more than one process, else
 -- "single" (every collective is the identity). With async_op = true a
 -- collective returns a handle: h:wait() returns its results, h:test() (or
--- h:is_completed()) says whether it finished. Tensors must be on the cpu;
--- in-place ones (all_reduce, broadcast) must be contiguous. Before its data
+-- h:is_completed()) says whether it finished. Tensors may be on any device
+-- (one call's on one device; a device the host cannot address is staged
+-- through host buffers, docs/distributed-devices.md); in-place ones
+-- (all_reduce, broadcast) must be contiguous. Before its data
 -- moves, every collective checks that all ranks called it with the same
 -- dtype, shape, op and source (one small header exchange, core/dist.c): a
 -- difference is one error on every rank naming both ranks' values

@@ -509,10 +509,18 @@ local function report(job, o, s, r, act, machine)
   print(("measured on: %s, %d logical CPU(s), %d physical core(s), %d compute thread(s); float32 master weights%s")
     :format(machine.cpu or "unknown CPU", machine.logical_cpus or 0, machine.physical_cores or 0, accel.num_threads(),
       o.mixed_precision ~= "no" and (", " .. o.mixed_precision .. " autocast (GEMM operands cast on the fly)") or ""))
+  local dev = accel.get_default_device().type
+  if dev ~= "cpu" then
+    print(("device: %s (the default device: the model, its gradients, optimizer state and activations live there; "
+      .. "the bytes are its live tensor bytes)"):format(dev))
+  end
   print(("activations: the highest peak of %d pass(es) at each of %d phase(s) of Lua's garbage collector, after "
     .. "a warm-up pass; the lowest settled phase needs %s (a training loop settles into one phase, depending on "
     .. "what else it allocates)"):format(o.steps, o.gc_phases, M.convert_bytes(act.lowest)))
-  if o.offload_optimizer then
+  if o.offload_optimizer and dev ~= "cpu" then
+    print(("offload: the sharding engine keeps the optimizer states on %s (moving them to the host is not "
+      .. "implemented for devices yet), so the total stays the same"):format(dev))
+  elseif o.offload_optimizer then
     print("offload: the optimizer states live on the host; this is a CPU-only build, where the host memory is the "
       .. "device memory, so nothing moves and the total stays the same")
   end

@@ -21,7 +21,9 @@
 -- twice. Checks on every rank, raising on failure: stages 2-3 leave .grad
 -- nil; stage 3 refuses a released parameter; every rank ends with the same
 -- full parameters. Rank 0 writes the full parameters to OUT (safetensors)
--- and prints "norm N" (the last clip's total norm) and the engine's stats.
+-- and prints "norm N" (the last clip's total norm), "device D" (the
+-- parameters' device: the default device, e.g. ACCEL_LUA_DEVICE=sim) and
+-- the engine's stats.
 local accel = require("accel")
 local nn, optim, dist = accel.nn, accel.optim, accel.dist
 
@@ -201,6 +203,7 @@ end
 if rank == 0 then
   accel.save(sd, out)
   print(("norm %.6f"):format(norm))
+  print("device " .. model.out.weight.device.type) -- where the run trained (dist_device_test.lua)
   if eng then
     local st = eng:stats()
     print(("units %d reductions %d early %d gathers %d releases %d prefetches %d"):format(st.units, st.reductions,

@@ -47,7 +47,13 @@ expect("parameter outside the optimizer", function() Engine(m, optim.AdamW(m[1]:
   "parameter 2.weight requires grad but is in none of the optimizer's param groups")
 local m64 = nn.Linear(2, 2):double()
 expect("float64 parameters", function() Engine(m64, optim.SGD(m64:parameters()), {stage = 1}) end,
-  "parameter 1 must be a float32 cpu leaf that requires grad, got float64")
+  "parameter 1 must be a float32 leaf that requires grad, got float64")
+-- parameters on two devices: one error naming both (the other device is sim,
+-- or cpu when sim is the default)
+local other = accel.get_default_device().type == "sim" and "cpu" or "sim"
+local split = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2):to(other))
+expect("parameters on two devices", function() Engine(split, optim.SGD(split:parameters()), {stage = 2}) end,
+  "shard: parameter 3 is on " .. other, "(the engine's parameters must be on one device)")
 
 -- stage 3: released parameters refuse use, state_dict included
 local eng = Engine(m, o, {stage = 3, wrap = {m[1], m[3]}})
