@@ -110,7 +110,7 @@ micro() {
     per_op=$(OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$ACCEL" "$BENCH/per_op.lua" "$per_op_n")
     # shellcheck disable=SC2086
     matmul=$(OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$ACCEL" "$BENCH/matmul.lua" --direct "$direct" $sizes)
-    value() { grep -oE "(^| )$1=[^ ]*" <<<"$2" | tail -n 1 | cut -d= -f2; }
+    value() { grep -oE "(^| )$1=[^ ]*" <<<"$2" | tail -n 1 | cut -d= -f2 || true; }
     ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
     local acc_line a t d l n
     acc_line=$(grep '^RESULT accel' <<<"$per_op")
