@@ -1,7 +1,7 @@
 /* shard_lua.c: the sharding engine (core/shard.h) as a Lua userdata, made
  * by accel._C.shard_engine(params, unit_of, opts) on the job's
  * communicator (unit_of[i]: 1-based unit of params[i]; opts: stage,
- * bucket_cap_mb, offload_optimizer, broadcast, backward_prefetch, hybrid:
+ * bucket_cap_mb, offload_optimizer, broadcast, backward_prefetch, forward_prefetch, hybrid:
  * on the node communicator, replicated over the cross-node one, see
  * core/shard.h). The Lua face is accel.shard
  * (bindings/lua/accel/shard.lua), which builds units from a wrap policy and
@@ -81,7 +81,8 @@ static int l_engine(lua_State *L) {
     }
     ShardOptions o = {.stage = (int)opt_number(L, 3, "stage", 0), .bucket_cap_mb = opt_number(L, 3, "bucket_cap_mb", 25),
                       .offload_optimizer = opt_bool(L, 3, "offload_optimizer"), .broadcast = opt_bool(L, 3, "broadcast"),
-                      .backward_prefetch = opt_bool(L, 3, "backward_prefetch")};
+                      .backward_prefetch = opt_bool(L, 3, "backward_prefetch"),
+                      .forward_prefetch = opt_bool(L, 3, "forward_prefetch")};
     DistComm *c = dist_world();
     if (!c || (opt_bool(L, 3, "hybrid") && shard_hybrid_comms(c, &c, &o.replicate))) return lu_core_error(L);
     EngineUD *u = lua_newuserdatauv(L, sizeof *u, 0);
@@ -331,6 +332,7 @@ static int e_stats(lua_State *L) {
     set_int(L, "gathers", (lua_Integer)st.gathers);
     set_int(L, "releases", (lua_Integer)st.releases);
     set_int(L, "prefetches", (lua_Integer)st.prefetches);
+    set_int(L, "forward_prefetches", (lua_Integer)st.forward_prefetches);
     return 1;
 }
 

@@ -1,17 +1,40 @@
 /* alloc_cpu.c: the CPU caching allocator. Freed blocks go to per-size free
- * lists instead of back to malloc, so a steady training loop reuses the same
- * blocks every step (no malloc per op, no page faults from mmap/munmap of
- * large buffers). Sizes are rounded to classes (64 B steps up to 512 B,
- * then 8 classes per power of two), blocks are 64-byte aligned. The cache is
- * bounded; on allocation failure it is emptied and the allocation retried.
+ * lists instead of back to the system, so a steady training loop reuses the
+ * same blocks every step (no malloc per op, no page faults from fresh
+ * pages). Sizes are rounded to classes (64 B steps up to 512 B, then 8
+ * classes per power of two), blocks are 64-byte aligned.
+ *
+ * Policy (what the cache may keep):
+ *  - blocks of ALLOC_MMAP_MIN (1 MiB) and more are mapped with mmap and,
+ *    when not cached, unmapped at once, so their pages leave the process's
+ *    RSS (malloc would keep them in its heap, or raise its mmap threshold
+ *    and keep the next ones); smaller blocks come from aligned_alloc;
+ *  - the cache holds at most cpu_mem_cache_cap() bytes: the larger of
+ *    CACHE_FLOOR (64 MiB) and 1/CACHE_LIVE_DIV (1/64) of the bytes
+ *    allocated and not yet freed (live), never more than CACHE_LIMIT
+ *    (4 GiB). A freed block that does not fit under the cap goes back to
+ *    the system. So a model's steady-state blocks (activations of the same
+ *    sizes every step) are reused, while the many distinct large sizes of
+ *    stage-3 sharding (each unit's gathered parameters and full gradient,
+ *    used once per pass) cannot pile up: peak RSS stays within the cap of
+ *    peak live bytes. The cost: a large block that does not fit is
+ *    faulted in afresh on its next use (~0.4 s of CPU per GiB on the
+ *    development machine), which a GPT-2-sized step pays for the
+ *    activations beyond the cap; a small model's blocks all fit under the
+ *    floor.
+ * On allocation failure the cache is emptied and the allocation retried.
  * Single-threaded by design: tensors are created on the interpreter thread
  * only (kernels' OpenMP threads never allocate storage). */
 #include "backend_cpu.h"
 #include "../tensor.h"
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #define NBUCKETS 1024
 #define CACHE_LIMIT ((size_t)4 << 30)
+#define CACHE_FLOOR ((size_t)64 << 20)
+#define CACHE_LIVE_DIV 64
+#define ALLOC_MMAP_MIN ((size_t)1 << 20)
 
 typedef struct FreeBlock {
     struct FreeBlock *next;
@@ -19,7 +42,7 @@ typedef struct FreeBlock {
 } FreeBlock;
 
 static FreeBlock *buckets[NBUCKETS];
-static size_t cached;
+static size_t cached, live;
 
 size_t alloc_round_size(size_t n) {
     if (n <= 512) return n ? (n + 63) & ~(size_t)63 : 64; /* aligned_alloc needs a multiple of 64 */
@@ -30,6 +53,24 @@ size_t alloc_round_size(size_t n) {
 
 static size_t bucket_of(size_t n) { return (n / 32 * 2654435761u) % NBUCKETS; }
 
+size_t cpu_mem_cache_cap(void) {
+    size_t cap = live / CACHE_LIVE_DIV;
+    if (cap < CACHE_FLOOR) cap = CACHE_FLOOR;
+    return cap < CACHE_LIMIT ? cap : CACHE_LIMIT;
+}
+
+/* A fresh block of n (rounded) bytes from the system, NULL if none. */
+static void *system_alloc(size_t n) {
+    if (n < ALLOC_MMAP_MIN) return aligned_alloc(64, n);
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void system_free(void *p, size_t n) {
+    if (n < ALLOC_MMAP_MIN) free(p);
+    else if (munmap(p, n) != 0) abort(); /* only for a block system_alloc did not map: memory corruption */
+}
+
 void *cpu_mem_alloc(size_t nbytes) {
     size_t n = alloc_round_size(nbytes);
     FreeBlock **pp = &buckets[bucket_of(n)];
@@ -37,22 +78,25 @@ void *cpu_mem_alloc(size_t nbytes) {
         if (b->nbytes == n) {
             *pp = b->next;
             cached -= n;
+            live += n;
             return b;
         }
     }
-    void *p = aligned_alloc(64, n);
+    void *p = system_alloc(n);
     if (!p) {
         cpu_mem_empty_cache();
-        p = aligned_alloc(64, n);
+        p = system_alloc(n);
     }
+    if (p) live += n;
     return p;
 }
 
 void cpu_mem_free(void *p, size_t nbytes) {
     if (!p) return;
     size_t n = alloc_round_size(nbytes);
-    if (cached + n > CACHE_LIMIT) {
-        free(p);
+    live -= n;
+    if (cached + n > cpu_mem_cache_cap()) {
+        system_free(p, n);
         return;
     }
     FreeBlock *b = p;
@@ -70,7 +114,7 @@ void cpu_mem_empty_cache(void) {
         FreeBlock *b = buckets[i];
         while (b) {
             FreeBlock *next = b->next;
-            free(b);
+            system_free(b, b->nbytes);
             b = next;
         }
         buckets[i] = NULL;

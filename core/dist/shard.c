@@ -52,6 +52,25 @@ static int raise_noted(ShardEngine *e) {
     return -1;
 }
 
+/* ---- the order log (tests) ---- */
+
+int shard_trace_start(ShardEngine *e, int cap) {
+    free(e->trace);
+    e->trace = cap > 0 ? accel_malloc(sizeof(ShardEvent) * (size_t)cap) : NULL;
+    e->ntrace = 0;
+    e->trace_cap = e->trace ? cap : 0;
+    return cap > 0 && !e->trace ? -1 : 0;
+}
+
+const ShardEvent *shard_trace(const ShardEngine *e, int *n) {
+    *n = e->ntrace;
+    return e->trace;
+}
+
+static void trace(ShardEngine *e, ShardEventKind kind, int u) {
+    if (e->ntrace < e->trace_cap) e->trace[e->ntrace++] = (ShardEvent){kind, u};
+}
+
 /* ---- gathered / released parameter memory ---- */
 
 static void holder_free(void *data, size_t nbytes, void *ud) {
@@ -101,13 +120,16 @@ int shard_unit_gather(ShardEngine *e, int u) {
     if (un->holder->flat) return 0;
     Tensor *flat = flat_f32(e, un->padded, false);
     if (!flat) return -1;
+    trace(e, SHARD_EV_GATHER, u);
     return adopt(e, un, flat, dist_all_gather(e->comm, flat, un->master));
 }
 
-int shard_unit_prefetch(ShardEngine *e, int u) {
+/* Starts unit u's all-gather into next_flat (not when gathered or under way). */
+static int issue_prefetch(ShardEngine *e, int u) {
     Unit *un = &e->units[u];
-    if (!e->shard_params || un->holder->flat || un->gwork || (e->active && un->pending == 0)) return 0;
+    if (un->holder->flat || un->gwork) return 0;
     if (!(un->next_flat = flat_f32(e, un->padded, false))) return -1;
+    trace(e, SHARD_EV_GATHER, u);
     un->gwork = dist_iall_gather(e->comm, un->next_flat, un->master);
     if (!un->gwork) {
         tensor_release(un->next_flat);
@@ -118,12 +140,33 @@ int shard_unit_prefetch(ShardEngine *e, int u) {
     return 0;
 }
 
+int shard_unit_prefetch(ShardEngine *e, int u) {
+    Unit *un = &e->units[u];
+    if (!e->shard_params || (e->active && un->pending == 0)) return 0;
+    return issue_prefetch(e, u);
+}
+
+/* MPI advances the prefetches in flight only inside MPI calls. */
+static int progress(ShardEngine *e) { return e->shard_params ? dist_progress(e->comm) : 0; }
+
 void shard_forward_begin(ShardEngine *e) { e->last_fwd = -1; }
 
+/* Records u as following the unit before it; with forward prefetch starts
+ * the unit that followed u in the previous forward. */
 int shard_unit_forward(ShardEngine *e, int u) {
-    e->units[u].fwd_prev = e->last_fwd;
+    Unit *un = &e->units[u];
+    int next = un->fwd_next;
+    un->fwd_prev = e->last_fwd;
+    if (e->last_fwd >= 0) e->units[e->last_fwd].fwd_next = u;
     e->last_fwd = u;
-    return shard_unit_gather(e, u);
+    trace(e, SHARD_EV_FORWARD, u);
+    if (shard_unit_gather(e, u)) return -1;
+    if (e->shard_params && e->fwd_prefetch && next >= 0 && next != u) {
+        uint64_t before = e->st.prefetches;
+        if (issue_prefetch(e, next)) return -1;
+        e->st.forward_prefetches += e->st.prefetches - before;
+    }
+    return progress(e);
 }
 
 int shard_unit_release(ShardEngine *e, int u) {
@@ -133,7 +176,8 @@ int shard_unit_release(ShardEngine *e, int u) {
     if (!un->holder->flat) return 0;
     set_flat(un, NULL);
     e->st.releases++;
-    return 0;
+    trace(e, SHARD_EV_RELEASE, u);
+    return progress(e);
 }
 
 bool shard_unit_gathered(const ShardEngine *e, int u) { return e->units[u].holder->flat != NULL; }
@@ -181,7 +225,7 @@ static int plan_unit(ShardEngine *e, int u) {
         numels[k++] = e->params[i]->numel;
         un->numel += e->params[i]->numel;
     }
-    un->fwd_prev = -1;
+    un->fwd_prev = un->fwd_next = -1;
     un->shard = shard_len(un->numel, e->world);
     un->padded = un->shard * e->world;
     un->nseg = shard_segments(un->n, un->offsets, numels, un->shard, e->rank, un->segs);
@@ -383,6 +427,7 @@ int shard_gather_all(ShardEngine *e) {
 static int pre_backward_fn(AGNode *n, Tensor *gout, Tensor **gin) {
     ShardEngine *e = find_live((uint64_t)n->i[0]);
     int u = (int)n->i[1];
+    if (e) trace(e, SHARD_EV_BACKWARD, u);
     if (e && shard_unit_gather(e, u)) return -1;
     if (e && e->prefetch && e->units[u].fwd_prev >= 0 && shard_unit_prefetch(e, e->units[u].fwd_prev)) return -1;
     gin[0] = tensor_retain(gout);
@@ -482,6 +527,7 @@ ShardEngine *shard_engine_new(DistComm *c, Tensor **params, int n, const int *un
     e->dev = params[0]->device;
     e->offload = o->offload_optimizer;
     e->prefetch = o->backward_prefetch;
+    e->fwd_prefetch = o->forward_prefetch;
     e->last_fwd = -1;
     e->sync = true;
     int rc = set_stage(e, o->stage);
@@ -542,6 +588,7 @@ void shard_engine_free(ShardEngine *e) {
     free(e->steps);
     free(e->hooks);
     free(e->error);
+    free(e->trace);
     free(e);
 }
 

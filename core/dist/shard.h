@@ -72,6 +72,20 @@
  * check reduce over the node (its shards already hold the global values).
  * Stage 1 is refused with replicate. shard_hybrid_comms makes the pair.
  *
+ * Prefetch (stage 3; FSDP's forward_prefetch / backward_prefetch =
+ * BACKWARD_PRE, DeepSpeed's stage3_prefetch_bucket_size): the all-gather
+ * of the next unit is started (dist_iall_gather) while the current one
+ * computes, and completed when that unit's own gather is asked for.
+ * Backward: when unit u's backward starts (its pre-backward node), the
+ * unit whose forward ran just before u's is started. Forward: when unit
+ * u's forward starts, the unit that followed u in the previous forward
+ * (the order is recorded each forward, as FSDP does; none in the first)
+ * is started. At most two units are gathered at a time (the one computing
+ * and the next), plus the root. MPI advances a non-blocking collective
+ * only inside MPI calls: the engine calls dist_progress at each unit
+ * boundary and gradient hook. Gathers carry the same bytes either way, so
+ * results are bitwise the same with and without prefetch.
+ *
  * Functions that can fail return -1 / NULL with accel_last_error() set. */
 #ifndef ACCEL_SHARD_H
 #define ACCEL_SHARD_H
@@ -111,6 +125,7 @@ typedef struct {
     bool offload_optimizer;   /* see above */
     bool broadcast;           /* rank 0's parameters to every rank at creation */
     bool backward_prefetch;   /* stage 3: gather the next unit while one runs backward */
+    bool forward_prefetch;    /* stage 3: gather the next unit while one runs forward (see Prefetch) */
     DistComm *replicate;      /* HYBRID (stages 2-3): see below; NULL: none */
 } ShardOptions;
 
@@ -127,6 +142,7 @@ typedef struct {
 typedef struct {
     int units, params;
     uint64_t steps, reductions, early, gathers, releases, prefetches;
+    uint64_t forward_prefetches; /* of prefetches: those started during a forward */
 } ShardStats;
 
 /* params: n distinct float32 leaves that require grad, on one device; unit_of[i] in
@@ -187,6 +203,21 @@ bool shard_unit_gathered(const ShardEngine *e, int u);
 /* out unchanged, with an identity node whose backward gathers unit u
  * (new reference; out itself retained when it needs no gradient). */
 Tensor *shard_pre_backward(ShardEngine *e, int u, Tensor *out);
+/* The order log (for tests): shard_trace_start(e, cap) clears it and
+ * records up to cap events from then on (cap 0: off, freed); shard_trace
+ * returns the events recorded and their count. */
+typedef enum {
+    SHARD_EV_GATHER,   /* a gather of the unit was issued (blocking or a prefetch) */
+    SHARD_EV_FORWARD,  /* the unit's forward starts (shard_unit_forward) */
+    SHARD_EV_BACKWARD, /* the unit's backward starts (its pre-backward node) */
+    SHARD_EV_RELEASE   /* its full parameters were freed (its compute ended) */
+} ShardEventKind;
+typedef struct {
+    ShardEventKind kind;
+    int unit;
+} ShardEvent;
+int shard_trace_start(ShardEngine *e, int cap);
+const ShardEvent *shard_trace(const ShardEngine *e, int *n);
 /* Whether s is a storage whose memory the engine released (stage 3). */
 bool shard_storage_released(const Storage *s);
 #define SHARD_RELEASED_MSG                                                                                            \

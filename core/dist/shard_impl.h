@@ -28,6 +28,7 @@ typedef struct {
     Tensor *next_flat; /* stage 3: a prefetch's buffer, gwork its all_gather */
     DistWork *gwork;
     int fwd_prev;      /* the unit whose forward started before this one's (-1: none) */
+    int fwd_next;      /* the unit whose forward started after this one's, last forward (-1: none) */
     int pending;
     bool launched, grad_dirty; /* grad_dirty: the gradient shard holds a sum */
 } Unit;
@@ -42,7 +43,7 @@ struct ShardEngine {
     DistComm *cross; /* HYBRID: the replicas of this rank's shards on the other machines */
     int rank, world, stage;
     Device dev; /* the parameters' device: every flat buffer and shard lives there */
-    bool shard_grads, shard_params, offload, prefetch;
+    bool shard_grads, shard_params, offload, prefetch, fwd_prefetch;
     int last_fwd; /* the unit whose forward started last in this forward (-1: none) */
     bool sync, active, has_grads, kind_set;
     ShardOptKind kind;
@@ -58,6 +59,8 @@ struct ShardEngine {
     int next; /* the next unit to reduce (counting down) */
     char *error;
     ShardStats st;
+    ShardEvent *trace; /* the order log (shard_trace_start) */
+    int ntrace, trace_cap;
     uint64_t id;
     ShardEngine *live_next;
 };

@@ -13,8 +13,10 @@
 --                               the loop through acc:prepare / acc:backward
 --            --ckpt             activation checkpointing of every block
 --                               (accel.utils.checkpoint_module)
---            --prefetch         engine path, stage 3: backward_prefetch = true
---                               (gather the next unit while one runs backward)
+--            --no_prefetch      engine path, stage 3: forward_prefetch and
+--                               backward_prefetch = false (default: the
+--                               engine's, both on: the next unit's gather
+--                               starts while one runs forward / backward)
 --            --profile          one extra step under the op profiler: where
 --                               its time goes (top-level ops by name; the
 --                               rest of the step is communication, hooks and
@@ -110,8 +112,8 @@ elseif stage == 0 then
   local reducer = accel.ddp.Reducer(model)
   sync = function(loss) loss:backward(); reducer:finalize() end
 else
-  eng = accel.shard.Engine(model, opt, {stage = stage, wrap = "module_list", backward_prefetch = stage == 3 and
-    flags.prefetch == true})
+  eng = accel.shard.Engine(model, opt, {stage = stage, wrap = "module_list", backward_prefetch = not flags.no_prefetch,
+    forward_prefetch = not flags.no_prefetch})
   sync = function(loss) loss:backward(); eng:finalize() end
 end
 t_prep = accel.clock() - t_prep
@@ -241,7 +243,7 @@ local stats = eng and eng:stats() or {}
 local out = {
   ('"bench": "shard_gpt", "impl": "accel-lua", "mode": "%s", "stage": %d, "via": "%s", "ckpt": %s, "prefetch": %s, '
     .. '"cfg": "%s"'):format(mode, stage, flags.via, flags.ckpt and "true" or "false",
-    flags.prefetch and "true" or "false", cfg_name),
+    (stage == 3 and not (flags.no_prefetch and flags.via == "engine")) and "true" or "false", cfg_name),
   ('"world": %d, "B_per_rank": %d, "T": %d, "params": %d, "steps": %d, "warmup": %d, "threads": %d')
     :format(world, B, T, nparams, steps, warmup, accel.num_threads()),
   ('"step_s_median": %.4f, "global_tokens_per_s": %.1f, "prepare_s": %.3f'):format(
@@ -255,9 +257,10 @@ local out = {
   ('"state_live_bytes_max_rank": %d, "state_live_bytes": [%s], "pgos_bytes": %d, "p_bytes": %d, "g_bytes": %d, '
     .. '"os_bytes": %d'):format(st, st_list, pgos[1] + pgos[2] + pgos[3], pgos[1], pgos[2], pgos[3]),
   ('"comm_calls_per_step": %.1f, "comm_bytes_per_step": %.0f'):format(comm_calls, comm_bytes),
-  ('"units": %d, "gathers": %d, "releases": %d, "reductions": %d, "early": %d, "prefetches": %d'):format(
+  ('"units": %d, "gathers": %d, "releases": %d, "reductions": %d, "early": %d, "prefetches": %d, '
+    .. '"forward_prefetches": %d'):format(
     info.units or #(eng and eng:units() or {}), stats.gathers or 0, stats.releases or 0, stats.reductions or 0,
-    stats.early or 0, stats.prefetches or 0),
+    stats.early or 0, stats.prefetches or 0, stats.forward_prefetches or 0),
   ('"loss_first": %.3f, "loss_last": %.3f'):format(mine.loss_first, mine.loss_last),
 }
 if prof then

@@ -18,6 +18,8 @@
 #                        accel.Accelerator{deepspeed_plugin =
 #                        accel.DeepSpeedPlugin{zero_stage = S}} (and a plain
 #                        Accelerator for DDP)
+#   --no-prefetch        engine path: stage 3 without the forward / backward
+#                        prefetch of the next unit (on by default)
 #   --profile            accel-lua runs also profile one extra step (where
 #                        its time goes: profile_* fields of their JSON lines)
 #   --only LIST          a subset of ddp,zero1,zero2,zero3,torch-ddp,torch-fsdp
@@ -48,7 +50,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
 BUILD=${ACCEL_BUILD:-build}
 [[ $BUILD = /* ]] || BUILD=$ROOT/$BUILD
-SHAPE=gpt2 CKPT=0 VIA=engine PROFILE=0
+SHAPE=gpt2 CKPT=0 VIA=engine PROFILE=0 NOPF=0
 ONLY=ddp,zero1,zero2,zero3,torch-ddp,torch-fsdp
 POS=()
 while [[ $# -gt 0 ]]; do
@@ -57,6 +59,7 @@ while [[ $# -gt 0 ]]; do
     --ckpt) CKPT=1; shift ;;
     --via) VIA=$2; shift 2 ;;
     --profile) PROFILE=1; shift ;;
+    --no-prefetch) NOPF=1; shift ;;
     --only) ONLY=$2; shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     -*) echo "shard_gpt.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -106,7 +109,8 @@ echo "== $(date -u '+%Y-%m-%d %H:%M UTC'); machine: $(getconf _NPROCESSORS_ONLN)
 echo "== OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>} OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE:-<unset>}" \
      "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 (both sides); PyTorch: $TORCH_VERSION"
 echo "== shape $SHAPE, 2 ranks x 1 thread, steps $STEPS, warmup $WARMUP, rounds $ROUNDS," \
-     "activation checkpointing: $([[ $CKPT == 1 ]] && echo 'both sides' || echo 'neither side'), accel-lua via $VIA"
+     "activation checkpointing: $([[ $CKPT == 1 ]] && echo 'both sides' || echo 'neither side'), accel-lua via $VIA," \
+     "stage-3 prefetch: $([[ $NOPF == 1 ]] && echo off || echo on)"
 
 # jfield KEY JSON: a numeric field of a JSON line.
 jfield() { grep -oE "\"$1\": *[-0-9.e+]+" <<<"$2" | head -n 1 | sed 's/.*: *//'; }
@@ -135,6 +139,7 @@ run() {
 LUA_FLAGS=(--via="$VIA")
 [[ $CKPT == 1 ]] && LUA_FLAGS+=(--ckpt)
 [[ $PROFILE == 1 ]] && LUA_FLAGS+=(--profile)
+[[ $NOPF == 1 ]] && LUA_FLAGS+=(--no_prefetch)
 PY_FLAGS=()
 [[ $CKPT == 1 ]] && PY_FLAGS+=(ckpt)
 for ((i = 1; i <= ROUNDS; i++)); do

@@ -6,7 +6,10 @@
  * buffer, stage 3 releases and gathers them with their values kept, and an
  * SGD step on the shards equals p - lr * g; stage 2 through autograd
  * (sum(x @ W) has dW[i][j] = sum_k x[k][i]): .grad is nil after backward,
- * the gradient shard holds dW, accumulated over two backward passes.
+ * the gradient shard holds dW, accumulated over two backward passes;
+ * stage 3 prefetch through the engine's order log: with prefetch on, each
+ * unit's gather is issued before the previous unit's compute ends (release),
+ * in forward and in backward; off, not; the parameters bitwise the same.
  * Last line "N passed, N failed". */
 #include "core/dist/shard.h"
 #include "core/autograd.h"
@@ -173,6 +176,97 @@ static void test_engine_stage2_autograd(DistComm *c) {
     tensor_release(x);
 }
 
+/* ---- stage 3 prefetch: the order log ---- */
+
+#define PF_UNITS 3
+
+/* One training step of y = x @ W1 @ W2 @ W3 (one unit each), summed, as
+ * accel.shard's hooks drive a model: forward_begin; per unit
+ * shard_unit_forward, its compute, the pre-backward identity, release;
+ * backward; finalize; an SGD step. */
+static int pf_step(ShardEngine *e, Tensor *x, Tensor **w) {
+    Tensor *y = tensor_retain(x);
+    shard_forward_begin(e);
+    int rc = 0;
+    for (int u = 0; u < PF_UNITS && rc == 0; u++) {
+        Tensor *z = shard_unit_forward(e, u) == 0 ? op_matmul(y, w[u]) : NULL;
+        Tensor *o = z ? shard_pre_backward(e, u, z) : NULL;
+        rc = o && shard_unit_release(e, u) == 0 ? 0 : -1;
+        tensor_release(z);
+        tensor_release(y);
+        y = o;
+    }
+    int dims[2] = {0, 1};
+    Tensor *l = rc == 0 ? op_reduce(KR_SUM, y, dims, 2, false) : NULL;
+    rc = l && ag_backward(l, NULL) == 0 && shard_finalize(e) == 0 ? 0 : -1;
+    ShardHyper h[PF_UNITS];
+    for (int i = 0; i < PF_UNITS; i++) h[i] = (ShardHyper){.kind = SHARD_SGD, .sgd = {.lr = 0.01}};
+    if (rc == 0) rc = shard_step(e, h);
+    tensor_release(l);
+    tensor_release(y);
+    return rc;
+}
+
+/* Index of the first event (kind, u) at or after from, in events [0, n); n if none. */
+static int pf_find(const ShardEvent *ev, int n, int from, ShardEventKind kind, int u) {
+    for (int k = from; k < n; k++)
+        if (ev[k].kind == kind && ev[k].unit == u) return k;
+    return n;
+}
+
+/* Whether each unit's gather was issued before the previous unit's compute
+ * ended (its release): forward units 1, 2 after 0, 1; backward units 1, 0
+ * after 2, 1. */
+static bool pf_overlapped(const ShardEvent *ev, int n) {
+    int bwd = pf_find(ev, n, 0, SHARD_EV_BACKWARD, PF_UNITS - 1);
+    bool ok = bwd < n;
+    for (int u = 1; u < PF_UNITS; u++)
+        ok = ok && pf_find(ev, bwd, 0, SHARD_EV_GATHER, u) < pf_find(ev, bwd, 0, SHARD_EV_RELEASE, u - 1);
+    for (int u = PF_UNITS - 2; u >= 0; u--)
+        ok = ok && pf_find(ev, n, bwd, SHARD_EV_GATHER, u) < pf_find(ev, n, bwd, SHARD_EV_RELEASE, u + 1);
+    return ok;
+}
+
+/* Two steps with prefetch on or off: the second step's order log, whether
+ * it shows the overlap, and the parameters after it into out. */
+static bool pf_run(DistComm *c, bool prefetch, float *out, uint64_t *fwd_prefetches) {
+    Tensor *w[PF_UNITS], *x = param(2, 4, -1.0f);
+    x->requires_grad = false;
+    int unit_of[PF_UNITS];
+    for (int u = 0; u < PF_UNITS; u++) w[u] = param(4, 4, 0.1f * (float)(u + 1)), unit_of[u] = u;
+    for (int u = 0; u < PF_UNITS; u++) {
+        float *d = tensor_data(w[u]);
+        for (int k = 0; k < 16; k++) d[k] = 0.01f * (float)((k * 7 + u * 3) % 11) - 0.05f;
+    }
+    ShardOptions o = {.stage = 3, .forward_prefetch = prefetch, .backward_prefetch = prefetch};
+    ShardEngine *e = shard_engine_new(c, w, PF_UNITS, unit_of, PF_UNITS, &o);
+    bool ok = false;
+    int n = 0;
+    if (e && pf_step(e, x, w) == 0 && shard_trace_start(e, 256) == 0 && pf_step(e, x, w) == 0) {
+        const ShardEvent *ev = shard_trace(e, &n);
+        ok = pf_overlapped(ev, n);
+        ShardStats st;
+        shard_stats(e, &st);
+        *fwd_prefetches = st.forward_prefetches;
+        CHECK(shard_gather_all(e) == 0);
+        for (int u = 0; u < PF_UNITS; u++) memcpy(out + 16 * u, tensor_data(w[u]), 16 * sizeof(float));
+    }
+    CHECK(e != NULL && n > 0 && n < 256);
+    shard_engine_free(e);
+    for (int u = 0; u < PF_UNITS; u++) tensor_release(w[u]);
+    tensor_release(x);
+    return ok;
+}
+
+static void test_engine_prefetch(DistComm *c) {
+    float with[16 * PF_UNITS], without[16 * PF_UNITS];
+    uint64_t fwd_on = 0, fwd_off = 0;
+    CHECK(pf_run(c, true, with, &fwd_on));
+    CHECK(!pf_run(c, false, without, &fwd_off)); /* the check sees the difference */
+    CHECK(fwd_on == PF_UNITS - 1 && fwd_off == 0);
+    CHECK(memcmp(with, without, sizeof with) == 0); /* bitwise the same parameters */
+}
+
 static void test_engine_errors(DistComm *c) {
     Tensor *p = param(2, 2, 0);
     int unit_of[1] = {0};
@@ -211,6 +305,7 @@ int main(void) {
         test_engine_stage3(c);
         test_engine_sgd(c);
         test_engine_stage2_autograd(c);
+        test_engine_prefetch(c);
         test_engine_errors(c);
         test_hybrid_single(c);
     }

@@ -524,13 +524,22 @@ CASES.FullyShardedDataParallelPlugin = {
       transformer_cls_names_to_wrap = {"Linear"}}):stats().prefetches > 0)
     assert.are.equal(0, fsdp_engine({backward_prefetch = "NO_PREFETCH", auto_wrap_policy = "transformer_based_wrap",
       transformer_cls_names_to_wrap = {"Linear"}}):stats().prefetches)
+    -- not given: PyTorch's default BACKWARD_PRE
+    assert.is_true(fsdp_engine({auto_wrap_policy = "transformer_based_wrap",
+      transformer_cls_names_to_wrap = {"Linear"}}):stats().prefetches > 0)
     error_matching("backward_prefetch must be one of", function() fsdp{backward_prefetch = "SOON"} end)
   end,
   forward_prefetch = function()
     no_shard_same({forward_prefetch = true})
     same_as_plain({fsdp_plugin = {sharding_strategy = "SHARD_GRAD_OP", forward_prefetch = true}})
-    error_matching("forward_prefetch = true is not supported: the engine gathers a unit when its forward starts",
-      function() fsdp{sharding_strategy = "FULL_SHARD", forward_prefetch = true} end)
+    -- FULL_SHARD: the second forward prefetches the unit that followed in the first
+    local units = {auto_wrap_policy = "transformer_based_wrap", transformer_cls_names_to_wrap = {"Linear"},
+      backward_prefetch = "NO_PREFETCH"}
+    units.forward_prefetch = true
+    assert.is_true(fsdp_engine(units):stats().forward_prefetches > 0)
+    units.forward_prefetch = false
+    assert.are.equal(0, fsdp_engine(units):stats().forward_prefetches)
+    same_as_plain({fsdp_plugin = {sharding_strategy = "FULL_SHARD", forward_prefetch = true}})
   end,
   limit_all_gathers = function()
     no_shard_same({limit_all_gathers = false})

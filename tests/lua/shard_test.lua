@@ -67,7 +67,8 @@ local function equiv(name, n, stage, key, extra, ddp)
     why[#why + 1] = {early > 0, "no reduction started during backward"}
   end
   if table.concat(extra, " "):find("prefetch=1", 1, true) then
-    why[#why + 1] = {tonumber(run.out:match("prefetches (%d+)") or "0") > 0, "no unit was prefetched"}
+    why[#why + 1] = {tonumber(run.out:match(" prefetches (%d+)") or "0") > 0, "no unit was prefetched"}
+    why[#why + 1] = {tonumber(run.out:match("forward_prefetches (%d+)") or "0") > 0, "no unit was prefetched in forward"}
   end
   local against = ddp and ("DDP on %d ranks"):format(ddp) or "1 process, global batch"
   check(("%s: stage %d on %d rank(s) == %s"):format(name, stage, n, against), run, table.unpack(why))
@@ -90,8 +91,9 @@ for stage = 2, 3 do
   equiv("Adam (L2 decay) amsgrad, betas (0.8, 0.99)", 3, stage, "amsgrad", {"opt=amsgrad", "wrap=module_list"})
   equiv("SGD nesterov", 2, stage, "nesterov", {"opt=nesterov", "wrap=min"})
 end
-equiv("backward_prefetch", 3, 3, "base", {"wrap=module_list", "prefetch=1"})
-equiv("backward_prefetch, accumulation k = 3", 2, 3, "accum", {"accum=3", "wrap=cls", "prefetch=1"})
+equiv("forward + backward prefetch", 3, 3, "base", {"wrap=module_list", "prefetch=1"})
+equiv("forward + backward prefetch, accumulation k = 3", 2, 3, "accum", {"accum=3", "wrap=cls", "prefetch=1"})
+equiv("no prefetch", 2, 3, "base", {"wrap=module_list", "prefetch=0"})
 
 -- ---- (b2) full state saved on 2 ranks, loaded on 3 and on 1, continued ----
 do

@@ -363,8 +363,6 @@ local FSDP_LIMITS = {
     .. "processes; use SHARDED_STATE_DICT or FULL_STATE_DICT", "FULL_STATE_DICT", "SHARDED_STATE_DICT"),
   sync_module_states = {why = "with NO_SHARD prepare always broadcasts rank 0's parameters and buffers (DDP)",
     ok = function(v, o) return v == true or o.zero_stage >= 1 end},
-  forward_prefetch = {why = "the engine gathers a unit when its forward starts and does not prefetch the next one "
-    .. "during forward (FULL_SHARD); use backward_prefetch", ok = function(v, o) return v == false or o.zero_stage ~= 3 end},
   fsdp_version = only("FSDP versions are 1 and 2 (both run on the same engine)", 1, 2),
   min_num_params = {why = "it must be a positive integer", ok = function(v) return positive_int(v) end},
 }

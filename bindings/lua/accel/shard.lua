@@ -9,7 +9,9 @@
 --     bucket_cap_mb = 25,             -- stage 1's DDP buckets; stage 1-2 default units
 --     offload_optimizer = false,      -- "cpu" / true: optimizer shards on the host
 --     broadcast = true,               -- rank 0's parameters to every rank first
---     backward_prefetch = false,      -- stage 3: gather the next unit during a backward
+--     backward_prefetch = true,       -- stage 3: gather the next unit during a backward
+--     forward_prefetch = true,        -- stage 3: gather the next unit during a forward
+--                                     -- (the order of the previous forward; none in the first)
 --     hybrid = false})                -- HYBRID_SHARD (stage 3) / HYBRID_SHARD_ZERO2 (stage 2):
 --                                     -- shard inside each machine, replicate across machines
 --   for each step:
@@ -67,7 +69,7 @@ local C = accel._C
 local shard = {}
 
 local OPTIONS = {stage = "number", wrap = "any", bucket_cap_mb = "number", offload_optimizer = "any",
-  broadcast = "boolean", backward_prefetch = "boolean", hybrid = "boolean"}
+  broadcast = "boolean", backward_prefetch = "boolean", forward_prefetch = "boolean", hybrid = "boolean"}
 
 local Engine = {}
 Engine.__index = Engine
@@ -342,7 +344,8 @@ function shard.Engine(model, optimizer, o)
   local unit_of, units, has_root = assign(params, policy_units(model, o.wrap, params_sharded, cap, params))
   self._units, self._has_root = units, has_root
   self._c = C.shard_engine(params, unit_of, {stage = stage, bucket_cap_mb = cap, offload_optimizer = offload,
-    broadcast = o.broadcast ~= false, backward_prefetch = o.backward_prefetch == true, hybrid = o.hybrid == true})
+    broadcast = o.broadcast ~= false, backward_prefetch = o.backward_prefetch ~= false,
+    forward_prefetch = o.forward_prefetch ~= false, hybrid = o.hybrid == true})
   self._unit_of = unit_of
   if params_sharded then install_hooks(self) end
   for _, p in ipairs(params) do owned[p] = self end

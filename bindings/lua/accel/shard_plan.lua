@@ -22,10 +22,15 @@
 --    every nn.ModuleList (Accelerate reads _no_split_modules, which Lua
 --    models do not have); size_based_wrap's min_num_params defaults to
 --    PyTorch's 1e8.
---  * backward_prefetch (FSDP BACKWARD_PRE / BACKWARD_POST, DeepSpeed
---    stage3_prefetch_bucket_size > 0 or "auto") turns the engine's stage-3
---    prefetch of the next unit on; both FSDP values start the gather when
---    the current unit's backward starts.
+--  * Stage 3 prefetch (the next unit's all-gather started while the
+--    current one computes, core/shard.h "Prefetch"): FSDP's
+--    backward_prefetch BACKWARD_PRE / BACKWARD_POST or not given (PyTorch's
+--    default, BACKWARD_PRE) turns it on in backward, NO_PREFETCH off (both
+--    values start the gather when the current unit's backward starts);
+--    forward_prefetch = true turns it on in forward (default false, as
+--    PyTorch). DeepSpeed's stage3_prefetch_bucket_size (default 5e7, or
+--    "auto") turns both on, 0 both off; the size itself is not used: the
+--    engine prefetches exactly one unit.
 --  * HYBRID_SHARD / HYBRID_SHARD_ZERO2 run the engine with hybrid = true
 --    (stage 3 / 2 inside each machine, gradient shards averaged across
 --    machines over communicators split from the world); on one machine they
@@ -44,13 +49,12 @@ local function ds_plan(ds)
   if stage == 0 then return nil end
   local size = ds.reduce_bucket_size
   if type(size) ~= "number" then size = ds.allgather_bucket_size end
-  local prefetch = ds.auto.stage3_prefetch_bucket_size == true
-    or (type(ds.stage3_prefetch_bucket_size) == "number" and ds.stage3_prefetch_bucket_size > 0)
+  local prefetch = ds.stage3_prefetch_bucket_size ~= 0 -- nil: DeepSpeed's default 5e7; "auto": on
   return {kind = "DEEPSPEED", stage = stage, sync = true, activation_checkpointing = false,
     engine = {stage = stage, wrap = stage == 3 and "module_list" or nil,
       offload_optimizer = ds.offload_optimizer_device == "cpu",
       bucket_cap_mb = type(size) == "number" and elements_to_mb(size) or nil,
-      backward_prefetch = stage == 3 and prefetch, broadcast = false}}
+      backward_prefetch = stage == 3 and prefetch, forward_prefetch = stage == 3 and prefetch, broadcast = false}}
 end
 
 local function fsdp_wrap(f)
@@ -96,11 +100,12 @@ local function fsdp_plan(f, state, what)
       .. 'auto_wrap_policy = "no_wrap" makes none below the model; give auto_wrap_policy = '
       .. '"transformer_based_wrap" or "size_based_wrap"', what)
   end
-  local prefetch = f.backward_prefetch == "BACKWARD_PRE" or f.backward_prefetch == "BACKWARD_POST"
+  local prefetch = f.backward_prefetch ~= "NO_PREFETCH"
   return {kind = "FSDP", stage = stage, sync = f.sync_module_states ~= false,
     activation_checkpointing = f.activation_checkpointing == true,
     engine = {stage = stage, wrap = wrap, offload_optimizer = f.cpu_offload == true,
-      backward_prefetch = stage == 3 and prefetch, broadcast = false, hybrid = hybrid or nil}}
+      backward_prefetch = stage == 3 and prefetch, forward_prefetch = stage == 3 and f.forward_prefetch == true,
+      broadcast = false, hybrid = hybrid or nil}}
 end
 
 -- The plan for the plugins (at most one is given), or nil when nothing is

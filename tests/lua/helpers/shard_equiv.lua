@@ -5,7 +5,8 @@
 --     stage=0|1|2|3   0: no engine, one process (the reference)
 --     steps=20 accum=1 clip=0 (max norm; 0 = none) opt=adamw|sgd|nesterov|amsgrad (Adam, L2 decay)
 --     wrap=module_list|no_wrap|min|list|cls|default  groups=1|2 (2: two param groups + StepLR)
---     offload=none|cpu  prefetch=0|1 (stage 3 backward_prefetch)
+--     offload=none|cpu  prefetch=1|0 (stage 3 forward_prefetch and
+--     backward_prefetch; default 1, the engine's default)
 --     save=PATH: at the end, full_state_dict + full_optim_state into PATH;
 --     load=PATH start=K: load them first and train on the data of steps K+1..  amp=no|bf16 (the model's forward under autocast, as the Accelerator patches it)
 --     stage=-1: DDP (accel.ddp.Reducer) on N ranks, the other reference
@@ -29,7 +30,7 @@ local nn, optim, dist = accel.nn, accel.optim, accel.dist
 
 local out = arg[1]
 local o = {stage = "0", steps = "20", accum = "1", clip = "0", opt = "adamw", wrap = "module_list", groups = "1",
-  offload = "none", amp = "no", prefetch = "0", save = "", load = "", start = "0", hybrid = "0"}
+  offload = "none", amp = "no", prefetch = "1", save = "", load = "", start = "0", hybrid = "0"}
 for i = 2, #arg do
   local k, v = arg[i]:match("^(%w+)=(.*)$")
   if not k or o[k] == nil then error("bad argument " .. arg[i]) end
@@ -108,7 +109,8 @@ if stage == -1 then
   reducer = accel.ddp.Reducer(model, {bucket_cap_mb = 0.0004})
 elseif stage > 0 then
   eng = accel.shard.Engine(model, optimizer, {stage = stage, wrap = wraps[o.wrap], bucket_cap_mb = 0.0004,
-    offload_optimizer = o.offload, backward_prefetch = o.prefetch == "1", hybrid = o.hybrid == "1"})
+    offload_optimizer = o.offload, backward_prefetch = o.prefetch == "1",
+    forward_prefetch = o.prefetch == "1", hybrid = o.hybrid == "1"})
 end
 
 -- Full parameters and optimizer state <-> one safetensors file.
@@ -206,8 +208,8 @@ if rank == 0 then
   print("device " .. model.out.weight.device.type) -- where the run trained (dist_device_test.lua)
   if eng then
     local st = eng:stats()
-    print(("units %d reductions %d early %d gathers %d releases %d prefetches %d"):format(st.units, st.reductions,
-      st.early, st.gathers, st.releases, st.prefetches))
+    print(("units %d reductions %d early %d gathers %d releases %d prefetches %d forward_prefetches %d"):format(
+      st.units, st.reductions, st.early, st.gathers, st.releases, st.prefetches, st.forward_prefetches))
   end
 end
 if eng then eng:close() end
