@@ -20,7 +20,7 @@
 #include <readline/history.h>
 #include <readline/readline.h>
 
-#include <lauxlib.h>
+#include "bindings/lua_compat.h"
 
 #include "host/host.h"
 

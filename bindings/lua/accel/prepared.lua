@@ -24,6 +24,7 @@
 --    starting at sample s has its padded last global batch counted from s
 --    (remainder = (dataset_length - s) % total_batch_size).
 local accel = require("accel")
+local compat = require("accel.compat")
 local raise = require("accel.nn.module").raise
 
 local M = {}
@@ -152,16 +153,16 @@ function M.wrap_loader(base, o)
   return setmetatable(self, DataLoaderShard)
 end
 
-DataLoaderShard.__len = function(self) return #rawget(self, "base") end
+DataLoaderShard.__len = function(self) return compat.len(rawget(self, "base")) end
 
 -- Every tensor of a batch moved to device.
 local function to_device(device, ...)
-  local vals = table.pack(...)
+  local vals = compat.pack(...)
   local ops = require("accel.operations")
   for i = 1, vals.n do
     vals[i] = ops.map_tensors(vals[i], function(t) return t:to(device) end)
   end
-  return table.unpack(vals, 1, vals.n)
+  return compat.unpack(vals, 1, vals.n)
 end
 
 -- for xb, yb in loader:iter() do ... end: this process's batches of the
