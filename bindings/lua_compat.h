@@ -17,11 +17,19 @@
 #include <lua.h>
 #include <lauxlib.h>
 #include <lualib.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #if LUA_VERSION_NUM >= 504
 
 #define ACCEL_LUA_RELEASE LUA_RELEASE
+
+/* lua_pushfstring's conversion of a lua_Integer: "%" LUA_FMT_INT with LUA_FMT_INT_ARG(x). */
+#define LUA_FMT_INT "I"
+
+/* Integers up to this magnitude reach Lua exactly. */
+#define LUA_COMPAT_EXACT_INT INT64_MAX
+#define LUA_FMT_INT_ARG(x) ((LUA_INTEGER)(x))
 
 /* The FILE* of a Lua file handle, NULL once it is closed. */
 static inline FILE *lua_compat_stream_file(luaL_Stream *p) { return p->closef ? p->f : NULL; }
@@ -34,9 +42,14 @@ static inline void lua_compat_push_mainthread(lua_State *L) {
 #else /* LuaJIT 2.1 (the Lua 5.1 API and some 5.2 additions) */
 
 #include <luajit.h>
-#include <stdint.h>
 
 #define ACCEL_LUA_RELEASE LUAJIT_VERSION
+
+/* LuaJIT's lua_pushfstring has no %I; %f writes an integral number without a fraction. */
+#define LUA_FMT_INT "f"
+
+#define LUA_COMPAT_EXACT_INT ((int64_t)1 << 53)
+#define LUA_FMT_INT_ARG(x) ((lua_Number)(x))
 
 typedef uint64_t lua_Unsigned;
 
@@ -130,7 +143,6 @@ static inline void luaL_requiref(lua_State *L, const char *modname, lua_CFunctio
 /* ---- integers ---- */
 
 #define LUA_COMPAT_TWO63 9223372036854775808.0
-#define LUA_COMPAT_TWO53 9007199254740992LL
 
 static inline int lua_compat_num_is_int(lua_Number x) {
     return x >= -LUA_COMPAT_TWO63 && x < LUA_COMPAT_TWO63 && (lua_Number)(int64_t)x == x;
@@ -163,7 +175,7 @@ static inline lua_Integer lua_compat_checkinteger(lua_State *L, int arg) {
 #define luaL_optinteger(L, arg, d) (lua_isnoneornil(L, (arg)) ? (lua_Integer)(d) : lua_compat_checkinteger(L, (arg)))
 
 static inline void lua_compat_pushinteger(lua_State *L, lua_Integer n) {
-    if (n > LUA_COMPAT_TWO53 || n < -LUA_COMPAT_TWO53) {
+    if (n > LUA_COMPAT_EXACT_INT || n < -LUA_COMPAT_EXACT_INT) {
         char buf[160];
         snprintf(buf, sizeof buf, "integer %lld does not fit a LuaJIT number (doubles hold integers up to 2^53 "
                  "exactly); use the Lua 5.4 build for such values", (long long)n);

@@ -11,6 +11,9 @@
 --                             (through the FFI, bit-exact); others raise
 --   compat.len(obj)           #obj honouring __len, which LuaJIT's # ignores
 --                             on tables
+--   compat.ipairs(t)          ipairs reading t[i] through __index (5.3+),
+--                             as containers (nn.ModuleList) need; LuaJIT's
+--                             ipairs reads raw
 local M = {}
 
 M.unpack = table.unpack or unpack
@@ -22,6 +25,14 @@ function M.len(obj)
   if type(obj) == "table" and mt and mt.__len then return mt.__len(obj) end
   return #obj
 end
+
+local function index_next(t, i)
+  i = i + 1
+  local v = t[i]
+  if v ~= nil then return i, v end
+end
+
+M.ipairs = (_VERSION ~= "Lua 5.1") and ipairs or function(t) return index_next, t, 0 end
 
 local function ffi_string_pack()
   local ffi = require("ffi")

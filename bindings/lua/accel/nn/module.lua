@@ -774,7 +774,11 @@ function M.pyrepr(v)
   if v == nil then return "None" end
   if type(v) == "string" then return "'" .. v .. "'" end
   if type(v) == "number" then
-    if math.type and math.type(v) == "integer" then return tostring(v) end
+    if math.type then
+      if math.type(v) == "integer" then return tostring(v) end
+    elseif v == math.floor(v) and math.abs(v) < 2^53 then
+      return ("%d"):format(v) -- LuaJIT: one number type; an integral value prints as an integer
+    end
     if v == math.floor(v) and math.abs(v) < 1e16 then return ("%.1f"):format(v) end
     return ("%.15g"):format(v)
   end
