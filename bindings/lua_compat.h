@@ -174,16 +174,9 @@ static inline lua_Integer lua_compat_checkinteger(lua_State *L, int arg) {
 #define luaL_checkinteger(L, arg) lua_compat_checkinteger(L, (arg))
 #define luaL_optinteger(L, arg, d) (lua_isnoneornil(L, (arg)) ? (lua_Integer)(d) : lua_compat_checkinteger(L, (arg)))
 
-static inline void lua_compat_pushinteger(lua_State *L, lua_Integer n) {
-    if (n > LUA_COMPAT_EXACT_INT || n < -LUA_COMPAT_EXACT_INT) {
-        char buf[160];
-        snprintf(buf, sizeof buf, "integer %lld does not fit a LuaJIT number (doubles hold integers up to 2^53 "
-                 "exactly); use the Lua 5.4 build for such values", (long long)n);
-        lua_pushstring(L, buf);
-        lua_error(L);
-    }
-    lua_pushnumber(L, (lua_Number)n);
-}
+/* lua_pushinteger that raises "op: integer N does not fit a LuaJIT number"
+ * at the user's line beyond +-2^53 (bindings/lua_util.c). */
+void lua_compat_pushinteger(lua_State *L, lua_Integer n);
 #define lua_pushinteger(L, n) lua_compat_pushinteger(L, (lua_Integer)(n))
 
 /* ---- userdata user values: kept in the userdata's environment table ---- */

@@ -248,6 +248,16 @@ static const char *op_prefix(lua_State *L, char *buf, size_t n) {
     return buf;
 }
 
+#if LUA_VERSION_NUM < 504
+void lua_compat_pushinteger(lua_State *L, lua_Integer n) {
+    char op[64];
+    if (n > LUA_COMPAT_EXACT_INT || n < -LUA_COMPAT_EXACT_INT)
+        lu_error(L, "%sinteger %lld does not fit a LuaJIT number (doubles hold integers up to 2^53 exactly); "
+                 "the Lua 5.4 build holds it", op_prefix(L, op, sizeof op), (long long)n);
+    lua_pushnumber(L, (lua_Number)n);
+}
+#endif
+
 int lu_dim_value(lua_State *L, lua_Integer d) {
     char op[64];
     if (d == 0) lu_error(L, "%sdimension 0 is invalid: dimensions are 1-based (negative counts from the end)", op_prefix(L, op, sizeof op));
