@@ -4,7 +4,8 @@
 -- results, integers beyond 2^53 raise instead of being rounded under
 -- LuaJIT, non-integral numbers are refused where an integer is needed, a
 -- shuffling DataLoader's drawn seed is one the interpreter holds exactly,
--- and library errors raised from Lua point at the caller's line.
+-- library errors raised from Lua point at the caller's line, and the REPL
+-- reads an unfinished statement on.
 -- Written in the LuaJIT subset (no <close>, //, math.type) so that it runs
 -- under both.
 local accel = require("accel")
@@ -86,5 +87,18 @@ describe("errors raised by the Lua library", function()
     end)
     assert.is_false(ok)
     assert.truthy(tostring(err):find(where, 1, true), tostring(err) .. " does not point at " .. where)
+  end)
+end)
+
+describe("the REPL of this interpreter", function()
+  it("reads an unfinished statement on the next lines (the parser's end-of-input message)", function()
+    local out = support.tmpname(".out")
+    local cmd = ("printf 'for i = 1, 2 do\\nprint(i * 10)\\nend\\n' | %s -i >%s 2>&1"):format(
+      support.shell_quote(support.ACCEL_LUA), support.shell_quote(out))
+    support.execute(cmd)
+    local text = support.read_file(out)
+    os.remove(out)
+    assert.truthy(text:find("10\n20\n", 1, true), text)
+    assert.falsy(text:find("expected", 1, true), text)
   end)
 end)
