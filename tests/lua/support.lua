@@ -47,6 +47,10 @@ M.luajit = rawget(_G, "jit") ~= nil
 -- (exactly); a renamed test is run again, and fails there if it still
 -- needs 5.4.
 --   it = support.lua54_only(it, pending, {["item returns an integer"] = "math.type"})
+-- The reasons most checks need 5.4 for:
+M.NO_FLOAT_SUBTYPE = "accel.tensor({1.0, ...}) gives int64 under LuaJIT (integral literals have no float subtype)"
+M.NO_MATH_TYPE = "math.type (the integer subtype)"
+M.NO_LEN = "# on a container or loader (LuaJIT's # ignores __len on tables)"
 function M.lua54_only(it_fn, pending_fn, reasons)
   if not M.luajit then return it_fn end
   return function(name, ...)
