@@ -10,7 +10,10 @@
  * unlike in 5.4; a non-integral number given where an integer is needed
  * raises Lua 5.4's "number has no integer representation". An integer
  * pushed to Lua beyond +-2^53 (where doubles skip integers) raises an
- * error naming the value instead of being silently rounded. */
+ * error naming the value instead of being silently rounded.
+ *
+ * Per-state data of the bindings (Lua 5.4's extra space) and the main
+ * thread have LuaJIT replacements in bindings/lua_util.c. */
 #ifndef ACCEL_LUA_COMPAT_H
 #define ACCEL_LUA_COMPAT_H
 
@@ -26,10 +29,10 @@
 
 /* lua_pushfstring's conversion of a lua_Integer: "%" LUA_FMT_INT with LUA_FMT_INT_ARG(x). */
 #define LUA_FMT_INT "I"
+#define LUA_FMT_INT_ARG(x) ((LUA_INTEGER)(x))
 
 /* Integers up to this magnitude reach Lua exactly. */
 #define LUA_COMPAT_EXACT_INT INT64_MAX
-#define LUA_FMT_INT_ARG(x) ((LUA_INTEGER)(x))
 
 /* The FILE* of a Lua file handle, NULL once it is closed. */
 static inline FILE *lua_compat_stream_file(luaL_Stream *p) { return p->closef ? p->f : NULL; }
@@ -47,9 +50,9 @@ static inline void lua_compat_push_mainthread(lua_State *L) {
 
 /* LuaJIT's lua_pushfstring has no %I; %f writes an integral number without a fraction. */
 #define LUA_FMT_INT "f"
+#define LUA_FMT_INT_ARG(x) ((lua_Number)(x))
 
 #define LUA_COMPAT_EXACT_INT ((int64_t)1 << 53)
-#define LUA_FMT_INT_ARG(x) ((lua_Number)(x))
 
 typedef uint64_t lua_Unsigned;
 
