@@ -51,6 +51,17 @@ M.luajit = rawget(_G, "jit") ~= nil
 M.NO_FLOAT_SUBTYPE = "accel.tensor({1.0, ...}) gives int64 under LuaJIT (integral literals have no float subtype)"
 M.NO_MATH_TYPE = "math.type (the integer subtype)"
 M.NO_LEN = "# on a container or loader (LuaJIT's # ignores __len on tables)"
+M.NO_IDIV = "the // operator (Lua 5.3+)"
+M.NO_STRING_PACK = "string.pack / string.unpack (Lua 5.3+; support's float32 rounding uses them)"
+
+-- A function applying a Lua 5.3+ binary operator ("//", "&", ">>", ...),
+-- compiled at run time so that the spec file still parses under LuaJIT
+-- (where the checks using it are skipped with lua54_only).
+function M.lua54_binop(op)
+  if M.luajit then return function() error("the " .. op .. " operator needs Lua 5.3+", 2) end end
+  return assert(load("local a, b = ... return a " .. op .. " b"))
+end
+
 function M.lua54_only(it_fn, pending_fn, reasons)
   if not M.luajit then return it_fn end
   return function(name, ...)
