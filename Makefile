@@ -11,6 +11,7 @@
 #   make install     program, accel.so and man pages under PREFIX (default
 #                    /usr/local), staged under DESTDIR; make uninstall
 #   make deb         build/accel-lua_VERSION_amd64.deb (scripts/make-deb.sh)
+#   make LUA=luajit  the same against LuaJIT 2.1 in build/luajit (docs/luajit.md)
 #   make CUDA=1      also the CUDA build in $(BUILD)/cuda (all GPU targets; docs/gpu.md)
 #   make cuda-ci     the CUDA build when a CUDA toolkit is installed, else a note (make test)
 #   make clean
@@ -43,6 +44,36 @@ PROGRAM_LIBS := -lreadline
 
 ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer \
               -fno-sanitize-recover=undefined
+
+# ---- LuaJIT (docs/luajit.md) ----
+# `make LUA=luajit` builds accel-lua, accel.so and the C tests against
+# LuaJIT 2.1 (Debian's libluajit-5.1-dev) in build/luajit (BUILD= still
+# wins), next to the Lua 5.4 build. The C side reads bindings/lua_compat.h;
+# scripts/embed-lua.lua runs under luajit there, so a library file outside
+# LuaJIT's syntax fails that build. `make luajit` is the program and module
+# only (what `make test` adds, target luajit-ci, for run-tests.sh's LuaJIT
+# pass: BUILD/luajit). `make test LUA=luajit` runs the busted specs alone
+# (run-tests.sh asks the program which interpreter it has).
+ifeq ($(LUA),luajit)
+ifeq ($(origin BUILD),file)
+BUILD := build/luajit
+endif
+CPPFLAGS := $(subst -I/usr/include/lua5.4,-I/usr/include/luajit-2.1,$(CPPFLAGS))
+LIBS := $(subst -llua5.4,-lluajit-5.1,$(LIBS))
+endif
+LUAJIT_BUILD := $(if $(filter luajit,$(LUA)),$(BUILD),$(BUILD)/luajit)
+
+.PHONY: luajit luajit-ci
+luajit: deps
+	$(MAKE) --no-print-directory LUA=luajit BUILD=$(LUAJIT_BUILD) $(LUAJIT_BUILD)/accel-lua $(LUAJIT_BUILD)/accel.so
+
+# make test: the LuaJIT program too (a LuaJIT `make test` builds itself).
+luajit-ci: deps
+ifneq ($(LUA),luajit)
+	$(MAKE) --no-print-directory luajit
+endif
+test: luajit-ci
+# ---- end LuaJIT ----
 
 OBJ := $(BUILD)/obj
 GEN := $(BUILD)/gen

@@ -390,7 +390,8 @@ static Device load_device(lua_State *L, int idx) {
     lua_pushnil(L);
     while (lua_next(L, idx)) {
         if (lua_type(L, -2) != LUA_TSTRING || strcmp(lua_tostring(L, -2), "device") != 0)
-            lu_error(L, "accel.load: unknown option '%s' (expected device)", luaL_tolstring(L, -2, NULL));
+            lu_error(L, "accel.load: unknown option '%s' (expected device)",
+                     lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : luaL_typename(L, -2));
         d = lu_check_device(L, lua_gettop(L));
         lua_pop(L, 1);
     }

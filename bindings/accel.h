@@ -3,7 +3,7 @@
 #ifndef ACCEL_BINDINGS_H
 #define ACCEL_BINDINGS_H
 
-#include <lua.h>
+#include "lua_compat.h"
 
 int luaopen_accel(lua_State *L);
 

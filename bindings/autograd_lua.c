@@ -175,7 +175,7 @@ static Tensor **check_inputs(lua_State *L, int idx, int *n) {
 static LuaBackward *new_ctx(lua_State *L, int fn_idx, int n_out, const char *name) {
     LuaBackward *c = calloc(1, sizeof *c + sizeof(Tensor *) * (size_t)n_out);
     if (!c) return NULL;
-    lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
+    lua_compat_push_mainthread(L);
     c->L = lua_tothread(L, -1);
     lua_pop(L, 1);
     lua_pushvalue(L, fn_idx);

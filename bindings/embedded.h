@@ -4,7 +4,7 @@
 #ifndef ACCEL_BINDINGS_EMBEDDED_H
 #define ACCEL_BINDINGS_EMBEDDED_H
 
-#include <lua.h>
+#include "lua_compat.h"
 
 /* Registers package.preload[name] for every embedded module, e.g.
  * bindings/lua/accel/nn.lua -> "accel.nn" (accel/x/init.lua -> "accel.x").

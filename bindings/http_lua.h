@@ -3,7 +3,7 @@
 #ifndef ACCEL_HTTP_LUA_H
 #define ACCEL_HTTP_LUA_H
 
-#include <lua.h>
+#include "lua_compat.h"
 
 void lu_open_http(lua_State *L, int module_idx);
 

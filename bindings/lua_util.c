@@ -41,7 +41,48 @@ int lu_core_error(lua_State *L) { return lu_error(L, "%s", accel_last_error()); 
 
 /* ---- per-state binding data, reached through the state's extra space ---- */
 
+#if LUA_VERSION_NUM >= 504
 LuState *lu_state(lua_State *L) { return *(LuState **)lua_getextraspace(L); }
+
+static void set_state(lua_State *L, LuState *st) { *(LuState **)lua_getextraspace(L) = st; }
+#else
+/* LuaJIT has no extra space. Every thread of a state shares its
+ * allocator's user data, so that pointer names the state: a short table
+ * of (allocator data, LuState) pairs, one entry per open state that loaded
+ * the bindings (an entry is reused when a closed state's allocator address
+ * comes back). */
+#define MAX_STATES 16
+static struct {
+    void *ud;
+    LuState *st;
+} states[MAX_STATES];
+static int n_states;
+
+static void *state_key(lua_State *L) {
+    void *ud;
+    lua_getallocf(L, &ud);
+    return ud;
+}
+
+LuState *lu_state(lua_State *L) {
+    void *ud = state_key(L);
+    for (int i = n_states - 1; i >= 0; i--)
+        if (states[i].ud == ud) return states[i].st;
+    return NULL;
+}
+
+static void set_state(lua_State *L, LuState *st) {
+    void *ud = state_key(L);
+    int i = 0;
+    while (i < n_states && states[i].ud != ud) i++;
+    if (i == MAX_STATES) luaL_error(L, "accel: more than %d Lua states loaded the bindings", MAX_STATES);
+    if (i == n_states) n_states++;
+    states[i].ud = ud;
+    states[i].st = st;
+    if (lua_pushthread(L)) lua_setfield(L, LUA_REGISTRYINDEX, LUA_COMPAT_MAINTHREAD);
+    else lua_pop(L, 1);
+}
+#endif
 
 void lu_state_init(lua_State *L) {
     LuState *st = lua_newuserdatauv(L, sizeof *st, 0);
@@ -50,7 +91,7 @@ void lu_state_init(lua_State *L) {
     luaL_getmetatable(L, TENSOR_MT);
     st->tensor_mt = lua_topointer(L, -1);
     lua_pop(L, 1);
-    *(LuState **)lua_getextraspace(L) = st;
+    set_state(L, st);
 }
 
 /* ---- tensor userdata ---- */
@@ -206,6 +247,16 @@ static const char *op_prefix(lua_State *L, char *buf, size_t n) {
     if (lua_getstack(L, 0, &ar) && lua_getinfo(L, "n", &ar) && ar.name) snprintf(buf, n, "%s: ", ar.name);
     return buf;
 }
+
+#if LUA_VERSION_NUM < 504
+void lua_compat_pushinteger(lua_State *L, lua_Integer n) {
+    char op[64];
+    if (n > LUA_COMPAT_EXACT_INT || n < -LUA_COMPAT_EXACT_INT)
+        lu_error(L, "%sinteger %lld does not fit a LuaJIT number (doubles hold integers up to 2^53 exactly); "
+                 "the Lua 5.4 build holds it", op_prefix(L, op, sizeof op), (long long)n);
+    lua_pushnumber(L, (lua_Number)n);
+}
+#endif
 
 int lu_dim_value(lua_State *L, lua_Integer d) {
     char op[64];

@@ -4,8 +4,7 @@
 #ifndef ACCEL_LUA_UTIL_H
 #define ACCEL_LUA_UTIL_H
 
-#include <lua.h>
-#include <lauxlib.h>
+#include "lua_compat.h"
 #include <time.h>
 #include "../core/tensor.h"
 #include "../core/ops.h"

@@ -318,7 +318,7 @@ static int shape_tostring(lua_State *L) {
     int n = (int)lua_rawlen(L, 1);
     for (int i = 1; i <= n; i++) {
         lua_rawgeti(L, 1, i);
-        lua_pushfstring(L, "%s%I", i > 1 ? ", " : "", (LUA_INTEGER)lua_tointeger(L, -1));
+        lua_pushfstring(L, "%s%" LUA_FMT_INT, i > 1 ? ", " : "", LUA_FMT_INT_ARG(lua_tointeger(L, -1)));
         luaL_addvalue(&b);
         lua_pop(L, 1);
     }
@@ -937,7 +937,7 @@ static int t_newindex(lua_State *L) {
             return lu_error(L, "t[%lld] = ...: a leaf tensor that requires grad (shape %s) cannot be modified in place; "
                             "use accel.no_grad", (long long)i, tensor_shape_str(t));
         Tensor *s3 = lu_to_tensor(L, 3);
-        lua_pushfstring(L, "t[%I] = ...", (LUA_INTEGER)i);
+        lua_pushfstring(L, "t[%" LUA_FMT_INT "] = ...", LUA_FMT_INT_ARG(i));
         bool hist = overwrite_check(L, t, s3 && s3->requires_grad, lua_tostring(L, -1));
         bool prev = ag_set_grad_enabled(false); /* the row view itself carries no history */
         Tensor *row = tensor_select(t, 0, i > 0 ? i - 1 : i);

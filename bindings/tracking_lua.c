@@ -9,7 +9,7 @@
 #include "../core/io/crc32c.h"
 
 #include <errno.h>
-#include <lualib.h>
+#include "lua_compat.h"
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
@@ -37,7 +37,7 @@ static int c_masked_crc32c(lua_State *L) {
 static FILE *check_file(lua_State *L, int idx, const char *op) {
     luaL_Stream *p = luaL_testudata(L, idx, LUA_FILEHANDLE);
     if (!p) lu_error(L, "%s: expected an open Lua file, got %s", op, luaL_typename(L, idx));
-    if (!p->closef || !p->f) lu_error(L, "%s: the file is closed", op);
+    if (!lua_compat_stream_file(p)) lu_error(L, "%s: the file is closed", op);
     return p->f;
 }
 

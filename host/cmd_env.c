@@ -12,7 +12,7 @@
 
 #include <cblas.h>
 #include <dnnl.h>
-#include <lua.h>
+#include "bindings/lua_compat.h"
 
 #include "core/backend/backend.h"
 #include "host/config_yaml.h"
@@ -42,7 +42,7 @@ static void print_versions(void) {
     char mpi[256];
     mpi_version(mpi, sizeof mpi);
     printf("- accel-lua version: %s\n", ACCEL_LUA_VERSION);
-    printf("- Lua version: %s\n", LUA_RELEASE);
+    printf("- Lua version: %s\n", ACCEL_LUA_RELEASE);
     if (uname(&u) == 0) printf("- Platform: %s %s %s\n", u.sysname, u.release, u.machine);
     printf("- oneDNN version: %d.%d.%d (commit %s)\n", d->major, d->minor, d->patch, d->hash);
     printf("- OpenBLAS: %s\n", openblas_get_config());

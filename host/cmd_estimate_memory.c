@@ -9,8 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include <lauxlib.h>
-#include <lualib.h>
+#include "bindings/lua_compat.h"
 
 #include "host/host.h"
 #include "host/subcommands.h"

@@ -3,8 +3,7 @@
  * file. The work is Lua (accel.shard_checkpoint.main, which also prints
  * the usage for --help); this file runs it in a fresh state and returns
  * its exit status. */
-#include <lauxlib.h>
-#include <lualib.h>
+#include "bindings/lua_compat.h"
 
 #include "host/host.h"
 #include "host/subcommands.h"

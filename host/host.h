@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include <lua.h>
+#include "bindings/lua_compat.h"
 
 #define ACCEL_LUA_NAME "accel-lua"
 #define ACCEL_LUA_VERSION "0.1.0"

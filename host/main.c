@@ -14,8 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <lauxlib.h>
-#include <lualib.h>
+#include "bindings/lua_compat.h"
 
 #include "host/host.h"
 #include "host/subcommands.h"

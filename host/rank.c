@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include <lauxlib.h>
+#include "bindings/lua_compat.h"
 
 #include "host/host.h"
 

@@ -20,7 +20,7 @@
 #include <readline/history.h>
 #include <readline/readline.h>
 
-#include <lauxlib.h>
+#include "bindings/lua_compat.h"
 
 #include "host/host.h"
 
@@ -28,7 +28,12 @@
 
 static int use_readline; /* stdin is a terminal */
 
+/* Lua 5.4 ends such a message in "near <eof>", LuaJIT in "near '<eof>'". */
+#if LUA_VERSION_NUM >= 504
 #define EOF_MARK "<eof>"
+#else
+#define EOF_MARK "'<eof>'"
+#endif
 #define EOF_MARK_LEN (sizeof(EOF_MARK) - 1)
 
 static const char *prompt_for(lua_State *L, int first) {

@@ -7,8 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <lauxlib.h>
-#include <lualib.h>
+#include "bindings/lua_compat.h"
 
 #include "bindings/accel.h"
 #include "host/host.h"
@@ -17,7 +16,7 @@
 static lua_State *interrupt_target;
 
 void host_print_version(void) {
-    printf("%s %s (%s)\n", ACCEL_LUA_NAME, ACCEL_LUA_VERSION, LUA_RELEASE);
+    printf("%s %s (%s)\n", ACCEL_LUA_NAME, ACCEL_LUA_VERSION, ACCEL_LUA_RELEASE);
     fflush(stdout);
 }
 

@@ -56,7 +56,7 @@ local HEADER = [[
  * under %s. Do not edit; it is rebuilt by make. */
 #include <stddef.h>
 
-#include <lauxlib.h>
+#include "bindings/lua_compat.h"
 
 #include "bindings/embedded.h"
 

@@ -9,6 +9,7 @@ set -euo pipefail
 PACKAGES=(
     gcc make
     liblua5.4-dev lua5.4 lua-busted
+    libluajit-5.1-dev luajit   # `make LUA=luajit` and the LuaJIT test pass (docs/luajit.md)
     libdnnl-dev libopenblas-dev
     libopenmpi-dev openmpi-bin
     libyaml-dev zlib1g-dev

@@ -48,7 +48,7 @@ function M.median(v)
   table.sort(v)
   local n = #v
   if n == 0 then return 0 end
-  return n % 2 == 1 and v[(n + 1) // 2] or (v[n // 2] + v[n // 2 + 1]) / 2
+  return n % 2 == 1 and v[math.floor((n + 1) / 2)] or (v[math.floor(n / 2)] + v[math.floor(n / 2) + 1]) / 2
 end
 
 -- Token + position embeddings; per block x += proj(attn(ln1(x))),
@@ -62,7 +62,7 @@ function M.gpt(cfg)
   local F = nn.functional
   local V, T, L, H, C = cfg.V, cfg.T, cfg.L, cfg.H, cfg.C
   local explicit = cfg.attn == "explicit"
-  local hs = C // H
+  local hs = math.floor(C / H)
 
   local Attn = nn.Module:extend("Attn")
   function Attn:init()

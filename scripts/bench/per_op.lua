@@ -6,14 +6,16 @@
 -- OPENBLAS_NUM_THREADS=1) and prints the ratios.
 --   OMP_NUM_THREADS=1 build/accel-lua scripts/bench/per_op.lua [N] [REPEATS] [--no-torch]
 -- Last line: "RESULT accel add=<us> fwdbwd=<us> rss_before_kib=<n> rss_after_kib=<n>
--- [torch_add=<us> torch_fwdbwd=<us>]".
+-- [torch_add=<us> torch_fwdbwd=<us>]". Runs under Lua 5.4 and LuaJIT
+-- (build/luajit/accel-lua; run.sh reports both).
 local accel = require("accel")
 local common = dofile((debug.getinfo(1, "S").source:match("^@(.*)/") or ".") .. "/common.lua")
 
 local N, REPEATS, with_torch = 100000, 3, true
 local nums = {}
 for _, v in ipairs(arg) do
-  if v == "--no-torch" then with_torch = false else nums[#nums + 1] = math.tointeger(tonumber(v)) end
+  local num = tonumber(v)
+  if v == "--no-torch" then with_torch = false elseif num then nums[#nums + 1] = math.floor(num) end
 end
 N = nums[1] or N
 REPEATS = nums[2] or REPEATS
@@ -60,8 +62,8 @@ local rss0 = vmrss_kib()
 local t_add = time_loop(add, N, REPEATS)
 local t_fb = time_loop(fwdbwd, N, REPEATS)
 local rss1 = vmrss_kib()
-print(("accel-lua %s per-op (16-element float32, %d iterations, median of %d, %d thread)")
-  :format(accel.__version__, N, REPEATS, accel.num_threads()))
+print(("accel-lua %s per-op under %s (16-element float32, %d iterations, median of %d, %d thread)")
+  :format(accel.__version__, rawget(_G, "jit") and jit.version or _VERSION, N, REPEATS, accel.num_threads()))
 print(("  a + b (no grad)            %8.3f us/op"):format(t_add))
 print(("  (a + b):sum():backward()   %8.3f us/op"):format(t_fb))
 print(("  VmRSS before %d KiB, after %d KiB (Lua heap %.0f KiB)"):format(rss0, rss1, collectgarbage("count")))

@@ -145,10 +145,13 @@ write_results() {
 }
 
 if [[ $MAKE == 1 ]]; then
-    make -j2 BUILD="$BUILD" ${OPTFLAGS:+OPTFLAGS="$OPTFLAGS"} >/dev/null ||
+    make -j2 BUILD="$BUILD" ${OPTFLAGS:+OPTFLAGS="$OPTFLAGS"} all luajit >/dev/null ||
         { echo "run.sh: make failed (try OPTFLAGS=-O2 or --no-make)" >&2; exit 1; }
 fi
 ACCEL=$BUILD/accel-lua
+# The LuaJIT build (make luajit; docs/luajit.md): the per-op rows are also
+# measured under it when it is there.
+ACCEL_JIT=$BUILD/luajit/accel-lua
 [[ -x $ACCEL ]] || { echo "run.sh: $ACCEL not built" >&2; exit 1; }
 HAVE_TORCH=0
 "$PYTHON" -c 'import torch' 2>/dev/null && [[ -f $ANCHORS/bench_gpt.py ]] && HAVE_TORCH=1
@@ -198,6 +201,11 @@ micro() {
     ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2fx", a / b; else print "n/a" }'; }
     local acc_line a t d l n
     acc_line=$(grep '^RESULT accel' <<<"$per_op")
+    local jit_line="" per_op_jit
+    if [[ -x $ACCEL_JIT ]]; then
+        per_op_jit=$(OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$ACCEL_JIT" "$BENCH/per_op.lua" "$per_op_n" --no-torch)
+        jit_line=$(grep '^RESULT accel' <<<"$per_op_jit")
+    fi
     printf '| %-46s | %12s | %12s | %8s |\n' benchmark accel-lua reference ratio
     printf '|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..48})" "$(printf -- '-%.0s' {1..14})" \
         "$(printf -- '-%.0s' {1..14})" "$(printf -- '-%.0s' {1..10})"
@@ -208,6 +216,16 @@ micro() {
     row "a + b, 16 x f32, us/op (ref: PyTorch)" "$a" "${t:-n/a}" "$(ratio "${t:-0}" "$a")"
     a=$(value fwdbwd "$acc_line"); t=$(value torch_fwdbwd "$acc_line")
     row "(a+b):sum():backward(), us/op (ref: PyTorch)" "$a" "${t:-n/a}" "$(ratio "${t:-0}" "$a")"
+    if [[ -n $jit_line ]]; then
+        local op
+        for op in add fwdbwd; do
+            a=$(value $op "$jit_line"); t=$(value $op "$acc_line")
+            row "$([[ $op == add ]] && echo "a + b" || echo "(a+b):sum():backward()"), us/op, LuaJIT (ref: Lua 5.4)" \
+                "$a" "$t" "$(ratio "$t" "$a")"
+        done
+    else
+        echo "(no LuaJIT build at $ACCEL_JIT: make luajit adds the LuaJIT per-op rows)"
+    fi
     for n in $sizes; do
         l=$(grep "^RESULT matmul n=$n " <<<"$matmul" || true)
         [[ -n $l ]] || continue
@@ -221,7 +239,7 @@ micro() {
             row "matmul bf16 n=$n GFLOP/s (ref: oneDNN bf16)" "$a" "$d" "$(ratio "$a" "$d")"
         fi
     done
-    echo "(start-up and per-op: reference / accel-lua, >1 = accel-lua faster; matmul: accel-lua / library)"
+    echo "(start-up and per-op: reference / accel-lua, >1 = accel-lua faster, for LuaJIT rows: faster than under Lua 5.4; matmul: accel-lua / library)"
 }
 
 # ---------------- training benchmarks ----------------

@@ -8,6 +8,10 @@
 local accel = require("accel")
 local gc = dofile("tests/lua/gradcheck.lua")
 local support = dofile("tests/lua/support.lua")
+-- Checks that need Lua 5.4 semantics are skipped (counted) under LuaJIT:
+it = support.lua54_only(it, pending, {
+  ["GPT-2 blocks with dropout 0.1 in train mode: the masks are replayed, gradients equal bitwise"] = support.NO_LEN,
+})
 
 local nn, F = accel.nn, accel.nn.functional
 local utils = accel.utils

@@ -13,7 +13,7 @@ local BIN = support.ACCEL_LUA
 -- Runs the command line; {code, out, err}.
 local function sh(cmd)
   local out, err = support.tmpname(".out"), support.tmpname(".err")
-  local _, how, code = os.execute(("%s >%s 2>%s"):format(cmd, q(out), q(err)))
+  local _, how, code = support.execute(("%s >%s 2>%s"):format(cmd, q(out), q(err)))
   local r = {code = how == "exit" and code or 128 + code, out = support.read_if_exists(out),
     err = support.read_if_exists(err)}
   os.remove(out)

@@ -4,6 +4,13 @@
 local accel = require("accel")
 local progress = require("accel.progress")
 local support = dofile("tests/lua/support.lua")
+-- Checks that need Lua 5.4 semantics are skipped (counted) under LuaJIT:
+it = support.lua54_only(it, pending, {
+  ["redraws in place on the main process when launch's stderr is a terminal"] = "the spec uses Lua 5.3's utf8 library",
+  ["draws partial blocks and fits the width"] = "the spec uses Lua 5.3's utf8 library",
+  ["takes a list or a loader-like object, using # as the total"] = support.NO_LEN,
+  ["closes the bar when the loop breaks (Lua 5.4 closing value)"] = "<close> (Lua 5.4)",
+})
 
 local function tmpfile()
   local path = os.tmpname()

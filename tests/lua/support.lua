@@ -34,6 +34,56 @@ function M.cpu_only(it_fn, pending_fn, reason)
 end
 
 -- ---------------------------------------------------------------------
+-- the interpreter (Lua 5.4, or LuaJIT 2.1 in `make test LUA=luajit`)
+
+-- True under LuaJIT (docs/luajit.md).
+M.luajit = rawget(_G, "jit") ~= nil
+
+-- For checks that need Lua 5.4 semantics LuaJIT lacks (the integer
+-- subtype, math.type, __len / __pairs on tables, <close>, 5.3+ libraries):
+-- returns `it` unchanged under Lua 5.4; under LuaJIT, an `it` that reports
+-- each test named in reasons pending (counted as skipped, never as passed)
+-- with its reason, and runs the others. Names are the `it` names
+-- (exactly); a renamed test is run again, and fails there if it still
+-- needs 5.4.
+--   it = support.lua54_only(it, pending, {["item returns an integer"] = "math.type"})
+-- The reasons most checks need 5.4 for:
+M.NO_FLOAT_SUBTYPE = "accel.tensor({1.0, ...}) gives int64 under LuaJIT (integral literals have no float subtype)"
+M.NO_MATH_TYPE = "math.type (the integer subtype)"
+M.NO_LEN = "# on a container or loader (LuaJIT's # ignores __len on tables)"
+M.NO_IDIV = "the // operator (Lua 5.3+)"
+M.NO_STRING_PACK = "string.pack / string.unpack (Lua 5.3+; support's float32 rounding uses them)"
+
+-- A function applying a Lua 5.3+ binary operator ("//", "&", ">>", ...),
+-- compiled at run time so that the spec file still parses under LuaJIT
+-- (where the checks using it are skipped with lua54_only).
+function M.lua54_binop(op)
+  if M.luajit then return function() error("the " .. op .. " operator needs Lua 5.3+", 2) end end
+  return assert(load("local a, b = ... return a " .. op .. " b"))
+end
+
+function M.lua54_only(it_fn, pending_fn, reasons)
+  if not M.luajit then return it_fn end
+  return function(name, ...)
+    local why = reasons[name]
+    if why == nil then return it_fn(name, ...) end
+    return pending_fn(name .. " [Lua 5.4 only: " .. why .. "]")
+  end
+end
+
+-- os.execute(cmd) with Lua 5.4's results (ok, "exit" or "signal", code)
+-- also under LuaJIT, whose os.execute returns the raw wait status.
+function M.execute(cmd)
+  local ok, how, code = os.execute(cmd)
+  if type(ok) ~= "number" then return ok, how, code end
+  if ok % 256 == 0 then
+    code = math.floor(ok / 256)
+    return code == 0 or nil, "exit", code
+  end
+  return nil, "signal", ok % 128
+end
+
+-- ---------------------------------------------------------------------
 -- files and folders
 
 -- A new empty folder under the system's temporary folder.
@@ -188,7 +238,7 @@ end
 
 -- Ends the script with a FAIL line when OpenMPI's mpirun is not installed.
 function M.require_mpirun()
-  if not os.execute("command -v mpirun >/dev/null 2>&1") then
+  if not M.execute("command -v mpirun >/dev/null 2>&1") then
     print("FAIL mpirun not found (apt-get install openmpi-bin; scripts/install-deps.sh)")
     os.exit(1)
   end
@@ -228,7 +278,7 @@ function M.job_checks()
 
   function jobs.run(cmd)
     local t0 = accel.clock()
-    local _, how, code = os.execute(("%s >%s 2>%s"):format(cmd, M.shell_quote(tmp .. ".out"),
+    local _, how, code = M.execute(("%s >%s 2>%s"):format(cmd, M.shell_quote(tmp .. ".out"),
       M.shell_quote(tmp .. ".err")))
     local run = {secs = accel.clock() - t0, out = M.read_if_exists(tmp .. ".out"), err = M.read_if_exists(tmp .. ".err")}
     run.code = how == "exit" and code or 128 + code

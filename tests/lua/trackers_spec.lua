@@ -47,8 +47,8 @@ local function spawn(cmd, log, limit)
 end
 
 -- Whether the group's leader (the spawned process) still runs.
-local function alive(pgid) return os.execute("kill -0 " .. pgid .. " 2>/dev/null") == true end
-local function group_alive(pgid) return os.execute("kill -0 -" .. pgid .. " 2>/dev/null") == true end
+local function alive(pgid) return support.execute("kill -0 " .. pgid .. " 2>/dev/null") == true end
+local function group_alive(pgid) return support.execute("kill -0 -" .. pgid .. " 2>/dev/null") == true end
 
 -- SIGTERM to the group, SIGKILL if it is still there after 10 s.
 local function stop(pgid)

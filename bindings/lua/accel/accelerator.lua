@@ -121,6 +121,7 @@
 --    own random_states_<rank>.json keeps its generator (rank 0 warns once,
 --    naming those ranks) and takes the accumulation step from rank 0's file.
 local accel = require("accel")
+local compat = require("accel.compat")
 local state = require("accel.state")
 local ops = require("accel.operations")
 local prepared = require("accel.prepared")
@@ -651,8 +652,8 @@ function M.find_executable_batch_size(fn, o)
   return function(...)
     while true do
       if batch_size <= 0 then raise("find_executable_batch_size: no executable batch size found, reached zero") end
-      local res = table.pack(pcall(fn, batch_size, ...))
-      if res[1] then return table.unpack(res, 2, res.n) end
+      local res = compat.pack(pcall(fn, batch_size, ...))
+      if res[1] then return compat.unpack(res, 2, res.n) end
       if not M.is_out_of_memory_error(res[2]) then error(res[2], 0) end
       collectgarbage()
       collectgarbage()
@@ -817,7 +818,7 @@ local PREPARE_PASSES = {{model = "prepare_model", loader = "prepare_data_loader"
   {optimizer = "prepare_optimizer"}, {scheduler = "prepare_scheduler"}}
 
 function Accelerator:prepare(...)
-  local args = table.pack(...)
+  local args = compat.pack(...)
   local out = {}
   if self._shard_plan then prepare_sharded(self, args, out) end
   for _, pass in ipairs(PREPARE_PASSES) do
@@ -829,7 +830,7 @@ function Accelerator:prepare(...)
   for i = 1, args.n do
     if out[i] == nil then out[i] = args[i] end
   end
-  return table.unpack(out, 1, args.n)
+  return compat.unpack(out, 1, args.n)
 end
 
 local function reducer_of(self, model)
@@ -1210,7 +1211,7 @@ end
 -- per data argument, in order (gather_for_metrics(preds, labels) -> all
 -- preds, all labels).
 function Accelerator:gather_for_metrics(...)
-  local args = table.pack(...)
+  local args = compat.pack(...)
   local o = metrics_options(args)
   if args.n == 0 then raise("gather_for_metrics: expected the data to gather") end
   local out = {}
@@ -1218,7 +1219,7 @@ function Accelerator:gather_for_metrics(...)
     if args[i] == nil then raise("gather_for_metrics: argument %d is nil", i) end
     out[i] = gather_one_for_metrics(self, args[i], o and o.use_gather_object)
   end
-  return table.unpack(out, 1, args.n)
+  return compat.unpack(out, 1, args.n)
 end
 
 -- reduce(t, "sum" | "mean" | "max" | "min" | "none" or {reduction=, scale=})
@@ -1297,7 +1298,7 @@ function Accelerator:free_memory(...)
   local n = select("#", ...)
   if n > 0 then
     local out = {}
-    return table.unpack(out, 1, n)
+    return compat.unpack(out, 1, n)
   end
 end
 Accelerator.clear = Accelerator.free_memory

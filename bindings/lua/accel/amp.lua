@@ -7,6 +7,7 @@
 -- fp8 recipe (accel.fp8) and every other GEMM runs under bf16 autocast, as
 -- Accelerate's fp8 does.
 local accel = require("accel")
+local compat = require("accel.compat")
 local C = accel._C
 
 local amp = {}
@@ -24,10 +25,10 @@ end
 function amp.run(dtype, fn, ...)
   if dtype == nil then return fn(...) end
   local prev = C.set_autocast(dtype)
-  local res = table.pack(pcall(fn, ...))
+  local res = compat.pack(pcall(fn, ...))
   C.set_autocast(prev)
   if not res[1] then error(res[2], 0) end
-  return table.unpack(res, 2, res.n)
+  return compat.unpack(res, 2, res.n)
 end
 
 -- Half-precision tensors (also inside plain tables) back to float32.
@@ -47,9 +48,9 @@ end
 local function outputs_to_fp32(...)
   local n = select("#", ...)
   if n == 1 then return to_fp32((...)) end
-  local res = table.pack(...)
+  local res = compat.pack(...)
   for i = 1, n do res[i] = to_fp32(res[i]) end
-  return table.unpack(res, 1, n)
+  return compat.unpack(res, 1, n)
 end
 
 -- Patched forwards: model -> the forward it had before (weak keys).

@@ -10,6 +10,7 @@
 -- receives the gradient of that output and returns one gradient (or nil) per
 -- argument of forward, in order.
 local accel = require("accel")
+local compat = require("accel.compat")
 
 local autograd = {}
 
@@ -26,9 +27,9 @@ function autograd.Function(def)
   end
   local F = {}
   function F.apply(...)
-    local args = table.pack(...)
+    local args = compat.pack(...)
     local ctx = setmetatable({saved_tensors = {}}, Ctx)
-    local out = accel.no_grad(function() return def.forward(ctx, table.unpack(args, 1, args.n)) end)
+    local out = accel.no_grad(function() return def.forward(ctx, compat.unpack(args, 1, args.n)) end)
     if not accel.is_tensor(out) then error("autograd.Function forward must return a tensor", 2) end
     local inputs = {}
     for i = 1, args.n do
@@ -37,8 +38,8 @@ function autograd.Function(def)
     ctx.needs_input_grad = {}
     for i = 1, args.n do ctx.needs_input_grad[i] = inputs[i] and inputs[i].requires_grad or false end
     return accel._C.attach_custom(out, inputs, function(grad)
-      local grads = table.pack(def.backward(ctx, grad))
-      return table.unpack(grads, 1, args.n)
+      local grads = compat.pack(def.backward(ctx, grad))
+      return compat.unpack(grads, 1, args.n)
     end)
   end
   return setmetatable(F, {__call = function(_, ...) return F.apply(...) end})

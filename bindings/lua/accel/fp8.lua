@@ -37,6 +37,7 @@
 -- device's backend. A backend with native fp8 GEMMs replaces the product
 -- through the hook fp8_set_device_scaled_mm of core/fp8.h.
 local accel = require("accel")
+local compat = require("accel.compat")
 local autograd = require("accel.autograd")
 local base = require("accel.nn.module")
 local raise = base.raise
@@ -159,10 +160,10 @@ local active = 0
 -- fn(...) with the fp8 Linears on (restored even when fn raises).
 function fp8.run(fn, ...)
   active = active + 1
-  local res = table.pack(pcall(fn, ...))
+  local res = compat.pack(pcall(fn, ...))
   active = active - 1
   if not res[1] then error(res[2], 0) end
-  return table.unpack(res, 2, res.n)
+  return compat.unpack(res, 2, res.n)
 end
 
 function fp8.is_active() return active > 0 end

@@ -46,6 +46,7 @@
 -- collective) naming the counts and join_uneven_inputs, instead of leaving
 -- the rank with more batches waiting in the gradient all-reduce.
 local accel = require("accel")
+local compat = require("accel.compat")
 local ddp = require("accel.ddp")
 local raise = require("accel.nn.module").raise
 
@@ -219,7 +220,7 @@ local function run_joined(acc, models, fn)
   local reducers = reducers_of(acc, models)
   local restore = announce_steps(models[1], function() agree_step(comm, true, reducers) end)
   rawset(acc, "_joining", true)
-  local res = table.pack(pcall(fn))
+  local res = compat.pack(pcall(fn))
   restore()
   if not res[1] then
     rawset(acc, "_joining", nil)
@@ -228,7 +229,7 @@ local function run_joined(acc, models, fn)
   local ok, err = pcall(function() sync_final_models(acc, models, shadow_until_all_joined(comm, reducers)) end)
   rawset(acc, "_joining", nil)
   if not ok then error(err, 0) end
-  return table.unpack(res, 2, res.n)
+  return compat.unpack(res, 2, res.n)
 end
 
 -- join_uneven_inputs(models, {even_batches =}, fn) -> fn's results.
@@ -239,13 +240,13 @@ function join.join_uneven_inputs(acc, models, o, fn)
   local restore = o.even_batches ~= nil and override_even_batches(acc, even) or function() end
   local res
   if acc.num_processes == 1 or even then
-    res = table.pack(pcall(fn))
+    res = compat.pack(pcall(fn))
   else
-    res = table.pack(pcall(run_joined, acc, models, fn))
+    res = compat.pack(pcall(run_joined, acc, models, fn))
   end
   restore()
   if not res[1] then error(res[2], 0) end
-  return table.unpack(res, 2, res.n)
+  return compat.unpack(res, 2, res.n)
 end
 
 return join

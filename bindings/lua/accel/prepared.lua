@@ -25,6 +25,7 @@
 --    starting at sample s has its padded last global batch counted from s
 --    (remainder = (dataset_length - s) % total_batch_size).
 local accel = require("accel")
+local compat = require("accel.compat")
 local raise = require("accel.nn.module").raise
 
 local M = {}
@@ -153,7 +154,7 @@ function M.wrap_loader(base, o)
   return setmetatable(self, DataLoaderShard)
 end
 
-DataLoaderShard.__len = function(self) return #rawget(self, "base") end
+DataLoaderShard.__len = function(self) return compat.len(rawget(self, "base")) end
 
 -- Every tensor of a batch moved to device, in tables of them too (as
 -- Accelerate's send_to_device); a tensor already there is kept, other
@@ -170,9 +171,9 @@ local function to_device(device, v1, ...)
   local n = select("#", ...)
   if n == 0 then return send(device, v1) end
   if n == 1 then return send(device, v1), send(device, (...)) end
-  local vals = table.pack(v1, ...)
+  local vals = compat.pack(v1, ...)
   for i = 1, vals.n do vals[i] = send(device, vals[i]) end
-  return table.unpack(vals, 1, vals.n)
+  return compat.unpack(vals, 1, vals.n)
 end
 
 -- for xb, yb in loader:iter() do ... end: this process's batches of the

@@ -7,6 +7,7 @@
 -- plus the process-level helpers Accelerate puts there: wait_for_everyone,
 -- print, main_process_first, on_main_process, split_between_processes.
 local accel = require("accel")
+local compat = require("accel.compat")
 local comm = require("accel.comm")
 local raise = require("accel.nn.module").raise
 local util = require("accel.util")
@@ -36,10 +37,10 @@ function M.handle(exit) return setmetatable({exit = exit}, Handle) end
 function M.scoped(enter, exit, fn)
   enter()
   if fn == nil then return M.handle(exit) end
-  local res = table.pack(pcall(fn))
+  local res = compat.pack(pcall(fn))
   exit()
   if not res[1] then error(res[2], 0) end
-  return table.unpack(res, 2, res.n)
+  return compat.unpack(res, 2, res.n)
 end
 
 -- ---------------------------------------------------------------- PartialState

@@ -85,6 +85,7 @@
 --   reached, or answers HTTP 4xx / 5xx, is an error naming the endpoint and
 --   MLflow's error_code and message.
 local accel = require("accel")
+local compat = require("accel.compat")
 local json = require("accel.json")
 local read_file = require("accel.util").read_file
 local C = accel._C
@@ -354,8 +355,8 @@ end
 
 local function pb_key(field, wire) return varint(field * 8 + wire) end
 local function pb_varint(field, n) return pb_key(field, 0) .. varint(n) end
-local function pb_double(field, x) return pb_key(field, 1) .. string.pack("<d", x) end
-local function pb_float(field, x) return pb_key(field, 5) .. string.pack("<f", x) end
+local function pb_double(field, x) return pb_key(field, 1) .. compat.string_pack("<d", x) end
+local function pb_float(field, x) return pb_key(field, 5) .. compat.string_pack("<f", x) end
 local function pb_bytes(field, s) return pb_key(field, 2) .. varint(#s) .. s end
 tracking._pb = {varint = varint, key = pb_key}
 
@@ -380,8 +381,8 @@ end
 
 -- One TFRecord: uint64 length, masked crc32c(length), data, masked crc32c(data).
 local function tfrecord(data)
-  local len = string.pack("<I8", #data)
-  return len .. string.pack("<I4", C.masked_crc32c(len)) .. data .. string.pack("<I4", C.masked_crc32c(data))
+  local len = compat.string_pack("<I8", #data)
+  return len .. compat.string_pack("<I4", C.masked_crc32c(len)) .. data .. compat.string_pack("<I4", C.masked_crc32c(data))
 end
 tracking._tfrecord = tfrecord
 

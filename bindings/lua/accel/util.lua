@@ -6,13 +6,16 @@ local util = {}
 -- as lu_error does for errors raised in C.
 function util.raise(fmt, ...)
   local msg = select("#", ...) > 0 and string.format(fmt, ...) or fmt
+  -- error() is called as a statement: a tail call would drop this frame
+  -- under LuaJIT and shift the level by one.
   local level = 2
   while true do
     local info = debug.getinfo(level, "Sl")
-    if not info then return error(msg, 0) end
-    if info.currentline > 0 and info.source:sub(1, 8) ~= "=[accel]" then return error(msg, level) end
+    if not info then level = 0 break end
+    if info.currentline > 0 and info.source:sub(1, 8) ~= "=[accel]" then break end
     level = level + 1
   end
+  error(msg, level)
 end
 
 -- An __index for a class with computed properties: a key of props is read

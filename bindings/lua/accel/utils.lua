@@ -48,6 +48,7 @@
 -- of the outer pass. The tensors a checkpointed forward or recompute leaves
 -- are garbage at once; _C.collect_garbage_tensors frees them.
 local accel = require("accel")
+local compat = require("accel.compat")
 local util = require("accel.util")
 local C = accel._C
 local raise = util.raise
@@ -94,7 +95,7 @@ end
 local function run_with(fn, args, keep_saved, autocast)
   local prev_keep = C.set_keep_saved(keep_saved)
   local prev_cast = C.set_autocast(autocast)
-  local ok, res = pcall(function() return table.pack(fn(table.unpack(args, 1, args.n))) end)
+  local ok, res = pcall(function() return compat.pack(fn(compat.unpack(args, 1, args.n))) end)
   C.set_keep_saved(prev_keep)
   C.set_autocast(prev_cast)
   if not ok then error(res, 0) end
@@ -170,7 +171,7 @@ end
 -- the arguments' gradients (one per node input).
 local function make_backward(st, pos, n_inputs)
   return function(...)
-    local grads = table.pack(...)
+    local grads = compat.pack(...)
     local args = st.args
     if not args then error("checkpoint: backward through the same checkpoint a second time", 0) end
     st.args = nil -- the inputs are not needed after this
@@ -195,7 +196,7 @@ local function make_backward(st, pos, n_inputs)
     for i = 1, args.n do
       if accel.is_tensor(args[i]) and args[i].requires_grad then gin[i] = d[i].grad end
     end
-    return table.unpack(gin, 1, n_inputs)
+    return compat.unpack(gin, 1, n_inputs)
   end
 end
 
@@ -212,7 +213,7 @@ end
 -- checkpoint with the arguments packed and the options parsed.
 local function checkpoint_packed(fn, args, o)
   if not callable(fn) then raise("checkpoint: fn must be a function or a callable table, got %s", type(fn)) end
-  if not accel.is_grad_enabled() then return fn(table.unpack(args, 1, args.n)) end
+  if not accel.is_grad_enabled() then return fn(compat.unpack(args, 1, args.n)) end
   local reentrant = o.use_reentrant == true
   local st = {fn = fn, args = args, versions = versions_of(args), autocast = current_autocast()}
   if o.preserve_rng_state ~= false then st.rng = {accel.get_rng_state()} end
@@ -225,7 +226,7 @@ local function checkpoint_packed(fn, args, o)
   end
   C.collect_garbage_tensors() -- fn's intermediate tensors: none is kept for backward
   local pos, outs = outputs_to_attach(res, reentrant)
-  if #outs == 0 then return table.unpack(res, 1, res.n) end
+  if #outs == 0 then return compat.unpack(res, 1, res.n) end
   local inputs = {}
   for i = 1, args.n do inputs[i] = accel.is_tensor(args[i]) and args[i] or false end
   if not reentrant then
@@ -242,11 +243,11 @@ local function checkpoint_packed(fn, args, o)
     local attached = C.attach_custom(outs, inputs, backward, "CheckpointFunction")
     for k, i in ipairs(pos) do res[i] = attached[k] end
   end
-  return table.unpack(res, 1, res.n)
+  return compat.unpack(res, 1, res.n)
 end
 
 function utils.checkpoint(fn, ...)
-  local args = table.pack(...)
+  local args = compat.pack(...)
   local o = take_options(args)
   return checkpoint_packed(fn, args, o)
 end
@@ -291,7 +292,7 @@ function utils.checkpoint_module(module, opts)
   w = {prev = attrs.forward, opts = o}
   local inner = module.forward -- the forward in effect before wrapping
   w.wrapper = function(self, ...)
-    local args = table.pack(self, ...)
+    local args = compat.pack(self, ...)
     return checkpoint_packed(inner, args, w.opts)
   end
   attrs.forward = w.wrapper

@@ -45,6 +45,7 @@
 --  * generate samples with accel's generator (accel.rand), so accel.set_seed
 --    makes it reproducible; temperature 0 (or do_sample = false) is greedy.
 local accel = require("accel")
+local compat = require("accel.compat")
 local nn = require("accel.nn")
 local json = require("accel.json")
 local util = require("accel.util")
@@ -310,7 +311,7 @@ function GPT2Model:forward(input_ids)
   local T = input_ids:size(2)
   local pos = accel.arange(0, T, {dtype = accel.int64, device = input_ids.device})
   local x = self.drop(self.wte(input_ids) + self.wpe(pos))
-  for _, block in ipairs(self.h) do x = block(x) end
+  for _, block in compat.ipairs(self.h) do x = block(x) end
   return self.ln_f(x)
 end
 

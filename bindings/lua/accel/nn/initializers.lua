@@ -12,6 +12,7 @@
 -- Random values are drawn in float64 for float64 tensors and in float32
 -- otherwise (then rounded to the tensor's dtype).
 local accel = require("accel")
+local compat = require("accel.compat")
 local raise = require("accel.nn.module").raise
 
 local I = {}
@@ -46,7 +47,7 @@ local function args(given, names, defaults)
       out[i] = v
     end
   end
-  return table.unpack(out, 1, #names)
+  return compat.unpack(out, 1, #names)
 end
 
 local function gen_dtype(t) return t.dtype == accel.float64 and accel.float64 or accel.float32 end

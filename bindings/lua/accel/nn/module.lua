@@ -45,6 +45,7 @@
 --    register_forward_hook(fn(module, args, results)); args and results are
 --    packed lists ({n = ...}); a hook returning a packed list replaces them.
 local accel = require("accel")
+local compat = require("accel.compat")
 
 local M = {}
 
@@ -721,17 +722,17 @@ function Module:register_forward_hook(fn) return add_hook(self, "post", fn) end
 
 call_hooked = function(self, ...)
   local hooks = rawget(self, "_hooks")
-  local args = table.pack(...)
-  for _, h in ipairs({table.unpack(hooks.pre)}) do
+  local args = compat.pack(...)
+  for _, h in ipairs({compat.unpack(hooks.pre)}) do
     local r = h(self, args)
     if r ~= nil then args = r end
   end
-  local res = table.pack(self:forward(table.unpack(args, 1, args.n)))
-  for _, h in ipairs({table.unpack(hooks.post)}) do
+  local res = compat.pack(self:forward(compat.unpack(args, 1, args.n)))
+  for _, h in ipairs({compat.unpack(hooks.post)}) do
     local r = h(self, args, res)
     if r ~= nil then res = r end
   end
-  return table.unpack(res, 1, res.n)
+  return compat.unpack(res, 1, res.n)
 end
 
 -- ---- printing (PyTorch's module tree) ----
@@ -773,7 +774,11 @@ function M.pyrepr(v)
   if v == nil then return "None" end
   if type(v) == "string" then return "'" .. v .. "'" end
   if type(v) == "number" then
-    if math.type and math.type(v) == "integer" then return tostring(v) end
+    if math.type then
+      if math.type(v) == "integer" then return tostring(v) end
+    elseif v == math.floor(v) and math.abs(v) < 2^53 then
+      return ("%d"):format(v) -- LuaJIT: one number type; an integral value prints as an integer
+    end
     if v == math.floor(v) and math.abs(v) < 1e16 then return ("%.1f"):format(v) end
     return ("%.15g"):format(v)
   end
