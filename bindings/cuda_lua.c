@@ -6,7 +6,7 @@
  *   accel.cuda.unavailable_reason() why there is no GPU (nil when there is one)
  *   accel.backends.cuda.matmul.allow_tf32   read / assign, as PyTorch's
  *                                   torch.backends.cuda.matmul.allow_tf32 (default false)
- * The counts come from core/backend.h (backend_cuda_count). */
+ * The counts come from core/backend/backend.h (backend_cuda_count). */
 #include "lua_util.h"
 #include "core/backend/backend.h"
 #include <string.h>

@@ -1,7 +1,7 @@
 /* data_lua.c: accel._C functions behind accel.data (bindings/lua/accel/data):
  * the loader's per-epoch permutation drawn without touching the global
  * generator, the default seed drawn from it, and the file readers of
- * core/datafiles.h (IDX, CSV, llm.c token files). */
+ * core/io/datafiles.h (IDX, CSV, llm.c token files). */
 #include "lua_util.h"
 #include "../core/io/datafiles.h"
 #include <string.h>

@@ -1,4 +1,4 @@
-/* ddp_lua.c: DDP's gradient reducer (core/ddp.h) as a Lua userdata,
+/* ddp_lua.c: DDP's gradient reducer (core/dist/ddp.h) as a Lua userdata,
  * created by accel._C.ddp_reducer(params, bucket_cap_mb, align, find_unused)
  * on the job's communicator. The Lua face is accel.ddp (bindings/lua/accel/
  * ddp.lua), which checks options; the Accelerator drives it. Methods:

@@ -1,10 +1,10 @@
-/* dist_lua.c: the communicator (core/dist.h) in accel._C as dist_*
+/* dist_lua.c: the communicator (core/dist/dist.h) in accel._C as dist_*
  * functions, and the handle userdata of non-blocking collectives
  * (accel.dist.Work: wait, test / is_completed). The Lua face users call is
  * accel.dist (bindings/lua/accel/dist.lua), which checks options and names.
  * Ranks are 0-based values, as in PyTorch and Accelerate. Each function
  * initialises the communicator on first use. Groups (accel.dist.Group:
- * sub-communicators, core/dist.h dist_split): dist_group("node" |
+ * sub-communicators, core/dist/dist.h dist_split): dist_group("node" |
  * "cross_node"), dist_split([group,] color, key); every collective, and
  * dist_counters, takes a group as an optional FIRST argument. */
 #include "lua_util.h"

@@ -100,9 +100,9 @@ void lu_open_optim(lua_State *L, int module_idx); /* optim_lua.c: sgd_step, adam
 void lu_open_tracking(lua_State *L, int module_idx); /* crc32c, fsync, isatty, mkdirs, raise, ... */
 void lu_open_fs(lua_State *L, int module_idx); /* fs_write, fs_rename, fs_crc32, fs_listdir, ... (fs_lua.c) */
 void lu_open_data(lua_State *L, int module_idx); /* data_lua.c: data_randperm, read_idx, read_csv, token_map, ... */
-void lu_open_dist(lua_State *L, int module_idx); /* dist_lua.c: dist_all_reduce, dist_all_gather, ... (core/dist.h) */
-void lu_open_ddp(lua_State *L, int module_idx); /* ddp_lua.c: ddp_reducer (core/ddp.h) */
-void lu_open_shard(lua_State *L, int module_idx); /* shard_lua.c: shard_engine (core/shard.h) */
+void lu_open_dist(lua_State *L, int module_idx); /* dist_lua.c: dist_all_reduce, dist_all_gather, ... (core/dist/dist.h) */
+void lu_open_ddp(lua_State *L, int module_idx); /* ddp_lua.c: ddp_reducer (core/dist/ddp.h) */
+void lu_open_shard(lua_State *L, int module_idx); /* shard_lua.c: shard_engine (core/dist/shard.h) */
 void lu_open_safetensors(lua_State *L, int module_idx); /* safetensors_lua.c: st_open, st_writer (one tensor at a time) */
 void lu_open_attention(lua_State *L, int module_idx); /* attention_lua.c: scaled_dot_product_attention (fused) */
 void lu_open_profile(lua_State *L, int module_idx); /* profile_lua.c: profile_start/stop/events (core/profile.h) */

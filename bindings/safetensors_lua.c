@@ -1,4 +1,4 @@
-/* safetensors_lua.c: safetensors files one tensor at a time (core/safetensors.h),
+/* safetensors_lua.c: safetensors files one tensor at a time (core/io/safetensors.h),
  * for checkpoints that must never hold a whole model twice in memory:
  *   accel._C.st_open(path) -> f;  f:entries() -> {{name, dtype = "F32", shape}, ...} (header order)
  *     f:read(name [, first, count]) -> the tensor, or its elements [first, first + count) as 1-D

@@ -1,9 +1,9 @@
-/* shard_lua.c: the sharding engine (core/shard.h) as a Lua userdata, made
+/* shard_lua.c: the sharding engine (core/dist/shard.h) as a Lua userdata, made
  * by accel._C.shard_engine(params, unit_of, opts) on the job's
  * communicator (unit_of[i]: 1-based unit of params[i]; opts: stage,
  * bucket_cap_mb, offload_optimizer, broadcast, backward_prefetch, forward_prefetch, hybrid:
  * on the node communicator, replicated over the cross-node one, see
- * core/shard.h). The Lua face is accel.shard
+ * core/dist/shard.h). The Lua face is accel.shard
  * (bindings/lua/accel/shard.lua), which builds units from a wrap policy and
  * checks options. Methods (units, parameters 1-based):
  *   e:set_sync(on), e:finalize(), e:zero_grad(), e:gather_all()

@@ -1,7 +1,7 @@
 /* kops.h: the op vocabulary every backend shares: the elementwise,
  * unary and reduction op codes and the parameter blocks of the fused ops
  * (optimizer steps, convolution, pooling, attention). Neutral ground: the
- * core, the backend interface (core/backend.h) and each backend's kernels
+ * core, the backend interface (core/backend/backend.h) and each backend's kernels
  * include it; no backend defines these itself. Sizes and strides are in
  * elements. */
 #ifndef ACCEL_KOPS_H

@@ -12,9 +12,7 @@
 #  - README.md is a first page (150-250 lines) and names every Debian
 #    package of scripts/install-deps.sh;
 #  - every relative link in README.md and docs/**.md points at a file that
-#    exists, and a #fragment at a heading of that file (GitHub's slugs). A
-#    link to a page that another part of the work adds (EXPECTED_ELSEWHERE)
-#    is skipped, counted, while that page is missing;
+#    exists, and a #fragment at a heading of that file (GitHub's slugs);
 #  - no issue numbers in README.md or docs/;
 #  - scripts/bench/run.sh writes its results file with the machine read at
 #    run time (lscpu's model name, CPU count and flags), replacing a stale
@@ -24,9 +22,6 @@
 source "$(dirname "${BASH_SOURCE[0]}")/test-lib.sh" "$@"
 SKIP=0
 skip() { SKIP=$((SKIP + 1)); echo "skip $1"; }
-
-# Pages linked from the README / docs index that other work writes.
-EXPECTED_ELSEWHERE=" docs/distributed-devices.md docs/bench-cold-start.md docs/luajit.md "
 
 # The README's training script, extracted as printed.
 extract_train() {
@@ -91,11 +86,7 @@ check_links() {
             if [[ -z $target ]]; then target=$f; else target=$(dirname "$f")/$target; fi
             target=$(realpath -m --relative-to="$ROOT" "$target")
             if [[ ! -e $target ]]; then
-                if [[ $EXPECTED_ELSEWHERE == *" $target "* ]]; then
-                    skip "link $f -> $link: $target is written by another part of the work and not here yet"
-                else
-                    bad_links+=" $f->$link"
-                fi
+                bad_links+=" $f->$link"
             elif [[ -n $frag && $target == *.md ]] && ! slugs "$target" | grep -qxF "$frag"; then
                 bad_links+=" $f->$link(no such heading)"
             fi

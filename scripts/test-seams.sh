@@ -2,7 +2,7 @@
 # test-seams.sh: checks that the device seam holds in the source tree: above
 # the backends (core/ and bindings/), only the CPU backend's glue
 # (backend_cpu.c) calls a CPU kernel (k_*) or includes kernels/cpu. Every
-# other file reaches compute through the Backend table (core/backend.h), so
+# other file reaches compute through the Backend table (core/backend/backend.h), so
 # a new device adds kernels and nothing else. Run by scripts/run-tests.sh:
 #
 #   scripts/test-seams.sh [BUILD_DIR]     (default: build; not used)

@@ -1,5 +1,5 @@
 /* shard.h: the sharding engine (ZeRO stages 1-3 / FSDP, DESIGN §4), usable
- * from C without Lua, on the communicator of core/dist.h. One engine wraps
+ * from C without Lua, on the communicator of core/dist/dist.h. One engine wraps
  * a model's float32 parameters (all on one device: every flat buffer,
  * shard and optimizer state is made there, and the engine touches values
  * only through that device's backend: copies, adds, scales, the fused
@@ -10,7 +10,7 @@
  * (shard_stage_flags turns it into "gradients sharded" / "parameters
  * sharded"; the engine and accel.shard ask those):
  *   1  optimizer state sharded. Gradients are averaged as DDP does (a
- *      DdpReducer of core/ddp.h: bucket all_reduces started during
+ *      DdpReducer of core/dist/ddp.h: bucket all_reduces started during
  *      backward, .grad holds the full average afterwards); each rank
  *      updates its shard reading its part of .grad; the parameters are
  *      all-gathered after the step.

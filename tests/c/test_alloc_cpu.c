@@ -1,4 +1,4 @@
-/* test_alloc_cpu.c: the CPU caching allocator's policy (core/alloc_cpu.c):
+/* test_alloc_cpu.c: the CPU caching allocator's policy (core/backend/alloc_cpu.c):
  * a block freed and asked for again is the same block (cached); freeing
  * many large blocks of distinct sizes (as stage-3 sharding's gathered
  * units) leaves at most the documented cap cached (64 MiB while little is

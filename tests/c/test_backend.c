@@ -1,5 +1,5 @@
 /* test_backend.c: backend conformance, in the way of ggml's
- * test-backend-ops: every entry of the Backend interface (core/backend.h),
+ * test-backend-ops: every entry of the Backend interface (core/backend/backend.h),
  * for every dtype it supports, on random inputs with odd sizes, strided and
  * broadcast operands, run on the backend under test (device memory, reached
  * only through from_host / to_host) and compared with a reference.

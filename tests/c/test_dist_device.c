@@ -1,5 +1,5 @@
 /* test_dist_device.c: the choice of communicator for a collective
- * (core/dist_device.c). In this build (no CUDA, or the CUDA build's CPU
+ * (core/dist/dist_device.c). In this build (no CUDA, or the CUDA build's CPU
  * tests) every tensor stays on its group's backend: cpu and sim tensors
  * always, CUDA tensors because no NCCL is linked; a group of one never
  * needs NCCL. The NCCL side runs only on a GPU machine (docs/gpu.md). */

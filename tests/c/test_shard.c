@@ -1,5 +1,5 @@
 /* test_shard.c: C tests of the sharding engine's layout arithmetic
- * (core/shard.c: shard lengths, padding, the part of a parameter in a
+ * (core/dist/shard.c: shard lengths, padding, the part of a parameter in a
  * rank's shard, the segments of a rank's shard) against values worked out
  * by hand and an element-by-element recount, plus the engine on the
  * one-process communicator: parameters become views of their unit's

@@ -1,4 +1,4 @@
-/* fuzz_csv.c: libFuzzer target for the CSV reader (core/csv.c). The first
+/* fuzz_csv.c: libFuzzer target for the CSV reader (core/io/csv.c). The first
  * byte picks the options: bit 0 a header line, bits 1-2 the delimiter. */
 #include "fuzz_input.h"
 #include "io/datafiles.h"

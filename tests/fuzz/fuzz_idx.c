@@ -1,4 +1,4 @@
-/* fuzz_idx.c: libFuzzer target for the IDX reader (core/idx.c), plain and
+/* fuzz_idx.c: libFuzzer target for the IDX reader (core/io/idx.c), plain and
  * gzipped inputs alike (zlib tells them apart by the gzip magic). */
 #include "fuzz_input.h"
 #include "io/datafiles.h"

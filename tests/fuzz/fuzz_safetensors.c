@@ -1,5 +1,5 @@
 /* fuzz_safetensors.c: libFuzzer target for the safetensors reader
- * (core/safetensors.c): header length, JSON header, offsets, data. */
+ * (core/io/safetensors.c): header length, JSON header, offsets, data. */
 #include "fuzz_input.h"
 #include "io/safetensors.h"
 

@@ -1,4 +1,4 @@
-/* fuzz_tokenfile.c: libFuzzer target for llm.c token files (core/tokenfile.c):
+/* fuzz_tokenfile.c: libFuzzer target for llm.c token files (core/io/tokenfile.c):
  * the header checks of tokenfile_map, then one block of tokens read through
  * tokenfile_blocks at a start and length taken from the header's spare words. */
 #include "fuzz_input.h"

@@ -1,5 +1,5 @@
 -- ddp_test.lua: data-parallel training across processes (DDP in
--- core/ddp.c, the Accelerator's collectives and checkpoints on N ranks).
+-- core/dist/ddp.c, the Accelerator's collectives and checkpoints on N ranks).
 -- Run by scripts/run-tests.sh as `accel-lua ddp_test.lua` (exit 0 = pass);
 -- it starts `accel-lua launch --cpu --num_processes N` jobs (OpenMPI,
 -- oversubscribed on however few cores) on the helpers in tests/lua/helpers/:

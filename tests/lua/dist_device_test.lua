@@ -1,6 +1,6 @@
 -- dist_device_test.lua: collectives, DDP and the sharding engine on a
 -- device whose memory the host cannot address (the simulated device
--- "sim", core/backend_sim.c), against the same runs on the CPU. Run by
+-- "sim", core/backend/backend_sim.c), against the same runs on the CPU. Run by
 -- scripts/run-tests.sh as `accel-lua dist_device_test.lua` (exit 0 = pass).
 --
 --   DDP (accel.ddp.Reducer) and the sharding engine at stages 1, 2 and 3 on

@@ -1,4 +1,4 @@
--- dist_split_test.lua: sub-communicators (core/dist.h dist_split,
+-- dist_split_test.lua: sub-communicators (core/dist/dist.h dist_split,
 -- dist_node_comm, dist_cross_node_comm; accel.dist groups) across
 -- processes. Run by scripts/run-tests.sh as `accel-lua dist_split_test.lua`
 -- (exit 0 = pass); it starts OpenMPI jobs (oversubscribed) on helpers in

@@ -1,5 +1,5 @@
 -- safetensors_stream_spec.lua: safetensors one tensor at a time
--- (core/safetensors.c's safetensors_open / _read / _writer_*, as
+-- (core/io/safetensors.c's safetensors_open / _read / _writer_*, as
 -- accel._C.st_open / st_writer), the I/O under sharded checkpoints: the
 -- streamed file is byte-identical to accel.save's, ranged reads return the
 -- elements asked for, and misuse is one clear error that leaves no file.

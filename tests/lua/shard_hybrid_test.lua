@@ -3,7 +3,7 @@
 -- sharded inside each machine, replicated across machines. Run by
 -- scripts/run-tests.sh as `accel-lua shard_hybrid_test.lua` (exit 0 =
 -- pass). The jobs run 4 ranks as 2 machines x 2 on this computer
--- (ACCEL_LUA_TEST_RANKS_PER_NODE=2, the testing knob of core/dist.h) on
+-- (ACCEL_LUA_TEST_RANKS_PER_NODE=2, the testing knob of core/dist/dist.h) on
 -- tests/lua/helpers/shard_equiv.lua (a 205-parameter model: divisible by
 -- neither 2 nor 3; ranks other than 0 start from other parameters):
 --   - stages 3 and 2 after 20 AdamW steps == one process trained on the

@@ -1,4 +1,4 @@
--- shard_test.lua: the sharding engine (core/shard.c, accel.shard) across
+-- shard_test.lua: the sharding engine (core/dist/shard.c, accel.shard) across
 -- processes. Run by scripts/run-tests.sh as `accel-lua shard_test.lua`
 -- (exit 0 = pass); it starts `accel-lua launch --cpu --num_processes N`
 -- jobs (OpenMPI, oversubscribed) on the helpers in tests/lua/helpers/:

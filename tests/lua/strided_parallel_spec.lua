@@ -1,4 +1,4 @@
--- Elementwise ops over strided operands big enough for core/iter.c to spread
+-- Elementwise ops over strided operands big enough for core/backend/iter.c to spread
 -- their short runs over the OpenMP team (many rows shorter than the kernels'
 -- own threshold): results must equal the same ops on contiguous copies
 -- (one run, the kernels' contiguous path) and a plain Lua loop on samples.

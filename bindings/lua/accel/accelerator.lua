@@ -99,7 +99,7 @@
 --  * Several models: the first is model.safetensors, the i-th
 --    model_<i-1>.safetensors (Accelerate's names); the same for optimizer,
 --    scheduler and dataloader files.
---  * Several processes (DDP, accel.ddp / core/ddp.c): prepare(model)
+--  * Several processes (DDP, accel.ddp / core/dist/ddp.c): prepare(model)
 --    broadcasts rank 0's parameters and buffers and gives the model a
 --    gradient reducer (bucket_cap_mb and find_unused_parameters from
 --    kwargs_handlers = {accel.DistributedDataParallelKwargs{...}}). The

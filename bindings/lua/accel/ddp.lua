@@ -1,5 +1,5 @@
 -- accel.ddp: DistributedDataParallel's pieces for the Accelerator (the
--- work is C: core/ddp.c, bindings/ddp_lua.c).
+-- work is C: core/dist/ddp.c, bindings/ddp_lua.c).
 --
 --   local r = accel.ddp.Reducer(model:parameters(), {bucket_cap_mb = 25, find_unused_parameters = false, align = 1})
 --   r:set_sync(false) ... r:set_sync(true)   -- no_sync: nothing copied, nothing sent
@@ -7,7 +7,7 @@
 --   accel.ddp.broadcast_model(model, 0)       -- rank 0's parameters and buffers to every rank
 --   accel.DistributedDataParallelKwargs{bucket_cap_mb = 10}  -- Accelerator{kwargs_handlers = {...}}
 --
--- How a step works (core/ddp.h has the details): parameters are packed
+-- How a step works (core/dist/ddp.h has the details): parameters are packed
 -- into flat buckets in reverse registration order; during a synchronising
 -- backward each parameter's gradient is copied into its bucket once it is
 -- complete (the engine reports each parameter once per backward, after its
@@ -81,7 +81,7 @@ local function trainable(params)
 end
 ddp.trainable = trainable
 
--- The ranks' layout check (core/ddp.c) names a parameter by its position
+-- The ranks' layout check (core/dist/ddp.c) names a parameter by its position
 -- in list; a module's parameter also gets its name.
 local function name_parameter(params, list, msg)
   msg = msg:gsub("^[^\n]-:%d+: (ddp: )", "%1", 1) -- the location is added again by raise

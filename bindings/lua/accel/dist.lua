@@ -1,5 +1,5 @@
 -- accel.dist: collectives between the processes of one job, named after
--- torch.distributed, over the C communicator (core/dist.h, accel._C.dist_*).
+-- torch.distributed, over the C communicator (core/dist/dist.h, accel._C.dist_*).
 --
 --   local dist = accel.dist
 --   dist.get_rank(), dist.get_world_size(), dist.get_local_rank(),
@@ -26,7 +26,7 @@
 -- through host buffers, docs/distributed-devices.md); in-place ones
 -- (all_reduce, broadcast) must be contiguous. Before its data
 -- moves, every collective checks that all ranks called it with the same
--- dtype, shape, op and source (one small header exchange, core/dist.c): a
+-- dtype, shape, op and source (one small header exchange, core/dist/dist.c): a
 -- difference is one error on every rank naming both ranks' values
 -- (docs/collectives.md).
 local accel = require("accel")
@@ -127,7 +127,7 @@ function dist.counters(group)
   return C.dist_counters()
 end
 
--- Groups (sub-communicators, core/dist.h): node_group() the processes on
+-- Groups (sub-communicators, core/dist/dist.h): node_group() the processes on
 -- this machine, cross_node_group() those with this one's node rank on
 -- every machine (both made once, collectively, and kept);
 -- split_group(color, key, {group=}) a new group of the members (of the

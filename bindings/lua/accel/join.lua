@@ -31,7 +31,7 @@
 -- Limits (as in PyTorch): inside fn only the gradient synchronisation is
 -- shadowed. A rank that calls another collective per step (gather,
 -- reduce, gather_for_metrics, wait_for_everyone ...) while another rank has
--- joined gets the collective mismatch error (core/dist.c) on every rank;
+-- joined gets the collective mismatch error (core/dist/dist.c) on every rank;
 -- each model must run forward and backward once per step.
 --
 -- even_batches: the option (default: the Accelerator's) is set on every

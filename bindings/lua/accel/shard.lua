@@ -1,5 +1,5 @@
 -- accel.shard: sharded data parallelism (ZeRO stages 1-3 / FSDP) on one
--- engine (the work is C: core/shard.c, bindings/shard_lua.c; user guide:
+-- engine (the work is C: core/dist/shard.c, bindings/shard_lua.c; user guide:
 -- docs/sharding.md).
 --
 --   local eng = accel.shard.Engine(model, optimizer, {
@@ -28,7 +28,7 @@
 --   eng:close()                              -- collective: full parameters back, hooks off
 --   accel.shard.engine_of(param | model | optimizer) -> the open engine holding it, or nil
 --
--- The stage is read once, by the C engine (core/shard.h). While an engine
+-- The stage is read once, by the C engine (core/dist/shard.h). While an engine
 -- is open, optimizer:step() and optimizer:zero_grad() of the wrapped
 -- optimizer run the engine's (the optimizer keeps its param_groups, read
 -- at every step, so schedulers and per-group lr / weight_decay work; its

@@ -23,7 +23,7 @@
 --    models do not have); size_based_wrap's min_num_params defaults to
 --    PyTorch's 1e8.
 --  * Stage 3 prefetch (the next unit's all-gather started while the
---    current one computes, core/shard.h "Prefetch"): FSDP's
+--    current one computes, core/dist/shard.h "Prefetch"): FSDP's
 --    backward_prefetch BACKWARD_PRE / BACKWARD_POST or not given (PyTorch's
 --    default, BACKWARD_PRE) turns it on in backward, NO_PREFETCH off (both
 --    values start the gather when the current unit's backward starts);

@@ -1,4 +1,4 @@
--- dist_split.lua: sub-communicators (core/dist.h dist_split, accel.dist
+-- dist_split.lua: sub-communicators (core/dist/dist.h dist_split, accel.dist
 -- groups), run by tests/lua/dist_split_test.lua under
 --   ACCEL_LUA_TEST_RANKS_PER_NODE=2 mpirun -np 4 accel-lua dist_split.lua fake
 -- (4 ranks as 2 "machines" x 2: nodes {0, 1} and {2, 3}, cross-node

@@ -1,5 +1,5 @@
 -- accel.data.files: data sets read from files. The parsing is C
--- (core/idx.c, core/csv.c, core/tokenfile.c through accel._C); this file
+-- (core/io/idx.c, core/io/csv.c, core/io/tokenfile.c through accel._C); this file
 -- checks options and shapes the results into tensors and datasets.
 local accel = require("accel")
 local C = accel._C
