@@ -60,7 +60,7 @@ describe("the sim device", function()
     ;(y * y):sum():backward() -- d/dx sum(x^2) = 2x
     assert.are.equal("cpu", x.grad.device.type)
     assert.are.same({2, 4, 6}, x.grad:tolist())
-    local w = accel.tensor({1.0, -2.0}, {device = "sim", requires_grad = true})
+    local w = accel.tensor({1.0, -2.0}, {dtype = accel.float32, device = "sim", requires_grad = true})
     local c = w:to({device = "cpu", dtype = accel.float64}) -- device and dtype in one call
     ;(c * accel.tensor({3, 5}, {dtype = accel.float64, device = "cpu"})):sum():backward()
     assert.are.equal("sim", w.grad.device.type)
@@ -202,7 +202,7 @@ describe("helper tensors follow their input's device", function()
   end)
 
   it("clip_grad_norm_ returns the norm on the gradients' device", function()
-    local w = accel.tensor({3.0, 4.0}, {device = other, requires_grad = true})
+    local w = accel.tensor({3.0, 4.0}, {dtype = accel.float32, device = other, requires_grad = true})
     ;(w * w):sum():backward() -- grad 2w = {6, 8}: norm 10
     local total = accel.nn.utils.clip_grad_norm_({w}, 1.0)
     assert.are.equal(other, total.device.type)

@@ -95,11 +95,11 @@ describe("the device suffix", function()
     local t = accel.arange(13, {dtype = accel.float64, device = "sim"})
     assert.are.equal("tensor([ 0.,  1.,  2.,  3.,  4.,  5.,  6.,  7.,  8.,  9., 10., 11., 12.],\n" ..
                      "       device='sim', dtype=accel.float64)", p(t))
-    local x = accel.tensor({1.0, 2.0}, {device = "sim", requires_grad = true})
+    local x = accel.tensor({1.0, 2.0}, {dtype = accel.float32, device = "sim", requires_grad = true})
     assert.are.equal("tensor([2., 4.], device='sim', grad_fn=<MulBackward0>)", p(x * 2))
     assert.are.equal("tensor([], device='sim', size=(0, 3), dtype=accel.int32)",
       p(accel.zeros(0, 3, {dtype = accel.int32, device = "sim"})))
-    assert.are.equal("tensor([1., 2.])", p(accel.tensor({1.0, 2.0}, {device = "cpu"})))
+    assert.are.equal("tensor([1., 2.])", p(accel.tensor({1.0, 2.0}, {dtype = accel.float32, device = "cpu"})))
   end)
 end)
 

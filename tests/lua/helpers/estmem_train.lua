@@ -33,8 +33,9 @@ else
   backward = function(loss) (scaler and scaler:scale_loss(loss) or loss):backward() end
 end
 local highest = 0
+local device = model:parameters()[1].device -- the batches go where the model is
 for step = 1, steps do
-  local data = accel.randint(0, cfg.vocab_size, {B, T + 1})
+  local data = accel.randint(0, cfg.vocab_size, {B, T + 1}):to(device)
   accel.reset_peak_memory_stats()
   opt:zero_grad()
   local _, loss = model(data:narrow(2, 1, T), {targets = data:narrow(2, 2, T)})
