@@ -1,5 +1,5 @@
 /* fp8_lua.c: accel._C's fp8 recipe kernels (core/fp8.h), used by
- * accel.fp8: fp8_quantize, fp8_amax, fp8_update_scale, fp8_scaled_mm, and
+ * accel.fp8: fp8_quantize, fp8_dequantize, fp8_amax, fp8_update_scale, fp8_scaled_mm, and
  * fp8_bits (the bytes of a 1-byte tensor as another 1-byte dtype, as
  * PyTorch's t.view(torch.uint8)).
  * Scales travel as Lua numbers holding float32 values. */
@@ -25,6 +25,14 @@ static int c_quantize(lua_State *L) {
     lu_push_tensor(L, q);
     lua_pushnumber(L, amax);
     return 2;
+}
+
+/* fp8_dequantize(q, scale_inv) -> float32 decode(q) * scale_inv */
+static int c_dequantize(lua_State *L) {
+    Tensor *q = fp8_dequantize(lu_check_tensor(L, 1), (float)luaL_checknumber(L, 2));
+    if (!q) return lu_core_error(L);
+    lu_push_tensor(L, q);
+    return 1;
 }
 
 /* fp8_amax(x) -> max |x| */
@@ -80,7 +88,7 @@ static int c_bits(lua_State *L) {
 }
 
 void lu_open_fp8(lua_State *L, int m) {
-    static const luaL_Reg fns[] = {{"fp8_quantize", c_quantize}, {"fp8_amax", c_amax},
+    static const luaL_Reg fns[] = {{"fp8_quantize", c_quantize}, {"fp8_dequantize", c_dequantize}, {"fp8_amax", c_amax},
                                    {"fp8_update_scale", c_update_scale}, {"fp8_scaled_mm", c_scaled_mm},
                                    {"fp8_bits", c_bits},
                                    {NULL, NULL}};

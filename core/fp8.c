@@ -1,7 +1,7 @@
-/* fp8.c: the fp8 recipe's kernels (see fp8.h), an exact emulation that
- * runs on every device. The casts use dtype.h's codec (f32_to_f8e4m3_sat /
- * f32_to_f8e5m2_sat) on the host, through the host-access API (zero-copy
- * on the CPU; explicit host<->device copies elsewhere). The matmul decodes
+/* fp8.c: the fp8 recipe's kernels (see fp8.h), on every device. The casts
+ * and the amax are the backend's fp8_quantize / fp8_dequantize entries
+ * (core/backend/backend.h), run on the tensor's device; only the amax, a
+ * host value, comes back through the host-access API. The matmul decodes
  * the codes to float32 on the operands' device (exact: every fp8 value is
  * a float32), runs the ordinary float32 GEMM with autocast off and applies
  * the combined scale once, all through the backend. A device backend with
@@ -11,6 +11,7 @@
 #include "error.h"
 #include "ops.h"
 #include "precision.h"
+#include "backend/backend.h"
 
 static Fp8ScaledMm device_mm[DEV_SIM + 1]; /* by DeviceType; none for the CPU */
 
@@ -25,65 +26,53 @@ static int check_fmt(DType fmt, const char *op) {
     return accel_fail_int("%s: format must be float8_e4m3fn or float8_e5m2, got %s", op, dtype_name(fmt));
 }
 
-/* x as a contiguous float32 tensor on its device (new reference), mapped
- * for reading on the host (*v), or NULL with an error. */
-static Tensor *f32_input(Tensor *x, const char *op, HostMap *m, const float **v) {
+static KFp8Fmt kfmt(DType fmt) { return fmt == DT_F8E4M3 ? KF8_E4M3FN : KF8_E5M2; }
+
+/* x as a contiguous float32 tensor on its device (new reference), or NULL
+ * with an error. */
+static Tensor *f32_input(Tensor *x, const char *op) {
     if (!dtype_is_float(x->dtype)) return accel_fail("%s: input must be a float tensor, got %s", op, dtype_name(x->dtype));
-    Tensor *c = tensor_contiguous_as(x, DT_F32);
-    if (c && !(*v = tensor_host_map(c, HOST_READ, m))) {
-        tensor_release(c);
-        return NULL;
-    }
-    return c;
+    return tensor_contiguous_as(x, DT_F32);
 }
 
-static void f32_input_done(Tensor *c, HostMap *m) {
-    tensor_host_unmap(m); /* read-only: nothing to write back */
-    tensor_release(c);
-}
-
-/* max |v| of n floats, NaN if any is NaN. */
-static double amax_of(const float *v, int64_t n) {
-    float m = 0.0f;
-    int nan = 0;
-    for (int64_t i = 0; i < n; i++) {
-        float a = fabsf(v[i]);
-        nan |= isnan(a);
-        m = a > m ? a : m;
-    }
-    return nan ? NAN : (double)m;
+/* The quantize entry over x (q: the codes' tensor, or NULL for the amax
+ * alone); *amax read back through the host-access API when asked. */
+static int run_quantize(Tensor *c, float scale, DType fmt, Tensor *q, double *amax) {
+    Tensor *a = amax ? tensor_empty(NULL, 0, DT_F32, c->device) : NULL;
+    if (amax && !a) return -1;
+    backend_for(c->device)->fp8_quantize(kfmt(fmt), c->numel, tensor_data(c), scale, q ? tensor_data(q) : NULL,
+                                         a ? tensor_data(a) : NULL);
+    if (a) *amax = tensor_item(a);
+    tensor_release(a);
+    return 0;
 }
 
 int fp8_amax(Tensor *x, double *amax) {
-    HostMap m;
-    const float *v = NULL;
-    Tensor *c = f32_input(x, "fp8 amax", &m, &v);
-    if (!c) return -1;
-    *amax = amax_of(v, c->numel);
-    f32_input_done(c, &m);
-    return 0;
+    Tensor *c = f32_input(x, "fp8 amax");
+    int rc = c ? run_quantize(c, 1.0f, DT_F8E4M3, NULL, amax) : -1;
+    tensor_release(c);
+    return rc;
 }
 
 Tensor *fp8_quantize(Tensor *x, float scale, DType fmt, double *amax) {
     if (check_fmt(fmt, "fp8 quantize") < 0) return NULL;
-    HostMap mc, mq;
-    const float *v = NULL;
-    Tensor *c = f32_input(x, "fp8 quantize", &mc, &v);
+    Tensor *c = f32_input(x, "fp8 quantize");
     Tensor *q = c ? tensor_empty(c->shape, c->ndim, fmt, c->device) : NULL;
-    uint8_t *o = q ? tensor_host_map(q, HOST_WRITE, &mq) : NULL;
-    if (o) {
-        for (int64_t i = 0; i < c->numel; i++) {
-            float s = v[i] * scale;
-            o[i] = fmt == DT_F8E4M3 ? f32_to_f8e4m3_sat(s) : f32_to_f8e5m2_sat(s);
-        }
-        if (amax) *amax = amax_of(v, c->numel);
-        q = tensor_host_finish(q, &mq);
-    } else if (q) {
+    if (q && run_quantize(c, scale, fmt, q, amax) < 0) {
         tensor_release(q);
         q = NULL;
     }
-    if (c) f32_input_done(c, &mc);
+    tensor_release(c);
     return q;
+}
+
+Tensor *fp8_dequantize(Tensor *q, float scale_inv) {
+    if (check_fmt(q->dtype, "fp8 dequantize") < 0) return NULL;
+    Tensor *c = tensor_contiguous_as(q, q->dtype);
+    Tensor *out = c ? tensor_empty(c->shape, c->ndim, DT_F32, c->device) : NULL;
+    if (out) backend_for(c->device)->fp8_dequantize(kfmt(q->dtype), c->numel, tensor_data(c), scale_inv, tensor_data(out));
+    tensor_release(c);
+    return out;
 }
 
 void fp8_update_scale(double amax, DType fmt, int margin, float prev, float *scale, float *scale_inv) {

@@ -4,7 +4,7 @@
  * amax, and the scaled matmul of two fp8 operands with float32
  * accumulation. These are an exact emulation on every device (the operands
  * are decoded exactly and multiplied by the float32 GEMM of their device's
- * backend; the casts run on the host through explicit copies); a device
+ * backend; the casts are the backend's fp8 entries, run on the device); a device
  * backend with native fp8 GEMMs registers its own scaled matmul through
  * fp8_set_device_scaled_mm (the CUDA backend's cuBLASLt fp8 GEMM, sm_89+),
  * which then replaces the emulated product on that device. */
@@ -24,6 +24,10 @@ int fp8_amax(Tensor *x, double *amax);
  * stays NaN. Also gives x's amax (before scaling) when amax != NULL. New,
  * contiguous, the shape of x; NULL with an error. */
 Tensor *fp8_quantize(Tensor *x, float scale, DType fmt, double *amax);
+
+/* fl32(decode(q) * scale_inv) as float32 (q: float8_e4m3fn / float8_e5m2,
+ * any strides): new, contiguous, the shape of q; NULL with an error. */
+Tensor *fp8_dequantize(Tensor *q, float scale_inv);
 
 /* The delayed-scaling update: scale = fl32(fp8_max(fmt) / amax) / 2^margin
  * when amax is finite and > 0, else prev (kept); scale_inv = fl32(1 / scale). */

@@ -1,9 +1,9 @@
 /* kops.h: the op vocabulary every backend shares: the elementwise,
  * unary and reduction op codes and the parameter blocks of the fused ops
- * (optimizer steps, convolution, pooling, attention). Neutral ground: the
- * core, the backend interface (core/backend/backend.h) and each backend's kernels
- * include it; no backend defines these itself. Sizes and strides are in
- * elements. */
+ * (optimizer steps, convolution, pooling, attention), and the fp8 formats.
+ * Neutral ground: the core, the backend interface (core/backend/backend.h)
+ * and each backend's kernels include it; no backend defines these
+ * itself. Sizes and strides are in elements. */
 #ifndef ACCEL_KOPS_H
 #define ACCEL_KOPS_H
 
@@ -37,6 +37,10 @@ typedef enum {
  * out has (outer, inner). SUM accumulates in double for f32 (so fp32 sums
  * are as good as pairwise); MEAN = SUM / n; PROD; MAX/MIN propagate NaN. */
 typedef enum { KR_SUM, KR_MEAN, KR_PROD, KR_MAX, KR_MIN, KR_COUNT } KRedOp;
+
+/* The fp8 formats of the recipe's casts (backend fp8_quantize /
+ * fp8_dequantize): e4m3fn (max 448, no inf) and e5m2 (max 57344). */
+typedef enum { KF8_E4M3FN, KF8_E5M2 } KFp8Fmt;
 
 /* SGD and Adam/AdamW with all of PyTorch's options (formulas at the top of
  * optim.c). Scalars in double; elementwise work in the buffer's type. */

@@ -131,6 +131,13 @@ typedef struct Backend {
     int (*attention_fwd)(DType cdt, const KAttn *a, const void *q, const void *k, const void *v, void *o, void *lse);
     int (*attention_bwd)(DType cdt, const KAttn *a, const void *q, const void *k, const void *v, const void *o,
                          const void *lse, const void *go, void *gq, void *gk, void *gv);
+
+    /* ---- fp8 recipe casts over n contiguous float32 elements ---- */
+    /* q = saturate(fl32(x * scale)) as fmt (+-inf and out of range to +-max,
+     * NaN stays NaN); q may be NULL (amax only). amax, when not NULL: one
+     * device float, max |x| (0 for n = 0, NaN when x holds a NaN). */
+    void (*fp8_quantize)(KFp8Fmt fmt, int64_t n, const float *x, float scale, uint8_t *q, float *amax);
+    void (*fp8_dequantize)(KFp8Fmt fmt, int64_t n, const uint8_t *q, float scale_inv, float *out); /* fl32(code * s) */
 } Backend;
 
 /* The backend serving a device, or NULL (with an error) if this build has none. */

@@ -295,6 +295,11 @@ static int cpu_attn_bwd(DType cdt, const KAttn *a, const void *q, const void *k,
     return k_attention_bwd_f32(a, q, k, v, o, lse, go, gq, gk, gv);
 }
 
+static void cpu_fp8_quantize(KFp8Fmt fmt, int64_t n, const float *x, float scale, uint8_t *q, float *amax) {
+    if (q) k_fp8_quantize_f32(fmt, n, x, scale, q);
+    if (amax) *amax = k_fp8_amax_f32(n, x);
+}
+
 const Backend backend_cpu = {
     .name = "cpu",
     .alloc = cpu_mem_alloc,
@@ -340,6 +345,8 @@ const Backend backend_cpu = {
     .max_pool2d_bwd = cpu_pool_bwd,
     .attention_fwd = cpu_attn_fwd,
     .attention_bwd = cpu_attn_bwd,
+    .fp8_quantize = cpu_fp8_quantize,
+    .fp8_dequantize = k_fp8_dequantize_f32,
 };
 
 /* The CUDA backend (backend_cuda.c) is linked into the CUDA build only;

@@ -467,6 +467,16 @@ static int cu_attn_bwd(DType cdt, const KAttn *a, const void *q, const void *k, 
     return stage_out(s, 9, rc);
 }
 
+/* ---- fp8 casts ---- */
+
+static void cu_fp8_quantize(KFp8Fmt fmt, int64_t n, const float *x, float scale, uint8_t *q, float *amax) {
+    note(kc_fp8_quantize(fmt, n, x, scale, q, amax, S()));
+}
+
+static void cu_fp8_dequantize(KFp8Fmt fmt, int64_t n, const uint8_t *q, float scale_inv, float *out) {
+    note(kc_fp8_dequantize(fmt, n, q, scale_inv, out, S()));
+}
+
 const Backend backend_cuda = {
     .name = "cuda",
     .alloc = cu_alloc,
@@ -512,4 +522,6 @@ const Backend backend_cuda = {
     .max_pool2d_bwd = cu_pool_bwd,
     .attention_fwd = cu_attn_fwd,
     .attention_bwd = cu_attn_bwd,
+    .fp8_quantize = cu_fp8_quantize,
+    .fp8_dequantize = cu_fp8_dequantize,
 };

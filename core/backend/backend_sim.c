@@ -627,6 +627,22 @@ static int sim_attn_bwd(DType cdt, const KAttn *at, const void *q, const void *k
     return 0;
 }
 
+static void run_fp8_quantize(void *v) {
+    Args *a = v;
+    backend_cpu.fp8_quantize((KFp8Fmt)a->i0, a->n[0], R(a->p[0]), (float)a->f[0], R(a->p[1]), R(a->p[2]));
+}
+static void sim_fp8_quantize(KFp8Fmt fmt, int64_t n, const float *x, float scale, uint8_t *q, float *amax) {
+    submit_args(run_fp8_quantize, &(Args){.i0 = fmt, .n = {n}, .f = {scale}, .p = {(void *)x, q, amax}});
+}
+
+static void run_fp8_dequantize(void *v) {
+    Args *a = v;
+    backend_cpu.fp8_dequantize((KFp8Fmt)a->i0, a->n[0], R(a->p[0]), (float)a->f[0], R(a->p[1]));
+}
+static void sim_fp8_dequantize(KFp8Fmt fmt, int64_t n, const uint8_t *q, float scale_inv, float *out) {
+    submit_args(run_fp8_dequantize, &(Args){.i0 = fmt, .n = {n}, .f = {scale_inv}, .p = {(void *)q, out}});
+}
+
 /* ---------------- testing hooks ---------------- */
 
 void backend_sim_debug_hold(int on) {
@@ -684,4 +700,6 @@ const Backend backend_sim = {
     .max_pool2d_bwd = sim_pool_bwd,
     .attention_fwd = sim_attn_fwd,
     .attention_bwd = sim_attn_bwd,
+    .fp8_quantize = sim_fp8_quantize,
+    .fp8_dequantize = sim_fp8_dequantize,
 };

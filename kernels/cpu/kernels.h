@@ -131,6 +131,14 @@ void k_adam_f64(int64_t n, double *p, const double *g, double *m, double *v, dou
 double k_norm_pow_f32(int64_t n, const float *x, double p);
 double k_norm_pow_f64(int64_t n, const double *x, double p);
 
+/* fp8.c: the fp8 recipe's casts over n contiguous elements.
+ * quantize: q = saturate(fl32(x * scale)) in fmt (+-inf and out of range
+ * to +-max, NaN stays NaN); dequantize: out = fl32(decode(q) * scale_inv);
+ * amax: max |x| (0 when n is 0, NaN when x holds a NaN). */
+void k_fp8_quantize_f32(KFp8Fmt fmt, int64_t n, const float *x, float scale, uint8_t *q);
+void k_fp8_dequantize_f32(KFp8Fmt fmt, int64_t n, const uint8_t *q, float scale_inv, float *out);
+float k_fp8_amax_f32(int64_t n, const float *x);
+
 /* ---------------- 2-D convolution (conv.c) and max pooling (pool.c), NCHW -- */
 int k_conv2d_fwd(DType dt, const KConv2d *g, const void *x, const void *w, const void *b, void *y); /* b may be NULL */
 /* Gradients from gy: gx (input), gw (weight), gb (bias), each overwritten;

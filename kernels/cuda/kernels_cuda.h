@@ -108,6 +108,12 @@ int kc_sgd_f32(int64_t n, float *p, const float *g, float *buf, int buf_init, co
 int kc_adam_f32(int64_t n, float *p, const float *g, float *m, float *v, float *vmax, const KAdamArgs *a,
                 void *stream);
 
+/* ---- fp8.cu: the recipe's casts over n contiguous float32 elements, as
+ * k_fp8_*: q = saturate(fl32(x * scale)) (q may be NULL), *amax (one
+ * device float, may be NULL) = max |x| or NaN; out = fl32(decode(q) * s) ---- */
+int kc_fp8_quantize(KFp8Fmt fmt, int64_t n, const float *x, float scale, uint8_t *q, float *amax, void *stream);
+int kc_fp8_dequantize(KFp8Fmt fmt, int64_t n, const uint8_t *q, float scale_inv, float *out, void *stream);
+
 /* ---- attention.cu: KAttn layout as k_attention_*; dt float32 or bf16,
  * lse float32; D, Dv <= KC_ATTN_MAX_D ---- */
 #define KC_ATTN_MAX_D 256

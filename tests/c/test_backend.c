@@ -8,7 +8,8 @@
  * host gathers fed to the CPU kernels one run at a time, GEMM, reductions,
  * arg-reductions, softmax, gather / index_select, fill, copy/cast), so the
  * CPU backend's own n-d run splitting is checked too; outputs an entry
- * must overwrite start poisoned on the device (poisoned()); the fused families
+ * must overwrite start poisoned on the device (poisoned()), fp8 casts
+ * and amax through kernels/dtype.h's codec); the fused families
  * (norms, cross-entropy, optimizers, conv / pool, attention, backward
  * kernels) are compared with the CPU backend, which is what a device
  * backend must match (their CPU kernels have their own tests:
@@ -427,6 +428,81 @@ static void test_optim(DType cdt) {
     buf_free(&p), buf_free(&g), buf_free(&buf), buf_free(&m), buf_free(&v), buf_free(&vmax);
 }
 
+/* ---- fp8 casts (references: dtype.h's codec and max |x|, naive loops) ---- */
+
+static const float fp8_specials[] = {0.0f, -0.0f, NAN, INFINITY, -INFINITY, 448.0f, -464.0f, 480.0f, 57344.0f,
+                                     -61440.0f, 1e30f, 0x1p-9f, 0x1p-10f, 0x1.8p-10f, 0x1p-16f, 0x1.8p-17f, 1e-30f};
+#define N_FP8_SPECIALS (int64_t)(sizeof fp8_specials / sizeof *fp8_specials)
+
+/* n float32 values: the specials first (when nan_ok; else none), then
+ * random signs and magnitudes 2^-20 .. 2^20 (saturating for either format). */
+static Buf fp8_input(int64_t n, int nan_ok) {
+    Buf b = buf_new(DT_F32, n);
+    float *h = (float *)b.h;
+    for (int64_t i = 0; i < n; i++)
+        h[i] = nan_ok && i < N_FP8_SPECIALS ? fp8_specials[i]
+                                            : (urand() < 0.5 ? -1.0f : 1.0f) * ldexpf((float)(1 + urand()), (int)(urand() * 41) - 20);
+    buf_upload(&b);
+    return b;
+}
+
+static uint8_t fp8_ref_code(KFp8Fmt fmt, float f) { return fmt == KF8_E4M3FN ? f32_to_f8e4m3_sat(f) : f32_to_f8e5m2_sat(f); }
+
+static float fp8_ref_amax(const float *x, int64_t n) {
+    float m = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(x[i])) return NAN;
+        m = fmaxf(m, fabsf(x[i]));
+    }
+    return m;
+}
+
+/* The device's one amax float against want (NaN matches NaN). */
+static void check_amax(const Buf *a, float want, const char *what) {
+    float got = -1.0f;
+    int ok = B->to_host(&got, a->d, sizeof got) == 0;
+    result(ok && ((isnan(got) && isnan(want)) || got == want), what, DT_F32);
+}
+
+static void test_fp8_quantize(KFp8Fmt fmt, int64_t n, int nan_ok, float scale) {
+    Buf x = fp8_input(n, nan_ok), q = poisoned(DT_U8, n), a = poisoned(DT_F32, 1), a2 = poisoned(DT_F32, 1);
+    for (int64_t i = 0; i < n; i++) q.r[i] = (char)fp8_ref_code(fmt, ((float *)x.r)[i] * scale);
+    B->fp8_quantize(fmt, n, x.d, scale, q.d, a.d);
+    B->fp8_quantize(fmt, n, x.d, scale, NULL, a2.d); /* amax alone */
+    const char *name = fmt == KF8_E4M3FN ? "fp8_quantize e4m3fn" : "fp8_quantize e5m2";
+    check_buf(&q, 0, name);
+    check_amax(&a, fp8_ref_amax((float *)x.r, n), "fp8_quantize amax");
+    check_amax(&a2, fp8_ref_amax((float *)x.r, n), "fp8_quantize amax alone (q NULL)");
+    buf_free(&x), buf_free(&q), buf_free(&a), buf_free(&a2);
+}
+
+/* Every code (n >= 256: codes i % 256, then random codes) decoded and scaled. */
+static void test_fp8_dequantize(KFp8Fmt fmt, int64_t n, float scale_inv) {
+    Buf q = buf_new(DT_U8, n), o = poisoned(DT_F32, n);
+    for (int64_t i = 0; i < n; i++) q.h[i] = (char)(i < 256 ? i : (int64_t)(urand() * 256));
+    buf_upload(&q);
+    for (int64_t i = 0; i < n; i++) {
+        uint8_t c = (uint8_t)q.r[i];
+        ((float *)o.r)[i] = (fmt == KF8_E4M3FN ? f8e4m3_to_f32(c) : f8e5m2_to_f32(c)) * scale_inv;
+    }
+    B->fp8_dequantize(fmt, n, (uint8_t *)q.d, scale_inv, o.d);
+    check_buf(&o, 0, fmt == KF8_E4M3FN ? "fp8_dequantize e4m3fn" : "fp8_dequantize e5m2");
+    buf_free(&q), buf_free(&o);
+}
+
+static void test_fp8(void) {
+    static const int64_t sizes[] = {0, 1, 17, 1001, 70001}; /* 70001: past the CPU's parallel threshold */
+    static const float scales[] = {1.0f, 0.37f, 0x1p10f};
+    for (int f = 0; f < 2; f++) {
+        KFp8Fmt fmt = f ? KF8_E5M2 : KF8_E4M3FN;
+        for (int i = 0; i < 5; i++)
+            for (int k = 0; k < 3; k++) test_fp8_quantize(fmt, sizes[i], (i + k) % 2, scales[k]);
+        test_fp8_dequantize(fmt, 256, 1.0f);
+        test_fp8_dequantize(fmt, 1001, 0.37f);
+        test_fp8_dequantize(fmt, 70001, 0x1p-7f);
+    }
+}
+
 /* ---- conv, pool, attention ---- */
 
 static void test_conv(DType dt) {
@@ -530,6 +606,7 @@ static void run_backend(const Backend *be) {
         test_where(all[i]), test_fill(all[i]), test_index(all[i]);
         for (size_t j = 0; j < sizeof all / sizeof *all; j++) test_copy(all[i], all[j]);
     }
+    test_fp8();
     test_memory_streams();
     B->empty_cache();
 }

@@ -3,7 +3,8 @@
 --    for bit (tests/fixtures/fp8_casts.safetensors, made by
 --    scripts/fixtures/make_fp8_fixtures.py): the plain tensor cast
 --    t:to(dtype) against x.to(dtype), the recipe's saturating cast against
---    x.clamp(-max, max).to(dtype);
+--    x.clamp(-max, max).to(dtype), the scaled decode (fp8_dequantize)
+--    against the fixture's decoded codes times the scale;
 --  * the scaled matmul against a float64 product of the same codes;
 --  * delayed scaling's scales against a closed-form recomputation from the
 --    recorded amaxes;
@@ -53,6 +54,24 @@ describe("fp8 casts against PyTorch 2.x", function()
       local want = fixture[name .. ".decode"]:tolist()
       assert.are.equal(256, #want)
       local n, where = mismatches(codes:float():tolist(), want, nil, same_f32)
+      assert.are.equal(0, n, where)
+    end)
+
+    it(name .. ": fp8_dequantize(codes, s) gives each code's PyTorch value times s, in float32", function()
+      local codes = C.fp8_bits(accel.arange(0, 256, 1, {dtype = accel.uint8}), dt)
+      local want = fixture[name .. ".decode"]:tolist()
+      for _, s in ipairs({1.0, 0.25, fround(0.37), 2.0 ^ 20}) do
+        local w = {}
+        for i, v in ipairs(want) do w[i] = fround(v * s) end -- the double product is exact: one rounding
+        local got = C.fp8_dequantize(codes, s)
+        assert.are.equal(accel.float32, got.dtype)
+        local n, where = mismatches(got:tolist(), w, nil, same_f32)
+        assert.are.equal(0, n, where)
+      end
+      local t = codes:reshape({16, 16}):t() -- strided codes
+      local d = C.fp8_dequantize(t, 1.0)
+      assert.are.same({16, 16}, {d:size(1), d:size(2)})
+      local n, where = mismatches(d:reshape({256}):tolist(), t:contiguous():float():reshape({256}):tolist(), nil, same_f32)
       assert.are.equal(0, n, where)
     end)
 
@@ -416,6 +435,7 @@ describe("fp8 recipe options", function()
 
   it("the kernels refuse non-fp8 formats and mismatched shapes", function()
     support.expect_error(function() C.fp8_quantize(accel.ones(2), 1.0, accel.bfloat16) end, "float8_e4m3fn", "bfloat16")
+    support.expect_error(function() C.fp8_dequantize(accel.ones(2), 1.0) end, "fp8 dequantize", "float32")
     local a = accel.ones(2, 3):to(accel.float8_e4m3fn)
     support.expect_error(function() C.fp8_scaled_mm(a, 1, a, 1) end, "scaled_mm", "[2, 3]", "3 != 2")
     support.expect_error(function() C.fp8_scaled_mm(accel.ones(2, 3), 1, a:t(), 1) end, "scaled_mm", "float32")
