@@ -131,6 +131,14 @@ typedef struct Backend {
     int (*attention_fwd)(DType cdt, const KAttn *a, const void *q, const void *k, const void *v, void *o, void *lse);
     int (*attention_bwd)(DType cdt, const KAttn *a, const void *q, const void *k, const void *v, const void *o,
                          const void *lse, const void *go, void *gq, void *gk, void *gv);
+
+    /* ---- random fills: n contiguous elements of dt at out from the
+     * stream r->(seed, offset) (kernels/kops.h; the caller advances its
+     * offset by krng_blocks). The CPU and sim draw rng.c's stream in
+     * order; CUDA computes each element from philox.h, the same values
+     * except normal draws, which may differ in the last bits of float64
+     * (the device's log / cos). Returns nonzero on failure. ---- */
+    int (*rng_fill)(const KRngFill *r, DType dt, int64_t n, void *out);
 } Backend;
 
 /* The backend serving a device, or NULL (with an error) if this build has none. */

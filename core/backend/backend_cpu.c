@@ -295,6 +295,11 @@ static int cpu_attn_bwd(DType cdt, const KAttn *a, const void *q, const void *k,
     return k_attention_bwd_f32(a, q, k, v, o, lse, go, gq, gk, gv);
 }
 
+static int cpu_rng_fill(const KRngFill *r, DType dt, int64_t n, void *out) {
+    k_rng_fill(r, dt, n, out);
+    return 0;
+}
+
 const Backend backend_cpu = {
     .name = "cpu",
     .alloc = cpu_mem_alloc,
@@ -340,6 +345,7 @@ const Backend backend_cpu = {
     .max_pool2d_bwd = cpu_pool_bwd,
     .attention_fwd = cpu_attn_fwd,
     .attention_bwd = cpu_attn_bwd,
+    .rng_fill = cpu_rng_fill,
 };
 
 /* The CUDA backend (backend_cuda.c) is linked into the CUDA build only;

@@ -397,6 +397,7 @@ typedef struct {
         KConv2d conv;
         KPool2d pool;
         KAttn attn;
+        KRngFill rng;
     } s;
     int64_t *ret_i;
     double *ret_f;
@@ -627,6 +628,17 @@ static int sim_attn_bwd(DType cdt, const KAttn *at, const void *q, const void *k
     return 0;
 }
 
+/* The stream's state travels by value, so drawing on the worker later
+ * gives the values the CPU draws now. */
+static void run_rng_fill(void *v) {
+    Args *a = v;
+    backend_cpu.rng_fill(&a->s.rng, a->dt, a->n[0], R(a->p[0]));
+}
+static int sim_rng_fill(const KRngFill *r, DType dt, int64_t n, void *out) {
+    submit_args(run_rng_fill, &(Args){.dt = dt, .n = {n}, .p = {out}, .s.rng = *r});
+    return 0;
+}
+
 /* ---------------- testing hooks ---------------- */
 
 void backend_sim_debug_hold(int on) {
@@ -684,4 +696,5 @@ const Backend backend_sim = {
     .max_pool2d_bwd = sim_pool_bwd,
     .attention_fwd = sim_attn_fwd,
     .attention_bwd = sim_attn_bwd,
+    .rng_fill = sim_rng_fill,
 };

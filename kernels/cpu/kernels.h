@@ -131,6 +131,11 @@ void k_adam_f64(int64_t n, double *p, const double *g, double *m, double *v, dou
 double k_norm_pow_f32(int64_t n, const float *x, double p);
 double k_norm_pow_f64(int64_t n, const double *x, double p);
 
+/* ---------------- random fills (rng.c) ---------------- */
+/* n contiguous elements of dt at out from the stream (r->seed, r->offset),
+ * read in order on this thread (core/rng.c's top comment). */
+void k_rng_fill(const KRngFill *r, DType dt, int64_t n, void *out);
+
 /* ---------------- 2-D convolution (conv.c) and max pooling (pool.c), NCHW -- */
 int k_conv2d_fwd(DType dt, const KConv2d *g, const void *x, const void *w, const void *b, void *y); /* b may be NULL */
 /* Gradients from gy: gx (input), gw (weight), gb (bias), each overwritten;
