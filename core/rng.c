@@ -48,7 +48,6 @@
 #include "backend/backend.h"
 #include "philox.h"
 #include <stdlib.h>
-#include <string.h>
 
 static uint64_t rng_seed_value = 0;
 static uint64_t rng_offset = 0;
