@@ -82,7 +82,7 @@ static int random_shape(lua_State *L, bool normal) {
     int next, nd = lu_shape(L, 1, shape, &next);
     CreateOpts o = create_opts(L, next, DT_F32);
     if (!dtype_is_float(o.dt)) return lu_error(L, "%s: dtype must be floating point, got %s", normal ? "randn" : "rand", dtype_name(o.dt));
-    return finish(L, normal ? rng_randn(shape, nd, o.dt) : rng_rand(shape, nd, o.dt), &o);
+    return finish(L, normal ? rng_randn_on(shape, nd, o.dt, o.dev) : rng_rand_on(shape, nd, o.dt, o.dev), &o);
 }
 
 static int l_rand(lua_State *L) { return random_shape(L, false); }
@@ -97,7 +97,7 @@ static int l_randint(lua_State *L) {
     int64_t shape[TENSOR_MAX_DIMS];
     int next, nd = lu_shape(L, pos, shape, &next);
     CreateOpts o = create_opts(L, next, DT_I64);
-    return finish(L, rng_randint(lo, hi, shape, nd, o.dt), &o);
+    return finish(L, rng_randint_on(lo, hi, shape, nd, o.dt, o.dev), &o);
 }
 
 static int l_randperm(lua_State *L) {
@@ -115,8 +115,8 @@ static int l_like(lua_State *L) {
     Tensor *r;
     switch (kind) {
     case 2: r = tensor_full(t->shape, t->ndim, luaL_checknumber(L, 2), o.dt, o.dev); break;
-    case 3: r = rng_rand(t->shape, t->ndim, o.dt); break;
-    case 4: r = rng_randn(t->shape, t->ndim, o.dt); break;
+    case 3: r = rng_rand_on(t->shape, t->ndim, o.dt, o.dev); break;
+    case 4: r = rng_randn_on(t->shape, t->ndim, o.dt, o.dev); break;
     default: r = tensor_full(t->shape, t->ndim, kind == 1 ? 1.0 : 0.0, o.dt, o.dev); break;
     }
     return finish(L, r, &o);

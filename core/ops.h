@@ -59,6 +59,11 @@ void rng_set_state(const uint64_t state[2]);
 Tensor *rng_rand(const int64_t *shape, int ndim, DType dt);
 Tensor *rng_randn(const int64_t *shape, int ndim, DType dt);
 Tensor *rng_randint(int64_t lo, int64_t hi, const int64_t *shape, int ndim, DType dt);
+/* The same, made and filled on dev (its backend's rng_fill; the values are
+ * the CPU's, see rng.c). */
+Tensor *rng_rand_on(const int64_t *shape, int ndim, DType dt, Device dev);
+Tensor *rng_randn_on(const int64_t *shape, int ndim, DType dt, Device dev);
+Tensor *rng_randint_on(int64_t lo, int64_t hi, const int64_t *shape, int ndim, DType dt, Device dev);
 Tensor *rng_randperm(int64_t n, DType dt);
 /* randperm from the stream (seed, offset blocks), global state untouched */
 Tensor *rng_randperm_at(uint64_t seed, uint64_t offset, int64_t n, DType dt);

@@ -8,8 +8,18 @@
  * and the seed is 0 until rng_seed is called. Every operation starts on a
  * fresh block and rounds its consumption up to whole blocks, so (seed,
  * offset) reproduces any later value exactly. Values are generated
- * sequentially on the calling thread: the result never depends on the number
+ * sequentially (or, on a GPU, element by element at the fixed word
+ * positions kernels/philox.h gives): the result never depends on the number
  * of threads.
+ *
+ * Where the draws happen: the state (seed, offset) lives here, on the host;
+ * a fill hands it by value to the tensor's backend (the rng_fill entry,
+ * kernels/kops.h's KRngFill), which draws on its device, and the host then
+ * advances the offset by the blocks the fill consumes (krng_blocks). So a
+ * tensor filled on "sim" holds the CPU's values bit for bit, and the CUDA
+ * backend's values equal them except for the last bits of float64 normal
+ * draws (the device's libm). randperm is a sequential shuffle: it draws
+ * here and its result reaches the device through the host-access API.
  *
  * Draws, in stream order (words w0, w1, w2, w3 of block 0, then block 1, ...):
  *  - a 32-bit draw is the next word; a 64-bit draw is the next two words,
@@ -35,53 +45,15 @@
  *    as above; element = u >= p ? 1 / (1 - p) : 0, so it is kept with
  *    probability 1 - p. */
 #include "ops.h"
+#include "backend/backend.h"
 #include "philox.h"
 #include <stdlib.h>
-#include <string.h>
 
 static uint64_t rng_seed_value = 0;
 static uint64_t rng_offset = 0;
 
-/* Philox4x32-10 is kernels/philox.h's, the code the CUDA kernels run too. */
-
-/* ---------------- the stream ---------------- */
-
-typedef struct {
-    uint32_t key[2];
-    uint64_t block; /* next block to compute */
-    uint32_t buf[4];
-    int pos; /* next unused word of buf; 4 = empty */
-} Stream;
-
-static Stream stream_begin(void) {
-    return (Stream){.key = {(uint32_t)rng_seed_value, (uint32_t)(rng_seed_value >> 32)}, .block = rng_offset, .pos = 4};
-}
-
-/* Commit the blocks used (a partly used block counts as used). */
-static void stream_end(const Stream *s) { rng_offset = s->block; }
-
-static uint32_t next32(Stream *s) {
-    if (s->pos == 4) {
-        uint32_t ctr[4] = {(uint32_t)s->block, (uint32_t)(s->block >> 32), 0, 0};
-        philox4x32_10_block(ctr, s->key, s->buf);
-        s->block++;
-        s->pos = 0;
-    }
-    return s->buf[s->pos++];
-}
-
-static uint64_t next64(Stream *s) {
-    uint64_t hi = next32(s);
-    return hi << 32 | next32(s);
-}
-
-/* floor(x * range / 2^64) */
-static uint64_t scale64(uint64_t x, uint64_t range) { return (uint64_t)(((unsigned __int128)x * range) >> 64); }
-
-static double next_uniform(Stream *s, int bits) {
-    if (bits > 32) return (double)(next64(s) >> (64 - bits)) * ldexp(1.0, -bits);
-    return (double)(next32(s) >> (32 - bits)) * ldexp(1.0, -bits);
-}
+/* Philox4x32-10 and the in-order stream are kernels/philox.h's, the code
+ * the backends' fills run too. */
 
 /* ---------------- state ---------------- */
 
@@ -104,58 +76,18 @@ void rng_set_state(const uint64_t state[2]) {
 
 /* ---------------- filling ---------------- */
 
-typedef void (*FillFn)(Stream *s, char *p, DType dt, int64_t n, const double *args);
-
-static void fill_uniform(Stream *s, char *p, DType dt, int64_t n, const double *a) {
-    int bits = rng_uniform_bits(dt);
-    size_t es = dtype_size(dt);
-    for (int64_t i = 0; i < n; i++) dtype_store(p + i * (int64_t)es, dt, a[0] + next_uniform(s, bits) * (a[1] - a[0]));
-}
-
-static void fill_normal(Stream *s, char *p, DType dt, int64_t n, const double *a) {
-    size_t es = dtype_size(dt);
-    for (int64_t i = 0; i < n; i += 2) {
-        double u1 = (double)((next64(s) >> 11) + 1) * 0x1p-53, u2 = (double)(next64(s) >> 11) * 0x1p-53;
-        double r = sqrt(-2.0 * log(u1)), th = 2.0 * M_PI * u2;
-        dtype_store(p + i * (int64_t)es, dt, a[0] + a[1] * r * cos(th));
-        if (i + 1 < n) dtype_store(p + (i + 1) * (int64_t)es, dt, a[0] + a[1] * r * sin(th));
-    }
-}
-
-static void fill_bernoulli(Stream *s, char *p, DType dt, int64_t n, const double *a) {
-    int bits = dt == DT_F64 ? 53 : 24;
-    double keep = a[0] < 1.0 ? 1.0 / (1.0 - a[0]) : 0.0;
-    size_t es = dtype_size(dt);
-    for (int64_t i = 0; i < n; i++) dtype_store(p + i * (int64_t)es, dt, next_uniform(s, bits) >= a[0] ? keep : 0.0);
-}
-
-static void fill_randint(Stream *s, char *p, DType dt, int64_t n, const double *a) {
-    size_t es = dtype_size(dt);
-    int64_t lo;
-    uint64_t range;
-    memcpy(&lo, &a[0], sizeof lo); /* args carry the raw integers */
-    memcpy(&range, &a[1], sizeof range);
-    for (int64_t i = 0; i < n; i++) dtype_store_i64(p + i * (int64_t)es, dt, (int64_t)((uint64_t)lo + scale64(next64(s), range)));
-}
-
 /* Fill t in row-major order, through a contiguous temporary when needed.
- * The draws are made on the host (the generator's state lives there) and
- * reach the device through the host-access API (no copy on the CPU). */
-static int fill_tensor(Tensor *t, FillFn fn, const double *args) {
+ * The draws are the backend's (its rng_fill entry, from the state (seed,
+ * offset) by value); the host only advances the offset. */
+static int fill_tensor(Tensor *t, KRngFill r) {
     Tensor *c = tensor_is_contiguous(t) ? t : tensor_empty(t->shape, t->ndim, t->dtype, t->device);
-    HostMap m;
-    char *p = c ? tensor_host_map(c, HOST_WRITE, &m) : NULL;
-    if (!p) {
+    if (!c) return -1;
+    r.seed = rng_seed_value, r.offset = rng_offset;
+    if (c->numel && backend_for(c->device)->rng_fill(&r, c->dtype, c->numel, tensor_data(c)) != 0) {
         if (c != t) tensor_release(c);
         return -1;
     }
-    Stream s = stream_begin();
-    fn(&s, p, c->dtype, c->numel, args);
-    stream_end(&s);
-    if (tensor_host_unmap(&m) < 0) {
-        if (c != t) tensor_release(c);
-        return -1;
-    }
+    rng_offset += krng_blocks(&r, c->dtype, (uint64_t)c->numel);
     if (c != t) {
         tensor_copy_strided(t, c);
         tensor_release(c);
@@ -172,10 +104,10 @@ static int check_float_target(const Tensor *t, const char *op) {
     return 0;
 }
 
-static Tensor *new_random(const int64_t *shape, int ndim, DType dt, const char *op) {
+static Tensor *new_random(const int64_t *shape, int ndim, DType dt, Device dev, const char *op) {
     if (ndim < 0 || ndim > TENSOR_MAX_DIMS) return accel_fail("%s: expected 0 to %d dims, got %d", op, TENSOR_MAX_DIMS, ndim);
     if (shape_check(op, shape, ndim, (int)dt) < 0) return NULL;
-    return tensor_empty(shape, ndim, dt, (Device){DEV_CPU, 0});
+    return tensor_empty(shape, ndim, dt, dev);
 }
 
 /* ---------------- public ---------------- */
@@ -183,64 +115,62 @@ static Tensor *new_random(const int64_t *shape, int ndim, DType dt, const char *
 int rng_uniform_(Tensor *t, double lo, double hi) {
     if (check_float_target(t, "uniform_") < 0) return -1;
     if (!(lo <= hi)) return accel_fail_int("uniform_: expects a [from, to) range, but got from=%g > to=%g", lo, hi);
-    double args[2] = {lo, hi};
-    return fill_tensor(t, fill_uniform, args);
+    return fill_tensor(t, (KRngFill){.dist = KRNG_UNIFORM, .a = lo, .b = hi});
 }
 
 int rng_normal_(Tensor *t, double mean, double std) {
     if (check_float_target(t, "normal_") < 0) return -1;
     if (!(std >= 0)) return accel_fail_int("normal_: std must be >= 0, got %g", std);
-    double args[2] = {mean, std};
-    return fill_tensor(t, fill_normal, args);
+    return fill_tensor(t, (KRngFill){.dist = KRNG_NORMAL, .a = mean, .b = std});
 }
 
 int rng_bernoulli_mask_(Tensor *t, double p) {
     if (check_float_target(t, "bernoulli_mask_") < 0) return -1;
     if (!(p >= 0 && p <= 1)) return accel_fail_int("dropout probability has to be between 0 and 1, but got %g", p);
-    double args[1] = {p};
-    return fill_tensor(t, fill_bernoulli, args);
+    return fill_tensor(t, (KRngFill){.dist = KRNG_BERNOULLI, .a = p});
 }
 
-static Tensor *random_float(const int64_t *shape, int ndim, DType dt, const char *op, FillFn fn, const double *args) {
+static Tensor *random_float(const int64_t *shape, int ndim, DType dt, Device dev, const char *op, KRngFill r) {
     if (!dtype_is_float(dt)) return accel_fail("%s: expected a floating point dtype, got %s", op, dtype_name(dt));
-    Tensor *t = new_random(shape, ndim, dt, op);
-    if (t && fill_tensor(t, fn, args) < 0) {
+    Tensor *t = new_random(shape, ndim, dt, dev, op);
+    if (t && fill_tensor(t, r) < 0) {
         tensor_release(t);
         return NULL;
     }
     return t;
 }
 
-Tensor *rng_rand(const int64_t *shape, int ndim, DType dt) {
-    double args[2] = {0.0, 1.0};
-    return random_float(shape, ndim, dt, "rand", fill_uniform, args);
+Tensor *rng_rand_on(const int64_t *shape, int ndim, DType dt, Device dev) {
+    return random_float(shape, ndim, dt, dev, "rand", (KRngFill){.dist = KRNG_UNIFORM, .a = 0.0, .b = 1.0});
 }
 
-Tensor *rng_randn(const int64_t *shape, int ndim, DType dt) {
-    double args[2] = {0.0, 1.0};
-    return random_float(shape, ndim, dt, "randn", fill_normal, args);
+Tensor *rng_randn_on(const int64_t *shape, int ndim, DType dt, Device dev) {
+    return random_float(shape, ndim, dt, dev, "randn", (KRngFill){.dist = KRNG_NORMAL, .a = 0.0, .b = 1.0});
 }
 
-Tensor *rng_randint(int64_t lo, int64_t hi, const int64_t *shape, int ndim, DType dt) {
+Tensor *rng_randint_on(int64_t lo, int64_t hi, const int64_t *shape, int ndim, DType dt, Device dev) {
     if (lo >= hi)
         return accel_fail("randint: low (%lld) must be less than high (%lld)", (long long)lo, (long long)hi);
     if (dt == DT_BOOL && (lo < 0 || hi > 2))
         return accel_fail("randint: range [%lld, %lld) does not fit dtype bool", (long long)lo, (long long)hi);
-    Tensor *t = new_random(shape, ndim, dt, "randint");
-    if (!t) return NULL;
-    uint64_t range = (uint64_t)hi - (uint64_t)lo;
-    double args[2];
-    memcpy(&args[0], &lo, sizeof lo);
-    memcpy(&args[1], &range, sizeof range);
-    if (fill_tensor(t, fill_randint, args) < 0) {
+    Tensor *t = new_random(shape, ndim, dt, dev, "randint");
+    KRngFill r = {.dist = KRNG_RANDINT, .lo = lo, .range = (uint64_t)hi - (uint64_t)lo};
+    if (t && fill_tensor(t, r) < 0) {
         tensor_release(t);
         return NULL;
     }
     return t;
 }
 
+static const Device host_cpu = {DEV_CPU, 0};
+Tensor *rng_rand(const int64_t *shape, int ndim, DType dt) { return rng_rand_on(shape, ndim, dt, host_cpu); }
+Tensor *rng_randn(const int64_t *shape, int ndim, DType dt) { return rng_randn_on(shape, ndim, dt, host_cpu); }
+Tensor *rng_randint(int64_t lo, int64_t hi, const int64_t *shape, int ndim, DType dt) {
+    return rng_randint_on(lo, hi, shape, ndim, dt, host_cpu);
+}
+
 /* Fisher-Yates over 0..n-1 with the draws of s (see the top comment). */
-static Tensor *randperm_from(Stream *s, int64_t n, DType dt) {
+static Tensor *randperm_from(PhiloxStream *s, int64_t n, DType dt) {
     if (n < 0) return accel_fail("randperm: n must be non-negative, got %lld", (long long)n);
     if (dt == DT_BOOL && n > 2) return accel_fail("randperm: n = %lld does not fit dtype bool", (long long)n);
     if (shape_check("randperm", &n, 1, (int)DT_I64) < 0) return NULL; /* the int64 work array */
@@ -248,7 +178,7 @@ static Tensor *randperm_from(Stream *s, int64_t n, DType dt) {
     if (!perm) return NULL;
     for (int64_t i = 0; i < n; i++) perm[i] = i;
     for (int64_t i = n - 1; i > 0; i--) {
-        int64_t j = (int64_t)scale64(next64(s), (uint64_t)i + 1);
+        int64_t j = (int64_t)philox_scale64(philox_next64(s), (uint64_t)i + 1);
         int64_t tmp = perm[i];
         perm[i] = perm[j], perm[j] = tmp;
     }
@@ -267,13 +197,13 @@ static Tensor *randperm_from(Stream *s, int64_t n, DType dt) {
 }
 
 Tensor *rng_randperm(int64_t n, DType dt) {
-    Stream s = stream_begin();
+    PhiloxStream s = philox_stream_at(rng_seed_value, rng_offset);
     Tensor *t = randperm_from(&s, n, dt);
-    stream_end(&s);
+    rng_offset = s.block; /* a partly used block counts as used */
     return t;
 }
 
 Tensor *rng_randperm_at(uint64_t seed, uint64_t offset, int64_t n, DType dt) {
-    Stream s = {.key = {(uint32_t)seed, (uint32_t)(seed >> 32)}, .block = offset, .pos = 4};
+    PhiloxStream s = philox_stream_at(seed, offset);
     return randperm_from(&s, n, dt);
 }

@@ -1,9 +1,9 @@
 /* kops.h: the op vocabulary every backend shares: the elementwise,
  * unary and reduction op codes and the parameter blocks of the fused ops
- * (optimizer steps, convolution, pooling, attention), and the fp8 formats.
- * Neutral ground: the core, the backend interface (core/backend/backend.h)
- * and each backend's kernels include it; no backend defines these
- * itself. Sizes and strides are in elements. */
+ * (optimizer steps, convolution, pooling, attention, random fills), and the
+ * fp8 formats. Neutral ground: the core, the backend interface
+ * (core/backend/backend.h) and each backend's kernels include it; no backend
+ * defines these itself. Sizes and strides are in elements. */
 #ifndef ACCEL_KOPS_H
 #define ACCEL_KOPS_H
 
@@ -90,5 +90,27 @@ typedef struct {
     double scale;
     int causal;
 } KAttn;
+
+/* A random fill of n contiguous elements from the Philox stream (seed,
+ * offset): offset is the first block the fill may use (core/rng.c's top
+ * comment specifies each draw; kernels/philox.h gives element i of each,
+ * and krng_blocks() the blocks a fill consumes, which the caller adds to
+ * its offset). Parameters by distribution:
+ *   KRNG_UNIFORM    lo + u (hi - lo), u in [0, 1): a = lo, b = hi
+ *   KRNG_NORMAL     mean + std z:                  a = mean, b = std
+ *   KRNG_BERNOULLI  u >= p ? 1 / (1 - p) : 0:      a = p (dropout masks)
+ *   KRNG_RANDINT    lo + floor(x range / 2^64):    lo, range (any dtype)
+ * The generator's state is only (seed, offset), passed by value, so a
+ * backend may draw later (queued work) or per element (a GPU thread) and
+ * still give the stream's values. */
+typedef enum { KRNG_UNIFORM, KRNG_NORMAL, KRNG_BERNOULLI, KRNG_RANDINT, KRNG_COUNT } KRngDist;
+
+typedef struct {
+    KRngDist dist;
+    uint64_t seed, offset;
+    double a, b;
+    int64_t lo;
+    uint64_t range;
+} KRngFill;
 
 #endif

@@ -19,6 +19,7 @@
 #define ACCEL_PHILOX_H
 
 #include "dtype.h"
+#include "kops.h"
 
 #define PHILOX_M0 0xD2511F53u
 #define PHILOX_M1 0xCD9E8D57u
@@ -102,5 +103,48 @@ static inline DT_HD uint64_t rng_blocks_words(uint64_t words) { return (words + 
 static inline DT_HD uint64_t rng_blocks_uniform(uint64_t n, int bits) { return rng_blocks_words(bits > 32 ? 2 * n : n); }
 static inline DT_HD uint64_t rng_blocks_normal(uint64_t n) { return (n + 1) / 2; }
 static inline DT_HD uint64_t rng_blocks_randint(uint64_t n) { return rng_blocks_words(2 * n); }
+
+/* The uniform precision of a dropout mask (rng.c: 53 bits for float64, else 24). */
+static inline DT_HD int rng_bernoulli_bits(DType dt) { return dt == DT_F64 ? 53 : 24; }
+
+/* Blocks a KRngFill (kernels/kops.h) of n elements of dt consumes. */
+static inline DT_HD uint64_t krng_blocks(const KRngFill *r, DType dt, uint64_t n) {
+    switch (r->dist) {
+    case KRNG_UNIFORM: return rng_blocks_uniform(n, rng_uniform_bits(dt));
+    case KRNG_NORMAL: return rng_blocks_normal(n);
+    case KRNG_BERNOULLI: return rng_blocks_uniform(n, rng_bernoulli_bits(dt));
+    default: return rng_blocks_randint(n);
+    }
+}
+
+/* ---- the stream read in order (the host's sequential draws) ---- */
+
+typedef struct {
+    uint32_t key[2];
+    uint64_t block; /* next block to compute */
+    uint32_t buf[4];
+    int pos; /* next unused word of buf; 4 = empty */
+} PhiloxStream;
+
+static inline DT_HD PhiloxStream philox_stream_at(uint64_t seed, uint64_t offset) {
+    PhiloxStream s = {{(uint32_t)seed, (uint32_t)(seed >> 32)}, offset, {0, 0, 0, 0}, 4};
+    return s;
+}
+
+static inline DT_HD uint32_t philox_next32(PhiloxStream *s) {
+    if (s->pos == 4) {
+        const uint32_t ctr[4] = {(uint32_t)s->block, (uint32_t)(s->block >> 32), 0, 0};
+        philox4x32_10_block(ctr, s->key, s->buf);
+        s->block++;
+        s->pos = 0;
+    }
+    return s->buf[s->pos++];
+}
+
+/* The next two words, the first as the high half. */
+static inline DT_HD uint64_t philox_next64(PhiloxStream *s) {
+    uint64_t hi = philox_next32(s);
+    return hi << 32 | philox_next32(s);
+}
 
 #endif

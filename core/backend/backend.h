@@ -138,6 +138,13 @@ typedef struct Backend {
      * device float, max |x| (0 for n = 0, NaN when x holds a NaN). */
     void (*fp8_quantize)(KFp8Fmt fmt, int64_t n, const float *x, float scale, uint8_t *q, float *amax);
     void (*fp8_dequantize)(KFp8Fmt fmt, int64_t n, const uint8_t *q, float scale_inv, float *out); /* fl32(code * s) */
+    /* ---- random fills: n contiguous elements of dt at out from the
+     * stream r->(seed, offset) (kernels/kops.h; the caller advances its
+     * offset by krng_blocks). The CPU and sim draw rng.c's stream in
+     * order; CUDA computes each element from philox.h, the same values
+     * except normal draws, which may differ in the last bits of float64
+     * (the device's log / cos). Returns nonzero on failure. ---- */
+    int (*rng_fill)(const KRngFill *r, DType dt, int64_t n, void *out);
 } Backend;
 
 /* The backend serving a device, or NULL (with an error) if this build has none. */

@@ -300,6 +300,11 @@ static void cpu_fp8_quantize(KFp8Fmt fmt, int64_t n, const float *x, float scale
     if (amax) *amax = k_fp8_amax_f32(n, x);
 }
 
+static int cpu_rng_fill(const KRngFill *r, DType dt, int64_t n, void *out) {
+    k_rng_fill(r, dt, n, out);
+    return 0;
+}
+
 const Backend backend_cpu = {
     .name = "cpu",
     .alloc = cpu_mem_alloc,
@@ -347,6 +352,7 @@ const Backend backend_cpu = {
     .attention_bwd = cpu_attn_bwd,
     .fp8_quantize = cpu_fp8_quantize,
     .fp8_dequantize = k_fp8_dequantize_f32,
+    .rng_fill = cpu_rng_fill,
 };
 
 /* The CUDA backend (backend_cuda.c) is linked into the CUDA build only;

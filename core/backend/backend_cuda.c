@@ -477,6 +477,20 @@ static void cu_fp8_dequantize(KFp8Fmt fmt, int64_t n, const uint8_t *q, float sc
     note(kc_fp8_dequantize(fmt, n, q, scale_inv, out, S()));
 }
 
+/* Random fills: one thread per element (pair, for normal) with
+ * kernels/philox.h, so the values are the CPU's except that normal draws use
+ * the device's log / sqrt / cos / sin (an ulp or two in double; float32
+ * almost always equal). PyTorch's CUDA generator gives values unrelated to
+ * its CPU one; ours keeps one stream for both. */
+static int cu_rng_fill(const KRngFill *r, DType dt, int64_t n, void *out) {
+    switch (r->dist) {
+    case KRNG_UNIFORM: return fail(kc_rng_uniform(out, dt, n, r->seed, r->offset, r->a, r->b, S()));
+    case KRNG_NORMAL: return fail(kc_rng_normal(out, dt, n, r->seed, r->offset, r->a, r->b, S()));
+    case KRNG_BERNOULLI: return fail(kc_rng_bernoulli_mask(out, dt, n, r->seed, r->offset, r->a, S()));
+    default: return fail(kc_rng_randint(out, dt, n, r->seed, r->offset, r->lo, r->range, S()));
+    }
+}
+
 const Backend backend_cuda = {
     .name = "cuda",
     .alloc = cu_alloc,
@@ -524,4 +538,5 @@ const Backend backend_cuda = {
     .attention_bwd = cu_attn_bwd,
     .fp8_quantize = cu_fp8_quantize,
     .fp8_dequantize = cu_fp8_dequantize,
+    .rng_fill = cu_rng_fill,
 };

@@ -397,6 +397,7 @@ typedef struct {
         KConv2d conv;
         KPool2d pool;
         KAttn attn;
+        KRngFill rng;
     } s;
     int64_t *ret_i;
     double *ret_f;
@@ -643,6 +644,17 @@ static void sim_fp8_dequantize(KFp8Fmt fmt, int64_t n, const uint8_t *q, float s
     submit_args(run_fp8_dequantize, &(Args){.i0 = fmt, .n = {n}, .f = {scale_inv}, .p = {(void *)q, out}});
 }
 
+/* The stream's state travels by value, so drawing on the worker later
+ * gives the values the CPU draws now. */
+static void run_rng_fill(void *v) {
+    Args *a = v;
+    backend_cpu.rng_fill(&a->s.rng, a->dt, a->n[0], R(a->p[0]));
+}
+static int sim_rng_fill(const KRngFill *r, DType dt, int64_t n, void *out) {
+    submit_args(run_rng_fill, &(Args){.dt = dt, .n = {n}, .p = {out}, .s.rng = *r});
+    return 0;
+}
+
 /* ---------------- testing hooks ---------------- */
 
 void backend_sim_debug_hold(int on) {
@@ -702,4 +714,5 @@ const Backend backend_sim = {
     .attention_bwd = sim_attn_bwd,
     .fp8_quantize = sim_fp8_quantize,
     .fp8_dequantize = sim_fp8_dequantize,
+    .rng_fill = sim_rng_fill,
 };

@@ -139,6 +139,11 @@ void k_fp8_quantize_f32(KFp8Fmt fmt, int64_t n, const float *x, float scale, uin
 void k_fp8_dequantize_f32(KFp8Fmt fmt, int64_t n, const uint8_t *q, float scale_inv, float *out);
 float k_fp8_amax_f32(int64_t n, const float *x);
 
+/* ---------------- random fills (rng.c) ---------------- */
+/* n contiguous elements of dt at out from the stream (r->seed, r->offset),
+ * read in order on this thread (core/rng.c's top comment). */
+void k_rng_fill(const KRngFill *r, DType dt, int64_t n, void *out);
+
 /* ---------------- 2-D convolution (conv.c) and max pooling (pool.c), NCHW -- */
 int k_conv2d_fwd(DType dt, const KConv2d *g, const void *x, const void *w, const void *b, void *y); /* b may be NULL */
 /* Gradients from gy: gx (input), gw (weight), gb (bias), each overwritten;

@@ -20,7 +20,7 @@ __global__ void normal_kernel(void *o, DType dt, int64_t n, uint64_t seed, uint6
 }
 
 __global__ void bernoulli_kernel(void *o, DType dt, int64_t n, uint64_t seed, uint64_t off, double p) {
-    const int bits = dt == DT_F64 ? 53 : 24;
+    const int bits = rng_bernoulli_bits(dt);
     const double keep = p < 1.0 ? 1.0 / (1.0 - p) : 0.0;
     KC_GRID_STRIDE(i, n) kc_store(o, dt, i, rng_uniform_at(seed, off, (uint64_t)i, bits) >= p ? keep : 0.0);
 }

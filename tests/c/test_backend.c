@@ -11,7 +11,10 @@
  * must overwrite start poisoned on the device (poisoned()), fp8 casts
  * and amax through kernels/dtype.h's codec); the fused families
  * (norms, cross-entropy, optimizers, conv / pool, attention, backward
- * kernels) are compared with the CPU backend, which is what a device
+ * kernels) are compared with the CPU backend; random fills with
+ * kernels/philox.h's per-element draws (the stream computed element by
+ * element, independent of the CPU's in-order reader) and, on every backend
+ * but CUDA, with the CPU backend's bytes, which is what a device
  * backend must match (their CPU kernels have their own tests:
  * test_kernels, test_conv, test_optim).
  *
@@ -19,6 +22,7 @@
  *   build/cuda/test_backend cuda    the CUDA backend (on a machine with a GPU)
  * Last line "N passed, N failed". */
 #include "core/backend/backend.h"
+#include "kernels/philox.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -503,6 +507,54 @@ static void test_fp8(void) {
     }
 }
 
+/* ---- random fills: element i from kernels/philox.h ---- */
+
+static double rng_ref(const KRngFill *r, DType dt, int64_t i) {
+    double z[2];
+    switch (r->dist) {
+    case KRNG_UNIFORM: return r->a + rng_uniform_at(r->seed, r->offset, (uint64_t)i, rng_uniform_bits(dt)) * (r->b - r->a);
+    case KRNG_NORMAL: rng_normal_pair_at(r->seed, r->offset, (uint64_t)i / 2, z); return r->a + r->b * z[i % 2];
+    case KRNG_BERNOULLI:
+        return rng_uniform_at(r->seed, r->offset, (uint64_t)i, rng_bernoulli_bits(dt)) >= r->a ? 1.0 / (1.0 - r->a) : 0.0;
+    default: return (double)rng_randint_at(r->seed, r->offset, (uint64_t)i, r->lo, r->range);
+    }
+}
+
+/* n elements of dt: the per-element reference (exact but for normal draws
+ * with a mean / std, whose rounding order differs, and CUDA's libm), and the
+ * CPU backend's bytes (every backend but CUDA: bit for bit). */
+static void check_rng(KRngFill r, DType dt, int64_t n, const char *what) {
+    const int cuda = strcmp(B->name, "cuda") == 0, normal = r.dist == KRNG_NORMAL;
+    Buf o = poisoned(dt, n);
+    for (int64_t i = 0; i < n; i++) {
+        if (r.dist == KRNG_RANDINT) dtype_store_i64(at(&o, i), dt, (int64_t)rng_ref(&r, dt, i));
+        else dtype_store(at(&o, i), dt, rng_ref(&r, dt, i));
+    }
+    result(B->rng_fill(&r, dt, n, o.d) == 0, what, dt);
+    check_buf(&o, normal && (cuda || r.a != 0 || r.b != 1) ? tol_of(dt) : 0, what);
+    if (!cuda || !normal) {
+        char *cpu = calloc(1, o.nbytes + 1);
+        result(cpu && R->rng_fill(&r, dt, n, cpu) == 0 && memcmp(cpu, o.h, o.nbytes) == 0, what, dt);
+        free(cpu);
+    }
+    buf_free(&o);
+}
+
+static void test_rng(DType dt) {
+    static const int64_t sizes[] = {1, 2, 37, 1001};
+    const uint64_t seed = 0x123456789abcdefull, offset = 12345;
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        int64_t n = sizes[k];
+        check_rng((KRngFill){.dist = KRNG_UNIFORM, .seed = seed, .offset = offset, .a = 0, .b = 1}, dt, n, "rng uniform");
+        check_rng((KRngFill){.dist = KRNG_UNIFORM, .seed = 7, .a = -2, .b = 3}, dt, n, "rng uniform(-2, 3)");
+        check_rng((KRngFill){.dist = KRNG_NORMAL, .seed = seed, .offset = offset, .a = 0, .b = 1}, dt, n, "rng normal");
+        check_rng((KRngFill){.dist = KRNG_NORMAL, .seed = 7, .offset = 1, .a = 0.5, .b = 2}, dt, n, "rng normal(0.5, 2)");
+        check_rng((KRngFill){.dist = KRNG_BERNOULLI, .seed = seed, .offset = offset, .a = 0.3}, dt, n, "rng bernoulli");
+        check_rng((KRngFill){.dist = KRNG_RANDINT, .seed = seed, .offset = offset, .lo = -5, .range = 105}, dt, n,
+                  "rng randint");
+    }
+}
+
 /* ---- conv, pool, attention ---- */
 
 static void test_conv(DType dt) {
@@ -599,7 +651,9 @@ static void run_backend(const Backend *be) {
         DType dt = fl[i];
         test_unary_backward(dt), test_softmax(dt), test_cross_entropy(dt), test_layernorm(dt);
         test_optim(dt), test_pool(dt), test_attention(dt), test_conv(dt), test_gemm(dt);
+        test_rng(dt);
     }
+    test_rng(DT_BF16), test_rng(DT_I64);
     test_conv(DT_BF16), test_gemm(DT_BF16);
     static const DType all[] = {DT_F32, DT_F64, DT_BF16, DT_F16, DT_I64, DT_I32, DT_U8, DT_BOOL};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) {

@@ -151,6 +151,34 @@ describe("the sim device", function()
     assert.truthy(tostring(bad_dev):find("unknown device 'tpu'", 1, true), bad_dev)
   end)
 
+  -- The sim backend's rng_fill draws from the state (seed, offset) the host
+  -- hands it, so a tensor made on sim holds the CPU's draws bit for bit
+  -- and the generator ends in the same state. Expected: the same calls on
+  -- the cpu.
+  it("draws random tensors on the device with the CPU's values, bit for bit", function()
+    local function draws(dev, dtype)
+      accel.manual_seed(1234)
+      local o = {device = dev, dtype = dtype}
+      local ts = {accel.randn(7, 3, o), accel.rand(5, o), accel.randn(1, o), accel.rand(9, 3, o),
+                  F.dropout(accel.ones(17, o), {p = 0.3, training = true}), accel.randint(-5, 100, {11}, {device = dev}),
+                  accel.randn_like(accel.zeros(3, 5, o))}
+      local vals = {}
+      for i, t in ipairs(ts) do
+        assert.are.equal(dev, t.device.type)
+        vals[i] = t:to("cpu"):reshape({-1}):tolist()
+      end
+      local seed, offset = accel.get_rng_state()
+      return vals, seed, offset
+    end
+    for _, dtype in ipairs({"float32", "float64"}) do
+      local cv, cs, co = draws("cpu", dtype)
+      local sv, ss, so = draws("sim", dtype)
+      assert.are.same(cv, sv)
+      assert.are.equal(cs, ss)
+      assert.are.equal(co, so)
+    end
+  end)
+
   it("synchronize waits for queued work", function()
     local t = accel.ones(1000, {device = "sim"}) * 3
     accel.synchronize("sim")
