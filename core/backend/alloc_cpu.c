@@ -70,10 +70,10 @@ static void system_free(void *p, size_t n) {
     else if (munmap(p, n) != 0) abort(); /* only for a block system_alloc did not map: memory corruption */
 }
 
-/* Returns cached blocks to the system until the cache fits under the cap. */
-static void trim_cache(void) {
-    for (int i = 0; i < NBUCKETS && cached > cpu_mem_cache_cap(); i++) {
-        while (buckets[i] && cached > cpu_mem_cache_cap()) {
+/* Returns cached blocks to the system until at most keep bytes stay cached. */
+static void release_cached(size_t keep) {
+    for (int i = 0; i < NBUCKETS && cached > keep; i++) {
+        while (buckets[i] && cached > keep) {
             FreeBlock *b = buckets[i];
             buckets[i] = b->next;
             cached -= b->nbytes;
@@ -101,7 +101,7 @@ void *cpu_mem_alloc(size_t nbytes) {
     if (!p) return NULL;
     live += n;
     if (live > high) high = live;
-    trim_cache();
+    release_cached(cpu_mem_cache_cap()); /* the new block may leave the cache over the cap */
     return p;
 }
 
@@ -123,15 +123,4 @@ void cpu_mem_free(void *p, size_t nbytes) {
 
 size_t cpu_mem_cached_bytes(void) { return cached; }
 
-void cpu_mem_empty_cache(void) {
-    for (int i = 0; i < NBUCKETS; i++) {
-        FreeBlock *b = buckets[i];
-        while (b) {
-            FreeBlock *next = b->next;
-            system_free(b, b->nbytes);
-            b = next;
-        }
-        buckets[i] = NULL;
-    }
-    cached = 0;
-}
+void cpu_mem_empty_cache(void) { release_cached(0); }
