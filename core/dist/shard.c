@@ -270,7 +270,6 @@ static int build_unit(ShardEngine *e, int u, bool broadcast) {
     un->holder->flat = flat;
     if (shard_copy(un->master, 0, flat, (int64_t)e->rank * un->shard, un->shard)) return -1;
     repoint(e, un);
-    if (e->shard_grads && !(un->grad = flat_f32(e, un->shard, true))) return -1;
     return shard_unit_release(e, u);
 }
 
@@ -280,9 +279,11 @@ static int finish_pass(ShardEngine *e, bool release);
 static void reap(ShardEngine *e);
 
 /* Reduce-scatters the unit's gradient: straight into the gradient shard
- * when that holds nothing yet, else into a temporary added at settle. */
+ * when that holds nothing yet (made here: zero_grad frees it), else into a
+ * temporary added at settle. */
 static int start_reduction(ShardEngine *e, Unit *un) {
     un->launched = true;
+    if (!un->grad_dirty && !un->grad && !(un->grad = flat_f32(e, un->shard, false))) return -1;
     if (un->grad_dirty && !(un->gtmp = flat_f32(e, un->shard, false))) return -1;
     un->work = dist_ireduce_scatter(e->comm, un->gtmp ? un->gtmp : un->grad, un->gfull, DIST_AVG);
     un->grad_dirty = true;

@@ -40,8 +40,11 @@
  *
  * Per rank the engine holds, per unit: the float32 master shard of the
  * parameters, the optimizer state shards (Adam: exp_avg, exp_avg_sq,
- * [max_exp_avg_sq]; SGD: momentum_buffer), stage >= 2 the gradient shard,
- * and stages 1-2 the full parameter buffer (stage 3 only while gathered).
+ * [max_exp_avg_sq]; SGD: momentum_buffer), stage >= 2 the gradient shard
+ * (made by the unit's first reduction after zero_grad, freed by zero_grad,
+ * as FSDP's sharded gradients with set_to_none: during a backward only the
+ * units already reduced hold one), and stages 1-2 the full parameter
+ * buffer (stage 3 only while gathered).
  *
  * Accumulation (shard_set_sync(false) on non-final micro-steps): stage 1
  * communicates nothing and .grad accumulates locally (as DDP's no_sync);
@@ -178,8 +181,8 @@ int shard_finalize(ShardEngine *e);
  * stages 1-2 all-gather the parameters. Skipped (0) without gradients
  * since the last shard_zero_grad. */
 int shard_step(ShardEngine *e, const ShardHyper *h);
-/* Stage 1: .grad = nil; stages 2-3: the gradient shards count as empty
- * (not cleared: the next backward's reduce-scatter overwrites them). */
+/* Stage 1: .grad = nil; stages 2-3: the gradient shards are freed (the
+ * next backward's reduce-scatters make them again). */
 int shard_zero_grad(ShardEngine *e);
 /* Total p-norm of the gradient (one all_reduce of the shards' partial
  * sums; p = INFINITY: max) into *total; gradients scaled by
@@ -250,8 +253,8 @@ Tensor *shard_param(const ShardEngine *e, int i); /* borrowed */
 void shard_unit_info(const ShardEngine *e, int u, int *n, const int **params, const int64_t **offsets, int64_t *numel,
                      int64_t *padded, int64_t *shard);
 /* This rank's shard of unit u: which 0 master, 1.. state (NULL: not
- * created yet), -1 gradient (stage >= 2; stale after shard_zero_grad until
- * the next backward). Borrowed. */
+ * created yet), -1 gradient (stage >= 2; NULL after shard_zero_grad until
+ * the unit's next reduction). Borrowed. */
 Tensor *shard_unit_shard(const ShardEngine *e, int u, int which);
 int64_t shard_param_steps(const ShardEngine *e, int i);
 int shard_rank(const ShardEngine *e);

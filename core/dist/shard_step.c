@@ -71,7 +71,7 @@ static int scale_grads(ShardEngine *e, double factor) {
     for (int i = 0; e->ddp && i < e->n; i++)
         if (e->params[i]->grad && scale(e->params[i]->grad, factor)) return -1;
     for (int u = 0; e->shard_grads && u < e->nu; u++)
-        if (scale(e->units[u].grad, factor)) return -1;
+        if (e->units[u].grad && scale(e->units[u].grad, factor)) return -1;
     return 0;
 }
 
@@ -185,7 +185,11 @@ int shard_zero_grad(ShardEngine *e) {
         tensor_release(e->params[i]->grad);
         e->params[i]->grad = NULL;
     }
-    for (int u = 0; u < e->nu; u++) e->units[u].grad_dirty = false; /* the next reduction overwrites the shard */
+    for (int u = 0; u < e->nu; u++) { /* stages 2-3: freed; the next reduction makes it again */
+        tensor_release(e->units[u].grad);
+        e->units[u].grad = NULL;
+        e->units[u].grad_dirty = false;
+    }
     e->has_grads = false;
     return 0;
 }
