@@ -4,6 +4,14 @@
  *   accel.cuda.device_count()
  *   accel.cuda.is_built()           this accel-lua has the CUDA backend
  *   accel.cuda.unavailable_reason() why there is no GPU (nil when there is one)
+ *   accel.cuda.get_device_capability([device]) major, minor (as PyTorch's
+ *                                   tuple; device an index, "cuda:N" or a
+ *                                   device, default 0)
+ *   accel.cuda.memory_stats([device]) the caching allocator's counters under
+ *                                   torch.cuda.memory_stats' key names;
+ *                                   memory_allocated, max_memory_allocated,
+ *                                   memory_reserved, max_memory_reserved,
+ *                                   reset_peak_memory_stats, empty_cache
  *   accel.backends.cuda.matmul.allow_tf32   read / assign, as PyTorch's
  *                                   torch.backends.cuda.matmul.allow_tf32 (default false)
  * The counts come from core/backend/backend.h (backend_cuda_count). */
@@ -20,6 +28,70 @@ static int l_unavailable_reason(lua_State *L) {
     if (backend_cuda_count(why, sizeof why) > 0) lua_pushnil(L);
     else lua_pushstring(L, why);
     return 1;
+}
+
+/* The GPU index of argument 1 (an index, "cuda:N" or a device; default 0). */
+static int gpu_arg(lua_State *L, const char *fn) {
+    if (lua_isinteger(L, 1)) return (int)lua_tointeger(L, 1);
+    if (lua_isnoneornil(L, 1)) return 0;
+    Device d = lu_check_device(L, 1);
+    char name[32];
+    if (d.type != DEV_CUDA)
+        return lu_error(L, "accel.cuda.%s: %s is not a CUDA device", fn, device_str(d, name, sizeof name));
+    return d.index;
+}
+
+static int l_capability(lua_State *L) {
+    int major = 0, minor = 0;
+    if (backend_cuda_capability(gpu_arg(L, "get_device_capability"), &major, &minor) != 0) return lu_core_error(L);
+    lua_pushinteger(L, major);
+    lua_pushinteger(L, minor);
+    return 2;
+}
+
+static BackendMemStats mem_stats(lua_State *L, const char *fn) {
+    BackendMemStats st = {0};
+    if (backend_cuda_memory(gpu_arg(L, fn), 0, &st) != 0) lu_core_error(L);
+    return st;
+}
+
+static void set_count(lua_State *L, const char *key, uint64_t v) {
+    lua_pushinteger(L, (lua_Integer)v);
+    lua_setfield(L, -2, key);
+}
+
+static int l_memory_stats(lua_State *L) {
+    BackendMemStats st = mem_stats(L, "memory_stats");
+    lua_createtable(L, 0, 7);
+    set_count(L, "allocated_bytes.all.current", st.allocated);
+    set_count(L, "allocated_bytes.all.peak", st.allocated_peak);
+    set_count(L, "reserved_bytes.all.current", st.reserved);
+    set_count(L, "reserved_bytes.all.peak", st.reserved_peak);
+    set_count(L, "allocation.all.allocated", st.num_allocs);
+    set_count(L, "allocation.all.freed", st.num_frees);
+    set_count(L, "num_ooms", st.num_ooms);
+    return 1;
+}
+
+static int l_memory_allocated(lua_State *L) { return lua_pushinteger(L, (lua_Integer)mem_stats(L, "memory_allocated").allocated), 1; }
+static int l_max_memory_allocated(lua_State *L) {
+    return lua_pushinteger(L, (lua_Integer)mem_stats(L, "max_memory_allocated").allocated_peak), 1;
+}
+static int l_memory_reserved(lua_State *L) { return lua_pushinteger(L, (lua_Integer)mem_stats(L, "memory_reserved").reserved), 1; }
+static int l_max_memory_reserved(lua_State *L) {
+    return lua_pushinteger(L, (lua_Integer)mem_stats(L, "max_memory_reserved").reserved_peak), 1;
+}
+
+static int l_reset_peak(lua_State *L) {
+    if (backend_cuda_memory(gpu_arg(L, "reset_peak_memory_stats"), 1, NULL) != 0) return lu_core_error(L);
+    return 0;
+}
+
+/* torch.cuda.empty_cache(): every GPU this process has used. */
+static int l_cuda_empty_cache(lua_State *L) {
+    for (int i = 0; i < backend_cuda_count(NULL, 0); i++)
+        if (backend_cuda_memory(i, 2, NULL) != 0) return lu_core_error(L);
+    return 0;
 }
 
 static void check_key(lua_State *L) {
@@ -59,6 +131,12 @@ static void push_backends(lua_State *L) {
 void lu_open_cuda(lua_State *L, int module_idx) {
     static const luaL_Reg cuda[] = {{"is_available", l_is_available}, {"device_count", l_cuda_count},
                                     {"is_built", l_is_built}, {"unavailable_reason", l_unavailable_reason},
+                                    {"get_device_capability", l_capability}, {"memory_stats", l_memory_stats},
+                                    {"memory_allocated", l_memory_allocated},
+                                    {"max_memory_allocated", l_max_memory_allocated},
+                                    {"memory_reserved", l_memory_reserved},
+                                    {"max_memory_reserved", l_max_memory_reserved},
+                                    {"reset_peak_memory_stats", l_reset_peak}, {"empty_cache", l_cuda_empty_cache},
                                     {NULL, NULL}};
     luaL_newlib(L, cuda);
     lua_setfield(L, module_idx, "cuda");

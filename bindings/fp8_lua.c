@@ -56,13 +56,16 @@ static int c_update_scale(lua_State *L) {
     return 2;
 }
 
-/* fp8_scaled_mm(a, a_scale_inv, b, b_scale_inv) -> float32 (M, N) */
+/* fp8_scaled_mm(a, a_scale_inv, b, b_scale_inv) -> float32 (M, N), and
+ * whether the device's native fp8 GEMM ran it (false: emulated) */
 static int c_scaled_mm(lua_State *L) {
+    bool native = false;
     Tensor *r = fp8_scaled_mm(lu_check_tensor(L, 1), (float)luaL_checknumber(L, 2), lu_check_tensor(L, 3),
-                              (float)luaL_checknumber(L, 4));
+                              (float)luaL_checknumber(L, 4), &native);
     if (!r) return lu_core_error(L);
     lu_push_tensor(L, r);
-    return 1;
+    lua_pushboolean(L, native);
+    return 2;
 }
 
 /* fp8_bits(t, dtype) -> a contiguous copy of t's bytes as dtype (uint8,

@@ -4,16 +4,15 @@
  * host value, comes back through the host-access API. The matmul decodes
  * the codes to float32 on the operands' device (exact: every fp8 value is
  * a float32), runs the ordinary float32 GEMM with autocast off and applies
- * the combined scale once, all through the backend. A device backend with
- * native fp8 GEMMs registers its own scaled matmul, which replaces the
- * emulation on that device. */
+ * the combined scale once, all through the backend. Where the device's
+ * backend has a native fp8 GEMM (its fp8_gemm entry), the product runs
+ * there instead, on K-major copies of the codes, unless the entry declines
+ * those operands. */
 #include "fp8.h"
 #include "error.h"
 #include "ops.h"
 #include "precision.h"
 #include "backend/backend.h"
-
-static Fp8ScaledMm device_mm[DEV_SIM + 1]; /* by DeviceType; none for the CPU */
 
 double fp8_max(DType fmt) {
     if (fmt == DT_F8E4M3) return 448.0;
@@ -104,17 +103,34 @@ static Tensor *emulated_scaled_mm(Tensor *a, float a_scale_inv, Tensor *b, float
     return c;
 }
 
-Tensor *fp8_scaled_mm(Tensor *a, float a_scale_inv, Tensor *b, float b_scale_inv) {
+/* The backend's fp8_gemm over a (M, K) and b^T (N, K) made contiguous:
+ * *c the float32 product, or NULL with *c unset when the entry declined
+ * (returns 0) or failed (returns -1, an error set). */
+static int native_scaled_mm(const Backend *be, Tensor *a, Tensor *b, float scale, Tensor **c) {
+    Tensor *ka = tensor_contiguous(a), *bt = ka ? tensor_transpose(b, 0, 1) : NULL;
+    Tensor *kb = bt ? tensor_contiguous(bt) : NULL;
+    int64_t M = a->shape[0], K = a->shape[1], N = b->shape[1], shape[2] = {M, N};
+    Tensor *out = kb ? tensor_empty(shape, 2, DT_F32, a->device) : NULL;
+    int rc = out ? be->fp8_gemm(kfmt(a->dtype), kfmt(b->dtype), M, N, K, tensor_data(ka), tensor_data(kb), scale,
+                                tensor_data(out))
+                 : -1;
+    tensor_release(ka), tensor_release(bt), tensor_release(kb);
+    if (rc == 0) *c = out;
+    else tensor_release(out);
+    return rc < 0 ? -1 : 0;
+}
+
+Tensor *fp8_scaled_mm(Tensor *a, float a_scale_inv, Tensor *b, float b_scale_inv, bool *native) {
+    if (native) *native = false;
     if (check_mm_operand(a, "a") < 0 || check_mm_operand(b, "b") < 0) return NULL;
     if (a->shape[1] != b->shape[0])
         return accel_fail("fp8 scaled_mm: shapes %s and %s cannot be multiplied (%lld != %lld)", tensor_shape_str(a),
                           tensor_shape_str(b), (long long)a->shape[1], (long long)b->shape[0]);
     if (tensor_check_device("fp8 scaled_mm", a, b) < 0) return NULL;
-    Fp8ScaledMm native = a->device.type == DEV_CPU ? NULL : device_mm[a->device.type];
-    if (native) return native(a, a_scale_inv, b, b_scale_inv);
-    return emulated_scaled_mm(a, a_scale_inv, b, b_scale_inv);
-}
-
-void fp8_set_device_scaled_mm(DeviceType type, Fp8ScaledMm fn) {
-    if (type != DEV_CPU && (int)type >= 0 && (int)type <= (int)DEV_SIM) device_mm[type] = fn;
+    const Backend *be = backend_for(a->device);
+    if (!be) return NULL;
+    Tensor *c = NULL;
+    if (be->fp8_gemm && native_scaled_mm(be, a, b, a_scale_inv * b_scale_inv, &c) < 0) return NULL;
+    if (native) *native = c != NULL;
+    return c ? c : emulated_scaled_mm(a, a_scale_inv, b, b_scale_inv);
 }

@@ -4,10 +4,10 @@
  * amax, and the scaled matmul of two fp8 operands with float32
  * accumulation. These are an exact emulation on every device (the operands
  * are decoded exactly and multiplied by the float32 GEMM of their device's
- * backend; the casts are the backend's fp8 entries, run on the device); a device
- * backend with native fp8 GEMMs registers its own scaled matmul through
- * fp8_set_device_scaled_mm (the CUDA backend's cuBLASLt fp8 GEMM, sm_89+),
- * which then replaces the emulated product on that device. */
+ * backend; the casts are the backend's fp8 entries, run on the device); a
+ * device backend with native fp8 GEMMs fills the backend's fp8_gemm entry
+ * (the CUDA backend: cuBLASLt's fp8 GEMM, compute capability 8.9+), which
+ * then runs the products it accepts on that device. */
 #ifndef ACCEL_FP8_H
 #define ACCEL_FP8_H
 
@@ -35,12 +35,10 @@ void fp8_update_scale(double amax, DType fmt, int margin, float prev, float *sca
 
 /* a (M, K) @ b (K, N), both fp8 codes (any strides, either format), as
  * float32: fl32(acc * fl32(a_scale_inv * b_scale_inv)) where acc is the
- * float32-accumulated product of the exactly decoded codes. */
-Tensor *fp8_scaled_mm(Tensor *a, float a_scale_inv, Tensor *b, float b_scale_inv);
-
-/* The hook a device backend fills in (same contract as fp8_scaled_mm,
- * operands on that device); NULL unregisters. */
-typedef Tensor *(*Fp8ScaledMm)(Tensor *a, float a_scale_inv, Tensor *b, float b_scale_inv);
-void fp8_set_device_scaled_mm(DeviceType type, Fp8ScaledMm fn);
+ * float32-accumulated product of the exactly decoded codes. Runs on the
+ * device's native fp8 GEMM (the backend's fp8_gemm entry, with the
+ * operands made K-major) when it has one that accepts the operands, else
+ * emulated; *native (may be NULL) says which. */
+Tensor *fp8_scaled_mm(Tensor *a, float a_scale_inv, Tensor *b, float b_scale_inv, bool *native);
 
 #endif

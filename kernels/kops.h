@@ -42,6 +42,14 @@ typedef enum { KR_SUM, KR_MEAN, KR_PROD, KR_MAX, KR_MIN, KR_COUNT } KRedOp;
  * fp8_dequantize): e4m3fn (max 448, no inf) and e5m2 (max 57344). */
 typedef enum { KF8_E4M3FN, KF8_E5M2 } KFp8Fmt;
 
+/* Whether cuBLASLt's fp8 GEMM takes A (M, K) and B (N, K), both K-major,
+ * with a float32 (M, N) output: row strides (K bytes, N floats) multiples
+ * of 16 bytes, at most one e5m2 operand, no empty dimension. The backend
+ * fp8_gemm entries take exactly these (CUDA; sim stands in for it). */
+static inline int kfp8_gemm_takes(KFp8Fmt fa, KFp8Fmt fb, int64_t M, int64_t N, int64_t K) {
+    return M > 0 && N > 0 && K > 0 && K % 16 == 0 && N % 4 == 0 && !(fa == KF8_E5M2 && fb == KF8_E5M2);
+}
+
 /* SGD and Adam/AdamW with all of PyTorch's options (formulas at the top of
  * optim.c). Scalars in double; elementwise work in the buffer's type. */
 typedef struct {

@@ -12,6 +12,12 @@
 #   conformance     test_backend cuda (every backend entry vs the CPU)
 #   busted (cuda)   every tests/lua/*_spec.lua with ACCEL_LUA_DEVICE=cuda
 #                   (the working tree travels with the call), summed
+#   gpt2 step       one GPT-2-124M step (T 64) on the CPU and on cuda from
+#                   the same weights: loss and every gradient to float32
+#                   tolerance (tests/cuda/gpt_step_vs_cpu.lua)
+#   per-op          launch overhead: 16-element a + b and (a + b):sum():
+#                   backward() on cuda, accel-lua against PyTorch
+#                   (scripts/bench/per_op.lua / per_op.py)
 #   bench rows      the GPT-2-124M step (B 16, T 1024: scripts/bench/gpt.lua
 #                   gpt2_b16) in fp32, TF32, bf16 and fp8, and PyTorch's
 #                   (scripts/bench/gpt_torch_gpu.py) eager fp32 / TF32 /
@@ -93,6 +99,7 @@ item() {
     printf '%s\n' "$out" >"$LOGS/${name//[^a-z0-9_]/_}.log"
     summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed' <<<"$out" | tail -n 1)
     [[ -z $summary ]] && summary=$(grep -oE '"tokens_per_s": [0-9]+' <<<"$out" | tail -n 1)
+    [[ -z $summary ]] && summary=$(grep -oE '^RESULT accel add=[0-9.]+ fwdbwd=[0-9.]+' <<<"$out" | tail -n 1)
     [[ -z $summary ]] && summary="no summary"
     grep -q "spec files not run" <<<"$out" && summary+=" (some specs not run)"
     (( rc == 124 )) && summary+=" (time limit ${lim} s)"
@@ -158,6 +165,10 @@ LAST_OUT=""
 item test_cuda "$B/test_cuda" 90 env ACCEL_EXPECT_GPU=1 "$B/test_cuda"
 item conformance "$B/test_backend" 60 "$B/test_backend" cuda
 item "busted (cuda)" "$B/busted" "$BUSTED_TIMEOUT" busted_cuda
+item "gpt2 step vs cpu" "$B/accel-lua" 90 "$B/accel-lua" "$ROOT/tests/cuda/gpt_step_vs_cpu.lua" cuda
+item "per-op (cuda)" "$B/accel-lua" 60 env ACCEL_LUA_DEVICE=cuda PYTHON=python3 OMP_NUM_THREADS=1 \
+    "$B/accel-lua" "$ROOT/scripts/bench/per_op.lua" 20000 3
+PER_OP=$(grep -E '^RESULT accel' <<<"$LAST_OUT" | tail -n 1)
 GPT="$ROOT/scripts/bench/gpt.lua"
 TORCH="$ROOT/scripts/bench/gpt_torch_gpu.py"
 export ACCEL_LUA_DEVICE=cuda
@@ -174,5 +185,6 @@ printf '%-22s %-44s %8s\n' item result seconds
 printf '%s\n' "${ROWS[@]}"
 echo
 bench_table | tee "$LOGS/bench_table.txt"
+echo "per-op on cuda, us (accel add / fwd+bwd, PyTorch's after): ${PER_OP:-not run}"
 rm -rf "$DIR"
 exit $FAILED

@@ -13,7 +13,8 @@
 # warning, ACCEL_LUA_DEVICE=cuda is a clear error, launch --dry_run maps
 # --gpu_ids to CUDA_VISIBLE_DEVICES and runs the ranks on their GPUs
 # (use_cpu false), a real --multi_gpu launch is refused with the reason,
-# and the conformance test `test_backend cuda` fails naming it. Without a
+# and the conformance test `test_backend cuda` fails naming it. The CPU
+# build also runs gpu-check.sh's GPT-2 step comparison on sim. Without a
 # CUDA build (or on a machine with a GPU, where gpu-check.sh runs the GPU
 # side) those checks are counted as skipped.
 # shellcheck source=scripts/test-lib.sh
@@ -41,6 +42,12 @@ print(a.cuda.unavailable_reason())'
         '(( RC != 0 )) && has "s.lua:1: device cuda:0 is not available: this accel-lua is built without CUDA"'
     lua "$EXE" 'require("accel").zeros(2, {device = "cuda"})'
     check "cpu build: a tensor on cuda is the same clear error" '(( RC != 0 )) && has "device cuda:0 is not available"'
+    lua "$EXE" 'local a = require("accel"); print(pcall(a.cuda.get_device_capability, "cpu")); a.cuda.get_device_capability(1)'
+    check "cpu build: get_device_capability refuses a CPU device and names the missing cuda:1" \
+        '(( RC != 0 )) && has "cpu is not a CUDA device" && has "s.lua:1: device cuda:1 is not available: this accel-lua is built without CUDA"'
+    lua "$EXE" 'local c = require("accel").cuda; c.empty_cache(); print("emptied"); c.memory_allocated()'
+    check "cpu build: cuda.empty_cache is a no-op, memory_allocated names the missing cuda:0" \
+        '(( RC != 0 )) && has "emptied" && has "s.lua:1: device cuda:0 is not available: this accel-lua is built without CUDA"'
     lua "$EXE" 'print(require("accel").device_count("tpu"))'
     check "device_count of an unknown type names it" '(( RC != 0 )) && has "unknown device '"'"'tpu'"'"'"'
     lua "$EXE" 'local m = require("accel").backends.cuda.matmul
@@ -67,6 +74,9 @@ m.allow_tf32 = 1'
     run "$EXE" launch --multi_gpu "$TMP/rank.lua"
     check "cpu build: --multi_gpu refused, says the build has no CUDA" \
         '(( RC == 2 )) && has "MULTI_GPU (--multi_gpu): this accel-lua is built without CUDA"'
+    run "$EXE" tests/cuda/gpt_step_vs_cpu.lua sim
+    check "gpu-check's GPT-2 step comparison runs (on sim, bit-identical to the CPU)" \
+        '(( RC == 0 )) && has "4 passed, 0 failed" && has "relative difference 0.00e+00"'
 }
 
 cuda_build() {
@@ -78,6 +88,12 @@ print(a.cuda.unavailable_reason())'
     lua "$CUDA_EXE" 'require("accel").device("cuda")'
     check "cuda build, no GPU: accel.device(\"cuda\") names the device and the reason" \
         '(( RC != 0 )) && has "s.lua:1: device cuda:0 is not available: " && [[ $OUT =~ $NO_GPU_RE ]]'
+    lua "$CUDA_EXE" 'require("accel").cuda.get_device_capability()'
+    check "cuda build, no GPU: get_device_capability() names cuda:0 and the reason" \
+        '(( RC != 0 )) && has "s.lua:1: device cuda:0 is not available: " && [[ $OUT =~ $NO_GPU_RE ]]'
+    lua "$CUDA_EXE" 'local c = require("accel").cuda; c.empty_cache(); print("emptied"); print(c.memory_stats("cuda:0"))'
+    check "cuda build, no GPU: cuda.empty_cache is a no-op, memory_stats names cuda:0 and the reason" \
+        '(( RC != 0 )) && has "emptied" && has "s.lua:1: device cuda:0 is not available: " && [[ $OUT =~ $NO_GPU_RE ]]'
     lua "$CUDA_EXE" 'local a = require("accel")
 local acc = a.Accelerator(); print("device", acc.device, acc.distributed_type)
 local acc2 = a.Accelerator(); print("device", acc2.device)'
@@ -105,13 +121,15 @@ local acc2 = a.Accelerator(); print("device", acc2.device)'
         '(( RC != 0 )) && has "test_backend: no backend cuda: device cuda:0 is not available" && has "0 passed, 1 failed"'
 }
 
+# the number of checks cuda_build makes (counted skipped when it cannot run)
+CUDA_CHECKS=$(declare -f cuda_build | grep -c '^ *check ')
 cpu_build
 if [[ ! -x $CUDA_EXE || ! -x $BUILD/cuda/test_backend ]]; then
     echo "skip the CUDA build's checks: no $CUDA_EXE (make cuda-ci builds it)"
-    SKIP=10
+    SKIP=$CUDA_CHECKS
 elif command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
     echo "skip the no-GPU checks: this machine has a GPU (scripts/gpu-check.sh checks that side)"
-    SKIP=10
+    SKIP=$CUDA_CHECKS
 else
     cuda_build
 fi

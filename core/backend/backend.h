@@ -33,9 +33,9 @@
  *  1. Give it a DeviceType in tensor.h and a name in device_str/parse.
  *  2. Write a folder with its kernels and one glue file that fills a
  *     `const Backend backend_<dev>` with every entry below (a missing
- *     entry is a bug: tests/c/test_backend.c checks each one against the
- *     CPU backend on random inputs, odd sizes and strides:
- *     `build/test_backend <dev>`).
+ *     entry is a bug, except the optional fp8_gemm: tests/c/test_backend.c
+ *     checks each one against the CPU backend or a reference on random
+ *     inputs, odd sizes and strides: `build/test_backend <dev>`).
  *  3. Return it from backend_for() (backend_cpu.c) for its DeviceType.
  *  Nothing in the ops changes. */
 #ifndef ACCEL_BACKEND_H
@@ -138,6 +138,15 @@ typedef struct Backend {
      * device float, max |x| (0 for n = 0, NaN when x holds a NaN). */
     void (*fp8_quantize)(KFp8Fmt fmt, int64_t n, const float *x, float scale, uint8_t *q, float *amax);
     void (*fp8_dequantize)(KFp8Fmt fmt, int64_t n, const uint8_t *q, float scale_inv, float *out); /* fl32(code * s) */
+    /* The one optional entry (NULL: the core emulates every fp8 product):
+     * a native fp8 GEMM. C (M, N) float32 = fl32(acc * scale), acc the
+     * float32-accumulated product of A (M, K) and B^T, A (M, K) and B
+     * (N, K) contiguous row-major codes of formats fa / fb (both K-major,
+     * as cuBLASLt's fp8 GEMMs need). Returns 0 when done, 1 when it takes
+     * no such operands (shape, format pair: the core then emulates), -1 on
+     * failure with an error set. */
+    int (*fp8_gemm)(KFp8Fmt fa, KFp8Fmt fb, int64_t M, int64_t N, int64_t K, const uint8_t *A, const uint8_t *B,
+                    float scale, float *C);
     /* ---- random fills: n contiguous elements of dt at out from the
      * stream r->(seed, offset) (kernels/kops.h; the caller advances its
      * offset by krng_blocks). The CPU and sim draw rng.c's stream in
@@ -170,6 +179,17 @@ int backend_cuda_built(void);
 int backend_cuda_count(char *why, size_t n);
 void backend_cuda_set_allow_tf32(int on);
 int backend_cuda_get_allow_tf32(void);
+/* GPU index's compute capability; -1 with an error where there is no such GPU. */
+int backend_cuda_capability(int index, int *major, int *minor);
+/* GPU index's caching allocator (torch.cuda.memory_stats' counters):
+ * bytes handed out to tensors and held from the driver, now and at their
+ * peak, and the calls; op 0 reads them into *out, 1 resets the peaks, 2
+ * gives every wholly free segment back (empty_cache). -1 with an error
+ * where there is no such GPU. */
+typedef struct {
+    uint64_t allocated, allocated_peak, reserved, reserved_peak, num_allocs, num_frees, num_ooms;
+} BackendMemStats;
+int backend_cuda_memory(int index, int op, BackendMemStats *out);
 /* Every device's queued work done (the host waits); -1 with the first
  * error. Called when the interpreter closes (bindings/accel.c), so no
  * queued kernel still runs while the process's libraries unload. */

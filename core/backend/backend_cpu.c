@@ -361,6 +361,8 @@ extern const Backend *cuda_backend_select(int index) __attribute__((weak));
 extern int cuda_backend_count(char *why, size_t n) __attribute__((weak));
 extern void cuda_backend_set_allow_tf32(int on) __attribute__((weak));
 extern int cuda_backend_get_allow_tf32(void) __attribute__((weak));
+extern int cuda_backend_capability(int index, int *major, int *minor) __attribute__((weak));
+extern int cuda_backend_memory(int index, int op, BackendMemStats *out) __attribute__((weak));
 
 #define NO_CUDA_BUILD "this accel-lua is built without CUDA (make CUDA=1)"
 
@@ -409,6 +411,16 @@ void backend_cuda_set_allow_tf32(int on) {
 }
 
 int backend_cuda_get_allow_tf32(void) { return cuda_backend_get_allow_tf32 ? cuda_backend_get_allow_tf32() : 0; }
+
+int backend_cuda_capability(int index, int *major, int *minor) {
+    if (cuda_backend_capability) return cuda_backend_capability(index, major, minor);
+    return accel_fail_int("device cuda:%d is not available: " NO_CUDA_BUILD, index);
+}
+
+int backend_cuda_memory(int index, int op, BackendMemStats *out) {
+    if (cuda_backend_memory) return cuda_backend_memory(index, op, out);
+    return accel_fail_int("device cuda:%d is not available: " NO_CUDA_BUILD, index);
+}
 
 void backend_set_threads(int n) { kernel_set_threads(n); }
 int backend_get_threads(void) { return kernel_get_threads(); }

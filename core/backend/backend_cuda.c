@@ -20,7 +20,10 @@
  *    queued work at the next synchronisation.
  *  - GEMM: float32 through cuBLASLt (TF32 only when allowed, as PyTorch's
  *    torch.backends.cuda.matmul.allow_tf32, default off), bf16 inputs with
- *    a float32 output and float32 accumulation, float64 in float64.
+ *    a float32 output and float32 accumulation, float64 in float64; fp8
+ *    (fp8_gemm) through cuBLASLt's fp8 GEMM on compute capability 8.9+
+ *    (an error naming the GPU's capability below that), declining the
+ *    operands it does not take (K not a multiple of 16, N of 4, both e5m2).
  *  - float64 slow paths: cross-entropy, attention, conv (also bf16) and the
  *    optimizer steps have float32 GPU kernels only; their float64 (and bf16
  *    conv) cases copy the operands to the host, run the CPU backend's entry
@@ -114,6 +117,26 @@ void cuda_backend_set_allow_tf32(int on) {
 }
 
 int cuda_backend_get_allow_tf32(void) { return allow_tf32; }
+
+int cuda_backend_capability(int index, int *major, int *minor) {
+    if (!cuda_backend_select(index)) return -1;
+    return fail(kc_device_capability(index, major, minor));
+}
+
+int cuda_backend_memory(int index, int op, BackendMemStats *out) {
+    if (op == 2 && (index < 0 || index >= CUDA_MAX_DEVICES || !devs[index].ready)) return 0; /* unused: nothing cached */
+    if (!cuda_backend_select(index)) return -1;
+    if (op == 1) return fail(kc_reset_peak_stats(index));
+    if (op == 2) {
+        kc_empty_cache(index);
+        return 0;
+    }
+    CacheStats st;
+    if (fail(kc_memory_stats(index, &st))) return -1;
+    *out = (BackendMemStats){st.allocated, st.allocated_peak, st.reserved, st.reserved_peak, st.num_allocs,
+                             st.num_frees, st.num_ooms};
+    return 0;
+}
 
 /* ---- memory, host copies ---- */
 
@@ -467,7 +490,21 @@ static int cu_attn_bwd(DType cdt, const KAttn *a, const void *q, const void *k, 
     return stage_out(s, 9, rc);
 }
 
-/* ---- fp8 casts ---- */
+/* ---- fp8 ---- */
+
+/* C = fl32(acc * scale) from K-major A (M, K) and B (N, K), for the
+ * operands cuBLASLt's fp8 GEMM takes (kfp8_gemm_takes); others are declined
+ * (1) and emulated by the core. The scale goes to the device as A's scale
+ * (B's is 1), so the product is scaled once. */
+static int cu_fp8_gemm(KFp8Fmt fa, KFp8Fmt fb, int64_t M, int64_t N, int64_t K, const uint8_t *A, const uint8_t *B,
+                       float scale, float *C) {
+    if (!kfp8_gemm_takes(fa, fb, M, N, K)) return 1;
+    const float scales[2] = {scale, 1.0f};
+    float *d_scales = D()->scratch;
+    if (fail(kc_copy_to_device(cur, d_scales, scales, sizeof scales, S()))) return -1;
+    const DType da = fa == KF8_E4M3FN ? DT_F8E4M3 : DT_F8E5M2, db = fb == KF8_E4M3FN ? DT_F8E4M3 : DT_F8E5M2;
+    return fail(kc_gemm_fp8(D()->gemm, M, N, K, A, da, K, B, db, K, d_scales, d_scales + 1, C, DT_F32, N, NULL, S()));
+}
 
 static void cu_fp8_quantize(KFp8Fmt fmt, int64_t n, const float *x, float scale, uint8_t *q, float *amax) {
     note(kc_fp8_quantize(fmt, n, x, scale, q, amax, S()));
@@ -538,5 +575,6 @@ const Backend backend_cuda = {
     .attention_bwd = cu_attn_bwd,
     .fp8_quantize = cu_fp8_quantize,
     .fp8_dequantize = cu_fp8_dequantize,
+    .fp8_gemm = cu_fp8_gemm,
     .rng_fill = cu_rng_fill,
 };

@@ -18,7 +18,12 @@
  *    the caller's buffer is free on return, as cudaMemcpyAsync from
  *    pinned staging would be. Failures of queued work (a GEMM library
  *    error) are sticky: the next synchronize / to_host reports them.
- *  - Each entry is the CPU backend's (backend_cpu.c) on translated pointers.
+ *  - Each entry is the CPU backend's (backend_cpu.c) on translated pointers,
+ *    except fp8_gemm, which the CPU lacks: sim stands in for the CUDA
+ *    backend's native fp8 GEMM, taking and declining the operands cuBLASLt
+ *    takes and declines (backend_cuda.c), and computing what the core's
+ *    emulation computes (decode, the CPU's float32 GEMM, one scale pass),
+ *    so both of the core's fp8 paths run and are compared on every machine.
  *  - The allocator keeps its bookkeeping out of band (free lists of
  *    malloc'd nodes), never in device memory, so freeing a block that
  *    queued work still uses is safe: reuse is ordered after that work on
@@ -644,6 +649,33 @@ static void sim_fp8_dequantize(KFp8Fmt fmt, int64_t n, const uint8_t *q, float s
     submit_args(run_fp8_dequantize, &(Args){.i0 = fmt, .n = {n}, .f = {scale_inv}, .p = {(void *)q, out}});
 }
 
+/* A (M, K) and B (N, K) decoded, B transposed to (K, N), the CPU's float32
+ * GEMM, then C * scale in float32: the core's emulated product, bit for bit. */
+static void run_fp8_gemm(void *v) {
+    Args *a = v;
+    int64_t M = a->n[0], N = a->n[1], K = a->n[2];
+    float *fa = malloc(sizeof(float) * (size_t)(M * K)), *fb = malloc(sizeof(float) * (size_t)(N * K));
+    float *fbt = malloc(sizeof(float) * (size_t)(K * N)), *c = R(a->p[2]);
+    if (!fa || !fb || !fbt) {
+        sticky_error = 1;
+    } else {
+        backend_cpu.fp8_dequantize((KFp8Fmt)a->i0, M * K, R(a->p[0]), 1.0f, fa);
+        backend_cpu.fp8_dequantize((KFp8Fmt)a->i1, N * K, R(a->p[1]), 1.0f, fb);
+        for (int64_t j = 0; j < N; j++)
+            for (int64_t k = 0; k < K; k++) fbt[k * N + j] = fb[j * K + k];
+        if (backend_cpu.gemm(DT_F32, 0, 0, M, N, K, 1.0, fa, K, fbt, N, 0.0, c, N) != 0) sticky_error = 1;
+        const float scale = (float)a->f[0];
+        for (int64_t i = 0; i < M * N; i++) c[i] = c[i] * scale;
+    }
+    free(fa), free(fb), free(fbt);
+}
+static int sim_fp8_gemm(KFp8Fmt fa, KFp8Fmt fb, int64_t M, int64_t N, int64_t K, const uint8_t *A, const uint8_t *B,
+                        float scale, float *C) {
+    if (!kfp8_gemm_takes(fa, fb, M, N, K)) return 1;
+    submit_args(run_fp8_gemm, &(Args){.i0 = fa, .i1 = fb, .n = {M, N, K}, .f = {scale}, .p = {(void *)A, (void *)B, C}});
+    return 0;
+}
+
 /* The stream's state travels by value, so drawing on the worker later
  * gives the values the CPU draws now. */
 static void run_rng_fill(void *v) {
@@ -714,5 +746,6 @@ const Backend backend_sim = {
     .attention_bwd = sim_attn_bwd,
     .fp8_quantize = sim_fp8_quantize,
     .fp8_dequantize = sim_fp8_dequantize,
+    .fp8_gemm = sim_fp8_gemm,
     .rng_fill = sim_rng_fill,
 };

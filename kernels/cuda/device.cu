@@ -19,3 +19,10 @@ extern "C" int cuda_device_count(char *why, size_t n) {
     cudaGetLastError(); /* clear the runtime's last-error slot (the error is not sticky) */
     return 0;
 }
+
+/* The compute capability (major.minor) of GPU device. */
+extern "C" int kc_device_capability(int device, int *major, int *minor) {
+    cuda_check(cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, device));
+    cuda_check(cudaDeviceGetAttribute(minor, cudaDevAttrComputeCapabilityMinor, device));
+    return 0;
+}

@@ -169,6 +169,8 @@ int kc_conv2d_bwd(KcGemmCtx *ctx, DType dt, const KConv2d *g, const void *x, con
 /* The number of usable GPUs; 0 with the reason in why (no driver, no
  * device, driver too old for this runtime). */
 int cuda_device_count(char *why, size_t n);
+/* The compute capability of GPU device (8.0 A100, 8.9 Ada, 9.0 H100 / H200). */
+int kc_device_capability(int device, int *major, int *minor);
 
 /* ---- stream.cu: ordering (handles are cudaStream_t / cudaEvent_t) ---- */
 int kc_set_device(int device);

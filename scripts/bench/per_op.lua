@@ -3,7 +3,9 @@
 -- `(a + b):sum():backward()` (requires_grad), N iterations each, median of
 -- REPEATS runs; prints us/op and VmRSS before/after. Unless --no-torch is
 -- given, it then runs per_op.py under $PYTHON (default /usr/bin/python3; OMP_NUM_THREADS=1
--- OPENBLAS_NUM_THREADS=1) and prints the ratios.
+-- OPENBLAS_NUM_THREADS=1) and prints the ratios. The tensors are on the
+-- default device (ACCEL_LUA_DEVICE=cuda: the launch overhead on a GPU, each
+-- loop timed up to accel.synchronize()); PyTorch's side uses the same device.
 --   OMP_NUM_THREADS=1 build/accel-lua scripts/bench/per_op.lua [N] [REPEATS] [--no-torch]
 -- Last line: "RESULT accel add=<us> fwdbwd=<us> rss_before_kib=<n> rss_after_kib=<n>
 -- [torch_add=<us> torch_fwdbwd=<us>]". Runs under Lua 5.4 and LuaJIT
@@ -33,12 +35,16 @@ end
 
 local median = common.median
 
+local device = accel.get_default_device()
+
 local function time_loop(body, n, repeats)
   body(math.min(n, 1000)) -- warm up
+  accel.synchronize(device)
   local runs = {}
   for r = 1, repeats do
     local t0 = accel.clock()
     body(n)
+    accel.synchronize(device) -- queued device work counts
     runs[r] = (accel.clock() - t0) / n * 1e6
   end
   return median(runs)
@@ -62,8 +68,9 @@ local rss0 = vmrss_kib()
 local t_add = time_loop(add, N, REPEATS)
 local t_fb = time_loop(fwdbwd, N, REPEATS)
 local rss1 = vmrss_kib()
-print(("accel-lua %s per-op under %s (16-element float32, %d iterations, median of %d, %d thread)")
-  :format(accel.__version__, rawget(_G, "jit") and jit.version or _VERSION, N, REPEATS, accel.num_threads()))
+print(("accel-lua %s per-op under %s (16-element float32 on %s, %d iterations, median of %d, %d thread)")
+  :format(accel.__version__, rawget(_G, "jit") and jit.version or _VERSION, tostring(device), N, REPEATS,
+    accel.num_threads()))
 print(("  a + b (no grad)            %8.3f us/op"):format(t_add))
 print(("  (a + b):sum():backward()   %8.3f us/op"):format(t_fb))
 print(("  VmRSS before %d KiB, after %d KiB (Lua heap %.0f KiB)"):format(rss0, rss1, collectgarbage("count")))
@@ -72,7 +79,8 @@ local result = ("RESULT accel add=%.4f fwdbwd=%.4f rss_before_kib=%d rss_after_k
 if with_torch then
   local dir = (arg[0]:match("^(.*)/[^/]*$") or ".")
   local python = os.getenv("PYTHON") or "/usr/bin/python3"
-  local cmd = ("OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 '%s' '%s/per_op.py' %d %d 2>&1"):format(python, dir, N, REPEATS)
+  local cmd = ("OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 '%s' '%s/per_op.py' %d %d %s 2>&1"):format(python, dir, N,
+    REPEATS, device.type)
   local p = io.popen(cmd)
   local out = p:read("a")
   p:close()

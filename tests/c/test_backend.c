@@ -494,6 +494,57 @@ static void test_fp8_dequantize(KFp8Fmt fmt, int64_t n, float scale_inv) {
     buf_free(&q), buf_free(&o);
 }
 
+/* The optional native fp8 GEMM: random non-NaN codes of every magnitude,
+ * C against the float64 product of the decoded codes times the scale,
+ * within float32 accumulation ((K + 1) 2^-24 sum |a||b| |scale| + 2^-23
+ * |ref|); shapes it must decline come back 1. */
+static double fp8_value(KFp8Fmt fmt, uint8_t c) { return fmt == KF8_E4M3FN ? f8e4m3_to_f32(c) : f8e5m2_to_f32(c); }
+
+static Buf fp8_codes(KFp8Fmt fmt, int64_t n) {
+    Buf b = buf_new(DT_U8, n);
+    for (int64_t i = 0; i < n; i++) {
+        uint8_t c;
+        do c = (uint8_t)(urand() * 256); while (isnan(fp8_value(fmt, c)) || isinf(fp8_value(fmt, c)));
+        b.h[i] = (char)c;
+    }
+    buf_upload(&b);
+    return b;
+}
+
+static void test_fp8_gemm_case(KFp8Fmt fa, KFp8Fmt fb, int64_t M, int64_t N, int64_t K, int want_rc) {
+    Buf a = fp8_codes(fa, M * K), b = fp8_codes(fb, N * K), c = poisoned(DT_F32, M * N);
+    const float scale = 0x1.3p-9f;
+    int rc = B->fp8_gemm(fa, fb, M, N, K, (uint8_t *)a.d, (uint8_t *)b.d, scale, c.d);
+    result(rc == want_rc, want_rc ? "fp8_gemm declines what it cannot take" : "fp8_gemm takes K % 16 == 0, N % 4 == 0",
+           DT_F32);
+    if (rc == 0 && B->to_host(c.h, c.d, c.nbytes) == 0) {
+        int ok = 1;
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                double ref = 0, mag = 0;
+                for (int64_t k = 0; k < K; k++) {
+                    double p = fp8_value(fa, (uint8_t)a.r[i * K + k]) * fp8_value(fb, (uint8_t)b.r[j * K + k]);
+                    ref += p, mag += fabs(p);
+                }
+                ref *= scale, mag *= scale;
+                double got = ((float *)c.h)[i * N + j];
+                ok = ok && fabs(got - ref) <= (double)(K + 1) * 0x1p-24 * mag + 0x1p-23 * fabs(ref);
+            }
+        result(ok, fa == fb ? "fp8_gemm e4m3 x e4m3 against float64" : "fp8_gemm mixed formats against float64", DT_F32);
+    }
+    buf_free(&a), buf_free(&b), buf_free(&c);
+}
+
+static void test_fp8_gemm(void) {
+    if (!B->fp8_gemm) return; /* optional: the core emulates every product */
+    test_fp8_gemm_case(KF8_E4M3FN, KF8_E4M3FN, 7, 12, 48, 0);
+    test_fp8_gemm_case(KF8_E5M2, KF8_E4M3FN, 33, 20, 64, 0);
+    test_fp8_gemm_case(KF8_E4M3FN, KF8_E5M2, 1, 4, 16, 0);
+    test_fp8_gemm_case(KF8_E4M3FN, KF8_E4M3FN, 5, 8, 53, 1);  /* K not a multiple of 16 */
+    test_fp8_gemm_case(KF8_E4M3FN, KF8_E4M3FN, 5, 6, 32, 1);  /* N not a multiple of 4 */
+    test_fp8_gemm_case(KF8_E5M2, KF8_E5M2, 5, 8, 32, 1);      /* both e5m2 */
+}
+
 static void test_fp8(void) {
     static const int64_t sizes[] = {0, 1, 17, 1001, 70001}; /* 70001: past the CPU's parallel threshold */
     static const float scales[] = {1.0f, 0.37f, 0x1p10f};
@@ -661,6 +712,7 @@ static void run_backend(const Backend *be) {
         for (size_t j = 0; j < sizeof all / sizeof *all; j++) test_copy(all[i], all[j]);
     }
     test_fp8();
+    test_fp8_gemm();
     test_memory_streams();
     B->empty_cache();
 }

@@ -221,6 +221,32 @@ describe("fp8 kernels on the sim device", function()
       C.fp8_scaled_mm(a:to("sim"), 1, b:to("cpu"), 1)
     end)
   end)
+
+  -- sim stands in for a backend with a native fp8 GEMM (CUDA's cuBLASLt):
+  -- it takes K % 16 == 0 and N % 4 == 0 with at most one e5m2 operand and
+  -- declines the rest, which the core then emulates.
+  it("products the native fp8 GEMM takes run there and equal the CPU's emulation bit for bit", function()
+    accel.manual_seed(5)
+    local cases = { -- M, K, N, format of a, of b, whether b is given as a transposed view, native expected
+      {33, 64, 24, accel.float8_e4m3fn, accel.float8_e4m3fn, true, true},
+      {8, 32, 20, accel.float8_e5m2, accel.float8_e4m3fn, false, true},
+      {5, 53, 8, accel.float8_e4m3fn, accel.float8_e4m3fn, true, false},
+      {5, 32, 6, accel.float8_e4m3fn, accel.float8_e5m2, false, false},
+      {5, 32, 8, accel.float8_e5m2, accel.float8_e5m2, true, false},
+    }
+    for _, k in ipairs(cases) do
+      local M, K, N = k[1], k[2], k[3]
+      local a = random_codes(M, K, k[4])
+      local b = k[6] and random_codes(N, K, k[5]):t() or random_codes(K, N, k[5])
+      local sa, sb = fround(1 / 3.7), fround(0.0123)
+      local on_cpu, cpu_native = C.fp8_scaled_mm(a:to("cpu"), sa, b:to("cpu"), sb)
+      local on_sim, sim_native = C.fp8_scaled_mm(a:to("sim"), sa, b:to("sim"), sb)
+      local what = ("M %d K %d N %d"):format(M, K, N)
+      assert.is_false(cpu_native, what)
+      assert.are.equal(k[7], sim_native, what)
+      assert.are.same(on_cpu:tolist(), on_sim:tolist(), what)
+    end
+  end)
 end)
 
 -- ---------------------------------------------------------------- delayed scaling

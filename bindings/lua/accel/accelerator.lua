@@ -65,9 +65,11 @@
 --  * mixed_precision = "fp8": every nn.Linear of a prepared model runs
 --    Transformer Engine's delayed-scaling recipe (accel.fp8, configured by
 --    FP8RecipeKwargs; E5M2 is refused as TE refuses it), other GEMMs run
---    under bf16 autocast (as Accelerate). Without an fp8 GPU backend the
---    recipe is emulated exactly on the CPU: accelerator.fp8_backend =
---    "CPU_EMULATION" (Accelerate says "TE" / "MSAMP" / "AO").
+--    under bf16 autocast (as Accelerate). On a CUDA GPU of compute
+--    capability 8.9+ the fp8 products run on cuBLASLt (fp8_backend =
+--    "CUBLASLT"; an older GPU is refused); elsewhere the recipe is emulated
+--    exactly: accelerator.fp8_backend = "CPU_EMULATION" (Accelerate says
+--    "TE" / "MSAMP" / "AO").
 --    GradScalerKwargs without fp16 warns (Accelerate ignores it silently).
 --  * Save / load pre-hooks get the temporary folder the checkpoint is
 --    written into as output_dir (it is renamed into place when complete),
@@ -462,7 +464,7 @@ local function resolve_fp8(self, kw)
   local fp8 = require("accel.fp8")
   rawset(self, "fp8_recipe_handler", kw or plugins.FP8RecipeKwargs())
   rawset(self, "fp8_recipe", fp8.DelayedScaling(self.fp8_recipe_handler))
-  rawset(self, "fp8_backend", fp8.BACKEND)
+  rawset(self, "fp8_backend", fp8.backend_for(self.device))
 end
 
 -- gradient_accumulation_plugin or gradient_accumulation_steps (not both,

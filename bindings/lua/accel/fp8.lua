@@ -31,11 +31,12 @@
 -- the output is float32 (TE returns the autocast dtype). Products outside
 -- nn.Linear run under bf16 autocast, as Accelerate's fp8 does.
 --
--- The recipe is emulated exactly (accel.fp8.BACKEND = "CPU_EMULATION", the
--- name kept from its first home) on every device: the casts run on the host
--- through explicit host<->device copies, the decoded product through the
--- device's backend. A backend with native fp8 GEMMs replaces the product
--- through the hook fp8_set_device_scaled_mm of core/fp8.h.
+-- The casts and the amax run on the tensors' device (the backend's fp8
+-- entries). The products run on the device's native fp8 GEMM where its
+-- backend has one (CUDA: cuBLASLt on compute capability 8.9+; fp8_backend
+-- "CUBLASLT"), for the operands it takes, and are otherwise emulated
+-- exactly: the codes decoded and multiplied by the device's float32 GEMM
+-- (fp8_backend "CPU_EMULATION", the name kept from its first home).
 local accel = require("accel")
 local compat = require("accel.compat")
 local autograd = require("accel.autograd")
@@ -45,7 +46,18 @@ local C = accel._C
 
 local fp8 = {}
 
-fp8.BACKEND = "CPU_EMULATION"
+-- The fp8 backend on device: "CUBLASLT" on a CUDA GPU of compute
+-- capability 8.9 or newer (an older GPU is one error saying so, as
+-- Transformer Engine refuses it), else "CPU_EMULATION".
+function fp8.backend_for(device)
+  if device.type ~= "cuda" then return "CPU_EMULATION" end
+  local major, minor = accel.cuda.get_device_capability(device)
+  if major * 10 + minor < 89 then
+    raise('mixed_precision = "fp8" needs a GPU of compute capability 8.9 or newer (Ada, Hopper); %s is %d.%d '
+      .. '(use "bf16" there)', tostring(device), major, minor)
+  end
+  return "CUBLASLT"
+end
 
 -- ---------------------------------------------------------------- the recipe
 
