@@ -153,8 +153,8 @@ extern "C" int kc_gemm_f64(KcGemmCtx *ctx, int ta, int tb, int64_t M, int64_t N,
  * cuBLASLt's fp8 products need both operands K-major ("TN"): in row-major
  * terms A stored (M, K) and B stored (N, K), nn.Linear's layout; row strides
  * multiples of 16; at most one operand e5m2. The per-tensor scales are
- * device floats (the fp8 recipe's scale inverses), multiplied into the
- * product: C = (a_scale b_scale) A B^T [+ bias]. */
+ * device floats (NULL: 1), multiplied into the product with the host scalar
+ * alpha: C = alpha (a_scale b_scale) A B^T [+ bias]. */
 static int fp8_check(DType a_dt, DType b_dt, DType out_dt, int64_t lda, int64_t ldb) {
     int dev = 0, major = 0, minor = 0;
     cuda_check(cudaGetDevice(&dev));
@@ -174,18 +174,21 @@ static int fp8_check(DType a_dt, DType b_dt, DType out_dt, int64_t lda, int64_t 
     return 0;
 }
 
-/* cuBLASLt's A is our B (gemm_layout.h): the scales swap too. */
+/* cuBLASLt's A is our B (gemm_layout.h): the scales swap too. A NULL scale
+ * leaves cuBLASLt's default (none). */
 static int fp8_scales(GemmDescs *d, const float *a_scale, const float *b_scale) {
-    cublas_check(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_scale, sizeof b_scale));
-    cublas_check(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scale, sizeof a_scale));
+    if (b_scale)
+        cublas_check(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_scale, sizeof b_scale));
+    if (a_scale)
+        cublas_check(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scale, sizeof a_scale));
     return 0;
 }
 
 static cudaDataType_t fp8_type(DType dt) { return dt == DT_F8E5M2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3; }
 
-extern "C" int kc_gemm_fp8(KcGemmCtx *ctx, int64_t M, int64_t N, int64_t K, const void *A, DType a_dt, int64_t lda,
-                           const void *B, DType b_dt, int64_t ldb, const float *a_scale, const float *b_scale, void *C,
-                           DType out_dt, int64_t ldc, const void *bias, void *stream) {
+extern "C" int kc_gemm_fp8(KcGemmCtx *ctx, int64_t M, int64_t N, int64_t K, float alpha, const void *A, DType a_dt,
+                           int64_t lda, const void *B, DType b_dt, int64_t ldb, const float *a_scale,
+                           const float *b_scale, void *C, DType out_dt, int64_t ldc, const void *bias, void *stream) {
     if (M == 0 || N == 0) return 0;
     cudaDataType_t out = CUDA_R_32F;
     if (fp8_check(a_dt, b_dt, out_dt, lda, ldb) || cuda_type(out_dt, &out)) return -1;
@@ -193,8 +196,8 @@ extern "C" int kc_gemm_fp8(KcGemmCtx *ctx, int64_t M, int64_t N, int64_t K, cons
     int rc = gemm_describe(ctx, &d, 0, 1, M, N, K, lda, ldb, ldc, fp8_type(a_dt), fp8_type(b_dt), out,
                            bias ? KC_EPI_BIAS : KC_EPI_NONE, bias);
     if (rc == 0) rc = fp8_scales(&d, a_scale, b_scale);
-    const float one = 1.0f, zero = 0.0f;
-    if (rc == 0) rc = gemm_run(ctx, &d, &one, A, B, &zero, C, kc_stream(stream));
+    const float zero = 0.0f;
+    if (rc == 0) rc = gemm_run(ctx, &d, &alpha, A, B, &zero, C, kc_stream(stream));
     gemm_free(&d);
     return rc;
 }

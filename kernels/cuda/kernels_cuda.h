@@ -151,12 +151,13 @@ int kc_gemm_f64(KcGemmCtx *ctx, int ta, int tb, int64_t M, int64_t N, int64_t K,
                 int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc, void *stream);
 
 /* fp8 (compute capability 8.9+, else an error saying so): C (M, N) =
- * a_scale b_scale A (M, K) @ B^T with B stored (N, K), A / B e4m3 or e5m2
- * (not both e5m2), scales one device float each, C bf16 / fp16 / float32,
- * bias (N) of C's dtype or NULL, row strides of A and B multiples of 16. */
-int kc_gemm_fp8(KcGemmCtx *ctx, int64_t M, int64_t N, int64_t K, const void *A, DType a_dt, int64_t lda, const void *B,
-                DType b_dt, int64_t ldb, const float *a_scale, const float *b_scale, void *C, DType out_dt, int64_t ldc,
-                const void *bias, void *stream);
+ * alpha a_scale b_scale A (M, K) @ B^T with B stored (N, K), A / B e4m3 or
+ * e5m2 (not both e5m2), alpha a host float, the scales one device float
+ * each or NULL (1), C bf16 / fp16 / float32, bias (N) of C's dtype or NULL,
+ * row strides of A and B multiples of 16. */
+int kc_gemm_fp8(KcGemmCtx *ctx, int64_t M, int64_t N, int64_t K, float alpha, const void *A, DType a_dt, int64_t lda,
+                const void *B, DType b_dt, int64_t ldb, const float *a_scale, const float *b_scale, void *C,
+                DType out_dt, int64_t ldc, const void *bias, void *stream);
 
 /* ---- conv.cu: KConv2d as k_conv2d_*, im2col + kc_gemm, float32 ---- */
 int kc_conv2d_fwd(KcGemmCtx *ctx, DType dt, const KConv2d *g, const void *x, const void *w, const void *b, void *y,

@@ -447,7 +447,7 @@ static void test_gemm_fp8(void) {
     CHECK(kc_gemm_ctx_create(&ctx, 32u << 20) == 0);
     void *da = dev_from(a, sizeof a), *db = dev_from(b, sizeof b), *dsa = dev_from(&sa, 4), *dsb = dev_from(&sb, 4);
     void *dc = dev_poisoned(sizeof want);
-    int rc = kc_gemm_fp8(ctx, M, N, K, da, DT_F8E4M3, K, db, DT_F8E4M3, K, dsa, dsb, dc, DT_F32, N, NULL, NULL);
+    int rc = kc_gemm_fp8(ctx, M, N, K, 1.0f, da, DT_F8E4M3, K, db, DT_F8E4M3, K, dsa, dsb, dc, DT_F32, N, NULL, NULL);
     if (rc) {
         printf("kc_gemm_fp8: %s\n", cuda_last_error());
         CHECK(strstr(cuda_last_error(), "compute capability 8.9 or newer") != NULL);
