@@ -51,7 +51,7 @@ static int l_capability(lua_State *L) {
 
 static BackendMemStats mem_stats(lua_State *L, const char *fn) {
     BackendMemStats st = {0};
-    if (backend_cuda_memory(gpu_arg(L, fn), 0, &st) != 0) lu_core_error(L);
+    if (backend_cuda_memory(gpu_arg(L, fn), BACKEND_MEM_READ, &st) != 0) lu_core_error(L);
     return st;
 }
 
@@ -73,24 +73,29 @@ static int l_memory_stats(lua_State *L) {
     return 1;
 }
 
-static int l_memory_allocated(lua_State *L) { return lua_pushinteger(L, (lua_Integer)mem_stats(L, "memory_allocated").allocated), 1; }
+static int l_memory_allocated(lua_State *L) {
+    return lua_pushinteger(L, (lua_Integer)mem_stats(L, "memory_allocated").allocated), 1;
+}
 static int l_max_memory_allocated(lua_State *L) {
     return lua_pushinteger(L, (lua_Integer)mem_stats(L, "max_memory_allocated").allocated_peak), 1;
 }
-static int l_memory_reserved(lua_State *L) { return lua_pushinteger(L, (lua_Integer)mem_stats(L, "memory_reserved").reserved), 1; }
+static int l_memory_reserved(lua_State *L) {
+    return lua_pushinteger(L, (lua_Integer)mem_stats(L, "memory_reserved").reserved), 1;
+}
 static int l_max_memory_reserved(lua_State *L) {
     return lua_pushinteger(L, (lua_Integer)mem_stats(L, "max_memory_reserved").reserved_peak), 1;
 }
 
 static int l_reset_peak(lua_State *L) {
-    if (backend_cuda_memory(gpu_arg(L, "reset_peak_memory_stats"), 1, NULL) != 0) return lu_core_error(L);
+    if (backend_cuda_memory(gpu_arg(L, "reset_peak_memory_stats"), BACKEND_MEM_RESET_PEAK, NULL) != 0)
+        return lu_core_error(L);
     return 0;
 }
 
 /* torch.cuda.empty_cache(): every GPU this process has used. */
 static int l_cuda_empty_cache(lua_State *L) {
     for (int i = 0; i < backend_cuda_count(NULL, 0); i++)
-        if (backend_cuda_memory(i, 2, NULL) != 0) return lu_core_error(L);
+        if (backend_cuda_memory(i, BACKEND_MEM_EMPTY_CACHE, NULL) != 0) return lu_core_error(L);
     return 0;
 }
 

@@ -24,10 +24,11 @@
  *    3.5-4.3 s for 3 steps after 1 warm-up, step times within their
  *    noise), while its peak RSS fell from 2.91 to 2.60 GB; a stage-3
  *    sharded rank of the same model on 2 processes peaks at 2 064 MiB
- *    (slack 1/8: 2 179, 1/32: 1 999; its tensors at 1 834). Transparent huge pages for the large blocks were
- *    measured too and left out: they made fresh blocks cheaper in a
- *    loop that recycles them, but a one-process GPT-2 step spent 27 % of
- *    its samples zeroing cold huge pages (clear_page), 11 % slower in all.
+ *    (slack 1/8: 2 179, 1/32: 1 999; its tensors at 1 834). Transparent
+ *    huge pages for the large blocks were measured too and left out: they
+ *    made fresh blocks cheaper in a loop that recycles them, but a
+ *    one-process GPT-2 step spent 27 % of its samples zeroing cold huge
+ *    pages (clear_page), 11 % slower in all.
  *    A freed block that does not fit goes back to the system; a new
  *    block from the system that leaves the cache over the cap evicts cached
  *    blocks (the distinct sizes of stage-3 sharding's gathered units, used

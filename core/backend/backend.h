@@ -183,13 +183,14 @@ int backend_cuda_get_allow_tf32(void);
 int backend_cuda_capability(int index, int *major, int *minor);
 /* GPU index's caching allocator (torch.cuda.memory_stats' counters):
  * bytes handed out to tensors and held from the driver, now and at their
- * peak, and the calls; op 0 reads them into *out, 1 resets the peaks, 2
- * gives every wholly free segment back (empty_cache). -1 with an error
- * where there is no such GPU. */
+ * peak, and the calls. READ fills *out, RESET_PEAK resets the peaks,
+ * EMPTY_CACHE gives every wholly free segment back (nothing for a GPU this
+ * process has not used). -1 with an error where there is no such GPU. */
 typedef struct {
     uint64_t allocated, allocated_peak, reserved, reserved_peak, num_allocs, num_frees, num_ooms;
 } BackendMemStats;
-int backend_cuda_memory(int index, int op, BackendMemStats *out);
+typedef enum { BACKEND_MEM_READ, BACKEND_MEM_RESET_PEAK, BACKEND_MEM_EMPTY_CACHE } BackendMemOp;
+int backend_cuda_memory(int index, BackendMemOp op, BackendMemStats *out);
 /* Every device's queued work done (the host waits); -1 with the first
  * error. Called when the interpreter closes (bindings/accel.c), so no
  * queued kernel still runs while the process's libraries unload. */

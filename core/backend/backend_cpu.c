@@ -362,7 +362,7 @@ extern int cuda_backend_count(char *why, size_t n) __attribute__((weak));
 extern void cuda_backend_set_allow_tf32(int on) __attribute__((weak));
 extern int cuda_backend_get_allow_tf32(void) __attribute__((weak));
 extern int cuda_backend_capability(int index, int *major, int *minor) __attribute__((weak));
-extern int cuda_backend_memory(int index, int op, BackendMemStats *out) __attribute__((weak));
+extern int cuda_backend_memory(int index, BackendMemOp op, BackendMemStats *out) __attribute__((weak));
 
 #define NO_CUDA_BUILD "this accel-lua is built without CUDA (make CUDA=1)"
 
@@ -417,7 +417,7 @@ int backend_cuda_capability(int index, int *major, int *minor) {
     return accel_fail_int("device cuda:%d is not available: " NO_CUDA_BUILD, index);
 }
 
-int backend_cuda_memory(int index, int op, BackendMemStats *out) {
+int backend_cuda_memory(int index, BackendMemOp op, BackendMemStats *out) {
     if (cuda_backend_memory) return cuda_backend_memory(index, op, out);
     return accel_fail_int("device cuda:%d is not available: " NO_CUDA_BUILD, index);
 }

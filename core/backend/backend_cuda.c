@@ -123,11 +123,12 @@ int cuda_backend_capability(int index, int *major, int *minor) {
     return fail(kc_device_capability(index, major, minor));
 }
 
-int cuda_backend_memory(int index, int op, BackendMemStats *out) {
-    if (op == 2 && (index < 0 || index >= CUDA_MAX_DEVICES || !devs[index].ready)) return 0; /* unused: nothing cached */
+int cuda_backend_memory(int index, BackendMemOp op, BackendMemStats *out) {
+    if (op == BACKEND_MEM_EMPTY_CACHE && (index < 0 || index >= CUDA_MAX_DEVICES || !devs[index].ready))
+        return 0; /* a GPU this process has not used: nothing cached */
     if (!cuda_backend_select(index)) return -1;
-    if (op == 1) return fail(kc_reset_peak_stats(index));
-    if (op == 2) {
+    if (op == BACKEND_MEM_RESET_PEAK) return fail(kc_reset_peak_stats(index));
+    if (op == BACKEND_MEM_EMPTY_CACHE) {
         kc_empty_cache(index);
         return 0;
     }
