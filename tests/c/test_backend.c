@@ -450,6 +450,9 @@ static Buf fp8_input(int64_t n, int nan_ok) {
     return b;
 }
 
+/* The value of code c in fmt (exact: every fp8 value is a float32). */
+static double fp8_value(KFp8Fmt fmt, uint8_t c) { return fmt == KF8_E4M3FN ? f8e4m3_to_f32(c) : f8e5m2_to_f32(c); }
+
 static uint8_t fp8_ref_code(KFp8Fmt fmt, float f) { return fmt == KF8_E4M3FN ? f32_to_f8e4m3_sat(f) : f32_to_f8e5m2_sat(f); }
 
 static float fp8_ref_amax(const float *x, int64_t n) {
@@ -487,7 +490,7 @@ static void test_fp8_dequantize(KFp8Fmt fmt, int64_t n, float scale_inv) {
     buf_upload(&q);
     for (int64_t i = 0; i < n; i++) {
         uint8_t c = (uint8_t)q.r[i];
-        ((float *)o.r)[i] = (fmt == KF8_E4M3FN ? f8e4m3_to_f32(c) : f8e5m2_to_f32(c)) * scale_inv;
+        ((float *)o.r)[i] = (float)fp8_value(fmt, c) * scale_inv;
     }
     B->fp8_dequantize(fmt, n, (uint8_t *)q.d, scale_inv, o.d);
     check_buf(&o, 0, fmt == KF8_E4M3FN ? "fp8_dequantize e4m3fn" : "fp8_dequantize e5m2");
@@ -498,8 +501,6 @@ static void test_fp8_dequantize(KFp8Fmt fmt, int64_t n, float scale_inv) {
  * C against the float64 product of the decoded codes times the scale,
  * within float32 accumulation ((K + 1) 2^-24 sum |a||b| |scale| + 2^-23
  * |ref|); shapes it must decline come back 1. */
-static double fp8_value(KFp8Fmt fmt, uint8_t c) { return fmt == KF8_E4M3FN ? f8e4m3_to_f32(c) : f8e5m2_to_f32(c); }
-
 static Buf fp8_codes(KFp8Fmt fmt, int64_t n) {
     Buf b = buf_new(DT_U8, n);
     for (int64_t i = 0; i < n; i++) {
