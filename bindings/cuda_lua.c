@@ -14,7 +14,8 @@
  *                                   reset_peak_memory_stats, empty_cache
  *   accel.backends.cuda.matmul.allow_tf32   read / assign, as PyTorch's
  *                                   torch.backends.cuda.matmul.allow_tf32 (default false)
- * The counts come from core/backend/backend.h (backend_cuda_count). */
+ * Any other name is an error listing these. The counts come from
+ * core/backend/backend.h (backend_cuda_count). */
 #include "lua_util.h"
 #include "core/backend/backend.h"
 #include <string.h>
@@ -133,6 +134,17 @@ static void push_backends(lua_State *L) {
     lua_setfield(L, -2, "cuda");
 }
 
+/* Reading a name accel.cuda lacks (torch.cuda.synchronize, set_device, ...)
+ * is one error listing what it has, not a nil to call. */
+static int l_cuda_missing(lua_State *L) {
+    const char *k = lua_tostring(L, 2);
+    return lu_error(L, "accel.cuda.%s does not exist here; accel.cuda has is_available, device_count, is_built, "
+                       "unavailable_reason, get_device_capability, memory_stats, memory_allocated, "
+                       "max_memory_allocated, memory_reserved, max_memory_reserved, reset_peak_memory_stats, "
+                       "empty_cache (devices: accel.device, accel.set_default_device)",
+                    k ? k : luaL_typename(L, 2));
+}
+
 void lu_open_cuda(lua_State *L, int module_idx) {
     static const luaL_Reg cuda[] = {{"is_available", l_is_available}, {"device_count", l_cuda_count},
                                     {"is_built", l_is_built}, {"unavailable_reason", l_unavailable_reason},
@@ -144,6 +156,10 @@ void lu_open_cuda(lua_State *L, int module_idx) {
                                     {"reset_peak_memory_stats", l_reset_peak}, {"empty_cache", l_cuda_empty_cache},
                                     {NULL, NULL}};
     luaL_newlib(L, cuda);
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, l_cuda_missing);
+    lua_setfield(L, -2, "__index");
+    lua_setmetatable(L, -2);
     lua_setfield(L, module_idx, "cuda");
     push_backends(L);
     lua_setfield(L, module_idx, "backends");

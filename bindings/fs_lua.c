@@ -6,6 +6,7 @@
  * "op: path: reason" errors, except fs_stat / fs_listdir, which return
  * nil, reason (absence is an answer). */
 #include "lua_util.h"
+#include "../core/io/replace.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -64,6 +65,9 @@ static int c_fs_write(lua_State *L) {
     size_t n;
     const char *data = luaL_checklstring(L, 2, &n);
     char tmp[4096], dir[4096];
+    const char *kind = io_not_replaceable(path);
+    if (kind) return lu_error(L, "write: %s is %s; a whole new file is written and renamed into place, so only a "
+                                 "regular file can be replaced", path, kind);
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return fail(L, "write", tmp);

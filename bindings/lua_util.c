@@ -3,6 +3,7 @@
 #include "lua_util.h"
 #include "../core/backend/backend.h"
 #include "../core/dist/shard.h"
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -484,10 +485,27 @@ static int device_index(lua_State *L) {
     return 1;
 }
 
-/* accel.device("cuda:N") checks that the GPU exists (a clear error without
- * one, or in a build without CUDA). */
+/* accel.device("cuda:N") or accel.device("cuda", N) (torch.device's two
+ * forms) checks that the GPU exists (a clear error without one, or in a
+ * build without CUDA). cpu and sim have one device, index 0. */
 int lu_device_new(lua_State *L) {
     Device d = lu_check_device(L, 1);
+    if (!lua_isnoneornil(L, 2)) {
+        const char *s = lua_type(L, 1) == LUA_TSTRING ? lua_tostring(L, 1) : NULL;
+        if (!s || strchr(s, ':'))
+            lu_error(L, "accel.device(type, index): type must be a device type without an index "
+                        "(\"cpu\", \"cuda\" or \"sim\") when an index is given, got %s",
+                     s ? s : "a device object");
+        double v = lua_type(L, 2) == LUA_TNUMBER ? lua_tonumber(L, 2) : -1;
+        if (lua_type(L, 2) != LUA_TNUMBER || v < 0 || v != floor(v))
+            lu_error(L, "accel.device(\"%s\", index): index must be an integer >= 0, got %s", s,
+                     lua_type(L, 2) == LUA_TNUMBER ? lua_pushfstring(L, "%f", v) : luaL_typename(L, 2));
+        if (v > INT_MAX) lu_error(L, "accel.device(\"%s\", %.0f): index too large", s, v);
+        lua_Integer idx = (lua_Integer)v;
+        if (idx > 0 && d.type != DEV_CUDA)
+            lu_error(L, "accel.device(\"%s\", %lld): %s has one device, index 0", s, (long long)idx, s);
+        d.index = (int)idx;
+    }
     if (d.type == DEV_CUDA && !backend_for(d)) lu_core_error(L);
     lu_push_device(L, d);
     return 1;

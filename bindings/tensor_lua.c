@@ -87,6 +87,24 @@ static int mm_idiv(lua_State *L) { return ret(L, binary(L, KB_FLOORDIV, 1, 2)); 
 static int mm_mod(lua_State *L) { return ret(L, binary(L, KB_REMAINDER, 1, 2)); }
 static int mm_unm(lua_State *L) { return ret(L, op_unary(KU_NEG, SELF, 0, 0)); }
 
+/* t:isnan(), t:isinf(), t:isfinite(): bool tensors, as torch's (x ~= x is
+ * NaN; |x| == inf is inf; x - x == 0 only where x is finite). */
+static int t_isnan(lua_State *L) { return ret(L, op_binary(KB_NE, SELF, SELF)); }
+
+static int t_isinf(lua_State *L) {
+    Tensor *m = op_unary(KU_ABS, SELF, 0, 0);
+    Tensor *out = m ? op_binary_scalar(KB_EQ, m, INFINITY, false, false) : NULL;
+    tensor_release(m);
+    return ret(L, out);
+}
+
+static int t_isfinite(lua_State *L) {
+    Tensor *d = op_binary(KB_SUB, SELF, SELF);
+    Tensor *out = d ? op_binary_scalar(KB_EQ, d, 0, true, false) : NULL;
+    tensor_release(d);
+    return ret(L, out);
+}
+
 /* t:fmod(other): C's fmod, the remainder of truncated division, with the
  * sign of the dividend (remainder / % take the divisor's sign). Built on
  * remainder: where r != 0 and sign(r) != sign(a), fmod = r - b (exact). */
@@ -762,6 +780,7 @@ static int t_copy_(lua_State *L) {
 
 static int t_equal(lua_State *L) {
     Tensor *a = SELF, *b = lu_check_tensor(L, 2);
+    if (tensor_check_device("equal", a, b) < 0) lu_core_error(L); /* as every binary op (torch.equal too) */
     bool eq = a->ndim == b->ndim && memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim) == 0;
     const char *ha = eq ? host_values(L, a) : NULL, *hb = eq ? host_values(L, b) : NULL;
     for (int64_t i = 0; eq && i < a->numel; i++) eq = host_at(a->dtype, ha, i) == host_at(b->dtype, hb, i);
@@ -772,6 +791,7 @@ static int t_equal(lua_State *L) {
 static int t_allclose(lua_State *L) {
     Tensor *a = SELF, *b = lu_check_tensor(L, 2);
     double rtol = luaL_optnumber(L, 3, 1e-5), atol = luaL_optnumber(L, 4, 1e-8);
+    if (tensor_check_device("allclose", a, b) < 0) lu_core_error(L);
     int64_t shape[TENSOR_MAX_DIMS];
     int nd;
     if (broadcast_shapes(a->shape, a->ndim, b->shape, b->ndim, shape, &nd, "allclose") < 0) lu_core_error(L);
@@ -923,7 +943,11 @@ static int t_index(lua_State *L) {
         if (i == 0) return lu_error(L, "index 0 is invalid: positions are 1-based (t[1] is the first)");
         return ret(L, tensor_select(t, 0, i > 0 ? i - 1 : i));
     }
-    if (lua_type(L, 2) == LUA_TSTRING && push_property(L, t, lua_tostring(L, 2))) return 1;
+    if (lua_type(L, 2) != LUA_TSTRING)
+        return lu_error(L, "t[%s]: a tensor is indexed by a 1-based integer position (t[1]); with a tensor of "
+                           "indices use t:index_select(dim, idx) or t:gather(dim, idx)",
+                        lu_is_tensor(L, 2) ? "tensor" : luaL_typename(L, 2));
+    if (push_property(L, t, lua_tostring(L, 2))) return 1;
     lua_pushnil(L);
     return 1;
 }
@@ -997,7 +1021,8 @@ static const luaL_Reg methods[] = {
     {"masked_fill", t_masked_fill}, {"masked_fill_", t_masked_fill_}, {"where", t_where}, {"tril", t_tril},
     {"triu", t_triu}, {"matmul", t_matmul}, {"mm", t_matmul}, {"bmm", t_matmul}, {"softmax", t_softmax},
     {"log_softmax", t_log_softmax}, {"type", t_type}, {"is_floating_point", t_is_floating_point},
-    {"element_size", t_element_size}, {"tostring", t_tostring}, {"fmod", t_fmod}, {NULL, NULL}};
+    {"element_size", t_element_size}, {"tostring", t_tostring}, {"fmod", t_fmod}, {"isnan", t_isnan},
+    {"isinf", t_isinf}, {"isfinite", t_isfinite}, {NULL, NULL}};
 
 static const struct { const char *name; KBinOp op; bool inplace; } binary_methods[] = {
     {"add", KB_ADD, 1}, {"sub", KB_SUB, 1}, {"mul", KB_MUL, 1}, {"div", KB_DIV, 1}, {"maximum", KB_MAX, 0},

@@ -190,23 +190,27 @@ const char *device_str(Device d, char *buf, size_t n) {
     return buf;
 }
 
+/* "cpu", "sim", "cuda", each optionally ":N" (as torch.device's strings).
+ * cpu and sim have one device, index 0; cuda takes any N >= 0. */
 int device_parse(const char *s, Device *out) {
-    if (strcmp(s, "cpu") == 0) {
-        *out = (Device){DEV_CPU, 0};
-        return 0;
-    }
-    if (strcmp(s, "sim") == 0 || strcmp(s, "sim:0") == 0) {
-        *out = (Device){DEV_SIM, 0};
-        return 0;
-    }
-    if (strcmp(s, "cuda") == 0) {
-        *out = (Device){DEV_CUDA, 0};
-        return 0;
-    }
-    int idx;
-    char extra;
-    if (sscanf(s, "cuda:%d%c", &idx, &extra) == 1 && idx >= 0) {
-        *out = (Device){DEV_CUDA, idx};
+    static const struct { const char *name; DeviceType type; bool one; } types[] = {
+        {"cpu", DEV_CPU, true}, {"sim", DEV_SIM, true}, {"cuda", DEV_CUDA, false}};
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        size_t n = strlen(types[k].name);
+        if (strncmp(s, types[k].name, n) != 0 || (s[n] != '\0' && s[n] != ':')) continue;
+        if (s[n] == '\0') {
+            *out = (Device){types[k].type, 0};
+            return 0;
+        }
+        const char *p = s + n + 1;
+        long long idx = 0;
+        bool digits = *p != '\0';
+        for (const char *q = p; *q; q++) digits = digits && *q >= '0' && *q <= '9';
+        if (!digits || strlen(p) > 9 || (p[0] == '0' && p[1])) break; /* "cuda:", "cuda:-1", "cuda:01": unknown */
+        idx = strtoll(p, NULL, 10);
+        if (types[k].one && idx != 0)
+            return accel_fail_int("device '%s': %s has one device, index 0 (got index %lld)", s, types[k].name, idx);
+        *out = (Device){types[k].type, (int)idx};
         return 0;
     }
     return accel_fail_int("unknown device '%s' (expected \"cpu\", \"cuda\", \"cuda:N\" or \"sim\")", s);

@@ -344,6 +344,23 @@ static int resolve_logs(LaunchConfig *c) {
     return 0;
 }
 
+/* A DeepSpeed or FSDP flag without its distributed_type would be dropped
+ * (as Accelerate drops it): refused instead, naming the flag. A config
+ * file's sections for another distributed_type stay unused, as in
+ * Accelerate. Returns -1 after printing why. */
+static int check_flags_apply(const LaunchConfig *c) {
+    for (int i = 0; i < S_COUNT; i++) {
+        if (c->source[i] != SRC_FLAG || config_applies(c, i)) continue;
+        int ds = strncmp(host_settings[i].key, "deepspeed_config.", 17) == 0;
+        const char *type = config_str(c, S_DISTRIBUTED_TYPE);
+        fprintf(stderr, "%s: --%s applies to %s only; this launch is %s (add --%s)\n", WHO,
+                host_settings[i].flag, ds ? "DeepSpeed" : "FSDP", type ? type : "NO",
+                ds ? "use_deepspeed" : "use_fsdp");
+        return -1;
+    }
+    return 0;
+}
+
 /* Derives distributed_type from the counts, fills defaults, checks what
  * cannot work; returns -1 after printing why. */
 static int resolve(LaunchConfig *c, int dry_run) {
@@ -358,6 +375,7 @@ static int resolve(LaunchConfig *c, int dry_run) {
     if ((config_str(c, S_DISTRIBUTED_TYPE) == NULL || type_is(c, "NO")) && (n > 1 || m > 1))
         config_set(c, S_DISTRIBUTED_TYPE, "MULTI_CPU", SRC_DEFAULT, err, sizeof err);
     if (launch_resolve_gpus(c, dry_run) != 0) return -1;
+    if (check_flags_apply(c) != 0) return -1;
     config_fill_defaults(c);
     if (n > 1 && config_str(c, S_NUM_THREADS) == NULL)
         config_set(c, S_NUM_THREADS, "1", SRC_DEFAULT, err, sizeof err);

@@ -16,6 +16,7 @@
 
 #include <yaml.h>
 
+#include "core/io/replace.h"
 #include "host/config_yaml.h"
 #include "host/host.h"
 
@@ -210,6 +211,12 @@ static int make_parents(const char *path) {
 int config_write(const LaunchConfig *c, const char *path, const char *who) {
     static const char *const sections[] = {"deepspeed_config", "fsdp_config", "mpirun_config"};
     char tmp[4096];
+    const char *kind = io_not_replaceable(path);
+    if (kind) {
+        fprintf(stderr, "%s: cannot write %s: it is %s (the config is written to a new file renamed into place)\n",
+                who, path, kind);
+        return -1;
+    }
     snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
     FILE *f = make_parents(path) == 0 ? fopen(tmp, "w") : NULL;
     if (f == NULL) {

@@ -50,8 +50,9 @@ int launch_resolve_gpus(LaunchConfig *c, int dry_run) {
     if (nids < 0) return fprintf(stderr, "%s: --gpu_ids: %s\n", WHO, err), -1;
     if (!backend_cuda_built() && (nids > 0 || is_multi_gpu(c))) {
         fprintf(stderr, "%s: %s: this accel-lua is built without CUDA (make CUDA=1), so there are no GPUs; "
-                        "use --cpu or MULTI_CPU\n", WHO,
-                is_multi_gpu(c) ? "distributed_type MULTI_GPU (--multi_gpu)" : "--gpu_ids");
+                        "%s\n", WHO,
+                is_multi_gpu(c) ? "distributed_type MULTI_GPU (--multi_gpu)" : "--gpu_ids",
+                is_multi_gpu(c) ? "use --cpu or MULTI_CPU" : "leave --gpu_ids out (the ranks run on the CPU)");
         return -1;
     }
     if (backend_cuda_built() && config_str(c, S_USE_CPU) == NULL)

@@ -182,12 +182,14 @@ const Setting host_settings[S_COUNT] = {
 static const struct { const char *key; int id; } aliases[] = {
     {DS "gradient_accumulation_steps", S_GRADIENT_ACCUMULATION_STEPS},
     {DS "deepspeed_hostfile", S_HOSTFILE},
+    {FS "fsdp_backward_prefetch_policy", S_FSDP_BACKWARD_PREFETCH}, /* Accelerate < 0.27 */
 };
 
 /* Accelerate's other flag spellings for the same settings. */
 static const struct { const char *flag; int id; } flag_aliases[] = {
     {"mpirun_hostfile", S_HOSTFILE},
     {"deepspeed_hostfile", S_HOSTFILE},
+    {"fsdp_backward_prefetch_policy", S_FSDP_BACKWARD_PREFETCH},
 };
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
@@ -290,7 +292,20 @@ static char *canon_bool(const char *text, char *err, size_t errlen) {
 }
 
 /* The choice matching text (case and -/_ ignored), in its canonical case. */
+/* The n-th (1-based) choice of s, for text "n"; NULL when text is not a
+ * number in range. Only the sharding strategy takes numbers: PyTorch's
+ * ShardingStrategy values 1-5, as older Accelerate configs write them. */
+static char *numbered_choice(const Setting *s, const char *text) {
+    long n;
+    if (s != &host_settings[S_FSDP_SHARDING_STRATEGY] || !parse_long(text, &n) || n < 1) return NULL;
+    const char *p = s->choices;
+    for (; n > 1 && *p != '\0'; n--) p += strcspn(p, "|") + (p[strcspn(p, "|")] == '|');
+    return *p != '\0' ? strndup(p, strcspn(p, "|")) : NULL;
+}
+
 static char *canon_enum(const Setting *s, const char *text, char *err, size_t errlen) {
+    char *numbered = numbered_choice(s, text);
+    if (numbered != NULL) return numbered;
     const char *p = s->choices;
     while (*p != '\0') {
         size_t n = strcspn(p, "|");

@@ -115,6 +115,19 @@ check_dry_run() {
     run "$EXE" launch --dry_run --use_fsdp --fsdp_sharding_strategy shard_grad_op --fsdp_offload_params true --num_processes 2 "$TMP/rank.lua"
     check "dry run, FSDP: strategy canonicalised, boolean value taken" \
         'has "ACCEL_LUA_USE_FSDP=true " && has "ACCEL_LUA_FSDP_SHARDING_STRATEGY=SHARD_GRAD_OP " && has "ACCEL_LUA_FSDP_OFFLOAD_PARAMS=true " && [[ $OUT != *ZERO_STAGE* ]]'
+    run "$EXE" launch --dry_run --zero_stage 3 --num_processes 2 "$TMP/rank.lua"
+    check "--zero_stage without --use_deepspeed: exit 2, names the flag" \
+        '(( RC == 2 )) && has "--zero_stage applies to DeepSpeed only; this launch is MULTI_CPU (add --use_deepspeed)"'
+    run "$EXE" launch --dry_run --fsdp_sharding_strategy SHARD_GRAD_OP --num_processes 2 "$TMP/rank.lua"
+    check "--fsdp_sharding_strategy without --use_fsdp: exit 2, names the flag" \
+        '(( RC == 2 )) && has "--fsdp_sharding_strategy applies to FSDP only"'
+    run "$EXE" launch --dry_run --use_fsdp --fsdp_sharding_strategy 2 --fsdp_backward_prefetch_policy BACKWARD_POST --num_processes 2 "$TMP/rank.lua"
+    check "FSDP: a strategy by PyTorch's number, the older backward_prefetch_policy spelling" \
+        'has "ACCEL_LUA_FSDP_SHARDING_STRATEGY=SHARD_GRAD_OP " && has "ACCEL_LUA_FSDP_BACKWARD_PREFETCH=BACKWARD_POST "'
+    printf 'distributed_type: FSDP\nnum_processes: 2\nfsdp_config:\n  fsdp_sharding_strategy: 1\n  fsdp_backward_prefetch_policy: BACKWARD_PRE\n' >"$TMP/old_fsdp.yaml"
+    run "$EXE" launch --dry_run --config_file "$TMP/old_fsdp.yaml" "$TMP/rank.lua"
+    check "an older accelerate config: fsdp_sharding_strategy 1 is FULL_SHARD" \
+        '(( RC == 0 )) && has "ACCEL_LUA_FSDP_SHARDING_STRATEGY=FULL_SHARD " && has "ACCEL_LUA_FSDP_BACKWARD_PREFETCH=BACKWARD_PRE "'
 }
 
 check_launch() {

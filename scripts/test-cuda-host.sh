@@ -48,6 +48,9 @@ print(a.cuda.unavailable_reason())'
     lua "$EXE" 'local c = require("accel").cuda; c.empty_cache(); print("emptied"); c.memory_allocated()'
     check "cpu build: cuda.empty_cache is a no-op, memory_allocated names the missing cuda:0" \
         '(( RC != 0 )) && has "emptied" && has "s.lua:1: device cuda:0 is not available: this accel-lua is built without CUDA"'
+    lua "$EXE" 'require("accel").cuda.synchronize()'
+    check "a torch.cuda function accel.cuda lacks is one error naming it and listing what there is" \
+        '(( RC != 0 )) && has "s.lua:1: accel.cuda.synchronize does not exist here; accel.cuda has is_available"'
     lua "$EXE" 'print(require("accel").device_count("tpu"))'
     check "device_count of an unknown type names it" '(( RC != 0 )) && has "unknown device '"'"'tpu'"'"'"'
     lua "$EXE" 'local m = require("accel").backends.cuda.matmul

@@ -14,6 +14,7 @@
  * bytes into fresh CPU tensors. Assumes a little-endian host, as the format
  * stores little-endian data. */
 #include "safetensors.h"
+#include "replace.h"
 #include "../strbuf.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -143,6 +144,10 @@ static int pread_all(int fd, void *p, size_t n, off_t off) {
 static int check_save_args(const char *path, const char **names, Tensor **ts, int n, const char **mk, const char **mv,
                            int n_meta) {
     if (n < 0 || n_meta < 0) return accel_fail_int("accel.save: '%s': negative tensor or metadata count", path);
+    const char *kind = io_not_replaceable(path);
+    if (kind)
+        return accel_fail_int("accel.save: '%s' is %s; a save writes a whole new file and renames it into place, "
+                              "so it writes only over regular files", path, kind);
     for (int i = 0; i < n; i++) {
         if (!names[i] || !ts[i]) return accel_fail_int("accel.save: '%s': tensor %d has no name or no tensor", path, i);
         if (!utf8_valid(names[i], strlen(names[i])))

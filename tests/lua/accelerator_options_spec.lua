@@ -411,9 +411,47 @@ CASES.DeepSpeedPlugin = {
     end)
     error_matching("train_micro_batch_size_per_gpu = 3, but the loader gives each of the 1 process%(es%) batches of 4",
       function()
-        local b = accel.Accelerator{deepspeed_plugin = {hf_ds_config = {train_micro_batch_size_per_gpu = 3}}}
+        local b = accel.Accelerator{deepspeed_plugin = {hf_ds_config = {train_micro_batch_size_per_gpu = 3,
+          zero_optimization = {stage = 2}}}}
         b:prepare(data.DataLoader(data.TensorDataset(accel.randn(8, 4)), {batch_size = 4}))
       end)
+    -- DeepSpeed's static loss scale: fixed, an overflowing step skipped and the scale kept
+    local st = accel.Accelerator{deepspeed_plugin = {hf_ds_config = {zero_optimization = {stage = 2},
+      fp16 = {enabled = true, loss_scale = 128}}}}
+    local m2 = mlp(1)
+    local o2
+    m2, o2 = st:prepare(m2, optim.SGD(m2:parameters(), {lr = 0.1}))
+    for step = 1, 3 do
+      local y = m2(accel.randn(4, 4)):sum()
+      st:backward(step == 2 and y * math.huge or y)
+      o2:step()
+      o2:zero_grad()
+      assert.are.equal(128, st.scaler:get_scale())
+      assert.are.equal(step == 2, st.optimizer_step_was_skipped)
+    end
+    st:free_memory()
+    error_matching("ds_config has both bf16.enabled and fp16.enabled true", function()
+      accel.DeepSpeedPlugin{hf_ds_config = {zero_optimization = {stage = 2}, bf16 = {enabled = true},
+        fp16 = {enabled = true}}}
+    end)
+    error_matching('mixed_precision = "bf16" disagrees with the DeepSpeed config %(bf16.enabled = false%)', function()
+      accel.Accelerator{mixed_precision = "bf16", deepspeed_plugin = {hf_ds_config = {zero_optimization = {stage = 2},
+        bf16 = {enabled = false}}}}
+    end)
+    error_matching("hf_ds_config has no zero_optimization section;", function()
+      accel.DeepSpeedPlugin{hf_ds_config = {gradient_clipping = 1}}
+    end)
+    error_matching('zero_stage must be 0, 1, 2 or 3, got "2"', function()
+      accel.DeepSpeedPlugin{hf_ds_config = {zero_optimization = {stage = "2"}}}
+    end)
+    error_matching("zero_stage = 1 disagrees with hf_ds_config's zero_optimization.stage = 3", function()
+      accel.DeepSpeedPlugin{zero_stage = 1, hf_ds_config = {zero_optimization = {stage = 3}}}
+    end)
+    assert.are.equal(1, accel.DeepSpeedPlugin{zero_stage = 1, hf_ds_config = {zero_optimization = {stage = "auto"}}}
+      .zero_stage)
+    error_matching("loss_scale = %-1 is not supported: it must be a number >= 0", function()
+      accel.DeepSpeedPlugin{hf_ds_config = {zero_optimization = {stage = 2}, fp16 = {loss_scale = -1}}}
+    end)
   end,
   zero3_init_flag = function()
     assert.is_false(accel.DeepSpeedPlugin{zero_stage = 3, zero3_init_flag = false}.zero3_init_flag)
@@ -498,8 +536,9 @@ CASES.FullyShardedDataParallelPlugin = {
   transformer_cls_names_to_wrap = function()
     assert.are.same({40, 18}, unit_sizes({auto_wrap_policy = "transformer_based_wrap",
       transformer_cls_names_to_wrap = "Linear"})) -- launch's comma-separated spelling
-    assert.are.same({58}, unit_sizes({auto_wrap_policy = "transformer_based_wrap",
-      transformer_cls_names_to_wrap = {"Block"}})) -- no such module: everything in the root unit
+    error_matching("could not find the transformer layer class Block in the model", function()
+      unit_sizes({auto_wrap_policy = "transformer_based_wrap", transformer_cls_names_to_wrap = {"Block"}})
+    end) -- as Accelerate: a class the model does not have is an error
     no_shard_same({transformer_cls_names_to_wrap = {"Block"}})
   end,
   state_dict_type = function()
@@ -838,6 +877,10 @@ CASES.find_executable_batch_size = {
       if bs > 5 then accel.empty(2 ^ 40) end
     end, {starting_batch_size = 8, reduce_batch_size_fn = function() return 5 end})()
     assert.are.same({8, 5}, seen)
+    error_matching("reduce_batch_size_fn returned 2.5, expected a whole number", function()
+      accel.find_executable_batch_size(function() accel.empty(2 ^ 40) end,
+        {starting_batch_size = 8, reduce_batch_size_fn = function() return 2.5 end})()
+    end)
   end,
 }
 

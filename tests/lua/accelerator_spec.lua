@@ -272,7 +272,7 @@ describe("Accelerator options", function()
     error_matching("train_batch_size = 10 is not train_micro_batch_size_per_gpu 4 x gradient_accumulation_steps 2 x 1 "
       .. "process", function()
       accel.Accelerator{deepspeed_plugin = {hf_ds_config = {train_batch_size = 10, train_micro_batch_size_per_gpu = 4,
-        gradient_accumulation_steps = 2}}}
+        gradient_accumulation_steps = 2, zero_optimization = {stage = 2}}}}
     end)
   end)
 

@@ -478,14 +478,24 @@ describe("accel.utils.checkpoint_module", function()
       assert.is_true(utils.is_checkpointed(model.transformer.h[i]))
     end
     assert.is_false(utils.is_checkpointed(model.transformer))
-    expect_error(function() utils.apply_activation_checkpointing(model, {}) end, "check_fn must be a function")
+    expect_error(function() utils.apply_activation_checkpointing(model, {check_fn = 3}) end, "check_fn must be a function")
+    -- without check_fn every module is wrapped (PyTorch's default check_fn)
+    local small = accel.nn.Sequential(accel.nn.Linear(2, 2), accel.nn.Tanh())
+    assert.equal(3, #utils.apply_activation_checkpointing(small, {}))
+    assert.is_true(utils.is_checkpointed(small[2]))
     expect_error(function() utils.apply_activation_checkpointing(model, {check_fn = function() return true end, typo = 1}) end,
       "unknown option 'typo'")
   end)
 
   it("bad arguments", function()
     expect_error(function() utils.checkpoint_module(42) end, "checkpoint_module: expected an nn.Module", "number")
-    expect_error(function() utils.checkpoint_module(mlp_block(2, 2), {reentrant = true}) end, "unknown option 'reentrant'")
+    expect_error(function() utils.checkpoint_module(mlp_block(2, 2), {reentrant = true}) end, "unknown option 'reentrant'",
+      "enabled, use_reentrant, preserve_rng_state")
+    expect_error(function() utils.checkpoint_module(mlp_block(2, 2), {use_reentrant = "no"}) end,
+      'use_reentrant must be true or false, got "no"')
+    expect_error(function() utils.checkpoint(function(x) return x * 2 end, accel.randn(2), {preserve_rng_state = 1}) end,
+      "preserve_rng_state must be true or false, got 1")
+    expect_error(function() utils.checkpoint_module(mlp_block(2, 2), {enabled = "yes"}) end, "enabled must be true or false")
     expect_error(function() utils.checkpoint_module(mlp_block(2, 2), {debug = true}) end, "option 'debug' is not supported")
   end)
 end)

@@ -104,6 +104,55 @@ describe("the sim device", function()
     ok, err = pcall(function() return c:matmul(accel.ones(3, 2, {device = "sim"})) end)
     assert.is_false(ok)
     assert.truthy(tostring(err):find("sim", 1, true))
+    -- equal and allclose too (torch.equal / torch.allclose raise), even on equal values
+    for _, op in ipairs({"equal", "allclose"}) do
+      ok, err = pcall(function() return c[op](c, s) end)
+      assert.is_false(ok, op .. " of a cpu and a sim tensor returned " .. tostring(err))
+      assert.truthy(tostring(err):find(op .. ": tensors are on different devices (cpu and sim)", 1, true), err)
+      ok, err = pcall(function() return s[op](s, c) end)
+      assert.is_false(ok, op .. " of a sim and a cpu tensor returned " .. tostring(err))
+      assert.truthy(tostring(err):find("(sim and cpu)", 1, true), err)
+    end
+    assert.is_true(s:equal(accel.ones(3, {device = "sim"})))
+    assert.is_true(s:allclose(accel.ones(3, {device = "sim"})))
+  end)
+
+  -- torch.device("cuda", 1) is cuda:1; "cpu:0" and "sim:0" are cpu and sim;
+  -- cpu and sim have one device, index 0.
+  it("accel.device(type, index) and \"type:N\" strings, as torch.device", function()
+    local function err_of(...)
+      local ok, err = pcall(accel.device, ...)
+      assert.is_false(ok, "no error: " .. tostring(err))
+      return tostring(err)
+    end
+    assert.are.equal("cpu", tostring(accel.device("cpu:0")))
+    assert.are.equal(accel.device("cpu"), accel.device("cpu", 0))
+    assert.are.equal("sim", tostring(accel.device("sim:0")))
+    assert.are.equal(accel.device("sim"), accel.device("sim", 0))
+    assert.are.equal("cpu", accel.zeros(1, {device = "cpu:0"}).device.type)
+    assert.are.equal("sim", accel.zeros(1, {device = "sim:0"}).device.type)
+    if accel.device_count("cuda") >= 2 then
+      assert.are.equal("cuda:1", tostring(accel.device("cuda", 1)))
+    else -- no second GPU: the error names the device asked for
+      local err = err_of("cuda", 1)
+      assert.truthy(err:find("cuda:1", 1, true) and not err:find("cuda:0", 1, true), err)
+    end
+    local err = err_of("sim", 5)
+    assert.truthy(err:find("sim has one device, index 0", 1, true), err)
+    err = err_of("cpu", 1)
+    assert.truthy(err:find("cpu has one device, index 0", 1, true), err)
+    err = err_of("sim:1")
+    assert.truthy(err:find("sim has one device, index 0", 1, true), err)
+    for _, bad in ipairs({-1, 1.5, "1", true}) do
+      err = err_of("cuda", bad)
+      assert.truthy(err:find("index must be an integer >= 0", 1, true), err)
+    end
+    err = err_of("cuda:0", 1)
+    assert.truthy(err:find("without an index", 1, true) and err:find("cuda:0", 1, true), err)
+    for _, bad in ipairs({"cpu:", "cuda:-1", "cuda:x", "cpux", "cuda:01"}) do
+      err = err_of(bad)
+      assert.truthy(err:find("unknown device '" .. bad .. "'", 1, true), err)
+    end
   end)
 
   it("is the default device after set_default_device", function()

@@ -213,6 +213,52 @@ return {
     assert.are.equal(4 * P, rows["gathered unit (transient)"])
   end)
 
+  it("a small model (a step far below the collector's cycle): within 10 % of a 300-step loop's peak", function()
+    -- the dead tensors of many steps wait together for a full collection;
+    -- the loop below is a user's plain AdamW loop on the same script
+    local script, loop = support.tmpname(".lua"), support.tmpname(".lua")
+    support.write_file(script, [[
+local accel = require("accel")
+local nn = accel.nn
+return {
+  model = function() return nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(),
+    nn.Linear(256, 10)) end,
+  batch = function(B) return {accel.randn(B, 784), accel.randint(0, 10, {B})} end,
+  loss = function(model, b)
+    local logits = model(b[1])
+    return accel.nn.functional.cross_entropy(logits, b[2]), logits
+  end,
+}
+]])
+    support.write_file(loop, ([[
+local accel = require("accel")
+accel.set_seed(0)
+local job = dofile(%q)
+local model = job.model()
+local opt = accel.optim.AdamW(model:parameters(), {lr = 1e-3})
+local highest = 0
+for step = 1, 300 do
+  local b = job.batch(64)
+  accel.reset_peak_memory_stats()
+  local loss, logits = job.loss(model, b)
+  loss:backward()
+  opt:step()
+  opt:zero_grad()
+  if step > 1 then highest = math.max(highest, (select(3, accel.memory_stats()))) end
+end
+print("peak_live_bytes " .. highest)
+]]):format(script))
+    local r = sh(q(BIN) .. " " .. q(loop))
+    local rows = rows_of(estimate(q(script) .. " --batch_size 64"))
+    os.remove(script)
+    os.remove(loop)
+    local peak = tonumber(r.out:match("peak_live_bytes (%d+)"))
+    assert.is_not_nil(peak, r.out .. r.err)
+    local ratio = rows.total / peak
+    print(("\n  estimate %d bytes, training peak %d bytes: ratio %.3f"):format(rows.total, peak, ratio))
+    assert.is_true(ratio > 0.9 and ratio < 1.1, ("estimate %d vs training peak %d"):format(rows.total, peak))
+  end)
+
   it("sizes are printed by Accelerate's convert_bytes rule (1024-based, Python's round(x, 2))", function()
     local convert = require("accel.estimate_memory").convert_bytes
     assert.are.equal("512 bytes", convert(512))

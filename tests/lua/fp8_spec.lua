@@ -416,6 +416,74 @@ describe("fp8 training of the seed MLP", function()
   end)
 end)
 
+describe("fp8 under activation checkpointing", function()
+  -- One run of 3 SGD steps of an fp8 MLP with dropout: every step's
+  -- first-layer weight gradient (as a list) and, after the run, each
+  -- Linear's scaling state. how: "plain", "fn" (checkpoint of the prepared
+  -- model), "module" (checkpoint_module on two Linears after prepare),
+  -- "before" (the same before prepare), "nested" (a checkpointed function
+  -- that checkpoints a Linear).
+  local function run(how)
+    accel.manual_seed(3)
+    local nn = accel.nn
+    local model = nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.Dropout(0.1), nn.Linear(32, 8), nn.Linear(8, 3))
+    local ck = accel.utils
+    if how == "before" then ck.checkpoint_module(model[1]); ck.checkpoint_module(model[4]) end
+    local acc = accel.Accelerator{mixed_precision = "fp8"}
+    local pm, opt = acc:prepare(model, accel.optim.SGD(model:parameters(), {lr = 0.1}))
+    if how == "module" then ck.checkpoint_module(model[1]); ck.checkpoint_module(model[4]) end
+    local grads = {}
+    for step = 1, 3 do
+      accel.manual_seed(100 + step)
+      local x = accel.randn(16, 8) * step
+      local y
+      if how == "fn" then
+        y = ck.checkpoint(pm, x)
+      elseif how == "nested" then
+        y = ck.checkpoint(function(v) return pm(ck.checkpoint(function(u) return u * 2 end, v)) end, x * 0.5)
+      else
+        y = pm(x)
+      end
+      acc:backward(accel.nn.functional.cross_entropy(y, accel.arange(16) % 3))
+      grads[step] = model[1].weight.grad:tolist()
+      opt:step()
+      opt:zero_grad()
+    end
+    local metas = {}
+    for _, i in ipairs({1, 4, 5}) do
+      local m = model[i].fp8_meta
+      for _, role in ipairs({"input", "weight", "grad_output"}) do
+        metas[#metas + 1] = {m[role].steps, m[role].scale, m[role].history}
+      end
+    end
+    return grads, metas
+  end
+
+  it("gives the plain run's gradients and scaling state bit for bit, however the checkpoint is applied", function()
+    local grads, metas = run("plain")
+    assert.are.equal(3, metas[1][1]) -- each Linear's input cast once per step
+    for _, how in ipairs({"fn", "module", "before", "nested"}) do
+      local g, m = run(how)
+      assert.are.same(grads, g, how .. ": gradients differ from the plain run")
+      assert.are.same(metas, m, how .. ": the scaling state differs from the plain run (amax recorded twice?)")
+    end
+  end)
+
+  it("a recompute that runs other Linears than the forward did is one error saying so", function()
+    local nn = accel.nn
+    local model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    local acc = accel.Accelerator{mixed_precision = "fp8"}
+    model = acc:prepare(model)
+    local calls = 0
+    local y = accel.utils.checkpoint(function(x)
+      calls = calls + 1
+      if calls == 1 then return model(x) end
+      return model[1](x)
+    end, accel.randn(2, 4, {requires_grad = true}))
+    support.expect_error(function() y:sum():backward() end, "checkpoint", "fp8 casts")
+  end)
+end)
+
 -- ---------------------------------------------------------------- bad input
 
 describe("fp8 recipe options", function()
@@ -441,9 +509,12 @@ describe("fp8 recipe options", function()
     support.expect_error(function() fp8_acc(K{fp8_format = "E5M2"}) end, "E5M2", "HYBRID")
   end)
 
-  it("amax_history_len 0 and a negative margin are refused", function()
+  it("amax_history_len 0 and a margin outside 0..64 (inf too) are refused when the handler is made", function()
     support.expect_error(function() fp8_acc(K{amax_history_len = 0}) end, "amax_history_len = 0", "positive integer")
-    support.expect_error(function() fp8_acc(K{margin = -1}) end, "margin = -1")
+    support.expect_error(function() K{margin = -1} end, "margin = -1")
+    support.expect_error(function() K{margin = 65} end, "margin = 65", "from 0 to 64")
+    support.expect_error(function() K{margin = math.huge} end, "margin = inf", "from 0 to 64")
+    assert.are.equal(64, K{margin = 64}.margin)
   end)
 
   it("options of the wrong type are refused, naming the option", function()

@@ -67,6 +67,21 @@ describe("safetensors one tensor at a time", function()
     assert.are.same({}, C.fs_listdir(dir))
   end)
 
+  it("will not rename a file over a FIFO (or a device such as /dev/null): one error, the FIFO kept", function()
+    local fifo = dir .. "/pipe"
+    local made = os.execute("mkfifo '" .. fifo .. "'")
+    assert.is_true(made == true or made == 0) -- Lua 5.4 / LuaJIT
+    support.error_matching("pipe' is a FIFO; a save writes a whole new file", function()
+      accel.save({x = accel.zeros(2)}, fifo)
+    end)
+    support.error_matching("pipe' is a FIFO", function() C.st_writer(fifo, {x = {dtype = "F32", shape = {2}}}) end)
+    support.error_matching("pipe is a FIFO", function() C.fs_write(fifo, "text") end)
+    local p = io.popen("stat -c %F '" .. fifo .. "'")
+    assert.are.equal("fifo", p:read("l"))
+    p:close()
+    assert.are.same({"pipe"}, C.fs_listdir(dir)) -- no temporary file left either
+  end)
+
   it("refuses to finish before every tensor is put, and abort removes the temporary file", function()
     local path = dir .. "/short.safetensors"
     local w = C.st_writer(path, {x = {dtype = "F32", shape = {2}}, y = {dtype = "F32", shape = {2}}})

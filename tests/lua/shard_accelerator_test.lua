@@ -151,6 +151,14 @@ for stage = 2, 3 do
   equiv(("bf16, stage %d"):format(stage), 2, ds(stage), {"mp=bf16"}, with(DS, {stage = stage}))
 end
 equiv("bf16, FSDP SHARD_GRAD_OP", 3, fsdp("SHARD_GRAD_OP"), {"mp=bf16"}, with(FSDP, {stage = 2}))
+-- fp8: the Linears run the fp8 recipe under the engine as under DDP (same casts; not bf16's parameters)
+local function fp8_ran(run, ref)
+  local a, b = tonumber(field(run, 0, "fp8")), tonumber(field(ref, 0, "fp8"))
+  return {{a and a > 0 and a == b, ("fp8 casts %s, DDP %s"):format(tostring(a), tostring(b))}}
+end
+equiv("fp8, stage 3", 2, ds(3), {"mp=fp8"}, with(DS, {stage = 3, more = fp8_ran}))
+equiv("fp8, FSDP FULL_SHARD + activation_checkpointing", 3, fsdp("FULL_SHARD", "transformer", "1"), {"mp=fp8"},
+  with(FSDP, {stage = 3, more = fp8_ran}))
 do -- the injected overflow is one skipped step more than the run without it
   local with_inf, without = reference(2, {"mp=fp16", "overflow=5"}).run, reference(2, {"mp=fp16"}).run
   local a, b = tonumber(field(with_inf, 0, "skipped")), tonumber(field(without, 0, "skipped"))

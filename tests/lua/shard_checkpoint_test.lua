@@ -25,7 +25,8 @@
 --       equals one that never loaded): a missing rank's shard file (on
 --       disk, and also dropped from the index), a corrupted shard, a model
 --       of another shape; merge-weights on a missing / corrupt / unsharded
---       folder, --help, bad arguments.
+--       folder, --help, bad arguments, an OUTPUT inside CHECKPOINT_DIR
+--       (the checkpoint unchanged byte for byte).
 -- The accel-lua under test is $ACCEL_LUA_BIN, else the interpreter running
 -- this script.
 local HERE = arg[0]:match("^(.*)/[^/]*$") or "."
@@ -237,6 +238,38 @@ do -- OUTPUT as a folder (accelerate merge-weights' form), --remove_checkpoint_d
     {m.code == 0, m.err}, {max_rel(path("merged_dir/model.safetensors"), path("ck_2_s3_7.st")) == 0,
       "DIR/model.safetensors is missing or differs from the saving run's weights"},
     {fs(ck) == nil, "the checkpoint is still there"})
+end
+do -- OUTPUT inside CHECKPOINT_DIR (or equal to it) is refused before anything is written: the folder stays byte for byte
+  local C = require("accel")._C
+  local ck = copy("inside")
+  local function snapshot()
+    local files = {}
+    for _, name in ipairs(C.fs_listdir(ck) or {}) do files[name] = support.read_file(ck .. "/" .. name) end
+    return files
+  end
+  local function same_files(a, b)
+    for name, bytes in pairs(a) do if b[name] ~= bytes then return false, name .. " changed or is gone" end end
+    for name in pairs(b) do if a[name] == nil then return false, name .. " appeared" end end
+    return true
+  end
+  os.execute(("ln -s %s %s"):format(q(ck), q(path("inside_link"))))
+  for _, c in ipairs({
+    {"a shard file of the checkpoint", ck .. "/model_shard_0.safetensors"},
+    {"a new file in it, with --remove_checkpoint_dir", ck .. "/merged.safetensors", "--remove_checkpoint_dir"},
+    {"the checkpoint folder itself", ck},
+    {"a new folder in it", ck .. "/sub"},
+    {"a path through ..", ck .. "/../inside/x.safetensors"},
+    {"a path through a symbolic link to it", path("inside_link") .. "/model_shard_1.safetensors"},
+  }) do
+    copy("inside") -- afresh for each case (the same path)
+    local before = snapshot()
+    local m = merge(ck, c[2], c[3])
+    local same, why = same_files(before, snapshot())
+    check("merge-weights refuses OUTPUT inside CHECKPOINT_DIR (" .. c[1] .. "): exit 2, the checkpoint unchanged", m,
+      {m.code == 2, "exit " .. m.code}, {has(m.err, "is inside CHECKPOINT_DIR") and has(m.err, c[2]) and has(m.err, ck), m.err},
+      {same, why}, {C.fs_stat(ck .. "/sub") == nil, "created a folder in the checkpoint"})
+  end
+  os.remove(path("inside_link"))
 end
 
 support.remove_tree(DIR)

@@ -22,6 +22,17 @@
 --                     index against the gathered tensors, full_state_dict,
 --                     the offload flag
 --   shard_errors.lua  bad options and uses, each one clear error
+--   shard_wrap.lua    FSDP FULL_SHARD wrap units on 2 ranks == DDP on 2
+--                     ranks after 4 AdamW steps, to 1e-5 relative:
+--                     size_based_wrap over layers in an nn.ModuleList and
+--                     an nn.ModuleDict (never units) and an
+--                     nn.MultiheadAttention (a unit as a whole); GPT-2 whose
+--                     head is tied to transformer.wte with
+--                     transformer_cls_names_to_wrap {"Embedding"} or
+--                     {"GPT2Model"} or size_based_wrap (the tied weight in
+--                     the root unit); each run's units checked. Also: a
+--                     class not in the model, and ModuleList named, each
+--                     one clear error at prepare
 -- The accel-lua under test is $ACCEL_LUA_BIN, else the interpreter running
 -- this script.
 local HERE = arg[0]:match("^(.*)/[^/]*$") or "."
@@ -141,6 +152,47 @@ for stage = 1, 3 do
   equiv("bf16 autocast, clip 0.1", 2, stage, "bf16", {"wrap=module_list", "amp=bf16", "clip=0.1"}, 2)
 end
 for _, n in ipairs({1, 2}) do all_ok("bad options and uses give one clear error each", "shard_errors.lua", n) end
+
+-- ---- (f) wrap units: containers never called, a parameter shared across units, unknown classes ----
+local wrap_refs = {}
+-- name: what runs; args: shard_wrap.lua's (model= first); units: the unit classes expected.
+local function wrap_equiv(name, args, units)
+  local model = args[1]
+  if not wrap_refs[model] then
+    local path = ("%s/wrap_ref_%s.st"):format(DIR, model)
+    wrap_refs[model] = {path = path, run = launch(2, "shard_wrap.lua", path, model, "wrap=none")}
+  end
+  local ref = wrap_refs[model]
+  local path = ("%s/wrap_%s.st"):format(DIR, (table.concat(args, "_"):gsub("[=,]", "-")))
+  local run = launch(2, "shard_wrap.lua", path, table.unpack(args))
+  local d, where = max_rel(path, ref.path)
+  check(name .. ": FULL_SHARD on 2 ranks == DDP on 2 ranks", run,
+    {ref.run.code == 0, "the DDP run failed: " .. ref.run.err:sub(-300)}, {run.code == 0, "exit status"},
+    {all_ranks_ok(run, 2), "not every rank finished"},
+    {d <= 1e-5, ("parameters differ by %g relative (%s)"):format(d, where)},
+    {run.out:find("units " .. units .. "\n", 1, true), "units are not: " .. units})
+end
+-- name: what is refused; args: shard_wrap.lua's; texts: what the error must say.
+local function wrap_refused(name, args, ...)
+  local run = launch(2, "shard_wrap.lua", DIR .. "/wrap_refused.st", table.unpack(args))
+  local why = {{run.code ~= 0, "the run did not fail"}}
+  for _, text in ipairs({...}) do why[#why + 1] = {run.err:find(text, 1, true), "the error does not say: " .. text} end
+  check(name .. ": one clear error at prepare (2 ranks)", run, table.unpack(why))
+end
+wrap_equiv("size_based_wrap min_num_params = 60: no ModuleList / ModuleDict unit, MultiheadAttention whole",
+  {"model=lists", "wrap=size", "min=60"}, "root MultiheadAttention")
+wrap_equiv("GPT-2 tied head, transformer_cls_names_to_wrap = {Embedding}",
+  {"model=gpt", "wrap=transformer", "names=Embedding"}, "root Embedding")
+wrap_equiv("GPT-2 tied head, transformer_cls_names_to_wrap = {GPT2Model}",
+  {"model=gpt", "wrap=transformer", "names=GPT2Model"}, "root GPT2Model")
+wrap_equiv("GPT-2 tied head, size_based_wrap min_num_params = 500 (GPT2Model, not its ModuleList)",
+  {"model=gpt", "wrap=size", "min=500"}, "root GPT2Model")
+wrap_refused("transformer_cls_names_to_wrap = {GPT2block}", {"model=gpt", "wrap=transformer", "names=GPT2block"},
+  "could not find the transformer layer class GPT2block in the model",
+  "module classes are: GPT2LMHeadModel, GPT2Model, Embedding, Dropout, ModuleList, GPT2Block")
+wrap_refused("transformer_cls_names_to_wrap = {GPT2Block, ModuleList}",
+  {"model=gpt", "wrap=transformer", "names=GPT2Block,ModuleList"},
+  "a ModuleList cannot be a wrap unit: it is never called", "their classes: GPT2Block")
 
 support.remove_tree(DIR)
 jobs.finish()

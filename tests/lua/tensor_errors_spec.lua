@@ -170,6 +170,33 @@ describe("type errors", function()
     expect_error(function() local _ = accel.zeros(2, {device = "tpu"}) end, "tpu")
   end)
 
+  it("t[key] with a key that is not a 1-based position or a name is one error naming index_select", function()
+    local t = accel.randn(3)
+    expect_error(function() local _ = t[accel.tensor({0}, {dtype = accel.int64})] end, "t[tensor]", "index_select")
+    expect_error(function() local _ = t[1.5] end, "t[number]", "1-based integer position")
+    assert.is_nil(t.no_such_method) -- a name that is not a method stays nil, as for any Lua object
+  end)
+
+  it("a bad device index", function()
+    expect_error(function() local _ = accel.device("sim", 5) end, "sim", "one device, index 0")
+    expect_error(function() local _ = accel.device("cpu", 2) end, "cpu", "one device, index 0")
+    expect_error(function() local _ = accel.zeros(2, {device = "sim:3"}) end, "sim:3", "one device, index 0")
+    expect_error(function() local _ = accel.device("cuda", -1) end, "index must be an integer >= 0", "-1")
+    expect_error(function() local _ = accel.device("cuda", 0.5) end, "index must be an integer >= 0", "0.5")
+    expect_error(function() local _ = accel.device("cuda", "1") end, "index must be an integer >= 0", "string")
+    expect_error(function() local _ = accel.device("cuda:0", 1) end, "without an index", "cuda:0")
+    if accel.device_count("cuda") < 2 then -- the error names the GPU asked for
+      expect_error(function() local _ = accel.device("cuda", 1) end, "cuda:1")
+    end
+  end)
+
+  it("equal and allclose of tensors on different devices", function()
+    local c, s = accel.ones(3, {device = "cpu"}), accel.ones(3, {device = "sim"})
+    expect_error(function() local _ = c:equal(s) end, "equal", "different devices", "cpu", "sim")
+    expect_error(function() local _ = c:allclose(s) end, "allclose", "different devices", "cpu", "sim")
+    expect_error(function() local _ = s:allclose(c, 1e-3, 1e-3) end, "allclose", "different devices", "sim and cpu")
+  end)
+
   it("requires_grad on an int tensor", function()
     expect_error(function() local _ = accel.tensor({1, 2}, {requires_grad = true}) end, "int64", "floating point")
     expect_error(function() local _ = accel.zeros(2, {dtype = accel.int32, requires_grad = true}) end, "int32", "floating point")

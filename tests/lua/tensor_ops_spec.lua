@@ -222,6 +222,17 @@ describe("elementwise unary math", function()
     assert_close({-100 * sigmoid(-100), 100}, big:silu():tolist())
   end)
 
+  it("isnan / isinf / isfinite give bool tensors (an integer tensor is all finite)", function()
+    local x = accel.tensor{1.5, nan, inf, -inf, 0.0}
+    assert.are.same({false, true, false, false, false}, x:isnan():tolist())
+    assert.are.same({false, false, true, true, false}, x:isinf():tolist())
+    assert.are.same({true, false, false, false, true}, x:isfinite():tolist())
+    assert.are.equal(accel.bool, x:isnan().dtype)
+    local i = accel.tensor({3, -7}, {dtype = accel.int64})
+    assert.are.same({false, false}, i:isnan():tolist())
+    assert.are.same({true, true}, i:isfinite():tolist())
+  end)
+
   it("int tensors: math functions give float32, neg/abs keep int", function()
     local i = accel.tensor{1, 4, 9}
     local s = i:sqrt()

@@ -519,8 +519,9 @@ end
 
 -- GradScalerKwargs' fields, with the DeepSpeed config's fp16 loss-scale
 -- keys (initial_scale_power -> init_scale = 2^power, loss_scale_window ->
--- growth_interval) where the handler does not give them; both given and
--- different is an error.
+-- growth_interval; a loss_scale > 0 is DeepSpeed's static scale: that
+-- init_scale, never grown or backed off, overflowing steps still skipped)
+-- where the handler does not give them; both given and different is an error.
 local function scaler_fields(kw, ds)
   local f = {init_scale = kw.init_scale, growth_factor = kw.growth_factor, backoff_factor = kw.backoff_factor,
     growth_interval = kw.growth_interval}
@@ -528,6 +529,11 @@ local function scaler_fields(kw, ds)
   local from_ds = {init_scale = ds.initial_scale_power and 2 ^ ds.initial_scale_power,
     growth_interval = ds.loss_scale_window}
   local ds_key = {init_scale = "fp16.initial_scale_power", growth_interval = "fp16.loss_scale_window"}
+  if type(ds.loss_scale) == "number" and ds.loss_scale > 0 then
+    from_ds.init_scale, from_ds.growth_factor, from_ds.backoff_factor = ds.loss_scale, 1.0, 1.0
+    ds_key.init_scale, ds_key.growth_factor, ds_key.backoff_factor = "fp16.loss_scale", "fp16.loss_scale",
+      "fp16.loss_scale"
+  end
   for k, v in pairs(from_ds) do
     if plugins.was_given(kw, k) and kw[k] ~= v then
       raise("Accelerator: GradScalerKwargs %s = %s disagrees with the DeepSpeed config's %s (%s)", k, tostring(kw[k]),
@@ -574,6 +580,10 @@ local function new_accelerator(_, o)
   if ds_mp and self.mixed_precision ~= ds_mp then
     raise('Accelerator: mixed_precision = "%s" disagrees with the DeepSpeed config (%s.enabled = true)',
       self.mixed_precision, ds_mp)
+  end
+  if ds and ds[self.mixed_precision] == false then
+    raise('Accelerator: mixed_precision = "%s" disagrees with the DeepSpeed config (%s.enabled = false)',
+      self.mixed_precision, self.mixed_precision)
   end
   resolve_fp8(self, handlers.fp8_recipe_handler)
   local gap = resolve_accumulation_plugin(o, ds)
@@ -661,8 +671,9 @@ function M.find_executable_batch_size(fn, o)
       collectgarbage()
       accel.empty_cache()
       batch_size = reduce()
-      if type(batch_size) ~= "number" then
-        raise("find_executable_batch_size: reduce_batch_size_fn returned %s, expected a number", type(batch_size))
+      if type(batch_size) ~= "number" or batch_size ~= math.floor(batch_size) then
+        raise("find_executable_batch_size: reduce_batch_size_fn returned %s, expected a whole number",
+          type(batch_size) == "number" and tostring(batch_size) or type(batch_size))
       end
     end
   end
@@ -808,7 +819,7 @@ prepare_sharded = function(self, args, out)
   local eng = shard_plan.build(plan, model, opt)
   eng:set_sync(self._grad_sync[model] ~= false)
   self._engines[#self._engines + 1] = {model = model, optimizer = opt, engine = eng}
-  out[models[1]] = amp.patch_forward(model, self.autocast_dtype)
+  out[models[1]] = amp.patch_forward(model, self.autocast_dtype, self.fp8_recipe)
   out[opts[1]] = wrap_optimizer(self, opt)
 end
 

@@ -29,7 +29,10 @@
 --    warm-up pass, --steps passes (default 3) run at each of --gc_phases
 --    (default 8) offsets of that cycle; the highest peak is reported (not
 --    a guaranteed bound: a loop may settle in a phase not sampled) and the
---    lowest settled one is printed below.
+--    lowest settled one is printed below. A small model's pass pushes far
+--    less than a cycle, so the dead tensors of many passes wait together
+--    for the next full collection: passes in a row covering one cycle (by
+--    the warm-up pass's bytes, at most 256) measure that too.
 --
 -- The per-rank formulas (P: trainable parameter elements; units u: the
 -- engine's flat buffers, each padded to pad_u = N * ceil(n_u / N) elements
@@ -77,7 +80,7 @@ local amp = require("accel.amp")
 local M = {}
 
 local WHO = "accel-lua estimate-memory"
-local BUCKET_CAP_BYTES = 25 * 1048576
+local BUCKET_CAP_MB = 25
 
 -- ---------------------------------------------------------------- errors
 
@@ -253,48 +256,6 @@ local function split_params(model)
   return trainable, frozen
 end
 
--- Stage 1-2 units: consecutive parameters in chunks of 25 MiB.
-local function chunk_units(trainable)
-  local units, cur, bytes = {}, nil, math.huge
-  for _, p in ipairs(trainable) do
-    if bytes + p:numel() * 4 > BUCKET_CAP_BYTES and (cur == nil or cur.numel > 0) then
-      cur, bytes = {numel = 0}, 0
-      units[#units + 1] = cur
-    end
-    cur.numel, bytes = cur.numel + p:numel(), bytes + p:numel() * 4
-  end
-  return units
-end
-
--- Stage 3 units: each child of every ModuleList a unit (a parameter
--- claimed by two goes to the root), the rest the root unit (first).
-local function wrap_units(model, trainable, wrap)
-  local owner = {}
-  local units = {}
-  if wrap == "transformer_based_wrap" then
-    for _, m in ipairs(model:modules()) do
-      if m ~= model and m:_get_name() == "ModuleList" then
-        for _, c in ipairs(m:children()) do
-          local u = {numel = 0}
-          units[#units + 1] = u
-          for _, p in ipairs(c:parameters()) do owner[p] = owner[p] == nil and u or false end
-        end
-      end
-    end
-  end
-  local root = {numel = 0, root = true}
-  for _, p in ipairs(trainable) do
-    local u = owner[p] or root
-    u.numel = u.numel + p:numel()
-  end
-  local out = {}
-  if root.numel > 0 then out[1] = root end
-  for _, u in ipairs(units) do
-    if u.numel > 0 then out[#out + 1] = u end
-  end
-  return out
-end
-
 -- Each unit's padded length and shard for N ranks.
 function M.pad_units(units, N)
   for _, u in ipairs(units) do
@@ -359,6 +320,9 @@ end
 -- (GC_FULL_MIN in bindings/lua_util.c), and where they fall in a step
 -- decides whether the forward's dead tensors are gone before backward.
 local GC_CYCLE = 64 * 1048576
+-- At most this many passes in a row (a pass that needs fewer than 256 KiB
+-- of tensors is cut short of a whole cycle).
+local MAX_PASSES_IN_ROW = 256
 
 -- One pass: free the gradients (as optimizer:zero_grad() does), push
 -- `offset` bytes through the GC accounting, then batch / forward / loss /
@@ -392,7 +356,7 @@ function M.measure(job, o, trainable)
   local state = 0
   for _, p in ipairs(model:parameters()) do state = state + p:numel() * p:element_size() end
   for _, p in ipairs(trainable) do state = state + p:numel() * p:element_size() end
-  one_pass(job, o, scaler, trainable, 0)
+  local warm = one_pass(job, o, scaler, trainable, 0)
   local highest, lowest = 0, math.huge
   for phase = 0, o.gc_phases - 1 do
     local peak
@@ -402,10 +366,14 @@ function M.measure(job, o, trainable)
     end
     lowest = math.min(lowest, peak)
   end
+  -- A small model's passes leave their garbage for many of them before a
+  -- full collection: passes in a row over one whole cycle count it.
+  local in_row = math.min(MAX_PASSES_IN_ROW, math.ceil(GC_CYCLE / math.max(warm - state, 1)) + 1)
+  for _ = 1, in_row do highest = math.max(highest, one_pass(job, o, scaler, trainable, 0)) end
   accel._C.clear_grads(trainable)
   amp.unpatch_forward(model)
   local function net(b) return math.max(b - state, 0) end
-  return {highest = net(highest), lowest = net(lowest)}
+  return {highest = net(highest), lowest = net(lowest), in_row = in_row}
 end
 
 -- ---------------------------------------------------------------- output
@@ -514,9 +482,10 @@ local function report(job, o, s, r, act, machine)
     print(("device: %s (the default device: the model, its gradients, optimizer state and activations live there; "
       .. "the bytes are its live tensor bytes)"):format(dev))
   end
-  print(("activations: the highest peak of %d pass(es) at each of %d phase(s) of Lua's garbage collector, after "
-    .. "a warm-up pass; the lowest settled phase needs %s (a training loop settles into one phase, depending on "
-    .. "what else it allocates)"):format(o.steps, o.gc_phases, M.convert_bytes(act.lowest)))
+  print(("activations: the highest peak of %d pass(es) at each of %d phase(s) of Lua's garbage collector and of "
+    .. "%d pass(es) in a row (one collector cycle), after a warm-up pass; the lowest settled phase needs %s (a "
+    .. "training loop settles into one phase, depending on what else it allocates)"):format(o.steps, o.gc_phases,
+      act.in_row, M.convert_bytes(act.lowest)))
   if o.offload_optimizer and dev ~= "cpu" then
     print(("offload: the sharding engine keeps the optimizer states on %s (moving them to the host is not "
       .. "implemented for devices yet), so the total stays the same"):format(dev))
@@ -570,7 +539,9 @@ local function run(argv, machine)
     optimizer_states = M.OPTIMIZER_STATES[o.optimizer], trainable = 0, frozen = 0}
   for _, p in ipairs(trainable) do s.trainable = s.trainable + p:numel() end
   for _, p in ipairs(frozen) do s.frozen = s.frozen + p:numel() end
-  local units = o.zero_stage == 3 and wrap_units(job.model, trainable, o.wrap) or chunk_units(trainable)
+  -- the engine's own layout: stages 1-2 chunks of 25 MiB, stage 3 the wrap units
+  local wrap = o.zero_stage == 3 and (o.wrap == "transformer_based_wrap" and "module_list" or "no_wrap") or nil
+  local units = require("accel.shard").unit_sizes(job.model, trainable, wrap, o.zero_stage == 3, BUCKET_CAP_MB)
   s.units = M.pad_units(units, o.num_processes)
   local r = M.model_state(s)
   report(job, o, s, r, M.measure(job, o, trainable), machine)

@@ -107,12 +107,69 @@ function Meta:record(amax)
   end
 end
 
+-- ---------------------------------------------------------------- activation checkpointing
+
+-- A checkpointed forward (accel.utils.checkpoint) runs twice: in the
+-- forward and again in backward. Its recompute must compute what the
+-- forward computed (Transformer Engine's rule for activation recompute):
+-- the fp8 Linears on or off as they were, every cast with the scale the
+-- forward's cast used, and no amax recorded a second time. The forward
+-- tapes its casts (meta, scale, scale_inv); the recompute replays the tape.
+local recording = {} -- the tapes of the checkpointed forwards running now (nested ones: several)
+local replaying = nil -- {tape =, pos =} while a recompute runs
+local active = 0 -- > 0 inside fp8.run
+
+-- The scale and scale_inv of the recompute's next cast (the forward's).
+local function replayed_scale(meta)
+  local r = replaying
+  r.pos = r.pos + 1
+  local e = r.tape[r.pos]
+  if e == nil or e.meta ~= meta then
+    error("checkpoint: the recompute in backward cast through other fp8 Linears than the checkpointed forward did "
+      .. "(fn must run the same Linears in the same order both times)", 0)
+  end
+  return e.scale, e.inv
+end
+
+-- fp8.checkpoint_begin() -> tape: the fp8 state of a checkpointed forward
+-- about to run; every cast until fp8.checkpoint_end(tape) goes on the tape.
+function fp8.checkpoint_begin()
+  local tape = {active = active > 0}
+  recording[#recording + 1] = tape
+  return tape
+end
+
+function fp8.checkpoint_end(tape)
+  for i = #recording, 1, -1 do
+    if recording[i] == tape then table.remove(recording, i) end
+  end
+end
+
+-- fp8.replay(tape, fn, ...): fn(...) as the recompute of the forward that
+-- made tape (also restores the state when fn raises).
+function fp8.replay(tape, fn, ...)
+  local prev_replay, prev_active = replaying, active
+  replaying, active = {tape = tape, pos = 0}, tape.active and 1 or 0
+  local res = compat.pack(pcall(fn, ...))
+  local done = replaying.pos == #tape
+  replaying, active = prev_replay, prev_active
+  if not res[1] then error(res[2], 0) end
+  if not done then
+    error("checkpoint: the recompute in backward made fewer fp8 casts than the checkpointed forward (fn must run "
+      .. "the same Linears both times)", 0)
+  end
+  return compat.unpack(res, 2, res.n)
+end
+
 -- t quantised with the current scale -> codes, the scale_inv used; the
--- step's amax is recorded (the next cast's scale may change).
+-- step's amax is recorded (the next cast's scale may change). In a
+-- recompute: the forward's scale, nothing recorded.
 function Meta:quantize(t)
-  local inv = self.scale_inv
-  local q, amax = C.fp8_quantize(t, self.scale, self.dtype)
-  self:record(amax)
+  local scale, inv = self.scale, self.scale_inv
+  if replaying then scale, inv = replayed_scale(self) end
+  local q, amax = C.fp8_quantize(t, scale, self.dtype)
+  if not replaying then self:record(amax) end
+  for _, tape in ipairs(recording) do tape[#tape + 1] = {meta = self, scale = scale, inv = inv} end
   return q, inv
 end
 
@@ -167,8 +224,6 @@ end
 
 -- ---------------------------------------------------------------- the fp8 scope and model conversion
 
-local active = 0
-
 -- fn(...) with the fp8 Linears on (restored even when fn raises).
 function fp8.run(fn, ...)
   active = active + 1
@@ -185,19 +240,22 @@ local function is_linear(m)
   return m:isinstance(Linear)
 end
 
--- Give every nn.Linear of model an fp8 forward (used inside fp8.run, the
--- plain Linear outside it) and its scaling state m.fp8_meta. Returns the
--- number of Linears converted.
+-- nn.Linear's forward for a Linear with a scaling state (m.fp8_meta):
+-- the fp8 product inside fp8.run, the plain one outside it.
+function fp8.linear_forward(m, x)
+  if active == 0 then return nil end
+  return Fp8Linear(x, m.weight, m.bias, m.fp8_meta)
+end
+
+-- Give every nn.Linear of model its scaling state m.fp8_meta (its forward
+-- then takes the fp8 path inside fp8.run; a subclass that overrides
+-- forward keeps its own). Returns the number of Linears converted.
 function fp8.convert_model(model, recipe)
   local n = 0
   if not base.is_module(model) then return n end
   for _, m in ipairs(model:modules()) do
     if is_linear(m) and m.fp8_meta == nil then
       m.fp8_meta = fp8.LinearMeta(recipe)
-      m.forward = function(self, x)
-        if active == 0 then return getmetatable(self).__class.forward(self, x) end
-        return Fp8Linear(x, self.weight, self.bias, self.fp8_meta)
-      end
       n = n + 1
     end
   end
@@ -208,9 +266,7 @@ end
 function fp8.unconvert_model(model)
   if not base.is_module(model) then return model end
   for _, m in ipairs(model:modules()) do
-    if is_linear(m) and m.fp8_meta ~= nil then
-      m.forward, m.fp8_meta = nil, nil
-    end
+    if is_linear(m) then m.fp8_meta = nil end
   end
   return model
 end

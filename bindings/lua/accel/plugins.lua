@@ -177,6 +177,7 @@ local DS_KEYS = {
   ["fp16.enabled"] = "fp16",
   ["fp16.initial_scale_power"] = "initial_scale_power",
   ["fp16.loss_scale_window"] = "loss_scale_window",
+  ["fp16.loss_scale"] = "loss_scale",
 }
 M.DS_CONFIG_KEYS = DS_KEYS
 
@@ -199,7 +200,7 @@ local function read_ds_config(cfg, what)
 end
 
 local function check_stage(what, s)
-  if s ~= 0 and s ~= 1 and s ~= 2 and s ~= 3 then raise("%s: zero_stage must be 0, 1, 2 or 3, got %s", what, tostring(s)) end
+  if s ~= 0 and s ~= 1 and s ~= 2 and s ~= 3 then raise("%s: zero_stage must be 0, 1, 2 or 3, got %s", what, show(s)) end
   return s
 end
 
@@ -256,6 +257,8 @@ local DS_LIMITS = {
     ok = function(v) return type(v) == "number" and v >= 0 and v == math.floor(v) end},
   loss_scale_window = {why = "it must be a positive integer (steps without overflow before the scale grows)",
     ok = positive_int},
+  loss_scale = {why = "it must be a number >= 0 (0: dynamic loss scaling; another value: that static scale)",
+    ok = function(v) return type(v) == "number" and v >= 0 end},
 }
 
 -- ds_config -> plugin fields; the keys with no meaning here go to
@@ -263,6 +266,12 @@ local DS_LIMITS = {
 -- fills them as Accelerate does).
 local function take_ds_config(self, cfg, what)
   self.ds_config = read_ds_config(cfg, what)
+  if type(self.ds_config.zero_optimization) ~= "table" then
+    local got = self.ds_config.zero_optimization
+    raise("%s: hf_ds_config has no zero_optimization section%s; give the ZeRO optimization config, e.g. "
+      .. "\"zero_optimization\": {\"stage\": 2}, as Accelerate requires", what,
+      got ~= nil and (" (it is " .. show(got) .. ", not an object)") or "")
+  end
   for path, v in pairs(leaves(self.ds_config, "", {})) do
     local field = DS_KEYS[path]
     if field == nil then
@@ -280,12 +289,28 @@ local function take_ds_config(self, cfg, what)
         and "zero_optimization.overlap_comm" or k .. ".enabled", show(self[k]))
     end
   end
+  if self.bf16 == true and self.fp16 == true then
+    raise("%s: ds_config has both bf16.enabled and fp16.enabled true; enable one of them (DeepSpeed refuses both)", what)
+  end
+end
+
+-- DeepSpeedPlugin option -> its ds_config path, for the disagreement check.
+local DS_PATH_OF = {}
+for path, field in pairs(DS_KEYS) do DS_PATH_OF[field] = path end
+
+-- An option given both ways must agree with the config (an "auto" there
+-- takes the option).
+local function check_agrees(self, what, k, v)
+  if self.ds_config == nil or self[k] == nil or self[k] == v then return end
+  raise("%s: %s = %s disagrees with hf_ds_config's %s = %s; give it in one place", what, k, show(v),
+    DS_PATH_OF[k] or k, show(self[k]))
 end
 
 -- accel.DeepSpeedPlugin{zero_stage=2, offload_optimizer_device="none"|"cpu",
 --   offload_param_device=, gradient_accumulation_steps=, gradient_clipping=,
 --   zero3_init_flag=false, zero3_save_16bit_model=false, hf_ds_config="ds_config.json" | table}.
--- Options given explicitly win over ds_config; ds_config keys without a
+-- An option given both explicitly and in ds_config must agree (or the
+-- config says "auto"); ds_config keys without a
 -- meaning here are listed in plugin.ignored_keys (the Accelerator reports
 -- them once), "auto" values in plugin.auto. Stages 1-3 run on the sharding
 -- engine (accel.shard; the Accelerator builds it in prepare), stage 0 is
@@ -307,7 +332,10 @@ function M.DeepSpeedPlugin(o, what)
   for _, k in ipairs({"zero_stage", "offload_optimizer_device", "offload_param_device", "gradient_accumulation_steps",
     "gradient_clipping", "zero3_init_flag", "zero3_save_16bit_model", "offload_optimizer_nvme_path",
     "offload_param_nvme_path", "transformer_moe_cls_names"}) do
-    if o[k] ~= nil then self[k], self.auto[k] = o[k], nil end
+    if o[k] ~= nil then
+      check_agrees(self, what, k, o[k])
+      self[k], self.auto[k] = o[k], nil
+    end
   end
   if self.auto.zero_stage then self.zero_stage = nil end
   self.zero_stage = check_stage(what, self.zero_stage or 2)
@@ -475,7 +503,7 @@ local function positive_integer(why)
   return {why = why, ok = function(v) return v >= 1 and v == math.floor(v) end}
 end
 local function non_negative_integer(why)
-  return {why = why, ok = function(v) return v >= 0 and v == math.floor(v) end}
+  return {why = why, ok = function(v) return v >= 0 and v < math.huge and v == math.floor(v) end}
 end
 local FROM_LAUNCHER = "the processes and their communicator (MPI) are set up by accel-lua launch / mpirun, not from the script"
 
@@ -505,12 +533,15 @@ configuration("AutocastKwargs", {enabled = "boolean", cache_enabled = "boolean"}
 
 -- accel.FP8RecipeKwargs{fp8_format = "HYBRID", amax_history_len = 1024,
 --   amax_compute_algo = "most_recent", margin = 0, interval = 1}: checked as
--- Accelerate checks it; an Accelerator given one refuses it (no fp8 here).
+-- Accelerate checks it (margin also at most 64: the scale is divided by
+-- 2^margin in float32, so a larger one only makes every scale 0).
 configuration("FP8RecipeKwargs", {fp8_format = "string", amax_history_len = "number", amax_compute_algo = "string",
   margin = "number", interval = "number"},
   {fp8_format = "HYBRID", amax_history_len = 1024, amax_compute_algo = "most_recent", margin = 0, interval = 1}, {
   amax_history_len = positive_integer("it must be a positive integer"),
-  margin = non_negative_integer("it must be a non-negative integer"),
+  margin = {why = "it must be an integer from 0 to 64", ok = function(v)
+    return non_negative_integer().ok(v) and v <= 64
+  end},
   interval = positive_integer("it must be a positive integer")},
   function(self)
     self.fp8_format, self.amax_compute_algo = self.fp8_format:upper(), self.amax_compute_algo:lower()

@@ -51,15 +51,21 @@
 -- gathered again before its backward (an identity node on its outputs);
 -- parameters in no unit (the root unit) are gathered when the model's
 -- forward starts and kept until their gradients are reduced. A parameter
--- shared by two sibling units goes to the root unit.
+-- belongs to the innermost unit enclosing every module that uses it (holds
+-- it, or returns it from output_weight(): GPT-2's tied embedding), so a
+-- weight shared across units goes up to their common ancestor's unit, the
+-- root unit when there is none.
 --
 -- Wrap units (the granularity of stage 3's gathers and of the gradient
 -- reductions): a list of modules; {min_num_params = n} (PyTorch's
 -- size_based_auto_wrap_policy: a module whose not-yet-wrapped parameters
--- reach n elements becomes a unit, children first); {transformer_cls_names
--- = {...}} (modules whose class name is listed); "module_list" (each child
--- of every ModuleList); "no_wrap" (one unit). Default: stage 3 "no_wrap";
--- stages 1-2 consecutive parameters in chunks of bucket_cap_mb.
+-- reach n elements becomes a unit, children first; never a ModuleList /
+-- ModuleDict, nothing inside a MultiheadAttention); {transformer_cls_names
+-- = {...}} (modules whose class name is listed; each class must be in the
+-- model); "module_list" (each child of every ModuleList); "no_wrap" (one
+-- unit). A ModuleList / ModuleDict is never called, so it cannot be a unit
+-- (an error when named). Default: stage 3 "no_wrap"; stages 1-2
+-- consecutive parameters in chunks of bucket_cap_mb.
 local accel = require("accel")
 local plugins = require("accel.plugins")
 local util = require("accel.util")
@@ -81,6 +87,22 @@ shard.Engine_class = Engine
 
 local function is_module(x) return type(x) == "table" and type(x.parameters) == "function" end
 
+-- Containers that are never called (code iterates over or indexes them;
+-- their forward raises): never a wrap unit, since a unit is gathered by its
+-- module's forward pre-hook (PyTorch's size-based policy never wraps them).
+local NEVER_CALLED = {"ModuleList", "ModuleDict"}
+-- Modules whose children size_based_wrap never wraps on their own
+-- (PyTorch's FORCE_LEAF_MODULES).
+local FORCE_LEAF = {"MultiheadAttention"}
+
+-- Whether module m is an instance of one of the accel.nn classes named.
+local function is_any(m, classes)
+  for _, name in ipairs(classes) do
+    if m:isinstance(accel.nn[name]) then return true end
+  end
+  return false
+end
+
 -- The modules of model (itself excluded) in registration order.
 local function submodules(model)
   local out = {}
@@ -90,7 +112,33 @@ local function submodules(model)
   return out
 end
 
+-- The distinct class names of a list of modules, in order.
+local function class_names(mods)
+  local out, seen = {}, {}
+  for _, m in ipairs(mods) do
+    local name = m:_get_name()
+    if not seen[name] then seen[name], out[#out + 1] = true, name end
+  end
+  return out
+end
+
+-- Every listed class must be one of the model's (Accelerate: "Could not
+-- find the transformer layer class {name} in the model.").
+local function check_classes_present(model, names)
+  local classes, present = class_names(model:modules()), {}
+  for _, c in ipairs(classes) do present[c] = true end
+  for _, n in ipairs(names) do
+    if not present[n] then
+      raise("shard.Engine: could not find the transformer layer class %s in the model (wrap.transformer_cls_names, "
+        .. "FSDP's transformer_cls_names_to_wrap); the model's module classes are: %s", tostring(n),
+        table.concat(classes, ", "))
+    end
+  end
+end
+
+-- transformer_cls_names: the modules (model excluded) whose class is listed.
 local function by_class(model, names)
+  check_classes_present(model, names)
   local want = {}
   for _, n in ipairs(names) do want[n] = true end
   local out = {}
@@ -100,122 +148,202 @@ local function by_class(model, names)
   return out
 end
 
+-- module_list: each child of every ModuleList (a container child is left
+-- out: a ModuleList's own children are listed in turn).
 local function module_lists(model)
   local out = {}
   for _, m in ipairs(submodules(model)) do
     if m:_get_name() == "ModuleList" then
-      for _, c in ipairs(m:children()) do out[#out + 1] = c end
+      for _, c in ipairs(m:children()) do
+        if not is_any(c, NEVER_CALLED) then out[#out + 1] = c end
+      end
     end
   end
   return out
 end
 
--- size_based: children first; a module whose unclaimed parameters reach
--- min elements is a unit (claiming them); the root is never one.
+-- size_based (PyTorch's size_based_auto_wrap_policy): children first (none
+-- inside a FORCE_LEAF module); a module whose unclaimed parameters reach min
+-- elements is a unit (claiming them); never the root nor a NEVER_CALLED
+-- container (its parameters count for its parent).
 local function size_based(model, min)
   local claimed, out = {}, {}
   local function visit(m)
-    for _, c in ipairs(m:children()) do visit(c) end
-    if m == model then return end
+    if not is_any(m, FORCE_LEAF) then
+      for _, c in ipairs(m:children()) do visit(c) end
+    end
+    if m == model or is_any(m, NEVER_CALLED) then return end
     local n, mine = 0, {}
     for _, p in ipairs(m:parameters()) do
       if not claimed[p] then n, mine[#mine + 1] = n + p:numel(), p end
     end
-    if n >= min and #mine > 0 then
+    if n >= min then
       for _, p in ipairs(mine) do claimed[p] = true end
-      out[#out + 1] = {module = m, params = mine}
+      out[#out + 1] = m
     end
   end
   visit(model)
   return out
 end
 
--- {module = m, params = {...}} for each wrapped module (params: its own).
-local function policy_units(model, wrap, params_sharded, cap_mb, trainable)
-  if wrap == nil then
-    if params_sharded then return {} end
-    local units, cur, bytes = {}, nil, math.huge
-    for _, p in ipairs(trainable) do
-      if bytes + p:numel() * 4 > cap_mb * 1048576 and (cur == nil or #cur.params > 0) then
-        cur, bytes = {params = {}}, 0
-        units[#units + 1] = cur
-      end
-      cur.params[#cur.params + 1], bytes = p, bytes + p:numel() * 4
-    end
-    return units
-  end
+-- The wrapped modules of a wrap option (any but the default).
+local function wrapped_modules(model, wrap)
   if wrap == "no_wrap" then return {} end
-  local mods
-  if wrap == "module_list" then
-    mods = module_lists(model)
-  elseif type(wrap) == "table" and wrap.min_num_params ~= nil then
+  if wrap == "module_list" then return module_lists(model) end
+  if type(wrap) == "table" and wrap.min_num_params ~= nil then
     if type(wrap.min_num_params) ~= "number" or wrap.min_num_params < 1 then
       raise("shard.Engine: wrap.min_num_params must be a positive number, got %s", tostring(wrap.min_num_params))
     end
     return size_based(model, wrap.min_num_params)
-  elseif type(wrap) == "table" and wrap.transformer_cls_names ~= nil then
+  end
+  if type(wrap) == "table" and wrap.transformer_cls_names ~= nil then
     if type(wrap.transformer_cls_names) ~= "table" then
       raise("shard.Engine: wrap.transformer_cls_names must be a list of class names")
     end
-    mods = by_class(model, wrap.transformer_cls_names)
-  elseif type(wrap) == "table" and not is_module(wrap) then
-    mods = wrap
-    for i, m in ipairs(mods) do
+    return by_class(model, wrap.transformer_cls_names)
+  end
+  if type(wrap) == "table" and not is_module(wrap) then
+    for i, m in ipairs(wrap) do
       if not is_module(m) then raise("shard.Engine: wrap[%d] must be a module, got %s", i, type(m)) end
     end
-  else
-    raise("shard.Engine: wrap must be \"no_wrap\", \"module_list\", a list of modules, {min_num_params = n} or "
-      .. "{transformer_cls_names = {...}}, got %s", tostring(wrap))
+    return wrap
   end
-  local units = {}
-  for _, m in ipairs(mods) do units[#units + 1] = {module = m, params = m:parameters()} end
-  return units
+  raise("shard.Engine: wrap must be \"no_wrap\", \"module_list\", a list of modules, {min_num_params = n} or "
+    .. "{transformer_cls_names = {...}}, got %s", tostring(wrap))
 end
 
--- unit_of[i] (1-based, root = 1) for each trainable parameter; the units
--- with their modules (index u + 1 in C). A parameter claimed by two units
--- goes to the root; a nested unit's parameters stay with the innermost.
-local function assign(trainable, units)
-  local owner, count = {}, {}
-  for u, unit in ipairs(units) do
-    for _, p in ipairs(unit.params) do
-      count[p] = (count[p] or 0) + 1
-      local prev = owner[p]
-      if prev == nil or #units[prev].params > #unit.params then owner[p] = u end
+-- Stages 1-2 default units: consecutive parameters in chunks of cap_mb
+-- -> units, owner (parameter -> index in units).
+local function bucket_units(trainable, cap_mb)
+  local units, owner, bytes = {}, {}, math.huge
+  for _, p in ipairs(trainable) do
+    if bytes + p:numel() * 4 > cap_mb * 1048576 then
+      units[#units + 1], bytes = {}, 0
     end
+    owner[p], bytes = #units, bytes + p:numel() * 4
   end
-  local nested = {}
-  for u, unit in ipairs(units) do
-    for _, v in ipairs(units) do
-      if v ~= unit and v.module and unit.module then
-        for _, m in ipairs(unit.module:modules()) do
-          if m == v.module then nested[v] = true end
-        end
-      end
-    end
+  return units, owner
+end
+
+-- The parent of a dotted module path ("" is the model).
+local function parent_path(path) return path:match("^(.*)%.[^.]*$") or "" end
+
+-- paths[m]: every registration path of each module of model ("" the model;
+-- a module registered in two places has two).
+local function module_paths(model)
+  local paths = {}
+  for path, m in model:named_modules({remove_duplicate = false}) do
+    paths[m] = paths[m] or {}
+    table.insert(paths[m], path)
   end
-  local unit_of, used, order = {}, {}, {}
-  for i, p in ipairs(trainable) do
+  return paths
+end
+
+-- users[p]: the paths of the modules that use parameter p: each module that
+-- holds it, and a module with an output_weight() method for the weight it
+-- returns (accel.models' GPT-2 LM head: its forward projects onto the tied
+-- token embedding held by transformer.wte; there is no lm_head module).
+local function parameter_users(model, paths)
+  local users = {}
+  local function add(p, m)
+    users[p] = users[p] or {}
+    for _, path in ipairs(paths[m]) do table.insert(users[p], path) end
+  end
+  for _, m in ipairs(model:modules()) do
+    for _, p in ipairs(m:parameters({recurse = false})) do add(p, m) end
+    if type(m.output_weight) == "function" then add(m:output_weight(), m) end
+  end
+  return users
+end
+
+-- The innermost module path at or above every path of the list.
+local function common_path(paths)
+  local common = paths[1]
+  for i = 2, #paths do
+    local p = paths[i]
+    while common ~= "" and p ~= common and p:sub(1, #common + 1) ~= common .. "." do common = parent_path(common) end
+  end
+  return common
+end
+
+-- A wrap unit's module must be part of the model and be called (its
+-- forward pre-hook gathers the unit).
+local function check_unit_module(m, paths)
+  if is_any(m, NEVER_CALLED) then
+    local inside = class_names(m:children())
+    raise("shard.Engine: a %s cannot be a wrap unit: it is never called (code iterates over or indexes it), so "
+      .. "its unit would never be gathered; wrap the modules in it instead (their classes: %s)", m:_get_name(),
+      #inside > 0 and table.concat(inside, ", ") or "none")
+  end
+  if not paths[m] then raise("shard.Engine: a wrap unit's module (a %s) is not part of the model", m:_get_name()) end
+end
+
+-- owner[p] (index in mods; nil: the root unit) of each trainable parameter:
+-- the innermost wrapped module at or above every module that uses p, so a
+-- parameter shared by modules of two units (a tied weight) goes up to the
+-- unit enclosing both, the root unit when none does (PyTorch FSDP's rule: a
+-- shared parameter lives in a unit enclosing every user).
+local function module_owners(model, trainable, mods)
+  local paths, unit_at = module_paths(model), {}
+  for u, m in ipairs(mods) do
+    check_unit_module(m, paths)
+    for _, path in ipairs(paths[m]) do unit_at[path] = unit_at[path] or u end
+  end
+  local users, owner = parameter_users(model, paths), {}
+  for _, p in ipairs(trainable) do
+    local path = common_path(users[p])
+    while unit_at[path] == nil and path ~= "" do path = parent_path(path) end
+    owner[p] = unit_at[path]
+  end
+  return owner
+end
+
+-- The units of the wrap option ({module = m}, or {} for a default bucket)
+-- and owner[p] (index in them; nil: the root unit).
+local function plan_units(model, wrap, params_sharded, cap_mb, trainable)
+  if wrap == nil and not params_sharded then return bucket_units(trainable, cap_mb) end
+  local mods = wrap == nil and {} or wrapped_modules(model, wrap)
+  local units = {}
+  for u, m in ipairs(mods) do units[u] = {module = m} end
+  return units, module_owners(model, trainable, mods)
+end
+
+-- unit_of[i] (the C unit index, 1-based) of each trainable parameter, the C
+-- units, and whether there is a root unit: the root (when a parameter is in
+-- no unit) first, then the units that own a parameter, in the order of their
+-- first one.
+local function layout(trainable, units, owner)
+  local has_root, order, cidx = false, {}, {}
+  for _, p in ipairs(trainable) do
     local u = owner[p]
-    if u and count[p] > 1 and not nested[units[u]] then u = nil end
-    unit_of[i] = u or 0
-    if u and not used[u] then
-      used[u] = true
-      order[#order + 1] = u
+    if u == nil then
+      has_root = true
+    elseif not cidx[u] then
+      order[#order + 1], cidx[u] = u, true
     end
   end
-  -- C unit indices: root (if any parameter is in no unit) first, then the
-  -- used units in the order of their first parameter.
-  local has_root = false
-  for i = 1, #trainable do has_root = has_root or unit_of[i] == 0 end
-  local cidx, cunits = {}, {}
-  if has_root then cunits[1] = {root = true} end
+  local cunits = has_root and {{root = true}} or {}
   for _, u in ipairs(order) do
     cunits[#cunits + 1] = units[u]
     cidx[u] = #cunits
   end
-  for i = 1, #trainable do unit_of[i] = unit_of[i] == 0 and 1 or cidx[unit_of[i]] end
+  local unit_of = {}
+  for i, p in ipairs(trainable) do unit_of[i] = owner[p] and cidx[owner[p]] or 1 end
   return unit_of, cunits, has_root
+end
+
+-- shard.unit_sizes(model, trainable, wrap, params_sharded, cap_mb): the
+-- units an Engine would build over the trainable parameters, in its order,
+-- as {numel =, root = true|nil} (accel-lua estimate-memory's layout).
+function shard.unit_sizes(model, trainable, wrap, params_sharded, cap_mb)
+  local unit_of, cunits = layout(trainable, plan_units(model, wrap, params_sharded, cap_mb, trainable))
+  local out = {}
+  for i, u in ipairs(cunits) do out[i] = {numel = 0, root = u.root} end
+  for i, p in ipairs(trainable) do
+    local u = out[unit_of[i]]
+    u.numel = u.numel + p:numel()
+  end
+  return out
 end
 
 -- ---- stage 3 hooks ----
@@ -341,7 +469,7 @@ function shard.Engine(model, optimizer, o)
   group_index(self)
   local _, params_sharded = C.shard_stage_flags(stage)
   self._params_sharded = params_sharded
-  local unit_of, units, has_root = assign(params, policy_units(model, o.wrap, params_sharded, cap, params))
+  local unit_of, units, has_root = layout(params, plan_units(model, o.wrap, params_sharded, cap, params))
   self._units, self._has_root = units, has_root
   self._c = C.shard_engine(params, unit_of, {stage = stage, bucket_cap_mb = cap, offload_optimizer = offload,
     broadcast = o.broadcast ~= false, backward_prefetch = o.backward_prefetch ~= false,

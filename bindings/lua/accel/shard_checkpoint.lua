@@ -656,7 +656,8 @@ for the same model without sharding. The folder is verified first (index,
 sizes, crc32), and one tensor at a time is held in memory.
   OUTPUT                    a folder (created if needed) that gets model.safetensors,
                             as accelerate merge-weights; a path ending in
-                            .safetensors is the file itself
+                            .safetensors is the file itself; it must not be
+                            inside CHECKPOINT_DIR (refused, exit 2)
   --model N                 the N-th prepared model (default 1)
   --remove_checkpoint_dir   remove CHECKPOINT_DIR after a successful merge
   --unsafe_serialization    refused: only safetensors is written
@@ -695,13 +696,49 @@ local function parse_merge_args(args)
   return o
 end
 
-function M.main(args)
+-- The file merge-weights writes for OUTPUT: OUTPUT itself when it ends in
+-- .safetensors, else OUTPUT/model.safetensors.
+local function output_file(out)
+  if out:find("%.safetensors$") then return out end
+  return join(out, "model.safetensors")
+end
+
+-- An error message when the file merge-weights would write (or a folder it
+-- would create) is inside the checkpoint folder, or is it: writing there
+-- would overwrite a shard or add a file to the checkpoint, and
+-- --remove_checkpoint_dir would delete the output. resolve(path) is the
+-- absolute path with symbolic links resolved (realpath, as far as the path
+-- exists; host/cmd_merge.c); the file's folder is resolved, so a link named
+-- OUTPUT inside the checkpoint counts as inside. nil when OUTPUT is elsewhere.
+local function output_inside_checkpoint(ckpt, out, resolve)
+  resolve = resolve or function(p) return p end
+  local file = output_file(out)
+  local dir, base = file:match("^(.*)/([^/]*)$")
+  if not dir then dir, base = ".", file end
+  if dir == "" then dir = "/" end
+  local ck, where = resolve(ckpt), resolve(dir)
+  if not ck or not where then return nil end
+  where = where == "/" and "/" .. base or where .. "/" .. base
+  local prefix = ck == "/" and "/" or ck .. "/"
+  if where ~= ck and where:sub(1, #prefix) ~= prefix then return nil end
+  return ("OUTPUT %s is inside CHECKPOINT_DIR %s (%s is in %s): refusing to write into the checkpoint folder; "
+    .. "choose an OUTPUT outside it"):format(out, ckpt, where, ck)
+end
+
+-- main(args, host): host.resolve is the path resolver host/cmd_merge.c
+-- passes (without it paths are compared as written).
+function M.main(args, host)
   if args[1] == "--help" or args[1] == "-h" then
     io.stdout:write(M.USAGE)
     return 0
   end
   local o, status = parse_merge_args(args)
   if not o then return status end
+  local inside = output_inside_checkpoint(o.ckpt, o.out, host and host.resolve)
+  if inside then
+    io.stderr:write(("accel-lua merge-weights: %s\n"):format(inside))
+    return 2
+  end
   local out = o.out
   local ok, err = pcall(function()
     if not out:find("%.safetensors$") then

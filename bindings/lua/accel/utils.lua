@@ -15,7 +15,9 @@
 -- get their .grad as without checkpointing), puts back the generator state
 -- that was current before the recompute, and passes the arguments'
 -- gradients on. Nested checkpoints work (a checkpointed fn may call
--- checkpoint itself).
+-- checkpoint itself). Under mixed_precision = "fp8" the recompute runs the
+-- fp8 Linears as the forward did: on or off alike, every cast with the
+-- scale the forward used, no amax recorded twice (accel.fp8's tape).
 --
 -- Options, as PyTorch's keywords, in one trailing plain table holding at
 -- least one of the names below (a trailing table without any of them is an
@@ -59,14 +61,20 @@ local OPTIONS = {use_reentrant = true, preserve_rng_state = true}
 -- PyTorch's other keywords: accepted at the value that asks for nothing
 local UNSUPPORTED = {determinism_check = "none", debug = false, context_fn = false}
 
--- Refuse an unknown key, or an unsupported one set to something.
-local function check_option(where, k, v)
-  if OPTIONS[k] then return end
+local function show(v) return type(v) == "string" and ('"' .. v .. '"') or tostring(v) end
+
+-- Refuse an unknown key, a known one that is not a boolean, or an
+-- unsupported one set to something. names: the valid keys, for the message.
+local function check_option(where, k, v, names)
+  if OPTIONS[k] then
+    if type(v) ~= "boolean" then raise("%s: %s must be true or false, got %s", where, k, show(v)) end
+    return
+  end
   if UNSUPPORTED[k] ~= nil then
     if v == UNSUPPORTED[k] then return end
     raise("%s: option '%s' is not supported (only %s = %s)", where, k, k, tostring(UNSUPPORTED[k]))
   end
-  raise("%s: unknown option '%s' (options: use_reentrant, preserve_rng_state)", where, tostring(k))
+  raise("%s: unknown option '%s' (options: %s)", where, tostring(k), names or "use_reentrant, preserve_rng_state")
 end
 
 -- The trailing options table of args (removed from it), or {}: a plain
@@ -181,7 +189,9 @@ local function make_backward(st, pos, n_inputs)
       rng_now = {accel.get_rng_state()}
       accel.set_rng_state(st.rng[1], st.rng[2])
     end
-    local ok, res = pcall(function() return accel.enable_grad(run_with, st.fn, d, true, st.autocast) end)
+    local ok, res = pcall(function()
+      return require("accel.fp8").replay(st.fp8, accel.enable_grad, run_with, st.fn, d, true, st.autocast)
+    end)
     if rng_now then accel.set_rng_state(rng_now[1], rng_now[2]) end
     if not ok then error(res, 0) end
     local roots, rgrads = {}, {}
@@ -217,13 +227,15 @@ local function checkpoint_packed(fn, args, o)
   local reentrant = o.use_reentrant == true
   local st = {fn = fn, args = args, versions = versions_of(args), autocast = current_autocast()}
   if o.preserve_rng_state ~= false then st.rng = {accel.get_rng_state()} end
-  local res
-  if reentrant then
-    no_grad_input_warning(args)
-    res = accel.no_grad(run_with, fn, args, true, st.autocast)
-  else
-    res = run_with(fn, args, false, st.autocast)
-  end
+  local fp8 = require("accel.fp8")
+  st.fp8 = fp8.checkpoint_begin() -- the fp8 casts' scales, for the recompute
+  if reentrant then no_grad_input_warning(args) end
+  local ok, res = pcall(function()
+    if reentrant then return accel.no_grad(run_with, fn, args, true, st.autocast) end
+    return run_with(fn, args, false, st.autocast)
+  end)
+  fp8.checkpoint_end(st.fp8)
+  if not ok then error(res, 0) end
   C.collect_garbage_tensors() -- fn's intermediate tensors: none is kept for backward
   local pos, outs = outputs_to_attach(res, reentrant)
   if #outs == 0 then return compat.unpack(res, 1, res.n) end
@@ -268,12 +280,15 @@ function utils.checkpoint_module(module, opts)
   local o = {}
   for k, v in pairs(opts) do
     if k ~= "enabled" then
-      check_option("checkpoint_module", k, v)
+      check_option("checkpoint_module", k, v, "enabled, use_reentrant, preserve_rng_state")
       o[k] = v
     end
   end
   local attrs = rawget(module, "_attrs")
   local w = wrapped[module]
+  if opts.enabled ~= nil and type(opts.enabled) ~= "boolean" then
+    raise("checkpoint_module: enabled must be true or false, got %s", show(opts.enabled))
+  end
   if opts.enabled == false then
     if w then
       if attrs.forward ~= w.wrapper then
@@ -302,16 +317,18 @@ end
 
 -- apply_activation_checkpointing(model, {check_fn = fn(module) -> bool [,
 -- use_reentrant =, preserve_rng_state =]}): checkpoint_module on every
--- module of model (itself included, pre-order) for which check_fn is true,
--- as PyTorch's apply_activation_checkpointing (FSDP wrap units use it).
+-- module of model (itself included, pre-order) for which check_fn is true
+-- (without check_fn: every module, PyTorch's default), as PyTorch's
+-- apply_activation_checkpointing (FSDP wrap units use it).
 -- Returns the list of the modules wrapped.
 function utils.apply_activation_checkpointing(model, opts)
   if not require("accel.nn.module").is_module(model) then
     raise("apply_activation_checkpointing: expected an nn.Module, got %s", type(model))
   end
   opts = opts or {}
-  if type(opts.check_fn) ~= "function" then
-    raise("apply_activation_checkpointing: check_fn must be a function(module) -> boolean, got %s", type(opts.check_fn))
+  local check_fn = opts.check_fn or function() return true end
+  if type(check_fn) ~= "function" then
+    raise("apply_activation_checkpointing: check_fn must be a function(module) -> boolean, got %s", type(check_fn))
   end
   local o = {}
   for k, v in pairs(opts) do
@@ -319,7 +336,7 @@ function utils.apply_activation_checkpointing(model, opts)
   end
   local done = {}
   for _, m in ipairs(model:modules()) do
-    if opts.check_fn(m) then done[#done + 1] = utils.checkpoint_module(m, o) end
+    if check_fn(m) then done[#done + 1] = utils.checkpoint_module(m, o) end
   end
   return done
 end

@@ -12,14 +12,14 @@
 --     steps=20 accum=1 clip=0 (max norm: ds / dsconfig through the plugin's gradient_clipping,
 --                              the others through accelerator:clip_grad_norm_ unless launch's
 --                              settings gave DeepSpeed a gradient_clipping)
---     mp=no|bf16|fp16  overflow=0 (fp16: the optimizer step whose loss is inf on rank 1)
+--     mp=no|bf16|fp16|fp8  overflow=0 (fp16: the optimizer step whose loss is inf on rank 1)
 --
 -- 12 samples per micro-step over all ranks from a prepared DataLoader, AdamW
 -- with a StepLR schedule, mean squared error. The model has 151 parameters
 -- (divisible by neither 2 nor 3) and applies one block twice. Rank 0 writes the full
 -- parameters (accelerator:get_state_dict) to OUT; every rank prints
--- "skipped K calls C dt T norm N engine ..." (optimizer steps skipped, Block
--- forwards run, distributed_type, the last clip's norm, the engine) and its
+-- "skipped K calls C dt T norm N fp8 F engine ..." (optimizer steps skipped, Block
+-- forwards run, distributed_type, the last clip's norm, fp8 input casts, the engine) and its
 -- ok line. Checked on every rank: stages 2-3 leave .grad nil after backward;
 -- join_uneven_inputs with uneven batches is refused under an engine.
 local accel = require("accel")
@@ -146,8 +146,12 @@ if eng and world > 1 then
   local ok, err = pcall(accelerator.join_uneven_inputs, accelerator, {model}, {even_batches = false}, function() end)
   assert(not ok and tostring(err):find("uneven inputs cannot be joined", 1, true), "join_uneven_inputs: " .. tostring(err))
 end
-print(("rank %d skipped %d calls %d dt %s norm %.6f engine %s"):format(rank, skipped, calls,
-  accelerator.distributed_type, norm, eng and ("stage %d units %d"):format(eng.stage, eng:stats().units) or "none"))
+local fp8_casts = 0 -- the fp8 Linears' input casts (mixed_precision = "fp8")
+for _, m in ipairs(model:modules()) do
+  if m.fp8_meta then fp8_casts = fp8_casts + m.fp8_meta.input.steps end
+end
+print(("rank %d skipped %d calls %d dt %s norm %.6f fp8 %d engine %s"):format(rank, skipped, calls,
+  accelerator.distributed_type, norm, fp8_casts, eng and ("stage %d units %d"):format(eng.stage, eng:stats().units) or "none"))
 if rank == 0 then io.write(tostring(accelerator.state)) end
 accelerator:free_memory()
 print(("ok rank %d: 1 checks"):format(rank))

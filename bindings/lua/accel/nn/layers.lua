@@ -73,7 +73,13 @@ function Linear:reset_parameters()
   end
 end
 
-function Linear:forward(x) return F.linear(x, self.weight, self.bias) end
+function Linear:forward(x)
+  if self.fp8_meta ~= nil then -- given by Accelerator{mixed_precision = "fp8"} (accel.fp8)
+    local y = require("accel.fp8").linear_forward(self, x)
+    if y ~= nil then return y end
+  end
+  return F.linear(x, self.weight, self.bias)
+end
 
 function Linear:extra_repr()
   return ("in_features=%d, out_features=%d, bias=%s"):format(self.in_features, self.out_features, py(self.bias ~= nil))
