@@ -184,17 +184,42 @@ static KUnOp unary_op(lua_State *L) {
     return op;
 }
 
+/* clamp(min, max) with a tensor bound (torch.clamp's Tensor overload):
+ * maximum with min, then minimum with max, each broadcast; nil: no bound. */
+static Tensor *clamp_tensors(lua_State *L, Tensor *self) {
+    for (int i = 2; i <= 3; i++) /* checked before anything is made: an error leaks nothing */
+        if (!lua_isnoneornil(L, i) && !lu_is_tensor(L, i) && lua_type(L, i) != LUA_TNUMBER)
+            lu_error(L, "clamp: min and max must be tensors, numbers or nil, got %s", luaL_typename(L, i));
+    Tensor *lo = lua_isnoneornil(L, 2) ? NULL : lu_tensor_or_scalar(L, 2, self);
+    Tensor *hi = lua_isnoneornil(L, 3) ? NULL : lu_tensor_or_scalar(L, 3, self);
+    Tensor *a = lo ? op_binary(KB_MAX, self, lo) : self;
+    Tensor *out = a && hi ? op_binary(KB_MIN, a, hi) : a;
+    if (out == self) tensor_retain(out);
+    if (a != self && a != out) tensor_release(a);
+    tensor_release(lo), tensor_release(hi);
+    return out;
+}
+
 static int unary_method(lua_State *L) {
     Tensor *self = SELF;
     KUnOp op = unary_op(L);
+    if (op == KU_CLAMP && (lu_is_tensor(L, 2) || lu_is_tensor(L, 3))) return ret(L, clamp_tensors(L, self));
     double p1, p2;
     unary_params(L, op, &p1, &p2);
     return ret(L, op_unary(op, self, p1, p2));
 }
 
+static int t_copy_(lua_State *L);
+
 static int unary_method_(lua_State *L) {
     Tensor *self = SELF;
     KUnOp op = unary_op(L);
+    if (op == KU_CLAMP && (lu_is_tensor(L, 2) || lu_is_tensor(L, 3))) { /* t:copy_(t:clamp(lo, hi)) */
+        Tensor *out = clamp_tensors(L, self);
+        lua_settop(L, 1);
+        lu_push_tensor(L, out);
+        return t_copy_(L);
+    }
     double p1, p2;
     unary_params(L, op, &p1, &p2);
     return ret_rc(L, op_unary_(op, self, p1, p2));

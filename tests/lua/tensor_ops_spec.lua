@@ -204,6 +204,22 @@ describe("elementwise unary math", function()
     assert_exact({-2, 0, 3}, c:tolist())
   end)
 
+  it("clamp with tensor bounds (broadcast), a tensor and a number, and its gradient", function()
+    local x = accel.tensor{-2, 0.5, 3, 10}
+    assert_exact({0, 0.5, 3, 5}, x:clamp(accel.zeros(4), accel.tensor{1, 1, 5, 5}):tolist())
+    assert_exact({-2, 0, 0, 10}, x:clamp(nil, accel.tensor{0, 0, 0, 20}):tolist())
+    assert_exact({0, 0.5, 3, 4}, x:clamp(0, accel.tensor(4.0)):tolist())
+    local w = accel.tensor({-2, 0.5, 3}, {requires_grad = true})
+    w:clamp(accel.zeros(3), accel.ones(3)):sum():backward()
+    assert_exact({0, 1, 0}, w.grad:tolist()) -- gradient only where no bound applies
+    local y = x:clone()
+    assert.are.equal(y, y:clamp_(accel.zeros(4), accel.tensor{1, 1, 5, 5})) -- in place, returns itself
+    assert_exact({0, 0.5, 3, 5}, y:tolist())
+    local ok, err = pcall(function() return x:clamp(accel.zeros(4), "1") end)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("min and max must be tensors, numbers or nil, got string", 1, true), err)
+  end)
+
   it("leaky_relu", function()
     local x = inputs()
     assert_close(map(x:tolist(), function(v) return v > 0 and v or 0.01 * v end), x:leaky_relu():tolist())
