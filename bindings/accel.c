@@ -27,6 +27,7 @@ static CreateOpts create_opts(lua_State *L, int idx, DType def) {
             lu_error(L, "bad argument #%d (options table {dtype=, device=, requires_grad=} expected, got %s)", idx, luaL_typename(L, idx));
         return o;
     }
+    lu_check_call_opts(L, idx, "dtype device requires_grad");
     o.dt = (DType)lu_opt_dtype(L, idx, "dtype", def);
     o.dev = lu_opt_device(L, idx, "device");
     o.requires_grad = lu_opt_bool(L, idx, "requires_grad", false);

@@ -342,6 +342,37 @@ bool lu_is_opts(lua_State *L, int idx) {
     return true;
 }
 
+/* Whether word is one of the space-separated words of list. */
+static bool word_in(const char *word, const char *list) {
+    size_t n = strlen(word);
+    for (const char *p = list; *p;) {
+        size_t m = strcspn(p, " ");
+        if (m == n && strncmp(p, word, n) == 0) return true;
+        p += m + (p[m] == ' ');
+    }
+    return false;
+}
+
+void lu_check_opts(lua_State *L, int idx, const char *fn, const char *keys) {
+    if (idx == 0 || !lu_is_opts(L, idx)) return; /* 0: no options table */
+    idx = lua_absindex(L, idx);
+    lua_pushnil(L);
+    while (lua_next(L, idx) != 0) {
+        lua_pop(L, 1);
+        if (lua_type(L, -1) != LUA_TSTRING || !word_in(lua_tostring(L, -1), keys)) {
+            const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : luaL_typename(L, -1);
+            if (*keys == '\0') lu_error(L, "%s: unknown option '%s' (it takes no options)", fn, k);
+            lu_error(L, "%s: unknown option '%s' (options: %s)", fn, k, keys);
+        }
+    }
+}
+
+void lu_check_call_opts(lua_State *L, int idx, const char *keys) {
+    lua_Debug ar;
+    const char *fn = lua_getstack(L, 0, &ar) && lua_getinfo(L, "n", &ar) && ar.name ? ar.name : "accel";
+    lu_check_opts(L, idx, fn, keys);
+}
+
 bool lu_opt_bool(lua_State *L, int idx, const char *key, bool def) {
     if (!lu_is_opts(L, idx)) return def;
     lua_getfield(L, idx, key);

@@ -57,6 +57,13 @@ int lu_dims(lua_State *L, int idx, int *out);
 int lu_shape(lua_State *L, int idx, int64_t *shape, int *next);
 /* An options table at idx (or none). */
 bool lu_is_opts(lua_State *L, int idx);
+/* Raises "<fn>: unknown option '<k>' (options: <keys>)" at the user's line
+ * for a key of the options table at idx that is not in keys (a
+ * space-separated list); nothing when idx is 0 or holds no options table. */
+void lu_check_opts(lua_State *L, int idx, const char *fn, const char *keys);
+/* The same, fn being the name the running C function was called by
+ * ("zeros", "sum", ...). */
+void lu_check_call_opts(lua_State *L, int idx, const char *keys);
 bool lu_opt_bool(lua_State *L, int idx, const char *key, bool def);
 double lu_opt_number(lua_State *L, int idx, const char *key, double def);
 int lu_opt_dtype(lua_State *L, int idx, const char *key, int def); /* -1 default passthrough */

@@ -44,6 +44,7 @@ static Tensor *binary(lua_State *L, KBinOp op, int ia, int ib) {
 
 /* t:add(other, {alpha=}) / t:sub(other, {alpha=}) */
 static Tensor *scaled_other(lua_State *L, int idx, int opts) {
+    lu_check_call_opts(L, opts, "alpha");
     double alpha = lu_opt_number(L, opts, "alpha", 1.0);
     Tensor *b = lu_to_tensor(L, idx);
     if (alpha == 1.0 || !b) return NULL;
@@ -158,6 +159,8 @@ static int t_pow_(lua_State *L) {
 
 static void unary_params(lua_State *L, KUnOp op, double *p1, double *p2) {
     *p1 = 0, *p2 = 0;
+    lu_check_call_opts(L, 2, op == KU_CLAMP ? "min max" : op == KU_LEAKY_RELU ? "negative_slope"
+                            : op == KU_GELU || op == KU_GELU_TANH ? "approximate" : "");
     if (op == KU_CLAMP) {
         if (lu_is_opts(L, 2)) {
             *p1 = lu_opt_number(L, 2, "min", -INFINITY);
@@ -200,12 +203,34 @@ static Tensor *clamp_tensors(lua_State *L, Tensor *self) {
     return out;
 }
 
+/* Whether a clamp bound is a Lua float (1.5, 1.0): PyTorch promotes an
+ * integer tensor clamped by a Python float to the default float dtype. */
+static bool clamp_float_bound(lua_State *L) {
+    bool any = false;
+    if (lu_is_opts(L, 2)) {
+        for (int k = 0; k < 2; k++) {
+            lua_getfield(L, 2, k ? "max" : "min");
+            any = any || (lua_type(L, -1) == LUA_TNUMBER && !lua_isinteger(L, -1));
+            lua_pop(L, 1);
+        }
+        return any;
+    }
+    for (int i = 2; i <= 3; i++) any = any || (lua_type(L, i) == LUA_TNUMBER && !lua_isinteger(L, i));
+    return any;
+}
+
 static int unary_method(lua_State *L) {
     Tensor *self = SELF;
     KUnOp op = unary_op(L);
     if (op == KU_CLAMP && (lu_is_tensor(L, 2) || lu_is_tensor(L, 3))) return ret(L, clamp_tensors(L, self));
     double p1, p2;
     unary_params(L, op, &p1, &p2);
+    if (op == KU_CLAMP && !dtype_is_float(self->dtype) && clamp_float_bound(L)) {
+        Tensor *f = tensor_to_dtype(self, dtype_default_float());
+        Tensor *r = f ? op_unary(op, f, p1, p2) : NULL;
+        tensor_release(f);
+        return ret(L, r);
+    }
     return ret(L, op_unary(op, self, p1, p2));
 }
 
@@ -222,14 +247,27 @@ static int unary_method_(lua_State *L) {
     }
     double p1, p2;
     unary_params(L, op, &p1, &p2);
+    if (op == KU_CLAMP && !dtype_is_float(self->dtype) && clamp_float_bound(L))
+        return lu_error(L, "clamp_: a float bound makes the result float32, which cannot be written into this %s "
+                           "tensor in place (as PyTorch); use t:clamp(...) or integer bounds",
+                        dtype_name(self->dtype));
     return ret_rc(L, op_unary_(op, self, p1, p2));
 }
 
 /* ---- reductions ---- */
 
-/* Parses (dim|{dims}|nil, [keepdim bool], [opts]); returns number of dims. */
-static int reduce_args(lua_State *L, int *dims, bool *keepdim) {
+/* The stack index of the trailing options table of a method call, or 0. */
+static int trailing_opts(lua_State *L) {
+    int top = lua_gettop(L);
+    return top >= 2 && lu_is_opts(L, top) ? top : 0;
+}
+
+/* Parses (dim|{dims}|nil, [keepdim bool], [opts]) whose opts may hold the
+ * keys listed (space-separated; dim and keepdim always); returns the
+ * number of dims. */
+static int reduce_args(lua_State *L, int *dims, bool *keepdim, const char *keys) {
     int n = 0, opts = 2;
+    lu_check_call_opts(L, trailing_opts(L), keys);
     if (lua_isinteger(L, 2) || (lua_istable(L, 2) && !lu_is_opts(L, 2))) {
         n = lu_dims(L, 2, dims);
         opts = 3;
@@ -249,7 +287,7 @@ static int reduce_method(lua_State *L) {
     KRedOp op = (KRedOp)lua_tointeger(L, lua_upvalueindex(1));
     int dims[TENSOR_MAX_DIMS];
     bool keep;
-    int n = reduce_args(L, dims, &keep);
+    int n = reduce_args(L, dims, &keep, "dim keepdim");
     return ret(L, op_reduce(op, self, dims, n, keep));
 }
 
@@ -260,13 +298,14 @@ static int maxmin(lua_State *L, bool want_max) {
     if (lua_isnoneornil(L, 2) || lu_is_opts(L, 2)) {
         int dims[TENSOR_MAX_DIMS];
         bool keep;
-        int n = reduce_args(L, dims, &keep);
+        int n = reduce_args(L, dims, &keep, "dim keepdim");
         if (n == 0) return ret(L, op_reduce(want_max ? KR_MAX : KR_MIN, a, NULL, 0, false));
         lua_settop(L, 1);
         lua_pushinteger(L, dims[0] >= 0 ? dims[0] + 1 : dims[0]);
         lua_pushboolean(L, keep);
     }
     int dim = lu_dim(L, 2);
+    lu_check_call_opts(L, trailing_opts(L), "keepdim");
     bool keep = lua_isboolean(L, 3) ? lua_toboolean(L, 3) : lu_opt_bool(L, 3, "keepdim", false);
     Tensor *v = NULL, *ix = NULL;
     if (op_max_dim(a, dim, keep, want_max, &v, &ix) < 0) lu_core_error(L);
@@ -281,6 +320,7 @@ static int t_min(lua_State *L) { return maxmin(L, false); }
 static int argmaxmin(lua_State *L, bool want_max) {
     Tensor *a = SELF;
     bool all = lua_isnoneornil(L, 2) || lu_is_opts(L, 2);
+    lu_check_call_opts(L, trailing_opts(L), "dim keepdim");
     int dim = 0;
     if (!all) dim = lu_dim(L, 2);
     int o = all ? 2 : 3;
@@ -307,12 +347,12 @@ static double correction_arg(lua_State *L, int opts) {
     return c;
 }
 
+/* t:var / t:std([dim], [keepdim], [{correction=, unbiased=, dim=, keepdim=}]) */
 static Tensor *variance(lua_State *L) {
     int dims[TENSOR_MAX_DIMS];
     bool keep;
-    int n = reduce_args(L, dims, &keep);
-    int opts = (lua_isinteger(L, 2) || (lua_istable(L, 2) && !lu_is_opts(L, 2))) ? 3 : 2;
-    return op_var(SELF, dims, n, correction_arg(L, opts), keep);
+    int n = reduce_args(L, dims, &keep, "dim keepdim correction unbiased");
+    return op_var(SELF, dims, n, correction_arg(L, trailing_opts(L)), keep);
 }
 
 static int t_var(lua_State *L) { return ret(L, variance(L)); }
@@ -341,9 +381,16 @@ static int t_norm(lua_State *L) {
         pos = 3;
     }
     int dims[TENSOR_MAX_DIMS], n = 0;
+    lu_check_call_opts(L, trailing_opts(L), "p dim keepdim");
     if (lua_isinteger(L, pos) || (lua_istable(L, pos) && !lu_is_opts(L, pos))) n = lu_dims(L, pos, dims), pos++;
-    bool keep = lu_opt_bool(L, pos, "keepdim", false);
-    if (lu_is_opts(L, pos)) p = lu_opt_number(L, pos, "p", p);
+    bool keep = lua_isboolean(L, pos) ? lua_toboolean(L, pos++) : false; /* t:norm(p, dim, keepdim) */
+    keep = lu_opt_bool(L, pos, "keepdim", keep);
+    if (lu_is_opts(L, pos)) {
+        p = lu_opt_number(L, pos, "p", p);
+        lua_getfield(L, pos, "dim");
+        if (!lua_isnil(L, -1)) n = lu_dims(L, lua_gettop(L), dims);
+        lua_pop(L, 1);
+    }
     return ret(L, op_norm(a, p, dims, n, keep));
 }
 
@@ -670,6 +717,7 @@ static int t_to(lua_State *L) {
         } else if (lua_type(L, i) == LUA_TSTRING) {
             dt = lu_check_dtype(L, i);
         } else if (lu_is_opts(L, i)) {
+            lu_check_call_opts(L, i, "dtype device non_blocking");
             dt = lu_opt_dtype(L, i, "dtype", dt);
             lua_getfield(L, i, "device");
             if (!lua_isnil(L, -1)) dev = lu_opt_device(L, i, "device");

@@ -72,6 +72,20 @@ static void binary_into(KBinOp op, DType cdt, Tensor *out, Tensor *a, Tensor *b)
 }
 
 /* Compute a op b into a fresh tensor of dtype rd and shape (shape, nd). */
+/* Integer floor division and remainder by zero are errors, as PyTorch's
+ * ZeroDivisionError (a float division gives inf / nan instead); b is the
+ * divisor in its compute dtype. 0 or -1. */
+static int check_int_divisor(KBinOp op, Tensor *b) {
+    if ((op != KB_FLOORDIV && op != KB_REMAINDER) || dtype_is_float(b->dtype)) return 0;
+    Tensor *z = op_binary_scalar(KB_EQ, b, 0, true, false);
+    Tensor *any = z ? op_reduce(KR_MAX, z, NULL, 0, false) : NULL;
+    int rc = !any ? -1 : tensor_item(any) != 0 ? accel_fail_int("%s: integer division by zero (ZeroDivisionError)",
+                                                               kbin_name(op)) : 0;
+    tensor_release(z);
+    tensor_release(any);
+    return rc;
+}
+
 static Tensor *binary_compute(KBinOp op, Tensor *a, Tensor *b, DType rd, const int64_t *shape, int nd) {
     DType in_dt = dtype_promote(a->dtype, b->dtype);
     DType cdt = compute_dtype(kbin_is_compare(op) ? in_dt : (op == KB_DIV ? rd : in_dt));
@@ -79,7 +93,7 @@ static Tensor *binary_compute(KBinOp op, Tensor *a, Tensor *b, DType rd, const i
     DType odt = kbin_is_compare(op) ? DT_BOOL : cdt;
     if (shape_check(kbin_name(op), shape, nd, (int)odt) < 0) return NULL; /* e.g. huge expanded operands */
     Tensor *ca = as_dtype_plain(a, cdt), *cb = ca ? as_dtype_plain(b, cdt) : NULL;
-    Tensor *out = cb ? tensor_empty(shape, nd, odt, a->device) : NULL;
+    Tensor *out = cb && check_int_divisor(op, cb) == 0 ? tensor_empty(shape, nd, odt, a->device) : NULL;
     if (out) binary_into(op, cdt, out, ca, cb);
     tensor_release(ca);
     tensor_release(cb);
@@ -282,7 +296,7 @@ int op_binary_(KBinOp op, Tensor *a, Tensor *b) {
     DType cdt = compute_dtype(a->dtype);
     if (a->dtype == cdt && !kbin_is_compare(op)) {
         Tensor *cb = as_dtype_plain(b, cdt);
-        if (!cb) return -1;
+        if (!cb || check_int_divisor(op, cb) < 0) return tensor_release(cb), -1;
         binary_into(op, cdt, a, a, cb);
         tensor_release(cb);
         tensor_bump_version(a);

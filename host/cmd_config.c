@@ -298,17 +298,17 @@ static void print_help(const char *sub) {
 static int parse_flags(Session *s, int argc, char **argv, int is_default, const char **path) {
     char err[256];
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int has_value = i + 1 < argc;
-        if (strcmp(a, "--config_file") == 0 && has_value) {
-            *path = argv[++i];
-        } else if (is_default && strcmp(a, "--mixed_precision") == 0 && has_value) {
-            if (config_set(&s->c, S_MIXED_PRECISION, argv[++i], SRC_FLAG, err, sizeof err)) {
+        const char *a = argv[i], *v;
+        int missing = 0;
+        if ((v = host_flag_value(argc, argv, &i, "config_file", &missing)) != NULL) {
+            *path = v;
+        } else if (is_default && (v = host_flag_value(argc, argv, &i, "mixed_precision", &missing)) != NULL) {
+            if (config_set(&s->c, S_MIXED_PRECISION, v, SRC_FLAG, err, sizeof err)) {
                 fprintf(stderr, "%s: --mixed_precision: %s\n", WHO, err);
                 return -1;
             }
         } else {
-            fprintf(stderr, "%s: unknown flag or missing value: %s\n" CONFIG_USAGE, WHO, a);
+            fprintf(stderr, "%s: %s: %s\n" CONFIG_USAGE, WHO, missing ? "missing value" : "unknown flag", a);
             return -1;
         }
     }
@@ -333,10 +333,10 @@ int cmd_config(int argc, char **argv) {
         status = update(&s, path);
         goto done;
     }
-    if (is_default && access(path, F_OK) == 0) {
+    if (is_default && access(path, F_OK) == 0) { /* as `accelerate config default`: kept, exit 0 */
         fprintf(stderr, "%s: %s already exists; not overwritten (run `accel-lua config`, or pass "
                         "--config_file elsewhere)\n", WHO, path);
-        status = 1;
+        status = 0;
         goto done;
     }
     if (!is_default && interview(&s) != 0) goto done;

@@ -108,8 +108,10 @@ int cmd_env(int argc, char **argv) {
                "Example:\n  accel-lua env --config_file ./accel.yaml\n");
         return 0;
     }
-    if (argc == 3 && strcmp(argv[1], "--config_file") == 0) {
-        given = argv[2];
+    int i = 1, missing = 0;
+    const char *v = argc > 1 ? host_flag_value(argc, argv, &i, "config_file", &missing) : NULL;
+    if (v != NULL && i == argc - 1) {
+        given = v;
     } else if (argc != 1) {
         fprintf(stderr, "%s: unknown flag %s\nusage: accel-lua env [--config_file PATH]\n", WHO,
                 argv[1]);

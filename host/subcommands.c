@@ -34,6 +34,21 @@ int host_is_help(const char *arg) {
     return arg != NULL && (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0);
 }
 
+const char *host_flag_value(int argc, char **argv, int *i, const char *name, int *missing) {
+    const char *a = argv[*i];
+    size_t n = strlen(name);
+    if (strncmp(a, "--", 2) != 0) return NULL;
+    for (size_t k = 0; k < n; k++) /* "-" and "_" alike */
+        if (a[2 + k] != name[k] && !(name[k] == '_' && a[2 + k] == '-')) return NULL;
+    if (a[2 + n] == '=') return a + 3 + n;
+    if (a[2 + n] != '\0') return NULL;
+    if (*i + 1 >= argc) {
+        *missing = 1;
+        return NULL;
+    }
+    return argv[++*i];
+}
+
 /* Levenshtein distance of a and b (both short words; longer ones count as
  * far apart). */
 static size_t edit_distance(const char *a, const char *b) {

@@ -25,6 +25,12 @@ void host_print_subcommands(FILE *out);
 /* 1 when arg is -h or --help. */
 int host_is_help(const char *arg);
 
+/* The value of flag `name` ("config_file") at argv[*i], spelled --name VALUE,
+ * --name=VALUE or with dashes (--config-file): the value (*i moved past it),
+ * NULL when argv[*i] is not that flag. *missing is set when the flag has
+ * no value. */
+const char *host_flag_value(int argc, char **argv, int *i, const char *name, int *missing);
+
 /* The registered subcommand at most two edits away from word (the
  * closest), or NULL: for "unknown command 'lauch', did you mean launch?". */
 const char *host_suggest_subcommand(const char *word);

@@ -154,7 +154,11 @@ check_config() {
     sed -i -e 's/^num_processes: 1$/num_processes: 2/' -e "s/^mixed_precision: 'no'$/mixed_precision: fp16/" "$cfg"
     before=$(cat "$cfg")
     run "$EXE" config default
-    check "config default leaves an existing file alone" '(( RC == 1 )) && has "already exists" && [[ $(cat "$cfg") == "$before" ]]'
+    check "config default leaves an existing file alone, exit 0 (as accelerate config default)" '(( RC == 0 )) && has "already exists" && [[ $(cat "$cfg") == "$before" ]]'
+    run "$EXE" env --config_file="$cfg"
+    check "--config_file=PATH (and the dashed spelling) outside launch" '(( RC == 0 )) && has "num_processes: 2"'
+    run env ACCEL_LUA_CONFIG="$TMP/cfg/dashed.yaml" "$EXE" config default --mixed-precision=fp16
+    check "config default --mixed-precision=fp16" '(( RC == 0 )) && grep -qx "mixed_precision: '"'"'fp16'"'"'" "$TMP/cfg/dashed.yaml"'
     run "$EXE" launch "$TMP/rank.lua"
     check "launch reads the YAML (num_processes 2, fp16)" \
         '(( RC == 0 )) && [[ $(grep -c "of 2 mp=fp16" <<<"$OUT") == 2 ]]'
@@ -167,8 +171,8 @@ check_config() {
     check "config default honours ACCEL_LUA_CONFIG (folders created) and --mixed_precision" \
         '(( RC == 0 )) && grep -qx "mixed_precision: '"'"'bf16'"'"'" "$TMP/cfg/nested/c.yaml"'
     run "$EXE" test --config_file "$cfg"
-    check "accel-lua test on the 2-process config: success" \
-        '(( RC == 0 )) && has "Test is a success!" && has "rank 1/2"'
+    check "accel-lua test on the 2-process config: trains through the Accelerator, the ranks agree" \
+        '(( RC == 0 )) && has "Test is a success!" && has "rank 0/2: loss" && has "the ranks agree on the weights"'
 }
 
 check_bad_yaml() {

@@ -433,7 +433,7 @@ void k_unary_i64(KUnOp op, int64_t n, const int64_t *a, int64_t sa, int64_t *o,
         case KU_ABS:                                                        \
             UB_RUN(T, x[i] > 0 ? gy[i] : x[i] < 0 ? -gy[i] : (T)0); break;  \
         case KU_CLAMP:                                                      \
-            UB_RUN(T, x[i] >= q1 && x[i] <= q2 ? gy[i] : (T)0); break;      \
+            UB_RUN(T, x[i] > q1 && x[i] < q2 ? gy[i] : (T)0); break;        \
         case KU_POW:                                                        \
             if (p1 == 0) UB_RUN(T, (T)0);                                   \
             else if (p1 == 2) UB_RUN(T, (T)2 * x[i] * gy[i]);               \

@@ -131,6 +131,20 @@ describe("F.scaled_dot_product_attention: composite fallbacks and errors", funct
     assert.is_true(max_abs_diff(y, reference(q, k, v, true)) < 2e-6)
   end)
 
+  it("a query row whose keys are all masked out gives 0 and finite gradients (PyTorch 2.x), the others as unmasked", function()
+    local q = accel.randn(1, 3, 4, {dtype = f64, requires_grad = true})
+    local k, v = accel.randn(1, 5, 4, {dtype = f64}), accel.randn(1, 5, 4, {dtype = f64})
+    local m = accel.ones(3, 5, {dtype = accel.bool})
+    m[2]:fill_(false) -- query 2 sees no key
+    local y = F.scaled_dot_product_attention(q, k, v, {attn_mask = m})
+    assert.are.same({0, 0, 0, 0}, y[1][2]:tolist())
+    local alone = F.scaled_dot_product_attention(q:narrow(2, 1, 1), k, v)
+    assert.is_true(max_abs_diff(y:narrow(2, 1, 1), alone) < 1e-12)
+    local float_mask = accel.zeros(3, 5, {dtype = f64}):masked_fill(m:logical_not(), -math.huge)
+    assert.is_true(max_abs_diff(y, F.scaled_dot_product_attention(q, k, v, {attn_mask = float_mask})) < 1e-12)
+    check(function(x) return F.scaled_dot_product_attention(x, k, v, {attn_mask = m}) end, {q})
+  end)
+
   it("broadcast batch dims use the composite", function()
     local q, k, v = accel.randn(2, 3, 5, 4), accel.randn(1, 3, 5, 4), accel.randn(1, 3, 5, 4)
     local y = F.scaled_dot_product_attention(q, k, v)

@@ -204,6 +204,41 @@ describe("elementwise unary math", function()
     assert_exact({-2, 0, 3}, c:tolist())
   end)
 
+  it("clamp of an integer tensor by a float bound is float32 (PyTorch's promotion); in place it is an error", function()
+    local i = accel.tensor({-4, 0, 3}, {dtype = accel.int32})
+    local f = i:clamp(-1.5, 1.5)
+    assert.are.equal(accel.float32, f.dtype)
+    assert_exact({-1.5, 0, 1.5}, f:tolist())
+    assert.are.equal(accel.int32, i:clamp(-1, 1).dtype) -- integer bounds keep the dtype
+    assert.are.equal(accel.float32, i:clamp({max = 2.0}).dtype)
+    local ok, err = pcall(function() return i:clone():clamp_(0.5) end)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("clamp_: a float bound makes the result float32", 1, true), err)
+  end)
+
+  it("integer floor division and remainder by zero are errors (PyTorch's ZeroDivisionError); float gives inf", function()
+    local a, z = accel.tensor{7, -7}, accel.tensor{0, 2}
+    for _, f in ipairs({function() return a // z end, function() return a % z end, function() return a:fmod(0) end,
+      function() return a:clone():floor_divide_(z) end}) do
+      local ok, err = pcall(f)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find("integer division by zero", 1, true), err)
+    end
+    assert.are.same({3, -4}, (a // 2):tolist())
+    assert.are.same({inf, -inf}, (a:float() // 0):tolist())
+  end)
+
+  it("clamp's gradient is 0 at a bound, as PyTorch 2.x's (1.x passed it there)", function()
+    local function grad(f)
+      local z = accel.tensor({-1, 0, 0.5, 1, 2}, {requires_grad = true})
+      f(z):sum():backward()
+      return z.grad:tolist()
+    end
+    assert_exact({0, 0, 1, 0, 0}, grad(function(z) return z:clamp(0, 1) end))
+    assert_exact({0, 0, 1, 1, 1}, grad(function(z) return z:clamp({min = 0}) end))
+    assert_exact({1, 1, 1, 0, 0}, grad(function(z) return z:clamp(nil, 1) end))
+  end)
+
   it("clamp with tensor bounds (broadcast), a tensor and a number, and its gradient", function()
     local x = accel.tensor{-2, 0.5, 3, 10}
     assert_exact({0, 0.5, 3, 5}, x:clamp(accel.zeros(4), accel.tensor{1, 1, 5, 5}):tolist())
@@ -673,6 +708,9 @@ describe("reductions", function()
     assert_close(lua_reduce(vals, {1, 2, 3}, biased), x:var({unbiased = false}):item(), 1e-12, 1e-12)
     assert_close(lua_reduce(vals, {3}, function(l) return math.sqrt(l_var(l, 0)) end),
       x:std(3, {unbiased = false}):tolist(), 1e-12, 1e-12)
+    -- the options table after a positional keepdim
+    assert_close(lua_reduce(vals, {3}, biased, true), x:var(3, true, {correction = 0}):tolist(), 1e-12, 1e-12)
+    assert_close(lua_reduce(vals, {3}, biased), x:var(3, false, {unbiased = false}):tolist(), 1e-12, 1e-12)
   end)
 
   it("norm with p = 1, inf and 'fro'", function()
@@ -682,6 +720,28 @@ describe("reductions", function()
     assert_close(lua_reduce(vals, {2}, l_norminf), x:norm("inf", 2):tolist(), 1e-12, 1e-12)
     assert_close(lua_reduce(vals, {1, 2, 3}, l_norm2), x:norm("fro"):item(), 1e-12, 1e-12)
     assert_close(lua_reduce(vals, {3}, l_norm2, true), x:norm(2, 3, {keepdim = true}):tolist(), 1e-12, 1e-12)
+    assert_close(lua_reduce(vals, {3}, l_norm2, true), x:norm(2, 3, true):tolist(), 1e-12, 1e-12)
+    assert_close(lua_reduce(vals, {3}, l_norm1), x:norm({p = 1, dim = 3}):tolist(), 1e-12, 1e-12)
+  end)
+
+  it("an options table with a key the method does not take is one error naming both", function()
+    for _, c in ipairs({
+      {function() return x:sum({dimm = 1}) end, "sum: unknown option 'dimm' (options: dim keepdim)"},
+      {function() return x:var(2, {corection = 0}) end, "var: unknown option 'corection'"},
+      {function() return x:norm(2, 3, {keepdm = true}) end, "norm: unknown option 'keepdm'"},
+      {function() return x:max(2, {keepdm = true}) end, "max: unknown option 'keepdm'"},
+      {function() return x:argmax({dimm = 1}) end, "argmax: unknown option 'dimm'"},
+      {function() return x:add(x, {alpah = 2}) end, "add: unknown option 'alpah' (options: alpha)"},
+      {function() return x:clamp({mn = 1}) end, "clamp: unknown option 'mn' (options: min max)"},
+      {function() return x:exp({foo = 1}) end, "exp: unknown option 'foo' (it takes no options)"},
+      {function() return x:to({dtyp = accel.float64}) end, "to: unknown option 'dtyp'"},
+      {function() return accel.zeros(2, {dtyp = accel.float64}) end, "zeros: unknown option 'dtyp'"},
+      {function() return accel.randint(0, 3, {2}, {devise = "cpu"}) end, "randint: unknown option 'devise'"},
+    }) do
+      local ok, err = pcall(c[1])
+      assert.is_false(ok, c[2])
+      assert.truthy(tostring(err):find(c[2], 1, true), tostring(err))
+    end
   end)
 
   it("sum/prod of integers give int64; mean of integers is an error or float like PyTorch", function()

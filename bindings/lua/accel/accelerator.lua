@@ -957,6 +957,12 @@ function Accelerator:prepare_data_loader(loader, o)
   if not has_fn(loader, "shard") then raise("prepare_data_loader: the loader has no shard(rank, world_size, opts) method") end
   local base = loader:shard(self.process_index, self.num_processes,
     {even_batches = self.even_batches, split_batches = self.split_batches})
+  if self.num_processes > 1 and loader.shuffle then
+    -- every rank deals from rank 0's order (Accelerate syncs the sampler's
+    -- generator): seeds drawn from generators the ranks used differently,
+    -- or given per rank, would make the shards overlap
+    base.seed = self.state.comm:broadcast_object(loader.seed, 0)
+  end
   local bs = type(loader.batch_size) == "number" and loader.batch_size or nil
   shard_plan.check_batch(self.deepspeed_plugin, bs, {split_batches = self.split_batches,
     num_processes = self.num_processes, accumulation = self.gradient_state.num_steps})

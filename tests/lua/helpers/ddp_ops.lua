@@ -67,6 +67,21 @@ local function gathered(a, bs, epochs)
   return as_tensor, as_numbers, as_strings
 end
 
+-- ---- a shuffled loader without a seed, after the ranks used their generators differently:
+-- the shards still partition the data set (every rank deals from rank 0's order) ----
+do
+  accel.randn(rank + 1) -- each rank moves its generator a different amount
+  local l = acc:prepare(data.DataLoader(ds, {batch_size = 10, shuffle = true}))
+  local seen = {}
+  for b in l:iter() do
+    for _, v in ipairs(acc:gather_for_metrics(b):tolist()) do seen[#seen + 1] = v end
+  end
+  table.sort(seen)
+  local all = {}
+  for i = 1, n do all[i] = i - 1 end
+  same_list(seen, all, "shuffled without a seed, generators out of step: the shards")
+end
+
 for _, case in ipairs({{bs = 10, split = false}, {bs = 12, split = true}}) do
   local a = case.split and accel.Accelerator{split_batches = true} or acc
   local want = global_order(case.bs, 2)

@@ -22,11 +22,9 @@ local F = require("accel.nn.functional")
 local init = require("accel.nn.initializers")
 local layers = require("accel.nn.layers")
 
-local Parameter, raise = base.Parameter, base.raise
+local Parameter, raise, check_options = base.Parameter, base.raise, base.check_options
 
 local M = {}
-
-local function opts(o) return type(o) == "table" and o or {} end
 
 -- PyTorch's class name for the output projection (a plain Linear).
 local NonDynamicallyQuantizableLinear = layers.Linear:extend("NonDynamicallyQuantizableLinear")
@@ -35,7 +33,8 @@ M.NonDynamicallyQuantizableLinear = NonDynamicallyQuantizableLinear
 local MultiheadAttention = base.export_class(M, "MultiheadAttention")
 
 function MultiheadAttention:init(embed_dim, num_heads, o)
-  o = opts(o)
+  o = check_options("MultiheadAttention", o, {"dropout", "bias", "add_bias_kv", "add_zero_attn", "kdim", "vdim",
+    "batch_first", "dtype", "device"})
   if type(embed_dim) ~= "number" or embed_dim <= 0 or type(num_heads) ~= "number" or num_heads <= 0 then
     raise("MultiheadAttention: embed_dim and num_heads must be positive integers, got %s and %s",
       tostring(embed_dim), tostring(num_heads))
@@ -116,7 +115,8 @@ local function apply_masks(self, scores, o, n, l, s)
 end
 
 function MultiheadAttention:forward(query, key, value, o)
-  o = opts(o)
+  o = check_options("MultiheadAttention.forward", o, {"key_padding_mask", "need_weights", "attn_mask",
+    "average_attn_weights", "is_causal"})
   local batched = accel.is_tensor(query) and query:dim() == 3
   check_input(self, query, "query", batched)
   check_input(self, key, "key", batched)

@@ -1,7 +1,9 @@
 -- accel.nn.functional: PyTorch's torch.nn.functional names over the fused C
 -- ops (accel._C) and tensor methods. Positional arguments as PyTorch takes
--- them; keyword arguments in one trailing options table.
+-- them; keyword arguments in one trailing options table, whose keys each
+-- function checks (check(name, o, keys): an unknown key is an error).
 local accel = require("accel")
+local check = require("accel.nn.module").check_options
 local C = accel._C
 
 local F = {}
@@ -14,30 +16,35 @@ end
 function F.linear(x, weight, bias) return C.linear(x, weight, bias) end
 
 function F.relu(x) return x:relu() end
-function F.gelu(x, o) return x:gelu({approximate = opt(o, "approximate", "none")}) end
+function F.gelu(x, o) return x:gelu({approximate = check("gelu", o, {"approximate"}).approximate or "none"}) end
 function F.silu(x) return x:silu() end
 function F.sigmoid(x) return x:sigmoid() end
 function F.tanh(x) return x:tanh() end
-function F.leaky_relu(x, slope) return x:leaky_relu(type(slope) == "table" and opt(slope, "negative_slope", 0.01) or slope or 0.01) end
+function F.leaky_relu(x, slope)
+  if type(slope) == "table" then slope = check("leaky_relu", slope, {"negative_slope"}).negative_slope end
+  return x:leaky_relu(slope or 0.01)
+end
 
-local function softmax_dim(x, dim, o)
-  if type(dim) == "table" then o, dim = dim, dim.dim end
+local function softmax_dim(name, x, dim, o)
+  if type(dim) == "table" then o, dim = check(name, dim, {"dim", "dtype"}), dim.dim
+  else o = check(name, o, {"dtype"}) end
   if dim == nil then error("softmax: dim must be given (e.g. F.softmax(x, -1))", 3) end
-  if o and o.dtype then x = x:to(o.dtype) end
+  if o.dtype then x = x:to(o.dtype) end
   return x, dim
 end
 
 function F.softmax(x, dim, o)
-  x, dim = softmax_dim(x, dim, o)
+  x, dim = softmax_dim("softmax", x, dim, o)
   return C.softmax(x, dim, false)
 end
 
 function F.log_softmax(x, dim, o)
-  x, dim = softmax_dim(x, dim, o)
+  x, dim = softmax_dim("log_softmax", x, dim, o)
   return C.softmax(x, dim, true)
 end
 
 function F.cross_entropy(input, target, o)
+  o = check("cross_entropy", o, {"ignore_index", "label_smoothing", "reduction"})
   return C.cross_entropy(input, target, opt(o, "ignore_index", -100), opt(o, "label_smoothing", 0.0),
     opt(o, "reduction", "mean"))
 end
@@ -50,6 +57,7 @@ local function reduce(t, reduction)
 end
 
 function F.nll_loss(input, target, o)
+  o = check("nll_loss", o, {"ignore_index", "reduction"})
   local ignore = opt(o, "ignore_index", -100)
   local safe = target:masked_fill(target:eq(ignore), 0)
   local picked
@@ -67,15 +75,16 @@ end
 
 function F.mse_loss(input, target, o)
   local d = input - target
-  return reduce(d * d, opt(o, "reduction", "mean"))
+  return reduce(d * d, check("mse_loss", o, {"reduction"}).reduction or "mean")
 end
 
 function F.l1_loss(input, target, o)
-  return reduce((input - target):abs(), opt(o, "reduction", "mean"))
+  return reduce((input - target):abs(), check("l1_loss", o, {"reduction"}).reduction or "mean")
 end
 
 -- max(x, 0) - x*t + log(1 + exp(-|x|)), stable for large |x|
 function F.binary_cross_entropy_with_logits(input, target, o)
+  o = check("binary_cross_entropy_with_logits", o, {"weight", "pos_weight", "reduction"})
   local loss = input:relu() - input * target + (-input:abs()):exp():log1p()
   local pw = opt(o, "pos_weight", nil)
   if pw then
@@ -88,7 +97,8 @@ function F.binary_cross_entropy_with_logits(input, target, o)
 end
 
 function F.dropout(x, p, o)
-  if type(p) == "table" then o, p = p, p.p end
+  if type(p) == "table" then o, p = check("dropout", p, {"p", "training"}), p.p
+  else o = check("dropout", o, {"training"}) end
   p = p or 0.5
   local training = opt(o, "training", true)
   if not training or p == 0 then return x end
@@ -101,7 +111,7 @@ end
 function F.embedding(input, weight, o)
   local out = C.embedding(weight, input)
   local pad = o
-  if type(o) == "table" then pad = o.padding_idx end
+  if type(o) == "table" then pad = check("embedding", o, {"padding_idx"}).padding_idx end
   if pad == nil or not weight.requires_grad then return out end
   if pad < 0 then pad = pad + weight:size(1) end
   local hit = input:eq(pad):unsqueeze(-1)
@@ -110,7 +120,7 @@ end
 
 function F.layer_norm(x, normalized_shape, weight, bias, eps)
   if type(weight) == "table" and not accel.is_tensor(weight) then
-    local o = weight
+    local o = check("layer_norm", weight, {"weight", "bias", "eps"})
     weight, bias, eps = o.weight, o.bias, o.eps
   end
   if type(normalized_shape) == "number" then normalized_shape = {normalized_shape} end
@@ -122,6 +132,10 @@ local machine_eps = {float64 = 2.220446049250313e-16, float32 = 1.19209289550781
                      bfloat16 = 0.0078125}
 
 function F.rms_norm(x, normalized_shape, weight, eps)
+  if type(weight) == "table" and not accel.is_tensor(weight) then
+    local o = check("rms_norm", weight, {"weight", "eps"})
+    weight, eps = o.weight, o.eps
+  end
   if type(normalized_shape) == "number" then normalized_shape = {normalized_shape} end
   local dims = {}
   for i = 1, #normalized_shape do dims[i] = -i end
@@ -132,6 +146,7 @@ function F.rms_norm(x, normalized_shape, weight, eps)
 end
 
 function F.normalize(x, o)
+  o = check("normalize", o, {"p", "dim", "eps"})
   local p, dim, eps = opt(o, "p", 2), opt(o, "dim", 2), opt(o, "eps", 1e-12)
   return x / x:norm(p, dim, {keepdim = true}):clamp(eps)
 end
@@ -154,6 +169,7 @@ end
 -- (accel._C.scaled_dot_product_attention: flash-style, the (L, S) scores are
 -- never formed); otherwise the composite below.
 function F.scaled_dot_product_attention(q, k, v, o)
+  o = check("scaled_dot_product_attention", o, {"attn_mask", "dropout_p", "is_causal", "scale"})
   local scale = opt(o, "scale", nil) or 1 / math.sqrt(q:size(-1))
   if opt(o, "attn_mask", nil) == nil and opt(o, "dropout_p", 0) == 0 and fused_attention_ok(q, k, v) then
     return C.scaled_dot_product_attention(q, k, v, scale, opt(o, "is_causal", false))
@@ -165,11 +181,15 @@ function F.scaled_dot_product_attention(q, k, v, o)
     scores = scores:masked_fill(mask, -math.huge)
   end
   local am = opt(o, "attn_mask", nil)
+  local dead -- query rows whose every key is masked out: output 0 there, as PyTorch 2.x (not NaN)
   if am then
     if am.dtype == accel.bool then scores = scores:masked_fill(am:logical_not(), -math.huge)
     else scores = scores + am end
+    dead = scores:ne(-math.huge):sum(-1, true):eq(0)
+    scores = scores:masked_fill(dead, 0) -- finite, so neither softmax nor its backward makes NaN
   end
   local attn = C.softmax(scores, -1, false)
+  if dead then attn = attn:masked_fill(dead, 0) end
   local pdrop = opt(o, "dropout_p", 0)
   if pdrop > 0 then attn = C.dropout(attn, pdrop) end
   return attn:matmul(v)
@@ -183,6 +203,7 @@ end
 -- "valid" or {top, bottom, left, right}.
 function F.conv2d(input, weight, bias, o)
   if type(bias) == "table" and not accel.is_tensor(bias) then o, bias = bias, bias.bias end
+  o = check("conv2d", o, {"bias", "stride", "padding", "dilation", "groups"})
   return C.conv2d(input, weight, bias, opt(o, "stride", 1), opt(o, "padding", 0), opt(o, "dilation", 1),
     opt(o, "groups", 1))
 end
@@ -198,6 +219,7 @@ end
 --   ceil_mode = false, return_indices = false}]) -> values[, indices]
 -- indices: int64 flat positions h * W + w within each input plane (0-based).
 function F.max_pool2d(input, kernel_size, o)
+  o = check("max_pool2d", o, {"stride", "padding", "dilation", "ceil_mode", "return_indices"})
   return C.max_pool2d(input, kernel_size, pool_stride(o), opt(o, "padding", 0), opt(o, "dilation", 1),
     opt(o, "ceil_mode", false), opt(o, "return_indices", false))
 end
@@ -230,6 +252,7 @@ end
 --   count_include_pad = true, divisor_override = nil}]): window sums by a
 -- convolution with a ones kernel (outside autocast), divided as PyTorch divides.
 function F.avg_pool2d(input, kernel_size, o)
+  o = check("avg_pool2d", o, {"stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"})
   local k = int_pair(kernel_size, "kernel_size")
   local s = int_pair(pool_stride(o) or k, "stride")
   local p = int_pair(opt(o, "padding", 0), "padding")

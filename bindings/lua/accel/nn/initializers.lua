@@ -13,7 +13,8 @@
 -- otherwise (then rounded to the tensor's dtype).
 local accel = require("accel")
 local compat = require("accel.compat")
-local raise = require("accel.nn.module").raise
+local base = require("accel.nn.module")
+local raise = base.raise
 
 local I = {}
 
@@ -22,11 +23,13 @@ local function check_tensor(t, what)
   if not t.dtype.is_floating_point then raise("nn.init.%s: expected a floating point tensor, got %s", what, tostring(t.dtype)) end
 end
 
--- Positional args, or one options table in their place: args(a, {"x", "y"}, defaults)
-local function args(given, names, defaults)
+-- Positional args, or one options table in their place: args(what, a, {"x", "y"}, defaults);
+-- the table may hold only the names not given positionally.
+local function args(what, given, names, defaults)
   local o = given[1]
   local out = {}
   if type(o) == "table" then
+    base.check_options("nn.init." .. what, o, names)
     for i, k in ipairs(names) do
       local v = o[k]
       if v == nil then v = defaults[i] end
@@ -36,6 +39,7 @@ local function args(given, names, defaults)
     for i = 1, #names do
       local v = given[i]
       if type(v) == "table" then -- positional ones followed by options
+        base.check_options("nn.init." .. what, v, {compat.unpack(names, i, #names)})
         for j = i, #names do
           local w = v[names[j]]
           if w == nil then w = defaults[j] end
@@ -100,20 +104,20 @@ end
 
 function I.uniform_(t, ...)
   check_tensor(t, "uniform_")
-  local a, b = args({...}, {"a", "b"}, {0, 1})
+  local a, b = args("uniform_", {...}, {"a", "b"}, {0, 1})
   return fill(t, uniform(t, a, b))
 end
 
 function I.normal_(t, ...)
   check_tensor(t, "normal_")
-  local mean, std = args({...}, {"mean", "std"}, {0, 1})
+  local mean, std = args("normal_", {...}, {"mean", "std"}, {0, 1})
   return fill(t, normal(t, mean, std))
 end
 
 -- N(mean, std) restricted to [a, b]: out-of-range draws are redrawn.
 function I.trunc_normal_(t, ...)
   check_tensor(t, "trunc_normal_")
-  local mean, std, a, b = args({...}, {"mean", "std", "a", "b"}, {0, 1, -2, 2})
+  local mean, std, a, b = args("trunc_normal_", {...}, {"mean", "std", "a", "b"}, {0, 1, -2, 2})
   if not (a < b) then raise("nn.init.trunc_normal_: need a < b, got a=%g b=%g", a, b) end
   local x = normal(t, mean, std)
   for _ = 1, 1000 do
@@ -146,7 +150,7 @@ end
 
 function I.xavier_uniform_(t, ...)
   check_tensor(t, "xavier_uniform_")
-  local gain = args({...}, {"gain"}, {1})
+  local gain = args("xavier_uniform_", {...}, {"gain"}, {1})
   local fan_in, fan_out = I._calculate_fan_in_and_fan_out(t)
   local bound = gain * math.sqrt(6 / (fan_in + fan_out))
   return fill(t, uniform(t, -bound, bound))
@@ -154,7 +158,7 @@ end
 
 function I.xavier_normal_(t, ...)
   check_tensor(t, "xavier_normal_")
-  local gain = args({...}, {"gain"}, {1})
+  local gain = args("xavier_normal_", {...}, {"gain"}, {1})
   local fan_in, fan_out = I._calculate_fan_in_and_fan_out(t)
   return fill(t, normal(t, 0, gain * math.sqrt(2 / (fan_in + fan_out))))
 end
@@ -168,7 +172,8 @@ end
 -- kaiming_uniform_(t, a=0, mode="fan_in", nonlinearity="leaky_relu"): U(-b, b), b = gain * sqrt(3 / fan)
 function I.kaiming_uniform_(t, ...)
   check_tensor(t, "kaiming_uniform_")
-  local a, mode, nonlinearity = args({...}, {"a", "mode", "nonlinearity"}, {0, "fan_in", "leaky_relu"})
+  local a, mode, nonlinearity = args("kaiming_uniform_", {...}, {"a", "mode", "nonlinearity"},
+    {0, "fan_in", "leaky_relu"})
   local std = kaiming_std(t, a, mode, nonlinearity)
   if not std then return t end -- PyTorch warns and leaves a zero-element tensor alone
   local bound = math.sqrt(3) * std
@@ -177,7 +182,8 @@ end
 
 function I.kaiming_normal_(t, ...)
   check_tensor(t, "kaiming_normal_")
-  local a, mode, nonlinearity = args({...}, {"a", "mode", "nonlinearity"}, {0, "fan_in", "leaky_relu"})
+  local a, mode, nonlinearity = args("kaiming_normal_", {...}, {"a", "mode", "nonlinearity"},
+    {0, "fan_in", "leaky_relu"})
   local std = kaiming_std(t, a, mode, nonlinearity)
   if not std then return t end
   return fill(t, normal(t, 0, std))
@@ -189,7 +195,7 @@ end
 function I.orthogonal_(t, ...)
   check_tensor(t, "orthogonal_")
   if t:dim() < 2 then raise("nn.init.orthogonal_: only tensors with 2 or more dimensions are supported, got shape %s", tostring(t.shape)) end
-  local gain = args({...}, {"gain"}, {1})
+  local gain = args("orthogonal_", {...}, {"gain"}, {1})
   local rows = t:size(1)
   local cols = math.floor(t:numel() / rows)
   local a = accel.randn(rows, cols, {dtype = accel.float64, device = t.device})

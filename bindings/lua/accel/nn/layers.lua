@@ -13,10 +13,9 @@ local F = require("accel.nn.functional")
 local init = require("accel.nn.initializers")
 
 local Parameter, raise, py, export_class = base.Parameter, base.raise, base.pyrepr, base.export_class
+local check_options = base.check_options
 
 local M = {}
-
-local function opts(o) return type(o) == "table" and o or {} end
 
 local function check_size(v, what, name)
   if type(v) ~= "number" or v < 0 or math.floor(v) ~= v then
@@ -55,7 +54,7 @@ local Linear = export_class(M, "Linear")
 -- Linear(in_features, out_features, [{bias = true, dtype =, device =}] or [bias])
 function Linear:init(in_features, out_features, o)
   if type(o) == "boolean" then o = {bias = o} end
-  o = opts(o)
+  o = check_options("Linear", o, {"bias", "dtype", "device"})
   self.in_features = check_size(in_features, "Linear", "in_features")
   self.out_features = check_size(out_features, "Linear", "out_features")
   self.weight = Parameter(empty({out_features, in_features}, o))
@@ -99,7 +98,8 @@ end
 
 -- Embedding(num_embeddings, embedding_dim, [{padding_idx =, dtype =, device =, _weight =}])
 function Embedding:init(num_embeddings, embedding_dim, o)
-  o = opts(o)
+  o = check_options("Embedding", o, {"padding_idx", "max_norm", "scale_grad_by_freq", "sparse", "_weight", "_freeze",
+    "dtype", "device"})
   for _, k in ipairs({"max_norm", "scale_grad_by_freq", "sparse"}) do
     if o[k] then raise("Embedding: option %s is not supported", k) end
   end
@@ -126,12 +126,14 @@ end
 
 -- Embedding.from_pretrained(weight, [{freeze = true, padding_idx =}])
 function Embedding.from_pretrained(embeddings, o)
-  o = opts(o)
+  o = check_options("Embedding.from_pretrained", o,
+    {"freeze", "padding_idx", "max_norm", "scale_grad_by_freq", "sparse"})
   if not accel.is_tensor(embeddings) or embeddings:dim() ~= 2 then
     raise("Embedding.from_pretrained: embeddings must be a 2-D tensor")
   end
   return Embedding(embeddings:size(1), embeddings:size(2),
-    {_weight = embeddings, _freeze = o.freeze ~= false, padding_idx = o.padding_idx})
+    {_weight = embeddings, _freeze = o.freeze ~= false, padding_idx = o.padding_idx, max_norm = o.max_norm,
+     scale_grad_by_freq = o.scale_grad_by_freq, sparse = o.sparse})
 end
 
 function Embedding:forward(input) return F.embedding(input, self.weight, {padding_idx = self.padding_idx}) end
@@ -156,7 +158,7 @@ local LayerNorm = export_class(M, "LayerNorm")
 
 -- LayerNorm(normalized_shape, [{eps = 1e-5, elementwise_affine = true, bias = true, dtype =, device =}])
 function LayerNorm:init(normalized_shape, o)
-  o = opts(o)
+  o = check_options("LayerNorm", o, {"eps", "elementwise_affine", "bias", "dtype", "device"})
   self.normalized_shape = shape_list(normalized_shape, "LayerNorm")
   self.eps = o.eps or 1e-5
   self.elementwise_affine = o.elementwise_affine ~= false
@@ -186,7 +188,7 @@ local RMSNorm = export_class(M, "RMSNorm")
 
 -- RMSNorm(normalized_shape, [{eps = nil (the dtype's machine epsilon), elementwise_affine = true}])
 function RMSNorm:init(normalized_shape, o)
-  o = opts(o)
+  o = check_options("RMSNorm", o, {"eps", "elementwise_affine", "dtype", "device"})
   self.normalized_shape = shape_list(normalized_shape, "RMSNorm")
   self.eps = o.eps
   self.elementwise_affine = o.elementwise_affine ~= false
@@ -211,13 +213,14 @@ local Dropout = export_class(M, "Dropout")
 
 -- Dropout([p = 0.5], [{inplace = false}]) or Dropout({p =, inplace =})
 function Dropout:init(p, o)
-  if type(p) == "table" then o, p = p, p.p end
+  if type(p) == "table" then o, p = check_options("Dropout", p, {"p", "inplace"}), p.p
+  else o = check_options("Dropout", o, {"inplace"}) end
   if p == nil then p = 0.5 end
   if type(p) ~= "number" or p < 0 or p > 1 then
     raise("Dropout: dropout probability has to be between 0 and 1, but got %s", tostring(p))
   end
   self.p = p
-  self.inplace = opts(o).inplace == true
+  self.inplace = o.inplace == true
 end
 
 function Dropout:forward(x) return F.dropout(x, self.p, {training = self.training}) end
@@ -232,7 +235,7 @@ local Conv2d = export_class(M, "Conv2d")
 --   dilation = 1, groups = 1, bias = true, padding_mode = "zeros", dtype =, device =}])
 -- weight {out, in / groups, kh, kw}
 function Conv2d:init(in_channels, out_channels, kernel_size, o)
-  o = opts(o)
+  o = check_options("Conv2d", o, {"stride", "padding", "dilation", "groups", "bias", "padding_mode", "dtype", "device"})
   self.in_channels = check_size(in_channels, "Conv2d", "in_channels")
   self.out_channels = check_size(out_channels, "Conv2d", "out_channels")
   self.kernel_size = pair(kernel_size, "Conv2d", "kernel_size")
@@ -288,7 +291,7 @@ local MaxPool2d = export_class(M, "MaxPool2d")
 --   ceil_mode = false, return_indices = false}]); with return_indices the
 -- forward returns values, indices (0-based flat positions in each plane)
 function MaxPool2d:init(kernel_size, o)
-  o = opts(o)
+  o = check_options("MaxPool2d", o, {"stride", "padding", "dilation", "return_indices", "ceil_mode"})
   self.kernel_size = kernel_size
   self.stride = o.stride or kernel_size
   self.padding = o.padding or 0
@@ -315,7 +318,10 @@ local Flatten = export_class(M, "Flatten")
 
 -- Flatten([start_dim = 2], [end_dim = -1]) or Flatten({start_dim =, end_dim =}); 1-based dims
 function Flatten:init(start_dim, end_dim)
-  if type(start_dim) == "table" then start_dim, end_dim = start_dim.start_dim, start_dim.end_dim end
+  if type(start_dim) == "table" then
+    local o = check_options("Flatten", start_dim, {"start_dim", "end_dim"})
+    start_dim, end_dim = o.start_dim, o.end_dim
+  end
   self.start_dim = start_dim or 2
   self.end_dim = end_dim or -1
 end
@@ -362,13 +368,15 @@ local function activation(name, fn, extra)
 end
 
 local function inplace_repr(self) return self.inplace and "inplace=True" or "" end
-local function inplace_init(self, o)
-  if type(o) == "boolean" then o = {inplace = o} end
-  self.inplace = opts(o).inplace == true
+local function inplace_init(name)
+  return function(self, o)
+    if type(o) == "boolean" then o = {inplace = o} end
+    self.inplace = check_options(name, o, {"inplace"}).inplace == true
+  end
 end
 
-activation("ReLU", function(_, x) return F.relu(x) end, inplace_repr).init = inplace_init
-activation("SiLU", function(_, x) return F.silu(x) end, inplace_repr).init = inplace_init
+activation("ReLU", function(_, x) return F.relu(x) end, inplace_repr).init = inplace_init("ReLU")
+activation("SiLU", function(_, x) return F.silu(x) end, inplace_repr).init = inplace_init("SiLU")
 activation("Tanh", function(_, x) return F.tanh(x) end)
 activation("Sigmoid", function(_, x) return F.sigmoid(x) end)
 
@@ -376,7 +384,7 @@ activation("Sigmoid", function(_, x) return F.sigmoid(x) end)
 local GELU = activation("GELU", function(self, x) return F.gelu(x, {approximate = self.approximate}) end,
   function(self) return "approximate=" .. py(self.approximate) end)
 function GELU:init(o)
-  local a = type(o) == "string" and o or opts(o).approximate or "none"
+  local a = type(o) == "string" and o or check_options("GELU", o, {"approximate"}).approximate or "none"
   if a ~= "none" and a ~= "tanh" then raise("GELU: approximate must be 'none' or 'tanh', got '%s'", tostring(a)) end
   self.approximate = a
 end
@@ -387,15 +395,17 @@ local LeakyReLU = activation("LeakyReLU", function(self, x) return F.leaky_relu(
     return "negative_slope=" .. py(self.negative_slope) .. (self.inplace and ", inplace=True" or "")
   end)
 function LeakyReLU:init(slope, o)
-  if type(slope) == "table" then o, slope = slope, slope.negative_slope end
+  if type(slope) == "table" then
+    o, slope = check_options("LeakyReLU", slope, {"negative_slope", "inplace"}), slope.negative_slope
+  else o = check_options("LeakyReLU", o, {"inplace"}) end
   self.negative_slope = slope or 0.01
-  self.inplace = opts(o).inplace == true
+  self.inplace = o.inplace == true
 end
 
 -- Softmax(dim) / LogSoftmax(dim), dim 1-based, or {dim =}
 local function dim_init(name)
   return function(self, dim)
-    if type(dim) == "table" then dim = dim.dim end
+    if type(dim) == "table" then dim = check_options(name, dim, {"dim"}).dim end
     if type(dim) ~= "number" then raise("%s: dim must be given (e.g. nn.%s(-1)), got %s", name, name, type(dim)) end
     self.dim = dim
   end

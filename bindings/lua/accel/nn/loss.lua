@@ -13,7 +13,11 @@ local raise, export_class = base.raise, base.export_class
 
 local M = {}
 
-local function opts(o) return type(o) == "table" and not accel.is_tensor(o) and o or {} end
+-- o checked against keys (a tensor in o's place is the caller's to refuse)
+local function opts(name, o, keys)
+  if accel.is_tensor(o) then return {} end
+  return base.check_options(name, o, keys)
+end
 
 local function reduction(name, o)
   local r = o.reduction or "mean"
@@ -25,9 +29,9 @@ end
 
 -- The options of a class-target loss (o: its constructor's argument), with
 -- ignore_index set on self; a per-class weight is refused.
-local function class_target_opts(self, name, o)
+local function class_target_opts(self, name, o, keys)
   local first = o
-  o = opts(o)
+  o = opts(name, o, keys)
   if accel.is_tensor(first) or o.weight ~= nil then
     raise("%s: per-class weight is not supported", name)
   end
@@ -37,7 +41,7 @@ end
 
 local CrossEntropyLoss = export_class(M, "CrossEntropyLoss")
 function CrossEntropyLoss:init(o)
-  o = class_target_opts(self, "CrossEntropyLoss", o)
+  o = class_target_opts(self, "CrossEntropyLoss", o, {"weight", "ignore_index", "reduction", "label_smoothing"})
   self.label_smoothing = o.label_smoothing or 0.0
   if self.label_smoothing < 0 or self.label_smoothing > 1 then
     raise("CrossEntropyLoss: label_smoothing must be between 0.0 and 1.0, got %s", tostring(self.label_smoothing))
@@ -51,7 +55,7 @@ end
 
 local NLLLoss = export_class(M, "NLLLoss")
 function NLLLoss:init(o)
-  o = class_target_opts(self, "NLLLoss", o)
+  o = class_target_opts(self, "NLLLoss", o, {"weight", "ignore_index", "reduction"})
   self.reduction = reduction("NLLLoss", o)
 end
 function NLLLoss:forward(input, target)
@@ -59,11 +63,11 @@ function NLLLoss:forward(input, target)
 end
 
 local MSELoss = export_class(M, "MSELoss")
-function MSELoss:init(o) self.reduction = reduction("MSELoss", opts(o)) end
+function MSELoss:init(o) self.reduction = reduction("MSELoss", opts("MSELoss", o, {"reduction"})) end
 function MSELoss:forward(input, target) return F.mse_loss(input, target, {reduction = self.reduction}) end
 
 local L1Loss = export_class(M, "L1Loss")
-function L1Loss:init(o) self.reduction = reduction("L1Loss", opts(o)) end
+function L1Loss:init(o) self.reduction = reduction("L1Loss", opts("L1Loss", o, {"reduction"})) end
 function L1Loss:forward(input, target) return F.l1_loss(input, target, {reduction = self.reduction}) end
 
 -- BCEWithLogitsLoss([{weight =, pos_weight =, reduction =}]): weight and
@@ -71,7 +75,8 @@ function L1Loss:forward(input, target) return F.l1_loss(input, target, {reductio
 -- state_dict when given).
 local BCEWithLogitsLoss = export_class(M, "BCEWithLogitsLoss")
 function BCEWithLogitsLoss:init(o)
-  o = opts(o)
+  if accel.is_tensor(o) then o = {weight = o} end -- PyTorch's first positional argument
+  o = opts("BCEWithLogitsLoss", o, {"weight", "reduction", "pos_weight"})
   self.reduction = reduction("BCEWithLogitsLoss", o)
   self:register_buffer("weight", o.weight)
   self:register_buffer("pos_weight", o.pos_weight)

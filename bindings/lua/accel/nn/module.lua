@@ -55,6 +55,21 @@ local M = {}
 M.raise = require("accel.util").raise
 local raise = M.raise
 
+-- check_options(name, o, keys): o (nil or a table of keyword options) with
+-- every key in the list keys, else "<name>: unknown option '<key>'
+-- (options: a, b, c)" at the user's line (PyTorch's TypeError for an
+-- unexpected keyword). Returns o, or {} for nil.
+function M.check_options(name, o, keys)
+  if o == nil then return {} end
+  if type(o) ~= "table" then raise("%s: options must be a table, got %s", name, type(o)) end
+  for k in pairs(o) do
+    local known = false
+    for _, key in ipairs(keys) do known = known or k == key end
+    if not known then raise("%s: unknown option '%s' (options: %s)", name, tostring(k), table.concat(keys, ", ")) end
+  end
+  return o
+end
+
 -- ---- Parameter ----
 
 local param_set = setmetatable({}, {__mode = "k"})
@@ -63,7 +78,9 @@ local param_set = setmetatable({}, {__mode = "k"})
 -- tensor sharing t's storage, marked as a parameter.
 function M.Parameter(t, requires_grad)
   if not accel.is_tensor(t) then raise("nn.Parameter: expected a tensor, got %s", type(t)) end
-  if type(requires_grad) == "table" then requires_grad = requires_grad.requires_grad end
+  if type(requires_grad) == "table" then
+    requires_grad = M.check_options("nn.Parameter", requires_grad, {"requires_grad"}).requires_grad
+  end
   if requires_grad == nil then requires_grad = true end
   local p = t:detach()
   if requires_grad then p:requires_grad_(true) end

@@ -51,13 +51,13 @@ local function norm_type_of(name, v)
   return v
 end
 
--- clip_grad_norm_(parameters, max_norm, {norm_type = 2, error_if_nonfinite = false}) -> total norm (0-dim tensor)
+-- clip_grad_norm_(parameters, max_norm, {norm_type = 2, error_if_nonfinite = false, foreach =}) -> total norm (0-dim tensor)
 function utils.clip_grad_norm_(parameters, max_norm, opts)
   local name = "clip_grad_norm_"
   local params = param_list(name, parameters)
   if type(max_norm) ~= "number" then raise("%s: max_norm must be a number, got %s", name, type(max_norm)) end
-  if opts ~= nil and type(opts) ~= "table" then raise("%s: options must be a table", name) end
-  opts = opts or {}
+  -- foreach only picks PyTorch's implementation (ignored, as by accel.optim)
+  opts = require("accel.nn.module").check_options(name, opts, {"norm_type", "error_if_nonfinite", "foreach"})
   local norm_type = norm_type_of(name, opts.norm_type)
   -- the gradients stay in C (no Lua handles that would keep them alive past
   -- zero_grad(), see bindings/optim_lua.c)

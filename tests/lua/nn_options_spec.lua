@@ -1,0 +1,206 @@
+-- Keyword options of the nn constructors, nn.functional, nn.init and
+-- nn.utils.clip_grad_norm_: a key the function does not know is an error
+-- "<Name>: unknown option '<key>' (options: a, b, c)" at the caller's
+-- file:line (PyTorch's TypeError for an unexpected keyword), and every key
+-- the message lists is accepted with a value that works.
+local accel = require("accel")
+local support = dofile("tests/lua/support.lua")
+local nn = accel.nn
+local F = nn.functional
+local shape_of = support.shape_of
+
+local f64, dev = accel.float64, accel.get_default_device()
+local x34 = accel.randn(3, 4)
+local img = accel.randn(1, 2, 5, 5)
+local ids = accel.tensor({0, 1, 3}, {dtype = accel.int64})
+local q = accel.randn(1, 2, 3, 4)
+local seq = accel.randn(3, 2, 8)
+local mha = nn.MultiheadAttention(8, 2)
+local w = accel.empty(4, 3)
+local p = accel.ones(3, {requires_grad = true})
+p:sum():backward()
+
+-- One case per function: call(o) passes the options table o to it (written
+-- on one line, so the error must point at that line); good holds a value
+-- that works for every key it accepts; more.required: the keys every call
+-- needs; more.refused maps a listed key that no value can have yet
+-- (PyTorch's, not supported) to its error.
+local CASES = {}
+local function case(name, good, call, more)
+  more = more or {}
+  CASES[#CASES + 1] = {name = name, good = good, call = call, required = more.required, refused = more.refused}
+end
+
+case("nn.Parameter", {requires_grad = false}, function(o) local _ = nn.Parameter(accel.ones(2), o) end)
+case("Linear", {bias = false, dtype = f64, device = dev}, function(o) local _ = nn.Linear(3, 4, o) end)
+case("Embedding", {padding_idx = 0, max_norm = false, scale_grad_by_freq = false, sparse = false,
+  _weight = accel.randn(10, 3), _freeze = true, dtype = f64, device = dev}, function(o) local _ = nn.Embedding(10, 3, o) end)
+case("Embedding.from_pretrained", {freeze = false, padding_idx = 1, max_norm = false, scale_grad_by_freq = false,
+  sparse = false}, function(o) local _ = nn.Embedding.from_pretrained(accel.randn(4, 3), o) end)
+case("LayerNorm", {eps = 1e-6, elementwise_affine = false, bias = false, dtype = f64, device = dev},
+  function(o) local _ = nn.LayerNorm(4, o) end)
+case("RMSNorm", {eps = 1e-6, elementwise_affine = false, dtype = f64, device = dev}, function(o) local _ = nn.RMSNorm(4, o) end)
+case("Dropout", {p = 0.2, inplace = true}, function(o) local _ = nn.Dropout(o) end)
+case("Dropout", {inplace = true}, function(o) local _ = nn.Dropout(0.2, o) end)
+case("Conv2d", {stride = 2, padding = 1, dilation = 2, groups = 2, bias = false, padding_mode = "zeros", dtype = f64,
+  device = dev}, function(o) local _ = nn.Conv2d(2, 4, 3, o) end)
+case("MaxPool2d", {stride = 1, padding = 1, dilation = 2, return_indices = true, ceil_mode = true},
+  function(o) local _ = nn.MaxPool2d(2, o) end)
+case("Flatten", {start_dim = 1, end_dim = 2}, function(o) local _ = nn.Flatten(o) end)
+case("ReLU", {inplace = true}, function(o) local _ = nn.ReLU(o) end)
+case("SiLU", {inplace = true}, function(o) local _ = nn.SiLU(o) end)
+case("GELU", {approximate = "tanh"}, function(o) local _ = nn.GELU(o) end)
+case("LeakyReLU", {negative_slope = 0.2, inplace = true}, function(o) local _ = nn.LeakyReLU(o) end)
+case("LeakyReLU", {inplace = true}, function(o) local _ = nn.LeakyReLU(0.2, o) end)
+case("Softmax", {dim = 2}, function(o) local _ = nn.Softmax(o) end, {required = {"dim"}})
+case("LogSoftmax", {dim = 2}, function(o) local _ = nn.LogSoftmax(o) end, {required = {"dim"}})
+case("MultiheadAttention", {dropout = 0.1, bias = false, add_bias_kv = false, add_zero_attn = false, kdim = 8, vdim = 8,
+  batch_first = true, dtype = f64, device = dev}, function(o) local _ = nn.MultiheadAttention(8, 2, o) end)
+case("MultiheadAttention.forward", {key_padding_mask = accel.zeros(2, 3, {dtype = accel.bool}), need_weights = false,
+  attn_mask = accel.zeros(3, 3), average_attn_weights = false, is_causal = true}, function(o) local _ = mha(seq, seq, seq, o) end)
+case("CrossEntropyLoss", {ignore_index = 1, reduction = "sum", label_smoothing = 0.1},
+  function(o) local _ = nn.CrossEntropyLoss(o) end, {refused = {weight = "per-class weight is not supported"}})
+case("NLLLoss", {ignore_index = 1, reduction = "sum"}, function(o) local _ = nn.NLLLoss(o) end,
+  {refused = {weight = "per-class weight is not supported"}})
+case("MSELoss", {reduction = "sum"}, function(o) local _ = nn.MSELoss(o) end)
+case("L1Loss", {reduction = "sum"}, function(o) local _ = nn.L1Loss(o) end)
+case("BCEWithLogitsLoss", {weight = accel.ones(3), pos_weight = accel.ones(3), reduction = "none"},
+  function(o) local _ = nn.BCEWithLogitsLoss(o) end)
+
+case("gelu", {approximate = "tanh"}, function(o) local _ = F.gelu(x34, o) end)
+case("leaky_relu", {negative_slope = 0.2}, function(o) local _ = F.leaky_relu(x34, o) end)
+case("softmax", {dim = 2, dtype = f64}, function(o) local _ = F.softmax(x34, o) end, {required = {"dim"}})
+case("softmax", {dtype = f64}, function(o) local _ = F.softmax(x34, 2, o) end)
+case("log_softmax", {dim = 2, dtype = f64}, function(o) local _ = F.log_softmax(x34, o) end, {required = {"dim"}})
+case("cross_entropy", {ignore_index = 1, label_smoothing = 0.1, reduction = "sum"},
+  function(o) local _ = F.cross_entropy(x34, ids, o) end)
+case("nll_loss", {ignore_index = 1, reduction = "sum"}, function(o) local _ = F.nll_loss(x34, ids, o) end)
+case("mse_loss", {reduction = "sum"}, function(o) local _ = F.mse_loss(x34, x34, o) end)
+case("l1_loss", {reduction = "sum"}, function(o) local _ = F.l1_loss(x34, x34, o) end)
+case("binary_cross_entropy_with_logits", {weight = accel.ones(4), pos_weight = accel.ones(4), reduction = "none"},
+  function(o) local _ = F.binary_cross_entropy_with_logits(x34, accel.rand(3, 4), o) end)
+case("dropout", {p = 0.2, training = false}, function(o) local _ = F.dropout(x34, o) end)
+case("dropout", {training = false}, function(o) local _ = F.dropout(x34, 0.2, o) end)
+case("embedding", {padding_idx = 0}, function(o) local _ = F.embedding(ids, accel.randn(4, 3), o) end)
+case("layer_norm", {weight = accel.ones(4), bias = accel.zeros(4), eps = 1e-6}, function(o) local _ = F.layer_norm(x34, 4, o) end)
+case("rms_norm", {weight = accel.ones(4), eps = 1e-6}, function(o) local _ = F.rms_norm(x34, 4, o) end)
+case("normalize", {p = 1, dim = 1, eps = 1e-6}, function(o) local _ = F.normalize(x34, o) end)
+case("scaled_dot_product_attention", {attn_mask = accel.ones(3, 3, {dtype = accel.bool}), dropout_p = 0.1,
+  is_causal = true, scale = 0.5}, function(o) local _ = F.scaled_dot_product_attention(q, q, q, o) end)
+case("conv2d", {bias = accel.zeros(4), stride = 2, padding = 1, dilation = 2, groups = 1},
+  function(o) local _ = F.conv2d(img, accel.randn(4, 2, 3, 3), o) end)
+case("conv2d", {bias = accel.zeros(4), stride = 2, padding = 1, dilation = 2, groups = 1},
+  function(o) local _ = F.conv2d(img, accel.randn(4, 2, 3, 3), nil, o) end)
+case("max_pool2d", {stride = 1, padding = 1, dilation = 2, ceil_mode = true, return_indices = true},
+  function(o) local _ = F.max_pool2d(img, 2, o) end)
+case("avg_pool2d", {stride = 1, padding = 1, ceil_mode = true, count_include_pad = false, divisor_override = 3},
+  function(o) local _ = F.avg_pool2d(img, 2, o) end)
+
+case("nn.init.uniform_", {a = -2, b = 2}, function(o) local _ = nn.init.uniform_(w, o) end)
+case("nn.init.uniform_", {b = 2}, function(o) local _ = nn.init.uniform_(w, -2, o) end)
+case("nn.init.normal_", {mean = 1, std = 2}, function(o) local _ = nn.init.normal_(w, o) end)
+case("nn.init.trunc_normal_", {mean = 0.5, std = 2, a = -1, b = 1}, function(o) local _ = nn.init.trunc_normal_(w, o) end)
+case("nn.init.xavier_uniform_", {gain = 2}, function(o) local _ = nn.init.xavier_uniform_(w, o) end)
+case("nn.init.xavier_normal_", {gain = 2}, function(o) local _ = nn.init.xavier_normal_(w, o) end)
+case("nn.init.kaiming_uniform_", {a = 0.1, mode = "fan_out", nonlinearity = "relu"},
+  function(o) local _ = nn.init.kaiming_uniform_(w, o) end)
+case("nn.init.kaiming_normal_", {a = 0.1, mode = "fan_out", nonlinearity = "relu"},
+  function(o) local _ = nn.init.kaiming_normal_(w, o) end)
+case("nn.init.orthogonal_", {gain = 2}, function(o) local _ = nn.init.orthogonal_(w, o) end)
+case("clip_grad_norm_", {norm_type = 1, error_if_nonfinite = true, foreach = false},
+  function(o) local _ = nn.utils.clip_grad_norm_({p}, 10, o) end)
+
+local function sorted_keys(t)
+  local out = {}
+  for k in pairs(t or {}) do out[#out + 1] = k end
+  table.sort(out)
+  return out
+end
+
+describe("nn options", function()
+  it("an unknown key is an error naming the function, the key and the options, at the caller's line", function()
+    for _, c in ipairs(CASES) do
+      local ok, err = pcall(c.call, {misspelled = true})
+      assert.is_false(ok, c.name .. " accepted an unknown option")
+      local line = debug.getinfo(c.call, "S").linedefined
+      local head = ("%s: unknown option 'misspelled' (options: "):format(c.name)
+      assert.is_truthy(err:find(head, 1, true), ("%q lacks %q"):format(err, head))
+      assert.is_truthy(err:find("nn_options_spec.lua:" .. line .. ":", 1, true), ("%q does not point at line %d"):format(err, line))
+      -- the listed options are exactly the keys this spec checks below
+      local listed = {}
+      for k in err:match("%(options: ([^)]*)%)"):gmatch("[%w_]+") do listed[#listed + 1] = k end
+      table.sort(listed)
+      local want = sorted_keys(c.good)
+      for _, k in ipairs(sorted_keys(c.refused)) do want[#want + 1] = k end
+      table.sort(want)
+      assert.are.same(want, listed, c.name)
+    end
+  end)
+
+  it("every listed option works", function()
+    accel.set_seed(0)
+    for _, c in ipairs(CASES) do
+      for _, k in ipairs(sorted_keys(c.good)) do
+        local o = {[k] = c.good[k]}
+        for _, r in ipairs(c.required or {}) do o[r] = c.good[r] end
+        local ok, err = pcall(c.call, o)
+        assert.is_true(ok, ("%s {%s = ...}: %s"):format(c.name, k, tostring(err)))
+      end
+      for _, k in ipairs(sorted_keys(c.refused)) do
+        local ok, err = pcall(c.call, {[k] = accel.ones(4)})
+        assert.is_false(ok)
+        assert.is_truthy(tostring(err):find(c.refused[k], 1, true), tostring(err))
+      end
+    end
+  end)
+
+  it("the audit's misspellings are refused", function()
+    support.expect_error(function() local _ = F.scaled_dot_product_attention(q, q, q, {is_casual = true}) end,
+      "scaled_dot_product_attention: unknown option 'is_casual' (options: attn_mask, dropout_p, is_causal, scale)")
+    support.expect_error(function() local _ = F.cross_entropy(x34, ids, {reduce = "sum"}) end,
+      "cross_entropy: unknown option 'reduce' (options: ignore_index, label_smoothing, reduction)")
+    support.expect_error(function() local _ = nn.Linear(3, 4, {biass = false}) end,
+      "Linear: unknown option 'biass' (options: bias, dtype, device)")
+    support.expect_error(function() local _ = nn.CrossEntropyLoss({label_smothing = 0.1}) end,
+      "CrossEntropyLoss: unknown option 'label_smothing'")
+    support.expect_error(function() local _ = nn.Conv2d(3, 4, 3, {strides = 2}) end, "Conv2d: unknown option 'strides'")
+  end)
+
+  it("the correctly spelled options take effect", function()
+    local causal = F.scaled_dot_product_attention(q, q, q, {is_causal = true})
+    local full = F.scaled_dot_product_attention(q, q, q)
+    -- the first query sees only the first key under the causal mask
+    assert.is_true((causal:select(3, 1) - q:select(3, 1)):abs():max():item() < 1e-5)
+    assert.is_true((causal - full):abs():max():item() > 1e-4)
+    local mean = F.cross_entropy(x34, ids)
+    local sum = F.cross_entropy(x34, ids, {reduction = "sum"})
+    assert.is_true(math.abs(sum:item() - 3 * mean:item()) < 1e-4)
+    assert.is_nil(nn.Linear(3, 4, {bias = false}).bias)
+    local plain, smooth = nn.CrossEntropyLoss(), nn.CrossEntropyLoss({label_smoothing = 0.1})
+    assert.is_true(math.abs(plain(x34, ids):item() - smooth(x34, ids):item()) > 1e-6)
+    assert.are.same({1, 4, 3, 3}, shape_of(nn.Conv2d(2, 4, 3, {stride = 2, padding = 1})(img)))
+  end)
+
+  it("a positional value where only an options table fits is an error, not ignored", function()
+    support.expect_error(function() local _ = nn.Conv2d(3, 4, 3, 2) end, "Conv2d: options must be a table, got number")
+    support.expect_error(function() local _ = nn.MaxPool2d(2, 2) end, "MaxPool2d: options must be a table, got number")
+    support.expect_error(function() local _ = nn.LayerNorm(4, 1e-6) end, "LayerNorm: options must be a table, got number")
+    support.expect_error(function() local _ = F.cross_entropy(x34, ids, "sum") end,
+      "cross_entropy: options must be a table, got string")
+  end)
+
+  it("PyTorch's positional forms still work", function()
+    assert.is_nil(nn.Linear(3, 4, false).bias)
+    assert.are.equal(0.2, nn.LeakyReLU(0.2).negative_slope)
+    assert.is_true(nn.ReLU(true).inplace)
+    assert.are.equal("tanh", nn.GELU("tanh").approximate)
+    assert.are.equal(2, nn.Softmax(2).dim)
+    assert.are.equal(0, nn.Embedding(4, 3, {padding_idx = 0}).padding_idx)
+    assert.are.same({3, 4}, shape_of(F.dropout(x34, 0.5, {training = false})))
+    assert.are.same({3, 3}, shape_of(F.embedding(ids, accel.randn(4, 3), 0)))
+    assert.are.same({3, 4}, shape_of(F.layer_norm(x34, 4, accel.ones(4), accel.zeros(4), 1e-6)))
+    assert.are.same({3, 4}, shape_of(F.rms_norm(x34, {4}, accel.ones(4), 1e-6)))
+    local bce = nn.BCEWithLogitsLoss(accel.ones(4) * 2) -- PyTorch's first positional argument is weight
+    assert.are.same({4}, shape_of(bce.weight))
+  end)
+end)
