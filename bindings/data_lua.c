@@ -41,27 +41,90 @@ static int c_read_idx(lua_State *L) {
     return 1;
 }
 
-/* read_csv(path, delimiter, header) -> float64 (rows, cols), names or nil */
-static int c_read_csv(lua_State *L) {
+/* ---- CSV: csv_open, then csv_read of the fields the Lua side resolved ---- */
+
+#define CSV_MT "accel.CsvFile"
+
+static CsvFile **check_csv(lua_State *L, int idx) { return luaL_checkudata(L, idx, CSV_MT); }
+
+static int csv_gc(lua_State *L) {
+    CsvFile **box = check_csv(L, 1);
+    csv_close(*box);
+    *box = NULL;
+    return 0;
+}
+
+/* csv_open(path, delimiter, header) -> handle, column count, names (list) or nil */
+static int c_csv_open(lua_State *L) {
     const char *path = luaL_checkstring(L, 1);
     size_t dl;
     const char *delim = luaL_checklstring(L, 2, &dl);
     if (dl != 1) return lu_error(L, "CSV: delimiter must be one character, got \"%s\"", delim);
-    char **names;
-    int ncols;
-    Tensor *t = csv_read(path, delim[0], lua_toboolean(L, 3), &names, &ncols);
-    lu_push_tensor(L, t);
-    if (!names) {
+    CsvFile **box = lua_newuserdatauv(L, sizeof *box, 0);
+    *box = NULL;
+    luaL_getmetatable(L, CSV_MT);
+    lua_setmetatable(L, -2); /* from here on __gc closes the file whatever happens */
+    if (!(*box = csv_open(path, delim[0], lua_toboolean(L, 3)))) return lu_core_error(L);
+    int ncols = csv_columns(*box);
+    lua_pushinteger(L, ncols);
+    if (!csv_column_name(*box, 0)) {
         lua_pushnil(L);
-        return 2;
+        return 3;
     }
     lua_createtable(L, ncols, 0);
     for (int i = 0; i < ncols; i++) {
-        lua_pushstring(L, names[i]);
+        lua_pushstring(L, csv_column_name(*box, i));
         lua_rawseti(L, -2, i + 1);
     }
-    datafiles_free_names(names, ncols);
-    return 2;
+    return 3;
+}
+
+/* csv_read(handle, fields) -> one tensor per field, and closes the handle.
+ * fields[i] = {cols = {0-based column, ...}, dtype = dtype, vector = bool}. */
+static int c_csv_read(lua_State *L) {
+    CsvFile **box = check_csv(L, 1);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    if (!*box) return lu_error(L, "CSV: this file was read already");
+    int n = (int)luaL_len(L, 2), total = 0;
+    if (n < 1) return lu_error(L, "CSV: no fields asked for");
+    for (int i = 1; i <= n; i++) {
+        if (lua_rawgeti(L, 2, i) != LUA_TTABLE || lua_getfield(L, -1, "cols") != LUA_TTABLE)
+            return lu_error(L, "CSV: field %d: expected {cols = {...}, dtype = ...}", i);
+        total += (int)luaL_len(L, -1);
+        lua_pop(L, 2);
+    }
+    /* scratch as userdata: collected even when an error below jumps out */
+    CsvField *fields = lua_newuserdatauv(L, (size_t)n * sizeof *fields, 0);
+    int *cols = lua_newuserdatauv(L, (size_t)(total > 0 ? total : 1) * sizeof *cols, 0);
+    Tensor **ts = lua_newuserdatauv(L, (size_t)n * sizeof *ts, 0);
+    for (int i = 0, used = 0; i < n; i++) {
+        lua_rawgeti(L, 2, i + 1);
+        int spec = lua_gettop(L);
+        lua_getfield(L, spec, "cols");
+        int k = (int)luaL_len(L, -1);
+        fields[i].cols = cols + used;
+        fields[i].ncols = k;
+        for (int j = 1; j <= k; j++) {
+            lua_rawgeti(L, -1, j);
+            int isnum = 0;
+            lua_Integer c = lua_tointegerx(L, -1, &isnum);
+            if (!isnum || c < 0 || c >= csv_columns(*box)) return lu_error(L, "CSV: field %d: bad column index", i + 1);
+            cols[used++] = (int)c;
+            lua_pop(L, 1);
+        }
+        lua_getfield(L, spec, "dtype");
+        fields[i].dtype = (DType)lu_check_dtype(L, lua_gettop(L));
+        lua_getfield(L, spec, "vector");
+        fields[i].vector = lua_toboolean(L, -1);
+        lua_settop(L, spec - 1);
+    }
+    int rc = csv_read_fields(*box, fields, n, ts);
+    csv_close(*box);
+    *box = NULL;
+    if (rc < 0) return lu_core_error(L);
+    luaL_checkstack(L, n, "CSV: too many fields");
+    for (int i = 0; i < n; i++) lu_push_tensor(L, ts[i]);
+    return n;
 }
 
 static int c_token_map(lua_State *L) {
@@ -121,8 +184,13 @@ static int c_token_ids(lua_State *L) {
 
 void lu_open_data(lua_State *L, int m) {
     static const luaL_Reg fns[] = {{"data_randperm", c_randperm}, {"data_draw_seed", c_draw_seed},
-                                   {"read_idx", c_read_idx},      {"read_csv", c_read_csv},
+                                   {"read_idx", c_read_idx},      {"csv_open", c_csv_open},
+                                   {"csv_read", c_csv_read},
                                    {"token_map", c_token_map},    {"token_blocks", c_token_blocks},
                                    {"token_ids", c_token_ids},    {NULL, NULL}};
     lu_register_c(L, m, fns);
+    luaL_newmetatable(L, CSV_MT);
+    lua_pushcfunction(L, csv_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pop(L, 1);
 }

@@ -174,16 +174,26 @@ static int run_lua_init(lua_State *L) {
 }
 
 /* The file of module a->module on package.path (pushed), with arg[0] set
- * to it; raises "module 'x' not found" with the places tried. */
+ * to it. NULL (nothing pushed) after reporting "module 'x' not found" with
+ * the places tried, one per line, as lua5.4 reports `-l x`; no traceback,
+ * since no Lua code ran. */
 static const char *find_module(lua_State *L, const HostArgs *a) {
+    int top = lua_gettop(L);
     lua_getglobal(L, "package");
     lua_getfield(L, -1, "searchpath");
     lua_pushstring(L, a->module);
     lua_getfield(L, -3, "path");
     lua_call(L, 2, 2);
-    if (lua_isnil(L, -2))
-        luaL_error(L, "module '%s' not found (-m looks on package.path):%s", a->module,
-                   lua_tostring(L, -1));
+    if (lua_isnil(L, -2)) {
+        /* Lua 5.4 lists "no file 'a'\n\tno file 'b'", LuaJIT "\n\tno file 'a'..." */
+        const char *tried = lua_tostring(L, -1);
+        if (tried == NULL) tried = "";
+        lua_pushfstring(L, "module '%s' not found (-m looks on package.path):%s%s", a->module,
+                        tried[0] == '\0' || tried[0] == '\n' ? "" : "\n\t", tried);
+        host_report(L, LUA_ERRRUN);
+        lua_settop(L, top);
+        return NULL;
+    }
     lua_pop(L, 1);
     lua_remove(L, -2);
     lua_getglobal(L, "arg");
@@ -194,7 +204,10 @@ static const char *find_module(lua_State *L, const HostArgs *a) {
 }
 
 static int run_script(lua_State *L, const HostArgs *a) {
-    if (a->module != NULL) return host_doscript(L, find_module(L, a)) == LUA_OK;
+    if (a->module != NULL) {
+        const char *file = find_module(L, a);
+        return file != NULL && host_doscript(L, file) == LUA_OK;
+    }
     const char *fname = a->argv[a->script];
     int from_stdin = strcmp(fname, "-") == 0 && strcmp(a->argv[a->script - 1], "--") != 0;
     return host_doscript(L, from_stdin ? NULL : fname) == LUA_OK;

@@ -2,7 +2,8 @@
  * and ">> " (or the globals _PROMPT / _PROMPT2), each line first tried as
  * "return <line>" so expressions print their values (with the global
  * print: several results tab-separated, a tensor as PyTorch prints it),
- * incomplete statements continued on the next lines.
+ * incomplete statements continued on the next lines, errors printed as
+ * lua5.4 prints them there (the message and traceback, no program name).
  *
  * On a terminal, lines are read with GNU readline (line editing, up-arrow
  * history, as lua5.4 built with readline); each complete entry, a
@@ -122,6 +123,23 @@ static int read_entry(lua_State *L) {
     return load_statement(L);
 }
 
+/* An error inside the loop, printed as lua5.4's REPL prints it: the
+ * message alone, without the "accel-lua: " that errors of scripts, -e and
+ * -l carry (host_report); "rank R: " first in a rank of a job. Pops it. */
+static void report(lua_State *L, int status) {
+    if (status == LUA_OK) return;
+    const char *msg = lua_tostring(L, -1);
+    if (msg == NULL) msg = "(error object is not a string)";
+    int rank = host_rank();
+    fflush(stdout);
+    if (rank >= 0)
+        fprintf(stderr, "rank %d: %s\n", rank, msg);
+    else
+        fprintf(stderr, "%s\n", msg);
+    fflush(stderr);
+    lua_pop(L, 1);
+}
+
 /* Prints the values above base with the global `print`. */
 static void print_results(lua_State *L, int base) {
     int n = lua_gettop(L) - base;
@@ -132,7 +150,7 @@ static void print_results(lua_State *L, int base) {
     if (lua_pcall(L, n, 0, 0) != LUA_OK) {
         lua_pushfstring(L, "error calling 'print' (%s)", lua_tostring(L, -1));
         lua_remove(L, -2);
-        host_report(L, LUA_ERRRUN);
+        report(L, LUA_ERRRUN);
     }
 }
 
@@ -173,7 +191,7 @@ void host_repl(lua_State *L) {
         if (status == LUA_OK)
             print_results(L, base);
         else
-            host_report(L, status);
+            report(L, status);
         lua_settop(L, base);
     }
     lua_settop(L, base);

@@ -67,6 +67,22 @@ check_error() {
     if [[ $rc -eq 1 && $err == *"usage:"* ]]; then ok "bad option: usage, exit 1"; else bad "bad option: usage, exit 1" "rc=$rc $err"; fi
 }
 
+# -m with a missing module: the places tried one per line, as lua5.4 -l
+# words it, and no traceback (no Lua code ran).
+check_missing_module() {
+    local err rc want
+    err=$(env LUA_PATH="$TMP/mods/?.lua;$TMP/mods/?/init.lua" "$EXE" -m nope.x 2>&1)
+    rc=$?
+    want=$(printf "accel-lua: module 'nope.x' not found (-m looks on package.path):\n\tno file '%s'\n\tno file '%s'" \
+        "$TMP/mods/nope/x.lua" "$TMP/mods/nope/x/init.lua")
+    if [[ $rc -eq 1 && $err == "$want" ]]; then
+        ok "-m missing module: exit 1, the places tried one per line, no traceback"
+    else
+        bad "-m missing module: exit 1, the places tried one per line, no traceback" "rc=$rc
+$err"
+    fi
+}
+
 check_accel() {
     expect 'require("accel") returns a table, also global accel' "table	true" \
         "$EXE" -e 'local a = require("accel"); print(type(a), a == accel)'
@@ -110,6 +126,7 @@ main() {
     check_args
     check_library
     check_error
+    check_missing_module
     check_accel
     check_embedded
     check_module

@@ -24,6 +24,15 @@ check "no terminal: 1+1 prints 2" 'has "> 2"'
 check "no terminal: a multi-line function, then f(4), \"x\" prints 8<TAB>x" 'has ">> >> > 8	x"'
 check "no terminal: a tensor prints as PyTorch does" 'has "tensor([1., 1.])"'
 check "no terminal: no history file written" '[[ ! -e $HOME/.accel_lua_history ]]'
+# An error in the loop prints as lua5.4's REPL prints it (no program name);
+# the loop goes on. A script's error keeps the "accel-lua: " prefix. (A
+# statement, not `error("e")`: tried as `return error("e")`, a tail call,
+# LuaJIT's message would carry no position.)
+run bash -c "printf 'local _ = error(\"e\")\nprint(\"after\")\n' | '$EXE' -i"
+check "no terminal: an error prints as lua5.4's REPL prints it, no program name" \
+    'grep -qx "> stdin:1: e" <<<"$OUT" && ! has "accel-lua: stdin" && has "stack traceback:" && has "after"'
+run "$EXE" -e 'error("e")'
+check "a script's error still names the program" 'has "accel-lua: (command line):1: e"'
 
 if ! command -v tmux >/dev/null; then
     echo "skip the terminal checks: tmux is not installed (scripts/install-deps.sh)"

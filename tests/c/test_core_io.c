@@ -3,7 +3,9 @@
  * crash-safe replacement), tensor_format against strings PyTorch prints,
  * the Philox generator behind rand/randn/randint/randperm, and the size
  * checks (checked arithmetic; crafted IDX / safetensors / token-file
- * headers whose sizes overflow or exceed the file). */
+ * headers whose sizes overflow or exceed the file), and the CSV reader
+ * (only selected columns parsed, integer dtypes exact and range-checked,
+ * BOM, quoting and its errors). */
 #include "core/io/safetensors.h"
 #include "core/io/datafiles.h"
 #include "core/ops.h"
@@ -732,6 +734,122 @@ static void test_tokenfile_sizes(void) {
     tensor_release(tok);
 }
 
+/* ======================= CSV ======================= */
+
+/* All columns of a CSV text as one (rows, cols) field of dtype dt; NULL on error. */
+static Tensor *csv_all(const char *text, bool header, DType dt) {
+    const char *p = tpath("all.csv");
+    write_file(p, text, strlen(text));
+    CsvFile *f = csv_open(p, ',', header);
+    if (!f) return NULL;
+    int cols[16];
+    for (int i = 0; i < 16; i++) cols[i] = i;
+    CsvField all = {cols, csv_columns(f), dt, false};
+    Tensor *t = NULL;
+    if (csv_columns(f) > 16 || csv_read_fields(f, &all, 1, &t) < 0) t = NULL;
+    csv_close(f);
+    return t;
+}
+
+static void expect_csv_error(const char *text, DType dt, const char *part, int line) {
+    accel_clear_error();
+    Tensor *t = csv_all(text, true, dt);
+    check(t == NULL, __FILE__, line, "CSV read fails");
+    check_err(part, __FILE__, line);
+    tensor_release(t);
+}
+
+static void test_csv_columns(void) {
+    /* unselected columns may hold any text: quoted delimiters, quotes, newlines */
+    const char *p = tpath("text.csv");
+    const char *text = "id,name,x\n9007199254740993,\"Smith, J\",1.5\n2,\"two \"\"q\"\"\nlines\",-2\n3,plain, 4e1 \n";
+    write_file(p, text, strlen(text));
+    CsvFile *f = csv_open(p, ',', true);
+    CHECK(f && csv_columns(f) == 3);
+    if (!f) return;
+    CHECK(strcmp(csv_column_name(f, 0), "id") == 0 && strcmp(csv_column_name(f, 2), "x") == 0);
+    int c_id = 0, c_name = 1, c_x = 2, both[2] = {2, 0};
+    CsvField fields[3] = {{&c_id, 1, DT_I64, true}, {&c_x, 1, DT_F32, true}, {both, 2, DT_F64, false}};
+    Tensor *ts[3] = {NULL, NULL, NULL};
+    CHECK(csv_read_fields(f, fields, 3, ts) == 0);
+    int64_t ids[3] = {0};
+    float xs[3] = {0};
+    double pairs[6] = {0};
+    CHECK(ts[0] && ts[0]->dtype == DT_I64 && ts[0]->ndim == 1 && ts[0]->shape[0] == 3 && tensor_to_host(ts[0], ids) == 0);
+    CHECK(ids[0] == 9007199254740993LL && ids[1] == 2 && ids[2] == 3); /* exact: a double gives ...992 */
+    CHECK(ts[1] && ts[1]->dtype == DT_F32 && tensor_to_host(ts[1], xs) == 0 && xs[0] == 1.5f && xs[1] == -2 && xs[2] == 40);
+    CHECK(ts[2] && ts[2]->ndim == 2 && ts[2]->shape[0] == 3 && ts[2]->shape[1] == 2 && tensor_to_host(ts[2], pairs) == 0);
+    CHECK(pairs[0] == 1.5 && pairs[1] == 9007199254740992.0 && pairs[4] == 40 && pairs[5] == 3);
+    for (int i = 0; i < 3; i++) tensor_release(ts[i]);
+    /* the text column itself is no number */
+    CsvField name = {&c_name, 1, DT_F64, true};
+    Tensor *t = NULL;
+    CHECK(csv_read_fields(f, &name, 1, &t) == -1 && t == NULL);
+    CHECK_ERR("text.csv:2: column 2 (\"name\"): \"Smith, J\" is not a number");
+    csv_close(f);
+    /* the legacy reader: every column as float64, with names */
+    char **names = NULL;
+    int ncols = 0;
+    text = "a,\"b \"\"2\"\"\"\n1,2\n";
+    write_file(p, text, strlen(text));
+    t = csv_read(p, ',', true, &names, &ncols);
+    CHECK(t && t->dtype == DT_F64 && ncols == 2 && names && strcmp(names[1], "b \"2\"") == 0);
+    if (t) datafiles_free_names(names, ncols);
+    tensor_release(t);
+}
+
+static void test_csv_integers(void) {
+    Tensor *t = csv_all("a,b\n9223372036854775807,-9223372036854775808\n\"+7\", 0 \n", true, DT_I64);
+    int64_t v[4] = {0};
+    CHECK(t && tensor_to_host(t, v) == 0 && v[0] == INT64_MAX && v[1] == INT64_MIN && v[2] == 7 && v[3] == 0);
+    tensor_release(t);
+    t = csv_all("a,b\n255,0\n", true, DT_U8);
+    uint8_t u[2] = {0};
+    CHECK(t && tensor_to_host(t, u) == 0 && u[0] == 255 && u[1] == 0);
+    tensor_release(t);
+    expect_csv_error("a,b\n1,1.5\n", DT_I64, "all.csv:2: column 2 (\"b\"): \"1.5\" is not an integer (the column is read as int64", __LINE__);
+    expect_csv_error("a\n1e3\n", DT_I32, "\"1e3\" is not an integer", __LINE__);
+    expect_csv_error("a\n0x10\n", DT_I64, "\"0x10\" is not", __LINE__);
+    expect_csv_error("a\nx\n", DT_I64, "\"x\" is not a number", __LINE__);
+    expect_csv_error("a\n-3\n", DT_U8, "all.csv:2: column 1 (\"a\"): \"-3\" is out of range for uint8 (0..255)", __LINE__);
+    expect_csv_error("a\n1\n256\n", DT_U8, "all.csv:3: column 1 (\"a\"): \"256\" is out of range for uint8", __LINE__);
+    expect_csv_error("a\n99999999999999999999\n", DT_I64, "out of range for int64 (-9223372036854775808..9223372036854775807)", __LINE__);
+    expect_csv_error("a\n2147483648\n", DT_I32, "\"2147483648\" is out of range for int32", __LINE__);
+    expect_csv_error("a\n2\n", DT_BOOL, "\"2\" is out of range for bool (0..1)", __LINE__);
+    expect_csv_error("a,b\n1,\n", DT_I64, "all.csv:2: column 2 (\"b\") is empty", __LINE__);
+    /* floats: strtod, nan and inf included */
+    t = csv_all("a,b,c\n1.5,nan,-inf\n", true, DT_F32);
+    float f[3] = {0};
+    CHECK(t && tensor_to_host(t, f) == 0 && f[0] == 1.5f && f[1] != f[1] && f[2] == -INFINITY);
+    tensor_release(t);
+}
+
+static void test_csv_syntax(void) {
+    /* a UTF-8 byte-order mark is no part of the first name */
+    const char *p = tpath("bom.csv");
+    write_file(p, "\xEF\xBB\xBF" "a,b\r\n1,2\r\n", 13);
+    CsvFile *f = csv_open(p, ',', true);
+    CHECK(f && strcmp(csv_column_name(f, 0), "a") == 0);
+    csv_close(f);
+    Tensor *t = csv_all("\xEF\xBB\xBF" "5,6\n", false, DT_I64);
+    int64_t v[2] = {0};
+    CHECK(t && tensor_to_host(t, v) == 0 && v[0] == 5 && v[1] == 6);
+    tensor_release(t);
+    /* a quote never closed is named at the line it opens */
+    expect_csv_error("a,b\n1,2\n\"3,4\n", DT_F64, "all.csv:3: unclosed quote: the quoted field that starts here (column 1) runs to the end of the file", __LINE__);
+    expect_csv_error("a,b\n1,\"2\n3,4\n5,6\n", DT_F64, "all.csv:2: unclosed quote", __LINE__);
+    /* a quoted field may span lines: the record is one, its value errors name the field's line */
+    expect_csv_error("a,b\n\"1\n2\",3\n", DT_F64, "all.csv:2: column 1 (\"a\"): \"1\\n2\" is not a number", __LINE__);
+    expect_csv_error("a,b\n\"x\ny\",3,\n", DT_F64, "all.csv:2: expected 2 fields (as on line 1), found 3", __LINE__);
+    expect_csv_error("a,b\n1,2\n\n3\n", DT_F64, "all.csv:4: expected 2 fields (as on line 1), found 1", __LINE__);
+    expect_csv_error("", DT_F64, "has no rows (not even a header line)", __LINE__);
+    /* spaces around fields (not inside quotes), blank lines, \r\n */
+    t = csv_all(" 1 ,\" 2\"\r\n\r\n  \n3,4", false, DT_F64);
+    double d[4] = {0};
+    CHECK(t && t->shape[0] == 2 && tensor_to_host(t, d) == 0 && d[0] == 1 && d[1] == 2 && d[2] == 3 && d[3] == 4);
+    tensor_release(t);
+}
+
 static void remove_tree(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return;
@@ -768,6 +886,9 @@ int main(void) {
     test_idx_sizes();
     test_safetensors_sizes();
     test_tokenfile_sizes();
+    test_csv_columns();
+    test_csv_integers();
+    test_csv_syntax();
     remove_tree(tmpdir);
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;

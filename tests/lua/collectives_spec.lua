@@ -34,6 +34,12 @@ describe("collectives of values that are not tensors", function()
     assert.is_true(a:broadcast({t})[1]:equal(t))
     assert.are.same({}, a:gather({}))
   end)
+
+  it("pad_across_processes leaves a tensor without the dim as it is (Accelerate's rule)", function()
+    local v = accel.tensor{1, 2, 3}
+    assert.are.equal(v, a:pad_across_processes(v, {dim = 3}))
+    assert.are.equal(v, a:pad_across_processes(v, {dim = -2}))
+  end)
 end)
 
 describe("broadcast_object_list", function()

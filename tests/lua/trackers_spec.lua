@@ -220,6 +220,17 @@ describe("custom trackers", function()
     assert.are.same({lr = 1}, json_of(dir .. "/p"))
   end)
 
+  it("an instance whose fields all come from its class (Mine:new{}) alone in log_with is that tracker", function()
+    local seen = {}
+    local Mine = tracking.GeneralTracker:extend{name = "mine"}
+    function Mine:log(values, step) seen[#seen + 1] = {values.loss, step} end
+    local a = accel.Accelerator{log_with = Mine:new{}}
+    a:init_trackers("p")
+    a:log({loss = 3}, 1)
+    a:end_training()
+    assert.are.same({{3, 1}}, seen)
+  end)
+
   it("a table missing a required field or method is refused, naming it", function()
     local function without(key)
       local t = recorder("mine")

@@ -870,6 +870,12 @@ function Accelerator:prepare_model(model, o)
   if self.num_processes > 1 and not reducer_of(self, model) then
     local kw = self.ddp_kwargs
     ddp.broadcast_model(model, 0, kw.broadcast_buffers)
+    if kw.broadcast_buffers ~= false then
+      ddp.sync_buffers_each_forward(model, function()
+        local r = reducer_of(self, model)
+        return r == nil or r:sync()
+      end)
+    end
     if #ddp.trainable(model) > 0 then -- a frozen model needs no reducer
       local reducer = ddp.Reducer(model, {bucket_cap_mb = kw.bucket_cap_mb,
         find_unused_parameters = kw.find_unused_parameters})
@@ -1326,12 +1332,14 @@ Accelerator.release_memory = Accelerator.free_memory
 -- ---------------------------------------------------------------- trackers
 
 -- log_with -> list of entries: tracker names and custom tracker tables. A
--- table with list items is a list; any other table is one custom tracker.
+-- table with a metatable (an instance, whose methods may all come from its
+-- class) or with fields but no list items is one custom tracker; any other
+-- table is a list.
 local function tracker_entries(log_with)
   if log_with == nil then return {} end
   if type(log_with) == "string" then return {log_with} end
   if not is_table(log_with) then raise("log_with: expected a tracker name, a tracker or a list of them, got %s", type(log_with)) end
-  if log_with[1] == nil and next(log_with) ~= nil then return {log_with} end
+  if getmetatable(log_with) ~= nil or (log_with[1] == nil and next(log_with) ~= nil) then return {log_with} end
   return log_with
 end
 

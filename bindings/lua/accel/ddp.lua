@@ -17,11 +17,12 @@
 -- gradient contribute their accumulated .grad or zeros), waits, and copies
 -- the averages back into .grad. .grad is never a view into a bucket.
 --
--- Decisions: buffers are broadcast from rank 0 at prepare only (the nn
--- library has no layer whose buffers change in training, e.g. no
--- BatchNorm); DistributedDataParallelKwargs accepts Accelerate's keys, of
--- which bucket_cap_mb, find_unused_parameters and broadcast_buffers (false:
--- do not broadcast buffers at prepare) mean something here; dim = 0 (the
+-- Decisions: as PyTorch's DDP with broadcast_buffers = true (the default),
+-- rank 0's buffers are broadcast at prepare and again before every forward
+-- run with grad enabled outside no_sync (a custom module may change its buffers in
+-- forward; a model without buffers pays nothing); DistributedDataParallelKwargs
+-- accepts Accelerate's keys, of which bucket_cap_mb, find_unused_parameters
+-- and broadcast_buffers (false: never) mean something here; dim = 0 (the
 -- only value: nothing is scattered), check_reduction (a no-op in PyTorch
 -- too), gradient_as_bucket_view and static_graph (PyTorch's memory and
 -- speed options, which change no result) are accepted and change nothing
@@ -115,15 +116,9 @@ function ddp.Reducer(params, o)
   return r, list
 end
 
--- Rank src's parameters (and buffers, unless buffers == false) copied into
--- every rank's model, in place.
-function ddp.broadcast_model(model, src, buffers)
+-- Rank src's tensors copied into every rank's, in place.
+local function broadcast_tensors(tensors, src)
   local dist = require("accel.dist")
-  local tensors = {}
-  for _, p in ipairs(model:parameters()) do tensors[#tensors + 1] = p end
-  if buffers ~= false and type(model.buffers) == "function" then
-    for _, b in ipairs(model:buffers()) do tensors[#tensors + 1] = b end
-  end
   accel.no_grad(function()
     for _, t in ipairs(tensors) do
       if t:is_contiguous() then
@@ -132,6 +127,32 @@ function ddp.broadcast_model(model, src, buffers)
         t:copy_(dist.broadcast(t:contiguous(), src or 0))
       end
     end
+  end)
+end
+
+local function buffers_of(model)
+  return type(model.buffers) == "function" and model:buffers() or {}
+end
+
+-- Rank src's parameters (and buffers, unless buffers == false) copied into
+-- every rank's model, in place.
+function ddp.broadcast_model(model, src, buffers)
+  local tensors = {}
+  for _, p in ipairs(model:parameters()) do tensors[#tensors + 1] = p end
+  if buffers ~= false then
+    for _, b in ipairs(buffers_of(model)) do tensors[#tensors + 1] = b end
+  end
+  broadcast_tensors(tensors, src)
+end
+
+-- DDP's broadcast_buffers: a forward pre-hook copying rank 0's buffers into
+-- every rank's before each forward run with grad enabled while syncing()
+-- is true (PyTorch skips it under no_sync); none when the model has no
+-- buffers.
+function ddp.sync_buffers_each_forward(model, syncing)
+  if #buffers_of(model) == 0 then return end
+  model:register_forward_pre_hook(function(m)
+    if accel.is_grad_enabled() and syncing() then broadcast_tensors(buffers_of(m), 0) end
   end)
 end
 

@@ -144,14 +144,13 @@ function ops.broadcast_object_list(comm, list, src)
 end
 
 -- pad_across_processes: pads dim `dim` of each tensor to the largest size
--- any process has, with pad_index, after the data (or before with pad_first).
+-- any process has, with pad_index, after the data (or before with pad_first);
+-- a tensor without that dim (0-dim, or fewer dims) comes back unchanged.
 function ops.pad_across_processes(comm, data, dim, pad_index, pad_first)
   return map_only_tensors("pad_across_processes", "", data, function(t)
     if t:dim() == 0 then return t end
     local d = dim < 0 and t:dim() + dim + 1 or dim
-    if d < 1 or d > t:dim() then
-      raise("pad_across_processes: dim %d out of range for a tensor with %d dims", dim, t:dim())
-    end
+    if d < 1 or d > t:dim() then return t end -- as Accelerate: a tensor without that dim is left as it is
     local sizes = comm:all_gather(accel.tensor({t:size(d)}, {device = "cpu"})) -- a control value: on the host
     local max = t:size(d)
     for _, s in ipairs(sizes) do max = math.max(max, s:item()) end

@@ -189,5 +189,29 @@ do
   acc:print("printed once")
 end
 
+-- ---- DistributedDataParallelKwargs.broadcast_buffers: rank 0's buffers before every forward (PyTorch's DDP) ----
+do
+  local nn = accel.nn
+  local Counter = nn.Module:extend("Counter")
+  function Counter:init()
+    self.l = nn.Linear(1, 1)
+    self:register_buffer("seen", accel.zeros(1))
+  end
+  function Counter:forward(x)
+    accel.no_grad(function() self.seen:add_(x:sum()) end)
+    return self.l(x)
+  end
+  for _, bb in ipairs({true, false}) do
+    local a = accel.Accelerator{kwargs_handlers = {accel.DistributedDataParallelKwargs{broadcast_buffers = bb}}}
+    local m = a:prepare(Counter())
+    for _ = 1, 3 do a:backward(m(accel.tensor{{rank + 1.0}}):sum()) end
+    -- with the broadcast: rank 0's 2 after two forwards, then this rank's own third; without: 3 of its own
+    local want = bb and 2 + (rank + 1) or 3 * (rank + 1)
+    check(m.seen:item() == want, "broadcast_buffers = %s: buffer %g on rank %d, expected %g", tostring(bb),
+      m.seen:item(), rank, want)
+    a:free_memory()
+  end
+end
+
 acc:wait_for_everyone()
 print(("ok rank %d: %d checks"):format(rank, checks))

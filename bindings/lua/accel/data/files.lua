@@ -99,12 +99,15 @@ local function csv_args(path, opts, what, known)
 end
 
 -- read_csv(path, {header = true, delimiter = ",", dtype = accel.float32})
--- -> tensor (rows, columns), column names (list, or nil without header)
+-- -> tensor (rows, columns), column names (list, or nil without header).
+-- Every column is read as dtype (integer dtypes exactly; see core/io/csv.c).
 function M.read_csv(path, opts)
   local header, delim
   opts, header, delim = csv_args(path, opts, "read_csv", CSV_OPTS)
-  local t, names = C.read_csv(path, delim, header)
-  return t:to(opts.dtype or accel.float32), names
+  local file, ncols, names = C.csv_open(path, delim, header)
+  local all = {}
+  for k = 1, ncols do all[k] = k - 1 end
+  return C.csv_read(file, {{cols = all, dtype = opts.dtype or accel.float32}}), names
 end
 
 -- 0-based column of a name or 1-based index.
@@ -128,12 +131,13 @@ local function field_dtype(dtype, f)
 end
 
 -- CSV(path, {header = true, delimiter = ",", columns = nil, dtype = accel.float32})
--- -> a TensorDataset; see init.lua for columns and dtype.
+-- -> a TensorDataset; see init.lua for columns and dtype. Only the selected
+-- columns are read as numbers (each as its field's dtype, integer dtypes
+-- exactly); the others may hold any text.
 function M.CSV(path, opts)
   local header, delim
   opts, header, delim = csv_args(path, opts, "CSV", {header = true, delimiter = true, dtype = true, columns = true})
-  local full, names = C.read_csv(path, delim, header)
-  local ncols = full:size(2)
+  local file, ncols, names = C.csv_open(path, delim, header)
   local cols = opts.columns
   if cols == nil then -- one field: every column
     local all = {}
@@ -141,18 +145,18 @@ function M.CSV(path, opts)
     cols = {all}
   end
   if type(cols) ~= "table" or #cols == 0 then U.fail("CSV: columns must be a non-empty list of column names, indices or lists of them") end
-  local fields = {}
+  local specs = {}
   for f, spec in ipairs(cols) do
-    local t
     if type(spec) == "table" then
+      if #spec == 0 then U.failf("CSV: %s: columns[%d] is an empty list", path, f) end
       local idx = {}
       for k, c in ipairs(spec) do idx[k] = column(c, names, ncols, path) end
-      t = full:index_select(2, accel.tensor(idx, {dtype = accel.int64, device = full.device}))
+      specs[f] = {cols = idx, dtype = field_dtype(opts.dtype, f)}
     else
-      t = full:select(2, column(spec, names, ncols, path) + 1):contiguous()
+      specs[f] = {cols = {column(spec, names, ncols, path)}, dtype = field_dtype(opts.dtype, f), vector = true}
     end
-    fields[f] = t:to(field_dtype(opts.dtype, f))
   end
+  local fields = {C.csv_read(file, specs)}
   local ds = dataset.TensorDataset(U.unpack(fields, 1, #fields))
   ds.columns = names
   return ds

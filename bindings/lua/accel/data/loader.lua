@@ -191,8 +191,8 @@ function DataLoader:__len() return self:_count() end
 
 function DataLoader:iter()
   local st, n = self._state, U.len(self.dataset)
-  local offset = min(self._skip or st.resume or 0, n)
-  self._skip, st.resume = nil, nil
+  local offset = min(self._skip or st.resume or 0, n) -- a skip_first_batches copy skips on every pass
+  st.resume = nil
   local epoch, count = st.epoch, pass_count(self, n, offset)
   st.offset, st.batches = offset, 0
   local order = count > 0 and self:_order(epoch, n) or nil
