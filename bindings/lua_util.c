@@ -332,7 +332,7 @@ int lu_shape(lua_State *L, int idx, int64_t *shape, int *next) {
 
 /* An options table: a plain table (not a tensor, dtype or device) with no [1]. */
 bool lu_is_opts(lua_State *L, int idx) {
-    if (lua_type(L, idx) != LUA_TTABLE || lu_is_dtype(L, idx) || lu_is_device(L, idx)) return false;
+    if (idx == 0 || lua_type(L, idx) != LUA_TTABLE || lu_is_dtype(L, idx) || lu_is_device(L, idx)) return false;
     bool seq = lua_rawgeti(L, idx, 1) != LUA_TNIL;
     lua_pop(L, 1);
     if (seq) return false;
@@ -354,7 +354,7 @@ static bool word_in(const char *word, const char *list) {
 }
 
 void lu_check_opts(lua_State *L, int idx, const char *fn, const char *keys) {
-    if (idx == 0 || !lu_is_opts(L, idx)) return; /* 0: no options table */
+    if (!lu_is_opts(L, idx)) return; /* also idx 0: no options table */
     idx = lua_absindex(L, idx);
     lua_pushnil(L);
     while (lua_next(L, idx) != 0) {

@@ -56,7 +56,7 @@ int lu_dims(lua_State *L, int idx, int *out);
  * *next receives the index after the shape arguments. */
 int lu_shape(lua_State *L, int idx, int64_t *shape, int *next);
 /* An options table at idx (or none). */
-bool lu_is_opts(lua_State *L, int idx);
+bool lu_is_opts(lua_State *L, int idx); /* idx 0: false */
 /* Raises "<fn>: unknown option '<k>' (options: <keys>)" at the user's line
  * for a key of the options table at idx that is not in keys (a
  * space-separated list); nothing when idx is 0 or holds no options table. */

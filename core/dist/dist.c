@@ -120,6 +120,8 @@ static void at_exit(int status, void *arg) {
         fprintf(stderr, "accel-lua: rank %d: exiting with status %d; ending the job\n", world.rank, status);
         dist_abort(&world, status);
     }
+    dist_watch_finished(&world); /* a rank still waiting for this one fails now, saying why */
+    for (DistComm *c = world.next_child; c; c = c->next_child) dist_watch_finished(c);
     finish_job();
 }
 

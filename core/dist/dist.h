@@ -265,6 +265,10 @@ void dist_watchdog_stop(void);
  * detach unmaps them. Without slots the messages name only the waiting rank. */
 void dist_watch_attach(DistComm *c);
 void dist_watch_detach(DistComm *c);
+/* This rank's script has ended (normal exit, before MPI_Finalize): marked in
+ * c's slot, so a rank waiting in a collective this one never entered fails
+ * at once, saying so, instead of at the timeout. */
+void dist_watch_finished(DistComm *c);
 double dist_env_timeout(void); /* ACCEL_LUA_COLLECTIVE_TIMEOUT or the default; -1 with an error if malformed */
 
 void dist_single_init(DistComm *c);

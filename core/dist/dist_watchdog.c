@@ -22,7 +22,10 @@
  * slots with its own count: a rank with a smaller count never entered the
  * collective. Ranks on other machines have no slot here; the message then
  * says so (their state is unknown). Without the file (it could not be
- * created) the message names only the waiting rank.
+ * created) the message names only the waiting rank. A rank whose script
+ * has ended (dist_watch_finished, from the exit handler) or whose process
+ * is gone will never enter a collective it has not entered yet: a rank
+ * waiting for it fails at the watchdog's next wake, not at the timeout.
  *
  * The timeout: ACCEL_LUA_COLLECTIVE_TIMEOUT in seconds (a number >= 0; 0
  * turns the watchdog off; anything else is an error when the communicator
@@ -95,6 +98,7 @@ double dist_get_timeout(void) {
 typedef struct {
     int32_t pid;      /* 0: never written (a rank on another machine) */
     int32_t inside;   /* collectives this rank is in now */
+    int32_t finished; /* its script has ended (it waits in MPI_Finalize) */
     uint64_t entered; /* collectives it has entered */
     uint64_t seq;     /* the last one's number (per kind) */
     double t_enter, t_leave;
@@ -165,6 +169,13 @@ static void publish_begin(const DistTrack *t) {
     __atomic_store_n(&s->entered, t->order, __ATOMIC_RELEASE);
 }
 
+void dist_watch_finished(DistComm *c) {
+    pthread_mutex_lock(&mu);
+    RankSlot *slots = slots_of(c);
+    if (slots) __atomic_store_n(&slots[c->rank].finished, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&mu);
+}
+
 static void publish_end(const DistTrack *t) {
     RankSlot *slots = slots_of(t->comm);
     if (!slots) return;
@@ -223,6 +234,8 @@ static void describe_rank(const DistTrack *t, int q, char *buf, size_t n) {
     }
     if (kill(s->pid, 0) != 0 && errno == ESRCH)
         snprintf(buf + at, n - at, "; not entered by %s (its process has exited)", who);
+    else if (__atomic_load_n(&s->finished, __ATOMIC_ACQUIRE))
+        snprintf(buf + at, n - at, "; not entered by %s (its script has ended)", who);
     else if (e == 0) snprintf(buf + at, n - at, "; not entered by %s (no collective yet)", who);
     else if (inside)
         snprintf(buf + at, n - at, "; not entered by %s (still in %s #%llu, for %.1f s)", who, s->name,
@@ -232,7 +245,21 @@ static void describe_rank(const DistTrack *t, int q, char *buf, size_t n) {
                  (unsigned long long)s->seq, t_now - s->t_leave);
 }
 
-/* Called with mu held; never returns. */
+/* Whether a rank of t's communicator will never enter t: it has not yet,
+ * and its script has ended or its process is gone. Called with mu held. */
+static bool never_entered(const DistTrack *t) {
+    const RankSlot *slots = slots_of(t->comm);
+    for (int q = 0; slots && q < t->comm->size; q++) {
+        const RankSlot *s = &slots[q];
+        if (q == t->comm->rank || __atomic_load_n(&s->pid, __ATOMIC_ACQUIRE) == 0) continue;
+        if (__atomic_load_n(&s->entered, __ATOMIC_ACQUIRE) >= t->order) continue;
+        if (__atomic_load_n(&s->finished, __ATOMIC_ACQUIRE) || (kill(s->pid, 0) != 0 && errno == ESRCH)) return true;
+    }
+    return false;
+}
+
+/* Called with mu held; never returns. limit < 0: a rank will never enter
+ * it (never_entered), so it cannot complete. */
 static void fire(const DistTrack *t, double limit) {
     const DistComm *c = t->comm;
     size_t n = 256 + 160 * (size_t)c->size;
@@ -244,8 +271,10 @@ static void fire(const DistTrack *t, double limit) {
     if (!slots_of(c)) snprintf(others, n, " (other ranks may have died)");
     else if (!others[0]) snprintf(others, n, "; every rank entered it (one may be stuck inside it)");
     if (c->world_ranks) snprintf(where, sizeof where, " on the %s communicator", c->label);
-    snprintf(msg, n, "accel-lua: rank %d: collective %s #%llu%s timed out after %g s%s\n", watched->rank, t->name,
-             (unsigned long long)t->seq, where, limit, others);
+    char why[64] = "cannot complete";
+    if (limit >= 0) snprintf(why, sizeof why, "timed out after %g s", limit);
+    snprintf(msg, n, "accel-lua: rank %d: collective %s #%llu%s %s%s\n", watched->rank, t->name,
+             (unsigned long long)t->seq, where, why, others);
     pthread_mutex_unlock(&mu);
     fputs(msg, stderr);
     fflush(stderr);
@@ -259,6 +288,7 @@ static void *watch_loop(void *arg) {
     while (!stopping) {
         double limit = current_timeout();
         if (limit > 0 && oldest && now() - oldest->t0 > limit) fire(oldest, limit);
+        if (limit > 0 && oldest && never_entered(oldest)) fire(oldest, -1);
         double nap = limit > 0 && limit < 10 ? limit / 10 : 1.0;
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -74,6 +74,12 @@ do
     {env = unset .. "ACCEL_LUA_COLLECTIVE_TIMEOUT=0"})
   check("ACCEL_LUA_COLLECTIVE_TIMEOUT=0 turns the watchdog off", run, {run.code == 0, "exit status"},
     {has(run.out, "timeout 0.0"), "get_timeout is not 0"})
+  -- a rank whose script ends normally while rank 0 waits for it: at once, not at the (default 300 s) timeout
+  run = mpirun(2, "-e " .. quote("local d = require('accel').dist; if d.get_rank() == 0 then d.barrier() end"),
+    {env = unset})
+  check("a rank whose script ended is named at once by the rank waiting for it", run, {run.code ~= 0, "job exited 0"},
+    {has(run.err, "accel-lua: rank 0: collective barrier #1 cannot complete; not entered by rank 1 (its script has "
+      .. "ended)"), "stderr does not say rank 1's script ended"}, {run.secs < 15, "took 15 s or more"})
   run = mpirun(2, "-e " .. quote("require('accel').dist.barrier()"), {env = unset .. "ACCEL_LUA_DEBUG_MODE=maybe"})
   check("ACCEL_LUA_DEBUG_MODE=maybe is an error", run, {run.code ~= 0, "job exited 0"},
     {has(run.err, "ACCEL_LUA_DEBUG_MODE=maybe is not a boolean"), "no error naming it"})

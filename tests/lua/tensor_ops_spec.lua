@@ -210,7 +210,9 @@ describe("elementwise unary math", function()
     assert.are.equal(accel.float32, f.dtype)
     assert_exact({-1.5, 0, 1.5}, f:tolist())
     assert.are.equal(accel.int32, i:clamp(-1, 1).dtype) -- integer bounds keep the dtype
-    assert.are.equal(accel.float32, i:clamp({max = 2.0}).dtype)
+    if not support.luajit then -- LuaJIT has no float subtype: 2.0 is the integer 2 there
+      assert.are.equal(accel.float32, i:clamp({max = 2.0}).dtype)
+    end
     local ok, err = pcall(function() return i:clone():clamp_(0.5) end)
     assert.is_false(ok)
     assert.truthy(tostring(err):find("clamp_: a float bound makes the result float32", 1, true), err)
@@ -218,14 +220,14 @@ describe("elementwise unary math", function()
 
   it("integer floor division and remainder by zero are errors (PyTorch's ZeroDivisionError); float gives inf", function()
     local a, z = accel.tensor{7, -7}, accel.tensor{0, 2}
-    for _, f in ipairs({function() return a // z end, function() return a % z end, function() return a:fmod(0) end,
+    for _, f in ipairs({function() return a:floor_divide(z) end, function() return a % z end, function() return a:fmod(0) end,
       function() return a:clone():floor_divide_(z) end}) do
       local ok, err = pcall(f)
       assert.is_false(ok)
       assert.truthy(tostring(err):find("integer division by zero", 1, true), err)
     end
-    assert.are.same({3, -4}, (a // 2):tolist())
-    assert.are.same({inf, -inf}, (a:float() // 0):tolist())
+    assert.are.same({3, -4}, a:floor_divide(2):tolist())
+    assert.are.same({inf, -inf}, a:float():floor_divide(0):tolist())
   end)
 
   it("clamp's gradient is 0 at a bound, as PyTorch 2.x's (1.x passed it there)", function()
@@ -726,17 +728,17 @@ describe("reductions", function()
 
   it("an options table with a key the method does not take is one error naming both", function()
     for _, c in ipairs({
-      {function() return x:sum({dimm = 1}) end, "sum: unknown option 'dimm' (options: dim keepdim)"},
-      {function() return x:var(2, {corection = 0}) end, "var: unknown option 'corection'"},
-      {function() return x:norm(2, 3, {keepdm = true}) end, "norm: unknown option 'keepdm'"},
-      {function() return x:max(2, {keepdm = true}) end, "max: unknown option 'keepdm'"},
-      {function() return x:argmax({dimm = 1}) end, "argmax: unknown option 'dimm'"},
-      {function() return x:add(x, {alpah = 2}) end, "add: unknown option 'alpah' (options: alpha)"},
-      {function() return x:clamp({mn = 1}) end, "clamp: unknown option 'mn' (options: min max)"},
-      {function() return x:exp({foo = 1}) end, "exp: unknown option 'foo' (it takes no options)"},
-      {function() return x:to({dtyp = accel.float64}) end, "to: unknown option 'dtyp'"},
-      {function() return accel.zeros(2, {dtyp = accel.float64}) end, "zeros: unknown option 'dtyp'"},
-      {function() return accel.randint(0, 3, {2}, {devise = "cpu"}) end, "randint: unknown option 'devise'"},
+      {function() local _ = x:sum({dimm = 1}) end, "sum: unknown option 'dimm' (options: dim keepdim)"},
+      {function() local _ = x:var(2, {corection = 0}) end, "var: unknown option 'corection'"},
+      {function() local _ = x:norm(2, 3, {keepdm = true}) end, "norm: unknown option 'keepdm'"},
+      {function() local _ = x:max(2, {keepdm = true}) end, "max: unknown option 'keepdm'"},
+      {function() local _ = x:argmax({dimm = 1}) end, "argmax: unknown option 'dimm'"},
+      {function() local _ = x:add(x, {alpah = 2}) end, "add: unknown option 'alpah' (options: alpha)"},
+      {function() local _ = x:clamp({mn = 1}) end, "clamp: unknown option 'mn' (options: min max)"},
+      {function() local _ = x:exp({foo = 1}) end, "exp: unknown option 'foo' (it takes no options)"},
+      {function() local _ = x:to({dtyp = accel.float64}) end, "to: unknown option 'dtyp'"},
+      {function() local _ = accel.zeros(2, {dtyp = accel.float64}) end, "zeros: unknown option 'dtyp'"},
+      {function() local _ = accel.randint(0, 3, {2}, {devise = "cpu"}) end, "randint: unknown option 'devise'"},
     }) do
       local ok, err = pcall(c[1])
       assert.is_false(ok, c[2])
