@@ -353,24 +353,39 @@ static bool word_in(const char *word, const char *list) {
     return false;
 }
 
-void lu_check_opts(lua_State *L, int idx, const char *fn, const char *keys) {
-    if (!lu_is_opts(L, idx)) return; /* also idx 0: no options table */
+/* The first key of the options table at idx that is not in keys (pushed;
+ * a non-string key as its type name), or false when there is none or no
+ * options table (nothing pushed). */
+static bool push_unknown_key(lua_State *L, int idx, const char *keys) {
+    if (!lu_is_opts(L, idx)) return false; /* also idx 0 */
     idx = lua_absindex(L, idx);
     lua_pushnil(L);
     while (lua_next(L, idx) != 0) {
         lua_pop(L, 1);
         if (lua_type(L, -1) != LUA_TSTRING || !word_in(lua_tostring(L, -1), keys)) {
-            const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : luaL_typename(L, -1);
-            if (*keys == '\0') lu_error(L, "%s: unknown option '%s' (it takes no options)", fn, k);
-            lu_error(L, "%s: unknown option '%s' (options: %s)", fn, k, keys);
+            if (lua_type(L, -1) != LUA_TSTRING) lua_pushstring(L, luaL_typename(L, -1)), lua_replace(L, -2);
+            return true;
         }
     }
+    return false;
 }
 
+static int unknown_option(lua_State *L, const char *fn, const char *keys) {
+    const char *k = lua_tostring(L, -1);
+    if (*keys == '\0') return lu_error(L, "%s: unknown option '%s' (it takes no options)", fn, k);
+    return lu_error(L, "%s: unknown option '%s' (options: %s)", fn, k, keys);
+}
+
+void lu_check_opts(lua_State *L, int idx, const char *fn, const char *keys) {
+    if (push_unknown_key(L, idx, keys)) unknown_option(L, fn, keys);
+}
+
+/* The name is looked up only for the error: lua_getinfo is not free. */
 void lu_check_call_opts(lua_State *L, int idx, const char *keys) {
+    if (!push_unknown_key(L, idx, keys)) return;
     lua_Debug ar;
     const char *fn = lua_getstack(L, 0, &ar) && lua_getinfo(L, "n", &ar) && ar.name ? ar.name : "accel";
-    lu_check_opts(L, idx, fn, keys);
+    unknown_option(L, fn, keys);
 }
 
 bool lu_opt_bool(lua_State *L, int idx, const char *key, bool def) {

@@ -286,6 +286,18 @@ describe("GPT-2 behaviour", function()
     assert.is_true(model.training) -- generate restores train mode
   end)
 
+  it("GPT2Config takes HF's aliases and the keys that change nothing here, as HF does", function()
+    local c = gpt2.GPT2Config{hidden_size = 64, num_attention_heads = 4, num_hidden_layers = 3,
+      max_position_embeddings = 32, use_cache = false, pad_token_id = 0, summary_type = "cls_index"}
+    assert.are.same({64, 4, 3, 32}, {c.n_embd, c.n_head, c.n_layer, c.n_positions})
+    local d = gpt2.config_from_dict{model_type = "gpt2", hidden_size = 64, num_hidden_layers = 3,
+      num_attention_heads = 4, vocab_size = 10}
+    assert.are.same({64, 3, 4, 10}, {d.n_embd, d.n_layer, d.n_head, d.vocab_size})
+    fails_with(function() gpt2.GPT2Config{hidden_size = 64, n_embd = 32} end,
+      "GPT2Config: hidden_size = 64 disagrees with n_embd = 32")
+    fails_with(function() gpt2.GPT2Config{add_cross_attention = true} end, "add_cross_attention = true is not supported")
+  end)
+
   it("refuses bad input with one clear error at the caller's line", function()
     local model = gpt2.GPT2LMHeadModel(gpt2.GPT2Config(TINY))
     local int = {dtype = accel.int64}

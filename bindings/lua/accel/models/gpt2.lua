@@ -66,6 +66,14 @@ local DEFAULTS = {
   tie_word_embeddings = true, bos_token_id = 50256, eos_token_id = 50256,
 }
 local OPTIONAL = {n_inner = true, dropout = true}
+-- HF GPT2Config keys that change nothing an LM-head model computes here
+-- (use_cache: generate recomputes the window; pad_token_id; the summary_*
+-- keys of GPT2DoubleHeadsModel's head), kept on the config as given.
+local INERT = {use_cache = true, pad_token_id = true, summary_type = true, summary_use_proj = true,
+  summary_activation = true, summary_proj_to_labels = true, summary_first_dropout = true}
+-- HF's attribute_map: other names of four keys.
+local ALIASES = {hidden_size = "n_embd", num_attention_heads = "n_head", num_hidden_layers = "n_layer",
+  max_position_embeddings = "n_positions"}
 local INTEGER_KEYS = {"vocab_size", "n_positions", "n_embd", "n_layer", "n_head"}
 
 local ACTIVATIONS = {
@@ -103,15 +111,27 @@ local function validate(c)
   return c
 end
 
--- GPT2Config{...}: HF's keys and defaults; unknown keys are an error.
+-- GPT2Config{...}: HF's keys and defaults (also its aliases hidden_size,
+-- num_attention_heads, num_hidden_layers, max_position_embeddings, and the
+-- keys that change nothing here); unknown keys are an error.
 function M.GPT2Config(o)
   if o ~= nil and type(o) ~= "table" then raise("GPT2Config: expected a table of options, got %s", type(o)) end
   o = o or {}
   local c = setmetatable({}, Config)
   for k, v in pairs(DEFAULTS) do c[k] = v end
   for k, v in pairs(o) do
-    if DEFAULTS[k] == nil and not OPTIONAL[k] then raise("GPT2Config: unknown option %q", tostring(k)) end
-    c[k] = v
+    if k == "add_cross_attention" then
+      if v then raise("GPT2Config: add_cross_attention = true is not supported (no encoder-decoder GPT-2 here)") end
+    else
+      local key = ALIASES[k] or k
+      if DEFAULTS[key] == nil and not OPTIONAL[key] and not INERT[key] then
+        raise("GPT2Config: unknown option %q", tostring(k))
+      end
+      if ALIASES[k] and o[key] ~= nil and o[key] ~= v then
+        raise("GPT2Config: %s = %s disagrees with %s = %s", k, tostring(v), key, tostring(o[key]))
+      end
+      c[key] = v
+    end
   end
   if c.dropout ~= nil then
     c.resid_pdrop, c.embd_pdrop, c.attn_pdrop = c.dropout, c.dropout, c.dropout
@@ -129,6 +149,9 @@ function M.config_from_dict(d)
   local o = {}
   for k in pairs(DEFAULTS) do
     if d[k] ~= nil and d[k] ~= json.null then o[k] = d[k] end
+  end
+  for alias, key in pairs(ALIASES) do
+    if o[key] == nil and d[alias] ~= nil and d[alias] ~= json.null then o[key] = d[alias] end
   end
   if d.n_inner ~= nil and d.n_inner ~= json.null then o.n_inner = d.n_inner end
   return M.GPT2Config(o)

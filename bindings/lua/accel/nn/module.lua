@@ -58,9 +58,11 @@ local raise = M.raise
 -- check_options(name, o, keys): o (nil or a table of keyword options) with
 -- every key in the list keys, else "<name>: unknown option '<key>'
 -- (options: a, b, c)" at the user's line (PyTorch's TypeError for an
--- unexpected keyword). Returns o, or {} for nil.
+-- unexpected keyword). Returns o, or one shared empty table for nil.
+local NO_OPTIONS = setmetatable({}, {__newindex = function() error("check_options: the empty options are read-only", 2) end})
+
 function M.check_options(name, o, keys)
-  if o == nil then return {} end
+  if o == nil then return NO_OPTIONS end -- shared: no table made per call
   if type(o) ~= "table" then raise("%s: options must be a table, got %s", name, type(o)) end
   for k in pairs(o) do
     local known = false
