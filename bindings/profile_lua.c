@@ -2,6 +2,7 @@
  * for accel.profiler: start / stop recording and read the events back as
  * Lua tables ready for a Chrome trace (times in microseconds since start). */
 #include "lua_util.h"
+#include <string.h>
 #include "../core/profile.h"
 
 static uint64_t started_ns;
@@ -35,7 +36,10 @@ static void push_event(lua_State *L, const ProfEvent *e, int with_shapes) {
     static const char *const suffix[] = {"", "_", "Backward"};
     static const char *const category[] = {"cpu_op", "cpu_op", "backward"};
     lua_createtable(L, 0, 6);
-    lua_pushfstring(L, "%s%s", e->name, suffix[e->kind]);
+    const char *sfx = suffix[e->kind];
+    size_t n = strlen(e->name), m = strlen(sfx);
+    if (n >= m && m > 0 && strcmp(e->name + n - m, sfx) == 0) sfx = ""; /* a node named ...Backward already */
+    lua_pushfstring(L, "%s%s", e->name, sfx);
     lua_setfield(L, -2, "name");
     lua_pushstring(L, category[e->kind]);
     lua_setfield(L, -2, "cat");

@@ -531,6 +531,15 @@ describe("prepared schedulers", function()
 end)
 
 describe("fp16 loss scaling", function()
+  it("checks each gradient element: large finite gradients whose sum overflows are not skipped", function()
+    local scaler = require("accel.amp").GradScaler{init_scale = 1}
+    local p = accel.zeros(2, {requires_grad = true})
+    p.grad = accel.tensor{2e38, 2e38} -- a float32 sum of the two is inf
+    assert.is_true(scaler:step(optim.SGD({p}, {lr = 0})))
+    p.grad = accel.tensor{2e38, math.huge}
+    assert.is_false(scaler:step(optim.SGD({p}, {lr = 0})))
+  end)
+
   it("skips an overflowing step and halves the scale", function()
     local a = accel.Accelerator{mixed_precision = "fp16"}
     local model = mlp(3, 4, 8, 2)
@@ -665,6 +674,27 @@ describe("bf16", function()
     assert.are.equal(accel.float32, accel.matmul(accel.randn(3, 4), w).dtype)
     local plain = accel.Accelerator()
     assert.are.equal(accel.float32, plain:autocast(function() return accel.matmul(accel.randn(3, 4), w).dtype end))
+  end)
+
+  it("losses run in float32 inside autocast (PyTorch's autocast float32 list); outside, a bf16 input stays bf16", function()
+    local F = accel.nn.functional
+    local a16 = accel.Accelerator{mixed_precision = "fp16"}
+    local x, w1, w2 = accel.randn(4, 8) * 30, accel.randn(8, 8) * 30, accel.randn(8, 8) * 30
+    local loss = a16:autocast(function() return F.mse_loss(F.linear(x, w1), F.linear(x, w2)) end)
+    assert.are.equal(accel.float32, loss.dtype)
+    -- the fp16 products (operands rounded to fp16, float32 accumulation, fp16 result), then float32
+    local function h16(t) return t:half():float() end
+    local want = F.mse_loss(h16(F.linear(h16(x), h16(w1))), h16(F.linear(h16(x), h16(w2)))):item()
+    assert.is_true(loss:item() < math.huge and math.abs(loss:item() - want) <= 1e-5 * want, tostring(loss) .. " " .. want)
+    local a = accel.Accelerator{mixed_precision = "bf16"}
+    a:autocast(function()
+      local h, t = F.linear(x, w1), F.linear(x, w2)
+      for _, l in ipairs({F.mse_loss(h, t), F.l1_loss(h, t), F.binary_cross_entropy_with_logits(h, t:sigmoid()),
+        F.nll_loss(F.log_softmax(h, 2), accel.tensor{0, 1, 2, 3})}) do
+        assert.are.equal(accel.float32, l.dtype)
+      end
+    end)
+    assert.are.equal(accel.bfloat16, F.mse_loss(x:bfloat16(), x:bfloat16()).dtype)
   end)
 
   it("restores autocast when the model's forward raises", function()

@@ -32,6 +32,18 @@ end
 describe("Accelerator:profile", function()
   local acc = accel.Accelerator()
 
+  it("a backward node already named ...Backward is not named ...BackwardBackward", function()
+    local dir = tmpdir()
+    acc:profile(function()
+      local x = accel.randn(3, {requires_grad = true})
+      x:double():sum():backward()
+    end, {output_trace_dir = dir})
+    local names = names_of(json.decode(read(dir .. "/profile_0.json")))
+    for name in pairs(names) do
+      assert.is_falsy(name:find("BackwardBackward", 1, true), "event " .. name)
+    end
+  end)
+
   it("writes profile_<rank>.json with the forward and backward ops and their times", function()
     local dir = tmpdir()
     local run = step()

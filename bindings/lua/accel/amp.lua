@@ -123,10 +123,10 @@ local function opt_state(self, opt)
   return s
 end
 
--- true when every element of g is finite (a sum is inf or NaN otherwise).
+-- true when every element of g is finite (element by element: a sum of
+-- large finite values could overflow to inf).
 local function finite(g)
-  local s = g:sum():item()
-  return s == s and s ~= math.huge and s ~= -math.huge
+  return g:isfinite():sum():item() == g:numel()
 end
 
 -- Divide every gradient of opt's parameters by the scale, once per step.

@@ -49,6 +49,16 @@ function F.cross_entropy(input, target, o)
     opt(o, "reduction", "mean"))
 end
 
+-- Under autocast, the losses below run in float32, as on PyTorch's autocast
+-- float32 list (a bf16 / fp16 input is widened first; outside autocast a
+-- half input keeps its dtype, as in PyTorch).
+local function fp32_in_autocast(t)
+  if not accel.is_tensor(t) or (t.dtype ~= accel.bfloat16 and t.dtype ~= accel.float16) then return t end
+  local cast = C.set_autocast(nil)
+  C.set_autocast(cast)
+  return cast ~= nil and t:float() or t
+end
+
 local function reduce(t, reduction)
   if reduction == "mean" then return t:mean()
   elseif reduction == "sum" then return t:sum()
@@ -58,6 +68,7 @@ end
 
 function F.nll_loss(input, target, o)
   o = check("nll_loss", o, {"ignore_index", "reduction"})
+  input = fp32_in_autocast(input)
   local ignore = opt(o, "ignore_index", -100)
   local safe = target:masked_fill(target:eq(ignore), 0)
   local picked
@@ -74,17 +85,19 @@ function F.nll_loss(input, target, o)
 end
 
 function F.mse_loss(input, target, o)
-  local d = input - target
+  local d = fp32_in_autocast(input) - fp32_in_autocast(target)
   return reduce(d * d, check("mse_loss", o, {"reduction"}).reduction or "mean")
 end
 
 function F.l1_loss(input, target, o)
-  return reduce((input - target):abs(), check("l1_loss", o, {"reduction"}).reduction or "mean")
+  return reduce((fp32_in_autocast(input) - fp32_in_autocast(target)):abs(),
+    check("l1_loss", o, {"reduction"}).reduction or "mean")
 end
 
 -- max(x, 0) - x*t + log(1 + exp(-|x|)), stable for large |x|
 function F.binary_cross_entropy_with_logits(input, target, o)
   o = check("binary_cross_entropy_with_logits", o, {"weight", "pos_weight", "reduction"})
+  input, target = fp32_in_autocast(input), fp32_in_autocast(target)
   local loss = input:relu() - input * target + (-input:abs()):exp():log1p()
   local pw = opt(o, "pos_weight", nil)
   if pw then
