@@ -741,6 +741,11 @@ static int t_to(lua_State *L) {
 static int t_backward(lua_State *L) {
     Tensor *t = SELF;
     Tensor *g = lu_to_tensor(L, 2);
+    for (int i = g ? 3 : 2; i <= lua_gettop(L); i++) /* torch's retain_graph / create_graph / inputs */
+        if (!lua_isnil(L, i))
+            return lu_error(L, "backward: argument %d must be the gradient tensor (or nil), got %s; retain_graph, "
+                               "create_graph and inputs are not supported",
+                            i - 1, luaL_typename(L, i));
     lu_gc_before_backward(L);
     if (lu_run_backward(L, t, g) < 0) lu_core_error(L);
     return 0;

@@ -736,6 +736,56 @@ describe("custom functions from Lua", function()
     local NotTensor = accel.autograd.Function{forward = function() return 3 end, backward = function() end}
     assert.matches("must return a tensor", errmsg(function() NotTensor(gc.randn(2)) end))
   end)
+
+  it("checks backward's results as PyTorch does: count, shapes, saved tensors changed in place", function()
+    local function ident(bw)
+      return accel.autograd.Function{name = "Ident", forward = function(ctx, a, b)
+        ctx:save_for_backward(a)
+        return a * 1
+      end, backward = bw}
+    end
+    local x, w = gc.randn(2), gc.randn(2)
+    local few = ident(function(_, g) return g end)
+    assert.matches("Ident backward returned an incorrect number of gradients %(expected 2, got 1%)",
+      errmsg(function() few(x, w):sum():backward() end))
+    few(x, w:detach()):sum():backward() -- fine: the missing trailing gradient is not needed
+    local many = ident(function(_, g) return g, nil, g end)
+    assert.matches("expected 2, got 3", errmsg(function() many(x, w):sum():backward() end))
+    local bad = ident(function(_, g) return g:sum(), nil end)
+    assert.matches("invalid gradient at index 1: got %[%] but expected shape %[2%]",
+      errmsg(function() bad(x, w:detach()):sum():backward() end))
+    local ok = ident(function(_, g) return g, nil end)
+    local b = x * 1
+    local y = ok(b, w:detach())
+    b:add_(10)
+    assert.matches("saved tensor 1 %(shape %[2%]%) was modified by an in%-place operation",
+      errmsg(function() y:sum():backward() end))
+  end)
+
+  it("t:backward with something other than a gradient tensor is an error (torch's TypeError), not ignored", function()
+    local x = gc.randn(2)
+    local y = (x * x):sum()
+    assert.matches("backward: argument 1 must be the gradient tensor %(or nil%), got number",
+      errmsg(function() y:backward(5) end))
+    assert.matches("retain_graph, create_graph and inputs are not supported",
+      errmsg(function() y:backward({retain_graph = true}) end))
+    y:backward(nil)
+    assert_close(x.grad, x:detach() * 2)
+  end)
+
+  it("sets ctx.needs_input_grad before forward and takes several outputs", function()
+    local seen
+    local Two = accel.autograd.Function{forward = function(ctx, a)
+      seen = ctx.needs_input_grad[1]
+      return a * 2, a * 3
+    end, backward = function(_, g1, g2) return g1 * 2 + g2 * 3 end}
+    local x = gc.randn(3)
+    local p, q = Two(x)
+    assert.is_true(seen)
+    assert.is_truthy(q, "the second output was lost")
+    ;(p:sum() + q:sum()):backward()
+    assert_close(x.grad, accel.full({3}, 5, {dtype = x.dtype}))
+  end)
 end)
 
 -- Leaf hooks (Tensor.grad_hook, what DDP's reducer hangs on): one call per

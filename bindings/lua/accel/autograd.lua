@@ -6,9 +6,15 @@
 --   }
 --   local y = Square(x)           -- or Square.apply(x)
 --
--- forward runs without recording a graph and returns one tensor; backward
--- receives the gradient of that output and returns one gradient (or nil) per
--- argument of forward, in order.
+-- forward runs without recording a graph and returns one tensor, or
+-- several (each gets the custom node; backward then receives one gradient
+-- per output); backward returns one gradient (or nil) per argument of
+-- forward, in order. As PyTorch checks: ctx.needs_input_grad is set before
+-- forward; backward must return that many gradients (extra ones only nil;
+-- trailing ones may be left out where no gradient is needed, since Lua
+-- cannot tell a trailing nil from none), each of its input's shape; a tensor saved with ctx:save_for_backward and
+-- modified in place before backward is an error. def.name names the
+-- function in errors.
 local accel = require("accel")
 local compat = require("accel.compat")
 
@@ -21,26 +27,85 @@ function Ctx:save_for_backward(...)
   self.saved_tensors = {...}
 end
 
+local function shape_str(t)
+  local d = {}
+  for i = 1, t:dim() do d[i] = t:size(i) end
+  return "[" .. table.concat(d, ", ") .. "]"
+end
+
+-- The saved tensors' versions when forward returned (in-place changes since
+-- then make backward's inputs wrong).
+local function saved_versions(ctx)
+  local v = {}
+  for i, t in ipairs(ctx.saved_tensors) do v[i] = accel.is_tensor(t) and t._version or false end
+  return v
+end
+
+local function check_saved(name, ctx, versions)
+  for i, t in ipairs(ctx.saved_tensors) do
+    if versions[i] and t._version ~= versions[i] then
+      error(("%s: saved tensor %d (shape %s) was modified by an in-place operation after forward, so its "
+        .. "backward would use other values (version %d, saved at %d)"):format(name, i, shape_str(t), t._version,
+        versions[i]), 0)
+    end
+  end
+end
+
+-- backward's results checked against forward's arguments. Lua cannot tell
+-- a trailing nil from a missing value, so fewer results are fine while the
+-- arguments left out need no gradient.
+local function check_grads(name, grads, args, needs)
+  local function count_error()
+    error(("%s backward returned an incorrect number of gradients (expected %d, got %d)"):format(name, args.n,
+      grads.n), 0)
+  end
+  for i = args.n + 1, grads.n do
+    if grads[i] ~= nil then count_error() end
+  end
+  for i = grads.n + 1, args.n do
+    if needs[i] then count_error() end
+  end
+  for i = 1, args.n do
+    local g, x = grads[i], args[i]
+    if g ~= nil and accel.is_tensor(x) and accel.is_tensor(g) and shape_str(g) ~= shape_str(x) then
+      error(("%s backward returned an invalid gradient at index %d: got %s but expected shape %s"):format(name, i,
+        shape_str(g), shape_str(x)), 0)
+    end
+  end
+end
+
 function autograd.Function(def)
   if type(def) ~= "table" or type(def.forward) ~= "function" or type(def.backward) ~= "function" then
     error("autograd.Function expects {forward = function(ctx, ...), backward = function(ctx, grad)}", 2)
   end
+  local name = "autograd.Function" .. (def.name and (" " .. tostring(def.name)) or "")
   local F = {}
   function F.apply(...)
     local args = compat.pack(...)
     local ctx = setmetatable({saved_tensors = {}}, Ctx)
-    local out = accel.no_grad(function() return def.forward(ctx, compat.unpack(args, 1, args.n)) end)
-    if not accel.is_tensor(out) then error("autograd.Function forward must return a tensor", 2) end
     local inputs = {}
+    ctx.needs_input_grad = {}
     for i = 1, args.n do
       inputs[i] = accel.is_tensor(args[i]) and args[i] or false
+      ctx.needs_input_grad[i] = inputs[i] and inputs[i].requires_grad or false
     end
-    ctx.needs_input_grad = {}
-    for i = 1, args.n do ctx.needs_input_grad[i] = inputs[i] and inputs[i].requires_grad or false end
-    return accel._C.attach_custom(out, inputs, function(grad)
-      local grads = compat.pack(def.backward(ctx, grad))
+    local outs = accel.no_grad(function() return compat.pack(def.forward(ctx, compat.unpack(args, 1, args.n))) end)
+    for i = 1, math.max(outs.n, 1) do
+      if not accel.is_tensor(outs[i]) then
+        error(("%s forward must return a tensor, or several (value %d is %s)"):format(name, i, type(outs[i])), 2)
+      end
+    end
+    local versions = saved_versions(ctx)
+    local backward = function(...)
+      check_saved(name, ctx, versions)
+      local grads = compat.pack(def.backward(ctx, ...))
+      check_grads(name, grads, args, ctx.needs_input_grad)
       return compat.unpack(grads, 1, args.n)
-    end)
+    end
+    if outs.n == 1 then return accel._C.attach_custom(outs[1], inputs, backward) end
+    local list = {}
+    for i = 1, outs.n do list[i] = outs[i] end
+    return compat.unpack(accel._C.attach_custom(list, inputs, backward), 1, outs.n)
   end
   return setmetatable(F, {__call = function(_, ...) return F.apply(...) end})
 end

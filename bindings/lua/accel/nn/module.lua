@@ -341,10 +341,18 @@ local function list_iter(list)
   end
 end
 
-local function opts_of(o) return type(o) == "table" and o or {} end
+-- A method's options: nil, a table of the keys listed (else an error naming
+-- the method and the key), or PyTorch's first positional value (a boolean
+-- or a string) taken as the option `positional`.
+local function opts_of(o, name, keys, positional)
+  if positional and (type(o) == "boolean" or type(o) == "string") then return {[positional] = o} end
+  return M.check_options(name, o, keys)
+end
+
+local MEMBER_OPTIONS = {"prefix", "recurse", "remove_duplicate"}
 
 local function named_members(self, field, o)
-  o = opts_of(o)
+  o = opts_of(o, field == "_parameters" and "named_parameters" or "named_buffers", MEMBER_OPTIONS, "prefix")
   local prefix = o.prefix or ""
   local dedup = o.remove_duplicate ~= false
   local mods = o.recurse == false and {{prefix, self}} or collect_modules(self, prefix, dedup and {} or nil, {})
@@ -416,7 +424,7 @@ function Module:named_children() return list_iter(direct_children(self)) end
 function Module:children() return values(direct_children(self)) end
 
 function Module:named_modules(o)
-  o = opts_of(o)
+  o = opts_of(o, "named_modules", {"prefix", "remove_duplicate"}, "prefix")
   return list_iter(collect_modules(self, o.prefix or "", o.remove_duplicate ~= false and {} or nil, {}))
 end
 function Module:modules() return values(collect_modules(self, "", {}, {})) end
@@ -534,7 +542,7 @@ local function stage3_engine_of(m)
 end
 
 function Module:state_dict(o)
-  o = opts_of(o)
+  o = opts_of(o, "state_dict", {"prefix", "keep_vars"})
   if not o.keep_vars and stage3_engine_of(self) then
     -- under ZeRO-3 / FULL_SHARD: the full weights, gathered one tensor at a
     -- time (collective: every process calls it), as accelerator:get_state_dict
@@ -569,7 +577,8 @@ end
 -- Mis-shaped or non-tensor entries are always an error; with strict,
 -- missing and unexpected keys are too. Nothing is copied when it errors.
 function Module:load_state_dict(sd, o)
-  o = opts_of(o)
+  o = opts_of(o, "load_state_dict", {"strict", "assign"}, "strict")
+  if o.assign then raise("load_state_dict: assign = true is not supported (values are copied into the parameters)") end
   local strict = o.strict ~= false
   if type(sd) ~= "table" or is_module(sd) then
     raise("load_state_dict: expected a table of name -> tensor, got %s", is_module(sd) and "a Module" or type(sd))
@@ -637,7 +646,7 @@ end
 
 -- zero_grad([{set_to_none = true}])
 function Module:zero_grad(o)
-  local to_none = opts_of(o).set_to_none ~= false
+  local to_none = opts_of(o, "zero_grad", {"set_to_none"}, "set_to_none").set_to_none ~= false
   for _, p in ipairs(self:parameters()) do
     local g = p.grad
     if g ~= nil then
@@ -725,31 +734,50 @@ function Handle:remove()
   if #hooks.pre == 0 and #hooks.post == 0 then rawset(self.module, "_hooks", nil) end
 end
 
-local function add_hook(self, kind, fn)
-  if type(fn) ~= "function" then raise("register_forward_%shook: expected a function", kind == "pre" and "pre_" or "") end
+-- add_hook(self, "pre" | "post", fn, opts): {prepend = true} runs fn
+-- before the hooks already there (PyTorch's prepend); with_kwargs (no
+-- keyword arguments reach a forward here) and always_call are refused when
+-- true.
+local function add_hook(self, kind, fn, o)
+  local name = kind == "pre" and "register_forward_pre_hook" or "register_forward_hook"
+  if type(fn) ~= "function" then raise("%s: expected a function", name) end
+  o = M.check_options(name, o, {"prepend", "with_kwargs", "always_call"})
+  for _, k in ipairs({"with_kwargs", "always_call"}) do
+    if o[k] then raise("%s: %s = true is not supported", name, k) end
+  end
   local hooks = rawget(self, "_hooks")
   if not hooks then
     hooks = {pre = {}, post = {}}
     rawset(self, "_hooks", hooks)
   end
-  table.insert(hooks[kind], fn)
+  table.insert(hooks[kind], o.prepend and 1 or #hooks[kind] + 1, fn)
   return setmetatable({module = self, kind = kind, fn = fn}, Handle)
 end
 
-function Module:register_forward_pre_hook(fn) return add_hook(self, "pre", fn) end
-function Module:register_forward_hook(fn) return add_hook(self, "post", fn) end
+function Module:register_forward_pre_hook(fn, o) return add_hook(self, "pre", fn, o) end
+function Module:register_forward_hook(fn, o) return add_hook(self, "post", fn, o) end
+
+-- A hook's replacement for the arguments / results: a tensor (or any value
+-- that is not a plain list) is the one value; a list is all of them.
+local function as_values(r)
+  if type(r) == "table" and getmetatable(r) == nil then
+    if r.n == nil then r.n = #r end
+    return r
+  end
+  return {r, n = 1}
+end
 
 call_hooked = function(self, ...)
   local hooks = rawget(self, "_hooks")
   local args = compat.pack(...)
   for _, h in ipairs({compat.unpack(hooks.pre)}) do
     local r = h(self, args)
-    if r ~= nil then args = r end
+    if r ~= nil then args = as_values(r) end
   end
   local res = compat.pack(self:forward(compat.unpack(args, 1, args.n)))
   for _, h in ipairs({compat.unpack(hooks.post)}) do
     local r = h(self, args, res)
-    if r ~= nil then res = r end
+    if r ~= nil then res = as_values(r) end
   end
   return compat.unpack(res, 1, res.n)
 end
