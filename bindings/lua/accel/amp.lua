@@ -20,6 +20,13 @@ function amp.dtype_of(mixed_precision)
   return nil
 end
 
+-- The autocast dtype in force now (nil: autocast off), left as it is.
+function amp.current_dtype()
+  local cur = C.set_autocast(nil)
+  C.set_autocast(cur)
+  return cur
+end
+
 -- fn(...) with autocast set to dtype; the previous setting is restored
 -- even when fn raises. Returns fn's results.
 function amp.run(dtype, fn, ...)

@@ -86,7 +86,7 @@ function M.register(name, spec)
   return spec
 end
 
-local function show(v) return type(v) == "string" and ('"' .. v .. '"') or tostring(v) end
+local show = require("accel.util").show
 M.show = show
 
 -- Values this build can honour: limits[key] = {ok = function(v, o) -> bool,

@@ -1,6 +1,9 @@
 -- accel.util: helpers shared by the embedded Lua library.
 local util = {}
 
+-- A value as a message shows it: strings quoted, anything else tostring'd.
+function util.show(v) return type(v) == "string" and ('"' .. v .. '"') or tostring(v) end
+
 -- Raise an error (a message, or a format and its arguments) positioned at
 -- the user's file:line: the first Lua frame outside the embedded library,
 -- as lu_error does for errors raised in C.

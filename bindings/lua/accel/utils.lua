@@ -61,13 +61,11 @@ local OPTIONS = {use_reentrant = true, preserve_rng_state = true}
 -- PyTorch's other keywords: accepted at the value that asks for nothing
 local UNSUPPORTED = {determinism_check = "none", debug = false, context_fn = false}
 
-local function show(v) return type(v) == "string" and ('"' .. v .. '"') or tostring(v) end
-
 -- Refuse an unknown key, a known one that is not a boolean, or an
 -- unsupported one set to something. names: the valid keys, for the message.
 local function check_option(where, k, v, names)
   if OPTIONS[k] then
-    if type(v) ~= "boolean" then raise("%s: %s must be true or false, got %s", where, k, show(v)) end
+    if type(v) ~= "boolean" then raise("%s: %s must be true or false, got %s", where, k, util.show(v)) end
     return
   end
   if UNSUPPORTED[k] ~= nil then
@@ -108,12 +106,6 @@ local function run_with(fn, args, keep_saved, autocast)
   C.set_autocast(prev_cast)
   if not ok then error(res, 0) end
   return res
-end
-
-local function current_autocast()
-  local cur = C.set_autocast(nil)
-  C.set_autocast(cur)
-  return cur
 end
 
 -- A leaf that requires grad, given as an extra input to the checkpoint's
@@ -225,7 +217,7 @@ local function checkpoint_packed(fn, args, o)
   if not callable(fn) then raise("checkpoint: fn must be a function or a callable table, got %s", type(fn)) end
   if not accel.is_grad_enabled() then return fn(compat.unpack(args, 1, args.n)) end
   local reentrant = o.use_reentrant == true
-  local st = {fn = fn, args = args, versions = versions_of(args), autocast = current_autocast()}
+  local st = {fn = fn, args = args, versions = versions_of(args), autocast = require("accel.amp").current_dtype()}
   if o.preserve_rng_state ~= false then st.rng = {accel.get_rng_state()} end
   local fp8 = require("accel.fp8")
   st.fp8 = fp8.checkpoint_begin() -- the fp8 casts' scales, for the recompute
@@ -287,7 +279,7 @@ function utils.checkpoint_module(module, opts)
   local attrs = rawget(module, "_attrs")
   local w = wrapped[module]
   if opts.enabled ~= nil and type(opts.enabled) ~= "boolean" then
-    raise("checkpoint_module: enabled must be true or false, got %s", show(opts.enabled))
+    raise("checkpoint_module: enabled must be true or false, got %s", util.show(opts.enabled))
   end
   if opts.enabled == false then
     if w then

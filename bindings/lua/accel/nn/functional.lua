@@ -54,9 +54,7 @@ end
 -- half input keeps its dtype, as in PyTorch).
 local function fp32_in_autocast(t)
   if not accel.is_tensor(t) or (t.dtype ~= accel.bfloat16 and t.dtype ~= accel.float16) then return t end
-  local cast = C.set_autocast(nil)
-  C.set_autocast(cast)
-  return cast ~= nil and t:float() or t
+  return require("accel.amp").current_dtype() ~= nil and t:float() or t
 end
 
 local function reduce(t, reduction)
