@@ -9,6 +9,8 @@ it = support.lua54_only(it, pending, {
   ["ModuleList holds modules without a forward"] = support.NO_LEN,
   ["ModuleDict keeps the order given as pairs, sorts a hash table"] = support.NO_LEN,
   ["extend / init / forward / __call"] = support.NO_FLOAT_SUBTYPE,
+  ["pairs() over a container gives its children in order; over a layer, its raw fields"] =
+    "__pairs (LuaJIT without 5.2 compatibility ignores it)",
 })
 local nn = accel.nn
 
@@ -477,6 +479,25 @@ end)
 
 describe("containers", function()
   before_each(function() accel.set_seed(0) end)
+
+  it("pairs() over a container gives its children in order; over a layer, its raw fields", function()
+    local a, b = nn.Linear(2, 3), nn.ReLU()
+    local got = {}
+    for i, m in pairs(nn.ModuleList{a, b}) do got[#got + 1] = {i, m} end
+    assert.equals(2, #got)
+    assert.equals(1, got[1][1]); assert.is_true(rawequal(a, got[1][2]))
+    assert.equals(2, got[2][1]); assert.is_true(rawequal(b, got[2][2]))
+    got = {}
+    for i, m in pairs(nn.Sequential(b, a)) do got[#got + 1] = {i, m} end
+    assert.is_true(rawequal(b, got[1][2])); assert.is_true(rawequal(a, got[2][2]))
+    got = {}
+    for k, m in pairs(nn.ModuleDict{{"z", a}, {"y", b}}) do got[#got + 1] = {k, m} end
+    assert.same({"z", "y"}, {got[1][1], got[2][1]})
+    assert.is_true(rawequal(a, got[1][2]))
+    local fields = {}
+    for k in pairs(nn.Linear(1, 1)) do fields[k] = true end
+    assert.is_true(fields._parameters)
+  end)
 
   it("Sequential is indexable (1-based), has a length, appends and inserts", function()
     local a, b, c = nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1)

@@ -2,7 +2,8 @@
 --
 -- Positions are 1-based (seq[1] is the first layer, seq[-1] the last) while
 -- the registered names are PyTorch's "0", "1", ... so state_dict keys match
--- ("0.weight"). ipairs(seq) and #seq work (Lua 5.4 honours __index/__len).
+-- ("0.weight"). ipairs(seq), #seq and pairs(seq) work (Lua 5.4 honours
+-- __index/__len/__pairs; LuaJIT has no __pairs).
 -- A ModuleDict built from a hash table orders its keys by name (Lua tables
 -- have no insertion order); pass a list of {name, module} pairs to choose.
 local accel = require("accel")
@@ -44,6 +45,7 @@ end
 
 local function add_list_methods(cls, what)
   cls.__len = function(self) return #self._modules.keys end
+  cls.__children = function(self) return ipairs(module_list(self)) end
 
   -- seq[i]: nil past the end (so ipairs stops), an error for 0
   cls.__getitem = function(self, i)
@@ -157,6 +159,7 @@ function ModuleDict:init(mods)
 end
 
 ModuleDict.__len = function(self) return #self._modules.keys end
+ModuleDict.__children = function(self) return self:named_children() end
 
 function ModuleDict:keys()
   local out = {}

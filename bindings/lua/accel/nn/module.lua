@@ -151,6 +151,13 @@ local function make_meta(cls)
     return self:forward(...)
   end
   mt.__tostring = function(self) return repr(self) end
+  -- pairs(container): its children in order (i, module) or (name, module);
+  -- any other module: its raw fields
+  mt.__pairs = function(self)
+    local children = cls.__children
+    if children then return children(self) end
+    return next, self, nil
+  end
   mt.__len = function(self)
     local len = cls.__len
     if not len then raise("%s has no length (only containers such as Sequential do)", cls.__name) end

@@ -133,6 +133,13 @@ local function check_number(name, group, key)
   return v
 end
 
+-- check_number and v >= 0; NaN fails too (PyTorch: `not 0.0 <= v`)
+local function check_nonnegative(name, group, key, what)
+  local v = check_number(name, group, key)
+  if not (v >= 0) then raise("%s: Invalid %s: %s", name, what, tostring(v)) end
+  return v
+end
+
 local function check_params(name, list)
   local seen = {}
   for i, p in ipairs(list) do
@@ -407,12 +414,10 @@ end
 
 function SGD:_check_group(g)
   local name = self.__name
-  if check_number(name, g, "lr") < 0 then raise("%s: Invalid learning rate: %s", name, tostring(g.lr)) end
-  if check_number(name, g, "momentum") < 0 then raise("%s: Invalid momentum value: %s", name, tostring(g.momentum)) end
+  check_nonnegative(name, g, "lr", "learning rate")
+  check_nonnegative(name, g, "momentum", "momentum value")
   check_number(name, g, "dampening")
-  if check_number(name, g, "weight_decay") < 0 then
-    raise("%s: Invalid weight_decay value: %s", name, tostring(g.weight_decay))
-  end
+  check_nonnegative(name, g, "weight_decay", "weight_decay value")
   check_bool(name, g, "nesterov")
   check_bool(name, g, "maximize")
   if g.nesterov and (g.momentum <= 0 or g.dampening ~= 0) then
@@ -440,8 +445,8 @@ function SGD:step(closure) return step_groups(self, closure, sgd_group_step) end
 
 local function check_adam_group(self, g)
   local name = self.__name
-  if check_number(name, g, "lr") < 0 then raise("%s: Invalid learning rate: %s", name, tostring(g.lr)) end
-  if check_number(name, g, "eps") < 0 then raise("%s: Invalid epsilon value: %s", name, tostring(g.eps)) end
+  check_nonnegative(name, g, "lr", "learning rate")
+  check_nonnegative(name, g, "eps", "epsilon value")
   local b = g.betas
   if type(b) ~= "table" or type(b[1]) ~= "number" or type(b[2]) ~= "number" or #b ~= 2 then
     raise("%s: option 'betas' must be a list of two numbers {beta1, beta2}", name)
@@ -449,9 +454,7 @@ local function check_adam_group(self, g)
   for i = 1, 2 do
     if not (b[i] >= 0 and b[i] < 1) then raise("%s: Invalid beta parameter at index %d: %s", name, i, tostring(b[i])) end
   end
-  if check_number(name, g, "weight_decay") < 0 then
-    raise("%s: Invalid weight_decay value: %s", name, tostring(g.weight_decay))
-  end
+  check_nonnegative(name, g, "weight_decay", "weight_decay value")
   check_bool(name, g, "amsgrad")
   check_bool(name, g, "maximize")
 end
@@ -503,6 +506,10 @@ optim.AdamW = adam_class("AdamW", 1e-2, true)
 -- opt.step() and the like: "Optimizer.step: call it as obj:step(...)"
 util.check_methods(Optimizer, "Optimizer")
 
+-- PyTorch's optimizers accel-lua does not provide: a clear error, not nil.
+local NOT_PROVIDED = {RMSprop = true, Adagrad = true, Adadelta = true, Adamax = true, NAdam = true, RAdam = true,
+  LBFGS = true, SparseAdam = true, ASGD = true, Rprop = true, Adafactor = true, Muon = true}
+
 -- accel.optim.lr_scheduler, loaded on first use
 return setmetatable(optim, {
   __index = function(t, k)
@@ -510,6 +517,9 @@ return setmetatable(optim, {
       local m = require("accel.optim.lr_scheduler")
       rawset(t, k, m)
       return m
+    end
+    if NOT_PROVIDED[k] then
+      raise("accel.optim.%s is not provided (accel.optim has SGD, Adam and AdamW; docs/optim.md)", k)
     end
   end,
 })

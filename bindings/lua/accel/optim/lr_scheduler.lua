@@ -1,8 +1,12 @@
 -- accel.optim.lr_scheduler: PyTorch's learning-rate schedulers, with the
 -- same (chainable, recursive) formulas, so the values match torch's to the
 -- last bit: StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR, LinearLR,
--- OneCycleLR, LambdaLR, SequentialLR, and HF transformers'
--- get_cosine_schedule_with_warmup / get_linear_schedule_with_warmup.
+-- ConstantLR, PolynomialLR, OneCycleLR, LambdaLR, MultiplicativeLR,
+-- SequentialLR, ChainedScheduler, CosineAnnealingWarmRestarts,
+-- ReduceLROnPlateau, and HF transformers' get_cosine_schedule_with_warmup /
+-- get_linear_schedule_with_warmup. As PyTorch 2.x, the constructor's step
+-- keeps the optimizer's lr (self._is_initial), so a scheduler rebuilt with
+-- last_epoch = k continues where it stopped.
 --
 --   local sched = lr_scheduler.CosineAnnealingLR(optimizer, {T_max = 100})
 --   local sched = lr_scheduler.StepLR(optimizer, 30, {gamma = 0.1})   -- positional works too
@@ -121,9 +125,13 @@ function LRScheduler:init(optimizer, last_epoch)
   self:_initial_step()
 end
 
+-- The constructor's step: get_lr sees self._is_initial (as PyTorch 2.x), so
+-- a scheduler resumed with last_epoch = k keeps the optimizer's lr there.
 function LRScheduler:_initial_step()
   self._step_count = 0
+  self._is_initial = true
   self:step()
+  self._is_initial = nil
 end
 
 function LRScheduler:get_lr() raise("%s: get_lr is not implemented", self.__name) end
@@ -189,7 +197,7 @@ local function scheduler_class(name, spec, setup)
   return cls
 end
 
-local TAIL = {{"last_epoch", -1}, {"verbose", false}}
+local TAIL = {{"last_epoch", -1}}
 local function with_tail(spec)
   for _, s in ipairs(TAIL) do spec[#spec + 1] = s end
   return spec
@@ -256,7 +264,7 @@ local ExponentialLR = scheduler_class("ExponentialLR", with_tail({{"gamma", REQU
 end)
 
 function ExponentialLR:get_lr()
-  if self.last_epoch == 0 then return self:_group_lrs() end
+  if self._is_initial then return self:_group_lrs() end
   return self:_group_lrs(self.gamma)
 end
 
@@ -280,7 +288,7 @@ local CosineAnnealingLR = scheduler_class("CosineAnnealingLR", with_tail({{"T_ma
 function CosineAnnealingLR:get_lr()
   local e, T, eta, pi = self.last_epoch, self.T_max, self.eta_min, math.pi
   local groups, out = self.optimizer.param_groups, {}
-  if e == 0 then return self:_group_lrs() end
+  if self._is_initial then return self:_group_lrs() end
   for i, g in ipairs(groups) do
     local base = self.base_lrs[i]
     if self._step_count == 1 and e > 0 then
@@ -319,7 +327,7 @@ local LinearLR = scheduler_class("LinearLR",
 function LinearLR:get_lr()
   local e, s, f, T = self.last_epoch, self.start_factor, self.end_factor, self.total_iters
   if e == 0 then return self:_group_lrs(s) end
-  if e > T then return self:_group_lrs() end
+  if self._is_initial or e > T then return self:_group_lrs() end
   return self:_group_lrs(1 + (f - s) / (T * s + (e - 1) * (f - s)))
 end
 
@@ -338,22 +346,24 @@ local function is_callable(f)
   return mt ~= nil and type(mt) == "table" and mt.__call ~= nil
 end
 
-local LambdaLR = scheduler_class("LambdaLR", with_tail({{"lr_lambda", REQUIRED}}), function(self, a, optimizer)
-  local n = #optimizer.param_groups
-  local f = a.lr_lambda
-  local fns = {}
+local function lambdas_of(name, f, optimizer)
+  local n, fns = #optimizer.param_groups, {}
   if is_callable(f) then
     for i = 1, n do fns[i] = f end
   elseif type(f) == "table" then
-    if #f ~= n then raise("LambdaLR: Expected %d lr_lambdas, but got %d", n, #f) end
+    if #f ~= n then raise("%s: Expected %d lr_lambdas, but got %d", name, n, #f) end
     for i = 1, n do
-      if not is_callable(f[i]) then raise("LambdaLR: lr_lambda[%d] must be a function", i) end
+      if not is_callable(f[i]) then raise("%s: lr_lambda[%d] must be a function", name, i) end
       fns[i] = f[i]
     end
   else
-    raise("LambdaLR: 'lr_lambda' must be a function of the epoch or a list of them, got %s", type(f))
+    raise("%s: 'lr_lambda' must be a function of the epoch or a list of them, got %s", name, type(f))
   end
-  self.lr_lambdas = fns
+  return fns
+end
+
+local LambdaLR = scheduler_class("LambdaLR", with_tail({{"lr_lambda", REQUIRED}}), function(self, a, optimizer)
+  self.lr_lambdas = lambdas_of("LambdaLR", a.lr_lambda, optimizer)
 end)
 
 function LambdaLR:get_lr()
@@ -373,6 +383,127 @@ function LambdaLR:load_state_dict(sd)
   local fns = self.lr_lambdas
   LRScheduler.load_state_dict(self, sd)
   self.lr_lambdas = fns
+end
+
+-- ---- MultiplicativeLR(optimizer, lr_lambda): lr *= lr_lambda(epoch) ----
+
+
+local MultiplicativeLR = scheduler_class("MultiplicativeLR", with_tail({{"lr_lambda", REQUIRED}}),
+  function(self, a, optimizer) self.lr_lambdas = lambdas_of("MultiplicativeLR", a.lr_lambda, optimizer) end)
+
+function MultiplicativeLR:get_lr()
+  if self._is_initial then return self:_group_lrs() end
+  local out = {}
+  for i, g in ipairs(self.optimizer.param_groups) do out[i] = g.lr * self.lr_lambdas[i](self.last_epoch) end
+  return out
+end
+
+MultiplicativeLR.state_dict = LambdaLR.state_dict
+MultiplicativeLR.load_state_dict = LambdaLR.load_state_dict
+
+-- ---- ConstantLR(optimizer, {factor = 1/3, total_iters = 5}) ----
+
+local ConstantLR = scheduler_class("ConstantLR", with_tail({{"factor", 1.0 / 3}, {"total_iters", 5}}),
+  function(self, a)
+    local f = need_number("ConstantLR", "factor", a.factor)
+    if f > 1 or f < 0 then raise("ConstantLR: Constant multiplicative factor expected to be between 0 and 1.") end
+    self.factor = f
+    self.total_iters = need_number("ConstantLR", "total_iters", a.total_iters)
+  end)
+
+function ConstantLR:get_lr()
+  local e = self.last_epoch
+  if e == 0 then return self:_group_lrs(self.factor) end
+  if e ~= self.total_iters then return self:_group_lrs() end
+  return self:_group_lrs(1.0 / self.factor)
+end
+
+function ConstantLR:_get_closed_form_lr()
+  local out = {}
+  for i, b in ipairs(self.base_lrs) do
+    out[i] = b * (self.factor + (self.last_epoch >= self.total_iters and 1 or 0) * (1 - self.factor))
+  end
+  return out
+end
+
+-- ---- PolynomialLR(optimizer, {total_iters = 5, power = 1}) ----
+
+local PolynomialLR = scheduler_class("PolynomialLR", with_tail({{"total_iters", 5}, {"power", 1.0}}),
+  function(self, a)
+    self.total_iters = need_number("PolynomialLR", "total_iters", a.total_iters)
+    self.power = need_number("PolynomialLR", "power", a.power)
+  end)
+
+function PolynomialLR:get_lr()
+  local e, T = self.last_epoch, self.total_iters
+  if self._is_initial or e > T then return self:_group_lrs() end
+  return self:_group_lrs(((1.0 - e / T) / (1.0 - (e - 1) / T)) ^ self.power)
+end
+
+function PolynomialLR:_get_closed_form_lr()
+  local out = {}
+  for i, b in ipairs(self.base_lrs) do
+    out[i] = b * (1.0 - math.min(self.total_iters, self.last_epoch) / self.total_iters) ^ self.power
+  end
+  return out
+end
+
+-- ---- CosineAnnealingWarmRestarts(optimizer, T_0, {T_mult = 1, eta_min = 0}) ----
+
+local CosineAnnealingWarmRestarts = scheduler_class("CosineAnnealingWarmRestarts",
+  with_tail({{"T_0", REQUIRED}, {"T_mult", 1}, {"eta_min", 0.0}}), function(self, a)
+    local name = "CosineAnnealingWarmRestarts"
+    if type(a.T_0) ~= "number" or a.T_0 <= 0 or a.T_0 ~= math.floor(a.T_0) then
+      raise("%s: Expected positive integer T_0, but got %s", name, tostring(a.T_0))
+    end
+    if type(a.T_mult) ~= "number" or a.T_mult < 1 or a.T_mult ~= math.floor(a.T_mult) then
+      raise("%s: Expected integer T_mult >= 1, but got %s", name, tostring(a.T_mult))
+    end
+    self.T_0, self.T_i, self.T_mult = a.T_0, a.T_0, a.T_mult
+    self.eta_min = need_number(name, "eta_min", a.eta_min)
+    self.T_cur = a.last_epoch
+  end)
+
+function CosineAnnealingWarmRestarts:get_lr()
+  local out = {}
+  for i, b in ipairs(self.base_lrs) do
+    out[i] = self.eta_min + (b - self.eta_min) * (1 + math.cos(math.pi * self.T_cur / self.T_i)) / 2
+  end
+  return out
+end
+
+-- step([epoch]): epoch may be fractional (steps within an epoch), as PyTorch's.
+function CosineAnnealingWarmRestarts:step(epoch)
+  if epoch == nil and self.last_epoch < 0 then epoch = 0 end
+  if epoch == nil then
+    epoch = self.last_epoch + 1
+    self.T_cur = self.T_cur + 1
+    if self.T_cur >= self.T_i then
+      self.T_cur = self.T_cur % self.T_i
+      self.T_i = self.T_i * self.T_mult
+    end
+  else
+    need_number(self.__name, "epoch", epoch)
+    if epoch < 0 then raise("%s: Expected non-negative epoch, but got %s", self.__name, tostring(epoch)) end
+    if epoch >= self.T_0 then
+      if self.T_mult == 1 then
+        self.T_cur = epoch % self.T_0
+      else
+        local n = math.floor(math.log(epoch / self.T_0 * (self.T_mult - 1) + 1) / math.log(self.T_mult))
+        self.T_cur = epoch - self.T_0 * (self.T_mult ^ n - 1) / (self.T_mult - 1)
+        self.T_i = self.T_0 * self.T_mult ^ n
+      end
+    else
+      self.T_i, self.T_cur = self.T_0, epoch
+    end
+  end
+  self.last_epoch = math.floor(epoch)
+  local values, last = self:get_lr(), {}
+  for i, g in ipairs(self.optimizer.param_groups) do
+    g.lr = values[i]
+    last[i] = g.lr
+  end
+  self._last_lr = last
 end
 
 -- ---- OneCycleLR(optimizer, max_lr, {total_steps | epochs + steps_per_epoch, ...}) ----
@@ -475,7 +606,7 @@ end
 function OneCycleLR:get_lr()
   local step_num = self.last_epoch
   if step_num > self.total_steps then
-    raise("OneCycleLR: Tried to step %d times. The specified number of total steps is %d", step_num + 1,
+    raise("OneCycleLR: Tried to step %d times. The specified number of total steps is %d", step_num,
       self.total_steps)
   end
   local lrs, ph = {}, self._schedule_phases
@@ -484,6 +615,11 @@ function OneCycleLR:get_lr()
     for i, phase in ipairs(ph) do
       local end_step = phase.end_step
       if step_num <= end_step or i == #ph then
+        if end_step == start_step then
+          raise("OneCycleLR: phase %d of the schedule has no steps (it ends at step %g, as the one before it): "
+            .. "choose pct_start and total_steps so that every phase has at least one step (PyTorch divides by zero "
+            .. "here)", i, end_step)
+        end
         local pct = (step_num - start_step) / (end_step - start_step)
         lr = anneal(self.anneal_strategy, g[phase.start_lr], g[phase.end_lr], pct)
         if self.cycle_momentum then
@@ -506,18 +642,40 @@ end
 local SequentialLR = LRScheduler:extend("SequentialLR")
 S.SequentialLR = SequentialLR
 
+-- Takes back the constructors' initial steps of the schedulers s holds, and
+-- of those they hold (PyTorch's recursive_undo).
+local function undo_initial_steps(s)
+  if type(rawget(s, "_schedulers")) == "table" then
+    for _, c in ipairs(s._schedulers) do undo_initial_steps(c) end
+  elseif type(s.last_epoch) == "number" then
+    s.last_epoch = s.last_epoch - 1
+  end
+end
+
+-- Checks a list of schedulers all on `optimizer` (SequentialLR, ChainedScheduler).
+local function check_scheduler_list(name, scheds, optimizer)
+  if type(scheds) ~= "table" or #scheds == 0 then raise("%s: 'schedulers' must be a non-empty list", name) end
+  for i, s in ipairs(scheds) do
+    if type(s) ~= "table" or s.optimizer == nil then
+      raise("%s: the scheduler at index %d should have `optimizer` as its attribute", name, i)
+    end
+    if getmetatable(s) == S.ReduceLROnPlateau then
+      raise("%s does not support `ReduceLROnPlateau` scheduler as it requires additional kwargs to be specified "
+        .. "when calling `step`, but got one at index %d in the given schedulers sequence.", name, i)
+    end
+    if s.optimizer ~= optimizer then
+      raise("%s: Sequential Schedulers expects all schedulers to belong to the same optimizer, but got schedulers "
+        .. "at index %d to be different than the optimizer passed in.", name, i)
+    end
+  end
+end
+
 function SequentialLR:init(optimizer, ...)
   local name = "SequentialLR"
   check_optimizer(name, optimizer)
   local a = parse(name, with_tail({{"schedulers", REQUIRED}, {"milestones", REQUIRED}}), ...)
   local scheds, ms = a.schedulers, a.milestones
-  if type(scheds) ~= "table" or #scheds == 0 then raise("%s: 'schedulers' must be a non-empty list", name) end
-  for i, s in ipairs(scheds) do
-    if type(s) ~= "table" or s.optimizer ~= optimizer then
-      raise("%s: Sequential Schedulers expects all schedulers to belong to the same optimizer, but got schedulers "
-        .. "at index %d to be different than the optimizer passed in.", name, i)
-    end
-  end
+  check_scheduler_list(name, scheds, optimizer)
   if type(ms) ~= "table" or #ms ~= #scheds - 1 then
     raise("%s: Sequential Schedulers expects number of schedulers provided to be one more than the number of "
       .. "milestone points, but got number of schedulers %d and the number of milestones to be equal to %d", name,
@@ -530,9 +688,10 @@ function SequentialLR:init(optimizer, ...)
   self.last_epoch = need_number(name, "last_epoch", a.last_epoch) + 1
   self.optimizer = optimizer
   for _, g in ipairs(optimizer.param_groups) do g.lr = g.initial_lr end
-  for _, s in ipairs(self._schedulers) do s.last_epoch = s.last_epoch - 1 end
-  self._schedulers[1]:_initial_step()
-  self._last_lr = self._schedulers[1]:get_last_lr()
+  undo_initial_steps(self)
+  local first = self._schedulers[bisect_right(self._milestones, 0) + 1]
+  first:_initial_step()
+  self._last_lr = first:get_last_lr()
 end
 
 function SequentialLR:step()
@@ -568,6 +727,124 @@ function SequentialLR:load_state_dict(sd)
   end
   for i, s in ipairs(self._schedulers) do s:load_state_dict(subs[i]) end
 end
+
+-- ---- ChainedScheduler(schedulers, [{optimizer = opt}]): steps them all ----
+
+local ChainedScheduler = LRScheduler:extend("ChainedScheduler")
+S.ChainedScheduler = ChainedScheduler
+
+function ChainedScheduler:init(schedulers, o)
+  local name = "ChainedScheduler"
+  local a = parse(name, {{"optimizer", nil}}, o)
+  local optimizer = a.optimizer or (type(schedulers) == "table" and type(schedulers[1]) == "table"
+    and schedulers[1].optimizer) or nil
+  check_scheduler_list(name, schedulers, optimizer)
+  self._schedulers = {}
+  for i, s in ipairs(schedulers) do self._schedulers[i] = s end
+  self.optimizer = optimizer
+  self._last_lr = self:_group_lrs()
+end
+
+function ChainedScheduler:step()
+  for _, s in ipairs(self._schedulers) do s:step() end
+  self._last_lr = self:_group_lrs()
+end
+
+ChainedScheduler.state_dict = SequentialLR.state_dict
+ChainedScheduler.load_state_dict = SequentialLR.load_state_dict
+
+-- ---- ReduceLROnPlateau(optimizer, {mode = "min", factor = 0.1, patience = 10, ...}): step(metric) ----
+
+local ReduceLROnPlateau = LRScheduler:extend("ReduceLROnPlateau")
+S.ReduceLROnPlateau = ReduceLROnPlateau
+
+local PLATEAU_SPEC = {{"mode", "min"}, {"factor", 0.1}, {"patience", 10}, {"threshold", 1e-4},
+  {"threshold_mode", "rel"}, {"cooldown", 0}, {"min_lr", 0}, {"eps", 1e-8}}
+
+function ReduceLROnPlateau:init(optimizer, ...)
+  local name = "ReduceLROnPlateau"
+  check_optimizer(name, optimizer)
+  local a = parse(name, PLATEAU_SPEC, ...)
+  if need_number(name, "factor", a.factor) >= 1.0 then raise("%s: Factor should be < 1.0.", name) end
+  if a.mode ~= "min" and a.mode ~= "max" then raise("%s: mode %s is unknown!", name, tostring(a.mode)) end
+  if a.threshold_mode ~= "rel" and a.threshold_mode ~= "abs" then
+    raise("%s: threshold mode %s is unknown!", name, tostring(a.threshold_mode))
+  end
+  self.optimizer = optimizer
+  self.factor, self.mode, self.threshold_mode = a.factor, a.mode, a.threshold_mode
+  self.threshold = need_number(name, "threshold", a.threshold)
+  self.patience = need_number(name, "patience", a.patience)
+  self.cooldown = need_number(name, "cooldown", a.cooldown)
+  self.eps = need_number(name, "eps", a.eps)
+  if type(a.min_lr) == "table" then
+    self.min_lrs = per_group(name, "min_lr", optimizer, a.min_lr)
+  else
+    self.default_min_lr = need_number(name, "min_lr", a.min_lr)
+    self.min_lrs = per_group(name, "min_lr", optimizer, a.min_lr)
+  end
+  self.last_epoch = 0
+  self._last_lr = self:_group_lrs()
+  self.best = self.mode == "min" and math.huge or -math.huge
+  self.cooldown_counter, self.num_bad_epochs = 0, 0
+end
+
+function ReduceLROnPlateau:_is_better(a)
+  local best, t = self.best, self.threshold
+  if self.mode == "min" then
+    if self.threshold_mode == "rel" then return a < best * (1.0 - t) end
+    return a < best - t
+  end
+  if self.threshold_mode == "rel" then return a > best * (t + 1.0) end
+  return a > best + t
+end
+
+function ReduceLROnPlateau:_reduce_lr()
+  local groups = self.optimizer.param_groups
+  if #groups ~= #self.min_lrs then
+    if self.default_min_lr == nil then
+      raise("ReduceLROnPlateau: The number of param groups in the `optimizer` (%d) differs from when "
+        .. "`ReduceLROnPlateau` was initialized (%d), usually due to a new param group being added to the optimizer. "
+        .. "Please modify the `min_lrs` field to match the length of the `optimizer` param groups.", #groups,
+        #self.min_lrs)
+    end
+    self.min_lrs = per_group("ReduceLROnPlateau", "min_lr", self.optimizer, self.default_min_lr)
+  end
+  for i, g in ipairs(groups) do
+    local new_lr = math.max(g.lr * self.factor, self.min_lrs[i])
+    if g.lr - new_lr > self.eps then g.lr = new_lr end
+  end
+end
+
+-- step(metric): metric a number or a one-element tensor (e.g. the validation loss).
+function ReduceLROnPlateau:step(metric, epoch)
+  local name = "ReduceLROnPlateau:step"
+  if require("accel").is_tensor(metric) then metric = metric:item() end
+  if type(metric) ~= "number" then raise("%s: expected the metric (a number or a one-element tensor), got %s", name,
+    type(metric)) end
+  self.last_epoch = epoch ~= nil and need_number(name, "epoch", epoch) or self.last_epoch + 1
+  if self:_is_better(metric) then
+    self.best, self.num_bad_epochs = metric, 0
+  else
+    self.num_bad_epochs = self.num_bad_epochs + 1
+  end
+  if self.cooldown_counter > 0 then
+    self.cooldown_counter = self.cooldown_counter - 1
+    self.num_bad_epochs = 0
+  end
+  if self.num_bad_epochs > self.patience then
+    self:_reduce_lr()
+    self.cooldown_counter, self.num_bad_epochs = self.cooldown, 0
+  end
+  self._last_lr = self:_group_lrs()
+end
+
+-- PyTorch's schedulers accel-lua does not provide: a clear error, not nil.
+local NOT_PROVIDED = {CyclicLR = true, SWALR = true}
+setmetatable(S, {__index = function(_, k)
+  if NOT_PROVIDED[k] then
+    raise("accel.optim.lr_scheduler.%s is not provided (see docs/optim.md for the schedulers there are)", k)
+  end
+end})
 
 -- ---- HF transformers' schedules (LambdaLRs) ----
 
