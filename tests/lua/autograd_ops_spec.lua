@@ -449,6 +449,13 @@ describe("losses", function()
     check(function(x, tt) return F.binary_cross_entropy_with_logits(x, tt) end, {randn(3, 4), gc.leaf(t)})
     local pw = accel.tensor({0.5, 1, 2, 3}, {dtype = f64})
     check(function(x) return F.binary_cross_entropy_with_logits(x, t, {pos_weight = pw}) end, {randn(3, 4)})
+    -- logits exactly 0 (a zero-initialised head): the loss is smooth there
+    local zeros = accel.tensor({{0, 0, 1, -1}, {0, 2, 0, -3}, {0, 0, 0, 0}}, {dtype = f64})
+    check(function(x) return F.binary_cross_entropy_with_logits(x, t) end, {gc.leaf(zeros)})
+    check(function(x) return F.binary_cross_entropy_with_logits(x, t, {pos_weight = pw}) end, {gc.leaf(zeros)})
+    local ok, err = pcall(F.binary_cross_entropy_with_logits, accel.zeros(4, 1), accel.zeros(4))
+    assert.is_false(ok)
+    assert.matches("Target size %(accel.Size%({4}%)%) must be the same as input size %(accel.Size%({4, 1}%)%)", err)
   end)
 end)
 

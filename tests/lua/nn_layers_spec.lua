@@ -223,6 +223,28 @@ describe("nn.Dropout", function()
     y:sum():backward()
     close(x.grad, y:detach(), 1e-6) -- d y_i / d x_i = mask_i / (1 - p) = y_i here
   end)
+
+  it("inplace = true writes into the input (Dropout, ReLU, SiLU, LeakyReLU), with gradients", function()
+    local z = accel.ones(1000)
+    local y = nn.Dropout(0.5, {inplace = true})(z)
+    assert.is_true(rawequal(y, z))
+    assert.is_true(z:eq(0):sum():item() > 300)
+    local x = accel.tensor({-1.0, 2.0}, {dtype = accel.float64, requires_grad = true})
+    local want = {
+      {nn.ReLU(true), {0, 2}, {0, 1}},
+      {nn.LeakyReLU(0.1, {inplace = true}), {-0.1, 2}, {0.1, 1}},
+      {nn.SiLU({inplace = true}), {-1 / (1 + math.exp(1)), 2 / (1 + math.exp(-2))}, nil},
+    }
+    for _, w in ipairs(want) do
+      x.grad = nil
+      local h = x * 1
+      local out = w[1](h)
+      assert.is_true(rawequal(out, h), w[1]:_get_name())
+      close(h:detach(), accel.tensor(w[2], {dtype = accel.float64}), 1e-12)
+      out:sum():backward()
+      if w[3] then close(x.grad, accel.tensor(w[3], {dtype = accel.float64}), 1e-12) end
+    end
+  end)
 end)
 
 -- ---- Conv2d / MaxPool2d (F.conv2d / F.max_pool2d come from the conv slice) ----
@@ -520,6 +542,35 @@ describe("losses", function()
 end)
 
 -- ---- MultiheadAttention ----
+
+describe("attention masks", function()
+  it("an integer mask is refused (bool or floating point only), as PyTorch", function()
+    local q = accel.randn(1, 1, 2, 4)
+    local ok, err = pcall(F.scaled_dot_product_attention, q, q, q, {attn_mask = accel.tensor({{1, 0}, {1, 1}})})
+    assert.is_false(ok)
+    assert.matches("scaled_dot_product_attention: attn_mask is accel.int64; only bool and floating%-point masks", err)
+    local m, x = nn.MultiheadAttention(4, 2), accel.randn(3, 2, 4)
+    ok, err = pcall(m, x, x, x, {key_padding_mask = accel.ones(2, 3, {dtype = accel.uint8})})
+    assert.is_false(ok)
+    assert.matches("MultiheadAttention: key_padding_mask is accel.uint8", err)
+    ok, err = pcall(F.scaled_dot_product_attention, q, q, q,
+      {attn_mask = accel.ones(2, 2, {dtype = accel.bool}), is_causal = true})
+    assert.is_false(ok)
+    assert.matches("Explicit attn_mask should not be set when is_causal=True", err)
+  end)
+
+  it("an unbatched MultiheadAttention takes a key_padding_mask of shape (S)", function()
+    local m = nn.MultiheadAttention(8, 2)
+    local q, k = accel.randn(3, 8), accel.randn(5, 8)
+    local pad = accel.tensor({false, false, true, false, true})
+    local out, w = m(q, k, k, {key_padding_mask = pad})
+    local out2, w2 = m(q, k, k, {key_padding_mask = pad:unsqueeze(1)})
+    assert.same({3, 8}, {out:size(1), out:size(2)})
+    assert.equals(0, max_abs_diff(out, out2))
+    assert.equals(0, w:select(2, 3):abs():max():item())
+    assert.equals(0, max_abs_diff(w, w2))
+  end)
+end)
 
 describe("nn.MultiheadAttention", function()
   local fx = accel.load("tests/fixtures/nn_mha.safetensors", {device = accel.get_default_device()}) -- where the suite runs

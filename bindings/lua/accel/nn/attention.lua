@@ -84,13 +84,14 @@ local function check_input(self, x, name, batched)
 end
 
 -- scores {N, H, L, S} with attn_mask / is_causal / key_padding_mask applied
-local function apply_masks(self, scores, o, n, l, s)
+local function apply_masks(self, scores, o, n, l, s, batched)
   local h = self.num_heads
   local am = o.attn_mask
   if am == nil and o.is_causal then
     am = accel.ones(l, s, {dtype = accel.bool, device = scores.device}):triu(1)
   end
   if am ~= nil then
+    F._check_mask("MultiheadAttention", "attn_mask", am, scores)
     if am:dim() == 3 then
       if am:size(1) ~= n * h or am:size(2) ~= l or am:size(3) ~= s then
         raise("MultiheadAttention: attn_mask of shape %s, expected {%d, %d, %d} or {%d, %d}", tostring(am.shape), n * h, l, s, l, s)
@@ -104,8 +105,11 @@ local function apply_masks(self, scores, o, n, l, s)
   end
   local kpm = o.key_padding_mask
   if kpm ~= nil then
+    F._check_mask("MultiheadAttention", "key_padding_mask", kpm, scores)
+    if not batched and kpm:dim() == 1 then kpm = kpm:unsqueeze(1) end -- unbatched input: shape (S)
     if kpm:dim() ~= 2 or kpm:size(1) ~= n or kpm:size(2) ~= s then
-      raise("MultiheadAttention: key_padding_mask of shape %s, expected {%d, %d}", tostring(kpm.shape), n, s)
+      raise("MultiheadAttention: key_padding_mask of shape %s, expected {%d, %d}%s", tostring(kpm.shape), n, s,
+        batched and "" or (" or {%d}"):format(s))
     end
     kpm = kpm:reshape(n, 1, 1, s)
     if kpm.dtype == accel.bool then scores = scores:masked_fill(kpm, -math.huge)
@@ -148,7 +152,7 @@ function MultiheadAttention:forward(query, key, value, o)
   end
   q, k, v = heads(q, n, l, h, hd), heads(k, n, s, h, hd), heads(v, n, s, h, hd)
   local scores = q:matmul(k:transpose(-2, -1)) * (1 / math.sqrt(hd)) -- {N, H, L, S}
-  scores = apply_masks(self, scores, o, n, l, s)
+  scores = apply_masks(self, scores, o, n, l, s, batched)
   local attn = F.softmax(scores, -1)
   if self.dropout > 0 then attn = F.dropout(attn, self.dropout, {training = self.training}) end
   local out = attn:matmul(v):transpose(2, 3):reshape(n, l, E)

@@ -5,6 +5,7 @@
 local accel = require("accel")
 local check = require("accel.nn.module").check_options
 local C = accel._C
+local raise = require("accel.util").raise
 
 local F = {}
 
@@ -93,14 +94,32 @@ function F.l1_loss(input, target, o)
 end
 
 -- max(x, 0) - x*t + log(1 + exp(-|x|)), stable for large |x|
+local function same_size(a, b)
+  if a:dim() ~= b:dim() then return false end
+  for d = 1, a:dim() do
+    if a:size(d) ~= b:size(d) then return false end
+  end
+  return true
+end
+
 function F.binary_cross_entropy_with_logits(input, target, o)
   o = check("binary_cross_entropy_with_logits", o, {"weight", "pos_weight", "reduction"})
+  if accel.is_tensor(input) and accel.is_tensor(target) and not same_size(input, target) then
+    raise("binary_cross_entropy_with_logits: Target size (%s) must be the same as input size (%s)",
+      tostring(target:size()), tostring(input:size()))
+  end
   input, target = fp32_in_autocast(input), fp32_in_autocast(target)
-  local loss = input:relu() - input * target + (-input:abs()):exp():log1p()
+  -- softplus(-x) = relu(-x) + log1p(exp(-|x|)), with |x| = x + 2 relu(-x) and
+  -- max(x, 0) = x + relu(-x): exact for x ~= 0, and at x = 0 the pieces'
+  -- gradients add up to the true one (sigmoid(0) - t), as PyTorch's.
+  local r = (-input):relu()
+  local softplus_neg = r + (-(input + 2 * r)):exp():log1p()
+  local loss
   local pw = opt(o, "pos_weight", nil)
   if pw then
-    local logsig = -((-input):relu() + (-input:abs()):exp():log1p())
-    loss = (1 - target) * input - (target * (pw - 1) + 1) * logsig
+    loss = (1 - target) * input + (target * (pw - 1) + 1) * softplus_neg
+  else
+    loss = input - input * target + softplus_neg
   end
   local w = opt(o, "weight", nil)
   if w then loss = loss * w end
@@ -175,6 +194,17 @@ local function fused_attention_ok(q, k, v)
     and k.device == q.device and v.device == q.device
 end
 
+-- An attention mask is bool (true = attend / masked, as the caller defines)
+-- or floating point (added to the scores), as PyTorch requires: an integer
+-- mask, easily made from Lua literals, is an error rather than added.
+function F._check_mask(op, what, mask, query)
+  if not accel.is_tensor(mask) then raise("%s: %s must be a tensor, got %s", op, what, type(mask)) end
+  if mask.dtype ~= accel.bool and not mask.dtype.is_floating_point then
+    raise("%s: %s is %s; only bool and floating-point masks are supported (query is %s)", op, what,
+      tostring(mask.dtype), tostring(query.dtype))
+  end
+end
+
 -- Causal or masked attention: softmax(q k^T * scale + mask) v over the last
 -- two dims. Without attn_mask and dropout it runs the fused kernel
 -- (accel._C.scaled_dot_product_attention: flash-style, the (L, S) scores are
@@ -182,6 +212,13 @@ end
 function F.scaled_dot_product_attention(q, k, v, o)
   o = check("scaled_dot_product_attention", o, {"attn_mask", "dropout_p", "is_causal", "scale"})
   local scale = opt(o, "scale", nil) or 1 / math.sqrt(q:size(-1))
+  local mask = opt(o, "attn_mask", nil)
+  if mask ~= nil then
+    if opt(o, "is_causal", false) then
+      raise("scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
+    end
+    F._check_mask("scaled_dot_product_attention", "attn_mask", mask, q)
+  end
   if opt(o, "attn_mask", nil) == nil and opt(o, "dropout_p", 0) == 0 and fused_attention_ok(q, k, v) then
     return C.scaled_dot_product_attention(q, k, v, scale, opt(o, "is_causal", false))
   end

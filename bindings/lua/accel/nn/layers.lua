@@ -223,7 +223,11 @@ function Dropout:init(p, o)
   self.inplace = o.inplace == true
 end
 
-function Dropout:forward(x) return F.dropout(x, self.p, {training = self.training}) end
+function Dropout:forward(x)
+  local y = F.dropout(x, self.p, {training = self.training})
+  if self.inplace and y ~= x then return x:copy_(y) end
+  return y
+end
 
 function Dropout:extra_repr() return ("p=%s, inplace=%s"):format(py(self.p), py(self.inplace)) end
 
@@ -375,8 +379,10 @@ local function inplace_init(name)
   end
 end
 
-activation("ReLU", function(_, x) return F.relu(x) end, inplace_repr).init = inplace_init("ReLU")
-activation("SiLU", function(_, x) return F.silu(x) end, inplace_repr).init = inplace_init("SiLU")
+activation("ReLU", function(self, x) return self.inplace and x:relu_() or F.relu(x) end, inplace_repr).init =
+  inplace_init("ReLU")
+activation("SiLU", function(self, x) return self.inplace and x:silu_() or F.silu(x) end, inplace_repr).init =
+  inplace_init("SiLU")
 activation("Tanh", function(_, x) return F.tanh(x) end)
 activation("Sigmoid", function(_, x) return F.sigmoid(x) end)
 
@@ -390,7 +396,10 @@ function GELU:init(o)
 end
 
 -- LeakyReLU([negative_slope = 0.01], [{inplace = false}]) or LeakyReLU({negative_slope =})
-local LeakyReLU = activation("LeakyReLU", function(self, x) return F.leaky_relu(x, self.negative_slope) end,
+local LeakyReLU = activation("LeakyReLU", function(self, x)
+    if self.inplace then return x:leaky_relu_(self.negative_slope) end
+    return F.leaky_relu(x, self.negative_slope)
+  end,
   function(self)
     return "negative_slope=" .. py(self.negative_slope) .. (self.inplace and ", inplace=True" or "")
   end)
