@@ -9,7 +9,7 @@
  *   e:set_sync(on), e:finalize(), e:zero_grad(), e:gather_all()
  *   e:step(kind, group_of, groups)   kind "sgd" | "adam" | "adamw"; group_of[i]: the
  *                                    index into groups (param-group tables) of parameter i
- *   e:clip_grad_norm(max_norm, p) -> total norm;  e:unscale(factor) -> found_inf
+ *   e:clip_grad_norm(max_norm, p, error_if_nonfinite) -> total norm;  e:unscale(factor) -> found_inf
  *   e:gather(u), e:release(u), e:gathered(u), e:pre_backward(u, t) -> t', e:prefetch(u)
  *   e:forward_begin(), e:before_forward(u)   (a model's forward, see shard_unit_forward)
  *   e:full_tensor(i, which) -> parameter i (which 0) or its state slot `which`, in full
@@ -155,7 +155,7 @@ static int e_step(lua_State *L) {
 static int e_clip(lua_State *L) {
     ShardEngine *e = check_engine(L);
     double max_norm = luaL_checknumber(L, 2), p = luaL_optnumber(L, 3, 2.0), total = 0;
-    if (shard_clip_grad_norm(e, max_norm, p, &total)) return lu_core_error(L);
+    if (shard_clip_grad_norm(e, max_norm, p, lua_toboolean(L, 4), &total)) return lu_core_error(L);
     lua_pushnumber(L, total);
     return 1;
 }

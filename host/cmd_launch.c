@@ -600,7 +600,7 @@ static void report_reason(const LaunchConfig *c, const JobWatch *w) {
     long m = config_int(c, S_NUM_MACHINES, 1);
     JobPlacement p = {config_str(c, S_HOSTFILE),
                       m > 1 ? config_int(c, S_NUM_PROCESSES, 1) / m : 0};
-    char reason[1024];
+    char reason[4608];
     job_watch_reason(w, &p, reason, sizeof reason);
     if (reason[0] != '\0') fprintf(stderr, "%s: %s\n", WHO, reason);
 }

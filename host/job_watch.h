@@ -8,12 +8,12 @@
 #include <sys/types.h>
 
 typedef struct {
-    char line[1024];        /* the line being assembled (longer ones are cut) */
+    char line[4096];        /* the line being assembled (longer ones are cut) */
     size_t len;
     int killed_rank, signal; /* mpirun's "process rank R ... exited on signal S" */
     char killed_node[256], signal_name[64];
     int error_rank;          /* the first "accel-lua: rank R: <message>" */
-    char error[512];
+    char error[4096];
     int abort_rank;          /* "MPI_ABORT was invoked on rank R" */
     char lost_node[256];     /* "Remote daemon: ... on node N" */
 } JobWatch;

@@ -317,6 +317,7 @@ static int take_grad(ShardEngine *e, int i, int64_t off) {
     e->reported[i] = true;
     un->pending--;
     if (!g) return 0;
+    e->has_grad[i] = 1;
     int rc = g->numel != p->numel ? accel_fail_int("shard: the gradient of a parameter of shape %s has shape %s",
                                                    tensor_shape_str(p), tensor_shape_str(g))
                                   : pack_param(un->gfull, g, off);
@@ -489,10 +490,11 @@ static int alloc_engine(ShardEngine *e, Tensor **params, int n, const int *unit_
     e->params = accel_malloc(sizeof(Tensor *) * (size_t)n);
     e->unit_of = accel_malloc(sizeof(int) * (size_t)n);
     e->reported = calloc((size_t)n, sizeof(bool));
+    e->has_grad = calloc((size_t)n, 1);
     e->steps = calloc((size_t)n, sizeof(int64_t));
     e->hooks = calloc((size_t)n, sizeof(Hook));
     e->units = calloc((size_t)n_units, sizeof(Unit));
-    if (!e->params || !e->unit_of || !e->reported || !e->steps || !e->hooks || !e->units)
+    if (!e->params || !e->unit_of || !e->reported || !e->has_grad || !e->steps || !e->hooks || !e->units)
         return accel_fail_int("out of memory creating the shard engine");
     for (int i = 0; i < n; i++) e->params[i] = tensor_retain(params[i]), e->unit_of[i] = unit_of[i];
     return 0;
@@ -500,7 +502,9 @@ static int alloc_engine(ShardEngine *e, Tensor **params, int n, const int *unit_
 
 static int install_hooks(ShardEngine *e, double cap) {
     if (!e->shard_grads) {
-        DdpOptions o = {.bucket_cap_mb = cap, .align = 1, .find_unused = false};
+        /* find_unused: a parameter without a gradient on every rank keeps .grad
+         * nil and is not stepped, as under DDP (and stages 2-3) */
+        DdpOptions o = {.bucket_cap_mb = cap, .align = 1, .find_unused = true};
         e->ddp = ddp_reducer_new(e->comm, e->params, e->n, &o);
         return e->ddp ? 0 : -1;
     }
@@ -586,6 +590,7 @@ void shard_engine_free(ShardEngine *e) {
     free(e->params);
     free(e->unit_of);
     free(e->reported);
+    free(e->has_grad);
     free(e->steps);
     free(e->hooks);
     free(e->error);

@@ -186,8 +186,9 @@ int shard_step(ShardEngine *e, const ShardHyper *h);
 int shard_zero_grad(ShardEngine *e);
 /* Total p-norm of the gradient (one all_reduce of the shards' partial
  * sums; p = INFINITY: max) into *total; gradients scaled by
- * max_norm / (total + 1e-6) when that is below 1 (PyTorch's rule). */
-int shard_clip_grad_norm(ShardEngine *e, double max_norm, double p, double *total);
+ * max_norm / (total + 1e-6) when that is below 1 (PyTorch's rule).
+ * error_if_nonfinite: a non-finite total is an error, nothing scaled. */
+int shard_clip_grad_norm(ShardEngine *e, double max_norm, double p, bool error_if_nonfinite, double *total);
 /* Gradients multiplied by factor; *found_inf: whether any rank's shard
  * holds an inf / NaN (one all_reduce, the same answer on every rank). */
 int shard_unscale(ShardEngine *e, double factor, bool *found_inf);

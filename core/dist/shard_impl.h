@@ -51,6 +51,7 @@ struct ShardEngine {
     Tensor **params;
     int *unit_of;
     bool *reported;
+    uint8_t *has_grad; /* stages 2-3: a gradient reached parameter i since zero_grad (after a step's agreement: on any rank) */
     int64_t *steps;
     Hook *hooks;
     Unit *units;

@@ -6,6 +6,7 @@
 #include "../backend/backend.h"
 #include "../ops.h"
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,11 +81,24 @@ static int ready_grads(ShardEngine *e) {
     return check_grads(e);
 }
 
-int shard_clip_grad_norm(ShardEngine *e, double max_norm, double p, double *total) {
+/* p as Python prints a float (2.0, 0.5, inf), for messages like PyTorch's. */
+typedef struct { char s[32]; } PyFloat;
+static PyFloat py_float(double p) {
+    PyFloat f;
+    snprintf(f.s, sizeof f.s, "%g", p);
+    if (isfinite(p) && !strpbrk(f.s, ".e")) strcat(f.s, ".0");
+    return f;
+}
+
+int shard_clip_grad_norm(ShardEngine *e, double max_norm, double p, bool error_if_nonfinite, double *total) {
     if (ready_grads(e)) return -1;
     double s = local_norm_pow(e, p);
     if (all_reduce_double(e, &s, isinf(p) ? DIST_MAX : DIST_SUM)) return -1;
     *total = isinf(p) || p == 0 ? s : pow(s, 1.0 / p);
+    if (error_if_nonfinite && !isfinite(*total))
+        return accel_fail_int("clip_grad_norm_: The total norm of order %s for gradients from `parameters` is "
+                              "non-finite, so it cannot be clipped. To disable this error and scale the gradients by "
+                              "the non-finite norm anyway, set `error_if_nonfinite=false`", py_float(p).s);
     float coef = (float)max_norm / ((float)*total + 1e-6f); /* in float32, as clip_grad_norm_ on float32 grads */
     return coef < 1 ? scale_grads(e, coef) : 0;
 }
@@ -144,10 +158,27 @@ static int prepare_state(ShardEngine *e, const ShardHyper *h) {
 
 static float *state_at(Unit *un, int s, int64_t at) { return un->state[s] ? fdata(un->state[s]) + at : NULL; }
 
+/* Whether parameter i takes part in this step: it has a gradient (stages
+ * 2-3: one reached it on some rank since zero_grad, as DDP's .grad). */
+static bool stepping(const ShardEngine *e, int i) {
+    return e->shard_grads ? e->has_grad[i] != 0 : e->params[i]->grad != NULL;
+}
+
+/* Stages 2-3: has_grad made the same on every rank (max). */
+static int agree_has_grad(ShardEngine *e) {
+    if (!e->shard_grads) return 0;
+    int64_t len = e->n;
+    Tensor *t = tensor_zeros(&len, 1, DT_U8, (Device){DEV_CPU, 0});
+    int rc = !t || tensor_from_host(t, e->has_grad) || dist_all_reduce(e->comm, t, DIST_MAX) ||
+             tensor_to_host(t, e->has_grad) ? -1 : 0;
+    tensor_release(t);
+    return rc;
+}
+
 static void step_segment(ShardEngine *e, Unit *un, const ShardSeg *s, const ShardHyper *h) {
     int i = un->params[s->slot];
     const float *g = seg_grad(e, un, s);
-    if (!g) return;
+    if (!g || !stepping(e, i)) return;
     float *p = fdata(shard_host_view(e, un->master)) + s->at;
     if (h[i].kind == SHARD_ADAM) {
         KAdamArgs a = h[i].adam;
@@ -160,15 +191,12 @@ static void step_segment(ShardEngine *e, Unit *un, const ShardSeg *s, const Shar
     }
 }
 
-/* Whether parameter i takes part in this step (has a gradient). */
-static bool stepping(const ShardEngine *e, int i) { return e->shard_grads || e->params[i]->grad != NULL; }
-
 int shard_step(ShardEngine *e, const ShardHyper *h) {
     if (ready_grads(e)) return -1;
     bool any = e->shard_grads && e->has_grads;
     for (int i = 0; !e->shard_grads && i < e->n; i++) any = any || e->params[i]->grad != NULL;
     if (!any) return 0;
-    if (prepare_state(e, h)) return -1;
+    if (agree_has_grad(e) || prepare_state(e, h)) return -1;
     for (int u = 0; u < e->nu; u++)
         for (int k = 0; k < e->units[u].nseg; k++) step_segment(e, &e->units[u], &e->units[u].segs[k], h);
     for (int i = 0; i < e->n; i++) e->steps[i] += stepping(e, i);
@@ -190,6 +218,7 @@ int shard_zero_grad(ShardEngine *e) {
         e->units[u].grad = NULL;
         e->units[u].grad_dirty = false;
     }
+    memset(e->has_grad, 0, (size_t)e->n);
     e->has_grads = false;
     return 0;
 }

@@ -133,7 +133,7 @@ static void test_engine_sgd(DistComm *c) {
     CHECK(a[0] == 1.0f - 0.1f * 0.5f && a[3] == 4.0f - 0.1f * 0.5f && b[2] == 12.0f - 0.1f * 1.0f);
     CHECK(shard_param_steps(e, 0) == 1 && shard_param_steps(e, 1) == 1);
     double total = 0;
-    CHECK(shard_clip_grad_norm(e, 1e9, 2.0, &total) == 0 && fabs(total - sqrt(4 * 0.25 + 3 * 1.0)) < 1e-9);
+    CHECK(shard_clip_grad_norm(e, 1e9, 2.0, false, &total) == 0 && fabs(total - sqrt(4 * 0.25 + 3 * 1.0)) < 1e-9);
     shard_engine_free(e);
     tensor_release(ps[0]);
     tensor_release(ps[1]);

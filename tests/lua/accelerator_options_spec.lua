@@ -608,6 +608,17 @@ CASES.FullyShardedDataParallelPlugin = {
     assert.is_true(accel.Accelerator{fsdp_plugin = {fsdp_version = 2}}.is_fsdp2)
     same_as_plain({fsdp_plugin = {fsdp_version = 2}})
     error_matching("fsdp_version = 3 is not supported", function() fsdp{fsdp_version = 3} end)
+    -- FSDP2 as Accelerate: reshard_after_forward (a boolean) decides over the deprecated sharding_strategy
+    local P = accel.FullyShardedDataParallelPlugin
+    assert.are.equal("FULL_SHARD", P{fsdp_version = 2, sharding_strategy = "SHARD_GRAD_OP",
+      reshard_after_forward = true}.sharding_strategy)
+    assert.are.equal("SHARD_GRAD_OP", P{fsdp_version = 2, reshard_after_forward = false}.sharding_strategy)
+    error_matching('for sharding_strategy = "SHARD_GRAD_OP" set reshard_after_forward = false',
+      function() P{fsdp_version = 2, sharding_strategy = "SHARD_GRAD_OP"} end)
+    error_matching('reshard_after_forward set to "FULL_SHARD". This is not supported with FSDP2',
+      function() P{fsdp_version = 2, reshard_after_forward = "FULL_SHARD"} end)
+    error_matching("forward_prefetch is not yet implemented in FSDP2",
+      function() P{fsdp_version = 2, forward_prefetch = true} end)
   end,
   reshard_after_forward = function()
     assert.are.equal(3, fsdp_engine({reshard_after_forward = true}).stage)

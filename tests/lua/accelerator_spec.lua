@@ -278,8 +278,9 @@ describe("Accelerator options", function()
 
   it("reports the ds_config keys with no meaning here by name, once", function()
     local bin = os.getenv("ACCEL_LUA_BIN") or arg[-1]
-    local p = assert(io.popen("'" .. bin .. "' -e \"local a = accel.Accelerator{deepspeed_plugin = {hf_ds_config = "
-      .. "{zero_optimization = {stage = 2, round_robin_gradients = true}, wall_clock_breakdown = false}}} "
+    local p = assert(io.popen("'" .. bin .. "' -e \"local ds = accel.DeepSpeedPlugin{hf_ds_config = "
+      .. "{zero_optimization = {stage = 2, round_robin_gradients = true}, wall_clock_breakdown = false}} "
+      .. "local a = accel.Accelerator{deepspeed_plugin = ds} accel.Accelerator{deepspeed_plugin = ds} "
       .. "io.write(a.zero_stage)\" 2>&1"))
     local out = p:read("a")
     p:close()

@@ -20,6 +20,9 @@
 --     deepspeed_config: section, and a ds_config table with "auto" values
 --   * bad configurations on 2 ranks: HYBRID_SHARD on one machine, a
 --     train_micro_batch_size_per_gpu that disagrees with the loader
+--   * helpers/shard_grad_rules.lua: parameters without a gradient on every
+--     rank are not stepped, as under DDP with find_unused_parameters;
+--     clip_grad_norm_ of a subset and error_if_nonfinite
 -- The accel-lua under test is $ACCEL_LUA_BIN, else the interpreter running this script.
 local HERE = arg[0]:match("^(.*)/[^/]*$") or "."
 local support = dofile(HERE .. "/support.lua")
@@ -234,6 +237,14 @@ do
     {bad.code ~= 0, "the run succeeded"},
     {bad.err:find("train_micro_batch_size_per_gpu = 4, but the loader gives each of the 2 process(es) batches of 6",
       1, true) ~= nil, "no error naming both batch sizes"})
+end
+
+-- ---- (f) gradient rules as DDP's: parameters without a gradient, clipping a subset ----
+do
+  local run = jobs.run(("%stimeout -k 5 120 %s launch --cpu --num_processes 2 %s"):format(ENV,
+    quote(support.ACCEL_LUA), quote(HERE .. "/helpers/shard_grad_rules.lua")))
+  check("parameters no rank gave a gradient are not stepped (stages 1-3, FSDP == DDP); clip_grad_norm_ of a subset "
+    .. "and error_if_nonfinite", run, {all_ranks_ok(run, 2), "not every rank passed"})
 end
 
 support.remove_tree(DIR)

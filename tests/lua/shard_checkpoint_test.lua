@@ -217,9 +217,10 @@ check("merge-weights refuses a missing shard, naming it", m, {m.code == 1, "exit
 m = merge(corrupt, path("x.safetensors"))
 check("merge-weights refuses a corrupted shard", m, {m.code == 1, "exit " .. m.code},
   {has(m.err, "model_shard_0.safetensors is corrupted"), m.err})
-m = merge(path("ck_2_s0_5"), path("x.safetensors"))
-check("merge-weights refuses a folder saved without sharding", m, {m.code == 1, "exit " .. m.code},
-  {has(m.err, "is not a sharded checkpoint"), m.err})
+m = merge(path("ck_2_s0_5"), path("x_out"))
+check("merge-weights refuses a folder saved without sharding, and creates no OUTPUT folder", m,
+  {m.code == 1, "exit " .. m.code}, {has(m.err, "is not a sharded checkpoint"), m.err},
+  {require("accel")._C.fs_stat(path("x_out")) == nil, "left an OUTPUT folder"})
 m = merge(path("nothing-here"), path("x.safetensors"))
 check("merge-weights: no such folder", m, {m.code == 1 and has(m.err, "no checkpoint at"), m.err})
 m = merge("--help")

@@ -181,6 +181,8 @@ local function wrap_refused(name, args, ...)
 end
 wrap_equiv("size_based_wrap min_num_params = 60: no ModuleList / ModuleDict unit, MultiheadAttention whole",
   {"model=lists", "wrap=size", "min=60"}, "root MultiheadAttention")
+wrap_equiv("a callable auto_wrap_policy (every Linear; none inside MultiheadAttention)", {"model=lists", "wrap=policy"},
+  "root Linear Linear Linear Linear Linear")
 wrap_equiv("GPT-2 tied head, transformer_cls_names_to_wrap = {Embedding}",
   {"model=gpt", "wrap=transformer", "names=Embedding"}, "root Embedding")
 wrap_equiv("GPT-2 tied head, transformer_cls_names_to_wrap = {GPT2Model}",

@@ -417,7 +417,8 @@ local function resolve_sharding(self, o)
   rawset(self, "_shard_plan", plan)
   rawset(self, "_distributed_type", ds and "DEEPSPEED" or fsdp and "FSDP" or nil)
   rawset(self, "sharding", shard_plan.describe(plan, ds, fsdp))
-  if ds and #ds.ignored_keys > 0 and self.state.is_main_process then
+  if ds and #ds.ignored_keys > 0 and self.state.is_main_process and not rawget(ds, "_ignored_reported") then
+    rawset(ds, "_ignored_reported", true) -- once per plugin, however many Accelerators use it
     io.stderr:write(("DeepSpeedPlugin: ds_config keys with no meaning here were ignored: %s\n"):format(
       table.concat(ds.ignored_keys, ", ")))
   end
@@ -1115,8 +1116,18 @@ local function pending_scale(self)
   return 1
 end
 
--- The engine holding any of params (they are clipped through it: the
--- whole model, as DeepSpeed and FSDP clip), or nil.
+-- Whether params are all of the engine's parameters (in any order).
+local function covers_engine(eng, params)
+  local set = {}
+  for _, p in ipairs(params) do set[p] = true end
+  for _, p in ipairs(eng.params) do
+    if not set[p] then return false end
+  end
+  return true
+end
+
+-- The engine holding any of params (clipped through it when they are the
+-- whole model, as Accelerate clips under FSDP), or nil.
 sharded_engine = function(self, params)
   if #self._engines == 0 then return nil end
   for _, p in ipairs(params) do
@@ -1141,7 +1152,13 @@ function Accelerator:clip_grad_norm_(parameters, max_norm, norm_type)
   local eng = sharded_engine(self, params)
   if eng then
     if not self.gradient_state.sync_gradients then return nil end
-    return eng:clip_grad_norm_(max_norm, o.norm_type)
+    accel.nn.module.check_options("clip_grad_norm_", o, {"norm_type", "error_if_nonfinite", "foreach"})
+    if covers_engine(eng, params) then return eng:clip_grad_norm_(max_norm, o.norm_type, o.error_if_nonfinite) end
+    if eng.stage >= 2 then
+      raise("clip_grad_norm_: under %s (%s) the gradients are sharded, so only the whole model's parameters can be "
+        .. "clipped together; got %d of its %d", self.distributed_type, self.sharding, #params, #eng.params)
+    end
+    eng:finalize() -- stage 1: every rank holds the full reduced .grad; clip the given ones
   end
   local scale = pending_scale(self)
   if type(max_norm) ~= "number" or scale == 1 then return accel.nn.utils.clip_grad_norm_(params, max_norm, o) end

@@ -376,7 +376,11 @@ local FSDP_CHOICES = {auto_wrap_policy = {"transformer_based_wrap", "size_based_
   backward_prefetch = {"BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"}}
 
 local function fsdp_choice(what, k, v)
-  if type(v) ~= "string" then return v end
+  if k == "auto_wrap_policy" and type(v) == "function" then return v end -- policy(module, recurse, nonwrapped_numel)
+  if type(v) ~= "string" then
+    raise("%s: %s must be one of %s%s, got %s", what, k, table.concat(FSDP_CHOICES[k], ", "),
+      k == "auto_wrap_policy" and " or a function (module, recurse, nonwrapped_numel) -> boolean" or "", type(v))
+  end
   for _, c in ipairs(FSDP_CHOICES[k]) do
     if c:lower() == v:lower() then return c end
   end
@@ -421,6 +425,38 @@ local function apply_reshard(self, what, r, strategy_given)
   self.sharding_strategy = s
 end
 
+-- FSDP2 (fsdp_version = 2), as Accelerate: reshard_after_forward is a
+-- boolean (default true: FULL_SHARD; false: SHARD_GRAD_OP) and decides over
+-- the deprecated sharding_strategy (HYBRID_* keep their machine split);
+-- forward_prefetch = true is refused. A sharding_strategy given without
+-- reshard_after_forward that the default would contradict is an error.
+local function check_fsdp2(self, what, o)
+  local r = o.reshard_after_forward
+  if r == "true" then r = true elseif r == "false" then r = false end
+  if r ~= nil and type(r) ~= "boolean" then
+    raise("%s: reshard_after_forward set to %s. This is not supported with FSDP2, please set to a boolean", what,
+      show(r))
+  end
+  if o.forward_prefetch == true then
+    raise("%s: forward_prefetch is not yet implemented in FSDP2, set it to false or use fsdp_version = 1", what)
+  end
+  local s = self.sharding_strategy
+  local hybrid = s == "HYBRID_SHARD" or s == "HYBRID_SHARD_ZERO2"
+  if r == nil then
+    if o.sharding_strategy ~= nil and not hybrid and s ~= "FULL_SHARD" then
+      raise('%s: with fsdp_version = 2 sharding_strategy is deprecated and reshard_after_forward decides (default '
+        .. 'true: FULL_SHARD); for sharding_strategy = "%s" set reshard_after_forward = %s', what, s,
+        s == "SHARD_GRAD_OP" and "false" or "true")
+    end
+    return
+  end
+  if hybrid then
+    self.sharding_strategy = r and "HYBRID_SHARD" or "HYBRID_SHARD_ZERO2"
+  elseif s ~= "NO_SHARD" or o.sharding_strategy == nil then
+    self.sharding_strategy = r and "FULL_SHARD" or "SHARD_GRAD_OP"
+  end
+end
+
 -- accel.FullyShardedDataParallelPlugin{sharding_strategy="FULL_SHARD"|"SHARD_GRAD_OP"|"NO_SHARD"|
 --   "HYBRID_SHARD"|"HYBRID_SHARD_ZERO2" (or PyTorch's numbers 1-5), auto_wrap_policy=, cpu_offload=false, ...}:
 -- FULL_SHARD / HYBRID_SHARD are ZeRO-3, SHARD_GRAD_OP / HYBRID_SHARD_ZERO2
@@ -434,11 +470,15 @@ function M.FullyShardedDataParallelPlugin(o, what)
   o = o or {}
   local self = setmetatable({}, FSDPPlugin)
   for k, v in pairs(o) do self[k] = FSDP_CHOICES[k] and fsdp_choice(what, k, v) or v end
+  self.fsdp_version = o.fsdp_version or 1
   self.sharding_strategy = strategy_name(what, o.sharding_strategy or "FULL_SHARD", o.sharding_strategy)
-  apply_reshard(self, what, o.reshard_after_forward, o.sharding_strategy ~= nil)
+  if self.fsdp_version == 2 then
+    check_fsdp2(self, what, o)
+  else
+    apply_reshard(self, what, o.reshard_after_forward, o.sharding_strategy ~= nil)
+  end
   self.zero_stage = STRATEGY_STAGE[self.sharding_strategy]
   self.cpu_offload = o.cpu_offload == true
-  self.fsdp_version = o.fsdp_version or 1
   check_limits(what, self, FSDP_LIMITS)
   self.state_dict_type = self.state_dict_type or "FULL_STATE_DICT"
   self.auto_wrap_policy = self.auto_wrap_policy or "no_wrap"

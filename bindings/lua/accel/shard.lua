@@ -186,9 +186,39 @@ local function size_based(model, min)
   return out
 end
 
+-- A callable auto-wrap policy, as PyTorch FSDP calls one:
+-- policy(module, true, n) says whether to look inside a module whose
+-- parameters not yet in a unit number n; after its children,
+-- policy(module, false, rest) whether it becomes a unit itself (never the
+-- model: it is the root unit; nothing inside a FORCE_LEAF module, and
+-- never a NEVER_CALLED container, as for size_based).
+local function by_policy(model, policy)
+  local out, taken = {}, {}
+  local function unclaimed(m)
+    local n = 0
+    for _, p in ipairs(m:parameters()) do
+      if not taken[p] then n = n + p:numel() end
+    end
+    return n
+  end
+  local function visit(m)
+    if not policy(m, true, unclaimed(m)) then return end
+    if not is_any(m, FORCE_LEAF) then
+      for _, c in ipairs(m:children()) do visit(c) end
+    end
+    if m ~= model and not is_any(m, NEVER_CALLED) and policy(m, false, unclaimed(m)) then
+      for _, p in ipairs(m:parameters()) do taken[p] = true end
+      out[#out + 1] = m
+    end
+  end
+  visit(model)
+  return out
+end
+
 -- The wrapped modules of a wrap option (any but the default).
 local function wrapped_modules(model, wrap)
   if wrap == "no_wrap" then return {} end
+  if type(wrap) == "function" then return by_policy(model, wrap) end
   if wrap == "module_list" then return module_lists(model) end
   if type(wrap) == "table" and wrap.min_num_params ~= nil then
     if type(wrap.min_num_params) ~= "number" or wrap.min_num_params < 1 then
@@ -208,8 +238,9 @@ local function wrapped_modules(model, wrap)
     end
     return wrap
   end
-  raise("shard.Engine: wrap must be \"no_wrap\", \"module_list\", a list of modules, {min_num_params = n} or "
-    .. "{transformer_cls_names = {...}}, got %s", tostring(wrap))
+  raise("shard.Engine: wrap must be \"no_wrap\", \"module_list\", a list of modules, {min_num_params = n}, "
+    .. "{transformer_cls_names = {...}} or a function (module, recurse, nonwrapped_numel) -> boolean, got %s",
+    tostring(wrap))
 end
 
 -- Stages 1-2 default units: consecutive parameters in chunks of cap_mb
@@ -397,9 +428,17 @@ end
 
 -- group_of[i]: the param group (index) of trainable parameter i.
 local function group_index(self)
-  local where = {}
+  local where, mine = {}, {}
+  for _, p in ipairs(self.params) do mine[p] = true end
   for gi, g in ipairs(self.optimizer.param_groups) do
-    for _, p in ipairs(g.params) do where[p] = gi end
+    for _, p in ipairs(g.params) do
+      if not mine[p] and p.requires_grad then
+        raise("shard.Engine: param group %d holds a parameter that is not in the sharded model (added after "
+          .. "prepare, e.g. by add_param_group?); under sharding the optimizer may hold only the prepared model's "
+          .. "parameters", gi)
+      end
+      where[p] = gi
+    end
   end
   local out = {}
   for i, p in ipairs(self.params) do
@@ -518,13 +557,13 @@ function Engine:zero_grad() self:_live():zero_grad() end
 
 function Engine:set_sync(on) self:_live():set_sync(on and true or false) end
 
--- clip_grad_norm_(max_norm, norm_type = 2) -> total norm (0-dim float32)
-function Engine:clip_grad_norm_(max_norm, norm_type)
+-- clip_grad_norm_(max_norm, norm_type = 2, error_if_nonfinite = false) -> total norm (0-dim float32)
+function Engine:clip_grad_norm_(max_norm, norm_type, error_if_nonfinite)
   if type(max_norm) ~= "number" then raise("shard.Engine:clip_grad_norm_: max_norm must be a number") end
   local p = norm_type or 2
   if p == "inf" then p = math.huge end
   if type(p) ~= "number" then raise("shard.Engine:clip_grad_norm_: norm_type must be a number or \"inf\"") end
-  return accel.tensor(self:_live():clip_grad_norm(max_norm, p))
+  return accel.tensor(self:_live():clip_grad_norm(max_norm, p, error_if_nonfinite == true))
 end
 
 -- unscale_(factor) -> found_inf: gradients times factor; true on every rank

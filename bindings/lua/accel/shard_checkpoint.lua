@@ -599,7 +599,10 @@ end
 -- merge(ckpt, out): the full weights of a sharded save_state folder as one
 -- safetensors file (the names, order and bytes save_model writes for the
 -- same model without sharding), one tensor in memory at a time.
-function M.merge(ckpt, out, model_index)
+-- before_write(): called once the checkpoint is verified, before anything
+-- is written (merge-weights creates the output folder there, so a refused
+-- checkpoint leaves none behind).
+function M.merge(ckpt, out, model_index, before_write)
   local r = checkpoint.open(ckpt)
   local i = model_index or 1
   local entry = type(r.index.models) == "table" and r.index.models[i] or nil
@@ -628,6 +631,7 @@ function M.merge(ckpt, out, model_index)
   end
   for alias, name in pairs(layout.aliases or {}) do specs[alias] = specs[name] end
   local ok, err = pcall(function()
+    if before_write then before_write() end
     local w = C.st_writer(out, specs, {format = "pt"})
     local wrote_ok, werr = pcall(function()
       for _, name in ipairs(w:names()) do
@@ -739,13 +743,11 @@ function M.main(args, host)
     io.stderr:write(("accel-lua merge-weights: %s\n"):format(inside))
     return 2
   end
-  local out = o.out
+  local out = output_file(o.out)
   local ok, err = pcall(function()
-    if not out:find("%.safetensors$") then
-      C.mkdirs(out)
-      out = join(out, "model.safetensors")
-    end
-    M.merge(o.ckpt, out, o.model)
+    M.merge(o.ckpt, out, o.model, function()
+      if out ~= o.out then C.mkdirs(o.out) end
+    end)
   end)
   if not ok then
     io.stderr:write(("accel-lua %s\n"):format((tostring(err):gsub("^load_state: ", "merge-weights: "))))

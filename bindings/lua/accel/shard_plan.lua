@@ -59,6 +59,7 @@ end
 
 local function fsdp_wrap(f)
   local policy = f.auto_wrap_policy
+  if type(policy) == "function" then return policy end
   if policy == "transformer_based_wrap" then
     local names = f.transformer_cls_names_to_wrap
     if names and #names > 0 then return {transformer_cls_names = names} end
@@ -130,7 +131,8 @@ function M.describe(plan, ds, fsdp)
     local s = ("FSDP %s (ZeRO stage %d)"):format(fsdp.sharding_strategy, fsdp.zero_stage)
     if plan then
       local w = plan.engine.wrap
-      s = s .. ", wrap " .. (type(w) == "string" and w or fsdp.auto_wrap_policy)
+      local policy = fsdp.auto_wrap_policy
+      s = s .. ", wrap " .. (type(w) == "string" and w or type(policy) == "function" and "custom policy" or policy)
       if plan.engine.offload_optimizer then s = s .. ", cpu_offload" end
       if plan.activation_checkpointing then s = s .. ", activation checkpointing" end
     else

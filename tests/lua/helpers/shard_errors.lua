@@ -97,4 +97,13 @@ expect("a closed engine", function() eng:step() end, "the engine was closed")
 if accel.shard.engine_of(o) ~= nil or accel.shard.engine_of(m) ~= nil then error("engine_of finds a closed engine") end
 if m[1].weight:abs():sum():item() <= 0 then error("close did not gather the parameters") end
 checks = checks + 1
+do -- a parameter added to the optimizer after the engine was made: refused, not left unstepped
+  local m2, o2 = fresh()
+  local e2 = Engine(m2, o2, {stage = 2})
+  o2:add_param_group({params = {accel.zeros(2, {requires_grad = true})}, lr = 0.5})
+  m2(accel.randn(4, 3)):sum():backward()
+  expect("a param group added after the engine", function() o2:step() end,
+    "param group 2 holds a parameter that is not in the sharded model")
+  e2:close()
+end
 print(("ok rank %d: %d checks"):format(rank, checks))

@@ -8,10 +8,11 @@
 --                      nn.ModuleList and an nn.ModuleDict, with an
 --                      nn.MultiheadAttention; gpt: accel.models.gpt2's
 --                      GPT2LMHeadModel (its head is tied to transformer.wte)
---     wrap=none|size|transformer   none: plain DDP (the reference); size:
---                      size_based_wrap with min_num_params = min;
+--     wrap=none|size|transformer|policy   none: plain DDP (the reference);
+--                      size: size_based_wrap with min_num_params = min;
 --                      transformer: transformer_based_wrap with
---                      transformer_cls_names_to_wrap = names
+--                      transformer_cls_names_to_wrap = names; policy: a
+--                      callable auto_wrap_policy wrapping every Linear
 --     min=100  names=A,B (a comma-separated list)  steps=4
 --
 -- AdamW, 8 samples per optimizer step over all ranks from a prepared
@@ -67,7 +68,8 @@ end
 
 local opts = {}
 if o.wrap ~= "none" then
-  local policy = {size = "size_based_wrap", transformer = "transformer_based_wrap"}
+  local policy = {size = "size_based_wrap", transformer = "transformer_based_wrap",
+    policy = function(m, recurse) return recurse or m:isinstance(nn.Linear) end}
   opts.fsdp_plugin = accel.FullyShardedDataParallelPlugin{sharding_strategy = "FULL_SHARD",
     auto_wrap_policy = policy[o.wrap], min_num_params = tonumber(o.min),
     transformer_cls_names_to_wrap = o.names ~= "" and o.names or nil}

@@ -572,10 +572,12 @@ function Module:state_dict_keys()
   return keys
 end
 
+-- (through .shape, which a parameter released by a stage-3 engine keeps)
 local function same_shape(a, b)
-  if a:dim() ~= b:dim() then return false end
-  for d = 1, a:dim() do
-    if a:size(d) ~= b:size(d) then return false end
+  local sa, sb = a.shape, b.shape
+  if #sa ~= #sb then return false end
+  for d = 1, #sa do
+    if sa[d] ~= sb[d] then return false end
   end
   return true
 end
@@ -624,6 +626,22 @@ function Module:load_state_dict(sd, o)
   for _, m in ipairs(mismatched) do errs[#errs + 1] = m end
   if #errs > 0 then
     raise("Error(s) in loading state_dict for %s:\n\t%s", self:_get_name(), table.concat(errs, "\n\t"))
+  end
+  local eng = stage3_engine_of(self)
+  if eng then
+    -- under ZeRO-3 / FULL_SHARD the parameters are released: the engine keeps
+    -- each rank's pieces of the full tensors (missing keys keep their values:
+    -- gathered, a collective like state_dict)
+    local full = {}
+    for k, v in pairs(sd) do
+      if expected[k] then full[k] = v end
+    end
+    if #missing_names > 0 then
+      local current = require("accel.shard_checkpoint").full_state_dict(self)
+      for _, k in ipairs(missing_names) do full[k] = current[k] end
+    end
+    accel.no_grad(function() eng:load_full_state_dict(full) end)
+    return missing_names, unexpected_names
   end
   accel.no_grad(function()
     for _, e in ipairs(entries) do
