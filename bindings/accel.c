@@ -61,7 +61,11 @@ static int filled(lua_State *L, const char *op, const int64_t *shape, int nd, do
 
 static int l_full_shape(lua_State *L, const char *op, double v, bool has_value) {
     int64_t shape[TENSOR_MAX_DIMS];
-    int next, nd = lu_shape(L, 1, shape, &next);
+    int next, nd;
+    if (has_value && lua_istable(L, 1) && lua_rawlen(L, 1) == 0 && (lua_isnumber(L, 2) || lua_isboolean(L, 2)))
+        nd = 0, next = 2; /* full({}, v): a 0-dim tensor */
+    else
+        nd = lu_shape(L, 1, shape, &next);
     if (has_value) {
         if (!lua_isnumber(L, next) && !lua_isboolean(L, next)) return lu_error(L, "full: fill value expected after the size");
         v = lua_isboolean(L, next) ? lua_toboolean(L, next) : lua_tonumber(L, next);
@@ -347,14 +351,17 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *c
 static int l_save(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     const char *path = luaL_checkstring(L, 2);
-    int n = 0, cap = 16;
-    const char **names = lua_newuserdatauv(L, sizeof(char *) * 4096, 0);
-    (void)cap;
+    int n = 0, count = 0;
     lua_pushnil(L);
     while (lua_next(L, 1)) {
         if (lua_type(L, -2) != LUA_TSTRING) return lu_error(L, "accel.save: keys must be strings (tensor names), got %s", luaL_typename(L, -2));
         if (!lu_is_tensor(L, -1)) return lu_error(L, "accel.save: value for '%s' is a %s, not a tensor", lua_tostring(L, -2), luaL_typename(L, -1));
-        if (n == 4096) return lu_error(L, "accel.save: at most 4096 tensors per file");
+        count++;
+        lua_pop(L, 1);
+    }
+    const char **names = lua_newuserdatauv(L, sizeof(char *) * (size_t)(count ? count : 1), 0);
+    lua_pushnil(L);
+    while (lua_next(L, 1)) {
         names[n++] = lua_tostring(L, -2);
         lua_pop(L, 1);
     }
@@ -365,18 +372,8 @@ static int l_save(lua_State *L) {
         ts[i] = lu_check_tensor(L, -1);
         lua_pop(L, 1);
     }
-    const char *mk[256], *mv[256];
-    int nm = 0;
-    if (lua_istable(L, 3)) {
-        lua_pushnil(L);
-        while (lua_next(L, 3)) {
-            if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)
-                return lu_error(L, "accel.save: metadata must map strings to strings");
-            if (nm == 256) return lu_error(L, "accel.save: at most 256 metadata entries");
-            mk[nm] = lua_tostring(L, -2), mv[nm++] = lua_tostring(L, -1);
-            lua_pop(L, 1);
-        }
-    }
+    const char **mk, **mv;
+    int nm = lu_string_map(L, 3, &mk, &mv, "accel.save");
     if (safetensors_save(path, names, ts, n, mk, mv, nm) < 0) lu_core_error(L);
     return 0;
 }

@@ -331,6 +331,31 @@ int lu_shape(lua_State *L, int idx, int64_t *shape, int *next) {
 }
 
 /* An options table: a plain table (not a tensor, dtype or device) with no [1]. */
+int lu_string_map(lua_State *L, int idx, const char ***keys, const char ***vals, const char *what) {
+    idx = lua_absindex(L, idx);
+    int n = 0;
+    if (lua_istable(L, idx)) {
+        lua_pushnil(L);
+        while (lua_next(L, idx)) {
+            if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)
+                lu_error(L, "%s: metadata must map strings to strings", what);
+            n++;
+            lua_pop(L, 1);
+        }
+    }
+    const char **arr = lua_newuserdatauv(L, sizeof(char *) * (size_t)(2 * n + 1), 0);
+    *keys = arr, *vals = arr + n;
+    if (n == 0) return 0;
+    int k = 0;
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        arr[k] = lua_tostring(L, -2), arr[n + k] = lua_tostring(L, -1);
+        k++;
+        lua_pop(L, 1);
+    }
+    return n;
+}
+
 bool lu_is_opts(lua_State *L, int idx) {
     if (idx == 0 || lua_type(L, idx) != LUA_TTABLE || lu_is_dtype(L, idx) || lu_is_device(L, idx)) return false;
     bool seq = lua_rawgeti(L, idx, 1) != LUA_TNIL;

@@ -57,6 +57,10 @@ int lu_dims(lua_State *L, int idx, int *out);
 int lu_shape(lua_State *L, int idx, int64_t *shape, int *next);
 /* An options table at idx (or none). */
 bool lu_is_opts(lua_State *L, int idx); /* idx 0: false */
+/* The string -> string table at idx (none/nil: empty) as two arrays of n
+ * entries, kept alive by a userdata pushed on the stack; any other entry is
+ * an error naming `what`. Returns n. */
+int lu_string_map(lua_State *L, int idx, const char ***keys, const char ***vals, const char *what);
 /* Raises "<fn>: unknown option '<k>' (options: <keys>)" at the user's line
  * for a key of the options table at idx that is not in keys (a
  * space-separated list); nothing when idx is 0 or holds no options table. */

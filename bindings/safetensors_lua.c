@@ -14,7 +14,6 @@
 
 #define FILE_MT "accel.SafetensorsFile"
 #define WRITER_MT "accel.SafetensorsWriter"
-#define MAX_META 256
 
 static const char *const dtype_tags[DT_COUNT] = {"F32", "F64", "BF16", "F16", "F8_E4M3", "F8_E5M2", "I64", "I32", "U8", "BOOL"};
 
@@ -145,20 +144,6 @@ static const char **spec_names(lua_State *L, int idx, int *n) {
     return names;
 }
 
-static int meta_pairs(lua_State *L, int idx, const char **mk, const char **mv) {
-    int nm = 0;
-    if (!lua_istable(L, idx)) return 0;
-    lua_pushnil(L);
-    while (lua_next(L, idx)) {
-        if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)
-            lu_error(L, "safetensors: metadata must map strings to strings");
-        if (nm == MAX_META) lu_error(L, "safetensors: at most %d metadata entries", MAX_META);
-        mk[nm] = lua_tostring(L, -2), mv[nm++] = lua_tostring(L, -1);
-        lua_pop(L, 1);
-    }
-    return nm;
-}
-
 static int l_writer(lua_State *L) {
     const char *path = luaL_checkstring(L, 1);
     luaL_checktype(L, 2, LUA_TTABLE);
@@ -174,12 +159,12 @@ static int l_writer(lua_State *L) {
         lua_pushstring(L, names[i]);
         lua_rawseti(L, -2, i + 1);
     }
-    const char *mk[MAX_META], *mv[MAX_META];
-    int nm = meta_pairs(L, 3, mk, mv);
+    const char **mk, **mv;
+    int nm = lu_string_map(L, 3, &mk, &mv, "safetensors");
     WriterUD *u = lua_newuserdatauv(L, sizeof *u, 1);
     u->w = NULL;
     luaL_setmetatable(L, WRITER_MT);
-    lua_pushvalue(L, -2);
+    lua_pushvalue(L, -3); /* the order (below the metadata's arrays) */
     lua_setiuservalue(L, -2, 1);
     if (!(u->w = safetensors_writer_open(path, names, specs, n, mk, mv, nm))) return lu_core_error(L);
     return 1;

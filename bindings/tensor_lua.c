@@ -42,41 +42,94 @@ static Tensor *binary(lua_State *L, KBinOp op, int ia, int ib) {
     return NULL;
 }
 
-/* t:add(other, {alpha=}) / t:sub(other, {alpha=}) */
-static Tensor *scaled_other(lua_State *L, int idx, int opts) {
-    lu_check_call_opts(L, opts, "alpha");
-    double alpha = lu_opt_number(L, opts, "alpha", 1.0);
-    Tensor *b = lu_to_tensor(L, idx);
-    if (alpha == 1.0 || !b) return NULL;
-    Tensor *s = op_binary_scalar(KB_MUL, b, alpha, alpha == floor(alpha), false);
-    if (!s) lu_core_error(L);
-    return s;
+/* The other operand of a binary method (argument 2) and its options
+ * (argument 3): add / sub take {alpha =} (other * alpha, as torch; a
+ * tensor is scaled, a number multiplied), div {rounding_mode =}, the rest
+ * none. */
+typedef struct {
+    Tensor *t; /* the other tensor (owned when scaled), or NULL for a number */
+    bool owned;
+    double v;  /* the number */
+    bool is_int;
+    int rounding; /* div: 0 none, 1 "floor", 2 "trunc" */
+} Other;
+
+static Other other_arg(lua_State *L, KBinOp op, Tensor *self) {
+    Other o = {lu_to_tensor(L, 2), false, 0, false, 0};
+    bool scaled = op == KB_ADD || op == KB_SUB;
+    lu_check_call_opts(L, 3, scaled ? "alpha" : op == KB_DIV ? "rounding_mode" : "");
+    if (!o.t) o.v = scalar_arg(L, 2, kbin_name(op)), o.is_int = int_scalar(L, 2);
+    if (op == KB_DIV && lu_is_opts(L, 3)) {
+        lua_getfield(L, 3, "rounding_mode");
+        const char *m = lua_isnil(L, -1) ? NULL : lua_tostring(L, -1);
+        if (!lua_isnil(L, -1) && (!m || (strcmp(m, "floor") != 0 && strcmp(m, "trunc") != 0)))
+            lu_error(L, "div: expected rounding_mode to be one of nil, 'trunc', or 'floor' but found '%s'",
+                     m ? m : luaL_typename(L, -1));
+        o.rounding = !m ? 0 : m[0] == 'f' ? 1 : 2;
+        lua_pop(L, 1);
+    }
+    double alpha = scaled ? lu_opt_number(L, 3, "alpha", 1.0) : 1.0;
+    if (alpha == 1.0) return o;
+    if (alpha != floor(alpha) && !dtype_is_float(self->dtype) && !(o.t && dtype_is_float(o.t->dtype)) &&
+        !(!o.t && !o.is_int))
+        lu_error(L, "%s: For integral input tensors, argument alpha must not be a floating point number.",
+                 kbin_name(op));
+    if (!o.t) {
+        o.v *= alpha;
+        o.is_int = o.is_int && alpha == floor(alpha);
+        return o;
+    }
+    o.t = op_binary_scalar(KB_MUL, o.t, alpha, alpha == floor(alpha), false);
+    if (!o.t) lu_core_error(L);
+    o.owned = true;
+    return o;
+}
+
+/* self op other (a tensor or a number) */
+static Tensor *apply_other(KBinOp op, Tensor *self, const Other *o) {
+    return o->t ? op_binary(op, self, o->t) : op_binary_scalar(op, self, o->v, o->is_int, false);
+}
+
+/* torch.div(a, b, rounding_mode = "trunc"): the quotient rounded toward
+ * zero; integers stay integers (exactly: floor division plus one where it
+ * rounded a negative inexact quotient down). */
+static Tensor *trunc_div(Tensor *self, const Other *o) {
+    bool ints = !dtype_is_float(self->dtype) && (o->t ? !dtype_is_float(o->t->dtype) : o->is_int);
+    if (!ints) {
+        Tensor *q = apply_other(KB_DIV, self, o), *t = q ? op_unary(KU_TRUNC, q, 0, 0) : NULL;
+        tensor_release(q);
+        return t;
+    }
+    Tensor *q = apply_other(KB_FLOORDIV, self, o), *r = q ? apply_other(KB_REMAINDER, self, o) : NULL;
+    Tensor *neg = r ? op_binary_scalar(KB_LT, q, 0, true, false) : NULL;
+    Tensor *inexact = neg ? op_binary_scalar(KB_NE, r, 0, true, false) : NULL;
+    Tensor *fix = inexact ? op_binary(KB_AND, neg, inexact) : NULL;
+    Tensor *out = fix ? op_binary(KB_ADD, q, fix) : NULL;
+    tensor_release(q), tensor_release(r), tensor_release(neg), tensor_release(inexact), tensor_release(fix);
+    return out;
 }
 
 static int binary_method(lua_State *L) {
     KBinOp op = (KBinOp)lua_tointeger(L, lua_upvalueindex(1));
     Tensor *self = SELF; /* first: t.add(x) is the method-call error */
-    Tensor *scaled = (op == KB_ADD || op == KB_SUB) ? scaled_other(L, 2, 3) : NULL;
-    Tensor *r, *b;
-    if (scaled) {
-        r = op_binary(op, self, scaled);
-        tensor_release(scaled);
-    } else if ((b = lu_to_tensor(L, 2)) != NULL) {
-        r = op_binary(op, self, b);
-    } else {
-        r = op_binary_scalar(op, self, scalar_arg(L, 2, kbin_name(op)), int_scalar(L, 2), false);
-    }
+    Other o = other_arg(L, op, self);
+    Tensor *r = o.rounding == 2 ? trunc_div(self, &o) : apply_other(o.rounding == 1 ? KB_FLOORDIV : op, self, &o);
+    if (o.owned) tensor_release(o.t);
     return ret(L, r);
 }
 
 static int binary_method_(lua_State *L) {
     KBinOp op = (KBinOp)lua_tointeger(L, lua_upvalueindex(1));
     Tensor *a = SELF;
-    Tensor *b = lu_to_tensor(L, 2), *scaled = (op == KB_ADD || op == KB_SUB) ? scaled_other(L, 2, 3) : NULL;
-    int rc;
-    if (scaled) rc = op_binary_(op, a, scaled), tensor_release(scaled);
-    else if (b) rc = op_binary_(op, a, b);
-    else rc = op_binary_scalar_(op, a, scalar_arg(L, 2, kbin_name(op)), lua_isinteger(L, 2) || lua_isboolean(L, 2));
+    Other o = other_arg(L, op, a);
+    if (o.rounding == 2) {
+        if (o.owned) tensor_release(o.t);
+        return lu_error(L, "div_: rounding_mode = 'trunc' in place is not supported; use t = t:div(other, "
+                           "{rounding_mode = 'trunc'})");
+    }
+    if (o.rounding == 1) op = KB_FLOORDIV;
+    int rc = o.t ? op_binary_(op, a, o.t) : op_binary_scalar_(op, a, o.v, o.is_int);
+    if (o.owned) tensor_release(o.t);
     return ret_rc(L, rc);
 }
 
@@ -132,9 +185,17 @@ static int t_fmod(lua_State *L) {
 /* a ^ b: scalar exponents use the unary kernels (exact backward). Integer
  * tensors use the binary kernel with PyTorch's promotion (int ^ int stays
  * integer, int ^ float is float32); the unary kernels are float-only. */
+/* An integer tensor to a negative integer power: an error, as torch. */
+static void check_int_power(lua_State *L, const Tensor *a, int ib) {
+    if (!dtype_is_float(a->dtype) && lua_isinteger(L, ib) && lua_tointeger(L, ib) < 0)
+        lu_error(L, "pow: Integers to negative integer powers are not allowed (the tensor is %s)",
+                 dtype_name(a->dtype));
+}
+
 static Tensor *power(lua_State *L, int ia, int ib) {
     Tensor *a = lu_to_tensor(L, ia), *b = lu_to_tensor(L, ib);
     if (a && !b) {
+        check_int_power(L, a, ib);
         if (!dtype_is_float(a->dtype)) return op_binary_scalar(KB_POW, a, scalar_arg(L, ib, "pow"), int_scalar(L, ib), false);
         return op_unary(KU_POW, a, scalar_arg(L, ib, "pow"), 0);
     }
@@ -151,6 +212,7 @@ static int t_pow(lua_State *L) { return (void)SELF, ret(L, power(L, 1, 2)); }
 
 static int t_pow_(lua_State *L) {
     Tensor *a = SELF, *b = lu_to_tensor(L, 2);
+    if (!b) check_int_power(L, a, 2);
     if (!b && !dtype_is_float(a->dtype)) return ret_rc(L, op_binary_scalar_(KB_POW, a, scalar_arg(L, 2, "pow_"), int_scalar(L, 2)));
     return ret_rc(L, b ? op_binary_(KB_POW, a, b) : op_unary_(KU_POW, a, scalar_arg(L, 2, "pow_"), 0));
 }
@@ -323,7 +385,7 @@ static int argmaxmin(lua_State *L, bool want_max) {
     lu_check_call_opts(L, trailing_opts(L), "dim keepdim");
     int dim = 0;
     if (!all) dim = lu_dim(L, 2);
-    int o = all ? 2 : 3;
+    int o = all && !(lua_isnil(L, 2) && !lua_isnone(L, 3)) ? 2 : 3; /* t:argmax(nil, keepdim) */
     bool keep = lua_isboolean(L, o) ? lua_toboolean(L, o) : lu_opt_bool(L, o, "keepdim", false);
     if (all && lu_is_opts(L, 2)) {
         lua_getfield(L, 2, "dim");
@@ -336,8 +398,7 @@ static int argmaxmin(lua_State *L, bool want_max) {
 static int t_argmax(lua_State *L) { return argmaxmin(L, true); }
 static int t_argmin(lua_State *L) { return argmaxmin(L, false); }
 
-static double correction_arg(lua_State *L, int opts) {
-    double c = 1.0;
+static double correction_arg(lua_State *L, int opts, double c) {
     if (lu_is_opts(L, opts)) {
         lua_getfield(L, opts, "unbiased");
         if (lua_isboolean(L, -1)) c = lua_toboolean(L, -1) ? 1.0 : 0.0;
@@ -347,12 +408,25 @@ static double correction_arg(lua_State *L, int opts) {
     return c;
 }
 
-/* t:var / t:std([dim], [keepdim], [{correction=, unbiased=, dim=, keepdim=}]) */
+/* t:var / t:std in torch's positional forms ([dim [, unbiased [, keepdim]]])
+ * and (unbiased), then [{dim=, correction=, unbiased=, keepdim=}] */
 static Tensor *variance(lua_State *L) {
-    int dims[TENSOR_MAX_DIMS];
-    bool keep;
-    int n = reduce_args(L, dims, &keep, "dim keepdim correction unbiased");
-    return op_var(SELF, dims, n, correction_arg(L, trailing_opts(L)), keep);
+    Tensor *self = SELF;
+    int dims[TENSOR_MAX_DIMS], n = 0, pos = 2;
+    double corr = 1.0;
+    bool keep = false;
+    lu_check_call_opts(L, trailing_opts(L), "dim keepdim correction unbiased");
+    if (lua_isinteger(L, 2) || (lua_istable(L, 2) && !lu_is_opts(L, 2))) n = lu_dims(L, 2, dims), pos = 3;
+    if (lua_isboolean(L, pos)) corr = lua_toboolean(L, pos) ? 1.0 : 0.0, pos++;
+    if (n > 0 && lua_isboolean(L, pos)) keep = lua_toboolean(L, pos), pos++;
+    if (lu_is_opts(L, pos)) {
+        lua_getfield(L, pos, "dim");
+        if (!lua_isnil(L, -1)) n = lu_dims(L, lua_gettop(L), dims);
+        lua_pop(L, 1);
+        keep = lu_opt_bool(L, pos, "keepdim", keep);
+        corr = correction_arg(L, pos, corr);
+    }
+    return op_var(self, dims, n, corr, keep);
 }
 
 static int t_var(lua_State *L) { return ret(L, variance(L)); }
@@ -549,7 +623,11 @@ static int t_is_contiguous(lua_State *L) {
     return 1;
 }
 
-static int t_clone(lua_State *L) { return ret(L, tensor_clone(SELF)); }
+static int t_clone(lua_State *L) {
+    Tensor *self = SELF;
+    lu_check_call_opts(L, 2, "");
+    return ret(L, tensor_clone(self));
+}
 static int t_detach(lua_State *L) { return ret(L, tensor_detach(SELF)); }
 
 static int t_detach_(lua_State *L) {
@@ -607,6 +685,14 @@ static int t_chunk(lua_State *L) {
     if (chunks <= 0) return lu_error(L, "chunk: number of chunks must be positive, got %lld", (long long)chunks);
     int dim = lua_isnoneornil(L, 3) ? 0 : lu_dim(L, 3);
     if ((dim = tensor_wrap_dim(t, dim, "chunk")) < 0) lu_core_error(L);
+    if (t->shape[dim] == 0) { /* torch: `chunks` empty pieces */
+        lua_createtable(L, (int)chunks, 0);
+        for (lua_Integer i = 1; i <= chunks; i++) {
+            lu_push_tensor(L, tensor_narrow(t, dim, 0, 0));
+            lua_rawseti(L, -2, i);
+        }
+        return 1;
+    }
     int64_t sz = t->shape[dim] / chunks + (t->shape[dim] % chunks != 0); /* ceil, without overflow */
     lua_settop(L, 1);
     lua_pushinteger(L, sz > 0 ? sz : 1);
@@ -866,25 +952,57 @@ static int t_equal(lua_State *L) {
     return 1;
 }
 
+/* t broadcast to shape, contiguous, as host values (kept on the Lua stack) */
+static const char *broadcast_host(lua_State *L, Tensor *t, const int64_t *shape, int nd) {
+    Tensor *e = tensor_expand(t, shape, nd), *c = e ? tensor_contiguous(e) : NULL;
+    tensor_release(e);
+    if (!c) lu_core_error(L);
+    lu_push_tensor(L, c); /* owns c until the call returns */
+    return host_values(L, c);
+}
+
+/* t:allclose(other, [rtol=1e-5], [atol=1e-8], [equal_nan=false]) or {rtol=, atol=, equal_nan=}:
+ * |t - other| <= atol + rtol * |other| everywhere, broadcasting as torch */
 static int t_allclose(lua_State *L) {
     Tensor *a = SELF, *b = lu_check_tensor(L, 2);
-    double rtol = luaL_optnumber(L, 3, 1e-5), atol = luaL_optnumber(L, 4, 1e-8);
+    int opts = lu_is_opts(L, 3) ? 3 : 0;
+    lu_check_call_opts(L, opts ? 3 : 6, "rtol atol equal_nan");
+    double rtol = opts ? lu_opt_number(L, 3, "rtol", 1e-5) : luaL_optnumber(L, 3, 1e-5);
+    double atol = opts ? lu_opt_number(L, 3, "atol", 1e-8) : luaL_optnumber(L, 4, 1e-8);
+    bool equal_nan = opts ? lu_opt_bool(L, 3, "equal_nan", false) : lua_toboolean(L, 5);
     if (tensor_check_device("allclose", a, b) < 0) lu_core_error(L);
     int64_t shape[TENSOR_MAX_DIMS];
     int nd;
     if (broadcast_shapes(a->shape, a->ndim, b->shape, b->ndim, shape, &nd, "allclose") < 0) lu_core_error(L);
-    bool ok = a->numel == b->numel;
-    const char *ha = ok ? host_values(L, a) : NULL, *hb = ok ? host_values(L, b) : NULL;
-    for (int64_t i = 0; ok && i < a->numel; i++) {
+    const char *ha = broadcast_host(L, a, shape, nd), *hb = broadcast_host(L, b, shape, nd);
+    int64_t n = 1;
+    for (int d = 0; d < nd; d++) n *= shape[d];
+    bool ok = true;
+    for (int64_t i = 0; ok && i < n; i++) {
         double x = host_at(a->dtype, ha, i), y = host_at(b->dtype, hb, i);
-        ok = fabs(x - y) <= atol + rtol * fabs(y) || (x == y);
+        ok = fabs(x - y) <= atol + rtol * fabs(y) || (x == y) || (equal_nan && isnan(x) && isnan(y));
     }
     lua_pushboolean(L, ok);
     return 1;
 }
 
+/* any / all over dims (bool): any = some element nonzero, all = none zero */
+static int any_all_dims(lua_State *L, Tensor *t, bool any, const int *dims, int n, bool keep) {
+    Tensor *hit = op_binary_scalar(any ? KB_NE : KB_EQ, t, 0, true, false);
+    Tensor *count = hit ? op_reduce(KR_SUM, hit, dims, n, keep) : NULL;
+    Tensor *r = count ? op_binary_scalar(any ? KB_GT : KB_EQ, count, 0, true, false) : NULL;
+    tensor_release(hit);
+    tensor_release(count);
+    return ret(L, r);
+}
+
+/* t:any([dim [, keepdim]]) / t:all(...), or {dim =, keepdim =} */
 static int any_all(lua_State *L, bool any) {
     Tensor *t = SELF;
+    int dims[TENSOR_MAX_DIMS];
+    bool keep;
+    int n = reduce_args(L, dims, &keep, "dim keepdim");
+    if (n > 0 || keep) return any_all_dims(L, t, any, dims, n, keep);
     bool r = !any;
     const char *h = host_values(L, t);
     for (int64_t i = 0; i < t->numel; i++) {
@@ -903,6 +1021,7 @@ static int t_all(lua_State *L) { return any_all(L, false); }
 
 static int t_gather(lua_State *L) {
     Tensor *self = SELF; /* first: t.gather(...) is a method-call error */
+    lu_check_call_opts(L, 4, "");
     return ret(L, op_gather(self, lu_dim(L, 2), lu_check_tensor(L, 3)));
 }
 static int t_index_select(lua_State *L) {
@@ -910,13 +1029,22 @@ static int t_index_select(lua_State *L) {
     return ret(L, op_index_select(self, lu_dim(L, 2), lu_check_tensor(L, 3)));
 }
 
+/* masked_fill's value: a number or a 0-dim tensor (as torch) */
+static double fill_value(lua_State *L, int idx, const char *op) {
+    Tensor *v = lu_to_tensor(L, idx);
+    if (!v) return scalar_arg(L, idx, op);
+    if (v->ndim != 0)
+        lu_error(L, "%s only supports a 0-dimensional value tensor, but got tensor with %d dimension(s)", op, v->ndim);
+    return tensor_item(v);
+}
+
 static int t_masked_fill(lua_State *L) {
     Tensor *self = SELF; /* first: t.masked_fill(...) is a method-call error */
-    return ret(L, op_masked_fill(self, lu_check_tensor(L, 2), scalar_arg(L, 3, "masked_fill")));
+    return ret(L, op_masked_fill(self, lu_check_tensor(L, 2), fill_value(L, 3, "masked_fill")));
 }
 static int t_masked_fill_(lua_State *L) {
     Tensor *self = SELF; /* first: t.masked_fill_(...) is a method-call error */
-    return ret_rc(L, op_masked_fill_(self, lu_check_tensor(L, 2), scalar_arg(L, 3, "masked_fill_")));
+    return ret_rc(L, op_masked_fill_(self, lu_check_tensor(L, 2), fill_value(L, 3, "masked_fill_")));
 }
 
 static int t_where(lua_State *L) {
@@ -927,22 +1055,45 @@ static int t_where(lua_State *L) {
     return ret(L, r);
 }
 
-static int t_tril(lua_State *L) { return ret(L, op_tril(SELF, luaL_optinteger(L, 2, 0), false)); }
-static int t_triu(lua_State *L) { return ret(L, op_tril(SELF, luaL_optinteger(L, 2, 0), true)); }
+/* t:tril([diagonal]) / t:triu([diagonal]), diagonal also as {diagonal =} */
+static int tril_triu(lua_State *L, bool upper) {
+    Tensor *self = SELF;
+    int opts = lu_is_opts(L, 2) ? 2 : 3;
+    lu_check_call_opts(L, opts, "diagonal");
+    lua_Integer diag = opts == 2 ? (lua_Integer)lu_opt_number(L, 2, "diagonal", 0) : luaL_optinteger(L, 2, 0);
+    return ret(L, op_tril(self, diag, upper));
+}
+static int t_tril(lua_State *L) { return tril_triu(L, false); }
+static int t_triu(lua_State *L) { return tril_triu(L, true); }
+
+/* t:tril_() / t:triu_(): in place (a copy of the result written back) */
+static int tril_triu_(lua_State *L, bool upper) {
+    tril_triu(L, upper);
+    Tensor *r = lu_check_tensor(L, -1);
+    return ret_rc(L, tensor_copy_(lu_check_self(L), r));
+}
+static int t_tril_(lua_State *L) { return tril_triu_(L, false); }
+static int t_triu_(lua_State *L) { return tril_triu_(L, true); }
 
 static int t_matmul(lua_State *L) {
     Tensor *self = SELF; /* first: t.matmul(...) is a method-call error */
+    lu_check_call_opts(L, 3, "");
     return ret(L, op_matmul(self, lu_check_tensor(L, 2)));
 }
 
-static int t_softmax(lua_State *L) {
+/* t:softmax(dim, [{dtype =}]): with dtype, the input is cast first (as torch) */
+static int softmax_method(lua_State *L, bool log) {
     Tensor *self = SELF; /* first: t.softmax(...) is a method-call error */
-    return ret(L, op_softmax(self, lu_dim(L, 2), false));
+    int dim = lu_dim(L, 2);
+    lu_check_call_opts(L, 3, "dtype");
+    int dt = lu_opt_dtype(L, 3, "dtype", -1);
+    Tensor *x = dt >= 0 && (DType)dt != self->dtype ? tensor_to_dtype(self, (DType)dt) : tensor_retain(self);
+    Tensor *r = x ? op_softmax(x, dim, log) : NULL;
+    tensor_release(x);
+    return ret(L, r);
 }
-static int t_log_softmax(lua_State *L) {
-    Tensor *self = SELF; /* first: t.log_softmax(...) is a method-call error */
-    return ret(L, op_softmax(self, lu_dim(L, 2), true));
-}
+static int t_softmax(lua_State *L) { return softmax_method(L, false); }
+static int t_log_softmax(lua_State *L) { return softmax_method(L, true); }
 
 static int t_type(lua_State *L) {
     Tensor *t = SELF;
@@ -1097,7 +1248,7 @@ static const luaL_Reg methods[] = {
     {"free", t_free}, {"zero_", t_zero_}, {"fill_", t_fill_}, {"copy_", t_copy_}, {"equal", t_equal},
     {"allclose", t_allclose}, {"any", t_any}, {"all", t_all}, {"gather", t_gather}, {"index_select", t_index_select},
     {"masked_fill", t_masked_fill}, {"masked_fill_", t_masked_fill_}, {"where", t_where}, {"tril", t_tril},
-    {"triu", t_triu}, {"matmul", t_matmul}, {"mm", t_matmul}, {"bmm", t_matmul}, {"softmax", t_softmax},
+    {"triu", t_triu}, {"tril_", t_tril_}, {"triu_", t_triu_}, {"matmul", t_matmul}, {"mm", t_matmul}, {"bmm", t_matmul}, {"softmax", t_softmax},
     {"log_softmax", t_log_softmax}, {"type", t_type}, {"is_floating_point", t_is_floating_point},
     {"element_size", t_element_size}, {"tostring", t_tostring}, {"fmod", t_fmod}, {"isnan", t_isnan},
     {"isinf", t_isinf}, {"isfinite", t_isfinite}, {NULL, NULL}};

@@ -26,10 +26,10 @@ static DType compute_dtype(DType dt) {
     return dtype_is_float(dt) ? DT_F32 : DT_I64;
 }
 
-/* Result dtype of a binary op on dtypes a, b. */
-static DType binary_result_dtype(KBinOp op, DType a, DType b) {
+/* Result dtype of a binary op on tensors a, b. */
+static DType binary_result_dtype(KBinOp op, const Tensor *a, const Tensor *b) {
     if (kbin_is_compare(op)) return DT_BOOL;
-    DType r = dtype_promote(a, b);
+    DType r = tensor_result_dtype(a, b);
     if (op == KB_DIV && !dtype_is_float(r)) return dtype_default_float();
     return r;
 }
@@ -187,14 +187,24 @@ static void record_binary(KBinOp op, Tensor *out, Tensor *a, Tensor *b) {
     if (need_out) n->i[3] = n->n_saved, ag_save(n, out);
 }
 
+/* torch refuses `-` on bool tensors (a mask is inverted with logical_not). */
+static int check_bool_sub(KBinOp op, DType a, DType b) {
+    if (op != KB_SUB || (a != DT_BOOL && b != DT_BOOL)) return 0;
+    if (a == DT_BOOL && b == DT_BOOL)
+        return accel_fail_int("sub: Subtraction, the `-` operator, with two bool tensors is not supported. Use "
+                              "logical_xor() instead.");
+    return accel_fail_int("sub: Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying "
+                          "to invert a mask, use logical_not() instead.");
+}
+
 Tensor *op_binary(KBinOp op, Tensor *a, Tensor *b) {
     PROF_SCOPE(kbin_name(op), PROF_FORWARD, a, b);
     const char *name = kbin_name(op);
-    if (check_same_device(a, b, name) < 0) return NULL;
+    if (check_same_device(a, b, name) < 0 || check_bool_sub(op, a->dtype, b->dtype) < 0) return NULL;
     int64_t shape[TENSOR_MAX_DIMS];
     int nd;
     if (broadcast_shapes(a->shape, a->ndim, b->shape, b->ndim, shape, &nd, name) < 0) return NULL;
-    DType rd = binary_result_dtype(op, a->dtype, b->dtype);
+    DType rd = binary_result_dtype(op, a, b);
     Tensor *out = binary_compute(op, a, b, rd, shape, nd);
     if (out) record_binary(op, out, a, b);
     return out;
@@ -220,6 +230,7 @@ static Tensor *scalar_operand(KBinOp op, const Tensor *a, double s, bool is_int)
 
 Tensor *op_binary_scalar(KBinOp op, Tensor *a, double s, bool is_int, bool scalar_lhs) {
     PROF_SCOPE(kbin_name(op), PROF_FORWARD, a, NULL);
+    if (check_bool_sub(op, a->dtype, DT_I64) < 0) return NULL;
     Tensor *st = scalar_operand(op, a, s, is_int);
     if (!st) return NULL;
     Tensor *x = scalar_lhs ? st : a, *y = scalar_lhs ? a : st;
@@ -273,14 +284,14 @@ static int check_inplace_dtype(Tensor *a, DType rd, const char *op) {
 int op_binary_(KBinOp op, Tensor *a, Tensor *b) {
     PROF_SCOPE(kbin_name(op), PROF_INPLACE, a, b);
     const char *name = kbin_name(op);
-    if (check_same_device(a, b, name) < 0) return -1;
+    if (check_same_device(a, b, name) < 0 || check_bool_sub(op, a->dtype, b->dtype) < 0) return -1;
     int64_t shape[TENSOR_MAX_DIMS];
     int nd;
     if (broadcast_shapes(a->shape, a->ndim, b->shape, b->ndim, shape, &nd, name) < 0) return -1;
     if (nd != a->ndim || shape_numel(shape, nd) != a->numel)
         return accel_fail_int("%s_: output with shape %s doesn't match the broadcast shape of %s and %s", name,
                               tensor_shape_str(a), tensor_shape_str(a), tensor_shape_str(b));
-    if (check_inplace_dtype(a, binary_result_dtype(op, a->dtype, b->dtype), name) < 0) return -1;
+    if (check_inplace_dtype(a, binary_result_dtype(op, a, b), name) < 0) return -1;
     if (ag_needs_grad((Tensor *[]){a, b}, 2)) {
         if (check_inplace_grad(a, name) < 0) return -1;
         /* ops whose backward reads a's old value get a copy of it: a itself
@@ -372,8 +383,17 @@ static int bw_unary(AGNode *n, Tensor *g, Tensor **gin) {
     return gx ? 0 : -1;
 }
 
+/* floor, ceil, round, trunc: the identity on integers (their dtype kept, as torch) */
+static bool rounds_to_itself(KUnOp op, DType dt) {
+    return !dtype_is_float(dt) && (op == KU_FLOOR || op == KU_CEIL || op == KU_ROUND || op == KU_TRUNC);
+}
+
 Tensor *op_unary(KUnOp op, Tensor *a, double p1, double p2) {
     PROF_SCOPE(kun_name(op), PROF_FORWARD, a, NULL);
+    if (op == KU_NEG && a->dtype == DT_BOOL)
+        return accel_fail("neg: Negation, the `-` operator, on a bool tensor is not supported. If you are trying to "
+                          "invert a mask, use logical_not() instead.");
+    if (rounds_to_itself(op, a->dtype)) return tensor_clone(a);
     DType rd = a->dtype;
     if (!dtype_is_float(rd) && !unary_keeps_int(op)) rd = dtype_default_float();
     if (op == KU_NOT) rd = DT_BOOL;
@@ -398,6 +418,7 @@ Tensor *op_unary(KUnOp op, Tensor *a, double p1, double p2) {
 int op_unary_(KUnOp op, Tensor *a, double p1, double p2) {
     PROF_SCOPE(kun_name(op), PROF_INPLACE, a, NULL);
     const char *name = kun_name(op);
+    if (rounds_to_itself(op, a->dtype)) return 0;
     if (!dtype_is_float(a->dtype) && !unary_keeps_int(op))
         return accel_fail_int("%s_: result type float can't be cast to the in-place output's type %s", name, dtype_name(a->dtype));
     if (ag_needs_grad(&a, 1)) {
@@ -446,7 +467,7 @@ Tensor *op_where(Tensor *cond, Tensor *a, Tensor *b) {
     if (broadcast_shapes(a->shape, a->ndim, b->shape, b->ndim, s1, &n1, "where") < 0 ||
         broadcast_shapes(cond->shape, cond->ndim, s1, n1, s2, &n2, "where") < 0)
         return NULL;
-    DType rd = dtype_promote(a->dtype, b->dtype);
+    DType rd = tensor_result_dtype(a, b);
     Tensor *ca = as_dtype_plain(a, rd), *cb = ca ? as_dtype_plain(b, rd) : NULL;
     Tensor *out = cb ? tensor_empty(s2, n2, rd, a->device) : NULL;
     if (out) {

@@ -85,10 +85,25 @@ Tensor *op_gather(Tensor *a, int dim, Tensor *index) {
     if ((dim = tensor_wrap_dim(a, dim, "gather")) < 0) return NULL;
     if (index->ndim != a->ndim)
         return accel_fail("gather: index (shape %s) must have as many dims as the input (shape %s)", tensor_shape_str(index), tensor_shape_str(a));
-    for (int d = 0; d < a->ndim; d++)
-        if (d != dim && index->shape[d] != a->shape[d])
-            return accel_fail("gather: index shape %s must match input shape %s except in dim %d", tensor_shape_str(index),
-                              tensor_shape_str(a), dim + 1);
+    bool smaller = false;
+    for (int d = 0; d < a->ndim; d++) {
+        if (d != dim && index->shape[d] > a->shape[d])
+            return accel_fail("gather: index shape %s must not be larger than input shape %s except in dim %d",
+                              tensor_shape_str(index), tensor_shape_str(a), dim + 1);
+        smaller = smaller || (d != dim && index->shape[d] < a->shape[d]);
+    }
+    if (smaller) { /* torch reads the leading part of the other dims: gather from that view */
+        Tensor *v = tensor_retain(a);
+        for (int d = 0; v && d < a->ndim; d++) {
+            if (d == dim || index->shape[d] == a->shape[d]) continue;
+            Tensor *nv = tensor_narrow(v, d, 0, index->shape[d]);
+            tensor_release(v);
+            v = nv;
+        }
+        Tensor *out = v ? op_gather(v, dim, index) : NULL;
+        tensor_release(v);
+        return out;
+    }
     if ((dtype_is_float(a->dtype) && a->dtype != DT_F32 && a->dtype != DT_F64) && a->requires_grad)
         return accel_fail("gather: gradients are supported for float32/float64 inputs only");
     Tensor *idx = checked_index(index, a->ndim ? a->shape[dim] : 1, "gather");
@@ -162,9 +177,39 @@ static int bw_cat(AGNode *n, Tensor *g, Tensor **gin) {
     return 0;
 }
 
+static bool legacy_empty(const Tensor *t) { return t->ndim == 1 && t->shape[0] == 0; }
+
+/* cat of the tensors that are not 1-D and empty (torch skips those, so
+ * `acc = cat({acc, x})` can start from an empty tensor); their dtypes still
+ * count. NULL with *skipped false when there is nothing to skip. */
+static Tensor *cat_skipping_empty(Tensor **ts, int n, int dim, bool *skipped) {
+    int m = 0;
+    for (int k = 0; k < n; k++) m += !legacy_empty(ts[k]);
+    *skipped = m > 0 && m < n;
+    if (!*skipped) return NULL;
+    Tensor **kept = malloc(sizeof(Tensor *) * (size_t)m);
+    if (!kept) return accel_fail("out of memory");
+    DType dt = ts[0]->dtype;
+    for (int k = 0, j = 0; k < n; k++) {
+        dt = dtype_promote(dt, ts[k]->dtype);
+        if (!legacy_empty(ts[k])) kept[j++] = ts[k];
+    }
+    Tensor *out = op_cat(kept, m, dim);
+    free(kept);
+    if (out && out->dtype != dt) {
+        Tensor *cast = op_cast(out, dt);
+        tensor_release(out);
+        out = cast;
+    }
+    return out;
+}
+
 Tensor *op_cat(Tensor **ts, int n, int dim) {
     PROF_SCOPE("cat", PROF_FORWARD, n > 0 ? ts[0] : NULL, NULL);
     if (n == 0) return accel_fail("cat: expected a non-empty list of tensors");
+    bool skipped;
+    Tensor *without_empty = cat_skipping_empty(ts, n, dim, &skipped);
+    if (skipped) return without_empty;
     Tensor *ref = ts[0];
     if (ref->ndim == 0) return accel_fail("cat: zero-dimensional tensor (item 1) cannot be concatenated");
     if ((dim = tensor_wrap_dim(ref, dim, "cat")) < 0) return NULL;

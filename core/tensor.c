@@ -181,6 +181,16 @@ DType dtype_promote(DType a, DType b) {
     return DT_U8;
 }
 
+static int dtype_category(DType dt) { return dt == DT_BOOL ? 0 : dtype_is_float(dt) ? 2 : 1; }
+
+DType tensor_result_dtype(const Tensor *a, const Tensor *b) {
+    if ((a->ndim == 0) != (b->ndim == 0)) {
+        const Tensor *zero = a->ndim == 0 ? a : b, *dimmed = a->ndim == 0 ? b : a;
+        if (dtype_category(zero->dtype) <= dtype_category(dimmed->dtype)) return dimmed->dtype;
+    }
+    return dtype_promote(a->dtype, b->dtype);
+}
+
 DType dtype_default_float(void) { return DT_F32; }
 
 const char *device_str(Device d, char *buf, size_t n) {

@@ -82,6 +82,10 @@ bool tensor_is_contiguous(const Tensor *t);
 const char *dtype_name(DType dt);       /* "float32" */
 int dtype_from_name(const char *name);  /* accepts float32/float/fp32/f32/bf16/... ; -1 if unknown */
 DType dtype_promote(DType a, DType b);
+/* The dtype of an op on tensors a and b, as torch's result_type: a 0-dim
+ * tensor beside a dimensioned one counts only when its category (bool <
+ * integer < floating) is higher (bf16 tensor * f32 scalar tensor: bf16). */
+DType tensor_result_dtype(const Tensor *a, const Tensor *b);
 DType dtype_default_float(void);
 const char *device_str(Device d, char *buf, size_t n);
 int device_parse(const char *s, Device *out);

@@ -531,18 +531,23 @@ static int check_hostfile(const LaunchConfig *c, int dry_run) {
 static volatile sig_atomic_t stop_signal;
 static volatile pid_t running_child;
 
-/* Ctrl-C reaches the job through the terminal's process group; SIGTERM /
- * SIGHUP sent to launch alone are passed on. Either way: no restart. */
-static void on_stop_signal(int sig) {
+/* Ctrl-C at a terminal (si_code SI_KERNEL) reaches the job through the
+ * terminal's process group; any other SIGINT, and SIGTERM / SIGHUP, sent
+ * to launch (by a scheduler, a parent process, `kill`) are passed on.
+ * Either way: no restart. */
+static void on_stop_signal(int sig, siginfo_t *info, void *ctx) {
+    (void)ctx;
     stop_signal = sig;
-    if (sig != SIGINT && running_child > 0) kill(running_child, sig);
+    int from_terminal = sig == SIGINT && info != NULL && info->si_code == SI_KERNEL;
+    if (!from_terminal && running_child > 0) kill(running_child, sig);
 }
 
 static void catch_stop_signals(void) {
     static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
+    sa.sa_sigaction = on_stop_signal;
+    sa.sa_flags = SA_SIGINFO;
     sigemptyset(&sa.sa_mask);
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
 }

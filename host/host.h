@@ -60,6 +60,10 @@ int host_world_size(void);
 /* A start by a PMIx launcher that exports no size (PMIX_RANK and
  * PMIX_NAMESPACE only): ACCEL_LUA_DIST_BACKEND=mpi, so MPI says the size. */
 void host_join_pmix_job(void);
+/* In one of several ranks: RANK, WORLD_SIZE, LOCAL_RANK and
+ * LOCAL_WORLD_SIZE as torchrun / accelerate launch export them (from the
+ * MPI launcher's variables; one already set is kept). */
+void host_export_rank_vars(void);
 
 /* Sets the compute threads from ACCEL_LUA_NUM_THREADS (1 per rank by
  * default when several ranks run); needs the global `accel`. */

@@ -291,6 +291,7 @@ int main(int argc, char **argv) {
     HostArgs a = {.argc = argc, .argv = argv};
     if (argv[0] == NULL || !parse_args(&a)) return EXIT_FAILURE;
     host_join_pmix_job();
+    host_export_rank_vars();
     if (host_setup_rank_logs() != 0) return EXIT_FAILURE;
     if (a.help) {
         print_usage(stdout);

@@ -52,6 +52,22 @@ void host_join_pmix_job(void) {
         fprintf(stderr, "%s: cannot set ACCEL_LUA_DIST_BACKEND for a PMIx start\n", ACCEL_LUA_NAME);
 }
 
+void host_export_rank_vars(void) {
+    static const char *const local_rank_vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID",
+                                                  NULL};
+    static const char *const local_size_vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", NULL};
+    int rank = host_rank();
+    if (rank < 0) return;
+    long values[4] = {rank, host_world_size(), env_first(local_rank_vars), env_first(local_size_vars)};
+    static const char *const names[4] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"};
+    for (int i = 0; i < 4; i++) {
+        char buf[32];
+        if (values[i] < 0 || getenv(names[i]) != NULL) continue;
+        snprintf(buf, sizeof buf, "%ld", values[i]);
+        if (setenv(names[i], buf, 0) != 0) fprintf(stderr, "%s: cannot set %s\n", ACCEL_LUA_NAME, names[i]);
+    }
+}
+
 int host_world_size(void) {
     long n = env_first(size_vars);
     return n > 0 ? (int)n : 1;

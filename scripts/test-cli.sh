@@ -136,6 +136,13 @@ check_launch() {
 rank 1 of 2 mp=bf16 acc=1 threads=1 args=x"
     check "launch --num_processes 2: both ranks run, settings reach them" \
         '(( RC == 0 )) && [[ $(sort <<<"$OUT") == "$want" ]]'
+    printf '%s\n' 'print(("RANK=%s WORLD_SIZE=%s LOCAL_RANK=%s LOCAL_WORLD_SIZE=%s"):format(os.getenv("RANK"),' \
+        '  os.getenv("WORLD_SIZE"), os.getenv("LOCAL_RANK"), os.getenv("LOCAL_WORLD_SIZE")))' >"$TMP/torchvars.lua"
+    run "$EXE" launch --num_processes 2 "$TMP/torchvars.lua"
+    want="RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2
+RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2"
+    check "launch exports RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE to each rank (as torchrun)" \
+        '(( RC == 0 )) && [[ $(sort <<<"$OUT") == "$want" ]]'
     run "$EXE" launch "$TMP/rank.lua" y
     check "launch with 1 process runs the script directly" \
         '(( RC == 0 )) && [[ $OUT == "rank none of none mp=no acc=1 threads="*" args=y" ]]'
@@ -250,6 +257,18 @@ check_failures() {
     run "$EXE" launch --num_processes 1 --max_restarts 1 "$TMP/always_fail.lua"
     check "--max_restarts gives up after K restarts" \
         '(( RC == 1 )) && has "restart 1/1" && has "no restarts left" && [[ $(grep -c "always fails" <<<"$OUT") == 2 ]]'
+    # SIGINT sent to launch alone (a scheduler or a parent process; not the terminal's group): the job ends
+    printf '%s\n' 'local t0 = accel.clock()' 'while accel.clock() - t0 < 60 do end' >"$TMP/spin.lua"
+    local t0=$SECONDS
+    setsid "$EXE" launch --num_processes 2 "$TMP/spin.lua" >"$TMP/spin.out" 2>&1 &
+    local launcher=$!
+    sleep 3
+    kill -INT "$launcher"
+    wait "$launcher"
+    RC=$?
+    OUT=$(cat "$TMP/spin.out")
+    check "SIGINT to launch alone ends the job (exit non-zero, no rank left running)" \
+        '(( RC != 0 && SECONDS - t0 < 30 )) && has "interrupted" && ! pgrep -f "$TMP/spin.lua" >/dev/null'
     run mpirun ${ROOT_FLAG}-np 2 "$EXE" -e 'if os.getenv("OMPI_COMM_WORLD_RANK") == "0" then error("direct boom") end'
     check "mpirun -np 2 accel-lua directly: the error names the rank" \
         '(( RC != 0 )) && has "accel-lua: rank 0: (command line):1: direct boom"'

@@ -699,6 +699,17 @@ static int check_overlap(Loader *L) {
                        order[i - 1]->name, (unsigned long long)order[i - 1]->begin,
                        (unsigned long long)order[i - 1]->end, order[i]->name, (unsigned long long)order[i]->begin,
                        (unsigned long long)order[i]->end);
+    /* the tensors cover the data section exactly, as the safetensors library requires */
+    uint64_t at = 0;
+    for (int i = 0; i < m && rc == 0; i++) {
+        if (order[i]->begin > at)
+            rc = lfail(L, "has an invalid header: bytes %llu..%llu of the data section belong to no tensor (before "
+                          "'%.200s')", (unsigned long long)at, (unsigned long long)order[i]->begin, order[i]->name);
+        at = order[i]->end;
+    }
+    if (rc == 0 && at != L->data_len)
+        rc = lfail(L, "is not fully covered by its header: the tensors end at byte %llu of the data section, which has "
+                      "%llu bytes", (unsigned long long)at, (unsigned long long)L->data_len);
     free(order);
     return rc;
 }

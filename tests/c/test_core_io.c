@@ -300,6 +300,10 @@ static void test_load_errors(void) {
     write_raw_st(g, "{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]},"
                     " \"b\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [4, 12]}}", 16);
     expect_load_error(g, "tensors 'a' (bytes 0..8) and 'b' (bytes 4..12) overlap", __LINE__);
+    write_raw_st(g, "{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}", 8);
+    expect_load_error(g, "bytes 0..4 of the data section belong to no tensor (before 'a')", __LINE__);
+    write_raw_st(g, "{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 8);
+    expect_load_error(g, "the tensors end at byte 4 of the data section, which has 8 bytes", __LINE__);
     write_raw_st(g, "{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]},"
                     " \"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}", 8);
     expect_load_error(g, "key 'a' appears twice", __LINE__);

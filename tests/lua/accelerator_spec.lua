@@ -301,6 +301,8 @@ describe("Accelerator options", function()
     assert.are.equal("bf16 3 0 DEEPSPEED", run("ACCEL_LUA_MIXED_PRECISION=bf16 ACCEL_LUA_GRADIENT_ACCUMULATION_STEPS=3 "
       .. "ACCEL_LUA_USE_DEEPSPEED=true ACCEL_LUA_ZERO_STAGE=0"))
     assert.are.equal("no 1 1 DEEPSPEED", run("ACCEL_LUA_USE_DEEPSPEED=true ACCEL_LUA_ZERO_STAGE=1"))
+    assert.matches("ACCEL_LUA_GRADIENT_ACCUMULATION_STEPS=abc is not a positive integer",
+      run("ACCEL_LUA_GRADIENT_ACCUMULATION_STEPS=abc"))
     assert.are.equal("no 1 2 DEEPSPEED", run("ACCELERATE_USE_DEEPSPEED=true"))
     assert.matches("ACCEL_LUA_OFFLOAD_OPTIMIZER_DEVICE=cpu%): offload_optimizer_device = \"cpu\" is not supported",
       run("ACCEL_LUA_USE_DEEPSPEED=true ACCEL_LUA_ZERO_STAGE=0 ACCEL_LUA_OFFLOAD_OPTIMIZER_DEVICE=cpu"))

@@ -556,6 +556,24 @@ describe("collation", function()
     assert.are.same({2, 5}, c.b[1]:tolist())
   end)
 
+  it("lists of different lengths, or samples with different keys, are an error (not cut to the first)", function()
+    local seqs = {{5, 6}, {7, 8, 9}}
+    local ds = data.Dataset{len = 2, get = function(i) return {input_ids = seqs[i]} end}
+    expect_error(function() data.DataLoader(ds, {batch_size = 2}):iter()() end,
+      "each element in list of batch should be of equal size", "item 1 has 2", "item 2 has 3")
+    expect_error(function() data.default_collate({{1, 2}, {3, 4, 5}}) end, "should be of equal size")
+    expect_error(function() data.default_collate({{a = 1}, {a = 2, b = 3}}) end, "has key b but")
+  end)
+
+  it("a dataset length given as a float (8 / 2) indexes with integers", function()
+    local got = {}
+    local ds = data.Dataset{len = 8 / 2, get = function(i) return i end}
+    for b in data.DataLoader(ds, {batch_size = 4, collate_fn = function(x) return x end}):iter() do got = b end
+    assert.are.same({"1", "2", "3", "4"}, {tostring(got[1]), tostring(got[2]), tostring(got[3]), tostring(got[4])})
+    local bad = data.Dataset{len = function() return 4.5 end, get = print}
+    expect_error(function() data.DataLoader(bad, {batch_size = 2}) end, "the dataset's len() must be an integer >= 0, got 4.5")
+  end)
+
   it("collate_fn receives the list of samples and its results are yielded", function()
     local ds = data.TensorDataset(accel.arange(6), accel.arange(6) * 10)
     local seen

@@ -28,6 +28,25 @@ describe("safetensors one tensor at a time", function()
     assert.are.equal(support.read_file(dir .. "/ref.safetensors"), support.read_file(dir .. "/new.safetensors"))
   end)
 
+  it("has no fixed limit on tensors or metadata entries: 5000 tensors and 300 entries, streamed or not", function()
+    local t, specs, meta = {}, {}, {}
+    for i = 1, 5000 do
+      t["w" .. i] = accel.full({1}, i)
+      specs["w" .. i] = {dtype = "I64", shape = {1}}
+    end
+    for i = 1, 300 do meta["k" .. i] = "v" .. i end
+    accel.save(t, dir .. "/many.safetensors", meta)
+    local w = C.st_writer(dir .. "/many2.safetensors", specs, meta)
+    for _, name in ipairs(w:names()) do w:put(t[name]) end
+    w:finish()
+    assert.are.equal(support.read_file(dir .. "/many.safetensors"), support.read_file(dir .. "/many2.safetensors"))
+    local back = accel.load(dir .. "/many.safetensors")
+    assert.are.equal(4999, back.w4999:item())
+    local r = C.st_open(dir .. "/many.safetensors")
+    assert.are.equal(5000, #r:entries())
+    r:close()
+  end)
+
   it("writes tensors from any device: sim tensors (strided too) give the CPU file's bytes", function()
     local t = tensors()
     local cpu, sim = {}, {}

@@ -710,9 +710,13 @@ describe("reductions", function()
     assert_close(lua_reduce(vals, {1, 2, 3}, biased), x:var({unbiased = false}):item(), 1e-12, 1e-12)
     assert_close(lua_reduce(vals, {3}, function(l) return math.sqrt(l_var(l, 0)) end),
       x:std(3, {unbiased = false}):tolist(), 1e-12, 1e-12)
-    -- the options table after a positional keepdim
-    assert_close(lua_reduce(vals, {3}, biased, true), x:var(3, true, {correction = 0}):tolist(), 1e-12, 1e-12)
-    assert_close(lua_reduce(vals, {3}, biased), x:var(3, false, {unbiased = false}):tolist(), 1e-12, 1e-12)
+    -- torch's positional forms: (dim, unbiased, keepdim) and (unbiased)
+    assert_close(lua_reduce(vals, {3}, biased, true), x:var(3, false, true):tolist(), 1e-12, 1e-12)
+    assert_close(lua_reduce(vals, {3}, biased), x:var(3, false):tolist(), 1e-12, 1e-12)
+    assert_close(lua_reduce(vals, {3}, biased, true), x:var(3, true, {correction = 0, keepdim = true}):tolist(), 1e-12,
+      1e-12)
+    assert_close(lua_reduce(vals, {1, 2, 3}, biased), x:var(false):item(), 1e-12, 1e-12)
+    assert_close(lua_reduce(vals, {1, 2, 3}, biased), x:std(false):item() ^ 2, 1e-12, 1e-12)
   end)
 
   it("norm with p = 1, inf and 'fro'", function()

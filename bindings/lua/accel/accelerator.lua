@@ -375,7 +375,13 @@ end
 local function resolve_accumulation(o, ds)
   local k = o.gradient_accumulation_steps
   if k == nil and ds and type(ds.gradient_accumulation_steps) == "number" then k = ds.gradient_accumulation_steps end
-  if k == nil then k = tonumber(setting("GRADIENT_ACCUMULATION_STEPS") or "") or 1 end
+  if k == nil then
+    local raw, var = setting("GRADIENT_ACCUMULATION_STEPS")
+    k = raw == nil and 1 or tonumber(raw)
+    if k == nil or k < 1 or k ~= math.floor(k) then
+      raise("Accelerator: %s=%s is not a positive integer (gradient_accumulation_steps)", var, raw)
+    end
+  end
   if k < 1 or k ~= math.floor(k) then
     raise("Accelerator: gradient_accumulation_steps must be a positive integer, got %s", tostring(k))
   end

@@ -32,6 +32,20 @@ local collate
 
 local function collate_table(values, ctx, label)
   local out = {}
+  local n1 = #values[1]
+  for b = 2, #values do
+    if #values[b] ~= n1 and (n1 > 0 or #values[b] > 0) then
+      U.failf("DataLoader: cannot collate %s: each element in list of batch should be of equal size (%s has %d, %s has "
+        .. "%d); pad the samples (or give the DataLoader a collate_fn)", label, where(ctx, 1), n1, where(ctx, b),
+        #values[b])
+    end
+    for k in pairs(values[b]) do
+      if values[1][k] == nil then
+        U.failf("DataLoader: cannot collate %s: %s has key %s but %s does not", label, where(ctx, b), tostring(k),
+          where(ctx, 1))
+      end
+    end
+  end
   for k in pairs(values[1]) do
     local col = {}
     for b = 1, #values do

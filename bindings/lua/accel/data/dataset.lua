@@ -22,7 +22,7 @@ FnDataset.__name = "accel.data.Dataset"
 
 function FnDataset:__len()
   local n = self._len
-  if type(n) == "function" then n = n() end
+  if type(n) == "function" then n = U.check_int(n(), 0, "Dataset: len()") end
   return n
 end
 
@@ -35,7 +35,7 @@ function M.Dataset(spec)
   end
   local n = spec.len
   if type(n) == "number" then
-    U.check_int(n, 0, "Dataset: len")
+    n = U.check_int(n, 0, "Dataset: len")
   elseif type(n) ~= "function" then
     U.failf("Dataset: len must be a number or a function returning the number of samples, got %s", type(n))
   end

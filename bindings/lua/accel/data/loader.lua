@@ -43,6 +43,9 @@ local function check_dataset(ds)
     U.fail("DataLoader: the dataset has no get(i) method (see data.Dataset{len = ..., get = function(i) ... end})")
   end
   local ok, n = pcall(U.len, ds)
+  if not ok and tostring(n):find("Dataset: len() must be", 1, true) then
+    U.fail("DataLoader: " .. tostring(n):gsub("^.-Dataset: len%(%)", "the dataset's len()"))
+  end
   if not ok or type(n) ~= "number" then U.fail("DataLoader: the dataset has no length (#ds must give the sample count)") end
 end
 

@@ -15,11 +15,13 @@ local is_int = math.type and function(v) return math.type(v) == "integer" end
 function U.is_integer(v) return type(v) == "number" and is_int(v) end
 
 -- v must be an integer >= min; what names it in the error.
+-- v checked to be a whole number >= min, returned as an integer where Lua
+-- has them (8 / 2 is 4.0: indices made from it would print as 1.0)
 function U.check_int(v, min, what)
   if not (type(v) == "number" and v == math.floor(v) and v >= min) then
     U.failf("%s must be an integer >= %d, got %s", what, min, tostring(v))
   end
-  return v
+  return math.tointeger and math.tointeger(v) or v
 end
 
 -- Rejects keys of opts not in known (a set); ignored is a set of PyTorch
