@@ -990,6 +990,83 @@ CASES.backward = {
   end,
 }
 
+-- the Accelerator's collectives on one process (their N-process effects: accelerator_parity_spec.lua, ddp_test.lua)
+CASES.reduce = {
+  reduction = function()
+    local a = accel.Accelerator()
+    assert.are.same({1, 2}, a:reduce(accel.tensor({1.0, 2.0}), {reduction = "mean"}):tolist())
+    error_matching("unknown option reductio", function() a:reduce(accel.tensor({1.0}), {reductio = "max"}) end)
+  end,
+  scale = function()
+    assert.are.same({2, 4}, accel.Accelerator():reduce(accel.tensor({1.0, 2.0}), {reduction = "sum", scale = 2}):tolist())
+  end,
+}
+
+CASES.pad_across_processes = {
+  dim = function()
+    local a = accel.Accelerator()
+    assert.are.same({2, 3}, {a:pad_across_processes(accel.ones(2, 3), {dim = 2}):size(1), 3})
+    assert.are.same({2, 3}, a:pad_across_processes(accel.ones(2, 3), 2, 0, true).shape) -- Accelerate's positional form
+    error_matching("unknown option dims", function() a:pad_across_processes(accel.ones(2), {dims = 1}) end)
+  end,
+  pad_index = function()
+    assert.are.same({1, 1}, accel.Accelerator():pad_across_processes(accel.ones(2), {pad_index = 5}):tolist())
+  end,
+  pad_first = function()
+    assert.are.same({1, 1}, accel.Accelerator():pad_across_processes(accel.ones(2), {pad_first = true}):tolist())
+  end,
+}
+
+CASES.broadcast = {
+  from_process = function()
+    local a = accel.Accelerator()
+    assert.are.same({1, 2}, a:broadcast(accel.tensor({1.0, 2.0}), {from_process = 0}):tolist())
+    error_matching("unknown option from_proces", function() a:broadcast(accel.ones(1), {from_proces = 1}) end)
+  end,
+}
+
+CASES.log = {
+  step = function()
+    local seen = {}
+    local T = {name = "steps", requires_logging_directory = false}
+    function T:log(values, step) seen[#seen + 1] = step end
+    function T:store_init_configuration() end
+    function T:finish() end
+    local a = accel.Accelerator{log_with = T}
+    a:init_trackers("p")
+    a:log({x = 1}, {step = 7})
+    a:log({x = 1}, 8)
+    assert.are.same({7, 8}, seen)
+    error_matching("unknown option stp", function() a:log({x = 1}, {stp = 3}) end)
+  end,
+}
+
+CASES.save = {
+  safe_serialization = function()
+    local dir = tmpdir()
+    local a = accel.Accelerator()
+    a:save({w = accel.ones(2)}, dir .. "/w.safetensors", {safe_serialization = true})
+    assert.are.same({1, 1}, accel.load(dir .. "/w.safetensors").w:tolist())
+    error_matching("never pickle", function() a:save({w = accel.ones(2)}, dir .. "/x", {safe_serialization = false}) end)
+    support.remove_tree(dir)
+  end,
+}
+
+CASES.save_state = {
+  safe_serialization = function()
+    local dir = tmpdir()
+    local a = accel.Accelerator()
+    a:prepare(mlp(1))
+    a:save_state(dir .. "/ck", {safe_serialization = true})
+    assert.is_true(C.fs_stat(dir .. "/ck/model.safetensors") ~= nil)
+    error_matching("never pickle", function() a:save_state(dir .. "/ck2", {safe_serialization = false}) end)
+    assert.is_nil(C.fs_stat(dir .. "/ck2"))
+    error_matching("load_state: unknown option bogus %(it takes no options%)",
+      function() a:load_state(dir .. "/ck", {bogus = 1}) end)
+    support.remove_tree(dir)
+  end,
+}
+
 describe("option tables", function()
   it("every key of every option table has a case here, and every case a key", function()
     local missing, extra, n = {}, {}, 0

@@ -16,6 +16,7 @@
 --                   unbroken run; loading on 3 ranks keeps the loader
 --                   position (samples of the global order)
 --   ddp_tied.lua    tied / reused weights and parameters without gradients
+--   ddp_free_memory.lua  gradients still averaged after free_memory()
 -- The accel-lua under test is $ACCEL_LUA_BIN, else the interpreter running
 -- this script.
 local HERE = arg[0]:match("^(.*)/[^/]*$") or "."
@@ -113,6 +114,13 @@ for _, n in ipairs({2, 3}) do
   local run = launch(n, "ddp_tied.lua")
   check(("tied and reused weights, parameters without gradients on %d ranks"):format(n), run,
     {run.code == 0, "exit status"}, {all_ranks_ok(run, n), "not every rank printed its ok line"})
+end
+
+-- ---- (f) free_memory keeps a used model data parallel ----
+do
+  local run = launch(2, "ddp_free_memory.lua")
+  check("after free_memory a kept model and a newly prepared one average their gradients; a dropped one's reducer is "
+    .. "closed", run, {run.code == 0, "exit status"}, {all_ranks_ok(run, 2), "not every rank printed its ok line"})
 end
 
 support.remove_tree(DIR)

@@ -628,6 +628,7 @@ local function new_accelerator(_, o)
   rawset(self, "_load_state_pre_hooks", {})
   rawset(self, "_grad_sync", setmetatable({}, {__mode = "k"}))
   rawset(self, "_reducers", {}) -- {model = m, reducer = r}, one per prepared model on N processes
+  rawset(self, "_released_reducers", {}) -- {reducer = r, ref = {model = m} (weak)}: let go of by free_memory
   rawset(self, "_engines", {}) -- {model = m, optimizer = o, engine = e}, one per model prepared under a sharding plan
   rawset(self, "flag", 0)
   self.state:_set_accelerator_info({distributed_type = self._distributed_type, mixed_precision = self.mixed_precision,
@@ -853,9 +854,15 @@ function Accelerator:prepare(...)
   return compat.unpack(out, 1, args.n)
 end
 
+-- A model's DDP reducer; free_memory keeps the reducers of the models it
+-- lets go of (held weakly), so a model the script still uses keeps
+-- averaging its gradients, as Accelerate's DDP wrapper does.
 local function reducer_of(self, model)
   for _, e in ipairs(self._reducers) do
     if rawequal(e.model, model) then return e.reducer end
+  end
+  for _, e in ipairs(self._released_reducers) do
+    if rawequal(e.ref.model, model) then return e.reducer end
   end
   return nil
 end
@@ -897,6 +904,9 @@ end
 -- backward has run (a no-op otherwise, and on one process).
 function Accelerator:_finish_grad_sync()
   for _, e in ipairs(self._reducers) do e.reducer:finalize() end
+  for _, e in ipairs(self._released_reducers) do -- a collected model ran no backward: nothing to finish
+    if e.ref.model ~= nil then e.reducer:finalize() end
+  end
   for _, e in ipairs(self._engines) do e.engine:finalize() end
 end
 
@@ -1270,20 +1280,34 @@ function Accelerator:gather_for_metrics(...)
   return compat.unpack(out, 1, args.n)
 end
 
+local REDUCE_OPTIONS = plugins.register("reduce", {reduction = "string", scale = "number"})
+local PAD_OPTIONS = plugins.register("pad_across_processes", {dim = "number", pad_index = "number",
+  pad_first = "boolean"})
+local BROADCAST_OPTIONS = plugins.register("broadcast", {from_process = "number"})
+
 -- reduce(t, "sum" | "mean" | "max" | "min" | "none" or {reduction=, scale=})
 function Accelerator:reduce(data, reduction, scale)
-  if type(reduction) == "table" then reduction, scale = reduction.reduction, reduction.scale end
+  if type(reduction) == "table" then
+    plugins.check_options("reduce", reduction, REDUCE_OPTIONS)
+    reduction, scale = reduction.reduction, reduction.scale
+  end
   return ops.reduce(self.state.comm, data, reduction, scale)
 end
 
--- pad_across_processes(t, {dim = 1, pad_index = 0, pad_first = false})
-function Accelerator:pad_across_processes(data, o)
-  o = o or {}
+-- pad_across_processes(t, [dim = 1], [pad_index = 0], [pad_first = false]) or
+-- (t, {dim =, pad_index =, pad_first =}), as Accelerate's positional form
+function Accelerator:pad_across_processes(data, dim, pad_index, pad_first)
+  local o = dim
+  if type(dim) ~= "table" then o = {dim = dim, pad_index = pad_index, pad_first = pad_first} end
+  plugins.check_options("pad_across_processes", o, PAD_OPTIONS)
   return ops.pad_across_processes(self.state.comm, data, o.dim or 1, o.pad_index or 0, o.pad_first == true)
 end
 
 function Accelerator:broadcast(data, from_process)
-  if type(from_process) == "table" then from_process = from_process.from_process end
+  if type(from_process) == "table" then
+    plugins.check_options("broadcast", from_process, BROADCAST_OPTIONS)
+    from_process = from_process.from_process
+  end
   return ops.broadcast(self.state.comm, data, from_process or 0)
 end
 
@@ -1329,7 +1353,14 @@ end
 -- argument, so `model, optimizer = accelerator:clear(model, optimizer)`
 -- releases the caller's references too (Accelerate's idiom).
 function Accelerator:free_memory(...)
-  for _, e in ipairs(self._reducers) do e.reducer:close() end
+  local kept = {}
+  for _, e in ipairs(self._released_reducers) do
+    if e.ref.model ~= nil then kept[#kept + 1] = e else e.reducer:close() end
+  end
+  for _, e in ipairs(self._reducers) do
+    kept[#kept + 1] = {reducer = e.reducer, ref = setmetatable({model = e.model}, {__mode = "v"})}
+  end
+  rawset(self, "_released_reducers", kept)
   for _, e in ipairs(self._engines) do e.engine:close() end
   rawset(self, "_reducers", {})
   rawset(self, "_engines", {})
@@ -1470,12 +1501,19 @@ function Accelerator:get_tracker(name, unwrap)
   raise('get_tracker: "%s" is not an available tracker stored inside the Accelerator (trackers: %s)', name, table.concat(have, ", "))
 end
 
+local LOG_OPTIONS = plugins.register("log", {step = "number"})
+
 -- log(values, {step=}) or log(values, step): to every tracker (main process).
 function Accelerator:log(values, o)
   if type(values) ~= "table" then raise("log: expected a table of name -> value, got %s", type(values)) end
-  if not self.is_main_process then return end
   local step = o
-  if type(o) == "table" then step = o.step end
+  if type(o) == "table" then
+    plugins.check_options("log", o, LOG_OPTIONS)
+    step = o.step
+  elseif o ~= nil and type(o) ~= "number" then
+    raise("log: step must be a number or {step =}, got %s", type(o))
+  end
+  if not self.is_main_process then return end
   for _, t in ipairs(self.trackers) do t:log(values, step) end
 end
 
@@ -1525,8 +1563,19 @@ function Accelerator:save_model(model, dir, o)
   if self.is_main_process then checkpoint.save_model(sd, order, dir, max_bytes) end
 end
 
--- save(obj, path): tensors table -> safetensors, plain values -> JSON (main process).
-function Accelerator:save(obj, path)
+-- safe_serialization = false asks Accelerate for pickle, which is never written here
+local SERIALIZATION_OPTIONS = {safe_serialization = "boolean"}
+local function check_serialization(what, o)
+  plugins.check_options(what, o, SERIALIZATION_OPTIONS)
+  if o and o.safe_serialization == false then
+    raise("%s: only safetensors (and JSON) are written, never pickle (safe_serialization = true)", what)
+  end
+end
+plugins.register("save", SERIALIZATION_OPTIONS)
+
+-- save(obj, path, [{safe_serialization = true}]): tensors table -> safetensors, plain values -> JSON (main process).
+function Accelerator:save(obj, path, o)
+  check_serialization("save", o)
   if self.is_main_process then checkpoint.save_object(obj, path) end
 end
 
@@ -1652,7 +1701,11 @@ end
 
 -- save_state([dir]): the whole training state as one checkpoint folder
 -- (see accel.checkpoint); returns the folder.
-function Accelerator:save_state(output_dir)
+plugins.register("save_state", SERIALIZATION_OPTIONS)
+local LOAD_STATE_OPTIONS = plugins.register("load_state", {})
+
+function Accelerator:save_state(output_dir, o)
+  check_serialization("save_state", o)
   local pc = self.project_configuration
   local root
   if output_dir == nil then
@@ -1850,7 +1903,8 @@ end
 
 -- load_state([dir | "latest"]): restores what save_state wrote, or refuses
 -- (changing nothing) with a message naming the file and the fault.
-function Accelerator:load_state(input_dir)
+function Accelerator:load_state(input_dir, o)
+  plugins.check_options("load_state", o, LOAD_STATE_OPTIONS)
   if input_dir == nil or input_dir == "latest" then
     if input_dir == nil and not self.project_configuration.automatic_checkpoint_naming then
       raise("load_state: give a checkpoint directory (or \"latest\" with a project_dir)")

@@ -39,7 +39,8 @@ local function check_options(what, o, spec)
       local keys = {}
       for name in pairs(spec) do keys[#keys + 1] = name end
       table.sort(keys)
-      raise("%s: unknown option %s (known: %s)", what, tostring(k), table.concat(keys, ", "))
+      raise("%s: unknown option %s (%s)", what, tostring(k),
+        #keys > 0 and "known: " .. table.concat(keys, ", ") or "it takes no options")
     end
     local want = type(rule) == "table" and rule[1] or rule
     if want ~= "any" and type(v) ~= want then
