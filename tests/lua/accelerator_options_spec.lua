@@ -291,6 +291,8 @@ CASES.ProjectConfiguration = {
     a:prepare(mlp(1))
     assert.are.equal(dir .. "/checkpoints/checkpoint_5", a:save_state())
     assert.are.equal(6, a.save_iteration)
+    a:save_state(dir .. "/explicit") -- every save counts, as Accelerate's iteration += 1
+    assert.are.equal(7, a.save_iteration)
     support.remove_tree(dir)
   end,
   save_on_each_node = function()

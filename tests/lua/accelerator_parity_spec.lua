@@ -317,7 +317,7 @@ describe("clear / free_memory", function()
 end)
 
 describe("process decorators and trigger_sync_in_backward", function()
-  it("on_local_process / on_process / on_last_process run only there", function()
+  it("on_local_process / on_process / on_last_process: on one process every body runs (Accelerate's rule)", function()
     local a = accel.Accelerator()
     local ran = {}
     a:on_local_process(function(v) ran[#ran + 1] = "local0:" .. v end, 0)("x")
@@ -325,7 +325,8 @@ describe("process decorators and trigger_sync_in_backward", function()
     a:on_local_process(2, function() ran[#ran + 1] = "local2" end)()
     a:on_process(function() ran[#ran + 1] = "p0" end, 0)()
     a:on_last_process(function() ran[#ran + 1] = "last" end)()
-    assert.are.same({"local0:x", "p0", "last"}, ran)
+    assert.are.same({"local0:x", "local1", "local2", "p0", "last"}, ran)
+    assert.are.equal(1, select("#", a:on_process(function() return 5 end, 0)()))
     error_matching("on_local_process: expected a process index", function() a:on_local_process(function() end) end)
   end)
 

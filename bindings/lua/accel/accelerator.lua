@@ -1765,6 +1765,7 @@ function Accelerator:save_state(output_dir, o)
       end
     end
   end)
+  if not root then pc.iteration = pc.iteration + 1 end -- every save counts (save_iteration), as in Accelerate
   return output_dir
 end
 

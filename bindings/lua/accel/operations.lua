@@ -81,12 +81,12 @@ local function map_only_tensors(op, hint, data, fn)
 end
 
 -- gather: every process's tensor concatenated along dim 1, in rank order
--- (0-dim tensors become 1-D first, as in Accelerate).
+-- (0-dim tensors become 1-D first, as in Accelerate; on one process the
+-- tensor comes back as it is, as Accelerate's).
 function ops.gather(comm, data)
   return map_only_tensors("gather", " (use gather_object for other Lua values)", data, function(t)
-    if t:dim() == 0 then t = t:reshape(1) end
-    local parts = comm:all_gather(t:contiguous())
-    if #parts == 1 then return parts[1] end
+    local parts = comm:all_gather((t:dim() == 0 and t:reshape(1) or t):contiguous())
+    if #parts == 1 then return t end
     return accel.cat(parts, 1)
   end)
 end

@@ -170,11 +170,13 @@ end
 function PartialState:main_process_first(fn) return goes_first(self, self.is_main_process, fn) end
 function PartialState:local_main_process_first(fn) return goes_first(self, self.is_local_main_process, fn) end
 
--- Decorators: a function that runs fn only on the chosen process(es).
+-- Decorators: a function that runs fn only on the chosen process(es); on
+-- the others it returns nil (one value, as Accelerate's None).
 local function on_process_if(pred, fn, what)
   if type(fn) ~= "function" then raise("%s: expected a function, got %s", what, type(fn)) end
   return function(...)
     if pred() then return fn(...) end
+    return nil
   end
 end
 
@@ -199,11 +201,15 @@ end
 
 function PartialState:on_process(fn, process_index)
   fn, process_index = index_arg("on_process", fn, process_index)
-  return on_process_if(function() return self.process_index == process_index end, fn, "on_process")
+  -- without several processes fn always runs, as Accelerate's `not self.use_distributed`
+  return on_process_if(function() return self.num_processes == 1 or self.process_index == process_index end, fn,
+    "on_process")
 end
 function PartialState:on_local_process(fn, local_process_index)
   fn, local_process_index = index_arg("on_local_process", fn, local_process_index)
-  return on_process_if(function() return self.local_process_index == local_process_index end, fn, "on_local_process")
+  return on_process_if(function()
+    return self.num_processes == 1 or self.local_process_index == local_process_index
+  end, fn, "on_local_process")
 end
 
 -- split_between_processes(inputs, [{apply_padding = false}], [fn]): this
