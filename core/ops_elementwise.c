@@ -291,7 +291,13 @@ int op_binary_(KBinOp op, Tensor *a, Tensor *b) {
     if (nd != a->ndim || shape_numel(shape, nd) != a->numel)
         return accel_fail_int("%s_: output with shape %s doesn't match the broadcast shape of %s and %s", name,
                               tensor_shape_str(a), tensor_shape_str(a), tensor_shape_str(b));
-    if (check_inplace_dtype(a, binary_result_dtype(op, a, b), name) < 0) return -1;
+    if (check_inplace_dtype(a, binary_result_dtype(op, a, b), name) < 0 || tensor_check_writable(a, name) < 0) return -1;
+    if (tensor_partial_overlap(a, b)) { /* b reads what a writes: work from a copy of b */
+        Tensor *copy = tensor_clone(b);
+        int rc = copy ? op_binary_(op, a, copy) : -1;
+        tensor_release(copy);
+        return rc;
+    }
     if (ag_needs_grad((Tensor *[]){a, b}, 2)) {
         if (check_inplace_grad(a, name) < 0) return -1;
         /* ops whose backward reads a's old value get a copy of it: a itself
@@ -419,6 +425,7 @@ int op_unary_(KUnOp op, Tensor *a, double p1, double p2) {
     PROF_SCOPE(kun_name(op), PROF_INPLACE, a, NULL);
     const char *name = kun_name(op);
     if (rounds_to_itself(op, a->dtype)) return 0;
+    if (tensor_check_writable(a, name) < 0) return -1;
     if (!dtype_is_float(a->dtype) && !unary_keeps_int(op))
         return accel_fail_int("%s_: result type float can't be cast to the in-place output's type %s", name, dtype_name(a->dtype));
     if (ag_needs_grad(&a, 1)) {

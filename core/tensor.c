@@ -351,7 +351,24 @@ void tensor_copy_strided(Tensor *dst, const Tensor *src) {
     backend_for(dst->device)->copy(&it, dst->dtype, src->dtype);
 }
 
+bool tensor_partial_overlap(const Tensor *dst, const Tensor *src) {
+    return src->storage == dst->storage && src->numel > 1 &&
+           !(src->offset == dst->offset && src->ndim == dst->ndim &&
+             memcmp(src->stride, dst->stride, sizeof(int64_t) * (size_t)src->ndim) == 0 &&
+             memcmp(src->shape, dst->shape, sizeof(int64_t) * (size_t)src->ndim) == 0);
+}
+
+int tensor_check_writable(const Tensor *t, const char *op) {
+    for (int d = 0; d < t->ndim; d++)
+        if (t->stride[d] == 0 && t->shape[d] > 1)
+            return accel_fail_int("%s: unsupported operation: more than one element of the written-to tensor (shape "
+                                  "%s, an expanded view) refers to a single memory location; clone() it first", op,
+                                  tensor_shape_str(t));
+    return 0;
+}
+
 int tensor_copy_(Tensor *dst, Tensor *src) {
+    if (tensor_check_writable(dst, "copy_") < 0) return -1;
     int64_t bs[TENSOR_MAX_DIMS];
     int nb;
     if (broadcast_shapes(dst->shape, dst->ndim, src->shape, src->ndim, bs, &nb, "copy_") < 0) return -1;
@@ -359,8 +376,7 @@ int tensor_copy_(Tensor *dst, Tensor *src) {
         return accel_fail_int("copy_: source shape %s cannot be broadcast to destination shape %s", tensor_shape_str(src),
                               tensor_shape_str(dst));
     bool across = dst->device.type != src->device.type || dst->device.index != src->device.index;
-    if (across || (src->storage == dst->storage && src->numel > 1 && !(src->offset == dst->offset &&
-        src->ndim == dst->ndim && memcmp(src->stride, dst->stride, sizeof(int64_t) * (size_t)src->ndim) == 0))) {
+    if (across || tensor_partial_overlap(dst, src)) {
         /* overlapping copy, or one from another device (staged through the host): go through a temporary */
         Tensor *tmp = across ? tensor_to_device(src, dst->device) : tensor_clone(src);
         if (!tmp) return -1;
@@ -374,6 +390,7 @@ int tensor_copy_(Tensor *dst, Tensor *src) {
 }
 
 int tensor_fill_(Tensor *t, double v) {
+    if (tensor_check_writable(t, "fill_") < 0) return -1;
     StridedIter it;
     iter_launch(&it, t, NULL, 0, tensor_is_contiguous(t) ? (const int64_t[]){0} : NULL);
     backend_for(t->device)->fill(&it, t->dtype, v);

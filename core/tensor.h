@@ -152,6 +152,12 @@ Tensor *tensor_to_dtype_owned(Tensor *t, DType dt);
  * outside the graph: a kernel's operand. */
 Tensor *tensor_contiguous_as(Tensor *t, DType dt);
 int tensor_copy_(Tensor *dst, Tensor *src);   /* broadcasting src to dst, casting */
+/* Whether src reads memory that dst writes without being dst itself (the
+ * same elements in the same layout): an in-place op must read a copy. */
+bool tensor_partial_overlap(const Tensor *dst, const Tensor *src);
+/* -1 (an error naming op, as torch's) when several elements of t share one
+ * memory location (an expanded tensor): t cannot be written in place. */
+int tensor_check_writable(const Tensor *t, const char *op);
 int tensor_fill_(Tensor *t, double v);
 /* Visit dst/src element runs: calls k_cast-like strided copy. Used by contiguous, copy_. */
 void tensor_copy_strided(Tensor *dst, const Tensor *src);
