@@ -122,9 +122,9 @@ Tensor *op_gather(Tensor *a, int dim, Tensor *index) {
 
 /* ---- index_select / embedding ---- */
 
-Tensor *op_index_select(Tensor *a, int dim, Tensor *index) {
-    PROF_SCOPE("index_select", PROF_FORWARD, a, index);
-    if (tensor_check_device("index_select", a, index) < 0) return NULL;
+/* index_select; `op` names it in errors (embedding uses it too) */
+static Tensor *index_select_as(Tensor *a, int dim, Tensor *index, const char *op) {
+    if (tensor_check_device(op, a, index) < 0) return NULL;
     if (a->ndim == 0) return accel_fail("index_select: cannot index a 0-dim tensor");
     if ((dim = tensor_wrap_dim(a, dim, "index_select")) < 0) return NULL;
     if (index->ndim > 1) return accel_fail("index_select: index must be 1-D, got shape %s", tensor_shape_str(index));
@@ -132,7 +132,7 @@ Tensor *op_index_select(Tensor *a, int dim, Tensor *index) {
     memcpy(shape, a->shape, sizeof shape);
     shape[dim] = index->numel;
     if (shape_check("index_select", shape, a->ndim, (int)a->dtype) < 0) return NULL;
-    Tensor *idx = checked_index(index, a->shape[dim], "index_select");
+    Tensor *idx = checked_index(index, a->shape[dim], op);
     Tensor *x = idx ? contig(a) : NULL;
     Tensor *out = x ? tensor_empty(shape, a->ndim, a->dtype, a->device) : NULL;
     if (out) {
@@ -146,6 +146,11 @@ Tensor *op_index_select(Tensor *a, int dim, Tensor *index) {
     return out;
 }
 
+Tensor *op_index_select(Tensor *a, int dim, Tensor *index) {
+    PROF_SCOPE("index_select", PROF_FORWARD, a, index);
+    return index_select_as(a, dim, index, "index_select");
+}
+
 Tensor *op_embedding(Tensor *weight, Tensor *index) {
     PROF_SCOPE("embedding", PROF_FORWARD, weight, index);
     if (tensor_check_device("embedding", weight, index) < 0) return NULL;
@@ -156,7 +161,7 @@ Tensor *op_embedding(Tensor *weight, Tensor *index) {
     shape[index->ndim] = weight->shape[1];
     if (shape_check("embedding", shape, index->ndim + 1, (int)weight->dtype) < 0) return NULL;
     Tensor *flat = tensor_reshape(index, (int64_t[]){-1}, 1);
-    Tensor *rows = flat ? op_index_select(weight, 0, flat) : NULL;
+    Tensor *rows = flat ? index_select_as(weight, 0, flat, "embedding") : NULL;
     tensor_release(flat);
     if (!rows) return NULL;
     Tensor *r = tensor_reshape(rows, shape, index->ndim + 1);

@@ -136,6 +136,12 @@ describe("nn.Embedding", function()
     assert.equals(4, nn.Embedding(5, 2, {padding_idx = -1}).padding_idx)
   end)
 
+  it("an id out of range is an error naming embedding", function()
+    local ok, err = pcall(nn.Embedding(5, 2), accel.tensor({1, 6}))
+    assert.is_false(ok)
+    assert.matches("embedding: index 6 is out of range for a dimension of size 5", err)
+  end)
+
   it("has gradients that sum over repeated ids", function()
     local e = nn.Embedding(4, 3):double()
     check_grad(function() return e(accel.tensor({{1, 1}, {3, 0}})) end, {e.weight})
