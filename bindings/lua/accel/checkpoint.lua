@@ -214,10 +214,14 @@ local function has_tensor(v, seen, depth)
   return false
 end
 
--- save(obj, path): a table of name -> tensor as safetensors, plain Lua
--- values as JSON; both written atomically.
+-- save(obj, path): a table of name -> tensor as safetensors (one tensor
+-- too: loaded back as itself), plain Lua values as JSON; written atomically.
 function M.save_object(obj, path)
   if type(path) ~= "string" then raise("save: expected a file path, got %s", type(path)) end
+  if accel.is_tensor(obj) then -- one tensor, as torch.save(t): load gives it back
+    accel.save({tensor = obj}, path, {format = "pt", accel_lua_object = "tensor"})
+    return
+  end
   if all_tensors(obj) then
     accel.save(obj, path, {format = "pt"})
     return
@@ -234,7 +238,11 @@ end
 -- load(path): what save wrote (a safetensors file gives tensors, metadata).
 function M.load_object(path)
   if type(path) ~= "string" then raise("load: expected a file path, got %s", type(path)) end
-  if looks_like_safetensors(path) then return accel.load(path) end
+  if looks_like_safetensors(path) then
+    local tensors, meta = accel.load(path)
+    if meta and meta.accel_lua_object == "tensor" and tensors.tensor then return tensors.tensor end
+    return tensors, meta
+  end
   local text, err = read_file(path)
   if not text then raise("load: %s", err) end
   local v, jerr = json.try_decode(text)
