@@ -162,36 +162,12 @@ local function module_lists(model)
   return out
 end
 
--- size_based (PyTorch's size_based_auto_wrap_policy): children first (none
--- inside a FORCE_LEAF module); a module whose unclaimed parameters reach min
--- elements is a unit (claiming them); never the root nor a NEVER_CALLED
--- container (its parameters count for its parent).
-local function size_based(model, min)
-  local claimed, out = {}, {}
-  local function visit(m)
-    if not is_any(m, FORCE_LEAF) then
-      for _, c in ipairs(m:children()) do visit(c) end
-    end
-    if m == model or is_any(m, NEVER_CALLED) then return end
-    local n, mine = 0, {}
-    for _, p in ipairs(m:parameters()) do
-      if not claimed[p] then n, mine[#mine + 1] = n + p:numel(), p end
-    end
-    if n >= min then
-      for _, p in ipairs(mine) do claimed[p] = true end
-      out[#out + 1] = m
-    end
-  end
-  visit(model)
-  return out
-end
-
 -- A callable auto-wrap policy, as PyTorch FSDP calls one:
 -- policy(module, true, n) says whether to look inside a module whose
 -- parameters not yet in a unit number n; after its children,
 -- policy(module, false, rest) whether it becomes a unit itself (never the
 -- model: it is the root unit; nothing inside a FORCE_LEAF module, and
--- never a NEVER_CALLED container, as for size_based).
+-- never a NEVER_CALLED container: their parameters count for the parent).
 local function by_policy(model, policy)
   local out, taken = {}, {}
   local function unclaimed(m)
@@ -213,6 +189,13 @@ local function by_policy(model, policy)
   end
   visit(model)
   return out
+end
+
+-- size_based: PyTorch's size_based_auto_wrap_policy as a policy: look
+-- inside every module; one whose unclaimed parameters reach min elements is
+-- a unit (their parameters count for the parent otherwise).
+local function size_based(model, min)
+  return by_policy(model, function(_, recurse, n) return recurse or n >= min end)
 end
 
 -- The wrapped modules of a wrap option (any but the default).

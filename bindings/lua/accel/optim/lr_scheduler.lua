@@ -302,12 +302,15 @@ function CosineAnnealingLR:get_lr()
   return out
 end
 
-function CosineAnnealingLR:_get_closed_form_lr()
+-- eta_min + (base - eta_min) * (1 + cos(pi * t / T)) / 2 for every base lr
+local function cosine_lrs(base_lrs, eta_min, t, T)
   local out = {}
-  for i, b in ipairs(self.base_lrs) do
-    out[i] = self.eta_min + (b - self.eta_min) * (1 + math.cos(math.pi * self.last_epoch / self.T_max)) / 2
-  end
+  for i, b in ipairs(base_lrs) do out[i] = eta_min + (b - eta_min) * (1 + math.cos(math.pi * t / T)) / 2 end
   return out
+end
+
+function CosineAnnealingLR:_get_closed_form_lr()
+  return cosine_lrs(self.base_lrs, self.eta_min, self.last_epoch, self.T_max)
 end
 
 -- ---- LinearLR(optimizer, {start_factor = 1/3, end_factor = 1, total_iters = 5}) ----
@@ -464,13 +467,7 @@ local CosineAnnealingWarmRestarts = scheduler_class("CosineAnnealingWarmRestarts
     self.T_cur = a.last_epoch
   end)
 
-function CosineAnnealingWarmRestarts:get_lr()
-  local out = {}
-  for i, b in ipairs(self.base_lrs) do
-    out[i] = self.eta_min + (b - self.eta_min) * (1 + math.cos(math.pi * self.T_cur / self.T_i)) / 2
-  end
-  return out
-end
+function CosineAnnealingWarmRestarts:get_lr() return cosine_lrs(self.base_lrs, self.eta_min, self.T_cur, self.T_i) end
 
 -- step([epoch]): epoch may be fractional (steps within an epoch), as PyTorch's.
 function CosineAnnealingWarmRestarts:step(epoch)
