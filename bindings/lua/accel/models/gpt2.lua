@@ -107,6 +107,9 @@ local function validate(c)
   for _, k in ipairs({"resid_pdrop", "embd_pdrop", "attn_pdrop"}) do
     if type(c[k]) ~= "number" or c[k] < 0 or c[k] >= 1 then raise("GPT2Config: %s must be in [0, 1), got %s", k, tostring(c[k])) end
   end
+  for _, k in ipairs({"layer_norm_epsilon", "initializer_range"}) do
+    if type(c[k]) ~= "number" or not (c[k] > 0) then raise("GPT2Config: %s must be a positive number, got %s", k, tostring(c[k])) end
+  end
   if c.reorder_and_upcast_attn then raise("GPT2Config: reorder_and_upcast_attn = true is not supported") end
   return c
 end
@@ -134,7 +137,13 @@ function M.GPT2Config(o)
     end
   end
   if c.dropout ~= nil then
-    c.resid_pdrop, c.embd_pdrop, c.attn_pdrop = c.dropout, c.dropout, c.dropout
+    for _, k in ipairs({"resid_pdrop", "embd_pdrop", "attn_pdrop"}) do
+      if o[k] ~= nil and o[k] ~= c.dropout then
+        raise("GPT2Config: dropout = %s disagrees with %s = %s (dropout sets all three)", tostring(c.dropout), k,
+          tostring(o[k]))
+      end
+      c[k] = c.dropout
+    end
     c.dropout = nil
   end
   return validate(c)
@@ -154,6 +163,9 @@ function M.config_from_dict(d)
     if o[key] == nil and d[alias] ~= nil and d[alias] ~= json.null then o[key] = d[alias] end
   end
   if d.n_inner ~= nil and d.n_inner ~= json.null then o.n_inner = d.n_inner end
+  for k in pairs(INERT) do
+    if d[k] ~= nil and d[k] ~= json.null then o[k] = d[k] end
+  end
   return M.GPT2Config(o)
 end
 
@@ -164,6 +176,7 @@ function Config:to_dict()
   local d = {model_type = "gpt2", architectures = json.array({"GPT2LMHeadModel"}), n_ctx = self.n_positions,
              torch_dtype = "float32"}
   for k in pairs(DEFAULTS) do d[k] = self[k] end
+  for k in pairs(INERT) do d[k] = self[k] end -- kept as given (nil: left out)
   d.n_inner = self.n_inner
   return d
 end
@@ -369,6 +382,9 @@ function GPT2LMHeadModel:forward(input_ids, o)
   local logits = F.linear(self.transformer(input_ids), self:output_weight())
   local V, ignore = self.config.vocab_size, o.ignore_index or -100
   local loss
+  if o.targets ~= nil and o.labels ~= nil then
+    raise("GPT2LMHeadModel: give targets (already shifted) or labels (shifted here), not both")
+  end
   if o.targets ~= nil then
     if not accel.is_tensor(o.targets) or o.targets:numel() ~= input_ids:numel() then
       raise("GPT2LMHeadModel: targets must have the shape of input_ids %s", tostring(input_ids.shape))
@@ -385,12 +401,20 @@ function GPT2LMHeadModel:forward(input_ids, o)
   return logits, loss
 end
 
--- Parameters counted once (the tied embedding once); {exclude_embeddings = true} as HF.
+-- Parameters counted once (the tied embedding once); {only_trainable =,
+-- exclude_embeddings =} as HF's.
 function GPT2LMHeadModel:num_parameters(o)
+  o = o or {}
+  for k in pairs(o) do
+    if k ~= "only_trainable" and k ~= "exclude_embeddings" then
+      raise("num_parameters: unknown option %q (only_trainable, exclude_embeddings)", tostring(k))
+    end
+  end
+  local skip = {}
+  if o.exclude_embeddings then skip[self.transformer.wte.weight], skip[self.transformer.wpe.weight] = true, true end
   local n = 0
-  for _, p in ipairs(self:parameters()) do n = n + p:numel() end
-  if o and o.exclude_embeddings then
-    n = n - self.transformer.wte.weight:numel() - self.transformer.wpe.weight:numel()
+  for _, p in ipairs(self:parameters()) do
+    if not skip[p] and (p.requires_grad or not o.only_trainable) then n = n + p:numel() end
   end
   return n
 end
@@ -429,6 +453,11 @@ function GPT2LMHeadModel:generate(input_ids, o)
   end
   check_ids(input_ids, {n_positions = math.huge}, "generate")
   local n = o.max_new_tokens or 20
+  if not is_posint(n) then raise("generate: max_new_tokens must be a positive integer, got %s", tostring(n)) end
+  if o.temperature ~= nil and not (type(o.temperature) == "number" and o.temperature >= 0) then
+    raise("generate: temperature (=%s) must be a number >= 0 (0, or do_sample = false, is greedy)",
+      tostring(o.temperature))
+  end
   local temperature = o.do_sample == false and 0 or (o.temperature or 1.0)
   if o.top_k ~= nil and not is_posint(o.top_k) then raise("generate: top_k must be a positive integer, got %s", tostring(o.top_k)) end
   local was_training = self.training
@@ -497,7 +526,7 @@ function GPT2LMHeadModel.from_pretrained(dir)
   local config = M.config_from_dict(json.decode(text))
   local model = GPT2LMHeadModel(config)
   model:load_state_dict(normalise_keys(read_weights(dir), config))
-  return model
+  return model:eval() -- as transformers' from_pretrained: call model:train() to fine-tune
 end
 
 -- model:save_pretrained(dir): config.json and model.safetensors (HF's names,
