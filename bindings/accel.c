@@ -454,6 +454,7 @@ static const struct { const char *name, *module; } exports[] = {
     {"GradScalerKwargs", "accel.accelerator"},
     {"AutocastKwargs", "accel.accelerator"},
     {"FP8RecipeKwargs", "accel.accelerator"},
+    {"TERecipeKwargs", "accel.accelerator"},
     {"GradientAccumulationPlugin", "accel.accelerator"},
     {"DataLoaderConfiguration", "accel.accelerator"},
     {"find_executable_batch_size", "accel.accelerator"},

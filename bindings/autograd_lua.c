@@ -10,21 +10,27 @@
 
 /* Run fn (at index 1) with grad mode `on`, restoring it afterwards even on
  * error; returns fn's results. Without fn: a handle whose __close restores. */
-static int with_grad_mode(lua_State *L, bool on) {
+/* fn (at `at`) with its arguments above it, under grad mode `on`; the mode
+ * is restored whatever happens (checked first: a bad argument changes nothing). */
+static int call_in_grad_mode(lua_State *L, int at, bool on) {
+    luaL_checktype(L, at, LUA_TFUNCTION);
     bool prev = ag_set_grad_enabled(on);
-    if (lua_isnoneornil(L, 1)) {
+    int rc = lua_pcall(L, lua_gettop(L) - at, LUA_MULTRET, 0);
+    ag_set_grad_enabled(prev);
+    if (rc != LUA_OK) return lua_error(L);
+    return lua_gettop(L) - at + 1;
+}
+
+static int with_grad_mode(lua_State *L, bool on) {
+    if (!lua_isnoneornil(L, 1)) return call_in_grad_mode(L, 1, on);
+    bool prev = ag_set_grad_enabled(on);
+    {
         lua_createtable(L, 0, 1);
         lua_pushboolean(L, prev);
         lua_setfield(L, -2, "prev");
         luaL_setmetatable(L, "accel.GradMode");
         return 1;
     }
-    luaL_checktype(L, 1, LUA_TFUNCTION);
-    /* fn at 1, its arguments above: the call consumes the whole stack */
-    int rc = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
-    ag_set_grad_enabled(prev);
-    if (rc != LUA_OK) return lua_error(L);
-    return lua_gettop(L);
 }
 
 static int l_no_grad(lua_State *L) { return with_grad_mode(L, false); }
@@ -36,8 +42,14 @@ static int grad_mode_close(lua_State *L) {
     return 0;
 }
 
+/* set_grad_enabled(mode) -> the previous mode; set_grad_enabled(mode, fn, ...)
+ * -> fn's results, run under mode (as torch's context manager form) */
 static int l_set_grad_enabled(lua_State *L) {
-    lua_pushboolean(L, ag_set_grad_enabled(lua_toboolean(L, 1)));
+    if (!lua_isboolean(L, 1))
+        return lu_error(L, "set_grad_enabled: expected a boolean mode, got %s", luaL_typename(L, 1));
+    bool on = lua_toboolean(L, 1);
+    if (!lua_isnoneornil(L, 2)) return call_in_grad_mode(L, 2, on);
+    lua_pushboolean(L, ag_set_grad_enabled(on));
     return 1;
 }
 

@@ -925,6 +925,8 @@ static int t_fill_(lua_State *L) {
     if (lu_is_tensor(L, 2)) {
         Tensor *v = lu_check_tensor(L, 2);
         if (v->numel != 1) return lu_error(L, "fill_: value tensor must have one element, got shape %s", tensor_shape_str(v));
+        if (v->requires_grad && ag_grad_enabled()) /* torch's fill_(v) passes v's gradient: a copy_ of v does */
+            return t_copy_(L);
         return ret_rc(L, fill_checked(L, t, tensor_item(v), "fill_"));
     }
     return ret_rc(L, fill_checked(L, t, scalar_arg(L, 2, "fill_"), "fill_"));
@@ -1029,18 +1031,29 @@ static int t_index_select(lua_State *L) {
     return ret(L, op_index_select(self, lu_dim(L, 2), lu_check_tensor(L, 3)));
 }
 
-/* masked_fill's value: a number or a 0-dim tensor (as torch) */
+/* masked_fill's value: a number or a 0-dim tensor (as torch; in place, one
+ * that requires grad is refused rather than cut off from its gradient) */
 static double fill_value(lua_State *L, int idx, const char *op) {
     Tensor *v = lu_to_tensor(L, idx);
     if (!v) return scalar_arg(L, idx, op);
     if (v->ndim != 0)
         lu_error(L, "%s only supports a 0-dimensional value tensor, but got tensor with %d dimension(s)", op, v->ndim);
+    if (v->requires_grad && ag_grad_enabled())
+        lu_error(L, "%s: a value tensor that requires grad is not supported in place; use t = t:masked_fill(mask, v) "
+                    "or accel.where", op);
     return tensor_item(v);
 }
 
 static int t_masked_fill(lua_State *L) {
     Tensor *self = SELF; /* first: t.masked_fill(...) is a method-call error */
-    return ret(L, op_masked_fill(self, lu_check_tensor(L, 2), fill_value(L, 3, "masked_fill")));
+    Tensor *mask = lu_check_tensor(L, 2), *v = lu_to_tensor(L, 3);
+    if (v && v->requires_grad && v->ndim == 0) { /* the value gets its gradient: where(mask, v, self) */
+        Tensor *cv = v->dtype == self->dtype ? tensor_retain(v) : op_cast(v, self->dtype);
+        Tensor *r = cv ? op_where(mask, cv, self) : NULL;
+        tensor_release(cv);
+        return ret(L, r);
+    }
+    return ret(L, op_masked_fill(self, mask, fill_value(L, 3, "masked_fill")));
 }
 static int t_masked_fill_(lua_State *L) {
     Tensor *self = SELF; /* first: t.masked_fill_(...) is a method-call error */
@@ -1217,8 +1230,12 @@ static int t_newindex(lua_State *L) {
     }
     if (strcmp(k, "grad") == 0) {
         Tensor *g = lua_isnil(L, 3) ? NULL : lu_check_tensor(L, 3);
-        if (g && (g->numel != t->numel || g->ndim != t->ndim))
+        if (g && (g->ndim != t->ndim || memcmp(g->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim) != 0))
             return lu_error(L, "assigned grad has shape %s but the tensor has shape %s", tensor_shape_str(g), tensor_shape_str(t));
+        if (g && g->dtype != t->dtype)
+            return lu_error(L, "assigned grad has dtype %s but the tensor is %s", dtype_name(g->dtype), dtype_name(t->dtype));
+        if (g && (g->device.type != t->device.type || g->device.index != t->device.index))
+            return lu_error(L, "assigned grad is on another device than the tensor");
         tensor_release(t->grad);
         t->grad = tensor_retain(g);
         return 0;

@@ -802,6 +802,26 @@ CASES.FP8RecipeKwargs = {
     error_matching("interval = 0 is not supported", function() accel.FP8RecipeKwargs{interval = 0} end)
     assert.are.equal(2, fp8_meta({interval = 2}).grad_output.interval)
   end,
+  use_autocast_during_eval = function()
+    -- false (Accelerate's default): in eval mode the fp8 Linear runs in bf16 and its scales stay put
+    local a = accel.Accelerator{mixed_precision = "fp8", kwargs_handlers = {
+      accel.FP8RecipeKwargs{use_autocast_during_eval = false}}}
+    local lin = a:prepare(accel.nn.Linear(3, 2)):eval()
+    local before = lin.fp8_meta.input.scale
+    lin(accel.randn(4, 3))
+    lin(accel.randn(4, 3)) -- (in train mode two forwards move the scale)
+    assert.are.equal(before, lin.fp8_meta.input.scale)
+    error_matching("use_autocast_during_eval = true is not supported", function()
+      accel.FP8RecipeKwargs{use_autocast_during_eval = true}
+    end)
+    error_matching("option opt_level is Accelerate's but not supported here", function()
+      accel.FP8RecipeKwargs{opt_level = "O2"}
+    end)
+    error_matching('requires mixed_precision = "fp8", got "bf16"', function()
+      accel.Accelerator{mixed_precision = "bf16", kwargs_handlers = {accel.FP8RecipeKwargs{}}}
+    end)
+    assert.are.equal(3, accel.TERecipeKwargs{margin = 3}.margin) -- Accelerate 1.x's name for the same recipe
+  end,
 }
 
 CASES.GradientAccumulationPlugin = {

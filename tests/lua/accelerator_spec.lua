@@ -617,6 +617,19 @@ describe("fp16 loss scaling", function()
     assert.is_true(max_abs_diff(d32, d16) < 1e-2 * scale)
     assert.is_true(math.abs(n32 - n16) < 1e-2 * n32, ("norms %g vs %g"):format(n32, n16))
   end)
+
+  it("unscaling twice before a step is an error (torch's GradScaler), not a step on still-scaled gradients", function()
+    local a = accel.Accelerator{mixed_precision = "fp16"}
+    local model = mlp(5, 6, 16, 3)
+    local opt
+    model, opt = a:prepare(model, optim.SGD(model:parameters(), {lr = 0.1}))
+    a:backward(model(accel.randn(4, 6)):sum())
+    a:clip_grad_norm_(model:parameters(), 1e9)
+    opt:zero_grad() -- the step was skipped: the next clip would unscale again
+    a:backward(model(accel.randn(4, 6)):sum())
+    error_matching("unscale_%(%) has already been called on this optimizer since the last update",
+      function() a:clip_grad_norm_(model:parameters(), 1e9) end)
+  end)
 end)
 
 describe("bf16", function()

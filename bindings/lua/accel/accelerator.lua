@@ -70,7 +70,8 @@
 --    "CUBLASLT"; an older GPU is refused); elsewhere the recipe is emulated
 --    exactly: accelerator.fp8_backend = "CPU_EMULATION" (Accelerate says
 --    "TE" / "MSAMP" / "AO").
---    GradScalerKwargs without fp16 warns (Accelerate ignores it silently).
+--    GradScalerKwargs without fp16 warns (Accelerate ignores it silently);
+--    FP8RecipeKwargs without fp8 is an error, as in Accelerate.
 --  * Save / load pre-hooks get the temporary folder the checkpoint is
 --    written into as output_dir (it is renamed into place when complete),
 --    so what a hook writes there belongs to the checkpoint.
@@ -152,6 +153,9 @@ for _, name in ipairs({"InitProcessGroupKwargs", "GradScalerKwargs", "AutocastKw
   "GradientAccumulationPlugin", "DataLoaderConfiguration"}) do
   M[name] = plugins[name]
 end
+-- Accelerate 1.x's name for the Transformer Engine recipe, which is the one
+-- FP8RecipeKwargs configures here
+M.TERecipeKwargs = plugins.FP8RecipeKwargs
 
 local Accelerator = {__name = "Accelerator"}
 M.Accelerator_class = Accelerator
@@ -460,16 +464,47 @@ end
 
 -- The fp8 recipe (mixed_precision = "fp8"; the handler's options or
 -- FP8RecipeKwargs' defaults); a handler without fp8 warns and is unused.
+-- The recipe's fields launch / Accelerate set as ACCEL_LUA_FP8_* /
+-- ACCELERATE_FP8_* (Accelerate's TERecipeKwargs reads them for every field
+-- the handler leaves unset), and those this build cannot honour.
+local FP8_SETTINGS = {fp8_format = {"FP8_FORMAT"}, margin = {"FP8_MARGIN", tonumber},
+  interval = {"FP8_INTERVAL", tonumber}, amax_history_len = {"FP8_AMAX_HISTORY_LEN", tonumber},
+  amax_compute_algo = {"FP8_AMAX_COMPUTE_ALGO"}}
+local FP8_REFUSED_SETTINGS = {"FP8_USE_AUTOCAST_DURING_EVAL", "FP8_OVERRIDE_LINEAR_PRECISION", "FP8_OPT_LEVEL"}
+
+local function fp8_kwargs_with_settings(kw)
+  local o = {}
+  for k in pairs(FP8_SETTINGS) do
+    if kw and plugins.was_given(kw, k) then o[k] = kw[k] end
+  end
+  for k, e in pairs(FP8_SETTINGS) do
+    local raw, var = setting(e[1])
+    if o[k] == nil and raw ~= nil then
+      o[k] = e[2] and e[2](raw) or raw
+      if o[k] == nil then raise("Accelerator: %s=%s is not a number", var, raw) end
+    end
+  end
+  for _, name in ipairs(FP8_REFUSED_SETTINGS) do
+    local raw, var = setting(name)
+    if raw ~= nil then raise("Accelerator: %s=%s is not supported (no such fp8 setting in this build)", var, raw) end
+  end
+  local backend, var = setting("FP8_BACKEND")
+  if backend ~= nil and backend:upper() ~= "TE" then
+    raise("Accelerator: %s=%s is not supported: the fp8 recipe here is Transformer Engine's (TE)", var, backend)
+  end
+  return plugins.FP8RecipeKwargs(o)
+end
+
 local function resolve_fp8(self, kw)
   if self.mixed_precision ~= "fp8" then
-    if kw and self.state.is_main_process then
-      io.stderr:write(("Accelerator: FP8RecipeKwargs has no effect with mixed_precision = \"%s\" (only fp8 uses "
-        .. "it)\n"):format(self.mixed_precision))
+    if kw then
+      raise("Accelerator: passing in an FP8 configuration (FP8RecipeKwargs) requires mixed_precision = \"fp8\", "
+        .. "got \"%s\"", self.mixed_precision)
     end
     return
   end
   local fp8 = require("accel.fp8")
-  rawset(self, "fp8_recipe_handler", kw or plugins.FP8RecipeKwargs())
+  rawset(self, "fp8_recipe_handler", fp8_kwargs_with_settings(kw))
   rawset(self, "fp8_recipe", fp8.DelayedScaling(self.fp8_recipe_handler))
   rawset(self, "fp8_backend", fp8.backend_for(self.device))
 end
@@ -918,7 +953,7 @@ wrap_optimizer = function(self, optimizer)
   local wrapped = prepared.wrap_optimizer(optimizer, self.gradient_state, self.scaler, function()
     self:_finish_grad_sync()
     if clip then -- DeepSpeed's gradient_clipping: the engine clips before every step
-      if self.scaler then self.scaler:unscale_(optimizer) end
+      if self.scaler then self.scaler:_unscale_once(optimizer) end
       local eng = engine_of(self, optimizer)
       if eng then
         eng:clip_grad_norm_(clip)

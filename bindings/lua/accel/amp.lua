@@ -9,6 +9,7 @@
 local accel = require("accel")
 local compat = require("accel.compat")
 local C = accel._C
+local raise = require("accel.util").raise
 
 local amp = {}
 
@@ -113,13 +114,32 @@ GradScaler.__index = GradScaler
 -- Accelerator passes an all_reduce through its communicator).
 function amp.GradScaler(o)
   o = o or {}
-  return setmetatable({scale = o.init_scale or 65536.0, growth_factor = o.growth_factor or 2.0,
+  return setmetatable({_scale = o.init_scale or 65536.0, growth_factor = o.growth_factor or 2.0,
     backoff_factor = o.backoff_factor or 0.5, growth_interval = o.growth_interval or 2000,
     agree = o.agree or function(found) return found end,
     growth_tracker = 0, per_opt = setmetatable({}, {__mode = "k"}), found_inf_any = false}, GradScaler)
 end
 
-function GradScaler:scale_loss(loss) return loss * self.scale end
+function GradScaler:scale_loss(loss) return loss * self._scale end
+
+-- torch's GradScaler API: scale(outputs) (a tensor or a table of them),
+-- update([new_scale]), is_enabled(), get_scale() and the factor getters /
+-- setters.
+function GradScaler:scale(outputs)
+  if accel.is_tensor(outputs) then return self:scale_loss(outputs) end
+  if type(outputs) ~= "table" then raise("GradScaler:scale: expected a tensor or a table of tensors, got %s", type(outputs)) end
+  local out = {}
+  for k, v in pairs(outputs) do out[k] = self:scale(v) end
+  return out
+end
+
+function GradScaler:is_enabled() return true end
+function GradScaler:get_growth_factor() return self.growth_factor end
+function GradScaler:set_growth_factor(v) self.growth_factor = v end
+function GradScaler:get_backoff_factor() return self.backoff_factor end
+function GradScaler:set_backoff_factor(v) self.backoff_factor = v end
+function GradScaler:get_growth_interval() return self.growth_interval end
+function GradScaler:set_growth_interval(v) self.growth_interval = v end
 
 local function opt_state(self, opt)
   local s = self.per_opt[opt]
@@ -141,9 +161,19 @@ end
 -- it: under ZeRO stages 2-3 .grad is nil and the gradients live in the
 -- engine's shards; its found_inf is already agreed by every rank.
 function GradScaler:unscale_(opt)
+  if opt_state(self, opt).unscaled then
+    raise("GradScaler:unscale_: unscale_() has already been called on this optimizer since the last update() (once "
+      .. "per step: clip_grad_norm_ unscales; the optimizer's step ends the step)")
+  end
+  self:_unscale_once(opt)
+end
+
+-- unscale_ unless this step's gradients are unscaled already (the step
+-- itself, and DeepSpeed's gradient_clipping before it).
+function GradScaler:_unscale_once(opt)
   local st = opt_state(self, opt)
   if st.unscaled then return end
-  local inv = 1.0 / self.scale
+  local inv = 1.0 / self._scale
   local eng = package.loaded["accel.shard"] and package.loaded["accel.shard"].engine_of(opt)
   if eng then
     st.found_inf, st.unscaled = eng:unscale_(inv), true
@@ -166,7 +196,7 @@ end
 -- Unscale (unless done already), then opt:step(closure) unless a gradient
 -- overflowed. Returns true when the step ran.
 function GradScaler:step(opt, closure)
-  self:unscale_(opt)
+  self:_unscale_once(opt)
   local st = opt_state(self, opt)
   local found = self.agree(st.found_inf)
   st.unscaled, st.found_inf = false, false
@@ -178,29 +208,37 @@ function GradScaler:step(opt, closure)
   return true
 end
 
-function GradScaler:update()
-  if self.found_inf_any then
-    self.scale = self.scale * self.backoff_factor
+-- update([new_scale]): after a step, the scale backs off or grows; with
+-- new_scale (a number or a one-element tensor) it is set to that instead.
+function GradScaler:update(new_scale)
+  if new_scale ~= nil then
+    if accel.is_tensor(new_scale) then new_scale = new_scale:item() end
+    if type(new_scale) ~= "number" or not (new_scale > 0) then
+      raise("GradScaler:update: new_scale must be a positive number or a one-element tensor, got %s", tostring(new_scale))
+    end
+    self._scale = new_scale
+  elseif self.found_inf_any then
+    self._scale = self._scale * self.backoff_factor
     self.growth_tracker = 0
   else
     self.growth_tracker = self.growth_tracker + 1
     if self.growth_tracker == self.growth_interval then
-      self.scale = self.scale * self.growth_factor
+      self._scale = self._scale * self.growth_factor
       self.growth_tracker = 0
     end
   end
   self.found_inf_any = false
 end
 
-function GradScaler:get_scale() return self.scale end
+function GradScaler:get_scale() return self._scale end
 
 function GradScaler:state_dict()
-  return {scale = self.scale, growth_factor = self.growth_factor, backoff_factor = self.backoff_factor,
+  return {scale = self._scale, growth_factor = self.growth_factor, backoff_factor = self.backoff_factor,
     growth_interval = self.growth_interval, _growth_tracker = self.growth_tracker}
 end
 
 function GradScaler:load_state_dict(s)
-  self.scale, self.growth_factor, self.backoff_factor = s.scale, s.growth_factor, s.backoff_factor
+  self._scale, self.growth_factor, self.backoff_factor = s.scale, s.growth_factor, s.backoff_factor
   self.growth_interval, self.growth_tracker = s.growth_interval, s._growth_tracker
 end
 

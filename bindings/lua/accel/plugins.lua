@@ -577,8 +577,11 @@ configuration("AutocastKwargs", {enabled = "boolean", cache_enabled = "boolean"}
 -- Accelerate checks it (margin also at most 64: the scale is divided by
 -- 2^margin in float32, so a larger one only makes every scale 0).
 configuration("FP8RecipeKwargs", {fp8_format = "string", amax_history_len = "number", amax_compute_algo = "string",
-  margin = "number", interval = "number"},
-  {fp8_format = "HYBRID", amax_history_len = 1024, amax_compute_algo = "most_recent", margin = 0, interval = 1}, {
+  margin = "number", interval = "number", use_autocast_during_eval = "boolean"},
+  {fp8_format = "HYBRID", amax_history_len = 1024, amax_compute_algo = "most_recent", margin = 0, interval = 1,
+   use_autocast_during_eval = false}, {
+  use_autocast_during_eval = {why = "in eval mode the fp8 Linear runs in bf16 (Accelerate's default, false)",
+    ok = function(v) return v == false end},
   amax_history_len = positive_integer("it must be a positive integer"),
   margin = {why = "it must be an integer from 0 to 64", ok = function(v)
     return non_negative_integer().ok(v) and v <= 64
@@ -593,6 +596,13 @@ configuration("FP8RecipeKwargs", {fp8_format = "string", amax_history_len = "num
       raise('FP8RecipeKwargs: amax_compute_algo must be "max" or "most_recent", got %s', show(self.amax_compute_algo))
     end
   end)
+
+M.refuse("FP8RecipeKwargs", {
+  override_linear_precision = "every product of the recipe is fp8 (no per-GEMM override)",
+  backend = "the recipe is Transformer Engine's delayed scaling (MS-AMP and torchao are not provided)",
+  opt_level = "that is MS-AMP's option (MS-AMP is not provided)",
+  use_mxfp8_block_scaling = "only per-tensor delayed scaling is provided",
+})
 
 -- accel.GradientAccumulationPlugin{num_steps = 1, adjust_scheduler = true,
 --   sync_with_dataloader = true, sync_each_batch = false}
