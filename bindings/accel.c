@@ -97,7 +97,7 @@ static int l_randn(lua_State *L) { return random_shape(L, true); }
 static int l_randint(lua_State *L) {
     lua_Integer lo = 0, hi;
     int pos;
-    if (lua_isinteger(L, 2)) lo = luaL_checkinteger(L, 1), hi = luaL_checkinteger(L, 2), pos = 3;
+    if (lua_type(L, 2) == LUA_TNUMBER) lo = luaL_checkinteger(L, 1), hi = luaL_checkinteger(L, 2), pos = 3;
     else hi = luaL_checkinteger(L, 1), pos = 2;
     int64_t shape[TENSOR_MAX_DIMS];
     int next, nd = lu_shape(L, pos, shape, &next);

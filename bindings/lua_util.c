@@ -326,6 +326,10 @@ int lu_shape(lua_State *L, int idx, int64_t *shape, int *next) {
         shape[nd] = check_size(L, idx, nd + 1);
         nd++, idx++;
     }
+    /* an explicit nil where a size or the options could be (`zeros(4, cfg.hiden)`):
+     * an error, not a shorter shape with the options after it dropped */
+    if (lua_isnil(L, idx) && lua_gettop(L) >= idx)
+        lu_error(L, "size %d is nil: sizes must be whole numbers (a misspelt field?)", nd + 1);
     *next = idx;
     return nd;
 }

@@ -475,6 +475,19 @@ static int shape_call(lua_State *L) {
     return 1;
 }
 
+/* size == size or size == {2, 3}: equal lengths and entries (as torch.Size == tuple) */
+static int shape_eq(lua_State *L) {
+    bool eq = lua_istable(L, 1) && lua_istable(L, 2) && lua_rawlen(L, 1) == lua_rawlen(L, 2);
+    for (lua_Integer i = 1; eq && i <= (lua_Integer)lua_rawlen(L, 1); i++) {
+        lua_rawgeti(L, 1, i);
+        lua_rawgeti(L, 2, i);
+        eq = lua_rawequal(L, -1, -2) || (lua_isnumber(L, -1) && lua_isnumber(L, -2) && lua_tonumber(L, -1) == lua_tonumber(L, -2));
+        lua_pop(L, 2);
+    }
+    lua_pushboolean(L, eq);
+    return 1;
+}
+
 static int shape_tostring(lua_State *L) {
     luaL_Buffer b;
     luaL_buffinit(L, &b);
@@ -545,10 +558,14 @@ static int t_len(lua_State *L) {
 typedef Tensor *(*ShapeFn)(Tensor *t, const int64_t *shape, int ndim);
 
 /* t:view(shape...) and the like: fn(t, the shape given) */
-static int to_shape(lua_State *L, ShapeFn fn) {
+static int to_shape(lua_State *L, ShapeFn fn, const char *op) {
     Tensor *self = SELF;
+    if (lua_gettop(L) < 2) return lu_error(L, "%s: expected a shape (sizes, or a list of them; {} for 0-dim)", op);
     int64_t shape[TENSOR_MAX_DIMS];
     int next, nd = lu_shape(L, 2, shape, &next);
+    if (lua_gettop(L) >= next)
+        return lu_error(L, "%s: bad argument #%d (%s): expected sizes (numbers) or one list of them", op, next - 1,
+                        luaL_typename(L, next));
     return ret(L, fn(self, shape, nd));
 }
 
@@ -558,10 +575,10 @@ static int to_shape_of(lua_State *L, ShapeFn fn) {
     return ret(L, fn(self, o->shape, o->ndim));
 }
 
-static int t_view(lua_State *L) { return to_shape(L, tensor_view); }
-static int t_reshape(lua_State *L) { return to_shape(L, tensor_reshape); }
+static int t_view(lua_State *L) { return to_shape(L, tensor_view, "view"); }
+static int t_reshape(lua_State *L) { return to_shape(L, tensor_reshape, "reshape"); }
 static int t_view_as(lua_State *L) { return to_shape_of(L, tensor_reshape); }
-static int t_expand(lua_State *L) { return to_shape(L, tensor_expand); }
+static int t_expand(lua_State *L) { return to_shape(L, tensor_expand, "expand"); }
 static int t_expand_as(lua_State *L) { return to_shape_of(L, tensor_expand); }
 
 static int t_transpose(lua_State *L) {
@@ -1328,7 +1345,8 @@ static void build_methods(lua_State *L) {
 }
 
 void lu_open_tensor(lua_State *L) {
-    static const luaL_Reg size_meta[] = {{"__call", shape_call}, {"__tostring", shape_tostring}, {NULL, NULL}};
+    static const luaL_Reg size_meta[] = {{"__call", shape_call}, {"__tostring", shape_tostring}, {"__eq", shape_eq},
+                                         {NULL, NULL}};
     luaL_newmetatable(L, "accel.Size");
     luaL_setfuncs(L, size_meta, 0);
     lua_pop(L, 1);

@@ -17,6 +17,8 @@ it = support.lua54_only(it, pending, {
   ["masked_fill and masked_fill_ (with a broadcast mask)"] = "reads int64's minimum back (beyond 2^53)",
   ["float32 sum of 10^7 values is accurate (no naive float32 accumulation)"] = support.NO_STRING_PACK,
   ["binary op on a large transposed operand plus a broadcast row"] = support.NO_STRING_PACK,
+  ["sizes: a nil size is an error, extra view arguments too; shapes compare by value"] =
+    "== with a plain table (LuaJIT calls __eq only when both operands share it)",
 })
 local idiv = support.lua54_binop("//")
 
@@ -1505,6 +1507,18 @@ describe("PyTorch's rules for options, promotion and in-place writes", function(
     assert.same({{3}}, accel.arange(6):view(2, 3):gather(1, accel.tensor({{1}})):tolist())
     assert.are.equal(2, #accel.zeros(0):chunk(2))
     assert.same({{9, 9}}, accel.zeros(1, 2):masked_fill(accel.ones(1, 2):bool(), accel.tensor(9)):tolist())
+  end)
+
+  it("sizes: a nil size is an error, extra view arguments too; shapes compare by value", function()
+    local cfg = {hidden = 8}
+    fails("size 2 is nil", function() return accel.randn(4, cfg.hiden) end)
+    fails("size 2 is nil", function() return accel.zeros(4, cfg.hiden, {dtype = accel.float64}) end)
+    fails("view: bad argument #3", function() return accel.zeros(2, 3):view(2, 3, "x") end)
+    fails("view: expected a shape", function() return accel.zeros(1):view() end)
+    assert.is_true(accel.zeros(2, 3).shape == accel.ones(2, 3).shape)
+    assert.is_true(accel.zeros(2, 3).shape == {2, 3})
+    assert.is_false(accel.zeros(2, 3).shape == {3, 2})
+    assert.is_true(accel.randint(0, 10 / 2, {3}):max():item() < 5) -- a float high (10 / 2 is 5.0)
   end)
 
   it("in place: an overlapping operand is read before the write; an expanded destination is refused", function()
