@@ -839,6 +839,24 @@ static int t_to(lua_State *L) {
     return ret(L, r);
 }
 
+/* t:cpu() / t:cuda([index]): t:to("cpu") / t:to("cuda[:index]"), as torch's */
+static int t_cpu(lua_State *L) {
+    lua_settop(L, 1);
+    lua_pushliteral(L, "cpu");
+    return t_to(L);
+}
+static int t_cuda(lua_State *L) {
+    if (lua_isnoneornil(L, 2)) {
+        lua_settop(L, 1);
+        lua_pushliteral(L, "cuda");
+    } else {
+        lua_Integer i = luaL_checkinteger(L, 2);
+        lua_settop(L, 1);
+        lua_pushfstring(L, "cuda:%d", (int)i);
+    }
+    return t_to(L);
+}
+
 /* ---- autograd ---- */
 
 static int t_backward(lua_State *L) {
@@ -1207,6 +1225,12 @@ static int t_index(lua_State *L) {
                            "indices use t:index_select(dim, idx) or t:gather(dim, idx)",
                         lu_is_tensor(L, 2) ? "tensor" : luaL_typename(L, 2));
     if (push_property(L, t, lua_tostring(L, 2))) return 1;
+    static const char *const not_provided[] = {"retain_grad", "register_hook", "register_post_accumulate_grad_hook",
+                                               "retains_grad", NULL};
+    for (int i = 0; not_provided[i]; i++)
+        if (strcmp(lua_tostring(L, 2), not_provided[i]) == 0)
+            return lu_error(L, "Tensor.%s is not provided (PyTorch's tensor hooks and retained non-leaf gradients are "
+                               "not supported; docs/api/autograd.md)", not_provided[i]);
     lua_pushnil(L);
     return 1;
 }
@@ -1285,7 +1309,7 @@ static const luaL_Reg methods[] = {
     {"triu", t_triu}, {"tril_", t_tril_}, {"triu_", t_triu_}, {"matmul", t_matmul}, {"mm", t_matmul}, {"bmm", t_matmul}, {"softmax", t_softmax},
     {"log_softmax", t_log_softmax}, {"type", t_type}, {"is_floating_point", t_is_floating_point},
     {"element_size", t_element_size}, {"tostring", t_tostring}, {"fmod", t_fmod}, {"isnan", t_isnan},
-    {"isinf", t_isinf}, {"isfinite", t_isfinite}, {NULL, NULL}};
+    {"isinf", t_isinf}, {"isfinite", t_isfinite}, {"cpu", t_cpu}, {"cuda", t_cuda}, {NULL, NULL}};
 
 static const struct { const char *name; KBinOp op; bool inplace; } binary_methods[] = {
     {"add", KB_ADD, 1}, {"sub", KB_SUB, 1}, {"mul", KB_MUL, 1}, {"div", KB_DIV, 1}, {"maximum", KB_MAX, 0},

@@ -876,3 +876,60 @@ describe("leaf gradient hooks", function()
     r:close()
   end)
 end)
+
+-- Against PyTorch 2.15's documented behaviour (values by hand).
+describe("grad modes, autograd.backward, .grad and fill values as PyTorch", function()
+  local function fails(pattern, f, ...)
+    local ok, err = pcall(f, ...)
+    assert.is_false(ok)
+    assert.matches(pattern, tostring(err))
+  end
+
+  it("a bad argument to no_grad / enable_grad changes no mode; set_grad_enabled takes a boolean and a function", function()
+    local m, x = accel.nn.Linear(2, 2), accel.randn(1, 2)
+    assert.is_false(pcall(accel.no_grad, m, x))
+    assert.is_true(accel.is_grad_enabled())
+    assert.is_true(m(x).requires_grad)
+    local inside, v = accel.set_grad_enabled(false, function() return accel.is_grad_enabled(), 7 end)
+    assert.is_false(inside)
+    assert.are.equal(7, v)
+    assert.is_true(accel.is_grad_enabled())
+    fails("set_grad_enabled: expected a boolean mode", accel.set_grad_enabled)
+  end)
+
+  it("autograd.backward: several roots with nil gradients for one-element roots; options refused", function()
+    local x = leaf({1, 2, 3})
+    accel.autograd.backward({(x * x):sum(), x * 3}, {nil, accel.ones(3, {dtype = f64})})
+    assert.same({5, 7, 9}, x.grad:tolist())
+    fails("argument 3 is not supported", accel.autograd.backward, (x * 2):sum(), nil, {retain_graph = true})
+    fails("only for one%-element outputs", accel.autograd.backward, {x * 2})
+  end)
+
+  it(".grad assignment checks shape and dtype; a 0-dim fill value that requires grad gets its gradient", function()
+    local w = accel.zeros(2, 3, {requires_grad = true})
+    fails("assigned grad has shape %[3, 2%]", function() w.grad = accel.zeros(3, 2) end)
+    fails("assigned grad has dtype float64", function() w.grad = accel.zeros(2, 3, {dtype = f64}) end)
+    local v = accel.tensor(2.0, {requires_grad = true})
+    local r = accel.ones(3):masked_fill(accel.tensor({true, false, true}), v)
+    r:sum():backward()
+    assert.are.equal(2, v.grad:item())
+    local u = accel.tensor(2.0, {requires_grad = true})
+    local y = accel.zeros(3) * 1
+    y:fill_(u)
+    y:sum():backward()
+    assert.are.equal(3, u.grad:item())
+  end)
+
+  it("custom Function: name names the grad_fn, only tensors may be saved; missing APIs are named", function()
+    local S = accel.autograd.Function{name = "Square",
+      forward = function(ctx, x) ctx:save_for_backward(x) return x * x end,
+      backward = function(ctx, g) return 2 * ctx.saved_tensors[1] * g end}
+    local y = S(accel.ones(2, {requires_grad = true}))
+    assert.matches("SquareBackward", tostring(y))
+    local B = accel.autograd.Function{forward = function(ctx, x) ctx:save_for_backward(x, 5) return x * 1 end,
+      backward = function(_, g) return g end}
+    fails("save_for_backward can only save tensors", B, accel.ones(2, {requires_grad = true}))
+    fails("Tensor.retain_grad is not provided", function() return accel.ones(1):retain_grad() end)
+    fails("accel.autograd.grad is not provided", function() return accel.autograd.grad end)
+  end)
+end)

@@ -24,6 +24,12 @@ local Ctx = {}
 Ctx.__index = Ctx
 
 function Ctx:save_for_backward(...)
+  local saved = compat.pack(...)
+  for i = 1, saved.n do
+    if saved[i] ~= nil and not accel.is_tensor(saved[i]) then
+      error(("save_for_backward can only save tensors (or nil), but argument %d is a %s"):format(i, type(saved[i])), 2)
+    end
+  end
   self.saved_tensors = {...}
 end
 
@@ -102,10 +108,11 @@ function autograd.Function(def)
       check_grads(name, grads, args, ctx.needs_input_grad)
       return compat.unpack(grads, 1, args.n)
     end
-    if outs.n == 1 then return accel._C.attach_custom(outs[1], inputs, backward) end
+    local node_name = def.name and tostring(def.name) or nil -- the grad_fn's name (default "custom Function")
+    if outs.n == 1 then return accel._C.attach_custom(outs[1], inputs, backward, node_name) end
     local list = {}
     for i = 1, outs.n do list[i] = outs[i] end
-    return compat.unpack(accel._C.attach_custom(list, inputs, backward), 1, outs.n)
+    return compat.unpack(accel._C.attach_custom(list, inputs, backward, node_name), 1, outs.n)
   end
   return setmetatable(F, {__call = function(_, ...) return F.apply(...) end})
 end
@@ -117,13 +124,46 @@ autograd.set_grad_enabled = accel.set_grad_enabled
 -- backward(tensor, grad): the functional form of t:backward(grad);
 -- backward({t1, t2, ...}, {g1, g2, ...}): one backward pass from several
 -- tensors at once, each with its gradient (torch.autograd.backward).
-function autograd.backward(t, grad)
-  if accel.is_tensor(t) then return t:backward(grad) end
-  if type(t) ~= "table" or type(grad) ~= "table" then
-    require("accel.util").raise("autograd.backward: expected a tensor, or a list of tensors and a list of gradients")
+-- autograd.backward(tensors, [grad_tensors]): a tensor, or a list of them
+-- with a list of gradients (nil, or a nil entry, for a one-element root:
+-- ones, as torch.autograd.backward). torch's retain_graph / create_graph /
+-- inputs are refused, as by t:backward.
+function autograd.backward(t, grad, ...)
+  local raise = require("accel.util").raise
+  if select("#", ...) > 0 and (...) ~= nil then
+    raise("autograd.backward: argument 3 is not supported (retain_graph, create_graph, grad_variables and inputs "
+      .. "are not), got %s", type((...)))
   end
-  accel._C.backward_many(t, grad)
+  if accel.is_tensor(t) then return t:backward(grad) end
+  if type(t) ~= "table" then raise("autograd.backward: expected a tensor or a list of tensors, got %s", type(t)) end
+  if grad ~= nil and type(grad) ~= "table" then
+    raise("autograd.backward: grad_tensors must be a list of tensors (nil entries for one-element roots), got %s",
+      type(grad))
+  end
+  local grads = {}
+  for i = 1, #t do
+    local root, g = t[i], grad and grad[i]
+    if not accel.is_tensor(root) then raise("autograd.backward: tensors[%d] is a %s, not a tensor", i, type(root)) end
+    if g == nil then
+      if root:numel() ~= 1 then
+        raise("autograd.backward: grad can be implicitly created only for one-element outputs (tensors[%d] has shape "
+          .. "%s)", i, tostring(root.shape))
+      end
+      g = accel.ones_like(root)
+    elseif not accel.is_tensor(g) then
+      raise("autograd.backward: grad_tensors[%d] is a %s, not a tensor", i, type(g))
+    end
+    grads[i] = g
+  end
+  accel._C.backward_many(t, grads)
 end
+
+-- PyTorch's autograd functions that are not provided: an error naming them
+setmetatable(autograd, {__index = function(_, k)
+  if k == "grad" or k == "functional" or k == "forward_ad" then
+    require("accel.util").raise("accel.autograd.%s is not provided (docs/api/autograd.md)", k)
+  end
+end})
 
 -- ctx.save_for_backward(x) (PyTorch spells it with a dot): "ctx:save_for_backward(...)"
 require("accel.util").check_methods(Ctx, "ctx")
