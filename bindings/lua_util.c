@@ -262,6 +262,9 @@ void lua_compat_pushinteger(lua_State *L, lua_Integer n) {
 int lu_dim_value(lua_State *L, lua_Integer d) {
     char op[64];
     if (d == 0) lu_error(L, "%sdimension 0 is invalid: dimensions are 1-based (negative counts from the end)", op_prefix(L, op, sizeof op));
+    if (d > TENSOR_MAX_DIMS || d < -TENSOR_MAX_DIMS - 1) /* beyond any tensor (and beyond int) */
+        lu_error(L, "%sdimension %lld is out of range (tensors have at most %d dims)", op_prefix(L, op, sizeof op),
+                 (long long)d, TENSOR_MAX_DIMS);
     return d > 0 ? (int)(d - 1) : (int)d;
 }
 

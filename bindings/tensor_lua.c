@@ -1251,6 +1251,17 @@ static int t_newindex(lua_State *L) {
         ag_set_grad_enabled(prev);
         if (!row) lu_core_error(L);
         Tensor *src = lu_tensor_or_scalar(L, 3, row);
+        int lead = 0; /* leading size-1 dims beyond the row's dims are dropped, as torch's __setitem__ does */
+        while (src && src->ndim - lead > row->ndim && src->shape[lead] == 1) lead++;
+        if (src && lead > 0) {
+            Tensor *fit = tensor_reshape(src, src->shape + lead, src->ndim - lead);
+            tensor_release(src);
+            src = fit;
+        }
+        if (!src) {
+            tensor_release(row);
+            lu_core_error(L);
+        }
         Tensor *r = hist ? overwrite_begin(t, src, i > 0 ? i - 1 : i + t->shape[0]) : NULL;
         int rc = hist && !r ? -1 : tensor_copy_(row, src);
         tensor_release(row);

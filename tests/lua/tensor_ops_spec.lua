@@ -1521,6 +1521,21 @@ describe("PyTorch's rules for options, promotion and in-place writes", function(
     assert.is_true(accel.randint(0, 10 / 2, {3}):max():item() < 5) -- a float high (10 / 2 is 5.0)
   end)
 
+  it("t[i] = v drops v's leading size-1 dims (as torch's __setitem__), with the gradient; huge dims are refused", function()
+    local v = accel.zeros(3)
+    v[1] = accel.tensor({5})
+    assert.same({5, 0, 0}, v:tolist())
+    local m = accel.zeros(3, 2)
+    m[1] = accel.tensor({{1, 2}})
+    assert.same({{1, 2}, {0, 0}, {0, 0}}, m:tolist())
+    local c = accel.tensor({2.0}, {requires_grad = true})
+    local w = accel.zeros(2)
+    w[1] = c * 3
+    w:sum():backward()
+    assert.same({3}, c.grad:tolist())
+    fails("dimension 4294967298 is out of range", function() return accel.zeros(2, 3):sum(4294967298) end)
+  end)
+
   it("in place: an overlapping operand is read before the write; an expanded destination is refused", function()
     local x = accel.arange(5):float()
     x:narrow(1, 2, 4):add_(x:narrow(1, 1, 4))

@@ -618,6 +618,9 @@ local function new_accelerator(_, o)
   for k, h in pairs(handlers) do rawset(self, k, h) end
   rawset(self, "ddp_kwargs", handlers.ddp_handler)
   local ds_mp = ds and ((ds.bf16 == true and "bf16") or (ds.fp16 == true and "fp16")) or nil
+  if o.mixed_precision == false then -- not "off": Accelerate's "Unknown mixed_precision mode: False"
+    raise('Accelerator: unknown mixed_precision false; expected "no", "fp16", "bf16" or "fp8"')
+  end
   rawset(self, "mixed_precision", resolve_precision(o.mixed_precision or ds_mp))
   if ds_mp and self.mixed_precision ~= ds_mp then
     raise('Accelerator: mixed_precision = "%s" disagrees with the DeepSpeed config (%s.enabled = true)',
