@@ -562,7 +562,9 @@ static int to_shape(lua_State *L, ShapeFn fn, const char *op) {
     Tensor *self = SELF;
     if (lua_gettop(L) < 2) return lu_error(L, "%s: expected a shape (sizes, or a list of them; {} for 0-dim)", op);
     int64_t shape[TENSOR_MAX_DIMS];
-    int next, nd = lu_shape(L, 2, shape, &next);
+    int next = 3, nd = 0;
+    if (!(lua_istable(L, 2) && lua_rawlen(L, 2) == 0 && !lu_is_tensor(L, 2))) /* {}: the 0-dim shape */
+        nd = lu_shape(L, 2, shape, &next);
     if (lua_gettop(L) >= next)
         return lu_error(L, "%s: bad argument #%d (%s): expected sizes (numbers) or one list of them", op, next - 1,
                         luaL_typename(L, next));

@@ -169,10 +169,13 @@ describe("optimizer behaviour", function()
     assert.are.same({{-0.5, 0.5, 1.5}, {2.5, 3.5, 4.5}}, base:tolist())
   end)
 
-  it("casts a gradient of another float dtype to the parameter's", function()
-    local p = accel.tensor({1.0, 2.0}, {requires_grad = true})
+  it("a gradient of another dtype is refused when assigned (torch: \"assigned grad has data of a different type\")", function()
+    local p = accel.tensor({1.0, 2.0}, {dtype = accel.float32, requires_grad = true})
     local opt = optim.SGD({p}, {lr = 1})
-    p.grad = accel.tensor({0.25, 0.5}, {dtype = accel.float64})
+    local ok, err = pcall(function() p.grad = accel.tensor({0.25, 0.5}, {dtype = accel.float64}) end)
+    assert.is_false(ok)
+    assert.matches("assigned grad has dtype float64 but the tensor is float32", err)
+    p.grad = accel.tensor({0.25, 0.5}, {dtype = accel.float64}):float()
     opt:step()
     assert.are.same({0.75, 1.5}, p:tolist())
   end)
@@ -422,7 +425,7 @@ describe("nn.utils clipping", function()
     local out = {}
     for i, g in ipairs({...}) do
       out[i] = accel.zeros(#g, {requires_grad = true})
-      out[i].grad = accel.tensor(g)
+      out[i].grad = accel.tensor(g, {dtype = accel.float32}) -- (under LuaJIT integral literals would give int64)
     end
     return out
   end

@@ -1528,7 +1528,7 @@ describe("PyTorch's rules for options, promotion and in-place writes", function(
     local m = accel.zeros(3, 2)
     m[1] = accel.tensor({{1, 2}})
     assert.same({{1, 2}, {0, 0}, {0, 0}}, m:tolist())
-    local c = accel.tensor({2.0}, {requires_grad = true})
+    local c = accel.tensor({2.0}, {dtype = accel.float32, requires_grad = true})
     local w = accel.zeros(2)
     w[1] = c * 3
     w:sum():backward()
