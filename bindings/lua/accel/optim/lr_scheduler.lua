@@ -154,6 +154,11 @@ function LRScheduler:step(epoch)
     self.last_epoch = need_number(self.__name, "epoch", epoch)
     values = self._get_closed_form_lr and self:_get_closed_form_lr() or self:get_lr()
   end
+  self:_set_lrs(values)
+end
+
+-- Every group's lr from values (one per group), remembered for get_last_lr.
+function LRScheduler:_set_lrs(values)
   local last = {}
   for i, g in ipairs(self.optimizer.param_groups) do
     g.lr = values[i]
@@ -495,12 +500,7 @@ function CosineAnnealingWarmRestarts:step(epoch)
     end
   end
   self.last_epoch = math.floor(epoch)
-  local values, last = self:get_lr(), {}
-  for i, g in ipairs(self.optimizer.param_groups) do
-    g.lr = values[i]
-    last[i] = g.lr
-  end
-  self._last_lr = last
+  self:_set_lrs(self:get_lr())
 end
 
 -- ---- OneCycleLR(optimizer, max_lr, {total_steps | epochs + steps_per_epoch, ...}) ----
