@@ -61,11 +61,7 @@ static int filled(lua_State *L, const char *op, const int64_t *shape, int nd, do
 
 static int l_full_shape(lua_State *L, const char *op, double v, bool has_value) {
     int64_t shape[TENSOR_MAX_DIMS];
-    int next, nd;
-    if (has_value && lua_istable(L, 1) && lua_rawlen(L, 1) == 0 && (lua_isnumber(L, 2) || lua_isboolean(L, 2)))
-        nd = 0, next = 2; /* full({}, v): a 0-dim tensor */
-    else
-        nd = lu_shape(L, 1, shape, &next);
+    int next, nd = lu_sizes(L, 1, shape, &next);
     if (has_value) {
         if (!lua_isnumber(L, next) && !lua_isboolean(L, next)) return lu_error(L, "full: fill value expected after the size");
         v = lua_isboolean(L, next) ? lua_toboolean(L, next) : lua_tonumber(L, next);
@@ -84,7 +80,7 @@ static int l_empty(lua_State *L) { return l_full_shape(L, "empty", 0, false); }
 
 static int random_shape(lua_State *L, bool normal) {
     int64_t shape[TENSOR_MAX_DIMS];
-    int next, nd = lu_shape(L, 1, shape, &next);
+    int next, nd = lu_sizes(L, 1, shape, &next);
     CreateOpts o = create_opts(L, next, DT_F32);
     if (!dtype_is_float(o.dt)) return lu_error(L, "%s: dtype must be floating point, got %s", normal ? "randn" : "rand", dtype_name(o.dt));
     return finish(L, normal ? rng_randn_on(shape, nd, o.dt, o.dev) : rng_rand_on(shape, nd, o.dt, o.dev), &o);
@@ -100,7 +96,7 @@ static int l_randint(lua_State *L) {
     if (lua_type(L, 2) == LUA_TNUMBER) lo = luaL_checkinteger(L, 1), hi = luaL_checkinteger(L, 2), pos = 3;
     else hi = luaL_checkinteger(L, 1), pos = 2;
     int64_t shape[TENSOR_MAX_DIMS];
-    int next, nd = lu_shape(L, pos, shape, &next);
+    int next, nd = lu_sizes(L, pos, shape, &next);
     CreateOpts o = create_opts(L, next, DT_I64);
     return finish(L, rng_randint_on(lo, hi, shape, nd, o.dt, o.dev), &o);
 }

@@ -8,8 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* Run fn (at index 1) with grad mode `on`, restoring it afterwards even on
- * error; returns fn's results. Without fn: a handle whose __close restores. */
 /* fn (at `at`) with its arguments above it, under grad mode `on`; the mode
  * is restored whatever happens (checked first: a bad argument changes nothing). */
 static int call_in_grad_mode(lua_State *L, int at, bool on) {
@@ -21,16 +19,16 @@ static int call_in_grad_mode(lua_State *L, int at, bool on) {
     return lua_gettop(L) - at + 1;
 }
 
+/* no_grad(fn, ...) / enable_grad(fn, ...): fn's results. Without fn: a
+ * handle whose __close restores the previous mode. */
 static int with_grad_mode(lua_State *L, bool on) {
     if (!lua_isnoneornil(L, 1)) return call_in_grad_mode(L, 1, on);
     bool prev = ag_set_grad_enabled(on);
-    {
-        lua_createtable(L, 0, 1);
-        lua_pushboolean(L, prev);
-        lua_setfield(L, -2, "prev");
-        luaL_setmetatable(L, "accel.GradMode");
-        return 1;
-    }
+    lua_createtable(L, 0, 1);
+    lua_pushboolean(L, prev);
+    lua_setfield(L, -2, "prev");
+    luaL_setmetatable(L, "accel.GradMode");
+    return 1;
 }
 
 static int l_no_grad(lua_State *L) { return with_grad_mode(L, false); }

@@ -26,9 +26,7 @@ static int c_cross_entropy(lua_State *L) {
 /* layer_norm(input, normalized_shape, weight, bias, eps) */
 static int c_layer_norm(lua_State *L) {
     int64_t shape[TENSOR_MAX_DIMS];
-    int next, nd = 1;
-    if (lua_type(L, 2) == LUA_TNUMBER) shape[0] = (int64_t)luaL_checkinteger(L, 2); /* the weight may follow as nil */
-    else nd = lu_shape(L, 2, shape, &next);
+    int next, nd = lu_shape(L, 2, shape, &next);
     return push(L, op_layer_norm(lu_check_tensor(L, 1), shape, nd, opt_tensor(L, 3), opt_tensor(L, 4), luaL_optnumber(L, 5, 1e-5)));
 }
 

@@ -312,8 +312,13 @@ int lu_shape(lua_State *L, int idx, int64_t *shape, int *next) {
         size_mt = lua_rawequal(L, -1, -2);
         lua_pop(L, 2);
     }
-    bool empty_then_opts = lua_istable(L, idx) && lua_rawlen(L, idx) == 0 && lu_is_opts(L, idx) && lu_is_opts(L, idx + 1);
-    if (lua_istable(L, idx) && (size_mt || empty_then_opts || !lu_is_opts(L, idx))) {
+    bool empty = false; /* {}: the 0-dim shape (an options table has a key) */
+    if (lua_istable(L, idx) && lu_is_opts(L, idx)) {
+        lua_pushnil(L);
+        empty = lua_next(L, idx) == 0;
+        if (!empty) lua_pop(L, 2);
+    }
+    if (lua_istable(L, idx) && (size_mt || empty || !lu_is_opts(L, idx))) {
         int n = (int)lua_rawlen(L, idx);
         if (n > TENSOR_MAX_DIMS) lu_error(L, "shape has %d dims; at most %d are supported", n, TENSOR_MAX_DIMS);
         for (int i = 0; i < n; i++) {
@@ -329,15 +334,19 @@ int lu_shape(lua_State *L, int idx, int64_t *shape, int *next) {
         shape[nd] = check_size(L, idx, nd + 1);
         nd++, idx++;
     }
-    /* an explicit nil where a size or the options could be (`zeros(4, cfg.hiden)`):
-     * an error, not a shorter shape with the options after it dropped */
-    if (lua_isnil(L, idx) && lua_gettop(L) >= idx)
-        lu_error(L, "size %d is nil: sizes must be whole numbers (a misspelt field?)", nd + 1);
     *next = idx;
     return nd;
 }
 
-/* An options table: a plain table (not a tensor, dtype or device) with no [1]. */
+int lu_sizes(lua_State *L, int idx, int64_t *shape, int *next) {
+    int nd = lu_shape(L, idx, shape, next);
+    /* an explicit nil where a size or the options could be (`zeros(4, cfg.hiden)`):
+     * an error, not a shorter shape with the options after it dropped */
+    if (lua_isnil(L, *next) && lua_gettop(L) >= *next)
+        lu_error(L, "size %d is nil: sizes must be whole numbers (a misspelt field?)", nd + 1);
+    return nd;
+}
+
 int lu_string_map(lua_State *L, int idx, const char ***keys, const char ***vals, const char *what) {
     idx = lua_absindex(L, idx);
     int n = 0;
@@ -363,6 +372,7 @@ int lu_string_map(lua_State *L, int idx, const char ***keys, const char ***vals,
     return n;
 }
 
+/* An options table: a plain table (not a tensor, dtype or device) with no [1]. */
 bool lu_is_opts(lua_State *L, int idx) {
     if (idx == 0 || lua_type(L, idx) != LUA_TTABLE || lu_is_dtype(L, idx) || lu_is_device(L, idx)) return false;
     bool seq = lua_rawgeti(L, idx, 1) != LUA_TNIL;

@@ -55,6 +55,9 @@ int lu_dims(lua_State *L, int idx, int *out);
 /* Shape from varargs numbers starting at idx, or one table at idx; returns ndim;
  * *next receives the index after the shape arguments. */
 int lu_shape(lua_State *L, int idx, int64_t *shape, int *next);
+/* lu_shape for sizes given as varargs (creation functions, view): an
+ * explicit nil right after them is an error naming it. */
+int lu_sizes(lua_State *L, int idx, int64_t *shape, int *next);
 /* An options table at idx (or none). */
 bool lu_is_opts(lua_State *L, int idx); /* idx 0: false */
 /* The string -> string table at idx (none/nil: empty) as two arrays of n

@@ -562,9 +562,7 @@ static int to_shape(lua_State *L, ShapeFn fn, const char *op) {
     Tensor *self = SELF;
     if (lua_gettop(L) < 2) return lu_error(L, "%s: expected a shape (sizes, or a list of them; {} for 0-dim)", op);
     int64_t shape[TENSOR_MAX_DIMS];
-    int next = 3, nd = 0;
-    if (!(lua_istable(L, 2) && lua_rawlen(L, 2) == 0 && !lu_is_tensor(L, 2))) /* {}: the 0-dim shape */
-        nd = lu_shape(L, 2, shape, &next);
+    int next, nd = lu_sizes(L, 2, shape, &next);
     if (lua_gettop(L) >= next)
         return lu_error(L, "%s: bad argument #%d (%s): expected sizes (numbers) or one list of them", op, next - 1,
                         luaL_typename(L, next));
@@ -1117,10 +1115,12 @@ static int t_tril(lua_State *L) { return tril_triu(L, false); }
 static int t_triu(lua_State *L) { return tril_triu(L, true); }
 
 /* t:tril_() / t:triu_(): in place (a copy of the result written back) */
+/* (as t:copy_(t:tril()): in-place rules and autograd history as copy_'s) */
 static int tril_triu_(lua_State *L, bool upper) {
     tril_triu(L, upper);
-    Tensor *r = lu_check_tensor(L, -1);
-    return ret_rc(L, tensor_copy_(lu_check_self(L), r));
+    lua_copy(L, -1, 2); /* self, result */
+    lua_settop(L, 2);
+    return t_copy_(L);
 }
 static int t_tril_(lua_State *L) { return tril_triu_(L, false); }
 static int t_triu_(lua_State *L) { return tril_triu_(L, true); }

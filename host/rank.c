@@ -62,7 +62,7 @@ void host_export_rank_vars(void) {
     static const char *const names[4] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"};
     for (int i = 0; i < 4; i++) {
         char buf[32];
-        if (values[i] < 0 || getenv(names[i]) != NULL) continue;
+        if (values[i] < 0) continue;
         snprintf(buf, sizeof buf, "%ld", values[i]);
         if (setenv(names[i], buf, 0) != 0) fprintf(stderr, "%s: cannot set %s\n", ACCEL_LUA_NAME, names[i]);
     }

@@ -168,7 +168,7 @@ static bool stepping(const ShardEngine *e, int i) {
 static int agree_has_grad(ShardEngine *e) {
     if (!e->shard_grads) return 0;
     int64_t len = e->n;
-    Tensor *t = tensor_zeros(&len, 1, DT_U8, (Device){DEV_CPU, 0});
+    Tensor *t = tensor_empty(&len, 1, DT_U8, (Device){DEV_CPU, 0});
     int rc = !t || tensor_from_host(t, e->has_grad) || dist_all_reduce(e->comm, t, DIST_MAX) ||
              tensor_to_host(t, e->has_grad) ? -1 : 0;
     tensor_release(t);

@@ -666,7 +666,7 @@ local function new_accelerator(_, o)
   rawset(self, "_load_state_pre_hooks", {})
   rawset(self, "_grad_sync", setmetatable({}, {__mode = "k"}))
   rawset(self, "_reducers", {}) -- {model = m, reducer = r}, one per prepared model on N processes
-  rawset(self, "_released_reducers", {}) -- {reducer = r, ref = {model = m} (weak)}: let go of by free_memory
+  rawset(self, "_released_reducers", {}) -- {model = m, reducer = r} (weak values): let go of by free_memory
   rawset(self, "_engines", {}) -- {model = m, optimizer = o, engine = e}, one per model prepared under a sharding plan
   rawset(self, "flag", 0)
   self.state:_set_accelerator_info({distributed_type = self._distributed_type, mixed_precision = self.mixed_precision,
@@ -892,15 +892,16 @@ function Accelerator:prepare(...)
   return compat.unpack(out, 1, args.n)
 end
 
--- A model's DDP reducer; free_memory keeps the reducers of the models it
--- lets go of (held weakly), so a model the script still uses keeps
--- averaging its gradients, as Accelerate's DDP wrapper does.
+-- A model's DDP reducer. free_memory lets go of the models, but a model
+-- the script still uses keeps averaging its gradients, as Accelerate's DDP
+-- wrapper does: the model itself then holds its reducer (a raw field), and
+-- the Accelerator only a weak entry, so both go with the model.
 local function reducer_of(self, model)
   for _, e in ipairs(self._reducers) do
     if rawequal(e.model, model) then return e.reducer end
   end
   for _, e in ipairs(self._released_reducers) do
-    if rawequal(e.ref.model, model) then return e.reducer end
+    if rawequal(e.model, model) then return e.reducer end
   end
   return nil
 end
@@ -943,7 +944,7 @@ end
 function Accelerator:_finish_grad_sync()
   for _, e in ipairs(self._reducers) do e.reducer:finalize() end
   for _, e in ipairs(self._released_reducers) do -- a collected model ran no backward: nothing to finish
-    if e.ref.model ~= nil then e.reducer:finalize() end
+    if e.model ~= nil and e.reducer ~= nil then e.reducer:finalize() end
   end
   for _, e in ipairs(self._engines) do e.engine:finalize() end
 end
@@ -1212,7 +1213,7 @@ function Accelerator:clip_grad_norm_(parameters, max_norm, norm_type)
       raise("clip_grad_norm_: under %s (%s) the gradients are sharded, so only the whole model's parameters can be "
         .. "clipped together; got %d of its %d", self.distributed_type, self.sharding, #params, #eng.params)
     end
-    eng:finalize() -- stage 1: every rank holds the full reduced .grad; clip the given ones
+    -- stage 1 (finalized by unscale_gradients above): every rank holds the full reduced .grad; clip the given ones
   end
   local scale = pending_scale(self)
   if type(max_norm) ~= "number" or scale == 1 then return accel.nn.utils.clip_grad_norm_(params, max_norm, o) end
@@ -1393,10 +1394,11 @@ end
 function Accelerator:free_memory(...)
   local kept = {}
   for _, e in ipairs(self._released_reducers) do
-    if e.ref.model ~= nil then kept[#kept + 1] = e else e.reducer:close() end
+    if e.model ~= nil and e.reducer ~= nil then kept[#kept + 1] = e end
   end
   for _, e in ipairs(self._reducers) do
-    kept[#kept + 1] = {reducer = e.reducer, ref = setmetatable({model = e.model}, {__mode = "v"})}
+    rawset(e.model, "_released_ddp_reducer", e.reducer) -- the model keeps it alive, nothing else
+    kept[#kept + 1] = setmetatable({model = e.model, reducer = e.reducer}, {__mode = "v"})
   end
   rawset(self, "_released_reducers", kept)
   for _, e in ipairs(self._engines) do e.engine:close() end

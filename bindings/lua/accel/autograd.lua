@@ -140,6 +140,11 @@ function autograd.backward(t, grad, ...)
     raise("autograd.backward: grad_tensors must be a list of tensors (nil entries for one-element roots), got %s",
       type(grad))
   end
+  for k in pairs(grad or {}) do
+    if type(k) ~= "number" or k < 1 or k > #t or k ~= math.floor(k) then
+      raise("autograd.backward: %d tensors but a gradient at index %s", #t, tostring(k))
+    end
+  end
   local grads = {}
   for i = 1, #t do
     local root, g = t[i], grad and grad[i]
@@ -159,11 +164,8 @@ function autograd.backward(t, grad, ...)
 end
 
 -- PyTorch's autograd functions that are not provided: an error naming them
-setmetatable(autograd, {__index = function(_, k)
-  if k == "grad" or k == "functional" or k == "forward_ad" then
-    require("accel.util").raise("accel.autograd.%s is not provided (docs/api/autograd.md)", k)
-  end
-end})
+require("accel.util").not_provided(autograd, {grad = true, functional = true, forward_ad = true}, "accel.autograd",
+  "docs/api/autograd.md")
 
 -- ctx.save_for_backward(x) (PyTorch spells it with a dot): "ctx:save_for_backward(...)"
 require("accel.util").check_methods(Ctx, "ctx")

@@ -160,4 +160,18 @@ function util.read_file(path)
   return s
 end
 
+-- Makes reading one of names (a set) from tbl an error "<where>.<name> is not
+-- provided (<hint>)"; other missing keys behave as before (the metatable's
+-- own __index, else nil). For PyTorch / Accelerate names a module lacks.
+function util.not_provided(tbl, names, where, hint)
+  local mt = getmetatable(tbl) or {}
+  local index = mt.__index
+  mt.__index = function(t, k)
+    if names[k] then util.raise("%s.%s is not provided (%s)", where, tostring(k), hint) end
+    if type(index) == "function" then return index(t, k) end
+    if type(index) == "table" then return index[k] end
+  end
+  return setmetatable(tbl, mt)
+end
+
 return util

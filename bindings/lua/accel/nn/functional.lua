@@ -94,17 +94,9 @@ function F.l1_loss(input, target, o)
 end
 
 -- max(x, 0) - x*t + log(1 + exp(-|x|)), stable for large |x|
-local function same_size(a, b)
-  if a:dim() ~= b:dim() then return false end
-  for d = 1, a:dim() do
-    if a:size(d) ~= b:size(d) then return false end
-  end
-  return true
-end
-
 function F.binary_cross_entropy_with_logits(input, target, o)
   o = check("binary_cross_entropy_with_logits", o, {"weight", "pos_weight", "reduction"})
-  if accel.is_tensor(input) and accel.is_tensor(target) and not same_size(input, target) then
+  if accel.is_tensor(input) and accel.is_tensor(target) and input.shape ~= target.shape then
     raise("binary_cross_entropy_with_logits: Target size (%s) must be the same as input size (%s)",
       tostring(target:size()), tostring(input:size()))
   end
@@ -219,20 +211,18 @@ function F.scaled_dot_product_attention(q, k, v, o)
     end
     F._check_mask("scaled_dot_product_attention", "attn_mask", mask, q)
   end
-  if opt(o, "attn_mask", nil) == nil and opt(o, "dropout_p", 0) == 0 and fused_attention_ok(q, k, v) then
+  if mask == nil and opt(o, "dropout_p", 0) == 0 and fused_attention_ok(q, k, v) then
     return C.scaled_dot_product_attention(q, k, v, scale, opt(o, "is_causal", false))
   end
   local scores = q:matmul(k:transpose(-2, -1)) * scale
   local L, S = q:size(-2), k:size(-2)
   if opt(o, "is_causal", false) then
-    local mask = accel.ones(L, S, {dtype = accel.bool, device = q.device}):triu(1)
-    scores = scores:masked_fill(mask, -math.huge)
+    scores = scores:masked_fill(accel.ones(L, S, {dtype = accel.bool, device = q.device}):triu(1), -math.huge)
   end
-  local am = opt(o, "attn_mask", nil)
   local dead -- query rows whose every key is masked out: output 0 there, as PyTorch 2.x (not NaN)
-  if am then
-    if am.dtype == accel.bool then scores = scores:masked_fill(am:logical_not(), -math.huge)
-    else scores = scores + am end
+  if mask then
+    if mask.dtype == accel.bool then scores = scores:masked_fill(mask:logical_not(), -math.huge)
+    else scores = scores + mask end
     dead = scores:ne(-math.huge):sum(-1, true):eq(0)
     scores = scores:masked_fill(dead, 0) -- finite, so neither softmax nor its backward makes NaN
   end

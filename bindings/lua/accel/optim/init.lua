@@ -506,20 +506,17 @@ optim.AdamW = adam_class("AdamW", 1e-2, true)
 -- opt.step() and the like: "Optimizer.step: call it as obj:step(...)"
 util.check_methods(Optimizer, "Optimizer")
 
--- PyTorch's optimizers accel-lua does not provide: a clear error, not nil.
-local NOT_PROVIDED = {RMSprop = true, Adagrad = true, Adadelta = true, Adamax = true, NAdam = true, RAdam = true,
-  LBFGS = true, SparseAdam = true, ASGD = true, Rprop = true, Adafactor = true, Muon = true}
-
 -- accel.optim.lr_scheduler, loaded on first use
-return setmetatable(optim, {
+setmetatable(optim, {
   __index = function(t, k)
     if k == "lr_scheduler" then
       local m = require("accel.optim.lr_scheduler")
       rawset(t, k, m)
       return m
     end
-    if NOT_PROVIDED[k] then
-      raise("accel.optim.%s is not provided (accel.optim has SGD, Adam and AdamW; docs/optim.md)", k)
-    end
   end,
 })
+-- PyTorch's optimizers accel-lua does not provide: a clear error, not nil.
+return util.not_provided(optim, {RMSprop = true, Adagrad = true, Adadelta = true, Adamax = true, NAdam = true,
+  RAdam = true, LBFGS = true, SparseAdam = true, ASGD = true, Rprop = true, Adafactor = true, Muon = true},
+  "accel.optim", "accel.optim has SGD, Adam and AdamW; docs/optim.md")

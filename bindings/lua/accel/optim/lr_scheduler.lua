@@ -836,12 +836,8 @@ function ReduceLROnPlateau:step(metric, epoch)
 end
 
 -- PyTorch's schedulers accel-lua does not provide: a clear error, not nil.
-local NOT_PROVIDED = {CyclicLR = true, SWALR = true}
-setmetatable(S, {__index = function(_, k)
-  if NOT_PROVIDED[k] then
-    raise("accel.optim.lr_scheduler.%s is not provided (see docs/optim.md for the schedulers there are)", k)
-  end
-end})
+util.not_provided(S, {CyclicLR = true, SWALR = true}, "accel.optim.lr_scheduler",
+  "see docs/optim.md for the schedulers there are")
 
 -- ---- HF transformers' schedules (LambdaLRs) ----
 
