@@ -67,6 +67,7 @@ static int l_full_shape(lua_State *L, const char *op, double v, bool has_value) 
         v = lua_isboolean(L, next) ? lua_toboolean(L, next) : lua_tonumber(L, next);
         DType def = lua_isboolean(L, next) ? DT_BOOL : lua_isinteger(L, next) ? DT_I64 : DT_F32;
         CreateOpts o = create_opts(L, next + 1, def);
+        lu_check_fill_value(L, v, o.dt, op);
         return filled(L, op, shape, nd, v, &o);
     }
     CreateOpts o = create_opts(L, next, DT_F32);

@@ -338,6 +338,23 @@ int lu_shape(lua_State *L, int idx, int64_t *shape, int *next) {
     return nd;
 }
 
+void lu_check_fill_value(lua_State *L, double v, DType dt, const char *op) {
+    double lo, hi;
+    switch (dt) {
+    case DT_U8: lo = 0, hi = 255; break;
+    case DT_I32: lo = -2147483648.0, hi = 2147483647.0; break;
+    case DT_I64: lo = -9223372036854775808.0, hi = 9223372036854775807.0; break;
+    case DT_F16: lo = -65504.0, hi = 65504.0; break;
+    case DT_BF16: lo = -3.3895313892515355e38, hi = 3.3895313892515355e38; break;
+    case DT_F32: lo = -3.4028234663852886e38, hi = 3.4028234663852886e38; break;
+    default: return; /* float64, bool, fp8 (saturating) */
+    }
+    bool in_range = v >= lo && v <= hi;
+    if (dtype_is_float(dt) && (isinf(v) || isnan(v))) in_range = true; /* inf / nan are values of a float dtype */
+    if (!in_range)
+        lu_error(L, "%s: value %g cannot be converted to type %s without overflow", op, v, dtype_name(dt));
+}
+
 int lu_sizes(lua_State *L, int idx, int64_t *shape, int *next) {
     int nd = lu_shape(L, idx, shape, next);
     /* an explicit nil where a size or the options could be (`zeros(4, cfg.hiden)`):

@@ -58,6 +58,11 @@ int lu_shape(lua_State *L, int idx, int64_t *shape, int *next);
 /* lu_shape for sizes given as varargs (creation functions, view): an
  * explicit nil right after them is an error naming it. */
 int lu_sizes(lua_State *L, int idx, int64_t *shape, int *next);
+/* A fill value v for dtype dt (full, fill_, masked_fill): one the dtype
+ * cannot hold (300 in uint8, 1e5 in float16, NaN in an integer dtype) is an
+ * error naming op, as torch's "cannot be converted ... without overflow";
+ * fp8 saturates and bool takes any value, as torch's. */
+void lu_check_fill_value(lua_State *L, double v, DType dt, const char *op);
 /* An options table at idx (or none). */
 bool lu_is_opts(lua_State *L, int idx); /* idx 0: false */
 /* The string -> string table at idx (none/nil: empty) as two arrays of n

@@ -946,6 +946,7 @@ static void overwrite_end(Tensor *t, Tensor *r) {
 }
 
 static int fill_checked(lua_State *L, Tensor *t, double v, const char *op) {
+    lu_check_fill_value(L, v, t->dtype, op);
     Tensor *r = NULL;
     if (overwrite_check(L, t, false, op) && !(r = overwrite_begin(t, NULL, -1))) return -1;
     int rc = tensor_fill_(t, v);
@@ -1079,6 +1080,13 @@ static double fill_value(lua_State *L, int idx, const char *op) {
     return tensor_item(v);
 }
 
+/* masked_fill's value, checked against the tensor's dtype */
+static double fill_value_for(lua_State *L, int idx, const Tensor *t, const char *op) {
+    double v = fill_value(L, idx, op);
+    lu_check_fill_value(L, v, t->dtype, op);
+    return v;
+}
+
 static int t_masked_fill(lua_State *L) {
     Tensor *self = SELF; /* first: t.masked_fill(...) is a method-call error */
     Tensor *mask = lu_check_tensor(L, 2), *v = lu_to_tensor(L, 3);
@@ -1088,11 +1096,11 @@ static int t_masked_fill(lua_State *L) {
         tensor_release(cv);
         return ret(L, r);
     }
-    return ret(L, op_masked_fill(self, mask, fill_value(L, 3, "masked_fill")));
+    return ret(L, op_masked_fill(self, mask, fill_value_for(L, 3, self, "masked_fill")));
 }
 static int t_masked_fill_(lua_State *L) {
     Tensor *self = SELF; /* first: t.masked_fill_(...) is a method-call error */
-    return ret_rc(L, op_masked_fill_(self, lu_check_tensor(L, 2), fill_value(L, 3, "masked_fill_")));
+    return ret_rc(L, op_masked_fill_(self, lu_check_tensor(L, 2), fill_value_for(L, 3, self, "masked_fill_")));
 }
 
 static int t_where(lua_State *L) {

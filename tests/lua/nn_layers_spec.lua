@@ -199,6 +199,7 @@ describe("nn.LayerNorm and nn.RMSNorm", function()
     local rn2 = nn.RMSNorm(4, {eps = 0.5, elementwise_affine = false}):double()
     close(rn2(x), T(ref_norm_rows(x:tolist(), nil, nil, 0.5, true)), 1e-10)
     check_grad(function(xx) return rn(xx) end, {gc.randn(2, 4), rn.weight})
+    assert.are.equal(accel.bfloat16, nn.RMSNorm(4)(accel.randn(2, 4):bfloat16()).dtype) -- float32 weight: bf16 out (torch)
   end)
 end)
 

@@ -1536,6 +1536,16 @@ describe("PyTorch's rules for options, promotion and in-place writes", function(
     fails("dimension 4294967298 is out of range", function() return accel.zeros(2, 3):sum(4294967298) end)
   end)
 
+  it("a fill value the dtype cannot hold is an error (torch's \"without overflow\"); inf fills a float", function()
+    fails("full: value 300 cannot be converted to type uint8 without overflow",
+      function() return accel.full({2}, 300, {dtype = "uint8"}) end)
+    fails("fill_: value .* cannot be converted to type int32", function() return accel.zeros(1, {dtype = "int32"}):fill_(2 ^ 40) end)
+    fails("masked_fill: value 100000 cannot be converted to type float16",
+      function() return accel.zeros(2, {dtype = accel.float16}):masked_fill(accel.tensor({true, false}), 1e5) end)
+    assert.same({255, 255}, accel.full({2}, 255, {dtype = "uint8"}):tolist())
+    assert.are.equal(-math.huge, accel.zeros(2):masked_fill(accel.tensor({true, false}), -math.huge):tolist()[1])
+  end)
+
   it("in place: an overlapping operand is read before the write; an expanded destination is refused", function()
     local x = accel.arange(5):float()
     x:narrow(1, 2, 4):add_(x:narrow(1, 1, 4))

@@ -164,6 +164,7 @@ function F.rms_norm(x, normalized_shape, weight, eps)
   local ms = (x * x):mean(dims, {keepdim = true})
   local y = x * (ms + (eps or machine_eps[x.dtype.name] or machine_eps.float32)):rsqrt()
   if weight then y = y * weight end
+  if y.dtype ~= x.dtype then y = y:to(x.dtype) end -- a float32 weight on a bf16 input: bf16 out, as torch's
   return y
 end
 
