@@ -54,6 +54,11 @@ typedef struct {
     int rounding; /* div: 0 none, 1 "floor", 2 "trunc" */
 } Other;
 
+/* Both operands integral (an integer / bool tensor, an integer tensor or number) */
+static bool integral_operands(const Tensor *self, const Other *o) {
+    return !dtype_is_float(self->dtype) && (o->t ? !dtype_is_float(o->t->dtype) : o->is_int);
+}
+
 static Other other_arg(lua_State *L, KBinOp op, Tensor *self) {
     Other o = {lu_to_tensor(L, 2), false, 0, false, 0};
     bool scaled = op == KB_ADD || op == KB_SUB;
@@ -70,8 +75,7 @@ static Other other_arg(lua_State *L, KBinOp op, Tensor *self) {
     }
     double alpha = scaled ? lu_opt_number(L, 3, "alpha", 1.0) : 1.0;
     if (alpha == 1.0) return o;
-    if (alpha != floor(alpha) && !dtype_is_float(self->dtype) && !(o.t && dtype_is_float(o.t->dtype)) &&
-        !(!o.t && !o.is_int))
+    if (alpha != floor(alpha) && integral_operands(self, &o))
         lu_error(L, "%s: For integral input tensors, argument alpha must not be a floating point number.",
                  kbin_name(op));
     if (!o.t) {
@@ -94,8 +98,7 @@ static Tensor *apply_other(KBinOp op, Tensor *self, const Other *o) {
  * zero; integers stay integers (exactly: floor division plus one where it
  * rounded a negative inexact quotient down). */
 static Tensor *trunc_div(Tensor *self, const Other *o) {
-    bool ints = !dtype_is_float(self->dtype) && (o->t ? !dtype_is_float(o->t->dtype) : o->is_int);
-    if (!ints) {
+    if (!integral_operands(self, o)) {
         Tensor *q = apply_other(KB_DIV, self, o), *t = q ? op_unary(KU_TRUNC, q, 0, 0) : NULL;
         tensor_release(q);
         return t;
@@ -327,20 +330,29 @@ static int trailing_opts(lua_State *L) {
 /* Parses (dim|{dims}|nil, [keepdim bool], [opts]) whose opts may hold the
  * keys listed (space-separated; dim and keepdim always); returns the
  * number of dims. */
+/* A reduction's dims given positionally (argument 2: a dim or a list) into
+ * dims / *n; returns the next argument's index. */
+static int positional_dims(lua_State *L, int *dims, int *n) {
+    if (!(lua_isinteger(L, 2) || (lua_istable(L, 2) && !lu_is_opts(L, 2)))) return 2;
+    *n = lu_dims(L, 2, dims);
+    return 3;
+}
+
+/* {dim =} of the options table at opts (when it is one) into dims / *n. */
+static void option_dims(lua_State *L, int opts, int *dims, int *n) {
+    if (!lu_is_opts(L, opts)) return;
+    lua_getfield(L, opts, "dim");
+    if (!lua_isnil(L, -1)) *n = lu_dims(L, lua_gettop(L), dims);
+    lua_pop(L, 1);
+}
+
 static int reduce_args(lua_State *L, int *dims, bool *keepdim, const char *keys) {
-    int n = 0, opts = 2;
+    int n = 0;
     lu_check_call_opts(L, trailing_opts(L), keys);
-    if (lua_isinteger(L, 2) || (lua_istable(L, 2) && !lu_is_opts(L, 2))) {
-        n = lu_dims(L, 2, dims);
-        opts = 3;
-    }
+    int opts = positional_dims(L, dims, &n);
     *keepdim = lua_isboolean(L, opts) ? lua_toboolean(L, opts) : lu_opt_bool(L, opts, "keepdim", false);
     if (lua_isboolean(L, opts) && lu_is_opts(L, opts + 1)) *keepdim = lu_opt_bool(L, opts + 1, "keepdim", *keepdim);
-    if (lu_is_opts(L, opts)) {
-        lua_getfield(L, opts, "dim");
-        if (!lua_isnil(L, -1)) n = lu_dims(L, lua_gettop(L), dims);
-        lua_pop(L, 1);
-    }
+    option_dims(L, opts, dims, &n);
     return n;
 }
 
@@ -412,20 +424,16 @@ static double correction_arg(lua_State *L, int opts, double c) {
  * and (unbiased), then [{dim=, correction=, unbiased=, keepdim=}] */
 static Tensor *variance(lua_State *L) {
     Tensor *self = SELF;
-    int dims[TENSOR_MAX_DIMS], n = 0, pos = 2;
+    int dims[TENSOR_MAX_DIMS], n = 0;
     double corr = 1.0;
     bool keep = false;
     lu_check_call_opts(L, trailing_opts(L), "dim keepdim correction unbiased");
-    if (lua_isinteger(L, 2) || (lua_istable(L, 2) && !lu_is_opts(L, 2))) n = lu_dims(L, 2, dims), pos = 3;
+    int pos = positional_dims(L, dims, &n);
     if (lua_isboolean(L, pos)) corr = lua_toboolean(L, pos) ? 1.0 : 0.0, pos++;
     if (n > 0 && lua_isboolean(L, pos)) keep = lua_toboolean(L, pos), pos++;
-    if (lu_is_opts(L, pos)) {
-        lua_getfield(L, pos, "dim");
-        if (!lua_isnil(L, -1)) n = lu_dims(L, lua_gettop(L), dims);
-        lua_pop(L, 1);
-        keep = lu_opt_bool(L, pos, "keepdim", keep);
-        corr = correction_arg(L, pos, corr);
-    }
+    option_dims(L, pos, dims, &n);
+    keep = lu_opt_bool(L, pos, "keepdim", keep);
+    corr = correction_arg(L, pos, corr);
     return op_var(self, dims, n, corr, keep);
 }
 

@@ -474,13 +474,13 @@ local FP8_REFUSED_SETTINGS = {"FP8_USE_AUTOCAST_DURING_EVAL", "FP8_OVERRIDE_LINE
 
 local function fp8_kwargs_with_settings(kw)
   local o = {}
-  for k in pairs(FP8_SETTINGS) do
-    if kw and plugins.was_given(kw, k) then o[k] = kw[k] end
-  end
   for k, e in pairs(FP8_SETTINGS) do
     local raw, var = setting(e[1])
-    if o[k] == nil and raw ~= nil then
-      o[k] = e[2] and e[2](raw) or raw
+    if kw and plugins.was_given(kw, k) then
+      o[k] = kw[k]
+    elseif raw ~= nil then
+      local convert = e[2] or function(x) return x end
+      o[k] = convert(raw)
       if o[k] == nil then raise("Accelerator: %s=%s is not a number", var, raw) end
     end
   end

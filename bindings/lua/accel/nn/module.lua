@@ -572,15 +572,8 @@ function Module:state_dict_keys()
   return keys
 end
 
--- (through .shape, which a parameter released by a stage-3 engine keeps)
-local function same_shape(a, b)
-  local sa, sb = a.shape, b.shape
-  if #sa ~= #sb then return false end
-  for d = 1, #sa do
-    if sa[d] ~= sb[d] then return false end
-  end
-  return true
-end
+-- (through .shape, which a parameter released by a stage-3 engine keeps; sizes compare by value)
+local function same_shape(a, b) return a.shape == b.shape end
 
 -- load_state_dict(sd, [{strict = true}]) -> missing_keys, unexpected_keys.
 -- Mis-shaped or non-tensor entries are always an error; with strict,

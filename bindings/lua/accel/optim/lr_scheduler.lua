@@ -773,12 +773,8 @@ function ReduceLROnPlateau:init(optimizer, ...)
   self.patience = need_number(name, "patience", a.patience)
   self.cooldown = need_number(name, "cooldown", a.cooldown)
   self.eps = need_number(name, "eps", a.eps)
-  if type(a.min_lr) == "table" then
-    self.min_lrs = per_group(name, "min_lr", optimizer, a.min_lr)
-  else
-    self.default_min_lr = need_number(name, "min_lr", a.min_lr)
-    self.min_lrs = per_group(name, "min_lr", optimizer, a.min_lr)
-  end
+  if type(a.min_lr) ~= "table" then self.default_min_lr = need_number(name, "min_lr", a.min_lr) end
+  self.min_lrs = per_group(name, "min_lr", optimizer, a.min_lr)
   self.last_epoch = 0
   self._last_lr = self:_group_lrs()
   self.best = self.mode == "min" and math.huge or -math.huge
