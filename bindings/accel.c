@@ -99,6 +99,13 @@ static int l_randint(lua_State *L) {
     int64_t shape[TENSOR_MAX_DIMS];
     int next, nd = lu_sizes(L, pos, shape, &next);
     CreateOpts o = create_opts(L, next, DT_I64);
+    double min, max;
+    if (lo < hi && lu_dtype_limits(o.dt, &min, &max)) { /* as torch: both ends must be values of the dtype */
+        if ((double)lo < min || (double)lo > max)
+            lu_error(L, "randint: low = %lld is out of bounds for %s", (long long)lo, dtype_name(o.dt));
+        if ((double)(hi - 1) < min || (double)(hi - 1) > max)
+            lu_error(L, "randint: high - 1 = %lld is out of bounds for %s", (long long)(hi - 1), dtype_name(o.dt));
+    }
     return finish(L, rng_randint_on(lo, hi, shape, nd, o.dt, o.dev), &o);
 }
 
@@ -190,8 +197,14 @@ static void scan_data(lua_State *L, int idx, int depth, DataInfo *info) {
 static void fill_data(lua_State *L, int idx, char **p, DType dt) {
     if (lua_type(L, idx) != LUA_TTABLE) {
         if (lua_isboolean(L, idx)) dtype_store_i64(*p, dt, lua_toboolean(L, idx));
-        else if (lua_isinteger(L, idx) && !dtype_is_float(dt)) dtype_store_i64(*p, dt, lua_tointeger(L, idx));
-        else dtype_store(*p, dt, lua_tonumber(L, idx));
+        else if (dtype_is_float(dt)) dtype_store(*p, dt, lua_tonumber(L, idx)); /* as torch: out of range -> inf */
+        else if (lua_isinteger(L, idx)) { /* any Lua integer fits int64 */
+            if (dt != DT_I64) lu_check_fill_value(L, (double)lua_tointeger(L, idx), dt, "tensor");
+            dtype_store_i64(*p, dt, lua_tointeger(L, idx));
+        } else {
+            lu_check_fill_value(L, lua_tonumber(L, idx), dt, "tensor");
+            dtype_store(*p, dt, lua_tonumber(L, idx));
+        }
         *p += dtype_size(dt);
         return;
     }

@@ -338,21 +338,28 @@ int lu_shape(lua_State *L, int idx, int64_t *shape, int *next) {
     return nd;
 }
 
+bool lu_dtype_limits(DType dt, double *lo, double *hi) {
+    switch (dt) {
+    case DT_BOOL: *lo = 0, *hi = 1; return true;
+    case DT_U8: *lo = 0, *hi = 255; return true;
+    case DT_I32: *lo = -2147483648.0, *hi = 2147483647.0; return true;
+    case DT_I64: *lo = -9223372036854775808.0, *hi = 9223372036854774784.0; return true; /* the largest double below 2^63 */
+    case DT_F16: *lo = -65504.0, *hi = 65504.0; return true;
+    case DT_BF16: *lo = -3.3895313892515355e38, *hi = 3.3895313892515355e38; return true;
+    case DT_F32: *lo = -3.4028234663852886e38, *hi = 3.4028234663852886e38; return true;
+    default: return false; /* float64, fp8 (saturating) */
+    }
+}
+
 void lu_check_fill_value(lua_State *L, double v, DType dt, const char *op) {
     double lo, hi;
-    switch (dt) {
-    case DT_U8: lo = 0, hi = 255; break;
-    case DT_I32: lo = -2147483648.0, hi = 2147483647.0; break;
-    case DT_I64: lo = -9223372036854775808.0, hi = 9223372036854775807.0; break;
-    case DT_F16: lo = -65504.0, hi = 65504.0; break;
-    case DT_BF16: lo = -3.3895313892515355e38, hi = 3.3895313892515355e38; break;
-    case DT_F32: lo = -3.4028234663852886e38, hi = 3.4028234663852886e38; break;
-    default: return; /* float64, bool, fp8 (saturating) */
-    }
+    if (dt == DT_BOOL || !lu_dtype_limits(dt, &lo, &hi)) return;
+    if (dt == DT_U8 && v == floor(v)) lo = -255; /* torch wraps whole negatives: -1 -> 255 */
     bool in_range = v >= lo && v <= hi;
     if (dtype_is_float(dt) && (isinf(v) || isnan(v))) in_range = true; /* inf / nan are values of a float dtype */
+    if (!in_range && isnan(v)) lu_error(L, "%s: value nan cannot be converted to type %s without overflow", op, dtype_name(dt));
     if (!in_range)
-        lu_error(L, "%s: value %g cannot be converted to type %s without overflow", op, v, dtype_name(dt));
+        lu_error(L, "%s: value %.15g cannot be converted to type %s without overflow", op, v, dtype_name(dt));
 }
 
 int lu_sizes(lua_State *L, int idx, int64_t *shape, int *next) {

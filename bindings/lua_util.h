@@ -58,10 +58,13 @@ int lu_shape(lua_State *L, int idx, int64_t *shape, int *next);
 /* lu_shape for sizes given as varargs (creation functions, view): an
  * explicit nil right after them is an error naming it. */
 int lu_sizes(lua_State *L, int idx, int64_t *shape, int *next);
-/* A fill value v for dtype dt (full, fill_, masked_fill): one the dtype
- * cannot hold (300 in uint8, 1e5 in float16, NaN in an integer dtype) is an
- * error naming op, as torch's "cannot be converted ... without overflow";
- * fp8 saturates and bool takes any value, as torch's. */
+/* The values dtype dt holds (false for float64 and fp8, which take any double). */
+bool lu_dtype_limits(DType dt, double *lo, double *hi);
+/* A fill value v for dtype dt (full, fill_, masked_fill, tensor literals): one
+ * the dtype cannot hold (300 in uint8, 1e5 in float16, NaN in an integer dtype)
+ * is an error naming op, as torch's "cannot be converted ... without overflow";
+ * whole negatives wrap in uint8 (-1 -> 255), fp8 saturates and bool takes any
+ * value, as torch's. */
 void lu_check_fill_value(lua_State *L, double v, DType dt, const char *op);
 /* An options table at idx (or none). */
 bool lu_is_opts(lua_State *L, int idx); /* idx 0: false */

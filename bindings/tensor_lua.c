@@ -521,15 +521,23 @@ static void push_shape(lua_State *L, const Tensor *t) {
     luaL_setmetatable(L, "accel.Size");
 }
 
+/* The dim at idx for size(d) / stride(d): a 0-dim tensor has none (as torch). */
+static int size_dim(lua_State *L, const Tensor *t, int idx, const char *op) {
+    int d = lu_dim(L, idx);
+    if (t->ndim == 0)
+        lu_error(L, "%s: dimension %d specified, but the tensor is 0-dim (it has no dimensions)", op, d >= 0 ? d + 1 : d);
+    d = tensor_wrap_dim(t, d, op);
+    if (d < 0) lu_core_error(L);
+    return d;
+}
+
 static int t_size(lua_State *L) {
     Tensor *t = SELF;
     if (lua_isnoneornil(L, 2)) {
         push_shape(L, t);
         return 1;
     }
-    int d = tensor_wrap_dim(t, lu_dim(L, 2), "size");
-    if (d < 0) lu_core_error(L);
-    lua_pushinteger(L, t->ndim ? t->shape[d] : 1);
+    lua_pushinteger(L, t->shape[size_dim(L, t, 2, "size")]);
     return 1;
 }
 
@@ -540,9 +548,7 @@ static int t_stride(lua_State *L) {
         for (int d = 0; d < t->ndim; d++) lua_pushinteger(L, t->stride[d]), lua_rawseti(L, -2, d + 1);
         return 1;
     }
-    int d = tensor_wrap_dim(t, lu_dim(L, 2), "stride");
-    if (d < 0) lu_core_error(L);
-    lua_pushinteger(L, t->stride[d]);
+    lua_pushinteger(L, t->stride[size_dim(L, t, 2, "stride")]);
     return 1;
 }
 

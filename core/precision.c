@@ -20,7 +20,9 @@ static bool transposed_2d(const Tensor *t) {
 }
 
 Tensor *precision_autocast_input(Tensor *t) {
-    if (autocast_dtype == DT_F32 || t->dtype != DT_F32) return tensor_retain(t);
+    /* as torch: the half dtypes and float32 are cast, float64 and integers are not */
+    bool eligible = t->dtype == DT_F32 || t->dtype == DT_F16 || t->dtype == DT_BF16;
+    if (autocast_dtype == DT_F32 || !eligible || t->dtype == autocast_dtype) return tensor_retain(t);
     if (!transposed_2d(t)) return tensor_to_dtype(t, autocast_dtype);
     Tensor *s = tensor_transpose(t, 0, 1), *c = s ? tensor_to_dtype(s, autocast_dtype) : NULL;
     Tensor *r = c ? tensor_transpose(c, 0, 1) : NULL;

@@ -1543,6 +1543,19 @@ describe("PyTorch's rules for options, promotion and in-place writes", function(
     fails("masked_fill: value 100000 cannot be converted to type float16",
       function() return accel.zeros(2, {dtype = accel.float16}):masked_fill(accel.tensor({true, false}), 1e5) end)
     assert.same({255, 255}, accel.full({2}, 255, {dtype = "uint8"}):tolist())
+    -- tensor literals of an integer dtype too; whole negatives wrap in uint8, out-of-range floats become inf
+    fails("tensor: value 300 cannot be converted to type uint8", function() return accel.tensor({1, 300}, {dtype = "uint8"}) end)
+    fails("tensor: value %-1.5 cannot be converted to type uint8", function() return accel.tensor({-1.5}, {dtype = "uint8"}) end)
+    fails("tensor: value 1099511627776 cannot be converted to type int32", function() return accel.tensor({1 << 40}, {dtype = "int32"}) end)
+    fails("tensor: value nan cannot be converted to type int64", function() return accel.tensor({0 / 0}, {dtype = "int64"}) end)
+    assert.same({255, 1}, accel.tensor({-1, -255}, {dtype = "uint8"}):tolist())
+    assert.same({255}, accel.full({1}, -1, {dtype = "uint8"}):tolist())
+    assert.same({math.maxinteger}, accel.tensor({math.maxinteger}):tolist())
+    assert.are.equal(math.huge, accel.tensor({70000.0}, {dtype = "float16"}):item())
+    -- randint's bounds must be values of its dtype (torch: "from / to - 1 is out of bounds")
+    fails("randint: high %- 1 = 299 is out of bounds for uint8", function() return accel.randint(0, 300, {3}, {dtype = "uint8"}) end)
+    fails("randint: low = %-5 is out of bounds for uint8", function() return accel.randint(-5, 3, {3}, {dtype = "uint8"}) end)
+    assert.are.equal(accel.bool, accel.randint(0, 2, {3}, {dtype = "bool"}).dtype)
     assert.are.equal(-math.huge, accel.zeros(2):masked_fill(accel.tensor({true, false}), -math.huge):tolist()[1])
   end)
 

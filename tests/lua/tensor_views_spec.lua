@@ -47,6 +47,14 @@ describe("shape, size, stride, dim, numel", function()
     assert.are.equal(4, t:size(3))
     assert.are.equal(4, t:size(-1))
     assert.are.equal(2, t:size(-3))
+    -- a 0-dim tensor has no dimensions to ask about (torch's IndexError)
+    local s = accel.tensor(3.0)
+    for _, f in ipairs({function() return s:size(1) end, function() return s:stride(-1) end}) do
+      local ok, err = pcall(f)
+      assert.is_false(ok)
+      assert.matches("the tensor is 0%-dim", err)
+    end
+    assert.same({}, {table.unpack(s:size())})
   end)
 
   it("stride is row-major for contiguous tensors", function()

@@ -44,10 +44,15 @@ function F.log_softmax(x, dim, o)
   return C.softmax(x, dim, true)
 end
 
+-- The loss is computed in float32; outside autocast a bf16 / fp16 input gets
+-- its loss back in its own dtype, as PyTorch's (inside autocast, float32).
 function F.cross_entropy(input, target, o)
   o = check("cross_entropy", o, {"ignore_index", "label_smoothing", "reduction"})
-  return C.cross_entropy(input, target, opt(o, "ignore_index", -100), opt(o, "label_smoothing", 0.0),
+  local loss = C.cross_entropy(input, target, opt(o, "ignore_index", -100), opt(o, "label_smoothing", 0.0),
     opt(o, "reduction", "mean"))
+  local half = input.dtype == accel.bfloat16 or input.dtype == accel.float16
+  if half and require("accel.amp").current_dtype() == nil then return loss:to(input.dtype) end
+  return loss
 end
 
 -- Under autocast, the losses below run in float32, as on PyTorch's autocast
