@@ -497,7 +497,9 @@ static int module_index(lua_State *L) {
     }
     for (size_t i = 0; i < sizeof exports / sizeof exports[0]; i++)
         if (strcmp(k, exports[i].name) == 0) return require_field(L, exports[i].module, k);
-    return 0;
+    /* torch's function forms: accel.exp(t), accel.sum(t, 2) are the tensor methods t:exp(), t:sum(2) */
+    lua_getfield(L, LUA_REGISTRYINDEX, "accel.TensorMethods");
+    return lua_istable(L, -1) && lua_getfield(L, -1, k) == LUA_TFUNCTION ? 1 : 0;
 }
 
 static int dtype_tostring(lua_State *L) {

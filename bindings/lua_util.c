@@ -141,8 +141,8 @@ Tensor *lu_check_self(lua_State *L) {
     Tensor *t = lu_to_tensor(L, 1);
     if (!t) {
         const char *m = called_name(L, "method");
-        lu_error(L, "Tensor.%s: call it as t:%s(...), not t.%s(...) (the tensor itself must come first; got %s)",
-                 m, m, m, luaL_typename(L, 1));
+        lu_error(L, "Tensor.%s: call it as t:%s(...), not t.%s(...) (the tensor itself must come first, as in "
+                    "accel.%s(t, ...); got %s)", m, m, m, m, luaL_typename(L, 1));
     }
     return t;
 }
@@ -304,6 +304,8 @@ static int64_t check_size(lua_State *L, int idx, int pos) {
 
 int lu_shape(lua_State *L, int idx, int64_t *shape, int *next) {
     int nd = 0;
+    if (lu_is_dtype(L, idx)) /* accel.zeros(accel.int64): not an empty shape */
+        lu_error(L, "bad argument #%d (a shape expected, got a dtype; it goes in the options: {dtype = ...})", idx);
     /* An accel.Size (t:size() / t.shape, empty for a 0-dim tensor) or an empty
      * {} followed by an options table is a shape, not options. */
     bool size_mt = false;

@@ -1269,6 +1269,7 @@ static int t_newindex(lua_State *L) {
                             "use accel.no_grad", (long long)i, tensor_shape_str(t));
         Tensor *s3 = lu_to_tensor(L, 3);
         lua_pushfstring(L, "t[%" LUA_FMT_INT "] = ...", LUA_FMT_INT_ARG(i));
+        if (lua_type(L, 3) == LUA_TNUMBER) lu_check_fill_value(L, lua_tonumber(L, 3), t->dtype, lua_tostring(L, -1));
         bool hist = overwrite_check(L, t, s3 && s3->requires_grad, lua_tostring(L, -1));
         bool prev = ag_set_grad_enabled(false); /* the row view itself carries no history */
         Tensor *row = tensor_select(t, 0, i > 0 ? i - 1 : i);

@@ -86,13 +86,25 @@ static int check_int_divisor(KBinOp op, Tensor *b) {
     return rc;
 }
 
+/* t as an operand of op in compute dtype cdt. When the operands' common dtype
+ * is bf16 / fp16, an operand of another dtype (a number, a 0-dim float32
+ * tensor) is first rounded to it, as torch casts to the common dtype: a bf16
+ * tensor then equals 0.1 (its own rounding of 0.1). mul and div are the
+ * exception, as in torch: they scale by the number's full value. */
+static Tensor *operand_in(KBinOp op, Tensor *t, DType common, DType cdt) {
+    bool half = common == DT_BF16 || common == DT_F16;
+    if (!half || op == KB_MUL || op == KB_DIV || t->dtype == common) return as_dtype_plain(t, cdt);
+    return as_dtype_plain_owned(as_dtype_plain(t, common), cdt);
+}
+
 static Tensor *binary_compute(KBinOp op, Tensor *a, Tensor *b, DType rd, const int64_t *shape, int nd) {
     DType in_dt = dtype_promote(a->dtype, b->dtype);
     DType cdt = compute_dtype(kbin_is_compare(op) ? in_dt : (op == KB_DIV ? rd : in_dt));
     if (op == KB_POW && dtype_is_float(rd)) cdt = compute_dtype(rd);
     DType odt = kbin_is_compare(op) ? DT_BOOL : cdt;
     if (shape_check(kbin_name(op), shape, nd, (int)odt) < 0) return NULL; /* e.g. huge expanded operands */
-    Tensor *ca = as_dtype_plain(a, cdt), *cb = ca ? as_dtype_plain(b, cdt) : NULL;
+    DType common = tensor_result_dtype(a, b);
+    Tensor *ca = operand_in(op, a, common, cdt), *cb = ca ? operand_in(op, b, common, cdt) : NULL;
     Tensor *out = cb && check_int_divisor(op, cb) == 0 ? tensor_empty(shape, nd, odt, a->device) : NULL;
     if (out) binary_into(op, cdt, out, ca, cb);
     tensor_release(ca);
@@ -162,6 +174,18 @@ static int bw_binary(AGNode *n, Tensor *g, Tensor **gin) {
         tensor_release(win), tensor_release(tie), tensor_release(wf), tensor_release(tf), tensor_release(half), tensor_release(wa);
         break;
     }
+    case KB_FLOORDIV: /* piecewise constant: zero gradients, as torch's div(rounding_mode = "floor") */
+        gin[0] = ga ? tensor_zeros(g->shape, g->ndim, g->dtype, g->device) : NULL;
+        gin[1] = gb ? tensor_zeros(g->shape, g->ndim, g->dtype, g->device) : NULL;
+        break;
+    case KB_REMAINDER: /* a - floor(a / b) * b: g and -g * floor(a / b) */
+        gin[0] = ga ? tensor_retain(g) : NULL;
+        if (gb) {
+            Tensor *q = op_binary(KB_FLOORDIV, a, b), *t = q ? mul(g, q) : NULL;
+            gin[1] = t ? op_unary(KU_NEG, t, 0, 0) : NULL;
+            tensor_release(q), tensor_release(t);
+        }
+        break;
     default:
         return accel_fail_int("%s is not differentiable", kbin_name(op));
     }
@@ -169,7 +193,7 @@ static int bw_binary(AGNode *n, Tensor *g, Tensor **gin) {
     return 0;
 }
 
-static bool is_differentiable_binary(KBinOp op) { return op <= KB_MIN; }
+static bool is_differentiable_binary(KBinOp op) { return op <= KB_MIN || op == KB_FLOORDIV || op == KB_REMAINDER; }
 
 static void record_binary(KBinOp op, Tensor *out, Tensor *a, Tensor *b) {
     Tensor *in[2] = {a, b};
@@ -177,8 +201,9 @@ static void record_binary(KBinOp op, Tensor *out, Tensor *a, Tensor *b) {
     AGNode *n = ag_record(kbin_name(op), bw_binary, out, in, 2);
     if (!n) return;
     bool ga = a->requires_grad, gb = b->requires_grad;
-    bool need_a = (op == KB_MUL && gb) || op == KB_POW || op == KB_MAX || op == KB_MIN;
-    bool need_b = (op == KB_MUL && ga) || op == KB_DIV || op == KB_POW || op == KB_MAX || op == KB_MIN;
+    bool rem_b = op == KB_REMAINDER && gb;
+    bool need_a = (op == KB_MUL && gb) || op == KB_POW || op == KB_MAX || op == KB_MIN || rem_b;
+    bool need_b = (op == KB_MUL && ga) || op == KB_DIV || op == KB_POW || op == KB_MAX || op == KB_MIN || rem_b;
     bool need_out = (op == KB_DIV && gb) || (op == KB_POW && gb);
     n->i[0] = op;
     n->i[1] = n->i[2] = n->i[3] = -1;
@@ -220,8 +245,8 @@ static DType scalar_result_dtype(KBinOp op, DType a, bool is_int) {
     return a == DT_BOOL ? DT_I64 : a;
 }
 
-/* The scalar as a 0-dim tensor of the compute dtype, so a bf16 tensor is
- * scaled by the float32 value rather than its bf16 rounding. */
+/* The scalar as a 0-dim tensor of the compute dtype (binary_compute rounds
+ * it to a bf16 / fp16 tensor's dtype where torch does: see operand_in). */
 static Tensor *scalar_operand(KBinOp op, const Tensor *a, double s, bool is_int) {
     DType base = kbin_is_compare(op) ? (dtype_is_float(a->dtype) ? a->dtype : (is_int ? DT_I64 : DT_F32))
                                      : scalar_result_dtype(op, a->dtype, is_int);
@@ -346,8 +371,9 @@ static bool unary_uses_output(KUnOp op) {
            op == KU_EXPM1 || op == KU_RPOW;
 }
 
-static bool unary_differentiable(KUnOp op) {
-    return !(op == KU_SIGN || op == KU_FLOOR || op == KU_CEIL || op == KU_ROUND || op == KU_TRUNC || op == KU_NOT);
+/* Piecewise constant: recorded with a zero gradient, as torch's SignBackward0, RoundBackward0, ... */
+static bool unary_zero_grad(KUnOp op) {
+    return op == KU_SIGN || op == KU_FLOOR || op == KU_CEIL || op == KU_ROUND || op == KU_TRUNC;
 }
 
 static void unary_into(KUnOp op, DType cdt, Tensor *out, Tensor *a, double p1, double p2) {
@@ -364,6 +390,12 @@ static Tensor *contig_of(Tensor *t, DType dt) {
     if (d) tensor_copy_strided(d, c);
     tensor_release(c);
     return d;
+}
+
+static int bw_unary_zero(AGNode *n, Tensor *g, Tensor **gin) {
+    (void)n;
+    gin[0] = tensor_zeros(g->shape, g->ndim, g->dtype, g->device);
+    return gin[0] ? 0 : -1;
 }
 
 static int bw_unary(AGNode *n, Tensor *g, Tensor **gin) {
@@ -404,6 +436,11 @@ Tensor *op_unary(KUnOp op, Tensor *a, double p1, double p2) {
     if (!dtype_is_float(rd) && !unary_keeps_int(op)) rd = dtype_default_float();
     if (op == KU_NOT) rd = DT_BOOL;
     if (op == KU_POW && !dtype_is_float(rd) && p1 != floor(p1)) rd = dtype_default_float();
+    if (op == KU_POW && (rd == DT_BF16 || rd == DT_F16)) { /* as torch: the exponent in the tensor's dtype */
+        uint16_t h;
+        dtype_store(&h, rd, p1);
+        p1 = dtype_load(&h, rd);
+    }
     DType cdt = compute_dtype(rd == DT_BOOL ? a->dtype : rd);
     if (shape_check(kun_name(op), a->shape, a->ndim, (int)cdt) < 0) return NULL; /* e.g. a huge expanded input */
     Tensor *ca = as_dtype_plain(a, cdt);
@@ -411,9 +448,9 @@ Tensor *op_unary(KUnOp op, Tensor *a, double p1, double p2) {
     if (out) unary_into(op, cdt, out, ca, p1, p2);
     tensor_release(ca);
     out = as_dtype_plain_owned(out, rd);
-    if (!out || !unary_differentiable(op)) return out;
-    AGNode *n = ag_record(kun_name(op), bw_unary, out, &a, 1);
-    if (n) {
+    if (!out || op == KU_NOT) return out;
+    AGNode *n = ag_record(kun_name(op), unary_zero_grad(op) ? bw_unary_zero : bw_unary, out, &a, 1);
+    if (n && !unary_zero_grad(op)) {
         n->i[0] = op;
         n->p[0] = p1, n->p[1] = p2;
         ag_save(n, unary_uses_output(op) ? out : a);

@@ -1546,7 +1546,7 @@ describe("PyTorch's rules for options, promotion and in-place writes", function(
     -- tensor literals of an integer dtype too; whole negatives wrap in uint8, out-of-range floats become inf
     fails("tensor: value 300 cannot be converted to type uint8", function() return accel.tensor({1, 300}, {dtype = "uint8"}) end)
     fails("tensor: value %-1.5 cannot be converted to type uint8", function() return accel.tensor({-1.5}, {dtype = "uint8"}) end)
-    fails("tensor: value 1099511627776 cannot be converted to type int32", function() return accel.tensor({1 << 40}, {dtype = "int32"}) end)
+    fails("tensor: value 1099511627776 cannot be converted to type int32", function() return accel.tensor({2 ^ 40}, {dtype = "int32"}) end)
     fails("tensor: value nan cannot be converted to type int64", function() return accel.tensor({0 / 0}, {dtype = "int64"}) end)
     assert.same({255, 1}, accel.tensor({-1, -255}, {dtype = "uint8"}):tolist())
     assert.same({255}, accel.full({1}, -1, {dtype = "uint8"}):tolist())
@@ -1568,5 +1568,71 @@ describe("PyTorch's rules for options, promotion and in-place writes", function(
     assert.same({{0, 3}, {3, 6}}, z:tolist())
     fails("more than one element of the written%-to tensor", function() return accel.zeros(1, 3):expand(2, 3):add_(1) end)
     fails("more than one element of the written%-to tensor", function() return accel.zeros(1, 3):expand(2, 3):fill_(1) end)
+  end)
+
+  -- values from PyTorch 2.15: a number meeting a bf16 / fp16 tensor is first rounded to
+  -- that dtype (torch's common-dtype cast), except by mul and div; so is pow's exponent
+  it("numbers meet half tensors in the tensor's dtype", function()
+    local b = accel.tensor({0.1, 0.3, 2.5, 7.0}, {dtype = accel.bfloat16})
+    assert.same({true, false, false, false}, b:eq(0.1):tolist())
+    assert.same({true, true, false, false}, b:le(0.3):tolist())
+    assert.same({0.43359375, 0.6328125, 2.828125, 7.34375}, (b + 1 / 3):tolist())
+    assert.same({0.0198974609375, 0.12890625, 4.75, 27.5}, (b ^ 1.7):tolist())
+    assert.same({0.010009765625, 0.030029296875, 0.25, 0.69921875}, (b * 0.1):tolist())
+    assert.same({0.010009765625, 0.00048828125, 0.007568359375, 0.003173828125}, (b % 0.03):tolist())
+    assert.same({true, false, false, false}, b:eq(accel.tensor(0.1)):tolist())
+    local h = accel.tensor({0.1, 0.3}, {dtype = accel.float16})
+    assert.same({true, false}, h:eq(0.1):tolist())
+    assert.same({0.0, 0.2000732421875}, (h - 0.1):tolist())
+    assert.same({0.467529296875, 0.671875}, (h ^ 0.33):tolist())
+  end)
+
+  -- gradients from PyTorch 2.15 (RemainderBackward0, FmodBackward0, RoundBackward0, ...)
+  it("remainder and fmod have gradients; rounding ops have zero gradients", function()
+    local x = accel.tensor({1.25, 2.75, -0.5}, {requires_grad = true})
+    local y = accel.tensor({2.0, -3.0, 0.7}, {requires_grad = true})
+    local r = x % y
+    r:sum():backward()
+    assert.same({1, 1, 1}, x.grad:tolist())
+    assert.same({0, 1, 1}, y.grad:tolist())
+    x.grad, y.grad = nil, nil
+    x:fmod(y):sum():backward()
+    assert.same({1, 1, 1}, x.grad:tolist())
+    assert.same({0, 0, 0}, y.grad:tolist())
+    x.grad = nil
+    r = (x % 1) * 3
+    r:sum():backward()
+    assert.same({3, 3, 3}, x.grad:tolist())
+    for _, name in ipairs({"round", "floor", "ceil", "trunc", "sign"}) do
+      x.grad = nil
+      r = x[name](x)
+      assert.is_true(r.requires_grad, name)
+      r:sum():backward()
+      assert.same({0, 0, 0}, x.grad:tolist(), name)
+    end
+    x.grad = nil
+    x:div(2, {rounding_mode = "floor"}):sum():backward()
+    assert.same({0, 0, 0}, x.grad:tolist())
+  end)
+
+  it("t[i] = v checks v against the dtype; a dtype is not a shape; function forms of methods", function()
+    local u = accel.zeros(2, {dtype = accel.uint8})
+    fails("t%[1%] = %.%.%.: value 300 cannot be converted to type uint8 without overflow", function() u[1] = 300 end)
+    fails("value 1099511627776 cannot be converted to type int32",
+      function() local w = accel.zeros(2, {dtype = accel.int32}); w[1] = 2 ^ 40 end)
+    u[2] = -1
+    assert.same({0, 255}, u:tolist())
+    fails("a shape expected, got a dtype", function() return accel.zeros(accel.int64) end)
+    fails("a shape expected, got a dtype", function() return accel.zeros(2, 3):reshape(accel.float64) end)
+    local x = accel.tensor({{1.0, -2.0}, {3.0, 4.0}})
+    assert.same({4, 2}, accel.sum(x, 1):tolist())
+    assert.same({{1, 0}, {2, 2}}, accel.clamp(x, 0, 2):tolist())
+    assert.same({{1, 3}, {-2, 4}}, accel.transpose(x, 1, 2):tolist())
+    local values, indices = accel.max(x, 2)
+    assert.same({1, 4}, values:tolist())
+    assert.same({0, 1}, indices:tolist())
+    assert.is_true(accel.allclose(x, x))
+    assert.is_nil(accel.no_such_function)
+    fails("accel%.%a+%(t, %.%.%.%); got number", function() return accel.exp(2.0) end)
   end)
 end)
