@@ -1,6 +1,7 @@
 /* fs_lua.c: accel._C file-system helpers for the checkpoint code (Lua has
  * no directory listing, fsync by path or atomic directory swap): atomic text
- * writes, rename / atomic exchange, recursive remove, listing, stat / size, crc32
+ * writes, rename / atomic exchange, recursive remove, listing, stat / size,
+ * the target of a symbolic link, crc32
  * of a file (zlib), fsync of a file or directory by path, getpid and
  * sleep_ms (mkdirs and isatty live in tracking_lua.c). Failures raise
  * "op: path: reason" errors, except fs_stat / fs_listdir, which return
@@ -173,6 +174,18 @@ static int c_fs_stat(lua_State *L) {
     return 2;
 }
 
+/* fs_link_target(path) -> the absolute path a symbolic link resolves to, or
+ * nil when path is not a link (or dangles) */
+static int c_fs_link_target(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    struct stat st;
+    char *full = lstat(path, &st) == 0 && S_ISLNK(st.st_mode) ? realpath(path, NULL) : NULL;
+    if (!full) return lua_pushnil(L), 1;
+    lua_pushstring(L, full);
+    free(full);
+    return 1;
+}
+
 /* file_size(path) -> size in bytes, or nil when path does not exist */
 static int c_file_size(lua_State *L) {
     struct stat st;
@@ -228,7 +241,8 @@ static int c_sleep_ms(lua_State *L) {
 void lu_open_fs(lua_State *L, int m) {
     static const luaL_Reg fns[] = {{"fs_write", c_fs_write}, {"fs_rename", c_fs_rename},
                                    {"fs_exchange", c_fs_exchange}, {"fs_remove_tree", c_fs_remove_tree},
-                                   {"fs_listdir", c_fs_listdir}, {"fs_stat", c_fs_stat}, {"file_size", c_file_size}, {"fs_crc32", c_fs_crc32},
+                                   {"fs_listdir", c_fs_listdir}, {"fs_stat", c_fs_stat}, {"fs_link_target", c_fs_link_target},
+                                   {"file_size", c_file_size}, {"fs_crc32", c_fs_crc32},
                                    {"fs_fsync", c_fs_fsync}, {"getpid", c_getpid},
                                    {"sleep_ms", c_sleep_ms}, {NULL, NULL}};
     lu_register_c(L, m, fns);

@@ -379,8 +379,11 @@ int lu_string_map(lua_State *L, int idx, const char ***keys, const char ***vals,
     if (lua_istable(L, idx)) {
         lua_pushnil(L);
         while (lua_next(L, idx)) {
-            if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)
-                lu_error(L, "%s: metadata must map strings to strings", what);
+            if (lua_type(L, -2) != LUA_TSTRING)
+                lu_error(L, "%s: metadata must map strings to strings (a %s key)", what, luaL_typename(L, -2));
+            if (lua_type(L, -1) != LUA_TSTRING)
+                lu_error(L, "%s: metadata must map strings to strings (%s is a %s)", what, lua_tostring(L, -2),
+                         luaL_typename(L, -1));
             n++;
             lua_pop(L, 1);
         }

@@ -623,6 +623,12 @@ static int t_narrow(lua_State *L) {
     Tensor *self = SELF;
     lua_Integer start = luaL_checkinteger(L, 3);
     if (start == 0) return lu_error(L, "narrow: start 0 is invalid: positions are 1-based");
+    int d = self->ndim ? tensor_wrap_dim(self, lu_dim(L, 2), "narrow") : 0;
+    if (d < 0) lu_core_error(L);
+    lua_Integer size = self->ndim ? self->shape[d] : 0;
+    if (self->ndim && (start < -size || start > size + 1))
+        return lu_error(L, "narrow: start %lld is out of range for dimension %d of size %lld (valid: 1..%lld or -%lld..-1)",
+                        (long long)start, d + 1, (long long)size, (long long)size + 1, (long long)size);
     return ret(L, tensor_narrow(self, lu_dim(L, 2), start > 0 ? start - 1 : start, luaL_checkinteger(L, 4)));
 }
 
@@ -671,8 +677,14 @@ static int t_detach_(lua_State *L) {
 }
 
 /* split(size | {sizes}, dim=1) -> list of views */
+/* split / chunk / unbind need a dimension to cut (torch: "expects at least a 1-dimensional tensor") */
+static void check_has_dims(lua_State *L, const Tensor *t, const char *op) {
+    if (t->ndim == 0) lu_error(L, "%s expects at least a 1-dimensional tensor", op);
+}
+
 static int t_split(lua_State *L) {
     Tensor *t = SELF;
+    check_has_dims(L, t, "split");
     int dim = lua_isnoneornil(L, 3) ? 0 : lu_dim(L, 3);
     if ((dim = tensor_wrap_dim(t, dim, "split")) < 0) lu_core_error(L);
     int64_t len = t->shape[dim], start = 0;
@@ -712,6 +724,7 @@ static int t_split(lua_State *L) {
 
 static int t_chunk(lua_State *L) {
     Tensor *t = SELF;
+    check_has_dims(L, t, "chunk");
     lua_Integer chunks = luaL_checkinteger(L, 2);
     if (chunks <= 0) return lu_error(L, "chunk: number of chunks must be positive, got %lld", (long long)chunks);
     int dim = lua_isnoneornil(L, 3) ? 0 : lu_dim(L, 3);
@@ -733,6 +746,7 @@ static int t_chunk(lua_State *L) {
 
 static int t_unbind(lua_State *L) {
     Tensor *t = SELF;
+    check_has_dims(L, t, "unbind");
     int dim = lua_isnoneornil(L, 2) ? 0 : lu_dim(L, 2);
     if ((dim = tensor_wrap_dim(t, dim, "unbind")) < 0) lu_core_error(L);
     lua_createtable(L, (int)t->shape[dim], 0);
@@ -1078,7 +1092,10 @@ static int t_gather(lua_State *L) {
 }
 static int t_index_select(lua_State *L) {
     Tensor *self = SELF; /* first: t.index_select(...) is a method-call error */
-    return ret(L, op_index_select(self, lu_dim(L, 2), lu_check_tensor(L, 3)));
+    Tensor *index = lu_check_tensor(L, 3);
+    if (index->dtype != DT_I64 && index->dtype != DT_I32)
+        return lu_error(L, "index_select: expected dtype int32 or int64 for index, got %s", dtype_name(index->dtype));
+    return ret(L, op_index_select(self, lu_dim(L, 2), index));
 }
 
 /* masked_fill's value: a number or a 0-dim tensor (as torch; in place, one

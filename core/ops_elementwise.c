@@ -431,6 +431,7 @@ Tensor *op_unary(KUnOp op, Tensor *a, double p1, double p2) {
     if (op == KU_NEG && a->dtype == DT_BOOL)
         return accel_fail("neg: Negation, the `-` operator, on a bool tensor is not supported. If you are trying to "
                           "invert a mask, use logical_not() instead.");
+    if (op == KU_ABS && a->dtype == DT_BOOL) return accel_fail("abs: \"abs\" is not implemented for bool tensors");
     if (rounds_to_itself(op, a->dtype)) return tensor_clone(a);
     DType rd = a->dtype;
     if (!dtype_is_float(rd) && !unary_keeps_int(op)) rd = dtype_default_float();

@@ -77,7 +77,7 @@ typedef uint64_t __attribute__((may_alias)) u64a;
         return mod;                                                         \
     }                                                                       \
     static inline T sign_##S(T x) {                                         \
-        return x != x ? x : (T)((x > 0) - (x < 0));                         \
+        return (T)((x > 0) - (x < 0)); /* NaN -> 0, as torch */             \
     }                                                                       \
     static inline T clamp_##S(T x, T lo, T hi) {                            \
         T t = x < lo ? lo : x;                                              \

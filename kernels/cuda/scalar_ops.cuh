@@ -110,7 +110,7 @@ template <typename T> KC_HD T unop(KUnOp op, T x, T q1, T q2) {
     case KU_COS: return cos(x);
     case KU_SQUARE: return x * x;
     case KU_RECIP: return (T)1 / x;
-    case KU_SIGN: return x != x ? x : (T)((x > 0) - (x < 0));
+    case KU_SIGN: return (T)((x > 0) - (x < 0)); /* NaN -> 0, as torch */
     case KU_CLAMP: { T t = x < q1 ? q1 : x; return t > q2 ? q2 : t; }
     case KU_POW: /* the CPU's cheap forms of the common exponents */
         return q1 == 2 ? x * x : q1 == 3 ? x * x * x : q1 == 1 ? x : q1 == (T)0.5 ? sqrt(x) : q1 == -1 ? (T)1 / x

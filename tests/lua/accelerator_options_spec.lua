@@ -881,6 +881,26 @@ CASES.DataLoaderConfiguration = {
     assert.are.same(order(0), order(0))
     assert.are_not.same(order(0), order(1))
   end,
+  data_seed = function()
+    -- with use_seedable_sampler, the prepared order is the one of a loader seeded with data_seed
+    local function first_batch(dlc, seed)
+      local a = accel.Accelerator{dataloader_config = dlc}
+      local l = a:prepare(data.DataLoader(data.TensorDataset(accel.arange(16)), {batch_size = 16, shuffle = true,
+        seed = seed}))
+      for xb in l:iter() do return xb:tolist() end
+    end
+    local seeded = first_batch({use_seedable_sampler = true, data_seed = 11}, 5)
+    assert.are.same(first_batch({}, 11), seeded)
+    assert.are_not.same(first_batch({}, 5), seeded)
+    assert.are.same(first_batch({}, 5), first_batch({data_seed = 11}, 5)) -- unused without the seedable sampler
+  end,
+  use_stateful_dataloader = function()
+    -- prepared loaders always save their position: both values are accepted
+    for _, v in ipairs({true, false}) do
+      assert.are.equal(v, accel.DataLoaderConfiguration{use_stateful_dataloader = v}.use_stateful_dataloader)
+    end
+    error_matching("use_stateful_dataloader", function() accel.DataLoaderConfiguration{use_stateful_dataloader = 1} end)
+  end,
   non_blocking = function()
     -- on the CPU there is no copy to make; on sim the copy is queued (staged)
     local _, l = shard_options({dataloader_config = {non_blocking = true}})

@@ -518,6 +518,48 @@ describe("a save_state that fails", function()
     rm(dir)
   end)
 
+  -- Accelerate writes into an existing folder and raises FileExistsError on a
+  -- file; save_state replaces its folder as a whole, so it refuses anything
+  -- there but an earlier checkpoint, and deletes nothing it did not write.
+  it("a file, a folder of other files, or '.' in the way; a link is written through", function()
+    local dir = tmpdir()
+    write(dir .. "/notes.txt", "keep me")
+    C.mkdirs(dir .. "/other/logs")
+    write(dir .. "/other/run.log", "keep me too")
+    local s = trained()
+    expect_error(function() s.a:save_state(dir .. "/notes.txt") end, dir .. "/notes.txt exists and is not a folder")
+    expect_error(function() s.a:save_state(dir .. "/other") end, "holds files that are not part of a checkpoint (logs, run.log)")
+    expect_error(function() s.a:save_state(".") end, "name the checkpoint folder itself")
+    expect_error(function() s.a:save_state("") end, "name the checkpoint folder itself")
+    assert.are.equal("keep me", read(dir .. "/notes.txt"))
+    assert.are.equal("keep me too", read(dir .. "/other/run.log"))
+    assert.are.same({"notes.txt", "other"}, C.fs_listdir(dir))
+    -- an earlier checkpoint with a file of the user's added is refused too; without it, replaced
+    s.a:save_state(dir .. "/ckpt")
+    write(dir .. "/ckpt/README", "mine")
+    expect_error(function() s.a:save_state(dir .. "/ckpt") end, "(README)")
+    os.remove(dir .. "/ckpt/README")
+    s.a:save_state(dir .. "/ckpt")
+    -- a symbolic link to a folder: the checkpoint lands where it points, the link stays
+    C.mkdirs(dir .. "/store/real")
+    assert(os.execute("ln -s store/real " .. q(dir .. "/link")))
+    s.a:save_state(dir .. "/link")
+    assert.are.equal("file", C.fs_stat(dir .. "/store/real/" .. "checkpoint_index.json"))
+    assert.is_truthy(C.fs_link_target(dir .. "/link"))
+    trained().a:load_state(dir .. "/link")
+    rm(dir)
+  end)
+
+  it("load of a folder and save_model of something that is not a model name the cause", function()
+    local dir = tmpdir()
+    local s = trained()
+    expect_error(function() s.a:load(dir) end, "load: " .. dir .. " is a folder, not a file")
+    expect_error(function() s.a:save_model({}, dir .. "/m") end, "save_model: expected a model", "a table without state_dict")
+    expect_error(function() s.a:save_model(3, dir .. "/m") end, "save_model: expected a model", "got number")
+    assert.are.same({}, C.fs_listdir(dir))
+    rm(dir)
+  end)
+
   -- Disk full: a 256 KiB tmpfs in a private mount namespace (unshare -rm),
   -- so nothing is mounted outside the child. Skipped (pending, not passed)
   -- where user namespaces or tmpfs mounts are not allowed.

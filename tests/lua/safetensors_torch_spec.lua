@@ -159,6 +159,17 @@ describe("accel.save / accel.load round trip", function()
     end
   end)
 
+  it("metadata that is not strings to strings is refused naming the entry", function()
+    local path = os.tmpname()
+    local ok, err = pcall(accel.save, {x = accel.zeros(1)}, path, {step = 3})
+    assert.is_false(ok)
+    assert.matches("metadata must map strings to strings %(step is a number%)", err)
+    ok, err = pcall(accel.save, {x = accel.zeros(1)}, path, {[1.5] = "x"})
+    assert.is_false(ok)
+    assert.matches("%(a number key%)", err)
+    os.remove(path)
+  end)
+
   it("saves a 3-D float32 tensor and a 0-D scalar", function()
     local x = accel.arange(24, {dtype = accel.float32}):reshape(2, 3, 4) * 0.5 - 6
     local back = roundtrip({x = x, s = accel.tensor(3.5)})

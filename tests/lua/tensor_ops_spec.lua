@@ -1635,4 +1635,20 @@ describe("PyTorch's rules for options, promotion and in-place writes", function(
     assert.is_nil(accel.no_such_function)
     fails("accel%.%a+%(t, %.%.%.%); got number", function() return accel.exp(2.0) end)
   end)
+
+  -- torch 2.15's answers: errors for these inputs, and sign(NaN) = 0
+  it("0-dim split / chunk / unbind, a uint8 index, abs of bool, narrow's start are refused; sign(nan) is 0", function()
+    local s = accel.tensor(1.0)
+    fails("unbind expects at least a 1%-dimensional tensor", function() return s:unbind() end)
+    fails("chunk expects at least a 1%-dimensional tensor", function() return s:chunk(1) end)
+    fails("split expects at least a 1%-dimensional tensor", function() return s:split(1) end)
+    fails("index_select: expected dtype int32 or int64 for index, got uint8",
+      function() return accel.zeros(3):index_select(1, accel.tensor({0}, {dtype = "uint8"})) end)
+    assert.same({0}, accel.zeros(3):index_select(1, accel.tensor({0}, {dtype = "int32"})):tolist())
+    fails("abs: \"abs\" is not implemented for bool", function() return accel.tensor({true}):abs() end)
+    fails("narrow: start %-6 is out of range for dimension 1 of size 5", function() return accel.zeros(5):narrow(1, -6, 1) end)
+    assert.same({0}, accel.zeros(5):narrow(1, -5, 1):tolist())
+    assert.same({}, accel.zeros(5):narrow(1, 6, 0):tolist())
+    assert.same({0, 1, -1}, accel.tensor({0 / 0, 2.0, -3.0}):sign():tolist())
+  end)
 end)

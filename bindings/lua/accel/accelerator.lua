@@ -1019,7 +1019,10 @@ function Accelerator:prepare_data_loader(loader, o)
   if not has_fn(loader, "shard") then raise("prepare_data_loader: the loader has no shard(rank, world_size, opts) method") end
   local base = loader:shard(self.process_index, self.num_processes,
     {even_batches = self.even_batches, split_batches = self.split_batches})
-  if self.num_processes > 1 and loader.shuffle then
+  local data_seed = self.use_seedable_sampler and self.dataloader_config.data_seed or nil
+  if loader.shuffle and data_seed ~= nil then
+    base.seed = data_seed -- Accelerate's seedable sampler seeded with data_seed, the same on every rank
+  elseif self.num_processes > 1 and loader.shuffle then
     -- every rank deals from rank 0's order (Accelerate syncs the sampler's
     -- generator): seeds drawn from generators the ranks used differently,
     -- or given per rank, would make the shards overlap
@@ -1038,7 +1041,7 @@ function Accelerator:prepare_data_loader(loader, o)
   end
   local wrapped = prepared.wrap_loader(base, {gradient_state = self.gradient_state, device = device,
     total_batch_size = bs and (self.split_batches and bs or bs * self.num_processes),
-    dataset_length = safe_len(loader.dataset), drop_last = loader.drop_last == true,
+    dataset_length = function() return safe_len(loader.dataset) end, drop_last = loader.drop_last == true,
     even_batches = self.even_batches or self.num_processes == 1})
   self._dataloaders[#self._dataloaders + 1] = wrapped
   return wrapped
@@ -1576,9 +1579,17 @@ end
 
 -- Under ZeRO stage 3 the full weights, gathered one tensor at a time
 -- (eng:full_state_dict(); collective: every process calls it).
+local function check_model(op, model)
+  if type(model) ~= "table" or not has_fn(model, "state_dict") then
+    raise("%s: expected a model (an nn.Module, or anything with a state_dict method), got %s", op,
+      type(model) == "table" and "a table without state_dict" or type(model))
+  end
+end
+
 function Accelerator:get_state_dict(model)
   -- [sharded checkpoints] a model held by a sharding engine: its full weights, gathered one tensor at a time
   if shard_ckpt.engine_of(model) then return shard_ckpt.full_state_dict(model) end
+  check_model("get_state_dict", model)
   return self:unwrap_model(model):state_dict()
 end
 
@@ -1591,6 +1602,7 @@ function Accelerator:save_model(model, dir, o)
   if o.safe_serialization == false then raise("save_model: only safetensors is written (safe_serialization = true)") end
   if type(dir) ~= "string" then raise("save_model: expected a directory, got %s", type(dir)) end
   local max_bytes = checkpoint.parse_size(o.max_shard_size or "10GB", "save_model: max_shard_size")
+  if not shard_ckpt.engine_of(model) then check_model("save_model", model) end
   -- [sharded checkpoints] each tensor gathered (collective) just before rank 0 writes it
   if shard_ckpt.engine_of(model) then return shard_ckpt.save_model(model, dir, max_bytes, self.is_main_process) end
   local sd = self:get_state_dict(model)

@@ -243,8 +243,9 @@ function M.load_object(path)
     if meta and meta.accel_lua_object == "tensor" and tensors.tensor then return tensors.tensor end
     return tensors, meta
   end
+  if C.fs_stat(path) == "dir" then raise("load: %s is a folder, not a file (load_state reads checkpoint folders)", path) end
   local text, err = read_file(path)
-  if not text then raise("load: %s", err) end
+  if not text then raise("load: %s", tostring(err or path .. ": cannot be read")) end
   local v, jerr = json.try_decode(text)
   if jerr then raise("load: %s is neither a safetensors file nor valid JSON (%s)", path, jerr) end
   return v
@@ -331,16 +332,49 @@ Writer.__index = Writer
 -- (else call w:create() on the one process that writes the folder).
 function M.writer(target, tmp_suffix, create)
   target = target:gsub("/+$", "")
+  local last = target:match("[^/]*$")
+  if last == "" or last == "." or last == ".." then
+    raise("save_state: name the checkpoint folder itself (got %q): the folder is replaced as a whole", target)
+  end
+  target = C.fs_link_target(target) or target -- a link to a folder: written where it points, as Accelerate does
   local self = setmetatable({target = target, tmp = target .. ".tmp-" .. tmp_suffix,
     pause_ms = tonumber(os.getenv("ACCEL_TEST_SAVE_PAUSE_MS") or "")}, Writer)
   if create then self:create() end
   return self
 end
 
+-- The entries of an existing folder dir that a checkpoint replacing it would
+-- delete although they are not part of a checkpoint (all of them when dir
+-- holds no checkpoint index).
+local function stray_entries(dir)
+  local index = json.try_decode(read_file(join(dir, M.INDEX)) or "")
+  local known = type(index) == "table" and type(index.files) == "table" and index.files or {}
+  local stray = {}
+  for _, f in ipairs(C.fs_listdir(dir) or {}) do
+    if f ~= M.INDEX and known[f] == nil then stray[#stray + 1] = f end
+  end
+  return stray
+end
+
+-- save_state replaces its folder as a whole: only a new folder, an empty one
+-- or an earlier checkpoint may be there, never a file or other files.
+local function check_replaceable(target)
+  local kind = C.fs_stat(target)
+  if kind == nil then return end
+  if kind ~= "dir" then raise("save_state: %s exists and is not a folder", target) end
+  local stray = stray_entries(target)
+  if #stray > 0 then
+    raise("save_state: %s holds files that are not part of a checkpoint (%s%s); save_state replaces the whole folder, "
+      .. "so save into a new or empty folder (or one that holds only an earlier checkpoint)", target,
+      table.concat(stray, ", ", 1, math.min(#stray, 3)), #stray > 3 and ", ..." or "")
+  end
+end
+
 -- The parent folder, stale temporary folders of crashed saves removed, and
 -- the empty temporary folder.
 function Writer:create()
   local target = self.target
+  check_replaceable(target)
   local parent, base = target:match("^(.*)/([^/]*)$")
   if parent == nil then parent, base = ".", target end
   if parent ~= "" then C.mkdirs(parent) end
@@ -350,7 +384,11 @@ function Writer:create()
       C.fs_remove_tree(join(parent, f)) -- left by a save that crashed
     end
   end
-  C.mkdirs(self.tmp)
+  local ok, err = pcall(C.mkdirs, self.tmp)
+  if not ok then
+    raise("save_state: cannot create the temporary folder %s next to %s (a checkpoint is written there, then renamed "
+      .. "into place, so the parent folder must be writable): %s", self.tmp, target, (tostring(err):gsub("^mkdirs: ", "")))
+  end
 end
 
 -- A save that failed: remove the temporary folder (the target is untouched

@@ -612,11 +612,13 @@ configuration("GradientAccumulationPlugin", {num_steps = "number", adjust_schedu
   {num_steps = positive_integer("it must be a positive integer")})
 
 -- accel.DataLoaderConfiguration{split_batches = false, even_batches = true,
---   dispatch_batches = false, use_seedable_sampler = false, non_blocking = false}
+--   dispatch_batches = false, use_seedable_sampler = false, data_seed = nil,
+--   non_blocking = false, use_stateful_dataloader = false}
 configuration("DataLoaderConfiguration", {split_batches = "boolean", even_batches = "boolean",
-  dispatch_batches = "boolean", use_seedable_sampler = "boolean", non_blocking = "boolean"},
+  dispatch_batches = "boolean", use_seedable_sampler = "boolean", data_seed = "number", non_blocking = "boolean",
+  use_stateful_dataloader = "boolean"},
   {split_batches = false, even_batches = true, dispatch_batches = false, use_seedable_sampler = false,
-   non_blocking = false},
+   non_blocking = false, use_stateful_dataloader = false},
   {dispatch_batches = only("every process iterates its own shard of the loader; dispatching batches from the main "
     .. "process is not implemented", false)})
 

@@ -146,7 +146,9 @@ function M.is_loader(x) return getmetatable(x) == DataLoaderShard end
 -- accel.data's DataLoader); o: {gradient_state, device, total_batch_size,
 -- dataset_length, drop_last, even_batches} (for gather_for_metrics: the
 -- samples repeated to fill the last global batch are those past
--- dataset_length % total_batch_size; without even_batches none are).
+-- dataset_length() % total_batch_size; without even_batches none are).
+-- dataset_length is a function, read at the start of every pass, as
+-- Accelerate reads len(dataset): a dataset may change its length.
 function M.wrap_loader(base, o)
   local self = {base = base, gradient_state = o.gradient_state, device = o.device, _end = false, remainder = -1,
     total_batch_size = o.total_batch_size, dataset_length = o.dataset_length, drop_last = o.drop_last,
@@ -183,9 +185,10 @@ function DataLoaderShard:iter()
   local move = device ~= nil
   local f, s, c = base:iter()
   rawset(self, "_end", false)
-  if not self.drop_last and self.even_batches and self.dataset_length and self.total_batch_size then
+  local length = self.dataset_length and self.dataset_length()
+  if not self.drop_last and self.even_batches and length and self.total_batch_size then
     local start = type(base.pass_start) == "function" and base:pass_start() or 0 -- where this pass starts
-    rawset(self, "remainder", (self.dataset_length - start) % self.total_batch_size)
+    rawset(self, "remainder", (length - start) % self.total_batch_size)
   end
   gs:add_dataloader(self)
   local done = false

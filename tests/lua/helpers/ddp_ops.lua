@@ -82,6 +82,40 @@ do
   same_list(seen, all, "shuffled without a seed, generators out of step: the shards")
 end
 
+-- ---- the same with per-rank seeds and one batch looked at before prepare (the loader's
+-- cached order of that epoch belongs to its own seed, not rank 0's) ----
+do
+  local peeked = data.DataLoader(ds, {batch_size = 10, shuffle = true, seed = 42 + rank})
+  for _ in peeked:iter() do break end
+  local l = acc:prepare(peeked)
+  local seen = {}
+  for b in l:iter() do
+    for _, v in ipairs(acc:gather_for_metrics(b):tolist()) do seen[#seen + 1] = v end
+  end
+  table.sort(seen)
+  local all = {}
+  for i = 1, n do all[i] = i - 1 end
+  same_list(seen, all, "per-rank seeds, a batch looked at before prepare: the shards")
+end
+
+-- ---- a dataset whose length changes after prepare: gather_for_metrics reads it at every pass ----
+do
+  local len = 7
+  local grow = data.Dataset{len = function() return len end, get = function(i) return i end}
+  local l = acc:prepare(data.DataLoader(grow, {batch_size = 2}))
+  for _, new_len in ipairs({5, 9}) do
+    len = new_len
+    local seen = {}
+    for b in l:iter() do
+      for _, v in ipairs(acc:gather_for_metrics(b):tolist()) do seen[#seen + 1] = v end
+    end
+    table.sort(seen)
+    local want = {}
+    for i = 1, new_len do want[i] = i end
+    same_list(seen, want, ("a dataset grown / shrunk to %d after prepare: gather_for_metrics"):format(new_len))
+  end
+end
+
 for _, case in ipairs({{bs = 10, split = false}, {bs = 12, split = true}}) do
   local a = case.split and accel.Accelerator{split_batches = true} or acc
   local want = global_order(case.bs, 2)

@@ -136,10 +136,12 @@ function DataLoader:_count()
 end
 
 function DataLoader:_order(epoch, n)
-  local c = self._cache
-  if c and c.n == n and (c.epoch == epoch or not self.shuffle) then return c.order end
+  local c = self._cache -- keyed by everything the order depends on (prepare may change the seed)
+  if c and c.n == n and c.shuffle == self.shuffle and (not self.shuffle or (c.epoch == epoch and c.seed == self.seed)) then
+    return c.order
+  end
   local order = self.shuffle and C.data_randperm(n, self.seed, epoch) or accel.arange(n, HOST)
-  self._cache = {epoch = epoch, n = n, order = order}
+  self._cache = {epoch = epoch, n = n, seed = self.seed, shuffle = self.shuffle, order = order}
   return order
 end
 
