@@ -129,7 +129,8 @@ static ShardHyper group_hyper(lua_State *L, int idx, const char *kind) {
                        .nesterov = opt_bool(L, idx, "nesterov"), .maximize = maximize};
     h.adam = (KAdamArgs){.lr = lr, .beta1 = group_beta(L, idx, 1, 0.9), .beta2 = group_beta(L, idx, 2, 0.999),
                          .eps = opt_number(L, idx, "eps", 1e-8), .weight_decay = wd,
-                         .decoupled = strcmp(kind, "adamw") == 0, .maximize = maximize};
+                         .decoupled = lu_opt_bool(L, idx, "decoupled_weight_decay", strcmp(kind, "adamw") == 0),
+                         .maximize = maximize};
     return h;
 }
 

@@ -165,7 +165,7 @@ int optim_total_norm(int n, Tensor **ts, double p, double *out) {
         double s;
         if (norm_one(ts[i], p, &s) < 0) return -1;
         if (isinf(p)) acc = (s > acc || s != s) ? s : acc;
-        else acc += s;
+        else acc += p == 0 ? s != 0 : s; /* p = 0: PyTorch's 0-norm of the tensors' norms, a count of tensors */
     }
     *out = isinf(p) || p == 0 ? acc : p == 1 ? acc : p == 2 ? sqrt(acc) : pow(acc, 1 / p);
     return 0;

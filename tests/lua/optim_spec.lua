@@ -5,7 +5,10 @@
 -- scripts/fixtures/make_optim_fixtures.py: 10 steps over a fixed gradient
 -- sequence, float64 and float32), param groups, state_dict round trips,
 -- zero_grad, closures, error cases, and nn.utils' gradient clipping against
--- closed forms.
+-- closed forms; the options as PyTorch 2.15 takes them (lr positionally or
+-- as a tensor, Adam's decoupled_weight_decay, param-group keys), refusing
+-- another optimizer's state and clip_grad_norm_'s norm_type 0 against
+-- PyTorch 2.15's values.
 local accel = require("accel")
 local support = dofile("tests/lua/support.lua")
 -- Checks that need Lua 5.4 semantics are skipped (counted) under LuaJIT:
@@ -276,6 +279,93 @@ describe("optimizer behaviour", function()
   end)
 end)
 
+-- Expected values: PyTorch 2.15 on the same problems.
+describe("optimizer options as PyTorch 2.15 takes them", function()
+  local F32 = {dtype = accel.float32}
+
+  -- p = {1, -2, 3}, q = {0.5, 1.5}; 3 steps with grads {0.5, -1, 0.25} * step and {-0.75, 2}
+  local function three_steps(make)
+    local p, q = accel.tensor({1.0, -2.0, 3.0}, F32):requires_grad_(), accel.tensor({0.5, 1.5}, F32):requires_grad_()
+    local opt = make(p, q)
+    for i = 1, 3 do
+      p.grad = accel.tensor({0.5 * i, -1.0 * i, 0.25 * i}, F32)
+      q.grad = accel.tensor({-0.75, 2.0}, F32)
+      opt:step()
+    end
+    return p:tolist(), q:tolist()
+  end
+  local DECOUPLED_P = {0.6809359192848206, -1.6512348651885986, 2.6215341091156006}
+  local DECOUPLED_Q = {0.7821596264839172, 1.1584384441375732}
+
+  it("Adam's decoupled_weight_decay = true is AdamW, per param group too", function()
+    local opts = {lr = 0.1, weight_decay = 0.1}
+    local p, q = three_steps(function(a, b)
+      return optim.Adam({a, b}, {lr = 0.1, weight_decay = 0.1, decoupled_weight_decay = true})
+    end)
+    assert.are.same(DECOUPLED_P, p)
+    assert.are.same(DECOUPLED_Q, q)
+    p, q = three_steps(function(a, b) return optim.AdamW({a, b}, opts) end)
+    assert.are.same(DECOUPLED_P, p)
+    p, q = three_steps(function(a, b)
+      return optim.Adam({{params = {a}}, {params = {b}, decoupled_weight_decay = true}}, opts)
+    end)
+    assert.are.same({0.7056953310966492, -1.7057867050170898, 2.70154070854187}, p) -- L2 weight decay
+    assert.are.same(DECOUPLED_Q, q)
+    assert.are.equal(false, optim.Adam({accel.zeros(1):requires_grad_()}).param_groups[1].decoupled_weight_decay)
+    assert.are.equal(true, optim.AdamW({accel.zeros(1):requires_grad_()}).param_groups[1].decoupled_weight_decay)
+  end)
+
+  it("Adam's decoupled_weight_decay under a sharding engine (one process)", function()
+    local ok, shard = pcall(require, "accel.shard")
+    if not ok then return pending("accel.shard (the sharding engine) is not in this build") end
+    local eng
+    local p, q = three_steps(function(a, b)
+      local model = nn.Module()
+      model.p, model.q = nn.Parameter(a), nn.Parameter(b)
+      local opt = optim.Adam({model.p, model.q}, {lr = 0.1, weight_decay = 0.1, decoupled_weight_decay = true})
+      eng = shard.Engine(model, opt, {stage = 1})
+      return {step = function()
+        model.p.grad, model.q.grad = a.grad, b.grad
+        eng:step()
+        accel.no_grad(function() a:copy_(model.p); b:copy_(model.q) end)
+      end}
+    end)
+    eng:close()
+    assert.are.same(DECOUPLED_P, p)
+    assert.are.same(DECOUPLED_Q, q)
+  end)
+
+  it("lr positionally: SGD(params, lr, [options]), Adam(params, lr)", function()
+    local p = accel.tensor({1.0, 2.0}, F32):requires_grad_()
+    local opt = optim.SGD({p}, 0.1, {momentum = 0.9})
+    for _ = 1, 2 do
+      p.grad = accel.tensor({1.0, -1.0}, F32)
+      opt:step()
+    end
+    assert.are.same({0.7099999785423279, 2.2899999618530273}, p:tolist())
+    local a = accel.tensor({1.0, 2.0}, F32):requires_grad_()
+    local adam = optim.Adam({a}, 0.1)
+    for _ = 1, 2 do
+      a.grad = accel.tensor({1.0, -1.0}, F32)
+      adam:step()
+    end
+    assert.are.same({0.800000011920929, 2.1999998092651367}, a:tolist())
+    assert.are.equal(0.5, optim.AdamW({a}, 0.5).param_groups[1].lr)
+  end)
+
+  it("lr as a 1-element tensor is read as a number", function()
+    local p = accel.zeros(3, {requires_grad = true})
+    local opt = optim.SGD({p}, {lr = accel.tensor(0.25)})
+    assert.are.equal("number", type(opt.param_groups[1].lr))
+    p.grad = accel.tensor({1.0, -2.0, 0.5}, F32)
+    opt:step()
+    assert.are.same({-0.25, 0.5, -0.125}, p:tolist())
+    local q = accel.zeros(1, {requires_grad = true})
+    opt:add_param_group({params = {q}, lr = accel.tensor({0.5})})
+    assert.are.equal(0.5, opt.param_groups[2].lr)
+  end)
+end)
+
 describe("optimizer state_dict", function()
   local function copy_params(p1, p2) return leaf(p1:detach()), leaf(p2:detach()) end
 
@@ -360,6 +450,33 @@ describe("optimizer state_dict", function()
       "state for parameter 7, which is in none of its parameter groups")
     fails(optim.Adam({a, b}), {}, "load_state_dict expects a table")
   end)
+
+  it("refuses the state of another optimizer (PyTorch: KeyError 'step'); keeps loading its own", function()
+    local q = accel.ones(2, {requires_grad = true})
+    local sgd = optim.SGD({q}, {lr = 0.1, momentum = 0.9})
+    q.grad = accel.ones(2)
+    sgd:step()
+    local adam = optim.Adam({q}, {lr = 0.1})
+    local ok, err = pcall(adam.load_state_dict, adam, sgd:state_dict())
+    assert.is_false(ok)
+    assert.matches("optim_spec.lua:%d+: Adam: load_state_dict: the state of parameter 1 has no 'step' %(a state_dict "
+      .. "of another optimizer%?%)", err)
+    assert.is_nil(adam.state[q])
+    adam:step()
+    ok, err = pcall(sgd.load_state_dict, sgd, adam:state_dict())
+    assert.is_false(ok)
+    assert.matches("SGD: load_state_dict: the state of parameter 1 has 'exp_avg', which SGD does not keep", err)
+    -- an empty state, and SGD's step (written by sharded checkpoints), load
+    local groups = sgd:state_dict().param_groups
+    sgd:load_state_dict({state = {[1] = {}}, param_groups = groups})
+    sgd:load_state_dict({state = {[1] = {step = 3, momentum_buffer = accel.ones(2)}}, param_groups = groups})
+    assert.are.equal(3, sgd.state[q].step)
+    local ams = optim.Adam({q}, {amsgrad = true})
+    ams:step()
+    local sd = ams:state_dict()
+    assert.is_true(accel.is_tensor(sd.state[1].max_exp_avg_sq))
+    optim.Adam({q}):load_state_dict(sd)
+  end)
 end)
 
 describe("optimizer errors", function()
@@ -385,6 +502,23 @@ describe("optimizer errors", function()
     fails("AdamW: option 'lr' must be a number", optim.AdamW, {p}, {lr = "0.1"})
     fails("SGD: Invalid learning rate", optim.SGD, {{params = {p}, lr = -2}}, {lr = 0.1})
     fails("Adam: differentiable = true is not supported", optim.Adam, {p}, {differentiable = true})
+    fails("Adam: Tensor lr must be 1%-element, got 2 elements", optim.Adam, {p}, {lr = accel.tensor({0.01, 0.02})})
+    fails("SGD: lr given twice", optim.SGD, {p}, 0.1, {lr = 0.2})
+    fails("SGD: expected %(params, %[lr%], %[options%]%), got a string before the options", optim.SGD, {p}, "0.1", {})
+    fails("Adam: expected lr %(a number%) or an options table after params, got string", optim.Adam, {p}, "0.1")
+  end)
+
+  it("checks a param group's hyper-parameters as the options", function()
+    fails("SGD: differentiable = true is not supported", optim.SGD, {{params = {p}, differentiable = true}}, {lr = 0.1})
+    fails("Adam: Tensor lr must be 1%-element", optim.Adam, {{params = {p}, lr = accel.ones(2)}})
+    fails("SGD: option 'momentum' must be a number", optim.SGD, {{params = {p}, momentum = "0.9"}}, {lr = 0.1})
+    -- ignored as in the options; other keys are the group's own and carried along, as
+    -- PyTorch 2.15 carries them ({'params': [p], 'name': 'dec'} keeps 'name', also in state_dict)
+    local g = optim.Adam({{params = {p}, foreach = true, differentiable = false, initial_lr = 0.5, name = "dec"}})
+    assert.is_nil(g.param_groups[1].foreach)
+    assert.are.equal(0.5, g.param_groups[1].initial_lr)
+    assert.are.equal("dec", g.param_groups[1].name)
+    assert.are.equal("dec", g:state_dict().param_groups[1].name)
   end)
 
   it("rejects bad parameter lists", function()
@@ -480,6 +614,60 @@ describe("nn.utils clipping", function()
     assert.is_true(total:item() ~= total:item())
     local inf = params({1.0, math.huge})
     assert.are.equal(math.huge, nn.utils.clip_grad_norm_(inf, 1.0):item())
+  end)
+
+  -- the gradients of PyTorch 2.15's check (a third parameter has no grad, a fourth a zero one)
+  local function torch_case()
+    local ps = params({1.5, -2.0, 0.25, 3.0, 0.0, -1.0}, {0.5, -0.5, 4.0, 0.0}, {0.0, 0.0, 0.0})
+    table.insert(ps, 3, accel.zeros(2, {requires_grad = true}))
+    return ps
+  end
+
+  it("clip_grad_norm_ with norm_type 0 counts the gradients with a nonzero element (PyTorch 2.15)", function()
+    local ps = torch_case()
+    assert.are.equal(2.0, nn.utils.clip_grad_norm_(ps, 1.0, {norm_type = 0}):item())
+    assert.are.same({0.7499996423721313, -0.9999995231628418, 0.12499994039535522, 1.4999992847442627, 0.0,
+      -0.4999997615814209}, ps[1].grad:tolist())
+    assert.are.same({0.24999988079071045, -0.24999988079071045, 1.9999990463256836, 0.0}, ps[2].grad:tolist())
+  end)
+
+  it("clip_grad_norm_ takes norm_type positionally", function()
+    assert.are.equal(2.0, nn.utils.clip_grad_norm_(torch_case(), 1.0, 0):item())
+    assert.are.equal(4.0, nn.utils.clip_grad_norm_(torch_case(), 1.0, "inf"):item())
+    local ps = torch_case()
+    assert.are.equal(12.75, nn.utils.clip_grad_norm_(ps, 1.0, 1):item())
+    assert.are.same({0.11764705181121826, -0.15686273574829102, 0.019607841968536377, 0.23529410362243652, 0.0,
+      -0.07843136787414551}, ps[1].grad:tolist())
+  end)
+
+  it("a sharding engine refuses norm_type 0 (a count of gradients, not a sum over shards)", function()
+    local ok, shard = pcall(require, "accel.shard")
+    if not ok then return pending("accel.shard (the sharding engine) is not in this build") end
+    local m = nn.Linear(3, 2)
+    local eng = shard.Engine(m, optim.Adam(m:parameters()), {stage = 2})
+    m(accel.ones(4, 3)):sum():backward()
+    local err
+    ok, err = pcall(eng.clip_grad_norm_, eng, 1.0, 0)
+    assert.is_false(ok)
+    assert.matches("optim_spec.lua:%d+: shard.Engine:clip_grad_norm_: norm_type 0 is not supported on sharded "
+      .. "gradients", err)
+    eng:close()
+  end)
+
+  it("clip_grad_value_ and accelerator:clip_grad_value_ take {foreach =} (ignored), refuse other options", function()
+    local want = {{0.75, -0.75, 0.25, 0.75, 0.0, -0.75}, {0.5, -0.5, 0.75, 0.0}}
+    local ps = torch_case()
+    nn.utils.clip_grad_value_(ps, 0.75, {foreach = true})
+    assert.are.same(want, {ps[1].grad:tolist(), ps[2].grad:tolist()})
+    local acc = accel.Accelerator({cpu = true})
+    ps = torch_case()
+    acc:clip_grad_value_(ps, 0.75, {foreach = false})
+    assert.are.same(want, {ps[1].grad:tolist(), ps[2].grad:tolist()})
+    for _, f in ipairs({nn.utils.clip_grad_value_, function(...) return acc:clip_grad_value_(...) end}) do
+      local ok, err = pcall(f, torch_case(), 0.75, {bogus = true})
+      assert.is_false(ok)
+      assert.matches("optim_spec.lua:%d+: clip_grad_value_: unknown option 'bogus'", err)
+    end
   end)
 
   it("clip_grad_value_ clamps every gradient", function()

@@ -16,6 +16,7 @@ describe("print(optimizer)", function()
       "Parameter Group 1",
       "    amsgrad: False",
       "    betas: (0.9, 0.999)",
+      "    decoupled_weight_decay: True",
       "    eps: 1e-08",
       "    lr: 0.001",
       "    maximize: False",

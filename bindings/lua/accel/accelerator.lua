@@ -1223,7 +1223,8 @@ function Accelerator:clip_grad_norm_(parameters, max_norm, norm_type)
   return accel.nn.utils.clip_grad_norm_(params, max_norm * scale, o) / scale
 end
 
-function Accelerator:clip_grad_value_(parameters, clip_value)
+-- clip_grad_value_(parameters, clip_value, [{foreach =}])
+function Accelerator:clip_grad_value_(parameters, clip_value, opts)
   local params = param_list(parameters, "clip_grad_value_")
   local eng = sharded_engine(self, params)
   if eng and eng.stage >= 2 then
@@ -1233,8 +1234,8 @@ function Accelerator:clip_grad_value_(parameters, clip_value)
   end
   self:unscale_gradients()
   local scale = pending_scale(self)
-  if type(clip_value) ~= "number" then return accel.nn.utils.clip_grad_value_(params, clip_value) end
-  return accel.nn.utils.clip_grad_value_(params, clip_value * scale)
+  if type(clip_value) ~= "number" then return accel.nn.utils.clip_grad_value_(params, clip_value, opts) end
+  return accel.nn.utils.clip_grad_value_(params, clip_value * scale, opts)
 end
 
 -- ---------------------------------------------------------------- processes

@@ -546,6 +546,10 @@ function Engine:clip_grad_norm_(max_norm, norm_type, error_if_nonfinite)
   local p = norm_type or 2
   if p == "inf" then p = math.huge end
   if type(p) ~= "number" then raise("shard.Engine:clip_grad_norm_: norm_type must be a number or \"inf\"") end
+  if p == 0 then
+    -- its total is the number of gradients with a nonzero element: not a sum over shards
+    raise("shard.Engine:clip_grad_norm_: norm_type 0 is not supported on sharded gradients (use 1, 2 or \"inf\")")
+  end
   return accel.tensor(self:_live():clip_grad_norm(max_norm, p, error_if_nonfinite == true))
 end
 

@@ -8,9 +8,13 @@
 -- `parameters` is a list of tensors or one tensor; parameters whose grad is
 -- nil are skipped. clip_grad_norm_ computes the total norm of all gradients
 -- in one C pass (accel._C.grads_total_norm, in double; norm_type may be math.huge
--- or "inf") and returns it as a 0-dim tensor of the gradients' dtype; like
--- PyTorch it multiplies every gradient by clamp(max_norm / (total + 1e-6),
--- max = 1) in that dtype (skipped when the factor is exactly 1).
+-- or "inf", and may come positionally: clip_grad_norm_(ps, 1.0, 2)) and
+-- returns it as a 0-dim tensor of the gradients' dtype; as PyTorch it is the
+-- norm of the per-gradient norms (norm_type 0: the number of gradients with
+-- a nonzero element) and it multiplies every gradient by
+-- clamp(max_norm / (total + 1e-6), max = 1) in that dtype (skipped when the
+-- factor is exactly 1). `foreach` only picks PyTorch's implementation: it is
+-- accepted and ignored, as by accel.optim.
 local accel = require("accel")
 local C = accel._C
 
@@ -51,13 +55,16 @@ local function norm_type_of(name, v)
   return v
 end
 
--- clip_grad_norm_(parameters, max_norm, {norm_type = 2, error_if_nonfinite = false, foreach =}) -> total norm (0-dim tensor)
+local check_options = require("accel.nn.module").check_options
+
+-- clip_grad_norm_(parameters, max_norm, [norm_type | {norm_type = 2, error_if_nonfinite = false, foreach =}])
+-- -> total norm (0-dim tensor)
 function utils.clip_grad_norm_(parameters, max_norm, opts)
   local name = "clip_grad_norm_"
   local params = param_list(name, parameters)
   if type(max_norm) ~= "number" then raise("%s: max_norm must be a number, got %s", name, type(max_norm)) end
-  -- foreach only picks PyTorch's implementation (ignored, as by accel.optim)
-  opts = require("accel.nn.module").check_options(name, opts, {"norm_type", "error_if_nonfinite", "foreach"})
+  if type(opts) == "number" or type(opts) == "string" then opts = {norm_type = opts} end
+  opts = check_options(name, opts, {"norm_type", "error_if_nonfinite", "foreach"})
   local norm_type = norm_type_of(name, opts.norm_type)
   -- the gradients stay in C (no Lua handles that would keep them alive past
   -- zero_grad(), see bindings/optim_lua.c)
@@ -83,11 +90,12 @@ function utils.clip_grad_norm_(parameters, max_norm, opts)
   return total
 end
 
--- clip_grad_value_(parameters, clip_value): every gradient clamped to [-v, v] in place
-function utils.clip_grad_value_(parameters, clip_value)
+-- clip_grad_value_(parameters, clip_value, [{foreach =}]): every gradient clamped to [-v, v] in place
+function utils.clip_grad_value_(parameters, clip_value, opts)
   local name = "clip_grad_value_"
   local params = param_list(name, parameters)
   if type(clip_value) ~= "number" then raise("%s: clip_value must be a number, got %s", name, type(clip_value)) end
+  check_options(name, opts, {"foreach"})
   accel.no_grad(function()
     for _, g in ipairs(grads_of(params)) do g:clamp_(-clip_value, clip_value) end
   end)

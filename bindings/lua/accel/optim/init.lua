@@ -25,9 +25,15 @@
 -- * A parameter listed twice, in one group or across groups, is an error
 --   (PyTorch warns for the first); parameters must be float32 / float64
 --   leaf tensors. Hyper-parameters are validated for every group, not only
---   the defaults. Unknown options are an error; foreach / fused / capturable
---   are accepted and ignored (updates are always fused), differentiable =
---   true is refused.
+--   the defaults. Unknown options are an error (a param group may carry keys
+--   of its own, as in PyTorch: a name, a scheduler's initial_lr; its
+--   hyper-parameters get the options' checks); foreach / fused / capturable are
+--   accepted and ignored (updates are always fused), differentiable = true
+--   is refused. lr may be a 1-element tensor: its value is read when the
+--   optimizer or the group is made (later changes to it are not seen).
+-- * SGD / Adam / AdamW take lr positionally too: SGD(params, 0.1, {...}).
+-- * load_state_dict refuses a parameter state with keys this optimizer does
+--   not keep or without those it needs (a state_dict of another optimizer).
 -- * Custom optimizers: `local My = optim.Optimizer:extend("My")`, define
 --   `My:init(params, opts)` calling `optim.Optimizer.init(self, params,
 --   defaults)` and `My:step(closure)`.
@@ -165,7 +171,7 @@ function Optimizer:add_param_group(group)
   if type(ps) ~= "table" then raise("%s: a param group needs a 'params' list of tensors", name) end
   local g = {}
   for k, v in pairs(group) do
-    if k ~= "params" then g[k] = copy_plain(v) end
+    if k ~= "params" then g[k] = self:_group_value(k, v) end
   end
   local list = {}
   for i, p in ipairs(ps) do list[i] = p end
@@ -260,14 +266,38 @@ local function shape_str(t)
   return "[" .. table.concat(s, ", ") .. "]"
 end
 
+-- Refuses a non-empty saved state without every key in kept.required or
+-- with a key in neither kept.required nor kept.optional (kept: the class's
+-- _state_keys; nil for custom optimizers, which are not checked).
+local function check_state_keys(name, id, saved, keys, kept)
+  if not kept or #keys == 0 then return end
+  for _, k in ipairs(kept.required) do
+    if saved[k] == nil then
+      raise("%s: load_state_dict: the state of parameter %d has no '%s' (a state_dict of another optimizer?)", name, id,
+        k)
+    end
+  end
+  local known = {}
+  for _, list in pairs(kept) do
+    for _, k in ipairs(list) do known[k] = true end
+  end
+  for _, k in ipairs(keys) do
+    if not known[k] then
+      raise("%s: load_state_dict: the state of parameter %d has '%s', which %s does not keep (a state_dict of another "
+        .. "optimizer?)", name, id, tostring(k), name)
+    end
+  end
+end
+
 -- A private copy of one saved state entry for parameter p (number id).
-local function load_param_state(name, id, p, saved)
+local function load_param_state(name, id, p, saved, kept)
   if type(saved) ~= "table" or is_tensor(saved) then
     raise("%s: load_state_dict: state of parameter %d must be a table", name, id)
   end
   local st, keys = {}, {}
   for k in pairs(saved) do keys[#keys + 1] = k end
   table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  check_state_keys(name, id, saved, keys, kept)
   for _, k in ipairs(keys) do
     local v = saved[k]
     if k == "step" and is_tensor(v) then v = v:item() end
@@ -321,7 +351,7 @@ function Optimizer:load_state_dict(sd)
       raise("%s: loaded state dict has state for parameter %s, which is in none of its parameter groups", name,
         tostring(k))
     end
-    state[p] = load_param_state(name, id, p, st)
+    state[p] = load_param_state(name, id, p, st, self._state_keys)
   end
   for i, g in ipairs(groups) do
     for k, v in pairs(saved[i]) do
@@ -348,22 +378,54 @@ end
 
 -- ---- options ----
 
--- opts merged over defaults; unknown keys are an error.
+-- Options accepted and ignored (updates are always fused).
 local IGNORED = {foreach = true, fused = true, capturable = true}
+-- The value option k = v takes (nil: ignored), or an error: an unknown key,
+-- differentiable = true, a tensor lr that is not 1-element (read as a number).
+local function option_value(name, known, k, v)
+  if k == "differentiable" then
+    if v then raise("%s: differentiable = true is not supported", name) end
+    return nil
+  end
+  if IGNORED[k] then return nil end
+  if known[k] == nil then raise("%s: unknown option '%s'", name, tostring(k)) end
+  if k == "lr" and is_tensor(v) then
+    if v:numel() ~= 1 then raise("%s: Tensor lr must be 1-element, got %d elements", name, v:numel()) end
+    return v:item()
+  end
+  return copy_plain(v)
+end
 
+-- A param group's key k = v: a hyper-parameter gets the checks of the
+-- options; any other key (a name of the user's, a scheduler's initial_lr)
+-- is carried along, as PyTorch carries it.
+function Optimizer:_group_value(k, v)
+  if self.defaults[k] == nil and k ~= "differentiable" and not IGNORED[k] then return copy_plain(v) end
+  return option_value(self.__name, self.defaults, k, v)
+end
+
+-- opts merged over defaults; unknown keys are an error.
 local function options(name, opts, defaults)
-  if opts ~= nil and type(opts) ~= "table" then raise("%s: options must be a table, got %s", name, type(opts)) end
+  if opts ~= nil and type(opts) ~= "table" then
+    raise("%s: expected lr (a number) or an options table after params, got %s", name, type(opts))
+  end
   local d = {}
   for k, v in pairs(defaults) do d[k] = copy_plain(v) end
-  for k, v in pairs(opts or {}) do
-    if k == "differentiable" then
-      if v then raise("%s: differentiable = true is not supported", name) end
-    elseif not IGNORED[k] then
-      if defaults[k] == nil then raise("%s: unknown option '%s'", name, tostring(k)) end
-      d[k] = copy_plain(v)
-    end
-  end
+  for k, v in pairs(opts or {}) do d[k] = option_value(name, defaults, k, v) end
   return d
+end
+
+-- The options of (params, [lr], [opts]): PyTorch's lr may come positionally.
+local function ctor_options(name, lr, opts)
+  if type(lr) ~= "number" and not is_tensor(lr) then
+    if opts ~= nil then raise("%s: expected (params, [lr], [options]), got a %s before the options", name, type(lr)) end
+    return lr
+  end
+  if opts ~= nil and type(opts) ~= "table" then raise("%s: options must be a table, got %s", name, type(opts)) end
+  if opts and opts.lr ~= nil then raise("%s: lr given twice (positionally and in the options)", name) end
+  local o = copy_plain(opts or {})
+  o.lr = lr
+  return o
 end
 
 local function check_bool(name, group, key)
@@ -407,10 +469,13 @@ optim.SGD = SGD
 
 local SGD_DEFAULTS = {lr = 1e-3, momentum = 0, dampening = 0, weight_decay = 0, nesterov = false, maximize = false}
 
--- SGD(params, {lr = 1e-3, momentum = 0, dampening = 0, weight_decay = 0, nesterov = false, maximize = false})
-function SGD:init(params, opts)
-  Optimizer.init(self, params, options("SGD", opts, SGD_DEFAULTS))
+-- SGD(params, [lr], {lr = 1e-3, momentum = 0, dampening = 0, weight_decay = 0, nesterov = false, maximize = false})
+function SGD:init(params, lr, opts)
+  Optimizer.init(self, params, options("SGD", ctor_options("SGD", lr, opts), SGD_DEFAULTS))
 end
+
+-- What an SGD state holds (step: from a sharded checkpoint).
+SGD._state_keys = {required = {}, optional = {"momentum_buffer", "step"}}
 
 function SGD:_check_group(g)
   local name = self.__name
@@ -457,6 +522,7 @@ local function check_adam_group(self, g)
   check_nonnegative(name, g, "weight_decay", "weight_decay value")
   check_bool(name, g, "amsgrad")
   check_bool(name, g, "maximize")
+  check_bool(name, g, "decoupled_weight_decay")
 end
 
 local function adam_group_step(self, gi, g, grads)
@@ -473,7 +539,7 @@ local function adam_group_step(self, gi, g, grads)
       end
     end
   end
-  C.adam_step(self:_who(gi), ps, nil, ms, vs, vmaxs, steps, g, self._decoupled)
+  C.adam_step(self:_who(gi), ps, nil, ms, vs, vmaxs, steps, g, g.decoupled_weight_decay)
   for i = 1, #ps do
     if grads[i] then
       local st = param_state(state, ps[i])
@@ -488,19 +554,20 @@ local function adam_step(self, closure) return step_groups(self, closure, adam_g
 local function adam_class(name, default_wd, decoupled)
   local cls = Optimizer:extend(name)
   local defaults = {lr = 1e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_decay = default_wd, amsgrad = false,
-                    maximize = false}
-  cls._decoupled = decoupled
+                    maximize = false, decoupled_weight_decay = decoupled}
   cls._check_group = check_adam_group
+  cls._state_keys = {required = {"step", "exp_avg", "exp_avg_sq"}, optional = {"max_exp_avg_sq"}}
   cls.step = adam_step
-  function cls:init(params, opts)
-    Optimizer.init(self, params, options(name, opts, defaults))
+  function cls:init(params, lr, opts)
+    Optimizer.init(self, params, options(name, ctor_options(name, lr, opts), defaults))
   end
   return cls
 end
 
--- Adam(params, {lr = 1e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_decay = 0, amsgrad = false, maximize = false})
+-- Adam(params, [lr], {lr = 1e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_decay = 0, amsgrad = false,
+-- maximize = false, decoupled_weight_decay = false})
 optim.Adam = adam_class("Adam", 0, false)
--- AdamW: as Adam, decoupled weight decay (default 1e-2)
+-- AdamW: as Adam, decoupled weight decay (default 1e-2; decoupled_weight_decay = true)
 optim.AdamW = adam_class("AdamW", 1e-2, true)
 
 -- opt.step() and the like: "Optimizer.step: call it as obj:step(...)"
