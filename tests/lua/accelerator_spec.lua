@@ -382,15 +382,18 @@ describe("Accelerator:prepare", function()
   it("marks the last batch of a pass and moves through epochs", function()
     local a = accel.Accelerator()
     local loader = a:prepare(data.DataLoader(data.TensorDataset(accel.arange(10)), {batch_size = 4}))
-    local ends, seen = {}, {}
+    local ends, seen, inside = {}, {}, {}
+    assert.is_false(a.gradient_state.in_dataloader)
     for xb in loader:iter() do
-      ends[#ends + 1] = a.gradient_state:end_of_dataloader()
+      ends[#ends + 1] = a.gradient_state.end_of_dataloader -- a value, as Accelerate's property
       seen[#seen + 1] = xb:size(1)
+      inside[#inside + 1] = a.gradient_state.in_dataloader and a.gradient_state.remainder
     end
     assert.are.same({false, false, true}, ends)
     assert.are.same({4, 4, 2}, seen)
+    assert.are.same({2, 2, 2}, inside) -- 10 samples in batches of 4: 2 left for the last one
     assert.are.same({epoch = 1, samples = 0}, loader:state_dict())
-    assert.is_false(a.gradient_state:end_of_dataloader())
+    assert.is_false(a.gradient_state.end_of_dataloader)
     local skipped = a:skip_first_batches(loader, 2)
     local n = 0
     for xb in skipped:iter() do

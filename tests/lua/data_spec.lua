@@ -627,6 +627,13 @@ describe("DataLoader options", function()
     expect_error(function() data.DataLoader(ds, {seed = 1.5}) end, "seed")
     expect_error(function() data.DataLoader(ds, {collate_fn = 3}) end, "collate_fn")
     assert.are.equal(2, #data.DataLoader(ds, {batch_size = 2, num_workers = 4, pin_memory = true}))
+    -- the ignored worker options still get PyTorch's value checks
+    expect_error(function() data.DataLoader(ds, {num_workers = -1}) end, "num_workers option should be a non-negative")
+    expect_error(function() data.DataLoader(ds, {num_workers = "x"}) end, "num_workers option should be a non-negative")
+    expect_error(function() data.DataLoader(ds, {persistent_workers = true}) end, "persistent_workers option needs")
+    expect_error(function() data.DataLoader(ds, {prefetch_factor = 2}) end, "prefetch_factor option could only be")
+    expect_error(function() data.DataLoader(ds, {pin_memory = 1}) end, "pin_memory must be true or false")
+    assert.are.equal(4, #data.DataLoader(ds, {num_workers = 2, persistent_workers = true, prefetch_factor = 2}))
   end)
 
   it("an empty dataset gives no batches", function()

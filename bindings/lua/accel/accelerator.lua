@@ -217,8 +217,8 @@ function props.distributed_type(a) return a._distributed_type or a.state:_proces
 function props.sync_gradients(a) return a.gradient_state.sync_gradients end
 function props.gradient_accumulation_steps(a) return a.gradient_state.num_steps end
 function props.step(a) return a.gradient_state.step end
-function props.end_of_dataloader(a) return a.gradient_state:end_of_dataloader() end
-function props.remainder(a) return a.gradient_state:remainder() end
+function props.end_of_dataloader(a) return a.gradient_state.end_of_dataloader end
+function props.remainder(a) return a.gradient_state.remainder end
 function props.project_dir(a) return a.project_configuration.project_dir end
 function props.logging_dir(a) return a.project_configuration.logging_dir end
 function props.save_iteration(a) return a.project_configuration.iteration end
@@ -1269,8 +1269,8 @@ local function gather_one_for_metrics(self, data, use_object)
   use_object = use_object or not all_tensors(data)
   local out = use_object and self:gather_object(data) or self:gather(data)
   local gs = self.gradient_state
-  if gs:end_of_dataloader() then
-    local r = gs:remainder()
+  if gs.end_of_dataloader then
+    local r = gs.remainder
     if r > 0 then
       if use_object then
         local cut = {}

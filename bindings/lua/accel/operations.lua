@@ -224,31 +224,36 @@ end
 -- a list, a tensor (along dim 1), or a table of them (nested tables too),
 -- whose values must all have the first one's length (Accelerate's rule for
 -- a dict). On one process inputs come back unchanged, as in Accelerate.
+-- The common length of the lists / tensors in x (a table of them, nested
+-- tables too), or nil when it holds none; name: x's path, for errors.
+local function common_length(x, name, n)
+  if is_list(x) then
+    local len = length_of(x)
+    if n and len ~= n then
+      raise("split_between_processes: all values of the table must have the same length (%s has %d, another %d)",
+        name, len, n)
+    end
+    return len
+  end
+  local keys = {}
+  for k in pairs(x) do keys[#keys + 1] = k end
+  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  for _, k in ipairs(keys) do
+    local path = name and name .. "." .. tostring(k) or tostring(k)
+    if not splittable(x[k]) then
+      raise("split_between_processes: value %s is a %s, expected a list or a tensor", path, type(x[k]))
+    end
+    n = common_length(x[k], path, n)
+  end
+  return n
+end
+
 function ops.split(inputs, rank, world, apply_padding)
   if not splittable(inputs) then
     raise("split_between_processes: expected a list, a tensor or a table of them, got %s", type(inputs))
   end
   if world == 1 then return inputs end
-  local n = nil
-  if not is_list(inputs) then
-    local keys = {}
-    for k in pairs(inputs) do keys[#keys + 1] = k end
-    table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
-    for _, k in ipairs(keys) do
-      local v = inputs[k]
-      if not splittable(v) then
-        raise("split_between_processes: value %s is a %s, expected a list or a tensor", tostring(k), type(v))
-      end
-      local len = is_list(v) and length_of(v) or nil
-      if len and n and len ~= n then
-        raise("split_between_processes: all values of the table must have the same length (%s has %d, another %d)",
-          tostring(k), len, n)
-      end
-      n = n or len
-    end
-  else
-    n = length_of(inputs)
-  end
+  local n = common_length(inputs, nil, nil)
   local first, count, pad_to = ops.split_range(n or 0, rank, world, apply_padding)
   local function split_value(x)
     if is_list(x) then return slice(x, first, count, pad_to) end

@@ -245,8 +245,15 @@ end
 -- GradientState reads it from the plugin's non-default values with a
 -- default of false, so it never changes a schedule there, and it does not
 -- here either (see accel.prepared's scheduler).
+-- active_dataloader, in_dataloader, end_of_dataloader and remainder are
+-- read as fields (Accelerate's properties), computed on access.
 local GradientState = {}
-GradientState.__index = GradientState
+local gradient_props = {}
+GradientState.__index = function(self, k)
+  local prop = gradient_props[k]
+  if prop then return prop(self) end
+  return GradientState[k]
+end
 
 function M.GradientState(num_steps, plugin)
   plugin = plugin or {}
@@ -255,15 +262,16 @@ function M.GradientState(num_steps, plugin)
     adjust_scheduler = plugin.adjust_scheduler ~= false, loaders = {}}, GradientState)
 end
 
-function GradientState:active_dataloader() return self.loaders[#self.loaders] end
+function gradient_props.active_dataloader(gs) return rawget(gs, "loaders")[#rawget(gs, "loaders")] end
+function gradient_props.in_dataloader(gs) return #rawget(gs, "loaders") > 0 end
 
-function GradientState:end_of_dataloader()
-  local l = self:active_dataloader()
+function gradient_props.end_of_dataloader(gs)
+  local l = gs.active_dataloader
   return l ~= nil and l:end_of_dataloader()
 end
 
-function GradientState:remainder()
-  local l = self:active_dataloader()
+function gradient_props.remainder(gs)
+  local l = gs.active_dataloader
   return l and l.remainder or -1
 end
 
@@ -281,7 +289,7 @@ end
 -- Accelerate's _do_sync: a step synchronises every num_steps micro-batches
 -- and at the end of the data loader (which also restarts the count).
 function GradientState:do_sync()
-  if self.sync_with_dataloader and self:end_of_dataloader() then
+  if self.sync_with_dataloader and self.end_of_dataloader then
     self.step = 0
     self.sync_gradients = true
   else

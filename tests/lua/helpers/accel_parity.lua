@@ -40,6 +40,14 @@ do
   local t = acc:split_between_processes(accel.arange(N - 1):float(), {apply_padding = true})
   check(t:numel() == 1 and t:item() == (rank < N - 1 and rank or N - 2), "padded tensor part %s", tostring(t))
   check(#acc:split_between_processes(items) == (rank < N - 1 and 1 or 0), "unpadded part length")
+  -- a nested table: its lists are split like the top level's (they used to come back empty)
+  local nested = acc:split_between_processes({a = {x = {10, 20, 30, 40, 50, 60}}, b = accel.arange(6)})
+  local per = math.floor(6 / N) + (rank < 6 % N and 1 or 0)
+  check(#nested.a.x == per and nested.b:numel() == per, "nested part lengths %d, %d, expected %d", #nested.a.x,
+    nested.b:numel(), per)
+  check(nested.a.x[1] == nested.b[1]:item() * 10 + 10, "nested parts of the same rows")
+  local ok, err = pcall(acc.split_between_processes, acc, {a = {x = {1, 2, 3}}, b = {1, 2}})
+  check(not ok and tostring(err):find("b has 2, another 3", 1, true) ~= nil, "unequal nested lengths: %s", tostring(err))
 end
 
 -- ---- distributed_type tells what runs ----

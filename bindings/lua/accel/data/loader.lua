@@ -54,8 +54,26 @@ local function check_flag(v, name)
   return v == true
 end
 
+-- The ignored options still get PyTorch's checks of their values.
+local function check_ignored(opts)
+  if type(opts) ~= "table" then return end
+  local workers = opts.num_workers
+  if workers ~= nil and not (type(workers) == "number" and workers == floor(workers) and workers >= 0) then
+    U.failf("DataLoader: num_workers option should be a non-negative integer, got %s (use num_workers = 0 to disable "
+      .. "multiprocessing)", tostring(workers))
+  end
+  check_flag(opts.pin_memory, "pin_memory")
+  if check_flag(opts.persistent_workers, "persistent_workers") and (workers or 0) == 0 then
+    U.fail("DataLoader: persistent_workers option needs num_workers > 0")
+  end
+  if opts.prefetch_factor ~= nil and (workers or 0) == 0 then
+    U.fail("DataLoader: prefetch_factor option could only be specified in multiprocessing (num_workers > 0)")
+  end
+end
+
 function DataLoader.new(dataset, opts)
   check_dataset(dataset)
+  check_ignored(opts)
   opts = U.check_opts(opts, KNOWN, IGNORED, "DataLoader")
   local bs = opts.batch_size
   if bs == nil then bs = 1 end
