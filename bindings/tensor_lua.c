@@ -356,13 +356,20 @@ static int reduce_args(lua_State *L, int *dims, bool *keepdim, const char *keys)
     return n;
 }
 
+/* sum / mean / prod take torch's {dtype =}: the input is cast to it first */
 static int reduce_method(lua_State *L) {
     Tensor *self = SELF;
     KRedOp op = (KRedOp)lua_tointeger(L, lua_upvalueindex(1));
     int dims[TENSOR_MAX_DIMS];
     bool keep;
-    int n = reduce_args(L, dims, &keep, "dim keepdim");
-    return ret(L, op_reduce(op, self, dims, n, keep));
+    bool takes_dtype = op == KR_SUM || op == KR_MEAN || op == KR_PROD;
+    int n = reduce_args(L, dims, &keep, takes_dtype ? "dim keepdim dtype" : "dim keepdim");
+    int dt = takes_dtype ? lu_opt_dtype(L, trailing_opts(L), "dtype", -1) : -1;
+    if (dt < 0 || (DType)dt == self->dtype) return ret(L, op_reduce(op, self, dims, n, keep));
+    Tensor *cast = op_cast(self, (DType)dt);
+    Tensor *r = cast ? op_reduce(op, cast, dims, n, keep) : NULL;
+    tensor_release(cast);
+    return ret(L, r);
 }
 
 /* max/min: (), (dim[, keepdim]), (other tensor) */
@@ -644,8 +651,25 @@ static int t_unsqueeze(lua_State *L) {
     return ret(L, tensor_unsqueeze(self, lu_dim(L, 2)));
 }
 
+/* squeeze([dim | {dims}]): torch 2.x also takes a list of dims */
 static int t_squeeze(lua_State *L) {
-    return ret(L, tensor_squeeze(SELF, lua_isnoneornil(L, 2) ? TENSOR_ALL_DIMS : lu_dim(L, 2)));
+    Tensor *self = SELF;
+    if (!lua_istable(L, 2)) return ret(L, tensor_squeeze(self, lua_isnoneornil(L, 2) ? TENSOR_ALL_DIMS : lu_dim(L, 2)));
+    int dims[TENSOR_MAX_DIMS], n = lu_dims(L, 2, dims);
+    bool size1[TENSOR_MAX_DIMS] = {false};
+    for (int i = 0; i < n; i++) {
+        int d = tensor_wrap_dim(self, dims[i], "squeeze");
+        if (d < 0) lu_core_error(L);
+        size1[d] = self->ndim > 0 && self->shape[d] == 1;
+    }
+    Tensor *r = tensor_retain(self);
+    for (int d = self->ndim - 1; d >= 0 && r; d--) /* from the last, so earlier dims keep their place */
+        if (size1[d]) {
+            Tensor *s = tensor_squeeze(r, d);
+            tensor_release(r);
+            r = s;
+        }
+    return ret(L, r);
 }
 
 static int t_flatten(lua_State *L) {
@@ -677,6 +701,19 @@ static int t_detach_(lua_State *L) {
 }
 
 /* split(size | {sizes}, dim=1) -> list of views */
+/* The dim of split / chunk / unbind at idx: a number, {dim =} (torch's
+ * keyword) or nothing (the first). */
+static int cut_dim(lua_State *L, int idx) {
+    if (lu_is_opts(L, idx)) {
+        lu_check_call_opts(L, idx, "dim");
+        lua_getfield(L, idx, "dim");
+        int d = lua_isnil(L, -1) ? 0 : lu_dim(L, lua_gettop(L));
+        lua_pop(L, 1);
+        return d;
+    }
+    return lua_isnoneornil(L, idx) ? 0 : lu_dim(L, idx);
+}
+
 /* split / chunk / unbind need a dimension to cut (torch: "expects at least a 1-dimensional tensor") */
 static void check_has_dims(lua_State *L, const Tensor *t, const char *op) {
     if (t->ndim == 0) lu_error(L, "%s expects at least a 1-dimensional tensor", op);
@@ -685,7 +722,7 @@ static void check_has_dims(lua_State *L, const Tensor *t, const char *op) {
 static int t_split(lua_State *L) {
     Tensor *t = SELF;
     check_has_dims(L, t, "split");
-    int dim = lua_isnoneornil(L, 3) ? 0 : lu_dim(L, 3);
+    int dim = cut_dim(L, 3);
     if ((dim = tensor_wrap_dim(t, dim, "split")) < 0) lu_core_error(L);
     int64_t len = t->shape[dim], start = 0;
     lua_newtable(L);
@@ -727,7 +764,7 @@ static int t_chunk(lua_State *L) {
     check_has_dims(L, t, "chunk");
     lua_Integer chunks = luaL_checkinteger(L, 2);
     if (chunks <= 0) return lu_error(L, "chunk: number of chunks must be positive, got %lld", (long long)chunks);
-    int dim = lua_isnoneornil(L, 3) ? 0 : lu_dim(L, 3);
+    int dim = cut_dim(L, 3);
     if ((dim = tensor_wrap_dim(t, dim, "chunk")) < 0) lu_core_error(L);
     if (t->shape[dim] == 0) { /* torch: `chunks` empty pieces */
         lua_createtable(L, (int)chunks, 0);
@@ -747,7 +784,7 @@ static int t_chunk(lua_State *L) {
 static int t_unbind(lua_State *L) {
     Tensor *t = SELF;
     check_has_dims(L, t, "unbind");
-    int dim = lua_isnoneornil(L, 2) ? 0 : lu_dim(L, 2);
+    int dim = cut_dim(L, 2);
     if ((dim = tensor_wrap_dim(t, dim, "unbind")) < 0) lu_core_error(L);
     lua_createtable(L, (int)t->shape[dim], 0);
     for (int64_t i = 0; i < t->shape[dim]; i++) {

@@ -734,7 +734,7 @@ describe("reductions", function()
 
   it("an options table with a key the method does not take is one error naming both", function()
     for _, c in ipairs({
-      {function() local _ = x:sum({dimm = 1}) end, "sum: unknown option 'dimm' (options: dim keepdim)"},
+      {function() local _ = x:sum({dimm = 1}) end, "sum: unknown option 'dimm' (options: dim keepdim dtype)"},
       {function() local _ = x:var(2, {corection = 0}) end, "var: unknown option 'corection'"},
       {function() local _ = x:norm(2, 3, {keepdm = true}) end, "norm: unknown option 'keepdm'"},
       {function() local _ = x:max(2, {keepdm = true}) end, "max: unknown option 'keepdm'"},
@@ -1650,5 +1650,28 @@ describe("PyTorch's rules for options, promotion and in-place writes", function(
     assert.same({0}, accel.zeros(5):narrow(1, -5, 1):tolist())
     assert.same({}, accel.zeros(5):narrow(1, 6, 0):tolist())
     assert.same({0, 1, -1}, accel.tensor({0 / 0, 2.0, -3.0}):sign():tolist())
+  end)
+
+  -- torch 2.15's keyword forms: x.sum(dtype=torch.float64) = 15. (float64), x.mean(dtype=float32) = 2.5,
+  -- x.split(2, dim=1), x.unbind(dim=1), z.squeeze((0, 2)).shape = [3, 2]
+  it("sum / mean {dtype =}, split / chunk / unbind {dim =}, squeeze of a list of dims", function()
+    local x = accel.arange(6):view(2, 3)
+    local s = x:sum({dtype = accel.float64})
+    assert.are.equal(accel.float64, s.dtype)
+    assert.are.equal(15, s:item())
+    assert.are.equal(2.5, x:mean({dtype = "float32"}):item())
+    assert.same({3, 12}, x:sum(2, {dtype = accel.float32}):tolist())
+    fails("unknown option 'dtype'", function() return x:amax({dtype = accel.float32}) end)
+    assert.are.equal(2, #x:split(2, {dim = 2}))
+    assert.are.equal(3, #x:chunk(3, {dim = 2}))
+    assert.are.equal(3, #x:unbind({dim = 2}))
+    fails("unknown option 'dm'", function() return x:split(2, {dm = 2}) end)
+    local z = accel.zeros(1, 3, 1, 2)
+    assert.same({3, 2}, {table.unpack(z:squeeze({1, 3}):size())})
+    assert.same({1, 3, 1, 2}, {table.unpack(z:squeeze({2}):size())})
+    assert.same({1, 3, 2}, {table.unpack(z:squeeze({-1, -2}):size())})
+    local w = accel.tensor({2.0, 3.0}, {requires_grad = true})
+    w:sum({dtype = accel.float64}):backward() -- the cast is part of the graph
+    assert.same({1, 1}, w.grad:tolist())
   end)
 end)
