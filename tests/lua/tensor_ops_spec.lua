@@ -1670,7 +1670,7 @@ describe("PyTorch's rules for options, promotion and in-place writes", function(
     assert.same({3, 2}, {table.unpack(z:squeeze({1, 3}):size())})
     assert.same({1, 3, 1, 2}, {table.unpack(z:squeeze({2}):size())})
     assert.same({1, 3, 2}, {table.unpack(z:squeeze({-1, -2}):size())})
-    local w = accel.tensor({2.0, 3.0}, {requires_grad = true})
+    local w = accel.tensor({2.0, 3.0}, {dtype = accel.float32, requires_grad = true})
     w:sum({dtype = accel.float64}):backward() -- the cast is part of the graph
     assert.same({1, 1}, w.grad:tolist())
   end)
