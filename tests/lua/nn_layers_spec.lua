@@ -103,6 +103,14 @@ describe("nn.Linear", function()
     assert.is_false(ok)
     assert.matches("nn_layers_spec.lua", err)
   end)
+
+  it("F.linear with a 1-D weight is x @ w, as PyTorch's (which takes no bias with it)", function()
+    local x = T({{1, 2, 3}, {4, 5, 6}, {0, -1, 2}, {1, 1, 1}})
+    local w = T({0.5, -1, 2})
+    close(F.linear(x, w), T({4.5, 9, 5, 1.5})) -- torch.nn.functional.linear: shape (4)
+    close(F.linear(x[1], w), T(4.5)) -- 0-dim
+    support.expect_error(function() local _ = F.linear(x, w, T({0.25})) end, "linear: a 1-D weight takes no bias")
+  end)
 end)
 
 describe("nn.Embedding", function()
@@ -134,6 +142,22 @@ describe("nn.Embedding", function()
     -- the other rows' gradients (the padding row's is zero by definition, not by calculus)
     check_grad(function(w) return F.embedding(accel.tensor({3, 0, 3}), w, {padding_idx = 1}) end, {e.weight})
     assert.equals(4, nn.Embedding(5, 2, {padding_idx = -1}).padding_idx)
+  end)
+
+  it("F.embedding checks padding_idx against the rows, as nn.Embedding (PyTorch: within num_embeddings)", function()
+    local w, ids = accel.randn(6, 4, {requires_grad = true}), accel.tensor({0, 5})
+    for _, pad in ipairs({-10, 9, 6, -7}) do
+      support.expect_error(function() local _ = F.embedding(ids, w, pad) end,
+        "embedding: padding_idx must be within num_embeddings", "got " .. pad)
+    end
+    support.expect_error(function() local _ = F.embedding(ids, w:detach(), {padding_idx = 6}) end,
+      "embedding: padding_idx must be within num_embeddings")
+    support.expect_error(function() local _ = nn.Embedding(6, 4, {padding_idx = -10}) end,
+      "Embedding: padding_idx must be within num_embeddings")
+    local y = F.embedding(ids, w, -1) -- row 5 is the padding row: no gradient
+    y:sum():backward()
+    assert.equals(0, w.grad[6]:abs():max():item())
+    assert.equals(4, w.grad[1]:sum():item())
   end)
 
   it("an id out of range is an error naming embedding", function()
@@ -200,6 +224,46 @@ describe("nn.LayerNorm and nn.RMSNorm", function()
     close(rn2(x), T(ref_norm_rows(x:tolist(), nil, nil, 0.5, true)), 1e-10)
     check_grad(function(xx) return rn(xx) end, {gc.randn(2, 4), rn.weight})
     assert.are.equal(accel.bfloat16, nn.RMSNorm(4)(accel.randn(2, 4):bfloat16()).dtype) -- float32 weight: bf16 out (torch)
+  end)
+
+  it("RMSNorm of a bf16 / fp16 input computes in float32 (eps=nil: float32's epsilon), rounded once", function()
+    local x = accel.tensor({{0.01, 0.02, -0.01, 0.03}})
+    -- torch 2.15: F.rms_norm(x.to(dtype), [4]) and nn.RMSNorm(4).to(dtype)(x.to(dtype))
+    local want = {bfloat16 = {0.515625, 1.03125, -0.515625, 1.546875},
+                  float16 = {0.5166015625, 1.033203125, -0.5166015625, 1.548828125}}
+    for name, values in pairs(want) do
+      local dt = accel[name]
+      local y = F.rms_norm(x:to(dt), {4})
+      assert.are.equal(dt, y.dtype)
+      assert.are.same({values}, y:double():tolist())
+      assert.are.same({values}, nn.RMSNorm(4):to(dt)(x:to(dt)):double():tolist())
+    end
+    -- the weight multiplies in float32 before the one rounding (torch: -1.7734375, not -1.78125)
+    local xb = accel.tensor({{-1.625, -1.875, -0.75, -2.25}}):bfloat16()
+    local wb = accel.tensor({0.375, 1.625, -1.0, -2.0}):bfloat16()
+    assert.are.same({{-0.35546875, -1.7734375, 0.4375, 2.625}}, F.rms_norm(xb, {4}, wb):double():tolist())
+    assert.are.same({{-0.35546875, -1.7734375, 0.4375, 2.625}}, F.rms_norm(xb, {4}, wb:float()):double():tolist())
+  end)
+
+  it("layer_norm and rms_norm check normalized_shape against the input's last dims (PyTorch's message)", function()
+    local x = accel.randn(3, 5)
+    support.expect_error(function() local _ = nn.RMSNorm(4, {elementwise_affine = false})(x) end,
+      "rms_norm: Given normalized_shape=[4], expected input with shape [*, 4], but got input of size[3, 5]")
+    support.expect_error(function() local _ = F.rms_norm(x, {2, 5}) end,
+      "rms_norm: Given normalized_shape=[2, 5], expected input with shape [*, 2, 5], but got input of size[3, 5]")
+    support.expect_error(function() local _ = nn.RMSNorm(1)(x) end, "rms_norm: Given normalized_shape=[1]")
+    support.expect_error(function() local _ = F.rms_norm(x, {1, 3, 5}) end, "rms_norm: Given normalized_shape=[1, 3, 5]")
+    support.expect_error(function() local _ = F.layer_norm(x, {4}) end,
+      "layer_norm: Given normalized_shape=[4], expected input with shape [*, 4], but got input of size[3, 5]")
+    assert.are.same({3, 5}, shape_of(F.rms_norm(x, {3, 5})))
+  end)
+
+  it("LayerNorm prints bias= as PyTorch 2.15", function()
+    assert.are.equal("LayerNorm((4, 5), eps=1e-05, elementwise_affine=True, bias=False)",
+      tostring(nn.LayerNorm({4, 5}, {bias = false})))
+    assert.are.equal("LayerNorm((4,), eps=1e-05, elementwise_affine=True, bias=True)", tostring(nn.LayerNorm(4)))
+    assert.are.equal("LayerNorm((4,), eps=1e-05, elementwise_affine=False, bias=False)",
+      tostring(nn.LayerNorm(4, {elementwise_affine = false})))
   end)
 end)
 
@@ -511,6 +575,60 @@ describe("losses", function()
     check_grad(function(z) return nn.NLLLoss()(z, target) end, {gc.randn(5, 3)})
   end)
 
+  it("nll_loss checks the target's shape, dtype and class ids (PyTorch's messages)", function()
+    local logp = F.log_softmax(accel.randn(2, 3, 5), 3) -- (N, T, C): not transposed to (N, C, T)
+    support.expect_error(function() local _ = F.nll_loss(logp, accel.tensor({{0, 2, 1}, {1, 1, 0}})) end,
+      "nll_loss: Expected target size [2, 5], got [2, 3]")
+    support.expect_error(function() local _ = nn.NLLLoss()(accel.randn(4, 5), accel.tensor({0, 1, 2})) end,
+      "nll_loss: Expected input batch_size (4) to match target batch_size (3).")
+    support.expect_error(function() local _ = F.nll_loss(accel.randn(3, 5), accel.tensor({0, 7, 2})) end,
+      "nll_loss: Target 7 is out of bounds.")
+    support.expect_error(function() local _ = F.nll_loss(accel.randn(3, 5), accel.tensor({0, -1, 2})) end,
+      "nll_loss: Target -1 is out of bounds.")
+    support.expect_error(function() local _ = F.nll_loss(accel.randn(2, 5), accel.tensor({{0}, {1}})) end,
+      "nll_loss: 0D or 1D target tensor expected, multi-target not supported")
+    support.expect_error(function() local _ = F.nll_loss(accel.randn(5), accel.tensor({0, 1})) end,
+      "nll_loss: For 1D input, 1D target must have size 1, but got target size: 2")
+    support.expect_error(function() local _ = F.nll_loss(accel.tensor(1.0), accel.tensor(0)) end,
+      "nll_loss: Expected 1 or more dimensions (got 0)")
+    support.expect_error(function() local _ = F.nll_loss(accel.randn(2, 5), accel.tensor({0, 1}, {dtype = accel.int32})) end,
+      "nll_loss: expected target dtype to be Long or Byte", "but got Int")
+    -- an ignored target may be out of range; (N, C, d) takes (N, d); (C) gives a 0-dim loss
+    local x = T({{-1, -2, -3}, {-4, -5, -6}})
+    close(F.nll_loss(x, accel.tensor({2, 9}), {ignore_index = 9}), T(3))
+    close(F.nll_loss(x:unsqueeze(3), accel.tensor({{2}, {0}}), {reduction = "none"}), T({{3}, {4}}))
+    assert.are.same({}, shape_of(F.nll_loss(T({-1, -2, -3}), accel.tensor({1}), {reduction = "none"})))
+    close(F.nll_loss(x, accel.tensor({1, 2}, {dtype = accel.uint8})), T(4))
+  end)
+
+  it("a bad reduction is an error naming the loss, at the caller's line", function()
+    local x = accel.randn(3, 5)
+    support.expect_error(function() local _ = F.mse_loss(x, x, {reduction = "avg"}) end,
+      'mse_loss: reduction must be "mean", "sum" or "none", got "avg"')
+    support.expect_error(function() local _ = F.l1_loss(x, x, {reduction = "avg"}) end, "l1_loss: reduction must be")
+    support.expect_error(function() local _ = F.nll_loss(x, accel.tensor({0, 1, 1}), {reduction = "avg"}) end,
+      "nll_loss: reduction must be")
+    support.expect_error(function() local _ = F.binary_cross_entropy_with_logits(x, x, {reduction = "avg"}) end,
+      "binary_cross_entropy_with_logits: reduction must be")
+    support.expect_error(function() local _ = nn.MSELoss({reduction = "avg"}) end, "MSELoss: reduction must be")
+  end)
+
+  it("cross_entropy refuses ignore_index with probability targets and non-int64/uint8 class ids (PyTorch)", function()
+    local x = accel.randn(3, 5)
+    local probs = F.softmax(accel.randn(3, 5), 2)
+    support.expect_error(function() local _ = F.cross_entropy(x, probs, {ignore_index = 1}) end,
+      "cross_entropy: ignore_index is not supported for floating point target")
+    support.expect_error(function() local _ = nn.CrossEntropyLoss({ignore_index = 0})(x, probs) end,
+      "cross_entropy: ignore_index is not supported for floating point target")
+    support.expect_error(function() local _ = F.cross_entropy(x, accel.tensor({true, false, true})) end,
+      "cross_entropy: expected target dtype to be Long or Byte", "but got Bool")
+    support.expect_error(function() local _ = F.cross_entropy(x, accel.tensor({0, 1, 1}, {dtype = accel.int32})) end,
+      "cross_entropy: expected target dtype to be Long or Byte", "but got Int")
+    -- a negative ignore_index with probabilities is accepted (PyTorch too); uint8 ids are class ids
+    close(F.cross_entropy(x, probs, {ignore_index = -5}), F.cross_entropy(x, probs), 0)
+    close(F.cross_entropy(x, accel.tensor({0, 1, 2}, {dtype = accel.uint8})), F.cross_entropy(x, accel.tensor({0, 1, 2})), 0)
+  end)
+
   it("MSELoss and L1Loss", function()
     local a, b = accel.randn(3, 4, {dtype = f64}), accel.randn(3, 4, {dtype = f64})
     local la, lb = a:reshape(12):tolist(), b:reshape(12):tolist()
@@ -664,6 +782,29 @@ describe("nn.MultiheadAttention", function()
     ok, err = pcall(function() mha(fx.x, fx.x, fx.x, {attn_mask = accel.zeros(3, 4)}) end)
     assert.is_false(ok)
     assert.matches("attn_mask of shape", err)
+  end)
+
+  it("need_weights = false: a query whose keys are all masked gets 0 before out_proj (PyTorch's SDPA path)", function()
+    accel.set_seed(4)
+    local m = nn.MultiheadAttention(4, 2):double()
+    accel.no_grad(function() m.out_proj.bias:copy_(T({0.1, -0.2, 0.3, 0.4})) end)
+    local x = accel.randn(3, 2, 4, {dtype = f64, requires_grad = true})
+    local kpm = accel.tensor({{true, true, true}, {false, true, false}})
+    local out, w = m(x, x, x, {key_padding_mask = kpm, need_weights = false})
+    assert.is_nil(w)
+    -- batch 1: every key masked -> out_proj(0) = its bias (torch 2.15: 0.1, -0.2, 0.3, 0.4 per query)
+    close(out:select(2, 1), T({0.1, -0.2, 0.3, 0.4}):expand(3, 4))
+    -- batch 2: the same numbers as with weights
+    local out_w = m(x, x, x, {key_padding_mask = kpm})
+    close(out:select(2, 2), out_w:select(2, 2), 1e-12)
+    out:sum():backward()
+    assert.equals(0, x.grad:select(2, 1):abs():max():item()) -- torch: zero, finite
+    -- with weights the fully masked row stays NaN, as PyTorch's
+    assert.is_true(out_w:select(2, 1):ne(out_w:select(2, 1)):all():item())
+    -- masks, causal and float, agree between the two paths
+    local am = accel.zeros(3, 3, {dtype = f64}):masked_fill(accel.tensor({{false, true, false}, {false, false, true}, {true, false, false}}), -math.huge)
+    close(m(x, x, x, {attn_mask = am, need_weights = false}), (m(x, x, x, {attn_mask = am})), 1e-12)
+    close(m(x, x, x, {is_causal = true, need_weights = false}), (m(x, x, x, {is_causal = true})), 1e-12)
   end)
 end)
 

@@ -218,6 +218,36 @@ describe("nn.Module registration", function()
     assert.equals(1, m:state_dict().b:item())
     m.t = nil
     assert.equals(0, #m:parameters())
+    m.b = nn.ReLU() -- assignment replaces a buffer by a submodule (PyTorch's setattr)
+    assert.same({}, keys_of(m:named_buffers()))
+    assert.same({"b"}, keys_of(m:named_children()))
+  end)
+
+  it("register_* refuse a name registered as another kind; the same kind is replaced (PyTorch)", function()
+    local function mk()
+      local m = nn.Module()
+      m.a = nn.Linear(2, 2)
+      m:register_buffer("buf", accel.zeros(1))
+      m:register_module("none", nil)
+      return m
+    end
+    -- torch 2.15: KeyError "attribute 'a' already exists"; nothing is changed
+    local m = mk()
+    support.expect_error(function() m:register_buffer("a", accel.zeros(1)) end, 'attribute "a" already exists')
+    support.expect_error(function() m:register_parameter("a", nn.Parameter(accel.zeros(1))) end,
+      'attribute "a" already exists')
+    support.expect_error(function() m:register_parameter("buf", nn.Parameter(accel.zeros(1))) end,
+      'attribute "buf" already exists')
+    support.expect_error(function() m:register_module("buf", nn.ReLU()) end, 'attribute "buf" already exists')
+    support.expect_error(function() m:add_module("buf", nn.ReLU()) end, 'attribute "buf" already exists')
+    support.expect_error(function() m:register_buffer("none", accel.zeros(1)) end, 'attribute "none" already exists')
+    assert.same({"buf", "a.weight", "a.bias"}, m:state_dict_keys())
+    -- the same kind again replaces the entry (torch: state_dict keys buf, a.weight, a.bias; buf = [1, 1])
+    m:register_buffer("buf", accel.ones(2))
+    assert.same({"buf", "a.weight", "a.bias"}, m:state_dict_keys())
+    assert.same({1, 1}, m.buf:tolist())
+    m:register_module("a", nn.Linear(2, 3))
+    assert.equals(3, m.a.out_features)
   end)
 end)
 
@@ -586,13 +616,13 @@ GPT(
   (wte): Embedding(10, 4)
   (h): ModuleList(
     (0): Block(
-      (ln_1): LayerNorm((4,), eps=1e-05, elementwise_affine=True)
+      (ln_1): LayerNorm((4,), eps=1e-05, elementwise_affine=True, bias=True)
       (attn): Attn(
         (c_attn): Linear(in_features=4, out_features=12, bias=True)
       )
     )
   )
-  (ln_f): LayerNorm((4,), eps=1e-05, elementwise_affine=True)
+  (ln_f): LayerNorm((4,), eps=1e-05, elementwise_affine=True, bias=True)
   (drop): Dropout(p=0.1, inplace=False)
   (act): GELU(approximate='tanh')
   (lrelu): LeakyReLU(negative_slope=0.2)

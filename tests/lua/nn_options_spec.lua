@@ -32,6 +32,7 @@ local function case(name, good, call, more)
 end
 
 case("nn.Parameter", {requires_grad = false}, function(o) local _ = nn.Parameter(accel.ones(2), o) end)
+case("register_buffer", {persistent = false}, function(o) nn.Module():register_buffer("b", accel.zeros(1), o) end)
 case("Linear", {bias = false, dtype = f64, device = dev}, function(o) local _ = nn.Linear(3, 4, o) end)
 case("Embedding", {padding_idx = 0, max_norm = false, scale_grad_by_freq = false, sparse = false,
   _weight = accel.randn(10, 3), _freeze = true, dtype = f64, device = dev}, function(o) local _ = nn.Embedding(10, 3, o) end)
@@ -164,6 +165,8 @@ describe("nn options", function()
     support.expect_error(function() local _ = nn.CrossEntropyLoss({label_smothing = 0.1}) end,
       "CrossEntropyLoss: unknown option 'label_smothing'")
     support.expect_error(function() local _ = nn.Conv2d(3, 4, 3, {strides = 2}) end, "Conv2d: unknown option 'strides'")
+    support.expect_error(function() nn.Module():register_buffer("mask", accel.ones(2), {persistant = false}) end,
+      "register_buffer: unknown option 'persistant' (options: persistent)")
   end)
 
   it("the correctly spelled options take effect", function()
@@ -191,6 +194,9 @@ describe("nn options", function()
 
   it("PyTorch's positional forms still work", function()
     assert.is_nil(nn.Linear(3, 4, false).bias)
+    local m = nn.Module()
+    m:register_buffer("b", accel.ones(1), false)
+    assert.same({}, m:state_dict_keys())
     assert.are.equal(0.2, nn.LeakyReLU(0.2).negative_slope)
     assert.is_true(nn.ReLU(true).inplace)
     assert.are.equal("tanh", nn.GELU("tanh").approximate)

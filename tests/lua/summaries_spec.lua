@@ -100,7 +100,7 @@ describe("print(model)", function()
     assert.are.equal(table.concat({
       "Sequential(",
       "  (0): Linear(in_features=3, out_features=2, bias=True)",
-      "  (1): LayerNorm((2,), eps=1e-05, elementwise_affine=True)",
+      "  (1): LayerNorm((2,), eps=1e-05, elementwise_affine=True, bias=True)",
       "  (2): Embedding(5, 4)",
       ")"}, "\n"), tostring(nn.Sequential(nn.Linear(3, 2), nn.LayerNorm(2), nn.Embedding(5, 4))))
   end)

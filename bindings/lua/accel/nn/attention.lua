@@ -83,15 +83,27 @@ local function check_input(self, x, name, batched)
   end
 end
 
--- scores {N, H, L, S} with attn_mask / is_causal / key_padding_mask applied
-local function apply_masks(self, scores, o, n, l, s, batched)
+-- mask (true = masked) added to acc as -inf where true, or added as it is
+-- when floating point
+local function add_mask(acc, mask, like)
+  if mask.dtype == accel.bool then
+    mask = accel.zeros(mask.shape, {dtype = like.dtype, device = like.device}):masked_fill(mask, -math.huge)
+  end
+  if acc == nil then return mask end
+  return acc + mask
+end
+
+-- attn_mask / is_causal / key_padding_mask as one additive mask that
+-- broadcasts to the scores {N, H, L, S} (like: the query heads), or nil
+local function attention_mask(self, like, o, n, l, s, batched)
   local h = self.num_heads
   local am = o.attn_mask
   if am == nil and o.is_causal then
-    am = accel.ones(l, s, {dtype = accel.bool, device = scores.device}):triu(1)
+    am = accel.ones(l, s, {dtype = accel.bool, device = like.device}):triu(1)
   end
+  local mask
   if am ~= nil then
-    F._check_mask("MultiheadAttention", "attn_mask", am, scores)
+    F._check_mask("MultiheadAttention", "attn_mask", am, like)
     if am:dim() == 3 then
       if am:size(1) ~= n * h or am:size(2) ~= l or am:size(3) ~= s then
         raise("MultiheadAttention: attn_mask of shape %s, expected {%d, %d, %d} or {%d, %d}", tostring(am.shape), n * h, l, s, l, s)
@@ -100,22 +112,32 @@ local function apply_masks(self, scores, o, n, l, s, batched)
     elseif am:dim() ~= 2 or am:size(1) ~= l or am:size(2) ~= s then
       raise("MultiheadAttention: attn_mask of shape %s, expected {%d, %d} or {%d, %d, %d}", tostring(am.shape), l, s, n * h, l, s)
     end
-    if am.dtype == accel.bool then scores = scores:masked_fill(am, -math.huge)
-    else scores = scores + am end
+    mask = add_mask(nil, am, like)
   end
   local kpm = o.key_padding_mask
   if kpm ~= nil then
-    F._check_mask("MultiheadAttention", "key_padding_mask", kpm, scores)
+    F._check_mask("MultiheadAttention", "key_padding_mask", kpm, like)
     if not batched and kpm:dim() == 1 then kpm = kpm:unsqueeze(1) end -- unbatched input: shape (S)
     if kpm:dim() ~= 2 or kpm:size(1) ~= n or kpm:size(2) ~= s then
       raise("MultiheadAttention: key_padding_mask of shape %s, expected {%d, %d}%s", tostring(kpm.shape), n, s,
         batched and "" or (" or {%d}"):format(s))
     end
-    kpm = kpm:reshape(n, 1, 1, s)
-    if kpm.dtype == accel.bool then scores = scores:masked_fill(kpm, -math.huge)
-    else scores = scores + kpm end
+    mask = add_mask(mask, kpm:reshape(n, 1, 1, s), like)
   end
-  return scores
+  return mask
+end
+
+-- {N, H, L, hd} outputs and, when need_weights, the {N, H, L, S} weights.
+-- Without weights it is F.scaled_dot_product_attention, as PyTorch's (a
+-- query whose keys are all masked gets 0, not NaN).
+local function attend(self, q, k, v, mask, need_weights)
+  local p = self.training and self.dropout or 0
+  if not need_weights then return F.scaled_dot_product_attention(q, k, v, {attn_mask = mask, dropout_p = p}) end
+  local scores = q:matmul(k:transpose(-2, -1)) * (1 / math.sqrt(self.head_dim))
+  if mask ~= nil then scores = scores + mask end
+  local attn = F.softmax(scores, -1)
+  if p > 0 then attn = F.dropout(attn, p) end
+  return attn:matmul(v), attn
 end
 
 function MultiheadAttention:forward(query, key, value, o)
@@ -151,15 +173,12 @@ function MultiheadAttention:forward(query, key, value, o)
     q, k, v = F.linear(q_in, wq, bq), F.linear(k_in, wk, bk), F.linear(v_in, wv, bv)
   end
   q, k, v = heads(q, n, l, h, hd), heads(k, n, s, h, hd), heads(v, n, s, h, hd)
-  local scores = q:matmul(k:transpose(-2, -1)) * (1 / math.sqrt(hd)) -- {N, H, L, S}
-  scores = apply_masks(self, scores, o, n, l, s, batched)
-  local attn = F.softmax(scores, -1)
-  if self.dropout > 0 then attn = F.dropout(attn, self.dropout, {training = self.training}) end
-  local out = attn:matmul(v):transpose(2, 3):reshape(n, l, E)
-  out = self.out_proj(out)
+  local mask = attention_mask(self, q, o, n, l, s, batched)
+  local heads_out, attn = attend(self, q, k, v, mask, o.need_weights ~= false)
+  local out = self.out_proj(heads_out:transpose(2, 3):reshape(n, l, E))
   if not batched then out = out:squeeze(1)
   elseif not self.batch_first then out = out:transpose(1, 2) end
-  if o.need_weights == false then return out, nil end
+  if attn == nil then return out, nil end
   local weights = attn
   if o.average_attn_weights ~= false then weights = weights:mean(2) end
   if not batched then weights = weights:squeeze(1) end

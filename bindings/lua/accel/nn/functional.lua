@@ -5,7 +5,8 @@
 local accel = require("accel")
 local check = require("accel.nn.module").check_options
 local C = accel._C
-local raise = require("accel.util").raise
+local util = require("accel.util")
+local raise = util.raise
 
 local F = {}
 
@@ -14,7 +15,15 @@ local function opt(o, k, default)
   return o[k]
 end
 
-function F.linear(x, weight, bias) return C.linear(x, weight, bias) end
+-- A 1-D weight (in) maps (..., in) to (...), as PyTorch's (which takes no
+-- bias with it).
+function F.linear(x, weight, bias)
+  if accel.is_tensor(weight) and weight:dim() == 1 then
+    if bias ~= nil then raise("linear: a 1-D weight takes no bias (PyTorch's linear refuses it too)") end
+    return C.linear(x, weight:unsqueeze(1)):squeeze(-1)
+  end
+  return C.linear(x, weight, bias)
+end
 
 function F.relu(x) return x:relu() end
 function F.gelu(x, o) return x:gelu({approximate = check("gelu", o, {"approximate"}).approximate or "none"}) end
@@ -44,12 +53,34 @@ function F.log_softmax(x, dim, o)
   return C.softmax(x, dim, true)
 end
 
+-- PyTorch's names of the dtypes, as its target dtype messages show them.
+local torch_dtype_names = {float32 = "Float", float64 = "Double", bfloat16 = "BFloat16", float16 = "Half",
+  float8_e4m3fn = "Float8_e4m3fn", float8_e5m2 = "Float8_e5m2", int64 = "Long", int32 = "Int", uint8 = "Byte",
+  bool = "Bool"}
+
+-- Class-index targets are int64 or uint8, as PyTorch requires (a bool or
+-- int32 target is an error rather than read as class ids).
+local function check_class_target(op, target)
+  if not accel.is_tensor(target) then return end
+  local name = target.dtype.name
+  if name ~= "int64" and name ~= "uint8" then
+    raise("%s: expected target dtype to be Long or Byte (int64 or uint8 class indices), but got %s (%s)", op,
+      torch_dtype_names[name] or name, name)
+  end
+end
+
 -- The loss is computed in float32; outside autocast a bf16 / fp16 input gets
 -- its loss back in its own dtype, as PyTorch's (inside autocast, float32).
+-- A floating-point target holds class probabilities, any other class ids.
 function F.cross_entropy(input, target, o)
   o = check("cross_entropy", o, {"ignore_index", "label_smoothing", "reduction"})
-  local loss = C.cross_entropy(input, target, opt(o, "ignore_index", -100), opt(o, "label_smoothing", 0.0),
-    opt(o, "reduction", "mean"))
+  local ignore = opt(o, "ignore_index", -100)
+  if accel.is_tensor(target) and target.dtype.is_floating_point then
+    if ignore >= 0 then raise("cross_entropy: ignore_index is not supported for floating point target") end
+  else
+    check_class_target("cross_entropy", target)
+  end
+  local loss = C.cross_entropy(input, target, ignore, opt(o, "label_smoothing", 0.0), opt(o, "reduction", "mean"))
   local half = input.dtype == accel.bfloat16 or input.dtype == accel.float16
   if half and require("accel.amp").current_dtype() == nil then return loss:to(input.dtype) end
   return loss
@@ -63,39 +94,86 @@ local function fp32_in_autocast(t)
   return require("accel.amp").current_dtype() ~= nil and t:float() or t
 end
 
-local function reduce(t, reduction)
+-- reduction (nil: "mean") checked for the loss op (also by the loss modules)
+function F._reduction(op, reduction)
+  if reduction == nil then return "mean" end
+  if reduction ~= "mean" and reduction ~= "sum" and reduction ~= "none" then
+    raise('%s: reduction must be "mean", "sum" or "none", got %s', op, util.show(reduction))
+  end
+  return reduction
+end
+
+local function reduce(op, t, reduction)
+  reduction = F._reduction(op, reduction)
   if reduction == "mean" then return t:mean()
-  elseif reduction == "sum" then return t:sum()
-  elseif reduction == "none" then return t end
-  error(("reduction must be \"mean\", \"sum\" or \"none\", got %q"):format(tostring(reduction)), 3)
+  elseif reduction == "sum" then return t:sum() end
+  return t
+end
+
+local function shape_text(dims) return "[" .. table.concat(dims, ", ") .. "]" end
+
+local function sizes(t)
+  local dims = {}
+  for d = 1, t:dim() do dims[d] = t:size(d) end
+  return dims
+end
+
+-- nll_loss's shapes, as PyTorch checks them: input (C) with target () or
+-- (1); (N, C) with (N); (N, C, d1, ...) with (N, d1, ...).
+local function check_nll_shapes(input, target)
+  local nd, td = input:dim(), target:dim()
+  if nd == 0 then raise("nll_loss: Expected 1 or more dimensions (got 0)") end
+  if td > 1 and nd <= 2 then raise("nll_loss: 0D or 1D target tensor expected, multi-target not supported") end
+  if nd == 1 then
+    if td == 1 and target:size(1) ~= 1 then
+      raise("nll_loss: For 1D input, 1D target must have size 1, but got target size: %d", target:size(1))
+    end
+    return
+  end
+  local tn = td == 0 and 0 or target:size(1)
+  if tn ~= input:size(1) then
+    raise("nll_loss: Expected input batch_size (%d) to match target batch_size (%d).", input:size(1), tn)
+  end
+  local want = sizes(input)
+  table.remove(want, 2)
+  if shape_text(want) ~= shape_text(sizes(target)) then
+    raise("nll_loss: Expected target size %s, got %s", shape_text(want), shape_text(sizes(target)))
+  end
+end
+
+-- -input[target] over the class dim; a target outside [0, C) is named.
+local function pick_classes(input, safe)
+  local cdim = input:dim() == 1 and 1 or 2
+  local ok, picked = pcall(input.gather, input, cdim, safe:unsqueeze(cdim))
+  if ok then return -picked:squeeze(cdim) end
+  for _, v in ipairs(safe:reshape(-1):tolist()) do
+    if v < 0 or v >= input:size(cdim) then raise("nll_loss: Target %d is out of bounds.", v) end
+  end
+  error(picked, 0)
 end
 
 function F.nll_loss(input, target, o)
   o = check("nll_loss", o, {"ignore_index", "reduction"})
+  local reduction = F._reduction("nll_loss", o.reduction)
+  check_class_target("nll_loss", target)
   input = fp32_in_autocast(input)
+  check_nll_shapes(input, target)
+  if input:dim() == 1 then target = target:reshape({}) end
   local ignore = opt(o, "ignore_index", -100)
-  local safe = target:masked_fill(target:eq(ignore), 0)
-  local picked
-  if input:dim() == 1 then
-    picked = -input:gather(1, safe:reshape(1))
-  else
-    picked = -input:gather(2, safe:unsqueeze(2)):squeeze(2)
-  end
-  local keep = target:ne(ignore)
-  picked = picked:masked_fill(keep:logical_not(), 0)
-  local reduction = opt(o, "reduction", "mean")
-  if reduction == "mean" then return picked:sum() / keep:sum():item() end
-  return reduce(picked, reduction)
+  local ignored = target:eq(ignore)
+  local picked = pick_classes(input, target:masked_fill(ignored, 0)):masked_fill(ignored, 0)
+  if reduction == "mean" then return picked:sum() / (target:numel() - ignored:sum():item()) end
+  return reduce("nll_loss", picked, reduction)
 end
 
 function F.mse_loss(input, target, o)
   local d = fp32_in_autocast(input) - fp32_in_autocast(target)
-  return reduce(d * d, check("mse_loss", o, {"reduction"}).reduction or "mean")
+  return reduce("mse_loss", d * d, check("mse_loss", o, {"reduction"}).reduction)
 end
 
 function F.l1_loss(input, target, o)
-  return reduce((fp32_in_autocast(input) - fp32_in_autocast(target)):abs(),
-    check("l1_loss", o, {"reduction"}).reduction or "mean")
+  return reduce("l1_loss", (fp32_in_autocast(input) - fp32_in_autocast(target)):abs(),
+    check("l1_loss", o, {"reduction"}).reduction)
 end
 
 -- max(x, 0) - x*t + log(1 + exp(-|x|)), stable for large |x|
@@ -120,7 +198,7 @@ function F.binary_cross_entropy_with_logits(input, target, o)
   end
   local w = opt(o, "weight", nil)
   if w then loss = loss * w end
-  return reduce(loss, opt(o, "reduction", "mean"))
+  return reduce("binary_cross_entropy_with_logits", loss, o.reduction)
 end
 
 function F.dropout(x, p, o)
@@ -132,6 +210,18 @@ function F.dropout(x, p, o)
   return C.dropout(x, p)
 end
 
+-- padding_idx (a 0-based id in [-num, num), negative from the end) as the
+-- row id in [0, num), or nil; checked for op (also by nn.Embedding).
+function F._padding_index(op, num, padding_idx)
+  if padding_idx == nil then return nil end
+  if type(padding_idx) ~= "number" or math.floor(padding_idx) ~= padding_idx or padding_idx >= num
+      or padding_idx < -num then
+    raise("%s: padding_idx must be within num_embeddings (0-based id in [%d, %d)), got %s", op, -num, num,
+      tostring(padding_idx))
+  end
+  return padding_idx < 0 and num + padding_idx or padding_idx
+end
+
 -- embedding(input, weight, [padding_idx] or [{padding_idx =}]): rows of weight
 -- at the 0-based ids in input; the row padding_idx (a 0-based id, negative
 -- from the end) gets no gradient, as in PyTorch.
@@ -139,10 +229,25 @@ function F.embedding(input, weight, o)
   local out = C.embedding(weight, input)
   local pad = o
   if type(o) == "table" then pad = check("embedding", o, {"padding_idx"}).padding_idx end
+  pad = F._padding_index("embedding", weight:size(1), pad)
   if pad == nil or not weight.requires_grad then return out end
-  if pad < 0 then pad = pad + weight:size(1) end
   local hit = input:eq(pad):unsqueeze(-1)
   return out:masked_fill(hit, 0) + hit * weight[pad + 1]:detach()
+end
+
+-- normalized_shape (an integer or a list) as a list, checked against x's
+-- trailing dims as PyTorch's layer_norm / rms_norm check it.
+local function normalized_dims(op, x, normalized_shape)
+  if type(normalized_shape) == "number" then normalized_shape = {normalized_shape} end
+  if not accel.is_tensor(x) or type(normalized_shape) ~= "table" then return normalized_shape end
+  local n, nd = #normalized_shape, x:dim()
+  local ok = n >= 1 and n <= nd
+  for i = 1, n do ok = ok and x:size(nd - n + i) == normalized_shape[i] end
+  if not ok then
+    raise("%s: Given normalized_shape=%s, expected input with shape [*, %s], but got input of size%s", op,
+      shape_text(normalized_shape), table.concat(normalized_shape, ", "), shape_text(sizes(x)))
+  end
+  return normalized_shape
 end
 
 function F.layer_norm(x, normalized_shape, weight, bias, eps)
@@ -150,24 +255,26 @@ function F.layer_norm(x, normalized_shape, weight, bias, eps)
     local o = check("layer_norm", weight, {"weight", "bias", "eps"})
     weight, bias, eps = o.weight, o.bias, o.eps
   end
-  if type(normalized_shape) == "number" then normalized_shape = {normalized_shape} end
-  return C.layer_norm(x, normalized_shape, weight, bias, eps or 1e-5)
+  return C.layer_norm(x, normalized_dims("layer_norm", x, normalized_shape), weight, bias, eps or 1e-5)
 end
 
 -- torch.finfo(dtype).eps: rms_norm's default eps
-local machine_eps = {float64 = 2.220446049250313e-16, float32 = 1.1920928955078125e-07, float16 = 0.0009765625,
-                     bfloat16 = 0.0078125}
+local machine_eps = {float64 = 2.220446049250313e-16, float32 = 1.1920928955078125e-07}
 
+-- As PyTorch's: a bf16 / fp16 input is normalized (and scaled by weight) in
+-- float32, eps=nil meaning float32's epsilon, and rounded once to its dtype.
 function F.rms_norm(x, normalized_shape, weight, eps)
   if type(weight) == "table" and not accel.is_tensor(weight) then
     local o = check("rms_norm", weight, {"weight", "eps"})
     weight, eps = o.weight, o.eps
   end
-  if type(normalized_shape) == "number" then normalized_shape = {normalized_shape} end
+  normalized_shape = normalized_dims("rms_norm", x, normalized_shape)
   local dims = {}
   for i = 1, #normalized_shape do dims[i] = -i end
-  local ms = (x * x):mean(dims, {keepdim = true})
-  local y = x * (ms + (eps or machine_eps[x.dtype.name] or machine_eps.float32)):rsqrt()
+  local cx = x
+  if x.dtype == accel.bfloat16 or x.dtype == accel.float16 then cx = x:float() end
+  local ms = (cx * cx):mean(dims, {keepdim = true})
+  local y = cx * (ms + (eps or machine_eps[cx.dtype.name] or machine_eps.float32)):rsqrt()
   if weight then y = y * weight end
   if y.dtype ~= x.dtype then y = y:to(x.dtype) end -- a float32 weight on a bf16 input: bf16 out, as torch's
   return y

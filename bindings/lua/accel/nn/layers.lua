@@ -88,14 +88,6 @@ end
 
 local Embedding = export_class(M, "Embedding")
 
-local function padding_index(num, padding_idx)
-  if padding_idx == nil then return nil end
-  if type(padding_idx) ~= "number" or math.floor(padding_idx) ~= padding_idx or padding_idx >= num or padding_idx < -num then
-    raise("Embedding: padding_idx must be within num_embeddings (0-based id in [%d, %d)), got %s", -num, num, tostring(padding_idx))
-  end
-  return padding_idx < 0 and num + padding_idx or padding_idx
-end
-
 -- Embedding(num_embeddings, embedding_dim, [{padding_idx =, dtype =, device =, _weight =}])
 function Embedding:init(num_embeddings, embedding_dim, o)
   o = check_options("Embedding", o, {"padding_idx", "max_norm", "scale_grad_by_freq", "sparse", "_weight", "_freeze",
@@ -105,7 +97,7 @@ function Embedding:init(num_embeddings, embedding_dim, o)
   end
   self.num_embeddings = check_size(num_embeddings, "Embedding", "num_embeddings")
   self.embedding_dim = check_size(embedding_dim, "Embedding", "embedding_dim")
-  self.padding_idx = padding_index(num_embeddings, o.padding_idx)
+  self.padding_idx = F._padding_index("Embedding", num_embeddings, o.padding_idx)
   if o._weight ~= nil then
     local w = o._weight
     if w:dim() ~= 2 or w:size(1) ~= num_embeddings or w:size(2) ~= embedding_dim then
@@ -181,7 +173,8 @@ end
 function LayerNorm:forward(x) return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps) end
 
 function LayerNorm:extra_repr()
-  return ("%s, eps=%s, elementwise_affine=%s"):format(py(self.normalized_shape), py(self.eps), py(self.elementwise_affine))
+  return ("%s, eps=%s, elementwise_affine=%s, bias=%s"):format(py(self.normalized_shape), py(self.eps),
+    py(self.elementwise_affine), py(self.bias ~= nil))
 end
 
 local RMSNorm = export_class(M, "RMSNorm")

@@ -19,13 +19,7 @@ local function opts(name, o, keys)
   return base.check_options(name, o, keys)
 end
 
-local function reduction(name, o)
-  local r = o.reduction or "mean"
-  if r ~= "mean" and r ~= "sum" and r ~= "none" then
-    raise('%s: reduction must be "mean", "sum" or "none", got %s', name, tostring(r))
-  end
-  return r
-end
+local function reduction(name, o) return F._reduction(name, o.reduction) end
 
 -- The options of a class-target loss (o: its constructor's argument), with
 -- ignore_index set on self; a per-class weight is refused.

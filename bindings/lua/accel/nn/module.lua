@@ -242,6 +242,8 @@ function Module:isinstance(cls) return class_is(class_of(self), cls) end
 
 -- ---- registration ----
 
+local REGISTRIES = {{"parameter", "_parameters"}, {"buffer", "_buffers"}, {"module", "_modules"}}
+
 local function check_name(self, what, name)
   if type(name) ~= "string" then raise("%s name should be a string, got %s", what, type(name)) end
   if name == "" then raise('%s name can\'t be empty string ""', what) end
@@ -250,8 +252,13 @@ local function check_name(self, what, name)
     raise('%s: the name "%s" is a method of %s; choose another name', what, name, self:_get_name())
   end
   if self._attrs[name] ~= nil then raise('%s: attribute "%s" already exists', what, name) end
+  -- a name registered as another kind (re-registering the same kind replaces the entry)
+  for _, kind in ipairs(REGISTRIES) do
+    if self[kind[2]].pos[name] then raise('%s: attribute "%s" already exists (a %s)', what, name, kind[1]) end
+  end
 end
 
+-- drops name from the registries of the other kinds (keep: the kept one)
 local function forget(self, name, keep)
   if keep ~= "p" then reg_remove(self._parameters, name) end
   if keep ~= "b" then reg_remove(self._buffers, name); self._non_persistent[name] = nil end
@@ -264,17 +271,18 @@ function Module:register_parameter(name, p)
     raise('cannot assign %s as parameter "%s" (nn.Parameter or nil expected)',
       accel.is_tensor(p) and "a plain tensor" or type(p), name)
   end
-  forget(self, name, "p")
   reg_set(self._parameters, name, p)
 end
 
 -- register_buffer(name, tensor_or_nil, [{persistent = true}] or [persistent])
 function Module:register_buffer(name, t, o)
-  local persistent = true
-  if type(o) == "table" then persistent = o.persistent ~= false elseif o == false then persistent = false end
+  local persistent = o ~= false
+  if type(o) == "table" then persistent = M.check_options("register_buffer", o, {"persistent"}).persistent ~= false
+  elseif o ~= nil and type(o) ~= "boolean" then
+    raise("register_buffer: persistent must be a boolean or {persistent = ...}, got %s", type(o))
+  end
   if not (self._buffers.pos[name]) then check_name(self, "buffer", name) end
   if t ~= nil and not accel.is_tensor(t) then raise('cannot assign %s as buffer "%s" (tensor or nil expected)', type(t), name) end
-  forget(self, name, "b")
   reg_set(self._buffers, name, t)
   self._non_persistent[name] = (not persistent) or nil
 end
@@ -282,7 +290,6 @@ end
 function Module:register_module(name, m)
   if not (self._modules.pos[name]) then check_name(self, "module", name) end
   if m ~= nil and not is_module(m) then raise('cannot assign %s as child module "%s" (Module or nil expected)', type(m), name) end
-  forget(self, name, "m")
   reg_set(self._modules, name, m)
 end
 Module.add_module = Module.register_module
@@ -294,7 +301,8 @@ local function holds_registrable(t)
   return false
 end
 
--- self.k = v: registers Modules and Parameters, updates registered buffers.
+-- self.k = v: registers Modules and Parameters (replacing an entry of
+-- another kind, as PyTorch's setattr), updates registered buffers.
 function Module:__setattr(k, v)
   if type(k) == "number" then
     local set = class_of(self).__setitem
@@ -303,10 +311,12 @@ function Module:__setattr(k, v)
   end
   if is_module(v) then
     self._attrs[k] = nil
+    forget(self, k, "m")
     return self:register_module(k, v)
   end
   if accel.is_tensor(v) and M.is_parameter(v) then
     self._attrs[k] = nil
+    forget(self, k, "p")
     return self:register_parameter(k, v)
   end
   if self._parameters.pos[k] then return self:register_parameter(k, v) end
