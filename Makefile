@@ -1,7 +1,7 @@
 # Makefile: builds accel-lua (the program), accel.so (the Lua module) and the
 # C unit tests, and runs the test suites. Everything goes under $(BUILD).
 #
-#   make             build/accel-lua, build/accel.so, build/test_*
+#   make             build/accel-lua, build/accel.so, build/libaccel-core.a, build/test_*
 #   make deps        install missing Debian packages (scripts/install-deps.sh)
 #   make test        deps, all, then scripts/run-tests.sh build
 #   make run         deps, all, then trains the Fashion-MNIST MLP (examples/fashion_mnist.lua)
@@ -103,11 +103,12 @@ TEST_BIN := $(TEST_SRC:tests/c/%.c=$(BUILD)/%)
 
 PROGRAM := $(BUILD)/accel-lua
 MODULE := $(BUILD)/accel.so
+CORE_LIB := $(BUILD)/libaccel-core.a
 
 .PHONY: all deps test run asan-test fuzz fuzz-bins clean FORCE
 .DEFAULT_GOAL := all
 
-all: $(PROGRAM) $(MODULE) $(TEST_BIN)
+all: $(PROGRAM) $(MODULE) $(CORE_LIB) $(TEST_BIN)
 ifeq ($(CUDA),1)
 all: cuda
 endif
@@ -115,8 +116,14 @@ endif
 $(PROGRAM): $(HOST_OBJ) $(BIND_OBJ) $(CORE_OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) $(PROGRAM_LIBS)
 
-$(MODULE): $(BIND_OBJ) $(CORE_OBJ)
-	$(CC) $(LDFLAGS) -shared -o $@ $^ $(LIBS_NOLUA)
+$(MODULE): $(BIND_OBJ) $(CORE_OBJ) bindings/accel.map
+	$(CC) $(LDFLAGS) -shared -Wl,--version-script=bindings/accel.map -o $@ $(BIND_OBJ) $(CORE_OBJ) $(LIBS_NOLUA)
+
+# The C runtime alone, for C programs (docs/embedding.md): link with
+# $(LIBS_NOLUA) -fopenmp, include core/*.h.
+$(CORE_LIB): $(CORE_OBJ)
+	rm -f $@
+	$(AR) rcs $@ $^
 
 $(BUILD)/test_%: $(OBJ)/tests/c/test_%.o $(CORE_OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)

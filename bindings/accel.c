@@ -7,6 +7,7 @@
 #include "lua_util.h"
 #include "../core/backend/backend.h"
 #include "../core/io/safetensors.h"
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -609,7 +610,16 @@ static const luaL_Reg functions[] = {
     {"set_default_device", l_set_default_device}, {"get_default_device", l_get_default_device},
     {"synchronize", l_synchronize}, {"device_count", l_device_count}, {NULL, NULL}};
 
+/* accel.so stays mapped once loaded (as lua.c leaves it mapped at exit):
+ * its allocator caches, pools and threads are process-wide, and a dlclose
+ * when the last Lua state closes would leak them. */
+static void pin_module(void) {
+    Dl_info info;
+    if (dladdr((void *)luaopen_accel, &info) && info.dli_fname) dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+}
+
 int luaopen_accel(lua_State *L) {
+    pin_module();
     accel_preload_embedded(L);
     set_exit_drain(L);
     lu_open_device(L);

@@ -43,7 +43,18 @@ int lu_core_error(lua_State *L) { return lu_error(L, "%s", accel_last_error()); 
 /* ---- per-state binding data, reached through the state's extra space ---- */
 
 #if LUA_VERSION_NUM >= 504
-LuState *lu_state(lua_State *L) { return *(LuState **)lua_getextraspace(L); }
+/* A thread's extra space is a copy of the main thread's, made when the
+ * thread is created: a coroutine created before require("accel"), or the
+ * main thread after a require inside a coroutine, holds NULL there, and
+ * finds the state in the registry (then keeps it in its own extra space). */
+LuState *lu_state(lua_State *L) {
+    LuState **slot = (LuState **)lua_getextraspace(L);
+    if (*slot) return *slot;
+    lua_getfield(L, LUA_REGISTRYINDEX, "accel.state");
+    *slot = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    return *slot;
+}
 
 static void set_state(lua_State *L, LuState *st) { *(LuState **)lua_getextraspace(L) = st; }
 #else

@@ -112,6 +112,40 @@ check_module() {
         env LD_PRELOAD="$preload" lua5.4 -e "package.cpath = '$BUILD/?.so'; print(type(require('accel')))"
 }
 
+# Embedding (docs/embedding.md): a C host with two states in turn, one of
+# its own functions named like one of accel's; coroutines that predate the
+# require, or a require inside one; accel.so exports only luaopen_accel.
+check_embedding() {
+    local preload exports SANFLAGS_LINK=""
+    [[ -n $(ldd "$BUILD/accel.so" 2>/dev/null | grep -E 'lib(asan|ubsan)') ]] && SANFLAGS_LINK="-fsanitize=address,undefined"
+    # shellcheck disable=SC2086  # SANFLAGS_LINK is a list of flags
+    preload=$(ldd "$BUILD/accel.so" 2>/dev/null | awk '/lib(asan|ubsan)\.so/ { printf "%s ", $3 }')
+    if cc -I/usr/include/lua5.4 examples/embed/host.c -o "$TMP/host" -llua5.4 -Wl,-E 2>"$TMP/cc.err"; then
+        expect "a C host trains in two Lua states, its own crc32c kept apart" \
+            $'state 1: loss 0.6993 -> 0.5972\nstate 2: loss 0.6993 -> 0.5972' \
+            env LD_PRELOAD="$preload" "$TMP/host" "$BUILD"
+    else
+        bad "examples/embed/host.c compiles" "$(cat "$TMP/cc.err")"
+    fi
+    expect "a coroutine made before require('accel') uses it" "true	3.0" \
+        env LD_PRELOAD="$preload" lua5.4 -e "package.cpath = '$BUILD/?.so'
+          local co = coroutine.create(function() return package.loaded.accel.ones({2}):sum():item() + 1 end)
+          require('accel'); print(coroutine.resume(co))"
+    expect "the main thread after a require inside a coroutine" "2.0" \
+        env LD_PRELOAD="$preload" lua5.4 -e "package.cpath = '$BUILD/?.so'
+          coroutine.wrap(function() require('accel') end)(); print(package.loaded.accel.ones({2}):sum():item())"
+    if cc -Icore examples/embed/core_matmul.c "$BUILD/libaccel-core.a" -o "$TMP/core_matmul" -fopenmp $SANFLAGS_LINK \
+        -ldnnl -lopenblas -lm -lz -ldl -lcurl 2>"$TMP/cc.err"; then
+        expect "a C program uses the core library without Lua" \
+            $'4 5 10 11 \nrefused: matmul: shapes [2, 3] and [2, 3] cannot be multiplied (3 != 2)\nlive bytes 0' \
+            "$TMP/core_matmul"
+    else
+        bad "examples/embed/core_matmul.c links with libaccel-core.a" "$(cat "$TMP/cc.err")"
+    fi
+    exports=$(nm -D --defined-only "$BUILD/accel.so" | awk '{ print $3 }' | tr '\n' ' ')
+    if [[ $exports == "luaopen_accel " ]]; then ok "accel.so exports only luaopen_accel"; else bad "accel.so exports only luaopen_accel" "$exports"; fi
+}
+
 report_startup() {
     local n=20 t0 t1 i
     t0=$(date +%s%N)
@@ -130,6 +164,7 @@ main() {
     check_accel
     check_embedded
     check_module
+    check_embedding
     report_startup
     finish
 }

@@ -634,6 +634,9 @@ describe("DataLoader options", function()
     expect_error(function() data.DataLoader(ds, {prefetch_factor = 2}) end, "prefetch_factor option could only be")
     expect_error(function() data.DataLoader(ds, {pin_memory = 1}) end, "pin_memory must be true or false")
     assert.are.equal(4, #data.DataLoader(ds, {num_workers = 2, persistent_workers = true, prefetch_factor = 2}))
+    -- ipairs(loader) would end at once and train on nothing: loader[i] is an error
+    local loader = data.DataLoader(ds, {batch_size = 2})
+    expect_error(function() for _ in ipairs(loader) do end end, "a loader has no loader[1]", "loader:iter()")
   end)
 
   it("an empty dataset gives no batches", function()

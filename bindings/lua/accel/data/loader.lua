@@ -26,8 +26,17 @@ local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
 local HOST = {device = "cpu"}
 
 local DataLoader = {}
-DataLoader.__index = DataLoader
 DataLoader.__name = "accel.data.DataLoader"
+-- loader[i] is an error: ipairs(loader) would otherwise end at once and a
+-- ported `for _, batch in ipairs(loader)` train on nothing, silently.
+DataLoader.__index = function(_, k)
+  local v = DataLoader[k]
+  if v == nil and type(k) == "number" then
+    U.failf("DataLoader: a loader has no loader[%s]; iterate it with `for batch in loader:iter()` or `for batch in "
+      .. "loader` (ipairs and pairs do not walk a loader)", tostring(k))
+  end
+  return v
+end
 
 local KNOWN = {batch_size = true, shuffle = true, drop_last = true, seed = true, collate_fn = true}
 -- PyTorch options that mean nothing here (no worker processes, no pinned memory)
