@@ -180,6 +180,11 @@ describe("tracker names", function()
     b:log({loss = 3}, 1)
     b:end_training()
     assert.are.equal(1, #support.lines_of(read_file(dir .. "/q/metrics.jsonl")))
+    -- an empty MLFLOW_TRACKING_URI counts as unset
+    local out, ok = sh("MLFLOW_TRACKING_URI= " .. support.shell_quote(support.ACCEL_LUA) .. " -e " ..
+      support.shell_quote("print(table.concat(require('accel.tracking').expand_names('all'), ' '))"))
+    assert.is_true(ok, out)
+    assert.are.equal("jsonl csv tensorboard\n", out)
   end)
 end)
 

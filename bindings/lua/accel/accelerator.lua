@@ -1562,7 +1562,8 @@ function Accelerator:log(values, o)
 end
 
 -- end_training(): closes the trackers (every one, even when one fails: the
--- first failure is raised after all were tried), then waits for every process.
+-- first failure is raised after all were tried). No collective, as
+-- Accelerate's: a script may call it on the main process only.
 function Accelerator:end_training()
   local trackers, first_err = self.trackers, nil
   rawset(self, "trackers", {})
@@ -1573,7 +1574,6 @@ function Accelerator:end_training()
     end
   end
   if first_err then error(first_err, 0) end
-  self:wait_for_everyone()
 end
 
 -- ---------------------------------------------------------------- files

@@ -157,8 +157,9 @@ PartialState._reset_state = function() M.reset_state() end
 
 function PartialState:wait_for_everyone() self.comm:barrier() end
 
+-- Once per machine, as Accelerate's (its local main process prints).
 function PartialState:print(...)
-  if self.is_main_process then print(...) end
+  if self.is_local_main_process then print(...) end
 end
 
 -- Rank 0 (or the local main) runs the body first, the others after it.

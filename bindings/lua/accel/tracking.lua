@@ -627,7 +627,7 @@ local function quoted(n) return type(n) == "string" and '"' .. n .. '"' or tostr
 local function all_names()
   local out = {}
   for i, n in ipairs(FILE_TRACKERS) do out[i] = n end
-  if os.getenv("MLFLOW_TRACKING_URI") then out[#out + 1] = "mlflow" end
+  if (os.getenv("MLFLOW_TRACKING_URI") or "") ~= "" then out[#out + 1] = "mlflow" end -- empty counts as unset
   return out
 end
 

@@ -154,4 +154,6 @@ do
 end
 
 acc:wait_for_everyone()
+-- ---- end_training on the main process only (as Accelerate's, it is no collective) ----
+if acc.is_main_process then acc:end_training() end
 print(("ok rank %d: %d checks"):format(rank, checks()))
