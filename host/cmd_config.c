@@ -74,6 +74,14 @@ static int ask(Session *s, int id, const char *question, const char *def) {
     }
 }
 
+/* "not one of the choices (0 to 2, or NO, MULTI_CPU, MULTI_GPU)" into err. */
+static void choices_error(const char *const *values, int n, char *err, size_t len) {
+    size_t used = (size_t)snprintf(err, len, "not one of the choices (%s%d, or ", n > 1 ? "0 to " : "",
+                                   n - 1);
+    for (int i = 0; i < n && used < len; i++)
+        used += (size_t)snprintf(err + used, len - used, "%s%s", values[i], i + 1 < n ? ", " : ")");
+}
+
 /* Asks to pick one of values[0..n) (by number or name) for setting id. */
 static int ask_choice(Session *s, int id, const char *question, const char *const *values,
                       const char *const *labels, int n, int def) {
@@ -89,7 +97,7 @@ static int ask_choice(Session *s, int id, const char *question, const char *cons
         int ok = config_set(&s->c, id, text, SRC_FILE, err, sizeof err) == 0;
         for (int i = 0; ok && i < n; i++)
             if (strcmp(s->c.value[id], values[i]) == 0) return 0;
-        if (ok) snprintf(err, sizeof err, "not one of the choices");
+        choices_error(values, n, err, sizeof err);
         if (!retry(s, question, buf, err)) return -1;
     }
 }

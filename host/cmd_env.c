@@ -108,15 +108,9 @@ int cmd_env(int argc, char **argv) {
                "Example:\n  accel-lua env --config_file ./accel.yaml\n");
         return 0;
     }
-    int i = 1, missing = 0;
-    const char *v = argc > 1 ? host_flag_value(argc, argv, &i, "config_file", &missing) : NULL;
-    if (v != NULL && i == argc - 1) {
-        given = v;
-    } else if (argc != 1) {
-        fprintf(stderr, "%s: unknown flag %s\nusage: accel-lua env [--config_file PATH]\n", WHO,
-                argv[1]);
+    if (host_parse_config_file(argc, argv, WHO, "usage: accel-lua env [--config_file PATH]\n",
+                               &given) != 0)
         return 2;
-    }
     printf("\nCopy-and-paste the text below in your GitHub issue\n\n");
     print_versions();
     print_cpu();

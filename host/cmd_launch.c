@@ -43,6 +43,10 @@
  * -m / --module: the script is a module name; each rank runs
  * `accel-lua -m NAME args` (found on package.path, host/main.c).
  * --no_python: each rank runs the script itself as a program.
+ * The script "-" (standard input) is refused with more than one process:
+ * mpirun gives stdin to rank 0 only.
+ * --multi_gpu / --use_deepspeed / --use_fsdp take a boolean like the
+ * settings; false drops a config file's distributed_type of that kind.
  * --log_dir / --tee / --redirects (torchrun's): each rank writes its own
  * logs (host/rank_log.c); --log_dir alone means --tee 3; a non-zero --tee
  * or --redirects without --log_dir is an error.
@@ -111,11 +115,18 @@ static void list_free(StrList *l) {
     *l = (StrList){0};
 }
 
+/* --multi_gpu, --use_deepspeed, --use_fsdp: booleans like the settings'
+ * (alone = true; `=false` / `false` after it turns that type off). */
+static const struct { const char *flag, *dist_type; } dist_switches[] = {
+    {"multi_gpu", "MULTI_GPU"}, {"use_deepspeed", "DEEPSPEED"}, {"use_fsdp", "FSDP"},
+};
+#define DIST_SWITCHES (sizeof dist_switches / sizeof dist_switches[0])
+
 /* What the command line said. */
 typedef struct {
     LaunchConfig flags;      /* settings given as flags (SRC_FLAG) */
     const char *config_file; /* --config_file */
-    int dist_switch;         /* 1 + index in dist_switches (--use_fsdp...); 0 = none */
+    int dist[DIST_SWITCHES]; /* per dist_switches: 1 on, -1 off, 0 not given */
     int dry_run, help, quiet, module, no_python;
     int script;              /* argv index of the script; 0 = none */
     StrList unknown;         /* unknown flags, to name them all at once */
@@ -135,10 +146,6 @@ static const struct { const char *shorthand, *flag; } short_flags[] = {
     {"-t", "--tee"}, {"-m", "--module"}, {"-q", "--quiet"},
 };
 
-static const struct { const char *flag, *dist_type; } dist_switches[] = {
-    {"multi_gpu", "MULTI_GPU"}, {"use_deepspeed", "DEEPSPEED"}, {"use_fsdp", "FSDP"},
-};
-
 /* Prints "accel-lua launch: <message>" and a hint; returns -1. */
 __attribute__((format(printf, 1, 2)))
 static int usage_fail(const char *fmt, ...) {
@@ -151,11 +158,20 @@ static int usage_fail(const char *fmt, ...) {
     return -1;
 }
 
-static int is_bool_word(const char *s) {
+/* 1 / 0 for a boolean word (true/false, yes/no, 1/0, on/off, any case);
+ * -1 for anything else. */
+static int bool_word(const char *s) {
     static const char *const words[] = {"true", "false", "yes", "no", "1", "0", "on", "off"};
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
-        if (strcasecmp(s, words[i]) == 0) return 1;
-    return 0;
+        if (strcasecmp(s, words[i]) == 0) return i % 2 == 0;
+    return -1;
+}
+
+/* A boolean flag's value: inline (--flag=v), else the next argument when
+ * it is a boolean word (consumed: *i advances), else "true". */
+static const char *bool_flag_value(const char *inline_value, int argc, char **argv, int *i) {
+    if (inline_value != NULL) return inline_value;
+    return *i + 1 < argc && bool_word(argv[*i + 1]) >= 0 ? argv[++*i] : "true";
 }
 
 /* --name[=value] for a setting: the value is inline, the next argument,
@@ -164,8 +180,7 @@ static int parse_setting(LaunchArgs *a, int id, const char *name, const char *in
                          int argc, char **argv, int *i) {
     char err[256];
     const char *value = inline_value;
-    if (value == NULL && host_settings[id].type == ST_BOOL)
-        value = *i + 1 < argc && is_bool_word(argv[*i + 1]) ? argv[++*i] : "true";
+    if (host_settings[id].type == ST_BOOL) value = bool_flag_value(value, argc, argv, i);
     if (value == NULL && *i + 1 < argc) value = argv[++*i];
     if (value == NULL) return usage_fail("--%s needs a value", name);
     if (config_set(&a->flags, id, value, SRC_FLAG, err, sizeof err) != 0)
@@ -184,6 +199,19 @@ static void parse_unsupported(LaunchArgs *a, const Unsupported *u, const char *n
         list_add(&a->refused, "--%s %s: not supported: %s", name, value, u->reason);
     else
         list_add(&a->refused, "--%s: not supported: %s", name, u->reason);
+}
+
+/* --multi_gpu / --use_deepspeed / --use_fsdp (dist_switches[k]) with its
+ * boolean value; two types switched on conflict. */
+static int parse_dist_switch(LaunchArgs *a, size_t k, const char *value) {
+    int on = bool_word(value);
+    if (on < 0)
+        return usage_fail("--%s: '%s' is not a boolean (true or false)", dist_switches[k].flag, value);
+    for (size_t j = 0; on && j < DIST_SWITCHES; j++)
+        if (j != k && a->dist[j] > 0)
+            return usage_fail("--%s conflicts with --%s", dist_switches[k].flag, dist_switches[j].flag);
+    a->dist[k] = on ? 1 : -1;
+    return 0;
 }
 
 static const char *long_spelling(const char *arg) {
@@ -216,14 +244,9 @@ static int parse_flag(LaunchArgs *a, int argc, char **argv, int *i) {
         *(int *)((char *)a + switches[k].offset) = 1;
         return 0;
     }
-    for (size_t k = 0; k < sizeof dist_switches / sizeof dist_switches[0]; k++) {
-        if (strcmp(name, dist_switches[k].flag) != 0) continue;
-        if (a->dist_switch != 0 && a->dist_switch != (int)k + 1)
-            return usage_fail("--%s conflicts with --%s", name,
-                              dist_switches[a->dist_switch - 1].flag);
-        a->dist_switch = (int)k + 1;
-        return 0;
-    }
+    for (size_t k = 0; k < DIST_SWITCHES; k++)
+        if (strcmp(name, dist_switches[k].flag) == 0)
+            return parse_dist_switch(a, k, bool_flag_value(value, argc, argv, i));
     if (strcmp(name, "config_file") == 0) {
         a->config_file = value ? value : *i + 1 < argc ? argv[++*i] : NULL;
         return a->config_file ? 0 : usage_fail("--config_file needs a path");
@@ -271,6 +294,8 @@ static void print_help(void) {
            "  --multi_gpu                            distributed_type MULTI_GPU (needs a CUDA build)\n"
            "  --use_deepspeed                        distributed_type DEEPSPEED (ZeRO sharding)\n"
            "  --use_fsdp                             distributed_type FSDP\n"
+           "                                         (these three: =false turns off the config\n"
+           "                                         file's type; then it follows the counts)\n"
            "  -m, --module                           the script is a Lua module name, found on\n"
            "                                         package.path, run as the script\n"
            "  --no_python                            run the script as a program (not through\n"
@@ -302,21 +327,26 @@ static void print_help(void) {
 
 /* ---- settings: file, flags, defaults, consistency ---- */
 
+static int type_is(const LaunchConfig *c, const char *type) {
+    const char *t = config_str(c, S_DISTRIBUTED_TYPE);
+    return t != NULL && strcmp(t, type) == 0;
+}
+
+/* A switch turned on sets its distributed_type; one turned off drops the
+ * config file's distributed_type when it is that one (resolve then derives
+ * NO / MULTI_CPU from the process count). */
 static int load_settings(LaunchConfig *c, const LaunchArgs *a) {
     char buf[4096];
     char err[256];
     const char *path = config_path_in_force(a->config_file, buf, sizeof buf);
     if (path != NULL && config_read(c, path, WHO) != 0) return -1;
     config_merge(c, &a->flags);
-    if (a->dist_switch != 0)
-        config_set(c, S_DISTRIBUTED_TYPE, dist_switches[a->dist_switch - 1].dist_type, SRC_FLAG,
-                   err, sizeof err);
+    for (size_t k = 0; k < DIST_SWITCHES; k++) {
+        const char *type = dist_switches[k].dist_type;
+        if (a->dist[k] > 0) config_set(c, S_DISTRIBUTED_TYPE, type, SRC_FLAG, err, sizeof err);
+        else if (a->dist[k] < 0 && type_is(c, type)) config_unset(c, S_DISTRIBUTED_TYPE);
+    }
     return 0;
-}
-
-static int type_is(const LaunchConfig *c, const char *type) {
-    const char *t = config_str(c, S_DISTRIBUTED_TYPE);
-    return t != NULL && strcmp(t, type) == 0;
 }
 
 /* --tee / --redirects: valid specs, and a --log_dir to write to (a spec
@@ -509,6 +539,18 @@ static int prepare_log_dir(const LaunchConfig *c, int dry_run) {
     return -1;
 }
 
+/* The script "-" (standard input) on several ranks: mpirun hands stdin to
+ * rank 0 only, so the other ranks would run an empty script. Refused; 1
+ * after printing why. */
+static int stdin_script_for_many(const LaunchConfig *c, const LaunchArgs *a, const char *script) {
+    long n = config_int(c, S_NUM_PROCESSES, 1);
+    if (strcmp(script, "-") != 0 || a->module || a->no_python || n < 2) return 0;
+    fprintf(stderr, "%s: the script '-' (standard input) reaches rank 0 only (mpirun gives stdin to "
+                    "rank 0); with num_processes %ld save the script to a file and launch that\n",
+            WHO, n);
+    return 1;
+}
+
 /* A hostfile mpirun can use: readable, listing num_machines machines at
  * least (mpirun's own errors for these are banners about ORTE and ppr). */
 static int check_hostfile(const LaunchConfig *c, int dry_run) {
@@ -663,7 +705,9 @@ int cmd_launch(int argc, char **argv) {
                 script, strerror(errno));
         goto done;
     }
-    if (prepare_log_dir(&c, a.dry_run) != 0 || check_hostfile(&c, a.dry_run) != 0) goto done;
+    if (stdin_script_for_many(&c, &a, script) || prepare_log_dir(&c, a.dry_run) != 0 ||
+        check_hostfile(&c, a.dry_run) != 0)
+        goto done;
     if (a.module && a.no_python) {
         fprintf(stderr, "%s: --module and --no_python: a module runs through accel-lua\n", WHO);
         goto done;

@@ -92,15 +92,13 @@ int cmd_test(int argc, char **argv) {
                "Example:\n  accel-lua test --config_file ./accel.yaml\n");
         return 0;
     }
-    int i = 1, missing = 0;
-    const char *v = argc > 1 ? host_flag_value(argc, argv, &i, "config_file", &missing) : NULL;
-    if (v != NULL && i == argc - 1) {
-        args[n++] = "--config_file";
-        args[n++] = (char *)v;
-    } else if (argc != 1) {
-        fprintf(stderr, "%s: unknown flag %s\nusage: accel-lua test [--config_file PATH]\n", WHO,
-                argv[1]);
+    const char *given = NULL;
+    if (host_parse_config_file(argc, argv, WHO, "usage: accel-lua test [--config_file PATH]\n",
+                               &given) != 0)
         return 2;
+    if (given != NULL) {
+        args[n++] = "--config_file";
+        args[n++] = (char *)given;
     }
     if (write_script(path) != 0) {
         perror(WHO ": cannot write the test script");

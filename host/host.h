@@ -64,6 +64,10 @@ void host_join_pmix_job(void);
  * LOCAL_WORLD_SIZE as torchrun / accelerate launch export them (from the
  * MPI launcher's variables; one already set is kept). */
 void host_export_rank_vars(void);
+/* In a rank: at exit with status 0, starts the communicator if the script
+ * never did (one rank leaving before its Accelerator would leave the
+ * others waiting in MPI_Init forever). */
+void host_join_job_at_exit(void);
 
 /* Sets the compute threads from ACCEL_LUA_NUM_THREADS (1 per rank by
  * default when several ranks run); needs the global `accel`. */

@@ -297,5 +297,6 @@ int main(int argc, char **argv) {
         print_usage(stdout);
         return EXIT_SUCCESS;
     }
+    host_join_job_at_exit();
     return run_interpreter(&a);
 }

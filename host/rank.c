@@ -7,12 +7,18 @@
  * (PMIX_RANK / PMIX_NAMESPACE only, as PRRTE's prun or a bare PMIx server
  * do): there the size is known only to MPI, so host_join_pmix_job makes
  * the communicator start MPI (ACCEL_LUA_DIST_BACKEND=mpi) instead of
- * running every task as a job of its own. */
+ * running every task as a job of its own. A rank whose script ends
+ * without having used the communicator still joins the job's MPI start-up
+ * at exit (host_join_job_at_exit), so the ranks that did are not left
+ * waiting for it. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "bindings/lua_compat.h"
 
+#include "core/dist/dist.h"
+#include "core/error.h"
 #include "host/host.h"
 
 /* The first of the variables that holds a non-negative integer, or -1. */
@@ -66,6 +72,33 @@ void host_export_rank_vars(void) {
         snprintf(buf, sizeof buf, "%ld", values[i]);
         if (setenv(names[i], buf, 0) != 0) fprintf(stderr, "%s: cannot set %s\n", ACCEL_LUA_NAME, names[i]);
     }
+}
+
+static pid_t rank_pid;
+
+/* Exit handler of a rank (status 0 only; a failing rank makes mpirun end
+ * the job): a rank that never started the communicator starts it now.
+ * The ranks that did wait in MPI_Init until every rank has called it;
+ * this one joins them, then the communicator's own exit handler (glibc
+ * runs one registered during exit) marks it finished, so a rank waiting
+ * for it in a collective fails at once, naming it, and finalises MPI
+ * with the others. */
+static void join_job_at_exit(int status, void *arg) {
+    (void)arg;
+    if (status != 0 || getpid() != rank_pid || dist_is_initialized()) return;
+    if (dist_world() == NULL)
+        fprintf(stderr, "%s: rank %d: at exit: %s\n", ACCEL_LUA_NAME, host_rank(), accel_last_error());
+}
+
+/* Only in the rank's own process, marked by ACCEL_LUA_RANK_PID: an
+ * accel-lua that the script starts inherits the MPI variables but is no
+ * rank (its MPI_Init would fail). */
+void host_join_job_at_exit(void) {
+    char pid[32];
+    if (host_rank() < 0 || getenv("ACCEL_LUA_RANK_PID") != NULL) return;
+    rank_pid = getpid();
+    snprintf(pid, sizeof pid, "%ld", (long)rank_pid);
+    if (setenv("ACCEL_LUA_RANK_PID", pid, 1) == 0) on_exit(join_job_at_exit, NULL);
 }
 
 int host_world_size(void) {

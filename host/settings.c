@@ -33,7 +33,11 @@
  *   ACCEL_LUA_RESTART_COUNT               0 on the first attempt, k on restart k
  *
  * Every sharding setting Accelerate has is carried to the ranks as it is
- * given; the Accelerator decides (and says) what it cannot do. Accelerate's
+ * given; the Accelerator decides (and says) what it cannot do.
+ * fsdp_sharding_strategy and fsdp_reshard_after_forward (two spellings of
+ * one choice, which must agree when both are given) have no launch
+ * default: only a flag or a config key reaches the ranks, so the plugin
+ * can tell what the user asked for (its defaults: FULL_SHARD, true). Accelerate's
  * flags and keys for what does not exist here are in unsupported.c.
  * main_process_ip / main_process_port / machine_rank are accepted for
  * Accelerate compatibility but not exported: under MPI, mpirun (started
@@ -127,8 +131,9 @@ const Setting host_settings[S_COUNT] = {
     [S_FSDP_SHARDING_STRATEGY] = {FS "fsdp_sharding_strategy", "fsdp_sharding_strategy",
                                   "ACCEL_LUA_FSDP_SHARDING_STRATEGY", ST_ENUM,
                                   "FULL_SHARD|SHARD_GRAD_OP|NO_SHARD|HYBRID_SHARD|"
-                                  "HYBRID_SHARD_ZERO2", "FULL_SHARD",
-                                  "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD(_ZERO2)"},
+                                  "HYBRID_SHARD_ZERO2", NULL,
+                                  "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD(_ZERO2); "
+                                  "unset: FULL_SHARD"},
     [S_FSDP_OFFLOAD_PARAMS] = {FS "fsdp_offload_params", "fsdp_offload_params",
                                "ACCEL_LUA_FSDP_OFFLOAD_PARAMS", ST_BOOL, NULL, "false",
                                "offload parameters and gradients to the CPU"},
@@ -150,12 +155,13 @@ const Setting host_settings[S_COUNT] = {
     [S_FSDP_STATE_DICT_TYPE] = {FS "fsdp_state_dict_type", "fsdp_state_dict_type",
                                 "ACCEL_LUA_FSDP_STATE_DICT_TYPE", ST_ENUM,
                                 "FULL_STATE_DICT|SHARDED_STATE_DICT|LOCAL_STATE_DICT",
-                                "SHARDED_STATE_DICT", "how save_state writes the model"},
+                                "FULL_STATE_DICT", "how save_state writes the model"},
     [S_FSDP_RESHARD_AFTER_FORWARD] = {FS "fsdp_reshard_after_forward",
                                       "fsdp_reshard_after_forward",
                                       "ACCEL_LUA_FSDP_RESHARD_AFTER_FORWARD", ST_ENUM,
-                                      "true|false|FULL_SHARD|SHARD_GRAD_OP|NO_RESHARD", "true",
-                                      "true/false (FSDP2) or a strategy (FSDP1)"},
+                                      "true|false|FULL_SHARD|SHARD_GRAD_OP|NO_SHARD|HYBRID_SHARD|"
+                                      "HYBRID_SHARD_ZERO2", NULL,
+                                      "true/false (FSDP2) or a strategy (FSDP1); unset: true"},
     [S_FSDP_FORWARD_PREFETCH] = {FS "fsdp_forward_prefetch", "fsdp_forward_prefetch",
                                  "ACCEL_LUA_FSDP_FORWARD_PREFETCH", ST_BOOL, NULL, "false",
                                  "prefetch the next unit during forward"},

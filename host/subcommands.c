@@ -49,6 +49,22 @@ const char *host_flag_value(int argc, char **argv, int *i, const char *name, int
     return argv[++*i];
 }
 
+int host_parse_config_file(int argc, char **argv, const char *who, const char *usage,
+                           const char **path) {
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        int missing = 0;
+        const char *v = host_flag_value(argc, argv, &i, "config_file", &missing);
+        if (v == NULL) {
+            fprintf(stderr, "%s: %s: %s\n%s", who, missing ? "missing value" : "unknown flag", arg,
+                    usage);
+            return -1;
+        }
+        *path = v;
+    }
+    return 0;
+}
+
 /* Levenshtein distance of a and b (both short words; longer ones count as
  * far apart). */
 static size_t edit_distance(const char *a, const char *b) {

@@ -31,6 +31,12 @@ int host_is_help(const char *arg);
  * no value. */
 const char *host_flag_value(int argc, char **argv, int *i, const char *name, int *missing);
 
+/* Reads `[--config_file PATH]`, the only flag of env and test, into *path
+ * (left alone when absent). Returns 0, or -1 after printing
+ * "WHO: unknown flag: ARG" or "WHO: missing value: --config_file", then usage. */
+int host_parse_config_file(int argc, char **argv, const char *who, const char *usage,
+                           const char **path);
+
 /* The registered subcommand at most two edits away from word (the
  * closest), or NULL: for "unknown command 'lauch', did you mean launch?". */
 const char *host_suggest_subcommand(const char *word);

@@ -2,9 +2,11 @@
 # test-cli.sh: checks of accel-lua's CLI subcommands (host/cmd_*.c):
 # `launch` flag parsing and the mpirun command it builds (--dry_run), real
 # 2-rank launches over OpenMPI, the YAML config (`config`, `config
-# default`, bad keys and values), failure handling (a rank that raises an
-# error or is SIGKILLed ends the job within 10 s, naming the rank;
-# --max_restarts), `env` and `test`. Run by scripts/run-tests.sh:
+# default`, bad keys and values, menu answers), failure handling (a rank
+# that raises an error or is SIGKILLed ends the job within 10 s, naming
+# the rank; a rank that leaves early leaves nobody hanging; a script on
+# stdin for several ranks is refused; --max_restarts), `env` and `test`.
+# Run by scripts/run-tests.sh:
 #
 #   scripts/test-cli.sh [BUILD_DIR]     (default: build)
 #
@@ -68,6 +70,14 @@ end
 dist.all_reduce(t, "sum")
 print("rank 0 passed a collective that rank 1 never joined")
 EOF
+    # Rank 1 leaves (status 0) before it ever uses the communicator; rank 0
+    # builds its Accelerator, then (with "collective") all_reduces alone.
+    cat >"$TMP/early_exit.lua" <<'EOF'
+if os.getenv("RANK") == "1" then os.exit(0) end
+local acc = accel.Accelerator()
+print("rank 0 has its Accelerator")
+if arg[1] == "collective" then acc:reduce(accel.tensor({1.0}), "sum") print("rank 0 reduced alone") end
+EOF
     printf 'error("always fails")\n' >"$TMP/always_fail.lua"
     printf 'assert(io.open(arg[1], "w")):close()\n' >"$TMP/touch.lua"
 }
@@ -115,6 +125,23 @@ check_dry_run() {
     run "$EXE" launch --dry_run --use_fsdp --fsdp_sharding_strategy shard_grad_op --fsdp_offload_params true --num_processes 2 "$TMP/rank.lua"
     check "dry run, FSDP: strategy canonicalised, boolean value taken" \
         'has "ACCEL_LUA_USE_FSDP=true " && has "ACCEL_LUA_FSDP_SHARDING_STRATEGY=SHARD_GRAD_OP " && has "ACCEL_LUA_FSDP_OFFLOAD_PARAMS=true " && [[ $OUT != *ZERO_STAGE* ]]'
+    local off
+    for off in --use_deepspeed=false "--use_deepspeed false" --use_deepspeed=no --use_fsdp=0 "--use_fsdp off" --multi_gpu=false; do
+        # shellcheck disable=SC2086  # "--flag value" is two words
+        run "$EXE" launch --dry_run $off "$TMP/rank.lua"
+        check "launch $off: that type is off, as for any boolean flag (distributed_type NO)" \
+            '(( RC == 0 )) && has "ACCEL_LUA_DISTRIBUTED_TYPE=NO " && has "ACCEL_LUA_USE_DEEPSPEED=false " && has "ACCEL_LUA_USE_FSDP=false "'
+    done
+    run "$EXE" launch --dry_run --use_deepspeed=yes --use_fsdp false "$TMP/rank.lua"
+    check "--use_deepspeed=yes --use_fsdp false: DeepSpeed on, no conflict" \
+        '(( RC == 0 )) && has "ACCEL_LUA_DISTRIBUTED_TYPE=DEEPSPEED " && has "ACCEL_LUA_USE_DEEPSPEED=true "'
+    run "$EXE" launch --dry_run --use_fsdp=maybe "$TMP/rank.lua"
+    check "--use_fsdp=maybe: exit 2, flag and value named" \
+        "(( RC == 2 )) && has \"--use_fsdp: 'maybe' is not a boolean\""
+    printf 'distributed_type: DEEPSPEED\nnum_processes: 2\ndeepspeed_config:\n  zero_stage: 3\n' >"$TMP/ds.yaml"
+    run "$EXE" launch --dry_run --config_file "$TMP/ds.yaml" --use_deepspeed false "$TMP/rank.lua"
+    check "--use_deepspeed false over a DEEPSPEED config file: MULTI_CPU by the count, no DeepSpeed settings" \
+        '(( RC == 0 )) && has "-x ACCEL_LUA_DISTRIBUTED_TYPE=MULTI_CPU " && has "-x ACCEL_LUA_USE_DEEPSPEED=false " && [[ $OUT != *ZERO_STAGE* ]]'
     run "$EXE" launch --dry_run --zero_stage 3 --num_processes 2 "$TMP/rank.lua"
     check "--zero_stage without --use_deepspeed: exit 2, names the flag" \
         '(( RC == 2 )) && has "--zero_stage applies to DeepSpeed only; this launch is MULTI_CPU (add --use_deepspeed)"'
@@ -251,6 +278,18 @@ check_failures() {
     run "$EXE" launch --num_processes 2 "$TMP/fail_dist.lua" kill
     check "a SIGKILL while the other rank waits in all_reduce: job ends within 10 s, rank named" \
         '(( RC != 0 && MS < 10000 )) && has "rank 1 " && has "signal 9" && [[ $OUT != *"never joined"* && $OUT != *boom* ]]'
+    printf 'print("ran from stdin")\n' >"$TMP/stdin.lua"
+    run timeout 30 "$EXE" launch --num_processes 2 - <"$TMP/stdin.lua"
+    check "launch - (the script on stdin) with 2 processes: refused, exit 2 (mpirun gives stdin to rank 0 only)" \
+        '(( RC == 2 )) && has "(standard input) reaches rank 0 only" && ! has "ran from stdin"'
+    run timeout 30 "$EXE" launch --num_processes 1 - <"$TMP/stdin.lua"
+    check "launch - with 1 process runs the script from stdin" '(( RC == 0 )) && has "ran from stdin"'
+    run timeout 30 "$EXE" launch --num_processes 2 "$TMP/early_exit.lua"
+    check "a rank that exits 0 before using the communicator: the other rank's start-up does not hang" \
+        '(( RC == 0 && MS < 10000 )) && has "rank 0 has its Accelerator"'
+    run timeout 30 "$EXE" launch --num_processes 2 "$TMP/early_exit.lua" collective
+    check "... and a collective without it fails within 10 s, naming the rank whose script ended" \
+        '(( RC != 0 && RC != 124 && MS < 10000 )) && has "not entered by rank 1 (its script has ended)" && ! has "reduced alone"'
     run "$EXE" launch --num_processes 2 --max_restarts 2 "$TMP/restart.lua" "$TMP/marker"
     check "--max_restarts relaunches; the second attempt succeeds" \
         '(( RC == 0 )) && has "accel-lua launch: job failed (exit 1), restart 1/2" && has "rank 0 ok on attempt 1" && has "rank 1 ok on attempt 1" && [[ $OUT != *"restart 2/2"* ]]'
@@ -293,9 +332,25 @@ check_interactive() {
     run bash -c "printf '0\n1\nabc\n' | '$EXE' config --config_file '$TMP/never.yaml'"
     check "a bad piped answer: exit 2, answer named, nothing written" \
         "(( RC == 2 )) && has \"answer 'abc'\" && [[ ! -e $TMP/never.yaml ]]"
+    run bash -c "printf '0\n5\n' | '$EXE' config --config_file '$TMP/never.yaml'"
+    check "an out-of-range piped menu answer: exit 2, the valid numbers and names listed" \
+        "(( RC == 2 )) && has \"answer '5': not one of the choices (0 to 2, or NO, MULTI_CPU, MULTI_GPU)\" && [[ ! -e $TMP/never.yaml ]]"
+    # On a terminal (script(1) gives config one; the answers still come from the pipe).
+    run bash -c "printf '0\n5\n1\n\nno\n3\n1\nno\nno\n1\nno\n' | timeout 30 script -qec \"'$EXE' config --config_file '$cfg'\" /dev/null"
+    check "an out-of-range menu answer on a terminal is asked again, naming the choices" \
+        '(( RC == 0 )) && has "not one of the choices (0 to 2, or NO, MULTI_CPU, MULTI_GPU); please answer again" && grep -qx "distributed_type: '"'"'MULTI_CPU'"'"'" "$cfg" && grep -qx "num_processes: 3" "$cfg"'
 }
 
 check_env() {
+    local sub
+    for sub in env test; do
+        run "$EXE" "$sub" --config_file "$TMP/c.yaml" --bogus
+        check "$sub --config_file F --bogus: exit 2, names --bogus" \
+            '(( RC == 2 )) && has "accel-lua $sub: unknown flag: --bogus" && ! has "flag: --config_file"'
+        run "$EXE" "$sub" --config_file
+        check "$sub --config_file without a path: exit 2, says the value is missing" \
+            '(( RC == 2 )) && has "accel-lua $sub: missing value: --config_file"'
+    done
     run "$EXE" env
     check "env lists the versions and the config" \
         '(( RC == 0 )) && has "accel-lua version: " && has "Lua version: Lua 5.4" && has "oneDNN version: " && has "OpenBLAS: OpenBLAS " && has "OpenMPI: mpirun (Open MPI) " && has "NCCL: not built" && has "CPU features: " && has "Config file: $HOME/.cache/accel-lua/default_config.yaml" && has "num_processes: 2"'

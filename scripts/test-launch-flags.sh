@@ -3,9 +3,11 @@
 # (docs/launch.md): every flag of `accelerate launch` (the list taken from
 # Accelerate's source, tests/fixtures/accelerate_launch_flags.txt) is
 # supported or refused naming itself, never "unknown"; the refused config
-# keys; every sharding flag and key reaches the ranks; real 2-rank launches
-# for --log_dir / --tee / --redirects, --debug, --num_cpu_threads_per_process,
-# -m, --no_python, -q; --monitor_interval; `config update`. Run by
+# keys; every sharding flag and key reaches the ranks, and the plugin the
+# ranks build from launch's defaults and an Accelerate-written FSDP file;
+# real 2-rank launches for --log_dir / --tee / --redirects, --debug,
+# --num_cpu_threads_per_process, -m, --no_python, -q; --monitor_interval;
+# `config update`. Run by
 # scripts/run-tests.sh:
 #
 #   scripts/test-launch-flags.sh [BUILD_DIR]     (default: build)
@@ -39,6 +41,47 @@ EOF
     printf '#!/bin/sh\necho "program rank=$OMPI_COMM_WORLD_RANK debug=$ACCEL_LUA_DEBUG_MODE args=$*"\n' \
         >"$TMP/prog.sh"
     chmod +x "$TMP/prog.sh"
+    # The plugin an Accelerator built from launch's settings, as the shared
+    # state (Accelerate's AcceleratorState) shows it.
+    cat >"$TMP/plugin.lua" <<'EOF'
+local acc = accel.Accelerator()
+local p = acc.state.fsdp_plugin or acc.state.deepspeed_plugin
+print("plugin", acc.distributed_type, p.sharding_strategy, p.zero_stage, p.state_dict_type,
+  p == (acc.fsdp_plugin or acc.deepspeed_plugin))
+EOF
+    # What Accelerate 1.15's `accelerate config` writes for FSDP1
+    # (ClusterConfig.to_yaml_file): the strategy as fsdp_reshard_after_forward.
+    cat >"$TMP/accelerate_fsdp1.yaml" <<'EOF'
+compute_environment: LOCAL_MACHINE
+debug: false
+distributed_type: FSDP
+downcast_bf16: 'no'
+enable_cpu_affinity: false
+fsdp_config:
+  fsdp_activation_checkpointing: false
+  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP
+  fsdp_backward_prefetch: BACKWARD_PRE
+  fsdp_cpu_ram_efficient_loading: true
+  fsdp_forward_prefetch: false
+  fsdp_offload_params: false
+  fsdp_reshard_after_forward: SHARD_GRAD_OP
+  fsdp_state_dict_type: SHARDED_STATE_DICT
+  fsdp_sync_module_states: true
+  fsdp_transformer_layer_cls_to_wrap: Block
+  fsdp_use_orig_params: true
+  fsdp_version: 1
+machine_rank: 0
+main_training_function: main
+mixed_precision: bf16
+num_machines: 1
+num_processes: 1
+rdzv_backend: static
+same_network: true
+tpu_env: []
+tpu_use_cluster: false
+tpu_use_sudo: false
+use_cpu: true
+EOF
 }
 
 # Every flag of `accelerate launch` is either taken (its value "1" may
@@ -193,6 +236,30 @@ EOF
         '(( RC == 2 )) && has "--hostfile $TMP/hf1 lists 1 machine, num_machines is 2" && ! has "ORTE"'
 }
 
+# The plugin the ranks build from launch's defaults, flags and an
+# Accelerate-written file: a launch default never counts as the user's
+# choice (fsdp_sharding_strategy and fsdp_reshard_after_forward have none).
+check_sharding_defaults() {
+    run "$EXE" launch --config_file "$TMP/accelerate_fsdp1.yaml" "$TMP/plugin.lua"
+    check "accelerate config's FSDP1 file (fsdp_reshard_after_forward: SHARD_GRAD_OP) launches as SHARD_GRAD_OP" \
+        '(( RC == 0 )) && has "plugin	FSDP	SHARD_GRAD_OP	2	SHARDED_STATE_DICT	true"'
+    run "$EXE" launch --use_fsdp --fsdp_reshard_after_forward SHARD_GRAD_OP "$TMP/plugin.lua"
+    check "--use_fsdp --fsdp_reshard_after_forward SHARD_GRAD_OP: SHARD_GRAD_OP (stage 2)" \
+        '(( RC == 0 )) && has "plugin	FSDP	SHARD_GRAD_OP	2	"'
+    run "$EXE" launch --config_file "$TMP/accelerate_fsdp1.yaml" --fsdp_sharding_strategy FULL_SHARD "$TMP/plugin.lua"
+    check "both spellings given and disagreeing: an error naming both" \
+        '(( RC != 0 )) && has "reshard_after_forward = \"SHARD_GRAD_OP\" disagrees with sharding_strategy = \"FULL_SHARD\""'
+    run "$EXE" launch --use_fsdp "$TMP/plugin.lua"
+    check "--use_fsdp alone: FULL_SHARD (stage 3) and FULL_STATE_DICT, Accelerate's defaults" \
+        '(( RC == 0 )) && has "plugin	FSDP	FULL_SHARD	3	FULL_STATE_DICT	true"'
+    run "$EXE" launch --dry_run --use_fsdp --fsdp_reshard_after_forward no_shard "$TMP/rank.lua"
+    check "fsdp_reshard_after_forward takes every strategy accelerate config offers (NO_SHARD)" \
+        '(( RC == 0 )) && has "ACCEL_LUA_FSDP_RESHARD_AFTER_FORWARD=NO_SHARD " && ! has "FSDP_SHARDING_STRATEGY"'
+    run "$EXE" launch --use_deepspeed "$TMP/plugin.lua"
+    check "--use_deepspeed: accelerator.state.deepspeed_plugin is the Accelerator's (stage 2)" \
+        '(( RC == 0 )) && has "plugin	DEEPSPEED	nil	2	nil	true"'
+}
+
 # One 2-rank launch: --debug, 2 threads, rank 0 tees both streams, rank 1
 # only stdout (torchrun's per-rank form).
 check_debug_threads_tee() {
@@ -301,6 +368,12 @@ EOF
         '(( RC == 2 )) && has "update writes YAML" && [[ $(cat "$TMP/c.json") == "{\"num_processes\": 2}" ]]'
     run "$EXE" config update --config_file "$TMP/none.yaml"
     check "config update of a missing file: exit 1, named" '(( RC == 1 )) && has "none.yaml does not exist"'
+    cp "$TMP/accelerate_fsdp1.yaml" "$cfg"
+    run "$EXE" config update --config_file "$cfg"
+    check "config update of accelerate config's FSDP1 file: no fsdp_sharding_strategy added beside its fsdp_reshard_after_forward" \
+        '(( RC == 0 )) && ! grep -q fsdp_sharding_strategy "$cfg" && grep -qx "  fsdp_reshard_after_forward: '"'"'SHARD_GRAD_OP'"'"'" "$cfg"'
+    run "$EXE" launch --config_file "$cfg" "$TMP/plugin.lua"
+    check "... and it still launches as SHARD_GRAD_OP" '(( RC == 0 )) && has "plugin	FSDP	SHARD_GRAD_OP	2	"'
     run "$EXE" config default
     mv "$HOME/.cache/accel-lua/default_config.yaml" "$TMP/d.yaml"
     grep -v '^debug:' "$TMP/d.yaml" >"$HOME/.cache/accel-lua/default_config.yaml"
@@ -315,6 +388,7 @@ main() {
     check_refusals
     check_refused_keys
     check_sharding_forwarded
+    check_sharding_defaults
     check_debug_threads_tee
     check_log_dir
     check_module_and_program

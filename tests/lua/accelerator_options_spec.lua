@@ -207,6 +207,9 @@ CASES.Accelerator = {
     local a = accel.Accelerator{deepspeed_plugin = {zero_stage = 0, gradient_accumulation_steps = 3}}
     assert.are.equal(3, a.gradient_accumulation_steps)
     assert.are.equal("DEEPSPEED", a.distributed_type) -- Accelerate's value; stage 0 runs as DDP
+    -- the shared state has it too (Accelerate's AcceleratorState.deepspeed_plugin)
+    assert.are.equal(a.deepspeed_plugin, a.state.deepspeed_plugin)
+    assert.is_nil(a.state.fsdp_plugin)
     local _, b = trained({deepspeed_plugin = {zero_stage = 2}})
     assert.are.equal(2, b.shard_engine.stage) -- prepare built the sharding engine
     same_as_plain({deepspeed_plugin = {zero_stage = 2}})
@@ -215,6 +218,9 @@ CASES.Accelerator = {
     local a = accel.Accelerator{fsdp_plugin = {sharding_strategy = "NO_SHARD"}}
     assert.are.equal(0, a.zero_stage)
     assert.are.equal("FSDP", a.distributed_type)
+    assert.are.equal(a.fsdp_plugin, a.state.fsdp_plugin) -- AcceleratorState.fsdp_plugin
+    assert.are.equal("NO_SHARD", a.state.fsdp_plugin.sharding_strategy)
+    assert.is_nil(a.state.deepspeed_plugin)
     local _, b = trained({fsdp_plugin = {sharding_strategy = "FULL_SHARD"}})
     assert.are.equal(3, b.shard_engine.stage)
     same_as_plain({fsdp_plugin = {}}) -- FULL_SHARD, the default

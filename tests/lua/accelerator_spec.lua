@@ -312,7 +312,7 @@ describe("Accelerator options", function()
     assert.are.equal("no 1 3 FSDP", run("ACCELERATE_USE_FSDP=true"))
     assert.are.equal("no 1 0 FSDP", run("ACCEL_LUA_USE_FSDP=true ACCEL_LUA_FSDP_SHARDING_STRATEGY=NO_SHARD "
       .. "ACCEL_LUA_FSDP_STATE_DICT_TYPE=FULL_STATE_DICT ACCEL_LUA_FSDP_BACKWARD_PREFETCH=BACKWARD_PRE"))
-    -- every setting launch exports for --use_fsdp / --use_deepspeed is read (launch's defaults here)
+    -- every setting launch exports for --use_fsdp / --use_deepspeed is read (the plugin defaults here)
     assert.are.equal("no 1 3 FSDP", run("ACCEL_LUA_USE_FSDP=true ACCEL_LUA_FSDP_VERSION=1 "
       .. "ACCEL_LUA_FSDP_SHARDING_STRATEGY=FULL_SHARD ACCEL_LUA_FSDP_OFFLOAD_PARAMS=false "
       .. "ACCEL_LUA_FSDP_AUTO_WRAP_POLICY=NO_WRAP ACCEL_LUA_FSDP_BACKWARD_PREFETCH=BACKWARD_PRE "

@@ -670,7 +670,7 @@ local function new_accelerator(_, o)
   rawset(self, "_engines", {}) -- {model = m, optimizer = o, engine = e}, one per model prepared under a sharding plan
   rawset(self, "flag", 0)
   self.state:_set_accelerator_info({distributed_type = self._distributed_type, mixed_precision = self.mixed_precision,
-    sharding = self.sharding})
+    sharding = self.sharding, deepspeed_plugin = self.deepspeed_plugin, fsdp_plugin = self.fsdp_plugin})
   if handlers.init_handler and handlers.init_handler.timeout then -- last: a refused Accelerator changes nothing
     require("accel.dist").set_timeout(handlers.init_handler.timeout)
   end

@@ -72,8 +72,20 @@ end
 
 -- What the last Accelerator made asked for (Accelerate's AcceleratorState
 -- is shared the same way): {distributed_type = "DEEPSPEED" | "FSDP" | nil,
--- mixed_precision = ..., sharding = "ZeRO stage 2, ..." | nil}.
+-- mixed_precision = ..., sharding = "ZeRO stage 2, ..." | nil,
+-- deepspeed_plugin = ..., fsdp_plugin = ...}.
 function PartialState:_set_accelerator_info(info) rawset(self, "accelerator_info", info) end
+
+-- The last Accelerator's sharding plugins (nil before one exists), as
+-- Accelerate's AcceleratorState.deepspeed_plugin / fsdp_plugin.
+function props.deepspeed_plugin(s)
+  local info = rawget(s, "accelerator_info")
+  return info and info.deepspeed_plugin
+end
+function props.fsdp_plugin(s)
+  local info = rawget(s, "accelerator_info")
+  return info and info.fsdp_plugin
+end
 
 -- Accelerate's AcceleratorState print: the environment, the processes,
 -- then (once an Accelerator exists) the precision and the sharding stage.
