@@ -59,17 +59,19 @@ static int bw_add_at_index(AGNode *n, Tensor *g, Tensor **gin, bool per_element)
     Tensor *idx = ag_saved(n, 0);
     if (!idx) return -1;
     int dim = (int)n->i[0];
-    Tensor *z = tensor_zeros(n->edges[0].shape, n->edges[0].ndim, g->dtype, g->device), *gc = z ? contig(g) : NULL;
+    DType acc = grad_accum_dtype(g->dtype);
+    Tensor *z = tensor_zeros(n->edges[0].shape, n->edges[0].ndim, acc, g->device);
+    Tensor *gc = z ? tensor_contiguous_as(g, acc) : NULL;
     if (gc) {
         int64_t outer, inner;
         outer_inner(z, dim, &outer, &inner);
         if (per_element)
-            backend_for(z->device)->scatter_add(g->dtype, tensor_data(z), outer, z->shape[dim], inner, tensor_data(idx), idx->shape[dim], tensor_data(gc));
+            backend_for(z->device)->scatter_add(acc, tensor_data(z), outer, z->shape[dim], inner, tensor_data(idx), idx->shape[dim], tensor_data(gc));
         else
-            backend_for(z->device)->index_add(g->dtype, tensor_data(z), outer, z->shape[dim], inner, tensor_data(idx), idx->numel, tensor_data(gc));
+            backend_for(z->device)->index_add(acc, tensor_data(z), outer, z->shape[dim], inner, tensor_data(idx), idx->numel, tensor_data(gc));
     }
     tensor_release(gc);
-    gin[0] = gc ? z : NULL;
+    gin[0] = gc ? tensor_to_dtype_owned(z, g->dtype) : NULL;
     if (!gc) tensor_release(z);
     return gin[0] ? 0 : -1;
 }
@@ -104,8 +106,6 @@ Tensor *op_gather(Tensor *a, int dim, Tensor *index) {
         tensor_release(v);
         return out;
     }
-    if ((dtype_is_float(a->dtype) && a->dtype != DT_F32 && a->dtype != DT_F64) && a->requires_grad)
-        return accel_fail("gather: gradients are supported for float32/float64 inputs only");
     Tensor *idx = checked_index(index, a->ndim ? a->shape[dim] : 1, "gather");
     Tensor *x = idx ? contig(a) : NULL, *out = x ? tensor_empty(index->shape, index->ndim, a->dtype, a->device) : NULL;
     if (out) {

@@ -228,19 +228,20 @@ static int bw_max_dim(AGNode *n, Tensor *g, Tensor **gin) {
     Tensor *idx = ag_saved(n, 0);
     if (!idx) return -1;
     int dim = (int)n->p[0];
-    Tensor *z = tensor_zeros(n->edges[0].shape, n->edges[0].ndim, g->dtype, g->device);
+    DType acc = grad_accum_dtype(g->dtype);
+    Tensor *z = tensor_zeros(n->edges[0].shape, n->edges[0].ndim, acc, g->device);
     int64_t keep[TENSOR_MAX_DIMS];
     memcpy(keep, n->edges[0].shape, sizeof keep);
     keep[dim] = 1;
-    Tensor *gk = z ? tensor_reshape(g, keep, n->edges[0].ndim) : NULL, *gc = gk ? tensor_contiguous(gk) : NULL;
+    Tensor *gk = z ? tensor_reshape(g, keep, n->edges[0].ndim) : NULL, *gc = gk ? tensor_contiguous_as(gk, acc) : NULL;
     if (gc) {
         int64_t outer = 1, inner = 1;
         for (int d = 0; d < dim; d++) outer *= keep[d];
         for (int d = dim + 1; d < n->edges[0].ndim; d++) inner *= keep[d];
-        backend_for(z->device)->scatter_add(g->dtype, tensor_data(z), outer, n->edges[0].shape[dim], inner, tensor_data(idx), 1, tensor_data(gc));
+        backend_for(z->device)->scatter_add(acc, tensor_data(z), outer, n->edges[0].shape[dim], inner, tensor_data(idx), 1, tensor_data(gc));
     }
     tensor_release(gk), tensor_release(gc);
-    gin[0] = gc ? z : NULL;
+    gin[0] = gc ? tensor_to_dtype_owned(z, g->dtype) : NULL;
     if (!gc) tensor_release(z);
     return gin[0] ? 0 : -1;
 }

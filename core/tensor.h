@@ -151,6 +151,10 @@ Tensor *tensor_to_dtype_owned(Tensor *t, DType dt);
 /* A contiguous copy of t in dtype dt (t itself when it already is one),
  * outside the graph: a kernel's operand. */
 Tensor *tensor_contiguous_as(Tensor *t, DType dt);
+/* The dtype a gradient of dtype dt is accumulated in by the scatter /
+ * index-add kernels: float64 stays, the half dtypes and float32 use float32
+ * (the result is rounded back once). */
+static inline DType grad_accum_dtype(DType dt) { return dt == DT_F64 ? DT_F64 : DT_F32; }
 int tensor_copy_(Tensor *dst, Tensor *src);   /* broadcasting src to dst, casting */
 /* Whether src reads memory that dst writes without being dst itself (the
  * same elements in the same layout): an in-place op must read a copy. */

@@ -1674,4 +1674,25 @@ describe("PyTorch's rules for options, promotion and in-place writes", function(
     w:sum({dtype = accel.float64}):backward() -- the cast is part of the graph
     assert.same({1, 1}, w.grad:tolist())
   end)
+
+  -- torch 2.15 (bf16 and fp16): embedding [1,1,0,0,2,2], index_select [0,0,1,2], max(2) [0,1,1,0]
+  it("index_select, embedding, max(dim) and gather have gradients in bf16 / fp16 (they were zeros)", function()
+    local F = accel.nn.functional
+    for _, dt in ipairs({accel.bfloat16, accel.float16}) do
+      local w = accel.tensor({{1, 2}, {3, 4}, {5, 6}}):to(dt):requires_grad_(true)
+      F.embedding(accel.tensor({0, 2, 2}), w):sum():backward()
+      assert.same({{1, 1}, {0, 0}, {2, 2}}, w.grad:tolist())
+      assert.are.equal(dt, w.grad.dtype)
+      local y = accel.tensor({1, 2, 3, 4}):to(dt):requires_grad_(true)
+      y:index_select(1, accel.tensor({2, 3, 3})):sum():backward()
+      assert.same({0, 0, 1, 2}, y.grad:tolist())
+      local x = accel.tensor({{1, 5}, {7, 2}}):to(dt):requires_grad_(true)
+      local v = x:max(2)
+      v:sum():backward()
+      assert.same({{0, 1}, {1, 0}}, x.grad:tolist())
+      local q = accel.tensor({{1, 2}, {3, 4}}):to(dt):requires_grad_(true)
+      q:gather(2, accel.tensor({{1, 1}, {0, 1}})):sum():backward()
+      assert.same({{0, 2}, {1, 1}}, q.grad:tolist())
+    end
+  end)
 end)
