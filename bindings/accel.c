@@ -158,12 +158,14 @@ typedef struct {
     int64_t shape[TENSOR_MAX_DIMS];
     int ndim;
     bool any_float, any_bool, any_int;
+    bool leaf_seen; /* the depth is fixed: no later list may nest deeper */
 } DataInfo;
 
 static void scan_data(lua_State *L, int idx, int depth, DataInfo *info) {
     int t = lua_type(L, idx);
     if (t == LUA_TNUMBER || t == LUA_TBOOLEAN) {
         if (depth != info->ndim) lu_error(L, "tensor: nested lists have inconsistent depth");
+        info->leaf_seen = true;
         if (t == LUA_TBOOLEAN) info->any_bool = true;
         else if (lua_isinteger(L, idx)) info->any_int = true;
         else info->any_float = true;
@@ -173,15 +175,9 @@ static void scan_data(lua_State *L, int idx, int depth, DataInfo *info) {
     int64_t n = (int64_t)lua_rawlen(L, idx);
     if (depth >= TENSOR_MAX_DIMS) lu_error(L, "tensor: too many nesting levels");
     if (depth == info->ndim) {
+        if (info->leaf_seen) lu_error(L, "tensor: nested lists have inconsistent depth");
         info->shape[depth] = n;
         info->ndim = depth + 1;
-        /* determine depth from the first element chain */
-        if (n > 0) {
-            lua_rawgeti(L, idx, 1);
-            int depth_probe = lua_type(L, -1) == LUA_TTABLE;
-            lua_pop(L, 1);
-            (void)depth_probe;
-        }
     } else if (depth > info->ndim || info->shape[depth] != n) {
         lu_error(L, "tensor: expected a list of length %lld at depth %d, got %lld (ragged nested lists)",
                  (long long)info->shape[depth], depth + 1, (long long)n);
@@ -283,6 +279,7 @@ static int l_stack(lua_State *L) { return join_tensors(L, "stack", op_stack); }
 
 static int l_where(lua_State *L) {
     Tensor *c = lu_check_tensor(L, 1);
+    lu_check_tensor_or_scalar(L, 3); /* before argument 2 becomes a tensor */
     Tensor *like = lu_to_tensor(L, 2) ? lu_to_tensor(L, 2) : lu_to_tensor(L, 3);
     Tensor *a = lu_tensor_or_scalar(L, 2, like), *b = lu_tensor_or_scalar(L, 3, like);
     Tensor *r = op_where(c, a, b);

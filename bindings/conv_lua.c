@@ -53,7 +53,9 @@ static void conv_padding(lua_State *L, int idx, const Tensor *w, const int64_t s
         if (stride[0] != 1 || stride[1] != 1) lu_error(L, "conv2d: padding=\"same\" is not supported for strided convolutions");
         if (w->ndim != 4) return; /* op_conv2d reports the weight's shape */
         for (int d = 0; d < 2; d++) {
-            int64_t total = dil[d] * (w->shape[2 + d] - 1);
+            if (dil[d] < 1 || w->shape[2 + d] < 1) return; /* op_conv2d reports them */
+            int64_t total = size_mul(dil[d], w->shape[2 + d] - 1);
+            if (total < 0) lu_error(L, "conv2d: padding=\"same\" with dilation %lld is past 2^63", (long long)dil[d]);
             lo[d] = total / 2, hi[d] = total - total / 2;
         }
         return;

@@ -576,7 +576,13 @@ Device lu_opt_device(lua_State *L, int idx, const char *key) {
     return d;
 }
 
+void lu_check_tensor_or_scalar(lua_State *L, int idx) {
+    if (!lu_to_tensor(L, idx) && lua_type(L, idx) != LUA_TNUMBER && !lua_isboolean(L, idx))
+        lu_error(L, "bad argument #%d (tensor or number expected, got %s)", idx, luaL_typename(L, idx));
+}
+
 Tensor *lu_tensor_or_scalar(lua_State *L, int idx, const Tensor *like) {
+    lu_check_tensor_or_scalar(L, idx);
     Tensor *t = lu_to_tensor(L, idx);
     if (t) return tensor_retain(t);
     if (lua_type(L, idx) == LUA_TNUMBER) {
@@ -585,9 +591,7 @@ Tensor *lu_tensor_or_scalar(lua_State *L, int idx, const Tensor *like) {
         if (!s) lu_core_error(L);
         return s;
     }
-    if (lua_isboolean(L, idx)) return tensor_full(NULL, 0, lua_toboolean(L, idx), DT_BOOL, like ? like->device : lu_default_device(L));
-    lu_error(L, "bad argument #%d (tensor or number expected, got %s)", idx, luaL_typename(L, idx));
-    return NULL;
+    return tensor_full(NULL, 0, lua_toboolean(L, idx), DT_BOOL, like ? like->device : lu_default_device(L));
 }
 
 /* ---- device metatable ---- */

@@ -94,6 +94,9 @@ bool lu_is_device(lua_State *L, int idx);
 
 /* Tensor or number at idx as a tensor (numbers become 0-dim of dtype like). */
 Tensor *lu_tensor_or_scalar(lua_State *L, int idx, const Tensor *like);
+/* Raises lu_tensor_or_scalar's type error for idx, if any: call it first
+ * when a tensor made from an earlier argument would leak. */
+void lu_check_tensor_or_scalar(lua_State *L, int idx);
 
 /* Push the time of clock (CLOCK_MONOTONIC, CLOCK_REALTIME) in seconds, with
  * fractions; returns 1, the count of results. */

@@ -43,6 +43,14 @@ static Tensor **tensor_list(lua_State *L, int idx, int n, const char *who, const
     return a;
 }
 
+/* tensor_list where every item must be there (a parameter list). */
+static Tensor **required_list(lua_State *L, int idx, int n, const char *who, const char *what) {
+    Tensor **ts = tensor_list(L, idx, n, who, what);
+    for (int i = 0; i < n; i++)
+        if (!ts[i]) lu_error(L, "%s: %s[%d] is nil", who, what, i + 1);
+    return ts;
+}
+
 /* The parameters' own gradients (NULL where none). */
 static Tensor **grad_list(lua_State *L, int n, Tensor **params) {
     Tensor **g = lua_newuserdatauv(L, (size_t)(n > 0 ? n : 1) * sizeof *g, 0);
@@ -98,7 +106,7 @@ static int c_sgd_step(lua_State *L) {
                   .dampening = need_number(L, 5, "dampening", who),
                   .weight_decay = need_number(L, 5, "weight_decay", who),
                   .nesterov = flag(L, 5, "nesterov"), .maximize = flag(L, 5, "maximize")};
-    Tensor **p = tensor_list(L, 2, n, who, "params"), **g = grads_arg(L, 3, n, p, who);
+    Tensor **p = required_list(L, 2, n, who, "params"), **g = grads_arg(L, 3, n, p, who);
     Tensor **b = a.momentum != 0 ? tensor_list(L, 4, n, who, "momentum_buffers") : NULL;
     int rc = optim_sgd_step(who, n, p, g, b, &a);
     if (b) store_created(L, 4, n, b);
@@ -124,7 +132,7 @@ static int c_adam_step(lua_State *L) {
     KAdamArgs a = {.lr = need_number(L, 8, "lr", who), .beta1 = beta(L, 8, 1, who), .beta2 = beta(L, 8, 2, who),
                    .eps = need_number(L, 8, "eps", who), .weight_decay = need_number(L, 8, "weight_decay", who),
                    .decoupled = lua_toboolean(L, 9), .maximize = flag(L, 8, "maximize")};
-    Tensor **p = tensor_list(L, 2, n, who, "params"), **g = grads_arg(L, 3, n, p, who);
+    Tensor **p = required_list(L, 2, n, who, "params"), **g = grads_arg(L, 3, n, p, who);
     Tensor **m = tensor_list(L, 4, n, who, "exp_avgs"), **v = tensor_list(L, 5, n, who, "exp_avg_sqs");
     Tensor **vmax = lua_isnil(L, 6) ? NULL : tensor_list(L, 6, n, who, "max_exp_avg_sqs");
     int64_t *steps = lua_newuserdatauv(L, (size_t)(n > 0 ? n : 1) * sizeof *steps, 0);
@@ -152,10 +160,7 @@ static Tensor **full_list(lua_State *L, const char *who, const char *what, const
     lua_Unsigned len = lua_rawlen(L, 1);
     if (len > 0x7fffffff) lu_error(L, "%s: too many %s", who, items);
     *n = (int)len;
-    Tensor **ts = tensor_list(L, 1, *n, who, what);
-    for (int i = 0; i < *n; i++)
-        if (!ts[i]) lu_error(L, "%s: %s[%d] is nil", who, what, i + 1);
-    return ts;
+    return required_list(L, 1, *n, who, what);
 }
 
 static Tensor **param_list(lua_State *L, const char *who, int *n) { return full_list(L, who, "params", "parameters", n); }

@@ -993,6 +993,7 @@ static Tensor *overwrite_begin(Tensor *t, Tensor *src, int64_t row) {
         Tensor *su = se ? tensor_unsqueeze(se, 0) : NULL;
         Tensor *head = su ? tensor_narrow(t, 0, 0, row) : NULL;
         Tensor *tail = head ? tensor_narrow(t, 0, row + 1, t->shape[0] - row - 1) : NULL;
+        ag_view_keeps_history(head), ag_view_keeps_history(tail); /* the write is outside them */
         if (tail) r = op_cat((Tensor *[]){head, su, tail}, 3, 0);
         tensor_release(rowv), tensor_release(se), tensor_release(su), tensor_release(head), tensor_release(tail);
     }
@@ -1322,6 +1323,7 @@ static int t_newindex(lua_State *L) {
             return lu_error(L, "t[%lld] = ...: a leaf tensor that requires grad (shape %s) cannot be modified in place; "
                             "use accel.no_grad", (long long)i, tensor_shape_str(t));
         Tensor *s3 = lu_to_tensor(L, 3);
+        lu_check_tensor_or_scalar(L, 3); /* before the row view exists */
         lua_pushfstring(L, "t[%" LUA_FMT_INT "] = ...", LUA_FMT_INT_ARG(i));
         if (lua_type(L, 3) == LUA_TNUMBER) lu_check_fill_value(L, lua_tonumber(L, 3), t->dtype, lua_tostring(L, -1));
         bool hist = overwrite_check(L, t, s3 && s3->requires_grad, lua_tostring(L, -1));

@@ -48,6 +48,7 @@ struct AGNode {
     int n_saved;
     bool released;
     bool unsaved;    /* recorded while saving was off (ag_set_keep_saved): cannot run */
+    bool view_base;  /* a view's node: saved[0] is the tensor it views (ag_record_view) */
     double p[4];     /* op scalars */
     int64_t i[TENSOR_MAX_DIMS * 2]; /* op integers (dims, shapes) */
     void *ctx;
@@ -77,6 +78,14 @@ bool ag_needs_grad(Tensor **inputs, int n);
 AGNode *ag_record(const char *name, AGBackwardFn fn, Tensor *out, Tensor **inputs, int n_in);
 /* Save a tensor for backward (retained, version recorded). */
 void ag_save(AGNode *n, Tensor *t);
+/* ag_record for a view out of t. When t has history, the node keeps t's
+ * version: an in-place op on t afterwards changes t's history but not the
+ * view's (PyTorch rebuilds the view's), so that backward is refused. */
+AGNode *ag_record_view(const char *name, AGBackwardFn fn, Tensor *out, Tensor *t);
+/* For a view whose base is about to be written only outside the view's
+ * elements (t[i] = v keeps t's other rows): its history stays true, so its
+ * backward does not check the base's version. */
+void ag_view_keeps_history(Tensor *view);
 /* Fetch a saved tensor, checking it was not modified in place since. */
 Tensor *ag_saved(AGNode *n, int k);
 /* Whether input k of the node needs a gradient. */

@@ -226,7 +226,7 @@ static int64_t pool_out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_
     if (padded < 0 || reach < 0) return -1;
     const int64_t span = padded - reach;
     if (span < 0) return 0;
-    int64_t o = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
+    int64_t o = span / s + (ceil_mode && span % s != 0) + 1; /* ceil without span + s - 1 overflowing */
     if (ceil_mode && (o - 1) * s >= in + p) o--; /* the last window must start inside the input or left padding */
     return o;
 }

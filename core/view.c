@@ -98,7 +98,7 @@ static int acc_narrow(AGNode *n, Tensor *g, Tensor **acc) {
 }
 
 static Tensor *record_view(Tensor *out, Tensor *t, const char *name, AGBackwardFn fn) {
-    if (out) ag_record(name, fn, out, &t, 1);
+    if (out) ag_record_view(name, fn, out, t);
     return out;
 }
 
@@ -214,7 +214,7 @@ Tensor *tensor_transpose(Tensor *t, int d0, int d1) {
     s[d0] = t->shape[d1], s[d1] = t->shape[d0];
     st[d0] = t->stride[d1], st[d1] = t->stride[d0];
     Tensor *v = make_view(t, s, st, t->ndim, t->offset);
-    AGNode *n = v ? ag_record("TransposeBackward", bw_transpose, v, &t, 1) : NULL;
+    AGNode *n = v ? ag_record_view("TransposeBackward", bw_transpose, v, t) : NULL;
     if (n) n->i[0] = d0, n->i[1] = d1;
     return v;
 }
@@ -230,7 +230,7 @@ Tensor *tensor_permute(Tensor *t, const int *dims, int nd) {
         st[i] = t->stride[w[i]];
     }
     Tensor *v = make_view(t, s, st, nd, t->offset);
-    AGNode *n = v ? ag_record("PermuteBackward", bw_permute, v, &t, 1) : NULL;
+    AGNode *n = v ? ag_record_view("PermuteBackward", bw_permute, v, t) : NULL;
     if (n)
         for (int i = 0; i < nd; i++) n->i[i] = w[i];
     return v;
@@ -247,7 +247,7 @@ Tensor *tensor_narrow(Tensor *t, int dim, int64_t start, int64_t length) {
     memcpy(s, t->shape, sizeof s);
     s[dim] = length;
     Tensor *v = make_view(t, s, t->stride, t->ndim, t->offset + start * t->stride[dim]);
-    AGNode *n = v ? ag_record("NarrowBackward", bw_narrow, v, &t, 1) : NULL;
+    AGNode *n = v ? ag_record_view("NarrowBackward", bw_narrow, v, t) : NULL;
     if (n) n->i[0] = dim, n->i[1] = start, n->i[2] = 0, n->i[3] = length, n->backward_acc = acc_narrow;
     return v;
 }
@@ -265,7 +265,7 @@ Tensor *tensor_select(Tensor *t, int dim, int64_t index) {
     for (int d = 0; d < t->ndim; d++)
         if (d != dim) s[k] = t->shape[d], st[k++] = t->stride[d];
     Tensor *v = make_view(t, s, st, t->ndim - 1, t->offset + index * t->stride[dim]);
-    AGNode *n = v ? ag_record("SelectBackward", bw_narrow, v, &t, 1) : NULL;
+    AGNode *n = v ? ag_record_view("SelectBackward", bw_narrow, v, t) : NULL;
     if (n) n->i[0] = dim, n->i[1] = index, n->i[2] = 1, n->backward_acc = acc_narrow;
     return v;
 }
