@@ -1695,4 +1695,21 @@ describe("PyTorch's rules for options, promotion and in-place writes", function(
       assert.same({{0, 2}, {1, 1}}, q.grad:tolist())
     end
   end)
+
+  -- found by the sanitizer build: each was an out-of-bounds write, an overflow or a leak
+  it("ragged literals that nest deeper after a number, huge conv/pool sizes, bad operands are clean errors", function()
+    fails("nested lists have inconsistent depth", function() return accel.tensor({{1, 2}, {{}, {}}}) end)
+    fails("nested lists have inconsistent depth", function() return accel.tensor({{1, 2}, {{3, 4}, {5, 6}}}) end)
+    assert.same({2, 0}, {table.unpack(accel.tensor({{}, {}}):size())})
+    local F = accel.nn.functional
+    fails("padding=\"same\" with dilation 4611686018427387904 is past 2%^63", function()
+      return F.conv2d(accel.zeros(1, 2, 5, 5), accel.zeros(3, 2, 3, 3), nil, {padding = "same", dilation = 2 ^ 62})
+    end)
+    assert.same({1, 1, 1, 1}, {table.unpack(F.max_pool2d(accel.zeros(1, 1, 4, 4), 3,
+      {stride = 2 ^ 62, ceil_mode = true}):size())})
+    local t = accel.zeros(2, 2)
+    fails("bad argument #3 %(tensor or number expected, got string%)", function() t[1] = "x" end)
+    fails("bad argument #3 %(tensor or number expected, got table%)",
+      function() return accel.where(accel.tensor({true}), 1.5, {}) end)
+  end)
 end)
