@@ -1,5 +1,6 @@
 /* autograd_lua.c: grad-mode control from Lua (accel.no_grad(fn) and its
- * <close> handle form, enable_grad, set_grad_enabled, is_grad_enabled) and
+ * <close> handle form, enable_grad, set_grad_enabled, is_grad_enabled,
+ * inference_mode: no_grad under PyTorch's other name) and
  * the C side of custom autograd functions (accel._C.attach_custom, one or
  * several outputs), whose backward calls back into Lua, backward from several
  * roots (_C.backward_many) and recording without saving (_C.set_keep_saved,
@@ -8,35 +9,47 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* fn (at `at`) with its arguments above it, under grad mode `on`; the mode
- * is restored whatever happens (checked first: a bad argument changes nothing). */
-static int call_in_grad_mode(lua_State *L, int at, bool on) {
+/* Inside inference_mode (what is_inference_mode_enabled reports); the
+ * other grad-mode functions leave it as it is, as in PyTorch. */
+static __thread bool inference_on;
+
+/* fn (at `at`) with its arguments above it, under grad mode `on` and
+ * inference mode `inf`; both are restored whatever happens (checked first:
+ * a bad argument changes nothing). */
+static int call_in_grad_mode(lua_State *L, int at, bool on, bool inf) {
     luaL_checktype(L, at, LUA_TFUNCTION);
-    bool prev = ag_set_grad_enabled(on);
+    bool prev = ag_set_grad_enabled(on), prev_inf = inference_on;
+    inference_on = inf;
     int rc = lua_pcall(L, lua_gettop(L) - at, LUA_MULTRET, 0);
     ag_set_grad_enabled(prev);
+    inference_on = prev_inf;
     if (rc != LUA_OK) return lua_error(L);
     return lua_gettop(L) - at + 1;
 }
 
-/* no_grad(fn, ...) / enable_grad(fn, ...): fn's results. Without fn: a
- * handle whose __close restores the previous mode. */
-static int with_grad_mode(lua_State *L, bool on) {
-    if (!lua_isnoneornil(L, 1)) return call_in_grad_mode(L, 1, on);
-    bool prev = ag_set_grad_enabled(on);
-    lua_createtable(L, 0, 1);
-    lua_pushboolean(L, prev);
+/* no_grad(fn, ...) / enable_grad(fn, ...) / inference_mode(fn, ...): fn's
+ * results. Without fn: a handle whose __close restores the previous modes. */
+static int with_grad_mode(lua_State *L, bool on, bool inf) {
+    if (!lua_isnoneornil(L, 1)) return call_in_grad_mode(L, 1, on, inf);
+    lua_createtable(L, 0, 2);
+    lua_pushboolean(L, inference_on);
+    lua_setfield(L, -2, "prev_inference");
+    lua_pushboolean(L, ag_set_grad_enabled(on));
     lua_setfield(L, -2, "prev");
+    inference_on = inf;
     luaL_setmetatable(L, "accel.GradMode");
     return 1;
 }
 
-static int l_no_grad(lua_State *L) { return with_grad_mode(L, false); }
-static int l_enable_grad(lua_State *L) { return with_grad_mode(L, true); }
+static int l_no_grad(lua_State *L) { return with_grad_mode(L, false, inference_on); }
+static int l_enable_grad(lua_State *L) { return with_grad_mode(L, true, inference_on); }
+static int l_inference_mode(lua_State *L) { return with_grad_mode(L, false, true); }
 
 static int grad_mode_close(lua_State *L) {
     lua_getfield(L, 1, "prev");
     ag_set_grad_enabled(lua_toboolean(L, -1));
+    lua_getfield(L, 1, "prev_inference");
+    inference_on = lua_toboolean(L, -1);
     return 0;
 }
 
@@ -46,13 +59,18 @@ static int l_set_grad_enabled(lua_State *L) {
     if (!lua_isboolean(L, 1))
         return lu_error(L, "set_grad_enabled: expected a boolean mode, got %s", luaL_typename(L, 1));
     bool on = lua_toboolean(L, 1);
-    if (!lua_isnoneornil(L, 2)) return call_in_grad_mode(L, 2, on);
+    if (!lua_isnoneornil(L, 2)) return call_in_grad_mode(L, 2, on, inference_on);
     lua_pushboolean(L, ag_set_grad_enabled(on));
     return 1;
 }
 
 static int l_is_grad_enabled(lua_State *L) {
     lua_pushboolean(L, ag_grad_enabled());
+    return 1;
+}
+
+static int l_is_inference_mode_enabled(lua_State *L) {
+    lua_pushboolean(L, inference_on);
     return 1;
 }
 
@@ -362,8 +380,12 @@ void lu_open_autograd(lua_State *L, int m) {
     lua_pushcfunction(L, grad_mode_close);
     lua_setfield(L, -2, "__close");
     lua_pop(L, 1);
-    static const luaL_Reg fns[] = {{"no_grad", l_no_grad}, {"enable_grad", l_enable_grad},
-                                   {"set_grad_enabled", l_set_grad_enabled}, {"is_grad_enabled", l_is_grad_enabled},
+    static const luaL_Reg fns[] = {{"no_grad", l_no_grad},
+                                   {"enable_grad", l_enable_grad},
+                                   {"set_grad_enabled", l_set_grad_enabled},
+                                   {"is_grad_enabled", l_is_grad_enabled},
+                                   {"inference_mode", l_inference_mode},
+                                   {"is_inference_mode_enabled", l_is_inference_mode_enabled},
                                    {NULL, NULL}};
     lua_pushvalue(L, m);
     luaL_setfuncs(L, fns, 0);

@@ -449,7 +449,7 @@ static int t_var(lua_State *L) { return ret(L, variance(L)); }
 static int t_std(lua_State *L) {
     Tensor *v = variance(L);
     if (!v) lu_core_error(L);
-    Tensor *s = op_unary(KU_SQRT, v, 0, 0);
+    Tensor *s = op_std_of_var(v);
     tensor_release(v);
     return ret(L, s);
 }
@@ -1363,6 +1363,8 @@ static int t_newindex(lua_State *L) {
     }
     if (strcmp(k, "grad") == 0) {
         Tensor *g = lua_isnil(L, 3) ? NULL : lu_check_tensor(L, 3);
+        if (g == t) /* as PyTorch: backward would accumulate into the values themselves */
+            return lu_error(L, "t.grad = t: can't assign a tensor as its own grad (assign t:detach():clone())");
         if (g && (g->ndim != t->ndim || memcmp(g->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim) != 0))
             return lu_error(L, "assigned grad has shape %s but the tensor has shape %s", tensor_shape_str(g), tensor_shape_str(t));
         if (g && g->dtype != t->dtype)

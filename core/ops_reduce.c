@@ -337,6 +337,28 @@ Tensor *op_var(Tensor *a, const int *dims, int ndims, double correction, bool ke
     return v;
 }
 
+/* std = sqrt(var): g / (2 * std), and 0 where the std is 0 (PyTorch's
+ * std_backward masks it), instead of the inf * 0 = NaN of the sqrt node. */
+static int bw_std(AGNode *n, Tensor *g, Tensor **gin) {
+    Tensor *out = ag_saved(n, 0);
+    if (!out) return -1;
+    Tensor *zero = op_binary_scalar(KB_EQ, out, 0, true, false);
+    Tensor *q = zero ? op_binary(KB_DIV, g, out) : NULL;
+    Tensor *h = q ? op_binary_scalar(KB_MUL, q, 0.5, false, false) : NULL;
+    gin[0] = h ? op_masked_fill(h, zero, 0.0) : NULL;
+    tensor_release(zero), tensor_release(q), tensor_release(h);
+    return gin[0] ? 0 : -1;
+}
+
+Tensor *op_std_of_var(Tensor *v) {
+    bool prev = ag_set_grad_enabled(false);
+    Tensor *r = op_unary(KU_SQRT, v, 0, 0);
+    ag_set_grad_enabled(prev);
+    AGNode *n = r ? ag_record("std", bw_std, r, &v, 1) : NULL;
+    if (n) ag_save(n, r);
+    return r;
+}
+
 /* 2-norm: g * a / norm, and 0 where the norm is 0 (the subgradient PyTorch
  * uses), instead of the 0 * inf = NaN a sqrt(sum(a*a)) chain would give. */
 static int bw_norm2(AGNode *n, Tensor *g, Tensor **gin) {

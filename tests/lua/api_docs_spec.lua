@@ -135,7 +135,8 @@ end
 
 PAGES["autograd.md"] = function()
   local names = public_keys(accel.autograd, {})
-  for _, k in ipairs({"no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled"}) do names[k] = true end
+  for _, k in ipairs({"no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "inference_mode",
+                      "is_inference_mode_enabled"}) do names[k] = true end
   return names
 end
 

@@ -252,6 +252,34 @@ describe("grad mode", function()
     assert.equal(accel.no_grad, accel.autograd.no_grad)
   end)
 
+  it("inference_mode is no_grad under PyTorch's other name; is_inference_mode_enabled tells it", function()
+    local x = leaf({1, 2})
+    assert.is_false(accel.is_inference_mode_enabled())
+    local rg, seven = accel.inference_mode(function(k)
+      assert.is_true(accel.is_inference_mode_enabled())
+      assert.is_false(accel.is_grad_enabled())
+      accel.enable_grad(function() -- as PyTorch: grad on, still in inference mode
+        assert.is_true(accel.is_inference_mode_enabled())
+        assert.is_true(accel.is_grad_enabled())
+      end)
+      return (x * k).requires_grad, 7
+    end, 2)
+    assert.is_false(rg)
+    assert.equal(7, seven)
+    assert.is_false(accel.is_inference_mode_enabled())
+    do
+      local _ <close> = accel.inference_mode()
+      assert.is_true(accel.is_inference_mode_enabled())
+      assert.is_false((x * 2).requires_grad)
+    end
+    assert.is_false(accel.is_inference_mode_enabled())
+    assert.is_true(accel.is_grad_enabled())
+    assert.is_false(pcall(accel.inference_mode, function() error("boom") end))
+    assert.is_false(accel.is_inference_mode_enabled())
+    assert.is_true(accel.is_grad_enabled())
+    assert.equal(accel.inference_mode, accel.autograd.inference_mode)
+  end)
+
   it("grad mode is restored after a failing backward", function()
     local x = leaf({1, 2})
     local y = x * 2
@@ -752,7 +780,7 @@ describe("custom functions from Lua", function()
     local many = ident(function(_, g) return g, nil, g end)
     assert.matches("expected 2, got 3", errmsg(function() many(x, w):sum():backward() end))
     local bad = ident(function(_, g) return g:sum(), nil end)
-    assert.matches("invalid gradient at index 1: got %[%] but expected shape %[2%]",
+    assert.matches("invalid gradient at index 1: got %[%] but expected shape compatible with %[2%]",
       errmsg(function() bad(x, w:detach()):sum():backward() end))
     local ok = ident(function(_, g) return g, nil end)
     local b = x * 1
@@ -785,6 +813,121 @@ describe("custom functions from Lua", function()
     assert.is_truthy(q, "the second output was lost")
     ;(p:sum() + q:sum()):backward()
     assert_close(x.grad, accel.full({3}, 5, {dtype = x.dtype}))
+  end)
+
+  -- Expected values and messages from PyTorch 2.15.
+  it("a tensor saved after a nil is still checked for in-place changes", function()
+    local Lin = accel.autograd.Function{name = "Lin",
+      forward = function(ctx, x, bias, w) ctx:save_for_backward(bias, w); return x:matmul(w) end,
+      backward = function(ctx, g)
+        assert.is_nil(ctx.saved_tensors[1])
+        assert.equal(2, ctx.saved_tensors.n)
+        return g:matmul(ctx.saved_tensors[2]:t()), nil, nil
+      end}
+    local x = accel.ones(1, 2, {dtype = f64, requires_grad = true})
+    local w = accel.tensor({{1, 2}, {3, 4}}, {dtype = f64})
+    Lin(x, nil, w):sum():backward()
+    assert.same({{3, 7}}, x.grad:tolist())
+    local y = Lin(x, nil, w)
+    w:mul_(10)
+    assert.matches("Lin: saved tensor 2 %(shape %[2, 2%]%) was modified by an in%-place operation",
+      errmsg(function() y:sum():backward() end))
+  end)
+
+  it("an output that gets no gradient reaches backward as zeros (set_materialize_grads(false): nil)", function()
+    local got = {}
+    local Two = accel.autograd.Function{
+      forward = function(ctx, a, materialize)
+        if materialize ~= nil then ctx:set_materialize_grads(materialize) end
+        ctx:save_for_backward(a)
+        return a * 2, a * a, a:gt(1):long()
+      end,
+      backward = function(ctx, g1, g2, g3)
+        got = {g1, g2, g3}
+        local r = g2 and g2 * 2 * ctx.saved_tensors[1] or nil
+        if g1 then r = r and r + g1 * 2 or g1 * 2 end
+        return r, nil
+      end}
+    local a = leaf({1, 2})
+    local _, q = Two(a)
+    q:sum():backward()
+    assert.same({2, 4}, a.grad:tolist())
+    assert.same({0, 0}, got[1]:tolist())
+    assert.equal(accel.float64, got[1].dtype)
+    assert.same({1, 1}, got[2]:tolist())
+    assert.same({0, 0}, got[3]:tolist()) -- the integer output's zeros keep its dtype
+    assert.equal(accel.int64, got[3].dtype)
+    a.grad = nil
+    local p = Two(a, false)
+    p:sum():backward()
+    assert.same({2, 2}, a.grad:tolist())
+    assert.same({1, 1}, got[1]:tolist())
+    assert.is_nil(got[2])
+    assert.is_nil(got[3])
+    assert.matches("set_materialize_grads: expected a boolean, got number", errmsg(function() Two(a, 1) end))
+  end)
+
+  it("ctx:mark_non_differentiable: those outputs do not require grad, backward gets zeros (or nil) for them", function()
+    local got
+    local function make(materialize)
+      return accel.autograd.Function{
+        forward = function(ctx, a)
+          local b, c = a * 2, a * 3
+          ctx:mark_non_differentiable(b)
+          ctx:set_materialize_grads(materialize)
+          return b, c
+        end,
+        backward = function(ctx, g1, g2) got = {g1, g2}; return g2 * 3 end}
+    end
+    local a = leaf({3, 1})
+    local b, c = make(true)(a)
+    assert.is_false(b.requires_grad)
+    assert.is_true(c.requires_grad)
+    assert.same({6, 2}, b:tolist())
+    c:sum():backward()
+    assert.same({3, 3}, a.grad:tolist())
+    assert.same({0, 0}, got[1]:tolist())
+    assert.same({1, 1}, got[2]:tolist())
+    local _, c2 = make(false)(a)
+    c2:sum():backward()
+    assert.is_nil(got[1])
+    local One = accel.autograd.Function{
+      forward = function(ctx, x) local y = x * 2; ctx:mark_non_differentiable(y); return y end,
+      backward = function(_, g) return g end}
+    local y = One(a)
+    assert.is_false(y.requires_grad)
+    assert.is_nil(y.grad_fn)
+    local Num = accel.autograd.Function{forward = function(ctx, x) ctx:mark_non_differentiable(3); return x * 2 end,
+      backward = function(_, g) return g end}
+    assert.matches("mark_non_differentiable only accepts tensors, but argument 1 is a number",
+      errmsg(function() Num(a) end))
+  end)
+
+  it("a gradient for an argument that is not a tensor is an error", function()
+    local Scale = accel.autograd.Function{name = "Scale",
+      forward = function(ctx, a, k) return a * k end,
+      backward = function(_, g) return g * 2, g end}
+    local a = leaf({1, 2})
+    assert.matches("Scale backward returned a gradient at index 2, but forward's argument 2 is not a tensor %(a number%)",
+      errmsg(function() Scale(a, 2):sum():backward() end))
+  end)
+
+  it("a gradient of a shape the input expands to is summed back to the input's shape; others are refused", function()
+    local Sum = accel.autograd.Function{name = "Sum",
+      forward = function(ctx, a) return a:sum() end,
+      backward = function(_, g) return g:expand(3, 2, 3):contiguous() * accel.arange(1, 19, {dtype = f64}):view(3, 2, 3) end}
+    local a = gc.leaf(accel.ones(2, 1, {dtype = f64}))
+    Sum(a):backward()
+    assert.same({{72}, {99}}, a.grad:tolist())
+    local b = leaf({1, 2})
+    local Expand = accel.autograd.Function{forward = function(ctx, x) return x:sum() end,
+      backward = function(_, g) return g:expand(2, 2) end}
+    Expand(b):backward()
+    assert.same({2, 2}, b.grad:tolist())
+    local Bad = accel.autograd.Function{name = "Bad", forward = function(ctx, x) return x:sum() end,
+      backward = function(_, g) return g:expand(2, 3) end}
+    assert.matches("Bad backward returned an invalid gradient at index 1: got %[2, 3%] but expected shape compatible "
+      .. "with %[3, 2%]", errmsg(function() Bad(gc.leaf(accel.ones(3, 2, {dtype = f64}))):backward() end))
   end)
 end)
 
@@ -903,12 +1046,26 @@ describe("grad modes, autograd.backward, .grad and fill values as PyTorch", func
     assert.same({5, 7, 9}, x.grad:tolist())
     fails("argument 3 is not supported", accel.autograd.backward, (x * 2):sum(), nil, {retain_graph = true})
     fails("only for one%-element outputs", accel.autograd.backward, {x * 2})
+    -- a tensor with a list of gradients, a list with one gradient tensor (PyTorch takes both)
+    x.grad = nil
+    accel.autograd.backward(x * x, {accel.ones(3, {dtype = f64})})
+    assert.same({2, 4, 6}, x.grad:tolist())
+    accel.autograd.backward({x * x}, accel.ones(3, {dtype = f64}))
+    assert.same({4, 8, 12}, x.grad:tolist())
+    fails("autograd.backward: argument 2 %(grad_tensors%) must be a tensor, a list of tensors", accel.autograd.backward,
+      (x * 2):sum(), 5)
+    fails("autograd.backward: argument 1 %(tensors%) must be a tensor or a list of tensors, got number",
+      accel.autograd.backward, 5)
   end)
 
   it(".grad assignment checks shape and dtype; a 0-dim fill value that requires grad gets its gradient", function()
     local w = accel.zeros(2, 3, {requires_grad = true})
     fails("assigned grad has shape %[3, 2%]", function() w.grad = accel.zeros(3, 2) end)
     fails("assigned grad has dtype float64", function() w.grad = accel.zeros(2, 3, {dtype = f64}) end)
+    fails("can't assign a tensor as its own grad", function() w.grad = w end)
+    assert.is_nil(w.grad)
+    w.grad = w:detach() -- another tensor on the same values is allowed, as in PyTorch
+    w.grad = nil
     local v = accel.tensor(2.0, {requires_grad = true})
     local r = accel.ones(3):masked_fill(accel.tensor({true, false, true}), v)
     r:sum():backward()
@@ -931,5 +1088,12 @@ describe("grad modes, autograd.backward, .grad and fill values as PyTorch", func
     fails("save_for_backward can only save tensors", B, accel.ones(2, {requires_grad = true}))
     fails("Tensor.retain_grad is not provided", function() return accel.ones(1):retain_grad() end)
     fails("accel.autograd.grad is not provided", function() return accel.autograd.grad end)
+    for _, k in ipairs({"gradcheck", "set_detect_anomaly", "detect_anomaly"}) do
+      fails("accel.autograd." .. k .. " is not provided", function() return accel.autograd[k] end)
+    end
+    local m = accel.nn.Linear(2, 2)
+    for _, k in ipairs({"register_full_backward_hook", "register_backward_hook", "register_full_backward_pre_hook"}) do
+      fails("nn.Module." .. k .. " is not provided", function() return m[k](m, function() end) end)
+    end
   end)
 end)

@@ -241,6 +241,27 @@ describe("reductions", function()
     check(function(a) return a:std(1, {correction = 0}) end, {randn(3, 4)})
   end)
 
+  it("std where it is 0 has gradient 0 (PyTorch's std_backward), not NaN, in every form", function()
+    -- expected values from PyTorch 2.15
+    local y = leaf({2, 2, 2})
+    y:std():backward()
+    assert.same({0, 0, 0}, y.grad:tolist())
+    local x = leaf({{1, 1, 1}, {1, 2, 3}})
+    ;(x:std(2, {keepdim = true}) * accel.tensor({{3}, {5}}, {dtype = f64})):sum():backward()
+    assert.same({{0, 0, 0}, {-2.5, 0, 2.5}}, x.grad:tolist())
+    x.grad = nil
+    ;(x:std(2, {correction = 0}) * accel.tensor({3, 5}, {dtype = f64})):sum():backward()
+    local want = accel.tensor({{0, 0, 0}, {-2.0412414523193148, 0, 2.0412414523193148}}, {dtype = f64})
+    assert.is_true(max_abs_diff(x.grad, want) < 1e-12)
+    x.grad = nil
+    ;(x:std(1, false) * accel.tensor({1, 2, 3}, {dtype = f64})):sum():backward()
+    assert.same({{0, -1, -1.5}, {0, 1, 1.5}}, x.grad:tolist())
+    -- sqrt's own gradient at 0 stays inf
+    local z = leaf({0, 4})
+    z:sqrt():sum():backward()
+    assert.same({math.huge, 0.25}, z.grad:tolist())
+  end)
+
   it("norm p = 1, 2, 3, inf, with dims and keepdim", function()
     check(function(a) return a:norm() end, {randn(3, 4)})
     check(function(a) return a:norm(1) end, {randn(3, 4)})

@@ -484,7 +484,9 @@ describe("accel.utils.checkpoint_module", function()
     assert.equal(3, #utils.apply_activation_checkpointing(small, {}))
     assert.is_true(utils.is_checkpointed(small[2]))
     expect_error(function() utils.apply_activation_checkpointing(model, {check_fn = function() return true end, typo = 1}) end,
-      "unknown option 'typo'")
+      "apply_activation_checkpointing: unknown option 'typo' (options: check_fn, use_reentrant, preserve_rng_state)")
+    expect_error(function() utils.apply_activation_checkpointing(small, 5) end,
+      "apply_activation_checkpointing: options must be a table, got number")
   end)
 
   it("bad arguments", function()

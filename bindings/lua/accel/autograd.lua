@@ -8,15 +8,20 @@
 --
 -- forward runs without recording a graph and returns one tensor, or
 -- several (each gets the custom node; backward then receives one gradient
--- per output); backward returns one gradient (or nil) per argument of
--- forward, in order. As PyTorch checks: ctx.needs_input_grad is set before
--- forward; backward must return that many gradients (extra ones only nil;
--- trailing ones may be left out where no gradient is needed, since Lua
--- cannot tell a trailing nil from none), each of its input's shape; a tensor saved with ctx:save_for_backward and
--- modified in place before backward is an error. def.name names the
--- function in errors.
+-- per output: zeros of the output's shape for one that got none, or nil
+-- after ctx:set_materialize_grads(false), as PyTorch); backward returns one
+-- gradient (or nil) per argument of forward, in order. As PyTorch checks:
+-- ctx.needs_input_grad is set before forward; backward must return that
+-- many gradients (extra ones only nil; trailing ones may be left out where
+-- no gradient is needed, since Lua cannot tell a trailing nil from none),
+-- none for an argument that is not a tensor, each of its input's shape or
+-- one that shape expands to (the engine sums it back, as PyTorch's sum_to);
+-- a tensor saved with ctx:save_for_backward and modified in place before
+-- backward is an error. Outputs given to ctx:mark_non_differentiable do
+-- not require grad. def.name names the function in errors.
 local accel = require("accel")
 local compat = require("accel.compat")
+local util = require("accel.util")
 
 local autograd = {}
 
@@ -30,7 +35,28 @@ function Ctx:save_for_backward(...)
       error(("save_for_backward can only save tensors (or nil), but argument %d is a %s"):format(i, type(saved[i])), 2)
     end
   end
-  self.saved_tensors = {...}
+  self.saved_tensors = saved -- n counts a nil among them too
+end
+
+-- PyTorch's default (true): an output that gets no gradient is given to
+-- backward as zeros of its shape; false: as nil.
+function Ctx:set_materialize_grads(on)
+  if type(on) ~= "boolean" then util.raise("ctx:set_materialize_grads: expected a boolean, got %s", type(on)) end
+  self._materialize = on
+end
+
+-- The outputs among these tensors do not require grad; backward gets zeros
+-- (or nil, see set_materialize_grads) for them.
+function Ctx:mark_non_differentiable(...)
+  local marked = self._non_differentiable or {}
+  for i = 1, select("#", ...) do
+    local t = select(i, ...)
+    if not accel.is_tensor(t) then
+      util.raise("ctx:mark_non_differentiable only accepts tensors, but argument %d is a %s", i, type(t))
+    end
+    marked[t] = true
+  end
+  self._non_differentiable = marked
 end
 
 local function shape_str(t)
@@ -42,13 +68,14 @@ end
 -- The saved tensors' versions when forward returned (in-place changes since
 -- then make backward's inputs wrong).
 local function saved_versions(ctx)
-  local v = {}
-  for i, t in ipairs(ctx.saved_tensors) do v[i] = accel.is_tensor(t) and t._version or false end
+  local v, saved = {}, ctx.saved_tensors
+  for i = 1, saved.n or #saved do v[i] = accel.is_tensor(saved[i]) and saved[i]._version or false end
   return v
 end
 
 local function check_saved(name, ctx, versions)
-  for i, t in ipairs(ctx.saved_tensors) do
+  for i = 1, #versions do
+    local t = ctx.saved_tensors[i]
     if versions[i] and t._version ~= versions[i] then
       error(("%s: saved tensor %d (shape %s) was modified by an in-place operation after forward, so its "
         .. "backward would use other values (version %d, saved at %d)"):format(name, i, shape_str(t), t._version,
@@ -57,9 +84,20 @@ local function check_saved(name, ctx, versions)
   end
 end
 
+-- x's shape expands to g's (PyTorch's is_expandable_to)
+local function expands_to(x, g)
+  local lead = g:dim() - x:dim()
+  if lead < 0 then return false end
+  for i = 1, x:dim() do
+    if x:size(i) ~= 1 and x:size(i) ~= g:size(i + lead) then return false end
+  end
+  return true
+end
+
 -- backward's results checked against forward's arguments. Lua cannot tell
 -- a trailing nil from a missing value, so fewer results are fine while the
--- arguments left out need no gradient.
+-- arguments left out need no gradient. A gradient x's shape expands to is
+-- summed back to it by the engine.
 local function check_grads(name, grads, args, needs)
   local function count_error()
     error(("%s backward returned an incorrect number of gradients (expected %d, got %d)"):format(name, args.n,
@@ -73,11 +111,56 @@ local function check_grads(name, grads, args, needs)
   end
   for i = 1, args.n do
     local g, x = grads[i], args[i]
-    if g ~= nil and accel.is_tensor(x) and accel.is_tensor(g) and shape_str(g) ~= shape_str(x) then
-      error(("%s backward returned an invalid gradient at index %d: got %s but expected shape %s"):format(name, i,
-        shape_str(g), shape_str(x)), 0)
+    if g ~= nil and not accel.is_tensor(x) then
+      error(("%s backward returned a gradient at index %d, but forward's argument %d is not a tensor (a %s): "
+        .. "return nil there"):format(name, i, i, type(x)), 0)
+    end
+    if accel.is_tensor(g) and not expands_to(x, g) then
+      error(("%s backward returned an invalid gradient at index %d: got %s but expected shape compatible with %s")
+        :format(name, i, shape_str(g), shape_str(x)), 0)
     end
   end
+end
+
+-- The custom node's backward over the k differentiable outputs of n (at
+-- positions at[1..k]): backward gets one gradient per output, zeros (made
+-- from zeros[i] = {shape, opts}) where none came unless materializing is off.
+local function all_output_grads(ctx, backward, n, at, zeros)
+  return function(...)
+    local got, g = compat.pack(...), {}
+    for j = 1, got.n do g[at[j]] = got[j] end
+    for i = 1, n do
+      if g[i] == nil and ctx._materialize ~= false then g[i] = accel.zeros(zeros[i][1], zeros[i][2]) end
+    end
+    return backward(compat.unpack(g, 1, n))
+  end
+end
+
+-- forward's outputs, the custom node attached to those not marked
+-- non-differentiable (the others come back detached).
+local function attach_outputs(ctx, outs, inputs, backward, node_name)
+  local marked = ctx._non_differentiable or {}
+  if outs.n == 1 then
+    if marked[outs[1]] then return outs[1]:detach() end
+    return accel._C.attach_custom(outs[1], inputs, backward, node_name)
+  end
+  local res, list, at, zeros, k = {}, {}, {}, {}, 0
+  for i = 1, outs.n do
+    local o = outs[i]
+    zeros[i] = {o.shape, {dtype = o.dtype, device = o.device}}
+    if marked[o] then
+      res[i] = o:detach()
+    else
+      k = k + 1
+      list[k], at[k] = o, i
+    end
+  end
+  if k > 0 then
+    local bw = all_output_grads(ctx, backward, outs.n, at, zeros)
+    local attached = accel._C.attach_custom(list, inputs, bw, node_name)
+    for j = 1, k do res[at[j]] = attached[j] end
+  end
+  return compat.unpack(res, 1, outs.n)
 end
 
 function autograd.Function(def)
@@ -109,10 +192,7 @@ function autograd.Function(def)
       return compat.unpack(grads, 1, args.n)
     end
     local node_name = def.name and tostring(def.name) or nil -- the grad_fn's name (default "custom Function")
-    if outs.n == 1 then return accel._C.attach_custom(outs[1], inputs, backward, node_name) end
-    local list = {}
-    for i = 1, outs.n do list[i] = outs[i] end
-    return compat.unpack(accel._C.attach_custom(list, inputs, backward, node_name), 1, outs.n)
+    return attach_outputs(ctx, outs, inputs, backward, node_name)
   end
   return setmetatable(F, {__call = function(_, ...) return F.apply(...) end})
 end
@@ -120,25 +200,29 @@ end
 autograd.no_grad = accel.no_grad
 autograd.enable_grad = accel.enable_grad
 autograd.set_grad_enabled = accel.set_grad_enabled
+autograd.inference_mode = accel.inference_mode
 
--- backward(tensor, grad): the functional form of t:backward(grad);
--- backward({t1, t2, ...}, {g1, g2, ...}): one backward pass from several
--- tensors at once, each with its gradient (torch.autograd.backward).
--- autograd.backward(tensors, [grad_tensors]): a tensor, or a list of them
--- with a list of gradients (nil, or a nil entry, for a one-element root:
--- ones, as torch.autograd.backward). torch's retain_graph / create_graph /
--- inputs are refused, as by t:backward.
+-- autograd.backward(tensors, [grad_tensors]) (torch.autograd.backward):
+-- tensors is a tensor or a list of them, grad_tensors a tensor or a list
+-- of them (nil, or a nil entry, for a one-element root: ones). One tensor
+-- with a tensor or nil is t:backward(grad); otherwise one backward pass
+-- from all the roots at once. torch's retain_graph / create_graph / inputs
+-- are refused, as by t:backward.
 function autograd.backward(t, grad, ...)
-  local raise = require("accel.util").raise
+  local raise = util.raise
   if select("#", ...) > 0 and (...) ~= nil then
     raise("autograd.backward: argument 3 is not supported (retain_graph, create_graph, grad_variables and inputs "
       .. "are not), got %s", type((...)))
   end
-  if accel.is_tensor(t) then return t:backward(grad) end
-  if type(t) ~= "table" then raise("autograd.backward: expected a tensor or a list of tensors, got %s", type(t)) end
-  if grad ~= nil and type(grad) ~= "table" then
-    raise("autograd.backward: grad_tensors must be a list of tensors (nil entries for one-element roots), got %s",
-      type(grad))
+  if grad ~= nil and type(grad) ~= "table" and not accel.is_tensor(grad) then
+    raise("autograd.backward: argument 2 (grad_tensors) must be a tensor, a list of tensors (nil entries for "
+      .. "one-element roots) or nil, got %s", type(grad))
+  end
+  if accel.is_tensor(t) and type(grad) ~= "table" then return t:backward(grad) end
+  if accel.is_tensor(t) then t = {t} end
+  if accel.is_tensor(grad) then grad = {grad} end
+  if type(t) ~= "table" then
+    raise("autograd.backward: argument 1 (tensors) must be a tensor or a list of tensors, got %s", type(t))
   end
   for k in pairs(grad or {}) do
     if type(k) ~= "number" or k < 1 or k > #t or k ~= math.floor(k) then
@@ -164,10 +248,10 @@ function autograd.backward(t, grad, ...)
 end
 
 -- PyTorch's autograd functions that are not provided: an error naming them
-require("accel.util").not_provided(autograd, {grad = true, functional = true, forward_ad = true}, "accel.autograd",
-  "docs/api/autograd.md")
+util.not_provided(autograd, {grad = true, functional = true, forward_ad = true, gradcheck = true,
+  set_detect_anomaly = true, detect_anomaly = true}, "accel.autograd", "docs/api/autograd.md")
 
 -- ctx.save_for_backward(x) (PyTorch spells it with a dot): "ctx:save_for_backward(...)"
-require("accel.util").check_methods(Ctx, "ctx")
+util.check_methods(Ctx, "ctx")
 
 return autograd

@@ -318,13 +318,17 @@ function utils.apply_activation_checkpointing(model, opts)
     raise("apply_activation_checkpointing: expected an nn.Module, got %s", type(model))
   end
   opts = opts or {}
+  if type(opts) ~= "table" then raise("apply_activation_checkpointing: options must be a table, got %s", type(opts)) end
   local check_fn = opts.check_fn or function() return true end
   if type(check_fn) ~= "function" then
     raise("apply_activation_checkpointing: check_fn must be a function(module) -> boolean, got %s", type(check_fn))
   end
   local o = {}
   for k, v in pairs(opts) do
-    if k ~= "check_fn" then o[k] = v end
+    if k ~= "check_fn" then
+      check_option("apply_activation_checkpointing", k, v, "check_fn, use_reentrant, preserve_rng_state")
+      o[k] = v
+    end
   end
   local done = {}
   for _, m in ipairs(model:modules()) do

@@ -220,6 +220,9 @@ end
 
 Module.__meta = make_meta(Module)
 setmetatable(Module, class_mt)
+-- PyTorch's module backward hooks: an error naming them
+util.not_provided(Module, {register_full_backward_hook = true, register_backward_hook = true,
+  register_full_backward_pre_hook = true}, "nn.Module", "module backward hooks are not supported; docs/api/autograd.md")
 
 -- Module:extend(name), also stored as exports[name]: how the nn files
 -- declare the classes they export.
