@@ -9,7 +9,11 @@
 --    forward and backward, and a tiny GPT's logits, loss and every gradient,
 --    match PyTorch float64 references (tests/fixtures/gpt_block.safetensors,
 --    scripts/fixtures/make_gpt_fixtures.py) to 1e-4 in float32.
---  * causality, sampling (reproducible, greedy = top_k 1), errors.
+--  * initialisation (also of a GPT2Model alone) against transformers' stds;
+--    a checkpoint with another head's weights loads, as in transformers.
+--  * causality, sampling (reproducible, greedy = top_k 1, greedy ties as
+--    torch.argmax, the law of temperature / top-k sampling against
+--    transformers' warpers), errors.
 --  * examples/gpt.lua runs end to end on a small text (a tiny config, 40
 --    steps): the validation loss falls, a sample is printed, the HF files,
 --    checkpoints and logs are written.
@@ -51,6 +55,16 @@ local function fails_with(fn, needle)
   err = tostring(err)
   assert(err:find(needle, 1, true), ("error %q does not contain %q"):format(err, needle))
   assert(err:find("gpt_spec.lua:", 1, true), ("error %q does not point at the caller's line"):format(err))
+end
+
+-- fn()'s writes to io.stderr, as one string (the library looks io.stderr up at each write)
+local function stderr_of(fn)
+  local saved, out = io.stderr, {}
+  io.stderr = {write = function(self, ...) for _, v in ipairs({...}) do out[#out + 1] = v end return self end}
+  local ok, err = pcall(fn)
+  io.stderr = saved
+  if not ok then error(err, 0) end
+  return table.concat(out)
 end
 
 -- max |got - want| <= TOL * max(max |want|, 1e-2): relative to the tensor's scale
@@ -122,6 +136,27 @@ describe("GPT-2 names and layouts (Hugging Face)", function()
     assert.is_true(math.abs(std(sd["transformer.h.3.attn.c_proj.weight"]) - 0.005) < 0.0005)
     assert.are.equal(0, sd["transformer.h.1.attn.c_attn.bias"]:abs():sum():item())
     assert.are.equal(64, sd["transformer.ln_f.weight"]:sum():item())
+  end)
+
+  it("a standalone GPT2Model initialises as transformers' GPT2Model (initializer_range honoured)", function()
+    -- transformers 5.24, torch.manual_seed(0), GPT2Model(GPT2Config(vocab_size=1000, n_positions=256,
+    -- n_embd=128, n_layer=4, n_head=4, initializer_range=0.05)): the stds of its state_dict
+    local hf = {["wte.weight"] = 0.04991, ["wpe.weight"] = 0.04980, ["h.0.attn.c_attn.weight"] = 0.05000,
+      ["h.0.attn.c_proj.weight"] = 0.01761, ["h.3.mlp.c_fc.weight"] = 0.05043, ["h.3.mlp.c_proj.weight"] = 0.01777}
+    accel.set_seed(9)
+    local sd = gpt2.GPT2Model{vocab_size = 1000, n_positions = 256, n_embd = 128, n_layer = 4, n_head = 4,
+      initializer_range = 0.05}:state_dict()
+    for name, want in pairs(hf) do
+      local got = sd[name]:double():std():item()
+      assert(math.abs(got - want) <= 0.03 * want, ("%s: std %.5f, transformers %.5f"):format(name, got, want))
+    end
+    local biases, ln_w, ln_b = 0, 0, 0
+    for name, t in pairs(sd) do
+      if name:find("%.ln_") or name:find("^ln_f") then
+        if name:find("weight$") then ln_w = ln_w + t:sum():item() else ln_b = ln_b + t:abs():sum():item() end
+      elseif name:find("bias$") then biases = biases + t:abs():sum():item() end
+    end
+    assert.are.same({0, 1152, 0}, {biases, ln_w, ln_b}) -- transformers: the same sums
   end)
 
   it("accelerator:save_model writes HF's file; config.json has HF's keys; from_pretrained reads both back", function()
@@ -217,7 +252,29 @@ describe("GPT-2 names and layouts (Hugging Face)", function()
     sd["h.0.attn.bias"] = accel.ones(1, 1, 12, 12):tril()
     sd["h.1.attn.masked_bias"] = accel.tensor(-1e4)
     accel.save(sd, dir .. "/model.safetensors", {format = "pt"})
-    local again = gpt2.GPT2LMHeadModel.from_pretrained(dir)
+    local again
+    -- dropped without a word, as transformers (its _keys_to_ignore_on_load_unexpected)
+    assert.are.equal("", stderr_of(function() again = gpt2.GPT2LMHeadModel.from_pretrained(dir) end))
+    local ids = accel.randint(0, 40, {1, 9})
+    assert.is_true(again(ids):equal(model(ids)))
+    C.fs_remove_tree(dir)
+  end)
+end)
+
+describe("GPT-2 checkpoints with weights of other heads", function()
+  it("from_pretrained loads them and reports the extra key under its name in the file, as transformers", function()
+    accel.set_seed(10)
+    local config = gpt2.GPT2Config(TINY)
+    local model = gpt2.GPT2LMHeadModel(config)
+    local dir = tmpdir()
+    config:save_pretrained(dir)
+    local sd = model:state_dict()
+    sd["multiple_choice_head.summary.weight"] = accel.zeros(1, 16) -- GPT2DoubleHeadsModel's head
+    accel.save(sd, dir .. "/model.safetensors", {format = "pt"})
+    local again
+    local err = stderr_of(function() again = gpt2.GPT2LMHeadModel.from_pretrained(dir) end)
+    -- transformers 5.24's load report names it "multiple_choice_head.summary.weight" (UNEXPECTED)
+    assert.is_truthy(err:find("unexpected keys): multiple_choice_head.summary.weight\n", 1, true), err)
     local ids = accel.randint(0, 40, {1, 9})
     assert.is_true(again(ids):equal(model(ids)))
     C.fs_remove_tree(dir)
@@ -315,6 +372,60 @@ describe("GPT-2 behaviour", function()
     assert.is_true(model.training) -- generate restores train mode
   end)
 
+  it("greedy generate picks the first of tied maxima (torch.argmax) and draws nothing from the generator", function()
+    accel.set_seed(3)
+    local model = gpt2.GPT2LMHeadModel{vocab_size = 300, n_positions = 16, n_embd = 16, n_layer = 1, n_head = 2,
+      tie_word_embeddings = false}
+    model:eval()
+    local prompt = accel.tensor({{1, 2, 3}})
+    accel.no_grad(function()
+      local w = model.lm_head.weight
+      local h = model.transformer(prompt):select(2, -1):reshape(16)
+      for _, r in ipairs({299, 150, 7, 200}) do w:select(1, r + 1):copy_(h * 10) end -- equal, largest logits
+    end)
+    local last = model(prompt):select(2, -1):reshape(300)
+    assert.are.equal(last[8]:item(), last[300]:item())
+    local s1, s2 = accel.get_rng_state()
+    for _, o in ipairs({{do_sample = false}, {temperature = 0}}) do
+      o.max_new_tokens = 1
+      assert.are.equal(7, model:generate(prompt, o)[1][4]:item()) -- torch.argmax: the first maximal index
+    end
+    assert.are.same({s1, s2}, {accel.get_rng_state()}) -- as transformers' greedy search
+  end)
+
+  it("sampling follows softmax(logits / temperature) over HF's top-k (ties at the k-th value kept)", function()
+    -- logits fixed to L: ln_f gives its bias e_1 whatever the input, lm_head's first column is L
+    local L = {0, 1, 2, 0.5, -1, 3, 2, -0.5}
+    local model = gpt2.GPT2LMHeadModel{vocab_size = 8, n_positions = 4, n_embd = 8, n_layer = 1, n_head = 2,
+      tie_word_embeddings = false}
+    accel.no_grad(function()
+      model.transformer.ln_f.weight:zero_()
+      model.transformer.ln_f.bias:zero_()[1] = 1
+      model.lm_head.weight:zero_():select(2, 1):copy_(accel.tensor(L))
+    end)
+    local N = 4000
+    local prompt = accel.zeros(N, 1, {dtype = accel.int64})
+    assert.is_true(model(prompt:narrow(1, 1, 1)):reshape(8):equal(accel.tensor(L)))
+    -- transformers 5.24: softmax after TemperatureLogitsWarper(0.7); after TopKLogitsWarper(2), which keeps 3 ids
+    local cases = {
+      {{temperature = 0.7}, {0.008664, 0.036152, 0.150852, 0.017698, 0.002076, 0.629465, 0.150852, 0.004241}},
+      {{top_k = 2}, {0, 0, 0.211942, 0, 0, 0.576117, 0.211942, 0}},
+    }
+    for i, c in ipairs(cases) do
+      accel.set_seed(20 + i)
+      c[1].max_new_tokens = 1
+      local counts = {0, 0, 0, 0, 0, 0, 0, 0}
+      for _, id in ipairs(model:generate(prompt, c[1]):select(2, 2):tolist()) do counts[id + 1] = counts[id + 1] + 1 end
+      local chi2, cells = 0, 0
+      for v = 1, 8 do
+        local e = c[2][v] * N
+        if e == 0 then assert.are.equal(0, counts[v]) else chi2, cells = chi2 + (counts[v] - e) ^ 2 / e, cells + 1 end
+      end
+      -- chi-squared quantile 0.999: 24.32 with 7 degrees of freedom, 13.82 with 2
+      assert(chi2 < (cells == 8 and 24.32 or 13.82), ("case %d: chi2 %.1f over %d cells"):format(i, chi2, cells))
+    end
+  end)
+
   it("GPT2Config takes HF's aliases and the keys that change nothing here, as HF does", function()
     local c = gpt2.GPT2Config{hidden_size = 64, num_attention_heads = 4, num_hidden_layers = 3,
       max_position_embeddings = 32, use_cache = false, pad_token_id = 0, summary_type = "cls_index"}
@@ -325,6 +436,14 @@ describe("GPT-2 behaviour", function()
     fails_with(function() gpt2.GPT2Config{hidden_size = 64, n_embd = 32} end,
       "GPT2Config: hidden_size = 64 disagrees with n_embd = 32")
     fails_with(function() gpt2.GPT2Config{add_cross_attention = true} end, "add_cross_attention = true is not supported")
+    -- HF's strict config refuses them too ("Field 'use_cache' expected bool, got int")
+    for _, k in ipairs({"scale_attn_weights", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn",
+      "tie_word_embeddings", "use_cache", "summary_use_proj", "summary_proj_to_labels", "add_cross_attention"}) do
+      fails_with(function() gpt2.GPT2Config{[k] = 0} end, "GPT2Config: " .. k .. " must be true or false, got number 0")
+      fails_with(function() gpt2.GPT2Config{[k] = "false"} end, "GPT2Config: " .. k .. ' must be true or false, got string "false"')
+    end
+    fails_with(function() gpt2.config_from_dict{model_type = "gpt2", tie_word_embeddings = 0} end,
+      "GPT2Config: tie_word_embeddings must be true or false, got number 0")
   end)
 
   it("refuses bad input with one clear error at the caller's line", function()

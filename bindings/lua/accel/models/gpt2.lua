@@ -36,14 +36,21 @@
 --    {is_causal = true}) with q, k, v (B, n_head, T, head_dim) views of
 --    c_attn's output; HF's attention-mask and past-key-value inputs are not
 --    supported (generate recomputes the whole window each token).
---  * GPT2Config(opts) refuses unknown keys (typos); config_from_dict (used by
---    from_pretrained for a config.json) ignores keys it does not use.
+--  * GPT2Config(opts) refuses unknown keys (typos) and, as HF's strict
+--    config, non-boolean values of its boolean keys; config_from_dict (used
+--    by from_pretrained for a config.json) ignores keys it does not use.
 --    `dropout = p` sets resid_pdrop, embd_pdrop and attn_pdrop at once.
 --  * Initialisation as HF's _init_weights: Conv1D / Embedding weights
 --    N(0, initializer_range), biases 0, LayerNorm 1 / 0, every
---    c_proj.weight N(0, initializer_range / sqrt(2 n_layer)).
+--    c_proj.weight N(0, initializer_range / sqrt(2 n_layer)). As in
+--    transformers, GPT2Model does it (alone too), GPT2LMHeadModel then
+--    initialises only its lm_head.
 --  * generate samples with accel's generator (accel.rand), so accel.set_seed
---    makes it reproducible; temperature 0 (or do_sample = false) is greedy.
+--    makes it reproducible; temperature 0 (or do_sample = false) is greedy
+--    (the first maximal index, as torch.argmax; no random draw).
+--  * from_pretrained loads a file with weights this model has no place for
+--    (another head's) as transformers does: they are left out and named, as
+--    in the file, on stderr; a missing weight is an error.
 local accel = require("accel")
 local compat = require("accel.compat")
 local nn = require("accel.nn")
@@ -75,6 +82,9 @@ local INERT = {use_cache = true, pad_token_id = true, summary_type = true, summa
 local ALIASES = {hidden_size = "n_embd", num_attention_heads = "n_head", num_hidden_layers = "n_layer",
   max_position_embeddings = "n_positions"}
 local INTEGER_KEYS = {"vocab_size", "n_positions", "n_embd", "n_layer", "n_head"}
+-- true / false only, as HF's strict config (nil: the inert ones left out).
+local BOOLEAN_KEYS = {"scale_attn_weights", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn",
+  "tie_word_embeddings", "use_cache", "summary_use_proj", "summary_proj_to_labels"}
 
 local ACTIVATIONS = {
   gelu_new = function(x) return F.gelu(x, {approximate = "tanh"}) end,
@@ -90,10 +100,19 @@ Config.__name = "GPT2Config"
 
 local function is_posint(v) return type(v) == "number" and v >= 1 and v == math.floor(v) end
 
+-- v is true, false or nil ("0" or 0 would read as true in Lua).
+local function check_boolean(k, v)
+  if v ~= nil and type(v) ~= "boolean" then
+    raise("GPT2Config: %s must be true or false, got %s %s", k, type(v),
+      type(v) == "string" and ("%q"):format(v) or tostring(v))
+  end
+end
+
 local function validate(c)
   for _, k in ipairs(INTEGER_KEYS) do
     if not is_posint(c[k]) then raise("GPT2Config: %s must be a positive integer, got %s", k, tostring(c[k])) end
   end
+  for _, k in ipairs(BOOLEAN_KEYS) do check_boolean(k, c[k]) end
   if c.n_inner ~= nil and not is_posint(c.n_inner) then
     raise("GPT2Config: n_inner must be a positive integer or nil, got %s", tostring(c.n_inner))
   end
@@ -124,6 +143,7 @@ function M.GPT2Config(o)
   for k, v in pairs(DEFAULTS) do c[k] = v end
   for k, v in pairs(o) do
     if k == "add_cross_attention" then
+      check_boolean(k, v)
       if v then raise("GPT2Config: add_cross_attention = true is not supported (no encoder-decoder GPT-2 here)") end
     else
       local key = ALIASES[k] or k
@@ -295,7 +315,9 @@ local function check_config(config, what)
   return config
 end
 
--- HF's _init_weights, then the scaled c_proj init of the GPT-2 paper.
+-- HF's _init_weights on module and its submodules, then the scaled c_proj
+-- init of the GPT-2 paper. As in transformers, GPT2Model initialises itself
+-- and GPT2LMHeadModel then only its lm_head.
 local function init_weights(model, config)
   local std = config.initializer_range
   for _, m in ipairs(model:modules()) do
@@ -326,6 +348,7 @@ function GPT2Model:init(config)
   self.h = nn.ModuleList()
   for i = 1, config.n_layer do self.h:append(GPT2Block(config, i - 1)) end
   self.ln_f = nn.LayerNorm(config.n_embd, {eps = config.layer_norm_epsilon})
+  init_weights(self, config)
 end
 
 local function check_ids(ids, config, what)
@@ -360,8 +383,8 @@ function GPT2LMHeadModel:init(config)
   self.transformer = GPT2Model(config)
   if not config.tie_word_embeddings then
     self.lm_head = nn.Linear(config.n_embd, config.vocab_size, {bias = false})
+    init_weights(self.lm_head, config)
   end
-  init_weights(self, config)
 end
 
 -- The output projection's weight (vocab, n_embd): the token embedding when tied.
@@ -421,25 +444,52 @@ end
 
 -- ---------------------------------------------------------------- sampling
 
--- One id drawn from a list of logits: top-k, temperature, then inverse CDF
--- with u ~ U(0, 1) from accel's generator. temperature <= 0: argmax.
-local function sample_row(row, temperature, top_k, u)
-  local order = {}
-  for i = 1, #row do order[i] = i end
-  table.sort(order, function(a, b) return row[a] > row[b] end)
-  if temperature <= 0 then return order[1] - 1 end
-  local k = math.min(top_k or #row, #row)
-  local top, weights, total = row[order[1]], {}, 0
-  for i = 1, k do
-    weights[i] = math.exp((row[order[i]] - top) / temperature)
-    total = total + weights[i]
+-- heap[i..n] made a min-heap again after heap[i] changed (its subtrees are heaps).
+local function sift_down(heap, i, n)
+  local v = heap[i]
+  while 2 * i <= n do
+    local c = 2 * i
+    if c < n and heap[c + 1] < heap[c] then c = c + 1 end
+    if not (heap[c] < v) then break end
+    heap[i] = heap[c]
+    i = c
   end
-  local acc = 0
-  for i = 1, k do
-    acc = acc + weights[i] / total
-    if u <= acc then return order[i] - 1 end
+  heap[i] = v
+end
+
+-- The k-th largest number of list (k <= #list): one pass that keeps the k
+-- largest in a min-heap, no sort of the list.
+local function kth_largest(list, k)
+  local heap = {}
+  for i = 1, k do heap[i] = list[i] end
+  for i = math.floor(k / 2), 1, -1 do sift_down(heap, i, k) end
+  for i = k + 1, #list do
+    if list[i] > heap[1] then
+      heap[1] = list[i]
+      sift_down(heap, 1, k)
+    end
   end
-  return order[k] - 1
+  return heap[1]
+end
+
+-- Next ids (B) from the last position's logits (B, V). Greedy
+-- (temperature 0): the first maximal index, as torch.argmax. Otherwise a
+-- draw from softmax(logits / temperature), restricted to the scores >= the
+-- top_k-th largest (ties kept, as HF's top-k), by the Gumbel-max trick:
+-- argmax(scores + G) with G = -log(-log U), U ~ U(0, 1) from accel's
+-- generator (B x V draws, float64).
+local function next_tokens(logits, temperature, top_k)
+  if temperature <= 0 then return logits:argmax(2) end
+  local B, V = logits:size(1), logits:size(2)
+  local scores = logits:double() / temperature
+  if top_k and top_k < V then
+    local thresholds = {}
+    for b, row in ipairs(scores:tolist()) do thresholds[b] = {kth_largest(row, top_k)} end
+    local below = scores:lt(accel.tensor(thresholds, {dtype = accel.float64, device = scores.device}))
+    scores = scores:masked_fill(below, -math.huge)
+  end
+  local u = accel.rand(B, V, {dtype = accel.float64, device = scores.device})
+  return (scores - u:log():neg():log()):argmax(2)
 end
 
 local GENERATE_OPTS = {max_new_tokens = true, temperature = true, top_k = true, do_sample = true}
@@ -469,11 +519,8 @@ function GPT2LMHeadModel:generate(input_ids, o)
       local T = ids:size(2)
       local window = T > ctx and ids:narrow(2, T - ctx + 1, ctx) or ids
       local logits = self(window)
-      local last = logits:select(2, -1):float():tolist()         -- B lists of V
-      local u = accel.rand(B):tolist()
-      local next_ids = {}
-      for b = 1, B do next_ids[b] = {sample_row(last[b], temperature, o.top_k, u[b])} end
-      ids = accel.cat({ids, accel.tensor(next_ids, {dtype = accel.int64, device = ids.device})}, 2)
+      local next_ids = next_tokens(logits:select(2, -1), temperature, o.top_k)
+      ids = accel.cat({ids, next_ids:reshape(B, 1)}, 2)
     end
   end)
   self:train(was_training)
@@ -501,31 +548,44 @@ local function read_weights(dir)
   return out
 end
 
--- HF checkpoints may carry entries this model does not have: the causal
--- mask buffers of older transformers (attn.bias, attn.masked_bias), a tied
--- lm_head.weight, or GPT2Model's names without "transformer.".
-local function normalise_keys(sd, config)
-  local out = {}
+-- The file's tensors under this model's names. HF checkpoints may carry
+-- entries this model does not have: the causal mask buffers of older
+-- transformers (attn.bias, attn.masked_bias) and a tied lm_head.weight are
+-- dropped; GPT2Model's names get "transformer."; any other name (another
+-- head's weights, as GPT2DoubleHeadsModel's multiple_choice_head.*) is left
+-- out and returned in a sorted list, under its name in the file.
+local function normalise_keys(sd, model)
+  local own, out, unexpected = model:state_dict(), {}, {}
   for k, v in pairs(sd) do
     local drop = k:find("%.attn%.bias$") or k:find("%.attn%.masked_bias$")
-      or (k == "lm_head.weight" and config.tie_word_embeddings)
-    if not drop then
-      if k ~= "lm_head.weight" and k:sub(1, 12) ~= "transformer." then k = "transformer." .. k end
-      out[k] = v
+      or (k == "lm_head.weight" and model.config.tie_word_embeddings)
+    local name = own[k] == nil and own["transformer." .. k] ~= nil and "transformer." .. k or k
+    if own[name] ~= nil then
+      out[name] = v
+    elseif not drop then
+      unexpected[#unexpected + 1] = k
     end
   end
-  return out
+  table.sort(unexpected)
+  return out, unexpected
 end
 
 -- GPT2LMHeadModel.from_pretrained(dir): config.json + model.safetensors
--- (ours, or one written by transformers' save_pretrained).
+-- (ours, or one written by transformers' save_pretrained). As transformers,
+-- weights the model has no place for are reported (one line on stderr) and
+-- not loaded; a missing or mis-shaped weight is an error.
 function GPT2LMHeadModel.from_pretrained(dir)
   if type(dir) ~= "string" then raise("from_pretrained: expected a directory, got %s", type(dir)) end
   local text = read_file(join(dir, "config.json"))
   if not text then raise("from_pretrained: %s has no config.json", dir) end
   local config = M.config_from_dict(json.decode(text))
   local model = GPT2LMHeadModel(config)
-  model:load_state_dict(normalise_keys(read_weights(dir), config))
+  local sd, unexpected = normalise_keys(read_weights(dir), model)
+  if #unexpected > 0 then
+    io.stderr:write(("from_pretrained: %s: weights not used by GPT2LMHeadModel (unexpected keys): %s\n"):format(dir,
+      table.concat(unexpected, ", ")))
+  end
+  model:load_state_dict(sd)
   return model:eval() -- as transformers' from_pretrained: call model:train() to fine-tune
 end
 
