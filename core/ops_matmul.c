@@ -173,7 +173,16 @@ static Tensor *mm_nd(Tensor *a, Tensor *b) {
     return out;
 }
 
+/* As torch: operands of different dtypes are an error (under autocast they
+ * were cast to one dtype before this). */
+static int check_same_dtype(const char *op, const Tensor *a, const Tensor *b) {
+    if (!b || a->dtype == b->dtype) return 0;
+    return accel_fail_int("%s: expected both operands to have the same dtype, got %s and %s (convert one with :to(), "
+                          "or run under autocast)", op, dtype_name(a->dtype), dtype_name(b->dtype));
+}
+
 static Tensor *matmul_impl(Tensor *a, Tensor *b) {
+    if (check_same_dtype("matmul", a, b) < 0) return NULL;
     if (a->ndim == 0 || b->ndim == 0)
         return accel_fail("matmul: both arguments need at least 1 dimension, got shapes %s and %s", tensor_shape_str(a),
                           tensor_shape_str(b));
@@ -231,6 +240,7 @@ static int bw_linear(AGNode *n, Tensor *g, Tensor **gin) {
 
 static Tensor *linear_impl(Tensor *x, Tensor *w, Tensor *b) {
     if (tensor_check_device("linear", x, w) < 0 || tensor_check_device("linear", x, b) < 0) return NULL;
+    if (check_same_dtype("linear", x, w) < 0) return NULL; /* the bias is added in the accumulation dtype */
     if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1])
         return accel_fail("linear: input of shape %s does not match weight of shape %s (expected (..., %lld))",
                           tensor_shape_str(x), tensor_shape_str(w), w->ndim == 2 ? (long long)w->shape[1] : -1LL);

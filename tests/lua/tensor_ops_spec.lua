@@ -1712,4 +1712,18 @@ describe("PyTorch's rules for options, promotion and in-place writes", function(
     fails("bad argument #3 %(tensor or number expected, got table%)",
       function() return accel.where(accel.tensor({true}), 1.5, {}) end)
   end)
+
+  -- torch 2.15: "expected m1 and m2 to have the same dtype, but got: c10::BFloat16 != float"
+  it("matmul / linear of different dtypes are errors outside autocast, cast under it", function()
+    local a, b = accel.randn(2, 3), accel.randn(3, 2)
+    fails("matmul: expected both operands to have the same dtype, got bfloat16 and float32",
+      function() return accel.matmul(a:bfloat16(), b) end)
+    fails("matmul: expected both operands to have the same dtype, got float32 and float64",
+      function() return accel.matmul(a, b:double()) end)
+    fails("linear: expected both operands to have the same dtype, got float16 and float32",
+      function() return accel.nn.functional.linear(a:half(), b:t()) end)
+    local acc = accel.Accelerator{mixed_precision = "bf16"}
+    local y = acc:autocast(function() return accel.matmul(a:half(), b) end)
+    assert.are.equal(accel.bfloat16, y.dtype)
+  end)
 end)
