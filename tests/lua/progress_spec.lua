@@ -104,8 +104,42 @@ describe("progress.bar in plain mode (not a terminal)", function()
     bar:close()
     local ls = lines_of(contents(path, f))
     assert.matches("^20%% 0.5/2.5 %[00:00<00:00, ", ls[1])
-    assert.matches("^100%% 6/4 %[00:00<00:00, [%d.]+it/s, big=inf, loss=%-?nan%]$", ls[2])
+    -- past the total, the count alone (tqdm: format_meter(6, 4, ...) is "6it [00:01,  6.00it/s]")
+    assert.matches("^6it %[00:00, [%d.]+it/s, big=inf, loss=%-?nan%]$", ls[2])
     assert.are.equal(2, #ls)
+  end)
+
+  -- Expected texts from tqdm 4.70.1's tqdm.format_meter(n, total, elapsed):
+  -- (2, 3) " 67% 2/3", (1, 8) " 12% 1/8", (3, 8) " 38% 3/8", (1, 40) "  2% 1/40",
+  -- (29, 100) " 29% 29/100", (199, 200) "100% 199/200", (5, 3) "5it [", (0, 0) "0it [00:01, ?it/s]",
+  -- (3, 0) "3it [".
+  it("rounds the percentage as tqdm; a zero total or a count past it shows the count alone", function()
+    local function final_line(total, n)
+      local p, g = tmpfile()
+      local bar = progress.bar(total, {file = g})
+      if n > 0 then bar:update(n) end
+      bar:close()
+      local ls = lines_of(contents(p, g))
+      g:close()
+      os.remove(p)
+      return ls[#ls], bar
+    end
+    for _, c in ipairs({{3, 2, "67%% 2/3 "}, {8, 1, "12%% 1/8 "}, {8, 3, "38%% 3/8 "}, {40, 1, "2%% 1/40 "},
+                        {100, 29, "29%% 29/100 "}, {200, 199, "100%% 199/200 "}, {3, 5, "5it %[00:00, "}, {0, 0, "0it %[00:00, %?it/s%]$"},
+                        {0, 3, "3it %[00:00, "}}) do
+      local line, bar = final_line(c[1], c[2])
+      assert.matches("^" .. c[3], line)
+      assert.are.equal(tonumber(c[3]:match("^(%d+)%%")), bar:percent())
+    end
+  end)
+
+  it("honours unit, and takes a total of math.huge as unknown (as tqdm)", function()
+    -- tqdm: format_meter(5, None, 1, unit="tok") is "5tok [00:01,  5.00tok/s]"
+    local bar = progress.bar(math.huge, {file = f, unit = "tok"})
+    assert.is_nil(bar.total)
+    bar:update(accel.tensor(5)) -- a one-element tensor counts as its value
+    bar:close()
+    assert.matches("^5tok %[00:00, [%d.]+tok/s%]$", lines_of(contents(path, f))[1])
   end)
 
   it("prints only a final line for an unknown total", function()
@@ -182,6 +216,43 @@ describe("progress.bar in plain mode (not a terminal)", function()
     ok, err = pcall(function() progress.wrap(42) end)
     assert.matches("progress.wrap: expected an iterator function, a loader", err, 1, true)
   end)
+
+  it("refuses unknown options, tqdm's options it lacks and values of the wrong type, naming them", function()
+    local function err_of(fn)
+      local ok, err = pcall(fn)
+      assert.is_false(ok)
+      return err
+    end
+    local at = "progress_spec.lua:%d+: "
+    assert.matches(at .. "progress.bar: unknown option descr %(known: ascii, desc, disable, file, mininterval, ncols, "
+      .. "quiet, tty, unit%)", err_of(function() progress.bar(3, {descr = "x"}) end))
+    assert.matches(at .. "progress.bar: tqdm's option leave is not supported",
+      err_of(function() progress.bar(3, {leave = false}) end))
+    assert.matches(at .. "progress.wrap: tqdm's option unit_scale is not supported",
+      err_of(function() progress.wrap({1}, nil, {unit_scale = true}) end))
+    assert.matches(at .. "progress.bar: option desc must be a string, got table",
+      err_of(function() progress.bar(3, {desc = {}}) end))
+    assert.matches(at .. "progress.bar: option mininterval must be a number, got string",
+      err_of(function() progress.bar(3, {mininterval = "x"}) end))
+    assert.matches(at .. "progress.bar: option mininterval must be a non%-negative number",
+      err_of(function() progress.bar(3, {mininterval = -1}) end))
+    assert.matches(at .. "progress.bar: option ncols must be a number, got string",
+      err_of(function() progress.bar(3, {ncols = "x", tty = true}) end))
+    assert.matches(at .. "progress.bar: option ncols must be a non%-negative integer, got 2.5",
+      err_of(function() progress.bar(3, {ncols = 2.5}) end))
+    assert.matches(at .. "progress.bar: total must be a non%-negative number or nil, got %-?nan",
+      err_of(function() progress.bar(0 / 0) end))
+    local bar = progress.bar(3, {quiet = true})
+    assert.matches(at .. 'update: expected a finite number or a one%-element tensor, got string',
+      err_of(function() bar:update("x") end))
+    assert.matches(at .. 'update: expected a finite number or a one%-element tensor, got %-?nan',
+      err_of(function() bar:update(0 / 0) end))
+    assert.matches(at .. 'update: expected a finite number or a one%-element tensor, got 2%-element tensor',
+      err_of(function() bar:update(accel.tensor({1, 2})) end))
+    assert.matches(at .. "set_description: expected a string or nil, got number",
+      err_of(function() bar:set_description(5) end))
+    assert.are.equal(0, bar.n)
+  end)
 end)
 
 describe("progress.bar in terminal mode", function()
@@ -235,6 +306,12 @@ describe("progress.bar in terminal mode", function()
     f2:close()
     os.remove(path2)
     assert.matches(" 50%%|#+ +| 2/4 ", s2)
+  end)
+
+  it("draws no bar with ncols = 0 (tqdm: \"  0% 0/10 [00:00<?, ?it/s]\")", function()
+    local bar = progress.bar(10, {file = f, tty = true, ncols = 0})
+    bar:close()
+    assert.matches("\r  0%% 0/10 %[00:00<%?, %?it/s%]\27%[K\n$", contents(path, f))
   end)
 
   it("costs little per update", function()
@@ -291,7 +368,7 @@ describe("progress.wrap", function()
     for a, _, c in progress.wrap(loader, nil, {file = f}) do sum = sum + a + c end
     assert.are.equal(1 + 2 + 3 + 4 + 1 + 4 + 9 + 16, sum)
     local ls = lines_of(contents(path, f))
-    assert.are.equal(3 + 4, #ls) -- 33%, 66%, 100% 3/3, then 25%, 50%, 75%, 100% 4/4
+    assert.are.equal(3 + 4, #ls) -- 33%, 67%, 100% 3/3, then 25%, 50%, 75%, 100% 4/4
     assert.matches("^100%% 3/3 %[", ls[3])
     assert.matches("^100%% 4/4 %[", ls[7])
   end)

@@ -148,15 +148,30 @@ describe("init_trackers arguments", function()
 end)
 
 describe("tracker names", function()
-  it("refuses Accelerate's trackers we do not have, naming the supported ones, before starting any", function()
+  it("refuses Accelerate's trackers we do not have, naming the supported ones, in the constructor", function()
     for _, name in ipairs({"wandb", "comet_ml", "aim", "clearml", "dvclive", "swanlab", "trackio"}) do
-      local a = accel.Accelerator{log_with = {"csv", name}, project_dir = dir}
-      local err = errmsg(function() a:init_trackers("proj") end)
+      local err = errmsg(function() accel.Accelerator{log_with = {"csv", name}, project_dir = dir} end)
       assert.matches(SPEC .. ":%d+: tracking: tracker \"" .. name .. "\" is not available in accel%-lua", err)
       assert.matches('"jsonl", "csv", "tensorboard", "mlflow", "all"', err, 1, true)
-      assert.is_false(exists(dir .. "/proj"), "the csv tracker was started before the refusal")
     end
     assert.matches('unknown tracker "nope"', errmsg(function() tracking.create("nope", {project_dir = dir}) end))
+  end)
+
+  -- Accelerate's constructor (filter_trackers) raises ValueError "Unsupported
+  -- logging capability" for an unknown name, on every process; so does ours,
+  -- not only init_trackers on the main process.
+  it("checks log_with's names and types in the Accelerator constructor", function()
+    assert.matches(SPEC .. ':%d+: tracking: unknown tracker "tensorbord"; valid trackers are "jsonl", "csv", '
+      .. '"tensorboard", "mlflow", "all"', errmsg(function() accel.Accelerator{log_with = "tensorbord", project_dir = dir} end))
+    assert.matches(SPEC .. ":%d+: log_with: expected a tracker name, a tracker or a list of them, got boolean",
+      errmsg(function() accel.Accelerator{log_with = true} end))
+    assert.matches(SPEC .. ':%d+: tracking: unknown tracker 5',
+      errmsg(function() accel.Accelerator{log_with = {"jsonl", 5}, project_dir = dir} end))
+    assert.matches(SPEC .. ':%d+: log_with: custom tracker "mine" has no log method',
+      errmsg(function() accel.Accelerator{log_with = {"jsonl", {name = "mine", requires_logging_directory = false}}} end))
+    local a = accel.Accelerator{log_with = {}} -- an empty list: no trackers
+    a:init_trackers("p")
+    assert.are.equal(0, #a.trackers)
   end)
 
   it('"all" is the file trackers (and mlflow only with MLFLOW_TRACKING_URI), one tracker each', function()
@@ -247,11 +262,15 @@ describe("custom trackers", function()
                                store_init_configuration = 'custom tracker "mine" has no store_init_configuration method',
                                name = "custom tracker has no name",
                                requires_logging_directory = 'custom tracker "mine" has no requires_logging_directory'}) do
-      local a = accel.Accelerator{log_with = without(key)}
-      local err = errmsg(function() a:init_trackers("p") end)
+      local err = errmsg(function() accel.Accelerator{log_with = without(key)} end)
       assert.matches(SPEC .. ":%d+: log_with: ", err)
       assert.matches(pattern, err, 1, true)
-      a = accel.Accelerator{log_with = {"jsonl", without(key)}, project_dir = dir}
+      err = errmsg(function() accel.Accelerator{log_with = {"jsonl", without(key)}, project_dir = dir} end)
+      assert.matches(pattern, err, 1, true)
+      -- a tracker changed after the constructor is checked again by init_trackers
+      local t = recorder("mine")
+      local a = accel.Accelerator{log_with = t}
+      t[key] = nil
       assert.matches(pattern, errmsg(function() a:init_trackers("p") end), 1, true)
     end
   end)
@@ -266,11 +285,12 @@ describe("custom trackers", function()
     assert.are.equal(0, #a.trackers)
   end)
 
-  it("one that requires a logging directory needs a project_dir", function()
+  it("one that requires a logging directory needs a project_dir (checked by the constructor, as Accelerate)", function()
     local t = recorder("mine")
     t.requires_logging_directory = true
-    local a = accel.Accelerator{log_with = t}
-    assert.matches('custom tracker "mine" requires a logging directory', errmsg(function() a:init_trackers("p") end))
+    assert.matches('tracker "mine" requires a logging directory', errmsg(function() accel.Accelerator{log_with = t} end))
+    assert.matches('tracker "csv" requires a logging directory', errmsg(function() accel.Accelerator{log_with = "csv"} end))
+    assert.is_truthy(accel.Accelerator{log_with = t, project_dir = dir})
   end)
 end)
 

@@ -525,6 +525,24 @@ local function resolve_accumulation_plugin(o, ds)
   return p
 end
 
+-- log_with's names and trackers, and a directory for those that write files
+-- (Accelerate: "Logging with `tensorboard` requires a `logging_dir`").
+local function check_tracker_dirs(self)
+  for _, entry in ipairs(accel.tracking.log_with_entries(self.log_with)) do
+    local needs, name = false, entry
+    if type(entry) == "table" then
+      local t = accel.tracking.check_tracker(entry)
+      needs, name = t.requires_logging_directory, t.name
+    else
+      for _, n in ipairs(accel.tracking.expand_names(entry)) do needs = needs or n ~= "mlflow" end
+    end
+    if needs and self.logging_dir == nil then
+      raise('Accelerator: tracker "%s" requires a logging directory; give accel.Accelerator{log_with = ..., '
+        .. 'project_dir = "runs"}', tostring(name))
+    end
+  end
+end
+
 -- dataloader_config plus the Accelerator's own split_batches / even_batches
 -- (Accelerate's older spelling): both may be given only when they agree.
 local function resolve_dataloader_config(o)
@@ -655,6 +673,7 @@ local function new_accelerator(_, o)
   rawset(self, "device_placement", o.device_placement ~= false)
   rawset(self, "cpu", o.cpu == true or (o.cpu == nil and setting("USE_CPU") == "true"))
   rawset(self, "log_with", o.log_with)
+  check_tracker_dirs(self) -- names and directories checked on every process, as Accelerate's constructor does
   rawset(self, "trackers", {})
   rawset(self, "_models", {})
   rawset(self, "_moved_params", setmetatable({}, {__mode = "k"})) -- parameter before placement -> after
@@ -1429,18 +1448,6 @@ Accelerator.release_memory = Accelerator.free_memory
 
 -- ---------------------------------------------------------------- trackers
 
--- log_with -> list of entries: tracker names and custom tracker tables. A
--- table with a metatable (an instance, whose methods may all come from its
--- class) or with fields but no list items is one custom tracker; any other
--- table is a list.
-local function tracker_entries(log_with)
-  if log_with == nil then return {} end
-  if type(log_with) == "string" then return {log_with} end
-  if not is_table(log_with) then raise("log_with: expected a tracker name, a tracker or a list of them, got %s", type(log_with)) end
-  if getmetatable(log_with) ~= nil or (log_with[1] == nil and next(log_with) ~= nil) then return {log_with} end
-  return log_with
-end
-
 -- init_trackers' second and third arguments -> config, init_kwargs.
 -- Accelerate's positional form (project_name, config, init_kwargs) and our
 -- options table {config =, init_kwargs =}: a second argument is the options
@@ -1505,10 +1512,7 @@ function Accelerator:init_trackers(project_name, a, b)
   if init_kwargs ~= nil and not is_table(init_kwargs) then raise("init_trackers: init_kwargs must be a table, got %s", type(init_kwargs)) end
   init_kwargs = init_kwargs or {}
   if not self.is_main_process then return end
-  local entries = tracker_entries(self.log_with)
-  for _, entry in ipairs(entries) do -- every name and table checked before any tracker starts
-    if is_table(entry) then accel.tracking.check_tracker(entry) else accel.tracking.expand_names(entry) end
-  end
+  local entries = accel.tracking.log_with_entries(self.log_with) -- all checked before any tracker starts
   local started, used = {}, {}
   local ok, err = pcall(function()
     for _, entry in ipairs(entries) do

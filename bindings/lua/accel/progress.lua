@@ -12,7 +12,11 @@
 -- tty (true / false: force terminal or plain mode; default isatty(file), and
 -- under `accel-lua launch` for io.stdout / io.stderr whether launch's own
 -- stdout / stderr is a terminal, on the main process only), ncols (line
--- width on a terminal; default the terminal's width, else 80).
+-- width on a terminal; default the terminal's width, else 80; 0: no bar),
+-- unit (default "it": "5it", "2.00it/s"). Any other key, a value of the
+-- wrong type and tqdm's options not offered here (leave, unit_scale, ...)
+-- are errors naming the option; a total of math.huge is an unknown total
+-- (as tqdm).
 --
 -- On a terminal one line is redrawn in place, at most every mininterval:
 --   epoch 1:  45%|█████████▎           | 45/100 [00:02<00:03, 20.51it/s, loss=0.123]
@@ -20,7 +24,10 @@
 -- crosses another 10% of the total, and once at close:
 --   epoch 1: 50% 50/100 [00:02<00:02, 20.51it/s, loss=0.123]
 -- (with an unknown total, at most one line every 30 s and one at close);
--- {quiet = true} prints nothing in plain mode.
+-- {quiet = true} prints nothing in plain mode. As tqdm's format_meter, the
+-- percentage is n / total * 100 rounded ("%3.0f": 2/3 is 67%, 1/8 is 12%),
+-- and a total of 0 or a count past the total (by half an item or more)
+-- shows the count alone, as an unknown total does ("5it [00:01, ...]").
 --
 -- Decisions: `disable` defaults to true on a process whose local rank
 -- (LOCAL_RANK or OMPI_COMM_WORLD_LOCAL_RANK) is not 0, so only the local
@@ -38,6 +45,8 @@
 -- wrap() returns the bar as the generic-for's closing value, so in Lua 5.4 a
 -- `break` out of the loop (or an error) closes the bar too.
 local accel = require("accel")
+local plugins = require("accel.plugins")
+local raise = require("accel.util").raise
 local C = accel._C
 
 local progress = {}
@@ -45,6 +54,18 @@ local progress = {}
 local PLAIN_STEP = 10     -- percent between plain lines
 local PLAIN_INTERVAL = 30 -- seconds between plain lines when the total is unknown
 local PARTIAL = {"▏", "▎", "▍", "▌", "▋", "▊", "▉"}
+
+-- The options and their types (checked by plugins.check_options); tqdm's
+-- options that are not offered, with the reason.
+local OPTIONS = {desc = "string", file = "any", disable = "boolean", quiet = "boolean", mininterval = "number",
+                 ascii = "boolean", tty = "boolean", ncols = "number", unit = "string"}
+local NOT_OFFERED = {
+  leave = "the bar's last line always stays",
+  position = "no nested bars",
+  unit_scale = "counts are printed as they are",
+  unit_divisor = "counts are printed as they are",
+  total = "pass the total as the first argument",
+}
 
 local Bar = {}
 Bar.__index = Bar
@@ -105,10 +126,10 @@ local function fmt_time(s)
   return string.format("%02d:%02d", m, s % 60)
 end
 
-local function fmt_rate(rate)
-  if rate == nil then return "?it/s" end
-  if rate > 0 and rate < 1 then return string.format("%.2fs/it", 1 / rate) end
-  return string.format("%.2fit/s", rate)
+local function fmt_rate(rate, unit)
+  if rate == nil then return "?" .. unit .. "/s" end
+  if rate > 0 and rate < 1 then return string.format("%.2fs/", 1 / rate) .. unit end
+  return string.format("%.2f", rate) .. unit .. "/s"
 end
 
 -- counts: integers as such, fractional counts (update(0.5)) with %g
@@ -124,17 +145,35 @@ local function fmt_value(v)
   return string.format("%.4g", v)
 end
 
--- progress.bar(total, opts): total may be nil (unknown).
-function progress.bar(total, opts)
-  opts = opts or {}
-  if type(opts) ~= "table" then C.raise("progress.bar: options must be a table, got " .. type(opts)) end
-  if total ~= nil and (type(total) ~= "number" or total < 0) then
-    C.raise("progress.bar: total must be a non-negative number or nil, got " .. tostring(total))
+-- Checks what(total, opts) (what: "progress.bar" or "progress.wrap");
+-- returns the total (math.huge: nil, unknown, as tqdm) and the options.
+local function check_args(what, total, opts)
+  if opts ~= nil and type(opts) ~= "table" then raise("%s: options must be a table, got %s", what, type(opts)) end
+  for k in pairs(opts or {}) do
+    if NOT_OFFERED[k] then raise("%s: tqdm's option %s is not supported: %s", what, tostring(k), NOT_OFFERED[k]) end
+  end
+  opts = plugins.check_options(what, opts, OPTIONS)
+  if total ~= nil and (type(total) ~= "number" or not (total >= 0)) then
+    raise("%s: total must be a non-negative number or nil, got %s", what, tostring(total))
+  end
+  if opts.mininterval ~= nil and not (opts.mininterval >= 0) then
+    raise("%s: option mininterval must be a non-negative number of seconds, got %s", what, tostring(opts.mininterval))
+  end
+  local ncols = opts.ncols
+  if ncols ~= nil and not (ncols >= 0 and ncols < math.huge and ncols == math.floor(ncols)) then
+    raise("%s: option ncols must be a non-negative integer, got %s", what, tostring(ncols))
   end
   local file = opts.file or io.stderr
   if type(file) ~= "userdata" and type(file) ~= "table" or not file.write then
-    C.raise("progress.bar: file must be a Lua file (or have a write method), got " .. type(file))
+    raise("%s: file must be a Lua file (or have a write method), got %s", what, type(file))
   end
+  if total == math.huge then total = nil end
+  return total, opts
+end
+
+local function new_bar(what, total, opts)
+  total, opts = check_args(what, total, opts)
+  local file = opts.file or io.stderr
   local disable = opts.disable
   if disable == nil then disable = not is_main_local_process() end
   local tty = opts.tty
@@ -143,13 +182,27 @@ function progress.bar(total, opts)
   local self = setmetatable({
     n = 0, total = total, desc = opts.desc, file = file, disabled = disable, tty = tty,
     quiet = opts.quiet, ascii = opts.ascii, mininterval = opts.mininterval or 0.1,
-    ncols = opts.ncols or (tty and width) or 80,
+    ncols = opts.ncols or (tty and width) or 80, unit = opts.unit or "it",
     next_pct = PLAIN_STEP, printed_n = -1,
   }, Bar)
   self.start = accel.clock()
   self.last_draw = self.start
   if tty and not disable then self:refresh() end
   return self
+end
+
+-- progress.bar(total, opts): total may be nil (unknown).
+function progress.bar(total, opts)
+  return new_bar("progress.bar", total, opts)
+end
+
+-- The total the line shows: nil (the count alone, as for an unknown total)
+-- when there is none, it is 0, or the count passed it by half an item or
+-- more (tqdm's format_meter).
+function Bar:shown_total()
+  local total = self.total
+  if total and total > 0 and self.n < total + 0.5 then return total end
+  return nil
 end
 
 -- The "[elapsed<remaining, rate, k=v]" part and the counter.
@@ -165,24 +218,37 @@ function Bar:stats(now)
     for _, k in ipairs(keys) do parts[#parts + 1] = tostring(k) .. "=" .. fmt_value(self.postfix[k]) end
     if #parts > 0 then post = ", " .. table.concat(parts, ", ") end
   end
-  if not self.total then
-    return string.format("%sit [%s, %s%s]", fmt_count(self.n), fmt_time(elapsed), fmt_rate(rate), post)
+  local total = self:shown_total()
+  if not total then
+    return string.format("%s%s [%s, %s%s]", fmt_count(self.n), self.unit, fmt_time(elapsed), fmt_rate(rate, self.unit),
+      post)
   end
-  local eta = rate and fmt_time(math.max(0, self.total - self.n) / rate) or "?"
-  return string.format("%s/%s [%s<%s, %s%s]", fmt_count(self.n), fmt_count(self.total), fmt_time(elapsed), eta,
-    fmt_rate(rate), post)
+  local eta = rate and fmt_time(math.max(0, total - self.n) / rate) or "?"
+  return string.format("%s/%s [%s<%s, %s%s]", fmt_count(self.n), fmt_count(total), fmt_time(elapsed), eta,
+    fmt_rate(rate, self.unit), post)
 end
 
 function Bar:fraction()
   if not self.total then return nil end
   if self.total == 0 then return 1 end
-  return math.min(1, self.n / self.total)
+  return math.max(0, math.min(1, self.n / self.total))
 end
 
--- Whole percent done (n * 100 / total, so 29/100 is 29, not 28.999...).
+-- x rounded to a whole number, halves to even, as C's and Python's "%.0f"
+-- round a double (LuaJIT's own "%.0f" rounds halves away from zero).
+local function round_half_even(x)
+  local whole = math.floor(x)
+  local frac = x - whole -- exact
+  if frac > 0.5 or (frac == 0.5 and whole % 2 == 1) then return whole + 1 end
+  return whole
+end
+
+-- Whole percent done as tqdm shows it ("%3.0f" of n / total * 100: 2/3 is
+-- 67, 1/8 is 12); nil when the line shows no percentage (see shown_total).
 function Bar:percent()
-  if self.total == 0 then return 100 end
-  return math.min(100, math.floor(self.n * 100 / self.total))
+  local total = self:shown_total()
+  if not total then return nil end
+  return round_half_even(self.n / total * 100)
 end
 
 function Bar:prefix()
@@ -204,18 +270,16 @@ end
 
 -- The one-line terminal form.
 function Bar:terminal_line(now)
-  local f = self:fraction()
   local stats = self:stats(now)
-  if not f then return self:prefix() .. stats end
-  local head = self:prefix() .. string.format("%3d%%|", self:percent())
-  local width = self.ncols - #head - #stats - 2
-  if width < 1 then return head .. " " .. stats end
-  return head .. self:draw_bar(f, math.min(width, 60)) .. "| " .. stats
+  if not self:shown_total() then return self:prefix() .. stats end
+  local head = self:prefix() .. string.format("%3d%%", self:percent())
+  local width = self.ncols - #head - #stats - 3
+  if width < 1 then return head .. " " .. stats end -- no room (ncols = 0): no bar, as tqdm
+  return head .. "|" .. self:draw_bar(self:fraction(), math.min(width, 60)) .. "| " .. stats
 end
 
 function Bar:plain_line(now)
-  local f = self:fraction()
-  if not f then return self:prefix() .. self:stats(now) end
+  if not self:shown_total() then return self:prefix() .. self:stats(now) end
   return self:prefix() .. string.format("%d%% ", self:percent()) .. self:stats(now)
 end
 
@@ -248,8 +312,18 @@ function Bar:plain_due()
   return not self.total and accel.clock() - self.last_draw >= PLAIN_INTERVAL
 end
 
+-- n as a count: a one-element tensor's value; anything else raises.
+local function count_of(n)
+  if accel.is_tensor(n) and n:numel() == 1 then n = n:item() end
+  if type(n) ~= "number" or n - n ~= 0 then -- n - n: NaN for NaN and the infinities
+    raise("update: expected a finite number or a one-element tensor, got %s",
+      type(n) == "number" and tostring(n) or accel.is_tensor(n) and n:numel() .. "-element tensor" or type(n))
+  end
+  return n
+end
+
 function Bar:update(n)
-  n = n or 1
+  if n == nil then n = 1 elseif type(n) ~= "number" or n - n ~= 0 then n = count_of(n) end
   self.n = self.n + n
   if self.disabled or self.closed then return end
   if self.tty then
@@ -262,12 +336,13 @@ end
 -- postfix: table name -> number | one-element tensor | string (kept, formatted when drawn)
 function Bar:set_postfix(postfix)
   if postfix ~= nil and type(postfix) ~= "table" then
-    C.raise("set_postfix: expected a table of name -> value, got " .. type(postfix))
+    raise("set_postfix: expected a table of name -> value, got %s", type(postfix))
   end
   self.postfix = postfix
 end
 
 function Bar:set_description(desc)
+  if desc ~= nil and type(desc) ~= "string" then raise("set_description: expected a string or nil, got %s", type(desc)) end
   self.desc = desc
 end
 
@@ -299,14 +374,14 @@ local function iterator_of(it)
       return it[i]
     end, nil, nil, #it
   end
-  C.raise("progress.wrap: expected an iterator function, a loader (with :iter()) or a list, got " .. type(it))
+  raise("progress.wrap: expected an iterator function, a loader (with :iter()) or a list, got %s", type(it))
 end
 
 -- progress.wrap(iterator_fn | loader | list, total, opts): a generic-for
 -- iterator yielding exactly what the wrapped one yields, counting each item.
 function progress.wrap(it, total, opts)
   local f, s, ctrl, default_total = iterator_of(it)
-  local bar = progress.bar(total or default_total, opts)
+  local bar = new_bar("progress.wrap", total or default_total, opts)
   local started = false
   local function pass(...)
     if (...) == nil then

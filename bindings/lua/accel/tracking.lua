@@ -50,7 +50,8 @@
 --   process loses nothing already logged; files are also fsynced at most
 --   once a second while logging and always by finish().
 -- * Existing files are appended to (a resumed run continues its metrics.jsonl
---   and metrics.csv; the csv header already there is kept and extended).
+--   and metrics.csv; the csv header already there, read back as CSV, so a
+--   quoted name may hold newlines, is kept and extended).
 --
 -- mlflow: a run on an MLflow tracking server through its REST API
 -- (/api/2.0/mlflow/..., HTTP through libcurl: _C.http_request), the calls
@@ -239,35 +240,44 @@ local function csv_cell(v)
   return v
 end
 
--- The columns of an existing header line (our own writing: cells quoted
--- only when they contain , " or newlines).
-local function parse_header(line)
-  local cols, pos = {}, 1
-  line = line:gsub("\r$", "")
-  while pos <= #line + 1 do
-    if line:sub(pos, pos) == '"' then
-      local cell, i = {}, pos + 1
-      while true do
-        local q = line:find('"', i, true)
-        if not q then fail("tracking: malformed csv header: " .. line) end
-        cell[#cell + 1] = line:sub(i, q - 1)
-        if line:sub(q + 1, q + 1) == '"' then
-          cell[#cell + 1] = '"'
-          i = q + 2
-        else
-          pos = q + 1
-          break
-        end
-      end
-      cols[#cols + 1] = table.concat(cell)
-    else
-      local c = line:find(",", pos, true) or #line + 1
-      cols[#cols + 1] = line:sub(pos, c - 1)
-      pos = c
-    end
-    pos = pos + 1 -- skip the comma
+-- The quoted cell starting at text[pos] ('"'): its value and the position
+-- after its closing quote ("" is a quote; commas and newlines are text).
+local function quoted_cell(text, pos)
+  local parts = {}
+  pos = pos + 1
+  while true do
+    local q = text:find('"', pos, true)
+    if not q then return nil end
+    parts[#parts + 1] = text:sub(pos, q - 1)
+    if text:sub(q + 1, q + 1) ~= '"' then return table.concat(parts), q + 1 end
+    parts[#parts + 1] = '"'
+    pos = q + 2
   end
-  return cols
+end
+
+-- The columns of the header of an existing file's text (its first record,
+-- RFC 4180 as csv_cell writes it: a quoted cell may hold newlines) and the
+-- header's text; nil and the first line when it is not such a record.
+local function parse_header(text)
+  local cols, pos = {}, 1
+  while true do
+    local cell, after
+    if text:sub(pos, pos) == '"' then
+      cell, after = quoted_cell(text, pos)
+      if not cell then return nil, text:match("^[^\n]*") end
+    else
+      after = text:find("[,\r\n]", pos) or #text + 1
+      cell = text:sub(pos, after - 1)
+    end
+    cols[#cols + 1] = cell
+    local sep = text:sub(after, after)
+    if sep == "\r" and text:sub(after + 1, after + 1) == "\n" then sep = "" end
+    if sep ~= "," then
+      if sep ~= "\n" and sep ~= "" then return nil, text:match("^[^\n]*") end
+      return cols, text:sub(1, after - 1)
+    end
+    pos = after + 1
+  end
 end
 
 function Csv.new(dir, _)
@@ -275,11 +285,11 @@ function Csv.new(dir, _)
   local self = setmetatable({name = "csv", dir = dir, path = path, columns = {}, index = {}}, Csv)
   local text = read_file(path)
   if text and #text > 0 then
-    for _, col in ipairs(parse_header(text:match("^[^\n]*"))) do self:add_column(col) end
-    if self.columns[1] ~= "step" or self.columns[2] ~= "_time" then
-      fail("tracking: " .. path .. " exists but was not written by the csv tracker (header: " ..
-        text:match("^[^\n]*") .. ")")
+    local cols, header = parse_header(text)
+    if not cols or cols[1] ~= "step" or cols[2] ~= "_time" then
+      fail("tracking: " .. path .. " exists but was not written by the csv tracker (header: " .. header .. ")")
     end
+    for _, col in ipairs(cols) do self:add_column(col) end
     self.out = appender(path)
   else
     self:add_column("step")
@@ -758,6 +768,29 @@ function tracking.check_tracker(t)
   end
   if t.start ~= nil and type(t.start) ~= "function" then fail("log_with: " .. what .. ": start must be a method") end
   return t
+end
+
+-- The Accelerator's log_with -> its list of entries (tracker names and
+-- custom tracker tables), each checked as tracking.create and
+-- check_tracker do; the Accelerator calls it in its constructor, on every
+-- process (as Accelerate refuses an unsupported name there), and again in
+-- init_trackers. A table with a metatable (an instance, whose methods may
+-- all come from its class) or with fields but no list items is one custom
+-- tracker; any other table is a list.
+function tracking.log_with_entries(log_with)
+  if log_with == nil then return {} end
+  local entries = log_with
+  if type(log_with) == "string" then
+    entries = {log_with}
+  elseif type(log_with) ~= "table" then
+    fail("log_with: expected a tracker name, a tracker or a list of them, got " .. type(log_with))
+  elseif getmetatable(log_with) ~= nil or (log_with[1] == nil and next(log_with) ~= nil) then
+    entries = {log_with}
+  end
+  for _, entry in ipairs(entries) do
+    if type(entry) == "table" then tracking.check_tracker(entry) else expand_names(entry) end
+  end
+  return entries
 end
 
 -- values -> list of {key, value} sorted by key, numbers and strings only.
