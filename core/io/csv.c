@@ -150,6 +150,15 @@ static int quoted(Reader *r, const char **pp, int col) {
     }
 }
 
+/* -1 when the unquoted field text [s, p) holds a '\r' that is not the
+ * '\r' of a "\r\n" line end (or of the file's last line): a file with
+ * old Mac line ends would otherwise read as one record. */
+static int bare_cr(const char *s, const char *p, const char *end) {
+    for (const char *x = s; (x = memchr(x, '\r', (size_t)(p - x))); x++)
+        if (x + 1 < p || (p < end && *p != '\n')) return -1;
+    return 0;
+}
+
 /* Reads the next record into r->fields; 1, or 0 at the end, or -1. */
 static int next_record(Reader *r) {
     const char *end = r->end;
@@ -179,6 +188,9 @@ static int next_record(Reader *r) {
         }
         const char *s = p;
         while (p < end && *p != r->delim && *p != '\n') p++;
+        if (bare_cr(s, p, end) < 0)
+            return accel_fail_int("CSV: %s:%lld: a carriage return that does not end a line (column %d): records end "
+                                  "at \\n or \\r\\n; convert old Mac (\\r) line ends first", r->path, r->line, r->nf + 1);
         if (text_put(r, s, (size_t)(p - s)) < 0) return -1;
         while (r->tlen > keep && is_space(r->text[r->tlen - 1], r->delim)) r->tlen--;
         f.len = r->tlen - f.off;

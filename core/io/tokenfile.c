@@ -72,7 +72,8 @@ Tensor *tokenfile_map(const char *path) {
     } else if (pread(fd, h, sizeof h, 0) != (ssize_t)sizeof h) {
         accel_fail("TokenFile: cannot read the header of %s: %s", path, strerror(errno));
     } else if (check_header(path, h, st.st_size) == 0) {
-        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        /* copy-on-write: a write into the tokens tensor changes this process's copy, never the file */
+        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
         Storage *s = p == MAP_FAILED ? accel_fail("TokenFile: cannot map %s: %s", path, strerror(errno))
                                      : storage_wrap(p, (size_t)st.st_size, (Device){DEV_CPU, 0}, unmap, NULL);
         if (p != MAP_FAILED && !s) munmap(p, (size_t)st.st_size);

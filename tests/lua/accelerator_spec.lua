@@ -386,6 +386,7 @@ describe("Accelerator:prepare", function()
     assert.is_false(a.gradient_state.in_dataloader)
     for xb in loader:iter() do
       ends[#ends + 1] = a.gradient_state.end_of_dataloader -- a value, as Accelerate's property
+      assert.are.equal(a.gradient_state.end_of_dataloader, loader.end_of_dataloader) -- the loader's too
       seen[#seen + 1] = xb:size(1)
       inside[#inside + 1] = a.gradient_state.in_dataloader and a.gradient_state.remainder
     end
@@ -743,6 +744,12 @@ describe("operations on one process", function()
     error_matching('reduction must be', function() a:reduce(t, "median") end)
     assert.is_true(a:broadcast(t):equal(t))
     assert.is_true(a:pad_across_processes(t, {dim = 2}):equal(t))
+    -- Accelerate's dim = 0 (it did nothing), a process that does not exist, a table that is no list
+    error_matching("pad_across_processes: dimension 0 is invalid", function() a:pad_across_processes(t, {dim = 0}) end)
+    error_matching("pad_across_processes: dimension 0 is invalid", function() a:pad_across_processes(t, 0) end)
+    error_matching("broadcast: from_process must be a process index in 0..0, got 5", function() a:broadcast(t, 5) end)
+    error_matching("broadcast: from_process must be a process index in 0..0, got 1.5", function() a:broadcast(t, 1.5) end)
+    error_matching("broadcast_object_list: expected a list", function() a:broadcast_object_list({x = 1}) end)
   end)
 
   it("gather_object, split_between_processes and gather_for_metrics", function()

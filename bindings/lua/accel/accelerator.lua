@@ -1362,6 +1362,7 @@ function Accelerator:pad_across_processes(data, dim, pad_index, pad_first)
   local o = dim
   if type(dim) ~= "table" then o = {dim = dim, pad_index = pad_index, pad_first = pad_first} end
   plugins.check_options("pad_across_processes", o, PAD_OPTIONS)
+  if o.dim == 0 then raise("pad_across_processes: dimension 0 is invalid: dimensions are 1-based (Accelerate's dim=0 is dim = 1)") end
   return ops.pad_across_processes(self.state.comm, data, o.dim or 1, o.pad_index or 0, o.pad_first == true)
 end
 

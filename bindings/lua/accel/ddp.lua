@@ -145,14 +145,19 @@ function ddp.broadcast_model(model, src, buffers)
   broadcast_tensors(tensors, src)
 end
 
--- DDP's broadcast_buffers: a forward pre-hook copying rank 0's buffers into
--- every rank's before each forward run with grad enabled while syncing()
--- is true (PyTorch skips it under no_sync); none when the model has no
--- buffers.
+-- DDP's broadcast_buffers, as PyTorch decides it: rank 0's buffers are
+-- copied into every rank's before a forward when the previous forward ran
+-- with grad enabled while syncing() was true (not under no_sync); so also
+-- before the first, and before a no_grad evaluation that follows training.
+-- Nothing when the model has no buffers.
 function ddp.sync_buffers_each_forward(model, syncing)
   if #buffers_of(model) == 0 then return end
+  local sync_next = true
   model:register_forward_pre_hook(function(m)
-    if accel.is_grad_enabled() and syncing() then broadcast_tensors(buffers_of(m), 0) end
+    if sync_next then broadcast_tensors(buffers_of(m), 0) end
+  end)
+  model:register_forward_hook(function()
+    sync_next = accel.is_grad_enabled() and syncing()
   end)
 end
 

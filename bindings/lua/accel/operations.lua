@@ -54,8 +54,9 @@ local function key_text(k)
 end
 
 local function type_text(v)
-  if type(v) == "table" then return "table with a metatable (" .. tostring(getmetatable(v).__name or "an object") .. ")" end
-  return type(v)
+  local mt = type(v) == "table" and getmetatable(v)
+  if mt then return "table with a metatable (" .. tostring(mt.__name or "an object") .. ")" end
+  return type(v) == "table" and "a table of named fields" or type(v)
 end
 
 -- The first leaf of data that is not a tensor: its description and path.
@@ -118,7 +119,15 @@ function ops.reduce(comm, data, reduction, scale)
   end)
 end
 
+-- from_process must name a process: an integer in 0..world_size - 1.
+local function check_source(op, comm, src)
+  if type(src) ~= "number" or src ~= math.floor(src) or src < 0 or src >= comm.world_size then
+    raise("%s: from_process must be a process index in 0..%d, got %s", op, comm.world_size - 1, tostring(src))
+  end
+end
+
 function ops.broadcast(comm, data, src)
+  check_source("broadcast", comm, src or 0)
   return map_only_tensors("broadcast", " (use broadcast_object_list for other Lua values)", data,
     function(t) return comm:broadcast(t, src or 0) end)
 end
@@ -126,13 +135,10 @@ end
 -- broadcast_object_list: the items of list replaced in place, on every
 -- process but src, by src's items (as JSON values); returns list.
 function ops.broadcast_object_list(comm, list, src)
-  if type(list) ~= "table" or getmetatable(list) ~= nil then
-    raise("broadcast_object_list: expected a list, got %s", type_text(list))
+  if type(list) ~= "table" or getmetatable(list) ~= nil or (#list == 0 and next(list) ~= nil) then
+    raise("broadcast_object_list: expected a list (items 1..n), got %s", type_text(list))
   end
-  if type(src) ~= "number" or src ~= math.floor(src) or src < 0 or src >= comm.world_size then
-    raise("broadcast_object_list: from_process must be a process index in 0..%d, got %s", comm.world_size - 1,
-      tostring(src))
-  end
+  check_source("broadcast_object_list", comm, src)
   if comm.world_size == 1 then return list end
   local got = comm:broadcast_object(comm.rank == src and list or {}, src) -- only src's value is sent
   if comm.rank ~= src then

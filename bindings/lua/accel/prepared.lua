@@ -18,7 +18,7 @@
 --    Accelerate (whose GradientState reads it from the plugin's non-default
 --    values with a default of false, so the adjustment never runs).
 --  * DataLoaderShard: iterates this process's shard, marks the last batch of
---    a pass (end_of_dataloader(), which closes an accumulation window), moves
+--    a pass (the field end_of_dataloader, which closes an accumulation window), moves
 --    batches to the Accelerator's device (every tensor, also inside tables;
 --    none with device_placement = false), and reports its position (epoch, samples of the
 --    global order consumed by all processes) for save_state. A resumed pass
@@ -142,7 +142,7 @@ M.DataLoaderShard = DataLoaderShard
 function M.is_loader(x) return getmetatable(x) == DataLoaderShard end
 
 -- base: the sharded loader (loader:shard(...), with iter, #, state_dict,
--- load_state_dict, set_epoch, skip_first_batches and end_of_dataloader as
+-- load_state_dict, set_epoch, skip_first_batches and end_of_dataloader() as
 -- accel.data's DataLoader); o: {gradient_state, device, total_batch_size,
 -- dataset_length, drop_last, even_batches} (for gather_for_metrics: the
 -- samples repeated to fill the last global batch are those past
@@ -150,8 +150,8 @@ function M.is_loader(x) return getmetatable(x) == DataLoaderShard end
 -- dataset_length is a function, read at the start of every pass, as
 -- Accelerate reads len(dataset): a dataset may change its length.
 function M.wrap_loader(base, o)
-  local self = {base = base, gradient_state = o.gradient_state, device = o.device, _end = false, remainder = -1,
-    total_batch_size = o.total_batch_size, dataset_length = o.dataset_length, drop_last = o.drop_last,
+  local self = {base = base, gradient_state = o.gradient_state, device = o.device, end_of_dataloader = false,
+    remainder = -1, total_batch_size = o.total_batch_size, dataset_length = o.dataset_length, drop_last = o.drop_last,
     even_batches = o.even_batches ~= false}
   return setmetatable(self, DataLoaderShard)
 end
@@ -179,12 +179,14 @@ local function to_device(device, v1, ...)
 end
 
 -- for xb, yb in loader:iter() do ... end: this process's batches of the
--- current pass; while the last one is in use, end_of_dataloader() is true.
+-- current pass; while the last one is in use, the field end_of_dataloader
+-- is true (a value, as Accelerate's property; the unprepared loader's is a
+-- method).
 function DataLoaderShard:iter()
   local base, gs, device = self.base, self.gradient_state, self.device
   local move = device ~= nil
   local f, s, c = base:iter()
-  rawset(self, "_end", false)
+  rawset(self, "end_of_dataloader", false)
   local length = self.dataset_length and self.dataset_length()
   if not self.drop_last and self.even_batches and length and self.total_batch_size then
     local start = type(base.pass_start) == "function" and base:pass_start() or 0 -- where this pass starts
@@ -199,7 +201,7 @@ function DataLoaderShard:iter()
       gs:remove_dataloader(self)
       return nil
     end
-    rawset(self, "_end", base:end_of_dataloader())
+    rawset(self, "end_of_dataloader", base:end_of_dataloader())
     if move then return to_device(device, v1, ...) end
     return v1, ...
   end
@@ -209,7 +211,6 @@ function DataLoaderShard:iter()
   end
 end
 
-function DataLoaderShard:end_of_dataloader() return rawget(self, "_end") == true end
 
 -- {epoch = e, samples = s}: the next iter() continues epoch e's global
 -- order after its first s samples (consumed by all processes together).

@@ -207,6 +207,7 @@ end
 
 -- The "[elapsed<remaining, rate, k=v]" part and the counter.
 function Bar:stats(now)
+  now = now or accel.clock()
   local elapsed = now - self.start
   local rate = elapsed > 0 and self.n > 0 and self.n / elapsed or nil
   local post = ""

@@ -280,7 +280,7 @@ function gradient_props.in_dataloader(gs) return #rawget(gs, "loaders") > 0 end
 
 function gradient_props.end_of_dataloader(gs)
   local l = gs.active_dataloader
-  return l ~= nil and l:end_of_dataloader()
+  return l ~= nil and l.end_of_dataloader == true
 end
 
 function gradient_props.remainder(gs)

@@ -84,7 +84,7 @@ local function collectives_per_microbatch(o)
   for i = 1, 4 do
     local c0 = dist.counters().all_reduce or 0
     a:accumulate(model, function()
-      a:backward(model(accel.full({2, 4}, rank + i)):sum())
+      a:backward(model(accel.full({2, 4}, rank + i, {dtype = accel.float32})):sum())
       counts[i] = (dist.counters().all_reduce or 0) - c0
       syncs[i] = a.sync_gradients
       opt:step()
@@ -114,13 +114,13 @@ do
   local a = accel.Accelerator()
   local model = a:prepare(mlp(3))
   a:no_sync(model, function()
-    a:backward(model(accel.full({2, 4}, rank + 1)):sum()) -- local only
+    a:backward(model(accel.full({2, 4}, rank + 1, {dtype = accel.float32})):sum()) -- local only
     local g = model:parameters()[1].grad:clone()
     local all = everyones(g)
     check(all[1][1] ~= all[N][1], "no_sync gradients are local")
     model:zero_grad()
     a:trigger_sync_in_backward(model, function()
-      a:backward(model(accel.full({2, 4}, rank + 1)):sum())
+      a:backward(model(accel.full({2, 4}, rank + 1, {dtype = accel.float32})):sum())
     end)
     same_everywhere(model:parameters()[1].grad, "gradients after trigger_sync_in_backward")
   end)

@@ -67,11 +67,9 @@ local function gathered(a, bs, epochs)
   return as_tensor, as_numbers, as_strings
 end
 
--- ---- a shuffled loader without a seed, after the ranks used their generators differently:
--- the shards still partition the data set (every rank deals from rank 0's order) ----
-do
-  accel.randn(rank + 1) -- each rank moves its generator a different amount
-  local l = acc:prepare(data.DataLoader(ds, {batch_size = 10, shuffle = true}))
+-- The prepared loader's pass, gathered from every rank, is the whole data set once.
+local function partitions_the_data(loader, what)
+  local l = acc:prepare(loader)
   local seen = {}
   for b in l:iter() do
     for _, v in ipairs(acc:gather_for_metrics(b):tolist()) do seen[#seen + 1] = v end
@@ -79,23 +77,21 @@ do
   table.sort(seen)
   local all = {}
   for i = 1, n do all[i] = i - 1 end
-  same_list(seen, all, "shuffled without a seed, generators out of step: the shards")
+  same_list(seen, all, what)
 end
+
+-- ---- a shuffled loader without a seed, after the ranks used their generators differently:
+-- the shards still partition the data set (every rank deals from rank 0's order) ----
+accel.randn(rank + 1) -- each rank moves its generator a different amount
+partitions_the_data(data.DataLoader(ds, {batch_size = 10, shuffle = true}),
+  "shuffled without a seed, generators out of step: the shards")
 
 -- ---- the same with per-rank seeds and one batch looked at before prepare (the loader's
 -- cached order of that epoch belongs to its own seed, not rank 0's) ----
 do
   local peeked = data.DataLoader(ds, {batch_size = 10, shuffle = true, seed = 42 + rank})
   for _ in peeked:iter() do break end
-  local l = acc:prepare(peeked)
-  local seen = {}
-  for b in l:iter() do
-    for _, v in ipairs(acc:gather_for_metrics(b):tolist()) do seen[#seen + 1] = v end
-  end
-  table.sort(seen)
-  local all = {}
-  for i = 1, n do all[i] = i - 1 end
-  same_list(seen, all, "per-rank seeds, a batch looked at before prepare: the shards")
+  partitions_the_data(peeked, "per-rank seeds, a batch looked at before prepare: the shards")
 end
 
 -- ---- a dataset whose length changes after prepare: gather_for_metrics reads it at every pass ----
@@ -223,7 +219,7 @@ do
   acc:print("printed once")
 end
 
--- ---- DistributedDataParallelKwargs.broadcast_buffers: rank 0's buffers before every forward (PyTorch's DDP) ----
+-- ---- DistributedDataParallelKwargs.broadcast_buffers: rank 0's buffers before a forward after a synchronising one (PyTorch's DDP) ----
 do
   local nn = accel.nn
   local Counter = nn.Module:extend("Counter")
@@ -243,6 +239,12 @@ do
     local want = bb and 2 + (rank + 1) or 3 * (rank + 1)
     check(m.seen:item() == want, "broadcast_buffers = %s: buffer %g on rank %d, expected %g", tostring(bb),
       m.seen:item(), rank, want)
+    -- two no_grad forwards (an evaluation): PyTorch syncs before the first (the previous forward
+    -- synchronised), not before the second (the previous one ran without grad)
+    for _ = 1, 2 do accel.no_grad(function() m(accel.tensor{{rank + 1.0}}) end) end
+    want = bb and 3 + 2 * (rank + 1) or 5 * (rank + 1)
+    check(m.seen:item() == want, "broadcast_buffers = %s after two no_grad forwards: buffer %g on rank %d, expected %g",
+      tostring(bb), m.seen:item(), rank, want)
     a:free_memory()
   end
 end

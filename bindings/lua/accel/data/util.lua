@@ -33,6 +33,7 @@ function U.check_opts(opts, known, ignored, what)
     if not known[k] and not (ignored and ignored[k]) then
       local names = {}
       for name in pairs(known) do names[#names + 1] = name end
+      for name in pairs(ignored or {}) do names[#names + 1] = name end -- accepted too
       table.sort(names)
       U.failf("%s: unknown option '%s' (known: %s)", what, tostring(k), table.concat(names, ", "))
     end
