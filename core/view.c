@@ -272,6 +272,9 @@ Tensor *tensor_select(Tensor *t, int dim, int64_t index) {
 
 Tensor *tensor_unsqueeze(Tensor *t, int dim) {
     int n = t->ndim + 1;
+    if (n > TENSOR_MAX_DIMS)
+        return accel_fail("unsqueeze: a %d-dim tensor of shape %s cannot get another dim (at most %d)", t->ndim,
+                          tensor_shape_str(t), TENSOR_MAX_DIMS);
     if (dim < -n || dim >= n)
         return accel_fail("unsqueeze: dimension %d out of range for a %d-dim tensor (valid: 1..%d or -%d..-1)",
                           dim >= 0 ? dim + 1 : dim, t->ndim, n, n);

@@ -284,6 +284,18 @@ static int parse_args(LaunchArgs *a, int argc, char **argv) {
     return 0;
 }
 
+/* The flags of host_unsupported whose every value is a no-op here
+ * (any_value = 1) or the others (0), wrapped at 79 columns. */
+static void print_unsupported_flags(int any_value) {
+    for (int i = 0, col = 1; i < host_unsupported_count; i++) {
+        const char *f = host_unsupported[i].flag, *neutral = host_unsupported[i].neutral;
+        int star = neutral != NULL && strcmp(neutral, "*") == 0;
+        if (f == NULL || star != any_value) continue;
+        if (col + strlen(f) + 3 > 79) printf("\n "), col = 1;
+        col += printf(" --%s", f);
+    }
+}
+
 static void print_help(void) {
     printf("usage: accel-lua launch [flags] script.lua [args]\n"
            "Runs the script on num_processes ranks through OpenMPI's mpirun (directly\n"
@@ -315,12 +327,9 @@ static void print_help(void) {
     printf("\nAccelerate flags for what does not exist here are refused, each with its "
            "reason\n(a value that asks for nothing, such as --dynamo_backend no, is "
            "accepted):\n ");
-    for (int i = 0, col = 1; i < host_unsupported_count; i++) {
-        const char *f = host_unsupported[i].flag, *neutral = host_unsupported[i].neutral;
-        if (f == NULL || (neutral != NULL && strcmp(neutral, "*") == 0)) continue;
-        if (col + strlen(f) + 3 > 79) printf("\n "), col = 1;
-        col += printf(" --%s", f);
-    }
+    print_unsupported_flags(0);
+    printf("\n\nAccepted with no effect, because mpirun does what they configure:\n ");
+    print_unsupported_flags(1);
     printf("\n\nExample:\n  accel-lua launch --num_processes 2 --mixed_precision bf16 "
            "train.lua --epochs 3\n");
 }

@@ -85,6 +85,7 @@ EOF
 check_flags() {
     run "$EXE" launch --help
     check "launch --help lists the flags" '(( RC == 0 )) && has "--num_processes" && has "--max_restarts" && has "--use_deepspeed"'
+    check "launch --help lists the flags accepted with no effect" 'has "--same_network" && has "--deepspeed_multinode_launcher"'
     run "$EXE" launch --bogus --num_processes 2 --frob=1 -z "$TMP/rank.lua"
     check "unknown flags: exit 2, all named" '(( RC == 2 )) && has "--bogus" && has "--frob=1" && has " -z"'
     run "$EXE" launch --num_processes abc "$TMP/rank.lua"

@@ -136,7 +136,7 @@ end
 -- process but src, by src's items (as JSON values); returns list.
 function ops.broadcast_object_list(comm, list, src)
   if type(list) ~= "table" or getmetatable(list) ~= nil or (#list == 0 and next(list) ~= nil) then
-    raise("broadcast_object_list: expected a list (items 1..n), got %s", type_text(list))
+    raise("broadcast_object_list: expected a list, got %s", type_text(list))
   end
   check_source("broadcast_object_list", comm, src)
   if comm.world_size == 1 then return list end
