@@ -101,7 +101,7 @@ static int l_randint(lua_State *L) {
     int next, nd = lu_sizes(L, pos, shape, &next);
     CreateOpts o = create_opts(L, next, DT_I64);
     double min, max;
-    if (lo < hi && lu_dtype_limits(o.dt, &min, &max)) { /* as torch: both ends must be values of the dtype */
+    if (lo < hi && o.dt != DT_I64 && lu_dtype_limits(o.dt, &min, &max)) { /* as torch: both ends values of the dtype */
         if ((double)lo < min || (double)lo > max)
             lu_error(L, "randint: low = %lld is out of bounds for %s", (long long)lo, dtype_name(o.dt));
         if ((double)(hi - 1) < min || (double)(hi - 1) > max)
@@ -608,8 +608,9 @@ static const luaL_Reg functions[] = {
     {"synchronize", l_synchronize}, {"device_count", l_device_count}, {NULL, NULL}};
 
 /* accel.so stays mapped once loaded (as lua.c leaves it mapped at exit):
- * its allocator caches, pools and threads are process-wide, and a dlclose
- * when the last Lua state closes would leak them. */
+ * its allocator caches, pools, threads (the collective watchdog) and exit
+ * handlers are process-wide; a dlclose when the last Lua state closes would
+ * leak the caches and leave the handlers pointing at unmapped code. */
 static void pin_module(void) {
     Dl_info info;
     if (dladdr((void *)luaopen_accel, &info) && info.dli_fname) dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);

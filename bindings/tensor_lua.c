@@ -700,7 +700,6 @@ static int t_detach_(lua_State *L) {
     return 1;
 }
 
-/* split(size | {sizes}, dim=1) -> list of views */
 /* The dim of split / chunk / unbind at idx: a number, {dim =} (torch's
  * keyword) or nothing (the first). */
 static int cut_dim(lua_State *L, int idx) {
@@ -719,6 +718,7 @@ static void check_has_dims(lua_State *L, const Tensor *t, const char *op) {
     if (t->ndim == 0) lu_error(L, "%s expects at least a 1-dimensional tensor", op);
 }
 
+/* split(size | {sizes}, dim=1) -> list of views */
 static int t_split(lua_State *L) {
     Tensor *t = SELF;
     check_has_dims(L, t, "split");
@@ -993,7 +993,6 @@ static Tensor *overwrite_begin(Tensor *t, Tensor *src, int64_t row) {
         Tensor *su = se ? tensor_unsqueeze(se, 0) : NULL;
         Tensor *head = su ? tensor_narrow(t, 0, 0, row) : NULL;
         Tensor *tail = head ? tensor_narrow(t, 0, row + 1, t->shape[0] - row - 1) : NULL;
-        ag_view_keeps_history(head), ag_view_keeps_history(tail); /* the write is outside them */
         if (tail) r = op_cat((Tensor *[]){head, su, tail}, 3, 0);
         tensor_release(rowv), tensor_release(se), tensor_release(su), tensor_release(head), tensor_release(tail);
     }

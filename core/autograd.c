@@ -117,6 +117,8 @@ AGNode *ag_record(const char *name, AGBackwardFn fn, Tensor *out, Tensor **input
         memcpy(e->shape, in->shape, sizeof(int64_t) * (size_t)in->ndim);
         e->dtype = in->dtype;
         if (!in->requires_grad) continue;
+        AGNode *p = in->grad_fn;
+        if (p && p->view_base && in->storage->version != p->view_version) p->view_stale = true; /* see ag_record_view */
         if (in->grad_fn) e->fn = node_retain(in->grad_fn);
         else e->leaf = tensor_retain(in);
     }
@@ -139,15 +141,11 @@ void ag_save(AGNode *n, Tensor *t) {
 
 AGNode *ag_record_view(const char *name, AGBackwardFn fn, Tensor *out, Tensor *t) {
     AGNode *n = ag_record(name, fn, out, &t, 1);
-    if (n && t->grad_fn && !n->unsaved) {
-        ag_save(n, t);
+    if (n && t->grad_fn) {
         n->view_base = true;
+        n->view_version = t->storage->version;
     }
     return n;
-}
-
-void ag_view_keeps_history(Tensor *view) {
-    if (view && view->grad_fn) view->grad_fn->view_base = false;
 }
 
 Tensor *ag_saved(AGNode *n, int k) {
@@ -326,10 +324,10 @@ static int run_node(AGNode *n, NodeList *ready) {
         return accel_fail_int("backward through %s, which was recorded inside activation checkpointing's forward and "
                               "keeps no tensors for backward: backpropagate through the checkpoint's outputs only",
                               n->name);
-    if (n->view_base && n->saved[0]->storage->version != n->saved_version[0])
-        return accel_fail_int("backward of %s: the tensor it is a view of (shape %s) was modified by an in-place operation "
-                              "after the view was taken, which changed that tensor's history but not the view's; take the "
-                              "view after the in-place operation", n->name, tensor_shape_str(n->saved[0]));
+    if (n->view_stale)
+        return accel_fail_int("backward of %s: this view was used after the tensor it views was modified by an "
+                              "in-place operation, which changed that tensor's history but not the view's; take the view "
+                              "after the in-place operation", n->name);
     Tensor *gin_stack[8];
     Tensor **gin = n->n_in <= 8 ? gin_stack : calloc((size_t)n->n_in, sizeof *gin);
     if (!gin) return accel_fail_int("backward: out of memory");

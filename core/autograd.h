@@ -48,7 +48,9 @@ struct AGNode {
     int n_saved;
     bool released;
     bool unsaved;    /* recorded while saving was off (ag_set_keep_saved): cannot run */
-    bool view_base;  /* a view's node: saved[0] is the tensor it views (ag_record_view) */
+    bool view_base;  /* a view's node (ag_record_view): view_version is its storage's version then */
+    bool view_stale; /* the view was used after an in-place op on what it views: refuses to run */
+    int64_t view_version;
     double p[4];     /* op scalars */
     int64_t i[TENSOR_MAX_DIMS * 2]; /* op integers (dims, shapes) */
     void *ctx;
@@ -78,14 +80,12 @@ bool ag_needs_grad(Tensor **inputs, int n);
 AGNode *ag_record(const char *name, AGBackwardFn fn, Tensor *out, Tensor **inputs, int n_in);
 /* Save a tensor for backward (retained, version recorded). */
 void ag_save(AGNode *n, Tensor *t);
-/* ag_record for a view out of t. When t has history, the node keeps t's
- * version: an in-place op on t afterwards changes t's history but not the
- * view's (PyTorch rebuilds the view's), so that backward is refused. */
+/* ag_record for a view out of t. When t has history, the node keeps the
+ * storage's version: an in-place op on t afterwards changes t's history but
+ * not the view's (PyTorch rebuilds the view's), so a view used after it
+ * marks its node stale, and a backward through that node is refused. A view
+ * used before the in-place op back-propagates as usual. */
 AGNode *ag_record_view(const char *name, AGBackwardFn fn, Tensor *out, Tensor *t);
-/* For a view whose base is about to be written only outside the view's
- * elements (t[i] = v keeps t's other rows): its history stays true, so its
- * backward does not check the base's version. */
-void ag_view_keeps_history(Tensor *view);
 /* Fetch a saved tensor, checking it was not modified in place since. */
 Tensor *ag_saved(AGNode *n, int k);
 /* Whether input k of the node needs a gradient. */

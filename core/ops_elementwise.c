@@ -327,7 +327,7 @@ int op_binary_(KBinOp op, Tensor *a, Tensor *b) {
         if (check_inplace_grad(a, name) < 0) return -1;
         /* ops whose backward reads a's old value get a copy of it: a itself
          * is about to be overwritten (PyTorch saves the original self too) */
-        bool saves_a = op == KB_MUL || op == KB_POW || op == KB_MAX || op == KB_MIN;
+        bool saves_a = op == KB_MUL || op == KB_POW || op == KB_MAX || op == KB_MIN || op == KB_REMAINDER;
         Tensor *src = saves_a ? tensor_clone(a) : tensor_retain(a);
         Tensor *r = src ? op_binary(op, src, b) : NULL;
         int rc = r ? rebase(a, r) : -1;

@@ -97,7 +97,7 @@ static int ask_choice(Session *s, int id, const char *question, const char *cons
         int ok = config_set(&s->c, id, text, SRC_FILE, err, sizeof err) == 0;
         for (int i = 0; ok && i < n; i++)
             if (strcmp(s->c.value[id], values[i]) == 0) return 0;
-        choices_error(values, n, err, sizeof err);
+        choices_error(values, n, err, sizeof err); /* the menu's numbers and names say more than config_set's */
         if (!retry(s, question, buf, err)) return -1;
     }
 }

@@ -90,12 +90,15 @@ static void join_job_at_exit(int status, void *arg) {
         fprintf(stderr, "%s: rank %d: at exit: %s\n", ACCEL_LUA_NAME, host_rank(), accel_last_error());
 }
 
-/* Only in the rank's own process, marked by ACCEL_LUA_RANK_PID: an
+/* Only for a rank that `accel-lua launch` started (its settings carry
+ * ACCEL_LUA_NUM_PROCESSES; tasks started by srun or mpirun directly keep
+ * the lazy start: a script that never communicates never loads MPI), and
+ * only in the rank's own process, marked by ACCEL_LUA_RANK_PID: an
  * accel-lua that the script starts inherits the MPI variables but is no
  * rank (its MPI_Init would fail). */
 void host_join_job_at_exit(void) {
     char pid[32];
-    if (host_rank() < 0 || getenv("ACCEL_LUA_RANK_PID") != NULL) return;
+    if (host_rank() < 0 || getenv("ACCEL_LUA_NUM_PROCESSES") == NULL || getenv("ACCEL_LUA_RANK_PID") != NULL) return;
     rank_pid = getpid();
     snprintf(pid, sizeof pid, "%ld", (long)rank_pid);
     if (setenv("ACCEL_LUA_RANK_PID", pid, 1) == 0) on_exit(join_job_at_exit, NULL);

@@ -6,7 +6,10 @@
  * Decisions:
  * - initialisation is lazy (first dist_world call), so a script that never
  *   communicates never loads MPI's runtime; MPI_Init_thread runs only when
- *   a launcher started more than one process (or ACCEL_LUA_DIST_BACKEND=mpi);
+ *   a launcher started more than one process (or ACCEL_LUA_DIST_BACKEND=mpi).
+ *   Ranks started by `accel-lua launch` also start it when they exit without
+ *   having done so (host/rank.c), so that ranks waiting in MPI start-up for
+ *   them do not wait forever;
  * - the end of an MPI job: an exit handler (glibc's on_exit, which sees the
  *   exit status) finalises MPI when the process exits with status 0, after
  *   waiting for collectives still in flight; any other status calls
@@ -36,7 +39,6 @@
 #include "dist.h"
 #include "../autograd.h"
 #include "../ops.h"
-#include <dlfcn.h>
 #include <stdbool.h>
 #include <strings.h>
 #include <stdio.h>
@@ -125,13 +127,6 @@ static void at_exit(int status, void *arg) {
     finish_job();
 }
 
-/* Keeps this object (accel.so under a plain Lua) mapped after lua_close,
- * since the exit handler and the watchdog live in it. */
-static void pin_self(void) {
-    Dl_info info;
-    if (dladdr((void *)dist_world, &info) && info.dli_fname) dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
-}
-
 /* ---- debug mode ---- */
 
 static bool debug_mode;
@@ -173,7 +168,6 @@ static int world_init(void) {
     }
     if (dist_mpi_init(&world, n)) return -1;
     world_pid = getpid();
-    pin_self();
     on_exit(at_exit, NULL);
     return dist_watchdog_start(&world);
 }

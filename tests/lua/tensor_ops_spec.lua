@@ -1555,6 +1555,7 @@ describe("PyTorch's rules for options, promotion and in-place writes", function(
     -- randint's bounds must be values of its dtype (torch: "from / to - 1 is out of bounds")
     fails("randint: high %- 1 = 299 is out of bounds for uint8", function() return accel.randint(0, 300, {3}, {dtype = "uint8"}) end)
     fails("randint: low = %-5 is out of bounds for uint8", function() return accel.randint(-5, 3, {3}, {dtype = "uint8"}) end)
+    assert.are.equal(3, accel.randint(0, 2 ^ 53, {3}):numel()) -- any int64 bound is one
     assert.are.equal(accel.bool, accel.randint(0, 2, {3}, {dtype = "bool"}).dtype)
     assert.are.equal(-math.huge, accel.zeros(2):masked_fill(accel.tensor({true, false}), -math.huge):tolist()[1])
   end)
@@ -1613,6 +1614,14 @@ describe("PyTorch's rules for options, promotion and in-place writes", function(
     x.grad = nil
     x:div(2, {rounding_mode = "floor"}):sum():backward()
     assert.same({0, 0, 0}, x.grad:tolist())
+    -- in place, the divisor's gradient reads the dividend's old value (torch: -floor(a / b))
+    local a0 = accel.tensor({1.25, 2.75, -0.5}, {requires_grad = true})
+    local b = accel.tensor({2.0, -3.0, 0.7}, {requires_grad = true})
+    local c = a0 * 1
+    c:remainder_(b)
+    c:sum():backward()
+    assert.same({0, 1, 1}, b.grad:tolist())
+    assert.same({1, 1, 1}, a0.grad:tolist())
   end)
 
   it("t[i] = v checks v against the dtype; a dtype is not a shape; function forms of methods", function()

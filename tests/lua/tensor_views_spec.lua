@@ -490,7 +490,7 @@ describe("item / tolist", function()
       y:mul_(3)
       local ok, err = pcall(function() v:sum():backward() end)
       assert.is_false(ok)
-      assert.matches("was modified by an in%-place operation after the view was taken", err)
+      assert.matches("this view was used after the tensor it views was modified by an in%-place operation", err)
     end
     -- the view taken after the in-place op, or the base alone, back-propagate as before
     local x = accel.tensor({{1, 2}, {3, 4}}, {dtype = accel.float64, requires_grad = true})
@@ -504,6 +504,27 @@ describe("item / tolist", function()
     z:add_(1)
     z:sum():backward()
     assert.same({{2, 2}, {2, 2}}, x.grad:tolist())
+    -- a view used before the in-place op back-propagates (torch: 2 everywhere), also as the op's operand
+    x.grad = nil
+    local w = x * 1
+    local u = w:t() * 2
+    w:add_(1)
+    u:sum():backward()
+    assert.same({{2, 2}, {2, 2}}, x.grad:tolist())
+    x.grad = nil
+    local q = x * 1
+    q:add_(q:t())
+    q:sum():backward()
+    assert.same({{2, 2}, {2, 2}}, x.grad:tolist())
+    -- t[i] = v on a tensor with history keeps nothing alive once its result is dropped
+    collectgarbage()
+    local before = accel.memory_stats()
+    for _ = 1, 20 do
+      local r = x * 1
+      r[1] = 0
+    end
+    collectgarbage()
+    assert.are.equal(before, accel.memory_stats())
   end)
 
   it("unsqueeze past the 8-dim limit is an error (it wrote past its shape arrays)", function()

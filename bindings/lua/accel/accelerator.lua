@@ -1468,11 +1468,7 @@ local function builtin_tracker_opts(self, name, project_name, extra)
   local opts
   if name == "mlflow" then
     opts = {experiment_name = project_name}
-  else
-    if self.logging_dir == nil then
-      raise('init_trackers: tracker "%s" writes under project_dir; give accel.Accelerator{log_with = ..., '
-        .. 'project_dir = "runs"}', name)
-    end
+  else -- a logging directory is there: the constructor checked (check_tracker_dirs)
     opts = {project_dir = self.logging_dir, run_name = project_name}
   end
   if extra ~= nil and not is_table(extra) then raise("init_trackers: init_kwargs.%s must be a table, got %s", name, type(extra)) end
@@ -1485,9 +1481,6 @@ end
 local function start_tracker(self, entry, project_name, init_kwargs, used)
   if is_table(entry) then
     local t = accel.tracking.check_tracker(entry)
-    if t.requires_logging_directory and self.logging_dir == nil then
-      raise('init_trackers: custom tracker "%s" requires a logging directory; give accel.Accelerator{..., project_dir = "runs"}', t.name)
-    end
     if t.start then t:start() end
     return {t}
   end

@@ -71,7 +71,7 @@ end
 
 local pack_value
 
-local function pack_entries(t, tensors, path)
+local function pack_entries(t, tensors, path, depth)
   local n, count, all_strings, tagged = #t, 0, true, false
   for k in pairs(t) do
     count = count + 1
@@ -80,12 +80,12 @@ local function pack_entries(t, tensors, path)
   if count == 0 then return {} end
   if all_strings and not tagged then
     local out = {}
-    for k, v in pairs(t) do out[k] = pack_value(v, tensors, path .. "." .. k) end
+    for k, v in pairs(t) do out[k] = pack_value(v, tensors, path .. "." .. k, depth) end
     return out
   end
   if n == count then
     local out = json.array()
-    for i = 1, n do out[i] = pack_value(t[i], tensors, path .. "." .. i) end
+    for i = 1, n do out[i] = pack_value(t[i], tensors, path .. "." .. i, depth) end
     return out
   end
   local keys = {}
@@ -99,29 +99,29 @@ local function pack_entries(t, tensors, path)
   table.sort(keys, key_order)
   local pairs_out = json.array()
   for i, k in ipairs(keys) do
-    pairs_out[i] = json.array({pack_value(k, tensors, path), pack_value(t[k], tensors, path .. "." .. tostring(k))})
+    pairs_out[i] = json.array({pack_value(k, tensors, path, depth), pack_value(t[k], tensors, path .. "." .. tostring(k), depth)})
   end
   return {__map__ = pairs_out}
 end
 
 -- pack_entries with the walk bounded: a cycle or a nesting deeper than JSON
--- holds is one error naming the path, never a stack overflow. The tables on
--- the current path and their count; M.pack resets both (an error leaves them).
-local on_path, depth = {}, 0
+-- holds is one error naming the path, never a stack overflow. depth: the
+-- tables above t; on_path: those tables (M.pack resets it: an error leaves it).
+local on_path = {}
 
-local function pack_table(t, tensors, path)
+local function pack_table(t, tensors, path, depth)
   local where = path == "" and "the value" or path:gsub("^%.", "")
   if on_path[t] then raise("checkpoint: %s contains itself (a cycle); saved state must be a tree", where) end
   if depth >= json.MAX_DEPTH then
     raise("checkpoint: %s nests tables deeper than %d levels (json.MAX_DEPTH)", where:sub(1, 60), json.MAX_DEPTH)
   end
-  on_path[t], depth = true, depth + 1
-  local v = pack_entries(t, tensors, path)
-  on_path[t], depth = nil, depth - 1
+  on_path[t] = true
+  local v = pack_entries(t, tensors, path, depth + 1)
+  on_path[t] = nil
   return v
 end
 
-pack_value = function(v, tensors, path)
+pack_value = function(v, tensors, path, depth)
   local tv = type(v)
   if accel.is_tensor(v) then
     local name = path:gsub("^%.", "")
@@ -141,7 +141,7 @@ pack_value = function(v, tensors, path)
     return v
   end
   if tv == "string" or tv == "boolean" then return v end
-  if tv == "table" then return pack_table(v, tensors, path) end
+  if tv == "table" then return pack_table(v, tensors, path, depth) end
   raise("checkpoint: %s is a %s; saved state may hold only tensors, numbers, strings, booleans and tables",
     path == "" and "the value" or path:gsub("^%.", ""), tv)
 end
@@ -149,8 +149,8 @@ end
 -- value -> json-ready value, {name -> tensor}
 function M.pack(value)
   local tensors = {}
-  on_path, depth = {}, 0
-  return pack_value(value, tensors, ""), tensors
+  on_path = {}
+  return pack_value(value, tensors, "", 0), tensors
 end
 
 local floats = {nan = 0 / 0, inf = math.huge, ["-inf"] = -math.huge}

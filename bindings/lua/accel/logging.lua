@@ -109,8 +109,8 @@ end
 function Logger:warning_once(msg, opts)
   local key = tostring(msg)
   if self.warned[key] then return end
+  self:warning(msg, opts) -- may raise (no process state yet): then it is not marked as warned
   self.warned[key] = true
-  self:warning(msg, opts)
 end
 
 -- logger.info(...): "Logger.info: call it as obj:info(...)"

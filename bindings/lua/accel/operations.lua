@@ -226,10 +226,6 @@ function ops.split_range(n, rank, world, apply_padding)
   return first, count, pad_to
 end
 
--- This rank's contiguous part of inputs (see PartialState:split_between_processes):
--- a list, a tensor (along dim 1), or a table of them (nested tables too),
--- whose values must all have the first one's length (Accelerate's rule for
--- a dict). On one process inputs come back unchanged, as in Accelerate.
 -- The common length of the lists / tensors in x (a table of them, nested
 -- tables too), or nil when it holds none; name: x's path, for errors.
 local function common_length(x, name, n)
@@ -254,6 +250,10 @@ local function common_length(x, name, n)
   return n
 end
 
+-- This rank's contiguous part of inputs (see PartialState:split_between_processes):
+-- a list, a tensor (along dim 1), or a table of them (nested tables too),
+-- whose values must all have the first one's length (Accelerate's rule for
+-- a dict). On one process inputs come back unchanged, as in Accelerate.
 function ops.split(inputs, rank, world, apply_padding)
   if not splittable(inputs) then
     raise("split_between_processes: expected a list, a tensor or a table of them, got %s", type(inputs))
