@@ -90,6 +90,14 @@ static int c_fs_rename(lua_State *L) {
     return 0;
 }
 
+/* fs_link(a, b): b becomes another name of a's file (a symbolic link is
+ * linked itself, not followed). */
+static int c_fs_link(lua_State *L) {
+    const char *a = luaL_checkstring(L, 1), *b = luaL_checkstring(L, 2);
+    if (linkat(AT_FDCWD, a, AT_FDCWD, b, 0) < 0) return lu_error(L, "link: %s -> %s: %s", a, b, strerror(errno));
+    return 0;
+}
+
 /* fs_exchange(a, b) -> true when both paths were swapped atomically,
  * false when the file system cannot (the caller falls back to renames). */
 static int c_fs_exchange(lua_State *L) {
@@ -160,11 +168,12 @@ static int c_fs_listdir(lua_State *L) {
     return 1;
 }
 
-/* fs_stat(path) -> "file"|"dir"|"other", size in bytes; or nil, reason */
+/* fs_stat(path, [nofollow]) -> "file"|"dir"|"other", size in bytes; or nil, reason */
 static int c_fs_stat(lua_State *L) {
     const char *path = luaL_checkstring(L, 1);
+    bool nofollow = lua_toboolean(L, 2); /* fs_stat(path, true): a symbolic link is "other" */
     struct stat st;
-    if (stat(path, &st) < 0) {
+    if ((nofollow ? lstat(path, &st) : stat(path, &st)) < 0) {
         lua_pushnil(L);
         lua_pushstring(L, strerror(errno));
         return 2;
@@ -239,7 +248,7 @@ static int c_sleep_ms(lua_State *L) {
 }
 
 void lu_open_fs(lua_State *L, int m) {
-    static const luaL_Reg fns[] = {{"fs_write", c_fs_write}, {"fs_rename", c_fs_rename},
+    static const luaL_Reg fns[] = {{"fs_write", c_fs_write}, {"fs_rename", c_fs_rename}, {"fs_link", c_fs_link},
                                    {"fs_exchange", c_fs_exchange}, {"fs_remove_tree", c_fs_remove_tree},
                                    {"fs_listdir", c_fs_listdir}, {"fs_stat", c_fs_stat}, {"fs_link_target", c_fs_link_target},
                                    {"file_size", c_file_size}, {"fs_crc32", c_fs_crc32},

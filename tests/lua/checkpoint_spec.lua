@@ -518,28 +518,29 @@ describe("a save_state that fails", function()
     rm(dir)
   end)
 
-  -- Accelerate writes into an existing folder and raises FileExistsError on a
-  -- file; save_state replaces its folder as a whole, so it refuses anything
-  -- there but an earlier checkpoint, and deletes nothing it did not write.
-  it("a file, a folder of other files, or '.' in the way; a link is written through", function()
+  -- Accelerate writes into an existing folder (keeping what else is there) and raises
+  -- FileExistsError on a file; the folder is still swapped in atomically here, with the
+  -- other files hard-linked into it first, so nothing of the user's is lost.
+  it("a file in the way or '.' is refused; other files in the folder are kept; a link is written through", function()
     local dir = tmpdir()
     write(dir .. "/notes.txt", "keep me")
-    C.mkdirs(dir .. "/other/logs")
-    write(dir .. "/other/run.log", "keep me too")
+    C.mkdirs(dir .. "/out/logs")
+    write(dir .. "/out/logs/run.log", "keep me too")
     local s = trained()
     expect_error(function() s.a:save_state(dir .. "/notes.txt") end, dir .. "/notes.txt exists and is not a folder")
-    expect_error(function() s.a:save_state(dir .. "/other") end, "holds files that are not part of a checkpoint (logs, run.log)")
     expect_error(function() s.a:save_state(".") end, "name the checkpoint folder itself")
     expect_error(function() s.a:save_state("") end, "name the checkpoint folder itself")
     assert.are.equal("keep me", read(dir .. "/notes.txt"))
-    assert.are.equal("keep me too", read(dir .. "/other/run.log"))
-    assert.are.same({"notes.txt", "other"}, C.fs_listdir(dir))
-    -- an earlier checkpoint with a file of the user's added is refused too; without it, replaced
-    s.a:save_state(dir .. "/ckpt")
-    write(dir .. "/ckpt/README", "mine")
-    expect_error(function() s.a:save_state(dir .. "/ckpt") end, "(README)")
-    os.remove(dir .. "/ckpt/README")
-    s.a:save_state(dir .. "/ckpt")
+    -- save_model's output, then save_state into the same folder, twice: both kept, the checkpoint loads
+    s.a:save_model(s.model, dir .. "/out")
+    s.a:save_state(dir .. "/out")
+    write(dir .. "/out/README", "mine")
+    s.a:save_state(dir .. "/out")
+    assert.are.equal("keep me too", read(dir .. "/out/logs/run.log"))
+    assert.are.equal("mine", read(dir .. "/out/README"))
+    trained().a:load_state(dir .. "/out")
+    local index = json.decode(read(dir .. "/out/checkpoint_index.json"))
+    assert.is_nil(index.files.README) -- the user's files are not part of the checkpoint
     -- a symbolic link to a folder: the checkpoint lands where it points, the link stays
     C.mkdirs(dir .. "/store/real")
     assert(os.execute("ln -s store/real " .. q(dir .. "/link")))

@@ -9,7 +9,9 @@
 -- removed afterwards), and the parent directory is fsynced. A crash at any
 -- point leaves either the old folder or the new complete one at <dir>, plus
 -- possibly a ".tmp-" folder that nothing loads (the next save of <dir>
--- removes it). A save that raises (on any process: see save_step in
+-- removes it). Files in an existing <dir> that are not its checkpoint's
+-- (save_model's output, logs) are hard-linked into the new folder before the
+-- swap, so they stay. A save that raises (on any process: see save_step in
 -- accelerator.lua) removes its temporary folder with Writer:abort(), so only
 -- a killed process leaves one. open() verifies the index, every size and
 -- checksum before anything is read, and names the file and the fault when
@@ -343,9 +345,8 @@ function M.writer(target, tmp_suffix, create)
   return self
 end
 
--- The entries of an existing folder dir that a checkpoint replacing it would
--- delete although they are not part of a checkpoint (all of them when dir
--- holds no checkpoint index).
+-- The entries of an existing folder dir that are not part of the checkpoint
+-- it holds (all of them when it holds no checkpoint index).
 local function stray_entries(dir)
   local index = json.try_decode(read_file(join(dir, M.INDEX)) or "")
   local known = type(index) == "table" and type(index.files) == "table" and index.files or {}
@@ -356,17 +357,22 @@ local function stray_entries(dir)
   return stray
 end
 
--- save_state replaces its folder as a whole: only a new folder, an empty one
--- or an earlier checkpoint may be there, never a file or other files.
-local function check_replaceable(target)
-  local kind = C.fs_stat(target)
-  if kind == nil then return end
-  if kind ~= "dir" then raise("save_state: %s exists and is not a folder", target) end
-  local stray = stray_entries(target)
-  if #stray > 0 then
-    raise("save_state: %s holds files that are not part of a checkpoint (%s%s); save_state replaces the whole folder, "
-      .. "so save into a new or empty folder (or one that holds only an earlier checkpoint)", target,
-      table.concat(stray, ", ", 1, math.min(#stray, 3)), #stray > 3 and ", ..." or "")
+-- src's tree again under dst, every file a hard link (no data copied; a
+-- symbolic link is linked itself).
+local function link_tree(src, dst)
+  if C.fs_stat(src, true) ~= "dir" then return C.fs_link(src, dst) end
+  C.mkdirs(dst)
+  for _, f in ipairs(C.fs_listdir(src) or {}) do link_tree(join(src, f), join(dst, f)) end
+end
+
+-- The files of target that are not the checkpoint's (save_model's output,
+-- logs, ...) and whose names the new checkpoint does not use, linked into
+-- the new folder before it is swapped in: they stay, as Accelerate writes
+-- into an existing folder, and the swap stays one atomic step.
+function Writer:keep_other_files(files)
+  if C.fs_stat(self.target) ~= "dir" then return end
+  for _, f in ipairs(stray_entries(self.target)) do
+    if files[f] == nil and f ~= M.INDEX then link_tree(join(self.target, f), self:path(f)) end
   end
 end
 
@@ -374,7 +380,8 @@ end
 -- the empty temporary folder.
 function Writer:create()
   local target = self.target
-  check_replaceable(target)
+  local kind = C.fs_stat(target)
+  if kind ~= nil and kind ~= "dir" then raise("save_state: %s exists and is not a folder", target) end
   local parent, base = target:match("^(.*)/([^/]*)$")
   if parent == nil then parent, base = ".", target end
   if parent ~= "" then C.mkdirs(parent) end
@@ -435,6 +442,7 @@ function Writer:commit(index)
   end
   index.format, index.version, index.files = M.FORMAT, M.VERSION, files
   C.fs_write(self:path(M.INDEX), json.encode(index, {indent = 1}) .. "\n")
+  self:keep_other_files(files)
   C.fs_fsync(self.tmp)
   if C.fs_stat(self.target) then
     if C.fs_exchange(self.tmp, self.target) then
