@@ -61,10 +61,7 @@ local function each_tensor(ts, method, arg)
 end
 
 function TensorDataset:get(i)
-  local n = self._n
-  if not U.is_integer(i) or i < 1 or i > n then
-    U.failf("TensorDataset: index %s is out of range 1..%d", tostring(i), n)
-  end
+  U.check_index("TensorDataset", i, self._n)
   return each_tensor(self.tensors, "select", i)
 end
 

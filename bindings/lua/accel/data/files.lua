@@ -48,12 +48,7 @@ function TokenFile:__len()
   return math.floor((n - 1 - T) / self.stride) + 1
 end
 
-local function check_index(self, i)
-  local n = TokenFile.__len(self)
-  if not U.is_integer(i) or i < 1 or i > n then
-    U.failf("TokenFile: index %s is out of range 1..%d", tostring(i), n)
-  end
-end
+local function check_index(self, i) U.check_index("TokenFile", i, TokenFile.__len(self)) end
 
 -- Sample i: x = ids of block i, y = the same block shifted by one (int64, T).
 function TokenFile:get(i)

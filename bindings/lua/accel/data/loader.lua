@@ -87,7 +87,7 @@ function DataLoader.new(dataset, opts)
   local bs = opts.batch_size
   if bs == nil then bs = 1 end
   if not (type(bs) == "number" and bs == floor(bs) and bs >= 1) then
-    U.failf("DataLoader: batch_size must be a positive integer, got %s", tostring(bs))
+    U.failf("DataLoader: batch_size must be a positive integer, got %s", type(bs) == "string" and ("string %q"):format(bs) or tostring(bs))
   end
   local shuffle = check_flag(opts.shuffle, "shuffle")
   local seed = opts.seed

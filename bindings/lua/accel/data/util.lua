@@ -41,6 +41,12 @@ function U.check_opts(opts, known, ignored, what)
   return opts
 end
 
+-- A sample index of `what`: an integer in 1..n (a string "1" is named as one).
+function U.check_index(what, i, n)
+  if type(i) ~= "number" then U.failf("%s: index must be a number, got %s %s", what, type(i), ("%q"):format(tostring(i))) end
+  if not U.is_integer(i) or i < 1 or i > n then U.failf("%s: index %s is out of range 1..%d", what, tostring(i), n) end
+end
+
 -- #obj through __len, also where the interpreter (LuaJIT) ignores __len on tables.
 function U.len(obj)
   local mt = getmetatable(obj)
