@@ -67,18 +67,24 @@ local function gathered(a, bs, epochs)
   return as_tensor, as_numbers, as_strings
 end
 
--- The prepared loader's pass, gathered from every rank, is the whole data set once.
-local function partitions_the_data(loader, what)
-  local l = acc:prepare(loader)
+-- One pass of the prepared loader l, gathered from every rank, sorted.
+local function gathered_pass(l)
   local seen = {}
   for b in l:iter() do
     for _, v in ipairs(acc:gather_for_metrics(b):tolist()) do seen[#seen + 1] = v end
   end
   table.sort(seen)
-  local all = {}
-  for i = 1, n do all[i] = i - 1 end
-  same_list(seen, all, what)
+  return seen
 end
+
+local function range(first, last)
+  local r = {}
+  for v = first, last do r[#r + 1] = v end
+  return r
+end
+
+-- The prepared loader's pass, gathered from every rank, is the whole data set once.
+local function partitions_the_data(loader, what) same_list(gathered_pass(acc:prepare(loader)), range(0, n - 1), what) end
 
 -- ---- a shuffled loader without a seed, after the ranks used their generators differently:
 -- the shards still partition the data set (every rank deals from rank 0's order) ----
@@ -101,14 +107,8 @@ do
   local l = acc:prepare(data.DataLoader(grow, {batch_size = 2}))
   for _, new_len in ipairs({5, 9}) do
     len = new_len
-    local seen = {}
-    for b in l:iter() do
-      for _, v in ipairs(acc:gather_for_metrics(b):tolist()) do seen[#seen + 1] = v end
-    end
-    table.sort(seen)
-    local want = {}
-    for i = 1, new_len do want[i] = i end
-    same_list(seen, want, ("a dataset grown / shrunk to %d after prepare: gather_for_metrics"):format(new_len))
+    same_list(gathered_pass(l), range(1, new_len),
+      ("a dataset grown / shrunk to %d after prepare: gather_for_metrics"):format(new_len))
   end
 end
 
