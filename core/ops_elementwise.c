@@ -103,7 +103,8 @@ static Tensor *binary_compute(KBinOp op, Tensor *a, Tensor *b, DType rd, const i
     if (op == KB_POW && dtype_is_float(rd)) cdt = compute_dtype(rd);
     DType odt = kbin_is_compare(op) ? DT_BOOL : cdt;
     if (shape_check(kbin_name(op), shape, nd, (int)odt) < 0) return NULL; /* e.g. huge expanded operands */
-    DType common = tensor_result_dtype(a, b);
+    bool half_in = a->dtype == DT_BF16 || a->dtype == DT_F16 || b->dtype == DT_BF16 || b->dtype == DT_F16;
+    DType common = half_in ? tensor_result_dtype(a, b) : cdt; /* only a half operand can make it half */
     Tensor *ca = operand_in(op, a, common, cdt), *cb = ca ? operand_in(op, b, common, cdt) : NULL;
     Tensor *out = cb && check_int_divisor(op, cb) == 0 ? tensor_empty(shape, nd, odt, a->device) : NULL;
     if (out) binary_into(op, cdt, out, ca, cb);
