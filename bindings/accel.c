@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 /* ---- creation ---- */
@@ -355,6 +356,21 @@ static int l_empty_cache(lua_State *L) {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
+/* A file named as torch.save's files are (model.pth, m.pt, pytorch_model.bin)
+ * gets safetensors bytes, which torch.load refuses: warned once per process. */
+static void warn_torch_name(const char *path) {
+    static const char *const suffixes[] = {".pt", ".pth", ".bin", ".pkl", ".ckpt"};
+    static int warned;
+    size_t len = strlen(path);
+    for (size_t i = 0; !warned && i < sizeof suffixes / sizeof suffixes[0]; i++) {
+        size_t n = strlen(suffixes[i]);
+        if (len <= n || strcasecmp(path + len - n, suffixes[i]) != 0) continue;
+        fprintf(stderr, "accel-lua: warning: %s is written as safetensors, not in torch.save's format: torch.load "
+                        "cannot read it; name it .safetensors (Python: safetensors.torch.load_file reads it)\n", path);
+        warned = 1;
+    }
+}
+
 /* accel.save({name = tensor, ...}, path, [metadata {str = str}]) ; names written sorted */
 static int l_save(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
@@ -383,6 +399,7 @@ static int l_save(lua_State *L) {
     const char **mk, **mv;
     int nm = lu_string_map(L, 3, &mk, &mv, "accel.save");
     if (safetensors_save(path, names, ts, n, mk, mv, nm) < 0) lu_core_error(L);
+    warn_torch_name(path);
     return 0;
 }
 

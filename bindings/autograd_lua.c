@@ -28,7 +28,8 @@ static int call_in_grad_mode(lua_State *L, int at, bool on, bool inf) {
 }
 
 /* no_grad(fn, ...) / enable_grad(fn, ...) / inference_mode(fn, ...): fn's
- * results. Without fn: a handle whose __close restores the previous modes. */
+ * results. Without fn: a handle whose close (h:close(), or __close at the end
+ * of a <close> variable's scope) restores the previous modes. */
 static int with_grad_mode(lua_State *L, bool on, bool inf) {
     if (!lua_isnoneornil(L, 1)) return call_in_grad_mode(L, 1, on, inf);
     lua_createtable(L, 0, 2);
@@ -45,7 +46,15 @@ static int l_no_grad(lua_State *L) { return with_grad_mode(L, false, inference_o
 static int l_enable_grad(lua_State *L) { return with_grad_mode(L, true, inference_on); }
 static int l_inference_mode(lua_State *L) { return with_grad_mode(L, false, true); }
 
+/* h:close() / __close: the first call restores the modes, later ones do nothing */
 static int grad_mode_close(lua_State *L) {
+    if (!lua_istable(L, 1))
+        return lu_error(L, "close: call it as h:close(), not h.close() (the grad-mode handle must come first; got %s)",
+                        luaL_typename(L, 1));
+    lua_getfield(L, 1, "closed");
+    if (lua_toboolean(L, -1)) return 0;
+    lua_pushboolean(L, 1);
+    lua_setfield(L, 1, "closed");
     lua_getfield(L, 1, "prev");
     ag_set_grad_enabled(lua_toboolean(L, -1));
     lua_getfield(L, 1, "prev_inference");
@@ -379,6 +388,10 @@ void lu_open_autograd(lua_State *L, int m) {
     luaL_newmetatable(L, "accel.GradMode");
     lua_pushcfunction(L, grad_mode_close);
     lua_setfield(L, -2, "__close");
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, grad_mode_close);
+    lua_setfield(L, -2, "close");
+    lua_setfield(L, -2, "__index");
     lua_pop(L, 1);
     static const luaL_Reg fns[] = {{"no_grad", l_no_grad},
                                    {"enable_grad", l_enable_grad},

@@ -48,7 +48,8 @@ local loader = data.DataLoader(data.TensorDataset(points, labels), {batch_size =
 
 local model = Net(8, 32, 2, 4)
 local optimizer = optim.AdamW(model:parameters(), {lr = 3e-3})
-local scheduler = optim.lr_scheduler.get_cosine_schedule_with_warmup(optimizer, 20, epochs * #loader)
+-- loader:__len() is #loader, which LuaJIT reads raw (docs/luajit.md)
+local scheduler = optim.lr_scheduler.get_cosine_schedule_with_warmup(optimizer, 20, epochs * loader:__len())
 local accelerator = accel.Accelerator{
   project_dir = project_dir,
   project_config = accel.ProjectConfiguration{project_dir = project_dir, automatic_checkpoint_naming = true, total_limit = 2},
@@ -76,7 +77,7 @@ if accel._C.file_size and accel._C.file_size(project_dir .. "/checkpoints") then
 end
 
 local criterion = nn.CrossEntropyLoss()
-local step = (start_epoch - 1) * #loader
+local step = (start_epoch - 1) * loader:__len()
 for epoch = start_epoch, epochs do
   model:train()
   local loss

@@ -61,7 +61,7 @@ for epoch = 1, epochs do
   model:train()
   local t = accel.clock()
   local loss_sum, steps = 0, 0
-  for xb, yb in accel.progress.wrap(loader:iter(), #loader, {desc = ("epoch %d"):format(epoch)}) do
+  for xb, yb in accel.progress.wrap(loader:iter(), loader:__len(), {desc = ("epoch %d"):format(epoch)}) do
     optimizer:zero_grad()
     local loss = criterion(model(xb), yb)
     accelerator:backward(loss)

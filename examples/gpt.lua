@@ -22,6 +22,7 @@
 local accel = require("accel")
 local gpt2 = accel.models.gpt2
 local data, optim = accel.data, accel.optim
+local compat = require("accel.compat") -- string.pack, also under LuaJIT
 
 -- ---------------------------------------------------------------- options
 
@@ -102,7 +103,8 @@ for b = 0, 255 do LE16[string.char(b)] = string.char(b, 0) end
 
 local function write_tokens(path, s)
   local f = assert(io.open(path, "wb"))
-  f:write(string.pack("<i4i4i4", 20240520, 1, #s), string.rep("\0", 1024 - 12))
+  for _, v in ipairs({20240520, 1, #s}) do f:write(compat.string_pack("<I4", v)) end -- magic, version, count
+  f:write(string.rep("\0", 1024 - 12))
   f:write((s:gsub(".", LE16)))
   f:close()
 end
@@ -151,7 +153,8 @@ accelerator:wait_for_everyone()
 local T, B = opt.block_size, opt.batch_size
 local train_set = data.TokenFile(data_dir .. "/train.bin", {block_size = T, stride = 1})
 local val_set = data.TokenFile(data_dir .. "/val.bin", {block_size = T, stride = 1})
-if #train_set < B or #val_set < 1 then error("gpt.lua: not enough text for block_size " .. T, 0) end
+local n_train, n_val = train_set:__len(), val_set:__len() -- #set, which LuaJIT reads raw (docs/luajit.md)
+if n_train < B or n_val < 1 then error("gpt.lua: not enough text for block_size " .. T, 0) end
 
 -- ---------------------------------------------------------------- model
 
@@ -178,7 +181,7 @@ model, optimizer, loader, scheduler = accelerator:prepare(model, optimizer, load
 accelerator:init_trackers("gpt", {config = opt})
 
 -- held-out windows, the same at every evaluation (drawn once, from the seed)
-local val_starts = accel.randperm(#val_set):narrow(1, 1, math.min(#val_set, opt.eval_batches * B))
+local val_starts = accel.randperm(n_val):narrow(1, 1, math.min(n_val, opt.eval_batches * B))
 
 local function evaluate()
   model:eval()
@@ -277,10 +280,28 @@ accelerator:save_model(model, model_dir)              -- HF GPT-2 names and layo
 if accelerator.is_main_process then config:save_pretrained(model_dir) end
 accelerator:print("saved " .. model_dir .. "/model.safetensors and config.json (transformers' GPT2LMHeadModel)")
 
+-- The well-formed UTF-8 sequences (RFC 3629), anchored: utf8.len's check,
+-- which LuaJIT (no utf8 library) runs too.
+local UTF8_SEQUENCES = {"^[\1-\127]", "^[\194-\223][\128-\191]", "^\224[\160-\191][\128-\191]",
+  "^[\225-\236\238\239][\128-\191][\128-\191]", "^\237[\128-\159][\128-\191]",
+  "^\240[\144-\191][\128-\191][\128-\191]", "^[\241-\243][\128-\191][\128-\191][\128-\191]",
+  "^\244[\128-\143][\128-\191][\128-\191]"}
+
+local function is_utf8(s)
+  local i = 1
+  while i <= #s do
+    local last
+    for _, seq in ipairs(UTF8_SEQUENCES) do last = last or select(2, s:find(seq, i)) end
+    if not last then return false end
+    i = last + 1
+  end
+  return true
+end
+
 -- bytes outside printable ASCII / valid UTF-8 shown as '?'
 local function printable(s)
   s = s:gsub("[%z\1-\8\11-\31\127]", "?")
-  if utf8.len(s) then return s end
+  if is_utf8(s) then return s end
   return (s:gsub("[\128-\255]", "?"))
 end
 

@@ -12,7 +12,7 @@ local steps = tonumber(arg and arg[1]) or 300
 local n = 256
 
 local x = accel.randn(n, 2)
-local true_w = accel.tensor{{3.0}, {-2.0}}
+local true_w = accel.tensor({{3}, {-2}}, {dtype = accel.float32}) -- float32 under LuaJIT too (one number type)
 local y = x:matmul(true_w) + 0.5 + accel.randn(n, 1) * 0.1
 
 local w = accel.zeros(2, 1, {requires_grad = true})

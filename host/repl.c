@@ -10,12 +10,14 @@
  * multi-line statement as one, goes into the history. Unlike lua5.4
  * (which keeps none), the history is kept across sessions as Python's REPL
  * keeps ~/.python_history: in $ACCEL_LUA_HISTORY, else ~/.accel_lua_history
- * (the last 1000 entries; ACCEL_LUA_HISTORY="" keeps none). When stdin is
- * not a terminal (accel-lua -i < file), lines are read plainly with
- * getline and nothing is saved. */
+ * (the last 1000 entries; ACCEL_LUA_HISTORY="" keeps none), written when
+ * the loop ends and also when the program exits inside it (os.exit(), as
+ * Python saves it at exit()). When stdin is not a terminal (accel-lua -i <
+ * file), lines are read plainly with getline and nothing is saved. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <readline/history.h>
@@ -28,6 +30,8 @@
 #define HISTORY_MAX 1000
 
 static int use_readline; /* stdin is a terminal */
+static char history_file[4096]; /* where the history is saved; "" for nowhere */
+static pid_t history_pid;        /* the process that read it (not a forked child) */
 
 /* Lua 5.4 ends such a message in "near <eof>", LuaJIT in "near '<eof>'". */
 #if LUA_VERSION_NUM >= 504
@@ -154,38 +158,44 @@ static void print_results(lua_State *L, int base) {
     }
 }
 
-/* The history file (see the top comment), or NULL for none. */
-static const char *history_path(char *buf, size_t size) {
-    const char *env = getenv("ACCEL_LUA_HISTORY");
-    if (env != NULL) return env[0] != '\0' ? env : NULL;
-    const char *home = getenv("HOME");
-    if (home == NULL || home[0] == '\0') return NULL;
-    int n = snprintf(buf, size, "%s/.accel_lua_history", home);
-    return n > 0 && (size_t)n < size ? buf : NULL;
+/* The history file (see the top comment) into history_file, or "". */
+static void set_history_file(void) {
+    const char *env = getenv("ACCEL_LUA_HISTORY"), *home = getenv("HOME");
+    int n = 0;
+    if (env != NULL)
+        n = snprintf(history_file, sizeof history_file, "%s", env);
+    else if (home != NULL && home[0] != '\0')
+        n = snprintf(history_file, sizeof history_file, "%s/.accel_lua_history", home);
+    if (n <= 0 || (size_t)n >= sizeof history_file) history_file[0] = '\0';
+}
+
+/* Writes the history back (the last HISTORY_MAX entries), once: at the
+ * loop's end, or at exit() (os.exit inside the loop), in the REPL's own
+ * process. */
+static void save_history(void) {
+    if (history_file[0] == '\0' || getpid() != history_pid) return;
+    if (write_history(history_file) != 0 || history_truncate_file(history_file, HISTORY_MAX) != 0)
+        fprintf(stderr, "%s: cannot write the REPL history %s\n", ACCEL_LUA_NAME, history_file);
+    history_file[0] = '\0';
 }
 
 /* Readline set up on a terminal, with the saved history read in. */
-static const char *start_line_editing(char *buf, size_t size) {
+static void start_line_editing(void) {
+    static int at_exit_set;
     use_readline = isatty(STDIN_FILENO);
-    if (!use_readline) return NULL;
+    if (!use_readline) return;
     rl_readline_name = ACCEL_LUA_NAME; /* for $if accel-lua in ~/.inputrc */
-    const char *path = history_path(buf, size);
-    if (path != NULL) read_history(path); /* a missing file is no error */
-    return path;
-}
-
-/* Writes the history back (the last HISTORY_MAX entries). */
-static void stop_line_editing(const char *path) {
-    if (path == NULL) return;
-    if (write_history(path) != 0 || history_truncate_file(path, HISTORY_MAX) != 0)
-        fprintf(stderr, "%s: cannot write the REPL history %s\n", ACCEL_LUA_NAME, path);
+    set_history_file();
+    if (history_file[0] == '\0') return;
+    read_history(history_file); /* a missing file is no error */
+    history_pid = getpid();
+    if (!at_exit_set) at_exit_set = atexit(save_history) == 0;
 }
 
 void host_repl(lua_State *L) {
     int base = lua_gettop(L);
     int status;
-    char buf[4096];
-    const char *history = start_line_editing(buf, sizeof buf);
+    start_line_editing();
     while ((status = read_entry(L)) != -1) {
         if (status == LUA_OK) status = host_docall(L, 0, LUA_MULTRET);
         if (status == LUA_OK)
@@ -195,7 +205,7 @@ void host_repl(lua_State *L) {
         lua_settop(L, base);
     }
     lua_settop(L, base);
-    stop_line_editing(history);
+    save_history();
     fputc('\n', stdout);
     fflush(stdout);
 }

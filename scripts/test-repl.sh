@@ -4,7 +4,7 @@
 # (`1+1` -> 2, several results tab-separated, a tensor as PyTorch prints
 # it), up-arrow recalls the previous entry (readline), a multi-line
 # statement is one history entry, the history is saved to
-# $ACCEL_LUA_HISTORY; and without a terminal (`accel-lua -i < file`) the
+# $ACCEL_LUA_HISTORY at Ctrl-D and when os.exit() ends the session; and without a terminal (`accel-lua -i < file`) the
 # same entries work with plain reads. Run by scripts/run-tests.sh:
 #
 #   scripts/test-repl.sh [BUILD_DIR]     (default: build)
@@ -36,7 +36,7 @@ check "a script's error still names the program" 'has "accel-lua: (command line)
 
 if ! command -v tmux >/dev/null; then
     echo "skip the terminal checks: tmux is not installed (scripts/install-deps.sh)"
-    SKIP=6
+    SKIP=7
     echo "$PASS passed, $FAIL failed, $SKIP skipped"
     (( FAIL == 0 ))
     exit
@@ -98,5 +98,15 @@ keys C-u C-d
 for ((i = 0; i < 50; i++)); do "${T[@]}" has-session -t repl 2>/dev/null || break; sleep 0.1; done
 check "terminal: the history is saved (ACCEL_LUA_HISTORY)" \
     '[[ -f $ACCEL_LUA_HISTORY ]] && grep -qx "1+1" "$ACCEL_LUA_HISTORY" && grep -q "^io.write" "$ACCEL_LUA_HISTORY"'
+
+# Leaving with os.exit() saves the history too (as Python's exit()).
+"${T[@]}" -f /dev/null new-session -d -s repl -x 100 -y 30 \
+    "env HOME='$HOME' ACCEL_LUA_HISTORY='$TMP/history_exit' INPUTRC=/dev/null '$EXE'"
+wait_for "accel-lua "
+type_line "x = 6 * 7"
+type_line "os.exit(0)"
+for ((i = 0; i < 50; i++)); do "${T[@]}" has-session -t repl 2>/dev/null || break; sleep 0.1; done
+check "terminal: the history is saved when os.exit() ends the session" \
+    'grep -qx "x = 6 \* 7" "$TMP/history_exit" && grep -qx "os.exit(0)" "$TMP/history_exit"'
 
 finish

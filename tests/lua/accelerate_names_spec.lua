@@ -35,6 +35,15 @@ describe("the Accelerate names table (" .. NAMES_DOC .. ")", function()
     assert.are.same({}, missing)
   end)
 
+  it("quotes the grad_fn of t:to(dev) as t.grad_fn gives it (the printout adds PyTorch's 0)", function()
+    local row = assert(tbl:match("\n(| `Tensor.to%(device%)`[^\n]*)"), "no Tensor.to(device) row")
+    local quoted = assert(row:match("`grad_fn` `(%w+)`"), row)
+    local other = accel.get_default_device().type == "sim" and "cpu" or "sim"
+    local moved = accel.ones(2, {requires_grad = true}):to(other)
+    assert.are.equal(quoted, moved.grad_fn)
+    assert.truthy(tostring(moved):find("grad_fn=<" .. quoted .. "0>", 1, true), tostring(moved))
+  end)
+
   it("lists every refused member, and reading one raises naming it", function()
     local a = accel.Accelerator{}
     local n = 0

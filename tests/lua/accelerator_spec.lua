@@ -535,6 +535,35 @@ describe("prepared schedulers", function()
     assert.are.same({0.25}, sched:get_last_lr())
     assert.are.equal(2, sched:state_dict().last_epoch)
   end)
+
+  it("stop a OneCycleLR at total_steps, but raise past it under split_batches, as Accelerate", function()
+    -- Accelerate 1.15, SGD(lr = 0.1, momentum = 0.9), OneCycleLR(opt, 0.5, total_steps = 3): lrs
+    -- 0.23131855133348753, 2e-06, 0.23131855133348764; a 4th step is skipped without split_batches and raises
+    -- "ValueError: Tried to step 4 times. The specified number of total steps is 3" with it
+    local function steps(split)
+      local a = accel.Accelerator{cpu = true, split_batches = split}
+      local model = mlp(1, 2, 2, 1)
+      local opt = optim.SGD(model:parameters(), {lr = 0.1, momentum = 0.9})
+      local sched = optim.lr_scheduler.OneCycleLR(opt, 0.5, {total_steps = 3})
+      model, opt, sched = a:prepare(model, opt, sched)
+      for _, want in ipairs({0.23131855133348753, 2e-06, 0.23131855133348764}) do
+        opt:step()
+        sched:step()
+        assert.is_true(math.abs(opt.param_groups[1].lr - want) <= 1e-15 * want)
+      end
+      opt:step()
+      return sched, opt
+    end
+    local sched, opt = steps(false)
+    sched:step()
+    assert.are.equal(3, sched.scheduler.last_epoch)
+    assert.are.equal(0.23131855133348764, opt.param_groups[1].lr)
+    sched = steps(true)
+    local ok, err = pcall(sched.step, sched)
+    assert.is_false(ok)
+    assert.matches("accelerator_spec.lua:%d+: OneCycleLR: Tried to step 4 times. The specified number of total "
+      .. "steps is 3", err)
+  end)
 end)
 
 describe("fp16 loss scaling", function()

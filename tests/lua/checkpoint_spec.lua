@@ -184,6 +184,30 @@ describe("save / load", function()
     rm(dir)
   end)
 
+  it("a torch.save-style name (.pth, .pt, ...) gets the safetensors file and one warning naming it", function()
+    local dir = tmpdir()
+    -- a fresh process: the warning comes once per process
+    local function run(code)
+      local cmd = ("%s -e %s 2>&1 >/dev/null"):format(q(BIN), q("local d = " .. ("%q"):format(dir) .. " " .. code))
+      local p = assert(io.popen(cmd))
+      local err = p:read("a")
+      p:close()
+      return err
+    end
+    local WARNING = " is written as safetensors, not in torch.save's format: torch.load cannot read it; "
+      .. "name it .safetensors (Python: safetensors.torch.load_file reads it)\n"
+    local err = run("local a = accel.Accelerator() a:save({w = accel.ones(2)}, d .. '/model_final.pth') "
+      .. "a:save({w = accel.ones(3)}, d .. '/again.pth') accel.save({w = accel.ones(4)}, d .. '/m.PT')")
+    assert.are.equal("accel-lua: warning: " .. dir .. "/model_final.pth" .. WARNING, err)
+    err = run("accel.save({w = accel.ones(2)}, d .. '/m.pt')")
+    assert.are.equal("accel-lua: warning: " .. dir .. "/m.pt" .. WARNING, err)
+    assert.are.equal("", run("accel.save({w = accel.ones(2)}, d .. '/m.safetensors') "
+      .. "accel.Accelerator():save({w = accel.ones(2)}, d .. '/pt')"))
+    assert.are.same({1, 1}, accel.load(dir .. "/model_final.pth").w:tolist()) -- written all the same
+    assert.are.same({1, 1, 1, 1}, accel.load(dir .. "/m.PT").w:tolist())
+    rm(dir)
+  end)
+
   it("state-dict key errors are clear (missing, unexpected, mis-shaped)", function()
     local dir = tmpdir()
     local a = accel.Accelerator()

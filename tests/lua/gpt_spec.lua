@@ -20,10 +20,6 @@
 local accel = require("accel")
 local json = require("accel.json")
 local support = dofile("tests/lua/support.lua")
--- Checks that need Lua 5.4 semantics are skipped (counted) under LuaJIT:
-it = support.lua54_only(it, pending, {
-  ["trains a tiny config on README.md: validation loss falls, sample printed, HF files + checkpoints + logs"] = "examples/gpt.lua uses table.pack (Lua 5.2+)",
-})
 local gpt2 = accel.models.gpt2
 local C = accel._C
 

@@ -161,6 +161,14 @@ describe("lr schedulers match PyTorch", function()
     end)
   end
 
+  it("ChainedScheduler in the options form, {schedulers = ..., optimizer = ...}", function()
+    local opt = sgd2()
+    local sched = S.ChainedScheduler({schedulers = {S.ConstantLR(opt, {factor = 0.5, total_iters = 4}),
+      S.ExponentialLR(opt, 0.9)}, optimizer = opt})
+    assert.are.equal(opt, sched.optimizer)
+    run("ChainedScheduler", sched, opt, 1, STEPS)
+  end)
+
   it("fixtures are not trivial", function()
     for _, name in ipairs(names) do
       local lrs, distinct = FIX[name].lrs, {}
@@ -258,7 +266,13 @@ describe("lr scheduler errors", function()
   it("names the bad argument", function()
     fails("StepLR: missing required argument 'step_size'", S.StepLR, sgd2())
     fails("StepLR: 'step_size' must be a positive integer, got 0", S.StepLR, sgd2(), 0)
-    fails("StepLR: unknown option 'gama'", S.StepLR, sgd2(), 3, {gama = 0.1})
+    fails("StepLR: unknown option 'gama' %(options: step_size, gamma, last_epoch%)", S.StepLR, sgd2(), 3, {gama = 0.1})
+    -- a mistyped required key is named (not reported as the required one missing)
+    fails("StepLR: unknown option 'step' %(options: step_size, gamma, last_epoch%)", S.StepLR, sgd2(), {step = 1})
+    fails("CosineAnnealingLR: unknown option 'Tmax' %(options: T_max, eta_min, last_epoch%)", S.CosineAnnealingLR,
+      sgd2(), {Tmax = 1})
+    fails("get_cosine_schedule_with_warmup: unknown option 'warmup' %(options: num_warmup_steps, num_training_steps, "
+      .. "num_cycles, last_epoch%)", S.get_cosine_schedule_with_warmup, sgd2(), {warmup = 2})
     fails("StepLR: 'step_size' given both positionally and as an option", S.StepLR, sgd2(), 3, {step_size = 3})
     fails("StepLR: expected an optimizer", S.StepLR, {}, 3)
     fails("CosineAnnealingLR: 'T_max' must be positive", S.CosineAnnealingLR, sgd2(), 0)
@@ -276,8 +290,45 @@ describe("lr scheduler errors", function()
     local opt = sgd2()
     fails("SequentialLR: Sequential Schedulers expects number of schedulers provided to be one more",
       S.SequentialLR, opt, {S.StepLR(opt, 2), S.StepLR(opt, 3)}, {})
-    fails("SequentialLR: Sequential Schedulers expects all schedulers to belong to the same optimizer",
+    fails("SequentialLR expects all schedulers to belong to the same optimizer, but got scheduler StepLR at index 2",
       S.SequentialLR, opt, {S.StepLR(opt, 2), S.StepLR(sgd2(), 3)}, {4})
+    -- PyTorch: "ChainedScheduler expects all schedulers to belong to the same optimizer, but got scheduler
+    -- ExponentialLR at index 1 has SGD (...), which is different from SGD." (0-based index)
+    fails("ChainedScheduler expects all schedulers to belong to the same optimizer, but got scheduler ExponentialLR "
+      .. "at index 2", S.ChainedScheduler, {S.ExponentialLR(opt, 0.9), S.ExponentialLR(sgd2(), 0.9)})
+    -- PyTorch fails only at the step (TypeError: unsupported operand type(s) for %: 'int' and 'str')
+    fails("StepLR: 'step_size' must be a positive integer, got the string \"3\"", S.StepLR, sgd2(), "3")
+  end)
+
+  it("ConstantLR's factor 0 and PolynomialLR's total_iters 0 are refused (PyTorch: ZeroDivisionError at a step)",
+    function()
+      -- PyTorch: ConstantLR(factor=0) gives lr 0.0, then ZeroDivisionError at step total_iters;
+      -- PolynomialLR(total_iters=0).step(3) raises ZeroDivisionError
+      fails("ConstantLR: 'factor' must be greater than 0", S.ConstantLR, sgd2(), {factor = 0, total_iters = 2})
+      fails("PolynomialLR: 'total_iters' must be positive, got 0", S.PolynomialLR, sgd2(), {total_iters = 0})
+      fails("PolynomialLR: 'total_iters' must be positive, got %-1", S.PolynomialLR, sgd2(), -1)
+    end)
+
+  it("SequentialLR and ChainedScheduler take no epoch in step (PyTorch: a TypeError)", function()
+    -- PyTorch: SequentialLR.step() takes 1 positional argument but 2 were given
+    local opt = sgd2()
+    local seq = S.SequentialLR(opt, {S.ConstantLR(opt, 0.5, 2), S.ExponentialLR(opt, 0.9)}, {3})
+    fails("SequentialLR:step: takes no epoch %(got 10%)", seq.step, seq, 10)
+    assert.are.equal(0, seq.last_epoch)
+    local chain = S.ChainedScheduler({S.ExponentialLR(opt, 0.9)})
+    fails("ChainedScheduler:step: takes no epoch %(got 10%)", chain.step, chain, 10)
+    -- restarting a SequentialLR at its milestone is a step(0): PyTorch raises NotImplementedError there
+    fails("SequentialLR: the SequentialLR at index 2 cannot restart at its milestone", S.SequentialLR, opt,
+      {S.StepLR(opt, 2), S.SequentialLR(opt, {S.ExponentialLR(opt, 0.9), S.StepLR(opt, 2)}, {2})}, {3})
+  end)
+
+  it("a lambda that returns no number is named, at the caller's line", function()
+    local opt = sgd2()
+    local sched = S.LambdaLR(opt, function(e) if e < 1 then return 1 end end)
+    fails("LambdaLR: lr_lambda%[1%]%(1%) returned nil, expected a number", sched.step, sched)
+    fails("MultiplicativeLR: lr_lambda%[2%]%(1%) returned the string \"x\", expected a number", function()
+      S.MultiplicativeLR(opt, {function() return 1 end, function() return "x" end}):step()
+    end)
   end)
 
   it("OneCycleLR refuses to step past total_steps", function()
@@ -323,5 +374,124 @@ describe("lr scheduler errors", function()
     fails("OneCycleLR: optimizer must support momentum", S.OneCycleLR, opt, 0.1, {total_steps = 5})
     local s = S.OneCycleLR(opt, 0.1, {total_steps = 5, cycle_momentum = false})
     assert.is_true(close(s:get_last_lr()[1], 0.1 / 25))
+  end)
+end)
+
+describe("lr schedulers and a param group added after them", function()
+  -- PyTorch 2.15: SGD(lr = 0.1, momentum = 0.9), a group with lr 0.2 added, then two steps
+  local WORK = {
+    {function(o) return S.StepLR(o, 1) end, {0.0010000000000000002, 0.0020000000000000005}},
+    {function(o) return S.MultiStepLR(o, {1}) end, {0.010000000000000002, 0.020000000000000004}},
+    {function(o) return S.ExponentialLR(o, 0.9) end, {0.08100000000000002, 0.16200000000000003}},
+    {function(o) return S.CosineAnnealingLR(o, 10) end, {0.09045084971874738, 0.18090169943749476}},
+    {function(o) return S.LinearLR(o) end, {0.060000000000000005, 0.36000000000000004}},
+    {function(o) return S.ConstantLR(o) end, {0.03333333333333333, 0.2}},
+    {function(o) return S.PolynomialLR(o) end, {0.060000000000000005, 0.12000000000000001}},
+  }
+  -- PyTorch: ValueError zip() argument 2 is shorter / longer than argument 1 (KeyError 'initial_lr' for OneCycleLR)
+  local FAIL = {
+    LambdaLR = function(o) return S.LambdaLR(o, function() return 0.5 end) end,
+    MultiplicativeLR = function(o) return S.MultiplicativeLR(o, function() return 0.5 end) end,
+    CosineAnnealingWarmRestarts = function(o) return S.CosineAnnealingWarmRestarts(o, 3) end,
+    SequentialLR = function(o)
+      return S.SequentialLR(o, {S.ExponentialLR(o, 0.9), S.LambdaLR(o, function() return 0.5 end)}, {1})
+    end,
+  }
+
+  local function with_added_group(make)
+    local opt = optim.SGD({accel.zeros(1, {requires_grad = true})}, {lr = 0.1, momentum = 0.9})
+    local sched = make(opt)
+    opt:add_param_group({params = {accel.ones(1, {requires_grad = true})}, lr = 0.2})
+    return sched, opt
+  end
+
+  it("schedulers that read the group's lr go on as PyTorch's", function()
+    for i, case in ipairs(WORK) do
+      local sched, opt = with_added_group(case[1])
+      sched:step()
+      sched:step()
+      check_list({opt.param_groups[1].lr, opt.param_groups[2].lr}, case[2], "case " .. i)
+    end
+  end)
+
+  it("schedulers that need a base lr or lambda per group raise, naming the group count", function()
+    for name, make in pairs(FAIL) do
+      local sched = with_added_group(make)
+      local ok, err = pcall(function()
+        sched:step()
+        sched:step()
+      end)
+      assert.is_false(ok, name)
+      local who = name == "SequentialLR" and "LambdaLR" or name
+      assert.matches("lr_scheduler_spec.lua:%d+: " .. who .. ": the optimizer has 2 param groups, but the scheduler "
+        .. "has learning rates for 1", err)
+    end
+    local sched, opt = with_added_group(function(o) return S.CosineAnnealingLR(o, 2) end)
+    sched:step()
+    sched:step()
+    check_list({opt.param_groups[1].lr, opt.param_groups[2].lr}, {0.0, 0.0}, "CosineAnnealingLR") -- PyTorch's
+    assert.has_error(function() sched:step() end) -- the restart reads the base lrs: PyTorch's zip fails too
+    local one = with_added_group(function(o) return S.OneCycleLR(o, 0.5, {total_steps = 10}) end)
+    local ok, err = pcall(one.step, one)
+    assert.is_false(ok)
+    assert.matches("lr_scheduler_spec.lua:%d+: OneCycleLR: param_groups%[2%] has no 'initial_lr'", err)
+  end)
+end)
+
+describe("transformers' get_scheduler", function()
+  local function lrs(sched, opt, n)
+    local out = {opt.param_groups[1].lr}
+    for _ = 1, n do
+      opt:step()
+      sched:step()
+      out[#out + 1] = opt.param_groups[1].lr
+    end
+    return out
+  end
+  local function sgd1() return optim.SGD({accel.zeros(1, {requires_grad = true})}, {lr = 0.1}) end
+
+  -- transformers: lrs after construction and after each of 6 steps, SGD lr = 0.1
+  local CASES = {
+    {"linear", {num_warmup_steps = 2, num_training_steps = 5},
+      {0.0, 0.05, 0.1, 0.06666666666666667, 0.03333333333333333, 0.0, 0.0}},
+    {"cosine", {num_warmup_steps = 1, num_training_steps = 6, scheduler_specific_kwargs = {num_cycles = 1.0}},
+      {0.0, 0.1, 0.06545084971874737, 0.009549150281252633, 0.009549150281252623, 0.06545084971874736, 0.1}},
+    {"constant_with_warmup", {num_warmup_steps = 4, num_training_steps = 6},
+      {0.0, 0.025, 0.05, 0.07500000000000001, 0.1, 0.1, 0.1}},
+    {"constant", {}, {0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1}},
+  }
+
+  it("dispatches by name, with transformers' values", function()
+    for _, case in ipairs(CASES) do
+      local opt = sgd1()
+      check_list(lrs(S.get_scheduler(case[1], opt, case[2]), opt, 6), case[3], case[1])
+    end
+    local opt = sgd1()
+    check_list(lrs(S.get_constant_schedule_with_warmup(opt, 3), opt, 6),
+      {0.0, 0.03333333333333333, 0.06666666666666667, 0.1, 0.1, 0.1, 0.1}, "get_constant_schedule_with_warmup")
+    opt = sgd1()
+    check_list(lrs(S.get_constant_schedule(opt), opt, 2), {0.1, 0.1, 0.1}, "get_constant_schedule")
+  end)
+
+  it("names what is missing, refused or not provided", function()
+    local function fails(pattern, ...)
+      local ok, err = pcall(S.get_scheduler, ...)
+      assert.is_false(ok, pattern)
+      assert.matches("lr_scheduler_spec.lua:%d+: get_scheduler: " .. pattern, err)
+    end
+    -- transformers: "SchedulerType.LINEAR requires `num_warmup_steps`, please provide that argument."
+    fails("linear requires `num_warmup_steps`, please provide that argument.", "linear", sgd1())
+    fails("linear requires `num_training_steps`", "linear", sgd1(), {num_warmup_steps = 2})
+    fails("constant_with_warmup requires `num_warmup_steps`", "constant_with_warmup", sgd1())
+    fails("\"foo\" is not a valid SchedulerType", "foo", sgd1())
+    fails("the schedule \"polynomial\" is not provided", "polynomial", sgd1(), {num_warmup_steps = 1})
+    fails("the schedule \"constant\" has no warmup", "constant", sgd1(), {num_warmup_steps = 3})
+    local ok, err = pcall(S.get_scheduler, "linear", sgd1(),
+      {num_warmup_steps = 1, num_training_steps = 5, scheduler_specific_kwargs = {num_cycles = 2}})
+    assert.is_false(ok)
+    assert.matches("lr_scheduler_spec.lua:%d+: get_linear_schedule_with_warmup: unknown option 'num_cycles'", err)
+    ok, err = pcall(function() return S.get_polynomial_decay_schedule_with_warmup end)
+    assert.is_false(ok)
+    assert.matches("accel.optim.lr_scheduler.get_polynomial_decay_schedule_with_warmup is not provided", err)
   end)
 end)

@@ -4,8 +4,9 @@
 -- results, integers beyond 2^53 raise instead of being rounded under
 -- LuaJIT, non-integral numbers are refused where an integer is needed, a
 -- shuffling DataLoader's drawn seed is one the interpreter holds exactly,
--- library errors raised from Lua point at the caller's line, and the REPL
--- reads an unfinished statement on.
+-- library errors raised from Lua point at the caller's line, grad-mode
+-- handles close with h:close(), the shipped examples run (examples/gpt.lua:
+-- gpt_spec.lua), and the REPL reads an unfinished statement on.
 -- Written in the LuaJIT subset (no <close>, //, math.type) so that it runs
 -- under both.
 local accel = require("accel")
@@ -79,6 +80,35 @@ describe("integers", function()
   end)
 end)
 
+describe("grad-mode handles (no <close> under LuaJIT)", function()
+  it("h:close() restores the previous modes once; a second close changes nothing", function()
+    for _, name in ipairs({"no_grad", "enable_grad", "inference_mode"}) do
+      accel.set_grad_enabled(name == "enable_grad" and false or true)
+      local before, inf_before = accel.is_grad_enabled(), accel.is_inference_mode_enabled()
+      local h = accel[name]()
+      assert.are.equal(name == "enable_grad", accel.is_grad_enabled(), name)
+      assert.are.equal(name == "inference_mode", accel.is_inference_mode_enabled(), name)
+      h:close()
+      assert.are.same({before, inf_before}, {accel.is_grad_enabled(), accel.is_inference_mode_enabled()}, name)
+      accel.set_grad_enabled(not before)
+      h:close()
+      assert.are.equal(not before, accel.is_grad_enabled(), name)
+    end
+    accel.set_grad_enabled(true)
+  end)
+
+  it("h.close() is an error at the caller's line", function()
+    local h = accel.no_grad()
+    h:close()
+    local where
+    local ok, err = pcall(function()
+      where = line_of_caller(); h.close()
+    end)
+    assert.is_false(ok)
+    assert.truthy(err:find(where .. " close: call it as h:close()", 1, true), err)
+  end)
+end)
+
 describe("errors raised by the Lua library", function()
   it("point at the caller's line (no frame lost to a tail call)", function()
     local where
@@ -87,6 +117,39 @@ describe("errors raised by the Lua library", function()
     end)
     assert.is_false(ok)
     assert.truthy(tostring(err):find(where, 1, true), tostring(err) .. " does not point at " .. where)
+  end)
+end)
+
+describe("the shipped examples under this interpreter", function()
+  -- output of `accel-lua examples/NAME args...` (stderr too) and whether it exited 0
+  local function run_example(name, args)
+    local out = support.tmpname(".out")
+    local ok = support.execute(("%s examples/%s %s >%s 2>&1"):format(
+      support.shell_quote(support.ACCEL_LUA), name, args, support.shell_quote(out)))
+    local text = support.read_file(out)
+    os.remove(out)
+    return ok, text
+  end
+
+  it("regression.lua fits the true weights 3, -2 and bias 0.5", function()
+    local ok, out = run_example("regression.lua", "300")
+    assert(ok, out)
+    local w1, w2, b = out:match("learned w = %(([-%d.]+), ([-%d.]+)%), b = ([-%d.]+)")
+    assert(w1, out)
+    assert.is_true(math.abs(w1 - 3) < 0.05 and math.abs(w2 + 2) < 0.05 and math.abs(b - 0.5) < 0.05, out)
+  end)
+
+  it("mlp.lua and custom_module.lua train and save; the schedule spans the loader's length", function()
+    local dir = support.tmpdir()
+    local ok, out = run_example("mlp.lua", support.shell_quote(dir .. "/mlp"))
+    assert(ok and out:find("epoch 5 loss", 1, true), out)
+    assert.is_not_nil(accel._C.file_size(dir .. "/mlp/model.safetensors"))
+    ok, out = run_example("custom_module.lua", support.shell_quote(dir .. "/custom") .. " 1")
+    assert(ok and out:find("epoch 1  loss", 1, true), out)
+    -- HF's cosine schedule with 20 warmup steps over 1 epoch of ceil(4000 / 64) = 63 batches, at step 60
+    local lr = support.read_file(dir .. "/custom/custom_module/metrics.jsonl"):match('"step": 60,[^\n]*"lr": ([-%d.e]+)')
+    assert.is_true(math.abs(tonumber(lr) - 3e-3 * 0.5 * (1 + math.cos(math.pi * 40 / 43))) < 1e-9, lr)
+    support.remove_tree(dir)
   end)
 end)
 

@@ -498,7 +498,11 @@ describe("optimizer errors", function()
     fails("SGD: Invalid momentum value", optim.SGD, {p}, {momentum = -0.5})
     fails("SGD: Nesterov momentum requires a momentum and zero dampening", optim.SGD, {p}, {nesterov = true})
     fails("SGD: Nesterov momentum requires", optim.SGD, {p}, {nesterov = true, momentum = 0.9, dampening = 0.1})
-    fails("SGD: unknown option 'lrr'", optim.SGD, {p}, {lrr = 0.1})
+    -- an unknown key names the keys taken: torch's plus those accepted and ignored (capturable for SGD too)
+    fails("SGD: unknown option 'lrr' %(options: capturable, dampening, differentiable, foreach, fused, lr, maximize, "
+      .. "momentum, nesterov, weight_decay%)", optim.SGD, {p}, {lrr = 0.1})
+    fails("Adam: unknown option 'beta' %(options: amsgrad, betas, capturable, decoupled_weight_decay, differentiable, "
+      .. "eps, foreach, fused, lr, maximize, weight_decay%)", optim.Adam, {p}, {beta = {0.9, 0.99}})
     fails("AdamW: option 'lr' must be a number", optim.AdamW, {p}, {lr = "0.1"})
     fails("SGD: Invalid learning rate", optim.SGD, {{params = {p}, lr = -2}}, {lr = 0.1})
     fails("Adam: differentiable = true is not supported", optim.Adam, {p}, {differentiable = true})

@@ -12,7 +12,9 @@
 --    step_was_skipped tells).
 --  * AcceleratedScheduler: steps only after a real optimizer step, and then
 --    num_processes times unless split_batches (Accelerate's rule, so a
---    schedule written for one process ends at the same point);
+--    schedule written for one process ends at the same point; of those
+--    num_processes steps, the ones past a total_steps are left out, while
+--    the one step under split_batches raises there, as in Accelerate);
 --    step_with_optimizer = false makes step() unconditional. The
 --    GradientAccumulationPlugin's adjust_scheduler changes nothing, as in
 --    Accelerate (whose GradientState reads it from the plugin's non-default
@@ -110,7 +112,8 @@ function M.wrap_scheduler(scheduler, optimizers, gradient_state, o)
   return setmetatable(self, AcceleratedScheduler)
 end
 
--- OneCycleLR-like schedulers with total_steps must not step past the end.
+-- OneCycleLR-like schedulers with total_steps are not stepped past the end
+-- by the num_processes steps of one training step.
 local function can_step(s)
   local total = s.total_steps
   if type(total) ~= "number" then return true end
@@ -125,8 +128,9 @@ function AcceleratedScheduler:step(...)
   for _, opt in ipairs(self.optimizers) do
     if opt.step_was_skipped then return end
   end
-  local n = self.split_batches and 1 or self.num_processes
-  for _ = 1, n do
+  -- split batches: one step, which may raise past total_steps (as Accelerate's)
+  if self.split_batches then return s:step(...) end
+  for _ = 1, self.num_processes do
     if can_step(s) then s:step(...) end
   end
 end

@@ -21,6 +21,12 @@ function util.raise(fmt, ...)
   error(msg, level)
 end
 
+-- The error for an option key k that name does not take, listing the keys
+-- it does take (as PyTorch's "unexpected keyword argument").
+function util.unknown_option(name, k, keys)
+  util.raise("%s: unknown option '%s' (options: %s)", name, tostring(k), table.concat(keys, ", "))
+end
+
 -- An __index for a class with computed properties: a key of props is read
 -- as props[k](self), any other key comes from the class.
 function util.property_index(class, props)

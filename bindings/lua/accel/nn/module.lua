@@ -46,13 +46,14 @@
 --    packed lists ({n = ...}); a hook returning a packed list replaces them.
 local accel = require("accel")
 local compat = require("accel.compat")
+local util = require("accel.util")
 
 local M = {}
 
 -- ---- errors at the user's line ----
 
 -- error(msg) reported at the first frame of the user's code.
-M.raise = require("accel.util").raise
+M.raise = util.raise
 local raise = M.raise
 
 -- check_options(name, o, keys): o (nil or a table of keyword options) with
@@ -67,7 +68,7 @@ function M.check_options(name, o, keys)
   for k in pairs(o) do
     local known = false
     for _, key in ipairs(keys) do known = known or k == key end
-    if not known then raise("%s: unknown option '%s' (options: %s)", name, tostring(k), table.concat(keys, ", ")) end
+    if not known then util.unknown_option(name, k, keys) end
   end
   return o
 end
@@ -178,7 +179,6 @@ end
 -- `net.helper()` raises "Net.helper: call it as obj:helper(...)" at the
 -- user's line (accel.util.check_methods). forward is left unchecked: it is
 -- the hot path, and m(x) is how it is called.
-local util = require("accel.util")
 local NOT_CHECKED = {forward = true}
 
 -- is_instance(x): x is a module of class cls or of a subclass of it.

@@ -380,6 +380,16 @@ end
 
 -- Options accepted and ignored (updates are always fused).
 local IGNORED = {foreach = true, fused = true, capturable = true}
+
+-- The option keys an optimizer with these defaults takes, sorted.
+local function option_keys(defaults)
+  local keys = {"differentiable"}
+  for k in pairs(defaults) do keys[#keys + 1] = k end
+  for k in pairs(IGNORED) do keys[#keys + 1] = k end
+  table.sort(keys)
+  return keys
+end
+
 -- The value option k = v takes (nil: ignored), or an error: an unknown key,
 -- differentiable = true, a tensor lr that is not 1-element (read as a number).
 local function option_value(name, known, k, v)
@@ -388,7 +398,7 @@ local function option_value(name, known, k, v)
     return nil
   end
   if IGNORED[k] then return nil end
-  if known[k] == nil then raise("%s: unknown option '%s'", name, tostring(k)) end
+  if known[k] == nil then util.unknown_option(name, k, option_keys(known)) end
   if k == "lr" and is_tensor(v) then
     if v:numel() ~= 1 then raise("%s: Tensor lr must be 1-element, got %d elements", name, v:numel()) end
     return v:item()

@@ -3,8 +3,9 @@
 -- last bit: StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR, LinearLR,
 -- ConstantLR, PolynomialLR, OneCycleLR, LambdaLR, MultiplicativeLR,
 -- SequentialLR, ChainedScheduler, CosineAnnealingWarmRestarts,
--- ReduceLROnPlateau, and HF transformers' get_cosine_schedule_with_warmup /
--- get_linear_schedule_with_warmup. As PyTorch 2.x, the constructor's step
+-- ReduceLROnPlateau, and HF transformers' get_cosine_schedule_with_warmup,
+-- get_linear_schedule_with_warmup, get_constant_schedule(_with_warmup) and
+-- get_scheduler. As PyTorch 2.x, the constructor's step
 -- keeps the optimizer's lr (self._is_initial), so a scheduler rebuilt with
 -- last_epoch = k continues where it stopped.
 --
@@ -22,8 +23,11 @@
 -- PyTorch's deprecated form does (SequentialLR relies on it). Any object
 -- with a `param_groups` list is accepted as the optimizer. Checks PyTorch
 -- leaves out raise clear errors here: StepLR's step_size and LinearLR's
--- total_iters must be positive integers, CosineAnnealingLR's T_max positive,
--- LinearLR's start_factor > 0 (as PyTorch 2 requires).
+-- total_iters must be positive integers, CosineAnnealingLR's T_max and
+-- PolynomialLR's total_iters positive, LinearLR's start_factor > 0 (as
+-- PyTorch 2 requires), ConstantLR's factor > 0 (PyTorch divides by it at
+-- step total_iters); a lambda must return a number; a scheduler whose
+-- values are fewer than the param groups (one added after it) raises.
 local optim = require("accel.optim")
 local raise = optim._raise
 local util = require("accel.util")
@@ -34,6 +38,15 @@ local REQUIRED = {} -- marks an argument without default
 
 local function is_options(t)
   return type(t) == "table" and getmetatable(t) == nil and rawget(t, 1) == nil
+end
+
+-- An option key that spec does not name is an error listing the names.
+local function check_keys(name, spec, opts)
+  local names, known = {}, {}
+  for i, s in ipairs(spec) do names[i], known[s[1]] = s[1], true end
+  for k in pairs(opts) do
+    if not known[k] then util.unknown_option(name, k, names) end
+  end
 end
 
 -- Binds positional arguments and one trailing options table to the names of
@@ -52,10 +65,10 @@ local function parse(name, spec, ...)
     n = n - 1
   end
   if n > #spec then raise("%s: too many arguments (%d given, at most %d)", name, n, #spec) end
-  local known, out = {}, {}
+  check_keys(name, spec, opts)
+  local out = {}
   for i, s in ipairs(spec) do
     local key, default = s[1], s[2]
-    known[key] = true
     local v = args[i]
     if i <= n and v ~= nil and opts[key] ~= nil then raise("%s: '%s' given both positionally and as an option", name, key) end
     if i > n or v == nil then v = opts[key] end
@@ -65,9 +78,6 @@ local function parse(name, spec, ...)
     end
     out[key] = v
   end
-  for k in pairs(opts) do
-    if not known[k] then raise("%s: unknown option '%s'", name, tostring(k)) end
-  end
   return out
 end
 
@@ -76,9 +86,16 @@ local function need_number(name, key, v)
   return v
 end
 
+-- v as a message shows it: a number as is, a string quoted and called one, else its type
+local function shown(v)
+  if type(v) == "number" then return tostring(v) end
+  if type(v) == "string" then return "the string " .. util.show(v) end
+  return type(v)
+end
+
 local function need_positive_int(name, key, v)
   if type(v) ~= "number" or v <= 0 or v ~= math.floor(v) then
-    raise("%s: '%s' must be a positive integer, got %s", name, key, tostring(v))
+    raise("%s: '%s' must be a positive integer, got %s", name, key, shown(v))
   end
   return v
 end
@@ -157,10 +174,20 @@ function LRScheduler:step(epoch)
   self:_set_lrs(values)
 end
 
+-- Why a param group has no schedule: it was added after the scheduler.
+local ADDED_GROUP = "a param group added after the scheduler was created has none (create the scheduler after "
+  .. "add_param_group)"
+
 -- Every group's lr from values (one per group), remembered for get_last_lr.
+-- A group added (add_param_group) after the scheduler was made has no
+-- base lr or lambda, so a scheduler that needs them has a value too few.
 function LRScheduler:_set_lrs(values)
-  local last = {}
-  for i, g in ipairs(self.optimizer.param_groups) do
+  local groups, last = self.optimizer.param_groups, {}
+  if #values ~= #groups then
+    raise("%s: the optimizer has %d param groups, but the scheduler has learning rates for %d: " .. ADDED_GROUP,
+      self.__name, #groups, #values)
+  end
+  for i, g in ipairs(groups) do
     g.lr = values[i]
     last[i] = g.lr
   end
@@ -289,28 +316,27 @@ local CosineAnnealingLR = scheduler_class("CosineAnnealingLR", with_tail({{"T_ma
     self.eta_min = need_number("CosineAnnealingLR", "eta_min", a.eta_min)
   end)
 
--- PyTorch's recursive form, expression by expression.
-function CosineAnnealingLR:get_lr()
-  local e, T, eta, pi = self.last_epoch, self.T_max, self.eta_min, math.pi
-  local groups, out = self.optimizer.param_groups, {}
-  if self._is_initial then return self:_group_lrs() end
-  for i, g in ipairs(groups) do
-    local base = self.base_lrs[i]
-    if self._step_count == 1 and e > 0 then
-      out[i] = eta + (base - eta) * (1 + math.cos(e * pi / T)) / 2
-    elseif (e - 1 - T) % (2 * T) == 0 then
-      out[i] = g.lr + (base - eta) * (1 - math.cos(pi / T)) / 2
-    else
-      out[i] = (1 + math.cos(pi * e / T)) / (1 + math.cos(pi * (e - 1) / T)) * (g.lr - eta) + eta
-    end
-  end
-  return out
-end
-
 -- eta_min + (base - eta_min) * (1 + cos(pi * t / T)) / 2 for every base lr
 local function cosine_lrs(base_lrs, eta_min, t, T)
   local out = {}
   for i, b in ipairs(base_lrs) do out[i] = eta_min + (b - eta_min) * (1 + math.cos(math.pi * t / T)) / 2 end
+  return out
+end
+
+-- PyTorch's recursive form, expression by expression (the branches that
+-- read the base lrs give one value per base lr, as PyTorch's zip).
+function CosineAnnealingLR:get_lr()
+  local e, T, eta, pi = self.last_epoch, self.T_max, self.eta_min, math.pi
+  local groups, out = self.optimizer.param_groups, {}
+  if self._is_initial then return self:_group_lrs() end
+  if self._step_count == 1 and e > 0 then return cosine_lrs(self.base_lrs, eta, e, T) end
+  if (e - 1 - T) % (2 * T) == 0 then
+    for i, base in ipairs(self.base_lrs) do out[i] = groups[i].lr + (base - eta) * (1 - math.cos(pi / T)) / 2 end
+    return out
+  end
+  for i, g in ipairs(groups) do
+    out[i] = (1 + math.cos(pi * e / T)) / (1 + math.cos(pi * (e - 1) / T)) * (g.lr - eta) + eta
+  end
   return out
 end
 
@@ -370,13 +396,23 @@ local function lambdas_of(name, f, optimizer)
   return fns
 end
 
+-- lr_lambdas[i](last_epoch), which must be a number
+local function lambda_value(self, i)
+  local v = self.lr_lambdas[i](self.last_epoch)
+  if type(v) ~= "number" then
+    raise("%s: lr_lambda[%d](%s) returned %s, expected a number (the lr factor)", self.__name, i,
+      tostring(self.last_epoch), shown(v))
+  end
+  return v
+end
+
 local LambdaLR = scheduler_class("LambdaLR", with_tail({{"lr_lambda", REQUIRED}}), function(self, a, optimizer)
   self.lr_lambdas = lambdas_of("LambdaLR", a.lr_lambda, optimizer)
 end)
 
 function LambdaLR:get_lr()
   local out = {}
-  for i, b in ipairs(self.base_lrs) do out[i] = b * self.lr_lambdas[i](self.last_epoch) end
+  for i, b in ipairs(self.base_lrs) do out[i] = b * lambda_value(self, i) end
   return out
 end
 
@@ -401,8 +437,8 @@ local MultiplicativeLR = scheduler_class("MultiplicativeLR", with_tail({{"lr_lam
 
 function MultiplicativeLR:get_lr()
   if self._is_initial then return self:_group_lrs() end
-  local out = {}
-  for i, g in ipairs(self.optimizer.param_groups) do out[i] = g.lr * self.lr_lambdas[i](self.last_epoch) end
+  local groups, out = self.optimizer.param_groups, {}
+  for i = 1, #self.lr_lambdas do out[i] = groups[i].lr * lambda_value(self, i) end
   return out
 end
 
@@ -415,6 +451,10 @@ local ConstantLR = scheduler_class("ConstantLR", with_tail({{"factor", 1.0 / 3},
   function(self, a)
     local f = need_number("ConstantLR", "factor", a.factor)
     if f > 1 or f < 0 then raise("ConstantLR: Constant multiplicative factor expected to be between 0 and 1.") end
+    if f == 0 then
+      raise("ConstantLR: 'factor' must be greater than 0: the lr is divided by it at step total_iters (PyTorch "
+        .. "raises ZeroDivisionError there)")
+    end
     self.factor = f
     self.total_iters = need_number("ConstantLR", "total_iters", a.total_iters)
   end)
@@ -438,7 +478,9 @@ end
 
 local PolynomialLR = scheduler_class("PolynomialLR", with_tail({{"total_iters", 5}, {"power", 1.0}}),
   function(self, a)
-    self.total_iters = need_number("PolynomialLR", "total_iters", a.total_iters)
+    local t = need_number("PolynomialLR", "total_iters", a.total_iters)
+    if not (t > 0) then raise("PolynomialLR: 'total_iters' must be positive, got %s", tostring(t)) end
+    self.total_iters = t
     self.power = need_number("PolynomialLR", "power", a.power)
   end)
 
@@ -462,10 +504,10 @@ local CosineAnnealingWarmRestarts = scheduler_class("CosineAnnealingWarmRestarts
   with_tail({{"T_0", REQUIRED}, {"T_mult", 1}, {"eta_min", 0.0}}), function(self, a)
     local name = "CosineAnnealingWarmRestarts"
     if type(a.T_0) ~= "number" or a.T_0 <= 0 or a.T_0 ~= math.floor(a.T_0) then
-      raise("%s: Expected positive integer T_0, but got %s", name, tostring(a.T_0))
+      raise("%s: Expected positive integer T_0, but got %s", name, shown(a.T_0))
     end
     if type(a.T_mult) ~= "number" or a.T_mult < 1 or a.T_mult ~= math.floor(a.T_mult) then
-      raise("%s: Expected integer T_mult >= 1, but got %s", name, tostring(a.T_mult))
+      raise("%s: Expected integer T_mult >= 1, but got %s", name, shown(a.T_mult))
     end
     self.T_0, self.T_i, self.T_mult = a.T_0, a.T_0, a.T_mult
     self.eta_min = need_number(name, "eta_min", a.eta_min)
@@ -555,7 +597,7 @@ local OneCycleLR = scheduler_class("OneCycleLR", ONECYCLE_SPEC, function(self, a
   end
   local pct = a.pct_start
   if type(pct) ~= "number" or pct < 0 or pct > 1 then
-    raise("%s: Expected float between 0 and 1 pct_start, but got %s", name, tostring(pct))
+    raise("%s: Expected float between 0 and 1 pct_start, but got %s", name, shown(pct))
   end
   self._schedule_phases = phases(self.total_steps, pct, a.three_phase)
   if a.anneal_strategy ~= "cos" and a.anneal_strategy ~= "linear" then
@@ -600,6 +642,13 @@ local function anneal(strategy, start, stop, pct)
   return (stop - start) * pct + start
 end
 
+-- param group gi's key, which the constructor set
+local function group_value(g, gi, key)
+  local v = g[key]
+  if v == nil then raise("OneCycleLR: param_groups[%d] has no '%s': " .. ADDED_GROUP, gi, key) end
+  return v
+end
+
 function OneCycleLR:get_lr()
   local step_num = self.last_epoch
   if step_num > self.total_steps then
@@ -618,9 +667,10 @@ function OneCycleLR:get_lr()
             .. "here)", i, end_step)
         end
         local pct = (step_num - start_step) / (end_step - start_step)
-        lr = anneal(self.anneal_strategy, g[phase.start_lr], g[phase.end_lr], pct)
+        lr = anneal(self.anneal_strategy, group_value(g, gi, phase.start_lr), group_value(g, gi, phase.end_lr), pct)
         if self.cycle_momentum then
-          mom = anneal(self.anneal_strategy, g[phase.start_momentum], g[phase.end_momentum], pct)
+          mom = anneal(self.anneal_strategy, group_value(g, gi, phase.start_momentum),
+            group_value(g, gi, phase.end_momentum), pct)
         end
         break
       end
@@ -661,9 +711,17 @@ local function check_scheduler_list(name, scheds, optimizer)
         .. "when calling `step`, but got one at index %d in the given schedulers sequence.", name, i)
     end
     if s.optimizer ~= optimizer then
-      raise("%s: Sequential Schedulers expects all schedulers to belong to the same optimizer, but got schedulers "
-        .. "at index %d to be different than the optimizer passed in.", name, i)
+      raise("%s expects all schedulers to belong to the same optimizer, but got scheduler %s at index %d with "
+        .. "another optimizer.", name, tostring(s.__name), i)
     end
+  end
+end
+
+-- SequentialLR and ChainedScheduler step their schedulers by one: no
+-- step(epoch) (PyTorch: a TypeError).
+local function refuse_epoch(name, epoch)
+  if epoch ~= nil then
+    raise("%s:step: takes no epoch (got %s): it steps its schedulers by one, call step()", name, shown(epoch))
   end
 end
 
@@ -678,6 +736,12 @@ function SequentialLR:init(optimizer, ...)
       .. "milestone points, but got number of schedulers %d and the number of milestones to be equal to %d", name,
       #scheds, type(ms) == "table" and #ms or 0)
   end
+  for i = 2, #scheds do
+    if rawget(scheds[i], "_schedulers") ~= nil then
+      raise("%s: the %s at index %d cannot restart at its milestone (a step(0)): only the first scheduler may be a "
+        .. "SequentialLR or ChainedScheduler (PyTorch fails at the milestone)", name, tostring(scheds[i].__name), i)
+    end
+  end
   self._schedulers = {}
   for i, s in ipairs(scheds) do self._schedulers[i] = s end
   self._milestones = {}
@@ -691,7 +755,8 @@ function SequentialLR:init(optimizer, ...)
   self._last_lr = first:get_last_lr()
 end
 
-function SequentialLR:step()
+function SequentialLR:step(epoch)
+  refuse_epoch("SequentialLR", epoch)
   self.last_epoch = self.last_epoch + 1
   local idx = bisect_right(self._milestones, self.last_epoch)
   local s = self._schedulers[idx + 1]
@@ -725,14 +790,15 @@ function SequentialLR:load_state_dict(sd)
   for i, s in ipairs(self._schedulers) do s:load_state_dict(subs[i]) end
 end
 
--- ---- ChainedScheduler(schedulers, [{optimizer = opt}]): steps them all ----
+-- ---- ChainedScheduler(schedulers, [optimizer]): steps them all ----
 
 local ChainedScheduler = LRScheduler:extend("ChainedScheduler")
 S.ChainedScheduler = ChainedScheduler
 
-function ChainedScheduler:init(schedulers, o)
+function ChainedScheduler:init(...)
   local name = "ChainedScheduler"
-  local a = parse(name, {{"optimizer", nil}}, o)
+  local a = parse(name, {{"schedulers", REQUIRED}, {"optimizer", nil}}, ...)
+  local schedulers = a.schedulers
   local optimizer = a.optimizer or (type(schedulers) == "table" and type(schedulers[1]) == "table"
     and schedulers[1].optimizer) or nil
   check_scheduler_list(name, schedulers, optimizer)
@@ -742,7 +808,8 @@ function ChainedScheduler:init(schedulers, o)
   self._last_lr = self:_group_lrs()
 end
 
-function ChainedScheduler:step()
+function ChainedScheduler:step(epoch)
+  refuse_epoch("ChainedScheduler", epoch)
   for _, s in ipairs(self._schedulers) do s:step() end
   self._last_lr = self:_group_lrs()
 end
@@ -831,9 +898,13 @@ function ReduceLROnPlateau:step(metric, epoch)
   self._last_lr = self:_group_lrs()
 end
 
--- PyTorch's schedulers accel-lua does not provide: a clear error, not nil.
-util.not_provided(S, {CyclicLR = true, SWALR = true}, "accel.optim.lr_scheduler",
-  "see docs/optim.md for the schedulers there are")
+-- PyTorch's schedulers and transformers' schedules accel-lua does not
+-- provide: a clear error, not nil.
+util.not_provided(S, {CyclicLR = true, SWALR = true, get_cosine_with_hard_restarts_schedule_with_warmup = true,
+  get_polynomial_decay_schedule_with_warmup = true, get_inverse_sqrt_schedule = true,
+  get_reduce_on_plateau_schedule = true, get_cosine_with_min_lr_schedule_with_warmup = true,
+  get_cosine_with_min_lr_schedule_with_warmup_lr_rate = true, get_wsd_schedule = true, get_greedy_schedule = true},
+  "accel.optim.lr_scheduler", "see docs/optim.md for the schedulers there are")
 
 -- ---- HF transformers' schedules (LambdaLRs) ----
 
@@ -871,6 +942,81 @@ function S.get_linear_schedule_with_warmup(optimizer, ...)
     return math.max(0.0, (total - step) / math.max(1, total - warm))
   end
   return S.LambdaLR(optimizer, lr_lambda, {last_epoch = a.last_epoch})
+end
+
+-- get_constant_schedule(optimizer, {last_epoch = -1}): the optimizer's lr throughout
+function S.get_constant_schedule(optimizer, ...)
+  local a = parse("get_constant_schedule", TAIL, ...)
+  return S.LambdaLR(optimizer, function() return 1 end, {last_epoch = a.last_epoch})
+end
+
+-- get_constant_schedule_with_warmup(optimizer, num_warmup_steps, {last_epoch = -1})
+function S.get_constant_schedule_with_warmup(optimizer, ...)
+  local name = "get_constant_schedule_with_warmup"
+  local a = parse(name, with_tail({{"num_warmup_steps", REQUIRED}}), ...)
+  local warm = need_number(name, "num_warmup_steps", a.num_warmup_steps)
+  local function lr_lambda(step)
+    if step < warm then return step / math.max(1.0, warm) end
+    return 1.0
+  end
+  return S.LambdaLR(optimizer, lr_lambda, {last_epoch = a.last_epoch})
+end
+
+-- get_scheduler's names: the schedule and the arguments it needs
+local SCHEDULE_OF = {
+  linear = {"get_linear_schedule_with_warmup", "num_warmup_steps", "num_training_steps"},
+  cosine = {"get_cosine_schedule_with_warmup", "num_warmup_steps", "num_training_steps"},
+  constant_with_warmup = {"get_constant_schedule_with_warmup", "num_warmup_steps"},
+  constant = {"get_constant_schedule"},
+}
+-- transformers' names of schedules accel-lua does not provide
+local SCHEDULES_NOT_PROVIDED = {cosine_with_restarts = true, polynomial = true, inverse_sqrt = true,
+  reduce_lr_on_plateau = true, cosine_with_min_lr = true, cosine_warmup_with_min_lr = true,
+  warmup_stable_decay = true, greedy = true}
+
+-- get_scheduler's entry for name
+local function schedule_of(name)
+  local entry = SCHEDULE_OF[name]
+  if entry ~= nil then return entry end
+  if SCHEDULES_NOT_PROVIDED[name] then
+    raise("get_scheduler: the schedule %s is not provided (accel-lua has constant, constant_with_warmup, cosine, "
+      .. "linear)", util.show(name))
+  end
+  raise("get_scheduler: %s is not a valid SchedulerType, please select one of constant, constant_with_warmup, "
+    .. "cosine, linear", util.show(name))
+end
+
+-- The options get_scheduler's arguments a give the schedule of entry.
+local function schedule_options(name, entry, a)
+  local fname, kw = "get_scheduler", {}
+  for i = 2, #entry do
+    if a[entry[i]] == nil then raise("%s: %s requires `%s`, please provide that argument.", fname, name, entry[i]) end
+    kw[entry[i]] = a[entry[i]]
+  end
+  if kw.num_warmup_steps == nil and (a.num_warmup_steps or 0) ~= 0 then
+    raise("%s: the schedule \"%s\" has no warmup (num_warmup_steps = %s): use \"constant_with_warmup\"", fname,
+      name, tostring(a.num_warmup_steps))
+  end
+  local extra = a.scheduler_specific_kwargs or {}
+  if type(extra) ~= "table" then
+    raise("%s: 'scheduler_specific_kwargs' must be a table, got %s", fname, type(extra))
+  end
+  for k, v in pairs(extra) do
+    if kw[k] ~= nil then raise("%s: '%s' given both as an argument and in scheduler_specific_kwargs", fname, k) end
+    kw[k] = v
+  end
+  return kw
+end
+
+-- get_scheduler(name, optimizer, {num_warmup_steps, num_training_steps,
+-- scheduler_specific_kwargs}): transformers' dispatch by name. What a
+-- schedule does not use is refused (a warmup for "constant"), but for
+-- num_training_steps, which a constant schedule takes as any length.
+function S.get_scheduler(name, optimizer, ...)
+  local a = parse("get_scheduler", {{"num_warmup_steps", nil}, {"num_training_steps", nil},
+    {"scheduler_specific_kwargs", nil}}, ...)
+  local entry = schedule_of(name)
+  return S[entry[1]](optimizer, schedule_options(name, entry, a))
 end
 
 -- sched.step() and the like: "LRScheduler.step: call it as obj:step(...)"
