@@ -1,6 +1,6 @@
 /* accel.c: luaopen_accel: the `accel` module table: dtypes, devices,
  * tensor creation, free functions (matmul, cat, stack, where, save, load,
- * set_seed, clock, num_threads), and lazy loading of the embedded Lua
+ * manual_seed, clock, num_threads), and lazy loading of the embedded Lua
  * library (accel.nn, accel.optim, ...) on first access. */
 #include "accel.h"
 #include "embedded.h"
@@ -289,7 +289,12 @@ static int l_where(lua_State *L) {
     return 1;
 }
 
-static int l_set_seed(lua_State *L) {
+/* accel.manual_seed(seed), as torch.manual_seed (accel.set_seed, in
+ * accel.utils, adds Accelerate's device_specific). */
+static int l_manual_seed(lua_State *L) {
+    if (lua_gettop(L) > 1)
+        return lu_error(L, "manual_seed: expected only the seed, got %d arguments (accel.set_seed takes "
+                           "device_specific)", lua_gettop(L));
     lua_Integer s = luaL_checkinteger(L, 1);
     rng_seed((uint64_t)s);
     lua_getglobal(L, "math");
@@ -483,6 +488,7 @@ static const struct { const char *name, *module; } exports[] = {
     {"GradientAccumulationPlugin", "accel.accelerator"},
     {"DataLoaderConfiguration", "accel.accelerator"},
     {"find_executable_batch_size", "accel.accelerator"},
+    {"set_seed", "accel.utils"},
 };
 
 /* require(module) and return its field k (module itself when k is NULL). */
@@ -616,7 +622,7 @@ static const luaL_Reg functions[] = {
     {"tensor", l_tensor}, {"zeros", l_zeros}, {"ones", l_ones}, {"full", l_full}, {"empty", l_empty},
     {"rand", l_rand}, {"randn", l_randn}, {"randint", l_randint}, {"randperm", l_randperm}, {"arange", l_arange},
     {"linspace", l_linspace}, {"matmul", l_matmul}, {"cat", l_cat}, {"concat", l_cat}, {"stack", l_stack},
-    {"where", l_where}, {"set_seed", l_set_seed}, {"manual_seed", l_set_seed}, {"initial_seed", l_initial_seed},
+    {"where", l_where}, {"manual_seed", l_manual_seed}, {"initial_seed", l_initial_seed},
     {"get_rng_state", l_rng_state}, {"set_rng_state", l_set_rng_state}, {"clock", l_clock},
     {"num_threads", l_num_threads}, {"is_tensor", l_is_tensor}, {"memory_stats", l_memory},
     {"reset_peak_memory_stats", l_reset_peak_memory_stats},

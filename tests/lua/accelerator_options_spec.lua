@@ -17,6 +17,7 @@ local tmpdir, error_matching = support.tmpdir, support.error_matching
 local nn, optim, data = accel.nn, accel.optim, accel.data
 local C = accel._C
 local _ = accel.Accelerator -- loads every module that registers an option table
+_ = accel.utils -- and set_seed's, send_to_device's
 local SPECS = accel.plugins.OPTION_SPECS
 
 -- The device the suite runs on (ACCEL_LUA_DEVICE; the CPU without it):
@@ -1070,6 +1071,49 @@ CASES.broadcast = {
     local a = accel.Accelerator()
     assert.are.same({1, 2}, a:broadcast(accel.tensor({1.0, 2.0}), {from_process = 0}):tolist())
     error_matching("unknown option from_proces", function() a:broadcast(accel.ones(1), {from_proces = 1}) end)
+  end,
+}
+
+CASES.broadcast_object_list = {
+  from_process = function()
+    local a = accel.Accelerator()
+    local list = {1, "two"}
+    assert.are.equal(list, a:broadcast_object_list(list, {from_process = 0}))
+    error_matching("from_process must be a process index in 0..0, got 1", function()
+      a:broadcast_object_list({1}, {from_process = 1})
+    end)
+    error_matching("unknown option from_proces", function() a:broadcast_object_list({1}, {from_proces = 0}) end)
+  end,
+}
+
+-- accel.utils' Accelerate utilities (device_specific on several processes: collectives_test.lua)
+CASES.set_seed = {
+  device_specific = function()
+    accel.set_seed(42, {device_specific = true}) -- one process: index 0
+    assert.are.equal(42, accel.initial_seed())
+    accel.set_seed(42, true)
+    assert.are.equal(42, accel.initial_seed())
+  end,
+  deterministic = function()
+    accel.utils.set_seed(1, {deterministic = false})
+    error_matching("set_seed: deterministic = true is not supported", function() accel.set_seed(1, false, true) end)
+  end,
+}
+
+CASES.send_to_device = {
+  non_blocking = function()
+    local t = accel.ones(2)
+    assert.are.equal(t, accel.utils.send_to_device({t}, "cpu", {non_blocking = true})[1])
+    error_matching("send_to_device: non_blocking = true is not supported on cuda:0", function()
+      accel.utils.send_to_device({t}, "cuda:0", {non_blocking = true})
+    end)
+  end,
+  skip_keys = function()
+    local out = accel.utils.send_to_device({a = accel.ones(1), b = accel.ones(1)}, "sim", {skip_keys = {"a"}})
+    assert.are.same({"cpu", "sim"}, {out.a.device.type, out.b.device.type})
+    error_matching("skip_keys must be a string or a list of strings, got number", function()
+      accel.utils.send_to_device({}, "cpu", {skip_keys = 1})
+    end)
   end,
 }
 

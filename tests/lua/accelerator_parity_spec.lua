@@ -11,7 +11,10 @@
 --     inputs[-1]) at every world size, also a rank whose part is empty;
 --   * find_executable_batch_size halves on the allocator's out-of-memory
 --     error; state hooks; clear / free_memory release what was prepared;
---     on_local_process / on_last_process; trigger_sync_in_backward.
+--     on_local_process / on_last_process; trigger_sync_in_backward;
+--   * accelerate.utils' set_seed (device_specific), find_batch_size and
+--     send_to_device (values from accelerate 1.15; synchronize_rng_states and
+--     device_specific on several processes: collectives_test.lua).
 local accel = require("accel")
 local support = dofile("tests/lua/support.lua")
 local tmpdir, max_abs_diff, error_matching = support.tmpdir, support.max_abs_diff, support.error_matching
@@ -343,5 +346,48 @@ describe("process decorators and trigger_sync_in_backward", function()
       assert.are.equal(false, a._grad_sync[model])
     end)
     assert.are.equal(true, a._grad_sync[model])
+  end)
+end)
+
+describe("Accelerate's utilities", function()
+  local utils = accel.utils
+
+  it("set_seed(seed, device_specific) seeds with seed + process index (0 here)", function()
+    accel.manual_seed(42)
+    local want = accel.rand(3):tolist()
+    accel.set_seed(42, true)
+    assert.are.same(want, accel.rand(3):tolist())
+    assert.are.equal(42, accel.initial_seed())
+    error_matching("manual_seed: expected only the seed", function() accel.manual_seed(42, true) end)
+    error_matching("set_seed: seed must be an integer", function() accel.set_seed(1.5) end)
+  end)
+
+  -- accelerate: find_batch_size({"a": [torch.ones(3, 2)]}) == 3, find_batch_size([torch.ones(4)]) == 4;
+  -- an empty dict / list is a ValueError, 5 and {"a": 5} TypeErrors, a 0-dim tensor an IndexError
+  it("find_batch_size: the first dim of the first tensor, nested", function()
+    assert.are.equal(3, utils.find_batch_size({a = {accel.ones(3, 2)}}))
+    assert.are.equal(4, utils.find_batch_size({accel.ones(4)}))
+    assert.are.equal(2, utils.find_batch_size({b = accel.ones(5), a = accel.ones(2)})) -- first key in sorted order
+    error_matching("find_batch_size: cannot find the batch size of an empty table", function() utils.find_batch_size({}) end)
+    error_matching("find_batch_size: can only find the batch size of tensors, got number", function()
+      utils.find_batch_size({a = 5})
+    end)
+    error_matching("find_batch_size: a 0%-dim tensor has no batch dimension", function()
+      utils.find_batch_size(accel.tensor(1.0))
+    end)
+  end)
+
+  -- accelerate: send_to_device({"a": [torch.ones(2), 5, "x"]}, "cpu") == {"a": [tensor([1., 1.]), 5, "x"]}
+  it("send_to_device moves every tensor, passes other values, skips skip_keys", function()
+    local w = accel.ones(2, {requires_grad = true})
+    local out = utils.send_to_device({a = {w, 5, "x"}, b = w}, "sim", {skip_keys = "b"})
+    assert.are.equal("sim", out.a[1].device.type)
+    assert.are.same({1, 1}, out.a[1]:cpu():tolist())
+    assert.are.same({5, "x"}, {out.a[2], out.a[3]})
+    assert.are.equal(w, out.b)
+    assert.is_true(out.a[1].requires_grad) -- t:to(device), recorded by autograd
+    error_matching("send_to_device: skip_keys%[1%] must be a string, got number", function()
+      utils.send_to_device({}, "cpu", {skip_keys = {1}})
+    end)
   end)
 end)

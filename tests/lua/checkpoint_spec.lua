@@ -208,6 +208,27 @@ describe("save / load", function()
     rm(dir)
   end)
 
+  -- accelerate 1.15: Accelerator().save({}, "e.safetensors", safe_serialization=True) writes
+  -- b' \x00\x00\x00\x00\x00\x00\x00{"__metadata__":{"format":"pt"}}'
+  it("an empty table to a .safetensors path is a safetensors file without tensors", function()
+    local dir = tmpdir()
+    local a = accel.Accelerator()
+    a:save({}, dir .. "/e.safetensors")
+    assert.are.equal(' \0\0\0\0\0\0\0{"__metadata__":{"format":"pt"}}', read(dir .. "/e.safetensors"))
+    local back, meta = a:load(dir .. "/e.safetensors")
+    assert.are.same({}, back)
+    assert.are.same({format = "pt"}, meta)
+    a:save({}, dir .. "/e.json")
+    assert.are.equal("{}\n", read(dir .. "/e.json"))
+    rm(dir)
+  end)
+
+  it("tensors under keys that are not strings are refused naming the key", function()
+    local a = accel.Accelerator()
+    error_matching("save: x.safetensors: the key 1 is not a string; a table of tensors is saved as safetensors, "
+      .. "which names each tensor by a string", function() a:save({accel.ones(1)}, "x.safetensors") end)
+  end)
+
   it("state-dict key errors are clear (missing, unexpected, mis-shaped)", function()
     local dir = tmpdir()
     local a = accel.Accelerator()

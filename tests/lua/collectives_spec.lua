@@ -2,8 +2,9 @@
 -- values that are not tensors are refused by gather / reduce / broadcast /
 -- pad_across_processes (naming the op, the type, where it is and the
 -- caller's file:line), broadcast_object_list, gather_for_metrics of several
--- values (and how its options table is told from data), and
--- join_uneven_inputs' arguments. The multi-process behaviour is in
+-- values (and how its options table is told from data), the arguments of
+-- the collectives and of the scoped methods (no_sync, main_process_first,
+-- ...), and join_uneven_inputs' arguments. The multi-process behaviour is in
 -- collectives_test.lua and dist_mpi_test.lua.
 local accel = require("accel")
 local support = dofile("tests/lua/support.lua")
@@ -40,6 +41,36 @@ describe("collectives of values that are not tensors", function()
     assert.are.equal(v, a:pad_across_processes(v, {dim = 3}))
     assert.are.equal(v, a:pad_across_processes(v, {dim = -2}))
   end)
+
+  it("refuses invalid arguments naming the op, also on one process", function()
+    expect_error(function() a:pad_across_processes(t, {dim = 1.5}) end, "pad_across_processes: dim must be an integer, got 1.5")
+    expect_error(function() a:pad_across_processes({t}, "1") end, 'pad_across_processes: dim must be an integer, got "1"')
+    expect_error(function() a:reduce(t, "sum", "2") end, 'reduce: scale must be a number, got "2"')
+    expect_error(function() a:reduce({t}, {reduction = "avg"}) end, 'reduce: reduction must be "sum", "mean", "max", '
+      .. '"min" or "none", got "avg"')
+    expect_error(function() a:broadcast({t}, {from_process = "0"}) end,
+      'broadcast: from_process must be a process index in 0..0, got "0"')
+  end)
+end)
+
+describe("scoped methods and their arguments", function()
+  local a = accel.Accelerator()
+  local model = a:prepare(nn.Linear(1, 1))
+
+  it("a body that is not a function is an error naming the method, at the caller's line", function()
+    local want = "expected a function to run (or none, for a handle to close), got number"
+    expect_error(function() a:main_process_first(5) end, "main_process_first: " .. want)
+    expect_error(function() a:local_main_process_first(5) end, "local_main_process_first: " .. want)
+    expect_error(function() a:no_sync(model, 5) end, "no_sync: " .. want)
+    expect_error(function() a:trigger_sync_in_backward(model, 5) end, "trigger_sync_in_backward: " .. want)
+    -- a callable table is a body
+    assert.are.equal(7, a:no_sync(model, setmetatable({}, {__call = function() return 7 end})))
+  end)
+
+  it("a missing model is named", function()
+    expect_error(function() a:no_sync(nil, function() end) end, "no_sync: expected the model, got nil")
+    expect_error(function() a:trigger_sync_in_backward(5) end, "trigger_sync_in_backward: expected the model, got number")
+  end)
 end)
 
 describe("broadcast_object_list", function()
@@ -57,6 +88,23 @@ describe("broadcast_object_list", function()
     expect_error(function() a:broadcast_object_list({1}, 1) end,
       "broadcast_object_list: from_process must be a process index in 0..0, got 1")
     expect_error(function() a:broadcast_object_list({1}, 0.5) end, "got 0.5")
+  end)
+
+  it("takes from_process in an options table, as broadcast does", function()
+    local list = {"x"}
+    assert.are.equal(list, a:broadcast_object_list(list, {from_process = 0}))
+    expect_error(function() a:broadcast_object_list({1}, {from_process = 1}) end,
+      "broadcast_object_list: from_process must be a process index in 0..0, got 1")
+    expect_error(function() a:broadcast_object_list({1}, {from_proces = 0}) end,
+      "broadcast_object_list: unknown option from_proces")
+  end)
+
+  -- what two processes refuse (collectives_test.lua), one refuses too, naming broadcast_object_list
+  it("encodes the list on one process too", function()
+    local cannot = "broadcast_object_list: rank 0's value cannot be sent: json.encode: "
+    expect_error(function() a:broadcast_object_list({accel.ones(2)}) end, cannot .. "value[1] is a userdata (accel.Tensor)")
+    expect_error(function() a:broadcast_object_list({print}) end, cannot .. "value[1] is a function")
+    expect_error(function() a:broadcast_object_list({1, nil, 3}) end, cannot, "sparse list")
   end)
 end)
 

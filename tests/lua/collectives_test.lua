@@ -5,7 +5,10 @@
 -- oversubscribed) on the helpers in tests/lua/helpers/:
 --   coll_ops.lua   broadcast_object_list, gather_for_metrics of several
 --                  values, non-tensor values refused by gather / reduce /
---                  broadcast / pad_across_processes (2 and 3 ranks)
+--                  broadcast / pad_across_processes, what differs between
+--                  ranks (nested structure, arguments, gather_object's
+--                  lists and values) failing on every rank, set_seed's
+--                  device_specific, synchronize_rng_states (2 and 3 ranks)
 --   coll_join.lua  even_batches = false, rank 0 with one batch more:
 --                  inside join_uneven_inputs every rank ends with the same
 --                  parameters, equal to SGD computed here in closed form
@@ -30,7 +33,8 @@ local launch = support.launcher(jobs, support.job_env(DIR), HELPERS)
 -- ---- broadcast_object_list, gather_for_metrics(a, b), non-tensors ----
 for _, n in ipairs({2, 3}) do
   local run = launch(n, "coll_ops.lua")
-  check(("broadcast_object_list, gather_for_metrics of several values, non-tensor values on %d ranks"):format(n), run,
+  check(("broadcast_object_list, gather_for_metrics of several values, non-tensor values, disagreeing ranks, seeds on "
+    .. "%d ranks"):format(n), run,
     {run.code == 0, "exit status"}, {all_ranks_ok(run, n), "not every rank printed its ok line"})
 end
 

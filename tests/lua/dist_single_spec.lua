@@ -58,6 +58,17 @@ describe("accel.dist, one process", function()
     assert.is_false(ok)
   end)
 
+  it("argument errors point at the caller's line, also through a tail call", function()
+    local expect_error = dofile("tests/lua/support.lua").expect_error
+    expect_error(function() dist.all_reduce(accel.ones(1), "sum", {asyn = true}) end, "all_reduce: unknown option 'asyn'")
+    expect_error(function() dist.barrier(5) end, "barrier: options table expected, got number")
+    expect_error(function() dist.broadcast(accel.ones(1), 0.5) end, "broadcast: src must be a rank number")
+    expect_error(function() dist.set_timeout(-1) end, "set_timeout: seconds must be >= 0")
+    local line = debug.getinfo(1, "l").currentline + 1
+    local _, err = pcall(function() return dist.all_gather(accel.ones(1), {x = 1}) end)
+    assert.truthy(err:find("dist_single_spec.lua:" .. line .. ": all_gather: unknown option 'x'", 1, true), err)
+  end)
+
   it("all_gather returns a new tensor of shape [world * d0, ...]", function()
     local x = accel.tensor({{1, 2}, {3, 4}}, {dtype = accel.float16})
     local g = dist.all_gather(x)

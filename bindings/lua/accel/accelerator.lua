@@ -1102,6 +1102,11 @@ function Accelerator:backward(loss, o)
   self:_finish_grad_sync()
 end
 
+-- The model of no_sync / trigger_sync_in_backward: a module (a table).
+local function check_model(what, model)
+  if not is_table(model) then raise("%s: expected the model, got %s", what, type(model)) end
+end
+
 -- Gradient synchronisation of one model on / off (its DDP reducer follows;
 -- a no-op on one process).
 function Accelerator:_set_grad_sync(model, on)
@@ -1121,7 +1126,7 @@ function Accelerator:accumulate(...)
   local fn = nil
   if n > 0 and type(models[n]) == "function" then fn = table.remove(models, n) end
   local gs = self.gradient_state
-  return state.scoped(function()
+  return state.scoped("accumulate", function()
     gs:do_sync()
     if not gs.sync_gradients and not (gs.sync_each_batch and self.use_distributed) then
       for _, m in ipairs(models) do self:_set_grad_sync(m, false) end
@@ -1133,7 +1138,8 @@ end
 
 -- no_sync(model, fn) / handle: backward without gradient synchronisation.
 function Accelerator:no_sync(model, fn)
-  return state.scoped(function() self:_set_grad_sync(model, false) end,
+  check_model("no_sync", model)
+  return state.scoped("no_sync", function() self:_set_grad_sync(model, false) end,
     function() self:_set_grad_sync(model, true) end, fn)
 end
 
@@ -1142,8 +1148,9 @@ end
 -- accumulate step (Accelerate's; a no-op on one process). The model's
 -- previous setting comes back afterwards.
 function Accelerator:trigger_sync_in_backward(model, fn)
+  check_model("trigger_sync_in_backward", model)
   local before = nil
-  return state.scoped(function()
+  return state.scoped("trigger_sync_in_backward", function()
     before = self._grad_sync[model]
     self:_set_grad_sync(model, true)
   end, function() self:_set_grad_sync(model, before ~= false) end, fn)
@@ -1159,8 +1166,10 @@ function Accelerator:autocast(handler, fn)
     if plugins.kind_of(handler) ~= "AutocastKwargs" then handler = plugins.AutocastKwargs(handler) end
     dtype = handler.enabled and amp.dtype_of(self.mixed_precision) or nil
   end
-  if amp.dtype_of(self.mixed_precision) == nil then return state.scoped(function() end, function() end, fn) end
-  return state.scoped(function() prev = C.set_autocast(dtype) end, function() C.set_autocast(prev) end, fn)
+  if amp.dtype_of(self.mixed_precision) == nil then
+    return state.scoped("autocast", function() end, function() end, fn)
+  end
+  return state.scoped("autocast", function() prev = C.set_autocast(dtype) end, function() C.set_autocast(prev) end, fn)
 end
 
 -- Divide the fp16-scaled gradients by the loss scale, once per optimizer
@@ -1342,10 +1351,13 @@ function Accelerator:gather_for_metrics(...)
   return compat.unpack(out, 1, args.n)
 end
 
-local REDUCE_OPTIONS = plugins.register("reduce", {reduction = "string", scale = "number"})
-local PAD_OPTIONS = plugins.register("pad_across_processes", {dim = "number", pad_index = "number",
+-- Option values are checked by accel.operations, in its agreement step
+-- (a value refused on one process fails on every process).
+local REDUCE_OPTIONS = plugins.register("reduce", {reduction = "any", scale = "any"})
+local PAD_OPTIONS = plugins.register("pad_across_processes", {dim = "any", pad_index = "number",
   pad_first = "boolean"})
-local BROADCAST_OPTIONS = plugins.register("broadcast", {from_process = "number"})
+local BROADCAST_OPTIONS = plugins.register("broadcast", {from_process = "any"})
+local BROADCAST_LIST_OPTIONS = plugins.register("broadcast_object_list", {from_process = "any"})
 
 -- reduce(t, "sum" | "mean" | "max" | "min" | "none" or {reduction=, scale=})
 function Accelerator:reduce(data, reduction, scale)
@@ -1362,16 +1374,24 @@ function Accelerator:pad_across_processes(data, dim, pad_index, pad_first)
   local o = dim
   if type(dim) ~= "table" then o = {dim = dim, pad_index = pad_index, pad_first = pad_first} end
   plugins.check_options("pad_across_processes", o, PAD_OPTIONS)
-  if o.dim == 0 then raise("pad_across_processes: dimension 0 is invalid: dimensions are 1-based (Accelerate's dim=0 is dim = 1)") end
-  return ops.pad_across_processes(self.state.comm, data, o.dim or 1, o.pad_index or 0, o.pad_first == true)
+  local d = o.dim
+  if d == nil then d = 1 end
+  return ops.pad_across_processes(self.state.comm, data, d, o.pad_index or 0, o.pad_first == true)
+end
+
+-- The from_process of broadcast / broadcast_object_list: a number or
+-- {from_process =} (default 0).
+local function from_process_arg(what, v, spec)
+  if type(v) == "table" then
+    plugins.check_options(what, v, spec)
+    v = v.from_process
+  end
+  if v == nil then return 0 end
+  return v
 end
 
 function Accelerator:broadcast(data, from_process)
-  if type(from_process) == "table" then
-    plugins.check_options("broadcast", from_process, BROADCAST_OPTIONS)
-    from_process = from_process.from_process
-  end
-  return ops.broadcast(self.state.comm, data, from_process or 0)
+  return ops.broadcast(self.state.comm, data, from_process_arg("broadcast", from_process, BROADCAST_OPTIONS))
 end
 
 function Accelerator:gather_object(obj) return ops.gather_object(self.state.comm, obj) end
@@ -1391,10 +1411,11 @@ function Accelerator:join_uneven_inputs(models, o, fn)
   return join.join_uneven_inputs(self, models, o, fn)
 end
 
--- broadcast_object_list(list, from_process = 0): list's items replaced in
--- place by process from_process's (JSON values); returns list.
+-- broadcast_object_list(list, [from_process = 0 | {from_process =}]): list's
+-- items replaced in place by process from_process's (JSON values); returns list.
 function Accelerator:broadcast_object_list(list, from_process)
-  return ops.broadcast_object_list(self.state.comm, list, from_process or 0)
+  return ops.broadcast_object_list(self.state.comm, list,
+    from_process_arg("broadcast_object_list", from_process, BROADCAST_LIST_OPTIONS))
 end
 
 -- set_trigger on any process makes check_trigger true on every process (once).
@@ -1740,7 +1761,7 @@ end
 -- failing one its own error, the others an error naming it.
 local function save_step(comm, w, f)
   local ok, err = pcall(f)
-  local all = comm:all_gather_object(ok and "" or tostring(err):gsub("[\128-\255]", "?"))
+  local all = comm:all_gather_object(ok and "" or tostring(err):gsub("[\128-\255]", "?"), "save_state")
   for r, e in ipairs(all) do
     if e ~= "" then
       if comm.rank == 0 then w:abort() end

@@ -204,6 +204,14 @@ local function all_tensors(t)
   return true
 end
 
+-- A key of t that is not a string, or nil.
+local function non_string_key(t)
+  for k in pairs(t) do
+    if type(k) ~= "string" then return k end
+  end
+  return nil
+end
+
 -- (Tables nested beyond json.MAX_DEPTH are not searched: encoding refuses them.)
 local function has_tensor(v, seen, depth)
   if accel.is_tensor(v) then return true end
@@ -217,18 +225,24 @@ local function has_tensor(v, seen, depth)
 end
 
 -- save(obj, path): a table of name -> tensor as safetensors (one tensor
--- too: loaded back as itself), plain Lua values as JSON; written atomically.
+-- too: loaded back as itself; an empty table too when path ends in
+-- .safetensors), plain Lua values as JSON; written atomically.
 function M.save_object(obj, path)
   if type(path) ~= "string" then raise("save: expected a file path, got %s", type(path)) end
   if accel.is_tensor(obj) then -- one tensor, as torch.save(t): load gives it back
     accel.save({tensor = obj}, path, {format = "pt", accel_lua_object = "tensor"})
     return
   end
-  if all_tensors(obj) then
+  if all_tensors(obj) or (type(obj) == "table" and next(obj) == nil and path:match("%.safetensors$")) then
     accel.save(obj, path, {format = "pt"})
     return
   end
   if has_tensor(obj, {}) then
+    local k = non_string_key(obj) -- obj is a table holding a tensor
+    if k ~= nil then
+      raise("save: %s: the key %s is not a string; a table of tensors is saved as safetensors, which names each "
+        .. "tensor by a string (use {name = tensor, ...})", path, tostring(k))
+    end
     raise("save: %s mixes tensors with other values; save a table of name -> tensor (safetensors) or plain "
       .. "values (JSON), or use register_for_checkpointing + save_state", path)
   end

@@ -11,8 +11,11 @@
 --   c:all_reduce(t, op)       -> new tensor, op "sum" | "max" | "min"
 --   c:broadcast(t, src)       -> t, overwritten in place with rank src's values on the others
 --   c:barrier()
---   c:all_gather_object(v)    -> list of world_size plain Lua values (rank order)
+--   c:all_gather_bytes(s, op) -> list of world_size strings (rank order), for the operation op
+--   c:all_gather_object(v, [op = "gather_object"]) -> list of world_size plain Lua values (rank order)
 --   c:broadcast_object(v, src)-> rank src's v
+-- comm._payload(v) / comm._unpayload(op, s, rank): a value as the text these
+-- send (JSON, or "\0" and why it cannot be sent) and back.
 local comm = {}
 
 local function accel_C_dist_info()
@@ -66,7 +69,33 @@ local function unpayload_all(op, payloads)
   return out
 end
 
-function Single:all_gather_object(v) return unpayload_all("gather_object", {payload(v)}) end
+comm._payload, comm._unpayload = payload, unpayload
+
+-- all_gather_bytes for the operation op (a name), over gather (the
+-- backend's all_gather of strings): op's name travels with s, so that two
+-- operations built on it cannot pair (gather_object on one process,
+-- broadcast_object_list on another): that is one error on every process.
+local function gather_named(gather, op, s)
+  local parts, names = gather(op .. "\n" .. s), {}
+  for r, p in ipairs(parts) do names[r], parts[r] = p:match("^([^\n]*)\n(.*)$") end
+  for r = 2, #names do
+    if names[r] ~= names[1] then
+      require("accel.util").raise("collective mismatch: rank 0 called %s, rank %d called %s (every process must call "
+        .. "the same operations in the same order)", names[1], r - 1, names[r])
+    end
+  end
+  return parts
+end
+
+local function all_gather_object(self, v, op)
+  op = op or "gather_object"
+  return unpayload_all(op, self:all_gather_bytes(payload(v), op))
+end
+
+local function single_gather(s) return {s} end
+
+function Single:all_gather_bytes(s, op) return gather_named(single_gather, op, s) end
+Single.all_gather_object = all_gather_object
 function Single:broadcast_object(v) return unpayload("broadcast_object", payload(v), 0) end
 
 -- Several processes: the same interface over accel.dist (MPI on CPU).
@@ -108,9 +137,8 @@ function Multi:broadcast(t, src)
   return t
 end
 function Multi:barrier() dist().barrier() end
-function Multi:all_gather_object(v)
-  return unpayload_all("gather_object", dist().all_gather_bytes(payload(v)))
-end
+function Multi:all_gather_bytes(s, op) return gather_named(dist().all_gather_bytes, op, s) end
+Multi.all_gather_object = all_gather_object
 function Multi:broadcast_object(v, src)
   src = src or 0
   return unpayload("broadcast_object", dist().broadcast_bytes(self.rank == src and payload(v) or "", src), src)

@@ -30,6 +30,7 @@
 -- difference is one error on every rank naming both ranks' values
 -- (docs/collectives.md).
 local accel = require("accel")
+local raise = require("accel.util").raise
 local C = accel._C
 
 local dist = {}
@@ -40,11 +41,11 @@ dist.ReduceOp = {SUM = "sum", AVG = "avg", MAX = "max", MIN = "min"}
 local function options(o, allowed, name)
   if o == nil then return {} end
   if type(o) ~= "table" then
-    error(("%s: options table expected, got %s"):format(name, type(o)), 3)
+    raise("%s: options table expected, got %s", name, type(o))
   end
   for k in pairs(o) do
     if not allowed[k] then
-      error(("%s: unknown option '%s'"):format(name, tostring(k)), 3)
+      raise("%s: unknown option '%s'", name, tostring(k))
     end
   end
   return o
@@ -102,7 +103,7 @@ function dist.broadcast(t, src, o)
   o = options(o, {async_op = true, src = true, group = true}, "broadcast")
   src = src or o.src or 0
   if type(src) ~= "number" or src ~= math.floor(src) then
-    error(("broadcast: src must be a rank number (0-based), got %s"):format(tostring(src)), 2)
+    raise("broadcast: src must be a rank number (0-based), got %s", tostring(src))
   end
   return on(C.dist_broadcast, o, t, src, o.async_op)
 end
@@ -114,7 +115,7 @@ end
 
 function dist.all_gather_bytes(s)
   if type(s) ~= "string" then
-    error(("all_gather_bytes: string expected, got %s"):format(type(s)), 2)
+    raise("all_gather_bytes: string expected, got %s", type(s))
   end
   return C.dist_all_gather_bytes(s)
 end
@@ -139,7 +140,7 @@ function dist.cross_node_group() return C.dist_group("cross_node") end
 function dist.split_group(color, key, o)
   o = options(o, {group = true}, "split_group")
   if type(color) ~= "number" or color ~= math.floor(color) or color < 0 then
-    error(("split_group: color must be an integer >= 0, got %s"):format(tostring(color)), 2)
+    raise("split_group: color must be an integer >= 0, got %s", tostring(color))
   end
   return on(C.dist_split, o, color, key)
 end
@@ -147,10 +148,10 @@ function dist.reset_counters() C.dist_reset_counters() end
 
 function dist.set_timeout(seconds)
   if type(seconds) ~= "number" then
-    error(("set_timeout: seconds expected, got %s"):format(type(seconds)), 2)
+    raise("set_timeout: seconds expected, got %s", type(seconds))
   end
   if seconds ~= seconds or seconds < 0 then
-    error(("set_timeout: seconds must be >= 0 (0 turns the watchdog off), got %s"):format(tostring(seconds)), 2)
+    raise("set_timeout: seconds must be >= 0 (0 turns the watchdog off), got %s", tostring(seconds))
   end
   C.dist_set_timeout(seconds)
 end

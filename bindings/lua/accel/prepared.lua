@@ -166,12 +166,10 @@ DataLoaderShard.__len = function(self) return compat.len(rawget(self, "base")) e
 -- Accelerate's send_to_device); a tensor already there is kept, other
 -- values pass through.
 local ops = require("accel.operations")
-local is_tensor = accel.is_tensor
 
-local function send(device, v)
-  if is_tensor(v) then return v:to(device) end
-  return ops.map_tensors(v, function(t) return t:to(device) end)
-end
+local NO_KEYS = {}
+
+local function send(device, v) return ops.send_to_device(v, device, NO_KEYS) end
 
 local function to_device(device, v1, ...)
   local n = select("#", ...)

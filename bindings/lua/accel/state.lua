@@ -33,8 +33,12 @@ end
 function M.handle(exit) return setmetatable({exit = exit}, Handle) end
 
 -- enter(); fn(); exit() — or, without fn, enter() and a handle that exits.
--- exit runs even when fn raises; fn's results are returned.
-function M.scoped(enter, exit, fn)
+-- exit runs even when fn raises; fn's results are returned. what: the
+-- method, named when fn is neither nil nor callable.
+function M.scoped(what, enter, exit, fn)
+  if fn ~= nil and not util.callable(fn) then
+    raise("%s: expected a function to run (or none, for a handle to close), got %s", what, type(fn))
+  end
   enter()
   if fn == nil then return M.handle(exit) end
   local res = compat.pack(pcall(fn))
@@ -175,13 +179,15 @@ function PartialState:print(...)
 end
 
 -- Rank 0 (or the local main) runs the body first, the others after it.
-local function goes_first(self, is_main, fn)
-  return M.scoped(function() if not is_main then self:wait_for_everyone() end end,
+local function goes_first(self, what, is_main, fn)
+  return M.scoped(what, function() if not is_main then self:wait_for_everyone() end end,
     function() if is_main then self:wait_for_everyone() end end, fn)
 end
 
-function PartialState:main_process_first(fn) return goes_first(self, self.is_main_process, fn) end
-function PartialState:local_main_process_first(fn) return goes_first(self, self.is_local_main_process, fn) end
+function PartialState:main_process_first(fn) return goes_first(self, "main_process_first", self.is_main_process, fn) end
+function PartialState:local_main_process_first(fn)
+  return goes_first(self, "local_main_process_first", self.is_local_main_process, fn)
+end
 
 -- Decorators: a function that runs fn only on the chosen process(es); on
 -- the others it returns nil (one value, as Accelerate's None).

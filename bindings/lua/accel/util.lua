@@ -4,21 +4,40 @@ local util = {}
 -- A value as a message shows it: strings quoted, anything else tostring'd.
 function util.show(v) return type(v) == "string" and ('"' .. v .. '"') or tostring(v) end
 
--- Raise an error (a message, or a format and its arguments) positioned at
--- the user's file:line: the first Lua frame outside the embedded library,
--- as lu_error does for errors raised in C.
-function util.raise(fmt, ...)
-  local msg = select("#", ...) > 0 and string.format(fmt, ...) or fmt
-  -- error() is called as a statement: a tail call would drop this frame
-  -- under LuaJIT and shift the level by one.
+-- The stack level (counted from this function) of the user's frame, the
+-- first Lua frame outside the embedded library, and its debug info; nil
+-- when there is none.
+local function user_frame()
   local level = 2
   while true do
     local info = debug.getinfo(level, "Sl")
-    if not info then level = 0 break end
-    if info.currentline > 0 and info.source:sub(1, 8) ~= "=[accel]" then break end
+    if not info then return nil end
+    if info.currentline > 0 and info.source:sub(1, 8) ~= "=[accel]" then return level, info end
     level = level + 1
   end
-  error(msg, level)
+end
+
+-- Raise an error (a message, or a format and its arguments) positioned at
+-- the user's file:line, as lu_error does for errors raised in C.
+function util.raise(fmt, ...)
+  local msg = select("#", ...) > 0 and string.format(fmt, ...) or fmt
+  local level = user_frame()
+  -- error() is called as a statement: a tail call would drop this frame
+  -- under LuaJIT and shift the level by one.
+  error(msg, level and level - 1 or 0)
+end
+
+-- The "file:line: " prefix raise (and lu_error) put before a message, or "".
+function util.where()
+  local _, info = user_frame()
+  return info and ("%s:%d: "):format(info.short_src, info.currentline) or ""
+end
+
+-- A callable value: a function, or a table / userdata whose metatable has __call.
+function util.callable(f)
+  if type(f) == "function" then return true end
+  local mt = getmetatable(f)
+  return type(mt) == "table" and mt.__call ~= nil
 end
 
 -- The error for an option key k that name does not take, listing the keys

@@ -1,4 +1,6 @@
--- accel.utils: torch.utils-style helpers. Activation checkpointing:
+-- accel.utils: torch.utils-style helpers (activation checkpointing) and
+-- Accelerate's utilities set_seed, synchronize_rng_states, send_to_device
+-- and find_batch_size (at the end). Activation checkpointing:
 --
 --   local y = accel.utils.checkpoint(block, x)                 -- block(x), recomputed in backward
 --   local a, b = accel.utils.checkpoint(fn, x, mask, 3, {use_reentrant = true})
@@ -52,6 +54,8 @@
 local accel = require("accel")
 local compat = require("accel.compat")
 local util = require("accel.util")
+local plugins = require("accel.plugins")
+local ops = require("accel.operations")
 local C = accel._C
 local raise = util.raise
 
@@ -88,12 +92,6 @@ local function take_options(args)
   for k, v in pairs(last) do check_option("checkpoint", k, v) end
   args.n = args.n - 1
   return last
-end
-
-local function callable(fn)
-  if type(fn) == "function" then return true end
-  local mt = getmetatable(fn)
-  return type(mt) == "table" and mt.__call ~= nil
 end
 
 -- fn(args...) with keep_saved and autocast set, both restored also on error;
@@ -214,7 +212,7 @@ end
 
 -- checkpoint with the arguments packed and the options parsed.
 local function checkpoint_packed(fn, args, o)
-  if not callable(fn) then raise("checkpoint: fn must be a function or a callable table, got %s", type(fn)) end
+  if not util.callable(fn) then raise("checkpoint: fn must be a function or a callable table, got %s", type(fn)) end
   if not accel.is_grad_enabled() then return fn(compat.unpack(args, 1, args.n)) end
   local reentrant = o.use_reentrant == true
   local st = {fn = fn, args = args, versions = versions_of(args), autocast = require("accel.amp").current_dtype()}
@@ -339,5 +337,83 @@ end
 
 -- Whether checkpoint_module wraps the module now.
 function utils.is_checkpointed(module) return wrapped[module] ~= nil end
+
+-- ---------------------------------------------------------------- Accelerate's utilities
+
+local SEED_OPTIONS = plugins.register("set_seed", {device_specific = "boolean", deterministic = "boolean"})
+
+-- set_seed(seed, [device_specific], [deterministic]) or (seed, {device_specific =,
+-- deterministic =}): accel.manual_seed(seed), plus the process index with
+-- device_specific. deterministic = true is refused: the CPU ops are
+-- deterministic already, and some CUDA kernels have no deterministic form.
+function utils.set_seed(seed, device_specific, deterministic)
+  local o = device_specific
+  if type(o) ~= "table" then o = {device_specific = device_specific, deterministic = deterministic} end
+  plugins.check_options("set_seed", o, SEED_OPTIONS)
+  if o.deterministic then
+    raise("set_seed: deterministic = true is not supported: every CPU op is deterministic already, and the CUDA "
+      .. "backward kernels of indexing, convolution, pooling and layer norm add with atomics, which have no "
+      .. "deterministic form here")
+  end
+  if type(seed) ~= "number" or seed ~= math.floor(seed) then
+    raise("set_seed: seed must be an integer, got %s", util.show(seed))
+  end
+  if o.device_specific then seed = seed + require("accel.dist").get_rank() end
+  accel.manual_seed(seed)
+end
+
+-- synchronize_rng_states([rng_types]): every process continues with rank
+-- 0's generator state (one broadcast). accel has one generator for every
+-- device, so rng_types may name "torch" and "cuda" (both that one).
+function utils.synchronize_rng_states(rng_types, generator)
+  if rng_types ~= nil and type(rng_types) ~= "table" then
+    raise("synchronize_rng_states: rng_types must be a list, got %s", type(rng_types))
+  end
+  for _, kind in ipairs(rng_types or {}) do
+    if kind ~= "torch" and kind ~= "cuda" then
+      raise("synchronize_rng_states: rng type %s is not supported: accel has one generator (\"torch\" or \"cuda\")",
+        util.show(kind))
+    end
+  end
+  if generator ~= nil then
+    raise("synchronize_rng_states: a generator argument is not supported (accel has one generator)")
+  end
+  local state = accel.tensor({accel.get_rng_state()}, {dtype = accel.int64, device = "cpu"})
+  require("accel.dist").broadcast(state, 0)
+  accel.set_rng_state(compat.unpack(state:tolist()))
+end
+
+local SEND_OPTIONS = plugins.register("send_to_device", {non_blocking = "boolean", skip_keys = "any"})
+
+-- A set of skip_keys (a string or a list of strings).
+local function key_set(keys)
+  if type(keys) == "string" then keys = {keys} end
+  local set = {}
+  for i, k in ipairs(type(keys) == "table" and keys or {}) do
+    if type(k) ~= "string" then raise("send_to_device: skip_keys[%d] must be a string, got %s", i, type(k)) end
+    set[k] = true
+  end
+  if keys ~= nil and type(keys) ~= "table" then
+    raise("send_to_device: skip_keys must be a string or a list of strings, got %s", type(keys))
+  end
+  return set
+end
+
+-- send_to_device(data, device, [{non_blocking =, skip_keys =}]): every
+-- tensor of data (nested tables too) moved to device, except under the keys
+-- in skip_keys; other values pass through.
+function utils.send_to_device(data, device, o)
+  plugins.check_options("send_to_device", o, SEND_OPTIONS)
+  local kind = tostring(device):match("^[^:]+")
+  if o and o.non_blocking and kind ~= "cpu" and kind ~= "sim" then
+    raise("send_to_device: non_blocking = true is not supported on %s: copies to the device are synchronous here",
+      tostring(device))
+  end
+  return ops.send_to_device(data, accel.device(device), key_set(o and o.skip_keys))
+end
+
+-- find_batch_size(data): the first dim of the first tensor of data (a
+-- list's first item, a table's first key in sorted order, nested).
+utils.find_batch_size = ops.find_batch_size
 
 return utils

@@ -4,8 +4,12 @@
 -- gather_for_metrics(a, b) returns both gathered (the padded remainder cut
 -- from each); gather / reduce / broadcast / pad_across_processes of values
 -- that are not tensors raise on every rank (naming the type, where it is
--- and the op) instead of returning each rank's value. Expected values are
--- closed forms. Each rank prints "ok rank R: C checks" or raises.
+-- and the op) instead of returning each rank's value; what differs between
+-- ranks (nested structure, arguments, a value refused on one rank,
+-- gather_object's lists and values) is one error on every rank, after
+-- which collectives still pair; set_seed's device_specific and
+-- synchronize_rng_states. Expected values are closed forms or accelerate
+-- 1.15's results on 2 ranks. Each rank prints "ok rank R: C checks" or raises.
 local accel = require("accel")
 local data = accel.data
 
@@ -71,6 +75,92 @@ do
   -- tensors still work, on every rank alike
   local g = acc:gather({a = accel.tensor({rank}), b = {accel.tensor({rank * 2})}})
   check(g.a:size(1) == N and g.b[1][N]:item() == 2 * (N - 1), "gather of a nested table")
+end
+
+-- ---- what differs between ranks: one error on every rank, and the next collective still pairs ----
+local function still_pairs(what)
+  local g = acc:gather(accel.tensor({rank}))
+  check(g:size(1) == N and g[N]:item() == N - 1, "the collective after %s pairs", what)
+end
+
+-- gather_object decides from every rank's value. Accelerate 1.15 (2 ranks): {} on rank 0 and
+-- {"loss": 0.5} on rank 1 give the same result on both; 7 on rank 0 and [1, 2] on rank 1 raise
+-- (TypeError) on both. Here tables of named fields are collected, lists concatenated.
+do
+  local got = acc:gather_object(rank == 0 and {} or {loss = rank / 2})
+  check(#got == N and next(got[1]) == nil and got[N].loss == (N - 1) / 2, "gather_object of {} and tables: %d values", #got)
+  local joined = acc:gather_object(rank == 0 and {} or {rank})
+  check(#joined == N - 1 and joined[N - 1] == N - 1, "gather_object of {} and lists: %d items", #joined)
+  expect("gather_object: rank 1 passes a list and rank 0 a number; every process must pass a list (the lists are "
+    .. "concatenated) or every process another value (the values are collected)",
+    acc.gather_object, acc, rank == 0 and 7 or {1, 2})
+  still_pairs("gather_object")
+end
+
+do
+  local t = accel.ones(2)
+  expect("gather: the processes pass differently structured data: rank 0 has a tensor at data[2], rank 1 nothing "
+    .. "more (every process must pass tensors under the same keys)", acc.gather, acc, rank == 0 and {t, t} or {t})
+  expect("reduce: the processes pass differently structured data: rank 0 has a tensor at data.a, rank 1 a tensor at "
+    .. "data.b (every process must pass tensors under the same keys)", acc.reduce, acc, rank == 0 and {a = t} or {b = t})
+  expect('reduce: rank 0 passes {reduction = "sum", scale = 1}, rank 1 {reduction = "mean", scale = 1}',
+    acc.reduce, acc, {t}, rank == 0 and "sum" or "mean")
+  expect("broadcast: rank 0 passes {from_process = 0}, rank 1 {from_process = 1}", acc.broadcast, acc, {t},
+    math.min(rank, 1))
+  expect("gather: rank 1: unsupported type string at data[1]; only tensors and nested tables of tensors can be passed "
+    .. "(use gather_object for other Lua values)", acc.gather, acc, {rank == 0 and t or "x"})
+  expect("broadcast: rank 1: from_process must be a process index in 0.." .. (N - 1) .. ", got " .. N, acc.broadcast,
+    acc, {t}, rank == 0 and 0 or N)
+  -- pad_across_processes: a tensor without the dim on one rank only, and different dims
+  expect("pad_across_processes: rank 0's tensor has no dim 2, rank 1's has one (every process's tensor must have that "
+    .. "dim, or none)", acc.pad_across_processes, acc, rank == 0 and accel.ones(2) or accel.ones(2, 3), {dim = 2})
+  expect("pad_across_processes: rank 0 pads dim 1, rank 1 dim 2", acc.pad_across_processes, acc, accel.ones(2, 2),
+    {dim = math.min(rank, 1) + 1})
+  expect("pad_across_processes: rank 1: dim must be an integer, got 1.5", acc.pad_across_processes, acc, {t},
+    rank == 0 and 1 or 1.5)
+  local padded = acc:pad_across_processes(accel.ones(1, rank + 1), {dim = -1, pad_index = 7})
+  check(padded:size(2) == N and padded[1][N]:item() == (rank == N - 1 and 1 or 7), "pad_across_processes dim -1")
+  still_pairs("the refused gather / reduce / broadcast / pad_across_processes")
+end
+
+do
+  expect("broadcast_object_list: rank 1: expected a list, got a table of named fields", acc.broadcast_object_list,
+    acc, rank == 0 and {1} or {a = 1})
+  expect("broadcast_object_list: rank 0 broadcasts from process 0, rank 1 from process 1", acc.broadcast_object_list,
+    acc, {1}, math.min(rank, 1))
+  expect("broadcast_object_list: rank 0's value cannot be sent: json.encode: value[1] is a userdata (accel.Tensor), "
+    .. "which JSON cannot represent", acc.broadcast_object_list, acc, {accel.ones(2)})
+  local list = {rank}
+  acc:broadcast_object_list(list, {from_process = N - 1})
+  check(list[1] == N - 1, "broadcast_object_list with {from_process =}")
+  expect("collective mismatch: rank 0 called gather_object, rank 1 called broadcast_object_list (every process "
+    .. "must call the same operations in the same order)", function()
+      if rank == 0 then return acc:gather_object(1) end
+      return acc:broadcast_object_list({1})
+    end)
+  still_pairs("the refused broadcast_object_list")
+end
+
+-- ---- set_seed(seed, device_specific): Accelerate 1.15 on 2 ranks gives torch.initial_seed() 42 and 43 ----
+do
+  accel.manual_seed(42 + rank)
+  local want = accel.rand(3):tolist()
+  accel.set_seed(42, true)
+  check(accel.initial_seed() == 42 + rank, "set_seed device_specific: seed %d", accel.initial_seed())
+  local got = accel.rand(3):tolist()
+  check(got[1] == want[1] and got[3] == want[3], "set_seed device_specific draws as manual_seed(42 + rank)")
+  accel.set_seed(42, {device_specific = true})
+  check(accel.initial_seed() == 42 + rank, "set_seed {device_specific = true}")
+  -- synchronize_rng_states: every rank continues with rank 0's generator
+  accel.set_seed(7)
+  accel.rand(rank + 1)
+  local a0, b0 = accel.get_rng_state()
+  local zero = acc:broadcast(accel.tensor({a0, b0}, {dtype = accel.int64}), 0):tolist()
+  accel.utils.synchronize_rng_states({"torch"})
+  local a, b = accel.get_rng_state()
+  check(a == zero[1] and b == zero[2], "synchronize_rng_states: rank 0's state")
+  local draws = acc:gather(accel.rand(2):view(1, 2))
+  check(draws[1]:equal(draws[N]), "synchronize_rng_states: the same draws on every rank")
 end
 
 acc:wait_for_everyone()

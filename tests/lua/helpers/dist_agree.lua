@@ -45,11 +45,11 @@ end)
 expect(("all_reduce: rank 0 has float32 [2], rank %d has float32 [1, 2]"):format(last),
   dist.all_reduce, odd and f32(1, 2) or f32(2), {async_op = true})
 
--- the Accelerator's gather (all_gather_v of every rank's tensor)
+-- the Accelerator's gather (all_gather_v of every rank's tensor) and reduce: the op named first
 local acc = accel.Accelerator()
-expect(("all_gather_v: rank 0 has float32 [3], rank %d has float32 [3, 1] (the dtype and every dim but the first "
-  .. "must agree)"):format(last), acc.gather, acc, odd and f32(3, 1) or f32(3))
-expect(("all_reduce: rank 0 has float32 [2, 3], rank %d has float32 [3, 2]"):format(last),
+expect(("gather: all_gather_v: rank 0 has float32 [3], rank %d has float32 [3, 1] (the dtype and every dim but the "
+  .. "first must agree)"):format(last), acc.gather, acc, odd and f32(3, 1) or f32(3))
+expect(("reduce: all_reduce: rank 0 has float32 [2, 3], rank %d has float32 [3, 2]"):format(last),
   acc.reduce, acc, odd and f32(3, 2) or f32(2, 3), "sum")
 
 -- after all of that the ranks are still in step
