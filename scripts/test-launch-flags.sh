@@ -258,6 +258,21 @@ check_sharding_defaults() {
     run "$EXE" launch --use_deepspeed "$TMP/plugin.lua"
     check "--use_deepspeed: accelerator.state.deepspeed_plugin is the Accelerator's (stage 2)" \
         '(( RC == 0 )) && has "plugin	DEEPSPEED	nil	2	nil	true"'
+    run "$EXE" launch --use_fsdp --fsdp_sharding_strategy FULL_SHARD --fsdp_reshard_after_forward false "$TMP/plugin.lua"
+    check "FSDP1 FULL_SHARD with reshard_after_forward false: Accelerate's FSDP1 error" \
+        '(( RC != 0 )) && has "reshard_after_forward set to false. This is not supported with FSDP1"'
+    # A DeepSpeed file with bf16 and accumulation 4: launch's other values are errors naming both
+    # (Accelerate: "`--mixed_precision` arg cannot be set to `fp16` when `bf16` is set in the DeepSpeed config file.")
+    printf '{"zero_optimization": {"stage": 2}, "bf16": {"enabled": true}, "gradient_accumulation_steps": 4}\n' \
+        >"$TMP/ds_bf16.json"
+    run "$EXE" launch --use_deepspeed --deepspeed_config_file "$TMP/ds_bf16.json" --mixed_precision fp16 "$TMP/plugin.lua"
+    check "--mixed_precision fp16 with bf16 in the DeepSpeed file: an error" \
+        '(( RC != 0 )) && has "cannot be set to fp16 when bf16 is set in the DeepSpeed config"'
+    printf 'distributed_type: DEEPSPEED\nnum_processes: 1\nuse_cpu: true\ndeepspeed_config:\n  deepspeed_config_file: %s\n  gradient_accumulation_steps: 2\n' \
+        "$TMP/ds_bf16.json" >"$TMP/ds_gas.yaml"
+    run "$EXE" launch --config_file "$TMP/ds_gas.yaml" "$TMP/plugin.lua"
+    check "a YAML gradient_accumulation_steps 2 against the DeepSpeed file's 4: an error naming both" \
+        '(( RC != 0 )) && has "ACCEL_LUA_GRADIENT_ACCUMULATION_STEPS=2 (launch" && has "gradient_accumulation_steps = 4"'
 }
 
 # One 2-rank launch: --debug, 2 threads, rank 0 tees both streams, rank 1

@@ -249,11 +249,13 @@ int shard_full_tensor(ShardEngine *e, int i, int which, Tensor *out) {
     if (!src) return accel_fail_int("shard: parameter %d has no optimizer state %d yet (no step was taken)", i + 1, which);
     int64_t off = shard_offset_of(e, i), from, *counts = accel_malloc(sizeof(int64_t) * (size_t)e->world);
     if (!counts) return -1;
-    for (int r = 0; r < e->world; r++) counts[r] = shard_overlap(off, p->numel, e->units[u].shard, r, &from);
     int64_t mine = shard_overlap(off, p->numel, e->units[u].shard, e->rank, &from), one = 1, n = p->numel;
     Tensor *in = tensor_as_strided(src, &mine, &one, 1, off + from - (int64_t)e->rank * e->units[u].shard);
     Tensor *o = in ? tensor_as_strided(out, &n, &one, 1, out->offset) : NULL;
-    int rc = o ? dist_all_gather_v(e->comm, o, in, counts) : -1;
+    /* the lengths come from the ranks' agreement (dist_gather_lengths), so a
+     * rank that is in another collective is a mismatch error at once, not a
+     * gather that waits for the watchdog */
+    int rc = o ? (dist_gather_lengths(e->comm, in, counts) || dist_all_gather_v(e->comm, o, in, counts)) : -1;
     tensor_release(in);
     tensor_release(o);
     free(counts);

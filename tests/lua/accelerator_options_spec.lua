@@ -418,12 +418,11 @@ CASES.DeepSpeedPlugin = {
     error_matching('mixed_precision = "bf16" disagrees with the DeepSpeed config %(fp16.enabled = true%)', function()
       accel.Accelerator{deepspeed_plugin = ds, mixed_precision = "bf16"}
     end)
-    error_matching("train_micro_batch_size_per_gpu = 3, but the loader gives each of the 1 process%(es%) batches of 4",
-      function()
-        local b = accel.Accelerator{deepspeed_plugin = {hf_ds_config = {train_micro_batch_size_per_gpu = 3,
-          zero_optimization = {stage = 2}}}}
-        b:prepare(data.DataLoader(data.TensorDataset(accel.randn(8, 4)), {batch_size = 4}))
-      end)
+    -- a numeric train_micro_batch_size_per_gpu is DeepSpeed's own (Accelerate compares no loader with it)
+    local b = accel.Accelerator{deepspeed_plugin = {hf_ds_config = {train_micro_batch_size_per_gpu = 3,
+      zero_optimization = {stage = 2}}}}
+    b:prepare(data.DataLoader(data.TensorDataset(accel.randn(8, 4)), {batch_size = 4}))
+    assert.are.equal(3, b.deepspeed_plugin.deepspeed_config.train_micro_batch_size_per_gpu)
     -- DeepSpeed's static loss scale: fixed, an overflowing step skipped and the scale kept
     local st = accel.Accelerator{deepspeed_plugin = {hf_ds_config = {zero_optimization = {stage = 2},
       fp16 = {enabled = true, loss_scale = 128}}}}
@@ -513,6 +512,9 @@ CASES.FullyShardedDataParallelPlugin = {
     no_shard_same({})
     assert.are.equal(3, fsdp_engine({sharding_strategy = "FULL_SHARD"}).stage)
     assert.are.equal(2, fsdp_engine({sharding_strategy = 2}).stage) -- SHARD_GRAD_OP
+    -- Accelerate 1.15 takes digit strings: FullyShardedDataParallelPlugin(sharding_strategy="1") is FULL_SHARD
+    assert.are.equal("FULL_SHARD", fsdp{sharding_strategy = "1"}.sharding_strategy)
+    assert.are.equal("SHARD_GRAD_OP", fsdp{sharding_strategy = "2"}.sharding_strategy)
     error_matching('HYBRID_SHARD" shards inside each machine .*needs several machines', function()
       accel.Accelerator{fsdp_plugin = {sharding_strategy = "HYBRID_SHARD"}}
     end)
@@ -635,6 +637,14 @@ CASES.FullyShardedDataParallelPlugin = {
     assert.are.equal(2, fsdp_engine({reshard_after_forward = "SHARD_GRAD_OP"}).stage) -- Accelerate's FSDP1 spelling
     error_matching('reshard_after_forward = "SHARD_GRAD_OP" disagrees with sharding_strategy = "FULL_SHARD"', function()
       accel.FullyShardedDataParallelPlugin{sharding_strategy = "FULL_SHARD", reshard_after_forward = "SHARD_GRAD_OP"}
+    end)
+    -- FSDP1, a boolean that contradicts the strategy given: Accelerate 1.15's "reshard_after_forward set to
+    -- False. This is not supported with FSDP1, please set to a `str` or ... ShardingStrategy" (True likewise)
+    error_matching("reshard_after_forward set to false. This is not supported with FSDP1", function()
+      accel.FullyShardedDataParallelPlugin{sharding_strategy = "FULL_SHARD", reshard_after_forward = false}
+    end)
+    error_matching("reshard_after_forward set to true. This is not supported with FSDP1", function()
+      accel.FullyShardedDataParallelPlugin{sharding_strategy = "SHARD_GRAD_OP", reshard_after_forward = "true"}
     end)
   end,
   cpu_ram_efficient_loading = function()

@@ -288,6 +288,64 @@ describe("Accelerator options", function()
       .. "zero_optimization.round_robin_gradients\n2", out)
   end)
 
+  it("keeps the DeepSpeed config in plugin.deepspeed_config; prepare reads its settings from it", function()
+    -- without hf_ds_config, Accelerate 1.15's DeepSpeedPlugin(zero_stage=2, gradient_accumulation_steps=2)
+    -- .deepspeed_config is {'train_batch_size': 'auto', 'train_micro_batch_size_per_gpu': 'auto',
+    -- 'gradient_accumulation_steps': 2, 'zero_optimization': {'stage': 2, 'offload_optimizer': {'device': 'none',
+    -- 'nvme_path': None}, 'offload_param': {'device': 'none', 'nvme_path': None},
+    -- 'stage3_gather_16bit_weights_on_model_save': False}, 'gradient_clipping': 'auto', 'steps_per_print': inf}
+    -- (without gradient_clipping here: no clipping unless it is given; steps_per_print has no meaning here)
+    local ds = accel.DeepSpeedPlugin{zero_stage = 2, gradient_accumulation_steps = 2}
+    assert.are.same({train_batch_size = "auto", train_micro_batch_size_per_gpu = "auto", gradient_accumulation_steps = 2,
+      zero_optimization = {stage = 2, offload_optimizer = {device = "none"}, offload_param = {device = "none"},
+        stage3_gather_16bit_weights_on_model_save = false}}, ds.deepspeed_config)
+    -- an edit before prepare counts (Accelerate hands this table to deepspeed.initialize): DeepSpeed's
+    -- gradient_clipping makes the SGD(lr = 1) update's total norm exactly 0.3
+    local a = accel.Accelerator{deepspeed_plugin = ds}
+    ds.deepspeed_config.gradient_clipping = 0.3
+    ds.deepspeed_config.zero_optimization.offload_optimizer.device = "cpu"
+    local model = mlp(4, 4, 8, 2)
+    local before = {}
+    for i, p in ipairs(model:parameters()) do before[i] = p:clone() end
+    local opt = optim.SGD(model:parameters(), {lr = 1})
+    local train = data.DataLoader(data.TensorDataset(accel.randn(8, 4)), {batch_size = 4})
+    local eval = data.DataLoader(data.TensorDataset(accel.randn(8, 4)), {batch_size = 2})
+    model, opt = a:prepare(model, opt, train, eval)
+    assert.is_true(a.shard_engine._c:info().offload_optimizer)
+    a:backward(model(accel.randn(6, 4)):pow(2):sum())
+    opt:step()
+    local d2 = 0
+    for i, p in ipairs(model:parameters()) do d2 = d2 + (p - before[i]):pow(2):sum():item() end
+    assert.is_true(math.abs(math.sqrt(d2) - 0.3) < 1e-5, ("update norm %g"):format(math.sqrt(d2)))
+    -- "auto" batch sizes: the smallest batch of the prepared loaders (Accelerate's is_train_batch_min), and
+    -- train_batch_size = 2 x accumulation 2 x 1 process
+    assert.are.equal(2, ds.deepspeed_config.train_micro_batch_size_per_gpu)
+    assert.are.equal(4, ds.deepspeed_config.train_batch_size)
+    -- a numeric micro batch is DeepSpeed's own: loaders of other batch sizes are accepted (Accelerate compares none)
+    local b = accel.Accelerator{deepspeed_plugin = {hf_ds_config = {train_micro_batch_size_per_gpu = 3,
+      zero_optimization = {stage = 0}}}}
+    b:prepare(data.DataLoader(data.TensorDataset(accel.randn(8, 4)), {batch_size = 4}))
+    b:prepare(data.DataLoader(data.TensorDataset(accel.randn(8, 4)), {batch_size = 5}))
+    error_matching("train_batch_size = 8, but the loaders' smallest batch per process 2 x gradient_accumulation_steps 1 "
+      .. "x 1 process%(es%) = 2", function()
+      local c = accel.Accelerator{deepspeed_plugin = {hf_ds_config = {train_micro_batch_size_per_gpu = "auto",
+        train_batch_size = 8, zero_optimization = {stage = 0}}}}
+      c:prepare(data.DataLoader(data.TensorDataset(accel.randn(8, 4)), {batch_size = 4}),
+        data.DataLoader(data.TensorDataset(accel.randn(8, 4)), {batch_size = 2}))
+    end)
+    -- what the Accelerator read when it was created cannot change before prepare
+    local ds3 = accel.DeepSpeedPlugin{zero_stage = 2}
+    local c = accel.Accelerator{deepspeed_plugin = ds3}
+    ds3.deepspeed_config.zero_optimization.stage = 3
+    error_matching("prepare: deepspeed_plugin.deepspeed_config: zero_optimization.stage changed from 2 to 3 after the "
+      .. "Accelerator was created", function() c:prepare(mlp(1, 4, 8, 2)) end)
+    ds3.deepspeed_config.zero_optimization.stage = 2
+    ds3.deepspeed_config.zero_optimization.offload_optimizer.device = "nvme"
+    error_matching('offload_optimizer_device = "nvme" is not supported: NVMe offload', function()
+      c:prepare(mlp(1, 4, 8, 2))
+    end)
+  end)
+
   it("takes its defaults from accel-lua launch's settings", function()
     local bin = os.getenv("ACCEL_LUA_BIN") or arg[-1]
     local function run(env)
@@ -342,6 +400,28 @@ describe("Accelerator options", function()
       .. "ACCEL_LUA_DEEPSPEED_CONFIG_FILE=" .. dir .. "/ds3.json"))
     assert.matches("ACCEL_LUA_ZERO_STAGE = 1 disagrees with .*ds3.json's zero_optimization.stage = 3",
       run("ACCEL_LUA_USE_DEEPSPEED=true ACCEL_LUA_ZERO_STAGE=1 ACCEL_LUA_DEEPSPEED_CONFIG_FILE=" .. dir .. "/ds3.json"))
+    -- launch's mixed_precision / gradient_accumulation_steps against the file's: launch's defaults ("no", 1)
+    -- leave the file's values; another value that disagrees is an error (Accelerate 1.15's
+    -- DeepSpeedPlugin.set_mixed_precision("fp16") with bf16 in the file: "`--mixed_precision` arg cannot be
+    -- set to `fp16` when `bf16` is set in the DeepSpeed config file.")
+    fh = assert(io.open(dir .. "/bf16.json", "w"))
+    fh:write('{"zero_optimization": {"stage": 2}, "bf16": {"enabled": true}, "gradient_accumulation_steps": 4}')
+    fh:close()
+    local file = "ACCEL_LUA_USE_DEEPSPEED=true ACCEL_LUA_DEEPSPEED_CONFIG_FILE=" .. dir .. "/bf16.json "
+    assert.are.equal("bf16 4 2 DEEPSPEED", run(file .. "ACCEL_LUA_MIXED_PRECISION=no "
+      .. "ACCEL_LUA_GRADIENT_ACCUMULATION_STEPS=1"))
+    assert.are.equal("bf16 4 2 DEEPSPEED", run(file .. "ACCEL_LUA_MIXED_PRECISION=bf16 "
+      .. "ACCEL_LUA_GRADIENT_ACCUMULATION_STEPS=4"))
+    assert.matches("^accel%-lua: %(command line%):1: Accelerator: %-%-mixed_precision %(ACCEL_LUA_MIXED_PRECISION=fp16%) cannot be "
+      .. "set to fp16 when bf16 is set in the DeepSpeed config", run(file .. "ACCEL_LUA_MIXED_PRECISION=fp16"))
+    assert.matches("^accel%-lua: %(command line%):1: Accelerator: ACCEL_LUA_GRADIENT_ACCUMULATION_STEPS=2 %(launch's "
+      .. "%-%-gradient_accumulation_steps%) disagrees with the DeepSpeed config's gradient_accumulation_steps = 4",
+      run(file .. "ACCEL_LUA_GRADIENT_ACCUMULATION_STEPS=2"))
+    -- FSDP1: a boolean reshard_after_forward contradicting the strategy (Accelerate 1.15: "reshard_after_forward
+    -- set to False. This is not supported with FSDP1, please set to a `str` ...")
+    assert.matches("reshard_after_forward set to false. This is not supported with FSDP1",
+      run("ACCEL_LUA_USE_FSDP=true ACCEL_LUA_FSDP_SHARDING_STRATEGY=FULL_SHARD ACCEL_LUA_FSDP_RESHARD_AFTER_FORWARD=false"))
+    assert.are.equal("no 1 3 FSDP", run("ACCEL_LUA_USE_FSDP=true ACCEL_LUA_FSDP_SHARDING_STRATEGY=1"))
     os.execute("rm -rf '" .. dir .. "'")
   end)
 

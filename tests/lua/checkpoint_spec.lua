@@ -144,13 +144,31 @@ describe("save_model", function()
       for _ in pairs(shard) do n = n + 1 end
       assert.is_true(bytes <= 500 or n == 1, f .. " is over the limit")
     end
-    assert.is_true(nfiles >= 3)
+    assert.are.equal(2, nfiles) -- body.0.weight (800 B) alone, the other 492 B together (huggingface_hub's split)
     assert.is_truthy(next(files):find("of%-" .. ("%05d"):format(nfiles)))
     assert.is_nil(io.open(dir .. "/model.safetensors"))
     -- saving again unsharded removes the stale shards and index
     s.a:save_model(s.model, dir)
     local left = C.fs_listdir(dir)
     assert.are.same({"model.safetensors"}, left)
+    rm(dir)
+  end)
+
+  it("splits as huggingface_hub: a tensor over the limit gets its own file, the open one stays open", function()
+    -- Accelerate 1.15 (huggingface_hub's split_torch_state_dict_into_shards) saving this model (16x32, 32x8
+    -- Linears) with max_shard_size = "1KB": 3 files, weight_map {0.weight: 1 of 3, 2.weight: 2 of 3,
+    -- 0.bias and 2.bias: 3 of 3}, total_size 3232
+    local dir = tmpdir()
+    accel.set_seed(1)
+    local model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
+    accel.Accelerator():save_model(model, dir, {max_shard_size = "1KB"})
+    local index = json.decode(read(dir .. "/model.safetensors.index.json"))
+    local f = "model-%05d-of-00003.safetensors"
+    assert.are.same({metadata = {total_size = 3232}, weight_map = {["0.weight"] = f:format(1),
+      ["2.weight"] = f:format(2), ["0.bias"] = f:format(3), ["2.bias"] = f:format(3)}}, index)
+    local files = C.fs_listdir(dir)
+    table.sort(files)
+    assert.are.same({f:format(1), f:format(2), f:format(3), "model.safetensors.index.json"}, files)
     rm(dir)
   end)
 

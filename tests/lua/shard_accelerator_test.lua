@@ -19,7 +19,7 @@
 --     --offload_optimizer_device cpu), accelerate-config YAMLs with an fsdp_config: and a
 --     deepspeed_config: section, and a ds_config table with "auto" values
 --   * bad configurations on 2 ranks: HYBRID_SHARD on one machine, a
---     train_micro_batch_size_per_gpu that disagrees with the loader
+--     train_batch_size that disagrees with the loader's batches
 --   * helpers/shard_grad_rules.lua: parameters without a gradient on every
 --     rank are not stepped, as under DDP with find_unused_parameters;
 --     clip_grad_norm_ of a subset and error_if_nonfinite
@@ -230,13 +230,14 @@ do
   check("HYBRID_SHARD on one machine: one clear error on every rank", run, {run.code ~= 0, "the run succeeded"},
     {run.err:find("HYBRID_SHARD\" shards inside each machine and replicates across machines, so it needs several "
       .. "machines", 1, true) ~= nil, "no error naming the cause"})
-  support.write_file(DIR .. "/micro.json", '{"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}}')
-  local bad = launch(2, "--use_deepspeed --deepspeed_config_file " .. quote(DIR .. "/micro.json"), DIR .. "/bad.st",
+  support.write_file(DIR .. "/batch.json", '{"train_micro_batch_size_per_gpu": "auto", "train_batch_size": 8, '
+    .. '"zero_optimization": {"stage": 2}}')
+  local bad = launch(2, "--use_deepspeed --deepspeed_config_file " .. quote(DIR .. "/batch.json"), DIR .. "/bad.st",
     "plugin=launch")
-  check("train_micro_batch_size_per_gpu that disagrees with the loader: a clear error", bad,
+  check("train_batch_size that disagrees with the loader's batches (6 per process x 2): a clear error", bad,
     {bad.code ~= 0, "the run succeeded"},
-    {bad.err:find("train_micro_batch_size_per_gpu = 4, but the loader gives each of the 2 process(es) batches of 6",
-      1, true) ~= nil, "no error naming both batch sizes"})
+    {bad.err:find("train_batch_size = 8, but the loaders' smallest batch per process 6 x gradient_accumulation_steps 1 "
+      .. "x 2 process(es) = 12", 1, true) ~= nil, "no error naming the batch sizes"})
 end
 
 -- ---- (f) gradient rules as DDP's: parameters without a gradient, clipping a subset ----

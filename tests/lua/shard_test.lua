@@ -22,6 +22,8 @@
 --                     index against the gathered tensors, full_state_dict,
 --                     the offload flag
 --   shard_errors.lua  bad options and uses, each one clear error
+--   shard_main_only.lua  get_state_dict / save_model under stage 3 on the
+--                     main process only: a collective mismatch at once
 --   shard_wrap.lua    FSDP FULL_SHARD wrap units on 2 ranks == DDP on 2
 --                     ranks after 4 AdamW steps, to 1e-5 relative:
 --                     size_based_wrap over layers in an nn.ModuleList and
@@ -152,6 +154,27 @@ for stage = 1, 3 do
   equiv("bf16 autocast, clip 0.1", 2, stage, "bf16", {"wrap=module_list", "amp=bf16", "clip=0.1"}, 2)
 end
 for _, n in ipairs({1, 2}) do all_ok("bad options and uses give one clear error each", "shard_errors.lua", n) end
+do -- a collective gather called on the main process only: an immediate mismatch at the callers' lines
+  local lines = {}
+  local n = 0
+  for line in io.lines(HELPERS .. "shard_main_only.lua") do
+    n = n + 1
+    local mark = line:match("%-%- (%a+):$")
+    if mark then lines[mark] = n end
+  end
+  for _, what in ipairs({"get_state_dict", "save_model"}) do
+    local run = launch(2, "shard_main_only.lua", what, DIR .. "/main_only")
+    local why = {{run.code ~= 0, "the run did not fail"}, {run.secs < 30, "it waited for the collective timeout"},
+      {not run.out:find("was not stopped", 1, true), "a rank went on"}}
+    for rank, mark in pairs({[0] = "main", [1] = "others"}) do
+      local want = ("rank %d: %sshard_main_only.lua:%d: collective mismatch: rank 0 called all_gather_v, rank 1 "
+        .. "called barrier"):format(rank, HELPERS, lines[mark])
+      why[#why + 1] = {run.err:find(want, 1, true), "no error saying: " .. want}
+    end
+    check(what .. " under stage 3 on the main process only: one collective mismatch at once on every rank", run,
+      table.unpack(why))
+  end
+end
 
 -- ---- (f) wrap units: containers never called, a parameter shared across units, unknown classes ----
 local wrap_refs = {}

@@ -376,9 +376,38 @@ local function resolve_precision(mp)
   return mp:lower()
 end
 
+-- mixed_precision under a DeepSpeed config that enables bf16 / fp16
+-- (ds_mp): the option, else the config's; launch's setting other than
+-- "no" that the config contradicts is an error, as Accelerate's
+-- DeepSpeedPlugin.set_mixed_precision.
+local function resolve_ds_precision(o, ds_mp)
+  if o.mixed_precision ~= nil or not ds_mp then return resolve_precision(o.mixed_precision) end
+  local mp = resolve_precision(nil)
+  if mp ~= "no" and mp ~= ds_mp then
+    local raw, var = setting("MIXED_PRECISION")
+    raise("Accelerator: --mixed_precision (%s=%s) cannot be set to %s when %s is set in the DeepSpeed config "
+      .. "(%s.enabled = true); leave it \"no\" or make them agree", var, raw, mp, ds_mp, ds_mp)
+  end
+  return ds_mp
+end
+
+-- launch's gradient_accumulation_steps (the flag or a YAML key) other than
+-- its default 1 must agree with the DeepSpeed config's value k.
+local function check_launch_accumulation(ds, k)
+  local raw, var = setting("GRADIENT_ACCUMULATION_STEPS")
+  if raw == nil or raw == "1" or tonumber(raw) == k then return end
+  if ds.ds_config and ds.ds_config.gradient_accumulation_steps == k then
+    raise("Accelerator: %s=%s (launch's --gradient_accumulation_steps) disagrees with the DeepSpeed config's "
+      .. "gradient_accumulation_steps = %d; give it in one place", var, raw, k)
+  end
+end
+
 local function resolve_accumulation(o, ds)
   local k = o.gradient_accumulation_steps
-  if k == nil and ds and type(ds.gradient_accumulation_steps) == "number" then k = ds.gradient_accumulation_steps end
+  if k == nil and ds and type(ds.gradient_accumulation_steps) == "number" then
+    k = ds.gradient_accumulation_steps
+    check_launch_accumulation(ds, k)
+  end
   if k == nil then
     local raw, var = setting("GRADIENT_ACCUMULATION_STEPS")
     k = raw == nil and 1 or tonumber(raw)
@@ -390,6 +419,21 @@ local function resolve_accumulation(o, ds)
     raise("Accelerator: gradient_accumulation_steps must be a positive integer, got %s", tostring(k))
   end
   return math.floor(k)
+end
+
+-- The ds_config keys with no meaning here, reported by name on the main
+-- process once per plugin, however many Accelerators use it.
+local function report_ignored(self, ds, keys)
+  local seen = rawget(ds, "_reported_keys") or {}
+  rawset(ds, "_reported_keys", seen)
+  local new = {}
+  for _, k in ipairs(keys) do
+    if not seen[k] then new[#new + 1], seen[k] = k, true end
+  end
+  if #new > 0 and self.state.is_main_process then
+    io.stderr:write(("DeepSpeedPlugin: ds_config keys with no meaning here were ignored: %s\n"):format(
+      table.concat(new, ", ")))
+  end
 end
 
 -- The ZeRO stage of the options and plugins (they must agree) and the
@@ -427,11 +471,7 @@ local function resolve_sharding(self, o)
   rawset(self, "_shard_plan", plan)
   rawset(self, "_distributed_type", ds and "DEEPSPEED" or fsdp and "FSDP" or nil)
   rawset(self, "sharding", shard_plan.describe(plan, ds, fsdp))
-  if ds and #ds.ignored_keys > 0 and self.state.is_main_process and not rawget(ds, "_ignored_reported") then
-    rawset(ds, "_ignored_reported", true) -- once per plugin, however many Accelerators use it
-    io.stderr:write(("DeepSpeedPlugin: ds_config keys with no meaning here were ignored: %s\n"):format(
-      table.concat(ds.ignored_keys, ", ")))
-  end
+  if ds then report_ignored(self, ds, ds.ignored_keys) end
   return ds
 end
 
@@ -575,6 +615,49 @@ local function resolve_ds_autos(self, ds, k)
       .. "gradient_accumulation_steps = %d", tostring(ds.gradient_accumulation_steps), k)
   end
   shard_plan.check_config_batch(ds, k, self.num_processes)
+  rawset(self, "_ds_created", (plugins.deepspeed_settings(ds, "Accelerator: deepspeed_plugin.deepspeed_config")))
+end
+
+-- DeepSpeed's batch rule for loaders of batch sizes `sizes` (accel.shard_plan.check_batch).
+local function check_ds_batch(self, sizes)
+  shard_plan.check_batch(self.deepspeed_plugin, sizes, {split_batches = self.split_batches,
+    num_processes = self.num_processes, accumulation = self.gradient_state.num_steps})
+end
+
+-- The settings the Accelerator reads from the DeepSpeed config when it is
+-- created, and those prepare reads (again) from it.
+local DS_AT_CREATION = {"zero_stage", "gradient_accumulation_steps", "bf16", "fp16", "initial_scale_power",
+  "loss_scale_window", "loss_scale"}
+local DS_AT_PREPARE = {"gradient_clipping", "offload_optimizer_device", "offload_param_device", "reduce_bucket_size",
+  "allgather_bucket_size", "overlap_comm", "stage3_prefetch_bucket_size", "zero3_save_16bit_model"}
+
+-- prepare reads the DeepSpeed settings from deepspeed_plugin.deepspeed_config
+-- (Accelerate passes that table to deepspeed.initialize, so edits made to
+-- it before prepare count): those prepare uses are taken (an "auto"
+-- gradient_clipping is 1.0, as Accelerate fills it) and the sharding plan
+-- is made again; one the Accelerator read when it was created must not have changed.
+local function read_ds_config(self)
+  local ds = self.deepspeed_plugin
+  if not ds then return end
+  local what = "prepare: deepspeed_plugin.deepspeed_config"
+  local now, auto, ignored = plugins.deepspeed_settings(ds, what)
+  for _, k in ipairs(DS_AT_CREATION) do
+    local was = self._ds_created[k]
+    if now[k] ~= was and not auto[k] then
+      raise("%s: %s changed from %s to %s after the Accelerator was created, which read it then; set it before "
+        .. "creating the Accelerator", what, plugins.DS_CONFIG_PATHS[k], plugins.show(was), plugins.show(now[k]))
+    end
+  end
+  if auto.gradient_clipping then
+    now.gradient_clipping = 1.0
+    ds.deepspeed_config.gradient_clipping = 1.0
+  end
+  for _, k in ipairs(DS_AT_PREPARE) do ds[k] = now[k] end
+  report_ignored(self, ds, ignored)
+  rawset(self, "_shard_plan", shard_plan.plan(ds, nil, self.state))
+  rawset(self, "sharding", shard_plan.describe(self._shard_plan, ds))
+  local info = rawget(self.state, "accelerator_info")
+  if info and info.deepspeed_plugin == ds then info.sharding = self.sharding end
 end
 
 -- GradScalerKwargs' fields, with the DeepSpeed config's fp16 loss-scale
@@ -639,7 +722,7 @@ local function new_accelerator(_, o)
   if o.mixed_precision == false then -- not "off": Accelerate's "Unknown mixed_precision mode: False"
     raise('Accelerator: unknown mixed_precision false; expected "no", "fp16", "bf16" or "fp8"')
   end
-  rawset(self, "mixed_precision", resolve_precision(o.mixed_precision or ds_mp))
+  rawset(self, "mixed_precision", resolve_ds_precision(o, ds_mp))
   if ds_mp and self.mixed_precision ~= ds_mp then
     raise('Accelerator: mixed_precision = "%s" disagrees with the DeepSpeed config (%s.enabled = true)',
       self.mixed_precision, ds_mp)
@@ -898,6 +981,15 @@ local PREPARE_PASSES = {{model = "prepare_model", loader = "prepare_data_loader"
 function Accelerator:prepare(...)
   local args = compat.pack(...)
   local out = {}
+  read_ds_config(self)
+  local sizes = {} -- the loaders' batch sizes: DeepSpeed's "auto" micro batch is the smallest
+  for i = 1, args.n do
+    local x = args[i]
+    if kind_of(x) == "loader" and not prepared.is_loader(x) and type(x.batch_size) == "number" then
+      sizes[#sizes + 1] = x.batch_size
+    end
+  end
+  check_ds_batch(self, sizes)
   if self._shard_plan then prepare_sharded(self, args, out) end
   for _, pass in ipairs(PREPARE_PASSES) do
     for i = 1, args.n do
@@ -995,6 +1087,7 @@ end
 
 function Accelerator:prepare_optimizer(optimizer)
   if prepared.is_optimizer(optimizer) then return optimizer end
+  read_ds_config(self)
   if kind_of(optimizer) ~= "optimizer" then raise("prepare_optimizer: expected an optimizer, got %s", type(optimizer)) end
   if self._shard_plan then
     raise("prepare_optimizer: under %s (%s) the optimizer is prepared together with its model: use "
@@ -1034,6 +1127,7 @@ local PREPARE_LOADER_OPTIONS = plugins.register("prepare_data_loader", {device_p
 function Accelerator:prepare_data_loader(loader, o)
   plugins.check_options("prepare_data_loader", o, PREPARE_LOADER_OPTIONS)
   if prepared.is_loader(loader) then return loader end
+  read_ds_config(self)
   if kind_of(loader) ~= "loader" then raise("prepare_data_loader: expected a DataLoader, got %s", type(loader)) end
   if not has_fn(loader, "shard") then raise("prepare_data_loader: the loader has no shard(rank, world_size, opts) method") end
   local base = loader:shard(self.process_index, self.num_processes,
@@ -1048,8 +1142,7 @@ function Accelerator:prepare_data_loader(loader, o)
     base.seed = self.state.comm:broadcast_object(loader.seed, 0)
   end
   local bs = type(loader.batch_size) == "number" and loader.batch_size or nil
-  shard_plan.check_batch(self.deepspeed_plugin, bs, {split_batches = self.split_batches,
-    num_processes = self.num_processes, accumulation = self.gradient_state.num_steps})
+  check_ds_batch(self, {bs})
   local device = placement(self, o) and self.device or nil
   -- a copy to sim is queued behind the device's work (the host buffer is
   -- staged), so it does not block; other devices have no such copy yet

@@ -269,20 +269,27 @@ end
 
 -- ---------------------------------------------------------------- save_model
 
--- The files of a save_model: names (in `order`) grouped into shards of at
--- most max_bytes each (a tensor larger than that gets one of its own);
--- bytes_of(name) gives a tensor's size. -> {{names...}, ...}, total bytes.
+-- The files of a save_model, as huggingface_hub's
+-- split_torch_state_dict_into_shards: names (in `order`) fill a shard
+-- until the next one would take it over max_bytes; a tensor larger than
+-- max_bytes gets a file of its own at once, and the shard being filled
+-- stays open. bytes_of(name) gives a tensor's size. -> {{names...}, ...},
+-- total bytes.
 function M.plan_model_files(order, bytes_of, max_bytes)
   local shards, current, current_size, total = {}, {}, 0, 0
   for _, name in ipairs(order) do
     local bytes = bytes_of(name)
-    if current_size + bytes > max_bytes and #current > 0 then
-      shards[#shards + 1] = current
-      current, current_size = {}, 0
-    end
-    current[#current + 1] = name
-    current_size = current_size + bytes
     total = total + bytes
+    if bytes > max_bytes then
+      shards[#shards + 1] = {name}
+    else
+      if current_size + bytes > max_bytes then
+        shards[#shards + 1] = current
+        current, current_size = {}, 0
+      end
+      current[#current + 1] = name
+      current_size = current_size + bytes
+    end
   end
   if #current > 0 or #shards == 0 then shards[#shards + 1] = current end
   return shards, total

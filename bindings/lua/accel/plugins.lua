@@ -170,6 +170,7 @@ local DS_KEYS = {
   ["zero_optimization.allgather_bucket_size"] = "allgather_bucket_size",
   ["zero_optimization.overlap_comm"] = "overlap_comm",
   ["zero_optimization.stage3_prefetch_bucket_size"] = "stage3_prefetch_bucket_size",
+  ["zero_optimization.stage3_gather_16bit_weights_on_model_save"] = "zero3_save_16bit_model",
   ["gradient_accumulation_steps"] = "gradient_accumulation_steps",
   ["gradient_clipping"] = "gradient_clipping",
   ["train_micro_batch_size_per_gpu"] = "train_micro_batch_size_per_gpu",
@@ -181,6 +182,10 @@ local DS_KEYS = {
   ["fp16.loss_scale"] = "loss_scale",
 }
 M.DS_CONFIG_KEYS = DS_KEYS
+-- DeepSpeedPlugin field -> its ds_config path.
+local DS_PATH_OF = {}
+for path, field in pairs(DS_KEYS) do DS_PATH_OF[field] = path end
+M.DS_CONFIG_PATHS = DS_PATH_OF
 
 -- Dotted paths of every leaf of a ds_config table.
 local function leaves(t, prefix, out)
@@ -262,42 +267,61 @@ local DS_LIMITS = {
     ok = function(v) return type(v) == "number" and v >= 0 end},
 }
 
+-- The defaults of the settings t (a plugin, or deepspeed_settings' table),
+-- then the limits.
+local function set_defaults(t, what)
+  t.offload_optimizer_device = t.offload_optimizer_device or "none"
+  t.offload_param_device = t.offload_param_device or "none"
+  t.zero3_save_16bit_model = t.zero3_save_16bit_model == true
+  for _, k in ipairs({"offload_optimizer_device", "offload_param_device"}) do
+    if t[k] ~= "none" and t[k] ~= "cpu" and t[k] ~= "nvme" then
+      raise('%s: %s must be "none", "cpu" or "nvme", got %s', what, k, show(t[k]))
+    end
+  end
+  check_limits(what, t, DS_LIMITS)
+end
+
+-- A ds_config's settings: {field = value} (DS_KEYS' fields), the fields
+-- it gives as "auto", and the sorted paths with no meaning here.
+local function parse_ds_config(cfg, what)
+  if type(cfg.zero_optimization) ~= "table" then
+    local got = cfg.zero_optimization
+    raise("%s: hf_ds_config has no zero_optimization section%s; give the ZeRO optimization config, e.g. "
+      .. "\"zero_optimization\": {\"stage\": 2}, as Accelerate requires", what,
+      got ~= nil and (" (it is " .. show(got) .. ", not an object)") or "")
+  end
+  local fields, auto, ignored = {}, {}, {}
+  for path, v in pairs(leaves(cfg, "", {})) do
+    local field = DS_KEYS[path]
+    if field == nil then
+      ignored[#ignored + 1] = path
+    elseif v == "auto" then
+      auto[field] = true
+    else
+      fields[field] = v
+    end
+  end
+  table.sort(ignored)
+  for _, k in ipairs({"bf16", "fp16", "overlap_comm", "zero3_save_16bit_model"}) do
+    if fields[k] ~= nil and type(fields[k]) ~= "boolean" then
+      raise("%s: ds_config %s must be true, false or \"auto\", got %s", what, DS_PATH_OF[k], show(fields[k]))
+    end
+  end
+  if fields.bf16 == true and fields.fp16 == true then
+    raise("%s: ds_config has both bf16.enabled and fp16.enabled true; enable one of them (DeepSpeed refuses both)", what)
+  end
+  return fields, auto, ignored
+end
+
 -- ds_config -> plugin fields; the keys with no meaning here go to
 -- self.ignored_keys, "auto" values to self.auto[field] (the Accelerator
 -- fills them as Accelerate does).
 local function take_ds_config(self, cfg, what)
   self.ds_config = read_ds_config(cfg, what)
-  if type(self.ds_config.zero_optimization) ~= "table" then
-    local got = self.ds_config.zero_optimization
-    raise("%s: hf_ds_config has no zero_optimization section%s; give the ZeRO optimization config, e.g. "
-      .. "\"zero_optimization\": {\"stage\": 2}, as Accelerate requires", what,
-      got ~= nil and (" (it is " .. show(got) .. ", not an object)") or "")
-  end
-  for path, v in pairs(leaves(self.ds_config, "", {})) do
-    local field = DS_KEYS[path]
-    if field == nil then
-      self.ignored_keys[#self.ignored_keys + 1] = path
-    elseif v == "auto" then
-      self.auto[field] = true
-    else
-      self[field] = v
-    end
-  end
-  table.sort(self.ignored_keys)
-  for _, k in ipairs({"bf16", "fp16", "overlap_comm"}) do
-    if self[k] ~= nil and type(self[k]) ~= "boolean" then
-      raise("%s: ds_config %s must be true, false or \"auto\", got %s", what, k == "overlap_comm"
-        and "zero_optimization.overlap_comm" or k .. ".enabled", show(self[k]))
-    end
-  end
-  if self.bf16 == true and self.fp16 == true then
-    raise("%s: ds_config has both bf16.enabled and fp16.enabled true; enable one of them (DeepSpeed refuses both)", what)
-  end
+  local fields
+  fields, self.auto, self.ignored_keys = parse_ds_config(self.ds_config, what)
+  for k, v in pairs(fields) do self[k] = v end
 end
-
--- DeepSpeedPlugin option -> its ds_config path, for the disagreement check.
-local DS_PATH_OF = {}
-for path, field in pairs(DS_KEYS) do DS_PATH_OF[field] = path end
 
 -- An option given both ways must agree with the config (an "auto" there
 -- takes the option).
@@ -305,6 +329,55 @@ local function check_agrees(self, what, k, v)
   if self.ds_config == nil or self[k] == nil or self[k] == v then return end
   raise("%s: %s = %s disagrees with hf_ds_config's %s = %s; give it in one place", what, k, show(v),
     DS_PATH_OF[k] or k, show(self[k]))
+end
+
+local function deep_copy(t)
+  if type(t) ~= "table" then return t end
+  local out = {}
+  for k, v in pairs(t) do out[k] = deep_copy(v) end
+  return out
+end
+
+-- The value at the dotted path of table t (nil where it breaks off).
+function M.get_path(t, path)
+  for k in path:gmatch("[^.]+") do t = type(t) == "table" and t[k] or nil end
+  return t
+end
+
+-- Writes v at the dotted path of table t (making the tables on the way).
+local function set_path(t, path, v)
+  local keys = {}
+  for k in path:gmatch("[^.]+") do keys[#keys + 1] = k end
+  for i = 1, #keys - 1 do
+    if type(t[keys[i]]) ~= "table" then t[keys[i]] = {} end
+    t = t[keys[i]]
+  end
+  t[keys[#keys]] = v
+end
+M.set_path = set_path
+
+-- The options Accelerate writes into deepspeed_config.
+local CONFIG_OPTIONS = {"zero_stage", "offload_optimizer_device", "offload_param_device", "gradient_accumulation_steps",
+  "gradient_clipping", "zero3_save_16bit_model"}
+
+-- plugin.deepspeed_config, as Accelerate's: a copy of hf_ds_config with
+-- the options given written in (where it says "auto" or nothing), or
+-- without one the config the options make, its batch sizes (and the
+-- accumulation when not given) "auto". The Accelerator fills the "auto"
+-- values and prepare reads its settings from this table.
+local function make_deepspeed_config(self, given)
+  local cfg = deep_copy(self.ds_config)
+  if cfg == nil then
+    cfg = {train_batch_size = "auto", train_micro_batch_size_per_gpu = "auto", gradient_accumulation_steps = "auto"}
+    self.auto = {train_batch_size = true, train_micro_batch_size_per_gpu = true,
+      gradient_accumulation_steps = self.gradient_accumulation_steps == nil or nil}
+  end
+  for _, k in ipairs(CONFIG_OPTIONS) do
+    if self[k] ~= nil and (given[k] ~= nil or self.ds_config == nil or self.auto[k]) then
+      set_path(cfg, DS_PATH_OF[k], self[k])
+    end
+  end
+  self.deepspeed_config = cfg
 end
 
 -- accel.DeepSpeedPlugin{zero_stage=2, offload_optimizer_device="none"|"cpu",
@@ -316,8 +389,10 @@ end
 -- them once), "auto" values in plugin.auto. Stages 1-3 run on the sharding
 -- engine (accel.shard; the Accelerator builds it in prepare), stage 0 is
 -- plain data parallel. gradient_clipping clips the gradients' total norm
--- before every optimizer step, as DeepSpeed's engine does. what: the name
--- errors use.
+-- before every optimizer step, as DeepSpeed's engine does.
+-- plugin.deepspeed_config is Accelerate's config table (make_deepspeed_config);
+-- prepare reads its settings from it (M.deepspeed_settings). what: the
+-- name errors use.
 function M.DeepSpeedPlugin(o, what)
   if getmetatable(o) == DeepSpeedPlugin then return o end
   what = what or "DeepSpeedPlugin"
@@ -340,17 +415,26 @@ function M.DeepSpeedPlugin(o, what)
   end
   if self.auto.zero_stage then self.zero_stage = nil end
   self.zero_stage = check_stage(what, self.zero_stage or 2)
-  self.offload_optimizer_device = self.offload_optimizer_device or "none"
-  self.offload_param_device = self.offload_param_device or "none"
   self.zero3_init_flag = self.zero3_init_flag == true
-  self.zero3_save_16bit_model = self.zero3_save_16bit_model == true
-  for _, k in ipairs({"offload_optimizer_device", "offload_param_device"}) do
-    if self[k] ~= "none" and self[k] ~= "cpu" and self[k] ~= "nvme" then
-      raise('%s: %s must be "none", "cpu" or "nvme", got %s', what, k, show(self[k]))
-    end
-  end
-  check_limits(what, self, DS_LIMITS)
+  set_defaults(self, what)
+  make_deepspeed_config(self, o)
   return self
+end
+
+-- The settings of plugin.deepspeed_config, as the constructor reads them
+-- (checked against the same limits): {field = value}, the "auto" fields
+-- and the paths with no meaning here. Accelerate hands that table to
+-- deepspeed.initialize in prepare, so edits made to it before prepare count.
+function M.deepspeed_settings(ds, what)
+  if type(ds.deepspeed_config) ~= "table" then
+    raise("%s: deepspeed_config must be a table, got %s", what, type(ds.deepspeed_config))
+  end
+  local t, auto, ignored = parse_ds_config(ds.deepspeed_config, what)
+  t.zero_stage = check_stage(what, t.zero_stage == nil and ds.zero_stage or t.zero_stage)
+  for _, k in ipairs({"zero3_init_flag", "offload_optimizer_nvme_path", "offload_param_nvme_path",
+    "transformer_moe_cls_names"}) do t[k] = ds[k] end
+  set_defaults(t, what)
+  return t, auto, ignored
 end
 
 -- ---------------------------------------------------------------- FSDP plugin
@@ -401,6 +485,7 @@ local FSDP_LIMITS = {
 }
 
 local function strategy_name(what, s, given)
+  if type(s) == "string" and s:match("^%d+$") then s = tonumber(s) end -- Accelerate's digit strings
   if type(s) == "number" then s = STRATEGY_BY_NUMBER[s] or tostring(s) end
   if type(s) ~= "string" or STRATEGY_STAGE[s:upper()] == nil then
     raise('%s: sharding_strategy must be "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD" or '
@@ -409,14 +494,27 @@ local function strategy_name(what, s, given)
   return s:upper()
 end
 
+-- The strategies that keep the parameters gathered from forward to
+-- backward (reshard_after_forward = false) and their resharding twins.
+local KEEPS_GATHERED = {SHARD_GRAD_OP = "FULL_SHARD", HYBRID_SHARD_ZERO2 = "HYBRID_SHARD"}
+local RESHARDS = {FULL_SHARD = "SHARD_GRAD_OP", HYBRID_SHARD = "HYBRID_SHARD_ZERO2"}
+
 -- reshard_after_forward: FSDP2's boolean (false keeps the parameters
 -- gathered from forward to backward: SHARD_GRAD_OP) or, as Accelerate's
--- FSDP1 spelling, a strategy name; it must agree with sharding_strategy.
+-- FSDP1 spelling, a strategy name; it must agree with sharding_strategy
+-- (a boolean that contradicts a given one is Accelerate's FSDP1 error).
 local function apply_reshard(self, what, r, strategy_given)
-  if r == nil or r == true or r == "true" then return end
-  if r == false or r == "false" then
-    if self.sharding_strategy == "FULL_SHARD" then self.sharding_strategy = "SHARD_GRAD_OP"
-    elseif self.sharding_strategy == "HYBRID_SHARD" then self.sharding_strategy = "HYBRID_SHARD_ZERO2" end
+  if r == "true" then r = true elseif r == "false" then r = false end
+  if r == nil then return end
+  if type(r) == "boolean" then
+    local s = self.sharding_strategy
+    local twin = (r and KEEPS_GATHERED or RESHARDS)[s]
+    if twin and strategy_given then
+      raise('%s: reshard_after_forward set to %s. This is not supported with FSDP1 together with sharding_strategy '
+        .. '= "%s" (reshard_after_forward = %s means "%s"); please set it to a strategy name, or leave one of them out',
+        what, tostring(r), s, tostring(r), twin)
+    end
+    self.sharding_strategy = twin or s
     return
   end
   local s = strategy_name(what, r, r)

@@ -36,6 +36,7 @@
 --    machines over communicators split from the world); on one machine they
 --    are refused, saying they need several.
 local raise = require("accel.util").raise
+local plugins = require("accel.plugins")
 
 local M = {}
 
@@ -169,25 +170,38 @@ end
 -- The per-process batch size of a loader with batch size bs.
 local function micro_batch(bs, split, world) return split and bs / world or bs end
 
--- DeepSpeed's batch rule, checked when the loader is prepared:
--- train_batch_size = train_micro_batch_size_per_gpu * gradient_accumulation_steps
--- * processes; "auto" values are filled from the loader and the
--- Accelerator (into ds.deepspeed_config, Accelerate's filled copy).
-function M.check_batch(ds, bs, o)
-  if not ds or type(bs) ~= "number" then return end
-  local micro = micro_batch(bs, o.split_batches, o.num_processes)
-  local want = ds.train_micro_batch_size_per_gpu
-  if type(want) == "number" and want ~= micro then
-    raise("prepare_data_loader: the DeepSpeed config's train_micro_batch_size_per_gpu = %s, but the loader gives each "
-      .. "of the %d process(es) batches of %s", tostring(want), o.num_processes, tostring(micro))
+-- true when the config's field holds "auto" or the value check_batch put there.
+local function batch_auto(ds, field)
+  local v = ds.deepspeed_config[field]
+  return v == "auto" or (v ~= nil and v == (ds._filled or {})[field])
+end
+
+-- DeepSpeed's batch rule when loaders are prepared (sizes: their batch
+-- sizes): an "auto" train_micro_batch_size_per_gpu becomes the smallest
+-- batch per process of the loaders prepared so far (Accelerate's
+-- is_train_batch_min), and train_batch_size = micro batch *
+-- gradient_accumulation_steps * processes (filled when "auto", else it must
+-- be equal). A numeric micro batch is DeepSpeed's own: loaders of any batch
+-- size are accepted, as in Accelerate.
+function M.check_batch(ds, sizes, o)
+  if not ds or not batch_auto(ds, "train_micro_batch_size_per_gpu") then return end
+  local filled = ds._filled or {}
+  local micro = filled.train_micro_batch_size_per_gpu
+  for _, bs in ipairs(sizes) do
+    local m = micro_batch(bs, o.split_batches, o.num_processes)
+    if micro == nil or m < micro then micro = m end
   end
+  if micro == nil then return end
   local total = micro * o.accumulation * o.num_processes
-  if type(ds.train_batch_size) == "number" and ds.train_batch_size ~= total then
-    raise("prepare_data_loader: the DeepSpeed config's train_batch_size = %s, but the loader's batches of %s per "
-      .. "process x gradient_accumulation_steps %d x %d process(es) = %s (DeepSpeed requires them equal)",
-      tostring(ds.train_batch_size), tostring(micro), o.accumulation, o.num_processes, tostring(total))
+  local want = ds.deepspeed_config.train_batch_size
+  if type(want) == "number" and not batch_auto(ds, "train_batch_size") and want ~= total then
+    raise("prepare: the DeepSpeed config's train_batch_size = %s, but the loaders' smallest batch per process %s x "
+      .. "gradient_accumulation_steps %d x %d process(es) = %s (DeepSpeed requires them equal)",
+      tostring(want), tostring(micro), o.accumulation, o.num_processes, tostring(total))
   end
-  M.fill_auto(ds, {train_micro_batch_size_per_gpu = micro, train_batch_size = total})
+  ds._filled = {train_micro_batch_size_per_gpu = micro,
+    train_batch_size = batch_auto(ds, "train_batch_size") and total or nil}
+  for field, v in pairs(ds._filled) do ds.deepspeed_config[field] = v end
 end
 
 -- The values construction can check: train_batch_size against the other two
@@ -201,28 +215,17 @@ function M.check_config_batch(ds, accumulation, world)
   end
 end
 
-local AUTO_PATHS = {train_micro_batch_size_per_gpu = {"train_micro_batch_size_per_gpu"},
-  train_batch_size = {"train_batch_size"}, gradient_accumulation_steps = {"gradient_accumulation_steps"},
-  gradient_clipping = {"gradient_clipping"}, bf16 = {"bf16", "enabled"}, fp16 = {"fp16", "enabled"}}
+-- Fields filled where the config gives nothing too (Accelerate writes
+-- the accumulation and both precision sections).
+local FILL_ABSENT = {gradient_accumulation_steps = true, bf16 = true, fp16 = true}
 
-local function deep_copy(t)
-  if type(t) ~= "table" then return t end
-  local out = {}
-  for k, v in pairs(t) do out[k] = deep_copy(v) end
-  return out
-end
-
--- ds.deepspeed_config: a copy of ds_config whose "auto" values listed in
--- values ({field = value}) are replaced (Accelerate's filled config).
+-- Writes values ({field = value}) into ds.deepspeed_config where the
+-- config said "auto" (ds.auto) or, for FILL_ABSENT, gives nothing.
 function M.fill_auto(ds, values)
-  if not ds.ds_config then return end
-  if not ds.deepspeed_config then ds.deepspeed_config = deep_copy(ds.ds_config) end
   for field, v in pairs(values) do
-    local path = AUTO_PATHS[field]
-    if path and ds.auto[field] then
-      local t = ds.deepspeed_config
-      for i = 1, #path - 1 do t = t[path[i]] end
-      t[path[#path]] = v
+    local path = plugins.DS_CONFIG_PATHS[field]
+    if ds.auto[field] or (FILL_ABSENT[field] and plugins.get_path(ds.deepspeed_config, path) == nil) then
+      plugins.set_path(ds.deepspeed_config, path, v)
     end
   end
 end
