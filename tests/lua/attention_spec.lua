@@ -145,6 +145,34 @@ describe("F.scaled_dot_product_attention: composite fallbacks and errors", funct
     check(function(x) return F.scaled_dot_product_attention(x, k, v, {attn_mask = m}) end, {q})
   end)
 
+  it("float16: q k^T beyond the half range stays finite, q and k being scaled first (torch 2.15 as the fused path)", function()
+    local q = accel.full({1, 2, 64}, 40, {dtype = accel.float16}) -- q . q = 102400 > 65504
+    local v = (accel.arange(128):reshape(1, 2, 64) / 64 - 1):half()
+    -- equal scores: each query averages the two values, j / 64 - 0.5 (exact in float16)
+    local want = (accel.arange(64) / 64 - 0.5):reshape(1, 1, 64):expand(1, 2, 64)
+    for _, o in ipairs({{attn_mask = accel.ones(2, 2, {dtype = accel.bool})}, {attn_mask = accel.zeros(2, 2):half()},
+        {attn_mask = accel.zeros(2, 2):half(), scale = -0.125}, {dropout_p = 1e-9}}) do
+      assert.equals(0, max_abs_diff(F.scaled_dot_product_attention(q, q, v, o), want))
+    end
+  end)
+
+  it("a negative scale in the composite as softmax(scale q k^T) v", function()
+    local q, k, v = accel.randn(1, 3, 4, {dtype = f64}), accel.randn(1, 5, 4, {dtype = f64}), accel.randn(1, 5, 4, {dtype = f64})
+    local y = F.scaled_dot_product_attention(q, k, v, {attn_mask = accel.zeros(3, 5, {dtype = f64}), scale = -0.7})
+    assert.is_true(max_abs_diff(y, reference(q, k, v, false, -0.7)) < 1e-12)
+  end)
+
+  it("an attn_mask that does not broadcast to the scores is an error naming the op and attn_mask", function()
+    local q, k = accel.randn(1, 3, 4), accel.randn(1, 5, 4)
+    for _, m in ipairs({accel.ones(3, 4, {dtype = accel.bool}), accel.ones(7, 3, 5, {dtype = accel.bool}), accel.ones(7, 3, 5)}) do
+      local shape = "[" .. table.concat(support.shape_of(m), ", ") .. "]"
+      support.expect_error(function() local _ = F.scaled_dot_product_attention(q, k, k, {attn_mask = m}) end,
+        "scaled_dot_product_attention: attn_mask of shape " .. shape ..
+        " does not broadcast to the attention scores' shape [1, 3, 5]")
+    end
+    assert.same({1, 3, 4}, support.shape_of(F.scaled_dot_product_attention(q, k, k, {attn_mask = accel.zeros(3, 1)})))
+  end)
+
   it("broadcast batch dims use the composite", function()
     local q, k, v = accel.randn(2, 3, 5, 4), accel.randn(1, 3, 5, 4), accel.randn(1, 3, 5, 4)
     local y = F.scaled_dot_product_attention(q, k, v)

@@ -308,6 +308,24 @@ describe("F.avg_pool2d", function()
       count_include_pad = false}) end, {gc.randn(1, 2, 6, 7)})
     assert(ok, msg)
   end)
+
+  it("sums half windows in float32, rounding once (torch 2.15: 64 and 60000, not inf)", function()
+    local h = accel.float16
+    local y = F.avg_pool2d(accel.full({1, 1, 32, 32}, 64, {dtype = h}), 32) -- window sum 65536 > 65504
+    assert.are.equal(h, y.dtype)
+    assert.are.same({64}, flat(y))
+    assert.are.same({60000, 60000, 60000, 60000}, flat(F.avg_pool2d(accel.full({1, 1, 4, 4}, 60000, {dtype = h}), 2)))
+  end)
+
+  it("averages int64 input truncated toward zero, as PyTorch's (torch 2.15 values)", function()
+    local x = accel.tensor({{{{7, -3, 5}, {2, -9, 4}, {1, 1, -8}}}}, {dtype = accel.int64})
+    local y = F.avg_pool2d(x, 2, {stride = 1, padding = 1, count_include_pad = false})
+    assert.are.equal(accel.int64, y.dtype)
+    assert.are.same({{{{7, 2, 1, 5}, {4, 0, 0, 4}, {1, -1, -3, -2}, {1, 1, -3, -8}}}}, y:tolist())
+    assert.are.same({{{{1, 1, 0, 1}, {2, 0, 0, 2}, {0, -1, -3, -1}, {0, 0, -1, -2}}}},
+      F.avg_pool2d(x, 2, {stride = 1, padding = 1}):tolist())
+    assert.are.same({{{{0, 4}, {1, -8}}}}, F.avg_pool2d(x, 2, {stride = 2, ceil_mode = true}):tolist())
+  end)
 end)
 
 -- ---------------- PyTorch parity ----------------
@@ -442,5 +460,8 @@ describe("conv2d / pooling errors", function()
   it("avg_pool2d", function()
     assert.matches("padding <= kernel_size / 2", err(F.avg_pool2d, x, 2, {padding = 2}))
     assert.matches("is too small", err(F.avg_pool2d, x, 6))
+    assert.matches("avg_pool2d: input dtype int32 is not supported %(floating point or int64",
+      err(F.avg_pool2d, x:to(accel.int32), 2))
+    assert.matches("avg_pool2d: input dtype bool is not supported", err(F.avg_pool2d, x:gt(0), 2))
   end)
 end)

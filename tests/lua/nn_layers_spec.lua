@@ -189,6 +189,19 @@ end)
 describe("nn.LayerNorm and nn.RMSNorm", function()
   before_each(function() accel.set_seed(3) end)
 
+  it("layer_norm / rms_norm refuse a weight or bias not of normalized_shape (torch 2.15's message)", function()
+    local x = accel.randn(2, 3, 4)
+    for _, c in ipairs({{{4}, {1}}, {{3, 4}, {3, 1}}, {{3, 4}, {2, 3, 4}}, {{3, 4}, {12}}}) do
+      local shape, w = c[1], accel.ones(c[2])
+      local want = ("Expected weight to be of same shape as normalized_shape, but got weight of shape [%s] and " ..
+        "normalized_shape = [%s]"):format(table.concat(c[2], ", "), table.concat(shape, ", "))
+      support.expect_error(function() local _ = F.rms_norm(x, shape, w) end, "rms_norm: " .. want)
+      support.expect_error(function() local _ = F.layer_norm(x, shape, w) end, "layer_norm: " .. want)
+    end
+    support.expect_error(function() local _ = F.layer_norm(x, {4}, accel.ones(4), accel.ones(2)) end,
+      "layer_norm: Expected bias to be of same shape as normalized_shape, but got bias of shape [2] and normalized_shape = [4]")
+  end)
+
   it("LayerNorm normalises the last dims and applies weight and bias", function()
     local ln = nn.LayerNorm(6):double()
     assert.equals(1, ln.weight:min():item())
@@ -288,6 +301,17 @@ describe("nn.Dropout", function()
     assert.matches("between 0 and 1", err)
   end)
 
+  it("F.dropout checks p even when not training (torch 2.15: between 0 and 1, but got 2)", function()
+    local x = accel.randn(4)
+    for _, p in ipairs({2, -0.1, 1.5}) do
+      support.expect_error(function() local _ = F.dropout(x, p, {training = false}) end,
+        "dropout: dropout probability has to be between 0 and 1, but got " .. tostring(p))
+    end
+    support.expect_error(function() local _ = F.dropout(x, {p = 2, training = false}) end, "but got 2")
+    support.expect_error(function() local _ = F.dropout(x, "0.5") end, "dropout: dropout probability has to be between 0 and 1")
+    assert.is_true(rawequal(F.dropout(x, 1, {training = false}), x))
+  end)
+
   it("passes gradient through the kept values", function()
     local x = accel.ones(1000, {requires_grad = true})
     local y = nn.Dropout(0.5)(x)
@@ -381,6 +405,14 @@ describe("nn.Conv2d", function()
   conv_it("has correct gradients", function()
     local conv = nn.Conv2d(2, 3, 3, {padding = 1, stride = 2}):double()
     check_grad(function(x) return conv(x) end, {gc.randn(2, 2, 5, 4), conv.weight, conv.bias})
+  end)
+
+  it("a non-integral kernel_size / stride / padding / dilation is an error naming the layer and the argument", function()
+    support.expect_error(function() local _ = nn.Conv2d(2, 2, 1.5) end,
+      "Conv2d: kernel_size must be an integer or a pair {h, w} of integers, got 1.5")
+    support.expect_error(function() local _ = nn.Conv2d(2, 2, {1, 2.5}) end, "Conv2d: kernel_size", "got (1, 2.5)")
+    support.expect_error(function() local _ = nn.Conv2d(2, 2, 3, {stride = 1.5}) end, "Conv2d: stride must be an integer")
+    support.expect_error(function() local _ = nn.MaxPool2d(2, {padding = 0.5}) end, "MaxPool2d: padding must be an integer")
   end)
 
   it("initialises weight and bias in U(-1/sqrt(fan_in), 1/sqrt(fan_in))", function()
@@ -489,6 +521,33 @@ describe("activations", function()
       check_grad(function(t) return c[2](t) end, {gc.leaf(x)})
     end)
   end
+
+  it("F.relu / F.silu / F.leaky_relu honour inplace (positional or an option), as PyTorch's", function()
+    local forms = {
+      {"relu", function(t, flag) return F.relu(t, flag) end, function(v) return math.max(v, 0) end},
+      {"silu", function(t, flag) return F.silu(t, {inplace = flag}) end, function(v) return v * sigmoid(v) end},
+      {"leaky_relu", function(t, flag) return F.leaky_relu(t, 0.2, flag) end, function(v) return v > 0 and v or 0.2 * v end},
+      {"leaky_relu {}", function(t, flag) return F.leaky_relu(t, {negative_slope = 0.2, inplace = flag}) end,
+        function(v) return v > 0 and v or 0.2 * v end},
+    }
+    for _, f in ipairs(forms) do
+      local t = T(xs)
+      local y = f[2](t, true)
+      assert.is_true(rawequal(t, y), f[1])
+      close(t, T(map(xs, f[3])))
+      t = T(xs)
+      close(f[2](t, false), T(map(xs, f[3])))
+      close(t, x) -- not inplace: the input is unchanged
+    end
+    -- autograd as PyTorch's: through a non-leaf, refused on a leaf that requires grad
+    local leaf = gc.leaf(x)
+    local h = leaf * 1
+    F.relu(h, true):sum():backward()
+    close(leaf.grad, T(map(xs, function(v) return v > 0 and 1 or 0 end)))
+    local ok, err = pcall(function() F.relu(leaf, {inplace = true}) end)
+    assert.is_false(ok)
+    assert.matches("relu_: a leaf tensor that requires grad", err)
+  end)
 
   it("Softmax and LogSoftmax along a 1-based dim", function()
     local rows = {{1, 2, 3}, {-1, 0.5, 4}}
@@ -664,6 +723,21 @@ describe("losses", function()
     assert.same({"pos_weight"}, crit:state_dict_keys())
     check_grad(function(z) return crit(z, y) end, {gc.leaf(x)})
   end)
+
+  it("BCE with logits: weight / pos_weight must broadcast to the input's shape (torch 2.15 refuses [4, 2, 3] for [2, 3])", function()
+    local x, y = accel.randn(2, 3), accel.rand(2, 3)
+    local f = F.binary_cross_entropy_with_logits
+    for _, what in ipairs({"weight", "pos_weight"}) do
+      local ok, err = pcall(f, x, y, {[what] = accel.ones(4, 2, 3)})
+      assert.is_false(ok)
+      assert.matches("nn_layers_spec.lua:%d+: binary_cross_entropy_with_logits: " .. what ..
+        " of shape %[4, 2, 3%] does not broadcast to the input's shape %[2, 3%]", err)
+      assert.is_false((pcall(f, x, y, {[what] = accel.ones(5)})))
+      -- torch 2.15: shapes [3] and [2, 1] broadcast
+      assert.same({2, 3}, shape_of(f(x, y, {[what] = accel.ones(3), reduction = "none"})))
+      assert.same({2, 3}, shape_of(f(x, y, {[what] = accel.ones(2, 1), reduction = "none"})))
+    end
+  end)
 end)
 
 -- ---- MultiheadAttention ----
@@ -806,6 +880,20 @@ describe("nn.MultiheadAttention", function()
     close(m(x, x, x, {attn_mask = am, need_weights = false}), (m(x, x, x, {attn_mask = am})), 1e-12)
     close(m(x, x, x, {is_causal = true, need_weights = false}), (m(x, x, x, {is_causal = true})), 1e-12)
   end)
+
+  it("float16: q k^T beyond the half range stays finite, q being scaled first (torch 2.15: sum 5120, weights 0.5)", function()
+    local m = nn.MultiheadAttention(64, 1, {bias = false}):half()
+    accel.no_grad(function()
+      local eye = nn.init.eye_(accel.empty(64, 64))
+      m.in_proj_weight:copy_(accel.cat({eye, eye, eye}, 1))
+      m.out_proj.weight:copy_(eye)
+    end)
+    local x = accel.full({2, 1, 64}, 40, {dtype = accel.float16}) -- q . k = 102400 > 65504
+    local y, w = m(x, x, x)
+    assert.equals(5120, y:float():sum():item())
+    assert.same({{{0.5, 0.5}, {0.5, 0.5}}}, w:float():tolist())
+    assert.equals(5120, m(x, x, x, {need_weights = false}):float():sum():item())
+  end)
 end)
 
 -- ---- nn.init ----
@@ -890,6 +978,38 @@ describe("nn.init", function()
     init.trunc_normal_(t, {std = 0.02, a = -0.04, b = 0.04})
     _, _, lo, hi = stats(t)
     assert.is_true(lo >= -0.04 and hi <= 0.04)
+  end)
+
+  it("trunc_normal_ samples an interval far from the mean (torch 2.15 returns values in [5, 6])", function()
+    local t = accel.empty(100000, {dtype = f64})
+    init.trunc_normal_(t, {a = 5, b = 6})
+    local mean, _, lo, hi = stats(t)
+    assert.is_true(lo >= 5 and hi <= 6)
+    -- E[X | 5 <= X <= 6] = (phi(5) - phi(6)) / (Q(5) - Q(6)) = 5.183147090477162 (Python math.erfc)
+    assert.is_true(math.abs(mean - 5.183147090477162) < 0.005, mean)
+    init.trunc_normal_(t, {mean = 1, std = 2, a = -11, b = -9}) -- the mirror image, scaled
+    mean, _, lo, hi = stats(t)
+    assert.is_true(lo >= -11 and hi <= -9)
+    assert.is_true(math.abs(mean - (1 - 2 * 5.183147090477162)) < 0.01, mean)
+    local f32 = init.trunc_normal_(accel.empty(1000), {a = 5, b = 6})
+    assert.is_true(f32:min():item() >= 5 and f32:max():item() <= 6)
+  end)
+
+  it("constant_ / zeros_ / ones_ / eye_ fill integer and bool tensors, as PyTorch's", function()
+    local i64 = accel.empty(2, 3, {dtype = accel.int64})
+    assert.same({{3, 3, 3}, {3, 3, 3}}, init.constant_(i64, 3):tolist())
+    assert.same({{0, 0, 0}, {0, 0, 0}}, init.zeros_(i64):tolist())
+    assert.same({{1, 1, 1}, {1, 1, 1}}, init.ones_(accel.empty(2, 3, {dtype = accel.int32})):tolist())
+    assert.same({{1, 0, 0}, {0, 1, 0}}, init.eye_(accel.empty(2, 3, {dtype = accel.uint8})):tolist())
+    assert.same({{true, false, false}, {false, true, false}}, init.eye_(accel.empty(2, 3, {dtype = accel.bool})):tolist())
+    assert.same({true, true}, init.constant_(accel.empty(2, {dtype = accel.bool}), true):tolist())
+    support.expect_error(function() init.constant_(i64, "3") end, "nn.init.constant_: expected a number or a boolean, got string")
+  end)
+
+  it("orthogonal_ leaves a zero-element tensor alone, as PyTorch's", function()
+    local e = accel.empty(0, 3)
+    assert.is_true(rawequal(init.orthogonal_(e), e))
+    assert.same({3, 0}, shape_of(init.orthogonal_(accel.empty(3, 0))))
   end)
 
   it("orthogonal_ gives orthonormal rows or columns", function()

@@ -170,6 +170,36 @@ describe("nn.Module registration", function()
     assert.is_true(nn.is_module(gpt.h["3"]))
   end)
 
+  it("takes PyTorch's positional recurse / prefix / remove_duplicate (torch 2.15 lists)", function()
+    local net = nn.Sequential(nn.Linear(2, 2), nn.BCEWithLogitsLoss({pos_weight = accel.ones(2)}))
+    net.own = nn.Parameter(accel.ones(1))
+    net:register_buffer("b", accel.zeros(1))
+    -- torch: len(parameters(False)) 1, len(buffers(False)) 1, 3 and 2 recursively
+    assert.equals(1, #net:parameters(false))
+    assert.is_true(rawequal(net.own, net:parameters(false)[1]))
+    assert.equals(1, #net:buffers(false))
+    assert.equals(3, #net:parameters(true))
+    assert.equals(2, #net:buffers(true))
+    assert.same({"own"}, keys_of(net:named_parameters("", false)))
+    assert.same({"m.b", "m.1.pos_weight"}, keys_of(net:named_buffers("m", true)))
+    assert.same({"m.b"}, keys_of(net:named_buffers("m", false)))
+    net[1].tied = net.own
+    assert.same({"own", "0.weight", "0.bias", "0.tied"}, keys_of(net:named_parameters("", true, false)))
+    assert.equals(1, #net:parameters({recurse = false}))
+  end)
+
+  it("refuses a positional value of the wrong type or too many, naming the method and the argument", function()
+    local net = nn.Sequential(nn.Linear(2, 2))
+    support.expect_error(function() net:parameters("no") end, "parameters: argument 'recurse' (position 1) must be boolean, not string")
+    support.expect_error(function() net:named_parameters(false) end,
+      "named_parameters: argument 'prefix' (position 1) must be string, not boolean")
+    support.expect_error(function() net:named_buffers("", 0) end,
+      "named_buffers: argument 'recurse' (position 2) must be boolean, not number")
+    support.expect_error(function() net:buffers(false, true) end, "buffers: takes at most 1 positional argument, got 2")
+    support.expect_error(function() net:parameters({recurse = false}, true) end, "parameters: 1 argument(s) after the options table")
+    support.expect_error(function() net:parameters({prefix = "x"}) end, "parameters: unknown option 'prefix' (options: recurse)")
+  end)
+
   it("lists a shared parameter once in parameters() but under every key in state_dict", function()
     local Tied = nn.Module:extend("Tied")
     function Tied:init()
@@ -400,6 +430,14 @@ describe("train / eval / apply / zero_grad / requires_grad_", function()
 
   it("requires_grad_(false) freezes every parameter", function()
     local g = GPT(4, 1):requires_grad_(false)
+    for _, p in ipairs(g:parameters()) do assert.is_false(p.requires_grad) end
+  end)
+
+  it("requires_grad_ refuses a flag that is not a boolean (torch 2.15: must be bool, not int / str)", function()
+    local g = GPT(4, 1):requires_grad_(false)
+    support.expect_error(function() g:requires_grad_(0) end,
+      "requires_grad_: argument 'requires_grad' (position 1) must be boolean, not number")
+    support.expect_error(function() g:requires_grad_("false") end, "must be boolean, not string")
     for _, p in ipairs(g:parameters()) do assert.is_false(p.requires_grad) end
   end)
 end)

@@ -68,8 +68,11 @@ case("L1Loss", {reduction = "sum"}, function(o) local _ = nn.L1Loss(o) end)
 case("BCEWithLogitsLoss", {weight = accel.ones(3), pos_weight = accel.ones(3), reduction = "none"},
   function(o) local _ = nn.BCEWithLogitsLoss(o) end)
 
+case("relu", {inplace = true}, function(o) local _ = F.relu(accel.randn(3, 4), o) end)
+case("silu", {inplace = true}, function(o) local _ = F.silu(accel.randn(3, 4), o) end)
 case("gelu", {approximate = "tanh"}, function(o) local _ = F.gelu(x34, o) end)
-case("leaky_relu", {negative_slope = 0.2}, function(o) local _ = F.leaky_relu(x34, o) end)
+case("leaky_relu", {negative_slope = 0.2, inplace = true}, function(o) local _ = F.leaky_relu(accel.randn(3, 4), o) end)
+case("leaky_relu", {inplace = true}, function(o) local _ = F.leaky_relu(accel.randn(3, 4), 0.2, o) end)
 case("softmax", {dim = 2, dtype = f64}, function(o) local _ = F.softmax(x34, o) end, {required = {"dim"}})
 case("softmax", {dtype = f64}, function(o) local _ = F.softmax(x34, 2, o) end)
 case("log_softmax", {dim = 2, dtype = f64}, function(o) local _ = F.log_softmax(x34, o) end, {required = {"dim"}})
@@ -190,6 +193,21 @@ describe("nn options", function()
     support.expect_error(function() local _ = nn.LayerNorm(4, 1e-6) end, "LayerNorm: options must be a table, got number")
     support.expect_error(function() local _ = F.cross_entropy(x34, ids, "sum") end,
       "cross_entropy: options must be a table, got string")
+  end)
+
+  it("arguments past the ones PyTorch's function takes are errors (its TypeError), not dropped", function()
+    local w4 = accel.randn(2, 4)
+    support.expect_error(function() local _ = F.sigmoid(x34, 1) end, "sigmoid: takes 1 positional argument but 2 were given")
+    support.expect_error(function() local _ = F.tanh(x34, true) end, "tanh: takes 1 positional argument but 2 were given")
+    support.expect_error(function() local _ = F.linear(x34, w4, nil, 1) end,
+      "linear: takes from 2 to 3 positional arguments but 4 were given")
+    support.expect_error(function() local _ = F.relu(x34, false, 1) end, "relu: takes from 1 to 2 positional arguments but 3 were given")
+    support.expect_error(function() local _ = F.silu(x34, false, 1) end, "silu: takes from 1 to 2 positional arguments but 3 were given")
+    support.expect_error(function() local _ = F.leaky_relu(x34, 0.2, false, 1) end,
+      "leaky_relu: takes from 1 to 3 positional arguments but 4 were given")
+    support.expect_error(function() local _ = F.leaky_relu(x34, {negative_slope = 0.2}, true) end,
+      "leaky_relu: an argument (true) after the options table")
+    support.expect_error(function() local _ = F.relu(x34, "yes") end, "relu: options must be a table, got string")
   end)
 
   it("PyTorch's positional forms still work", function()

@@ -620,6 +620,21 @@ describe("nn.utils clipping", function()
     assert.are.equal(math.huge, nn.utils.clip_grad_norm_(inf, 1.0):item())
   end)
 
+  it("clip_grad_norm_ takes PyTorch's positional error_if_nonfinite and foreach", function()
+    local ps = params({1.0, 0 / 0})
+    -- torch 2.15: clip_grad_norm_([p], 1.0, 2.0, True) raises "The total norm of order 2.0 for gradients from
+    -- `parameters` is non-finite, so it cannot be clipped. ..."
+    local ok, err = pcall(nn.utils.clip_grad_norm_, ps, 1.0, 2.0, true)
+    assert.is_false(ok)
+    assert.matches("clip_grad_norm_: The total norm of order 2[%.0]* for gradients from `parameters` is non%-finite", err)
+    ok = pcall(nn.utils.clip_grad_norm_, ps, 1.0, nil, true, false)
+    assert.is_false(ok)
+    assert.is_true(pcall(nn.utils.clip_grad_norm_, ps, 1.0, 2.0, false, true))
+    ok, err = pcall(nn.utils.clip_grad_norm_, ps, 1.0, {norm_type = 2}, true)
+    assert.is_false(ok)
+    assert.matches("clip_grad_norm_: error_if_nonfinite / foreach given positionally after the options table", err)
+  end)
+
   -- the gradients of PyTorch 2.15's check (a third parameter has no grad, a fourth a zero one)
   local function torch_case()
     local ps = params({1.5, -2.0, 0.25, 3.0, 0.0, -1.0}, {0.5, -0.5, 4.0, 0.0}, {0.0, 0.0, 0.0})

@@ -133,7 +133,8 @@ end
 local function attend(self, q, k, v, mask, need_weights)
   local p = self.training and self.dropout or 0
   if not need_weights then return F.scaled_dot_product_attention(q, k, v, {attn_mask = mask, dropout_p = p}) end
-  local scores = q:matmul(k:transpose(-2, -1)) * (1 / math.sqrt(self.head_dim))
+  -- q scaled before the product, as PyTorch's: q k^T itself may overflow a half dtype
+  local scores = (q * math.sqrt(1 / self.head_dim)):matmul(k:transpose(-2, -1))
   if mask ~= nil then scores = scores + mask end
   local attn = F.softmax(scores, -1)
   if p > 0 then attn = F.dropout(attn, p) end

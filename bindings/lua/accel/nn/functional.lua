@@ -15,9 +15,19 @@ local function opt(o, k, default)
   return o[k]
 end
 
+-- Refuses arguments past the at most n positional ones that op takes, as
+-- PyTorch's TypeError (takes: the count as its message words it).
+local function no_more(op, n, takes, ...)
+  local extra = select("#", ...)
+  if extra > 0 then
+    raise("%s: takes %s positional argument%s but %d were given", op, takes, n == 1 and "" or "s", n + extra)
+  end
+end
+
 -- A 1-D weight (in) maps (..., in) to (...), as PyTorch's (which takes no
 -- bias with it).
-function F.linear(x, weight, bias)
+function F.linear(x, weight, bias, ...)
+  no_more("linear", 3, "from 2 to 3", ...)
   if accel.is_tensor(weight) and weight:dim() == 1 then
     if bias ~= nil then raise("linear: a 1-D weight takes no bias (PyTorch's linear refuses it too)") end
     return C.linear(x, weight:unsqueeze(1)):squeeze(-1)
@@ -25,14 +35,46 @@ function F.linear(x, weight, bias)
   return C.linear(x, weight, bias)
 end
 
-function F.relu(x) return x:relu() end
+local INPLACE, LEAKY_KEYS = {"inplace"}, {"negative_slope", "inplace"}
+
+-- PyTorch's trailing inplace flag: a boolean, or an options table of keys.
+local function inplace_flag(op, o, keys)
+  if type(o) == "boolean" then return o end
+  return check(op, o, keys or INPLACE).inplace == true
+end
+
+-- relu / silu / leaky_relu with inplace = true write into x (its in-place
+-- op, under the same autograd rules as PyTorch's) and return it.
+function F.relu(x, o, ...)
+  no_more("relu", 2, "from 1 to 2", ...)
+  if inplace_flag("relu", o) then return x:relu_() end
+  return x:relu()
+end
 function F.gelu(x, o) return x:gelu({approximate = check("gelu", o, {"approximate"}).approximate or "none"}) end
-function F.silu(x) return x:silu() end
-function F.sigmoid(x) return x:sigmoid() end
-function F.tanh(x) return x:tanh() end
-function F.leaky_relu(x, slope)
-  if type(slope) == "table" then slope = check("leaky_relu", slope, {"negative_slope"}).negative_slope end
-  return x:leaky_relu(slope or 0.01)
+function F.silu(x, o, ...)
+  no_more("silu", 2, "from 1 to 2", ...)
+  if inplace_flag("silu", o) then return x:silu_() end
+  return x:silu()
+end
+function F.sigmoid(x, ...)
+  no_more("sigmoid", 1, "1", ...)
+  return x:sigmoid()
+end
+function F.tanh(x, ...)
+  no_more("tanh", 1, "1", ...)
+  return x:tanh()
+end
+-- leaky_relu(x, [negative_slope = 0.01], [inplace | {inplace =}]) or leaky_relu(x, {negative_slope =, inplace =})
+function F.leaky_relu(x, slope, o, ...)
+  no_more("leaky_relu", 3, "from 1 to 3", ...)
+  local keys
+  if type(slope) == "table" then
+    if o ~= nil then raise("leaky_relu: an argument (%s) after the options table", tostring(o)) end
+    o, slope, keys = slope, slope.negative_slope, LEAKY_KEYS
+  end
+  slope = slope or 0.01
+  if inplace_flag("leaky_relu", o, keys) then return x:leaky_relu_(slope) end
+  return x:leaky_relu(slope)
 end
 
 local function softmax_dim(name, x, dim, o)
@@ -176,12 +218,33 @@ function F.l1_loss(input, target, o)
     check("l1_loss", o, {"reduction"}).reduction)
 end
 
+-- The tensor t (op's argument what) broadcasts to the shape of like (named
+-- whose) without growing it, as PyTorch requires of a loss weight (the loss
+-- keeps the input's shape) or an attention mask.
+local function check_broadcasts_to(op, what, t, like, whose)
+  if not accel.is_tensor(t) then return end
+  local nd, td = like:dim(), t:dim()
+  local ok = td <= nd
+  for i = 1, math.min(nd, td) do
+    local n = t:size(td - i + 1)
+    ok = ok and (n == 1 or n == like:size(nd - i + 1))
+  end
+  if not ok then
+    raise("%s: %s of shape %s does not broadcast to %s shape %s", op, what, shape_text(sizes(t)), whose,
+      shape_text(sizes(like)))
+  end
+end
+
 -- max(x, 0) - x*t + log(1 + exp(-|x|)), stable for large |x|
 function F.binary_cross_entropy_with_logits(input, target, o)
-  o = check("binary_cross_entropy_with_logits", o, {"weight", "pos_weight", "reduction"})
-  if accel.is_tensor(input) and accel.is_tensor(target) and input.shape ~= target.shape then
-    raise("binary_cross_entropy_with_logits: Target size (%s) must be the same as input size (%s)",
-      tostring(target:size()), tostring(input:size()))
+  local op = "binary_cross_entropy_with_logits"
+  o = check(op, o, {"weight", "pos_weight", "reduction"})
+  if accel.is_tensor(input) and accel.is_tensor(target) then
+    if input.shape ~= target.shape then
+      raise("%s: Target size (%s) must be the same as input size (%s)", op, tostring(target:size()), tostring(input:size()))
+    end
+    check_broadcasts_to(op, "weight", o.weight, input, "the input's")
+    check_broadcasts_to(op, "pos_weight", o.pos_weight, input, "the input's")
   end
   input, target = fp32_in_autocast(input), fp32_in_autocast(target)
   -- softplus(-x) = relu(-x) + log1p(exp(-|x|)), with |x| = x + 2 relu(-x) and
@@ -198,13 +261,22 @@ function F.binary_cross_entropy_with_logits(input, target, o)
   end
   local w = opt(o, "weight", nil)
   if w then loss = loss * w end
-  return reduce("binary_cross_entropy_with_logits", loss, o.reduction)
+  return reduce(op, loss, o.reduction)
+end
+
+-- p (nil: 0.5) checked for op (also by nn.Dropout), training or not, as PyTorch's
+function F._dropout_p(op, p)
+  if p == nil then return 0.5 end
+  if type(p) ~= "number" or p < 0 or p > 1 then
+    raise("%s: dropout probability has to be between 0 and 1, but got %s", op, tostring(p))
+  end
+  return p
 end
 
 function F.dropout(x, p, o)
   if type(p) == "table" then o, p = check("dropout", p, {"p", "training"}), p.p
   else o = check("dropout", o, {"training"}) end
-  p = p or 0.5
+  p = F._dropout_p("dropout", p)
   local training = opt(o, "training", true)
   if not training or p == 0 then return x end
   return C.dropout(x, p)
@@ -250,12 +322,27 @@ local function normalized_dims(op, x, normalized_shape)
   return normalized_shape
 end
 
+-- layer_norm / rms_norm's weight and bias: exactly normalized_shape, as
+-- PyTorch checks them.
+local function check_affine(op, what, t, dims)
+  if not accel.is_tensor(t) or type(dims) ~= "table" then return end
+  local ok = t:dim() == #dims
+  for i = 1, #dims do ok = ok and t:size(i) == dims[i] end
+  if not ok then
+    raise("%s: Expected %s to be of same shape as normalized_shape, but got %s of shape %s and normalized_shape = %s",
+      op, what, what, shape_text(sizes(t)), shape_text(dims))
+  end
+end
+
 function F.layer_norm(x, normalized_shape, weight, bias, eps)
   if type(weight) == "table" and not accel.is_tensor(weight) then
     local o = check("layer_norm", weight, {"weight", "bias", "eps"})
     weight, bias, eps = o.weight, o.bias, o.eps
   end
-  return C.layer_norm(x, normalized_dims("layer_norm", x, normalized_shape), weight, bias, eps or 1e-5)
+  local dims = normalized_dims("layer_norm", x, normalized_shape)
+  check_affine("layer_norm", "weight", weight, dims)
+  check_affine("layer_norm", "bias", bias, dims)
+  return C.layer_norm(x, dims, weight, bias, eps or 1e-5)
 end
 
 -- torch.finfo(dtype).eps: rms_norm's default eps
@@ -269,6 +356,7 @@ function F.rms_norm(x, normalized_shape, weight, eps)
     weight, eps = o.weight, o.eps
   end
   normalized_shape = normalized_dims("rms_norm", x, normalized_shape)
+  check_affine("rms_norm", "weight", weight, normalized_shape)
   local dims = {}
   for i = 1, #normalized_shape do dims[i] = -i end
   local cx = x
@@ -327,13 +415,17 @@ function F.scaled_dot_product_attention(q, k, v, o)
   if mask == nil and opt(o, "dropout_p", 0) == 0 and fused_attention_ok(q, k, v) then
     return C.scaled_dot_product_attention(q, k, v, scale, opt(o, "is_causal", false))
   end
-  local scores = q:matmul(k:transpose(-2, -1)) * scale
+  -- q and k each scaled by sqrt(scale) before the product, as PyTorch's math
+  -- path: q k^T itself may overflow a half dtype
+  local root = math.sqrt(math.abs(scale))
+  local scores = (q * (scale < 0 and -root or root)):matmul(k:transpose(-2, -1) * root)
   local L, S = q:size(-2), k:size(-2)
   if opt(o, "is_causal", false) then
     scores = scores:masked_fill(accel.ones(L, S, {dtype = accel.bool, device = q.device}):triu(1), -math.huge)
   end
   local dead -- query rows whose every key is masked out: output 0 there, as PyTorch 2.x (not NaN)
   if mask then
+    check_broadcasts_to("scaled_dot_product_attention", "attn_mask", mask, scores, "the attention scores'")
     if mask.dtype == accel.bool then scores = scores:masked_fill(mask:logical_not(), -math.huge)
     else scores = scores + mask end
     dead = scores:ne(-math.huge):sum(-1, true):eq(0)
@@ -399,19 +491,70 @@ local function avg_divisors(n_in, n_out, k, s, p, include_pad)
   return d
 end
 
+-- The dtype avg_pool2d sums and divides in, as PyTorch's: float32 for a
+-- 1- or 2-byte float (its window sums may overflow it), float64 for int64
+-- (averages truncated toward zero; exact while window sums stay below 2^53),
+-- else its own.
+local function pool_compute_dtype(dtype)
+  if not dtype.is_floating_point then return accel.float64 end
+  return dtype.itemsize < 4 and accel.float32 or dtype
+end
+
+-- avg_pool2d's output size per spatial dim (out) and the extra bottom /
+-- right padding that ceil_mode needs (hi), with the window geometry.
+local function avg_geometry(input, H, W, k, s, p, ceil_mode)
+  local out, hi = {}, {}
+  for i, n in ipairs({H, W}) do
+    local span = n + 2 * p[i] - k[i]
+    local m = (ceil_mode and math.ceil(span / s[i]) or math.floor(span / s[i])) + 1
+    if ceil_mode and (m - 1) * s[i] >= n + p[i] then m = m - 1 end
+    if span < 0 or m < 1 then
+      raise("avg_pool2d: input %s is too small for kernel_size {%d, %d} with padding {%d, %d}",
+        tostring(input.shape), k[1], k[2], p[1], p[2])
+    end
+    out[i], hi[i] = m, math.max(0, (m - 1) * s[i] + k[i] - n - p[i])
+  end
+  return {k = k, s = s, p = p, out = out, hi = hi, H = H, W = W}
+end
+
+-- The window averages of planes (P, 1, H, W), (P, 1, oh, ow): sums by a
+-- convolution with a ones kernel (outside autocast) in the compute dtype,
+-- divided as PyTorch divides, rounded once to the input's dtype.
+local function avg_windows(planes, geo, divisor, include_pad)
+  local dtype = planes.dtype
+  local on = {dtype = pool_compute_dtype(dtype), device = planes.device}
+  local k, s, p, out = geo.k, geo.s, geo.p, geo.out
+  local ones = accel.ones(1, 1, k[1], k[2], on)
+  local prev = C.set_autocast(nil)
+  local ok, sums = pcall(C.conv2d, planes:to(on.dtype), ones, nil, s, {p[1], geo.hi[1], p[2], geo.hi[2]}, 1, 1)
+  C.set_autocast(prev)
+  if not ok then error(sums, 0) end
+  if divisor then
+    sums = sums / divisor
+  else
+    local dh = accel.tensor(avg_divisors(geo.H, out[1], k[1], s[1], p[1], include_pad), on)
+    local dw = accel.tensor(avg_divisors(geo.W, out[2], k[2], s[2], p[2], include_pad), on)
+    sums = sums / (dh:view(out[1], 1) * dw:view(1, out[2]))
+  end
+  if not dtype.is_floating_point then sums = sums:trunc() end
+  return sums:to(dtype)
+end
+
 -- avg_pool2d(input, kernel_size, [{stride = kernel_size, padding = 0, ceil_mode = false,
---   count_include_pad = true, divisor_override = nil}]): window sums by a
--- convolution with a ones kernel (outside autocast), divided as PyTorch divides.
+--   count_include_pad = true, divisor_override = nil}]); a float input gives
+-- its dtype, an int64 one its averages truncated toward zero (as PyTorch's).
 function F.avg_pool2d(input, kernel_size, o)
   o = check("avg_pool2d", o, {"stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"})
   local k = int_pair(kernel_size, "kernel_size")
   local s = int_pair(pool_stride(o) or k, "stride")
   local p = int_pair(opt(o, "padding", 0), "padding")
-  local ceil_mode, include_pad = opt(o, "ceil_mode", false), opt(o, "count_include_pad", true)
   local divisor = opt(o, "divisor_override", nil)
   if not accel.is_tensor(input) or (input:dim() ~= 3 and input:dim() ~= 4) then
     error("avg_pool2d: expected input of shape (N, C, H, W) or (C, H, W), got " ..
       (accel.is_tensor(input) and tostring(input.shape) or type(input)), 2)
+  end
+  if not input.dtype.is_floating_point and input.dtype ~= accel.int64 then
+    raise("avg_pool2d: input dtype %s is not supported (floating point or int64, as PyTorch's)", input.dtype.name)
   end
   for i = 1, 2 do
     if k[i] < 1 or s[i] < 1 or p[i] < 0 or p[i] > k[i] / 2 then
@@ -422,35 +565,10 @@ function F.avg_pool2d(input, kernel_size, o)
   if divisor ~= nil and (type(divisor) ~= "number" or divisor == 0) then
     error("avg_pool2d: divisor_override must be a nonzero number, got " .. tostring(divisor), 2)
   end
-  local shape = {}
-  for d = 1, input:dim() do shape[d] = input:size(d) end
-  local H, W = shape[#shape - 1], shape[#shape]
-  local out, hi = {}, {}
-  for i, n in ipairs({H, W}) do
-    local span = n + 2 * p[i] - k[i]
-    local m = (ceil_mode and math.ceil(span / s[i]) or math.floor(span / s[i])) + 1
-    if ceil_mode and (m - 1) * s[i] >= n + p[i] then m = m - 1 end
-    if span < 0 or m < 1 then
-      error(("avg_pool2d: input %s is too small for kernel_size {%d, %d} with padding {%d, %d}"):format(
-        tostring(input.shape), k[1], k[2], p[1], p[2]), 2)
-    end
-    out[i], hi[i] = m, math.max(0, (m - 1) * s[i] + k[i] - n - p[i])
-  end
-  local planes = input:reshape(-1, 1, H, W)
-  local ones = accel.ones(1, 1, k[1], k[2], {dtype = input.dtype, device = input.device})
-  local prev = C.set_autocast(nil)
-  local ok, sums = pcall(C.conv2d, planes, ones, nil, s, {p[1], hi[1], p[2], hi[2]}, 1, 1)
-  C.set_autocast(prev)
-  if not ok then error(sums, 0) end
-  if divisor then
-    sums = sums / divisor
-  else
-    local on = {dtype = input.dtype, device = input.device}
-    local dh = accel.tensor(avg_divisors(H, out[1], k[1], s[1], p[1], include_pad), on)
-    local dw = accel.tensor(avg_divisors(W, out[2], k[2], s[2], p[2], include_pad), on)
-    sums = sums / (dh:view(out[1], 1) * dw:view(1, out[2]))
-  end
-  shape[#shape - 1], shape[#shape] = out[1], out[2]
+  local shape = sizes(input)
+  local geo = avg_geometry(input, shape[#shape - 1], shape[#shape], k, s, p, opt(o, "ceil_mode", false))
+  local sums = avg_windows(input:reshape(-1, 1, geo.H, geo.W), geo, divisor, opt(o, "count_include_pad", true))
+  shape[#shape - 1], shape[#shape] = geo.out[1], geo.out[2]
   return sums:reshape(shape)
 end
 

@@ -10,7 +10,9 @@
 --   init.kaiming_normal_(w, {mode = "fan_out", nonlinearity = "relu"})
 --   init.trunc_normal_(w, {std = 0.02})      init.xavier_uniform_(w, {gain = 2})
 -- Random values are drawn in float64 for float64 tensors and in float32
--- otherwise (then rounded to the tensor's dtype).
+-- otherwise (then rounded to the tensor's dtype); trunc_normal_ always draws
+-- in float64. constant_ / zeros_ / ones_ / eye_ fill integer and bool
+-- tensors too, as PyTorch's.
 local accel = require("accel")
 local compat = require("accel.compat")
 local base = require("accel.nn.module")
@@ -18,9 +20,13 @@ local raise = base.raise
 
 local I = {}
 
-local function check_tensor(t, what)
+-- t is a tensor, and a floating point one unless any_dtype (the fills that
+-- PyTorch applies to integer and bool tensors too)
+local function check_tensor(t, what, any_dtype)
   if not accel.is_tensor(t) then raise("nn.init.%s: expected a tensor, got %s", what, type(t)) end
-  if not t.dtype.is_floating_point then raise("nn.init.%s: expected a floating point tensor, got %s", what, tostring(t.dtype)) end
+  if not any_dtype and not t.dtype.is_floating_point then
+    raise("nn.init.%s: expected a floating point tensor, got %s", what, tostring(t.dtype))
+  end
 end
 
 -- Positional args, or one options table in their place: args(what, a, {"x", "y"}, defaults);
@@ -114,23 +120,62 @@ function I.normal_(t, ...)
   return fill(t, normal(t, mean, std))
 end
 
--- N(mean, std) restricted to [a, b]: out-of-range draws are redrawn.
+-- Phi^-1(p) of a float64 tensor p in (0, 1): Acklam's rational
+-- approximation (relative error below 1.2e-9), the tails from min(p, 1 - p).
+local ACKLAM_A = {-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02, 1.383577518672690e+02,
+  -3.066479806614716e+01, 2.506628277459239e+00}
+local ACKLAM_B = {-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02, 6.680131188771972e+01,
+  -1.328068155288572e+01, 1}
+local ACKLAM_C = {-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00, -2.549732539343734e+00,
+  4.374664141464968e+00, 2.938163982698783e+00}
+local ACKLAM_D = {7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00, 3.754408661907416e+00, 1}
+local ACKLAM_P_LOW = 0.02425
+
+local function horner(x, c)
+  local y = x * c[1] + c[2]
+  for i = 3, #c do y = y * x + c[i] end
+  return y
+end
+
+local function norm_ppf(p)
+  local q = p - 0.5
+  local r = q * q
+  local central = q * horner(r, ACKLAM_A) / horner(r, ACKLAM_B)
+  local s = (p:minimum(1 - p):log() * -2):sqrt()
+  local tail = horner(s, ACKLAM_C) / horner(s, ACKLAM_D)
+  return accel.where(p:lt(ACKLAM_P_LOW), tail, accel.where(p:gt(1 - ACKLAM_P_LOW), -tail, central))
+end
+
+-- Phi(x), the standard normal CDF, in float64
+local function norm_cdf(x)
+  return 0.5 * (1 + accel.tensor(x / math.sqrt(2), {dtype = accel.float64}):erf():item())
+end
+
+-- N(mean, std) restricted to [a, b] by inverse-CDF sampling in float64, as
+-- PyTorch's: x = mean + std * Phi^-1(U(Phi(alpha), Phi(beta))) clamped to
+-- [a, b]. An interval above the mean is drawn as the mirror image of the one
+-- below it, whose tail probabilities are small numbers (kept exactly).
 function I.trunc_normal_(t, ...)
   check_tensor(t, "trunc_normal_")
   local mean, std, a, b = args("trunc_normal_", {...}, {"mean", "std", "a", "b"}, {0, 1, -2, 2})
   if not (a < b) then raise("nn.init.trunc_normal_: need a < b, got a=%g b=%g", a, b) end
-  local x = normal(t, mean, std)
-  for _ = 1, 1000 do
-    local bad = x:lt(a):logical_or(x:gt(b))
-    if not bad:any():item() then return fill(t, x) end
-    x = accel.where(bad, normal(t, mean, std), x)
+  if not (std >= 0) then raise("nn.init.trunc_normal_: std must be >= 0, got %g", std) end
+  local lo, hi, sign = (a - mean) / std, (b - mean) / std, 1
+  if lo + hi > 0 then lo, hi, sign = -hi, -lo, -1 end
+  local pl, ph = norm_cdf(lo), norm_cdf(hi)
+  if not (pl < ph) then
+    raise("nn.init.trunc_normal_: [a, b] = [%g, %g] holds too little of N(%g, %g^2) to sample from", a, b, mean, std)
   end
-  raise("nn.init.trunc_normal_: [a, b] = [%g, %g] holds too little of N(%g, %g^2) to sample from", a, b, mean, std)
+  local u = accel.rand(t.shape, {dtype = accel.float64, device = t.device}) * (ph - pl) + pl
+  local z = norm_ppf(u:clamp(1e-300, 1 - 2 ^ -53))
+  return fill(t, (z * (sign * std) + mean):clamp(a, b))
 end
 
 function I.constant_(t, val)
-  check_tensor(t, "constant_")
-  if type(val) ~= "number" then raise("nn.init.constant_: expected a number, got %s", type(val)) end
+  check_tensor(t, "constant_", true)
+  if type(val) ~= "number" and type(val) ~= "boolean" then
+    raise("nn.init.constant_: expected a number or a boolean, got %s", type(val))
+  end
   accel.no_grad(function() t:fill_(val) end)
   return t
 end
@@ -140,7 +185,7 @@ function I.ones_(t) return I.constant_(t, 1) end
 
 -- eye_(t): the identity for a 2-D tensor
 function I.eye_(t)
-  check_tensor(t, "eye_")
+  check_tensor(t, "eye_", true)
   if t:dim() ~= 2 then raise("nn.init.eye_: only tensors with 2 dimensions are supported, got shape %s", tostring(t.shape)) end
   local r, c = t:size(1), t:size(2)
   local rows = accel.arange(r, {device = t.device}):unsqueeze(2):expand(r, c)
@@ -196,6 +241,7 @@ function I.orthogonal_(t, ...)
   check_tensor(t, "orthogonal_")
   if t:dim() < 2 then raise("nn.init.orthogonal_: only tensors with 2 or more dimensions are supported, got shape %s", tostring(t.shape)) end
   local gain = args("orthogonal_", {...}, {"gain"}, {1})
+  if t:numel() == 0 then return t end -- as PyTorch: nothing to fill
   local rows = t:size(1)
   local cols = math.floor(t:numel() / rows)
   local a = accel.randn(rows, cols, {dtype = accel.float64, device = t.device})

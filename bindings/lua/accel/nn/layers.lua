@@ -27,13 +27,15 @@ end
 -- factory options for new parameters: {dtype=, device=}
 local function empty(shape, o) return accel.empty(shape, {dtype = o.dtype, device = o.device}) end
 
--- an integer or a pair {h, w} -> {h, w}
+local function is_int(x) return type(x) == "number" and math.floor(x) == x end
+
+-- an integer or a pair {h, w} of integers -> {h, w}
 local function pair(v, what, name)
-  if type(v) == "number" then v = {v, v} end
-  if type(v) ~= "table" or #v ~= 2 or type(v[1]) ~= "number" or type(v[2]) ~= "number" then
-    raise("%s: %s must be an integer or a pair {h, w}, got %s", what, name, tostring(v))
+  local p = type(v) == "number" and {v, v} or v
+  if type(p) ~= "table" or #p ~= 2 or not is_int(p[1]) or not is_int(p[2]) then
+    raise("%s: %s must be an integer or a pair {h, w} of integers, got %s", what, name, py(v))
   end
-  return {v[1], v[2]}
+  return {p[1], p[2]}
 end
 
 -- a pair as F takes it: one number when both agree
@@ -208,11 +210,7 @@ local Dropout = export_class(M, "Dropout")
 function Dropout:init(p, o)
   if type(p) == "table" then o, p = check_options("Dropout", p, {"p", "inplace"}), p.p
   else o = check_options("Dropout", o, {"inplace"}) end
-  if p == nil then p = 0.5 end
-  if type(p) ~= "number" or p < 0 or p > 1 then
-    raise("Dropout: dropout probability has to be between 0 and 1, but got %s", tostring(p))
-  end
-  self.p = p
+  self.p = F._dropout_p("Dropout", p)
   self.inplace = o.inplace == true
 end
 

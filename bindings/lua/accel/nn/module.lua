@@ -362,17 +362,36 @@ local function list_iter(list)
 end
 
 -- A method's options: nil, a table of the keys listed (else an error naming
--- the method and the key), or PyTorch's first positional value (a boolean
--- or a string) taken as the option `positional`.
-local function opts_of(o, name, keys, positional)
-  if positional and (type(o) == "boolean" or type(o) == "string") then return {[positional] = o} end
+-- the method and the key), or PyTorch's positional values, bound in order to
+-- positional ({{key, type}, ...}; a value of another type is an error).
+local function opts_of(name, keys, positional, o, ...)
+  local n = select("#", ...)
+  if positional and type(o) ~= "table" and (o ~= nil or n > 0) then
+    if n + 1 > #positional then
+      raise("%s: takes at most %d positional argument%s, got %d", name, #positional, #positional == 1 and "" or "s", n + 1)
+    end
+    local args, out = {o, ...}, {}
+    for i, spec in ipairs(positional) do
+      local v = args[i]
+      if v ~= nil and type(v) ~= spec[2] then
+        raise("%s: argument '%s' (position %d) must be %s, not %s", name, spec[1], i, spec[2], type(v))
+      end
+      out[spec[1]] = v
+    end
+    return out
+  end
+  if n > 0 then raise("%s: %d argument(s) after the options table", name, n) end
   return M.check_options(name, o, keys)
 end
 
-local MEMBER_OPTIONS = {"prefix", "recurse", "remove_duplicate"}
+-- PyTorch's (recurse) of parameters / buffers and (prefix, recurse,
+-- remove_duplicate) of named_parameters / named_buffers
+local RECURSE_KEYS, RECURSE_POSITIONAL = {"recurse"}, {{"recurse", "boolean"}}
+local MEMBER_KEYS = {"prefix", "recurse", "remove_duplicate"}
+local MEMBER_POSITIONAL = {{"prefix", "string"}, {"recurse", "boolean"}, {"remove_duplicate", "boolean"}}
 
+-- {name, tensor} of the registry field, as o (parsed options) selects them
 local function named_members(self, field, o)
-  o = opts_of(o, field == "_parameters" and "named_parameters" or "named_buffers", MEMBER_OPTIONS, "prefix")
   local prefix = o.prefix or ""
   local dedup = o.remove_duplicate ~= false
   local mods = o.recurse == false and {{prefix, self}} or collect_modules(self, prefix, dedup and {} or nil, {})
@@ -396,7 +415,10 @@ local function values(list)
   return out
 end
 
-function Module:named_parameters(o) return list_iter(named_members(self, "_parameters", o)) end
+-- named_parameters([prefix], [recurse], [remove_duplicate]) or ({prefix =, recurse =, remove_duplicate =})
+function Module:named_parameters(...)
+  return list_iter(named_members(self, "_parameters", opts_of("named_parameters", MEMBER_KEYS, MEMBER_POSITIONAL, ...)))
+end
 -- parameters(): the hot path (optimizers, zero_grad), without building names
 local function members(m, field, seen_m, seen_t, out)
   if seen_m[m] then return out end
@@ -417,14 +439,17 @@ local function members(m, field, seen_m, seen_t, out)
   return out
 end
 
-function Module:parameters(o)
-  if o ~= nil then return values(named_members(self, "_parameters", o)) end
-  return members(self, "_parameters", {}, {}, {})
+-- parameters([recurse = true] or [{recurse =}])
+function Module:parameters(...)
+  if select("#", ...) <= 1 and (...) == nil then return members(self, "_parameters", {}, {}, {}) end
+  return values(named_members(self, "_parameters", opts_of("parameters", RECURSE_KEYS, RECURSE_POSITIONAL, ...)))
 end
-function Module:named_buffers(o) return list_iter(named_members(self, "_buffers", o)) end
-function Module:buffers(o)
-  if o ~= nil then return values(named_members(self, "_buffers", o)) end
-  return members(self, "_buffers", {}, {}, {})
+function Module:named_buffers(...)
+  return list_iter(named_members(self, "_buffers", opts_of("named_buffers", MEMBER_KEYS, MEMBER_POSITIONAL, ...)))
+end
+function Module:buffers(...)
+  if select("#", ...) <= 1 and (...) == nil then return members(self, "_buffers", {}, {}, {}) end
+  return values(named_members(self, "_buffers", opts_of("buffers", RECURSE_KEYS, RECURSE_POSITIONAL, ...)))
 end
 
 local function direct_children(self)
@@ -443,8 +468,8 @@ end
 function Module:named_children() return list_iter(direct_children(self)) end
 function Module:children() return values(direct_children(self)) end
 
-function Module:named_modules(o)
-  o = opts_of(o, "named_modules", {"prefix", "remove_duplicate"}, "prefix")
+function Module:named_modules(o, ...)
+  o = opts_of("named_modules", {"prefix", "remove_duplicate"}, {{"prefix", "string"}}, o, ...)
   return list_iter(collect_modules(self, o.prefix or "", o.remove_duplicate ~= false and {} or nil, {}))
 end
 function Module:modules() return values(collect_modules(self, "", {}, {})) end
@@ -562,7 +587,7 @@ local function stage3_engine_of(m)
 end
 
 function Module:state_dict(o)
-  o = opts_of(o, "state_dict", {"prefix", "keep_vars"})
+  o = opts_of("state_dict", {"prefix", "keep_vars"}, nil, o)
   if not o.keep_vars and stage3_engine_of(self) then
     -- under ZeRO-3 / FULL_SHARD: the full weights, gathered one tensor at a
     -- time (collective: every process calls it), as accelerator:get_state_dict
@@ -591,8 +616,8 @@ local function same_shape(a, b) return a.shape == b.shape end
 -- load_state_dict(sd, [{strict = true}]) -> missing_keys, unexpected_keys.
 -- Mis-shaped or non-tensor entries are always an error; with strict,
 -- missing and unexpected keys are too. Nothing is copied when it errors.
-function Module:load_state_dict(sd, o)
-  o = opts_of(o, "load_state_dict", {"strict", "assign"}, "strict")
+function Module:load_state_dict(sd, ...)
+  local o = opts_of("load_state_dict", {"strict", "assign"}, {{"strict", "boolean"}, {"assign", "boolean"}}, ...)
   if o.assign then raise("load_state_dict: assign = true is not supported (values are copied into the parameters)") end
   local strict = o.strict ~= false
   if type(sd) ~= "table" or is_module(sd) then
@@ -671,13 +696,16 @@ function Module:eval() return self:train(false) end
 
 function Module:requires_grad_(flag)
   if flag == nil then flag = true end
+  if type(flag) ~= "boolean" then
+    raise("requires_grad_: argument 'requires_grad' (position 1) must be boolean, not %s", type(flag))
+  end
   for _, p in ipairs(self:parameters()) do p:requires_grad_(flag) end
   return self
 end
 
 -- zero_grad([{set_to_none = true}])
-function Module:zero_grad(o)
-  local to_none = opts_of(o, "zero_grad", {"set_to_none"}, "set_to_none").set_to_none ~= false
+function Module:zero_grad(...)
+  local to_none = opts_of("zero_grad", {"set_to_none"}, {{"set_to_none", "boolean"}}, ...).set_to_none ~= false
   for _, p in ipairs(self:parameters()) do
     local g = p.grad
     if g ~= nil then

@@ -57,14 +57,26 @@ end
 
 local check_options = require("accel.nn.module").check_options
 
--- clip_grad_norm_(parameters, max_norm, [norm_type | {norm_type = 2, error_if_nonfinite = false, foreach =}])
+-- clip_grad_norm_'s options: PyTorch's positional norm_type,
+-- error_if_nonfinite, foreach, or one options table.
+local function clip_options(name, opts, error_if_nonfinite, foreach)
+  if opts == nil or type(opts) == "number" or type(opts) == "string" then
+    return {norm_type = opts, error_if_nonfinite = error_if_nonfinite, foreach = foreach}
+  end
+  if error_if_nonfinite ~= nil or foreach ~= nil then
+    raise("%s: error_if_nonfinite / foreach given positionally after the options table (put them in it)", name)
+  end
+  return check_options(name, opts, {"norm_type", "error_if_nonfinite", "foreach"})
+end
+
+-- clip_grad_norm_(parameters, max_norm, [norm_type = 2], [error_if_nonfinite = false], [foreach])
+-- or clip_grad_norm_(parameters, max_norm, {norm_type =, error_if_nonfinite =, foreach =})
 -- -> total norm (0-dim tensor)
-function utils.clip_grad_norm_(parameters, max_norm, opts)
+function utils.clip_grad_norm_(parameters, max_norm, opts, error_if_nonfinite, foreach)
   local name = "clip_grad_norm_"
   local params = param_list(name, parameters)
   if type(max_norm) ~= "number" then raise("%s: max_norm must be a number, got %s", name, type(max_norm)) end
-  if type(opts) == "number" or type(opts) == "string" then opts = {norm_type = opts} end
-  opts = check_options(name, opts, {"norm_type", "error_if_nonfinite", "foreach"})
+  opts = clip_options(name, opts, error_if_nonfinite, foreach)
   local norm_type = norm_type_of(name, opts.norm_type)
   -- the gradients stay in C (no Lua handles that would keep them alive past
   -- zero_grad(), see bindings/optim_lua.c)
