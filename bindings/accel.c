@@ -125,7 +125,10 @@ static int l_like(lua_State *L) {
     if (!lu_is_opts(L, oi) || (lua_getfield(L, oi, "device"), lua_isnil(L, -1))) o.dev = t->device;
     Tensor *r;
     switch (kind) {
-    case 2: r = tensor_full(t->shape, t->ndim, luaL_checknumber(L, 2), o.dt, o.dev); break;
+    case 2:
+        lu_check_fill_value(L, luaL_checknumber(L, 2), o.dt, "full_like");
+        r = tensor_full(t->shape, t->ndim, lua_tonumber(L, 2), o.dt, o.dev);
+        break;
     case 3: r = rng_rand_on(t->shape, t->ndim, o.dt, o.dev); break;
     case 4: r = rng_randn_on(t->shape, t->ndim, o.dt, o.dev); break;
     default: r = tensor_full(t->shape, t->ndim, kind == 1 ? 1.0 : 0.0, o.dt, o.dev); break;
@@ -265,9 +268,12 @@ static Tensor **tensor_list(lua_State *L, int idx, int *n, const char *op) {
     return ts;
 }
 
-/* name(list, [dim = 1]): joins a list of tensors along dim (op_cat / op_stack). */
+/* name(list, [dim = 1]) or (list, {dim =}): joins a list of tensors along
+ * dim (op_cat / op_stack). */
 static int join_tensors(lua_State *L, const char *name, Tensor *(*join)(Tensor **, int, int)) {
     int n;
+    lu_check_no_more_args(L, 3);
+    lu_dim_keyword(L, 2, "dim");
     int dim = lua_isnoneornil(L, 2) ? 0 : lu_dim(L, 2);
     Tensor **ts = tensor_list(L, 1, &n, name);
     lu_push_tensor(L, join(ts, n, dim));
@@ -279,13 +285,7 @@ static int l_cat(lua_State *L) { return join_tensors(L, "cat", op_cat); }
 static int l_stack(lua_State *L) { return join_tensors(L, "stack", op_stack); }
 
 static int l_where(lua_State *L) {
-    Tensor *c = lu_check_tensor(L, 1);
-    lu_check_tensor_or_scalar(L, 3); /* before argument 2 becomes a tensor */
-    Tensor *like = lu_to_tensor(L, 2) ? lu_to_tensor(L, 2) : lu_to_tensor(L, 3);
-    Tensor *a = lu_tensor_or_scalar(L, 2, like), *b = lu_tensor_or_scalar(L, 3, like);
-    Tensor *r = op_where(c, a, b);
-    tensor_release(a), tensor_release(b);
-    lu_push_tensor(L, r);
+    lu_push_tensor(L, lu_where(L, lu_check_tensor(L, 1), 2, 3));
     return 1;
 }
 
@@ -626,7 +626,7 @@ static const luaL_Reg functions[] = {
     {"get_rng_state", l_rng_state}, {"set_rng_state", l_set_rng_state}, {"clock", l_clock},
     {"num_threads", l_num_threads}, {"is_tensor", l_is_tensor}, {"memory_stats", l_memory},
     {"reset_peak_memory_stats", l_reset_peak_memory_stats},
-    {"empty_cache", l_empty_cache}, {"save", l_save}, {"load", l_load}, {"device", lu_device_new},
+    {"empty_cache", l_empty_cache}, {"save", l_save}, {"load", l_load}, {"device", lu_device_new}, {"Size", lu_size_new},
     {"set_default_device", l_set_default_device}, {"get_default_device", l_get_default_device},
     {"synchronize", l_synchronize}, {"device_count", l_device_count}, {NULL, NULL}};
 

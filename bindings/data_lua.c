@@ -1,7 +1,7 @@
 /* data_lua.c: accel._C functions behind accel.data (bindings/lua/accel/data):
  * the loader's per-epoch permutation drawn without touching the global
- * generator, the default seed drawn from it, and the file readers of
- * core/io/datafiles.h (IDX, CSV, llm.c token files). */
+ * generator, the default seed drawn from it, its batches' indices, and the
+ * file readers of core/io/datafiles.h (IDX, CSV, llm.c token files). */
 #include "lua_util.h"
 #include "../core/io/datafiles.h"
 #include <string.h>
@@ -33,6 +33,31 @@ static int c_draw_seed(lua_State *L) {
     tensor_release(t);
     if (rc < 0) return lu_core_error(L);
     lua_pushinteger(L, v);
+    return 1;
+}
+
+/* data_batch_indices(order, start, len, n) -> a new int64 (len) tensor on
+ * the host: positions start .. start + len - 1 of an epoch's order, taken
+ * modulo n (a padded batch wraps to the start); order: the epoch's
+ * permutation (int64, n), or nil for 0 .. n-1, never built. One call per
+ * batch, exact for every int64 (arange goes through doubles). */
+static int c_batch_indices(lua_State *L) {
+    Tensor *order = lua_isnil(L, 1) ? NULL : lu_check_tensor(L, 1);
+    lua_Integer start = luaL_checkinteger(L, 2), len = luaL_checkinteger(L, 3), n = luaL_checkinteger(L, 4);
+    if (start < 0 || len < 1 || n < 1 || (order && (order->dtype != DT_I64 || order->ndim != 1 || order->shape[0] != n)))
+        return lu_error(L, "DataLoader: no batch of %lld positions from %lld in an order of %lld", (long long)len,
+                        (long long)start, (long long)n);
+    int64_t count = len;
+    Tensor *o = order ? tensor_contiguous(order) : NULL, *t = order && !o ? NULL : tensor_empty(&count, 1, DT_I64, CPU);
+    HostMap mo, mt;
+    const int64_t *src = o ? tensor_host_map(o, HOST_READ, &mo) : NULL;
+    int64_t *dst = t && (src || !o) ? tensor_host_map(t, HOST_WRITE, &mt) : NULL;
+    for (int64_t k = 0, p = start % n; dst && k < count; k++, p = p + 1 == n ? 0 : p + 1) dst[k] = src ? src[p] : p;
+    if (src) tensor_host_unmap(&mo);
+    tensor_release(o);
+    if (dst) t = tensor_host_finish(t, &mt);
+    else tensor_release(t), t = NULL;
+    lu_push_tensor(L, t);
     return 1;
 }
 
@@ -184,6 +209,7 @@ static int c_token_ids(lua_State *L) {
 
 void lu_open_data(lua_State *L, int m) {
     static const luaL_Reg fns[] = {{"data_randperm", c_randperm}, {"data_draw_seed", c_draw_seed},
+                                   {"data_batch_indices", c_batch_indices},
                                    {"read_idx", c_read_idx},      {"csv_open", c_csv_open},
                                    {"csv_read", c_csv_read},
                                    {"token_map", c_token_map},    {"token_blocks", c_token_blocks},

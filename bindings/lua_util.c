@@ -148,8 +148,7 @@ Tensor *lu_check_tensor(lua_State *L, int idx) {
     return t;
 }
 
-Tensor *lu_check_self(lua_State *L) {
-    Tensor *t = lu_to_tensor(L, 1);
+static Tensor *self_or_error(lua_State *L, Tensor *t) {
     if (!t) {
         const char *m = called_name(L, "method");
         lu_error(L, "Tensor.%s: call it as t:%s(...), not t.%s(...) (the tensor itself must come first, as in "
@@ -157,6 +156,10 @@ Tensor *lu_check_self(lua_State *L) {
     }
     return t;
 }
+
+Tensor *lu_check_self(lua_State *L) { return self_or_error(L, lu_to_tensor(L, 1)); }
+
+Tensor *lu_check_self_meta(lua_State *L) { return self_or_error(L, lu_tensor_meta(L, 1)); }
 
 /* Tensor bytes count as Lua allocations: every 256 KiB of them drives an
  * incremental GC step of that size. In generational mode (lua.c's and
@@ -280,16 +283,22 @@ int lu_dim_value(lua_State *L, lua_Integer d) {
 }
 
 int lu_dim(lua_State *L, int idx) {
-    if (!lua_isinteger(L, idx)) lu_error(L, "bad argument #%d (integer dimension expected, got %s)", idx, luaL_typename(L, idx));
+    char op[64];
+    if (!lua_isinteger(L, idx))
+        lu_error(L, "%sbad argument #%d (integer dimension expected, got %s)", op_prefix(L, op, sizeof op), idx,
+                 luaL_typename(L, idx));
     return lu_dim_value(L, lua_tointeger(L, idx));
 }
 
 int lu_dims(lua_State *L, int idx, int *out) {
+    char op[64];
     if (lua_isinteger(L, idx)) {
         out[0] = lu_dim(L, idx);
         return 1;
     }
-    if (!lua_istable(L, idx)) lu_error(L, "bad argument #%d (dimension or list of dimensions expected, got %s)", idx, luaL_typename(L, idx));
+    if (!lua_istable(L, idx))
+        lu_error(L, "%sbad argument #%d (dimension or list of dimensions expected, got %s)", op_prefix(L, op, sizeof op),
+                 idx, luaL_typename(L, idx));
     int n = (int)lua_rawlen(L, idx);
     if (n > TENSOR_MAX_DIMS) lu_error(L, "too many dimensions (%d)", n);
     for (int i = 0; i < n; i++) {
@@ -470,6 +479,27 @@ void lu_check_call_opts(lua_State *L, int idx, const char *keys) {
     unknown_option(L, fn, keys);
 }
 
+void lu_check_no_more_args(lua_State *L, int idx) {
+    for (int top = lua_gettop(L); idx <= top; idx++) {
+        lu_check_call_opts(L, idx, ""); /* {foo = 1}: "unknown option 'foo'" */
+        if (lua_isnil(L, idx) || lu_is_opts(L, idx)) continue;
+        lua_Debug ar;
+        bool found = lua_getstack(L, 0, &ar) && lua_getinfo(L, "n", &ar) && ar.name;
+        bool method = found && ar.namewhat && strcmp(ar.namewhat, "method") == 0; /* t:f(x): x is argument #1 */
+        lu_error(L, "%s: unexpected argument #%d (%s): it takes no more arguments", found ? ar.name : "accel",
+                 method ? idx - 1 : idx, luaL_typename(L, idx));
+    }
+}
+
+int lu_dim_keyword(lua_State *L, int idx, const char *keys) {
+    if (!lu_is_opts(L, idx)) return 0;
+    lu_check_call_opts(L, idx, keys);
+    lua_pushvalue(L, idx);
+    lua_getfield(L, idx, "dim");
+    lua_replace(L, idx);
+    return lua_gettop(L);
+}
+
 bool lu_opt_bool(lua_State *L, int idx, const char *key, bool def) {
     if (!lu_is_opts(L, idx)) return def;
     lua_getfield(L, idx, key);
@@ -577,8 +607,10 @@ Device lu_opt_device(lua_State *L, int idx, const char *key) {
 }
 
 void lu_check_tensor_or_scalar(lua_State *L, int idx) {
+    char op[64];
     if (!lu_to_tensor(L, idx) && lua_type(L, idx) != LUA_TNUMBER && !lua_isboolean(L, idx))
-        lu_error(L, "bad argument #%d (tensor or number expected, got %s)", idx, luaL_typename(L, idx));
+        lu_error(L, "%sbad argument #%d (tensor or number expected, got %s)", op_prefix(L, op, sizeof op), idx,
+                 luaL_typename(L, idx));
 }
 
 Tensor *lu_tensor_or_scalar(lua_State *L, int idx, const Tensor *like) {
@@ -592,6 +624,25 @@ Tensor *lu_tensor_or_scalar(lua_State *L, int idx, const Tensor *like) {
         return s;
     }
     return tensor_full(NULL, 0, lua_toboolean(L, idx), DT_BOOL, like ? like->device : lu_default_device(L));
+}
+
+/* A number at idx meeting the tensor like in where: an integer one stays in
+ * like's integer dtype, which must hold it (torch's "without overflow"). */
+static void check_where_number(lua_State *L, int idx, const Tensor *like) {
+    if (like && lua_isinteger(L, idx) && !dtype_is_float(like->dtype) && like->dtype != DT_BOOL)
+        lu_check_fill_value(L, (double)lua_tointeger(L, idx), like->dtype, "where");
+}
+
+Tensor *lu_where(lua_State *L, Tensor *cond, int ia, int ib) {
+    lu_check_tensor_or_scalar(L, ia);
+    lu_check_tensor_or_scalar(L, ib);
+    Tensor *like = lu_to_tensor(L, ia) ? lu_to_tensor(L, ia) : lu_to_tensor(L, ib);
+    check_where_number(L, ia, like);
+    check_where_number(L, ib, like);
+    Tensor *a = lu_tensor_or_scalar(L, ia, like), *b = lu_tensor_or_scalar(L, ib, like);
+    Tensor *r = op_where(cond, a, b);
+    tensor_release(a), tensor_release(b);
+    return r;
 }
 
 /* ---- device metatable ---- */

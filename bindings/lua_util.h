@@ -37,6 +37,8 @@ Tensor *lu_check_tensor(lua_State *L, int idx);
 /* Argument 1 of a tensor method (t:name(...)); anything else raises
  * "Tensor.name: call it as t:name(...), not t.name(...)". */
 Tensor *lu_check_self(lua_State *L);
+/* The same, also for a stage-3 parameter whose storage is released: for shape queries. */
+Tensor *lu_check_self_meta(lua_State *L);
 Tensor *lu_to_tensor(lua_State *L, int idx); /* NULL if not a tensor */
 /* As lu_to_tensor, also for a tensor whose memory a sharding engine released
  * (its shape, dtype, ... stay readable); not for reading data. */
@@ -79,6 +81,15 @@ void lu_check_opts(lua_State *L, int idx, const char *fn, const char *keys);
 /* The same, fn being the name the running C function was called by
  * ("zeros", "sum", ...). */
 void lu_check_call_opts(lua_State *L, int idx, const char *keys);
+/* Arguments from idx on must be nil or empty options tables: anything else
+ * is an error naming the running function ("unexpected argument #k", or
+ * "unknown option 'k'" for an options table with a key). */
+void lu_check_no_more_args(lua_State *L, int idx);
+/* torch's dim keyword: when argument idx is an options table (its keys in
+ * keys, dim among them), its dim field (maybe nil) takes its place and the
+ * table is pushed on top for its other keys; returns that index, or 0 when
+ * idx holds no options table (nothing changes). */
+int lu_dim_keyword(lua_State *L, int idx, const char *keys);
 bool lu_opt_bool(lua_State *L, int idx, const char *key, bool def);
 double lu_opt_number(lua_State *L, int idx, const char *key, double def);
 int lu_opt_dtype(lua_State *L, int idx, const char *key, int def); /* -1 default passthrough */
@@ -97,6 +108,10 @@ Tensor *lu_tensor_or_scalar(lua_State *L, int idx, const Tensor *like);
 /* Raises lu_tensor_or_scalar's type error for idx, if any: call it first
  * when a tensor made from an earlier argument would leak. */
 void lu_check_tensor_or_scalar(lua_State *L, int idx);
+/* where(cond, a, b), a and b the tensors or numbers at ia / ib (a number
+ * becomes a 0-dim tensor like the other operand and must be a value of its
+ * integer dtype); NULL with the core error set when op_where failed. */
+Tensor *lu_where(lua_State *L, Tensor *cond, int ia, int ib);
 
 /* Push the time of clock (CLOCK_MONOTONIC, CLOCK_REALTIME) in seconds, with
  * fractions; returns 1, the count of results. */
@@ -113,6 +128,7 @@ void lu_gc_after_checkpoint(lua_State *L);  /* the one after a checkpointed forw
 void lu_open_tensor(lua_State *L); /* registers the Tensor metatable */
 void lu_open_device(lua_State *L);
 int lu_device_new(lua_State *L);
+int lu_size_new(lua_State *L); /* accel.Size({2, 3}) */
 /* Add functions to accel._C (created by luaopen_accel before any lu_open_*). */
 void lu_register_c(lua_State *L, int module_idx, const luaL_Reg *fns);
 void lu_open_autograd(lua_State *L, int module_idx);

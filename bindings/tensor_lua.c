@@ -52,6 +52,7 @@ typedef struct {
     double v;  /* the number */
     bool is_int;
     int rounding; /* div: 0 none, 1 "floor", 2 "trunc" */
+    int result_dtype; /* >= 0: the dtype the result is rounded to (t is a bf16 / fp16 operand scaled in float32) */
 } Other;
 
 /* Both operands integral (an integer / bool tensor, an integer tensor or number) */
@@ -60,7 +61,7 @@ static bool integral_operands(const Tensor *self, const Other *o) {
 }
 
 static Other other_arg(lua_State *L, KBinOp op, Tensor *self) {
-    Other o = {lu_to_tensor(L, 2), false, 0, false, 0};
+    Other o = {lu_to_tensor(L, 2), false, 0, false, 0, -1};
     bool scaled = op == KB_ADD || op == KB_SUB;
     lu_check_call_opts(L, 3, scaled ? "alpha" : op == KB_DIV ? "rounding_mode" : "");
     if (!o.t) o.v = scalar_arg(L, 2, kbin_name(op)), o.is_int = int_scalar(L, 2);
@@ -83,9 +84,17 @@ static Other other_arg(lua_State *L, KBinOp op, Tensor *self) {
         o.is_int = o.is_int && alpha == floor(alpha);
         return o;
     }
-    o.t = op_binary_scalar(KB_MUL, o.t, alpha, alpha == floor(alpha), false);
+    /* as torch: self + alpha * other of bf16 / fp16 is computed in float32
+     * and rounded once, alpha first rounded to the half dtype */
+    DType rd = tensor_result_dtype(self, o.t);
+    bool half = rd == DT_BF16 || rd == DT_F16;
+    alpha = dtype_round_half(rd, alpha);
+    Tensor *w = half ? tensor_to_dtype(o.t, DT_F32) : tensor_retain(o.t);
+    o.t = w ? op_binary_scalar(KB_MUL, w, alpha, alpha == floor(alpha), false) : NULL;
+    tensor_release(w);
     if (!o.t) lu_core_error(L);
     o.owned = true;
+    o.result_dtype = half ? (int)rd : -1;
     return o;
 }
 
@@ -112,11 +121,36 @@ static Tensor *trunc_div(Tensor *self, const Other *o) {
     return out;
 }
 
+/* self op other, with div's rounding mode, rounded to the result dtype */
+static Tensor *binary_other(KBinOp op, Tensor *self, const Other *o) {
+    Tensor *r = o->rounding == 2 ? trunc_div(self, o) : apply_other(o->rounding == 1 ? KB_FLOORDIV : op, self, o);
+    return o->result_dtype >= 0 ? tensor_to_dtype_owned(r, (DType)o->result_dtype) : r;
+}
+
+/* accel.sub(1, t), accel.pow(2, t): torch's arithmetic functions also take
+ * a number first (as 1 - t, 2 ^ t) */
+static bool number_first(lua_State *L) { return lua_type(L, 1) == LUA_TNUMBER && lu_is_tensor(L, 2); }
+
+static bool takes_number_first(KBinOp op) { return op <= KB_DIV || op == KB_FLOORDIV || op == KB_REMAINDER; }
+
+/* number op t, with the options of t's method (alpha scales t). As torch,
+ * the number is a 0-dim tensor of t's kind, rounded to a bf16 / fp16 t's
+ * dtype also for mul and div (t * number scales by its full value). */
+static Tensor *number_op(lua_State *L, KBinOp op) {
+    Tensor *t = lu_check_tensor(L, 2), *n = lu_tensor_or_scalar(L, 1, t);
+    Other o = other_arg(L, op, t);
+    Tensor *r = binary_other(op, n, &o);
+    tensor_release(n);
+    if (o.owned) tensor_release(o.t);
+    return r;
+}
+
 static int binary_method(lua_State *L) {
     KBinOp op = (KBinOp)lua_tointeger(L, lua_upvalueindex(1));
+    if (takes_number_first(op) && number_first(L)) return ret(L, number_op(L, op));
     Tensor *self = SELF; /* first: t.add(x) is the method-call error */
     Other o = other_arg(L, op, self);
-    Tensor *r = o.rounding == 2 ? trunc_div(self, &o) : apply_other(o.rounding == 1 ? KB_FLOORDIV : op, self, &o);
+    Tensor *r = binary_other(op, self, &o);
     if (o.owned) tensor_release(o.t);
     return ret(L, r);
 }
@@ -162,29 +196,6 @@ static int t_isfinite(lua_State *L) {
     return ret(L, out);
 }
 
-/* t:fmod(other): C's fmod, the remainder of truncated division, with the
- * sign of the dividend (remainder / % take the divisor's sign). Built on
- * remainder: where r != 0 and sign(r) != sign(a), fmod = r - b (exact). */
-static int t_fmod(lua_State *L) {
-    Tensor *a = SELF, *b = lu_tensor_or_scalar(L, 2, a);
-    Tensor *r = op_binary(KB_REMAINDER, a, b);
-    Tensor *rneg = r ? op_binary_scalar(KB_LT, r, 0, true, false) : NULL;
-    Tensor *aneg = rneg ? op_binary_scalar(KB_LT, a, 0, true, false) : NULL;
-    Tensor *nz = aneg ? op_binary_scalar(KB_NE, r, 0, true, false) : NULL;
-    Tensor *flip = nz ? op_binary(KB_XOR, rneg, aneg) : NULL;
-    Tensor *fix = flip ? op_binary(KB_AND, flip, nz) : NULL;
-    Tensor *rb = fix ? op_binary(KB_SUB, r, b) : NULL;
-    Tensor *out = rb ? op_where(fix, rb, r) : NULL;
-    if (out && out->dtype != r->dtype) { /* where promotes; keep remainder's dtype */
-        Tensor *c = tensor_to_dtype(out, r->dtype);
-        tensor_release(out);
-        out = c;
-    }
-    tensor_release(b), tensor_release(r), tensor_release(rneg), tensor_release(aneg), tensor_release(nz);
-    tensor_release(flip), tensor_release(fix), tensor_release(rb);
-    return ret(L, out);
-}
-
 /* a ^ b: scalar exponents use the unary kernels (exact backward). Integer
  * tensors use the binary kernel with PyTorch's promotion (int ^ int stays
  * integer, int ^ float is float32); the unary kernels are float-only. */
@@ -211,7 +222,10 @@ static Tensor *power(lua_State *L, int ia, int ib) {
 }
 
 static int mm_pow(lua_State *L) { return ret(L, power(L, 1, 2)); }
-static int t_pow(lua_State *L) { return (void)SELF, ret(L, power(L, 1, 2)); }
+static int t_pow(lua_State *L) {
+    if (!number_first(L)) (void)SELF; /* accel.pow(2, t) is 2 ^ t, as torch.pow */
+    return ret(L, power(L, 1, 2));
+}
 
 static int t_pow_(lua_State *L) {
     Tensor *a = SELF, *b = lu_to_tensor(L, 2);
@@ -224,17 +238,11 @@ static int t_pow_(lua_State *L) {
 
 static void unary_params(lua_State *L, KUnOp op, double *p1, double *p2) {
     *p1 = 0, *p2 = 0;
-    lu_check_call_opts(L, 2, op == KU_CLAMP ? "min max" : op == KU_LEAKY_RELU ? "negative_slope"
-                            : op == KU_GELU || op == KU_GELU_TANH ? "approximate" : "");
+    lu_check_call_opts(L, 2, op == KU_LEAKY_RELU ? "negative_slope" : op == KU_GELU || op == KU_GELU_TANH ? "approximate" : "");
     if (op == KU_CLAMP) {
-        if (lu_is_opts(L, 2)) {
-            *p1 = lu_opt_number(L, 2, "min", -INFINITY);
-            *p2 = lu_opt_number(L, 2, "max", INFINITY);
-        } else {
-            *p1 = lua_isnoneornil(L, 2) ? -INFINITY : scalar_arg(L, 2, "clamp");
-            *p2 = lua_isnoneornil(L, 3) ? INFINITY : scalar_arg(L, 3, "clamp");
-        }
-        if (lua_isnoneornil(L, 2) && lua_isnoneornil(L, 3) && !lu_is_opts(L, 2)) lu_error(L, "clamp: at least one of min and max must be given");
+        *p1 = lua_isnoneornil(L, 2) ? -INFINITY : scalar_arg(L, 2, "clamp");
+        *p2 = lua_isnoneornil(L, 3) ? INFINITY : scalar_arg(L, 3, "clamp");
+        if (lua_isnoneornil(L, 2) && lua_isnoneornil(L, 3)) lu_error(L, "clamp: at least one of min and max must be given");
     } else if (op == KU_LEAKY_RELU) {
         *p1 = lua_isnumber(L, 2) ? lua_tonumber(L, 2) : lu_opt_number(L, 2, "negative_slope", 0.01);
     }
@@ -250,6 +258,21 @@ static KUnOp unary_op(lua_State *L) {
         lua_pop(L, 1);
     }
     return op;
+}
+
+/* clamp({min =, max =}) as clamp(min, max): the bounds (numbers or
+ * tensors) become arguments 2 and 3; nothing may follow them. */
+static void clamp_options(lua_State *L) {
+    if (!lu_is_opts(L, 2)) {
+        lu_check_no_more_args(L, 4);
+        return;
+    }
+    lu_check_call_opts(L, 2, "min max");
+    lu_check_no_more_args(L, 3);
+    lua_settop(L, 2);
+    lua_getfield(L, 2, "min");
+    lua_getfield(L, 2, "max");
+    lua_remove(L, 2);
 }
 
 /* clamp(min, max) with a tensor bound (torch.clamp's Tensor overload):
@@ -272,14 +295,6 @@ static Tensor *clamp_tensors(lua_State *L, Tensor *self) {
  * integer tensor clamped by a Python float to the default float dtype. */
 static bool clamp_float_bound(lua_State *L) {
     bool any = false;
-    if (lu_is_opts(L, 2)) {
-        for (int k = 0; k < 2; k++) {
-            lua_getfield(L, 2, k ? "max" : "min");
-            any = any || (lua_type(L, -1) == LUA_TNUMBER && !lua_isinteger(L, -1));
-            lua_pop(L, 1);
-        }
-        return any;
-    }
     for (int i = 2; i <= 3; i++) any = any || (lua_type(L, i) == LUA_TNUMBER && !lua_isinteger(L, i));
     return any;
 }
@@ -287,6 +302,7 @@ static bool clamp_float_bound(lua_State *L) {
 static int unary_method(lua_State *L) {
     Tensor *self = SELF;
     KUnOp op = unary_op(L);
+    if (op == KU_CLAMP) clamp_options(L);
     if (op == KU_CLAMP && (lu_is_tensor(L, 2) || lu_is_tensor(L, 3))) return ret(L, clamp_tensors(L, self));
     double p1, p2;
     unary_params(L, op, &p1, &p2);
@@ -304,6 +320,7 @@ static int t_copy_(lua_State *L);
 static int unary_method_(lua_State *L) {
     Tensor *self = SELF;
     KUnOp op = unary_op(L);
+    if (op == KU_CLAMP) clamp_options(L);
     if (op == KU_CLAMP && (lu_is_tensor(L, 2) || lu_is_tensor(L, 3))) { /* t:copy_(t:clamp(lo, hi)) */
         Tensor *out = clamp_tensors(L, self);
         lua_settop(L, 1);
@@ -429,7 +446,7 @@ static double correction_arg(lua_State *L, int opts, double c) {
 
 /* t:var / t:std in torch's positional forms ([dim [, unbiased [, keepdim]]])
  * and (unbiased), then [{dim=, correction=, unbiased=, keepdim=}] */
-static Tensor *variance(lua_State *L) {
+static Tensor *variance(lua_State *L, bool want_std) {
     Tensor *self = SELF;
     int dims[TENSOR_MAX_DIMS], n = 0;
     double corr = 1.0;
@@ -441,18 +458,11 @@ static Tensor *variance(lua_State *L) {
     option_dims(L, pos, dims, &n);
     keep = lu_opt_bool(L, pos, "keepdim", keep);
     corr = correction_arg(L, pos, corr);
-    return op_var(self, dims, n, corr, keep);
+    return (want_std ? op_std : op_var)(self, dims, n, corr, keep);
 }
 
-static int t_var(lua_State *L) { return ret(L, variance(L)); }
-
-static int t_std(lua_State *L) {
-    Tensor *v = variance(L);
-    if (!v) lu_core_error(L);
-    Tensor *s = op_std_of_var(v);
-    tensor_release(v);
-    return ret(L, s);
-}
+static int t_var(lua_State *L) { return ret(L, variance(L, false)); }
+static int t_std(lua_State *L) { return ret(L, variance(L, true)); }
 
 /* t:norm([p], [dim], [opts]) */
 static int t_norm(lua_State *L) {
@@ -519,13 +529,25 @@ static int shape_tostring(lua_State *L) {
     return 1;
 }
 
-static void push_shape(lua_State *L, const Tensor *t) {
-    lua_createtable(L, t->ndim, 0);
-    for (int d = 0; d < t->ndim; d++) {
-        lua_pushinteger(L, t->shape[d]);
+static void push_sizes(lua_State *L, const int64_t *shape, int nd) {
+    lua_createtable(L, nd, 0);
+    for (int d = 0; d < nd; d++) {
+        lua_pushinteger(L, shape[d]);
         lua_rawseti(L, -2, d + 1);
     }
     luaL_setmetatable(L, "accel.Size");
+}
+
+static void push_shape(lua_State *L, const Tensor *t) { push_sizes(L, t->shape, t->ndim); }
+
+/* accel.Size({2, 3}) (torch.Size([2, 3])): a size from a list of sizes, as t.shape prints */
+int lu_size_new(lua_State *L) {
+    int64_t shape[TENSOR_MAX_DIMS];
+    int next = 1, nd = lua_istable(L, 1) ? lu_shape(L, 1, shape, &next) : 0;
+    if (next != 2) return lu_error(L, "Size: expected a list of sizes, got %s", luaL_typename(L, 1));
+    lu_check_no_more_args(L, 2);
+    push_sizes(L, shape, nd);
+    return 1;
 }
 
 /* The dim at idx for size(d) / stride(d): a 0-dim tensor has none (as torch). */
@@ -539,7 +561,7 @@ static int size_dim(lua_State *L, const Tensor *t, int idx, const char *op) {
 }
 
 static int t_size(lua_State *L) {
-    Tensor *t = SELF;
+    Tensor *t = lu_check_self_meta(L);
     if (lua_isnoneornil(L, 2)) {
         push_shape(L, t);
         return 1;
@@ -560,12 +582,12 @@ static int t_stride(lua_State *L) {
 }
 
 static int t_dim(lua_State *L) {
-    lua_pushinteger(L, SELF->ndim);
+    lua_pushinteger(L, lu_check_self_meta(L)->ndim);
     return 1;
 }
 
 static int t_numel(lua_State *L) {
-    lua_pushinteger(L, SELF->numel);
+    lua_pushinteger(L, lu_check_self_meta(L)->numel);
     return 1;
 }
 
@@ -618,6 +640,7 @@ static int t_permute(lua_State *L) {
     int dims[TENSOR_MAX_DIMS], n;
     if (lua_istable(L, 2)) {
         n = lu_dims(L, 2, dims);
+        lu_check_no_more_args(L, 3);
     } else {
         n = lua_gettop(L) - 1;
         if (n > TENSOR_MAX_DIMS) return lu_error(L, "permute: too many dims");
@@ -646,14 +669,19 @@ static int t_select(lua_State *L) {
     return ret(L, tensor_select(self, lu_dim(L, 2), i > 0 ? i - 1 : i));
 }
 
+/* t:unsqueeze(dim) or ({dim =}) */
 static int t_unsqueeze(lua_State *L) {
     Tensor *self = SELF; /* first: t.unsqueeze(...) is a method-call error */
+    lu_check_no_more_args(L, 3);
+    lu_dim_keyword(L, 2, "dim");
     return ret(L, tensor_unsqueeze(self, lu_dim(L, 2)));
 }
 
-/* squeeze([dim | {dims}]): torch 2.x also takes a list of dims */
+/* squeeze([dim | {dims}]) or ({dim = dim | {dims}}): torch 2.x also takes a list of dims */
 static int t_squeeze(lua_State *L) {
     Tensor *self = SELF;
+    lu_check_no_more_args(L, 3);
+    lu_dim_keyword(L, 2, "dim");
     if (!lua_istable(L, 2)) return ret(L, tensor_squeeze(self, lua_isnoneornil(L, 2) ? TENSOR_ALL_DIMS : lu_dim(L, 2)));
     int dims[TENSOR_MAX_DIMS], n = lu_dims(L, 2, dims);
     bool size1[TENSOR_MAX_DIMS] = {false};
@@ -939,6 +967,8 @@ static int t_backward(lua_State *L) {
 
 static int t_requires_grad_(lua_State *L) {
     Tensor *t = SELF;
+    if (!lua_isnoneornil(L, 2) && !lua_isboolean(L, 2)) /* as torch: 0 / "false" are not booleans */
+        return lu_error(L, "requires_grad_: argument 'requires_grad' must be a boolean, not %s", luaL_typename(L, 2));
     bool on = lua_isnoneornil(L, 2) ? true : lua_toboolean(L, 2);
     if (on && !dtype_is_float(t->dtype))
         return lu_error(L, "requires_grad_: only floating point tensors can require gradients (got %s)", dtype_name(t->dtype));
@@ -1172,11 +1202,8 @@ static int t_masked_fill_(lua_State *L) {
 }
 
 static int t_where(lua_State *L) {
-    Tensor *a = SELF, *c = lu_check_tensor(L, 2);
-    Tensor *b = lu_tensor_or_scalar(L, 3, a);
-    Tensor *r = op_where(c, a, b);
-    tensor_release(b);
-    return ret(L, r);
+    (void)SELF; /* first: t.where(...) is a method-call error */
+    return ret(L, lu_where(L, lu_check_tensor(L, 2), 1, 3));
 }
 
 /* t:tril([diagonal]) / t:triu([diagonal]), diagonal also as {diagonal =} */
@@ -1207,12 +1234,15 @@ static int t_matmul(lua_State *L) {
     return ret(L, op_matmul(self, lu_check_tensor(L, 2)));
 }
 
-/* t:softmax(dim, [{dtype =}]): with dtype, the input is cast first (as torch) */
+/* t:softmax(dim, [{dtype =}]) or ({dim =, dtype =}): with dtype, the input
+ * is cast first (as torch) */
 static int softmax_method(lua_State *L, bool log) {
     Tensor *self = SELF; /* first: t.softmax(...) is a method-call error */
+    lu_check_no_more_args(L, lu_is_opts(L, 2) ? 3 : 4);
+    int opts = lu_dim_keyword(L, 2, "dim dtype");
+    if (!opts) lu_check_call_opts(L, opts = 3, "dtype");
     int dim = lu_dim(L, 2);
-    lu_check_call_opts(L, 3, "dtype");
-    int dt = lu_opt_dtype(L, 3, "dtype", -1);
+    int dt = lu_opt_dtype(L, opts, "dtype", -1);
     Tensor *x = dt >= 0 && (DType)dt != self->dtype ? tensor_to_dtype(self, (DType)dt) : tensor_retain(self);
     Tensor *r = x ? op_softmax(x, dim, log) : NULL;
     tensor_release(x);
@@ -1322,8 +1352,10 @@ static int t_newindex(lua_State *L) {
             return lu_error(L, "t[%lld] = ...: a leaf tensor that requires grad (shape %s) cannot be modified in place; "
                             "use accel.no_grad", (long long)i, tensor_shape_str(t));
         Tensor *s3 = lu_to_tensor(L, 3);
-        lu_check_tensor_or_scalar(L, 3); /* before the row view exists */
         lua_pushfstring(L, "t[%" LUA_FMT_INT "] = ...", LUA_FMT_INT_ARG(i));
+        if (!s3 && lua_type(L, 3) != LUA_TNUMBER && !lua_isboolean(L, 3)) /* before the row view exists */
+            return lu_error(L, "%s: the value must be a tensor or a number, got %s", lua_tostring(L, -1),
+                            luaL_typename(L, 3));
         if (lua_type(L, 3) == LUA_TNUMBER) lu_check_fill_value(L, lua_tonumber(L, 3), t->dtype, lua_tostring(L, -1));
         bool hist = overwrite_check(L, t, s3 && s3->requires_grad, lua_tostring(L, -1));
         bool prev = ag_set_grad_enabled(false); /* the row view itself carries no history */
@@ -1401,14 +1433,14 @@ static const luaL_Reg methods[] = {
     {"masked_fill", t_masked_fill}, {"masked_fill_", t_masked_fill_}, {"where", t_where}, {"tril", t_tril},
     {"triu", t_triu}, {"tril_", t_tril_}, {"triu_", t_triu_}, {"matmul", t_matmul}, {"mm", t_matmul}, {"bmm", t_matmul}, {"softmax", t_softmax},
     {"log_softmax", t_log_softmax}, {"type", t_type}, {"is_floating_point", t_is_floating_point},
-    {"element_size", t_element_size}, {"tostring", t_tostring}, {"fmod", t_fmod}, {"isnan", t_isnan},
+    {"element_size", t_element_size}, {"tostring", t_tostring}, {"isnan", t_isnan},
     {"isinf", t_isinf}, {"isfinite", t_isfinite}, {"cpu", t_cpu}, {"cuda", t_cuda}, {NULL, NULL}};
 
 static const struct { const char *name; KBinOp op; bool inplace; } binary_methods[] = {
     {"add", KB_ADD, 1}, {"sub", KB_SUB, 1}, {"mul", KB_MUL, 1}, {"div", KB_DIV, 1}, {"maximum", KB_MAX, 0},
     {"minimum", KB_MIN, 0}, {"eq", KB_EQ, 0}, {"ne", KB_NE, 0}, {"lt", KB_LT, 0}, {"le", KB_LE, 0}, {"gt", KB_GT, 0},
     {"ge", KB_GE, 0}, {"logical_and", KB_AND, 0}, {"logical_or", KB_OR, 0}, {"logical_xor", KB_XOR, 0},
-    {"floor_divide", KB_FLOORDIV, 1}, {"remainder", KB_REMAINDER, 1},
+    {"floor_divide", KB_FLOORDIV, 1}, {"remainder", KB_REMAINDER, 1}, {"fmod", KB_FMOD, 1},
     {"subtract", KB_SUB, 0}, {"multiply", KB_MUL, 0}, {"divide", KB_DIV, 0}, {"true_divide", KB_DIV, 0},
 };
 

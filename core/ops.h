@@ -30,9 +30,10 @@ Tensor *op_reduce(KRedOp op, Tensor *a, const int *dims, int ndims, bool keepdim
 /* max/min along one dim: values and indices. */
 int op_max_dim(Tensor *a, int dim, bool keepdim, bool want_max, Tensor **values, Tensor **indices);
 Tensor *op_argmax(Tensor *a, int dim, bool keepdim, bool want_max, bool all);
+/* var, std and norm of bf16 / fp16 run in float32 and round once (as torch) */
 Tensor *op_var(Tensor *a, const int *dims, int ndims, double correction, bool keepdim);
-/* std from a variance v (op_var's): sqrt(v), with a gradient of 0 where it is 0 */
-Tensor *op_std_of_var(Tensor *v);
+/* sqrt(var), with a gradient of 0 where it is 0 */
+Tensor *op_std(Tensor *a, const int *dims, int ndims, double correction, bool keepdim);
 Tensor *op_norm(Tensor *a, double p, const int *dims, int ndims, bool keepdim);
 
 /* ---- linear algebra (ops_matmul.c) ---- */

@@ -3,11 +3,11 @@
  * pool.c.
  *
  * Decisions where PyTorch leaves room or differs:
- *  - Input and weight must share a dtype; the bias must match it too, except
- *    under autocast, where it stays float32 and is added in the float32
- *    accumulator. float32 / float64 compute as themselves, bfloat16 runs its
- *    GEMMs in bf16 with float32 accumulation, other float dtypes compute in
- *    float32; the result has the input's dtype.
+ *  - Input, weight and bias must share a dtype (under autocast all three
+ *    are cast to the autocast dtype, as torch); the bias is added in the
+ *    float32 accumulator. float32 / float64 compute as themselves, bfloat16
+ *    runs its GEMMs in bf16 with float32 accumulation, other float dtypes
+ *    compute in float32; the result has the input's dtype.
  *  - Padding may be asymmetric (pad_lo = top/left, pad_hi = bottom/right)
  *    through op_conv2d_padded, which is how padding="same" with an even
  *    reach pads (the extra row/column goes bottom/right, as PyTorch does).
@@ -63,6 +63,9 @@ static int conv_check_tensors(const Tensor *x, const Tensor *w, const Tensor *b,
     if (x->dtype != w->dtype)
         return accel_fail_int("conv2d: input (%s) and weight (%s) must have the same dtype", dtype_name(x->dtype),
                               dtype_name(w->dtype));
+    if (b && b->dtype != x->dtype)
+        return accel_fail_int("conv2d: bias (%s) must have the input's dtype (%s)", dtype_name(b->dtype),
+                              dtype_name(x->dtype));
     if (x->device.type != w->device.type || (b && b->device.type != x->device.type))
         return accel_fail_int("conv2d: input, weight and bias must be on the same device");
     const int64_t C = x->shape[1], O = w->shape[0];
@@ -204,12 +207,11 @@ Tensor *op_conv2d_padded(Tensor *x, Tensor *w, Tensor *b, const int64_t stride[2
                          const int64_t pad_hi[2], const int64_t dilation[2], int64_t groups) {
     PROF_SCOPE("conv2d", PROF_FORWARD, x, w);
     if (tensor_check_device("conv2d", x, w) < 0 || tensor_check_device("conv2d", x, b) < 0) return NULL;
-    if (b && b->dtype != x->dtype)
-        return accel_fail("conv2d: bias (%s) must have the input's dtype (%s)", dtype_name(b->dtype), dtype_name(x->dtype));
     if (precision_autocast() == DT_F32) return conv2d_impl(x, w, b, stride, pad_lo, pad_hi, dilation, groups);
     Tensor *cx = precision_autocast_input(x), *cw = cx ? precision_autocast_input(w) : NULL;
-    Tensor *y = cw ? conv2d_impl(cx, cw, b, stride, pad_lo, pad_hi, dilation, groups) : NULL;
-    tensor_release(cx), tensor_release(cw);
+    Tensor *cb = cw && b ? precision_autocast_input(b) : NULL; /* as torch, the bias is cast too */
+    Tensor *y = cw && (cb || !b) ? conv2d_impl(cx, cw, cb, stride, pad_lo, pad_hi, dilation, groups) : NULL;
+    tensor_release(cx), tensor_release(cw), tensor_release(cb);
     return y;
 }
 

@@ -12,7 +12,7 @@
 
 static const char *const bin_names[KB_COUNT] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne",
                                                 "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
-                                                "floor_divide", "remainder"};
+                                                "floor_divide", "remainder", "fmod"};
 static const char *const un_names[KU_COUNT] = {"neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu",
                                                "gelu", "gelu", "silu", "abs", "sin", "cos", "square", "reciprocal",
                                                "sign", "clamp", "pow", "pow", "log1p", "expm1", "floor", "ceil",
@@ -72,11 +72,11 @@ static void binary_into(KBinOp op, DType cdt, Tensor *out, Tensor *a, Tensor *b)
 }
 
 /* Compute a op b into a fresh tensor of dtype rd and shape (shape, nd). */
-/* Integer floor division and remainder by zero are errors, as PyTorch's
- * ZeroDivisionError (a float division gives inf / nan instead); b is the
- * divisor in its compute dtype. 0 or -1. */
+/* Integer floor division, remainder and fmod by zero are errors, as
+ * PyTorch's ZeroDivisionError (a float division gives inf / nan instead); b
+ * is the divisor in its compute dtype. 0 or -1. */
 static int check_int_divisor(KBinOp op, Tensor *b) {
-    if ((op != KB_FLOORDIV && op != KB_REMAINDER) || dtype_is_float(b->dtype)) return 0;
+    if ((op != KB_FLOORDIV && op != KB_REMAINDER && op != KB_FMOD) || dtype_is_float(b->dtype)) return 0;
     Tensor *z = op_binary_scalar(KB_EQ, b, 0, true, false);
     Tensor *any = z ? op_reduce(KR_MAX, z, NULL, 0, false) : NULL;
     int rc = !any ? -1 : tensor_item(any) != 0 ? accel_fail_int("%s: integer division by zero (ZeroDivisionError)",
@@ -118,6 +118,45 @@ static Tensor *binary_compute(KBinOp op, Tensor *a, Tensor *b, DType rd, const i
 static Tensor *mul(Tensor *a, Tensor *b) { return op_binary(KB_MUL, a, b); }
 static Tensor *divide(Tensor *a, Tensor *b) { return op_binary(KB_DIV, a, b); }
 
+/* The whole quotient remainder (floor) or fmod (trunc) takes b times from a. */
+static Tensor *quotient(KBinOp op, Tensor *a, Tensor *b) {
+    if (op == KB_REMAINDER) return op_binary(KB_FLOORDIV, a, b);
+    Tensor *q = divide(a, b), *t = q ? op_unary(KU_TRUNC, q, 0, 0) : NULL;
+    tensor_release(q);
+    return t;
+}
+
+/* g * b * a^(b-1), and 0 where b is 0 (torch's pow_backward_self: a^0 is
+ * the constant 1, even at a = 0, where the product is 0 * inf). */
+static Tensor *pow_grad_base(Tensor *g, Tensor *a, Tensor *b) {
+    Tensor *bm1 = op_binary_scalar(KB_SUB, b, 1, true, false);
+    Tensor *p = bm1 ? op_binary(KB_POW, a, bm1) : NULL, *q = p ? mul(p, b) : NULL, *gq = q ? mul(g, q) : NULL;
+    Tensor *b0 = gq ? op_binary_scalar(KB_EQ, b, 0, true, false) : NULL;
+    Tensor *r = b0 ? op_masked_fill(gq, b0, 0.0) : NULL;
+    tensor_release(bm1), tensor_release(p), tensor_release(q), tensor_release(gq), tensor_release(b0);
+    return r;
+}
+
+/* g * out * log(a), and 0 where a is 0 and b >= 0 (torch's
+ * pow_backward_exponent: there 0^b is 0 or 1, not out * log(0)). */
+static Tensor *pow_grad_exponent(Tensor *g, Tensor *a, Tensor *b, Tensor *out) {
+    Tensor *la = op_unary(KU_LOG, a, 0, 0), *q = la ? mul(out, la) : NULL;
+    Tensor *a0 = q ? op_binary_scalar(KB_EQ, a, 0, true, false) : NULL;
+    Tensor *bp = a0 ? op_binary_scalar(KB_GE, b, 0, true, false) : NULL;
+    Tensor *m = bp ? op_binary(KB_AND, a0, bp) : NULL, *q0 = m ? op_masked_fill(q, m, 0.0) : NULL;
+    Tensor *r = q0 ? mul(g, q0) : NULL;
+    tensor_release(la), tensor_release(q), tensor_release(a0), tensor_release(bp), tensor_release(m), tensor_release(q0);
+    return r;
+}
+
+/* g * keep, and 0 where a `lost` b (maximum / minimum backward) */
+static Tensor *minmax_share(Tensor *g, Tensor *keep, Tensor *a, Tensor *b, KBinOp lost) {
+    Tensor *l = op_binary(lost, a, b), *k = l ? op_masked_fill(keep, l, 0.0) : NULL;
+    Tensor *r = k ? mul(g, k) : NULL;
+    tensor_release(l), tensor_release(k);
+    return r;
+}
+
 static int bw_binary(AGNode *n, Tensor *g, Tensor **gin) {
     KBinOp op = (KBinOp)n->i[0];
     Tensor *a = n->i[1] >= 0 ? ag_saved(n, (int)n->i[1]) : NULL;
@@ -148,31 +187,18 @@ static int bw_binary(AGNode *n, Tensor *g, Tensor **gin) {
         }
         break;
     case KB_POW:
-        if (ga) { /* g * b * a^(b-1) */
-            Tensor *bm1 = op_binary_scalar(KB_SUB, b, 1, true, false);
-            Tensor *p = bm1 ? op_binary(KB_POW, a, bm1) : NULL, *q = p ? mul(p, b) : NULL;
-            gin[0] = q ? mul(g, q) : NULL;
-            tensor_release(bm1), tensor_release(p), tensor_release(q);
-        }
-        if (gb) { /* g * out * log(a) */
-            Tensor *la = op_unary(KU_LOG, a, 0, 0), *q = la ? mul(out, la) : NULL;
-            gin[1] = q ? mul(g, q) : NULL;
-            tensor_release(la), tensor_release(q);
-        }
+        gin[0] = ga ? pow_grad_base(g, a, b) : NULL;
+        gin[1] = gb ? pow_grad_exponent(g, a, b, out) : NULL;
         break;
     case KB_MAX:
-    case KB_MIN: { /* the larger (smaller) input takes g; ties split it */
-        Tensor *win = op_binary(op == KB_MAX ? KB_GT : KB_LT, a, b), *tie = op_binary(KB_EQ, a, b);
-        Tensor *wf = win ? op_cast(win, g->dtype) : NULL, *tf = tie ? op_cast(tie, g->dtype) : NULL;
+    case KB_MIN: { /* torch: g, halved at ties, 0 for the input that lost (NaN loses to nothing) */
+        Tensor *tie = op_binary(KB_EQ, a, b), *tf = tie ? op_cast(tie, g->dtype) : NULL;
         Tensor *half = tf ? op_binary_scalar(KB_MUL, tf, 0.5, false, false) : NULL;
-        Tensor *wa = half && wf ? op_binary(KB_ADD, wf, half) : NULL;
-        if (wa && ga) gin[0] = mul(g, wa);
-        if (wa && gb) {
-            Tensor *wb = op_binary_scalar(KB_SUB, wa, 1, true, true);
-            gin[1] = wb ? mul(g, wb) : NULL;
-            tensor_release(wb);
-        }
-        tensor_release(win), tensor_release(tie), tensor_release(wf), tensor_release(tf), tensor_release(half), tensor_release(wa);
+        Tensor *keep = half ? op_binary_scalar(KB_SUB, half, 1, true, true) : NULL; /* 1 - tie / 2 */
+        bool gt_loses_a = op == KB_MIN; /* a > b: a lost a minimum, b a maximum */
+        if (keep && ga) gin[0] = minmax_share(g, keep, a, b, gt_loses_a ? KB_GT : KB_LT);
+        if (keep && gb) gin[1] = minmax_share(g, keep, a, b, gt_loses_a ? KB_LT : KB_GT);
+        tensor_release(tie), tensor_release(tf), tensor_release(half), tensor_release(keep);
         break;
     }
     case KB_FLOORDIV: /* piecewise constant: zero gradients, as torch's div(rounding_mode = "floor") */
@@ -180,9 +206,10 @@ static int bw_binary(AGNode *n, Tensor *g, Tensor **gin) {
         gin[1] = gb ? tensor_zeros(g->shape, g->ndim, g->dtype, g->device) : NULL;
         break;
     case KB_REMAINDER: /* a - floor(a / b) * b: g and -g * floor(a / b) */
+    case KB_FMOD:      /* a - trunc(a / b) * b: g and -g * trunc(a / b) */
         gin[0] = ga ? tensor_retain(g) : NULL;
         if (gb) {
-            Tensor *q = op_binary(KB_FLOORDIV, a, b), *t = q ? mul(g, q) : NULL;
+            Tensor *q = quotient(op, a, b), *t = q ? mul(g, q) : NULL;
             gin[1] = t ? op_unary(KU_NEG, t, 0, 0) : NULL;
             tensor_release(q), tensor_release(t);
         }
@@ -194,7 +221,9 @@ static int bw_binary(AGNode *n, Tensor *g, Tensor **gin) {
     return 0;
 }
 
-static bool is_differentiable_binary(KBinOp op) { return op <= KB_MIN || op == KB_FLOORDIV || op == KB_REMAINDER; }
+static bool is_differentiable_binary(KBinOp op) {
+    return op <= KB_MIN || op == KB_FLOORDIV || op == KB_REMAINDER || op == KB_FMOD;
+}
 
 static void record_binary(KBinOp op, Tensor *out, Tensor *a, Tensor *b) {
     Tensor *in[2] = {a, b};
@@ -202,7 +231,7 @@ static void record_binary(KBinOp op, Tensor *out, Tensor *a, Tensor *b) {
     AGNode *n = ag_record(kbin_name(op), bw_binary, out, in, 2);
     if (!n) return;
     bool ga = a->requires_grad, gb = b->requires_grad;
-    bool rem_b = op == KB_REMAINDER && gb;
+    bool rem_b = (op == KB_REMAINDER || op == KB_FMOD) && gb;
     bool need_a = (op == KB_MUL && gb) || op == KB_POW || op == KB_MAX || op == KB_MIN || rem_b;
     bool need_b = (op == KB_MUL && ga) || op == KB_DIV || op == KB_POW || op == KB_MAX || op == KB_MIN || rem_b;
     bool need_out = (op == KB_DIV && gb) || (op == KB_POW && gb);
@@ -328,7 +357,7 @@ int op_binary_(KBinOp op, Tensor *a, Tensor *b) {
         if (check_inplace_grad(a, name) < 0) return -1;
         /* ops whose backward reads a's old value get a copy of it: a itself
          * is about to be overwritten (PyTorch saves the original self too) */
-        bool saves_a = op == KB_MUL || op == KB_POW || op == KB_MAX || op == KB_MIN || op == KB_REMAINDER;
+        bool saves_a = op == KB_MUL || op == KB_POW || op == KB_MAX || op == KB_MIN || op == KB_REMAINDER || op == KB_FMOD;
         Tensor *src = saves_a ? tensor_clone(a) : tensor_retain(a);
         Tensor *r = src ? op_binary(op, src, b) : NULL;
         int rc = r ? rebase(a, r) : -1;
@@ -405,8 +434,12 @@ static int bw_unary(AGNode *n, Tensor *g, Tensor **gin) {
     if (!saved) return -1;
     if (op == KU_RPOW) { /* d/dx c^x = c^x log(c); saved is the output c^x */
         Tensor *t = op_binary_scalar(KB_MUL, saved, log(n->p[0]), false, false);
-        gin[0] = t ? op_binary(KB_MUL, g, t) : NULL;
-        tensor_release(t);
+        /* torch: 0 where c = 0 and x >= 0, which is where 0^x <= 1 (0 or 1) */
+        bool base0 = n->p[0] == 0;
+        Tensor *m = t && base0 ? op_binary_scalar(KB_LE, saved, 1, true, false) : NULL;
+        Tensor *t0 = !base0 ? tensor_retain(t) : m ? op_masked_fill(t, m, 0.0) : NULL;
+        gin[0] = t0 ? op_binary(KB_MUL, g, t0) : NULL;
+        tensor_release(t), tensor_release(m), tensor_release(t0);
         return gin[0] ? 0 : -1;
     }
     DType cdt = g->dtype == DT_F64 ? DT_F64 : DT_F32;
@@ -422,6 +455,15 @@ static int bw_unary(AGNode *n, Tensor *g, Tensor **gin) {
     return gx ? 0 : -1;
 }
 
+/* The activations torch implements for floating dtypes only ("not
+ * implemented for 'Long'"); suffix "_" names the in-place form. */
+static int check_float_only(KUnOp op, DType dt, const char *suffix) {
+    bool float_only = op == KU_GELU || op == KU_GELU_TANH || op == KU_SILU || op == KU_LEAKY_RELU;
+    if (!float_only || dtype_is_float(dt)) return 0;
+    return accel_fail_int("%s%s: \"%s\" is not implemented for %s tensors (convert with :float())", kun_name(op), suffix,
+                          kun_name(op), dtype_name(dt));
+}
+
 /* floor, ceil, round, trunc: the identity on integers (their dtype kept, as torch) */
 static bool rounds_to_itself(KUnOp op, DType dt) {
     return !dtype_is_float(dt) && (op == KU_FLOOR || op == KU_CEIL || op == KU_ROUND || op == KU_TRUNC);
@@ -433,16 +475,13 @@ Tensor *op_unary(KUnOp op, Tensor *a, double p1, double p2) {
         return accel_fail("neg: Negation, the `-` operator, on a bool tensor is not supported. If you are trying to "
                           "invert a mask, use logical_not() instead.");
     if (op == KU_ABS && a->dtype == DT_BOOL) return accel_fail("abs: \"abs\" is not implemented for bool tensors");
+    if (check_float_only(op, a->dtype, "") < 0) return NULL;
     if (rounds_to_itself(op, a->dtype)) return tensor_clone(a);
     DType rd = a->dtype;
     if (!dtype_is_float(rd) && !unary_keeps_int(op)) rd = dtype_default_float();
     if (op == KU_NOT) rd = DT_BOOL;
     if (op == KU_POW && !dtype_is_float(rd) && p1 != floor(p1)) rd = dtype_default_float();
-    if (op == KU_POW && (rd == DT_BF16 || rd == DT_F16)) { /* as torch: the exponent in the tensor's dtype */
-        uint16_t h;
-        dtype_store(&h, rd, p1);
-        p1 = dtype_load(&h, rd);
-    }
+    if (op == KU_POW) p1 = dtype_round_half(rd, p1); /* as torch: the exponent in the tensor's dtype */
     DType cdt = compute_dtype(rd == DT_BOOL ? a->dtype : rd);
     if (shape_check(kun_name(op), a->shape, a->ndim, (int)cdt) < 0) return NULL; /* e.g. a huge expanded input */
     Tensor *ca = as_dtype_plain(a, cdt);
@@ -464,6 +503,7 @@ int op_unary_(KUnOp op, Tensor *a, double p1, double p2) {
     PROF_SCOPE(kun_name(op), PROF_INPLACE, a, NULL);
     const char *name = kun_name(op);
     if (rounds_to_itself(op, a->dtype)) return 0;
+    if (check_float_only(op, a->dtype, "_") < 0) return -1;
     if (tensor_check_writable(a, name) < 0) return -1;
     if (!dtype_is_float(a->dtype) && !unary_keeps_int(op))
         return accel_fail_int("%s_: result type float can't be cast to the in-place output's type %s", name, dtype_name(a->dtype));
@@ -528,28 +568,34 @@ Tensor *op_where(Tensor *cond, Tensor *a, Tensor *b) {
     return out;
 }
 
-static int check_mask(Tensor *mask) {
-    if (mask->dtype != DT_BOOL)
-        return accel_fail_int("masked_fill: mask must be a bool tensor, got %s", dtype_name(mask->dtype));
-    return 0;
+/* A bool mask that broadcasts with a (to shape / *nd), or -1 with op's error. */
+static int check_mask(Tensor *a, Tensor *mask, const char *op, int64_t *shape, int *nd) {
+    if (mask->dtype != DT_BOOL) return accel_fail_int("%s: mask must be a bool tensor, got %s", op, dtype_name(mask->dtype));
+    return broadcast_shapes(mask->shape, mask->ndim, a->shape, a->ndim, shape, nd, op);
 }
 
+/* Out of place, mask and a broadcast together (as torch's masked_fill). */
 Tensor *op_masked_fill(Tensor *a, Tensor *mask, double v) {
     PROF_SCOPE("masked_fill", PROF_FORWARD, a, mask);
-    if (check_mask(mask) < 0) return NULL;
+    int64_t shape[TENSOR_MAX_DIMS];
+    int nd;
+    if (check_mask(a, mask, "masked_fill", shape, &nd) < 0) return NULL;
     Tensor *fill = tensor_full(NULL, 0, v, a->dtype, a->device);
-    if (!fill) return NULL;
-    Tensor *out = op_where(mask, fill, a);
+    Tensor *out = fill ? op_where(mask, fill, a) : NULL;
     tensor_release(fill);
-    if (out && (out->ndim != a->ndim || out->numel != a->numel)) {
-        tensor_release(out);
-        return accel_fail("masked_fill: mask shape %s does not broadcast to the tensor's shape %s", tensor_shape_str(mask),
-                          tensor_shape_str(a));
-    }
     return out;
 }
 
 int op_masked_fill_(Tensor *a, Tensor *mask, double v) {
+    int64_t shape[TENSOR_MAX_DIMS];
+    int nd;
+    if (check_mask(a, mask, "masked_fill_", shape, &nd) < 0) return -1;
+    if (nd != a->ndim || shape_numel(shape, nd) != a->numel) {
+        char bs[160];
+        shape_str(shape, nd, bs, sizeof bs);
+        return accel_fail_int("masked_fill_: output with shape %s doesn't match the broadcast shape %s (mask %s)",
+                              tensor_shape_str(a), bs, tensor_shape_str(mask));
+    }
     Tensor *r = op_masked_fill(a, mask, v);
     if (!r) return -1;
     int rc;

@@ -174,11 +174,15 @@ static Tensor *mm_nd(Tensor *a, Tensor *b) {
 }
 
 /* As torch: operands of different dtypes are an error (under autocast they
- * were cast to one dtype before this). */
+ * were cast to one dtype before this, unless one is not autocast's: the
+ * hint to run under autocast only where that would help). */
 static int check_same_dtype(const char *op, const Tensor *a, const Tensor *b) {
     if (!b || a->dtype == b->dtype) return 0;
-    return accel_fail_int("%s: expected both operands to have the same dtype, got %s and %s (convert one with :to(), "
-                          "or run under autocast)", op, dtype_name(a->dtype), dtype_name(b->dtype));
+    bool autocast_helps = precision_autocast() == DT_F32 && precision_autocast_eligible(a->dtype) &&
+                          precision_autocast_eligible(b->dtype);
+    return accel_fail_int("%s: expected both operands to have the same dtype, got %s and %s (convert one with :to()%s)",
+                          op, dtype_name(a->dtype), dtype_name(b->dtype),
+                          autocast_helps ? ", or run under autocast" : "");
 }
 
 static Tensor *matmul_impl(Tensor *a, Tensor *b) {
@@ -266,13 +270,17 @@ static Tensor *linear_impl(Tensor *x, Tensor *w, Tensor *b) {
 
 /* ---- entry points: autocast applies to the operands ---- */
 
-/* Run fn on a and b cast for autocast (a plain call when autocast is off). */
+/* Run fn on a, b and c (the bias, may be NULL) cast for autocast (a plain
+ * call when autocast is off): as torch, the bias is rounded to the autocast
+ * dtype too, and its gradient flows back through the cast. */
 static Tensor *with_autocast(Tensor *(*fn)(Tensor *, Tensor *, Tensor *), Tensor *a, Tensor *b, Tensor *c) {
     if (precision_autocast() == DT_F32) return fn(a, b, c);
     Tensor *ca = precision_autocast_input(a), *cb = ca ? precision_autocast_input(b) : NULL;
-    Tensor *r = cb ? fn(ca, cb, c) : NULL;
+    Tensor *cc = cb && c ? precision_autocast_input(c) : NULL;
+    Tensor *r = cb && (cc || !c) ? fn(ca, cb, cc) : NULL;
     tensor_release(ca);
     tensor_release(cb);
+    tensor_release(cc);
     return r;
 }
 

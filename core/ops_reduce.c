@@ -322,19 +322,11 @@ Tensor *op_argmax(Tensor *a, int dim, bool keepdim, bool want_max, bool all) {
 
 /* ---- composites: var, std, norm ---- */
 
-Tensor *op_var(Tensor *a, const int *dims, int ndims, double correction, bool keepdim) {
-    PROF_SCOPE("var", PROF_FORWARD, a, NULL);
-    if (!dtype_is_float(a->dtype)) return accel_fail("var: input dtype must be floating point, got %s", dtype_name(a->dtype));
-    RedDims r;
-    if (red_dims(a, dims, ndims, keepdim, &r, "var") < 0) return NULL;
-    Tensor *mean = op_reduce(KR_MEAN, a, dims, ndims, true);
-    Tensor *d = mean ? op_binary(KB_SUB, a, mean) : NULL;
-    Tensor *sq = d ? op_binary(KB_MUL, d, d) : NULL;
-    Tensor *s = sq ? op_reduce(KR_SUM, sq, dims, ndims, keepdim) : NULL;
-    double denom = (double)r.n - correction;
-    Tensor *v = s ? op_binary_scalar(KB_DIV, s, denom > 0 ? denom : 0.0, false, false) : NULL;
-    tensor_release(mean), tensor_release(d), tensor_release(sq), tensor_release(s);
-    return v;
+/* The dtype var / std / norm compute in: bf16 / fp16 as float32 (their
+ * squares overflow or underflow the half dtypes; torch accumulates them in
+ * float32 too), the result rounded back once. */
+static Tensor *widened(Tensor *a) {
+    return a->dtype == DT_BF16 || a->dtype == DT_F16 ? tensor_to_dtype(a, DT_F32) : tensor_retain(a);
 }
 
 /* std = sqrt(var): g / (2 * std), and 0 where the std is 0 (PyTorch's
@@ -350,13 +342,50 @@ static int bw_std(AGNode *n, Tensor *g, Tensor **gin) {
     return gin[0] ? 0 : -1;
 }
 
-Tensor *op_std_of_var(Tensor *v) {
+static Tensor *std_of_var(Tensor *v) {
     bool prev = ag_set_grad_enabled(false);
     Tensor *r = op_unary(KU_SQRT, v, 0, 0);
     ag_set_grad_enabled(prev);
     AGNode *n = r ? ag_record("std", bw_std, r, &v, 1) : NULL;
     if (n) ag_save(n, r);
     return r;
+}
+
+/* var (std when want_std) of a float32 / float64 tensor */
+static Tensor *var_compute(Tensor *a, const RedDims *r, const int *dims, int ndims, double correction, bool keepdim,
+                           bool want_std) {
+    Tensor *mean = op_reduce(KR_MEAN, a, dims, ndims, true);
+    Tensor *d = mean ? op_binary(KB_SUB, a, mean) : NULL;
+    Tensor *sq = d ? op_binary(KB_MUL, d, d) : NULL;
+    Tensor *s = sq ? op_reduce(KR_SUM, sq, dims, ndims, keepdim) : NULL;
+    double denom = (double)r->n - correction;
+    Tensor *v = s ? op_binary_scalar(KB_DIV, s, denom > 0 ? denom : 0.0, false, false) : NULL;
+    tensor_release(mean), tensor_release(d), tensor_release(sq), tensor_release(s);
+    if (!want_std || !v) return v;
+    Tensor *sd = std_of_var(v);
+    tensor_release(v);
+    return sd;
+}
+
+static Tensor *var_or_std(Tensor *a, const int *dims, int ndims, double correction, bool keepdim, bool want_std) {
+    const char *name = want_std ? "std" : "var";
+    if (!dtype_is_float(a->dtype)) return accel_fail("%s: input dtype must be floating point, got %s", name, dtype_name(a->dtype));
+    RedDims r;
+    if (red_dims(a, dims, ndims, keepdim, &r, name) < 0) return NULL;
+    Tensor *w = widened(a);
+    Tensor *v = w ? var_compute(w, &r, dims, ndims, correction, keepdim, want_std) : NULL;
+    tensor_release(w);
+    return tensor_to_dtype_owned(v, a->dtype);
+}
+
+Tensor *op_var(Tensor *a, const int *dims, int ndims, double correction, bool keepdim) {
+    PROF_SCOPE("var", PROF_FORWARD, a, NULL);
+    return var_or_std(a, dims, ndims, correction, keepdim, false);
+}
+
+Tensor *op_std(Tensor *a, const int *dims, int ndims, double correction, bool keepdim) {
+    PROF_SCOPE("std", PROF_FORWARD, a, NULL);
+    return var_or_std(a, dims, ndims, correction, keepdim, true);
 }
 
 /* 2-norm: g * a / norm, and 0 where the norm is 0 (the subgradient PyTorch
@@ -374,9 +403,7 @@ static int bw_norm2(AGNode *n, Tensor *g, Tensor **gin) {
     return gin[0] ? 0 : -1;
 }
 
-Tensor *op_norm(Tensor *a, double p, const int *dims, int ndims, bool keepdim) {
-    PROF_SCOPE("norm", PROF_FORWARD, a, NULL);
-    if (!dtype_is_float(a->dtype)) return accel_fail("norm: input dtype must be floating point, got %s", dtype_name(a->dtype));
+static Tensor *norm_compute(Tensor *a, double p, const int *dims, int ndims, bool keepdim) {
     Tensor *ab = op_unary(KU_ABS, a, 0, 0), *r = NULL;
     if (!ab) return NULL;
     if (isinf(p)) {
@@ -414,4 +441,12 @@ Tensor *op_norm(Tensor *a, double p, const int *dims, int ndims, bool keepdim) {
     }
     tensor_release(ab);
     return r;
+}
+
+Tensor *op_norm(Tensor *a, double p, const int *dims, int ndims, bool keepdim) {
+    PROF_SCOPE("norm", PROF_FORWARD, a, NULL);
+    if (!dtype_is_float(a->dtype)) return accel_fail("norm: input dtype must be floating point, got %s", dtype_name(a->dtype));
+    Tensor *w = widened(a), *r = w ? norm_compute(w, p, dims, ndims, keepdim) : NULL;
+    tensor_release(w);
+    return tensor_to_dtype_owned(r, a->dtype);
 }

@@ -19,10 +19,11 @@ static bool transposed_2d(const Tensor *t) {
     return t->ndim == 2 && t->stride[0] == 1 && t->stride[1] == t->shape[0] && t->shape[0] > 1 && t->shape[1] > 1;
 }
 
+bool precision_autocast_eligible(DType dt) { return dt == DT_F32 || dt == DT_F16 || dt == DT_BF16; }
+
 Tensor *precision_autocast_input(Tensor *t) {
-    /* as torch: the half dtypes and float32 are cast, float64 and integers are not */
-    bool eligible = t->dtype == DT_F32 || t->dtype == DT_F16 || t->dtype == DT_BF16;
-    if (autocast_dtype == DT_F32 || !eligible || t->dtype == autocast_dtype) return tensor_retain(t);
+    if (autocast_dtype == DT_F32 || !precision_autocast_eligible(t->dtype) || t->dtype == autocast_dtype)
+        return tensor_retain(t);
     if (!transposed_2d(t)) return tensor_to_dtype(t, autocast_dtype);
     Tensor *s = tensor_transpose(t, 0, 1), *c = s ? tensor_to_dtype(s, autocast_dtype) : NULL;
     Tensor *r = c ? tensor_transpose(c, 0, 1) : NULL;

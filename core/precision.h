@@ -12,6 +12,9 @@
 DType precision_autocast(void);
 /* Set it (DT_F32 turns autocast off); returns the previous setting. */
 DType precision_set_autocast(DType dt);
+/* Whether autocast casts a tensor of dtype dt (as torch: float32 and the
+ * half dtypes; float64 and integers are not). */
+bool precision_autocast_eligible(DType dt);
 /* t cast for an autocast GEMM (new reference; t itself when not applicable). */
 Tensor *precision_autocast_input(Tensor *t);
 

@@ -156,6 +156,17 @@ static inline DT_HD double dtype_load(const void *p, DType dt) {
     }
 }
 
+/* Float -> integer as PyTorch on x86 (cvttsd2si): truncated toward zero;
+ * NaN, +-inf and values whose truncation leaves the destination's range
+ * give its minimum (INT64_MIN, INT32_MIN); uint8 takes the low byte of the
+ * int64 result (-1.5 -> 255, 300.7 -> 44, NaN / inf -> 0). */
+static inline DT_HD int64_t float_to_i64(double v) {
+    return v >= -9223372036854775808.0 && v < 9223372036854775808.0 ? (int64_t)v : INT64_MIN;
+}
+static inline DT_HD int32_t float_to_i32(double v) {
+    return v > -2147483649.0 && v < 2147483648.0 ? (int32_t)v : INT32_MIN;
+}
+
 /* Integer read without going through double (exact for all int64). */
 static inline DT_HD int64_t dtype_load_i64(const void *p, DType dt) {
     switch (dt) {
@@ -163,7 +174,7 @@ static inline DT_HD int64_t dtype_load_i64(const void *p, DType dt) {
     case DT_I32: return *(const int32_t *)p;
     case DT_U8: return *(const uint8_t *)p;
     case DT_BOOL: return *(const uint8_t *)p ? 1 : 0;
-    default: return (int64_t)dtype_load(p, dt);
+    default: return float_to_i64(dtype_load(p, dt));
     }
 }
 
@@ -175,12 +186,21 @@ static inline DT_HD void dtype_store(void *p, DType dt, double v) {
     case DT_F16: *(uint16_t *)p = f32_to_f16((float)v); break;
     case DT_F8E4M3: *(uint8_t *)p = f32_to_f8e4m3((float)v); break;
     case DT_F8E5M2: *(uint8_t *)p = f32_to_f8e5m2((float)v); break;
-    case DT_I64: *(int64_t *)p = (int64_t)v; break;
-    case DT_I32: *(int32_t *)p = (int32_t)v; break;
-    case DT_U8: *(uint8_t *)p = (uint8_t)(int64_t)v; break;
+    case DT_I64: *(int64_t *)p = float_to_i64(v); break;
+    case DT_I32: *(int32_t *)p = float_to_i32(v); break;
+    case DT_U8: *(uint8_t *)p = (uint8_t)float_to_i64(v); break;
     case DT_BOOL: *(uint8_t *)p = v != 0.0; break;
     default: break;
     }
+}
+
+/* v rounded to a bf16 / fp16 dt (any other dt: v itself), as torch rounds a
+ * scalar meeting a half tensor */
+static inline DT_HD double dtype_round_half(DType dt, double v) {
+    uint16_t h;
+    if (dt != DT_BF16 && dt != DT_F16) return v;
+    dtype_store(&h, dt, v);
+    return dtype_load(&h, dt);
 }
 
 static inline DT_HD void dtype_store_i64(void *p, DType dt, int64_t v) {

@@ -14,6 +14,7 @@ typedef enum {
     KB_EQ, KB_NE, KB_LT, KB_LE, KB_GT, KB_GE, /* comparisons: output uint8 0/1 */
     KB_AND, KB_OR, KB_XOR,                    /* logical (nonzero = true), output uint8 */
     KB_FLOORDIV, KB_REMAINDER,                /* Python semantics (floor) */
+    KB_FMOD,                                  /* C's fmod: truncated, the dividend's sign */
     KB_COUNT
 } KBinOp;
 

@@ -33,6 +33,23 @@ static const struct {
     {0x0C, 4, DT_I32, "int32"},    {0x0D, 4, DT_F32, "float32"},   {0x0E, 8, DT_F64, "float64"},
 };
 
+/* -1 naming the error the last read of s met, if any, else 0: a gzip
+ * stream cut before its end (what the file's `what` needed was all there:
+ * the missing part is the gzip trailer), one whose data fail the check
+ * stored with them (zlib inflates ahead, so this shows on whichever read
+ * comes first, often the header's), or a read error. */
+static int read_error(Src *s, const char *what) {
+    int zerr = Z_OK;
+    const char *msg = gzerror(s->gz, &zerr);
+    size_t np = strlen(s->path);
+    if (strncmp(msg, s->path, np) == 0 && strncmp(msg + np, ": ", 2) == 0) msg += np + 2; /* zlib names the path */
+    if (zerr == Z_OK) return 0;
+    if (zerr == Z_DATA_ERROR) return accel_fail_int("read_idx: %s is a corrupt gzip file (zlib: %s)", s->path, msg);
+    if (zerr == Z_BUF_ERROR)
+        return accel_fail_int("read_idx: %s is truncated: the gzip stream ends before its end-of-stream marker", s->path);
+    return accel_fail_int("read_idx: %s: cannot read the %s: %s", s->path, what, zerr == Z_ERRNO ? strerror(errno) : msg);
+}
+
 /* Read exactly n bytes (the file's `what`); 0, or -1 naming the problem. */
 static int src_read(Src *s, void *dst, size_t n, const char *what) {
     size_t got = 0;
@@ -41,10 +58,8 @@ static int src_read(Src *s, void *dst, size_t n, const char *what) {
         unsigned chunk = n - got > (1u << 30) ? 1u << 30 : (unsigned)(n - got);
         int r = gzread(s->gz, (char *)dst + got, chunk);
         if (r <= 0) {
-            const char *msg = gzerror(s->gz, &zerr);
-            if (r < 0 && zerr != Z_BUF_ERROR)
-                return accel_fail_int("read_idx: %s: cannot read the %s: %s", s->path, what,
-                                      zerr == Z_ERRNO ? strerror(errno) : msg);
+            gzerror(s->gz, &zerr);
+            if (r < 0 && zerr != Z_BUF_ERROR) return read_error(s, what);
             break;
         }
         got += (size_t)r;
@@ -135,6 +150,7 @@ static int read_data(Src *s, Tensor *t, uint8_t *p, int type) {
     if (src_read(s, p, nbytes, what) < 0) return -1;
     if (gzread(s->gz, &extra, 1) > 0)
         return accel_fail_int("read_idx: %s has bytes after the %s its header declares", s->path, what);
+    if (read_error(s, "end of the file") < 0) return -1;
     decode(t, p, idx_types[type].size, idx_types[type].code == 0x09);
     return 0;
 }

@@ -76,12 +76,14 @@ typedef uint64_t __attribute__((may_alias)) u64a;
         if (mod != 0 && ((y < 0) != (mod < 0))) mod += y;                   \
         return mod;                                                         \
     }                                                                       \
+    static inline T fmod_##S(T x, T y) { return fmod##MS(x, y); }           \
     static inline T sign_##S(T x) {                                         \
         return (T)((x > 0) - (x < 0)); /* NaN -> 0, as torch */             \
     }                                                                       \
+    /* min(max(x, lo), hi) as torch: hi wins over lo; a NaN bound gives NaN */ \
     static inline T clamp_##S(T x, T lo, T hi) {                            \
-        T t = x < lo ? lo : x;                                              \
-        return t > hi ? hi : t;                                             \
+        T t = x < lo || lo != lo ? lo : x;                                  \
+        return t > hi || hi != hi ? hi : t;                                 \
     }                                                                       \
     static inline T sigmoid_##S(T x) { return (T)1 / ((T)1 + exp##MS(-x)); } \
     static inline T gelu_##S(T x) {                                         \
@@ -135,6 +137,11 @@ static inline int64_t remainder_i64(int64_t x, int64_t y) {
     int64_t r = x % y;
     return (r != 0 && ((r < 0) != (y < 0))) ? r + y : r;
 }
+static inline int64_t fmod_i64(int64_t x, int64_t y) { return y == 0 || y == -1 ? 0 : x % y; }
+static inline int64_t clamp_i64(int64_t x, int64_t lo, int64_t hi) {
+    int64_t t = x < lo ? lo : x; /* min(max(x, lo), hi): hi wins when lo > hi, as torch */
+    return t > hi ? hi : t;
+}
 /* x^y by squaring; negative y gives the truncated real result. */
 static inline int64_t pow_i64(int64_t x, int64_t y) {
     if (y < 0) return x == 1 ? 1 : x == -1 ? ((y & 1) ? -1 : 1) : 0;
@@ -144,7 +151,7 @@ static inline int64_t pow_i64(int64_t x, int64_t y) {
     return (int64_t)r;
 }
 
-/* double -> int64 saturating, NaN -> 0 (casts and int bounds never UB). */
+/* double -> int64 saturating, NaN -> 0 (integer clamp bounds never UB). */
 static inline int64_t sat_i64(double v) {
     if (v != v) return 0;
     if (v <= -9223372036854775808.0) return INT64_MIN;
@@ -175,6 +182,7 @@ static inline int64_t sat_i64(double v) {
     case KB_XOR: LOOP(T, uint8_t, (x != 0) ^ (y != 0)); break;              \
     case KB_FLOORDIV: LOOP(T, T, floordiv_##S(x, y)); break;                \
     case KB_REMAINDER: LOOP(T, T, remainder_##S(x, y)); break;              \
+    case KB_FMOD: LOOP(T, T, fmod_##S(x, y)); break;                        \
     default: break;
 
 #define BIN_CONTIG(T, OT, EXPR)                                             \
@@ -383,7 +391,7 @@ static int64_t i64_bound(double v, int upper) {
     case KU_ABS: LOOP(int64_t, x < 0 ? wrap_neg(x) : x); break;             \
     case KU_SQUARE: LOOP(int64_t, mul_i64(x, x)); break;                    \
     case KU_SIGN: LOOP(int64_t, (x > 0) - (x < 0)); break;                  \
-    case KU_CLAMP: LOOP(int64_t, x < lo ? lo : x > hi ? hi : x); break;     \
+    case KU_CLAMP: LOOP(int64_t, clamp_i64(x, lo, hi)); break;              \
     case KU_RELU: LOOP(int64_t, x < 0 ? 0 : x); break;                      \
     case KU_NOT: LOOP(int64_t, x == 0); break;                              \
     default: break;
@@ -598,8 +606,8 @@ static void bf16_to_f32_run(int64_t n, const uint16_t *a, int64_t sa, float *o, 
     for (; i < n; i++) o[i * so] = bf16_to_f32(a[i * sa]);
 }
 
-/* Any pair through double; integer destinations saturate (NaN -> 0),
- * integer-to-integer stays exact. */
+/* Any pair through double (float -> integer as PyTorch on x86: dtype.h's
+ * float_to_i64); integer-to-integer stays exact (then wraps, as C). */
 static void cast_generic(int64_t n, const void *a, DType adt, int64_t sa, void *o, DType odt,
                          int64_t so) {
     const int64_t as = (int64_t)dtype_size(adt) * sa, os = (int64_t)dtype_size(odt) * so;
@@ -607,9 +615,8 @@ static void cast_generic(int64_t n, const void *a, DType adt, int64_t sa, void *
     for (int64_t i = 0; i < n; i++) {
         const char *pa = (const char *)a + i * as;
         char *po = (char *)o + i * os;
-        if (o_int)
-            dtype_store_i64(po, odt,
-                            a_int ? dtype_load_i64(pa, adt) : sat_i64(dtype_load(pa, adt)));
+        if (o_int && a_int)
+            dtype_store_i64(po, odt, dtype_load_i64(pa, adt));
         else
             dtype_store(po, odt, dtype_load(pa, adt));
     }
@@ -632,8 +639,8 @@ static NOINLINE void cast_run(int64_t n, const void *a, DType adt, int64_t sa, v
     case PAIR(DT_F16, DT_F32): f16_to_f32_run(n, a, sa, o, so); break;
     case PAIR(DT_I64, DT_F32): CAST_RUN(int64_t, float, (float)v); break;
     case PAIR(DT_I64, DT_F64): CAST_RUN(int64_t, double, (double)v); break;
-    case PAIR(DT_F32, DT_I64): CAST_RUN(float, int64_t, sat_i64(v)); break;
-    case PAIR(DT_F64, DT_I64): CAST_RUN(double, int64_t, sat_i64(v)); break;
+    case PAIR(DT_F32, DT_I64): CAST_RUN(float, int64_t, float_to_i64(v)); break;
+    case PAIR(DT_F64, DT_I64): CAST_RUN(double, int64_t, float_to_i64(v)); break;
     case PAIR(DT_I32, DT_I64): CAST_RUN(int32_t, int64_t, (int64_t)v); break;
     case PAIR(DT_I64, DT_I32): CAST_RUN(int64_t, int32_t, (int32_t)v); break;
     case PAIR(DT_BOOL, DT_F32): CAST_RUN(uint8_t, float, v ? 1.0f : 0.0f); break;

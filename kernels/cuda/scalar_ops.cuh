@@ -1,6 +1,6 @@
 /* scalar_ops.cuh: the elementwise scalar semantics of the CUDA kernels
  * (kernels/cpu/elementwise.c's, op for op): NaN-propagating max/min, Python
- * floor division and remainder, wrapping int64 arithmetic with x / 0 = 0,
+ * floor division and remainder, C's fmod, wrapping int64 arithmetic with x / 0 = 0,
  * round half to even, exact and tanh GELU, and the unary derivatives.
  * KC_HD = __host__ __device__, so the host test (tests/cuda/host_ops.cu)
  * compiles the very same functions and compares them with the CPU kernels. */
@@ -45,6 +45,8 @@ static inline KC_HD int64_t k_remainder(int64_t x, int64_t y) {
     int64_t r = x % y;
     return (r != 0 && ((r < 0) != (y < 0))) ? r + y : r;
 }
+template <typename T> KC_HD T k_fmod(T x, T y) { return fmod(x, y); }
+static inline KC_HD int64_t k_fmod(int64_t x, int64_t y) { return y == 0 || y == -1 ? 0 : x % y; }
 static inline KC_HD int64_t k_pow(int64_t x, int64_t y) {
     if (y < 0) return x == 1 ? 1 : x == -1 ? ((y & 1) ? -1 : 1) : 0;
     uint64_t r = 1, b = (uint64_t)x;
@@ -82,6 +84,7 @@ template <typename T> KC_HD T binop(KBinOp op, T x, T y) {
     case KB_XOR: return (x != 0) ^ (y != 0);
     case KB_FLOORDIV: return k_floordiv(x, y);
     case KB_REMAINDER: return k_remainder(x, y);
+    case KB_FMOD: return k_fmod(x, y);
     default: return 0;
     }
 }
@@ -111,7 +114,7 @@ template <typename T> KC_HD T unop(KUnOp op, T x, T q1, T q2) {
     case KU_SQUARE: return x * x;
     case KU_RECIP: return (T)1 / x;
     case KU_SIGN: return (T)((x > 0) - (x < 0)); /* NaN -> 0, as torch */
-    case KU_CLAMP: { T t = x < q1 ? q1 : x; return t > q2 ? q2 : t; }
+    case KU_CLAMP: { T t = x < q1 || q1 != q1 ? q1 : x; return t > q2 || q2 != q2 ? q2 : t; } /* NaN bound: NaN */
     case KU_POW: /* the CPU's cheap forms of the common exponents */
         return q1 == 2 ? x * x : q1 == 3 ? x * x * x : q1 == 1 ? x : q1 == (T)0.5 ? sqrt(x) : q1 == -1 ? (T)1 / x
              : q1 == (T)-0.5 ? (T)1 / sqrt(x) : q1 == -2 ? (T)1 / (x * x) : pow(x, q1);
@@ -136,7 +139,7 @@ static inline KC_HD int64_t unop(KUnOp op, int64_t x, int64_t lo, int64_t hi) {
     case KU_ABS: return x < 0 ? i_neg(x) : x;
     case KU_SQUARE: return k_mul(x, x);
     case KU_SIGN: return (x > 0) - (x < 0);
-    case KU_CLAMP: return x < lo ? lo : x > hi ? hi : x;
+    case KU_CLAMP: { int64_t t = x < lo ? lo : x; return t > hi ? hi : t; } /* hi wins over lo */
     case KU_RELU: return x < 0 ? 0 : x;
     case KU_NOT: return x == 0;
     default: return x;

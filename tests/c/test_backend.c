@@ -161,7 +161,7 @@ static void run_add(StridedIter *it, void *p, DType dt) {
 }
 
 static const char *const bin_names[KB_COUNT] = {"add", "sub", "mul", "div", "pow", "max", "min", "eq", "ne", "lt", "le",
-                                                "gt", "ge", "and", "or", "xor", "floordiv", "remainder"};
+                                                "gt", "ge", "and", "or", "xor", "floordiv", "remainder", "fmod"};
 
 static void test_binary(DType cdt) {
     for (int op = 0; op < KB_COUNT; op++) {

@@ -297,11 +297,19 @@ static void test_cast(void) {
     for (int i = 0; i < 100; i++) ok &= (d[2 * i] == a[3 * i] || isnan(a[3 * i])) && d[2 * i + 1] == -1;
     CHECK(ok);
 
-    /* float -> int saturates, NaN -> 0, truncates toward zero */
+    /* float -> int as PyTorch on x86: truncates toward zero; NaN, inf and out of range -> the minimum,
+       uint8 the int64 result's low byte (PyTorch 2.15: x.to(int64 / int32 / uint8)) */
     double src[6] = {NAN, 1e30, -1e30, -2.7, 2.7, 9007199254740993.0};
-    int64_t got[6], exp6[6] = {0, INT64_MAX, INT64_MIN, -2, 2, 9007199254740992};
+    int64_t got[6], exp6[6] = {INT64_MIN, INT64_MIN, INT64_MIN, -2, 2, 9007199254740992};
     k_cast(6, src, DT_F64, 1, got, DT_I64, 1);
     CHECK_EQ_I64("cast f64->i64", got, exp6, 6);
+    float fsrc[5] = {NAN, INFINITY, 3e9f, -1.5f, 300.7f};
+    int32_t gi32[5];
+    uint8_t gu8[5];
+    k_cast(5, fsrc, DT_F32, 1, gi32, DT_I32, 1);
+    CHECK(gi32[0] == INT32_MIN && gi32[1] == INT32_MIN && gi32[2] == INT32_MIN && gi32[3] == -1 && gi32[4] == 300);
+    k_cast(5, fsrc, DT_F32, 1, gu8, DT_U8, 1);
+    CHECK(gu8[0] == 0 && gu8[1] == 0 && gu8[2] == 0 && gu8[3] == 255 && gu8[4] == 44);
     /* int -> int exact through the generic path */
     int64_t big[2] = {INT64_MAX, -5};
     int32_t i32[2];
@@ -386,7 +394,7 @@ static void test_where(void) {
 
 static const char *bin_name[KB_COUNT] = {"add", "sub", "mul", "div", "pow", "max", "min",
                                          "eq", "ne", "lt", "le", "gt", "ge", "and", "or",
-                                         "xor", "floordiv", "remainder"};
+                                         "xor", "floordiv", "remainder", "fmod"};
 
 /* Reference in double; floor division / remainder from the exact quotient
  * (long double) so the test does not share the kernels' fmod algorithm. */
@@ -410,6 +418,7 @@ static double ref_binary(KBinOp op, double x, double y) {
     case KB_XOR: return (x != 0) != (y != 0);
     case KB_FLOORDIV: return (double)floorl((long double)x / (long double)y);
     case KB_REMAINDER: return (double)((long double)x - (long double)y * floorl((long double)x / y));
+    case KB_FMOD: return (double)((long double)x - (long double)y * truncl((long double)x / y));
     default: return NAN;
     }
 }
@@ -438,7 +447,7 @@ static void binary_case_f32(KBinOp op, int64_t n) {
         k_binary_f32(op, n, a, pat[p].sa, b, pat[p].sb, o, pat[p].so);
         for (int64_t i = 0; i < n; i++) {
             want[i] = ref_binary(op, a[i * pat[p].sa], b[i * pat[p].sb]);
-            if (!cmp && op != KB_FLOORDIV && op != KB_REMAINDER) want[i] = (float)want[i];
+            if (!cmp && op != KB_FLOORDIV && op != KB_REMAINDER && op != KB_FMOD) want[i] = (float)want[i];
             got[i] = cmp ? ((uint8_t *)o)[i * pat[p].so] : ((float *)o)[i * pat[p].so];
         }
         CHECK_CLOSE(fmt("binary f32 %s pattern %d", bin_name[op], p), got, want, n, rtol, 0);
@@ -473,6 +482,7 @@ static int64_t ref_binary_i64(KBinOp op, int64_t x, int64_t y) {
     case KB_DIV: return (int64_t)trunc((double)x / (double)y);
     case KB_FLOORDIV: return (int64_t)floor((double)x / (double)y);
     case KB_REMAINDER: return x - y * (int64_t)floor((double)x / (double)y);
+    case KB_FMOD: return x - y * (int64_t)trunc((double)x / (double)y);
     case KB_POW: return (int64_t)llround(pow((double)x, (double)y));
     default: return (int64_t)ref_binary(op, (double)x, (double)y);
     }

@@ -170,6 +170,17 @@ static void test_unary_semantics(void) {
             k_unary_i64(int_ops[k], 1, &x, 1, &o, 1, -3.5, 4.2); /* int bounds: -3 and 4 */
             badi += hk_unop_i64(int_ops[k], x, -3, 4) != o;
         }
+    for (int64_t x = -9; x <= 9; x++) { /* min > max: max wins, as torch's min(max(x, min), max) */
+        int64_t o;
+        k_unary_i64(KU_CLAMP, 1, &x, 1, &o, 1, 4.2, -3.5); /* int bounds: 5 and -4 */
+        badi += hk_unop_i64(KU_CLAMP, x, 5, -4) != o || o != -4;
+    }
+    for (int i = 0; i < NV; i++) { /* a NaN bound gives NaN */
+        const float x = (float)VALS[i];
+        float o32;
+        k_unary_f32(KU_CLAMP, 1, &x, 1, &o32, 1, NAN, 2);
+        bad32 += !same(hk_unop_f32(KU_CLAMP, x, NAN, 2), o32, 0) || o32 == o32;
+    }
     CHECK(bad32 == 0);
     CHECK(bad64 == 0);
     CHECK(badi == 0);

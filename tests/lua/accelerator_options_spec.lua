@@ -1112,14 +1112,15 @@ CASES.set_seed = {
 
 CASES.send_to_device = {
   non_blocking = function()
-    local t = accel.ones(2)
+    local t = accel.ones(2, {device = "cpu"})
     assert.are.equal(t, accel.utils.send_to_device({t}, "cpu", {non_blocking = true})[1])
     error_matching("send_to_device: non_blocking = true is not supported on cuda:0", function()
       accel.utils.send_to_device({t}, "cuda:0", {non_blocking = true})
     end)
   end,
   skip_keys = function()
-    local out = accel.utils.send_to_device({a = accel.ones(1), b = accel.ones(1)}, "sim", {skip_keys = {"a"}})
+    local out = accel.utils.send_to_device({a = accel.ones(1, {device = "cpu"}), b = accel.ones(1, {device = "cpu"})},
+      "sim", {skip_keys = {"a"}})
     assert.are.same({"cpu", "sim"}, {out.a.device.type, out.b.device.type})
     error_matching("skip_keys must be a string or a list of strings, got number", function()
       accel.utils.send_to_device({}, "cpu", {skip_keys = 1})

@@ -709,6 +709,33 @@ describe("fp16 loss scaling", function()
     end
   end)
 
+  it("a step with no gradient to check is an error and leaves the scale, as PyTorch's GradScaler", function()
+    -- torch.amp.GradScaler("cpu", growth_interval=1) behind Accelerate 1.15's prepared optimizer: step() with every
+    -- .grad None raises "No inf checks were recorded for this optimizer." and the scale stays; with zero gradients
+    -- (zero_grad(set_to_none=False)) the step runs and the scale doubles.
+    local a = accel.Accelerator{mixed_precision = "fp16", kwargs_handlers = {accel.GradScalerKwargs{init_scale = 4,
+      growth_interval = 1}}}
+    local model = mlp(3, 4, 8, 2)
+    local opt
+    model, opt = a:prepare(model, optim.SGD(model:parameters(), {lr = 0.01}))
+    error_matching("accelerator_spec.lua:%d+: optimizer step %(fp16 GradScaler%): no parameter of the optimizer has a "
+      .. "gradient", function() opt:step() end)
+    assert.are.equal(4, a.scaler:get_scale())
+    a:backward(model(accel.randn(2, 4)):mean())
+    opt:step()
+    assert.are.equal(8, a.scaler:get_scale())
+    opt:zero_grad()
+    error_matching("no inf/NaN check was recorded", function() opt:step() end)
+    assert.are.equal(8, a.scaler:get_scale())
+    opt:zero_grad({set_to_none = false}) -- zeros are checked: the step runs
+    a:backward(model(accel.randn(2, 4)):mean())
+    opt:step()
+    opt:zero_grad({set_to_none = false})
+    opt:step()
+    assert.is_false(a.optimizer_step_was_skipped)
+    assert.are.equal(32, a.scaler:get_scale())
+  end)
+
   it("unscales gradients before the step (matches fp32 to fp16 precision)", function()
     local function one_step(mp)
       local a = accel.Accelerator{mixed_precision = mp}

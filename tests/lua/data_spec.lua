@@ -150,6 +150,10 @@ describe("datasets", function()
     local xi, yi = ds:get(3)
     assert.are.same({6.0, 7.0, 8.0}, xi:tolist())
     assert.are.equal(12, yi:item())
+    -- a whole number given as a float (4 / 2) is that index, as t:select(1, 4 / 2) takes it
+    local x2, y2 = ds:get(4 / 2)
+    assert.are.same({{3.0, 4.0, 5.0}, 11}, {x2:tolist(), y2:item()})
+    expect_error(function() ds:get(2.5) end, "TensorDataset: index 2.5 is out of range 1..4")
   end)
 
   it("TensorDataset refuses tensors with different first dims, naming both shapes", function()
@@ -252,6 +256,37 @@ describe("DataLoader order", function()
     local loader = data.DataLoader(ids_dataset(7), {batch_size = 3})
     assert.are.same({{0, 1, 2}, {3, 4, 5}, {6}}, pass(loader))
     assert.are.same({{0, 1, 2}, {3, 4, 5}, {6}}, pass(loader))
+  end)
+
+  -- PyTorch 2.x (SequentialSampler) over a data set of 10^12 samples: len(loader) = 5 * 10^11 and
+  -- the first batch [0, 1], at once; the order 0..n-1 is never built (8 TB of int64)
+  it("without shuffle the order is never built: a loader over 10^12 samples starts at once", function()
+    local N = 1000000000000
+    local loader = data.DataLoader(data.Dataset{len = N, get = function(i) return i - 1 end}, {batch_size = 2})
+    assert.are.equal(N // 2, #loader)
+    assert.are.same({0, 1}, loader:iter()():tolist())
+    loader:load_state_dict({epoch = 0, samples = N - 2})
+    assert.are.same({{N - 2, N - 1}}, pass(loader))
+    assert.are.same({2, 3}, loader:shard(1, 2):iter()():tolist())
+    -- the padding of the last round still wraps to the start of the order (Accelerate's
+    -- BatchSamplerShard over BatchSampler(SequentialSampler(range(5)), 2): [[0, 1], [4, 0]], [[2, 3], [1, 2]])
+    local short = data.DataLoader(ids_dataset(5), {batch_size = 2})
+    assert.are.same({{{0, 1}, {4, 0}}, {{2, 3}, {1, 2}}}, {pass(short:shard(0, 2)), pass(short:shard(1, 2))})
+  end)
+
+  it("get_batch gets indices it may change in place: later passes are not affected", function()
+    local x = accel.arange(10, {device = "cpu"}) * 10 -- on the host, as the indices
+    local ds = setmetatable({get = function(_, i) return x[i] end}, {__len = function() return 9 end})
+    function ds.get_batch(_, idx) return x:index_select(1, idx:add_(1)) end -- 1-based, in place
+    for _, shuffle in ipairs{false, true} do
+      local loader = data.DataLoader(ds, {batch_size = 3, shuffle = shuffle, seed = 5})
+      local want = {}
+      for k, v in ipairs(shuffle and reference_perm(9, 5, 0) or {0, 1, 2, 3, 4, 5, 6, 7, 8}) do want[k] = (v + 1) * 10 end
+      for _ = 1, 3 do
+        loader:set_epoch(0)
+        assert.are.same(want, flatten(pass(loader)))
+      end
+    end
   end)
 
   it("drop_last drops the incomplete last batch", function()
@@ -571,7 +606,7 @@ describe("collation", function()
     for b in data.DataLoader(ds, {batch_size = 4, collate_fn = function(x) return x end}):iter() do got = b end
     assert.are.same({"1", "2", "3", "4"}, {tostring(got[1]), tostring(got[2]), tostring(got[3]), tostring(got[4])})
     local bad = data.Dataset{len = function() return 4.5 end, get = print}
-    expect_error(function() data.DataLoader(bad, {batch_size = 2}) end, "the dataset's len() must be an integer >= 0, got 4.5")
+    expect_error(function() data.DataLoader(bad, {batch_size = 2}) end, "Dataset: len() must be an integer >= 0, got 4.5")
   end)
 
   it("collate_fn receives the list of samples and its results are yielded", function()
@@ -640,6 +675,52 @@ describe("DataLoader options", function()
     expect_error(function() for _ in ipairs(loader) do end end, "a loader has no loader[1]", "loader:iter()")
   end)
 
+  -- PyTorch 2.x: DataLoader(ds, batch_size=math.inf) raises "batch_size should be a positive integer
+  -- value, but got batch_size=inf"; inf and 2^63 pass a v == floor(v) test but are no integers
+  it("inf and numbers past the largest integer are refused where an integer is needed", function()
+    local ds = ids_dataset(4)
+    expect_error(function() data.DataLoader(ds, {batch_size = math.huge}) end, "batch_size must be a positive integer", "inf")
+    expect_error(function() data.DataLoader(ds, {shuffle = true, seed = 2 ^ 63}) end, "seed must be an integer", "2^63 - 1")
+    expect_error(function() data.DataLoader(ds, {shuffle = true, seed = -math.huge}) end, "seed must be an integer", "-inf")
+    local loader = data.DataLoader(ds, {batch_size = 2, shuffle = true, seed = 1})
+    expect_error(function() loader:set_epoch(math.huge) end, "set_epoch: epoch must be an integer", "inf")
+    -- a shuffled epoch e draws from Philox block e * 2^40: epochs stop below 2^24
+    expect_error(function() loader:set_epoch(2 ^ 24) end, "set_epoch: epoch must be an integer in 0..16777215, got 16777216")
+    expect_error(function() loader:load_state_dict({epoch = math.huge, samples = 0}) end, "load_state_dict: epoch", "inf")
+    expect_error(function() loader:skip_first_batches(math.huge) end, "skip_first_batches: n", "inf")
+    expect_error(function() data.Dataset{len = math.huge, get = print} end, "Dataset: len must be an integer >= 0, got inf")
+    -- 2^62 batches of 2 are past the end of the epoch (2^62 * 2 would wrap around to 0 as an int64)
+    local skipped = loader:skip_first_batches(2 ^ 62)
+    assert.are.same({0, {}}, {#skipped, pass(skipped)})
+  end)
+
+  -- PyTorch 2.x: len(ds) with __len__ returning 2.5 raises "'float' object cannot be interpreted as an
+  -- integer", with -3 "__len__() should return >= 0", and an error raised in __len__ comes through as it is
+  it("the dataset's length must be an integer >= 0, and an error raised by #ds comes through", function()
+    local function with_len(f) return setmetatable({get = function(_, i) return i end}, {__len = f}) end
+    expect_error(function() data.DataLoader(with_len(function() return 2.5 end)) end, "length (#ds) must be an integer >= 0, got 2.5")
+    expect_error(function() data.DataLoader(with_len(function() return -3 end)) end, "length (#ds) must be an integer >= 0, got -3")
+    local ok, err = pcall(data.DataLoader, with_len(function() error("my len failed") end))
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("my len failed", 1, true), err)
+    ok, err = pcall(data.DataLoader, data.Dataset{len = function() error("my len failed") end, get = print})
+    assert.truthy(not ok and tostring(err):find("my len failed", 1, true), err)
+    local n = 4 -- a length that goes bad later is refused when the next pass starts
+    local loader = data.DataLoader(with_len(function() return n end), {batch_size = 2})
+    n = -1
+    expect_error(function() loader:iter() end, "length (#ds) must be an integer >= 0, got -1")
+  end)
+
+  -- PyTorch yields None for a collate_fn returning None; a Lua loop ends at a nil, so it is an error
+  it("a collate_fn or get_batch that returns nil is an error naming it and the batch", function()
+    local forgot = data.DataLoader(ids_dataset(6), {batch_size = 2, collate_fn = function(b) local _ = accel.stack(b) end})
+    expect_error(function() for _ in forgot:iter() do end end, "collate_fn returned nil for batch 1")
+    local custom = setmetatable({get = function(_, i) return i end}, {__len = function() return 4 end})
+    function custom.get_batch(_, idx) if idx[1]:item() == 2 then return nil end return idx end
+    expect_error(function() for _ in data.DataLoader(custom, {batch_size = 2}):iter() do end end,
+      "the dataset's get_batch returned nil for batch 2")
+  end)
+
   it("an empty dataset gives no batches", function()
     local loader = data.DataLoader(data.Dataset{len = 0, get = function() end}, {batch_size = 3, shuffle = true})
     assert.are.equal(0, #loader)
@@ -699,6 +780,13 @@ describe("read_idx", function()
     local z = read_file(gz)
     write_file(gz, z:sub(1, #z - 12))
     expect_error(function() data.read_idx(gz) end, gz, "truncated")
+    -- Python's gzip: the stream cut in its 8-byte trailer (CRC-32, size) raises "Compressed file ended
+    -- before the end-of-stream marker was reached", a changed CRC-32 "CRC check failed"
+    write_file(gz, z:sub(1, #z - 6))
+    expect_error(function() data.read_idx(gz) end, gz, "is truncated: the gzip stream ends before its end-of-stream marker")
+    write_file(gz, z:sub(1, #z - 8) .. string.char((z:byte(#z - 7) + 1) % 256) .. z:sub(#z - 6))
+    local err = expect_error(function() data.read_idx(gz) end, gz, "is a corrupt gzip file", "incorrect data check")
+    assert.is_nil(err:find("header", 1, true), err) -- the header bytes are fine
     write_file(path, "\1\2\8\1" .. string.pack(">I4", 0))
     expect_error(function() data.read_idx(path) end, path, "not an IDX file")
     write_file(path, "\0\0\7\1" .. string.pack(">I4", 0))
@@ -736,6 +824,8 @@ describe("TokenFile", function()
     assert.are.equal(accel.int64, x.dtype)
     assert.are.same({0, 50256, 7}, x:tolist())
     assert.are.same({50256, 7, 32768}, y:tolist())
+    assert.are.same({0, 50256, 7}, (tf:get(4 / 2)):tolist()) -- a whole float is that index
+    expect_error(function() data.TokenFile(path, {block_size = math.huge}) end, "block_size must be an integer >= 1", "inf")
     assert.are.same({65535, 0}, tf:ids(3, 2):tolist())
     local loader = data.DataLoader(tf, {batch_size = 2})
     local xb, yb = loader:iter()()
@@ -796,6 +886,8 @@ describe("CSV", function()
     assert.are.same({5, 6, 2}, all:get(3):tolist())
     local by_index = data.CSV(path, {columns = {3, {1}}})
     local l, a = by_index:get(1)
+    assert.are.same({0, {1}}, {l:item(), a:tolist()})
+    l, a = data.CSV(path, {columns = {6 / 2, {1.0}}}):get(1) -- whole floats are those columns
     assert.are.same({0, {1}}, {l:item(), a:tolist()})
     os.remove(path)
   end)

@@ -416,6 +416,23 @@ describe("fp8 training of the seed MLP", function()
   end)
 end)
 
+describe("fp8 in the built-in GPT-2", function()
+  -- HF's GPT2LMHeadModel calls self.lm_head(h), so Accelerate's conversion
+  -- reaches an untied head: one forward is one input and weight cast of it,
+  -- one backward one grad_output cast.
+  it("an untied lm_head runs in fp8", function()
+    local gpt2 = accel.models.gpt2
+    local acc = accel.Accelerator{mixed_precision = "fp8"}
+    local model = acc:prepare(gpt2.GPT2LMHeadModel(gpt2.GPT2Config{vocab_size = 64, n_positions = 16, n_embd = 32,
+      n_layer = 1, n_head = 2, dropout = 0, tie_word_embeddings = false}))
+    local ids = accel.randint(0, 64, {2, 8})
+    local _, loss = model(ids, {labels = ids})
+    acc:backward(loss)
+    local meta = model.lm_head.fp8_meta
+    assert.are.same({1, 1, 1}, {meta.input.steps, meta.weight.steps, meta.grad_output.steps})
+  end)
+end)
+
 describe("fp8 under activation checkpointing", function()
   -- One run of 3 SGD steps of an fp8 MLP with dropout: every step's
   -- first-layer weight gradient (as a list) and, after the run, each
@@ -528,6 +545,36 @@ describe("fp8 recipe options", function()
     local plain = {fp8_format = "E4M3"}
     support.expect_error(function() accel.Accelerator{mixed_precision = "fp8", kwargs_handlers = {plain}} end,
       "kwargs_handlers[1]", "accel.FP8RecipeKwargs")
+  end)
+
+  it("reads the ACCELERATE_FP8_* settings accelerate launch sets; a true flag it cannot honour is refused by name",
+    function()
+    local function run(env)
+      local p = assert(io.popen(env .. " " .. support.shell_quote(support.ACCEL_LUA) .. " -e " .. support.shell_quote(
+        'local ok, a = pcall(accel.Accelerator, {mixed_precision = "fp8"}) '
+        .. 'io.write(ok and (a.fp8_recipe.fp8_format .. " " .. a.fp8_recipe.margin) or a)') .. " 2>&1"))
+      local out = p:read("a")
+      p:close()
+      return out
+    end
+    -- the environment of `accelerate launch --mixed_precision fp8 --fp8_format E4M3 --fp8_margin 2` (accelerate
+    -- 1.15's setup_fp8_env; OPT_LEVEL, PAD_INNER_DIM and ENABLE_FSDP_FLOAT8_ALL_GATHER are MS-AMP's / torchao's)
+    local LAUNCH = "ACCELERATE_FP8_AMAX_COMPUTE_ALGO=most_recent ACCELERATE_FP8_AMAX_HISTORY_LEN=1024 "
+      .. "ACCELERATE_FP8_ENABLE_FSDP_FLOAT8_ALL_GATHER=1 ACCELERATE_FP8_FORMAT=E4M3 ACCELERATE_FP8_INTERVAL=1 "
+      .. "ACCELERATE_FP8_MARGIN=2 ACCELERATE_FP8_OPT_LEVEL=O2 ACCELERATE_FP8_OVERRIDE_DGRAD=False "
+      .. "ACCELERATE_FP8_OVERRIDE_FPROP=False ACCELERATE_FP8_OVERRIDE_WGRAD=False ACCELERATE_FP8_PAD_INNER_DIM=1 "
+      .. "ACCELERATE_FP8_USE_AUTOCAST_DURING_EVAL=False"
+    assert.are.equal("E4M3 2", run(LAUNCH))
+    -- --fp8_override_linear_precision false,true,false sets the flags as 0 / 1
+    assert.matches("ACCELERATE_FP8_OVERRIDE_DGRAD=1 is not supported: every product of the recipe is fp8",
+      run(LAUNCH .. " ACCELERATE_FP8_OVERRIDE_FPROP=0 ACCELERATE_FP8_OVERRIDE_DGRAD=1"))
+    assert.matches("ACCELERATE_FP8_OVERRIDE_WGRAD=true is not supported", run("ACCELERATE_FP8_OVERRIDE_WGRAD=true"))
+    assert.matches("ACCELERATE_FP8_USE_MXFP8_BLOCK_SCALING=yes is not supported: only per%-tensor delayed scaling",
+      run("ACCELERATE_FP8_USE_MXFP8_BLOCK_SCALING=yes"))
+    assert.matches("ACCELERATE_FP8_USE_AUTOCAST_DURING_EVAL=True is not supported: in eval mode",
+      run("ACCELERATE_FP8_USE_AUTOCAST_DURING_EVAL=True"))
+    assert.matches("ACCELERATE_FP8_OVERRIDE_FPROP=maybe is not a boolean", run("ACCELERATE_FP8_OVERRIDE_FPROP=maybe"))
+    assert.are.equal("HYBRID 0", run("ACCELERATE_FP8_USE_MXFP8_BLOCK_SCALING=off"))
   end)
 
   it("the kernels refuse non-fp8 formats and mismatched shapes", function()

@@ -219,6 +219,54 @@ describe("for batch in loader do", function()
     assert.are.same({{1, 2}, {3, 4}, {5}}, batches_of(loader, false))
   end)
 
+  -- PyTorch 2.x, `for (xb,) in l: firsts.append(xb[0].item()); for (peek,) in l: break` over
+  -- DataLoader(TensorDataset(torch.arange(8)), batch_size=2): firsts == [0, 2, 4, 6]; with a whole
+  -- inner loop instead of the peek, every inner loop sees 4 batches
+  it("a loop nested in another over the same loader has a pass of its own", function()
+    local loader = data.DataLoader(data.TensorDataset(accel.arange(8)), {batch_size = 2})
+    local firsts, inner, samples = {}, {}, {}
+    for xb in loader do
+      firsts[#firsts + 1], samples[#samples + 1] = xb[1]:item(), loader:state_dict().samples
+      assert(#firsts <= 4, "the outer loop went on past its 4 batches")
+      for _ in loader do break end -- a peek
+      inner[#inner + 1] = #batches_of(loader, false)
+    end
+    assert.are.same({0, 2, 4, 6}, firsts)
+    assert.are.same({4, 4, 4, 4}, inner)
+    -- each batch of the outer loop has its own position (k batches of 2: 2k samples), and the
+    -- epoch is over once, when the outer loop is
+    assert.are.same({2, 4, 6, 8}, samples)
+    assert.are.same({epoch = 1, samples = 0}, loader:state_dict())
+    -- batches that are plain numbers (from a collate_fn, the same in both loops), with both loops on one line
+    local sums = data.DataLoader(data.TensorDataset(accel.arange(8)), {batch_size = 2, collate_fn = function(b)
+      return b[1]:item() + b[2]:item()
+    end})
+    local outer, peeks = {}, {}
+    for s in sums do outer[#outer + 1] = s; assert(#outer <= 4) for p in sums do peeks[#peeks + 1] = p break end end
+    assert.are.same({1, 5, 9, 13}, outer)
+    assert.are.same({1, 1, 1, 1}, peeks)
+    -- called other than by a for loop, it says what to use
+    support.expect_error(function() local _ = sums() end, "`for batch in loader do` loop", "loader:iter()")
+  end)
+
+  it("a prepared loader: the outer loop keeps its own pass, end_of_dataloader and gradient state", function()
+    local a = accel.Accelerator{cpu = true}
+    local loader = a:prepare(data.DataLoader(data.TensorDataset(accel.arange(8)), {batch_size = 2}))
+    for round = 1, 2 do -- with a peek, then with a whole inner loop (which ends its own pass)
+      local firsts, ends, gs_ends = {}, {}, {}
+      for xb in loader do
+        firsts[#firsts + 1], ends[#ends + 1] = xb[1]:item(), loader.end_of_dataloader
+        gs_ends[#gs_ends + 1] = a.gradient_state.end_of_dataloader
+        assert(#firsts <= 4, "the outer loop went on past its 4 batches")
+        for _ in loader do if round == 1 then break end end
+      end
+      assert.are.same({0, 2, 4, 6}, firsts)
+      assert.are.same({false, false, false, true}, ends)
+      assert.are.same({false, false, false, true}, gs_ends)
+    end
+    assert.is_false(a.gradient_state.in_dataloader)
+  end)
+
   it("several batch values: for x, y in loader do", function()
     local ds = data.TensorDataset(accel.arange(1, 5), accel.arange(11, 15))
     local loader = data.DataLoader(ds, {batch_size = 2, shuffle = true, seed = 3})

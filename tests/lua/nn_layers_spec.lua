@@ -660,6 +660,21 @@ describe("losses", function()
     close(F.nll_loss(x, accel.tensor({1, 2}, {dtype = accel.uint8})), T(4))
   end)
 
+  -- torch 2.15: F.mse_loss(torch.zeros(4, 1), torch.zeros(4)) warns "Using a target size (torch.Size([4])) that
+  -- is different to the input size (torch.Size([4, 1])). This will likely lead to incorrect results due to
+  -- broadcasting. Please ensure they have the same size." (and computes over the broadcast (4, 4))
+  it("mse_loss / l1_loss warn once when the target's shape differs from the input's", function()
+    local q = support.shell_quote
+    local code = "local F = accel.nn.functional local x, t = accel.zeros(4, 1), accel.ones(4) "
+      .. "for _ = 1, 2 do F.mse_loss(x, t) F.l1_loss(x, t) end F.mse_loss(t, t) io.write(F.mse_loss(x, t):item())"
+    local p = assert(io.popen(("%s -e %s 2>&1"):format(q(support.ACCEL_LUA), q(code))))
+    local out = p:read("a")
+    p:close()
+    local tail = ": Using a target size ([4]) that is different to the input size ([4, 1]). This will likely lead to "
+      .. "incorrect results due to broadcasting. Please ensure they have the same size.\n"
+    assert.are.equal("accel-lua: warning: mse_loss" .. tail .. "accel-lua: warning: l1_loss" .. tail .. "1", out)
+  end)
+
   it("a bad reduction is an error naming the loss, at the caller's line", function()
     local x = accel.randn(3, 5)
     support.expect_error(function() local _ = F.mse_loss(x, x, {reduction = "avg"}) end,

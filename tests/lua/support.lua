@@ -53,6 +53,7 @@ M.NO_MATH_TYPE = "math.type (the integer subtype)"
 M.NO_LEN = "# on a container or loader (LuaJIT's # ignores __len on tables)"
 M.NO_IDIV = "the // operator (Lua 5.3+)"
 M.NO_STRING_PACK = "string.pack / string.unpack (Lua 5.3+; support's float32 rounding uses them)"
+M.NO_INT64 = "int64 values beyond 2^53 (LuaJIT numbers are doubles: tolist refuses them)"
 
 -- A function applying a Lua 5.3+ binary operator ("//", "&", ">>", ...),
 -- compiled at run time so that the spec file still parses under LuaJIT

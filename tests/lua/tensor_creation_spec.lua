@@ -17,6 +17,7 @@ it = support.lua54_only(it, pending, {
   ["int64 and int32 truncate floats toward zero and keep their range"] = support.NO_MATH_TYPE,
   ["accel.clock is a monotonically increasing float"] = support.NO_MATH_TYPE,
   ["accel.num_threads reads and sets the thread count"] = support.NO_MATH_TYPE,
+  ["float -> int64 / int32 / uint8 of NaN, inf and out-of-range values as PyTorch on x86"] = support.NO_INT64,
 })
 local f32, shape_of, flatten = support.f32, support.shape_of, support.flatten
 
@@ -507,6 +508,43 @@ describe("dtype constants", function()
     assert_list_equal({0, 1, 128, 255}, u:tolist())
     assert_list_equal({0, 1, 128, 255}, u:to(accel.float32):tolist())
     assert_list_equal({3, 200}, roundtrip({3.9, 200.0}, accel.uint8))
+  end)
+
+  it("float -> int64 / int32 / uint8 of NaN, inf and out-of-range values as PyTorch on x86", function()
+    -- PyTorch 2.15 (x86 CPU): x.to(float dtype).to(int64 / int32 / uint8), any
+    -- length: truncation toward zero; NaN, +-inf and values out of int64 /
+    -- int32 give INT64_MIN / INT32_MIN; uint8 is the int64 result's low byte.
+    local MIN64 = math.mininteger
+    local vals = {0 / 0, math.huge, -math.huge, -0.0, 1e30, -1e30, 3e9, -3e9, 2 ^ 31, -2 ^ 31, 2 ^ 63, -2 ^ 63,
+      2 ^ 52 + 7, -2 ^ 52 - 7, -3.7, -1.5, -0.5, 255.9, 300.5, 300.7, -200.2, 1e5, -70000.0}
+    local want = {
+    float32 = {{MIN64, MIN64, MIN64, 0, MIN64, MIN64, 3000000000, -3000000000, 2147483648, -2147483648, MIN64,
+      MIN64, 4503599627370496, -4503599627370496, -3, -1, 0, 255, 300, 300, -200, 100000, -70000}, {-2147483648,
+      -2147483648, -2147483648, 0, -2147483648, -2147483648, -2147483648, -2147483648, -2147483648, -2147483648,
+      -2147483648, -2147483648, -2147483648, -2147483648, -3, -1, 0, 255, 300, 300, -200, 100000, -70000}, {0,
+      0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 253, 255, 0, 255, 44, 44, 56, 160, 144}},
+    float64 = {{MIN64, MIN64, MIN64, 0, MIN64, MIN64, 3000000000, -3000000000, 2147483648, -2147483648, MIN64,
+      MIN64, 4503599627370503, -4503599627370503, -3, -1, 0, 255, 300, 300, -200, 100000, -70000}, {-2147483648,
+      -2147483648, -2147483648, 0, -2147483648, -2147483648, -2147483648, -2147483648, -2147483648, -2147483648,
+      -2147483648, -2147483648, -2147483648, -2147483648, -3, -1, 0, 255, 300, 300, -200, 100000, -70000}, {0,
+      0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7, 249, 253, 255, 0, 255, 44, 44, 56, 160, 144}},
+    float16 = {{MIN64, MIN64, MIN64, 0, MIN64, MIN64, MIN64, MIN64, MIN64, MIN64, MIN64, MIN64, MIN64, MIN64,
+      -3, -1, 0, 255, 300, 300, -200, MIN64, MIN64}, {-2147483648, -2147483648, -2147483648, 0, -2147483648,
+      -2147483648, -2147483648, -2147483648, -2147483648, -2147483648, -2147483648, -2147483648, -2147483648,
+      -2147483648, -3, -1, 0, 255, 300, 300, -200, -2147483648, -2147483648}, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+      0, 0, 0, 253, 255, 0, 255, 44, 44, 56, 0, 0}},
+    bfloat16 = {{MIN64, MIN64, MIN64, 0, MIN64, MIN64, 3003121664, -3003121664, 2147483648, -2147483648, MIN64,
+      MIN64, 4503599627370496, -4503599627370496, -3, -1, 0, 256, 300, 300, -200, 99840, -70144}, {-2147483648,
+      -2147483648, -2147483648, 0, -2147483648, -2147483648, -2147483648, -2147483648, -2147483648, -2147483648,
+      -2147483648, -2147483648, -2147483648, -2147483648, -3, -1, 0, 256, 300, 300, -200, 99840, -70144}, {0, 0,
+      0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 253, 255, 0, 0, 44, 44, 56, 0, 0}},
+    }
+    for name, rows in pairs(want) do
+      local x = accel.tensor(vals, {dtype = accel.float64}):to(accel[name])
+      for i, dt in ipairs({accel.int64, accel.int32, accel.uint8}) do
+        assert.are.same(rows[i], x:to(dt):tolist(), name .. " -> " .. tostring(dt))
+      end
+    end
   end)
 
   it("bool: nonzero is true, and true/false convert to 1/0", function()

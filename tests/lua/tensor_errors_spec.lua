@@ -204,6 +204,14 @@ describe("type errors", function()
     expect_error(function() accel.tensor{1, 2}.requires_grad = true end, "int64", "floating point")
   end)
 
+  -- torch: requires_grad_(): argument 'requires_grad' (position 1) must be bool, not int
+  it("requires_grad_ takes a boolean, not 0 or \"false\"", function()
+    local t = accel.zeros(2)
+    expect_error(function() t:requires_grad_(0) end, "requires_grad_", "must be a boolean, not number")
+    expect_error(function() t:requires_grad_("false") end, "must be a boolean, not string")
+    assert.is_false(t.requires_grad)
+  end)
+
   it("bool-only arguments", function()
     expect_error(function() local _ = a:masked_fill(accel.zeros(2, 3), 1) end, "masked_fill", "bool", "float32")
     expect_error(function() local _ = accel.where(accel.zeros(2, 3), a, a) end, "where", "bool", "float32")

@@ -506,11 +506,32 @@ end
 -- FP8RecipeKwargs' defaults); a handler without fp8 warns and is unused.
 -- The recipe's fields launch / Accelerate set as ACCEL_LUA_FP8_* /
 -- ACCELERATE_FP8_* (Accelerate's TERecipeKwargs reads them for every field
--- the handler leaves unset), and those this build cannot honour.
+-- the handler leaves unset), and its flags this build takes as false only
+-- (-> the option that says why true is refused). MS-AMP's and torchao's
+-- settings (OPT_LEVEL, PAD_INNER_DIM, ...) are not the TE recipe's: unread,
+-- as in Accelerate.
 local FP8_SETTINGS = {fp8_format = {"FP8_FORMAT"}, margin = {"FP8_MARGIN", tonumber},
   interval = {"FP8_INTERVAL", tonumber}, amax_history_len = {"FP8_AMAX_HISTORY_LEN", tonumber},
   amax_compute_algo = {"FP8_AMAX_COMPUTE_ALGO"}}
-local FP8_REFUSED_SETTINGS = {"FP8_USE_AUTOCAST_DURING_EVAL", "FP8_OVERRIDE_LINEAR_PRECISION", "FP8_OPT_LEVEL"}
+local FP8_FALSE_ONLY_SETTINGS = {{"FP8_USE_AUTOCAST_DURING_EVAL", "use_autocast_during_eval"},
+  {"FP8_OVERRIDE_FPROP", "override_linear_precision"}, {"FP8_OVERRIDE_DGRAD", "override_linear_precision"},
+  {"FP8_OVERRIDE_WGRAD", "override_linear_precision"}, {"FP8_USE_MXFP8_BLOCK_SCALING", "use_mxfp8_block_scaling"}}
+-- The spellings Accelerate's str_to_bool reads (any case).
+local TRUTH = {y = true, yes = true, t = true, ["true"] = true, on = true, ["1"] = true,
+  n = false, no = false, f = false, ["false"] = false, off = false, ["0"] = false}
+
+local function check_fp8_flags(kw)
+  for _, e in ipairs(FP8_FALSE_ONLY_SETTINGS) do
+    local raw, var = setting(e[1])
+    if raw ~= nil and not (kw and plugins.was_given(kw, e[2])) then
+      local v = TRUTH[raw:lower()]
+      if v == nil then
+        raise("Accelerator: %s=%s is not a boolean (true / false, 1 / 0, yes / no, on / off)", var, raw)
+      end
+      if v then raise("Accelerator: %s=%s is not supported: %s", var, raw, plugins.FP8_FALSE_ONLY[e[2]]) end
+    end
+  end
+end
 
 local function fp8_kwargs_with_settings(kw)
   local o = {}
@@ -524,10 +545,7 @@ local function fp8_kwargs_with_settings(kw)
       if o[k] == nil then raise("Accelerator: %s=%s is not a number", var, raw) end
     end
   end
-  for _, name in ipairs(FP8_REFUSED_SETTINGS) do
-    local raw, var = setting(name)
-    if raw ~= nil then raise("Accelerator: %s=%s is not supported (no such fp8 setting in this build)", var, raw) end
-  end
+  check_fp8_flags(kw)
   local backend, var = setting("FP8_BACKEND")
   if backend ~= nil and backend:upper() ~= "TE" then
     raise("Accelerator: %s=%s is not supported: the fp8 recipe here is Transformer Engine's (TE)", var, backend)

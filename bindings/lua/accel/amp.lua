@@ -144,7 +144,7 @@ function GradScaler:set_growth_interval(v) self.growth_interval = v end
 local function opt_state(self, opt)
   local s = self.per_opt[opt]
   if not s then
-    s = {unscaled = false, found_inf = false}
+    s = {unscaled = false, found_inf = false, checked = false}
     self.per_opt[opt] = s
   end
   return s
@@ -169,14 +169,16 @@ function GradScaler:unscale_(opt)
 end
 
 -- unscale_ unless this step's gradients are unscaled already (the step
--- itself, and DeepSpeed's gradient_clipping before it).
+-- itself, and DeepSpeed's gradient_clipping before it). st.checked: some
+-- gradient was checked (PyTorch records an inf check per device that has
+-- one).
 function GradScaler:_unscale_once(opt)
   local st = opt_state(self, opt)
   if st.unscaled then return end
   local inv = 1.0 / self._scale
   local eng = package.loaded["accel.shard"] and package.loaded["accel.shard"].engine_of(opt)
   if eng then
-    st.found_inf, st.unscaled = eng:unscale_(inv), true
+    st.found_inf, st.unscaled, st.checked = eng:unscale_(inv), true, true
     return
   end
   accel.no_grad(function()
@@ -185,6 +187,7 @@ function GradScaler:_unscale_once(opt)
         local g = p.grad
         if g ~= nil then
           g:mul_(inv)
+          st.checked = true
           if not st.found_inf and not finite(g) then st.found_inf = true end
         end
       end
@@ -194,12 +197,18 @@ function GradScaler:_unscale_once(opt)
 end
 
 -- Unscale (unless done already), then opt:step(closure) unless a gradient
--- overflowed. Returns true when the step ran.
+-- overflowed. Returns true when the step ran. As PyTorch's, a step with no
+-- gradient to check (no backward since zero_grad) is an error, and the
+-- scale does not move.
 function GradScaler:step(opt, closure)
   self:_unscale_once(opt)
   local st = opt_state(self, opt)
-  local found = self.agree(st.found_inf)
-  st.unscaled, st.found_inf = false, false
+  local found, checked = self.agree(st.found_inf), st.checked
+  st.unscaled, st.found_inf, st.checked = false, false, false
+  if not checked then
+    raise("optimizer step (fp16 GradScaler): no parameter of the optimizer has a gradient, so no inf/NaN check was "
+      .. "recorded (run accelerator:backward(loss) before the step)")
+  end
   if found then
     self.found_inf_any = true
     return false

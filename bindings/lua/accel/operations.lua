@@ -260,7 +260,8 @@ end
 -- Every process's {dim, size along it} (-1: no such dim), checked to agree.
 local function padded_size(comm, dim, n)
   local all = call(PAD.name, comm, "all_gather", accel.tensor({dim, n}, {dtype = accel.int64, device = "cpu"}))
-  local first, max = all[1]:tolist(), n
+  local first = all[1]:tolist()
+  local max = math.max(n, first[2])
   for r = 2, #all do
     local v = all[r]:tolist()
     if v[1] ~= first[1] then raise("%s: rank 0 pads dim %d, rank %d dim %d", PAD.name, first[1], r - 1, v[1]) end

@@ -670,6 +670,14 @@ configuration("GradScalerKwargs", {init_scale = "number", growth_factor = "numbe
 -- changes no result (PyTorch's cache only saves repeated weight casts).
 configuration("AutocastKwargs", {enabled = "boolean", cache_enabled = "boolean"}, {enabled = true})
 
+-- Why Accelerate's fp8 options that this recipe takes only as false (their
+-- default) are refused when true (also their ACCELERATE_FP8_* settings).
+M.FP8_FALSE_ONLY = {
+  use_autocast_during_eval = "in eval mode the fp8 Linear runs in bf16 (Accelerate's default, false)",
+  override_linear_precision = "every product of the recipe is fp8 (no per-GEMM override)",
+  use_mxfp8_block_scaling = "only per-tensor delayed scaling is provided",
+}
+
 -- accel.FP8RecipeKwargs{fp8_format = "HYBRID", amax_history_len = 1024,
 --   amax_compute_algo = "most_recent", margin = 0, interval = 1}: checked as
 -- Accelerate checks it (margin also at most 64: the scale is divided by
@@ -678,8 +686,7 @@ configuration("FP8RecipeKwargs", {fp8_format = "string", amax_history_len = "num
   margin = "number", interval = "number", use_autocast_during_eval = "boolean"},
   {fp8_format = "HYBRID", amax_history_len = 1024, amax_compute_algo = "most_recent", margin = 0, interval = 1,
    use_autocast_during_eval = false}, {
-  use_autocast_during_eval = {why = "in eval mode the fp8 Linear runs in bf16 (Accelerate's default, false)",
-    ok = function(v) return v == false end},
+  use_autocast_during_eval = {why = M.FP8_FALSE_ONLY.use_autocast_during_eval, ok = function(v) return v == false end},
   amax_history_len = positive_integer("it must be a positive integer"),
   margin = {why = "it must be an integer from 0 to 64", ok = function(v)
     return non_negative_integer().ok(v) and v <= 64
@@ -696,10 +703,10 @@ configuration("FP8RecipeKwargs", {fp8_format = "string", amax_history_len = "num
   end)
 
 M.refuse("FP8RecipeKwargs", {
-  override_linear_precision = "every product of the recipe is fp8 (no per-GEMM override)",
+  override_linear_precision = M.FP8_FALSE_ONLY.override_linear_precision,
   backend = "the recipe is Transformer Engine's delayed scaling (MS-AMP and torchao are not provided)",
   opt_level = "that is MS-AMP's option (MS-AMP is not provided)",
-  use_mxfp8_block_scaling = "only per-tensor delayed scaling is provided",
+  use_mxfp8_block_scaling = M.FP8_FALSE_ONLY.use_mxfp8_block_scaling,
 })
 
 -- accel.GradientAccumulationPlugin{num_steps = 1, adjust_scheduler = true,

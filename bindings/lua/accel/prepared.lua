@@ -180,19 +180,31 @@ local function to_device(device, v1, ...)
   return compat.unpack(vals, 1, vals.n)
 end
 
+-- True when loader l is among gs's active ones.
+local function is_active(gs, l)
+  local ls = gs.loaders
+  for i = #ls, 1, -1 do
+    if ls[i] == l then return true end
+  end
+  return false
+end
+
 -- for xb, yb in loader:iter() do ... end: this process's batches of the
 -- current pass; while the last one is in use, the field end_of_dataloader
 -- is true (a value, as Accelerate's property; the unprepared loader's is a
--- method).
+-- method). The fields and the gradient state's active loaders are set
+-- again on every batch, for a pass nested in this one over the same loader
+-- (ended or left) has set them for its own.
 function DataLoaderShard:iter()
   local base, gs, device = self.base, self.gradient_state, self.device
   local move = device ~= nil
   local f, s, c = base:iter()
   rawset(self, "end_of_dataloader", false)
-  local length = self.dataset_length and self.dataset_length()
+  local length, remainder = self.dataset_length and self.dataset_length(), rawget(self, "remainder")
   if not self.drop_last and self.even_batches and length and self.total_batch_size then
     local start = type(base.pass_start) == "function" and base:pass_start() or 0 -- where this pass starts
-    rawset(self, "remainder", (length - start) % self.total_batch_size)
+    remainder = (length - start) % self.total_batch_size
+    rawset(self, "remainder", remainder)
   end
   gs:add_dataloader(self)
   local done = false
@@ -203,7 +215,9 @@ function DataLoaderShard:iter()
       gs:remove_dataloader(self)
       return nil
     end
+    if not is_active(gs, self) then gs:add_dataloader(self) end
     rawset(self, "end_of_dataloader", base:end_of_dataloader())
+    rawset(self, "remainder", remainder)
     if move then return to_device(device, v1, ...) end
     return v1, ...
   end

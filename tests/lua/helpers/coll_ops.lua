@@ -120,6 +120,12 @@ do
     rank == 0 and 1 or 1.5)
   local padded = acc:pad_across_processes(accel.ones(1, rank + 1), {dim = -1, pad_index = 7})
   check(padded:size(2) == N and padded[1][N]:item() == (rank == N - 1 and 1 or 7), "pad_across_processes dim -1")
+  -- rank 0 holds the longest: the others are padded up to it (Accelerate: rank 1 of 2 gets [-1, -1, 1, 2, 3])
+  local n = 5 - 2 * rank
+  local firsts = acc:pad_across_processes((accel.arange(n) + 1):view(1, -1), {dim = 2, pad_index = -1, pad_first = true})
+  local want = {}
+  for i = 1, 5 do want[i] = i <= 5 - n and -1 or i - (5 - n) end
+  check(table.concat(firsts[1]:tolist(), ",") == table.concat(want, ","), "pad_across_processes up to rank 0's size")
   still_pairs("the refused gather / reduce / broadcast / pad_across_processes")
 end
 

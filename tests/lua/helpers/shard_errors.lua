@@ -62,6 +62,13 @@ if accel.shard.engine_of(o) ~= eng or accel.shard.engine_of(m) ~= eng or accel.s
 end
 expect("a released parameter", function() return m[1].weight:sum() end, "its memory is released",
   "tensor of shape [5, 3]")
+-- its shape stays readable (FSDP2's parameters give their global numel): counting parameters works
+do
+  local w = m[1].weight
+  if w:numel() ~= 15 or w:dim() ~= 2 or w:size(1) ~= 5 or w:size()[2] ~= 3 then
+    error(("rank %d: a released parameter's numel / dim / size: %s %s %s"):format(rank, w:numel(), w:dim(), w:size(1)))
+  end
+end
 -- a wrapped submodule's own state_dict touches its released parameters; the
 -- engine's model gathers them (as accelerator:get_state_dict does)
 expect("state_dict of a released submodule", function() return m[1]:state_dict() end, "its memory is released")

@@ -3,12 +3,12 @@
 -- A dataset is any object with a length (#ds) and ds:get(i) (i 1-based)
 -- returning one sample: one value, or several values (the sample's fields,
 -- e.g. x, y). It may also provide ds:get_batch(indices) (indices: an int64
--- tensor of 0-based positions) returning the collated fields of those
--- samples; the DataLoader uses it instead of get + default collate when no
--- collate_fn is given (TensorDataset, TokenFile and CSV do: one
--- index_select per field). The indices are on the host; TensorDataset moves
--- them to each field's device (once per device and batch), so a data set
--- kept on a device is indexed there.
+-- tensor of 0-based positions, new for every batch) returning the collated
+-- fields of those samples; the DataLoader uses it instead of get + default
+-- collate when no collate_fn is given (TensorDataset, TokenFile and CSV
+-- do: one index_select per field). The indices are on the host;
+-- TensorDataset moves them to each field's device (once per device and
+-- batch), so a data set kept on a device is indexed there.
 local accel = require("accel")
 local U = require("accel.data.util")
 
@@ -61,8 +61,7 @@ local function each_tensor(ts, method, arg)
 end
 
 function TensorDataset:get(i)
-  U.check_index("TensorDataset", i, self._n)
-  return each_tensor(self.tensors, "select", i)
+  return each_tensor(self.tensors, "select", U.check_index("TensorDataset", i, self._n))
 end
 
 -- idx moved to each field's device (a field already there shares it).

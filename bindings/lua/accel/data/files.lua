@@ -48,11 +48,11 @@ function TokenFile:__len()
   return math.floor((n - 1 - T) / self.stride) + 1
 end
 
-local function check_index(self, i) U.check_index("TokenFile", i, TokenFile.__len(self)) end
+local function check_index(self, i) return U.check_index("TokenFile", i, TokenFile.__len(self)) end
 
 -- Sample i: x = ids of block i, y = the same block shifted by one (int64, T).
 function TokenFile:get(i)
-  check_index(self, i)
+  i = check_index(self, i)
   local x, y = C.token_blocks(self.tokens, accel.tensor({(i - 1) * self.stride}, {device = "cpu"}), self.block_size)
   return x:view(-1), y:view(-1)
 end
@@ -114,10 +114,11 @@ local function column(c, names, ncols, path)
     end
     U.failf("CSV: %s has no column '%s' (columns: %s)", path, c, table.concat(names, ", "))
   end
-  if not (U.is_integer(c) and c >= 1 and c <= ncols) then
+  local k = U.to_int(c) -- 3.0 is column 3
+  if not (k and k >= 1 and k <= ncols) then
     U.failf("CSV: %s: column %s is out of range 1..%d", path, tostring(c), ncols)
   end
-  return c - 1
+  return k - 1
 end
 
 local function field_dtype(dtype, f)

@@ -7,8 +7,8 @@
 --
 -- Datasets (accel/data/dataset.lua): anything with #ds and ds:get(i)
 -- (1-based) returning one sample as one value or several values (fields);
--- optionally ds:get_batch(indices) (int64 tensor of 0-based positions)
--- returning the collated fields, used instead of get + collate when the
+-- optionally ds:get_batch(indices) (a new int64 tensor of 0-based
+-- positions, which it may change) returning the collated fields, used instead of get + collate when the
 -- loader has no collate_fn. data.Dataset{len = n | fn, get = fn(i)};
 -- data.TensorDataset(t1, ...) (all tensors share dim 1; its batches are one
 -- index_select per tensor).

@@ -7,23 +7,19 @@
 -- the saved position it resumes, or the batches skip_first_batches skips),
 -- dealt to the shards by the layout's rules from offset on; local batch j
 -- covers positions [start, stop), taken modulo n where padding wraps to the
--- start of the order; the indices of a batch that does not wrap are a view
--- (narrow) of the order. Skipping k local batches is the same as the offset
--- k * (global batch), so a same-layout resume deals exactly the batches an
--- unbroken pass would. A position is samples of the order, the same on
--- every rank and meaningful for any number of shards; position_problem
--- says when a layout cannot continue one exactly (docs/data-positions.md).
+-- start of the order. Without shuffle the order is never built: a batch's
+-- indices are its range of positions. Skipping k local batches is the same
+-- as the offset k * (global batch), so a same-layout resume deals exactly
+-- the batches an unbroken pass would. A position is samples of the order,
+-- the same on every rank and meaningful for any number of shards;
+-- position_problem says when a layout cannot continue one exactly
+-- (docs/data-positions.md).
 local accel = require("accel")
 local C = accel._C
 local U = require("accel.data.util")
 local collate = require("accel.data.collate")
 
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
-
--- The sample order and batch indices live on the host (as PyTorch's
--- samplers yield Python ints): a data set whose tensors are on a device
--- moves the indices there itself (TensorDataset:get_batch).
-local HOST = {device = "cpu"}
 
 local DataLoader = {}
 DataLoader.__name = "accel.data.DataLoader"
@@ -42,6 +38,11 @@ local KNOWN = {batch_size = true, shuffle = true, drop_last = true, seed = true,
 -- PyTorch options that mean nothing here (no worker processes, no pinned memory)
 local IGNORED = {num_workers = true, pin_memory = true, persistent_workers = true, prefetch_factor = true}
 
+-- #ds, read at each use (a dataset may change its length) and checked, as
+-- PyTorch's "__len__() should return >= 0"; an error raised by the
+-- dataset's own __len passes through as it is.
+local function length(ds) return U.check_int(U.len(ds), 0, "DataLoader: the dataset's length (#ds)") end
+
 local function check_dataset(ds)
   local t = type(ds)
   if (t ~= "table" and t ~= "userdata") or accel.is_tensor(ds) then
@@ -51,11 +52,11 @@ local function check_dataset(ds)
   if type(ds.get) ~= "function" and type(ds.get_batch) ~= "function" then
     U.fail("DataLoader: the dataset has no get(i) method (see data.Dataset{len = ..., get = function(i) ... end})")
   end
-  local ok, n = pcall(U.len, ds)
-  if not ok and tostring(n):find("Dataset: len() must be", 1, true) then
-    U.fail("DataLoader: " .. tostring(n):gsub("^.-Dataset: len%(%)", "the dataset's len()"))
+  local mt = getmetatable(ds)
+  if t == "userdata" and not (type(mt) == "table" and mt.__len) then
+    U.fail("DataLoader: the dataset has no length (#ds must give the sample count)")
   end
-  if not ok or type(n) ~= "number" then U.fail("DataLoader: the dataset has no length (#ds must give the sample count)") end
+  length(ds)
 end
 
 local function check_flag(v, name)
@@ -84,22 +85,19 @@ function DataLoader.new(dataset, opts)
   check_dataset(dataset)
   check_ignored(opts)
   opts = U.check_opts(opts, KNOWN, IGNORED, "DataLoader")
-  local bs = opts.batch_size
-  if bs == nil then bs = 1 end
-  if not (type(bs) == "number" and bs == floor(bs) and bs >= 1) then
-    U.failf("DataLoader: batch_size must be a positive integer, got %s", type(bs) == "string" and ("string %q"):format(bs) or tostring(bs))
-  end
+  local bs = U.to_int(opts.batch_size == nil and 1 or opts.batch_size)
+  if not (bs and bs >= 1) then U.failf("DataLoader: batch_size must be a positive integer, %s", U.got(opts.batch_size)) end
   local shuffle = check_flag(opts.shuffle, "shuffle")
   local seed = opts.seed
-  if seed ~= nil and not (type(seed) == "number" and seed == floor(seed)) then
-    U.failf("DataLoader: seed must be an integer, got %s", tostring(seed))
+  if seed ~= nil then
+    seed = U.to_int(seed) or U.failf("DataLoader: seed must be an integer, %s", U.got(opts.seed))
   end
   if seed == nil and shuffle then seed = C.data_draw_seed() end
   if opts.collate_fn ~= nil and type(opts.collate_fn) ~= "function" then
     U.failf("DataLoader: collate_fn must be a function(batch), got %s", type(opts.collate_fn))
   end
   return setmetatable({
-    dataset = dataset, batch_size = floor(bs), shuffle = shuffle, drop_last = check_flag(opts.drop_last, "drop_last"),
+    dataset = dataset, batch_size = bs, shuffle = shuffle, drop_last = check_flag(opts.drop_last, "drop_last"),
     seed = seed, collate_fn = opts.collate_fn,
     process_index = 0, num_processes = 1, split_batches = false, even_batches = true, _pad = false,
     _state = {epoch = 0, batches = 0, offset = 0}, -- shared with skip_first_batches copies
@@ -159,39 +157,51 @@ end
 -- Local batches per pass (from the start of the epoch, or for a skip
 -- loader from its first batch).
 function DataLoader:_count()
-  return pass_count(self, U.len(self.dataset), self._skip or 0)
+  return pass_count(self, length(self.dataset), self._skip or 0)
 end
 
+-- The shuffled order of an epoch (a permutation of 0..n-1), as PyTorch's
+-- RandomSampler builds it; without shuffle there is none to build.
 function DataLoader:_order(epoch, n)
   local c = self._cache -- keyed by everything the order depends on (prepare may change the seed)
-  if c and c.n == n and c.shuffle == self.shuffle and (not self.shuffle or (c.epoch == epoch and c.seed == self.seed)) then
-    return c.order
-  end
-  local order = self.shuffle and C.data_randperm(n, self.seed, epoch) or accel.arange(n, HOST)
-  self._cache = {epoch = epoch, n = n, seed = self.seed, shuffle = self.shuffle, order = order}
+  if c and c.n == n and c.epoch == epoch and c.seed == self.seed then return c.order end
+  local order = C.data_randperm(n, self.seed, epoch)
+  self._cache = {epoch = epoch, n = n, seed = self.seed, order = order}
   return order
 end
 
--- 0-based sample indices (int64 tensor) of local batch j of a pass from offset.
+-- 0-based sample indices of local batch j of a pass from offset: a new
+-- int64 tensor (a get_batch may change it in place) on the host, as
+-- PyTorch's samplers yield Python ints (a data set whose tensors are on a
+-- device moves them there itself: TensorDataset:get_batch). order: the
+-- shuffled order, or nil for 0..n-1.
 function DataLoader:_indices(order, j, n, offset)
-  local bs, N, start, stop = self.batch_size, self.num_processes, nil, nil
+  local bs, N, start, len = self.batch_size, self.num_processes, nil, nil
   if self.split_batches then
-    local bl = floor(bs / N)
-    start = offset + j * bs + self.process_index * bl
-    stop = start + bl
+    len = floor(bs / N)
+    start = offset + j * bs + self.process_index * len
   else
     start = offset + (self.process_index + j * N) * bs
-    stop = start + bs
+    len = bs
   end
-  if not self._pad and stop > n then stop = n end
-  if stop <= n then return order:narrow(1, start + 1, stop - start) end
-  return order:index_select(1, accel.arange(start, stop, HOST):remainder(n)) -- padding wraps to the start
+  if not self._pad and len > n - start then len = n - start end
+  return C.data_batch_indices(order, start, len, n) -- padding wraps to the start of the order
 end
 
--- The batch of the given indices: get_batch fast path, else get + collate.
-function DataLoader:_fetch(idx)
+-- A pass ends at its first nil batch: one from get_batch or collate_fn
+-- (a forgotten return) would end it early, silently.
+local function not_nil(who, j, v1, ...)
+  if v1 == nil then
+    U.failf("DataLoader: %s returned nil for batch %d of the pass (a nil batch would end the loop; return the batch)", who, j)
+  end
+  return v1, ...
+end
+
+-- The batch of the given indices: get_batch fast path, else get + collate;
+-- j: its number in the pass.
+function DataLoader:_fetch(idx, j)
   local ds, collate_fn = self.dataset, self.collate_fn
-  if collate_fn == nil and ds.get_batch then return ds:get_batch(idx) end
+  if collate_fn == nil and ds.get_batch then return not_nil("the dataset's get_batch", j, ds:get_batch(idx)) end
   local items, samples, nfields = idx:tolist(), {}, nil
   for b = 1, #items do
     local i = items[b] + 1
@@ -212,7 +222,7 @@ function DataLoader:_fetch(idx)
     if nfields == 1 then
       for b = 1, #samples do samples[b] = samples[b][1] end
     end
-    return collate_fn(samples)
+    return not_nil("collate_fn", j, collate_fn(samples))
   end
   return collate.collate_fields(samples, items, nfields)
 end
@@ -221,52 +231,82 @@ end
 
 function DataLoader:__len() return self:_count() end
 
+-- The position (st: epoch, offset, batches) is the pass's that yielded
+-- last: st.owner is that pass, false once one ended, nil once set_epoch or
+-- load_state_dict moved it (the pass then leaves the epoch alone). A pass
+-- nested in another over the same loader takes the position; the outer
+-- one takes it back at its next batch.
 function DataLoader:iter()
-  local st, n = self._state, U.len(self.dataset)
+  local st, n = self._state, length(self.dataset)
   local offset = min(self._skip or st.resume or 0, n) -- a skip_first_batches copy skips on every pass
-  st.resume = nil
-  local epoch, count = st.epoch, pass_count(self, n, offset)
-  st.offset, st.batches = offset, 0
-  local order = count > 0 and self:_order(epoch, n) or nil
+  local epoch, count, me = st.epoch, pass_count(self, n, offset), {}
+  st.resume, st.offset, st.batches, st.owner = nil, offset, 0, me
+  local order = count > 0 and self.shuffle and self:_order(epoch, n) or nil
   local j, done = 0, false
   return function()
     if j >= count then
       if not done then
         done = true
-        if st.epoch == epoch then st.epoch, st.batches, st.offset = epoch + 1, 0, 0 end
+        if st.owner ~= nil then st.epoch, st.batches, st.offset, st.owner = epoch + 1, 0, 0, false end
       end
       return nil
     end
     local idx = self:_indices(order, j, n, offset)
     j = j + 1
+    if st.owner ~= me and st.owner ~= nil then st.epoch, st.offset, st.owner = epoch, offset, me end
     st.batches = j
-    return self:_fetch(idx)
+    return self:_fetch(idx, j)
   end
 end
 
 -- `for batch in loader do` (the loader itself as the iterator, as a Python
--- `for batch in loader:` reads): the loop's first call (control value nil)
--- starts a pass as loader:iter() does, later calls continue it. A loop
--- left with break leaves its pass; the next loop starts a new one.
-local for_passes = setmetatable({}, {__mode = "k"})
+-- `for batch in loader:` reads): the generic for calls the loader with its
+-- hidden (state, control) on every turn. Every loop has a pass of its own,
+-- as from loader:iter(), so a loop nested in another over the same loader,
+-- or one left with break, leaves the others alone: the loop's first call
+-- (state nil) starts a pass and stores it as the loop's state, which the
+-- loop then hands back on every later call.
 
-function DataLoader:__call(_, control)
-  local it = for_passes[self]
-  if control == nil or it == nil then
-    it = self:iter()
-    for_passes[self] = it
+-- The local slot of the function calling __call (stack level 3 from here)
+-- that holds the state of its innermost generic for over loader still
+-- without one (the loop making its first call), or nil. A for's hidden
+-- locals are named "(for ...)": generator, state, control (and, Lua 5.4, a
+-- closing value), the generator first.
+local function for_state_slot(loader)
+  local slot, i, in_for = nil, 1, false
+  while true do
+    local name, v = debug.getlocal(3, i)
+    if name == nil then return slot end
+    local hidden = name:sub(1, 5) == "(for "
+    if hidden and not in_for and rawequal(v, loader) then
+      local next_name, state = debug.getlocal(3, i + 1)
+      if state == nil and next_name and next_name:sub(1, 5) == "(for " then slot = i + 1 end
+    end
+    in_for, i = hidden, i + 1
   end
-  return (function(...)
-    if (...) == nil then for_passes[self] = nil end
-    return ...
-  end)(it())
 end
 
+function DataLoader:__call(pass)
+  if pass ~= nil then return pass() end
+  local slot = for_state_slot(self)
+  if slot == nil then
+    U.fail("DataLoader: a loader called as a function must be the iterator of a `for batch in loader do` loop "
+      .. "(in code with its debug information); iterate with `for batch in loader:iter() do`")
+  end
+  pass = self:iter()
+  debug.setlocal(2, slot, pass)
+  return pass()
+end
+
+-- The epochs a shuffled order exists for: epoch e draws from Philox block
+-- e * 2^40 on (bindings/data_lua.c), below 2^64.
+local MAX_EPOCH = 16777215 -- 2^24 - 1
+
 function DataLoader:set_epoch(epoch)
-  U.check_int(epoch, 0, "DataLoader:set_epoch: epoch")
+  epoch = U.check_int(epoch, 0, "DataLoader:set_epoch: epoch", MAX_EPOCH)
   local st = self._state
   if epoch ~= st.epoch then
-    st.epoch, st.batches, st.offset, st.resume = epoch, 0, 0, nil
+    st.epoch, st.batches, st.offset, st.resume, st.owner = epoch, 0, 0, nil, nil
   end
 end
 
@@ -275,7 +315,7 @@ end
 -- step; save_state writes rank 0's).
 function DataLoader:state_dict()
   local st = self._state
-  local s = st.resume or position_after(self, U.len(self.dataset), st.offset or 0, st.batches)
+  local s = st.resume or position_after(self, length(self.dataset), st.offset or 0, st.batches)
   return {epoch = st.epoch, samples = s}
 end
 
@@ -297,7 +337,7 @@ end
 -- loader's batches), or nil. from: the saving layout {num_processes =,
 -- split_batches =}, or nil when unknown.
 function DataLoader:position_problem(epoch, samples, from)
-  local n, bs = U.len(self.dataset), self.batch_size
+  local n, bs = length(self.dataset), self.batch_size
   local where = ("the position (epoch %d, %d of %d samples consumed%s)"):format(epoch, samples, n,
     from and ", saved by " .. layout_text(self:_saving_layout(from)) or "")
   if samples > n then
@@ -324,7 +364,7 @@ end
 -- of rank 0 in the layout `from` (nil: this loader's own). Returns the
 -- samples, or nil and why it does not fit this loader.
 function DataLoader:position_of_batches(batches, from)
-  local L, n = from and self:_saving_layout(from) or self, U.len(self.dataset)
+  local L, n = from and self:_saving_layout(from) or self, length(self.dataset)
   local count = pass_count(L, n, 0)
   if batches > count then
     return nil, ("the state has %d batches consumed but %s has %d batches per epoch (a different data set or batch size?)")
@@ -338,24 +378,23 @@ end
 -- from sample s + 1.
 function DataLoader:load_state_dict(s)
   if type(s) ~= "table" then U.failf("DataLoader:load_state_dict: expected a table {epoch =, samples =}, got %s", type(s)) end
-  U.check_int(s.epoch, 0, "DataLoader:load_state_dict: epoch")
+  local epoch = U.check_int(s.epoch, 0, "DataLoader:load_state_dict: epoch", MAX_EPOCH)
   local samples, why
   if s.samples == nil and s.batches ~= nil then
-    U.check_int(s.batches, 0, "DataLoader:load_state_dict: batches")
-    samples, why = self:position_of_batches(s.batches)
+    samples, why = self:position_of_batches(U.check_int(s.batches, 0, "DataLoader:load_state_dict: batches"))
   else
     samples = U.check_int(s.samples, 0, "DataLoader:load_state_dict: samples")
-    why = self:position_problem(s.epoch, samples)
+    why = self:position_problem(epoch, samples)
   end
   if why then U.fail("DataLoader:load_state_dict: " .. why) end
   local st = self._state
-  st.epoch, st.batches, st.offset, st.resume = s.epoch, 0, samples, samples
+  st.epoch, st.batches, st.offset, st.resume, st.owner = epoch, 0, samples, samples, nil
 end
 
 function DataLoader:skip_first_batches(n)
-  U.check_int(n, 0, "DataLoader:skip_first_batches: n")
-  local c = copy(self)
-  c._skip = min(n * global_batch(self), U.len(self.dataset))
+  n = U.check_int(n, 0, "DataLoader:skip_first_batches: n")
+  local c, total, gb = copy(self), length(self.dataset), global_batch(self)
+  c._skip = n >= total / gb and total or min(n * gb, total) -- (n * gb may be past the largest integer)
   return c
 end
 
@@ -368,7 +407,7 @@ end
 -- True while the batch just yielded is the last one of the pass.
 function DataLoader:end_of_dataloader()
   local st = self._state
-  local count = pass_count(self, U.len(self.dataset), st.offset or 0)
+  local count = pass_count(self, length(self.dataset), st.offset or 0)
   return count > 0 and st.batches >= count
 end
 

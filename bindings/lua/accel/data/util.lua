@@ -9,19 +9,36 @@ function U.fail(msg) return require("accel.util").raise("%s", msg) end
 
 function U.failf(fmt, ...) return U.fail(string.format(fmt, ...)) end
 
-local is_int = math.type and function(v) return math.type(v) == "integer" end
-  or function(v) return v == math.floor(v) end
+-- The largest integer the interpreter holds exactly (LuaJIT's numbers are doubles).
+local MAX_INT = math.maxinteger or 2 ^ 53
+local MAX_TEXT = math.maxinteger and "2^63 - 1" or "2^53"
 
-function U.is_integer(v) return type(v) == "number" and is_int(v) end
-
--- v must be an integer >= min; what names it in the error.
--- v checked to be a whole number >= min, returned as an integer where Lua
--- has them (8 / 2 is 4.0: indices made from it would print as 1.0)
-function U.check_int(v, min, what)
-  if not (type(v) == "number" and v == math.floor(v) and v >= min) then
-    U.failf("%s must be an integer >= %d, got %s", what, min, tostring(v))
-  end
+-- v as an integer when it is a whole number the interpreter holds exactly
+-- (4.0 and 8 / 2 give 4), else nil: not a number, a fraction, inf, NaN or
+-- beyond MAX_INT.
+function U.to_int(v)
+  if type(v) ~= "number" or v ~= math.floor(v) or v > MAX_INT or v < -MAX_INT then return nil end
   return math.tointeger and math.tointeger(v) or v
+end
+
+-- "got v" for an error message: a string quoted as one, a whole number too
+-- large to be an integer (inf, 2^63) said so.
+function U.got(v)
+  if type(v) == "string" then return ("got string %q"):format(v) end
+  if type(v) == "number" and v == math.floor(v) and U.to_int(v) == nil then
+    return ("got %s (integers go up to %s)"):format(tostring(v), MAX_TEXT)
+  end
+  return "got " .. tostring(v)
+end
+
+-- v checked to be a whole number in min..max (max: the largest integer),
+-- returned as an integer where Lua has them (8 / 2 is 4.0: indices made
+-- from it would print as 1.0); what names it in the error.
+function U.check_int(v, min, what, max)
+  local i = U.to_int(v)
+  if i ~= nil and i >= min and (max == nil or i <= max) then return i end
+  if max then U.failf("%s must be an integer in %d..%d, %s", what, min, max, U.got(v)) end
+  U.failf("%s must be an integer >= %d, %s", what, min, U.got(v))
 end
 
 -- Rejects keys of opts not in known (a set); ignored is a set of PyTorch
@@ -41,10 +58,13 @@ function U.check_opts(opts, known, ignored, what)
   return opts
 end
 
--- A sample index of `what`: an integer in 1..n (a string "1" is named as one).
+-- A sample index of `what`: a whole number in 1..n (2.0 too, as t:select
+-- takes it; a string "1" is named as one), returned as an integer.
 function U.check_index(what, i, n)
   if type(i) ~= "number" then U.failf("%s: index must be a number, got %s %s", what, type(i), ("%q"):format(tostring(i))) end
-  if not U.is_integer(i) or i < 1 or i > n then U.failf("%s: index %s is out of range 1..%d", what, tostring(i), n) end
+  local k = U.to_int(i)
+  if k == nil or k < 1 or k > n then U.failf("%s: index %s is out of range 1..%d", what, tostring(i), n) end
+  return k
 end
 
 -- #obj through __len, also where the interpreter (LuaJIT) ignores __len on tables.

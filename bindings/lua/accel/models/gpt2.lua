@@ -31,7 +31,9 @@
 --    labels[:, t + 1]).
 --  * With tie_word_embeddings (the default, as HF) there is no lm_head
 --    module: logits = ln_f(h) @ wte.weight^T, and the state_dict has no
---    lm_head.weight, as the files HF writes.
+--    lm_head.weight, as the files HF writes. Untied, forward calls the
+--    lm_head Linear (so mixed_precision = "fp8" converts it, as Accelerate
+--    converts HF's); the tied projection is a plain product (bf16 autocast).
 --  * Attention goes through F.scaled_dot_product_attention(q, k, v,
 --    {is_causal = true}) with q, k, v (B, n_head, T, head_dim) views of
 --    c_attn's output; HF's attention-mask and past-key-value inputs are not
@@ -402,7 +404,9 @@ function GPT2LMHeadModel:forward(input_ids, o)
   for k in pairs(o) do
     if not FORWARD_OPTS[k] then raise("GPT2LMHeadModel: unknown option %q (targets, labels, ignore_index)", tostring(k)) end
   end
-  local logits = F.linear(self.transformer(input_ids), self:output_weight())
+  local h = self.transformer(input_ids)
+  -- untied: the lm_head module itself (so its hooks and the fp8 recipe reach it, as HF calls self.lm_head)
+  local logits = self.config.tie_word_embeddings and F.linear(h, self:output_weight()) or self.lm_head(h)
   local V, ignore = self.config.vocab_size, o.ignore_index or -100
   local loss
   if o.targets ~= nil and o.labels ~= nil then

@@ -208,14 +208,28 @@ function F.nll_loss(input, target, o)
   return reduce("nll_loss", picked, reduction)
 end
 
+-- A target of another shape than the input broadcasts ((N, 1) against (N)
+-- gives an (N, N) loss): PyTorch's warning, once per loss and process.
+local warned_shapes = {}
+local function warn_target_shape(op, input, target)
+  if warned_shapes[op] or not accel.is_tensor(target) or input.shape == target.shape then return end
+  warned_shapes[op] = true
+  io.stderr:write(("accel-lua: warning: %s: Using a target size (%s) that is different to the input size (%s). "
+    .. "This will likely lead to incorrect results due to broadcasting. Please ensure they have the same size.\n")
+    :format(op, shape_text(target.shape), shape_text(input.shape)))
+end
+
 function F.mse_loss(input, target, o)
+  o = check("mse_loss", o, {"reduction"})
+  warn_target_shape("mse_loss", input, target)
   local d = fp32_in_autocast(input) - fp32_in_autocast(target)
-  return reduce("mse_loss", d * d, check("mse_loss", o, {"reduction"}).reduction)
+  return reduce("mse_loss", d * d, o.reduction)
 end
 
 function F.l1_loss(input, target, o)
-  return reduce("l1_loss", (fp32_in_autocast(input) - fp32_in_autocast(target)):abs(),
-    check("l1_loss", o, {"reduction"}).reduction)
+  o = check("l1_loss", o, {"reduction"})
+  warn_target_shape("l1_loss", input, target)
+  return reduce("l1_loss", (fp32_in_autocast(input) - fp32_in_autocast(target)):abs(), o.reduction)
 end
 
 -- The tensor t (op's argument what) broadcasts to the shape of like (named
