@@ -137,8 +137,9 @@ static bool takes_number_first(KBinOp op) { return op <= KB_DIV || op == KB_FLOO
  * the number is a 0-dim tensor of t's kind, rounded to a bf16 / fp16 t's
  * dtype also for mul and div (t * number scales by its full value). */
 static Tensor *number_op(lua_State *L, KBinOp op) {
-    Tensor *t = lu_check_tensor(L, 2), *n = lu_tensor_or_scalar(L, 1, t);
-    Other o = other_arg(L, op, t);
+    Tensor *t = lu_check_tensor(L, 2);
+    Other o = other_arg(L, op, t); /* may raise: before n exists */
+    Tensor *n = lu_tensor_or_scalar(L, 1, t);
     Tensor *r = binary_other(op, n, &o);
     tensor_release(n);
     if (o.owned) tensor_release(o.t);
@@ -678,10 +679,18 @@ static int t_unsqueeze(lua_State *L) {
 }
 
 /* squeeze([dim | {dims}]) or ({dim = dim | {dims}}): torch 2.x also takes a list of dims */
+static bool empty_table(lua_State *L, int idx) {
+    if (!lua_istable(L, idx)) return false;
+    lua_pushnil(L);
+    if (!lua_next(L, idx)) return true;
+    lua_pop(L, 2);
+    return false;
+}
+
 static int t_squeeze(lua_State *L) {
     Tensor *self = SELF;
     lu_check_no_more_args(L, 3);
-    lu_dim_keyword(L, 2, "dim");
+    if (!empty_table(L, 2)) lu_dim_keyword(L, 2, "dim"); /* {}: no dims (torch's dim=()), not an options table */
     if (!lua_istable(L, 2)) return ret(L, tensor_squeeze(self, lua_isnoneornil(L, 2) ? TENSOR_ALL_DIMS : lu_dim(L, 2)));
     int dims[TENSOR_MAX_DIMS], n = lu_dims(L, 2, dims);
     bool size1[TENSOR_MAX_DIMS] = {false};

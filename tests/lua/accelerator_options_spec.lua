@@ -1107,6 +1107,7 @@ CASES.set_seed = {
   deterministic = function()
     accel.utils.set_seed(1, {deterministic = false})
     error_matching("set_seed: deterministic = true is not supported", function() accel.set_seed(1, false, true) end)
+    error_matching("set_seed: seed must be an integer, got", function() accel.set_seed(2 ^ 63) end)
   end,
 }
 

@@ -355,7 +355,7 @@ function utils.set_seed(seed, device_specific, deterministic)
       .. "backward kernels of indexing, convolution, pooling and layer norm add with atomics, which have no "
       .. "deterministic form here")
   end
-  if type(seed) ~= "number" or seed ~= math.floor(seed) then
+  if require("accel.data.util").to_int(seed) == nil then -- also inf and whole floats past int64
     raise("set_seed: seed must be an integer, got %s", util.show(seed))
   end
   if o.device_specific then seed = seed + require("accel.dist").get_rank() end
