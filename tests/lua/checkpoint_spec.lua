@@ -206,11 +206,8 @@ describe("save / load", function()
     local dir = tmpdir()
     -- a fresh process: the warning comes once per process
     local function run(code)
-      local cmd = ("%s -e %s 2>&1 >/dev/null"):format(q(BIN), q("local d = " .. ("%q"):format(dir) .. " " .. code))
-      local p = assert(io.popen(cmd))
-      local err = p:read("a")
-      p:close()
-      return err
+      return (support.command_output(("%s -e %s 2>&1 >/dev/null"):format(q(BIN),
+        q("local d = " .. ("%q"):format(dir) .. " " .. code))))
     end
     local WARNING = " is written as safetensors, not in torch.save's format: torch.load cannot read it; "
       .. "name it .safetensors (Python: safetensors.torch.load_file reads it)\n"
@@ -655,9 +652,7 @@ print("listing: " .. table.concat(C.fs_listdir(dir), " "))
     C.mkdirs(mnt)
     local cmd = ("unshare -rm sh -c %s 2>&1"):format(q(("mount -t tmpfs -o size=256k tmpfs %s && exec %s %s %s")
       :format(q(mnt), q(BIN), q(script), q(mnt))))
-    local p = assert(io.popen(cmd))
-    local out = p:read("a")
-    p:close()
+    local out = support.command_output(cmd)
     assert.is_truthy(out:find("failed: true: [^\n]*No space left on device"), out)
     assert.is_truthy(out:find("index unchanged: true", 1, true), out)
     assert.is_truthy(out:find("listing: ckpt\n", 1, true), out)

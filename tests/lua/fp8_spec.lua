@@ -550,12 +550,9 @@ describe("fp8 recipe options", function()
   it("reads the ACCELERATE_FP8_* settings accelerate launch sets; a true flag it cannot honour is refused by name",
     function()
     local function run(env)
-      local p = assert(io.popen(env .. " " .. support.shell_quote(support.ACCEL_LUA) .. " -e " .. support.shell_quote(
-        'local ok, a = pcall(accel.Accelerator, {mixed_precision = "fp8"}) '
+      return (support.command_output(env .. " " .. support.shell_quote(support.ACCEL_LUA) .. " -e "
+        .. support.shell_quote('local ok, a = pcall(accel.Accelerator, {mixed_precision = "fp8"}) '
         .. 'io.write(ok and (a.fp8_recipe.fp8_format .. " " .. a.fp8_recipe.margin) or a)') .. " 2>&1"))
-      local out = p:read("a")
-      p:close()
-      return out
     end
     -- the environment of `accelerate launch --mixed_precision fp8 --fp8_format E4M3 --fp8_margin 2` (accelerate
     -- 1.15's setup_fp8_env; OPT_LEVEL, PAD_INNER_DIM and ENABLE_FSDP_FLOAT8_ALL_GATHER are MS-AMP's / torchao's)

@@ -667,9 +667,7 @@ describe("losses", function()
     local q = support.shell_quote
     local code = "local F = accel.nn.functional local x, t = accel.zeros(4, 1), accel.ones(4) "
       .. "for _ = 1, 2 do F.mse_loss(x, t) F.l1_loss(x, t) end F.mse_loss(t, t) io.write(F.mse_loss(x, t):item())"
-    local p = assert(io.popen(("%s -e %s 2>&1"):format(q(support.ACCEL_LUA), q(code))))
-    local out = p:read("a")
-    p:close()
+    local out = support.command_output(("%s -e %s 2>&1"):format(q(support.ACCEL_LUA), q(code)))
     local tail = ": Using a target size ([4]) that is different to the input size ([4, 1]). This will likely lead to "
       .. "incorrect results due to broadcasting. Please ensure they have the same size.\n"
     assert.are.equal("accel-lua: warning: mse_loss" .. tail .. "accel-lua: warning: l1_loss" .. tail .. "1", out)

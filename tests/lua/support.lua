@@ -137,6 +137,14 @@ end
 -- s in single quotes for /bin/sh.
 function M.shell_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 
+-- The output of a shell command (what io.popen reads) and whether it exited 0.
+function M.command_output(cmd)
+  local p = assert(io.popen(cmd))
+  local out = p:read("a")
+  local ok = p:close()
+  return out, ok == true
+end
+
 -- ---------------------------------------------------------------------
 -- tensors and reference numbers
 

@@ -331,12 +331,7 @@ local function check_agrees(self, what, k, v)
     DS_PATH_OF[k] or k, show(self[k]))
 end
 
-local function deep_copy(t)
-  if type(t) ~= "table" then return t end
-  local out = {}
-  for k, v in pairs(t) do out[k] = deep_copy(v) end
-  return out
-end
+local deep_copy = require("accel.util").copy_plain
 
 -- The value at the dotted path of table t (nil where it breaks off).
 function M.get_path(t, path)

@@ -177,6 +177,15 @@ function util.is_container(t)
 end
 
 -- The contents of the file at path, or nil and io.open's message.
+-- A copy of a plain value: tables (lists, configs) are copied recursively,
+-- everything else (tensors are userdata) is shared.
+function util.copy_plain(v)
+  if type(v) ~= "table" then return v end
+  local c = {}
+  for k, x in pairs(v) do c[k] = util.copy_plain(x) end
+  return c
+end
+
 function util.read_file(path)
   local f, err = io.open(path, "rb")
   if not f then return nil, err end

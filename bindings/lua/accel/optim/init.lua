@@ -50,14 +50,7 @@ optim._raise = raise
 
 local is_tensor = accel.is_tensor
 
--- Copy of a plain value: tables (betas, lists) are copied recursively,
--- tensors and everything else are shared.
-local function copy_plain(v)
-  if type(v) ~= "table" or is_tensor(v) then return v end
-  local c = {}
-  for k, x in pairs(v) do c[k] = copy_plain(x) end
-  return c
-end
+local copy_plain = util.copy_plain -- betas, lists: copied; tensors shared
 
 local function show(v)
   if type(v) == "table" and not is_tensor(v) then

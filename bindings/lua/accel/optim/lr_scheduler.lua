@@ -100,12 +100,7 @@ local function need_positive_int(name, key, v)
   return v
 end
 
-local function copy_plain(v)
-  if type(v) ~= "table" then return v end
-  local c = {}
-  for k, x in pairs(v) do c[k] = copy_plain(x) end
-  return c
-end
+local copy_plain = util.copy_plain
 
 -- ---- base class ----
 
