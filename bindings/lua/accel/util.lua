@@ -2,7 +2,11 @@
 local util = {}
 
 -- A value as a message shows it: strings quoted, anything else tostring'd.
-function util.show(v) return type(v) == "string" and ('"' .. v .. '"') or tostring(v) end
+function util.show(v)
+  if type(v) == "string" then return '"' .. v .. '"' end
+  if v ~= v then return "nan" end -- tostring(0/0) is "-nan" on glibc
+  return tostring(v)
+end
 
 -- The stack level (counted from this function) of the user's frame, the
 -- first Lua frame outside the embedded library, and its debug info; nil

@@ -28,7 +28,7 @@ function U.got(v)
   if type(v) == "number" and v == math.floor(v) and U.to_int(v) == nil then
     return ("got %s (integers go up to %s)"):format(tostring(v), MAX_TEXT)
   end
-  return "got " .. tostring(v)
+  return "got " .. require("accel.util").show(v)
 end
 
 -- v checked to be a whole number in min..max (max: the largest integer),
