@@ -1,6 +1,6 @@
 /* autograd_lua.c: grad-mode control from Lua (accel.no_grad(fn) and its
  * <close> handle form, enable_grad, set_grad_enabled, is_grad_enabled,
- * inference_mode: no_grad under PyTorch's other name) and
+ * inference_mode) and
  * the C side of custom autograd functions (accel._C.attach_custom, one or
  * several outputs), whose backward calls back into Lua, backward from several
  * roots (_C.backward_many) and recording without saving (_C.set_keep_saved,
@@ -9,42 +9,48 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* Inside inference_mode (what is_inference_mode_enabled reports); the
- * other grad-mode functions leave it as it is, as in PyTorch. */
-static __thread bool inference_on;
-
 /* fn (at `at`) with its arguments above it, under grad mode `on` and
- * inference mode `inf`; both are restored whatever happens (checked first:
- * a bad argument changes nothing). */
-static int call_in_grad_mode(lua_State *L, int at, bool on, bool inf) {
-    luaL_checktype(L, at, LUA_TFUNCTION);
-    bool prev = ag_set_grad_enabled(on), prev_inf = inference_on;
-    inference_on = inf;
+ * inference mode `inf` (core/autograd.h: nothing records while it is on);
+ * both are restored whatever happens (checked first: a bad argument changes
+ * nothing). A callable table (a module) is called as a function. */
+static int call_in_grad_mode(lua_State *L, const char *name, int at, bool on, bool inf) {
+    if (!lua_isfunction(L, at) && !luaL_getmetafield(L, at, "__call"))
+        return lu_error(L, "%s: expected a function (or a callable table) to run, got %s", name, luaL_typename(L, at));
+    if (!lua_isfunction(L, at)) lua_pop(L, 1);
+    bool prev = ag_set_grad_enabled(on), prev_inf = ag_set_inference_mode(inf);
     int rc = lua_pcall(L, lua_gettop(L) - at, LUA_MULTRET, 0);
     ag_set_grad_enabled(prev);
-    inference_on = prev_inf;
+    ag_set_inference_mode(prev_inf);
     if (rc != LUA_OK) return lua_error(L);
     return lua_gettop(L) - at + 1;
 }
 
-/* no_grad(fn, ...) / enable_grad(fn, ...) / inference_mode(fn, ...): fn's
- * results. Without fn: a handle whose close (h:close(), or __close at the end
- * of a <close> variable's scope) restores the previous modes. */
-static int with_grad_mode(lua_State *L, bool on, bool inf) {
-    if (!lua_isnoneornil(L, 1)) return call_in_grad_mode(L, 1, on, inf);
+/* no_grad(fn, ...) / enable_grad(fn, ...) / inference_mode(fn, ...) (fn at
+ * `at`): fn's results. Without fn: a handle whose close (h:close(), or
+ * __close at the end of a <close> variable's scope) restores the previous
+ * modes. */
+static int with_grad_mode(lua_State *L, const char *name, int at, bool on, bool inf) {
+    if (!lua_isnoneornil(L, at)) return call_in_grad_mode(L, name, at, on, inf);
     lua_createtable(L, 0, 2);
-    lua_pushboolean(L, inference_on);
+    lua_pushboolean(L, ag_set_inference_mode(inf));
     lua_setfield(L, -2, "prev_inference");
     lua_pushboolean(L, ag_set_grad_enabled(on));
     lua_setfield(L, -2, "prev");
-    inference_on = inf;
     luaL_setmetatable(L, "accel.GradMode");
     return 1;
 }
 
-static int l_no_grad(lua_State *L) { return with_grad_mode(L, false, inference_on); }
-static int l_enable_grad(lua_State *L) { return with_grad_mode(L, true, inference_on); }
-static int l_inference_mode(lua_State *L) { return with_grad_mode(L, false, true); }
+/* The grad-mode functions other than inference_mode leave inference mode
+ * as it is, as in PyTorch. */
+static int l_no_grad(lua_State *L) { return with_grad_mode(L, "no_grad", 1, false, ag_inference_mode()); }
+static int l_enable_grad(lua_State *L) { return with_grad_mode(L, "enable_grad", 1, true, ag_inference_mode()); }
+
+/* inference_mode([mode = true], [fn, ...]): as torch.inference_mode(mode):
+ * mode false turns inference mode off and grad mode on. */
+static int l_inference_mode(lua_State *L) {
+    bool mode = lua_isboolean(L, 1) ? lua_toboolean(L, 1) : true;
+    return with_grad_mode(L, "inference_mode", lua_isboolean(L, 1) ? 2 : 1, !mode, mode);
+}
 
 /* h:close() / __close: the first call restores the modes, later ones do nothing */
 static int grad_mode_close(lua_State *L) {
@@ -58,7 +64,7 @@ static int grad_mode_close(lua_State *L) {
     lua_getfield(L, 1, "prev");
     ag_set_grad_enabled(lua_toboolean(L, -1));
     lua_getfield(L, 1, "prev_inference");
-    inference_on = lua_toboolean(L, -1);
+    ag_set_inference_mode(lua_toboolean(L, -1));
     return 0;
 }
 
@@ -68,18 +74,18 @@ static int l_set_grad_enabled(lua_State *L) {
     if (!lua_isboolean(L, 1))
         return lu_error(L, "set_grad_enabled: expected a boolean mode, got %s", luaL_typename(L, 1));
     bool on = lua_toboolean(L, 1);
-    if (!lua_isnoneornil(L, 2)) return call_in_grad_mode(L, 2, on, inference_on);
+    if (!lua_isnoneornil(L, 2)) return call_in_grad_mode(L, "set_grad_enabled", 2, on, ag_inference_mode());
     lua_pushboolean(L, ag_set_grad_enabled(on));
     return 1;
 }
 
 static int l_is_grad_enabled(lua_State *L) {
-    lua_pushboolean(L, ag_grad_enabled());
+    lua_pushboolean(L, ag_grad_mode());
     return 1;
 }
 
 static int l_is_inference_mode_enabled(lua_State *L) {
-    lua_pushboolean(L, inference_on);
+    lua_pushboolean(L, ag_inference_mode());
     return 1;
 }
 

@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static __thread bool grad_enabled = true, keep_saved = true;
+static __thread bool grad_enabled = true, keep_saved = true, inference_mode;
 static uint32_t backward_pass, pass_counter; /* the pass running (0: none), for leaf hooks */
 static int pass_depth;                       /* ag_backward calls running, nested ones included */
 
@@ -45,7 +45,17 @@ static void node_free(AGNode *n) {
     else free(n);
 }
 
-bool ag_grad_enabled(void) { return grad_enabled; }
+bool ag_grad_enabled(void) { return grad_enabled && !inference_mode; }
+
+bool ag_grad_mode(void) { return grad_enabled; }
+
+bool ag_set_inference_mode(bool on) {
+    bool prev = inference_mode;
+    inference_mode = on;
+    return prev;
+}
+
+bool ag_inference_mode(void) { return inference_mode; }
 
 bool ag_set_grad_enabled(bool on) {
     bool prev = grad_enabled;
@@ -60,7 +70,7 @@ bool ag_set_keep_saved(bool on) {
 }
 
 bool ag_needs_grad(Tensor **inputs, int n) {
-    if (!grad_enabled) return false;
+    if (!grad_enabled || inference_mode) return false;
     for (int k = 0; k < n; k++)
         if (inputs[k] && inputs[k]->requires_grad) return true;
     return false;
@@ -77,6 +87,14 @@ static void node_free_saved(AGNode *n) {
         n->saved[k] = NULL;
     }
     n->n_saved = 0;
+}
+
+/* After a node ran: its saved tensors are freed, and only then can it not
+ * run again (as torch, a node that saved nothing, add's or a view's, runs
+ * in a second backward through the same graph). */
+static void release_after_run(AGNode *n) {
+    if (n->n_saved > 0 || n->ctx) n->released = true;
+    node_free_saved(n);
 }
 
 /* Release the node and, iteratively, producers that this was the last owner of
@@ -131,6 +149,10 @@ AGNode *ag_record(const char *name, AGBackwardFn fn, Tensor *out, Tensor **input
 void ag_save(AGNode *n, Tensor *t) {
     if (n->unsaved) return;
     int k = n->n_saved++;
+    if (!t) { /* a slot the backward will not read */
+        n->saved[k] = NULL, n->saved_version[k] = 0;
+        return;
+    }
     /* Saving the node's own output: keep a history-free header over the same
      * storage, so output -> grad_fn -> saved -> output is not a reference
      * cycle (which would leak every graph that is never backpropagated). */
@@ -318,7 +340,7 @@ static int timed_backward(AGNode *n, Tensor *gout, Tensor **gin, Tensor **acc) {
 
 static int run_node(AGNode *n, NodeList *ready) {
     if (n->released)
-        return accel_fail_int("backward through %s a second time: the graph's saved tensors were freed after the first "
+        return accel_fail_int("backward through %s a second time: the tensors it saved were freed after the first "
                               "backward (call backward once per forward)", n->name);
     if (n->unsaved)
         return accel_fail_int("backward through %s, which was recorded inside activation checkpointing's forward and "
@@ -340,8 +362,7 @@ static int run_node(AGNode *n, NodeList *ready) {
         tensor_release(gout);
         if (rc == 0 && --p->deps == 0) rc = list_push(ready, p);
         if (gin != gin_stack) free(gin);
-        node_free_saved(n);
-        n->released = true;
+        release_after_run(n);
         return rc;
     }
     int rc = gout ? timed_backward(n, gout, gin, NULL) : 0; /* no gradient reached it: none for its inputs */
@@ -365,8 +386,7 @@ static int run_node(AGNode *n, NodeList *ready) {
     }
     for (int k = 0; k < n->n_in; k++) tensor_release(gin[k]);
     if (gin != gin_stack) free(gin);
-    node_free_saved(n);
-    n->released = true;
+    release_after_run(n);
     return rc;
 }
 
@@ -473,9 +493,9 @@ int ag_backward_many(Tensor **roots, Tensor **grads, int n) {
     /* one scalar node above the roots, handing each its gradient */
     Tensor *top = tensor_empty(NULL, 0, DT_F32, (Device){DEV_CPU, 0});
     if (!top) return -1;
-    bool prev = ag_set_grad_enabled(true), prev_keep = ag_set_keep_saved(true);
+    bool prev = ag_set_grad_enabled(true), prev_keep = ag_set_keep_saved(true), prev_inf = ag_set_inference_mode(false);
     AGNode *node = ag_record("backward", bw_roots, top, roots, n);
-    ag_set_grad_enabled(prev), ag_set_keep_saved(prev_keep);
+    ag_set_grad_enabled(prev), ag_set_keep_saved(prev_keep), ag_set_inference_mode(prev_inf);
     int rc = node ? 0 : accel_fail_int("backward: out of memory");
     if (node) { /* grads outlive the node: it goes with top */
         node->ctx = grads;

@@ -62,8 +62,14 @@ struct AGNode {
     AGNode *stack_next;
 };
 
+/* Whether ops record: grad mode on and inference mode off. */
 bool ag_grad_enabled(void);
+bool ag_grad_mode(void);           /* the grad mode alone (torch.is_grad_enabled) */
 bool ag_set_grad_enabled(bool on); /* returns the previous mode */
+/* Inference mode (torch.inference_mode): nothing records while it is on,
+ * whatever the grad mode. Returns the previous state. */
+bool ag_set_inference_mode(bool on);
+bool ag_inference_mode(void);
 
 /* While keep_saved is off, ops still record their nodes (so requires_grad
  * and grad_fn come out as usual) but ag_save keeps nothing: the nodes refuse
@@ -78,7 +84,8 @@ bool ag_needs_grad(Tensor **inputs, int n);
  * sets out->grad_fn / requires_grad. Returns the node (borrowed: owned by
  * out) or NULL when no graph is needed. NULL inputs are allowed (no edge). */
 AGNode *ag_record(const char *name, AGBackwardFn fn, Tensor *out, Tensor **inputs, int n_in);
-/* Save a tensor for backward (retained, version recorded). */
+/* Save a tensor for backward (retained, version recorded); NULL keeps an
+ * empty slot (ag_saved gives NULL). */
 void ag_save(AGNode *n, Tensor *t);
 /* ag_record for a view out of t. When t has history, the node keeps the
  * storage's version: an in-place op on t afterwards changes t's history but

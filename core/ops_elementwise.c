@@ -398,7 +398,7 @@ static bool unary_keeps_int(KUnOp op) {
 
 static bool unary_uses_output(KUnOp op) {
     return op == KU_TANH || op == KU_SIGMOID || op == KU_EXP || op == KU_SQRT || op == KU_RSQRT || op == KU_RECIP ||
-           op == KU_EXPM1 || op == KU_RPOW;
+           op == KU_EXPM1 || op == KU_RPOW || op == KU_RELU;
 }
 
 /* Piecewise constant: recorded with a zero gradient, as torch's SignBackward0, RoundBackward0, ... */

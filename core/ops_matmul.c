@@ -142,9 +142,22 @@ static Tensor *mm_forward(Tensor *a, Tensor *b, Tensor *bias) {
     return tensor_to_dtype_owned(out, rd);
 }
 
+/* The operands a backward needs: a for b's gradient, b for a's (as torch,
+ * an operand is saved only when the other one needs a gradient). */
+static void save_operands(AGNode *n, Tensor *a, Tensor *b) {
+    ag_save(n, ag_input_needs_grad(n, 1) ? a : NULL);
+    ag_save(n, ag_input_needs_grad(n, 0) ? b : NULL);
+}
+
+static int saved_operands(AGNode *n, Tensor **a, Tensor **b) {
+    *a = ag_input_needs_grad(n, 1) ? ag_saved(n, 0) : NULL;
+    *b = ag_input_needs_grad(n, 0) ? ag_saved(n, 1) : NULL;
+    return (ag_input_needs_grad(n, 1) && !*a) || (ag_input_needs_grad(n, 0) && !*b) ? -1 : 0;
+}
+
 static int bw_mm(AGNode *n, Tensor *g, Tensor **gin) {
-    Tensor *a = ag_saved(n, 0), *b = ag_saved(n, 1);
-    if (!a || !b) return -1;
+    Tensor *a, *b;
+    if (saved_operands(n, &a, &b) < 0) return -1;
     if (ag_input_needs_grad(n, 0)) { /* g @ b^T */
         Tensor *bt = tensor_transpose(b, -1, -2);
         gin[0] = bt ? op_matmul(g, bt) : NULL;
@@ -153,7 +166,7 @@ static int bw_mm(AGNode *n, Tensor *g, Tensor **gin) {
     }
     if (ag_input_needs_grad(n, 1)) { /* a^T @ g, folding a batch that b was shared across */
         Tensor *x = a, *gg = g, *xf = NULL, *gf = NULL;
-        if (b->ndim == 2 && a->ndim > 2) {
+        if (n->edges[1].ndim == 2 && a->ndim > 2) {
             xf = tensor_reshape(a, (int64_t[]){-1, a->shape[a->ndim - 1]}, 2);
             gf = tensor_reshape(g, (int64_t[]){-1, g->shape[g->ndim - 1]}, 2);
             x = xf, gg = gf;
@@ -169,7 +182,7 @@ static int bw_mm(AGNode *n, Tensor *g, Tensor **gin) {
 static Tensor *mm_nd(Tensor *a, Tensor *b) {
     Tensor *out = mm_forward(a, b, NULL);
     AGNode *n = out ? ag_record("mm", bw_mm, out, (Tensor *[]){a, b}, 2) : NULL;
-    if (n) ag_save(n, a), ag_save(n, b);
+    if (n) save_operands(n, a, b);
     return out;
 }
 
@@ -216,9 +229,9 @@ static Tensor *matmul_impl(Tensor *a, Tensor *b) {
 /* ---- linear ---- */
 
 static int bw_linear(AGNode *n, Tensor *g, Tensor **gin) {
-    Tensor *x = ag_saved(n, 0), *w = ag_saved(n, 1);
-    if (!x || !w) return -1;
-    int64_t in = w->shape[1], out = w->shape[0];
+    Tensor *x, *w;
+    if (saved_operands(n, &x, &w) < 0) return -1;
+    int64_t in = n->edges[1].shape[1], out = n->edges[1].shape[0];
     Tensor *g2 = tensor_reshape(g, (int64_t[]){-1, out}, 2);
     if (!g2) return -1;
     int rc = 0;
@@ -264,7 +277,7 @@ static Tensor *linear_impl(Tensor *x, Tensor *w, Tensor *b) {
     ag_set_grad_enabled(prev);
     Tensor *ins[3] = {x, w, b};
     AGNode *n = y ? ag_record("linear", bw_linear, y, ins, b ? 3 : 2) : NULL;
-    if (n) ag_save(n, x), ag_save(n, w);
+    if (n) save_operands(n, x, w);
     return y;
 }
 

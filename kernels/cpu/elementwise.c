@@ -428,7 +428,7 @@ void k_unary_i64(KUnOp op, int64_t n, const int64_t *a, int64_t sa, int64_t *o,
         if (FAST_UB_##S(op, n, x, gy, gx)) return;                          \
         switch (op) {                                                       \
         case KU_NEG: UB_RUN(T, -gy[i]); break;                              \
-        case KU_RELU: UB_RUN(T, x[i] > 0 ? gy[i] : (T)0); break;            \
+        case KU_RELU: UB_RUN(T, y[i] <= 0 ? (T)0 : gy[i]); break;           \
         case KU_GELU: UB_RUN(T, gy[i] * gelu_grad_##S(x[i])); break;        \
         case KU_GELU_TANH: UB_RUN(T, gy[i] * gelu_tanh_grad_##S(x[i])); break; \
         case KU_SILU: UB_RUN(T, gy[i] * silu_grad_##S(x[i])); break;        \

@@ -151,7 +151,7 @@ static inline KC_HD int64_t unop(KUnOp op, int64_t x, int64_t lo, int64_t hi) {
 template <typename T> KC_HD T unary_grad(KUnOp op, T x, T y, T gy, T q1, T q2) {
     switch (op) {
     case KU_NEG: return -gy;
-    case KU_RELU: return x > 0 ? gy : (T)0;
+    case KU_RELU: return y <= 0 ? (T)0 : gy; /* from the output, as torch's threshold_backward: NaN passes gy */
     case KU_GELU: {
         T cdf = (T)0.5 * ((T)1 + erf(x * (T)0.70710678118654752440));
         return gy * (cdf + x * (T)INV_SQRT_2PI * exp((T)-0.5 * x * x));

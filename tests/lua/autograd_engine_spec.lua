@@ -136,6 +136,49 @@ describe("graph lifetime", function()
     assert.matches("second time", msg)
   end)
 
+  it("nodes that saved nothing run again in a second backward (PyTorch: x.grad 3, 3, 3)", function()
+    local x = leaf({1, 2, 3})
+    local h = x + 1
+    h:sum():backward()
+    ;(h * 2):sum():backward()
+    assert.same({3, 3, 3}, x.grad:tolist())
+    local v = x:view(3, 1) -- a view's node saves nothing either
+    v:sum():backward()
+    v:sum():backward()
+    assert.same({5, 5, 5}, x.grad:tolist())
+  end)
+
+  it("tensors PyTorch does not save may change before backward (relu keeps its output, mm / linear an operand only for the other's gradient)", function()
+    -- PyTorch 2.15: x.grad [[1, 0], [1, 1]] for relu; [[1.5, 1], [1.5, 1]] for mm and linear
+    local x = leaf({{1, -2}, {3, 4}})
+    local a = x * 1
+    local b = a:relu()
+    a:add_(1)
+    b:sum():backward()
+    assert.same({{1, 0}, {1, 1}}, x.grad:tolist())
+    local w = accel.tensor({{0.5, 1}, {1, 0}}, {dtype = f64})
+    for _, f in ipairs({function(t) return t:matmul(w) end, function(t) return accel.nn.functional.linear(t, w) end}) do
+      x.grad = nil
+      a = x * 1
+      b = f(a)
+      a:add_(1)
+      b:sum():backward()
+      assert.same({{1.5, 1}, {1.5, 1}}, x.grad:tolist())
+    end
+    -- the operand the other's gradient needs is still checked
+    local wl = leaf({{0.5, 1}, {1, 0}})
+    a = x * 1
+    b = a:matmul(wl)
+    a:add_(1)
+    assert.matches("modified by an in%-place operation", errmsg(function() b:sum():backward() end))
+  end)
+
+  it("relu's gradient is PyTorch's at NaN and 0 (from its output: NaN passes the gradient)", function()
+    local x = leaf({0 / 0, -1, 0, 2})
+    x:relu():sum():backward()
+    assert.same({1, 0, 0, 1}, x.grad:tolist()) -- PyTorch 2.15: tensor([1., 0., 0., 1.])
+  end)
+
   it("a shared subgraph is freed by the first backward through it", function()
     local x = leaf({1, 2, 3})
     local z = x:sin()
@@ -278,6 +321,43 @@ describe("grad mode", function()
     assert.is_false(accel.is_inference_mode_enabled())
     assert.is_true(accel.is_grad_enabled())
     assert.equal(accel.inference_mode, accel.autograd.inference_mode)
+  end)
+
+  it("inside inference_mode nothing records, even under enable_grad / set_grad_enabled(true) (PyTorch: requires_grad False)", function()
+    local x = leaf({1, 2})
+    local c, on = accel.inference_mode(function()
+      return accel.enable_grad(function() return x * 2, accel.is_grad_enabled() end)
+    end)
+    assert.is_false(c.requires_grad)
+    assert.is_true(on)
+    c = accel.inference_mode(function() return accel.set_grad_enabled(true, function() return x * 2 end) end)
+    assert.is_false(c.requires_grad)
+    -- a graph built outside is still backpropagated inside
+    local y = (x * x):sum()
+    accel.inference_mode(function() y:backward() end)
+    assert.same({2, 4}, x.grad:tolist())
+  end)
+
+  it("inference_mode(false) turns inference mode off and grad mode on, as torch.inference_mode(False)", function()
+    local x = leaf({1, 2})
+    -- PyTorch 2.15 under no_grad: True False True
+    local g, inf, rg = accel.no_grad(function()
+      return accel.inference_mode(false, function()
+        return accel.is_grad_enabled(), accel.is_inference_mode_enabled(), (x * 2).requires_grad
+      end)
+    end)
+    assert.same({true, false, true}, {g, inf, rg})
+    local h = accel.inference_mode(true)
+    assert.is_true(accel.is_inference_mode_enabled())
+    h:close()
+    assert.is_false(accel.is_inference_mode_enabled())
+  end)
+
+  it("no_grad / enable_grad / set_grad_enabled run a callable table (a module) as a function", function()
+    local m = accel.nn.Linear(2, 2)
+    assert.is_false(accel.no_grad(m, accel.ones(1, 2)).requires_grad)
+    assert.is_true(accel.set_grad_enabled(true, m, accel.ones(1, 2)).requires_grad)
+    assert.matches("no_grad: expected a function %(or a callable table%) to run, got number", errmsg(function() accel.no_grad(3) end))
   end)
 
   it("grad mode is restored after a failing backward", function()
@@ -1030,7 +1110,9 @@ describe("grad modes, autograd.backward, .grad and fill values as PyTorch", func
 
   it("a bad argument to no_grad / enable_grad changes no mode; set_grad_enabled takes a boolean and a function", function()
     local m, x = accel.nn.Linear(2, 2), accel.randn(1, 2)
-    assert.is_false(pcall(accel.no_grad, m, x))
+    assert.is_false(pcall(accel.no_grad, {}, x))
+    assert.is_true(accel.is_grad_enabled())
+    assert.is_false(pcall(accel.enable_grad, 1))
     assert.is_true(accel.is_grad_enabled())
     assert.is_true(m(x).requires_grad)
     local inside, v = accel.set_grad_enabled(false, function() return accel.is_grad_enabled(), 7 end)

@@ -251,6 +251,12 @@ describe("optimizer behaviour", function()
     assert.are.same({0.0, 0.0}, a.grad:tolist())
     opt:zero_grad(false)
     assert.are.same({0.0, 0.0}, a.grad:tolist())
+    -- PyTorch: TypeError for an unexpected keyword; here the grads stay as they were
+    local err = support.errmsg(function() opt:zero_grad({set_to_nonee = false}) end)
+    assert.matches("optim_spec.lua:%d+: zero_grad: unknown option 'set_to_nonee' %(options: set_to_none%)", err)
+    assert.matches("zero_grad: argument 'set_to_none' %(position 1%) must be boolean, not string",
+      support.errmsg(function() opt:zero_grad("x") end))
+    assert.are.same({0.0, 0.0}, a.grad:tolist())
   end)
 
   it("step(closure) evaluates the closure with grad enabled and returns its loss", function()

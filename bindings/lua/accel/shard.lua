@@ -437,7 +437,10 @@ end
 local function hijack_optimizer(self)
   local opt, eng = self.optimizer, self
   rawset(opt, "step", function(_, closure) return eng:step(closure) end)
-  rawset(opt, "zero_grad", function() return eng:zero_grad() end)
+  rawset(opt, "zero_grad", function(_, ...) -- the engine's gradients are its flat shards: zeroed either way
+    accel.optim._zero_grad_options(...)
+    return eng:zero_grad()
+  end)
   rawset(opt, "_shard_engine", eng)
 end
 

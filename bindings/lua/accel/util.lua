@@ -212,4 +212,44 @@ function util.not_provided(tbl, names, where, hint)
   return setmetatable(tbl, mt)
 end
 
+-- check_options(name, o, keys): o (nil or a table of keyword options) with
+-- every key in the list keys, else "<name>: unknown option '<key>'
+-- (options: a, b, c)" at the user's line (PyTorch's TypeError for an
+-- unexpected keyword). Returns o, or one shared empty table for nil.
+local NO_OPTIONS = setmetatable({}, {__newindex = function() error("check_options: the empty options are read-only", 2) end})
+
+function util.check_options(name, o, keys)
+  if o == nil then return NO_OPTIONS end -- shared: no table made per call
+  if type(o) ~= "table" then util.raise("%s: options must be a table, got %s", name, type(o)) end
+  for k in pairs(o) do
+    local known = false
+    for _, key in ipairs(keys) do known = known or k == key end
+    if not known then util.unknown_option(name, k, keys) end
+  end
+  return o
+end
+
+-- A method's options: nil, a table of the keys listed (else an error naming
+-- the method and the key), or PyTorch's positional values, bound in order to
+-- positional ({{key, type}, ...}; a value of another type is an error).
+function util.opts_of(name, keys, positional, o, ...)
+  local n = select("#", ...)
+  if positional and type(o) ~= "table" and (o ~= nil or n > 0) then
+    if n + 1 > #positional then
+      util.raise("%s: takes at most %d positional argument%s, got %d", name, #positional, #positional == 1 and "" or "s", n + 1)
+    end
+    local args, out = {o, ...}, {}
+    for i, spec in ipairs(positional) do
+      local v = args[i]
+      if v ~= nil and type(v) ~= spec[2] then
+        util.raise("%s: argument '%s' (position %d) must be %s, not %s", name, spec[1], i, spec[2], type(v))
+      end
+      out[spec[1]] = v
+    end
+    return out
+  end
+  if n > 0 then util.raise("%s: %d argument(s) after the options table", name, n) end
+  return util.check_options(name, o, keys)
+end
+
 return util

@@ -184,14 +184,14 @@ function Optimizer:add_param_group(group)
   self.param_groups[#self.param_groups + 1] = g
 end
 
--- zero_grad([{set_to_none = true}]) (a boolean is accepted too)
-function Optimizer:zero_grad(opts)
-  local set_to_none = true
-  if type(opts) == "boolean" then
-    set_to_none = opts
-  elseif type(opts) == "table" and opts.set_to_none ~= nil then
-    set_to_none = opts.set_to_none
-  end
+-- zero_grad([{set_to_none = true}]) (or PyTorch's positional boolean)
+local ZERO_GRAD_KEYS, ZERO_GRAD_POSITIONAL = {"set_to_none"}, {{"set_to_none", "boolean"}}
+function optim._zero_grad_options(...)
+  return util.opts_of("zero_grad", ZERO_GRAD_KEYS, ZERO_GRAD_POSITIONAL, ...)
+end
+
+function Optimizer:zero_grad(...)
+  local set_to_none = optim._zero_grad_options(...).set_to_none ~= false
   for _, g in ipairs(self.param_groups) do
     if set_to_none then
       C.clear_grads(g.params) -- no Lua handle to the gradients (see bindings/optim_lua.c)
