@@ -1165,8 +1165,25 @@ CASES.save_state = {
     assert.is_true(C.fs_stat(dir .. "/ck/model.safetensors") ~= nil)
     error_matching("never pickle", function() a:save_state(dir .. "/ck2", {safe_serialization = false}) end)
     assert.is_nil(C.fs_stat(dir .. "/ck2"))
-    error_matching("load_state: unknown option bogus %(it takes no options%)",
+    error_matching("load_state: unknown option bogus %(known: strict%)",
       function() a:load_state(dir .. "/ck", {bogus = 1}) end)
+    support.remove_tree(dir)
+  end,
+}
+
+CASES.load_state = {
+  strict = function() -- Accelerate passes strict on to load_state_dict: an extra parameter is left as it is
+    local dir = tmpdir()
+    local a = accel.Accelerator()
+    a:prepare(mlp(1))
+    a:save_state(dir .. "/ck")
+    local b = accel.Accelerator()
+    local m = b:prepare(mlp(2))
+    m.extra = accel.nn.Parameter(accel.ones(2))
+    error_matching("which the checkpoint lacks", function() b:load_state(dir .. "/ck", {strict = true}) end)
+    b:load_state(dir .. "/ck", {strict = false})
+    assert.are.same({1, 1}, m.extra:tolist())
+    error_matching("load_state: option strict must be a boolean", function() b:load_state(dir .. "/ck", {strict = 1}) end)
     support.remove_tree(dir)
   end,
 }

@@ -389,13 +389,71 @@ describe("save_state / load_state", function()
     counter.n = -1
     s.a:load_state()
     assert.are.equal(3, counter.n)
-    counter.n = -1
-    s.a:load_state("latest")
-    assert.are.equal(3, counter.n)
+    -- "latest" is a folder name, as in Accelerate 1.15 ("Tried to find latest but folder does not exist")
+    error_matching("load_state: no checkpoint at latest %(no such directory%)", function() s.a:load_state("latest") end)
     -- a new run continues the numbering
     local s2 = trained(8, {project_config = {project_dir = dir, automatic_checkpoint_naming = true}})
     assert.are.equal(dir .. "/checkpoints/checkpoint_4", s2.a:save_state())
     error_matching("give an output directory", function() trained().a:save_state() end)
+    error_matching("load_state: give a checkpoint directory", function() trained().a:load_state() end)
+    rm(dir)
+  end)
+
+  -- Accelerate 1.15 sorts the folders by their number: with checkpoint_0 and
+  -- checkpoint_007 (renamed from checkpoint_1), load_state() loads 007 and
+  -- a save with total_limit = 2 removes checkpoint_0 and keeps 007.
+  it("finds zero-padded checkpoint folders by their number", function()
+    local dir = tmpdir()
+    local pc = accel.ProjectConfiguration{project_dir = dir, automatic_checkpoint_naming = true, total_limit = 2}
+    local s = trained(8, {project_config = pc})
+    local counter = {n = 0}
+    function counter:state_dict() return {n = self.n} end
+    function counter:load_state_dict(t) self.n = t.n end
+    s.a:register_for_checkpointing(counter)
+    s.a:save_state()
+    counter.n = 1
+    s.a:save_state()
+    assert(os.rename(dir .. "/checkpoints/checkpoint_1", dir .. "/checkpoints/checkpoint_007"))
+    counter.n = -1
+    assert.are.equal(dir .. "/checkpoints/checkpoint_007", s.a:load_state())
+    assert.are.equal(1, counter.n)
+    assert.are.equal(dir .. "/checkpoints/checkpoint_8", s.a:save_state())
+    local left = C.fs_listdir(dir .. "/checkpoints")
+    table.sort(left)
+    assert.are.same({"checkpoint_007", "checkpoint_8"}, left)
+    rm(dir)
+  end)
+
+  -- Accelerate 1.15, load_state("extra", strict=False) of a model with lin
+  -- and scale into one with lin and other: lin.weight 3.0 loaded, other
+  -- stays [4.0, 4.0]; without it, "Missing key(s) ... Unexpected key(s)".
+  it("strict = false loads the entries the model and the checkpoint share", function()
+    local dir = tmpdir()
+    local function model(extra, value)
+      local m = nn.Module()
+      m.lin = nn.Linear(2, 2)
+      m[extra] = nn.Parameter(accel.full({extra == "scale" and 1 or 2}, value + 0.0))
+      return m
+    end
+    local a = accel.Accelerator()
+    local saved = a:prepare(model("scale", 7))
+    accel.no_grad(function() saved.lin.weight:fill_(3) end)
+    a:save_state(dir .. "/extra")
+    local b = accel.Accelerator()
+    local m = b:prepare(model("other", 4))
+    local bias = m.lin.bias:clone()
+    error_matching("checkpoint of another model %(model 1: the checkpoint has \"scale float32 %[1%]\", which the model "
+      .. "lacks%)", function() b:load_state(dir .. "/extra") end)
+    b:load_state(dir .. "/extra", {strict = false})
+    assert.are.same({{3, 3}, {3, 3}}, m.lin.weight:tolist())
+    assert.are.same({4, 4}, m.other:tolist())
+    assert.is_true(saved.lin.bias:equal(m.lin.bias) and not bias:equal(m.lin.bias))
+    -- an entry both hold must still match
+    local c = accel.Accelerator()
+    local wide = c:prepare(nn.Module())
+    wide.lin = nn.Linear(2, 3)
+    error_matching("the checkpoint has \"lin%.bias float32 %[2%]\" where the model has \"lin%.bias float32 %[3%]\"",
+      function() c:load_state(dir .. "/extra", {strict = false}) end)
     rm(dir)
   end)
 
@@ -478,6 +536,7 @@ describe("save_state / load_state", function()
       accel.set_seed(5)
       local m = Net(8)
       local opt = o.groups and optim.Adam({{params = m.body:parameters()}, {params = m.head:parameters()}}, {lr = 1e-2})
+        or o.sgd and optim.SGD(m:parameters(), {lr = 0.5, momentum = 0.9})
         or optim.Adam(m:parameters(), {lr = 1e-2})
       local sched = optim.lr_scheduler.ExponentialLR(opt, {gamma = 0.9})
       local loader = data.DataLoader(data.TensorDataset(accel.randn(20, 5)), {batch_size = o.batch_size or 4})
@@ -486,7 +545,20 @@ describe("save_state / load_state", function()
     end
 
     it("an optimizer with other parameter groups", function()
-      refused("optimizer%.json does not fit optimizer 1: 1 parameter groups, the optimizer has 2", setup_like({groups = true}))
+      refused("optimizer%.json does not fit optimizer 1 %(Adam%): loaded state dict has 1 parameter groups, but the "
+        .. "optimizer has 2", setup_like({groups = true}))
+    end)
+
+    -- what the optimizer's load_state_dict refuses is refused before the model changes
+    -- (PyTorch loads it and fails later: Adam's step raises KeyError 'step')
+    it("an optimizer of another class", function()
+      refused("load_state: refusing [^:]*/ckpt: optimizer%.json does not fit optimizer 1 %(SGD%): the state of parameter "
+        .. "1 has 'exp_avg', which SGD does not keep", setup_like({sgd = true}))
+      local sgd = setup_like({sgd = true})
+      sgd.model(accel.randn(4, 5)):sum():backward()
+      sgd.opt:step()
+      sgd.a:save_state(dir .. "/ckpt")
+      refused("optimizer%.json does not fit optimizer 1 %(Adam%): the state of parameter 1 has no 'step'", setup_like({}))
     end)
 
     it("a data loader whose batches do not end at the saved position", function()
@@ -573,7 +645,8 @@ describe("a save_state that fails", function()
     local dir = tmpdir()
     write(dir .. "/file", "x")
     local s = trained()
-    expect_error(function() s.a:save_state(dir .. "/file/ckpt") end, dir .. "/file")
+    expect_error(function() s.a:save_state(dir .. "/file/ckpt") end,
+      "save_state: cannot write " .. dir .. "/file/ckpt: cannot create directory '" .. dir .. "/file': a file of that name exists")
     assert.are.same({"file"}, C.fs_listdir(dir))
     rm(dir)
   end)
@@ -589,6 +662,10 @@ describe("a save_state that fails", function()
     local s = trained()
     expect_error(function() s.a:save_state(dir .. "/notes.txt") end, dir .. "/notes.txt exists and is not a folder")
     expect_error(function() s.a:save_state(".") end, "name the checkpoint folder itself")
+    assert(os.execute("ln -s nowhere " .. q(dir .. "/dangling")))
+    expect_error(function() s.a:save_state(dir .. "/dangling") end,
+      "save_state: " .. dir .. "/dangling is a dangling symbolic link (what it points to does not exist)")
+    assert.is_nil(C.fs_stat(dir .. "/nowhere"))
     expect_error(function() s.a:save_state("") end, "name the checkpoint folder itself")
     assert.are.equal("keep me", read(dir .. "/notes.txt"))
     -- save_model's output, then save_state into the same folder, twice: both kept, the checkpoint loads

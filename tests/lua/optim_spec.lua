@@ -454,7 +454,7 @@ describe("optimizer state_dict", function()
     fails(optim.Adam({a, c}), sd, "state 'exp_avg' of parameter 2 has shape %[3%] but the parameter has shape %[4%]")
     fails(optim.Adam({a, b}), {state = {[7] = {step = 1}}, param_groups = sd.param_groups},
       "state for parameter 7, which is in none of its parameter groups")
-    fails(optim.Adam({a, b}), {}, "load_state_dict expects a table")
+    fails(optim.Adam({a, b}), {}, "load_state_dict: expected a table")
   end)
 
   it("refuses the state of another optimizer (PyTorch: KeyError 'step'); keeps loading its own", function()

@@ -90,8 +90,8 @@
 --    skip_first_batches. The RNG saved is accel's generator (Philox state);
 --    Lua's math.random state cannot be read in Lua 5.4 and is not saved.
 --  * load_state verifies everything (index, sizes, checksums, model
---    fingerprints, counts of prepared objects, optimizer group shapes and
---    state tensor shapes, loader positions) and reads every file before it
+--    fingerprints, counts of prepared objects, what each optimizer's
+--    load_state_dict would refuse, loader positions) and reads every file before it
 --    changes anything, so a refused load leaves models, optimizers,
 --    schedulers and loaders as they were. Gradients accumulated since the
 --    last optimizer step are not saved (as in Accelerate): save on sync steps.
@@ -111,7 +111,8 @@
 --    before the prepared optimizer steps or clip_grad_* runs); on non-sync
 --    steps (accumulate, no_sync) nothing is communicated.
 --  * save_state on N processes: rank 0 writes every shared file (model,
---    optimizer, scheduler, loaders, registered objects, scaler), every rank
+--    optimizer, scheduler, loaders, registered objects, scaler; every rank
+--    calls the registered objects' state_dict, as Accelerate), every rank
 --    writes random_states_<rank>.json into the same temporary folder
 --    (named after rank 0's pid), then a barrier, rank 0 writes the index and
 --    renames the folder into place, and a last barrier lets nobody go on
@@ -1840,15 +1841,16 @@ local function checkpoints_dir(self)
   return checkpoint.join(dir, "checkpoints")
 end
 
--- Numbers of the complete checkpoint_<i> folders, ascending.
+-- The complete checkpoint_<i> folders of root as {name, number}, by
+-- number ascending (as Accelerate sorts them: checkpoint_007 is number 7).
 local function existing_checkpoints(root)
-  local nums = {}
+  local found = {}
   for _, f in ipairs(C.fs_listdir(root) or {}) do
     local i = f:match("^checkpoint_(%d+)$")
-    if i then nums[#nums + 1] = tonumber(i) end
+    if i then found[#found + 1] = {name = f, number = tonumber(i)} end
   end
-  table.sort(nums)
-  return nums
+  table.sort(found, function(a, b) return a.number < b.number or (a.number == b.number and a.name < b.name) end)
+  return found
 end
 
 local function rng_state()
@@ -1885,7 +1887,7 @@ end
 -- save_state([dir]): the whole training state as one checkpoint folder
 -- (see accel.checkpoint); returns the folder.
 plugins.register("save_state", SERIALIZATION_OPTIONS)
-local LOAD_STATE_OPTIONS = plugins.register("load_state", {})
+local LOAD_STATE_OPTIONS = plugins.register("load_state", {strict = "boolean"})
 
 function Accelerator:save_state(output_dir, o)
   check_serialization("save_state", o)
@@ -1899,8 +1901,8 @@ function Accelerator:save_state(output_dir, o)
     root = checkpoints_dir(self)
     local i = nil
     if self.is_main_process then
-      local nums = existing_checkpoints(root)
-      i = math.max(pc.iteration, (nums[#nums] or -1) + 1)
+      local found = existing_checkpoints(root)
+      i = math.max(pc.iteration, (found[#found] and found[#found].number or -1) + 1)
     end
     i = self.state.comm:broadcast_object(i, 0) -- rank 0 names it for everyone
     output_dir = checkpoint.join(root, "checkpoint_" .. i)
@@ -1932,10 +1934,11 @@ function Accelerator:save_state(output_dir, o)
       for i, opt in ipairs(self._optimizers) do w:packed(numbered("optimizer", i), opt:state_dict()) end
       for i, s in ipairs(self._schedulers) do w:packed(numbered("scheduler", i), s:state_dict()) end
       for i, l in ipairs(self._dataloaders) do w:json(numbered("dataloader", i, ".json"), l:state_dict()) end
-      for i, obj in ipairs(self._custom_objects) do
-        w:packed("custom_checkpoint_" .. (i - 1), call_either(obj, "state_dict"))
-      end
       if self.scaler then w:json("scaler.json", self.scaler:state_dict()) end
+    end
+    for i, obj in ipairs(self._custom_objects) do -- state_dict() on every process (it may gather), written by rank 0
+      local sd = call_either(obj, "state_dict")
+      if main then w:packed("custom_checkpoint_" .. (i - 1), sd) end
     end
     w:json(("random_states_%d.json"):format(self.process_index), {accel = rng_state(), step = self.gradient_state.step})
   end)
@@ -1943,8 +1946,8 @@ function Accelerator:save_state(output_dir, o)
     if main then
       w:commit(shard_ckpt.annotate(index_of(self, fingerprints), layouts)) -- [sharded checkpoints] layouts in the index
       if root and pc.total_limit then
-        local nums = existing_checkpoints(root)
-        for j = 1, #nums - pc.total_limit do C.fs_remove_tree(checkpoint.join(root, "checkpoint_" .. nums[j])) end
+        local found = existing_checkpoints(root)
+        for j = 1, #found - pc.total_limit do C.fs_remove_tree(checkpoint.join(root, found[j].name)) end
       end
     end
   end)
@@ -1965,36 +1968,13 @@ local function count_mismatch(what, saved, have)
   end
 end
 
-local function shape_text(t) -- (.shape stays readable on a parameter a sharding engine released)
-  return "[" .. table.concat(t.shape, ", ") .. "]"
-end
-
--- Checks an optimizer state_dict against the optimizer's own layout: the
--- groups, their sizes, and the shape of every state tensor against its
--- parameter. nil when it fits, else what differs.
+-- Why the optimizer opt (prepared) cannot load the state_dict saved: what
+-- its load_state_dict would refuse, checked without loading, after the
+-- optimizer's class; nil when it fits.
 local function optimizer_mismatch(saved, opt)
-  local sg, cg = type(saved) == "table" and saved.param_groups, opt.param_groups
-  if type(sg) ~= "table" or type(saved.state) ~= "table" then return "it is not an optimizer state" end
-  if #sg ~= #cg then return ("%d parameter groups, the optimizer has %d"):format(#sg, #cg) end
-  local by_id = {}
-  for g = 1, #sg do
-    local sp, cp = sg[g].params, cg[g].params
-    if type(sp) ~= "table" or #sp ~= #cp then
-      return ("group %d has %d parameters, the optimizer's has %d"):format(g, type(sp) == "table" and #sp or 0, #cp)
-    end
-    for j, id in ipairs(sp) do by_id[tonumber(id) or id] = cp[j] end
-  end
-  for id, st in pairs(saved.state) do
-    local p = by_id[tonumber(id) or id]
-    if p == nil then return ("state for parameter %s, which no group holds"):format(tostring(id)) end
-    for k, v in pairs(type(st) == "table" and st or {}) do
-      if accel.is_tensor(v) and v:numel() > 1 and shape_text(v) ~= shape_text(p) then
-        return ("state %q of parameter %s has shape %s, the parameter %s"):format(tostring(k), tostring(id),
-          shape_text(v), shape_text(p))
-      end
-    end
-  end
-  return nil
+  local raw = prepared.is_optimizer(opt) and opt.optimizer or opt
+  local why = accel.optim.Optimizer._state_dict_problem(raw, saved)
+  return why and ("(%s): %s"):format(raw.__name or "optimizer", why)
 end
 
 -- A saved loader position for prepared loader l: {epoch, samples} (samples
@@ -2012,7 +1992,9 @@ local function convert_position(l, s, idx)
 end
 
 -- Everything load_state applies, read and checked before any change.
-local function read_checkpoint(self, dir, models, sharded_plans)
+-- strict = false: a model may lack entries of the checkpoint or have some
+-- it lacks (those keep their values); shared entries must still match.
+local function read_checkpoint(self, dir, models, sharded_plans, strict)
   local r = checkpoint.open(dir)
   local idx = r.index
   local function refuse(fmt, ...) error(("load_state: refusing %s: " .. fmt):format(r.dir, ...), 0) end
@@ -2030,13 +2012,17 @@ local function read_checkpoint(self, dir, models, sharded_plans)
     if type(entry) ~= "table" or type(entry.fingerprint) ~= "table" then
       refuse("%s is corrupted (no fingerprint for model %d)", checkpoint.INDEX, i)
     end
-    local diff = checkpoint.compare_fingerprints(entry.fingerprint, current)
-    if diff then refuse("it is a checkpoint of another model (model %d: %s)", i, diff) end
+    local whole = strict or sharded -- [sharded checkpoints] compared in full
+    local diff = checkpoint.compare_fingerprints(entry.fingerprint, current, whole)
+    if diff then
+      refuse("it is a checkpoint of another model (model %d: %s)%s", i, diff,
+        whole ~= strict and "; strict = false covers models that are not sharded only" or "")
+    end
     if sharded then -- [sharded checkpoints] files, headers and pieces checked here, read when applied
       data.sharded[i] = shard_ckpt.plan(self, r, entry, m, refuse, i, numbered("model", i, ".safetensors"))
     else
       local sd = r:tensors(numbered("model", i, ".safetensors"))
-      diff = checkpoint.compare_fingerprints(checkpoint.fingerprint(sd), current)
+      diff = checkpoint.compare_fingerprints(checkpoint.fingerprint(sd), current, strict)
       if diff then refuse("%s does not match model %d: %s", numbered("model", i, ".safetensors"), i, diff) end
       data.models[i] = sd
     end
@@ -2044,7 +2030,7 @@ local function read_checkpoint(self, dir, models, sharded_plans)
   for i, opt in ipairs(self._optimizers) do
     local s = r:packed(numbered("optimizer", i))
     local diff = optimizer_mismatch(s, opt)
-    if diff then refuse("%s.json does not fit optimizer %d: %s", numbered("optimizer", i), i, diff) end
+    if diff then refuse("%s.json does not fit optimizer %d %s", numbered("optimizer", i), i, diff) end
     data.optimizers[i] = s
   end
   shard_ckpt.take_optimizer_states(self, data) -- [sharded checkpoints] an engine's optimizer state goes to the engine
@@ -2085,18 +2071,23 @@ local function read_checkpoint(self, dir, models, sharded_plans)
   return data, r.dir
 end
 
--- load_state([dir | "latest"]): restores what save_state wrote, or refuses
--- (changing nothing) with a message naming the file and the fault.
+-- load_state([dir], [{strict = false}]): restores what save_state wrote, or
+-- refuses (changing nothing) with a message naming the file and the fault.
+-- strict = false: see read_checkpoint (Accelerate passes it on to the
+-- model's load_state_dict). No dir: the newest checkpoint_<i> under
+-- automatic checkpoint naming (as Accelerate; any string, "latest" too, is
+-- a folder).
 function Accelerator:load_state(input_dir, o)
   plugins.check_options("load_state", o, LOAD_STATE_OPTIONS)
-  if input_dir == nil or input_dir == "latest" then
-    if input_dir == nil and not self.project_configuration.automatic_checkpoint_naming then
-      raise("load_state: give a checkpoint directory (or \"latest\" with a project_dir)")
+  if input_dir == nil then
+    if not self.project_configuration.automatic_checkpoint_naming then
+      raise("load_state: give a checkpoint directory, or use project_config = accel.ProjectConfiguration{project_dir = "
+        .. "..., automatic_checkpoint_naming = true} to load the newest checkpoint")
     end
     local root = checkpoints_dir(self)
-    local nums = existing_checkpoints(root)
-    if #nums == 0 then raise("load_state: no checkpoint_<i> folder in %s", root) end
-    input_dir = checkpoint.join(root, "checkpoint_" .. nums[#nums])
+    local found = existing_checkpoints(root)
+    if #found == 0 then raise("load_state: no checkpoint_<i> folder in %s", root) end
+    input_dir = checkpoint.join(root, found[#found].name)
   elseif type(input_dir) ~= "string" then
     raise("load_state: expected a checkpoint directory, got %s", type(input_dir))
   end
@@ -2104,13 +2095,14 @@ function Accelerator:load_state(input_dir, o)
   for i, m in ipairs(self._models) do models[i] = m end
   run_hooks(self._load_state_pre_hooks, models, input_dir)
   local sharded_plans = {}
-  local ok, data, dir = pcall(read_checkpoint, self, input_dir, models, sharded_plans)
+  local strict = not (o and o.strict == false)
+  local ok, data, dir = pcall(read_checkpoint, self, input_dir, models, sharded_plans, strict)
   if not ok then
     shard_ckpt.close_plans(sharded_plans) -- [sharded checkpoints] files opened by the checks
     raise("%s", tostring(data))
   end
   for i, m in ipairs(models) do
-    if data.models[i] then self:unwrap_model(m):load_state_dict(data.models[i]) end
+    if data.models[i] then self:unwrap_model(m):load_state_dict(data.models[i], {strict = strict}) end
   end
   for i, opt in ipairs(self._optimizers) do opt:load_state_dict(data.optimizers[i]) end
   shard_ckpt.apply(self, data.sharded) -- [sharded checkpoints] one tensor at a time, after the optimizers' groups

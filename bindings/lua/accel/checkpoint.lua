@@ -397,25 +397,32 @@ function Writer:keep_other_files(files)
   end
 end
 
+-- The reason in an error of C.mkdirs.
+local function mkdirs_reason(err) return (tostring(err):gsub("^.-mkdirs: ", "")) end
+
 -- The parent folder, stale temporary folders of crashed saves removed, and
 -- the empty temporary folder.
 function Writer:create()
   local target = self.target
   local kind = C.fs_stat(target)
   if kind ~= nil and kind ~= "dir" then raise("save_state: %s exists and is not a folder", target) end
+  if kind == nil and C.fs_stat(target, true) then
+    raise("save_state: %s is a dangling symbolic link (what it points to does not exist)", target)
+  end
   local parent, base = target:match("^(.*)/([^/]*)$")
   if parent == nil then parent, base = ".", target end
-  if parent ~= "" then C.mkdirs(parent) end
+  local ok, err = pcall(C.mkdirs, parent ~= "" and parent or "/")
+  if not ok then raise("save_state: cannot write %s: %s", target, mkdirs_reason(err)) end
   for _, f in ipairs(C.fs_listdir(parent ~= "" and parent or "/") or {}) do
     local tag, pid = f:sub(#base + 1, #base + 5), f:sub(#base + 6)
     if f:sub(1, #base) == base and (tag == ".tmp-" or tag == ".old-") and pid:find("^%d+$") then
       C.fs_remove_tree(join(parent, f)) -- left by a save that crashed
     end
   end
-  local ok, err = pcall(C.mkdirs, self.tmp)
+  ok, err = pcall(C.mkdirs, self.tmp)
   if not ok then
     raise("save_state: cannot create the temporary folder %s next to %s (a checkpoint is written there, then renamed "
-      .. "into place, so the parent folder must be writable): %s", self.tmp, target, (tostring(err):gsub("^mkdirs: ", "")))
+      .. "into place, so the parent folder must be writable): %s", self.tmp, target, mkdirs_reason(err))
   end
 end
 
@@ -581,20 +588,25 @@ function M.fingerprint(state)
   return out
 end
 
--- nil when equal, else a sentence on the first difference.
-function M.compare_fingerprints(saved, current)
+-- nil when equal, else a sentence on the first difference. strict = false:
+-- only the entries both hold are compared (names one of them lacks are
+-- allowed, as load_state_dict(sd, {strict = false})).
+function M.compare_fingerprints(saved, current, strict)
   local cur_by_name, saved_by_name = {}, {}
   for _, e in ipairs(current) do cur_by_name[e:match("^(%S+)")] = e end
   for _, e in ipairs(saved) do saved_by_name[e:match("^(%S+)")] = e end
   for _, e in ipairs(saved) do
     local name = e:match("^(%S+)")
-    if not cur_by_name[name] then return ("the checkpoint has %q, which the model lacks"):format(e) end
-    if cur_by_name[name] ~= e then
+    if not cur_by_name[name] then
+      if strict ~= false then return ("the checkpoint has %q, which the model lacks"):format(e) end
+    elseif cur_by_name[name] ~= e then
       return ("the checkpoint has %q where the model has %q"):format(e, cur_by_name[name])
     end
   end
   for _, e in ipairs(current) do
-    if not saved_by_name[e:match("^(%S+)")] then return ("the model has %q, which the checkpoint lacks"):format(e) end
+    if strict ~= false and not saved_by_name[e:match("^(%S+)")] then
+      return ("the model has %q, which the checkpoint lacks"):format(e)
+    end
   end
   return nil
 end

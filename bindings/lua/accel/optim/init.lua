@@ -34,6 +34,8 @@
 -- * SGD / Adam / AdamW take lr positionally too: SGD(params, 0.1, {...}).
 -- * load_state_dict refuses a parameter state with keys this optimizer does
 --   not keep or without those it needs (a state_dict of another optimizer).
+--   Its checks are one method, _state_dict_problem(sd), which changes
+--   nothing: Accelerator:load_state runs it before it loads anything.
 -- * Custom optimizers: `local My = optim.Optimizer:extend("My")`, define
 --   `My:init(params, opts)` calling `optim.Optimizer.init(self, params,
 --   defaults)` and `My:step(closure)`.
@@ -259,15 +261,22 @@ local function shape_str(t)
   return "[" .. table.concat(s, ", ") .. "]"
 end
 
--- Refuses a non-empty saved state without every key in kept.required or
--- with a key in neither kept.required nor kept.optional (kept: the class's
--- _state_keys; nil for custom optimizers, which are not checked).
-local function check_state_keys(name, id, saved, keys, kept)
-  if not kept or #keys == 0 then return end
+-- The keys of t, in the order of their tostring.
+local function sorted_keys(t)
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  return keys
+end
+
+-- Why a non-empty saved state lacks a key in kept.required or has one in
+-- neither kept.required nor kept.optional (kept: the class's _state_keys;
+-- nil for custom optimizers, which are not checked); nil when it fits.
+local function state_keys_problem(name, id, saved, keys, kept)
+  if not kept or #keys == 0 then return nil end
   for _, k in ipairs(kept.required) do
     if saved[k] == nil then
-      raise("%s: load_state_dict: the state of parameter %d has no '%s' (a state_dict of another optimizer?)", name, id,
-        k)
+      return ("the state of parameter %d has no '%s' (a state_dict of another optimizer?)"):format(id, k)
     end
   end
   local known = {}
@@ -276,35 +285,70 @@ local function check_state_keys(name, id, saved, keys, kept)
   end
   for _, k in ipairs(keys) do
     if not known[k] then
-      raise("%s: load_state_dict: the state of parameter %d has '%s', which %s does not keep (a state_dict of another "
-        .. "optimizer?)", name, id, tostring(k), name)
+      return ("the state of parameter %d has '%s', which %s does not keep (a state_dict of another optimizer?)"):format(
+        id, tostring(k), name)
     end
   end
 end
 
--- A private copy of one saved state entry for parameter p (number id).
-local function load_param_state(name, id, p, saved, kept)
-  if type(saved) ~= "table" or is_tensor(saved) then
-    raise("%s: load_state_dict: state of parameter %d must be a table", name, id)
-  end
-  local st, keys = {}, {}
-  for k in pairs(saved) do keys[#keys + 1] = k end
-  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
-  check_state_keys(name, id, saved, keys, kept)
+-- Why one saved state entry cannot be the state of parameter p (number
+-- id): not a table, its keys, a tensor of another shape; nil when it fits.
+local function param_state_problem(name, id, p, saved, kept)
+  if type(saved) ~= "table" or is_tensor(saved) then return ("state of parameter %d must be a table"):format(id) end
+  local keys = sorted_keys(saved)
+  local why = state_keys_problem(name, id, saved, keys, kept)
+  if why then return why end
   for _, k in ipairs(keys) do
     local v = saved[k]
+    if is_tensor(v) and k ~= "step" and shape_str(v) ~= shape_str(p) then
+      return ("state '%s' of parameter %d has shape %s but the parameter has shape %s"):format(tostring(k), id,
+        shape_str(v), shape_str(p))
+    end
+  end
+end
+
+-- What load_state_dict(sd) would refuse, as the message after
+-- "<name>: load_state_dict: ", and nil when sd fits: its groups and their
+-- sizes, state only for grouped parameters, the state keys this class
+-- keeps, every state tensor's shape. Changes nothing; also the check
+-- Accelerator:load_state runs before it loads anything. The second result
+-- maps each saved parameter id to the optimizer's parameter.
+function Optimizer:_state_dict_problem(sd)
+  if type(sd) ~= "table" or type(sd.state) ~= "table" or type(sd.param_groups) ~= "table" then
+    return "expected a table {state = ..., param_groups = ...} from state_dict()"
+  end
+  local name, groups, saved = self.__name or "optimizer", self.param_groups, sd.param_groups
+  if #groups ~= #saved then
+    return ("loaded state dict has %d parameter groups, but the optimizer has %d"):format(#saved, #groups)
+  end
+  local id_map = {}
+  for i, g in ipairs(groups) do
+    local sp = type(saved[i]) == "table" and saved[i].params
+    if type(sp) ~= "table" or #sp ~= #g.params then
+      return ("loaded state dict's parameter group %d has %d parameters, but the optimizer's group has %d"):format(i,
+        type(sp) == "table" and #sp or 0, #g.params)
+    end
+    for j, id in ipairs(sp) do id_map[tonumber(id) or id] = g.params[j] end
+  end
+  for k, st in pairs(sd.state) do
+    local id = tonumber(k)
+    local p = id and id_map[id]
+    if not p then
+      return ("loaded state dict has state for parameter %s, which is in none of its parameter groups"):format(
+        tostring(k))
+    end
+    local why = param_state_problem(name, id, p, st, self._state_keys)
+    if why then return why end
+  end
+  return nil, id_map
+end
+
+-- A private copy of one saved state entry (checked) for parameter p.
+local function copy_param_state(p, saved)
+  local st = {}
+  for k, v in pairs(saved) do
     if k == "step" and is_tensor(v) then v = v:item() end
     if is_tensor(v) then
-      if v:numel() ~= p:numel() or #v.shape ~= #p.shape then
-        raise("%s: load_state_dict: state '%s' of parameter %d has shape %s but the parameter has shape %s", name,
-          tostring(k), id, shape_str(v), shape_str(p))
-      end
-      for d = 1, #p.shape do
-        if v.shape[d] ~= p.shape[d] then
-          raise("%s: load_state_dict: state '%s' of parameter %d has shape %s but the parameter has shape %s", name,
-            tostring(k), id, shape_str(v), shape_str(p))
-        end
-      end
       local c, copied = v:detach(), false
       if tostring(c.device) ~= tostring(p.device) then c, copied = c:to(p.device), true end
       if c.dtype ~= p.dtype then c, copied = c:to(p.dtype), true end
@@ -319,35 +363,15 @@ local function load_param_state(name, id, p, saved, kept)
 end
 
 function Optimizer:load_state_dict(sd)
-  local name = self.__name
-  if type(sd) ~= "table" or type(sd.state) ~= "table" or type(sd.param_groups) ~= "table" then
-    raise("%s: load_state_dict expects a table {state = ..., param_groups = ...} from state_dict()", name)
-  end
-  local groups, saved = self.param_groups, sd.param_groups
-  if #groups ~= #saved then
-    raise("%s: loaded state dict has %d parameter groups, but the optimizer has %d", name, #saved, #groups)
-  end
-  local id_map = {}
-  for i, g in ipairs(groups) do
-    local sp = saved[i].params
-    if type(sp) ~= "table" or #sp ~= #g.params then
-      raise("%s: loaded state dict's parameter group %d has %d parameters, but the optimizer's group has %d", name, i,
-        type(sp) == "table" and #sp or 0, #g.params)
-    end
-    for j, id in ipairs(sp) do id_map[tonumber(id)] = g.params[j] end
-  end
+  local why, id_map = self:_state_dict_problem(sd)
+  if why then raise("%s: load_state_dict: %s", self.__name, why) end
   local state = {}
   for k, st in pairs(sd.state) do
-    local id = tonumber(k)
-    local p = id and id_map[id]
-    if not p then
-      raise("%s: loaded state dict has state for parameter %s, which is in none of its parameter groups", name,
-        tostring(k))
-    end
-    state[p] = load_param_state(name, id, p, st, self._state_keys)
+    local p = id_map[tonumber(k)]
+    state[p] = copy_param_state(p, st)
   end
-  for i, g in ipairs(groups) do
-    for k, v in pairs(saved[i]) do
+  for i, g in ipairs(self.param_groups) do
+    for k, v in pairs(sd.param_groups[i]) do
       if k ~= "params" then g[k] = copy_plain(v) end
     end
   end

@@ -1,0 +1,51 @@
+-- checkpoint_ranks.lua: run by tests/lua/checkpoint_ranks_test.lua under
+-- `mpirun -np 2 accel-lua checkpoint_ranks.lua DIR`. A registered metric
+-- whose state_dict() sums a count over the ranks (acc:reduce) saves and
+-- loads back (Accelerate 1.15 with torch.distributed, 2 ranks counting 1
+-- and 2: state_dict runs on both, custom_checkpoint_0 holds count = 3);
+-- then a state_dict failing on rank 1 only fails save_state on both ranks,
+-- and neither a temporary folder nor a change to the old checkpoint is
+-- left. Prints "ok rank R: C checks".
+local accel = require("accel")
+local C = accel._C
+local acc = accel.Accelerator()
+local rank, checks = acc.process_index, 0
+local dir = arg[1]
+
+local function check(cond, what)
+  checks = checks + 1
+  if not cond then
+    print(("FAIL rank %d: %s"):format(rank, what))
+    os.exit(1)
+  end
+end
+
+acc:prepare(accel.nn.Linear(2, 2))
+local metric, calls = {count = rank + 1}, 0
+function metric:state_dict()
+  calls = calls + 1
+  return {count = acc:reduce(accel.tensor({self.count}), "sum"):item()}
+end
+function metric:load_state_dict(s) self.count = s.count end
+acc:register_for_checkpointing(metric)
+local ok, err = pcall(acc.save_state, acc, dir .. "/ckpt")
+check(ok, "save_state with a collective in state_dict: " .. tostring(err))
+check(calls == 1, "state_dict ran " .. calls .. " time(s) on this rank")
+metric.count = -1
+acc:load_state(dir .. "/ckpt")
+check(metric.count == 3, "count loaded: " .. tostring(metric.count))
+
+local index = io.open(dir .. "/ckpt/checkpoint_index.json"):read("a")
+acc:register_for_checkpointing({load_state_dict = function() end, state_dict = function()
+  if rank == 1 then error("rank 1's state_dict fails on purpose") end
+  return {}
+end})
+ok, err = pcall(acc.save_state, acc, dir .. "/ckpt")
+print(("rank %d: save_state: %s"):format(rank, tostring(err)))
+check(not ok, "save_state did not fail")
+check(tostring(err):find(rank == 1 and "rank 1's state_dict fails on purpose" or "save_state: process 1 failed", 1, true),
+  "save_state error: " .. tostring(err))
+acc:wait_for_everyone()
+check(table.concat(C.fs_listdir(dir), " ") == "ckpt", "leftovers: " .. table.concat(C.fs_listdir(dir), " "))
+check(io.open(dir .. "/ckpt/checkpoint_index.json"):read("a") == index, "the old checkpoint changed")
+print(("ok rank %d: %d checks"):format(rank, checks))
