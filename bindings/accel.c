@@ -285,6 +285,7 @@ static int l_cat(lua_State *L) { return join_tensors(L, "cat", op_cat); }
 static int l_stack(lua_State *L) { return join_tensors(L, "stack", op_stack); }
 
 static int l_where(lua_State *L) {
+    lu_check_no_more_args(L, 4);
     lu_push_tensor(L, lu_where(L, lu_check_tensor(L, 1), 2, 3));
     return 1;
 }

@@ -282,12 +282,31 @@ int lu_dim_value(lua_State *L, lua_Integer d) {
     return d > 0 ? (int)(d - 1) : (int)d;
 }
 
+/* The position the user wrote for stack index idx: in t:f(x), x is argument #1. */
+static int user_arg(lua_State *L, int idx) {
+    lua_Debug ar;
+    bool method = lua_getstack(L, 0, &ar) && lua_getinfo(L, "n", &ar) && ar.namewhat && strcmp(ar.namewhat, "method") == 0;
+    return method ? idx - 1 : idx;
+}
+
 int lu_dim(lua_State *L, int idx) {
     char op[64];
     if (!lua_isinteger(L, idx))
-        lu_error(L, "%sbad argument #%d (integer dimension expected, got %s)", op_prefix(L, op, sizeof op), idx,
-                 luaL_typename(L, idx));
+        lu_error(L, "%sbad argument #%d (integer dimension expected, got %s)", op_prefix(L, op, sizeof op),
+                 user_arg(L, idx), luaL_typename(L, idx));
     return lu_dim_value(L, lua_tointeger(L, idx));
+}
+
+int lu_opt_dim(lua_State *L, int idx, const char *key, int def) {
+    char op[64];
+    if (!lu_is_opts(L, idx)) return def;
+    lua_getfield(L, idx, key);
+    if (!lua_isnil(L, -1) && !lua_isinteger(L, -1))
+        lu_error(L, "%soption '%s' must be an integer dimension, got %s", op_prefix(L, op, sizeof op), key,
+                 lua_type(L, -1) == LUA_TNUMBER ? "a non-integer number" : luaL_typename(L, -1));
+    int d = lua_isnil(L, -1) ? def : lu_dim_value(L, lua_tointeger(L, -1));
+    lua_pop(L, 1);
+    return d;
 }
 
 int lu_dims(lua_State *L, int idx, int *out) {
@@ -298,7 +317,7 @@ int lu_dims(lua_State *L, int idx, int *out) {
     }
     if (!lua_istable(L, idx))
         lu_error(L, "%sbad argument #%d (dimension or list of dimensions expected, got %s)", op_prefix(L, op, sizeof op),
-                 idx, luaL_typename(L, idx));
+                 user_arg(L, idx), luaL_typename(L, idx));
     int n = (int)lua_rawlen(L, idx);
     if (n > TENSOR_MAX_DIMS) lu_error(L, "too many dimensions (%d)", n);
     for (int i = 0; i < n; i++) {
@@ -483,11 +502,9 @@ void lu_check_no_more_args(lua_State *L, int idx) {
     for (int top = lua_gettop(L); idx <= top; idx++) {
         lu_check_call_opts(L, idx, ""); /* {foo = 1}: "unknown option 'foo'" */
         if (lua_isnil(L, idx) || lu_is_opts(L, idx)) continue;
-        lua_Debug ar;
-        bool found = lua_getstack(L, 0, &ar) && lua_getinfo(L, "n", &ar) && ar.name;
-        bool method = found && ar.namewhat && strcmp(ar.namewhat, "method") == 0; /* t:f(x): x is argument #1 */
-        lu_error(L, "%s: unexpected argument #%d (%s): it takes no more arguments", found ? ar.name : "accel",
-                 method ? idx - 1 : idx, luaL_typename(L, idx));
+        char op[64];
+        lu_error(L, "%sunexpected argument #%d (%s): it takes no more arguments", op_prefix(L, op, sizeof op),
+                 user_arg(L, idx), luaL_typename(L, idx));
     }
 }
 

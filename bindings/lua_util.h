@@ -54,6 +54,9 @@ int lu_dim(lua_State *L, int idx);
 int lu_dim_value(lua_State *L, lua_Integer d);
 /* Dims from a number or a list of numbers at idx into out; returns count. */
 int lu_dims(lua_State *L, int idx, int *out);
+/* Field key of the options table at idx as a core dim; def when absent (or
+ * no options table); anything but an integer is an error naming the option. */
+int lu_opt_dim(lua_State *L, int idx, const char *key, int def);
 /* Shape from varargs numbers starting at idx, or one table at idx; returns ndim;
  * *next receives the index after the shape arguments. */
 int lu_shape(lua_State *L, int idx, int64_t *shape, int *next);

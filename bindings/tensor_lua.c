@@ -5,6 +5,7 @@
 #include "lua_util.h"
 #include "../core/backend/backend.h"
 #include "../core/backend/iter.h"
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -563,6 +564,7 @@ static int size_dim(lua_State *L, const Tensor *t, int idx, const char *op) {
 
 static int t_size(lua_State *L) {
     Tensor *t = lu_check_self_meta(L);
+    lu_check_no_more_args(L, 3);
     if (lua_isnoneornil(L, 2)) {
         push_shape(L, t);
         return 1;
@@ -573,6 +575,7 @@ static int t_size(lua_State *L) {
 
 static int t_stride(lua_State *L) {
     Tensor *t = SELF;
+    lu_check_no_more_args(L, 3);
     if (lua_isnoneornil(L, 2)) {
         lua_createtable(L, t->ndim, 0);
         for (int d = 0; d < t->ndim; d++) lua_pushinteger(L, t->stride[d]), lua_rawseti(L, -2, d + 1);
@@ -616,6 +619,7 @@ static int to_shape(lua_State *L, ShapeFn fn, const char *op) {
 /* t:view_as(other) and the like: fn(t, other's shape) */
 static int to_shape_of(lua_State *L, ShapeFn fn) {
     Tensor *self = SELF, *o = lu_check_tensor(L, 2);
+    lu_check_no_more_args(L, 3);
     return ret(L, fn(self, o->shape, o->ndim));
 }
 
@@ -627,11 +631,13 @@ static int t_expand_as(lua_State *L) { return to_shape_of(L, tensor_expand); }
 
 static int t_transpose(lua_State *L) {
     Tensor *self = SELF; /* first: t.transpose(...) is a method-call error */
+    lu_check_no_more_args(L, 4);
     return ret(L, tensor_transpose(self, lu_dim(L, 2), lu_dim(L, 3)));
 }
 
 static int t_t(lua_State *L) {
     Tensor *t = SELF;
+    lu_check_no_more_args(L, 2);
     if (t->ndim > 2) return lu_error(L, "t: expects a tensor with <= 2 dims, got shape %s", tensor_shape_str(t));
     /* 0-D and 1-D: returned as is, but as a view that keeps the graph */
     return ret(L, t->ndim < 2 ? tensor_transpose(t, 0, 0) : tensor_transpose(t, 0, 1));
@@ -652,6 +658,7 @@ static int t_permute(lua_State *L) {
 
 static int t_narrow(lua_State *L) {
     Tensor *self = SELF;
+    lu_check_no_more_args(L, 5);
     lua_Integer start = luaL_checkinteger(L, 3);
     if (start == 0) return lu_error(L, "narrow: start 0 is invalid: positions are 1-based");
     int d = self->ndim ? tensor_wrap_dim(self, lu_dim(L, 2), "narrow") : 0;
@@ -665,6 +672,7 @@ static int t_narrow(lua_State *L) {
 
 static int t_select(lua_State *L) {
     Tensor *self = SELF;
+    lu_check_no_more_args(L, 4);
     lua_Integer i = luaL_checkinteger(L, 3);
     if (i == 0) return lu_error(L, "select: index 0 is invalid: positions are 1-based (negative counts from the end)");
     return ret(L, tensor_select(self, lu_dim(L, 2), i > 0 ? i - 1 : i));
@@ -709,15 +717,49 @@ static int t_squeeze(lua_State *L) {
     return ret(L, r);
 }
 
-static int t_flatten(lua_State *L) {
-    int s = lua_isnoneornil(L, 2) ? 0 : lu_dim(L, 2), e = lua_isnoneornil(L, 3) ? -1 : lu_dim(L, 3);
-    return ret(L, tensor_flatten(SELF, s, e));
+/* A dim given as argument pos (before the options table at opts) or as
+ * the option key; def when neither is. */
+static int dim_arg_or_opt(lua_State *L, int pos, int opts, const char *key, int def) {
+    if (pos >= opts || lua_isnil(L, pos)) return lu_opt_dim(L, opts, key, def);
+    if (lu_opt_dim(L, opts, key, INT_MIN) != INT_MIN)
+        lu_error(L, "flatten: got multiple values for %s (as an argument and as an option)", key);
+    return lu_dim(L, pos);
 }
 
-static int t_contiguous(lua_State *L) { return ret(L, tensor_contiguous(SELF)); }
+/* t:flatten([start_dim], [end_dim]), then maybe {start_dim =, end_dim =} */
+static int t_flatten(lua_State *L) {
+    Tensor *self = SELF;
+    int opts = 2;
+    while (opts < 4 && !lua_isnone(L, opts) && !lu_is_opts(L, opts)) opts++;
+    lu_check_call_opts(L, opts, "start_dim end_dim");
+    lu_check_no_more_args(L, lu_is_opts(L, opts) ? opts + 1 : opts);
+    int s = dim_arg_or_opt(L, 2, opts, "start_dim", 0), e = dim_arg_or_opt(L, 3, opts, "end_dim", -1);
+    return ret(L, tensor_flatten(self, s, e));
+}
+
+/* contiguous / is_contiguous's {memory_format =}: tensors are row-major
+ * only, so "contiguous_format" is the one format there is */
+static void check_memory_format(lua_State *L, const char *op) {
+    lu_check_call_opts(L, 2, "memory_format");
+    lu_check_no_more_args(L, lu_is_opts(L, 2) ? 3 : 2);
+    if (!lu_is_opts(L, 2) || lua_getfield(L, 2, "memory_format") == LUA_TNIL) return;
+    const char *f = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : luaL_typename(L, -1);
+    if (strcmp(f, "contiguous_format") != 0)
+        lu_error(L, "%s: memory_format '%s' is not supported: tensors are row-major only (memory_format = "
+                    "\"contiguous_format\"; channels_last is not provided)", op, f);
+    lua_pop(L, 1);
+}
+
+static int t_contiguous(lua_State *L) {
+    Tensor *self = SELF;
+    check_memory_format(L, "contiguous");
+    return ret(L, tensor_contiguous(self));
+}
 
 static int t_is_contiguous(lua_State *L) {
-    lua_pushboolean(L, tensor_is_contiguous(SELF));
+    Tensor *self = SELF;
+    check_memory_format(L, "is_contiguous");
+    lua_pushboolean(L, tensor_is_contiguous(self));
     return 1;
 }
 
@@ -726,10 +768,15 @@ static int t_clone(lua_State *L) {
     lu_check_call_opts(L, 2, "");
     return ret(L, tensor_clone(self));
 }
-static int t_detach(lua_State *L) { return ret(L, tensor_detach(SELF)); }
+static int t_detach(lua_State *L) {
+    Tensor *self = SELF;
+    lu_check_no_more_args(L, 2);
+    return ret(L, tensor_detach(self));
+}
 
 static int t_detach_(lua_State *L) {
     Tensor *t = SELF;
+    lu_check_no_more_args(L, 2);
     if (t->grad_fn) ag_node_release(t->grad_fn);
     t->grad_fn = NULL;
     t->requires_grad = false;
@@ -740,12 +787,10 @@ static int t_detach_(lua_State *L) {
 /* The dim of split / chunk / unbind at idx: a number, {dim =} (torch's
  * keyword) or nothing (the first). */
 static int cut_dim(lua_State *L, int idx) {
+    lu_check_no_more_args(L, idx + 1);
     if (lu_is_opts(L, idx)) {
         lu_check_call_opts(L, idx, "dim");
-        lua_getfield(L, idx, "dim");
-        int d = lua_isnil(L, -1) ? 0 : lu_dim(L, lua_gettop(L));
-        lua_pop(L, 1);
-        return d;
+        return lu_opt_dim(L, idx, "dim", 0);
     }
     return lua_isnoneornil(L, idx) ? 0 : lu_dim(L, idx);
 }
@@ -787,7 +832,10 @@ static int t_split(lua_State *L) {
         return 1;
     }
     int64_t sz = luaL_checkinteger(L, 2);
-    if (sz <= 0) return lu_error(L, "split: split_size must be positive, got %lld", (long long)sz);
+    if (sz < 0) return lu_error(L, "split: split_size must be positive, got %lld", (long long)sz);
+    if (sz == 0 && len > 0) /* torch: 0 only for an empty dimension (one empty piece) */
+        return lu_error(L, "split: split_size can only be 0 if dimension size is 0, but got dimension size of %lld",
+                        (long long)len);
     for (;; start += sz) { /* pieces of sz, the last one shorter; one empty piece when len is 0 */
         lu_push_tensor(L, tensor_narrow(t, dim, start, sz > len - start ? len - start : sz));
         lua_rawseti(L, -2, k++);
@@ -853,6 +901,7 @@ static double host_at(DType dt, const char *host, int64_t i) { return dtype_load
 
 static int t_item(lua_State *L) {
     Tensor *t = SELF;
+    lu_check_no_more_args(L, 2);
     if (t->numel != 1)
         return lu_error(L, "item: a tensor with %lld elements (shape %s) cannot be converted to a number", (long long)t->numel,
                         tensor_shape_str(t));
@@ -875,6 +924,7 @@ static void push_list(lua_State *L, const Tensor *t, const char *host, int d, in
 static int t_tolist(lua_State *L) {
     int64_t flat = 0;
     Tensor *t = SELF;
+    lu_check_no_more_args(L, 2);
     push_list(L, t, host_values(L, t), 0, &flat);
     return 1;
 }
@@ -976,6 +1026,7 @@ static int t_backward(lua_State *L) {
 
 static int t_requires_grad_(lua_State *L) {
     Tensor *t = SELF;
+    lu_check_no_more_args(L, 3);
     if (!lua_isnoneornil(L, 2) && !lua_isboolean(L, 2)) /* as torch: 0 / "false" are not booleans */
         return lu_error(L, "requires_grad_: argument 'requires_grad' must be a boolean, not %s", luaL_typename(L, 2));
     bool on = lua_isnoneornil(L, 2) ? true : lua_toboolean(L, 2);
@@ -1049,7 +1100,12 @@ static void overwrite_end(Tensor *t, Tensor *r) {
     tensor_release(r);
 }
 
+static void check_writable(lua_State *L, const Tensor *t, const char *op) {
+    if (tensor_check_writable(t, op) < 0) lu_core_error(L);
+}
+
 static int fill_checked(lua_State *L, Tensor *t, double v, const char *op) {
+    check_writable(L, t, op);
     lu_check_fill_value(L, v, t->dtype, op);
     Tensor *r = NULL;
     if (overwrite_check(L, t, false, op) && !(r = overwrite_begin(t, NULL, -1))) return -1;
@@ -1058,22 +1114,33 @@ static int fill_checked(lua_State *L, Tensor *t, double v, const char *op) {
     return rc;
 }
 
-static int t_zero_(lua_State *L) { return ret_rc(L, fill_checked(L, SELF, 0, "zero_")); }
+static int t_zero_(lua_State *L) {
+    Tensor *t = SELF;
+    lu_check_no_more_args(L, 2);
+    return ret_rc(L, fill_checked(L, t, 0, "zero_"));
+}
 
 static int t_fill_(lua_State *L) {
     Tensor *t = SELF;
+    lu_check_no_more_args(L, 3);
     if (lu_is_tensor(L, 2)) {
         Tensor *v = lu_check_tensor(L, 2);
         if (v->numel != 1) return lu_error(L, "fill_: value tensor must have one element, got shape %s", tensor_shape_str(v));
-        if (v->requires_grad && ag_grad_enabled()) /* torch's fill_(v) passes v's gradient: a copy_ of v does */
+        if (v->requires_grad && ag_grad_enabled()) { /* torch's fill_(v) passes v's gradient: a copy_ of v does */
+            check_writable(L, t, "fill_");
             return t_copy_(L);
+        }
         return ret_rc(L, fill_checked(L, t, tensor_item(v), "fill_"));
     }
     return ret_rc(L, fill_checked(L, t, scalar_arg(L, 2, "fill_"), "fill_"));
 }
 
+/* t:copy_(src, [non_blocking]) or (src, {non_blocking =}): copies are
+ * complete when copy_ returns, which honours either value */
 static int t_copy_(lua_State *L) {
     Tensor *t = SELF, *src = lu_check_tensor(L, 2);
+    lu_check_call_opts(L, 3, "non_blocking");
+    lu_check_no_more_args(L, lua_isboolean(L, 3) || lu_is_opts(L, 3) ? 4 : 3);
     Tensor *r = NULL;
     if (overwrite_check(L, t, src->requires_grad, "copy_") && !(r = overwrite_begin(t, src, -1))) lu_core_error(L);
     int rc = tensor_copy_(t, src);
@@ -1163,15 +1230,13 @@ static int t_all(lua_State *L) { return any_all(L, false); }
 
 static int t_gather(lua_State *L) {
     Tensor *self = SELF; /* first: t.gather(...) is a method-call error */
-    lu_check_call_opts(L, 4, "");
+    lu_check_no_more_args(L, 4);
     return ret(L, op_gather(self, lu_dim(L, 2), lu_check_tensor(L, 3)));
 }
 static int t_index_select(lua_State *L) {
     Tensor *self = SELF; /* first: t.index_select(...) is a method-call error */
-    Tensor *index = lu_check_tensor(L, 3);
-    if (index->dtype != DT_I64 && index->dtype != DT_I32)
-        return lu_error(L, "index_select: expected dtype int32 or int64 for index, got %s", dtype_name(index->dtype));
-    return ret(L, op_index_select(self, lu_dim(L, 2), index));
+    lu_check_no_more_args(L, 4);
+    return ret(L, op_index_select(self, lu_dim(L, 2), lu_check_tensor(L, 3)));
 }
 
 /* masked_fill's value: a number or a 0-dim tensor (as torch; in place, one
@@ -1196,6 +1261,7 @@ static double fill_value_for(lua_State *L, int idx, const Tensor *t, const char 
 
 static int t_masked_fill(lua_State *L) {
     Tensor *self = SELF; /* first: t.masked_fill(...) is a method-call error */
+    lu_check_no_more_args(L, 4);
     Tensor *mask = lu_check_tensor(L, 2), *v = lu_to_tensor(L, 3);
     if (v && v->requires_grad && v->ndim == 0) { /* the value gets its gradient: where(mask, v, self) */
         Tensor *cv = v->dtype == self->dtype ? tensor_retain(v) : op_cast(v, self->dtype);
@@ -1207,21 +1273,27 @@ static int t_masked_fill(lua_State *L) {
 }
 static int t_masked_fill_(lua_State *L) {
     Tensor *self = SELF; /* first: t.masked_fill_(...) is a method-call error */
+    lu_check_no_more_args(L, 4);
     return ret_rc(L, op_masked_fill_(self, lu_check_tensor(L, 2), fill_value_for(L, 3, self, "masked_fill_")));
 }
 
 static int t_where(lua_State *L) {
     (void)SELF; /* first: t.where(...) is a method-call error */
+    lu_check_no_more_args(L, 4);
     return ret(L, lu_where(L, lu_check_tensor(L, 2), 1, 3));
 }
 
 /* t:tril([diagonal]) / t:triu([diagonal]), diagonal also as {diagonal =} */
 static int tril_triu(lua_State *L, bool upper) {
     Tensor *self = SELF;
-    int opts = lu_is_opts(L, 2) ? 2 : 3;
-    lu_check_call_opts(L, opts, "diagonal");
-    lua_Integer diag = opts == 2 ? (lua_Integer)lu_opt_number(L, 2, "diagonal", 0) : luaL_optinteger(L, 2, 0);
-    return ret(L, op_tril(self, diag, upper));
+    bool opts = lu_is_opts(L, 2);
+    lu_check_call_opts(L, 2, "diagonal");
+    lu_check_no_more_args(L, 3);
+    if (opts) lua_getfield(L, 2, "diagonal"), lua_replace(L, 2);
+    if (!lua_isnoneornil(L, 2) && !lua_isinteger(L, 2))
+        return lu_error(L, "%s: diagonal must be an integer, got %s", upper ? "triu" : "tril",
+                        lua_type(L, 2) == LUA_TNUMBER ? "a non-integer number" : luaL_typename(L, 2));
+    return ret(L, op_tril(self, luaL_optinteger(L, 2, 0), upper));
 }
 static int t_tril(lua_State *L) { return tril_triu(L, false); }
 static int t_triu(lua_State *L) { return tril_triu(L, true); }
@@ -1229,6 +1301,7 @@ static int t_triu(lua_State *L) { return tril_triu(L, true); }
 /* t:tril_() / t:triu_(): in place (a copy of the result written back) */
 /* (as t:copy_(t:tril()): in-place rules and autograd history as copy_'s) */
 static int tril_triu_(lua_State *L, bool upper) {
+    check_writable(L, SELF, upper ? "triu_" : "tril_");
     tril_triu(L, upper);
     lua_copy(L, -1, 2); /* self, result */
     lua_settop(L, 2);
@@ -1239,7 +1312,7 @@ static int t_triu_(lua_State *L) { return tril_triu_(L, true); }
 
 static int t_matmul(lua_State *L) {
     Tensor *self = SELF; /* first: t.matmul(...) is a method-call error */
-    lu_check_call_opts(L, 3, "");
+    lu_check_no_more_args(L, 3);
     return ret(L, op_matmul(self, lu_check_tensor(L, 2)));
 }
 

@@ -401,6 +401,9 @@ static bool unary_uses_output(KUnOp op) {
            op == KU_EXPM1 || op == KU_RPOW || op == KU_RELU;
 }
 
+/* Saves nothing for backward: its gradient needs neither input nor output. */
+static bool unary_saves_nothing(KUnOp op) { return op == KU_NEG; }
+
 /* Piecewise constant: recorded with a zero gradient, as torch's SignBackward0, RoundBackward0, ... */
 static bool unary_zero_grad(KUnOp op) {
     return op == KU_SIGN || op == KU_FLOOR || op == KU_CEIL || op == KU_ROUND || op == KU_TRUNC;
@@ -430,6 +433,7 @@ static int bw_unary_zero(AGNode *n, Tensor *g, Tensor **gin) {
 
 static int bw_unary(AGNode *n, Tensor *g, Tensor **gin) {
     KUnOp op = (KUnOp)n->i[0];
+    if (unary_saves_nothing(op)) return (gin[0] = op_unary(op, g, 0, 0)) ? 0 : -1;
     Tensor *saved = ag_saved(n, 0);
     if (!saved) return -1;
     if (op == KU_RPOW) { /* d/dx c^x = c^x log(c); saved is the output c^x */
@@ -494,7 +498,7 @@ Tensor *op_unary(KUnOp op, Tensor *a, double p1, double p2) {
     if (n && !unary_zero_grad(op)) {
         n->i[0] = op;
         n->p[0] = p1, n->p[1] = p2;
-        ag_save(n, unary_uses_output(op) ? out : a);
+        if (!unary_saves_nothing(op)) ag_save(n, unary_uses_output(op) ? out : a);
     }
     return out;
 }
@@ -511,7 +515,7 @@ int op_unary_(KUnOp op, Tensor *a, double p1, double p2) {
         if (check_inplace_grad(a, name) < 0) return -1;
         /* the backward of ops that save their input reads a's old value: give
          * it a copy, since a is about to be overwritten */
-        Tensor *src = unary_uses_output(op) ? tensor_retain(a) : tensor_clone(a);
+        Tensor *src = unary_uses_output(op) || unary_saves_nothing(op) ? tensor_retain(a) : tensor_clone(a);
         Tensor *r = src ? op_unary(op, src, p1, p2) : NULL;
         int rc = r ? rebase(a, r) : -1;
         tensor_release(r);
@@ -589,7 +593,7 @@ Tensor *op_masked_fill(Tensor *a, Tensor *mask, double v) {
 int op_masked_fill_(Tensor *a, Tensor *mask, double v) {
     int64_t shape[TENSOR_MAX_DIMS];
     int nd;
-    if (check_mask(a, mask, "masked_fill_", shape, &nd) < 0) return -1;
+    if (tensor_check_writable(a, "masked_fill_") < 0 || check_mask(a, mask, "masked_fill_", shape, &nd) < 0) return -1;
     if (nd != a->ndim || shape_numel(shape, nd) != a->numel) {
         char bs[160];
         shape_str(shape, nd, bs, sizeof bs);

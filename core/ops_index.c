@@ -13,12 +13,13 @@ static void outer_inner(const Tensor *t, int dim, int64_t *outer, int64_t *inner
     for (int d = dim + 1; d < t->ndim; d++) *inner *= t->shape[d];
 }
 
-/* Contiguous int64 copy of idx with every value checked against [0, n).
- * Negative values are errors, as in PyTorch's gather / index_select /
- * embedding (index tensors hold data, not Lua positions). */
+/* Contiguous int64 copy of idx (int64 or int32, as torch) with every value
+ * checked against [0, n). Negative values are errors, as in PyTorch's
+ * gather / index_select / embedding (index tensors hold data, not Lua
+ * positions). */
 static Tensor *checked_index(Tensor *idx, int64_t n, const char *op) {
-    if (dtype_is_float(idx->dtype) || idx->dtype == DT_BOOL)
-        return accel_fail("%s: index must be an integer tensor, got %s", op, dtype_name(idx->dtype));
+    if (idx->dtype != DT_I64 && idx->dtype != DT_I32)
+        return accel_fail("%s: expected dtype int32 or int64 for index, got %s", op, dtype_name(idx->dtype));
     bool prev = ag_set_grad_enabled(false);
     Tensor *c = tensor_empty(idx->shape, idx->ndim, DT_I64, idx->device);
     ag_set_grad_enabled(prev);
@@ -122,10 +123,24 @@ Tensor *op_gather(Tensor *a, int dim, Tensor *index) {
 
 /* ---- index_select / embedding ---- */
 
+static Tensor *index_select_as(Tensor *a, int dim, Tensor *index, const char *op);
+
+/* index_select of a 0-dim tensor, as torch: one index (0) picks its value */
+static Tensor *index_select_scalar(Tensor *a, int dim, Tensor *index) {
+    if (tensor_wrap_dim(a, dim, "index_select") < 0) return NULL;
+    if (index->numel != 1)
+        return accel_fail("index_select: index to a 0-dim tensor can have only 1 value, got %lld value(s)",
+                          (long long)index->numel);
+    Tensor *v = tensor_reshape(a, (int64_t[]){1}, 1), *r = v ? index_select_as(v, 0, index, "index_select") : NULL;
+    Tensor *out = r ? tensor_reshape(r, NULL, 0) : NULL;
+    tensor_release(v), tensor_release(r);
+    return out;
+}
+
 /* index_select; `op` names it in errors (embedding uses it too) */
 static Tensor *index_select_as(Tensor *a, int dim, Tensor *index, const char *op) {
     if (tensor_check_device(op, a, index) < 0) return NULL;
-    if (a->ndim == 0) return accel_fail("index_select: cannot index a 0-dim tensor");
+    if (a->ndim == 0) return index_select_scalar(a, dim, index);
     if ((dim = tensor_wrap_dim(a, dim, "index_select")) < 0) return NULL;
     if (index->ndim > 1) return accel_fail("index_select: index must be 1-D, got shape %s", tensor_shape_str(index));
     int64_t shape[TENSOR_MAX_DIMS];

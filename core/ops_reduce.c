@@ -300,7 +300,12 @@ int op_max_dim(Tensor *a, int dim, bool keepdim, bool want_max, Tensor **values,
 Tensor *op_argmax(Tensor *a, int dim, bool keepdim, bool want_max, bool all) {
     PROF_SCOPE(want_max ? "argmax" : "argmin", PROF_FORWARD, a, NULL);
     Tensor *v = NULL, *ix = NULL;
-    if (!all && tensor_wrap_dim(a, dim, want_max ? "argmax" : "argmin") < 0) return NULL;
+    const char *op = want_max ? "argmax" : "argmin";
+    if (!all && (dim = tensor_wrap_dim(a, dim, op)) < 0) return NULL;
+    if (all && a->numel == 0) /* torch's messages */
+        return accel_fail("%s: expected reduction dim to be specified for input.numel() == 0", op);
+    if (!all && a->ndim && a->shape[dim] == 0)
+        return accel_fail("%s: expected reduction dim %d to have non-zero size", op, dim + 1);
     bool prev = ag_set_grad_enabled(false);
     if (all) {
         Tensor *flat = tensor_reshape(a, (int64_t[]){-1}, 1);

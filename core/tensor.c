@@ -359,7 +359,7 @@ bool tensor_partial_overlap(const Tensor *dst, const Tensor *src) {
 }
 
 int tensor_check_writable(const Tensor *t, const char *op) {
-    for (int d = 0; d < t->ndim; d++)
+    for (int d = 0; d < t->ndim && t->numel > 0; d++) /* no elements: nothing is written twice */
         if (t->stride[d] == 0 && t->shape[d] > 1)
             return accel_fail_int("%s: unsupported operation: more than one element of the written-to tensor (shape "
                                   "%s, an expanded view) refers to a single memory location; clone() it first", op,

@@ -173,6 +173,20 @@ describe("graph lifetime", function()
     assert.matches("modified by an in%-place operation", errmsg(function() b:sum():backward() end))
   end)
 
+  it("neg saves nothing: its input may change before backward (PyTorch 2.15: x.grad -1, -1, -1)", function()
+    local x = leaf({1, 2, 3})
+    local h = x * 1
+    local y = -h
+    h:add_(1)
+    y:sum():backward()
+    assert.same({-1, -1, -1}, x.grad:tolist())
+    x.grad = nil
+    local z = x * 1
+    z:neg_()
+    z:mul(2):sum():backward()
+    assert.same({-2, -2, -2}, x.grad:tolist())
+  end)
+
   it("relu's gradient is PyTorch's at NaN and 0 (from its output: NaN passes the gradient)", function()
     local x = leaf({0 / 0, -1, 0, 2})
     x:relu():sum():backward()

@@ -184,9 +184,10 @@ local function check_nll_shapes(input, target)
 end
 
 -- -input[target] over the class dim; a target outside [0, C) is named.
+-- (A uint8 target, which torch takes here, gathers as int64.)
 local function pick_classes(input, safe)
   local cdim = input:dim() == 1 and 1 or 2
-  local ok, picked = pcall(input.gather, input, cdim, safe:unsqueeze(cdim))
+  local ok, picked = pcall(input.gather, input, cdim, safe:to(accel.int64):unsqueeze(cdim))
   if ok then return -picked:squeeze(cdim) end
   for _, v in ipairs(safe:reshape(-1):tolist()) do
     if v < 0 or v >= input:size(cdim) then raise("nll_loss: Target %d is out of bounds.", v) end
