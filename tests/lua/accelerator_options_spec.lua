@@ -1025,6 +1025,31 @@ CASES.prepare_model = {
   end,
 }
 
+CASES.prepare = {
+  device_placement = function() -- one boolean per object, as Accelerate's prepare(*args, device_placement=)
+    local a = accel.Accelerator()
+    local kept, placed = mlp(1):to("cpu"), mlp(2):to("cpu")
+    assert.are.equal(2, select("#", a:prepare(kept, placed, {device_placement = {false, true}})))
+    assert.are.equal("cpu", tostring(kept:parameters()[1].device)) -- left where it was
+    assert.are.equal(RUN_DEVICE, tostring(placed:parameters()[1].device))
+    error_matching("should be a list with 1 elements", function() a:prepare(mlp(3), {device_placement = {}}) end)
+  end,
+}
+
+CASES.prepare_optimizer = {
+  device_placement = function() -- false: the state is not moved (AcceleratedOptimizer(device_placement=False))
+    local model = mlp(1):to("cpu")
+    local opt = optim.SGD(model:parameters(), {lr = 0.1, momentum = 0.9})
+    model(accel.ones(2, 4, {device = "cpu"})):sum():backward()
+    opt:step()
+    local a = accel.Accelerator()
+    assert.is_false(a:prepare_optimizer(opt, {device_placement = false}).device_placement)
+    a:prepare_model(model)
+    assert.are.equal("cpu", tostring(opt.state[model:parameters()[1]].momentum_buffer.device))
+    error_matching("prepare_optimizer: unknown option bogus", function() a:prepare_optimizer(opt, {bogus = 1}) end)
+  end,
+}
+
 CASES.unwrap_model = {
   keep_fp32_wrapper = function()
     local a = accel.Accelerator{mixed_precision = "bf16"}

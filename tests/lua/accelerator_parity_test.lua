@@ -3,7 +3,8 @@
 -- `accel-lua accelerator_parity_test.lua` (exit 0 = pass). It launches
 -- tests/lua/helpers/accel_parity.lua on 2 and 3 ranks: split padding with
 -- an empty part, fp16 overflow on one rank skipping the step everywhere,
--- sync_each_batch, trigger_sync_in_backward, broadcast_buffers,
+-- sync_each_batch, trigger_sync_in_backward, nested no_sync / accumulate
+-- (DDP and ZeRO stage 1), broadcast_buffers,
 -- InitProcessGroupKwargs' timeout, on_local_process / on_last_process.
 local HERE = arg[0]:match("^(.*)/[^/]*$") or "."
 local support = dofile(HERE .. "/support.lua")

@@ -177,6 +177,10 @@ describe("Accelerator options", function()
       a:prepare_model(model)
     end)
     error_matching("prepare_optimizer: under DEEPSPEED", function() a:prepare_optimizer(opt) end)
+    -- Accelerate: "You can't customize device placements with DeepSpeed or Megatron-LM."
+    error_matching("prepare: device_placement cannot be customised under DeepSpeed", function()
+      a:prepare(model, opt, {device_placement = {true, true}})
+    end)
     local frozen = mlp(2, 2, 3, 1)
     for _, p in ipairs(frozen:parameters()) do p.requires_grad = false end
     assert.are.equal(frozen, a:prepare(frozen)) -- nothing to shard: prepared as usual
@@ -457,6 +461,34 @@ describe("Accelerator:prepare", function()
     o2.param_groups[1].lr = 0.5
     assert.are.equal(0.5, opt.param_groups[1].lr)
     assert.are.equal(a:prepare(o2), o2)
+  end)
+
+  it("takes only known options, in prepare_* and as prepare's last argument", function()
+    local a = accel.Accelerator()
+    local model = mlp(1, 2, 2, 1)
+    local opt = optim.SGD(model:parameters(), {lr = 0.1})
+    local sched = optim.lr_scheduler.StepLR(opt, {step_size = 1})
+    error_matching("prepare_optimizer: unknown option bogus %(known: device_placement%)",
+      function() a:prepare_optimizer(opt, {device_placement = false, bogus = 1}) end)
+    error_matching("prepare_scheduler: unknown option bogus %(it takes no options%)",
+      function() a:prepare_scheduler(sched, {bogus = 1}) end)
+    error_matching("prepare_model: unknown option bogus", function() a:prepare_model(model, {bogus = 1}) end)
+    error_matching("prepare_scheduler: takes the object and an options table, got 1 more argument",
+      function() a:prepare_scheduler(sched, nil, 1) end)
+    error_matching("prepare: unknown option bogus %(known: device_placement%)",
+      function() a:prepare(model, {device_placement = {true}, bogus = 1}) end)
+    -- Accelerate: "`device_placement` should be a list with 1 elements (the number of objects passed)."
+    error_matching("prepare: device_placement should be a list with 1 elements %(the number of objects passed%), got 2",
+      function() a:prepare(model, {device_placement = {true, false}}) end)
+    error_matching("prepare: device_placement%[1%] must be a boolean, got string",
+      function() a:prepare(model, {device_placement = {"no"}}) end)
+    -- the options table is not returned; a plain table without device_placement is an object, returned as is
+    assert.are.equal(1, select("#", a:prepare(model, {device_placement = {false}})))
+    local other = {hello = "world"}
+    local m2, x2 = a:prepare(model, other)
+    assert.are.equal(model, m2)
+    assert.are.equal(other, x2)
+    assert.is_false(a:prepare(opt, {device_placement = {false}}).device_placement)
   end)
 
   it("marks the last batch of a pass and moves through epochs", function()
@@ -877,6 +909,11 @@ describe("operations on one process", function()
     assert.is_true(a:reduce(t):equal(t))
     assert.is_true(a:reduce(t, "mean"):equal(t))
     assert.is_true(a:reduce(t, {reduction = "sum", scale = 2}):equal(t * 2))
+    -- an int64 mean on one process comes back unchanged (Accelerate: torch.int64, tensor([1, 4]))
+    local i = accel.tensor({1, 4}, {dtype = accel.int64})
+    local r = a:reduce(i, "mean")
+    assert.are.equal(accel.int64, r.dtype)
+    assert.are.same({1, 4}, r:tolist())
     error_matching('reduction must be', function() a:reduce(t, "median") end)
     assert.is_true(a:broadcast(t):equal(t))
     assert.is_true(a:pad_across_processes(t, {dim = 2}):equal(t))
@@ -916,6 +953,19 @@ describe("operations on one process", function()
     local ran = false
     a:on_main_process(function() ran = true end)()
     assert.is_true(ran)
+    -- any callable, as Accelerate's decorators and split_between_processes' function
+    local called = setmetatable({}, {__call = function(_, x) return "called " .. tostring(x) end})
+    assert.are.equal("called 1", a:on_main_process(called)(1))
+    assert.are.equal("called 2", a:on_local_main_process(called)(2))
+    assert.are.equal("called 3", a:on_last_process(called)(3))
+    assert.are.equal("called 4", a:on_process(called, 0)(4))
+    assert.are.equal("called 5", a:on_local_process(called, 0)(5))
+    local part = a:split_between_processes({1, 2}, setmetatable({}, {__call = function(_, p) return #p end}))
+    assert.are.equal(2, part)
+    error_matching("split_between_processes: expected a function to call with the part, got number",
+      function() a:split_between_processes({1, 2}, nil, 5) end)
+    local hook = a:register_save_state_pre_hook(called)
+    hook:remove()
     assert.is_false(a:check_trigger())
     a:set_trigger()
     assert.is_true(a:check_trigger())

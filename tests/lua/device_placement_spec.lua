@@ -151,6 +151,19 @@ describe("prepare places the model", function()
       assert(all_on(m3:parameters(), "sim"))
     end)
   end)
+
+  it("follows prepare's device_placement list, one entry per object (Accelerate's prepare(*args, device_placement))",
+    function()
+    on_default("sim", function()
+      local a, b, c = cpu_mlp(), cpu_mlp(), cpu_mlp()
+      local n = select("#", accel.Accelerator():prepare(a, b, {device_placement = {false, true}}))
+      assert.are.equal(2, n) -- the options table is not an object
+      assert(all_on(a:parameters(), "cpu"))
+      assert(all_on(b:parameters(), "sim"))
+      accel.Accelerator{device_placement = false}:prepare(c, {device_placement = {true}})
+      assert(all_on(c:parameters(), "sim"))
+    end)
+  end)
 end)
 
 -- `steps` AdamW steps of a fresh cpu_mlp on fixed data, prepared by an
@@ -215,6 +228,29 @@ describe("an optimizer made before prepare", function()
       model(accel.ones(2, 4, {device = "sim"})):sum():backward()
       opt:step() -- state and parameters agree on the device
       assert(all_on(model:parameters(), "sim"))
+    end)
+  end)
+
+  it("keeps its state where it is with device_placement = false, still holding the moved parameters", function()
+    on_default("sim", function()
+      local model = cpu_mlp(5)
+      local opt = optim.SGD(model:parameters(), {lr = 0.1, momentum = 0.9})
+      model(accel.ones(2, 4, {device = "cpu"})):sum():backward()
+      opt:step() -- momentum buffers on the CPU
+      local a = accel.Accelerator()
+      local prepared = a:prepare_optimizer(opt, {device_placement = false})
+      assert.is_false(prepared.device_placement)
+      model = a:prepare(model) -- the optimizer prepared first follows the moved parameters
+      local held = opt.param_groups[1].params
+      for i, p in ipairs(model:parameters()) do assert.is_true(rawequal(p, held[i]), "parameter " .. i) end
+      for _, st in pairs(opt:state_dict().state) do assert.are.equal("cpu", dev(st.momentum_buffer)) end
+      local m2, o2 = cpu_mlp(6), nil
+      o2 = optim.SGD(m2:parameters(), {lr = 0.1, momentum = 0.9})
+      m2(accel.ones(2, 4, {device = "cpu"})):sum():backward()
+      o2:step()
+      m2, o2 = accel.Accelerator():prepare(m2, o2, {device_placement = {true, false}})
+      assert(all_on(m2:parameters(), "sim"))
+      for _, st in pairs(o2:state_dict().state) do assert.are.equal("cpu", dev(st.momentum_buffer)) end
     end)
   end)
 end)

@@ -820,7 +820,7 @@ local FIND_BATCH_OPTIONS = plugins.register("find_executable_batch_size", {start
 -- pass through, and reaching 0 raises. The batch size that worked is kept
 -- for the next call (as Accelerate's decorator keeps it).
 function M.find_executable_batch_size(fn, o)
-  if type(fn) ~= "function" then raise("find_executable_batch_size: expected a function, got %s", type(fn)) end
+  if not util.callable(fn) then raise("find_executable_batch_size: expected a function, got %s", type(fn)) end
   plugins.check_options("find_executable_batch_size", o, FIND_BATCH_OPTIONS)
   o = o or {}
   local batch_size = o.starting_batch_size or 128
@@ -866,6 +866,11 @@ local function kind_of(x)
   return nil
 end
 
+-- prepare_*(x, [options]) take nothing more: n further arguments raise.
+local function no_more_args(what, n)
+  if n > 0 then raise("%s: takes the object and an options table, got %d more argument(s)", what, n) end
+end
+
 local function contains(list, x)
   for _, v in ipairs(list) do
     if rawequal(v, x) then return true end
@@ -878,7 +883,9 @@ end
 -- .to() keeps them, swapping their data); an optimizer made before prepare
 -- holds the old ones. As Accelerate does for XLA (whose .to() also makes new
 -- parameters: Optimizer._switch_parameters), the optimizers are switched to
--- the moved parameters, their state moved along to the parameters' device.
+-- the moved parameters, their state moved along to the parameters' device
+-- (unless the optimizer was prepared with device_placement = false: its
+-- state then stays where it is, as Accelerate's AcceleratedOptimizer).
 
 local function state_to(st, device)
   if accel.is_tensor(st) then return st:to(device) end
@@ -888,8 +895,9 @@ local function state_to(st, device)
   return out
 end
 
--- optimizer (unwrapped): every parameter in map (old -> new) replaced.
-local function switch_parameters(optimizer, map)
+-- optimizer (unwrapped): every parameter in map (old -> new) replaced,
+-- its state moved to the new parameter's device when move.
+local function switch_parameters(optimizer, map, move)
   for _, g in ipairs(optimizer.param_groups or {}) do
     for i, p in ipairs(g.params) do
       local n = map[p]
@@ -902,16 +910,22 @@ local function switch_parameters(optimizer, map)
     local st = state[old]
     if st ~= nil then
       state[old] = nil
-      state[new] = state_to(st, new.device)
+      state[new] = move and state_to(st, new.device) or st
     end
   end
 end
 
--- Whether prepare_model / prepare_data_loader place on the device: their
--- {device_placement =} when given, else the Accelerator's.
+-- Whether prepare_model / prepare_optimizer / prepare_data_loader place on
+-- the device: their {device_placement =} when given, else the Accelerator's.
 local function placement(self, o)
   if o and o.device_placement ~= nil then return o.device_placement end
   return self.device_placement
+end
+
+-- The options of prepare_* for argument i of prepare: {device_placement =
+-- its entry of prepare's device_placement list}, or nil without that list.
+local function placement_of(places, i)
+  return places and {device_placement = places[i]}
 end
 
 -- model moved to self.device; the optimizers prepared so far, and the ones
@@ -937,7 +951,7 @@ local function place_model(self, model)
     end
   end
   if not moved then return end
-  for _, opt in ipairs(self._optimizers) do switch_parameters(opt.optimizer, map) end
+  for _, opt in ipairs(self._optimizers) do switch_parameters(opt.optimizer, map, opt.device_placement ~= false) end
 end
 
 -- The engine of x (a model, an optimizer, prepared or not, or a parameter)
@@ -962,7 +976,7 @@ function Accelerator:shard_engine_of(x) return engine_of(self, x) end
 -- become one accel.shard.Engine (both must be given together, as
 -- Accelerate requires for DeepSpeed); their prepared forms go into out.
 -- A model without trainable parameters (evaluation) is prepared as usual.
-prepare_sharded = function(self, args, out)
+prepare_sharded = function(self, args, out, places)
   local models, opts = {}, {}
   for i = 1, args.n do
     local k, x = kind_of(args[i]), args[i]
@@ -976,29 +990,66 @@ prepare_sharded = function(self, args, out)
       .. "parameters and %d optimizer(s))", self.distributed_type, self.sharding, #models, #opts)
   end
   local model, opt = args[models[1]], args[opts[1]]
+  local opt_placed = placement(self, placement_of(places, opts[1]))
   self._models[#self._models + 1] = model
-  if self.device_placement then
-    place_model(self, model)
-    switch_parameters(opt, self._moved_params)
-  end
+  if placement(self, placement_of(places, models[1])) then place_model(self, model) end
+  switch_parameters(opt, self._moved_params, opt_placed)
   local plan = self._shard_plan
   if plan.sync then ddp.broadcast_model(model, 0, self.ddp_kwargs.broadcast_buffers) end
   local eng = shard_plan.build(plan, model, opt)
   eng:set_sync(self._grad_sync[model] ~= false)
   self._engines[#self._engines + 1] = {model = model, optimizer = opt, engine = eng}
   out[models[1]] = amp.patch_forward(model, self.autocast_dtype, self.fp8_recipe)
-  out[opts[1]] = wrap_optimizer(self, opt)
+  out[opts[1]] = wrap_optimizer(self, opt, opt_placed)
 end
 
--- prepare(...): every argument wrapped for training, returned in order.
--- As Accelerate, in passes: models (moved to the device) and loaders
--- first, then the optimizers (which then hold the moved parameters), then
--- the schedulers that drive them. Anything else comes back as is.
+-- prepare(..., [{device_placement = {...}}]): every argument wrapped for
+-- training, returned in order. As Accelerate, in passes: models (moved to
+-- the device) and loaders first, then the optimizers (which then hold the
+-- moved parameters), then the schedulers that drive them. Anything else
+-- comes back as is. The options table is a last argument that is a plain
+-- table (no metatable, so never a model, optimizer, scheduler or loader)
+-- with a device_placement key: a list of booleans, one per object, each
+-- the device_placement of that object's prepare_* (ignored for schedulers
+-- and other objects, as Accelerate's).
 local PREPARE_PASSES = {{model = "prepare_model", loader = "prepare_data_loader"},
   {optimizer = "prepare_optimizer"}, {scheduler = "prepare_scheduler"}}
+local PREPARE_OPTIONS = plugins.register("prepare", {device_placement = "table"})
+local PLACED_KINDS = {model = true, loader = true, optimizer = true}
+
+-- prepare's options (removed from args), or nil when it has none.
+local function prepare_options(args)
+  local o = args[args.n]
+  if type(o) ~= "table" or getmetatable(o) ~= nil or kind_of(o) ~= nil or o.device_placement == nil then return nil end
+  args[args.n], args.n = nil, args.n - 1
+  return plugins.check_options("prepare", o, PREPARE_OPTIONS)
+end
+
+-- The device_placement list of prepare's options, checked as Accelerate
+-- checks it (one entry per object; refused under DeepSpeed), or nil.
+local function prepare_placements(self, o, n)
+  local places = o and o.device_placement
+  if places == nil then return nil end
+  if self.distributed_type == "DEEPSPEED" then
+    raise("prepare: device_placement cannot be customised under DeepSpeed (as Accelerate: \"You can't customize "
+      .. "device placements with DeepSpeed or Megatron-LM.\")")
+  end
+  local count = 0
+  for k, v in pairs(places) do
+    if type(k) ~= "number" or k < 1 or k ~= math.floor(k) then count = -math.huge end
+    if type(v) ~= "boolean" then raise("prepare: device_placement[%s] must be a boolean, got %s", tostring(k), type(v)) end
+    count = count + 1
+  end
+  if count ~= n or #places ~= n then
+    raise("prepare: device_placement should be a list with %d elements (the number of objects passed), got %s", n,
+      count < 0 and "a table with other keys" or tostring(count))
+  end
+  return places
+end
 
 function Accelerator:prepare(...)
   local args = compat.pack(...)
+  local places = prepare_placements(self, prepare_options(args), args.n)
   local out = {}
   read_ds_config(self)
   local sizes = {} -- the loaders' batch sizes: DeepSpeed's "auto" micro batch is the smallest
@@ -1009,11 +1060,14 @@ function Accelerator:prepare(...)
     end
   end
   check_ds_batch(self, sizes)
-  if self._shard_plan then prepare_sharded(self, args, out) end
+  if self._shard_plan then prepare_sharded(self, args, out, places) end
   for _, pass in ipairs(PREPARE_PASSES) do
     for i = 1, args.n do
-      local method = pass[kind_of(args[i])]
-      if out[i] == nil and method then out[i] = self[method](self, args[i]) end
+      local kind = kind_of(args[i])
+      local method = pass[kind]
+      if out[i] == nil and method then
+        out[i] = self[method](self, args[i], PLACED_KINDS[kind] and placement_of(places, i) or nil)
+      end
     end
   end
   for i = 1, args.n do
@@ -1041,7 +1095,8 @@ end
 -- broadcast and the model gets its DDP gradient reducer.
 local PREPARE_MODEL_OPTIONS = plugins.register("prepare_model", {device_placement = "boolean"})
 
-function Accelerator:prepare_model(model, o)
+function Accelerator:prepare_model(model, o, ...)
+  no_more_args("prepare_model", select("#", ...))
   if kind_of(model) ~= "model" then raise("prepare_model: expected an nn.Module, got %s", type(model)) end
   plugins.check_options("prepare_model", o, PREPARE_MODEL_OPTIONS)
   if self._shard_plan and not contains(self._models, model) and #ddp.trainable(model) > 0 then
@@ -1082,7 +1137,7 @@ end
 -- The AcceleratedOptimizer of optimizer; before every real step the
 -- gradient reduction completes and DeepSpeed's gradient_clipping clips
 -- (through the sharding engine when one holds the optimizer).
-wrap_optimizer = function(self, optimizer)
+wrap_optimizer = function(self, optimizer, placed)
   local clip = self.deepspeed_plugin and self.deepspeed_plugin.gradient_clipping
   local wrapped = prepared.wrap_optimizer(optimizer, self.gradient_state, self.scaler, function()
     self:_finish_grad_sync()
@@ -1100,11 +1155,18 @@ wrap_optimizer = function(self, optimizer)
       end
     end
   end)
+  rawset(wrapped, "device_placement", placed) -- Accelerate's AcceleratedOptimizer.device_placement
   self._optimizers[#self._optimizers + 1] = wrapped
   return wrapped
 end
 
-function Accelerator:prepare_optimizer(optimizer)
+-- The optimizer switched to the parameters prepare moved, its state moved
+-- along unless {device_placement = false} (default: the Accelerator's).
+local PREPARE_OPTIMIZER_OPTIONS = plugins.register("prepare_optimizer", {device_placement = "boolean"})
+
+function Accelerator:prepare_optimizer(optimizer, o, ...)
+  no_more_args("prepare_optimizer", select("#", ...))
+  plugins.check_options("prepare_optimizer", o, PREPARE_OPTIMIZER_OPTIONS)
   if prepared.is_optimizer(optimizer) then return optimizer end
   read_ds_config(self)
   if kind_of(optimizer) ~= "optimizer" then raise("prepare_optimizer: expected an optimizer, got %s", type(optimizer)) end
@@ -1112,11 +1174,17 @@ function Accelerator:prepare_optimizer(optimizer)
     raise("prepare_optimizer: under %s (%s) the optimizer is prepared together with its model: use "
       .. "accelerator:prepare(model, optimizer)", self.distributed_type, self.sharding)
   end
-  switch_parameters(optimizer, self._moved_params)
-  return wrap_optimizer(self, optimizer)
+  local placed = placement(self, o)
+  switch_parameters(optimizer, self._moved_params, placed)
+  return wrap_optimizer(self, optimizer, placed)
 end
 
-function Accelerator:prepare_scheduler(scheduler)
+-- As Accelerate's prepare_scheduler(scheduler): no options.
+local PREPARE_SCHEDULER_OPTIONS = plugins.register("prepare_scheduler", {})
+
+function Accelerator:prepare_scheduler(scheduler, o, ...)
+  no_more_args("prepare_scheduler", select("#", ...))
+  plugins.check_options("prepare_scheduler", o, PREPARE_SCHEDULER_OPTIONS)
   if prepared.is_scheduler(scheduler) then return scheduler end
   if kind_of(scheduler) ~= "scheduler" then raise("prepare_scheduler: expected a scheduler, got %s", type(scheduler)) end
   local mine = {}
@@ -1143,7 +1211,8 @@ end
 -- prepare_data_loader(data_loader, device_placement)).
 local PREPARE_LOADER_OPTIONS = plugins.register("prepare_data_loader", {device_placement = "boolean"})
 
-function Accelerator:prepare_data_loader(loader, o)
+function Accelerator:prepare_data_loader(loader, o, ...)
+  no_more_args("prepare_data_loader", select("#", ...))
   plugins.check_options("prepare_data_loader", o, PREPARE_LOADER_OPTIONS)
   if prepared.is_loader(loader) then return loader end
   read_ds_config(self)
@@ -1229,6 +1298,25 @@ function Accelerator:_set_grad_sync(model, on)
   if eng then eng:set_sync(on) end
 end
 
+-- The body of `what` runs with the models' gradient synchronisation set to
+-- setting() (called on entry; nil leaves it alone); each model's previous
+-- setting comes back afterwards, so an inner scope never undoes an outer
+-- no_sync (as DDP's no_sync restores its previous flag).
+local function sync_scope(self, what, models, setting, fn)
+  local before, on = {}, nil
+  return state.scoped(what, function()
+    on = setting()
+    if on == nil then return end
+    for i, m in ipairs(models) do
+      before[i] = self._grad_sync[m] ~= false
+      self:_set_grad_sync(m, on)
+    end
+  end, function()
+    if on == nil then return end
+    for i, m in ipairs(models) do self:_set_grad_sync(m, before[i]) end
+  end, fn)
+end
+
 -- accumulate(model..., fn) or `local _ <close> = accelerator:accumulate(model...)`:
 -- counts a micro-batch; sync_gradients (and so the optimizer step) is true on
 -- every gradient_accumulation_steps-th one and on the loader's last batch.
@@ -1238,34 +1326,24 @@ function Accelerator:accumulate(...)
   local fn = nil
   if n > 0 and type(models[n]) == "function" then fn = table.remove(models, n) end
   local gs = self.gradient_state
-  return state.scoped("accumulate", function()
+  return sync_scope(self, "accumulate", models, function()
     gs:do_sync()
-    if not gs.sync_gradients and not (gs.sync_each_batch and self.use_distributed) then
-      for _, m in ipairs(models) do self:_set_grad_sync(m, false) end
-    end
-  end, function()
-    for _, m in ipairs(models) do self:_set_grad_sync(m, true) end
+    if not gs.sync_gradients and not (gs.sync_each_batch and self.use_distributed) then return false end
   end, fn)
 end
 
 -- no_sync(model, fn) / handle: backward without gradient synchronisation.
 function Accelerator:no_sync(model, fn)
   check_model("no_sync", model)
-  return state.scoped("no_sync", function() self:_set_grad_sync(model, false) end,
-    function() self:_set_grad_sync(model, true) end, fn)
+  return sync_scope(self, "no_sync", {model}, function() return false end, fn)
 end
 
 -- trigger_sync_in_backward(model, fn) / handle: gradients are averaged in
 -- the body's backward even inside no_sync / a non-synchronising
--- accumulate step (Accelerate's; a no-op on one process). The model's
--- previous setting comes back afterwards.
+-- accumulate step (Accelerate's; a no-op on one process).
 function Accelerator:trigger_sync_in_backward(model, fn)
   check_model("trigger_sync_in_backward", model)
-  local before = nil
-  return state.scoped("trigger_sync_in_backward", function()
-    before = self._grad_sync[model]
-    self:_set_grad_sync(model, true)
-  end, function() self:_set_grad_sync(model, before ~= false) end, fn)
+  return sync_scope(self, "trigger_sync_in_backward", {model}, function() return true end, fn)
 end
 
 -- autocast([autocast_handler], fn) / handle: the body's GEMMs run in the
@@ -1801,7 +1879,7 @@ function HookHandle:remove()
 end
 
 local function add_hook(list, fn, what)
-  if type(fn) ~= "function" then raise("%s: expected a function, got %s", what, type(fn)) end
+  if not util.callable(fn) then raise("%s: expected a function, got %s", what, type(fn)) end
   local hook = {fn = fn}
   list[#list + 1] = hook
   return setmetatable({list = list, hook = hook}, HookHandle)

@@ -208,6 +208,16 @@ local function reduce_error(reduction, scale)
   return nil
 end
 
+-- As Accelerate's in-place division by the number of processes: the mean
+-- of an integer tensor over several processes is refused (on one there
+-- is nothing to divide, and the tensor keeps its dtype).
+local function check_mean(comm, t)
+  if comm.world_size == 1 or t.dtype.is_floating_point then return end
+  raise('reduce: reduction "mean" of an %s tensor over %d processes: the mean is not a whole number in general (as '
+    .. "Accelerate's: result type Float can't be cast to the desired output type); convert it with :float() first",
+    tostring(t.dtype), comm.world_size)
+end
+
 -- reduce: sum / mean / max / min of a tensor over processes (then * scale);
 -- "none" returns it unchanged (no collective, as Accelerate's).
 function ops.reduce(comm, data, reduction, scale)
@@ -220,8 +230,9 @@ function ops.reduce(comm, data, reduction, scale)
   end
   local args = ("{reduction = %s, scale = %s}"):format(arg_text(reduction), arg_text(scale or 1))
   return run(comm, REDUCE, data, args, err, function(t)
+    if reduction == "mean" then check_mean(comm, t) end
     local r = call("reduce", comm, "all_reduce", t, reductions[reduction])
-    if reduction == "mean" then r = r / comm.world_size end
+    if reduction == "mean" and comm.world_size > 1 then r = r / comm.world_size end
     if scale and scale ~= 1 then r = r * scale end
     return r
   end)

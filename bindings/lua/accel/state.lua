@@ -189,10 +189,10 @@ function PartialState:local_main_process_first(fn)
   return goes_first(self, "local_main_process_first", self.is_local_main_process, fn)
 end
 
--- Decorators: a function that runs fn only on the chosen process(es); on
+-- Decorators: a function that runs fn (any callable) only on the chosen process(es); on
 -- the others it returns nil (one value, as Accelerate's None).
 local function on_process_if(pred, fn, what)
-  if type(fn) ~= "function" then raise("%s: expected a function, got %s", what, type(fn)) end
+  if not util.callable(fn) then raise("%s: expected a function, got %s", what, type(fn)) end
   return function(...)
     if pred() then return fn(...) end
     return nil
@@ -238,13 +238,16 @@ end
 -- apply_padding every part is padded with the input's last item (as
 -- Accelerate's inputs[-1]) to the longest part's length, also a part that
 -- was empty. On one process inputs come back as they are. An empty input
--- gives empty parts (Accelerate fails on it with padding). With fn:
--- returns fn(part).
+-- gives empty parts (Accelerate fails on it with padding). With fn (a
+-- function or callable table): returns fn(part).
 local SPLIT_OPTIONS = plugins.register("split_between_processes", {apply_padding = "boolean"})
 
 function PartialState:split_between_processes(inputs, opts, fn)
-  if type(opts) == "function" then opts, fn = nil, opts end
+  if util.callable(opts) then opts, fn = nil, opts end
   plugins.check_options("split_between_processes", opts, SPLIT_OPTIONS)
+  if fn ~= nil and not util.callable(fn) then
+    raise("split_between_processes: expected a function to call with the part, got %s", type(fn))
+  end
   local part = require("accel.operations").split(inputs, self.process_index, self.num_processes,
     opts and opts.apply_padding)
   if fn then return fn(part) end

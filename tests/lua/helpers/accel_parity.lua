@@ -127,6 +127,42 @@ do
   a:free_memory()
 end
 
+-- ---- an inner accumulate / no_sync keeps an outer no_sync's local gradients ----
+-- (Accelerate on 2 ranks, weight 1, x = rank + 1, 2 accumulation steps:
+-- 0.5 / 1.0 after each backward, 1.0 / 2.0 after two: (rank + 1) / 2 each),
+-- under DDP and under ZeRO stage 1 (whose engine keeps .grad local without sync)
+local function nested_no_sync(what, o)
+  o.gradient_accumulation_steps = 2
+  local a = accel.Accelerator(o)
+  local m = nn.Linear(1, 1, {bias = false})
+  accel.no_grad(function() m.weight:fill_(1) end)
+  m = a:prepare(m, optim.SGD(m:parameters(), {lr = 0.1}))
+  local x = accel.tensor({{rank + 1.0}})
+  local function grad() return m.weight.grad:item() end
+  a:no_sync(m, function()
+    a:accumulate(m, function() a:backward(m(x):sum()) end)
+    check(grad() == (rank + 1) / 2, "%s: accumulate inside no_sync: gradient %g, expected %g", what, grad(), (rank + 1) / 2)
+    a:backward(m(x):sum())
+    check(grad() == rank + 1, "%s: backward after an inner accumulate: gradient %g, expected the local %d", what, grad(),
+      rank + 1)
+  end)
+  m.weight.grad = nil
+  a:no_sync(m, function()
+    a:no_sync(m, function() end)
+    a:no_sync(m):close()
+    a:backward(m(x):sum())
+    check(grad() == (rank + 1) / 2, "%s: backward after an inner no_sync: gradient %g, expected the local %g", what,
+      grad(), (rank + 1) / 2)
+  end)
+  m.weight.grad = nil
+  a:backward(m(x):sum())
+  check(grad() == (N + 1) / 4, "%s: after the outer no_sync: gradient %g, expected the average %g", what, grad(),
+    (N + 1) / 4)
+  a:free_memory()
+end
+nested_no_sync("DDP", {})
+nested_no_sync("ZeRO stage 1", {deepspeed_plugin = accel.DeepSpeedPlugin{zero_stage = 1}})
+
 -- ---- DistributedDataParallelKwargs{broadcast_buffers = false} keeps each rank's buffers ----
 do
   local function with_buffer()

@@ -151,6 +151,13 @@ do
   same_list(values(acc:reduce(t, "min")), {1, -(N - 1)}, "reduce min")
   same_list(values(acc:reduce(t, "sum", 0.5)), {sum / 2, -(N - 1) * N / 4}, "reduce sum with scale")
   check(acc:reduce(t, "none") == t, "reduce none returns the tensor")
+  -- an integer mean over several processes: Accelerate's in-place division raises
+  -- "result type Float can't be cast to the desired output type Long"
+  local i = accel.tensor({rank + 1, 4}, {dtype = accel.int64})
+  check(acc:reduce(i, "sum").dtype == accel.int64, "reduce sum of an int64 tensor keeps its dtype")
+  local ok, err = pcall(function() return acc:reduce(i, "mean") end)
+  check(not ok and tostring(err):find('reduce: reduction "mean" of an accel.int64 tensor over ' .. N .. " processes", 1,
+    true) ~= nil, "reduce mean of an int64 tensor: %s", tostring(err))
 end
 
 -- ---- pad_across_processes ----
