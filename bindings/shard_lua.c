@@ -6,7 +6,7 @@
  * core/dist/shard.h). The Lua face is accel.shard
  * (bindings/lua/accel/shard.lua), which builds units from a wrap policy and
  * checks options. Methods (units, parameters 1-based):
- *   e:set_sync(on), e:finalize(), e:zero_grad(), e:gather_all()
+ *   e:set_sync(on), e:finalize(), e:zero_grad([set_to_none = true]), e:gather_all()
  *   e:step(kind, group_of, groups)   kind "sgd" | "adam" | "adamw"; group_of[i]: the
  *                                    index into groups (param-group tables) of parameter i
  *   e:clip_grad_norm(max_norm, p, error_if_nonfinite) -> total norm;  e:unscale(factor) -> found_inf
@@ -104,7 +104,9 @@ static int e_set_sync(lua_State *L) {
 }
 
 static int e_finalize(lua_State *L) { return rc_or_error(L, shard_finalize(check_engine(L))); }
-static int e_zero_grad(lua_State *L) { return rc_or_error(L, shard_zero_grad(check_engine(L))); }
+static int e_zero_grad(lua_State *L) {
+    return rc_or_error(L, shard_zero_grad(check_engine(L), lua_isnone(L, 2) || lua_toboolean(L, 2)));
+}
 static int e_gather_all(lua_State *L) { return rc_or_error(L, shard_gather_all(check_engine(L))); }
 
 /* groups[g].betas[k] */

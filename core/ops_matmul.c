@@ -155,6 +155,14 @@ static int saved_operands(AGNode *n, Tensor **a, Tensor **b) {
     return (ag_input_needs_grad(n, 1) && !*a) || (ag_input_needs_grad(n, 0) && !*b) ? -1 : 0;
 }
 
+/* The number of rows of shape folded to 2-D (all dims but the last; 1 for
+ * a vector): explicit, since a -1 cannot be inferred when a dim is 0. */
+static int64_t lead_rows(const int64_t *shape, int ndim) {
+    int64_t rows = 1;
+    for (int d = 0; d < ndim - 1; d++) rows *= shape[d];
+    return rows;
+}
+
 static int bw_mm(AGNode *n, Tensor *g, Tensor **gin) {
     Tensor *a, *b;
     if (saved_operands(n, &a, &b) < 0) return -1;
@@ -167,8 +175,8 @@ static int bw_mm(AGNode *n, Tensor *g, Tensor **gin) {
     if (ag_input_needs_grad(n, 1)) { /* a^T @ g, folding a batch that b was shared across */
         Tensor *x = a, *gg = g, *xf = NULL, *gf = NULL;
         if (n->edges[1].ndim == 2 && a->ndim > 2) {
-            xf = tensor_reshape(a, (int64_t[]){-1, a->shape[a->ndim - 1]}, 2);
-            gf = tensor_reshape(g, (int64_t[]){-1, g->shape[g->ndim - 1]}, 2);
+            xf = tensor_reshape(a, (int64_t[]){lead_rows(a->shape, a->ndim), a->shape[a->ndim - 1]}, 2);
+            gf = tensor_reshape(g, (int64_t[]){lead_rows(g->shape, g->ndim), g->shape[g->ndim - 1]}, 2);
             x = xf, gg = gf;
         }
         Tensor *at = x ? tensor_transpose(x, -1, -2) : NULL;
@@ -232,7 +240,8 @@ static int bw_linear(AGNode *n, Tensor *g, Tensor **gin) {
     Tensor *x, *w;
     if (saved_operands(n, &x, &w) < 0) return -1;
     int64_t in = n->edges[1].shape[1], out = n->edges[1].shape[0];
-    Tensor *g2 = tensor_reshape(g, (int64_t[]){-1, out}, 2);
+    int64_t rows = lead_rows(n->edges[0].shape, n->edges[0].ndim);
+    Tensor *g2 = tensor_reshape(g, (int64_t[]){rows, out}, 2);
     if (!g2) return -1;
     int rc = 0;
     if (ag_input_needs_grad(n, 0)) { /* g @ w, shaped like x */
@@ -242,7 +251,7 @@ static int bw_linear(AGNode *n, Tensor *g, Tensor **gin) {
         rc |= gin[0] ? 0 : -1;
     }
     if (rc == 0 && ag_input_needs_grad(n, 1)) { /* g^T @ x */
-        Tensor *x2 = tensor_reshape(x, (int64_t[]){-1, in}, 2), *gt = tensor_transpose(g2, 0, 1);
+        Tensor *x2 = tensor_reshape(x, (int64_t[]){rows, in}, 2), *gt = tensor_transpose(g2, 0, 1);
         gin[1] = x2 && gt ? op_matmul(gt, x2) : NULL;
         tensor_release(x2), tensor_release(gt);
         rc |= gin[1] ? 0 : -1;

@@ -6,6 +6,7 @@
 #include "autograd.h"
 #include "backend/backend.h"
 #include <math.h>
+#include <stdio.h>
 
 static bool same_shape(const Tensor *a, const Tensor *b) {
     if (a->ndim != b->ndim) return false;
@@ -19,7 +20,9 @@ static bool same_device(const Tensor *a, const Tensor *b) {
 }
 
 static int check_param(const char *who, int id, const Tensor *p, const Tensor *g) {
-    char d1[32], d2[32];
+    char d1[32], d2[32], op[96];
+    snprintf(op, sizeof op, "%s: parameter %d", who, id);
+    if (tensor_check_writable(p, op) < 0) return -1; /* an expanded view: the step would write one element twice */
     if (p->dtype != DT_F32 && p->dtype != DT_F64)
         return accel_fail_int("%s: parameter %d is %s; optimizers update float32 or float64 parameters (keep float32 "
                               "master weights)", who, id, dtype_name(p->dtype));
@@ -153,6 +156,15 @@ static int norm_one(Tensor *t, double p, double *out) {
     return 0;
 }
 
+/* s = sum |x|^p of a tensor of dtype dt, its p-norm rounded to the dtype
+ * it is computed in (float32 unless dt is float64) as PyTorch rounds each
+ * tensor's norm before the norm of the norms; returned as its p-th power. */
+static double rounded_pow(DType dt, double s, double p) {
+    if (dt == DT_F64 || p == 0 || isinf(p)) return s; /* a count, or a max: exact already */
+    double norm = (float)(p == 1 ? s : p == 2 ? sqrt(s) : pow(s, 1 / p));
+    return p == 1 ? norm : p == 2 ? norm * norm : pow(norm, p);
+}
+
 int optim_total_norm(int n, Tensor **ts, double p, double *out) {
     if (!(p >= 0)) return accel_fail_int("total_norm: norm_type must be >= 0 or inf, got %g", p);
     for (int i = 0; i < n; i++) {
@@ -164,6 +176,7 @@ int optim_total_norm(int n, Tensor **ts, double p, double *out) {
     for (int i = 0; i < n; i++) {
         double s;
         if (norm_one(ts[i], p, &s) < 0) return -1;
+        s = rounded_pow(ts[i]->dtype, s, p);
         if (isinf(p)) acc = (s > acc || s != s) ? s : acc;
         else acc += p == 0 ? s != 0 : s; /* p = 0: PyTorch's 0-norm of the tensors' norms, a count of tensors */
     }

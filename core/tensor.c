@@ -128,7 +128,10 @@ int64_t shape_check(const char *op, const int64_t *shape, int ndim, int dtype) {
     return accel_fail_int("%s: shape %s has more than 2^63 elements", op, s);
 }
 
+/* As torch: the strides of size-1 dims do not matter, and a tensor without
+ * elements is contiguous whatever its strides. */
 bool tensor_is_contiguous(const Tensor *t) {
+    if (t->numel == 0) return true;
     int64_t expect = 1;
     for (int d = t->ndim - 1; d >= 0; d--) {
         if (t->shape[d] != 1 && t->stride[d] != expect) return false;

@@ -181,9 +181,10 @@ int shard_finalize(ShardEngine *e);
  * stages 1-2 all-gather the parameters. Skipped (0) without gradients
  * since the last shard_zero_grad. */
 int shard_step(ShardEngine *e, const ShardHyper *h);
-/* Stage 1: .grad = nil; stages 2-3: the gradient shards are freed (the
- * next backward's reduce-scatters make them again). */
-int shard_zero_grad(ShardEngine *e);
+/* Stage 1: .grad = nil (set_to_none) or zeroed in place; stages 2-3: the
+ * gradient shards are freed either way (the next backward's reduce-scatters
+ * make them again). */
+int shard_zero_grad(ShardEngine *e, bool set_to_none);
 /* Total p-norm of the gradient (one all_reduce of the shards' partial
  * sums; p = INFINITY: max) into *total; gradients scaled by
  * max_norm / (total + 1e-6) when that is below 1 (PyTorch's rule).

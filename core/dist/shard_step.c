@@ -207,9 +207,13 @@ int shard_step(ShardEngine *e, const ShardHyper *h) {
     return 0;
 }
 
-int shard_zero_grad(ShardEngine *e) {
+int shard_zero_grad(ShardEngine *e, bool set_to_none) {
     if (shard_finalize(e)) return -1;
     for (int i = 0; e->ddp && i < e->n; i++) {
+        if (!set_to_none && e->params[i]->grad) { /* stage 1 keeps the full .grad: zeroed in place */
+            if (tensor_fill_(e->params[i]->grad, 0) < 0) return -1;
+            continue;
+        }
         tensor_release(e->params[i]->grad);
         e->params[i]->grad = NULL;
     }

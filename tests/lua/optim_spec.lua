@@ -718,3 +718,153 @@ describe("nn.utils clipping", function()
     assert.has_error(function() nn.utils.clip_grad_norm_(params({1.0}), 1.0, {norm_type = -1}) end)
   end)
 end)
+
+-- Expected values and messages: PyTorch 2.15 (and Accelerate 1.15) on the same inputs.
+describe("optimizers and clipping on PyTorch 2.15's edge cases", function()
+  local F32, F64 = {dtype = accel.float32}, {dtype = accel.float64}
+  local function fails(pattern, f, ...)
+    local ok, err = pcall(f, ...)
+    assert.is_false(ok, "expected an error matching " .. pattern)
+    assert.matches("optim_spec.lua:%d+: " .. pattern, err)
+  end
+  local function leaves(n)
+    local out = {}
+    for i = 1, n do out[i] = accel.zeros(2, {requires_grad = true}) end
+    return table.unpack(out)
+  end
+
+  -- torch: TypeError "optimizer can only optimize Tensors, but one of the params is NoneType"
+  -- (clip_grad_value_: AttributeError 'NoneType' object has no attribute 'grad'); a Lua list
+  -- with a nil inside would otherwise lose every item after it
+  it("a nil inside a params / group / parameters list is an error naming its position", function()
+    local a, b, c = leaves(3)
+    local missing
+    fails("SGD: params%[2%] is nil", optim.SGD, {a, missing, b}, 0.1)
+    fails("Adam: params%[2%] is nil", optim.Adam, {{params = {a}}, missing, {params = {b}, lr = 0.5}}, 0.1)
+    fails("SGD: params%[2%] is nil", optim.SGD, {{params = {a, missing, b}}}, 0.1)
+    local opt = optim.Adam({a}, 0.1)
+    fails("Adam: params%[1%] is nil", opt.add_param_group, opt, {params = {missing, c}})
+    assert.are.equal(1, #opt.param_groups)
+    a.grad, b.grad = accel.full({2}, 5.0, F32), accel.full({2}, 5.0, F32)
+    fails("clip_grad_value_: parameters%[2%] is nil", nn.utils.clip_grad_value_, {a, missing, b}, 1.0)
+    fails("clip_grad_norm_: parameters%[2%] is nil", nn.utils.clip_grad_norm_, {a, missing, b}, 1.0)
+    fails("parameters_to_vector: parameters%[2%] is nil", nn.utils.parameters_to_vector, {a, missing, b})
+    local acc = accel.Accelerator({cpu = true})
+    fails("clip_grad_value_: parameters%[2%] is nil", acc.clip_grad_value_, acc, {a, missing, b}, 0.5)
+    assert.are.same({5.0, 5.0}, a.grad:tolist()) -- nothing was clipped
+    assert.are.same({5.0, 5.0}, b.grad:tolist())
+  end)
+
+  it("a parameter with no elements steps like any other (contiguous, as torch)", function()
+    local e = accel.zeros(2, 0, {requires_grad = true})
+    for _, c in ipairs({{"SGD", {momentum = 0.9}, {"momentum_buffer"}},
+                        {"Adam", {amsgrad = true}, {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "step"}}}) do
+      local opt = optim[c[1]]({e}, 0.1, c[2])
+      for _ = 1, 2 do
+        e.grad = accel.zeros(2, 0)
+        opt:step()
+      end
+      local keys = {}
+      for k in pairs(opt.state[e]) do keys[#keys + 1] = k end
+      table.sort(keys)
+      table.sort(c[3])
+      assert.are.same(c[3], keys)
+    end
+    -- nn.Linear(4, 0) trains: grads of shape [0, 4] and [0]
+    local l = nn.Linear(4, 0)
+    local opt = optim.SGD(l:parameters(), 0.1, {momentum = 0.9})
+    for _ = 1, 2 do
+      l(accel.ones(3, 4)):sum():backward()
+      assert.are.same({0, 4}, {table.unpack(l.weight.grad.shape)})
+      assert.are.same({0}, {table.unpack(l.bias.grad.shape)})
+      opt:step()
+      opt:zero_grad()
+    end
+  end)
+
+  -- torch: RuntimeError "unsupported operation: more than one element of the written-to tensor
+  -- refers to a single memory location. Please clone() the tensor before performing the operation."
+  it("an expanded (self-overlapping) parameter is refused by the step, nothing written", function()
+    for _, cls in ipairs({"SGD", "Adam"}) do
+      local base = accel.zeros(1)
+      local w = base:expand(3):detach():requires_grad_()
+      local opt = optim[cls]({w}, 1.0)
+      w.grad = accel.tensor({1.0, 2.0, 3.0}, F32)
+      fails(cls .. ": parameter 1: unsupported operation: more than one element of the written%-to tensor .* refers "
+        .. "to a single memory location", opt.step, opt)
+      assert.are.same({0.0}, base:tolist())
+    end
+  end)
+
+  it("clip_grad_norm_ of float32 and float64 gradients returns the float64 total, in either order", function()
+    for _, order in ipairs({{1, 2}, {2, 1}}) do
+      local a, b = accel.zeros(3, {requires_grad = true}), accel.zeros(2, {requires_grad = true, dtype = accel.float64})
+      a.grad, b.grad = accel.tensor({3.0, -4.0, 1.0}, F32), accel.tensor({0.5, -2.0}, F64)
+      local ps = {a, b}
+      local total = nn.utils.clip_grad_norm_({ps[order[1]], ps[order[2]]}, 1.0)
+      assert.are.equal(accel.float64, total.dtype)
+      -- each gradient's norm in its own dtype, then the norm of the norms in float64
+      assert.are.equal(5.500000012833322, total:item())
+      assert.are.same({0.5454544425010681, -0.7272725701332092, 0.1818181425333023}, a.grad:tolist())
+      assert.are.same({0.09090907416804735, -0.3636362966721894}, b.grad:tolist())
+    end
+    local a, b = accel.zeros(3, {requires_grad = true}), accel.zeros(2, {requires_grad = true})
+    a.grad, b.grad = accel.tensor({3.0, -4.0, 1.0}, F32), accel.tensor({0.5, -2.0}, F32)
+    assert.are.equal(4.643522262573242, nn.utils.clip_grad_norm_({a, b}, 1.0, 3):item())
+  end)
+
+  -- torch: TypeError "'int' object is not callable"
+  it("step(closure) refuses a closure that cannot be called; a callable table is fine", function()
+    local w = accel.ones(1, {requires_grad = true})
+    local opt = optim.SGD({w}, 0.1)
+    fails("SGD%.step: closure must be a function %(or a callable table%), got number", opt.step, opt, 5)
+    assert.are.equal(7, opt:step(setmetatable({}, {__call = function() return 7 end})))
+  end)
+
+  it("takes model:named_parameters() or {name, tensor} pairs and keeps param_names", function()
+    local m = nn.Linear(2, 2)
+    local opt = optim.AdamW(m:named_parameters(), 0.1)
+    assert.are.same({"weight", "bias"}, opt.param_groups[1].param_names)
+    assert.are.equal(m.weight, opt.param_groups[1].params[1])
+    assert.are.same({"weight", "bias"}, opt:state_dict().param_groups[1].param_names)
+    opt:add_param_group({params = {{"extra", accel.zeros(1, {requires_grad = true})}}})
+    assert.are.same({"extra"}, opt.param_groups[2].param_names)
+    fails("AdamW: all optimizer param groups should be with/without names%. cannot add param group without names "
+      .. "to the optimizer", opt.add_param_group, opt, {params = {accel.zeros(1, {requires_grad = true})}})
+    fails("AdamW: all optimizer params should be with/without names%. Some param names are missing", optim.AdamW,
+      {{params = {{"w", accel.zeros(1, {requires_grad = true})}, accel.zeros(1, {requires_grad = true})}}}, 0.1)
+    local g = optim.SGD({{params = {{"weight", m.weight}}, lr = 0.5}}, 0.1)
+    assert.are.same({"weight"}, g.param_groups[1].param_names)
+    m.weight.grad = accel.ones(2, 2)
+    g:step()
+  end)
+
+  it("a prepared optimizer is an optimizer and prints as Accelerate's AcceleratedOptimizer", function()
+    local acc = accel.Accelerator({cpu = true})
+    local m = nn.Linear(2, 2)
+    local _, opt = acc:prepare(m, optim.SGD(m:parameters(), 0.1))
+    assert.is_true(optim.is_optimizer(opt))
+    local s = tostring(opt)
+    assert.matches("^AcceleratedOptimizer %(\nParameter Group 1\n", s)
+    assert.matches("    lr: 0.1\n", s, 1, true)
+  end)
+
+  it("under a ZeRO stage 1 engine zero_grad({set_to_none = false}) zeroes .grad (one process)", function()
+    local ok, shard = pcall(require, "accel.shard")
+    if not ok then return pending("accel.shard (the sharding engine) is not in this build") end
+    local m = nn.Linear(4, 2)
+    local opt = optim.SGD(m:parameters(), 0.1)
+    local eng = shard.Engine(m, opt, {stage = 1})
+    m(accel.ones(2, 4)):sum():backward()
+    opt:step()
+    opt:zero_grad({set_to_none = false})
+    assert.are.same({{0.0, 0.0, 0.0, 0.0}, {0.0, 0.0, 0.0, 0.0}}, m.weight.grad:tolist())
+    m(accel.ones(2, 4)):sum():backward() -- accumulates into the zeros: 2 per element, as a fresh backward
+    assert.are.same({2.0, 2.0}, m.bias.grad:tolist())
+    opt:zero_grad(false)
+    assert.are.same({0.0, 0.0}, m.bias.grad:tolist())
+    opt:zero_grad()
+    assert.is_nil(m.bias.grad)
+    eng:close()
+  end)
+end)

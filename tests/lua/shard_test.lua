@@ -20,7 +20,8 @@
 --                     activations
 --   shard_ops.lua     unscale_'s found_inf agreed by every rank, shard_state's
 --                     index against the gathered tensors, full_state_dict,
---                     the offload flag
+--                     the offload flag, zero_grad(set_to_none = false)
+--                     zeroing stage 1's .grad
 --   shard_errors.lua  bad options and uses, each one clear error
 --   shard_main_only.lua  get_state_dict / save_model under stage 3 on the
 --                     main process only: a collective mismatch at once

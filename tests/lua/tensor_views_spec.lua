@@ -290,6 +290,16 @@ describe("contiguous / clone / detach", function()
     assert.is_true(a:select(1, 3):is_contiguous())
     assert.is_false(accel.zeros(3, 1):expand(3, 4):is_contiguous())
   end)
+
+  -- PyTorch 2.15: True for every one of these (strides (1,), (2, 1), (1, 1), (2, 2, 1), (1, 1));
+  -- a tensor without elements is contiguous whatever its strides, and size-1 dims' strides do not count
+  it("a tensor with no elements is contiguous, also transposed", function()
+    for _, s in ipairs({{0}, {0, 2}, {2, 0}, {3, 0, 2}, {1, 0}}) do
+      assert.is_true(accel.zeros(table.unpack(s)):is_contiguous(), table.concat(s, "x"))
+    end
+    assert.is_true(accel.zeros(2, 0):t():is_contiguous())
+    assert.is_true(accel.zeros(4, 1):t():is_contiguous())
+  end)
 end)
 
 describe("views share storage with their base", function()

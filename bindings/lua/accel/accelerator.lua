@@ -1382,6 +1382,7 @@ local function param_list(parameters, what)
   if accel.is_tensor(parameters) then return {parameters} end
   if is_table(parameters) and has_fn(parameters, "parameters") then return parameters:parameters() end
   if not is_table(parameters) then raise("%s: expected a list of parameters, got %s", what, type(parameters)) end
+  util.check_list(parameters, what, "parameters")
   return parameters
 end
 

@@ -67,6 +67,11 @@ M.AcceleratedOptimizer = AcceleratedOptimizer
 
 function M.is_optimizer(x) return getmetatable(x) == AcceleratedOptimizer end
 
+-- As Python's repr of Accelerate's AcceleratedOptimizer (torch's
+-- Optimizer.__repr__): "AcceleratedOptimizer (" and the wrapped optimizer's
+-- param groups.
+function AcceleratedOptimizer.__tostring(self) return accel.optim.Optimizer.__tostring(self) end
+
 -- gradient_state: the Accelerator's GradientState; scaler: a GradScaler or
 -- nil; before_step: nil or a function run before each real step (DDP
 -- completes the gradient averaging there).

@@ -437,10 +437,7 @@ end
 local function hijack_optimizer(self)
   local opt, eng = self.optimizer, self
   rawset(opt, "step", function(_, closure) return eng:step(closure) end)
-  rawset(opt, "zero_grad", function(_, ...) -- the engine's gradients are its flat shards: zeroed either way
-    accel.optim._zero_grad_options(...)
-    return eng:zero_grad()
-  end)
+  rawset(opt, "zero_grad", function(_, ...) return eng:zero_grad(...) end)
   rawset(opt, "_shard_engine", eng)
 end
 
@@ -534,12 +531,18 @@ function Engine:finalize() self:_live():finalize() end
 
 function Engine:step(closure)
   local c = self:_live()
-  local loss = closure and accel.enable_grad(closure) or nil
+  local loss = accel.optim._run_closure(closure, self.optimizer.__name)
   c:step(self._kind, group_index(self), self.optimizer.param_groups)
   return loss
 end
 
-function Engine:zero_grad() self:_live():zero_grad() end
+-- zero_grad([{set_to_none = true}]): stage 1 sets .grad to nil, or zeroes
+-- it in place with set_to_none = false; stages 2-3 keep no .grad and free
+-- the gradient shards either way (the next backward makes them again).
+function Engine:zero_grad(...)
+  local set_to_none = accel.optim._zero_grad_options(...).set_to_none ~= false
+  self:_live():zero_grad(set_to_none)
+end
 
 function Engine:set_sync(on) self:_live():set_sync(on and true or false) end
 

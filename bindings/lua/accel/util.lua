@@ -44,6 +44,26 @@ function util.callable(f)
   return type(mt) == "table" and mt.__call ~= nil
 end
 
+-- The position of the first nil inside list t (a nil before its largest
+-- positive integer key: ipairs and # silently stop at or around it, which
+-- would drop the items after it), or nil when t has none.
+function util.list_hole(t)
+  local n = 0
+  while t[n + 1] ~= nil do n = n + 1 end
+  for k in pairs(t) do
+    if type(k) == "number" and k > n and k < math.huge and k == math.floor(k) then return n + 1 end
+  end
+  return nil
+end
+
+-- The error "<name>: <what>[i] is nil ..." when list t has a hole (list_hole).
+function util.check_list(t, name, what)
+  local i = util.list_hole(t)
+  if i then
+    util.raise("%s: %s[%d] is nil (a nil inside the list would silently drop the items after it)", name, what, i)
+  end
+end
+
 -- The error for an option key k that name does not take, listing the keys
 -- it does take (as PyTorch's "unexpected keyword argument").
 function util.unknown_option(name, k, keys)

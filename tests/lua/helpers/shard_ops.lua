@@ -10,7 +10,10 @@
 --     hold exactly the elements the index gives it (compared with the
 --     gathered full tensors);
 --   * full_state_dict() equals the parameters after close() (gathered);
---   * offload_optimizer = "cpu" is reported by the engine.
+--   * offload_optimizer = "cpu" is reported by the engine;
+--   * zero_grad({set_to_none = false}) after a backward leaves stage 1's
+--     full .grad in place as zeros (as torch's optimizer), and no .grad at
+--     stages 2-3 (they keep none).
 -- Prints "ok rank R: N checks".
 local accel = require("accel")
 local nn, optim, dist = accel.nn, accel.optim, accel.dist
@@ -53,6 +56,18 @@ local function check_unscale(eng, m, x, stage)
   end
   eng:step()
   eng:zero_grad()
+end
+
+local function check_zero_grad_kept(eng, m, x, stage)
+  backward(m, x)
+  eng.optimizer:zero_grad({set_to_none = false})
+  for name, p in m:named_parameters() do
+    if stage == 1 then
+      ensure(p.grad ~= nil and p.grad:abs():sum():item() == 0, "stage 1: %s's .grad is not zeros", name)
+    else
+      ensure(p.grad == nil, "stage %d: %s has a .grad", stage, name)
+    end
+  end
 end
 
 -- The index entries of one (parameter, state) pair cover [0, numel) once.
@@ -98,6 +113,7 @@ for stage = 1, 3 do
   ensure(eng._c:info().offload_optimizer == true, "offload_optimizer not recorded")
   local x = accel.randn(3, 4):add(rank)
   check_unscale(eng, m, x, stage)
+  check_zero_grad_kept(eng, m, x, stage)
   backward(m, x)
   eng:step()
   local full = check_shard_state(eng, stage)

@@ -9,8 +9,9 @@
 -- nil are skipped. clip_grad_norm_ computes the total norm of all gradients
 -- in one C pass (accel._C.grads_total_norm, in double; norm_type may be math.huge
 -- or "inf", and may come positionally: clip_grad_norm_(ps, 1.0, 2)) and
--- returns it as a 0-dim tensor of the gradients' dtype; as PyTorch it is the
--- norm of the per-gradient norms (norm_type 0: the number of gradients with
+-- returns it as a 0-dim tensor of the gradients' promoted dtype (float64 when
+-- any gradient is); as PyTorch it is the norm of the per-gradient norms, each
+-- rounded to its gradient's dtype (norm_type 0: the number of gradients with
 -- a nonzero element) and it multiplies every gradient by
 -- clamp(max_norm / (total + 1e-6), max = 1) in that dtype (skipped when the
 -- factor is exactly 1). `foreach` only picks PyTorch's implementation: it is
@@ -20,13 +21,15 @@ local C = accel._C
 
 local utils = {}
 
-local raise = require("accel.util").raise
+local util = require("accel.util")
+local raise = util.raise
 
 local function param_list(name, parameters)
   if accel.is_tensor(parameters) then return {parameters} end
   if type(parameters) ~= "table" then
     raise("%s: parameters must be a list of tensors or a tensor, got %s", name, type(parameters))
   end
+  util.check_list(parameters, name, "parameters")
   if parameters[1] == nil and next(parameters) ~= nil then
     raise("%s: parameters must be a list of tensors, got a table that is not a list (for a module, pass "
       .. "model:parameters())", name)
@@ -44,6 +47,15 @@ local function grads_of(params)
     if g ~= nil then grads[#grads + 1] = g end
   end
   return grads
+end
+
+-- The dtype of a norm of norms of dtypes a (nil: none yet) and b, as
+-- PyTorch's type promotion: float64 if either is, else the common one, else
+-- float32 (float16 with bfloat16 too).
+local function promoted(a, b)
+  if a == nil or a == b then return b end
+  if a == accel.float64 or b == accel.float64 then return accel.float64 end
+  return accel.float32
 end
 
 local function norm_type_of(name, v)
@@ -85,8 +97,7 @@ function utils.clip_grad_norm_(parameters, max_norm, opts, error_if_nonfinite, f
   local has, dtype, device = C.has_grads(params), nil, nil
   for i = 1, #params do
     if has[i] then
-      dtype, device = params[i].dtype, params[i].device -- the first gradient's, as PyTorch
-      break
+      dtype, device = promoted(dtype, params[i].dtype), device or params[i].device
     end
   end
   local total = accel.tensor(norm, {dtype = dtype, device = device})

@@ -32,6 +32,9 @@
 --   is refused. lr may be a 1-element tensor: its value is read when the
 --   optimizer or the group is made (later changes to it are not seen).
 -- * SGD / Adam / AdamW take lr positionally too: SGD(params, 0.1, {...}).
+-- * Named parameters (model:named_parameters()'s iterator, or {name, tensor}
+--   pairs) give the group PyTorch 2.15's param_names. A nil inside a list is
+--   an error (ipairs would drop what follows it; PyTorch refuses a None).
 -- * load_state_dict refuses a parameter state with keys this optimizer does
 --   not keep or without those it needs (a state_dict of another optimizer).
 --   Its checks are one method, _state_dict_problem(sd), which changes
@@ -92,8 +95,11 @@ function Optimizer:extend(name)
   return setmetatable(cls, {__index = self, __call = new_instance, __newindex = define})
 end
 
--- isinstance(x, Optimizer) for any subclass
+-- isinstance(x, Optimizer) for any subclass, and for the optimizer
+-- Accelerator:prepare returns (Accelerate's AcceleratedOptimizer subclasses
+-- torch.optim.Optimizer)
 function optim.is_optimizer(x)
+  if require("accel.prepared").is_optimizer(x) then return true end
   local mt = type(x) == "table" and getmetatable(x)
   while mt do
     if mt == Optimizer then return true end
@@ -102,26 +108,42 @@ function optim.is_optimizer(x)
   return false
 end
 
--- Optimizer.init(self, params, defaults): params is a list of tensors or of
--- param-group tables {params = {...}, lr = ...}.
+-- A (name, tensor) pair of named_parameters(), written {name, tensor}.
+local function is_named(x)
+  return type(x) == "table" and not is_tensor(x) and type(x[1]) == "string" and x[3] == nil and x.params == nil
+end
+
+-- The items of an iterator function (model:named_parameters()) as a list:
+-- {name, tensor} pairs, or the values of a one-value iterator.
+local function drain(f)
+  local list = {}
+  for k, v in f do list[#list + 1] = v == nil and k or {k, v} end
+  return list
+end
+
+-- Optimizer.init(self, params, defaults): params is a list of tensors, of
+-- {name, tensor} pairs or of param-group tables {params = {...}, lr = ...},
+-- or the iterator model:named_parameters() returns.
 function Optimizer:init(params, defaults)
   local name = self.__name
   self.defaults = defaults
   self.state = {}
   self.param_groups = {}
+  if type(params) == "function" then params = drain(params) end
   if is_tensor(params) then
     raise("%s: params must be a list of tensors or of param-group tables, got a single tensor (wrap it: {t})", name)
   end
   if type(params) ~= "table" then
     raise("%s: params must be a list of tensors or of param-group tables, got %s", name, type(params))
   end
+  util.check_list(params, name, "params")
   if params[1] == nil and next(params) ~= nil then
     raise("%s: params must be a list of tensors or of param-group tables, got a table that is not a list "
       .. "(for a module, pass model:parameters())", name)
   end
   if #params == 0 then raise("%s: optimizer got an empty parameter list", name) end
   local groups = params
-  if is_tensor(params[1]) then groups = {{params = params}} end
+  if is_tensor(params[1]) or is_named(params[1]) then groups = {{params = params}} end
   for _, g in ipairs(groups) do self:add_param_group(g) end
 end
 
@@ -158,22 +180,46 @@ local function check_params(name, list)
   end
 end
 
+-- The tensors of the list ps and, when its items are {name, tensor} pairs,
+-- their names (PyTorch's param_names; all or none must be named).
+local function split_named(name, ps)
+  util.check_list(ps, name, "params")
+  local list, names = {}, {}
+  for i, p in ipairs(ps) do
+    if is_named(p) then
+      names[#names + 1] = p[1]
+      p = p[2]
+    end
+    list[i] = p
+  end
+  if #names == 0 then return list, nil end
+  if #names ~= #list then
+    raise("%s: all optimizer params should be with/without names. Some param names are missing", name)
+  end
+  return list, names
+end
+
 function Optimizer:add_param_group(group)
   local name = self.__name
   if type(group) ~= "table" or is_tensor(group) then raise("%s: a param group must be a table {params = ...}", name) end
   local ps = group.params
   if is_tensor(ps) then ps = {ps} end
+  if type(ps) == "function" then ps = drain(ps) end
   if type(ps) ~= "table" then raise("%s: a param group needs a 'params' list of tensors", name) end
   local g = {}
   for k, v in pairs(group) do
     if k ~= "params" then g[k] = self:_group_value(k, v) end
   end
-  local list = {}
-  for i, p in ipairs(ps) do list[i] = p end
+  local list, names = split_named(name, ps)
   check_params(name, list)
+  if names then g.param_names = names end
   local taken = {}
   for _, other in ipairs(self.param_groups) do
     for _, p in ipairs(other.params) do taken[p] = true end
+    if (other.param_names ~= nil) ~= (g.param_names ~= nil) then
+      raise("%s: all optimizer param groups should be with/without names. cannot add param group %s names to the "
+        .. "optimizer", name, g.param_names and "with" or "without")
+    end
   end
   for _, p in ipairs(list) do
     if taken[p] then raise("%s: some parameters appear in more than one parameter group", name) end
@@ -213,9 +259,13 @@ function Optimizer:step(closure) -- luacheck: ignore
   raise("%s: step() is not implemented", self.__name)
 end
 
--- The closure's loss, evaluated with gradients enabled (nil without one).
-local function run_closure(closure)
+-- The closure's loss, evaluated with gradients enabled (nil without one);
+-- name: the optimizer, for the error when closure cannot be called.
+local function run_closure(closure, name)
   if closure == nil then return nil end
+  if not util.callable(closure) then
+    raise("%s.step: closure must be a function (or a callable table), got %s", name, type(closure))
+  end
   return accel.enable_grad(closure)
 end
 optim._run_closure = run_closure
@@ -476,7 +526,7 @@ end
 -- parameter has a .grad (grads[i]: whether g.params[i] has one; the C step
 -- reads the gradients itself); returns the closure's loss.
 local function step_groups(self, closure, step_group)
-  local loss = run_closure(closure)
+  local loss = run_closure(closure, self.__name)
   for gi, g in ipairs(self.param_groups) do
     local grads = C.has_grads(g.params)
     for i = 1, #grads do
