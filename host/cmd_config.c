@@ -331,7 +331,7 @@ int cmd_config(int argc, char **argv) {
     const char *path = NULL;
     char buf[4096];
     int status = 2;
-    if (argc > 1 + sub && host_is_help(argv[1 + sub])) {
+    if (host_help_asked(argc - sub, argv + sub)) {
         print_help(sub ? argv[1] : NULL);
         return 0;
     }

@@ -97,7 +97,7 @@ static int print_config(const char *given) {
 
 int cmd_env(int argc, char **argv) {
     const char *given = NULL;
-    if (argc == 2 && host_is_help(argv[1])) {
+    if (host_help_asked(argc, argv)) {
         printf("usage: accel-lua env [--config_file PATH]\n\n"
                "Prints what a bug report needs: the versions of accel-lua, Lua, oneDNN,\n"
                "OpenBLAS and OpenMPI, the platform, the CPU, the thread settings, and the\n"

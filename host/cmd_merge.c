@@ -84,7 +84,7 @@ int cmd_merge_weights(int argc, char **argv) {
     int status = host_report(L, host_docall(L, 2, 1));
     int rc = status == LUA_OK ? (int)lua_tointeger(L, -1) : 1;
     lua_close(L);
-    if (rc == 0 && argc == 2 && host_is_help(argv[1]))
+    if (rc == 0 && host_help_asked(argc, argv))
         printf("\nExample:\n  accel-lua merge-weights ckpt/checkpoint_3 merged/\n");
     return rc;
 }

@@ -81,7 +81,7 @@ int cmd_test(int argc, char **argv) {
     char path[4096];
     char *args[5] = {"launch", NULL, NULL, NULL, NULL};
     int n = 1;
-    if (argc == 2 && host_is_help(argv[1])) {
+    if (host_help_asked(argc, argv)) {
         printf("usage: accel-lua test [--config_file PATH]\n\n"
                "Runs a short built-in training script through `accel-lua launch` with the\n"
                "config's settings (mpirun when num_processes > 1) and says \"Test is a\n"

@@ -34,6 +34,12 @@ int host_is_help(const char *arg) {
     return arg != NULL && (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0);
 }
 
+int host_help_asked(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (host_is_help(argv[i])) return 1;
+    return 0;
+}
+
 const char *host_flag_value(int argc, char **argv, int *i, const char *name, int *missing) {
     const char *a = argv[*i];
     size_t n = strlen(name);

@@ -25,6 +25,10 @@ void host_print_subcommands(FILE *out);
 /* 1 when arg is -h or --help. */
 int host_is_help(const char *arg);
 
+/* 1 when any of argv[1..argc) is -h or --help (help is asked for anywhere
+ * on the command line, as argparse does). */
+int host_help_asked(int argc, char **argv);
+
 /* The value of flag `name` ("config_file") at argv[*i], spelled --name VALUE,
  * --name=VALUE or with dashes (--config-file): the value (*i moved past it),
  * NULL when argv[*i] is not that flag. *missing is set when the flag has

@@ -73,6 +73,10 @@ const Unsupported host_unsupported[] = {
      "mpirun starts the ranks on every machine, whichever launcher is named"},
     {NULL, "mpirun_config.mpirun_ccl", 1, "*",
      "oneCCL is not used: OpenMPI carries the collectives"},
+    {"fsdp_activation_checkpointing_offload", "fsdp_config.fsdp_activation_checkpointing_offload", 1,
+     NO,
+     "checkpointed activations are not offloaded to host memory (torch's offload_wrapper); "
+     "--fsdp_activation_checkpointing alone recomputes them in backward"},
     {"use_megatron_lm", NULL, 0, NULL, R_MEGATRON},
     {"megatron_lm_*", "megatron_lm_config.*", 1, NULL, R_MEGATRON},
     {"use_parallelism_config", NULL, 0, NULL, R_PARALLEL},

@@ -40,6 +40,43 @@ for c in default update; do
     help_ok "config $c --help" config "$c" --help
     help_ok "config $c -h" config "$c" -h
 done
+# Help asked for after other arguments, as argparse takes it anywhere.
+later_help_ok() {
+    local name=$1 err
+    shift
+    local first=$1
+    OUT=$("$EXE" "$@" 2>"$TMP/err")
+    RC=$?
+    err=$(<"$TMP/err")
+    check "$name" '(( RC == 0 )) && [[ -z $err ]] && has "usage: accel-lua $first"'
+}
+later_help_ok "env --config_file x.yaml --help" env --config_file "$TMP/x.yaml" --help
+later_help_ok "test --config_file x.yaml -h" test --config_file "$TMP/x.yaml" -h
+later_help_ok "config --config_file x.yaml --help" config --config_file "$TMP/x.yaml" --help
+later_help_ok "config default --config_file x.yaml -h" config default --config_file "$TMP/x.yaml" -h
+later_help_ok "merge-weights CKPT OUT --help" merge-weights ckpt out --help
+later_help_ok "estimate-memory --model gpt2 -h" estimate-memory --model gpt2 -h
+later_help_ok "launch --num_processes 2 --help" launch --num_processes 2 --help
+check "help after other flags writes no config" '[[ ! -e $TMP/x.yaml ]]'
+
+# merge-weights reads its flags as the other subcommands do: dashes or
+# underscores, --name=value, a flag without its value named.
+printf '%s\n' 'local accel = require("accel")' \
+    'local acc = accel.Accelerator{deepspeed_plugin = {zero_stage = 2}}' \
+    'local m = accel.nn.Linear(3, 2)' \
+    'acc:prepare(m, accel.optim.SGD(m:parameters(), {lr = 0.1}))' \
+    'acc:save_state(arg[1])' >"$TMP/save.lua"
+run "$EXE" "$TMP/save.lua" "$TMP/ck"
+run "$EXE" merge-weights "$TMP/ck" "$TMP/merged" --remove-checkpoint-dir --model=1
+check "merge-weights --remove-checkpoint-dir --model=1: merged, the checkpoint removed" \
+    '(( RC == 0 )) && [[ -f $TMP/merged/model.safetensors && ! -e $TMP/ck ]]'
+run "$EXE" merge-weights "$TMP/ck" "$TMP/merged" --model
+check "merge-weights --model without a value: named (exit 2)" \
+    '(( RC == 2 )) && has "merge-weights: --model needs a value"'
+run "$EXE" merge-weights "$TMP/ck" "$TMP/merged" --model=0
+check "merge-weights --model=0: a positive integer is needed (exit 2)" \
+    '(( RC == 2 )) && has "--model needs a positive integer, got 0"'
+
 run "$EXE" config default --help
 check "config default --help describes defaults, writes nothing" \
     'has "defaults" && [[ ! -e $HOME/.cache/accel-lua/default_config.yaml ]]'

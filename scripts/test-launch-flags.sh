@@ -114,6 +114,11 @@ check_refusals() {
         '(( RC == 2 )) && has "--dynamo_backend inductor: not supported: torch.compile does not exist here" && has "--use_megatron_lm: not supported: there is no Megatron-LM" && has "--tpu: not supported: there is no TPU backend" && ! has "unknown flag"'
     run "$EXE" launch --dry_run --dynamo_backend no --rdzv_backend static --gpu_ids all --same_network "$TMP/rank.lua"
     check "values that ask for nothing (--dynamo_backend no, --gpu_ids all) are accepted" '(( RC == 0 ))'
+    run "$EXE" launch --use_fsdp --fsdp_activation_checkpointing_offload true "$TMP/rank.lua"
+    check "--fsdp_activation_checkpointing_offload true: refused with its reason" \
+        '(( RC == 2 )) && has "--fsdp_activation_checkpointing_offload true: not supported: checkpointed activations are not offloaded to host memory" && ! has "unknown"'
+    run "$EXE" launch --dry_run --use_fsdp --fsdp_activation_checkpointing_offload false "$TMP/rank.lua"
+    check "--fsdp_activation_checkpointing_offload false asks for nothing: accepted" '(( RC == 0 ))'
     run "$EXE" launch --bogus "$TMP/rank.lua"
     check "a flag Accelerate lacks is still unknown" '(( RC == 2 )) && has "unknown flag: --bogus"'
 }
@@ -141,6 +146,7 @@ megatron_lm_config:\n  megatron_lm_tp_degree: 2
 fp8_config:\n  backend: TE
 parallelism_config:\n  parallelism_config_tp_size: 2
 deepspeed_config:\n  deepspeed_inclusion_filter: host1
+fsdp_config:\n  fsdp_activation_checkpointing_offload: true
 EOF
     OUT=$missing
     check "config keys for what does not exist here are refused, key named" '[[ -z $missing ]]'

@@ -150,6 +150,17 @@ CASES.Accelerator = {
     local seen = {}
     for _ = 1, 4 do a:accumulate(function() seen[#seen + 1] = a.sync_gradients end) end
     assert.are.same({false, true, false, true}, seen)
+    -- launch's setting takes precedence over the option, not over a plugin's num_steps (Accelerate 1.15 under
+    -- ACCELERATE_GRADIENT_ACCUMULATION_STEPS=4 prints 4, then 3)
+    local script = support.tmpname(".lua")
+    support.write_file(script, 'local accel = require("accel")\n'
+      .. "print(accel.Accelerator{gradient_accumulation_steps = 3}.gradient_accumulation_steps)\n"
+      .. "print(accel.Accelerator{gradient_accumulation_plugin = {num_steps = 3}}.gradient_accumulation_steps)\n")
+    local out, ok = support.command_output("ACCEL_LUA_GRADIENT_ACCUMULATION_STEPS=4 "
+      .. support.shell_quote(support.ACCEL_LUA) .. " " .. support.shell_quote(script) .. " 2>&1")
+    os.remove(script)
+    assert.is_true(ok, out)
+    assert.are.equal("4\n3\n", out)
   end,
   cpu = function()
     -- a first Accelerator{cpu = true} makes the process state on the CPU (as
@@ -465,6 +476,16 @@ CASES.DeepSpeedPlugin = {
     assert.is_false(accel.DeepSpeedPlugin{zero_stage = 3, zero3_init_flag = false}.zero3_init_flag)
     error_matching("zero3_init_flag = true is not supported: parameters are created in full by the model's "
       .. "constructor", function() accel.DeepSpeedPlugin{zero_stage = 3, zero3_init_flag = true} end)
+    -- below stage 3 Accelerate 1.15 warns and sets it to False (its DeepSpeedPlugin, observed)
+    for stage = 0, 2 do
+      local p
+      local err = support.stderr_of(function()
+        p = accel.DeepSpeedPlugin{zero_stage = stage, zero3_init_flag = true}
+      end)
+      assert.is_false(p.zero3_init_flag)
+      assert.truthy(err:find("DeepSpeed Zero3 Init flag is only applicable for ZeRO Stage 3. Setting it to False.",
+        1, true))
+    end
   end,
   zero3_save_16bit_model = function()
     -- get_state_dict / save_model under stage 3 gather the full weights either way (float32 here)
@@ -621,8 +642,16 @@ CASES.FullyShardedDataParallelPlugin = {
     error_matching("fsdp_version = 3 is not supported", function() fsdp{fsdp_version = 3} end)
     -- FSDP2 as Accelerate: reshard_after_forward (a boolean) decides over the deprecated sharding_strategy
     local P = accel.FullyShardedDataParallelPlugin
-    assert.are.equal("FULL_SHARD", P{fsdp_version = 2, sharding_strategy = "SHARD_GRAD_OP",
-      reshard_after_forward = true}.sharding_strategy)
+    assert.are.equal("SHARD_GRAD_OP", P{fsdp_version = 2, sharding_strategy = "SHARD_GRAD_OP",
+      reshard_after_forward = false}.sharding_strategy)
+    -- an explicit strategy that contradicts an explicit reshard_after_forward (true: parameters resharded, stage 3;
+    -- false: kept, stage 2) is refused rather than silently replaced
+    for s, r in pairs({SHARD_GRAD_OP = true, FULL_SHARD = false, HYBRID_SHARD = false, HYBRID_SHARD_ZERO2 = true}) do
+      error_matching(('sharding_strategy = "%s" contradicts reshard_after_forward = %s %%(it needs %s%%)')
+        :format(s, tostring(r), tostring(not r)), function()
+        P{fsdp_version = 2, sharding_strategy = s, reshard_after_forward = r}
+      end)
+    end
     assert.are.equal("SHARD_GRAD_OP", P{fsdp_version = 2, reshard_after_forward = false}.sharding_strategy)
     error_matching('for sharding_strategy = "SHARD_GRAD_OP" set reshard_after_forward = false',
       function() P{fsdp_version = 2, sharding_strategy = "SHARD_GRAD_OP"} end)
@@ -1167,6 +1196,17 @@ CASES.log = {
     a:log({x = 1}, 8)
     assert.are.same({7, 8}, seen)
     error_matching("unknown option stp", function() a:log({x = 1}, {stp = 3}) end)
+  end,
+  log_kwargs = function()
+    local seen = {}
+    local T = accel.tracking.GeneralTracker:extend{name = "kw"}
+    function T:log(_, step, kwargs) seen[#seen + 1] = {step, kwargs} end
+    local a = accel.Accelerator{log_with = T:new{}}
+    a:init_trackers("p")
+    a:log({x = 1}, {step = 2, log_kwargs = {kw = {a = 1}}})
+    a:log({x = 1}, 3, {kw = {b = 2}})
+    assert.are.same({{2, {a = 1}}, {3, {b = 2}}}, seen)
+    error_matching("log_kwargs.other names no tracker", function() a:log({x = 1}, 4, {other = {}}) end)
   end,
 }
 

@@ -384,6 +384,12 @@ describe("Accelerator options", function()
       .. "ACCEL_LUA_FSDP_ACTIVATION_CHECKPOINTING=false"))
     assert.are.equal("no 1 2 FSDP", run("ACCEL_LUA_USE_FSDP=true ACCEL_LUA_FSDP_VERSION=2 "
       .. "ACCEL_LUA_FSDP_RESHARD_AFTER_FORWARD=false"))
+    assert.matches('sharding_strategy = "SHARD_GRAD_OP" contradicts reshard_after_forward = true',
+      run("ACCEL_LUA_USE_FSDP=true ACCEL_LUA_FSDP_VERSION=2 ACCEL_LUA_FSDP_SHARDING_STRATEGY=SHARD_GRAD_OP "
+      .. "ACCEL_LUA_FSDP_RESHARD_AFTER_FORWARD=true"))
+    -- zero3_init_flag = true at stage 2, as `accelerate config` may write it: Accelerate 1.15 warns, sets it false
+    assert.matches("DeepSpeed Zero3 Init flag is only applicable for ZeRO Stage 3. Setting it to False.\nno 1 2 "
+      .. "DEEPSPEED$", run("ACCEL_LUA_USE_DEEPSPEED=true ACCEL_LUA_ZERO_STAGE=2 ACCEL_LUA_ZERO3_INIT_FLAG=true"))
     assert.matches("ACCEL_LUA_FSDP_ACTIVATION_CHECKPOINTING=true%): activation_checkpointing = true runs each wrap "
       .. "unit under checkpoint, and auto_wrap_policy = \"no_wrap\"", run("ACCEL_LUA_USE_FSDP=true "
       .. "ACCEL_LUA_FSDP_AUTO_WRAP_POLICY=NO_WRAP ACCEL_LUA_FSDP_ACTIVATION_CHECKPOINTING=true"))

@@ -315,4 +315,24 @@ return {model = accel.nn.Linear(2, 2), batch = function(B) return accel.randn(B,
     assert.are.equal(2, r.code)
     assert.is_truthy(r.err:find("the loss must be a scalar tensor that requires grad, got a tensor of shape", 1, true), r.err)
   end)
+
+  it("no loss function: a forward failing in the library's layers names the script's model (else batch) line", function()
+    local path = support.tmpname(".lua")
+    local body = [[
+local accel = require("accel")
+local nn = accel.nn
+return {
+  model = %s,
+  batch = function(B) return accel.randn(B, 3) end,
+}
+]]
+    for _, c in ipairs({{"function() return nn.Linear(4, 2) end", 4}, {"nn.Linear(4, 2)", 5}}) do
+      support.write_file(path, body:format(c[1]))
+      local r = sh(q(BIN) .. " estimate-memory " .. q(path))
+      assert.are.equal(1, r.code, r.out .. r.err)
+      assert.is_truthy(r.err:find(("accel-lua estimate-memory: %s:%d: model(batch) failed (the script has no loss "
+        .. "function): linear: input of shape [1, 3]"):format(path, c[2]), 1, true), r.err)
+    end
+    os.remove(path)
+  end)
 end)

@@ -53,15 +53,7 @@ local function fails_with(fn, needle)
   assert(err:find("gpt_spec.lua:", 1, true), ("error %q does not point at the caller's line"):format(err))
 end
 
--- fn()'s writes to io.stderr, as one string (the library looks io.stderr up at each write)
-local function stderr_of(fn)
-  local saved, out = io.stderr, {}
-  io.stderr = {write = function(self, ...) for _, v in ipairs({...}) do out[#out + 1] = v end return self end}
-  local ok, err = pcall(fn)
-  io.stderr = saved
-  if not ok then error(err, 0) end
-  return table.concat(out)
-end
+local stderr_of = support.stderr_of
 
 -- max |got - want| <= TOL * max(max |want|, 1e-2): relative to the tensor's scale
 local function assert_close(got, want, what)
@@ -458,6 +450,103 @@ describe("GPT-2 behaviour", function()
     fails_with(function() gpt2.GPT2LMHeadModel.from_pretrained("/nonexistent/dir") end,
       "from_pretrained: /nonexistent/dir has no config.json")
     fails_with(function() model:generate(accel.zeros(1, 2, int), {top_k = 0}) end, "generate: top_k must be a positive integer")
+  end)
+end)
+
+-- transformers 5.24 (GPT2LMHeadModel with TINY's config, save_pretrained(d, max_shard_size=8000)):
+-- each weight's shard number in model.safetensors.index.json, of 5.
+local HF_SHARDS_8000 = {
+  ["transformer.wte.weight"] = 1, ["transformer.wpe.weight"] = 1, ["transformer.h.0.ln_1.weight"] = 1,
+  ["transformer.h.0.ln_1.bias"] = 1, ["transformer.h.0.attn.c_attn.weight"] = 1, ["transformer.h.0.attn.c_attn.bias"] = 1,
+  ["transformer.h.0.attn.c_proj.weight"] = 1, ["transformer.h.0.attn.c_proj.bias"] = 1, ["transformer.h.0.ln_2.weight"] = 1,
+  ["transformer.h.0.ln_2.bias"] = 1, ["transformer.h.0.mlp.c_fc.weight"] = 2, ["transformer.h.0.mlp.c_fc.bias"] = 2,
+  ["transformer.h.0.mlp.c_proj.weight"] = 3, ["transformer.h.0.mlp.c_proj.bias"] = 3, ["transformer.h.1.ln_1.weight"] = 3,
+  ["transformer.h.1.ln_1.bias"] = 3, ["transformer.h.1.attn.c_attn.weight"] = 3, ["transformer.h.1.attn.c_attn.bias"] = 3,
+  ["transformer.h.1.attn.c_proj.weight"] = 4, ["transformer.h.1.attn.c_proj.bias"] = 4, ["transformer.h.1.ln_2.weight"] = 4,
+  ["transformer.h.1.ln_2.bias"] = 4, ["transformer.h.1.mlp.c_fc.weight"] = 4, ["transformer.h.1.mlp.c_fc.bias"] = 4,
+  ["transformer.h.1.mlp.c_proj.weight"] = 5, ["transformer.h.1.mlp.c_proj.bias"] = 5, ["transformer.ln_f.weight"] = 5,
+  ["transformer.ln_f.bias"] = 5,
+}
+
+-- mean over rows of logsumexp(row) - row[target + 1], in float64 (Lua numbers)
+local function cross_entropy_f64(rows, targets)
+  local total = 0
+  for i, row in ipairs(rows) do
+    local m = -math.huge
+    for _, x in ipairs(row) do m = math.max(m, x) end
+    local z = 0
+    for _, x in ipairs(row) do z = z + math.exp(x - m) end
+    total = total + m + math.log(z) - row[targets[i] + 1]
+  end
+  return total / #rows
+end
+
+describe("GPT-2 in half precision and transformers' keyword arguments", function()
+  it("a bf16 model's loss is float32, from the float32 logits (transformers' ForCausalLMLoss)", function()
+    accel.set_seed(11)
+    local model = gpt2.GPT2LMHeadModel(TINY):to(accel.bfloat16)
+    local ids = accel.tensor({{1, 5, 9, 3, 7, 2, 8}})
+    local logits, loss = model(ids, {labels = ids})
+    assert.are.equal(accel.bfloat16, logits.dtype) -- as transformers: logits in the model's dtype, loss float32
+    assert.are.equal(accel.float32, loss.dtype)
+    local rows = logits:squeeze(1):double():tolist()
+    local want = cross_entropy_f64({table.unpack(rows, 1, 6)}, {5, 9, 3, 7, 2, 8})
+    assert.is_true(math.abs(loss:item() - want) <= 1e-5 * want, ("labels: %.8f vs %.8f"):format(loss:item(), want))
+    local _, tloss = model(ids, {targets = ids})
+    assert.are.equal(accel.float32, tloss.dtype)
+    want = cross_entropy_f64(rows, {1, 5, 9, 3, 7, 2, 8})
+    assert.is_true(math.abs(tloss:item() - want) <= 1e-5 * want, ("targets: %.8f vs %.8f"):format(tloss:item(), want))
+  end)
+
+  it("save_pretrained shards as transformers (max_shard_size) and records the dtype; from_pretrained takes torch_dtype", function()
+    accel.set_seed(12)
+    local model = gpt2.GPT2LMHeadModel(TINY)
+    local dir = tmpdir()
+    model:save_pretrained(dir, {max_shard_size = 8000, safe_serialization = true})
+    local index = json.decode(read(dir .. "/model.safetensors.index.json"))
+    assert.are.equal(29696, index.metadata.total_size)
+    local got = {}
+    for k, file in pairs(index.weight_map) do got[k] = tonumber(file:match("^model%-(%d+)%-of%-00005%.safetensors$")) end
+    assert.are.same(HF_SHARDS_8000, got)
+    local half = gpt2.GPT2LMHeadModel.from_pretrained(dir, {torch_dtype = accel.bfloat16})
+    for name, p in half:named_parameters() do
+      assert.are.equal(accel.bfloat16, p.dtype, name)
+      assert.is_true(p:equal(model:state_dict()[name]:bfloat16()), name)
+    end
+    assert.are.equal(accel.float16, gpt2.GPT2LMHeadModel.from_pretrained(dir, {dtype = "float16"}).transformer.wte.weight.dtype)
+    -- a bf16 model saved: config.json says so (transformers writes "bfloat16"), "auto" loads it in bf16
+    local dir2 = tmpdir()
+    half:save_pretrained(dir2)
+    assert.are.equal("bfloat16", json.decode(read(dir2 .. "/config.json")).torch_dtype)
+    assert.is_not_nil(C.file_size(dir2 .. "/model.safetensors"))
+    local auto = gpt2.GPT2LMHeadModel.from_pretrained(dir2, {torch_dtype = "auto"})
+    assert.are.equal(accel.bfloat16, auto.transformer.h[1].mlp.c_fc.weight.dtype)
+    assert.are.equal(accel.float32, gpt2.GPT2LMHeadModel.from_pretrained(dir2).transformer.wte.weight.dtype)
+    fails_with(function() gpt2.GPT2LMHeadModel.from_pretrained(dir, {torch_dtype = accel.bfloat16, bogus = 1}) end,
+      "from_pretrained: unknown option 'bogus'")
+    fails_with(function() gpt2.GPT2LMHeadModel.from_pretrained(dir, {torch_dtype = accel.int64}) end,
+      "from_pretrained: torch_dtype must be \"auto\" or a floating dtype")
+    fails_with(function() model:save_pretrained(dir, {max_shard_size = "1KB", bogus = true}) end,
+      "save_pretrained: unknown option 'bogus'")
+    fails_with(function() model:save_pretrained(dir, {safe_serialization = false}) end,
+      "save_pretrained: only safetensors is written")
+    C.fs_remove_tree(dir)
+    C.fs_remove_tree(dir2)
+  end)
+
+  it("num_parameters takes transformers' positional (only_trainable, exclude_embeddings)", function()
+    local model = gpt2.GPT2LMHeadModel(TINY)
+    -- transformers 5.24, the same config: num_parameters(True) 7424, num_parameters(True, True) 6592
+    assert.are.equal(7424, model:num_parameters(true))
+    assert.are.equal(6592, model:num_parameters(true, true))
+    assert.are.equal(6592, model:num_parameters(false, true))
+    fails_with(function() model:num_parameters("yes") end, "num_parameters: argument 'only_trainable' (position 1) must be boolean")
+  end)
+
+  it("generate refuses a do_sample that is not a boolean", function()
+    local model = gpt2.GPT2LMHeadModel(TINY)
+    fails_with(function() model:generate(accel.tensor({{1, 2}}), {max_new_tokens = 2, do_sample = "no"}) end,
+      'generate: do_sample must be true or false, got string "no"')
   end)
 end)
 

@@ -212,6 +212,16 @@ function M.errmsg(f, ...)
   return tostring(err)
 end
 
+-- fn()'s writes to io.stderr, as one string (the library looks io.stderr up at each write)
+function M.stderr_of(fn)
+  local saved, out = io.stderr, {}
+  io.stderr = {write = function(self, ...) for _, v in ipairs({...}) do out[#out + 1] = v end return self end}
+  local ok, err = pcall(fn)
+  io.stderr = saved
+  if not ok then error(err, 0) end
+  return table.concat(out)
+end
+
 -- fn() must raise an error whose message matches the Lua pattern.
 function M.error_matching(pattern, fn)
   local ok, err = pcall(fn)

@@ -294,6 +294,42 @@ describe("custom trackers", function()
   end)
 end)
 
+describe("log_kwargs", function()
+  it("each tracker gets log_kwargs[its name], as Accelerate's log(values, step, log_kwargs)", function()
+    local got = {}
+    local Mine = tracking.GeneralTracker:extend{name = "mine"}
+    function Mine:log(values, step, kwargs) got[#got + 1] = {values.loss, step, kwargs} end
+    local a = accel.Accelerator{log_with = {Mine:new{}, "jsonl", "tensorboard"}, project_dir = dir}
+    a:init_trackers("p")
+    a:log({loss = 1}, 3, {mine = {commit = false}, tensorboard = {walltime = 1234.5}, jsonl = {walltime = 99}})
+    a:log({loss = 2}, {step = 4, log_kwargs = {mine = {tags = {"a"}}}})
+    a:log({loss = 3}, 5)
+    assert.are.same({{1, 3, {commit = false}}, {2, 4, {tags = {"a"}}}, {3, 5}}, got)
+    local first = require("accel.json").decode(read_file(dir .. "/p/metrics.jsonl"):match("^[^\n]+"))
+    assert.are.equal(99, first._time)
+    -- the event of the first log: wall_time (field 1, a double) = walltime, as add_scalar(..., walltime=)
+    local f = io.popen("ls " .. shell_quote(dir .. "/p") .. " | grep tfevents")
+    local events = read_file(dir .. "/p/" .. f:read("l"))
+    f:close()
+    assert.is_truthy(events:find("\9" .. string.pack("<d", 1234.5), 1, true))
+    local function refused(pattern, ...)
+      local args = table.pack(...)
+      assert.matches(SPEC .. ":%d+: " .. pattern, errmsg(function() a:log({loss = 9}, 6, table.unpack(args, 1, args.n)) end))
+    end
+    refused("log: the tensorboard tracker takes no keyword argument new_style %(it takes walltime%)",
+      {tensorboard = {new_style = true}})
+    refused('log: walltime must be a non%-negative number, got "x"', {jsonl = {walltime = "x"}})
+    refused("log: walltime must be a non%-negative number, got nan", {jsonl = {walltime = 0 / 0}})
+    refused("log: log_kwargs.wandb names no tracker started by init_trackers", {wandb = {}})
+    refused("log: log_kwargs must be a table of tracker name %-> keyword arguments, got string", "x")
+    a:end_training()
+    assert.are.equal(3, #got) -- nothing logged by the refused calls
+    local lines = 0
+    for _ in read_file(dir .. "/p/metrics.jsonl"):gmatch("\n") do lines = lines + 1 end
+    assert.are.equal(3, lines)
+  end)
+end)
+
 describe("get_tracker", function()
   it("names the trackers it has when asked for another; a do-nothing tracker when there are none", function()
     local a = accel.Accelerator{log_with = recorder("mine")}

@@ -217,6 +217,8 @@ local function decode_event(data)
         local t = pb_decode(vf[8][1])
         item.dtype = t[1][1]
         item.text = t[8][1]
+        item.shape = {} -- TensorShapeProto: dim 2 (repeated), Dim.size 1
+        for _, dim in ipairs(t[2] and pb_decode(t[2][1])[2] or {}) do item.shape[#item.shape + 1] = pb_decode(dim)[1][1] end
       end
       ev.values[#ev.values + 1] = item
     end
@@ -333,9 +335,46 @@ describe("tracking.create", function()
       err_of(function() tr:log({a = 1}, 1.5) end))
     assert.matches('"step" is a reserved name', err_of(function() tr:log({step = 1}) end))
     assert.matches("metric names must be strings", err_of(function() tr:log({1, 2}) end))
+    assert.matches(SPEC .. ':%d+: log: the value of "name" is not valid UTF%-8 %(byte 4%)',
+      err_of(function() tr:log({name = "caf\233"}) end))
+    assert.matches('log: the name of "x\255" is not valid UTF%-8', err_of(function() tr:log({["x\255"] = 1}) end))
     tr:finish()
     tr:finish() -- twice is fine
     assert.matches("the tracker has finished", err_of(function() tr:log({a = 1}) end))
+  end)
+end)
+
+describe("tracking through the Accelerator", function()
+  local dir
+  before_each(function() dir = tmpdir() end)
+  after_each(function() rmtree(dir) end)
+
+  it("a value no tracker can write is refused before any tracker writes", function()
+    local a = accel.Accelerator{log_with = {"csv", "tensorboard", "jsonl"}, project_dir = dir}
+    a:init_trackers("r")
+    assert.matches(SPEC .. ':%d+: log: the value of "name" is not valid UTF%-8',
+      support.errmsg(function() a:log({loss = 1.0, name = "caf\233"}, 0) end))
+    a:end_training()
+    assert.are.equal("", read_file(dir .. "/r/metrics.jsonl"))
+    assert.are.equal(1, #csv_rows(dir .. "/r/metrics.csv")) -- the header only
+    assert.are.equal(1, #read_records(event_file(dir .. "/r")[1])) -- file_version only
+  end)
+
+  it("config: NaN and infinities as the metrics spell them; a table holding itself is an error", function()
+    local a = accel.Accelerator{log_with = {"jsonl", "tensorboard"}, project_dir = dir}
+    a:init_trackers("r", {nan = 0 / 0, inf = math.huge, ninf = -math.huge})
+    a:end_training()
+    local text = read_file(dir .. "/r/config.json")
+    assert.is_nil(text:find("-nan", 1, true))
+    assert.are.same({nan = "NaN", inf = "Infinity", ninf = "-Infinity"}, json_decode(text))
+    local tb = decode_event(read_records(event_file(dir .. "/r")[1])[2]).values[1].text
+    assert.are.same({nan = "NaN", inf = "Infinity", ninf = "-Infinity"}, json_decode(tb))
+    local cyclic = {lr = 1, sub = {}}
+    cyclic.sub.back = cyclic
+    local b = accel.Accelerator{log_with = "jsonl", project_dir = dir}
+    -- Python's json.dumps: "ValueError: Circular reference detected"
+    assert.matches(SPEC .. ":%d+: store_init_configuration: circular reference detected: config.sub.back is config itself",
+      support.errmsg(function() b:init_trackers("c", cyclic) end))
   end)
 end)
 
@@ -523,8 +562,8 @@ describe("tensorboard tracker", function()
 
     local cfg = decode_event(records[2])
     assert.are.equal(0, cfg.step)
-    assert.are.same({tag = "config", plugin = "text", dtype = 7}, {tag = cfg.values[1].tag,
-      plugin = cfg.values[1].plugin, dtype = cfg.values[1].dtype})
+    assert.are.same({tag = "config", plugin = "text", dtype = 7, shape = {1}}, {tag = cfg.values[1].tag,
+      plugin = cfg.values[1].plugin, dtype = cfg.values[1].dtype, shape = cfg.values[1].shape})
     assert.are.same({lr = 0.5}, json_decode(cfg.values[1].text))
 
     local e1 = decode_event(records[3])
@@ -534,7 +573,9 @@ describe("tensorboard tracker", function()
     local e2 = decode_event(records[4])
     assert.are.equal(2 ^ 40, e2.step)
     assert.are.same({tag = "loss", simple_value = f32(1e-30)}, e2.values[1])
-    assert.are.same({tag = "note", plugin = "text", dtype = 7, text = "text"}, e2.values[2])
+    -- as SummaryWriter.add_text("note", "text", step) (torch.utils.tensorboard.summary.text): tag
+    -- "note/text_summary", a DT_STRING tensor of shape [1], plugin "text"
+    assert.are.same({tag = "note/text_summary", plugin = "text", dtype = 7, text = "text", shape = {1}}, e2.values[2])
   end)
 
   it("does not overwrite an event file of the same second", function()

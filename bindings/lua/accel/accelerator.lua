@@ -403,19 +403,24 @@ local function check_launch_accumulation(ds, k)
   end
 end
 
+-- The accumulation without a gradient_accumulation_plugin: launch's
+-- setting, else the option, as Accelerate's parse_choice_from_env(
+-- "ACCELERATE_GRADIENT_ACCUMULATION_STEPS", gradient_accumulation_steps);
+-- without the option a DeepSpeed config's value comes before launch's
+-- (which must then agree with it); else 1.
 local function resolve_accumulation(o, ds)
   local k = o.gradient_accumulation_steps
+  local raw, var = setting("GRADIENT_ACCUMULATION_STEPS")
   if k == nil and ds and type(ds.gradient_accumulation_steps) == "number" then
     k = ds.gradient_accumulation_steps
     check_launch_accumulation(ds, k)
-  end
-  if k == nil then
-    local raw, var = setting("GRADIENT_ACCUMULATION_STEPS")
-    k = raw == nil and 1 or tonumber(raw)
+  elseif raw ~= nil then
+    k = tonumber(raw)
     if k == nil or k < 1 or k ~= math.floor(k) then
       raise("Accelerator: %s=%s is not a positive integer (gradient_accumulation_steps)", var, raw)
     end
   end
+  k = k or 1
   if k < 1 or k ~= math.floor(k) then
     raise("Accelerator: gradient_accumulation_steps must be a positive integer, got %s", tostring(k))
   end
@@ -569,7 +574,8 @@ local function resolve_fp8(self, kw)
 end
 
 -- gradient_accumulation_plugin or gradient_accumulation_steps (not both,
--- as in Accelerate) -> the plugin.
+-- as in Accelerate) -> the plugin; a plugin's num_steps is not overridden
+-- by launch's setting (as in Accelerate).
 local function resolve_accumulation_plugin(o, ds)
   local p = o.gradient_accumulation_plugin
   if p == nil then return plugins.GradientAccumulationPlugin({num_steps = resolve_accumulation(o, ds)}) end
@@ -1755,20 +1761,37 @@ function Accelerator:get_tracker(name, unwrap)
   raise('get_tracker: "%s" is not an available tracker stored inside the Accelerator (trackers: %s)', name, table.concat(have, ", "))
 end
 
-local LOG_OPTIONS = plugins.register("log", {step = "number"})
+local LOG_OPTIONS = plugins.register("log", {step = "number", log_kwargs = "table"})
 
--- log(values, {step=}) or log(values, step): to every tracker (main process).
-function Accelerator:log(values, o)
+-- log_kwargs naming no tracker is an error (the entry would be dropped).
+local function check_log_kwargs(trackers, log_kwargs)
+  for name in pairs(log_kwargs) do
+    local found = false
+    for _, t in ipairs(trackers) do found = found or t.name == name end
+    if not found then raise("log: log_kwargs.%s names no tracker started by init_trackers", tostring(name)) end
+  end
+end
+
+-- log(values, step, log_kwargs) as Accelerate, or log(values, {step =,
+-- log_kwargs =}): to every tracker (main process); each tracker's log gets
+-- log_kwargs[its name] (see accel.tracking's LOG_KWARGS for the built-in ones).
+function Accelerator:log(values, o, log_kwargs)
   if type(values) ~= "table" then raise("log: expected a table of name -> value, got %s", type(values)) end
   local step = o
   if type(o) == "table" then
     plugins.check_options("log", o, LOG_OPTIONS)
-    step = o.step
+    if log_kwargs ~= nil then raise("log: log_kwargs given twice (in the options table and as the third argument)") end
+    step, log_kwargs = o.step, o.log_kwargs
   elseif o ~= nil and type(o) ~= "number" then
     raise("log: step must be a number or {step =}, got %s", type(o))
   end
+  if log_kwargs ~= nil and not is_table(log_kwargs) then
+    raise("log: log_kwargs must be a table of tracker name -> keyword arguments, got %s", type(log_kwargs))
+  end
   if not self.is_main_process then return end
-  for _, t in ipairs(self.trackers) do t:log(values, step) end
+  check_log_kwargs(self.trackers, log_kwargs or {})
+  accel.tracking.check_log(values, self.trackers, log_kwargs)
+  for _, t in ipairs(self.trackers) do t:log(values, step, log_kwargs and log_kwargs[t.name]) end
 end
 
 -- end_training(): closes the trackers (every one, even when one fails: the

@@ -104,50 +104,14 @@ local CHOICES = {
 }
 M.OPTIMIZER_STATES = {adamw = 2, adam = 2, sgd_momentum = 1, sgd = 0}
 
-local function flag_value(name, kind, v)
-  if kind == "int" then
-    local n = tonumber(v)
-    if n == nil or n ~= math.floor(n) then usage("--%s: expected an integer, got %q", name, v) end
-    return n
-  end
-  return v
-end
-
 -- argv list -> options table (defaults filled in).
 function M.parse_args(argv)
   local o = {num_processes = 1, zero_stage = 0, mixed_precision = "no", batch_size = 1, optimizer = "adamw",
     wrap = "transformer_based_wrap", steps = 3, gc_phases = 8, offload_optimizer = false}
-  local i = 1
-  while i <= #argv do
-    local a = argv[i]
-    local name, inline = a:match("^%-%-([%w_%-]+)=(.*)$")
-    name = name or a:match("^%-%-([%w_%-]+)$")
-    if a == "-h" then name = "help" end
-    if name then
-      name = name:gsub("%-", "_")
-      local kind = FLAGS[name]
-      if kind == nil then usage("unknown flag %s (see --help)", a) end
-      if kind == "bool" then
-        if inline then usage("--%s takes no value", name) end
-        o[name] = true
-      else
-        local v = inline
-        if v == nil then
-          i = i + 1
-          v = argv[i]
-          if v == nil then usage("--%s needs a value", name) end
-        end
-        o[name] = flag_value(name, kind, v)
-      end
-    elseif a:sub(1, 1) == "-" then
-      usage("unknown flag %s (see --help)", a)
-    elseif o.script then
-      usage("one SCRIPT.lua only, got %s and %s", o.script, a)
-    else
-      o.script = a
-    end
-    i = i + 1
-  end
+  local given, pos = require("accel.util").parse_flags(argv, FLAGS, usage)
+  for k, v in pairs(given) do o[k] = v end
+  if #pos > 1 then usage("one SCRIPT.lua only, got %s and %s", pos[1], pos[2]) end
+  o.script = pos[1]
   return o
 end
 
@@ -224,7 +188,25 @@ end
 
 local function is_module(x) return type(x) == "table" and type(x.parameters) == "function" end
 
-local function default_loss(model, b) return model(b) end
+-- The loss without a script loss function: model(batch). The call is the
+-- library's, so an error raised in the model's library code (nn.Linear's
+-- shape check, ...) would name no line of the script: one without a
+-- position outside the library gets `fn`'s (the script's model function,
+-- else its batch function) file:line.
+local function default_loss(fn)
+  local info = debug.getinfo(fn, "S")
+  local where = ("%s:%d"):format(info.source:gsub("^@", ""), info.linedefined)
+  local function checked(ok, ...)
+    if ok then return ... end
+    local err = ...
+    local pos = type(err) == "string" and err:match("^([^\n]-):%d+: ")
+    if type(err) == "string" and (not pos or pos:find("^%[accel%]")) then
+      err = ("%s: model(batch) failed (the script has no loss function): %s"):format(where, err)
+    end
+    error(err, 0)
+  end
+  return function(model, b) return checked(pcall(model, b)) end
+end
 
 local function script_job(o)
   local chunk, err = loadfile(o.script)
@@ -236,12 +218,13 @@ local function script_job(o)
       .. "(or a function returning one), got %s", o.script, type(spec))
   end
   local model = spec.model
-  if type(model) == "function" then model = model() end
+  local model_fn = type(model) == "function" and model or nil
+  if model_fn then model = model() end
   if not is_module(model) then usage("%s: model must be a module or a function returning one, got %s", o.script, type(model)) end
   if type(spec.batch) ~= "function" then usage("%s: batch must be a function(batch_size, seq_len), got %s", o.script, type(spec.batch)) end
   if spec.loss ~= nil and type(spec.loss) ~= "function" then usage("%s: loss must be a function(model, batch), got %s", o.script, type(spec.loss)) end
   local T = o.seq_len
-  return {name = o.script, seq_len = T, model = model, loss = spec.loss or default_loss,
+  return {name = o.script, seq_len = T, model = model, loss = spec.loss or default_loss(model_fn or spec.batch),
     batch = function(B) return spec.batch(B, T) end}
 end
 

@@ -97,6 +97,8 @@ local function utf8_error(s)
   return nil
 end
 
+json.utf8_error = utf8_error
+
 -- ---------------------------------------------------------------- encode
 
 local escapes = {['"'] = '\\"', ["\\"] = "\\\\", ["\b"] = "\\b", ["\f"] = "\\f", ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t"}

@@ -378,6 +378,8 @@ end
 -- accel.DeepSpeedPlugin{zero_stage=2, offload_optimizer_device="none"|"cpu",
 --   offload_param_device=, gradient_accumulation_steps=, gradient_clipping=,
 --   zero3_init_flag=false, zero3_save_16bit_model=false, hf_ds_config="ds_config.json" | table}.
+-- zero3_init_flag = true is refused at stage 3; below it Accelerate warns
+-- and sets it to false, and so does this constructor.
 -- An option given both explicitly and in ds_config must agree (or the
 -- config says "auto"); ds_config keys without a
 -- meaning here are listed in plugin.ignored_keys (the Accelerator reports
@@ -411,6 +413,10 @@ function M.DeepSpeedPlugin(o, what)
   if self.auto.zero_stage then self.zero_stage = nil end
   self.zero_stage = check_stage(what, self.zero_stage or 2)
   self.zero3_init_flag = self.zero3_init_flag == true
+  if self.zero3_init_flag and self.zero_stage < 3 then -- Accelerate's warning, then false
+    io.stderr:write(what .. ": DeepSpeed Zero3 Init flag is only applicable for ZeRO Stage 3. Setting it to False.\n")
+    self.zero3_init_flag = false
+  end
   set_defaults(self, what)
   make_deepspeed_config(self, o)
   return self
@@ -521,9 +527,10 @@ end
 
 -- FSDP2 (fsdp_version = 2), as Accelerate: reshard_after_forward is a
 -- boolean (default true: FULL_SHARD; false: SHARD_GRAD_OP) and decides over
--- the deprecated sharding_strategy (HYBRID_* keep their machine split);
--- forward_prefetch = true is refused. A sharding_strategy given without
--- reshard_after_forward that the default would contradict is an error.
+-- the deprecated sharding_strategy; forward_prefetch = true is refused. A
+-- sharding_strategy given (NO_SHARD aside) must agree with
+-- reshard_after_forward, or without it with the default (HYBRID_* choose the
+-- machine split then).
 local function check_fsdp2(self, what, o)
   local r = o.reshard_after_forward
   if r == "true" then r = true elseif r == "false" then r = false end
@@ -544,10 +551,12 @@ local function check_fsdp2(self, what, o)
     end
     return
   end
-  if hybrid then
-    self.sharding_strategy = r and "HYBRID_SHARD" or "HYBRID_SHARD_ZERO2"
-  elseif s ~= "NO_SHARD" or o.sharding_strategy == nil then
+  if o.sharding_strategy == nil then
     self.sharding_strategy = r and "FULL_SHARD" or "SHARD_GRAD_OP"
+  elseif s ~= "NO_SHARD" and STRATEGY_STAGE[s] ~= (r and 3 or 2) then
+    raise('%s: with fsdp_version = 2 sharding_strategy is deprecated and reshard_after_forward decides; '
+      .. 'sharding_strategy = "%s" contradicts reshard_after_forward = %s (it needs %s): make them agree or leave '
+      .. 'sharding_strategy out', what, s, tostring(r), tostring(not r))
   end
 end
 

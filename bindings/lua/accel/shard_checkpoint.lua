@@ -665,37 +665,27 @@ sizes, crc32), and one tensor at a time is held in memory.
   --model N                 the N-th prepared model (default 1)
   --remove_checkpoint_dir   remove CHECKPOINT_DIR after a successful merge
   --unsafe_serialization    refused: only safetensors is written
+  -h, --help                this help
+Flags may be written with dashes (--remove-checkpoint-dir) and as --model=N.
 ]]
 
-local function usage_error(fmt, ...)
-  io.stderr:write(("accel-lua merge-weights: " .. fmt .. "\n"):format(...))
-  io.stderr:write(M.USAGE)
+local function usage_error(msg)
+  io.stderr:write("accel-lua merge-weights: " .. msg .. "\n" .. M.USAGE)
   return 2
 end
 
--- args -> {ckpt, out, model, remove} or nil and the exit status.
+local MERGE_FLAGS = {model = "int", remove_checkpoint_dir = "bool", unsafe_serialization = "bool", help = "bool"}
+
+-- args -> {ckpt, out, model, remove_checkpoint_dir} ({help = true} for
+-- --help / -h anywhere); raises {usage = message}.
 local function parse_merge_args(args)
-  local pos, o, k = {}, {model = 1}, 1
-  while k <= #args do
-    local a = args[k]
-    if a == "--model" then
-      o.model = tonumber(args[k + 1] or "")
-      if not o.model or o.model < 1 or o.model ~= math.floor(o.model) then
-        return nil, usage_error("--model needs a positive integer, got %s", tostring(args[k + 1]))
-      end
-      k = k + 1
-    elseif a == "--remove_checkpoint_dir" then
-      o.remove = true
-    elseif a == "--unsafe_serialization" then
-      return nil, usage_error("--unsafe_serialization is not supported: only safetensors is written")
-    elseif a:sub(1, 2) == "--" then
-      return nil, usage_error("unknown option %s", a)
-    else
-      pos[#pos + 1] = a
-    end
-    k = k + 1
-  end
-  if #pos ~= 2 then return nil, usage_error("expected CHECKPOINT_DIR and OUTPUT, got %d argument(s)", #pos) end
+  local function fail(fmt, ...) error({usage = fmt:format(...)}, 0) end
+  local o, pos = require("accel.util").parse_flags(args, MERGE_FLAGS, fail)
+  if o.help then return o end
+  o.model = o.model or 1
+  if o.model < 1 then fail("--model needs a positive integer, got %d", o.model) end
+  if o.unsafe_serialization then fail("--unsafe_serialization is not supported: only safetensors is written") end
+  if #pos ~= 2 then fail("expected CHECKPOINT_DIR and OUTPUT, got %d argument(s)", #pos) end
   o.ckpt, o.out = pos[1], pos[2]
   return o
 end
@@ -732,12 +722,15 @@ end
 -- main(args, host): host.resolve is the path resolver host/cmd_merge.c
 -- passes (without it paths are compared as written).
 function M.main(args, host)
-  if args[1] == "--help" or args[1] == "-h" then
+  local parsed, o = pcall(parse_merge_args, args)
+  if not parsed then
+    if type(o) ~= "table" then error(o, 0) end
+    return usage_error(o.usage)
+  end
+  if o.help then
     io.stdout:write(M.USAGE)
     return 0
   end
-  local o, status = parse_merge_args(args)
-  if not o then return status end
   local inside = output_inside_checkpoint(o.ckpt, o.out, host and host.resolve)
   if inside then
     io.stderr:write(("accel-lua merge-weights: %s\n"):format(inside))
@@ -753,7 +746,7 @@ function M.main(args, host)
     io.stderr:write(("accel-lua %s\n"):format((tostring(err):gsub("^load_state: ", "merge-weights: "))))
     return 1
   end
-  if o.remove then C.fs_remove_tree(o.ckpt) end
+  if o.remove_checkpoint_dir then C.fs_remove_tree(o.ckpt) end
   io.stdout:write(("wrote %s\n"):format(out))
   return 0
 end

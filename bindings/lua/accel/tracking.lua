@@ -34,7 +34,8 @@
 --                that name exists): TFRecord framing, a first Event carrying
 --                file_version "brain.Event:2", then one Event per log call
 --                with a simple_value (float32) per number. Strings are written
---                as text summaries (as Accelerate's add_text).
+--                as text summaries tagged "<key>/text_summary", as
+--                Accelerate's SummaryWriter.add_text writes them.
 -- Hyper-parameters (`config` option or store_init_configuration): jsonl and
 -- csv write config.json (sorted keys) in the run folder; tensorboard writes
 -- the same JSON as a text summary tagged "config" at step 0 (TensorBoard's
@@ -44,8 +45,11 @@
 -- * step defaults to the previous step + 1 (0 for the first call); steps are
 --   non-negative integers. "step" and "_time" are reserved metric names.
 -- * Values: numbers, one-element tensors (read with :item()) and strings
---   (jsonl / csv cells, tensorboard text); anything else is an error naming
---   the key.
+--   (jsonl / csv cells, tensorboard text); anything else, and a name or
+--   string that is not UTF-8, is an error naming the key.
+-- * log(values, step, kwargs): kwargs is Accelerate's log_kwargs entry for
+--   the tracker: walltime (seconds) for the file trackers, timestamp (ms)
+--   for mlflow (LOG_KWARGS); other keys are refused.
 -- * Every log call is flushed to the kernel, so a crashed (even SIGKILLed)
 --   process loses nothing already logged; files are also fsynced at most
 --   once a second while logging and always by finish().
@@ -122,13 +126,22 @@ local function json_metric(v)
 end
 
 -- Config values JSON can hold: tensors become numbers / nested lists,
--- NaN / infinities and functions, userdata, ... their tostring text.
-local function plain(v)
+-- NaN / infinities the text metrics use ("NaN", "Infinity", "-Infinity"),
+-- functions, userdata, ... their tostring text. A table holding itself
+-- (path: where v is, open: the tables being copied) is an error, as
+-- Python's json "Circular reference detected".
+local function plain(v, path, open)
   if accel.is_tensor(v) then return v:dim() == 0 and v:item() or v:tolist() end
-  if type(v) == "number" and (v ~= v or v == math.huge or v == -math.huge) then return tostring(v) end
+  if type(v) == "number" and (v ~= v or v == math.huge or v == -math.huge) then return json_metric(v) end
   if type(v) == "table" and v ~= json.null then
+    path, open = path or "config", open or {}
+    if open[v] then
+      fail("store_init_configuration: circular reference detected: " .. path .. " is " .. open[v] .. " itself")
+    end
+    open[v] = path
     local out = {}
-    for k, x in pairs(v) do out[k] = plain(x) end
+    for k, x in pairs(v) do out[k] = plain(x, path .. "." .. tostring(k), open) end
+    open[v] = nil
     return out
   end
   if type(v) == "function" or type(v) == "userdata" or type(v) == "thread" then return tostring(v) end
@@ -377,12 +390,15 @@ local function scalar_value(tag, x)
   return pb_bytes(1, pb_bytes(1, tag) .. pb_float(2, x))
 end
 
--- A text summary: metadata.plugin_data.plugin_name = "text", tensor =
--- TensorProto{dtype 1 = DT_STRING (7), tensor_shape 2 = scalar, string_val 8}.
+-- A text summary as tensorboard's summary.text (SummaryWriter.add_text)
+-- builds it: metadata.plugin_data.plugin_name = "text" (TextPluginData
+-- version 0: empty content), tensor = TensorProto{dtype 1 = DT_STRING (7),
+-- tensor_shape 2 = {dim 2 = {size 1 = 1}}, string_val 8}. add_text tags it
+-- "<tag>/text_summary".
 local function text_value(tag, text)
   local metadata = pb_bytes(1, pb_bytes(1, "text"))
-  local tensor = pb_varint(1, 7) .. pb_bytes(2, "") .. pb_bytes(8, text)
-  return pb_bytes(1, pb_bytes(1, tag) .. pb_bytes(9, metadata) .. pb_bytes(8, tensor))
+  local tensor = pb_varint(1, 7) .. pb_bytes(2, pb_bytes(2, pb_varint(1, 1))) .. pb_bytes(8, text)
+  return pb_bytes(1, pb_bytes(1, tag) .. pb_bytes(8, tensor) .. pb_bytes(9, metadata))
 end
 
 local function event(wall, step, rest)
@@ -420,7 +436,7 @@ function Tensorboard:write(step, items, wall)
   local values = {}
   for _, kv in ipairs(items) do
     local v = kv[2]
-    values[#values + 1] = type(v) == "number" and scalar_value(kv[1], v) or text_value(kv[1], v)
+    values[#values + 1] = type(v) == "number" and scalar_value(kv[1], v) or text_value(kv[1] .. "/text_summary", v)
   end
   self.out:write(tfrecord(event(wall, step, pb_bytes(5, table.concat(values)))))
 end
@@ -591,7 +607,7 @@ local function mlflow_number(v)
 end
 
 function Mlflow:write(step, items, wall)
-  local entries, ms = {}, math.floor(wall * 1000)
+  local entries, ms = {}, math.floor(wall * 1000 + 0.5)
   for _, kv in ipairs(items) do
     local k, v = kv[1], kv[2]
     if type(v) == "number" then
@@ -812,12 +828,55 @@ local function normalize(values)
     if type(v) ~= "number" and type(v) ~= "string" then
       fail("log: value of \"" .. k .. "\" must be a number, a string or a one-element tensor, got " .. type(v))
     end
+    local bad_key, bad_value = json.utf8_error(k), type(v) == "string" and json.utf8_error(v)
+    if bad_key or bad_value then
+      fail(("log: %s of %q is not valid UTF-8 (byte %d); metric names and text must be UTF-8"):format(
+        bad_key and "the name" or "the value", k, bad_key or bad_value))
+    end
     items[#items + 1] = {k, v}
   end
   return items
 end
 
-function Tracker:log(values, step)
+-- The keyword arguments each backend's log takes (Accelerate's log_kwargs
+-- entry for the tracker): walltime (seconds since the epoch, as
+-- SummaryWriter.add_scalar / add_text's) for the file trackers, timestamp
+-- (milliseconds, as mlflow.log_metrics') for mlflow. -> the wall time to log.
+local LOG_KWARGS = {jsonl = "walltime", csv = "walltime", tensorboard = "walltime", mlflow = "timestamp"}
+
+local function log_wall_time(trackers, kwargs)
+  if kwargs == nil then return C.wall_time() end
+  if type(kwargs) ~= "table" then fail("log: log_kwargs for a tracker must be a table, got " .. type(kwargs)) end
+  local wall
+  for k, v in pairs(kwargs) do
+    for _, t in ipairs(trackers) do
+      if LOG_KWARGS[t.name] ~= k then
+        fail("log: the " .. t.name .. " tracker takes no keyword argument " .. tostring(k) .. " (it takes "
+          .. LOG_KWARGS[t.name] .. ")")
+      end
+    end
+    if type(v) ~= "number" or not (v >= 0 and v < math.huge) then
+      fail("log: " .. tostring(k) .. " must be a non-negative number, got " .. require("accel.util").show(v))
+    end
+    wall = k == "timestamp" and v / 1000 or v
+  end
+  return wall or C.wall_time()
+end
+
+-- The Accelerator's log, before any tracker writes: values and each
+-- built-in tracker's log_kwargs entry checked as its log will (custom
+-- trackers get theirs as they are).
+function tracking.check_log(values, trackers, log_kwargs)
+  for _, t in ipairs(trackers) do
+    if getmetatable(t) == Tracker then
+      normalize(values)
+      log_wall_time(t.trackers, log_kwargs and log_kwargs[t.name])
+    end
+  end
+end
+
+-- log(values, [step], [kwargs]): kwargs as LOG_KWARGS.
+function Tracker:log(values, step, kwargs)
   if self.finished then fail("log: the tracker has finished (finish() was called)") end
   if step == nil then
     step = self.last_step and self.last_step + 1 or 0
@@ -827,7 +886,7 @@ function Tracker:log(values, step)
     step = math.floor(step) -- an integer in Lua 5.4 (2.0 -> 2)
   end
   local items = normalize(values)
-  local wall = C.wall_time()
+  local wall = log_wall_time(self.trackers, kwargs)
   for _, t in ipairs(self.trackers) do t:write(step, items, wall) end
   self.last_step = step
 end

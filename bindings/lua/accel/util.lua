@@ -272,4 +272,45 @@ function util.opts_of(name, keys, positional, o, ...)
   return util.check_options(name, o, keys)
 end
 
+-- A command line's flags, as the subcommands written in Lua read them:
+-- argv -> {name = value}, the positional arguments in order. kinds[name] =
+-- "bool" | "int" | "string"; --name VALUE and --name=VALUE alike, dashes
+-- read as underscores (--remove-checkpoint-dir), -h as --help (give
+-- kinds.help). fail(fmt, ...) reports a usage error and must not return.
+function util.parse_flags(argv, kinds, fail)
+  local o, pos, i = {}, {}, 1
+  while i <= #argv do
+    local a = argv[i]
+    local name, inline = a:match("^%-%-([%w_%-]+)=(.*)$")
+    name = name or a:match("^%-%-([%w_%-]+)$")
+    if a == "-h" then name = "help" end
+    if name then
+      name = name:gsub("%-", "_")
+      local kind = kinds[name]
+      if kind == nil then fail("unknown flag %s (see --help)", a) end
+      local v = inline
+      if kind == "bool" then
+        if inline then fail("--%s takes no value", name) end
+        v = true
+      elseif v == nil then
+        i = i + 1
+        v = argv[i]
+        if v == nil then fail("--%s needs a value", name) end
+      end
+      if kind == "int" then
+        local n = tonumber(v)
+        if n == nil or n ~= math.floor(n) then fail("--%s: expected an integer, got %q", name, v) end
+        v = n
+      end
+      o[name] = v
+    elseif a:sub(1, 1) == "-" then
+      fail("unknown flag %s (see --help)", a)
+    else
+      pos[#pos + 1] = a
+    end
+    i = i + 1
+  end
+  return o, pos
+end
+
 return util

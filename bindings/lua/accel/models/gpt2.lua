@@ -25,7 +25,8 @@
 --
 -- Decisions (where HF and this Lua API differ or HF is silent):
 --  * forward(input_ids, {targets =, labels =, ignore_index = -100}) returns
---    logits (B, T, vocab) and the mean cross-entropy loss (or nil). targets are
+--    logits (B, T, vocab) and the mean cross-entropy loss (or nil; from the logits in
+--    float32, as transformers). targets are
 --    aligned with input_ids (nanoGPT's convention: targets[t] follows
 --    input_ids[t]); labels are HF's (shifted inside: logits[:, t] predicts
 --    labels[:, t + 1]).
@@ -54,6 +55,7 @@
 --    (another head's) as transformers does: they are left out and named, as
 --    in the file, on stderr; a missing weight is an error.
 local accel = require("accel")
+local checkpoint = require("accel.checkpoint")
 local compat = require("accel.compat")
 local nn = require("accel.nn")
 local json = require("accel.json")
@@ -103,9 +105,9 @@ Config.__name = "GPT2Config"
 local function is_posint(v) return type(v) == "number" and v >= 1 and v == math.floor(v) end
 
 -- v is true, false or nil ("0" or 0 would read as true in Lua).
-local function check_boolean(k, v)
+local function check_boolean(k, v, what)
   if v ~= nil and type(v) ~= "boolean" then
-    raise("GPT2Config: %s must be true or false, got %s %s", k, type(v),
+    raise("%s: %s must be true or false, got %s %s", what or "GPT2Config", k, type(v),
       type(v) == "string" and ("%q"):format(v) or tostring(v))
   end
 end
@@ -193,27 +195,31 @@ end
 
 function Config:inner() return self.n_inner or 4 * self.n_embd end
 
--- The config.json fields transformers writes for GPT2LMHeadModel.
-function Config:to_dict()
+-- The config.json fields transformers writes for GPT2LMHeadModel
+-- (torch_dtype: the weights' dtype name, "float32" unless given).
+function Config:to_dict(torch_dtype)
   local d = {model_type = "gpt2", architectures = json.array({"GPT2LMHeadModel"}), n_ctx = self.n_positions,
-             torch_dtype = "float32"}
+             torch_dtype = torch_dtype or "float32"}
   for k in pairs(DEFAULTS) do d[k] = self[k] end
   for k in pairs(INERT) do d[k] = self[k] end -- kept as given (nil: left out)
   d.n_inner = self.n_inner
   return d
 end
 
--- config:save_pretrained(dir): dir/config.json (dir is created).
-function Config:save_pretrained(dir)
-  if type(dir) ~= "string" then raise("GPT2Config:save_pretrained: expected a directory, got %s", type(dir)) end
+-- dir/config.json (dir is created) of config, torch_dtype as to_dict's.
+local function write_config(config, dir, torch_dtype, what)
+  if type(dir) ~= "string" then raise("%s: expected a directory, got %s", what, type(dir)) end
   accel._C.mkdirs(dir)
   local path = dir:gsub("/+$", "") .. "/config.json"
   local f, err = io.open(path, "w")
-  if not f then raise("GPT2Config:save_pretrained: cannot write %s (%s)", path, tostring(err)) end
-  f:write(json.encode(self:to_dict(), {indent = 2}), "\n")
+  if not f then raise("%s: cannot write %s (%s)", what, path, tostring(err)) end
+  f:write(json.encode(config:to_dict(torch_dtype), {indent = 2}), "\n")
   f:close()
   return path
 end
+
+-- config:save_pretrained(dir): dir/config.json (dir is created).
+function Config:save_pretrained(dir) return write_config(self, dir, nil, "GPT2Config:save_pretrained") end
 
 function Config:__tostring()
   return ("GPT2Config(vocab_size=%d, n_positions=%d, n_embd=%d, n_layer=%d, n_head=%d, n_inner=%d)"):format(
@@ -408,6 +414,7 @@ function GPT2LMHeadModel:forward(input_ids, o)
   -- untied: the lm_head module itself (so its hooks and the fp8 recipe reach it, as HF calls self.lm_head)
   local logits = self.config.tie_word_embeddings and F.linear(h, self:output_weight()) or self.lm_head(h)
   local V, ignore = self.config.vocab_size, o.ignore_index or -100
+  local logits32 = logits:float() -- the loss in float32 for any model dtype, as transformers' ForCausalLMLoss
   local loss
   if o.targets ~= nil and o.labels ~= nil then
     raise("GPT2LMHeadModel: give targets (already shifted) or labels (shifted here), not both")
@@ -416,27 +423,24 @@ function GPT2LMHeadModel:forward(input_ids, o)
     if not accel.is_tensor(o.targets) or o.targets:numel() ~= input_ids:numel() then
       raise("GPT2LMHeadModel: targets must have the shape of input_ids %s", tostring(input_ids.shape))
     end
-    loss = F.cross_entropy(logits:reshape(-1, V), o.targets:reshape(-1), {ignore_index = ignore})
+    loss = F.cross_entropy(logits32:reshape(-1, V), o.targets:reshape(-1), {ignore_index = ignore})
   elseif o.labels ~= nil then
     local T = input_ids:size(2)
     if not accel.is_tensor(o.labels) or o.labels:numel() ~= input_ids:numel() then
       raise("GPT2LMHeadModel: labels must have the shape of input_ids %s", tostring(input_ids.shape))
     end
-    local shifted = logits:narrow(2, 1, T - 1):reshape(-1, V)
+    local shifted = logits32:narrow(2, 1, T - 1):reshape(-1, V)
     loss = F.cross_entropy(shifted, o.labels:reshape(input_ids.shape):narrow(2, 2, T - 1):reshape(-1), {ignore_index = ignore})
   end
   return logits, loss
 end
 
+local NUM_PARAMETERS_ARGS = {{"only_trainable", "boolean"}, {"exclude_embeddings", "boolean"}}
+
 -- Parameters counted once (the tied embedding once); {only_trainable =,
--- exclude_embeddings =} as HF's.
-function GPT2LMHeadModel:num_parameters(o)
-  o = o or {}
-  for k in pairs(o) do
-    if k ~= "only_trainable" and k ~= "exclude_embeddings" then
-      raise("num_parameters: unknown option %q (only_trainable, exclude_embeddings)", tostring(k))
-    end
-  end
+-- exclude_embeddings =} or HF's positional (only_trainable, exclude_embeddings).
+function GPT2LMHeadModel:num_parameters(...)
+  local o = util.opts_of("num_parameters", {"only_trainable", "exclude_embeddings"}, NUM_PARAMETERS_ARGS, ...)
   local skip = {}
   if o.exclude_embeddings then skip[self.transformer.wte.weight], skip[self.transformer.wpe.weight] = true, true end
   local n = 0
@@ -496,15 +500,13 @@ local function next_tokens(logits, temperature, top_k)
   return (scores - u:log():neg():log()):argmax(2)
 end
 
-local GENERATE_OPTS = {max_new_tokens = true, temperature = true, top_k = true, do_sample = true}
+local GENERATE_OPTS = {"max_new_tokens", "temperature", "top_k", "do_sample"}
 
 -- generate(input_ids (B, T0), {max_new_tokens = 20, temperature = 1, top_k = nil, do_sample = true})
 -- -> int64 (B, T0 + max_new_tokens): the prompt followed by sampled ids.
 function GPT2LMHeadModel:generate(input_ids, o)
-  o = o or {}
-  for k in pairs(o) do
-    if not GENERATE_OPTS[k] then raise("generate: unknown option %q", tostring(k)) end
-  end
+  o = util.check_options("generate", o, GENERATE_OPTS)
+  check_boolean("do_sample", o.do_sample, "generate")
   check_ids(input_ids, {n_positions = math.huge}, "generate")
   local n = o.max_new_tokens or 20
   if not is_posint(n) then raise("generate: max_new_tokens must be a positive integer, got %s", tostring(n)) end
@@ -574,31 +576,82 @@ local function normalise_keys(sd, model)
   return out, unexpected
 end
 
--- GPT2LMHeadModel.from_pretrained(dir): config.json + model.safetensors
--- (ours, or one written by transformers' save_pretrained). As transformers,
--- weights the model has no place for are reported (one line on stderr) and
--- not loaded; a missing or mis-shaped weight is an error.
-function GPT2LMHeadModel.from_pretrained(dir)
+local FLOAT_DTYPES = {accel.float32, accel.float16, accel.bfloat16, accel.float64}
+
+-- v if it is a floating dtype or the name of one ("bfloat16", "half"), else nil.
+local function float_dtype(v)
+  if type(v) == "string" then v = accel[v] end
+  for _, dt in ipairs(FLOAT_DTYPES) do
+    if v == dt then return dt end
+  end
+end
+
+-- The dtype from_pretrained's dtype / torch_dtype option asks for (nil: the
+-- model's float32). "auto": config.json's dtype (or torch_dtype) entry, else
+-- the dtype of the first floating weight (by name), as transformers.
+local function load_dtype(o, d, sd)
+  if o.dtype ~= nil and o.torch_dtype ~= nil and o.dtype ~= o.torch_dtype then
+    raise("from_pretrained: dtype = %s disagrees with torch_dtype = %s", tostring(o.dtype), tostring(o.torch_dtype))
+  end
+  local want = o.dtype or o.torch_dtype
+  if want ~= "auto" then
+    if want ~= nil and not float_dtype(want) then
+      raise("from_pretrained: torch_dtype must be \"auto\" or a floating dtype (accel.bfloat16, \"float16\", ...), got %s",
+        util.show(want))
+    end
+    return float_dtype(want)
+  end
+  local named = (d.dtype ~= json.null and d.dtype) or (d.torch_dtype ~= json.null and d.torch_dtype)
+  if named then
+    if not float_dtype(named) then raise("from_pretrained: config.json has dtype %s, not a floating dtype", util.show(named)) end
+    return float_dtype(named)
+  end
+  local names = {}
+  for k, v in pairs(sd) do
+    if v.dtype.is_floating_point then names[#names + 1] = k end
+  end
+  table.sort(names)
+  return names[1] and sd[names[1]].dtype
+end
+
+-- GPT2LMHeadModel.from_pretrained(dir, {torch_dtype =}): config.json +
+-- model.safetensors (ours, or one written by transformers' save_pretrained).
+-- As transformers, weights the model has no place for are reported (one
+-- line on stderr) and not loaded; a missing or mis-shaped weight is an
+-- error. torch_dtype (or dtype): the weights' dtype (default float32), an
+-- accel dtype, its name, or "auto" (see load_dtype).
+function GPT2LMHeadModel.from_pretrained(dir, o)
+  o = util.check_options("from_pretrained", o, {"torch_dtype", "dtype"})
   if type(dir) ~= "string" then raise("from_pretrained: expected a directory, got %s", type(dir)) end
   local text = read_file(join(dir, "config.json"))
   if not text then raise("from_pretrained: %s has no config.json", dir) end
-  local config = M.config_from_dict(json.decode(text))
-  local model = GPT2LMHeadModel(config)
+  local d = json.decode(text)
+  local model = GPT2LMHeadModel(M.config_from_dict(d))
   local sd, unexpected = normalise_keys(read_weights(dir), model)
   if #unexpected > 0 then
     io.stderr:write(("from_pretrained: %s: weights not used by GPT2LMHeadModel (unexpected keys): %s\n"):format(dir,
       table.concat(unexpected, ", ")))
   end
+  local dtype = load_dtype(o, d, sd)
+  if dtype then model:to(dtype) end
   model:load_state_dict(sd)
   return model:eval() -- as transformers' from_pretrained: call model:train() to fine-tune
 end
 
--- model:save_pretrained(dir): config.json and model.safetensors (HF's names,
--- format "pt" metadata). Under an Accelerator use accelerator:save_model
--- plus model.config:save_pretrained(dir), which write the same files.
-function GPT2LMHeadModel:save_pretrained(dir)
-  self.config:save_pretrained(dir)
-  accel.save(self:state_dict(), join(dir, "model.safetensors"), {format = "pt"})
+-- model:save_pretrained(dir, {max_shard_size = "50GB", safe_serialization = true}):
+-- config.json (torch_dtype: the weights') and the weights as
+-- accelerator:save_model writes them: model.safetensors, or shards of at
+-- most max_shard_size plus model.safetensors.index.json (HF's names, format
+-- "pt" metadata). Under an Accelerator use accelerator:save_model plus
+-- model.config:save_pretrained(dir).
+function GPT2LMHeadModel:save_pretrained(dir, o)
+  o = util.check_options("save_pretrained", o, {"max_shard_size", "safe_serialization"})
+  check_boolean("safe_serialization", o.safe_serialization, "save_pretrained")
+  if o.safe_serialization == false then raise("save_pretrained: only safetensors is written (safe_serialization = true)") end
+  local max_bytes = checkpoint.parse_size(o.max_shard_size or "50GB", "save_pretrained: max_shard_size")
+  local dtype_name = tostring(self:output_weight().dtype):gsub("^accel%.", "")
+  write_config(self.config, dir, dtype_name, "save_pretrained")
+  checkpoint.save_model(self:state_dict(), self:state_dict_keys(), dir, max_bytes)
 end
 
 -- config.to_dict(): "GPT2Config.to_dict: call it as obj:to_dict(...)"
