@@ -608,6 +608,10 @@ Device lu_default_device(lua_State *L) {
 }
 
 void lu_set_default_device(lua_State *L, int idx) {
+    if (lua_isnoneornil(L, idx)) { /* reset, as torch.set_default_device(None) */
+        default_device_known = false;
+        return;
+    }
     Device d = lu_check_device(L, idx);
     if (!backend_for(d)) lu_core_error(L);
     default_device = d, default_device_known = true;

@@ -970,9 +970,16 @@ static int t_to(lua_State *L) {
         } else if (lua_type(L, i) == LUA_TSTRING && looks_like_device(lua_tostring(L, i))) {
             if (device_parse(lua_tostring(L, i), &dev) < 0) lu_core_error(L);
         } else if (lua_type(L, i) == LUA_TSTRING) {
-            dt = lu_check_dtype(L, i);
+            dt = dtype_from_name(lua_tostring(L, i));
+            if (dt < 0)
+                lu_error(L, "to: '%s' is neither a dtype nor a device (expected a dtype such as \"float32\", or "
+                            "a device \"cpu\", \"cuda\", \"cuda:N\" or \"sim\")", lua_tostring(L, i));
         } else if (lu_is_opts(L, i)) {
             lu_check_call_opts(L, i, "dtype device non_blocking");
+            lua_getfield(L, i, "non_blocking");
+            if (!lua_isnil(L, -1) && !lua_isboolean(L, -1))
+                lu_error(L, "to: option 'non_blocking' must be a boolean, got %s", luaL_typename(L, -1));
+            lua_pop(L, 1);
             dt = lu_opt_dtype(L, i, "dtype", dt);
             lua_getfield(L, i, "device");
             if (!lua_isnil(L, -1)) dev = lu_opt_device(L, i, "device");

@@ -37,7 +37,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #define SIM_SPAN ((size_t)64 << 30)     /* virtual size of each region */
 #define SIM_COMMIT ((size_t)64 << 20)   /* R is made read-write in steps of this */
@@ -51,8 +53,29 @@ typedef struct FreeNode {
 } FreeNode;
 
 static char *real_base, *handle_base;
-static size_t top, committed, cached;
+static size_t top, committed, cached, live, cap;
 static FreeNode *buckets[SIM_BUCKETS];
+
+/* The device's memory size: ACCEL_LUA_SIM_MEMORY (bytes), else the
+ * machine's physical memory, at most SIM_SPAN. Past it an allocation fails
+ * (the caller's "out of memory"), as cudaMalloc does, instead of the kernel
+ * killing the process when the pages are touched. */
+static size_t sim_capacity(void) {
+    const char *s = getenv("ACCEL_LUA_SIM_MEMORY");
+    unsigned long long v = 0;
+    if (s && *s) {
+        char *end;
+        v = strtoull(s, &end, 10);
+        if (*s < '0' || *s > '9' || *end || v == 0 || v == ULLONG_MAX) {
+            fprintf(stderr, "sim: ACCEL_LUA_SIM_MEMORY=%s is not a number of bytes > 0\n", s);
+            abort();
+        }
+    } else {
+        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        v = pages > 0 && page > 0 ? (unsigned long long)pages * (unsigned long long)page : SIM_SPAN;
+    }
+    return v < SIM_SPAN ? (size_t)v : SIM_SPAN;
+}
 
 static int sim_reserve(void) {
     if (real_base) return 0;
@@ -63,6 +86,7 @@ static int sim_reserve(void) {
         return accel_fail_int("sim: cannot reserve %zu bytes of address space", SIM_SPAN);
     }
     real_base = r, handle_base = h;
+    cap = sim_capacity();
     return 0;
 }
 
@@ -84,6 +108,8 @@ static void expect_handle(const void *p, const char *entry) {
     abort();
 }
 
+static void sim_empty_cache(void);
+
 static size_t bucket_of(size_t n) { return (n / 32 * 2654435761u) % SIM_BUCKETS; }
 
 static void *sim_alloc(size_t nbytes) {
@@ -95,10 +121,11 @@ static void *sim_alloc(size_t nbytes) {
         size_t off = f->off;
         *pp = f->next;
         free(f);
-        cached -= n;
+        cached -= n, live += n;
         return handle_base + off;
     }
-    if (n > SIM_SPAN - top) return NULL;
+    if (n > cap - live || n > SIM_SPAN - top) return NULL;
+    if (n > cap - live - cached) sim_empty_cache(); /* as CUDA's caching allocator, before it gives up */
     if (top + n > committed) {
         size_t want = (top + n + SIM_COMMIT - 1) / SIM_COMMIT * SIM_COMMIT;
         if (want > SIM_SPAN) want = SIM_SPAN;
@@ -106,7 +133,7 @@ static void *sim_alloc(size_t nbytes) {
         committed = want;
     }
     size_t off = top;
-    top += n;
+    top += n, live += n;
     return handle_base + off;
 }
 
@@ -119,7 +146,7 @@ static void sim_free(void *p, size_t nbytes) {
     size_t k = bucket_of(f->nbytes);
     f->next = buckets[k];
     buckets[k] = f;
-    cached += f->nbytes;
+    cached += f->nbytes, live -= f->nbytes;
 }
 
 static size_t sim_cached_bytes(void) { return cached; }

@@ -165,15 +165,19 @@ CASES.Accelerator = {
   cpu = function()
     -- a first Accelerator{cpu = true} makes the process state on the CPU (as
     -- Accelerate's AcceleratorState(cpu=True)); a fresh state, then back
+    -- (it also makes the CPU the default device: put back afterwards)
     local state = require("accel.state")
+    local before = accel.get_default_device()
     state.reset_state()
     local ok, a = pcall(accel.Accelerator, {cpu = true})
-    local st = ok and a.state
+    local st, default = ok and a.state, accel.get_default_device()
     state.reset_state()
+    accel.set_default_device(before)
     assert(ok, a)
     assert.is_true(a.cpu)
     assert.are.equal("cpu", tostring(a.device))
     assert.are.equal("cpu", tostring(st.device))
+    assert.are.equal("cpu", tostring(default))
   end,
   device_placement = function()
     local _, on = shard_options({})

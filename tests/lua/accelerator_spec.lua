@@ -350,6 +350,28 @@ describe("Accelerator options", function()
     end)
   end)
 
+  -- Accelerate's str_to_bool (PyTorch 2.15 env): 1/YES/y/True/t/ON true,
+  -- 0/No/n/FALSE/f/off false, "maybe": ValueError "invalid truth value maybe".
+  it("reads launch's boolean settings as Accelerate's str_to_bool", function()
+    local bin = os.getenv("ACCEL_LUA_BIN") or arg[-1]
+    local function run(env)
+      local p = assert(io.popen("ACCEL_LUA_DEVICE=sim " .. env .. " '" .. bin .. "' -e "
+        .. "\"local a = accel.Accelerator() io.write(tostring(a.device), ' ', a.distributed_type)\" 2>&1"))
+      local out = p:read("a")
+      p:close()
+      return out
+    end
+    for _, v in ipairs({"1", "YES", "y", "True", "t", "ON"}) do
+      assert.are.equal("cpu NO", run("ACCEL_LUA_USE_CPU=" .. v), v)
+    end
+    for _, v in ipairs({"0", "No", "n", "FALSE", "f", "off"}) do
+      assert.are.equal("sim NO", run("ACCEL_LUA_USE_CPU=" .. v), v)
+    end
+    assert.matches("ACCEL_LUA_USE_CPU=maybe: invalid truth value", run("ACCEL_LUA_USE_CPU=maybe"))
+    assert.matches("sim DEEPSPEED", run("ACCEL_LUA_USE_DEEPSPEED=Yes ACCEL_LUA_ZERO_STAGE=0"))
+    assert.matches("ACCEL_LUA_USE_FSDP=2: invalid truth value", run("ACCEL_LUA_USE_FSDP=2"))
+  end)
+
   it("takes its defaults from accel-lua launch's settings", function()
     local bin = os.getenv("ACCEL_LUA_BIN") or arg[-1]
     local function run(env)
@@ -659,7 +681,9 @@ describe("prepared schedulers", function()
     -- 0.23131855133348753, 2e-06, 0.23131855133348764; a 4th step is skipped without split_batches and raises
     -- "ValueError: Tried to step 4 times. The specified number of total steps is 3" with it
     local function steps(split)
+      local before = accel.get_default_device()
       local a = accel.Accelerator{cpu = true, split_batches = split}
+      accel.set_default_device(before) -- cpu = true made the CPU the default device
       local model = mlp(1, 2, 2, 1)
       local opt = optim.SGD(model:parameters(), {lr = 0.1, momentum = 0.9})
       local sched = optim.lr_scheduler.OneCycleLR(opt, 0.5, {total_steps = 3})

@@ -436,3 +436,99 @@ describe("the end of a process", function()
     os.remove(script)
   end)
 end)
+
+describe("Module:to with a dtype only", function()
+  -- PyTorch 2.15: nn.Linear(2, 2, device="meta").half() stays on meta (float16);
+  -- with torch.set_default_device("meta") a cpu Linear's double() stays on cpu.
+  it("keeps every tensor on its device", function()
+    local l = nn.Linear(2, 2, {device = "sim"})
+    l:register_buffer("fb", accel.ones(2, {device = "sim"}))
+    l:half()
+    assert.are.equal("sim", dev(l.weight))
+    assert.are.equal("sim", dev(l.fb))
+    assert.are.equal("float16", l.weight.dtype.name)
+    for _, args in ipairs({{accel.float32}, {}, {{non_blocking = true}}, {{dtype = accel.float64}}}) do
+      l:to(table.unpack(args))
+      assert.are.equal("sim", dev(l.weight))
+      assert.are.equal("sim", dev(l.bias))
+    end
+    assert.are.equal("float64", l.weight.dtype.name)
+    on_default("sim", function()
+      local c = nn.Linear(2, 2, {device = "cpu"})
+      c:double()
+      assert.are.equal("cpu", dev(c.weight))
+      c:float():bfloat16()
+      assert.are.equal("cpu", dev(c.bias))
+    end)
+  end)
+end)
+
+describe("an optimizer not passed to prepare", function()
+  -- Accelerate (r38): opt = SGD(m.parameters()); pm = a.prepare(m); three
+  -- steps of opt: the weights change, and opt.zero_grad() clears the grads.
+  it("keeps training the moved model", function()
+    on_default("sim", function()
+      local m = nn.Linear(3, 2, {device = "cpu"})
+      local opt = optim.SGD(m:parameters(), {lr = 0.1})
+      local a = accel.Accelerator()
+      local pm = a:prepare(m)
+      assert.are.equal("sim", dev(pm.weight))
+      local w0 = pm.weight:cpu()
+      for _ = 1, 3 do
+        a:backward(pm(accel.ones(4, 3, {device = a.device})):pow(2):mean())
+        opt:step()
+        opt:zero_grad()
+      end
+      assert.is_false(pm.weight:cpu():equal(w0))
+      assert.is_nil(pm.weight.grad)
+    end)
+  end)
+
+  -- PyTorch: m.to(float64) moves in place, so opt.param_groups[0]['params'][0] is m.weight.
+  it("follows Module:to outside prepare, its state kept where it is", function()
+    local m = nn.Linear(3, 2, {device = "cpu"})
+    local opt = optim.SGD(m:parameters(), {lr = 0.1, momentum = 0.9})
+    m(accel.ones(1, 3, {device = "cpu"})):sum():backward()
+    opt:step()
+    m:to("sim")
+    local held = opt.param_groups[1].params
+    assert.is_true(rawequal(m.weight, held[1]))
+    assert.is_true(rawequal(m.bias, held[2]))
+    assert.are.equal("cpu", dev(opt.state[m.weight].momentum_buffer))
+    m:to(accel.float64)
+    assert.is_true(rawequal(m.weight, opt.param_groups[1].params[1]))
+  end)
+end)
+
+describe("Accelerator{cpu = true}", function()
+  it("makes the cpu the default device of creation functions", function()
+    on_default("sim", function()
+      local a = accel.Accelerator{cpu = true}
+      assert.are.equal("cpu", dev(a))
+      assert.are.equal("cpu", dev(accel.zeros(1)))
+    end)
+  end)
+end)
+
+describe("send_to_device", function()
+  -- Accelerate: send_to_device calls obj.to(device, non_blocking=...) on
+  -- anything with a to method (a dict subclass too, skip_keys not applied).
+  it("sends an object by its own to method", function()
+    local Batch = {}
+    Batch.__index = Batch
+    local calls = {}
+    function Batch:to(device, o)
+      calls[#calls + 1] = {tostring(device), o and o.non_blocking}
+      return "moved"
+    end
+    local b = setmetatable({x = accel.ones(1, {device = "cpu"})}, Batch)
+    local out = accel.utils.send_to_device({a = b, t = accel.ones(1, {device = "cpu"})}, "sim", {non_blocking = true})
+    assert.are.equal("moved", out.a)
+    assert.are.equal("sim", dev(out.t))
+    assert.are.same({{"sim", true}}, calls)
+    assert.are.equal("moved", accel.utils.send_to_device(b, "sim", {skip_keys = "x"}))
+    assert.are.same({"sim", nil}, calls[2])
+    local plain = accel.utils.send_to_device({to = accel.ones(1, {device = "cpu"})}, "sim") -- a key, not a method
+    assert.are.equal("sim", dev(plain.to))
+  end)
+end)

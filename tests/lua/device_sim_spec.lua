@@ -233,6 +233,53 @@ describe("the sim device", function()
     accel.synchronize("sim")
     assert.are.equal(3000, t:sum():item())
   end)
+  it("has the machine's memory (or ACCEL_LUA_SIM_MEMORY): past it, an out-of-memory error", function()
+    local exe = arg and arg[-1] or "build/accel-lua"
+    local function run(env, n)
+      local p = io.popen(env .. " " .. exe .. " -e 'local a = require(\"accel\") print(pcall(a.empty, " .. n
+        .. ", {device = \"sim\", dtype = a.uint8}))' 2>&1")
+      local out = p:read("*a")
+      p:close()
+      return out
+    end
+    assert.truthy(run("ACCEL_LUA_SIM_MEMORY=4096", 8192):find("out of memory: cannot allocate 8192 bytes on sim", 1,
+      true))
+    assert.truthy(run("ACCEL_LUA_SIM_MEMORY=4096", 2048):find("^true"))
+    assert.truthy(run("ACCEL_LUA_SIM_MEMORY=4k", 1):find("ACCEL_LUA_SIM_MEMORY=4k is not a number of bytes", 1, true))
+    local f = io.open("/proc/meminfo")
+    local kib = tonumber(f:read("*a"):match("MemTotal:%s*(%d+) kB"))
+    f:close()
+    local n = kib * 1024 + 2 ^ 20 -- more than the machine has
+    local ok, err = pcall(accel.empty, n, {device = "sim", dtype = accel.uint8})
+    assert.is_false(ok)
+    assert.truthy(err:find(("out of memory: cannot allocate %d bytes on sim"):format(n), 1, true), err)
+  end)
+
+  it("says a string that is neither a dtype nor a device is neither", function()
+    -- PyTorch 2.15, t.to("gpu"): "Expected one of cpu, cuda, ... device type at start of device string: gpu"
+    local err = select(2, pcall(function() return accel.zeros(2):to("gpu") end))
+    assert.truthy(err:find("to: 'gpu' is neither a dtype nor a device", 1, true), err)
+    assert.truthy(err:find('"cpu", "cuda", "cuda:N" or "sim"', 1, true), err)
+    err = select(2, pcall(function() return accel.nn.Linear(2, 2):to("gpu") end))
+    assert.truthy(err:find("Module.to: to: 'gpu' is neither a dtype nor a device", 1, true), err)
+  end)
+
+  it("refuses a non-boolean non_blocking", function()
+    -- PyTorch 2.15: t.to("cpu", non_blocking="yes") is a TypeError (bool non_blocking expected)
+    local err = select(2, pcall(function() return accel.zeros(2):to({non_blocking = "yes"}) end))
+    assert.truthy(err:find("to: option 'non_blocking' must be a boolean, got string", 1, true), err)
+    assert.are.equal("sim", accel.zeros(2):to({device = "sim", non_blocking = true}).device.type)
+  end)
+
+  it("set_default_device(nil) resets the default", function()
+    -- PyTorch 2.15: torch.set_default_device(None) -> torch.zeros(1).device is cpu (the start's default)
+    local before = accel.get_default_device()
+    accel.set_default_device("sim")
+    accel.set_default_device(nil)
+    local after = accel.get_default_device()
+    accel.set_default_device(before)
+    assert.are.equal(os.getenv("ACCEL_LUA_DEVICE") == "sim" and "sim" or "cpu", after.type)
+  end)
 end)
 
 -- Library functions that make helper tensors (kernels, masks, divisors,

@@ -140,6 +140,7 @@ local raise = require("accel.nn.module").raise
 -- Control values the processes agree on (flags, counts) are host tensors.
 local HOST = {device = "cpu"}
 local util = require("accel.util")
+local optim = require("accel.optim")
 local shard_ckpt = require("accel.shard_checkpoint")
 local C = accel._C
 
@@ -280,31 +281,33 @@ local function from_settings(map)
   for _, e in ipairs(map) do
     local v, var = setting(e[2])
     if v ~= nil then
-      if e[3] then o[e[1]] = e[3](v) else o[e[1]] = v end -- a conversion may give false
+      if e[3] then o[e[1]] = e[3](v, var) else o[e[1]] = v end -- a conversion may give false
       named[#named + 1] = var .. "=" .. v
     end
   end
   return o, table.concat(named, ", ")
 end
 
-local function flag(v) return v == "true" end
+local flag = util.str_to_bool
+local function number(v) return tonumber(v) end
 local function reshard(v)
-  if v == "true" or v == "false" then return v == "true" end
+  local b = util.truth(v)
+  if b ~= nil then return b end
   return v
 end
 
 -- Every DeepSpeed / FSDP launch setting (host/settings.c, docs/launch.md)
 -- -> {plugin option, setting name, conversion, launch's default}.
-local DS_SETTINGS = {{"zero_stage", "ZERO_STAGE", tonumber, "2"},
+local DS_SETTINGS = {{"zero_stage", "ZERO_STAGE", number, "2"},
   {"offload_optimizer_device", "OFFLOAD_OPTIMIZER_DEVICE", nil, "none"},
   {"offload_param_device", "OFFLOAD_PARAM_DEVICE", nil, "none"},
   {"offload_optimizer_nvme_path", "OFFLOAD_OPTIMIZER_NVME_PATH"}, {"offload_param_nvme_path", "OFFLOAD_PARAM_NVME_PATH"},
-  {"gradient_clipping", "GRADIENT_CLIPPING", tonumber}, {"zero3_init_flag", "ZERO3_INIT_FLAG", flag, "false"},
+  {"gradient_clipping", "GRADIENT_CLIPPING", number}, {"zero3_init_flag", "ZERO3_INIT_FLAG", flag, "false"},
   {"zero3_save_16bit_model", "ZERO3_SAVE_16BIT_MODEL", flag, "false"},
   {"transformer_moe_cls_names", "DEEPSPEED_MOE_LAYER_CLS_NAMES"}, {"hf_ds_config", "DEEPSPEED_CONFIG_FILE"}}
-local FSDP_SETTINGS = {{"fsdp_version", "FSDP_VERSION", tonumber}, {"sharding_strategy", "FSDP_SHARDING_STRATEGY"},
+local FSDP_SETTINGS = {{"fsdp_version", "FSDP_VERSION", number}, {"sharding_strategy", "FSDP_SHARDING_STRATEGY"},
   {"cpu_offload", "FSDP_OFFLOAD_PARAMS", flag}, {"auto_wrap_policy", "FSDP_AUTO_WRAP_POLICY"},
-  {"min_num_params", "FSDP_MIN_NUM_PARAMS", tonumber},
+  {"min_num_params", "FSDP_MIN_NUM_PARAMS", number},
   {"transformer_cls_names_to_wrap", "FSDP_TRANSFORMER_LAYER_CLS_TO_WRAP"},
   {"backward_prefetch", "FSDP_BACKWARD_PREFETCH"}, {"state_dict_type", "FSDP_STATE_DICT_TYPE"},
   {"reshard_after_forward", "FSDP_RESHARD_AFTER_FORWARD", reshard}, {"forward_prefetch", "FSDP_FORWARD_PREFETCH", flag},
@@ -352,17 +355,17 @@ end
 -- its key, its options and the name its errors use.
 local function plugin_from_settings()
   local use_ds, ds_var = setting("USE_DEEPSPEED")
-  if use_ds == "true" then
+  if use_ds and flag(use_ds, ds_var) then
     local o, named = from_settings(DS_SETTINGS)
-    local what = ("accel-lua launch's settings (%s=true%s)"):format(ds_var, named ~= "" and ", " .. named or "")
+    local what = ("accel-lua launch's settings (%s=%s%s)"):format(ds_var, use_ds, named ~= "" and ", " .. named or "")
     if o.hf_ds_config then o = merge_ds_file(o, what) end
     return "deepspeed_plugin", o, "DeepSpeedPlugin from " .. what
   end
   local use_fsdp, fsdp_var = setting("USE_FSDP")
-  if use_fsdp == "true" then
+  if use_fsdp and flag(use_fsdp, fsdp_var) then
     local o, named = from_settings(FSDP_SETTINGS)
-    return "fsdp_plugin", o, ("FullyShardedDataParallelPlugin from accel-lua launch's settings (%s=true%s)"):format(
-      fsdp_var, named ~= "" and ", " .. named or "")
+    return "fsdp_plugin", o, ("FullyShardedDataParallelPlugin from accel-lua launch's settings (%s=%s%s)"):format(
+      fsdp_var, use_fsdp, named ~= "" and ", " .. named or "")
   end
   return nil
 end
@@ -731,14 +734,22 @@ local function make_scaler(self, kw, ds)
     agree = function(found) return comm:all_reduce(accel.tensor({found and 1 or 0}, HOST), "max"):item() > 0 end})
 end
 
+-- cpu = true, or without the option launch's --cpu (USE_CPU, a truth word).
+local function use_cpu(o)
+  if o.cpu ~= nil then return o.cpu == true end
+  local v, var = setting("USE_CPU")
+  return v ~= nil and flag(v, var)
+end
+
 local function new_accelerator(_, o)
   plugins.check_options("Accelerator", o, OPTIONS)
   o = o or {}
   local self = setmetatable({}, Accelerator)
   -- an existing process state is shared as it is (cpu = true then only
   -- changes where this Accelerator puts things: props.device)
-  rawset(self, "state", state.current()
-    or state.PartialState({cpu = o.cpu == true or (o.cpu == nil and setting("USE_CPU") == "true")}))
+  rawset(self, "cpu", use_cpu(o))
+  if self.cpu then accel.set_default_device("cpu") end -- tensors made in forward go where the model is
+  rawset(self, "state", state.current() or state.PartialState({cpu = self.cpu}))
   local ds = resolve_sharding(self, o)
   local handlers = resolve_kwargs(o.kwargs_handlers)
   for k, h in pairs(handlers) do rawset(self, k, h) end
@@ -779,7 +790,6 @@ local function new_accelerator(_, o)
   rawset(self, "use_seedable_sampler", dlc.use_seedable_sampler)
   rawset(self, "step_scheduler_with_optimizer", o.step_scheduler_with_optimizer ~= false)
   rawset(self, "device_placement", o.device_placement ~= false)
-  rawset(self, "cpu", o.cpu == true or (o.cpu == nil and setting("USE_CPU") == "true"))
   rawset(self, "log_with", o.log_with)
   check_tracker_dirs(self) -- names and directories checked on every process, as Accelerate's constructor does
   rawset(self, "trackers", {})
@@ -886,12 +896,12 @@ end
 
 -- ---- device placement ----
 -- Module:to gives the tensors it moves new Parameter objects (a PyTorch
--- .to() keeps them, swapping their data); an optimizer made before prepare
--- holds the old ones. As Accelerate does for XLA (whose .to() also makes new
--- parameters: Optimizer._switch_parameters), the optimizers are switched to
--- the moved parameters, their state moved along to the parameters' device
--- (unless the optimizer was prepared with device_placement = false: its
--- state then stays where it is, as Accelerate's AcceleratedOptimizer).
+-- .to() keeps them, swapping their data); it switches every optimizer made
+-- to the new ones (accel.optim._follow), so any optimizer keeps training, as
+-- with PyTorch's in-place move. prepare also moves the state of the
+-- optimizers it prepares to the parameters' device (unless prepared with
+-- device_placement = false: the state then stays where it is, as
+-- Accelerate's AcceleratedOptimizer).
 
 local function state_to(st, device)
   if accel.is_tensor(st) then return st:to(device) end
@@ -904,20 +914,11 @@ end
 -- optimizer (unwrapped): every parameter in map (old -> new) replaced,
 -- its state moved to the new parameter's device when move.
 local function switch_parameters(optimizer, map, move)
-  for _, g in ipairs(optimizer.param_groups or {}) do
-    for i, p in ipairs(g.params) do
-      local n = map[p]
-      if n ~= nil then g.params[i] = n end
-    end
-  end
+  optim._switch_parameters(optimizer, map)
   local state = optimizer.state
-  if type(state) ~= "table" then return end
-  for old, new in pairs(map) do
-    local st = state[old]
-    if st ~= nil then
-      state[old] = nil
-      state[new] = move and state_to(st, new.device) or st
-    end
+  if not move or type(state) ~= "table" then return end
+  for _, new in pairs(map) do
+    if state[new] ~= nil then state[new] = state_to(state[new], new.device) end
   end
 end
 
@@ -957,6 +958,7 @@ local function place_model(self, model)
     end
   end
   if not moved then return end
+  optim._follow(map) -- every optimizer, prepared or not (a model's own to() may not have)
   for _, opt in ipairs(self._optimizers) do switch_parameters(opt.optimizer, map, opt.device_placement ~= false) end
 end
 

@@ -392,14 +392,26 @@ end
 
 -- ---------------------------------------------------------------- nested data
 
--- send_to_device: every tensor of data (nested tables too) moved to device;
--- the values under the keys of skip (a set) and other values stay as they are.
-function ops.send_to_device(data, device, skip)
+-- An object (a table with a metatable) whose class has a to method, as
+-- Accelerate's hasattr(obj, "to").
+local function has_to(x)
+  return type(x) == "table" and getmetatable(x) ~= nil and rawget(x, "to") == nil and util.callable(x.to)
+end
+
+-- send_to_device: every tensor of data (nested tables too) moved to device,
+-- and every object with a to method sent there by it (data:to(device, {non_blocking
+-- = true}) when non_blocking); the values under the keys of skip (a set) and
+-- other values stay as they are.
+function ops.send_to_device(data, device, skip, non_blocking)
   if accel.is_tensor(data) then return data:to(device) end
+  if has_to(data) then
+    if non_blocking then return data:to(device, {non_blocking = true}) end
+    return data:to(device)
+  end
   if not is_container(data) then return data end
   local out = {}
   for k, v in pairs(data) do
-    if skip[k] then out[k] = v else out[k] = ops.send_to_device(v, device, skip) end
+    if skip[k] then out[k] = v else out[k] = ops.send_to_device(v, device, skip, non_blocking) end
   end
   return out
 end

@@ -132,7 +132,7 @@ function M.pick_device(cpu, c)
   if cpu then return accel.device("cpu") end
   local d = accel.get_default_device()
   if d.type ~= "cpu" and d.type ~= "cuda" then return d end
-  if os.getenv("ACCEL_LUA_USE_CPU") == "true" or not accel.cuda.is_built() then return accel.device("cpu") end
+  if util.env_flag("ACCEL_LUA_USE_CPU") or not accel.cuda.is_built() then return accel.device("cpu") end
   local n = accel.cuda.device_count()
   if n == 0 then return no_gpu(c) end
   if c.local_rank >= n then

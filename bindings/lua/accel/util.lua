@@ -37,6 +37,31 @@ function util.where()
   return info and ("%s:%d: "):format(info.short_src, info.currentline) or ""
 end
 
+local TRUTH = {["1"] = true, yes = true, y = true, ["true"] = true, t = true, on = true,
+  ["0"] = false, no = false, n = false, ["false"] = false, f = false, off = false}
+
+-- The boolean a truth word names (1/yes/y/true/t/on, 0/no/n/false/f/off,
+-- any case), or nil for another string.
+function util.truth(s)
+  return TRUTH[s:lower()]
+end
+
+-- The boolean of the environment setting var = s, as Accelerate's
+-- str_to_bool; any other word is an error naming the variable.
+function util.str_to_bool(s, var)
+  local b = util.truth(s)
+  if b == nil then
+    util.raise("%s=%s: invalid truth value (expected 1, yes, y, true, t, on or 0, no, n, false, f, off)", var, s)
+  end
+  return b
+end
+
+-- The boolean environment variable var (false when unset or empty).
+function util.env_flag(var)
+  local s = os.getenv(var)
+  return s ~= nil and s ~= "" and util.str_to_bool(s, var)
+end
+
 -- A callable value: a function, or a table / userdata whose metatable has __call.
 function util.callable(f)
   if type(f) == "function" then return true end

@@ -401,7 +401,8 @@ end
 
 -- send_to_device(data, device, [{non_blocking =, skip_keys =}]): every
 -- tensor of data (nested tables too) moved to device, except under the keys
--- in skip_keys; other values pass through.
+-- in skip_keys; an object with a to method (through its metatable) is sent
+-- by it, as Accelerate's; other values pass through.
 function utils.send_to_device(data, device, o)
   plugins.check_options("send_to_device", o, SEND_OPTIONS)
   local kind = tostring(device):match("^[^:]+")
@@ -409,7 +410,7 @@ function utils.send_to_device(data, device, o)
     raise("send_to_device: non_blocking = true is not supported on %s: copies to the device are synchronous here",
       tostring(device))
   end
-  return ops.send_to_device(data, accel.device(device), key_set(o and o.skip_keys))
+  return ops.send_to_device(data, accel.device(device), key_set(o and o.skip_keys), o and o.non_blocking)
 end
 
 -- find_batch_size(data): the first dim of the first tensor of data (a

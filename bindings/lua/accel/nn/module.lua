@@ -693,15 +693,29 @@ end
 -- The target (device, dtype or nil) that t:to(...) would pick: dtype is nil
 -- when the arguments name none (a float32 and a float64 probe agree only when
 -- a dtype was given).
+-- The device one argument of to(...) names (a tensor's, a device, a
+-- device string, an options table's device=), or nil.
+local function named_device(v)
+  if accel.is_tensor(v) then return v.device end
+  if type(v) == "table" then v = v.device end
+  if v == nil then return nil end
+  local ok, d = pcall(accel.device, v)
+  return ok and d or nil
+end
+
+-- The device and floating dtype to(...) names: nil for one it leaves alone
+-- (a dtype alone keeps each tensor's device, as PyTorch).
 local function to_target(...)
-  local a = accel.empty(0):to(...)
+  local a = accel.empty(0):to(...) -- checks the arguments as Tensor.to does
   local b = accel.empty(0, {dtype = accel.float64}):to(...)
-  return a.device, a.dtype == b.dtype and a.dtype or nil
+  local device
+  for i = 1, select("#", ...) do device = named_device((select(i, ...))) or device end
+  return device, a.dtype == b.dtype and a.dtype or nil
 end
 
 local function moved(t, device, dtype)
   local dt = (dtype and t.dtype.is_floating_point) and dtype or t.dtype
-  if tostring(t.device) == tostring(device) and t.dtype == dt then return t end
+  if (device == nil or tostring(t.device) == tostring(device)) and t.dtype == dt then return t end
   return accel.no_grad(function() return t:to(device, dt) end)
 end
 
@@ -711,7 +725,7 @@ function Module:to(...)
   if dtype and not dtype.is_floating_point then
     raise("Module.to: nn.Module.to only accepts floating point dtypes, but got desired dtype=%s", tostring(dtype))
   end
-  local memo = {}
+  local memo, params = {}, {}
   local function convert(t, is_param)
     if memo[t] then return memo[t] end
     local n = moved(t, device, dtype)
@@ -720,6 +734,7 @@ function Module:to(...)
         n = M.Parameter(n, t.requires_grad)
         local g = t.grad
         if g ~= nil then n.grad = moved(g, device, dtype) end
+        params[t] = n
       end
     end
     memo[t] = n
@@ -735,6 +750,7 @@ function Module:to(...)
       if b ~= nil then m._buffers.vals[name] = convert(b, false) end
     end
   end
+  require("accel.optim")._follow(params) -- optimizers keep training the moved parameters
   return self
 end
 

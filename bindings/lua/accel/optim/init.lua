@@ -35,6 +35,9 @@
 -- * Named parameters (model:named_parameters()'s iterator, or {name, tensor}
 --   pairs) give the group PyTorch 2.15's param_names. A nil inside a list is
 --   an error (ipairs would drop what follows it; PyTorch refuses a None).
+-- * Module:to gives moved parameters new objects (PyTorch moves them in
+--   place): it switches every optimizer made to them (optim._follow), their
+--   state kept where it is, so an optimizer keeps training a moved model.
 -- * load_state_dict refuses a parameter state with keys this optimizer does
 --   not keep or without those it needs (a state_dict of another optimizer).
 --   Its checks are one method, _state_dict_problem(sd), which changes
@@ -124,8 +127,36 @@ end
 -- Optimizer.init(self, params, defaults): params is a list of tensors, of
 -- {name, tensor} pairs or of param-group tables {params = {...}, lr = ...},
 -- or the iterator model:named_parameters() returns.
+-- Every optimizer made (weak keys): Module:to and prepare switch those that
+-- hold the parameters they replace (optim._follow).
+local live = setmetatable({}, {__mode = "k"})
+
+-- optimizer: every parameter in map (old -> new) replaced in its groups, its
+-- state kept under the new one (where it is: PyTorch's module.to moves a
+-- parameter in place, leaving the optimizer state alone).
+function optim._switch_parameters(optimizer, map)
+  for _, g in ipairs(optimizer.param_groups or {}) do
+    for i, p in ipairs(g.params) do
+      local n = map[p]
+      if n ~= nil then g.params[i] = n end
+    end
+  end
+  local state = optimizer.state
+  if type(state) ~= "table" then return end
+  for old, new in pairs(map) do
+    if state[old] ~= nil then state[new], state[old] = state[old], nil end
+  end
+end
+
+-- Every live optimizer switched to the parameters of map (old -> new).
+function optim._follow(map)
+  if next(map) == nil then return end
+  for opt in pairs(live) do optim._switch_parameters(opt, map) end
+end
+
 function Optimizer:init(params, defaults)
   local name = self.__name
+  live[self] = true
   self.defaults = defaults
   self.state = {}
   self.param_groups = {}
