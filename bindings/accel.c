@@ -101,13 +101,13 @@ static int l_randint(lua_State *L) {
     int64_t shape[TENSOR_MAX_DIMS];
     int next, nd = lu_sizes(L, pos, shape, &next);
     CreateOpts o = create_opts(L, next, DT_I64);
-    double min, max;
-    if (lo < hi && o.dt != DT_I64 && lu_dtype_limits(o.dt, &min, &max)) { /* as torch: both ends values of the dtype */
-        if ((double)lo < min || (double)lo > max)
-            lu_error(L, "randint: low = %lld is out of bounds for %s", (long long)lo, dtype_name(o.dt));
-        if ((double)(hi - 1) < min || (double)(hi - 1) > max)
-            lu_error(L, "randint: high - 1 = %lld is out of bounds for %s", (long long)(hi - 1), dtype_name(o.dt));
-    }
+    int64_t min, max;
+    dtype_int_range(o.dt, &min, &max);
+    bool low_out = lo < min || lo > max;
+    if (lo < hi && (low_out || hi - 1 < min || hi - 1 > max)) /* both ends exact values of the dtype */
+        lu_error(L, "randint: %s = %lld is out of bounds for %s, which holds every integer exactly only in [%lld, %lld]",
+                 low_out ? "low" : "high - 1", (long long)(low_out ? lo : hi - 1), dtype_name(o.dt), (long long)min,
+                 (long long)max);
     return finish(L, rng_randint_on(lo, hi, shape, nd, o.dt, o.dev), &o);
 }
 
@@ -125,15 +125,22 @@ static int l_like(lua_State *L) {
     if (!lu_is_opts(L, oi) || (lua_getfield(L, oi, "device"), lua_isnil(L, -1))) o.dev = t->device;
     Tensor *r;
     switch (kind) {
-    case 2:
-        lu_check_fill_value(L, luaL_checknumber(L, 2), o.dt, "full_like");
-        r = tensor_full(t->shape, t->ndim, lua_tonumber(L, 2), o.dt, o.dev);
+    case 2: {
+        double v = lua_isboolean(L, 2) ? lua_toboolean(L, 2) : luaL_checknumber(L, 2); /* as full */
+        lu_check_fill_value(L, v, o.dt, "full_like");
+        r = tensor_full(t->shape, t->ndim, v, o.dt, o.dev);
         break;
+    }
     case 3: r = rng_rand_on(t->shape, t->ndim, o.dt, o.dev); break;
     case 4: r = rng_randn_on(t->shape, t->ndim, o.dt, o.dev); break;
     default: r = tensor_full(t->shape, t->ndim, kind == 1 ? 1.0 : 0.0, o.dt, o.dev); break;
     }
     return finish(L, r, &o);
+}
+
+/* arange / linspace make no bool tensors (as PyTorch) */
+static void check_range_dtype(lua_State *L, const char *op, DType dt) {
+    if (dt == DT_BOOL) lu_error(L, "%s: not implemented for dtype bool (as PyTorch); make the range in int64 and :bool() it", op);
 }
 
 static int l_arange(lua_State *L) {
@@ -148,11 +155,13 @@ static int l_arange(lua_State *L) {
     if (n == 0) return lu_error(L, "arange: expected arange(end), arange(start, end) or arange(start, end, step)");
     double start = n == 1 ? 0 : v[0], end = n == 1 ? v[0] : v[1], step = n == 3 ? v[2] : 1;
     CreateOpts o = create_opts(L, n + 1, all_int ? DT_I64 : DT_F32);
+    check_range_dtype(L, "arange", o.dt);
     return finish(L, tensor_arange(start, end, step, o.dt), &o);
 }
 
 static int l_linspace(lua_State *L) {
     CreateOpts o = create_opts(L, 4, DT_F32);
+    check_range_dtype(L, "linspace", o.dt);
     return finish(L, tensor_linspace(luaL_checknumber(L, 1), luaL_checknumber(L, 2), luaL_checkinteger(L, 3), o.dt), &o);
 }
 
@@ -163,7 +172,63 @@ typedef struct {
     int ndim;
     bool any_float, any_bool, any_int;
     bool leaf_seen; /* the depth is fixed: no later list may nest deeper */
+    int64_t at[TENSOR_MAX_DIMS]; /* the index being scanned at each depth, for errors */
 } DataInfo;
+
+/* Pushes and returns "data[2][1]": where the list being scanned at depth is. */
+static const char *data_path(lua_State *L, const DataInfo *info, int depth) {
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    luaL_addstring(&b, "data");
+    for (int d = 0; d < depth; d++) {
+        lua_pushfstring(L, "[%" LUA_FMT_INT "]", LUA_FMT_INT_ARG(info->at[d]));
+        luaL_addvalue(&b);
+    }
+    luaL_pushresult(&b);
+    return lua_tostring(L, -1);
+}
+
+/* Pushes and returns the key at (absolute) index k as an error shows it. */
+static const char *key_name(lua_State *L, int k) {
+    if (lua_type(L, k) == LUA_TSTRING) return lua_pushfstring(L, "\"%s\"", lua_tostring(L, k));
+    if (lua_type(L, k) != LUA_TNUMBER) return lua_pushfstring(L, "of type %s", luaL_typename(L, k));
+    lua_pushvalue(L, k); /* a copy: tostring must not change the key next() continues from */
+    return lua_tostring(L, -1);
+}
+
+/* Raises unless the key at (absolute) index k of a list of length n is one
+ * of 1..n (string keys, 0 of a 0-based loop, entries past a hole: as
+ * PyTorch's "Could not infer dtype of dict", data must be plain lists). */
+static int64_t list_key(lua_State *L, int k, int64_t n, const DataInfo *info, int depth) {
+    if (lua_isinteger(L, k) && lua_tointeger(L, k) >= 1 && lua_tointeger(L, k) <= n) return lua_tointeger(L, k);
+    const char *key = key_name(L, k);
+    lu_error(L, "tensor: %s has key %s; nested lists must be indexed 1..n with no holes (this list has length %lld)",
+             data_path(L, info, depth), key, (long long)n);
+    return 0;
+}
+
+static void scan_data(lua_State *L, int idx, int depth, DataInfo *info);
+
+/* The entries of the list at idx (of length n), visited with next() so that
+ * any key outside 1..n is seen; n keys in 1..n mean no holes. */
+static void scan_entries(lua_State *L, int idx, int64_t n, int depth, DataInfo *info) {
+    int64_t count = 0;
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        int64_t i = list_key(L, lua_gettop(L) - 1, n, info, depth);
+        if (lua_type(L, -1) == LUA_TTABLE && depth + 1 == info->ndim && count > 0)
+            lu_error(L, "tensor: ragged nested lists (element %lld at depth %d is a list)", (long long)i, depth + 1);
+        info->at[depth] = i;
+        scan_data(L, lua_gettop(L), depth + 1, info);
+        lua_pop(L, 1);
+        count++;
+    }
+    for (int64_t i = 1; count < n && i <= n; i++) /* a hole: name the first */
+        if (lua_rawgeti(L, idx, i) == LUA_TNIL)
+            lu_error(L, "tensor: %s has no entry at index %lld; nested lists must be indexed 1..n with no holes",
+                     data_path(L, info, depth), (long long)i);
+        else lua_pop(L, 1);
+}
 
 static void scan_data(lua_State *L, int idx, int depth, DataInfo *info) {
     int t = lua_type(L, idx);
@@ -186,13 +251,7 @@ static void scan_data(lua_State *L, int idx, int depth, DataInfo *info) {
         lu_error(L, "tensor: expected a list of length %lld at depth %d, got %lld (ragged nested lists)",
                  (long long)info->shape[depth], depth + 1, (long long)n);
     }
-    for (int64_t i = 1; i <= n; i++) {
-        lua_rawgeti(L, idx, i);
-        if (lua_type(L, -1) == LUA_TTABLE && depth + 1 == info->ndim && i > 1)
-            lu_error(L, "tensor: ragged nested lists (element %lld at depth %d is a list)", (long long)i, depth + 1);
-        scan_data(L, lua_gettop(L), depth + 1, info);
-        lua_pop(L, 1);
-    }
+    scan_entries(L, idx, n, depth, info);
 }
 
 static void fill_data(lua_State *L, int idx, char **p, DType dt) {

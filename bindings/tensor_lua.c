@@ -34,11 +34,27 @@ static double scalar_arg(lua_State *L, int idx, const char *op) {
 
 static bool int_scalar(lua_State *L, int idx) { return lua_isinteger(L, idx) || lua_isboolean(L, idx); }
 
+/* A Lua boolean operand at idx, beside the tensor like, replaced by a 0-dim
+ * bool tensor: as torch's bool scalar it is of the lowest category and never
+ * widens like's dtype (bool_t + true is bool, int_t * false int64). */
+static void bool_operand(lua_State *L, int idx, const Tensor *like) {
+    if (!like || !lua_isboolean(L, idx)) return;
+    lu_push_tensor(L, lu_tensor_or_scalar(L, idx, like));
+    lua_replace(L, idx);
+}
+
+/* Either operand a Lua boolean beside a tensor: as a bool tensor */
+static void bool_operands(lua_State *L, int ia, int ib) {
+    bool_operand(L, ia, lu_to_tensor(L, ib));
+    bool_operand(L, ib, lu_to_tensor(L, ia));
+}
+
 static Tensor *binary(lua_State *L, KBinOp op, int ia, int ib) {
+    bool_operands(L, ia, ib);
     Tensor *a = lu_to_tensor(L, ia), *b = lu_to_tensor(L, ib);
     if (a && b) return op_binary(op, a, b);
-    if (a) return op_binary_scalar(op, a, scalar_arg(L, ib, kbin_name(op)), lua_isinteger(L, ib) || lua_isboolean(L, ib), false);
-    if (b) return op_binary_scalar(op, b, scalar_arg(L, ia, kbin_name(op)), lua_isinteger(L, ia) || lua_isboolean(L, ia), true);
+    if (a) return op_binary_scalar(op, a, scalar_arg(L, ib, kbin_name(op)), int_scalar(L, ib), false);
+    if (b) return op_binary_scalar(op, b, scalar_arg(L, ia, kbin_name(op)), int_scalar(L, ia), true);
     lu_error(L, "%s: tensor expected", kbin_name(op));
     return NULL;
 }
@@ -62,6 +78,7 @@ static bool integral_operands(const Tensor *self, const Other *o) {
 }
 
 static Other other_arg(lua_State *L, KBinOp op, Tensor *self) {
+    bool_operand(L, 2, self);
     Other o = {lu_to_tensor(L, 2), false, 0, false, 0, -1};
     bool scaled = op == KB_ADD || op == KB_SUB;
     lu_check_call_opts(L, 3, scaled ? "alpha" : op == KB_DIV ? "rounding_mode" : "");
@@ -209,6 +226,7 @@ static void check_int_power(lua_State *L, const Tensor *a, int ib) {
 }
 
 static Tensor *power(lua_State *L, int ia, int ib) {
+    bool_operands(L, ia, ib);
     Tensor *a = lu_to_tensor(L, ia), *b = lu_to_tensor(L, ib);
     if (a && !b) {
         check_int_power(L, a, ib);
@@ -230,7 +248,9 @@ static int t_pow(lua_State *L) {
 }
 
 static int t_pow_(lua_State *L) {
-    Tensor *a = SELF, *b = lu_to_tensor(L, 2);
+    Tensor *a = SELF;
+    bool_operand(L, 2, a);
+    Tensor *b = lu_to_tensor(L, 2);
     if (!b) check_int_power(L, a, 2);
     if (!b && !dtype_is_float(a->dtype)) return ret_rc(L, op_binary_scalar_(KB_POW, a, scalar_arg(L, 2, "pow_"), int_scalar(L, 2)));
     return ret_rc(L, b ? op_binary_(KB_POW, a, b) : op_unary_(KU_POW, a, scalar_arg(L, 2, "pow_"), 0));
@@ -301,6 +321,15 @@ static bool clamp_float_bound(lua_State *L) {
     return any;
 }
 
+/* The dtype t:clamp(min, max) with number bounds computes in, as torch's
+ * result type: a float bound makes an integer tensor float32, an integer
+ * bound a bool tensor int64. */
+static DType clamp_dtype(lua_State *L, const Tensor *self) {
+    if (dtype_is_float(self->dtype)) return self->dtype;
+    if (clamp_float_bound(L)) return dtype_default_float();
+    return self->dtype == DT_BOOL && (lua_isinteger(L, 2) || lua_isinteger(L, 3)) ? DT_I64 : self->dtype;
+}
+
 static int unary_method(lua_State *L) {
     Tensor *self = SELF;
     KUnOp op = unary_op(L);
@@ -308,8 +337,8 @@ static int unary_method(lua_State *L) {
     if (op == KU_CLAMP && (lu_is_tensor(L, 2) || lu_is_tensor(L, 3))) return ret(L, clamp_tensors(L, self));
     double p1, p2;
     unary_params(L, op, &p1, &p2);
-    if (op == KU_CLAMP && !dtype_is_float(self->dtype) && clamp_float_bound(L)) {
-        Tensor *f = tensor_to_dtype(self, dtype_default_float());
+    if (op == KU_CLAMP && clamp_dtype(L, self) != self->dtype) {
+        Tensor *f = tensor_to_dtype(self, clamp_dtype(L, self));
         Tensor *r = f ? op_unary(op, f, p1, p2) : NULL;
         tensor_release(f);
         return ret(L, r);
@@ -331,10 +360,11 @@ static int unary_method_(lua_State *L) {
     }
     double p1, p2;
     unary_params(L, op, &p1, &p2);
-    if (op == KU_CLAMP && !dtype_is_float(self->dtype) && clamp_float_bound(L))
-        return lu_error(L, "clamp_: a float bound makes the result float32, which cannot be written into this %s "
-                           "tensor in place (as PyTorch); use t:clamp(...) or integer bounds",
-                        dtype_name(self->dtype));
+    if (op == KU_CLAMP && clamp_dtype(L, self) != self->dtype)
+        return lu_error(L, "clamp_: %s bound makes the result %s, which cannot be written into this %s "
+                           "tensor in place (as PyTorch); use t:clamp(...)%s",
+                        clamp_float_bound(L) ? "a float" : "an integer", dtype_name(clamp_dtype(L, self)),
+                        dtype_name(self->dtype), clamp_float_bound(L) ? " or integer bounds" : "");
     return ret_rc(L, op_unary_(op, self, p1, p2));
 }
 
@@ -375,7 +405,9 @@ static int reduce_args(lua_State *L, int *dims, bool *keepdim, const char *keys)
     return n;
 }
 
-/* sum / mean / prod take torch's {dtype =}: the input is cast to it first */
+/* sum / mean / prod take torch's {dtype =}: the input is cast to it first
+ * and the result is of that dtype (an integer sum or product, which runs in
+ * int64, wraps into it as PyTorch's does) */
 static int reduce_method(lua_State *L) {
     Tensor *self = SELF;
     KRedOp op = (KRedOp)lua_tointeger(L, lua_upvalueindex(1));
@@ -384,11 +416,11 @@ static int reduce_method(lua_State *L) {
     bool takes_dtype = op == KR_SUM || op == KR_MEAN || op == KR_PROD;
     int n = reduce_args(L, dims, &keep, takes_dtype ? "dim keepdim dtype" : "dim keepdim");
     int dt = takes_dtype ? lu_opt_dtype(L, trailing_opts(L), "dtype", -1) : -1;
-    if (dt < 0 || (DType)dt == self->dtype) return ret(L, op_reduce(op, self, dims, n, keep));
+    if (dt < 0) return ret(L, op_reduce(op, self, dims, n, keep));
     Tensor *cast = op_cast(self, (DType)dt);
     Tensor *r = cast ? op_reduce(op, cast, dims, n, keep) : NULL;
     tensor_release(cast);
-    return ret(L, r);
+    return ret(L, r ? tensor_to_dtype_owned(r, (DType)dt) : NULL);
 }
 
 /* max/min: (), (dim[, keepdim]), (other tensor) */

@@ -90,10 +90,13 @@ static int check_int_divisor(KBinOp op, Tensor *b) {
  * is bf16 / fp16, an operand of another dtype (a number, a 0-dim float32
  * tensor) is first rounded to it, as torch casts to the common dtype: a bf16
  * tensor then equals 0.1 (its own rounding of 0.1). mul and div are the
- * exception, as in torch: they scale by the number's full value. */
+ * exception, as in torch: they scale by the number's full value. Likewise
+ * an integer operand of a uint8 / int32 op wraps into that dtype first
+ * (uint8 // -2 divides by 254; true division and pow take the full value). */
 static Tensor *operand_in(KBinOp op, Tensor *t, DType common, DType cdt) {
-    bool half = common == DT_BF16 || common == DT_F16;
-    if (!half || op == KB_MUL || op == KB_DIV || t->dtype == common) return as_dtype_plain(t, cdt);
+    bool half = (common == DT_BF16 || common == DT_F16) && op != KB_MUL && op != KB_DIV;
+    bool narrow_int = (common == DT_U8 || common == DT_I32) && op != KB_DIV && op != KB_POW;
+    if ((!half && !narrow_int) || t->dtype == common) return as_dtype_plain(t, cdt);
     return as_dtype_plain_owned(as_dtype_plain(t, common), cdt);
 }
 
@@ -103,8 +106,7 @@ static Tensor *binary_compute(KBinOp op, Tensor *a, Tensor *b, DType rd, const i
     if (op == KB_POW && dtype_is_float(rd)) cdt = compute_dtype(rd);
     DType odt = kbin_is_compare(op) ? DT_BOOL : cdt;
     if (shape_check(kbin_name(op), shape, nd, (int)odt) < 0) return NULL; /* e.g. huge expanded operands */
-    bool half_in = a->dtype == DT_BF16 || a->dtype == DT_F16 || b->dtype == DT_BF16 || b->dtype == DT_F16;
-    DType common = half_in ? tensor_result_dtype(a, b) : cdt; /* only a half operand can make it half */
+    DType common = tensor_result_dtype(a, b); /* torch casts the operands to it */
     Tensor *ca = operand_in(op, a, common, cdt), *cb = ca ? operand_in(op, b, common, cdt) : NULL;
     Tensor *out = cb && check_int_divisor(op, cb) == 0 ? tensor_empty(shape, nd, odt, a->device) : NULL;
     if (out) binary_into(op, cdt, out, ca, cb);
@@ -242,8 +244,13 @@ static void record_binary(KBinOp op, Tensor *out, Tensor *a, Tensor *b) {
     if (need_out) n->i[3] = n->n_saved, ag_save(n, out);
 }
 
-/* torch refuses `-` on bool tensors (a mask is inverted with logical_not). */
-static int check_bool_sub(KBinOp op, DType a, DType b) {
+/* torch refuses `-` on bool tensors (a mask is inverted with logical_not),
+ * and floor division, remainder, fmod and pow of two bools. */
+static int check_bool_op(KBinOp op, DType a, DType b) {
+    bool no_bool = op == KB_FLOORDIV || op == KB_REMAINDER || op == KB_FMOD || op == KB_POW;
+    if (no_bool && a == DT_BOOL && b == DT_BOOL)
+        return accel_fail_int("%s: not implemented for 'Bool' (two bool tensors, as PyTorch); convert one with :long() first",
+                              kbin_name(op));
     if (op != KB_SUB || (a != DT_BOOL && b != DT_BOOL)) return 0;
     if (a == DT_BOOL && b == DT_BOOL)
         return accel_fail_int("sub: Subtraction, the `-` operator, with two bool tensors is not supported. Use "
@@ -255,7 +262,7 @@ static int check_bool_sub(KBinOp op, DType a, DType b) {
 Tensor *op_binary(KBinOp op, Tensor *a, Tensor *b) {
     PROF_SCOPE(kbin_name(op), PROF_FORWARD, a, b);
     const char *name = kbin_name(op);
-    if (check_same_device(a, b, name) < 0 || check_bool_sub(op, a->dtype, b->dtype) < 0) return NULL;
+    if (check_same_device(a, b, name) < 0 || check_bool_op(op, a->dtype, b->dtype) < 0) return NULL;
     int64_t shape[TENSOR_MAX_DIMS];
     int nd;
     if (broadcast_shapes(a->shape, a->ndim, b->shape, b->ndim, shape, &nd, name) < 0) return NULL;
@@ -280,12 +287,14 @@ static DType scalar_result_dtype(KBinOp op, DType a, bool is_int) {
 static Tensor *scalar_operand(KBinOp op, const Tensor *a, double s, bool is_int) {
     DType base = kbin_is_compare(op) ? (dtype_is_float(a->dtype) ? a->dtype : (is_int ? DT_I64 : DT_F32))
                                      : scalar_result_dtype(op, a->dtype, is_int);
-    return tensor_full(NULL, 0, s, compute_dtype(base), a->device);
+    Tensor *st = tensor_full(NULL, 0, s, compute_dtype(base), a->device);
+    bool wraps = (a->dtype == DT_U8 || a->dtype == DT_I32) && is_int && op != KB_DIV && op != KB_POW;
+    return wraps ? tensor_to_dtype_owned(st, a->dtype) : st; /* as torch: uint8 // -2 divides by 254 */
 }
 
 Tensor *op_binary_scalar(KBinOp op, Tensor *a, double s, bool is_int, bool scalar_lhs) {
     PROF_SCOPE(kbin_name(op), PROF_FORWARD, a, NULL);
-    if (check_bool_sub(op, a->dtype, DT_I64) < 0) return NULL;
+    if (check_bool_op(op, a->dtype, DT_I64) < 0) return NULL;
     Tensor *st = scalar_operand(op, a, s, is_int);
     if (!st) return NULL;
     Tensor *x = scalar_lhs ? st : a, *y = scalar_lhs ? a : st;
@@ -339,7 +348,7 @@ static int check_inplace_dtype(Tensor *a, DType rd, const char *op) {
 int op_binary_(KBinOp op, Tensor *a, Tensor *b) {
     PROF_SCOPE(kbin_name(op), PROF_INPLACE, a, b);
     const char *name = kbin_name(op);
-    if (check_same_device(a, b, name) < 0 || check_bool_sub(op, a->dtype, b->dtype) < 0) return -1;
+    if (check_same_device(a, b, name) < 0 || check_bool_op(op, a->dtype, b->dtype) < 0) return -1;
     int64_t shape[TENSOR_MAX_DIMS];
     int nd;
     if (broadcast_shapes(a->shape, a->ndim, b->shape, b->ndim, shape, &nd, name) < 0) return -1;

@@ -172,7 +172,11 @@ Tensor *rng_randint(int64_t lo, int64_t hi, const int64_t *shape, int ndim, DTyp
 /* Fisher-Yates over 0..n-1 with the draws of s (see the top comment). */
 static Tensor *randperm_from(PhiloxStream *s, int64_t n, DType dt) {
     if (n < 0) return accel_fail("randperm: n must be non-negative, got %lld", (long long)n);
-    if (dt == DT_BOOL && n > 2) return accel_fail("randperm: n = %lld does not fit dtype bool", (long long)n);
+    int64_t lo, hi;
+    dtype_int_range(dt, &lo, &hi);
+    if (n - 1 > hi) /* as torch: no duplicates from rounding or wrapping */
+        return accel_fail("randperm: n = %lld does not fit dtype %s, which holds each of 0..n-1 exactly only for n <= %lld",
+                          (long long)n, dtype_name(dt), (long long)hi + 1);
     if (shape_check("randperm", &n, 1, (int)DT_I64) < 0) return NULL; /* the int64 work array */
     int64_t *perm = accel_malloc(sizeof *perm * (size_t)(n ? n : 1));
     if (!perm) return NULL;

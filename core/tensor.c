@@ -146,6 +146,14 @@ static const char *const dtype_names[DT_COUNT] = {"float32", "float64", "bfloat1
 
 const char *dtype_name(DType dt) { return dt < DT_COUNT ? dtype_names[dt] : "?"; }
 
+void dtype_int_range(DType dt, int64_t *lo, int64_t *hi) {
+    static const int digits[] = {24, 53, 8, 11, 4, 3}; /* F32 F64 BF16 F16 F8E4M3 F8E5M2: mantissa bits + 1 */
+    if (dtype_is_float(dt)) *hi = (int64_t)1 << digits[dt], *lo = -*hi;
+    else if (dt == DT_I64) *lo = INT64_MIN, *hi = INT64_MAX;
+    else if (dt == DT_I32) *lo = INT32_MIN, *hi = INT32_MAX;
+    else *lo = 0, *hi = dt == DT_U8 ? 255 : 1;
+}
+
 int dtype_from_name(const char *name) {
     static const struct { const char *alias; DType dt; } aliases[] = {
         {"float", DT_F32}, {"fp32", DT_F32}, {"f32", DT_F32}, {"double", DT_F64}, {"fp64", DT_F64},
@@ -321,10 +329,31 @@ Tensor *tensor_arange(double start, double end, double step, DType dt) {
     }
     size_t es = dtype_size(dt);
     for (int64_t i = 0; i < n; i++) {
-        if (dtype_is_float(dt)) dtype_store(p + i * es, dt, start + (double)i * step);
+        if (dtype_is_float(dt)) dtype_store(p + i * es, dt, fma(step, (double)i, start)); /* as PyTorch's CPU kernel */
         else dtype_store_i64(p + i * es, dt, (int64_t)start + i * (int64_t)step);
     }
     return tensor_host_finish(t, &m);
+}
+
+/* linspace's steps (> 1) values into p, bit for bit PyTorch's CPU kernel:
+ * symmetric (the second half counts back from end), each value one fused
+ * multiply-add; a float dtype below float64 rounds the ends to itself and
+ * computes the step and values in float, float64 and integers in double. */
+static void linspace_fill(char *p, DType dt, double start, double end, int64_t steps) {
+    size_t es = dtype_size(dt);
+    int64_t half = steps / 2;
+    bool in_float = dtype_is_float(dt) && dt != DT_F64;
+    double sd, ed; /* the ends rounded to dt: 8 bytes hold any dtype's value */
+    dtype_store(&sd, dt, start), dtype_store(&ed, dt, end);
+    float s = in_float ? (float)dtype_load(&sd, dt) : 0, e = in_float ? (float)dtype_load(&ed, dt) : 0;
+    float step_f = (e - s) / (float)(steps - 1);
+    double step = (end - start) / (double)(steps - 1);
+    for (int64_t i = 0; i < steps; i++) {
+        double v;
+        if (in_float) v = i < half ? fmaf(step_f, (float)i, s) : fmaf(-step_f, (float)(steps - 1 - i), e);
+        else v = i < half ? fma(step, (double)i, start) : fma(-step, (double)(steps - 1 - i), end);
+        dtype_store(p + i * (int64_t)es, dt, v);
+    }
 }
 
 Tensor *tensor_linspace(double start, double end, int64_t steps, DType dt) {
@@ -337,11 +366,8 @@ Tensor *tensor_linspace(double start, double end, int64_t steps, DType dt) {
         tensor_release(t);
         return NULL;
     }
-    size_t es = dtype_size(dt);
-    double step = steps > 1 ? (end - start) / (double)(steps - 1) : 0;
-    int64_t half = steps / 2;
-    for (int64_t i = 0; i < steps; i++) /* symmetric like PyTorch: second half counts back from end */
-        dtype_store(p + i * es, dt, i < half || steps == 1 ? start + step * (double)i : end - step * (double)(steps - 1 - i));
+    if (steps == 1) dtype_store(p, dt, start);
+    else linspace_fill(p, dt, start, end, steps);
     return tensor_host_finish(t, &m);
 }
 

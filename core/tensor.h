@@ -81,6 +81,9 @@ static inline void *tensor_data(const Tensor *t) {
 bool tensor_is_contiguous(const Tensor *t);
 const char *dtype_name(DType dt);       /* "float32" */
 int dtype_from_name(const char *name);  /* accepts float32/float/fp32/f32/bf16/... ; -1 if unknown */
+/* [*lo, *hi]: the widest run of integers dt holds, each exactly (a float's
+ * +-2^(mantissa bits + 1): float16 [-2048, 2048]) */
+void dtype_int_range(DType dt, int64_t *lo, int64_t *hi);
 DType dtype_promote(DType a, DType b);
 /* The dtype of an op on tensors a and b, as torch's result_type: a 0-dim
  * tensor beside a dimensioned one counts only when its category (bool <

@@ -432,7 +432,7 @@ describe("save_state / load_state", function()
     local function model(extra, value)
       local m = nn.Module()
       m.lin = nn.Linear(2, 2)
-      m[extra] = nn.Parameter(accel.full({extra == "scale" and 1 or 2}, value + 0.0))
+      m[extra] = nn.Parameter(accel.full({extra == "scale" and 1 or 2}, value, {dtype = accel.float32}))
       return m
     end
     local a = accel.Accelerator()

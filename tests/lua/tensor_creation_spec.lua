@@ -604,3 +604,91 @@ describe("utilities", function()
     assert.are.equal(n, accel.num_threads())
   end)
 end)
+
+-- Expected values and refusals are PyTorch 2.15's (printed at each call's comment).
+describe("creation inputs PyTorch refuses or rounds", function()
+  local function fails(pattern, f)
+    local ok, err = pcall(f)
+    assert.is_false(ok)
+    assert.matches(pattern, tostring(err))
+  end
+
+  it("tensor refuses a table that is not a list, naming the key and where it is", function()
+    -- torch.tensor({'a': 1}) -> "Could not infer dtype of dict"; Lua keys outside 1..n are never data
+    fails('tensor: data has key "a"; nested lists must be indexed 1..n', function() return accel.tensor({a = 1}) end)
+    local zero_based = {}
+    for i = 0, 2 do zero_based[i] = i end
+    fails("tensor: data has key 0;", function() return accel.tensor(zero_based) end)
+    fails('tensor: data%[2%] has key "x";', function() return accel.tensor({{1, 2}, {3, 4, x = 5}}) end)
+    fails("tensor: data%[1%]%[2%] has key 1.5;", function() return accel.tensor({{{1}, {2, [1.5] = 3}}}) end)
+    -- a hole: where # stops (Lua 5.4 and LuaJIT differ) decides which of the two errors names it
+    fails("tensor: data has [^;]*[23]; nested lists must be indexed 1..n with no holes", function() return accel.tensor({1, nil, 3}) end)
+    local after_hole = {1, 2}
+    after_hole[4] = 4
+    fails("tensor: data has [^;]*[34]; nested lists must be indexed 1..n with no holes", function() return accel.tensor(after_hole) end)
+    local backwards = {} -- filled from the end: keys land in the hash part, still a list
+    for i = 10, 1, -1 do backwards[i] = i end
+    assert.same({1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, accel.tensor(backwards):tolist())
+  end)
+
+  it("randperm and randint refuse dtypes that cannot hold every value exactly", function()
+    -- torch.randperm(256, dtype=torch.uint8) is a permutation; 257 -> "value cannot be converted to type uint8_t"
+    local p = accel.randperm(256, {dtype = accel.uint8}):tolist()
+    table.sort(p)
+    for i = 1, 256 do assert.are.equal(i - 1, p[i]) end
+    fails("randperm: n = 257 does not fit dtype uint8", function() return accel.randperm(257, {dtype = accel.uint8}) end)
+    fails("randperm: n = 300 does not fit dtype uint8", function() return accel.randperm(300, {dtype = accel.uint8}) end)
+    -- float16 holds 0..2048 exactly: torch "n cannot be greater than 2049 for Half type"
+    local h = accel.randperm(2049, {dtype = accel.float16}):tolist()
+    table.sort(h)
+    for i = 1, 2049 do assert.are.equal(i - 1, h[i]) end
+    fails("only for n <= 2049", function() return accel.randperm(2050, {dtype = accel.float16}) end)
+    fails("only for n <= 2049", function() return accel.randperm(5000, {dtype = accel.float16}) end)
+    -- bfloat16 holds 0..256 exactly (torch returns duplicates beyond: 258 gives 257 distinct values)
+    fails("randperm: n = 258 does not fit dtype bfloat16", function() return accel.randperm(258, {dtype = accel.bfloat16}) end)
+    -- torch warns "to - 1 is out of bounds [-(2^8), 2^8]" and yields duplicates rounded up to high
+    fails("randint: high %- 1 = 299 is out of bounds for bfloat16, which holds every integer exactly only in %[%-256, 256%]",
+      function() return accel.randint(0, 300, {10}, {dtype = accel.bfloat16}) end)
+    fails("randint: low = %-2049 is out of bounds for float16", function() return accel.randint(-2049, 0, {3}, {dtype = accel.float16}) end)
+    local r = accel.randint(0, 257, {2000}, {dtype = accel.bfloat16})
+    assert.is_true(r:max():item() <= 256 and r:min():item() >= 0)
+  end)
+
+  it("arange and linspace make no bool tensors; full_like takes a boolean", function()
+    -- torch.arange(3, dtype=torch.bool): "arange_cpu" not implemented for 'Bool'
+    fails("arange: not implemented for dtype bool", function() return accel.arange(3, {dtype = accel.bool}) end)
+    fails("linspace: not implemented for dtype bool", function() return accel.linspace(0, 1, 3, {dtype = accel.bool}) end)
+    -- torch.full_like(b, True) -> tensor([True, True]); full_like(int64 m, True) -> ones
+    local b = accel.full_like(accel.tensor({true, false}), true)
+    assert.same({true, true}, b:tolist())
+    assert.are.equal(accel.bool, b.dtype)
+    assert.same({{1, 1}, {1, 1}}, accel.full_like(accel.tensor({{1, 2}, {3, 4}}), true):tolist())
+  end)
+
+  it("linspace and arange give PyTorch's CPU values bit for bit", function()
+    local function bits(list, idx)
+      local out = {}
+      for k, i in ipairs(idx) do out[k] = ("%.17g"):format(list[i]) end
+      return out
+    end
+    local all9 = {1, 2, 3, 4, 5, 6, 7, 8, 9}
+    -- torch.linspace(-3.3, 7.1, 9, dtype=torch.float32)
+    assert.same({"-3.2999999523162842", "-2", "-0.70000004768371582", "0.59999990463256836", "1.9000000953674316",
+      "3.2000000476837158", "4.5", "5.8000001907348633", "7.0999999046325684"},
+      bits(accel.linspace(-3.3, 7.1, 9):double():tolist(), all9))
+    assert.same({"-3.2999999999999998", "-2", "-0.70000000000000018", "0.59999999999999964", "1.9000000000000004",
+      "3.2000000000000002", "4.5", "5.7999999999999998", "7.0999999999999996"},
+      bits(accel.linspace(-3.3, 7.1, 9, {dtype = accel.float64}):tolist(), all9))
+    -- torch.linspace(-1, 1, 1000) at 1-based positions 26, 76, 127, 498, 503
+    assert.same({"-0.94994997978210449", "-0.8498498797416687", "-0.74774777889251709", "-0.0050050197169184685",
+      "0.0050050197169184685"}, bits(accel.linspace(-1, 1, 1000):double():tolist(), {26, 76, 127, 498, 503}))
+    -- the same in float64 at positions 22, 39, 101, 498, 503, 701
+    assert.same({"-0.95795795795795791", "-0.92392392392392397", "-0.79979979979979976", "-0.0050050050050050136",
+      "0.0050050050050050136", "0.4014014014014014"},
+      bits(accel.linspace(-1, 1, 1000, {dtype = accel.float64}):tolist(), {22, 39, 101, 498, 503, 701}))
+    -- torch.arange(-1, 1, 0.2, dtype=torch.float64)
+    assert.same({"-1", "-0.80000000000000004", "-0.59999999999999998", "-0.39999999999999997", "-0.19999999999999996",
+      "5.5511151231257827e-17", "0.20000000000000007", "0.40000000000000008", "0.60000000000000009",
+      "0.80000000000000004"}, bits(accel.arange(-1, 1, 0.2, {dtype = accel.float64}):tolist(), {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}))
+  end)
+end)

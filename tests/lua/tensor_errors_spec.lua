@@ -226,6 +226,19 @@ describe("type errors", function()
   it("bad data in accel.tensor{}", function()
     expect_error(function() local _ = accel.tensor{{1, 2}, {3}} end, "tensor", "ragged")
     expect_error(function() local _ = accel.tensor{1, "x"} end, "tensor", "string")
+    -- torch.tensor({"a": 1}): "Could not infer dtype of dict"; key 0 of a 0-based loop, a hole
+    expect_error(function() local _ = accel.tensor{a = 1} end, "tensor: data has key \"a\"", "indexed 1..n")
+    expect_error(function() local _ = accel.tensor{{1}, {[0] = 2, 3}} end, "tensor: data[2] has key 0")
+    expect_error(function() local _ = accel.tensor{1, nil, 3} end, "tensor: data has ", "with no holes")
+  end)
+
+  it("bool operands torch refuses and dtypes that cannot hold a range", function()
+    local b = accel.tensor{true, false}
+    expect_error(function() local _ = b - true end, "sub", "two bool tensors")
+    expect_error(function() local _ = b:floor_divide(b) end, "floor_divide", "not implemented for 'Bool'")
+    expect_error(function() local _ = accel.arange(3, {dtype = "bool"}) end, "arange", "bool")
+    expect_error(function() local _ = accel.randperm(300, {dtype = "uint8"}) end, "randperm", "n = 300", "uint8")
+    expect_error(function() local _ = accel.randint(0, 300, {4}, {dtype = "bfloat16"}) end, "randint", "high - 1 = 299", "[-256, 256]")
   end)
 
   it("non-integer sizes", function()

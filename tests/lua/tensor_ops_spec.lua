@@ -2014,3 +2014,97 @@ describe("PyTorch 2.15's answers at edge cases", function()
     fails("Size: expected a list of sizes, got number", function() local _ = accel.Size(2, 3) end)
   end)
 end)
+
+-- Expected values are PyTorch 2.15's (torch.* printed at the call's comment).
+describe("PyTorch's dtype rules for reduction dtype=, Lua booleans and uint8 / int32 scalars", function()
+  local function fails(pattern, f)
+    local ok, err = pcall(f)
+    assert.is_false(ok)
+    assert.matches(pattern, tostring(err))
+  end
+  local function val(t) return t:tolist(), t.dtype end
+
+  it("sum / prod with an integer or bool dtype give that dtype, wrapping as torch", function()
+    local f = accel.tensor({0.5, 1.5})
+    -- torch.tensor([0.5, 1.5]).sum(dtype=torch.int32) -> tensor(1, dtype=torch.int32)
+    assert.same({1, accel.int32}, {val(f:sum({dtype = accel.int32}))})
+    assert.same({1, accel.int32}, {val(f:sum({dim = 1, dtype = accel.int32}))})
+    assert.same({1, accel.int32}, {val(accel.sum(f, {dtype = accel.int32}))})
+    assert.same({0, accel.int32}, {val(f:prod({dtype = accel.int32}))}) -- tensor(0, dtype=torch.int32)
+    -- torch.full((3,), 100, dtype=torch.uint8).sum(dtype=torch.uint8) -> tensor(44, dtype=torch.uint8)
+    assert.same({44, accel.uint8}, {val(accel.full({3}, 100, {dtype = accel.uint8}):sum({dtype = accel.uint8}))})
+    -- torch.tensor([200, 100], dtype=torch.uint8).sum(dtype=torch.int32) -> tensor(300, dtype=torch.int32)
+    assert.same({300, accel.int32}, {val(accel.tensor({200, 100}, {dtype = accel.uint8}):sum({dtype = accel.int32}))})
+    -- torch.tensor([1, 2]).sum(dtype=torch.bool) -> tensor(True); .prod(dtype=torch.bool) -> tensor(True)
+    assert.same({true, accel.bool}, {val(accel.tensor({1, 2}):sum({dtype = accel.bool}))})
+    assert.same({true, accel.bool}, {val(accel.tensor({1, 2}):prod({dtype = accel.bool}))})
+    -- torch.tensor([[0.5, 1.5], [0., 3.5]]).prod(1, dtype=torch.bool) -> tensor([ True, False])
+    assert.same({{true, false}, accel.bool}, {val(accel.tensor({{0.5, 1.5}, {0, 3.5}}):prod(2, {dtype = accel.bool}))})
+    -- torch.tensor([[2**31 - 1, 1], [1, 2]]).sum(1, keepdim=True, dtype=torch.int32) -> [[-2147483648], [3]]
+    assert.same({{{-2147483648}, {3}}, accel.int32},
+      {val(accel.tensor({{2147483647, 1}, {1, 2}}):sum(2, true, {dtype = accel.int32}))})
+  end)
+
+  it("a Lua boolean is a bool scalar: it never widens the tensor's dtype", function()
+    local b, m = accel.tensor({true, false}), accel.tensor({{1, 2}, {3, 4}})
+    assert.same({{true, true}, accel.bool}, {val(b + true)}) -- b + True -> tensor([True, True])
+    assert.same({{true, true}, accel.bool}, {val(true + b)})
+    assert.same({{{0, 0}, {0, 0}}, accel.int64}, {val(m * false)}) -- m * False -> int64 zeros
+    assert.same({{{2, 3}, {4, 5}}, accel.int64}, {val(m:add(true))}) -- m.add(True)
+    assert.same({{1.5, 2.5}, accel.float32}, {val(accel.tensor({1.5, 2.5}) * true)})
+    assert.same({{true, true}, accel.bool}, {val(b:maximum(true))}) -- torch.maximum(b, tensor(True))
+    assert.same({{true, true}, accel.bool}, {val(b:clone():add_(true))}) -- b.add_(True)
+    assert.same({true, accel.bool}, {val(accel.tensor(true) + true)}) -- tensor(True) + True -> tensor(True)
+    assert.same({{{true, false}, {false, false}}, accel.bool}, {val(m:eq(true))}) -- m.eq(True)
+    -- b.clamp(0, 1) -> tensor([1, 0]) (int64); b.clamp(0.5) -> float32; b.clamp_(0, 1) refused
+    assert.same({{1, 0}, accel.int64}, {val(b:clamp(0, 1))})
+    assert.same({{1, 0}, accel.int64}, {val(b:clamp({max = 1}))})
+    assert.same({{1, 0.5}, accel.float32}, {val(b:clamp(0.5))})
+    fails("clamp_: an integer bound makes the result int64", function() b:clone():clamp_(0, 1) end)
+  end)
+
+  it("bool tensors refuse what torch refuses", function()
+    local b = accel.tensor({true, false})
+    -- b - True, b - b: "Subtraction, the `-` operator, with two bool tensors is not supported"
+    fails("Subtraction, the `%-` operator, with two bool tensors", function() return b - true end)
+    fails("Subtraction, the `%-` operator, with two bool tensors", function() return b:sub(true) end)
+    -- m - True: "Subtraction, the `-` operator, with a bool tensor is not supported"
+    fails("with a bool tensor is not supported", function() return accel.tensor({1, 2}) - true end)
+    -- b // b, b % b, b ** b, fmod: "... not implemented for 'Bool'"
+    fails("floor_divide: not implemented for 'Bool'", function() return b:floor_divide(b) end)
+    fails("floor_divide: not implemented for 'Bool'", function() return b:clone():floor_divide_(b) end)
+    fails("remainder: not implemented for 'Bool'", function() return b:remainder(b) end)
+    fails("fmod: not implemented for 'Bool'", function() return b:fmod(b) end)
+    fails("pow: not implemented for 'Bool'", function() return b ^ b end)
+    fails("pow: not implemented for 'Bool'", function() return b:clone():pow_(b) end)
+    fails("not implemented for 'Bool'", function() return b:div(b, {rounding_mode = "floor"}) end)
+    -- with a number the result is int64 and allowed: b // 2 -> [0, 0], b % 2 -> [1, 0], b ** 2 -> [1, 0]
+    assert.same({{0, 0}, accel.int64}, {val(b:floor_divide(2))})
+    assert.same({{1, 0}, accel.int64}, {val(b:remainder(2))})
+    assert.same({{1, 0}, accel.int64}, {val(b ^ 2)})
+  end)
+
+  it("an integer meeting a uint8 / int32 tensor is cast to its dtype first", function()
+    local u = accel.tensor({5, 200}, {dtype = accel.uint8})
+    assert.same({{0, 0}, accel.uint8}, {val(u:floor_divide(-2))}) -- u // -2
+    assert.same({{5, 200}, accel.uint8}, {val(u:remainder(-3))}) -- u % -3
+    assert.same({{5, 200}, accel.uint8}, {val(u:fmod(-3))})
+    assert.same({{0, 0}, accel.uint8}, {val(u:div(-2, {rounding_mode = "trunc"}))})
+    assert.same({{0, 0}, accel.uint8}, {val(u:div(-2, {rounding_mode = "floor"}))})
+    assert.same({{255, 255}, accel.uint8}, {val(u:maximum(accel.tensor(-1)))}) -- torch.maximum(u, tensor(-1))
+    assert.same({{5, 44}, accel.uint8}, {val(u:minimum(accel.tensor(300)))})
+    assert.same({{0, 0}, accel.uint8}, {val(u:clone():floor_divide_(-2))})
+    assert.same({0, accel.uint8}, {val(accel.tensor(5, {dtype = accel.uint8}):floor_divide(-2))})
+    assert.same({{-2.5, -100}, accel.float32}, {val(u:div(-2))}) -- true division: the full value
+    local w = accel.tensor({254, 44, 5}, {dtype = accel.uint8})
+    assert.same({true, false, false}, w:eq(-2):tolist()) -- -2 is 254
+    assert.same({false, false, true}, w:lt(300):tolist()) -- 300 is 44
+    fails("integer division by zero", function() return u:floor_divide(256) end) -- 256 is 0: ZeroDivisionError
+    local i = accel.tensor({5, -200}, {dtype = accel.int32})
+    assert.same({{1, -67}, accel.int32}, {val(i:floor_divide(4294967299))}) -- 2^32 + 3 is 3
+    assert.same({{2, 1}, accel.int32}, {val(i:remainder(4294967299))})
+    assert.same({{1, -66}, accel.int32}, {val(i:div(4294967299, {rounding_mode = "trunc"}))})
+    assert.same({{-1, 0}, accel.int32}, {val(i:floor_divide(2147483648))}) -- 2^31 is -2^31
+    assert.same({{5, 3}, accel.int32}, {val(i:maximum(accel.tensor(4294967299)))})
+  end)
+end)

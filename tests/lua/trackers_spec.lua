@@ -13,6 +13,9 @@ local support = dofile("tests/lua/support.lua")
 local shell_quote, tmpdir, rmtree = support.shell_quote, support.tmpdir, support.remove_tree
 local read_file, read_if_exists, write_file = support.read_file, support.read_if_exists, support.write_file
 local errmsg = support.errmsg
+it = support.lua54_only(it, pending, {
+  ["each tracker gets log_kwargs[its name], as Accelerate's log(values, step, log_kwargs)"] = support.NO_STRING_PACK,
+})
 
 local SPEC = "trackers_spec.lua"
 local PYENV = os.getenv("ACCEL_PYENV") or "build/pyenv"

@@ -413,17 +413,17 @@ end
 -- (which must then agree with it); else 1.
 local function resolve_accumulation(o, ds)
   local k = o.gradient_accumulation_steps
-  local raw, var = setting("GRADIENT_ACCUMULATION_STEPS")
   if k == nil and ds and type(ds.gradient_accumulation_steps) == "number" then
     k = ds.gradient_accumulation_steps
     check_launch_accumulation(ds, k)
-  elseif raw ~= nil then
-    k = tonumber(raw)
+  end
+  if k == nil then
+    local raw, var = setting("GRADIENT_ACCUMULATION_STEPS")
+    k = raw == nil and 1 or tonumber(raw)
     if k == nil or k < 1 or k ~= math.floor(k) then
       raise("Accelerator: %s=%s is not a positive integer (gradient_accumulation_steps)", var, raw)
     end
   end
-  k = k or 1
   if k < 1 or k ~= math.floor(k) then
     raise("Accelerator: gradient_accumulation_steps must be a positive integer, got %s", tostring(k))
   end
