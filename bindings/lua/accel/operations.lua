@@ -485,10 +485,7 @@ local function common_length(x, name, n)
     end
     return len
   end
-  local keys = {}
-  for k in pairs(x) do keys[#keys + 1] = k end
-  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
-  for _, k in ipairs(keys) do
+  for _, k in ipairs(util.sorted_keys(x)) do
     local path = name and name .. "." .. tostring(k) or tostring(k)
     if not splittable(x[k]) then
       raise("split_between_processes: value %s is a %s, expected a list or a tensor", path, type(x[k]))

@@ -46,7 +46,8 @@
 -- `break` out of the loop (or an error) closes the bar too.
 local accel = require("accel")
 local plugins = require("accel.plugins")
-local raise = require("accel.util").raise
+local util = require("accel.util")
+local raise = util.raise
 local C = accel._C
 
 local progress = {}
@@ -213,10 +214,7 @@ function Bar:stats(now)
   local post = ""
   if self.postfix then
     local parts = {}
-    local keys = {}
-    for k in pairs(self.postfix) do keys[#keys + 1] = k end
-    table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
-    for _, k in ipairs(keys) do parts[#parts + 1] = tostring(k) .. "=" .. fmt_value(self.postfix[k]) end
+    for _, k in ipairs(util.sorted_keys(self.postfix)) do parts[#parts + 1] = tostring(k) .. "=" .. fmt_value(self.postfix[k]) end
     if #parts > 0 then post = ", " .. table.concat(parts, ", ") end
   end
   local total = self:shown_total()

@@ -92,7 +92,8 @@
 local accel = require("accel")
 local compat = require("accel.compat")
 local json = require("accel.json")
-local read_file = require("accel.util").read_file
+local util = require("accel.util")
+local read_file = util.read_file
 local C = accel._C
 
 local tracking = {}
@@ -154,12 +155,7 @@ local function config_json(config, opts)
   return text
 end
 
-local function sorted_keys(t)
-  local keys = {}
-  for k in pairs(t) do keys[#keys + 1] = k end
-  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
-  return keys
-end
+local sorted_keys = util.sorted_keys
 
 ------------------------------------------------------------------------------
 -- Files

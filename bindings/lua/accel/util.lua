@@ -338,4 +338,13 @@ function util.parse_flags(argv, kinds, fail)
   return o, pos
 end
 
+-- The keys of t, in the order of their tostring (a stable order for
+-- messages and files whatever the key types).
+function util.sorted_keys(t)
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  return keys
+end
+
 return util

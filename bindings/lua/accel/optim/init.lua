@@ -342,13 +342,7 @@ local function shape_str(t)
   return "[" .. table.concat(s, ", ") .. "]"
 end
 
--- The keys of t, in the order of their tostring.
-local function sorted_keys(t)
-  local keys = {}
-  for k in pairs(t) do keys[#keys + 1] = k end
-  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
-  return keys
-end
+local sorted_keys = util.sorted_keys
 
 -- Why a non-empty saved state lacks a key in kept.required or has one in
 -- neither kept.required nor kept.optional (kept: the class's _state_keys;
