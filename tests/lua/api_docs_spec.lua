@@ -17,6 +17,8 @@
 -- checked to exist on a tensor).
 -- Names starting with "_" are private; ALLOW below lists the few public
 -- names that are internals, each with its reason.
+-- Also: no markdown table in docs/ or docs/api/ is split by a line between
+-- its rows (the rows after it would lose their header).
 local accel = require("accel")
 local support = dofile("tests/lua/support.lua")
 
@@ -265,7 +267,34 @@ local function missing(page, names)
   return out
 end
 
+-- "file:line" of each table row of a markdown page that follows other text
+-- (outside fenced blocks) without a header of its own: a paragraph or a
+-- blank line between two rows splits the table, and the rows after it lose
+-- their header (they render as plain text).
+local function headless_rows(path)
+  local out, fenced, prev = {}, false, "text"
+  local lines = {}
+  for line in (support.read_file(path) .. "\n"):gmatch("(.-)\n") do lines[#lines + 1] = line end
+  for i, line in ipairs(lines) do
+    if line:match("^```") then fenced = not fenced end
+    local row = not fenced and line:match("^%s*|") ~= nil
+    local header = row and (lines[i + 1] or ""):match("^%s*|%s*:?%-%-%-") ~= nil
+    if row and prev == "gap" and not header then out[#out + 1] = path .. ":" .. i end
+    if row then prev = "row" elseif prev == "row" or prev == "gap" then prev = "gap" end
+    if line:match("^#") then prev = "text" end
+  end
+  return out
+end
+
 describe("docs/api", function()
+  it("no table's rows are split by other lines (docs/*.md, docs/api/*.md)", function()
+    local out = {}
+    for path in support.command_output("ls docs/*.md docs/api/*.md"):gmatch("[^\n]+") do
+      for _, where in ipairs(headless_rows(path)) do out[#out + 1] = where end
+    end
+    assert(#out == 0, "table rows after a break in their table, without a header: " .. table.concat(out, ", "))
+  end)
+
   for page, collect in pairs(PAGES) do
     it(page .. " documents every public name", function()
       local out = missing(page, collect())

@@ -36,6 +36,14 @@ describe("collectives of values that are not tensors", function()
     assert.are.same({}, a:gather({}))
   end)
 
+  it('reduce "none" is the sum (Accelerate: unchanged on one process), times scale like every reduction', function()
+    local v = accel.tensor({1.5, -2})
+    local none = a:reduce(v, "none")
+    assert.are_not.equal(v, none)
+    assert.are.same({1.5, -2}, none:tolist())
+    assert.are.same({3, -4}, a:reduce({v}, {reduction = "none", scale = 2})[1]:tolist())
+  end)
+
   it("pad_across_processes leaves a tensor without the dim as it is (Accelerate's rule)", function()
     local v = accel.tensor{1, 2, 3}
     assert.are.equal(v, a:pad_across_processes(v, {dim = 3}))

@@ -101,6 +101,14 @@ describe("fp8 casts against PyTorch 2.x", function()
     local s5 = C.fp8_quantize(x, 1.0, accel.float8_e5m2):float():tolist()
     assert.are.same({448, -57344, 57344, -57344}, {s5[1], s5[2], s5[3], s5[4]})
   end)
+
+  it("the edges of docs/fp8.md: the ties 432 (e4m3fn) and 61440 (e5m2) round to the even neighbour", function()
+    -- PyTorch 2.15: tensor([431.99, 432., -432.]).to(float8_e4m3fn) -> [416., 448., -448.];
+    -- tensor([61439., 61440., -61440.]).to(float8_e5m2) -> [57344., inf, -inf]
+    assert.are.same({416, 448, -448}, accel.tensor({431.99, 432, -432}):to(accel.float8_e4m3fn):float():tolist())
+    assert.are.same({57344, math.huge, -math.huge},
+      accel.tensor({61439, 61440, -61440}):to(accel.float8_e5m2):float():tolist())
+  end)
 end)
 
 

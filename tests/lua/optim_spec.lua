@@ -522,10 +522,11 @@ describe("optimizer errors", function()
     fails("SGD: differentiable = true is not supported", optim.SGD, {{params = {p}, differentiable = true}}, {lr = 0.1})
     fails("Adam: Tensor lr must be 1%-element", optim.Adam, {{params = {p}, lr = accel.ones(2)}})
     fails("SGD: option 'momentum' must be a number", optim.SGD, {{params = {p}, momentum = "0.9"}}, {lr = 0.1})
-    -- ignored as in the options; other keys are the group's own and carried along, as
-    -- PyTorch 2.15 carries them ({'params': [p], 'name': 'dec'} keeps 'name', also in state_dict)
+    -- ignored as in the options but kept as given (PyTorch 2.15: a group {'params': [p], 'foreach': True}
+    -- holds foreach True); other keys are the group's own and carried along, as PyTorch 2.15 carries
+    -- them ({'params': [p], 'name': 'dec'} keeps 'name', also in state_dict)
     local g = optim.Adam({{params = {p}, foreach = true, differentiable = false, initial_lr = 0.5, name = "dec"}})
-    assert.is_nil(g.param_groups[1].foreach)
+    assert.are.equal(true, g.param_groups[1].foreach)
     assert.are.equal(0.5, g.param_groups[1].initial_lr)
     assert.are.equal("dec", g.param_groups[1].name)
     assert.are.equal("dec", g:state_dict().param_groups[1].name)

@@ -8,20 +8,36 @@
 local accel = require("accel")
 local nn, optim = accel.nn, accel.optim
 
+-- Expected texts: PyTorch 2.15's str(optimizer) on the same groups, "Parameter Group 0" ... written 1-based.
 describe("print(optimizer)", function()
-  it("AdamW has PyTorch's shape, booleans as True/False", function()
+  it("AdamW has PyTorch's shape, booleans as True/False, PyTorch's keys we take and ignore", function()
     local opt = optim.AdamW(nn.Linear(3, 2):parameters(), {lr = 1e-3})
     assert.are.equal(table.concat({
       "AdamW (",
       "Parameter Group 1",
       "    amsgrad: False",
       "    betas: (0.9, 0.999)",
+      "    capturable: False",
       "    decoupled_weight_decay: True",
+      "    differentiable: False",
       "    eps: 1e-08",
+      "    foreach: None",
+      "    fused: None",
       "    lr: 0.001",
       "    maximize: False",
       "    weight_decay: 0.01",
       ")"}, "\n"), tostring(opt))
+  end)
+
+  it("Adam with two groups and foreach / fused given: printed as given, the groups apart by a blank line", function()
+    local m = nn.Linear(2, 2)
+    local opt = optim.Adam({{params = {m.weight}}, {params = {m.bias}, lr = 0.5}}, {foreach = true, fused = false})
+    local function group(n, lr)
+      return table.concat({"Parameter Group " .. n, "    amsgrad: False", "    betas: (0.9, 0.999)",
+        "    capturable: False", "    decoupled_weight_decay: False", "    differentiable: False", "    eps: 1e-08",
+        "    foreach: True", "    fused: False", "    lr: " .. lr, "    maximize: False", "    weight_decay: 0"}, "\n")
+    end
+    assert.are.equal("Adam (\n" .. group(1, "0.001") .. "\n\n" .. group(2, "0.5") .. "\n)", tostring(opt))
   end)
 
   it("SGD with two groups", function()
@@ -31,13 +47,20 @@ describe("print(optimizer)", function()
       "SGD (",
       "Parameter Group 1",
       "    dampening: 0",
+      "    differentiable: False",
+      "    foreach: None",
+      "    fused: None",
       "    lr: 0.1",
       "    maximize: False",
       "    momentum: 0.9",
       "    nesterov: False",
       "    weight_decay: 0",
+      "",
       "Parameter Group 2",
       "    dampening: 0",
+      "    differentiable: False",
+      "    foreach: None",
+      "    fused: None",
       "    lr: 0.5",
       "    maximize: False",
       "    momentum: 0.9",

@@ -378,6 +378,16 @@ describe("the MLflow tracker without a server", function()
       errmsg(function() tracking.create("mlflow", {tracking_uri = "http://127.0.0.1:1", timeout = 0}) end))
   end)
 
+  it("init_trackers checks every tracker before starting any: no events file when mlflow is refused", function()
+    local a = accel.Accelerator{log_with = {"tensorboard", "jsonl", "mlflow"}, project_dir = dir}
+    assert.matches(SPEC .. ":%d+: mlflow tracker: no tracking server; set MLFLOW_TRACKING_URI",
+      errmsg(function() a:init_trackers("p", {lr = 1}, {mlflow = {tracking_uri = ""}}) end))
+    assert.matches(SPEC .. ":%d+: mlflow tracker: timeout must be a positive number",
+      errmsg(function() a:init_trackers("p", nil, {mlflow = {tracking_uri = "http://127.0.0.1:1", timeout = 0}}) end))
+    assert.is_false(exists(dir .. "/p"), "the run folder of the file trackers was made")
+    assert.are.equal(0, #a.trackers)
+  end)
+
   it("a server that is down: an error naming the URL and curl's reason, at once", function()
     local uri = "http://127.0.0.1:" .. free_port()
     local a = accel.Accelerator{log_with = "mlflow"}

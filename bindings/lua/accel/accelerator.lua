@@ -1696,22 +1696,29 @@ local function builtin_tracker_opts(self, name, project_name, extra)
   return opts
 end
 
--- Starts the trackers of one log_with entry (built-in names in `used` already
--- started are skipped: {"all", "csv"} starts one csv tracker); returns them.
-local function start_tracker(self, entry, project_name, init_kwargs, used)
-  if is_table(entry) then
-    local t = accel.tracking.check_tracker(entry)
-    if t.start then t:start() end
-    return {t}
-  end
-  local out = {}
-  for _, n in ipairs(accel.tracking.expand_names(entry)) do
-    if not used[n] then
-      used[n] = true
-      out[#out + 1] = accel.tracking.create(n, builtin_tracker_opts(self, n, project_name, init_kwargs[n]))
+-- What init_trackers starts, in log_with's order: {tracker = t} for a custom
+-- tracker, {name =, opts =} for a built-in one, whose options (the MLflow
+-- server URI, ...) are checked here, before any tracker starts. A built-in
+-- name in `used` is skipped ({"all", "csv"} starts one csv tracker).
+local function tracker_plan(self, entries, project_name, init_kwargs, used)
+  local plan = {}
+  for _, entry in ipairs(entries) do
+    if is_table(entry) then plan[#plan + 1] = {tracker = accel.tracking.check_tracker(entry)} end
+    for _, n in ipairs(is_table(entry) and {} or accel.tracking.expand_names(entry)) do
+      if not used[n] then
+        used[n] = true
+        local opts = builtin_tracker_opts(self, n, project_name, init_kwargs[n])
+        accel.tracking.check(n, opts)
+        plan[#plan + 1] = {name = n, opts = opts}
+      end
     end
   end
-  return out
+  return plan
+end
+
+local function start_tracker(p)
+  if p.tracker and p.tracker.start then p.tracker:start() end
+  return p.tracker or accel.tracking.create(p.name, p.opts)
 end
 
 -- init_trackers(project_name, config, init_kwargs), as Accelerate, or
@@ -1726,15 +1733,14 @@ function Accelerator:init_trackers(project_name, a, b)
   if init_kwargs ~= nil and not is_table(init_kwargs) then raise("init_trackers: init_kwargs must be a table, got %s", type(init_kwargs)) end
   init_kwargs = init_kwargs or {}
   if not self.is_main_process then return end
-  local entries = accel.tracking.log_with_entries(self.log_with) -- all checked before any tracker starts
-  local started, used = {}, {}
+  local used = {}
+  local plan = tracker_plan(self, accel.tracking.log_with_entries(self.log_with), project_name, init_kwargs, used)
+  for k in pairs(init_kwargs) do
+    if not used[k] then raise('init_trackers: init_kwargs.%s names no built-in tracker started from log_with', tostring(k)) end
+  end
+  local started = {}
   local ok, err = pcall(function()
-    for _, entry in ipairs(entries) do
-      for _, t in ipairs(start_tracker(self, entry, project_name, init_kwargs, used)) do started[#started + 1] = t end
-    end
-    for k in pairs(init_kwargs) do
-      if not used[k] then raise('init_trackers: init_kwargs.%s names no built-in tracker started from log_with', tostring(k)) end
-    end
+    for _, p in ipairs(plan) do started[#started + 1] = start_tracker(p) end
     if config ~= nil then
       for _, t in ipairs(started) do t:store_init_configuration(config) end
     end

@@ -13,10 +13,12 @@
 -- broadcast_object_list (JSON). map_tensors (used for batches) passes other
 -- leaves through.
 --
--- Agreement: a process that passes one tensor and valid arguments goes
--- straight to its collective, whose header check (core/dist/dist.c)
--- compares kind, dtype, shape, op and source across the processes. Any
--- other call (a nested table, a value that is not a tensor, an invalid
+-- Agreement: a process that passes one tensor and valid arguments to
+-- gather, broadcast or pad_across_processes (or runs alone) goes straight
+-- to its collective, whose header check (core/dist/dist.c) compares kind,
+-- dtype, shape, op and source across the processes. Any other call (also
+-- every reduce on several processes: its header does not carry reduction
+-- and scale; a nested table, a value that is not a tensor, an invalid
 -- argument) first sends every process a short description of its data and
 -- arguments (one all_gather of strings): processes that pass differently
 -- structured data or different arguments, or a value refused on one
@@ -162,20 +164,23 @@ local function agree(comm, how, data, args, err)
   end
 end
 
--- fn on every tensor of data: one tensor (valid arguments: err nil) at once,
--- anything else after the agreement step.
+-- fn on every tensor of data: one tensor (valid arguments: err nil) at once
+-- when the collective's header covers the arguments (how.in_header) or
+-- there is one process, anything else after the agreement step.
 local function run(comm, how, data, args, err, fn)
-  if err == nil and accel.is_tensor(data) then return fn(data) end
+  if err == nil and accel.is_tensor(data) and (how.in_header or comm.world_size == 1) then return fn(data) end
   agree(comm, how, data, args, err)
   return map_tensors(data, fn)
 end
 
 -- ---------------------------------------------------------------- tensors
 
-local GATHER = {name = "gather", hint = " (use gather_object for other Lua values)"}
+-- reduce's arguments (reduction, scale) are not in its all_reduce's header:
+-- it agrees on them also for one tensor.
+local GATHER = {name = "gather", hint = " (use gather_object for other Lua values)", in_header = true}
 local REDUCE = {name = "reduce", hint = ""}
-local BROADCAST = {name = "broadcast", hint = " (use broadcast_object_list for other Lua values)"}
-local PAD = {name = "pad_across_processes", hint = ""}
+local BROADCAST = {name = "broadcast", hint = " (use broadcast_object_list for other Lua values)", in_header = true}
+local PAD = {name = "pad_across_processes", hint = "", in_header = true}
 
 -- gather: every process's tensor concatenated along dim 1, in rank order
 -- (0-dim tensors become 1-D first, as in Accelerate; on one process the
@@ -196,10 +201,11 @@ function ops.truncate(data, n)
   end)
 end
 
-local reductions = {sum = "sum", mean = "sum", max = "max", min = "min"}
+-- The all_reduce op of each reduction ("none" sums, as Accelerate's).
+local reductions = {sum = "sum", mean = "sum", max = "max", min = "min", none = "sum"}
 
 local function reduce_error(reduction, scale)
-  if not reductions[reduction] and reduction ~= "none" then
+  if not reductions[reduction] then
     return ('reduction must be "sum", "mean", "max", "min" or "none", got %s'):format(util.show(reduction))
   end
   if scale ~= nil and type(scale) ~= "number" then
@@ -219,15 +225,11 @@ local function check_mean(comm, t)
 end
 
 -- reduce: sum / mean / max / min of a tensor over processes (then * scale);
--- "none" returns it unchanged (no collective, as Accelerate's).
+-- "none" is the sum, as Accelerate's (which all-reduces with SUM for every
+-- reduction but "max"); "min" is accel-lua's.
 function ops.reduce(comm, data, reduction, scale)
   reduction = reduction or "sum"
   local err = reduce_error(reduction, scale)
-  if reduction == "none" then
-    err = err or describe(data, "data", {}, "")
-    if err then raise("reduce: %s", err) end
-    return map_tensors(data, function(t) return t end)
-  end
   local args = ("{reduction = %s, scale = %s}"):format(arg_text(reduction), arg_text(scale or 1))
   return run(comm, REDUCE, data, args, err, function(t)
     if reduction == "mean" then check_mean(comm, t) end

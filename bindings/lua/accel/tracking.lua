@@ -540,21 +540,29 @@ local function string_map(t, what)
   return out
 end
 
-function Mlflow.new(_, opts)
+-- The run's settings from opts and the environment, checked without
+-- contacting the server: {uri, timeout, headers, experiment, tags}.
+function Mlflow.check(opts)
   for _, k in ipairs({"run_id", "nested_run"}) do
     if opts[k] ~= nil then fail("mlflow tracker: option " .. k .. " (resuming / nesting runs) is not supported") end
   end
   if (os.getenv("MLFLOW_RUN_ID") or "") ~= "" then fail("mlflow tracker: MLFLOW_RUN_ID (resuming a run) is not supported; unset it") end
-  local self = setmetatable({name = "mlflow", uri = mlflow_uri(opts), timeout = mlflow_timeout(opts),
-                             headers = mlflow_headers(), warned = {}}, Mlflow)
+  local s = {uri = mlflow_uri(opts), timeout = mlflow_timeout(opts), headers = mlflow_headers()}
   local env_experiment = os.getenv("MLFLOW_EXPERIMENT_NAME")
-  local experiment = (env_experiment ~= "" and env_experiment) or opts.experiment_name or "Default"
-  if type(experiment) ~= "string" or experiment == "" then fail("mlflow tracker: experiment_name must be a non-empty string") end
+  s.experiment = (env_experiment ~= "" and env_experiment) or opts.experiment_name or "Default"
+  if type(s.experiment) ~= "string" or s.experiment == "" then fail("mlflow tracker: experiment_name must be a non-empty string") end
   if opts.run_name ~= nil and type(opts.run_name) ~= "string" then fail("mlflow tracker: run_name must be a string") end
-  local tags = string_map(opts.tags, "tags")
-  if opts.description ~= nil then tags[#tags + 1] = {key = "mlflow.note.content", value = tostring(opts.description)} end
+  s.tags = string_map(opts.tags, "tags")
+  if opts.description ~= nil then s.tags[#s.tags + 1] = {key = "mlflow.note.content", value = tostring(opts.description)} end
+  return s
+end
+
+function Mlflow.new(_, opts)
+  local s = Mlflow.check(opts)
+  local self = setmetatable({name = "mlflow", uri = s.uri, timeout = s.timeout, headers = s.headers, warned = {}}, Mlflow)
+  local experiment = s.experiment
   local run = self:call("POST", "runs/create", json.encode({experiment_id = self:experiment_id(experiment),
-    start_time = now_ms(), run_name = opts.run_name, tags = json.array(tags)})).run.info
+    start_time = now_ms(), run_name = opts.run_name, tags = json.array(s.tags)})).run.info
   self.run_id = run.run_id
   self.tracker = {run_id = run.run_id, experiment_id = run.experiment_id, run_name = run.run_name,
                   experiment_name = experiment, tracking_uri = self.uri}
@@ -704,12 +712,22 @@ local function run_dir(names, opts)
   return dir
 end
 
--- tracking.create(name, {project_dir = ".", run_name = nil, config = nil, <mlflow options>})
-function tracking.create(name, opts)
-  opts = opts or {}
+-- The backend names of tracking.create(name, opts), its options checked
+-- (and the MLflow settings: server URI, ...) without starting anything.
+function tracking.check(name, opts)
   if type(opts) ~= "table" then fail("tracking.create: options must be a table") end
   local names = expand_names(name)
   check_options(names, opts)
+  for _, n in ipairs(names) do
+    if BACKENDS[n].check then BACKENDS[n].check(opts) end
+  end
+  return names
+end
+
+-- tracking.create(name, {project_dir = ".", run_name = nil, config = nil, <mlflow options>})
+function tracking.create(name, opts)
+  opts = opts or {}
+  local names = tracking.check(name, opts)
   local dir = run_dir(names, opts)
   local self = setmetatable({name = type(name) == "string" and name or table.concat(names, ","),
                              run_dir = dir, trackers = {}, last_step = nil,

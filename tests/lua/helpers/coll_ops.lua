@@ -105,6 +105,13 @@ do
     .. "data.b (every process must pass tensors under the same keys)", acc.reduce, acc, rank == 0 and {a = t} or {b = t})
   expect('reduce: rank 0 passes {reduction = "sum", scale = 1}, rank 1 {reduction = "mean", scale = 1}',
     acc.reduce, acc, {t}, rank == 0 and "sum" or "mean")
+  -- one tensor: its all_reduce's header has neither reduction nor scale
+  expect('reduce: rank 0 passes {reduction = "sum", scale = 1}, rank 1 {reduction = "mean", scale = 1}',
+    acc.reduce, acc, accel.tensor({1.0 + rank}), rank == 0 and "sum" or "mean")
+  expect('reduce: rank 0 passes {reduction = "sum", scale = 1}, rank 1 {reduction = "sum", scale = 2}',
+    acc.reduce, acc, t, {reduction = "sum", scale = math.min(rank, 1) + 1})
+  expect('reduce: rank 0 passes {reduction = "none", scale = 1}, rank 1 {reduction = "sum", scale = 1}',
+    acc.reduce, acc, t, rank == 0 and "none" or "sum")
   expect("broadcast: rank 0 passes {from_process = 0}, rank 1 {from_process = 1}", acc.broadcast, acc, {t},
     math.min(rank, 1))
   expect("gather: rank 1: unsupported type string at data[1]; only tensors and nested tables of tensors can be passed "

@@ -150,7 +150,8 @@ do
   same_list(values(acc:reduce(t, {reduction = "max"})), {N, 0}, "reduce max")
   same_list(values(acc:reduce(t, "min")), {1, -(N - 1)}, "reduce min")
   same_list(values(acc:reduce(t, "sum", 0.5)), {sum / 2, -(N - 1) * N / 4}, "reduce sum with scale")
-  check(acc:reduce(t, "none") == t, "reduce none returns the tensor")
+  -- Accelerate 1.15 on 2 ranks: reduce(tensor([3.]) / tensor([4.]), "none") gives [7.] on both (SUM)
+  same_list(values(acc:reduce(t, "none")), {sum, -(N - 1) * N / 2}, "reduce none sums")
   -- an integer mean over several processes: Accelerate's in-place division raises
   -- "result type Float can't be cast to the desired output type Long"
   local i = accel.tensor({rank + 1, 4}, {dtype = accel.int64})

@@ -28,8 +28,8 @@
 --   the defaults. Unknown options are an error (a param group may carry keys
 --   of its own, as in PyTorch: a name, a scheduler's initial_lr; its
 --   hyper-parameters get the options' checks); foreach / fused / capturable are
---   accepted and ignored (updates are always fused), differentiable = true
---   is refused. lr may be a 1-element tensor: its value is read when the
+--   accepted and ignored (updates are always fused; kept in the group as
+--   given, and printed), differentiable = true is refused. lr may be a 1-element tensor: its value is read when the
 --   optimizer or the group is made (later changes to it are not seen).
 -- * SGD / Adam / AdamW take lr positionally too: SGD(params, 0.1, {...}).
 -- * Named parameters (model:named_parameters()'s iterator, or {name, tensor}
@@ -453,16 +453,23 @@ function Optimizer:load_state_dict(sd)
   self.state = state
 end
 
+-- PyTorch's Optimizer.__repr__: each group's keys sorted, the groups apart
+-- by a blank line (numbered from 1, as opt.param_groups). Keys of the
+-- class's _torch_keys that a group lacks (not given: their PyTorch
+-- default) are printed as PyTorch prints that default.
 function Optimizer:__tostring()
-  local out = {self.__name .. " ("}
+  local out, extra = {self.__name .. " ("}, self._torch_keys or {}
   for gi, g in ipairs(self.param_groups) do
+    if gi > 1 then out[#out + 1] = "" end
     out[#out + 1] = ("Parameter Group %d"):format(gi)
-    local keys = {}
+    local keys, text = {}, {}
+    for k, v in pairs(extra) do keys[#keys + 1], text[k] = k, v end
     for k in pairs(g) do
-      if k ~= "params" then keys[#keys + 1] = tostring(k) end
+      if k ~= "params" and text[k] == nil then keys[#keys + 1] = tostring(k) end
+      if k ~= "params" then text[tostring(k)] = show(g[k]) end
     end
     table.sort(keys)
-    for _, k in ipairs(keys) do out[#out + 1] = ("    %s: %s"):format(k, show(g[k])) end
+    for _, k in ipairs(keys) do out[#out + 1] = ("    %s: %s"):format(k, text[k]) end
   end
   out[#out + 1] = ")"
   return table.concat(out, "\n")
@@ -470,7 +477,8 @@ end
 
 -- ---- options ----
 
--- Options accepted and ignored (updates are always fused).
+-- Options accepted and ignored (updates are always fused); a given value
+-- is kept in the group, as PyTorch keeps it (and prints it).
 local IGNORED = {foreach = true, fused = true, capturable = true}
 
 -- The option keys an optimizer with these defaults takes, sorted.
@@ -482,14 +490,11 @@ local function option_keys(defaults)
   return keys
 end
 
--- The value option k = v takes (nil: ignored), or an error: an unknown key,
+-- The value option k = v takes, or an error: an unknown key,
 -- differentiable = true, a tensor lr that is not 1-element (read as a number).
 local function option_value(name, known, k, v)
-  if k == "differentiable" then
-    if v then raise("%s: differentiable = true is not supported", name) end
-    return nil
-  end
-  if IGNORED[k] then return nil end
+  if k == "differentiable" and v then raise("%s: differentiable = true is not supported", name) end
+  if IGNORED[k] or k == "differentiable" then return copy_plain(v) end
   if known[k] == nil then util.unknown_option(name, k, option_keys(known)) end
   if k == "lr" and is_tensor(v) then
     if v:numel() ~= 1 then raise("%s: Tensor lr must be 1-element, got %d elements", name, v:numel()) end
@@ -576,6 +581,9 @@ function SGD:init(params, lr, opts)
   Optimizer.init(self, params, options("SGD", ctor_options("SGD", lr, opts), SGD_DEFAULTS))
 end
 
+-- The keys PyTorch 2.15's SGD groups hold beyond ours, as it prints their defaults.
+SGD._torch_keys = {differentiable = "False", foreach = "None", fused = "None"}
+
 -- What an SGD state holds (step: from a sharded checkpoint).
 SGD._state_keys = {required = {}, optional = {"momentum_buffer", "step"}}
 
@@ -658,6 +666,7 @@ local function adam_class(name, default_wd, decoupled)
   local defaults = {lr = 1e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_decay = default_wd, amsgrad = false,
                     maximize = false, decoupled_weight_decay = decoupled}
   cls._check_group = check_adam_group
+  cls._torch_keys = {capturable = "False", differentiable = "False", foreach = "None", fused = "None"}
   cls._state_keys = {required = {"step", "exp_avg", "exp_avg_sq"}, optional = {"max_exp_avg_sq"}}
   cls.step = adam_step
   function cls:init(params, lr, opts)
