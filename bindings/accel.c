@@ -548,6 +548,7 @@ static const struct { const char *name, *module; } exports[] = {
     {"GradientAccumulationPlugin", "accel.accelerator"},
     {"DataLoaderConfiguration", "accel.accelerator"},
     {"find_executable_batch_size", "accel.accelerator"},
+    {"LocalSGD", "accel.local_sgd"},
     {"set_seed", "accel.utils"},
 };
 

@@ -151,6 +151,9 @@ Tensor *lu_check_tensor(lua_State *L, int idx) {
 static Tensor *self_or_error(lua_State *L, Tensor *t) {
     if (!t) {
         const char *m = called_name(L, "method");
+        if (strcmp(m, "repeat") == 0) /* a Lua keyword: t:repeat(...) does not parse */
+            lu_error(L, "Tensor.repeat: call it as t[\"repeat\"](t, ...) (repeat is a Lua keyword; the tensor itself "
+                        "must come first, as in accel[\"repeat\"](t, ...); got %s)", luaL_typename(L, 1));
         lu_error(L, "Tensor.%s: call it as t:%s(...), not t.%s(...) (the tensor itself must come first, as in "
                     "accel.%s(t, ...); got %s)", m, m, m, m, luaL_typename(L, 1));
     }

@@ -661,6 +661,146 @@ static int t_view_as(lua_State *L) { return to_shape_of(L, tensor_reshape); }
 static int t_expand(lua_State *L) { return to_shape(L, tensor_expand, "expand"); }
 static int t_expand_as(lua_State *L) { return to_shape_of(L, tensor_expand); }
 
+/* ---- repeat / tile / repeat_interleave: expand + reshape, index_select ---- */
+
+/* t with a new dim of size r inserted at `at` (0-based) and merged with its
+ * neighbour: into dim at (at + 1 after the insert: r copies of the whole dim,
+ * as repeat) or into dim at - 1 (r copies of each slice, as
+ * repeat_interleave). Autograd through unsqueeze, expand and reshape;
+ * consumes t. */
+static Tensor *repeat_dim(Tensor *t, int at, int64_t r, bool whole) {
+    Tensor *u = t ? tensor_unsqueeze(t, at) : NULL;
+    tensor_release(t);
+    if (!u) return NULL;
+    int64_t shape[TENSOR_MAX_DIMS];
+    memcpy(shape, u->shape, sizeof(int64_t) * (size_t)u->ndim);
+    shape[at] = r;
+    Tensor *e = tensor_expand(u, shape, u->ndim);
+    tensor_release(u);
+    if (!e) return NULL;
+    int lo = whole ? at : at - 1;
+    shape[lo] *= shape[lo + 1];
+    memmove(shape + lo + 1, shape + lo + 2, sizeof(int64_t) * (size_t)(e->ndim - lo - 2));
+    Tensor *out = tensor_reshape(e, shape, e->ndim - 1);
+    tensor_release(e);
+    return out;
+}
+
+/* As torch, repeat and repeat_interleave return new memory: a result that
+ * is still a view of the input (every count 1, or a size-1 dim) is copied. */
+static int ret_copy(lua_State *L, Tensor *r) {
+    if (r && r->is_view) {
+        Tensor *c = tensor_clone(r);
+        tensor_release(r);
+        r = c;
+    }
+    return ret(L, r);
+}
+
+/* t["repeat"](t, sizes) and t:tile(sizes): tile pads the sizes with leading
+ * 1s to t's dims, repeat needs at least as many sizes as dims. */
+static int repeat_like(lua_State *L, bool tile) {
+    const char *op = tile ? "tile" : "repeat";
+    Tensor *self = SELF;
+    int64_t reps[TENSOR_MAX_DIMS], shape[TENSOR_MAX_DIMS];
+    int next, n = lu_sizes(L, 2, reps, &next);
+    if (lua_gettop(L) >= next)
+        return lu_error(L, "%s: bad argument #%d (%s): expected sizes (numbers) or one list of them", op, next - 1,
+                        luaL_typename(L, next));
+    if (tile && n < self->ndim) {
+        int pad = self->ndim - n;
+        memmove(reps + pad, reps, sizeof(int64_t) * (size_t)n);
+        for (int i = 0; i < pad; i++) reps[i] = 1;
+        n = self->ndim;
+    }
+    if (n < self->ndim)
+        return lu_error(L, "%s: Number of dimensions of repeat dims can not be smaller than number of dimensions of "
+                           "tensor (%d sizes for shape %s)", op, n, tensor_shape_str(self));
+    if (n >= TENSOR_MAX_DIMS) return lu_error(L, "%s: %d dims; at most %d are supported", op, n, TENSOR_MAX_DIMS - 1);
+    char out[256] = "";
+    for (int i = 0, lead = n - self->ndim; i < n; i++) {
+        shape[i] = i < lead ? 1 : self->shape[i - lead];
+        snprintf(out + strlen(out), sizeof out - strlen(out), "%s%lld", i ? ", " : "", (long long)(shape[i] * reps[i]));
+    }
+    for (int i = 0; i < n; i++)
+        if (reps[i] < 0)
+            return lu_error(L, "%s: Trying to create tensor with negative dimension %lld: [%s]", op,
+                            (long long)(shape[i] * reps[i]), out);
+    Tensor *r = tensor_reshape(self, shape, n); /* a view with the leading 1s */
+    for (int d = 0; d < n && r; d++)
+        if (reps[d] != 1) r = repeat_dim(r, d, reps[d], true);
+    return ret_copy(L, r);
+}
+
+static int t_repeat(lua_State *L) { return repeat_like(L, false); }
+static int t_tile(lua_State *L) { return repeat_like(L, true); }
+
+/* repeat_interleave's index for the repeats tensor rep (integer, 0-dim or
+ * 1-dim with len entries or one) over a dim of size len: i repeated rep[i]
+ * times, int64 on device dev. Checks rep before allocating. */
+static Tensor *interleave_index(lua_State *L, Tensor *rep, int64_t len, Device dev) {
+    if (dtype_is_float(rep->dtype) || rep->dtype == DT_BOOL)
+        lu_error(L, "repeat_interleave: repeats must be an integer tensor, got %s", dtype_name(rep->dtype));
+    if (rep->ndim > 1) lu_error(L, "repeat_interleave: repeats must be 0-dim or 1-dim tensor");
+    if (rep->numel != 1 && rep->numel != len)
+        lu_error(L, "repeat_interleave: repeats must have the same size as input along dim, but got repeats.size(0) = "
+                    "%lld and input.size(0) = %lld", (long long)rep->numel, (long long)len);
+    int64_t total = 0;
+    for (int64_t i = 0; i < rep->numel; i++) {
+        int64_t k = (int64_t)tensor_get_flat(rep, i);
+        if (k < 0) lu_error(L, "repeat_interleave: repeats can not be negative");
+        total += rep->numel == 1 ? k * len : k;
+    }
+    Tensor *idx = tensor_empty((int64_t[]){total}, 1, DT_I64, (Device){.type = DEV_CPU});
+    if (!idx) return NULL;
+    int64_t *p = tensor_data(idx), at = 0;
+    for (int64_t i = 0; i < len; i++)
+        for (int64_t k = (int64_t)tensor_get_flat(rep, rep->numel == 1 ? 0 : i); k > 0; k--) p[at++] = i;
+    if (dev.type == DEV_CPU) return idx;
+    Tensor *moved = tensor_to_device(idx, dev);
+    tensor_release(idx);
+    return moved;
+}
+
+/* t:repeat_interleave(repeats, [dim]) or (repeats, {dim =}): each slice
+ * along dim repeated (without dim: of t flattened); repeats a whole number
+ * or an integer tensor. t:repeat_interleave() of a 1-dim integer t is the
+ * index [1 x t[1], 2 x t[2], ...] counted from 0 (torch.repeat_interleave(repeats)). */
+static int t_repeat_interleave(lua_State *L) {
+    Tensor *self = SELF;
+    if (lua_isnoneornil(L, 2)) {
+        lu_check_no_more_args(L, 3);
+        if (self->ndim != 1) return lu_error(L, "repeat_interleave: repeats must be 0-dim or 1-dim tensor");
+        return ret(L, interleave_index(L, self, self->shape[0], self->device));
+    }
+    int opts = lu_dim_keyword(L, 3, "dim");
+    lu_check_no_more_args(L, opts ? opts + 1 : 4);
+    bool flat = lua_isnoneornil(L, 3);
+    int d = flat ? 0 : tensor_wrap_dim(self, lu_dim(L, 3), "repeat_interleave");
+    if (d < 0) return lu_core_error(L);
+    int64_t len = flat ? self->numel : self->ndim ? self->shape[d] : 1;
+    Tensor *rep = lu_to_tensor(L, 2), *idx = NULL;
+    int isint = 0;
+    lua_Integer k = rep ? 0 : lua_tointegerx(L, 2, &isint);
+    if (rep) {
+        if (!(idx = interleave_index(L, rep, len, self->device))) return lu_core_error(L);
+    } else if (!isint) {
+        return lu_error(L, "repeat_interleave: repeats must be a whole number or an integer tensor, got %s",
+                        lua_type(L, 2) == LUA_TNUMBER ? "a non-integer number" : luaL_typename(L, 2));
+    } else if (k < 0) {
+        return lu_error(L, "repeat_interleave: Repeats must be non-negative");
+    }
+    Tensor *t = flat || self->ndim == 0 ? tensor_reshape(self, (int64_t[]){-1}, 1) : tensor_retain(self), *r;
+    if (idx) {
+        r = t ? op_index_select(t, d, idx) : NULL;
+        tensor_release(t);
+        tensor_release(idx);
+    } else {
+        r = repeat_dim(t, d + 1, k, false);
+    }
+    return ret_copy(L, r);
+}
+
 static int t_transpose(lua_State *L) {
     Tensor *self = SELF; /* first: t.transpose(...) is a method-call error */
     lu_check_no_more_args(L, 4);
@@ -1544,7 +1684,8 @@ static const luaL_Reg methods[] = {
     {"argmin", t_argmin}, {"var", t_var}, {"std", t_std}, {"norm", t_norm}, {"size", t_size}, {"stride", t_stride},
     {"dim", t_dim}, {"ndimension", t_dim}, {"numel", t_numel}, {"nelement", t_numel}, {"view", t_view},
     {"reshape", t_reshape}, {"view_as", t_view_as}, {"reshape_as", t_view_as}, {"expand", t_expand},
-    {"expand_as", t_expand_as}, {"transpose", t_transpose}, {"t", t_t}, {"permute", t_permute}, {"narrow", t_narrow},
+    {"expand_as", t_expand_as}, {"repeat", t_repeat}, {"tile", t_tile},
+    {"repeat_interleave", t_repeat_interleave}, {"transpose", t_transpose}, {"t", t_t}, {"permute", t_permute}, {"narrow", t_narrow},
     {"select", t_select}, {"unsqueeze", t_unsqueeze}, {"squeeze", t_squeeze}, {"flatten", t_flatten},
     {"contiguous", t_contiguous}, {"is_contiguous", t_is_contiguous}, {"clone", t_clone}, {"detach", t_detach},
     {"detach_", t_detach_}, {"split", t_split}, {"chunk", t_chunk}, {"unbind", t_unbind}, {"item", t_item},

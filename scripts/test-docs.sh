@@ -93,7 +93,7 @@ check_links() {
             elif [[ -n $frag && $target == *.md ]] && ! slugs "$target" | grep -qxF "$frag"; then
                 bad_links+=" $f->$link(no such heading)"
             fi
-        done < <(grep -oE '\]\([^)]+\)' "$f" | sed 's/^](//; s/)$//')
+        done < <(sed 's/`[^`]*`//g' "$f" | grep -oE '\]\([^)]+\)' | sed 's/^](//; s/)$//') # inline code is no link
     done < <(ls README.md docs/*.md docs/api/*.md)
     check "every relative link of README.md and docs/ resolves ($n links; broken:${bad_links:- none})" \
         '[[ -z $bad_links ]]'

@@ -76,10 +76,19 @@ describe("the Accelerate names table (" .. NAMES_DOC .. ")", function()
     for _, name in ipairs({"PartialState", "ProjectConfiguration", "DistributedDataParallelKwargs",
                            "InitProcessGroupKwargs", "GradScalerKwargs", "AutocastKwargs", "GradientAccumulationPlugin",
                            "DataLoaderConfiguration", "FP8RecipeKwargs", "DeepSpeedPlugin",
-                           "FullyShardedDataParallelPlugin", "find_executable_batch_size"}) do
+                           "FullyShardedDataParallelPlugin", "find_executable_batch_size", "LocalSGD"}) do
       assert.is_true(listed(tbl, name), name .. " is not in " .. NAMES_DOC)
       assert.is_truthy(accel[name], "accel." .. name .. " does not exist")
     end
+  end)
+
+  it("lists DummyOptim / DummyScheduler as not provided, and accel has neither", function()
+    for _, name in ipairs({"DummyOptim", "DummyScheduler"}) do
+      assert.is_true(listed(tbl, name), name .. " is not in " .. NAMES_DOC)
+      assert.is_nil(accel[name])
+      assert.is_nil(accel.utils[name])
+    end
+    assert.truthy(tbl:find("| `DummyOptim`, `DummyScheduler` | not provided", 1, true))
   end)
 
   it("answers the plain properties as Accelerate does on the CPU", function()

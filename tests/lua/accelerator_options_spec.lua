@@ -18,6 +18,7 @@ local nn, optim, data = accel.nn, accel.optim, accel.data
 local C = accel._C
 local _ = accel.Accelerator -- loads every module that registers an option table
 _ = accel.utils -- and set_seed's, send_to_device's
+_ = accel.LocalSGD -- and LocalSGD's
 local SPECS = accel.plugins.OPTION_SPECS
 
 -- The device the suite runs on (ACCEL_LUA_DEVICE; the CPU without it):
@@ -985,6 +986,43 @@ CASES.find_executable_batch_size = {
       accel.find_executable_batch_size(function() accel.empty(2 ^ 40) end,
         {starting_batch_size = 8, reduce_batch_size_fn = function() return 2.5 end})()
     end)
+  end,
+}
+
+-- LocalSGD's averaging shows on several processes: ddp_test.lua
+-- (helpers/ddp_local_sgd.lua) checks it on 2 ranks; here what one process shows.
+CASES.LocalSGD = {
+  accelerator = function()
+    local m = nn.Linear(2, 1)
+    error_matching("LocalSGD: option accelerator is required", function()
+      return accel.LocalSGD{model = m, local_sgd_steps = 1}
+    end)
+    error_matching("no DeepSpeed or MegatronLM%); distributed_type is DEEPSPEED", function()
+      return accel.LocalSGD{accelerator = accel.Accelerator{deepspeed_plugin = accel.DeepSpeedPlugin{zero_stage = 1}},
+        model = m, local_sgd_steps = 1}
+    end)
+  end,
+  model = function()
+    local acc, m = accel.Accelerator{}, nn.Linear(2, 1)
+    assert.are.equal(m, accel.LocalSGD{accelerator = acc, model = m, local_sgd_steps = 1}.model)
+    error_matching("LocalSGD: option model must be a table, got number", function()
+      return accel.LocalSGD{accelerator = acc, model = 1, local_sgd_steps = 1}
+    end)
+  end,
+  local_sgd_steps = function()
+    local ls = accel.LocalSGD{accelerator = accel.Accelerator{}, model = nn.Linear(2, 1), local_sgd_steps = 3}
+    assert.are.equal(3, ls.local_sgd_steps)
+    error_matching("local_sgd_steps must be a positive integer, got 2.5", function()
+      return accel.LocalSGD{accelerator = accel.Accelerator{}, model = nn.Linear(2, 1), local_sgd_steps = 2.5}
+    end)
+  end,
+  enabled = function()
+    -- on one process Accelerate's LocalSGD is disabled whatever enabled says
+    for _, on in ipairs({true, false}) do
+      local ls = accel.LocalSGD{accelerator = accel.Accelerator{}, model = nn.Linear(2, 1), local_sgd_steps = 1,
+        enabled = on}
+      assert.is_false(ls.enabled)
+    end
   end,
 }
 

@@ -223,6 +223,16 @@ describe("find_executable_batch_size", function()
     assert.are.same({128, 64, 32, 16, 16}, tried)
   end)
 
+  it("is also accel.utils.find_executable_batch_size (Accelerate's import path)", function()
+    local tried = {}
+    assert.are.equal(24, accel.utils.find_executable_batch_size(function(bs, extra)
+      tried[#tried + 1] = bs
+      if bs > 8 then accel.empty(HUGE) end
+      return bs * extra
+    end, {starting_batch_size = 32})(3))
+    assert.are.same({32, 16, 8}, tried)
+  end)
+
   it("passes other errors through, raises at zero, takes reduce_batch_size_fn", function()
     error_matching("not an oom", function()
       accel.find_executable_batch_size(function() error("not an oom") end)()

@@ -1039,3 +1039,62 @@ describe("trackers", function()
     error_matching('tracker "csv" requires a logging directory', function() return accel.Accelerator{log_with = "csv"} end)
   end)
 end)
+
+-- Accelerate's LocalSGD on one process (distributed_type NO): disabled,
+-- step only counts (as Accelerate's); its averaging on 2 ranks is checked
+-- by ddp_test.lua (helpers/ddp_local_sgd.lua).
+describe("LocalSGD", function()
+  local expect_error = support.expect_error
+  local function model_and_acc(o)
+    local acc = accel.Accelerator(o)
+    return acc:prepare(nn.Linear(2, 1)), acc
+  end
+
+  it("is disabled on one process: step counts, parameters and gradient sync stay as they are", function()
+    local m, acc = model_and_acc()
+    local before = m.weight:clone()
+    local ls = accel.LocalSGD{accelerator = acc, model = m, local_sgd_steps = 1}
+    assert.is_false(ls.enabled)
+    assert.are.same({"a", "b"}, {ls:run(function(l)
+      assert.are.equal(ls, l)
+      l:step()
+      l:step()
+      return "a", "b"
+    end)})
+    assert.are.equal(2, ls.num_steps)
+    assert.is_true(m.weight:equal(before))
+    assert.is_nil(acc._grad_sync[m])
+    do
+      local h <close> = ls:enter()
+      assert.are.equal(ls, h)
+      h:step()
+    end
+    assert.are.equal(3, ls.num_steps)
+    ls:enter():close() -- closed above: it can be entered again
+    assert.is_false(accel.local_sgd.LocalSGD{accelerator = acc, model = m, local_sgd_steps = 2, enabled = false}.enabled)
+  end)
+
+  it("refuses DeepSpeed and FSDP with Accelerate's message", function()
+    local ds = accel.Accelerator{deepspeed_plugin = accel.DeepSpeedPlugin{zero_stage = 2}}
+    expect_error(function() local _ = accel.LocalSGD{accelerator = ds, model = nn.Linear(2, 1), local_sgd_steps = 2} end,
+      "LocalSGD is supported only for CPUs and GPUs (no DeepSpeed or MegatronLM)", "distributed_type is DEEPSPEED")
+    local fsdp = accel.Accelerator{fsdp_plugin = accel.FullyShardedDataParallelPlugin{}}
+    expect_error(function() local _ = accel.LocalSGD{accelerator = fsdp, model = nn.Linear(2, 1), local_sgd_steps = 2} end,
+      "LocalSGD is supported only for CPUs and GPUs (no DeepSpeed or MegatronLM)", "distributed_type is FSDP")
+  end)
+
+  it("checks its options and its use", function()
+    local m, acc = model_and_acc()
+    expect_error(function() local _ = accel.LocalSGD{accelerator = acc, model = m} end,
+      "LocalSGD: option local_sgd_steps is required")
+    expect_error(function() local _ = accel.LocalSGD{accelerator = acc, model = m, local_sgd_steps = 0} end,
+      "LocalSGD: local_sgd_steps must be a positive integer, got 0")
+    expect_error(function() local _ = accel.LocalSGD{accelerator = acc, model = m, local_sgd_steps = 2, steps = 1} end,
+      "LocalSGD: unknown option steps")
+    local ls = accel.LocalSGD{accelerator = acc, model = m, local_sgd_steps = 2}
+    expect_error(function() ls:run(42) end, "LocalSGD:run: expected a function, got number")
+    ls:enter()
+    expect_error(function() ls:enter() end, "LocalSGD:enter: already entered")
+    ls:close()
+  end)
+end)

@@ -194,6 +194,8 @@ PAGES["accelerator.md"] = function()
     names[cls] = true
     class_methods(prepared[cls], names)
   end
+  names.LocalSGD = true
+  class_methods(require("accel.local_sgd").LocalSGD_class, names)
   assert(require("accel.state").GradientState, "accel.state.GradientState exists")
   names.GradientState = true
   return names

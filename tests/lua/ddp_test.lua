@@ -17,6 +17,8 @@
 --                   position (samples of the global order)
 --   ddp_tied.lua    tied / reused weights and parameters without gradients
 --   ddp_free_memory.lua  gradients still averaged after free_memory()
+--   ddp_local_sgd.lua    LocalSGD: no gradient sync inside, parameters
+--                   averaged every local_sgd_steps steps and on exit
 -- The accel-lua under test is $ACCEL_LUA_BIN, else the interpreter running
 -- this script.
 local HERE = arg[0]:match("^(.*)/[^/]*$") or "."
@@ -121,6 +123,13 @@ do
   local run = launch(2, "ddp_free_memory.lua")
   check("after free_memory a kept model and a newly prepared one average their gradients; a dropped one's reducer is "
     .. "closed", run, {run.code == 0, "exit status"}, {all_ranks_ok(run, 2), "not every rank printed its ok line"})
+end
+
+-- ---- (g) LocalSGD: local steps, an average every local_sgd_steps and on exit ----
+do
+  local run = launch(2, "ddp_local_sgd.lua")
+  check("LocalSGD on 2 ranks: parameters differ after odd steps, equal the mean after even ones and on exit",
+    run, {run.code == 0, "exit status"}, {all_ranks_ok(run, 2), "not every rank printed its ok line"})
 end
 
 support.remove_tree(DIR)

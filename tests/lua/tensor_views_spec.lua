@@ -1,5 +1,6 @@
 -- tensor_views_spec.lua: view semantics: view/reshape/transpose/permute/
--- narrow/select/unsqueeze/squeeze/expand/flatten/contiguous, shape / stride /
+-- narrow/select/unsqueeze/squeeze/expand/flatten/contiguous, repeat / tile /
+-- repeat_interleave (torch's values), shape / stride /
 -- is_contiguous, storage sharing (in-place ops through a view change the
 -- base), in-place ops on non-contiguous views, t[i] reads and writes with
 -- 1-based rows, copy_ with broadcasting, #t, item, tolist.
@@ -579,5 +580,89 @@ describe("keyword forms and edge cases (PyTorch 2.15)", function()
     local e = accel.zeros(1, 0):expand(3, 0)
     assert.are.equal(e, e:fill_(1))
     assert.same({3, 0}, shape_of(e))
+  end)
+end)
+
+-- Values, gradients and messages below are PyTorch 2.15's: x = [[1, 2, 3],
+-- [4, 5, 6]] (float32, requires grad), y = x.repeat(...) etc.,
+-- (y * arange(1, numel + 1).reshape(y.shape)).sum().backward().
+describe("repeat / tile / repeat_interleave (torch's values and gradients)", function()
+  local expect_error = support.expect_error
+  local function x() return accel.tensor({{1, 2, 3}, {4, 5, 6}}, {dtype = accel.float32, requires_grad = true}) end
+  -- y's values and the gradient x gets from sum(y * (1..numel))
+  local function check(y, x0, values, grad)
+    assert.same(values, y:tolist())
+    ;(y * accel.arange(1, y:numel() + 1, {dtype = accel.float32}):reshape(y.shape)):sum():backward()
+    assert.same(grad, x0.grad:tolist())
+  end
+
+  it("repeat tiles the whole tensor (sizes >= dims, leading dims added); t[\"repeat\"] and accel[\"repeat\"]", function()
+    local a = x()
+    local y = a["repeat"](a, 2, 1, 2)
+    assert.same({2, 2, 6}, shape_of(y))
+    check(y, a, {{{1, 2, 3, 1, 2, 3}, {4, 5, 6, 4, 5, 6}}, {{1, 2, 3, 1, 2, 3}, {4, 5, 6, 4, 5, 6}}},
+      {{34, 38, 42}, {58, 62, 66}})
+    assert.same({0, 6}, shape_of(accel["repeat"](a, {0, 2})))
+    local s = accel.tensor(3.5)
+    assert.same({3.5, 3.5}, s["repeat"](s, 2):tolist())
+    assert.same({}, shape_of(s["repeat"](s)))
+  end)
+
+  it("tile pads the sizes with leading 1s", function()
+    local a = x()
+    check(a:tile(2), a, {{1, 2, 3, 1, 2, 3}, {4, 5, 6, 4, 5, 6}}, {{5, 7, 9}, {17, 19, 21}})
+    local b = x()
+    local y = accel.tile(b, {2, 1, 1})
+    assert.same({2, 2, 3}, shape_of(y))
+    check(y, b, {{{1, 2, 3}, {4, 5, 6}}, {{1, 2, 3}, {4, 5, 6}}}, {{8, 10, 12}, {14, 16, 18}})
+  end)
+
+  it("repeat_interleave with a number: flattened without dim, per slice with dim", function()
+    local a = x()
+    check(a:repeat_interleave(2), a, {1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6}, {{3, 7, 11}, {15, 19, 23}})
+    local b = x()
+    check(b:repeat_interleave(2, {dim = 2}), b, {{1, 1, 2, 2, 3, 3}, {4, 4, 5, 5, 6, 6}}, {{3, 7, 11}, {15, 19, 23}})
+    assert.same({0}, shape_of(b:repeat_interleave(0)))
+    assert.same({3.5, 3.5}, accel.tensor(3.5):repeat_interleave(2):tolist())
+  end)
+
+  it("repeat_interleave with a tensor of repeats (one per slice, or one for all)", function()
+    local a = x()
+    check(a:repeat_interleave(accel.tensor({1, 2}), 1), a, {{1, 2, 3}, {4, 5, 6}, {4, 5, 6}},
+      {{1, 2, 3}, {11, 13, 15}})
+    local b = x()
+    check(accel.repeat_interleave(b, accel.tensor({0, 3, 1}), {dim = -1}), b, {{2, 2, 2, 3}, {5, 5, 5, 6}},
+      {{0, 6, 4}, {0, 18, 8}})
+    assert.same({4, 3}, shape_of(b:repeat_interleave(accel.tensor({2}), 1)))
+    assert.same({1, 2, 2, 3, 3, 3, 6}, b:repeat_interleave(accel.tensor({1, 2, 3, 0, 0, 1})):tolist())
+    assert.same({0, 1, 1, 2, 2, 2, 5}, accel.tensor({1, 2, 3, 0, 0, 1}):repeat_interleave():tolist())
+  end)
+
+  it("the result is new memory, not a view of the input", function()
+    local v = accel.ones(1)
+    v["repeat"](v, 3):fill_(2)
+    v:repeat_interleave(1):fill_(2)
+    v:tile(1):fill_(2)
+    assert.are.equal(1, v:item())
+  end)
+
+  it("errors are torch's", function()
+    local a = x()
+    expect_error(function() local _ = a["repeat"](a, 2) end, "repeat: Number of dimensions of repeat dims can not "
+      .. "be smaller than number of dimensions of tensor")
+    expect_error(function() local _ = a["repeat"](a, -1, 2) end,
+      "repeat: Trying to create tensor with negative dimension -2: [-2, 6]")
+    expect_error(function() local _ = a:tile(-1) end, "tile: Trying to create tensor with negative dimension -3: [2, -3]")
+    expect_error(function() local _ = a:repeat_interleave(-1) end, "repeat_interleave: Repeats must be non-negative")
+    expect_error(function() local _ = a:repeat_interleave(accel.tensor({1, 2, 3}), 1) end,
+      "repeats must have the same size as input along dim, but got repeats.size(0) = 3 and input.size(0) = 2")
+    expect_error(function() local _ = a:repeat_interleave(accel.tensor({{1, 2}}), 1) end,
+      "repeats must be 0-dim or 1-dim tensor")
+    expect_error(function() local _ = a:repeat_interleave(accel.tensor({1, -2}), 1) end, "repeats can not be negative")
+    expect_error(function() local _ = a:repeat_interleave(accel.tensor({1.5, 2}), 1) end,
+      "repeats must be an integer tensor, got float32")
+    expect_error(function() local _ = a:repeat_interleave(2, 3) end, "repeat_interleave: dimension 3 out of range")
+    expect_error(function() local _ = a:repeat_interleave(2, {dim = 1, output_size = 4}) end,
+      "repeat_interleave: unknown option 'output_size'")
   end)
 end)

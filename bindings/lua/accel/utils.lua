@@ -1,6 +1,6 @@
 -- accel.utils: torch.utils-style helpers (activation checkpointing) and
--- Accelerate's utilities set_seed, synchronize_rng_states, send_to_device
--- and find_batch_size (at the end). Activation checkpointing:
+-- Accelerate's utilities set_seed, synchronize_rng_states, send_to_device,
+-- find_batch_size and find_executable_batch_size (at the end). Activation checkpointing:
 --
 --   local y = accel.utils.checkpoint(block, x)                 -- block(x), recomputed in backward
 --   local a, b = accel.utils.checkpoint(fn, x, mask, 3, {use_reentrant = true})
@@ -416,5 +416,11 @@ end
 -- find_batch_size(data): the first dim of the first tensor of data (a
 -- list's first item, a table's first key in sorted order, nested).
 utils.find_batch_size = ops.find_batch_size
+
+-- find_executable_batch_size: accel.find_executable_batch_size, where
+-- Accelerate's users import it from (accelerate.utils).
+function utils.find_executable_batch_size(fn, o)
+  return require("accel.accelerator").find_executable_batch_size(fn, o)
+end
 
 return utils
