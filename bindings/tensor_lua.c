@@ -5,6 +5,7 @@
 #include "lua_util.h"
 #include "../core/backend/backend.h"
 #include "../core/backend/iter.h"
+#include "../core/precision.h"
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -416,11 +417,11 @@ static int reduce_method(lua_State *L) {
     bool takes_dtype = op == KR_SUM || op == KR_MEAN || op == KR_PROD;
     int n = reduce_args(L, dims, &keep, takes_dtype ? "dim keepdim dtype" : "dim keepdim");
     int dt = takes_dtype ? lu_opt_dtype(L, trailing_opts(L), "dtype", -1) : -1;
-    if (dt < 0) return ret(L, op_reduce(op, self, dims, n, keep));
-    Tensor *cast = op_cast(self, (DType)dt);
+    Tensor *a = op == KR_PROD ? precision_fp32_input(self) : tensor_retain(self); /* on autocast's float32 list */
+    Tensor *cast = a && dt >= 0 ? op_cast(a, (DType)dt) : tensor_retain(a);
     Tensor *r = cast ? op_reduce(op, cast, dims, n, keep) : NULL;
-    tensor_release(cast);
-    return ret(L, r ? tensor_to_dtype_owned(r, (DType)dt) : NULL);
+    tensor_release(a), tensor_release(cast);
+    return ret(L, dt >= 0 ? tensor_to_dtype_owned(r, (DType)dt) : r);
 }
 
 /* max/min: (), (dim[, keepdim]), (other tensor) */

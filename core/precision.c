@@ -31,3 +31,8 @@ Tensor *precision_autocast_input(Tensor *t) {
     tensor_release(c);
     return r;
 }
+
+Tensor *precision_fp32_input(Tensor *t) {
+    if (autocast_dtype == DT_F32 || (t->dtype != DT_BF16 && t->dtype != DT_F16)) return tensor_retain(t);
+    return tensor_to_dtype(t, DT_F32);
+}

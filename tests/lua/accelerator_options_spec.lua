@@ -806,16 +806,38 @@ CASES.AutocastKwargs = {
     end
     a:prepare(model)(accel.randn(2, 4))
     assert.is_nil(inner) -- the prepared forward does not autocast either
+    -- Accelerate 1.15 (torch 2.15 CPU) wraps that forward in autocast(enabled=False) and convert_outputs_to_fp32:
+    -- inside an enabled accelerator.autocast the GEMM stays float32 and a bf16 output comes back float32
+    local Half = nn.Module:extend("Half")
+    function Half:init() self.l = nn.Linear(3, 2) end
+    function Half:forward(x)
+      local y = self.l(x)
+      return y:bfloat16(), y.dtype
+    end
+    local half = a:prepare(Half())
+    local out, gemm = a:autocast(accel.AutocastKwargs{enabled = true}, function() return half(accel.randn(2, 3)) end)
+    assert.are.equal(accel.float32, gemm)
+    assert.are.equal(accel.float32, out.dtype)
     local b = accel.Accelerator{mixed_precision = "bf16"}
     assert.are.equal(accel.bfloat16, b:autocast(current_autocast))
     assert.is_nil(b:autocast(accel.AutocastKwargs{enabled = false}, current_autocast)) -- Accelerate's autocast(handler)
   end,
   cache_enabled = function()
-    -- casts are never cached here, which changes no result; autocast stays on
+    -- casts are never cached here (a weight changed in place inside the region is cast afresh); autocast stays on
     for _, v in ipairs({true, false}) do
       local a = accel.Accelerator{mixed_precision = "bf16", kwargs_handlers = {accel.AutocastKwargs{cache_enabled = v}}}
       assert.are.equal(accel.bfloat16, a:autocast(current_autocast))
     end
+    -- torch 2.15 (cache on): F.linear before and after w.mul_(2) under no_grad in one autocast region gives the
+    -- ratio 1.0 (its stale cached cast); here the weight is cast afresh: 2.0
+    local a = accel.Accelerator{mixed_precision = "bf16", kwargs_handlers = {accel.AutocastKwargs{cache_enabled = true}}}
+    local x, w = accel.ones(2, 3), nn.Parameter(accel.ones(4, 3))
+    local ratio = a:autocast(function()
+      local y1 = accel.nn.functional.linear(x, w)
+      accel.no_grad(function() w:mul_(2) end)
+      return (accel.nn.functional.linear(x, w):float() / y1:float()):mean():item()
+    end)
+    assert.are.equal(2.0, ratio)
   end,
 }
 

@@ -774,7 +774,8 @@ describe("fp16 loss scaling", function()
   it("a step with no gradient to check is an error and leaves the scale, as PyTorch's GradScaler", function()
     -- torch.amp.GradScaler("cpu", growth_interval=1) behind Accelerate 1.15's prepared optimizer: step() with every
     -- .grad None raises "No inf checks were recorded for this optimizer." and the scale stays; with zero gradients
-    -- (zero_grad(set_to_none=False)) the step runs and the scale doubles.
+    -- (zero_grad(set_to_none=False)) the step runs and the scale doubles. (torch leaves the optimizer UNSCALED
+    -- after that failed step, so its later steps fail too until update(); here the failed step leaves it ready.)
     local a = accel.Accelerator{mixed_precision = "fp16", kwargs_handlers = {accel.GradScalerKwargs{init_scale = 4,
       growth_interval = 1}}}
     local model = mlp(3, 4, 8, 2)
@@ -820,6 +821,29 @@ describe("fp16 loss scaling", function()
     assert.is_true(math.abs(n32 - n16) < 1e-2 * n32, ("norms %g vs %g"):format(n32, n16))
   end)
 
+  it("two optimizers clipped together, then stepped: each gradient is unscaled once (closed form: both 0.9)", function()
+    -- Accelerate calls torch's scaler.update() after each prepared optimizer's step, which resets the second
+    -- optimizer too, so its step divides its already unscaled gradient by the scale again (torch + Accelerate:
+    -- 1 - 0.1 / 8 = 0.9875); here only the stepped optimizer is reset.
+    local a = accel.Accelerator{mixed_precision = "fp16", kwargs_handlers = {accel.GradScalerKwargs{init_scale = 8}}}
+    local function unit()
+      local m = nn.Linear(1, 1, {bias = false})
+      accel.no_grad(function() m.weight:fill_(1) end)
+      return m
+    end
+    local m1, m2 = unit(), unit()
+    local o1, o2
+    m1, m2, o1, o2 = a:prepare(m1, m2, optim.SGD(m1:parameters(), {lr = 0.1}), optim.SGD(m2:parameters(), {lr = 0.1}))
+    local x = accel.ones(1, 1)
+    a:backward(m1(x):sum() + m2(x):sum())
+    local params = {m1.weight, m2.weight}
+    a:clip_grad_norm_(params, 1e9)
+    o1:step()
+    o2:step()
+    assert.is_true(math.abs(m2.weight:item() - 0.9) < 1e-6, tostring(m2.weight:item()))
+    assert.is_true(math.abs(m1.weight:item() - 0.9) < 1e-6)
+  end)
+
   it("unscaling twice before a step is an error (torch's GradScaler), not a step on still-scaled gradients", function()
     local a = accel.Accelerator{mixed_precision = "fp16"}
     local model = mlp(5, 6, 16, 3)
@@ -831,6 +855,69 @@ describe("fp16 loss scaling", function()
     a:backward(model(accel.randn(4, 6)):sum())
     error_matching("unscale_%(%) has already been called on this optimizer since the last update",
       function() a:clip_grad_norm_(model:parameters(), 1e9) end)
+  end)
+
+  -- torch.amp.GradScaler("cpu", init_scale=8) on p = [1, 2], SGD lr 0.1, loss scale(p.sum()) (torch 2.15):
+  -- the optimizer's state goes READY -> UNSCALED -> STEPPED and back to READY only at update().
+  local function scaler_case(init_scale)
+    local amp = require("accel.amp")
+    local p = nn.Parameter(accel.tensor({1.0, 2.0}))
+    local opt = optim.SGD({p}, {lr = 0.1})
+    local s = amp.GradScaler{init_scale = init_scale or 8}
+    local function backward(factor)
+      opt:zero_grad()
+      s:scale((p * (factor or 1.0)):sum()):backward()
+    end
+    return p, opt, s, backward
+  end
+
+  it("update() after unscale_ without a step uses its inf check and readies the optimizer, as torch's", function()
+    local p, opt, s, backward = scaler_case()
+    backward(math.huge)
+    s:unscale_(opt) -- finds the inf; the step is left out
+    s:update()
+    assert.are.equal(4, s:get_scale()) -- torch: 8 -> 4
+    p, opt, s, backward = scaler_case()
+    backward(); s:unscale_(opt); s:update()
+    backward(); s:step(opt); s:update()
+    assert.is_true(math.abs(p[1]:item() - 0.8999999761581421) < 1e-7) -- torch: 0.9 (the step unscales again)
+    assert.are.equal(8, s:get_scale())
+    p, opt, s, backward = scaler_case()
+    backward(); s:unscale_(opt); s:update()
+    backward(); s:unscale_(opt) -- unscales this backward's gradients, then backward again: still scaled
+    backward(); s:step(opt); s:update()
+    assert.is_true(math.abs(p[1]:item() - 0.19999998807907104) < 1e-7) -- torch: the step does not unscale again
+  end)
+
+  it("step twice, unscale_ after step and update with no check are errors, as torch's", function()
+    local p, opt, s, backward = scaler_case()
+    backward()
+    s:step(opt)
+    error_matching("accelerator_spec.lua:%d+: GradScaler:step: step%(%) has already been called since the last "
+      .. "update%(%)", function() s:step(opt) end)
+    error_matching("accelerator_spec.lua:%d+: GradScaler:unscale_: unscale_%(%) is being called after step%(%)",
+      function() s:unscale_(opt) end)
+    assert.is_true(math.abs(p[1]:item() - 0.9) < 1e-7) -- stepped once
+    s:update()
+    error_matching("accelerator_spec.lua:%d+: GradScaler:update: No inf checks were recorded prior to update%(%)",
+      function() s:update() end)
+    assert.are.equal(8, s:get_scale())
+    backward(); s:step(opt); s:update() -- ready again after update()
+    assert.is_true(math.abs(p[1]:item() - 0.8) < 1e-6)
+  end)
+
+  it("load_state_dict refuses an empty or incomplete state dict, as torch's", function()
+    local _, _, s = scaler_case()
+    error_matching("accelerator_spec.lua:%d+: GradScaler:load_state_dict: the source state dict is empty, possibly "
+      .. "because it was saved from a disabled instance of GradScaler", function() s:load_state_dict({}) end)
+    error_matching("GradScaler:load_state_dict: the state dict's _growth_tracker must be a number, got nil", function()
+      s:load_state_dict({scale = 4.0, growth_factor = 2.0, backoff_factor = 0.5, growth_interval = 10})
+    end)
+    error_matching('the state dict\'s scale must be a number, got "abc"', function()
+      s:load_state_dict({scale = "abc", growth_factor = 2.0, backoff_factor = 0.5, growth_interval = 10,
+        _growth_tracker = 0})
+    end)
+    assert.are.equal(8, s:get_scale()) -- unchanged
   end)
 end)
 
@@ -913,6 +1000,31 @@ describe("bf16", function()
       end
     end)
     assert.are.equal(accel.bfloat16, F.mse_loss(x:bfloat16(), x:bfloat16()).dtype)
+  end)
+
+  it("soft-target cross_entropy and prod run in float32 under autocast, as on torch's CPU autocast float32 list", function()
+    -- torch 2.15: with torch.autocast("cpu", dtype) for bf16 / fp16, F.cross_entropy(x.to(dtype), p) with a float32 /
+    -- a dtype p, torch.full((6,), 1.5).to(dtype).prod() and the row prod of [[1.5]*6, [1.25]*6].to(dtype)
+    local F, amp = accel.nn.functional, require("accel.amp")
+    local x = accel.tensor{{0.3, -1.2, 2.5}, {1.7, 0.1, -0.4}}
+    local p = accel.tensor{{0.2, 0.5, 0.3}, {0.6, 0.1, 0.3}}
+    local want = {[accel.bfloat16] = {1.7450035, 1.7465223}, [accel.float16] = {1.7440588, 1.7440541}}
+    for dt, ce in pairs(want) do
+      amp.run(dt, function()
+        for i, tgt in ipairs({p, p:to(dt)}) do
+          local l = F.cross_entropy(x:to(dt), tgt)
+          assert.are.equal(accel.float32, l.dtype)
+          assert.is_true(math.abs(l:item() - ce[i]) < 2e-6, ("%s target %d: %.7f vs %.7f"):format(dt, i, l:item(), ce[i]))
+        end
+        local all = accel.full({6}, 1.5):to(dt):prod()
+        assert.are.equal(accel.float32, all.dtype)
+        assert.are.equal(11.390625, all:item()) -- 1.5^6, exact in float32 (bf16 rounds it to 11.375)
+        local rows = accel.tensor{{1.5, 1.5, 1.5, 1.5, 1.5, 1.5}, {1.25, 1.25, 1.25, 1.25, 1.25, 1.25}}:to(dt):prod(2)
+        assert.are.equal(accel.float32, rows.dtype)
+        assert.are.same({11.390625, 3.814697265625}, rows:tolist())
+      end)
+    end
+    assert.are.equal(accel.bfloat16, accel.full({6}, 1.5):bfloat16():prod().dtype) -- outside autocast (torch: 11.375)
   end)
 
   it("restores autocast when the model's forward raises", function()

@@ -962,6 +962,14 @@ local function place_model(self, model)
   for _, opt in ipairs(self._optimizers) do switch_parameters(opt.optimizer, map, opt.device_placement ~= false) end
 end
 
+-- The model's forward patched for mixed precision: under the autocast
+-- dtype, or with autocast off when AutocastKwargs disables it (Accelerate
+-- still wraps it in autocast(enabled=False) and converts its outputs).
+local function patch_forward(self, model)
+  local dtype = self.autocast_dtype or (amp.dtype_of(self.mixed_precision) and accel.float32)
+  return amp.patch_forward(model, dtype, self.fp8_recipe)
+end
+
 -- The engine of x (a model, an optimizer, prepared or not, or a parameter)
 -- among this Accelerator's, or nil.
 local function engine_of(self, x)
@@ -1007,7 +1015,7 @@ prepare_sharded = function(self, args, out, places)
   local eng = shard_plan.build(plan, model, opt)
   eng:set_sync(self._grad_sync[model] ~= false)
   self._engines[#self._engines + 1] = {model = model, optimizer = opt, engine = eng}
-  out[models[1]] = amp.patch_forward(model, self.autocast_dtype, self.fp8_recipe)
+  out[models[1]] = patch_forward(self, model)
   out[opts[1]] = wrap_optimizer(self, opt, opt_placed)
 end
 
@@ -1129,7 +1137,7 @@ function Accelerator:prepare_model(model, o, ...)
       self._reducers[#self._reducers + 1] = {model = model, reducer = reducer}
     end
   end
-  return amp.patch_forward(model, self.autocast_dtype, self.fp8_recipe)
+  return patch_forward(self, model)
 end
 
 -- Completes the gradient averaging of every model whose synchronising

@@ -9,7 +9,8 @@
 local accel = require("accel")
 local compat = require("accel.compat")
 local C = accel._C
-local raise = require("accel.util").raise
+local util = require("accel.util")
+local raise = util.raise
 
 local amp = {}
 
@@ -65,9 +66,11 @@ end
 local patched = setmetatable({}, {__mode = "k"})
 
 -- Make model's forward run under autocast(dtype) and return float32
--- outputs; with fp8_recipe (accel.fp8.DelayedScaling) its nn.Linear layers
--- also get the fp8 recipe (accel.fp8.convert_model), active inside this
--- forward while the model is in training mode. The model stays the same object (as Accelerate does on one
+-- outputs (dtype accel.float32: autocast off inside, as Accelerate's
+-- autocast(enabled=False) wrapper; nil without fp8_recipe: no patch);
+-- with fp8_recipe (accel.fp8.DelayedScaling) its nn.Linear layers also
+-- get the fp8 recipe (accel.fp8.convert_model), active inside this forward
+-- while the model is in training mode. The model stays the same object (as Accelerate does on one
 -- process); amp.unpatch_forward restores the original.
 function amp.patch_forward(model, dtype, fp8_recipe)
   if patched[model] or (dtype == nil and fp8_recipe == nil) then return model end
@@ -100,13 +103,20 @@ end
 
 -- ---------------------------------------------------------------- GradScaler
 
--- PyTorch's torch.cuda.amp.GradScaler semantics: the loss is multiplied by
+-- PyTorch's torch.amp.GradScaler semantics: the loss is multiplied by
 -- scale before backward; before an optimizer step the gradients are
 -- unscaled (once per step) and checked, and a step whose gradients hold an
--- inf or NaN on any process is skipped on every process; update() then halves the scale after a skipped
--- step, or doubles it after growth_interval good steps in a row.
+-- inf or NaN on any process is skipped on every process; update() then
+-- halves the scale when any optimizer's check (by step or unscale_) found
+-- one, or doubles it after growth_interval good steps in a row. Each
+-- optimizer goes READY -> UNSCALED (unscale_) -> STEPPED (step) and back to
+-- READY at update(), as torch's OptState.
 local GradScaler = {}
 GradScaler.__index = GradScaler
+
+local READY, UNSCALED, STEPPED = "ready", "unscaled", "stepped"
+
+local function fresh_states() return setmetatable({}, {__mode = "k"}) end
 
 -- amp.GradScaler{init_scale=, growth_factor=, backoff_factor=, growth_interval=,
 -- agree = function(found) -> found on any process}: agree makes every
@@ -117,7 +127,7 @@ function amp.GradScaler(o)
   return setmetatable({_scale = o.init_scale or 65536.0, growth_factor = o.growth_factor or 2.0,
     backoff_factor = o.backoff_factor or 0.5, growth_interval = o.growth_interval or 2000,
     agree = o.agree or function(found) return found end,
-    growth_tracker = 0, per_opt = setmetatable({}, {__mode = "k"}), found_inf_any = false}, GradScaler)
+    growth_tracker = 0, per_opt = fresh_states()}, GradScaler)
 end
 
 function GradScaler:scale_loss(loss) return loss * self._scale end
@@ -141,10 +151,12 @@ function GradScaler:set_backoff_factor(v) self.backoff_factor = v end
 function GradScaler:get_growth_interval() return self.growth_interval end
 function GradScaler:set_growth_interval(v) self.growth_interval = v end
 
+-- opt's state this iteration: stage, and found_inf (nil until a gradient
+-- was checked: torch records an inf check per device that has one).
 local function opt_state(self, opt)
   local s = self.per_opt[opt]
   if not s then
-    s = {unscaled = false, found_inf = false, checked = false}
+    s = {stage = READY}
     self.per_opt[opt] = s
   end
   return s
@@ -156,77 +168,104 @@ local function finite(g)
   return g:isfinite():sum():item() == g:numel()
 end
 
--- Divide every gradient of opt's parameters by the scale, once per step.
+-- Divide every gradient of opt's parameters by the scale (torch's
+-- unscale_): an error when opt was unscaled or stepped since the last
+-- update().
+function GradScaler:unscale_(opt)
+  local stage = opt_state(self, opt).stage
+  if stage == UNSCALED then
+    raise("GradScaler:unscale_: unscale_() has already been called on this optimizer since the last update() (once "
+      .. "per step: clip_grad_norm_ unscales; the optimizer's step ends the step)")
+  elseif stage == STEPPED then
+    raise("GradScaler:unscale_: unscale_() is being called after step() (call update() first)")
+  end
+  self:_unscale(opt)
+end
+
+-- unscale_ unless this step's gradients are unscaled already (DeepSpeed's
+-- gradient_clipping before the step).
+function GradScaler:_unscale_once(opt)
+  if opt_state(self, opt).stage == READY then self:_unscale(opt) end
+end
+
+-- Unscale and check opt's gradients; found_inf is agreed by every process.
 -- An optimizer held by a sharding engine (accel.shard) is unscaled through
 -- it: under ZeRO stages 2-3 .grad is nil and the gradients live in the
 -- engine's shards; its found_inf is already agreed by every rank.
-function GradScaler:unscale_(opt)
-  if opt_state(self, opt).unscaled then
-    raise("GradScaler:unscale_: unscale_() has already been called on this optimizer since the last update() (once "
-      .. "per step: clip_grad_norm_ unscales; the optimizer's step ends the step)")
-  end
-  self:_unscale_once(opt)
-end
-
--- unscale_ unless this step's gradients are unscaled already (the step
--- itself, and DeepSpeed's gradient_clipping before it). st.checked: some
--- gradient was checked (PyTorch records an inf check per device that has
--- one).
-function GradScaler:_unscale_once(opt)
+function GradScaler:_unscale(opt)
   local st = opt_state(self, opt)
-  if st.unscaled then return end
   local inv = 1.0 / self._scale
+  st.stage = UNSCALED
   local eng = package.loaded["accel.shard"] and package.loaded["accel.shard"].engine_of(opt)
   if eng then
-    st.found_inf, st.unscaled, st.checked = eng:unscale_(inv), true, true
+    st.found_inf = eng:unscale_(inv)
     return
   end
+  local checked, found = false, false
   accel.no_grad(function()
     for _, group in ipairs(opt.param_groups) do
       for _, p in ipairs(group.params) do
         local g = p.grad
         if g ~= nil then
           g:mul_(inv)
-          st.checked = true
-          if not st.found_inf and not finite(g) then st.found_inf = true end
+          checked = true
+          if not found and not finite(g) then found = true end
         end
       end
     end
   end)
-  st.unscaled = true
+  found = self.agree(found) -- every process, also one without gradients
+  if checked then st.found_inf = found end
 end
 
--- Unscale (unless done already), then opt:step(closure) unless a gradient
--- overflowed. Returns true when the step ran. As PyTorch's, a step with no
--- gradient to check (no backward since zero_grad) is an error, and the
--- scale does not move.
+-- Unscale (unless unscale_ did), then opt:step(closure) unless a gradient
+-- overflowed. Returns true when the step ran. As PyTorch's, a second step
+-- before update() is an error, and so is a step with no gradient to check
+-- (no backward since zero_grad); unlike PyTorch, that failed step leaves
+-- the optimizer ready for the next one.
 function GradScaler:step(opt, closure)
-  self:_unscale_once(opt)
   local st = opt_state(self, opt)
-  local found, checked = self.agree(st.found_inf), st.checked
-  st.unscaled, st.found_inf, st.checked = false, false, false
-  if not checked then
+  if st.stage == STEPPED then
+    raise("GradScaler:step: step() has already been called since the last update()")
+  end
+  if st.stage == READY then self:_unscale(opt) end
+  if st.found_inf == nil then
+    st.stage = READY
     raise("optimizer step (fp16 GradScaler): no parameter of the optimizer has a gradient, so no inf/NaN check was "
       .. "recorded (run accelerator:backward(loss) before the step)")
   end
-  if found then
-    self.found_inf_any = true
-    return false
-  end
-  opt:step(closure)
-  return true
+  if not st.found_inf then opt:step(closure) end
+  st.stage = STEPPED
+  return not st.found_inf
 end
 
--- update([new_scale]): after a step, the scale backs off or grows; with
--- new_scale (a number or a one-element tensor) it is set to that instead.
-function GradScaler:update(new_scale)
+-- Whether any optimizer's check since the last update() found an inf or
+-- NaN (of the optimizers in `stage` only, when given); an error when none
+-- was checked.
+local function found_inf_any(self, stage)
+  local checked, found = false, false
+  for _, st in pairs(self.per_opt) do
+    if st.found_inf ~= nil and (stage == nil or st.stage == stage) then checked, found = true, found or st.found_inf end
+  end
+  if not checked then
+    raise("GradScaler:update: No inf checks were recorded prior to update() (call step(optimizer) or "
+      .. "unscale_(optimizer) after backward first)")
+  end
+  return found
+end
+
+-- update([new_scale]): the scale backs off when any check since the last
+-- update found an inf or NaN, else grows after growth_interval good
+-- updates; with new_scale (a number or a one-element tensor) it is set to
+-- that instead. Every optimizer is READY again afterwards.
+local function update_scale(self, new_scale, stage)
   if new_scale ~= nil then
     if accel.is_tensor(new_scale) then new_scale = new_scale:item() end
     if type(new_scale) ~= "number" or not (new_scale > 0) then
       raise("GradScaler:update: new_scale must be a positive number or a one-element tensor, got %s", tostring(new_scale))
     end
     self._scale = new_scale
-  elseif self.found_inf_any then
+  elseif found_inf_any(self, stage) then
     self._scale = self._scale * self.backoff_factor
     self.growth_tracker = 0
   else
@@ -236,22 +275,51 @@ function GradScaler:update(new_scale)
       self.growth_tracker = 0
     end
   end
-  self.found_inf_any = false
+  if stage == nil then
+    self.per_opt = fresh_states()
+  else
+    for opt, st in pairs(self.per_opt) do
+      if st.stage == stage then self.per_opt[opt] = nil end
+    end
+  end
 end
 
+function GradScaler:update(new_scale) update_scale(self, new_scale, nil) end
+
+-- The update after one optimizer's step through the Accelerator (which,
+-- as Accelerate, updates after every optimizer's step): from the stepped
+-- optimizers' checks, and only they are READY again. torch's update()
+-- would also reset an optimizer that clip_grad_norm_ has unscaled but that
+-- has not stepped yet, and its step would divide its gradients by the
+-- scale a second time (what Accelerate does with two fp16 optimizers).
+function GradScaler:_update_stepped() update_scale(self, nil, STEPPED) end
+
 function GradScaler:get_scale() return self._scale end
+
+local STATE_FIELDS = {"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"}
 
 function GradScaler:state_dict()
   return {scale = self._scale, growth_factor = self.growth_factor, backoff_factor = self.backoff_factor,
     growth_interval = self.growth_interval, _growth_tracker = self.growth_tracker}
 end
 
+-- As torch's: an empty dict is refused; every field must be there (a number).
 function GradScaler:load_state_dict(s)
+  if type(s) ~= "table" then raise("GradScaler:load_state_dict: expected a table, got %s", type(s)) end
+  if next(s) == nil then
+    raise("GradScaler:load_state_dict: the source state dict is empty, possibly because it was saved from a "
+      .. "disabled instance of GradScaler")
+  end
+  for _, k in ipairs(STATE_FIELDS) do
+    if type(s[k]) ~= "number" then
+      raise("GradScaler:load_state_dict: the state dict's %s must be a number, got %s", k, util.show(s[k]))
+    end
+  end
   self._scale, self.growth_factor, self.backoff_factor = s.scale, s.growth_factor, s.backoff_factor
   self.growth_interval, self.growth_tracker = s.growth_interval, s._growth_tracker
 end
 
 
 -- A method called with "." instead of ":" raises at the caller's line.
-require("accel.util").check_methods(GradScaler, "GradScaler")
+util.check_methods(GradScaler, "GradScaler")
 return amp

@@ -670,8 +670,9 @@ configuration("GradScalerKwargs", {init_scale = "number", growth_factor = "numbe
 
 -- accel.AutocastKwargs{enabled = true, cache_enabled = nil}: enabled = false
 -- turns autocast off for the prepared forward and accelerator:autocast.
--- cache_enabled is accepted either way: casts are not cached here, which
--- changes no result (PyTorch's cache only saves repeated weight casts).
+-- cache_enabled is accepted either way: casts are not cached here, so a
+-- weight changed in place inside an autocast region is cast afresh (PyTorch,
+-- caching, reuses its stale cast; see docs/accelerator.md).
 configuration("AutocastKwargs", {enabled = "boolean", cache_enabled = "boolean"}, {enabled = true})
 
 -- Why Accelerate's fp8 options that this recipe takes only as false (their

@@ -88,7 +88,7 @@ function AcceleratedOptimizer:step(closure)
   local scaler = rawget(self, "scaler")
   if scaler then
     local ran = scaler:step(self.optimizer, closure)
-    scaler:update()
+    scaler:_update_stepped()
     rawset(self, "step_was_skipped", not ran)
   else
     rawset(self, "step_was_skipped", false)

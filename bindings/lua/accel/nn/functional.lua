@@ -111,6 +111,14 @@ local function check_class_target(op, target)
   end
 end
 
+-- Under autocast, the losses below run in float32, as on PyTorch's autocast
+-- float32 list (a bf16 / fp16 input is widened first; outside autocast a
+-- half input keeps its dtype, as in PyTorch).
+local function fp32_in_autocast(t)
+  if not accel.is_tensor(t) or (t.dtype ~= accel.bfloat16 and t.dtype ~= accel.float16) then return t end
+  return require("accel.amp").current_dtype() ~= nil and t:float() or t
+end
+
 -- The loss is computed in float32; outside autocast a bf16 / fp16 input gets
 -- its loss back in its own dtype, as PyTorch's (inside autocast, float32).
 -- A floating-point target holds class probabilities, any other class ids.
@@ -122,18 +130,10 @@ function F.cross_entropy(input, target, o)
   else
     check_class_target("cross_entropy", target)
   end
+  input, target = fp32_in_autocast(input), fp32_in_autocast(target)
   local loss = C.cross_entropy(input, target, ignore, opt(o, "label_smoothing", 0.0), opt(o, "reduction", "mean"))
-  local half = input.dtype == accel.bfloat16 or input.dtype == accel.float16
-  if half and require("accel.amp").current_dtype() == nil then return loss:to(input.dtype) end
-  return loss
-end
-
--- Under autocast, the losses below run in float32, as on PyTorch's autocast
--- float32 list (a bf16 / fp16 input is widened first; outside autocast a
--- half input keeps its dtype, as in PyTorch).
-local function fp32_in_autocast(t)
-  if not accel.is_tensor(t) or (t.dtype ~= accel.bfloat16 and t.dtype ~= accel.float16) then return t end
-  return require("accel.amp").current_dtype() ~= nil and t:float() or t
+  local half = input.dtype == accel.bfloat16 or input.dtype == accel.float16 -- only outside autocast
+  return half and loss:to(input.dtype) or loss
 end
 
 -- reduction (nil: "mean") checked for the loss op (also by the loss modules)
