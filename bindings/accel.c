@@ -501,6 +501,9 @@ static int move_loaded(Tensor **ts, int n, Device dev) {
     return rc;
 }
 
+/* The metatable of accel.load's metadata table (accel._C.load_metadata). */
+#define LOAD_METADATA "accel.SafetensorsMetadata"
+
 /* accel.load(path, [{device =}]) -> {name = tensor}, {metadata} */
 static int l_load(lua_State *L) {
     const char *path = luaL_checkstring(L, 1);
@@ -521,6 +524,7 @@ static int l_load(lua_State *L) {
             lua_pushstring(L, mv[i]);
             lua_setfield(L, -2, mk[i]);
         }
+        luaL_setmetatable(L, LOAD_METADATA); /* load_state_dict(accel.load(p)) tells it from options */
     }
     free(ts);
     safetensors_free_names(names, n);
@@ -725,6 +729,8 @@ int luaopen_accel(lua_State *L) {
     }
     set_dtypes(L);
     lua_newtable(L);
+    luaL_newmetatable(L, LOAD_METADATA);
+    lua_setfield(L, -2, "load_metadata");
     lua_setfield(L, m, "_C");
     lu_open_autograd(L, m);
     lu_open_functions(L, m);

@@ -20,9 +20,12 @@ static bool same_device(const Tensor *a, const Tensor *b) {
 }
 
 static int check_param(const char *who, int id, const Tensor *p, const Tensor *g) {
-    char d1[32], d2[32], op[96];
-    snprintf(op, sizeof op, "%s: parameter %d", who, id);
-    if (tensor_check_writable(p, op) < 0) return -1; /* an expanded view: the step would write one element twice */
+    char d1[32], d2[32];
+    if (!tensor_is_writable(p)) { /* an expanded view: the step would write one element twice */
+        char op[96];
+        snprintf(op, sizeof op, "%s: parameter %d", who, id);
+        return tensor_check_writable(p, op);
+    }
     if (p->dtype != DT_F32 && p->dtype != DT_F64)
         return accel_fail_int("%s: parameter %d is %s; optimizers update float32 or float64 parameters (keep float32 "
                               "master weights)", who, id, dtype_name(p->dtype));

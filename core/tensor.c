@@ -387,12 +387,17 @@ bool tensor_partial_overlap(const Tensor *dst, const Tensor *src) {
              memcmp(src->shape, dst->shape, sizeof(int64_t) * (size_t)src->ndim) == 0);
 }
 
-int tensor_check_writable(const Tensor *t, const char *op) {
+bool tensor_is_writable(const Tensor *t) {
     for (int d = 0; d < t->ndim && t->numel > 0; d++) /* no elements: nothing is written twice */
-        if (t->stride[d] == 0 && t->shape[d] > 1)
-            return accel_fail_int("%s: unsupported operation: more than one element of the written-to tensor (shape "
-                                  "%s, an expanded view) refers to a single memory location; clone() it first", op,
-                                  tensor_shape_str(t));
+        if (t->stride[d] == 0 && t->shape[d] > 1) return false;
+    return true;
+}
+
+int tensor_check_writable(const Tensor *t, const char *op) {
+    if (!tensor_is_writable(t))
+        return accel_fail_int("%s: unsupported operation: more than one element of the written-to tensor (shape "
+                              "%s, an expanded view) refers to a single memory location; clone() it first", op,
+                              tensor_shape_str(t));
     return 0;
 }
 

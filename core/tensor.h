@@ -162,6 +162,8 @@ int tensor_copy_(Tensor *dst, Tensor *src);   /* broadcasting src to dst, castin
 /* Whether src reads memory that dst writes without being dst itself (the
  * same elements in the same layout): an in-place op must read a copy. */
 bool tensor_partial_overlap(const Tensor *dst, const Tensor *src);
+/* Whether every element of t has its own memory (not an expanded view). */
+bool tensor_is_writable(const Tensor *t);
 /* -1 (an error naming op, as torch's) when several elements of t share one
  * memory location (an expanded tensor): t cannot be written in place. */
 int tensor_check_writable(const Tensor *t, const char *op);

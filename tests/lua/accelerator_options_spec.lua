@@ -586,6 +586,18 @@ CASES.FullyShardedDataParallelPlugin = {
     error_matching('state_dict_type = "LOCAL_STATE_DICT" is not supported: LOCAL_STATE_DICT is each rank', function()
       fsdp{state_dict_type = "LOCAL_STATE_DICT"}
     end)
+    -- Accelerate 1.x (FullyShardedDataParallelPlugin): "1" / "3" -> StateDictType(1) FULL_STATE_DICT / (3)
+    -- SHARDED_STATE_DICT, "2" -> LOCAL_STATE_DICT; the default is FULL_STATE_DICT with fsdp_version = 1,
+    -- SHARDED_STATE_DICT with fsdp_version = 2
+    assert.are.equal("FULL_STATE_DICT", fsdp{state_dict_type = "1"}.state_dict_type)
+    assert.are.equal("SHARDED_STATE_DICT", fsdp{state_dict_type = "3"}.state_dict_type)
+    error_matching('state_dict_type = "LOCAL_STATE_DICT" is not supported', function() fsdp{state_dict_type = "2"} end)
+    error_matching('state_dict_type must be one of FULL_STATE_DICT, SHARDED_STATE_DICT, LOCAL_STATE_DICT %(or "1" to "3"%), '
+      .. 'got "4"', function() fsdp{state_dict_type = "4"} end)
+    assert.are.equal("FULL_STATE_DICT", fsdp{}.state_dict_type)
+    assert.are.equal("SHARDED_STATE_DICT", fsdp{fsdp_version = 2, sharding_strategy = "FULL_SHARD"}.state_dict_type)
+    assert.are.equal("FULL_STATE_DICT", fsdp{fsdp_version = 2, sharding_strategy = "FULL_SHARD",
+      state_dict_type = "FULL_STATE_DICT"}.state_dict_type)
   end,
   use_orig_params = function()
     no_shard_same({use_orig_params = false})

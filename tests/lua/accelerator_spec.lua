@@ -844,6 +844,28 @@ describe("fp16 loss scaling", function()
     assert.is_true(math.abs(m1.weight:item() - 0.9) < 1e-6)
   end)
 
+  it("GAN-style: clip and step one optimizer, then the other (an optimizer unscaled before it had gradients is ready again)", function()
+    -- closed form: gradient 1 for each weight, lr 0.1: both 0.9 (Accelerate with torch's GradScaler runs this loop)
+    local a = accel.Accelerator{mixed_precision = "fp16", kwargs_handlers = {accel.GradScalerKwargs{init_scale = 8}}}
+    local function unit()
+      local m = nn.Linear(1, 1, {bias = false})
+      accel.no_grad(function() m.weight:fill_(1) end)
+      return m
+    end
+    local d, g = unit(), unit()
+    local od, og
+    d, g, od, og = a:prepare(d, g, optim.SGD(d:parameters(), {lr = 0.1}), optim.SGD(g:parameters(), {lr = 0.1}))
+    local x = accel.ones(1, 1)
+    a:backward(d(x):sum())
+    a:clip_grad_norm_(d:parameters(), 1e9)
+    od:step()
+    a:backward(g(x):sum())
+    a:clip_grad_norm_(g:parameters(), 1e9)
+    og:step()
+    assert.is_true(math.abs(d.weight:item() - 0.9) < 1e-6, tostring(d.weight:item()))
+    assert.is_true(math.abs(g.weight:item() - 0.9) < 1e-6, tostring(g.weight:item()))
+  end)
+
   it("unscaling twice before a step is an error (torch's GradScaler), not a step on still-scaled gradients", function()
     local a = accel.Accelerator{mixed_precision = "fp16"}
     local model = mlp(5, 6, 16, 3)

@@ -180,6 +180,22 @@ describe("save_model", function()
     assert.are.equal(1234, ck.parse_size(1234))
     local s = trained()
     error_matching("max_shard_size: expected a size", function() s.a:save_model(s.model, "x", {max_shard_size = "ten"}) end)
+    error_matching("max_shard_size: expected a size", function() s.a:save_model(s.model, "x", {max_shard_size = -1}) end)
+  end)
+
+  it("max_shard_size = 0 writes one tensor per file, as Accelerate", function()
+    -- accelerate save_model(Sequential(Linear(3, 4), Linear(4, 2)), d, max_shard_size=0) (and "0GB"): weight_map
+    -- {0.weight: model-00001-of-00004, 0.bias: -00002-, 1.weight: -00003-, 1.bias: -00004-}
+    local want = {["0.weight"] = "model-00001-of-00004.safetensors", ["0.bias"] = "model-00002-of-00004.safetensors",
+      ["1.weight"] = "model-00003-of-00004.safetensors", ["1.bias"] = "model-00004-of-00004.safetensors"}
+    local a = accel.Accelerator()
+    local m = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
+    for _, size in ipairs({0, "0GB"}) do
+      local dir = tmpdir()
+      a:save_model(m, dir, {max_shard_size = size})
+      assert.are.same(want, json.decode(read(dir .. "/model.safetensors.index.json")).weight_map)
+      rm(dir)
+    end
   end)
 end)
 
@@ -427,6 +443,35 @@ describe("save_state / load_state", function()
   -- Accelerate 1.15, load_state("extra", strict=False) of a model with lin
   -- and scale into one with lin and other: lin.weight 3.0 loaded, other
   -- stays [4.0, 4.0]; without it, "Missing key(s) ... Unexpected key(s)".
+  it("a pre-hook that writes a sub-folder (save_model into dir/unet): checksummed, loaded, corruption refused", function()
+    -- Accelerate keeps what a save_state pre-hook writes into the folder (diffusers: save_pretrained(dir/"unet"))
+    local dir = tmpdir()
+    local a = accel.Accelerator()
+    local m = a:prepare(nn.Linear(3, 2))
+    accel.no_grad(function() m.weight:fill_(0.5) end)
+    a:register_save_state_pre_hook(function(models, weights, out)
+      a:save_model(models[1], out .. "/unet")
+      table.remove(weights, 1)
+    end)
+    a:register_load_state_pre_hook(function(models, input)
+      models[1]:load_state_dict(accel.load(input .. "/unet/model.safetensors"))
+      table.remove(models, 1)
+    end)
+    local ck = dir .. "/ck"
+    a:save_state(ck)
+    local idx = json.decode(read(ck .. "/checkpoint_index.json"))
+    assert.is_not_nil(idx.files["unet/model.safetensors"])
+    a:save_state(ck) -- again over the same folder
+    accel.no_grad(function() m.weight:fill_(2) end)
+    a:load_state(ck)
+    assert.are.same({{0.5, 0.5, 0.5}, {0.5, 0.5, 0.5}}, m.weight:tolist())
+    local f = ck .. "/unet/model.safetensors"
+    local bytes = read(f)
+    write(f, bytes:sub(1, -2) .. string.char((bytes:byte(-1) + 1) % 256))
+    error_matching("unet/model%.safetensors is corrupted", function() a:load_state(ck) end)
+    rm(dir)
+  end)
+
   it("strict = false loads the entries the model and the checkpoint share", function()
     local dir = tmpdir()
     local function model(extra, value)

@@ -428,6 +428,26 @@ describe("train / eval / apply / zero_grad / requires_grad_", function()
     assert.truthy(not ok and tostring(err):find("assign = true is not supported", 1, true))
   end)
 
+  it("load_state_dict(accel.load(path)) of a file with metadata loads (PyTorch: load_state_dict(load_file(p)))", function()
+    -- torch 2.15: b.load_state_dict(load_file(p)) of save_file(a.state_dict(), p, metadata={"format": "pt"})
+    -- -> <All keys matched successfully>, b's weights == a's
+    local a, b = nn.Linear(3, 2), nn.Linear(3, 2)
+    local path = os.tmpname() .. ".safetensors"
+    accel.save(a:state_dict(), path, {format = "pt"})
+    local missing, unexpected = b:load_state_dict(accel.load(path))
+    assert.same({}, missing)
+    assert.same({}, unexpected)
+    assert.equals(0, max_abs_diff(a.weight, b.weight))
+    -- a plain table with the same keys is still read as options, and refused
+    local ok, err = pcall(function() b:load_state_dict(a:state_dict(), {format = "pt"}) end)
+    assert.truthy(not ok and tostring(err):find("unknown option 'format'", 1, true), tostring(err))
+    -- the metadata table followed by another argument is not taken for nothing either
+    local _, meta = accel.load(path)
+    ok, err = pcall(function() b:load_state_dict(a:state_dict(), meta, true) end)
+    os.remove(path)
+    assert.is_false(ok, tostring(err))
+  end)
+
   it("requires_grad_(false) freezes every parameter", function()
     local g = GPT(4, 1):requires_grad_(false)
     for _, p in ipairs(g:parameters()) do assert.is_false(p.requires_grad) end

@@ -26,7 +26,16 @@
 --       disk, and also dropped from the index), a corrupted shard, a model
 --       of another shape; merge-weights on a missing / corrupt / unsharded
 --       folder, --help, bad arguments, an OUTPUT inside CHECKPOINT_DIR
---       (the checkpoint unchanged byte for byte).
+--       (the checkpoint unchanged byte for byte);
+--   (d) tests/lua/helpers/shard_frozen.lua: frozen parameters (requires_grad
+--       = false) get the saved values under stage 1 / 3 and without sharding,
+--       also when the checkpoint's frozen / trainable split differs (the
+--       constants the saving run set); frozen, saved, unfrozen and resumed ==
+--       one process unfreezing (a fresh optimizer state); tied weights saved
+--       at stage 3 load without sharding; a pre-hook keeping the model out
+--       (saving it itself into a sub-folder) still gets the optimizer state
+--       back; strict = false from a sharded checkpoint into a model without
+--       sharding; merge-weights creates OUTPUT's folders.
 -- The accel-lua under test is $ACCEL_LUA_BIN, else the interpreter running
 -- this script.
 local HERE = arg[0]:match("^(.*)/[^/]*$") or "."
@@ -41,6 +50,7 @@ local DIR = support.tmpdir()
 local ENV = support.job_env(DIR)
 local launch, max_rel = support.launcher(jobs, ENV, HERE .. "/helpers/"), support.max_rel
 local q = support.shell_quote
+local accel_load = require("accel").load
 
 local function path(name) return DIR .. "/" .. name end
 local function ok_run(run, n) return {run.code == 0 and all_ranks_ok(run, n), "exit " .. run.code .. ": " .. run.err:sub(-400)} end
@@ -200,6 +210,18 @@ do
   support.write_file(f, json.encode(idx))
 end
 refused("a shard file missing from the folder and from the index", dropped, "optimizer_shard_1.safetensors is missing")
+local unlisted = copy("unlisted")
+do -- the index's layout without the pieces of inp.weight (the fingerprint still lists it)
+  local f = unlisted .. "/checkpoint_index.json"
+  local idx = json.decode(support.read_file(f))
+  local params = idx.models[1].sharded.params
+  for i = #params, 1, -1 do
+    if params[i].name == "inp.weight" then table.remove(params, i) end
+  end
+  support.write_file(f, json.encode(idx))
+end
+refused("a layout that lacks a parameter", unlisted,
+  "model_shard_0.safetensors does not hold inp.weight of model 1 as [7,6] (missing)")
 local corrupt = copy("corrupt")
 do
   local f = corrupt .. "/model_shard_0.safetensors"
@@ -271,6 +293,101 @@ do -- OUTPUT inside CHECKPOINT_DIR (or equal to it) is refused before anything i
       {same, why}, {C.fs_stat(ck .. "/sub") == nil, "created a folder in the checkpoint"})
   end
   os.remove(path("inside_link"))
+end
+
+-- ---- (d) frozen parameters, tied weights, pre-hooks, strict = false (helpers/shard_frozen.lua) ----
+local function frozen_run(n, out, ...) return launch(n, "shard_frozen.lua", path(out), ...) end
+local FILL = {["emb.weight"] = 0.125, ["inp.weight"] = 0.25, ["inp.bias"] = 0.375, ["fz.weight"] = 0.5,
+  ["fz.bias"] = 0.625, ["head.weight"] = 0.75, count = 0.875}
+-- every entry of the result file == the constant the saving run set (closed form; count + forwards after it)
+local function constants(file, forwards)
+  local ok, sd = pcall(accel_load, path(file))
+  if not ok then return {false, "no result file " .. file} end
+  for name, v in pairs(FILL) do
+    v = name == "count" and v + (forwards or 0) or v
+    local t = sd[name]
+    if not t or t:min():item() ~= v or t:max():item() ~= v then
+      local range = t and ("%g..%g"):format(t:min():item(), t:max():item()) or "missing"
+      return {false, ("%s is not all %g (%s)"):format(name, v, range)}
+    end
+  end
+  return {true}
+end
+local function label(n, stage)
+  return stage == 0 and ("%d process(es) without sharding"):format(n) or ("stage %d on %d rank(s)"):format(stage, n)
+end
+do -- loaded values of frozen entries, either way round (frozen <-> trainable is no shape difference)
+  local saves = {
+    {"fz_frozen", 2, 3, "frozen=1"}, {"fz_train", 2, 1, "frozen=0"}, {"fz_plain", 1, 0, "frozen=1"}}
+  local loads = {
+    fz_frozen = {{3, 3, "frozen=1"}, {2, 1, "frozen=1"}, {3, 3, "frozen=0"}, {1, 0, "frozen=0"}},
+    fz_train = {{2, 3, "frozen=1"}, {1, 0, "frozen=1"}},
+    fz_plain = {{2, 3, "frozen=1"}, {2, 3, "frozen=0"}}}
+  for _, c in ipairs(saves) do
+    local ck = path(c[1])
+    local first = frozen_run(c[2], c[1] .. ".st", "stage=" .. c[3], c[4], "fill=1", "save=" .. ck)
+    for k, l in ipairs(loads[c[1]]) do
+      local out = c[1] .. "_" .. k .. ".st"
+      local run = frozen_run(l[1], out, "stage=" .. l[2], l[3], "load=" .. ck)
+      check(("saved by %s with %s, loaded by %s with %s: every entry (frozen ones too) has the saved value")
+        :format(label(c[2], c[3]), c[4], label(l[1], l[2]), l[3]), run,
+        {first.code == 0, "the saving run failed: " .. first.err:sub(-400)}, ok_run(run, l[1]), constants(out))
+    end
+  end
+end
+for _, c in ipairs({{2, 3}, {2, 1}}) do -- model:load_state_dict under an engine: frozen entries too, the master copy too
+  local out = ("set_%d_s%d.st"):format(c[1], c[2])
+  local run = frozen_run(c[1], out, "stage=" .. c[2], "frozen=1", "set=1", "steps=2")
+  check(("model:load_state_dict at %s with fz frozen, then 2 steps at lr 0: every entry has the value given")
+    :format(label(c[1], c[2])), run, ok_run(run, c[1]), constants(out, 2))
+end
+local function same_as(run, n, out, ref)
+  local d, where = max_rel(path(out), path(ref))
+  return ok_run(run, n), {d <= 1e-6, ("parameters differ by %g relative (%s)"):format(d, where)}
+end
+do -- frozen for 3 steps, saved, unfrozen and resumed == one process unfreezing after 3 steps (a fresh optimizer state)
+  local ref = frozen_run(1, "unf_ref.st", "stage=0", "frozen=1", "unfreeze_at=3", "steps=6")
+  check("reference: fz frozen 3 steps, then trainable 3 steps, one process", ref, ok_run(ref, 1))
+  for _, c in ipairs({{"unf_s3", 2, 3, {{3, 3}, {1, 0}}}, {"unf_plain", 1, 0, {{2, 2}}}}) do
+    local ck = path(c[1])
+    local first = frozen_run(c[2], c[1] .. ".st", "stage=" .. c[3], "frozen=1", "steps=3", "save=" .. ck)
+    for k, l in ipairs(c[4]) do
+      local out = c[1] .. "_" .. k .. ".st"
+      local run = frozen_run(l[1], out, "stage=" .. l[2], "frozen=0", "steps=3", "load=" .. ck)
+      check(("saved frozen by %s after 3 steps, resumed unfrozen by %s, 3 steps == unbroken (1e-6)")
+        :format(label(c[2], c[3]), label(l[1], l[2])), run,
+        {first.code == 0, "the saving run failed: " .. first.err:sub(-400)}, same_as(run, l[1], out, "unf_ref.st"))
+    end
+  end
+end
+for _, case in ipairs({
+  {"tie", {"tie=1"}, {{1, 0}, {3, 1}}, "tied head.weight = emb.weight"},
+  {"hook", {"hook=1", "frozen=1"}, {{2, 3}, {3, 1}, {1, 0}},
+    "a pre-hook saving the model itself (save_model into a sub-folder) and keeping it out: the optimizer shards saved"},
+}) do
+  local ref = frozen_run(1, case[1] .. "_ref.st", "stage=0", "steps=4", table.unpack(case[2]))
+  local ck = path(case[1] .. "_ck")
+  local first = frozen_run(2, case[1] .. "_first.st", "stage=3", "steps=2", "save=" .. ck, table.unpack(case[2]))
+  for k, l in ipairs(case[3]) do
+    local out = case[1] .. "_" .. k .. ".st"
+    local run = frozen_run(l[1], out, "stage=" .. l[2], "steps=2", "load=" .. ck, table.unpack(case[2]))
+    check(("%s: saved at stage 3 on 2 ranks after 2 steps, loaded by %s, 4 steps == unbroken (1e-6)")
+      :format(case[4], label(l[1], l[2])), run, {ref.code == 0, "the reference failed: " .. ref.err:sub(-400)},
+      {first.code == 0, "the saving run failed: " .. first.err:sub(-400)}, same_as(run, l[1], out, case[1] .. "_ref.st"))
+  end
+end
+do -- strict = false into a model without sharding, from a sharded checkpoint with an extra buffer
+  local ck = path("xbuf_ck")
+  local first = frozen_run(2, "xbuf_first.st", "stage=3", "fill=1", "xbuf=1", "save=" .. ck)
+  local run = frozen_run(1, "xbuf_1.st", "stage=0", "strict=0", "load=" .. ck)
+  check("strict = false: a stage 3 checkpoint with an extra buffer loads into one process without sharding", run,
+    {first.code == 0, "the saving run failed: " .. first.err:sub(-400)}, ok_run(run, 1), constants("xbuf_1.st"))
+end
+do -- merge-weights creates OUTPUT's missing folders (accelerate: mkdir(parents=True))
+  local out = path("new/deeper/merged.safetensors")
+  local m = merge(path("ck_2_s3_7"), out)
+  check("merge-weights CKPT new/deeper/x.safetensors creates the folders", m, {m.code == 0, m.err},
+    {max_rel(out, path("ck_2_s3_7.st")) == 0, "the merged file is missing or differs from the saving run's weights"})
 end
 
 support.remove_tree(DIR)

@@ -406,11 +406,11 @@ local function check_launch_accumulation(ds, k)
   end
 end
 
--- The accumulation without a gradient_accumulation_plugin: launch's
--- setting, else the option, as Accelerate's parse_choice_from_env(
--- "ACCELERATE_GRADIENT_ACCUMULATION_STEPS", gradient_accumulation_steps);
--- without the option a DeepSpeed config's value comes before launch's
--- (which must then agree with it); else 1.
+-- The accumulation without a gradient_accumulation_plugin: the option;
+-- without it a DeepSpeed config's value (launch's must then agree with
+-- it), else launch's setting, else 1. (Accelerate's launcher exports its
+-- --gradient_accumulation_steps only for DeepSpeed, so in plain runs the
+-- script's value is what Accelerate uses too.)
 local function resolve_accumulation(o, ds)
   local k = o.gradient_accumulation_steps
   if k == nil and ds and type(ds.gradient_accumulation_steps) == "number" then
@@ -2130,14 +2130,14 @@ local function read_checkpoint(self, dir, models, sharded_plans, strict)
     if type(entry) ~= "table" or type(entry.fingerprint) ~= "table" then
       refuse("%s is corrupted (no fingerprint for model %d)", checkpoint.INDEX, i)
     end
-    local whole = strict or sharded -- [sharded checkpoints] compared in full
+    local whole = strict or shard_ckpt.engine_of(m) ~= nil -- [sharded checkpoints] a model with an engine: in full
     local diff = checkpoint.compare_fingerprints(entry.fingerprint, current, whole)
     if diff then
       refuse("it is a checkpoint of another model (model %d: %s)%s", i, diff,
         whole ~= strict and "; strict = false covers models that are not sharded only" or "")
     end
     if sharded then -- [sharded checkpoints] files, headers and pieces checked here, read when applied
-      data.sharded[i] = shard_ckpt.plan(self, r, entry, m, refuse, i, numbered("model", i, ".safetensors"))
+      data.sharded[i] = shard_ckpt.plan(self, r, entry, m, refuse, i, numbered("model", i, ".safetensors"), strict)
     else
       local sd = r:tensors(numbered("model", i, ".safetensors"))
       diff = checkpoint.compare_fingerprints(checkpoint.fingerprint(sd), current, strict)
@@ -2151,7 +2151,8 @@ local function read_checkpoint(self, dir, models, sharded_plans, strict)
     if diff then refuse("%s.json does not fit optimizer %d %s", numbered("optimizer", i), i, diff) end
     data.optimizers[i] = s
   end
-  shard_ckpt.take_optimizer_states(self, data) -- [sharded checkpoints] an engine's optimizer state goes to the engine
+  -- [sharded checkpoints] an engine's optimizer state goes to the engine
+  shard_ckpt.take_optimizer_states(self, data, r, refuse)
   for i = 1, #self._schedulers do data.schedulers[i] = r:packed(numbered("scheduler", i)) end
   for i = 1, #self._dataloaders do
     local file = numbered("dataloader", i, ".json")

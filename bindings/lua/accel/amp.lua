@@ -278,8 +278,8 @@ local function update_scale(self, new_scale, stage)
   if stage == nil then
     self.per_opt = fresh_states()
   else
-    for opt, st in pairs(self.per_opt) do
-      if st.stage == stage then self.per_opt[opt] = nil end
+    for opt, st in pairs(self.per_opt) do -- (one unscaled with no gradient to divide has nothing to keep)
+      if st.stage == stage or st.found_inf == nil then self.per_opt[opt] = nil end
     end
   end
 end
@@ -288,7 +288,8 @@ function GradScaler:update(new_scale) update_scale(self, new_scale, nil) end
 
 -- The update after one optimizer's step through the Accelerator (which,
 -- as Accelerate, updates after every optimizer's step): from the stepped
--- optimizers' checks, and only they are READY again. torch's update()
+-- optimizers' checks, and only they (and those unscaled before they had
+-- a gradient) are READY again. torch's update()
 -- would also reset an optimizer that clip_grad_norm_ has unscaled but that
 -- has not stepped yet, and its step would divide its gradients by the
 -- scale a second time (what Accelerate does with two fp16 optimizers).

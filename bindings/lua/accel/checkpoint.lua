@@ -3,8 +3,10 @@
 --
 -- A save_state folder is written by a Writer into a temporary sibling
 -- "<dir>.tmp-<pid>": every file is fsynced as it is written, then
--- checkpoint_index.json lists every file with its size and crc32, the
--- format tag and the model fingerprints; the folder is fsynced and only
+-- checkpoint_index.json lists every file with its size and crc32 (files in
+-- sub-folders, e.g. one a save_state pre-hook wrote with save_model, under
+-- their relative path "unet/model.safetensors"), the format tag and the
+-- model fingerprints; the folder is fsynced and only
 -- then renamed to <dir> (atomically exchanged with an older <dir>, which is
 -- removed afterwards), and the parent directory is fsynced. A crash at any
 -- point leaves either the old folder or the new complete one at <dir>, plus
@@ -49,13 +51,14 @@ end
 local units = {b = 1, kb = 1e3, mb = 1e6, gb = 1e9, tb = 1e12, kib = 1024, mib = 1024 ^ 2, gib = 1024 ^ 3, tib = 1024 ^ 4}
 
 -- "10GB" (10^9 bytes each, as Hugging Face counts), "500MiB", "1.5 GB" or a
--- number of bytes -> bytes.
+-- number of bytes -> bytes. 0 is a size too (as Accelerate: every tensor
+-- is over it, so each gets a file of its own).
 function M.parse_size(s, what)
-  if type(s) == "number" and s > 0 then return s end
+  if type(s) == "number" and s >= 0 then return s end
   if type(s) == "string" then
     local num, unit = s:lower():match("^%s*([%d%.]+)%s*(%a*)%s*$")
     local n = tonumber(num)
-    if n and n > 0 and units[unit ~= "" and unit or "b"] then return n * units[unit ~= "" and unit or "b"] end
+    if n and n >= 0 and units[unit ~= "" and unit or "b"] then return n * units[unit ~= "" and unit or "b"] end
   end
   raise('%s: expected a size such as "10GB", "500MB" or a number of bytes, got %s', what, tostring(s))
 end
@@ -372,8 +375,13 @@ local function stray_entries(dir)
   local index = json.try_decode(read_file(join(dir, M.INDEX)) or "")
   local known = type(index) == "table" and type(index.files) == "table" and index.files or {}
   local stray = {}
+  local folders = {} -- the top folders of the files in sub-folders
+  for f in pairs(known) do
+    local top = type(f) == "string" and f:match("^([^/]+)/")
+    if top then folders[top] = true end
+  end
   for _, f in ipairs(C.fs_listdir(dir) or {}) do
-    if f ~= M.INDEX and known[f] == nil then stray[#stray + 1] = f end
+    if f ~= M.INDEX and known[f] == nil and not folders[f] then stray[#stray + 1] = f end
   end
   return stray
 end
@@ -390,10 +398,10 @@ end
 -- logs, ...) and whose names the new checkpoint does not use, linked into
 -- the new folder before it is swapped in: they stay, as Accelerate writes
 -- into an existing folder, and the swap stays one atomic step.
-function Writer:keep_other_files(files)
+function Writer:keep_other_files()
   if C.fs_stat(self.target) ~= "dir" then return end
   for _, f in ipairs(stray_entries(self.target)) do
-    if files[f] == nil and f ~= M.INDEX then link_tree(join(self.target, f), self:path(f)) end
+    if C.fs_stat(self:path(f), true) == nil then link_tree(join(self.target, f), self:path(f)) end
   end
 end
 
@@ -460,17 +468,25 @@ function Writer:packed(name, value)
 end
 
 -- Index every file, fsync, and move the folder into place.
-function Writer:commit(index)
-  local files = {}
-  for _, f in ipairs(C.fs_listdir(self.tmp) or {}) do
-    if f ~= M.INDEX and not f:find("%.tmp%.%d+$") then
-      local crc, size = C.fs_crc32(self:path(f))
-      files[f] = {size = size, crc32 = crc}
+-- {relative path = {size, crc32}} of every file under folder sub of root
+-- (sub-folders walked; the index and unfinished temporaries left out).
+local function checksums(root, sub, files)
+  for _, f in ipairs(C.fs_listdir(sub and join(root, sub) or root) or {}) do
+    local rel = sub and join(sub, f) or f
+    if C.fs_stat(join(root, rel)) == "dir" then
+      checksums(root, rel, files)
+    elseif rel ~= M.INDEX and not f:find("%.tmp%.%d+$") then
+      local crc, size = C.fs_crc32(join(root, rel))
+      files[rel] = {size = size, crc32 = crc}
     end
   end
-  index.format, index.version, index.files = M.FORMAT, M.VERSION, files
+  return files
+end
+
+function Writer:commit(index)
+  index.format, index.version, index.files = M.FORMAT, M.VERSION, checksums(self.tmp, nil, {})
   C.fs_write(self:path(M.INDEX), json.encode(index, {indent = 1}) .. "\n")
-  self:keep_other_files(files)
+  self:keep_other_files()
   C.fs_fsync(self.tmp)
   if C.fs_stat(self.target) then
     if C.fs_exchange(self.tmp, self.target) then

@@ -56,10 +56,12 @@ function LocalSGD:_sync_and_avg_model_params()
   local acc = self.accelerator
   acc:wait_for_everyone()
   acc:autocast(function()
-    for _, p in ipairs(self.model:parameters()) do
-      local mean = acc:reduce(p:detach(), "mean")
-      accel.no_grad(function() p:copy_(mean) end)
-    end
+    local params, detached = self.model:parameters(), {}
+    for i, p in ipairs(params) do detached[i] = p:detach() end
+    local means = acc:reduce(detached, "mean") -- one reduce of the list: one agreement check, not one per parameter
+    accel.no_grad(function()
+      for i, p in ipairs(params) do p:copy_(means[i]) end
+    end)
   end)
 end
 

@@ -461,16 +461,22 @@ local FSDP_CHOICES = {auto_wrap_policy = {"transformer_based_wrap", "size_based_
   state_dict_type = {"FULL_STATE_DICT", "SHARDED_STATE_DICT", "LOCAL_STATE_DICT"},
   backward_prefetch = {"BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"}}
 
+-- PyTorch's StateDictType numbering (Accelerate reads digit strings so)
+local STATE_DICT_TYPE_BY_NUMBER = {["1"] = "FULL_STATE_DICT", ["2"] = "LOCAL_STATE_DICT", ["3"] = "SHARDED_STATE_DICT"}
+
 local function fsdp_choice(what, k, v)
   if k == "auto_wrap_policy" and type(v) == "function" then return v end -- policy(module, recurse, nonwrapped_numel)
+  if k == "state_dict_type" and STATE_DICT_TYPE_BY_NUMBER[v] then return STATE_DICT_TYPE_BY_NUMBER[v] end
   if type(v) ~= "string" then
     raise("%s: %s must be one of %s%s, got %s", what, k, table.concat(FSDP_CHOICES[k], ", "),
-      k == "auto_wrap_policy" and " or a function (module, recurse, nonwrapped_numel) -> boolean" or "", type(v))
+      k == "auto_wrap_policy" and " or a function (module, recurse, nonwrapped_numel) -> boolean"
+      or k == "state_dict_type" and " (or \"1\" to \"3\")" or "", type(v))
   end
   for _, c in ipairs(FSDP_CHOICES[k]) do
     if c:lower() == v:lower() then return c end
   end
-  raise("%s: %s must be one of %s, got %s", what, k, table.concat(FSDP_CHOICES[k], ", "), show(v))
+  raise("%s: %s must be one of %s%s, got %s", what, k, table.concat(FSDP_CHOICES[k], ", "),
+    k == "state_dict_type" and ' (or "1" to "3")' or "", show(v))
 end
 
 -- The values this build cannot honour (the rest: docs/sharding-accelerator.md).
@@ -583,7 +589,9 @@ function M.FullyShardedDataParallelPlugin(o, what)
   self.zero_stage = STRATEGY_STAGE[self.sharding_strategy]
   self.cpu_offload = o.cpu_offload == true
   check_limits(what, self, FSDP_LIMITS)
-  self.state_dict_type = self.state_dict_type or "FULL_STATE_DICT"
+  -- Accelerate's default: FULL_STATE_DICT with FSDP1, SHARDED_STATE_DICT with FSDP2 (save_state writes the same
+  -- shards either way: docs/sharding-accelerator.md)
+  self.state_dict_type = self.state_dict_type or (self.fsdp_version == 2 and "SHARDED_STATE_DICT" or "FULL_STATE_DICT")
   self.auto_wrap_policy = self.auto_wrap_policy or "no_wrap"
   self.activation_checkpointing = o.activation_checkpointing == true
   self.sync_module_states = o.sync_module_states ~= false

@@ -611,12 +611,20 @@ local function full_arg(self, i, t, what)
 end
 
 -- load_full_state_dict(sd): every parameter from full tensors keyed as
--- full_state_dict's (buffers too, where present). Local: each rank keeps
--- its part, so a state saved on any number of ranks loads on this one.
+-- full_state_dict's (buffers and frozen parameters, which the model holds
+-- in full, too, where present). Local: each rank keeps its part, so a state
+-- saved on any number of ranks loads on this one.
 function Engine:load_full_state_dict(sd)
   local c = self:_live()
-  for i, name in ipairs(self.names) do c:load_full(i, 0, full_arg(self, i, sd[name], "load_full_state_dict")) end
+  local held = {}
+  for i, name in ipairs(self.names) do
+    held[self.params[i]] = true
+    c:load_full(i, 0, full_arg(self, i, sd[name], "load_full_state_dict"))
+  end
   accel.no_grad(function()
+    for name, p in self.model:named_parameters() do
+      if not held[p] and sd[name] ~= nil then p:copy_(sd[name]) end
+    end
     for name, b in self.model:named_buffers() do
       if sd[name] ~= nil then b:copy_(sd[name]) end
     end

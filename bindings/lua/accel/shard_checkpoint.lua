@@ -103,10 +103,11 @@ function M.fingerprint(model) return checkpoint.fingerprint(model:state_dict({ke
 
 -- This rank's shard files for model `eng.model` (bases: the model's and its
 -- optimizer's file names without extension; optim_base nil: no optimizer
--- prepared for it) -> the layout for the index (the same on every rank).
+-- prepared for it; model_base nil: the optimizer's only, for a model a
+-- save_state pre-hook kept out of the checkpoint) -> the layout for the
+-- index (the same on every rank).
 function M.write_shards(w, eng, model_base, optim_base, optim_index)
   local ss = eng:shard_state()
-  local e = entries(eng.model, eng)
   local params, pieces = json.array(), {}
   for i, name in ipairs(eng.names) do
     pieces[name] = json.array()
@@ -122,14 +123,17 @@ function M.write_shards(w, eng, model_base, optim_base, optim_index)
     if t and x.state == "param" then mine[x.param] = t:narrow(1, x.at + 1, x.len)
     elseif t then mine_state[x.param .. "." .. x.state] = t:narrow(1, x.at + 1, x.len) end
   end
-  if ss.rank == 0 then
-    for _, name in ipairs(e.replicated) do mine[name] = e.sd[name]:detach() end
+  local layout = {world = ss.world, stage = ss.stage, params = params}
+  if model_base then
+    local e = entries(eng.model, eng)
+    if ss.rank == 0 then
+      for _, name in ipairs(e.replicated) do mine[name] = e.sd[name]:detach() end
+    end
+    layout.files = json.array()
+    for r = 0, ss.world - 1 do layout.files[r + 1] = M.shard_file(model_base, r) end
+    w:tensors(layout.files[ss.rank + 1], mine)
+    layout.replicated, layout.aliases = copy_list(e.replicated), e.aliases
   end
-  local files = json.array()
-  for r = 0, ss.world - 1 do files[r + 1] = M.shard_file(model_base, r) end
-  w:tensors(files[ss.rank + 1], mine)
-  local layout = {world = ss.world, stage = ss.stage, files = files, params = params,
-    replicated = copy_list(e.replicated), aliases = e.aliases}
   if optim_base and #ss.state_names > 0 then
     local ofiles = json.array()
     for r = 0, ss.world - 1 do ofiles[r + 1] = M.shard_file(optim_base, r) end
@@ -148,24 +152,39 @@ function M.is_marker(x) return getmetatable(x) == Marker end
 
 local optimizer_for
 
--- Every rank: the shard files of each marked model (weights[i]) -> {i = layout}.
+-- Every rank: the shard files of each marked model (weights[i]) ->
+-- {models = {i = layout}, optimizers = {layout, ...}}; a prepared model
+-- with an engine that a pre-hook removed from weights still gets its
+-- optimizer's shards (as Accelerate saves the optimizer state regardless).
 function M.save_all(self, w, weights, numbered)
-  local layouts = {}
+  local out, saved = {models = {}, optimizers = json.array()}, {}
   for i, sd in ipairs(weights) do
     if M.is_marker(sd) then
+      saved[sd.eng] = true
       local k = optimizer_for(self, sd.model, sd.eng)
-      layouts[i] = M.write_shards(w, sd.eng, numbered("model", i), k and numbered("optimizer", k), k)
+      out.models[i] = M.write_shards(w, sd.eng, numbered("model", i), k and numbered("optimizer", k), k)
     end
   end
-  return layouts
+  for _, m in ipairs(self._models) do
+    local eng = M.engine_of(m)
+    local k = eng and not saved[eng] and optimizer_for(self, m, eng)
+    if k then
+      saved[eng] = true
+      local layout = M.write_shards(w, eng, nil, numbered("optimizer", k), k)
+      if layout.optimizer then out.optimizers[#out.optimizers + 1] = layout end
+    end
+  end
+  return out
 end
 
--- The index's models[i] of the sharded models get their layout (and no whole file).
+-- The index's models[i] of the sharded models get their layout (and no
+-- whole file); the optimizer shards of models left out, optimizer_shards.
 function M.annotate(idx, layouts)
-  for i, layout in pairs(layouts) do
+  for i, layout in pairs(layouts.models) do
     idx.models[i].sharded = layout
     idx.models[i].file = nil
   end
+  if #layouts.optimizers > 0 then idx.optimizer_shards = layouts.optimizers end
   return idx
 end
 
@@ -173,10 +192,21 @@ end
 
 -- A source gives, for a parameter name, the elements [lo, hi) of the full
 -- parameter (which = "param") or of one of its optimizer states, written
--- into a flat float32 tensor; replicated(name) a replicated entry in full.
+-- into a flat float32 tensor; replicated(name) an entry in full. A
+-- parameter frozen when saved (a replicated entry) and trainable now, or
+-- the reverse, loads either way; a tied alias reads the entry it was saved
+-- under; has_state(name) tells whether the optimizer state of a parameter
+-- was saved (a parameter frozen then has none).
+
+-- elements [lo, hi) of the full tensor t into flat.
+local function copy_range(flat, t, lo, hi)
+  flat:narrow(1, lo + 1, hi - lo):copy_(t:reshape(-1):narrow(1, lo + 1, hi - lo))
+end
 
 local Sharded = {}
 Sharded.__index = Sharded
+
+function Sharded:saved_name(name) return (self.layout.aliases or {})[name] or name end
 
 local function open_cached(self, file)
   local f = self.open[file]
@@ -188,7 +218,9 @@ local function open_cached(self, file)
 end
 
 function Sharded:fill(name, which, lo, hi, flat)
+  name = self:saved_name(name)
   local p = self.params[name]
+  if not p then return copy_range(flat, self:replicated(name), lo, hi) end
   local files = which == "param" and self.layout.files or self.layout.optimizer.files
   local key = which == "param" and name or name .. "." .. which
   for _, pc in ipairs(p.pieces) do
@@ -201,8 +233,17 @@ function Sharded:fill(name, which, lo, hi, flat)
   end
 end
 
-function Sharded:replicated(name) return open_cached(self, self.layout.files[1]):read(name) end
+function Sharded:replicated(name)
+  name = self:saved_name(name)
+  local p = self.params[name]
+  if not p then return open_cached(self, self.layout.files[1]):read(name) end
+  local t = accel.zeros(p.shape)
+  self:fill(name, "param", 0, numel_of(p.shape), t:view(-1))
+  return t
+end
+
 function Sharded:has_states() return self.layout.optimizer ~= nil end
+function Sharded:has_state(name) return self.layout.optimizer ~= nil and self.params[self:saved_name(name)] ~= nil end
 function Sharded:step(name) return self.layout.optimizer.steps[name] or 0 end
 function Sharded:state_names() return self.layout.optimizer and self.layout.optimizer.state_names or {} end
 
@@ -220,13 +261,13 @@ function Dense:fill(name, which, lo, hi, flat)
   if which == "param" then
     flat:narrow(1, lo + 1, hi - lo):copy_(self.file:read(name, lo, hi - lo))
   else
-    local t = self.states[name][which]
-    flat:narrow(1, lo + 1, hi - lo):copy_(t:reshape(-1):narrow(1, lo + 1, hi - lo))
+    copy_range(flat, self.states[name][which], lo, hi)
   end
 end
 
 function Dense:replicated(name) return self.file:read(name) end
 function Dense:has_states() return next(self.states) ~= nil end
+function Dense:has_state(name) return self.states[name] ~= nil end
 function Dense:step(name) return self.states[name] and self.states[name].step or 0 end
 
 function Dense:state_names()
@@ -292,10 +333,11 @@ local function check_files(r, layout, refuse)
       end
     end
   end
-  if type(layout.world) ~= "number" or type(layout.files) ~= "table" or type(layout.params) ~= "table" then
+  if type(layout.world) ~= "number" or type(layout.files) ~= "table" and not layout.optimizer
+    or type(layout.params) ~= "table" then
     refuse("%s is corrupted (bad shard layout)", checkpoint.INDEX)
   end
-  check(layout.files, function(p) return {p.name} end, "parameter")
+  if layout.files then check(layout.files, function(p) return {p.name} end, "parameter") end
   local o = layout.optimizer
   if o then
     check(o.files, function(p)
@@ -304,6 +346,39 @@ local function check_files(r, layout, refuse)
       return keys
     end, "optimizer")
   end
+end
+
+local function shape_text(shape) return "[" .. table.concat(shape, ",") .. "]" end
+
+-- Every entry of the model (e: entries) is in the checkpoint with its
+-- shape: as a parameter's pieces or whole in rank 0's file (a buffer, a
+-- parameter frozen when saved), a tied alias as the entry it was saved
+-- under; refuse(fmt, ...) raises naming the file and the entry. strict =
+-- false (a model without an engine): an entry the checkpoint lacks keeps
+-- its value -> {name = true} of those.
+local function check_entries(r, layout, params, e, refuse, model_index, strict)
+  local whole = {}
+  for _, name in ipairs(layout.replicated or {}) do whole[name] = true end
+  local f = C.st_open(join(r.dir, layout.files[1]))
+  local have = {}
+  for _, x in ipairs(f:entries()) do have[x.name] = x end
+  f:close()
+  local skip = {}
+  for _, name in ipairs(e.order) do
+    if not e.aliases[name] then
+      local saved = (layout.aliases or {})[name] or name
+      local p, x = params[saved], whole[saved] and have[saved]
+      local shape = p and p.shape or x and x.shape
+      local want = shape_text(e.sd[name].shape)
+      if not shape and strict == false then
+        skip[name] = true
+      elseif not shape or shape_text(shape) ~= want then
+        refuse("%s does not hold %s of model %d as %s (%s)", layout.files[1], name, model_index or 1, want,
+          shape and "it is " .. shape_text(shape) or "missing")
+      end
+    end
+  end
+  return skip
 end
 
 -- The optimizer (prepared position k) that steps this model's parameters.
@@ -362,8 +437,8 @@ end
 
 -- Everything load_state needs for model i, checked: -> plan (its open
 -- files are closed by apply or close_plans). dense_file: the model's file
--- in an unsharded checkpoint.
-function M.plan(self, r, entry, model, refuse, model_index, dense_file)
+-- in an unsharded checkpoint. strict = false: see check_entries.
+function M.plan(self, r, entry, model, refuse, model_index, dense_file, strict)
   local eng = M.engine_of(model)
   local e = entries(model, eng)
   local plan = {model = model, eng = eng, e = e}
@@ -372,6 +447,7 @@ function M.plan(self, r, entry, model, refuse, model_index, dense_file)
     check_files(r, layout, refuse)
     local params = {}
     for _, p in ipairs(layout.params) do params[p.name] = p end
+    plan.skip = check_entries(r, layout, params, e, refuse, model_index, strict or eng ~= nil)
     plan.src = setmetatable({dir = r.dir, layout = layout, params = params, open = {}}, Sharded)
     if layout.optimizer then
       local k = layout.optimizer.index
@@ -409,7 +485,8 @@ end
 -- After load_state read the optimizers (data.optimizers[k], full
 -- state_dicts): the state of an optimizer whose model is held by an engine
 -- moves into that model's plan (the optimizer itself keeps an empty state).
-function M.take_optimizer_states(self, data)
+function M.take_optimizer_states(self, data, r, refuse)
+  M.plan_optimizer_shards(self, r, data, refuse)
   for _, plan in pairs(data.sharded) do
     local k = plan.eng and optimizer_for(self, plan.model, plan.eng)
     if getmetatable(plan.src) == Dense and k and data.optimizers[k] then
@@ -417,6 +494,29 @@ function M.take_optimizer_states(self, data)
       data.optimizers[k] = {state = {}, param_groups = data.optimizers[k].param_groups}
       plan.optimizer = k
     end
+  end
+end
+
+-- The optimizer shards of models a save_state pre-hook kept out
+-- (index.optimizer_shards), checked, as plans that load only the optimizer
+-- state of the prepared model optimizer k steps (data.sharded["optimizer<k>"]).
+function M.plan_optimizer_shards(self, r, data, refuse)
+  for _, layout in ipairs(type(r.index.optimizer_shards) == "table" and r.index.optimizer_shards or {}) do
+    check_files(r, layout, refuse)
+    local k = type(layout.optimizer) == "table" and layout.optimizer.index
+    local model
+    for _, m in ipairs(self._models) do
+      if k and optimizer_for(self, m, M.engine_of(m)) == k then model = m end
+    end
+    if not model then
+      refuse("%s holds optimizer %s's shards, which steps no prepared model", checkpoint.INDEX, tostring(k))
+    end
+    local params = {}
+    for _, p in ipairs(layout.params) do params[p.name] = p end
+    local eng = M.engine_of(model)
+    data.sharded["optimizer" .. k] = {model = model, eng = eng, e = entries(model, eng), optimizer = k,
+      states_only = true, src = setmetatable({dir = r.dir, layout = layout, params = params, open = {}}, Sharded)}
+    if data.optimizers[k] then data.optimizers[k].state = {} end
   end
 end
 
@@ -458,15 +558,17 @@ local function apply_engine(plan)
   local range = ranges(eng)
   local replicated = {}
   for _, name in ipairs(e.replicated) do replicated[name] = true end
-  eng:load_full_state_dict(lazy(function(name)
-    local i = e.pos[name]
-    if i then
-      local g = range[i]
-      return build(src, name, "param", eng.params[i].shape, g.full and 0 or g.lo, g.full and g.n or g.hi)
-    end
-    if replicated[name] then return src:replicated(name) end
-    return nil
-  end))
+  if not plan.states_only then
+    eng:load_full_state_dict(lazy(function(name)
+      local i = e.pos[name]
+      if i then
+        local g = range[i]
+        return build(src, name, "param", eng.params[i].shape, g.full and 0 or g.lo, g.full and g.n or g.hi)
+      end
+      if replicated[name] then return src:replicated(name) end
+      return nil
+    end))
+  end
   if not (plan.optimizer and src:has_states()) then return end
   local have = {}
   for _, s in ipairs(src:state_names()) do have[s] = true end
@@ -474,6 +576,9 @@ local function apply_engine(plan)
     local i = e.pos[name]
     if not i then return nil end
     local shape = eng.params[i].shape
+    if not src:has_state(name) then -- frozen when saved: a fresh state, as an optimizer that never stepped it
+      return setmetatable({step = 0}, {__index = function(_, s) return have[s] and accel.zeros(shape) or nil end})
+    end
     return setmetatable({step = src:step(name)}, {__index = function(_, s)
       if not have[s] then return nil end
       return build(src, name, s, shape, range[i].lo, range[i].hi)
@@ -486,12 +591,11 @@ local function apply_plain(self, plan)
   local params = {}
   for name, p in model:named_parameters() do params[name] = p end
   accel.no_grad(function()
-    for _, name in ipairs(e.order) do
+    for _, name in ipairs(plan.states_only and {} or e.order) do
       local t = e.sd[name]
-      if e.aliases[name] == nil then
-        local v = src.params and src.params[name] and build(src, name, "param", t.shape, 0, numel_of(t.shape))
-          or src:replicated(name)
-        t:copy_(v)
+      if e.aliases[name] == nil and not (plan.skip and plan.skip[name]) then
+        collectgarbage()
+        t:copy_(src:replicated(name))
       end
     end
   end)
@@ -504,7 +608,7 @@ local function apply_plain(self, plan)
   local by_id, kept = param_ids(raw), {}
   for name, p in pairs(params) do
     local id = by_id[p]
-    if id and src.params[name] then
+    if id and src:has_state(name) then
       local st = {step = src:step(name)}
       for _, s in ipairs(src:state_names()) do st[s] = build(src, name, s, p.shape, 0, numel_of(p.shape)) end
       raw:load_state_dict({state = {[id] = st}, param_groups = groups})
@@ -660,7 +764,8 @@ for the same model without sharding. The folder is verified first (index,
 sizes, crc32), and one tensor at a time is held in memory.
   OUTPUT                    a folder (created if needed) that gets model.safetensors,
                             as accelerate merge-weights; a path ending in
-                            .safetensors is the file itself; it must not be
+                            .safetensors is the file itself (its folders are
+                            created if needed); it must not be
                             inside CHECKPOINT_DIR (refused, exit 2)
   --model N                 the N-th prepared model (default 1)
   --remove_checkpoint_dir   remove CHECKPOINT_DIR after a successful merge
@@ -739,7 +844,8 @@ function M.main(args, host)
   local out = output_file(o.out)
   local ok, err = pcall(function()
     M.merge(o.ckpt, out, o.model, function()
-      if out ~= o.out then C.mkdirs(o.out) end
+      local dir = out:match("^(.*)/[^/]*$")
+      if dir and dir ~= "" then C.mkdirs(dir) end -- OUTPUT's folders, parents included
     end)
   end)
   if not ok then

@@ -277,6 +277,17 @@ end
 -- A method's options: nil, a table of the keys listed (else an error naming
 -- the method and the key), or PyTorch's positional values, bound in order to
 -- positional ({{key, type}, ...}; a value of another type is an error).
+-- The arguments after a state dict with accel.load's metadata table (its
+-- second return, so load_state_dict(accel.load(path)) passes it on) left
+-- out: that table alone is no options; anything else is kept.
+function util.without_load_metadata(o, ...)
+  local accel = package.loaded.accel
+  if select("#", ...) == 0 and type(o) == "table" and accel and rawequal(getmetatable(o), accel._C.load_metadata) then
+    return
+  end
+  return o, ...
+end
+
 function util.opts_of(name, keys, positional, o, ...)
   local n = select("#", ...)
   if positional and type(o) ~= "table" and (o ~= nil or n > 0) then

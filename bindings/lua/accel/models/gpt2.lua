@@ -414,8 +414,7 @@ function GPT2LMHeadModel:forward(input_ids, o)
   -- untied: the lm_head module itself (so its hooks and the fp8 recipe reach it, as HF calls self.lm_head)
   local logits = self.config.tie_word_embeddings and F.linear(h, self:output_weight()) or self.lm_head(h)
   local V, ignore = self.config.vocab_size, o.ignore_index or -100
-  local logits32 = logits:float() -- the loss in float32 for any model dtype, as transformers' ForCausalLMLoss
-  local loss
+  local loss -- from float32 logits for any model dtype, as transformers' ForCausalLMLoss (made only for a loss)
   if o.targets ~= nil and o.labels ~= nil then
     raise("GPT2LMHeadModel: give targets (already shifted) or labels (shifted here), not both")
   end
@@ -423,13 +422,13 @@ function GPT2LMHeadModel:forward(input_ids, o)
     if not accel.is_tensor(o.targets) or o.targets:numel() ~= input_ids:numel() then
       raise("GPT2LMHeadModel: targets must have the shape of input_ids %s", tostring(input_ids.shape))
     end
-    loss = F.cross_entropy(logits32:reshape(-1, V), o.targets:reshape(-1), {ignore_index = ignore})
+    loss = F.cross_entropy(logits:float():reshape(-1, V), o.targets:reshape(-1), {ignore_index = ignore})
   elseif o.labels ~= nil then
     local T = input_ids:size(2)
     if not accel.is_tensor(o.labels) or o.labels:numel() ~= input_ids:numel() then
       raise("GPT2LMHeadModel: labels must have the shape of input_ids %s", tostring(input_ids.shape))
     end
-    local shifted = logits32:narrow(2, 1, T - 1):reshape(-1, V)
+    local shifted = logits:float():narrow(2, 1, T - 1):reshape(-1, V)
     loss = F.cross_entropy(shifted, o.labels:reshape(input_ids.shape):narrow(2, 2, T - 1):reshape(-1), {ignore_index = ignore})
   end
   return logits, loss

@@ -545,9 +545,17 @@ end
 
 -- The open stage-3 sharding engine whose model is m, or nil: its
 -- parameters are released between uses, so state_dict gathers them.
-local function stage3_engine_of(m)
+-- engine_of(m): the open engine of any stage whose model is m (its
+-- float32 master pieces are what the next step starts from).
+local function engine_of(m)
   local eng = package.loaded["accel.shard"] and package.loaded["accel.shard"].engine_of(m)
-  if eng and eng.stage == 3 and rawequal(eng.model, m) then return eng end
+  if eng and rawequal(eng.model, m) then return eng end
+  return nil
+end
+
+local function stage3_engine_of(m)
+  local eng = engine_of(m)
+  if eng and eng.stage == 3 then return eng end
   return nil
 end
 
@@ -578,11 +586,13 @@ end
 -- (through .shape, which a parameter released by a stage-3 engine keeps; sizes compare by value)
 local function same_shape(a, b) return a.shape == b.shape end
 
--- load_state_dict(sd, [{strict = true}]) -> missing_keys, unexpected_keys.
+-- load_state_dict(sd, [{strict = true}]) -> missing_keys, unexpected_keys
+-- (accel.load's metadata table in place of the options is ignored).
 -- Mis-shaped or non-tensor entries are always an error; with strict,
 -- missing and unexpected keys are too. Nothing is copied when it errors.
 function Module:load_state_dict(sd, ...)
-  local o = opts_of("load_state_dict", {"strict", "assign"}, {{"strict", "boolean"}, {"assign", "boolean"}}, ...)
+  local o = opts_of("load_state_dict", {"strict", "assign"}, {{"strict", "boolean"}, {"assign", "boolean"}},
+    util.without_load_metadata(...))
   if o.assign then raise("load_state_dict: assign = true is not supported (values are copied into the parameters)") end
   local strict = o.strict ~= false
   if type(sd) ~= "table" or is_module(sd) then
@@ -623,11 +633,13 @@ function Module:load_state_dict(sd, ...)
   if #errs > 0 then
     raise("Error(s) in loading state_dict for %s:\n\t%s", self:_get_name(), table.concat(errs, "\n\t"))
   end
-  local eng = stage3_engine_of(self)
+  local eng = engine_of(self)
   if eng then
-    -- under ZeRO-3 / FULL_SHARD the parameters are released: the engine keeps
-    -- each rank's pieces of the full tensors (missing keys keep their values:
-    -- gathered, a collective like state_dict)
+    -- under a sharding engine: the engine keeps each rank's pieces of the
+    -- full tensors (ZeRO-3 / FULL_SHARD releases the parameters; stages 1-2
+    -- keep float32 master pieces), buffers and frozen parameters are the
+    -- model's own (missing keys keep their values: gathered, a collective
+    -- like state_dict)
     local full = {}
     for k, v in pairs(sd) do
       if expected[k] then full[k] = v end
