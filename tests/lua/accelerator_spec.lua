@@ -821,10 +821,9 @@ describe("fp16 loss scaling", function()
     assert.is_true(math.abs(n32 - n16) < 1e-2 * n32, ("norms %g vs %g"):format(n32, n16))
   end)
 
-  it("two optimizers clipped together, then stepped: each gradient is unscaled once (closed form: both 0.9)", function()
-    -- Accelerate calls torch's scaler.update() after each prepared optimizer's step, which resets the second
-    -- optimizer too, so its step divides its already unscaled gradient by the scale again (torch + Accelerate:
-    -- 1 - 0.1 / 8 = 0.9875); here only the stepped optimizer is reset.
+  -- Two prepared Linear(1, 1) models (weight 1, no bias), each with SGD lr 0.1, under fp16 (init scale 8),
+  -- and the input ones(1, 1): a gradient of 1 for each weight.
+  local function two_fp16_units()
     local a = accel.Accelerator{mixed_precision = "fp16", kwargs_handlers = {accel.GradScalerKwargs{init_scale = 8}}}
     local function unit()
       local m = nn.Linear(1, 1, {bias = false})
@@ -834,7 +833,14 @@ describe("fp16 loss scaling", function()
     local m1, m2 = unit(), unit()
     local o1, o2
     m1, m2, o1, o2 = a:prepare(m1, m2, optim.SGD(m1:parameters(), {lr = 0.1}), optim.SGD(m2:parameters(), {lr = 0.1}))
-    local x = accel.ones(1, 1)
+    return a, m1, m2, o1, o2, accel.ones(1, 1)
+  end
+
+  it("two optimizers clipped together, then stepped: each gradient is unscaled once (closed form: both 0.9)", function()
+    -- Accelerate calls torch's scaler.update() after each prepared optimizer's step, which resets the second
+    -- optimizer too, so its step divides its already unscaled gradient by the scale again (torch + Accelerate:
+    -- 1 - 0.1 / 8 = 0.9875); here only the stepped optimizer is reset.
+    local a, m1, m2, o1, o2, x = two_fp16_units()
     a:backward(m1(x):sum() + m2(x):sum())
     local params = {m1.weight, m2.weight}
     a:clip_grad_norm_(params, 1e9)
@@ -846,16 +852,7 @@ describe("fp16 loss scaling", function()
 
   it("GAN-style: clip and step one optimizer, then the other (an optimizer unscaled before it had gradients is ready again)", function()
     -- closed form: gradient 1 for each weight, lr 0.1: both 0.9 (Accelerate with torch's GradScaler runs this loop)
-    local a = accel.Accelerator{mixed_precision = "fp16", kwargs_handlers = {accel.GradScalerKwargs{init_scale = 8}}}
-    local function unit()
-      local m = nn.Linear(1, 1, {bias = false})
-      accel.no_grad(function() m.weight:fill_(1) end)
-      return m
-    end
-    local d, g = unit(), unit()
-    local od, og
-    d, g, od, og = a:prepare(d, g, optim.SGD(d:parameters(), {lr = 0.1}), optim.SGD(g:parameters(), {lr = 0.1}))
-    local x = accel.ones(1, 1)
+    local a, d, g, od, og, x = two_fp16_units()
     a:backward(d(x):sum())
     a:clip_grad_norm_(d:parameters(), 1e9)
     od:step()
