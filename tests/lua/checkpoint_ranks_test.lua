@@ -7,16 +7,12 @@
 local HERE = arg[0]:match("^(.*)/[^/]*$") or "."
 local support = dofile(HERE .. "/support.lua")
 
-local quote, all_ranks_ok = support.shell_quote, support.all_ranks_ok
+local all_ranks_ok = support.all_ranks_ok
 local jobs = support.job_checks()
 support.require_mpirun()
 
-local env = support.asan_env()
 local dir = support.tmpdir()
-local run = jobs.run(("%senv -u ACCEL_LUA_DIST_BACKEND ACCEL_LUA_COLLECTIVE_TIMEOUT=20 "
-  .. "timeout -k 5 90 mpirun --allow-run-as-root --oversubscribe -np 2 %s %s %s")
-  :format(env ~= "" and "env " .. env or "", quote(support.ACCEL_LUA), quote(HERE .. "/helpers/checkpoint_ranks.lua"),
-    quote(dir)))
+local run = jobs.run(support.mpirun_command(HERE .. "/helpers/checkpoint_ranks.lua", dir))
 support.remove_tree(dir)
 jobs.check("registered objects on 2 ranks: state_dict on every rank, a failure on rank 1 saves nothing", run,
   {run.code == 0, "exit status"}, {all_ranks_ok(run, 2), "not every rank printed its ok line"},

@@ -388,7 +388,9 @@ describe("save_state / load_state", function()
     rm(dir)
   end)
 
-  it("names checkpoints automatically and keeps the newest total_limit", function()
+  -- A trained run under automatic checkpoint naming with total_limit 2 in a
+  -- new folder, with a registered counter {n}: dir, the run, the counter.
+  local function counted_project()
     local dir = tmpdir()
     local pc = accel.ProjectConfiguration{project_dir = dir, automatic_checkpoint_naming = true, total_limit = 2}
     local s = trained(8, {project_config = pc})
@@ -396,6 +398,11 @@ describe("save_state / load_state", function()
     function counter:state_dict() return {n = self.n} end
     function counter:load_state_dict(t) self.n = t.n end
     s.a:register_for_checkpointing(counter)
+    return dir, s, counter
+  end
+
+  it("names checkpoints automatically and keeps the newest total_limit", function()
+    local dir, s, counter = counted_project()
     for i = 0, 3 do
       counter.n = i
       assert.are.equal(dir .. "/checkpoints/checkpoint_" .. i, s.a:save_state())
@@ -419,13 +426,7 @@ describe("save_state / load_state", function()
   -- checkpoint_007 (renamed from checkpoint_1), load_state() loads 007 and
   -- a save with total_limit = 2 removes checkpoint_0 and keeps 007.
   it("finds zero-padded checkpoint folders by their number", function()
-    local dir = tmpdir()
-    local pc = accel.ProjectConfiguration{project_dir = dir, automatic_checkpoint_naming = true, total_limit = 2}
-    local s = trained(8, {project_config = pc})
-    local counter = {n = 0}
-    function counter:state_dict() return {n = self.n} end
-    function counter:load_state_dict(t) self.n = t.n end
-    s.a:register_for_checkpointing(counter)
+    local dir, s, counter = counted_project()
     s.a:save_state()
     counter.n = 1
     s.a:save_state()

@@ -8,16 +8,12 @@
 local HERE = arg[0]:match("^(.*)/[^/]*$") or "."
 local support = dofile(HERE .. "/support.lua")
 
-local BIN = support.ACCEL_LUA
-local quote, has, all_ranks_ok = support.shell_quote, support.has, support.all_ranks_ok
+local has, all_ranks_ok = support.has, support.all_ranks_ok
 local jobs = support.job_checks()
 support.require_mpirun()
 
-local env = support.asan_env()
 local dir = support.tmpdir()
-local run = jobs.run(("%senv -u ACCEL_LUA_DIST_BACKEND ACCEL_LUA_COLLECTIVE_TIMEOUT=20 "
-  .. "timeout -k 5 90 mpirun --allow-run-as-root --oversubscribe -np 2 %s %s %s")
-  :format(env ~= "" and "env " .. env or "", quote(BIN), quote(HERE .. "/helpers/json_objects.lua"), quote(dir)))
+local run = jobs.run(support.mpirun_command(HERE .. "/helpers/json_objects.lua", dir))
 support.remove_tree(dir)
 local check = jobs.check
 check("unsendable objects on 2 ranks: every rank refuses, names the rank, no hang", run,

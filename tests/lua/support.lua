@@ -271,6 +271,18 @@ function M.asan_env()
   return "ASAN_OPTIONS=" .. M.shell_quote(asan .. ":fast_unwind_on_malloc=0") .. " "
 end
 
+-- The shell command running helper (a Lua script) with its arguments on 2
+-- ranks under mpirun: the MPI backend, a 20 s collective watchdog, a 90 s
+-- limit, and the sanitizer's options when set.
+function M.mpirun_command(helper, ...)
+  local args = {}
+  for i, a in ipairs({...}) do args[i] = M.shell_quote(a) end
+  local env = M.asan_env()
+  return ("%senv -u ACCEL_LUA_DIST_BACKEND ACCEL_LUA_COLLECTIVE_TIMEOUT=20 "
+    .. "timeout -k 5 90 mpirun --allow-run-as-root --oversubscribe -np 2 %s %s %s")
+    :format(env ~= "" and "env " .. env or "", M.shell_quote(M.ACCEL_LUA), M.shell_quote(helper), table.concat(args, " "))
+end
+
 -- Whether s contains the plain text.
 function M.has(s, plain) return s:find(plain, 1, true) ~= nil end
 
