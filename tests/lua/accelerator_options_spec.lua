@@ -13,7 +13,7 @@ local support = dofile("tests/lua/support.lua")
 it = support.lua54_only(it, pending, {
   ["every key of every option table has a case here, and every case a key"] = "pairs on a read-only view (LuaJIT's pairs ignores __pairs)",
 })
-local tmpdir, error_matching = support.tmpdir, support.error_matching
+local tmpdir, error_matching, expect_error = support.tmpdir, support.error_matching, support.expect_error
 local nn, optim, data = accel.nn, accel.optim, accel.data
 local C = accel._C
 local _ = accel.Accelerator -- loads every module that registers an option table
@@ -979,6 +979,9 @@ CASES.DataLoaderConfiguration = {
     assert.are.same(first_batch({}, 11), seeded)
     assert.are_not.same(first_batch({}, 5), seeded)
     assert.are.same(first_batch({}, 5), first_batch({data_seed = 11}, 5)) -- unused without the seedable sampler
+    -- a seed that is no integer is refused when configured (Accelerate fails later, in manual_seed)
+    expect_error(function() accel.DataLoaderConfiguration{data_seed = 1.5} end, "data_seed = 1.5", "integer")
+    expect_error(function() accel.DataLoaderConfiguration{data_seed = 2 ^ 70} end, "data_seed", "integer")
   end,
   use_stateful_dataloader = function()
     -- prepared loaders always save their position: both values are accepted

@@ -670,6 +670,24 @@ describe("DataLoader options", function()
     expect_error(function() data.DataLoader(ds, {prefetch_factor = 2}) end, "prefetch_factor option could only be")
     expect_error(function() data.DataLoader(ds, {pin_memory = 1}) end, "pin_memory must be true or false")
     assert.are.equal(4, #data.DataLoader(ds, {num_workers = 2, persistent_workers = true, prefetch_factor = 2}))
+    -- PyTorch 2.15: "ValueError: prefetch_factor option should be non-negative"
+    expect_error(function() data.DataLoader(ds, {num_workers = 2, prefetch_factor = -1}) end,
+      "prefetch_factor option should be a non-negative integer, got -1")
+    expect_error(function() data.DataLoader(ds, {num_workers = 2, prefetch_factor = "x"}) end, "prefetch_factor")
+    -- a table dataset without __len (a ported __len__ method, or data.Dataset{} forgotten) has #ds == 0:
+    -- PyTorch raises "object of type 'D' has no len()" instead of training on nothing
+    local Ported = {}
+    Ported.__index = Ported
+    function Ported:__len__() return 10 end
+    function Ported:get(i) return i end
+    expect_error(function() data.DataLoader(setmetatable({}, Ported)) end, "the dataset has no length")
+    expect_error(function() data.DataLoader({len = 10, get = function(_, i) return i end}) end, "data.Dataset{len")
+    -- collate_fn receives single samples: a dataset with only get_batch cannot feed it
+    local batched = setmetatable({}, {__len = function() return 4 end,
+      __index = {get_batch = function(_, idx) return idx end}})
+    assert.are.equal(2, #data.DataLoader(batched, {batch_size = 2}))
+    expect_error(function() data.DataLoader(batched, {collate_fn = function(s) return s end}) end,
+      "collate_fn needs the dataset's get(i)")
     -- ipairs(loader) would end at once and train on nothing: loader[i] is an error
     local loader = data.DataLoader(ds, {batch_size = 2})
     expect_error(function() for _ in ipairs(loader) do end end, "a loader has no loader[1]", "loader:iter()")

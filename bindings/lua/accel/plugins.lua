@@ -738,7 +738,10 @@ configuration("DataLoaderConfiguration", {split_batches = "boolean", even_batche
   {split_batches = false, even_batches = true, dispatch_batches = false, use_seedable_sampler = false,
    non_blocking = false, use_stateful_dataloader = false},
   {dispatch_batches = only("every process iterates its own shard of the loader; dispatching batches from the main "
-    .. "process is not implemented", false)})
+    .. "process is not implemented", false),
+   data_seed = {why = "it must be an integer (a 64-bit seed)", ok = function(v)
+     return v == math.floor(v) and v >= -2 ^ 63 and v < 2 ^ 63
+   end}})
 
 
 -- A method called with "." instead of ":" raises at the caller's line.

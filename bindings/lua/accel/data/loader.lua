@@ -52,11 +52,27 @@ local function check_dataset(ds)
   if type(ds.get) ~= "function" and type(ds.get_batch) ~= "function" then
     U.fail("DataLoader: the dataset has no get(i) method (see data.Dataset{len = ..., get = function(i) ... end})")
   end
+  -- A table without __len has the length of its array part: 0 for an object
+  -- with named fields only (a ported `__len__` method, or a table passed
+  -- without data.Dataset{}), which would otherwise train on nothing.
   local mt = getmetatable(ds)
-  if t == "userdata" and not (type(mt) == "table" and mt.__len) then
-    U.fail("DataLoader: the dataset has no length (#ds must give the sample count)")
+  local has_len = type(mt) == "table" and mt.__len ~= nil
+  if not has_len and (t == "userdata" or #ds == 0) then
+    U.fail("DataLoader: the dataset has no length (#ds must give the sample count: give its metatable __len, "
+      .. "or build it with data.Dataset{len = n, get = ...})")
   end
   length(ds)
+end
+
+local function check_collate(ds, collate_fn)
+  if collate_fn == nil then return end
+  if type(collate_fn) ~= "function" then
+    U.failf("DataLoader: collate_fn must be a function(batch), got %s", type(collate_fn))
+  end
+  if type(ds.get) ~= "function" then
+    U.fail("DataLoader: collate_fn needs the dataset's get(i) (collate_fn receives single samples); this dataset has "
+      .. "only get_batch, which returns whole batches")
+  end
 end
 
 local function check_flag(v, name)
@@ -79,6 +95,10 @@ local function check_ignored(opts)
   if opts.prefetch_factor ~= nil and (workers or 0) == 0 then
     U.fail("DataLoader: prefetch_factor option could only be specified in multiprocessing (num_workers > 0)")
   end
+  local prefetch = opts.prefetch_factor
+  if prefetch ~= nil and not (type(prefetch) == "number" and prefetch == floor(prefetch) and prefetch >= 0) then
+    U.failf("DataLoader: prefetch_factor option should be a non-negative integer, got %s", tostring(prefetch))
+  end
 end
 
 function DataLoader.new(dataset, opts)
@@ -93,9 +113,7 @@ function DataLoader.new(dataset, opts)
     seed = U.to_int(seed) or U.failf("DataLoader: seed must be an integer, %s", U.got(opts.seed))
   end
   if seed == nil and shuffle then seed = C.data_draw_seed() end
-  if opts.collate_fn ~= nil and type(opts.collate_fn) ~= "function" then
-    U.failf("DataLoader: collate_fn must be a function(batch), got %s", type(opts.collate_fn))
-  end
+  check_collate(dataset, opts.collate_fn)
   return setmetatable({
     dataset = dataset, batch_size = bs, shuffle = shuffle, drop_last = check_flag(opts.drop_last, "drop_last"),
     seed = seed, collate_fn = opts.collate_fn,
