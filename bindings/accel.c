@@ -398,7 +398,15 @@ static int l_is_tensor(lua_State *L) {
     return 1;
 }
 
+/* The host allocator's figures take no device: a GPU's are accel.cuda's. */
+static void check_no_args(lua_State *L, const char *fn) {
+    if (lua_gettop(L) > 0)
+        lu_error(L, "accel.%s() takes no arguments (it reports the host's tensors; for a GPU use accel.cuda.%s), got %s",
+                  fn, fn, luaL_typename(L, 1));
+}
+
 static int l_memory(lua_State *L) {
+    check_no_args(L, "memory_stats");
     lua_pushinteger(L, (lua_Integer)tensor_live_bytes());
     lua_pushinteger(L, (lua_Integer)backend_cpu.cached_bytes());
     lua_pushinteger(L, (lua_Integer)tensor_peak_live_bytes());
@@ -406,13 +414,20 @@ static int l_memory(lua_State *L) {
 }
 
 static int l_reset_peak_memory_stats(lua_State *L) {
-    (void)L;
+    check_no_args(L, "reset_peak_memory_stats");
     tensor_reset_peak_live_bytes();
     return 0;
 }
 
+/* _C.gc_tensor_bytes_pushed(): the tensor bytes handed to Lua so far, the
+ * measure of the collector's full-collection cycle (lu_gc_account). */
+static int c_gc_tensor_bytes_pushed(lua_State *L) {
+    lua_pushinteger(L, (lua_Integer)lu_state(L)->gc_pushed);
+    return 1;
+}
+
 static int l_empty_cache(lua_State *L) {
-    (void)L;
+    check_no_args(L, "empty_cache");
     backend_cpu.empty_cache();
     return 0;
 }
@@ -732,6 +747,7 @@ int luaopen_accel(lua_State *L) {
     luaL_newmetatable(L, LOAD_METADATA);
     lua_setfield(L, -2, "load_metadata");
     lua_setfield(L, m, "_C");
+    lu_register_c(L, m, (const luaL_Reg[]){{"gc_tensor_bytes_pushed", c_gc_tensor_bytes_pushed}, {NULL, NULL}});
     lu_open_autograd(L, m);
     lu_open_functions(L, m);
     lu_open_attention(L, m);

@@ -186,6 +186,7 @@ void lu_gc_account(lua_State *L, size_t n) {
     LuState *st = lu_state(L);
     st->gc_debt += n;
     st->gc_since_full += n;
+    st->gc_pushed += n;
     if (st->gc_since_full >= GC_FULL_MIN && st->gc_since_full >= st->gc_full_base) {
         gc_full(L, st);
         return;
@@ -214,10 +215,15 @@ void lu_gc_account(lua_State *L, size_t n) {
  * a tiny model, where it would cost more than the step. Each activation is
  * then freed as soon as the graph is done with it. */
 #define GC_BACKWARD_RATIO 16
+/* The heap counted at least this large: a script's heap is 0.07 MiB with
+ * only accel loaded and about 1 MiB with an Accelerator's modules, and the
+ * same loop should keep the same garbage (estimate-memory measures one). */
+#define GC_HEAP_FLOOR ((size_t)2 << 20)
 
 void lu_gc_before_backward(lua_State *L) {
     LuState *st = lu_state(L);
     size_t heap = (size_t)lua_gc(L, LUA_GCCOUNT) * 1024;
+    if (heap < GC_HEAP_FLOOR) heap = GC_HEAP_FLOOR;
     if (st->gc_since_full >= GC_FULL_MIN || st->gc_since_full >= GC_BACKWARD_RATIO * heap) gc_full(L, st);
 }
 

@@ -22,6 +22,7 @@ typedef struct {
     size_t gc_debt;        /* tensor bytes not yet reported to the GC */
     size_t gc_since_full;  /* tensor bytes pushed since the last forced full collection */
     size_t gc_full_base;   /* tensor bytes alive right after it */
+    size_t gc_pushed;      /* tensor bytes pushed in all (estimate-memory reads it) */
 } LuState;
 
 LuState *lu_state(lua_State *L);

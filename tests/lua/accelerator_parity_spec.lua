@@ -387,6 +387,29 @@ describe("Accelerate's utilities", function()
     end)
   end)
 
+  -- accelerate.utils: release_memory(m, o) == [None, None] (after gc.collect and the cache cleared);
+  -- convert_bytes(89076941) == "84.95 MB"; should_reduce_batch_size is true for out-of-memory errors only
+  it("release_memory / clear_device_cache / should_reduce_batch_size / convert_bytes", function()
+    local t = accel.zeros(1000000)
+    local n, a, b = select("#", utils.release_memory(t, {})), utils.release_memory(t, {})
+    assert.are.equal(2, n)
+    assert.is_nil(a)
+    assert.is_nil(b)
+    t = nil -- luacheck: ignore
+    accel.zeros(1000000, {device = "cpu"}):free() -- its block goes to the host allocator's cache
+    assert.is_true(select(2, accel.memory_stats()) > 0)
+    utils.clear_device_cache(true)
+    assert.are.equal(0, select(2, accel.memory_stats()))
+    error_matching("clear_device_cache: garbage_collection must be true or false", function()
+      utils.clear_device_cache(1)
+    end)
+    local _, oom = pcall(accel.empty, 2 ^ 42)
+    assert.is_true(utils.should_reduce_batch_size(oom))
+    assert.is_false(utils.should_reduce_batch_size("shape mismatch"))
+    assert.are.equal("84.95 MB", utils.convert_bytes(89076941))
+    assert.are.equal("512 bytes", utils.convert_bytes(512))
+  end)
+
   -- accelerate: send_to_device({"a": [torch.ones(2), 5, "x"]}, "cpu") == {"a": [tensor([1., 1.]), 5, "x"]}
   it("send_to_device moves every tensor, passes other values, skips skip_keys", function()
     local w = accel.ones(2, {requires_grad = true})

@@ -101,6 +101,14 @@ describe("memory", function()
     assert.equal(now, select(3, accel.memory_stats()))
   end)
 
+  it("the host's memory functions refuse a device or any other argument (a GPU's are accel.cuda's)", function()
+    for name, arg in pairs({memory_stats = "cuda:0", reset_peak_memory_stats = "x", empty_cache = 5}) do
+      local msg = errmsg(accel[name], arg)
+      assert.is_truthy(msg:find("accel." .. name .. "() takes no arguments", 1, true), msg)
+      assert.is_truthy(msg:find("accel.cuda." .. name, 1, true), msg)
+    end
+  end)
+
   it("t:free() releases at once and later use errors with 'freed'", function()
     collectgarbage()
     collectgarbage()

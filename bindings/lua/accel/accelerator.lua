@@ -1663,14 +1663,7 @@ function Accelerator:free_memory(...)
   rawset(self, "_moved_params", setmetatable({}, {__mode = "k"}))
   self.gradient_state.loaders = {}
   self.gradient_state.step = 0
-  collectgarbage()
-  collectgarbage()
-  accel.empty_cache()
-  local n = select("#", ...)
-  if n > 0 then
-    local out = {}
-    return compat.unpack(out, 1, n)
-  end
+  return require("accel.utils").release_memory(...)
 end
 Accelerator.clear = Accelerator.free_memory
 Accelerator.release_memory = Accelerator.free_memory

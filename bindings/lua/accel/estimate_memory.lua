@@ -32,7 +32,9 @@
 --    lowest settled one is printed below. A small model's pass pushes far
 --    less than a cycle, so the dead tensors of many passes wait together
 --    for the next full collection: passes in a row covering one cycle (by
---    the warm-up pass's bytes, at most 256) measure that too.
+--    the tensor bytes the warm-up pass handed to Lua, at most 256), each
+--    followed by an optimizer step, beside an Accelerator's modules, as a
+--    training loop runs them, measure that too.
 --
 -- The per-rank formulas (P: trainable parameter elements; units u: the
 -- engine's flat buffers, each padded to pad_u = N * ceil(n_u / N) elements
@@ -310,7 +312,7 @@ local MAX_PASSES_IN_ROW = 256
 -- One pass: free the gradients (as optimizer:zero_grad() does), push
 -- `offset` bytes through the GC accounting, then batch / forward / loss /
 -- backward. Returns the pass's peak of live tensor bytes.
-local function one_pass(job, o, scaler, trainable, offset)
+local function one_pass(job, o, scaler, trainable, offset, opt)
   accel._C.clear_grads(trainable)
   if offset > 0 then accel.empty(math.floor(offset / 4)):free() end
   accel.reset_peak_memory_stats()
@@ -323,7 +325,31 @@ local function one_pass(job, o, scaler, trainable, offset)
   end
   if scaler then loss = scaler:scale_loss(loss) end
   loss:backward()
+  if opt then opt:step() end
   return (select(3, accel.memory_stats()))
+end
+
+-- The training loop the passes in a row stand for: an Accelerator's, whose
+-- modules fill the Lua heap (the collector lets garbage wait longer beside
+-- a larger heap: backward forces a full collection at 16 times the heap's
+-- size, bindings/lua_util.c), with an optimizer step after each backward
+-- (learning rate 0: the parameters stay). Returns the optimizer and the
+-- bytes of its state.
+local function loop_optimizer(o, trainable)
+  local _ = accel.Accelerator
+  local optim, opt = accel.optim, nil
+  if o.optimizer == "adamw" then opt = optim.AdamW(trainable, {lr = 0})
+  elseif o.optimizer == "adam" then opt = optim.Adam(trainable, {lr = 0})
+  elseif o.optimizer == "sgd_momentum" then opt = optim.SGD(trainable, {lr = 0, momentum = 0.9})
+  else opt = optim.SGD(trainable, {lr = 0}) end
+  accel._C.clear_grads(trainable)
+  collectgarbage()
+  local before = accel.memory_stats()
+  for _, p in ipairs(trainable) do p.grad = accel.zeros_like(p) end
+  opt:step()
+  accel._C.clear_grads(trainable)
+  collectgarbage()
+  return opt, accel.memory_stats() - before
 end
 
 -- Activations: one warm-up pass, then --steps passes at each of
@@ -339,7 +365,9 @@ function M.measure(job, o, trainable)
   local state = 0
   for _, p in ipairs(model:parameters()) do state = state + p:numel() * p:element_size() end
   for _, p in ipairs(trainable) do state = state + p:numel() * p:element_size() end
-  local warm = one_pass(job, o, scaler, trainable, 0)
+  local pushed = accel._C.gc_tensor_bytes_pushed()
+  one_pass(job, o, scaler, trainable, 0) -- warm-up
+  pushed = accel._C.gc_tensor_bytes_pushed() - pushed
   local highest, lowest = 0, math.huge
   for phase = 0, o.gc_phases - 1 do
     local peak
@@ -350,9 +378,14 @@ function M.measure(job, o, trainable)
     lowest = math.min(lowest, peak)
   end
   -- A small model's passes leave their garbage for many of them before a
-  -- full collection: passes in a row over one whole cycle count it.
-  local in_row = math.min(MAX_PASSES_IN_ROW, math.ceil(GC_CYCLE / math.max(warm - state, 1)) + 1)
-  for _ = 1, in_row do highest = math.max(highest, one_pass(job, o, scaler, trainable, 0)) end
+  -- full collection: passes in a row over one whole cycle (counted in the
+  -- tensor bytes a pass hands to Lua, as the collector counts it), as a
+  -- training loop runs them, see the most of it.
+  local in_row = math.min(MAX_PASSES_IN_ROW, math.ceil(GC_CYCLE / math.max(pushed, 1)) + 1)
+  local opt, opt_state = loop_optimizer(o, trainable)
+  local in_row_highest = 0
+  for _ = 1, in_row do in_row_highest = math.max(in_row_highest, one_pass(job, o, scaler, trainable, 0, opt)) end
+  highest = math.max(highest, in_row_highest - opt_state)
   accel._C.clear_grads(trainable)
   amp.unpatch_forward(model)
   local function net(b) return math.max(b - state, 0) end

@@ -423,4 +423,47 @@ function utils.find_executable_batch_size(fn, o)
   return require("accel.accelerator").find_executable_batch_size(fn, o)
 end
 
+-- Accelerate's memory utilities. release_memory(...) returns nil for each
+-- argument (`model, opt = accel.utils.release_memory(model, opt)` lets go
+-- of the caller's references, Accelerate's idiom), then collects and gives
+-- the allocator's cached blocks back.
+local function empty_caches()
+  accel.empty_cache()
+  accel.cuda.empty_cache() -- the GPUs this process used (none: nothing)
+end
+
+local function give_back_cache()
+  collectgarbage()
+  collectgarbage()
+  empty_caches()
+end
+
+function utils.release_memory(...)
+  give_back_cache()
+  local n = select("#", ...)
+  if n > 0 then return compat.unpack({}, 1, n) end
+end
+
+-- clear_device_cache([garbage_collection = false]): the cached blocks
+-- back to the system, after a full collection if asked.
+function utils.clear_device_cache(garbage_collection)
+  if garbage_collection ~= nil and type(garbage_collection) ~= "boolean" then
+    raise("clear_device_cache: garbage_collection must be true or false, got %s", type(garbage_collection))
+  end
+  if garbage_collection then give_back_cache() else empty_caches() end
+end
+
+-- should_reduce_batch_size(err): whether err (a caught error) is the
+-- allocator's out-of-memory error, the one find_executable_batch_size
+-- retries on.
+function utils.should_reduce_batch_size(err)
+  return require("accel.accelerator").is_out_of_memory_error(err)
+end
+
+-- convert_bytes(n): "84.95 MB", as Accelerate's (1024-based units).
+function utils.convert_bytes(n)
+  if type(n) ~= "number" or n < 0 then raise("convert_bytes: expected a byte count >= 0, got %s", tostring(n)) end
+  return require("accel.estimate_memory").convert_bytes(n)
+end
+
 return utils

@@ -38,7 +38,8 @@ for step = 1, steps do
   local data = accel.randint(0, cfg.vocab_size, {B, T + 1}):to(device)
   accel.reset_peak_memory_stats()
   opt:zero_grad()
-  local _, loss = model(data:narrow(2, 1, T), {targets = data:narrow(2, 2, T)})
+  local ids = data:narrow(2, 1, T) -- as a transformers loop: labels = the inputs, shifted inside
+  local _, loss = model(ids, {labels = ids})
   backward(loss)
   opt:step()
   local peak = select(3, accel.memory_stats())

@@ -428,8 +428,12 @@ function GPT2LMHeadModel:forward(input_ids, o)
     if not accel.is_tensor(o.labels) or o.labels:numel() ~= input_ids:numel() then
       raise("GPT2LMHeadModel: labels must have the shape of input_ids %s", tostring(input_ids.shape))
     end
-    local shifted = logits:float():narrow(2, 1, T - 1):reshape(-1, V)
-    loss = F.cross_entropy(shifted, o.labels:reshape(input_ids.shape):narrow(2, 2, T - 1):reshape(-1), {ignore_index = ignore})
+    -- the labels shifted, as transformers' ForCausalLMLoss: pad with ignore_index, drop the first (no copy
+    -- of the logits)
+    local labels = o.labels:reshape(input_ids.shape)
+    local pad = accel.full({labels:size(1), 1}, ignore, {dtype = labels.dtype, device = labels.device})
+    local shifted = accel.cat({labels:narrow(2, 2, T - 1), pad}, 2)
+    loss = F.cross_entropy(logits:float():reshape(-1, V), shifted:reshape(-1), {ignore_index = ignore})
   end
   return logits, loss
 end
