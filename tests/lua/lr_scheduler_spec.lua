@@ -247,6 +247,20 @@ describe("lr scheduler state", function()
     assert.are.equal(0.1, sched:get_last_lr()[1])
   end)
 
+  -- PyTorch 2.15, SequentialLR(o, [ConstantLR(o, 0.5, 2), ExponentialLR(o, 0.9), StepLR(o, 1)], [5, 2]) with
+  -- lr 0.1: 0.05 0.05 0.1 0.01 0.001 0.0001 1e-05 (bisect_right on the unsorted milestones)
+  it("SequentialLR with unsorted milestones switches where PyTorch's bisect_right does", function()
+    local p = accel.zeros(1, {requires_grad = true})
+    local o = optim.SGD({p}, {lr = 0.1})
+    local sched = S.SequentialLR(o, {S.ConstantLR(o, 0.5, 2), S.ExponentialLR(o, 0.9), S.StepLR(o, 1)}, {5, 2})
+    local want = {0.05, 0.05, 0.1, 0.01, 0.001, 0.0001, 1e-05}
+    for i = 1, #want do
+      assert.is_true(close(sched:get_last_lr()[1], want[i]), ("step %d: %.17g"):format(i, sched:get_last_lr()[1]))
+      o:step()
+      sched:step()
+    end
+  end)
+
   it("step(epoch) uses the closed form", function()
     local opt = sgd2()
     local sched = S.CosineAnnealingLR(opt, {T_max = 10})

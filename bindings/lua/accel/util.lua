@@ -358,4 +358,32 @@ function util.sorted_keys(t)
   return keys
 end
 
+-- A float as Python's repr writes it: the fewest digits that read back as
+-- the same double ("0.30000000000000004", "0.1"), positional from 1e-4 up
+-- to 1e16 with ".0" when whole ("1.0"), scientific otherwise ("1e-05",
+-- "1.5e+16"); integers (Lua 5.4's integer subtype) as they are.
+function util.py_repr_number(v)
+  if math.type and math.type(v) == "integer" then return ("%d"):format(v) end
+  if v ~= v then return "nan" end
+  if v == math.huge or v == -math.huge then return v > 0 and "inf" or "-inf" end
+  if v == 0 then return 1 / v < 0 and "-0.0" or "0.0" end
+  local digits, exp
+  for d = 1, 17 do
+    local e = ("%." .. (d - 1) .. "e"):format(v)
+    if tonumber(e) == v then
+      digits, exp = e:match("^-?(%d[%.%d]*)e([-+]%d+)$")
+      break
+    end
+  end
+  digits, exp = digits:gsub("%.", ""), tonumber(exp)
+  local sign = v < 0 and "-" or ""
+  if exp < -4 or exp >= 16 then
+    local mant = #digits > 1 and (digits:sub(1, 1) .. "." .. digits:sub(2)) or digits
+    return ("%s%se%s%02d"):format(sign, mant, exp < 0 and "-" or "+", math.abs(exp))
+  end
+  if exp < 0 then return sign .. "0." .. ("0"):rep(-exp - 1) .. digits end
+  if #digits <= exp + 1 then return sign .. digits .. ("0"):rep(exp + 1 - #digits) .. ".0" end
+  return sign .. digits:sub(1, exp + 1) .. "." .. digits:sub(exp + 2)
+end
+
 return util

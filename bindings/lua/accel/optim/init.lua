@@ -67,6 +67,7 @@ local function show(v)
     return "(" .. table.concat(parts, ", ") .. ")"
   end
   if type(v) == "boolean" then return v and "True" or "False" end -- as PyTorch prints a group
+  if type(v) == "number" then return util.py_repr_number(v) end
   return tostring(v)
 end
 

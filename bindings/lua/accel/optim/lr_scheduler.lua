@@ -269,13 +269,16 @@ function MultiStepLR:get_lr()
   return self:_group_lrs(self.gamma ^ count)
 end
 
--- number of sorted values <= x (Python's bisect_right)
+-- Python's bisect_right: the insertion point after the values <= x, by
+-- binary search (for a sorted list, how many values are <= x; for an
+-- unsorted SequentialLR milestone list, the same index as PyTorch's)
 local function bisect_right(list, x)
-  local n = 0
-  for _, v in ipairs(list) do
-    if v <= x then n = n + 1 end
+  local lo, hi = 0, #list
+  while lo < hi do
+    local mid = (lo + hi - (lo + hi) % 2) / 2
+    if x < list[mid + 1] then hi = mid else lo = mid + 1 end
   end
-  return n
+  return lo
 end
 
 function MultiStepLR:_get_closed_form_lr()
