@@ -364,6 +364,8 @@ end
 -- "1.5e+16"); integers (Lua 5.4's integer subtype) as they are.
 function util.py_repr_number(v)
   if math.type and math.type(v) == "integer" then return ("%d"):format(v) end
+  -- LuaJIT has no integer subtype: a whole number there prints as an integer
+  if not math.type and v == math.floor(v) and math.abs(v) < 2 ^ 53 then return ("%d"):format(v) end
   if v ~= v then return "nan" end
   if v == math.huge or v == -math.huge then return v > 0 and "inf" or "-inf" end
   if v == 0 then return 1 / v < 0 and "-0.0" or "0.0" end
