@@ -113,7 +113,7 @@ static Other other_arg(lua_State *L, KBinOp op, Tensor *self) {
     tensor_release(w);
     if (!o.t) lu_core_error(L);
     o.owned = true;
-    o.result_dtype = half ? (int)rd : -1;
+    o.result_dtype = half || rd == DT_BOOL ? (int)rd : -1; /* bool + bool * alpha stays bool, as torch's */
     return o;
 }
 
@@ -356,7 +356,10 @@ static int unary_method_(lua_State *L) {
     if (op == KU_CLAMP && (lu_is_tensor(L, 2) || lu_is_tensor(L, 3))) { /* t:copy_(t:clamp(lo, hi)) */
         Tensor *out = clamp_tensors(L, self);
         lua_settop(L, 1);
-        lu_push_tensor(L, out);
+        lu_push_tensor(L, out); /* owned by the stack from here */
+        if (out && !tensor_same_shape(out, self))
+            return lu_error(L, "clamp_: output with shape %s doesn't match the broadcast shape %s (as PyTorch)",
+                            tensor_shape_str(self), tensor_shape_str(out));
         return t_copy_(L);
     }
     double p1, p2;
@@ -383,6 +386,7 @@ static int trailing_opts(lua_State *L) {
 /* A reduction's dims given positionally (argument 2: a dim or a list) into
  * dims / *n; returns the next argument's index. */
 static int positional_dims(lua_State *L, int *dims, int *n) {
+    if (lua_isnil(L, 2) && lua_gettop(L) >= 3) return 3; /* t:sum(nil, keepdim): all dims */
     if (!(lua_isinteger(L, 2) || (lua_istable(L, 2) && !lu_is_opts(L, 2)))) return 2;
     *n = lu_dims(L, 2, dims);
     return 3;
@@ -400,8 +404,10 @@ static int reduce_args(lua_State *L, int *dims, bool *keepdim, const char *keys)
     int n = 0;
     lu_check_call_opts(L, trailing_opts(L), keys);
     int opts = positional_dims(L, dims, &n);
-    *keepdim = lua_isboolean(L, opts) ? lua_toboolean(L, opts) : lu_opt_bool(L, opts, "keepdim", false);
-    if (lua_isboolean(L, opts) && lu_is_opts(L, opts + 1)) *keepdim = lu_opt_bool(L, opts + 1, "keepdim", *keepdim);
+    bool keep = false;
+    if (lua_isboolean(L, opts)) keep = lua_toboolean(L, opts), opts++;
+    else if (lua_isnil(L, opts) && opts < lua_gettop(L)) opts++; /* t:sum(dim, nil, {...}) */
+    *keepdim = lu_opt_bool(L, opts, "keepdim", keep);
     option_dims(L, opts, dims, &n);
     return n;
 }
@@ -432,7 +438,7 @@ static int maxmin(lua_State *L, bool want_max) {
         int dims[TENSOR_MAX_DIMS];
         bool keep;
         int n = reduce_args(L, dims, &keep, "dim keepdim");
-        if (n == 0) return ret(L, op_reduce(want_max ? KR_MAX : KR_MIN, a, NULL, 0, false));
+        if (n == 0) return ret(L, op_max_all(a, want_max));
         lua_settop(L, 1);
         lua_pushinteger(L, dims[0] >= 0 ? dims[0] + 1 : dims[0]);
         lua_pushboolean(L, keep);
@@ -469,11 +475,14 @@ static int argmaxmin(lua_State *L, bool want_max) {
 static int t_argmax(lua_State *L) { return argmaxmin(L, true); }
 static int t_argmin(lua_State *L) { return argmaxmin(L, false); }
 
-static double correction_arg(lua_State *L, int opts, double c) {
+static double correction_arg(lua_State *L, int opts, double c, const char *name) {
     if (lu_is_opts(L, opts)) {
         lua_getfield(L, opts, "unbiased");
         if (lua_isboolean(L, -1)) c = lua_toboolean(L, -1) ? 1.0 : 0.0;
-        lua_pop(L, 1);
+        lua_getfield(L, opts, "correction");
+        if (!lua_isnil(L, -2) && !lua_isnil(L, -1))
+            lu_error(L, "%s: give unbiased or correction, not both (PyTorch refuses both too)", name);
+        lua_pop(L, 2);
         c = lu_opt_number(L, opts, "correction", c);
     }
     return c;
@@ -488,11 +497,12 @@ static Tensor *variance(lua_State *L, bool want_std) {
     bool keep = false;
     lu_check_call_opts(L, trailing_opts(L), "dim keepdim correction unbiased");
     int pos = positional_dims(L, dims, &n);
+    bool dim_given = pos == 3; /* a dim, a list or nil: (dim, unbiased, keepdim) follow */
     if (lua_isboolean(L, pos)) corr = lua_toboolean(L, pos) ? 1.0 : 0.0, pos++;
-    if (n > 0 && lua_isboolean(L, pos)) keep = lua_toboolean(L, pos), pos++;
+    if (dim_given && lua_isboolean(L, pos)) keep = lua_toboolean(L, pos), pos++;
     option_dims(L, pos, dims, &n);
     keep = lu_opt_bool(L, pos, "keepdim", keep);
-    corr = correction_arg(L, pos, corr);
+    corr = correction_arg(L, pos, corr, want_std ? "std" : "var");
     return (want_std ? op_std : op_var)(self, dims, n, corr, keep);
 }
 
@@ -503,20 +513,21 @@ static int t_std(lua_State *L) { return ret(L, variance(L, true)); }
 static int t_norm(lua_State *L) {
     Tensor *a = SELF;
     double p = 2;
-    int pos = 2;
-    if (lua_type(L, 2) == LUA_TNUMBER && !lua_isinteger(L, 3) && !lua_istable(L, 3)) {
-        p = lua_tonumber(L, 2), pos = 3;
-    } else if (lua_type(L, 2) == LUA_TNUMBER && (lua_isinteger(L, 3) || (lua_istable(L, 3) && !lu_is_opts(L, 3)))) {
+    int pos = 2; /* the first positional argument is always p, as torch's */
+    if (lua_type(L, 2) == LUA_TNUMBER) {
         p = lua_tonumber(L, 2), pos = 3;
     } else if (lua_type(L, 2) == LUA_TSTRING) {
         const char *s = lua_tostring(L, 2);
         p = strcmp(s, "inf") == 0 ? INFINITY : strcmp(s, "-inf") == 0 ? -INFINITY : strcmp(s, "fro") == 0 ? 2 : NAN;
         if (isnan(p)) lu_error(L, "norm: unknown norm type '%s'", s);
         pos = 3;
+    } else if (lua_isnil(L, 2) && lua_gettop(L) >= 3) {
+        pos = 3; /* t:norm(nil, dim): the default p */
     }
     int dims[TENSOR_MAX_DIMS], n = 0;
     lu_check_call_opts(L, trailing_opts(L), "p dim keepdim");
     if (lua_isinteger(L, pos) || (lua_istable(L, pos) && !lu_is_opts(L, pos))) n = lu_dims(L, pos, dims), pos++;
+    else if (lua_isnil(L, pos) && pos < lua_gettop(L)) pos++; /* t:norm(p, nil, keepdim) */
     bool keep = lua_isboolean(L, pos) ? lua_toboolean(L, pos++) : false; /* t:norm(p, dim, keepdim) */
     keep = lu_opt_bool(L, pos, "keepdim", keep);
     if (lu_is_opts(L, pos)) {
@@ -1334,7 +1345,7 @@ static int t_copy_(lua_State *L) {
 static int t_equal(lua_State *L) {
     Tensor *a = SELF, *b = lu_check_tensor(L, 2);
     if (tensor_check_device("equal", a, b) < 0) lu_core_error(L); /* as every binary op (torch.equal too) */
-    bool eq = a->ndim == b->ndim && memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim) == 0;
+    bool eq = tensor_same_shape(a, b);
     const char *ha = eq ? host_values(L, a) : NULL, *hb = eq ? host_values(L, b) : NULL;
     for (int64_t i = 0; eq && i < a->numel; i++) eq = host_at(a->dtype, ha, i) == host_at(b->dtype, hb, i);
     lua_pushboolean(L, eq);
@@ -1369,7 +1380,8 @@ static int t_allclose(lua_State *L) {
     bool ok = true;
     for (int64_t i = 0; ok && i < n; i++) {
         double x = host_at(a->dtype, ha, i), y = host_at(b->dtype, hb, i);
-        ok = fabs(x - y) <= atol + rtol * fabs(y) || (x == y) || (equal_nan && isnan(x) && isnan(y));
+        ok = isinf(x) || isinf(y) ? x == y /* an infinity is close only to itself, as torch's */
+                                  : fabs(x - y) <= atol + rtol * fabs(y) || (equal_nan && isnan(x) && isnan(y));
     }
     lua_pushboolean(L, ok);
     return 1;

@@ -215,8 +215,7 @@ static int accumulate(Tensor **acc, Tensor *g) {
         return 0;
     }
     Tensor *a = *acc; /* held by nothing else: add in place */
-    if (ag_sole_owner(a) && a->dtype == g->dtype && a->ndim == g->ndim &&
-        !memcmp(a->shape, g->shape, sizeof(int64_t) * (size_t)a->ndim))
+    if (ag_sole_owner(a) && a->dtype == g->dtype && tensor_same_shape(a, g))
         return op_binary_(KB_ADD, a, g);
     Tensor *sum = op_binary(KB_ADD, *acc, g);
     if (!sum) return -1;
@@ -422,7 +421,7 @@ static int check_root(const Tensor *root, const Tensor *grad, int k) {
     if (!root->requires_grad)
         return accel_fail_int("backward: %s (shape %s) does not require grad and has no grad_fn", what,
                               tensor_shape_str(root));
-    if (grad && (grad->ndim != root->ndim || memcmp(grad->shape, root->shape, sizeof(int64_t) * (size_t)root->ndim) != 0))
+    if (grad && !tensor_same_shape(grad, root))
         return accel_fail_int("backward: gradient shape %s does not match %s's shape %s", tensor_shape_str(grad), what,
                               tensor_shape_str(root));
     return 0;

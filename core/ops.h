@@ -27,6 +27,7 @@ const char *kun_name(KUnOp op);
 /* ---- reductions (ops_reduce.c) ---- */
 /* dims: list of 0-based dims; ndims 0 = all. */
 Tensor *op_reduce(KRedOp op, Tensor *a, const int *dims, int ndims, bool keepdim);
+Tensor *op_max_all(Tensor *a, bool want_max); /* t:max() / t:min(): a 0-d tensor */
 /* max/min along one dim: values and indices. */
 int op_max_dim(Tensor *a, int dim, bool keepdim, bool want_max, Tensor **values, Tensor **indices);
 Tensor *op_argmax(Tensor *a, int dim, bool keepdim, bool want_max, bool all);

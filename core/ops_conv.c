@@ -236,7 +236,7 @@ static int64_t pool_out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_
 static int pool_check(const Tensor *x, const int64_t k[2], const int64_t s[2], const int64_t p[2], const int64_t d[2]) {
     if (x->ndim != 3 && x->ndim != 4)
         return accel_fail_int("max_pool2d: expected input of shape (N, C, H, W) or (C, H, W), got %s", tensor_shape_str(x));
-    if (!dtype_is_float(x->dtype)) return accel_fail_int("max_pool2d: input must be floating point, got %s", dtype_name(x->dtype));
+    if (x->dtype == DT_BOOL) return accel_fail_int("max_pool2d: input must be a number dtype, got bool (as PyTorch)");
     if (k[0] < 1 || k[1] < 1)
         return accel_fail_int("max_pool2d: kernel_size must be positive, got (%lld, %lld)", (long long)k[0], (long long)k[1]);
     if (s[0] < 1 || s[1] < 1)
@@ -248,6 +248,18 @@ static int pool_check(const Tensor *x, const int64_t k[2], const int64_t s[2], c
                               "(%lld, %lld)",
                               (long long)p[0], (long long)p[1], (long long)k[0], (long long)k[1]);
     return 0;
+}
+
+/* Integer inputs are pooled in float64: exact for int32 / uint8, and for
+ * int64 while every value's magnitude is at most 2^53, which is checked. */
+static int pool_int_check(const Tensor *x) {
+    if (x->dtype != DT_I64 || x->numel == 0) return 0;
+    Tensor *hi = op_reduce(KR_MAX, (Tensor *)x, NULL, 0, false), *lo = hi ? op_reduce(KR_MIN, (Tensor *)x, NULL, 0, false) : NULL;
+    const double limit = 9007199254740992.0; /* 2^53 */
+    const bool ok = lo && tensor_item(hi) <= limit && tensor_item(lo) >= -limit;
+    tensor_release(hi), tensor_release(lo);
+    if (!ok && lo) return accel_fail_int("max_pool2d: int64 input holds values beyond +-2^53, which this build pools inexactly");
+    return ok ? 0 : -1;
 }
 
 /* Saved: where the maxima sit, as window codes (uint8) or, for windows of
@@ -280,7 +292,7 @@ Tensor *op_max_pool2d(Tensor *xin, const int64_t kernel[2], const int64_t stride
                       const int64_t dilation[2], bool ceil_mode, Tensor **indices) {
     PROF_SCOPE("max_pool2d", PROF_FORWARD, xin, NULL);
     if (indices) *indices = NULL;
-    if (pool_check(xin, kernel, stride, padding, dilation) < 0) return NULL;
+    if (pool_check(xin, kernel, stride, padding, dilation) < 0 || pool_int_check(xin) < 0) return NULL;
     const int nd = xin->ndim;
     KPool2d g = {.H = xin->shape[nd - 2], .W = xin->shape[nd - 1], .KH = kernel[0], .KW = kernel[1], .sh = stride[0],
                  .sw = stride[1], .ph = padding[0], .pw = padding[1], .dh = dilation[0], .dw = dilation[1]};
@@ -296,7 +308,7 @@ Tensor *op_max_pool2d(Tensor *xin, const int64_t kernel[2], const int64_t stride
                           "(%lld, %lld): the output would be %lld x %lld",
                           tensor_shape_str(xin), (long long)g.KH, (long long)g.KW, (long long)g.ph, (long long)g.pw,
                           (long long)g.dh, (long long)g.dw, (long long)g.OH, (long long)g.OW);
-    const DType cdt = xin->dtype == DT_F64 ? DT_F64 : DT_F32;
+    const DType cdt = xin->dtype == DT_F64 || !dtype_is_float(xin->dtype) ? DT_F64 : DT_F32;
     int64_t oshape[4];
     pool_shape(xin, &g, oshape);
     /* backward needs codes (or, for huge windows, the flat indices) */

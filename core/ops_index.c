@@ -282,7 +282,7 @@ Tensor *op_stack(Tensor **ts, int n, int dim) {
     int made = 0;
     Tensor *out = NULL;
     for (; made < n; made++) {
-        if (ts[made]->ndim != ts[0]->ndim || memcmp(ts[made]->shape, ts[0]->shape, sizeof(int64_t) * (size_t)ts[0]->ndim)) {
+        if (!tensor_same_shape(ts[made], ts[0])) {
             accel_fail("stack: expects each tensor to be equal size, but got %s at entry 1 and %s at entry %d",
                        tensor_shape_str(ts[0]), tensor_shape_str(ts[made]), made + 1);
             break;

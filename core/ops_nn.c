@@ -152,7 +152,7 @@ static int check_ce_shapes(Tensor *logits, Tensor *target) {
 /* Soft targets: -sum(target * log_softmax(x)) over the class dim. */
 static Tensor *cross_entropy_probs(Tensor *logits, Tensor *target, double ls) {
     int cdim = logits->ndim == 1 ? 0 : 1;
-    if (target->ndim != logits->ndim || memcmp(target->shape, logits->shape, sizeof(int64_t) * (size_t)logits->ndim))
+    if (!tensor_same_shape(target, logits))
         return accel_fail("cross_entropy: probability targets must have the input's shape %s, got %s",
                           tensor_shape_str(logits), tensor_shape_str(target));
     Tensor *t = tensor_retain(target);

@@ -111,7 +111,7 @@ static int scale_sum(Tensor *out, int64_t times) {
 }
 
 /* Forward without autograd. */
-static Tensor *reduce_compute(KRedOp op, Tensor *a, const RedDims *rin) {
+static Tensor *reduce_compute(KRedOp op, Tensor *a, const RedDims *rin, const char *name) {
     DType rd = reduce_result_dtype(op, a->dtype);
     DType cdt = rd == DT_F64 ? DT_F64 : dtype_is_float(rd) ? DT_F32 : DT_I64;
     bool prev = ag_set_grad_enabled(false);
@@ -126,7 +126,7 @@ static Tensor *reduce_compute(KRedOp op, Tensor *a, const RedDims *rin) {
     tensor_release(na), tensor_release(ca);
     if (out && r->n == 0 && (op == KR_MAX || op == KR_MIN)) {
         tensor_release(c), tensor_release(out);
-        return accel_fail("%s: cannot reduce over a zero-size dimension (shape %s)", red_names[op], tensor_shape_str(a));
+        return accel_fail("%s: cannot reduce over a zero-size dimension (shape %s)", name, tensor_shape_str(a));
     }
     if (out) {
         backend_for(out->device)->reduce(op, cdt, tensor_data(c), outer, r->n, inner, tensor_data(out));
@@ -147,6 +147,18 @@ static Tensor *expand_back(Tensor *g, const AGNode *n) {
     Tensor *e = k ? tensor_expand(k, n->edges[0].shape, nd) : NULL;
     tensor_release(k);
     return e;
+}
+
+/* Full max() / min() (torch's evenly_distribute_backward): a NaN result
+ * takes its gradient at the NaN positions, so *mask (1 where a equals the
+ * result) gains 1 where both a and the result are NaN. */
+static void add_nan_positions(Tensor **mask, Tensor *a, Tensor *result) {
+    Tensor *na = op_binary(KB_NE, a, a), *nr = na ? op_binary(KB_NE, result, result) : NULL;
+    Tensor *both = nr ? op_binary(KB_MUL, na, nr) : NULL, *bf = both ? tensor_to_dtype(both, (*mask)->dtype) : NULL;
+    Tensor *sum = bf ? op_binary(KB_ADD, *mask, bf) : NULL;
+    tensor_release(na), tensor_release(nr), tensor_release(both), tensor_release(bf);
+    tensor_release(*mask);
+    *mask = sum;
 }
 
 static int bw_reduce(AGNode *n, Tensor *g, Tensor **gin) {
@@ -190,6 +202,7 @@ static int bw_reduce(AGNode *n, Tensor *g, Tensor **gin) {
         tensor_release(cnt), tensor_release(oz), tensor_release(kill), tensor_release(others);
     } else { /* amax/amin: g split evenly among the positions equal to the result */
         Tensor *m = oe ? op_binary(KB_EQ, a, oe) : NULL, *mf = m ? tensor_to_dtype(m, g->dtype) : NULL;
+        if (mf && n->p[2] != 0) add_nan_positions(&mf, a, oe);
         int dims[TENSOR_MAX_DIMS], nd = 0;
         for (int d = 0; d < a->ndim; d++)
             if (n->i[d]) dims[nd++] = d;
@@ -204,22 +217,33 @@ static int bw_reduce(AGNode *n, Tensor *g, Tensor **gin) {
     return res ? 0 : -1;
 }
 
-Tensor *op_reduce(KRedOp op, Tensor *a, const int *dims, int ndims, bool keepdim) {
-    PROF_SCOPE(red_names[op], PROF_FORWARD, a, NULL);
-    const char *name = red_names[op];
+/* A reduction named name (in errors and the graph); nan_split marks full
+ * max() / min(), whose gradient goes to the NaN positions of a NaN result. */
+static Tensor *reduce_named(KRedOp op, Tensor *a, const int *dims, int ndims, bool keepdim, const char *name,
+                            bool nan_split) {
+    PROF_SCOPE(name, PROF_FORWARD, a, NULL);
     if (op == KR_MEAN && !dtype_is_float(a->dtype))
         return accel_fail("mean: input dtype must be floating point, got %s (convert with :float())", dtype_name(a->dtype));
     RedDims r;
     if (red_dims(a, dims, ndims, keepdim, &r, name) < 0) return NULL;
-    Tensor *out = reduce_compute(op, a, &r);
+    Tensor *out = reduce_compute(op, a, &r, name);
     AGNode *n = out ? ag_record(name, bw_reduce, out, &a, 1) : NULL;
     if (n) {
         n->p[0] = op;
         n->p[1] = (double)r.n;
+        n->p[2] = nan_split;
         for (int d = 0; d < a->ndim; d++) n->i[d] = r.mask[d];
         if (op == KR_PROD || op == KR_MAX || op == KR_MIN) ag_save(n, a), ag_save(n, out);
     }
     return out;
+}
+
+Tensor *op_reduce(KRedOp op, Tensor *a, const int *dims, int ndims, bool keepdim) {
+    return reduce_named(op, a, dims, ndims, keepdim, red_names[op], false);
+}
+
+Tensor *op_max_all(Tensor *a, bool want_max) {
+    return reduce_named(want_max ? KR_MAX : KR_MIN, a, NULL, 0, false, want_max ? "max" : "min", true);
 }
 
 /* ---- max / min along one dim, with indices ---- */
@@ -434,7 +458,9 @@ static Tensor *norm_compute(Tensor *a, double p, const int *dims, int ndims, boo
         bool prev = ag_set_grad_enabled(false);
         Tensor *s = f ? op_reduce(KR_SUM, f, dims, ndims, keepdim) : NULL;
         ag_set_grad_enabled(prev);
-        r = s ? op_binary_scalar(KB_MUL, ab, 0, true, false) : NULL; /* zeros carrying a's graph */
+        Tensor *all = s ? tensor_full(a->shape, a->ndim, 1, DT_BOOL, a->device) : NULL;
+        r = all ? op_masked_fill(ab, all, 0.0) : NULL; /* zeros carrying a's graph (a NaN counts as nonzero) */
+        tensor_release(all);
         Tensor *z = r ? op_reduce(KR_SUM, r, dims, ndims, keepdim) : NULL;
         tensor_release(r);
         r = z ? op_binary(KB_ADD, z, s) : NULL;

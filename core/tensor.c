@@ -380,11 +380,14 @@ void tensor_copy_strided(Tensor *dst, const Tensor *src) {
     backend_for(dst->device)->copy(&it, dst->dtype, src->dtype);
 }
 
+bool tensor_same_shape(const Tensor *a, const Tensor *b) {
+    return a->ndim == b->ndim && memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim) == 0;
+}
+
 bool tensor_partial_overlap(const Tensor *dst, const Tensor *src) {
     return src->storage == dst->storage && src->numel > 1 &&
-           !(src->offset == dst->offset && src->ndim == dst->ndim &&
-             memcmp(src->stride, dst->stride, sizeof(int64_t) * (size_t)src->ndim) == 0 &&
-             memcmp(src->shape, dst->shape, sizeof(int64_t) * (size_t)src->ndim) == 0);
+           !(src->offset == dst->offset && tensor_same_shape(src, dst) &&
+             memcmp(src->stride, dst->stride, sizeof(int64_t) * (size_t)src->ndim) == 0);
 }
 
 bool tensor_is_writable(const Tensor *t) {

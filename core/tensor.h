@@ -162,6 +162,7 @@ int tensor_copy_(Tensor *dst, Tensor *src);   /* broadcasting src to dst, castin
 /* Whether src reads memory that dst writes without being dst itself (the
  * same elements in the same layout): an in-place op must read a copy. */
 bool tensor_partial_overlap(const Tensor *dst, const Tensor *src);
+bool tensor_same_shape(const Tensor *a, const Tensor *b); /* same dims and sizes */
 /* Whether every element of t has its own memory (not an expanded view). */
 bool tensor_is_writable(const Tensor *t);
 /* -1 (an error naming op, as torch's) when several elements of t share one

@@ -222,6 +222,25 @@ describe("reductions", function()
     assert.same({{0, 0.5, 0.5}, {1, 0, 0}}, a.grad:tolist())
   end)
 
+  -- PyTorch 2.15: x.max() of [1, nan, 3, nan] gives the gradient [0, .5, 0, .5]
+  -- (evenly_distribute_backward), x.amax() gives NaN everywhere
+  it("full max() / min() of a NaN result split the gradient among the NaN positions; amax stays NaN", function()
+    local nan = 0 / 0
+    local a = leaf({1, nan, 3, nan})
+    a:max():backward()
+    assert.same({0, 0.5, 0, 0.5}, a.grad:tolist())
+    local b = leaf({nan, 2})
+    b:min():backward()
+    assert.same({1, 0}, b.grad:tolist())
+    local c = leaf({1, nan})
+    c:amax():backward()
+    local g = c.grad:tolist()
+    assert.is_true(g[1] ~= g[1] and g[2] ~= g[2])
+    local d = leaf({1, 3, 3, 2})
+    d:max():backward()
+    assert.same({0, 0.5, 0.5, 0}, d.grad:tolist())
+  end)
+
   it("max(dim) / min(dim) values (and keepdim)", function()
     check(function(a) local v = a:max(2) return v end, {randn(3, 4)})
     check(function(a) local v = a:max(1, true) return v end, {randn(3, 4)})

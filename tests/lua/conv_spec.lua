@@ -281,6 +281,17 @@ describe("F.max_pool2d", function()
     assert(ok, msg)
   end)
 
+  -- PyTorch 2.15: F.max_pool2d(torch.arange(16).view(1, 1, 4, 4).to(dt), 2) is [5, 7, 13, 15] in dt
+  it("pools integer input in its dtype, as PyTorch's", function()
+    for _, dt in ipairs({accel.int64, accel.int32, accel.uint8}) do
+      local v, idx = F.max_pool2d(accel.arange(16):view(1, 1, 4, 4):to(dt), 2, {return_indices = true})
+      assert.are.equal(dt, v.dtype)
+      assert.are.same({5, 7, 13, 15}, flat(v))
+      assert.are.same({5, 7, 13, 15}, flat(idx))
+    end
+    assert.are.same({-(2 ^ 53)}, flat(F.max_pool2d(accel.tensor({{{{-(2 ^ 53), -(2 ^ 53)}}}}, {dtype = accel.int64}), {1, 2})))
+  end)
+
   it("accepts unbatched (C, H, W) input", function()
     local x = accel.randn(3, 6, 6)
     assert.are.same({3, 3, 3}, shape_of(F.max_pool2d(x, 2)))
@@ -453,7 +464,9 @@ describe("conv2d / pooling errors", function()
     assert.matches("kernel_size must be positive", err(F.max_pool2d, x, 0))
     assert.matches("is too small for kernel %(7, 7%)", err(F.max_pool2d, x, 7))
     assert.matches("expected input of shape", err(F.max_pool2d, accel.randn(5, 5), 2))
-    assert.matches("must be floating point", err(F.max_pool2d, x:to(accel.int64), 2))
+    assert.matches("input must be a number dtype, got bool", err(F.max_pool2d, x:gt(0), 2))
+    assert.matches("int64 input holds values beyond %+%-2%^53",
+      err(F.max_pool2d, accel.tensor({{{{2 ^ 60, 1}}}}, {dtype = accel.int64}), {1, 2}))
     assert.matches("kernel_size is required", err(F.max_pool2d, x))
   end)
 
@@ -463,5 +476,11 @@ describe("conv2d / pooling errors", function()
     assert.matches("avg_pool2d: input dtype int32 is not supported %(floating point or int64",
       err(F.avg_pool2d, x:to(accel.int32), 2))
     assert.matches("avg_pool2d: input dtype bool is not supported", err(F.avg_pool2d, x:gt(0), 2))
+    assert.matches("divisor_override must be a nonzero number, got 0", err(F.avg_pool2d, x, 2, {divisor_override = 0}))
+    assert.matches("kernel_size must be an integer or a pair", err(F.avg_pool2d, x, "x"))
+    -- called as a tail call (no frame of the caller left): still the caller's file:line
+    local ok, msg = pcall(function() return F.avg_pool2d(accel.zeros(2, 2), 2) end)
+    assert.is_false(ok)
+    assert.matches("^[^:]*conv_spec.lua:%d+: avg_pool2d: expected input of shape", msg)
   end)
 end)

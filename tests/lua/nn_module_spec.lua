@@ -8,6 +8,7 @@ it = support.lua54_only(it, pending, {
   ["Sequential is indexable (1-based), has a length, appends and inserts"] = support.NO_LEN,
   ["ModuleList holds modules without a forward"] = support.NO_LEN,
   ["ModuleDict keeps the order given as pairs, sorts a hash table"] = support.NO_LEN,
+  ["ModuleList, extend, ModuleDict and update take another container, as PyTorch's"] = support.NO_LEN,
   ["extend / init / forward / __call"] = support.NO_FLOAT_SUBTYPE,
   ["pairs() over a container gives its children in order; over a layer, its raw fields"] =
     "__pairs (LuaJIT without 5.2 compatibility ignores it)",
@@ -646,6 +647,24 @@ describe("containers", function()
     assert.is_true(md2:contains("enc"))
     md2:pop("enc")
     assert.same({"dec.weight", "dec.bias"}, keys_of(md2:named_parameters()))
+  end)
+
+  it("ModuleList, extend, ModuleDict and update take another container, as PyTorch's", function()
+    local ml = nn.ModuleList({nn.Linear(1, 2), nn.Linear(2, 3)})
+    local copy = nn.ModuleList(ml)
+    assert.equals(2, #copy)
+    assert.is_true(rawequal(ml[2], copy[2]))
+    copy:extend(nn.Sequential(nn.ReLU(), nn.Tanh()))
+    assert.equals(4, #copy)
+    assert.equals("Tanh", copy[4]:_get_name())
+    local md = nn.ModuleDict({{"zeta", nn.Linear(1, 1)}, {"alpha", nn.ReLU()}})
+    local md2 = nn.ModuleDict(md)
+    assert.same({"zeta", "alpha"}, md2:keys())
+    md2:update(nn.ModuleDict({{"mid", nn.Tanh()}}))
+    assert.same({"zeta", "alpha", "mid"}, md2:keys())
+    local ok, err = pcall(function() nn.ModuleDict(nn.Linear(1, 1)) end)
+    assert.is_false(ok)
+    assert.matches("expected a table of modules, got a single Module", err)
   end)
 end)
 

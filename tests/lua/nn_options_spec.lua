@@ -77,8 +77,9 @@ case("softmax", {dim = 2, dtype = f64}, function(o) local _ = F.softmax(x34, o) 
 case("softmax", {dtype = f64}, function(o) local _ = F.softmax(x34, 2, o) end)
 case("log_softmax", {dim = 2, dtype = f64}, function(o) local _ = F.log_softmax(x34, o) end, {required = {"dim"}})
 case("cross_entropy", {ignore_index = 1, label_smoothing = 0.1, reduction = "sum"},
-  function(o) local _ = F.cross_entropy(x34, ids, o) end)
-case("nll_loss", {ignore_index = 1, reduction = "sum"}, function(o) local _ = F.nll_loss(x34, ids, o) end)
+  function(o) local _ = F.cross_entropy(x34, ids, o) end, {refused = {weight = "per-class weight is not supported"}})
+case("nll_loss", {ignore_index = 1, reduction = "sum"}, function(o) local _ = F.nll_loss(x34, ids, o) end,
+  {refused = {weight = "per-class weight is not supported"}})
 case("mse_loss", {reduction = "sum"}, function(o) local _ = F.mse_loss(x34, x34, o) end)
 case("l1_loss", {reduction = "sum"}, function(o) local _ = F.l1_loss(x34, x34, o) end)
 case("binary_cross_entropy_with_logits", {weight = accel.ones(4), pos_weight = accel.ones(4), reduction = "none"},
@@ -162,7 +163,7 @@ describe("nn options", function()
     support.expect_error(function() local _ = F.scaled_dot_product_attention(q, q, q, {is_casual = true}) end,
       "scaled_dot_product_attention: unknown option 'is_casual' (options: attn_mask, dropout_p, is_causal, scale)")
     support.expect_error(function() local _ = F.cross_entropy(x34, ids, {reduce = "sum"}) end,
-      "cross_entropy: unknown option 'reduce' (options: ignore_index, label_smoothing, reduction)")
+      "cross_entropy: unknown option 'reduce' (options: weight, ignore_index, label_smoothing, reduction)")
     support.expect_error(function() local _ = nn.Linear(3, 4, {biass = false}) end,
       "Linear: unknown option 'biass' (options: bias, dtype, device)")
     support.expect_error(function() local _ = nn.CrossEntropyLoss({label_smothing = 0.1}) end,

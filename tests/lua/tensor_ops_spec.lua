@@ -1499,6 +1499,48 @@ describe("PyTorch's rules for options, promotion and in-place writes", function(
     assert.same({2, 1}, x:var(2, true, true).shape)
   end)
 
+  -- expected values: PyTorch 2.15 (x.norm(1, keepdim=True), torch.norm(x, None, 1), x.sum(dim=None,
+  -- keepdim=True), v.var(None, False), v.std(None, False, True), v.var(None, correction=0))
+  it("a positional p before options, and nil for the default dim or keepdim, are read as torch's", function()
+    local x = accel.tensor({{1, -2, 3}, {-4, 5, -6}}, {dtype = accel.float64})
+    assert.same({{21}}, x:norm(1, {keepdim = true}):tolist())
+    assert.same({5, 7, 9}, x:norm(1, {dim = 1}):tolist())
+    assert.same({5, 7, 9}, accel.norm(x, 1, {dim = 1}):tolist())
+    assert_close({3.7416573867739413, 8.774964387392123}, x:norm(nil, 2):tolist(), 1e-12, 0)
+    assert_close({{7.611662611020244}}, x:norm(3, nil, true):tolist(), 1e-12, 0)
+    assert.same({{-3}}, x:sum(nil, true):tolist())
+    assert.same({{-3}}, x:sum(nil, {keepdim = true}):tolist())
+    assert.same({{2}, {-5}}, x:sum(2, nil, {keepdim = true}):tolist())
+    local v = accel.tensor({1, 2, 4, 7}, {dtype = accel.float64})
+    assert.are.equal(5.25, v:var(nil, false):item())
+    assert.are.equal(5.25, v:var(nil, {correction = 0}):item())
+    assert.same({1}, v:std(nil, false, true).shape)
+    assert_close({2.29128784747792}, v:std(nil, false, true):tolist(), 1e-12, 0)
+  end)
+
+  -- PyTorch 2.15: torch.add(b, b, alpha=2) of bools is [True, False]; tensor([1, nan, 0]).norm(0) is 2;
+  -- zeros(3).clamp_(zeros(2, 3), ones(2, 3)) and v.var(unbiased=True, correction=0) raise
+  it("bool add with alpha stays bool; norm(0) counts NaN as nonzero; clamp_ and var refuse what torch refuses", function()
+    local b = accel.tensor({true, false})
+    local r = accel.add(b, b, {alpha = 2})
+    assert.are.equal(accel.bool, r.dtype)
+    assert.same({true, false}, r:tolist())
+    assert.are.equal(2, accel.tensor({1, nan, 0}):norm(0):item())
+    support.expect_error(function() accel.zeros(3):clamp_(accel.zeros(2, 3), accel.ones(2, 3)) end,
+      "clamp_: output with shape [3] doesn't match the broadcast shape [2, 3]")
+    support.expect_error(function() local _ = accel.tensor({1.0, 2, 4}):var({unbiased = true, correction = 0}) end,
+      "var: give unbiased or correction, not both")
+    support.expect_error(function() local _ = accel.tensor({1.0, 2, 4}):std(1, {unbiased = false, correction = 1}) end,
+      "std: give unbiased or correction, not both")
+  end)
+
+  it("allclose: an infinity is close only to the same infinity (as torch.allclose)", function()
+    assert.is_false(accel.tensor({5}):allclose(accel.tensor({inf})))
+    assert.is_false(accel.tensor({inf}):allclose(accel.tensor({5})))
+    assert.is_false(accel.tensor({-inf}):allclose(accel.tensor({inf})))
+    assert.is_true(accel.tensor({inf, -inf}):allclose(accel.tensor({inf, -inf})))
+  end)
+
   it("allclose broadcasts and takes rtol / atol / equal_nan; cat skips 1-D empties; gather reads a leading part", function()
     assert.is_true(accel.ones(2, 2):allclose(accel.ones(2)))
     assert.is_true(accel.tensor({0 / 0}):allclose(accel.tensor({0 / 0}), {equal_nan = true}))

@@ -41,6 +41,21 @@ local function check_module(m, what)
   return m
 end
 
+-- A ModuleDict's entries as {name, module} pairs in its order.
+local function dict_pairs(dict)
+  local out = {}
+  for i, name in ipairs(dict._modules.keys) do out[i] = {name, dict._modules.vals[name]} end
+  return out
+end
+
+-- The modules of a list container (ModuleList or Sequential) as a plain
+-- list, as PyTorch iterates one passed where a list of modules fits; other
+-- values unchanged.
+local function list_of(src)
+  if is_module(src) and (src:isinstance(M.ModuleList) or src:isinstance(M.Sequential)) then return module_list(src) end
+  return src
+end
+
 -- ---- shared list behaviour (Sequential and ModuleList) ----
 
 local function add_list_methods(cls, what)
@@ -69,7 +84,7 @@ local function add_list_methods(cls, what)
   end
 
   function cls:extend(mods)
-    for _, m in ipairs(mods) do self:append(m) end
+    for _, m in ipairs(list_of(mods)) do self:append(m) end
     return self
   end
 
@@ -95,8 +110,10 @@ local function add_list_methods(cls, what)
   end
 end
 
--- Add modules from a list, or {name, module} pairs, or a name -> module map.
+-- Add modules from a list, or {name, module} pairs, or a name -> module map,
+-- or another ModuleDict.
 local function add_from(self, src, what)
+  if is_module(src) and src:isinstance(M.ModuleDict) then src = dict_pairs(src) end
   if is_module(src) then raise("%s: expected a table of modules, got a single Module", what) end
   if type(src) ~= "table" then raise("%s: expected a table of modules, got %s", what, type(src)) end
   if #src > 0 then
@@ -140,6 +157,7 @@ local ModuleList = export_class(M, "ModuleList")
 add_list_methods(ModuleList, "ModuleList")
 
 function ModuleList:init(mods)
+  mods = list_of(mods)
   if mods ~= nil then
     if type(mods) ~= "table" or is_module(mods) then raise("ModuleList: expected a list of modules") end
     for _, m in ipairs(mods) do self:append(check_module(m, "ModuleList")) end

@@ -122,8 +122,15 @@ end
 -- The loss is computed in float32; outside autocast a bf16 / fp16 input gets
 -- its loss back in its own dtype, as PyTorch's (inside autocast, float32).
 -- A floating-point target holds class probabilities, any other class ids.
+-- PyTorch's per-class weight of cross_entropy / nll_loss is not implemented:
+-- a listed option refused by its own message.
+local function refuse_class_weight(name, o)
+  if o and o.weight ~= nil then raise("%s: per-class weight is not supported", name) end
+end
+
 function F.cross_entropy(input, target, o)
-  o = check("cross_entropy", o, {"ignore_index", "label_smoothing", "reduction"})
+  o = check("cross_entropy", o, {"weight", "ignore_index", "label_smoothing", "reduction"})
+  refuse_class_weight("cross_entropy", o)
   local ignore = opt(o, "ignore_index", -100)
   if accel.is_tensor(target) and target.dtype.is_floating_point then
     if ignore >= 0 then raise("cross_entropy: ignore_index is not supported for floating point target") end
@@ -196,7 +203,8 @@ local function pick_classes(input, safe)
 end
 
 function F.nll_loss(input, target, o)
-  o = check("nll_loss", o, {"ignore_index", "reduction"})
+  o = check("nll_loss", o, {"weight", "ignore_index", "reduction"})
+  refuse_class_weight("nll_loss", o)
   local reduction = F._reduction("nll_loss", o.reduction)
   check_class_target("nll_loss", target)
   input = fp32_in_autocast(input)
@@ -484,10 +492,10 @@ end
 
 local function int_pair(v, name)
   if type(v) == "table" and #v == 2 then v = {v[1], v[2]} elseif type(v) == "number" then v = {v, v}
-  else error(("avg_pool2d: %s must be an integer or a pair {h, w}, got %s"):format(name, tostring(v)), 3) end
+  else raise("avg_pool2d: %s must be an integer or a pair {h, w}, got %s", name, tostring(v)) end
   for i = 1, 2 do
     if type(v[i]) ~= "number" or v[i] ~= math.floor(v[i]) then
-      error(("avg_pool2d: %s must be an integer or a pair {h, w}, got %s"):format(name, tostring(v[i])), 3)
+      raise("avg_pool2d: %s must be an integer or a pair {h, w}, got %s", name, tostring(v[i]))
     end
   end
   return v
@@ -565,20 +573,20 @@ function F.avg_pool2d(input, kernel_size, o)
   local p = int_pair(opt(o, "padding", 0), "padding")
   local divisor = opt(o, "divisor_override", nil)
   if not accel.is_tensor(input) or (input:dim() ~= 3 and input:dim() ~= 4) then
-    error("avg_pool2d: expected input of shape (N, C, H, W) or (C, H, W), got " ..
-      (accel.is_tensor(input) and tostring(input.shape) or type(input)), 2)
+    raise("avg_pool2d: expected input of shape (N, C, H, W) or (C, H, W), got %s",
+      accel.is_tensor(input) and tostring(input.shape) or type(input))
   end
   if not input.dtype.is_floating_point and input.dtype ~= accel.int64 then
     raise("avg_pool2d: input dtype %s is not supported (floating point or int64, as PyTorch's)", input.dtype.name)
   end
   for i = 1, 2 do
     if k[i] < 1 or s[i] < 1 or p[i] < 0 or p[i] > k[i] / 2 then
-      error(("avg_pool2d: need kernel_size, stride >= 1 and 0 <= padding <= kernel_size / 2, got kernel_size " ..
-        "{%d, %d}, stride {%d, %d}, padding {%d, %d}"):format(k[1], k[2], s[1], s[2], p[1], p[2]), 2)
+      raise("avg_pool2d: need kernel_size, stride >= 1 and 0 <= padding <= kernel_size / 2, got kernel_size " ..
+        "{%d, %d}, stride {%d, %d}, padding {%d, %d}", k[1], k[2], s[1], s[2], p[1], p[2])
     end
   end
   if divisor ~= nil and (type(divisor) ~= "number" or divisor == 0) then
-    error("avg_pool2d: divisor_override must be a nonzero number, got " .. tostring(divisor), 2)
+    raise("avg_pool2d: divisor_override must be a nonzero number, got %s", tostring(divisor))
   end
   local shape = sizes(input)
   local geo = avg_geometry(input, shape[#shape - 1], shape[#shape], k, s, p, opt(o, "ceil_mode", false))
