@@ -504,6 +504,18 @@ CASES.DeepSpeedPlugin = {
       a:free_memory()
     end
   end,
+  is_train_batch_min = function()
+    -- "auto" micro batch of loaders of batch 4 and 2: the smallest by default, the largest with false
+    -- (Accelerate: min(batch_sizes) if is_train_batch_min else max(batch_sizes)); x accumulation 1 x 1 process
+    for flag, want in pairs({[true] = 2, [false] = 4}) do
+      local ds = accel.DeepSpeedPlugin{zero_stage = 0, is_train_batch_min = flag}
+      accel.Accelerator{deepspeed_plugin = ds}:prepare(data.DataLoader(data.TensorDataset(accel.randn(8, 4)),
+        {batch_size = 4}), data.DataLoader(data.TensorDataset(accel.randn(8, 4)), {batch_size = 2}))
+      assert.are.equal(want, ds.deepspeed_config.train_micro_batch_size_per_gpu)
+      assert.are.equal(want, ds.deepspeed_config.train_batch_size)
+    end
+    assert.is_true(accel.DeepSpeedPlugin{}.is_train_batch_min)
+  end,
   transformer_moe_cls_names = function()
     assert.are.equal("", accel.DeepSpeedPlugin{transformer_moe_cls_names = ""}.transformer_moe_cls_names)
     error_matching('transformer_moe_cls_names = "MoE" is not supported: there are no mixture%-of%-experts', function()
@@ -533,6 +545,12 @@ local function unit_sizes(o)
 end
 
 CASES.FullyShardedDataParallelPlugin = {
+  activation_checkpointing_offload = function()
+    assert.is_false(accel.FullyShardedDataParallelPlugin{activation_checkpointing_offload = false}
+      .activation_checkpointing_offload)
+    error_matching("activation_checkpointing_offload = true is not supported: checkpointed activations are recomputed",
+      function() accel.FullyShardedDataParallelPlugin{activation_checkpointing_offload = true} end)
+  end,
   sharding_strategy = function()
     assert.are.equal(0, fsdp{sharding_strategy = "no_shard"}.zero_stage)
     assert.are.equal(0, fsdp{sharding_strategy = 3}.zero_stage) -- PyTorch's ShardingStrategy.NO_SHARD

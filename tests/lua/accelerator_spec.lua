@@ -337,6 +337,20 @@ describe("Accelerator options", function()
       c:prepare(data.DataLoader(data.TensorDataset(accel.randn(8, 4)), {batch_size = 4}),
         data.DataLoader(data.TensorDataset(accel.randn(8, 4)), {batch_size = 2}))
     end)
+    -- Accelerate's named-plugins table and its plugin fields with no engine here are refused by name
+    error_matching("deepspeed_plugin = {one = DeepSpeedPlugin, ...} %(several named plugins%) is not supported",
+      function() accel.Accelerator{deepspeed_plugin = {one = accel.DeepSpeedPlugin{}}} end)
+    error_matching("DeepSpeedPlugin: option enable_msamp is Accelerate's but not supported here",
+      function() accel.DeepSpeedPlugin{enable_msamp = true} end)
+    for _, k in ipairs({"mixed_precision_policy", "ignored_modules", "state_dict_config", "optim_state_dict_config",
+      "param_init_fn"}) do
+      error_matching("FullyShardedDataParallelPlugin: option " .. k .. " is Accelerate's but not supported here",
+        function() accel.FullyShardedDataParallelPlugin{[k] = {}} end)
+    end
+    -- Accelerate's attribute defaults (FullyShardedDataParallelPlugin() in accelerate 1.15)
+    local f1 = accel.FullyShardedDataParallelPlugin{}
+    assert.same({true, false, false, false}, {f1.limit_all_gathers, f1.use_orig_params, f1.forward_prefetch,
+      f1.activation_checkpointing_offload})
     -- what the Accelerator read when it was created cannot change before prepare
     local ds3 = accel.DeepSpeedPlugin{zero_stage = 2}
     local c = accel.Accelerator{deepspeed_plugin = ds3}

@@ -24,7 +24,9 @@
 --   (c) refusals, each naming the file and changing nothing (the run then
 --       equals one that never loaded): a missing rank's shard file (on
 --       disk, and also dropped from the index), a corrupted shard, a model
---       of another shape; merge-weights on a missing / corrupt / unsharded
+--       of another shape, an index whose pieces leave a gap; merge-weights
+--       on indexes with such a gap, a rank past the world, a string shape
+--       or fewer files than processes, on a missing / corrupt / unsharded
 --       folder, --help, bad arguments, an OUTPUT inside CHECKPOINT_DIR
 --       (the checkpoint unchanged byte for byte);
 --   (d) tests/lua/helpers/shard_frozen.lua: frozen parameters (requires_grad
@@ -222,6 +224,26 @@ do -- the index's layout without the pieces of inp.weight (the fingerprint still
 end
 refused("a layout that lacks a parameter", unlisted,
   "model_shard_0.safetensors does not hold inp.weight of model 1 as [7,6] (missing)")
+-- a copy of base whose index's layout (models[1].sharded) edit(layout) changed
+local function edited_layout(name, edit)
+  local dir = copy(name)
+  local f = dir .. "/checkpoint_index.json"
+  local idx = json.decode(support.read_file(f))
+  edit(idx.models[1].sharded)
+  support.write_file(f, json.encode(idx))
+  return dir
+end
+local function split_param(layout) -- the first parameter held in two pieces
+  for _, p in ipairs(layout.params) do
+    if #p.pieces == 2 and p.pieces[1][3] > 1 and p.pieces[2][3] > 1 then return p end
+  end
+  error("no parameter of the layout is split over the two ranks")
+end
+local gap = edited_layout("gap", function(layout) -- element 0 left out, one element read twice
+  local p = split_param(layout)
+  p.pieces[1][2] = 1
+end)
+refused("pieces that leave a gap", gap, "do not cover its")
 local corrupt = copy("corrupt")
 do
   local f = corrupt .. "/model_shard_0.safetensors"
@@ -243,6 +265,19 @@ m = merge(path("ck_2_s0_5"), path("x_out"))
 check("merge-weights refuses a folder saved without sharding, and creates no OUTPUT folder", m,
   {m.code == 1, "exit " .. m.code}, {has(m.err, "is not a sharded checkpoint"), m.err},
   {require("accel")._C.fs_stat(path("x_out")) == nil, "left an OUTPUT folder"})
+for _, c in ipairs({
+  {"pieces that leave a gap", gap, "pieces of %S+ do not cover its %d+ elements exactly once"},
+  {"a piece on a rank past the world", edited_layout("rank7", function(layout) split_param(layout).pieces[2][1] = 7 end),
+    "piece 2 of %S+ is not {rank < 2, start, length}"},
+  {"a string shape", edited_layout("strshape", function(layout) layout.params[1].shape = "x" end), "bad shard layout: "},
+  {"fewer files than processes", edited_layout("onefile", function(layout) layout.files = {layout.files[1]} end),
+    "bad shard layout: 1 files listed for 2 processes"},
+}) do
+  m = merge(c[2], path("x.safetensors"))
+  check("merge-weights refuses an index with " .. c[1], m, {m.code == 1, "exit " .. m.code},
+    {m.err:find("checkpoint_index.json is corrupted", 1, true) and m.err:find(c[3]), m.err},
+    {require("accel")._C.fs_stat(path("x.safetensors")) == nil, "wrote a file"})
+end
 m = merge(path("nothing-here"), path("x.safetensors"))
 check("merge-weights: no such folder", m, {m.code == 1 and has(m.err, "no checkpoint at"), m.err})
 m = merge("--help")

@@ -463,6 +463,14 @@ local function resolve_sharding(self, o)
     raise("Accelerator: give either deepspeed_plugin or fsdp_plugin, not both")
   end
   if o.zero_stage ~= nil then plugins.check_stage("Accelerator", o.zero_stage) end
+  if type(o.deepspeed_plugin) == "table" and getmetatable(o.deepspeed_plugin) ~= plugins.DeepSpeedPlugin_class then
+    for name, v in pairs(o.deepspeed_plugin) do -- Accelerate's {name = plugin, ...} form
+      if type(v) == "table" and getmetatable(v) == plugins.DeepSpeedPlugin_class then
+        raise("Accelerator: deepspeed_plugin = {%s = DeepSpeedPlugin, ...} (several named plugins) is not "
+          .. "supported: one sharding engine serves one model setup; give one DeepSpeedPlugin", tostring(name))
+      end
+    end
+  end
   local ds_opts = o.deepspeed_plugin
   if ds_opts == nil and o.fsdp_plugin == nil and o.zero_stage ~= nil and o.zero_stage ~= 0 then
     ds_opts, ds_what = {zero_stage = o.zero_stage}, ("Accelerator (zero_stage = %d)"):format(o.zero_stage)

@@ -214,7 +214,11 @@ local DS_OPTIONS = M.register("DeepSpeedPlugin", {zero_stage = "number",
   offload_optimizer_device = {"string", "none", "cpu", "nvme"}, offload_param_device = {"string", "none", "cpu", "nvme"},
   offload_optimizer_nvme_path = "string", offload_param_nvme_path = "string",
   gradient_accumulation_steps = "number", gradient_clipping = "number", hf_ds_config = "any",
-  zero3_init_flag = "boolean", zero3_save_16bit_model = "boolean", transformer_moe_cls_names = "string"})
+  zero3_init_flag = "boolean", zero3_save_16bit_model = "boolean", transformer_moe_cls_names = "string",
+  is_train_batch_min = "boolean"})
+M.refuse("DeepSpeedPlugin", {
+  enable_msamp = "MS-AMP is not available; FP8 training is mixed_precision = \"fp8\" (docs/fp8.md)",
+  msamp_opt_level = "MS-AMP is not available; FP8 training is mixed_precision = \"fp8\" (docs/fp8.md)"})
 
 local function positive_number(v) return type(v) == "number" and v > 0 end
 local function positive_int(v) return positive_number(v) and v == math.floor(v) end
@@ -410,6 +414,7 @@ function M.DeepSpeedPlugin(o, what)
       self[k], self.auto[k] = o[k], nil
     end
   end
+  self.is_train_batch_min = o.is_train_batch_min ~= false
   if self.auto.zero_stage then self.zero_stage = nil end
   self.zero_stage = check_stage(what, self.zero_stage or 2)
   self.zero3_init_flag = self.zero3_init_flag == true
@@ -454,7 +459,15 @@ local FSDP_OPTIONS = M.register("FullyShardedDataParallelPlugin", {sharding_stra
   state_dict_type = "string", use_orig_params = "boolean", sync_module_states = "boolean",
   backward_prefetch = "string", forward_prefetch = "boolean", limit_all_gathers = "boolean",
   activation_checkpointing = "boolean", fsdp_version = "number", reshard_after_forward = "any",
-  cpu_ram_efficient_loading = "boolean"})
+  cpu_ram_efficient_loading = "boolean", activation_checkpointing_offload = "boolean"})
+local SHARDS_WRITTEN = "save_state writes reshardable shards and get_state_dict / save_model gather full weights "
+  .. "(docs/sharding-accelerator.md)"
+M.refuse("FullyShardedDataParallelPlugin", {
+  mixed_precision_policy = "the precision is the Accelerator's mixed_precision (bf16 / fp16 compute, float32 master "
+    .. "shards)",
+  ignored_modules = "every parameter of the model is sharded",
+  state_dict_config = SHARDS_WRITTEN, optim_state_dict_config = SHARDS_WRITTEN,
+  param_init_fn = "models are built on the host before prepare (no meta-device initialisation)"})
 
 -- Accelerate's spellings of the string options (either case).
 local FSDP_CHOICES = {auto_wrap_policy = {"transformer_based_wrap", "size_based_wrap", "no_wrap"},
@@ -593,7 +606,19 @@ function M.FullyShardedDataParallelPlugin(o, what)
   -- shards either way: docs/sharding-accelerator.md)
   self.state_dict_type = self.state_dict_type or (self.fsdp_version == 2 and "SHARDED_STATE_DICT" or "FULL_STATE_DICT")
   self.auto_wrap_policy = self.auto_wrap_policy or "no_wrap"
+  -- Accelerate's defaults as attributes (read by nothing here but the user):
+  -- limit_all_gathers true; use_orig_params / forward_prefetch false under FSDP1 (FSDP2 has neither)
+  if self.limit_all_gathers == nil then self.limit_all_gathers = true end
+  if self.fsdp_version == 1 then
+    self.use_orig_params = self.use_orig_params == true
+    self.forward_prefetch = self.forward_prefetch == true
+  end
   self.activation_checkpointing = o.activation_checkpointing == true
+  if o.activation_checkpointing_offload then
+    raise("%s: activation_checkpointing_offload = true is not supported: checkpointed activations are recomputed "
+      .. "in backward, not offloaded to host memory", what)
+  end
+  self.activation_checkpointing_offload = false
   self.sync_module_states = o.sync_module_states ~= false
   self.cpu_ram_efficient_loading = o.cpu_ram_efficient_loading == true
   if self.cpu_ram_efficient_loading and not self.sync_module_states then

@@ -303,6 +303,55 @@ local function optimizer_states_of(opt)
   return nil
 end
 
+local function is_count(v) return type(v) == "number" and v >= 0 and v % 1 == 0 end
+
+-- The pieces of a parameter p ({rank, start, length} each) name ranks of
+-- the world and cover its elements exactly once; refuse(fmt, ...) raises.
+local function check_pieces(p, world, refuse)
+  local numel = numel_of(p.shape)
+  local sorted = {}
+  for i, pc in ipairs(p.pieces) do
+    if type(pc) ~= "table" or not (is_count(pc[1]) and pc[1] < world and is_count(pc[2]) and is_count(pc[3])) then
+      refuse("%s is corrupted: piece %d of %s is not {rank < %d, start, length}", checkpoint.INDEX, i, p.name, world)
+    end
+    sorted[#sorted + 1] = pc
+  end
+  table.sort(sorted, function(a, b) return a[2] < b[2] end)
+  local at = 0
+  for _, pc in ipairs(sorted) do
+    if pc[3] > 0 then
+      if pc[2] ~= at then break end
+      at = at + pc[3]
+    end
+  end
+  if at ~= numel then
+    refuse("%s is corrupted: the pieces of %s do not cover its %d elements exactly once", checkpoint.INDEX, p.name, numel)
+  end
+end
+
+-- The layout's shape: a world size, one file per rank, each parameter a
+-- name, a shape and pieces covering it; refuse(fmt, ...) raises.
+local function check_layout(layout, refuse)
+  local function bad(what) refuse("%s is corrupted (bad shard layout: %s)", checkpoint.INDEX, what) end
+  if not is_count(layout.world) or layout.world < 1 then bad("world") end
+  if type(layout.params) ~= "table" then bad("params") end
+  if type(layout.files) ~= "table" and not layout.optimizer then bad("files") end
+  local lists = {layout.files or false, layout.optimizer and (layout.optimizer.files or 0) or false}
+  for _, files in ipairs(lists) do
+    if files and (type(files) ~= "table" or #files ~= layout.world) then
+      bad(("%d files listed for %d processes"):format(type(files) == "table" and #files or 0, layout.world))
+    end
+  end
+  for i, p in ipairs(layout.params) do
+    if type(p) ~= "table" or type(p.name) ~= "string" then bad(("params[%d]"):format(i)) end
+    if type(p.shape) ~= "table" or type(p.pieces) ~= "table" then bad(p.name) end
+    for _, n in ipairs(p.shape) do
+      if not is_count(n) then bad(p.name .. " shape") end
+    end
+    check_pieces(p, layout.world, refuse)
+  end
+end
+
 -- Every file of the layout present, every piece in its file with the
 -- right dtype and length; refuse(fmt, ...) raises.
 local function check_files(r, layout, refuse)
@@ -333,10 +382,7 @@ local function check_files(r, layout, refuse)
       end
     end
   end
-  if type(layout.world) ~= "number" or type(layout.files) ~= "table" and not layout.optimizer
-    or type(layout.params) ~= "table" then
-    refuse("%s is corrupted (bad shard layout)", checkpoint.INDEX)
-  end
+  check_layout(layout, refuse)
   if layout.files then check(layout.files, function(p) return {p.name} end, "parameter") end
   local o = layout.optimizer
   if o then

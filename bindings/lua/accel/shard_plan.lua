@@ -178,8 +178,8 @@ end
 
 -- DeepSpeed's batch rule when loaders are prepared (sizes: their batch
 -- sizes): an "auto" train_micro_batch_size_per_gpu becomes the smallest
--- batch per process of the loaders prepared so far (Accelerate's
--- is_train_batch_min), and train_batch_size = micro batch *
+-- batch per process of the loaders prepared so far (the largest with
+-- is_train_batch_min = false, as Accelerate's), and train_batch_size = micro batch *
 -- gradient_accumulation_steps * processes (filled when "auto", else it must
 -- be equal). A numeric micro batch is DeepSpeed's own: loaders of any batch
 -- size are accepted, as in Accelerate.
@@ -189,15 +189,17 @@ function M.check_batch(ds, sizes, o)
   local micro = filled.train_micro_batch_size_per_gpu
   for _, bs in ipairs(sizes) do
     local m = micro_batch(bs, o.split_batches, o.num_processes)
-    if micro == nil or m < micro then micro = m end
+    if micro == nil or (ds.is_train_batch_min == false and m > micro or ds.is_train_batch_min ~= false and m < micro) then
+      micro = m
+    end
   end
   if micro == nil then return end
   local total = micro * o.accumulation * o.num_processes
   local want = ds.deepspeed_config.train_batch_size
   if type(want) == "number" and not batch_auto(ds, "train_batch_size") and want ~= total then
-    raise("prepare: the DeepSpeed config's train_batch_size = %s, but the loaders' smallest batch per process %s x "
+    raise("prepare: the DeepSpeed config's train_batch_size = %s, but the loaders' %s batch per process %s x "
       .. "gradient_accumulation_steps %d x %d process(es) = %s (DeepSpeed requires them equal)",
-      tostring(want), tostring(micro), o.accumulation, o.num_processes, tostring(total))
+      tostring(want), ds.is_train_batch_min == false and "largest" or "smallest", tostring(micro), o.accumulation, o.num_processes, tostring(total))
   end
   ds._filled = {train_micro_batch_size_per_gpu = micro,
     train_batch_size = batch_auto(ds, "train_batch_size") and total or nil}
