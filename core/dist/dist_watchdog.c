@@ -215,7 +215,8 @@ void dist_watch_end(DistTrack *t) {
 
 /* What rank q's slot says about the stalled collective t, appended to buf
  * (nothing when q is waiting in it too). */
-static void describe_rank(const DistTrack *t, int q, char *buf, size_t n) {
+/* Appends what rank q is doing to buf; true when its script has ended. */
+static bool describe_rank(const DistTrack *t, int q, char *buf, size_t n) {
     const RankSlot *s = &slots_of(t->comm)[q];
     size_t at = strlen(buf);
     double t_now = now();
@@ -223,26 +224,28 @@ static void describe_rank(const DistTrack *t, int q, char *buf, size_t n) {
     dist_rank_str(t->comm, q, who, sizeof who);
     if (__atomic_load_n(&s->pid, __ATOMIC_ACQUIRE) == 0) {
         snprintf(buf + at, n - at, "; %s: on another machine, state unknown", who);
-        return;
+        return false;
     }
     uint64_t e = __atomic_load_n(&s->entered, __ATOMIC_ACQUIRE);
     int inside = __atomic_load_n(&s->inside, __ATOMIC_ACQUIRE);
-    if (e >= t->order && (inside == 0 || strcmp(s->name, t->name) == 0)) return; /* there (or past it) */
+    if (e >= t->order && (inside == 0 || strcmp(s->name, t->name) == 0)) return false; /* there (or past it) */
     if (e >= t->order) {
         snprintf(buf + at, n - at, "; %s is in %s #%llu instead", who, s->name, (unsigned long long)s->seq);
-        return;
+        return false;
     }
     if (kill(s->pid, 0) != 0 && errno == ESRCH)
         snprintf(buf + at, n - at, "; not entered by %s (its process has exited)", who);
-    else if (__atomic_load_n(&s->finished, __ATOMIC_ACQUIRE))
+    else if (__atomic_load_n(&s->finished, __ATOMIC_ACQUIRE)) {
         snprintf(buf + at, n - at, "; not entered by %s (its script has ended)", who);
-    else if (e == 0) snprintf(buf + at, n - at, "; not entered by %s (no collective yet)", who);
+        return true;
+    } else if (e == 0) snprintf(buf + at, n - at, "; not entered by %s (no collective yet)", who);
     else if (inside)
         snprintf(buf + at, n - at, "; not entered by %s (still in %s #%llu, for %.1f s)", who, s->name,
                  (unsigned long long)s->seq, t_now - s->t_enter);
     else
         snprintf(buf + at, n - at, "; not entered by %s (last in %s #%llu, left it %.1f s ago)", who, s->name,
                  (unsigned long long)s->seq, t_now - s->t_leave);
+    return false;
 }
 
 /* Whether a rank of t's communicator will never enter t: it has not yet,
@@ -263,18 +266,22 @@ static bool never_entered(const DistTrack *t) {
 static void fire(const DistTrack *t, double limit) {
     const DistComm *c = t->comm;
     size_t n = 256 + 160 * (size_t)c->size;
-    char *msg = malloc(n), *others = malloc(n), where[64] = "";
+    char *msg = malloc(n + 256), *others = malloc(n), where[64] = ""; /* msg: others, the header and a hint */
     if (!msg || !others) _exit(1);
     others[0] = 0;
+    bool ended = false; /* a rank's script ended without entering it */
     for (int q = 0; slots_of(c) && q < c->size; q++)
-        if (q != c->rank) describe_rank(t, q, others, n);
+        if (q != c->rank && describe_rank(t, q, others, n)) ended = true;
     if (!slots_of(c)) snprintf(others, n, " (other ranks may have died)");
     else if (!others[0]) snprintf(others, n, "; every rank entered it (one may be stuck inside it)");
     if (c->world_ranks) snprintf(where, sizeof where, " on the %s communicator", c->label);
     char why[64] = "cannot complete";
     if (limit >= 0) snprintf(why, sizeof why, "timed out after %g s", limit);
-    snprintf(msg, n, "accel-lua: rank %d: collective %s #%llu%s %s%s\n", watched->rank, t->name,
-             (unsigned long long)t->seq, where, why, others);
+    const char *hint = ended ? "; a collective must be called on every process (one called only under "
+                                   "`if accelerator.is_main_process`, such as get_state_dict under stage 3, is not)"
+                                 : "";
+    snprintf(msg, n + 256, "accel-lua: rank %d: collective %s #%llu%s %s%s%s\n", watched->rank, t->name,
+             (unsigned long long)t->seq, where, why, others, hint);
     pthread_mutex_unlock(&mu);
     fputs(msg, stderr);
     fflush(stderr);
