@@ -406,6 +406,31 @@ static void open_work(lua_State *L) {
     lu_new_class(L, WORK_MT, methods, w_gc, w_tostring);
 }
 
+/* The collective watchdog names where the program called a stalled
+ * collective: the user's frame on the state's main thread (collectives run
+ * on it; from a coroutine, this is where the main thread resumed it). */
+static void call_site(void *main_thread, char *buf, size_t n) { lu_user_site(main_thread, buf, n); }
+
+static int forget_call_site(lua_State *L) {
+    lua_compat_push_mainthread(L);
+    if (dist_site_ctx() == lua_tothread(L, -1)) dist_set_site_fn(NULL, NULL);
+    lua_pop(L, 1);
+    return 0;
+}
+
+/* Registers call_site for this state until it closes. */
+static void open_call_site(lua_State *L) {
+    lua_compat_push_mainthread(L);
+    dist_set_site_fn(call_site, lua_tothread(L, -1));
+    lua_pop(L, 1);
+    lua_newuserdatauv(L, 1, 0);
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, forget_call_site);
+    lua_setfield(L, -2, "__gc");
+    lua_setmetatable(L, -2);
+    lua_setfield(L, LUA_REGISTRYINDEX, "accel.dist_call_site");
+}
+
 void lu_open_dist(lua_State *L, int m) {
     static const luaL_Reg fns[] = {
         {"dist_init", l_init}, {"dist_info", l_info}, {"dist_is_initialized", l_is_initialized},
@@ -418,5 +443,6 @@ void lu_open_dist(lua_State *L, int m) {
         {"dist_group", l_group}, {"dist_split", l_split}, {NULL, NULL}};
     open_work(L);
     open_group(L);
+    open_call_site(L);
     lu_register_c(L, m, fns);
 }

@@ -12,17 +12,23 @@
 
 /* ---- errors ---- */
 
-/* Position of the first Lua frame that is not the embedded library. */
-static void push_user_where(lua_State *L) {
+void lu_user_site(lua_State *L, char *buf, size_t n) {
     lua_Debug ar;
+    buf[0] = 0;
     for (int level = 1; lua_getstack(L, level, &ar); level++) {
         lua_getinfo(L, "Sl", &ar);
         if (ar.currentline > 0 && strncmp(ar.source, "=[accel]", 8) != 0) {
-            lua_pushfstring(L, "%s:%d: ", ar.short_src, ar.currentline);
+            snprintf(buf, n, "%s:%d", ar.short_src, ar.currentline);
             return;
         }
     }
-    lua_pushliteral(L, "");
+}
+
+static void push_user_where(lua_State *L) {
+    char site[LUA_IDSIZE + 24];
+    lu_user_site(L, site, sizeof site);
+    if (site[0]) lua_pushfstring(L, "%s: ", site);
+    else lua_pushliteral(L, "");
 }
 
 /* C printf formats (%lld, %g, ...), not lua_pushfstring's small subset. */

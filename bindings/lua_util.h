@@ -26,6 +26,9 @@ typedef struct {
 } LuState;
 
 LuState *lu_state(lua_State *L);
+/* "file:line" of the first Lua frame of L that is not the embedded library
+ * (the user's code) into buf, or "". */
+void lu_user_site(lua_State *L, char *buf, size_t n);
 void lu_state_init(lua_State *L); /* after the Tensor metatable exists */
 
 /* Raise a Lua error "file:line: message" at the first frame outside the

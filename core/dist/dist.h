@@ -252,12 +252,19 @@ double dist_get_timeout(void);
 typedef struct DistTrack {
     DistComm *comm;
     const char *name;
+    char site[128]; /* where the program called it ("train.lua:42"), or "" */
     uint64_t seq;
     uint64_t order; /* this rank's count of collectives entered on comm, this one included */
     double t0;
     struct DistTrack *prev, *next;
 } DistTrack;
 void dist_watch_begin(DistTrack *t, DistComm *c, const char *name, uint64_t seq);
+/* The program's call site of the collective being started, written into
+ * buf by fn(ctx, buf, n) on the calling thread (the Lua bindings: the
+ * user's file:line); the watchdog names it. NULL: none. */
+typedef void (*DistSiteFn)(void *ctx, char *buf, size_t n);
+void dist_set_site_fn(DistSiteFn fn, void *ctx);
+void *dist_site_ctx(void);
 void dist_watch_end(DistTrack *t);
 int dist_watchdog_start(DistComm *c); /* no-op if running */
 void dist_watchdog_stop(void);

@@ -184,9 +184,21 @@ static void publish_end(const DistTrack *t) {
     __atomic_sub_fetch(&s->inside, 1, __ATOMIC_RELEASE);
 }
 
+static DistSiteFn site_fn;
+static void *site_ctx;
+
+void dist_set_site_fn(DistSiteFn fn, void *ctx) {
+    site_fn = fn;
+    site_ctx = ctx;
+}
+
+void *dist_site_ctx(void) { return site_ctx; }
+
 void dist_watch_begin(DistTrack *t, DistComm *c, const char *name, uint64_t seq) {
     t->comm = c;
     t->name = name;
+    t->site[0] = 0;
+    if (site_fn) site_fn(site_ctx, t->site, sizeof t->site);
     t->seq = seq;
     t->t0 = now();
     t->next = NULL;
@@ -266,7 +278,7 @@ static bool never_entered(const DistTrack *t) {
 static void fire(const DistTrack *t, double limit) {
     const DistComm *c = t->comm;
     size_t n = 256 + 160 * (size_t)c->size;
-    char *msg = malloc(n + 256), *others = malloc(n), where[64] = ""; /* msg: others, the header and a hint */
+    char *msg = malloc(n + 512), *others = malloc(n), where[64] = ""; /* msg: others, the header and a hint */
     if (!msg || !others) _exit(1);
     others[0] = 0;
     bool ended = false; /* a rank's script ended without entering it */
@@ -280,8 +292,10 @@ static void fire(const DistTrack *t, double limit) {
     const char *hint = ended ? "; a collective must be called on every process (one called only under "
                                    "`if accelerator.is_main_process`, such as get_state_dict under stage 3, is not)"
                                  : "";
-    snprintf(msg, n + 256, "accel-lua: rank %d: collective %s #%llu%s %s%s%s\n", watched->rank, t->name,
-             (unsigned long long)t->seq, where, why, others, hint);
+    char site[160] = "";
+    if (t->site[0]) snprintf(site, sizeof site, " (called at %s)", t->site);
+    snprintf(msg, n + 512, "accel-lua: rank %d: collective %s #%llu%s%s %s%s%s\n", watched->rank, t->name,
+             (unsigned long long)t->seq, site, where, why, others, hint);
     pthread_mutex_unlock(&mu);
     fputs(msg, stderr);
     fflush(stderr);

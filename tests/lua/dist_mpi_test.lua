@@ -53,12 +53,14 @@ do
   local run = mpirun(2, quote(HELPERS .. "dist_watchdog.lua"), {env = unset .. "ACCEL_LUA_COLLECTIVE_TIMEOUT=3"})
   check("watchdog (ACCEL_LUA_COLLECTIVE_TIMEOUT=3) ends a stalled job, naming the rank that did not enter", run,
     {run.code ~= 0, "job exited 0"},
-    {has(run.err, "accel-lua: rank 0: collective all_reduce #2 timed out after 3 s; not entered by rank 1 "
-      .. "(last in all_reduce #1, left it "), "stderr does not name rank 1 as not having entered all_reduce #2"},
+    {has(run.err, "accel-lua: rank 0: collective all_reduce #2 (called at tests/lua/helpers/dist_watchdog.lua:17) "
+      .. "timed out after 3 s; not entered by rank 1 (last in all_reduce #1, left it "),
+      "stderr does not name rank 1 as not having entered all_reduce #2 (called at the helper's line 17)"},
     {run.secs >= 3 and run.secs < 15, "did not end between 3 and 15 s"},
     {not has(run.out, "passed a collective"), "rank 0 passed the stalled collective"})
   run = mpirun(3, quote(HELPERS .. "dist_watchdog.lua") .. " 2", {env = unset})
-  local _, named = run.err:gsub("collective all_reduce #2 timed out after 2 s; not entered by rank 1 %(", "")
+  local _, named = run.err:gsub("collective all_reduce #2 %(called at [^)]*dist_watchdog.lua:17%) timed out after 2 s; "
+    .. "not entered by rank 1 %(", "")
   check("watchdog (dist.set_timeout(2)) on 3 ranks: the waiting ranks name rank 1", run,
     {run.code ~= 0, "job exited 0"},
     {named >= 1 and not has(run.err, "not entered by rank 0") and not has(run.err, "not entered by rank 2"),
@@ -78,8 +80,9 @@ do
   run = mpirun(2, "-e " .. quote("local d = require('accel').dist; if d.get_rank() == 0 then d.barrier() end"),
     {env = unset})
   check("a rank whose script ended is named at once by the rank waiting for it", run, {run.code ~= 0, "job exited 0"},
-    {has(run.err, "accel-lua: rank 0: collective barrier #1 cannot complete; not entered by rank 1 (its script has "
-      .. "ended); a collective must be called on every process"), "stderr does not say rank 1's script ended"},
+    {has(run.err, "accel-lua: rank 0: collective barrier #1 (called at (command line):1) cannot complete; not entered by "
+      .. "rank 1 (its script has ended); a collective must be called on every process"),
+      "stderr does not say rank 1's script ended"},
     {run.secs < 15, "took 15 s or more"})
   run = mpirun(2, "-e " .. quote("require('accel').dist.barrier()"), {env = unset .. "ACCEL_LUA_DEBUG_MODE=maybe"})
   check("ACCEL_LUA_DEBUG_MODE=maybe is an error", run, {run.code ~= 0, "job exited 0"},

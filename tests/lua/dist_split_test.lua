@@ -42,8 +42,9 @@ do
     "ACCEL_LUA_TEST_RANKS_PER_NODE=2 ACCEL_LUA_COLLECTIVE_TIMEOUT=3 ")
   check("watchdog on the node group: names the group's rank 1 (world rank 3) and the group's collective number", run,
     {run.code ~= 0, "job exited 0"},
-    {has(run.err, "accel-lua: rank 2: collective all_reduce #2 on the node communicator timed out after 3 s; not "
-      .. "entered by rank 1 (world rank 3) (last in all_reduce #1, left it "), "stderr lacks the message"},
+    {has(run.err, "accel-lua: rank 2: collective all_reduce #2 (called at tests/lua/helpers/dist_split_watchdog.lua:24) "
+      .. "on the node communicator timed out after 3 s; not entered by rank 1 (world rank 3) (last in all_reduce #1, "
+      .. "left it "), "stderr lacks the message"},
     {run.secs >= 3 and run.secs < 20, "did not end between 3 and 20 s"},
     {not has(run.out, "passed a collective"), "world rank 2 passed the stalled collective"})
 end
