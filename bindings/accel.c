@@ -689,14 +689,7 @@ static int drain_devices(lua_State *L) {
     return 0;
 }
 
-static void set_exit_drain(lua_State *L) {
-    lua_newuserdatauv(L, 1, 0);
-    lua_createtable(L, 0, 1);
-    lua_pushcfunction(L, drain_devices);
-    lua_setfield(L, -2, "__gc");
-    lua_setmetatable(L, -2);
-    lua_setfield(L, LUA_REGISTRYINDEX, "accel.drain_devices");
-}
+static void set_exit_drain(lua_State *L) { lu_at_close(L, "accel.drain_devices", drain_devices); }
 
 static const luaL_Reg functions[] = {
     {"tensor", l_tensor}, {"zeros", l_zeros}, {"ones", l_ones}, {"full", l_full}, {"empty", l_empty},

@@ -423,12 +423,7 @@ static void open_call_site(lua_State *L) {
     lua_compat_push_mainthread(L);
     dist_set_site_fn(call_site, lua_tothread(L, -1));
     lua_pop(L, 1);
-    lua_newuserdatauv(L, 1, 0);
-    lua_createtable(L, 0, 1);
-    lua_pushcfunction(L, forget_call_site);
-    lua_setfield(L, -2, "__gc");
-    lua_setmetatable(L, -2);
-    lua_setfield(L, LUA_REGISTRYINDEX, "accel.dist_call_site");
+    lu_at_close(L, "accel.dist_call_site", forget_call_site);
 }
 
 void lu_open_dist(lua_State *L, int m) {

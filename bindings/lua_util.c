@@ -12,6 +12,15 @@
 
 /* ---- errors ---- */
 
+void lu_at_close(lua_State *L, const char *key, lua_CFunction fn) {
+    lua_newuserdatauv(L, 1, 0);
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, fn);
+    lua_setfield(L, -2, "__gc");
+    lua_setmetatable(L, -2);
+    lua_setfield(L, LUA_REGISTRYINDEX, key);
+}
+
 void lu_user_site(lua_State *L, char *buf, size_t n) {
     lua_Debug ar;
     buf[0] = 0;

@@ -26,6 +26,9 @@ typedef struct {
 } LuState;
 
 LuState *lu_state(lua_State *L);
+/* fn(L) runs when the state closes (the finaliser of a userdata kept in
+ * the registry under key; finalisers run in reverse order of creation). */
+void lu_at_close(lua_State *L, const char *key, lua_CFunction fn);
 /* "file:line" of the first Lua frame of L that is not the embedded library
  * (the user's code) into buf, or "". */
 void lu_user_site(lua_State *L, char *buf, size_t n);
