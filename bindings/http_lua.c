@@ -145,12 +145,7 @@ static void global_init(lua_State *L) {
     lua_pop(L, 1);
     CURLcode rc = curl_global_init(CURL_GLOBAL_DEFAULT);
     if (rc != CURLE_OK) lu_error(L, "http_request: curl_global_init failed: %s", curl_easy_strerror(rc));
-    lua_newuserdatauv(L, 1, 0);
-    lua_createtable(L, 0, 1);
-    lua_pushcfunction(L, global_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_setmetatable(L, -2);
-    lua_setfield(L, LUA_REGISTRYINDEX, HTTP_GLOBAL);
+    lu_at_close(L, HTTP_GLOBAL, global_gc);
 }
 
 /* http_request(method, url, body, headers, timeout_s) -> status, body | nil, message */

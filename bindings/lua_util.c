@@ -10,8 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- errors ---- */
-
 void lu_at_close(lua_State *L, const char *key, lua_CFunction fn) {
     lua_newuserdatauv(L, 1, 0);
     lua_createtable(L, 0, 1);
@@ -20,6 +18,8 @@ void lu_at_close(lua_State *L, const char *key, lua_CFunction fn) {
     lua_setmetatable(L, -2);
     lua_setfield(L, LUA_REGISTRYINDEX, key);
 }
+
+/* ---- errors ---- */
 
 void lu_user_site(lua_State *L, char *buf, size_t n) {
     lua_Debug ar;
