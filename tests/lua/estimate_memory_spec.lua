@@ -321,6 +321,33 @@ return {model = accel.nn.Linear(2, 2), batch = function(B) return accel.randn(B,
     assert.is_truthy(r.err:find("the loss must be a scalar tensor that requires grad, got a tensor of shape", 1, true), r.err)
   end)
 
+  it("bad input: a training script stops at its Accelerator or optimizer, before it trains or writes anything", function()
+    local path, marker = support.tmpname(".lua"), support.tmpname(".txt")
+    for _, case in ipairs({{"accel.Accelerator()", "accel.Accelerator"}, {"accel.optim.AdamW(model:parameters())",
+      "accel.optim.AdamW"}}) do
+      support.write_file(path, ([[
+local accel = require("accel")
+local model = accel.nn.Linear(2, 2)
+local made = %s
+io.open(%q, "w"):write("trained"):close()
+]]):format(case[1], marker))
+      local r = sh(q(BIN) .. " estimate-memory " .. q(path))
+      assert.are.equal(2, r.code, r.out .. r.err)
+      assert.is_truthy(r.err:find(path .. " creates " .. case[2] .. " while it loads", 1, true), r.err)
+      assert.is_nil(io.open(marker), "the script ran past its " .. case[2])
+    end
+    -- a description may name them at its top level and use them later
+    support.write_file(path, [[
+local accel = require("accel")
+local AdamW, Accelerator = accel.optim.AdamW, accel.Accelerator
+return {model = function() return accel.nn.Linear(2, 2) end, batch = function(B) return accel.randn(B, 2) end,
+  loss = function(m, b) assert(AdamW and Accelerator) return m(b):pow(2):mean() end}
+]])
+    local r = sh(q(BIN) .. " estimate-memory " .. q(path) .. " --steps 1 --gc_phases 1")
+    os.remove(path)
+    assert.are.equal(0, r.code, r.out .. r.err)
+  end)
+
   it("no loss function: a forward failing in the library's layers names the script's model (else batch) line", function()
     local path = support.tmpname(".lua")
     local body = [[

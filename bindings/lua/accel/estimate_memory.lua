@@ -210,11 +210,43 @@ local function default_loss(fn)
   return function(model, b) return checked(pcall(model, b)) end
 end
 
+-- Runs load() (the script's top level) with accel.Accelerator and the
+-- optimizer classes refusing to start: a training script passed here by
+-- mistake stops at its first step of training, before it trains or writes
+-- anything. After load() the names are what they were (a function captured
+-- meanwhile calls through).
+local function load_without_training(script, load)
+  local loading, saved = true, {}
+  local function guard(tbl, key)
+    local orig = tbl[key]
+    saved[#saved + 1] = {tbl, key, rawget(tbl, key)}
+    rawset(tbl, key, function(...)
+      if loading then
+        usage("%s creates accel.%s while it loads: estimate-memory runs the script only to get its "
+          .. "description, a table {model = fn, batch = fn(batch_size, seq_len), loss = fn(model, batch)}; "
+          .. "a training script is not one (docs/estimate-memory.md)", script, key == "Accelerator" and key
+          or "optim." .. key)
+      end
+      return orig(...)
+    end)
+  end
+  guard(accel, "Accelerator")
+  for _, name in ipairs({"SGD", "Adam", "AdamW"}) do guard(accel.optim, name) end
+  local ok, result = pcall(load)
+  loading = false
+  for i = #saved, 1, -1 do rawset(saved[i][1], saved[i][2], saved[i][3]) end
+  if not ok then error(result, 0) end
+  return result
+end
+
 local function script_job(o)
   local chunk, err = loadfile(o.script)
   if not chunk then usage("cannot load %s: %s", o.script, tostring(err)) end
-  local spec = chunk()
-  if type(spec) == "function" then spec = spec() end
+  local spec = load_without_training(o.script, function()
+    local s = chunk()
+    if type(s) == "function" then s = s() end
+    return s
+  end)
   if type(spec) ~= "table" then
     usage("%s must return a table {model = fn, batch = fn(batch_size, seq_len), loss = fn(model, batch)} "
       .. "(or a function returning one), got %s", o.script, type(spec))
