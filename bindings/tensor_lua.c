@@ -78,6 +78,17 @@ static bool integral_operands(const Tensor *self, const Other *o) {
     return !dtype_is_float(self->dtype) && (o->t ? !dtype_is_float(o->t->dtype) : o->is_int);
 }
 
+/* {alpha =} of add / sub: a number, or a boolean (1 / 0) as torch takes it. */
+static double alpha_arg(lua_State *L) {
+    if (lu_is_opts(L, 3)) {
+        lua_getfield(L, 3, "alpha");
+        int is_bool = lua_isboolean(L, -1), v = lua_toboolean(L, -1);
+        lua_pop(L, 1);
+        if (is_bool) return v;
+    }
+    return lu_opt_number(L, 3, "alpha", 1.0);
+}
+
 static Other other_arg(lua_State *L, KBinOp op, Tensor *self) {
     bool_operand(L, 2, self);
     Other o = {lu_to_tensor(L, 2), false, 0, false, 0, -1};
@@ -93,7 +104,8 @@ static Other other_arg(lua_State *L, KBinOp op, Tensor *self) {
         o.rounding = !m ? 0 : m[0] == 'f' ? 1 : 2;
         lua_pop(L, 1);
     }
-    double alpha = scaled ? lu_opt_number(L, 3, "alpha", 1.0) : 1.0;
+    double alpha = scaled ? alpha_arg(L) : 1.0;
+    if (self->dtype == DT_BOOL && (!o.t || o.t->dtype == DT_BOOL)) alpha = alpha != 0; /* torch: alpha as a bool */
     if (alpha == 1.0) return o;
     if (alpha != floor(alpha) && integral_operands(self, &o))
         lu_error(L, "%s: For integral input tensors, argument alpha must not be a floating point number.",
@@ -269,6 +281,7 @@ static void unary_params(lua_State *L, KUnOp op, double *p1, double *p2) {
     } else if (op == KU_LEAKY_RELU) {
         *p1 = lua_isnumber(L, 2) ? lua_tonumber(L, 2) : lu_opt_number(L, 2, "negative_slope", 0.01);
     }
+    if (op != KU_CLAMP) lu_check_no_more_args(L, op == KU_LEAKY_RELU || lu_is_opts(L, 2) ? 3 : 2);
 }
 
 static KUnOp unary_op(lua_State *L) {
@@ -300,17 +313,21 @@ static void clamp_options(lua_State *L) {
 
 /* clamp(min, max) with a tensor bound (torch.clamp's Tensor overload):
  * maximum with min, then minimum with max, each broadcast; nil: no bound. */
-static Tensor *clamp_tensors(lua_State *L, Tensor *self) {
+/* in_place: for clamp_, which copies the result into self afterwards; when
+ * autograd records, the comparisons then read a clone of self (so the
+ * backward of maximum / minimum finds what it saved unmodified, as torch
+ * saves self for an in-place op). */
+static Tensor *clamp_tensors(lua_State *L, Tensor *self, bool in_place) {
     for (int i = 2; i <= 3; i++) /* checked before anything is made: an error leaks nothing */
         if (!lua_isnoneornil(L, i) && !lu_is_tensor(L, i) && lua_type(L, i) != LUA_TNUMBER)
             lu_error(L, "clamp: min and max must be tensors, numbers or nil, got %s", luaL_typename(L, i));
     Tensor *lo = lua_isnoneornil(L, 2) ? NULL : lu_tensor_or_scalar(L, 2, self);
     Tensor *hi = lua_isnoneornil(L, 3) ? NULL : lu_tensor_or_scalar(L, 3, self);
-    Tensor *a = lo ? op_binary(KB_MAX, self, lo) : self;
-    Tensor *out = a && hi ? op_binary(KB_MIN, a, hi) : a;
-    if (out == self) tensor_retain(out);
-    if (a != self && a != out) tensor_release(a);
-    tensor_release(lo), tensor_release(hi);
+    Tensor *recorded[3] = {self, lo ? lo : self, hi ? hi : self};
+    Tensor *src = in_place && ag_needs_grad(recorded, 3) ? tensor_clone(self) : tensor_retain(self);
+    Tensor *a = src && lo ? op_binary(KB_MAX, src, lo) : tensor_retain(src);
+    Tensor *out = a && hi ? op_binary(KB_MIN, a, hi) : tensor_retain(a);
+    tensor_release(src), tensor_release(a), tensor_release(lo), tensor_release(hi);
     return out;
 }
 
@@ -335,7 +352,7 @@ static int unary_method(lua_State *L) {
     Tensor *self = SELF;
     KUnOp op = unary_op(L);
     if (op == KU_CLAMP) clamp_options(L);
-    if (op == KU_CLAMP && (lu_is_tensor(L, 2) || lu_is_tensor(L, 3))) return ret(L, clamp_tensors(L, self));
+    if (op == KU_CLAMP && (lu_is_tensor(L, 2) || lu_is_tensor(L, 3))) return ret(L, clamp_tensors(L, self, false));
     double p1, p2;
     unary_params(L, op, &p1, &p2);
     if (op == KU_CLAMP && clamp_dtype(L, self) != self->dtype) {
@@ -354,12 +371,15 @@ static int unary_method_(lua_State *L) {
     KUnOp op = unary_op(L);
     if (op == KU_CLAMP) clamp_options(L);
     if (op == KU_CLAMP && (lu_is_tensor(L, 2) || lu_is_tensor(L, 3))) { /* t:copy_(t:clamp(lo, hi)) */
-        Tensor *out = clamp_tensors(L, self);
+        Tensor *out = clamp_tensors(L, self, true);
         lua_settop(L, 1);
         lu_push_tensor(L, out); /* owned by the stack from here */
         if (out && !tensor_same_shape(out, self))
             return lu_error(L, "clamp_: output with shape %s doesn't match the broadcast shape %s (as PyTorch)",
                             tensor_shape_str(self), tensor_shape_str(out));
+        if (out && dtype_is_float(out->dtype) && !dtype_is_float(self->dtype))
+            return lu_error(L, "clamp_: result type %s can't be cast to the in-place output's type %s (as PyTorch)",
+                            dtype_name(out->dtype), dtype_name(self->dtype));
         return t_copy_(L);
     }
     double p1, p2;
@@ -387,8 +407,8 @@ static int trailing_opts(lua_State *L) {
  * dims / *n; returns the next argument's index. */
 static int positional_dims(lua_State *L, int *dims, int *n) {
     if (lua_isnil(L, 2) && lua_gettop(L) >= 3) return 3; /* t:sum(nil, keepdim): all dims */
-    if (!(lua_isinteger(L, 2) || (lua_istable(L, 2) && !lu_is_opts(L, 2)))) return 2;
-    *n = lu_dims(L, 2, dims);
+    if (!(lua_type(L, 2) == LUA_TNUMBER || (lua_istable(L, 2) && !lu_is_opts(L, 2)))) return 2;
+    *n = lu_dims(L, 2, dims); /* a float dim is an error there, as torch's */
     return 3;
 }
 
@@ -438,6 +458,9 @@ static int maxmin(lua_State *L, bool want_max) {
         int dims[TENSOR_MAX_DIMS];
         bool keep;
         int n = reduce_args(L, dims, &keep, "dim keepdim");
+        if (n == 0 && keep)
+            return lu_error(L, "%s: keepdim needs a dim (t:%s(dim, true)); the reduction over every element is 0-d, as "
+                               "PyTorch's", want_max ? "max" : "min", want_max ? "max" : "min");
         if (n == 0) return ret(L, op_max_all(a, want_max));
         lua_settop(L, 1);
         lua_pushinteger(L, dims[0] >= 0 ? dims[0] + 1 : dims[0]);
@@ -475,12 +498,13 @@ static int argmaxmin(lua_State *L, bool want_max) {
 static int t_argmax(lua_State *L) { return argmaxmin(L, true); }
 static int t_argmin(lua_State *L) { return argmaxmin(L, false); }
 
-static double correction_arg(lua_State *L, int opts, double c, const char *name) {
+/* unbiased_given: a positional unbiased came before opts */
+static double correction_arg(lua_State *L, int opts, double c, const char *name, bool unbiased_given) {
     if (lu_is_opts(L, opts)) {
         lua_getfield(L, opts, "unbiased");
         if (lua_isboolean(L, -1)) c = lua_toboolean(L, -1) ? 1.0 : 0.0;
         lua_getfield(L, opts, "correction");
-        if (!lua_isnil(L, -2) && !lua_isnil(L, -1))
+        if ((unbiased_given || !lua_isnil(L, -2)) && !lua_isnil(L, -1))
             lu_error(L, "%s: give unbiased or correction, not both (PyTorch refuses both too)", name);
         lua_pop(L, 2);
         c = lu_opt_number(L, opts, "correction", c);
@@ -498,11 +522,13 @@ static Tensor *variance(lua_State *L, bool want_std) {
     lu_check_call_opts(L, trailing_opts(L), "dim keepdim correction unbiased");
     int pos = positional_dims(L, dims, &n);
     bool dim_given = pos == 3; /* a dim, a list or nil: (dim, unbiased, keepdim) follow */
-    if (lua_isboolean(L, pos)) corr = lua_toboolean(L, pos) ? 1.0 : 0.0, pos++;
+    bool unbiased_given = lua_isboolean(L, pos);
+    if (unbiased_given) corr = lua_toboolean(L, pos) ? 1.0 : 0.0, pos++;
+    else if (dim_given && lua_isnil(L, pos) && pos < lua_gettop(L)) pos++; /* t:var(dim, nil, keepdim) */
     if (dim_given && lua_isboolean(L, pos)) keep = lua_toboolean(L, pos), pos++;
     option_dims(L, pos, dims, &n);
     keep = lu_opt_bool(L, pos, "keepdim", keep);
-    corr = correction_arg(L, pos, corr, want_std ? "std" : "var");
+    corr = correction_arg(L, pos, corr, want_std ? "std" : "var", unbiased_given);
     return (want_std ? op_std : op_var)(self, dims, n, corr, keep);
 }
 
@@ -526,11 +552,15 @@ static int t_norm(lua_State *L) {
     }
     int dims[TENSOR_MAX_DIMS], n = 0;
     lu_check_call_opts(L, trailing_opts(L), "p dim keepdim");
-    if (lua_isinteger(L, pos) || (lua_istable(L, pos) && !lu_is_opts(L, pos))) n = lu_dims(L, pos, dims), pos++;
+    if (lua_type(L, pos) == LUA_TNUMBER || (lua_istable(L, pos) && !lu_is_opts(L, pos))) n = lu_dims(L, pos, dims), pos++;
     else if (lua_isnil(L, pos) && pos < lua_gettop(L)) pos++; /* t:norm(p, nil, keepdim) */
     bool keep = lua_isboolean(L, pos) ? lua_toboolean(L, pos++) : false; /* t:norm(p, dim, keepdim) */
     keep = lu_opt_bool(L, pos, "keepdim", keep);
     if (lu_is_opts(L, pos)) {
+        lua_getfield(L, pos, "p");
+        bool p_twice = !lua_isnil(L, -1) && pos > 2 && !lua_isnil(L, 2);
+        lua_pop(L, 1);
+        if (p_twice) lu_error(L, "norm: got multiple values for argument 'p' (positional and {p =}), as PyTorch refuses");
         p = lu_opt_number(L, pos, "p", p);
         lua_getfield(L, pos, "dim");
         if (!lua_isnil(L, -1)) n = lu_dims(L, lua_gettop(L), dims);
@@ -1370,6 +1400,9 @@ static int t_allclose(lua_State *L) {
     double rtol = opts ? lu_opt_number(L, 3, "rtol", 1e-5) : luaL_optnumber(L, 3, 1e-5);
     double atol = opts ? lu_opt_number(L, 3, "atol", 1e-8) : luaL_optnumber(L, 4, 1e-8);
     bool equal_nan = opts ? lu_opt_bool(L, 3, "equal_nan", false) : lua_toboolean(L, 5);
+    if (!(rtol >= 0) || !(atol >= 0))
+        return lu_error(L, "allclose: %s must be greater than or equal to zero, got %g (as PyTorch)",
+                        !(rtol >= 0) ? "rtol" : "atol", !(rtol >= 0) ? rtol : atol);
     if (tensor_check_device("allclose", a, b) < 0) lu_core_error(L);
     int64_t shape[TENSOR_MAX_DIMS];
     int nd;

@@ -251,14 +251,14 @@ static int pool_check(const Tensor *x, const int64_t k[2], const int64_t s[2], c
 }
 
 /* Integer inputs are pooled in float64: exact for int32 / uint8, and for
- * int64 while every value's magnitude is at most 2^53, which is checked. */
+ * int64 while every value's magnitude is below 2^53, which is checked. */
 static int pool_int_check(const Tensor *x) {
     if (x->dtype != DT_I64 || x->numel == 0) return 0;
     Tensor *hi = op_reduce(KR_MAX, (Tensor *)x, NULL, 0, false), *lo = hi ? op_reduce(KR_MIN, (Tensor *)x, NULL, 0, false) : NULL;
-    const double limit = 9007199254740992.0; /* 2^53 */
-    const bool ok = lo && tensor_item(hi) <= limit && tensor_item(lo) >= -limit;
+    const double limit = 9007199254740992.0; /* 2^53: strictly below it, since 2^53 + 1 reads back as 2^53 */
+    const bool ok = lo && tensor_item(hi) < limit && tensor_item(lo) > -limit;
     tensor_release(hi), tensor_release(lo);
-    if (!ok && lo) return accel_fail_int("max_pool2d: int64 input holds values beyond +-2^53, which this build pools inexactly");
+    if (!ok && lo) return accel_fail_int("max_pool2d: int64 input holds values beyond +-2^53, which this build pools inexactly (magnitudes below 2^53 only)");
     return ok ? 0 : -1;
 }
 

@@ -222,6 +222,19 @@ describe("reductions", function()
     assert.same({{0, 0.5, 0.5}, {1, 0, 0}}, a.grad:tolist())
   end)
 
+  -- PyTorch 2.15: s = a * 1; s.clamp_(m, mx) with tensor bounds, then s.sum().backward()
+  it("in-place clamp_ with tensor bounds on a tensor in the graph: torch's gradients", function()
+    local a = leaf({{1, -2, 3}, {0.5, 4, -1}})
+    local m, mx = leaf({0, 0, 2}), leaf({2, 2, 2.5})
+    local s = a * 1
+    s:clamp_(m, mx)
+    s:sum():backward()
+    assert.same({{1, 0, 0}, {1, 0, 0}}, a.grad:tolist())
+    assert.same({0, 1, 1}, m.grad:tolist())
+    assert.same({0, 1, 1}, mx.grad:tolist())
+    assert.same({{1, 0, 2.5}, {0.5, 2, 2}}, s:tolist())
+  end)
+
   -- PyTorch 2.15: x.max() of [1, nan, 3, nan] gives the gradient [0, .5, 0, .5]
   -- (evenly_distribute_backward), x.amax() gives NaN everywhere
   it("full max() / min() of a NaN result split the gradient among the NaN positions; amax stays NaN", function()

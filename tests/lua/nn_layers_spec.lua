@@ -64,6 +64,38 @@ local function stats(t)
   return x:mean():item(), x:std():item(), x:min():item(), x:max():item()
 end
 
+-- PyTorch: relu(): argument 'input' (position 1) must be Tensor, not int (a TypeError at the caller's line)
+describe("nn.functional's argument checks", function()
+  it("a non-tensor input or target is named with the function and the argument, at the caller's line", function()
+    local x = accel.randn(2, 3)
+    for _, c in ipairs({
+      {"relu: argument 'input' must be a tensor, got number", function() return F.relu(1) end},
+      {"gelu: argument 'input' must be a tensor, got nil", function() return F.gelu(nil) end},
+      {"silu: argument 'input' must be a tensor, got number", function() return F.silu(1) end},
+      {"sigmoid: argument 'input' must be a tensor, got number", function() return F.sigmoid(1) end},
+      {"tanh: argument 'input' must be a tensor, got nil", function() return F.tanh(nil) end},
+      {"leaky_relu: argument 'input' must be a tensor, got number", function() return F.leaky_relu(1) end},
+      {"softmax: argument 'input' must be a tensor, got number", function() return F.softmax(1, -1) end},
+      {"log_softmax: dim must be given (e.g. F.log_softmax(x, -1))", function() return F.log_softmax(x) end},
+      {"normalize: argument 'input' must be a tensor, got number", function() return F.normalize(1) end},
+      {"mse_loss: argument 'target' must be a tensor, got number", function() return F.mse_loss(x, 1) end},
+      {"l1_loss: argument 'input' must be a tensor, got boolean", function() return F.l1_loss(true, x) end},
+      {"binary_cross_entropy_with_logits: argument 'input' must be a tensor, got boolean",
+        function() return F.binary_cross_entropy_with_logits(true, x) end},
+      {"nll_loss: argument 'input' must be a tensor, got nil", function() return F.nll_loss(nil, x) end},
+      {"cross_entropy: argument 'target' must be a tensor, got string", function() return F.cross_entropy(x, "a") end},
+      {"rms_norm: normalized_shape must be an integer or a list of integers, got nil", function() return F.rms_norm(x) end},
+      {"layer_norm: normalized_shape[1] must be an integer, got table", function() return F.layer_norm(x, {{1}}) end},
+      {"scaled_dot_product_attention: argument 'query' must be a tensor, got number",
+        function() return F.scaled_dot_product_attention(1, x, x) end},
+    }) do
+      local ok, err = pcall(function() local r = c[2]() return r end)
+      assert.is_false(ok, c[1])
+      assert.is_truthy(err:find("nn_layers_spec.lua:%d+: ") and err:find(c[1], 1, true), err)
+    end
+  end)
+end)
+
 describe("nn.Linear", function()
   before_each(function() accel.set_seed(1) end)
 

@@ -267,6 +267,14 @@ check("merge-weights refuses a folder saved without sharding, and creates no OUT
   {require("accel")._C.fs_stat(path("x_out")) == nil, "left an OUTPUT folder"})
 for _, c in ipairs({
   {"pieces that leave a gap", gap, "pieces of %S+ do not cover its %d+ elements exactly once"},
+  {"overlapping pieces", edited_layout("overlap", function(layout) -- rank 1's piece starts one element early
+    local p = split_param(layout)
+    p.pieces[2][2] = p.pieces[2][2] - 1
+  end), "pieces of %S+ do not cover its %d+ elements exactly once"},
+  {"a piece past the end", edited_layout("pastend", function(layout)
+    local p = split_param(layout)
+    p.pieces[2][3] = p.pieces[2][3] + 1
+  end), "pieces of %S+ do not cover its %d+ elements exactly once"},
   {"a piece on a rank past the world", edited_layout("rank7", function(layout) split_param(layout).pieces[2][1] = 7 end),
     "piece 2 of %S+ is not {rank < 2, start, length}"},
   {"a string shape", edited_layout("strshape", function(layout) layout.params[1].shape = "x" end), "bad shard layout: "},

@@ -715,7 +715,7 @@ describe("reductions", function()
     -- torch's positional forms: (dim, unbiased, keepdim) and (unbiased)
     assert_close(lua_reduce(vals, {3}, biased, true), x:var(3, false, true):tolist(), 1e-12, 1e-12)
     assert_close(lua_reduce(vals, {3}, biased), x:var(3, false):tolist(), 1e-12, 1e-12)
-    assert_close(lua_reduce(vals, {3}, biased, true), x:var(3, true, {correction = 0, keepdim = true}):tolist(), 1e-12,
+    assert_close(lua_reduce(vals, {3}, biased, true), x:var(3, {correction = 0, keepdim = true}):tolist(), 1e-12,
       1e-12)
     assert_close(lua_reduce(vals, {1, 2, 3}, biased), x:var(false):item(), 1e-12, 1e-12)
     assert_close(lua_reduce(vals, {1, 2, 3}, biased), x:std(false):item() ^ 2, 1e-12, 1e-12)
@@ -1525,6 +1525,12 @@ describe("PyTorch's rules for options, promotion and in-place writes", function(
     local r = accel.add(b, b, {alpha = 2})
     assert.are.equal(accel.bool, r.dtype)
     assert.same({true, false}, r:tolist())
+    -- torch takes alpha as a bool for bool tensors: alpha=-1 and alpha=True give [True, False], b.add_(b, alpha=2) too
+    assert.same({true, false}, accel.add(b, b, {alpha = -1}):tolist())
+    assert.same({true, false}, accel.add(b, b, {alpha = true}):tolist())
+    local c = b:clone()
+    c:add_(b, {alpha = 2})
+    assert.same({true, false}, c:tolist())
     assert.are.equal(2, accel.tensor({1, nan, 0}):norm(0):item())
     support.expect_error(function() accel.zeros(3):clamp_(accel.zeros(2, 3), accel.ones(2, 3)) end,
       "clamp_: output with shape [3] doesn't match the broadcast shape [2, 3]")
@@ -1532,6 +1538,22 @@ describe("PyTorch's rules for options, promotion and in-place writes", function(
       "var: give unbiased or correction, not both")
     support.expect_error(function() local _ = accel.tensor({1.0, 2, 4}):std(1, {unbiased = false, correction = 1}) end,
       "std: give unbiased or correction, not both")
+    support.expect_error(function() local _ = accel.tensor({1.0, 2, 4}):var(1, false, {correction = 1}) end,
+      "var: give unbiased or correction, not both")
+    -- torch: x.max(keepdim=True) without a dim, x.norm(1, p=3), allclose(atol=-1) and x.exp(x) raise
+    local x = accel.tensor({{1, 2}, {3, 4}}, {dtype = accel.float32})
+    support.expect_error(function() local _ = x:max(nil, true) end, "max: keepdim needs a dim")
+    support.expect_error(function() local _ = x:min({keepdim = true}) end, "min: keepdim needs a dim")
+    support.expect_error(function() local _ = x:norm(1, {p = 3}) end, "norm: got multiple values for argument 'p'")
+    support.expect_error(function() local _ = x:allclose(x, {atol = -1, rtol = 0}) end,
+      "allclose: atol must be greater than or equal to zero, got -1")
+    support.expect_error(function() local _ = x:exp(x) end, "exp: unexpected argument #1 (userdata)")
+    support.expect_error(function() local _ = x:abs(1) end, "abs: unexpected argument #1 (number)")
+    assert.same({2, 1}, x:var(2, nil, true).shape) -- a nil unbiased keeps its default; keepdim still read
+    if math.type then -- Lua 5.4: a float dim is refused, as torch's (LuaJIT has no float subtype: 1.0 is 1)
+      support.expect_error(function() local _ = x:sum(1.0) end, "sum: bad argument #1 (dimension or list")
+      support.expect_error(function() local _ = x:norm(2, 1.0) end, "norm: bad argument #2 (dimension or list")
+    end
   end)
 
   it("allclose: an infinity is close only to the same infinity (as torch.allclose)", function()

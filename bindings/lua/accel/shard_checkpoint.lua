@@ -317,12 +317,9 @@ local function check_pieces(p, world, refuse)
     sorted[#sorted + 1] = pc
   end
   table.sort(sorted, function(a, b) return a[2] < b[2] end)
-  local at = 0
+  local at = 0 -- the end of the pieces so far; -1 once one overlaps or leaves a gap
   for _, pc in ipairs(sorted) do
-    if pc[3] > 0 then
-      if pc[2] ~= at then break end
-      at = at + pc[3]
-    end
+    if pc[3] > 0 and at >= 0 then at = pc[2] == at and at + pc[3] or -1 end
   end
   if at ~= numel then
     refuse("%s is corrupted: the pieces of %s do not cover its %d elements exactly once", checkpoint.INDEX, p.name, numel)

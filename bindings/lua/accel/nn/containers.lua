@@ -84,7 +84,12 @@ local function add_list_methods(cls, what)
   end
 
   function cls:extend(mods)
-    for _, m in ipairs(list_of(mods)) do self:append(m) end
+    mods = list_of(mods)
+    if is_module(mods) or type(mods) ~= "table" then
+      raise("%s:extend: expected a list of modules (or a ModuleList / Sequential), got %s", what,
+        is_module(mods) and mods:_get_name() or type(mods))
+    end
+    for _, m in ipairs(mods) do self:append(m) end
     return self
   end
 

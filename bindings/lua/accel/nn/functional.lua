@@ -24,6 +24,12 @@ local function no_more(op, n, takes, ...)
   end
 end
 
+-- v when it is a tensor, else PyTorch's TypeError for op's argument name.
+local function tensor_arg(op, name, v)
+  if not accel.is_tensor(v) then raise("%s: argument '%s' must be a tensor, got %s", op, name, type(v)) end
+  return v
+end
+
 -- A 1-D weight (in) maps (..., in) to (...), as PyTorch's (which takes no
 -- bias with it).
 function F.linear(x, weight, bias, ...)
@@ -47,26 +53,31 @@ end
 -- op, under the same autograd rules as PyTorch's) and return it.
 function F.relu(x, o, ...)
   no_more("relu", 2, "from 1 to 2", ...)
+  tensor_arg("relu", "input", x)
   if inplace_flag("relu", o) then return x:relu_() end
   return x:relu()
 end
-function F.gelu(x, o) return x:gelu({approximate = check("gelu", o, {"approximate"}).approximate or "none"}) end
+function F.gelu(x, o)
+  return tensor_arg("gelu", "input", x):gelu({approximate = check("gelu", o, {"approximate"}).approximate or "none"})
+end
 function F.silu(x, o, ...)
   no_more("silu", 2, "from 1 to 2", ...)
+  tensor_arg("silu", "input", x)
   if inplace_flag("silu", o) then return x:silu_() end
   return x:silu()
 end
 function F.sigmoid(x, ...)
   no_more("sigmoid", 1, "1", ...)
-  return x:sigmoid()
+  return tensor_arg("sigmoid", "input", x):sigmoid()
 end
 function F.tanh(x, ...)
   no_more("tanh", 1, "1", ...)
-  return x:tanh()
+  return tensor_arg("tanh", "input", x):tanh()
 end
 -- leaky_relu(x, [negative_slope = 0.01], [inplace | {inplace =}]) or leaky_relu(x, {negative_slope =, inplace =})
 function F.leaky_relu(x, slope, o, ...)
   no_more("leaky_relu", 3, "from 1 to 3", ...)
+  tensor_arg("leaky_relu", "input", x)
   local keys
   if type(slope) == "table" then
     if o ~= nil then raise("leaky_relu: an argument (%s) after the options table", tostring(o)) end
@@ -78,9 +89,10 @@ function F.leaky_relu(x, slope, o, ...)
 end
 
 local function softmax_dim(name, x, dim, o)
+  tensor_arg(name, "input", x)
   if type(dim) == "table" then o, dim = check(name, dim, {"dim", "dtype"}), dim.dim
   else o = check(name, o, {"dtype"}) end
-  if dim == nil then error("softmax: dim must be given (e.g. F.softmax(x, -1))", 3) end
+  if dim == nil then raise("%s: dim must be given (e.g. F.%s(x, -1))", name, name) end
   if o.dtype then x = x:to(o.dtype) end
   return x, dim
 end
@@ -129,6 +141,8 @@ local function refuse_class_weight(name, o)
 end
 
 function F.cross_entropy(input, target, o)
+  tensor_arg("cross_entropy", "input", input)
+  tensor_arg("cross_entropy", "target", target)
   o = check("cross_entropy", o, {"weight", "ignore_index", "label_smoothing", "reduction"})
   refuse_class_weight("cross_entropy", o)
   local ignore = opt(o, "ignore_index", -100)
@@ -203,6 +217,8 @@ local function pick_classes(input, safe)
 end
 
 function F.nll_loss(input, target, o)
+  tensor_arg("nll_loss", "input", input)
+  tensor_arg("nll_loss", "target", target)
   o = check("nll_loss", o, {"weight", "ignore_index", "reduction"})
   refuse_class_weight("nll_loss", o)
   local reduction = F._reduction("nll_loss", o.reduction)
@@ -229,6 +245,8 @@ local function warn_target_shape(op, input, target)
 end
 
 function F.mse_loss(input, target, o)
+  tensor_arg("mse_loss", "input", input)
+  tensor_arg("mse_loss", "target", target)
   o = check("mse_loss", o, {"reduction"})
   warn_target_shape("mse_loss", input, target)
   local d = fp32_in_autocast(input) - fp32_in_autocast(target)
@@ -236,6 +254,8 @@ function F.mse_loss(input, target, o)
 end
 
 function F.l1_loss(input, target, o)
+  tensor_arg("l1_loss", "input", input)
+  tensor_arg("l1_loss", "target", target)
   o = check("l1_loss", o, {"reduction"})
   warn_target_shape("l1_loss", input, target)
   return reduce("l1_loss", (fp32_in_autocast(input) - fp32_in_autocast(target)):abs(), o.reduction)
@@ -261,6 +281,8 @@ end
 -- max(x, 0) - x*t + log(1 + exp(-|x|)), stable for large |x|
 function F.binary_cross_entropy_with_logits(input, target, o)
   local op = "binary_cross_entropy_with_logits"
+  tensor_arg(op, "input", input)
+  tensor_arg(op, "target", target)
   o = check(op, o, {"weight", "pos_weight", "reduction"})
   if accel.is_tensor(input) and accel.is_tensor(target) then
     if input.shape ~= target.shape then
@@ -333,8 +355,14 @@ end
 -- normalized_shape (an integer or a list) as a list, checked against x's
 -- trailing dims as PyTorch's layer_norm / rms_norm check it.
 local function normalized_dims(op, x, normalized_shape)
+  tensor_arg(op, "input", x)
   if type(normalized_shape) == "number" then normalized_shape = {normalized_shape} end
-  if not accel.is_tensor(x) or type(normalized_shape) ~= "table" then return normalized_shape end
+  if type(normalized_shape) ~= "table" then
+    raise("%s: normalized_shape must be an integer or a list of integers, got %s", op, type(normalized_shape))
+  end
+  for i, n in ipairs(normalized_shape) do
+    if type(n) ~= "number" then raise("%s: normalized_shape[%d] must be an integer, got %s", op, i, type(n)) end
+  end
   local n, nd = #normalized_shape, x:dim()
   local ok = n >= 1 and n <= nd
   for i = 1, n do ok = ok and x:size(nd - n + i) == normalized_shape[i] end
@@ -392,6 +420,7 @@ function F.rms_norm(x, normalized_shape, weight, eps)
 end
 
 function F.normalize(x, o)
+  tensor_arg("normalize", "input", x)
   o = check("normalize", o, {"p", "dim", "eps"})
   local p, dim, eps = opt(o, "p", 2), opt(o, "dim", 2), opt(o, "eps", 1e-12)
   return x / x:norm(p, dim, {keepdim = true}):clamp(eps)
@@ -426,6 +455,7 @@ end
 -- (accel._C.scaled_dot_product_attention: flash-style, the (L, S) scores are
 -- never formed); otherwise the composite below.
 function F.scaled_dot_product_attention(q, k, v, o)
+  for i, t in ipairs({q, k, v}) do tensor_arg("scaled_dot_product_attention", ({"query", "key", "value"})[i], t) end
   o = check("scaled_dot_product_attention", o, {"attn_mask", "dropout_p", "is_causal", "scale"})
   local scale = opt(o, "scale", nil) or 1 / math.sqrt(q:size(-1))
   local mask = opt(o, "attn_mask", nil)
