@@ -312,8 +312,8 @@ static void clamp_options(lua_State *L) {
 }
 
 /* clamp(min, max) with a tensor bound (torch.clamp's Tensor overload):
- * maximum with min, then minimum with max, each broadcast; nil: no bound. */
-/* in_place: for clamp_, which copies the result into self afterwards; when
+ * maximum with min, then minimum with max, each broadcast; nil: no bound.
+ * in_place: for clamp_, which copies the result into self afterwards; when
  * autograd records, the comparisons then read a clone of self (so the
  * backward of maximum / minimum finds what it saved unmodified, as torch
  * saves self for an in-place op). */
@@ -400,11 +400,9 @@ static int trailing_opts(lua_State *L) {
     return top >= 2 && lu_is_opts(L, top) ? top : 0;
 }
 
-/* Parses (dim|{dims}|nil, [keepdim bool], [opts]) whose opts may hold the
- * keys listed (space-separated; dim and keepdim always); returns the
- * number of dims. */
-/* A reduction's dims given positionally (argument 2: a dim or a list) into
- * dims / *n; returns the next argument's index. */
+/* A reduction's dims given positionally (argument 2: a dim or a list; nil
+ * followed by more arguments: every dim) into dims / *n; returns the next
+ * argument's index. */
 static int positional_dims(lua_State *L, int *dims, int *n) {
     if (lua_isnil(L, 2) && lua_gettop(L) >= 3) return 3; /* t:sum(nil, keepdim): all dims */
     if (!(lua_type(L, 2) == LUA_TNUMBER || (lua_istable(L, 2) && !lu_is_opts(L, 2)))) return 2;
@@ -420,6 +418,9 @@ static void option_dims(lua_State *L, int opts, int *dims, int *n) {
     lua_pop(L, 1);
 }
 
+/* Parses (dim|{dims}|nil, [keepdim bool|nil], [opts]) whose opts may hold
+ * the keys listed (space-separated; dim and keepdim always); returns the
+ * number of dims. */
 static int reduce_args(lua_State *L, int *dims, bool *keepdim, const char *keys) {
     int n = 0;
     lu_check_call_opts(L, trailing_opts(L), keys);
