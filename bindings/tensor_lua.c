@@ -311,8 +311,8 @@ static void clamp_options(lua_State *L) {
     lua_remove(L, 2);
 }
 
-/* clamp(min, max) with a tensor bound (torch.clamp's Tensor overload):
- * maximum with min, then minimum with max, each broadcast; nil: no bound.
+/* clamp(min, max) with a tensor bound (torch.clamp's Tensor overload,
+ * op_clamp_tensors); nil: no bound.
  * in_place: for clamp_, which copies the result into self afterwards; when
  * autograd records, the comparisons then read a clone of self (so the
  * backward of maximum / minimum finds what it saved unmodified, as torch
@@ -325,9 +325,8 @@ static Tensor *clamp_tensors(lua_State *L, Tensor *self, bool in_place) {
     Tensor *hi = lua_isnoneornil(L, 3) ? NULL : lu_tensor_or_scalar(L, 3, self);
     Tensor *recorded[3] = {self, lo ? lo : self, hi ? hi : self};
     Tensor *src = in_place && ag_needs_grad(recorded, 3) ? tensor_clone(self) : tensor_retain(self);
-    Tensor *a = src && lo ? op_binary(KB_MAX, src, lo) : tensor_retain(src);
-    Tensor *out = a && hi ? op_binary(KB_MIN, a, hi) : tensor_retain(a);
-    tensor_release(src), tensor_release(a), tensor_release(lo), tensor_release(hi);
+    Tensor *out = src ? op_clamp_tensors(src, lo, hi) : NULL;
+    tensor_release(src), tensor_release(lo), tensor_release(hi);
     return out;
 }
 

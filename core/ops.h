@@ -18,6 +18,8 @@ int op_binary_scalar_(KBinOp op, Tensor *a, double s, bool is_int); /* a = a op 
 Tensor *op_unary(KUnOp op, Tensor *a, double p1, double p2);
 int op_unary_(KUnOp op, Tensor *a, double p1, double p2);
 Tensor *op_where(Tensor *cond, Tensor *a, Tensor *b);
+/* torch.clamp(x, min, max) with tensor bounds (NULL: none; broadcast; NaN propagates) */
+Tensor *op_clamp_tensors(Tensor *x, Tensor *lo, Tensor *hi);
 Tensor *op_masked_fill(Tensor *a, Tensor *mask, double v);
 int op_masked_fill_(Tensor *a, Tensor *mask, double v);
 Tensor *op_cast(Tensor *a, DType dt); /* differentiable dtype change */

@@ -543,6 +543,87 @@ int op_unary_(KUnOp op, Tensor *a, double p1, double p2) {
     return rc;
 }
 
+/* ---- clamp with tensor bounds ---- */
+
+/* a op b and a op s (scalar_lhs: s op a), each taking its tensor arguments'
+ * references, so gradient formulas nest; NULL in gives NULL out. */
+static Tensor *take_op(KBinOp op, Tensor *a, Tensor *b) {
+    Tensor *r = a && b ? op_binary(op, a, b) : NULL;
+    tensor_release(a), tensor_release(b);
+    return r;
+}
+
+static Tensor *take_op_scalar(KBinOp op, Tensor *a, double s, bool scalar_lhs) {
+    Tensor *r = a ? op_binary_scalar(op, a, s, false, scalar_lhs) : NULL;
+    tensor_release(a);
+    return r;
+}
+
+/* [a op b] as 0 / 1 of dtype dt. */
+static Tensor *indicator(KBinOp op, Tensor *a, Tensor *b, DType dt) {
+    Tensor *m = op_binary(op, a, b), *f = m ? tensor_to_dtype(m, dt) : NULL;
+    tensor_release(m);
+    return f;
+}
+
+/* The weights of the gradient to x, lo and hi, as torch 2.x's clamp
+ * backward gives them (measured over every order of x, lo, hi with ties and
+ * NaN; tests/lua/tensor_ops_spec.lua): with ordered = [lo < hi],
+ *   x:  [!(x < lo)] [!(x > hi)] (1 - (ordered [x == lo] + ordered [x == hi]) / 2)
+ *   lo: [lo <= hi] [x < lo] + ordered [x == lo] / 2
+ *   hi: [lo <= hi] [x > hi] + [lo > hi] + ordered [x == hi] / 2
+ * A tie with one bound splits the gradient; lo == hi gives it whole to x,
+ * lo or hi by where x lies; lo > hi (the result is hi) to hi; a NaN x keeps
+ * it (and hi too when lo > hi); a NaN bound gives x its share where x
+ * lies within the other bound. */
+enum { LT_LO, GT_HI, EQ_LO, EQ_HI, ORDERED, NOT_INVERTED, INVERTED, N_CLAMP_IND };
+
+static int bw_clamp(AGNode *n, Tensor *g, Tensor **gin) {
+    Tensor *x = ag_saved(n, 0), *lo = ag_saved(n, 1), *hi = ag_saved(n, 2);
+    if (!x || !lo || !hi) return -1;
+    static const KBinOp ops[N_CLAMP_IND] = {KB_LT, KB_GT, KB_EQ, KB_EQ, KB_LT, KB_LE, KB_GT};
+    Tensor *lhs[N_CLAMP_IND] = {x, x, x, x, lo, lo, lo}, *rhs[N_CLAMP_IND] = {lo, hi, lo, hi, hi, hi, hi};
+    Tensor *ind[N_CLAMP_IND] = {NULL};
+    int rc = 0;
+    for (int k = 0; k < N_CLAMP_IND && rc == 0; k++)
+        if (!(ind[k] = indicator(ops[k], lhs[k], rhs[k], g->dtype))) rc = -1;
+    Tensor *half_tie = rc ? NULL : take_op_scalar(KB_MUL, tensor_retain(ind[ORDERED]), 0.5, false), *w[3] = {NULL};
+    if (half_tie && ag_input_needs_grad(n, 0)) {
+        Tensor *inside = take_op(KB_MUL, take_op_scalar(KB_SUB, tensor_retain(ind[LT_LO]), 1, true),
+                                 take_op_scalar(KB_SUB, tensor_retain(ind[GT_HI]), 1, true));
+        Tensor *ties = take_op(KB_MUL, tensor_retain(half_tie),
+                               take_op(KB_ADD, tensor_retain(ind[EQ_LO]), tensor_retain(ind[EQ_HI])));
+        w[0] = take_op(KB_MUL, inside, take_op_scalar(KB_SUB, ties, 1, true));
+    }
+    if (half_tie && ag_input_needs_grad(n, 1))
+        w[1] = take_op(KB_ADD, take_op(KB_MUL, tensor_retain(ind[NOT_INVERTED]), tensor_retain(ind[LT_LO])),
+                       take_op(KB_MUL, tensor_retain(half_tie), tensor_retain(ind[EQ_LO])));
+    if (half_tie && ag_input_needs_grad(n, 2))
+        w[2] = take_op(KB_ADD, take_op(KB_MUL, tensor_retain(ind[NOT_INVERTED]), tensor_retain(ind[GT_HI])),
+                       take_op(KB_ADD, tensor_retain(ind[INVERTED]),
+                               take_op(KB_MUL, tensor_retain(half_tie), tensor_retain(ind[EQ_HI]))));
+    for (int k = 0; k < 3; k++)
+        if (ag_input_needs_grad(n, k) && !(gin[k] = w[k] ? op_binary(KB_MUL, g, w[k]) : NULL)) rc = -1;
+    for (int k = 0; k < N_CLAMP_IND; k++) tensor_release(ind[k]);
+    for (int k = 0; k < 3; k++) tensor_release(w[k]);
+    tensor_release(half_tie);
+    return rc;
+}
+
+Tensor *op_clamp_tensors(Tensor *x, Tensor *lo, Tensor *hi) {
+    if (!lo || !hi) { /* one bound: maximum / minimum, whose gradients torch's clamp gives too */
+        if (!lo && !hi) return accel_fail("clamp: at least one of min and max must be given");
+        return op_binary(lo ? KB_MAX : KB_MIN, x, lo ? lo : hi);
+    }
+    bool was = ag_set_grad_enabled(false); /* the value: maximum, then minimum (NaN propagates) */
+    Tensor *a = op_binary(KB_MAX, x, lo), *out = a ? op_binary(KB_MIN, a, hi) : NULL;
+    ag_set_grad_enabled(was);
+    tensor_release(a);
+    AGNode *n = out ? ag_record("clamp", bw_clamp, out, (Tensor *[]){x, lo, hi}, 3) : NULL;
+    if (n) ag_save(n, x), ag_save(n, lo), ag_save(n, hi);
+    return out;
+}
+
 /* ---- where / masked_fill ---- */
 
 static int bw_where(AGNode *n, Tensor *g, Tensor **gin) {

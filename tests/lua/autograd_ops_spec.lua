@@ -235,6 +235,43 @@ describe("reductions", function()
     assert.same({{1, 0, 2.5}, {0.5, 2, 2}}, s:tolist())
   end)
 
+  -- PyTorch 2.15, for x, lo, hi each in (0, 1, 2, nan) in that nested order:
+  --   x, lo, hi = (torch.tensor([v], requires_grad=True) for v in (xv, lv, hv))
+  --   torch.clamp(x, lo, hi).sum().backward(); [x.grad, lo.grad, hi.grad]
+  -- (ClampBackward0: ties with one bound split the gradient, lo > hi gives it to hi)
+  it("clamp with two tensor bounds: torch's gradients for every order of x, lo, hi with ties and NaN", function()
+    local want = {
+      {1,0,0}, {0.5,0.5,0}, {0.5,0.5,0}, {1,0,0}, {0,0,1}, {0,1,0}, {0,1,0}, {0,0,0},
+      {0,0,1}, {0,0,1}, {0,1,0}, {0,0,0}, {1,0,0}, {1,0,0}, {1,0,0}, {1,0,0},
+      {0,0,1}, {0.5,0,0.5}, {1,0,0}, {1,0,0}, {0,0,1}, {1,0,0}, {0.5,0.5,0}, {1,0,0},
+      {0,0,1}, {0,0,1}, {0,1,0}, {0,0,0}, {0,0,0}, {1,0,0}, {1,0,0}, {1,0,0},
+      {0,0,1}, {0,0,1}, {0.5,0,0.5}, {1,0,0}, {0,0,1}, {0,0,1}, {0.5,0,0.5}, {1,0,0},
+      {0,0,1}, {0,0,1}, {1,0,0}, {1,0,0}, {0,0,0}, {0,0,0}, {1,0,0}, {1,0,0},
+      {1,0,0}, {1,0,0}, {1,0,0}, {1,0,0}, {1,0,1}, {1,0,0}, {1,0,0}, {1,0,0},
+      {1,0,1}, {1,0,1}, {1,0,0}, {1,0,0}, {1,0,0}, {1,0,0}, {1,0,0}, {1,0,0},
+    }
+    local vals, k = {0, 1, 2, 0 / 0}, 0
+    for _, xv in ipairs(vals) do
+      for _, lv in ipairs(vals) do
+        for _, hv in ipairs(vals) do
+          k = k + 1
+          local x, lo, hi = leaf({xv}), leaf({lv}), leaf({hv})
+          accel.clamp(x, lo, hi):sum():backward()
+          local got = {x.grad:item(), lo.grad:item(), hi.grad:item()}
+          assert.same(want[k], got, ("x=%s lo=%s hi=%s"):format(xv, lv, hv))
+        end
+      end
+    end
+    -- broadcast bounds: the gradients summed to their shapes (torch: lo.grad [1, 9, 10.5, 0, 0, 6], hi.grad [[7], [28]])
+    local x = leaf({{-2, 0, 1, 2, 3, 0 / 0}, {5, -1, 0.5, 2, 1, 0}})
+    local lo, hi = leaf({0, 0, 1, 1, 4, 0}), leaf({{2}, {1}})
+    local y = x:clamp(lo, hi) * accel.arange(1, 13, {dtype = f64}):view(2, 6)
+    y:sum():backward()
+    assert.same({{0, 1, 1.5, 2, 0, 6}, {0, 0, 0, 0, 0, 6}}, x.grad:tolist())
+    assert.same({1, 9, 10.5, 0, 0, 6}, lo.grad:tolist())
+    assert.same({{7}, {28}}, hi.grad:tolist())
+  end)
+
   -- PyTorch 2.15: x.max() of [1, nan, 3, nan] gives the gradient [0, .5, 0, .5]
   -- (evenly_distribute_backward), x.amax() gives NaN everywhere
   it("full max() / min() of a NaN result split the gradient among the NaN positions; amax stays NaN", function()
