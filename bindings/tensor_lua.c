@@ -212,17 +212,25 @@ static int mm_unm(lua_State *L) { return ret(L, op_unary(KU_NEG, SELF, 0, 0)); }
 
 /* t:isnan(), t:isinf(), t:isfinite(): bool tensors, as torch's (x ~= x is
  * NaN; |x| == inf is inf; x - x == 0 only where x is finite). */
-static int t_isnan(lua_State *L) { return ret(L, op_binary(KB_NE, SELF, SELF)); }
+static int t_isnan(lua_State *L) {
+    Tensor *self = SELF;
+    lu_check_no_more_args(L, 2);
+    return ret(L, op_binary(KB_NE, self, self));
+}
 
 static int t_isinf(lua_State *L) {
-    Tensor *m = op_unary(KU_ABS, SELF, 0, 0);
+    Tensor *self = SELF;
+    lu_check_no_more_args(L, 2);
+    Tensor *m = op_unary(KU_ABS, self, 0, 0);
     Tensor *out = m ? op_binary_scalar(KB_EQ, m, INFINITY, false, false) : NULL;
     tensor_release(m);
     return ret(L, out);
 }
 
 static int t_isfinite(lua_State *L) {
-    Tensor *d = op_binary(KB_SUB, SELF, SELF);
+    Tensor *self = SELF;
+    lu_check_no_more_args(L, 2);
+    Tensor *d = op_binary(KB_SUB, self, self);
     Tensor *out = d ? op_binary_scalar(KB_EQ, d, 0, true, false) : NULL;
     tensor_release(d);
     return ret(L, out);
@@ -660,12 +668,16 @@ static int t_stride(lua_State *L) {
 }
 
 static int t_dim(lua_State *L) {
-    lua_pushinteger(L, lu_check_self_meta(L)->ndim);
+    const Tensor *self = lu_check_self_meta(L);
+    lu_check_no_more_args(L, 2);
+    lua_pushinteger(L, self->ndim);
     return 1;
 }
 
 static int t_numel(lua_State *L) {
-    lua_pushinteger(L, lu_check_self_meta(L)->numel);
+    const Tensor *self = lu_check_self_meta(L);
+    lu_check_no_more_args(L, 2);
+    lua_pushinteger(L, self->numel);
     return 1;
 }
 
@@ -953,16 +965,19 @@ static int t_flatten(lua_State *L) {
 
 /* contiguous / is_contiguous's {memory_format =}: tensors are row-major
  * only, so "contiguous_format" is the one format there is */
-static void check_memory_format(lua_State *L, const char *op) {
+static void memory_format_arg(lua_State *L, const char *op, bool preserve_ok) {
     lu_check_call_opts(L, 2, "memory_format");
     lu_check_no_more_args(L, lu_is_opts(L, 2) ? 3 : 2);
     if (!lu_is_opts(L, 2) || lua_getfield(L, 2, "memory_format") == LUA_TNIL) return;
     const char *f = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : luaL_typename(L, -1);
-    if (strcmp(f, "contiguous_format") != 0)
+    if (strcmp(f, "contiguous_format") != 0 && !(preserve_ok && strcmp(f, "preserve_format") == 0))
         lu_error(L, "%s: memory_format '%s' is not supported: tensors are row-major only (memory_format = "
-                    "\"contiguous_format\"; channels_last is not provided)", op, f);
+                    "\"contiguous_format\"%s; channels_last is not provided)", op, f,
+                 preserve_ok ? " or \"preserve_format\", the same here" : "");
     lua_pop(L, 1);
 }
+
+static void check_memory_format(lua_State *L, const char *op) { memory_format_arg(L, op, false); }
 
 static int t_contiguous(lua_State *L) {
     Tensor *self = SELF;
@@ -979,7 +994,7 @@ static int t_is_contiguous(lua_State *L) {
 
 static int t_clone(lua_State *L) {
     Tensor *self = SELF;
-    lu_check_call_opts(L, 2, "");
+    memory_format_arg(L, "clone", true);
     return ret(L, tensor_clone(self));
 }
 static int t_detach(lua_State *L) {
@@ -1144,7 +1159,9 @@ static int t_tolist(lua_State *L) {
 }
 
 static int t_tostring(lua_State *L) {
-    char *s = tensor_format(SELF);
+    Tensor *self = SELF;
+    lu_check_no_more_args(L, 2);
+    char *s = tensor_format(self);
     if (!s) return lu_core_error(L);
     lua_pushstring(L, s);
     free(s);
@@ -1153,8 +1170,13 @@ static int t_tostring(lua_State *L) {
 
 /* ---- dtype / device conversion ---- */
 
+static const char *cast_method_name(DType dt);
+
 static int to_dtype_upvalue(lua_State *L) {
-    return ret(L, tensor_to_dtype(SELF, (DType)lua_tointeger(L, lua_upvalueindex(1))));
+    Tensor *self = SELF;
+    DType dt = (DType)lua_tointeger(L, lua_upvalueindex(1));
+    memory_format_arg(L, cast_method_name(dt), true);
+    return ret(L, tensor_to_dtype(self, dt));
 }
 
 static bool looks_like_device(const char *s) {
@@ -1214,6 +1236,8 @@ static int t_to(lua_State *L) {
 
 /* t:cpu() / t:cuda([index]): t:to("cpu") / t:to("cuda[:index]"), as torch's */
 static int t_cpu(lua_State *L) {
+    (void)SELF;
+    memory_format_arg(L, "cpu", true);
     lua_settop(L, 1);
     lua_pushliteral(L, "cpu");
     return t_to(L);
@@ -1262,6 +1286,7 @@ static int t_requires_grad_(lua_State *L) {
 
 static int t_free(lua_State *L) {
     if (!lu_is_tensor(L, 1)) (void)SELF; /* the method-call error */
+    lu_check_no_more_args(L, 2);
     TensorUD *u = lua_touserdata(L, 1);
     tensor_release(u->t);
     u->t = NULL;
@@ -1568,12 +1593,16 @@ static int t_type(lua_State *L) {
 }
 
 static int t_is_floating_point(lua_State *L) {
-    lua_pushboolean(L, dtype_is_float(SELF->dtype));
+    Tensor *self = SELF;
+    lu_check_no_more_args(L, 2);
+    lua_pushboolean(L, dtype_is_float(self->dtype));
     return 1;
 }
 
 static int t_element_size(lua_State *L) {
-    lua_pushinteger(L, (lua_Integer)dtype_size(SELF->dtype));
+    Tensor *self = SELF;
+    lu_check_no_more_args(L, 2);
+    lua_pushinteger(L, (lua_Integer)dtype_size(self->dtype));
     return 1;
 }
 
@@ -1769,6 +1798,12 @@ static const struct { const char *name; DType dt; } cast_methods[] = {
     {"float", DT_F32}, {"double", DT_F64}, {"half", DT_F16}, {"bfloat16", DT_BF16}, {"long", DT_I64},
     {"int", DT_I32}, {"bool", DT_BOOL}, {"byte", DT_U8},
 };
+
+static const char *cast_method_name(DType dt) {
+    for (size_t i = 0; i < sizeof cast_methods / sizeof cast_methods[0]; i++)
+        if (cast_methods[i].dt == dt) return cast_methods[i].name;
+    return dtype_name(dt);
+}
 
 static void set_closure(lua_State *L, const char *name, lua_CFunction f, lua_Integer up) {
     lua_pushinteger(L, up);

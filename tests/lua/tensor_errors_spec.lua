@@ -405,6 +405,28 @@ describe("arguments and options a method does not take", function()
     expect_error(function() local _ = a:detach(1) end, "detach", "unexpected argument #1")
     expect_error(function() local _ = a:contiguous({foo = 1}) end, "contiguous", "unknown option 'foo'")
     expect_error(function() local _ = a:is_contiguous({foo = 1}) end, "is_contiguous", "unknown option 'foo'")
+    -- torch: a TypeError for each (x.dim(1), x.float(5), x.clone("a"), x.isnan(x), ...)
+    for _, name in ipairs({"dim", "ndimension", "numel", "nelement", "is_floating_point", "element_size", "isnan",
+      "isinf", "isfinite", "tostring", "float", "double", "half", "bfloat16", "long", "int", "bool", "byte", "clone",
+      "cpu", "free"}) do
+      local x = accel.zeros(2)
+      for _, case in ipairs({{5, name .. ": unexpected argument #1 (number)"}, {{foo = 1}, "unknown option 'foo'"}}) do
+        local ok, err = pcall(assert(load("local x, a = ...; local r = x:" .. name .. "(a); return r")), x, case[1])
+        assert.is_false(ok, name)
+        assert.truthy(tostring(err):find(case[2], 1, true), err)
+      end
+    end
+  end)
+
+  it("clone, the dtype casts and cpu take memory_format = preserve_format or contiguous_format (as torch)", function()
+    local x = accel.ones(2, 2)
+    for _, f in ipairs({"preserve_format", "contiguous_format"}) do
+      assert.same({{1, 1}, {1, 1}}, x:clone({memory_format = f}):tolist())
+      assert.are.equal(accel.float64, x:double({memory_format = f}).dtype)
+      assert.are.equal(4, x:cpu({memory_format = f}):numel())
+    end
+    expect_error(function() local _ = x:float({memory_format = "channels_last"}) end, "float: memory_format 'channels_last'",
+      "not supported")
   end)
 
   it("the options they do take still work", function()
