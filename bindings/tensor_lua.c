@@ -1006,6 +1006,9 @@ static int t_detach(lua_State *L) {
 static int t_detach_(lua_State *L) {
     Tensor *t = SELF;
     lu_check_no_more_args(L, 2);
+    if (t->is_view) /* as torch, which would have to detach the base too */
+        return lu_error(L, "detach_: can't detach views in-place (this tensor shares its base's storage); use "
+                           "detach() instead");
     if (t->grad_fn) ag_node_release(t->grad_fn);
     t->grad_fn = NULL;
     t->requires_grad = false;
@@ -1259,11 +1262,15 @@ static int t_cuda(lua_State *L) {
 static int t_backward(lua_State *L) {
     Tensor *t = SELF;
     Tensor *g = lu_to_tensor(L, 2);
-    for (int i = g ? 3 : 2; i <= lua_gettop(L); i++) /* torch's retain_graph / create_graph / inputs */
+    static const char *const refused[] = {"retain_graph", "create_graph", "inputs"}; /* torch's arguments 2-4 */
+    if (!g && !lua_isnoneornil(L, 2))
+        return lu_error(L, "backward: argument 1 must be the gradient tensor (or nil), got %s; retain_graph, "
+                           "create_graph and inputs are not supported", luaL_typename(L, 2));
+    for (int i = 3; i <= lua_gettop(L); i++)
         if (!lua_isnil(L, i))
-            return lu_error(L, "backward: argument %d must be the gradient tensor (or nil), got %s; retain_graph, "
-                               "create_graph and inputs are not supported",
-                            i - 1, luaL_typename(L, i));
+            return lu_error(L, "backward: argument %d (torch's %s) is not supported: retain_graph, create_graph and "
+                               "inputs are not; got %s",
+                            i - 1, i - 3 < 3 ? refused[i - 3] : "none: there are 4", luaL_typename(L, i));
     lu_gc_before_backward(L);
     if (lu_run_backward(L, t, g) < 0) lu_core_error(L);
     return 0;
@@ -1284,13 +1291,19 @@ static int t_requires_grad_(lua_State *L) {
     return 1;
 }
 
-static int t_free(lua_State *L) {
+/* __close (a `local t <close>` leaving its scope; argument 2 is the error
+ * object, if any) and, checked, t:free(). */
+static int t_close(lua_State *L) {
     if (!lu_is_tensor(L, 1)) (void)SELF; /* the method-call error */
-    lu_check_no_more_args(L, 2);
     TensorUD *u = lua_touserdata(L, 1);
     tensor_release(u->t);
     u->t = NULL;
     return 0;
+}
+
+static int t_free(lua_State *L) {
+    if (lu_is_tensor(L, 1)) lu_check_no_more_args(L, 2);
+    return t_close(L);
 }
 
 /* ---- in-place value ops ---- */
@@ -1723,6 +1736,8 @@ static int t_newindex(lua_State *L) {
     }
     const char *k = luaL_checkstring(L, 2);
     if (strcmp(k, "requires_grad") == 0) {
+        if (!lua_isboolean(L, 3)) /* as torch's "requires_grad must be a bool" (nil is not false) */
+            return lu_error(L, "t.requires_grad = %s: requires_grad must be a boolean", luaL_typename(L, 3));
         lua_settop(L, 3);
         lua_remove(L, 2);
         t_requires_grad_(L);
@@ -1847,7 +1862,7 @@ void lu_open_tensor(lua_State *L) {
     static const luaL_Reg meta[] = {
         {"__add", mm_add}, {"__sub", mm_sub}, {"__mul", mm_mul}, {"__div", mm_div}, {"__idiv", mm_idiv},
         {"__mod", mm_mod}, {"__pow", mm_pow}, {"__unm", mm_unm}, {"__len", t_len}, {"__tostring", t_tostring},
-        {"__gc", t_gc}, {"__close", t_free}, {"__newindex", t_newindex}, {NULL, NULL}};
+        {"__gc", t_gc}, {"__close", t_close}, {"__newindex", t_newindex}, {NULL, NULL}};
     luaL_setfuncs(L, meta, 0);
     lua_pushliteral(L, "accel.Tensor");
     lua_setfield(L, -2, "__name");

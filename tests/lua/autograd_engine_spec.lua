@@ -458,6 +458,21 @@ describe("leaves, requires_grad, detach", function()
     y:detach_()
     assert.is_false(y.requires_grad)
     assert.is_true(y.is_leaf)
+    -- torch: "Can't detach views in-place. Use detach() instead." (x.view(3), x[1:], (x * 2)[0]; not x.detach())
+    for _, v in ipairs({x:view(3), x:narrow(1, 2, 2), (x * 2)[1], accel.zeros(4):view(2, 2)}) do
+      assert.matches("detach_: can't detach views in%-place", errmsg(function() v:detach_() end))
+    end
+    local d = x:detach()
+    d:detach_()
+    assert.is_false(d.requires_grad)
+  end)
+
+  it("t.requires_grad = nil is refused as torch's = None (nil is not false)", function()
+    local x = gc.randn(3)
+    assert.matches("t.requires_grad = nil: requires_grad must be a boolean", errmsg(function() x.requires_grad = nil end))
+    assert.is_true(x.requires_grad)
+    x.requires_grad = false
+    assert.is_false(x.requires_grad)
   end)
 
   it(".data is a detached alias", function()
@@ -891,6 +906,11 @@ describe("custom functions from Lua", function()
       errmsg(function() y:backward(5) end))
     assert.matches("retain_graph, create_graph and inputs are not supported",
       errmsg(function() y:backward({retain_graph = true}) end))
+    -- torch's Tensor.backward(gradient, retain_graph, create_graph, inputs): each refused by its name
+    assert.matches("backward: argument 2 %(torch's retain_graph%) is not supported",
+      errmsg(function() y:backward(nil, true) end))
+    assert.matches("backward: argument 4 %(torch's inputs%) is not supported",
+      errmsg(function() y:backward(nil, nil, nil, {x}) end))
     y:backward(nil)
     assert_close(x.grad, x:detach() * 2)
   end)
@@ -995,6 +1015,9 @@ describe("custom functions from Lua", function()
       backward = function(_, g) return g end}
     assert.matches("mark_non_differentiable only accepts tensors, but argument 1 is a number",
       errmsg(function() Num(a) end))
+    local Dirty = accel.autograd.Function{forward = function(ctx, x) x:mul_(2); ctx:mark_dirty(x); return x end,
+      backward = function(_, g) return g end}
+    assert.matches("ctx:mark_dirty is not provided", errmsg(function() Dirty(a:detach():clone()) end))
   end)
 
   it("a gradient for an argument that is not a tensor is an error", function()
@@ -1140,7 +1163,11 @@ describe("grad modes, autograd.backward, .grad and fill values as PyTorch", func
     local x = leaf({1, 2, 3})
     accel.autograd.backward({(x * x):sum(), x * 3}, {nil, accel.ones(3, {dtype = f64})})
     assert.same({5, 7, 9}, x.grad:tolist())
-    fails("argument 3 is not supported", accel.autograd.backward, (x * 2):sum(), nil, {retain_graph = true})
+    fails("argument 3 %(torch's retain_graph%) is not supported", accel.autograd.backward, (x * 2):sum(), nil,
+      {retain_graph = true})
+    -- torch.autograd.backward(tensors, grad_tensors, retain_graph, create_graph, grad_variables, inputs)
+    fails("argument 4 %(torch's create_graph%) is not supported", accel.autograd.backward, (x * 2):sum(), nil, nil, true)
+    fails("argument 6 %(torch's inputs%) is not supported", accel.autograd.backward, (x * 2):sum(), nil, nil, nil, nil, {x})
     fails("only for one%-element outputs", accel.autograd.backward, {x * 2})
     -- a tensor with a list of gradients, a list with one gradient tensor (PyTorch takes both)
     x.grad = nil

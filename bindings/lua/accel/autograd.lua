@@ -208,11 +208,16 @@ autograd.inference_mode = accel.inference_mode
 -- with a tensor or nil is t:backward(grad); otherwise one backward pass
 -- from all the roots at once. torch's retain_graph / create_graph / inputs
 -- are refused, as by t:backward.
+local BACKWARD_REFUSED = {"retain_graph", "create_graph", "grad_variables", "inputs"} -- torch's arguments 3 to 6
+
 function autograd.backward(t, grad, ...)
   local raise = util.raise
-  if select("#", ...) > 0 and (...) ~= nil then
-    raise("autograd.backward: argument 3 is not supported (retain_graph, create_graph, grad_variables and inputs "
-      .. "are not), got %s", type((...)))
+  for i = 1, select("#", ...) do
+    local v = select(i, ...)
+    if v ~= nil then
+      raise("autograd.backward: argument %d (torch's %s) is not supported: retain_graph, create_graph, "
+        .. "grad_variables and inputs are not; got %s", i + 2, BACKWARD_REFUSED[i] or "none: there are 6", type(v))
+    end
   end
   if grad ~= nil and type(grad) ~= "table" and not accel.is_tensor(grad) then
     raise("autograd.backward: argument 2 (grad_tensors) must be a tensor, a list of tensors (nil entries for "
@@ -250,6 +255,12 @@ end
 -- PyTorch's autograd functions that are not provided: an error naming them
 util.not_provided(autograd, {grad = true, functional = true, forward_ad = true, gradcheck = true,
   set_detect_anomaly = true, detect_anomaly = true}, "accel.autograd", "docs/api/autograd.md")
+
+-- PyTorch's ctx.mark_dirty (in-place custom Functions) is not provided
+function Ctx.mark_dirty()
+  util.raise("ctx:mark_dirty is not provided: a custom Function's forward may not modify its inputs in place here; "
+    .. "return new tensors (docs/api/autograd.md)")
+end
 
 -- ctx.save_for_backward(x) (PyTorch spells it with a dot): "ctx:save_for_backward(...)"
 util.check_methods(Ctx, "ctx")
