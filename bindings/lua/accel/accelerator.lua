@@ -1515,11 +1515,11 @@ local function gather_one_for_metrics(self, data, use_object)
   if gs.end_of_dataloader then
     local r = gs.remainder
     if r > 0 then
-      if use_object then
+      if use_object and type(out) == "table" and (out[1] ~= nil or next(out) == nil) then
         local cut = {}
         for i = 1, math.min(r, #out) do cut[i] = out[i] end
         out = cut
-      else
+      elseif not use_object then
         out = ops.truncate(out, r)
       end
     end
@@ -2239,6 +2239,31 @@ function Accelerator:load_state(input_dir, o)
   return dir
 end
 
+
+-- Accelerate's accelerate.utils collectives (broadcast(t, [from_process]),
+-- gather, gather_object, broadcast_object_list, reduce,
+-- pad_across_processes): these methods on the process state
+-- (accel.PartialState()), with or without an Accelerator; accel.utils
+-- holds them.
+M.utils_collectives = {}
+for _, name in ipairs({"broadcast", "gather", "gather_object", "broadcast_object_list", "reduce",
+  "pad_across_processes"}) do
+  local method = Accelerator[name]
+  M.utils_collectives[name] = function(...) return method({state = state.PartialState()}, ...) end
+end
+
+-- accelerate.utils.reduce's reduction defaults to "mean" (the Accelerator's to "sum").
+local on_state_reduce = M.utils_collectives.reduce
+function M.utils_collectives.reduce(data, reduction, scale)
+  if reduction == nil then
+    reduction = "mean"
+  elseif type(reduction) == "table" and reduction.reduction == nil then
+    local o = {reduction = "mean"}
+    for k, v in pairs(reduction) do o[k] = v end
+    reduction = o
+  end
+  return on_state_reduce(data, reduction, scale)
+end
 
 -- A method called with "." instead of ":" raises at the caller's line.
 util.check_methods(Accelerator, "Accelerator")

@@ -370,8 +370,9 @@ local function value_text(v)
 end
 
 -- gather_object: lists from every process concatenated in rank order; any
--- other values collected in a list of every process's value. Decided from
--- every process's value after the gather, so every process agrees.
+-- other values collected in a list of every process's value (on one
+-- process: that value, as Accelerate returns it). Decided from every
+-- process's value after the gather, so every process agrees.
 function ops.gather_object(comm, obj)
   local all = call("gather_object", comm, "all_gather_object", obj)
   local first = {}
@@ -384,7 +385,7 @@ function ops.gather_object(comm, obj)
       .. "concatenated) or every process another value (the values are collected)", first.list - 1, first.value - 1,
       value_text(all[first.value]))
   end
-  if first.value then return all end
+  if first.value then return #all == 1 and all[1] or all end -- one process: the value (as Accelerate's)
   local out = {}
   for _, part in ipairs(all) do
     for _, v in ipairs(part) do out[#out + 1] = v end

@@ -1,6 +1,6 @@
 -- accel.utils: torch.utils-style helpers (activation checkpointing) and
 -- Accelerate's utilities set_seed, synchronize_rng_states, send_to_device,
--- find_batch_size and find_executable_batch_size (at the end). Activation checkpointing:
+-- find_batch_size, find_executable_batch_size and the collectives (at the end). Activation checkpointing:
 --
 --   local y = accel.utils.checkpoint(block, x)                 -- block(x), recomputed in backward
 --   local a, b = accel.utils.checkpoint(fn, x, mask, 3, {use_reentrant = true})
@@ -465,5 +465,14 @@ function utils.convert_bytes(n)
   if type(n) ~= "number" or n < 0 then raise("convert_bytes: expected a byte count >= 0, got %s", tostring(n)) end
   return require("accel.estimate_memory").convert_bytes(n)
 end
+
+-- broadcast, gather, gather_object, broadcast_object_list, reduce,
+-- pad_across_processes: Accelerate's accelerate.utils collectives, the
+-- Accelerator's methods of the same names on the process state.
+setmetatable(utils, {__index = function(_, k)
+  local f = require("accel.accelerator").utils_collectives[k]
+  if f then rawset(utils, k, f) end
+  return f
+end})
 
 return utils

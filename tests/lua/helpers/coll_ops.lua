@@ -8,7 +8,8 @@
 -- ranks (nested structure, arguments, a value refused on one rank,
 -- gather_object's lists and values) is one error on every rank, after
 -- which collectives still pair; set_seed's device_specific and
--- synchronize_rng_states. Expected values are closed forms or accelerate
+-- synchronize_rng_states; accel.utils' collectives (Accelerate's
+-- accelerate.utils.broadcast, ...). Expected values are closed forms or accelerate
 -- 1.15's results on 2 ranks. Each rank prints "ok rank R: C checks" or raises.
 local accel = require("accel")
 local data = accel.data
@@ -174,6 +175,22 @@ do
   check(a == zero[1] and b == zero[2], "synchronize_rng_states: rank 0's state")
   local draws = acc:gather(accel.rand(2):view(1, 2))
   check(draws[1]:equal(draws[N]), "synchronize_rng_states: the same draws on every rank")
+end
+
+-- ---- accelerate.utils' collectives: accel.utils.* (no Accelerator needed) ----
+do
+  local u = accel.utils
+  check(u.broadcast(accel.tensor({rank + 1.0}), N - 1):item() == N, "utils.broadcast from the last rank")
+  check(u.gather(accel.tensor({rank})):equal(accel.arange(N)), "utils.gather")
+  check(u.reduce(accel.tensor({rank + 1.0}), "sum"):item() == N * (N + 1) / 2, "utils.reduce sum")
+  check(u.reduce(accel.tensor({rank + 1.0})):item() == (N + 1) / 2, "utils.reduce: mean by default")
+  local padded = u.pad_across_processes(accel.ones(rank + 1), 1, -1)
+  check(padded:numel() == N and padded[N]:item() == (rank == N - 1 and 1 or -1), "utils.pad_across_processes")
+  local list = {"r" .. rank}
+  u.broadcast_object_list(list, 1)
+  check(list[1] == "r1", "utils.broadcast_object_list from 1: got %s", tostring(list[1]))
+  local objs = u.gather_object({rank})
+  check(#objs == N and objs[N] == N - 1, "utils.gather_object concatenates the lists")
 end
 
 acc:wait_for_everyone()
