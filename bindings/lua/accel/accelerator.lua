@@ -2245,16 +2245,16 @@ end
 -- pad_across_processes): these methods on the process state
 -- (accel.PartialState()), with or without an Accelerator; accel.utils
 -- holds them.
-M.utils_collectives = {}
+M._utils_collectives = {}
 for _, name in ipairs({"broadcast", "gather", "gather_object", "broadcast_object_list", "reduce",
   "pad_across_processes"}) do
   local method = Accelerator[name]
-  M.utils_collectives[name] = function(...) return method({state = state.PartialState()}, ...) end
+  M._utils_collectives[name] = function(...) return method({state = state.PartialState()}, ...) end
 end
 
 -- accelerate.utils.reduce's reduction defaults to "mean" (the Accelerator's to "sum").
-local on_state_reduce = M.utils_collectives.reduce
-function M.utils_collectives.reduce(data, reduction, scale)
+local on_state_reduce = M._utils_collectives.reduce
+function M._utils_collectives.reduce(data, reduction, scale)
   if reduction == nil then
     reduction = "mean"
   elseif type(reduction) == "table" and reduction.reduction == nil then

@@ -470,7 +470,7 @@ end
 -- pad_across_processes: Accelerate's accelerate.utils collectives, the
 -- Accelerator's methods of the same names on the process state.
 setmetatable(utils, {__index = function(_, k)
-  local f = require("accel.accelerator").utils_collectives[k]
+  local f = require("accel.accelerator")._utils_collectives[k]
   if f then rawset(utils, k, f) end
   return f
 end})
