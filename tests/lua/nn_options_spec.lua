@@ -209,6 +209,20 @@ describe("nn options", function()
     support.expect_error(function() local _ = F.leaky_relu(x34, {negative_slope = 0.2}, true) end,
       "leaky_relu: an argument (true) after the options table")
     support.expect_error(function() local _ = F.relu(x34, "yes") end, "relu: options must be a table, got string")
+    -- the losses: PyTorch's (input, target, size_average, reduce, reduction) layout is refused, not read as the mean
+    local t34, cls = accel.zeros(3, 4), accel.tensor({0, 1, 3}, {dtype = accel.int64})
+    support.expect_error(function() local _ = F.mse_loss(x34, t34, nil, nil, "sum") end,
+      "mse_loss: takes from 2 to 3 positional arguments but 5 were given")
+    support.expect_error(function() local _ = F.l1_loss(x34, t34, {reduction = "sum"}, 9) end, "l1_loss: takes from 2 to 3")
+    support.expect_error(function() local _ = F.cross_entropy(x34, cls, nil, nil, 1) end, "cross_entropy: takes from 2 to 3")
+    support.expect_error(function() local _ = F.nll_loss(x34, cls, nil, nil, 0) end, "nll_loss: takes from 2 to 3")
+    support.expect_error(function() local _ = F.binary_cross_entropy_with_logits(x34, t34, nil, nil, nil, "sum") end,
+      "binary_cross_entropy_with_logits: takes from 2 to 3")
+    for _, name in ipairs({"MSELoss", "L1Loss", "CrossEntropyLoss", "NLLLoss", "BCEWithLogitsLoss"}) do
+      support.expect_error(function() local _ = nn[name](nil, nil, "sum") end,
+        name .. ": takes 1 argument (options in one table) but 3 were given")
+    end
+    support.expect_error(function() local _ = nn.MSELoss()(x34, t34, 5) end, "MSELoss: takes 2 arguments")
   end)
 
   it("PyTorch's positional forms still work", function()

@@ -140,7 +140,8 @@ local function refuse_class_weight(name, o)
   if o and o.weight ~= nil then raise("%s: per-class weight is not supported", name) end
 end
 
-function F.cross_entropy(input, target, o)
+function F.cross_entropy(input, target, o, ...)
+  no_more("cross_entropy", 3, "from 2 to 3", ...) -- options in one table (PyTorch's positional layout is not read)
   tensor_arg("cross_entropy", "input", input)
   tensor_arg("cross_entropy", "target", target)
   o = check("cross_entropy", o, {"weight", "ignore_index", "label_smoothing", "reduction"})
@@ -216,7 +217,8 @@ local function pick_classes(input, safe)
   error(picked, 0)
 end
 
-function F.nll_loss(input, target, o)
+function F.nll_loss(input, target, o, ...)
+  no_more("nll_loss", 3, "from 2 to 3", ...) -- options in one table (PyTorch's positional layout is not read)
   tensor_arg("nll_loss", "input", input)
   tensor_arg("nll_loss", "target", target)
   o = check("nll_loss", o, {"weight", "ignore_index", "reduction"})
@@ -244,7 +246,8 @@ local function warn_target_shape(op, input, target)
     :format(op, shape_text(target.shape), shape_text(input.shape)))
 end
 
-function F.mse_loss(input, target, o)
+function F.mse_loss(input, target, o, ...)
+  no_more("mse_loss", 3, "from 2 to 3", ...) -- options in one table (PyTorch's positional layout is not read)
   tensor_arg("mse_loss", "input", input)
   tensor_arg("mse_loss", "target", target)
   o = check("mse_loss", o, {"reduction"})
@@ -253,7 +256,8 @@ function F.mse_loss(input, target, o)
   return reduce("mse_loss", d * d, o.reduction)
 end
 
-function F.l1_loss(input, target, o)
+function F.l1_loss(input, target, o, ...)
+  no_more("l1_loss", 3, "from 2 to 3", ...) -- options in one table (PyTorch's positional layout is not read)
   tensor_arg("l1_loss", "input", input)
   tensor_arg("l1_loss", "target", target)
   o = check("l1_loss", o, {"reduction"})
@@ -279,8 +283,9 @@ local function check_broadcasts_to(op, what, t, like, whose)
 end
 
 -- max(x, 0) - x*t + log(1 + exp(-|x|)), stable for large |x|
-function F.binary_cross_entropy_with_logits(input, target, o)
+function F.binary_cross_entropy_with_logits(input, target, o, ...)
   local op = "binary_cross_entropy_with_logits"
+  no_more(op, 3, "from 2 to 3", ...) -- options in one table (PyTorch's positional layout is not read)
   tensor_arg(op, "input", input)
   tensor_arg(op, "target", target)
   o = check(op, o, {"weight", "pos_weight", "reduction"})

@@ -21,6 +21,16 @@ end
 
 local function reduction(name, o) return F._reduction(name, o.reduction) end
 
+-- PyTorch's positional layouts (size_average, reduce, reduction, ...) are
+-- not read: arguments past the options table (or past target in a call)
+-- are refused rather than dropped.
+local function no_more(name, n, ...)
+  local extra = select("#", ...)
+  if extra > 0 then
+    raise("%s: takes %d argument%s (options in one table) but %d were given", name, n, n == 1 and "" or "s", n + extra)
+  end
+end
+
 -- The options of a class-target loss (o: its constructor's argument), with
 -- ignore_index set on self; a per-class weight is refused.
 local function class_target_opts(self, name, o, keys)
@@ -34,7 +44,8 @@ local function class_target_opts(self, name, o, keys)
 end
 
 local CrossEntropyLoss = export_class(M, "CrossEntropyLoss")
-function CrossEntropyLoss:init(o)
+function CrossEntropyLoss:init(o, ...)
+  no_more("CrossEntropyLoss", 1, ...)
   o = class_target_opts(self, "CrossEntropyLoss", o, {"weight", "ignore_index", "reduction", "label_smoothing"})
   self.label_smoothing = o.label_smoothing or 0.0
   if self.label_smoothing < 0 or self.label_smoothing > 1 then
@@ -42,40 +53,57 @@ function CrossEntropyLoss:init(o)
   end
   self.reduction = reduction("CrossEntropyLoss", o)
 end
-function CrossEntropyLoss:forward(input, target)
+function CrossEntropyLoss:forward(input, target, ...)
+  no_more("CrossEntropyLoss", 2, ...)
   return F.cross_entropy(input, target, {ignore_index = self.ignore_index, label_smoothing = self.label_smoothing,
                                          reduction = self.reduction})
 end
 
 local NLLLoss = export_class(M, "NLLLoss")
-function NLLLoss:init(o)
+function NLLLoss:init(o, ...)
+  no_more("NLLLoss", 1, ...)
   o = class_target_opts(self, "NLLLoss", o, {"weight", "ignore_index", "reduction"})
   self.reduction = reduction("NLLLoss", o)
 end
-function NLLLoss:forward(input, target)
+function NLLLoss:forward(input, target, ...)
+  no_more("NLLLoss", 2, ...)
   return F.nll_loss(input, target, {ignore_index = self.ignore_index, reduction = self.reduction})
 end
 
 local MSELoss = export_class(M, "MSELoss")
-function MSELoss:init(o) self.reduction = reduction("MSELoss", opts("MSELoss", o, {"reduction"})) end
-function MSELoss:forward(input, target) return F.mse_loss(input, target, {reduction = self.reduction}) end
+function MSELoss:init(o, ...)
+  no_more("MSELoss", 1, ...)
+  self.reduction = reduction("MSELoss", opts("MSELoss", o, {"reduction"}))
+end
+function MSELoss:forward(input, target, ...)
+  no_more("MSELoss", 2, ...)
+  return F.mse_loss(input, target, {reduction = self.reduction})
+end
 
 local L1Loss = export_class(M, "L1Loss")
-function L1Loss:init(o) self.reduction = reduction("L1Loss", opts("L1Loss", o, {"reduction"})) end
-function L1Loss:forward(input, target) return F.l1_loss(input, target, {reduction = self.reduction}) end
+function L1Loss:init(o, ...)
+  no_more("L1Loss", 1, ...)
+  self.reduction = reduction("L1Loss", opts("L1Loss", o, {"reduction"}))
+end
+function L1Loss:forward(input, target, ...)
+  no_more("L1Loss", 2, ...)
+  return F.l1_loss(input, target, {reduction = self.reduction})
+end
 
 -- BCEWithLogitsLoss([{weight =, pos_weight =, reduction =}]): weight and
 -- pos_weight are buffers, as in PyTorch (so they follow :to() and appear in
 -- state_dict when given).
 local BCEWithLogitsLoss = export_class(M, "BCEWithLogitsLoss")
-function BCEWithLogitsLoss:init(o)
+function BCEWithLogitsLoss:init(o, ...)
+  no_more("BCEWithLogitsLoss", 1, ...)
   if accel.is_tensor(o) then o = {weight = o} end -- PyTorch's first positional argument
   o = opts("BCEWithLogitsLoss", o, {"weight", "reduction", "pos_weight"})
   self.reduction = reduction("BCEWithLogitsLoss", o)
   self:register_buffer("weight", o.weight)
   self:register_buffer("pos_weight", o.pos_weight)
 end
-function BCEWithLogitsLoss:forward(input, target)
+function BCEWithLogitsLoss:forward(input, target, ...)
+  no_more("BCEWithLogitsLoss", 2, ...)
   return F.binary_cross_entropy_with_logits(input, target,
     {weight = self.weight, pos_weight = self.pos_weight, reduction = self.reduction})
 end
