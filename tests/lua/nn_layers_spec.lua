@@ -529,6 +529,18 @@ describe("shape modules", function()
     close(u, x:reshape(2, 3, 20), 0)
     assert.is_true(rawequal(nn.Identity(1, 2)(x), x))
   end)
+
+  it("Unflatten infers one -1 size and names the sizes that do not fit the dim", function()
+    local y = accel.randn(2, 60)
+    assert.same({2, 3, 20}, shape_of(nn.Unflatten(2, {3, -1})(y)))
+    assert.same({2, 4, 15}, shape_of(nn.Unflatten(-1, {-1, 15})(y)))
+    support.expect_error(function() nn.Unflatten(2, {3, 21})(y) end,
+      "Unflatten: sizes (3, 21) don't multiply up to the size of dim 2 (60) of the input, shape accel.Size({2, 60})")
+    support.expect_error(function() nn.Unflatten(2, {7, -1})(y) end, "Unflatten: sizes (7, -1) don't multiply up")
+    support.expect_error(function() nn.Unflatten(2, {-1, -1}) end, "Unflatten: only one size can be -1, got (-1, -1)")
+    support.expect_error(function() nn.Unflatten(2, {3, 2.5}) end,
+      "Unflatten: unflattened_size must hold non-negative integers (one may be -1), got (3, 2.5)")
+  end)
 end)
 
 describe("activations", function()
@@ -1049,6 +1061,24 @@ describe("nn.init", function()
     assert.same({{true, false, false}, {false, true, false}}, init.eye_(accel.empty(2, 3, {dtype = accel.bool})):tolist())
     assert.same({true, true}, init.constant_(accel.empty(2, {dtype = accel.bool}), true):tolist())
     support.expect_error(function() init.constant_(i64, "3") end, "nn.init.constant_: expected a number or a boolean, got string")
+  end)
+
+  it("uniform_ / normal_ / xavier_* refuse the bounds PyTorch refuses, and non-numbers", function()
+    local w = accel.zeros(3, 4)
+    support.expect_error(function() init.uniform_(w, 1, 0) end,
+      "nn.init.uniform_: expects a [from, to) range, but found from=1 > to=0")
+    support.expect_error(function() init.uniform_(w, 0 / 0, 1) end, "nn.init.uniform_: expects a [from, to) range")
+    support.expect_error(function() init.uniform_(w, {b = "x"}) end, "nn.init.uniform_: b must be a number, got string")
+    support.expect_error(function() init.normal_(w, 0, -1) end, "nn.init.normal_: expects std >= 0, but found std -1")
+    support.expect_error(function() init.normal_(w, {std = 0 / 0}) end, "nn.init.normal_: expects std >= 0")
+    support.expect_error(function() init.normal_(w, "0") end, "nn.init.normal_: mean must be a number, got string")
+    support.expect_error(function() init.xavier_uniform_(w, -1) end, "nn.init.xavier_uniform_: expects a [from, to) range")
+    support.expect_error(function() init.xavier_normal_(w, {gain = -2}) end, "nn.init.xavier_normal_: expects std >= 0")
+    support.expect_error(function() init.orthogonal_(w, true) end, "nn.init.orthogonal_: gain must be a number, got boolean")
+    support.expect_error(function() init.trunc_normal_(w, {a = "lo"}) end, "nn.init.trunc_normal_: a must be a number, got string")
+    assert.same({{0, 0, 0, 0}, {0, 0, 0, 0}, {0, 0, 0, 0}}, w:tolist()) -- nothing was written
+    assert.same({{2, 2}}, init.uniform_(accel.zeros(1, 2), 2, 2):tolist()) -- an empty range is allowed, as PyTorch's
+    assert.same({{5, 5}}, init.normal_(accel.zeros(1, 2), 5, 0):tolist())
   end)
 
   it("orthogonal_ leaves a zero-element tensor alone, as PyTorch's", function()

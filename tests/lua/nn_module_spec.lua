@@ -684,6 +684,28 @@ Sequential(
 )]], tostring(model))
   end)
 
+  it("collapses a ModuleList's runs of identical children, as PyTorch's", function()
+    local l = function() return nn.Linear(2, 2) end
+    assert.equals([[
+ModuleList(
+  (0-2): 3 x Linear(in_features=2, out_features=2, bias=True)
+  (3): ReLU()
+  (4): Linear(in_features=2, out_features=2, bias=True)
+  (5): Linear(in_features=2, out_features=3, bias=True)
+)]], tostring(nn.ModuleList({l(), l(), l(), nn.ReLU(), l(), nn.Linear(2, 3)})))
+    assert.equals("ModuleList()", tostring(nn.ModuleList()))
+    local g = nn.Sequential(nn.ModuleList({nn.Sequential(l(), nn.ReLU()), nn.Sequential(l(), nn.ReLU())}))
+    assert.equals([[
+Sequential(
+  (0): ModuleList(
+    (0-1): 2 x Sequential(
+      (0): Linear(in_features=2, out_features=2, bias=True)
+      (1): ReLU()
+    )
+  )
+)]], tostring(g))
+  end)
+
   it("indents nested modules and prints each layer's options", function()
     local g = GPT(4, 1)
     g.drop = nn.Dropout(0.1)

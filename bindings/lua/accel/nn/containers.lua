@@ -169,6 +169,23 @@ function ModuleList:init(mods)
   end
 end
 
+-- Printed as PyTorch's: a run of children that print the same is one line,
+-- "(0-11): 12 x Block(...)", numbered by position from 0.
+function ModuleList:_child_lines()
+  local reprs, lines = {}, {}
+  for i, m in ipairs(module_list(self)) do reprs[i] = tostring(m) end
+  local first = 1
+  while first <= #reprs do
+    local last = first
+    while last < #reprs and reprs[last + 1] == reprs[first] do last = last + 1 end
+    local head = last > first and ("(%d-%d): %d x "):format(first - 1, last - 1, last - first + 1)
+      or ("(%d): "):format(first - 1)
+    lines[#lines + 1] = base.add_indent(head .. reprs[first], 2)
+    first = last + 1
+  end
+  return lines
+end
+
 function ModuleList:forward()
   raise("ModuleList has no forward: iterate over it (for i, layer in ipairs(list) do ... end)")
 end

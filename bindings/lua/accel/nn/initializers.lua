@@ -60,6 +60,23 @@ local function args(what, given, names, defaults)
   return compat.unpack(out, 1, #names)
 end
 
+-- each named value is a number (PyTorch takes floats here)
+local function check_numbers(what, names, ...)
+  for i, name in ipairs(names) do
+    local v = select(i, ...)
+    if type(v) ~= "number" then raise("nn.init.%s: %s must be a number, got %s", what, name, type(v)) end
+  end
+  return ...
+end
+
+-- the bounds PyTorch's uniform_ and normal_ enforce (a NaN fails both)
+local function check_range(what, a, b)
+  if not (a <= b) then raise("nn.init.%s: expects a [from, to) range, but found from=%g > to=%g", what, a, b) end
+end
+local function check_std(what, std)
+  if not (std >= 0) then raise("nn.init.%s: expects std >= 0, but found std %g", what, std) end
+end
+
 local function gen_dtype(t) return t.dtype == accel.float64 and accel.float64 or accel.float32 end
 
 local function fill(t, src)
@@ -110,13 +127,15 @@ end
 
 function I.uniform_(t, ...)
   check_tensor(t, "uniform_")
-  local a, b = args("uniform_", {...}, {"a", "b"}, {0, 1})
+  local a, b = check_numbers("uniform_", {"a", "b"}, args("uniform_", {...}, {"a", "b"}, {0, 1}))
+  check_range("uniform_", a, b)
   return fill(t, uniform(t, a, b))
 end
 
 function I.normal_(t, ...)
   check_tensor(t, "normal_")
-  local mean, std = args("normal_", {...}, {"mean", "std"}, {0, 1})
+  local mean, std = check_numbers("normal_", {"mean", "std"}, args("normal_", {...}, {"mean", "std"}, {0, 1}))
+  check_std("normal_", std)
   return fill(t, normal(t, mean, std))
 end
 
@@ -157,7 +176,8 @@ end
 -- below it, whose tail probabilities are small numbers (kept exactly).
 function I.trunc_normal_(t, ...)
   check_tensor(t, "trunc_normal_")
-  local mean, std, a, b = args("trunc_normal_", {...}, {"mean", "std", "a", "b"}, {0, 1, -2, 2})
+  local names = {"mean", "std", "a", "b"}
+  local mean, std, a, b = check_numbers("trunc_normal_", names, args("trunc_normal_", {...}, names, {0, 1, -2, 2}))
   if not (a < b) then raise("nn.init.trunc_normal_: need a < b, got a=%g b=%g", a, b) end
   if not (std >= 0) then raise("nn.init.trunc_normal_: std must be >= 0, got %g", std) end
   local lo, hi, sign = (a - mean) / std, (b - mean) / std, 1
@@ -195,17 +215,20 @@ end
 
 function I.xavier_uniform_(t, ...)
   check_tensor(t, "xavier_uniform_")
-  local gain = args("xavier_uniform_", {...}, {"gain"}, {1})
+  local gain = check_numbers("xavier_uniform_", {"gain"}, args("xavier_uniform_", {...}, {"gain"}, {1}))
   local fan_in, fan_out = I._calculate_fan_in_and_fan_out(t)
   local bound = gain * math.sqrt(6 / (fan_in + fan_out))
+  check_range("xavier_uniform_", -bound, bound)
   return fill(t, uniform(t, -bound, bound))
 end
 
 function I.xavier_normal_(t, ...)
   check_tensor(t, "xavier_normal_")
-  local gain = args("xavier_normal_", {...}, {"gain"}, {1})
+  local gain = check_numbers("xavier_normal_", {"gain"}, args("xavier_normal_", {...}, {"gain"}, {1}))
   local fan_in, fan_out = I._calculate_fan_in_and_fan_out(t)
-  return fill(t, normal(t, 0, gain * math.sqrt(2 / (fan_in + fan_out))))
+  local std = gain * math.sqrt(2 / (fan_in + fan_out))
+  check_std("xavier_normal_", std)
+  return fill(t, normal(t, 0, std))
 end
 
 local function kaiming_std(t, a, mode, nonlinearity)
@@ -240,7 +263,7 @@ end
 function I.orthogonal_(t, ...)
   check_tensor(t, "orthogonal_")
   if t:dim() < 2 then raise("nn.init.orthogonal_: only tensors with 2 or more dimensions are supported, got shape %s", tostring(t.shape)) end
-  local gain = args("orthogonal_", {...}, {"gain"}, {1})
+  local gain = check_numbers("orthogonal_", {"gain"}, args("orthogonal_", {...}, {"gain"}, {1}))
   if t:numel() == 0 then return t end -- as PyTorch: nothing to fill
   local rows = t:size(1)
   local cols = math.floor(t:numel() / rows)

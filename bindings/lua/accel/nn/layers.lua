@@ -332,7 +332,28 @@ function Unflatten:init(dim, unflattened_size)
   if type(dim) ~= "number" or type(unflattened_size) ~= "table" or #unflattened_size == 0 then
     raise("Unflatten: expected (dim, {sizes...}), got (%s, %s)", type(dim), type(unflattened_size))
   end
+  local inferred = 0
+  for _, s in ipairs(unflattened_size) do
+    if s == -1 then inferred = inferred + 1 elseif not is_int(s) or s < 0 then
+      raise("Unflatten: unflattened_size must hold non-negative integers (one may be -1), got %s", py(unflattened_size))
+    end
+  end
+  if inferred > 1 then raise("Unflatten: only one size can be -1, got %s", py(unflattened_size)) end
   self.dim, self.unflattened_size = dim, unflattened_size
+end
+
+-- the sizes for a dim of n elements, the -1 (if any) inferred; nil when they cannot make n
+local function unflatten_sizes(sizes, n)
+  local known, free = 1, nil
+  for i, s in ipairs(sizes) do
+    if s == -1 then free = i else known = known * s end
+  end
+  if not free then return known == n and sizes or nil end
+  if known == 0 or n % known ~= 0 then return nil end
+  local out = {}
+  for i, s in ipairs(sizes) do out[i] = s end
+  out[free] = math.floor(n / known)
+  return out
 end
 
 function Unflatten:forward(x)
@@ -341,7 +362,12 @@ function Unflatten:forward(x)
   if d < 1 or d > nd then raise("Unflatten: dim %d is out of range for a %d-d input", self.dim, nd) end
   local shape = {}
   for i = 1, d - 1 do shape[#shape + 1] = x:size(i) end
-  for _, s in ipairs(self.unflattened_size) do shape[#shape + 1] = s end
+  local sizes = unflatten_sizes(self.unflattened_size, x:size(d))
+  if not sizes then
+    raise("Unflatten: sizes %s don't multiply up to the size of dim %d (%d) of the input, shape %s",
+      py(self.unflattened_size), d, x:size(d), tostring(x.shape))
+  end
+  for _, s in ipairs(sizes) do shape[#shape + 1] = s end
   for i = d + 1, nd do shape[#shape + 1] = x:size(i) end
   return x:reshape(shape)
 end

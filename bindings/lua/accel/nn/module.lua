@@ -843,6 +843,17 @@ local function add_indent(s, n)
   return (s:gsub("\n", "\n" .. pad))
 end
 
+-- the "(name): child" lines of the printed tree (ModuleList collapses repeats)
+function Module:_child_lines()
+  local lines, r = {}, self._modules
+  for _, name in ipairs(r.keys) do
+    local m = r.vals[name]
+    lines[#lines + 1] = "(" .. name .. "): " .. add_indent(m ~= nil and repr(m) or "None", 2)
+  end
+  return lines
+end
+M.add_indent = add_indent
+
 repr = function(self)
   local lines = {}
   local extra = self:extra_repr()
@@ -853,11 +864,7 @@ repr = function(self)
       n_extra = n_extra + 1
     end
   end
-  local r = self._modules
-  for _, name in ipairs(r.keys) do
-    local m = r.vals[name]
-    lines[#lines + 1] = "(" .. name .. "): " .. add_indent(m ~= nil and repr(m) or "None", 2)
-  end
+  for _, line in ipairs(self:_child_lines()) do lines[#lines + 1] = line end
   local s = self:_get_name() .. "("
   if #lines > 0 then
     if n_extra == 1 and #lines == 1 then s = s .. lines[1]
