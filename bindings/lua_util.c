@@ -532,6 +532,16 @@ void lu_check_no_more_args(lua_State *L, int idx) {
     }
 }
 
+void lu_check_no_more_after_opts(lua_State *L, int idx) {
+    lu_check_no_more_args(L, lu_is_opts(L, idx) ? idx + 1 : idx);
+}
+
+int lu_arg_type_error(lua_State *L, int idx, const char *what) {
+    char op[64];
+    return lu_error(L, "%sargument #%d should be %s, got %s", op_prefix(L, op, sizeof op), user_arg(L, idx), what,
+                    lu_is_dtype(L, idx) ? "a dtype" : luaL_typename(L, idx));
+}
+
 int lu_dim_keyword(lua_State *L, int idx, const char *keys) {
     if (!lu_is_opts(L, idx)) return 0;
     lu_check_call_opts(L, idx, keys);

@@ -95,6 +95,11 @@ void lu_check_call_opts(lua_State *L, int idx, const char *keys);
  * is an error naming the running function ("unexpected argument #k", or
  * "unknown option 'k'" for an options table with a key). */
 void lu_check_no_more_args(lua_State *L, int idx);
+/* The same after an optional options table at idx (checked by the caller). */
+void lu_check_no_more_after_opts(lua_State *L, int idx);
+/* Error naming the running function: argument idx should have been what
+ * (e.g. "a boolean keepdim"), with the type it has. */
+int lu_arg_type_error(lua_State *L, int idx, const char *what);
 /* torch's dim keyword: when argument idx is an options table (its keys in
  * keys, dim among them), its dim field (maybe nil) takes its place and the
  * table is pushed on top for its other keys; returns that index, or 0 when

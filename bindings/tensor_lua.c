@@ -94,6 +94,9 @@ static Other other_arg(lua_State *L, KBinOp op, Tensor *self) {
     Other o = {lu_to_tensor(L, 2), false, 0, false, 0, -1};
     bool scaled = op == KB_ADD || op == KB_SUB;
     lu_check_call_opts(L, 3, scaled ? "alpha" : op == KB_DIV ? "rounding_mode" : "");
+    if (!lua_isnoneornil(L, 3) && !lu_is_opts(L, 3))
+        lu_arg_type_error(L, 3, scaled ? "the options table ({alpha = ...})" : op == KB_DIV ? "the options table ({rounding_mode = ...})" : "absent (it takes one operand)");
+    lu_check_no_more_after_opts(L, 3);
     if (!o.t) o.v = scalar_arg(L, 2, kbin_name(op)), o.is_int = int_scalar(L, 2);
     if (op == KB_DIV && lu_is_opts(L, 3)) {
         lua_getfield(L, 3, "rounding_mode");
@@ -265,11 +268,13 @@ static Tensor *power(lua_State *L, int ia, int ib) {
 static int mm_pow(lua_State *L) { return ret(L, power(L, 1, 2)); }
 static int t_pow(lua_State *L) {
     if (!number_first(L)) (void)SELF; /* accel.pow(2, t) is 2 ^ t, as torch.pow */
+    lu_check_no_more_args(L, 3);
     return ret(L, power(L, 1, 2));
 }
 
 static int t_pow_(lua_State *L) {
     Tensor *a = SELF;
+    lu_check_no_more_args(L, 3);
     bool_operand(L, 2, a);
     Tensor *b = lu_to_tensor(L, 2);
     if (!b) check_int_power(L, a, 2);
@@ -296,6 +301,8 @@ static KUnOp unary_op(lua_State *L) {
     KUnOp op = (KUnOp)lua_tointeger(L, lua_upvalueindex(1));
     if (op == KU_GELU && lu_is_opts(L, 2)) {
         lua_getfield(L, 2, "approximate");
+        if (!lua_isnil(L, -1) && lua_type(L, -1) != LUA_TSTRING)
+            lu_error(L, "gelu: approximate must be a string (\"none\" or \"tanh\"), got %s", luaL_typename(L, -1));
         const char *a = lua_tostring(L, -1);
         if (a && strcmp(a, "tanh") == 0) op = KU_GELU_TANH;
         else if (a && strcmp(a, "none") != 0) lu_error(L, "gelu: approximate must be \"none\" or \"tanh\", got \"%s\"", a);
@@ -425,6 +432,18 @@ static void option_dims(lua_State *L, int opts, int *dims, int *n) {
     lua_pop(L, 1);
 }
 
+/* After a reduction's dims and keepdim only its options table may follow:
+ * torch refuses t.sum(0, 1) (keepdim must be a bool), t.sum("1") and a
+ * positional dtype (keyword-only) rather than dropping them. */
+static void check_reduce_tail(lua_State *L, int idx) {
+    if (!lua_isnoneornil(L, idx) && !lu_is_opts(L, idx))
+        lu_arg_type_error(L, idx, idx == 2 ? "a dim, a list of dims or an options table"
+                                  : lu_is_dtype(L, idx) ? "the options table (a dtype goes in it: {dtype = ...})"
+                                  : idx == 3 ? "a boolean keepdim (several dims go in one list: {1, 2})"
+                                             : "the options table");
+    lu_check_no_more_after_opts(L, idx);
+}
+
 /* Parses (dim|{dims}|nil, [keepdim bool|nil], [opts]) whose opts may hold
  * the keys listed (space-separated; dim and keepdim always); returns the
  * number of dims. */
@@ -435,6 +454,7 @@ static int reduce_args(lua_State *L, int *dims, bool *keepdim, const char *keys)
     bool keep = false;
     if (lua_isboolean(L, opts)) keep = lua_toboolean(L, opts), opts++;
     else if (lua_isnil(L, opts) && opts < lua_gettop(L)) opts++; /* t:sum(dim, nil, {...}) */
+    check_reduce_tail(L, opts);
     *keepdim = lu_opt_bool(L, opts, "keepdim", keep);
     option_dims(L, opts, dims, &n);
     return n;
@@ -477,6 +497,7 @@ static int maxmin(lua_State *L, bool want_max) {
     int dim = lu_dim(L, 2);
     lu_check_call_opts(L, trailing_opts(L), "keepdim");
     bool keep = lua_isboolean(L, 3) ? lua_toboolean(L, 3) : lu_opt_bool(L, 3, "keepdim", false);
+    check_reduce_tail(L, lua_isboolean(L, 3) ? 4 : 3);
     Tensor *v = NULL, *ix = NULL;
     if (op_max_dim(a, dim, keep, want_max, &v, &ix) < 0) lu_core_error(L);
     lu_push_tensor(L, v);
@@ -495,6 +516,7 @@ static int argmaxmin(lua_State *L, bool want_max) {
     if (!all) dim = lu_dim(L, 2);
     int o = all && !(lua_isnil(L, 2) && !lua_isnone(L, 3)) ? 2 : 3; /* t:argmax(nil, keepdim) */
     bool keep = lua_isboolean(L, o) ? lua_toboolean(L, o) : lu_opt_bool(L, o, "keepdim", false);
+    check_reduce_tail(L, lua_isboolean(L, o) ? o + 1 : o);
     if (all && lu_is_opts(L, 2)) {
         lua_getfield(L, 2, "dim");
         if (!lua_isnil(L, -1)) all = false, dim = lu_dim(L, lua_gettop(L));
@@ -534,6 +556,7 @@ static Tensor *variance(lua_State *L, bool want_std) {
     if (unbiased_given) corr = lua_toboolean(L, pos) ? 1.0 : 0.0, pos++;
     else if (dim_given && lua_isnil(L, pos) && pos < lua_gettop(L)) pos++; /* t:var(dim, nil, keepdim) */
     if (dim_given && lua_isboolean(L, pos)) keep = lua_toboolean(L, pos), pos++;
+    check_reduce_tail(L, pos);
     option_dims(L, pos, dims, &n);
     keep = lu_opt_bool(L, pos, "keepdim", keep);
     corr = correction_arg(L, pos, corr, want_std ? "std" : "var", unbiased_given);
@@ -563,6 +586,8 @@ static int t_norm(lua_State *L) {
     if (lua_type(L, pos) == LUA_TNUMBER || (lua_istable(L, pos) && !lu_is_opts(L, pos))) n = lu_dims(L, pos, dims), pos++;
     else if (lua_isnil(L, pos) && pos < lua_gettop(L)) pos++; /* t:norm(p, nil, keepdim) */
     bool keep = lua_isboolean(L, pos) ? lua_toboolean(L, pos++) : false; /* t:norm(p, dim, keepdim) */
+    if (pos == 2 && !lua_isnoneornil(L, 2) && !lu_is_opts(L, 2)) lu_arg_type_error(L, 2, "a norm type p (a number, 'fro' or 'inf')");
+    check_reduce_tail(L, pos);
     keep = lu_opt_bool(L, pos, "keepdim", keep);
     if (lu_is_opts(L, pos)) {
         lua_getfield(L, pos, "p");
@@ -1579,15 +1604,17 @@ static int t_matmul(lua_State *L) {
     return ret(L, op_matmul(self, lu_check_tensor(L, 2)));
 }
 
-/* t:softmax(dim, [{dtype =}]) or ({dim =, dtype =}): with dtype, the input
- * is cast first (as torch) */
+/* t:softmax(dim, [dtype | {dtype =}]) or ({dim =, dtype =}): with dtype,
+ * the input is cast first (as torch, whose dtype is also positional) */
 static int softmax_method(lua_State *L, bool log) {
     Tensor *self = SELF; /* first: t.softmax(...) is a method-call error */
     lu_check_no_more_args(L, lu_is_opts(L, 2) ? 3 : 4);
     int opts = lu_dim_keyword(L, 2, "dim dtype");
     if (!opts) lu_check_call_opts(L, opts = 3, "dtype");
     int dim = lu_dim(L, 2);
-    int dt = lu_opt_dtype(L, opts, "dtype", -1);
+    if (!lua_isnoneornil(L, 3) && !lu_is_opts(L, 3) && !lu_is_dtype(L, 3))
+        lu_arg_type_error(L, 3, "a dtype or an options table");
+    int dt = lu_is_dtype(L, 3) ? lu_check_dtype(L, 3) : lu_opt_dtype(L, opts, "dtype", -1);
     Tensor *x = dt >= 0 && (DType)dt != self->dtype ? tensor_to_dtype(self, (DType)dt) : tensor_retain(self);
     Tensor *r = x ? op_softmax(x, dim, log) : NULL;
     tensor_release(x);

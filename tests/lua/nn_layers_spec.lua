@@ -729,6 +729,26 @@ describe("losses", function()
     support.expect_error(function() local _ = nn.MSELoss({reduction = "avg"}) end, "MSELoss: reduction must be")
   end)
 
+  -- torch 2.15: "argument 'ignore_index' (position 5) must be int, not float", "True is not a valid value for
+  -- reduction", "argument 'label_smoothing' (position 6) must be float, not str"
+  it("class-target losses check ignore_index, label_smoothing and reduction as PyTorch's parser does", function()
+    local x, t = accel.randn(2, 3), accel.tensor({0, 1})
+    support.expect_error(function() local _ = F.cross_entropy(x, t, {ignore_index = 0.5}) end,
+      "cross_entropy: ignore_index must be an integer, got 0.5")
+    support.expect_error(function() local _ = F.nll_loss(x, t, {ignore_index = "a"}) end,
+      'nll_loss: ignore_index must be an integer, got "a"')
+    support.expect_error(function() local _ = F.cross_entropy(x, t, {reduction = true}) end,
+      'cross_entropy: reduction must be "mean", "sum" or "none", got true')
+    support.expect_error(function() local _ = F.cross_entropy(x, t, {label_smoothing = "a"}) end,
+      'cross_entropy: label_smoothing must be a number, got "a"')
+    support.expect_error(function() local _ = F.cross_entropy(x, t, {label_smoothing = 1.5}) end,
+      "cross_entropy: label_smoothing must be between 0.0 and 1.0, got 1.5")
+    support.expect_error(function() local _ = nn.CrossEntropyLoss({ignore_index = 0.5}) end,
+      "CrossEntropyLoss: ignore_index must be an integer")
+    support.expect_error(function() local _ = nn.NLLLoss({ignore_index = true}) end, "NLLLoss: ignore_index must be an integer")
+    close(F.cross_entropy(x, t, {ignore_index = 1.0}), F.cross_entropy(x:narrow(1, 1, 1), t:narrow(1, 1, 1)), 1e-6)
+  end)
+
   it("cross_entropy refuses ignore_index with probability targets and non-int64/uint8 class ids (PyTorch)", function()
     local x = accel.randn(3, 5)
     local probs = F.softmax(accel.randn(3, 5), 2)

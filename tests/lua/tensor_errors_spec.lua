@@ -418,6 +418,39 @@ describe("arguments and options a method does not take", function()
     end
   end)
 
+  it("reductions refuse what torch refuses past dims and keepdim instead of dropping it", function()
+    local x = accel.ones(2, 3, 4)
+    -- torch: "argument 'keepdim' (position 2) must be bool, not int" (x.sum(0, 1), x.amax(0, 1))
+    expect_error(function() local _ = x:sum(1, 2) end, "sum: argument #2", "boolean keepdim", "{1, 2}")
+    expect_error(function() local _ = x:amax(1, 2) end, "amax: argument #2", "boolean keepdim")
+    expect_error(function() local _ = x:any(1, 2) end, "any: argument #2", "boolean keepdim")
+    expect_error(function() local _ = accel.sum(x, 1, 2) end, "sum: argument #3", "boolean keepdim")
+    -- torch: x.sum("1") has no matching signature
+    expect_error(function() local _ = x:sum("1") end, "sum: argument #1", "a dim", "got string")
+    -- torch: dtype is keyword-only ("mean() takes from 1 to 2 positional arguments but 3 were given")
+    expect_error(function() local _ = x:mean(1, true, accel.float64) end, "mean: argument #3", "{dtype = ...}", "got a dtype")
+    expect_error(function() local _ = x:max(1, true, 3) end, "max: argument #3", "options table")
+    expect_error(function() local _ = x:argmax(1, true, 3) end, "argmax: argument #3", "options table")
+    expect_error(function() local _ = x:std(1, true, true, 2) end, "std: argument #4", "options table")
+    expect_error(function() local _ = x:norm(2, 1, true, 5) end, "norm: argument #4", "options table")
+    expect_error(function() local _ = x:sum(1, true, {dtype = accel.float64}, 1) end, "sum", "unexpected argument #4")
+    -- the forms torch takes still work
+    assert.same({1, 3, 4}, support.shape_of(x:sum(1, true)))
+    assert.are.equal(accel.float64, x:sum(1, true, {dtype = accel.float64}).dtype)
+    assert.same({2, 1, 4}, support.shape_of(x:amax(2, {keepdim = true})))
+  end)
+
+  it("binary ops take one operand and their options table only", function()
+    -- torch: "add() takes 1 positional argument but 2 were given"
+    expect_error(function() local _ = a:add(a, 2) end, "add: argument #2", "{alpha = ...}", "got number")
+    expect_error(function() local _ = a:mul(a, 2) end, "mul: argument #2", "one operand")
+    expect_error(function() local _ = a:eq(a, 1) end, "eq: argument #2")
+    expect_error(function() local _ = a:pow(2, 3) end, "pow", "unexpected argument #2")
+    expect_error(function() local _ = a:div(2, "floor") end, "div: argument #2", "rounding_mode")
+    expect_error(function() local _ = a:add(2, {alpha = 2}, 3) end, "add", "unexpected argument #3")
+    assert.same({{4, 4, 4}, {4, 4, 4}}, a:add(2, {alpha = 2}):tolist())
+  end)
+
   it("clone, the dtype casts and cpu take memory_format = preserve_format or contiguous_format (as torch)", function()
     local x = accel.ones(2, 2)
     for _, f in ipairs({"preserve_format", "contiguous_format"}) do

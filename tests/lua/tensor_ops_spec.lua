@@ -191,6 +191,14 @@ describe("elementwise unary math", function()
     assert_close(exact, x:gelu({approximate = "none"}):tolist(), RTOL32, ATOL32, "gelu none")
   end)
 
+  -- torch 2.15: "gelu(): argument 'approximate' must be str, not bool"
+  it("gelu's approximate must be a string, as torch's", function()
+    local x = inputs()
+    support.expect_error(function() local _ = x:gelu({approximate = true}) end, "gelu: approximate must be a string", "boolean")
+    support.expect_error(function() local _ = F.gelu(x, {approximate = false}) end, "gelu: approximate must be a string")
+    support.expect_error(function() local _ = F.gelu(x, {approximate = "exact"}) end, 'must be "none" or "tanh", got "exact"')
+  end)
+
   it("clamp with min, max, both, and an options table", function()
     local x = inputs()
     local xs = x:tolist()
@@ -1207,6 +1215,22 @@ describe("softmax / log_softmax", function()
     local r = F.softmax(x, -1, {dtype = accel.float64})
     assert.are.equal(accel.float64, r.dtype)
     assert_close(softmax_rows(xl), r:tolist(), 1e-12, 1e-14)
+  end)
+
+  it("F.softmax refuses a positional dtype (torch's third argument there is _stacklevel)", function()
+    support.expect_error(function() local _ = F.log_softmax(x, 2, accel.float64) end, "log_softmax: pass the dtype as an option",
+      "{dtype = accel.float64}")
+    support.expect_error(function() local _ = x:softmax(2, 3) end, "softmax: argument #2 should be a dtype or an options table")
+  end)
+
+  it("takes the dtype positionally too, as torch's x.softmax(dim, torch.float64)", function()
+    for _, r in ipairs({x:softmax(2, accel.float64), accel.softmax(x, 2, accel.float64)}) do
+      assert.are.equal(accel.float64, r.dtype)
+      assert_close(softmax_rows(xl), r:tolist(), 1e-12, 1e-14)
+    end
+    local l = x:log_softmax(2, accel.float64)
+    assert.are.equal(accel.float64, l.dtype)
+    assert_close(softmax_rows(xl, true), l:tolist(), 1e-12, 1e-14)
   end)
 end)
 

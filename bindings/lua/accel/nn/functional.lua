@@ -57,8 +57,9 @@ function F.relu(x, o, ...)
   if inplace_flag("relu", o) then return x:relu_() end
   return x:relu()
 end
-function F.gelu(x, o)
-  return tensor_arg("gelu", "input", x):gelu({approximate = check("gelu", o, {"approximate"}).approximate or "none"})
+function F.gelu(x, o, ...)
+  no_more("gelu", 2, "1 (and an options table)", ...)
+  return tensor_arg("gelu", "input", x):gelu({approximate = check("gelu", o, {"approximate"}).approximate})
 end
 function F.silu(x, o, ...)
   no_more("silu", 2, "from 1 to 2", ...)
@@ -88,8 +89,15 @@ function F.leaky_relu(x, slope, o, ...)
   return x:leaky_relu(slope)
 end
 
+-- PyTorch's third positional argument is _stacklevel, so F.softmax(x, 1,
+-- torch.float64) computes in float32 there: a dtype in that place is refused
+-- here, naming the option that takes it.
 local function softmax_dim(name, x, dim, o)
   tensor_arg(name, "input", x)
+  if type(o) == "table" and rawget(o, "__dtype") ~= nil then
+    raise("%s: pass the dtype as an option, F.%s(x, dim, {dtype = accel.%s}) (PyTorch's third positional argument is "
+      .. "_stacklevel, not dtype)", name, name, o.name)
+  end
   if type(dim) == "table" then o, dim = check(name, dim, {"dim", "dtype"}), dim.dim
   else o = check(name, o, {"dtype"}) end
   if dim == nil then raise("%s: dim must be given (e.g. F.%s(x, -1))", name, name) end
@@ -140,20 +148,40 @@ local function refuse_class_weight(name, o)
   if o and o.weight ~= nil then raise("%s: per-class weight is not supported", name) end
 end
 
+-- ignore_index and label_smoothing of the class-target losses (nil: their
+-- defaults), checked as PyTorch's argument parser does: an integer; a
+-- number in [0, 1].
+function F._ignore_index(op, v)
+  if v == nil then return -100 end
+  if type(v) ~= "number" or v ~= math.floor(v) or v == math.huge or v == -math.huge then
+    raise("%s: ignore_index must be an integer, got %s", op, util.show(v))
+  end
+  return v
+end
+
+function F._label_smoothing(op, v)
+  if v == nil then return 0.0 end
+  if type(v) ~= "number" then raise("%s: label_smoothing must be a number, got %s", op, util.show(v)) end
+  if not (v >= 0 and v <= 1) then raise("%s: label_smoothing must be between 0.0 and 1.0, got %s", op, util.show(v)) end
+  return v
+end
+
 function F.cross_entropy(input, target, o, ...)
   no_more("cross_entropy", 3, "from 2 to 3", ...) -- options in one table (PyTorch's positional layout is not read)
   tensor_arg("cross_entropy", "input", input)
   tensor_arg("cross_entropy", "target", target)
   o = check("cross_entropy", o, {"weight", "ignore_index", "label_smoothing", "reduction"})
   refuse_class_weight("cross_entropy", o)
-  local ignore = opt(o, "ignore_index", -100)
+  local ignore = F._ignore_index("cross_entropy", o.ignore_index)
+  local smoothing = F._label_smoothing("cross_entropy", o.label_smoothing)
+  local reduction = F._reduction("cross_entropy", o.reduction)
   if accel.is_tensor(target) and target.dtype.is_floating_point then
     if ignore >= 0 then raise("cross_entropy: ignore_index is not supported for floating point target") end
   else
     check_class_target("cross_entropy", target)
   end
   input, target = fp32_in_autocast(input), fp32_in_autocast(target)
-  local loss = C.cross_entropy(input, target, ignore, opt(o, "label_smoothing", 0.0), opt(o, "reduction", "mean"))
+  local loss = C.cross_entropy(input, target, ignore, smoothing, reduction)
   local half = input.dtype == accel.bfloat16 or input.dtype == accel.float16 -- only outside autocast
   return half and loss:to(input.dtype) or loss
 end
@@ -228,7 +256,7 @@ function F.nll_loss(input, target, o, ...)
   input = fp32_in_autocast(input)
   check_nll_shapes(input, target)
   if input:dim() == 1 then target = target:reshape({}) end
-  local ignore = opt(o, "ignore_index", -100)
+  local ignore = F._ignore_index("nll_loss", o.ignore_index)
   local ignored = target:eq(ignore)
   local picked = pick_classes(input, target:masked_fill(ignored, 0)):masked_fill(ignored, 0)
   if reduction == "mean" then return picked:sum() / (target:numel() - ignored:sum():item()) end

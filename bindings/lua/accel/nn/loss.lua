@@ -39,7 +39,7 @@ local function class_target_opts(self, name, o, keys)
   if accel.is_tensor(first) or o.weight ~= nil then
     raise("%s: per-class weight is not supported", name)
   end
-  self.ignore_index = o.ignore_index or -100
+  self.ignore_index = F._ignore_index(name, o.ignore_index)
   return o
 end
 
@@ -47,10 +47,7 @@ local CrossEntropyLoss = export_class(M, "CrossEntropyLoss")
 function CrossEntropyLoss:init(o, ...)
   no_more("CrossEntropyLoss", 1, ...)
   o = class_target_opts(self, "CrossEntropyLoss", o, {"weight", "ignore_index", "reduction", "label_smoothing"})
-  self.label_smoothing = o.label_smoothing or 0.0
-  if self.label_smoothing < 0 or self.label_smoothing > 1 then
-    raise("CrossEntropyLoss: label_smoothing must be between 0.0 and 1.0, got %s", tostring(self.label_smoothing))
-  end
+  self.label_smoothing = F._label_smoothing("CrossEntropyLoss", o.label_smoothing)
   self.reduction = reduction("CrossEntropyLoss", o)
 end
 function CrossEntropyLoss:forward(input, target, ...)
