@@ -521,6 +521,14 @@ describe("optimizer errors", function()
     fails("SGD: lr given twice", optim.SGD, {p}, 0.1, {lr = 0.2})
     fails("SGD: expected %(params, %[lr%], %[options%]%), got a string before the options", optim.SGD, {p}, "0.1", {})
     fails("Adam: expected lr %(a number%) or an options table after params, got string", optim.Adam, {p}, "0.1")
+    -- PyTorch 2.15's constructors: "`fused` and `foreach` cannot be `True` together." (SGD, Adam, AdamW) and, for
+    -- Adam / AdamW, "lr as a Tensor is not supported for capturable=False and foreach=True"
+    fails("SGD: `fused` and `foreach` cannot be `True` together.", optim.SGD, {p}, {lr = 0.1, fused = true, foreach = true})
+    fails("AdamW: `fused` and `foreach` cannot be `True` together.", optim.AdamW, {p}, {fused = true, foreach = true})
+    fails("Adam: lr as a Tensor is not supported for capturable=False and foreach=True", optim.Adam, {p},
+      {lr = accel.tensor(0.01), foreach = true})
+    assert.are.equal(0.5, optim.SGD({p}, {lr = accel.tensor(0.5), foreach = true}).param_groups[1].lr)
+    assert.are.equal(true, optim.Adam({p}, {fused = true}).param_groups[1].fused)
   end)
 
   it("checks a param group's hyper-parameters as the options", function()

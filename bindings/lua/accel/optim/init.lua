@@ -520,7 +520,17 @@ local function options(name, opts, defaults)
   local d = {}
   for k, v in pairs(defaults) do d[k] = copy_plain(v) end
   for k, v in pairs(opts or {}) do d[k] = option_value(name, defaults, k, v) end
+  if d.fused == true and d.foreach == true then raise("%s: `fused` and `foreach` cannot be `True` together.", name) end
   return d
+end
+
+-- PyTorch's Adam / AdamW refuse a tensor lr with foreach = true (and
+-- capturable false) at construction.
+local function check_tensor_lr_foreach(name, o)
+  if type(o) == "table" and is_tensor(o.lr) and o.foreach == true and o.capturable ~= true then
+    raise("%s: lr as a Tensor is not supported for capturable=False and foreach=True", name)
+  end
+  return o
 end
 
 -- The options of (params, [lr], [opts]): PyTorch's lr may come positionally.
@@ -671,7 +681,7 @@ local function adam_class(name, default_wd, decoupled)
   cls._state_keys = {required = {"step", "exp_avg", "exp_avg_sq"}, optional = {"max_exp_avg_sq"}}
   cls.step = adam_step
   function cls:init(params, lr, opts)
-    Optimizer.init(self, params, options(name, ctor_options(name, lr, opts), defaults))
+    Optimizer.init(self, params, options(name, check_tensor_lr_foreach(name, ctor_options(name, lr, opts)), defaults))
   end
   return cls
 end
