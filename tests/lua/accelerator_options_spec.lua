@@ -71,7 +71,7 @@ local function same_as_plain(o)
 end
 
 -- The options a prepared loader's shard() was called with.
-local function shard_options(o)
+local function shard_options(o, before_prepare)
   local loader = data.DataLoader(data.TensorDataset(accel.arange(8)), {batch_size = 2})
   local orig, seen = loader.shard, nil
   loader.shard = function(self, r, w, so)
@@ -79,6 +79,7 @@ local function shard_options(o)
     return orig(self, r, w, so)
   end
   local a = accel.Accelerator(o)
+  if before_prepare then before_prepare(a) end
   local prepared = a:prepare(loader)
   return seen, prepared, a
 end
@@ -220,6 +221,15 @@ CASES.Accelerator = {
   even_batches = function()
     assert.is_true(shard_options({}).even_batches)
     assert.is_false(shard_options({even_batches = false}).even_batches)
+    -- Accelerate's even_batches is a property over dataloader_config, with a setter writing into it; its
+    -- split_batches, non_blocking and use_seedable_sampler are properties without one
+    local seen, _, a = shard_options({}, function(acc) acc.even_batches = false end)
+    assert.is_false(seen.even_batches)
+    assert.is_false(a.dataloader_config.even_batches)
+    assert.is_false(shard_options({}, function(acc) acc.dataloader_config.even_batches = false end).even_batches)
+    assert.is_true(shard_options({}, function(acc) acc.dataloader_config.split_batches = true end).split_batches)
+    error_matching("Accelerator.split_batches is read%-only", function() a.split_batches = true end)
+    error_matching("Accelerator.even_batches must be a boolean, got 0", function() a.even_batches = 0 end)
   end,
   deepspeed_plugin = function()
     local a = accel.Accelerator{deepspeed_plugin = {zero_stage = 0, gradient_accumulation_steps = 3}}

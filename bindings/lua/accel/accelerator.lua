@@ -196,6 +196,11 @@ Accelerator.__newindex = function(self, k, v)
     self.gradient_state.num_steps = v
     return
   end
+  if k == "even_batches" then -- Accelerate's one setter among the data loader fields: it writes the config
+    if type(v) ~= "boolean" then raise("Accelerator.even_batches must be a boolean, got %s", util.show(v)) end
+    self.dataloader_config.even_batches = v
+    return
+  end
   if props[k] then raise("Accelerator.%s is read-only", tostring(k)) end
   rawset(self, k, v)
 end
@@ -224,6 +229,11 @@ function props.remainder(a) return a.gradient_state.remainder end
 function props.project_dir(a) return a.project_configuration.project_dir end
 function props.logging_dir(a) return a.project_configuration.logging_dir end
 function props.save_iteration(a) return a.project_configuration.iteration end
+-- read from dataloader_config each time, as Accelerate's properties (a
+-- change to the config is seen by the next prepare)
+for _, k in ipairs({"split_batches", "even_batches", "non_blocking", "use_seedable_sampler"}) do
+  props[k] = function(a) return a.dataloader_config[k] end
+end
 
 -- Accelerate's: true for several accelerator devices (MULTI_GPU), not MULTI_CPU.
 function props.multi_device(a) return a.state.distributed_type == "MULTI_GPU" end
@@ -792,10 +802,6 @@ local function new_accelerator(_, o)
   rawset(self, "project_configuration", pc)
   local dlc = resolve_dataloader_config(o)
   rawset(self, "dataloader_config", dlc)
-  rawset(self, "split_batches", dlc.split_batches)
-  rawset(self, "even_batches", dlc.even_batches)
-  rawset(self, "non_blocking", dlc.non_blocking)
-  rawset(self, "use_seedable_sampler", dlc.use_seedable_sampler)
   rawset(self, "step_scheduler_with_optimizer", o.step_scheduler_with_optimizer ~= false)
   rawset(self, "device_placement", o.device_placement ~= false)
   rawset(self, "log_with", o.log_with)
