@@ -600,7 +600,9 @@ static int module_index(lua_State *L) {
         if (strcmp(k, exports[i].name) == 0) return require_field(L, exports[i].module, k);
     /* torch's function forms: accel.exp(t), accel.sum(t, 2) are the tensor methods t:exp(), t:sum(2) */
     lua_getfield(L, LUA_REGISTRYINDEX, "accel.TensorMethods");
-    return lua_istable(L, -1) && lua_getfield(L, -1, k) == LUA_TFUNCTION ? 1 : 0;
+    if (lua_getfield(L, -1, k) == LUA_TFUNCTION) return 1;
+    lua_pop(L, 1);
+    return lu_load_lua_tensor_methods(L) && lua_getfield(L, -1, k) == LUA_TFUNCTION ? 1 : 0;
 }
 
 static int dtype_tostring(lua_State *L) {
@@ -755,7 +757,12 @@ int luaopen_accel(lua_State *L) {
     lu_open_tracking(L, m);
     lu_open_profile(L, m);
     lu_open_fp8(L, m);
+    lu_open_sort(L, m);
     lu_open_cuda(L, m);
+    lua_getfield(L, m, "_C"); /* the method table, for accel.tensor_methods to extend */
+    lua_getfield(L, LUA_REGISTRYINDEX, "accel.TensorMethods");
+    lua_setfield(L, -2, "tensor_methods");
+    lua_pop(L, 1);
     lua_pushliteral(L, "0.1.0");
     lua_setfield(L, m, "__version__");
     lua_createtable(L, 0, 1);

@@ -163,6 +163,10 @@ void lu_open_safetensors(lua_State *L, int module_idx); /* safetensors_lua.c: st
 void lu_open_attention(lua_State *L, int module_idx); /* attention_lua.c: scaled_dot_product_attention (fused) */
 void lu_open_profile(lua_State *L, int module_idx); /* profile_lua.c: profile_start/stop/events (core/profile.h) */
 void lu_open_cuda(lua_State *L, int module_idx); /* cuda_lua.c: device_count, accel.cuda.*, accel.backends.cuda.matmul */
+void lu_open_sort(lua_State *L, int module_idx); /* sort_lua.c: argsort_last */
+/* Loads accel.tensor_methods (the tensor methods written in Lua) into the
+ * method table the first time it is called; true then. */
+bool lu_load_lua_tensor_methods(lua_State *L);
 void lu_open_fp8(lua_State *L, int module_idx); /* fp8_lua.c: fp8_quantize, fp8_dequantize, fp8_amax, fp8_update_scale, fp8_scaled_mm (core/fp8.h) */
 
 #endif

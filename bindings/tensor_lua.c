@@ -1694,6 +1694,38 @@ static int push_property(lua_State *L, Tensor *t, const char *k) {
     return 0;
 }
 
+static bool in_list(const char *const *list, const char *k) {
+    for (int i = 0; list[i]; i++)
+        if (strcmp(k, list[i]) == 0) return true;
+    return false;
+}
+
+/* PyTorch tensor methods a script may call that accel-lua does not have:
+ * reading one is an error naming it, not a nil to call. */
+static const char *const not_provided_methods[] = {
+    "cumprod", "cummax", "cummin", "logcumsumexp", "scatter", "scatter_", "scatter_add", "scatter_add_",
+    "scatter_reduce", "index_add", "index_add_", "index_copy", "index_copy_", "index_fill", "index_fill_",
+    "index_put", "index_put_", "put_", "take", "take_along_dim", "masked_scatter", "masked_scatter_", "rot90",
+    "einsum", "diag", "diagonal", "trace", "median", "nanmedian", "mode", "unique", "unique_consecutive",
+    "kthvalue", "quantile", "searchsorted", "bincount", "histc", "erfinv", "hypot", "cross", "multinomial",
+    "bernoulli", "bernoulli_", "normal_", "uniform_", "exponential_", "random_", "diff", "addmm", "baddbmm", "frac",
+    "fmax", "fmin", "tensor_split", "hsplit", "vsplit", "to_sparse", "numpy", "var_mean", "std_mean", "aminmax",
+    "softplus", "logit", "xlogy", "sinc", "deg2rad", "atan2", "arctan2", "bitwise_and", "bitwise_or", "bitwise_xor",
+    "bitwise_not", "unfold", "as_strided", "pin_memory", "share_memory_", "apply_", "map_",
+    NULL};
+
+bool lu_load_lua_tensor_methods(lua_State *L) {
+    bool loaded = lua_getfield(L, LUA_REGISTRYINDEX, "accel.TensorLuaMethods") != LUA_TNIL;
+    lua_pop(L, 1);
+    if (loaded) return false;
+    lua_pushboolean(L, 1); /* first: a lookup while the module loads does not load it again */
+    lua_setfield(L, LUA_REGISTRYINDEX, "accel.TensorLuaMethods");
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "accel.tensor_methods");
+    lua_call(L, 1, 0);
+    return true;
+}
+
 static int t_index(lua_State *L) {
     lua_pushvalue(L, 2);
     if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;
@@ -1709,12 +1741,19 @@ static int t_index(lua_State *L) {
                            "indices use t:index_select(dim, idx) or t:gather(dim, idx)",
                         lu_is_tensor(L, 2) ? "tensor" : luaL_typename(L, 2));
     if (push_property(L, t, lua_tostring(L, 2))) return 1;
-    static const char *const not_provided[] = {"retain_grad", "register_hook", "register_post_accumulate_grad_hook",
-                                               "retains_grad", NULL};
-    for (int i = 0; not_provided[i]; i++)
-        if (strcmp(lua_tostring(L, 2), not_provided[i]) == 0)
-            return lu_error(L, "Tensor.%s is not provided (PyTorch's tensor hooks and retained non-leaf gradients are "
-                               "not supported; docs/api/autograd.md)", not_provided[i]);
+    if (lu_load_lua_tensor_methods(L)) { /* the first name C does not have: the Lua methods join the table */
+        lua_pushvalue(L, 2);
+        if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;
+        lua_pop(L, 1);
+    }
+    static const char *const no_hooks[] = {"retain_grad", "register_hook", "register_post_accumulate_grad_hook",
+                                           "retains_grad", NULL};
+    if (in_list(no_hooks, lua_tostring(L, 2)))
+        return lu_error(L, "Tensor.%s is not provided (PyTorch's tensor hooks and retained non-leaf gradients are "
+                           "not supported; docs/api/autograd.md)", lua_tostring(L, 2));
+    if (in_list(not_provided_methods, lua_tostring(L, 2)))
+        return lu_error(L, "Tensor.%s is not provided by accel-lua (docs/api/tensor.md lists the tensor methods, "
+                           "docs/api/tensor.md#not-provided what is missing)", lua_tostring(L, 2));
     lua_pushnil(L);
     return 1;
 }
@@ -1761,7 +1800,11 @@ static int t_newindex(lua_State *L) {
         overwrite_end(t, r);
         return 0;
     }
-    const char *k = luaL_checkstring(L, 2);
+    if (lua_type(L, 2) != LUA_TSTRING)
+        return lu_error(L, "t[%s] = ...: a tensor is assigned by a 1-based integer position (t[1] = v); with a mask "
+                           "use t:masked_fill_(mask, v) or t = accel.where(mask, v, t)",
+                        lu_is_tensor(L, 2) ? "tensor" : luaL_typename(L, 2));
+    const char *k = lua_tostring(L, 2);
     if (strcmp(k, "requires_grad") == 0) {
         if (!lua_isboolean(L, 3)) /* as torch's "requires_grad must be a bool" (nil is not false) */
             return lu_error(L, "t.requires_grad = %s: requires_grad must be a boolean", luaL_typename(L, 3));

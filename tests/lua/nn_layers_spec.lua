@@ -290,6 +290,36 @@ describe("nn.LayerNorm and nn.RMSNorm", function()
     assert.are.same({{-0.35546875, -1.7734375, 0.4375, 2.625}}, F.rms_norm(xb, {4}, wb:float()):double():tolist())
   end)
 
+  it("layer_norm, rms_norm, dropout and normalize take PyTorch's arguments positionally or by name", function()
+    local f32 = {dtype = accel.float32} -- (LuaJIT reads 1.0 as an integer)
+    local x = accel.tensor({{1, 2, 4, 9}}, f32)
+    local w, b = accel.tensor({1, 2, 3, 4}, f32), accel.tensor({0.5, 0.5, 0.5, 0.5})
+    -- closed form: (x - mean) / sqrt(var + eps) * w + b, var biased; mean 4, var 9.5, eps 10
+    local want = {}
+    for i, v in ipairs({1, 2, 4, 9}) do want[i] = (v - 4) / math.sqrt(9.5 + 10) * i + 0.5 end
+    for _, y in ipairs({F.layer_norm(x, {4}, w, b, 10), F.layer_norm(x, {4}, w, b, {eps = 10}),
+                        F.layer_norm(x, {4}, {weight = w, bias = b, eps = 10})}) do
+      close(y, T({want}), 1e-6)
+    end
+    -- rms_norm: x / sqrt(mean(x^2) + eps); mean(x^2) = 25.5
+    local rms = {}
+    for i, v in ipairs({1, 2, 4, 9}) do rms[i] = v / math.sqrt(25.5 + 6.5) end
+    close(F.rms_norm(x, {4}, nil, {eps = 6.5}), T({rms}), 1e-6)
+    close(F.rms_norm(x, {4}, nil, 6.5), T({rms}), 1e-6)
+    assert.are.equal(x, F.dropout(x, 0.3, false))
+    assert.are.equal(x, F.dropout(x, {p = 0.3, training = false}))
+    local y = x:clone()
+    assert.are.equal(y, F.dropout(y, 0.5, true, true)) -- inplace: the result is written into y
+    close(F.normalize(x, 1, 2), T({{1 / 16, 2 / 16, 4 / 16, 9 / 16}}), 1e-6)
+    support.expect_error(function() local _ = F.layer_norm(x, {4}, w, b, 1e-3, 5) end,
+      "layer_norm: 4 arguments given where at most 3 are taken")
+    support.expect_error(function() local _ = F.layer_norm(x, {4}, w, {weight = w}) end,
+      "layer_norm: got multiple values for argument 'weight'")
+    support.expect_error(function() local _ = F.layer_norm(x, {4}, w, b, "a") end, 'layer_norm: eps must be a number, got "a"')
+    support.expect_error(function() local _ = F.dropout(x, 0.3, 1) end, "dropout: training must be a boolean, got 1")
+    support.expect_error(function() local _ = F.normalize(x, 1, {p = 2}) end, "normalize: got multiple values for argument 'p'")
+  end)
+
   it("layer_norm and rms_norm check normalized_shape against the input's last dims (PyTorch's message)", function()
     local x = accel.randn(3, 5)
     support.expect_error(function() local _ = nn.RMSNorm(4, {elementwise_affine = false})(x) end,

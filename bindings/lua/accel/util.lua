@@ -274,6 +274,35 @@ function util.check_options(name, o, keys)
   return o
 end
 
+-- A plain options table: not a tensor (a userdata), a dtype or a list.
+function util.is_options(v)
+  return type(v) == "table" and rawget(v, "__dtype") == nil and v[1] == nil
+end
+
+-- PyTorch's call op(..., names[1], names[2], ...) as Lua arguments: those
+-- positionally, then at most one options table holding any of them by
+-- name. Returns {name = value}; an argument given both ways, or more
+-- positional ones than names, is PyTorch's TypeError.
+function util.torch_args(op, names, ...)
+  local n = select("#", ...)
+  local o = {}
+  if n > 0 and util.is_options(select(n, ...)) then o, n = util.check_options(op, select(n, ...), names), n - 1 end
+  if n > #names then
+    util.raise("%s: %d arguments given where at most %d are taken (%s, then an options table)", op, n, #names,
+      table.concat(names, ", "))
+  end
+  local v = {}
+  for k, x in pairs(o) do v[k] = x end
+  for i = 1, n do
+    local x = select(i, ...)
+    if x ~= nil then
+      if o[names[i]] ~= nil then util.raise("%s: got multiple values for argument '%s'", op, names[i]) end
+      v[names[i]] = x
+    end
+  end
+  return v
+end
+
 -- A method's options: nil, a table of the keys listed (else an error naming
 -- the method and the key), or PyTorch's positional values, bound in order to
 -- positional ({{key, type}, ...}; a value of another type is an error).

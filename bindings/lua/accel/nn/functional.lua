@@ -24,6 +24,8 @@ local function no_more(op, n, takes, ...)
   end
 end
 
+local torch_args = util.torch_args
+
 -- v when it is a tensor, else PyTorch's TypeError for op's argument name.
 local function tensor_arg(op, name, v)
   if not accel.is_tensor(v) then raise("%s: argument '%s' must be a tensor, got %s", op, name, type(v)) end
@@ -87,6 +89,96 @@ function F.leaky_relu(x, slope, o, ...)
   slope = slope or 0.01
   if inplace_flag("leaky_relu", o, keys) then return x:leaky_relu_(slope) end
   return x:leaky_relu(slope)
+end
+
+-- softplus(x, [beta = 1], [threshold = 20]): log(1 + exp(beta x)) / beta,
+-- x itself where beta x > threshold
+function F.softplus(x, ...)
+  local a = torch_args("softplus", {"beta", "threshold"}, ...)
+  tensor_arg("softplus", "input", x)
+  local beta, threshold = a.beta or 1, a.threshold or 20
+  local bx = beta == 1 and x or x * beta
+  local soft = bx:clamp(nil, threshold + 1):exp():log1p() -- the bound only keeps the unused side finite
+  return accel.where(bx:gt(threshold), x, beta == 1 and soft or soft / beta)
+end
+
+-- elu(x, [alpha = 1], [inplace = false]): x where x > 0, else alpha (exp(x) - 1)
+function F.elu(x, ...)
+  local a = torch_args("elu", {"alpha", "inplace"}, ...)
+  tensor_arg("elu", "input", x)
+  local y = accel.where(x:gt(0), x, x:clamp(nil, 1):exp():sub(1) * (a.alpha or 1)) -- (clamp: finite unused side)
+  return a.inplace and x:copy_(y) or y
+end
+
+-- logsigmoid(x) = -softplus(-x), stable for large |x|
+function F.logsigmoid(x, ...)
+  no_more("logsigmoid", 1, "1", ...)
+  tensor_arg("logsigmoid", "input", x)
+  -- x - log(1 + e^x) below 0, -log(1 + e^-x) from 0 (clamps keep the unused side finite)
+  return accel.where(x:lt(0), x - x:clamp(nil, 1):exp():log1p(), -(-x:clamp(-1, nil)):exp():log1p())
+end
+
+-- one_hot(ids, [num_classes = -1]): int64 (..., num_classes) with a 1 at
+-- each id (0-based); -1 takes the largest id + 1
+function F.one_hot(ids, num_classes, ...)
+  no_more("one_hot", 2, "from 1 to 2", ...)
+  tensor_arg("one_hot", "input", ids)
+  if ids.dtype ~= accel.int64 then raise("one_hot: is only applicable to index tensor of type LongTensor (int64), got %s", ids.dtype.name) end
+  local n = num_classes or -1
+  if type(n) ~= "number" or n ~= math.floor(n) or n < -1 then
+    raise("one_hot: num_classes must be a non-negative integer or -1, got %s", util.show(num_classes))
+  end
+  if ids:numel() > 0 then
+    if ids:min():item() < 0 then raise("one_hot: Class values must be non-negative.") end
+    local top = ids:max():item()
+    if n == -1 then n = top + 1 elseif top >= n then raise("one_hot: Class values must be smaller than num_classes.") end
+  elseif n == -1 then
+    raise("one_hot: Can not infer total number of classes from empty tensor.")
+  end
+  return ids:unsqueeze(-1):eq(accel.arange(n, {device = ids.device})):long()
+end
+
+-- pad(x, pad, [mode = "constant"], [value = 0]): pad = {left, right, top,
+-- bottom, ...} from the last dim backwards; a negative amount crops. Only
+-- mode "constant" is provided.
+function F.pad(x, pad, ...)
+  local a = torch_args("pad", {"mode", "value"}, ...)
+  tensor_arg("pad", "input", x)
+  if a.mode ~= nil and a.mode ~= "constant" then
+    raise("pad: mode '%s' is not supported (only 'constant')", tostring(a.mode))
+  end
+  if type(pad) ~= "table" or #pad % 2 ~= 0 then raise("pad: Padding length must be divisible by 2") end
+  if #pad / 2 > x:dim() then raise("pad: Padding length should be less than or equal to two times the input dimension") end
+  local y = x
+  for i = 1, #pad, 2 do
+    local d, before, after = x:dim() - math.floor(i / 2), pad[i], pad[i + 1]
+    for side, amount in ipairs({before, after}) do
+      if amount < 0 then
+        local n = y:size(d)
+        if -amount > n then raise("pad: padding %d crops more than dim %d's size %d", amount, d, n) end
+        y = side == 1 and y:narrow(d, 1 - amount, n + amount) or y:narrow(d, 1, n + amount)
+      elseif amount > 0 then
+        local shape = {}
+        for k = 1, y:dim() do shape[k] = y:size(k) end
+        shape[d] = amount
+        local fill = accel.full(shape, a.value or 0, {dtype = y.dtype, device = y.device})
+        y = accel.cat(side == 1 and {fill, y} or {y, fill}, d)
+      end
+    end
+  end
+  return y
+end
+
+-- cosine_similarity(x1, x2, [dim = 2], [eps = 1e-8]): along dim (PyTorch's
+-- dim=1), each vector divided by max(its norm, eps) first, as PyTorch's
+function F.cosine_similarity(x1, x2, ...)
+  local a = torch_args("cosine_similarity", {"dim", "eps"}, ...)
+  tensor_arg("cosine_similarity", "x1", x1)
+  tensor_arg("cosine_similarity", "x2", x2)
+  local dim, eps = a.dim or 2, a.eps or 1e-8
+  local n1 = x1:norm(2, dim, {keepdim = true}):clamp(eps)
+  local n2 = x2:norm(2, dim, {keepdim = true}):clamp(eps)
+  return ((x1 / n1) * (x2 / n2)):sum(dim)
 end
 
 -- PyTorch's third positional argument is _stacklevel, so F.softmax(x, 1,
@@ -274,23 +366,82 @@ local function warn_target_shape(op, input, target)
     :format(op, shape_text(target.shape), shape_text(input.shape)))
 end
 
-function F.mse_loss(input, target, o, ...)
-  no_more("mse_loss", 3, "from 2 to 3", ...) -- options in one table (PyTorch's positional layout is not read)
-  tensor_arg("mse_loss", "input", input)
-  tensor_arg("mse_loss", "target", target)
-  o = check("mse_loss", o, {"reduction"})
-  warn_target_shape("mse_loss", input, target)
-  local d = fp32_in_autocast(input) - fp32_in_autocast(target)
+-- The checked arguments of an element-wise loss op(input, target, [o]):
+-- input and target (float32 under autocast) and the options (keys).
+local function pointwise_loss_args(op, keys, input, target, o, ...)
+  no_more(op, 3, "from 2 to 3", ...) -- options in one table (PyTorch's positional layout is not read)
+  tensor_arg(op, "input", input)
+  tensor_arg(op, "target", target)
+  o = check(op, o, keys)
+  warn_target_shape(op, input, target)
+  return fp32_in_autocast(input), fp32_in_autocast(target), o
+end
+
+local REDUCTION = {"reduction"}
+
+function F.mse_loss(...)
+  local x, t, o = pointwise_loss_args("mse_loss", REDUCTION, ...)
+  local d = x - t
   return reduce("mse_loss", d * d, o.reduction)
 end
 
-function F.l1_loss(input, target, o, ...)
-  no_more("l1_loss", 3, "from 2 to 3", ...) -- options in one table (PyTorch's positional layout is not read)
-  tensor_arg("l1_loss", "input", input)
-  tensor_arg("l1_loss", "target", target)
-  o = check("l1_loss", o, {"reduction"})
-  warn_target_shape("l1_loss", input, target)
-  return reduce("l1_loss", (fp32_in_autocast(input) - fp32_in_autocast(target)):abs(), o.reduction)
+function F.l1_loss(...)
+  local x, t, o = pointwise_loss_args("l1_loss", REDUCTION, ...)
+  return reduce("l1_loss", (x - t):abs(), o.reduction)
+end
+
+-- a non-negative number option k of op (default when nil)
+local function nonnegative(op, o, k, default)
+  local v = o[k]
+  if v == nil then return default end
+  if type(v) ~= "number" or v < 0 then raise("%s: %s must be a non-negative number, got %s", op, k, util.show(v)) end
+  return v
+end
+
+-- smooth_l1_loss(input, target, [{reduction = "mean", beta = 1}]):
+-- 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (beta 0: l1)
+function F.smooth_l1_loss(...)
+  local x, t, o = pointwise_loss_args("smooth_l1_loss", {"reduction", "beta"}, ...)
+  local beta = nonnegative("smooth_l1_loss", o, "beta", 1.0)
+  local d = (x - t):abs()
+  if beta == 0 then return reduce("smooth_l1_loss", d, o.reduction) end
+  return reduce("smooth_l1_loss", accel.where(d:lt(beta), d * d * (0.5 / beta), d - 0.5 * beta), o.reduction)
+end
+
+-- huber_loss(input, target, [{reduction = "mean", delta = 1}]): 0.5 d^2
+-- where |d| <= delta, else delta (|d| - 0.5 delta)
+function F.huber_loss(...)
+  local x, t, o = pointwise_loss_args("huber_loss", {"reduction", "delta"}, ...)
+  local delta = nonnegative("huber_loss", o, "delta", 1.0)
+  local d = (x - t):abs()
+  return reduce("huber_loss", accel.where(d:le(delta), d * d * 0.5, (d - 0.5 * delta) * delta), o.reduction)
+end
+
+-- binary_cross_entropy(input, target, [{weight =, reduction = "mean"}]) of
+-- probabilities in [0, 1]: -(t log x + (1 - t) log(1 - x)), each log
+-- clamped at -100, as PyTorch's
+function F.binary_cross_entropy(...)
+  local x, t, o = pointwise_loss_args("binary_cross_entropy", {"weight", "reduction"}, ...)
+  local outside = x:lt(0):logical_or(x:gt(1)):logical_or(x:isnan()):any():item()
+  if outside then raise("binary_cross_entropy: all elements of input should be between 0 and 1") end
+  local loss = -(t * x:log():clamp(-100) + (1 - t) * (1 - x):log():clamp(-100))
+  if o.weight ~= nil then loss = loss * tensor_arg("binary_cross_entropy", "weight", o.weight) end
+  return reduce("binary_cross_entropy", loss, o.reduction)
+end
+
+-- kl_div(input, target, [{reduction = "mean", log_target = false}]) of
+-- log-probabilities input: target (log target - input), 0 where target is
+-- 0; reduction "batchmean" divides the sum by the batch size (dim 1)
+function F.kl_div(...)
+  local x, t, o = pointwise_loss_args("kl_div", {"reduction", "log_target"}, ...)
+  if o.log_target ~= nil and type(o.log_target) ~= "boolean" then
+    raise("kl_div: log_target must be a boolean, got %s", util.show(o.log_target))
+  end
+  local loss
+  if o.log_target then loss = t:exp() * (t - x)
+  else loss = accel.where(t:eq(0), 0, t * t:log()) - t * x end -- xlogy(t, t) - t x
+  if o.reduction == "batchmean" then return loss:sum() / (x:dim() > 0 and x:size(1) or 1) end
+  return reduce("kl_div", loss, o.reduction)
 end
 
 -- The tensor t (op's argument what) broadcasts to the shape of like (named
@@ -351,13 +502,19 @@ function F._dropout_p(op, p)
   return p
 end
 
-function F.dropout(x, p, o)
-  if type(p) == "table" then o, p = check("dropout", p, {"p", "training"}), p.p
-  else o = check("dropout", o, {"training"}) end
-  p = F._dropout_p("dropout", p)
-  local training = opt(o, "training", true)
-  if not training or p == 0 then return x end
-  return C.dropout(x, p)
+-- dropout(x, [p = 0.5], [training = true], [inplace = false]), or those in
+-- a trailing options table; inplace writes the result into x (as
+-- nn.Dropout's) and returns x.
+function F.dropout(x, ...)
+  local a = torch_args("dropout", {"p", "training", "inplace"}, ...)
+  tensor_arg("dropout", "input", x)
+  local p = F._dropout_p("dropout", a.p)
+  for _, k in ipairs({"training", "inplace"}) do
+    if a[k] ~= nil and type(a[k]) ~= "boolean" then raise("dropout: %s must be a boolean, got %s", k, util.show(a[k])) end
+  end
+  if a.training == false or p == 0 then return x end
+  local y = C.dropout(x, p)
+  return a.inplace and x:copy_(y) or y
 end
 
 -- padding_idx (a 0-based id in [-num, num), negative from the end) as the
@@ -418,11 +575,17 @@ local function check_affine(op, what, t, dims)
   end
 end
 
-function F.layer_norm(x, normalized_shape, weight, bias, eps)
-  if type(weight) == "table" and not accel.is_tensor(weight) then
-    local o = check("layer_norm", weight, {"weight", "bias", "eps"})
-    weight, bias, eps = o.weight, o.bias, o.eps
-  end
+-- torch's eps: a number
+local function check_eps(op, eps)
+  if eps ~= nil and type(eps) ~= "number" then raise("%s: eps must be a number, got %s", op, util.show(eps)) end
+  return eps
+end
+
+-- layer_norm(x, normalized_shape, [weight], [bias], [eps = 1e-5]), the last
+-- three also by name in a trailing options table
+function F.layer_norm(x, normalized_shape, ...)
+  local a = torch_args("layer_norm", {"weight", "bias", "eps"}, ...)
+  local weight, bias, eps = a.weight, a.bias, check_eps("layer_norm", a.eps)
   local dims = normalized_dims("layer_norm", x, normalized_shape)
   check_affine("layer_norm", "weight", weight, dims)
   check_affine("layer_norm", "bias", bias, dims)
@@ -434,11 +597,9 @@ local machine_eps = {float64 = 2.220446049250313e-16, float32 = 1.19209289550781
 
 -- As PyTorch's: a bf16 / fp16 input is normalized (and scaled by weight) in
 -- float32, eps=nil meaning float32's epsilon, and rounded once to its dtype.
-function F.rms_norm(x, normalized_shape, weight, eps)
-  if type(weight) == "table" and not accel.is_tensor(weight) then
-    local o = check("rms_norm", weight, {"weight", "eps"})
-    weight, eps = o.weight, o.eps
-  end
+function F.rms_norm(x, normalized_shape, ...)
+  local a = torch_args("rms_norm", {"weight", "eps"}, ...)
+  local weight, eps = a.weight, check_eps("rms_norm", a.eps)
   normalized_shape = normalized_dims("rms_norm", x, normalized_shape)
   check_affine("rms_norm", "weight", weight, normalized_shape)
   local dims = {}
@@ -452,10 +613,12 @@ function F.rms_norm(x, normalized_shape, weight, eps)
   return y
 end
 
-function F.normalize(x, o)
+-- normalize(x, [p = 2], [dim = 2], [eps = 1e-12]), also by name in a
+-- trailing options table (dim is 1-based: PyTorch's default dim=1 is 2)
+function F.normalize(x, ...)
   tensor_arg("normalize", "input", x)
-  o = check("normalize", o, {"p", "dim", "eps"})
-  local p, dim, eps = opt(o, "p", 2), opt(o, "dim", 2), opt(o, "eps", 1e-12)
+  local o = torch_args("normalize", {"p", "dim", "eps"}, ...)
+  local p, dim, eps = opt(o, "p", 2), opt(o, "dim", 2), check_eps("normalize", opt(o, "eps", 1e-12))
   return x / x:norm(p, dim, {keepdim = true}):clamp(eps)
 end
 

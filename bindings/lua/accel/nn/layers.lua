@@ -428,6 +428,24 @@ function LeakyReLU:init(slope, o)
   self.inplace = o.inplace == true
 end
 
+activation("LogSigmoid", function(_, x) return F.logsigmoid(x) end)
+
+-- Softplus([beta = 1], [threshold = 20]) or Softplus({beta =, threshold =})
+local Softplus = activation("Softplus", function(self, x) return F.softplus(x, self.beta, self.threshold) end,
+  function(self) return ("beta=%s, threshold=%s"):format(py(self.beta), py(self.threshold)) end)
+function Softplus:init(...)
+  local a = require("accel.util").torch_args("Softplus", {"beta", "threshold"}, ...)
+  self.beta, self.threshold = a.beta or 1.0, a.threshold or 20.0
+end
+
+-- ELU([alpha = 1], [inplace = false]) or ELU({alpha =, inplace =})
+local ELU = activation("ELU", function(self, x) return F.elu(x, self.alpha, self.inplace) end,
+  function(self) return "alpha=" .. py(self.alpha) .. (self.inplace and ", inplace=True" or "") end)
+function ELU:init(...)
+  local a = require("accel.util").torch_args("ELU", {"alpha", "inplace"}, ...)
+  self.alpha, self.inplace = a.alpha or 1.0, a.inplace == true
+end
+
 -- Softmax(dim) / LogSoftmax(dim), dim 1-based, or {dim =}
 local function dim_init(name)
   return function(self, dim)

@@ -67,25 +67,36 @@ function NLLLoss:forward(input, target, ...)
   return F.nll_loss(input, target, {ignore_index = self.ignore_index, reduction = self.reduction})
 end
 
-local MSELoss = export_class(M, "MSELoss")
-function MSELoss:init(o, ...)
-  no_more("MSELoss", 1, ...)
-  self.reduction = reduction("MSELoss", opts("MSELoss", o, {"reduction"}))
-end
-function MSELoss:forward(input, target, ...)
-  no_more("MSELoss", 2, ...)
-  return F.mse_loss(input, target, {reduction = self.reduction})
+-- A loss module over F[fn](input, target, {keys...}): its constructor takes
+-- those options (reduction checked at once; a weight becomes a buffer, as
+-- PyTorch's, and may come first positionally), its forward passes them on.
+local function pointwise_loss(name, fn, keys, allow_batchmean)
+  local cls = export_class(M, name)
+  function cls:init(o, ...)
+    no_more(name, 1, ...)
+    if accel.is_tensor(o) then o = {weight = o} end
+    o = opts(name, o, keys)
+    self.reduction = allow_batchmean and o.reduction == "batchmean" and "batchmean" or reduction(name, o)
+    for _, k in ipairs(keys) do
+      if k == "weight" then self:register_buffer("weight", o.weight)
+      elseif k ~= "reduction" then self[k] = o[k] end
+    end
+  end
+  function cls:forward(input, target, ...)
+    no_more(name, 2, ...)
+    local o = {}
+    for _, k in ipairs(keys) do o[k] = self[k] end
+    return F[fn](input, target, o)
+  end
+  return cls
 end
 
-local L1Loss = export_class(M, "L1Loss")
-function L1Loss:init(o, ...)
-  no_more("L1Loss", 1, ...)
-  self.reduction = reduction("L1Loss", opts("L1Loss", o, {"reduction"}))
-end
-function L1Loss:forward(input, target, ...)
-  no_more("L1Loss", 2, ...)
-  return F.l1_loss(input, target, {reduction = self.reduction})
-end
+pointwise_loss("MSELoss", "mse_loss", {"reduction"})
+pointwise_loss("L1Loss", "l1_loss", {"reduction"})
+pointwise_loss("SmoothL1Loss", "smooth_l1_loss", {"reduction", "beta"})
+pointwise_loss("HuberLoss", "huber_loss", {"reduction", "delta"})
+pointwise_loss("BCELoss", "binary_cross_entropy", {"weight", "reduction"})
+pointwise_loss("KLDivLoss", "kl_div", {"reduction", "log_target"}, true)
 
 -- BCEWithLogitsLoss([{weight =, pos_weight =, reduction =}]): weight and
 -- pos_weight are buffers, as in PyTorch (so they follow :to() and appear in

@@ -1,0 +1,161 @@
+-- nn_functional_more_spec.lua: one_hot, pad, cosine_similarity, the
+-- softplus / elu / logsigmoid activations, the smooth_l1 / huber / binary
+-- cross entropy / kl_div losses and their modules. References: closed
+-- forms evaluated here in float64, float64 finite differences, and
+-- PyTorch 2.15's printed forms and messages quoted beside them.
+local accel = require("accel")
+local support = dofile("tests/lua/support.lua")
+local nn, F = accel.nn, accel.nn.functional
+
+local f64 = {dtype = accel.float64}
+it = support.lua54_only(it, pending, {
+  ["the modules print as PyTorch's and forward as the functions"] =
+    "LuaJIT has no float subtype: a default of 1.0 prints as 1, not PyTorch's 1.0",
+})
+local expect_error = support.expect_error
+
+local function close(a, b, tol)
+  local d = support.max_abs_diff(a, b)
+  assert.is_true(d <= (tol or 1e-12), "max diff " .. d)
+end
+
+-- fn applied to each element of the 1-D list xs
+local function map(xs, fn)
+  local out = {}
+  for i, v in ipairs(xs) do out[i] = fn(v, i) end
+  return out
+end
+
+local function mean(xs)
+  local s = 0
+  for _, v in ipairs(xs) do s = s + v end
+  return s / #xs
+end
+
+-- d/dx sum(fn(x) * w) by central differences, for each element of x (1-D float64)
+local function numeric_grad(fn, x, w)
+  local xl, g = x:tolist(), {}
+  for i = 1, #xl do
+    local plus, minus = {}, {}
+    for j, v in ipairs(xl) do plus[j], minus[j] = v, v end
+    plus[i], minus[i] = xl[i] + 1e-6, xl[i] - 1e-6
+    local fp = (fn(accel.tensor(plus, f64)) * w):sum():item()
+    local fm = (fn(accel.tensor(minus, f64)) * w):sum():item()
+    g[i] = (fp - fm) / 2e-6
+  end
+  return accel.tensor(g, f64)
+end
+
+describe("one_hot and pad", function()
+  it("one_hot marks each id, infers num_classes = max + 1, and refuses what torch refuses", function()
+    assert.same({{1, 0, 0}, {0, 0, 1}, {0, 1, 0}}, F.one_hot(accel.tensor({0, 2, 1})):tolist())
+    local h = F.one_hot(accel.tensor({{0}, {3}}), 5)
+    assert.are.equal(accel.int64, h.dtype)
+    assert.same({{{1, 0, 0, 0, 0}}, {{0, 0, 0, 1, 0}}}, h:tolist())
+    -- torch 2.15's messages
+    expect_error(function() local _ = F.one_hot(accel.tensor({0.5}, f64), 3) end, "one_hot: is only applicable to index tensor")
+    expect_error(function() local _ = F.one_hot(accel.tensor({-1, 0}), 3) end, "one_hot: Class values must be non-negative.")
+    expect_error(function() local _ = F.one_hot(accel.tensor({3}), 3) end, "one_hot: Class values must be smaller than num_classes.")
+  end)
+
+  it("pad adds constant borders from the last dim backwards; a negative amount crops", function()
+    local x = accel.arange(6):double():view(2, 3)
+    -- torch 2.15: F.pad(x, (1, 2)) and F.pad(x, (1, -1, 0, 1), value=9.)
+    assert.same({{0, 0, 1, 2, 0, 0}, {0, 3, 4, 5, 0, 0}}, F.pad(x, {1, 2}):tolist())
+    assert.same({{9, 0, 1}, {9, 3, 4}, {9, 9, 9}}, F.pad(x, {1, -1, 0, 1}, {value = 9}):tolist())
+    assert.same({{9, 0, 1}, {9, 3, 4}, {9, 9, 9}}, F.pad(x, {1, -1, 0, 1}, "constant", 9):tolist())
+    local y = x:clone():requires_grad_(true)
+    F.pad(y, {2, 1, 1, 0}):sum():backward()
+    assert.same({{1, 1, 1}, {1, 1, 1}}, y.grad:tolist())
+    expect_error(function() local _ = F.pad(x, {1, 2, 3}) end, "pad: Padding length must be divisible by 2")
+    expect_error(function() local _ = F.pad(x, {1, 1}, "reflect") end, "pad: mode 'reflect' is not supported")
+  end)
+end)
+
+describe("activations", function()
+  local xs = {-30, -2.5, -0.1, 0, 0.7, 4, 25}
+  local x = accel.tensor(xs, f64)
+
+  it("softplus, elu and logsigmoid follow their closed forms and differentiate", function()
+    close(F.softplus(x), accel.tensor(map(xs, function(v) return v > 20 and v or math.log(1 + math.exp(v)) end), f64), 1e-12)
+    close(F.softplus(x, 2, 10), accel.tensor(map(xs, function(v)
+      return 2 * v > 10 and v or math.log(1 + math.exp(2 * v)) / 2 end), f64), 1e-12)
+    close(F.elu(x, {alpha = 0.5}), accel.tensor(map(xs, function(v) return v > 0 and v or 0.5 * (math.exp(v) - 1) end), f64))
+    close(F.logsigmoid(x), accel.tensor(map(xs, function(v) return -math.log(1 + math.exp(-v)) end), f64), 1e-12)
+    local w = accel.tensor(map(xs, function(_, i) return i end), f64)
+    for _, fn in ipairs({function(t) return F.softplus(t, 1.5) end, function(t) return F.elu(t) end, F.logsigmoid}) do
+      local y = x:clone():requires_grad_(true)
+      local _ = (fn(y) * w):sum():backward()
+      close(y.grad, numeric_grad(fn, x, w), 1e-5)
+    end
+  end)
+
+  it("the modules print as PyTorch's and forward as the functions", function()
+    -- torch 2.15: Softplus(beta=1.0, threshold=20.0) Softplus(beta=2, threshold=10) ELU(alpha=1.0)
+    -- ELU(alpha=0.5, inplace=True) LogSigmoid()
+    assert.are.equal("Softplus(beta=1.0, threshold=20.0)", tostring(nn.Softplus()))
+    assert.are.equal("Softplus(beta=2, threshold=10)", tostring(nn.Softplus(2, 10)))
+    assert.are.equal("ELU(alpha=1.0)", tostring(nn.ELU()))
+    assert.are.equal("ELU(alpha=0.5, inplace=True)", tostring(nn.ELU({alpha = 0.5, inplace = true})))
+    assert.are.equal("LogSigmoid()", tostring(nn.LogSigmoid()))
+    close(nn.Softplus(2, 10)(x), F.softplus(x, 2, 10), 0)
+    close(nn.ELU(0.5)(x), F.elu(x, 0.5), 0)
+  end)
+
+  it("cosine_similarity divides each vector by max(its norm, eps)", function()
+    local a = accel.tensor({{1e-5, 0}, {3, 4}}, f64)
+    local b = accel.tensor({{1e-5, 1e-5}, {4, 3}}, f64)
+    -- row 1: 1e-10 / (max(1e-5, 1e-4) * max(1.41e-5, 1e-4)) = 0.01 (torch 2.15: tensor([0.0100, 0.9600]))
+    close(F.cosine_similarity(a, b, 2, 1e-4), accel.tensor({0.01, 24 / 25}, f64), 1e-12)
+    -- along dim 1 (columns): (1e-5, 3) . (1e-5, 4) and (0, 4) . (1e-5, 3)
+    close(F.cosine_similarity(a, b, {dim = 1}),
+      accel.tensor({(1e-10 + 12) / (math.sqrt(1e-10 + 9) * math.sqrt(1e-10 + 16)), 12 / (4 * math.sqrt(1e-10 + 9))}, f64),
+      1e-12)
+  end)
+end)
+
+describe("more losses", function()
+  local xs, ts = {0.2, 0.7, 0.9, 0.05}, {0, 1, 1, 0.5}
+  local x, t = accel.tensor(xs, f64), accel.tensor(ts, f64)
+
+  it("smooth_l1_loss and huber_loss", function()
+    local d = map(xs, function(v, i) return math.abs(v - ts[i]) end)
+    local beta, delta = 0.5, 0.3
+    local sl1 = map(d, function(v) return v < beta and 0.5 * v * v / beta or v - 0.5 * beta end)
+    local hub = map(d, function(v) return v <= delta and 0.5 * v * v or delta * (v - 0.5 * delta) end)
+    close(F.smooth_l1_loss(x, t, {beta = beta}), accel.tensor(mean(sl1), f64))
+    close(F.smooth_l1_loss(x, t, {beta = 0}), accel.tensor(mean(d), f64))
+    close(F.huber_loss(x, t, {delta = delta, reduction = "none"}), accel.tensor(hub, f64))
+    close(nn.HuberLoss({delta = delta})(x, t), accel.tensor(mean(hub), f64))
+    close(nn.SmoothL1Loss({beta = beta, reduction = "sum"})(x, t), accel.tensor(mean(sl1) * 4, f64))
+    expect_error(function() local _ = F.huber_loss(x, t, {delta = -1}) end, "huber_loss: delta must be a non-negative number")
+  end)
+
+  it("binary_cross_entropy, its weight, the -100 log clamp and the [0, 1] check", function()
+    local bce = map(xs, function(v, i) return -(ts[i] * math.log(v) + (1 - ts[i]) * math.log(1 - v)) end)
+    close(F.binary_cross_entropy(x, t), accel.tensor(mean(bce), f64))
+    local w = accel.tensor({1, 2, 3, 4}, f64)
+    close(nn.BCELoss(w)(x, t), accel.tensor(mean(map(bce, function(v, i) return v * i end)), f64))
+    -- a 0 or 1 probability: log clamped at -100 (torch 2.15: F.binary_cross_entropy([0, 1, 0.3], [1, 1, 0]) = 33.4522)
+    close(F.binary_cross_entropy(accel.tensor({0, 1, 0.3}, f64), accel.tensor({1, 1, 0}, f64)),
+      accel.tensor((100 + 0 - math.log(0.7)) / 3, f64))
+    expect_error(function() local _ = F.binary_cross_entropy(accel.tensor({1.5}, f64), accel.tensor({1}, f64)) end,
+      "binary_cross_entropy: all elements of input should be between 0 and 1")
+    assert.same({"weight"}, (function() local k = {} for n in pairs(nn.BCELoss(w):state_dict()) do k[#k + 1] = n end return k end)())
+  end)
+
+  it("kl_div of log-probabilities, with batchmean and log_target", function()
+    local lp = x:log()
+    local terms = map(ts, function(v, i) return v == 0 and 0 or v * (math.log(v) - math.log(xs[i])) end)
+    local sum = 0
+    for _, v in ipairs(terms) do sum = sum + v end
+    close(F.kl_div(lp, t, {reduction = "sum"}), accel.tensor(sum, f64), 1e-12)
+    close(F.kl_div(lp:view(2, 2), t:view(2, 2), {reduction = "batchmean"}), accel.tensor(sum / 2, f64), 1e-12)
+    close(nn.KLDivLoss({reduction = "batchmean"})(lp:view(2, 2), t:view(2, 2)), accel.tensor(sum / 2, f64), 1e-12)
+    local lt = accel.tensor({-1, -2, -0.5, -3}, f64)
+    local want = 0
+    for i, v in ipairs(lt:tolist()) do want = want + math.exp(v) * (v - math.log(xs[i])) end
+    close(F.kl_div(lp, lt, {reduction = "sum", log_target = true}), accel.tensor(want, f64), 1e-12)
+    expect_error(function() local _ = F.kl_div(lp, t, {log_target = 1}) end, "kl_div: log_target must be a boolean")
+  end)
+end)

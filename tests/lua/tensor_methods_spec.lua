@@ -1,0 +1,251 @@
+-- tensor_methods_spec.lua: the tensor methods composed in Lua
+-- (accel.tensor_methods: sort / argsort / topk, cumsum, logsumexp, lerp,
+-- flip / roll / movedim, nonzero / masked_select, new_*, ...). References:
+-- Lua computations written here in float64 (sorting by table.sort, running
+-- sums, closed forms) and PyTorch 2.15 outputs quoted beside each literal.
+local accel = require("accel")
+local support = dofile("tests/lua/support.lua")
+
+local f32, f64, i64 = {dtype = accel.float32}, {dtype = accel.float64}, {dtype = accel.int64}
+local nan = 0 / 0
+local expect_error = support.expect_error
+
+local function close(a, b, tol)
+  local d = support.max_abs_diff(a, b)
+  assert.is_true(d <= (tol or 1e-12), "max diff " .. d)
+end
+
+-- the 0-based order sorting list (ties by position), NaN largest
+local function ref_order(list, descending)
+  local idx = {}
+  for i = 1, #list do idx[i] = i end
+  local function key_less(a, b)
+    if a ~= a then return false end
+    if b ~= b then return true end
+    return a < b
+  end
+  table.sort(idx, function(i, j)
+    local a, b = list[i], list[j]
+    if descending then a, b = b, a end
+    if key_less(a, b) then return true end
+    if key_less(b, a) then return false end
+    return i < j
+  end)
+  for k = 1, #idx do idx[k] = idx[k] - 1 end
+  return idx
+end
+
+describe("sort, argsort and topk", function()
+  it("order each row as PyTorch's stable sort, NaN largest", function()
+    local x = accel.tensor({{3, 1, nan, 1}, {2, 2, -1, 5}}, f32)
+    -- torch 2.15: x.sort(1).indices == [[1, 3, 0, 2], [2, 0, 1, 3]], descending [[2, 0, 1, 3], [3, 0, 1, 2]]
+    local v, i = x:sort(2)
+    assert.same({{1, 3, 0, 2}, {2, 0, 1, 3}}, i:tolist())
+    assert.same({{2, 0, 1, 3}, {3, 0, 1, 2}}, x:argsort(2, true):tolist())
+    assert.same({-1, 2, 2, 5}, v[2]:tolist())
+    assert.same({{1, 0, 1, 0}, {0, 1, 0, 1}}, x:argsort(1):tolist()) -- torch: x.argsort(0)
+    local vd = x:sort({dim = 2, descending = true})
+    assert.is_true(vd[1][1]:isnan():item())
+  end)
+
+  it("agree with a table.sort reference on random rows, along any dim, for floats and integers", function()
+    accel.manual_seed(3)
+    local x = accel.randint(0, 5, {4, 6, 3}):double() -- many ties
+    for _, dim in ipairs({1, 2, 3, -1}) do
+      for _, desc in ipairs({false, true}) do
+        local idx = x:argsort(dim, desc)
+        local moved = x:movedim(dim, -1):contiguous()
+        local rows = moved:reshape({-1, moved:size(-1)}):tolist()
+        local got = idx:movedim(dim, -1):contiguous():reshape({-1, moved:size(-1)}):tolist()
+        for r, row in ipairs(rows) do assert.same(ref_order(row, desc), got[r]) end
+      end
+    end
+    assert.same(ref_order({5, -3, 5, 0}, true), accel.tensor({5, -3, 5, 0}):argsort(1, true):tolist())
+  end)
+
+  it("topk gives the k largest (or smallest) with their indices; values carry gradients", function()
+    local x = accel.tensor({{0.5, 3, -1, 2}, {4, 4, 1, 0}}, f32):requires_grad_(true)
+    local v, i = x:topk(2, 2)
+    assert.same({{3, 2}, {4, 4}}, v:tolist())
+    assert.same({{1, 3}, {0, 1}}, i:tolist()) -- ties: the lower position first
+    local s, si = x:topk(1, 2, false)
+    assert.same({{-1}, {0}}, s:tolist())
+    assert.same({{2}, {3}}, si:tolist())
+    v:sum():backward()
+    assert.same({{0, 1, 0, 1}, {1, 1, 0, 0}}, x.grad:tolist())
+    local sv = x:detach():sort(2, true)
+    assert.same(sv:narrow(2, 1, 3):tolist(), (x:detach():topk(3)):tolist())
+  end)
+
+  it("refuse a k outside the dim and a bad dim", function()
+    local x = accel.zeros(2, 3)
+    expect_error(function() local _ = x:topk(4, 2) end, "topk: selected index k out of range")
+    expect_error(function() local _ = x:sort(3) end, "sort: dimension 3 out of range")
+    expect_error(function() local _ = x:argsort(1, "yes") end, "argsort: descending must be a boolean")
+    expect_error(function() local _ = x:sort(1, false, {dim = 2}) end, "sort: got multiple values for argument 'dim'")
+  end)
+end)
+
+describe("cumsum", function()
+  it("matches running sums along a dim, long rows included, and its gradient is the reversed running sum", function()
+    accel.manual_seed(5)
+    for _, n in ipairs({7, 513, 1300}) do
+      local x = accel.randn(2, n, f64):requires_grad_(true)
+      local c = x:cumsum(2)
+      local xl, cl = x:tolist(), c:tolist()
+      local w = accel.randn(2, n, f64)
+      local _ = (c * w):sum():backward()
+      local wl, gl = w:tolist(), x.grad:tolist()
+      for r = 1, 2 do
+        local s, g = 0, 0
+        for j = 1, n do
+          s = s + xl[r][j]
+          assert.is_true(math.abs(s - cl[r][j]) < 1e-10)
+        end
+        for j = n, 1, -1 do
+          g = g + wl[r][j]
+          assert.is_true(math.abs(g - gl[r][j]) < 1e-10)
+        end
+      end
+    end
+  end)
+
+  it("integers and bools sum into int64, as torch's; {dtype =} casts first", function()
+    local x = accel.tensor({{1, 2, 3}, {4, 5, 6}})
+    assert.same({{1, 3, 6}, {4, 9, 15}}, x:cumsum(2):tolist())
+    assert.same({{1, 2, 3}, {5, 7, 9}}, x:cumsum(1):tolist())
+    local b = accel.tensor({true, false, true}):cumsum(1)
+    assert.are.equal(accel.int64, b.dtype)
+    assert.same({1, 1, 2}, b:tolist())
+    assert.are.equal(accel.int64, accel.tensor({1, 2}, {dtype = accel.int32}):cumsum(1).dtype)
+    assert.are.equal(accel.float64, x:cumsum(2, {dtype = accel.float64}).dtype)
+    expect_error(function() local _ = x:cumsum() end, "cumsum: dim must be given")
+  end)
+end)
+
+describe("element-wise compositions", function()
+  local x = accel.tensor({{1, -2, 0.5}, {3, 0, -1}}, f64)
+
+  it("logsumexp is log(sum(exp)) along dims, -inf rows stay -inf, and its gradient is softmax", function()
+    local xl = x:tolist()
+    local want = {}
+    for r, row in ipairs(xl) do
+      local s = 0
+      for _, v in ipairs(row) do s = s + math.exp(v) end
+      want[r] = math.log(s)
+    end
+    close(x:logsumexp(2), accel.tensor(want, f64))
+    assert.same({2, 1}, support.shape_of(x:logsumexp(2, true)))
+    local inf = math.huge
+    assert.same({0, -inf}, accel.tensor({{0, -inf}, {-inf, -inf}}, f32):logsumexp(2):tolist())
+    local y = x:clone():requires_grad_(true)
+    y:logsumexp(2):sum():backward()
+    close(y.grad, x:softmax(2))
+    assert.are.equal(accel.float32, accel.tensor({{1, 2, 3}}):logsumexp(2).dtype)
+  end)
+
+  it("lerp, addcmul, addcdiv, clamp_min / clamp_max, logaddexp and outer follow their formulas", function()
+    local a, b = accel.tensor({1, 2}, f64), accel.tensor({3, 5}, f64)
+    close(a:lerp(b, 0.3), accel.tensor({1 + 0.3 * 2, 2 + 0.3 * 3}, f64))
+    close(a:lerp(b, 0.7), accel.tensor({3 - 2 * 0.3, 5 - 3 * 0.3}, f64))
+    close(a:lerp(b, accel.tensor({0.25, 0.75}, f64)), accel.tensor({1.5, 4.25}, f64))
+    close(a:addcmul(a, b, {value = 0.5}), accel.tensor({1 + 0.5 * 3, 2 + 0.5 * 10}, f64))
+    close(a:addcdiv(a, b, {value = 2}), accel.tensor({1 + 2 / 3, 2 + 4 / 5}, f64))
+    local c = a:clone()
+    c:addcmul_(a, b)
+    close(c, accel.tensor({4, 12}, f64))
+    assert.same({{1, 0, 0.5}, {3, 0, 0}}, x:clamp_min(0):tolist())
+    assert.same({{1, -2, 0.5}, {1, 0, -1}}, x:clamp_max(1):tolist())
+    close(a:logaddexp(b), accel.tensor({math.log(math.exp(1) + math.exp(3)), math.log(math.exp(2) + math.exp(5))}, f64))
+    assert.same({{3, 5}, {6, 10}}, a:outer(b):tolist())
+  end)
+
+  it("isclose / allclose / equal and nan_to_num", function()
+    local a = accel.tensor({1, nan, 2}, f64)
+    assert.same({true, false, false}, a:isclose(accel.tensor({1 + 1e-9, nan, 2.1}, f64)):tolist())
+    assert.same({true, true, false}, a:isclose(accel.tensor({1, nan, 2.1}, f64), {equal_nan = true}):tolist())
+    assert.is_false(accel.tensor({1}, f32):allclose(accel.tensor({1.1}, f32)))
+    assert.is_true(accel.tensor({1}, f32):allclose(accel.tensor({1.1}, f32), {atol = 0.2}))
+    assert.is_true(x:equal(x:clone()))
+    assert.is_false(x:equal(x:t()))
+    local inf = math.huge
+    -- torch 2.15: tensor([1., nan, inf, -inf]).nan_to_num() == [1, 0, 3.4028e+38, -3.4028e+38]
+    local r = accel.tensor({1, nan, inf, -inf}, f32):nan_to_num():tolist()
+    assert.same({1, 0, 3.4028234663852886e38, -3.4028234663852886e38}, r)
+    assert.same({1, 5, 7, -7}, accel.tensor({1, nan, inf, -inf}, f32):nan_to_num({nan = 5, posinf = 7, neginf = -7}):tolist())
+  end)
+end)
+
+describe("reordering", function()
+  local it64 = accel.tensor({{1, 2, 3}, {4, 5, 6}})
+
+  it("flip, roll, movedim, swapaxes and broadcast_to (torch 2.15's results)", function()
+    assert.same({{3, 2, 1}, {6, 5, 4}}, it64:flip(2):tolist())
+    assert.same({{6, 5, 4}, {3, 2, 1}}, it64:flip({1, 2}):tolist())
+    assert.same({{3, 1, 2}, {6, 4, 5}}, it64:roll(1, 2):tolist())
+    assert.same({{6, 1, 2}, {3, 4, 5}}, it64:roll(1):tolist())
+    assert.same({{5, 6, 4}, {2, 3, 1}}, it64:roll({1, -1}, {1, 2}):tolist())
+    assert.same({3, 2}, support.shape_of(it64:movedim(1, 2)))
+    assert.same({3, 4, 2}, support.shape_of(accel.zeros(2, 3, 4):movedim({1, 2}, {3, 1})))
+    assert.same(it64:t():tolist(), it64:swapaxes(1, 2):tolist())
+    assert.same({{1, 2, 3}, {1, 2, 3}}, accel.tensor({1, 2, 3}):broadcast_to({2, 3}):tolist())
+  end)
+
+  it("flip and roll pass gradients back to the original positions", function()
+    local x = accel.tensor({1, 2, 3, 4}, f64):requires_grad_(true)
+    local w = accel.tensor({10, 20, 30, 40}, f64)
+    local _ = (x:flip(1) * w):sum():backward()
+    assert.same({40, 30, 20, 10}, x.grad:tolist())
+    x.grad = nil
+    local _ = (x:roll(1, 1) * w):sum():backward()
+    assert.same({20, 30, 40, 10}, x.grad:tolist())
+  end)
+end)
+
+describe("masks and positions", function()
+  local it64 = accel.tensor({{1, 2, 3}, {4, 5, 6}})
+  local m = accel.tensor({{true, false, true}, {false, true, false}})
+
+  it("nonzero, masked_select and count_nonzero (torch 2.15's results)", function()
+    assert.same({{0, 0}, {0, 2}, {1, 1}}, m:nonzero():tolist())
+    local rows, cols = m:nonzero({as_tuple = true})
+    assert.same({0, 0, 1}, rows:tolist())
+    assert.same({0, 2, 1}, cols:tolist())
+    assert.same({1, 3, 5}, it64:masked_select(m):tolist())
+    assert.same({1, 3, 2}, accel.tensor({1, 2, 3}):masked_select(m):tolist()) -- broadcast
+    assert.same({3, 3}, it64:count_nonzero(2):tolist())
+    assert.same({0, 2}, support.shape_of(accel.zeros(2, 2):nonzero()))
+    expect_error(function() local _ = it64:masked_select(it64) end, "masked_select: mask must be a bool tensor")
+  end)
+
+  it("masked_select passes gradients to the selected elements", function()
+    local x = accel.tensor({{1, 2, 3}, {4, 5, 6}}, f64):requires_grad_(true)
+    x:masked_select(m):sum():backward()
+    assert.same({{1, 0, 1}, {0, 1, 0}}, x.grad:tolist())
+  end)
+
+  it("new_zeros / new_ones / new_full / new_empty / new_tensor take the tensor's dtype and device", function()
+    assert.are.equal(accel.int64, it64:new_zeros(2, 3).dtype)
+    assert.same({{0, 0, 0}, {0, 0, 0}}, it64:new_zeros({2, 3}):tolist())
+    assert.same({7, 7}, it64:new_full({2}, 7):tolist())
+    assert.are.equal(accel.float64, it64:new_ones(2, {dtype = accel.float64}).dtype)
+    assert.are.equal(accel.float32, accel.zeros(1):new_tensor({1, 2}).dtype)
+    assert.same({2}, support.shape_of(accel.zeros(1):new_empty(2)))
+  end)
+end)
+
+describe("methods PyTorch has and accel-lua does not", function()
+  it("name themselves instead of being nil", function()
+    local x = accel.zeros(2)
+    expect_error(function() local _ = x:cumprod(1) end, "Tensor.cumprod is not provided by accel-lua")
+    expect_error(function() local _ = x:scatter_add_(1, x:long(), x) end, "Tensor.scatter_add_ is not provided")
+    assert.is_nil(x.no_such_member)
+  end)
+
+  it("a mask or index tensor as a key for assignment points at masked_fill_ / where", function()
+    local x = accel.zeros(3)
+    expect_error(function() x[x:eq(0)] = 1 end, "t[tensor] = ...", "masked_fill_")
+  end)
+end)
+
+-- luacheck: ignore f32 i64
