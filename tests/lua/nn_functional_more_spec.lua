@@ -14,10 +14,7 @@ it = support.lua54_only(it, pending, {
 })
 local expect_error = support.expect_error
 
-local function close(a, b, tol)
-  local d = support.max_abs_diff(a, b)
-  assert.is_true(d <= (tol or 1e-12), "max diff " .. d)
-end
+local close = support.assert_close
 
 -- fn applied to each element of the 1-D list xs
 local function map(xs, fn)

@@ -84,8 +84,7 @@ case("mse_loss", {reduction = "sum"}, function(o) local _ = F.mse_loss(x34, x34,
 case("l1_loss", {reduction = "sum"}, function(o) local _ = F.l1_loss(x34, x34, o) end)
 case("binary_cross_entropy_with_logits", {weight = accel.ones(4), pos_weight = accel.ones(4), reduction = "none"},
   function(o) local _ = F.binary_cross_entropy_with_logits(x34, accel.rand(3, 4), o) end)
-case("dropout", {p = 0.2, training = false}, function(o) local _ = F.dropout(x34, o) end)
-case("dropout", {training = false}, function(o) local _ = F.dropout(x34, 0.2, o) end)
+case("dropout", {p = 0.2, training = false, inplace = false}, function(o) local _ = F.dropout(x34, o) end)
 case("embedding", {padding_idx = 0}, function(o) local _ = F.embedding(ids, accel.randn(4, 3), o) end)
 case("layer_norm", {weight = accel.ones(4), bias = accel.zeros(4), eps = 1e-6}, function(o) local _ = F.layer_norm(x34, 4, o) end)
 case("rms_norm", {weight = accel.ones(4), eps = 1e-6}, function(o) local _ = F.rms_norm(x34, 4, o) end)

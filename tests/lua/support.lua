@@ -170,6 +170,12 @@ function M.f32(x) return (string.unpack("<f", string.pack("<f", x))) end
 -- tensors may live on different devices: a file loads onto the CPU).
 function M.max_abs_diff(a, b) return (a:to("cpu"):double() - b:to("cpu"):double()):abs():max():item() end
 
+-- Asserts max |a - b| <= tol (default 1e-12), naming the difference.
+function M.assert_close(a, b, tol)
+  local d = M.max_abs_diff(a, b)
+  luassert.is_true(d <= (tol or 1e-12), "max diff " .. d)
+end
+
 -- PyTorch's pooling output size along one dim of size n (kernel k, stride s,
 -- padding p, dilation d): the floor (or ceil) of the window count; with
 -- ceil_mode the last window must start inside the input or its left padding.

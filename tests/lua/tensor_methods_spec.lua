@@ -10,10 +10,7 @@ local f32, f64, i64 = {dtype = accel.float32}, {dtype = accel.float64}, {dtype =
 local nan = 0 / 0
 local expect_error = support.expect_error
 
-local function close(a, b, tol)
-  local d = support.max_abs_diff(a, b)
-  assert.is_true(d <= (tol or 1e-12), "max diff " .. d)
-end
+local close = support.assert_close
 
 -- the 0-based order sorting list (ties by position), NaN largest
 local function ref_order(list, descending)
