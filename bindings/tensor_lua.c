@@ -1057,10 +1057,23 @@ static void check_has_dims(lua_State *L, const Tensor *t, const char *op) {
     if (t->ndim == 0) lu_error(L, "%s expects at least a 1-dimensional tensor", op);
 }
 
+/* t:split({split_size =, dim =}), torch's keywords, as t:split(split_size, dim) */
+static void split_keywords(lua_State *L) {
+    if (!lu_is_opts(L, 2)) return;
+    lu_check_call_opts(L, 2, "split_size dim");
+    lu_check_no_more_args(L, 3);
+    lua_settop(L, 2);
+    lua_getfield(L, 2, "split_size");
+    if (lua_isnil(L, -1)) lu_error(L, "split: split_size must be given (a size or a list of sizes)");
+    lua_getfield(L, 2, "dim");
+    lua_remove(L, 2); /* (t, split_size, dim) */
+}
+
 /* split(size | {sizes}, dim=1) -> list of views */
 static int t_split(lua_State *L) {
     Tensor *t = SELF;
     check_has_dims(L, t, "split");
+    split_keywords(L);
     int dim = cut_dim(L, 3);
     if ((dim = tensor_wrap_dim(t, dim, "split")) < 0) lu_core_error(L);
     int64_t len = t->shape[dim], start = 0;
@@ -1071,6 +1084,9 @@ static int t_split(lua_State *L) {
         int64_t total = 0;
         for (int i = 1; i <= n; i++) {
             lua_rawgeti(L, 2, i);
+            if (!lua_isinteger(L, -1))
+                return lu_error(L, "split: size %d must be an integer, got %s", i, lu_is_tensor(L, -1) ? "tensor" :
+                                lua_type(L, -1) == LUA_TNUMBER ? lua_tostring(L, -1) : luaL_typename(L, -1));
             lua_Integer sz = lua_tointeger(L, -1);
             lua_pop(L, 1);
             if (sz < 0) return lu_error(L, "split: size %d is negative (%lld)", i, (long long)sz);

@@ -156,6 +156,8 @@ describe("gather_for_metrics of several values", function()
     expect_error(function() a:gather_for_metrics(t, nil, t) end, "gather_for_metrics: argument 2 is nil")
     expect_error(function() a:gather_for_metrics(t, nil) end, "gather_for_metrics: argument 2 is nil")
     expect_error(function() a:gather_for_metrics() end, "gather_for_metrics: expected the data to gather")
+    expect_error(function() a:gather_for_metrics(t, {use_gather_object = 1}) end,
+      "gather_for_metrics: use_gather_object must be a boolean, got 1")
   end)
 end)
 

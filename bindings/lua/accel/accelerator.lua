@@ -1547,6 +1547,9 @@ local function metrics_options(args)
     return {use_gather_object = o}
   end
   if type(o) ~= "table" or getmetatable(o) ~= nil or next(o) == nil then return nil end
+  if rawget(o, "use_gather_object") ~= nil and type(o.use_gather_object) ~= "boolean" then
+    raise("gather_for_metrics: use_gather_object must be a boolean, got %s", util.show(o.use_gather_object))
+  end
   for k, v in pairs(o) do
     if type(k) ~= "string" or type(v) ~= "boolean" then return nil end
   end
