@@ -155,6 +155,7 @@ describe("element-wise compositions", function()
     assert.same({{1, -2, 0.5}, {1, 0, -1}}, x:clamp_max(1):tolist())
     close(a:logaddexp(b), accel.tensor({math.log(math.exp(1) + math.exp(3)), math.log(math.exp(2) + math.exp(5))}, f64))
     assert.same({{3, 5}, {6, 10}}, a:outer(b):tolist())
+    expect_error(function() local _ = a:lerp(b, "half") end, "lerp: weight must be a number or a tensor, got string")
   end)
 
   it("isclose / allclose / equal and nan_to_num", function()

@@ -149,6 +149,9 @@ end
 -- t:lerp(end, weight): t + weight * (end - t), in PyTorch's two forms (from
 -- the nearer end) so the result matches it.
 local function lerp(t, e, w)
+  if type(w) ~= "number" and not accel.is_tensor(w) then
+    raise("lerp: weight must be a number or a tensor, got %s", type(w))
+  end
   local diff = e - t
   if type(w) == "number" then
     if math.abs(w) < 0.5 then return t + diff * w end
