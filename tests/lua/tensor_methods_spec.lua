@@ -232,6 +232,57 @@ describe("masks and positions", function()
   end)
 end)
 
+describe("random fills and multinomial", function()
+  it("normal_ / uniform_ draw what nn.init.normal_ / uniform_ draw, and refuse a leaf that requires grad", function()
+    accel.manual_seed(7)
+    local a = accel.empty(5, f64):normal_(1, 2)
+    accel.manual_seed(7)
+    assert.same(accel.nn.init.normal_(accel.empty(5, f64), 1, 2):tolist(), a:tolist())
+    accel.manual_seed(7)
+    local u = accel.empty(5, f64):uniform_({from = -1, to = 3})
+    accel.manual_seed(7)
+    assert.same(accel.nn.init.uniform_(accel.empty(5, f64), -1, 3):tolist(), u:tolist())
+    local w = accel.empty(3):requires_grad_(true)
+    expect_error(function() w:normal_() end, "normal_: a leaf tensor that requires grad (shape [3]) cannot be modified in place")
+    accel.no_grad(function() w:uniform_() end) -- as torch under no_grad
+  end)
+
+  it("multinomial draws in proportion to the weights, never a zero-weight category", function()
+    accel.manual_seed(11)
+    local n = 20000
+    local w = {0.1, 0, 0.6, 0.3}
+    local s = accel.tensor({w, {0, 0, 2, 0}}, f64):multinomial(n, true)
+    assert.same({2, n}, support.shape_of(s))
+    local counts = {0, 0, 0, 0}
+    for _, v in ipairs(s[1]:tolist()) do counts[v + 1] = counts[v + 1] + 1 end
+    for c = 1, 4 do -- within 5 standard deviations of n w (a wrong rule is off by hundreds of them)
+      local sd = math.sqrt(n * w[c] * (1 - w[c]))
+      assert.is_true(math.abs(counts[c] - n * w[c]) <= 5 * sd + 1e-9, ("category %d: %d draws"):format(c - 1, counts[c]))
+    end
+    assert.same({n}, support.shape_of(s[2]:eq(2):nonzero():select(2, 1)))
+  end)
+
+  it("multinomial without replacement draws distinct categories of positive weight", function()
+    accel.manual_seed(3)
+    for _ = 1, 20 do
+      local ids = accel.tensor({0.5, 0, 1, 2, 0.1}, f64):multinomial(4):tolist()
+      local seen = {}
+      for _, v in ipairs(ids) do
+        assert.is_nil(seen[v])
+        assert.are_not.equal(1, v)
+        seen[v] = true
+      end
+    end
+    local p = accel.tensor({{0.5, 0.5}, {1, 0}}, f64)
+    -- torch 2.15's messages
+    expect_error(function() local _ = p:multinomial(2) end, "not enough non-negative category to sample")
+    expect_error(function() local _ = p:multinomial(3, true, 1) end, "multinomial: 2 arguments given")
+    expect_error(function() local _ = p:multinomial(3) end, "cannot sample n_sample > prob_dist.size(-1) samples without replacement")
+    expect_error(function() local _ = accel.tensor({-1, 2}, f64):multinomial(1) end, "element < 0")
+    expect_error(function() local _ = accel.tensor({0, 0}, f64):multinomial(1) end, "sum of probabilities <= 0")
+  end)
+end)
+
 describe("methods PyTorch has and accel-lua does not", function()
   it("name themselves instead of being nil", function()
     local x = accel.zeros(2)

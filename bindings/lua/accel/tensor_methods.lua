@@ -335,6 +335,74 @@ end
 
 function M.count_nonzero(t, dim) return t:ne(0):sum(dim) end
 
+-- ---- random fills and sampling (accel's generator) ----
+
+-- In-place random fills follow in-place rules: a leaf that requires grad is
+-- refused while grad mode is on (nn.init's functions fill under no_grad).
+local function check_fillable(op, t)
+  if accel.is_grad_enabled() and t.requires_grad and t.is_leaf then
+    local sizes = {}
+    for d = 1, t:dim() do sizes[d] = t:size(d) end
+    raise("%s: a leaf tensor that requires grad (shape [%s]) cannot be modified in place; use accel.no_grad or "
+      .. "nn.init.%s", op, table.concat(sizes, ", "), op)
+  end
+end
+
+-- t:normal_([mean = 0], [std = 1]) and t:uniform_([from = 0], [to = 1]):
+-- the draws of nn.init.normal_ / uniform_ (as torch's, whose init functions
+-- call these methods)
+function M.normal_(t, ...)
+  local a = torch_args("normal_", {"mean", "std"}, ...)
+  check_fillable("normal_", t)
+  return require("accel.nn.initializers").normal_(t, a.mean or 0, a.std or 1)
+end
+function M.uniform_(t, ...)
+  local a = torch_args("uniform_", {"from", "to"}, ...)
+  check_fillable("uniform_", t)
+  return require("accel.nn.initializers").uniform_(t, a.from or 0, a.to or 1)
+end
+
+-- probs (C) or (N, C) checked as torch's multinomial checks them
+local function check_distribution(probs)
+  if not accel.is_tensor(probs) or not probs.dtype.is_floating_point or probs:dim() < 1 or probs:dim() > 2 then
+    raise("multinomial: prob_dist must be a 1 or 2 dim floating point tensor")
+  end
+  local bad = probs:lt(0):logical_or(probs:isfinite():logical_not()):any():item()
+  if bad then raise("multinomial: probability tensor contains either `inf`, `nan` or element < 0") end
+  if probs:sum(-1):le(0):any():item() then raise("multinomial: invalid multinomial distribution (sum of probabilities <= 0)") end
+end
+
+-- probs:multinomial(num_samples, [replacement = false]): int64 (N, k) or
+-- (k) category ids (0-based) drawn from accel's generator with weights
+-- probs (rows need not sum to 1). With replacement: the inverse of the
+-- cumulative weights at uniform draws; without: the k largest of
+-- log(p) + Gumbel noise (the Gumbel-top-k trick), each category once.
+function M.multinomial(probs, num_samples, ...)
+  local a = torch_args("multinomial", {"replacement"}, ...)
+  check_distribution(probs)
+  local k, c = num_samples, probs:size(-1)
+  if type(k) ~= "number" or k ~= math.floor(k) or k <= 0 then
+    raise("multinomial: num_samples must be a positive integer, got %s", util.show(k))
+  end
+  local p = probs:dim() == 1 and probs:unsqueeze(1) or probs -- (N, C)
+  local n, opts = p:size(1), {dtype = p.dtype, device = p.device}
+  local ids
+  if a.replacement then
+    local cdf = p:cumsum(2)
+    local u = accel.rand(n, k, opts) * cdf:narrow(2, c, 1) -- (N, k) in [0, total)
+    ids = cdf:unsqueeze(2):le(u:unsqueeze(3)):sum(3):clamp(nil, c - 1) -- (N, k, C) -> (N, k)
+  else
+    if k > c then raise("multinomial: cannot sample n_sample > prob_dist.size(-1) samples without replacement") end
+    if p:gt(0):sum(2):lt(k):any():item() then
+      raise("multinomial: invalid multinomial distribution (with replacement=False, not enough non-negative category to sample)")
+    end
+    local gumbel = -(-accel.rand(n, c, opts):clamp(1e-30, nil):log()):log()
+    local _, top = (p:log() + gumbel):topk(k, 2)
+    ids = top
+  end
+  return probs:dim() == 1 and ids:squeeze(1) or ids
+end
+
 -- ---- new tensors of t's dtype and device ----
 
 -- options o (nil or a table) with dtype and device defaulting to t's
