@@ -569,6 +569,7 @@ static const struct { const char *name, *module; } exports[] = {
     {"find_executable_batch_size", "accel.accelerator"},
     {"LocalSGD", "accel.local_sgd"},
     {"set_seed", "accel.utils"},
+    {"einsum", "accel.contract"},
 };
 
 /* require(module) and return its field k (module itself when k is NULL). */

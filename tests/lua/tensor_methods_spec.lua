@@ -1,6 +1,7 @@
 -- tensor_methods_spec.lua: the tensor methods composed in Lua
 -- (accel.tensor_methods: sort / argsort / topk, cumsum, logsumexp, lerp,
--- flip / roll / movedim, nonzero / masked_select, new_*, ...). References:
+-- flip / roll / movedim, nonzero / masked_select, new_*, multinomial, ...)
+-- and accel.einsum. References:
 -- Lua computations written here in float64 (sorting by table.sort, running
 -- sums, closed forms) and PyTorch 2.15 outputs quoted beside each literal.
 local accel = require("accel")
@@ -280,6 +281,54 @@ describe("random fills and multinomial", function()
     expect_error(function() local _ = p:multinomial(3) end, "cannot sample n_sample > prob_dist.size(-1) samples without replacement")
     expect_error(function() local _ = accel.tensor({-1, 2}, f64):multinomial(1) end, "element < 0")
     expect_error(function() local _ = accel.tensor({0, 0}, f64):multinomial(1) end, "sum of probabilities <= 0")
+  end)
+end)
+
+describe("accel.einsum", function()
+  accel.manual_seed(2)
+  local q, k = accel.randn(2, 2, 3, 4, f64), accel.randn(2, 2, 5, 4, f64)
+
+  it("matches loops over the subscripts (attention scores, a chain of three, implicit output)", function()
+    local ql, kl = q:tolist(), k:tolist()
+    local want = {}
+    for b = 1, 2 do
+      want[b] = {}
+      for h = 1, 2 do
+        want[b][h] = {}
+        for i = 1, 3 do
+          want[b][h][i] = {}
+          for j = 1, 5 do
+            local s = 0
+            for d = 1, 4 do s = s + ql[b][h][i][d] * kl[b][h][j][d] end
+            want[b][h][i][j] = s
+          end
+        end
+      end
+    end
+    close(accel.einsum("bhqd,bhkd->bhqk", q, k), accel.tensor(want, f64))
+    close(accel.einsum("...qd,...kd->...qk", q, k), accel.tensor(want, f64))
+    local a, b, c = accel.randn(3, 4, f64), accel.randn(4, 5, f64), accel.randn(5, 2, f64)
+    close(accel.einsum("ij,jk,kl->il", a, b, c), a:matmul(b):matmul(c))
+    close(accel.einsum("ij,jk", {a, b}), a:matmul(b)) -- implicit output: the letters used once, sorted
+    close(accel.einsum("ij,jk->", a, b), a:matmul(b):sum())
+    close(accel.einsum("ij->ji", a), a:t())
+    close(accel.einsum("i,j->ij", a[1], b[1]), a[1]:outer(b[1]))
+  end)
+
+  it("passes gradients to every operand", function()
+    local a, b = accel.randn(3, 4, f64):requires_grad_(true), accel.randn(4, 5, f64):requires_grad_(true)
+    accel.einsum("ij,jk->ik", a, b):sum():backward()
+    close(a.grad, accel.ones(3, 5, f64):matmul(b:detach():t()))
+    close(b.grad, a:detach():t():matmul(accel.ones(3, 5, f64)))
+  end)
+
+  it("names what it refuses", function()
+    local a = accel.zeros(3, 3)
+    expect_error(function() local _ = accel.einsum("ii->i", a) end, "einsum: subscript 'i' repeated in 'ii'")
+    expect_error(function() local _ = accel.einsum("ij,jk", a) end, "einsum: the equation has 2 operands but 1 tensors")
+    expect_error(function() local _ = accel.einsum("ijk", a) end, "einsum: operand 1 has 2 dims but its subscripts 'ijk' name 3")
+    expect_error(function() local _ = accel.einsum("ij->iz", a) end, "einsum: output subscript 'z' appears in no operand")
+    expect_error(function() local _ = accel.einsum("ij,jk", a, accel.zeros(4, 2)) end, "einsum: subscript 'j' has size 3")
   end)
 end)
 
