@@ -570,6 +570,7 @@ static const struct { const char *name, *module; } exports[] = {
     {"LocalSGD", "accel.local_sgd"},
     {"set_seed", "accel.utils"},
     {"einsum", "accel.contract"},
+    {"eye", "accel.creation"},
 };
 
 /* require(module) and return its field k (module itself when k is NULL). */

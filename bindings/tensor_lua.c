@@ -1722,7 +1722,7 @@ static const char *const not_provided_methods[] = {
     "cumprod", "cummax", "cummin", "logcumsumexp", "scatter", "scatter_", "scatter_add", "scatter_add_",
     "scatter_reduce", "index_add", "index_add_", "index_copy", "index_copy_", "index_fill", "index_fill_",
     "index_put", "index_put_", "put_", "take", "take_along_dim", "masked_scatter", "masked_scatter_", "rot90",
-    "diag", "diagonal", "trace", "median", "nanmedian", "mode", "unique", "unique_consecutive",
+    "median", "nanmedian", "mode", "unique", "unique_consecutive",
     "kthvalue", "quantile", "searchsorted", "bincount", "histc", "erfinv", "hypot", "cross",
     "bernoulli", "bernoulli_", "exponential_", "random_", "diff", "addmm", "baddbmm", "frac",
     "fmax", "fmin", "tensor_split", "hsplit", "vsplit", "to_sparse", "numpy", "var_mean", "std_mean", "aminmax",

@@ -284,6 +284,47 @@ function M.movedim(t, source, destination)
 end
 M.moveaxis = M.movedim
 
+-- ---- diagonals ----
+
+-- t:diagonal([offset = 0], [dim1 = 1], [dim2 = 2]): the diagonal of the
+-- (dim1, dim2) planes as a new last dim (a copy, not a view as torch's);
+-- offset > 0 above the main diagonal, < 0 below
+function M.diagonal(t, ...)
+  local a = torch_args("diagonal", {"offset", "dim1", "dim2"}, ...)
+  local off = a.offset or 0
+  local d1, d2 = positive_dim("diagonal", t, a.dim1 or 1), positive_dim("diagonal", t, a.dim2 or 2)
+  if d1 == d2 then raise("diagonal: dimensions cannot be identical %d, %d", d1, d2) end
+  local x = t:movedim({d1, d2}, {-2, -1})
+  local r, c = x:size(-2), x:size(-1)
+  local n = math.max(0, math.min(r - math.max(0, -off), c - math.max(0, off)))
+  local flat = {}
+  for i = 1, x:dim() - 2 do flat[i] = x:size(i) end
+  flat[#flat + 1] = r * c
+  local pos = accel.arange(n, {device = t.device}):mul(c + 1):add(math.max(0, -off) * c + math.max(0, off))
+  return x:reshape(flat):index_select(-1, pos)
+end
+
+-- t:diag([diagonal = 0]): of a 1-D t the square matrix with t on that
+-- diagonal; of a 2-D t, its diagonal
+function M.diag(t, k, ...)
+  no_more("diag", 1, ...)
+  k = k or 0
+  if t:dim() == 2 then return M.diagonal(t, k) end
+  if t:dim() ~= 1 then raise("diag: expected a 1-D or 2-D tensor, got %d-D", t:dim()) end
+  local n = t:size(1)
+  local ids = accel.arange(n, {device = t.device})
+  local square = t:unsqueeze(2) * ids:unsqueeze(2):eq(ids):to(t.dtype) -- (n, n), t on the main diagonal
+  if k == 0 then return square end
+  local F = require("accel.nn.functional")
+  local m = math.abs(k)
+  return k > 0 and F.pad(square, {m, 0, 0, m}) or F.pad(square, {0, m, m, 0})
+end
+
+function M.trace(t)
+  if t:dim() ~= 2 then raise("trace: expected a matrix, got %d-D", t:dim()) end
+  return M.diagonal(t):sum()
+end
+
 -- ---- masks and positions ----
 
 -- 0-based flat positions of the true / nonzero elements of t, in order
