@@ -1057,6 +1057,30 @@ static void check_has_dims(lua_State *L, const Tensor *t, const char *op) {
     if (t->ndim == 0) lu_error(L, "%s expects at least a 1-dimensional tensor", op);
 }
 
+/* t:scatter_add(dim, index, src): t with src added at index along dim */
+static int t_scatter_add(lua_State *L) {
+    Tensor *self = SELF;
+    lu_check_no_more_args(L, 5);
+    return ret(L, op_scatter_add(self, lu_dim(L, 2), lu_check_tensor(L, 3), lu_check_tensor(L, 4)));
+}
+
+/* t:index_add(dim, index, source, [{alpha = 1}]): t with alpha * source's
+ * slices added at index along dim */
+static int t_index_add(lua_State *L) {
+    Tensor *self = SELF;
+    lu_check_call_opts(L, 5, "alpha");
+    lu_check_no_more_after_opts(L, 5);
+    int dim = lu_dim(L, 2);
+    Tensor *index = lu_check_tensor(L, 3), *source = lu_check_tensor(L, 4);
+    double alpha = lu_opt_number(L, 5, "alpha", 1.0);
+    if (alpha != floor(alpha) && !dtype_is_float(self->dtype))
+        return lu_error(L, "index_add: For integral input tensors, argument alpha must not be a floating point number.");
+    Tensor *scaled = alpha == 1.0 ? tensor_retain(source) : op_binary_scalar(KB_MUL, source, alpha, alpha == floor(alpha), false);
+    Tensor *r = scaled ? op_index_add(self, dim, index, scaled) : NULL;
+    tensor_release(scaled);
+    return ret(L, r);
+}
+
 /* t:split({split_size =, dim =}), torch's keywords, as t:split(split_size, dim) */
 static void split_keywords(lua_State *L) {
     if (!lu_is_opts(L, 2)) return;
@@ -1719,8 +1743,8 @@ static bool in_list(const char *const *list, const char *k) {
 /* PyTorch tensor methods a script may call that accel-lua does not have:
  * reading one is an error naming it, not a nil to call. */
 static const char *const not_provided_methods[] = {
-    "cumprod", "cummax", "cummin", "logcumsumexp", "scatter", "scatter_", "scatter_add", "scatter_add_",
-    "scatter_reduce", "index_add", "index_add_", "index_copy", "index_copy_", "index_fill", "index_fill_",
+    "cumprod", "cummax", "cummin", "logcumsumexp", "scatter", "scatter_", "scatter_reduce", "index_copy",
+    "index_copy_", "index_fill", "index_fill_",
     "index_put", "index_put_", "put_", "take", "take_along_dim", "masked_scatter", "masked_scatter_", "rot90",
     "median", "nanmedian", "mode", "unique", "unique_consecutive",
     "kthvalue", "quantile", "searchsorted", "bincount", "histc", "erfinv", "hypot", "cross",
@@ -1861,7 +1885,7 @@ static const luaL_Reg methods[] = {
     {"dim", t_dim}, {"ndimension", t_dim}, {"numel", t_numel}, {"nelement", t_numel}, {"view", t_view},
     {"reshape", t_reshape}, {"view_as", t_view_as}, {"reshape_as", t_view_as}, {"expand", t_expand},
     {"expand_as", t_expand_as}, {"repeat", t_repeat}, {"tile", t_tile},
-    {"repeat_interleave", t_repeat_interleave}, {"transpose", t_transpose}, {"t", t_t}, {"permute", t_permute}, {"narrow", t_narrow},
+    {"repeat_interleave", t_repeat_interleave}, {"scatter_add", t_scatter_add}, {"index_add", t_index_add}, {"transpose", t_transpose}, {"t", t_t}, {"permute", t_permute}, {"narrow", t_narrow},
     {"select", t_select}, {"unsqueeze", t_unsqueeze}, {"squeeze", t_squeeze}, {"flatten", t_flatten},
     {"contiguous", t_contiguous}, {"is_contiguous", t_is_contiguous}, {"clone", t_clone}, {"detach", t_detach},
     {"detach_", t_detach_}, {"split", t_split}, {"chunk", t_chunk}, {"unbind", t_unbind}, {"item", t_item},

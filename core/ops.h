@@ -52,6 +52,8 @@ Tensor *op_layer_norm(Tensor *x, const int64_t *nshape, int nnd, Tensor *w, Tens
 /* ---- indexing and shape (ops_index.c) ---- */
 Tensor *op_gather(Tensor *a, int dim, Tensor *index);
 Tensor *op_index_select(Tensor *a, int dim, Tensor *index);
+Tensor *op_scatter_add(Tensor *a, int dim, Tensor *index, Tensor *src);   /* a with src added at index (per element) */
+Tensor *op_index_add(Tensor *a, int dim, Tensor *index, Tensor *source);  /* a with source's slices added at index */
 Tensor *op_cat(Tensor **ts, int n, int dim);
 Tensor *op_stack(Tensor **ts, int n, int dim);
 Tensor *op_tril(Tensor *a, int64_t k, bool upper);

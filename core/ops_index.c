@@ -184,6 +184,99 @@ Tensor *op_embedding(Tensor *weight, Tensor *index) {
     return r;
 }
 
+/* ---- scatter_add / index_add (out of place) ---- */
+
+/* The gradient of both: self's passes through; src's is g read back at the
+ * saved indices (gather for scatter_add, index_select for index_add). */
+static int bw_add_into(AGNode *n, Tensor *g, Tensor **gin, bool per_element) {
+    Tensor *idx = ag_saved(n, 0);
+    if (!idx) return -1;
+    int dim = (int)n->i[0];
+    if (ag_input_needs_grad(n, 0) && !(gin[0] = tensor_retain(g))) return -1;
+    if (ag_input_needs_grad(n, 1)) {
+        gin[1] = per_element ? op_gather(g, dim, idx) : op_index_select(g, dim, idx);
+        if (!gin[1]) return -1;
+    }
+    return 0;
+}
+
+static int bw_scatter_add(AGNode *n, Tensor *g, Tensor **gin) { return bw_add_into(n, g, gin, true); }
+static int bw_index_add(AGNode *n, Tensor *g, Tensor **gin) { return bw_add_into(n, g, gin, false); }
+
+/* a + src added at idx (checked, int64, contiguous) along dim: per element
+ * (scatter) or per slice. Accumulates in float32 (float64 for float64 and
+ * integers, exact up to 2^53) and rounds once to a's dtype. */
+static Tensor *add_at_index(const char *op, Tensor *a, int dim, Tensor *idx, int64_t m, Tensor *src, bool per_element) {
+    DType acc = a->dtype == DT_F64 || !dtype_is_float(a->dtype) ? DT_F64 : DT_F32;
+    bool prev = ag_set_grad_enabled(false);
+    Tensor *z = tensor_empty(a->shape, a->ndim, acc, a->device);
+    if (z) tensor_copy_strided(z, a);
+    Tensor *s = z ? tensor_contiguous_as(src, acc) : NULL;
+    ag_set_grad_enabled(prev);
+    if (!s) {
+        tensor_release(z);
+        return NULL;
+    }
+    int64_t outer, inner;
+    outer_inner(z, dim, &outer, &inner);
+    if (per_element)
+        backend_for(z->device)->scatter_add(acc, tensor_data(z), outer, z->shape[dim], inner, tensor_data(idx), m, tensor_data(s));
+    else
+        backend_for(z->device)->index_add(acc, tensor_data(z), outer, z->shape[dim], inner, tensor_data(idx), m, tensor_data(s));
+    tensor_release(s);
+    Tensor *out = tensor_to_dtype_owned(z, a->dtype);
+    if (!out) return NULL;
+    Tensor *ins[2] = {a, src};
+    AGNode *n = ag_record(op, per_element ? bw_scatter_add : bw_index_add, out, ins, 2);
+    if (n) n->i[0] = dim, ag_save(n, idx);
+    return out;
+}
+
+/* The checks both share: devices, dtypes, a dim of a with dims. */
+static int check_add_into(const char *op, Tensor *a, int *dim, Tensor *index, Tensor *src) {
+    if (tensor_check_device(op, a, index) < 0 || tensor_check_device(op, a, src) < 0) return -1;
+    if (a->ndim == 0) return accel_fail_int("%s: expects at least a 1-dimensional tensor", op);
+    if ((*dim = tensor_wrap_dim(a, *dim, op)) < 0) return -1;
+    if (src->dtype != a->dtype)
+        return accel_fail_int("%s: Expected self.dtype to be equal to src.dtype (%s and %s)", op, dtype_name(a->dtype),
+                              dtype_name(src->dtype));
+    return 0;
+}
+
+/* out = a, then out[..., index[j][i], ...] += src[j][i] along dim; index
+ * and src of one shape, equal to a's except along dim */
+Tensor *op_scatter_add(Tensor *a, int dim, Tensor *index, Tensor *src) {
+    PROF_SCOPE("scatter_add", PROF_FORWARD, a, src);
+    if (check_add_into("scatter_add", a, &dim, index, src) < 0) return NULL;
+    bool same = index->ndim == a->ndim && src->ndim == a->ndim;
+    for (int d = 0; same && d < a->ndim; d++)
+        same = src->shape[d] == index->shape[d] && (d == dim || index->shape[d] == a->shape[d]);
+    if (!same)
+        return accel_fail("scatter_add: index (shape %s) and src (shape %s) must have one shape, equal to the input's "
+                          "(shape %s) except in dim %d (smaller ones are not supported)", tensor_shape_str(index),
+                          tensor_shape_str(src), tensor_shape_str(a), dim + 1);
+    Tensor *idx = checked_index(index, a->shape[dim], "scatter_add");
+    Tensor *out = idx ? add_at_index("scatter_add", a, dim, idx, index->shape[dim], src, true) : NULL;
+    tensor_release(idx);
+    return out;
+}
+
+/* out = a, then out's slice index[j] along dim += source's slice j */
+Tensor *op_index_add(Tensor *a, int dim, Tensor *index, Tensor *source) {
+    PROF_SCOPE("index_add", PROF_FORWARD, a, source);
+    if (check_add_into("index_add", a, &dim, index, source) < 0) return NULL;
+    if (index->ndim > 1) return accel_fail("index_add: index must be 1-D, got shape %s", tensor_shape_str(index));
+    bool same = source->ndim == a->ndim;
+    for (int d = 0; same && d < a->ndim; d++) same = source->shape[d] == (d == dim ? index->numel : a->shape[d]);
+    if (!same)
+        return accel_fail("index_add: source (shape %s) must have the input's shape (%s) with %lld in dim %d (the index "
+                          "length)", tensor_shape_str(source), tensor_shape_str(a), (long long)index->numel, dim + 1);
+    Tensor *idx = checked_index(index, a->shape[dim], "index_add");
+    Tensor *out = idx ? add_at_index("index_add", a, dim, idx, index->numel, source, false) : NULL;
+    tensor_release(idx);
+    return out;
+}
+
 /* ---- cat / stack ---- */
 
 static int bw_cat(AGNode *n, Tensor *g, Tensor **gin) {

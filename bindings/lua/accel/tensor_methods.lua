@@ -284,6 +284,13 @@ function M.movedim(t, source, destination)
 end
 M.moveaxis = M.movedim
 
+-- ---- in-place forms of C ops ----
+
+-- t:scatter_add_(dim, index, src) / t:index_add_(dim, index, source, [{alpha =}]):
+-- the out-of-place result written into t (under copy_'s autograd rules)
+function M.scatter_add_(t, ...) return t:copy_(t:scatter_add(...)) end
+function M.index_add_(t, ...) return t:copy_(t:index_add(...)) end
+
 -- ---- diagonals ----
 
 -- t:diagonal([offset = 0], [dim1 = 1], [dim2 = 2]): the diagonal of the
