@@ -1743,15 +1743,11 @@ static bool in_list(const char *const *list, const char *k) {
 /* PyTorch tensor methods a script may call that accel-lua does not have:
  * reading one is an error naming it, not a nil to call. */
 static const char *const not_provided_methods[] = {
-    "cumprod", "cummax", "cummin", "logcumsumexp", "scatter", "scatter_", "scatter_reduce", "index_copy",
-    "index_copy_", "index_fill", "index_fill_",
-    "index_put", "index_put_", "put_", "take", "take_along_dim", "masked_scatter", "masked_scatter_", "rot90",
-    "median", "nanmedian", "mode", "unique", "unique_consecutive",
-    "kthvalue", "quantile", "searchsorted", "bincount", "histc", "erfinv", "hypot", "cross",
-    "bernoulli", "bernoulli_", "exponential_", "random_", "diff", "addmm", "baddbmm", "frac",
-    "fmax", "fmin", "tensor_split", "hsplit", "vsplit", "to_sparse", "numpy", "var_mean", "std_mean", "aminmax",
-    "softplus", "logit", "xlogy", "sinc", "deg2rad", "atan2", "arctan2", "bitwise_and", "bitwise_or", "bitwise_xor",
-    "bitwise_not", "unfold", "as_strided", "pin_memory", "share_memory_", "apply_", "map_",
+    "cumprod", "cummax", "cummin", "logcumsumexp", "scatter_reduce", "index_put", "index_put_", "put_",
+    "masked_scatter", "masked_scatter_", "mode", "unique_consecutive", "histc", "erfinv", "bernoulli", "bernoulli_",
+    "exponential_", "random_", "addmm", "baddbmm", "to_sparse", "numpy", "atan2", "arctan2", "bitwise_and",
+    "bitwise_or", "bitwise_xor", "bitwise_not", "unfold", "as_strided", "pin_memory", "share_memory_", "apply_",
+    "map_",
     NULL};
 
 bool lu_load_lua_tensor_methods(lua_State *L) {

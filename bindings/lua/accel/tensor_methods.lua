@@ -131,6 +131,284 @@ function M.cumsum(t, ...)
   return along_last(x, d, cumsum_last)
 end
 
+-- ---- order statistics (over sort) ----
+
+-- the values and indices at sorted positions pos (0-based, int64, keepdim
+-- shape) of t along d, squeezed unless keep
+local function pick_sorted(t, d, pos, keep)
+  local idx = along_last(t, d, function(x) return C.argsort_last(x, false) end)
+  local at = idx:gather(d, pos)
+  local v = t:gather(d, at)
+  if keep then return v, at end
+  return v:squeeze(d), at:squeeze(d)
+end
+
+-- the per-row sorted position of the lower median: the first NaN when a
+-- row has one (median) or of the non-NaN values (nanmedian)
+local function median_positions(t, d, skip_nan)
+  local n = t:size(d)
+  local nans = t:isnan():sum(d, true) -- int64, keepdim
+  if skip_nan then return accel.where(nans:lt(n), (nans:neg():add(n - 1)):div(2, {rounding_mode = "floor"}), 0) end
+  return accel.where(nans:gt(0), nans:neg():add(n), (n - 1 - (n - 1) % 2) / 2):long()
+end
+
+local function median(op, t, skip_nan, ...)
+  local a = torch_args(op, {"dim", "keepdim"}, ...)
+  if t:numel() == 0 then raise("%s: cannot compute the median of an empty tensor", op) end
+  if a.dim == nil then
+    local v = median(op, t:reshape({-1}), skip_nan, 1)
+    return v
+  end
+  local d = positive_dim(op, t, a.dim)
+  if t:dim() == 0 then return t:clone(), accel.zeros({}, {dtype = accel.int64, device = t.device}) end
+  return pick_sorted(t, d, median_positions(t, d, skip_nan), boolean_arg(op, "keepdim", a.keepdim, false))
+end
+
+-- t:median([dim], [keepdim = false]): the lower median (values, indices with
+-- a dim; a 0-d value without); NaN when the row has one, as torch's
+function M.median(t, ...) return median("median", t, false, ...) end
+-- t:nanmedian(...): the lower median of the non-NaN values
+function M.nanmedian(t, ...) return median("nanmedian", t, true, ...) end
+
+-- t:kthvalue(k, [dim = -1], [keepdim = false]): the k-th smallest (k 1-based,
+-- as torch's) -> values, indices
+function M.kthvalue(t, k, ...)
+  local a = torch_args("kthvalue", {"dim", "keepdim"}, ...)
+  local d = positive_dim("kthvalue", t, a.dim or -1)
+  local n = t:dim() == 0 and 1 or t:size(d)
+  if type(k) ~= "number" or k ~= math.floor(k) or k < 1 or k > n then
+    raise("kthvalue: k (%s) out of range: dim %d has size %d (k is 1-based)", util.show(k), d, n)
+  end
+  if t:dim() == 0 then return t:clone(), accel.zeros({}, {dtype = accel.int64, device = t.device}) end
+  local shape = {}
+  for i = 1, t:dim() do shape[i] = t:size(i) end
+  shape[d] = 1
+  return pick_sorted(t, d, accel.full(shape, k - 1, {dtype = accel.int64, device = t.device}),
+    boolean_arg("kthvalue", "keepdim", a.keepdim, false))
+end
+
+-- t:quantile(q, [dim], [keepdim = false], [{interpolation = "linear"}]): q a
+-- number or a 1-D tensor of quantiles in [0, 1] (a tensor q adds a leading
+-- dim); linear interpolation between the sorted neighbours, as torch's
+function M.quantile(t, q, ...)
+  local a = torch_args("quantile", {"dim", "keepdim", "interpolation"}, ...)
+  if a.interpolation ~= nil and a.interpolation ~= "linear" then
+    raise("quantile: interpolation '%s' is not supported (only 'linear')", tostring(a.interpolation))
+  end
+  if not t.dtype.is_floating_point then raise("quantile: input must be a floating point tensor, got %s", t.dtype.name) end
+  local x, d = t, a.dim
+  if d == nil then x, d = t:reshape({-1}), 1 else d = positive_dim("quantile", t, d) end
+  local qs = accel.is_tensor(q) and q:to(x.dtype) or accel.tensor({q}, {dtype = x.dtype, device = x.device})
+  if qs:lt(0):logical_or(qs:gt(1)):any():item() then raise("quantile: q values must be in the range [0, 1]") end
+  local sorted = x:sort(d) -- NaN last
+  local n = x:size(d)
+  local pos = qs * (n - 1)
+  local lo, hi = pos:floor(), pos:ceil()
+  local frac = pos - lo
+  local outs = {}
+  for i = 1, qs:numel() do
+    local l, h = sorted:narrow(d, lo[i]:item() + 1, 1), sorted:narrow(d, hi[i]:item() + 1, 1)
+    local v = l:lerp(h, frac[i]:item())
+    v = accel.where(x:isnan():any(d, true), 0 / 0, v) -- a NaN makes the quantile NaN
+    outs[i] = a.keepdim and v or v:squeeze(d)
+  end
+  local r = accel.stack(outs, 1)
+  if not accel.is_tensor(q) then r = r:squeeze(1) end
+  if a.dim == nil and not a.keepdim then return r:reshape(accel.is_tensor(q) and {qs:numel()} or {}) end
+  return r
+end
+
+-- t:unique([{sorted = true, return_inverse = false, return_counts = false}]):
+-- the distinct values, sorted (then, as asked, the inverse indices of t's
+-- shape and the counts), over the flattened tensor
+function M.unique(t, ...)
+  local a = torch_args("unique", {"sorted", "return_inverse", "return_counts", "dim"}, ...)
+  if a.dim ~= nil then raise("unique: dim is not supported (the unique values of the flattened tensor only)") end
+  local flat = t:reshape({-1})
+  local order = flat:argsort(1)
+  local vals = flat:index_select(1, order):tolist()
+  local uniq, counts, group = {}, {}, {}
+  for i, v in ipairs(vals) do
+    if i == 1 or v ~= vals[i - 1] or v ~= v then
+      uniq[#uniq + 1], counts[#counts + 1] = v, 0
+    end
+    counts[#counts] = counts[#counts] + 1
+    group[i] = #uniq - 1
+  end
+  local out = {accel.tensor(uniq, {dtype = t.dtype, device = t.device})}
+  if #uniq == 0 then out[1] = accel.zeros(0, {dtype = t.dtype, device = t.device}) end
+  if a.return_inverse then
+    local inv, pos = {}, order:tolist()
+    for i, p in ipairs(pos) do inv[p + 1] = group[i] end
+    out[#out + 1] = accel.tensor(#inv > 0 and inv or {}, {dtype = accel.int64, device = t.device}):reshape(t.shape)
+  end
+  if a.return_counts then out[#out + 1] = accel.tensor(counts, {dtype = accel.int64, device = t.device}) end
+  return unpack(out)
+end
+
+-- t:bincount([{weights =, minlength = 0}]) of a 1-D non-negative int64 t:
+-- how often each value occurs (or the sum of its weights)
+function M.bincount(t, ...)
+  local a = torch_args("bincount", {"weights", "minlength"}, ...)
+  if t:dim() ~= 1 or t.dtype ~= accel.int64 then raise("bincount: only a 1-D int64 tensor is supported") end
+  if t:numel() > 0 and t:min():item() < 0 then raise("bincount: input must contain only non-negative values") end
+  local n = math.max(a.minlength or 0, t:numel() > 0 and t:max():item() + 1 or 0)
+  if a.weights == nil then
+    return accel.zeros(n, {dtype = accel.int64, device = t.device}):scatter_add(1, t, accel.ones(t:numel(), {dtype = accel.int64, device = t.device}))
+  end
+  local w = a.weights
+  return accel.zeros(n, {dtype = w.dtype, device = t.device}):scatter_add(1, t, w)
+end
+
+-- sorted:searchsorted(values, [{right = false}]), accel.searchsorted(sorted,
+-- values): for each value, the insertion position that keeps each row of
+-- sorted (1-D, or rows matching values' leading dims) in order
+function M.searchsorted(sorted, values, ...)
+  local a = torch_args("searchsorted", {"right", "side"}, ...)
+  local right = a.right == true or a.side == "right"
+  if not accel.is_tensor(values) then values = accel.tensor({values}, {dtype = sorted.dtype, device = sorted.device}):reshape({}) end
+  local seq = sorted
+  if sorted:dim() > 1 then seq = sorted:unsqueeze(-2) end -- (..., 1, n) against values (..., m, 1)
+  local v = values:unsqueeze(-1)
+  local before = right and seq:le(v) or seq:lt(v)
+  return before:sum(-1)
+end
+
+-- ---- small compositions ----
+
+-- t:diff([n = 1], [dim = -1]): differences of neighbours, n times
+function M.diff(t, ...)
+  local a = torch_args("diff", {"n", "dim"}, ...)
+  local d = positive_dim("diff", t, a.dim or -1)
+  local r = t
+  for _ = 1, a.n or 1 do
+    local len = r:size(d)
+    if len == 0 then break end
+    r = r:narrow(d, 2, len - 1) - r:narrow(d, 1, len - 1)
+  end
+  return r
+end
+
+-- t:tensor_split(sections | {indices}, [dim = 1]): Lua list of views; n
+-- sections of sizes differing by at most one (the first ones larger), or cuts
+-- before each 0-based index
+function M.tensor_split(t, spec, ...)
+  local a = torch_args("tensor_split", {"dim"}, ...)
+  local d = positive_dim("tensor_split", t, a.dim or 1)
+  local n, cuts = t:size(d), {}
+  if type(spec) == "number" then
+    if spec < 1 or spec ~= math.floor(spec) then raise("tensor_split: number of sections must be a positive integer, got %s", util.show(spec)) end
+    local base, extra, at = math.floor(n / spec), n % spec, 0
+    for i = 1, spec - 1 do
+      at = at + base + (i <= extra and 1 or 0)
+      cuts[i] = at
+    end
+  else
+    cuts = int_list("tensor_split", "indices", spec)
+  end
+  local out, prev = {}, 0
+  cuts[#cuts + 1] = n
+  for _, c in ipairs(cuts) do
+    local s, e = math.min(prev, n), math.min(math.max(c, prev), n)
+    out[#out + 1] = t:narrow(d, s + 1, e - s)
+    prev = math.max(c, prev)
+  end
+  return out
+end
+function M.hsplit(t, spec) return M.tensor_split(t, spec, t:dim() == 1 and 1 or 2) end
+function M.vsplit(t, spec) return M.tensor_split(t, spec, 1) end
+
+-- t:rot90([k = 1], [dims = {1, 2}]): rotated by 90 degrees k times, from
+-- the first dim towards the second
+function M.rot90(t, k, dims)
+  k = (k or 1) % 4
+  dims = dims or {1, 2}
+  local a, b = positive_dim("rot90", t, dims[1]), positive_dim("rot90", t, dims[2])
+  if k == 1 then return M.flip(t, b):transpose(a, b) end
+  if k == 2 then return M.flip(t, {a, b}) end
+  if k == 3 then return M.flip(t, a):transpose(a, b) end
+  return t:clone()
+end
+
+-- t:cross(u, [dim]): the cross product along a dim of size 3 (the first such without dim)
+function M.cross(t, u, dim)
+  local d = dim and positive_dim("cross", t, dim) or nil
+  for i = 1, t:dim() do d = d or (t:size(i) == 3 and i or nil) end
+  if not d or t:size(d) ~= 3 then raise("cross: no dimension of size 3 in the input") end
+  local function c(x, i) return x:narrow(d, i, 1) end
+  return accel.cat({c(t, 2) * c(u, 3) - c(t, 3) * c(u, 2), c(t, 3) * c(u, 1) - c(t, 1) * c(u, 3),
+                    c(t, 1) * c(u, 2) - c(t, 2) * c(u, 1)}, d)
+end
+
+-- t:take(index): elements of the flattened t at 0-based positions, in index's shape
+function M.take(t, index) return t:reshape({-1}):index_select(1, index:reshape({-1})):reshape(index.shape) end
+-- t:take_along_dim(indices, dim): gather with indices of t's shape but along dim
+function M.take_along_dim(t, indices, dim)
+  if dim == nil then return M.take(t, indices) end
+  return t:gather(dim, indices)
+end
+
+-- where along dim the rows listed in index are (a bool mask broadcasting to t)
+local function rows_mask(t, d, index)
+  local n = t:size(d)
+  local hit = accel.zeros(n, {dtype = accel.int64, device = t.device})
+    :index_add(1, index:reshape({-1}), accel.ones(index:numel(), {dtype = accel.int64, device = t.device})):gt(0)
+  local shape = {}
+  for i = 1, t:dim() do shape[i] = i == d and n or 1 end
+  return hit:reshape(shape)
+end
+
+-- t:index_fill(dim, index, value): the rows at index along dim set to value
+function M.index_fill(t, dim, index, value)
+  local d = positive_dim("index_fill", t, dim)
+  return accel.where(rows_mask(t, d, index), value, t)
+end
+function M.index_fill_(t, ...) return t:copy_(M.index_fill(t, ...)) end
+
+-- t:index_copy(dim, index, source): the rows at index replaced by source's
+function M.index_copy(t, dim, index, source)
+  local d = positive_dim("index_copy", t, dim)
+  return accel.where(rows_mask(t, d, index), accel.zeros_like(t):index_add(d, index, source), t)
+end
+function M.index_copy_(t, ...) return t:copy_(M.index_copy(t, ...)) end
+
+-- t:scatter(dim, index, src | value): the elements at index replaced (an
+-- id given twice sums the sources, where torch's choice is undefined)
+function M.scatter(t, dim, index, src, ...)
+  local a = torch_args("scatter", {"reduce"}, ...)
+  if a.reduce ~= nil then raise("scatter: reduce is not supported (use scatter_add for 'add')") end
+  local ones = accel.ones(index.shape, {dtype = accel.int64, device = t.device})
+  local hit = accel.zeros_like(t, {dtype = accel.int64}):scatter_add(dim, index, ones):gt(0)
+  if type(src) == "number" then return accel.where(hit, src, t) end
+  return accel.where(hit, accel.zeros_like(t):scatter_add(dim, index, src), t)
+end
+function M.scatter_(t, ...) return t:copy_(M.scatter(t, ...)) end
+
+function M.aminmax(t, ...)
+  local a = torch_args("aminmax", {"dim", "keepdim"}, ...)
+  return t:amin(a.dim, a.keepdim or false), t:amax(a.dim, a.keepdim or false)
+end
+
+function M.frac(t) return t - t:trunc() end
+-- the larger (smaller) where one side is NaN: the other, as torch's fmax / fmin
+function M.fmax(t, u) return accel.where(t:isnan(), u, accel.where(u:isnan(), t, t:maximum(u))) end
+function M.fmin(t, u) return accel.where(t:isnan(), u, accel.where(u:isnan(), t, t:minimum(u))) end
+-- t * log(u), 0 where t is 0
+function M.xlogy(t, u) return accel.where(t:eq(0), 0, t * (accel.is_tensor(u) and u:log() or math.log(u))) end
+-- log(p / (1 - p)), p clamped to [eps, 1 - eps] when eps is given
+function M.logit(t, eps)
+  local p = eps and t:clamp(eps, 1 - eps) or t
+  return (p / (1 - p)):log()
+end
+function M.deg2rad(t) return t * (math.pi / 180) end
+function M.rad2deg(t) return t * (180 / math.pi) end
+function M.hypot(t, u) return (t * t + u * u):sqrt() end
+-- sin(pi t) / (pi t), 1 at 0
+function M.sinc(t)
+  local x = t * math.pi
+  return accel.where(t:eq(0), 1, x:sin() / accel.where(t:eq(0), 1, x))
+end
+
 -- ---- reductions and element-wise compositions ----
 
 -- t:logsumexp(dim, [keepdim = false]): log(sum(exp(t))) along dim (a list
