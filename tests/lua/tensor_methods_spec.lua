@@ -108,6 +108,14 @@ describe("cumsum", function()
     end
   end)
 
+  it("cumprod multiplies along a dim, with the product rule's gradient", function()
+    assert.same({1, 2, 6, 24}, accel.tensor({1, 2, 3, 4}):cumprod(1):tolist())
+    assert.same({{1.5, 2}, {4.5, 8}}, accel.tensor({{1.5, 2}, {3, 4}}, f64):cumprod(1):tolist())
+    local x = accel.tensor({2, 3, 4}, f64):requires_grad_(true)
+    x:cumprod(1):sum():backward()
+    assert.same({1 + 3 + 12, 2 + 8, 6}, x.grad:tolist()) -- d/dx of x1 + x1 x2 + x1 x2 x3
+  end)
+
   it("integers and bools sum into int64, as torch's; {dtype =} casts first", function()
     local x = accel.tensor({{1, 2, 3}, {4, 5, 6}})
     assert.same({{1, 3, 6}, {4, 9, 15}}, x:cumsum(2):tolist())
@@ -246,6 +254,23 @@ describe("random fills and multinomial", function()
     local w = accel.empty(3):requires_grad_(true)
     expect_error(function() w:normal_() end, "normal_: a leaf tensor that requires grad (shape [3]) cannot be modified in place")
     accel.no_grad(function() w:uniform_() end) -- as torch under no_grad
+  end)
+
+  it("bernoulli / bernoulli_ / exponential_ draw with the asked mean (within 5 standard deviations)", function()
+    accel.manual_seed(13)
+    local n = 20000
+    local function within(t, mean, sd)
+      local m = t:double():mean():item()
+      assert.is_true(math.abs(m - mean) <= 5 * sd / math.sqrt(n), ("mean %g, expected %g"):format(m, mean))
+    end
+    local b = accel.zeros(n):bernoulli_(0.3)
+    within(b, 0.3, math.sqrt(0.3 * 0.7))
+    assert.is_true(b:eq(0):logical_or(b:eq(1)):all():item())
+    within(accel.full({n}, 0.8, f32):bernoulli(), 0.8, math.sqrt(0.8 * 0.2))
+    within(accel.empty(n, f64):exponential_(2), 0.5, 0.5)
+    expect_error(function() local _ = accel.zeros(3):bernoulli(2) end, "bernoulli: p must be in [0, 1], got 2")
+    local w = accel.zeros(2):requires_grad_(true)
+    expect_error(function() w:bernoulli_() end, "bernoulli_: a leaf tensor that requires grad (shape [2])")
   end)
 
   it("multinomial draws in proportion to the weights, never a zero-weight category", function()
@@ -480,7 +505,7 @@ end)
 describe("methods PyTorch has and accel-lua does not", function()
   it("name themselves instead of being nil", function()
     local x = accel.zeros(2)
-    expect_error(function() local _ = x:cumprod(1) end, "Tensor.cumprod is not provided by accel-lua")
+    expect_error(function() local _ = x:cummax(1) end, "Tensor.cummax is not provided by accel-lua")
     expect_error(function() local _ = x:scatter_reduce(1, x:long(), x, "sum") end, "Tensor.scatter_reduce is not provided")
     assert.is_nil(x.no_such_member)
   end)

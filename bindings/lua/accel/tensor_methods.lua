@@ -409,6 +409,19 @@ function M.sinc(t)
   return accel.where(t:eq(0), 1, x:sin() / accel.where(t:eq(0), 1, x))
 end
 
+-- t:cumprod(dim, [{dtype =}]): running products along dim, one multiply
+-- per position (differentiable; integers and bools in int64, as torch's)
+function M.cumprod(t, ...)
+  local a = torch_args("cumprod", {"dim", "dtype"}, ...)
+  if a.dim == nil then raise("cumprod: dim must be given (t:cumprod(dim))") end
+  local d = positive_dim("cumprod", t, a.dim)
+  local x = t:to(cumsum_dtype(t, a.dtype))
+  if x:dim() == 0 or x:size(d) <= 1 then return x:clone() end
+  local parts = {x:narrow(d, 1, 1)}
+  for k = 2, x:size(d) do parts[k] = parts[k - 1] * x:narrow(d, k, 1) end
+  return accel.cat(parts, d)
+end
+
 -- ---- reductions and element-wise compositions ----
 
 -- t:logsumexp(dim, [keepdim = false]): log(sum(exp(t))) along dim (a list
@@ -669,8 +682,9 @@ local function check_fillable(op, t)
   if accel.is_grad_enabled() and t.requires_grad and t.is_leaf then
     local sizes = {}
     for d = 1, t:dim() do sizes[d] = t:size(d) end
-    raise("%s: a leaf tensor that requires grad (shape [%s]) cannot be modified in place; use accel.no_grad or "
-      .. "nn.init.%s", op, table.concat(sizes, ", "), op)
+    local init = (op == "normal_" or op == "uniform_") and " or nn.init." .. op or ""
+    raise("%s: a leaf tensor that requires grad (shape [%s]) cannot be modified in place; use accel.no_grad%s", op,
+      table.concat(sizes, ", "), init)
   end
 end
 
@@ -686,6 +700,34 @@ function M.uniform_(t, ...)
   local a = torch_args("uniform_", {"from", "to"}, ...)
   check_fillable("uniform_", t)
   return require("accel.nn.initializers").uniform_(t, a.from or 0, a.to or 1)
+end
+
+-- t:bernoulli([p]): 0 / 1 draws (t's dtype) with probability p (a number
+-- or tensor), or t's own values as the probabilities
+function M.bernoulli(t, p, ...)
+  no_more("bernoulli", 1, ...)
+  local probs = p == nil and t or p
+  if type(probs) == "number" and (probs < 0 or probs > 1) then raise("bernoulli: p must be in [0, 1], got %s", util.show(probs)) end
+  if accel.is_tensor(probs) and probs:lt(0):logical_or(probs:gt(1)):logical_or(probs:isnan()):any():item() then
+    raise("bernoulli: probabilities must be in [0, 1]")
+  end
+  local u = accel.rand(t.shape, {dtype = accel.float64, device = t.device})
+  return u:lt(probs):to(t.dtype.is_floating_point and t.dtype or accel.float32)
+end
+-- t:bernoulli_([p = 0.5]): t filled with 0 / 1 draws of probability p
+function M.bernoulli_(t, p, ...)
+  no_more("bernoulli_", 1, ...)
+  check_fillable("bernoulli_", t)
+  return accel.no_grad(function() return t:copy_(M.bernoulli(t, p == nil and 0.5 or p)) end)
+end
+-- t:exponential_([lambd = 1]): t filled with exponential draws of rate lambd
+function M.exponential_(t, lambd, ...)
+  no_more("exponential_", 1, ...)
+  lambd = lambd or 1
+  if type(lambd) ~= "number" or not (lambd > 0) then raise("exponential_: lambd must be positive, got %s", util.show(lambd)) end
+  check_fillable("exponential_", t)
+  local u = accel.rand(t.shape, {dtype = accel.float64, device = t.device})
+  return accel.no_grad(function() return t:copy_((-u):log1p() / -lambd) end)
 end
 
 -- probs (C) or (N, C) checked as torch's multinomial checks them
