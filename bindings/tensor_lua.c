@@ -1744,10 +1744,8 @@ static bool in_list(const char *const *list, const char *k) {
 /* PyTorch tensor methods a script may call that accel-lua does not have:
  * reading one is an error naming it, not a nil to call. */
 static const char *const not_provided_methods[] = {
-    "cummax", "cummin", "logcumsumexp", "scatter_reduce", "index_put", "index_put_", "put_", "masked_scatter",
-    "masked_scatter_", "mode", "unique_consecutive", "histc", "erfinv", "random_", "addmm", "baddbmm", "to_sparse",
-    "numpy", "atan2", "arctan2", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "unfold", "as_strided",
-    "pin_memory", "share_memory_", "apply_", "map_",
+    "scatter_reduce", "index_put", "index_put_", "to_sparse", "numpy", "atan2", "arctan2", "bitwise_and",
+    "bitwise_or", "bitwise_xor", "bitwise_not", "as_strided", "pin_memory", "share_memory_", "apply_", "map_",
     NULL};
 
 bool lu_load_lua_tensor_methods(lua_State *L) {

@@ -274,7 +274,150 @@ function M.searchsorted(sorted, values, ...)
   return before:sum(-1)
 end
 
+-- t:unique_consecutive([{return_inverse =, return_counts =}]): each run of
+-- equal neighbours of the flattened tensor kept once
+function M.unique_consecutive(t, ...)
+  local a = torch_args("unique_consecutive", {"return_inverse", "return_counts", "dim"}, ...)
+  if a.dim ~= nil then raise("unique_consecutive: dim is not supported (the flattened tensor only)") end
+  local vals, uniq, counts, inv = t:reshape({-1}):tolist(), {}, {}, {}
+  for i, v in ipairs(vals) do
+    if i == 1 or v ~= vals[i - 1] then uniq[#uniq + 1], counts[#counts + 1] = v, 0 end
+    counts[#counts] = counts[#counts] + 1
+    inv[i] = #uniq - 1
+  end
+  local opts = {dtype = accel.int64, device = t.device}
+  local out = {#uniq > 0 and accel.tensor(uniq, {dtype = t.dtype, device = t.device}) or accel.zeros(0, {dtype = t.dtype, device = t.device})}
+  if a.return_inverse then out[#out + 1] = (#inv > 0 and accel.tensor(inv, opts) or accel.zeros(0, opts)):reshape(t.shape) end
+  if a.return_counts then out[#out + 1] = #counts > 0 and accel.tensor(counts, opts) or accel.zeros(0, opts) end
+  return unpack(out)
+end
+
+-- t:mode([dim = -1], [keepdim = false]) -> the most frequent value of each
+-- row (the smallest among equally frequent ones) and its last index, as torch's
+function M.mode(t, ...)
+  local a = torch_args("mode", {"dim", "keepdim"}, ...)
+  local d = positive_dim("mode", t, a.dim or -1)
+  if t:dim() == 0 then return t:clone(), accel.zeros({}, {dtype = accel.int64, device = t.device}) end
+  local moved = t:movedim(d, -1):contiguous()
+  local n = moved:size(-1)
+  if n == 0 then raise("mode: cannot compute the mode of an empty dim") end
+  local rows = moved:reshape({-1, n}):tolist()
+  local best_v, best_i = {}, {}
+  for r, row in ipairs(rows) do
+    local count, last = {}, {}
+    for j, v in ipairs(row) do count[v], last[v] = (count[v] or 0) + 1, j - 1 end
+    local bv
+    for v, c in pairs(count) do
+      if bv == nil or c > count[bv] or (c == count[bv] and v < bv) then bv = v end
+    end
+    best_v[r], best_i[r] = bv, last[bv]
+  end
+  local shape = {}
+  for i = 1, moved:dim() - 1 do shape[i] = moved:size(i) end
+  local v = accel.tensor(best_v, {dtype = t.dtype, device = t.device}):reshape(shape)
+  local i = accel.tensor(best_i, {dtype = accel.int64, device = t.device}):reshape(shape)
+  if a.keepdim then return v:unsqueeze(d), i:unsqueeze(d) end
+  return v, i
+end
+
+-- t:histc([bins = 100], [min = 0], [max = 0]): counts of equal-width bins
+-- over [min, max] (both 0: the data's range), elements outside ignored, the
+-- maximum in the last bin; t's float dtype
+function M.histc(t, ...)
+  local a = torch_args("histc", {"bins", "min", "max"}, ...)
+  if not t.dtype.is_floating_point then raise("histc: input must be a floating point tensor, got %s", t.dtype.name) end
+  local bins, lo, hi = a.bins or 100, a.min or 0, a.max or 0
+  if type(bins) ~= "number" or bins < 1 or bins ~= math.floor(bins) then raise("histc: bins must be a positive integer") end
+  local x = t:reshape({-1})
+  x = x:masked_select(x:isnan():logical_not())
+  if lo == 0 and hi == 0 and x:numel() > 0 then lo, hi = x:min():item(), x:max():item() end
+  if lo == hi then lo, hi = lo - 1, hi + 1 end
+  if lo > hi then raise("histc: max must be larger than min") end
+  x = x:masked_select(x:ge(lo):logical_and(x:le(hi)))
+  local b = ((x:double() - lo) * (bins / (hi - lo))):floor():long():clamp(0, bins - 1)
+  return b:bincount({minlength = bins}):to(t.dtype)
+end
+
 -- ---- small compositions ----
+
+-- t:unfold(dim, size, step): the windows of size along dim, every step, as
+-- a new dim of (count) replacing dim and a last dim of size (a copy, not
+-- torch's view)
+function M.unfold(t, dim, size, step)
+  local d = positive_dim("unfold", t, dim)
+  local n = t:dim() == 0 and 1 or t:size(d)
+  if type(size) ~= "number" or size < 0 or size > n then raise("unfold: size %s is larger than dim %d's size %d", util.show(size), d, n) end
+  if type(step) ~= "number" or step < 1 then raise("unfold: step must be a positive integer, got %s", util.show(step)) end
+  local count = math.floor((n - size) / step) + 1
+  local starts = accel.arange(count, {device = t.device}):mul(step):unsqueeze(2)
+  local idx = (starts + accel.arange(size, {device = t.device})):reshape({-1})
+  local picked = t:index_select(d, idx)
+  local shape = {}
+  for i = 1, t:dim() do shape[#shape + 1] = i == d and count or t:size(i) end
+  table.insert(shape, d + 1, size)
+  return picked:reshape(shape):movedim(d + 1, -1)
+end
+
+-- t:masked_scatter(mask, source): where (broadcast) mask is true, source's
+-- elements in order
+function M.masked_scatter(t, mask, source)
+  if not accel.is_tensor(mask) or mask.dtype ~= accel.bool then raise("masked_scatter: mask must be a bool tensor") end
+  local m = mask:expand(t.shape):reshape({-1})
+  local pos = M.nonzero(m):reshape({-1})
+  local k = pos:numel()
+  if source:numel() < k then
+    raise("masked_scatter: source has %d elements, the mask selects %d", source:numel(), k)
+  end
+  return M.index_copy(t:reshape({-1}), 1, pos, source:reshape({-1}):narrow(1, 1, k)):reshape(t.shape)
+end
+function M.masked_scatter_(t, ...) return t:copy_(M.masked_scatter(t, ...)) end
+
+-- t:put(index, source, [accumulate = false]): the flattened t's elements at
+-- index set to (or, accumulating, added to by) source's
+function M.put(t, index, source, accumulate)
+  local flat, ids, src = t:reshape({-1}), index:reshape({-1}), source:reshape({-1})
+  local r = accumulate and flat:index_add(1, ids, src) or M.index_copy(flat, 1, ids, src)
+  return r:reshape(t.shape)
+end
+function M.put_(t, ...) return t:copy_(M.put(t, ...)) end
+
+-- self * beta + (m1 @ m2) * alpha (beta = 0: self is not read, as torch)
+local function add_product(t, m1, m2, ...)
+  local a = torch_args("addmm", {"beta", "alpha"}, ...)
+  local beta, alpha = a.beta or 1, a.alpha or 1
+  local prod = m1:matmul(m2)
+  if alpha ~= 1 then prod = prod * alpha end
+  if beta == 0 then return prod + accel.zeros_like(t) end
+  return (beta == 1 and t or t * beta) + prod
+end
+function M.addmm(t, ...) return add_product(t, ...) end
+function M.baddbmm(t, ...) return add_product(t, ...) end
+
+-- erfinv(y): Giles' approximation refined by a Newton step on erf in
+-- float64; its gradient sqrt(pi) / 2 exp(x^2), as torch's
+function M.erfinv(t)
+  local y = t:double():detach()
+  local w = -((1 - y) * (1 + y)):log()
+  local function poly(z, c)
+    local p = z:mul(0):add(c[1])
+    for i = 2, #c do p = p * z + c[i] end
+    return p
+  end
+  local small = poly(w - 2.5, {2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
+    -0.00125372503, -0.00417768164, 0.246640727, 1.50140941})
+  local large = poly(w:clamp(0, nil):sqrt() - 3, {-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844,
+    0.00573950773, -0.0076224613, 0.00943887047, 1.00167406, 2.83297682})
+  local x = accel.where(w:lt(5), small, large) * y
+  for _ = 1, 2 do -- Newton on erf(x) = y (finite x only)
+    local step = (x:erf() - y) / ((-x * x):exp() * (2 / math.sqrt(math.pi)))
+    x = accel.where(x:isfinite(), x - step, x)
+  end
+  x = accel.where(y:eq(1), math.huge, accel.where(y:eq(-1), -math.huge, x))
+  local out = x:to(t.dtype.is_floating_point and t.dtype or accel.float32)
+  if not t.requires_grad then return out end
+  local slope = ((x * x):exp() * (math.sqrt(math.pi) / 2)):to(out.dtype)
+  return out + (t - t:detach()) * slope -- the value of out, the gradient of erfinv
+end
 
 -- t:diff([n = 1], [dim = -1]): differences of neighbours, n times
 function M.diff(t, ...)
@@ -419,6 +562,39 @@ function M.cumprod(t, ...)
   if x:dim() == 0 or x:size(d) <= 1 then return x:clone() end
   local parts = {x:narrow(d, 1, 1)}
   for k = 2, x:size(d) do parts[k] = parts[k - 1] * x:narrow(d, k, 1) end
+  return accel.cat(parts, d)
+end
+
+-- running extremes along dim: values and the index where each was reached
+-- (a tie takes the later index, NaN propagates, as torch's)
+local function cumulative_extreme(op, t, dim, larger)
+  local d = positive_dim(op, t, dim)
+  if t:dim() == 0 then return t:clone(), accel.zeros({}, {dtype = accel.int64, device = t.device}) end
+  local n = t:size(d)
+  if n == 0 then return t:clone(), accel.zeros_like(t, {dtype = accel.int64}) end
+  local vals, ids = {t:narrow(d, 1, 1)}, {accel.zeros_like(t:narrow(d, 1, 1), {dtype = accel.int64})}
+  for k = 2, n do
+    local x, prev = t:narrow(d, k, 1), vals[k - 1]
+    local take = (larger and x:ge(prev) or x:le(prev)):logical_or(x:isnan())
+    take = take:logical_and(prev:isnan():logical_not())
+    vals[k] = accel.where(take, x, prev)
+    ids[k] = accel.where(take, k - 1, ids[k - 1])
+  end
+  return accel.cat(vals, d), accel.cat(ids, d)
+end
+
+-- t:cummax(dim) / t:cummin(dim) -> values, indices
+function M.cummax(t, dim) return cumulative_extreme("cummax", t, dim, true) end
+function M.cummin(t, dim) return cumulative_extreme("cummin", t, dim, false) end
+
+-- t:logcumsumexp(dim): log of the running sums of exp(t), one logaddexp per
+-- position (exact for widely spread values)
+function M.logcumsumexp(t, dim)
+  local d = positive_dim("logcumsumexp", t, dim)
+  local x = t.dtype.is_floating_point and t or t:float()
+  if x:dim() == 0 or x:size(d) <= 1 then return x:clone() end
+  local parts = {x:narrow(d, 1, 1)}
+  for k = 2, x:size(d) do parts[k] = M.logaddexp(parts[k - 1], x:narrow(d, k, 1)) end
   return accel.cat(parts, d)
 end
 
@@ -728,6 +904,16 @@ function M.exponential_(t, lambd, ...)
   check_fillable("exponential_", t)
   local u = accel.rand(t.shape, {dtype = accel.float64, device = t.device})
   return accel.no_grad(function() return t:copy_((-u):log1p() / -lambd) end)
+end
+
+-- t:random_([from = 0], to): integers drawn uniformly from [from, to)
+function M.random_(t, from, to, ...)
+  no_more("random_", 2, ...)
+  if to == nil then from, to = 0, from end
+  if type(to) ~= "number" then raise("random_: give the upper bound: t:random_([from], to)") end
+  check_fillable("random_", t)
+  local draws = accel.randint(from, to, t.shape, {dtype = t.dtype, device = t.device})
+  return accel.no_grad(function() return t:copy_(draws) end)
 end
 
 -- probs (C) or (N, C) checked as torch's multinomial checks them
