@@ -821,4 +821,110 @@ function F.avg_pool2d(input, kernel_size, o)
   return sums:reshape(shape)
 end
 
+-- adaptive_avg_pool2d(x, output_size): (N, C, H, W) or (C, H, W) to
+-- output_size (an integer or {h, w}; nil keeps that size) by averaging, cell
+-- i of n rows covering [floor(i H / n), ceil((i + 1) H / n)), as PyTorch's
+-- (rows, then columns: the cells are rectangles)
+function F.adaptive_avg_pool2d(x, output_size, ...)
+  no_more("adaptive_avg_pool2d", 2, "2", ...)
+  tensor_arg("adaptive_avg_pool2d", "input", x)
+  if x:dim() ~= 3 and x:dim() ~= 4 then
+    raise("adaptive_avg_pool2d: expected input of shape (N, C, H, W) or (C, H, W), got %s", shape_text(sizes(x)))
+  end
+  local out = type(output_size) == "table" and output_size or {output_size, output_size}
+  local y = x
+  for i, d in ipairs({x:dim() - 1, x:dim()}) do
+    local n_in, n = x:size(d), out[i] == nil and x:size(d) or out[i]
+    if type(n) ~= "number" or n < 1 or n ~= math.floor(n) then
+      raise("adaptive_avg_pool2d: output_size must be positive integers, got %s", util.show(out[i]))
+    end
+    if n ~= n_in then
+      local cells = {}
+      for c = 0, n - 1 do
+        local lo, hi = math.floor(c * n_in / n), math.ceil((c + 1) * n_in / n)
+        cells[c + 1] = y:narrow(d, lo + 1, hi - lo):mean(d, true)
+      end
+      y = accel.cat(cells, d)
+    end
+  end
+  return y
+end
+
+-- dropout2d(x, [p = 0.5], [training = true], [inplace = false]): whole
+-- channels of (N, C, H, W) (or (C, H, W)) zeroed with probability p, the
+-- rest scaled by 1 / (1 - p)
+function F.dropout2d(x, ...)
+  local a = torch_args("dropout2d", {"p", "training", "inplace"}, ...)
+  tensor_arg("dropout2d", "input", x)
+  local p = F._dropout_p("dropout2d", a.p)
+  if a.training == false or p == 0 then return x end
+  if x:dim() ~= 3 and x:dim() ~= 4 then raise("dropout2d: expected a 3-D or 4-D input, got %dD", x:dim()) end
+  local shape = sizes(x)
+  for d = x:dim() - 1, x:dim() do shape[d] = 1 end
+  local keep = accel.rand(shape, {device = x.device}):ge(p):to(x.dtype)
+  local y = p == 1 and x * 0 or x * keep * (1 / (1 - p))
+  return a.inplace and x:copy_(y) or y
+end
+
+-- The per-channel shape (1, C, 1, ...) of x, and the dims other than the channel one.
+local function channel_layout(x)
+  local shape, dims = {1, x:size(2)}, {1}
+  for d = 3, x:dim() do shape[d], dims[#dims + 1] = 1, d end
+  return shape, dims
+end
+
+-- batch_norm(x, running_mean, running_var, [weight], [bias], [training =
+-- false], [momentum = 0.1], [eps = 1e-5]): per channel (dim 2), with the
+-- batch's statistics when training (and the running ones updated in place,
+-- the variance unbiased, as PyTorch's) or without running statistics, else
+-- the running ones. The result has x's dtype.
+function F.batch_norm(x, running_mean, running_var, ...)
+  local a = torch_args("batch_norm", {"weight", "bias", "training", "momentum", "eps"}, ...)
+  tensor_arg("batch_norm", "input", x)
+  if x:dim() < 2 then raise("batch_norm: expected an input of at least 2 dims (N, C, ...), got %dD", x:dim()) end
+  local shape, dims = channel_layout(x)
+  local c, eps, mean, var = x:size(2), check_eps("batch_norm", a.eps) or 1e-5, nil, nil
+  if a.training or running_mean == nil then
+    local n = x:numel() / c
+    if a.training and n <= 1 then
+      raise("batch_norm: Expected more than 1 value per channel when training, got input size %s", shape_text(sizes(x)))
+    end
+    mean, var = x:mean(dims, true), x:var(dims, {correction = 0, keepdim = true})
+    if a.training and running_mean ~= nil then
+      local m = a.momentum or 0.1
+      accel.no_grad(function()
+        running_mean:mul_(1 - m):add_(mean:detach():reshape({c}):to(running_mean.dtype) * m)
+        running_var:mul_(1 - m):add_(var:detach():reshape({c}):to(running_var.dtype) * (m * n / (n - 1)))
+      end)
+    end
+  else
+    mean, var = running_mean:reshape(shape), running_var:reshape(shape)
+  end
+  local y = (x - mean) * (var + eps):rsqrt()
+  if a.weight ~= nil then y = y * a.weight:reshape(shape) end
+  if a.bias ~= nil then y = y + a.bias:reshape(shape) end
+  return y.dtype == x.dtype and y or y:to(x.dtype)
+end
+
+-- group_norm(x, num_groups, [weight], [bias], [eps = 1e-5]): x (N, C, ...)
+-- normalized over each group of C / num_groups channels (and the other
+-- dims), then scaled per channel
+function F.group_norm(x, num_groups, ...)
+  local a = torch_args("group_norm", {"weight", "bias", "eps"}, ...)
+  tensor_arg("group_norm", "input", x)
+  if x:dim() < 2 then raise("group_norm: expected an input of at least 2 dims (N, C, ...), got %dD", x:dim()) end
+  local n, c = x:size(1), x:size(2)
+  if type(num_groups) ~= "number" or num_groups < 1 or c % num_groups ~= 0 then
+    raise("group_norm: Expected number of channels in input to be divisible by num_groups, but got input of shape %s "
+      .. "and num_groups=%s", shape_text(sizes(x)), util.show(num_groups))
+  end
+  local g = x:reshape({n, num_groups, -1})
+  local mean, var = g:mean(3, true), g:var(3, {correction = 0, keepdim = true})
+  local y = ((g - mean) * (var + (check_eps("group_norm", a.eps) or 1e-5)):rsqrt()):reshape(x.shape)
+  local shape = channel_layout(x)
+  if a.weight ~= nil then y = y * a.weight:reshape(shape) end
+  if a.bias ~= nil then y = y + a.bias:reshape(shape) end
+  return y
+end
+
 return F

@@ -4,9 +4,12 @@
 --                     nn.Parameter
 --   containers.lua    Sequential, ModuleList, ModuleDict
 --   layers.lua        Linear, Embedding, LayerNorm, RMSNorm, Dropout, Conv2d,
---                     MaxPool2d, Flatten, Unflatten, Identity, activations
+--                     MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, Dropout2d,
+--                     Flatten, Unflatten, Identity, activations
+--   normalization.lua BatchNorm1d / 2d / 3d, GroupNorm
 --   attention.lua     MultiheadAttention
---   loss.lua          CrossEntropyLoss, NLLLoss, MSELoss, L1Loss, BCEWithLogitsLoss
+--   loss.lua          CrossEntropyLoss, NLLLoss, MSELoss, L1Loss, BCEWithLogitsLoss,
+--                     BCELoss, SmoothL1Loss, HuberLoss, KLDivLoss
 --   initializers.lua  nn.init (uniform_, kaiming_uniform_, ...)
 --   functional.lua    nn.functional
 -- Any other accel/nn/<name>.lua (e.g. nn.utils) loads on first use of nn.<name>.
@@ -20,7 +23,7 @@ nn.is_parameter = base.is_parameter
 nn.functional = require("accel.nn.functional")
 nn.init = require("accel.nn.initializers")
 
-for _, file in ipairs({"containers", "layers", "attention", "loss"}) do
+for _, file in ipairs({"containers", "layers", "normalization", "attention", "loss"}) do
   for name, cls in pairs(require("accel.nn." .. file)) do nn[name] = cls end
 end
 

@@ -1,5 +1,6 @@
 -- accel.nn.layers: the standard layers (Linear, Embedding, LayerNorm,
--- RMSNorm, Dropout, Conv2d, MaxPool2d, Flatten, Unflatten, Identity) and the
+-- RMSNorm, Dropout, Conv2d, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d,
+-- Dropout2d, Flatten, Unflatten, Identity) and the
 -- activation modules, each with PyTorch's parameters, default
 -- initialisation and printed form. Forward passes go through
 -- accel.nn.functional. Keyword arguments go in a trailing options table
@@ -377,6 +378,46 @@ function Unflatten:extra_repr() return ("dim=%d, unflattened_size=%s"):format(se
 local Identity = export_class(M, "Identity")
 function Identity:init() end -- accepts and ignores any arguments, as PyTorch's
 function Identity:forward(x) return x end
+
+-- ---- AvgPool2d / AdaptiveAvgPool2d / Dropout2d ----
+
+local AvgPool2d = export_class(M, "AvgPool2d")
+
+-- AvgPool2d(kernel_size, [{stride = kernel_size, padding = 0, ceil_mode = false,
+--   count_include_pad = true, divisor_override =}])
+function AvgPool2d:init(kernel_size, o)
+  o = check_options("AvgPool2d", o, {"stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"})
+  self.kernel_size, self.stride, self.padding = kernel_size, o.stride or kernel_size, o.padding or 0
+  for _, k in ipairs({"kernel_size", "stride", "padding"}) do pair(self[k], "AvgPool2d", k) end
+  self.ceil_mode, self.count_include_pad = o.ceil_mode == true, o.count_include_pad ~= false
+  self.divisor_override = o.divisor_override
+end
+
+function AvgPool2d:forward(x)
+  return F.avg_pool2d(x, self.kernel_size, {stride = self.stride, padding = self.padding, ceil_mode = self.ceil_mode,
+    count_include_pad = self.count_include_pad, divisor_override = self.divisor_override})
+end
+
+function AvgPool2d:extra_repr()
+  return ("kernel_size=%s, stride=%s, padding=%s"):format(py(self.kernel_size), py(self.stride), py(self.padding))
+end
+
+local AdaptiveAvgPool2d = export_class(M, "AdaptiveAvgPool2d")
+
+-- AdaptiveAvgPool2d(output_size): an integer or {h, w}
+function AdaptiveAvgPool2d:init(output_size) self.output_size = output_size end
+function AdaptiveAvgPool2d:forward(x) return F.adaptive_avg_pool2d(x, self.output_size) end
+function AdaptiveAvgPool2d:extra_repr() return "output_size=" .. py(self.output_size) end
+
+local Dropout2d = export_class(M, "Dropout2d")
+
+-- Dropout2d([p = 0.5], [{inplace = false}]) or Dropout2d({p =, inplace =})
+function Dropout2d:init(...)
+  local a = require("accel.util").torch_args("Dropout2d", {"p", "inplace"}, ...)
+  self.p, self.inplace = F._dropout_p("Dropout2d", a.p), a.inplace == true
+end
+function Dropout2d:forward(x) return F.dropout2d(x, self.p, self.training, self.inplace) end
+function Dropout2d:extra_repr() return ("p=%s, inplace=%s"):format(py(self.p), py(self.inplace)) end
 
 -- ---- activations ----
 
