@@ -6,7 +6,8 @@
 --   layers.lua        Linear, Embedding, LayerNorm, RMSNorm, Dropout, Conv2d,
 --                     MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, Dropout2d,
 --                     Flatten, Unflatten, Identity, activations
---   normalization.lua BatchNorm1d / 2d / 3d, GroupNorm
+--   normalization.lua BatchNorm1d / 2d / 3d, GroupNorm (loaded on first use of
+--                     one of them, so scripts without them keep a smaller heap)
 --   attention.lua     MultiheadAttention
 --   loss.lua          CrossEntropyLoss, NLLLoss, MSELoss, L1Loss, BCEWithLogitsLoss,
 --                     BCELoss, SmoothL1Loss, HuberLoss, KLDivLoss
@@ -23,14 +24,24 @@ nn.is_parameter = base.is_parameter
 nn.functional = require("accel.nn.functional")
 nn.init = require("accel.nn.initializers")
 
-for _, file in ipairs({"containers", "layers", "normalization", "attention", "loss"}) do
+for _, file in ipairs({"containers", "layers", "attention", "loss"}) do
   for name, cls in pairs(require("accel.nn." .. file)) do nn[name] = cls end
 end
 
--- nn.X for an unknown X: the embedded module accel.nn.X when there is one.
+-- Classes whose file loads on first use: name -> file.
+local LAZY_CLASSES = {BatchNorm1d = "normalization", BatchNorm2d = "normalization", BatchNorm3d = "normalization",
+                      GroupNorm = "normalization"}
+
+-- nn.X for an unknown X: a lazily loaded class, or the embedded module
+-- accel.nn.X when there is one.
 return setmetatable(nn, {
   __index = function(t, k)
-    if type(k) ~= "string" or package.preload["accel.nn." .. k] == nil then return nil end
+    if type(k) ~= "string" then return nil end
+    if LAZY_CLASSES[k] then
+      for name, cls in pairs(require("accel.nn." .. LAZY_CLASSES[k])) do rawset(t, name, cls) end
+      return rawget(t, k)
+    end
+    if package.preload["accel.nn." .. k] == nil then return nil end
     local m = require("accel.nn." .. k)
     rawset(t, k, m)
     return m
