@@ -700,6 +700,26 @@ function F.conv2d(input, weight, bias, o)
     opt(o, "groups", 1))
 end
 
+-- conv1d(x, weight, [bias], [{stride = 1, padding = 0, dilation = 1, groups = 1}]):
+-- (N, C, L) or (C, L) with weight (out, C / groups, k), as conv2d over a
+-- height of 1 (padding also "same" / "valid")
+function F.conv1d(input, weight, bias, o)
+  if type(bias) == "table" and not accel.is_tensor(bias) then o, bias = bias, bias.bias end
+  o = check("conv1d", o, {"bias", "stride", "padding", "dilation", "groups"})
+  tensor_arg("conv1d", "input", input)
+  tensor_arg("conv1d", "weight", weight)
+  if input:dim() ~= 2 and input:dim() ~= 3 then
+    raise("conv1d: expected input of shape (N, C, L) or (C, L), got %s", shape_text(sizes(input)))
+  end
+  if weight:dim() ~= 3 then raise("conv1d: weight must be 3-D (out, in / groups, k), got %s", shape_text(sizes(weight))) end
+  local x = input:dim() == 2 and input:unsqueeze(1) or input
+  local padding = opt(o, "padding", 0)
+  local y = F.conv2d(x:unsqueeze(3), weight:unsqueeze(3), bias, {stride = {1, opt(o, "stride", 1)},
+    padding = type(padding) == "string" and padding or {0, padding}, dilation = {1, opt(o, "dilation", 1)},
+    groups = opt(o, "groups", 1)}):squeeze(3)
+  return input:dim() == 2 and y:squeeze(1) or y
+end
+
 -- PyTorch's stride=None / stride=[] mean "the kernel size"
 local function pool_stride(o)
   local s = opt(o, "stride", nil)

@@ -6,8 +6,8 @@
 --   layers.lua        Linear, Embedding, LayerNorm, RMSNorm, Dropout, Conv2d,
 --                     MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, Dropout2d,
 --                     Flatten, Unflatten, Identity, activations
---   normalization.lua BatchNorm1d / 2d / 3d, GroupNorm (loaded on first use of
---                     one of them, so scripts without them keep a smaller heap)
+--   normalization.lua BatchNorm1d / 2d / 3d, GroupNorm  } loaded on first use of
+--   sequence.lua      Conv1d, RNN, LSTM, GRU              } one of their classes
 --   attention.lua     MultiheadAttention
 --   loss.lua          CrossEntropyLoss, NLLLoss, MSELoss, L1Loss, BCEWithLogitsLoss,
 --                     BCELoss, SmoothL1Loss, HuberLoss, KLDivLoss
@@ -30,7 +30,8 @@ end
 
 -- Classes whose file loads on first use: name -> file.
 local LAZY_CLASSES = {BatchNorm1d = "normalization", BatchNorm2d = "normalization", BatchNorm3d = "normalization",
-                      GroupNorm = "normalization"}
+                      GroupNorm = "normalization", Conv1d = "sequence", RNN = "sequence", LSTM = "sequence",
+                      GRU = "sequence"}
 
 -- nn.X for an unknown X: a lazily loaded class, or the embedded module
 -- accel.nn.X when there is one.

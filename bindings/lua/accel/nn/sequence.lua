@@ -1,0 +1,221 @@
+-- accel.nn.sequence: layers over sequences: Conv1d and the recurrent RNN,
+-- LSTM and GRU, with PyTorch's parameter names (weight_ih_l0,
+-- weight_hh_l0_reverse, ...), shapes, gate order and initialisation
+-- (uniform in +-1/sqrt(hidden_size)). The recurrences are written with
+-- linear / sigmoid / tanh, so autograd comes with them: the input
+-- projection of every step runs as one matmul, the hidden one per step.
+-- A forward returns output, then LSTM's {h_n, c_n} (Python's tuple as a
+-- list) or RNN / GRU's h_n; the initial state is given the same way.
+-- Loaded on first use of one of its classes (accel.nn).
+local accel = require("accel")
+local base = require("accel.nn.module")
+local F = require("accel.nn.functional")
+local init = require("accel.nn.initializers")
+local util = require("accel.util")
+
+local Parameter, raise, py, export_class = base.Parameter, base.raise, base.pyrepr, base.export_class
+
+local M = {}
+
+local function positive(v, what, name)
+  if type(v) ~= "number" or v < 1 or math.floor(v) ~= v then
+    raise("%s: %s must be a positive integer, got %s", what, name, util.show(v))
+  end
+  return v
+end
+
+-- ---- Conv1d ----
+
+local Conv1d = export_class(M, "Conv1d")
+
+-- Conv1d(in_channels, out_channels, kernel_size, [{stride = 1, padding = 0,
+--   dilation = 1, groups = 1, bias = true, padding_mode = "zeros", dtype =, device =}])
+-- weight {out, in / groups, k}
+function Conv1d:init(in_channels, out_channels, kernel_size, o)
+  o = base.check_options("Conv1d", o, {"stride", "padding", "dilation", "groups", "bias", "padding_mode", "dtype", "device"})
+  self.in_channels = positive(in_channels, "Conv1d", "in_channels")
+  self.out_channels = positive(out_channels, "Conv1d", "out_channels")
+  self.kernel_size = positive(kernel_size, "Conv1d", "kernel_size")
+  self.stride, self.padding, self.dilation = o.stride or 1, o.padding or 0, o.dilation or 1
+  self.groups = positive(o.groups or 1, "Conv1d", "groups")
+  if (o.padding_mode or "zeros") ~= "zeros" then raise("Conv1d: padding_mode '%s' is not supported (only 'zeros')", o.padding_mode) end
+  if in_channels % self.groups ~= 0 or out_channels % self.groups ~= 0 then
+    raise("Conv1d: in_channels (%d) and out_channels (%d) must be divisible by groups (%d)", in_channels, out_channels, self.groups)
+  end
+  local opts = {dtype = o.dtype, device = o.device}
+  self.weight = Parameter(accel.empty({out_channels, in_channels / self.groups, kernel_size}, opts))
+  if o.bias ~= false then self.bias = Parameter(accel.empty(out_channels, opts)) else self:register_parameter("bias", nil) end
+  self:reset_parameters()
+end
+
+function Conv1d:reset_parameters() -- PyTorch's: kaiming_uniform(a = sqrt(5)), bias in +-1/sqrt(fan_in)
+  init.kaiming_uniform_(self.weight, {a = math.sqrt(5)})
+  if self.bias ~= nil then
+    local fan_in = init._calculate_fan_in_and_fan_out(self.weight)
+    local b = fan_in > 0 and 1 / math.sqrt(fan_in) or 0
+    init.uniform_(self.bias, -b, b)
+  end
+end
+
+function Conv1d:forward(x)
+  return F.conv1d(x, self.weight, self.bias, {stride = self.stride, padding = self.padding, dilation = self.dilation,
+    groups = self.groups})
+end
+
+function Conv1d:extra_repr()
+  local s = ("%d, %d, kernel_size=(%d,), stride=(%d,)"):format(self.in_channels, self.out_channels, self.kernel_size,
+    self.stride)
+  if self.padding ~= 0 then s = s .. (type(self.padding) == "string" and ", padding=" .. self.padding or (", padding=(%d,)"):format(self.padding)) end
+  if self.dilation ~= 1 then s = s .. (", dilation=(%d,)"):format(self.dilation) end
+  if self.groups ~= 1 then s = s .. ", groups=" .. self.groups end
+  if self.bias == nil then s = s .. ", bias=False" end
+  return s
+end
+
+-- ---- RNN / LSTM / GRU ----
+
+local GATES = {RNN = 1, LSTM = 4, GRU = 3}
+local OPTIONS = {"num_layers", "bias", "batch_first", "dropout", "bidirectional", "proj_size", "nonlinearity", "dtype",
+                 "device"}
+
+-- One step of each cell: xw (B, G*H) the input's projection with b_ih,
+-- h (B, H) (and c for LSTM) -> the new h (and c).
+local function rnn_cell(self, xw, h, w_hh, b_hh)
+  local a = xw + F.linear(h, w_hh, b_hh)
+  return self.nonlinearity == "relu" and a:relu() or a:tanh()
+end
+
+local function lstm_cell(_, xw, h, w_hh, b_hh, c)
+  local g = (xw + F.linear(h, w_hh, b_hh)):chunk(4, 2) -- PyTorch's gate order: input, forget, cell, output
+  local c2 = g[2]:sigmoid() * c + g[1]:sigmoid() * g[3]:tanh()
+  return g[4]:sigmoid() * c2:tanh(), c2
+end
+
+local function gru_cell(_, xw, h, w_hh, b_hh)
+  local gx, gh = xw:chunk(3, 2), F.linear(h, w_hh, b_hh):chunk(3, 2) -- reset, update, new
+  local r, z = (gx[1] + gh[1]):sigmoid(), (gx[2] + gh[2]):sigmoid()
+  local n = (gx[3] + r * gh[3]):tanh()
+  return (1 - z) * n + z * h
+end
+
+local CELLS = {RNN = rnn_cell, LSTM = lstm_cell, GRU = gru_cell}
+
+local function recurrent_class(kind)
+  local cls = export_class(M, kind)
+
+  -- kind(input_size, hidden_size, [num_layers = 1], ..., or {num_layers =, bias = true,
+  --   batch_first = false, dropout = 0, bidirectional = false, nonlinearity = "tanh" (RNN), dtype =, device =})
+  function cls:init(input_size, hidden_size, ...)
+    local a = util.torch_args(kind, OPTIONS, ...)
+    self.input_size = positive(input_size, kind, "input_size")
+    self.hidden_size = positive(hidden_size, kind, "hidden_size")
+    self.num_layers = positive(a.num_layers or 1, kind, "num_layers")
+    self.bias, self.batch_first = a.bias ~= false, a.batch_first == true
+    self.dropout, self.bidirectional = a.dropout or 0, a.bidirectional == true
+    if type(self.dropout) ~= "number" or self.dropout < 0 or self.dropout > 1 then
+      raise("%s: dropout should be a number in range [0, 1], got %s", kind, util.show(a.dropout))
+    end
+    if a.proj_size ~= nil and a.proj_size ~= 0 then raise("%s: proj_size is not supported", kind) end
+    if kind ~= "RNN" and a.nonlinearity ~= nil then raise("%s: unknown option 'nonlinearity'", kind) end
+    self.nonlinearity = a.nonlinearity or "tanh"
+    if self.nonlinearity ~= "tanh" and self.nonlinearity ~= "relu" then
+      raise("RNN: Unknown nonlinearity '%s'. Select from 'tanh' or 'relu'.", tostring(self.nonlinearity))
+    end
+    local g, hs, opts = GATES[kind], hidden_size, {dtype = a.dtype, device = a.device}
+    local dirs = self.bidirectional and 2 or 1
+    for layer = 0, self.num_layers - 1 do
+      for dir = 1, dirs do
+        local sfx = ("_l%d%s"):format(layer, dir == 2 and "_reverse" or "")
+        local n_in = layer == 0 and input_size or hs * dirs
+        self["weight_ih" .. sfx] = Parameter(accel.empty({g * hs, n_in}, opts))
+        self["weight_hh" .. sfx] = Parameter(accel.empty({g * hs, hs}, opts))
+        if self.bias then
+          self["bias_ih" .. sfx] = Parameter(accel.empty(g * hs, opts))
+          self["bias_hh" .. sfx] = Parameter(accel.empty(g * hs, opts))
+        end
+      end
+    end
+    self:reset_parameters()
+  end
+
+  function cls:reset_parameters()
+    local b = 1 / math.sqrt(self.hidden_size)
+    for _, p in ipairs(self:parameters()) do init.uniform_(p, -b, b) end
+  end
+
+  -- the sequence (T, B, n) of one layer and direction from the state h (and c)
+  local function run_direction(self, xs, sfx, reverse, h, c)
+    local xw = F.linear(xs, self["weight_ih" .. sfx], self["bias_ih" .. sfx]) -- (T, B, G*H) at once
+    local w_hh, b_hh = self["weight_hh" .. sfx], self["bias_hh" .. sfx]
+    local T, outs = xs:size(1), {}
+    for k = 1, T do
+      local t = reverse and T - k + 1 or k
+      h, c = CELLS[kind](self, xw[t], h, w_hh, b_hh, c)
+      outs[t] = h
+    end
+    return accel.stack(outs, 1), h, c
+  end
+
+  -- forward(x, [h0 | {h0, c0}]) -> output, h_n | {h_n, c_n}
+  function cls:forward(x, hx)
+    if not accel.is_tensor(x) or (x:dim() ~= 2 and x:dim() ~= 3) then
+      raise("%s: input must be 2-D (unbatched) or 3-D, got %s", kind, accel.is_tensor(x) and (x:dim() .. "-D") or type(x))
+    end
+    local unbatched = x:dim() == 2
+    if unbatched then x = x:unsqueeze(2) elseif self.batch_first then x = x:transpose(1, 2) end
+    if x:size(3) ~= self.input_size then
+      raise("%s: input.size(-1) must be equal to input_size. Expected %d, got %d", kind, self.input_size, x:size(3))
+    end
+    local dirs, B, hs = self.bidirectional and 2 or 1, x:size(2), self.hidden_size
+    local h0, c0 = hx, nil
+    if kind == "LSTM" and hx ~= nil then
+      if type(hx) ~= "table" or accel.is_tensor(hx) then raise("LSTM: the initial state must be a list {h0, c0}") end
+      h0, c0 = hx[1], hx[2]
+    end
+    local function initial(t)
+      if t == nil then return accel.zeros(self.num_layers * dirs, B, hs, {dtype = x.dtype, device = x.device}) end
+      return unbatched and t:unsqueeze(2) or t
+    end
+    h0, c0 = initial(h0), kind == "LSTM" and initial(c0) or nil
+    local hn, cn, layer_in = {}, {}, x
+    for layer = 0, self.num_layers - 1 do
+      local outs = {}
+      for dir = 1, dirs do
+        local i = layer * dirs + dir
+        local sfx = ("_l%d%s"):format(layer, dir == 2 and "_reverse" or "")
+        outs[dir], hn[i], cn[i] = run_direction(self, layer_in, sfx, dir == 2, h0[i], c0 and c0[i] or nil)
+      end
+      layer_in = dirs == 2 and accel.cat(outs, 3) or outs[1]
+      if layer < self.num_layers - 1 and self.dropout > 0 then
+        layer_in = F.dropout(layer_in, self.dropout, self.training)
+      end
+    end
+    local output, h_n = layer_in, accel.stack(hn, 1)
+    local c_n = kind == "LSTM" and accel.stack(cn, 1) or nil
+    if unbatched then
+      output, h_n = output:squeeze(2), h_n:squeeze(2)
+      if c_n then c_n = c_n:squeeze(2) end
+    elseif self.batch_first then
+      output = output:transpose(1, 2)
+    end
+    if kind == "LSTM" then return output, {h_n, c_n} end
+    return output, h_n
+  end
+
+  function cls:extra_repr()
+    local s = ("%d, %d"):format(self.input_size, self.hidden_size)
+    if self.num_layers ~= 1 then s = s .. ", num_layers=" .. self.num_layers end
+    if not self.bias then s = s .. ", bias=False" end
+    if self.batch_first then s = s .. ", batch_first=True" end
+    if self.dropout ~= 0 then s = s .. ", dropout=" .. py(self.dropout) end
+    if self.bidirectional then s = s .. ", bidirectional=True" end
+    return s
+  end
+  return cls
+end
+
+recurrent_class("RNN")
+recurrent_class("LSTM")
+recurrent_class("GRU")
+
+return M

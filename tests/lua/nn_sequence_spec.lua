@@ -1,0 +1,103 @@
+-- nn_sequence_spec.lua: Conv1d and the recurrent RNN / LSTM / GRU.
+-- References: tests/fixtures/recurrent.safetensors, written by PyTorch
+-- (scripts/fixtures/make_recurrent_fixtures.py: outputs, final states and
+-- gradients of 2-layer bidirectional float64 modules whose weights and
+-- inputs are the closed forms rebuilt below), conv2d for conv1d, and
+-- PyTorch 2.15's printed forms and parameter names quoted beside them.
+local accel = require("accel")
+local support = dofile("tests/lua/support.lua")
+local nn, F = accel.nn, accel.nn.functional
+
+local f64 = {dtype = accel.float64}
+local close, expect_error = support.assert_close, support.expect_error
+local fixture = accel.load("tests/fixtures/recurrent.safetensors")
+
+-- the fixture's module: parameters 0.5 sin(k + i), as the generator sets them
+local function fixture_module(kind)
+  local m = nn[kind](3, 4, 2, {bidirectional = true, dtype = accel.float64})
+  local k = 0
+  for _, p in ipairs(m:parameters()) do
+    local vals = {}
+    for i = 1, p:numel() do vals[i] = 0.5 * math.sin(k + i) end
+    k = k + p:numel()
+    accel.no_grad(function() p:copy_(accel.tensor(vals, f64):view(p.shape)) end)
+  end
+  return m
+end
+
+local function sequence(n, f)
+  local vals = {}
+  for i = 1, n do vals[i] = f(i) end
+  return accel.tensor(vals, f64)
+end
+
+describe("RNN, LSTM and GRU", function()
+  for _, kind in ipairs({"RNN", "LSTM", "GRU"}) do
+    it(kind .. " matches PyTorch's outputs, final state and gradients", function()
+      local m = fixture_module(kind)
+      local x = sequence(30, math.cos):view(5, 2, 3):requires_grad_(true)
+      local out, state = m(x)
+      close(out, fixture[kind .. ".out"], 1e-12)
+      if kind == "LSTM" then
+        close(state[1], fixture["LSTM.h_n"], 1e-12)
+        close(state[2], fixture["LSTM.c_n"], 1e-12)
+      else
+        close(state, fixture[kind .. ".h_n"], 1e-12)
+      end
+      local _ = (out * sequence(out:numel(), math.sin):view(out.shape)):sum():backward()
+      close(x.grad, fixture[kind .. ".gx"], 1e-12)
+      close(m.weight_hh_l0.grad, fixture[kind .. ".gw"], 1e-12)
+    end)
+  end
+
+  it("takes batch_first, unbatched input and an initial state", function()
+    local m = fixture_module("GRU")
+    local x = sequence(30, math.cos):view(5, 2, 3)
+    local out = m(x)
+    local bf = nn.GRU(3, 4, 2, {bidirectional = true, batch_first = true, dtype = accel.float64})
+    bf:load_state_dict(m:state_dict())
+    close(bf(x:transpose(1, 2)), out:transpose(1, 2), 1e-14)
+    local one = m(x:select(2, 1)) -- (T, n): unbatched
+    close(one, out:select(2, 1), 1e-14)
+    local lstm = fixture_module("LSTM")
+    local h0 = accel.zeros(4, 2, 4, f64)
+    local o1 = lstm(x)
+    local o2 = lstm(x, {h0, h0:clone()})
+    close(o1, o2, 0)
+    expect_error(function() local _ = lstm(x, h0) end, "LSTM: the initial state must be a list {h0, c0}")
+    expect_error(function() local _ = m(accel.zeros(5, 2, 7, f64)) end, "GRU: input.size(-1) must be equal to input_size. Expected 3, got 7")
+  end)
+
+  it("has PyTorch's parameter names, shapes and printed form (PyTorch 2.15)", function()
+    local names = {}
+    for name, p in nn.LSTM(3, 4, 2, {bidirectional = true}):named_parameters() do
+      names[#names + 1] = name .. "=" .. table.concat(support.shape_of(p), "x")
+    end
+    assert.same({"weight_ih_l0=16x3", "weight_hh_l0=16x4", "bias_ih_l0=16", "bias_hh_l0=16", "weight_ih_l0_reverse=16x3",
+      "weight_hh_l0_reverse=16x4", "bias_ih_l0_reverse=16", "bias_hh_l0_reverse=16", "weight_ih_l1=16x8", "weight_hh_l1=16x4",
+      "bias_ih_l1=16", "bias_hh_l1=16", "weight_ih_l1_reverse=16x8", "weight_hh_l1_reverse=16x4", "bias_ih_l1_reverse=16",
+      "bias_hh_l1_reverse=16"}, names)
+    assert.are.equal("LSTM(10, 20, num_layers=2)", tostring(nn.LSTM(10, 20, 2)))
+    assert.are.equal("GRU(4, 8, batch_first=True, bidirectional=True)",
+      tostring(nn.GRU(4, 8, {batch_first = true, bidirectional = true})))
+    assert.are.equal("Conv1d(4, 8, kernel_size=(3,), stride=(1,), padding=(1,))", tostring(nn.Conv1d(4, 8, 3, {padding = 1})))
+    local b = 1 / math.sqrt(20)
+    for _, p in ipairs(nn.GRU(10, 20):parameters()) do assert.is_true(p:abs():max():item() <= b) end
+    expect_error(function() local _ = nn.LSTM(3, 4, {proj_size = 2}) end, "LSTM: proj_size is not supported")
+    expect_error(function() local _ = nn.RNN(3, 4, {nonlinearity = "gelu"}) end, "RNN: Unknown nonlinearity 'gelu'")
+  end)
+end)
+
+describe("Conv1d", function()
+  it("is conv2d over a height of 1, with its gradient", function()
+    accel.manual_seed(4)
+    local x, w, b = accel.randn(2, 4, 9, f64), accel.randn(6, 2, 3, f64), accel.randn(6, f64)
+    local y = F.conv1d(x, w, b, {stride = 2, padding = 1, dilation = 2, groups = 2})
+    local y2 = F.conv2d(x:unsqueeze(3), w:unsqueeze(3), b, {stride = {1, 2}, padding = {0, 1}, dilation = {1, 2}, groups = 2})
+    close(y, y2:squeeze(3), 0)
+    close(F.conv1d(x[1], w, b, {groups = 2}), F.conv1d(x, w, b, {groups = 2})[1], 0) -- unbatched
+    local m = nn.Conv1d(4, 6, 3, {padding = "same", dtype = accel.float64})
+    assert.same({2, 6, 9}, support.shape_of(m(x)))
+    expect_error(function() local _ = F.conv1d(x, w:unsqueeze(1)) end, "conv1d: weight must be 3-D")
+  end)
+end)
