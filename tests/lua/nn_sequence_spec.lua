@@ -1,9 +1,10 @@
--- nn_sequence_spec.lua: Conv1d and the recurrent RNN / LSTM / GRU.
--- References: tests/fixtures/recurrent.safetensors, written by PyTorch
--- (scripts/fixtures/make_recurrent_fixtures.py: outputs, final states and
--- gradients of 2-layer bidirectional float64 modules whose weights and
--- inputs are the closed forms rebuilt below), conv2d for conv1d, and
--- PyTorch 2.15's printed forms and parameter names quoted beside them.
+-- nn_sequence_spec.lua: Conv1d, the recurrent RNN / LSTM / GRU and the
+-- Transformer encoder. References: tests/fixtures/recurrent.safetensors and
+-- transformer.safetensors, written by PyTorch
+-- (scripts/fixtures/make_recurrent_fixtures.py, make_transformer_fixtures.py:
+-- outputs, states and gradients of float64 modules whose weights and inputs
+-- are the closed forms rebuilt below), conv2d for conv1d, and PyTorch
+-- 2.15's printed forms and parameter names quoted beside them.
 local accel = require("accel")
 local support = dofile("tests/lua/support.lua")
 local nn, F = accel.nn, accel.nn.functional
@@ -99,5 +100,49 @@ describe("Conv1d", function()
     local m = nn.Conv1d(4, 6, 3, {padding = "same", dtype = accel.float64})
     assert.same({2, 6, 9}, support.shape_of(m(x)))
     expect_error(function() local _ = F.conv1d(x, w:unsqueeze(1)) end, "conv1d: weight must be 3-D")
+  end)
+end)
+
+describe("TransformerEncoderLayer and TransformerEncoder", function()
+  local ref = accel.load("tests/fixtures/transformer.safetensors")
+
+  -- parameters 0.3 sin(k + i) in named_parameters() order, as the generator sets them
+  local function set_weights(m)
+    local k = 0
+    for _, p in ipairs(m:parameters()) do
+      local vals = {}
+      for i = 1, p:numel() do vals[i] = 0.3 * math.sin(k + i) end
+      k = k + p:numel()
+      accel.no_grad(function() p:copy_(accel.tensor(vals, f64):view(p.shape)) end)
+    end
+    return m
+  end
+
+  it("match PyTorch's outputs and gradient (post-norm stack with a final norm; pre-norm gelu with a padding mask)", function()
+    local layer = nn.TransformerEncoderLayer(8, 2, {dim_feedforward = 16, dropout = 0, dtype = accel.float64})
+    local enc = set_weights(nn.TransformerEncoder(layer, 2, {norm = nn.LayerNorm(8, {dtype = accel.float64})}))
+    local x = sequence(80, math.cos):view(5, 2, 8):requires_grad_(true)
+    local y = enc(x)
+    close(y, ref["enc.y"], 1e-12)
+    local _ = (y * y):sum():backward()
+    close(x.grad, ref["enc.gx"], 1e-11)
+    local pre = set_weights(nn.TransformerEncoderLayer(8, 2, {dim_feedforward = 16, dropout = 0, norm_first = true,
+      activation = "gelu", batch_first = true, dtype = accel.float64}))
+    local mask = accel.tensor({{false, false, false, false, true}, {false, false, true, true, true}})
+    close(pre(x:detach():transpose(1, 2), {src_key_padding_mask = mask}), ref["pre.y"], 1e-12)
+  end)
+
+  it("copies the layer num_layers times under PyTorch's state_dict keys", function()
+    local layer = nn.TransformerEncoderLayer(8, 2, {dim_feedforward = 16})
+    local enc = nn.TransformerEncoder(layer, 3)
+    local sd = enc:state_dict()
+    assert.is_not_nil(sd["layers.2.self_attn.in_proj_weight"])
+    assert.is_not_nil(sd["layers.0.linear1.weight"])
+    close(sd["layers.1.linear2.weight"], layer.linear2.weight, 0)
+    assert.are_not.equal(enc.layers[1].linear1.weight, enc.layers[2].linear1.weight) -- copies, not shared
+    expect_error(function() local _ = nn.TransformerEncoder(nn.Linear(2, 2), 2) end,
+      "TransformerEncoder: encoder_layer must be an nn.TransformerEncoderLayer")
+    expect_error(function() local _ = nn.TransformerEncoderLayer(8, 2, {activation = "swish"}) end,
+      'TransformerEncoderLayer: activation should be relu/gelu or a function, not "swish"')
   end)
 end)

@@ -8,6 +8,7 @@
 --                     Flatten, Unflatten, Identity, activations
 --   normalization.lua BatchNorm1d / 2d / 3d, GroupNorm  } loaded on first use of
 --   sequence.lua      Conv1d, RNN, LSTM, GRU              } one of their classes
+--   transformer.lua   TransformerEncoderLayer, TransformerEncoder }
 --   attention.lua     MultiheadAttention
 --   loss.lua          CrossEntropyLoss, NLLLoss, MSELoss, L1Loss, BCEWithLogitsLoss,
 --                     BCELoss, SmoothL1Loss, HuberLoss, KLDivLoss
@@ -31,7 +32,7 @@ end
 -- Classes whose file loads on first use: name -> file.
 local LAZY_CLASSES = {BatchNorm1d = "normalization", BatchNorm2d = "normalization", BatchNorm3d = "normalization",
                       GroupNorm = "normalization", Conv1d = "sequence", RNN = "sequence", LSTM = "sequence",
-                      GRU = "sequence"}
+                      GRU = "sequence", TransformerEncoderLayer = "transformer", TransformerEncoder = "transformer"}
 
 -- nn.X for an unknown X: a lazily loaded class, or the embedded module
 -- accel.nn.X when there is one.
