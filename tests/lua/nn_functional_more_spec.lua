@@ -11,6 +11,7 @@ local f64 = {dtype = accel.float64}
 it = support.lua54_only(it, pending, {
   ["the modules print as PyTorch's and forward as the functions"] =
     "LuaJIT has no float subtype: a default of 1.0 prints as 1, not PyTorch's 1.0",
+  ["Upsample prints as PyTorch's"] = "LuaJIT has no float subtype: scale_factor 2 would print as 2, not 2.0",
 })
 local expect_error = support.expect_error
 
@@ -154,5 +155,53 @@ describe("more losses", function()
     for i, v in ipairs(lt:tolist()) do want = want + math.exp(v) * (v - math.log(xs[i])) end
     close(F.kl_div(lp, lt, {reduction = "sum", log_target = true}), accel.tensor(want, f64), 1e-12)
     expect_error(function() local _ = F.kl_div(lp, t, {log_target = 1}) end, "kl_div: log_target must be a boolean")
+  end)
+end)
+
+describe("interpolate and Upsample", function()
+  local x = accel.arange(12):double():view(1, 1, 3, 4)
+
+  it("nearest picks floor(i * in / out) (PyTorch 2.15's results)", function()
+    assert.same({0, 0, 1, 1, 2, 2, 3, 3}, F.interpolate(x, {scale_factor = 2})[1][1][1]:tolist())
+    assert.same({{{{0, 1, 2}, {0, 1, 2}, {4, 5, 6}, {4, 5, 6}, {8, 9, 10}}}}, F.interpolate(x, {size = {5, 3}}):tolist())
+  end)
+
+  it("bilinear and linear interpolate between the neighbours of (i + 0.5) * scale - 0.5", function()
+    -- closed form of the (rows, columns) source positions, align_corners false and true
+    local function expect(align)
+      local want = {}
+      for i = 0, 4 do
+        want[i + 1] = {}
+        local r = align and i * 2 / 4 or math.max((i + 0.5) * 3 / 5 - 0.5, 0)
+        for j = 0, 5 do
+          local c = align and j * 3 / 5 or math.max((j + 0.5) * 4 / 6 - 0.5, 0)
+          local function at(rr, cc) return 4 * math.min(rr, 2) + math.min(cc, 3) end
+          local r0, c0 = math.floor(r), math.floor(c)
+          local wr, wc = r - r0, c - c0
+          want[i + 1][j + 1] = (1 - wr) * ((1 - wc) * at(r0, c0) + wc * at(r0, c0 + 1))
+            + wr * ((1 - wc) * at(r0 + 1, c0) + wc * at(r0 + 1, c0 + 1))
+        end
+      end
+      return accel.tensor({{want}}, f64)
+    end
+    close(F.interpolate(x, {size = {5, 6}, mode = "bilinear"}), expect(false), 1e-12)
+    close(F.interpolate(x, {size = {5, 6}, mode = "bilinear", align_corners = true}), expect(true), 1e-12)
+    -- torch 2.15: F.interpolate(torch.arange(5.).view(1, 1, 5), scale_factor=1.5, mode='linear') (scale 1 / 1.5)
+    close(F.interpolate(accel.arange(5):double():view(1, 1, 5), {scale_factor = 1.5, mode = "linear"}),
+      accel.tensor({{{0, 0.5, 7 / 6, 11 / 6, 2.5, 19 / 6, 23 / 6}}}, f64), 1e-12)
+    local g = x:clone():requires_grad_(true)
+    F.interpolate(g, {scale_factor = 2, mode = "bilinear"}):sum():backward()
+    close(g.grad:sum(), accel.tensor(48, f64), 1e-12) -- each output spreads weight 1 over its sources
+    expect_error(function() local _ = F.interpolate(x, {scale_factor = 2, mode = "bicubic"}) end, "interpolate: mode 'bicubic' is not supported")
+    expect_error(function() local _ = F.interpolate(x, {scale_factor = 2, mode = "linear"}) end, "interpolate: mode 'linear' expects a 3D input")
+    expect_error(function() local _ = F.interpolate(x) end, "interpolate: either size or scale_factor should be defined")
+  end)
+
+  it("Upsample prints as PyTorch's", function()
+    -- torch 2.15: Upsample(scale_factor=2.0, mode='nearest') Upsample(size=(4, 4), mode='bilinear')
+    assert.are.equal("Upsample(scale_factor=2.0, mode='nearest')", tostring(nn.Upsample({scale_factor = 2})))
+    assert.are.equal("Upsample(size=(4, 4), mode='bilinear')",
+      tostring(nn.Upsample({size = {4, 4}, mode = "bilinear", align_corners = true})))
+    close(nn.Upsample({scale_factor = 2})(x), F.interpolate(x, {scale_factor = 2}), 0)
   end)
 end)

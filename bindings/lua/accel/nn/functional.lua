@@ -841,6 +841,72 @@ function F.avg_pool2d(input, kernel_size, o)
   return sums:reshape(shape)
 end
 
+-- x resized along dim d to n positions by interpolate's rule: source
+-- position of output i is i * scale (nearest: floored) or (i + 0.5) *
+-- scale - 0.5 (linear; align_corners: i * (in - 1) / (n - 1))
+local function resize_dim(x, d, n, mode, align_corners, scale)
+  local n_in = x:size(d)
+  local opts = {dtype = accel.float64, device = x.device}
+  local dst = accel.arange(n, opts)
+  if mode == "nearest" then
+    local src = (dst * scale):floor():clamp(nil, n_in - 1):long()
+    return x:index_select(d, src)
+  end
+  local src
+  if align_corners then src = n > 1 and dst * ((n_in - 1) / (n - 1)) or dst * 0
+  else src = ((dst + 0.5) * scale - 0.5):clamp(0, nil) end
+  local i0 = src:floor():clamp(nil, n_in - 1)
+  local w = (src - i0):to(x.dtype)
+  local i1 = (i0 + 1):clamp(nil, n_in - 1)
+  local shape = {}
+  for k = 1, x:dim() do shape[k] = k == d and n or 1 end
+  w = w:reshape(shape)
+  return x:index_select(d, i0:long()) * (1 - w) + x:index_select(d, i1:long()) * w
+end
+
+local INTERPOLATE_MODES = {nearest = true, linear = 3, bilinear = 4, trilinear = 5}
+
+-- interpolate(x, [size], [scale_factor], [mode = "nearest"], [align_corners]):
+-- (N, C, *spatial) resized to size (a number or a list) or by scale_factor;
+-- modes "nearest" and "linear" / "bilinear" / "trilinear" (by the input's
+-- dims), separably along each spatial dim, as PyTorch's
+function F.interpolate(x, ...)
+  local a = torch_args("interpolate", {"size", "scale_factor", "mode", "align_corners", "recompute_scale_factor",
+                                       "antialias"}, ...)
+  tensor_arg("interpolate", "input", x)
+  local mode = a.mode or "nearest"
+  if not INTERPOLATE_MODES[mode] then raise("interpolate: mode '%s' is not supported (nearest, linear, bilinear, trilinear)", tostring(mode)) end
+  if mode ~= "nearest" and INTERPOLATE_MODES[mode] ~= x:dim() then
+    raise("interpolate: mode '%s' expects a %dD input, got %dD", mode, INTERPOLATE_MODES[mode], x:dim())
+  end
+  if mode == "nearest" and a.align_corners ~= nil then
+    raise("interpolate: align_corners option can only be set with the interpolating modes: linear | bilinear | trilinear")
+  end
+  if a.antialias then raise("interpolate: antialias = true is not supported") end
+  if a.recompute_scale_factor then raise("interpolate: recompute_scale_factor = true is not supported") end
+  if (a.size == nil) == (a.scale_factor == nil) then raise("interpolate: either size or scale_factor should be defined, not both") end
+  local spatial = x:dim() - 2
+  if spatial < 1 then raise("interpolate: expected an input (N, C, ...) with spatial dims, got %dD", x:dim()) end
+  local function per_dim(v, i) return type(v) == "table" and v[i] or v end
+  local y = x
+  for i = 1, spatial do
+    local d, n_in = i + 2, x:size(i + 2)
+    local n, scale
+    if a.size ~= nil then
+      n = per_dim(a.size, i)
+      scale = n_in / n
+    else
+      local f = per_dim(a.scale_factor, i)
+      n, scale = math.floor(n_in * f), 1 / f
+    end
+    if type(n) ~= "number" or n < 1 then raise("interpolate: the output size must be positive, got %s", util.show(n)) end
+    if n ~= n_in or (mode ~= "nearest" and not a.align_corners and scale ~= 1) then
+      y = resize_dim(y, d, n, mode == "nearest" and "nearest" or "linear", a.align_corners, scale)
+    end
+  end
+  return y
+end
+
 -- adaptive_avg_pool2d(x, output_size): (N, C, H, W) or (C, H, W) to
 -- output_size (an integer or {h, w}; nil keeps that size) by averaging, cell
 -- i of n rows covering [floor(i H / n), ceil((i + 1) H / n)), as PyTorch's

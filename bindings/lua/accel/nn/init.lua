@@ -9,6 +9,7 @@
 --   normalization.lua BatchNorm1d / 2d / 3d, GroupNorm  } loaded on first use of
 --   sequence.lua      Conv1d, RNN, LSTM, GRU              } one of their classes
 --   transformer.lua   TransformerEncoderLayer, TransformerEncoder }
+--   upsampling.lua    Upsample                            }
 --   attention.lua     MultiheadAttention
 --   loss.lua          CrossEntropyLoss, NLLLoss, MSELoss, L1Loss, BCEWithLogitsLoss,
 --                     BCELoss, SmoothL1Loss, HuberLoss, KLDivLoss
@@ -32,7 +33,8 @@ end
 -- Classes whose file loads on first use: name -> file.
 local LAZY_CLASSES = {BatchNorm1d = "normalization", BatchNorm2d = "normalization", BatchNorm3d = "normalization",
                       GroupNorm = "normalization", Conv1d = "sequence", RNN = "sequence", LSTM = "sequence",
-                      GRU = "sequence", TransformerEncoderLayer = "transformer", TransformerEncoder = "transformer"}
+                      GRU = "sequence", TransformerEncoderLayer = "transformer", TransformerEncoder = "transformer",
+                      Upsample = "upsampling"}
 
 -- nn.X for an unknown X: a lazily loaded class, or the embedded module
 -- accel.nn.X when there is one.
