@@ -179,11 +179,15 @@ Tensor *lu_check_self(lua_State *L) { return self_or_error(L, lu_to_tensor(L, 1)
 
 Tensor *lu_check_self_meta(lua_State *L) { return self_or_error(L, lu_tensor_meta(L, 1)); }
 
-/* Tensor bytes count as Lua allocations: every 256 KiB of them drives an
- * incremental GC step of that size. In generational mode (lua.c's and
- * accel-lua's default) a step is a minor collection: tensors that survive two
- * of them turn old, and only a major collection frees old objects, which Lua
- * starts when its own heap has grown, not on this reported debt. So a full
+/* Tensor bytes drive the collector: every 256 KiB of them runs one step. In
+ * generational mode (lua.c's and accel-lua's default) that is exactly one
+ * minor collection, whatever the Lua heap's size (a step sized by the bytes
+ * would add them to a debt scaled by the heap, so the heap's size would
+ * decide how many calls make a minor collection, and with it which of a
+ * step's tensors grow old: a loop's peak jumped between 9 and 20 MiB with
+ * unrelated code size). Tensors that survive two minor collections turn
+ * old, and only a major collection frees old objects, which Lua starts
+ * when its own heap has grown, not on tensor bytes. So a full
  * collection is forced whenever the tensor bytes pushed since the last one
  * exceed both 64 MiB and the tensor bytes that were alive after it (the
  * same doubling rule as Lua's majors, applied to tensor memory). */
@@ -207,9 +211,14 @@ void lu_gc_account(lua_State *L, size_t n) {
         return;
     }
     if (st->gc_debt >= step) {
-        size_t kb = st->gc_debt / 1024;
+#if LUA_VERSION_NUM >= 504
+        st->gc_debt = 0;
+        lua_gc(L, LUA_GCSTEP, 0); /* one minor collection (generational mode) */
+#else
+        size_t kb = st->gc_debt / 1024; /* LuaJIT's incremental collector: work in proportion */
         st->gc_debt = 0;
         lua_gc(L, LUA_GCSTEP, (int)kb);
+#endif
     }
 }
 
