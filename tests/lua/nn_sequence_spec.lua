@@ -13,17 +13,21 @@ local f64 = {dtype = accel.float64}
 local close, expect_error = support.assert_close, support.expect_error
 local fixture = accel.load("tests/fixtures/recurrent.safetensors")
 
--- the fixture's module: parameters 0.5 sin(k + i), as the generator sets them
-local function fixture_module(kind)
-  local m = nn[kind](3, 4, 2, {bidirectional = true, dtype = accel.float64})
+-- m with parameters scale * sin(k + i) in named_parameters() order (k: the
+-- elements of the parameters before), as the fixture generators set them
+local function set_weights(m, scale)
   local k = 0
   for _, p in ipairs(m:parameters()) do
     local vals = {}
-    for i = 1, p:numel() do vals[i] = 0.5 * math.sin(k + i) end
+    for i = 1, p:numel() do vals[i] = scale * math.sin(k + i) end
     k = k + p:numel()
     accel.no_grad(function() p:copy_(accel.tensor(vals, f64):view(p.shape)) end)
   end
   return m
+end
+
+local function fixture_module(kind)
+  return set_weights(nn[kind](3, 4, 2, {bidirectional = true, dtype = accel.float64}), 0.5)
 end
 
 local function sequence(n, f)
@@ -106,28 +110,16 @@ end)
 describe("TransformerEncoderLayer and TransformerEncoder", function()
   local ref = accel.load("tests/fixtures/transformer.safetensors")
 
-  -- parameters 0.3 sin(k + i) in named_parameters() order, as the generator sets them
-  local function set_weights(m)
-    local k = 0
-    for _, p in ipairs(m:parameters()) do
-      local vals = {}
-      for i = 1, p:numel() do vals[i] = 0.3 * math.sin(k + i) end
-      k = k + p:numel()
-      accel.no_grad(function() p:copy_(accel.tensor(vals, f64):view(p.shape)) end)
-    end
-    return m
-  end
-
   it("match PyTorch's outputs and gradient (post-norm stack with a final norm; pre-norm gelu with a padding mask)", function()
     local layer = nn.TransformerEncoderLayer(8, 2, {dim_feedforward = 16, dropout = 0, dtype = accel.float64})
-    local enc = set_weights(nn.TransformerEncoder(layer, 2, {norm = nn.LayerNorm(8, {dtype = accel.float64})}))
+    local enc = set_weights(nn.TransformerEncoder(layer, 2, {norm = nn.LayerNorm(8, {dtype = accel.float64})}), 0.3)
     local x = sequence(80, math.cos):view(5, 2, 8):requires_grad_(true)
     local y = enc(x)
     close(y, ref["enc.y"], 1e-12)
     local _ = (y * y):sum():backward()
     close(x.grad, ref["enc.gx"], 1e-11)
     local pre = set_weights(nn.TransformerEncoderLayer(8, 2, {dim_feedforward = 16, dropout = 0, norm_first = true,
-      activation = "gelu", batch_first = true, dtype = accel.float64}))
+      activation = "gelu", batch_first = true, dtype = accel.float64}), 0.3)
     local mask = accel.tensor({{false, false, false, false, true}, {false, false, true, true, true}})
     close(pre(x:detach():transpose(1, 2), {src_key_padding_mask = mask}), ref["pre.y"], 1e-12)
   end)

@@ -505,13 +505,18 @@ end
 -- dropout(x, [p = 0.5], [training = true], [inplace = false]), or those in
 -- a trailing options table; inplace writes the result into x (as
 -- nn.Dropout's) and returns x.
-function F.dropout(x, ...)
-  local a = torch_args("dropout", {"p", "training", "inplace"}, ...)
-  tensor_arg("dropout", "input", x)
-  local p = F._dropout_p("dropout", a.p)
+-- The arguments of op(x, [p], [training], [inplace]) checked: p and the options.
+local function dropout_args(op, x, ...)
+  local a = torch_args(op, {"p", "training", "inplace"}, ...)
+  tensor_arg(op, "input", x)
   for _, k in ipairs({"training", "inplace"}) do
-    if a[k] ~= nil and type(a[k]) ~= "boolean" then raise("dropout: %s must be a boolean, got %s", k, util.show(a[k])) end
+    if a[k] ~= nil and type(a[k]) ~= "boolean" then raise("%s: %s must be a boolean, got %s", op, k, util.show(a[k])) end
   end
+  return F._dropout_p(op, a.p), a
+end
+
+function F.dropout(x, ...)
+  local p, a = dropout_args("dropout", x, ...)
   if a.training == false or p == 0 then return x end
   local y = C.dropout(x, p)
   return a.inplace and x:copy_(y) or y
@@ -940,9 +945,7 @@ end
 -- channels of (N, C, H, W) (or (C, H, W)) zeroed with probability p, the
 -- rest scaled by 1 / (1 - p)
 function F.dropout2d(x, ...)
-  local a = torch_args("dropout2d", {"p", "training", "inplace"}, ...)
-  tensor_arg("dropout2d", "input", x)
-  local p = F._dropout_p("dropout2d", a.p)
+  local p, a = dropout_args("dropout2d", x, ...)
   if a.training == false or p == 0 then return x end
   if x:dim() ~= 3 and x:dim() ~= 4 then raise("dropout2d: expected a 3-D or 4-D input, got %dD", x:dim()) end
   local shape = sizes(x)

@@ -18,12 +18,7 @@ local check_options = base.check_options
 
 local M = {}
 
-local function check_size(v, what, name)
-  if type(v) ~= "number" or v < 0 or math.floor(v) ~= v then
-    raise("%s: %s must be a non-negative integer, got %s", what, name, tostring(v))
-  end
-  return v
-end
+local function check_size(v, what, name) return base.check_integer(v, what, name, 0) end
 
 -- factory options for new parameters: {dtype=, device=}
 local function empty(shape, o) return accel.empty(shape, {dtype = o.dtype, device = o.device}) end

@@ -59,6 +59,15 @@ local raise = M.raise
 -- check_options(name, o, keys): see accel.util
 M.check_options = util.check_options
 
+-- v when it is an integer >= min (0 or 1), else "<what>: <name> must be a
+-- non-negative (positive) integer, got <v>" at the user's line.
+function M.check_integer(v, what, name, min)
+  if type(v) ~= "number" or v < min or math.floor(v) ~= v then
+    M.raise("%s: %s must be a %s integer, got %s", what, name, min == 0 and "non-negative" or "positive", tostring(v))
+  end
+  return v
+end
+
 -- ---- Parameter ----
 
 local param_set = setmetatable({}, {__mode = "k"})

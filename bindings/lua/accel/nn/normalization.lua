@@ -14,12 +14,7 @@ local check_options = base.check_options
 
 local M = {}
 
-local function check_count(v, what, name)
-  if type(v) ~= "number" or v < 1 or math.floor(v) ~= v then
-    raise("%s: %s must be a positive integer, got %s", what, name, tostring(v))
-  end
-  return v
-end
+local function check_count(v, what, name) return base.check_integer(v, what, name, 1) end
 
 -- weight (ones) and bias (zeros) of n channels, or nil entries, as affine / bias ask
 local function affine_parameters(self, n, o)

@@ -17,12 +17,7 @@ local Parameter, raise, py, export_class = base.Parameter, base.raise, base.pyre
 
 local M = {}
 
-local function positive(v, what, name)
-  if type(v) ~= "number" or v < 1 or math.floor(v) ~= v then
-    raise("%s: %s must be a positive integer, got %s", what, name, util.show(v))
-  end
-  return v
-end
+local function positive(v, what, name) return base.check_integer(v, what, name, 1) end
 
 -- ---- Conv1d ----
 
