@@ -362,15 +362,22 @@ int lu_dims(lua_State *L, int idx, int *out) {
     return n;
 }
 
+bool lu_to_int64(lua_State *L, int idx, int64_t *out) {
+    if (lua_isinteger(L, idx)) return *out = lua_tointeger(L, idx), true;
+    if (lua_type(L, idx) != LUA_TNUMBER) return false;
+    lua_Number v = lua_tonumber(L, idx);
+    if (!(v >= -0x1p63 && v < 0x1p63 && v == floor(v))) return false;
+    *out = (int64_t)v;
+    return true;
+}
+
 /* A size: a Lua integer, or a float with an integral value in int64's
  * range (2^32 is a float in Lua 5.4; 2^63 and 1e30 are not sizes). */
 static int64_t check_size(lua_State *L, int idx, int pos) {
-    if (lua_isinteger(L, idx)) return lua_tointeger(L, idx);
-    if (lua_type(L, idx) == LUA_TNUMBER) {
-        lua_Number v = lua_tonumber(L, idx);
-        if (v >= -0x1p63 && v < 0x1p63 && v == floor(v)) return (int64_t)v;
-        lu_error(L, "size %d (%.17g) is not an integer in int64's range", pos, (double)v);
-    }
+    int64_t v;
+    if (lu_to_int64(L, idx, &v)) return v;
+    if (lua_type(L, idx) == LUA_TNUMBER)
+        lu_error(L, "size %d (%.17g) is not an integer in int64's range", pos, (double)lua_tonumber(L, idx));
     return lu_error(L, "size %d must be an integer, got %s", pos, luaL_typename(L, idx));
 }
 

@@ -95,6 +95,9 @@ void lu_check_call_opts(lua_State *L, int idx, const char *keys);
  * is an error naming the running function ("unexpected argument #k", or
  * "unknown option 'k'" for an options table with a key). */
 void lu_check_no_more_args(lua_State *L, int idx);
+/* The value at idx as an int64 when it is a Lua integer or a float with an
+ * integral value in int64's range (2^62 is a float in Lua 5.4); else false. */
+bool lu_to_int64(lua_State *L, int idx, int64_t *out);
 /* The same after an optional options table at idx (checked by the caller). */
 void lu_check_no_more_after_opts(lua_State *L, int idx);
 /* Error naming the running function: argument idx should have been what

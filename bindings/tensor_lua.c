@@ -1108,11 +1108,10 @@ static int t_split(lua_State *L) {
         int64_t total = 0;
         for (int i = 1; i <= n; i++) {
             lua_rawgeti(L, 2, i);
-            lua_Number v = lua_tonumber(L, -1); /* an integral float (2^62) is a size, as everywhere */
-            if (lua_type(L, -1) != LUA_TNUMBER || !(v >= -0x1p63 && v < 0x1p63 && v == floor(v)))
+            int64_t sz;
+            if (!lu_to_int64(L, -1, &sz))
                 return lu_error(L, "split: size %d must be an integer, got %s", i, lu_is_tensor(L, -1) ? "tensor" :
                                 lua_type(L, -1) == LUA_TNUMBER ? lua_tostring(L, -1) : luaL_typename(L, -1));
-            lua_Integer sz = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : (lua_Integer)v;
             lua_pop(L, 1);
             if (sz < 0) return lu_error(L, "split: size %d is negative (%lld)", i, (long long)sz);
             if (total >= 0) total = size_add(total, sz);
@@ -1121,7 +1120,8 @@ static int t_split(lua_State *L) {
         if (total != len) return lu_error(L, "split: sizes sum to %lld but dimension %d has size %lld", (long long)total, dim + 1, (long long)len);
         for (int i = 1; i <= n; i++) {
             lua_rawgeti(L, 2, i);
-            int64_t sz = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : (int64_t)lua_tonumber(L, -1);
+            int64_t sz = 0;
+            lu_to_int64(L, -1, &sz); /* checked above */
             lua_pop(L, 1);
             lu_push_tensor(L, tensor_narrow(t, dim, start, sz));
             lua_rawseti(L, -2, k++);

@@ -50,12 +50,24 @@ static Tensor *contig(Tensor *t) {
     return c;
 }
 
+/* z += src at the int64 indices idx along dim, per element (k_scatter_add:
+ * idx and src of one shape) or per slice along dim (k_index_add: idx 1-D);
+ * z and src contiguous, of z's dtype (float32 or float64). The index
+ * matches z except along dim, so both share z's outer / inner extents. */
+static void add_at(Tensor *z, int dim, const Tensor *idx, const Tensor *src, bool per_element) {
+    int64_t outer, inner;
+    outer_inner(z, dim, &outer, &inner);
+    const Backend *b = backend_for(z->device);
+    if (per_element)
+        b->scatter_add(z->dtype, tensor_data(z), outer, z->shape[dim], inner, tensor_data(idx), idx->shape[dim], tensor_data(src));
+    else
+        b->index_add(z->dtype, tensor_data(z), outer, z->shape[dim], inner, tensor_data(idx), idx->numel, tensor_data(src));
+}
+
 /* ---- gradients of gather and index_select ---- */
 
 /* The input's gradient: zeros with g added at the saved indices, per
- * element (gather: k_scatter_add) or per slice along dim (index_select:
- * k_index_add). The index matches the input except along dim, so both
- * share the input's outer / inner extents. */
+ * element (gather) or per slice along dim (index_select). */
 static int bw_add_at_index(AGNode *n, Tensor *g, Tensor **gin, bool per_element) {
     Tensor *idx = ag_saved(n, 0);
     if (!idx) return -1;
@@ -63,14 +75,7 @@ static int bw_add_at_index(AGNode *n, Tensor *g, Tensor **gin, bool per_element)
     DType acc = grad_accum_dtype(g->dtype);
     Tensor *z = tensor_zeros(n->edges[0].shape, n->edges[0].ndim, acc, g->device);
     Tensor *gc = z ? tensor_contiguous_as(g, acc) : NULL;
-    if (gc) {
-        int64_t outer, inner;
-        outer_inner(z, dim, &outer, &inner);
-        if (per_element)
-            backend_for(z->device)->scatter_add(acc, tensor_data(z), outer, z->shape[dim], inner, tensor_data(idx), idx->shape[dim], tensor_data(gc));
-        else
-            backend_for(z->device)->index_add(acc, tensor_data(z), outer, z->shape[dim], inner, tensor_data(idx), idx->numel, tensor_data(gc));
-    }
+    if (gc) add_at(z, dim, idx, gc, per_element);
     tensor_release(gc);
     gin[0] = gc ? tensor_to_dtype_owned(z, g->dtype) : NULL;
     if (!gc) tensor_release(z);
@@ -206,7 +211,7 @@ static int bw_index_add(AGNode *n, Tensor *g, Tensor **gin) { return bw_add_into
 /* a + src added at idx (checked, int64, contiguous) along dim: per element
  * (scatter) or per slice. Accumulates in float32 (float64 for float64 and
  * integers, exact up to 2^53) and rounds once to a's dtype. */
-static Tensor *add_at_index(const char *op, Tensor *a, int dim, Tensor *idx, int64_t m, Tensor *src, bool per_element) {
+static Tensor *add_at_index(const char *op, Tensor *a, int dim, Tensor *idx, Tensor *src, bool per_element) {
     DType acc = a->dtype == DT_F64 || !dtype_is_float(a->dtype) ? DT_F64 : DT_F32;
     bool prev = ag_set_grad_enabled(false);
     Tensor *z = tensor_empty(a->shape, a->ndim, acc, a->device);
@@ -217,12 +222,7 @@ static Tensor *add_at_index(const char *op, Tensor *a, int dim, Tensor *idx, int
         tensor_release(z);
         return NULL;
     }
-    int64_t outer, inner;
-    outer_inner(z, dim, &outer, &inner);
-    if (per_element)
-        backend_for(z->device)->scatter_add(acc, tensor_data(z), outer, z->shape[dim], inner, tensor_data(idx), m, tensor_data(s));
-    else
-        backend_for(z->device)->index_add(acc, tensor_data(z), outer, z->shape[dim], inner, tensor_data(idx), m, tensor_data(s));
+    add_at(z, dim, idx, s, per_element);
     tensor_release(s);
     Tensor *out = tensor_to_dtype_owned(z, a->dtype);
     if (!out) return NULL;
@@ -256,7 +256,7 @@ Tensor *op_scatter_add(Tensor *a, int dim, Tensor *index, Tensor *src) {
                           "(shape %s) except in dim %d (smaller ones are not supported)", tensor_shape_str(index),
                           tensor_shape_str(src), tensor_shape_str(a), dim + 1);
     Tensor *idx = checked_index(index, a->shape[dim], "scatter_add");
-    Tensor *out = idx ? add_at_index("scatter_add", a, dim, idx, index->shape[dim], src, true) : NULL;
+    Tensor *out = idx ? add_at_index("scatter_add", a, dim, idx, src, true) : NULL;
     tensor_release(idx);
     return out;
 }
@@ -272,7 +272,7 @@ Tensor *op_index_add(Tensor *a, int dim, Tensor *index, Tensor *source) {
         return accel_fail("index_add: source (shape %s) must have the input's shape (%s) with %lld in dim %d (the index "
                           "length)", tensor_shape_str(source), tensor_shape_str(a), (long long)index->numel, dim + 1);
     Tensor *idx = checked_index(index, a->shape[dim], "index_add");
-    Tensor *out = idx ? add_at_index("index_add", a, dim, idx, index->numel, source, false) : NULL;
+    Tensor *out = idx ? add_at_index("index_add", a, dim, idx, source, false) : NULL;
     tensor_release(idx);
     return out;
 }

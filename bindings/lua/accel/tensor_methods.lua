@@ -36,6 +36,13 @@ local function int_list(op, what, v)
   return v
 end
 
+-- the sizes of t's dims 1 .. last (default: all), as a list
+local function sizes(t, last)
+  local out = {}
+  for d = 1, last or t:dim() do out[d] = t:size(d) end
+  return out
+end
+
 -- fn(t with dim d last) -> a tensor of that layout, put back in t's layout.
 local function along_last(t, d, fn)
   if t:dim() == 0 then return fn(t:reshape({1})):reshape({}) end
@@ -104,8 +111,7 @@ local function cumsum_last(x)
   local n = x:size(-1)
   if n <= B then return x:matmul(accel.ones(n, n, {dtype = x.dtype, device = x.device}):triu()) end
   local nb = math.ceil(n / B)
-  local lead = {}
-  for i = 1, x:dim() - 1 do lead[i] = x:size(i) end
+  local lead = sizes(x, x:dim() - 1)
   local padded = x
   if nb * B > n then
     local zshape = {unpack(lead)}
@@ -122,12 +128,25 @@ local function cumsum_last(x)
   return (within + before:unsqueeze(-1)):reshape(flat_shape):narrow(-1, 1, n)
 end
 
+-- op(dim, [{dtype =}])'s dim and input, cast as torch's cumsum / cumprod cast it
+local function running_input(op, t, ...)
+  local a = torch_args(op, {"dim", "dtype"}, ...)
+  if a.dim == nil then raise("%s: dim must be given (t:%s(dim))", op, op) end
+  return positive_dim(op, t, a.dim), t:to(cumsum_dtype(t, a.dtype))
+end
+
+-- x combined along d position by position: part k = combine(part k - 1,
+-- slice k), one op per position (differentiable)
+local function running(x, d, combine)
+  if x:dim() == 0 or x:size(d) <= 1 then return x:clone() end
+  local parts = {x:narrow(d, 1, 1)}
+  for k = 2, x:size(d) do parts[k] = combine(parts[k - 1], x:narrow(d, k, 1)) end
+  return accel.cat(parts, d)
+end
+
 -- t:cumsum(dim, [{dtype =}])
 function M.cumsum(t, ...)
-  local a = torch_args("cumsum", {"dim", "dtype"}, ...)
-  if a.dim == nil then raise("cumsum: dim must be given (t:cumsum(dim))") end
-  local d = positive_dim("cumsum", t, a.dim)
-  local x = t:to(cumsum_dtype(t, a.dtype))
+  local d, x = running_input("cumsum", t, ...)
   return along_last(x, d, cumsum_last)
 end
 
@@ -180,8 +199,7 @@ function M.kthvalue(t, k, ...)
     raise("kthvalue: k (%s) out of range: dim %d has size %d (k is 1-based)", util.show(k), d, n)
   end
   if t:dim() == 0 then return t:clone(), accel.zeros({}, {dtype = accel.int64, device = t.device}) end
-  local shape = {}
-  for i = 1, t:dim() do shape[i] = t:size(i) end
+  local shape = sizes(t)
   shape[d] = 1
   return pick_sorted(t, d, accel.full(shape, k - 1, {dtype = accel.int64, device = t.device}),
     boolean_arg("kthvalue", "keepdim", a.keepdim, false))
@@ -312,8 +330,7 @@ function M.mode(t, ...)
     end
     best_v[r], best_i[r] = bv, last[bv]
   end
-  local shape = {}
-  for i = 1, moved:dim() - 1 do shape[i] = moved:size(i) end
+  local shape = sizes(moved, moved:dim() - 1)
   local v = accel.tensor(best_v, {dtype = t.dtype, device = t.device}):reshape(shape)
   local i = accel.tensor(best_i, {dtype = accel.int64, device = t.device}):reshape(shape)
   if a.keepdim then return v:unsqueeze(d), i:unsqueeze(d) end
@@ -555,14 +572,8 @@ end
 -- t:cumprod(dim, [{dtype =}]): running products along dim, one multiply
 -- per position (differentiable; integers and bools in int64, as torch's)
 function M.cumprod(t, ...)
-  local a = torch_args("cumprod", {"dim", "dtype"}, ...)
-  if a.dim == nil then raise("cumprod: dim must be given (t:cumprod(dim))") end
-  local d = positive_dim("cumprod", t, a.dim)
-  local x = t:to(cumsum_dtype(t, a.dtype))
-  if x:dim() == 0 or x:size(d) <= 1 then return x:clone() end
-  local parts = {x:narrow(d, 1, 1)}
-  for k = 2, x:size(d) do parts[k] = parts[k - 1] * x:narrow(d, k, 1) end
-  return accel.cat(parts, d)
+  local d, x = running_input("cumprod", t, ...)
+  return running(x, d, function(a, b) return a * b end)
 end
 
 -- running extremes along dim: values and the index where each was reached
@@ -591,11 +602,7 @@ function M.cummin(t, dim) return cumulative_extreme("cummin", t, dim, false) end
 -- position (exact for widely spread values)
 function M.logcumsumexp(t, dim)
   local d = positive_dim("logcumsumexp", t, dim)
-  local x = t.dtype.is_floating_point and t or t:float()
-  if x:dim() == 0 or x:size(d) <= 1 then return x:clone() end
-  local parts = {x:narrow(d, 1, 1)}
-  for k = 2, x:size(d) do parts[k] = M.logaddexp(parts[k - 1], x:narrow(d, k, 1)) end
-  return accel.cat(parts, d)
+  return running(t.dtype.is_floating_point and t or t:float(), d, M.logaddexp)
 end
 
 -- ---- reductions and element-wise compositions ----
@@ -771,8 +778,7 @@ function M.diagonal(t, ...)
   local x = t:movedim({d1, d2}, {-2, -1})
   local r, c = x:size(-2), x:size(-1)
   local n = math.max(0, math.min(r - math.max(0, -off), c - math.max(0, off)))
-  local flat = {}
-  for i = 1, x:dim() - 2 do flat[i] = x:size(i) end
+  local flat = sizes(x, x:dim() - 2)
   flat[#flat + 1] = r * c
   local pos = accel.arange(n, {device = t.device}):mul(c + 1):add(math.max(0, -off) * c + math.max(0, off))
   return x:reshape(flat):index_select(-1, pos)
@@ -814,15 +820,13 @@ end
 -- as PyTorch's), or with as_tuple one 1-D tensor per dim
 function M.nonzero(t, ...)
   local as_tuple = torch_args("nonzero", {"as_tuple"}, ...).as_tuple
-  local pos, nd = nonzero_positions(t), t:dim()
-  local sizes = {}
-  for d = 1, nd do sizes[d] = t:size(d) end
+  local pos, nd, dims = nonzero_positions(t), t:dim(), sizes(t)
   local cols = {}
   for d = 1, math.max(nd, 1) do cols[d] = {} end
   for i, p in ipairs(pos) do
     for d = nd, 1, -1 do
-      cols[d][i] = p % sizes[d]
-      p = (p - cols[d][i]) / sizes[d]
+      cols[d][i] = p % dims[d]
+      p = (p - cols[d][i]) / dims[d]
     end
   end
   local outs = {}
@@ -856,11 +860,9 @@ function M.count_nonzero(t, dim) return t:ne(0):sum(dim) end
 -- refused while grad mode is on (nn.init's functions fill under no_grad).
 local function check_fillable(op, t)
   if accel.is_grad_enabled() and t.requires_grad and t.is_leaf then
-    local sizes = {}
-    for d = 1, t:dim() do sizes[d] = t:size(d) end
     local init = (op == "normal_" or op == "uniform_") and " or nn.init." .. op or ""
     raise("%s: a leaf tensor that requires grad (shape [%s]) cannot be modified in place; use accel.no_grad%s", op,
-      table.concat(sizes, ", "), init)
+      table.concat(sizes(t), ", "), init)
   end
 end
 

@@ -43,14 +43,8 @@ function Conv1d:init(in_channels, out_channels, kernel_size, o)
   self:reset_parameters()
 end
 
-function Conv1d:reset_parameters() -- PyTorch's: kaiming_uniform(a = sqrt(5)), bias in +-1/sqrt(fan_in)
-  init.kaiming_uniform_(self.weight, {a = math.sqrt(5)})
-  if self.bias ~= nil then
-    local fan_in = init._calculate_fan_in_and_fan_out(self.weight)
-    local b = fan_in > 0 and 1 / math.sqrt(fan_in) or 0
-    init.uniform_(self.bias, -b, b)
-  end
-end
+-- PyTorch's: kaiming_uniform(a = sqrt(5)), bias in +-1/sqrt(fan_in), as Linear's and Conv2d's
+Conv1d.reset_parameters = require("accel.nn.layers").Linear.reset_parameters
 
 function Conv1d:forward(x)
   return F.conv1d(x, self.weight, self.bias, {stride = self.stride, padding = self.padding, dilation = self.dilation,

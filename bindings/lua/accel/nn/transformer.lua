@@ -33,7 +33,6 @@ function TransformerEncoderLayer:init(d_model, nhead, ...)
     raise("TransformerEncoderLayer: activation should be relu/gelu or a function, not %s", util.show(act))
   end
   local drop, eps = a.dropout == nil and 0.1 or a.dropout, a.layer_norm_eps or 1e-5
-  local factory = {dtype = a.dtype, device = a.device}
   rawset(self, "_config", {d_model, nhead, a}) -- to rebuild a copy (TransformerEncoder)
   self.self_attn = attention.MultiheadAttention(d_model, nhead, {dropout = drop, bias = a.bias ~= false,
     batch_first = a.batch_first == true, dtype = a.dtype, device = a.device})
@@ -41,8 +40,8 @@ function TransformerEncoderLayer:init(d_model, nhead, ...)
   self.dropout = layers.Dropout(drop)
   self.linear2 = layers.Linear(a.dim_feedforward or 2048, d_model, {bias = a.bias ~= false, dtype = a.dtype, device = a.device})
   self.norm_first = a.norm_first == true
-  self.norm1 = layers.LayerNorm(d_model, {eps = eps, bias = a.bias ~= false, dtype = factory.dtype, device = factory.device})
-  self.norm2 = layers.LayerNorm(d_model, {eps = eps, bias = a.bias ~= false, dtype = factory.dtype, device = factory.device})
+  self.norm1 = layers.LayerNorm(d_model, {eps = eps, bias = a.bias ~= false, dtype = a.dtype, device = a.device})
+  self.norm2 = layers.LayerNorm(d_model, {eps = eps, bias = a.bias ~= false, dtype = a.dtype, device = a.device})
   self.dropout1 = layers.Dropout(drop)
   self.dropout2 = layers.Dropout(drop)
   rawset(self, "_activation", type(act) == "function" and act or ACTIVATIONS[act])
