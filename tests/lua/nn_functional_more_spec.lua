@@ -205,3 +205,24 @@ describe("interpolate and Upsample", function()
     close(nn.Upsample({scale_factor = 2})(x), F.interpolate(x, {scale_factor = 2}), 0)
   end)
 end)
+
+describe("argument kinds", function()
+  -- PyTorch's TypeError for an argument of the wrong kind, e.g. torch 2.15:
+  -- F.softplus(x, "a") -> "softplus(): argument 'beta' must be Number, not str"
+  it("a positional or keyword argument of the wrong kind is refused by name", function()
+    local x = accel.randn(2, 3)
+    expect_error(function() local _ = F.softplus(x, "a") end, "softplus: argument 'beta' must be a number, got string")
+    expect_error(function() local _ = F.elu(x, {inplace = 1}) end, "elu: argument 'inplace' must be a boolean, got number")
+    expect_error(function() local _ = F.cosine_similarity(x, x, 1.5) end, "cosine_similarity: argument 'dim' must be an integer")
+    expect_error(function() local _ = F.interpolate(x:view(1, 2, 3), {size = 4, mode = "linear", align_corners = 1}) end,
+      "interpolate: argument 'align_corners' must be a boolean, got number")
+    expect_error(function() local _ = F.group_norm(x, 1, {weight = 1}) end, "group_norm: argument 'weight' must be a Tensor, got number")
+    expect_error(function() local _ = x:topk(1, "a") end, "topk: argument 'dim' must be an integer, got string")
+    expect_error(function() local _ = nn.GRU(3, 4, {batch_first = 1}) end, "GRU: argument 'batch_first' must be a boolean, got number")
+    expect_error(function() local _ = nn.TransformerEncoderLayer(4, 2, {activation = 3}) end,
+      "TransformerEncoderLayer: argument 'activation' must be a string or a function, got number")
+    -- the right kinds pass, nil meaning "not given"
+    assert.are.equal(2, #F.softplus(x, 2, nil).shape)
+    assert.are.equal(3, nn.GRU(3, 4, {batch_first = true}).input_size)
+  end)
+end)

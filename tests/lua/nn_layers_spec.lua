@@ -316,7 +316,7 @@ describe("nn.LayerNorm and nn.RMSNorm", function()
     support.expect_error(function() local _ = F.layer_norm(x, {4}, w, {weight = w}) end,
       "layer_norm: got multiple values for argument 'weight'")
     support.expect_error(function() local _ = F.layer_norm(x, {4}, w, b, "a") end, 'layer_norm: eps must be a number, got "a"')
-    support.expect_error(function() local _ = F.dropout(x, 0.3, 1) end, "dropout: training must be a boolean, got 1")
+    support.expect_error(function() local _ = F.dropout(x, 0.3, 1) end, "dropout: argument 'training' must be a boolean, got number")
     support.expect_error(function() local _ = F.normalize(x, 1, {p = 2}) end, "normalize: got multiple values for argument 'p'")
   end)
 

@@ -53,12 +53,6 @@ end
 
 -- ---- sort / argsort / topk ----
 
-local function boolean_arg(op, name, v, default)
-  if v == nil then return default end
-  if type(v) ~= "boolean" then raise("%s: %s must be a boolean, got %s", op, name, util.show(v)) end
-  return v
-end
-
 local function sorted_indices(op, t, dim, descending)
   local d = positive_dim(op, t, dim)
   return along_last(t, d, function(x) return C.argsort_last(x, descending) end), d
@@ -66,26 +60,23 @@ end
 
 -- t:argsort([dim = -1], [descending = false], [{dim =, descending =, stable =}])
 function M.argsort(t, ...)
-  local a = torch_args("argsort", {"dim", "descending", "stable"}, ...)
-  boolean_arg("argsort", "stable", a.stable, false) -- always stable
-  return (sorted_indices("argsort", t, a.dim or -1, boolean_arg("argsort", "descending", a.descending, false)))
+  local a = torch_args("argsort", {"dim:int", "descending:bool", "stable:bool"}, ...)
+  return (sorted_indices("argsort", t, a.dim or -1, a.descending == true)) -- always stable
 end
 
 -- t:sort([dim = -1], [descending = false], [{...}]) -> values, indices
 function M.sort(t, ...)
-  local a = torch_args("sort", {"dim", "descending", "stable"}, ...)
-  boolean_arg("sort", "stable", a.stable, false)
+  local a = torch_args("sort", {"dim:int", "descending:bool", "stable:bool"}, ...)
   if t:dim() == 0 then return t:clone(), accel.zeros({}, {dtype = accel.int64, device = t.device}) end
-  local idx, d = sorted_indices("sort", t, a.dim or -1, boolean_arg("sort", "descending", a.descending, false))
+  local idx, d = sorted_indices("sort", t, a.dim or -1, a.descending == true)
   return t:gather(d, idx), idx
 end
 
 -- t:topk(k, [dim = -1], [largest = true], [sorted = true], [{...}]) ->
 -- values, indices (always in sorted order)
 function M.topk(t, k, ...)
-  local a = torch_args("topk", {"dim", "largest", "sorted"}, ...)
-  boolean_arg("topk", "sorted", a.sorted, true)
-  local largest = boolean_arg("topk", "largest", a.largest, true)
+  local a = torch_args("topk", {"dim:int", "largest:bool", "sorted:bool"}, ...)
+  local largest = a.largest ~= false -- (sorted or not, the k come sorted)
   local d = positive_dim("topk", t, a.dim or -1)
   local n = t:dim() == 0 and 1 or t:size(d)
   if type(k) ~= "number" or k ~= math.floor(k) or k < 0 or k > n then
@@ -130,7 +121,7 @@ end
 
 -- op(dim, [{dtype =}])'s dim and input, cast as torch's cumsum / cumprod cast it
 local function running_input(op, t, ...)
-  local a = torch_args(op, {"dim", "dtype"}, ...)
+  local a = torch_args(op, {"dim:int", "dtype"}, ...)
   if a.dim == nil then raise("%s: dim must be given (t:%s(dim))", op, op) end
   return positive_dim(op, t, a.dim), t:to(cumsum_dtype(t, a.dtype))
 end
@@ -172,7 +163,7 @@ local function median_positions(t, d, skip_nan)
 end
 
 local function median(op, t, skip_nan, ...)
-  local a = torch_args(op, {"dim", "keepdim"}, ...)
+  local a = torch_args(op, {"dim:int", "keepdim:bool"}, ...)
   if t:numel() == 0 then raise("%s: cannot compute the median of an empty tensor", op) end
   if a.dim == nil then
     local v = median(op, t:reshape({-1}), skip_nan, 1)
@@ -180,7 +171,7 @@ local function median(op, t, skip_nan, ...)
   end
   local d = positive_dim(op, t, a.dim)
   if t:dim() == 0 then return t:clone(), accel.zeros({}, {dtype = accel.int64, device = t.device}) end
-  return pick_sorted(t, d, median_positions(t, d, skip_nan), boolean_arg(op, "keepdim", a.keepdim, false))
+  return pick_sorted(t, d, median_positions(t, d, skip_nan), a.keepdim == true)
 end
 
 -- t:median([dim], [keepdim = false]): the lower median (values, indices with
@@ -192,7 +183,7 @@ function M.nanmedian(t, ...) return median("nanmedian", t, true, ...) end
 -- t:kthvalue(k, [dim = -1], [keepdim = false]): the k-th smallest (k 1-based,
 -- as torch's) -> values, indices
 function M.kthvalue(t, k, ...)
-  local a = torch_args("kthvalue", {"dim", "keepdim"}, ...)
+  local a = torch_args("kthvalue", {"dim:int", "keepdim:bool"}, ...)
   local d = positive_dim("kthvalue", t, a.dim or -1)
   local n = t:dim() == 0 and 1 or t:size(d)
   if type(k) ~= "number" or k ~= math.floor(k) or k < 1 or k > n then
@@ -202,14 +193,14 @@ function M.kthvalue(t, k, ...)
   local shape = sizes(t)
   shape[d] = 1
   return pick_sorted(t, d, accel.full(shape, k - 1, {dtype = accel.int64, device = t.device}),
-    boolean_arg("kthvalue", "keepdim", a.keepdim, false))
+    a.keepdim == true)
 end
 
 -- t:quantile(q, [dim], [keepdim = false], [{interpolation = "linear"}]): q a
 -- number or a 1-D tensor of quantiles in [0, 1] (a tensor q adds a leading
 -- dim); linear interpolation between the sorted neighbours, as torch's
 function M.quantile(t, q, ...)
-  local a = torch_args("quantile", {"dim", "keepdim", "interpolation"}, ...)
+  local a = torch_args("quantile", {"dim:int", "keepdim:bool", "interpolation:string"}, ...)
   if a.interpolation ~= nil and a.interpolation ~= "linear" then
     raise("quantile: interpolation '%s' is not supported (only 'linear')", tostring(a.interpolation))
   end
@@ -240,7 +231,7 @@ end
 -- the distinct values, sorted (then, as asked, the inverse indices of t's
 -- shape and the counts), over the flattened tensor
 function M.unique(t, ...)
-  local a = torch_args("unique", {"sorted", "return_inverse", "return_counts", "dim"}, ...)
+  local a = torch_args("unique", {"sorted:bool", "return_inverse:bool", "return_counts:bool", "dim:int"}, ...)
   if a.dim ~= nil then raise("unique: dim is not supported (the unique values of the flattened tensor only)") end
   local flat = t:reshape({-1})
   local order = flat:argsort(1)
@@ -267,7 +258,7 @@ end
 -- t:bincount([{weights =, minlength = 0}]) of a 1-D non-negative int64 t:
 -- how often each value occurs (or the sum of its weights)
 function M.bincount(t, ...)
-  local a = torch_args("bincount", {"weights", "minlength"}, ...)
+  local a = torch_args("bincount", {"weights:tensor", "minlength:int"}, ...)
   if t:dim() ~= 1 or t.dtype ~= accel.int64 then raise("bincount: only a 1-D int64 tensor is supported") end
   if t:numel() > 0 and t:min():item() < 0 then raise("bincount: input must contain only non-negative values") end
   local n = math.max(a.minlength or 0, t:numel() > 0 and t:max():item() + 1 or 0)
@@ -282,7 +273,7 @@ end
 -- values): for each value, the insertion position that keeps each row of
 -- sorted (1-D, or rows matching values' leading dims) in order
 function M.searchsorted(sorted, values, ...)
-  local a = torch_args("searchsorted", {"right", "side"}, ...)
+  local a = torch_args("searchsorted", {"right:bool", "side:string"}, ...)
   local right = a.right == true or a.side == "right"
   if not accel.is_tensor(values) then values = accel.tensor({values}, {dtype = sorted.dtype, device = sorted.device}):reshape({}) end
   local seq = sorted
@@ -295,7 +286,7 @@ end
 -- t:unique_consecutive([{return_inverse =, return_counts =}]): each run of
 -- equal neighbours of the flattened tensor kept once
 function M.unique_consecutive(t, ...)
-  local a = torch_args("unique_consecutive", {"return_inverse", "return_counts", "dim"}, ...)
+  local a = torch_args("unique_consecutive", {"return_inverse:bool", "return_counts:bool", "dim:int"}, ...)
   if a.dim ~= nil then raise("unique_consecutive: dim is not supported (the flattened tensor only)") end
   local vals, uniq, counts, inv = t:reshape({-1}):tolist(), {}, {}, {}
   for i, v in ipairs(vals) do
@@ -313,7 +304,7 @@ end
 -- t:mode([dim = -1], [keepdim = false]) -> the most frequent value of each
 -- row (the smallest among equally frequent ones) and its last index, as torch's
 function M.mode(t, ...)
-  local a = torch_args("mode", {"dim", "keepdim"}, ...)
+  local a = torch_args("mode", {"dim:int", "keepdim:bool"}, ...)
   local d = positive_dim("mode", t, a.dim or -1)
   if t:dim() == 0 then return t:clone(), accel.zeros({}, {dtype = accel.int64, device = t.device}) end
   local moved = t:movedim(d, -1):contiguous()
@@ -341,7 +332,7 @@ end
 -- over [min, max] (both 0: the data's range), elements outside ignored, the
 -- maximum in the last bin; t's float dtype
 function M.histc(t, ...)
-  local a = torch_args("histc", {"bins", "min", "max"}, ...)
+  local a = torch_args("histc", {"bins:int", "min:number", "max:number"}, ...)
   if not t.dtype.is_floating_point then raise("histc: input must be a floating point tensor, got %s", t.dtype.name) end
   local bins, lo, hi = a.bins or 100, a.min or 0, a.max or 0
   if type(bins) ~= "number" or bins < 1 or bins ~= math.floor(bins) then raise("histc: bins must be a positive integer") end
@@ -400,7 +391,7 @@ function M.put_(t, ...) return t:copy_(M.put(t, ...)) end
 
 -- self * beta + (m1 @ m2) * alpha (beta = 0: self is not read, as torch)
 local function add_product(t, m1, m2, ...)
-  local a = torch_args("addmm", {"beta", "alpha"}, ...)
+  local a = torch_args("addmm", {"beta:number", "alpha:number"}, ...)
   local beta, alpha = a.beta or 1, a.alpha or 1
   local prod = m1:matmul(m2)
   if alpha ~= 1 then prod = prod * alpha end
@@ -438,7 +429,7 @@ end
 
 -- t:diff([n = 1], [dim = -1]): differences of neighbours, n times
 function M.diff(t, ...)
-  local a = torch_args("diff", {"n", "dim"}, ...)
+  local a = torch_args("diff", {"n:int", "dim:int"}, ...)
   local d = positive_dim("diff", t, a.dim or -1)
   local r = t
   for _ = 1, a.n or 1 do
@@ -453,7 +444,7 @@ end
 -- sections of sizes differing by at most one (the first ones larger), or cuts
 -- before each 0-based index
 function M.tensor_split(t, spec, ...)
-  local a = torch_args("tensor_split", {"dim"}, ...)
+  local a = torch_args("tensor_split", {"dim:int"}, ...)
   local d = positive_dim("tensor_split", t, a.dim or 1)
   local n, cuts = t:size(d), {}
   if type(spec) == "number" then
@@ -535,7 +526,7 @@ function M.index_copy_(t, ...) return t:copy_(M.index_copy(t, ...)) end
 -- t:scatter(dim, index, src | value): the elements at index replaced (an
 -- id given twice sums the sources, where torch's choice is undefined)
 function M.scatter(t, dim, index, src, ...)
-  local a = torch_args("scatter", {"reduce"}, ...)
+  local a = torch_args("scatter", {"reduce:string"}, ...)
   if a.reduce ~= nil then raise("scatter: reduce is not supported (use scatter_add for 'add')") end
   local ones = accel.ones(index.shape, {dtype = accel.int64, device = t.device})
   local hit = accel.zeros_like(t, {dtype = accel.int64}):scatter_add(dim, index, ones):gt(0)
@@ -545,7 +536,7 @@ end
 function M.scatter_(t, ...) return t:copy_(M.scatter(t, ...)) end
 
 function M.aminmax(t, ...)
-  local a = torch_args("aminmax", {"dim", "keepdim"}, ...)
+  local a = torch_args("aminmax", {"dim:int", "keepdim:bool"}, ...)
   return t:amin(a.dim, a.keepdim or false), t:amax(a.dim, a.keepdim or false)
 end
 
@@ -610,9 +601,9 @@ end
 -- t:logsumexp(dim, [keepdim = false]): log(sum(exp(t))) along dim (a list
 -- too), computed from the maximum; an integer input gives float32.
 function M.logsumexp(t, ...)
-  local a = torch_args("logsumexp", {"dim", "keepdim"}, ...)
+  local a = torch_args("logsumexp", {"dim:int|table", "keepdim:bool"}, ...)
   if a.dim == nil then raise("logsumexp: dim must be given (t:logsumexp(dim))") end
-  local keep = boolean_arg("logsumexp", "keepdim", a.keepdim, false)
+  local keep = a.keepdim == true
   local x = t.dtype.is_floating_point and t or t:float()
   local m = x:amax(a.dim, true):detach()
   m = accel.where(m:isinf(), 0, m) -- a row of -inf (or inf) sums as is
@@ -644,7 +635,7 @@ end
 
 -- t + value * t1 * t2 and t + value * t1 / t2
 local function addc(op, t, t1, t2, ...)
-  local value = torch_args(op, {"value"}, ...).value or 1
+  local value = torch_args(op, {"value:number"}, ...).value or 1
   local prod = op:sub(1, 7) == "addcmul" and t1 * t2 or t1 / t2
   return t + (value == 1 and prod or prod * value)
 end
@@ -674,7 +665,7 @@ end
 
 -- |t - u| <= atol + rtol * |u| (NaNs equal with equal_nan = true)
 function M.isclose(t, u, ...)
-  local a = torch_args("isclose", {"rtol", "atol", "equal_nan"}, ...)
+  local a = torch_args("isclose", {"rtol:number", "atol:number", "equal_nan:bool"}, ...)
   local rtol, atol = a.rtol or 1e-5, a.atol or 1e-8
   if rtol < 0 or atol < 0 then raise("isclose: rtol (%s) and atol (%s) must be non-negative", rtol, atol) end
   if not accel.is_tensor(u) then u = accel.full({}, u, {dtype = t.dtype, device = t.device}) end
@@ -688,7 +679,7 @@ end
 local FINITE_MAX = {float32 = 3.4028234663852886e38, float64 = 1.7976931348623157e308, bfloat16 = 3.3895313892515355e38,
                     float16 = 65504, float8_e4m3fn = 448, float8_e5m2 = 57344}
 function M.nan_to_num(t, ...)
-  local a = torch_args("nan_to_num", {"nan", "posinf", "neginf"}, ...)
+  local a = torch_args("nan_to_num", {"nan:number", "posinf:number", "neginf:number"}, ...)
   if not t.dtype.is_floating_point then return t:clone() end
   local big = FINITE_MAX[t.dtype.name]
   local r = accel.where(t:isnan(), a.nan or 0, t)
@@ -771,7 +762,7 @@ function M.index_add_(t, ...) return t:copy_(t:index_add(...)) end
 -- (dim1, dim2) planes as a new last dim (a copy, not a view as torch's);
 -- offset > 0 above the main diagonal, < 0 below
 function M.diagonal(t, ...)
-  local a = torch_args("diagonal", {"offset", "dim1", "dim2"}, ...)
+  local a = torch_args("diagonal", {"offset:int", "dim1:int", "dim2:int"}, ...)
   local off = a.offset or 0
   local d1, d2 = positive_dim("diagonal", t, a.dim1 or 1), positive_dim("diagonal", t, a.dim2 or 2)
   if d1 == d2 then raise("diagonal: dimensions cannot be identical %d, %d", d1, d2) end
@@ -819,7 +810,7 @@ end
 -- t:nonzero([{as_tuple = false}]): (count, ndim) int64 indices (0-based,
 -- as PyTorch's), or with as_tuple one 1-D tensor per dim
 function M.nonzero(t, ...)
-  local as_tuple = torch_args("nonzero", {"as_tuple"}, ...).as_tuple
+  local as_tuple = torch_args("nonzero", {"as_tuple:bool"}, ...).as_tuple
   local pos, nd, dims = nonzero_positions(t), t:dim(), sizes(t)
   local cols = {}
   for d = 1, math.max(nd, 1) do cols[d] = {} end
@@ -870,12 +861,12 @@ end
 -- the draws of nn.init.normal_ / uniform_ (as torch's, whose init functions
 -- call these methods)
 function M.normal_(t, ...)
-  local a = torch_args("normal_", {"mean", "std"}, ...)
+  local a = torch_args("normal_", {"mean:number", "std:number"}, ...)
   check_fillable("normal_", t)
   return require("accel.nn.initializers").normal_(t, a.mean or 0, a.std or 1)
 end
 function M.uniform_(t, ...)
-  local a = torch_args("uniform_", {"from", "to"}, ...)
+  local a = torch_args("uniform_", {"from:number", "to:number"}, ...)
   check_fillable("uniform_", t)
   return require("accel.nn.initializers").uniform_(t, a.from or 0, a.to or 1)
 end
@@ -934,7 +925,7 @@ end
 -- cumulative weights at uniform draws; without: the k largest of
 -- log(p) + Gumbel noise (the Gumbel-top-k trick), each category once.
 function M.multinomial(probs, num_samples, ...)
-  local a = torch_args("multinomial", {"replacement"}, ...)
+  local a = torch_args("multinomial", {"replacement:bool"}, ...)
   check_distribution(probs)
   local k, c = num_samples, probs:size(-1)
   if type(k) ~= "number" or k ~= math.floor(k) or k <= 0 then

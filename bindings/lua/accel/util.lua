@@ -279,26 +279,71 @@ function util.is_options(v)
   return type(v) == "table" and rawget(v, "__dtype") == nil and v[1] == nil
 end
 
+-- The kinds of value an argument spec "name:kind" names (kinds joined by
+-- "|" take any of them); a spec without ":" takes anything.
+local ARG_KINDS = {
+  number = function(v) return type(v) == "number" end,
+  int = function(v) return type(v) == "number" and v == math.floor(v) end,
+  bool = function(v) return type(v) == "boolean" end,
+  string = function(v) return type(v) == "string" end,
+  table = function(v) return type(v) == "table" and rawget(v, "__dtype") == nil end,
+  tensor = function(v) return require("accel").is_tensor(v) end,
+  ["function"] = function(v) return util.callable(v) end,
+}
+local ARG_KIND_TEXT = {number = "a number", int = "an integer", bool = "a boolean", string = "a string",
+  table = "a table", tensor = "a Tensor", ["function"] = "a function"}
+
+-- spec -> {name, kinds or false}, parsed once per spec string.
+local arg_specs = setmetatable({}, {__index = function(cache, spec)
+  local name, kinds = spec:match("^([^:]+):(.+)$")
+  local parsed = {name or spec, false}
+  if kinds then
+    parsed[2] = {}
+    for kind in kinds:gmatch("[^|]+") do parsed[2][#parsed[2] + 1] = assert(ARG_KINDS[kind] and kind, kind) end
+  end
+  cache[spec] = parsed
+  return parsed
+end})
+
+-- v (not nil) is of one of the kinds of spec, else PyTorch's TypeError
+-- ("<op>: argument 'beta' must be a number, got string").
+local function check_arg_kind(op, spec, v)
+  local kinds = spec[2]
+  if not kinds then return end
+  for _, kind in ipairs(kinds) do if ARG_KINDS[kind](v) then return end end
+  local texts = {}
+  for i, kind in ipairs(kinds) do texts[i] = ARG_KIND_TEXT[kind] end
+  local got = require("accel").is_tensor(v) and "Tensor" or type(v)
+  util.raise("%s: argument '%s' must be %s, got %s", op, spec[1], table.concat(texts, " or "), got)
+end
+
 -- PyTorch's call op(..., names[1], names[2], ...) as Lua arguments: those
 -- positionally, then at most one options table holding any of them by
--- name. Returns {name = value}; an argument given both ways, or more
+-- name. A name may carry the kinds of value it takes ("eps:number",
+-- "dim:int|table"; see ARG_KINDS); a value of another kind is an error.
+-- Returns {name = value}; an argument given both ways, or more
 -- positional ones than names, is PyTorch's TypeError.
 function util.torch_args(op, names, ...)
+  local specs, plain = {}, {}
+  for i, spec in ipairs(names) do specs[i] = arg_specs[spec]; plain[i] = specs[i][1] end
   local n = select("#", ...)
   local o = {}
-  if n > 0 and util.is_options(select(n, ...)) then o, n = util.check_options(op, select(n, ...), names), n - 1 end
+  if n > 0 and util.is_options(select(n, ...)) then o, n = util.check_options(op, select(n, ...), plain), n - 1 end
   if n > #names then
     util.raise("%s: %d arguments given where at most %d are taken (%s, then an options table)", op, n, #names,
-      table.concat(names, ", "))
+      table.concat(plain, ", "))
   end
   local v = {}
   for k, x in pairs(o) do v[k] = x end
   for i = 1, n do
     local x = select(i, ...)
     if x ~= nil then
-      if o[names[i]] ~= nil then util.raise("%s: got multiple values for argument '%s'", op, names[i]) end
-      v[names[i]] = x
+      if o[plain[i]] ~= nil then util.raise("%s: got multiple values for argument '%s'", op, plain[i]) end
+      v[plain[i]] = x
     end
+  end
+  for _, spec in ipairs(specs) do
+    if v[spec[1]] ~= nil then check_arg_kind(op, spec, v[spec[1]]) end
   end
   return v
 end

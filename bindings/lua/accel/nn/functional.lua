@@ -94,7 +94,7 @@ end
 -- softplus(x, [beta = 1], [threshold = 20]): log(1 + exp(beta x)) / beta,
 -- x itself where beta x > threshold
 function F.softplus(x, ...)
-  local a = torch_args("softplus", {"beta", "threshold"}, ...)
+  local a = torch_args("softplus", {"beta:number", "threshold:number"}, ...)
   tensor_arg("softplus", "input", x)
   local beta, threshold = a.beta or 1, a.threshold or 20
   local bx = beta == 1 and x or x * beta
@@ -104,7 +104,7 @@ end
 
 -- elu(x, [alpha = 1], [inplace = false]): x where x > 0, else alpha (exp(x) - 1)
 function F.elu(x, ...)
-  local a = torch_args("elu", {"alpha", "inplace"}, ...)
+  local a = torch_args("elu", {"alpha:number", "inplace:bool"}, ...)
   tensor_arg("elu", "input", x)
   local y = accel.where(x:gt(0), x, x:clamp(nil, 1):exp():sub(1) * (a.alpha or 1)) -- (clamp: finite unused side)
   return a.inplace and x:copy_(y) or y
@@ -142,7 +142,7 @@ end
 -- bottom, ...} from the last dim backwards; a negative amount crops. Only
 -- mode "constant" is provided.
 function F.pad(x, pad, ...)
-  local a = torch_args("pad", {"mode", "value"}, ...)
+  local a = torch_args("pad", {"mode:string", "value:number"}, ...)
   tensor_arg("pad", "input", x)
   if a.mode ~= nil and a.mode ~= "constant" then
     raise("pad: mode '%s' is not supported (only 'constant')", tostring(a.mode))
@@ -172,7 +172,7 @@ end
 -- cosine_similarity(x1, x2, [dim = 2], [eps = 1e-8]): along dim (PyTorch's
 -- dim=1), each vector divided by max(its norm, eps) first, as PyTorch's
 function F.cosine_similarity(x1, x2, ...)
-  local a = torch_args("cosine_similarity", {"dim", "eps"}, ...)
+  local a = torch_args("cosine_similarity", {"dim:int", "eps:number"}, ...)
   tensor_arg("cosine_similarity", "x1", x1)
   tensor_arg("cosine_similarity", "x2", x2)
   local dim, eps = a.dim or 2, a.eps or 1e-8
@@ -507,11 +507,8 @@ end
 -- nn.Dropout's) and returns x.
 -- The arguments of op(x, [p], [training], [inplace]) checked: p and the options.
 local function dropout_args(op, x, ...)
-  local a = torch_args(op, {"p", "training", "inplace"}, ...)
+  local a = torch_args(op, {"p", "training:bool", "inplace:bool"}, ...)
   tensor_arg(op, "input", x)
-  for _, k in ipairs({"training", "inplace"}) do
-    if a[k] ~= nil and type(a[k]) ~= "boolean" then raise("%s: %s must be a boolean, got %s", op, k, util.show(a[k])) end
-  end
   return F._dropout_p(op, a.p), a
 end
 
@@ -622,7 +619,7 @@ end
 -- trailing options table (dim is 1-based: PyTorch's default dim=1 is 2)
 function F.normalize(x, ...)
   tensor_arg("normalize", "input", x)
-  local o = torch_args("normalize", {"p", "dim", "eps"}, ...)
+  local o = torch_args("normalize", {"p:number", "dim:int|table", "eps:number"}, ...)
   local p, dim, eps = opt(o, "p", 2), opt(o, "dim", 2), check_eps("normalize", opt(o, "eps", 1e-12))
   return x / x:norm(p, dim, {keepdim = true}):clamp(eps)
 end
@@ -876,8 +873,8 @@ local INTERPOLATE_MODES = {nearest = true, linear = 3, bilinear = 4, trilinear =
 -- modes "nearest" and "linear" / "bilinear" / "trilinear" (by the input's
 -- dims), separably along each spatial dim, as PyTorch's
 function F.interpolate(x, ...)
-  local a = torch_args("interpolate", {"size", "scale_factor", "mode", "align_corners", "recompute_scale_factor",
-                                       "antialias"}, ...)
+  local a = torch_args("interpolate", {"size:int|table", "scale_factor:number|table", "mode:string",
+                                       "align_corners:bool", "recompute_scale_factor:bool", "antialias:bool"}, ...)
   tensor_arg("interpolate", "input", x)
   local mode = a.mode or "nearest"
   if not INTERPOLATE_MODES[mode] then raise("interpolate: mode '%s' is not supported (nearest, linear, bilinear, trilinear)", tostring(mode)) end
@@ -968,7 +965,8 @@ end
 -- the variance unbiased, as PyTorch's) or without running statistics, else
 -- the running ones. The result has x's dtype.
 function F.batch_norm(x, running_mean, running_var, ...)
-  local a = torch_args("batch_norm", {"weight", "bias", "training", "momentum", "eps"}, ...)
+  local a = torch_args("batch_norm", {"weight:tensor", "bias:tensor", "training:bool", "momentum:number",
+                                    "eps:number"}, ...)
   tensor_arg("batch_norm", "input", x)
   if x:dim() < 2 then raise("batch_norm: expected an input of at least 2 dims (N, C, ...), got %dD", x:dim()) end
   local shape, dims = channel_layout(x)
@@ -999,7 +997,7 @@ end
 -- normalized over each group of C / num_groups channels (and the other
 -- dims), then scaled per channel
 function F.group_norm(x, num_groups, ...)
-  local a = torch_args("group_norm", {"weight", "bias", "eps"}, ...)
+  local a = torch_args("group_norm", {"weight:tensor", "bias:tensor", "eps:number"}, ...)
   tensor_arg("group_norm", "input", x)
   if x:dim() < 2 then raise("group_norm: expected an input of at least 2 dims (N, C, ...), got %dD", x:dim()) end
   local n, c = x:size(1), x:size(2)

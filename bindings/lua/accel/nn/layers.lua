@@ -408,7 +408,7 @@ local Dropout2d = export_class(M, "Dropout2d")
 
 -- Dropout2d([p = 0.5], [{inplace = false}]) or Dropout2d({p =, inplace =})
 function Dropout2d:init(...)
-  local a = require("accel.util").torch_args("Dropout2d", {"p", "inplace"}, ...)
+  local a = require("accel.util").torch_args("Dropout2d", {"p:number", "inplace:bool"}, ...)
   self.p, self.inplace = F._dropout_p("Dropout2d", a.p), a.inplace == true
 end
 function Dropout2d:forward(x) return F.dropout2d(x, self.p, self.training, self.inplace) end
@@ -470,7 +470,7 @@ activation("LogSigmoid", function(_, x) return F.logsigmoid(x) end)
 local Softplus = activation("Softplus", function(self, x) return F.softplus(x, self.beta, self.threshold) end,
   function(self) return ("beta=%s, threshold=%s"):format(py(self.beta), py(self.threshold)) end)
 function Softplus:init(...)
-  local a = require("accel.util").torch_args("Softplus", {"beta", "threshold"}, ...)
+  local a = require("accel.util").torch_args("Softplus", {"beta:number", "threshold:number"}, ...)
   self.beta, self.threshold = a.beta or 1.0, a.threshold or 20.0
 end
 
@@ -478,7 +478,7 @@ end
 local ELU = activation("ELU", function(self, x) return F.elu(x, self.alpha, self.inplace) end,
   function(self) return "alpha=" .. py(self.alpha) .. (self.inplace and ", inplace=True" or "") end)
 function ELU:init(...)
-  local a = require("accel.util").torch_args("ELU", {"alpha", "inplace"}, ...)
+  local a = require("accel.util").torch_args("ELU", {"alpha:number", "inplace:bool"}, ...)
   self.alpha, self.inplace = a.alpha or 1.0, a.inplace == true
 end
 

@@ -64,8 +64,8 @@ end
 -- ---- RNN / LSTM / GRU ----
 
 local GATES = {RNN = 1, LSTM = 4, GRU = 3}
-local OPTIONS = {"num_layers", "bias", "batch_first", "dropout", "bidirectional", "proj_size", "nonlinearity", "dtype",
-                 "device"}
+local OPTIONS = {"num_layers:int", "bias:bool", "batch_first:bool", "dropout:number", "bidirectional:bool", "proj_size:int",
+                 "nonlinearity:string", "dtype", "device"}
 
 -- One step of each cell: xw (B, G*H) the input's projection with b_ih,
 -- h (B, H) (and c for LSTM) -> the new h (and c).

@@ -18,8 +18,8 @@ local raise, py, export_class = base.raise, base.pyrepr, base.export_class
 local M = {}
 
 local ACTIVATIONS = {relu = F.relu, gelu = F.gelu}
-local LAYER_OPTIONS = {"dim_feedforward", "dropout", "activation", "layer_norm_eps", "batch_first", "norm_first", "bias",
-                       "dtype", "device"}
+local LAYER_OPTIONS = {"dim_feedforward:int", "dropout:number", "activation:string|function", "layer_norm_eps:number",
+                       "batch_first:bool", "norm_first:bool", "bias:bool", "dtype", "device"}
 
 local TransformerEncoderLayer = export_class(M, "TransformerEncoderLayer")
 
