@@ -105,6 +105,21 @@ describe("Conv1d", function()
     assert.same({2, 6, 9}, support.shape_of(m(x)))
     expect_error(function() local _ = F.conv1d(x, w:unsqueeze(1)) end, "conv1d: weight must be 3-D")
   end)
+
+  it("names its own shapes in errors, not those of the conv2d it runs", function()
+    local x = accel.randn(1, 3, 4)
+    -- torch 2.15: "Given groups=1, weight of size [2, 2, 2], expected input[1, 3, 4] to have 2 channels, but got 3"
+    expect_error(function() local _ = F.conv1d(x, accel.randn(2, 2, 2)) end,
+      "conv1d: weight [2, 2, 2] with groups=1 expects input with 2 channels, but input [1, 3, 4] has 3")
+    expect_error(function() local _ = F.conv1d(x, accel.randn(2, 3, 9)) end,
+      "conv1d: kernel size 9 (dilation 1) is larger than the padded input length 4 of input [1, 3, 4]")
+    expect_error(function() local _ = F.conv1d(x, accel.randn(2, 3, 2), accel.randn(3)) end,
+      "conv1d: bias must have shape [2] (out_channels of weight [2, 3, 2]), got [3]")
+    expect_error(function() local _ = F.conv1d(x, accel.randn(2, 3, 2), {stride = 0}) end, "conv1d: stride must be an integer >= 1, got 0")
+    expect_error(function() local _ = F.conv1d(x, accel.randn(2, 3, 2), {groups = 2}) end,
+      "conv1d: in_channels (3) and out_channels (2) must be divisible by groups (2)")
+    expect_error(function() local _ = nn.Conv1d(4, 2, 3)(x) end, "conv1d: weight [2, 4, 3] with groups=1 expects input with 4 channels")
+  end)
 end)
 
 describe("TransformerEncoderLayer and TransformerEncoder", function()

@@ -702,6 +702,37 @@ function F.conv2d(input, weight, bias, o)
     opt(o, "groups", 1))
 end
 
+-- conv1d's arguments checked in its own terms (conv2d would name the
+-- (N, C, 1, L) view it runs on): x (N, C, L), weight (out, C / groups, k).
+local function check_conv1d(x, weight, bias, stride, padding, dilation, groups)
+  local function int_at_least(name, v, low)
+    if type(v) ~= "number" or v ~= math.floor(v) or v < low then
+      raise("conv1d: %s must be an integer >= %d, got %s", name, low, util.show(v))
+    end
+  end
+  int_at_least("stride", stride, 1)
+  int_at_least("dilation", dilation, 1)
+  int_at_least("groups", groups, 1)
+  if type(padding) ~= "string" then int_at_least("padding", padding, 0) end
+  local c, out, k = x:size(2), weight:size(1), weight:size(3)
+  if c % groups ~= 0 or out % groups ~= 0 then
+    raise("conv1d: in_channels (%d) and out_channels (%d) must be divisible by groups (%d)", c, out, groups)
+  end
+  if weight:size(2) * groups ~= c then
+    raise("conv1d: weight %s with groups=%d expects input with %d channels, but input %s has %d",
+      shape_text(sizes(weight)), groups, weight:size(2) * groups, shape_text(sizes(x)), c)
+  end
+  if bias ~= nil and (not accel.is_tensor(bias) or bias:dim() ~= 1 or bias:size(1) ~= out) then
+    raise("conv1d: bias must have shape [%d] (out_channels of weight %s), got %s", out, shape_text(sizes(weight)),
+      accel.is_tensor(bias) and shape_text(sizes(bias)) or type(bias))
+  end
+  local span, length = (k - 1) * dilation + 1, x:size(3) + (type(padding) == "number" and 2 * padding or 0)
+  if type(padding) == "number" and span > length then
+    raise("conv1d: kernel size %d (dilation %d) is larger than the padded input length %d of input %s", k, dilation,
+      length, shape_text(sizes(x)))
+  end
+end
+
 -- conv1d(x, weight, [bias], [{stride = 1, padding = 0, dilation = 1, groups = 1}]):
 -- (N, C, L) or (C, L) with weight (out, C / groups, k), as conv2d over a
 -- height of 1 (padding also "same" / "valid")
@@ -715,10 +746,10 @@ function F.conv1d(input, weight, bias, o)
   end
   if weight:dim() ~= 3 then raise("conv1d: weight must be 3-D (out, in / groups, k), got %s", shape_text(sizes(weight))) end
   local x = input:dim() == 2 and input:unsqueeze(1) or input
-  local padding = opt(o, "padding", 0)
-  local y = F.conv2d(x:unsqueeze(3), weight:unsqueeze(3), bias, {stride = {1, opt(o, "stride", 1)},
-    padding = type(padding) == "string" and padding or {0, padding}, dilation = {1, opt(o, "dilation", 1)},
-    groups = opt(o, "groups", 1)}):squeeze(3)
+  local stride, padding, dilation, groups = opt(o, "stride", 1), opt(o, "padding", 0), opt(o, "dilation", 1), opt(o, "groups", 1)
+  check_conv1d(x, weight, bias, stride, padding, dilation, groups)
+  local y = F.conv2d(x:unsqueeze(3), weight:unsqueeze(3), bias, {stride = {1, stride},
+    padding = type(padding) == "string" and padding or {0, padding}, dilation = {1, dilation}, groups = groups}):squeeze(3)
   return input:dim() == 2 and y:squeeze(1) or y
 end
 
