@@ -153,3 +153,59 @@ describe("TransformerEncoderLayer and TransformerEncoder", function()
       'TransformerEncoderLayer: activation should be relu/gelu or a function, not "swish"')
   end)
 end)
+
+describe("TransformerDecoderLayer, TransformerDecoder and Transformer", function()
+  local ref = accel.load("tests/fixtures/transformer.safetensors")
+  local mask = accel.tensor({{false, false, false, false, true}, {false, false, true, true, true}})
+
+  it("the decoder stack matches PyTorch's output and gradients (causal target mask, memory padding mask)", function()
+    local layer = nn.TransformerDecoderLayer(8, 2, {dim_feedforward = 16, dropout = 0, dtype = accel.float64})
+    local dec = set_weights(nn.TransformerDecoder(layer, 2, {norm = nn.LayerNorm(8, {dtype = accel.float64})}), 0.3)
+    local tgt = sequence(64, function(i) return 0.5 * math.sin(i) end):view(4, 2, 8):requires_grad_(true)
+    local memory = sequence(80, math.cos):view(5, 2, 8):requires_grad_(true)
+    local causal = nn.Transformer.generate_square_subsequent_mask(4, {dtype = accel.float64})
+    local y = dec(tgt, memory, {tgt_mask = causal, memory_key_padding_mask = mask})
+    close(y, ref["dec.y"], 1e-12)
+    local _ = (y * y):sum():backward()
+    close(tgt.grad, ref["dec.gt"], 1e-11)
+    close(memory.grad, ref["dec.gm"], 1e-11)
+  end)
+
+  it("Transformer matches PyTorch's (pre-norm, gelu, batch first) and has its state_dict keys", function()
+    local m = set_weights(nn.Transformer({d_model = 8, nhead = 2, num_encoder_layers = 2, num_decoder_layers = 1,
+      dim_feedforward = 16, dropout = 0, norm_first = true, activation = "gelu", batch_first = true,
+      dtype = accel.float64}), 0.3)
+    local src = sequence(80, math.cos):view(5, 2, 8):transpose(1, 2)
+    local tgt = sequence(64, function(i) return 0.5 * math.sin(i) end):view(4, 2, 8):transpose(1, 2)
+    local causal = m:generate_square_subsequent_mask(4, {dtype = accel.float64})
+    close(m(src, tgt, {src_key_padding_mask = mask, tgt_mask = causal, tgt_is_causal = true}), ref["full.y"], 1e-12)
+    -- torch 2.15: 46 keys, from encoder.layers.0.self_attn.in_proj_weight to decoder.norm.bias
+    local sd, n = m:state_dict(), 0
+    for _ in pairs(sd) do n = n + 1 end
+    assert.are.equal(46, n)
+    for _, k in ipairs({"encoder.layers.1.norm2.bias", "encoder.norm.weight", "decoder.layers.0.multihead_attn.in_proj_weight",
+                        "decoder.layers.0.norm3.weight", "decoder.norm.bias"}) do
+      assert.is_not_nil(sd[k], k)
+    end
+    -- torch 2.15: generate_square_subsequent_mask(3) = [[0, -inf, -inf], [0, 0, -inf], [0, 0, 0]]
+    local inf = math.huge
+    assert.are.same({{0, -inf, -inf}, {0, 0, -inf}, {0, 0, 0}}, nn.Transformer.generate_square_subsequent_mask(3):tolist())
+  end)
+
+  it("initializes weights of more than one dim xavier-uniform and refuses mismatched inputs", function()
+    accel.manual_seed(1)
+    local m = nn.Transformer({d_model = 16, nhead = 4, num_encoder_layers = 1, num_decoder_layers = 1, dim_feedforward = 32})
+    local w = m.encoder.layers[1].linear1.weight -- (32, 16): bound sqrt(6 / 48)
+    assert.is_true(w:abs():max():item() <= math.sqrt(6 / 48))
+    assert.is_true(w:abs():max():item() > 0.9 * math.sqrt(6 / 48))
+    assert.are.equal(0, m.encoder.layers[1].self_attn.in_proj_bias:abs():sum():item()) -- MHA's own init, kept
+    expect_error(function() local _ = m(accel.randn(5, 2, 16), accel.randn(4, 3, 16)) end,
+      "Transformer.forward: the batch number of src and tgt must be equal")
+    expect_error(function() local _ = m(accel.randn(5, 2, 16), accel.randn(4, 2, 8)) end,
+      "Transformer.forward: the feature number of src and tgt must be equal to d_model (16)")
+    expect_error(function() local _ = nn.TransformerDecoder(nn.TransformerEncoderLayer(16, 4), 2) end,
+      "TransformerDecoder: decoder_layer must be an nn.TransformerDecoderLayer")
+    expect_error(function() local _ = m.decoder.layers[1](accel.randn(4, 2, 16)) end,
+      "TransformerDecoderLayer.forward: memory must be a Tensor, got nil")
+  end)
+end)

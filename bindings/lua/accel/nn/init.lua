@@ -8,7 +8,9 @@
 --                     Flatten, Unflatten, Identity, activations
 --   normalization.lua BatchNorm1d / 2d / 3d, GroupNorm  } loaded on first use of
 --   sequence.lua      Conv1d, RNN, LSTM, GRU              } one of their classes
---   transformer.lua   TransformerEncoderLayer, TransformerEncoder }
+--   transformer.lua   TransformerEncoderLayer, TransformerEncoder, }
+--                     TransformerDecoderLayer, TransformerDecoder,}
+--                     Transformer                         }
 --   upsampling.lua    Upsample                            }
 --   attention.lua     MultiheadAttention
 --   loss.lua          CrossEntropyLoss, NLLLoss, MSELoss, L1Loss, BCEWithLogitsLoss,
@@ -34,7 +36,8 @@ end
 local LAZY_CLASSES = {BatchNorm1d = "normalization", BatchNorm2d = "normalization", BatchNorm3d = "normalization",
                       GroupNorm = "normalization", Conv1d = "sequence", RNN = "sequence", LSTM = "sequence",
                       GRU = "sequence", TransformerEncoderLayer = "transformer", TransformerEncoder = "transformer",
-                      Upsample = "upsampling"}
+                      TransformerDecoderLayer = "transformer", TransformerDecoder = "transformer",
+                      Transformer = "transformer", Upsample = "upsampling"}
 
 -- nn.X for an unknown X: a lazily loaded class, or the embedded module
 -- accel.nn.X when there is one.

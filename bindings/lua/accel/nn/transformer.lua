@@ -1,9 +1,10 @@
--- accel.nn.transformer: TransformerEncoderLayer and TransformerEncoder, as
--- PyTorch builds them (submodules self_attn, linear1, dropout, linear2,
--- norm1, norm2, dropout1, dropout2, so state_dict keys match: 
--- layers.0.self_attn.in_proj_weight, ...). TransformerEncoder copies the
--- layer it is given num_layers times (equal weights at the start, as
--- PyTorch's deepcopy). Loaded on first use of one of its classes.
+-- accel.nn.transformer: TransformerEncoderLayer / TransformerEncoder,
+-- TransformerDecoderLayer / TransformerDecoder and Transformer, as PyTorch
+-- builds them (the same submodules in the same order, so state_dict keys
+-- match: layers.0.self_attn.in_proj_weight, decoder.layers.1.norm3.bias,
+-- ...). The stacks copy the layer they are given num_layers times (equal
+-- weights at the start, as PyTorch's deepcopy). Loaded on first use of one
+-- of its classes.
 local accel = require("accel")
 local base = require("accel.nn.module")
 local F = require("accel.nn.functional")
@@ -21,6 +22,49 @@ local ACTIVATIONS = {relu = F.relu, gelu = F.gelu}
 local LAYER_OPTIONS = {"dim_feedforward:int", "dropout:number", "activation:string|function", "layer_norm_eps:number",
                        "batch_first:bool", "norm_first:bool", "bias:bool", "dtype", "device"}
 
+-- The activation option checked: a name in ACTIVATIONS or a function.
+local function layer_activation(kind, a)
+  local act = a.activation or "relu"
+  if type(act) ~= "function" and not ACTIVATIONS[act] then
+    raise("%s: activation should be relu/gelu or a function, not %s", kind, util.show(act))
+  end
+  return type(act) == "function" and act or ACTIVATIONS[act]
+end
+
+-- A layer's submodules in PyTorch's order: the attention blocks named in
+-- attns, linear1, dropout, linear2, norm1..norm<n>, dropout1..dropout<n>.
+local function build_layer(self, d_model, nhead, a, act, attns, n)
+  local drop, eps = a.dropout == nil and 0.1 or a.dropout, a.layer_norm_eps or 1e-5
+  local opts = {bias = a.bias ~= false, dtype = a.dtype, device = a.device}
+  for _, name in ipairs(attns) do
+    self[name] = attention.MultiheadAttention(d_model, nhead, {dropout = drop, bias = opts.bias,
+      batch_first = a.batch_first == true, dtype = a.dtype, device = a.device})
+  end
+  self.linear1 = layers.Linear(d_model, a.dim_feedforward or 2048, opts)
+  self.dropout = layers.Dropout(drop)
+  self.linear2 = layers.Linear(a.dim_feedforward or 2048, d_model, opts)
+  self.norm_first = a.norm_first == true
+  for i = 1, n do
+    self["norm" .. i] = layers.LayerNorm(d_model, {eps = eps, bias = opts.bias, dtype = a.dtype, device = a.device})
+  end
+  for i = 1, n do self["dropout" .. i] = layers.Dropout(drop) end
+  rawset(self, "_activation", act)
+end
+
+-- linear2(dropout(activation(linear1(x)))), then dropout<n>
+local function feed_forward(self, x, n)
+  return self["dropout" .. n](self.linear2(self.dropout(self._activation(self.linear1(x)))))
+end
+
+-- A new layer of the same class and configuration holding a copy of this one's state.
+local function copy_layer(self, cls)
+  local c = self._config
+  local copy = cls(c[1], c[2], c[3])
+  copy:load_state_dict(self:state_dict())
+  if not self.training then copy:eval() end
+  return copy
+end
+
 local TransformerEncoderLayer = export_class(M, "TransformerEncoderLayer")
 
 -- TransformerEncoderLayer(d_model, nhead, [dim_feedforward = 2048], [dropout = 0.1], ...,
@@ -28,52 +72,82 @@ local TransformerEncoderLayer = export_class(M, "TransformerEncoderLayer")
 --   batch_first = false, norm_first = false, bias = true, dtype =, device =})
 function TransformerEncoderLayer:init(d_model, nhead, ...)
   local a = util.torch_args("TransformerEncoderLayer", LAYER_OPTIONS, ...)
-  local act = a.activation or "relu"
-  if type(act) ~= "function" and not ACTIVATIONS[act] then
-    raise("TransformerEncoderLayer: activation should be relu/gelu or a function, not %s", util.show(act))
-  end
-  local drop, eps = a.dropout == nil and 0.1 or a.dropout, a.layer_norm_eps or 1e-5
+  local act = layer_activation("TransformerEncoderLayer", a)
   rawset(self, "_config", {d_model, nhead, a}) -- to rebuild a copy (TransformerEncoder)
-  self.self_attn = attention.MultiheadAttention(d_model, nhead, {dropout = drop, bias = a.bias ~= false,
-    batch_first = a.batch_first == true, dtype = a.dtype, device = a.device})
-  self.linear1 = layers.Linear(d_model, a.dim_feedforward or 2048, {bias = a.bias ~= false, dtype = a.dtype, device = a.device})
-  self.dropout = layers.Dropout(drop)
-  self.linear2 = layers.Linear(a.dim_feedforward or 2048, d_model, {bias = a.bias ~= false, dtype = a.dtype, device = a.device})
-  self.norm_first = a.norm_first == true
-  self.norm1 = layers.LayerNorm(d_model, {eps = eps, bias = a.bias ~= false, dtype = a.dtype, device = a.device})
-  self.norm2 = layers.LayerNorm(d_model, {eps = eps, bias = a.bias ~= false, dtype = a.dtype, device = a.device})
-  self.dropout1 = layers.Dropout(drop)
-  self.dropout2 = layers.Dropout(drop)
-  rawset(self, "_activation", type(act) == "function" and act or ACTIVATIONS[act])
+  build_layer(self, d_model, nhead, a, act, {"self_attn"}, 2)
+end
+
+-- x through the residual blocks (functions of x) in order: x + block(norm(x))
+-- under norm_first, else norm(x + block(x)); block i uses norm<i>.
+local function residual_blocks(self, x, blocks)
+  for i, block in ipairs(blocks) do
+    local norm = self["norm" .. i]
+    if self.norm_first then x = x + block(norm(x)) else x = norm(x + block(x)) end
+  end
+  return x
+end
+
+-- attention block: attn(x, memory, memory) with the masks, then dropout<n>
+local function attention_block(self, attn, n, memory, mask, padding_mask, is_causal)
+  return function(x)
+    local kv = memory or x
+    local y = self[attn](x, kv, kv, {attn_mask = mask, key_padding_mask = padding_mask, need_weights = false,
+      is_causal = is_causal == true and mask ~= nil})
+    return self["dropout" .. n](y)
+  end
 end
 
 -- forward(src, [{src_mask =, src_key_padding_mask =, is_causal = false}])
 function TransformerEncoderLayer:forward(src, o)
   o = base.check_options("TransformerEncoderLayer.forward", o, {"src_mask", "src_key_padding_mask", "is_causal"})
-  local function sa_block(x)
-    local y = self.self_attn(x, x, x, {attn_mask = o.src_mask, key_padding_mask = o.src_key_padding_mask,
-      need_weights = false, is_causal = o.is_causal == true and o.src_mask ~= nil})
-    return self.dropout1(y)
-  end
-  local function ff_block(x)
-    return self.dropout2(self.linear2(self.dropout(self._activation(self.linear1(x)))))
-  end
-  local x = src
-  if self.norm_first then
-    x = x + sa_block(self.norm1(x))
-    return x + ff_block(self.norm2(x))
-  end
-  x = self.norm1(x + sa_block(x))
-  return self.norm2(x + ff_block(x))
+  return residual_blocks(self, src, {
+    attention_block(self, "self_attn", 1, nil, o.src_mask, o.src_key_padding_mask, o.is_causal),
+    function(x) return feed_forward(self, x, 2) end})
 end
 
--- A new layer of the same configuration holding a copy of this one's state.
-function TransformerEncoderLayer:_copy()
-  local c = self._config
-  local copy = TransformerEncoderLayer(c[1], c[2], c[3])
-  copy:load_state_dict(self:state_dict())
-  if not self.training then copy:eval() end
-  return copy
+function TransformerEncoderLayer:_copy() return copy_layer(self, TransformerEncoderLayer) end
+
+local TransformerDecoderLayer = export_class(M, "TransformerDecoderLayer")
+
+-- TransformerDecoderLayer(d_model, nhead, [dim_feedforward = 2048], [dropout = 0.1], ...) with
+-- TransformerEncoderLayer's options: self_attn, multihead_attn (over the memory), feed-forward
+function TransformerDecoderLayer:init(d_model, nhead, ...)
+  local a = util.torch_args("TransformerDecoderLayer", LAYER_OPTIONS, ...)
+  local act = layer_activation("TransformerDecoderLayer", a)
+  rawset(self, "_config", {d_model, nhead, a})
+  build_layer(self, d_model, nhead, a, act, {"self_attn", "multihead_attn"}, 3)
+end
+
+local DECODER_FORWARD = {"tgt_mask", "memory_mask", "tgt_key_padding_mask", "memory_key_padding_mask", "tgt_is_causal",
+                         "memory_is_causal"}
+
+-- forward(tgt, memory, [{tgt_mask =, memory_mask =, tgt_key_padding_mask =,
+--   memory_key_padding_mask =, tgt_is_causal = false, memory_is_causal = false}])
+function TransformerDecoderLayer:forward(tgt, memory, o)
+  o = base.check_options("TransformerDecoderLayer.forward", o, DECODER_FORWARD)
+  if not accel.is_tensor(memory) then raise("TransformerDecoderLayer.forward: memory must be a Tensor, got %s", type(memory)) end
+  return residual_blocks(self, tgt, {
+    attention_block(self, "self_attn", 1, nil, o.tgt_mask, o.tgt_key_padding_mask, o.tgt_is_causal),
+    attention_block(self, "multihead_attn", 2, memory, o.memory_mask, o.memory_key_padding_mask, o.memory_is_causal),
+    function(x) return feed_forward(self, x, 3) end})
+end
+
+function TransformerDecoderLayer:_copy() return copy_layer(self, TransformerDecoderLayer) end
+
+-- The stack's layers: num_layers copies of layer (a layer_cls), then norm.
+local function build_stack(self, kind, layer, layer_cls, num_layers, norm)
+  if not base.is_module(layer) or not layer:isinstance(layer_cls) then
+    raise("%s: %s must be an nn.%s", kind, kind == "TransformerEncoder" and "encoder_layer" or "decoder_layer",
+      layer_cls.__name)
+  end
+  if type(num_layers) ~= "number" or num_layers < 1 or num_layers ~= math.floor(num_layers) then
+    raise("%s: num_layers must be a positive integer, got %s", kind, util.show(num_layers))
+  end
+  local list = {}
+  for i = 1, num_layers do list[i] = layer:_copy() end
+  self.layers = containers.ModuleList(list)
+  self.num_layers = num_layers
+  if norm ~= nil then self.norm = norm end
 end
 
 local TransformerEncoder = export_class(M, "TransformerEncoder")
@@ -81,17 +155,7 @@ local TransformerEncoder = export_class(M, "TransformerEncoder")
 -- TransformerEncoder(encoder_layer, num_layers, [{norm =, enable_nested_tensor =, mask_check =}])
 function TransformerEncoder:init(encoder_layer, num_layers, o)
   o = base.check_options("TransformerEncoder", o, {"norm", "enable_nested_tensor", "mask_check"})
-  if not base.is_module(encoder_layer) or not encoder_layer:isinstance(TransformerEncoderLayer) then
-    raise("TransformerEncoder: encoder_layer must be an nn.TransformerEncoderLayer")
-  end
-  if type(num_layers) ~= "number" or num_layers < 1 or num_layers ~= math.floor(num_layers) then
-    raise("TransformerEncoder: num_layers must be a positive integer, got %s", util.show(num_layers))
-  end
-  local list = {}
-  for i = 1, num_layers do list[i] = encoder_layer:_copy() end
-  self.layers = containers.ModuleList(list)
-  self.num_layers = num_layers
-  if o.norm ~= nil then self.norm = o.norm end
+  build_stack(self, "TransformerEncoder", encoder_layer, TransformerEncoderLayer, num_layers, o.norm)
 end
 
 -- forward(src, [{mask =, src_key_padding_mask =, is_causal =}])
@@ -104,5 +168,87 @@ function TransformerEncoder:forward(src, o)
   if self.norm ~= nil then x = self.norm(x) end
   return x
 end
+
+local TransformerDecoder = export_class(M, "TransformerDecoder")
+
+-- TransformerDecoder(decoder_layer, num_layers, [{norm =}])
+function TransformerDecoder:init(decoder_layer, num_layers, o)
+  o = base.check_options("TransformerDecoder", o, {"norm"})
+  build_stack(self, "TransformerDecoder", decoder_layer, TransformerDecoderLayer, num_layers, o.norm)
+end
+
+-- forward(tgt, memory, [{the options of TransformerDecoderLayer.forward}])
+function TransformerDecoder:forward(tgt, memory, o)
+  o = base.check_options("TransformerDecoder.forward", o, DECODER_FORWARD)
+  local x = tgt
+  for _, layer in compat.ipairs(self.layers) do x = layer(x, memory, o) end
+  if self.norm ~= nil then x = self.norm(x) end
+  return x
+end
+
+local Transformer = export_class(M, "Transformer")
+
+local TRANSFORMER_OPTIONS = {"d_model:int", "nhead:int", "num_encoder_layers:int", "num_decoder_layers:int",
+  "dim_feedforward:int", "dropout:number", "activation:string|function", "custom_encoder", "custom_decoder",
+  "layer_norm_eps:number", "batch_first:bool", "norm_first:bool", "bias:bool", "dtype", "device"}
+
+-- Transformer([d_model = 512], [nhead = 8], [num_encoder_layers = 6], [num_decoder_layers = 6], ...,
+--   or those and the layers' options by name, custom_encoder / custom_decoder modules); the
+--   weights of more than one dim are xavier_uniform_, as PyTorch's _reset_parameters.
+function Transformer:init(...)
+  local a = util.torch_args("Transformer", TRANSFORMER_OPTIONS, ...)
+  local d_model, nhead = a.d_model or 512, a.nhead or 8
+  local layer_opts = {dim_feedforward = a.dim_feedforward, dropout = a.dropout, activation = a.activation,
+    layer_norm_eps = a.layer_norm_eps, batch_first = a.batch_first, norm_first = a.norm_first, bias = a.bias,
+    dtype = a.dtype, device = a.device}
+  local function norm()
+    return layers.LayerNorm(d_model, {eps = a.layer_norm_eps or 1e-5, bias = a.bias ~= false, dtype = a.dtype, device = a.device})
+  end
+  self.encoder = a.custom_encoder or TransformerEncoder(TransformerEncoderLayer(d_model, nhead, layer_opts),
+    a.num_encoder_layers or 6, {norm = norm()})
+  self.decoder = a.custom_decoder or TransformerDecoder(TransformerDecoderLayer(d_model, nhead, layer_opts),
+    a.num_decoder_layers or 6, {norm = norm()})
+  local init = require("accel.nn.initializers")
+  for _, p in ipairs(self:parameters()) do
+    if p:dim() > 1 then init.xavier_uniform_(p) end
+  end
+  self.d_model, self.nhead, self.batch_first = d_model, nhead, a.batch_first == true
+end
+
+-- forward(src, tgt, [{src_mask =, tgt_mask =, memory_mask =, src_key_padding_mask =,
+--   tgt_key_padding_mask =, memory_key_padding_mask =, src_is_causal =, tgt_is_causal =,
+--   memory_is_causal = false}])
+function Transformer:forward(src, tgt, o)
+  o = base.check_options("Transformer.forward", o, {"src_mask", "tgt_mask", "memory_mask", "src_key_padding_mask",
+    "tgt_key_padding_mask", "memory_key_padding_mask", "src_is_causal", "tgt_is_causal", "memory_is_causal"})
+  if not accel.is_tensor(src) or not accel.is_tensor(tgt) then raise("Transformer.forward: src and tgt must be Tensors") end
+  local batch_dim = self.batch_first and 1 or 2
+  if src:dim() == 3 and src:size(batch_dim) ~= tgt:size(batch_dim) then
+    raise("Transformer.forward: the batch number of src and tgt must be equal (src %s, tgt %s)", tostring(src.shape),
+      tostring(tgt.shape))
+  end
+  if src:size(-1) ~= self.d_model or tgt:size(-1) ~= self.d_model then
+    raise("Transformer.forward: the feature number of src and tgt must be equal to d_model (%d): src %s, tgt %s",
+      self.d_model, tostring(src.shape), tostring(tgt.shape))
+  end
+  local memory = self.encoder(src, {mask = o.src_mask, src_key_padding_mask = o.src_key_padding_mask,
+    is_causal = o.src_is_causal})
+  return self.decoder(tgt, memory, {tgt_mask = o.tgt_mask, memory_mask = o.memory_mask,
+    tgt_key_padding_mask = o.tgt_key_padding_mask, memory_key_padding_mask = o.memory_key_padding_mask,
+    tgt_is_causal = o.tgt_is_causal, memory_is_causal = o.memory_is_causal})
+end
+
+-- Transformer.generate_square_subsequent_mask(sz, [{dtype =, device =}]): (sz, sz), -inf above
+-- the diagonal and 0 elsewhere (also callable on an instance, with . or :; a static
+-- function as PyTorch's, so stored past the classes' method check)
+local function square_subsequent_mask(sz, o, ...)
+  if base.is_module(sz) then return square_subsequent_mask(o, ...) end
+  o = base.check_options("generate_square_subsequent_mask", o, {"dtype", "device"})
+  if type(sz) ~= "number" or sz < 0 or sz ~= math.floor(sz) then
+    raise("generate_square_subsequent_mask: sz must be a non-negative integer, got %s", util.show(sz))
+  end
+  return accel.full({sz, sz}, -math.huge, {dtype = o.dtype, device = o.device}):triu(1)
+end
+rawset(Transformer, "generate_square_subsequent_mask", square_subsequent_mask)
 
 return M
