@@ -1,4 +1,5 @@
--- accel.optim: PyTorch's optimizers SGD, Adam and AdamW. Each param group is
+-- accel.optim: PyTorch's optimizers SGD, Adam and AdamW (RMSprop and Adagrad:
+-- accel.optim.elementwise, loaded on first use). Each param group is
 -- updated by ONE fused C call (accel._C.sgd_step / adam_step over flat
 -- buffers); this file keeps param groups and per-parameter state.
 -- accel.optim.lr_scheduler holds the schedulers.
@@ -692,6 +693,10 @@ optim.Adam = adam_class("Adam", 0, false)
 -- AdamW: as Adam, decoupled weight decay (default 1e-2; decoupled_weight_decay = true)
 optim.AdamW = adam_class("AdamW", 1e-2, true)
 
+-- What optimizers defined in other files of accel.optim build on.
+optim._parts = {options = options, ctor_options = ctor_options, check_number = check_number,
+  check_nonnegative = check_nonnegative, check_bool = check_bool, step_groups = step_groups, param_state = param_state}
+
 -- opt.step() and the like: "Optimizer.step: call it as obj:step(...)"
 util.check_methods(Optimizer, "Optimizer")
 
@@ -703,9 +708,13 @@ setmetatable(optim, {
       rawset(t, k, m)
       return m
     end
+    if k == "RMSprop" or k == "Adagrad" then
+      for name, cls in pairs(require("accel.optim.elementwise")) do rawset(t, name, cls) end
+      return rawget(t, k)
+    end
   end,
 })
 -- PyTorch's optimizers accel-lua does not provide: a clear error, not nil.
-return util.not_provided(optim, {RMSprop = true, Adagrad = true, Adadelta = true, Adamax = true, NAdam = true,
+return util.not_provided(optim, {Adadelta = true, Adamax = true, NAdam = true,
   RAdam = true, LBFGS = true, SparseAdam = true, ASGD = true, Rprop = true, Adafactor = true, Muon = true},
-  "accel.optim", "accel.optim has SGD, Adam and AdamW; docs/optim.md")
+  "accel.optim", "accel.optim has SGD, Adam, AdamW, RMSprop and Adagrad; docs/optim.md")

@@ -1,0 +1,168 @@
+-- optim_elementwise_spec.lua: accel.optim.RMSprop and Adagrad against
+-- PyTorch 2.15 (tests/fixtures/optim_elementwise.safetensors, written by
+-- scripts/fixtures/make_elementwise_optim_fixtures.py: 8 float64 steps over
+-- closed-form gradients, p2 without a gradient at steps 3 and 6 in the
+-- *_skip configs), their state, state_dict round trips, printed forms and
+-- option checks (PyTorch's messages quoted beside them).
+local accel = require("accel")
+local support = dofile("tests/lua/support.lua")
+it = support.lua54_only(it, pending, {
+  ["print their param groups as PyTorch's"] = support.NO_FLOAT_SUBTYPE,
+})
+local optim = accel.optim
+local close, expect_error = support.assert_close, support.expect_error
+
+local fx = accel.load("tests/fixtures/optim_elementwise.safetensors")
+local STEPS, SKIPS = 8, {[3] = true, [6] = true}
+local f64 = {dtype = accel.float64}
+
+-- Must match CONFIGS in the fixture script.
+local CONFIGS = {
+  rmsprop = {"RMSprop", {lr = 0.01}},
+  rmsprop_centered = {"RMSprop", {lr = 0.01, alpha = 0.9, momentum = 0.9, centered = true, weight_decay = 0.1}},
+  rmsprop_max_skip = {"RMSprop", {lr = 0.005, momentum = 0.5, maximize = true, eps = 1e-6}},
+  adagrad = {"Adagrad", {lr = 0.1}},
+  adagrad_decay = {"Adagrad", {lr = 0.1, lr_decay = 0.05, weight_decay = 0.1, initial_accumulator_value = 0.5, eps = 1e-8}},
+  adagrad_max_skip = {"Adagrad", {lr = 0.05, maximize = true}},
+}
+
+local function formula(n, f)
+  local v = {}
+  for i = 1, n do v[i] = f(i) end
+  return accel.tensor(v, f64)
+end
+
+local function params()
+  return formula(15, math.sin):view(3, 5):requires_grad_(true), formula(4, math.cos):requires_grad_(true)
+end
+
+-- Steps first..last of config name on (opt, p1, p2); check(s, p1, p2) after each.
+local function run(name, opt, p1, p2, first, last, check)
+  for s = first, last do
+    p1.grad = formula(15, function(i) return 0.5 * math.cos(i + s) end):view(3, 5)
+    if name:find("_skip$") and SKIPS[s] then p2.grad = nil else
+      p2.grad = formula(4, function(i) return 0.2 * math.sin(3 * i + s) end)
+    end
+    opt:step()
+    if check then check(s, p1, p2) end
+  end
+end
+
+local function new(name, p1, p2)
+  local c = CONFIGS[name]
+  return optim[c[1]]({p1, p2}, c[2])
+end
+
+local names = {}
+for name in pairs(CONFIGS) do names[#names + 1] = name end
+table.sort(names)
+
+describe("RMSprop and Adagrad match PyTorch", function()
+  for _, name in ipairs(names) do
+    it(name .. ": parameters after each step and the final state", function()
+      local p1, p2 = params()
+      local opt = new(name, p1, p2)
+      run(name, opt, p1, p2, 1, STEPS, function(s, a, b)
+        close(a, fx[name .. ".p1"][s], 1e-12, ("%s step %d p1"):format(name, s))
+        close(b, fx[name .. ".p2"][s], 1e-12, ("%s step %d p2"):format(name, s))
+      end)
+      local st, keys = opt.state[p1], 0
+      for k, v in pairs(st) do
+        if k ~= "step" then
+          close(v, fx[name .. ".state." .. k], 1e-12, name .. " state " .. k)
+          keys = keys + 1
+        end
+      end
+      local want = 0
+      for k in pairs(fx) do
+        if k:sub(1, #name + 7) == name .. ".state." then want = want + 1 end
+      end
+      assert.are.equal(want, keys, name .. ": the state tensors PyTorch keeps")
+      assert.are.equal(STEPS, st.step)
+      assert.are.equal(name:find("_skip$") and STEPS - 2 or STEPS, opt.state[p2].step)
+    end)
+
+    it(name .. ": a state_dict after 4 steps continues in a new optimizer as an unbroken run", function()
+      local p1, p2 = params()
+      local opt = new(name, p1, p2)
+      run(name, opt, p1, p2, 1, 4)
+      local q1, q2 = p1:detach():clone():requires_grad_(true), p2:detach():clone():requires_grad_(true)
+      local resumed = new(name, q1, q2)
+      resumed:load_state_dict(opt:state_dict())
+      run(name, resumed, q1, q2, 5, STEPS)
+      close(q1, fx[name .. ".p1"][STEPS], 1e-12)
+      close(q2, fx[name .. ".p2"][STEPS], 1e-12)
+    end)
+  end
+
+  it("the fixture moves the parameters, differently per config", function()
+    local p1 = params()
+    for _, name in ipairs(names) do assert.is_false(fx[name .. ".p1"][STEPS]:allclose(p1:detach():to("cpu"), 0, 1e-3), name) end
+    assert.is_false(fx["rmsprop.p1"]:allclose(fx["rmsprop_centered.p1"]))
+    assert.is_false(fx["adagrad.p1"]:allclose(fx["adagrad_decay.p1"]))
+  end)
+end)
+
+describe("RMSprop and Adagrad options", function()
+  it("Adagrad makes its state when built, as PyTorch (step 0, sum = initial_accumulator_value)", function()
+    local p = accel.zeros(2, f64):requires_grad_(true)
+    local sd = optim.Adagrad({p}, {initial_accumulator_value = 0.25}):state_dict()
+    assert.are.equal(0, sd.state[1].step)
+    close(sd.state[1].sum, accel.full({2}, 0.25, f64), 0)
+    assert.is_nil(next(optim.RMSprop({p}):state_dict().state)) -- RMSprop: made at the first step
+  end)
+
+  it("print their param groups as PyTorch's", function()
+    local p = accel.zeros(2):requires_grad_(true)
+    -- torch 2.15: print(torch.optim.RMSprop([p])) and print(torch.optim.Adagrad([p])), groups numbered 1-based
+    -- as every optimizer here
+    assert.are.equal(table.concat({"RMSprop (", "Parameter Group 1", "    alpha: 0.99", "    capturable: False",
+      "    centered: False", "    differentiable: False", "    eps: 1e-08", "    foreach: None", "    lr: 0.01",
+      "    maximize: False", "    momentum: 0", "    weight_decay: 0", ")"}, "\n"), tostring(optim.RMSprop({p})))
+    assert.are.equal(table.concat({"Adagrad (", "Parameter Group 1", "    differentiable: False", "    eps: 1e-10",
+      "    foreach: None", "    fused: None", "    initial_accumulator_value: 0", "    lr: 0.01", "    lr_decay: 0",
+      "    maximize: False", "    weight_decay: 0", ")"}, "\n"), tostring(optim.Adagrad({p})))
+  end)
+
+  it("refuse what PyTorch refuses, and the sharding engine names the optimizers it takes", function()
+    local p = accel.zeros(2):requires_grad_(true)
+    -- torch 2.15: "Invalid alpha value: -1", "Invalid lr_decay value: -1",
+    -- "Invalid initial_accumulator_value value: -1"
+    expect_error(function() optim.RMSprop({p}, {alpha = -1}) end, "RMSprop: Invalid alpha value: -1")
+    expect_error(function() optim.RMSprop({p}, {centered = 1}) end, "RMSprop: option 'centered' must be a boolean")
+    expect_error(function() optim.RMSprop({p}, {betas = {0.9, 0.99}}) end, "RMSprop: unknown option 'betas'")
+    expect_error(function() optim.Adagrad({p}, {lr_decay = -1}) end, "Adagrad: Invalid lr_decay value: -1")
+    expect_error(function() optim.Adagrad({p}, {initial_accumulator_value = -1}) end,
+      "Adagrad: Invalid initial_accumulator_value value: -1")
+    expect_error(function() local _ = optim.Adadelta end, "accel.optim.Adadelta is not provided")
+    local model = accel.nn.Linear(3, 2)
+    expect_error(function() accel.shard.Engine(model, optim.RMSprop(model:parameters()), {stage = 1}) end,
+      "shard.Engine: the optimizer must be accel.optim.SGD, Adam or AdamW, got RMSprop")
+  end)
+
+  it("train through an Accelerator with a scheduler, a closure and gradient clipping", function()
+    accel.manual_seed(0)
+    local model = accel.nn.Linear(4, 1)
+    local opt = optim.RMSprop(model:parameters(), 0.05)
+    local sched = optim.lr_scheduler.StepLR(opt, {step_size = 2, gamma = 0.5})
+    local acc = accel.Accelerator()
+    model, opt, sched = acc:prepare(model, opt, sched)
+    local x = accel.randn(32, 4)
+    local y = x:sum(2, true)
+    local first, last
+    for step = 1, 10 do
+      local loss = opt:step(function()
+        opt:zero_grad()
+        local l = accel.nn.functional.mse_loss(model(x), y)
+        acc:backward(l)
+        acc:clip_grad_norm_(model:parameters(), 1.0)
+        return l
+      end)
+      sched:step()
+      if step == 1 then first = loss:item() end
+      last = loss:item()
+    end
+    assert.is_true(last < 0.5 * first, ("loss %g -> %g"):format(first, last))
+    assert.are.equal(0.05 * 0.5 ^ 5, opt.param_groups[1].lr)
+  end)
+end)
