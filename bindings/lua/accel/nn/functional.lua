@@ -1045,4 +1045,15 @@ function F.group_norm(x, num_groups, ...)
   return y
 end
 
-return F
+-- The less common activations live in accel.nn.activations, loaded on the
+-- first use of one of their names (it installs them all here).
+local LAZY_FUNCTIONS = {relu6 = true, hardtanh = true, hardsigmoid = true, hardswish = true, mish = true, selu = true,
+  celu = true, prelu = true, softsign = true, tanhshrink = true, glu = true, threshold = true, softmin = true,
+  hardshrink = true, softshrink = true}
+
+return setmetatable(F, {__index = function(t, k)
+  if LAZY_FUNCTIONS[k] then
+    require("accel.nn.activations")
+    return rawget(t, k)
+  end
+end})

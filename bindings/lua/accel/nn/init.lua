@@ -12,6 +12,7 @@
 --                     TransformerDecoderLayer, TransformerDecoder,}
 --                     Transformer                         }
 --   upsampling.lua    Upsample                            }
+--   activations.lua   ReLU6, Hardtanh, ..., PReLU, GLU    } (and their F functions)
 --   attention.lua     MultiheadAttention
 --   loss.lua          CrossEntropyLoss, NLLLoss, MSELoss, L1Loss, BCEWithLogitsLoss,
 --                     BCELoss, SmoothL1Loss, HuberLoss, KLDivLoss
@@ -38,6 +39,10 @@ local LAZY_CLASSES = {BatchNorm1d = "normalization", BatchNorm2d = "normalizatio
                       GRU = "sequence", TransformerEncoderLayer = "transformer", TransformerEncoder = "transformer",
                       TransformerDecoderLayer = "transformer", TransformerDecoder = "transformer",
                       Transformer = "transformer", Upsample = "upsampling"}
+for _, name in ipairs({"ReLU6", "Hardtanh", "Hardsigmoid", "Hardswish", "Mish", "SELU", "CELU", "PReLU", "Softsign",
+                       "Tanhshrink", "GLU", "Threshold", "Softmin", "Hardshrink", "Softshrink"}) do
+  LAZY_CLASSES[name] = "activations"
+end
 
 -- nn.X for an unknown X: a lazily loaded class, or the embedded module
 -- accel.nn.X when there is one.

@@ -1,0 +1,260 @@
+-- accel.nn.activations: the less common activations, as functions
+-- (installed into nn.functional) and modules, each PyTorch's formula and
+-- gradient (piecewise ones pass the gradient where PyTorch's backward does:
+-- hardtanh / relu6 / hardsigmoid strictly inside their range), with its
+-- printed form. Loaded on first use of one of its names.
+--
+--   F.relu6 hardtanh hardsigmoid hardswish mish selu celu prelu softsign
+--     tanhshrink glu threshold softmin hardshrink softshrink
+--   nn.ReLU6 Hardtanh Hardsigmoid Hardswish Mish SELU CELU PReLU Softsign
+--     Tanhshrink GLU Threshold Softmin Hardshrink Softshrink
+local accel = require("accel")
+local base = require("accel.nn.module")
+local F = require("accel.nn.functional")
+local util = require("accel.util")
+local compat = require("accel.compat")
+
+local Parameter, raise, py, export_class = base.Parameter, base.raise, base.pyrepr, base.export_class
+local torch_args = util.torch_args
+
+local M = {}
+local FUNCTIONS = {}
+
+local function input_arg(op, x)
+  if not accel.is_tensor(x) then raise("%s: input must be a Tensor, got %s", op, type(x)) end
+end
+
+-- y, written into x when inplace (as PyTorch's inplace=True)
+local function result(x, y, inplace)
+  if inplace then return x:copy_(y) end
+  return y
+end
+
+-- x where lo < x < hi (gradient 1), else the constant v (gradient 0)
+local function inside(x, lo, hi, y_inside, y_outside)
+  return accel.where(x:gt(lo):logical_and(x:lt(hi)), y_inside, y_outside:detach())
+end
+
+-- hardtanh(x, [min_val = -1], [max_val = 1], [inplace = false])
+function FUNCTIONS.hardtanh(x, ...)
+  local a = torch_args("hardtanh", {"min_val:number", "max_val:number", "inplace:bool"}, ...)
+  input_arg("hardtanh", x)
+  local lo, hi = a.min_val or -1, a.max_val or 1
+  if lo > hi then raise("hardtanh: min_val cannot be greater than max_val") end
+  return result(x, inside(x, lo, hi, x, x:clamp(lo, hi)), a.inplace)
+end
+
+-- relu6(x, [inplace = false]) = hardtanh(x, 0, 6)
+function FUNCTIONS.relu6(x, ...)
+  local a = torch_args("relu6", {"inplace:bool"}, ...)
+  input_arg("relu6", x)
+  return result(x, inside(x, 0, 6, x, x:clamp(0, 6)), a.inplace)
+end
+
+-- hardsigmoid(x, [inplace = false]) = relu6(x + 3) / 6
+function FUNCTIONS.hardsigmoid(x, ...)
+  local a = torch_args("hardsigmoid", {"inplace:bool"}, ...)
+  input_arg("hardsigmoid", x)
+  return result(x, inside(x, -3, 3, x / 6 + 0.5, x:gt(0):to(x.dtype)), a.inplace)
+end
+
+-- hardswish(x, [inplace = false]) = x relu6(x + 3) / 6; the gradient at
+-- -3 is 0 and at 3 is 1, as PyTorch's backward gives
+function FUNCTIONS.hardswish(x, ...)
+  local a = torch_args("hardswish", {"inplace:bool"}, ...)
+  input_arg("hardswish", x)
+  local y = accel.where(x:gt(-3):logical_and(x:lt(3)), x * (x + 3) / 6, accel.where(x:ge(3), x, accel.zeros_like(x)))
+  return result(x, y, a.inplace)
+end
+
+-- mish(x, [inplace = false]) = x tanh(softplus(x))
+function FUNCTIONS.mish(x, ...)
+  local a = torch_args("mish", {"inplace:bool"}, ...)
+  input_arg("mish", x)
+  return result(x, x * F.softplus(x):tanh(), a.inplace)
+end
+
+local SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+
+-- As PyTorch's elu: x above 0, alpha (exp(x s) - 1) from 0 down (s = input_scale; the exp side clamped
+-- finite), so the gradient at 0 is the lower side's
+local function elu_core(x, alpha, s)
+  return accel.where(x:gt(0), x, ((s == 1 and x or x * s):clamp(nil, 1):exp() - 1) * alpha)
+end
+
+-- selu(x, [inplace = false]) = scale (x above 0, alpha (exp(x) - 1) below)
+function FUNCTIONS.selu(x, ...)
+  local a = torch_args("selu", {"inplace:bool"}, ...)
+  input_arg("selu", x)
+  return result(x, elu_core(x, SELU_ALPHA, 1) * SELU_SCALE, a.inplace)
+end
+
+-- celu(x, [alpha = 1], [inplace = false])
+function FUNCTIONS.celu(x, ...)
+  local a = torch_args("celu", {"alpha:number", "inplace:bool"}, ...)
+  input_arg("celu", x)
+  if a.alpha == 0 then raise("celu: ZeroDivisionError: alpha cannot be 0") end
+  return result(x, elu_core(x, a.alpha or 1, 1 / (a.alpha or 1)), a.inplace)
+end
+
+-- prelu(x, weight): x above 0, weight x below; weight has 1 element or one
+-- per channel (x's dim 2, or dim 1 of a 1-D x)
+function FUNCTIONS.prelu(x, weight, ...)
+  torch_args("prelu", {}, ...)
+  input_arg("prelu", x)
+  if not accel.is_tensor(weight) then raise("prelu: weight must be a Tensor, got %s", type(weight)) end
+  local n, w = weight:numel(), weight
+  if n ~= 1 then
+    local c = x:dim() >= 2 and x:size(2) or x:size(1)
+    if weight:dim() ~= 1 or n ~= c then
+      raise("prelu: Mismatch of parameter numbers and input channel size. Found parameter numbers = %d and channel size = %d.", n, c)
+    end
+    if x:dim() >= 2 then
+      local shape = {1, c}
+      for d = 3, x:dim() do shape[d] = 1 end
+      w = weight:reshape(shape)
+    end
+  end
+  return accel.where(x:gt(0), x, x * w)
+end
+
+-- softsign(x) = x / (1 + |x|)
+function FUNCTIONS.softsign(x, ...)
+  torch_args("softsign", {}, ...)
+  input_arg("softsign", x)
+  return x / (x:abs() + 1)
+end
+
+-- tanhshrink(x) = x - tanh(x)
+function FUNCTIONS.tanhshrink(x, ...)
+  torch_args("tanhshrink", {}, ...)
+  input_arg("tanhshrink", x)
+  return x - x:tanh()
+end
+
+-- glu(x, [dim = -1]): a sigmoid(b), a and b the halves of x along dim
+function FUNCTIONS.glu(x, ...)
+  local a = torch_args("glu", {"dim:int"}, ...)
+  input_arg("glu", x)
+  local dim = a.dim or -1
+  if x:dim() == 0 then raise("glu: glu does not support scalars because halving size must be even") end
+  local size = x:size(dim)
+  if size % 2 ~= 0 then raise("glu: Halving dimension must be even, but dimension %d is size %d", dim, size) end
+  local halves = x:chunk(2, dim)
+  return halves[1] * halves[2]:sigmoid()
+end
+
+-- threshold(x, threshold, value, [inplace = false]): x above threshold, else value
+function FUNCTIONS.threshold(x, ...)
+  local a = torch_args("threshold", {"threshold:number", "value:number", "inplace:bool"}, ...)
+  input_arg("threshold", x)
+  if a.threshold == nil or a.value == nil then raise("threshold: threshold and value must be given") end
+  return result(x, accel.where(x:gt(a.threshold), x, accel.full_like(x, a.value)), a.inplace)
+end
+
+-- softmin(x, dim, [{dtype =}]) = softmax(-x, dim)
+function FUNCTIONS.softmin(x, dim, o)
+  input_arg("softmin", x)
+  return F.softmax(-x, dim, o)
+end
+
+-- hardshrink(x, [lambd = 0.5]): x where |x| > lambd, else 0
+function FUNCTIONS.hardshrink(x, ...)
+  local a = torch_args("hardshrink", {"lambd:number"}, ...)
+  input_arg("hardshrink", x)
+  local l = a.lambd or 0.5
+  return accel.where(x:abs():gt(l), x, accel.zeros_like(x))
+end
+
+-- softshrink(x, [lambd = 0.5]): x - lambd above lambd, x + lambd below -lambd, else 0
+function FUNCTIONS.softshrink(x, ...)
+  local a = torch_args("softshrink", {"lambd:number"}, ...)
+  input_arg("softshrink", x)
+  local l = a.lambd or 0.5
+  if l < 0 then raise("softshrink: lambda must be greater or equal to 0, but found to be %s.", py(l)) end
+  return accel.where(x:gt(l), x - l, accel.where(x:lt(-l), x + l, accel.zeros_like(x)))
+end
+
+for name, fn in pairs(FUNCTIONS) do rawset(F, name, fn) end
+M.FUNCTIONS = FUNCTIONS
+
+-- ---- modules ----
+
+local function inplace_text(self, first)
+  if not self.inplace then return "" end
+  return first and "inplace=True" or ", inplace=True"
+end
+
+-- A module class name whose forward is F[fn](x, self[fields]...) and
+-- init takes torch_args specs (defaults: the values when not given).
+local function activation(name, fn, specs, defaults, repr)
+  local cls = export_class(M, name)
+  local fields = {}
+  for i, spec in ipairs(specs) do fields[i] = spec:match("^[^:]+") end
+  function cls:init(...)
+    local a = torch_args(name, specs, ...)
+    for i, field in ipairs(fields) do
+      local v = a[field]
+      if v == nil then v = defaults[i] end
+      self[field] = v
+    end
+  end
+  function cls:forward(x)
+    local args = {}
+    for i, field in ipairs(fields) do args[i] = self[field] end
+    return FUNCTIONS[fn](x, compat.unpack(args, 1, #fields))
+  end
+  cls.extra_repr = repr
+  return cls
+end
+
+activation("ReLU6", "relu6", {"inplace:bool"}, {false}, function(self) return inplace_text(self, true) end)
+activation("Hardtanh", "hardtanh", {"min_val:number", "max_val:number", "inplace:bool"}, {-1.0, 1.0, false},
+  function(self) return ("min_val=%s, max_val=%s%s"):format(py(self.min_val), py(self.max_val), inplace_text(self)) end)
+activation("Hardsigmoid", "hardsigmoid", {"inplace:bool"}, {false}, function() return "" end)
+activation("Hardswish", "hardswish", {"inplace:bool"}, {false}, function() return "" end)
+activation("Mish", "mish", {"inplace:bool"}, {false}, function() return "" end)
+activation("SELU", "selu", {"inplace:bool"}, {false}, function(self) return inplace_text(self, true) end)
+activation("CELU", "celu", {"alpha:number", "inplace:bool"}, {1.0, false},
+  function(self) return "alpha=" .. py(self.alpha) .. inplace_text(self) end)
+activation("Softsign", "softsign", {}, {}, function() return "" end)
+activation("Tanhshrink", "tanhshrink", {}, {}, function() return "" end)
+activation("GLU", "glu", {"dim:int"}, {-1}, function(self) return "dim=" .. py(self.dim) end)
+activation("Threshold", "threshold", {"threshold:number", "value:number", "inplace:bool"}, {nil, nil, false},
+  function(self) return ("threshold=%s, value=%s%s"):format(py(self.threshold), py(self.value), inplace_text(self)) end)
+activation("Hardshrink", "hardshrink", {"lambd:number"}, {0.5}, function(self) return py(self.lambd) end)
+activation("Softshrink", "softshrink", {"lambd:number"}, {0.5}, function(self) return py(self.lambd) end)
+
+local Threshold = M.Threshold
+local threshold_init = Threshold.init
+function Threshold:init(...)
+  threshold_init(self, ...)
+  if self.threshold == nil or self.value == nil then raise("Threshold: threshold and value must be given") end
+end
+
+-- Softmin(dim) or Softmin({dim =}), dim 1-based
+local Softmin = export_class(M, "Softmin")
+function Softmin:init(dim)
+  if type(dim) == "table" then dim = base.check_options("Softmin", dim, {"dim"}).dim end
+  if type(dim) ~= "number" then raise("Softmin: dim must be given (e.g. nn.Softmin(-1)), got %s", type(dim)) end
+  self.dim = dim
+end
+function Softmin:forward(x) return FUNCTIONS.softmin(x, self.dim) end
+function Softmin:extra_repr() return "dim=" .. self.dim end
+
+-- PReLU([num_parameters = 1], [init = 0.25], [{dtype =, device =}]): a learnt slope per channel (or one)
+local PReLU = export_class(M, "PReLU")
+function PReLU:init(...)
+  local a = torch_args("PReLU", {"num_parameters:int", "init:number", "device", "dtype"}, ...)
+  self.num_parameters = a.num_parameters or 1
+  if self.num_parameters < 1 then raise("PReLU: num_parameters must be >= 1, got %d", self.num_parameters) end
+  self.init_value = a.init or 0.25
+  self.weight = Parameter(accel.full({self.num_parameters}, self.init_value, {dtype = a.dtype, device = a.device}))
+end
+function PReLU:reset_parameters()
+  accel.no_grad(function() self.weight:fill_(self.init_value) end)
+end
+function PReLU:forward(x) return FUNCTIONS.prelu(x, self.weight) end
+function PReLU:extra_repr() return "num_parameters=" .. self.num_parameters end
+
+return M
