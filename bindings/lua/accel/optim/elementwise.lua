@@ -42,16 +42,17 @@ end
 RMSprop._torch_keys = {capturable = "False", differentiable = "False", foreach = "None"}
 RMSprop._state_keys = {required = {"step", "square_avg"}, optional = {"momentum_buffer", "grad_avg"}}
 
-function RMSprop:_check_group(g)
-  local name = self.__name
-  check_nonnegative(name, g, "lr", "learning rate")
-  check_nonnegative(name, g, "eps", "epsilon value")
-  check_nonnegative(name, g, "momentum", "momentum value")
-  check_nonnegative(name, g, "weight_decay", "weight_decay value")
-  check_nonnegative(name, g, "alpha", "alpha value")
-  check_bool(name, g, "centered")
-  check_bool(name, g, "maximize")
+-- A group's checks: the keys of nonnegative >= 0 (PyTorch's "Invalid <what>"
+-- messages: the learning rate, epsilon, else "<key> value"), those of bools booleans.
+local function group_checker(nonnegative, bools)
+  local what = {lr = "learning rate", eps = "epsilon value"}
+  return function(self, g)
+    for _, k in ipairs(nonnegative) do check_nonnegative(self.__name, g, k, what[k] or k .. " value") end
+    for _, k in ipairs(bools) do check_bool(self.__name, g, k) end
+  end
 end
+
+RMSprop._check_group = group_checker({"lr", "eps", "momentum", "weight_decay", "alpha"}, {"centered", "maximize"})
 
 -- square_avg = alpha square_avg + (1 - alpha) grad^2; avg = sqrt(square_avg
 -- [- grad_avg^2 when centered]) + eps; p -= lr buf (buf = momentum buf +
@@ -118,15 +119,7 @@ end
 Adagrad._torch_keys = {differentiable = "False", foreach = "None", fused = "None"}
 Adagrad._state_keys = {required = {"step", "sum"}, optional = {}}
 
-function Adagrad:_check_group(g)
-  local name = self.__name
-  check_nonnegative(name, g, "lr", "learning rate")
-  check_nonnegative(name, g, "lr_decay", "lr_decay value")
-  check_nonnegative(name, g, "weight_decay", "weight_decay value")
-  check_nonnegative(name, g, "initial_accumulator_value", "initial_accumulator_value value")
-  check_nonnegative(name, g, "eps", "epsilon value")
-  check_bool(name, g, "maximize")
-end
+Adagrad._check_group = group_checker({"lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps"}, {"maximize"})
 
 -- sum += grad^2; p -= lr / (1 + (step - 1) lr_decay) grad / (sqrt(sum) + eps)
 local function adagrad_group_step(self, _, g, grads)
