@@ -221,6 +221,10 @@ describe("argument kinds", function()
     expect_error(function() local _ = nn.GRU(3, 4, {batch_first = 1}) end, "GRU: argument 'batch_first' must be a boolean, got number")
     expect_error(function() local _ = nn.TransformerEncoderLayer(4, 2, {activation = 3}) end,
       "TransformerEncoderLayer: argument 'activation' must be a string or a function, got number")
+    -- PyTorch names accel-lua lacks are named errors, not nil
+    expect_error(function() local _ = nn.ConvTranspose2d(1, 2, 3) end, "accel.nn.ConvTranspose2d is not provided")
+    expect_error(function() local _ = F.grid_sample(x, x) end, "accel.nn.functional.grid_sample is not provided")
+    assert.is_nil(nn.NoSuchModule)
     -- the right kinds pass, nil meaning "not given"
     assert.are.equal(2, #F.softplus(x, 2, nil).shape)
     assert.are.equal(3, nn.GRU(3, 4, {batch_first = true}).input_size)

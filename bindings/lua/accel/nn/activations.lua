@@ -176,7 +176,6 @@ function FUNCTIONS.softshrink(x, ...)
 end
 
 for name, fn in pairs(FUNCTIONS) do rawset(F, name, fn) end
-M.FUNCTIONS = FUNCTIONS
 
 -- ---- modules ----
 

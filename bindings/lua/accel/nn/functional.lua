@@ -1051,9 +1051,23 @@ local LAZY_FUNCTIONS = {relu6 = true, hardtanh = true, hardsigmoid = true, hards
   celu = true, prelu = true, softsign = true, tanhshrink = true, glu = true, threshold = true, softmin = true,
   hardshrink = true, softshrink = true}
 
-return setmetatable(F, {__index = function(t, k)
+setmetatable(F, {__index = function(t, k)
   if LAZY_FUNCTIONS[k] then
     require("accel.nn.activations")
     return rawget(t, k)
   end
 end})
+
+-- PyTorch's functions accel-lua does not provide: a clear error, not nil.
+local NOT_PROVIDED = {}
+for _, name in ipairs({"conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "max_pool1d", "max_pool3d",
+  "avg_pool1d", "avg_pool3d", "adaptive_avg_pool1d", "adaptive_max_pool1d", "adaptive_max_pool2d", "lp_pool2d",
+  "max_unpool2d", "fractional_max_pool2d", "embedding_bag", "bilinear", "instance_norm", "local_response_norm",
+  "pairwise_distance", "pdist", "fold", "unfold", "pixel_shuffle", "pixel_unshuffle", "grid_sample", "affine_grid",
+  "dropout1d", "dropout3d", "alpha_dropout", "feature_alpha_dropout", "rrelu", "gumbel_softmax", "ctc_loss",
+  "margin_ranking_loss", "triplet_margin_loss", "cosine_embedding_loss", "poisson_nll_loss", "gaussian_nll_loss",
+  "multilabel_soft_margin_loss", "soft_margin_loss", "hinge_embedding_loss", "multi_margin_loss",
+  "multilabel_margin_loss"}) do
+  NOT_PROVIDED[name] = true
+end
+return util.not_provided(F, NOT_PROVIDED, "accel.nn.functional", "docs/api/nn.md lists the functions there are")

@@ -44,9 +44,23 @@ for _, name in ipairs({"ReLU6", "Hardtanh", "Hardsigmoid", "Hardswish", "Mish", 
   LAZY_CLASSES[name] = "activations"
 end
 
+-- PyTorch's modules accel-lua does not provide: a clear error, not nil.
+local NOT_PROVIDED = {}
+for _, name in ipairs({"Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "MaxPool1d", "MaxPool3d",
+  "AvgPool1d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
+  "LPPool2d", "MaxUnpool2d", "FractionalMaxPool2d", "EmbeddingBag", "Bilinear", "LazyLinear", "RNNCell", "LSTMCell",
+  "GRUCell", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "LocalResponseNorm", "SyncBatchNorm",
+  "CosineSimilarity", "PairwiseDistance", "Fold", "Unfold", "PixelShuffle", "PixelUnshuffle", "ZeroPad2d",
+  "ConstantPad1d", "ConstantPad2d", "ReflectionPad1d", "ReflectionPad2d", "ReplicationPad2d", "Dropout1d",
+  "Dropout3d", "AlphaDropout", "Softmax2d", "RReLU", "ParameterList", "ParameterDict", "CTCLoss",
+  "MarginRankingLoss", "TripletMarginLoss", "CosineEmbeddingLoss", "PoissonNLLLoss", "GaussianNLLLoss",
+  "MultiLabelSoftMarginLoss", "SoftMarginLoss", "HingeEmbeddingLoss", "MultiMarginLoss", "MultiLabelMarginLoss"}) do
+  NOT_PROVIDED[name] = true
+end
+
 -- nn.X for an unknown X: a lazily loaded class, or the embedded module
 -- accel.nn.X when there is one.
-return setmetatable(nn, {
+setmetatable(nn, {
   __index = function(t, k)
     if type(k) ~= "string" then return nil end
     if LAZY_CLASSES[k] then
@@ -59,3 +73,4 @@ return setmetatable(nn, {
     return m
   end,
 })
+return require("accel.util").not_provided(nn, NOT_PROVIDED, "accel.nn", "docs/nn.md lists the modules there are")
