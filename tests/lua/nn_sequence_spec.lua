@@ -1,5 +1,5 @@
--- nn_sequence_spec.lua: Conv1d, the recurrent RNN / LSTM / GRU and the
--- Transformer encoder. References: tests/fixtures/recurrent.safetensors and
+-- nn_sequence_spec.lua: Conv1d, the recurrent RNN / LSTM / GRU, their cells and the
+-- Transformer stacks. References: tests/fixtures/recurrent.safetensors and
 -- transformer.safetensors, written by PyTorch
 -- (scripts/fixtures/make_recurrent_fixtures.py, make_transformer_fixtures.py:
 -- outputs, states and gradients of float64 modules whose weights and inputs
@@ -90,6 +90,42 @@ describe("RNN, LSTM and GRU", function()
     for _, p in ipairs(nn.GRU(10, 20):parameters()) do assert.is_true(p:abs():max():item() <= b) end
     expect_error(function() local _ = nn.LSTM(3, 4, {proj_size = 2}) end, "LSTM: proj_size is not supported")
     expect_error(function() local _ = nn.RNN(3, 4, {nonlinearity = "gelu"}) end, "RNN: Unknown nonlinearity 'gelu'")
+  end)
+end)
+
+describe("RNNCell, LSTMCell and GRUCell", function()
+  for _, kind in ipairs({"RNN", "LSTM", "GRU"}) do
+    it(kind .. "Cell matches PyTorch over three steps fed back, with gradients", function()
+      local m = set_weights(nn[kind .. "Cell"](3, 4, {dtype = accel.float64}), 0.5)
+      local x = sequence(18, math.cos):view(3, 2, 3):requires_grad_(true)
+      local h = sequence(8, function(i) return 0.3 * math.sin(i) end):view(2, 4)
+      local c = sequence(8, function(i) return 0.2 * math.cos(i) end):view(2, 4)
+      for t = 1, 3 do
+        if kind == "LSTM" then h, c = m(x[t], {h, c}) else h = m(x[t], h) end
+      end
+      close(h, fixture[kind .. "Cell.h"], 1e-12)
+      if kind == "LSTM" then close(c, fixture["LSTMCell.c"], 1e-12) end
+      local _ = (h * sequence(8, math.sin):view(2, 4)):sum():backward()
+      close(x.grad, fixture[kind .. "Cell.gx"], 1e-12)
+      close(m.weight_ih.grad, fixture[kind .. "Cell.gw"], 1e-12)
+    end)
+  end
+
+  it("take an unbatched input and a zero state by default, print and check as PyTorch's", function()
+    local m = nn.GRUCell(3, 4, {dtype = accel.float64})
+    local x = accel.randn(3, f64)
+    close(m(x), m(x:unsqueeze(1), accel.zeros(1, 4, f64)):squeeze(1), 0)
+    local h, c = nn.LSTMCell(3, 4)(accel.randn(2, 3))
+    assert.same({2, 4}, support.shape_of(h))
+    assert.same({2, 4}, support.shape_of(c))
+    -- torch 2.15: str(nn.RNNCell(3, 4, bias=False, nonlinearity="relu")), str(nn.LSTMCell(3, 4))
+    assert.are.equal("RNNCell(3, 4, bias=False, nonlinearity=relu)", tostring(nn.RNNCell(3, 4, false, "relu")))
+    assert.are.equal("LSTMCell(3, 4)", tostring(nn.LSTMCell(3, 4)))
+    assert.are.equal(4, #nn.LSTMCell(3, 4):parameters())
+    assert.are.equal(2, #nn.GRUCell(3, 4, {bias = false}):parameters())
+    expect_error(function() local _ = m(accel.randn(2, 5, f64)) end, "GRUCell: input has inconsistent input_size: got 5 expected 3")
+    expect_error(function() local _ = nn.LSTMCell(3, 4)(accel.randn(2, 3), accel.zeros(2, 4)) end,
+      "LSTMCell: the state must be a list {h, c}")
   end)
 end)
 

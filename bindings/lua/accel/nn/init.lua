@@ -7,7 +7,7 @@
 --                     MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, Dropout2d,
 --                     Flatten, Unflatten, Identity, activations
 --   normalization.lua BatchNorm1d / 2d / 3d, GroupNorm  } loaded on first use of
---   sequence.lua      Conv1d, RNN, LSTM, GRU              } one of their classes
+--   sequence.lua      Conv1d, RNN, LSTM, GRU, the cells   } one of their classes
 --   transformer.lua   TransformerEncoderLayer, TransformerEncoder, }
 --                     TransformerDecoderLayer, TransformerDecoder,}
 --                     Transformer                         }
@@ -36,7 +36,8 @@ end
 -- Classes whose file loads on first use: name -> file.
 local LAZY_CLASSES = {BatchNorm1d = "normalization", BatchNorm2d = "normalization", BatchNorm3d = "normalization",
                       GroupNorm = "normalization", Conv1d = "sequence", RNN = "sequence", LSTM = "sequence",
-                      GRU = "sequence", TransformerEncoderLayer = "transformer", TransformerEncoder = "transformer",
+                      GRU = "sequence", RNNCell = "sequence", LSTMCell = "sequence", GRUCell = "sequence",
+                      TransformerEncoderLayer = "transformer", TransformerEncoder = "transformer",
                       TransformerDecoderLayer = "transformer", TransformerDecoder = "transformer",
                       Transformer = "transformer", Upsample = "upsampling"}
 for _, name in ipairs({"ReLU6", "Hardtanh", "Hardsigmoid", "Hardswish", "Mish", "SELU", "CELU", "PReLU", "Softsign",
@@ -48,8 +49,7 @@ end
 local NOT_PROVIDED = {}
 for _, name in ipairs({"Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "MaxPool1d", "MaxPool3d",
   "AvgPool1d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
-  "LPPool2d", "MaxUnpool2d", "FractionalMaxPool2d", "EmbeddingBag", "Bilinear", "LazyLinear", "RNNCell", "LSTMCell",
-  "GRUCell", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "LocalResponseNorm", "SyncBatchNorm",
+  "LPPool2d", "MaxUnpool2d", "FractionalMaxPool2d", "EmbeddingBag", "Bilinear", "LazyLinear", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "LocalResponseNorm", "SyncBatchNorm",
   "CosineSimilarity", "PairwiseDistance", "Fold", "Unfold", "PixelShuffle", "PixelUnshuffle", "ZeroPad2d",
   "ConstantPad1d", "ConstantPad2d", "ReflectionPad1d", "ReflectionPad2d", "ReplicationPad2d", "Dropout1d",
   "Dropout3d", "AlphaDropout", "Softmax2d", "RReLU", "ParameterList", "ParameterDict", "CTCLoss",

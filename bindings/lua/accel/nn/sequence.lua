@@ -1,11 +1,13 @@
 -- accel.nn.sequence: layers over sequences: Conv1d and the recurrent RNN,
--- LSTM and GRU, with PyTorch's parameter names (weight_ih_l0,
+-- LSTM and GRU and their cells, with PyTorch's parameter names (weight_ih_l0,
 -- weight_hh_l0_reverse, ...), shapes, gate order and initialisation
 -- (uniform in +-1/sqrt(hidden_size)). The recurrences are written with
 -- linear / sigmoid / tanh, so autograd comes with them: the input
 -- projection of every step runs as one matmul, the hidden one per step.
 -- A forward returns output, then LSTM's {h_n, c_n} (Python's tuple as a
 -- list) or RNN / GRU's h_n; the initial state is given the same way.
+-- RNNCell / LSTMCell / GRUCell run one step: h' (LSTMCell: h', c' as two
+-- values, its state given as {h, c}).
 -- Loaded on first use of one of its classes (accel.nn).
 local accel = require("accel")
 local base = require("accel.nn.module")
@@ -206,5 +208,79 @@ end
 recurrent_class("RNN")
 recurrent_class("LSTM")
 recurrent_class("GRU")
+
+-- ---- RNNCell / LSTMCell / GRUCell: one step ----
+
+local function cell_class(kind)
+  local cls = export_class(M, kind .. "Cell")
+  local name = kind .. "Cell"
+  local specs = {"bias:bool", "nonlinearity:string", "device", "dtype"}
+  if kind ~= "RNN" then specs = {"bias:bool", "device", "dtype"} end
+
+  -- kind .. "Cell"(input_size, hidden_size, [bias = true], [{bias =, nonlinearity = "tanh" (RNNCell), dtype =, device =}])
+  function cls:init(input_size, hidden_size, ...)
+    local a = util.torch_args(name, specs, ...)
+    self.input_size = positive(input_size, name, "input_size")
+    self.hidden_size = positive(hidden_size, name, "hidden_size")
+    self.bias = a.bias ~= false
+    self.nonlinearity = a.nonlinearity or "tanh"
+    if self.nonlinearity ~= "tanh" and self.nonlinearity ~= "relu" then
+      raise("RNNCell: Unknown nonlinearity: %s", tostring(self.nonlinearity))
+    end
+    local gh, opts = GATES[kind] * hidden_size, {dtype = a.dtype, device = a.device}
+    self.weight_ih = Parameter(accel.empty({gh, input_size}, opts))
+    self.weight_hh = Parameter(accel.empty({gh, hidden_size}, opts))
+    if self.bias then
+      self.bias_ih = Parameter(accel.empty(gh, opts))
+      self.bias_hh = Parameter(accel.empty(gh, opts))
+    else
+      self:register_parameter("bias_ih", nil)
+      self:register_parameter("bias_hh", nil)
+    end
+    self:reset_parameters()
+  end
+
+  cls.reset_parameters = M[kind].reset_parameters
+
+  -- forward(x, [h | {h, c}]) -> h' (LSTMCell: h', c'); x (B, input_size) or (input_size)
+  function cls:forward(x, hx)
+    if not accel.is_tensor(x) or (x:dim() ~= 1 and x:dim() ~= 2) then
+      raise("%s: Expected input to be 1D or 2D, got %s", name, accel.is_tensor(x) and (x:dim() .. "D") or type(x))
+    end
+    if x:size(-1) ~= self.input_size then
+      raise("%s: input has inconsistent input_size: got %d expected %d", name, x:size(-1), self.input_size)
+    end
+    local unbatched = x:dim() == 1
+    if unbatched then x = x:unsqueeze(1) end
+    local h, c = hx, nil
+    if kind == "LSTM" and hx ~= nil then
+      if type(hx) ~= "table" or accel.is_tensor(hx) then raise("LSTMCell: the state must be a list {h, c}") end
+      h, c = hx[1], hx[2]
+    end
+    local function state(t)
+      if t == nil then return accel.zeros(x:size(1), self.hidden_size, {dtype = x.dtype, device = x.device}) end
+      return unbatched and t:unsqueeze(1) or t
+    end
+    h, c = state(h), kind == "LSTM" and state(c) or nil
+    h, c = CELLS[kind](self, F.linear(x, self.weight_ih, self.bias_ih), h, self.weight_hh, self.bias_hh, c)
+    if unbatched then
+      h = h:squeeze(1)
+      if c then c = c:squeeze(1) end
+    end
+    if kind == "LSTM" then return h, c end
+    return h
+  end
+
+  function cls:extra_repr()
+    local s = ("%d, %d"):format(self.input_size, self.hidden_size)
+    if not self.bias then s = s .. ", bias=False" end
+    if self.nonlinearity ~= "tanh" then s = s .. ", nonlinearity=" .. self.nonlinearity end
+    return s
+  end
+end
+
+cell_class("RNN")
+cell_class("LSTM")
+cell_class("GRU")
 
 return M
