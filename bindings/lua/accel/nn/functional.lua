@@ -1045,25 +1045,29 @@ function F.group_norm(x, num_groups, ...)
   return y
 end
 
--- The less common activations live in accel.nn.activations, loaded on the
--- first use of one of their names (it installs them all here).
-local LAZY_FUNCTIONS = {relu6 = true, hardtanh = true, hardsigmoid = true, hardswish = true, mish = true, selu = true,
-  celu = true, prelu = true, softsign = true, tanhshrink = true, glu = true, threshold = true, softmin = true,
-  hardshrink = true, softshrink = true}
+-- The less common functions live in accel.nn.activations and
+-- accel.nn.pooling1d, each loaded on the first use of one of its names (it
+-- installs them all here).
+local LAZY_FUNCTIONS = {max_pool1d = "pooling1d", avg_pool1d = "pooling1d", adaptive_avg_pool1d = "pooling1d",
+  pairwise_distance = "pooling1d"}
+for _, name in ipairs({"relu6", "hardtanh", "hardsigmoid", "hardswish", "mish", "selu", "celu", "prelu", "softsign",
+                       "tanhshrink", "glu", "threshold", "softmin", "hardshrink", "softshrink"}) do
+  LAZY_FUNCTIONS[name] = "activations"
+end
 
 setmetatable(F, {__index = function(t, k)
   if LAZY_FUNCTIONS[k] then
-    require("accel.nn.activations")
+    require("accel.nn." .. LAZY_FUNCTIONS[k])
     return rawget(t, k)
   end
 end})
 
 -- PyTorch's functions accel-lua does not provide: a clear error, not nil.
 local NOT_PROVIDED = {}
-for _, name in ipairs({"conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "max_pool1d", "max_pool3d",
-  "avg_pool1d", "avg_pool3d", "adaptive_avg_pool1d", "adaptive_max_pool1d", "adaptive_max_pool2d", "lp_pool2d",
+for _, name in ipairs({"conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "max_pool3d",
+  "avg_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d", "lp_pool2d",
   "max_unpool2d", "fractional_max_pool2d", "embedding_bag", "bilinear", "instance_norm", "local_response_norm",
-  "pairwise_distance", "pdist", "fold", "unfold", "pixel_shuffle", "pixel_unshuffle", "grid_sample", "affine_grid",
+  "pdist", "fold", "unfold", "pixel_shuffle", "pixel_unshuffle", "grid_sample", "affine_grid",
   "dropout1d", "dropout3d", "alpha_dropout", "feature_alpha_dropout", "rrelu", "gumbel_softmax", "ctc_loss",
   "margin_ranking_loss", "triplet_margin_loss", "cosine_embedding_loss", "poisson_nll_loss", "gaussian_nll_loss",
   "multilabel_soft_margin_loss", "soft_margin_loss", "hinge_embedding_loss", "multi_margin_loss",

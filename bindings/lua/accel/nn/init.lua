@@ -13,6 +13,7 @@
 --                     Transformer                         }
 --   upsampling.lua    Upsample                            }
 --   activations.lua   ReLU6, Hardtanh, ..., PReLU, GLU    } (and their F functions)
+--   pooling1d.lua     MaxPool1d, AvgPool1d, AdaptiveAvgPool1d, PairwiseDistance, CosineSimilarity }
 --   attention.lua     MultiheadAttention
 --   loss.lua          CrossEntropyLoss, NLLLoss, MSELoss, L1Loss, BCEWithLogitsLoss,
 --                     BCELoss, SmoothL1Loss, HuberLoss, KLDivLoss
@@ -44,13 +45,16 @@ for _, name in ipairs({"ReLU6", "Hardtanh", "Hardsigmoid", "Hardswish", "Mish", 
                        "Tanhshrink", "GLU", "Threshold", "Softmin", "Hardshrink", "Softshrink"}) do
   LAZY_CLASSES[name] = "activations"
 end
+for _, name in ipairs({"MaxPool1d", "AvgPool1d", "AdaptiveAvgPool1d", "PairwiseDistance", "CosineSimilarity"}) do
+  LAZY_CLASSES[name] = "pooling1d"
+end
 
 -- PyTorch's modules accel-lua does not provide: a clear error, not nil.
 local NOT_PROVIDED = {}
-for _, name in ipairs({"Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "MaxPool1d", "MaxPool3d",
-  "AvgPool1d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
-  "LPPool2d", "MaxUnpool2d", "FractionalMaxPool2d", "EmbeddingBag", "Bilinear", "LazyLinear", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "LocalResponseNorm", "SyncBatchNorm",
-  "CosineSimilarity", "PairwiseDistance", "Fold", "Unfold", "PixelShuffle", "PixelUnshuffle", "ZeroPad2d",
+for _, name in ipairs({"Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "MaxPool3d", "AvgPool3d",
+  "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "LPPool2d", "MaxUnpool2d", "FractionalMaxPool2d",
+  "EmbeddingBag", "Bilinear", "LazyLinear", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
+  "LocalResponseNorm", "SyncBatchNorm", "Fold", "Unfold", "PixelShuffle", "PixelUnshuffle", "ZeroPad2d",
   "ConstantPad1d", "ConstantPad2d", "ReflectionPad1d", "ReflectionPad2d", "ReplicationPad2d", "Dropout1d",
   "Dropout3d", "AlphaDropout", "Softmax2d", "RReLU", "ParameterList", "ParameterDict", "CTCLoss",
   "MarginRankingLoss", "TripletMarginLoss", "CosineEmbeddingLoss", "PoissonNLLLoss", "GaussianNLLLoss",
