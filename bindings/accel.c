@@ -569,6 +569,7 @@ static const struct { const char *name, *module; } exports[] = {
     {"find_executable_batch_size", "accel.accelerator"},
     {"LocalSGD", "accel.local_sgd"},
     {"set_seed", "accel.utils"},
+    {"DistributedType", "accel.utils"},
     {"einsum", "accel.contract"},
     {"eye", "accel.creation"},
 };

@@ -91,6 +91,28 @@ describe("the Accelerate names table (" .. NAMES_DOC .. ")", function()
     assert.truthy(tbl:find("| `DummyOptim`, `DummyScheduler` | not provided", 1, true))
   end)
 
+  it("DistributedType's members are the strings distributed_type takes", function()
+    assert.is_true(listed(tbl, "DistributedType"))
+    local DT = accel.DistributedType
+    assert.are.equal(accel.utils.DistributedType, DT)
+    assert.are.equal(DT.NO, accel.Accelerator{}.distributed_type)
+    assert.are.equal("DEEPSPEED", DT.DEEPSPEED)
+    assert.are.equal("FSDP", DT.FSDP)
+    assert.are.equal("MULTI_CPU", DT.MULTI_CPU)
+    local ok, err = pcall(function() return DT.MULTI_TPU end)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("DistributedType.MULTI_TPU does not exist", 1, true))
+  end)
+
+  it("a DeepSpeedPlugin's gradient_accumulation_steps reads \"auto\" when not given, as Accelerate's", function()
+    -- Accelerate 1.15: DeepSpeedPlugin(zero_stage=2).gradient_accumulation_steps == "auto" (no launch setting)
+    local saved = {os.getenv("ACCEL_LUA_GRADIENT_ACCUMULATION_STEPS"), os.getenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS")}
+    if saved[1] == nil and saved[2] == nil then
+      assert.are.equal("auto", accel.DeepSpeedPlugin{zero_stage = 2}.gradient_accumulation_steps)
+    end
+    assert.are.equal(3, accel.DeepSpeedPlugin{zero_stage = 2, gradient_accumulation_steps = 3}.gradient_accumulation_steps)
+  end)
+
   it("answers the plain properties as Accelerate does on the CPU", function()
     local a = accel.Accelerator{}
     assert.is_false(a.multi_device) -- Accelerate: only MULTI_GPU-like types are multi_device

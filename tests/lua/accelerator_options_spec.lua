@@ -158,12 +158,13 @@ CASES.Accelerator = {
     support.write_file(script, 'local accel = require("accel")\n'
       .. "print(accel.Accelerator{gradient_accumulation_steps = 3}.gradient_accumulation_steps)\n"
       .. "print(accel.Accelerator{gradient_accumulation_plugin = {num_steps = 3}}.gradient_accumulation_steps)\n"
-      .. "print(accel.Accelerator().gradient_accumulation_steps)\n")
+      .. "print(accel.Accelerator().gradient_accumulation_steps)\n"
+      .. "print(accel.DeepSpeedPlugin{zero_stage = 2}.gradient_accumulation_steps)\n")
     local out, ok = support.command_output("ACCEL_LUA_GRADIENT_ACCUMULATION_STEPS=4 "
       .. support.shell_quote(support.ACCEL_LUA) .. " " .. support.shell_quote(script) .. " 2>&1")
     os.remove(script)
     assert.is_true(ok, out)
-    assert.are.equal("3\n3\n4\n", out)
+    assert.are.equal("3\n3\n4\n4\n", out) -- the plugin's field: launch's value (Accelerate's env default)
   end,
   cpu = function()
     -- a first Accelerator{cpu = true} makes the process state on the CPU (as

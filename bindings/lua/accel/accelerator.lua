@@ -277,13 +277,7 @@ local PRECISIONS = {no = true, bf16 = true, fp16 = true, fp8 = true}
 -- A launch setting: ACCEL_LUA_<name> (set by accel-lua launch, see
 -- host/settings.c), else Accelerate's ACCELERATE_<name>; also the
 -- variable's name.
-local function setting(name)
-  for _, prefix in ipairs({"ACCEL_LUA_", "ACCELERATE_"}) do
-    local v = os.getenv(prefix .. name)
-    if v ~= nil and v ~= "" then return v, prefix .. name end
-  end
-  return nil
-end
+local setting = util.launch_setting
 
 -- Settings -> plugin options, and the "VAR=value" list that names them.
 local function from_settings(map)
@@ -604,7 +598,7 @@ local function resolve_accumulation_plugin(o, ds)
     raise("Accelerator: give either gradient_accumulation_steps or gradient_accumulation_plugin, not both")
   end
   if plugins.kind_of(p) ~= "GradientAccumulationPlugin" then p = plugins.GradientAccumulationPlugin(p) end
-  if ds and ds.gradient_accumulation_steps ~= nil and ds.gradient_accumulation_steps ~= p.num_steps then
+  if ds and type(ds.gradient_accumulation_steps) == "number" and ds.gradient_accumulation_steps ~= p.num_steps then
     raise("Accelerator: the DeepSpeedPlugin's gradient_accumulation_steps = %s disagrees with "
       .. "gradient_accumulation_plugin.num_steps = %d", tostring(ds.gradient_accumulation_steps), p.num_steps)
   end

@@ -369,7 +369,7 @@ local function make_deepspeed_config(self, given)
   if cfg == nil then
     cfg = {train_batch_size = "auto", train_micro_batch_size_per_gpu = "auto", gradient_accumulation_steps = "auto"}
     self.auto = {train_batch_size = true, train_micro_batch_size_per_gpu = true,
-      gradient_accumulation_steps = self.gradient_accumulation_steps == nil or nil}
+      gradient_accumulation_steps = is_auto(self.gradient_accumulation_steps) or nil}
   end
   for _, k in ipairs(CONFIG_OPTIONS) do
     if self[k] ~= nil and (given[k] ~= nil or self.ds_config == nil or self.auto[k]) then
@@ -413,6 +413,14 @@ function M.DeepSpeedPlugin(o, what)
       check_agrees(self, what, k, o[k])
       self[k], self.auto[k] = o[k], nil
     end
+  end
+  if self.gradient_accumulation_steps == nil then
+    -- Accelerate's field: launch's --gradient_accumulation_steps, else "auto"
+    -- (launch exports its default 1 always: that one counts as not given,
+    -- and a config's "auto" stays for the Accelerator to fill)
+    local raw = require("accel.util").launch_setting("GRADIENT_ACCUMULATION_STEPS")
+    local launch = raw ~= "1" and not self.auto.gradient_accumulation_steps and tonumber(raw)
+    self.gradient_accumulation_steps = positive_int(launch) and launch or "auto"
   end
   self.is_train_batch_min = o.is_train_batch_min ~= false
   if self.auto.zero_stage then self.zero_stage = nil end

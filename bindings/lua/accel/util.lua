@@ -56,6 +56,17 @@ function util.str_to_bool(s, var)
   return b
 end
 
+-- A launch setting (host/settings.c exports it as ACCEL_LUA_<name>;
+-- Accelerate's ACCELERATE_<name> is read too): its value and variable,
+-- or nil when neither is set or both are empty.
+function util.launch_setting(name)
+  for _, prefix in ipairs({"ACCEL_LUA_", "ACCELERATE_"}) do
+    local v = os.getenv(prefix .. name)
+    if v ~= nil and v ~= "" then return v, prefix .. name end
+  end
+  return nil
+end
+
 -- The boolean environment variable var (false when unset or empty).
 function util.env_flag(var)
   local s = os.getenv(var)

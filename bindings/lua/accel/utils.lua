@@ -417,6 +417,20 @@ end
 -- list's first item, a table's first key in sorted order, nested).
 utils.find_batch_size = ops.find_batch_size
 
+-- DistributedType: Accelerate's enum as the strings accelerator.distributed_type
+-- takes (NO, MULTI_CPU, MULTI_GPU, DEEPSPEED, FSDP here; the others are
+-- listed so that a ported comparison reads, and never equal a value here).
+utils.DistributedType = setmetatable({}, {
+  __index = function(_, k)
+    raise("DistributedType.%s does not exist (NO, MULTI_CPU, MULTI_GPU, DEEPSPEED, FSDP, ...)", tostring(k))
+  end,
+  __newindex = function() raise("DistributedType is read-only") end,
+})
+for _, name in ipairs({"NO", "MULTI_CPU", "MULTI_GPU", "DEEPSPEED", "FSDP", "MULTI_NPU", "MULTI_MLU", "MULTI_SDAA",
+  "MULTI_MUSA", "MULTI_XPU", "MULTI_HPU", "MULTI_NEURON", "XLA", "MEGATRON_LM"}) do
+  rawset(utils.DistributedType, name, name)
+end
+
 -- find_executable_batch_size: accel.find_executable_batch_size, where
 -- Accelerate's users import it from (accelerate.utils).
 function utils.find_executable_batch_size(fn, o)
