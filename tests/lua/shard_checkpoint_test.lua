@@ -37,7 +37,9 @@
 --       at stage 3 load without sharding; a pre-hook keeping the model out
 --       (saving it itself into a sub-folder) still gets the optimizer state
 --       back; strict = false from a sharded checkpoint into a model without
---       sharding; merge-weights creates OUTPUT's folders.
+--       sharding; merge-weights creates OUTPUT's folders;
+--   (e) tests/lua/helpers/zero3_16bit.lua: DeepSpeed's zero3_save_16bit_model
+--       under ZeRO-3 and bf16 gathers the weights in bfloat16.
 -- The accel-lua under test is $ACCEL_LUA_BIN, else the interpreter running
 -- this script.
 local HERE = arg[0]:match("^(.*)/[^/]*$") or "."
@@ -431,6 +433,12 @@ do -- merge-weights creates OUTPUT's missing folders (accelerate: mkdir(parents=
   local m = merge(path("ck_2_s3_7"), out)
   check("merge-weights CKPT new/deeper/x.safetensors creates the folders", m, {m.code == 0, m.err},
     {max_rel(out, path("ck_2_s3_7.st")) == 0, "the merged file is missing or differs from the saving run's weights"})
+end
+
+do -- DeepSpeed's zero3_save_16bit_model: the weights gathered in the mixed precision's 16 bits
+  local run = launch(2, "zero3_16bit.lua", path("z16"))
+  check("zero3_save_16bit_model under ZeRO-3 and bf16: get_state_dict / save_model give bfloat16 weights", run,
+    ok_run(run, 2))
 end
 
 support.remove_tree(DIR)

@@ -1840,9 +1840,18 @@ local function check_model(op, model)
   end
 end
 
+-- The dtype a stage-3 DeepSpeed model's weights are gathered in: with
+-- zero3_save_16bit_model under bf16 / fp16, those 16 bits (DeepSpeed's
+-- consolidated 16-bit state dict), else nil (the parameters' float32).
+local function zero3_save_dtype(self)
+  local ds = self.deepspeed_plugin
+  if not (ds and ds.zero3_save_16bit_model and ds.zero_stage == 3) then return nil end
+  return ({bf16 = accel.bfloat16, fp16 = accel.float16})[self.mixed_precision]
+end
+
 function Accelerator:get_state_dict(model)
   -- [sharded checkpoints] a model held by a sharding engine: its full weights, gathered one tensor at a time
-  if shard_ckpt.engine_of(model) then return shard_ckpt.full_state_dict(model) end
+  if shard_ckpt.engine_of(model) then return shard_ckpt.full_state_dict(model, zero3_save_dtype(self)) end
   check_model("get_state_dict", model)
   return self:unwrap_model(model):state_dict()
 end
@@ -1858,7 +1867,9 @@ function Accelerator:save_model(model, dir, o)
   local max_bytes = checkpoint.parse_size(o.max_shard_size or "10GB", "save_model: max_shard_size")
   if not shard_ckpt.engine_of(model) then check_model("save_model", model) end
   -- [sharded checkpoints] each tensor gathered (collective) just before rank 0 writes it
-  if shard_ckpt.engine_of(model) then return shard_ckpt.save_model(model, dir, max_bytes, self.is_main_process) end
+  if shard_ckpt.engine_of(model) then
+    return shard_ckpt.save_model(model, dir, max_bytes, self.is_main_process, zero3_save_dtype(self))
+  end
   local sd = self:get_state_dict(model)
   local order = has_fn(model, "state_dict_keys") and model:state_dict_keys() or nil
   if not order then

@@ -679,31 +679,40 @@ end
 -- ---------------------------------------------------------------- full weights (save_model, get_state_dict)
 
 -- Parameter i of the engine in full (collective under stage 3).
-local function full_param(eng, i) return eng:_live():full_tensor(i, 0) end
+-- Parameter i gathered in full (cast to dtype when given).
+local function full_param(eng, i, dtype)
+  local t = eng:_live():full_tensor(i, 0)
+  if dtype and t.dtype ~= dtype then return t:to(dtype) end
+  return t
+end
 
 -- {name = full tensor} (gathered one tensor at a time; the whole model once).
-function M.full_state_dict(model)
+-- dtype (optional): the parameters' dtype in the result (DeepSpeed's
+-- 16-bit consolidated state dict); buffers keep theirs.
+function M.full_state_dict(model, dtype)
   local eng = M.engine_of(model)
   local e = entries(model, eng)
   eng:finalize()
   local out = {}
   for _, name in ipairs(e.order) do
     local i = e.pos[e.aliases[name] or name]
-    out[name] = i and full_param(eng, i) or e.sd[name]:detach():clone()
+    out[name] = i and full_param(eng, i, dtype) or e.sd[name]:detach():clone()
   end
   return out
 end
 
 -- save_model for a model with an engine: the same files as
 -- checkpoint.save_model of the full state dict, each tensor gathered (every
--- rank, same order) just before it is written by rank 0.
-function M.save_model(model, dir, max_bytes, main)
+-- rank, same order) just before it is written by rank 0; dtype as
+-- full_state_dict's.
+function M.save_model(model, dir, max_bytes, main, dtype)
   local eng = M.engine_of(model)
   local e = entries(model, eng)
   eng:finalize()
+  local param_tag = dtype and TAGS[dtype.name] or "F32"
   local function spec(name)
     local i = e.pos[e.aliases[name] or name]
-    if i then return {dtype = "F32", shape = copy_list(eng.params[i].shape)} end
+    if i then return {dtype = param_tag, shape = copy_list(eng.params[i].shape)} end
     return e.sd[name]
   end
   local shards, total = checkpoint.plan_model_files(e.order, function(name)
@@ -727,7 +736,7 @@ function M.save_model(model, dir, max_bytes, main)
         if w and w:names()[j] ~= name then raise("save_model: tensor order differs (%s)", name) end
         collectgarbage()
         local i = e.pos[e.aliases[name] or name]
-        local t = i and full_param(eng, i) or e.sd[name]:detach()
+        local t = i and full_param(eng, i, dtype) or e.sd[name]:detach()
         if w then w:put(t) end
       end
     end)
