@@ -66,7 +66,53 @@ describe("one_hot and pad", function()
     F.pad(y, {2, 1, 1, 0}):sum():backward()
     assert.same({{1, 1, 1}, {1, 1, 1}}, y.grad:tolist())
     expect_error(function() local _ = F.pad(x, {1, 2, 3}) end, "pad: Padding length must be divisible by 2")
-    expect_error(function() local _ = F.pad(x, {1, 1}, "reflect") end, "pad: mode 'reflect' is not supported")
+    expect_error(function() local _ = F.pad(x, {1, 1}, "symmetric") end, "pad: Unrecognised padding mode symmetric")
+  end)
+
+  it("pad reflects, replicates or wraps the last dims, the gradient summed over the copies", function()
+    local x = accel.arange(1, 7):double():view(1, 2, 3)
+    -- torch 2.15: F.pad(x, (2, 1), 'reflect'), (2, 1) 'replicate', (1, 3) 'circular'
+    assert.same({{{3, 2, 1, 2, 3, 2}, {6, 5, 4, 5, 6, 5}}}, F.pad(x, {2, 1}, "reflect"):tolist())
+    assert.same({{{1, 1, 1, 2, 3, 3}, {4, 4, 4, 5, 6, 6}}}, F.pad(x, {2, 1}, {mode = "replicate"}):tolist())
+    assert.same({{{3, 1, 2, 3, 1, 2, 3}, {6, 4, 5, 6, 4, 5, 6}}}, F.pad(x, {1, 3}, "circular"):tolist())
+    -- torch 2.15, x4 = x.view(1, 1, 2, 3): F.pad(x4, (1, 1, 1, 1), 'reflect')
+    local x4 = x:view(1, 1, 2, 3)
+    assert.same({{{{5, 4, 5, 6, 5}, {2, 1, 2, 3, 2}, {5, 4, 5, 6, 5}, {2, 1, 2, 3, 2}}}},
+      F.pad(x4, {1, 1, 1, 1}, "reflect"):tolist())
+    -- the gradient of sum(y * arange(y.numel()).view(y.shape)), torch 2.15's values
+    local function grad(t, pad, mode)
+      local g = t:clone():requires_grad_(true)
+      local y = F.pad(g, pad, mode)
+      local _ = (y * accel.arange(y:numel()):double():view(y.shape)):sum():backward()
+      return g.grad:tolist()
+    end
+    assert.same({{{{22, 72, 26}, {12, 42, 16}}}}, grad(x4, {1, 1, 1, 1}, "reflect"))
+    assert.same({{{3, 3, 22}, {27, 11, 54}}}, grad(x, {2, 3}, "replicate"))
+    assert.same({{{9, 12, 7}, {33, 36, 23}}}, grad(x, {3, 2}, "circular"))
+    -- torch 2.15's refusals
+    expect_error(function() local _ = F.pad(x, {3, 0}, "reflect") end,
+      "pad: Padding size should be less than the corresponding input dimension")
+    expect_error(function() local _ = F.pad(x, {4, 0}, "circular") end, "pad: Padding value causes wrapping around more than once")
+    expect_error(function() local _ = F.pad(accel.zeros(5), {1, 1}, "reflect") end,
+      "pad: mode 'reflect' with 1 padded dims expects a 2D or 3D (batched) input, got 1D")
+    expect_error(function() local _ = F.pad(x, {1, 1}, "reflect", 2.0) end,
+      "pad: Padding mode \"reflect\" doesn't take in value argument")
+  end)
+
+  it("the padding modules print as PyTorch's and forward as F.pad", function()
+    -- torch 2.15's str() of the same modules
+    for _, case in ipairs({{nn.ZeroPad2d(2), "ZeroPad2d((2, 2, 2, 2))"}, {nn.ZeroPad2d({1, 1, 2, 0}), "ZeroPad2d((1, 1, 2, 0))"},
+        {nn.ConstantPad1d(2, 3.5), "ConstantPad1d(padding=(2, 2), value=3.5)"},
+        {nn.ReflectionPad2d(2), "ReflectionPad2d((2, 2, 2, 2))"}, {nn.ReplicationPad1d({1, 2}), "ReplicationPad1d((1, 2))"},
+        {nn.CircularPad2d(1), "CircularPad2d((1, 1, 1, 1))"}}) do
+      assert.are.equal(case[2], tostring(case[1]))
+    end
+    local x = accel.arange(1, 7):double():view(1, 1, 2, 3)
+    close(nn.ReflectionPad2d({1, 1, 1, 0})(x), F.pad(x, {1, 1, 1, 0}, "reflect"), 0)
+    close(nn.ConstantPad2d(1, -2)(x), F.pad(x, {1, 1, 1, 1}, {value = -2}), 0)
+    close(nn.ReplicationPad1d(2)(x[1]), F.pad(x[1], {2, 2}, "replicate"), 0)
+    expect_error(function() local _ = nn.ZeroPad2d({1, 2}) end, "ZeroPad2d: padding must be an integer or a list of 4 integers")
+    expect_error(function() local _ = nn.ConstantPad1d(2) end, "ConstantPad1d: value must be a number, got nil")
   end)
 end)
 

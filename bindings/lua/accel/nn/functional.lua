@@ -138,17 +138,69 @@ function F.one_hot(ids, num_classes, ...)
   return ids:unsqueeze(-1):eq(accel.arange(n, {device = ids.device})):long()
 end
 
+-- Source position (0-based) of output position i (0-based, i < 0 or
+-- i >= n: the padding) along a dim of size n, per non-constant pad mode.
+local PAD_SOURCE = {
+  reflect = function(i, n)
+    if i < 0 then return -i end
+    if i >= n then return 2 * (n - 1) - i end
+    return i
+  end,
+  replicate = function(i, n) return math.max(0, math.min(n - 1, i)) end,
+  circular = function(i, n) return i % n end,
+}
+
+-- The amounts a non-constant mode can take along a dim of size n.
+local function check_pad_amount(mode, amount, n, d)
+  if amount < 0 then raise("pad: mode '%s' takes no negative padding, got %d at dim %d", mode, amount, d) end
+  if mode == "reflect" and amount >= n then
+    raise("pad: Padding size should be less than the corresponding input dimension, but got: padding %d at dim %d "
+      .. "of size %d", amount, d, n)
+  end
+  if mode == "circular" and amount > n then
+    raise("pad: Padding value causes wrapping around more than once (padding %d at dim %d of size %d)", amount, d, n)
+  end
+end
+
+-- x padded along its last #pad / 2 dims by reflection, repetition of the
+-- edge or wrapping around: one index_select per dim (so the gradient of a
+-- source element sums over the places it was copied to).
+local function pad_by_index(x, pad, mode)
+  local k = #pad / 2
+  if x:dim() ~= k + 1 and x:dim() ~= k + 2 then
+    raise("pad: mode '%s' with %d padded dims expects a %dD or %dD (batched) input, got %dD", mode, k, k + 1, k + 2,
+      x:dim())
+  end
+  local y = x
+  for j = 1, k do
+    local d, before, after, n = x:dim() - j + 1, pad[2 * j - 1], pad[2 * j], x:size(x:dim() - j + 1)
+    check_pad_amount(mode, before, n, d)
+    check_pad_amount(mode, after, n, d)
+    local idx = {}
+    for i = 1, n + before + after do idx[i] = PAD_SOURCE[mode](i - 1 - before, n) end
+    y = y:index_select(d, accel.tensor(idx, {dtype = accel.int64, device = x.device}))
+  end
+  return y
+end
+
 -- pad(x, pad, [mode = "constant"], [value = 0]): pad = {left, right, top,
--- bottom, ...} from the last dim backwards; a negative amount crops. Only
--- mode "constant" is provided.
+-- bottom, ...} from the last dim backwards. "constant" fills with value (a
+-- negative amount crops); "reflect", "replicate" and "circular" pad the last
+-- 1-3 dims of a batched or unbatched input, as PyTorch's.
 function F.pad(x, pad, ...)
   local a = torch_args("pad", {"mode:string", "value:number"}, ...)
   tensor_arg("pad", "input", x)
-  if a.mode ~= nil and a.mode ~= "constant" then
-    raise("pad: mode '%s' is not supported (only 'constant')", tostring(a.mode))
+  local mode = a.mode or "constant"
+  if mode ~= "constant" and not PAD_SOURCE[mode] then
+    raise("pad: Unrecognised padding mode %s (constant, reflect, replicate or circular)", mode)
   end
   if type(pad) ~= "table" or #pad % 2 ~= 0 then raise("pad: Padding length must be divisible by 2") end
   if #pad / 2 > x:dim() then raise("pad: Padding length should be less than or equal to two times the input dimension") end
+  if mode ~= "constant" then
+    if a.value ~= nil and a.value ~= 0 then raise('pad: Padding mode "%s" doesn\'t take in value argument', mode) end
+    if #pad == 0 or #pad > 6 then raise("pad: mode '%s' pads 1, 2 or 3 dims, got %d amounts", mode, #pad) end
+    return pad_by_index(x, pad, mode)
+  end
   local y = x
   for i = 1, #pad, 2 do
     local d, before, after = x:dim() - math.floor(i / 2), pad[i], pad[i + 1]

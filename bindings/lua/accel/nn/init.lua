@@ -14,6 +14,7 @@
 --   upsampling.lua    Upsample                            }
 --   activations.lua   ReLU6, Hardtanh, ..., PReLU, GLU    } (and their F functions)
 --   pooling1d.lua     MaxPool1d, AvgPool1d, AdaptiveAvgPool1d, PairwiseDistance, CosineSimilarity }
+--   padding.lua       ZeroPad1d..3d, ConstantPad*, ReflectionPad*, ReplicationPad*, CircularPad* }
 --   attention.lua     MultiheadAttention
 --   loss.lua          CrossEntropyLoss, NLLLoss, MSELoss, L1Loss, BCEWithLogitsLoss,
 --                     BCELoss, SmoothL1Loss, HuberLoss, KLDivLoss
@@ -48,17 +49,19 @@ end
 for _, name in ipairs({"MaxPool1d", "AvgPool1d", "AdaptiveAvgPool1d", "PairwiseDistance", "CosineSimilarity"}) do
   LAZY_CLASSES[name] = "pooling1d"
 end
+for _, kind in ipairs({"ZeroPad", "ConstantPad", "ReflectionPad", "ReplicationPad", "CircularPad"}) do
+  for dims = 1, 3 do LAZY_CLASSES[kind .. dims .. "d"] = "padding" end
+end
 
 -- PyTorch's modules accel-lua does not provide: a clear error, not nil.
 local NOT_PROVIDED = {}
 for _, name in ipairs({"Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "MaxPool3d", "AvgPool3d",
   "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "LPPool2d", "MaxUnpool2d", "FractionalMaxPool2d",
   "EmbeddingBag", "Bilinear", "LazyLinear", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
-  "LocalResponseNorm", "SyncBatchNorm", "Fold", "Unfold", "PixelShuffle", "PixelUnshuffle", "ZeroPad2d",
-  "ConstantPad1d", "ConstantPad2d", "ReflectionPad1d", "ReflectionPad2d", "ReplicationPad2d", "Dropout1d",
-  "Dropout3d", "AlphaDropout", "Softmax2d", "RReLU", "ParameterList", "ParameterDict", "CTCLoss",
-  "MarginRankingLoss", "TripletMarginLoss", "CosineEmbeddingLoss", "PoissonNLLLoss", "GaussianNLLLoss",
-  "MultiLabelSoftMarginLoss", "SoftMarginLoss", "HingeEmbeddingLoss", "MultiMarginLoss", "MultiLabelMarginLoss"}) do
+  "LocalResponseNorm", "SyncBatchNorm", "Fold", "Unfold", "PixelShuffle", "PixelUnshuffle", "Dropout1d", "Dropout3d",
+  "AlphaDropout", "Softmax2d", "RReLU", "ParameterList", "ParameterDict", "CTCLoss", "MarginRankingLoss",
+  "TripletMarginLoss", "CosineEmbeddingLoss", "PoissonNLLLoss", "GaussianNLLLoss", "MultiLabelSoftMarginLoss",
+  "SoftMarginLoss", "HingeEmbeddingLoss", "MultiMarginLoss", "MultiLabelMarginLoss"}) do
   NOT_PROVIDED[name] = true
 end
 
