@@ -742,3 +742,42 @@ GPT(
     assert.equals("CrossEntropyLoss()", tostring(nn.CrossEntropyLoss()))
   end)
 end)
+
+describe("ParameterList and ParameterDict", function()
+  it("register their entries under PyTorch's keys, index and iterate, and train", function()
+    local pl = nn.ParameterList({nn.Parameter(accel.zeros(3, 4)), accel.zeros(5)})
+    assert.is_true(nn.is_parameter(pl[2])) -- a plain tensor is made a Parameter, as PyTorch's
+    assert.same({5}, shape_of(pl[-1]))
+    assert.is_nil(pl[3])
+    pl:append(accel.ones(2))
+    assert.same({2}, shape_of(pl[3]))
+    local pd = nn.ParameterDict({b = accel.zeros(3), a = nn.Parameter(accel.zeros(2, 2))})
+    assert.same({"a", "b"}, pd:keys()) -- a hash table's names sorted, as PyTorch sorts a dict's
+    assert.is_true(pd:contains("a"))
+    local M = nn.Module:extend("HoldsParams")
+    function M:init() self.pl, self.pd = nn.ParameterList({accel.ones(2)}), pd end
+    function M:forward(x) return x * self.pl[1] + self.pd.b:sum() end
+    local m = M()
+    -- torch 2.15: the state_dict keys of the same module
+    assert.same({"pd.a", "pd.b", "pl.0"}, sorted_keys(m:state_dict()))
+    assert.equals(3, #m:parameters())
+    local opt = accel.optim.SGD(m:parameters(), {lr = 0.1})
+    m(accel.ones(2)):sum():backward()
+    opt:step()
+    assert.is_true(m.pl[1]:detach():allclose(accel.full({2}, 0.9), 0, 1e-7))
+    assert.has_error(function() nn.ParameterList({"x"}) end)
+    assert.has_error(function() pd:pop("zz") end)
+  end)
+
+  it("print as PyTorch's", function()
+    -- torch 2.15's str() (dtype named accel.float32 where PyTorch writes torch.float32)
+    assert.equals("ParameterList(\n    (0): Parameter containing: [accel.float32 of size 3x4]\n"
+      .. "    (1): Parameter containing: [accel.float32 of size 5]\n)",
+      tostring(nn.ParameterList({accel.zeros(3, 4), accel.zeros(5)})))
+    assert.equals("ParameterList(  (0): Parameter containing: [accel.float64 of size 3x4])",
+      tostring(nn.ParameterList({accel.zeros(3, 4, {dtype = f64})})))
+    assert.equals("ParameterDict(\n    (a): Parameter containing: [accel.float32 of size 2x2]\n"
+      .. "    (b): Parameter containing: [accel.float32 of size 3]\n)",
+      tostring(nn.ParameterDict({b = accel.zeros(3), a = accel.zeros(2, 2)})))
+  end)
+end)

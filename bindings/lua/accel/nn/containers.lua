@@ -1,4 +1,7 @@
--- accel.nn.containers: Sequential, ModuleList and ModuleDict.
+-- accel.nn.containers: Sequential, ModuleList and ModuleDict, and
+-- ParameterList / ParameterDict (the same over parameters: entries
+-- registered as "0", "1", ... or by name, so state_dict keys are PyTorch's
+-- "pl.0"; a plain tensor given is made a Parameter, as PyTorch does).
 --
 -- Positions are 1-based (seq[1] is the first layer, seq[-1] the last) while
 -- the registered names are PyTorch's "0", "1", ... so state_dict keys match
@@ -226,5 +229,145 @@ function ModuleDict:contains(key) return self._modules.vals[key] ~= nil end
 function ModuleDict:forward()
   raise("ModuleDict has no forward: index it (dict.name or dict[name])")
 end
+
+-- ---- ParameterList / ParameterDict ----
+
+-- t as a registered parameter: a Parameter as it is, a tensor made one.
+local function as_parameter(t, what)
+  if base.is_parameter(t) then return t end
+  if not accel.is_tensor(t) then raise("%s: expected a Parameter or a tensor, got %s", what, type(t)) end
+  return base.Parameter(t)
+end
+
+local function shape_text(t)
+  local dims = {}
+  for i = 1, t:dim() do dims[i] = tostring(t:size(i)) end
+  return table.concat(dims, "x")
+end
+
+-- "  (key): Parameter containing: [accel.float32 of size 3x4]" per entry,
+-- as PyTorch's extra_repr of these containers prints them.
+local function parameter_lines(self, shown_key)
+  local lines = {}
+  for i, name in ipairs(self._parameters.keys) do
+    local p = self._parameters.vals[name]
+    lines[i] = ("  (%s): Parameter containing: [%s of size %s]"):format(shown_key(name, i), tostring(p.dtype),
+      shape_text(p))
+  end
+  return table.concat(lines, "\n")
+end
+
+local ParameterList = export_class(M, "ParameterList")
+
+-- ParameterList([{p1, p2, ...}])
+function ParameterList:init(params)
+  if params ~= nil then
+    if type(params) ~= "table" or accel.is_tensor(params) or is_module(params) then
+      raise("ParameterList: expected a list of parameters, got %s", accel.is_tensor(params) and "a tensor" or type(params))
+    end
+    for _, p in ipairs(params) do self:append(p) end
+  end
+end
+
+ParameterList.__len = function(self) return #self._parameters.keys end
+ParameterList.__children = function(self)
+  local list = {}
+  for i, name in ipairs(self._parameters.keys) do list[i] = self._parameters.vals[name] end
+  return ipairs(list)
+end
+
+-- pl[i] (1-based, negative from the end): nil past the end, so ipairs stops
+ParameterList.__getitem = function(self, i)
+  local keys = self._parameters.keys
+  if i == 0 or math.floor(i) ~= i then position(#keys, i, "ParameterList") end
+  local j = i < 0 and #keys + i + 1 or i
+  if j < 1 or j > #keys then return nil end
+  return self._parameters.vals[keys[j]]
+end
+
+ParameterList.__setitem = function(self, i, p)
+  local keys = self._parameters.keys
+  self:register_parameter(keys[position(#keys, i, "ParameterList")], as_parameter(p, "ParameterList"))
+end
+
+function ParameterList:append(p)
+  self:register_parameter(tostring(#self._parameters.keys), as_parameter(p, "ParameterList:append"))
+  return self
+end
+
+function ParameterList:extend(params)
+  if type(params) ~= "table" or accel.is_tensor(params) then
+    raise("ParameterList:extend: expected a list of parameters, got %s", type(params))
+  end
+  for _, p in ipairs(params) do self:append(p) end
+  return self
+end
+
+function ParameterList:extra_repr()
+  return parameter_lines(self, function(_, i) return tostring(i - 1) end)
+end
+
+function ParameterList:forward() raise("ParameterList has no forward: index it (pl[1]) or iterate over it") end
+
+local ParameterDict = export_class(M, "ParameterDict")
+
+-- ParameterDict([{name = p} | {{name, p}, ...}]): a hash table's names sorted (as PyTorch sorts a dict's)
+function ParameterDict:init(params)
+  if params ~= nil then self:update(params) end
+end
+
+ParameterDict.__len = function(self) return #self._parameters.keys end
+ParameterDict.__children = function(self) return self:items() end
+
+function ParameterDict:update(params)
+  if type(params) ~= "table" or accel.is_tensor(params) then
+    raise("ParameterDict:update: expected a table of parameters, got %s", type(params))
+  end
+  if #params > 0 then
+    for _, e in ipairs(params) do self:register_parameter(e[1], as_parameter(e[2], "ParameterDict")) end
+    return self
+  end
+  local names = {}
+  for k in pairs(params) do names[#names + 1] = k end
+  table.sort(names)
+  for _, k in ipairs(names) do self:register_parameter(k, as_parameter(params[k], "ParameterDict")) end
+  return self
+end
+
+function ParameterDict:keys()
+  local out = {}
+  for i, k in ipairs(self._parameters.keys) do out[i] = k end
+  return out
+end
+
+function ParameterDict:values()
+  local out = {}
+  for i, k in ipairs(self._parameters.keys) do out[i] = self._parameters.vals[k] end
+  return out
+end
+
+-- items(): iterator of name, parameter in order
+function ParameterDict:items()
+  local keys, i = self:keys(), 0
+  return function()
+    i = i + 1
+    if keys[i] then return keys[i], self._parameters.vals[keys[i]] end
+  end
+end
+
+function ParameterDict:contains(key) return self._parameters.vals[key] ~= nil end
+
+function ParameterDict:pop(key)
+  local p = self._parameters.vals[key]
+  if p == nil then raise('ParameterDict:pop: no key "%s"', tostring(key)) end
+  base.reg_remove(self._parameters, key)
+  return p
+end
+
+function ParameterDict:extra_repr()
+  return parameter_lines(self, function(name) return name end)
+end
+
+function ParameterDict:forward() raise("ParameterDict has no forward: index it (pd.name or pd[name])") end
 
 return M

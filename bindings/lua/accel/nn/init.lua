@@ -2,7 +2,7 @@
 -- one (this file is the module accel.nn itself):
 --   module.lua        nn.Module (the class idiom is documented there),
 --                     nn.Parameter
---   containers.lua    Sequential, ModuleList, ModuleDict
+--   containers.lua    Sequential, ModuleList, ModuleDict, ParameterList, ParameterDict
 --   layers.lua        Linear, Embedding, LayerNorm, RMSNorm, Dropout, Conv2d,
 --                     MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, Dropout2d,
 --                     Flatten, Unflatten, Identity, activations
@@ -59,7 +59,7 @@ for _, name in ipairs({"Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTran
   "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "LPPool2d", "MaxUnpool2d", "FractionalMaxPool2d",
   "EmbeddingBag", "Bilinear", "LazyLinear", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
   "LocalResponseNorm", "SyncBatchNorm", "Fold", "Unfold", "PixelShuffle", "PixelUnshuffle", "Dropout1d", "Dropout3d",
-  "AlphaDropout", "Softmax2d", "RReLU", "ParameterList", "ParameterDict", "CTCLoss", "MarginRankingLoss",
+  "AlphaDropout", "Softmax2d", "RReLU", "CTCLoss", "MarginRankingLoss",
   "TripletMarginLoss", "CosineEmbeddingLoss", "PoissonNLLLoss", "GaussianNLLLoss", "MultiLabelSoftMarginLoss",
   "SoftMarginLoss", "HingeEmbeddingLoss", "MultiMarginLoss", "MultiLabelMarginLoss"}) do
   NOT_PROVIDED[name] = true
