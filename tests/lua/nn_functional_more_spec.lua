@@ -252,6 +252,18 @@ describe("interpolate and Upsample", function()
   end)
 end)
 
+describe("cosine_similarity across ranks", function()
+  it("broadcasts first, dim counting in the broadcast shape", function()
+    local x = accel.tensor({{{1, 0}, {0, 1}}, {{1, 1}, {1, 0}}}, f64)
+    local y = accel.tensor({{1, 0}, {1, 1}}, f64)
+    -- torch 2.15: F.cosine_similarity(x, y, dim=1) = [[0.7071, 1.0000], [1.0000, 0.0000]]
+    local r = math.sqrt(0.5)
+    close(F.cosine_similarity(x, y, {dim = 2}), accel.tensor({{r, 1}, {1, 0}}, f64), 1e-12)
+    close(F.cosine_similarity(x, y), accel.tensor({{r, 1}, {1, 0}}, f64), 1e-12)
+    close(F.cosine_similarity(y, x, 2), accel.tensor({{r, 1}, {1, 0}}, f64), 1e-12)
+  end)
+end)
+
 describe("argument kinds", function()
   -- PyTorch's TypeError for an argument of the wrong kind, e.g. torch 2.15:
   -- F.softplus(x, "a") -> "softplus(): argument 'beta' must be Number, not str"

@@ -228,6 +228,13 @@ function F.cosine_similarity(x1, x2, ...)
   tensor_arg("cosine_similarity", "x1", x1)
   tensor_arg("cosine_similarity", "x2", x2)
   local dim, eps = a.dim or 2, a.eps or 1e-8
+  -- broadcast first (as PyTorch): dim counts in the broadcast shape, and a
+  -- vector repeated along dim has the norm of the repeats
+  while x1:dim() < x2:dim() do x1 = x1:unsqueeze(1) end
+  while x2:dim() < x1:dim() do x2 = x2:unsqueeze(1) end
+  local shape = {}
+  for i = 1, x1:dim() do shape[i] = x1:size(i) == 1 and x2:size(i) or x1:size(i) end
+  x1, x2 = x1:broadcast_to(shape), x2:broadcast_to(shape)
   local n1 = x1:norm(2, dim, {keepdim = true}):clamp(eps)
   local n2 = x2:norm(2, dim, {keepdim = true}):clamp(eps)
   return ((x1 / n1) * (x2 / n2)):sum(dim)
