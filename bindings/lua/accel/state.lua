@@ -94,7 +94,8 @@ end
 -- Accelerate's AcceleratorState print: the environment, the processes,
 -- then (once an Accelerator exists) the precision and the sharding stage.
 PartialState.__tostring = function(s)
-  local lines = {("Distributed environment: %s  Backend: %s"):format(s.distributed_type, tostring(s.backend)),
+  local backend = s.backend ~= nil and s.backend ~= "none" and ("  Backend: " .. tostring(s.backend)) or ""
+  local lines = {("Distributed environment: %s%s"):format(s.distributed_type, backend), -- no backend: Accelerate omits it
     ("Num processes: %d"):format(s.num_processes), ("Process index: %d"):format(s.process_index),
     ("Local process index: %d"):format(s.local_process_index), ("Device: %s"):format(tostring(s.device))}
   local info = rawget(s, "accelerator_info")
