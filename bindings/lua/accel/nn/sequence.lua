@@ -91,6 +91,14 @@ end
 
 local CELLS = {RNN = rnn_cell, LSTM = lstm_cell, GRU = gru_cell}
 
+-- A state argument as h, c: LSTM's {h, c} list (else the error message
+-- refuse), the others' h itself.
+local function split_state(kind, hx, refuse)
+  if kind ~= "LSTM" or hx == nil then return hx, nil end
+  if type(hx) ~= "table" or accel.is_tensor(hx) then raise(refuse) end
+  return hx[1], hx[2]
+end
+
 local function recurrent_class(kind)
   local cls = export_class(M, kind)
 
@@ -158,11 +166,7 @@ local function recurrent_class(kind)
       raise("%s: input.size(-1) must be equal to input_size. Expected %d, got %d", kind, self.input_size, x:size(3))
     end
     local dirs, B, hs = self.bidirectional and 2 or 1, x:size(2), self.hidden_size
-    local h0, c0 = hx, nil
-    if kind == "LSTM" and hx ~= nil then
-      if type(hx) ~= "table" or accel.is_tensor(hx) then raise("LSTM: the initial state must be a list {h0, c0}") end
-      h0, c0 = hx[1], hx[2]
-    end
+    local h0, c0 = split_state(kind, hx, "LSTM: the initial state must be a list {h0, c0}")
     local function initial(t)
       if t == nil then return accel.zeros(self.num_layers * dirs, B, hs, {dtype = x.dtype, device = x.device}) end
       return unbatched and t:unsqueeze(2) or t
@@ -252,11 +256,7 @@ local function cell_class(kind)
     end
     local unbatched = x:dim() == 1
     if unbatched then x = x:unsqueeze(1) end
-    local h, c = hx, nil
-    if kind == "LSTM" and hx ~= nil then
-      if type(hx) ~= "table" or accel.is_tensor(hx) then raise("LSTMCell: the state must be a list {h, c}") end
-      h, c = hx[1], hx[2]
-    end
+    local h, c = split_state(kind, hx, "LSTMCell: the state must be a list {h, c}")
     local function state(t)
       if t == nil then return accel.zeros(x:size(1), self.hidden_size, {dtype = x.dtype, device = x.device}) end
       return unbatched and t:unsqueeze(1) or t
