@@ -1906,7 +1906,10 @@ static const struct { const char *name; KUnOp op; } unary_methods[] = {
     {"abs", KU_ABS}, {"sin", KU_SIN}, {"cos", KU_COS}, {"square", KU_SQUARE}, {"reciprocal", KU_RECIP},
     {"sign", KU_SIGN}, {"clamp", KU_CLAMP}, {"clip", KU_CLAMP}, {"log1p", KU_LOG1P}, {"expm1", KU_EXPM1},
     {"floor", KU_FLOOR}, {"ceil", KU_CEIL}, {"round", KU_ROUND}, {"trunc", KU_TRUNC}, {"erf", KU_ERF},
-    {"leaky_relu", KU_LEAKY_RELU}, {"logical_not", KU_NOT},
+    {"leaky_relu", KU_LEAKY_RELU}, {"logical_not", KU_NOT}, {"tan", KU_TAN}, {"asin", KU_ASIN}, {"arcsin", KU_ASIN},
+    {"acos", KU_ACOS}, {"arccos", KU_ACOS}, {"atan", KU_ATAN}, {"arctan", KU_ATAN}, {"sinh", KU_SINH},
+    {"cosh", KU_COSH}, {"asinh", KU_ASINH}, {"arcsinh", KU_ASINH}, {"acosh", KU_ACOSH}, {"arccosh", KU_ACOSH},
+    {"atanh", KU_ATANH}, {"arctanh", KU_ATANH}, {"log2", KU_LOG2}, {"log10", KU_LOG10},
 };
 
 static const struct { const char *name; KRedOp op; } reduce_methods[] = {

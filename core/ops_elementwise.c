@@ -16,7 +16,9 @@ static const char *const bin_names[KB_COUNT] = {"add", "sub", "mul", "div", "pow
 static const char *const un_names[KU_COUNT] = {"neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu",
                                                "gelu", "gelu", "silu", "abs", "sin", "cos", "square", "reciprocal",
                                                "sign", "clamp", "pow", "pow", "log1p", "expm1", "floor", "ceil",
-                                               "round", "trunc", "erf", "leaky_relu", "logical_not"};
+                                               "round", "trunc", "erf", "leaky_relu", "logical_not", "tan", "asin",
+                                               "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log2",
+                                               "log10"};
 
 const char *kbin_name(KBinOp op) { return bin_names[op]; }
 const char *kun_name(KUnOp op) { return un_names[op]; }
@@ -407,7 +409,7 @@ static bool unary_keeps_int(KUnOp op) {
 
 static bool unary_uses_output(KUnOp op) {
     return op == KU_TANH || op == KU_SIGMOID || op == KU_EXP || op == KU_SQRT || op == KU_RSQRT || op == KU_RECIP ||
-           op == KU_EXPM1 || op == KU_RPOW || op == KU_RELU;
+           op == KU_EXPM1 || op == KU_RPOW || op == KU_RELU || op == KU_TAN;
 }
 
 /* Saves nothing for backward: its gradient needs neither input nor output. */

@@ -31,6 +31,7 @@ typedef enum {
     KU_LOG1P, KU_EXPM1, KU_FLOOR, KU_CEIL, KU_ROUND, KU_TRUNC, KU_ERF,
     KU_LEAKY_RELU, /* slope p1 */
     KU_NOT,        /* logical not: output value 1 where x == 0 */
+    KU_TAN, KU_ASIN, KU_ACOS, KU_ATAN, KU_SINH, KU_COSH, KU_ASINH, KU_ACOSH, KU_ATANH, KU_LOG2, KU_LOG10,
     KU_COUNT
 } KUnOp;
 

@@ -49,6 +49,8 @@ typedef uint64_t __attribute__((may_alias)) u64a;
 #define GELU_C 0.044715
 #define INV_SQRT_2PI 0.3989422804014327
 #define TWO_OVER_SQRT_PI 1.1283791670955126
+#define LN_2 0.69314718055994530942
+#define LN_10 2.30258509299404568402
 
 /* NaN-propagating max/min (torch.maximum / minimum). */
 #define MAX_NAN(x, y) ((x) != (x) || (x) > (y) ? (x) : (y))
@@ -284,6 +286,17 @@ DEF_BINARY(i64, int64_t)
     case KU_ERF: LOOP(T, erf##MS(x)); break;                                \
     case KU_LEAKY_RELU: LOOP(T, x < 0 ? x * q1 : x); break;                 \
     case KU_NOT: LOOP(T, x == 0 ? (T)1 : (T)0); break;                      \
+    case KU_TAN: LOOP(T, tan##MS(x)); break;                                \
+    case KU_ASIN: LOOP(T, asin##MS(x)); break;                              \
+    case KU_ACOS: LOOP(T, acos##MS(x)); break;                              \
+    case KU_ATAN: LOOP(T, atan##MS(x)); break;                              \
+    case KU_SINH: LOOP(T, sinh##MS(x)); break;                              \
+    case KU_COSH: LOOP(T, cosh##MS(x)); break;                              \
+    case KU_ASINH: LOOP(T, asinh##MS(x)); break;                            \
+    case KU_ACOSH: LOOP(T, acosh##MS(x)); break;                            \
+    case KU_ATANH: LOOP(T, atanh##MS(x)); break;                            \
+    case KU_LOG2: LOOP(T, log2##MS(x)); break;                              \
+    case KU_LOG10: LOOP(T, log10##MS(x)); break;                            \
     default: break;
 
 #define UN_CONTIG(T, EXPR)                                                  \
@@ -456,6 +469,17 @@ void k_unary_i64(KUnOp op, int64_t n, const int64_t *a, int64_t sa, int64_t *o,
         case KU_EXPM1: UB_RUN(T, gy[i] * (y[i] + (T)1)); break;             \
         case KU_ERF:                                                        \
             UB_RUN(T, gy[i] * (T)TWO_OVER_SQRT_PI * exp##MS(-x[i] * x[i])); break; \
+        case KU_TAN: UB_RUN(T, gy[i] * ((T)1 + y[i] * y[i])); break;        \
+        case KU_ASIN: UB_RUN(T, gy[i] / sqrt##MS((T)1 - x[i] * x[i])); break; \
+        case KU_ACOS: UB_RUN(T, -gy[i] / sqrt##MS((T)1 - x[i] * x[i])); break; \
+        case KU_ATAN: UB_RUN(T, gy[i] / ((T)1 + x[i] * x[i])); break;       \
+        case KU_SINH: UB_RUN(T, gy[i] * cosh##MS(x[i])); break;             \
+        case KU_COSH: UB_RUN(T, gy[i] * sinh##MS(x[i])); break;             \
+        case KU_ASINH: UB_RUN(T, gy[i] / sqrt##MS(x[i] * x[i] + (T)1)); break; \
+        case KU_ACOSH: UB_RUN(T, gy[i] / sqrt##MS(x[i] * x[i] - (T)1)); break; \
+        case KU_ATANH: UB_RUN(T, gy[i] / ((T)1 - x[i] * x[i])); break;      \
+        case KU_LOG2: UB_RUN(T, gy[i] / (x[i] * (T)LN_2)); break;           \
+        case KU_LOG10: UB_RUN(T, gy[i] / (x[i] * (T)LN_10)); break;         \
         default: (void)q2; break;                                           \
         }                                                                   \
     }                                                                       \

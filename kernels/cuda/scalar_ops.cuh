@@ -17,6 +17,8 @@
 #define GELU_C 0.044715
 #define INV_SQRT_2PI 0.3989422804014327
 #define TWO_OVER_SQRT_PI 1.1283791670955126
+#define LN_2 0.69314718055994530942
+#define LN_10 2.30258509299404568402
 
 /* ---- scalar ops ---- */
 
@@ -128,6 +130,17 @@ template <typename T> KC_HD T unop(KUnOp op, T x, T q1, T q2) {
     case KU_ERF: return erf(x);
     case KU_LEAKY_RELU: return x < 0 ? x * q1 : x;
     case KU_NOT: return x == 0 ? (T)1 : (T)0;
+    case KU_TAN: return tan(x);
+    case KU_ASIN: return asin(x);
+    case KU_ACOS: return acos(x);
+    case KU_ATAN: return atan(x);
+    case KU_SINH: return sinh(x);
+    case KU_COSH: return cosh(x);
+    case KU_ASINH: return asinh(x);
+    case KU_ACOSH: return acosh(x);
+    case KU_ATANH: return atanh(x);
+    case KU_LOG2: return log2(x);
+    case KU_LOG10: return log10(x);
     default: return x;
     }
 }
@@ -180,6 +193,17 @@ template <typename T> KC_HD T unary_grad(KUnOp op, T x, T y, T gy, T q1, T q2) {
     case KU_LOG1P: return gy / ((T)1 + x);
     case KU_EXPM1: return gy * (y + (T)1);
     case KU_ERF: return gy * (T)TWO_OVER_SQRT_PI * exp(-x * x);
+    case KU_TAN: return gy * ((T)1 + y * y);
+    case KU_ASIN: return gy / sqrt((T)1 - x * x);
+    case KU_ACOS: return -gy / sqrt((T)1 - x * x);
+    case KU_ATAN: return gy / ((T)1 + x * x);
+    case KU_SINH: return gy * cosh(x);
+    case KU_COSH: return gy * sinh(x);
+    case KU_ASINH: return gy / sqrt(x * x + (T)1);
+    case KU_ACOSH: return gy / sqrt(x * x - (T)1);
+    case KU_ATANH: return gy / ((T)1 - x * x);
+    case KU_LOG2: return gy / (x * (T)LN_2);
+    case KU_LOG10: return gy / (x * (T)LN_10);
     default: return 0;
     }
 }

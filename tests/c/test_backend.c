@@ -187,8 +187,11 @@ static void test_unary(DType cdt) {
         bool int_ok = op == KU_NEG || op == KU_ABS || op == KU_SQUARE || op == KU_SIGN || op == KU_CLAMP ||
                       op == KU_RELU || op == KU_NOT;
         if (cdt == DT_I64 && !int_ok) continue;
-        bool positive = op == KU_LOG || op == KU_SQRT || op == KU_RSQRT || op == KU_POW || op == KU_LOG1P;
-        Buf a = in(cdt, NE, positive ? 0.1 : -3, 3), o = poisoned(cdt, NE);
+        bool positive = op == KU_LOG || op == KU_SQRT || op == KU_RSQRT || op == KU_POW || op == KU_LOG1P ||
+                        op == KU_LOG2 || op == KU_LOG10;
+        bool unit = op == KU_ASIN || op == KU_ACOS || op == KU_ATANH; /* their domain (-1, 1) */
+        double lo = positive ? 0.1 : unit ? -0.9 : op == KU_ACOSH ? 1.1 : -3, hi = unit ? 0.9 : 3;
+        Buf a = in(cdt, NE, lo, hi), o = poisoned(cdt, NE);
         double p1 = op == KU_CLAMP ? -1 : op == KU_RPOW ? 1.7 : op == KU_POW ? 2.5 : 0.1, p2 = 1.5;
         StridedIter it;
         nd_begin(&it), nd_add(&it, &o, st_out), nd_add(&it, &a, st_perm);
@@ -206,7 +209,8 @@ static void test_unary(DType cdt) {
 
 static void test_unary_backward(DType cdt) {
     static const KUnOp ops[] = {KU_RELU, KU_GELU, KU_GELU_TANH, KU_SILU, KU_TANH, KU_SIGMOID, KU_EXP, KU_LOG,
-                                KU_SQRT, KU_ABS, KU_CLAMP, KU_POW, KU_SQUARE, KU_SIN, KU_ERF, KU_NEG};
+                                KU_SQRT, KU_ABS, KU_CLAMP, KU_POW, KU_SQUARE, KU_SIN, KU_ERF, KU_NEG,
+                                KU_TAN, KU_ATAN, KU_COSH, KU_ASINH, KU_LOG10};
     for (size_t k = 0; k < sizeof ops / sizeof *ops; k++) {
         Buf x = in(cdt, NE, 0.1, 3), y = in(cdt, NE, 0.1, 3), g = in(cdt, NE, -1, 1), o = poisoned(cdt, NE);
         R->unary_backward(ops[k], cdt, NE, x.r, y.r, g.r, o.r, 0.5, 2);

@@ -551,7 +551,8 @@ static void test_binary(void) {
 static const char *un_name[KU_COUNT] = {
     "neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "gelu_tanh",
     "silu", "abs", "sin", "cos", "square", "recip", "sign", "clamp", "pow", "rpow", "log1p",
-    "expm1", "floor", "ceil", "round", "trunc", "erf", "leaky_relu", "not"};
+    "expm1", "floor", "ceil", "round", "trunc", "erf", "leaky_relu", "not", "tan", "asin",
+    "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log2", "log10"};
 
 static double ref_unary(KUnOp op, double x, double p1, double p2) {
     const double k = sqrt(2 / M_PI);
@@ -585,6 +586,17 @@ static double ref_unary(KUnOp op, double x, double p1, double p2) {
     case KU_ERF: return erf(x);
     case KU_LEAKY_RELU: return x > 0 ? x : p1 * x;
     case KU_NOT: return x == 0;
+    case KU_TAN: return sin(x) / cos(x);
+    case KU_ASIN: return atan2(x, sqrt(1 - x * x));
+    case KU_ACOS: return atan2(sqrt(1 - x * x), x);
+    case KU_ATAN: return atan2(x, 1);
+    case KU_SINH: return (exp(x) - exp(-x)) / 2;
+    case KU_COSH: return (exp(x) + exp(-x)) / 2;
+    case KU_ASINH: return x < 0 ? -log(-x + sqrt(x * x + 1)) : log(x + sqrt(x * x + 1));
+    case KU_ACOSH: return log(x + sqrt(x * x - 1));
+    case KU_ATANH: return 0.5 * (log1p(x) - log1p(-x));
+    case KU_LOG2: return log(x) / log(2.0);
+    case KU_LOG10: return log(x) / log(10.0);
     default: return NAN;
     }
 }
@@ -594,6 +606,10 @@ static double unary_input(KUnOp op) {
     switch (op) {
     case KU_LOG: case KU_SQRT: case KU_RSQRT: return uni(0.05, 5);
     case KU_LOG1P: return uni(-0.9, 5);
+    case KU_LOG2: case KU_LOG10: return uni(0.05, 5);
+    case KU_ASIN: case KU_ACOS: case KU_ATANH: return uni(-0.95, 0.95);
+    case KU_ACOSH: return uni(1.05, 5);
+    case KU_TAN: return uni(-1.4, 1.4);
     case KU_RECIP: return urand() < 0.5 ? uni(-4, -0.1) : uni(0.1, 4);
     case KU_ROUND: return floor(uni(-8, 8)) + (urand() < 0.3 ? 0.5 : urand());
     case KU_NOT: return urand() < 0.3 ? 0 : uni(-3, 3);
@@ -704,7 +720,8 @@ static void unary_backward_case(KUnOp op, double p1, int positive) {
 static void test_unary_backward(void) {
     const KUnOp ops[] = {KU_RELU, KU_GELU, KU_GELU_TANH, KU_SILU, KU_TANH, KU_SIGMOID,
                          KU_EXP, KU_LOG, KU_SQRT, KU_RSQRT, KU_ABS, KU_SQUARE, KU_RECIP,
-                         KU_SIN, KU_COS, KU_LOG1P, KU_EXPM1, KU_ERF, KU_NEG};
+                         KU_SIN, KU_COS, KU_LOG1P, KU_EXPM1, KU_ERF, KU_NEG, KU_TAN, KU_ASIN,
+                         KU_ACOS, KU_ATAN, KU_SINH, KU_COSH, KU_ASINH, KU_ACOSH, KU_ATANH, KU_LOG2, KU_LOG10};
     for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) unary_backward_case(ops[i], 0, 0);
     unary_backward_case(KU_CLAMP, -0.5, 0);
     unary_backward_case(KU_LEAKY_RELU, 0.1, 0);

@@ -159,6 +159,57 @@ local unary = {
   {"erf", erf},
 }
 
+-- The inverse trigonometric and hyperbolic functions and log2 / log10, on
+-- inputs inside their domains, against float64 closed forms from Lua's math.
+local function asinh(x) return x < 0 and -math.log(-x + math.sqrt(x * x + 1)) or math.log(x + math.sqrt(x * x + 1)) end
+local more_unary = {
+  {"tan", math.tan, {-1.4, -0.5, 0, 0.3, 1.2}},
+  {"asin", math.asin, {-0.99, -0.5, 0, 0.25, 0.9}}, {"arcsin", math.asin, {-0.5, 0.75}},
+  {"acos", math.acos, {-0.99, -0.5, 0, 0.25, 0.9}}, {"arccos", math.acos, {-0.5, 0.75}},
+  {"atan", function(x) return math.atan(x) end, {-30, -1, 0, 0.5, 4}}, {"arctan", function(x) return math.atan(x) end, {2}},
+  {"sinh", function(x) return (math.exp(x) - math.exp(-x)) / 2 end, {-3, -0.5, 0, 1, 4}},
+  {"cosh", function(x) return (math.exp(x) + math.exp(-x)) / 2 end, {-3, -0.5, 0, 1, 4}},
+  {"asinh", asinh, {-20, -0.5, 0, 1, 4}}, {"arcsinh", asinh, {3}},
+  {"acosh", function(x) return math.log(x + math.sqrt(x * x - 1)) end, {1, 1.5, 3, 100}},
+  {"atanh", function(x) return 0.5 * math.log((1 + x) / (1 - x)) end, {-0.9, -0.2, 0, 0.5, 0.99}},
+  {"log2", function(x) return math.log(x) / math.log(2) end, {0.125, 0.3, 1, 8, 1000}},
+  {"log10", function(x) return math.log(x) / math.log(10) end, {0.001, 0.3, 1, 10, 12345}},
+}
+
+describe("inverse trigonometric, hyperbolic, log2 and log10", function()
+  for _, case in ipairs(more_unary) do
+    local name, ref, xs = case[1], case[2], case[3]
+    it(name .. " matches the float64 closed form (float32 and float64, in place, accel." .. name .. ")", function()
+      for _, dt in ipairs{accel.float32, accel.float64} do
+        local x = accel.tensor(xs, {dtype = dt})
+        local rtol, atol = dt == accel.float32 and 2e-6 or 1e-13, dt == accel.float32 and 1e-6 or 1e-14
+        assert_close(map(x:tolist(), ref), x[name](x):tolist(), rtol, atol, name)
+        assert_close(map(x:tolist(), ref), accel[name](x):tolist(), rtol, atol, "accel." .. name)
+        local z = x:clone()
+        z[name .. "_"](z)
+        assert_close(map(x:tolist(), ref), z:tolist(), rtol, atol, name .. "_")
+      end
+    end)
+  end
+
+  -- torch 2.15: asin(2) nan, acosh(0.5) nan, atanh(1) inf, log2(0) -inf, log10(-1) nan
+  it("outside the domain: NaN and infinities, as torch", function()
+    local function s(v) return v ~= v and "nan" or tostring(v) end
+    assert.are.equal("nan", s(accel.tensor({2.0}):asin():item()))
+    assert.are.equal("nan", s(accel.tensor({0.5}):acosh():item()))
+    assert.are.equal(math.huge, accel.tensor({1.0}):atanh():item())
+    assert.are.equal(-math.huge, accel.tensor({0.0}):log2():item())
+    assert.are.equal("nan", s(accel.tensor({-1.0}):log10():item()))
+  end)
+
+  -- torch 2.15: torch.tensor([1, 8]).log2() is float32 tensor([0., 3.])
+  it("an integer input gives float32", function()
+    local y = accel.tensor({1, 8}):log2()
+    assert.are.equal(accel.float32, y.dtype)
+    assert.are.same({0, 3}, y:tolist())
+  end)
+end)
+
 describe("elementwise unary math", function()
   for _, case in ipairs(unary) do
     local name, ref, positive = case[1], case[2], case[3]
