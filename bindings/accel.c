@@ -583,8 +583,22 @@ static int require_field(lua_State *L, const char *module, const char *k) {
     return 1;
 }
 
+/* torch names a script may use that accel-lua does not have: reading one
+ * is an error naming it, not a nil to call. */
+static const char *const not_provided_functions[] = {
+    "fft", "special", "distributions", "compile", "jit", "Generator", "from_numpy", "complex", "polar",
+    "set_default_dtype", "set_default_device", "result_type", "promote_types", "can_cast", "trapz", "trapezoid",
+    "cumulative_trapezoid", "histogram", "histogramdd", "cov", "corrcoef", "vander", "atan2", "arctan2",
+    "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "gcd",
+    "lcm", "frexp", "ldexp", "copysign", "nextafter", "inverse", "det", "logdet", "slogdet", "pinverse", "svd",
+    "qr", "lu", "cholesky", "matrix_power", "matrix_exp", "triangular_solve", "cholesky_solve", "lstsq", "eig",
+    "chain_matmul", "renorm", "stft", "istft", "sparse_coo_tensor", "quantize_per_tensor", "int8", "int16",
+    "uint16", "float8_e4m3fnuz", "complex64", "complex128", "cfloat", "cdouble", "combinations", "diag_embed",
+    "seed", "autocast", "scatter_reduce", "index_put", "eig", NULL};
+
 /* accel.X for an unknown X: the embedded module accel.X if there is one
- * (cached in the table), else an exported name, else nil. */
+ * (cached in the table), else an exported name, a tensor method, a name of
+ * accel.tensor_functions, an error for a torch name we do not have, else nil. */
 static int module_index(lua_State *L) {
     const char *k = lua_tostring(L, 2);
     if (!k) return 0;
@@ -605,7 +619,15 @@ static int module_index(lua_State *L) {
     lua_getfield(L, LUA_REGISTRYINDEX, "accel.TensorMethods");
     if (lua_getfield(L, -1, k) == LUA_TFUNCTION) return 1;
     lua_pop(L, 1);
-    return lu_load_lua_tensor_methods(L) && lua_getfield(L, -1, k) == LUA_TFUNCTION ? 1 : 0;
+    if (lu_load_lua_tensor_methods(L) && lua_getfield(L, -1, k) == LUA_TFUNCTION) return 1;
+    /* torch functions that are not methods: accel.meshgrid, accel.hstack, ... */
+    require_field(L, "accel.tensor_functions", k);
+    if (!lua_isnil(L, -1)) return 1;
+    for (const char *const *n = not_provided_functions; *n; n++)
+        if (strcmp(k, *n) == 0)
+            return lu_error(L, "accel.%s is not provided by accel-lua (docs/api/accel.md lists the functions, "
+                                 "docs/api/accel.md#not-provided what is missing)", k);
+    return 0;
 }
 
 static int dtype_tostring(lua_State *L) {

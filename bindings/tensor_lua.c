@@ -1731,6 +1731,24 @@ static int push_property(lua_State *L, Tensor *t, const char *k) {
             return ret(L, tensor_permute(t, perm, t->ndim));
         }
         break;
+    case 'H': /* real tensors: the conjugate transpose is the transpose */
+        if (k[1] == 0) {
+            if (t->ndim == 0) return ret(L, tensor_permute(t, (int[1]){0}, 0)); /* 0-D: itself */
+            if (t->ndim != 2)
+                return lu_error(L, "tensor.H is only supported on matrices (2-D tensors), got a %d-D tensor%s",
+                                t->ndim, t->ndim > 2 ? "; for batches of matrices use tensor.mH" : "");
+            return ret(L, tensor_transpose(t, 0, 1));
+        }
+        break;
+    case 'm':
+        if ((k[1] == 'T' || k[1] == 'H') && k[2] == 0) { /* mT, and mH (real tensors) */
+            if (t->ndim == 0) return ret(L, tensor_permute(t, (int[1]){0}, 0)); /* 0-D: itself */
+            if (t->ndim < 2)
+                return lu_error(L, "tensor.%s is only supported on matrices or batches of matrices, got a 1-D tensor",
+                                k);
+            return ret(L, tensor_transpose(t, -2, -1));
+        }
+        break;
     }
     return 0;
 }
@@ -1746,7 +1764,12 @@ static bool in_list(const char *const *list, const char *k) {
 static const char *const not_provided_methods[] = {
     "scatter_reduce", "index_put", "index_put_", "to_sparse", "numpy", "atan2", "arctan2", "bitwise_and",
     "bitwise_or", "bitwise_xor", "bitwise_not", "as_strided", "pin_memory", "share_memory_", "apply_", "map_",
-    NULL};
+    "t_", "squeeze_", "unsqueeze_", "transpose_", "swapaxes_", "swapdims_", "resize_", "resize_as_", "set_",
+    "new", "storage", "untyped_storage", "data_ptr", "storage_offset", "fill_diagonal_", "inverse", "det",
+    "logdet", "slogdet", "pinverse", "svd", "qr", "lu", "cholesky", "matrix_power", "matrix_exp",
+    "triangular_solve", "cov", "corrcoef", "histogram", "renorm", "renorm_", "frexp", "ldexp", "copysign",
+    "nextafter", "gcd", "lcm", "stft", "to_dense", "to_mkldnn", "is_pinned", "record_stream", "eig", "real", "imag",
+    "diag_embed", NULL};
 
 bool lu_load_lua_tensor_methods(lua_State *L) {
     bool loaded = lua_getfield(L, LUA_REGISTRYINDEX, "accel.TensorLuaMethods") != LUA_TNIL;

@@ -59,11 +59,7 @@ function Ctx:mark_non_differentiable(...)
   self._non_differentiable = marked
 end
 
-local function shape_str(t)
-  local d = {}
-  for i = 1, t:dim() do d[i] = t:size(i) end
-  return "[" .. table.concat(d, ", ") .. "]"
-end
+local shape_str = util.shape_str
 
 -- The saved tensors' versions when forward returned (in-place changes since
 -- then make backward's inputs wrong).

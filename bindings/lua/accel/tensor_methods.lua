@@ -13,10 +13,7 @@ local M = C.tensor_methods
 local raise, torch_args = util.raise, util.torch_args
 local unpack = compat.unpack
 
--- Arguments past the positional ones op takes are PyTorch's TypeError.
-local function no_more(op, taken, ...)
-  if select("#", ...) > 0 then raise("%s: takes %d argument%s, got more", op, taken, taken == 1 and "" or "s") end
-end
+local no_more = util.no_more
 
 -- dim d of t as a positive 1-based dim (a 0-d tensor takes 1 and -1).
 local function positive_dim(op, t, d)
@@ -975,5 +972,10 @@ function M.new_ones(t, ...) local a, n = new_args(t, ...) return accel.ones(unpa
 function M.new_empty(t, ...) local a, n = new_args(t, ...) return accel.empty(unpack(a, 1, n)) end
 function M.new_full(t, size, value, o) return accel.full(size, value, new_options(t, o)) end
 function M.new_tensor(t, data, o) return accel.tensor(data, new_options(t, o)) end
+
+-- the products (dot, mv, tensordot, ...) and the aliases (type_as, ravel, ...)
+for _, part in ipairs({"accel.tensor_products", "accel.tensor_aliases"}) do
+  for name, f in pairs(require(part)) do M[name] = f end
+end
 
 return M

@@ -257,6 +257,21 @@ end
 -- Makes reading one of names (a set) from tbl an error "<where>.<name> is not
 -- provided (<hint>)"; other missing keys behave as before (the metatable's
 -- own __index, else nil). For PyTorch / Accelerate names a module lacks.
+-- the sizes of a tensor's dims, as a list
+function util.sizes_of(t)
+  local d = {}
+  for i = 1, t:dim() do d[i] = t:size(i) end
+  return d
+end
+
+-- "[2, 3]": a tensor's shape, for messages
+function util.shape_str(t) return "[" .. table.concat(util.sizes_of(t), ", ") .. "]" end
+
+-- Arguments past the positional ones op takes are PyTorch's TypeError.
+function util.no_more(op, taken, ...)
+  if select("#", ...) > 0 then util.raise("%s: takes %d argument%s, got more", op, taken, taken == 1 and "" or "s") end
+end
+
 function util.not_provided(tbl, names, where, hint)
   local mt = getmetatable(tbl) or {}
   local index = mt.__index

@@ -338,11 +338,7 @@ function Optimizer:state_dict()
   return {state = state, param_groups = groups}
 end
 
-local function shape_str(t)
-  local s = {}
-  for i = 1, #t.shape do s[i] = tostring(t.shape[i]) end
-  return "[" .. table.concat(s, ", ") .. "]"
-end
+local shape_str = util.shape_str
 
 local sorted_keys = util.sorted_keys
 

@@ -1,0 +1,122 @@
+-- accel.tensor_aliases: PyTorch tensor methods that are another method
+-- under a second name, or a short composition of existing ones (autograd
+-- comes with them): type_as, unflatten, ger, ravel, sgn, absolute, positive,
+-- conj, resolve_conj, is_complex, is_signed, exp2, float_power, signbit,
+-- heaviside, msort, nansum, nanmean. Tensors are real here, so the complex
+-- ones (conj, sgn, ...) are their real meaning. Returns the methods, merged
+-- into the tensor method table by accel.tensor_methods.
+local accel = require("accel")
+local util = require("accel.util")
+
+local raise, no_more = util.raise, util.no_more
+local A = {}
+
+local function identity(t) return t end
+
+-- t:type_as(other): t in other's dtype and device (t itself when they match)
+function A.type_as(t, other, ...)
+  no_more("type_as", 1, ...)
+  if not accel.is_tensor(other) then raise("type_as: expected a tensor, got %s", util.show(other)) end
+  return t:to({dtype = other.dtype, device = other.device})
+end
+
+-- t:unflatten(dim, sizes): dim split into the dims of sizes (one -1 inferred)
+function A.unflatten(t, dim, sizes, ...)
+  no_more("unflatten", 2, ...)
+  if type(sizes) ~= "table" or #sizes == 0 then
+    raise("unflatten: sizes must be a non-empty list of sizes, got %s", util.show(sizes))
+  end
+  local nd = t:dim()
+  if type(dim) ~= "number" or dim ~= math.floor(dim) or dim == 0 or dim > nd or dim < -nd then
+    raise("unflatten: dim %s out of range for a %d-D tensor (dims are 1-based, negative from the end)", util.show(dim), nd)
+  end
+  local d = dim < 0 and nd + 1 + dim or dim
+  local known, free = 1, nil
+  for i, s in ipairs(sizes) do
+    if s == -1 then
+      if free then raise("unflatten: only one size can be -1, got %s", util.show(sizes)) end
+      free = i
+    else
+      known = known * s
+    end
+  end
+  local n = t:size(d)
+  if (free and (known == 0 or n % known ~= 0)) or (not free and known ~= n) then
+    raise("unflatten: sizes %s do not multiply up to the size of dim %d (%d)", util.show(sizes), dim, n)
+  end
+  local shape = {}
+  for i = 1, d - 1 do shape[#shape + 1] = t:size(i) end
+  for i, s in ipairs(sizes) do shape[#shape + 1] = i == free and math.floor(n / known) or s end
+  for i = d + 1, nd do shape[#shape + 1] = t:size(i) end
+  return t:view(shape)
+end
+
+-- t:ger(v): the old name of t:outer(v)
+function A.ger(t, v, ...) no_more("ger", 1, ...) return t:outer(v) end
+
+-- t:ravel(): t flattened to 1-D (a view when t is contiguous)
+function A.ravel(t, ...)
+  no_more("ravel", 0, ...)
+  return t:reshape({-1})
+end
+
+function A.sgn(t, ...) no_more("sgn", 0, ...) return t:sign() end
+function A.absolute(t, ...) no_more("absolute", 0, ...) return t:abs() end
+function A.absolute_(t, ...) no_more("absolute_", 0, ...) return t:abs_() end
+A.positive, A.conj, A.resolve_conj, A.resolve_neg = identity, identity, identity, identity
+function A.is_complex() return false end
+function A.is_signed(t) return t.dtype ~= accel.uint8 and t.dtype ~= accel.bool end
+
+-- 2 ^ t (integers give float32)
+function A.exp2(t, ...)
+  no_more("exp2", 0, ...)
+  return accel.pow(2, t.dtype.is_floating_point and t or t:float())
+end
+
+-- t ^ exponent in float64
+function A.float_power(t, exponent, ...)
+  no_more("float_power", 1, ...)
+  if accel.is_tensor(exponent) then exponent = exponent:double() end
+  return t:double():pow(exponent)
+end
+
+-- true where the sign bit is set: negative numbers and -0.0 (a NaN reads
+-- false whatever its sign bit: it cannot be told apart here)
+function A.signbit(t, ...)
+  no_more("signbit", 0, ...)
+  if not t.dtype.is_floating_point then return t:lt(0) end
+  return t:lt(0):logical_or(t:eq(0):logical_and(t:reciprocal():lt(0)))
+end
+
+-- t:heaviside(values): 0 below zero, values at zero, 1 above
+function A.heaviside(t, values, ...)
+  no_more("heaviside", 1, ...)
+  if not accel.is_tensor(values) then raise("heaviside: values must be a tensor, got %s", util.show(values)) end
+  if values.dtype ~= t.dtype then
+    raise("heaviside: t and values must have the same dtype, got %s and %s", t.dtype.name, values.dtype.name)
+  end
+  return accel.where(t:eq(0), values, t:gt(0):to(t.dtype))
+end
+
+-- t:msort(): sorted along the first dim
+function A.msort(t, ...)
+  no_more("msort", 0, ...)
+  return (t:sort(1))
+end
+
+-- t:nansum([dim], [keepdim], [{dtype=}]): sum with NaNs counted as zero
+function A.nansum(t, ...)
+  if not t.dtype.is_floating_point then return t:sum(...) end
+  return accel.where(t:isnan(), 0, t):sum(...)
+end
+
+-- t:nanmean([dim], [keepdim], [{dtype=}]): mean of the non-NaN values (NaN where there are none)
+function A.nanmean(t, ...)
+  if not t.dtype.is_floating_point then
+    raise("nanmean: expected a floating point input, got %s", t.dtype.name)
+  end
+  local present = t:isnan():logical_not()
+  return A.nansum(t, ...) / present:to(t.dtype):sum(...)
+end
+
+return A
