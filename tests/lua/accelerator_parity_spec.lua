@@ -282,7 +282,7 @@ describe("save / load state pre-hooks", function()
     assert.are_not.equal("", support.read_if_exists(saved .. "/model.safetensors"))
     assert.are.equal("", support.read_if_exists(saved .. "/model_1.safetensors"))
     -- loading without a hook refuses (one model in the checkpoint, two prepared)
-    error_matching("holds 1 models, this Accelerator prepared 2", function() a:load_state(saved) end)
+    error_matching("holds 1 model, this Accelerator prepared 2", function() a:load_state(saved) end)
     local loaded = {}
     local lh = a:register_load_state_pre_hook(function(models, input_dir)
       loaded[#loaded + 1] = input_dir

@@ -178,10 +178,11 @@ describe("save_model", function()
     assert.are.equal(500e6, ck.parse_size("500MB"))
     assert.are.equal(2 * 1024 ^ 3, ck.parse_size("2GiB"))
     assert.are.equal(1234, ck.parse_size(1234))
-    -- a lowercase b in a decimal unit counts bits, as Accelerate's convert_file_size_to_int ("5Gb" -> 625000000)
-    assert.are.equal(625000000, ck.parse_size("5Gb"))
-    assert.are.equal(625000000, ck.parse_size("5gb"))
-    assert.are.equal(125, ck.parse_size("1kb"))
+    -- the unit in any case, as huggingface_hub's parse_size_to_int (which Accelerate's save_model
+    -- splits with): parse_size_to_int("5gb") == 5000000000, parse_size_to_int("5kb") == 5000
+    assert.are.equal(5e9, ck.parse_size("5Gb"))
+    assert.are.equal(5e9, ck.parse_size("5gb"))
+    assert.are.equal(5000, ck.parse_size("5kb"))
     assert.are.equal(1024 ^ 2, ck.parse_size("1mib"))
     local s = trained()
     error_matching("max_shard_size: expected a size", function() s.a:save_model(s.model, "x", {max_shard_size = "ten"}) end)
@@ -617,12 +618,32 @@ describe("save_state / load_state", function()
         .. "1 process%) is not a whole number of batches of 10 for 1 process", setup_like({batch_size = 10}))
     end)
 
-    it("a different set of prepared objects", function()
+    -- accelerate 1.15: load_state of a checkpoint with a scheduler and a loader, into an
+    -- Accelerator that prepared only the model and the optimizer, loads those two; with more
+    -- loaders prepared than saved there is no file for the extra one
+    it("fewer prepared schedulers and loaders load, more are refused", function()
       local a = accel.Accelerator()
       local m = a:prepare(Net(8))
-      local opt = a:prepare(optim.SGD(m:parameters(), {lr = 0.1}))
-      local loader = a:prepare(data.DataLoader(data.TensorDataset(accel.randn(20, 5)), {batch_size = 4}))
-      refused("the checkpoint holds 1 schedulers, this Accelerator prepared 0", {a = a, model = m, opt = opt, loader = loader})
+      local opt = a:prepare(optim.Adam(m:parameters(), {lr = 1e-2}))
+      a:load_state(dir .. "/ckpt")
+      assert.is_true(same_tensors(s.model:state_dict(), m:state_dict()))
+      local b = accel.Accelerator()
+      local m2 = b:prepare(Net(8))
+      local opt2 = b:prepare(optim.Adam(m2:parameters(), {lr = 1e-2}))
+      local loader = b:prepare(data.DataLoader(data.TensorDataset(accel.randn(20, 5)), {batch_size = 4}))
+      b:prepare(data.DataLoader(data.TensorDataset(accel.randn(20, 5)), {batch_size = 4}))
+      refused("the checkpoint holds 1 data loader, this Accelerator prepared 2", {a = b, model = m2, opt = opt2, loader = loader})
+    end)
+
+    it("a random state file that is not one", function()
+      -- a consistent forgery: the index's size and checksum fit the new file, so only its contents are wrong
+      local file, index = dir .. "/ckpt/random_states_0.json", dir .. "/ckpt/checkpoint_index.json"
+      write(file, '{"accel": [0, "zz"], "step": 3}')
+      local idx = json.decode(read(index))
+      local crc, size = C.fs_crc32(file)
+      idx.files["random_states_0.json"] = {size = size, crc32 = crc}
+      write(index, json.encode(idx))
+      refused("random_states_0%.json is malformed")
     end)
   end)
 end)

@@ -193,13 +193,15 @@ describe("estimate-memory", function()
     end)
   end
 
-  it("a SCRIPT.lua returning {model, batch, loss}: rows from its own parameters", function()
+  it("a SCRIPT.lua returning {model, batch, loss}: rows from its own parameters (arg is the script's, as accel-lua's)", function()
     local path = support.tmpname(".lua")
     support.write_file(path, [[
 local accel = require("accel")
 local nn = accel.nn
+local width = tonumber(arg[1]) or 7 -- a training script's reading of its arguments (none here)
+assert(arg[0]:match("%.lua$"), "arg[0] is the script")
 return {
-  model = function() return nn.Sequential(nn.Linear(5, 7), nn.Tanh(), nn.Linear(7, 3)) end,
+  model = function() return nn.Sequential(nn.Linear(5, width), nn.Tanh(), nn.Linear(width, 3)) end,
   batch = function(B) return {accel.randn(B, 5), accel.randn(B, 3)} end,
   loss = function(model, b) return (model(b[1]) - b[2]):pow(2):mean() end,
 }

@@ -2001,20 +2001,28 @@ local function index_of(self, fingerprints)
   return idx
 end
 
--- One part of save_state, run on every process, then agreed on in place of
--- a barrier: when f raised on any process, the temporary folder is removed
--- (the target is untouched before commit) and every process raises, the
--- failing one its own error, the others an error naming it.
-local function save_step(comm, w, f)
-  local ok, err = pcall(f)
-  local all = comm:all_gather_object(ok and "" or tostring(err):gsub("[\128-\255]", "?"), "save_state")
+-- f run on every process, then agreed on in place of a barrier: when it
+-- raised on any process, cleanup() runs and every process raises, the
+-- failing one its own error (passed to rethrow), the others an error naming
+-- that process and saying that <outcome>. Returns f's first two results.
+local function agreed_step(comm, op, outcome, f, cleanup, rethrow)
+  local ok, a, b = pcall(f)
+  local all = comm:all_gather_object(ok and "" or tostring(a):gsub("[\128-\255]", "?"), op)
   for r, e in ipairs(all) do
     if e ~= "" then
-      if comm.rank == 0 then w:abort() end
-      if not ok then error(err, 0) end
-      raise("save_state: process %d failed, so nothing was saved: %s", r - 1, e)
+      cleanup()
+      if not ok then rethrow(a) end
+      raise("%s: process %d failed, so %s: %s", op, r - 1, outcome, e)
     end
   end
+  return a, b
+end
+
+-- One part of save_state: on a failure anywhere the temporary folder is
+-- removed (the target is untouched before commit).
+local function save_step(comm, w, f)
+  agreed_step(comm, "save_state", "nothing was saved", f, function() if comm.rank == 0 then w:abort() end end,
+    function(err) error(err, 0) end)
 end
 
 -- save_state([dir]): the whole training state as one checkpoint folder
@@ -2095,9 +2103,14 @@ function Accelerator:profile(fn, opts)
   return require("accel.profiler").run(fn, opts, self.process_index, function() self:wait_for_everyone() end)
 end
 
-local function count_mismatch(what, saved, have)
-  if saved ~= have then
-    return ("the checkpoint holds %d %s, this Accelerator prepared %d"):format(saved or 0, what, have)
+-- Why a checkpoint holding saved objects of a kind cannot be loaded into an
+-- Accelerator that prepared have of them; nil when it can. With
+-- fewer_ok, fewer prepared than saved is fine (Accelerate loads the ones
+-- prepared and leaves the other files).
+local function count_mismatch(what, saved, have, fewer_ok)
+  if saved ~= have and not (fewer_ok and type(saved) == "number" and have < saved) then
+    return ("the checkpoint holds %d %s, this Accelerator prepared %d"):format(saved or 0,
+      saved == 1 and what:gsub("s$", "") or what, have)
   end
 end
 
@@ -2133,9 +2146,9 @@ local function read_checkpoint(self, dir, models, sharded_plans, strict)
   local function refuse(fmt, ...) error(("load_state: refusing %s: " .. fmt):format(r.dir, ...), 0) end
   local bad = count_mismatch("models", type(idx.models) == "table" and #idx.models or nil, #models)
     or count_mismatch("optimizers", idx.optimizers, #self._optimizers)
-    or count_mismatch("schedulers", idx.schedulers, #self._schedulers)
-    or count_mismatch("data loaders", idx.dataloaders, #self._dataloaders)
-    or count_mismatch("registered objects", idx.custom_objects, #self._custom_objects)
+    or count_mismatch("schedulers", idx.schedulers, #self._schedulers, true)
+    or count_mismatch("data loaders", idx.dataloaders, #self._dataloaders, true)
+    or count_mismatch("registered objects", idx.custom_objects, #self._custom_objects, true)
   if bad then refuse("%s", bad) end
   local data = {models = {}, optimizers = {}, schedulers = {}, loaders = {}, custom = {}, sharded = sharded_plans}
   for i, m in ipairs(models) do
@@ -2185,7 +2198,11 @@ local function read_checkpoint(self, dir, models, sharded_plans, strict)
   local rng_file = ("random_states_%d.json"):format(self.process_index)
   if r:has(rng_file) then
     local s = r:json(rng_file)
-    if type(s) ~= "table" or type(s.accel) ~= "table" then refuse("%s is malformed", rng_file) end
+    local function int(v) return type(v) == "number" and v == math.floor(v) end
+    if type(s) ~= "table" or type(s.accel) ~= "table" or not int(s.accel[1]) or not int(s.accel[2])
+      or (s.step ~= nil and not int(s.step)) then
+      refuse("%s is malformed (expected {accel = {two integers}, step = an integer})", rng_file)
+    end
     data.rng = s
   elseif r:has("random_states_0.json") then
     local s = r:json("random_states_0.json")
@@ -2230,11 +2247,11 @@ function Accelerator:load_state(input_dir, o)
   run_hooks(self._load_state_pre_hooks, models, input_dir)
   local sharded_plans = {}
   local strict = not (o and o.strict == false)
-  local ok, data, dir = pcall(read_checkpoint, self, input_dir, models, sharded_plans, strict)
-  if not ok then
-    shard_ckpt.close_plans(sharded_plans) -- [sharded checkpoints] files opened by the checks
-    raise("%s", tostring(data))
-  end
+  -- every process reads and checks its part first; one that refuses stops them all, before any change
+  local data, dir = agreed_step(self.state.comm, "load_state", "nothing was loaded",
+    function() return read_checkpoint(self, input_dir, models, sharded_plans, strict) end,
+    function() shard_ckpt.close_plans(sharded_plans) end, -- [sharded checkpoints] files opened by the checks
+    function(err) raise("%s", tostring(err)) end)
   for i, m in ipairs(models) do
     if data.models[i] then self:unwrap_model(m):load_state_dict(data.models[i], {strict = strict}) end
   end

@@ -52,18 +52,17 @@ local units = {b = 1, kb = 1e3, mb = 1e6, gb = 1e9, tb = 1e12, kib = 1024, mib =
 
 -- "10GB" (10^9 bytes each, as Hugging Face counts), "500MiB", "1.5 GB" or a
 -- number of bytes -> bytes. 0 is a size too (as Accelerate: every tensor
--- is over it, so each gets a file of its own). A decimal unit written with
--- a lowercase b ("5Gb", "5gb") counts bits, as Accelerate's
--- convert_file_size_to_int: an eighth of the bytes.
+-- is over it, so each gets a file of its own). The unit's case does not
+-- matter ("5gb" is 5e9 bytes): Accelerate's save_model and transformers'
+-- save_pretrained split with huggingface_hub, whose parse_size_to_int
+-- upper-cases it (only accelerate.utils.convert_file_size_to_int, which
+-- they do not use, reads a lowercase b as bits).
 function M.parse_size(s, what)
   if type(s) == "number" and s >= 0 then return s end
   if type(s) == "string" then
     local num, unit = s:match("^%s*([%d%.]+)%s*(%a*)%s*$")
     local n, key = tonumber(num), unit and (unit ~= "" and unit:lower() or "b")
-    if n and n >= 0 and units[key] then
-      local bits = #key == 2 and unit:sub(-1) == "b"
-      return math.floor(n * units[key] / (bits and 8 or 1))
-    end
+    if n and n >= 0 and units[key] then return math.floor(n * units[key]) end
   end
   raise('%s: expected a size such as "10GB", "500MB" or a number of bytes, got %s', what, tostring(s))
 end

@@ -242,6 +242,8 @@ end
 local function script_job(o)
   local chunk, err = loadfile(o.script)
   if not chunk then usage("cannot load %s: %s", o.script, tostring(err)) end
+  -- the script sees the global arg that `accel-lua SCRIPT.lua` gives it (with no arguments after the name)
+  if rawget(_G, "arg") == nil then rawset(_G, "arg", {[0] = o.script}) end
   local spec = load_without_training(o.script, function()
     local s = chunk()
     if type(s) == "function" then s = s() end
