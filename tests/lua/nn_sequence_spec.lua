@@ -173,6 +173,9 @@ describe("TransformerEncoderLayer and TransformerEncoder", function()
       activation = "gelu", batch_first = true, dtype = accel.float64}), 0.3)
     local mask = accel.tensor({{false, false, false, false, true}, {false, false, true, true, true}})
     close(pre(x:detach():transpose(1, 2), {src_key_padding_mask = mask}), ref["pre.y"], 1e-12)
+    close(pre(x:detach():transpose(1, 2), nil, mask), ref["pre.y"], 1e-12) -- (src, src_mask, src_key_padding_mask)
+    local causal = nn.Transformer.generate_square_subsequent_mask(5, {dtype = accel.float64})
+    close(enc(x:detach(), causal), enc(x:detach(), {mask = causal}), 0) -- TransformerEncoder's (src, mask)
   end)
 
   it("copies the layer num_layers times under PyTorch's state_dict keys", function()
@@ -202,6 +205,8 @@ describe("TransformerDecoderLayer, TransformerDecoder and Transformer", function
     local causal = nn.Transformer.generate_square_subsequent_mask(4, {dtype = accel.float64})
     local y = dec(tgt, memory, {tgt_mask = causal, memory_key_padding_mask = mask})
     close(y, ref["dec.y"], 1e-12)
+    -- PyTorch's positional order: tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask
+    close(dec(tgt, memory, causal, nil, nil, mask), ref["dec.y"], 1e-12)
     local _ = (y * y):sum():backward()
     close(tgt.grad, ref["dec.gt"], 1e-11)
     close(memory.grad, ref["dec.gm"], 1e-11)
@@ -215,6 +220,12 @@ describe("TransformerDecoderLayer, TransformerDecoder and Transformer", function
     local tgt = sequence(64, function(i) return 0.5 * math.sin(i) end):view(4, 2, 8):transpose(1, 2)
     local causal = m:generate_square_subsequent_mask(4, {dtype = accel.float64})
     close(m(src, tgt, {src_key_padding_mask = mask, tgt_mask = causal, tgt_is_causal = true}), ref["full.y"], 1e-12)
+    -- positionally: src_mask, tgt_mask, memory_mask, src_key_padding_mask, ..., tgt_is_causal by name
+    close(m(src, tgt, nil, causal, nil, mask, {tgt_is_causal = true}), ref["full.y"], 1e-12)
+    -- torch: "forward() got multiple values for argument 'tgt_mask'"
+    expect_error(function() local _ = m(src, tgt, nil, causal, {tgt_mask = causal}) end,
+      "Transformer.forward: got multiple values for argument 'tgt_mask'")
+    expect_error(function() local _ = m(src, tgt, 3) end, "Transformer.forward: argument 'src_mask' must be a Tensor")
     -- torch 2.15: 46 keys, from encoder.layers.0.self_attn.in_proj_weight to decoder.norm.bias
     local sd, n = m:state_dict(), 0
     for _ in pairs(sd) do n = n + 1 end

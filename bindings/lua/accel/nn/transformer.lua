@@ -97,9 +97,10 @@ local function attention_block(self, attn, n, memory, mask, padding_mask, is_cau
   end
 end
 
--- forward(src, [{src_mask =, src_key_padding_mask =, is_causal = false}])
-function TransformerEncoderLayer:forward(src, o)
-  o = base.check_options("TransformerEncoderLayer.forward", o, {"src_mask", "src_key_padding_mask", "is_causal"})
+-- forward(src, [src_mask], [src_key_padding_mask], [is_causal = false]), the masks positionally or by name
+function TransformerEncoderLayer:forward(src, ...)
+  local o = util.torch_args("TransformerEncoderLayer.forward", {"src_mask:tensor", "src_key_padding_mask:tensor",
+    "is_causal:bool"}, ...)
   return residual_blocks(self, src, {
     attention_block(self, "self_attn", 1, nil, o.src_mask, o.src_key_padding_mask, o.is_causal),
     function(x) return feed_forward(self, x, 2) end})
@@ -118,13 +119,14 @@ function TransformerDecoderLayer:init(d_model, nhead, ...)
   build_layer(self, d_model, nhead, a, act, {"self_attn", "multihead_attn"}, 3)
 end
 
-local DECODER_FORWARD = {"tgt_mask", "memory_mask", "tgt_key_padding_mask", "memory_key_padding_mask", "tgt_is_causal",
-                         "memory_is_causal"}
+local DECODER_FORWARD = {"tgt_mask:tensor", "memory_mask:tensor", "tgt_key_padding_mask:tensor",
+                         "memory_key_padding_mask:tensor", "tgt_is_causal:bool", "memory_is_causal:bool"}
 
--- forward(tgt, memory, [{tgt_mask =, memory_mask =, tgt_key_padding_mask =,
---   memory_key_padding_mask =, tgt_is_causal = false, memory_is_causal = false}])
-function TransformerDecoderLayer:forward(tgt, memory, o)
-  o = base.check_options("TransformerDecoderLayer.forward", o, DECODER_FORWARD)
+-- forward(tgt, memory, [tgt_mask], [memory_mask], [tgt_key_padding_mask],
+--   [memory_key_padding_mask], [tgt_is_causal = false], [memory_is_causal = false]),
+--   positionally or by name
+function TransformerDecoderLayer:forward(tgt, memory, ...)
+  local o = util.torch_args("TransformerDecoderLayer.forward", DECODER_FORWARD, ...)
   if not accel.is_tensor(memory) then raise("TransformerDecoderLayer.forward: memory must be a Tensor, got %s", type(memory)) end
   return residual_blocks(self, tgt, {
     attention_block(self, "self_attn", 1, nil, o.tgt_mask, o.tgt_key_padding_mask, o.tgt_is_causal),
@@ -158,9 +160,10 @@ function TransformerEncoder:init(encoder_layer, num_layers, o)
   build_stack(self, "TransformerEncoder", encoder_layer, TransformerEncoderLayer, num_layers, o.norm)
 end
 
--- forward(src, [{mask =, src_key_padding_mask =, is_causal =}])
-function TransformerEncoder:forward(src, o)
-  o = base.check_options("TransformerEncoder.forward", o, {"mask", "src_key_padding_mask", "is_causal"})
+-- forward(src, [mask], [src_key_padding_mask], [is_causal]), positionally or by name
+function TransformerEncoder:forward(src, ...)
+  local o = util.torch_args("TransformerEncoder.forward", {"mask:tensor", "src_key_padding_mask:tensor",
+    "is_causal:bool"}, ...)
   local x = src
   for _, layer in compat.ipairs(self.layers) do
     x = layer(x, {src_mask = o.mask, src_key_padding_mask = o.src_key_padding_mask, is_causal = o.is_causal})
@@ -177,9 +180,9 @@ function TransformerDecoder:init(decoder_layer, num_layers, o)
   build_stack(self, "TransformerDecoder", decoder_layer, TransformerDecoderLayer, num_layers, o.norm)
 end
 
--- forward(tgt, memory, [{the options of TransformerDecoderLayer.forward}])
-function TransformerDecoder:forward(tgt, memory, o)
-  o = base.check_options("TransformerDecoder.forward", o, DECODER_FORWARD)
+-- forward(tgt, memory, [the arguments of TransformerDecoderLayer.forward])
+function TransformerDecoder:forward(tgt, memory, ...)
+  local o = util.torch_args("TransformerDecoder.forward", DECODER_FORWARD, ...)
   local x = tgt
   for _, layer in compat.ipairs(self.layers) do x = layer(x, memory, o) end
   if self.norm ~= nil then x = self.norm(x) end
@@ -215,12 +218,13 @@ function Transformer:init(...)
   self.d_model, self.nhead, self.batch_first = d_model, nhead, a.batch_first == true
 end
 
--- forward(src, tgt, [{src_mask =, tgt_mask =, memory_mask =, src_key_padding_mask =,
---   tgt_key_padding_mask =, memory_key_padding_mask =, src_is_causal =, tgt_is_causal =,
---   memory_is_causal = false}])
-function Transformer:forward(src, tgt, o)
-  o = base.check_options("Transformer.forward", o, {"src_mask", "tgt_mask", "memory_mask", "src_key_padding_mask",
-    "tgt_key_padding_mask", "memory_key_padding_mask", "src_is_causal", "tgt_is_causal", "memory_is_causal"})
+-- forward(src, tgt, [src_mask], [tgt_mask], [memory_mask], [src_key_padding_mask],
+--   [tgt_key_padding_mask], [memory_key_padding_mask], [src_is_causal], [tgt_is_causal],
+--   [memory_is_causal = false]), positionally or by name
+function Transformer:forward(src, tgt, ...)
+  local o = util.torch_args("Transformer.forward", {"src_mask:tensor", "tgt_mask:tensor", "memory_mask:tensor",
+    "src_key_padding_mask:tensor", "tgt_key_padding_mask:tensor", "memory_key_padding_mask:tensor",
+    "src_is_causal:bool", "tgt_is_causal:bool", "memory_is_causal:bool"}, ...)
   if not accel.is_tensor(src) or not accel.is_tensor(tgt) then raise("Transformer.forward: src and tgt must be Tensors") end
   local batch_dim = self.batch_first and 1 or 2
   if src:dim() == 3 and src:size(batch_dim) ~= tgt:size(batch_dim) then
