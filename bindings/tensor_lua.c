@@ -1793,6 +1793,10 @@ static int t_index(lua_State *L) {
         if (i == 0) return lu_error(L, "index 0 is invalid: positions are 1-based (t[1] is the first)");
         return ret(L, tensor_select(t, 0, i > 0 ? i - 1 : i));
     }
+    if (lua_type(L, 2) == LUA_TTABLE)
+        return lu_error(L, "t[{...}]: multi-dimensional indexing is not provided; a tensor is indexed by a 1-based "
+                           "integer position (t[1]); for PyTorch's t[:, k] use t:select(2, k + 1), for t[:, a:b] "
+                           "t:narrow(2, a + 1, b - a)");
     if (lua_type(L, 2) != LUA_TSTRING)
         return lu_error(L, "t[%s]: a tensor is indexed by a 1-based integer position (t[1]); with a tensor of "
                            "indices use t:index_select(dim, idx) or t:gather(dim, idx)",

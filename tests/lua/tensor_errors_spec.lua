@@ -174,6 +174,9 @@ describe("type errors", function()
     local t = accel.randn(3)
     expect_error(function() local _ = t[accel.tensor({0}, {dtype = accel.int64})] end, "t[tensor]", "index_select")
     expect_error(function() local _ = t[1.5] end, "t[number]", "1-based integer position")
+    -- Torch7's t[{{}, 2}] (PyTorch's t[:, 1]) points at select / narrow
+    expect_error(function() local _ = t[{{}, 2}] end, "multi-dimensional indexing is not provided", "t:select(2, k + 1)",
+      "t:narrow(2, a + 1, b - a)")
     assert.is_nil(t.no_such_method) -- a name that is not a method stays nil, as for any Lua object
   end)
 
