@@ -297,6 +297,9 @@ print("peak_live_bytes " .. highest)
     {"--model gpt2 --batch_size", "--batch_size needs a value"},
     {"/nonexistent/model.lua", "cannot load /nonexistent/model.lua"},
     {"--model gpt2 --gc_phases 0", "--gc_phases must be at least 1, got 0"},
+    -- `accelerate estimate-memory bert-base-cased --dtypes float32` prints weight sizes per dtype
+    {"--model gpt2 --dtypes float32 float16", "--dtypes: Accelerate's table of weight sizes per dtype is not provided"},
+    {"--model gpt2 --library_name transformers", "--library_name: models come from a SCRIPT.lua or --model gpt2"},
   }
   for _, case in ipairs(BAD) do
     it("bad input: " .. case[1], function()

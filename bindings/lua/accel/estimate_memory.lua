@@ -106,8 +106,20 @@ local CHOICES = {
 }
 M.OPTIMIZER_STATES = {adamw = 2, adam = 2, sgd_momentum = 1, sgd = 0}
 
+-- `accelerate estimate-memory`'s flags that mean nothing here, and why.
+local ACCELERATE_ONLY = {
+  dtypes = "Accelerate's table of weight sizes per dtype is not provided: this command estimates training "
+    .. "(--mixed_precision bf16 or fp16 sets the precision it measures)",
+  library_name = "models come from a SCRIPT.lua or --model gpt2, not from the Hugging Face Hub",
+  trust_remote_code = "models come from a SCRIPT.lua or --model gpt2, not from the Hugging Face Hub",
+}
+
 -- argv list -> options table (defaults filled in).
 function M.parse_args(argv)
+  for _, a in ipairs(argv) do
+    local name = a:match("^%-%-([%w_]+)")
+    if name and ACCELERATE_ONLY[name] then usage("--%s: %s", name, ACCELERATE_ONLY[name]) end
+  end
   local o = {num_processes = 1, zero_stage = 0, mixed_precision = "no", batch_size = 1, optimizer = "adamw",
     wrap = "transformer_based_wrap", steps = 3, gc_phases = 8, offload_optimizer = false}
   local given, pos = require("accel.util").parse_flags(argv, FLAGS, usage)
