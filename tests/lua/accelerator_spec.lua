@@ -536,6 +536,7 @@ describe("Accelerator:prepare", function()
   it("marks the last batch of a pass and moves through epochs", function()
     local a = accel.Accelerator()
     local loader = a:prepare(data.DataLoader(data.TensorDataset(accel.arange(10)), {batch_size = 4}))
+    assert.are.equal(10, loader.total_dataset_length) -- Accelerate's DataLoaderShard property: len(dataset)
     local ends, seen, inside = {}, {}, {}
     assert.is_false(a.gradient_state.in_dataloader)
     for xb in loader:iter() do

@@ -153,7 +153,59 @@ describe("datasets", function()
     -- a whole number given as a float (4 / 2) is that index, as t:select(1, 4 / 2) takes it
     local x2, y2 = ds:get(4 / 2)
     assert.are.same({{3.0, 4.0, 5.0}, 11}, {x2:tolist(), y2:item()})
-    expect_error(function() ds:get(2.5) end, "TensorDataset: index 2.5 is out of range 1..4")
+    expect_error(function() ds:get(2.5) end, "TensorDataset: index must be an integer, got 2.5")
+    expect_error(function() ds:get(5) end, "TensorDataset: index 5 is out of range 1..4 (or -4..-1)")
+    -- negative positions count from the end (torch: TensorDataset(...)[-1] is the last sample)
+    assert.are.equal(13, select(2, ds:get(-1)):item())
+  end)
+
+  -- torch 2.15: Subset(TensorDataset(arange(5) * 10), [4, 0, 2]) has len 3, [0] = 40, [-1] = 20;
+  -- ConcatDataset([range(3), range(10, 12)]): len 5, [3] = 10, [-1] = 11, cumulative_sizes [3, 5]
+  it("Subset and ConcatDataset", function()
+    local ds = data.TensorDataset(accel.arange(5) * 10)
+    local s = data.Subset(ds, {5, 1, 3}) -- 1-based positions in a Lua list
+    assert.are.equal(3, #s)
+    assert.are.equal(40, s:get(1):item())
+    assert.are.equal(20, s:get(-1):item())
+    local t = data.Subset(ds, accel.tensor({4, 0, 2})) -- 0-based values in an index tensor
+    assert.are.same({40, 0, 20}, {t:get(1):item(), t:get(2):item(), t:get(3):item()})
+    assert.are.same({{40, 0}, {20}}, pass(data.DataLoader(t, {batch_size = 2}))) -- through the dataset's get_batch
+    local function range(a, b) return data.Dataset{len = b - a, get = function(i) return a + i - 1 end} end
+    local c = data.ConcatDataset({range(0, 3), range(10, 12)})
+    assert.are.equal(5, #c)
+    assert.are.same({0, 2, 10, 11}, {c:get(1), c:get(3), c:get(4), c:get(-1)})
+    assert.are.same({3, 5}, c.cumulative_sizes)
+    expect_error(function() data.Subset(ds, {6}) end, "Subset: indices: index 6 is out of range 1..5")
+    expect_error(function() data.Subset(ds, accel.tensor({5})) end, "Subset: an index is out of range for a dataset of 5")
+    expect_error(function() data.ConcatDataset({}) end, "ConcatDataset: expected a non-empty list of datasets")
+  end)
+
+  -- torch 2.15: random_split(range(10), [0.33, 0.33, 0.34]) sizes [4, 3, 3]; range(5), [0.1, 0.1, 0.8]:
+  -- [1, 0, 4]; range(10), [3, 3]: "Sum of input lengths does not equal the length of the input dataset!"
+  it("random_split: counts or fractions, a partition of the dataset, repeatable with a seed", function()
+    local ds = data.TensorDataset(accel.arange(10))
+    local function sizes(parts)
+      local out = {}
+      for j, p in ipairs(parts) do out[j] = #p end
+      return out
+    end
+    assert.are.same({4, 3, 3}, sizes(data.random_split(ds, {0.33, 0.33, 0.34})))
+    assert.are.same({1, 0, 4}, sizes(data.random_split(data.TensorDataset(accel.arange(5)), {0.1, 0.1, 0.8})))
+    local parts = data.random_split(ds, {6, 4}, {seed = 3})
+    local seen = {}
+    for _, p in ipairs(parts) do
+      for i = 1, #p do seen[#seen + 1] = p:get(i):item() end
+    end
+    table.sort(seen)
+    assert.are.same({0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, seen)
+    local again = data.random_split(ds, {6, 4}, {seed = 3})
+    assert.are.equal(parts[2]:get(1):item(), again[2]:get(1):item())
+    expect_error(function() data.random_split(ds, {3, 3}) end, "random_split: the lengths sum to 6, not to the dataset's length 10")
+  end)
+
+  it("torch's samplers and other names accel.data lacks are errors naming them", function()
+    expect_error(function() local _ = data.RandomSampler end, "accel.data.RandomSampler is not provided")
+    expect_error(function() local _ = data.IterableDataset end, "accel.data.IterableDataset is not provided")
   end)
 
   it("TensorDataset refuses tensors with different first dims, naming both shapes", function()
@@ -674,6 +726,10 @@ describe("DataLoader options", function()
     expect_error(function() data.DataLoader(ds, {num_workers = 2, prefetch_factor = -1}) end,
       "prefetch_factor option should be a non-negative integer, got -1")
     expect_error(function() data.DataLoader(ds, {num_workers = 2, prefetch_factor = "x"}) end, "prefetch_factor")
+    expect_error(function() data.DataLoader(ds, {num_workers = "2"}) end, 'got string "2"')
+    -- torch's defaults of its other worker options are accepted (there are no workers: they change nothing)
+    assert.are.equal(2, #data.DataLoader(ds, {batch_size = 2, timeout = 0, in_order = true, pin_memory_device = ""}))
+    expect_error(function() data.DataLoader(ds, {timeout = -1}) end, "timeout option should be non-negative")
     -- a table dataset without __len (a ported __len__ method, or data.Dataset{} forgotten) has #ds == 0:
     -- PyTorch raises "object of type 'D' has no len()" instead of training on nothing
     local Ported = {}
@@ -740,10 +796,14 @@ describe("DataLoader options", function()
       "the dataset's get_batch returned nil for batch 2")
   end)
 
-  it("an empty dataset gives no batches", function()
-    local loader = data.DataLoader(data.Dataset{len = 0, get = function() end}, {batch_size = 3, shuffle = true})
+  it("an empty dataset gives no batches, and cannot be shuffled", function()
+    local empty = data.Dataset{len = 0, get = function() end}
+    local loader = data.DataLoader(empty, {batch_size = 3})
     assert.are.equal(0, #loader)
     assert.are.same({}, pass(loader))
+    -- torch 2.15: "ValueError: num_samples should be a positive integer value, but got num_samples=0"
+    expect_error(function() data.DataLoader(empty, {shuffle = true}) end,
+      "DataLoader: shuffle needs a dataset of at least one sample, this one has 0")
   end)
 end)
 

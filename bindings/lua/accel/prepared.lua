@@ -148,6 +148,13 @@ function AcceleratedScheduler:load_state_dict(st) return self.scheduler:load_sta
 local DataLoaderShard = delegating({__name = "DataLoaderShard"}, "base")
 M.DataLoaderShard = DataLoaderShard
 
+-- loader.total_dataset_length: the dataset's length (read now), as Accelerate's property
+local shard_index = DataLoaderShard.__index
+DataLoaderShard.__index = function(self, k)
+  if k == "total_dataset_length" then return rawget(self, "dataset_length")() end
+  return shard_index(self, k)
+end
+
 function M.is_loader(x) return getmetatable(x) == DataLoaderShard end
 
 -- base: the sharded loader (loader:shard(...), with iter, #, state_dict,

@@ -11,7 +11,8 @@
 -- positions, which it may change) returning the collated fields, used instead of get + collate when the
 -- loader has no collate_fn. data.Dataset{len = n | fn, get = fn(i)};
 -- data.TensorDataset(t1, ...) (all tensors share dim 1; its batches are one
--- index_select per tensor).
+-- index_select per tensor); data.Subset, data.ConcatDataset and
+-- data.random_split (accel/data/subsets.lua).
 --
 -- DataLoader(dataset, {batch_size = 1, shuffle = false, drop_last = false,
 -- seed = nil, collate_fn = nil}) (num_workers, pin_memory,
@@ -79,10 +80,14 @@ local dataset = require("accel.data.dataset")
 local collate = require("accel.data.collate")
 local DataLoader = require("accel.data.loader")
 local files = require("accel.data.files")
+local subsets = require("accel.data.subsets")
 
 local data = {
   Dataset = dataset.Dataset,
   TensorDataset = dataset.TensorDataset,
+  Subset = subsets.Subset,
+  ConcatDataset = subsets.ConcatDataset,
+  random_split = subsets.random_split,
   DataLoader = DataLoader,
   default_collate = collate.default_collate,
   read_idx = files.read_idx,
@@ -92,4 +97,14 @@ local data = {
   fashion_mnist_dir = files.fashion_mnist_dir,
 }
 
-return data
+-- torch.utils.data names accel-lua does not have: reading one is an error
+-- naming it (the DataLoader takes no sampler: shuffle, seed and shard do
+-- their work)
+local NOT_PROVIDED = {}
+for name in ([[Sampler SequentialSampler RandomSampler SubsetRandomSampler WeightedRandomSampler BatchSampler
+  DistributedSampler IterableDataset ChainDataset StackDataset get_worker_info default_convert]]):gmatch("%S+") do
+  NOT_PROVIDED[name] = true
+end
+
+return require("accel.util").not_provided(data, NOT_PROVIDED, "accel.data",
+  "docs/api/data.md lists what accel.data has; the DataLoader shuffles and shards without samplers")

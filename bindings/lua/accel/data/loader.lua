@@ -36,7 +36,8 @@ end
 
 local KNOWN = {batch_size = true, shuffle = true, drop_last = true, seed = true, collate_fn = true}
 -- PyTorch options that mean nothing here (no worker processes, no pinned memory)
-local IGNORED = {num_workers = true, pin_memory = true, persistent_workers = true, prefetch_factor = true}
+local IGNORED = {num_workers = true, pin_memory = true, persistent_workers = true, prefetch_factor = true,
+  timeout = true, in_order = true, pin_memory_device = true}
 
 -- #ds, read at each use (a dataset may change its length) and checked, as
 -- PyTorch's "__len__() should return >= 0"; an error raised by the
@@ -76,7 +77,7 @@ local function check_collate(ds, collate_fn)
 end
 
 local function check_flag(v, name)
-  if v ~= nil and type(v) ~= "boolean" then U.failf("DataLoader: %s must be true or false, got %s", name, tostring(v)) end
+  if v ~= nil and type(v) ~= "boolean" then U.failf("DataLoader: %s must be true or false, %s", name, U.got(v)) end
   return v == true
 end
 
@@ -84,9 +85,9 @@ end
 local function check_ignored(opts)
   if type(opts) ~= "table" then return end
   local workers = opts.num_workers
-  if workers ~= nil and not (type(workers) == "number" and workers == floor(workers) and workers >= 0) then
-    U.failf("DataLoader: num_workers option should be a non-negative integer, got %s (use num_workers = 0 to disable "
-      .. "multiprocessing)", tostring(workers))
+  if workers ~= nil and not (U.to_int(workers) and workers >= 0) then
+    U.failf("DataLoader: num_workers option should be a non-negative integer, %s (use num_workers = 0 to disable "
+      .. "multiprocessing)", U.got(workers))
   end
   check_flag(opts.pin_memory, "pin_memory")
   if check_flag(opts.persistent_workers, "persistent_workers") and (workers or 0) == 0 then
@@ -96,8 +97,17 @@ local function check_ignored(opts)
     U.fail("DataLoader: prefetch_factor option could only be specified in multiprocessing (num_workers > 0)")
   end
   local prefetch = opts.prefetch_factor
-  if prefetch ~= nil and not (type(prefetch) == "number" and prefetch == floor(prefetch) and prefetch >= 0) then
-    U.failf("DataLoader: prefetch_factor option should be a non-negative integer, got %s", tostring(prefetch))
+  if prefetch ~= nil and not (U.to_int(prefetch) and prefetch >= 0) then
+    U.failf("DataLoader: prefetch_factor option should be a non-negative integer, %s", U.got(prefetch))
+  end
+  if prefetch == 0 then U.fail("DataLoader: prefetch_factor must be greater than 0") end -- (torch: when iterating)
+  local timeout = opts.timeout
+  if timeout ~= nil and not (type(timeout) == "number" and timeout >= 0) then
+    U.failf("DataLoader: timeout option should be non-negative, %s", U.got(timeout))
+  end
+  check_flag(opts.in_order, "in_order")
+  if opts.pin_memory_device ~= nil and type(opts.pin_memory_device) ~= "string" then
+    U.failf("DataLoader: pin_memory_device must be a string, %s", U.got(opts.pin_memory_device))
   end
 end
 
@@ -113,6 +123,9 @@ function DataLoader.new(dataset, opts)
     seed = U.to_int(seed) or U.failf("DataLoader: seed must be an integer, %s", U.got(opts.seed))
   end
   if seed == nil and shuffle then seed = C.data_draw_seed() end
+  if shuffle and length(dataset) == 0 then -- torch's RandomSampler: "num_samples should be a positive integer value"
+    U.fail("DataLoader: shuffle needs a dataset of at least one sample, this one has 0")
+  end
   check_collate(dataset, opts.collate_fn)
   return setmetatable({
     dataset = dataset, batch_size = bs, shuffle = shuffle, drop_last = check_flag(opts.drop_last, "drop_last"),

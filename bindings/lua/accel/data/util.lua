@@ -63,7 +63,9 @@ end
 function U.check_index(what, i, n)
   if type(i) ~= "number" then U.failf("%s: index must be a number, got %s %s", what, type(i), ("%q"):format(tostring(i))) end
   local k = U.to_int(i)
-  if k == nil or k < 1 or k > n then U.failf("%s: index %s is out of range 1..%d", what, tostring(i), n) end
+  if k == nil then U.failf("%s: index must be an integer, got %s", what, tostring(i)) end
+  if k < 0 then k = n + 1 + k end -- negative: from the end, as every position here
+  if k < 1 or k > n then U.failf("%s: index %s is out of range 1..%d (or -%d..-1)", what, tostring(i), n, n) end
   return k
 end
 
