@@ -173,6 +173,8 @@ describe("more losses", function()
     close(nn.HuberLoss({delta = delta})(x, t), accel.tensor(mean(hub), f64))
     close(nn.SmoothL1Loss({beta = beta, reduction = "sum"})(x, t), accel.tensor(mean(sl1) * 4, f64))
     expect_error(function() local _ = F.huber_loss(x, t, {delta = -1}) end, "huber_loss: delta must be a non-negative number")
+    -- torch 2.15: "huber_loss does not support non-positive values for delta."
+    expect_error(function() local _ = F.huber_loss(x, t, {delta = 0}) end, "does not support non-positive values for delta")
   end)
 
   it("binary_cross_entropy, its weight, the -100 log clamp and the [0, 1] check", function()
@@ -186,6 +188,45 @@ describe("more losses", function()
     expect_error(function() local _ = F.binary_cross_entropy(accel.tensor({1.5}, f64), accel.tensor({1}, f64)) end,
       "binary_cross_entropy: all elements of input should be between 0 and 1")
     assert.same({"weight"}, (function() local k = {} for n in pairs(nn.BCELoss(w):state_dict()) do k[#k + 1] = n end return k end)())
+    -- torch 2.15: "Using a target size (torch.Size([4])) that is different to the input size (torch.Size([5, 4]))
+    -- is deprecated. Please ensure they have the same size."; a weight larger than the input: "output with
+    -- shape [4, 3] doesn't match the broadcast shape [2, 4, 3]"
+    expect_error(function() local _ = F.binary_cross_entropy(accel.rand(5, 4), accel.rand(4)) end,
+      "Using a target size ([4]) that is different to the input size ([5, 4])")
+    expect_error(function() local _ = F.binary_cross_entropy(accel.rand(4, 3), accel.rand(4, 3), {weight = accel.rand(2, 4, 3)}) end,
+      "binary_cross_entropy: weight of shape [2, 4, 3] does not broadcast to the input's shape [4, 3]")
+  end)
+
+  -- torch 2.15, x = [1, 0, 1, 0, 1e-30, 0.5], t = [1, 0, 0, 1, 1, 0.3] (float64), mean reduction:
+  -- loss 44.96178332839688, x.grad [0, 0, 1.6666666733263382e11, -1.6666666733263382e11,
+  -- -1.6666666733263382e11, 0.13333333333333333], t.grad [-inf, inf, -inf, inf, 11.512925464970229, -0]
+  it("binary_cross_entropy's gradients are PyTorch's at probabilities of 0 and 1 (no NaN)", function()
+    local xp = accel.tensor({1, 0, 1, 0, 1e-30, 0.5}, f64):requires_grad_(true)
+    local tp = accel.tensor({1, 0, 0, 1, 1, 0.3}, f64):requires_grad_(true)
+    local loss = F.binary_cross_entropy(xp, tp)
+    loss:backward()
+    assert.is_true(math.abs(loss:item() - 44.96178332839688) < 1e-12)
+    close(xp.grad, accel.tensor({0, 0, 1.6666666733263382e11, -1.6666666733263382e11, -1.6666666733263382e11,
+      0.13333333333333333}, f64), 1e-3)
+    assert.are.same({-math.huge, math.huge, -math.huge, math.huge}, {tp.grad[1]:item(), tp.grad[2]:item(),
+      tp.grad[3]:item(), tp.grad[4]:item()})
+    assert.is_true(math.abs(tp.grad[5]:item() - 11.512925464970229) < 1e-12)
+    -- a sigmoid saturated to 1.0 in float32 (torch 2.15: z.grad [2.9187e-15, -0.1667, 0])
+    local f32 = {dtype = accel.float32}
+    local z = accel.tensor({-30, 0, 30}, f32):requires_grad_(true)
+    F.binary_cross_entropy(z:sigmoid(), accel.tensor({0, 1, 1}, f32)):backward()
+    assert.is_false(z.grad:isnan():any():item())
+    assert.are.equal(0, z.grad[3]:item())
+    assert.is_true(math.abs(z.grad[2]:item() + 1 / 6) < 1e-7)
+  end)
+
+  -- torch 2.15: BatchNorm1d(3) of a (2, 4) input: "running_mean should contain 4 elements not 3"; GroupNorm(2, 4) of
+  -- (1, 6, 1): "Expected weight to be a vector of size equal to the number of channels in input, but got weight of
+  -- shape [4] and input of shape [1, 6, 1]"
+  it("batch_norm and group_norm name a channel count that does not fit", function()
+    expect_error(function() local _ = nn.BatchNorm1d(3)(accel.ones(2, 4)) end, "running_mean should contain 4 elements not 3")
+    expect_error(function() local _ = nn.GroupNorm(2, 4)(accel.ones(1, 6, 1)) end,
+      "Expected weight to be a vector of size equal to the number of channels in input", "shape [4]", "[1, 6, 1]")
   end)
 
   it("kl_div of log-probabilities, with batchmean and log_target", function()
@@ -201,6 +242,7 @@ describe("more losses", function()
     for i, v in ipairs(lt:tolist()) do want = want + math.exp(v) * (v - math.log(xs[i])) end
     close(F.kl_div(lp, lt, {reduction = "sum", log_target = true}), accel.tensor(want, f64), 1e-12)
     expect_error(function() local _ = F.kl_div(lp, t, {log_target = 1}) end, "kl_div: log_target must be a boolean")
+    expect_error(function() local _ = F.kl_div(lp, t, {reduction = "bad"}) end, '"mean", "batchmean", "sum" or "none"')
   end)
 end)
 
@@ -282,6 +324,9 @@ describe("argument kinds", function()
     -- PyTorch names accel-lua lacks are named errors, not nil
     expect_error(function() local _ = nn.ConvTranspose2d(1, 2, 3) end, "accel.nn.ConvTranspose2d is not provided")
     expect_error(function() local _ = F.grid_sample(x, x) end, "accel.nn.functional.grid_sample is not provided")
+    expect_error(function() local _ = nn.utils.rnn end, "accel.nn.utils.rnn is not provided")
+    expect_error(function() local _ = nn.utils.weight_norm end, "accel.nn.utils.weight_norm is not provided")
+    expect_error(function() local _ = nn.init.dirac_ end, "accel.nn.init.dirac_ is not provided")
     assert.is_nil(nn.NoSuchModule)
     -- the right kinds pass, nil meaning "not given"
     assert.are.equal(2, #F.softplus(x, 2, nil).shape)

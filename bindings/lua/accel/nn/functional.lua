@@ -472,35 +472,9 @@ end
 function F.huber_loss(...)
   local x, t, o = pointwise_loss_args("huber_loss", {"reduction", "delta"}, ...)
   local delta = nonnegative("huber_loss", o, "delta", 1.0)
+  if delta == 0 then raise("huber_loss: huber_loss does not support non-positive values for delta") end
   local d = (x - t):abs()
   return reduce("huber_loss", accel.where(d:le(delta), d * d * 0.5, (d - 0.5 * delta) * delta), o.reduction)
-end
-
--- binary_cross_entropy(input, target, [{weight =, reduction = "mean"}]) of
--- probabilities in [0, 1]: -(t log x + (1 - t) log(1 - x)), each log
--- clamped at -100, as PyTorch's
-function F.binary_cross_entropy(...)
-  local x, t, o = pointwise_loss_args("binary_cross_entropy", {"weight", "reduction"}, ...)
-  local outside = x:lt(0):logical_or(x:gt(1)):logical_or(x:isnan()):any():item()
-  if outside then raise("binary_cross_entropy: all elements of input should be between 0 and 1") end
-  local loss = -(t * x:log():clamp(-100) + (1 - t) * (1 - x):log():clamp(-100))
-  if o.weight ~= nil then loss = loss * tensor_arg("binary_cross_entropy", "weight", o.weight) end
-  return reduce("binary_cross_entropy", loss, o.reduction)
-end
-
--- kl_div(input, target, [{reduction = "mean", log_target = false}]) of
--- log-probabilities input: target (log target - input), 0 where target is
--- 0; reduction "batchmean" divides the sum by the batch size (dim 1)
-function F.kl_div(...)
-  local x, t, o = pointwise_loss_args("kl_div", {"reduction", "log_target"}, ...)
-  if o.log_target ~= nil and type(o.log_target) ~= "boolean" then
-    raise("kl_div: log_target must be a boolean, got %s", util.show(o.log_target))
-  end
-  local loss
-  if o.log_target then loss = t:exp() * (t - x)
-  else loss = accel.where(t:eq(0), 0, t * t:log()) - t * x end -- xlogy(t, t) - t x
-  if o.reduction == "batchmean" then return loss:sum() / (x:dim() > 0 and x:size(1) or 1) end
-  return reduce("kl_div", loss, o.reduction)
 end
 
 -- The tensor t (op's argument what) broadcasts to the shape of like (named
@@ -519,6 +493,65 @@ local function check_broadcasts_to(op, what, t, like, whose)
       shape_text(sizes(like)))
   end
 end
+
+-- -(t log x + (1 - t) log(1 - x)), each log at least -100, with PyTorch's
+-- gradients: (x - t) / max(x (1 - x), 1e-12) for x (finite where x is 0
+-- or 1, as a saturated sigmoid gives; 1e-12 rounded to float32, PyTorch's
+-- EPSILON) and log(1 - x) - log(x) for t.
+local BCE_EPSILON = 9.999999960041972e-13
+local BinaryCrossEntropy = require("accel.autograd").Function{
+  name = "BinaryCrossEntropy",
+  forward = function(ctx, x, t)
+    ctx:save_for_backward(x, t)
+    return -(t * x:log():clamp(-100) + (1 - t) * (-x):log1p():clamp(-100))
+  end,
+  backward = function(ctx, g)
+    local x, t = ctx.saved_tensors[1], ctx.saved_tensors[2]
+    local gx = ctx.needs_input_grad[1] and g * (x - t) / (x * (1 - x)):clamp(BCE_EPSILON) or nil
+    local gt = ctx.needs_input_grad[2] and g * ((-x):log1p() - x:log()) or nil
+    return gx, gt
+  end,
+}
+
+-- binary_cross_entropy(input, target, [{weight =, reduction = "mean"}]) of
+-- probabilities in [0, 1]: -(t log x + (1 - t) log(1 - x)), each log
+-- clamped at -100, as PyTorch's
+function F.binary_cross_entropy(input, target, ...)
+  if accel.is_tensor(input) and accel.is_tensor(target) and input.shape ~= target.shape then
+    raise("binary_cross_entropy: Using a target size (%s) that is different to the input size (%s) is deprecated. "
+      .. "Please ensure they have the same size.", shape_text(sizes(target)), shape_text(sizes(input)))
+  end
+  local x, t, o = pointwise_loss_args("binary_cross_entropy", {"weight", "reduction"}, input, target, ...)
+  local outside = x:lt(0):logical_or(x:gt(1)):logical_or(x:isnan()):any():item()
+  if outside then raise("binary_cross_entropy: all elements of input should be between 0 and 1") end
+  local loss = BinaryCrossEntropy(x, t)
+  if o.weight ~= nil then
+    check_broadcasts_to("binary_cross_entropy", "weight", tensor_arg("binary_cross_entropy", "weight", o.weight), x,
+      "the input's")
+    loss = loss * o.weight
+  end
+  return reduce("binary_cross_entropy", loss, o.reduction)
+end
+
+-- kl_div(input, target, [{reduction = "mean", log_target = false}]) of
+-- log-probabilities input: target (log target - input), 0 where target is
+-- 0; reduction "batchmean" divides the sum by the batch size (dim 1)
+function F.kl_div(...)
+  local x, t, o = pointwise_loss_args("kl_div", {"reduction", "log_target"}, ...)
+  if o.reduction ~= nil and o.reduction ~= "batchmean" and o.reduction ~= "mean" and o.reduction ~= "sum"
+    and o.reduction ~= "none" then
+    raise('kl_div: reduction must be "mean", "batchmean", "sum" or "none", got %s', util.show(o.reduction))
+  end
+  if o.log_target ~= nil and type(o.log_target) ~= "boolean" then
+    raise("kl_div: log_target must be a boolean, got %s", util.show(o.log_target))
+  end
+  local loss
+  if o.log_target then loss = t:exp() * (t - x)
+  else loss = accel.where(t:eq(0), 0, t * t:log()) - t * x end -- xlogy(t, t) - t x
+  if o.reduction == "batchmean" then return loss:sum() / (x:dim() > 0 and x:size(1) or 1) end
+  return reduce("kl_div", loss, o.reduction)
+end
+
 
 -- max(x, 0) - x*t + log(1 + exp(-|x|)), stable for large |x|
 function F.binary_cross_entropy_with_logits(input, target, o, ...)
@@ -1061,6 +1094,14 @@ function F.batch_norm(x, running_mean, running_var, ...)
   if x:dim() < 2 then raise("batch_norm: expected an input of at least 2 dims (N, C, ...), got %dD", x:dim()) end
   local shape, dims = channel_layout(x)
   local c, eps, mean, var = x:size(2), check_eps("batch_norm", a.eps) or 1e-5, nil, nil
+  for _, stat in ipairs({{"running_mean", running_mean}, {"running_var", running_var}, {"weight", a.weight},
+                         {"bias", a.bias}}) do
+    local t = stat[2]
+    if accel.is_tensor(t) and t:numel() ~= c then
+      raise("batch_norm: %s should contain %d elements not %d (the input's channels, dim 2 of %s)", stat[1], c,
+        t:numel(), shape_text(sizes(x)))
+    end
+  end
   if a.training or running_mean == nil then
     local n = x:numel() / c
     if a.training and n <= 1 then
@@ -1094,6 +1135,12 @@ function F.group_norm(x, num_groups, ...)
   if type(num_groups) ~= "number" or num_groups < 1 or c % num_groups ~= 0 then
     raise("group_norm: Expected number of channels in input to be divisible by num_groups, but got input of shape %s "
       .. "and num_groups=%s", shape_text(sizes(x)), util.show(num_groups))
+  end
+  for _, k in ipairs({"weight", "bias"}) do
+    if a[k] ~= nil and a[k]:numel() ~= c then
+      raise("group_norm: Expected %s to be a vector of size equal to the number of channels in input, but got %s of "
+        .. "shape %s and input of shape %s", k, k, shape_text(sizes(a[k])), shape_text(sizes(x)))
+    end
   end
   local g = x:reshape({n, num_groups, -1})
   local mean, var = g:mean(3, true), g:var(3, {correction = 0, keepdim = true})

@@ -285,4 +285,9 @@ function I.orthogonal_(t, ...)
   return fill(t, (q * gain):reshape(t.shape))
 end
 
-return I
+-- torch.nn.init names accel-lua does not have: reading one is an error naming it
+local NOT_PROVIDED = {dirac_ = true, sparse_ = true, uniform = true, normal = true, constant = true,
+  xavier_uniform = true, xavier_normal = true, kaiming_uniform = true, kaiming_normal = true, orthogonal = true}
+
+return require("accel.util").not_provided(I, NOT_PROVIDED, "accel.nn.init",
+  "docs/api/nn.md lists the initializers (PyTorch's deprecated names without the trailing _ are not kept)")

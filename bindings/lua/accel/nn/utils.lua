@@ -152,4 +152,12 @@ function utils.vector_to_parameters(vec, parameters)
   end)
 end
 
-return utils
+-- torch.nn.utils names accel-lua does not have: reading one is an error naming it
+local NOT_PROVIDED = {}
+for name in ([[rnn weight_norm spectral_norm remove_weight_norm remove_spectral_norm parametrize parametrizations
+  prune stateless fusion convert_conv2d_weight_memory_format skip_init clip_grad_norm get_total_norm
+  clip_grads_with_norm_]]):gmatch("%S+") do
+  NOT_PROVIDED[name] = true
+end
+
+return util.not_provided(utils, NOT_PROVIDED, "accel.nn.utils", "docs/api/nn.md lists what accel.nn.utils has")
