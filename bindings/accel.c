@@ -588,7 +588,7 @@ static int require_field(lua_State *L, const char *module, const char *k) {
 static const char *const not_provided_functions[] = {
     "fft", "special", "distributions", "compile", "jit", "Generator", "from_numpy", "complex", "polar",
     "set_default_dtype", "set_default_device", "result_type", "promote_types", "can_cast", "trapz", "trapezoid",
-    "cumulative_trapezoid", "histogram", "histogramdd", "cov", "corrcoef", "vander", "atan2", "arctan2",
+    "cumulative_trapezoid", "histogram", "histogramdd", "cov", "corrcoef", "vander",
     "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "gcd",
     "lcm", "frexp", "ldexp", "copysign", "nextafter", "inverse", "det", "logdet", "slogdet", "pinverse", "svd",
     "qr", "lu", "cholesky", "matrix_power", "matrix_exp", "triangular_solve", "cholesky_solve", "lstsq", "eig",

@@ -1762,7 +1762,7 @@ static bool in_list(const char *const *list, const char *k) {
 /* PyTorch tensor methods a script may call that accel-lua does not have:
  * reading one is an error naming it, not a nil to call. */
 static const char *const not_provided_methods[] = {
-    "scatter_reduce", "index_put", "index_put_", "to_sparse", "numpy", "atan2", "arctan2", "bitwise_and",
+    "scatter_reduce", "index_put", "index_put_", "to_sparse", "numpy", "bitwise_and",
     "bitwise_or", "bitwise_xor", "bitwise_not", "as_strided", "pin_memory", "share_memory_", "apply_", "map_",
     "t_", "squeeze_", "unsqueeze_", "transpose_", "swapaxes_", "swapdims_", "resize_", "resize_as_", "set_",
     "new", "storage", "untyped_storage", "data_ptr", "storage_offset", "fill_diagonal_", "inverse", "det",
@@ -1925,6 +1925,7 @@ static const struct { const char *name; KBinOp op; bool inplace; } binary_method
     {"ge", KB_GE, 0}, {"logical_and", KB_AND, 0}, {"logical_or", KB_OR, 0}, {"logical_xor", KB_XOR, 0},
     {"floor_divide", KB_FLOORDIV, 1}, {"remainder", KB_REMAINDER, 1}, {"fmod", KB_FMOD, 1},
     {"subtract", KB_SUB, 0}, {"multiply", KB_MUL, 0}, {"divide", KB_DIV, 0}, {"true_divide", KB_DIV, 0},
+    {"atan2", KB_ATAN2, 1}, {"arctan2", KB_ATAN2, 1},
 };
 
 static const struct { const char *name; KUnOp op; } unary_methods[] = {

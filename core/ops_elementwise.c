@@ -12,7 +12,7 @@
 
 static const char *const bin_names[KB_COUNT] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne",
                                                 "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
-                                                "floor_divide", "remainder", "fmod"};
+                                                "floor_divide", "remainder", "fmod", "atan2"};
 static const char *const un_names[KU_COUNT] = {"neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu",
                                                "gelu", "gelu", "silu", "abs", "sin", "cos", "square", "reciprocal",
                                                "sign", "clamp", "pow", "pow", "log1p", "expm1", "floor", "ceil",
@@ -32,7 +32,7 @@ static DType compute_dtype(DType dt) {
 static DType binary_result_dtype(KBinOp op, const Tensor *a, const Tensor *b) {
     if (kbin_is_compare(op)) return DT_BOOL;
     DType r = tensor_result_dtype(a, b);
-    if (op == KB_DIV && !dtype_is_float(r)) return dtype_default_float();
+    if ((op == KB_DIV || op == KB_ATAN2) && !dtype_is_float(r)) return dtype_default_float();
     return r;
 }
 
@@ -104,7 +104,7 @@ static Tensor *operand_in(KBinOp op, Tensor *t, DType common, DType cdt) {
 
 static Tensor *binary_compute(KBinOp op, Tensor *a, Tensor *b, DType rd, const int64_t *shape, int nd) {
     DType in_dt = dtype_promote(a->dtype, b->dtype);
-    DType cdt = compute_dtype(kbin_is_compare(op) ? in_dt : (op == KB_DIV ? rd : in_dt));
+    DType cdt = compute_dtype(kbin_is_compare(op) ? in_dt : (op == KB_DIV || op == KB_ATAN2 ? rd : in_dt));
     if (op == KB_POW && dtype_is_float(rd)) cdt = compute_dtype(rd);
     DType odt = kbin_is_compare(op) ? DT_BOOL : cdt;
     if (shape_check(kbin_name(op), shape, nd, (int)odt) < 0) return NULL; /* e.g. huge expanded operands */
@@ -218,6 +218,19 @@ static int bw_binary(AGNode *n, Tensor *g, Tensor **gin) {
             tensor_release(q), tensor_release(t);
         }
         break;
+    case KB_ATAN2: /* atan2(a, b): g b / (a^2 + b^2) and -g a / (a^2 + b^2) */
+        if (ga || gb) {
+            Tensor *aa = mul(a, a), *bb = aa ? mul(b, b) : NULL, *r2 = bb ? op_binary(KB_ADD, aa, bb) : NULL;
+            Tensor *s = r2 ? divide(g, r2) : NULL;
+            gin[0] = ga && s ? mul(s, b) : NULL;
+            if (gb && s) {
+                Tensor *t = mul(s, a);
+                gin[1] = t ? op_unary(KU_NEG, t, 0, 0) : NULL;
+                tensor_release(t);
+            }
+            tensor_release(aa), tensor_release(bb), tensor_release(r2), tensor_release(s);
+        }
+        break;
     default:
         return accel_fail_int("%s is not differentiable", kbin_name(op));
     }
@@ -226,7 +239,7 @@ static int bw_binary(AGNode *n, Tensor *g, Tensor **gin) {
 }
 
 static bool is_differentiable_binary(KBinOp op) {
-    return op <= KB_MIN || op == KB_FLOORDIV || op == KB_REMAINDER || op == KB_FMOD;
+    return op <= KB_MIN || op == KB_FLOORDIV || op == KB_REMAINDER || op == KB_FMOD || op == KB_ATAN2;
 }
 
 static void record_binary(KBinOp op, Tensor *out, Tensor *a, Tensor *b) {
@@ -236,8 +249,9 @@ static void record_binary(KBinOp op, Tensor *out, Tensor *a, Tensor *b) {
     if (!n) return;
     bool ga = a->requires_grad, gb = b->requires_grad;
     bool rem_b = (op == KB_REMAINDER || op == KB_FMOD) && gb;
-    bool need_a = (op == KB_MUL && gb) || op == KB_POW || op == KB_MAX || op == KB_MIN || rem_b;
-    bool need_b = (op == KB_MUL && ga) || op == KB_DIV || op == KB_POW || op == KB_MAX || op == KB_MIN || rem_b;
+    bool need_a = (op == KB_MUL && gb) || op == KB_POW || op == KB_MAX || op == KB_MIN || rem_b || op == KB_ATAN2;
+    bool need_b = (op == KB_MUL && ga) || op == KB_DIV || op == KB_POW || op == KB_MAX || op == KB_MIN || rem_b ||
+                  op == KB_ATAN2;
     bool need_out = (op == KB_DIV && gb) || (op == KB_POW && gb);
     n->i[0] = op;
     n->i[1] = n->i[2] = n->i[3] = -1;
@@ -280,7 +294,7 @@ Tensor *op_binary(KBinOp op, Tensor *a, Tensor *b) {
 static DType scalar_result_dtype(KBinOp op, DType a, bool is_int) {
     if (kbin_is_compare(op)) return DT_BOOL;
     if (dtype_is_float(a)) return a;
-    if (!is_int || op == KB_DIV) return dtype_default_float();
+    if (!is_int || op == KB_DIV || op == KB_ATAN2) return dtype_default_float();
     return a == DT_BOOL ? DT_I64 : a;
 }
 

@@ -15,6 +15,7 @@ typedef enum {
     KB_AND, KB_OR, KB_XOR,                    /* logical (nonzero = true), output uint8 */
     KB_FLOORDIV, KB_REMAINDER,                /* Python semantics (floor) */
     KB_FMOD,                                  /* C's fmod: truncated, the dividend's sign */
+    KB_ATAN2,                                 /* atan2(x, y): the angle of the point (y, x) */
     KB_COUNT
 } KBinOp;
 

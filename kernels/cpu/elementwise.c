@@ -79,6 +79,7 @@ typedef uint64_t __attribute__((may_alias)) u64a;
         return mod;                                                         \
     }                                                                       \
     static inline T fmod_##S(T x, T y) { return fmod##MS(x, y); }           \
+    static inline T atan2_##S(T x, T y) { return atan2##MS(x, y); }         \
     static inline T sign_##S(T x) {                                         \
         return (T)((x > 0) - (x < 0)); /* NaN -> 0, as torch */             \
     }                                                                       \
@@ -140,6 +141,7 @@ static inline int64_t remainder_i64(int64_t x, int64_t y) {
     return (r != 0 && ((r < 0) != (y < 0))) ? r + y : r;
 }
 static inline int64_t fmod_i64(int64_t x, int64_t y) { return y == 0 || y == -1 ? 0 : x % y; }
+static inline int64_t atan2_i64(int64_t x, int64_t y) { return (int64_t)atan2((double)x, (double)y); } /* (the core computes atan2 in float) */
 static inline int64_t clamp_i64(int64_t x, int64_t lo, int64_t hi) {
     int64_t t = x < lo ? lo : x; /* min(max(x, lo), hi): hi wins when lo > hi, as torch */
     return t > hi ? hi : t;
@@ -185,6 +187,7 @@ static inline int64_t sat_i64(double v) {
     case KB_FLOORDIV: LOOP(T, T, floordiv_##S(x, y)); break;                \
     case KB_REMAINDER: LOOP(T, T, remainder_##S(x, y)); break;              \
     case KB_FMOD: LOOP(T, T, fmod_##S(x, y)); break;                        \
+    case KB_ATAN2: LOOP(T, T, atan2_##S(x, y)); break;                      \
     default: break;
 
 #define BIN_CONTIG(T, OT, EXPR)                                             \

@@ -49,6 +49,8 @@ static inline KC_HD int64_t k_remainder(int64_t x, int64_t y) {
 }
 template <typename T> KC_HD T k_fmod(T x, T y) { return fmod(x, y); }
 static inline KC_HD int64_t k_fmod(int64_t x, int64_t y) { return y == 0 || y == -1 ? 0 : x % y; }
+template <typename T> KC_HD T k_atan2(T x, T y) { return atan2(x, y); }
+static inline KC_HD int64_t k_atan2(int64_t x, int64_t y) { return (int64_t)atan2((double)x, (double)y); }
 static inline KC_HD int64_t k_pow(int64_t x, int64_t y) {
     if (y < 0) return x == 1 ? 1 : x == -1 ? ((y & 1) ? -1 : 1) : 0;
     uint64_t r = 1, b = (uint64_t)x;
@@ -87,6 +89,7 @@ template <typename T> KC_HD T binop(KBinOp op, T x, T y) {
     case KB_FLOORDIV: return k_floordiv(x, y);
     case KB_REMAINDER: return k_remainder(x, y);
     case KB_FMOD: return k_fmod(x, y);
+    case KB_ATAN2: return k_atan2(x, y);
     default: return 0;
     }
 }

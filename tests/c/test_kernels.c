@@ -394,7 +394,7 @@ static void test_where(void) {
 
 static const char *bin_name[KB_COUNT] = {"add", "sub", "mul", "div", "pow", "max", "min",
                                          "eq", "ne", "lt", "le", "gt", "ge", "and", "or",
-                                         "xor", "floordiv", "remainder", "fmod"};
+                                         "xor", "floordiv", "remainder", "fmod", "atan2"};
 
 /* Reference in double; floor division / remainder from the exact quotient
  * (long double) so the test does not share the kernels' fmod algorithm. */
@@ -419,6 +419,7 @@ static double ref_binary(KBinOp op, double x, double y) {
     case KB_FLOORDIV: return (double)floorl((long double)x / (long double)y);
     case KB_REMAINDER: return (double)((long double)x - (long double)y * floorl((long double)x / y));
     case KB_FMOD: return (double)((long double)x - (long double)y * truncl((long double)x / y));
+    case KB_ATAN2: return (double)atan2l((long double)x, (long double)y);
     default: return NAN;
     }
 }

@@ -257,6 +257,28 @@ describe("tensor functions: details", function()
     expect_error(function() local _ = linalg.matrix_norm(accel.ones(3), 1) end, "linalg.matrix_norm: the input must have at least 2 dims")
   end)
 
+  -- torch 2.15: y = [1, -1, 0, 2, -0.5], x = [1, -2, -1, 0, 3] (float64), w = [1, 2, 3, 4, 5]:
+  -- atan2(y, x) = [0.7853981633974483, -2.677945044588987, 3.141592653589793, 1.5707963267948966,
+  -- -0.16514867741462683], y.grad [0.5, -0.8, -3.0, 0.0, 1.6216216216216217], x.grad [-0.5, 0.4, -0.0, -2.0,
+  -- 0.2702702702702703]; torch.tensor([1, 2]).atan2(torch.tensor([3, 4])) float32 [0.3218, 0.4636]
+  it("atan2 (arctan2): values, both gradients, integers give float32", function()
+    local f64 = {dtype = accel.float64}
+    local y = accel.tensor({1, -1, 0, 2, -0.5}, f64):requires_grad_(true)
+    local x = accel.tensor({1, -2, -1, 0, 3}, f64):requires_grad_(true)
+    local r = accel.atan2(y, x)
+    close(r, accel.tensor({0.7853981633974483, -2.677945044588987, 3.141592653589793, 1.5707963267948966,
+      -0.16514867741462683}, f64), 1e-15)
+    local _ = (r * accel.tensor({1, 2, 3, 4, 5}, f64)):sum():backward()
+    close(y.grad, accel.tensor({0.5, -0.8, -3.0, 0.0, 1.6216216216216217}, f64), 1e-15)
+    close(x.grad, accel.tensor({-0.5, 0.4, 0, -2.0, 0.2702702702702703}, f64), 1e-15)
+    local i = accel.tensor({1, 2}):arctan2(accel.tensor({3, 4}))
+    assert.are.equal(accel.float32, i.dtype)
+    close(i, accel.tensor({math.atan(1 / 3), math.atan(2 / 4)}), 1e-7)
+    local z = accel.tensor({1.0, 2.0}, f64)
+    z:atan2_(accel.tensor({1.0, 0.0}, f64))
+    close(z, accel.tensor({math.pi / 4, math.pi / 2}, f64), 1e-15)
+  end)
+
   it("torch names accel-lua does not have are errors naming them", function()
     expect_error(function() local _ = accel.fft end, "accel.fft is not provided by accel-lua")
     expect_error(function() local _ = accel.set_default_dtype end, "accel.set_default_dtype is not provided")
