@@ -64,8 +64,14 @@ type_line() { "${T[@]}" send-keys -t repl -l "$1" && keys Enter; }
 
 "${T[@]}" -f /dev/null new-session -d -s repl -x 100 -y 30 \
     "env HOME='$HOME' ACCEL_LUA_HISTORY='$ACCEL_LUA_HISTORY' INPUTRC=/dev/null '$EXE'"
-# (capture-pane drops trailing blanks: the prompt "> " reads ">")
+# (capture-pane drops trailing blanks: the prompt "> " reads ">"; it may be
+# drawn a moment after the banner, so the pane is polled until it shows)
 wait_for "accel-lua "
+for ((i = 0; i < 50; i++)); do
+    [[ $(tail -n 1 <<<"$OUT") == ">" ]] && break
+    sleep 0.1
+    OUT=$(screen)
+done
 check "terminal: the banner and the prompt" 'has "accel-lua " && [[ $(tail -n 1 <<<"$OUT") == ">" ]]'
 type_line "1+1"
 wait_for $'> 1+1\n2'
