@@ -195,6 +195,16 @@ describe("tensor functions: details", function()
     expect_error(function() local _ = m.H end, "tensor.H is only supported on matrices (2-D tensors)", "tensor.mH")
   end)
 
+  -- torch 2.15: isin(tensor([1.0, 2.5, nan]), tensor([2.5, 1])) = [True, True, False]; isin(3, tensor([1, 3])) =
+  -- tensor(True); isin(tensor([1, 2]), 2) = [False, True]; an empty test tensor finds nothing
+  it("isin: NaN is never found, a number on either side, an empty test set", function()
+    local nan = 0 / 0
+    assert.are.same({true, true, false}, accel.isin(accel.tensor({1.0, 2.5, nan}), accel.tensor({2.5, 1})):tolist())
+    assert.is_true(accel.isin(3, accel.tensor({1, 3})):item())
+    assert.are.same({false, true}, accel.isin(accel.tensor({1, 2}), 2):tolist())
+    assert.are.same({false, false}, accel.isin(accel.tensor({1, 2}), accel.tensor({}, {dtype = accel.int64})):tolist())
+  end)
+
   it("as_tensor keeps a tensor that already has the dtype, randint_like takes the shape", function()
     local t = accel.tensor({1.0, 2.0})
     assert.are.equal(t, accel.as_tensor(t))

@@ -251,6 +251,7 @@ function T.bucketize(input, boundaries, ...)
 end
 
 -- accel.isin(elements, test_elements, [{assume_unique =, invert = false}]): bool, elements' shape
+-- (by sorting the test elements: O((n + m) log m) time, O(n + m) memory)
 function T.isin(elements, test_elements, ...)
   local a = torch_args("isin", {"assume_unique:bool", "invert:bool"}, ...)
   if not accel.is_tensor(elements) and not accel.is_tensor(test_elements) then
@@ -259,8 +260,18 @@ function T.isin(elements, test_elements, ...)
   local scalar = not accel.is_tensor(elements)
   if scalar then elements = accel.tensor(elements) end
   if not accel.is_tensor(test_elements) then test_elements = accel.tensor({test_elements}) end
-  local found = elements:unsqueeze(-1):eq(test_elements:reshape({-1})):any(-1)
-  if elements:dim() == 0 then found = found:reshape({}) end
+  if elements.dtype ~= test_elements.dtype then -- compared in one dtype that holds both
+    elements, test_elements = elements:double(), test_elements:double()
+  end
+  -- each element's place among the sorted test elements: found where the value there equals it
+  local sorted = (test_elements:reshape({-1}):sort())
+  local found
+  if sorted:numel() == 0 then
+    found = accel.zeros(util.sizes_of(elements), {dtype = accel.bool, device = elements.device})
+  else
+    local at = sorted:searchsorted(elements:reshape({-1})):clamp(nil, sorted:numel() - 1)
+    found = sorted:index_select(1, at):eq(elements:reshape({-1})):reshape(util.sizes_of(elements))
+  end
   return a.invert and found:logical_not() or found
 end
 
