@@ -41,7 +41,8 @@ local LAZY_CLASSES = {BatchNorm1d = "normalization", BatchNorm2d = "normalizatio
                       GRU = "sequence", RNNCell = "sequence", LSTMCell = "sequence", GRUCell = "sequence",
                       TransformerEncoderLayer = "transformer", TransformerEncoder = "transformer",
                       TransformerDecoderLayer = "transformer", TransformerDecoder = "transformer",
-                      Transformer = "transformer", Upsample = "upsampling"}
+                      Transformer = "transformer", Upsample = "upsampling", ConvTranspose1d = "conv_transpose",
+                      ConvTranspose2d = "conv_transpose"}
 for _, name in ipairs({"ReLU6", "Hardtanh", "Hardsigmoid", "Hardswish", "Mish", "SELU", "CELU", "PReLU", "Softsign",
                        "Tanhshrink", "GLU", "Threshold", "Softmin", "Hardshrink", "Softshrink"}) do
   LAZY_CLASSES[name] = "activations"
@@ -55,7 +56,7 @@ end
 
 -- PyTorch's modules accel-lua does not provide: a clear error, not nil.
 local NOT_PROVIDED = {}
-for _, name in ipairs({"Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "MaxPool3d", "AvgPool3d",
+for _, name in ipairs({"Conv3d", "ConvTranspose3d", "MaxPool3d", "AvgPool3d",
   "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "LPPool2d", "MaxUnpool2d", "FractionalMaxPool2d",
   "EmbeddingBag", "Bilinear", "LazyLinear", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
   "LocalResponseNorm", "SyncBatchNorm", "Fold", "Unfold", "PixelShuffle", "PixelUnshuffle", "Dropout1d", "Dropout3d",

@@ -1,0 +1,238 @@
+-- accel.nn.conv_transpose: F.conv_transpose2d / conv_transpose1d and the
+-- modules ConvTranspose2d / ConvTranspose1d, PyTorch's arguments
+-- (positionally or in a table), weights (in, out / groups, kh, kw),
+-- initialisation and printed forms. A transposed convolution is computed as
+-- the ordinary convolution it is the gradient of: the input with stride - 1
+-- zeros between its elements, padded by dilation * (k - 1) - padding on
+-- each side (output_padding more at the end), convolved with the kernel
+-- flipped and its in / out channels swapped per group. So autograd comes
+-- with it; the zeros cost stride^2 times the work of a direct kernel.
+-- Loaded on first use of one of its names.
+local accel = require("accel")
+local base = require("accel.nn.module")
+local F = require("accel.nn.functional")
+local layers = require("accel.nn.layers")
+local util = require("accel.util")
+
+local raise, py, export_class = base.raise, base.pyrepr, base.export_class
+local torch_args = util.torch_args
+
+local M = {}
+local FUNCTIONS = {}
+
+local function is_int(v) return type(v) == "number" and v == math.floor(v) end
+
+-- an integer or a list of n integers -> a list of n, each at least low
+local function ints(op, name, v, n, low)
+  local p = v
+  if type(v) == "number" then
+    p = {}
+    for i = 1, n do p[i] = v end
+  end
+  local ok = type(p) == "table" and #p == n
+  for i = 1, n do ok = ok and is_int(p[i]) and p[i] >= low end
+  if not ok then
+    raise("%s: %s must be an integer >= %d or a list of %d of them, got %s", op, name, low, n, py(v))
+  end
+  return p
+end
+
+-- x (N, C, H, W) with stride - 1 zeros between its elements along H and W
+local function spread(x, sh, sw)
+  if sh == 1 and sw == 1 then return x end
+  local n, c, h, w = x:size(1), x:size(2), x:size(3), x:size(4)
+  local grid = F.pad(x:reshape({n, c, h, 1, w, 1}), {0, sw - 1, 0, 0, 0, sh - 1}) -- (N, C, H, sh, W, sw)
+  return grid:reshape({n, c, h * sh, w * sw}):narrow(3, 1, (h - 1) * sh + 1):narrow(4, 1, (w - 1) * sw + 1)
+end
+
+-- weight (in, out / g, kh, kw) as an ordinary convolution's (out, in / g, kh, kw), flipped
+local function as_conv_weight(weight, groups)
+  local cin, cout_g, kh, kw = weight:size(1), weight:size(2), weight:size(3), weight:size(4)
+  local per_group = math.floor(cin / groups)
+  return weight:reshape({groups, per_group, cout_g, kh, kw}):transpose(2, 3)
+    :reshape({groups * cout_g, per_group, kh, kw}):flip({3, 4})
+end
+
+local function check_tensors(op, x, weight, bias, groups)
+  if not accel.is_tensor(x) or (x:dim() ~= 3 and x:dim() ~= 4) then
+    raise("%s: expected input of shape (N, C, H, W) or (C, H, W), got %s", op, accel.is_tensor(x) and
+      tostring(x.shape) or type(x))
+  end
+  if not accel.is_tensor(weight) or weight:dim() ~= 4 then
+    raise("%s: weight must be 4-D (in_channels, out_channels / groups, kh, kw), got %s", op,
+      accel.is_tensor(weight) and tostring(weight.shape) or type(weight))
+  end
+  local c = x:size(x:dim() - 2)
+  if weight:size(1) ~= c then
+    raise("%s: weight %s expects an input with %d channels (its dim 1), but the input %s has %d", op,
+      tostring(weight.shape), weight:size(1), tostring(x.shape), c)
+  end
+  if c % groups ~= 0 then raise("%s: in_channels (%d) must be divisible by groups (%d)", op, c, groups) end
+  local out = weight:size(2) * groups
+  if bias ~= nil and (bias:dim() ~= 1 or bias:size(1) ~= out) then
+    raise("%s: bias must have shape [%d] (out_channels), got %s", op, out, tostring(bias.shape))
+  end
+end
+
+local SPECS = {"bias:tensor", "stride", "padding", "output_padding", "groups:int", "dilation"}
+
+-- conv_transpose2d(input, weight, [bias], [stride = 1], [padding = 0],
+--   [output_padding = 0], [groups = 1], [dilation = 1]), positionally or by name
+function FUNCTIONS.conv_transpose2d(input, weight, ...)
+  local op = "conv_transpose2d"
+  local a = torch_args(op, SPECS, ...)
+  local groups = a.groups or 1
+  if groups < 1 then raise("%s: groups must be at least 1, got %d", op, groups) end
+  check_tensors(op, input, weight, a.bias, groups)
+  local s, p = ints(op, "stride", a.stride or 1, 2, 1), ints(op, "padding", a.padding or 0, 2, 0)
+  local d, q = ints(op, "dilation", a.dilation or 1, 2, 1), ints(op, "output_padding", a.output_padding or 0, 2, 0)
+  for i = 1, 2 do
+    if q[i] >= s[i] and q[i] >= d[i] then
+      raise("%s: output_padding (%d) must be smaller than either stride (%d) or dilation (%d)", op, q[i], s[i], d[i])
+    end
+  end
+  local x = input:dim() == 3 and input:unsqueeze(1) or input
+  local xs = spread(x, s[1], s[2])
+  local k = {weight:size(3), weight:size(4)}
+  local pads = {}
+  for i = 1, 2 do
+    local edge = d[i] * (k[i] - 1) - p[i]
+    pads[i] = {edge, edge + q[i]} -- (negative: cropped)
+  end
+  for i = 1, 2 do
+    if xs:size(2 + i) + pads[i][1] + pads[i][2] < d[i] * (k[i] - 1) + 1 then
+      raise("%s: the output would be empty: input %s, kernel %dx%d, stride %s, padding %s", op, tostring(input.shape),
+        k[1], k[2], py(s), py(p))
+    end
+  end
+  local xp = F.pad(xs, {pads[2][1], pads[2][2], pads[1][1], pads[1][2]})
+  local y = F.conv2d(xp, as_conv_weight(weight, groups), a.bias, {dilation = d, groups = groups})
+  return input:dim() == 3 and y:squeeze(1) or y
+end
+
+-- conv_transpose1d(input (N, C, L) or (C, L), weight (in, out / groups, k), ...): conv_transpose2d over a height of 1
+function FUNCTIONS.conv_transpose1d(input, weight, ...)
+  local op = "conv_transpose1d"
+  local a = torch_args(op, SPECS, ...)
+  if not accel.is_tensor(input) or (input:dim() ~= 2 and input:dim() ~= 3) then
+    raise("%s: expected input of shape (N, C, L) or (C, L), got %s", op, accel.is_tensor(input) and
+      tostring(input.shape) or type(input))
+  end
+  if not accel.is_tensor(weight) or weight:dim() ~= 3 then
+    raise("%s: weight must be 3-D (in_channels, out_channels / groups, k), got %s", op,
+      accel.is_tensor(weight) and tostring(weight.shape) or type(weight))
+  end
+  -- each 1-D setting v as the pair {the height's, v} of a height of 1
+  local function lift(name, v, low, height) return {height, ints(op, name, v, 1, low)[1]} end
+  local y = FUNCTIONS.conv_transpose2d(input:unsqueeze(-2), weight:unsqueeze(3), a.bias,
+    lift("stride", a.stride or 1, 1, 1), lift("padding", a.padding or 0, 0, 0),
+    lift("output_padding", a.output_padding or 0, 0, 0), a.groups or 1, lift("dilation", a.dilation or 1, 1, 1))
+  return y:squeeze(-2)
+end
+
+for name, f in pairs(FUNCTIONS) do F[name] = f end
+
+-- ---- modules ----
+
+local OPTIONS = {"stride", "padding", "output_padding", "groups:int", "bias:bool", "dilation", "padding_mode:string",
+                 "dtype", "device"}
+
+-- the module's geometry from its arguments, n = 1 or 2 spatial dims
+local function build(self, name, n, in_channels, out_channels, kernel_size, a)
+  self.in_channels = base.check_integer(in_channels, name, "in_channels", 1)
+  self.out_channels = base.check_integer(out_channels, name, "out_channels", 1)
+  self.kernel_size = ints(name, "kernel_size", kernel_size, n, 1)
+  self.stride = ints(name, "stride", a.stride or 1, n, 1)
+  self.padding = ints(name, "padding", a.padding or 0, n, 0)
+  self.output_padding = ints(name, "output_padding", a.output_padding or 0, n, 0)
+  self.dilation = ints(name, "dilation", a.dilation or 1, n, 1)
+  self.groups = a.groups or 1
+  self.padding_mode = a.padding_mode or "zeros"
+  if self.padding_mode ~= "zeros" then
+    raise('%s: Only "zeros" padding mode is supported for %s, got "%s"', name, name, self.padding_mode)
+  end
+  if self.groups < 1 or in_channels % self.groups ~= 0 then
+    raise("%s: in_channels (%d) must be divisible by groups (%d)", name, in_channels, self.groups)
+  end
+  if out_channels % self.groups ~= 0 then
+    raise("%s: out_channels (%d) must be divisible by groups (%d)", name, out_channels, self.groups)
+  end
+  local shape = {in_channels, math.floor(out_channels / self.groups)}
+  for i = 1, n do shape[2 + i] = self.kernel_size[i] end
+  local o = {dtype = a.dtype, device = a.device}
+  self.weight = base.Parameter(accel.empty(shape, o))
+  if a.bias ~= false then self.bias = base.Parameter(accel.empty({out_channels}, o))
+  else self:register_parameter("bias", nil) end
+  self:reset_parameters()
+end
+
+-- the output_padding that makes the output output_size (PyTorch's forward(input, output_size))
+local function padding_for(self, name, x, output_size)
+  if output_size == nil then return self.output_padding end
+  local n = #self.kernel_size
+  if type(output_size) == "number" then output_size = {output_size} end
+  if type(output_size) ~= "table" then raise("%s: output_size must be a list of sizes, got %s", name, py(output_size)) end
+  local sizes = {}
+  for i = 1, n do sizes[i] = output_size[#output_size - n + i] end -- (N, C, ...) or just the spatial sizes
+  local out = {}
+  for i = 1, n do
+    local len = x:size(x:dim() - n + i)
+    local smallest = (len - 1) * self.stride[i] - 2 * self.padding[i] + self.dilation[i] * (self.kernel_size[i] - 1) + 1
+    local extra = is_int(sizes[i]) and sizes[i] - smallest or -1
+    if extra < 0 or extra >= math.max(self.stride[i], self.dilation[i]) then
+      raise("%s: requested an output size of %s, but valid sizes range from %d to %d (for an input of %s)", name,
+        py(output_size), smallest, smallest + math.max(self.stride[i], self.dilation[i]) - 1, tostring(x.shape))
+    end
+    out[i] = extra
+  end
+  return out
+end
+
+local function repr(self)
+  local s = ("%d, %d, kernel_size=%s, stride=%s"):format(self.in_channels, self.out_channels, py(self.kernel_size),
+    py(self.stride))
+  local function any(list, v)
+    for _, x in ipairs(list) do if x ~= v then return true end end
+    return false
+  end
+  if any(self.padding, 0) then s = s .. ", padding=" .. py(self.padding) end
+  if any(self.output_padding, 0) then s = s .. ", output_padding=" .. py(self.output_padding) end
+  if any(self.dilation, 1) then s = s .. ", dilation=" .. py(self.dilation) end
+  if self.groups ~= 1 then s = s .. ", groups=" .. self.groups end
+  if self.bias == nil then s = s .. ", bias=False" end
+  return s
+end
+
+local ConvTranspose2d = export_class(M, "ConvTranspose2d")
+
+-- ConvTranspose2d(in_channels, out_channels, kernel_size, [stride = 1], [padding = 0],
+--   [output_padding = 0], [groups = 1], [bias = true], [dilation = 1], [padding_mode = "zeros"], [{dtype =, device =}])
+function ConvTranspose2d:init(in_channels, out_channels, kernel_size, ...)
+  build(self, "ConvTranspose2d", 2, in_channels, out_channels, kernel_size,
+    torch_args("ConvTranspose2d", OPTIONS, ...))
+end
+
+-- forward(input, [output_size])
+function ConvTranspose2d:forward(x, output_size)
+  return F.conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding,
+    padding_for(self, "ConvTranspose2d", x, output_size), self.groups, self.dilation)
+end
+
+local ConvTranspose1d = export_class(M, "ConvTranspose1d")
+
+-- ConvTranspose1d(in_channels, out_channels, kernel_size, [...as ConvTranspose2d])
+function ConvTranspose1d:init(in_channels, out_channels, kernel_size, ...)
+  build(self, "ConvTranspose1d", 1, in_channels, out_channels, kernel_size,
+    torch_args("ConvTranspose1d", OPTIONS, ...))
+end
+
+function ConvTranspose1d:forward(x, output_size)
+  return F.conv_transpose1d(x, self.weight, self.bias, self.stride, self.padding,
+    padding_for(self, "ConvTranspose1d", x, output_size), self.groups, self.dilation)
+end
+
+ConvTranspose2d.reset_parameters = layers.Linear.reset_parameters
+ConvTranspose1d.reset_parameters = layers.Linear.reset_parameters
+ConvTranspose2d.extra_repr, ConvTranspose1d.extra_repr = repr, repr
+
+return M
