@@ -246,6 +246,30 @@ describe("more losses", function()
   end)
 end)
 
+-- torch 2.15: x = arange(96.).view(2, 8, 2, 3); pixel_shuffle(x, 2) has shape [2, 2, 4, 6], y[0, 0, 0] =
+-- [0, 6, 1, 7, 2, 8], y[0, 0, 1] = [12, 18, 13, 19, 14, 20], y[1, 1, 1] = [84, 90, 85, 91, 86, 92];
+-- pixel_unshuffle(y, 2) == x; an unbatched (4, 1, 1) input gives [[[0, 1], [2, 3]]]
+describe("pixel_shuffle and pixel_unshuffle", function()
+  it("match PyTorch's element order, invert each other and carry gradients", function()
+    local x = accel.arange(96):view(2, 8, 2, 3):double():requires_grad_(true)
+    local y = F.pixel_shuffle(x, 2)
+    assert.are.same({2, 2, 4, 6}, {y:size(1), y:size(2), y:size(3), y:size(4)})
+    assert.are.same({{0, 6, 1, 7, 2, 8}, {12, 18, 13, 19, 14, 20}}, {y[1][1][1]:tolist(), y[1][1][2]:tolist()})
+    assert.are.same({84, 90, 85, 91, 86, 92}, y[2][2][2]:tolist())
+    assert.is_true(F.pixel_unshuffle(y, 2):equal(x))
+    assert.are.same({{{0, 1}, {2, 3}}}, nn.PixelShuffle(2)(accel.arange(4):view(4, 1, 1)):tolist())
+    local _ = (nn.PixelUnshuffle(2)(y) * x:detach()):sum():backward()
+    close(x.grad, x:detach())
+    assert.are.equal("PixelShuffle(upscale_factor=3)", tostring(nn.PixelShuffle(3)))
+    assert.are.equal("PixelUnshuffle(downscale_factor=2)", tostring(nn.PixelUnshuffle(2)))
+    -- torch: "pixel_shuffle expects its input's 'channel' dimension to be divisible by the square of upscale_factor,
+    -- but input.size(-3)=3 is not divisible by 4"
+    expect_error(function() local _ = F.pixel_shuffle(accel.ones(1, 3, 2, 2), 2) end, "input.size(-3)=3 is not divisible by 4")
+    expect_error(function() local _ = F.pixel_unshuffle(accel.ones(1, 3, 3, 2), 2) end,
+      "expects height to be divisible by downscale_factor, but input.size(-2)=3 is not divisible by 2")
+  end)
+end)
+
 describe("interpolate and Upsample", function()
   local x = accel.arange(12):double():view(1, 1, 3, 4)
 

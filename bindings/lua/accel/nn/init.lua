@@ -42,7 +42,8 @@ local LAZY_CLASSES = {BatchNorm1d = "normalization", BatchNorm2d = "normalizatio
                       TransformerEncoderLayer = "transformer", TransformerEncoder = "transformer",
                       TransformerDecoderLayer = "transformer", TransformerDecoder = "transformer",
                       Transformer = "transformer", Upsample = "upsampling", ConvTranspose1d = "conv_transpose",
-                      ConvTranspose2d = "conv_transpose"}
+                      ConvTranspose2d = "conv_transpose", PixelShuffle = "upsampling",
+                      PixelUnshuffle = "upsampling"}
 for _, name in ipairs({"ReLU6", "Hardtanh", "Hardsigmoid", "Hardswish", "Mish", "SELU", "CELU", "PReLU", "Softsign",
                        "Tanhshrink", "GLU", "Threshold", "Softmin", "Hardshrink", "Softshrink"}) do
   LAZY_CLASSES[name] = "activations"
@@ -59,7 +60,7 @@ local NOT_PROVIDED = {}
 for _, name in ipairs({"Conv3d", "ConvTranspose3d", "MaxPool3d", "AvgPool3d",
   "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "LPPool2d", "MaxUnpool2d", "FractionalMaxPool2d",
   "EmbeddingBag", "Bilinear", "LazyLinear", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
-  "LocalResponseNorm", "SyncBatchNorm", "Fold", "Unfold", "PixelShuffle", "PixelUnshuffle", "Dropout1d", "Dropout3d",
+  "LocalResponseNorm", "SyncBatchNorm", "Fold", "Unfold", "Dropout1d", "Dropout3d",
   "AlphaDropout", "Softmax2d", "RReLU", "CTCLoss", "MarginRankingLoss",
   "TripletMarginLoss", "CosineEmbeddingLoss", "PoissonNLLLoss", "GaussianNLLLoss", "MultiLabelSoftMarginLoss",
   "SoftMarginLoss", "HingeEmbeddingLoss", "MultiMarginLoss", "MultiLabelMarginLoss"}) do
