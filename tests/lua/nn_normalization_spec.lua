@@ -108,6 +108,56 @@ describe("BatchNorm", function()
   end)
 end)
 
+-- torch 2.15, x = cos(0.7 i) for i = 0..23 as (2, 3, 4) float64, InstanceNorm1d(3, affine=True,
+-- track_running_stats=True): y[0, 0] = [1.1028745146089265, 0.6992233900227613, -0.3218865526200559,
+-- -1.4802113520116322]; running_mean [-0.018037627884545878, 0.006860392978586056, 0.005109596824165494],
+-- running_var [0.9258952420457374, 0.9198974777838085, 0.9194458095454969], num_batches_tracked 0; then in eval
+-- y[1, 2] = [0.13727188667860607, -0.5617934797287939, -0.9991447648352185, -0.9690888254527784]
+describe("InstanceNorm", function()
+  local function input()
+    local xs = {}
+    for i = 0, 23 do xs[#xs + 1] = math.cos(0.7 * i) end
+    return accel.tensor(xs, f64):view(2, 3, 4)
+  end
+
+  it("normalizes each (sample, channel) plane, running statistics and eval as PyTorch's", function()
+    local m = nn.InstanceNorm1d(3, {affine = true, track_running_stats = true}):double()
+    local y = m(input())
+    close(y[1][1], accel.tensor({1.1028745146089265, 0.6992233900227613, -0.3218865526200559, -1.4802113520116322}, f64))
+    close(m.running_mean, accel.tensor({-0.018037627884545878, 0.006860392978586056, 0.005109596824165494}, f64))
+    close(m.running_var, accel.tensor({0.9258952420457374, 0.9198974777838085, 0.9194458095454969}, f64))
+    assert.are.equal(0, m.num_batches_tracked:item())
+    m:eval()
+    close(m(input())[2][3], accel.tensor({0.13727188667860607, -0.5617934797287939, -0.9991447648352185,
+      -0.9690888254527784}, f64))
+  end)
+
+  it("without affine or running statistics: each plane has mean 0 and variance 1; unbatched input; gradients", function()
+    local x = accel.randn(2, 3, 4, 5, f64):requires_grad_(true)
+    local y = nn.InstanceNorm2d(3)(x)
+    close(y:mean({3, 4}), accel.zeros(2, 3, f64), 1e-12)
+    close(y:var({3, 4}, {correction = 0}), accel.ones(2, 3, f64), 1e-4) -- (eps = 1e-5 in the denominator)
+    close(nn.InstanceNorm2d(3)(x[1]), y[1], 1e-15)
+    dofile("tests/lua/gradcheck.lua").check(function(t) return F.instance_norm(t) end,
+      {accel.randn(2, 2, 3, f64):requires_grad_(true)})
+  end)
+
+  it("prints, keys its state and refuses input as PyTorch's", function()
+    -- torch 2.15: "InstanceNorm2d(4, eps=1e-05, momentum=0.1, affine=False, bias=False, track_running_stats=False)";
+    -- state_dict keys with track_running_stats: num_batches_tracked, running_mean, running_var
+    assert.are.equal("InstanceNorm2d(4, eps=1e-05, momentum=0.1, affine=False, bias=False, track_running_stats=False)",
+      tostring(nn.InstanceNorm2d(4)))
+    local keys = {}
+    for k in pairs(nn.InstanceNorm2d(4, {track_running_stats = true}):state_dict()) do keys[#keys + 1] = k end
+    table.sort(keys)
+    assert.are.same({"num_batches_tracked", "running_mean", "running_var"}, keys)
+    -- torch: "Expected more than 1 spatial element when training, got input size torch.Size([2, 3, 1])"
+    expect_error(function() local _ = nn.InstanceNorm1d(3)(accel.ones(2, 3, 1)) end,
+      "Expected more than 1 spatial element when training")
+    expect_error(function() local _ = nn.InstanceNorm2d(3)(accel.ones(2, 3)) end, "InstanceNorm2d: expected 3D or 4D input")
+  end)
+end)
+
 describe("GroupNorm, pooling and Dropout2d", function()
   it("GroupNorm normalizes each group of channels (PyTorch 2.15's values)", function()
     -- torch 2.15: nn.GroupNorm(2, 4)(torch.arange(16.).view(2, 4, 2)): each group [-1.3416, -0.4472, 0.4472, 1.3416]

@@ -1156,7 +1156,7 @@ end
 -- installs them all here).
 local LAZY_FUNCTIONS = {max_pool1d = "pooling1d", avg_pool1d = "pooling1d", adaptive_avg_pool1d = "pooling1d",
   pairwise_distance = "pooling1d", conv_transpose1d = "conv_transpose", conv_transpose2d = "conv_transpose",
-  pixel_shuffle = "upsampling", pixel_unshuffle = "upsampling"}
+  pixel_shuffle = "upsampling", pixel_unshuffle = "upsampling", instance_norm = "normalization"}
 for _, name in ipairs({"relu6", "hardtanh", "hardsigmoid", "hardswish", "mish", "selu", "celu", "prelu", "softsign",
                        "tanhshrink", "glu", "threshold", "softmin", "hardshrink", "softshrink"}) do
   LAZY_FUNCTIONS[name] = "activations"
@@ -1173,7 +1173,7 @@ end})
 local NOT_PROVIDED = {}
 for _, name in ipairs({"conv3d", "conv_transpose3d", "max_pool3d",
   "avg_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d", "lp_pool2d",
-  "max_unpool2d", "fractional_max_pool2d", "embedding_bag", "bilinear", "instance_norm", "local_response_norm",
+  "max_unpool2d", "fractional_max_pool2d", "embedding_bag", "bilinear", "local_response_norm",
   "pdist", "fold", "unfold", "grid_sample", "affine_grid",
   "dropout1d", "dropout3d", "alpha_dropout", "feature_alpha_dropout", "rrelu", "gumbel_softmax", "ctc_loss",
   "margin_ranking_loss", "triplet_margin_loss", "cosine_embedding_loss", "poisson_nll_loss", "gaussian_nll_loss",

@@ -37,7 +37,8 @@ end
 
 -- Classes whose file loads on first use: name -> file.
 local LAZY_CLASSES = {BatchNorm1d = "normalization", BatchNorm2d = "normalization", BatchNorm3d = "normalization",
-                      GroupNorm = "normalization", Conv1d = "sequence", RNN = "sequence", LSTM = "sequence",
+                      GroupNorm = "normalization", InstanceNorm1d = "normalization",
+                      InstanceNorm2d = "normalization", InstanceNorm3d = "normalization", Conv1d = "sequence", RNN = "sequence", LSTM = "sequence",
                       GRU = "sequence", RNNCell = "sequence", LSTMCell = "sequence", GRUCell = "sequence",
                       TransformerEncoderLayer = "transformer", TransformerEncoder = "transformer",
                       TransformerDecoderLayer = "transformer", TransformerDecoder = "transformer",
@@ -59,7 +60,7 @@ end
 local NOT_PROVIDED = {}
 for _, name in ipairs({"Conv3d", "ConvTranspose3d", "MaxPool3d", "AvgPool3d",
   "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "LPPool2d", "MaxUnpool2d", "FractionalMaxPool2d",
-  "EmbeddingBag", "Bilinear", "LazyLinear", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
+  "EmbeddingBag", "Bilinear", "LazyLinear",
   "LocalResponseNorm", "SyncBatchNorm", "Fold", "Unfold", "Dropout1d", "Dropout3d",
   "AlphaDropout", "Softmax2d", "RReLU", "CTCLoss", "MarginRankingLoss",
   "TripletMarginLoss", "CosineEmbeddingLoss", "PoissonNLLLoss", "GaussianNLLLoss", "MultiLabelSoftMarginLoss",

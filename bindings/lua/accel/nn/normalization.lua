@@ -1,5 +1,6 @@
--- accel.nn.normalization: BatchNorm1d / BatchNorm2d / BatchNorm3d and
--- GroupNorm, with PyTorch's parameters, buffers (running_mean,
+-- accel.nn.normalization: BatchNorm1d / BatchNorm2d / BatchNorm3d,
+-- InstanceNorm1d / 2d / 3d (and F.instance_norm) and GroupNorm, with
+-- PyTorch's parameters, buffers (running_mean,
 -- running_var, num_batches_tracked: the state_dict keys PyTorch writes),
 -- options and printed form. Forward passes go through F.batch_norm /
 -- F.group_norm. PyTorch's momentum=None (a cumulative average of the batch
@@ -11,6 +12,7 @@ local init = require("accel.nn.initializers")
 
 local Parameter, raise, py, export_class = base.Parameter, base.raise, base.pyrepr, base.export_class
 local check_options = base.check_options
+local util = require("accel.util")
 
 local M = {}
 
@@ -82,6 +84,85 @@ end
 batch_norm_class("BatchNorm1d", "2D or 3D", {[2] = true, [3] = true})
 batch_norm_class("BatchNorm2d", "4D", {[4] = true})
 batch_norm_class("BatchNorm3d", "5D", {[5] = true})
+
+-- instance_norm(input (N, C, ...), [running_mean], [running_var], [weight], [bias],
+--   [use_input_stats = true], [momentum = 0.1], [eps = 1e-5]), positionally or by name:
+-- each (sample, channel) plane normalised by its own statistics, computed as
+-- PyTorch does, as batch_norm of a (1, N C, ...) view with the running
+-- statistics repeated per sample and averaged back over them
+function F.instance_norm(x, ...)
+  local a = util.torch_args("instance_norm", {"running_mean:tensor", "running_var:tensor", "weight:tensor",
+    "bias:tensor", "use_input_stats:bool", "momentum:number", "eps:number"}, ...)
+  if not accel.is_tensor(x) or x:dim() < 3 then
+    raise("instance_norm: expected an input of at least 3 dims (N, C, ...), got %s",
+      accel.is_tensor(x) and tostring(x.shape) or type(x))
+  end
+  local n, c = x:size(1), x:size(2)
+  local use_input = a.use_input_stats ~= false
+  if use_input and x:numel() / (n * c) <= 1 then
+    raise("instance_norm: Expected more than 1 spatial element when training, got input size %s", tostring(x.shape))
+  end
+  local shape = {1, n * c}
+  for d = 3, x:dim() do shape[d] = x:size(d) end
+  local function per_sample(t) return t and t["repeat"](t, n) or nil end
+  local rm, rv = per_sample(a.running_mean), per_sample(a.running_var)
+  local y = F.batch_norm(x:reshape(shape), rm, rv, per_sample(a.weight), per_sample(a.bias), use_input,
+    a.momentum or 0.1, a.eps or 1e-5)
+  if use_input and rm then
+    accel.no_grad(function()
+      a.running_mean:copy_(rm:view(n, c):mean(1))
+      a.running_var:copy_(rv:view(n, c):mean(1))
+    end)
+  end
+  return y:view(x.shape)
+end
+
+local function instance_norm_class(name, dims)
+  local cls = export_class(M, name)
+
+  -- name(num_features, [eps = 1e-5], [momentum = 0.1], [affine = false], [track_running_stats = false],
+  --   [{dtype =, device =}]), positionally or by name
+  function cls:init(num_features, ...)
+    local o = util.torch_args(name, {"eps:number", "momentum:number", "affine:bool", "track_running_stats:bool",
+      "bias:bool", "dtype", "device"}, ...)
+    self.num_features = check_count(num_features, name, "num_features")
+    self.eps, self.momentum = o.eps or 1e-5, o.momentum or 0.1
+    self.affine, self.track_running_stats = o.affine == true, o.track_running_stats == true
+    affine_parameters(self, num_features, {affine = self.affine, bias = o.bias, dtype = o.dtype, device = o.device})
+    if self.track_running_stats then
+      local opts = {dtype = o.dtype, device = o.device}
+      self:register_buffer("running_mean", accel.zeros(num_features, opts))
+      self:register_buffer("running_var", accel.ones(num_features, opts))
+      self:register_buffer("num_batches_tracked", accel.zeros({}, {dtype = accel.int64, device = o.device}))
+    end
+  end
+
+  -- forward(x (N, C, ...) or unbatched (C, ...))
+  function cls:forward(x)
+    if not accel.is_tensor(x) or (x:dim() ~= dims + 1 and x:dim() ~= dims + 2) then
+      raise("%s: expected %dD or %dD input (got %s)", name, dims + 1, dims + 2,
+        accel.is_tensor(x) and (x:dim() .. "D input") or type(x))
+    end
+    local batched = x:dim() == dims + 2
+    local xb = batched and x or x:unsqueeze(1)
+    if self.affine and xb:size(2) ~= self.num_features then
+      raise("%s: expected input's size at dim %d to match num_features (%d), but got: %d", name, batched and 2 or 1,
+        self.num_features, xb:size(2))
+    end
+    local y = F.instance_norm(xb, self.running_mean, self.running_var, self.weight, self.bias,
+      self.training or not self.track_running_stats, self.momentum, self.eps)
+    return batched and y or y:squeeze(1)
+  end
+
+  function cls:extra_repr()
+    return ("%d, eps=%s, momentum=%s, affine=%s, bias=%s, track_running_stats=%s"):format(self.num_features,
+      py(self.eps), py(self.momentum), py(self.affine), py(self.bias ~= nil), py(self.track_running_stats))
+  end
+end
+
+instance_norm_class("InstanceNorm1d", 1)
+instance_norm_class("InstanceNorm2d", 2)
+instance_norm_class("InstanceNorm3d", 3)
 
 local GroupNorm = export_class(M, "GroupNorm")
 
