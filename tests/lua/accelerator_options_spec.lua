@@ -130,6 +130,35 @@ local function scale_after(kw, steps)
   return a.scaler:get_scale()
 end
 
+-- torch 2.15: GradScaler(init_scale=1e38, growth_factor=10, growth_interval=1) after a clean step: get_scale()
+-- 9.999999680285692e+37 (kept: 1e39 would pass float32's range; the scale is a float32 from then on)
+describe("the fp16 loss scale", function()
+  it("does not grow past float32's range, and is kept in float32", function()
+    local s = require("accel.amp").GradScaler{init_scale = 1e38, growth_factor = 10, growth_interval = 1}
+    local p = nn.Parameter(accel.ones(2))
+    local o = optim.SGD({p}, {lr = 0.1})
+    s:scale((p * 1e-40):sum()):backward() -- a step without an inf or NaN
+    s:step(o)
+    s:update()
+    assert.are.equal(9.999999680285692e+37, s:get_scale())
+  end)
+
+  -- torch 2.15: torch.amp.GradScaler(growth_factor=0.5): "The growth factor must be > 1.0."
+  it("accel.amp.GradScaler checks its options as GradScalerKwargs does", function()
+    local amp = require("accel.amp")
+    error_matching("GradScaler: unknown option grwoth_factor", function() amp.GradScaler{grwoth_factor = 3} end)
+    error_matching("GradScaler: growth_factor = 0.5 is not supported: it must be greater than 1", function()
+      amp.GradScaler{growth_factor = 0.5}
+    end)
+    assert.are.equal(2, amp.GradScaler{init_scale = 2}:get_scale())
+  end)
+
+  -- accelerate 1.15: Accelerator(mixed_precision="BF16"): "ValueError: Unknown mixed_precision mode: BF16"
+  it("mixed_precision is one of Accelerate's exact strings", function()
+    error_matching('unknown mixed_precision "BF16"', function() accel.Accelerator{mixed_precision = "BF16"} end)
+  end)
+end)
+
 local function with_timeout_restored(fn)
   local before = accel.dist.get_timeout()
   local ok, err = pcall(fn)

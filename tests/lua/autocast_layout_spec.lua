@@ -114,3 +114,47 @@ describe("autocast and the bias", function()
     end)
   end
 end)
+
+-- torch 2.15 under torch.autocast("cpu", dtype=torch.bfloat16) with float32 inputs: addmm, baddbmm and
+-- scaled_dot_product_attention give bfloat16 (CPU autocast's lower-precision list); cumsum, mv and the inner
+-- product of two vectors keep float32 (on no list), and cumsum's values are float32's
+describe("autocast and the ops built from others", function()
+  before_each(function() accel.set_seed(22) end)
+
+  local function under_bf16(fn)
+    local prev = C.set_autocast(accel.bfloat16)
+    local ok, a, b = pcall(fn)
+    C.set_autocast(prev)
+    assert(ok, a)
+    return a, b
+  end
+
+  it("addmm, baddbmm and scaled_dot_product_attention give the autocast dtype", function()
+    local t, m1, m2 = accel.randn(3, 5), accel.randn(3, 4), accel.randn(4, 5)
+    local q, k, v = accel.randn(2, 4, 8), accel.randn(2, 4, 8), accel.randn(2, 4, 8)
+    local y, z = under_bf16(function() return accel.addmm(t, m1, m2), t:unsqueeze(1):baddbmm(m1:unsqueeze(1), m2:unsqueeze(1)) end)
+    assert.are.equal(accel.bfloat16, y.dtype)
+    assert.are.equal(accel.bfloat16, z.dtype)
+    local ref = (t:bfloat16():float() + m1:bfloat16():float():matmul(m2:bfloat16():float()))
+    assert.is_true(max_diff(y, ref) <= ref:abs():max():item() / 64)
+    local a = under_bf16(function() return F.scaled_dot_product_attention(q, k, v, {is_causal = true}) end)
+    assert.are.equal(accel.bfloat16, a.dtype)
+    local a_ref = F.scaled_dot_product_attention(q:bfloat16(), k:bfloat16(), v:bfloat16(), {is_causal = true})
+    assert.is_true(max_diff(a, a_ref) == 0)
+  end)
+
+  it("cumsum, mv and a vector inner product keep float32, with float32's values", function()
+    local x = accel.arange(1, 301):float() * 1.001
+    local c = under_bf16(function() return x:cumsum(1) end)
+    assert.are.equal(accel.float32, c.dtype)
+    assert.is_true(max_diff(c, x:cumsum(1)) == 0)
+    local c64 = under_bf16(function() return x:cumsum(1, {dtype = accel.float64}) end)
+    assert.are.equal(accel.float64, c64.dtype)
+    local m, vec = accel.randn(3, 4), accel.randn(4)
+    local y = under_bf16(function() return m:mv(vec) end)
+    assert.are.equal(accel.float32, y.dtype)
+    assert.is_true(max_diff(y, m:mv(vec)) == 0)
+    local i = under_bf16(function() return accel.inner(vec, vec) end)
+    assert.are.equal(accel.float32, i.dtype)
+  end)
+end)

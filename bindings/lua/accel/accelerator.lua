@@ -377,11 +377,11 @@ end
 local function resolve_precision(mp)
   if mp == nil then mp = setting("MIXED_PRECISION") or "no" end
   if mp == accel.bfloat16 then mp = "bf16" elseif mp == accel.float16 then mp = "fp16" end
-  if type(mp) ~= "string" or not PRECISIONS[mp:lower()] then
+  if type(mp) ~= "string" or not PRECISIONS[mp] then -- (exactly: Accelerate refuses "BF16" too)
     raise('Accelerator: unknown mixed_precision %s; expected "no", "fp16", "bf16" or "fp8"',
       type(mp) == "string" and ('"' .. mp .. '"') or tostring(mp))
   end
-  return mp:lower()
+  return mp
 end
 
 -- mixed_precision under a DeepSpeed config that enables bf16 / fp16
@@ -741,7 +741,7 @@ local function make_scaler(self, kw, ds)
   if not kw.enabled then return nil end
   local comm = self.state.comm
   local f = scaler_fields(kw, ds)
-  return amp.GradScaler({init_scale = f.init_scale, growth_factor = f.growth_factor,
+  return amp.scaler_from_settings({init_scale = f.init_scale, growth_factor = f.growth_factor,
     backoff_factor = f.backoff_factor, growth_interval = f.growth_interval,
     agree = function(found) return comm:all_reduce(accel.tensor({found and 1 or 0}, HOST), "max"):item() > 0 end})
 end

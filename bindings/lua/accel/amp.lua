@@ -40,6 +40,25 @@ function amp.run(dtype, fn, ...)
   return compat.unpack(res, 2, res.n)
 end
 
+-- fn(...) with autocast off (an op built from matmuls that autocast would
+-- otherwise round, where torch's op is on no autocast list); restored after.
+function amp.off(fn, ...)
+  local prev = C.set_autocast(nil)
+  if prev == nil then return fn(...) end
+  local res = compat.pack(pcall(fn, ...))
+  C.set_autocast(prev)
+  if not res[1] then error(res[2], 0) end
+  return compat.unpack(res, 2, res.n)
+end
+
+-- t as an op on autocast's lower-precision list takes it: cast to the
+-- autocast dtype when autocast is on and t is float32 or a half dtype
+-- (float64, integers and non-tensors pass), as torch's cached_cast
+function amp.cast_input(t)
+  local dt = accel.is_tensor(t) and t.dtype.is_floating_point and t.dtype ~= accel.float64 and amp.current_dtype()
+  return dt and t:to(dt) or t
+end
+
 -- Half-precision tensors (also inside plain tables) back to float32.
 local function to_fp32(v)
   if accel.is_tensor(v) then
@@ -118,16 +137,28 @@ local READY, UNSCALED, STEPPED = "ready", "unscaled", "stepped"
 
 local function fresh_states() return setmetatable({}, {__mode = "k"}) end
 
+-- v rounded to float32, the dtype torch keeps the scale in after its first update (inf beyond its range)
+local function f32(v) return accel.tensor(v, {dtype = accel.float64}):float():item() end
+
 -- amp.GradScaler{init_scale=, growth_factor=, backoff_factor=, growth_interval=,
 -- agree = function(found) -> found on any process}: agree makes every
 -- process skip the step when any of them found an inf or NaN (the
 -- Accelerator passes an all_reduce through its communicator).
-function amp.GradScaler(o)
+-- The Accelerator's scaler, from settings already checked (a DeepSpeed static
+-- loss scale is growth 1 and backoff 1, outside what a user may ask).
+function amp.scaler_from_settings(o)
   o = o or {}
   return setmetatable({_scale = o.init_scale or 65536.0, growth_factor = o.growth_factor or 2.0,
     backoff_factor = o.backoff_factor or 0.5, growth_interval = o.growth_interval or 2000,
     agree = o.agree or function(found) return found end,
     growth_tracker = 0, per_opt = fresh_states()}, GradScaler)
+end
+
+function amp.GradScaler(o)
+  local options = {} -- checked as GradScalerKwargs's (agree is the Accelerator's own)
+  for k, v in pairs(o or {}) do if k ~= "agree" then options[k] = v end end
+  require("accel.plugins").check_scaler_options("GradScaler", options)
+  return amp.scaler_from_settings(o)
 end
 
 function GradScaler:scale_loss(loss) return loss * self._scale end
@@ -271,10 +302,12 @@ local function update_scale(self, new_scale, stage)
   else
     self.growth_tracker = self.growth_tracker + 1
     if self.growth_tracker == self.growth_interval then
-      self._scale = self._scale * self.growth_factor
+      local grown = f32(self._scale * self.growth_factor)
+      if grown < math.huge then self._scale = grown end -- as torch: kept where it would pass float32's range
       self.growth_tracker = 0
     end
   end
+  self._scale = f32(self._scale) -- (torch keeps it in a float32 tensor from the first update on)
   if stage == nil then
     self.per_opt = fresh_states()
   else

@@ -701,13 +701,22 @@ configuration("InitProcessGroupKwargs", {timeout = "number", backend = "any", in
 
 -- accel.GradScalerKwargs{init_scale = 65536, growth_factor = 2, backoff_factor = 0.5,
 --   growth_interval = 2000, enabled = true}: the fp16 GradScaler (PyTorch's rules).
-configuration("GradScalerKwargs", {init_scale = "number", growth_factor = "number", backoff_factor = "number",
-  growth_interval = "number", enabled = "boolean"},
-  {init_scale = 65536.0, growth_factor = 2.0, backoff_factor = 0.5, growth_interval = 2000, enabled = true}, {
+local SCALER_SPEC = {init_scale = "number", growth_factor = "number", backoff_factor = "number",
+  growth_interval = "number", enabled = "boolean"}
+local SCALER_LIMITS = {
   init_scale = positive("it must be a positive number"),
   growth_factor = {why = "it must be greater than 1", ok = function(v) return v > 1 end},
   backoff_factor = {why = "it must be between 0 and 1", ok = function(v) return v > 0 and v < 1 end},
-  growth_interval = positive_integer("it must be a positive integer")})
+  growth_interval = positive_integer("it must be a positive integer")}
+configuration("GradScalerKwargs", SCALER_SPEC,
+  {init_scale = 65536.0, growth_factor = 2.0, backoff_factor = 0.5, growth_interval = 2000, enabled = true},
+  SCALER_LIMITS)
+
+-- o checked as GradScalerKwargs's options, errors named for what (accel.amp.GradScaler)
+function M.check_scaler_options(what, o)
+  check_options(what, o, SCALER_SPEC)
+  check_limits(what, o, SCALER_LIMITS)
+end
 
 -- accel.AutocastKwargs{enabled = true, cache_enabled = nil}: enabled = false
 -- turns autocast off for the prepared forward and accelerator:autocast.

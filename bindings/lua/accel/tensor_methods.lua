@@ -132,10 +132,10 @@ local function running(x, d, combine)
   return accel.cat(parts, d)
 end
 
--- t:cumsum(dim, [{dtype =}])
+-- t:cumsum(dim, [{dtype =}]) (its matmuls outside autocast: torch's cumsum keeps its dtype)
 function M.cumsum(t, ...)
   local d, x = running_input("cumsum", t, ...)
-  return along_last(x, d, cumsum_last)
+  return require("accel.amp").off(along_last, x, d, cumsum_last)
 end
 
 -- ---- order statistics (over sort) ----
@@ -386,10 +386,13 @@ function M.put(t, index, source, accumulate)
 end
 function M.put_(t, ...) return t:copy_(M.put(t, ...)) end
 
--- self * beta + (m1 @ m2) * alpha (beta = 0: self is not read, as torch)
+-- self * beta + (m1 @ m2) * alpha (beta = 0: self is not read, as torch);
+-- under autocast self is cast too (addmm / baddbmm are on its list), so the
+-- result has the autocast dtype, as torch's
 local function add_product(t, m1, m2, ...)
   local a = torch_args("addmm", {"beta:number", "alpha:number"}, ...)
   local beta, alpha = a.beta or 1, a.alpha or 1
+  t = require("accel.amp").cast_input(t)
   local prod = m1:matmul(m2)
   if alpha ~= 1 then prod = prod * alpha end
   if beta == 0 then return prod + accel.zeros_like(t) end

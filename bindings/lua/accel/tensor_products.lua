@@ -56,7 +56,7 @@ function P.mv(t, vec, ...)
   if t:size(2) ~= vec:size(1) then
     raise("mv: size mismatch, matrix (%dx%d) and vector (%d)", t:size(1), t:size(2), vec:size(1))
   end
-  return t:matmul(vec)
+  return require("accel.amp").off(t.matmul, t, vec) -- (mv is on no autocast list: float32 stays)
 end
 
 -- beta * t + alpha * product (beta = 0: t is not read, as torch)
@@ -151,6 +151,7 @@ end
 function P.inner(t, u, ...)
   util.no_more("inner", 1, ...)
   if not is_tensor(u) or t:dim() == 0 or u:dim() == 0 then return t * u end
+  if t:dim() == 1 and u:dim() == 1 then return vectors("inner", t, u) end -- (a sum of products, as torch: no autocast)
   if t:size(-1) ~= u:size(-1) then
     raise("inner: the last dims must match, got shapes %s and %s", util.shape_str(t), util.shape_str(u))
   end

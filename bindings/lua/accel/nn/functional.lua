@@ -352,6 +352,7 @@ local function reduce(op, t, reduction)
   elseif reduction == "sum" then return t:sum() end
   return t
 end
+F._reduce = reduce -- (for the losses in other files)
 
 local function shape_text(dims) return "[" .. table.concat(dims, ", ") .. "]" end
 
@@ -747,8 +748,10 @@ end
 function F.scaled_dot_product_attention(q, k, v, o)
   for i, t in ipairs({q, k, v}) do tensor_arg("scaled_dot_product_attention", ({"query", "key", "value"})[i], t) end
   o = check("scaled_dot_product_attention", o, {"attn_mask", "dropout_p", "is_causal", "scale"})
+  local amp = require("accel.amp") -- on autocast's lower-precision list, as torch's: q, k, v in its dtype
+  q, k, v = amp.cast_input(q), amp.cast_input(k), amp.cast_input(v)
   local scale = opt(o, "scale", nil) or 1 / math.sqrt(q:size(-1))
-  local mask = opt(o, "attn_mask", nil)
+  local mask = amp.cast_input(opt(o, "attn_mask", nil))
   if mask ~= nil then
     if opt(o, "is_causal", false) then
       raise("scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
@@ -1157,6 +1160,10 @@ end
 local LAZY_FUNCTIONS = {max_pool1d = "pooling1d", avg_pool1d = "pooling1d", adaptive_avg_pool1d = "pooling1d",
   pairwise_distance = "pooling1d", conv_transpose1d = "conv_transpose", conv_transpose2d = "conv_transpose",
   pixel_shuffle = "upsampling", pixel_unshuffle = "upsampling", instance_norm = "normalization"}
+for _, name in ipairs({"margin_ranking_loss", "hinge_embedding_loss", "soft_margin_loss", "cosine_embedding_loss",
+                       "triplet_margin_loss", "multilabel_soft_margin_loss"}) do
+  LAZY_FUNCTIONS[name] = "ranking_loss"
+end
 for _, name in ipairs({"relu6", "hardtanh", "hardsigmoid", "hardswish", "mish", "selu", "celu", "prelu", "softsign",
                        "tanhshrink", "glu", "threshold", "softmin", "hardshrink", "softshrink"}) do
   LAZY_FUNCTIONS[name] = "activations"
@@ -1176,9 +1183,7 @@ for _, name in ipairs({"conv3d", "conv_transpose3d", "max_pool3d",
   "max_unpool2d", "fractional_max_pool2d", "embedding_bag", "bilinear", "local_response_norm",
   "pdist", "fold", "unfold", "grid_sample", "affine_grid",
   "dropout1d", "dropout3d", "alpha_dropout", "feature_alpha_dropout", "rrelu", "gumbel_softmax", "ctc_loss",
-  "margin_ranking_loss", "triplet_margin_loss", "cosine_embedding_loss", "poisson_nll_loss", "gaussian_nll_loss",
-  "multilabel_soft_margin_loss", "soft_margin_loss", "hinge_embedding_loss", "multi_margin_loss",
-  "multilabel_margin_loss"}) do
+  "poisson_nll_loss", "gaussian_nll_loss", "multi_margin_loss", "multilabel_margin_loss"}) do
   NOT_PROVIDED[name] = true
 end
 return util.not_provided(F, NOT_PROVIDED, "accel.nn.functional", "docs/api/nn.md lists the functions there are")

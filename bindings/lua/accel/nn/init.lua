@@ -49,6 +49,10 @@ for _, name in ipairs({"ReLU6", "Hardtanh", "Hardsigmoid", "Hardswish", "Mish", 
                        "Tanhshrink", "GLU", "Threshold", "Softmin", "Hardshrink", "Softshrink"}) do
   LAZY_CLASSES[name] = "activations"
 end
+for _, name in ipairs({"MarginRankingLoss", "HingeEmbeddingLoss", "SoftMarginLoss", "CosineEmbeddingLoss",
+                       "TripletMarginLoss", "MultiLabelSoftMarginLoss"}) do
+  LAZY_CLASSES[name] = "ranking_loss"
+end
 for _, name in ipairs({"MaxPool1d", "AvgPool1d", "AdaptiveAvgPool1d", "PairwiseDistance", "CosineSimilarity"}) do
   LAZY_CLASSES[name] = "pooling1d"
 end
@@ -62,9 +66,8 @@ for _, name in ipairs({"Conv3d", "ConvTranspose3d", "MaxPool3d", "AvgPool3d",
   "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "LPPool2d", "MaxUnpool2d", "FractionalMaxPool2d",
   "EmbeddingBag", "Bilinear", "LazyLinear",
   "LocalResponseNorm", "SyncBatchNorm", "Fold", "Unfold", "Dropout1d", "Dropout3d",
-  "AlphaDropout", "Softmax2d", "RReLU", "CTCLoss", "MarginRankingLoss",
-  "TripletMarginLoss", "CosineEmbeddingLoss", "PoissonNLLLoss", "GaussianNLLLoss", "MultiLabelSoftMarginLoss",
-  "SoftMarginLoss", "HingeEmbeddingLoss", "MultiMarginLoss", "MultiLabelMarginLoss"}) do
+  "AlphaDropout", "Softmax2d", "RReLU", "CTCLoss", "PoissonNLLLoss", "GaussianNLLLoss", "MultiMarginLoss",
+  "MultiLabelMarginLoss"}) do
   NOT_PROVIDED[name] = true
 end
 
