@@ -71,72 +71,13 @@ local CASES = {
   vecdot = function(a, b) return linalg.vecdot(a, b, {dim = 1}) end,
 }
 
--- the fixture's inputs of a case, the floating ones requiring grad when it is differentiable
-local function inputs(name)
-  local xs, differentiable = {}, ref[name .. ".w1"] ~= nil
-  while ref[("%s.in%d"):format(name, #xs + 1)] do
-    local x = ref[("%s.in%d"):format(name, #xs + 1)]:clone()
-    if differentiable and x.dtype.is_floating_point then x:requires_grad_(true) end
-    xs[#xs + 1] = x
-  end
-  return xs, differentiable
-end
-
 local function dims(t)
   local d = {}
   for i = 1, t:dim() do d[i] = t:size(i) end
   return d
 end
 
--- the outputs of f as a list (a list result, or several returns)
-local function outputs(...)
-  local first = ...
-  if select("#", ...) == 1 and type(first) == "table" and not accel.is_tensor(first) then return first end
-  return {...}
-end
-
--- a tensor compared with a torch one: same shape and values within tol (NaN
--- where torch has NaN); bool and integer results exactly, of the same kind
-local function same(got, want, tol, what)
-  got = got:to("cpu") -- (a file loads onto the CPU; the sim device makes new tensors on sim)
-  assert.are.same(want.shape, got.shape, what .. " shape")
-  if want.dtype == accel.bool or want.dtype == accel.int64 then
-    assert.are.equal(want.dtype, got.dtype, what .. " dtype")
-    assert.are.same(want:tolist(), got:tolist(), what)
-    return
-  end
-  local nan = want:isnan()
-  assert.is_true(got:isnan():equal(nan), what .. ": NaN positions")
-  close(accel.where(nan, 0, got:double()), accel.where(nan, 0, want), tol)
-end
-
-describe("tensor functions match PyTorch", function()
-  local names = {}
-  for name in pairs(CASES) do names[#names + 1] = name end
-  table.sort(names)
-  for _, name in ipairs(names) do
-    it(name, function()
-      local xs, differentiable = inputs(name)
-      local ys = outputs(CASES[name](unpack(xs)))
-      local single = ref[name .. ".y"] ~= nil
-      assert.are.equal(single and 1 or #ys, #ys, name .. ": number of outputs")
-      local loss
-      for i, y in ipairs(ys) do
-        same(y, ref[single and name .. ".y" or ("%s.y%d"):format(name, i)], 1e-12, name)
-        if differentiable then
-          local term = (y * ref[("%s.w%d"):format(name, i)]):sum()
-          loss = loss and loss + term or term
-        end
-      end
-      if differentiable then
-        loss:backward()
-        for i, x in ipairs(xs) do
-          if x.requires_grad then close(x.grad, ref[("%s.g%d"):format(name, i)], 1e-12) end
-        end
-      end
-    end)
-  end
-end)
+dofile("tests/lua/torch_cases.lua").describe(describe, it, "tensor functions match PyTorch", ref, CASES, 1e-12)
 
 describe("tensor functions: details", function()
   it("meshgrid returns expanded views, and ij by default", function()
