@@ -1067,16 +1067,24 @@ end
 -- dropout2d(x, [p = 0.5], [training = true], [inplace = false]): whole
 -- channels of (N, C, H, W) (or (C, H, W)) zeroed with probability p, the
 -- rest scaled by 1 / (1 - p)
-function F.dropout2d(x, ...)
-  local p, a = dropout_args("dropout2d", x, ...)
+-- channels dropped whole: the last `spatial` dims share each draw
+local function channel_dropout(op, spatial, x, ...)
+  local p, a = dropout_args(op, x, ...)
   if a.training == false or p == 0 then return x end
-  if x:dim() ~= 3 and x:dim() ~= 4 then raise("dropout2d: expected a 3-D or 4-D input, got %dD", x:dim()) end
+  if x:dim() ~= spatial + 1 and x:dim() ~= spatial + 2 then
+    raise("%s: expected a %d-D or %d-D input, got %dD", op, spatial + 1, spatial + 2, x:dim())
+  end
   local shape = sizes(x)
-  for d = x:dim() - 1, x:dim() do shape[d] = 1 end
+  for d = x:dim() - spatial + 1, x:dim() do shape[d] = 1 end
   local keep = accel.rand(shape, {device = x.device}):ge(p):to(x.dtype)
   local y = p == 1 and x * 0 or x * keep * (1 / (1 - p))
   return a.inplace and x:copy_(y) or y
 end
+
+function F.dropout2d(x, ...) return channel_dropout("dropout2d", 2, x, ...) end
+-- dropout1d(x (N, C, L) or (C, L), ...), dropout3d(x (N, C, D, H, W) or (C, D, H, W), ...): as dropout2d
+function F.dropout1d(x, ...) return channel_dropout("dropout1d", 1, x, ...) end
+function F.dropout3d(x, ...) return channel_dropout("dropout3d", 3, x, ...) end
 
 -- The per-channel shape (1, C, 1, ...) of x, and the dims other than the channel one.
 local function channel_layout(x)
@@ -1182,7 +1190,7 @@ for _, name in ipairs({"conv3d", "conv_transpose3d", "max_pool3d",
   "avg_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d", "lp_pool2d",
   "max_unpool2d", "fractional_max_pool2d", "embedding_bag", "bilinear", "local_response_norm",
   "pdist", "fold", "unfold", "grid_sample", "affine_grid",
-  "dropout1d", "dropout3d", "alpha_dropout", "feature_alpha_dropout", "rrelu", "gumbel_softmax", "ctc_loss",
+  "alpha_dropout", "feature_alpha_dropout", "rrelu", "gumbel_softmax", "ctc_loss",
   "poisson_nll_loss", "gaussian_nll_loss", "multi_margin_loss", "multilabel_margin_loss"}) do
   NOT_PROVIDED[name] = true
 end

@@ -65,7 +65,7 @@ local NOT_PROVIDED = {}
 for _, name in ipairs({"Conv3d", "ConvTranspose3d", "MaxPool3d", "AvgPool3d",
   "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "LPPool2d", "MaxUnpool2d", "FractionalMaxPool2d",
   "EmbeddingBag", "Bilinear", "LazyLinear",
-  "LocalResponseNorm", "SyncBatchNorm", "Fold", "Unfold", "Dropout1d", "Dropout3d",
+  "LocalResponseNorm", "SyncBatchNorm", "Fold", "Unfold",
   "AlphaDropout", "Softmax2d", "RReLU", "CTCLoss", "PoissonNLLLoss", "GaussianNLLLoss", "MultiMarginLoss",
   "MultiLabelMarginLoss"}) do
   NOT_PROVIDED[name] = true

@@ -404,15 +404,17 @@ function AdaptiveAvgPool2d:init(output_size) self.output_size = output_size end
 function AdaptiveAvgPool2d:forward(x) return F.adaptive_avg_pool2d(x, self.output_size) end
 function AdaptiveAvgPool2d:extra_repr() return "output_size=" .. py(self.output_size) end
 
-local Dropout2d = export_class(M, "Dropout2d")
-
--- Dropout2d([p = 0.5], [{inplace = false}]) or Dropout2d({p =, inplace =})
-function Dropout2d:init(...)
-  local a = require("accel.util").torch_args("Dropout2d", {"p:number", "inplace:bool"}, ...)
-  self.p, self.inplace = F._dropout_p("Dropout2d", a.p), a.inplace == true
+-- Dropout1d / Dropout2d / Dropout3d([p = 0.5], [{inplace = false}]) or ({p =, inplace =}): whole channels
+for n = 1, 3 do
+  local name, fn = ("Dropout%dd"):format(n), F[("dropout%dd"):format(n)]
+  local cls = export_class(M, name)
+  function cls:init(...)
+    local a = require("accel.util").torch_args(name, {"p:number", "inplace:bool"}, ...)
+    self.p, self.inplace = F._dropout_p(name, a.p), a.inplace == true
+  end
+  function cls:forward(x) return fn(x, self.p, self.training, self.inplace) end
+  function cls:extra_repr() return ("p=%s, inplace=%s"):format(py(self.p), py(self.inplace)) end
 end
-function Dropout2d:forward(x) return F.dropout2d(x, self.p, self.training, self.inplace) end
-function Dropout2d:extra_repr() return ("p=%s, inplace=%s"):format(py(self.p), py(self.inplace)) end
 
 -- ---- activations ----
 
