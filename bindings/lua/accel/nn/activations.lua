@@ -256,4 +256,13 @@ end
 function PReLU:forward(x) return FUNCTIONS.prelu(x, self.weight) end
 function PReLU:extra_repr() return "num_parameters=" .. self.num_parameters end
 
+-- Softmax2d(): softmax over the channels (dim -3) of a (N, C, H, W) or (C, H, W) input
+local Softmax2d = export_class(M, "Softmax2d")
+function Softmax2d:forward(x)
+  if not accel.is_tensor(x) or (x:dim() ~= 3 and x:dim() ~= 4) then
+    raise("Softmax2d: expected an input of 3 or 4 dims, got %s", accel.is_tensor(x) and (x:dim() .. "D") or type(x))
+  end
+  return x:softmax(-3)
+end
+
 return M

@@ -1172,6 +1172,8 @@ for _, name in ipairs({"margin_ranking_loss", "hinge_embedding_loss", "soft_marg
                        "triplet_margin_loss", "multilabel_soft_margin_loss"}) do
   LAZY_FUNCTIONS[name] = "ranking_loss"
 end
+LAZY_FUNCTIONS.poisson_nll_loss, LAZY_FUNCTIONS.gaussian_nll_loss = "likelihood_loss", "likelihood_loss"
+LAZY_FUNCTIONS.bilinear = "bilinear"
 for _, name in ipairs({"relu6", "hardtanh", "hardsigmoid", "hardswish", "mish", "selu", "celu", "prelu", "softsign",
                        "tanhshrink", "glu", "threshold", "softmin", "hardshrink", "softshrink"}) do
   LAZY_FUNCTIONS[name] = "activations"
@@ -1188,10 +1190,10 @@ end})
 local NOT_PROVIDED = {}
 for _, name in ipairs({"conv3d", "conv_transpose3d", "max_pool3d",
   "avg_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d", "lp_pool2d",
-  "max_unpool2d", "fractional_max_pool2d", "embedding_bag", "bilinear", "local_response_norm",
+  "max_unpool2d", "fractional_max_pool2d", "embedding_bag", "local_response_norm",
   "pdist", "fold", "unfold", "grid_sample", "affine_grid",
   "alpha_dropout", "feature_alpha_dropout", "rrelu", "gumbel_softmax", "ctc_loss",
-  "poisson_nll_loss", "gaussian_nll_loss", "multi_margin_loss", "multilabel_margin_loss"}) do
+  "multi_margin_loss", "multilabel_margin_loss"}) do
   NOT_PROVIDED[name] = true
 end
 return util.not_provided(F, NOT_PROVIDED, "accel.nn.functional", "docs/api/nn.md lists the functions there are")

@@ -49,6 +49,8 @@ for _, name in ipairs({"ReLU6", "Hardtanh", "Hardsigmoid", "Hardswish", "Mish", 
                        "Tanhshrink", "GLU", "Threshold", "Softmin", "Hardshrink", "Softshrink"}) do
   LAZY_CLASSES[name] = "activations"
 end
+LAZY_CLASSES.Softmax2d, LAZY_CLASSES.Bilinear = "activations", "bilinear"
+LAZY_CLASSES.PoissonNLLLoss, LAZY_CLASSES.GaussianNLLLoss = "likelihood_loss", "likelihood_loss"
 for _, name in ipairs({"MarginRankingLoss", "HingeEmbeddingLoss", "SoftMarginLoss", "CosineEmbeddingLoss",
                        "TripletMarginLoss", "MultiLabelSoftMarginLoss"}) do
   LAZY_CLASSES[name] = "ranking_loss"
@@ -64,9 +66,9 @@ end
 local NOT_PROVIDED = {}
 for _, name in ipairs({"Conv3d", "ConvTranspose3d", "MaxPool3d", "AvgPool3d",
   "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "LPPool2d", "MaxUnpool2d", "FractionalMaxPool2d",
-  "EmbeddingBag", "Bilinear", "LazyLinear",
+  "EmbeddingBag", "LazyLinear",
   "LocalResponseNorm", "SyncBatchNorm", "Fold", "Unfold",
-  "AlphaDropout", "Softmax2d", "RReLU", "CTCLoss", "PoissonNLLLoss", "GaussianNLLLoss", "MultiMarginLoss",
+  "AlphaDropout", "RReLU", "CTCLoss", "MultiMarginLoss",
   "MultiLabelMarginLoss"}) do
   NOT_PROVIDED[name] = true
 end
