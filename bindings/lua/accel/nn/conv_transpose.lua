@@ -203,36 +203,20 @@ local function repr(self)
   return s
 end
 
-local ConvTranspose2d = export_class(M, "ConvTranspose2d")
-
 -- ConvTranspose2d(in_channels, out_channels, kernel_size, [stride = 1], [padding = 0],
---   [output_padding = 0], [groups = 1], [bias = true], [dilation = 1], [padding_mode = "zeros"], [{dtype =, device =}])
-function ConvTranspose2d:init(in_channels, out_channels, kernel_size, ...)
-  build(self, "ConvTranspose2d", 2, in_channels, out_channels, kernel_size,
-    torch_args("ConvTranspose2d", OPTIONS, ...))
+--   [output_padding = 0], [groups = 1], [bias = true], [dilation = 1], [padding_mode = "zeros"],
+--   [{dtype =, device =}]), and ConvTranspose1d(...) likewise; forward(input, [output_size])
+for n = 1, 2 do
+  local name, fn = ("ConvTranspose%dd"):format(n), FUNCTIONS[("conv_transpose%dd"):format(n)]
+  local cls = export_class(M, name)
+  function cls:init(in_channels, out_channels, kernel_size, ...)
+    build(self, name, n, in_channels, out_channels, kernel_size, torch_args(name, OPTIONS, ...))
+  end
+  function cls:forward(x, output_size)
+    return fn(x, self.weight, self.bias, self.stride, self.padding, padding_for(self, name, x, output_size), self.groups,
+      self.dilation)
+  end
+  cls.reset_parameters, cls.extra_repr = layers.Linear.reset_parameters, repr
 end
-
--- forward(input, [output_size])
-function ConvTranspose2d:forward(x, output_size)
-  return F.conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding,
-    padding_for(self, "ConvTranspose2d", x, output_size), self.groups, self.dilation)
-end
-
-local ConvTranspose1d = export_class(M, "ConvTranspose1d")
-
--- ConvTranspose1d(in_channels, out_channels, kernel_size, [...as ConvTranspose2d])
-function ConvTranspose1d:init(in_channels, out_channels, kernel_size, ...)
-  build(self, "ConvTranspose1d", 1, in_channels, out_channels, kernel_size,
-    torch_args("ConvTranspose1d", OPTIONS, ...))
-end
-
-function ConvTranspose1d:forward(x, output_size)
-  return F.conv_transpose1d(x, self.weight, self.bias, self.stride, self.padding,
-    padding_for(self, "ConvTranspose1d", x, output_size), self.groups, self.dilation)
-end
-
-ConvTranspose2d.reset_parameters = layers.Linear.reset_parameters
-ConvTranspose1d.reset_parameters = layers.Linear.reset_parameters
-ConvTranspose2d.extra_repr, ConvTranspose1d.extra_repr = repr, repr
 
 return M

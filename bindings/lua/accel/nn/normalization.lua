@@ -31,6 +31,14 @@ local function affine_parameters(self, n, o)
   end
 end
 
+-- the running statistics buffers of n channels (PyTorch's running_mean, running_var, num_batches_tracked)
+local function running_buffers(self, n, o)
+  local opts = {dtype = o.dtype, device = o.device}
+  self:register_buffer("running_mean", accel.zeros(n, opts))
+  self:register_buffer("running_var", accel.ones(n, opts))
+  self:register_buffer("num_batches_tracked", accel.zeros({}, {dtype = accel.int64, device = o.device}))
+end
+
 local function batch_norm_class(name, dims_text, dims_ok)
   local cls = export_class(M, name)
 
@@ -47,10 +55,7 @@ local function batch_norm_class(name, dims_text, dims_ok)
     self.affine, self.track_running_stats = o.affine ~= false, o.track_running_stats ~= false
     affine_parameters(self, num_features, o)
     if self.track_running_stats then
-      local opts = {dtype = o.dtype, device = o.device}
-      self:register_buffer("running_mean", accel.zeros(num_features, opts))
-      self:register_buffer("running_var", accel.ones(num_features, opts))
-      self:register_buffer("num_batches_tracked", accel.zeros({}, {dtype = accel.int64, device = o.device}))
+      running_buffers(self, num_features, o)
     else
       self:register_buffer("running_mean", nil)
       self:register_buffer("running_var", nil)
@@ -129,12 +134,7 @@ local function instance_norm_class(name, dims)
     self.eps, self.momentum = o.eps or 1e-5, o.momentum or 0.1
     self.affine, self.track_running_stats = o.affine == true, o.track_running_stats == true
     affine_parameters(self, num_features, {affine = self.affine, bias = o.bias, dtype = o.dtype, device = o.device})
-    if self.track_running_stats then
-      local opts = {dtype = o.dtype, device = o.device}
-      self:register_buffer("running_mean", accel.zeros(num_features, opts))
-      self:register_buffer("running_var", accel.ones(num_features, opts))
-      self:register_buffer("num_batches_tracked", accel.zeros({}, {dtype = accel.int64, device = o.device}))
-    end
+    if self.track_running_stats then running_buffers(self, num_features, o) end
   end
 
   -- forward(x (N, C, ...) or unbatched (C, ...))
