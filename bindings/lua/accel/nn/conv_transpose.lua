@@ -53,15 +53,21 @@ local function as_conv_weight(weight, groups)
     :reshape({groups * cout_g, per_group, kh, kw}):flip({3, 4})
 end
 
-local function check_tensors(op, x, weight, bias, groups)
-  if not accel.is_tensor(x) or (x:dim() ~= 3 and x:dim() ~= 4) then
-    raise("%s: expected input of shape (N, C, H, W) or (C, H, W), got %s", op, accel.is_tensor(x) and
+-- x (N, C, ...) or (C, ...) and weight (in, out / groups, ...) with `spatial` dims, else op's error
+local function check_ranks(op, x, weight, spatial)
+  local dims, kernel = spatial == 2 and "H, W" or "L", spatial == 2 and "kh, kw" or "k"
+  if not accel.is_tensor(x) or (x:dim() ~= spatial + 1 and x:dim() ~= spatial + 2) then
+    raise("%s: expected input of shape (N, C, %s) or (C, %s), got %s", op, dims, dims, accel.is_tensor(x) and
       tostring(x.shape) or type(x))
   end
-  if not accel.is_tensor(weight) or weight:dim() ~= 4 then
-    raise("%s: weight must be 4-D (in_channels, out_channels / groups, kh, kw), got %s", op,
+  if not accel.is_tensor(weight) or weight:dim() ~= spatial + 2 then
+    raise("%s: weight must be %d-D (in_channels, out_channels / groups, %s), got %s", op, spatial + 2, kernel,
       accel.is_tensor(weight) and tostring(weight.shape) or type(weight))
   end
+end
+
+local function check_tensors(op, x, weight, bias, groups)
+  check_ranks(op, x, weight, 2)
   local c = x:size(x:dim() - 2)
   if weight:size(1) ~= c then
     raise("%s: weight %s expects an input with %d channels (its dim 1), but the input %s has %d", op,
@@ -114,14 +120,7 @@ end
 function FUNCTIONS.conv_transpose1d(input, weight, ...)
   local op = "conv_transpose1d"
   local a = torch_args(op, SPECS, ...)
-  if not accel.is_tensor(input) or (input:dim() ~= 2 and input:dim() ~= 3) then
-    raise("%s: expected input of shape (N, C, L) or (C, L), got %s", op, accel.is_tensor(input) and
-      tostring(input.shape) or type(input))
-  end
-  if not accel.is_tensor(weight) or weight:dim() ~= 3 then
-    raise("%s: weight must be 3-D (in_channels, out_channels / groups, k), got %s", op,
-      accel.is_tensor(weight) and tostring(weight.shape) or type(weight))
-  end
+  check_ranks(op, input, weight, 1)
   -- each 1-D setting v as the pair {the height's, v} of a height of 1
   local function lift(name, v, low, height) return {height, ints(op, name, v, 1, low)[1]} end
   local y = FUNCTIONS.conv_transpose2d(input:unsqueeze(-2), weight:unsqueeze(3), a.bias,
