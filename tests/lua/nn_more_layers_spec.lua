@@ -1,6 +1,7 @@
--- nn_more_layers_spec.lua: Bilinear, Softmax2d, PoissonNLLLoss and
--- GaussianNLLLoss (accel.nn.bilinear, accel.nn.activations,
--- accel.nn.likelihood_loss) against PyTorch 2.15: outputs and input
+-- nn_more_layers_spec.lua: Bilinear, Softmax2d, PoissonNLLLoss,
+-- GaussianNLLLoss and AdaptiveMaxPool2d / 1d (accel.nn.bilinear,
+-- accel.nn.activations, accel.nn.likelihood_loss,
+-- accel.nn.adaptive_max_pool) against PyTorch 2.15: outputs and input
 -- gradients from tests/fixtures/more_layers.safetensors
 -- (scripts/fixtures/make_more_layers_fixtures.py), printed forms and
 -- PyTorch's messages quoted beside them.
@@ -22,6 +23,10 @@ local CASES = {
   gaussian = function(x, t, v) return nn.GaussianNLLLoss()(x, t, v) end,
   gaussian_full_lead = function(x, t, v) return F.gaussian_nll_loss(x, t, v, true, {reduction = "none"}) end,
   gaussian_last_one_eps = function(x, t, v) return F.gaussian_nll_loss(x, t, v, {eps = 0.5, reduction = "sum"}) end,
+  adaptive_max2d = function(x) return F.adaptive_max_pool2d(x, {3, 2}, true) end,
+  adaptive_max2d_ties = function(x) return nn.AdaptiveMaxPool2d(2, {return_indices = true})(x) end,
+  adaptive_max2d_keep_h = function(x) return nn.AdaptiveMaxPool2d({nil, 2})(x) end,
+  adaptive_max1d = function(x) return F.adaptive_max_pool1d(x, 4, {return_indices = true}) end,
 }
 
 dofile("tests/lua/torch_cases.lua").describe(describe, it, "Bilinear, Softmax2d and the likelihood losses match PyTorch",
@@ -35,6 +40,9 @@ describe("Bilinear, Softmax2d and the likelihood losses: modules", function()
     assert.are.equal("PoissonNLLLoss()", tostring(nn.PoissonNLLLoss()))
     assert.are.equal("GaussianNLLLoss()", tostring(nn.GaussianNLLLoss()))
     assert.are.equal("Softmax2d()", tostring(nn.Softmax2d()))
+    -- torch 2.15: AdaptiveMaxPool2d(output_size=(5, 7)), AdaptiveMaxPool1d(output_size=3)
+    assert.are.equal("AdaptiveMaxPool2d(output_size=(5, 7))", tostring(nn.AdaptiveMaxPool2d({5, 7})))
+    assert.are.equal("AdaptiveMaxPool1d(output_size=3)", tostring(nn.AdaptiveMaxPool1d(3)))
     accel.set_seed(2)
     local m = nn.Bilinear(3, 4, 5, false)
     assert.are.same({5, 3, 4}, {m.weight:size(1), m.weight:size(2), m.weight:size(3)})

@@ -1064,9 +1064,6 @@ function F.adaptive_avg_pool2d(x, output_size, ...)
   return y
 end
 
--- dropout2d(x, [p = 0.5], [training = true], [inplace = false]): whole
--- channels of (N, C, H, W) (or (C, H, W)) zeroed with probability p, the
--- rest scaled by 1 / (1 - p)
 -- channels dropped whole: the last `spatial` dims share each draw
 local function channel_dropout(op, spatial, x, ...)
   local p, a = dropout_args(op, x, ...)
@@ -1081,6 +1078,9 @@ local function channel_dropout(op, spatial, x, ...)
   return a.inplace and x:copy_(y) or y
 end
 
+-- dropout2d(x, [p = 0.5], [training = true], [inplace = false]): whole
+-- channels of (N, C, H, W) (or (C, H, W)) zeroed with probability p, the
+-- rest scaled by 1 / (1 - p)
 function F.dropout2d(x, ...) return channel_dropout("dropout2d", 2, x, ...) end
 -- dropout1d(x (N, C, L) or (C, L), ...), dropout3d(x (N, C, D, H, W) or (C, D, H, W), ...): as dropout2d
 function F.dropout1d(x, ...) return channel_dropout("dropout1d", 1, x, ...) end
@@ -1174,6 +1174,7 @@ for _, name in ipairs({"margin_ranking_loss", "hinge_embedding_loss", "soft_marg
 end
 LAZY_FUNCTIONS.poisson_nll_loss, LAZY_FUNCTIONS.gaussian_nll_loss = "likelihood_loss", "likelihood_loss"
 LAZY_FUNCTIONS.bilinear = "bilinear"
+LAZY_FUNCTIONS.adaptive_max_pool1d, LAZY_FUNCTIONS.adaptive_max_pool2d = "adaptive_max_pool", "adaptive_max_pool"
 for _, name in ipairs({"relu6", "hardtanh", "hardsigmoid", "hardswish", "mish", "selu", "celu", "prelu", "softsign",
                        "tanhshrink", "glu", "threshold", "softmin", "hardshrink", "softshrink"}) do
   LAZY_FUNCTIONS[name] = "activations"
@@ -1189,7 +1190,7 @@ end})
 -- PyTorch's functions accel-lua does not provide: a clear error, not nil.
 local NOT_PROVIDED = {}
 for _, name in ipairs({"conv3d", "conv_transpose3d", "max_pool3d",
-  "avg_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d", "lp_pool2d",
+  "avg_pool3d", "lp_pool2d",
   "max_unpool2d", "fractional_max_pool2d", "embedding_bag", "local_response_norm",
   "pdist", "fold", "unfold", "grid_sample", "affine_grid",
   "alpha_dropout", "feature_alpha_dropout", "rrelu", "gumbel_softmax", "ctc_loss",

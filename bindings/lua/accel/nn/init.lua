@@ -50,6 +50,7 @@ for _, name in ipairs({"ReLU6", "Hardtanh", "Hardsigmoid", "Hardswish", "Mish", 
   LAZY_CLASSES[name] = "activations"
 end
 LAZY_CLASSES.Softmax2d, LAZY_CLASSES.Bilinear = "activations", "bilinear"
+LAZY_CLASSES.AdaptiveMaxPool1d, LAZY_CLASSES.AdaptiveMaxPool2d = "adaptive_max_pool", "adaptive_max_pool"
 LAZY_CLASSES.PoissonNLLLoss, LAZY_CLASSES.GaussianNLLLoss = "likelihood_loss", "likelihood_loss"
 for _, name in ipairs({"MarginRankingLoss", "HingeEmbeddingLoss", "SoftMarginLoss", "CosineEmbeddingLoss",
                        "TripletMarginLoss", "MultiLabelSoftMarginLoss"}) do
@@ -65,7 +66,7 @@ end
 -- PyTorch's modules accel-lua does not provide: a clear error, not nil.
 local NOT_PROVIDED = {}
 for _, name in ipairs({"Conv3d", "ConvTranspose3d", "MaxPool3d", "AvgPool3d",
-  "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "LPPool2d", "MaxUnpool2d", "FractionalMaxPool2d",
+  "AdaptiveAvgPool3d", "LPPool2d", "MaxUnpool2d", "FractionalMaxPool2d",
   "EmbeddingBag", "LazyLinear",
   "LocalResponseNorm", "SyncBatchNorm", "Fold", "Unfold",
   "AlphaDropout", "RReLU", "CTCLoss", "MultiMarginLoss",

@@ -1,0 +1,103 @@
+-- accel.nn.adaptive_max_pool: F.adaptive_max_pool2d / adaptive_max_pool1d
+-- and AdaptiveMaxPool2d / AdaptiveMaxPool1d, PyTorch's cells (cell i of n
+-- over a size S covers [floor(i S / n), ceil((i + 1) S / n))), indices and
+-- gradients. The maximum of a cell is taken along the width first, then
+-- along the height, each by t:max(dim), which keeps the first of equal
+-- values: together the first maximum in row-major order, the element
+-- PyTorch's kernel picks (and the one its gradient goes to). Loaded on
+-- first use of one of its names.
+local accel = require("accel")
+local base = require("accel.nn.module")
+local F = require("accel.nn.functional")
+local util = require("accel.util")
+
+local raise, py, export_class = base.raise, base.pyrepr, base.export_class
+
+local M = {}
+local FUNCTIONS = {}
+
+-- the bounds [lo, hi) of cell c (0-based) of n over a size s
+local function cell(c, n, s) return math.floor(c * s / n), math.ceil((c + 1) * s / n) end
+
+-- y reduced to n cells along dim d by max: values, and the 0-based positions along d they came from
+local function cell_max(y, d, n)
+  local s, values, where = y:size(d), {}, {}
+  for c = 0, n - 1 do
+    local lo, hi = cell(c, n, s)
+    local v, i = y:narrow(d, lo + 1, hi - lo):max(d, true)
+    values[c + 1], where[c + 1] = v, i + lo
+  end
+  return accel.cat(values, d), accel.cat(where, d)
+end
+
+-- the output sizes {h, w} of output_size (an integer, or a pair whose nil entries keep the input's size)
+local function output_sizes(op, output_size, h, w)
+  local out = type(output_size) == "table" and output_size or {output_size, output_size}
+  local sizes = {out[1] == nil and h or out[1], out[2] == nil and w or out[2]}
+  for _, n in ipairs(sizes) do
+    if type(n) ~= "number" or n < 1 or n ~= math.floor(n) then
+      raise("%s: output_size must be positive integers, got %s", op, py(output_size))
+    end
+  end
+  return sizes
+end
+
+local function max_pool_planes(x, oh, ow)
+  local H, W = x:size(-2), x:size(-1)
+  local vw, cols = cell_max(x, x:dim(), ow) -- (..., H, ow): each row's maxima, and their columns
+  local values, rows = cell_max(vw, x:dim() - 1, oh) -- (..., oh, ow)
+  -- the column of each chosen row's maximum
+  local col_of = {}
+  for c = 0, oh - 1 do
+    local lo, hi = cell(c, oh, H)
+    local r = rows:narrow(-2, c + 1, 1) - lo
+    col_of[c + 1] = cols:narrow(-2, lo + 1, hi - lo):gather(x:dim() - 1, r)
+  end
+  return values, rows * W + accel.cat(col_of, x:dim() - 1)
+end
+
+-- adaptive_max_pool2d(x (N, C, H, W) or (C, H, W), output_size, [return_indices = false]) -> values[, indices
+-- (int64 flat positions h W + w in each plane, 0-based)]
+function FUNCTIONS.adaptive_max_pool2d(x, output_size, ...)
+  local a = util.torch_args("adaptive_max_pool2d", {"return_indices:bool"}, ...)
+  if not accel.is_tensor(x) or (x:dim() ~= 3 and x:dim() ~= 4) then
+    raise("adaptive_max_pool2d: expected input of shape (N, C, H, W) or (C, H, W), got %s",
+      accel.is_tensor(x) and tostring(x.shape) or type(x))
+  end
+  if x:size(-1) == 0 or x:size(-2) == 0 then
+    raise("adaptive_max_pool2d: expected non-empty H and W, got input %s", tostring(x.shape))
+  end
+  local out = output_sizes("adaptive_max_pool2d", output_size, x:size(-2), x:size(-1))
+  local values, indices = max_pool_planes(x, out[1], out[2])
+  if a.return_indices then return values, indices end
+  return values
+end
+
+-- adaptive_max_pool1d(x (N, C, L) or (C, L), output_size, [return_indices = false]) -> values[, indices]
+function FUNCTIONS.adaptive_max_pool1d(x, output_size, ...)
+  local a = util.torch_args("adaptive_max_pool1d", {"return_indices:bool"}, ...)
+  if not accel.is_tensor(x) or (x:dim() ~= 2 and x:dim() ~= 3) then
+    raise("adaptive_max_pool1d: expected input of shape (N, C, L) or (C, L), got %s",
+      accel.is_tensor(x) and tostring(x.shape) or type(x))
+  end
+  if type(output_size) == "table" then output_size = output_size[1] end
+  local values, indices = FUNCTIONS.adaptive_max_pool2d(x:unsqueeze(-2), {1, output_size}, true)
+  if a.return_indices then return values:squeeze(-2), indices:squeeze(-2) end
+  return values:squeeze(-2)
+end
+
+for name, f in pairs(FUNCTIONS) do F[name] = f end
+
+-- AdaptiveMaxPool2d(output_size, [return_indices = false]), AdaptiveMaxPool1d(...)
+for n = 1, 2 do
+  local name, fn = ("AdaptiveMaxPool%dd"):format(n), FUNCTIONS[("adaptive_max_pool%dd"):format(n)]
+  local cls = export_class(M, name)
+  function cls:init(output_size, ...)
+    local a = util.torch_args(name, {"return_indices:bool"}, ...)
+    self.output_size, self.return_indices = output_size, a.return_indices == true
+  end
+  function cls:forward(x) return fn(x, self.output_size, self.return_indices) end
+  function cls:extra_repr() return "output_size=" .. py(self.output_size) end
+end
+
+return M
