@@ -377,7 +377,7 @@ describe("lr scheduler errors", function()
 
   it("a PyTorch scheduler or optimizer accel-lua lacks is a clear error, not nil", function()
     fails("accel.optim.lr_scheduler.CyclicLR is not provided", function() return S.CyclicLR end)
-    fails("accel.optim.Adadelta is not provided", function() return optim.Adadelta end)
+    fails("accel.optim.LBFGS is not provided", function() return optim.LBFGS end)
     assert.is_nil(S.NoSuchThing)
   end)
 

@@ -1,19 +1,23 @@
--- accel.optim.elementwise: RMSprop and Adagrad, PyTorch's formulas written
--- as tensor ops per parameter (no fused C kernel: these are for porting
--- scripts, not the sharding engine, which takes SGD / Adam / AdamW). Loaded
--- on first use of accel.optim.RMSprop or Adagrad.
+-- accel.optim.elementwise: RMSprop, Adagrad, Adadelta, Adamax, NAdam and
+-- RAdam, PyTorch's single-tensor formulas written as tensor ops per
+-- parameter (no fused C kernel: these are for porting scripts, not the
+-- sharding engine, which takes SGD / Adam / AdamW). Loaded on first use of
+-- one of them.
 --
 -- State as PyTorch's (step a number here, as for Adam): RMSprop keeps
 -- square_avg, momentum_buffer (momentum > 0) and grad_avg (centered);
 -- Adagrad keeps sum, made at construction from initial_accumulator_value
--- as PyTorch makes it.
+-- as PyTorch makes it; Adadelta square_avg and acc_delta; Adamax exp_avg and
+-- exp_inf; NAdam mu_product (a number, rounded to float32 at each step as
+-- PyTorch's float32 tensor is), exp_avg and exp_avg_sq; RAdam exp_avg and
+-- exp_avg_sq.
 local accel = require("accel")
 local optim = require("accel.optim")
 
 local parts = optim._parts
 local options, ctor_options, step_groups, param_state = parts.options, parts.ctor_options, parts.step_groups,
   parts.param_state
-local check_nonnegative, check_bool = parts.check_nonnegative, parts.check_bool
+local check_nonnegative, check_bool, check_betas = parts.check_nonnegative, parts.check_bool, parts.check_betas
 
 local M = {}
 
@@ -138,5 +142,148 @@ end
 function Adagrad:step(closure)
   return accel.no_grad(function() return step_groups(self, closure, adagrad_group_step) end)
 end
+
+-- ---- Adadelta, Adamax, NAdam, RAdam ----
+
+-- cls(params, [lr], {options}) with defaults; checks: nonnegative keys, bools, betas when given
+local function elementwise_class(name, defaults, nonnegative, bools, torch_keys, state_keys, group_step)
+  local cls = optim.Optimizer:extend(name)
+  M[name] = cls
+  function cls:init(params, lr, opts)
+    optim.Optimizer.init(self, params, options(name, ctor_options(name, lr, opts), defaults))
+  end
+  local check = group_checker(nonnegative, bools)
+  cls._check_group = function(self, g)
+    check(self, g)
+    if defaults.betas then check_betas(name, g) end
+  end
+  cls._torch_keys, cls._state_keys = torch_keys, state_keys
+  function cls:step(closure)
+    return accel.no_grad(function() return step_groups(self, closure, group_step) end)
+  end
+  return cls
+end
+
+-- each parameter with a gradient: its state (made by fresh(p) the first time, step counted) and update gradient
+local function each_update(self, g, grads, fresh, fn)
+  for i, p in ipairs(g.params) do
+    if grads[i] then
+      local st = param_state(self.state, p)
+      if st.step == nil then
+        st.step = 0
+        for k, v in pairs(fresh(p)) do st[k] = v end
+      end
+      st.step = st.step + 1
+      fn(p, st)
+    end
+  end
+end
+
+-- the weight decay of NAdam / RAdam: decoupled (p scaled) or added to the gradient
+local function decayed_grad(p, g)
+  local grad = g.maximize and -p.grad or p.grad
+  if g.weight_decay ~= 0 then
+    if g.decoupled_weight_decay then p:mul_(1 - g.lr * g.weight_decay)
+    else grad = grad + p * g.weight_decay end
+  end
+  return grad
+end
+
+local ADAM_KEYS = {capturable = "False", differentiable = "False", foreach = "None"}
+
+-- Adadelta: square_avg = rho square_avg + (1 - rho) grad^2; delta = sqrt(acc_delta + eps) /
+-- sqrt(square_avg + eps) grad; acc_delta = rho acc_delta + (1 - rho) delta^2; p -= lr delta
+local Adadelta = elementwise_class("Adadelta", {lr = 1.0, rho = 0.9, eps = 1e-6, weight_decay = 0, maximize = false},
+  {"lr", "rho", "eps", "weight_decay"}, {"maximize"}, ADAM_KEYS,
+  {required = {"step", "square_avg", "acc_delta"}, optional = {}},
+  function(self, _, g, grads)
+    each_update(self, g, grads, function(p) return {square_avg = accel.zeros_like(p), acc_delta = accel.zeros_like(p)} end,
+      function(p, st)
+        local grad = update_grad(p, g)
+        st.square_avg:mul_(g.rho):addcmul_(grad, grad, {value = 1 - g.rho})
+        local delta = st.acc_delta:add(g.eps):sqrt_():div_(st.square_avg:add(g.eps):sqrt_()):mul_(grad)
+        st.acc_delta:mul_(g.rho):addcmul_(delta, delta, {value = 1 - g.rho})
+        p:add_(delta, {alpha = -g.lr})
+      end)
+  end)
+
+local check_adadelta = Adadelta._check_group
+function Adadelta._check_group(self, g) -- (rho in [0, 1])
+  check_adadelta(self, g)
+  if g.rho > 1 then require("accel.util").raise("Adadelta: Invalid rho value: %s", tostring(g.rho)) end
+end
+
+-- Adamax: exp_avg = lerp(exp_avg, grad, 1 - beta1); exp_inf = max(beta2 exp_inf, |grad| + eps);
+-- p -= lr / (1 - beta1^step) exp_avg / exp_inf
+elementwise_class("Adamax", {lr = 2e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_decay = 0, maximize = false},
+  {"lr", "eps", "weight_decay"}, {"maximize"}, ADAM_KEYS,
+  {required = {"step", "exp_avg", "exp_inf"}, optional = {}},
+  function(self, _, g, grads)
+    local b1, b2 = g.betas[1], g.betas[2]
+    each_update(self, g, grads, function(p) return {exp_avg = accel.zeros_like(p), exp_inf = accel.zeros_like(p)} end,
+      function(p, st)
+        local grad = update_grad(p, g)
+        st.exp_avg:lerp_(grad, 1 - b1)
+        st.exp_inf:copy_(st.exp_inf:mul_(b2):maximum(grad:abs():add_(g.eps)))
+        p:addcdiv_(st.exp_avg, st.exp_inf, {value = -g.lr / (1 - b1 ^ st.step)})
+      end)
+  end)
+
+-- v rounded to float32 (PyTorch keeps NAdam's mu_product in a float32 tensor)
+local function f32(v) return accel.tensor(v, {dtype = accel.float64}):float():item() end
+
+-- NAdam: mu = beta1 (1 - 0.96^(step momentum_decay) / 2); mu_product *= mu; Adam's moments;
+-- p -= lr (1 - mu) / (1 - mu_product) grad / denom + lr mu_next / (1 - mu_product mu_next) exp_avg / denom,
+-- denom = sqrt(exp_avg_sq / (1 - beta2^step)) + eps
+elementwise_class("NAdam", {lr = 2e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_decay = 0, momentum_decay = 4e-3,
+                            decoupled_weight_decay = false, maximize = false},
+  {"lr", "eps", "weight_decay", "momentum_decay"}, {"maximize", "decoupled_weight_decay"}, ADAM_KEYS,
+  {required = {"step", "mu_product", "exp_avg", "exp_avg_sq"}, optional = {}},
+  function(self, _, g, grads)
+    local b1, b2 = g.betas[1], g.betas[2]
+    each_update(self, g, grads, function(p)
+        return {mu_product = 1.0, exp_avg = accel.zeros_like(p), exp_avg_sq = accel.zeros_like(p)}
+      end,
+      function(p, st)
+        local step = st.step
+        local grad = decayed_grad(p, g)
+        local mu = b1 * (1 - 0.5 * 0.96 ^ (step * g.momentum_decay))
+        local mu_next = b1 * (1 - 0.5 * 0.96 ^ ((step + 1) * g.momentum_decay))
+        st.mu_product = f32(st.mu_product * f32(mu)) -- (a float32 tensor times a scalar: both in float32)
+        st.exp_avg:lerp_(grad, 1 - b1)
+        st.exp_avg_sq:mul_(b2):addcmul_(grad, grad, {value = 1 - b2})
+        local denom = st.exp_avg_sq:div(1 - b2 ^ step):sqrt():add_(g.eps)
+        p:addcdiv_(grad, denom, {value = -g.lr * (1 - mu) / (1 - st.mu_product)})
+        p:addcdiv_(st.exp_avg, denom, {value = -g.lr * mu_next / (1 - st.mu_product * mu_next)})
+      end)
+  end)
+
+-- RAdam: Adam's moments; with the variance tractable (rho_t > 5) the rectified adaptive step,
+-- else the bias-corrected momentum alone
+elementwise_class("RAdam", {lr = 1e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_decay = 0,
+                            decoupled_weight_decay = false, maximize = false},
+  {"lr", "eps", "weight_decay"}, {"maximize", "decoupled_weight_decay"}, ADAM_KEYS,
+  {required = {"step", "exp_avg", "exp_avg_sq"}, optional = {}},
+  function(self, _, g, grads)
+    local b1, b2 = g.betas[1], g.betas[2]
+    each_update(self, g, grads, function(p) return {exp_avg = accel.zeros_like(p), exp_avg_sq = accel.zeros_like(p)} end,
+      function(p, st)
+        local step = st.step
+        local grad = decayed_grad(p, g)
+        st.exp_avg:lerp_(grad, 1 - b1)
+        st.exp_avg_sq:mul_(b2):addcmul_(grad, grad, {value = 1 - b2})
+        local bc1, bc2 = 1 - b1 ^ step, 1 - b2 ^ step
+        local corrected = st.exp_avg / bc1
+        local rho_inf = 2 / (1 - b2) - 1
+        local rho_t = rho_inf - 2 * step * b2 ^ step / bc2
+        if rho_t > 5 then
+          local rect = ((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)) ^ 0.5
+          local adaptive = bc2 ^ 0.5 / st.exp_avg_sq:sqrt():add_(g.eps)
+          p:add_(corrected * g.lr * adaptive * rect, {alpha = -1})
+        else
+          p:add_(corrected * g.lr, {alpha = -1})
+        end
+      end)
+  end)
 
 return M

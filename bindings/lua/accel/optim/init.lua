@@ -1,5 +1,6 @@
--- accel.optim: PyTorch's optimizers SGD, Adam and AdamW (RMSprop and Adagrad:
--- accel.optim.elementwise, loaded on first use). Each param group is
+-- accel.optim: PyTorch's optimizers SGD, Adam and AdamW (RMSprop, Adagrad,
+-- Adadelta, Adamax, NAdam and RAdam: accel.optim.elementwise, loaded on
+-- first use). Each param group is
 -- updated by ONE fused C call (accel._C.sgd_step / adam_step over flat
 -- buffers); this file keeps param groups and per-parameter state.
 -- accel.optim.lr_scheduler holds the schedulers.
@@ -626,10 +627,8 @@ function SGD:step(closure) return step_groups(self, closure, sgd_group_step) end
 
 -- ---- Adam / AdamW ----
 
-local function check_adam_group(self, g)
-  local name = self.__name
-  check_nonnegative(name, g, "lr", "learning rate")
-  check_nonnegative(name, g, "eps", "epsilon value")
+-- a group's betas: two numbers in [0, 1) (PyTorch's "Invalid beta parameter at index")
+local function check_betas(name, g)
   local b = g.betas
   if type(b) ~= "table" or type(b[1]) ~= "number" or type(b[2]) ~= "number" or #b ~= 2 then
     raise("%s: option 'betas' must be a list of two numbers {beta1, beta2}", name)
@@ -637,6 +636,13 @@ local function check_adam_group(self, g)
   for i = 1, 2 do
     if not (b[i] >= 0 and b[i] < 1) then raise("%s: Invalid beta parameter at index %d: %s", name, i, tostring(b[i])) end
   end
+end
+
+local function check_adam_group(self, g)
+  local name = self.__name
+  check_nonnegative(name, g, "lr", "learning rate")
+  check_nonnegative(name, g, "eps", "epsilon value")
+  check_betas(name, g)
   check_nonnegative(name, g, "weight_decay", "weight_decay value")
   check_bool(name, g, "amsgrad")
   check_bool(name, g, "maximize")
@@ -691,12 +697,16 @@ optim.AdamW = adam_class("AdamW", 1e-2, true)
 
 -- What optimizers defined in other files of accel.optim build on.
 optim._parts = {options = options, ctor_options = ctor_options, check_number = check_number,
-  check_nonnegative = check_nonnegative, check_bool = check_bool, step_groups = step_groups, param_state = param_state}
+  check_nonnegative = check_nonnegative, check_bool = check_bool, check_betas = check_betas, step_groups = step_groups,
+  param_state = param_state}
 
 -- opt.step() and the like: "Optimizer.step: call it as obj:step(...)"
 util.check_methods(Optimizer, "Optimizer")
 
 -- accel.optim.lr_scheduler, loaded on first use
+-- the optimizers of accel.optim.elementwise, loaded on first use of one
+local ELEMENTWISE = {RMSprop = true, Adagrad = true, Adadelta = true, Adamax = true, NAdam = true, RAdam = true}
+
 setmetatable(optim, {
   __index = function(t, k)
     if k == "lr_scheduler" then
@@ -704,13 +714,13 @@ setmetatable(optim, {
       rawset(t, k, m)
       return m
     end
-    if k == "RMSprop" or k == "Adagrad" then
+    if ELEMENTWISE[k] then
       for name, cls in pairs(require("accel.optim.elementwise")) do rawset(t, name, cls) end
       return rawget(t, k)
     end
   end,
 })
 -- PyTorch's optimizers accel-lua does not provide: a clear error, not nil.
-return util.not_provided(optim, {Adadelta = true, Adamax = true, NAdam = true,
-  RAdam = true, LBFGS = true, SparseAdam = true, ASGD = true, Rprop = true, Adafactor = true, Muon = true},
-  "accel.optim", "accel.optim has SGD, Adam, AdamW, RMSprop and Adagrad; docs/optim.md")
+return util.not_provided(optim, {LBFGS = true, SparseAdam = true, ASGD = true, Rprop = true, Adafactor = true,
+  Muon = true}, "accel.optim", "accel.optim has SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta, Adamax, NAdam and RAdam; "
+  .. "docs/optim.md")
