@@ -256,6 +256,21 @@ end
 function PReLU:forward(x) return FUNCTIONS.prelu(x, self.weight) end
 function PReLU:extra_repr() return "num_parameters=" .. self.num_parameters end
 
+-- gumbel_softmax(logits, [tau = 1], [hard = false], [eps = 1e-10], [dim = -1]): softmax((logits + g) / tau)
+-- with g Gumbel noise from accel's generator (so the draws differ from torch's); hard: the one-hot of
+-- its maximum in the forward, the soft sample's gradient in the backward (the straight-through trick)
+function FUNCTIONS.gumbel_softmax(logits, ...)
+  local a = torch_args("gumbel_softmax", {"tau:number", "hard:bool", "eps:number", "dim:int"}, ...)
+  if not accel.is_tensor(logits) then raise("gumbel_softmax: logits must be a Tensor, got %s", type(logits)) end
+  local noise = -accel.empty_like(logits):exponential_():log()
+  local soft = ((logits + noise) / (a.tau or 1)):softmax(a.dim or -1)
+  if not a.hard then return soft end
+  local _, index = soft:max(a.dim or -1, true)
+  local one_hot = accel.zeros_like(logits):scatter(a.dim or -1, index, 1.0)
+  return one_hot - soft:detach() + soft
+end
+F.gumbel_softmax = FUNCTIONS.gumbel_softmax
+
 -- Softmax2d(): softmax over the channels (dim -3) of a (N, C, H, W) or (C, H, W) input
 local Softmax2d = export_class(M, "Softmax2d")
 function Softmax2d:forward(x)

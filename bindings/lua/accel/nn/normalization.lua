@@ -164,6 +164,46 @@ instance_norm_class("InstanceNorm1d", 1)
 instance_norm_class("InstanceNorm2d", 2)
 instance_norm_class("InstanceNorm3d", 3)
 
+-- local_response_norm(input (N, C, ...), size, [alpha = 1e-4], [beta = 0.75], [k = 1]): input /
+-- (k + alpha / size * sum of input^2 over the channels c - size // 2 .. c + (size - 1) // 2)^beta, the
+-- window zero-padded at the ends (PyTorch's average pool, padding counted)
+function F.local_response_norm(input, size, ...)
+  local a = util.torch_args("local_response_norm", {"alpha:number", "beta:number", "k:number"}, ...)
+  if not accel.is_tensor(input) or input:dim() < 3 then
+    raise("local_response_norm: Expected 3D or higher dimensionality input (got %s)",
+      accel.is_tensor(input) and (input:dim() .. " dimensions") or type(input))
+  end
+  if type(size) ~= "number" or size < 1 or size ~= math.floor(size) then
+    raise("local_response_norm: size must be a positive integer, got %s", py(size))
+  end
+  if input:numel() == 0 then return input:clone() end
+  local sq, c = input * input, input:size(2)
+  local before, after = math.floor(size / 2), math.floor((size - 1) / 2)
+  local pads = {}
+  for _ = 3, input:dim() do pads[#pads + 1], pads[#pads + 2] = 0, 0 end
+  pads[#pads + 1], pads[#pads + 2] = before, after -- (F.pad lists the last dim first: channels come last here)
+  local padded = F.pad(sq, pads)
+  local window = padded:narrow(2, 1, c)
+  for j = 2, size do window = window + padded:narrow(2, j, c) end
+  local div = (window * ((a.alpha or 1e-4) / size) + (a.k or 1)):pow(a.beta or 0.75)
+  return input / div
+end
+
+local LocalResponseNorm = export_class(M, "LocalResponseNorm")
+
+-- LocalResponseNorm(size, [alpha = 1e-4], [beta = 0.75], [k = 1])
+function LocalResponseNorm:init(size, ...)
+  local a = util.torch_args("LocalResponseNorm", {"alpha:number", "beta:number", "k:number"}, ...)
+  self.size = check_count(size, "LocalResponseNorm", "size")
+  self.alpha, self.beta, self.k = a.alpha or 1e-4, a.beta or 0.75, a.k or 1.0
+end
+
+function LocalResponseNorm:forward(x) return F.local_response_norm(x, self.size, self.alpha, self.beta, self.k) end
+
+function LocalResponseNorm:extra_repr()
+  return ("%d, alpha=%s, beta=%s, k=%s"):format(self.size, py(self.alpha), py(self.beta), py(self.k))
+end
+
 local GroupNorm = export_class(M, "GroupNorm")
 
 -- GroupNorm(num_groups, num_channels, [{eps = 1e-5, affine = true, bias = true, dtype =, device =}])
