@@ -37,6 +37,12 @@ local CASES = {
   fold_uncovered = function(x) return nn.Fold({5, 5}, 2, {stride = 2})(x) end,
   local_response_norm = function(x) return nn.LocalResponseNorm(3, 0.1, 0.75, 1.0)(x) end,
   local_response_norm_4d = function(x) return F.local_response_norm(x, 2) end,
+  bag_sum_offsets = function(i, w, o) return F.embedding_bag(i, w, o, {mode = "sum"}) end,
+  bag_mean_2d_padding = function(i, w) return F.embedding_bag(i, w, {mode = "mean", padding_idx = 0}) end,
+  bag_max_empty = function(i, w, o) return F.embedding_bag(i, w, o, {mode = "max"}) end,
+  bag_weighted_last = function(i, w, o, s)
+    return F.embedding_bag(i, w, o, {mode = "sum", per_sample_weights = s, include_last_offset = true})
+  end,
 }
 
 dofile("tests/lua/torch_cases.lua").describe(describe, it, "more layers and losses match PyTorch",
@@ -79,6 +85,22 @@ describe("more layers and losses: modules and details", function()
     support.assert_close(hard:sum(-1), accel.ones(5, {dtype = accel.float64}), 0)
     local _ = (hard * accel.arange(4):double()):sum():backward()
     assert.is_true(logits.grad:abs():sum():item() > 0)
+  end)
+
+  it("EmbeddingBag: printed form, padding row, forward as the function", function()
+    -- torch 2.15: EmbeddingBag(10, 3, mode='mean'), EmbeddingBag(10, 3, mode='sum', padding_idx=0)
+    assert.are.equal("EmbeddingBag(10, 3, mode='mean')", tostring(nn.EmbeddingBag(10, 3)))
+    local m = nn.EmbeddingBag(10, 3, {mode = "sum", padding_idx = 0})
+    assert.are.equal("EmbeddingBag(10, 3, mode='sum', padding_idx=0)", tostring(m))
+    assert.are.same({0, 0, 0}, m.weight[1]:tolist())
+    local ids, offsets = accel.tensor({1, 2, 4, 5}), accel.tensor({0, 2})
+    support.assert_close(m(ids, offsets), F.embedding_bag(ids, m.weight, offsets, {mode = "sum"}), 0)
+    -- torch: "per_sample_weights was not None. per_sample_weights is only supported for mode='sum' (got mode='mean')"
+    expect_error(function() local _ = F.embedding_bag(ids, m.weight, offsets, {per_sample_weights = accel.ones(4)}) end,
+      "per_sample_weights is only supported for mode='sum' (got mode='mean')")
+    -- torch: "offsets has to be a 1D Tensor but got None"
+    expect_error(function() local _ = F.embedding_bag(ids, m.weight) end, "offsets has to be a 1D Tensor but got None")
+    expect_error(function() local _ = F.embedding_bag(ids, m.weight, accel.tensor({1})) end, "offsets[0] has to be 0")
   end)
 
   it("refuse what PyTorch refuses", function()

@@ -1176,7 +1176,7 @@ LAZY_FUNCTIONS.poisson_nll_loss, LAZY_FUNCTIONS.gaussian_nll_loss = "likelihood_
 LAZY_FUNCTIONS.bilinear = "bilinear"
 LAZY_FUNCTIONS.adaptive_max_pool1d, LAZY_FUNCTIONS.adaptive_max_pool2d = "adaptive_max_pool", "adaptive_max_pool"
 LAZY_FUNCTIONS.unfold, LAZY_FUNCTIONS.fold, LAZY_FUNCTIONS.local_response_norm = "fold", "fold", "normalization"
-LAZY_FUNCTIONS.gumbel_softmax = "activations"
+LAZY_FUNCTIONS.gumbel_softmax, LAZY_FUNCTIONS.embedding_bag = "activations", "embedding_bag"
 for _, name in ipairs({"relu6", "hardtanh", "hardsigmoid", "hardswish", "mish", "selu", "celu", "prelu", "softsign",
                        "tanhshrink", "glu", "threshold", "softmin", "hardshrink", "softshrink"}) do
   LAZY_FUNCTIONS[name] = "activations"
@@ -1193,7 +1193,7 @@ end})
 local NOT_PROVIDED = {}
 for _, name in ipairs({"conv3d", "conv_transpose3d", "max_pool3d",
   "avg_pool3d", "lp_pool2d",
-  "max_unpool2d", "fractional_max_pool2d", "embedding_bag",
+  "max_unpool2d", "fractional_max_pool2d",
   "pdist", "grid_sample", "affine_grid",
   "alpha_dropout", "feature_alpha_dropout", "rrelu", "ctc_loss",
   "multi_margin_loss", "multilabel_margin_loss"}) do

@@ -52,6 +52,7 @@ end
 LAZY_CLASSES.Softmax2d, LAZY_CLASSES.Bilinear = "activations", "bilinear"
 LAZY_CLASSES.AdaptiveMaxPool1d, LAZY_CLASSES.AdaptiveMaxPool2d = "adaptive_max_pool", "adaptive_max_pool"
 LAZY_CLASSES.Unfold, LAZY_CLASSES.Fold, LAZY_CLASSES.LocalResponseNorm = "fold", "fold", "normalization"
+LAZY_CLASSES.EmbeddingBag = "embedding_bag"
 LAZY_CLASSES.PoissonNLLLoss, LAZY_CLASSES.GaussianNLLLoss = "likelihood_loss", "likelihood_loss"
 for _, name in ipairs({"MarginRankingLoss", "HingeEmbeddingLoss", "SoftMarginLoss", "CosineEmbeddingLoss",
                        "TripletMarginLoss", "MultiLabelSoftMarginLoss"}) do
@@ -68,7 +69,7 @@ end
 local NOT_PROVIDED = {}
 for _, name in ipairs({"Conv3d", "ConvTranspose3d", "MaxPool3d", "AvgPool3d",
   "AdaptiveAvgPool3d", "LPPool2d", "MaxUnpool2d", "FractionalMaxPool2d",
-  "EmbeddingBag", "LazyLinear",
+  "LazyLinear",
   "SyncBatchNorm",
   "AlphaDropout", "RReLU", "CTCLoss", "MultiMarginLoss",
   "MultiLabelMarginLoss"}) do
