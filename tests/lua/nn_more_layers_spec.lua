@@ -43,6 +43,14 @@ local CASES = {
   bag_weighted_last = function(i, w, o, s)
     return F.embedding_bag(i, w, o, {mode = "sum", per_sample_weights = s, include_last_offset = true})
   end,
+  pdist = function(x) return F.pdist(x) end,
+  pdist_p1 = function(x) return F.pdist(x, 1.0) end,
+  lp_pool2d = function(x) return nn.LPPool2d(2, 2)(x) end,
+  lp_pool1d = function(x) return F.lp_pool1d(x, 3.0, 3, {stride = 2}) end,
+  multi_margin = function(x, y) return nn.MultiMarginLoss()(x, y) end,
+  multi_margin_p2_weight = function(x, y, w) return F.multi_margin_loss(x, y, 2, 0.5, w, {reduction = "none"}) end,
+  multilabel_margin = function(x, y) return nn.MultiLabelMarginLoss()(x, y) end,
+  rrelu_eval = function(x) local m = nn.RReLU(0.1, 0.3); m:eval(); return m(x) end,
 }
 
 dofile("tests/lua/torch_cases.lua").describe(describe, it, "more layers and losses match PyTorch",
@@ -101,6 +109,24 @@ describe("more layers and losses: modules and details", function()
     -- torch: "offsets has to be a 1D Tensor but got None"
     expect_error(function() local _ = F.embedding_bag(ids, m.weight) end, "offsets has to be a 1D Tensor but got None")
     expect_error(function() local _ = F.embedding_bag(ids, m.weight, accel.tensor({1})) end, "offsets[0] has to be 0")
+  end)
+
+  it("RReLU draws its slopes in training; AlphaDropout keeps a standard normal's mean and variance", function()
+    accel.set_seed(6)
+    local x = -accel.ones(1000, {dtype = accel.float64})
+    local y = F.rrelu(x, 0.1, 0.3, true)
+    assert.is_true(y:ge(-0.3):all():item() and y:le(-0.1):all():item())
+    assert.is_true(y:std():item() > 0.03) -- (uniform on [0.1, 0.3]: std 0.058)
+    local z = accel.randn(200000, {dtype = accel.float64})
+    local d = F.alpha_dropout(z, 0.2, true)
+    assert.is_true(math.abs(d:mean():item()) < 0.01 and math.abs(d:std():item() - 1) < 0.01)
+    assert.are.equal(z, nn.AlphaDropout(0.2):eval()(z))
+    -- torch 2.15: RReLU(lower=0.125, upper=0.3333333333333333), AlphaDropout(p=0.2, inplace=False),
+    -- LPPool2d(norm_type=2, kernel_size=3, stride=None, ceil_mode=False), MultiMarginLoss()
+    assert.are.equal("RReLU(lower=0.125, upper=0.3333333333333333)", tostring(nn.RReLU()))
+    assert.are.equal("AlphaDropout(p=0.2, inplace=False)", tostring(nn.AlphaDropout(0.2)))
+    assert.are.equal("LPPool2d(norm_type=2, kernel_size=3, stride=None, ceil_mode=False)", tostring(nn.LPPool2d(2, 3)))
+    assert.are.equal("MultiMarginLoss()", tostring(nn.MultiMarginLoss()))
   end)
 
   it("refuse what PyTorch refuses", function()

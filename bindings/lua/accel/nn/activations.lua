@@ -271,6 +271,52 @@ function FUNCTIONS.gumbel_softmax(logits, ...)
 end
 F.gumbel_softmax = FUNCTIONS.gumbel_softmax
 
+-- rrelu(x, [lower = 1/8], [upper = 1/3], [training = false], [inplace = false]): x where x >= 0, else
+-- a x with a drawn uniformly from [lower, upper] per element in training (accel's generator), else
+-- (lower + upper) / 2
+function F.rrelu(x, ...)
+  local a = torch_args("rrelu", {"lower:number", "upper:number", "training:bool", "inplace:bool"}, ...)
+  if not accel.is_tensor(x) then raise("rrelu: input must be a Tensor, got %s", type(x)) end
+  local lower, upper = a.lower or 1 / 8, a.upper or 1 / 3
+  if lower > upper then raise("rrelu: Lower bound should be less than or equal to the upper bound") end
+  local slope = a.training and accel.empty_like(x):uniform_(lower, upper) or (lower + upper) / 2
+  local y = accel.where(x:ge(0), x, x * slope)
+  return a.inplace and x:copy_(y) or y
+end
+
+-- alpha_dropout(x, [p = 0.5], [training = false], [inplace = false]): dropout that keeps SELU's
+-- mean and variance: dropped elements set to -lambda alpha, then an affine map a x + b
+local SELU_NEG = -1.7580993408473766 -- -lambda alpha of SELU
+function F.alpha_dropout(x, ...)
+  local a = torch_args("alpha_dropout", {"p:number", "training:bool", "inplace:bool"}, ...)
+  local p = F._dropout_p("alpha_dropout", a.p)
+  if not a.training or p == 0 then return x end
+  if p == 1 then return x * 0 end
+  local keep = accel.empty_like(x):bernoulli_(1 - p)
+  local scale = ((1 - p) * (1 + p * SELU_NEG * SELU_NEG)) ^ -0.5
+  local y = (x * keep + (1 - keep) * SELU_NEG) * scale + (-scale * SELU_NEG * p)
+  return a.inplace and x:copy_(y) or y
+end
+
+-- RReLU([lower], [upper], [inplace]); AlphaDropout([p = 0.5], [inplace])
+local RReLU = export_class(M, "RReLU")
+function RReLU:init(...)
+  local a = torch_args("RReLU", {"lower:number", "upper:number", "inplace:bool"}, ...)
+  self.lower, self.upper, self.inplace = a.lower or 1 / 8, a.upper or 1 / 3, a.inplace == true
+end
+function RReLU:forward(x) return F.rrelu(x, self.lower, self.upper, self.training, self.inplace) end
+function RReLU:extra_repr()
+  return ("lower=%s, upper=%s%s"):format(py(self.lower), py(self.upper), self.inplace and ", inplace=True" or "")
+end
+
+local AlphaDropout = export_class(M, "AlphaDropout")
+function AlphaDropout:init(...)
+  local a = torch_args("AlphaDropout", {"p:number", "inplace:bool"}, ...)
+  self.p, self.inplace = F._dropout_p("AlphaDropout", a.p), a.inplace == true
+end
+function AlphaDropout:forward(x) return F.alpha_dropout(x, self.p, self.training, self.inplace) end
+function AlphaDropout:extra_repr() return ("p=%s, inplace=%s"):format(py(self.p), py(self.inplace)) end
+
 -- Softmax2d(): softmax over the channels (dim -3) of a (N, C, H, W) or (C, H, W) input
 local Softmax2d = export_class(M, "Softmax2d")
 function Softmax2d:forward(x)

@@ -1177,6 +1177,9 @@ LAZY_FUNCTIONS.bilinear = "bilinear"
 LAZY_FUNCTIONS.adaptive_max_pool1d, LAZY_FUNCTIONS.adaptive_max_pool2d = "adaptive_max_pool", "adaptive_max_pool"
 LAZY_FUNCTIONS.unfold, LAZY_FUNCTIONS.fold, LAZY_FUNCTIONS.local_response_norm = "fold", "fold", "normalization"
 LAZY_FUNCTIONS.gumbel_softmax, LAZY_FUNCTIONS.embedding_bag = "activations", "embedding_bag"
+LAZY_FUNCTIONS.pdist, LAZY_FUNCTIONS.lp_pool1d, LAZY_FUNCTIONS.lp_pool2d = "pooling1d", "pooling1d", "pooling1d"
+LAZY_FUNCTIONS.multi_margin_loss, LAZY_FUNCTIONS.multilabel_margin_loss = "ranking_loss", "ranking_loss"
+LAZY_FUNCTIONS.rrelu, LAZY_FUNCTIONS.alpha_dropout = "activations", "activations"
 for _, name in ipairs({"relu6", "hardtanh", "hardsigmoid", "hardswish", "mish", "selu", "celu", "prelu", "softsign",
                        "tanhshrink", "glu", "threshold", "softmin", "hardshrink", "softshrink"}) do
   LAZY_FUNCTIONS[name] = "activations"
@@ -1191,12 +1194,8 @@ end})
 
 -- PyTorch's functions accel-lua does not provide: a clear error, not nil.
 local NOT_PROVIDED = {}
-for _, name in ipairs({"conv3d", "conv_transpose3d", "max_pool3d",
-  "avg_pool3d", "lp_pool2d",
-  "max_unpool2d", "fractional_max_pool2d",
-  "pdist", "grid_sample", "affine_grid",
-  "alpha_dropout", "feature_alpha_dropout", "rrelu", "ctc_loss",
-  "multi_margin_loss", "multilabel_margin_loss"}) do
+for _, name in ipairs({"conv3d", "conv_transpose3d", "max_pool3d", "avg_pool3d", "lp_pool3d", "max_unpool2d",
+  "fractional_max_pool2d", "grid_sample", "affine_grid", "feature_alpha_dropout", "ctc_loss"}) do
   NOT_PROVIDED[name] = true
 end
 return util.not_provided(F, NOT_PROVIDED, "accel.nn.functional", "docs/api/nn.md lists the functions there are")

@@ -53,6 +53,9 @@ LAZY_CLASSES.Softmax2d, LAZY_CLASSES.Bilinear = "activations", "bilinear"
 LAZY_CLASSES.AdaptiveMaxPool1d, LAZY_CLASSES.AdaptiveMaxPool2d = "adaptive_max_pool", "adaptive_max_pool"
 LAZY_CLASSES.Unfold, LAZY_CLASSES.Fold, LAZY_CLASSES.LocalResponseNorm = "fold", "fold", "normalization"
 LAZY_CLASSES.EmbeddingBag = "embedding_bag"
+LAZY_CLASSES.LPPool1d, LAZY_CLASSES.LPPool2d = "pooling1d", "pooling1d"
+LAZY_CLASSES.MultiMarginLoss, LAZY_CLASSES.MultiLabelMarginLoss = "ranking_loss", "ranking_loss"
+LAZY_CLASSES.RReLU, LAZY_CLASSES.AlphaDropout = "activations", "activations"
 LAZY_CLASSES.PoissonNLLLoss, LAZY_CLASSES.GaussianNLLLoss = "likelihood_loss", "likelihood_loss"
 for _, name in ipairs({"MarginRankingLoss", "HingeEmbeddingLoss", "SoftMarginLoss", "CosineEmbeddingLoss",
                        "TripletMarginLoss", "MultiLabelSoftMarginLoss"}) do
@@ -67,12 +70,8 @@ end
 
 -- PyTorch's modules accel-lua does not provide: a clear error, not nil.
 local NOT_PROVIDED = {}
-for _, name in ipairs({"Conv3d", "ConvTranspose3d", "MaxPool3d", "AvgPool3d",
-  "AdaptiveAvgPool3d", "LPPool2d", "MaxUnpool2d", "FractionalMaxPool2d",
-  "LazyLinear",
-  "SyncBatchNorm",
-  "AlphaDropout", "RReLU", "CTCLoss", "MultiMarginLoss",
-  "MultiLabelMarginLoss"}) do
+for _, name in ipairs({"Conv3d", "ConvTranspose3d", "MaxPool3d", "AvgPool3d", "AdaptiveAvgPool3d", "LPPool3d",
+  "MaxUnpool2d", "FractionalMaxPool2d", "LazyLinear", "SyncBatchNorm", "FeatureAlphaDropout", "CTCLoss"}) do
   NOT_PROVIDED[name] = true
 end
 

@@ -888,15 +888,7 @@ function M.pyrepr(v)
   if type(v) == "boolean" then return v and "True" or "False" end
   if v == nil then return "None" end
   if type(v) == "string" then return "'" .. v .. "'" end
-  if type(v) == "number" then
-    if math.type then
-      if math.type(v) == "integer" then return tostring(v) end
-    elseif v == math.floor(v) and math.abs(v) < 2^53 then
-      return ("%d"):format(v) -- LuaJIT: one number type; an integral value prints as an integer
-    end
-    if v == math.floor(v) and math.abs(v) < 1e16 then return ("%.1f"):format(v) end
-    return ("%.15g"):format(v)
-  end
+  if type(v) == "number" then return require("accel.util").py_repr_number(v) end -- (Python's shortest repr)
   if type(v) == "table" then
     local parts = {}
     for i, x in ipairs(v) do parts[i] = M.pyrepr(x) end

@@ -75,9 +75,56 @@ function FUNCTIONS.pairwise_distance(x1, x2, ...)
   return (x1 - x2 + (a.eps or 1e-6)):norm(a.p or 2, -1, {keepdim = a.keepdim == true})
 end
 
+-- pdist(input (N, M), [p = 2]): the N (N - 1) / 2 distances of rows i < j, in row-major order
+function FUNCTIONS.pdist(x, ...)
+  local a = torch_args("pdist", {"p:number"}, ...)
+  if not accel.is_tensor(x) or x:dim() ~= 2 then
+    raise("pdist: only supports 2D tensors, got: %s", accel.is_tensor(x) and (x:dim() .. "D") or type(x))
+  end
+  local n = x:size(1)
+  local pairs_ = accel.triu_indices(n, n, 1, {device = x.device})
+  local i, j = pairs_[1], pairs_[2]
+  local diff = x:index_select(1, i) - x:index_select(1, j)
+  local p = a.p or 2
+  return diff:norm(p == math.huge and "inf" or p, 2)
+end
+
+-- lp_pool2d(x, norm_type, kernel_size, [stride = kernel_size], [ceil_mode = false]): (sum over each window of
+-- x^p)^(1 / p), PyTorch's computation (an average pool of x^p times the window size)
+function FUNCTIONS.lp_pool2d(x, norm_type, kernel_size, ...)
+  local a = torch_args("lp_pool2d", {"stride", "ceil_mode:bool"}, ...)
+  local k = type(kernel_size) == "number" and {kernel_size, kernel_size} or kernel_size
+  local out = F.avg_pool2d(x:pow(norm_type), k, {stride = a.stride, ceil_mode = a.ceil_mode == true})
+  return (out:sign() * out:abs():relu()):mul(k[1] * k[2]):pow(1 / norm_type)
+end
+
+-- lp_pool1d(x (N, C, L) or (C, L), norm_type, kernel_size, [stride], [ceil_mode]): lp_pool2d over a height of 1
+function FUNCTIONS.lp_pool1d(x, norm_type, kernel_size, ...)
+  local a = torch_args("lp_pool1d", {"stride", "ceil_mode:bool"}, ...)
+  local k = int_arg("lp_pool1d", "kernel_size", kernel_size)
+  local stride = a.stride == nil and k or int_arg("lp_pool1d", "stride", a.stride)
+  return FUNCTIONS.lp_pool2d(as_planes("lp_pool1d", x), norm_type, {1, k}, {1, stride}, a.ceil_mode):squeeze(-2)
+end
+
 for name, fn in pairs(FUNCTIONS) do rawset(F, name, fn) end
 
 -- ---- modules ----
+
+-- LPPool1d / LPPool2d(norm_type, kernel_size, [stride], [ceil_mode = false])
+for n = 1, 2 do
+  local name, fn = ("LPPool%dd"):format(n), FUNCTIONS[("lp_pool%dd"):format(n)]
+  local cls = export_class(M, name)
+  function cls:init(norm_type, kernel_size, ...)
+    local a = torch_args(name, {"stride", "ceil_mode:bool"}, ...)
+    if type(norm_type) ~= "number" or norm_type <= 0 then raise("%s: norm_type must be a positive number, got %s", name, py(norm_type)) end
+    self.norm_type, self.kernel_size, self.stride, self.ceil_mode = norm_type, kernel_size, a.stride, a.ceil_mode == true
+  end
+  function cls:forward(x) return fn(x, self.norm_type, self.kernel_size, self.stride, self.ceil_mode) end
+  function cls:extra_repr()
+    return ("norm_type=%s, kernel_size=%s, stride=%s, ceil_mode=%s"):format(py(self.norm_type), py(self.kernel_size),
+      self.stride == nil and "None" or py(self.stride), py(self.ceil_mode))
+  end
+end
 
 local MaxPool1d = export_class(M, "MaxPool1d")
 

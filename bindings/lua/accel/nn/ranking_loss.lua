@@ -1,8 +1,8 @@
 -- accel.nn.ranking_loss: the margin and embedding losses, PyTorch's
 -- formulas composed from tensor ops (autograd comes with them):
 -- F.margin_ranking_loss, hinge_embedding_loss, soft_margin_loss,
--- cosine_embedding_loss, triplet_margin_loss, multilabel_soft_margin_loss
--- and their modules. Targets are the data PyTorch takes (1 / -1, or 0 / 1
+-- cosine_embedding_loss, triplet_margin_loss, multilabel_soft_margin_loss,
+-- multi_margin_loss, multilabel_margin_loss and their modules. Targets are the data PyTorch takes (1 / -1, or 0 / 1
 -- labels); the settings positionally or by name, reduction in the table.
 -- Loaded on first use of one of its names.
 local accel = require("accel")
@@ -94,6 +94,51 @@ function FUNCTIONS.multilabel_soft_margin_loss(x, y, ...)
   return F._reduce("multilabel_soft_margin_loss", loss:sum(-1) / x:size(-1), a.reduction)
 end
 
+-- multi_margin_loss(x (N, C) or (C), y (N) of 0-based classes, [p = 1], [margin = 1], [weight (C)],
+-- [{reduction =}]): the mean over i != y of max(0, margin - x[y] + x[i])^p (times weight[y])
+function FUNCTIONS.multi_margin_loss(x, y, ...)
+  local a = torch_args("multi_margin_loss", {"p:number", "margin:number", "weight:tensor", "reduction:string"}, ...)
+  tensors("multi_margin_loss", x, y)
+  if a.p ~= nil and a.p ~= 1 and a.p ~= 2 then raise("multi_margin_loss: only p == 1 and p == 2 supported") end
+  local xs = x:dim() == 1 and x:unsqueeze(1) or x
+  local ys = y:reshape({-1, 1})
+  if xs:dim() ~= 2 or ys:size(1) ~= xs:size(1) then
+    raise("multi_margin_loss: inconsistent target size %s for input of size %s", util.shape_str(y), util.shape_str(x))
+  end
+  local c = xs:size(2)
+  local picked = xs:gather(2, ys) -- (N, 1)
+  local terms = ((a.margin or 1) - picked + xs):clamp(0)
+  if (a.p or 1) == 2 then terms = terms * terms end
+  if a.weight ~= nil then terms = terms * a.weight:index_select(1, ys:reshape({-1})):unsqueeze(2) end
+  -- the target's own term (margin^p, or weighted) is left out
+  terms = terms:scatter(2, ys, 0)
+  local loss = terms:sum(2) / c
+  if x:dim() == 1 then loss = loss:reshape({}) end
+  return F._reduce("multi_margin_loss", loss, a.reduction)
+end
+
+-- multilabel_margin_loss(x (N, C) or (C), y (N, C) of 0-based classes ended by -1, [{reduction =}]):
+-- for each sample, the sum over its targets j and the other classes i of max(0, 1 - (x[j] - x[i])), over C
+function FUNCTIONS.multilabel_margin_loss(x, y, ...)
+  local a = torch_args("multilabel_margin_loss", {"reduction:string"}, ...)
+  tensors("multilabel_margin_loss", x, y)
+  local xs, ys = x:dim() == 1 and x:unsqueeze(1) or x, y:dim() == 1 and y:unsqueeze(1) or y
+  if xs.shape ~= ys.shape then
+    raise("multilabel_margin_loss: inconsistent target size %s for input of size %s", util.shape_str(y), util.shape_str(x))
+  end
+  local n, c = xs:size(1), xs:size(2)
+  -- is_target (N, C): class k is among the sample's targets (those before its first -1)
+  local before_end = ys:eq(-1):long():cumsum(2):eq(0)
+  local targets = accel.where(before_end, ys, 0)
+  local is_target = accel.zeros(n, c, {dtype = x.dtype, device = x.device}):scatter_add(2, targets,
+    before_end:to(x.dtype)):gt(0)
+  local pair = (1 - (xs:unsqueeze(3) - xs:unsqueeze(2))):clamp(0) -- (N, j, i)
+  local mask = is_target:unsqueeze(3):logical_and(is_target:logical_not():unsqueeze(2)):to(x.dtype)
+  local loss = (pair * mask):sum({2, 3}) / c
+  if x:dim() == 1 then loss = loss:reshape({}) end
+  return F._reduce("multilabel_margin_loss", loss, a.reduction)
+end
+
 for name, f in pairs(FUNCTIONS) do F[name] = f end
 
 -- ---- modules: name(settings..., [{reduction = "mean"}]) -> criterion(inputs...) ----
@@ -105,6 +150,8 @@ local MODULES = {
   {"CosineEmbeddingLoss", FUNCTIONS.cosine_embedding_loss, {"margin:number"}, 3},
   {"TripletMarginLoss", FUNCTIONS.triplet_margin_loss, {"margin:number", "p:number", "eps:number", "swap:bool"}, 3},
   {"MultiLabelSoftMarginLoss", FUNCTIONS.multilabel_soft_margin_loss, {"weight:tensor"}, 2},
+  {"MultiMarginLoss", FUNCTIONS.multi_margin_loss, {"p:number", "margin:number", "weight:tensor"}, 2},
+  {"MultiLabelMarginLoss", FUNCTIONS.multilabel_margin_loss, {}, 2},
 }
 
 for _, spec in ipairs(MODULES) do
