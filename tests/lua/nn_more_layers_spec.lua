@@ -51,6 +51,9 @@ local CASES = {
   multi_margin_p2_weight = function(x, y, w) return F.multi_margin_loss(x, y, 2, 0.5, w, {reduction = "none"}) end,
   multilabel_margin = function(x, y) return nn.MultiLabelMarginLoss()(x, y) end,
   rrelu_eval = function(x) local m = nn.RReLU(0.1, 0.3); m:eval(); return m(x) end,
+  max_unpool2d = function(v, i) return nn.MaxUnpool2d(2)(v, i) end,
+  max_unpool2d_size = function(v, i) return F.max_unpool2d(v, i, 3, 2, {output_size = {8, 8}}) end,
+  max_unpool1d = function(v, i) return F.max_unpool1d(v, i, 3) end,
 }
 
 dofile("tests/lua/torch_cases.lua").describe(describe, it, "more layers and losses match PyTorch",
@@ -127,6 +130,14 @@ describe("more layers and losses: modules and details", function()
     assert.are.equal("AlphaDropout(p=0.2, inplace=False)", tostring(nn.AlphaDropout(0.2)))
     assert.are.equal("LPPool2d(norm_type=2, kernel_size=3, stride=None, ceil_mode=False)", tostring(nn.LPPool2d(2, 3)))
     assert.are.equal("MultiMarginLoss()", tostring(nn.MultiMarginLoss()))
+    -- torch 2.15: MaxUnpool2d(kernel_size=(2, 2), stride=(2, 2), padding=(0, 0)), MaxUnpool1d(kernel_size=(3,),
+    -- stride=(3,), padding=(0,)); output_size (7, 7) for a 2x2 input: 'invalid output_size "(7, 7)" (dim 0 must be
+    -- between 2 and 6)'
+    assert.are.equal("MaxUnpool2d(kernel_size=(2, 2), stride=(2, 2), padding=(0, 0))", tostring(nn.MaxUnpool2d(2)))
+    assert.are.equal("MaxUnpool1d(kernel_size=(3,), stride=(3,), padding=(0,))", tostring(nn.MaxUnpool1d(3)))
+    local v, i = F.max_pool2d(accel.randn(1, 1, 4, 4), 2, {return_indices = true})
+    expect_error(function() local _ = F.max_unpool2d(v, i, 2, {output_size = {7, 7}}) end,
+      'invalid output_size "(7, 7)" (dim 0 must be between 2 and 6)')
   end)
 
   it("refuse what PyTorch refuses", function()
