@@ -346,7 +346,7 @@ describe("argument kinds", function()
     expect_error(function() local _ = nn.TransformerEncoderLayer(4, 2, {activation = 3}) end,
       "TransformerEncoderLayer: argument 'activation' must be a string or a function, got number")
     -- PyTorch names accel-lua lacks are named errors, not nil
-    expect_error(function() local _ = nn.Conv3d(1, 2, 3) end, "accel.nn.Conv3d is not provided")
+    expect_error(function() local _ = nn.ConvTranspose3d(1, 2, 3) end, "accel.nn.ConvTranspose3d is not provided")
     expect_error(function() local _ = F.grid_sample(x, x) end, "accel.nn.functional.grid_sample is not provided")
     expect_error(function() local _ = nn.utils.rnn end, "accel.nn.utils.rnn is not provided")
     expect_error(function() local _ = nn.utils.weight_norm end, "accel.nn.utils.weight_norm is not provided")

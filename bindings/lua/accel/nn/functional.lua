@@ -1181,6 +1181,7 @@ LAZY_FUNCTIONS.pdist, LAZY_FUNCTIONS.lp_pool1d, LAZY_FUNCTIONS.lp_pool2d = "pool
 LAZY_FUNCTIONS.multi_margin_loss, LAZY_FUNCTIONS.multilabel_margin_loss = "ranking_loss", "ranking_loss"
 LAZY_FUNCTIONS.rrelu, LAZY_FUNCTIONS.alpha_dropout = "activations", "activations"
 LAZY_FUNCTIONS.max_unpool1d, LAZY_FUNCTIONS.max_unpool2d = "max_unpool", "max_unpool"
+for _, name in ipairs({"conv3d", "max_pool3d", "avg_pool3d", "adaptive_avg_pool3d"}) do LAZY_FUNCTIONS[name] = "volumetric" end
 for _, name in ipairs({"relu6", "hardtanh", "hardsigmoid", "hardswish", "mish", "selu", "celu", "prelu", "softsign",
                        "tanhshrink", "glu", "threshold", "softmin", "hardshrink", "softshrink"}) do
   LAZY_FUNCTIONS[name] = "activations"
@@ -1195,7 +1196,7 @@ end})
 
 -- PyTorch's functions accel-lua does not provide: a clear error, not nil.
 local NOT_PROVIDED = {}
-for _, name in ipairs({"conv3d", "conv_transpose3d", "max_pool3d", "avg_pool3d", "lp_pool3d", "max_unpool3d",
+for _, name in ipairs({"conv_transpose3d", "adaptive_max_pool3d", "lp_pool3d", "max_unpool3d",
   "fractional_max_pool2d", "grid_sample", "affine_grid", "feature_alpha_dropout", "ctc_loss"}) do
   NOT_PROVIDED[name] = true
 end
