@@ -20,22 +20,8 @@ local torch_args = util.torch_args
 local M = {}
 local FUNCTIONS = {}
 
+local ints = base.int_list
 local function is_int(v) return type(v) == "number" and v == math.floor(v) end
-
--- an integer or a list of n integers -> a list of n, each at least low
-local function ints(op, name, v, n, low)
-  local p = v
-  if type(v) == "number" then
-    p = {}
-    for i = 1, n do p[i] = v end
-  end
-  local ok = type(p) == "table" and #p == n
-  for i = 1, n do ok = ok and is_int(p[i]) and p[i] >= low end
-  if not ok then
-    raise("%s: %s must be an integer >= %d or a list of %d of them, got %s", op, name, low, n, py(v))
-  end
-  return p
-end
 
 -- x (N, C, H, W) with stride - 1 zeros between its elements along H and W
 local function spread(x, sh, sw)
@@ -187,21 +173,6 @@ local function padding_for(self, name, x, output_size)
   return out
 end
 
-local function repr(self)
-  local s = ("%d, %d, kernel_size=%s, stride=%s"):format(self.in_channels, self.out_channels, py(self.kernel_size),
-    py(self.stride))
-  local function any(list, v)
-    for _, x in ipairs(list) do if x ~= v then return true end end
-    return false
-  end
-  if any(self.padding, 0) then s = s .. ", padding=" .. py(self.padding) end
-  if any(self.output_padding, 0) then s = s .. ", output_padding=" .. py(self.output_padding) end
-  if any(self.dilation, 1) then s = s .. ", dilation=" .. py(self.dilation) end
-  if self.groups ~= 1 then s = s .. ", groups=" .. self.groups end
-  if self.bias == nil then s = s .. ", bias=False" end
-  return s
-end
-
 -- ConvTranspose2d(in_channels, out_channels, kernel_size, [stride = 1], [padding = 0],
 --   [output_padding = 0], [groups = 1], [bias = true], [dilation = 1], [padding_mode = "zeros"],
 --   [{dtype =, device =}]), and ConvTranspose1d(...) likewise; forward(input, [output_size])
@@ -215,7 +186,7 @@ for n = 1, 2 do
     return fn(x, self.weight, self.bias, self.stride, self.padding, padding_for(self, name, x, output_size), self.groups,
       self.dilation)
   end
-  cls.reset_parameters, cls.extra_repr = layers.Linear.reset_parameters, repr
+  cls.reset_parameters, cls.extra_repr = layers.Linear.reset_parameters, base.conv_repr
 end
 
 return M

@@ -31,18 +31,7 @@ local Unpool = require("accel.autograd").Function{
   backward = function(ctx, g) return g:gather(3, ctx.saved_tensors[1]) end,
 }
 
--- an integer or a list of n -> a list of n
-local function ints(op, name, v, n)
-  local p = v
-  if type(v) == "number" then
-    p = {}
-    for i = 1, n do p[i] = v end
-  end
-  local ok = type(p) == "table" and #p == n
-  for i = 1, n do ok = ok and type(p[i]) == "number" and p[i] == math.floor(p[i]) and p[i] >= 0 end
-  if not ok then raise("%s: %s must be an integer or a list of %d, got %s", op, name, n, py(v)) end
-  return p
-end
+local function ints(op, name, v, n) return base.int_list(op, name, v, n, 0) end
 
 -- the output's spatial sizes: PyTorch's default (in - 1) stride - 2 padding + kernel, or output_size
 -- (its last n entries) within a stride of it

@@ -897,4 +897,36 @@ function M.pyrepr(v)
   return tostring(v)
 end
 
+-- An integer or a list of n integers (PyTorch's int or tuple setting) -> a
+-- list of n, each at least low; else op's error naming the setting.
+function M.int_list(op, name, v, n, low)
+  local p = v
+  if type(v) == "number" then
+    p = {}
+    for i = 1, n do p[i] = v end
+  end
+  local ok = type(p) == "table" and #p == n
+  for i = 1, n do ok = ok and type(p[i]) == "number" and p[i] == math.floor(p[i]) and p[i] >= low end
+  if not ok then raise("%s: %s must be an integer >= %d or a list of %d of them, got %s", op, name, low, n, M.pyrepr(v)) end
+  return p
+end
+
+-- A convolution module's extra_repr as PyTorch prints it: the channels,
+-- kernel_size and stride, then padding, output_padding and dilation where
+-- they are not their defaults, groups, bias=False.
+function M.conv_repr(self)
+  local function any(list, v)
+    for _, x in ipairs(list or {}) do if x ~= v then return true end end
+    return false
+  end
+  local s = ("%d, %d, kernel_size=%s, stride=%s"):format(self.in_channels, self.out_channels,
+    M.pyrepr(self.kernel_size), M.pyrepr(self.stride))
+  if any(self.padding, 0) then s = s .. ", padding=" .. M.pyrepr(self.padding) end
+  if any(self.output_padding, 0) then s = s .. ", output_padding=" .. M.pyrepr(self.output_padding) end
+  if any(self.dilation, 1) then s = s .. ", dilation=" .. M.pyrepr(self.dilation) end
+  if self.groups ~= 1 then s = s .. ", groups=" .. self.groups end
+  if self.bias == nil then s = s .. ", bias=False" end
+  return s
+end
+
 return M

@@ -17,14 +17,7 @@ local raise, py, export_class = base.raise, base.pyrepr, base.export_class
 local M = {}
 local FUNCTIONS = {}
 
--- an integer or a triple -> a triple of integers >= low
-local function triple(op, name, v, low)
-  local p = type(v) == "number" and {v, v, v} or v
-  local ok = type(p) == "table" and #p == 3
-  for i = 1, 3 do ok = ok and type(p[i]) == "number" and p[i] == math.floor(p[i]) and p[i] >= low end
-  if not ok then raise("%s: %s must be an integer >= %d or a triple of them, got %s", op, name, low, py(v)) end
-  return p
-end
+local function triple(op, name, v, low) return base.int_list(op, name, v, 3, low) end
 
 -- x (N, C, D, H, W) or (C, D, H, W) as a batched (N, C, D, H, W)
 local function volumes(op, x)
@@ -174,19 +167,7 @@ function Conv3d:forward(x)
   return FUNCTIONS.conv3d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
 end
 
-function Conv3d:extra_repr()
-  local s = ("%d, %d, kernel_size=%s, stride=%s"):format(self.in_channels, self.out_channels, py(self.kernel_size),
-    py(self.stride))
-  local function any(list, v)
-    for _, x in ipairs(list) do if x ~= v then return true end end
-    return false
-  end
-  if any(self.padding, 0) then s = s .. ", padding=" .. py(self.padding) end
-  if any(self.dilation, 1) then s = s .. ", dilation=" .. py(self.dilation) end
-  if self.groups ~= 1 then s = s .. ", groups=" .. self.groups end
-  if self.bias == nil then s = s .. ", bias=False" end
-  return s
-end
+Conv3d.extra_repr = base.conv_repr
 
 -- MaxPool3d(kernel_size, [stride = kernel_size], [padding = 0]), AvgPool3d(kernel_size, [stride], [padding])
 local MaxPool3d = export_class(M, "MaxPool3d")
