@@ -132,7 +132,7 @@ end
 
 -- torch 2.15: GradScaler(init_scale=1e38, growth_factor=10, growth_interval=1) after a clean step: get_scale()
 -- 9.999999680285692e+37 (kept: 1e39 would pass float32's range; the scale is a float32 from then on)
-describe("the fp16 loss scale", function()
+describe("the fp16 loss scale and other Accelerator arguments", function()
   it("does not grow past float32's range, and is kept in float32", function()
     local s = require("accel.amp").GradScaler{init_scale = 1e38, growth_factor = 10, growth_interval = 1}
     local p = nn.Parameter(accel.ones(2))
@@ -153,7 +153,22 @@ describe("the fp16 loss scale", function()
     assert.are.equal(2, amp.GradScaler{init_scale = 2}:get_scale())
   end)
 
-  -- accelerate 1.15: Accelerator(mixed_precision="BF16"): "ValueError: Unknown mixed_precision mode: BF16"
+    -- a single handler, not in a list, was silently ignored (accelerate 1.15 raises a TypeError iterating it);
+  -- accumulate's body that is not a function (or a misspelt, nil one) made a handle and never ran
+  it("a kwargs handler not in a list, and an accumulate body that is not a function, are errors", function()
+    error_matching("kwargs_handlers must be a list of handlers %({accel.InitProcessGroupKwargs{...}}%), got one handler",
+      function() accel.Accelerator{kwargs_handlers = accel.InitProcessGroupKwargs{timeout = 5}} end)
+    local a = accel.Accelerator()
+    local m = a:prepare(nn.Linear(2, 2))
+    error_matching("accumulate: argument 2 must be a model %(or, last, the function to run%), got number",
+      function() a:accumulate(m, 5) end)
+    error_matching("got nil", function() a:accumulate(m, nil) end)
+    local ran = false
+    a:accumulate(m, function() ran = true end)
+    assert.is_true(ran)
+  end)
+
+-- accelerate 1.15: Accelerator(mixed_precision="BF16"): "ValueError: Unknown mixed_precision mode: BF16"
   it("mixed_precision is one of Accelerate's exact strings", function()
     error_matching('unknown mixed_precision "BF16"', function() accel.Accelerator{mixed_precision = "BF16"} end)
   end)

@@ -506,6 +506,11 @@ local HANDLER_NAMES = "accel.AutocastKwargs, accel.DistributedDataParallelKwargs
 -- kwargs_handlers -> {field = handler}; each kind at most once.
 local function resolve_kwargs(handlers)
   local found = {}
+  local one = handlers ~= nil and (ddp.is_kwargs(handlers) or plugins.kind_of(handlers))
+  if one then -- (ipairs over one handler finds nothing: it would be ignored)
+    raise("Accelerator: kwargs_handlers must be a list of handlers ({accel.%s{...}}), got one handler",
+      one == true and "DistributedDataParallelKwargs" or one)
+  end
   for i, h in ipairs(handlers or {}) do
     local kind = ddp.is_kwargs(h) and "DistributedDataParallelKwargs" or plugins.kind_of(h)
     if kind == "GradientAccumulationPlugin" or kind == "DataLoaderConfiguration" then
@@ -1348,7 +1353,14 @@ function Accelerator:accumulate(...)
   local n = select("#", ...)
   local models = {...}
   local fn = nil
-  if n > 0 and type(models[n]) == "function" then fn = table.remove(models, n) end
+  if n > 0 and type(models[n]) == "function" then fn = table.remove(models, n); n = n - 1 end
+  for i = 1, n do -- (a body that is not a function, or a nil one, would else make a handle and never run)
+    local m = models[i]
+    if type(m) ~= "table" or type(m.parameters) ~= "function" then
+      raise("accumulate: argument %d must be a model (or, last, the function to run), got %s", i,
+        type(m) == "table" and "a table that is not a module" or type(m))
+    end
+  end
   local gs = self.gradient_state
   return sync_scope(self, "accumulate", models, function()
     gs:do_sync()
