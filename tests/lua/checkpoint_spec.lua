@@ -84,6 +84,16 @@ local function trained(hidden, o)
 end
 
 describe("save_model", function()
+  it("names itself and the folder it cannot write", function()
+    local dir = tmpdir()
+    write(dir .. "/blocker", "")
+    local s = trained()
+    error_matching("save_model: cannot write [^:]*/blocker/out: cannot create directory", function()
+      s.a:save_model(s.model, dir .. "/blocker/out")
+    end)
+    rm(dir)
+  end)
+
   it("writes model.safetensors with PyTorch's names, dtypes and shapes", function()
     local dir = tmpdir()
     local s = trained()

@@ -332,13 +332,17 @@ function M.finish_model_dir(dir, shards, total)
   end
 end
 
+-- The reason in an error of C.mkdirs.
+local function mkdirs_reason(err) return (tostring(err):gsub("^.-mkdirs: ", "")) end
+
 -- Writes state (name -> tensor; names in `order`) as dir/model.safetensors,
 -- or as model-0000i-of-0000N.safetensors shards of at most max_bytes each
 -- plus model.safetensors.index.json when it does not fit in one (see
 -- plan_model_files). Stale weight files of an earlier save_model in dir are
 -- removed.
 function M.save_model(state, order, dir, max_bytes)
-  C.mkdirs(dir)
+  local ok, err = pcall(C.mkdirs, dir)
+  if not ok then raise("save_model: cannot write %s: %s", dir, mkdirs_reason(err)) end
   local shards, total = M.plan_model_files(order, function(name)
     local t = state[name]
     return t:numel() * t:element_size()
@@ -409,8 +413,6 @@ function Writer:keep_other_files()
   end
 end
 
--- The reason in an error of C.mkdirs.
-local function mkdirs_reason(err) return (tostring(err):gsub("^.-mkdirs: ", "")) end
 
 -- The parent folder, stale temporary folders of crashed saves removed, and
 -- the empty temporary folder.
