@@ -139,6 +139,7 @@ local function fresh_states() return setmetatable({}, {__mode = "k"}) end
 
 -- v rounded to float32, the dtype torch keeps the scale in after its first update (inf beyond its range)
 local function f32(v) return accel.tensor(v, {dtype = accel.float64}):float():item() end
+amp.round_f32 = f32 -- (NAdam's mu_product is kept in float32 too: accel.optim.elementwise)
 
 -- amp.GradScaler{init_scale=, growth_factor=, backoff_factor=, growth_interval=,
 -- agree = function(found) -> found on any process}: agree makes every

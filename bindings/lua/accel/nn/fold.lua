@@ -18,14 +18,7 @@ local FUNCTIONS = {}
 
 local SPECS = {"dilation", "padding", "stride"}
 
--- an integer or a pair -> a pair of integers >= low
-local function pair(op, name, v, low)
-  local p = type(v) == "number" and {v, v} or v
-  local ok = type(p) == "table" and #p == 2
-  for i = 1, 2 do ok = ok and type(p[i]) == "number" and p[i] == math.floor(p[i]) and p[i] >= low end
-  if not ok then raise("%s: %s must be an integer >= %d or a pair of them, got %s", op, name, low, py(v)) end
-  return p
-end
+local function pair(op, name, v, low) return base.int_list(op, name, v, 2, low) end
 
 -- the settings of op as pairs
 local function settings(op, kernel_size, a)

@@ -230,7 +230,7 @@ elementwise_class("Adamax", {lr = 2e-3, betas = {0.9, 0.999}, eps = 1e-8, weight
   end)
 
 -- v rounded to float32 (PyTorch keeps NAdam's mu_product in a float32 tensor)
-local function f32(v) return accel.tensor(v, {dtype = accel.float64}):float():item() end
+local f32 = require("accel.amp").round_f32
 
 -- NAdam: mu = beta1 (1 - 0.96^(step momentum_decay) / 2); mu_product *= mu; Adam's moments;
 -- p -= lr (1 - mu) / (1 - mu_product) grad / denom + lr mu_next / (1 - mu_product mu_next) exp_avg / denom,
