@@ -7,10 +7,11 @@
 
 static uint64_t started_ns;
 
-/* profile_start(): clears the buffer and starts recording. */
+/* profile_start(device_sync): clears the buffer and starts recording; with
+ * device_sync each event's end waits for its device's queued work. */
 static int c_profile_start(lua_State *L) {
     if (profile_active) return lu_error(L, "profile: the profiler is already recording (profile calls do not nest)");
-    started_ns = profile_start();
+    started_ns = profile_start(lua_toboolean(L, 1));
     return 0;
 }
 

@@ -1,5 +1,6 @@
 /* profile.c: the op profiler's event buffer and clock (see profile.h). */
 #include "profile.h"
+#include "backend/backend.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #define PROF_MAX_EVENTS ((int64_t)1 << 21) /* 2M events (~370 MB) at most; beyond that they are counted as dropped */
 
 volatile int profile_active = 0;
+static int device_sync; /* written only while not recording */
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static ProfEvent *events;
@@ -65,8 +67,23 @@ void profile_record(const char *name, ProfKind kind, uint64_t start_ns, uint64_t
     pthread_mutex_unlock(&lock);
 }
 
-uint64_t profile_start(void) {
+/* The device of the scope's first tensor waits for its queued work (a
+ * failed kernel then reports itself at the op's next synchronisation). */
+static void wait_for_device(const ProfScope *s) {
+    const Tensor *t = s->a ? s->a : s->b;
+    if (!t || t->device.type == DEV_CPU) return;
+    const Backend *be = backend_for(t->device);
+    if (be) (void)be->synchronize();
+}
+
+void profile_scope_record(const ProfScope *s) {
+    if (device_sync) wait_for_device(s);
+    profile_record(s->name, s->kind, s->start_ns, profile_now_ns(), s->a, s->b);
+}
+
+uint64_t profile_start(bool sync) {
     pthread_mutex_lock(&lock);
+    device_sync = sync;
     n_events = n_dropped = 0;
     profile_active = 1;
     pthread_mutex_unlock(&lock);

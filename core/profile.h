@@ -5,6 +5,10 @@
  * (mutex-protected, so a thread other than the Lua one may record too).
  * While it is off, PROF_SCOPE costs one load and a predictable branch at
  * entry and a test of a local at exit; nothing is recorded.
+ * Device work is asynchronous, so an op's host time is only its launch;
+ * started with device_sync, every event's end waits for the queued work of
+ * its first tensor's device first, so the event covers the op's device
+ * time too (and the device runs one op at a time meanwhile).
  *
  *   Tensor *op_x(Tensor *a, Tensor *b) {
  *       PROF_SCOPE("x", PROF_FORWARD, a, b);   // records when the scope ends
@@ -35,8 +39,9 @@ typedef struct ProfEvent {
 /* The recording switch; read by PROF_SCOPE, written by profile_start/stop. */
 extern volatile int profile_active;
 
-/* Clears the buffer and starts recording. Returns the start time (ns). */
-uint64_t profile_start(void);
+/* Clears the buffer and starts recording, waiting for the devices at each
+ * event's end when device_sync. Returns the start time (ns). */
+uint64_t profile_start(bool device_sync);
 /* Stops recording (the events stay until the next start or profile_free). */
 void profile_stop(void);
 /* The recorded events (ordered by end time) and their count; events dropped
@@ -46,6 +51,9 @@ void profile_free(void);
 uint64_t profile_now_ns(void);
 void profile_record(const char *name, ProfKind kind, uint64_t start_ns, uint64_t end_ns, const Tensor *a,
                     const Tensor *b);
+struct ProfScope;
+/* Records a scope ending now (after the device wait of device_sync). */
+void profile_scope_record(const struct ProfScope *s);
 
 typedef struct ProfScope {
     uint64_t start_ns; /* 0: not recording */
@@ -55,7 +63,7 @@ typedef struct ProfScope {
 } ProfScope;
 
 static inline void profile_scope_end(ProfScope *s) {
-    if (__builtin_expect(s->start_ns != 0, 0)) profile_record(s->name, s->kind, s->start_ns, profile_now_ns(), s->a, s->b);
+    if (__builtin_expect(s->start_ns != 0, 0)) profile_scope_record(s);
 }
 
 static inline ProfScope profile_scope_begin(const char *name, ProfKind kind, const Tensor *a, const Tensor *b) {

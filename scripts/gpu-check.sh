@@ -21,7 +21,9 @@
 #   bench rows      the GPT-2-124M step (B 16, T 1024: scripts/bench/gpt.lua
 #                   gpt2_b16) in fp32, TF32, bf16 and fp8, and PyTorch's
 #                   (scripts/bench/gpt_torch_gpu.py) eager fp32 / TF32 /
-#                   bf16 and torch.compile bf16, in the same call
+#                   bf16 and torch.compile bf16, in the same call; the
+#                   accel bf16 row also profiles one step with every op
+#                   waiting for the GPU (gpt.lua --profile): where the time goes
 # and prints one row per item (result, seconds), then the benchmark table
 # (tokens/s, achieved TFLOP/s, MFU against the 790 TFLOP/s bf16 dense rate
 # measured on the H200). Every item has its own limit (GPU_CHECK_TIMEOUT,
@@ -172,7 +174,7 @@ PER_OP=$(grep -E '^RESULT accel' <<<"$LAST_OUT" | tail -n 1)
 GPT="$ROOT/scripts/bench/gpt.lua"
 TORCH="$ROOT/scripts/bench/gpt_torch_gpu.py"
 export ACCEL_LUA_DEVICE=cuda
-bench "accel bf16" "$B/accel-lua" "$B/accel-lua" "$GPT" 1 gpt2_b16 5 2 --bf16
+bench "accel bf16" "$B/accel-lua" "$B/accel-lua" "$GPT" 1 gpt2_b16 5 2 --bf16 --profile
 bench "pytorch eager bf16" "$TORCH" python3 "$TORCH" gpt2_b16 5 2 --bf16
 bench "pytorch compile bf16" "$TORCH" python3 "$TORCH" gpt2_b16 5 3 --bf16 --compile
 bench "accel tf32" "$B/accel-lua" "$B/accel-lua" "$GPT" 1 gpt2_b16 3 1 --tf32
@@ -186,5 +188,11 @@ printf '%s\n' "${ROWS[@]}"
 echo
 bench_table | tee "$LOGS/bench_table.txt"
 echo "per-op on cuda, us (accel add / fwd+bwd, PyTorch's after): ${PER_OP:-not run}"
+printf '%s\n' "${BENCH[0]#*|}" | python3 -c '
+import json, sys
+try: r = json.loads(sys.stdin.read())
+except ValueError: sys.exit(0)
+print("accel bf16, one step with each op waiting for the GPU: %s ms, ops %s ms; top ops (ms): %s" % (
+    r.get("profile_step_ms"), r.get("profile_ops_ms"), json.dumps(r.get("profile_top_ms"))))' | tee -a "$LOGS/bench_table.txt"
 rm -rf "$DIR"
 exit $FAILED

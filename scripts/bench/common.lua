@@ -57,6 +57,33 @@ end
 -- N(0, 0.02) init, zero biases. Causal attention through
 -- F.scaled_dot_product_attention{is_causal} (attn = "sdpa", the default) or
 -- written out as the Python script does (q k^T, masked_fill, softmax, @ v).
+-- The op profiler's trace summed by top-level event (events nested in
+-- another are inside its time): {by = {name = us}, total_us = us}. Backward
+-- functions are summed as "backward ops" unless keep_backward.
+function M.profile_totals(trace, keep_backward)
+  local by, stack_end, total = {}, {}, 0
+  for _, e in ipairs(trace.traceEvents) do
+    while #stack_end > 0 and e.ts >= stack_end[#stack_end] do stack_end[#stack_end] = nil end
+    if #stack_end == 0 then
+      local k = (not keep_backward and e.name:match("Backward$")) and "backward ops" or e.name
+      by[k] = (by[k] or 0) + e.dur
+      total = total + e.dur
+    end
+    stack_end[#stack_end + 1] = e.ts + e.dur
+  end
+  return {by = by, total_us = total}
+end
+
+-- The n largest entries of profile_totals as JSON members ("name": ms, ...).
+function M.profile_top_json(by, n)
+  local names = {}
+  for k in pairs(by) do names[#names + 1] = k end
+  table.sort(names, function(a, b) return by[a] > by[b] end)
+  local items = {}
+  for i = 1, math.min(n, #names) do items[i] = ('"%s": %.1f'):format(names[i], by[names[i]] / 1e3) end
+  return table.concat(items, ", ")
+end
+
 function M.gpt(cfg)
   local nn = accel.nn -- loaded here, so that per_op.lua's RSS does not count it
   local F = nn.functional

@@ -18,6 +18,10 @@
 --            --losses               also print every step's loss (JSON list)
 --            --tf32                 accel.backends.cuda.matmul.allow_tf32 = true
 --            --fp8                  mixed_precision = "fp8" (instead of --bf16)
+--            --profile              one more step under the op profiler with
+--              activities {"cpu", "cuda"} (each op waits for its device work):
+--              "profile_top_ms", the top-level ops and backward functions
+--              with the most time, by name
 -- The device is the default one (ACCEL_LUA_DEVICE=cuda runs it on a GPU);
 -- each timed step ends with accel.synchronize(), so queued GPU work counts.
 local accel = require("accel")
@@ -58,16 +62,25 @@ local function minflt() return proc_number("stat", "^.-%) %S+" .. (" %S+"):rep(6
 
 local median = common.median
 
-local times, cpus, losses, faults = {}, {}, {}, 0
-for i = 1, warmup + steps do
-  local data = accel.randint(0, V, {B, T + 1})
-  local idx, tgt = data:narrow(2, 1, T), data:narrow(2, 2, T)
-  local f0, c0, t0 = minflt(), os.clock(), accel.clock()
+local function train_step(idx, tgt)
   opt:zero_grad({set_to_none = true})
   local loss = forward(idx, tgt)
   loss:backward()
   opt:step()
   accel.synchronize()
+  return loss
+end
+
+local function batch()
+  local data = accel.randint(0, V, {B, T + 1})
+  return data:narrow(2, 1, T), data:narrow(2, 2, T)
+end
+
+local times, cpus, losses, faults = {}, {}, {}, 0
+for i = 1, warmup + steps do
+  local idx, tgt = batch()
+  local f0, c0, t0 = minflt(), os.clock(), accel.clock()
+  local loss = train_step(idx, tgt)
   local dt, dc, df = accel.clock() - t0, os.clock() - c0, minflt() - f0
   losses[#losses + 1] = loss:item()
   if i > warmup then
@@ -96,5 +109,13 @@ if flags.losses then
   local ls = {}
   for i, l in ipairs(losses) do ls[i] = ("%.5f"):format(l) end
   out[#out + 1] = '"losses": [' .. table.concat(ls, ", ") .. "]"
+end
+if flags.profile then
+  local idx, tgt = batch()
+  local prof, t0 = nil, accel.clock()
+  require("accel.profiler").run(function() train_step(idx, tgt) end, {activities = {"cpu", "cuda"},
+    on_trace_ready = function(trace) prof = common.profile_totals(trace, true) end}, 0)
+  out[#out + 1] = ('"profile_step_ms": %.1f, "profile_ops_ms": %.1f, "profile_top_ms": {%s}'):format(
+    (accel.clock() - t0) * 1e3, prof.total_us / 1e3, common.profile_top_json(prof.by, 16))
 end
 print("{" .. table.concat(out, ", ") .. "}")

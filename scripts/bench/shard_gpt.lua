@@ -196,21 +196,7 @@ if flags.profile then
   require("accel.profiler").run(function()
     local _, a, _, _, _, b = step()
     s0, s1 = a, b
-  end, {on_trace_ready = function(trace)
-    local by, stack_end, total = {}, {}, 0
-    for _, e in ipairs(trace.traceEvents or trace) do
-      if e.ph == "X" then
-        while #stack_end > 0 and e.ts >= stack_end[#stack_end] do stack_end[#stack_end] = nil end
-        if #stack_end == 0 then -- a top-level event
-          local k = e.name:match("Backward$") and "backward ops" or e.name
-          by[k] = (by[k] or 0) + e.dur
-          total = total + e.dur
-        end
-        stack_end[#stack_end + 1] = e.ts + e.dur
-      end
-    end
-    prof = {by = by, total_us = total}
-  end}, rank)
+  end, {on_trace_ready = function(trace) prof = common.profile_totals(trace) end}, rank)
   prof.step_us = (s1 - s0) * 1e6
 end
 
@@ -264,12 +250,7 @@ local out = {
   ('"loss_first": %.3f, "loss_last": %.3f'):format(mine.loss_first, mine.loss_last),
 }
 if prof then
-  local names = {}
-  for k in pairs(prof.by) do names[#names + 1] = k end
-  table.sort(names, function(a, b) return prof.by[a] > prof.by[b] end)
-  local items = {}
-  for i = 1, math.min(8, #names) do items[i] = ('"%s": %.1f'):format(names[i], prof.by[names[i]] / 1e3) end
   out[#out + 1] = ('"profile_step_ms": %.1f, "profile_ops_ms": %.1f, "profile_top_ms": {%s}'):format(
-    prof.step_us / 1e3, prof.total_us / 1e3, table.concat(items, ", "))
+    prof.step_us / 1e3, prof.total_us / 1e3, common.profile_top_json(prof.by, 8))
 end
 print("{" .. table.concat(out, ", ") .. "}")

@@ -6,9 +6,12 @@
  * synchronisation sees the old bytes (the stale read a missing sync would
  * give, so a test comparing values catches it), and the synchronising
  * to_host sees the new ones after the worker runs. (3) Queued work runs in
- * stream order and events order the host after it.
+ * stream order and events order the host after it. (4) The op profiler's
+ * device_sync makes an op's event end after its queued work ran.
  * Last line "N passed, N failed". */
 #include "core/backend/backend.h"
+#include "core/ops.h"
+#include "core/profile.h"
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -122,11 +125,45 @@ static void test_fork(void) {
     tensor_release(t);
 }
 
+/* In place a = a + a on the sim device, under the profiler; a's first value
+ * as a read without synchronisation sees it right after the op returns. */
+static float add_and_peek(Tensor *a) {
+    float v = -1;
+    check(op_binary_(KB_ADD, a, a) == 0, "a += a on the sim device");
+    backend_sim_debug_peek(&v, tensor_data(a), sizeof v);
+    return v;
+}
+
+static void test_profile_sync(void) {
+    const int64_t n = 4096;
+    Tensor *a = tensor_full(&n, 1, 1.0, DT_F32, SIM);
+    if (!a || backend_sim.synchronize() != 0) {
+        check(0, "a sim tensor for the profiler test");
+        return;
+    }
+    profile_start(false);
+    backend_sim_debug_hold(1);
+    check(add_and_peek(a) == 1.0f, "without device_sync an op's event ends while its work is still queued");
+    backend_sim_debug_hold(0);
+    check(backend_sim.synchronize() == 0, "the queued add runs once the worker is released");
+    profile_stop();
+    profile_start(true);
+    check(add_and_peek(a) == 4.0f, "with device_sync an op's event ends after its device work ran");
+    profile_stop();
+    int64_t count = 0, dropped = 0;
+    const ProfEvent *ev = profile_events(&count, &dropped);
+    check(count == 1 && dropped == 0 && strcmp(ev[0].name, "add") == 0 && ev[0].end_ns >= ev[0].start_ns,
+          "the synchronised add is recorded once, by name");
+    profile_free();
+    tensor_release(a);
+}
+
 int main(void) {
     test_fork();
     test_fault();
     test_stale();
     test_order();
+    test_profile_sync();
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail != 0;
 }

@@ -4,7 +4,9 @@
 -- it by name, timestamps are ordered, durations non-negative, nested events
 -- inside their parents, and the top-level events fit in the wall time
 -- measured around the call; nothing is recorded while the profiler is off;
--- options follow Accelerate's ProfileKwargs names, the rest is refused.
+-- options follow Accelerate's ProfileKwargs names, the rest is refused;
+-- the "cuda" activity waits for the device at each op's end (test_sim.c
+-- checks that ordering; here the events of a sim run).
 local accel = require("accel")
 local json = require("accel.json")
 local support = dofile("tests/lua/support.lua")
@@ -131,12 +133,25 @@ describe("Accelerator:profile", function()
     support.remove_tree(dir)
   end)
 
+  it("activities {\"cpu\", \"cuda\"} times each op up to the end of its device work (here the sim device)", function()
+    local trace
+    local total = acc:profile(function()
+      local a = accel.ones(64, 64, {device = "sim"})
+      return accel.matmul(a, a):sum():item()
+    end, {activities = {"cpu", "cuda"}, on_trace_ready = function(t) trace = t end})
+    assert.are.equal(64 * 64 * 64, total)
+    local names = names_of(trace)
+    assert.are.equal(1, names.matmul)
+    assert.are.equal(1, names.sum)
+    assert.is_false(accel._C.profile_active())
+  end)
+
   it("refuses what it does not do", function()
     local f = function() end
     expect_error(function() acc:profile(f, {output_dir = "x"}) end, "profile: unknown option output_dir")
     expect_error(function() acc:profile(f, {with_stack = true}) end, "profile: with_stack is not supported")
     expect_error(function() acc:profile(f, {profile_memory = true}) end, "profile: profile_memory is not supported")
-    expect_error(function() acc:profile(f, {activities = {"cpu", "cuda"}}) end, "activity cuda is not supported")
+    expect_error(function() acc:profile(f, {activities = {"cpu", "xpu"}}) end, "activity xpu is not supported")
     expect_error(function() acc:profile(f, {record_shapes = "yes"}) end, "record_shapes must be a boolean")
     expect_error(function() acc:profile("f") end, "profile: expected a function to run, got string")
     expect_error(function() acc:profile(function() acc:profile(f) end) end, "profile calls do not nest")

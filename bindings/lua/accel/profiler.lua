@@ -18,7 +18,13 @@
 --                     nil: no file is written
 --   record_shapes     add the inputs' shapes (args["Input Dims"]); default false
 --   on_trace_ready    function(trace) called with the trace table
---   activities        {"cpu"} only (the default); "cuda" is refused
+--   activities        {"cpu"} (the default) or {"cpu", "cuda"}: with "cuda" every
+--                     op's end waits for its device's queued work, so the
+--                     op's duration covers its device time (cuda, or the sim
+--                     device), where otherwise it is only the launch; the
+--                     device then runs one op at a time. PyTorch records the
+--                     kernels as separate events instead; here they stay
+--                     inside their op's event
 -- ProfileKwargs' schedule_option, profile_memory, with_stack, with_flops and
 -- with_modules are refused when set (not implemented), never ignored.
 -- Returns what fn returns. An error in fn stops the profiler and is raised
@@ -46,7 +52,9 @@ local function check_options(o)
     end
   end
   for _, a in ipairs(o.activities or {}) do
-    if a ~= "cpu" then raise("profile: activity %s is not supported (only \"cpu\")", tostring(a)) end
+    if a ~= "cpu" and a ~= "cuda" then
+      raise("profile: activity %s is not supported (\"cpu\" and \"cuda\")", tostring(a))
+    end
   end
   return o
 end
@@ -79,7 +87,9 @@ function M.run(fn, opts, rank, barrier)
   if type(fn) ~= "function" then raise("profile: expected a function to run, got %s", type(fn)) end
   local o = check_options(opts)
   local C = require("accel")._C
-  C.profile_start()
+  local device_sync = false
+  for _, a in ipairs(o.activities or {}) do device_sync = device_sync or a == "cuda" end
+  C.profile_start(device_sync)
   local res = pack(pcall(fn))
   C.profile_stop()
   local events, dropped = C.profile_events(o.record_shapes)
