@@ -33,7 +33,7 @@
  *  1. Give it a DeviceType in tensor.h and a name in device_str/parse.
  *  2. Write a folder with its kernels and one glue file that fills a
  *     `const Backend backend_<dev>` with every entry below (a missing
- *     entry is a bug, except the optional fp8_gemm: tests/c/test_backend.c
+ *     entry is a bug, except the optional fp8_gemm and gemm_batched: tests/c/test_backend.c
  *     checks each one against the CPU backend or a reference on random
  *     inputs, odd sizes and strides: `build/test_backend <dev>`).
  *  3. Return it from backend_for() (backend_cpu.c) for its DeviceType.
@@ -84,6 +84,13 @@ typedef struct Backend {
     /* ---- GEMM, row-major: C = alpha op(A) op(B) + beta C (dt F32, F64, BF16->F32) ---- */
     int (*gemm)(DType dt, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha, const void *A, int64_t lda,
                 const void *B, int64_t ldb, double beta, void *C, int64_t ldc);
+    /* Optional (NULL: callers loop over gemm): `batch` products of dt F32 or
+     * BF16->F32 at once, product i on A + i sa, B + i sb, C + i sc
+     * (strides in elements; the operands of different products may
+     * interleave, as the heads of one (B, L, H, D) tensor do). */
+    int (*gemm_batched)(DType dt, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha, const void *A,
+                        int64_t lda, int64_t sa, const void *B, int64_t ldb, int64_t sb, double beta, void *C,
+                        int64_t ldc, int64_t sc, int64_t batch);
 
     /* ---- reductions over a contiguous (outer, n, inner) view ---- */
     void (*reduce)(KRedOp op, DType cdt, const void *x, int64_t outer, int64_t n, int64_t inner, void *out);

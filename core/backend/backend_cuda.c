@@ -23,14 +23,19 @@
  *    a float32 output and float32 accumulation, float64 in float64; fp8
  *    (fp8_gemm) through cuBLASLt's fp8 GEMM on compute capability 8.9+
  *    (an error naming the GPU's capability below that), declining the
- *    operands it does not take (K not a multiple of 16, N of 4, both e5m2).
+ *    operands it does not take (K not a multiple of 16, N of 4, both e5m2);
+ *    gemm_batched as cuBLASLt's strided batches.
+ *  - Attention (float32) is composed from these entries by
+ *    attention_gemm.c: score blocks from batched cuBLASLt GEMMs, the
+ *    softmax kernels between them.
  *  - float64 slow paths: cross-entropy, attention, conv (also bf16) and the
  *    optimizer steps have float32 GPU kernels only; their float64 (and bf16
  *    conv) cases copy the operands to the host, run the CPU backend's entry
  *    and copy the results back (correct, slow; float64 training on a GPU
  *    is rare). Every other entry runs on the GPU for every dtype it takes.
- * Nothing in this file has run on a GPU yet (docs/gpu.md). */
+ * docs/gpu.md has what ran on a GPU. */
 #include "backend.h"
+#include "attention_gemm.h"
 #include "../../kernels/cuda/kernels_cuda.h"
 #include "../../kernels/cuda/cuda_check.h"
 #include <math.h>
@@ -259,6 +264,15 @@ static int cu_gemm(DType dt, int ta, int tb, int64_t M, int64_t N, int64_t K, do
                         KC_EPI_NONE, NULL, S()));
 }
 
+static int cu_gemm_batched(DType dt, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha, const void *A,
+                           int64_t lda, int64_t sa, const void *B, int64_t ldb, int64_t sb, double beta, void *C,
+                           int64_t ldc, int64_t sc, int64_t batch) {
+    if (dt != DT_F32 && dt != DT_BF16)
+        return accel_fail_int("gemm_batched: dtype %s not supported on cuda (float32, bfloat16)", dtype_name(dt));
+    return fail(kc_gemm_batched(D()->gemm, ta, tb, M, N, K, (float)alpha, A, lda, sa, B, ldb, sb, (float)beta, C, ldc,
+                                sc, batch, dt, S()));
+}
+
 /* ---- the host round trip of the float64 slow paths ---- */
 
 typedef struct {
@@ -467,7 +481,7 @@ static size_t attn_span(const int64_t st[3], const KAttn *a, int64_t rows, int64
 }
 
 static int cu_attn_fwd(DType cdt, const KAttn *a, const void *q, const void *k, const void *v, void *o, void *lse) {
-    if (cdt != DT_F64) return fail(kc_attention_fwd(a, cdt, q, k, v, o, lse, S()));
+    if (cdt != DT_F64) return attention_gemm_fwd(&backend_cuda, a, q, k, v, o, lse, 0);
     Staged s[] = {IN(q, attn_span(a->sq, a, a->L, a->D)), IN(k, attn_span(a->sk, a, a->S, a->D)),
                   IN(v, attn_span(a->sv, a, a->S, a->Dv)), OUT(o, attn_span(a->so, a, a->L, a->Dv)),
                   OUT(lse, sizeof(double) * (size_t)(a->B * a->H * a->L))};
@@ -478,7 +492,7 @@ static int cu_attn_fwd(DType cdt, const KAttn *a, const void *q, const void *k, 
 
 static int cu_attn_bwd(DType cdt, const KAttn *a, const void *q, const void *k, const void *v, const void *o,
                        const void *lse, const void *go, void *gq, void *gk, void *gv) {
-    if (cdt != DT_F64) return fail(kc_attention_bwd(a, cdt, q, k, v, o, lse, go, gq, gk, gv, S()));
+    if (cdt != DT_F64) return attention_gemm_bwd(&backend_cuda, a, q, k, v, lse, go, gq, gk, gv, 0);
     Staged s[] = {IN(q, attn_span(a->sq, a, a->L, a->D)),    IN(k, attn_span(a->sk, a, a->S, a->D)),
                   IN(v, attn_span(a->sv, a, a->S, a->Dv)),   IN(o, attn_span(a->so, a, a->L, a->Dv)),
                   IN(lse, sizeof(double) * (size_t)(a->B * a->H * a->L)),
@@ -551,6 +565,7 @@ const Backend backend_cuda = {
     .copy = cu_copy,
     .fill = cu_fill,
     .gemm = cu_gemm,
+    .gemm_batched = cu_gemm_batched,
     .reduce = cu_reduce,
     .argreduce = cu_argreduce,
     .softmax = cu_softmax,

@@ -136,6 +136,37 @@ extern "C" int kc_gemm(KcGemmCtx *ctx, int ta, int tb, int64_t M, int64_t N, int
     return rc;
 }
 
+/* Strided batch: product i of the descriptors' matrices at A + i sa, B + i sb,
+ * C + i sc (elements). cuBLASLt's A is our B (gemm_layout.h), so the
+ * strides go to the swapped layouts. */
+static int gemm_batch(GemmDescs *d, int64_t batch, int64_t sa, int64_t sb, int64_t sc) {
+    if (batch > INT32_MAX) return cuda_fail("gemm: batch of %lld products is too large", (long long)batch);
+    const int32_t n = (int32_t)batch;
+    const cublasLtMatrixLayout_t lay[3] = {d->a, d->b, d->c};
+    const int64_t stride[3] = {sb, sa, sc};
+    for (int i = 0; i < 3; i++) {
+        cublas_check(cublasLtMatrixLayoutSetAttribute(lay[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &n, sizeof n));
+        cublas_check(cublasLtMatrixLayoutSetAttribute(lay[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride[i],
+                                                      sizeof stride[i]));
+    }
+    return 0;
+}
+
+extern "C" int kc_gemm_batched(KcGemmCtx *ctx, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                               const void *A, int64_t lda, int64_t sa, const void *B, int64_t ldb, int64_t sb,
+                               float beta, void *C, int64_t ldc, int64_t sc, int64_t batch, DType in_dt,
+                               void *stream) {
+    if (M == 0 || N == 0 || batch == 0) return 0;
+    cudaDataType_t in = CUDA_R_32F;
+    if (cuda_type(in_dt, &in)) return -1;
+    GemmDescs d = {};
+    int rc = gemm_describe(ctx, &d, ta, tb, M, N, K, lda, ldb, ldc, in, in, CUDA_R_32F, KC_EPI_NONE, NULL);
+    if (rc == 0) rc = gemm_batch(&d, batch, sa, sb, sc);
+    if (rc == 0) rc = gemm_run(ctx, &d, &alpha, A, B, &beta, C, kc_stream(stream));
+    gemm_free(&d);
+    return rc;
+}
+
 /* float64 in and out, float64 accumulation (CUBLAS_COMPUTE_64F), no epilogue. */
 extern "C" int kc_gemm_f64(KcGemmCtx *ctx, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha,
                            const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc,

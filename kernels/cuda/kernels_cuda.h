@@ -114,14 +114,6 @@ int kc_adam_f32(int64_t n, float *p, const float *g, float *m, float *v, float *
 int kc_fp8_quantize(KFp8Fmt fmt, int64_t n, const float *x, float scale, uint8_t *q, float *amax, void *stream);
 int kc_fp8_dequantize(KFp8Fmt fmt, int64_t n, const uint8_t *q, float scale_inv, float *out, void *stream);
 
-/* ---- attention.cu: KAttn layout as k_attention_*; dt float32 or bf16,
- * lse float32; D, Dv <= KC_ATTN_MAX_D ---- */
-#define KC_ATTN_MAX_D 256
-int kc_attention_fwd(const KAttn *a, DType dt, const void *q, const void *k, const void *v, void *o, float *lse,
-                     void *stream);
-int kc_attention_bwd(const KAttn *a, DType dt, const void *q, const void *k, const void *v, const void *o,
-                     const float *lse, const void *go, void *gq, void *gk, void *gv, void *stream);
-
 /* ---- rng.cu: contiguous o of n elements from the stream (seed, offset),
  * element by element kernels/philox.h (= core/rng.c's values). The caller
  * advances its offset by the rng_blocks_* count for n. ---- */
@@ -145,6 +137,12 @@ void kc_gemm_allow_tf32(KcGemmCtx *ctx, int on);
 int kc_gemm(KcGemmCtx *ctx, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A, int64_t lda,
             const void *B, int64_t ldb, float beta, void *C, int64_t ldc, DType in_dt, DType out_dt,
             KcEpilogue epi, const void *bias, void *stream);
+
+/* A strided batch of kc_gemm products (C float32): product i on A + i sa,
+ * B + i sb, C + i sc (elements; operands may interleave). */
+int kc_gemm_batched(KcGemmCtx *ctx, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
+                    int64_t lda, int64_t sa, const void *B, int64_t ldb, int64_t sb, float beta, void *C, int64_t ldc,
+                    int64_t sc, int64_t batch, DType in_dt, void *stream);
 
 /* float64: C = alpha op(A) op(B) + beta C, all float64, accumulation in float64. */
 int kc_gemm_f64(KcGemmCtx *ctx, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha, const void *A,

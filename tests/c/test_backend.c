@@ -22,6 +22,7 @@
  *   build/cuda/test_backend cuda    the CUDA backend (on a machine with a GPU)
  * Last line "N passed, N failed". */
 #include "core/backend/backend.h"
+#include "core/backend/attention_gemm.h"
 #include "kernels/philox.h"
 #include <math.h>
 #include <stdio.h>
@@ -261,27 +262,45 @@ static void test_fill(DType dt) {
 
 /* ---- GEMM against a naive double loop ---- */
 
+/* c_i = 0.5 op(a_i) op(b_i) + 2 c_i on the reference copies, product i at
+ * element offsets i sa, i sb, i sc. */
+static void gemm_ref(DType dt, int ta, int tb, int64_t M, int64_t N, int64_t K, Buf *a, int64_t lda, int64_t sa, Buf *b,
+                     int64_t ldb, int64_t sb, Buf *c, int64_t ldc, int64_t sc, int64_t batch) {
+    DType odt = c->dt;
+    for (int64_t p = 0; p < batch; p++)
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                double s = 0;
+                for (int64_t k = 0; k < K; k++)
+                    s += dtype_load(at(a, p * sa + (ta ? k * lda + i : i * lda + k)), dt) *
+                         dtype_load(at(b, p * sb + (tb ? j * ldb + k : k * ldb + j)), dt);
+                char *cij = at(c, p * sc + i * ldc + j);
+                dtype_store(cij, odt, 0.5 * s + 2.0 * dtype_load(cij, odt));
+            }
+}
+
+/* gemm on padded rows; gemm_batched (where the backend has it) on three
+ * products whose operands interleave, as the heads of a (B, L, H, D) tensor. */
 static void test_gemm(DType dt) {
-    const int64_t M = 5, N = 7, K = 3, pad = 2;
+    const int64_t M = 5, N = 7, K = 3, pad = 2, nb = 3;
     DType odt = dt == DT_BF16 ? DT_F32 : dt;
-    for (int ta = 0; ta < 2; ta++)
-        for (int tb = 0; tb < 2; tb++) {
-            int64_t lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
-            Buf a = in(dt, (ta ? K : M) * lda, -1, 1), b = in(dt, (tb ? N : K) * ldb, -1, 1);
-            Buf c = in(odt, M * ldc, -1, 1);
-            int rc = B->gemm(dt, ta, tb, M, N, K, 0.5, a.d, lda, b.d, ldb, 2.0, c.d, ldc);
-            for (int64_t i = 0; i < M; i++)
-                for (int64_t j = 0; j < N; j++) {
-                    double s = 0;
-                    for (int64_t k = 0; k < K; k++)
-                        s += dtype_load(at(&a, ta ? k * lda + i : i * lda + k), dt) *
-                             dtype_load(at(&b, tb ? j * ldb + k : k * ldb + j), dt);
-                    dtype_store(at(&c, i * ldc + j), odt, 0.5 * s + 2.0 * dtype_load(at(&c, i * ldc + j), odt));
-                }
-            result(rc == 0, "gemm returns 0", dt);
-            check_buf(&c, dt == DT_F64 ? 1e-12 : 1e-5, "gemm");
-            buf_free(&a), buf_free(&b), buf_free(&c);
-        }
+    for (int batched = 0; batched < 2; batched++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                if (batched && (!B->gemm_batched || dt == DT_F64)) continue;
+                const int64_t acols = ta ? M : K, bcols = tb ? K : N, n = batched ? nb : 1;
+                const int64_t lda = batched ? nb * acols : acols + pad, ldb = batched ? nb * bcols : bcols + pad;
+                const int64_t ldc = batched ? nb * N : N + pad;
+                Buf a = in(dt, (ta ? K : M) * lda, -1, 1), b = in(dt, (tb ? N : K) * ldb, -1, 1);
+                Buf c = in(odt, M * ldc, -1, 1);
+                int rc = batched ? B->gemm_batched(dt, ta, tb, M, N, K, 0.5, a.d, lda, acols, b.d, ldb, bcols, 2.0,
+                                                   c.d, ldc, N, nb)
+                                 : B->gemm(dt, ta, tb, M, N, K, 0.5, a.d, lda, b.d, ldb, 2.0, c.d, ldc);
+                gemm_ref(dt, ta, tb, M, N, K, &a, lda, acols, &b, ldb, bcols, &c, ldc, N, n);
+                result(rc == 0, batched ? "gemm_batched returns 0" : "gemm returns 0", dt);
+                check_buf(&c, dt == DT_F64 ? 1e-12 : 1e-5, batched ? "gemm_batched" : "gemm");
+                buf_free(&a), buf_free(&b), buf_free(&c);
+            }
 }
 
 /* ---- row-wise families over (outer, n, inner) = (3, 5, 7) ---- */
@@ -652,31 +671,72 @@ static void test_pool(DType cdt) {
     buf_free(&x), buf_free(&y), buf_free(&idx), buf_free(&code), buf_free(&gy), buf_free(&gx);
 }
 
-static void bhr(int64_t st[3], int64_t H, int64_t rows, int64_t D) { st[0] = H * rows * D, st[1] = rows * D, st[2] = D; }
+/* Batch / head / row strides of a (B, H, rows, d) operand stored as
+ * (B, H, rows, d), or heads-last as (B, rows, H, d) (one qkv projection's
+ * views, the core's output layout); H == 0: a 3-D (B, rows, d) one. */
+static void bhr(int64_t st[3], int64_t H, int64_t rows, int64_t d, int heads_last) {
+    if (H == 0) st[0] = rows * d, st[1] = 0, st[2] = d;
+    else if (heads_last) st[0] = rows * H * d, st[1] = d, st[2] = H * d;
+    else st[0] = H * rows * d, st[1] = rows * d, st[2] = d;
+}
+
+static KAttn attn_case(int64_t Bn, int64_t H, int64_t L, int64_t S, int64_t D, int64_t Dv, int causal, int heads_last) {
+    KAttn a = {.B = Bn, .H = H ? H : 1, .L = L, .S = S, .D = D, .Dv = Dv, .scale = 0.5, .causal = causal};
+    bhr(a.sq, H, L, D, heads_last), bhr(a.sk, H, S, D, heads_last), bhr(a.sv, H, S, Dv, heads_last);
+    bhr(a.so, H, L, Dv, heads_last);
+    memcpy(a.sgq, a.sq, sizeof a.sq), memcpy(a.sgk, a.sk, sizeof a.sk), memcpy(a.sgv, a.sv, sizeof a.sv);
+    memcpy(a.sgo, a.so, sizeof a.so);
+    return a;
+}
+
+/* Forward and backward of case a on the backend under test, through its
+ * attention entries (scratch < 0) or through attention_gemm on its other
+ * entries with that scratch cap, against the CPU backend's fused kernel. */
+static void check_attention(DType cdt, const KAttn *a, int64_t scratch, const char *what) {
+    char name[96];
+    const int64_t bh = a->B * a->H;
+    Buf q = in(cdt, bh * a->L * a->D, -1, 1), k = in(cdt, bh * a->S * a->D, -1, 1), v = in(cdt, bh * a->S * a->Dv, -1, 1);
+    Buf o = poisoned(cdt, bh * a->L * a->Dv), lse = poisoned(cdt, bh * a->L);
+    int r1 = R->attention_fwd(cdt, a, q.r, k.r, v.r, o.r, lse.r);
+    int r2 = scratch < 0 ? B->attention_fwd(cdt, a, q.d, k.d, v.d, o.d, lse.d)
+                         : attention_gemm_fwd(B, a, q.d, k.d, v.d, o.d, lse.d, scratch);
+    snprintf(name, sizeof name, "%s: forward returns 0", what), result(r1 == 0 && r2 == 0, name, cdt);
+    snprintf(name, sizeof name, "%s: o", what), check_buf(&o, tol_of(cdt), name);
+    snprintf(name, sizeof name, "%s: lse", what), check_buf(&lse, tol_of(cdt), name);
+    Buf go = in(cdt, o.n, -1, 1), gq = poisoned(cdt, q.n), gk = poisoned(cdt, k.n), gv = poisoned(cdt, v.n);
+    memset(gq.r, 0, gq.nbytes), memset(gk.r, 0, gk.nbytes), memset(gv.r, 0, gv.nbytes);
+    r1 = R->attention_bwd(cdt, a, q.r, k.r, v.r, o.r, lse.r, go.r, gq.r, gk.r, gv.r);
+    r2 = scratch < 0 ? B->attention_bwd(cdt, a, q.d, k.d, v.d, o.d, lse.d, go.d, gq.d, gk.d, gv.d)
+                     : attention_gemm_bwd(B, a, q.d, k.d, v.d, lse.d, go.d, gq.d, gk.d, gv.d, scratch);
+    snprintf(name, sizeof name, "%s: backward returns 0", what), result(r1 == 0 && r2 == 0, name, cdt);
+    snprintf(name, sizeof name, "%s: gq", what), check_buf(&gq, tol_of(cdt), name);
+    snprintf(name, sizeof name, "%s: gk", what), check_buf(&gk, tol_of(cdt), name);
+    snprintf(name, sizeof name, "%s: gv", what), check_buf(&gv, tol_of(cdt), name);
+    buf_free(&q), buf_free(&k), buf_free(&v), buf_free(&o), buf_free(&lse);
+    buf_free(&go), buf_free(&gq), buf_free(&gk), buf_free(&gv);
+}
 
 static void test_attention(DType cdt) {
     for (int causal = 0; causal < 2; causal++) {
-        KAttn a = {.B = 2, .H = 3, .L = 5, .S = 7, .D = 4, .Dv = 3, .scale = 0.5, .causal = causal};
-        bhr(a.sq, a.H, a.L, a.D), bhr(a.sk, a.H, a.S, a.D), bhr(a.sv, a.H, a.S, a.Dv), bhr(a.so, a.H, a.L, a.Dv);
-        memcpy(a.sgq, a.sq, sizeof a.sq), memcpy(a.sgk, a.sk, sizeof a.sk), memcpy(a.sgv, a.sv, sizeof a.sv);
-        memcpy(a.sgo, a.so, sizeof a.so);
-        int64_t bh = a.B * a.H;
-        Buf q = in(cdt, bh * a.L * a.D, -1, 1), k = in(cdt, bh * a.S * a.D, -1, 1), v = in(cdt, bh * a.S * a.Dv, -1, 1);
-        Buf o = poisoned(cdt, bh * a.L * a.Dv), lse = poisoned(cdt, bh * a.L);
-        int r1 = R->attention_fwd(cdt, &a, q.r, k.r, v.r, o.r, lse.r), r2 = B->attention_fwd(cdt, &a, q.d, k.d, v.d, o.d, lse.d);
-        result(r1 == 0 && r2 == 0, "attention_fwd returns 0", cdt);
-        check_buf(&o, tol_of(cdt), "attention_fwd o");
-        check_buf(&lse, tol_of(cdt), "attention_fwd lse");
-        Buf go = in(cdt, o.n, -1, 1), gq = out(cdt, q.n), gk = out(cdt, k.n), gv = out(cdt, v.n);
-        r1 = R->attention_bwd(cdt, &a, q.r, k.r, v.r, o.r, lse.r, go.r, gq.r, gk.r, gv.r);
-        r2 = B->attention_bwd(cdt, &a, q.d, k.d, v.d, o.d, lse.d, go.d, gq.d, gk.d, gv.d);
-        result(r1 == 0 && r2 == 0, "attention_bwd returns 0", cdt);
-        check_buf(&gq, tol_of(cdt), "attention_bwd gq");
-        check_buf(&gk, tol_of(cdt), "attention_bwd gk");
-        check_buf(&gv, tol_of(cdt), "attention_bwd gv");
-        buf_free(&q), buf_free(&k), buf_free(&v), buf_free(&o), buf_free(&lse);
-        buf_free(&go), buf_free(&gq), buf_free(&gk), buf_free(&gv);
+        KAttn a = attn_case(2, 3, 5, 7, 4, 3, causal, 0);
+        check_attention(cdt, &a, -1, causal ? "attention causal" : "attention");
     }
+}
+
+/* attention_gemm over this backend's entries: heads-last and 3-D layouts,
+ * causal with L > S and L < S, groups of batch-heads that split a batch
+ * index (a scratch cap of two score blocks), no queries at all. */
+static void test_attention_gemm(void) {
+    KAttn a = attn_case(2, 3, 5, 7, 4, 3, 0, 0);
+    check_attention(DT_F32, &a, 0, "attention_gemm");
+    a = attn_case(2, 3, 9, 6, 8, 5, 1, 1);
+    check_attention(DT_F32, &a, 2 * 9 * 6, "attention_gemm causal L > S, heads-last, groups of 2");
+    a = attn_case(3, 2, 6, 9, 4, 4, 1, 1);
+    check_attention(DT_F32, &a, 9 * 6 * 4, "attention_gemm causal L < S, heads-last, groups of 4");
+    a = attn_case(3, 0, 7, 7, 5, 6, 1, 0);
+    check_attention(DT_F32, &a, 0, "attention_gemm 3-D causal");
+    a = attn_case(2, 2, 0, 4, 3, 3, 0, 1);
+    check_attention(DT_F32, &a, 0, "attention_gemm without queries");
 }
 
 /* ---- memory, host copies, streams ---- */
@@ -709,6 +769,7 @@ static void run_backend(const Backend *be) {
         test_optim(dt), test_pool(dt), test_attention(dt), test_conv(dt), test_gemm(dt);
         test_rng(dt);
     }
+    test_attention_gemm();
     test_rng(DT_BF16), test_rng(DT_I64);
     test_conv(DT_BF16), test_gemm(DT_BF16);
     static const DType all[] = {DT_F32, DT_F64, DT_BF16, DT_F16, DT_I64, DT_I32, DT_U8, DT_BOOL};

@@ -472,33 +472,26 @@ static void test_gemm_fp8(void) {
     kc_free(0, da), kc_free(0, db), kc_free(0, dsa), kc_free(0, dsb), kc_free(0, dc);
 }
 
-static void attn_layout(KAttn *a, int64_t B, int64_t H, int64_t L, int64_t D) {
-    memset(a, 0, sizeof *a);
-    a->B = B, a->H = H, a->L = L, a->S = L, a->D = D, a->Dv = D, a->scale = 1.0 / sqrt((double)D), a->causal = 1;
-    int64_t *all[8] = {a->sq, a->sk, a->sv, a->so, a->sgq, a->sgk, a->sgv, a->sgo};
-    for (int k = 0; k < 8; k++) all[k][0] = H * L * D, all[k][1] = L * D, all[k][2] = D;
-}
-
-static void test_attention(void) {
-    KAttn a;
-    attn_layout(&a, 1, 2, 37, 16);
-    const int64_t n = 2 * 37 * 16, nl = 2 * 37;
-    float *q = rand_f32(n, 1), *k = rand_f32(n, 1), *v = rand_f32(n, 1), *go = rand_f32(n, 1);
-    float *o = malloc(4 * n), *lse = malloc(4 * nl), *gq = malloc(4 * n), *gk = malloc(4 * n), *gv = malloc(4 * n);
-    CHECK(k_attention_fwd_f32(&a, q, k, v, o, lse) == 0);
-    CHECK(k_attention_bwd_f32(&a, q, k, v, o, lse, go, gq, gk, gv) == 0);
-    void *dq = dev_from(q, 4 * n), *dk = dev_from(k, 4 * n), *dv = dev_from(v, 4 * n), *dgo = dev_from(go, 4 * n);
-    void *dout = dev_poisoned(4 * n), *dlse = dev_poisoned(4 * nl);
-    void *dgq = dev_poisoned(4 * n), *dgk = dev_poisoned(4 * n), *dgv = dev_poisoned(4 * n);
-    CHECK(kc_attention_fwd(&a, DT_F32, dq, dk, dv, dout, dlse, NULL) == 0);
-    CHECK(kc_attention_bwd(&a, DT_F32, dq, dk, dv, dout, dlse, dgo, dgq, dgk, dgv, NULL) == 0);
-    float *r[5] = {fetch_f32(dout, n), fetch_f32(dlse, nl), fetch_f32(dgq, n), fetch_f32(dgk, n), fetch_f32(dgv, n)};
-    CHECK(close_f32(r[0], o, n, 1e-5) && close_f32(r[1], lse, nl, 1e-5));
-    CHECK(close_f32(r[2], gq, n, 1e-4) && close_f32(r[3], gk, n, 1e-4) && close_f32(r[4], gv, n, 1e-4));
-    void *bufs[9] = {dq, dk, dv, dgo, dout, dlse, dgq, dgk, dgv};
-    for (int i = 0; i < 9; i++) kc_free(0, bufs[i]);
-    for (int i = 0; i < 5; i++) free(r[i]);
-    free(q), free(k), free(v), free(go), free(o), free(lse), free(gq), free(gk), free(gv);
+/* Three products whose operands interleave, as the heads of a (B, L, H, D)
+ * tensor: head h's (rows, cols) matrix at h cols with rows H cols apart.
+ * Against a loop over the CPU GEMM. */
+static void test_gemm_batched(void) {
+    const int64_t M = 37, N = 29, K = 16, H = 3;
+    float *A = rand_f32(M * H * K, 1), *B = rand_f32(N * H * K, 1), *C = calloc(M * H * N, 4);
+    for (int64_t h = 0; h < H; h++) /* C_h = A_h B_h^T */
+        CHECK(k_gemm_f32(0, 1, M, N, K, 1.0f, A + h * K, H * K, B + h * K, H * K, 0.0f, C + h * N, H * N) == 0);
+    KcGemmCtx *ctx = NULL;
+    CHECK(kc_gemm_ctx_create(&ctx, 32u << 20) == 0);
+    void *dA = dev_from(A, 4 * M * H * K), *dB = dev_from(B, 4 * N * H * K), *dC = dev_poisoned(4 * M * H * N);
+    int rc = ctx ? kc_gemm_batched(ctx, 0, 1, M, N, K, 1.0f, dA, H * K, K, dB, H * K, K, 0.0f, dC, H * N, N, H, DT_F32,
+                                   NULL)
+                 : -1;
+    if (rc) printf("kc_gemm_batched: %s\n", cuda_last_error());
+    float *got = fetch_f32(dC, M * H * N);
+    CHECK(rc == 0 && close_f32(got, C, M * H * N, 1e-5));
+    kc_gemm_ctx_destroy(ctx);
+    kc_free(0, dA), kc_free(0, dB), kc_free(0, dC);
+    free(A), free(B), free(C), free(got);
 }
 
 static void test_reduce(void) {
@@ -592,7 +585,7 @@ static void gpu_tests(void) {
     test_rng_matches_cpu();
     test_gemm();
     test_gemm_fp8();
-    test_attention();
+    test_gemm_batched();
     test_reduce();
     test_norm();
     test_var_pool();
