@@ -1,7 +1,9 @@
 /* reduce.cu: sum / mean / prod / max / min and arg-max / arg-min over the
  * middle dim of a contiguous (outer, n, inner) view. inner == 1: one block
- * per output row, a tree over the row; inner > 1: one thread per output
- * element walking n (reads coalesce over inner). Accumulation: float32 for
+ * per output row, a tree over the row; inner > 1 with many outputs: one
+ * thread per output element walking n (reads coalesce over inner); with
+ * few outputs (a bias gradient: (1, tokens, width)) a block per 32 columns
+ * whose RC_ROWS thread rows split n, so the walk is RC_ROWS times shorter. Accumulation: float32 for
  * bf16 / fp16, double for float32 (as the CPU's k_reduce_f32) and float64,
  * int64 for integers. max /
  * min and the arg forms propagate NaN (the first NaN wins), ties take the
@@ -63,11 +65,33 @@ __global__ void reduce_cols(KRedOp op, const void *x, DType dt, int64_t outer, i
     }
 }
 
+#define RC_ROWS 16
+
+/* out[o, i] over rows j of 32 columns i of one o: thread (c, r) combines rows
+ * r, r + RC_ROWS, ... of column c, then row 0 combines the RC_ROWS partials. */
+template <typename T>
+__global__ void reduce_cols_tiled(KRedOp op, const void *x, DType dt, int64_t n, int64_t inner, void *out, DType odt) {
+    __shared__ T part[RC_ROWS][32];
+    const Acc<T> acc{op};
+    const int64_t o = blockIdx.y, i = (int64_t)blockIdx.x * 32 + threadIdx.x;
+    T v = acc.ident();
+    if (i < inner)
+        for (int64_t j = threadIdx.y; j < n; j += RC_ROWS) v = acc.combine(v, kc_load<T>(x, dt, (o * n + j) * inner + i));
+    part[threadIdx.y][threadIdx.x] = v;
+    __syncthreads();
+    if (threadIdx.y != 0 || i >= inner) return;
+    for (int r = 1; r < RC_ROWS; r++) v = acc.combine(v, part[r][threadIdx.x]);
+    kc_store(out, odt, o * inner + i, op == KR_MEAN ? (T)(v / (T)n) : v);
+}
+
 template <typename T>
 static void launch_reduce(KRedOp op, const void *x, DType dt, int64_t outer, int64_t n, int64_t inner, void *out,
                           DType odt, cudaStream_t s) {
     if (inner == 1 && outer <= INT32_MAX)
         reduce_rows<T><<<(unsigned)outer, KC_THREADS, 0, s>>>(op, x, dt, n, out, odt);
+    else if (outer * inner < 65536 && n >= 4 * RC_ROWS)
+        reduce_cols_tiled<T><<<dim3((unsigned)((inner + 31) / 32), (unsigned)outer), dim3(32, RC_ROWS), 0, s>>>(
+            op, x, dt, n, inner, out, odt);
     else
         reduce_cols<T><<<kc_blocks(outer * inner), KC_THREADS, 0, s>>>(op, x, dt, outer, n, inner, out, odt);
 }
