@@ -419,11 +419,16 @@ describe("save_state / load_state", function()
 
   it("names checkpoints automatically and keeps the newest total_limit", function()
     local dir, s, counter = counted_project()
-    for i = 0, 3 do
-      counter.n = i
-      assert.are.equal(dir .. "/checkpoints/checkpoint_" .. i, s.a:save_state())
-    end
+    local warned = support.stderr_of(function()
+      for i = 0, 3 do
+        counter.n = i
+        assert.are.equal(dir .. "/checkpoints/checkpoint_" .. i, s.a:save_state())
+      end
+    end)
     assert.are.same({"checkpoint_2", "checkpoint_3"}, C.fs_listdir(dir .. "/checkpoints"))
+    -- Accelerate's warning, once for each save that deletes (the third and the fourth)
+    local line = "WARNING:accelerate.accelerator:[RANK 0] Deleting 1 checkpoints to make room for new checkpoint.\n"
+    assert.are.equal(line .. line, warned)
     C.mkdirs(dir .. "/checkpoints/checkpoint_9.tmp-1") -- a crashed save: never picked up
     counter.n = -1
     s.a:load_state()
@@ -450,7 +455,10 @@ describe("save_state / load_state", function()
     counter.n = -1
     assert.are.equal(dir .. "/checkpoints/checkpoint_007", s.a:load_state())
     assert.are.equal(1, counter.n)
-    assert.are.equal(dir .. "/checkpoints/checkpoint_8", s.a:save_state())
+    local warned = support.stderr_of(function()
+      assert.are.equal(dir .. "/checkpoints/checkpoint_8", s.a:save_state())
+    end)
+    assert.truthy(warned:find("Deleting 1 checkpoints to make room for new checkpoint.", 1, true))
     local left = C.fs_listdir(dir .. "/checkpoints")
     table.sort(left)
     assert.are.same({"checkpoint_007", "checkpoint_8"}, left)

@@ -221,7 +221,8 @@ end
 -- fn()'s writes to io.stderr, as one string (the library looks io.stderr up at each write)
 function M.stderr_of(fn)
   local saved, out = io.stderr, {}
-  io.stderr = {write = function(self, ...) for _, v in ipairs({...}) do out[#out + 1] = v end return self end}
+  io.stderr = {write = function(self, ...) for _, v in ipairs({...}) do out[#out + 1] = v end return self end,
+    flush = function(self) return self end}
   local ok, err = pcall(fn)
   io.stderr = saved
   if not ok then error(err, 0) end

@@ -2100,7 +2100,12 @@ function Accelerator:save_state(output_dir, o)
       w:commit(shard_ckpt.annotate(index_of(self, fingerprints), layouts)) -- [sharded checkpoints] layouts in the index
       if root and pc.total_limit then
         local found = existing_checkpoints(root)
-        for j = 1, #found - pc.total_limit do C.fs_remove_tree(checkpoint.join(root, found[j].name)) end
+        local excess = #found - pc.total_limit
+        if excess > 0 then -- Accelerate's warning, word for word
+          require("accel.logging").get_logger("accelerate.accelerator"):warning(
+            ("Deleting %d checkpoints to make room for new checkpoint."):format(excess))
+        end
+        for j = 1, excess do C.fs_remove_tree(checkpoint.join(root, found[j].name)) end
       end
     end
   end)
