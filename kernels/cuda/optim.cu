@@ -3,7 +3,10 @@
  * fused multiply-adds, scalars formed in double on the host and rounded
  * once to float32), so a GPU step equals the CPU step bit for bit where
  * division and sqrt round correctly (nvcc's default -prec-div=true
- * -prec-sqrt=true; fmaf is exact on both). */
+ * -prec-sqrt=true; fmaf is exact on both). nvcc contracts a product that
+ * feeds an addition into one fused multiply-add (its default -fmad=true;
+ * the CPU build's -std=c11 keeps them apart), so a product whose rounded
+ * value the CPU adds later is written __fmul_rn, which is never fused. */
 #include "common.cuh"
 
 typedef struct {
@@ -40,7 +43,7 @@ typedef struct {
 
 __global__ void adam_kernel(int64_t n, float *p, const float *g, float *m, float *v, float *vmax, AdamK c) {
     KC_GRID_STRIDE(i, n) {
-        const float pi = p[i] * c.decay;
+        const float pi = __fmul_rn(p[i], c.decay); /* rounded as the CPU's: never fused into the add below */
         float gi = g[i] * c.gsign;
         if (c.l2 != 0) gi = fmaf(p[i], c.l2, gi);
         const float mi = fmaf(gi, c.one_b1, m[i] * c.b1);

@@ -1,21 +1,24 @@
 /* rng.cu: random fills on the GPU with core/rng.c's numbers: element i is
  * computed on its own thread from (seed, offset) by kernels/philox.h, the
  * code the host tests check against rng.c (tests/c/test_philox.c). Output
- * contiguous, n elements; the caller advances its offset (rng_blocks_*). */
+ * contiguous, n elements; the caller advances its offset (rng_blocks_*).
+ * lo + u (hi - lo) and mean + std z round the product first, as the CPU
+ * does: __dmul_rn, which nvcc never fuses into the addition (its default
+ * -fmad=true would make one fused multiply-add, a different last bit). */
 #include "common.cuh"
 #include "philox.h"
 
 __global__ void uniform_kernel(void *o, DType dt, int64_t n, uint64_t seed, uint64_t off, double lo, double hi) {
     const int bits = rng_uniform_bits(dt);
-    KC_GRID_STRIDE(i, n) kc_store(o, dt, i, lo + rng_uniform_at(seed, off, (uint64_t)i, bits) * (hi - lo));
+    KC_GRID_STRIDE(i, n) kc_store(o, dt, i, lo + __dmul_rn(rng_uniform_at(seed, off, (uint64_t)i, bits), hi - lo));
 }
 
 __global__ void normal_kernel(void *o, DType dt, int64_t n, uint64_t seed, uint64_t off, double mean, double std) {
     KC_GRID_STRIDE(k, (n + 1) / 2) {
         double z[2];
         rng_normal_pair_at(seed, off, (uint64_t)k, z);
-        kc_store(o, dt, 2 * k, mean + std * z[0]);
-        if (2 * k + 1 < n) kc_store(o, dt, 2 * k + 1, mean + std * z[1]);
+        kc_store(o, dt, 2 * k, mean + __dmul_rn(std, z[0]));
+        if (2 * k + 1 < n) kc_store(o, dt, 2 * k + 1, mean + __dmul_rn(std, z[1]));
     }
 }
 

@@ -551,6 +551,10 @@ static void test_fp8_gemm_case(KFp8Fmt fa, KFp8Fmt fb, int64_t M, int64_t N, int
     result(rc == want_rc, want_rc ? "fp8_gemm declines what it cannot take" : "fp8_gemm takes K % 16 == 0, N % 4 == 0",
            DT_F32);
     if (rc == 0 && B->to_host(c.h, c.d, c.nbytes) == 0) {
+        /* float32 accumulation: (K + 1) ulps of the sum of |terms|; Hopper's
+         * fp8 tensor cores keep about 14 bits of the running sum (measured by
+         * DeepSeek-V3's report, section 3.3.2), so on cuda 2^-13 of it */
+        const double acc_tol = strcmp(B->name, "cuda") == 0 ? 0x1p-13 : (double)(K + 1) * 0x1p-24;
         int ok = 1;
         for (int64_t i = 0; i < M; i++)
             for (int64_t j = 0; j < N; j++) {
@@ -561,7 +565,7 @@ static void test_fp8_gemm_case(KFp8Fmt fa, KFp8Fmt fb, int64_t M, int64_t N, int
                 }
                 ref *= scale, mag *= scale;
                 double got = ((float *)c.h)[i * N + j];
-                ok = ok && fabs(got - ref) <= (double)(K + 1) * 0x1p-24 * mag + 0x1p-23 * fabs(ref);
+                ok = ok && fabs(got - ref) <= acc_tol * mag + 0x1p-23 * fabs(ref);
             }
         result(ok, fa == fb ? "fp8_gemm e4m3 x e4m3 against float64" : "fp8_gemm mixed formats against float64", DT_F32);
     }

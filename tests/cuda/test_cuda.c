@@ -445,15 +445,18 @@ static void test_gemm(void) {
 static void test_gemm_fp8(void) {
     enum { M = 32, N = 48, K = 64 };
     uint8_t a[M * K], b[N * K];
-    float want[M * N];
+    float want[M * N], mag[M * N];
     const float sa = 0.5f, sb = 2.0f;
     for (int i = 0; i < M * K; i++) a[i] = f32_to_f8e4m3(frand() * 4);
     for (int i = 0; i < N * K; i++) b[i] = f32_to_f8e4m3(frand() * 4);
     for (int m = 0; m < M; m++)
         for (int n = 0; n < N; n++) {
-            double acc = 0;
-            for (int k = 0; k < K; k++) acc += (double)f8e4m3_to_f32(a[m * K + k]) * f8e4m3_to_f32(b[n * K + k]);
-            want[m * N + n] = (float)(acc * sa * sb);
+            double acc = 0, abs_sum = 0;
+            for (int k = 0; k < K; k++) {
+                const double t = (double)f8e4m3_to_f32(a[m * K + k]) * f8e4m3_to_f32(b[n * K + k]);
+                acc += t, abs_sum += fabs(t);
+            }
+            want[m * N + n] = (float)(acc * sa * sb), mag[m * N + n] = (float)(abs_sum * sa * sb);
         }
     KcGemmCtx *ctx = NULL;
     CHECK(kc_gemm_ctx_create(&ctx, 32u << 20) == 0);
@@ -464,8 +467,12 @@ static void test_gemm_fp8(void) {
         printf("kc_gemm_fp8: %s\n", cuda_last_error());
         CHECK(strstr(cuda_last_error(), "compute capability 8.9 or newer") != NULL);
     } else {
+        /* Hopper's fp8 tensor cores keep about 14 bits of the running sum
+         * (DeepSeek-V3's report, section 3.3.2): 2^-13 of the sum of |terms| */
         float *got = fetch_f32(dc, M * N);
-        CHECK(close_f32(got, want, M * N, 1e-5));
+        int ok = 1;
+        for (int i = 0; i < M * N; i++) ok = ok && fabsf(got[i] - want[i]) <= 0x1p-13f * mag[i] + 0x1p-23f * fabsf(want[i]);
+        CHECK(ok);
         free(got);
     }
     kc_gemm_ctx_destroy(ctx);
