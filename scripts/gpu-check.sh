@@ -120,7 +120,9 @@ busted_cuda() {
         lim=$((deadline - SECONDS))
         if (( lim < 5 )); then notrun=$((notrun + 1)); continue; fi
         (( lim > 90 )) && lim=90
-        out=$(cd "$ROOT" && ACCEL_LUA_DEVICE=cuda timeout "$lim" "$B/accel-lua" "$B/busted" --output=plainTerminal "$f" 2>&1)
+        # a path relative to the tree, as make test runs them: specs match their own file:line in errors
+        out=$(cd "$ROOT" && ACCEL_LUA_DEVICE=cuda timeout "$lim" "$B/accel-lua" "$B/busted" --output=plainTerminal \
+            "tests/lua/${f##*/}" 2>&1)
         if [[ $out =~ $re ]]; then
             pass=$((pass + BASH_REMATCH[1])); fail=$((fail + BASH_REMATCH[3] + BASH_REMATCH[4]))
             skip=$((skip + BASH_REMATCH[5]))
