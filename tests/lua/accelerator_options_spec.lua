@@ -25,6 +25,7 @@ local SPECS = accel.plugins.OPTION_SPECS
 -- where an Accelerator puts models and batches.
 local RUN_DEVICE = os.getenv("ACCEL_LUA_DEVICE")
 if RUN_DEVICE == nil or RUN_DEVICE == "" then RUN_DEVICE = "cpu" end
+RUN_DEVICE = tostring(accel.device(RUN_DEVICE)) -- as a device prints: "cuda" is cuda:0
 
 local function mlp(seed)
   accel.set_seed(seed)

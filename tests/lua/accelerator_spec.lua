@@ -50,7 +50,8 @@ describe("Accelerator options", function()
     assert.is_true(a.is_local_main_process)
     assert.is_true(a.is_last_process)
     local run_device = os.getenv("ACCEL_LUA_DEVICE") -- the suite's device (the CPU without it)
-    assert.are.equal((run_device == nil or run_device == "") and "cpu" or run_device, tostring(a.device))
+    run_device = (run_device == nil or run_device == "") and "cpu" or run_device
+    assert.are.equal(tostring(accel.device(run_device)), tostring(a.device)) -- "cuda" prints as cuda:0
     assert.are.equal("no", a.mixed_precision)
     assert.are.equal(1, a.gradient_accumulation_steps)
     assert.is_true(a.sync_gradients)
