@@ -5,7 +5,9 @@
  * write). inner == 1 (the last dim, the common case): one block per row; the row
  * max and sum of exponentials come from one online pass (running max m and
  * sum s rescaled when m grows, merged across threads the same way), then
- * one pass writes. Statistics in float32 (double for float64 inputs). */
+ * one pass writes (x - max) - log(sum), or e^(x - max) / sum, as the CPU:
+ * subtracting a rounded log-sum-exp instead would lose the digits of large
+ * logits. Statistics in float32 (double for float64 inputs). */
 #include "common.cuh"
 
 #define ROW_THREADS 512
@@ -44,10 +46,10 @@ template <typename T> __device__ T row_sum(T v) {
 template <typename T> __global__ void softmax_fwd(int log_, const void *x, DType dt, int64_t n, void *y) {
     const int64_t base = (int64_t)blockIdx.x * n;
     const MaxSum<T> r = row_max_sum<T>(x, dt, base, n);
-    const T lse = r.m + log(r.s);
+    const T ls = log(r.s);
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-        const T v = kc_load<T>(x, dt, base + j) - lse;
-        kc_store(y, dt, base + j, log_ ? v : exp(v));
+        const T v = kc_load<T>(x, dt, base + j) - r.m; /* exact near the max: large logits keep their digits */
+        kc_store(y, dt, base + j, log_ ? v - ls : exp(v) / r.s);
     }
 }
 
@@ -75,10 +77,10 @@ __global__ void softmax_fwd_cols(int log_, const void *x, DType dt, int64_t oute
             m = v > m || v != v ? v : m;
         }
         for (int64_t j = 0; j < n; j++) s += exp(kc_load<T>(x, dt, base + j * inner) - m);
-        const T lse = m + log(s);
+        const T ls = log(s);
         for (int64_t j = 0; j < n; j++) {
-            const T v = kc_load<T>(x, dt, base + j * inner) - lse;
-            kc_store(y, dt, base + j * inner, log_ ? v : exp(v));
+            const T v = kc_load<T>(x, dt, base + j * inner) - m;
+            kc_store(y, dt, base + j * inner, log_ ? v - ls : exp(v) / s);
         }
     }
 }
