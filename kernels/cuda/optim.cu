@@ -3,10 +3,9 @@
  * fused multiply-adds, scalars formed in double on the host and rounded
  * once to float32), so a GPU step equals the CPU step bit for bit where
  * division and sqrt round correctly (nvcc's default -prec-div=true
- * -prec-sqrt=true; fmaf is exact on both). nvcc contracts a product that
- * feeds an addition into one fused multiply-add (its default -fmad=true;
- * the CPU build's -std=c11 keeps them apart), so a product whose rounded
- * value the CPU adds later is written __fmul_rn, which is never fused. */
+ * -prec-sqrt=true; fmaf is exact on both). A product the CPU rounds before
+ * adding it is written __fmul_rn, never fused into the addition whatever
+ * the build's -fmad (the Makefile's -fmad=false; nvcc's default fuses). */
 #include "common.cuh"
 
 typedef struct {

@@ -3,8 +3,8 @@
  * code the host tests check against rng.c (tests/c/test_philox.c). Output
  * contiguous, n elements; the caller advances its offset (rng_blocks_*).
  * lo + u (hi - lo) and mean + std z round the product first, as the CPU
- * does: __dmul_rn, which nvcc never fuses into the addition (its default
- * -fmad=true would make one fused multiply-add, a different last bit). */
+ * does: __dmul_rn, never fused into the addition whatever the build's
+ * -fmad (nvcc's default would fuse: a different last bit). */
 #include "common.cuh"
 #include "philox.h"
 
