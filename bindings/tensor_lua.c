@@ -212,6 +212,14 @@ static int mm_div(lua_State *L) { return ret(L, binary(L, KB_DIV, 1, 2)); }
 static int mm_idiv(lua_State *L) { return ret(L, binary(L, KB_FLOORDIV, 1, 2)); }
 static int mm_mod(lua_State *L) { return ret(L, binary(L, KB_REMAINDER, 1, 2)); }
 static int mm_unm(lua_State *L) { return ret(L, op_unary(KU_NEG, SELF, 0, 0)); }
+/* Lua 5.4's & | ~ << >> and unary ~, as PyTorch's operators: bitwise on
+ * integers, logical on bools */
+static int mm_band(lua_State *L) { return ret(L, binary(L, KB_BAND, 1, 2)); }
+static int mm_bor(lua_State *L) { return ret(L, binary(L, KB_BOR, 1, 2)); }
+static int mm_bxor(lua_State *L) { return ret(L, binary(L, KB_BXOR, 1, 2)); }
+static int mm_shl(lua_State *L) { return ret(L, binary(L, KB_SHL, 1, 2)); }
+static int mm_shr(lua_State *L) { return ret(L, binary(L, KB_SHR, 1, 2)); }
+static int mm_bnot(lua_State *L) { return ret(L, op_unary(KU_BNOT, SELF, 0, 0)); }
 
 /* t:isnan(), t:isinf(), t:isfinite(): bool tensors, as torch's (x ~= x is
  * NaN; |x| == inf is inf; x - x == 0 only where x is finite). */
@@ -1762,8 +1770,7 @@ static bool in_list(const char *const *list, const char *k) {
 /* PyTorch tensor methods a script may call that accel-lua does not have:
  * reading one is an error naming it, not a nil to call. */
 static const char *const not_provided_methods[] = {
-    "scatter_reduce", "index_put", "index_put_", "to_sparse", "numpy", "bitwise_and",
-    "bitwise_or", "bitwise_xor", "bitwise_not", "as_strided", "pin_memory", "share_memory_", "apply_", "map_",
+    "scatter_reduce", "index_put", "index_put_", "to_sparse", "numpy", "as_strided", "pin_memory", "share_memory_", "apply_", "map_",
     "t_", "squeeze_", "unsqueeze_", "transpose_", "swapaxes_", "swapdims_", "resize_", "resize_as_", "set_",
     "new", "storage", "untyped_storage", "data_ptr", "storage_offset", "fill_diagonal_", "inverse", "det",
     "logdet", "slogdet", "pinverse", "svd", "qr", "lu", "cholesky", "matrix_power", "matrix_exp",
@@ -1925,7 +1932,8 @@ static const struct { const char *name; KBinOp op; bool inplace; } binary_method
     {"ge", KB_GE, 0}, {"logical_and", KB_AND, 0}, {"logical_or", KB_OR, 0}, {"logical_xor", KB_XOR, 0},
     {"floor_divide", KB_FLOORDIV, 1}, {"remainder", KB_REMAINDER, 1}, {"fmod", KB_FMOD, 1},
     {"subtract", KB_SUB, 0}, {"multiply", KB_MUL, 0}, {"divide", KB_DIV, 0}, {"true_divide", KB_DIV, 0},
-    {"atan2", KB_ATAN2, 1}, {"arctan2", KB_ATAN2, 1},
+    {"atan2", KB_ATAN2, 1}, {"arctan2", KB_ATAN2, 1}, {"bitwise_and", KB_BAND, 1}, {"bitwise_or", KB_BOR, 1},
+    {"bitwise_xor", KB_BXOR, 1}, {"bitwise_left_shift", KB_SHL, 1}, {"bitwise_right_shift", KB_SHR, 1},
 };
 
 static const struct { const char *name; KUnOp op; } unary_methods[] = {
@@ -1937,7 +1945,7 @@ static const struct { const char *name; KUnOp op; } unary_methods[] = {
     {"leaky_relu", KU_LEAKY_RELU}, {"logical_not", KU_NOT}, {"tan", KU_TAN}, {"asin", KU_ASIN}, {"arcsin", KU_ASIN},
     {"acos", KU_ACOS}, {"arccos", KU_ACOS}, {"atan", KU_ATAN}, {"arctan", KU_ATAN}, {"sinh", KU_SINH},
     {"cosh", KU_COSH}, {"asinh", KU_ASINH}, {"arcsinh", KU_ASINH}, {"acosh", KU_ACOSH}, {"arccosh", KU_ACOSH},
-    {"atanh", KU_ATANH}, {"arctanh", KU_ATANH}, {"log2", KU_LOG2}, {"log10", KU_LOG10},
+    {"atanh", KU_ATANH}, {"arctanh", KU_ATANH}, {"log2", KU_LOG2}, {"log10", KU_LOG10}, {"bitwise_not", KU_BNOT},
 };
 
 static const struct { const char *name; KRedOp op; } reduce_methods[] = {
@@ -1996,7 +2004,8 @@ void lu_open_tensor(lua_State *L) {
     luaL_newmetatable(L, TENSOR_MT);
     static const luaL_Reg meta[] = {
         {"__add", mm_add}, {"__sub", mm_sub}, {"__mul", mm_mul}, {"__div", mm_div}, {"__idiv", mm_idiv},
-        {"__mod", mm_mod}, {"__pow", mm_pow}, {"__unm", mm_unm}, {"__len", t_len}, {"__tostring", t_tostring},
+        {"__mod", mm_mod}, {"__pow", mm_pow}, {"__unm", mm_unm}, {"__band", mm_band}, {"__bor", mm_bor},
+        {"__bxor", mm_bxor}, {"__shl", mm_shl}, {"__shr", mm_shr}, {"__bnot", mm_bnot}, {"__len", t_len}, {"__tostring", t_tostring},
         {"__gc", t_gc}, {"__close", t_close}, {"__newindex", t_newindex}, {NULL, NULL}};
     luaL_setfuncs(L, meta, 0);
     lua_pushliteral(L, "accel.Tensor");

@@ -12,13 +12,15 @@
 
 static const char *const bin_names[KB_COUNT] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne",
                                                 "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
-                                                "floor_divide", "remainder", "fmod", "atan2"};
+                                                "floor_divide", "remainder", "fmod", "atan2", "bitwise_and",
+                                                "bitwise_or", "bitwise_xor", "bitwise_left_shift",
+                                                "bitwise_right_shift"};
 static const char *const un_names[KU_COUNT] = {"neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu",
                                                "gelu", "gelu", "silu", "abs", "sin", "cos", "square", "reciprocal",
                                                "sign", "clamp", "pow", "pow", "log1p", "expm1", "floor", "ceil",
                                                "round", "trunc", "erf", "leaky_relu", "logical_not", "tan", "asin",
                                                "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log2",
-                                               "log10"};
+                                               "log10", "bitwise_not"};
 
 const char *kbin_name(KBinOp op) { return bin_names[op]; }
 const char *kun_name(KUnOp op) { return un_names[op]; }
@@ -275,9 +277,26 @@ static int check_bool_op(KBinOp op, DType a, DType b) {
                           "to invert a mask, use logical_not() instead.");
 }
 
+/* Bitwise ops take integer and bool operands (PyTorch: "bitwise_and_cpu"
+ * not implemented for 'Float'); on two bools and, or and xor are the
+ * logical ops (a bool result), shifts are refused. *op becomes the op to
+ * run. 0 or -1. */
+static int bitwise_operands(KBinOp *op, DType a, DType b) {
+    if (!kbin_is_bitwise(*op)) return 0;
+    if (dtype_is_float(a) || dtype_is_float(b))
+        return accel_fail_int("%s: not implemented for %s (integer and bool tensors only)", kbin_name(*op),
+                              dtype_name(dtype_is_float(a) ? a : b));
+    if (a != DT_BOOL || b != DT_BOOL) return 0;
+    if (*op == KB_SHL || *op == KB_SHR)
+        return accel_fail_int("%s: not implemented for 'Bool' (two bool tensors, as PyTorch)", kbin_name(*op));
+    *op = *op == KB_BAND ? KB_AND : *op == KB_BOR ? KB_OR : KB_XOR;
+    return 0;
+}
+
 Tensor *op_binary(KBinOp op, Tensor *a, Tensor *b) {
     PROF_SCOPE(kbin_name(op), PROF_FORWARD, a, b);
     const char *name = kbin_name(op);
+    if (bitwise_operands(&op, a->dtype, b->dtype) < 0) return NULL;
     if (check_same_device(a, b, name) < 0 || check_bool_op(op, a->dtype, b->dtype) < 0) return NULL;
     int64_t shape[TENSOR_MAX_DIMS];
     int nd;
@@ -310,6 +329,7 @@ static Tensor *scalar_operand(KBinOp op, const Tensor *a, double s, bool is_int)
 
 Tensor *op_binary_scalar(KBinOp op, Tensor *a, double s, bool is_int, bool scalar_lhs) {
     PROF_SCOPE(kbin_name(op), PROF_FORWARD, a, NULL);
+    if (bitwise_operands(&op, a->dtype, is_int ? DT_I64 : DT_F32) < 0) return NULL;
     if (check_bool_op(op, a->dtype, DT_I64) < 0) return NULL;
     Tensor *st = scalar_operand(op, a, s, is_int);
     if (!st) return NULL;
@@ -364,6 +384,7 @@ static int check_inplace_dtype(Tensor *a, DType rd, const char *op) {
 int op_binary_(KBinOp op, Tensor *a, Tensor *b) {
     PROF_SCOPE(kbin_name(op), PROF_INPLACE, a, b);
     const char *name = kbin_name(op);
+    if (bitwise_operands(&op, a->dtype, b->dtype) < 0) return -1;
     if (check_same_device(a, b, name) < 0 || check_bool_op(op, a->dtype, b->dtype) < 0) return -1;
     int64_t shape[TENSOR_MAX_DIMS];
     int nd;
@@ -418,7 +439,18 @@ int op_binary_scalar_(KBinOp op, Tensor *a, double s, bool is_int) { /* profiled
 
 static bool unary_keeps_int(KUnOp op) {
     return op == KU_NEG || op == KU_ABS || op == KU_SQUARE || op == KU_SIGN || op == KU_CLAMP || op == KU_RELU ||
-           op == KU_NOT;
+           op == KU_NOT || op == KU_BNOT;
+}
+
+/* bitwise_not: integers (~x) and bools (logical not, as PyTorch's ~mask);
+ * *op becomes the op to run. 0 or -1. */
+static int bitwise_not_operand(KUnOp *op, DType dt, const char *suffix) {
+    if (*op != KU_BNOT) return 0;
+    if (dtype_is_float(dt))
+        return accel_fail_int("bitwise_not%s: not implemented for %s (integer and bool tensors only)", suffix,
+                              dtype_name(dt));
+    if (dt == DT_BOOL) *op = KU_NOT;
+    return 0;
 }
 
 static bool unary_uses_output(KUnOp op) {
@@ -504,7 +536,7 @@ Tensor *op_unary(KUnOp op, Tensor *a, double p1, double p2) {
         return accel_fail("neg: Negation, the `-` operator, on a bool tensor is not supported. If you are trying to "
                           "invert a mask, use logical_not() instead.");
     if (op == KU_ABS && a->dtype == DT_BOOL) return accel_fail("abs: \"abs\" is not implemented for bool tensors");
-    if (check_float_only(op, a->dtype, "") < 0) return NULL;
+    if (check_float_only(op, a->dtype, "") < 0 || bitwise_not_operand(&op, a->dtype, "") < 0) return NULL;
     if (rounds_to_itself(op, a->dtype)) return tensor_clone(a);
     DType rd = a->dtype;
     if (!dtype_is_float(rd) && !unary_keeps_int(op)) rd = dtype_default_float();
@@ -518,7 +550,7 @@ Tensor *op_unary(KUnOp op, Tensor *a, double p1, double p2) {
     if (out) unary_into(op, cdt, out, ca, p1, p2);
     tensor_release(ca);
     out = as_dtype_plain_owned(out, rd);
-    if (!out || op == KU_NOT) return out;
+    if (!out || op == KU_NOT || op == KU_BNOT) return out;
     AGNode *n = ag_record(kun_name(op), unary_zero_grad(op) ? bw_unary_zero : bw_unary, out, &a, 1);
     if (n && !unary_zero_grad(op)) {
         n->i[0] = op;
@@ -532,7 +564,7 @@ int op_unary_(KUnOp op, Tensor *a, double p1, double p2) {
     PROF_SCOPE(kun_name(op), PROF_INPLACE, a, NULL);
     const char *name = kun_name(op);
     if (rounds_to_itself(op, a->dtype)) return 0;
-    if (check_float_only(op, a->dtype, "_") < 0) return -1;
+    if (check_float_only(op, a->dtype, "_") < 0 || bitwise_not_operand(&op, a->dtype, "_") < 0) return -1;
     if (tensor_check_writable(a, name) < 0) return -1;
     if (!dtype_is_float(a->dtype) && !unary_keeps_int(op))
         return accel_fail_int("%s_: result type float can't be cast to the in-place output's type %s", name, dtype_name(a->dtype));

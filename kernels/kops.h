@@ -8,6 +8,7 @@
 #define ACCEL_KOPS_H
 
 #include <stdint.h>
+#include "dtype.h" /* DT_HD */
 
 typedef enum {
     KB_ADD, KB_SUB, KB_MUL, KB_DIV, KB_POW, KB_MAX, KB_MIN,
@@ -16,10 +17,27 @@ typedef enum {
     KB_FLOORDIV, KB_REMAINDER,                /* Python semantics (floor) */
     KB_FMOD,                                  /* C's fmod: truncated, the dividend's sign */
     KB_ATAN2,                                 /* atan2(x, y): the angle of the point (y, x) */
+    KB_BAND, KB_BOR, KB_BXOR,                 /* bitwise, integers only (the core maps two bools to AND / OR / XOR) */
+    KB_SHL, KB_SHR,                           /* x << y (0 for y < 0 or >= 64), x >> y arithmetic (sign for such y) */
     KB_COUNT
 } KBinOp;
 
 static inline int kbin_is_compare(KBinOp op) { return op >= KB_EQ && op <= KB_XOR; }
+static inline int kbin_is_bitwise(KBinOp op) { return op >= KB_BAND && op <= KB_SHR; }
+
+/* The integer bitwise ops of KB_BAND .. KB_SHR on int64 (shared by the CPU
+ * and CUDA kernels and their tests; shifts by y outside [0, 64) saturate as
+ * PyTorch's: 0 for <<, the sign for >>). */
+static inline DT_HD int64_t kbits_i64(KBinOp op, int64_t x, int64_t y) {
+    switch (op) {
+    case KB_BAND: return x & y;
+    case KB_BOR: return x | y;
+    case KB_BXOR: return x ^ y;
+    case KB_SHL: return y < 0 || y >= 64 ? 0 : (int64_t)((uint64_t)x << y);
+    case KB_SHR: return y < 0 || y >= 64 ? (x < 0 ? -1 : 0) : x >> y;
+    default: return 0;
+    }
+}
 
 typedef enum {
     KU_NEG, KU_EXP, KU_LOG, KU_SQRT, KU_RSQRT, KU_TANH, KU_SIGMOID, KU_RELU,
@@ -33,6 +51,7 @@ typedef enum {
     KU_LEAKY_RELU, /* slope p1 */
     KU_NOT,        /* logical not: output value 1 where x == 0 */
     KU_TAN, KU_ASIN, KU_ACOS, KU_ATAN, KU_SINH, KU_COSH, KU_ASINH, KU_ACOSH, KU_ATANH, KU_LOG2, KU_LOG10,
+    KU_BNOT,       /* ~x, integers only (the core maps a bool to NOT) */
     KU_COUNT
 } KUnOp;
 

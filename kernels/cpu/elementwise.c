@@ -165,6 +165,16 @@ static inline int64_t sat_i64(double v) {
 
 /* ======================= binary ======================= */
 
+/* The bitwise ops in the shared op table: int64 operands only (the core
+ * refuses float ones); a float instantiation compiles to 0. */
+static inline double no_bits(double x, double y) { return (void)x, (void)y, 0; }
+static inline int64_t bits_and(int64_t x, int64_t y) { return kbits_i64(KB_BAND, x, y); }
+static inline int64_t bits_or(int64_t x, int64_t y) { return kbits_i64(KB_BOR, x, y); }
+static inline int64_t bits_xor(int64_t x, int64_t y) { return kbits_i64(KB_BXOR, x, y); }
+static inline int64_t bits_shl(int64_t x, int64_t y) { return kbits_i64(KB_SHL, x, y); }
+static inline int64_t bits_shr(int64_t x, int64_t y) { return kbits_i64(KB_SHR, x, y); }
+#define BITS(f, x, y) _Generic((x), int64_t: f, default: no_bits)(x, y)
+
 /* The op table is written once and expanded into two loop shapes:
  * LOOP(T, OT, EXPR) computes o = EXPR(x, y) with output element type OT. */
 #define BIN_OPS(S, T, LOOP)                                                 \
@@ -188,6 +198,11 @@ static inline int64_t sat_i64(double v) {
     case KB_REMAINDER: LOOP(T, T, remainder_##S(x, y)); break;              \
     case KB_FMOD: LOOP(T, T, fmod_##S(x, y)); break;                        \
     case KB_ATAN2: LOOP(T, T, atan2_##S(x, y)); break;                      \
+    case KB_BAND: LOOP(T, T, BITS(bits_and, x, y)); break;                  \
+    case KB_BOR: LOOP(T, T, BITS(bits_or, x, y)); break;                    \
+    case KB_BXOR: LOOP(T, T, BITS(bits_xor, x, y)); break;                  \
+    case KB_SHL: LOOP(T, T, BITS(bits_shl, x, y)); break;                   \
+    case KB_SHR: LOOP(T, T, BITS(bits_shr, x, y)); break;                   \
     default: break;
 
 #define BIN_CONTIG(T, OT, EXPR)                                             \
@@ -410,6 +425,7 @@ static int64_t i64_bound(double v, int upper) {
     case KU_CLAMP: LOOP(int64_t, clamp_i64(x, lo, hi)); break;              \
     case KU_RELU: LOOP(int64_t, x < 0 ? 0 : x); break;                      \
     case KU_NOT: LOOP(int64_t, x == 0); break;                              \
+    case KU_BNOT: LOOP(int64_t, ~x); break;                                 \
     default: break;
 
 static void un_i64(KUnOp op, int64_t n, const int64_t *a, int64_t sa, int64_t *o, int64_t so,

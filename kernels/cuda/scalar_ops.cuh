@@ -68,6 +68,11 @@ static inline KC_HD int64_t k_mul(int64_t x, int64_t y) { return (int64_t)((uint
 template <typename T> KC_HD T k_div(T x, T y) { return x / y; }
 static inline KC_HD int64_t k_div(int64_t x, int64_t y) { return y == 0 ? 0 : y == -1 ? i_neg(x) : x / y; }
 
+/* Bitwise ops: int64 only (the core refuses float operands; a float
+ * instantiation gives 0). */
+template <typename T> KC_HD T k_bits(KBinOp, T, T) { return (T)0; }
+static inline KC_HD int64_t k_bits(KBinOp op, int64_t x, int64_t y) { return kbits_i64(op, x, y); }
+
 template <typename T> KC_HD T binop(KBinOp op, T x, T y) {
     switch (op) {
     case KB_ADD: return k_add(x, y);
@@ -90,6 +95,7 @@ template <typename T> KC_HD T binop(KBinOp op, T x, T y) {
     case KB_REMAINDER: return k_remainder(x, y);
     case KB_FMOD: return k_fmod(x, y);
     case KB_ATAN2: return k_atan2(x, y);
+    case KB_BAND: case KB_BOR: case KB_BXOR: case KB_SHL: case KB_SHR: return k_bits(op, x, y);
     default: return 0;
     }
 }
@@ -148,7 +154,7 @@ template <typename T> KC_HD T unop(KUnOp op, T x, T q1, T q2) {
     }
 }
 
-/* int64: the CPU's subset (NEG ABS SQUARE SIGN CLAMP RELU NOT); bounds pre-rounded. */
+/* int64: the CPU's subset (NEG ABS SQUARE SIGN CLAMP RELU NOT BNOT); bounds pre-rounded. */
 static inline KC_HD int64_t unop(KUnOp op, int64_t x, int64_t lo, int64_t hi) {
     switch (op) {
     case KU_NEG: return i_neg(x);
@@ -158,6 +164,7 @@ static inline KC_HD int64_t unop(KUnOp op, int64_t x, int64_t lo, int64_t hi) {
     case KU_CLAMP: { int64_t t = x < lo ? lo : x; return t > hi ? hi : t; } /* hi wins over lo */
     case KU_RELU: return x < 0 ? 0 : x;
     case KU_NOT: return x == 0;
+    case KU_BNOT: return ~x;
     default: return x;
     }
 }

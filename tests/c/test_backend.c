@@ -162,11 +162,13 @@ static void run_add(StridedIter *it, void *p, DType dt) {
 }
 
 static const char *const bin_names[KB_COUNT] = {"add", "sub", "mul", "div", "pow", "max", "min", "eq", "ne", "lt", "le",
-                                                "gt", "ge", "and", "or", "xor", "floordiv", "remainder", "fmod", "atan2"};
+                                                "gt", "ge", "and", "or", "xor", "floordiv", "remainder", "fmod", "atan2",
+                                                "bitwise_and", "bitwise_or", "bitwise_xor", "shl", "shr"};
 
 static void test_binary(DType cdt) {
     for (int op = 0; op < KB_COUNT; op++) {
         if (cdt == DT_I64 && (op == KB_DIV || op == KB_POW || op == KB_ATAN2)) continue; /* the core computes these in float */
+        if (cdt != DT_I64 && kbin_is_bitwise((KBinOp)op)) continue; /* integers only */
         DType odt = kbin_is_compare((KBinOp)op) ? DT_BOOL : cdt;
         Buf a = in(cdt, NE, -4, 4), b = in(cdt, D0 * D2, 1, 5), o = poisoned(odt, NE);
         StridedIter it;
@@ -186,8 +188,9 @@ static void test_binary(DType cdt) {
 static void test_unary(DType cdt) {
     for (int op = 0; op < KU_COUNT; op++) {
         bool int_ok = op == KU_NEG || op == KU_ABS || op == KU_SQUARE || op == KU_SIGN || op == KU_CLAMP ||
-                      op == KU_RELU || op == KU_NOT;
+                      op == KU_RELU || op == KU_NOT || op == KU_BNOT;
         if (cdt == DT_I64 && !int_ok) continue;
+        if (cdt != DT_I64 && op == KU_BNOT) continue; /* integers only */
         bool positive = op == KU_LOG || op == KU_SQRT || op == KU_RSQRT || op == KU_POW || op == KU_LOG1P ||
                         op == KU_LOG2 || op == KU_LOG10;
         bool unit = op == KU_ASIN || op == KU_ACOS || op == KU_ATANH; /* their domain (-1, 1) */

@@ -394,7 +394,8 @@ static void test_where(void) {
 
 static const char *bin_name[KB_COUNT] = {"add", "sub", "mul", "div", "pow", "max", "min",
                                          "eq", "ne", "lt", "le", "gt", "ge", "and", "or",
-                                         "xor", "floordiv", "remainder", "fmod", "atan2"};
+                                         "xor", "floordiv", "remainder", "fmod", "atan2", "band", "bor",
+                                         "bxor", "shl", "shr"};
 
 /* Reference in double; floor division / remainder from the exact quotient
  * (long double) so the test does not share the kernels' fmod algorithm. */
@@ -477,9 +478,16 @@ static void binary_case_f64(KBinOp op, int64_t n) {
     free(af), free(bf), free(a), free(b), free(o), free(want), free(got);
 }
 
-/* int64 reference: truncating DIV, floor // and %, exact small powers. */
+/* int64 reference: truncating DIV, floor // and %, exact small powers;
+ * bitwise ops by C's operators, shifts outside [0, 64) as PyTorch's (0 for
+ * <<, the sign for >>) and << through uint64 (no signed overflow). */
 static int64_t ref_binary_i64(KBinOp op, int64_t x, int64_t y) {
     switch (op) {
+    case KB_BAND: return x & y;
+    case KB_BOR: return x | y;
+    case KB_BXOR: return x ^ y;
+    case KB_SHL: return y < 0 || y > 63 ? 0 : (int64_t)((uint64_t)x << y);
+    case KB_SHR: return y < 0 || y > 63 ? (x < 0 ? -1 : 0) : (x < 0 ? ~(~x >> y) : x >> y);
     case KB_DIV: return (int64_t)trunc((double)x / (double)y);
     case KB_FLOORDIV: return (int64_t)floor((double)x / (double)y);
     case KB_REMAINDER: return x - y * (int64_t)floor((double)x / (double)y);
@@ -497,6 +505,7 @@ static void binary_case_i64(KBinOp op, int64_t n) {
         if (op == KB_POW) a[i] = irand(-9, 9), b[i] = irand(0, 12);
         if (b[i] == 0 && op != KB_POW) b[i] = 3;
         if (i % 7 == 0 && op != KB_POW) b[i] = a[i] ? a[i] : 1;
+        if (op == KB_SHL || op == KB_SHR) b[i] = irand(-3, 70); /* past 63 and negative too */
     }
     const int cmp = kbin_is_compare(op);
     /* contiguous, then b broadcast into a strided output (o[2i]) */
@@ -514,8 +523,10 @@ static void binary_case_i64(KBinOp op, int64_t n) {
 
 static void test_binary(void) {
     for (int op = 0; op < KB_COUNT; op++) {
-        binary_case_f32((KBinOp)op, 1000);
-        binary_case_f64((KBinOp)op, 1000);
+        if (!kbin_is_bitwise((KBinOp)op)) { /* integers only: the core refuses float operands */
+            binary_case_f32((KBinOp)op, 1000);
+            binary_case_f64((KBinOp)op, 1000);
+        }
         binary_case_i64((KBinOp)op, 1000);
     }
     binary_case_f32(KB_ADD, 100003); /* parallel chunks, all patterns */
@@ -553,7 +564,7 @@ static const char *un_name[KU_COUNT] = {
     "neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "gelu_tanh",
     "silu", "abs", "sin", "cos", "square", "recip", "sign", "clamp", "pow", "rpow", "log1p",
     "expm1", "floor", "ceil", "round", "trunc", "erf", "leaky_relu", "not", "tan", "asin",
-    "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log2", "log10"};
+    "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log2", "log10", "bnot"};
 
 static double ref_unary(KUnOp op, double x, double p1, double p2) {
     const double k = sqrt(2 / M_PI);
@@ -649,6 +660,7 @@ static void unary_case(KUnOp op, double p1, double p2, int positive) {
 static void test_unary(void) {
     for (int op = 0; op < KU_COUNT; op++) {
         if (op == KU_CLAMP || op == KU_POW || op == KU_RPOW || op == KU_LEAKY_RELU) continue;
+        if (op == KU_BNOT) continue; /* integers only: checked below */
         unary_case((KUnOp)op, 0, 0, 0);
     }
     unary_case(KU_CLAMP, -0.5, 0.7, 0);
@@ -684,6 +696,8 @@ static void test_unary(void) {
     k_unary_i64(KU_CLAMP, 6, a, 1, o, 1, -INFINITY, 5), CHECK_EQ_I64("i64 clamp hi", o, w_hi, 6);
     k_unary_i64(KU_RELU, 6, a, 1, o, 1, 0, 0), CHECK_EQ_I64("i64 relu", o, w_relu, 6);
     k_unary_i64(KU_NOT, 6, a, 1, o, 1, 0, 0), CHECK_EQ_I64("i64 not", o, w_not, 6);
+    int64_t w_bnot[6] = {4, -1, -8, INT64_MAX, -4, 0}; /* ~x = -x - 1 */
+    k_unary_i64(KU_BNOT, 6, a, 1, o, 1, 0, 0), CHECK_EQ_I64("i64 bitwise not", o, w_bnot, 6);
     /* big run: parallel chunks, in place */
     enum { N = 70001 };
     double *x = rand_d(N, -3, 3), *want = NEW(double, N);
