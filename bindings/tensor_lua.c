@@ -937,6 +937,32 @@ static int t_select(lua_State *L) {
     return ret(L, tensor_select(self, lu_dim(L, 2), i > 0 ? i - 1 : i));
 }
 
+/* t:t_(), t:squeeze_(...), t:unsqueeze_(d), t:transpose_(a, b) (also
+ * swapaxes_ / swapdims_; upvalue 2): the view the out-of-place method
+ * (upvalue 1) makes becomes t itself, as PyTorch's in-place view ops change t's shape
+ * and strides. t stays a base if it was one; views taken before keep their
+ * own shape. A leaf that requires grad is refused, as in PyTorch. */
+static int inplace_view(lua_State *L) {
+    Tensor *self = SELF;
+    const char *view = lua_tostring(L, lua_upvalueindex(1)), *name = lua_tostring(L, lua_upvalueindex(2));
+    if (self->requires_grad && !self->grad_fn && ag_grad_enabled())
+        return lu_error(L, "%s: a leaf tensor that requires grad cannot be changed in place (as PyTorch: a leaf "
+                           "Variable that requires grad is being used in an in-place operation); use t = t:%s(...)",
+                        name, view);
+    const int n = lua_gettop(L);
+    lua_getfield(L, LUA_REGISTRYINDEX, "accel.TensorMethods");
+    lua_getfield(L, -1, view);
+    for (int i = 1; i <= n; i++) lua_pushvalue(L, i);
+    lua_call(L, n, 1);
+    Tensor *v = tensor_retain(lu_check_tensor(L, -1));
+    v->is_view = self->is_view;
+    TensorUD *u = lua_touserdata(L, 1);
+    tensor_release(u->t);
+    u->t = v;
+    lua_settop(L, 1);
+    return 1;
+}
+
 /* t:unsqueeze(dim) or ({dim =}) */
 static int t_unsqueeze(lua_State *L) {
     Tensor *self = SELF; /* first: t.unsqueeze(...) is a method-call error */
@@ -1771,7 +1797,7 @@ static bool in_list(const char *const *list, const char *k) {
  * reading one is an error naming it, not a nil to call. */
 static const char *const not_provided_methods[] = {
     "scatter_reduce", "index_put", "index_put_", "to_sparse", "numpy", "as_strided", "pin_memory", "share_memory_", "apply_", "map_",
-    "t_", "squeeze_", "unsqueeze_", "transpose_", "swapaxes_", "swapdims_", "resize_", "resize_as_", "set_",
+    "resize_", "resize_as_", "set_",
     "new", "storage", "untyped_storage", "data_ptr", "storage_offset", "fill_diagonal_", "inverse", "det",
     "logdet", "slogdet", "pinverse", "svd", "qr", "lu", "cholesky", "matrix_power", "matrix_exp",
     "triangular_solve", "cov", "corrcoef", "histogram", "renorm", "renorm_", "frexp", "ldexp", "copysign",
@@ -1992,6 +2018,15 @@ static void build_methods(lua_State *L) {
         set_closure(L, reduce_methods[i].name, reduce_method, reduce_methods[i].op);
     for (size_t i = 0; i < sizeof cast_methods / sizeof cast_methods[0]; i++)
         set_closure(L, cast_methods[i].name, to_dtype_upvalue, cast_methods[i].dt);
+    static const char *const inplace_views[][2] = {{"t_", "t"}, {"squeeze_", "squeeze"}, {"unsqueeze_", "unsqueeze"},
+                                                   {"transpose_", "transpose"}, {"swapaxes_", "transpose"},
+                                                   {"swapdims_", "transpose"}};
+    for (size_t i = 0; i < sizeof inplace_views / sizeof inplace_views[0]; i++) {
+        lua_pushstring(L, inplace_views[i][1]);
+        lua_pushstring(L, inplace_views[i][0]);
+        lua_pushcclosure(L, inplace_view, 2);
+        lua_setfield(L, -2, inplace_views[i][0]);
+    }
 }
 
 void lu_open_tensor(lua_State *L) {

@@ -666,3 +666,51 @@ describe("repeat / tile / repeat_interleave (torch's values and gradients)", fun
       "repeat_interleave: unknown option 'output_size'")
   end)
 end)
+
+-- PyTorch 2.15: v = arange(6).view(2, 3); b = v.view(6); v.t_() -> v is
+-- (3, 2) with strides (1, 3), b keeps (6,); writes through v reach b.
+describe("in-place view changes (t_, squeeze_, unsqueeze_, transpose_, swapaxes_, swapdims_)", function()
+  local expect_error = support.expect_error
+
+  it("change the tensor itself; views taken before keep their shape", function()
+    local v = seq(2, 3)
+    local b = v:view(6)
+    assert.are.equal(v, v:t_()) -- returns the tensor itself
+    assert.are.same({3, 2}, shape_of(v))
+    assert.are.same({1, 3}, {v:stride(1), v:stride(2)})
+    assert.is_false(v:is_contiguous())
+    assert.are.same({{0, 3}, {1, 4}, {2, 5}}, v:tolist())
+    assert.are.same({6}, shape_of(b))
+    v:add_(10) -- the same storage
+    assert.are.same({10, 11, 12, 13, 14, 15}, b:tolist())
+    local z = accel.zeros(1, 2, 1)
+    z:squeeze_(3)
+    assert.are.same({1, 2}, shape_of(z))
+    z:squeeze_()
+    assert.are.same({2}, shape_of(z))
+    z:unsqueeze_(1)
+    assert.are.same({1, 2}, shape_of(z))
+    for _, name in ipairs({"transpose_", "swapaxes_", "swapdims_"}) do
+      local t = seq(2, 3, 4)
+      t[name](t, 1, 3)
+      assert.are.same({4, 3, 2}, shape_of(t), name)
+      assert.is_true(t:equal(seq(2, 3, 4):permute(3, 2, 1)), name)
+    end
+  end)
+
+  it("record their backward on a non-leaf; a leaf that requires grad is refused, as PyTorch", function()
+    local w = accel.ones(2, 3, {requires_grad = true})
+    local y = w * 2
+    y:unsqueeze_(1)
+    assert.are.same({1, 2, 3}, shape_of(y))
+    assert.are.equal("UnsqueezeBackward", y.grad_fn)
+    local loss = (y * seq(1, 2, 3)):sum()
+    loss:backward()
+    assert.are.same({{0, 2, 4}, {6, 8, 10}}, w.grad:tolist())
+    -- torch: "a leaf Variable that requires grad is being used in an in-place operation."
+    expect_error(function() w:t_() end, "t_: a leaf tensor that requires grad cannot be changed in place")
+    accel.no_grad(function() w:t_() end)
+    assert.are.same({3, 2}, shape_of(w))
+    expect_error(function() accel.zeros(2, 3, 4):t_() end, "t: expects a tensor with <= 2 dims, got shape [2, 3, 4]")
+  end)
+end)
