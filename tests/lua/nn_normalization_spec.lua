@@ -108,6 +108,55 @@ describe("BatchNorm", function()
   end)
 end)
 
+-- PyTorch 2.15 on one process: SyncBatchNorm runs F.batch_norm (nothing to
+-- sync); convert_sync_batchnorm keeps the parameters, buffers and mode.
+-- Across processes: sync_batchnorm_test.lua.
+describe("SyncBatchNorm on one process", function()
+  it("is BatchNorm: the same outputs, gradients and running statistics, any input of at least 2 dims", function()
+    accel.set_seed(5)
+    local x = accel.randn(6, 3, 4, 2, f64)
+    local s, b = nn.SyncBatchNorm(3, f64), nn.BatchNorm2d(3, f64)
+    local xs, xb = x:clone():requires_grad_(true), x:clone():requires_grad_(true)
+    local ys, yb = s(xs), b(xb)
+    close(ys, yb, 1e-12)
+    ys:pow(2):sum():backward()
+    yb:pow(2):sum():backward()
+    close(xs.grad, xb.grad, 1e-12)
+    close(s.running_var, b.running_var, 1e-12)
+    assert.are.equal(1, s.num_batches_tracked:item())
+    assert.are.same({5, 3}, support.shape_of(nn.SyncBatchNorm(3)(accel.randn(5, 3))))
+    -- torch: 'SyncBatchNorm(4, eps=1e-05, momentum=0.1, affine=True, bias=True, track_running_stats=True)'
+    assert.are.equal("SyncBatchNorm(4, eps=1e-05, momentum=0.1, affine=True, bias=True, track_running_stats=True)",
+      tostring(nn.SyncBatchNorm(4)))
+  end)
+
+  it("convert_sync_batchnorm replaces every BatchNorm, keeping its tensors, options and mode", function()
+    local bn = nn.BatchNorm1d(5, {momentum = 0.2, eps = 1e-3})
+    local m = nn.Sequential(nn.Linear(4, 5), bn, nn.Sequential(nn.ReLU(), nn.BatchNorm1d(5, {affine = false})))
+    m:eval()
+    local c = nn.SyncBatchNorm.convert_sync_batchnorm(m)
+    assert.are.equal(m, c) -- a container is converted in place
+    local s = c[2]
+    assert.are.equal("SyncBatchNorm", s:_get_name())
+    assert.are.equal(bn.weight, s.weight)
+    assert.are.equal(bn.running_mean, s.running_mean)
+    assert.are.same({0.2, 1e-3, false}, {s.momentum, s.eps, s.training})
+    assert.are.equal("SyncBatchNorm", c[3][2]:_get_name())
+    assert.is_nil(c[3][2].weight)
+    local lone = nn.SyncBatchNorm.convert_sync_batchnorm(nn.BatchNorm2d(2)) -- a BatchNorm itself: a new module
+    assert.are.equal("SyncBatchNorm", lone:_get_name())
+  end)
+
+  it("refuses what PyTorch refuses, and a process_group that is not a group", function()
+    -- torch: 'expected at least 2D input (got 1D input)'
+    expect_error(function() local _ = nn.SyncBatchNorm(3)(accel.randn(3)) end,
+      "SyncBatchNorm: expected at least 2D input (got 1D input)")
+    expect_error(function() local _ = nn.SyncBatchNorm(3, {process_group = "world"}) end,
+      "SyncBatchNorm: process_group must be an accel.dist Group")
+    expect_error(function() local _ = nn.SyncBatchNorm(3, {groups = 2}) end, "SyncBatchNorm: unknown option")
+  end)
+end)
+
 -- torch 2.15, x = cos(0.7 i) for i = 0..23 as (2, 3, 4) float64, InstanceNorm1d(3, affine=True,
 -- track_running_stats=True): y[0, 0] = [1.1028745146089265, 0.6992233900227613, -0.3218865526200559,
 -- -1.4802113520116322]; running_mean [-0.018037627884545878, 0.006860392978586056, 0.005109596824165494],

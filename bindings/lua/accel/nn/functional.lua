@@ -1093,14 +1093,16 @@ local function channel_layout(x)
   return shape, dims
 end
 
--- batch_norm(x, running_mean, running_var, [weight], [bias], [training =
--- false], [momentum = 0.1], [eps = 1e-5]): per channel (dim 2), with the
--- batch's statistics when training (and the running ones updated in place,
--- the variance unbiased, as PyTorch's) or without running statistics, else
--- the running ones. The result has x's dtype.
-function F.batch_norm(x, running_mean, running_var, ...)
-  local a = torch_args("batch_norm", {"weight:tensor", "bias:tensor", "training:bool", "momentum:number",
-                                    "eps:number"}, ...)
+-- This process's batch statistics per channel: the mean and the biased
+-- variance (dims kept) and the number of values behind them.
+local function local_batch_stats(x, dims, c)
+  return x:mean(dims, true), x:var(dims, {correction = 0, keepdim = true}), x:numel() / c
+end
+
+-- batch_norm with the batch statistics of stats(x, dims, c) -> mean, var, n
+-- (nn.SyncBatchNorm passes those of every process); a: the options of
+-- batch_norm (weight, bias, training, momentum, eps).
+function F._batch_norm_stats(stats, x, running_mean, running_var, a)
   tensor_arg("batch_norm", "input", x)
   if x:dim() < 2 then raise("batch_norm: expected an input of at least 2 dims (N, C, ...), got %dD", x:dim()) end
   local shape, dims = channel_layout(x)
@@ -1114,11 +1116,11 @@ function F.batch_norm(x, running_mean, running_var, ...)
     end
   end
   if a.training or running_mean == nil then
-    local n = x:numel() / c
-    if a.training and n <= 1 then
+    if a.training and x:numel() / c <= 1 then
       raise("batch_norm: Expected more than 1 value per channel when training, got input size %s", shape_text(sizes(x)))
     end
-    mean, var = x:mean(dims, true), x:var(dims, {correction = 0, keepdim = true})
+    local n
+    mean, var, n = stats(x, dims, c)
     if a.training and running_mean ~= nil then
       local m = a.momentum or 0.1
       accel.no_grad(function()
@@ -1133,6 +1135,17 @@ function F.batch_norm(x, running_mean, running_var, ...)
   if a.weight ~= nil then y = y * a.weight:reshape(shape) end
   if a.bias ~= nil then y = y + a.bias:reshape(shape) end
   return y.dtype == x.dtype and y or y:to(x.dtype)
+end
+
+-- batch_norm(x, running_mean, running_var, [weight], [bias], [training =
+-- false], [momentum = 0.1], [eps = 1e-5]): per channel (dim 2), with the
+-- batch's statistics when training (and the running ones updated in place,
+-- the variance unbiased, as PyTorch's) or without running statistics, else
+-- the running ones. The result has x's dtype.
+function F.batch_norm(x, running_mean, running_var, ...)
+  local a = torch_args("batch_norm", {"weight:tensor", "bias:tensor", "training:bool", "momentum:number",
+                                    "eps:number"}, ...)
+  return F._batch_norm_stats(local_batch_stats, x, running_mean, running_var, a)
 end
 
 -- group_norm(x, num_groups, [weight], [bias], [eps = 1e-5]): x (N, C, ...)

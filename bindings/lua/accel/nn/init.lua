@@ -37,6 +37,7 @@ end
 
 -- Classes whose file loads on first use: name -> file.
 local LAZY_CLASSES = {BatchNorm1d = "normalization", BatchNorm2d = "normalization", BatchNorm3d = "normalization",
+                      SyncBatchNorm = "normalization",
                       GroupNorm = "normalization", InstanceNorm1d = "normalization",
                       InstanceNorm2d = "normalization", InstanceNorm3d = "normalization", Conv1d = "sequence", RNN = "sequence", LSTM = "sequence",
                       GRU = "sequence", RNNCell = "sequence", LSTMCell = "sequence", GRUCell = "sequence",
@@ -73,7 +74,7 @@ end
 -- PyTorch's modules accel-lua does not provide: a clear error, not nil.
 local NOT_PROVIDED = {}
 for _, name in ipairs({"ConvTranspose3d", "AdaptiveMaxPool3d", "LPPool3d",
-  "MaxUnpool3d", "FractionalMaxPool2d", "LazyLinear", "SyncBatchNorm", "FeatureAlphaDropout", "CTCLoss"}) do
+  "MaxUnpool3d", "FractionalMaxPool2d", "LazyLinear", "FeatureAlphaDropout", "CTCLoss"}) do
   NOT_PROVIDED[name] = true
 end
 

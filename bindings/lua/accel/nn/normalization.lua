@@ -1,4 +1,5 @@
 -- accel.nn.normalization: BatchNorm1d / BatchNorm2d / BatchNorm3d,
+-- SyncBatchNorm (the batch statistics of every process in training),
 -- InstanceNorm1d / 2d / 3d (and F.instance_norm) and GroupNorm, with
 -- PyTorch's parameters, buffers (running_mean,
 -- running_var, num_batches_tracked: the state_dict keys PyTorch writes),
@@ -39,13 +40,55 @@ local function running_buffers(self, n, o)
   self:register_buffer("num_batches_tracked", accel.zeros({}, {dtype = accel.int64, device = o.device}))
 end
 
-local function batch_norm_class(name, dims_text, dims_ok)
+-- SyncBatchNorm's statistics: every process's (of the world, or of the
+-- process_group, an accel.dist Group) through two differentiable sums over
+-- the ranks: the per-channel sum with the count, then the centred sum of
+-- squares (exact two-pass variance). Their backward sums the gradients over
+-- the ranks, so each input's gradient is that of the sum of every rank's
+-- loss, as PyTorch's sync_batch_norm backward computes it.
+local ranks_sum -- accel.autograd.Function, made on first use
+local function sum_over_ranks(t, group)
+  if not ranks_sum then
+    local dist = require("accel.dist")
+    local function reduced(ctx, v) return dist.all_reduce(v:contiguous():clone(), "sum", {group = ctx.group}) end
+    ranks_sum = require("accel.autograd").Function{
+      forward = function(ctx, v, g) ctx.group = g; return reduced(ctx, v) end,
+      backward = function(ctx, grad) return reduced(ctx, grad) end,
+    }
+  end
+  return ranks_sum(t, group)
+end
+
+local function global_batch_stats(group)
+  return function(x, dims, c)
+    local counted = accel.cat({x:sum(dims), accel.full({1}, x:numel() / c, {dtype = x.dtype, device = x.device})})
+    local totals = sum_over_ranks(counted, group)
+    local n = totals[c + 1]:item()
+    local shape = {1, c}
+    for d = 3, x:dim() do shape[d] = 1 end
+    local mean = totals:narrow(1, 1, c):reshape(shape) / n
+    local var = sum_over_ranks((x - mean):pow(2):sum(dims), group):reshape(shape) / n
+    return mean, var, n
+  end
+end
+
+-- The process group's size (the world's without one).
+local function group_size(group) return require("accel.dist").get_world_size(group) end
+
+local function batch_norm_class(name, dims_text, dims_ok, sync)
   local cls = export_class(M, name)
 
   -- name(num_features, [{eps = 1e-5, momentum = 0.1 (false: cumulative), affine = true,
-  --   bias = true, track_running_stats = true, dtype =, device =}])
+  --   bias = true, track_running_stats = true, dtype =, device =}]); SyncBatchNorm also process_group
   function cls:init(num_features, o)
-    o = check_options(name, o, {"eps", "momentum", "affine", "bias", "track_running_stats", "dtype", "device"})
+    o = check_options(name, o, {"eps", "momentum", "affine", "bias", "track_running_stats", "dtype", "device",
+      sync and "process_group" or nil})
+    local mt = type(o.process_group) == "userdata" and getmetatable(o.process_group)
+    if sync and o.process_group ~= nil and not (mt and mt.__name == "accel.dist.Group") then
+      raise("%s: process_group must be an accel.dist Group (dist.split_group, dist.node_group), got %s", name,
+        py(o.process_group))
+    end
+    self.process_group = sync and o.process_group or nil
     self.num_features = check_count(num_features, name, "num_features")
     self.eps = o.eps or 1e-5
     if o.momentum ~= nil and o.momentum ~= false and type(o.momentum) ~= "number" then
@@ -64,9 +107,10 @@ local function batch_norm_class(name, dims_text, dims_ok)
   end
 
   function cls:forward(x)
-    if not accel.is_tensor(x) or not dims_ok[x:dim()] then
+    if not accel.is_tensor(x) or not dims_ok(x:dim()) then
       raise("%s: expected %s input (got %s)", name, dims_text, accel.is_tensor(x) and (x:dim() .. "D input") or type(x))
     end
+    if sync and x:size(2) == 0 then raise("%s: number of input channels should be non-zero", name) end
     local factor = self.momentum or 0
     if self.training and self.track_running_stats then
       accel.no_grad(function() self.num_batches_tracked:add_(1) end)
@@ -74,8 +118,12 @@ local function batch_norm_class(name, dims_text, dims_ok)
     end
     local use_batch = self.training or self.running_mean == nil
     local keep_running = not self.training or self.track_running_stats
-    return F.batch_norm(x, keep_running and self.running_mean or nil, keep_running and self.running_var or nil,
-      self.weight, self.bias, use_batch, factor, self.eps)
+    local running_mean, running_var = keep_running and self.running_mean or nil, keep_running and self.running_var or nil
+    if sync and self.training and group_size(self.process_group) > 1 then -- as PyTorch: eval mode does not sync
+      return F._batch_norm_stats(global_batch_stats(self.process_group), x, running_mean, running_var,
+        {weight = self.weight, bias = self.bias, training = true, momentum = factor, eps = self.eps})
+    end
+    return F.batch_norm(x, running_mean, running_var, self.weight, self.bias, use_batch, factor, self.eps)
   end
 
   function cls:extra_repr()
@@ -86,9 +134,34 @@ local function batch_norm_class(name, dims_text, dims_ok)
   return cls
 end
 
-batch_norm_class("BatchNorm1d", "2D or 3D", {[2] = true, [3] = true})
-batch_norm_class("BatchNorm2d", "4D", {[4] = true})
-batch_norm_class("BatchNorm3d", "5D", {[5] = true})
+batch_norm_class("BatchNorm1d", "2D or 3D", function(d) return d == 2 or d == 3 end)
+batch_norm_class("BatchNorm2d", "4D", function(d) return d == 4 end)
+batch_norm_class("BatchNorm3d", "5D", function(d) return d == 5 end)
+local SyncBatchNorm = batch_norm_class("SyncBatchNorm", "at least 2D", function(d) return d >= 2 end, true)
+
+-- SyncBatchNorm.convert_sync_batchnorm(module, [process_group]): module with
+-- every BatchNorm1d / 2d / 3d in it replaced by a SyncBatchNorm holding the
+-- same parameters, buffers, options and mode (a BatchNorm module itself comes
+-- back as a new SyncBatchNorm), as PyTorch's.
+local function convert_sync_batchnorm(module, process_group)
+  local out = module
+  if base.is_module(module) and (module:isinstance(M.BatchNorm1d) or module:isinstance(M.BatchNorm2d)
+      or module:isinstance(M.BatchNorm3d)) then
+    out = SyncBatchNorm(module.num_features, {eps = module.eps, momentum = module.momentum, affine = module.affine,
+      track_running_stats = module.track_running_stats, bias = module.bias ~= nil, process_group = process_group})
+    if module.affine then out.weight, out.bias = module.weight, module.bias end
+    if module.track_running_stats then
+      out.running_mean, out.running_var = module.running_mean, module.running_var
+      out.num_batches_tracked = module.num_batches_tracked
+    end
+    out.training = module.training
+  end
+  for child_name, child in module:named_children() do
+    out:register_module(child_name, convert_sync_batchnorm(child, process_group))
+  end
+  return out
+end
+rawset(SyncBatchNorm, "convert_sync_batchnorm", convert_sync_batchnorm) -- a class function (PyTorch's classmethod)
 
 -- instance_norm(input (N, C, ...), [running_mean], [running_var], [weight], [bias],
 --   [use_input_stats = true], [momentum = 0.1], [eps = 1e-5]), positionally or by name:
