@@ -1,5 +1,5 @@
 -- optim_elementwise_spec.lua: accel.optim.RMSprop, Adagrad, Adadelta,
--- Adamax, NAdam and RAdam against
+-- Adamax, NAdam, RAdam, Rprop and ASGD against
 -- PyTorch 2.15 (tests/fixtures/optim_elementwise.safetensors, written by
 -- scripts/fixtures/make_elementwise_optim_fixtures.py: 8 float64 steps over
 -- closed-form gradients, p2 without a gradient at steps 3 and 6 in the
@@ -35,6 +35,11 @@ local CONFIGS = {
   radam = {"RAdam", {lr = 0.01}},
   radam_decoupled_skip = {"RAdam", {lr = 0.01, betas = {0.9, 0.9}, weight_decay = 0.1, decoupled_weight_decay = true}},
   radam_wd_max = {"RAdam", {lr = 0.01, betas = {0.8, 0.95}, weight_decay = 0.1, maximize = true}},
+  rprop = {"Rprop", {}},
+  rprop_tight_max_skip = {"Rprop", {lr = 0.05, etas = {0.3, 1.5}, step_sizes = {0.01, 0.08}, maximize = true}},
+  asgd = {"ASGD", {lr = 0.05}},
+  asgd_averaging_skip = {"ASGD", {lr = 0.1, lambd = 0.01, alpha = 0.5, t0 = 3, weight_decay = 0.1}},
+  asgd_max = {"ASGD", {lr = 0.02, t0 = 1, maximize = true}},
 }
 
 local function formula(n, f)
@@ -79,7 +84,7 @@ describe("the element-wise optimizers match PyTorch", function()
       end)
       local st, keys = opt.state[p1], 0
       for k, v in pairs(st) do
-        if type(v) ~= "number" then -- (step, and NAdam's mu_product)
+        if type(v) ~= "number" then -- (step, NAdam's mu_product, ASGD's eta and mu)
           close(v, fx[name .. ".state." .. k], 1e-12, name .. " state " .. k)
           keys = keys + 1
         end
@@ -138,6 +143,13 @@ describe("the element-wise optimizers' options", function()
       "    decoupled_weight_decay: False", "    differentiable: False", "    eps: 1e-08", "    foreach: None",
       "    lr: 0.002", "    maximize: False", "    momentum_decay: 0.004", "    weight_decay: 0", ")"}, "\n"),
       tostring(optim.NAdam({p})))
+    -- torch 2.15: print(torch.optim.Rprop([p])) and print(torch.optim.ASGD([p]))
+    assert.are.equal(table.concat({"Rprop (", "Parameter Group 1", "    capturable: False", "    differentiable: False",
+      "    etas: (0.5, 1.2)", "    foreach: None", "    lr: 0.01", "    maximize: False", "    step_sizes: (1e-06, 50)",
+      ")"}, "\n"), tostring(optim.Rprop({p})))
+    assert.are.equal(table.concat({"ASGD (", "Parameter Group 1", "    alpha: 0.75", "    capturable: False",
+      "    differentiable: False", "    foreach: None", "    lambd: 0.0001", "    lr: 0.01", "    maximize: False",
+      "    t0: 1000000.0", "    weight_decay: 0", ")"}, "\n"), tostring(optim.ASGD({p})))
   end)
 
   it("refuse what PyTorch refuses, and the sharding engine names the optimizers it takes", function()
@@ -155,6 +167,9 @@ describe("the element-wise optimizers' options", function()
     expect_error(function() optim.Adamax({p}, {betas = {1, 0.9}}) end, "Adamax: Invalid beta parameter at index 1: 1")
     expect_error(function() optim.NAdam({p}, {momentum_decay = -1}) end, "NAdam: Invalid momentum_decay value: -1")
     expect_error(function() optim.RAdam({p}, {momentum = 0.9}) end, "RAdam: unknown option 'momentum'")
+    -- torch 2.15: "Invalid eta values: 1.5, 2", "Invalid lambd value: -1"
+    expect_error(function() optim.Rprop({p}, {etas = {1.5, 2}}) end, "Rprop: Invalid eta values: 1.5, 2")
+    expect_error(function() optim.ASGD({p}, {lambd = -1}) end, "ASGD: Invalid lambd value: -1")
     expect_error(function() local _ = optim.LBFGS end, "accel.optim.LBFGS is not provided")
     local model = accel.nn.Linear(3, 2)
     expect_error(function() accel.shard.Engine(model, optim.RMSprop(model:parameters()), {stage = 1}) end,

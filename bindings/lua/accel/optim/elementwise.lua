@@ -1,4 +1,4 @@
--- accel.optim.elementwise: RMSprop, Adagrad, Adadelta, Adamax, NAdam and
+-- accel.optim.elementwise: RMSprop, Adagrad, Adadelta, Adamax, NAdam, Rprop, ASGD and
 -- RAdam, PyTorch's single-tensor formulas written as tensor ops per
 -- parameter (no fused C kernel: these are for porting scripts, not the
 -- sharding engine, which takes SGD / Adam / AdamW). Loaded on first use of
@@ -283,6 +283,61 @@ elementwise_class("RAdam", {lr = 1e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_
         else
           p:add_(corrected * g.lr, {alpha = -1})
         end
+      end)
+  end)
+
+-- Rprop: sign = sign(grad prev) mapped to etaplus (> 0), etaminus (< 0), 1;
+-- step_size = clamp(step_size sign, step_sizes); grad = 0 where the sign
+-- flipped; p -= sign(grad) step_size; prev = grad
+local Rprop = elementwise_class("Rprop", {lr = 1e-2, etas = {0.5, 1.2}, step_sizes = {1e-6, 50}, maximize = false},
+  {"lr"}, {"maximize"}, ADAM_KEYS, {required = {"step", "prev", "step_size"}, optional = {}},
+  function(self, _, g, grads)
+    local eta_minus, eta_plus = g.etas[1], g.etas[2]
+    each_update(self, g, grads, function(p)
+        return {prev = accel.zeros_like(p), step_size = accel.full_like(p, g.lr)}
+      end,
+      function(p, st)
+        local grad = g.maximize and -p.grad or p.grad
+        local sign = grad:mul(st.prev):sign()
+        local flipped = sign:lt(0)
+        local factor = accel.ones_like(sign):masked_fill(sign:gt(0), eta_plus):masked_fill(flipped, eta_minus)
+        st.step_size:mul_(factor):clamp_(g.step_sizes[1], g.step_sizes[2])
+        grad = grad:masked_fill(flipped, 0)
+        p:addcmul_(grad:sign(), st.step_size, {value = -1})
+        st.prev:copy_(grad)
+      end)
+  end)
+
+local check_rprop = Rprop._check_group
+function Rprop._check_group(self, g) -- (0 < etaminus < 1 < etaplus)
+  check_rprop(self, g)
+  local e = g.etas
+  if type(e) ~= "table" or type(e[1]) ~= "number" or type(e[2]) ~= "number" or not (0 < e[1] and e[1] < 1 and 1 < e[2]) then
+    require("accel.util").raise("Rprop: Invalid eta values: %s, %s", tostring(type(e) == "table" and e[1] or e),
+      tostring(type(e) == "table" and e[2] or nil))
+  end
+  local s = g.step_sizes
+  if type(s) ~= "table" or type(s[1]) ~= "number" or type(s[2]) ~= "number" then
+    require("accel.util").raise("Rprop: step_sizes must be a pair of numbers {min, max}, got %s", tostring(s))
+  end
+end
+
+-- ASGD: p *= 1 - lambd eta; p -= eta grad; ax = p while mu is 1, else ax +=
+-- mu (p - ax); then eta = lr / (1 + lambd lr step)^alpha and mu = 1 /
+-- max(1, step - t0), both float32 values as PyTorch keeps them in float32
+-- tensors (eta starts at lr, mu at 1)
+elementwise_class("ASGD", {lr = 1e-2, lambd = 1e-4, alpha = 0.75, t0 = 1e6, weight_decay = 0, maximize = false},
+  {"lr", "lambd", "alpha", "weight_decay"}, {"maximize"}, ADAM_KEYS,
+  {required = {"step", "eta", "mu", "ax"}, optional = {}},
+  function(self, _, g, grads)
+    each_update(self, g, grads, function(p) return {eta = f32(g.lr), mu = 1.0, ax = accel.zeros_like(p)} end,
+      function(p, st)
+        local grad = update_grad(p, g)
+        p:mul_(1 - g.lambd * st.eta)
+        p:add_(grad, {alpha = -st.eta})
+        if st.mu ~= 1 then st.ax:add_((p - st.ax):mul_(st.mu)) else st.ax:copy_(p) end
+        st.eta = f32(g.lr / (1 + g.lambd * g.lr * st.step) ^ g.alpha)
+        st.mu = f32(1 / math.max(1, st.step - g.t0))
       end)
   end)
 

@@ -705,7 +705,8 @@ util.check_methods(Optimizer, "Optimizer")
 
 -- accel.optim.lr_scheduler, loaded on first use
 -- the optimizers of accel.optim.elementwise, loaded on first use of one
-local ELEMENTWISE = {RMSprop = true, Adagrad = true, Adadelta = true, Adamax = true, NAdam = true, RAdam = true}
+local ELEMENTWISE = {RMSprop = true, Adagrad = true, Adadelta = true, Adamax = true, NAdam = true, RAdam = true,
+                     Rprop = true, ASGD = true}
 
 setmetatable(optim, {
   __index = function(t, k)
@@ -721,6 +722,6 @@ setmetatable(optim, {
   end,
 })
 -- PyTorch's optimizers accel-lua does not provide: a clear error, not nil.
-return util.not_provided(optim, {LBFGS = true, SparseAdam = true, ASGD = true, Rprop = true, Adafactor = true,
-  Muon = true}, "accel.optim", "accel.optim has SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta, Adamax, NAdam and RAdam; "
-  .. "docs/optim.md")
+return util.not_provided(optim, {LBFGS = true, SparseAdam = true, Adafactor = true,
+  Muon = true}, "accel.optim", "accel.optim has SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta, Adamax, NAdam, RAdam, "
+  .. "Rprop and ASGD; docs/optim.md")
