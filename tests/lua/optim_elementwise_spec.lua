@@ -170,7 +170,7 @@ describe("the element-wise optimizers' options", function()
     -- torch 2.15: "Invalid eta values: 1.5, 2", "Invalid lambd value: -1"
     expect_error(function() optim.Rprop({p}, {etas = {1.5, 2}}) end, "Rprop: Invalid eta values: 1.5, 2")
     expect_error(function() optim.ASGD({p}, {lambd = -1}) end, "ASGD: Invalid lambd value: -1")
-    expect_error(function() local _ = optim.LBFGS end, "accel.optim.LBFGS is not provided")
+    expect_error(function() local _ = optim.SparseAdam end, "accel.optim.SparseAdam is not provided")
     local model = accel.nn.Linear(3, 2)
     expect_error(function() accel.shard.Engine(model, optim.RMSprop(model:parameters()), {stage = 1}) end,
       "shard.Engine: the optimizer must be accel.optim.SGD, Adam or AdamW, got RMSprop")

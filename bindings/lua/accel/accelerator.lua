@@ -2136,7 +2136,9 @@ end
 -- optimizer's class; nil when it fits.
 local function optimizer_mismatch(saved, opt)
   local raw = prepared.is_optimizer(opt) and opt.optimizer or opt
-  local why = accel.optim.Optimizer._state_dict_problem(raw, saved)
+  local check = type(raw._state_dict_problem) == "function" and raw._state_dict_problem -- (LBFGS: flat vectors)
+    or accel.optim.Optimizer._state_dict_problem
+  local why = check(raw, saved)
   return why and ("(%s): %s"):format(raw.__name or "optimizer", why)
 end
 

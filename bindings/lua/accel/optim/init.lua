@@ -715,6 +715,11 @@ setmetatable(optim, {
       rawset(t, k, m)
       return m
     end
+    if k == "LBFGS" then
+      local cls = require("accel.optim.lbfgs").LBFGS
+      rawset(t, k, cls)
+      return cls
+    end
     if ELEMENTWISE[k] then
       for name, cls in pairs(require("accel.optim.elementwise")) do rawset(t, name, cls) end
       return rawget(t, k)
@@ -722,6 +727,6 @@ setmetatable(optim, {
   end,
 })
 -- PyTorch's optimizers accel-lua does not provide: a clear error, not nil.
-return util.not_provided(optim, {LBFGS = true, SparseAdam = true, Adafactor = true,
-  Muon = true}, "accel.optim", "accel.optim has SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta, Adamax, NAdam, RAdam, "
-  .. "Rprop and ASGD; docs/optim.md")
+return util.not_provided(optim, {SparseAdam = true, Adafactor = true, Muon = true}, "accel.optim",
+  "accel.optim has SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta, Adamax, NAdam, RAdam, Rprop, ASGD and LBFGS; "
+  .. "docs/optim.md")
