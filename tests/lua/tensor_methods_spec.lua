@@ -127,6 +127,41 @@ describe("cumsum", function()
     assert.are.equal(accel.float64, x:cumsum(2, {dtype = accel.float64}).dtype)
     expect_error(function() local _ = x:cumsum() end, "cumsum: dim must be given")
   end)
+
+  -- PyTorch 2.15: [1, 2, 3, inf] -> [1, 3, 6, inf]; [0, -inf, 1] -> [0, -inf, -inf];
+  -- [1, nan, 2, 3] -> [1, nan, nan, nan]; along dim 0 of [[1, 2], [inf, 3]] -> [[1, 2], [inf, 5]]
+  it("an inf or NaN reaches only the positions after it, as torch's", function()
+    local inf, nan = math.huge, 0 / 0
+    local function same(want, got)
+      for i, v in ipairs(want) do
+        local g = got[i]
+        assert.is_true((v ~= v and g ~= g) or v == g, ("position %d: %s, want %s"):format(i, tostring(g), tostring(v)))
+      end
+    end
+    same({1, 3, 6, inf}, accel.tensor({1, 2, 3, inf}):cumsum(1):tolist())
+    same({0, -inf, -inf}, accel.tensor({0, -inf, 1}):cumsum(1):tolist())
+    same({1, nan, nan, nan}, accel.tensor({1, nan, 2, 3}):cumsum(1):tolist())
+    local m = accel.tensor({{1, 2}, {inf, 3}}):cumsum(1):tolist()
+    same({1, 2}, m[1])
+    same({inf, 5}, m[2])
+  end)
+
+  -- PyTorch 2.15: [2^62, 1, -2^62, 3] (int64) -> [2^62, 2^62 + 1, 1, 4]
+  it("int64 sums are exact beyond 2^53", function()
+    local i64 = {dtype = accel.int64}
+    local big = 2 ^ 62 -- (a power of two: exact in a double)
+    local want = accel.tensor({big, big, 0, 0}, i64) + accel.tensor({0, 1, 1, 4}, i64)
+    assert.is_true(accel.tensor({big, 1, -big, 3}, i64):cumsum(1):equal(want))
+  end)
+
+  -- PyTorch 2.15 (CPU, accumulating float32 in double): [1e8, 1, -1e8, 1] -> [1e8, 1e8, 1, 2];
+  -- [2^24, 1, 1, 1, 1] -> [2^24, 2^24, 2^24 + 2, 2^24 + 4, 2^24 + 4]
+  it("float32 sums as torch's double accumulator does, rounded once", function()
+    local f32 = {dtype = accel.float32}
+    assert.same({1e8, 1e8, 1, 2}, accel.tensor({1e8, 1, -1e8, 1}, f32):cumsum(1):tolist())
+    local e = 2 ^ 24
+    assert.same({e, e, e + 2, e + 4, e + 4}, accel.tensor({e, 1, 1, 1, 1}, f32):cumsum(1):tolist())
+  end)
 end)
 
 describe("element-wise compositions", function()

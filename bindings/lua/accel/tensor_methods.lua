@@ -91,29 +91,23 @@ local function cumsum_dtype(t, dt)
   return t.dtype.is_floating_point and t.dtype or accel.int64 -- integers and bools sum in int64, as torch
 end
 
--- cumulative sums along the last dim of x (..., n): blocks of up to B
--- summed by one matmul with an upper-triangular matrix of ones, then the
--- block totals' exclusive sums added (recursively, over n / B blocks).
-local B = 512
+-- Inclusive running sums along the last dim of x (..., n) by doubling
+-- (Hillis-Steele): after the round with offset k each position holds the
+-- sum of its last 2k inputs, so log2(n) adds of shifted halves; every
+-- position adds only inputs at or before it (an inf or NaN reaches no
+-- earlier position), integers stay exact, and float32 / bf16 / fp16 sum
+-- in float64 (PyTorch's CPU loop accumulates in double) and are rounded
+-- once. Differentiable (narrow, add, cat).
 local function cumsum_last(x)
-  local n = x:size(-1)
-  if n <= B then return x:matmul(accel.ones(n, n, {dtype = x.dtype, device = x.device}):triu()) end
-  local nb = math.ceil(n / B)
-  local lead = sizes(x, x:dim() - 1)
-  local padded = x
-  if nb * B > n then
-    local zshape = {unpack(lead)}
-    zshape[#zshape + 1] = nb * B - n
-    padded = accel.cat({x, accel.zeros(zshape, {dtype = x.dtype, device = x.device})}, -1)
+  local n, dt = x:size(-1), x.dtype
+  local wide = dt.is_floating_point and dt ~= accel.float64
+  if wide then x = x:to(accel.float64) end
+  local k = 1
+  while k < n do
+    x = accel.cat({x:narrow(-1, 1, k), x:narrow(-1, k + 1, n - k) + x:narrow(-1, 1, n - k)}, -1)
+    k = k * 2
   end
-  local blocks_shape = {unpack(lead)}
-  blocks_shape[#blocks_shape + 1], blocks_shape[#blocks_shape + 2] = nb, B
-  local within = cumsum_last(padded:reshape(blocks_shape)) -- (..., nb, B)
-  local totals = within:select(-1, B) -- (..., nb)
-  local before = cumsum_last(totals) - totals
-  local flat_shape = {unpack(lead)}
-  flat_shape[#flat_shape + 1] = nb * B
-  return (within + before:unsqueeze(-1)):reshape(flat_shape):narrow(-1, 1, n)
+  return wide and x:to(dt) or x
 end
 
 -- op(dim, [{dtype =}])'s dim and input, cast as torch's cumsum / cumprod cast it
