@@ -521,6 +521,25 @@ describe("small compositions (torch 2.15's results)", function()
     assert.same({{7, 7}, {0, 0}, {7, 7}}, accel.zeros(3, 2):index_fill(1, accel.tensor({0, 2}), 7):tolist())
     assert.same({{1, 2}, {0, 0}, {3, 4}},
       accel.zeros(3, 2):index_copy(1, accel.tensor({0, 2}), accel.tensor({{1, 2}, {3, 4}}, f32)):tolist())
+    -- PyTorch 2.15: a number value takes the tensor's dtype (2.5 into int64 is 2), out of place as in place
+    local i64 = {dtype = accel.int64}
+    for _, r in ipairs({accel.zeros(2, i64):scatter(1, accel.tensor({0}), 2.5),
+                        accel.zeros(2, i64):index_fill(1, accel.tensor({0}), 2.5)}) do
+      assert.are.equal(accel.int64, r.dtype)
+      assert.same({2, 0}, r:tolist())
+    end
+  end)
+
+  it("lerp takes floating-point tensors of one dtype, as PyTorch", function()
+    -- torch 2.15: '"lerp_kernel_scalar" not implemented for 'Byte'', 'expected dtype float for `end` but got dtype
+    -- c10::BFloat16'
+    local u8 = {dtype = accel.uint8}
+    expect_error(function() local _ = accel.tensor({1, 2}, u8):lerp(accel.tensor({0, 0}, u8), 0.5) end,
+      "lerp: not implemented for uint8 (floating-point tensors only)")
+    expect_error(function() local _ = accel.ones(2):lerp(accel.ones(2):bfloat16(), 0.5) end,
+      "lerp: expected dtype float32 for `end` but got dtype bfloat16")
+    expect_error(function() local _ = accel.ones(2):lerp(accel.ones(2), accel.ones(2, f64)) end,
+      "lerp: expected dtype float32 for `weight` but got dtype float64")
   end)
 
   it("frac, fmax, xlogy, sinc, logit, aminmax", function()

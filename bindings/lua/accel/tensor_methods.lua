@@ -504,8 +504,10 @@ local function rows_mask(t, d, index)
 end
 
 -- t:index_fill(dim, index, value): the rows at index along dim set to value
+-- (a number value in t's dtype, as torch: 2.5 into an int64 tensor is 2)
 function M.index_fill(t, dim, index, value)
   local d = positive_dim("index_fill", t, dim)
+  if type(value) == "number" then value = accel.full_like(t, value) end
   return accel.where(rows_mask(t, d, index), value, t)
 end
 function M.index_fill_(t, ...) return t:copy_(M.index_fill(t, ...)) end
@@ -524,7 +526,7 @@ function M.scatter(t, dim, index, src, ...)
   if a.reduce ~= nil then raise("scatter: reduce is not supported (use scatter_add for 'add')") end
   local ones = accel.ones(index.shape, {dtype = accel.int64, device = t.device})
   local hit = accel.zeros_like(t, {dtype = accel.int64}):scatter_add(dim, index, ones):gt(0)
-  if type(src) == "number" then return accel.where(hit, src, t) end
+  if type(src) == "number" then return accel.where(hit, accel.full_like(t, src), t) end -- (in t's dtype, as torch)
   return accel.where(hit, accel.zeros_like(t):scatter_add(dim, index, src), t)
 end
 function M.scatter_(t, ...) return t:copy_(M.scatter(t, ...)) end
@@ -610,6 +612,14 @@ end
 local function lerp(t, e, w)
   if type(w) ~= "number" and not accel.is_tensor(w) then
     raise("lerp: weight must be a number or a tensor, got %s", type(w))
+  end
+  -- torch: '"lerp_kernel_scalar" not implemented for 'Long'', 'expected dtype float for `end` but got dtype ...'
+  if not t.dtype.is_floating_point then raise("lerp: not implemented for %s (floating-point tensors only)", t.dtype.name) end
+  for _, arg in ipairs({{"end", e}, {"weight", w}}) do
+    local v = arg[2]
+    if accel.is_tensor(v) and v.dtype ~= t.dtype then
+      raise("lerp: expected dtype %s for `%s` but got dtype %s", t.dtype.name, arg[1], v.dtype.name)
+    end
   end
   local diff = e - t
   if type(w) == "number" then
