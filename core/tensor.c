@@ -338,13 +338,16 @@ Tensor *tensor_arange(double start, double end, double step, DType dt) {
 /* linspace's steps (> 1) values into p, bit for bit PyTorch's CPU kernel:
  * symmetric (the second half counts back from end), each value one fused
  * multiply-add; a float dtype below float64 rounds the ends to itself and
- * computes the step and values in float, float64 and integers in double. */
+ * computes the step and values in float, float64 in double, and an
+ * integer dtype converts the ends to itself first (truncated; uint8 wraps
+ * a negative end) and computes in double. */
 static void linspace_fill(char *p, DType dt, double start, double end, int64_t steps) {
     size_t es = dtype_size(dt);
     int64_t half = steps / 2;
     bool in_float = dtype_is_float(dt) && dt != DT_F64;
     double sd, ed; /* the ends rounded to dt: 8 bytes hold any dtype's value */
     dtype_store(&sd, dt, start), dtype_store(&ed, dt, end);
+    if (!dtype_is_float(dt)) start = dtype_load(&sd, dt), end = dtype_load(&ed, dt);
     float s = in_float ? (float)dtype_load(&sd, dt) : 0, e = in_float ? (float)dtype_load(&ed, dt) : 0;
     float step_f = (e - s) / (float)(steps - 1);
     double step = (end - start) / (double)(steps - 1);
@@ -356,8 +359,23 @@ static void linspace_fill(char *p, DType dt, double start, double end, int64_t s
     }
 }
 
+/* Whether an end of an integer linspace overflows dt, as PyTorch's
+ * conversion of the end checks it (a uint8 end may be negative down to
+ * -255: it wraps). */
+static bool int_end_overflows(DType dt, double v) {
+    const double t = trunc(v);
+    if (dt == DT_U8) return !(t <= 255 && t >= -255);
+    if (dt == DT_I32) return !(t <= 2147483647.0 && t >= -2147483648.0);
+    return !(t < 9223372036854775808.0 && t >= -9223372036854775808.0);
+}
+
 Tensor *tensor_linspace(double start, double end, int64_t steps, DType dt) {
     if (steps < 0) return accel_fail("linspace: number of steps must be non-negative, got %lld", (long long)steps);
+    if (!dtype_is_float(dt))
+        for (int k = 0; k < 2; k++)
+            if (int_end_overflows(dt, k ? end : start))
+                return accel_fail("linspace: value cannot be converted to type %s without overflow (%s %.17g)",
+                                  dtype_name(dt), k ? "end" : "start", k ? end : start);
     if (shape_check("linspace", &steps, 1, (int)dt) < 0) return NULL;
     Tensor *t = tensor_empty(&steps, 1, dt, (Device){DEV_CPU, 0});
     HostMap m;

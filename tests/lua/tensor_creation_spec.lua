@@ -252,6 +252,16 @@ describe("linspace", function()
     assert.are.same({4, 3, 2, 1}, accel.linspace(4, 1, 4):tolist())
     assert.are.equal(0, accel.linspace(0, 1, 0):numel())
   end)
+
+  -- PyTorch 2.15: linspace(-3.3, 7.9, 13, dtype=int64) -> [-3, -2, -1, 0, 0, 1, 1, 2, 3, 4, 5, 6, 7];
+  -- linspace(5, -5, 6, dtype=uint8) -> [5, 54, 103, 152, 201, 251]; linspace(0.001, 1000, 11, dtype=uint8):
+  -- "value cannot be converted to type uint8_t without overflow"
+  it("an integer dtype converts the ends first, as PyTorch", function()
+    assert.are.same({-3, -2, -1, 0, 0, 1, 1, 2, 3, 4, 5, 6, 7}, accel.linspace(-3.3, 7.9, 13, {dtype = accel.int64}):tolist())
+    assert.are.same({5, 54, 103, 152, 201, 251}, accel.linspace(5, -5, 6, {dtype = accel.uint8}):tolist())
+    support.expect_error(function() local _ = accel.linspace(0.001, 1000, 11, {dtype = accel.uint8}) end,
+      "linspace: value cannot be converted to type uint8 without overflow (end 1000)")
+  end)
 end)
 
 describe("random constructors", function()
