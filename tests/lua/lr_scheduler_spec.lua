@@ -279,7 +279,7 @@ describe("lr scheduler errors", function()
 
   it("names the bad argument", function()
     fails("StepLR: missing required argument 'step_size'", S.StepLR, sgd2())
-    fails("StepLR: 'step_size' must be a positive integer, got 0", S.StepLR, sgd2(), 0)
+    fails("StepLR: 'step_size' must be a positive number, got 0", S.StepLR, sgd2(), 0)
     fails("StepLR: unknown option 'gama' %(options: step_size, gamma, last_epoch%)", S.StepLR, sgd2(), 3, {gama = 0.1})
     -- a mistyped required key is named (not reported as the required one missing)
     fails("StepLR: unknown option 'step' %(options: step_size, gamma, last_epoch%)", S.StepLR, sgd2(), {step = 1})
@@ -311,7 +311,35 @@ describe("lr scheduler errors", function()
     fails("ChainedScheduler expects all schedulers to belong to the same optimizer, but got scheduler ExponentialLR "
       .. "at index 2", S.ChainedScheduler, {S.ExponentialLR(opt, 0.9), S.ExponentialLR(sgd2(), 0.9)})
     -- PyTorch fails only at the step (TypeError: unsupported operand type(s) for %: 'int' and 'str')
-    fails("StepLR: 'step_size' must be a positive integer, got the string \"3\"", S.StepLR, sgd2(), "3")
+    fails("StepLR: 'step_size' must be a positive number, got the string \"3\"", S.StepLR, sgd2(), "3")
+    fails("LinearLR: 'total_iters' must be a non%-negative integer, got 2%.5", S.LinearLR, sgd2(), {total_iters = 2.5})
+  end)
+
+  -- PyTorch 2.15 (SGD lr 0.1, one lr per step): SequentialLR([LinearLR(start_factor=0.01, total_iters=0),
+  -- CosineAnnealingLR(T_max=4)], milestones=[0]) -> [0.1, 0.08535533905932738, 0.05, 0.014644660940672627, 0];
+  -- LinearLR(start_factor=0.5, total_iters=0) -> [0.05, 0.05, 0.05, 0.05]; StepLR(step_size=1.5) decays at 3 and 6
+  it("LinearLR's total_iters 0 (a warmup switched off) and a fractional StepLR step_size, as PyTorch", function()
+    local function lrs(opt, sched, n)
+      local out = {}
+      for i = 1, n do
+        out[i] = sched:get_last_lr()[1]
+        opt:step()
+        sched:step()
+      end
+      return out
+    end
+    local function sgd() return optim.SGD({accel.zeros(1):requires_grad_(true)}, {lr = 0.1}) end
+    local o = sgd()
+    local seq = S.SequentialLR(o, {S.LinearLR(o, {start_factor = 0.01, total_iters = 0}), S.CosineAnnealingLR(o, {T_max = 4})}, {0})
+    local got, want = lrs(o, seq, 5), {0.1, 0.08535533905932738, 0.05, 0.014644660940672627, 0}
+    for i = 1, 5 do assert.is_true(math.abs(got[i] - want[i]) < 1e-15, ("step %d: %g"):format(i, got[i])) end
+    o = sgd()
+    assert.are.same({0.05, 0.05, 0.05, 0.05}, lrs(o, S.LinearLR(o, {start_factor = 0.5, total_iters = 0}), 4))
+    o = sgd()
+    got = lrs(o, S.StepLR(o, 1.5), 8)
+    for i, w in ipairs({0.1, 0.1, 0.1, 0.01, 0.01, 0.01, 0.001, 0.001}) do
+      assert.is_true(math.abs(got[i] - w) < 1e-15, ("epoch %d: %g"):format(i - 1, got[i]))
+    end
   end)
 
   it("ConstantLR's factor 0 and PolynomialLR's total_iters 0 are refused (PyTorch: ZeroDivisionError at a step)",
@@ -377,7 +405,13 @@ describe("lr scheduler errors", function()
 
   it("a PyTorch scheduler or optimizer accel-lua lacks is a clear error, not nil", function()
     fails("accel.optim.lr_scheduler.CyclicLR is not provided", function() return S.CyclicLR end)
-    fails("accel.optim.LBFGS is not provided", function() return optim.LBFGS end)
+    fails("accel.optim.SparseAdam is not provided", function() return optim.SparseAdam end)
+    fails("accel.optim.swa_utils is not provided", function() return optim.swa_utils end)
+    local o = sgd2()
+    fails("Optimizer.register_step_post_hook is not provided", function() o:register_step_post_hook(print) end)
+    -- transformers' keyword form get_scheduler(name=..., optimizer=...) has no Lua spelling: the name comes first
+    fails("get_scheduler: the first argument must be the schedule's name %(a string%), got table", S.get_scheduler,
+      {name = "linear", optimizer = o})
     assert.is_nil(S.NoSuchThing)
   end)
 

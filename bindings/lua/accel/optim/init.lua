@@ -702,6 +702,10 @@ optim._parts = {options = options, ctor_options = ctor_options, check_number = c
 
 -- opt.step() and the like: "Optimizer.step: call it as obj:step(...)"
 util.check_methods(Optimizer, "Optimizer")
+-- PyTorch's optimizer hooks: an error naming them, not a nil to call
+util.not_provided(Optimizer, {register_step_pre_hook = true, register_step_post_hook = true,
+  register_state_dict_pre_hook = true, register_state_dict_post_hook = true, register_load_state_dict_pre_hook = true,
+  register_load_state_dict_post_hook = true}, "Optimizer", "optimizer hooks are not supported; docs/optim.md")
 
 -- accel.optim.lr_scheduler, loaded on first use
 -- the optimizers of accel.optim.elementwise, loaded on first use of one
@@ -727,6 +731,6 @@ setmetatable(optim, {
   end,
 })
 -- PyTorch's optimizers accel-lua does not provide: a clear error, not nil.
-return util.not_provided(optim, {SparseAdam = true, Adafactor = true, Muon = true}, "accel.optim",
+return util.not_provided(optim, {SparseAdam = true, Adafactor = true, Muon = true, swa_utils = true}, "accel.optim",
   "accel.optim has SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta, Adamax, NAdam, RAdam, Rprop, ASGD and LBFGS; "
   .. "docs/optim.md")

@@ -22,8 +22,10 @@
 -- Counter). step(epoch) sets last_epoch and uses the closed form, as
 -- PyTorch's deprecated form does (SequentialLR relies on it). Any object
 -- with a `param_groups` list is accepted as the optimizer. Checks PyTorch
--- leaves out raise clear errors here: StepLR's step_size and LinearLR's
--- total_iters must be positive integers, CosineAnnealingLR's T_max and
+-- leaves out raise clear errors here: StepLR's step_size must be positive
+-- (a fraction works as in PyTorch: 1.5 decays at epochs 3, 6, ...),
+-- LinearLR's total_iters a non-negative integer (0: the start factor for
+-- good, a warmup switched off), CosineAnnealingLR's T_max and
 -- PolynomialLR's total_iters positive, LinearLR's start_factor > 0 (as
 -- PyTorch 2 requires), ConstantLR's factor > 0 (PyTorch divides by it at
 -- step total_iters); a lambda must return a number; a scheduler whose
@@ -233,7 +235,11 @@ end
 -- ---- StepLR(optimizer, step_size, {gamma = 0.1}) ----
 
 local StepLR = scheduler_class("StepLR", with_tail({{"step_size", REQUIRED}, {"gamma", 0.1}}), function(self, a)
-  self.step_size = need_positive_int("StepLR", "step_size", a.step_size)
+  local size = a.step_size
+  if type(size) ~= "number" or not (size > 0) then
+    raise("StepLR: 'step_size' must be a positive number, got %s", shown(size))
+  end
+  self.step_size = size
   self.gamma = need_number("StepLR", "gamma", a.gamma)
 end)
 
@@ -353,7 +359,11 @@ local LinearLR = scheduler_class("LinearLR",
     end
     if e > 1 or e < 0 then raise("LinearLR: Ending multiplicative factor expected to be between 0 and 1.") end
     self.start_factor, self.end_factor = s, e
-    self.total_iters = need_positive_int("LinearLR", "total_iters", a.total_iters)
+    local T = a.total_iters
+    if type(T) ~= "number" or T < 0 or T ~= math.floor(T) then
+      raise("LinearLR: 'total_iters' must be a non-negative integer, got %s", shown(T))
+    end
+    self.total_iters = T
   end)
 
 function LinearLR:get_lr()
@@ -366,7 +376,9 @@ end
 function LinearLR:_get_closed_form_lr()
   local s, f, T = self.start_factor, self.end_factor, self.total_iters
   local out = {}
-  for i, b in ipairs(self.base_lrs) do out[i] = b * (s + (f - s) * math.min(T, self.last_epoch) / T) end
+  for i, b in ipairs(self.base_lrs) do -- (total_iters 0: the start factor, as the chained form keeps it)
+    out[i] = b * (T == 0 and s or s + (f - s) * math.min(T, self.last_epoch) / T)
+  end
   return out
 end
 
@@ -974,6 +986,10 @@ local SCHEDULES_NOT_PROVIDED = {cosine_with_restarts = true, polynomial = true, 
 
 -- get_scheduler's entry for name
 local function schedule_of(name)
+  if type(name) ~= "string" then
+    raise("get_scheduler: the first argument must be the schedule's name (a string), got %s: call it as "
+      .. "get_scheduler(\"linear\", optimizer, {num_warmup_steps =, num_training_steps =})", type(name))
+  end
   local entry = SCHEDULE_OF[name]
   if entry ~= nil then return entry end
   if SCHEDULES_NOT_PROVIDED[name] then
