@@ -530,6 +530,30 @@ describe("small compositions (torch 2.15's results)", function()
     end
   end)
 
+  -- PyTorch 2.15: take with a negative index counts from the end; flip of a 0-d tensor is itself, a repeated
+  -- dim is "dim 0 appears multiple times in the list of dims"; logsumexp over an empty dim is -inf;
+  -- median() of an empty tensor is nan; nancumsum([1, nan, 2]) = [1, 1, 3]
+  it("take, flip, logsumexp, median and nancumsum at PyTorch's edge cases; the comparisons' long names", function()
+    local m = accel.arange(10):view(2, 5)
+    assert.same({0, 5, 9}, m:take(accel.tensor({0, 5, -1})):tolist())
+    assert.are.equal(3.5, accel.tensor(3.5):flip(1):item())
+    expect_error(function() local _ = m:flip({1, 1}) end, "flip: dim 1 appears multiple times in the list of dims")
+    assert.are.equal(-math.huge, accel.zeros(0):logsumexp(1):item())
+    assert.same({-math.huge, -math.huge}, accel.zeros(2, 0):logsumexp(2):tolist())
+    local med = accel.zeros(0):median():item()
+    assert.is_true(med ~= med)
+    assert.same({1, 1, 3}, accel.tensor({1, 0 / 0, 2}, f32):nancumsum(1):tolist())
+    local x = accel.tensor({1, 2, 3}, f32)
+    assert.same({false, true, true}, x:greater(1):tolist())
+    assert.same({false, false, true}, accel.greater_equal(x, 3):tolist())
+    assert.same({true, false, false}, x:less(2):tolist())
+    assert.same({true, true, false}, x:less_equal(2):tolist())
+    assert.same({true, false, true}, x:not_equal(2):tolist())
+    local inf = accel.tensor({math.huge, -math.huge, 1}, f32)
+    assert.same({true, false, false}, inf:isposinf():tolist())
+    assert.same({false, true, false}, inf:isneginf():tolist())
+  end)
+
   it("lerp takes floating-point tensors of one dtype, as PyTorch", function()
     -- torch 2.15: '"lerp_kernel_scalar" not implemented for 'Byte'', 'expected dtype float for `end` but got dtype
     -- c10::BFloat16'

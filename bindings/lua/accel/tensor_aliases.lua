@@ -2,7 +2,8 @@
 -- under a second name, or a short composition of existing ones (autograd
 -- comes with them): type_as, unflatten, ger, ravel, sgn, absolute, positive,
 -- conj, resolve_conj, is_complex, is_signed, exp2, float_power, signbit,
--- heaviside, msort, nansum, nanmean. Tensors are real here, so the complex
+-- heaviside, msort, nansum, nanmean, nancumsum, isposinf, isneginf and the
+-- comparisons' long names (greater, less_equal, ...). Tensors are real here, so the complex
 -- ones (conj, sgn, ...) are their real meaning. Returns the methods, merged
 -- into the tensor method table by accel.tensor_methods.
 local accel = require("accel")
@@ -117,6 +118,21 @@ function A.nanmean(t, ...)
   end
   local present = t:isnan():logical_not()
   return A.nansum(t, ...) / present:to(t.dtype):sum(...)
+end
+
+-- torch's other names of the comparisons
+for alias, name in pairs({greater = "gt", greater_equal = "ge", less = "lt", less_equal = "le", not_equal = "ne"}) do
+  A[alias] = function(t, ...) return t[name](t, ...) end
+end
+
+-- t:isposinf() / t:isneginf(): bool, where t is +inf / -inf
+function A.isposinf(t) return t:eq(math.huge) end
+function A.isneginf(t) return t:eq(-math.huge) end
+
+-- t:nancumsum(dim, [{dtype =}]): cumsum with NaN counted as 0
+function A.nancumsum(t, ...)
+  if not t.dtype.is_floating_point then return t:cumsum(...) end
+  return accel.where(t:isnan(), 0, t):cumsum(...)
 end
 
 return A

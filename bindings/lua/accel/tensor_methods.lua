@@ -155,6 +155,9 @@ end
 
 local function median(op, t, skip_nan, ...)
   local a = torch_args(op, {"dim:int", "keepdim:bool"}, ...)
+  if t:numel() == 0 and a.dim == nil and t.dtype.is_floating_point then -- (torch: nan)
+    return accel.full({}, 0 / 0, {dtype = t.dtype, device = t.device})
+  end
   if t:numel() == 0 then raise("%s: cannot compute the median of an empty tensor", op) end
   if a.dim == nil then
     local v = median(op, t:reshape({-1}), skip_nan, 1)
@@ -486,7 +489,13 @@ function M.cross(t, u, dim)
 end
 
 -- t:take(index): elements of the flattened t at 0-based positions, in index's shape
-function M.take(t, index) return t:reshape({-1}):index_select(1, index:reshape({-1})):reshape(index.shape) end
+-- t:take(index): t's elements at the 0-based flat positions in index (a
+-- negative one counts from the end, as torch's), in index's shape
+function M.take(t, index)
+  local flat = index:reshape({-1})
+  flat = accel.where(flat:lt(0), flat + t:numel(), flat)
+  return t:reshape({-1}):index_select(1, flat):reshape(index.shape)
+end
 -- t:take_along_dim(indices, dim): gather with indices of t's shape but along dim
 function M.take_along_dim(t, indices, dim)
   if dim == nil then return M.take(t, indices) end
@@ -601,6 +610,7 @@ function M.logsumexp(t, ...)
   if a.dim == nil then raise("logsumexp: dim must be given (t:logsumexp(dim))") end
   local keep = a.keepdim == true
   local x = t.dtype.is_floating_point and t or t:float()
+  if x:numel() == 0 then return x:exp():sum(a.dim, keep):log() end -- (an empty sum: -inf, as torch's)
   local m = x:amax(a.dim, true):detach()
   m = accel.where(m:isinf(), 0, m) -- a row of -inf (or inf) sums as is
   local s = (x - m):exp():sum(a.dim, keep):log()
@@ -700,9 +710,12 @@ end
 -- t:flip(dims): the order along each dim reversed
 function M.flip(t, dims, ...)
   no_more("flip", 1, ...)
-  local r = t
+  local r, seen = t, {}
   for _, d in ipairs(int_list("flip", "dims", dims)) do
+    if t:dim() == 0 and (d == 1 or d == -1) then return t:clone() end -- (a 0-d tensor: itself, as torch's flip(0))
     d = positive_dim("flip", t, d)
+    if seen[d] then raise("flip: dim %d appears multiple times in the list of dims", d) end
+    seen[d] = true
     r = r:index_select(d, reversed_positions(t:size(d), t.device))
   end
   return r
