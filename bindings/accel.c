@@ -171,6 +171,7 @@ typedef struct {
     int64_t shape[TENSOR_MAX_DIMS];
     int ndim;
     bool any_float, any_bool, any_int;
+    int tensor_dt;  /* the promoted dtype of one-element tensor entries, -1: none */
     bool leaf_seen; /* the depth is fixed: no later list may nest deeper */
     int64_t at[TENSOR_MAX_DIMS]; /* the index being scanned at each depth, for errors */
 } DataInfo;
@@ -230,7 +231,31 @@ static void scan_entries(lua_State *L, int idx, int64_t n, int depth, DataInfo *
         else lua_pop(L, 1);
 }
 
+/* A one-element tensor entry at idx: pushes its value (item) and returns
+ * it, as torch.tensor takes 0-d tensors in its data; NULL for any other
+ * value. A tensor of more elements is PyTorch's error. */
+static Tensor *push_tensor_entry(lua_State *L, int idx) {
+    Tensor *t = lu_to_tensor(L, idx);
+    if (!t) return NULL;
+    if (t->numel != 1)
+        lu_error(L, "tensor: only one-element tensors can be entries of the data, got one of shape %s",
+                 tensor_shape_str(t));
+    lua_getfield(L, idx, "item");
+    lua_pushvalue(L, idx);
+    lua_call(L, 1, 1);
+    return t;
+}
+
 static void scan_data(lua_State *L, int idx, int depth, DataInfo *info) {
+    Tensor *entry = push_tensor_entry(L, idx);
+    if (entry) { /* its value's place; its dtype, not its value's kind, for the result's (as torch infers it) */
+        const bool any_float = info->any_float, any_int = info->any_int, any_bool = info->any_bool;
+        scan_data(L, lua_gettop(L), depth, info);
+        lua_pop(L, 1);
+        info->any_float = any_float, info->any_int = any_int, info->any_bool = any_bool;
+        info->tensor_dt = info->tensor_dt < 0 ? (int)entry->dtype : (int)dtype_promote((DType)info->tensor_dt, entry->dtype);
+        return;
+    }
     int t = lua_type(L, idx);
     if (t == LUA_TNUMBER || t == LUA_TBOOLEAN) {
         if (depth != info->ndim) lu_error(L, "tensor: nested lists have inconsistent depth");
@@ -255,6 +280,11 @@ static void scan_data(lua_State *L, int idx, int depth, DataInfo *info) {
 }
 
 static void fill_data(lua_State *L, int idx, char **p, DType dt) {
+    if (push_tensor_entry(L, idx)) {
+        fill_data(L, lua_gettop(L), p, dt);
+        lua_pop(L, 1);
+        return;
+    }
     if (lua_type(L, idx) != LUA_TTABLE) {
         if (lua_isboolean(L, idx)) dtype_store_i64(*p, dt, lua_toboolean(L, idx));
         else if (dtype_is_float(dt)) dtype_store(*p, dt, lua_tonumber(L, idx)); /* as torch: out of range -> inf */
@@ -287,9 +317,12 @@ static int l_tensor(lua_State *L) {
         ag_set_grad_enabled(prev);
         return finish(L, c, &o);
     }
-    DataInfo info = {0};
+    DataInfo info = {.tensor_dt = -1};
     scan_data(L, 1, 0, &info);
     DType def = info.any_float ? DT_F32 : info.any_int ? DT_I64 : info.any_bool ? DT_BOOL : DT_F32;
+    if (info.tensor_dt >= 0) /* the entries' dtype wins over the numbers' kind, promoted with it */
+        def = (info.any_float || info.any_int || info.any_bool) ? dtype_promote((DType)info.tensor_dt, def)
+                                                                : (DType)info.tensor_dt;
     CreateOpts o = create_opts(L, 2, def);
     Tensor *t = tensor_empty(info.shape, info.ndim, o.dt, o.dev);
     if (!t) return lu_core_error(L);

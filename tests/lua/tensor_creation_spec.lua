@@ -117,6 +117,22 @@ describe("accel.tensor{...}", function()
     assert.are.same({1.0, 2.0}, a:tolist())
     assert.are.same({2.0, 3.0}, b:tolist())
   end)
+
+  -- PyTorch 2.15: torch.tensor([tensor(1.5, float64), tensor(2.)]) is float64; of int32 0-d tensors int32, with a
+  -- Python int int64, with a float float32; [[tensor(1.5)], [2.0]] -> [[1.5], [2.0]]; a 2-element entry:
+  -- "only one element tensors can be converted to Python scalars"
+  it("takes one-element tensors as entries, with torch's dtype inference", function()
+    local f64 = {dtype = accel.float64}
+    local i32 = {dtype = accel.int32}
+    assert.are.equal(accel.float64, accel.tensor({accel.tensor(1.5, f64), accel.tensor(2, {dtype = accel.float32})}).dtype)
+    assert.are.equal(accel.int32, accel.tensor({accel.tensor(1, i32), accel.tensor(2, i32)}).dtype)
+    assert.are.equal(accel.int64, accel.tensor({accel.tensor(1, i32), 2}).dtype)
+    assert.are.equal(accel.bool, accel.tensor({accel.tensor(true)}).dtype)
+    assert.are.same({{1.5}, {2}}, accel.tensor({{accel.tensor(1.5, f64)}, {2}}):tolist())
+    local ok, err = pcall(accel.tensor, {accel.tensor({1, 2})})
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("only one-element tensors can be entries of the data, got one of shape [2]", 1, true))
+  end)
 end)
 
 describe("zeros / ones / full / empty", function()
