@@ -9,6 +9,22 @@
 local accel = require("accel")
 local optim = accel.optim
 local S = optim.lr_scheduler
+local support = dofile("tests/lua/support.lua")
+
+-- Many checks here step a scheduler alone (the schedule's values, as
+-- PyTorch's own tests do), which warns that optimizer:step() should come
+-- first: that line is left out of this file's output; "warns when ..."
+-- below checks it.
+local WARNING = "warning: scheduler:step() was called before optimizer:step()"
+local real_stderr = io.stderr
+io.stderr = setmetatable({
+  write = function(self, ...)
+    local text = table.concat({...})
+    if not text:find(WARNING, 1, true) then real_stderr:write(text) end
+    return self
+  end,
+  flush = function(self) real_stderr:flush() return self end,
+}, {__index = real_stderr})
 
 local FIX = dofile("tests/fixtures/lr_schedules.lua")
 local STEPS = 30
@@ -401,6 +417,20 @@ describe("lr scheduler errors", function()
     r:step(accel.tensor(0.5))
     assert.are.equal(0.5, r.best)
     fails("CosineAnnealingWarmRestarts: Expected positive integer T_0", S.CosineAnnealingWarmRestarts, sgd2(), 0)
+  end)
+
+  -- PyTorch 2.15: "Detected call of `lr_scheduler.step()` before `optimizer.step()`. ... Failure to do this
+  -- will result in PyTorch skipping the first value of the learning rate schedule", once, at the first step
+  it("warns when its first step comes before the optimizer's, as PyTorch", function()
+    local function sgd() return optim.SGD({accel.zeros(1):requires_grad_(true)}, {lr = 0.1}) end
+    local o = sgd()
+    local s = S.StepLR(o, 1)
+    local out = support.stderr_of(function() s:step(); s:step() end)
+    assert.are.equal("StepLR: " .. WARNING .. "; call optimizer:step() first (as PyTorch warns: otherwise the first "
+      .. "value of the learning rate schedule is skipped)\n", out)
+    o = sgd()
+    s = S.StepLR(o, 1)
+    assert.are.equal("", support.stderr_of(function() o:step(); s:step(); s:step() end))
   end)
 
   it("a PyTorch scheduler or optimizer accel-lua lacks is a clear error, not nil", function()

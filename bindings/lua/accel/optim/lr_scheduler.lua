@@ -119,11 +119,25 @@ local function check_optimizer(name, optimizer)
   end
 end
 
+-- The optimizer's step marks the optimizer as stepped (its _opt_called), so
+-- a scheduler can tell a step of its own that comes first: wrapped once, on
+-- the instance, as PyTorch wraps optimizer.step when a scheduler is made.
+local function watch_optimizer_steps(optimizer)
+  if rawget(optimizer, "_step_watched") or type(optimizer.step) ~= "function" then return end
+  local step = optimizer.step
+  rawset(optimizer, "_step_watched", true)
+  rawset(optimizer, "step", function(opt, ...)
+    rawset(opt, "_opt_called", true)
+    return step(opt, ...)
+  end)
+end
+
 -- LRScheduler.init(self, optimizer, last_epoch): records initial_lr and
 -- base_lrs, then takes the initial step.
 function LRScheduler:init(optimizer, last_epoch)
   local name = self.__name
   check_optimizer(name, optimizer)
+  watch_optimizer_steps(optimizer)
   self.optimizer = optimizer
   last_epoch = need_number(name, "last_epoch", last_epoch or -1)
   for i, g in ipairs(optimizer.param_groups) do
@@ -159,6 +173,10 @@ end
 
 -- step([epoch])
 function LRScheduler:step(epoch)
+  if self._step_count == 1 and rawget(self.optimizer, "_step_watched") and not rawget(self.optimizer, "_opt_called") then
+    io.stderr:write(("%s: warning: scheduler:step() was called before optimizer:step(); call optimizer:step() first "
+      .. "(as PyTorch warns: otherwise the first value of the learning rate schedule is skipped)\n"):format(self.__name))
+  end
   self._step_count = self._step_count + 1
   local values
   if epoch == nil then
