@@ -541,6 +541,7 @@ Tensor *op_unary(KUnOp op, Tensor *a, double p1, double p2) {
     DType rd = a->dtype;
     if (!dtype_is_float(rd) && !unary_keeps_int(op)) rd = dtype_default_float();
     if (op == KU_NOT) rd = DT_BOOL;
+    if (op == KU_SQUARE && rd == DT_BOOL) rd = DT_I64; /* as torch: square is pow(2), of a bool int64 */
     if (op == KU_POW && !dtype_is_float(rd) && p1 != floor(p1)) rd = dtype_default_float();
     if (op == KU_POW) p1 = dtype_round_half(rd, p1); /* as torch: the exponent in the tensor's dtype */
     DType cdt = compute_dtype(rd == DT_BOOL ? a->dtype : rd);

@@ -554,6 +554,16 @@ describe("small compositions (torch 2.15's results)", function()
     assert.same({false, true, false}, inf:isneginf():tolist())
   end)
 
+  -- PyTorch 2.15: tensor([True, False]).square() -> tensor([1, 0]) (int64); tensor([True, False, False]).diff()
+  -- -> tensor([True, False])
+  it("square of bools is int64 and diff of bools their xor, as PyTorch", function()
+    local sq = accel.tensor({true, false}):square()
+    assert.are.equal(accel.int64, sq.dtype)
+    assert.same({1, 0}, sq:tolist())
+    assert.same({true, false}, accel.tensor({true, false, false}):diff():tolist())
+    assert.are.equal(accel.int32, accel.tensor({2, 3}, {dtype = accel.int32}):square().dtype)
+  end)
+
   it("lerp takes floating-point tensors of one dtype, as PyTorch", function()
     -- torch 2.15: '"lerp_kernel_scalar" not implemented for 'Byte'', 'expected dtype float for `end` but got dtype
     -- c10::BFloat16'

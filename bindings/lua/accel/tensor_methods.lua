@@ -432,7 +432,8 @@ function M.diff(t, ...)
   for _ = 1, a.n or 1 do
     local len = r:size(d)
     if len == 0 then break end
-    r = r:narrow(d, 2, len - 1) - r:narrow(d, 1, len - 1)
+    local after, before = r:narrow(d, 2, len - 1), r:narrow(d, 1, len - 1)
+    r = r.dtype == accel.bool and after:logical_xor(before) or after - before -- (bools: xor, as torch)
   end
   return r
 end
