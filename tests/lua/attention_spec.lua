@@ -179,6 +179,21 @@ describe("F.scaled_dot_product_attention: composite fallbacks and errors", funct
     assert.is_true(max_abs_diff(y, reference(q, k:expand(2, 3, 5, 4), v:expand(2, 3, 5, 4), false)) < 2e-6)
   end)
 
+  -- PyTorch's order: sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale) and
+  -- MultiheadAttention.forward(query, key, value, key_padding_mask, need_weights, attn_mask, ...), a nil in between
+  it("takes PyTorch's positional arguments, nil ones in between included", function()
+    local q = accel.randn(1, 4, 3)
+    local by_name = F.scaled_dot_product_attention(q, q, q, {is_causal = true, scale = 0.3})
+    assert.is_true(max_abs_diff(F.scaled_dot_product_attention(q, q, q, nil, 0.0, true, 0.3), by_name) == 0)
+    assert.is_true(max_abs_diff(F.scaled_dot_product_attention(q, q, q), by_name) > 1e-3)
+    local m = accel.nn.MultiheadAttention(6, 2)
+    local y = accel.randn(4, 1, 6)
+    local mask = accel.ones(4, 4, {dtype = accel.bool}):triu(1)
+    local named = m(y, y, y, {need_weights = true, attn_mask = mask})
+    assert.is_true(max_abs_diff(m(y, y, y, nil, true, mask), named) == 0)
+    assert.is_true(max_abs_diff(m(y, y, y), named) > 1e-3)
+  end)
+
   it("bad inputs to the fused op are clear errors", function()
     assert.has_error(function() C.scaled_dot_product_attention(accel.randn(1, 2, 3), accel.randn(1, 2, 4), accel.randn(1, 2, 3), 1, false) end,
       "scaled_dot_product_attention: expected q (B, H, L, D) or (N, L, D), k (.., S, D) and v (.., S, Dv) with equal batch dims, got [1, 2, 3], [1, 2, 4] and [1, 2, 3]")

@@ -315,6 +315,9 @@ describe("interpolate and Upsample", function()
     assert.are.equal("Upsample(size=(4, 4), mode='bilinear')",
       tostring(nn.Upsample({size = {4, 4}, mode = "bilinear", align_corners = true})))
     close(nn.Upsample({scale_factor = 2})(x), F.interpolate(x, {scale_factor = 2}), 0)
+    -- torch 2.15: nn.Upsample(None, 2) is Upsample(scale_factor=2.0, mode='nearest') (PyTorch's positional order)
+    close(nn.Upsample(nil, 2)(x), F.interpolate(x, {scale_factor = 2}), 0)
+    close(nn.Upsample({4, 4}, nil, "bilinear")(x), F.interpolate(x, {size = {4, 4}, mode = "bilinear"}), 0)
   end)
 end)
 

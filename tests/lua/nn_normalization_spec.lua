@@ -111,6 +111,25 @@ end)
 -- PyTorch 2.15 on one process: SyncBatchNorm runs F.batch_norm (nothing to
 -- sync); convert_sync_batchnorm keeps the parameters, buffers and mode.
 -- Across processes: sync_batchnorm_test.lua.
+-- PyTorch 2.15: BatchNorm2d(3).load_state_dict({weight, bias, running_mean, running_var}) matches all keys
+-- (num_batches_tracked, added later, keeps its value); with strict=False and only weight: missing
+-- ['bias', 'running_mean', 'running_var']
+describe("BatchNorm load_state_dict", function()
+  it("accepts a state dict without num_batches_tracked, as PyTorch", function()
+    local bn = nn.BatchNorm2d(3)
+    accel.no_grad(function() bn.num_batches_tracked:fill_(5) end)
+    local missing, unexpected = bn:load_state_dict({weight = accel.full({3}, 2.0), bias = accel.zeros(3),
+      running_mean = accel.zeros(3), running_var = accel.ones(3)})
+    assert.are.same({}, missing)
+    assert.are.same({}, unexpected)
+    assert.are.equal(5, bn.num_batches_tracked:item())
+    assert.are.same({2, 2, 2}, bn.weight:tolist())
+    missing = bn:load_state_dict({weight = accel.ones(3)}, {strict = false})
+    assert.are.same({"bias", "running_mean", "running_var"}, missing)
+    expect_error(function() bn:load_state_dict({weight = accel.ones(3)}) end, 'Missing key(s) in state_dict: "bias"')
+  end)
+end)
+
 describe("SyncBatchNorm on one process", function()
   it("is BatchNorm: the same outputs, gradients and running statistics, any input of at least 2 dims", function()
     accel.set_seed(5)

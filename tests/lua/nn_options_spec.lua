@@ -85,7 +85,9 @@ case("l1_loss", {reduction = "sum"}, function(o) local _ = F.l1_loss(x34, x34, o
 case("binary_cross_entropy_with_logits", {weight = accel.ones(4), pos_weight = accel.ones(4), reduction = "none"},
   function(o) local _ = F.binary_cross_entropy_with_logits(x34, accel.rand(3, 4), o) end)
 case("dropout", {p = 0.2, training = false, inplace = false}, function(o) local _ = F.dropout(x34, o) end)
-case("embedding", {padding_idx = 0}, function(o) local _ = F.embedding(ids, accel.randn(4, 3), o) end)
+case("embedding", {padding_idx = 0, norm_type = 2.0}, function(o) local _ = F.embedding(ids, accel.randn(4, 3), o) end,
+  {refused = {max_norm = "argument 'max_norm' must be a number", scale_grad_by_freq = "must be a boolean",
+              sparse = "must be a boolean"}})
 case("layer_norm", {weight = accel.ones(4), bias = accel.zeros(4), eps = 1e-6}, function(o) local _ = F.layer_norm(x34, 4, o) end)
 case("rms_norm", {weight = accel.ones(4), eps = 1e-6}, function(o) local _ = F.rms_norm(x34, 4, o) end)
 case("normalize", {p = 1, dim = 1, eps = 1e-6}, function(o) local _ = F.normalize(x34, o) end)
@@ -139,6 +141,21 @@ describe("nn options", function()
       table.sort(want)
       assert.are.same(want, listed, c.name)
     end
+  end)
+
+  -- PyTorch's F.embedding(input, weight, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse):
+  -- positional or by name; the options it cannot honour are refused, never dropped
+  it("F.embedding takes PyTorch's positional arguments and refuses max_norm, scale_grad_by_freq and sparse", function()
+    local w = accel.full({4, 3}, 2.0)
+    assert.are.same({3, 3}, shape_of(F.embedding(ids, w, nil, nil, 2.0)))
+    support.expect_error(function() local _ = F.embedding(ids, w, nil, 1.0) end,
+      "embedding: max_norm is not supported (the weight is not renormalised)")
+    support.expect_error(function() local _ = F.embedding(ids, w, {scale_grad_by_freq = true}) end,
+      "embedding: scale_grad_by_freq = true is not supported")
+    support.expect_error(function() local _ = F.embedding(ids, w, nil, nil, 2.0, false, true) end,
+      "embedding: sparse = true is not supported (gradients are dense)")
+    support.expect_error(function() local _ = F.embedding(ids, w, 0, nil, 2.0, false, false, 9) end,
+      "embedding: 6 arguments given where at most 5 are taken")
   end)
 
   it("every listed option works", function()

@@ -189,8 +189,30 @@ describe("TransformerEncoderLayer and TransformerEncoder", function()
     expect_error(function() local _ = nn.TransformerEncoder(nn.Linear(2, 2), 2) end,
       "TransformerEncoder: encoder_layer must be an nn.TransformerEncoderLayer")
     expect_error(function() local _ = nn.TransformerEncoderLayer(8, 2, {activation = "swish"}) end,
-      'TransformerEncoderLayer: activation should be relu/gelu or a function, not "swish"')
+      'TransformerEncoderLayer: activation should be relu/gelu, a module or a function, not "swish"')
   end)
+
+  -- PyTorch 2.15 deep-copies the layer: TransformerEncoder(layer.double(), 2) has float64 layers, a frozen norm
+  -- stays frozen; norm may come positionally; activation=nn.GELU() is the submodule 'activation';
+  -- is_causal=True without a mask: "Need attn_mask if specifying the is_causal hint. ..."
+  it("copies keep the layer's dtype and frozen parameters; a positional norm; a module activation; is_causal needs the mask",
+    function()
+      local layer = nn.TransformerEncoderLayer(8, 2, {dim_feedforward = 16}):double()
+      layer.norm1:requires_grad_(false)
+      local enc = nn.TransformerEncoder(layer, 2, nn.LayerNorm(8, {dtype = accel.float64}))
+      assert.are.equal(accel.float64, enc.layers[2].linear1.weight.dtype)
+      assert.is_false(enc.layers[2].norm1.weight.requires_grad)
+      assert.is_true(enc.layers[2].norm2.weight.requires_grad)
+      assert.are.equal("LayerNorm", enc.norm:_get_name())
+      assert.are.equal(accel.float64, enc(accel.randn(3, 2, 8, {dtype = accel.float64})).dtype)
+      local g = nn.TransformerEncoderLayer(8, 2, 16, 0.0, {activation = nn.GELU({approximate = "tanh"})})
+      assert.are.equal("GELU", g.activation:_get_name())
+      local x = accel.randn(5, 2, 8)
+      close(g(x), g.norm2(g.norm1(x + g.self_attn(x, x, x, {need_weights = false}))
+        + g.linear2(F.gelu(g.linear1(g.norm1(x + g.self_attn(x, x, x, {need_weights = false}))), {approximate = "tanh"}))), 1e-5)
+      expect_error(function() local _ = nn.TransformerEncoderLayer(8, 2, 16, 0.0)(x, {is_causal = true}) end,
+        "TransformerEncoderLayer: Need attn_mask if specifying the is_causal hint")
+    end)
 end)
 
 describe("TransformerDecoderLayer, TransformerDecoder and Transformer", function()

@@ -302,7 +302,10 @@ end
 
 -- A plain options table: not a tensor (a userdata), a dtype or a list.
 function util.is_options(v)
-  return type(v) == "table" and rawget(v, "__dtype") == nil and v[1] == nil
+  if type(v) ~= "table" or rawget(v, "__dtype") ~= nil then return false end
+  local mt = getmetatable(v)
+  if type(mt) == "table" and rawget(mt, "__class") ~= nil then return false end -- a module is an argument
+  return v[1] == nil
 end
 
 -- The kinds of value an argument spec "name:kind" names (kinds joined by

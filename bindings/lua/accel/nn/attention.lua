@@ -141,9 +141,10 @@ local function attend(self, q, k, v, mask, need_weights)
   return attn:matmul(v), attn
 end
 
-function MultiheadAttention:forward(query, key, value, o)
-  o = check_options("MultiheadAttention.forward", o, {"key_padding_mask", "need_weights", "attn_mask",
-    "average_attn_weights", "is_causal"})
+function MultiheadAttention:forward(query, key, value, ...)
+  -- PyTorch's positional order, then (or instead) an options table
+  local o = require("accel.util").torch_args("MultiheadAttention.forward", {"key_padding_mask:tensor",
+    "need_weights:bool", "attn_mask:tensor", "average_attn_weights:bool", "is_causal:bool"}, ...)
   local batched = accel.is_tensor(query) and query:dim() == 3
   check_input(self, query, "query", batched)
   check_input(self, key, "key", batched)

@@ -627,11 +627,15 @@ end
 -- embedding(input, weight, [padding_idx] or [{padding_idx =}]): rows of weight
 -- at the 0-based ids in input; the row padding_idx (a 0-based id, negative
 -- from the end) gets no gradient, as in PyTorch.
-function F.embedding(input, weight, o)
+function F.embedding(input, weight, ...)
+  -- PyTorch's positional order; the renorming and sparse options are refused, never dropped
+  local a = torch_args("embedding", {"padding_idx:int", "max_norm:number", "norm_type:number",
+    "scale_grad_by_freq:bool", "sparse:bool"}, ...)
+  if a.max_norm ~= nil then raise("embedding: max_norm is not supported (the weight is not renormalised)") end
+  if a.scale_grad_by_freq then raise("embedding: scale_grad_by_freq = true is not supported") end
+  if a.sparse then raise("embedding: sparse = true is not supported (gradients are dense)") end
   local out = C.embedding(weight, input)
-  local pad = o
-  if type(o) == "table" then pad = check("embedding", o, {"padding_idx"}).padding_idx end
-  pad = F._padding_index("embedding", weight:size(1), pad)
+  local pad = F._padding_index("embedding", weight:size(1), a.padding_idx)
   if pad == nil or not weight.requires_grad then return out end
   local hit = input:eq(pad):unsqueeze(-1)
   return out:masked_fill(hit, 0) + hit * weight[pad + 1]:detach()
@@ -745,9 +749,10 @@ end
 -- two dims. Without attn_mask and dropout it runs the fused kernel
 -- (accel._C.scaled_dot_product_attention: flash-style, the (L, S) scores are
 -- never formed); otherwise the composite below.
-function F.scaled_dot_product_attention(q, k, v, o)
+function F.scaled_dot_product_attention(q, k, v, ...)
   for i, t in ipairs({q, k, v}) do tensor_arg("scaled_dot_product_attention", ({"query", "key", "value"})[i], t) end
-  o = check("scaled_dot_product_attention", o, {"attn_mask", "dropout_p", "is_causal", "scale"})
+  local o = torch_args("scaled_dot_product_attention", {"attn_mask:tensor", "dropout_p:number", "is_causal:bool",
+    "scale:number"}, ...)
   local amp = require("accel.amp") -- on autocast's lower-precision list, as torch's: q, k, v in its dtype
   q, k, v = amp.cast_input(q), amp.cast_input(k), amp.cast_input(v)
   local scale = opt(o, "scale", nil) or 1 / math.sqrt(q:size(-1))

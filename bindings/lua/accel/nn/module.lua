@@ -489,9 +489,10 @@ local function state_entries(self, prefix, out)
     local p = self._parameters.vals[name]
     if p ~= nil then out[#out + 1] = {prefix .. name, p} end
   end
+  local optional = self._optional_state or {}
   for _, name in ipairs(self._buffers.keys) do
     local b = self._buffers.vals[name]
-    if b ~= nil and not self._non_persistent[name] then out[#out + 1] = {prefix .. name, b} end
+    if b ~= nil and not self._non_persistent[name] then out[#out + 1] = {prefix .. name, b, optional[name]} end
   end
   for _, name in ipairs(self._modules.keys) do
     local m = self._modules.vals[name]
@@ -608,12 +609,14 @@ function Module:load_state_dict(sd, ...)
     raise("load_state_dict: expected a table of name -> tensor, got %s", is_module(sd) and "a Module" or type(sd))
   end
   local entries = state_entries(self, "", {})
-  local expected, missing, mismatched, missing_names = {}, {}, {}, {}
+  local expected, missing, mismatched, missing_names, kept_names = {}, {}, {}, {}, {}
   for _, e in ipairs(entries) do
     local key, t = e[1], e[2]
     expected[key] = true
     local v = sd[key]
-    if v == nil then
+    if v == nil and e[3] then -- a buffer older state dicts lack (BatchNorm's num_batches_tracked): kept, as PyTorch
+      kept_names[#kept_names + 1] = key
+    elseif v == nil then
       missing[#missing + 1] = ('"%s" (shape %s)'):format(key, tostring(t.shape))
       missing_names[#missing_names + 1] = key
     elseif not accel.is_tensor(v) then
@@ -653,9 +656,10 @@ function Module:load_state_dict(sd, ...)
     for k, v in pairs(sd) do
       if expected[k] then full[k] = v end
     end
-    if #missing_names > 0 then
+    if #missing_names + #kept_names > 0 then
       local current = require("accel.shard_checkpoint").full_state_dict(self)
       for _, k in ipairs(missing_names) do full[k] = current[k] end
+      for _, k in ipairs(kept_names) do full[k] = current[k] end
     end
     accel.no_grad(function() eng:load_full_state_dict(full) end)
     return missing_names, unexpected_names

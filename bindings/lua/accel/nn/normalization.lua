@@ -72,11 +72,16 @@ local function global_batch_stats(group)
   end
 end
 
+-- Buffers a state dict may lack (PyTorch added num_batches_tracked later:
+-- its loading keeps the module's value and reports nothing missing).
+local OPTIONAL_STATE = {num_batches_tracked = true}
+
 -- The process group's size (the world's without one).
 local function group_size(group) return require("accel.dist").get_world_size(group) end
 
 local function batch_norm_class(name, dims_text, dims_ok, sync)
   local cls = export_class(M, name)
+  rawset(cls, "_optional_state", OPTIONAL_STATE)
 
   -- name(num_features, [{eps = 1e-5, momentum = 0.1 (false: cumulative), affine = true,
   --   bias = true, track_running_stats = true, dtype =, device =}]); SyncBatchNorm also process_group
@@ -197,6 +202,7 @@ end
 
 local function instance_norm_class(name, dims)
   local cls = export_class(M, name)
+  rawset(cls, "_optional_state", OPTIONAL_STATE)
 
   -- name(num_features, [eps = 1e-5], [momentum = 0.1], [affine = false], [track_running_stats = false],
   --   [{dtype =, device =}]), positionally or by name

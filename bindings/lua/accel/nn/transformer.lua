@@ -25,8 +25,9 @@ local LAYER_OPTIONS = {"dim_feedforward:int", "dropout:number", "activation:stri
 -- The activation option checked: a name in ACTIVATIONS or a function.
 local function layer_activation(kind, a)
   local act = a.activation or "relu"
+  if base.is_module(act) then return act end -- (registered as the submodule 'activation', as PyTorch)
   if type(act) ~= "function" and not ACTIVATIONS[act] then
-    raise("%s: activation should be relu/gelu or a function, not %s", kind, util.show(act))
+    raise("%s: activation should be relu/gelu, a module or a function, not %s", kind, util.show(act))
   end
   return type(act) == "function" and act or ACTIVATIONS[act]
 end
@@ -48,6 +49,7 @@ local function build_layer(self, d_model, nhead, a, act, attns, n)
     self["norm" .. i] = layers.LayerNorm(d_model, {eps = eps, bias = opts.bias, dtype = a.dtype, device = a.device})
   end
   for i = 1, n do self["dropout" .. i] = layers.Dropout(drop) end
+  if base.is_module(act) then self.activation = act end
   rawset(self, "_activation", act)
 end
 
@@ -56,11 +58,19 @@ local function feed_forward(self, x, n)
   return self["dropout" .. n](self.linear2(self.dropout(self._activation(self.linear1(x)))))
 end
 
--- A new layer of the same class and configuration holding a copy of this one's state.
+-- A new layer of the same class and configuration holding a copy of this
+-- one's state, on its device and dtype, its parameters requiring grad as
+-- its own do (PyTorch deep-copies the layer: a layer made float64 or frozen
+-- before it was stacked stays so).
 local function copy_layer(self, cls)
   local c = self._config
   local copy = cls(c[1], c[2], c[3])
+  local first = self:parameters()[1]
+  if first then copy:to(first.device):to(first.dtype) end
   copy:load_state_dict(self:state_dict())
+  local flags = {}
+  for name, p in self:named_parameters() do flags[name] = p.requires_grad end
+  for name, p in copy:named_parameters() do p:requires_grad_(flags[name] ~= false) end
   if not self.training then copy:eval() end
   return copy
 end
@@ -89,6 +99,10 @@ end
 
 -- attention block: attn(x, memory, memory) with the masks, then dropout<n>
 local function attention_block(self, attn, n, memory, mask, padding_mask, is_causal)
+  if is_causal == true and mask == nil then -- PyTorch's message (its hint needs the mask itself)
+    util.raise("%s: Need attn_mask if specifying the is_causal hint. You may use the Transformer module method "
+      .. "`generate_square_subsequent_mask` to create this mask.", self:_get_name())
+  end
   return function(x)
     local kv = memory or x
     local y = self[attn](x, kv, kv, {attn_mask = mask, key_padding_mask = padding_mask, need_weights = false,
@@ -155,8 +169,8 @@ end
 local TransformerEncoder = export_class(M, "TransformerEncoder")
 
 -- TransformerEncoder(encoder_layer, num_layers, [{norm =, enable_nested_tensor =, mask_check =}])
-function TransformerEncoder:init(encoder_layer, num_layers, o)
-  o = base.check_options("TransformerEncoder", o, {"norm", "enable_nested_tensor", "mask_check"})
+function TransformerEncoder:init(encoder_layer, num_layers, ...)
+  local o = util.torch_args("TransformerEncoder", {"norm", "enable_nested_tensor:bool", "mask_check:bool"}, ...)
   build_stack(self, "TransformerEncoder", encoder_layer, TransformerEncoderLayer, num_layers, o.norm)
 end
 
@@ -175,8 +189,8 @@ end
 local TransformerDecoder = export_class(M, "TransformerDecoder")
 
 -- TransformerDecoder(decoder_layer, num_layers, [{norm =}])
-function TransformerDecoder:init(decoder_layer, num_layers, o)
-  o = base.check_options("TransformerDecoder", o, {"norm"})
+function TransformerDecoder:init(decoder_layer, num_layers, ...)
+  local o = util.torch_args("TransformerDecoder", {"norm"}, ...)
   build_stack(self, "TransformerDecoder", decoder_layer, TransformerDecoderLayer, num_layers, o.norm)
 end
 

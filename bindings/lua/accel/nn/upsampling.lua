@@ -79,8 +79,9 @@ end
 local Upsample = export_class(M, "Upsample")
 
 -- Upsample([{size =, scale_factor =, mode = "nearest", align_corners =}])
-function Upsample:init(o)
-  o = base.check_options("Upsample", o, {"size", "scale_factor", "mode", "align_corners", "recompute_scale_factor"})
+function Upsample:init(...) -- PyTorch's positional order, or an options table
+  local o = require("accel.util").torch_args("Upsample", {"size", "scale_factor", "mode:string", "align_corners:bool",
+    "recompute_scale_factor"}, ...)
   self.size, self.scale_factor, self.mode, self.align_corners = o.size, o.scale_factor, o.mode or "nearest", o.align_corners
   self.recompute_scale_factor = o.recompute_scale_factor
 end
