@@ -348,6 +348,9 @@ static int load_settings(LaunchConfig *c, const LaunchArgs *a) {
     char buf[4096];
     char err[256];
     const char *path = config_path_in_force(a->config_file, buf, sizeof buf);
+    /* as Accelerate: --cpu without --config_file leaves the default config file out */
+    const char *cpu = a->flags.value[S_USE_CPU];
+    if (a->config_file == NULL && cpu != NULL && strcmp(cpu, "true") == 0) path = NULL;
     if (path != NULL && config_read(c, path, WHO) != 0) return -1;
     config_merge(c, &a->flags);
     for (size_t k = 0; k < DIST_SWITCHES; k++) {
@@ -409,15 +412,27 @@ static int resolve(LaunchConfig *c, int dry_run) {
      * (--cpu over the file's MULTI_GPU, not the file's use_cpu over --multi_gpu). */
     int cpu_asked = config_bool(c, S_USE_CPU) &&
                     c->source[S_USE_CPU] >= c->source[S_DISTRIBUTED_TYPE];
+    if (type_is(c, "MULTI_GPU") && config_bool(c, S_USE_CPU) && c->source[S_USE_CPU] == SRC_FLAG &&
+        c->source[S_DISTRIBUTED_TYPE] == SRC_FLAG) { /* Accelerate's ValueError */
+        fprintf(stderr, "%s: you can only use one of --cpu and --multi_gpu at a time\n", WHO);
+        return -1;
+    }
     if (type_is(c, "MULTI_GPU") && cpu_asked)
         config_set(c, S_DISTRIBUTED_TYPE, "MULTI_CPU", c->source[S_USE_CPU], err, sizeof err);
     if ((config_str(c, S_DISTRIBUTED_TYPE) == NULL || type_is(c, "NO")) && (n > 1 || m > 1))
         config_set(c, S_DISTRIBUTED_TYPE, "MULTI_CPU", SRC_DEFAULT, err, sizeof err);
     if (launch_resolve_gpus(c, dry_run) != 0) return -1;
     if (check_flags_apply(c) != 0) return -1;
+    if (c->ds_gradient_accumulation && !type_is(c, "DEEPSPEED") && c->source[S_GRADIENT_ACCUMULATION_STEPS] == SRC_FILE)
+        config_unset(c, S_GRADIENT_ACCUMULATION_STEPS); /* deepspeed_config's key: for DeepSpeed jobs only */
     config_fill_defaults(c);
-    if (n > 1 && config_str(c, S_NUM_THREADS) == NULL)
-        config_set(c, S_NUM_THREADS, "1", SRC_DEFAULT, err, sizeof err);
+    if (n > 1 && config_str(c, S_NUM_THREADS) == NULL) { /* the caller's OMP_NUM_THREADS, as Accelerate's default */
+        const char *omp = getenv("OMP_NUM_THREADS");
+        char *end = NULL;
+        long t = omp != NULL ? strtol(omp, &end, 10) : 0;
+        const int caller = omp != NULL && end != omp && *end == '\0' && t >= 1;
+        config_set(c, S_NUM_THREADS, caller ? omp : "1", SRC_DEFAULT, err, sizeof err);
+    }
     if (m > 1 && config_str(c, S_HOSTFILE) == NULL) {
         fprintf(stderr, "%s: num_machines %ld needs --hostfile (or mpirun_config.mpirun_hostfile "
                         "in the config): mpirun starts the ranks on every machine\n", WHO, m);

@@ -109,6 +109,7 @@ static int read_value(Reader *r, const char *key, const yaml_node_t *kn, const y
     if (vn->type != YAML_SCALAR_NODE) return fail(r, vn, "%s: expected a single value", key);
     if (config_set(r->c, id, scalar(vn), SRC_FILE, err, sizeof err) != 0)
         return fail(r, vn, "%s: %s", key, err);
+    if (strcmp(key, "deepspeed_config.gradient_accumulation_steps") == 0) r->c->ds_gradient_accumulation = 1;
     return 0;
 }
 

@@ -387,9 +387,20 @@ int config_applies(const LaunchConfig *c, int id) {
     return 1;
 }
 
+/* Settings whose default launch leaves out when the caller exported
+ * Accelerate's variable for it, so the ranks see that one (Accelerate's
+ * launcher passes the caller's environment through). */
+static int caller_sets(int id) {
+    const char *var = id == S_GRADIENT_ACCUMULATION_STEPS ? "ACCELERATE_GRADIENT_ACCUMULATION_STEPS"
+                      : id == S_DEBUG                      ? "ACCELERATE_DEBUG_MODE"
+                                                           : NULL;
+    const char *v = var != NULL ? getenv(var) : NULL;
+    return v != NULL && v[0] != '\0';
+}
+
 void config_fill_defaults(LaunchConfig *c) {
     for (int i = 0; i < S_COUNT; i++) {
-        if (c->value[i] != NULL || host_settings[i].def == NULL || !config_applies(c, i))
+        if (c->value[i] != NULL || host_settings[i].def == NULL || !config_applies(c, i) || caller_sets(i))
             continue;
         c->value[i] = strdup(host_settings[i].def);
         c->source[i] = SRC_DEFAULT;

@@ -78,6 +78,8 @@ typedef enum { SRC_UNSET, SRC_DEFAULT, SRC_FILE, SRC_FLAG } SettingSource;
 typedef struct {
     char *value[S_COUNT]; /* canonical text (malloc'd); NULL = unset */
     SettingSource source[S_COUNT];
+    int ds_gradient_accumulation; /* gradient_accumulation_steps came from deepspeed_config
+                                     (it applies to DeepSpeed jobs only) */
 } LaunchConfig;
 
 extern const Setting host_settings[S_COUNT];

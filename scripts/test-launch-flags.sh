@@ -404,6 +404,46 @@ EOF
         '(( RC == 0 )) && has "added with their defaults: debug" && grep -qx "debug: false" "$HOME/.cache/accel-lua/default_config.yaml"'
 }
 
+# What Accelerate's launcher keeps from the caller: ACCELERATE_DEBUG_MODE and
+# ACCELERATE_GRADIENT_ACCUMULATION_STEPS reach the ranks when no flag or key
+# sets them, OMP_NUM_THREADS is the default thread count; --cpu with
+# --multi_gpu is refused; --cpu leaves the default config file out; a
+# DeepSpeed section's gradient_accumulation_steps stays out of other jobs.
+check_caller_environment() {
+    run env ACCELERATE_DEBUG_MODE=true ACCELERATE_GRADIENT_ACCUMULATION_STEPS=4 "$EXE" launch --dry_run "$TMP/rank.lua"
+    check "the caller's ACCELERATE_DEBUG_MODE / _GRADIENT_ACCUMULATION_STEPS are not overridden by launch's defaults" \
+        '(( RC == 0 )) && ! has "ACCEL_LUA_DEBUG_MODE=" && ! has "ACCEL_LUA_GRADIENT_ACCUMULATION_STEPS="'
+    printf 'local a = accel.Accelerator()\nprint("gas", a.gradient_accumulation_steps, a.state.debug)\n' >"$TMP/gas.lua"
+    run env ACCELERATE_DEBUG_MODE=true ACCELERATE_GRADIENT_ACCUMULATION_STEPS=4 "$EXE" launch --num_processes 2 "$TMP/gas.lua"
+    check "... so the ranks' Accelerator reads them (gradient_accumulation_steps 4, state.debug true)" \
+        '(( RC == 0 )) && [[ $(grep -c "^gas	4	true" <<<"$OUT") == 2 ]]'
+    run env OMP_NUM_THREADS=2 "$EXE" launch --num_processes 2 "$TMP/rank.lua"
+    check "the caller's OMP_NUM_THREADS is the ranks' thread count, as Accelerate's default" \
+        '(( RC == 0 )) && [[ $(grep -c "omp=2 " <<<"$OUT") == 2 ]]'
+    run "$EXE" launch --dry_run --cpu --multi_gpu "$TMP/rank.lua"
+    check "--cpu with --multi_gpu is refused (Accelerate: only one of them at a time)" \
+        '(( RC == 2 )) && has "you can only use one of --cpu and --multi_gpu at a time"'
+    mkdir -p "$HOME/.cache/accel-lua"
+    printf 'num_processes: 2\nmixed_precision: bf16\n' >"$HOME/.cache/accel-lua/default_config.yaml"
+    run "$EXE" launch --dry_run --cpu "$TMP/rank.lua"
+    check "--cpu without --config_file leaves the default config file out, as Accelerate" \
+        '(( RC == 0 )) && has "ACCEL_LUA_MIXED_PRECISION=no" && has "ACCEL_LUA_NUM_PROCESSES=1"'
+    run "$EXE" launch --dry_run "$TMP/rank.lua"
+    check "... and without --cpu the default config file is read" '(( RC == 0 )) && has "ACCEL_LUA_MIXED_PRECISION=bf16"'
+    rm -f "$HOME/.cache/accel-lua/default_config.yaml"
+    printf 'distributed_type: DEEPSPEED\ndeepspeed_config:\n  gradient_accumulation_steps: 4\n' >"$TMP/dsga.yaml"
+    run "$EXE" launch --dry_run --config_file "$TMP/dsga.yaml" --use_fsdp "$TMP/rank.lua"
+    check "deepspeed_config's gradient_accumulation_steps stays out of an FSDP job" \
+        '(( RC == 0 )) && has "ACCEL_LUA_GRADIENT_ACCUMULATION_STEPS=1 "'
+    run "$EXE" launch --dry_run --config_file "$TMP/dsga.yaml" "$TMP/rank.lua"
+    check "... and reaches a DeepSpeed one" '(( RC == 0 )) && has "ACCEL_LUA_GRADIENT_ACCUMULATION_STEPS=4 "'
+    # without launch: the variables Accelerate's own launcher sets for its plugins
+    run env ACCELERATE_USE_DEEPSPEED=true ACCELERATE_DEEPSPEED_ZERO_STAGE=3 "$EXE" "$TMP/plugin.lua"
+    check "Accelerate's ACCELERATE_DEEPSPEED_ZERO_STAGE reaches the DeepSpeed plugin" '(( RC == 0 )) && has "plugin	DEEPSPEED	nil	3	"'
+    run env ACCELERATE_USE_FSDP=true FSDP_SHARDING_STRATEGY=SHARD_GRAD_OP "$EXE" "$TMP/plugin.lua"
+    check "Accelerate's FSDP_SHARDING_STRATEGY reaches the FSDP plugin" '(( RC == 0 )) && has "plugin	FSDP	SHARD_GRAD_OP	"'
+}
+
 main() {
     write_scripts
     check_every_accelerate_flag
@@ -415,6 +455,7 @@ main() {
     check_log_dir
     check_module_and_program
     check_quiet_and_monitor
+    check_caller_environment
     check_config_update
     finish
 }

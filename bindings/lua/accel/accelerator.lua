@@ -279,11 +279,23 @@ local PRECISIONS = {no = true, bf16 = true, fp16 = true, fp8 = true}
 -- variable's name.
 local setting = util.launch_setting
 
+-- A sharding setting of map entry e: launch's ACCEL_LUA_<e[2]>, else the
+-- variable Accelerate's plugins read (e[5]: ACCELERATE_DEEPSPEED_ZERO_STAGE,
+-- FSDP_SHARDING_STRATEGY, ...), so a job started with Accelerate's
+-- environment (plain mpirun / srun) gets the same plugin; also its name.
+local function sharding_setting(e)
+  for _, var in ipairs({"ACCEL_LUA_" .. e[2], e[5]}) do
+    local v = os.getenv(var)
+    if v ~= nil and v ~= "" then return v, var end
+  end
+  return nil
+end
+
 -- Settings -> plugin options, and the "VAR=value" list that names them.
 local function from_settings(map)
   local o, named = {}, {}
   for _, e in ipairs(map) do
-    local v, var = setting(e[2])
+    local v, var = sharding_setting(e)
     if v ~= nil then
       if e[3] then o[e[1]] = e[3](v, var) else o[e[1]] = v end -- a conversion may give false
       named[#named + 1] = var .. "=" .. v
@@ -301,24 +313,32 @@ local function reshard(v)
 end
 
 -- Every DeepSpeed / FSDP launch setting (host/settings.c, docs/launch.md)
--- -> {plugin option, setting name, conversion, launch's default}.
-local DS_SETTINGS = {{"zero_stage", "ZERO_STAGE", number, "2"},
-  {"offload_optimizer_device", "OFFLOAD_OPTIMIZER_DEVICE", nil, "none"},
-  {"offload_param_device", "OFFLOAD_PARAM_DEVICE", nil, "none"},
-  {"offload_optimizer_nvme_path", "OFFLOAD_OPTIMIZER_NVME_PATH"}, {"offload_param_nvme_path", "OFFLOAD_PARAM_NVME_PATH"},
-  {"gradient_clipping", "GRADIENT_CLIPPING", number}, {"zero3_init_flag", "ZERO3_INIT_FLAG", flag, "false"},
-  {"zero3_save_16bit_model", "ZERO3_SAVE_16BIT_MODEL", flag, "false"},
-  {"transformer_moe_cls_names", "DEEPSPEED_MOE_LAYER_CLS_NAMES"}, {"hf_ds_config", "DEEPSPEED_CONFIG_FILE"}}
-local FSDP_SETTINGS = {{"fsdp_version", "FSDP_VERSION", number}, {"sharding_strategy", "FSDP_SHARDING_STRATEGY"},
-  {"cpu_offload", "FSDP_OFFLOAD_PARAMS", flag}, {"auto_wrap_policy", "FSDP_AUTO_WRAP_POLICY"},
-  {"min_num_params", "FSDP_MIN_NUM_PARAMS", number},
-  {"transformer_cls_names_to_wrap", "FSDP_TRANSFORMER_LAYER_CLS_TO_WRAP"},
-  {"backward_prefetch", "FSDP_BACKWARD_PREFETCH"}, {"state_dict_type", "FSDP_STATE_DICT_TYPE"},
-  {"reshard_after_forward", "FSDP_RESHARD_AFTER_FORWARD", reshard}, {"forward_prefetch", "FSDP_FORWARD_PREFETCH", flag},
-  {"use_orig_params", "FSDP_USE_ORIG_PARAMS", flag},
-  {"cpu_ram_efficient_loading", "FSDP_CPU_RAM_EFFICIENT_LOADING", flag},
-  {"sync_module_states", "FSDP_SYNC_MODULE_STATES", flag},
-  {"activation_checkpointing", "FSDP_ACTIVATION_CHECKPOINTING", flag}}
+-- -> {plugin option, setting name, conversion, launch's default, the
+-- variable Accelerate's plugin reads}.
+local DS_SETTINGS = {{"zero_stage", "ZERO_STAGE", number, "2", "ACCELERATE_DEEPSPEED_ZERO_STAGE"},
+  {"offload_optimizer_device", "OFFLOAD_OPTIMIZER_DEVICE", nil, "none", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE"},
+  {"offload_param_device", "OFFLOAD_PARAM_DEVICE", nil, "none", "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE"},
+  {"offload_optimizer_nvme_path", "OFFLOAD_OPTIMIZER_NVME_PATH", nil, nil, "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_NVME_PATH"},
+  {"offload_param_nvme_path", "OFFLOAD_PARAM_NVME_PATH", nil, nil, "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_NVME_PATH"},
+  {"gradient_clipping", "GRADIENT_CLIPPING", number, nil, "ACCELERATE_GRADIENT_CLIPPING"},
+  {"zero3_init_flag", "ZERO3_INIT_FLAG", flag, "false", "ACCELERATE_DEEPSPEED_ZERO3_INIT"},
+  {"zero3_save_16bit_model", "ZERO3_SAVE_16BIT_MODEL", flag, "false", "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL"},
+  {"transformer_moe_cls_names", "DEEPSPEED_MOE_LAYER_CLS_NAMES", nil, nil, "ACCELERATE_DEEPSPEED_MOE_LAYER_CLS_NAMES"},
+  {"hf_ds_config", "DEEPSPEED_CONFIG_FILE", nil, nil, "ACCELERATE_DEEPSPEED_CONFIG_FILE"}}
+local FSDP_SETTINGS = {{"fsdp_version", "FSDP_VERSION", number, nil, "FSDP_VERSION"},
+  {"sharding_strategy", "FSDP_SHARDING_STRATEGY", nil, nil, "FSDP_SHARDING_STRATEGY"},
+  {"cpu_offload", "FSDP_OFFLOAD_PARAMS", flag, nil, "FSDP_OFFLOAD_PARAMS"},
+  {"auto_wrap_policy", "FSDP_AUTO_WRAP_POLICY", nil, nil, "FSDP_AUTO_WRAP_POLICY"},
+  {"min_num_params", "FSDP_MIN_NUM_PARAMS", number, nil, "FSDP_MIN_NUM_PARAMS"},
+  {"transformer_cls_names_to_wrap", "FSDP_TRANSFORMER_LAYER_CLS_TO_WRAP", nil, nil, "FSDP_TRANSFORMER_CLS_TO_WRAP"},
+  {"backward_prefetch", "FSDP_BACKWARD_PREFETCH", nil, nil, "FSDP_BACKWARD_PREFETCH"},
+  {"state_dict_type", "FSDP_STATE_DICT_TYPE", nil, nil, "FSDP_STATE_DICT_TYPE"},
+  {"reshard_after_forward", "FSDP_RESHARD_AFTER_FORWARD", reshard, nil, "FSDP_RESHARD_AFTER_FORWARD"},
+  {"forward_prefetch", "FSDP_FORWARD_PREFETCH", flag, nil, "FSDP_FORWARD_PREFETCH"},
+  {"use_orig_params", "FSDP_USE_ORIG_PARAMS", flag, nil, "FSDP_USE_ORIG_PARAMS"},
+  {"cpu_ram_efficient_loading", "FSDP_CPU_RAM_EFFICIENT_LOADING", flag, nil, "FSDP_CPU_RAM_EFFICIENT_LOADING"},
+  {"sync_module_states", "FSDP_SYNC_MODULE_STATES", flag, nil, "FSDP_SYNC_MODULE_STATES"},
+  {"activation_checkpointing", "FSDP_ACTIVATION_CHECKPOINTING", flag, nil, "FSDP_ACTIVATION_CHECKPOINTING"}}
 M.LAUNCH_SETTINGS = {deepspeed = DS_SETTINGS, fsdp = FSDP_SETTINGS}
 
 -- With a DeepSpeed config file, a setting at launch's default value does
@@ -343,7 +363,7 @@ local function merge_ds_file(o, named)
     local path, v = DS_FILE_KEYS[e[1]], o[e[1]]
     local in_file = path and file_value(cfg, path)
     if in_file ~= nil and v ~= nil and in_file ~= "auto" and in_file ~= v then
-      local raw, var = setting(e[2])
+      local raw, var = sharding_setting(e)
       if raw == e[4] then
         o[e[1]] = nil -- launch's default: the file wins
       else

@@ -62,6 +62,11 @@ function props.is_main_process(s) return s.comm.rank == 0 end
 function props.is_local_main_process(s) return s.comm.local_rank == 0 end
 function props.is_last_process(s) return s.comm.rank == s.comm.world_size - 1 end
 function props.use_distributed(s) return s.comm.world_size > 1 end
+-- Accelerate's PartialState.debug: launch --debug (ACCEL_LUA_DEBUG_MODE, else ACCELERATE_DEBUG_MODE)
+function props.debug()
+  local v, var = util.launch_setting("DEBUG_MODE")
+  return v ~= nil and util.str_to_bool(v, var) or false
+end
 -- What the processes are, without a sharding plugin: NO / MULTI_CPU / MULTI_GPU.
 function PartialState:_process_type()
   if self.comm.world_size == 1 then return "NO" end
