@@ -155,6 +155,11 @@ describe("Conv1d", function()
     expect_error(function() local _ = F.conv1d(x, accel.randn(2, 3, 2), {groups = 2}) end,
       "conv1d: in_channels (3) and out_channels (2) must be divisible by groups (2)")
     expect_error(function() local _ = nn.Conv1d(4, 2, 3)(x) end, "conv1d: weight [2, 4, 3] with groups=1 expects input with 4 channels")
+    -- torch 2.15 raises these in nn.Conv1d's constructor
+    expect_error(function() nn.Conv1d(3, 2, 3, {stride = 2, padding = "same"}) end,
+      "Conv1d: padding='same' is not supported for strided convolutions")
+    expect_error(function() nn.Conv1d(3, 2, 3, {padding = "full"}) end,
+      "Conv1d: invalid padding string 'full', should be one of 'valid', 'same'")
   end)
 end)
 

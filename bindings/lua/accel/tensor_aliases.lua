@@ -2,8 +2,8 @@
 -- under a second name, or a short composition of existing ones (autograd
 -- comes with them): type_as, unflatten, ger, ravel, sgn, absolute, positive,
 -- conj, resolve_conj, is_complex, is_signed, exp2, float_power, signbit,
--- heaviside, msort, nansum, nanmean, nancumsum, isposinf, isneginf and the
--- comparisons' long names (greater, less_equal, ...). Tensors are real here, so the complex
+-- heaviside, msort, nansum, nanmean, nancumsum, isposinf, isneginf, the
+-- in-place comparisons (ge_, ...) and the comparisons' long names (greater, less_equal, ...). Tensors are real here, so the complex
 -- ones (conj, sgn, ...) are their real meaning. Returns the methods, merged
 -- into the tensor method table by accel.tensor_methods.
 local accel = require("accel")
@@ -123,6 +123,25 @@ end
 -- torch's other names of the comparisons
 for alias, name in pairs({greater = "gt", greater_equal = "ge", less = "lt", less_equal = "le", not_equal = "ne"}) do
   A[alias] = function(t, ...) return t[name](t, ...) end
+end
+
+-- t:eq_(other) / ne_ / lt_ / le_ / gt_ / ge_ (and the long names with _): t
+-- set to the comparison's 1 / 0 in t's dtype, in place; other must broadcast
+-- to t's shape. Their gradient is zero, as PyTorch's.
+local function inplace_comparison(name)
+  return function(t, other, ...)
+    no_more(name .. "_", 1, ...)
+    util.check_inplace_leaf(name .. "_", t)
+    local result = t[name](t, other)
+    if util.shape_str(result) ~= util.shape_str(t) then
+      raise("%s_: output with shape %s doesn't match the broadcast shape %s", name, util.shape_str(t), util.shape_str(result))
+    end
+    return t:copy_(result)
+  end
+end
+for _, name in ipairs({"eq", "ne", "lt", "le", "gt", "ge"}) do A[name .. "_"] = inplace_comparison(name) end
+for alias, name in pairs({greater = "gt", greater_equal = "ge", less = "lt", less_equal = "le", not_equal = "ne"}) do
+  A[alias .. "_"] = A[name .. "_"]
 end
 
 -- t:isposinf() / t:isneginf(): bool, where t is +inf / -inf

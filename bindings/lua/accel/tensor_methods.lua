@@ -868,11 +868,7 @@ function M.count_nonzero(t, dim) return t:ne(0):sum(dim) end
 -- In-place random fills follow in-place rules: a leaf that requires grad is
 -- refused while grad mode is on (nn.init's functions fill under no_grad).
 local function check_fillable(op, t)
-  if accel.is_grad_enabled() and t.requires_grad and t.is_leaf then
-    local init = (op == "normal_" or op == "uniform_") and " or nn.init." .. op or ""
-    raise("%s: a leaf tensor that requires grad (shape [%s]) cannot be modified in place; use accel.no_grad%s", op,
-      table.concat(sizes(t), ", "), init)
-  end
+  util.check_inplace_leaf(op, t, (op == "normal_" or op == "uniform_") and " or nn.init." .. op or nil)
 end
 
 -- t:normal_([mean = 0], [std = 1]) and t:uniform_([from = 0], [to = 1]):

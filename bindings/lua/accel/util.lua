@@ -254,9 +254,6 @@ function util.read_file(path)
   return s
 end
 
--- Makes reading one of names (a set) from tbl an error "<where>.<name> is not
--- provided (<hint>)"; other missing keys behave as before (the metatable's
--- own __index, else nil). For PyTorch / Accelerate names a module lacks.
 -- the sizes of a tensor's dims, as a list
 function util.sizes_of(t)
   local d = {}
@@ -267,11 +264,23 @@ end
 -- "[2, 3]": a tensor's shape, for messages
 function util.shape_str(t) return "[" .. table.concat(util.sizes_of(t), ", ") .. "]" end
 
+-- In-place ops refuse a leaf that requires grad while grad mode is on; hint
+-- (optional) ends the message.
+function util.check_inplace_leaf(op, t, hint)
+  if require("accel").is_grad_enabled() and t.requires_grad and t.is_leaf then
+    util.raise("%s: a leaf tensor that requires grad (shape %s) cannot be modified in place; use accel.no_grad%s", op,
+      util.shape_str(t), hint or "")
+  end
+end
+
 -- Arguments past the positional ones op takes are PyTorch's TypeError.
 function util.no_more(op, taken, ...)
   if select("#", ...) > 0 then util.raise("%s: takes %d argument%s, got more", op, taken, taken == 1 and "" or "s") end
 end
 
+-- Makes reading one of names (a set) from tbl an error "<where>.<name> is not
+-- provided (<hint>)"; other missing keys behave as before (the metatable's
+-- own __index, else nil). For PyTorch / Accelerate names a module lacks.
 function util.not_provided(tbl, names, where, hint)
   local mt = getmetatable(tbl) or {}
   local index = mt.__index

@@ -34,6 +34,14 @@ function Conv1d:init(in_channels, out_channels, kernel_size, o)
   self.out_channels = positive(out_channels, "Conv1d", "out_channels")
   self.kernel_size = positive(kernel_size, "Conv1d", "kernel_size")
   self.stride, self.padding, self.dilation = o.stride or 1, o.padding or 0, o.dilation or 1
+  if type(self.padding) == "string" then
+    if self.padding ~= "same" and self.padding ~= "valid" then
+      raise("Conv1d: invalid padding string '%s', should be one of 'valid', 'same'", self.padding)
+    end
+    if self.padding == "same" and self.stride ~= 1 then
+      raise("Conv1d: padding='same' is not supported for strided convolutions")
+    end
+  end
   self.groups = positive(o.groups or 1, "Conv1d", "groups")
   if (o.padding_mode or "zeros") ~= "zeros" then raise("Conv1d: padding_mode '%s' is not supported (only 'zeros')", o.padding_mode) end
   if in_channels % self.groups ~= 0 or out_channels % self.groups ~= 0 then
