@@ -370,9 +370,30 @@ static DType clamp_dtype(lua_State *L, const Tensor *self) {
     return self->dtype == DT_BOOL && (lua_isinteger(L, 2) || lua_isinteger(L, 3)) ? DT_I64 : self->dtype;
 }
 
+/* t:round({decimals = d}): true and d when decimals is given (an integer) */
+static bool round_decimals_arg(lua_State *L, KUnOp op, int *decimals) {
+    if (op != KU_ROUND || !lu_is_opts(L, 2)) return false;
+    lu_check_call_opts(L, 2, "decimals");
+    lu_check_no_more_args(L, 3);
+    lua_getfield(L, 2, "decimals");
+    if (lua_isnil(L, -1)) return lua_pop(L, 1), false;
+    double d = lua_type(L, -1) == LUA_TNUMBER ? lua_tonumber(L, -1) : NAN;
+    if (!(d == floor(d) && fabs(d) <= 1000))
+        lu_error(L, "round: decimals must be an integer (|decimals| <= 1000), got %s",
+                 lua_type(L, -1) == LUA_TNUMBER ? lua_tostring(L, -1) : luaL_typename(L, -1));
+    lua_pop(L, 1);
+    *decimals = (int)d;
+    return true;
+}
+
+static int t_copy_(lua_State *L);
+static bool overwrite_check(lua_State *L, Tensor *t, bool src_grad, const char *op);
+
 static int unary_method(lua_State *L) {
     Tensor *self = SELF;
     KUnOp op = unary_op(L);
+    int decimals;
+    if (round_decimals_arg(L, op, &decimals)) return ret(L, op_round_decimals(self, decimals));
     if (op == KU_CLAMP) clamp_options(L);
     if (op == KU_CLAMP && (lu_is_tensor(L, 2) || lu_is_tensor(L, 3))) return ret(L, clamp_tensors(L, self, false));
     double p1, p2;
@@ -386,11 +407,17 @@ static int unary_method(lua_State *L) {
     return ret(L, op_unary(op, self, p1, p2));
 }
 
-static int t_copy_(lua_State *L);
-
 static int unary_method_(lua_State *L) {
     Tensor *self = SELF;
     KUnOp op = unary_op(L);
+    int decimals;
+    if (round_decimals_arg(L, op, &decimals)) { /* t:copy_(t:round({decimals = d})) */
+        overwrite_check(L, self, false, "round_");
+        Tensor *out = op_round_decimals(self, decimals);
+        lua_settop(L, 1);
+        lu_push_tensor(L, out); /* owned by the stack from here */
+        return t_copy_(L);
+    }
     if (op == KU_CLAMP) clamp_options(L);
     if (op == KU_CLAMP && (lu_is_tensor(L, 2) || lu_is_tensor(L, 3))) { /* t:copy_(t:clamp(lo, hi)) */
         Tensor *out = clamp_tensors(L, self, true);

@@ -23,6 +23,7 @@ Tensor *op_clamp_tensors(Tensor *x, Tensor *lo, Tensor *hi);
 Tensor *op_masked_fill(Tensor *a, Tensor *mask, double v);
 int op_masked_fill_(Tensor *a, Tensor *mask, double v);
 Tensor *op_cast(Tensor *a, DType dt); /* differentiable dtype change */
+Tensor *op_round_decimals(Tensor *x, int decimals); /* torch.round(x, decimals=d) */
 const char *kbin_name(KBinOp op);
 const char *kun_name(KUnOp op);
 

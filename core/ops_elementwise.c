@@ -752,3 +752,23 @@ Tensor *op_cast(Tensor *a, DType dt) {
     PROF_SCOPE("to", PROF_FORWARD, a, NULL);
     return tensor_to_dtype(a, dt);
 }
+
+/* round(x, decimals = d), as PyTorch: round(x * 10^d) / 10^d, or for d < 0
+ * round(x / 10^-d) * 10^-d, with 10^|d| in the compute dtype (float32 for
+ * the 16-bit floats, rounded once to x's dtype at the end). Integer tensors
+ * are refused, as PyTorch's kernel refuses them. The gradient is zero. */
+Tensor *op_round_decimals(Tensor *x, int decimals) {
+    if (!dtype_is_float(x->dtype))
+        return accel_fail("round: decimals needs a floating-point tensor, got %s (as PyTorch)", dtype_name(x->dtype));
+    DType cdt = compute_dtype(x->dtype);
+    Tensor *cx = cdt == x->dtype ? tensor_retain(x) : op_cast(x, cdt);
+    double scale = pow(10.0, abs(decimals));
+    Tensor *scaled = cx ? op_binary_scalar(decimals > 0 ? KB_MUL : KB_DIV, cx, scale, false, false) : NULL;
+    Tensor *rounded = scaled ? op_unary(KU_ROUND, scaled, 0, 0) : NULL;
+    Tensor *out = rounded ? op_binary_scalar(decimals > 0 ? KB_DIV : KB_MUL, rounded, scale, false, false) : NULL;
+    tensor_release(cx), tensor_release(scaled), tensor_release(rounded);
+    if (!out || cdt == x->dtype) return out;
+    Tensor *back = op_cast(out, x->dtype);
+    tensor_release(out);
+    return back;
+}
