@@ -760,7 +760,8 @@ static const luaL_Reg functions[] = {
     {"reset_peak_memory_stats", l_reset_peak_memory_stats},
     {"empty_cache", l_empty_cache}, {"save", l_save}, {"load", l_load}, {"device", lu_device_new}, {"Size", lu_size_new},
     {"set_default_device", l_set_default_device}, {"get_default_device", l_get_default_device},
-    {"synchronize", l_synchronize}, {"device_count", l_device_count}, {NULL, NULL}};
+    {"synchronize", l_synchronize}, {"device_count", l_device_count}, {"set_printoptions", lu_set_printoptions},
+    {"get_printoptions", lu_get_printoptions}, {NULL, NULL}};
 
 /* accel.so stays mapped once loaded (as lua.c leaves it mapped at exit):
  * its allocator caches, pools, threads (the collective watchdog) and exit

@@ -147,6 +147,11 @@ void lu_open_tensor(lua_State *L); /* registers the Tensor metatable */
 void lu_open_device(lua_State *L);
 int lu_device_new(lua_State *L);
 int lu_size_new(lua_State *L); /* accel.Size({2, 3}) */
+/* print_options_lua.c: accel.set_printoptions / get_printoptions; the
+ * state's current options (PyTorch's defaults until set) */
+int lu_set_printoptions(lua_State *L);
+int lu_get_printoptions(lua_State *L);
+void lu_print_options(lua_State *L, PrintOptions *o);
 /* Add functions to accel._C (created by luaopen_accel before any lu_open_*). */
 void lu_register_c(lua_State *L, int module_idx, const luaL_Reg *fns);
 void lu_open_autograd(lua_State *L, int module_idx);

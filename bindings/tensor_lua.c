@@ -1291,7 +1291,9 @@ static int t_tolist(lua_State *L) {
 static int t_tostring(lua_State *L) {
     Tensor *self = SELF;
     lu_check_no_more_args(L, 2);
-    char *s = tensor_format(self);
+    PrintOptions o;
+    lu_print_options(L, &o);
+    char *s = tensor_format_with(self, &o);
     if (!s) return lu_core_error(L);
     lua_pushstring(L, s);
     free(s);

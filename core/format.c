@@ -1,12 +1,14 @@
 /* format.c: tensor_format, PyTorch-style printing ("tensor([1., 2.])").
  *
- * Follows torch/_tensor_str.py with its default print options (precision 4,
- * threshold 1000, edgeitems 3, linewidth 80):
+ * Follows torch/_tensor_str.py under print options (PrintOptions, whose
+ * default is PyTorch's: precision 4, threshold 1000, edgeitems 3, linewidth
+ * 80; the numbers below are those defaults):
  *  - one formatter per tensor, chosen from the nonzero finite values (only
  *    the printed edge values when summarizing): integer-valued floats print
- *    as "1.", scientific "1.0000e+08" when max/min > 1000 or max > 1e8 (or
- *    min < 1e-4 for non-integer values), else "%.4f"; every element is
+ *    as "1.", scientific "1.0000e+08" when max/min > 1000, max > 1e8 or
+ *    min < 1e-4, else "%.4f"; every element is
  *    right-aligned to the widest of those values (nan/inf do not count);
+ *    a sci_mode option replaces the choice;
  *  - more than 1000 elements: 3 edge items and "..." in every dim longer
  *    than 6; 1-D rows wrap so a line holds floor((80 - indent) / (width + 2))
  *    elements;
@@ -25,11 +27,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PRINT_PRECISION 4
-#define PRINT_THRESHOLD 1000
-#define PRINT_EDGEITEMS 3
-#define PRINT_LINEWIDTH 80
 #define PREFIX "tensor("
+
+PrintOptions print_options_default(void) {
+    return (PrintOptions){.precision = 4, .threshold = 1000, .edgeitems = 3, .linewidth = 80, .sci_mode = -1};
+}
 
 /* ---------------- string builder ---------------- */
 
@@ -42,7 +44,7 @@ static void str_spaces(StrBuf *s, int n) {
 typedef struct {
     bool is_float, is_bool;
     bool int_mode, sci_mode;
-    int width;
+    int width, precision;
     double min_abs, max_abs; /* over nonzero finite values */
     bool any_finite;
 } Fmt;
@@ -52,6 +54,7 @@ typedef struct {
     const char *base; /* element (0, ..., 0) */
     size_t esize;
     bool summarize;
+    int edgeitems, linewidth;
     Fmt f;
     StrBuf *out;
 } Printer;
@@ -65,9 +68,9 @@ static int value_text(const Fmt *f, double v, int64_t iv, char *buf, size_t n) {
     if (!f->is_float) return snprintf(buf, n, "%lld", (long long)iv);
     if (isnan(v)) return snprintf(buf, n, "nan");
     if (isinf(v)) return snprintf(buf, n, "%s", v < 0 ? "-inf" : "inf");
-    if (f->sci_mode) return snprintf(buf, n, "%.*e", PRINT_PRECISION, v);
+    if (f->sci_mode) return snprintf(buf, n, "%.*e", f->precision, v);
     if (f->int_mode) return snprintf(buf, n, "%.0f.", v);
-    return snprintf(buf, n, "%.*f", PRINT_PRECISION, v);
+    return snprintf(buf, n, "%.*f", f->precision, v);
 }
 
 static void put_value(Printer *P, int64_t off) {
@@ -81,7 +84,7 @@ static void put_value(Printer *P, int64_t off) {
 
 /* Whether index i of a dim of size n is printed. */
 static bool shown(const Printer *P, int64_t i, int64_t n) {
-    return !P->summarize || n <= 2 * PRINT_EDGEITEMS || i < PRINT_EDGEITEMS || i >= n - PRINT_EDGEITEMS;
+    return !P->summarize || n <= 2 * (int64_t)P->edgeitems || i < P->edgeitems || i >= n - P->edgeitems;
 }
 
 typedef void (*VisitFn)(Printer *P, int64_t off);
@@ -95,7 +98,7 @@ static void visit(Printer *P, int dim, int64_t off, VisitFn fn) {
     int64_t n = P->t->shape[dim];
     for (int64_t i = 0; i < n; i++) {
         if (!shown(P, i, n)) {
-            i = n - PRINT_EDGEITEMS - 1;
+            i = n - P->edgeitems - 1;
             continue;
         }
         visit(P, dim + 1, off + i * P->t->stride[dim], fn);
@@ -127,13 +130,14 @@ static void width_fn(Printer *P, int64_t off) {
     if (len > P->f.width) P->f.width = len;
 }
 
-static void fmt_init(Printer *P) {
+static void fmt_init(Printer *P, int precision, int sci_mode) {
     Fmt *f = &P->f;
-    *f = (Fmt){.is_float = dtype_is_float(P->t->dtype), .is_bool = P->t->dtype == DT_BOOL, .int_mode = true, .width = 1};
+    *f = (Fmt){.is_float = dtype_is_float(P->t->dtype), .is_bool = P->t->dtype == DT_BOOL, .int_mode = true, .width = 1,
+               .precision = precision};
     visit(P, 0, 0, stats_fn);
     if (!f->is_float || !f->any_finite) return;
     double ratio = f->max_abs / f->min_abs;
-    f->sci_mode = ratio > 1000.0 || f->max_abs > 1.0e8 || (!f->int_mode && f->min_abs < 1.0e-4);
+    f->sci_mode = sci_mode >= 0 ? sci_mode : ratio > 1000.0 || f->max_abs > 1.0e8 || f->min_abs < 1.0e-4;
     visit(P, 0, 0, width_fn);
 }
 
@@ -141,7 +145,7 @@ static void fmt_init(Printer *P) {
 
 static void put_vector(Printer *P, int dim, int64_t off, int indent) {
     int64_t n = P->t->shape[dim], st = P->t->stride[dim];
-    int per_line = (PRINT_LINEWIDTH - indent) / (P->f.width + 2);
+    int per_line = (P->linewidth - indent) / (P->f.width + 2);
     if (per_line < 1) per_line = 1;
     strbuf_puts(P->out, "[");
     int k = 0; /* items on the current line, "..." included */
@@ -158,7 +162,7 @@ static void put_vector(Printer *P, int dim, int64_t off, int indent) {
         }
         if (ellipsis) {
             strbuf_puts(P->out, " ...");
-            i = n - PRINT_EDGEITEMS - 1;
+            i = n - P->edgeitems - 1;
         } else {
             put_value(P, off + i * st);
         }
@@ -183,7 +187,7 @@ static void put_nested(Printer *P, int dim, int64_t off, int indent) {
         }
         if (!shown(P, i, n)) {
             strbuf_puts(P->out, "...");
-            i = n - PRINT_EDGEITEMS - 1;
+            i = n - P->edgeitems - 1;
             continue;
         }
         put_nested(P, dim + 1, off + i * P->t->stride[dim], indent + 1);
@@ -191,12 +195,13 @@ static void put_nested(Printer *P, int dim, int64_t off, int indent) {
     strbuf_puts(P->out, "]");
 }
 
-static int put_contents(const Tensor *t, StrBuf *out) {
+static int put_contents(const Tensor *t, const PrintOptions *o, StrBuf *out) {
     HostMap m; /* the values are read on the host */
     Printer P = {.t = t, .base = tensor_host_map(t, HOST_READ, &m), .esize = dtype_size(t->dtype),
-                 .summarize = t->numel > PRINT_THRESHOLD, .out = out};
+                 .summarize = (double)t->numel > o->threshold, .edgeitems = o->edgeitems, .linewidth = o->linewidth,
+                 .out = out};
     if (!P.base) return -1;
-    fmt_init(&P);
+    fmt_init(&P, o->precision, o->sci_mode);
     if (t->ndim == 0) put_value(&P, 0);
     else put_nested(&P, 0, 0, (int)strlen(PREFIX));
     return tensor_host_unmap(&m);
@@ -270,14 +275,14 @@ static void collect_suffixes(const Tensor *t, Suffixes *s) {
     }
 }
 
-/* PyTorch's _add_suffixes: ", suffix", or ",\n" + indent when the line would pass 80. */
-static void put_suffixes(StrBuf *out, const Suffixes *s) {
+/* PyTorch's _add_suffixes: ", suffix", or ",\n" + indent when the line would pass linewidth. */
+static void put_suffixes(StrBuf *out, const Suffixes *s, int linewidth) {
     const char *nl = out->p ? strrchr(out->p, '\n') : NULL;
     size_t last = nl ? (size_t)(out->p + out->len - nl) + 1 : out->len + 2; /* len - rfind("\n") + 1 */
     int indent = (int)strlen(PREFIX);
     for (int i = 0; i < s->n; i++) {
         size_t sl = strlen(s->text[i]);
-        if (last + sl + 2 > PRINT_LINEWIDTH) {
+        if (last + sl + 2 > (size_t)(linewidth > 0 ? linewidth : 0)) {
             strbuf_puts(out, ",\n");
             str_spaces(out, indent);
             last = (size_t)indent + sl;
@@ -291,16 +296,21 @@ static void put_suffixes(StrBuf *out, const Suffixes *s) {
 }
 
 char *tensor_format(const Tensor *t) {
+    PrintOptions o = print_options_default();
+    return tensor_format_with(t, &o);
+}
+
+char *tensor_format_with(const Tensor *t, const PrintOptions *o) {
     StrBuf out = {0};
     strbuf_puts(&out, PREFIX);
     if (t->numel == 0) strbuf_puts(&out, "[]");
-    else if (put_contents(t, &out) < 0) {
+    else if (put_contents(t, o, &out) < 0) {
         free(out.p);
         return NULL;
     }
     Suffixes s = {.n = 0};
     collect_suffixes(t, &s);
-    put_suffixes(&out, &s);
+    put_suffixes(&out, &s, o->linewidth);
     if (out.oom) {
         free(out.p);
         return accel_fail("tensor_format: out of memory");

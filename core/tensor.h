@@ -215,7 +215,19 @@ Tensor *tensor_to(Tensor *t, Device d);
 void tensor_copy_flat(Tensor *dst, const Tensor *src);
 
 /* ---- printing: PyTorch-like "tensor([...])" into a malloc'd string ---- */
-char *tensor_format(const Tensor *t);
+/* torch.set_printoptions' fields; print_options_default() is PyTorch's
+ * "default" profile (precision 4, threshold 1000, edgeitems 3, linewidth 80,
+ * sci_mode chosen per tensor). */
+typedef struct {
+    int precision;    /* digits after the point */
+    double threshold; /* more elements than this: summarized (may be inf) */
+    int edgeitems;    /* items kept at each end of a summarized dim */
+    int linewidth;    /* characters per line, for wrapping */
+    int sci_mode;     /* -1: chosen per tensor; 0: never; 1: always */
+} PrintOptions;
+PrintOptions print_options_default(void);
+char *tensor_format(const Tensor *t); /* with print_options_default() */
+char *tensor_format_with(const Tensor *t, const PrintOptions *o);
 
 /* ---- in-place bookkeeping ---- */
 static inline void tensor_bump_version(Tensor *t) { t->storage->version++; }

@@ -460,6 +460,25 @@ static void test_format_empty_and_views(void) {
     tensor_release(d);
 }
 
+/* PyTorch 2.15 after torch.set_printoptions(precision=2, sci_mode=False) and
+ * set_printoptions(threshold=5, edgeitems=2) */
+static void test_format_options(void) {
+    Tensor *x = make1(DT_F32, 4, (double[]){1.23456789, 2.5, 1e-5, 100});
+    PrintOptions o = print_options_default();
+    o.precision = 2, o.sci_mode = 0;
+    CHECK_STR(tensor_format_with(x, &o), "tensor([  1.23,   2.50,   0.00, 100.00])");
+    o.sci_mode = -1;
+    CHECK_STR(tensor_format_with(x, &o), "tensor([1.23e+00, 2.50e+00, 1.00e-05, 1.00e+02])");
+    tensor_release(x);
+    double v[10];
+    for (int i = 0; i < 10; i++) v[i] = i;
+    x = make1(DT_I64, 10, v);
+    o = print_options_default();
+    o.threshold = 5, o.edgeitems = 2;
+    CHECK_STR(tensor_format_with(x, &o), "tensor([0, 1,  ..., 8, 9])");
+    tensor_release(x);
+}
+
 static void test_format_long(void) {
     double v[2000];
     for (int i = 0; i < 2000; i++) v[i] = i;
@@ -882,6 +901,7 @@ int main(void) {
     test_format_basic();
     test_format_empty_and_views();
     test_format_long();
+    test_format_options();
     test_rng_known_answer();
     test_rng_reproducible();
     test_rng_distributions();
