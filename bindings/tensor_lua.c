@@ -2001,6 +2001,7 @@ static const struct { const char *name; KUnOp op; } unary_methods[] = {
     {"acos", KU_ACOS}, {"arccos", KU_ACOS}, {"atan", KU_ATAN}, {"arctan", KU_ATAN}, {"sinh", KU_SINH},
     {"cosh", KU_COSH}, {"asinh", KU_ASINH}, {"arcsinh", KU_ASINH}, {"acosh", KU_ACOSH}, {"arccosh", KU_ACOSH},
     {"atanh", KU_ATANH}, {"arctanh", KU_ATANH}, {"log2", KU_LOG2}, {"log10", KU_LOG10}, {"bitwise_not", KU_BNOT},
+    {"erfc", KU_ERFC}, {"lgamma", KU_LGAMMA}, {"digamma", KU_DIGAMMA},
 };
 
 static const struct { const char *name; KRedOp op; } reduce_methods[] = {

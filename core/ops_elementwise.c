@@ -20,7 +20,7 @@ static const char *const un_names[KU_COUNT] = {"neg", "exp", "log", "sqrt", "rsq
                                                "sign", "clamp", "pow", "pow", "log1p", "expm1", "floor", "ceil",
                                                "round", "trunc", "erf", "leaky_relu", "logical_not", "tan", "asin",
                                                "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log2",
-                                               "log10", "bitwise_not"};
+                                               "log10", "erfc", "lgamma", "digamma", "bitwise_not"};
 
 const char *kbin_name(KBinOp op) { return bin_names[op]; }
 const char *kun_name(KUnOp op) { return un_names[op]; }

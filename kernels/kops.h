@@ -51,6 +51,7 @@ typedef enum {
     KU_LEAKY_RELU, /* slope p1 */
     KU_NOT,        /* logical not: output value 1 where x == 0 */
     KU_TAN, KU_ASIN, KU_ACOS, KU_ATAN, KU_SINH, KU_COSH, KU_ASINH, KU_ACOSH, KU_ATANH, KU_LOG2, KU_LOG10,
+    KU_ERFC, KU_LGAMMA, KU_DIGAMMA, /* special.h: digamma (and trigamma, its derivative) */
     KU_BNOT,       /* ~x, integers only (the core maps a bool to NOT) */
     KU_COUNT
 } KUnOp;

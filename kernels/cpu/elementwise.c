@@ -13,6 +13,7 @@
 #include "simd.h"
 #include "kernels.h"
 #include "vmath.h"
+#include "special.h"
 
 #define CHUNK 8192
 /* serial bodies: one copy, shared by the inline and the OpenMP call sites */
@@ -89,6 +90,11 @@ typedef uint64_t __attribute__((may_alias)) u64a;
         return t > hi || hi != hi ? hi : t;                                 \
     }                                                                       \
     static inline T sigmoid_##S(T x) { return (T)1 / ((T)1 + exp##MS(-x)); } \
+    /* lgamma_r: lgamma without the global signgam (threads) */             \
+    static inline T lgamma_##S(T x) {                                       \
+        int sign;                                                           \
+        return lgamma##MS##_r(x, &sign);                                    \
+    }                                                                       \
     static inline T gelu_##S(T x) {                                         \
         return (T)0.5 * x * ((T)1 + erf##MS(x * (T)M_SQRT1_2));             \
     }                                                                       \
@@ -315,6 +321,9 @@ DEF_BINARY(i64, int64_t)
     case KU_ATANH: LOOP(T, atanh##MS(x)); break;                            \
     case KU_LOG2: LOOP(T, log2##MS(x)); break;                              \
     case KU_LOG10: LOOP(T, log10##MS(x)); break;                            \
+    case KU_ERFC: LOOP(T, erfc##MS(x)); break;                              \
+    case KU_LGAMMA: LOOP(T, lgamma_##S(x)); break;                          \
+    case KU_DIGAMMA: LOOP(T, k_digamma(x)); break;                          \
     default: break;
 
 #define UN_CONTIG(T, EXPR)                                                  \
@@ -499,6 +508,10 @@ void k_unary_i64(KUnOp op, int64_t n, const int64_t *a, int64_t sa, int64_t *o,
         case KU_ATANH: UB_RUN(T, gy[i] / ((T)1 - x[i] * x[i])); break;      \
         case KU_LOG2: UB_RUN(T, gy[i] / (x[i] * (T)LN_2)); break;           \
         case KU_LOG10: UB_RUN(T, gy[i] / (x[i] * (T)LN_10)); break;         \
+        case KU_ERFC:                                                       \
+            UB_RUN(T, -gy[i] * (T)TWO_OVER_SQRT_PI * exp##MS(-x[i] * x[i])); break; \
+        case KU_LGAMMA: UB_RUN(T, gy[i] * (T)k_digamma(x[i])); break;       \
+        case KU_DIGAMMA: UB_RUN(T, gy[i] * (T)k_trigamma(x[i])); break;     \
         default: (void)q2; break;                                           \
         }                                                                   \
     }                                                                       \

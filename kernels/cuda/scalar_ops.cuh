@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdint.h>
 #include "kernels_cuda.h"
+#include "special.h"
 
 #define KC_HD __host__ __device__
 
@@ -150,6 +151,9 @@ template <typename T> KC_HD T unop(KUnOp op, T x, T q1, T q2) {
     case KU_ATANH: return atanh(x);
     case KU_LOG2: return log2(x);
     case KU_LOG10: return log10(x);
+    case KU_ERFC: return erfc(x);
+    case KU_LGAMMA: return lgamma(x);
+    case KU_DIGAMMA: return (T)k_digamma(x);
     default: return x;
     }
 }
@@ -214,6 +218,9 @@ template <typename T> KC_HD T unary_grad(KUnOp op, T x, T y, T gy, T q1, T q2) {
     case KU_ATANH: return gy / ((T)1 - x * x);
     case KU_LOG2: return gy / (x * (T)LN_2);
     case KU_LOG10: return gy / (x * (T)LN_10);
+    case KU_ERFC: return -gy * (T)TWO_OVER_SQRT_PI * exp(-x * x);
+    case KU_LGAMMA: return gy * (T)k_digamma(x);
+    case KU_DIGAMMA: return gy * (T)k_trigamma(x);
     default: return 0;
     }
 }

@@ -214,7 +214,7 @@ static void test_unary(DType cdt) {
 static void test_unary_backward(DType cdt) {
     static const KUnOp ops[] = {KU_RELU, KU_GELU, KU_GELU_TANH, KU_SILU, KU_TANH, KU_SIGMOID, KU_EXP, KU_LOG,
                                 KU_SQRT, KU_ABS, KU_CLAMP, KU_POW, KU_SQUARE, KU_SIN, KU_ERF, KU_NEG,
-                                KU_TAN, KU_ATAN, KU_COSH, KU_ASINH, KU_LOG10};
+                                KU_TAN, KU_ATAN, KU_COSH, KU_ASINH, KU_LOG10, KU_ERFC, KU_LGAMMA, KU_DIGAMMA};
     for (size_t k = 0; k < sizeof ops / sizeof *ops; k++) {
         Buf x = in(cdt, NE, 0.1, 3), y = in(cdt, NE, 0.1, 3), g = in(cdt, NE, -1, 1), o = poisoned(cdt, NE);
         R->unary_backward(ops[k], cdt, NE, x.r, y.r, g.r, o.r, 0.5, 2);

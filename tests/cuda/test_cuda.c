@@ -190,7 +190,8 @@ static void test_unary_grad_semantics(void) {
     static const KUnOp ops[] = {KU_NEG, KU_RELU, KU_GELU, KU_GELU_TANH, KU_SILU, KU_TANH, KU_SIGMOID, KU_EXP,
                                 KU_LOG, KU_SQRT, KU_RSQRT, KU_ABS, KU_CLAMP, KU_POW, KU_LEAKY_RELU, KU_SQUARE,
                                 KU_RECIP, KU_SIN, KU_COS, KU_LOG1P, KU_EXPM1, KU_ERF, KU_TAN, KU_ASIN,
-                                KU_ACOS, KU_ATAN, KU_SINH, KU_COSH, KU_ASINH, KU_ACOSH, KU_ATANH, KU_LOG2, KU_LOG10};
+                                KU_ACOS, KU_ATAN, KU_SINH, KU_COSH, KU_ASINH, KU_ACOSH, KU_ATANH, KU_LOG2, KU_LOG10,
+                                KU_ERFC, KU_LGAMMA, KU_DIGAMMA};
     int bad32 = 0, bad64 = 0;
     for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
         for (int i = 0; i < NV; i++) {
