@@ -54,8 +54,9 @@ typedef uint64_t __attribute__((may_alias)) u64a;
 #define LN_10 2.30258509299404568402
 
 /* NaN-propagating max/min (torch.maximum / minimum). */
-#define MAX_NAN(x, y) ((x) != (x) || (x) > (y) ? (x) : (y))
-#define MIN_NAN(x, y) ((x) != (x) || (x) < (y) ? (x) : (y))
+/* NaN from either side wins; on a tie (0 and -0) x, as torch.maximum / minimum */
+#define MAX_NAN(x, y) ((y) != (y) || (y) > (x) ? (y) : (x))
+#define MIN_NAN(x, y) ((y) != (y) || (y) < (x) ? (y) : (x))
 
 /* Float arithmetic, Python-style floor division and remainder, and the
  * derivative helpers, instantiated for float (S=f32) and double (S=f64). */

@@ -81,8 +81,8 @@ template <typename T> KC_HD T binop(KBinOp op, T x, T y) {
     case KB_MUL: return k_mul(x, y);
     case KB_DIV: return k_div(x, y);
     case KB_POW: return k_pow(x, y);
-    case KB_MAX: return x != x || x > y ? x : y;
-    case KB_MIN: return x != x || x < y ? x : y;
+    case KB_MAX: return y != y || y > x ? y : x; /* NaN wins; a tie (0, -0) gives x */
+    case KB_MIN: return y != y || y < x ? y : x;
     case KB_EQ: return x == y;
     case KB_NE: return x != y;
     case KB_LT: return x < y;

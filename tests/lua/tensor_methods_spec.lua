@@ -460,6 +460,26 @@ describe("running extremes, runs and histograms (torch 2.15's results)", functio
     assert.same({2, 3}, i:tolist())
     assert.same({0, 2, 1, 1}, accel.tensor({1, 2, 1, 4}, f32):histc(4, 0, 4):tolist())
     assert.same({2, 1, 1}, accel.tensor({1, 2, 1, 4}, f32):histc(3):tolist())
+    -- torch 2.15: "torch.histc: range of [0, inf] is not finite" (an inf bound); with no bounds, an inf or NaN
+    -- in the data makes the data's range not finite
+    expect_error(function() accel.tensor({1, 2}, f32):histc(4, 0, math.huge) end, "histc: range of [0, inf] is not finite")
+    expect_error(function() accel.tensor({1.5, -math.huge}, f32):histc(4) end, "histc: range of [-inf, 1.5] is not finite")
+    expect_error(function() accel.tensor({1, 0 / 0, 2}, f32):histc(4) end, "is not finite")
+    assert.same({1, 0, 1}, accel.tensor({1, 0 / 0, 2}, f32):histc(3, 0.5, 2.5):tolist()) -- NaN ignored in a range
+  end)
+
+  -- torch 2.15: maximum([-0., 0., -0.], [0., -0., -0.]) -> [-0., 0., -0.], minimum the same: a tie gives the
+  -- first operand
+  it("maximum and minimum keep the first operand on a tie of signed zeros", function()
+    local a, b = accel.tensor({-0.0, 0.0, -0.0}, f32), accel.tensor({0.0, -0.0, -0.0}, f32)
+    local function signs(t)
+      local out = {}
+      for i, v in ipairs(t:tolist()) do out[i] = 1 / v < 0 and "-" or "+" end
+      return table.concat(out)
+    end
+    assert.are.equal("-+-", signs(accel.maximum(a, b)))
+    assert.are.equal("-+-", signs(accel.minimum(a, b)))
+    assert.are.equal("-+-", signs(a:double():maximum(b:double())))
   end)
 end)
 

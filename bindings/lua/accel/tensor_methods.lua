@@ -324,15 +324,19 @@ end
 
 -- t:histc([bins = 100], [min = 0], [max = 0]): counts of equal-width bins
 -- over [min, max] (both 0: the data's range), elements outside ignored, the
--- maximum in the last bin; t's float dtype
+-- maximum in the last bin; t's float dtype; a range that is not finite
+-- (an inf bound, or no bounds and an inf or NaN in t) is torch's error
 function M.histc(t, ...)
   local a = torch_args("histc", {"bins:int", "min:number", "max:number"}, ...)
   if not t.dtype.is_floating_point then raise("histc: input must be a floating point tensor, got %s", t.dtype.name) end
   local bins, lo, hi = a.bins or 100, a.min or 0, a.max or 0
   if type(bins) ~= "number" or bins < 1 or bins ~= math.floor(bins) then raise("histc: bins must be a positive integer") end
   local x = t:reshape({-1})
+  if lo == 0 and hi == 0 and x:numel() > 0 then lo, hi = x:min():item(), x:max():item() end -- (NaN if any)
+  if not (math.abs(lo) < math.huge and math.abs(hi) < math.huge) then
+    raise("histc: range of [%g, %g] is not finite", lo, hi)
+  end
   x = x:masked_select(x:isnan():logical_not())
-  if lo == 0 and hi == 0 and x:numel() > 0 then lo, hi = x:min():item(), x:max():item() end
   if lo == hi then lo, hi = lo - 1, hi + 1 end
   if lo > hi then raise("histc: max must be larger than min") end
   x = x:masked_select(x:ge(lo):logical_and(x:le(hi)))
