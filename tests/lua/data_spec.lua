@@ -529,12 +529,20 @@ describe("DataLoader sharding", function()
     for r = 0, 1 do assert.are.same(shard_split(global, 4, 2, r, true, true), got[r]) end
   end)
 
-  it("the length of a shard is its number of batches", function()
+  it("the length of a shard is its number of batches (with split_batches, the global count)", function()
     local base = data.DataLoader(ids_dataset(9), {batch_size = 2})
     assert.are.equal(3, #base:shard(0, 2))
     assert.are.equal(3, #base:shard(1, 2))
     assert.are.equal(3, #base:shard(0, 2, {even_batches = false}))
     assert.are.equal(2, #base:shard(1, 2, {even_batches = false}))
+    -- accelerate 1.16's BatchSamplerShard(9 samples, batch 4, 2 processes, split_batches, even_batches = False):
+    -- rank 0 yields [[0, 1], [4, 5], [8]], rank 1 [[2, 3], [6, 7]], and len() is 3 on both
+    local wide = data.DataLoader(ids_dataset(9), {batch_size = 4})
+    for r = 0, 1 do
+      local shard = wide:shard(r, 2, {split_batches = true, even_batches = false})
+      assert.are.equal(3, #shard)
+      assert.are.equal(r == 0 and 3 or 2, #pass(shard))
+    end
     local s = base:shard(1, 2, {split_batches = false})
     assert.are.same({1, 2, true, false}, {s.process_index, s.num_processes, s.even_batches, s.split_batches})
     assert.are.equal(data.DataLoader, getmetatable(s))

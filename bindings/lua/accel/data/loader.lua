@@ -260,7 +260,16 @@ end
 
 -- ---- the public face ----
 
-function DataLoader:__len() return self:_count() end
+-- #loader: Accelerate's len. With split_batches (the last batch kept) every
+-- rank reports the number of global batches, also one the last, short batch
+-- does not reach (even_batches = false), as Accelerate's BatchSamplerShard;
+-- otherwise the rank's own count.
+function DataLoader:__len()
+  if self.split_batches and not self.drop_last then
+    return ceil((length(self.dataset) - (self._skip or 0)) / self.batch_size)
+  end
+  return self:_count()
+end
 
 -- The position (st: epoch, offset, batches) is the pass's that yielded
 -- last: st.owner is that pass, false once one ended, nil once set_epoch or
