@@ -1193,6 +1193,7 @@ end
 LAZY_FUNCTIONS.poisson_nll_loss, LAZY_FUNCTIONS.gaussian_nll_loss = "likelihood_loss", "likelihood_loss"
 LAZY_FUNCTIONS.bilinear = "bilinear"
 LAZY_FUNCTIONS.grid_sample, LAZY_FUNCTIONS.affine_grid = "grid_sample", "grid_sample"
+LAZY_FUNCTIONS.ctc_loss = "ctc_loss"
 LAZY_FUNCTIONS.adaptive_max_pool1d, LAZY_FUNCTIONS.adaptive_max_pool2d = "adaptive_max_pool", "adaptive_max_pool"
 LAZY_FUNCTIONS.unfold, LAZY_FUNCTIONS.fold, LAZY_FUNCTIONS.local_response_norm = "fold", "fold", "normalization"
 LAZY_FUNCTIONS.gumbel_softmax, LAZY_FUNCTIONS.embedding_bag = "activations", "embedding_bag"
@@ -1216,7 +1217,7 @@ end})
 -- PyTorch's functions accel-lua does not provide: a clear error, not nil.
 local NOT_PROVIDED = {}
 for _, name in ipairs({"conv_transpose3d", "adaptive_max_pool3d", "lp_pool3d", "max_unpool3d",
-  "fractional_max_pool2d", "feature_alpha_dropout", "ctc_loss"}) do
+  "fractional_max_pool2d", "feature_alpha_dropout"}) do
   NOT_PROVIDED[name] = true
 end
 return util.not_provided(F, NOT_PROVIDED, "accel.nn.functional", "docs/api/nn.md lists the functions there are")
