@@ -129,6 +129,25 @@ describe("more layers and losses: modules and details", function()
     local d = F.alpha_dropout(z, 0.2, true)
     assert.is_true(math.abs(d:mean():item()) < 0.01 and math.abs(d:std():item() - 1) < 0.01)
     assert.are.equal(z, nn.AlphaDropout(0.2):eval()(z))
+    -- FeatureAlphaDropout: one draw per (sample, channel); kept a (x + alpha p), dropped a alpha (p - 1), with
+    -- alpha = 1.7580993408473766 and a = ((1 - p) (1 + p alpha^2))^-1/2 (PyTorch's _dropout_impl)
+    local alpha, p = 1.7580993408473766, 0.3
+    local scale = ((1 - p) * (1 + p * alpha * alpha)) ^ -0.5
+    local v = accel.randn(4, 50, 3, 2, {dtype = accel.float64})
+    local fd = F.feature_alpha_dropout(v, p, true)
+    local kept = (fd - (v + alpha * p) * scale):abs():lt(1e-12)
+    local dropped = (fd - scale * alpha * (p - 1)):abs():lt(1e-12)
+    assert.is_true(kept:logical_or(dropped):all():item())
+    local per_channel = kept:reshape({4, 50, 6}):sum(3)
+    assert.is_true(per_channel:eq(0):logical_or(per_channel:eq(6)):all():item()) -- whole channels
+    local share = kept:double():mean():item()
+    assert.is_true(share > 0.55 and share < 0.85) -- 1 - p of 200 channels
+    assert.are.equal(v, nn.FeatureAlphaDropout(p):eval()(v))
+    -- torch 2.15: FeatureAlphaDropout(p=0.2, inplace=False); a 1-D input: "Feature dropout requires at least 2
+    -- dimensions in the input"
+    assert.are.equal("FeatureAlphaDropout(p=0.2, inplace=False)", tostring(nn.FeatureAlphaDropout(0.2)))
+    expect_error(function() F.feature_alpha_dropout(accel.ones(3), 0.2, true) end,
+      "feature_alpha_dropout: Feature dropout requires at least 2 dimensions in the input")
     -- torch 2.15: RReLU(lower=0.125, upper=0.3333333333333333), AlphaDropout(p=0.2, inplace=False),
     -- LPPool2d(norm_type=2, kernel_size=3, stride=None, ceil_mode=False), MultiMarginLoss()
     assert.are.equal("RReLU(lower=0.125, upper=0.3333333333333333)", tostring(nn.RReLU()))

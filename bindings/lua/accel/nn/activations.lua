@@ -285,18 +285,29 @@ function F.rrelu(x, ...)
 end
 
 -- alpha_dropout(x, [p = 0.5], [training = false], [inplace = false]): dropout that keeps SELU's
--- mean and variance: dropped elements set to -lambda alpha, then an affine map a x + b
+-- mean and variance: dropped elements set to -lambda alpha, then an affine map a x + b;
+-- feature_alpha_dropout (same arguments) drops whole channels: one draw per (N, C) entry,
+-- shared by the dims after them
 local SELU_NEG = -1.7580993408473766 -- -lambda alpha of SELU
-function F.alpha_dropout(x, ...)
-  local a = torch_args("alpha_dropout", {"p:number", "training:bool", "inplace:bool"}, ...)
-  local p = F._dropout_p("alpha_dropout", a.p)
-  if not a.training or p == 0 then return x end
+local function alpha_dropout(op, per_channel, x, ...)
+  local a = torch_args(op, {"p:number", "training:bool", "inplace:bool"}, ...)
+  local p = F._dropout_p(op, a.p)
+  if not a.training or p == 0 or x:numel() == 0 then return x end
   if p == 1 then return x * 0 end
-  local keep = accel.empty_like(x):bernoulli_(1 - p)
+  if per_channel and x:dim() < 2 then raise("%s: Feature dropout requires at least 2 dimensions in the input", op) end
+  local draws = x
+  if per_channel then
+    local shape = {x:size(1), x:size(2)}
+    for d = 3, x:dim() do shape[d] = 1 end
+    draws = accel.empty(shape, {dtype = x.dtype, device = x.device})
+  end
+  local keep = accel.empty_like(draws):bernoulli_(1 - p)
   local scale = ((1 - p) * (1 + p * SELU_NEG * SELU_NEG)) ^ -0.5
   local y = (x * keep + (1 - keep) * SELU_NEG) * scale + (-scale * SELU_NEG * p)
   return a.inplace and x:copy_(y) or y
 end
+function F.alpha_dropout(x, ...) return alpha_dropout("alpha_dropout", false, x, ...) end
+function F.feature_alpha_dropout(x, ...) return alpha_dropout("feature_alpha_dropout", true, x, ...) end
 
 -- RReLU([lower], [upper], [inplace]); AlphaDropout([p = 0.5], [inplace])
 local RReLU = export_class(M, "RReLU")
@@ -309,13 +320,16 @@ function RReLU:extra_repr()
   return ("lower=%s, upper=%s%s"):format(py(self.lower), py(self.upper), self.inplace and ", inplace=True" or "")
 end
 
-local AlphaDropout = export_class(M, "AlphaDropout")
-function AlphaDropout:init(...)
-  local a = torch_args("AlphaDropout", {"p:number", "inplace:bool"}, ...)
-  self.p, self.inplace = F._dropout_p("AlphaDropout", a.p), a.inplace == true
+-- AlphaDropout / FeatureAlphaDropout([p = 0.5], [inplace])
+for name, fn in pairs({AlphaDropout = "alpha_dropout", FeatureAlphaDropout = "feature_alpha_dropout"}) do
+  local cls = export_class(M, name)
+  function cls:init(...)
+    local a = torch_args(name, {"p:number", "inplace:bool"}, ...)
+    self.p, self.inplace = F._dropout_p(name, a.p), a.inplace == true
+  end
+  function cls:forward(x) return F[fn](x, self.p, self.training, self.inplace) end
+  function cls:extra_repr() return ("p=%s, inplace=%s"):format(py(self.p), py(self.inplace)) end
 end
-function AlphaDropout:forward(x) return F.alpha_dropout(x, self.p, self.training, self.inplace) end
-function AlphaDropout:extra_repr() return ("p=%s, inplace=%s"):format(py(self.p), py(self.inplace)) end
 
 -- Softmax2d(): softmax over the channels (dim -3) of a (N, C, H, W) or (C, H, W) input
 local Softmax2d = export_class(M, "Softmax2d")

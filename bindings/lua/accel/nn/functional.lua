@@ -1200,6 +1200,7 @@ LAZY_FUNCTIONS.gumbel_softmax, LAZY_FUNCTIONS.embedding_bag = "activations", "em
 LAZY_FUNCTIONS.pdist, LAZY_FUNCTIONS.lp_pool1d, LAZY_FUNCTIONS.lp_pool2d = "pooling1d", "pooling1d", "pooling1d"
 LAZY_FUNCTIONS.multi_margin_loss, LAZY_FUNCTIONS.multilabel_margin_loss = "ranking_loss", "ranking_loss"
 LAZY_FUNCTIONS.rrelu, LAZY_FUNCTIONS.alpha_dropout = "activations", "activations"
+LAZY_FUNCTIONS.feature_alpha_dropout = "activations"
 LAZY_FUNCTIONS.max_unpool1d, LAZY_FUNCTIONS.max_unpool2d = "max_unpool", "max_unpool"
 for _, name in ipairs({"conv3d", "max_pool3d", "avg_pool3d", "adaptive_avg_pool3d"}) do LAZY_FUNCTIONS[name] = "volumetric" end
 for _, name in ipairs({"relu6", "hardtanh", "hardsigmoid", "hardswish", "mish", "selu", "celu", "prelu", "softsign",
@@ -1217,7 +1218,7 @@ end})
 -- PyTorch's functions accel-lua does not provide: a clear error, not nil.
 local NOT_PROVIDED = {}
 for _, name in ipairs({"conv_transpose3d", "adaptive_max_pool3d", "lp_pool3d", "max_unpool3d",
-  "fractional_max_pool2d", "feature_alpha_dropout"}) do
+  "fractional_max_pool2d"}) do
   NOT_PROVIDED[name] = true
 end
 return util.not_provided(F, NOT_PROVIDED, "accel.nn.functional", "docs/api/nn.md lists the functions there are")

@@ -57,6 +57,7 @@ LAZY_CLASSES.EmbeddingBag, LAZY_CLASSES.CTCLoss = "embedding_bag", "ctc_loss"
 LAZY_CLASSES.LPPool1d, LAZY_CLASSES.LPPool2d = "pooling1d", "pooling1d"
 LAZY_CLASSES.MultiMarginLoss, LAZY_CLASSES.MultiLabelMarginLoss = "ranking_loss", "ranking_loss"
 LAZY_CLASSES.RReLU, LAZY_CLASSES.AlphaDropout = "activations", "activations"
+LAZY_CLASSES.FeatureAlphaDropout = "activations"
 LAZY_CLASSES.MaxUnpool1d, LAZY_CLASSES.MaxUnpool2d = "max_unpool", "max_unpool"
 for _, name in ipairs({"Conv3d", "MaxPool3d", "AvgPool3d", "AdaptiveAvgPool3d"}) do LAZY_CLASSES[name] = "volumetric" end
 LAZY_CLASSES.PoissonNLLLoss, LAZY_CLASSES.GaussianNLLLoss = "likelihood_loss", "likelihood_loss"
@@ -74,7 +75,7 @@ end
 -- PyTorch's modules accel-lua does not provide: a clear error, not nil.
 local NOT_PROVIDED = {}
 for _, name in ipairs({"ConvTranspose3d", "AdaptiveMaxPool3d", "LPPool3d",
-  "MaxUnpool3d", "FractionalMaxPool2d", "LazyLinear", "FeatureAlphaDropout"}) do
+  "MaxUnpool3d", "FractionalMaxPool2d", "LazyLinear"}) do
   NOT_PROVIDED[name] = true
 end
 
