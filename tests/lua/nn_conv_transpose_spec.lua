@@ -1,5 +1,5 @@
--- nn_conv_transpose_spec.lua: F.conv_transpose2d / conv_transpose1d and
--- nn.ConvTranspose2d / ConvTranspose1d against PyTorch 2.15: outputs and the
+-- nn_conv_transpose_spec.lua: F.conv_transpose1d / 2d / 3d and
+-- nn.ConvTranspose1d / 2d / 3d against PyTorch 2.15: outputs and the
 -- gradients of input, weight and bias from
 -- tests/fixtures/conv_transpose.safetensors
 -- (scripts/fixtures/make_conv_transpose_fixtures.py), the modules' printed
@@ -22,6 +22,9 @@ local CASES = {
   unbatched = {stride = 2},
   conv1d = {stride = 3, padding = 1, output_padding = 2},
   conv1d_groups = {groups = 2, dilation = 2},
+  conv3d = {stride = {2, 1, 2}, padding = {0, 1, 1}, output_padding = {1, 0, 1}},
+  conv3d_groups = {groups = 2, dilation = 2, stride = 2},
+  conv3d_unbatched = {},
 }
 
 describe("conv_transpose matches PyTorch", function()
@@ -35,7 +38,7 @@ describe("conv_transpose matches PyTorch", function()
       local b = ref[name .. ".b"]:clone():requires_grad_(true)
       local o = {bias = b}
       for k, v in pairs(CASES[name]) do o[k] = v end
-      local fn = w:dim() == 3 and F.conv_transpose1d or F.conv_transpose2d
+      local fn = ({F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d})[w:dim() - 2]
       local y = fn(x, w, o)
       close(y, ref[name .. ".y"], 1e-12)
       local n = y:numel()
@@ -62,6 +65,17 @@ describe("ConvTranspose modules", function()
     assert.are.equal("ConvTranspose1d(4, 6, kernel_size=(3,), stride=(1,), dilation=(2,), groups=2)",
       tostring(nn.ConvTranspose1d(4, 6, 3, {groups = 2, dilation = 2})))
     assert.are.equal("ConvTranspose2d(2, 3, kernel_size=(3, 5), stride=(2, 1))", tostring(nn.ConvTranspose2d(2, 3, {3, 5}, {2, 1})))
+    assert.are.equal("ConvTranspose3d(4, 6, kernel_size=(3, 3, 3), stride=(2, 1, 1), groups=2, bias=False)",
+      tostring(nn.ConvTranspose3d(4, 6, 3, {stride = {2, 1, 1}, groups = 2, bias = false})))
+  end)
+
+  -- torch 2.15: ConvTranspose3d(2, 3, 3, stride=2)(ones(1, 2, 2, 3, 4), output_size=[6, 8, 10]).shape
+  -- == [1, 3, 6, 8, 10]
+  it("ConvTranspose3d forwards as the function, with output_size", function()
+    local m = nn.ConvTranspose3d(2, 3, 3, {stride = 2})
+    local x = accel.randn(1, 2, 2, 3, 4)
+    close(m(x), F.conv_transpose3d(x, m.weight, m.bias, {stride = 2}), 0)
+    assert.are.same({1, 3, 6, 8, 10}, support.shape_of(m(x, {6, 8, 10})))
   end)
 
   it("has PyTorch's weight layout and initialisation bounds, and forwards as the function", function()

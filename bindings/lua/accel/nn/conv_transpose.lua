@@ -1,12 +1,12 @@
--- accel.nn.conv_transpose: F.conv_transpose2d / conv_transpose1d and the
--- modules ConvTranspose2d / ConvTranspose1d, PyTorch's arguments
--- (positionally or in a table), weights (in, out / groups, kh, kw),
+-- accel.nn.conv_transpose: F.conv_transpose1d / 2d / 3d and the modules
+-- ConvTranspose1d / 2d / 3d, PyTorch's arguments
+-- (positionally or in a table), weights (in, out / groups, k...),
 -- initialisation and printed forms. A transposed convolution is computed as
 -- the ordinary convolution it is the gradient of: the input with stride - 1
 -- zeros between its elements, padded by dilation * (k - 1) - padding on
 -- each side (output_padding more at the end), convolved with the kernel
 -- flipped and its in / out channels swapped per group. So autograd comes
--- with it; the zeros cost stride^2 times the work of a direct kernel.
+-- with it; the zeros cost stride^n times the work of a direct kernel.
 -- Loaded on first use of one of its names.
 local accel = require("accel")
 local base = require("accel.nn.module")
@@ -23,25 +23,34 @@ local FUNCTIONS = {}
 local ints = base.int_list
 local function is_int(v) return type(v) == "number" and v == math.floor(v) end
 
--- x (N, C, H, W) with stride - 1 zeros between its elements along H and W
-local function spread(x, sh, sw)
-  if sh == 1 and sw == 1 then return x end
-  local n, c, h, w = x:size(1), x:size(2), x:size(3), x:size(4)
-  local grid = F.pad(x:reshape({n, c, h, 1, w, 1}), {0, sw - 1, 0, 0, 0, sh - 1}) -- (N, C, H, sh, W, sw)
-  return grid:reshape({n, c, h * sh, w * sw}):narrow(3, 1, (h - 1) * sh + 1):narrow(4, 1, (w - 1) * sw + 1)
+-- x with stride - 1 zeros between its elements along dim
+local function spread_dim(x, dim, stride)
+  if stride == 1 then return x end
+  local len, shape, merged = x:size(dim), util.sizes_of(x), util.sizes_of(x)
+  table.insert(shape, dim + 1, 1)
+  merged[dim] = len * stride
+  local pads = {}
+  for _ = dim + 2, x:dim() + 1 do pads[#pads + 1], pads[#pads + 2] = 0, 0 end
+  pads[#pads + 1], pads[#pads + 2] = 0, stride - 1 -- the new dim after `dim`: (..., L, stride, ...)
+  return F.pad(x:reshape(shape), pads):reshape(merged):narrow(dim, 1, (len - 1) * stride + 1)
 end
 
--- weight (in, out / g, kh, kw) as an ordinary convolution's (out, in / g, kh, kw), flipped
+-- weight (in, out / g, k...) as an ordinary convolution's (out, in / g, k...), flipped
 local function as_conv_weight(weight, groups)
-  local cin, cout_g, kh, kw = weight:size(1), weight:size(2), weight:size(3), weight:size(4)
-  local per_group = math.floor(cin / groups)
-  return weight:reshape({groups, per_group, cout_g, kh, kw}):transpose(2, 3)
-    :reshape({groups * cout_g, per_group, kh, kw}):flip({3, 4})
+  local shape = util.sizes_of(weight)
+  local per_group = math.floor(shape[1] / groups)
+  local split, merged, spatial = {groups, per_group, shape[2]}, {groups * shape[2], per_group}, {}
+  for d = 3, #shape do
+    split[#split + 1], merged[#merged + 1], spatial[#spatial + 1] = shape[d], shape[d], d
+  end
+  return weight:reshape(split):transpose(2, 3):reshape(merged):flip(spatial)
 end
 
 -- x (N, C, ...) or (C, ...) and weight (in, out / groups, ...) with `spatial` dims, else op's error
+local DIMS = {"L", "H, W", "D, H, W"}
+local KERNELS = {"k", "kh, kw", "kd, kh, kw"}
 local function check_ranks(op, x, weight, spatial)
-  local dims, kernel = spatial == 2 and "H, W" or "L", spatial == 2 and "kh, kw" or "k"
+  local dims, kernel = DIMS[spatial], KERNELS[spatial]
   if not accel.is_tensor(x) or (x:dim() ~= spatial + 1 and x:dim() ~= spatial + 2) then
     raise("%s: expected input of shape (N, C, %s) or (C, %s), got %s", op, dims, dims, accel.is_tensor(x) and
       tostring(x.shape) or type(x))
@@ -52,9 +61,9 @@ local function check_ranks(op, x, weight, spatial)
   end
 end
 
-local function check_tensors(op, x, weight, bias, groups)
-  check_ranks(op, x, weight, 2)
-  local c = x:size(x:dim() - 2)
+local function check_tensors(op, x, weight, bias, groups, spatial)
+  check_ranks(op, x, weight, spatial)
+  local c = x:size(x:dim() - spatial)
   if weight:size(1) ~= c then
     raise("%s: weight %s expects an input with %d channels (its dim 1), but the input %s has %d", op,
       tostring(weight.shape), weight:size(1), tostring(x.shape), c)
@@ -68,39 +77,40 @@ end
 
 local SPECS = {"bias:tensor", "stride", "padding", "output_padding", "groups:int", "dilation"}
 
--- conv_transpose2d(input, weight, [bias], [stride = 1], [padding = 0],
---   [output_padding = 0], [groups = 1], [dilation = 1]), positionally or by name
-function FUNCTIONS.conv_transpose2d(input, weight, ...)
-  local op = "conv_transpose2d"
+-- conv_transpose2d / 3d (n spatial dims) of input (N, C, ...) or (C, ...) with weight (in, out / groups, k...)
+local function conv_transpose(op, n, input, weight, ...)
   local a = torch_args(op, SPECS, ...)
   local groups = a.groups or 1
   if groups < 1 then raise("%s: groups must be at least 1, got %d", op, groups) end
-  check_tensors(op, input, weight, a.bias, groups)
-  local s, p = ints(op, "stride", a.stride or 1, 2, 1), ints(op, "padding", a.padding or 0, 2, 0)
-  local d, q = ints(op, "dilation", a.dilation or 1, 2, 1), ints(op, "output_padding", a.output_padding or 0, 2, 0)
-  for i = 1, 2 do
+  check_tensors(op, input, weight, a.bias, groups, n)
+  local s, p = ints(op, "stride", a.stride or 1, n, 1), ints(op, "padding", a.padding or 0, n, 0)
+  local d, q = ints(op, "dilation", a.dilation or 1, n, 1), ints(op, "output_padding", a.output_padding or 0, n, 0)
+  for i = 1, n do
     if q[i] >= s[i] and q[i] >= d[i] then
       raise("%s: output_padding (%d) must be smaller than either stride (%d) or dilation (%d)", op, q[i], s[i], d[i])
     end
   end
-  local x = input:dim() == 3 and input:unsqueeze(1) or input
-  local xs = spread(x, s[1], s[2])
-  local k = {weight:size(3), weight:size(4)}
-  local pads = {}
-  for i = 1, 2 do
-    local edge = d[i] * (k[i] - 1) - p[i]
-    pads[i] = {edge, edge + q[i]} -- (negative: cropped)
-  end
-  for i = 1, 2 do
-    if xs:size(2 + i) + pads[i][1] + pads[i][2] < d[i] * (k[i] - 1) + 1 then
-      raise("%s: the output would be empty: input %s, kernel %dx%d, stride %s, padding %s", op, tostring(input.shape),
-        k[1], k[2], py(s), py(p))
+  local x = input:dim() == n + 1 and input:unsqueeze(1) or input
+  for i = 1, n do x = spread_dim(x, 2 + i, s[i]) end
+  local pads, k = {}, {}
+  for i = n, 1, -1 do -- (F.pad lists the last dim first)
+    k[i] = weight:size(2 + i)
+    local edge = d[i] * (k[i] - 1) - p[i] -- (negative: cropped)
+    if x:size(2 + i) + 2 * edge + q[i] < d[i] * (k[i] - 1) + 1 then
+      raise("%s: the output would be empty: input %s, kernel %s, stride %s, padding %s", op, tostring(input.shape),
+        tostring(weight.shape), py(s), py(p))
     end
+    pads[#pads + 1], pads[#pads + 2] = edge, edge + q[i]
   end
-  local xp = F.pad(xs, {pads[2][1], pads[2][2], pads[1][1], pads[1][2]})
-  local y = F.conv2d(xp, as_conv_weight(weight, groups), a.bias, {dilation = d, groups = groups})
-  return input:dim() == 3 and y:squeeze(1) or y
+  local conv = n == 2 and F.conv2d or F.conv3d
+  local y = conv(F.pad(x, pads), as_conv_weight(weight, groups), a.bias, {dilation = d, groups = groups})
+  return input:dim() == n + 1 and y:squeeze(1) or y
 end
+
+-- conv_transpose2d(input, weight, [bias], [stride = 1], [padding = 0],
+--   [output_padding = 0], [groups = 1], [dilation = 1]), positionally or by name; conv_transpose3d likewise
+function FUNCTIONS.conv_transpose2d(input, weight, ...) return conv_transpose("conv_transpose2d", 2, input, weight, ...) end
+function FUNCTIONS.conv_transpose3d(input, weight, ...) return conv_transpose("conv_transpose3d", 3, input, weight, ...) end
 
 -- conv_transpose1d(input (N, C, L) or (C, L), weight (in, out / groups, k), ...): conv_transpose2d over a height of 1
 function FUNCTIONS.conv_transpose1d(input, weight, ...)
@@ -122,7 +132,7 @@ for name, f in pairs(FUNCTIONS) do F[name] = f end
 local OPTIONS = {"stride", "padding", "output_padding", "groups:int", "bias:bool", "dilation", "padding_mode:string",
                  "dtype", "device"}
 
--- the module's geometry from its arguments, n = 1 or 2 spatial dims
+-- the module's geometry from its arguments, n = 1, 2 or 3 spatial dims
 local function build(self, name, n, in_channels, out_channels, kernel_size, a)
   self.in_channels = base.check_integer(in_channels, name, "in_channels", 1)
   self.out_channels = base.check_integer(out_channels, name, "out_channels", 1)
@@ -175,8 +185,8 @@ end
 
 -- ConvTranspose2d(in_channels, out_channels, kernel_size, [stride = 1], [padding = 0],
 --   [output_padding = 0], [groups = 1], [bias = true], [dilation = 1], [padding_mode = "zeros"],
---   [{dtype =, device =}]), and ConvTranspose1d(...) likewise; forward(input, [output_size])
-for n = 1, 2 do
+--   [{dtype =, device =}]), and ConvTranspose1d / 3d(...) likewise; forward(input, [output_size])
+for n = 1, 3 do
   local name, fn = ("ConvTranspose%dd"):format(n), FUNCTIONS[("conv_transpose%dd"):format(n)]
   local cls = export_class(M, name)
   function cls:init(in_channels, out_channels, kernel_size, ...)

@@ -1185,6 +1185,7 @@ end
 -- installs them all here).
 local LAZY_FUNCTIONS = {max_pool1d = "pooling1d", avg_pool1d = "pooling1d", adaptive_avg_pool1d = "pooling1d",
   pairwise_distance = "pooling1d", conv_transpose1d = "conv_transpose", conv_transpose2d = "conv_transpose",
+  conv_transpose3d = "conv_transpose",
   pixel_shuffle = "upsampling", pixel_unshuffle = "upsampling", instance_norm = "normalization"}
 for _, name in ipairs({"margin_ranking_loss", "hinge_embedding_loss", "soft_margin_loss", "cosine_embedding_loss",
                        "triplet_margin_loss", "multilabel_soft_margin_loss"}) do
@@ -1217,7 +1218,7 @@ end})
 
 -- PyTorch's functions accel-lua does not provide: a clear error, not nil.
 local NOT_PROVIDED = {}
-for _, name in ipairs({"conv_transpose3d", "adaptive_max_pool3d", "lp_pool3d", "max_unpool3d",
+for _, name in ipairs({"adaptive_max_pool3d", "lp_pool3d", "max_unpool3d",
   "fractional_max_pool2d"}) do
   NOT_PROVIDED[name] = true
 end

@@ -44,7 +44,7 @@ local LAZY_CLASSES = {BatchNorm1d = "normalization", BatchNorm2d = "normalizatio
                       TransformerEncoderLayer = "transformer", TransformerEncoder = "transformer",
                       TransformerDecoderLayer = "transformer", TransformerDecoder = "transformer",
                       Transformer = "transformer", Upsample = "upsampling", ConvTranspose1d = "conv_transpose",
-                      ConvTranspose2d = "conv_transpose", PixelShuffle = "upsampling",
+                      ConvTranspose2d = "conv_transpose", ConvTranspose3d = "conv_transpose", PixelShuffle = "upsampling",
                       PixelUnshuffle = "upsampling"}
 for _, name in ipairs({"ReLU6", "Hardtanh", "Hardsigmoid", "Hardswish", "Mish", "SELU", "CELU", "PReLU", "Softsign",
                        "Tanhshrink", "GLU", "Threshold", "Softmin", "Hardshrink", "Softshrink"}) do
@@ -74,7 +74,7 @@ end
 
 -- PyTorch's modules accel-lua does not provide: a clear error, not nil.
 local NOT_PROVIDED = {}
-for _, name in ipairs({"ConvTranspose3d", "AdaptiveMaxPool3d", "LPPool3d",
+for _, name in ipairs({"AdaptiveMaxPool3d", "LPPool3d",
   "MaxUnpool3d", "FractionalMaxPool2d", "LazyLinear"}) do
   NOT_PROVIDED[name] = true
 end
