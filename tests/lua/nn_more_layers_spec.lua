@@ -31,6 +31,8 @@ local CASES = {
   adaptive_max2d_ties = function(x) return nn.AdaptiveMaxPool2d(2, {return_indices = true})(x) end,
   adaptive_max2d_keep_h = function(x) return nn.AdaptiveMaxPool2d({nil, 2})(x) end,
   adaptive_max1d = function(x) return F.adaptive_max_pool1d(x, 4, {return_indices = true}) end,
+  adaptive_max3d = function(x) return F.adaptive_max_pool3d(x, {2, 3, 2}, true) end,
+  adaptive_max3d_ties = function(x) return nn.AdaptiveMaxPool3d(2, {return_indices = true})(x) end,
   unfold = function(x) return nn.Unfold({2, 3}, {dilation = {1, 2}, padding = 1, stride = {2, 1}})(x) end,
   unfold_unbatched = function(x) return F.unfold(x, 2) end,
   fold = function(x) return F.fold(x, {5, 6}, {2, 3}, {1, 2}, 1, {2, 1}) end,
@@ -74,6 +76,9 @@ describe("more layers and losses: modules and details", function()
     assert.are.equal("Softmax2d()", tostring(nn.Softmax2d()))
     -- torch 2.15: AdaptiveMaxPool2d(output_size=(5, 7)), AdaptiveMaxPool1d(output_size=3)
     assert.are.equal("AdaptiveMaxPool2d(output_size=(5, 7))", tostring(nn.AdaptiveMaxPool2d({5, 7})))
+    -- torch 2.15: AdaptiveMaxPool3d(output_size=(2, None, 3)), AdaptiveMaxPool2d(output_size=(None, 2))
+    assert.are.equal("AdaptiveMaxPool3d(output_size=(2, None, 3))", tostring(nn.AdaptiveMaxPool3d({2, nil, 3})))
+    assert.are.equal("AdaptiveMaxPool2d(output_size=(None, 2))", tostring(nn.AdaptiveMaxPool2d({nil, 2})))
     assert.are.equal("AdaptiveMaxPool1d(output_size=3)", tostring(nn.AdaptiveMaxPool1d(3)))
     accel.set_seed(2)
     local m = nn.Bilinear(3, 4, 5, false)

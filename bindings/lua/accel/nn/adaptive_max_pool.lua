@@ -1,8 +1,8 @@
--- accel.nn.adaptive_max_pool: F.adaptive_max_pool2d / adaptive_max_pool1d
--- and AdaptiveMaxPool2d / AdaptiveMaxPool1d, PyTorch's cells (cell i of n
+-- accel.nn.adaptive_max_pool: F.adaptive_max_pool1d / 2d / 3d and
+-- AdaptiveMaxPool1d / 2d / 3d, PyTorch's cells (cell i of n
 -- over a size S covers [floor(i S / n), ceil((i + 1) S / n))), indices and
 -- gradients. The maximum of a cell is taken along the width first, then
--- along the height, each by t:max(dim), which keeps the first of equal
+-- along the height (and the depth), each by t:max(dim), which keeps the first of equal
 -- values: together the first maximum in row-major order, the element
 -- PyTorch's kernel picks (and the one its gradient goes to). Loaded on
 -- first use of one of its names.
@@ -30,10 +30,12 @@ local function cell_max(y, d, n)
   return accel.cat(values, d), accel.cat(where, d)
 end
 
--- the output sizes {h, w} of output_size (an integer, or a pair whose nil entries keep the input's size)
-local function output_sizes(op, output_size, h, w)
-  local out = type(output_size) == "table" and output_size or {output_size, output_size}
-  local sizes = {out[1] == nil and h or out[1], out[2] == nil and w or out[2]}
+-- the output sizes of output_size (an integer, or a list whose nil entries keep the input's size) for the
+-- input sizes `dims` ({h, w} or {d, h, w})
+local function output_sizes(op, output_size, dims)
+  local out = type(output_size) == "table" and output_size or {output_size, output_size, output_size}
+  local sizes = {}
+  for i, len in ipairs(dims) do sizes[i] = out[i] == nil and len or out[i] end
   for _, n in ipairs(sizes) do
     if type(n) ~= "number" or n < 1 or n ~= math.floor(n) then
       raise("%s: output_size must be positive integers, got %s", op, py(output_size))
@@ -42,18 +44,30 @@ local function output_sizes(op, output_size, h, w)
   return sizes
 end
 
-local function max_pool_planes(x, oh, ow)
-  local H, W = x:size(-2), x:size(-1)
-  local vw, cols = cell_max(x, x:dim(), ow) -- (..., H, ow): each row's maxima, and their columns
-  local values, rows = cell_max(vw, x:dim() - 1, oh) -- (..., oh, ow)
-  -- the column of each chosen row's maximum
-  local col_of = {}
-  for c = 0, oh - 1 do
-    local lo, hi = cell(c, oh, H)
-    local r = rows:narrow(-2, c + 1, 1) - lo
-    col_of[c + 1] = cols:narrow(-2, lo + 1, hi - lo):gather(x:dim() - 1, r)
+-- y's maxima reduced to n cells along dim d (positions `inner`: where along the later dims each entry of y
+-- came from): the values, and the position of each maximum counting dim d and the later ones (row-major)
+local function cell_max_outer(y, inner, d, n, inner_size)
+  local len = y:size(d)
+  local values, chosen = cell_max(y, d, n)
+  local inner_of = {}
+  for c = 0, n - 1 do
+    local lo, hi = cell(c, n, len)
+    inner_of[c + 1] = inner:narrow(d, lo + 1, hi - lo):gather(d, chosen:narrow(d, c + 1, 1) - lo)
   end
-  return values, rows * W + accel.cat(col_of, x:dim() - 1)
+  return values, chosen * inner_size + accel.cat(inner_of, d)
+end
+
+-- the maxima of x's last #out dims in out cells, and their flat positions in those dims
+local function max_pool_cells(x, out)
+  local k, nd = #out, x:dim()
+  local values, where = cell_max(x, nd, out[k]) -- along the last dim: positions are columns
+  local inner_size = x:size(nd)
+  for i = k - 1, 1, -1 do
+    local d = nd - k + i
+    values, where = cell_max_outer(values, where, d, out[i], inner_size)
+    inner_size = inner_size * x:size(d)
+  end
+  return values, where
 end
 
 -- adaptive_max_pool2d(x (N, C, H, W) or (C, H, W), output_size, [return_indices = false]) -> values[, indices
@@ -67,8 +81,25 @@ function FUNCTIONS.adaptive_max_pool2d(x, output_size, ...)
   if x:size(-1) == 0 or x:size(-2) == 0 then
     raise("adaptive_max_pool2d: expected non-empty H and W, got input %s", tostring(x.shape))
   end
-  local out = output_sizes("adaptive_max_pool2d", output_size, x:size(-2), x:size(-1))
-  local values, indices = max_pool_planes(x, out[1], out[2])
+  local out = output_sizes("adaptive_max_pool2d", output_size, {x:size(-2), x:size(-1)})
+  local values, indices = max_pool_cells(x, out)
+  if a.return_indices then return values, indices end
+  return values
+end
+
+-- adaptive_max_pool3d(x (N, C, D, H, W) or (C, D, H, W), output_size, [return_indices = false]) -> values[,
+-- indices (flat positions d H W + h W + w in each volume)]
+function FUNCTIONS.adaptive_max_pool3d(x, output_size, ...)
+  local a = util.torch_args("adaptive_max_pool3d", {"return_indices:bool"}, ...)
+  if not accel.is_tensor(x) or (x:dim() ~= 4 and x:dim() ~= 5) then
+    raise("adaptive_max_pool3d: expected input of shape (N, C, D, H, W) or (C, D, H, W), got %s",
+      accel.is_tensor(x) and tostring(x.shape) or type(x))
+  end
+  if x:size(-1) == 0 or x:size(-2) == 0 or x:size(-3) == 0 then
+    raise("adaptive_max_pool3d: expected non-empty D, H and W, got input %s", tostring(x.shape))
+  end
+  local out = output_sizes("adaptive_max_pool3d", output_size, {x:size(-3), x:size(-2), x:size(-1)})
+  local values, indices = max_pool_cells(x, out)
   if a.return_indices then return values, indices end
   return values
 end
@@ -88,8 +119,8 @@ end
 
 for name, f in pairs(FUNCTIONS) do F[name] = f end
 
--- AdaptiveMaxPool2d(output_size, [return_indices = false]), AdaptiveMaxPool1d(...)
-for n = 1, 2 do
+-- AdaptiveMaxPool2d(output_size, [return_indices = false]), AdaptiveMaxPool1d / 3d(...)
+for n = 1, 3 do
   local name, fn = ("AdaptiveMaxPool%dd"):format(n), FUNCTIONS[("adaptive_max_pool%dd"):format(n)]
   local cls = export_class(M, name)
   function cls:init(output_size, ...)
@@ -97,7 +128,7 @@ for n = 1, 2 do
     self.output_size, self.return_indices = output_size, a.return_indices == true
   end
   function cls:forward(x) return fn(x, self.output_size, self.return_indices) end
-  function cls:extra_repr() return "output_size=" .. py(self.output_size) end
+  function cls:extra_repr() return "output_size=" .. base.size_repr(self.output_size, n) end
 end
 
 return M

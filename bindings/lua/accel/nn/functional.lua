@@ -1196,6 +1196,7 @@ LAZY_FUNCTIONS.bilinear = "bilinear"
 LAZY_FUNCTIONS.grid_sample, LAZY_FUNCTIONS.affine_grid = "grid_sample", "grid_sample"
 LAZY_FUNCTIONS.ctc_loss, LAZY_FUNCTIONS.fractional_max_pool2d = "ctc_loss", "fractional_max_pool"
 LAZY_FUNCTIONS.adaptive_max_pool1d, LAZY_FUNCTIONS.adaptive_max_pool2d = "adaptive_max_pool", "adaptive_max_pool"
+LAZY_FUNCTIONS.adaptive_max_pool3d = "adaptive_max_pool"
 LAZY_FUNCTIONS.unfold, LAZY_FUNCTIONS.fold, LAZY_FUNCTIONS.local_response_norm = "fold", "fold", "normalization"
 LAZY_FUNCTIONS.gumbel_softmax, LAZY_FUNCTIONS.embedding_bag = "activations", "embedding_bag"
 LAZY_FUNCTIONS.pdist, LAZY_FUNCTIONS.lp_pool1d, LAZY_FUNCTIONS.lp_pool2d = "pooling1d", "pooling1d", "pooling1d"
@@ -1218,7 +1219,7 @@ end})
 
 -- PyTorch's functions accel-lua does not provide: a clear error, not nil.
 local NOT_PROVIDED = {}
-for _, name in ipairs({"adaptive_max_pool3d", "lp_pool3d", "max_unpool3d", "fractional_max_pool3d"}) do
+for _, name in ipairs({"lp_pool3d", "max_unpool3d", "fractional_max_pool3d"}) do
   NOT_PROVIDED[name] = true
 end
 return util.not_provided(F, NOT_PROVIDED, "accel.nn.functional", "docs/api/nn.md lists the functions there are")

@@ -52,6 +52,7 @@ for _, name in ipairs({"ReLU6", "Hardtanh", "Hardsigmoid", "Hardswish", "Mish", 
 end
 LAZY_CLASSES.Softmax2d, LAZY_CLASSES.Bilinear = "activations", "bilinear"
 LAZY_CLASSES.AdaptiveMaxPool1d, LAZY_CLASSES.AdaptiveMaxPool2d = "adaptive_max_pool", "adaptive_max_pool"
+LAZY_CLASSES.AdaptiveMaxPool3d = "adaptive_max_pool"
 LAZY_CLASSES.Unfold, LAZY_CLASSES.Fold, LAZY_CLASSES.LocalResponseNorm = "fold", "fold", "normalization"
 LAZY_CLASSES.EmbeddingBag, LAZY_CLASSES.CTCLoss = "embedding_bag", "ctc_loss"
 LAZY_CLASSES.FractionalMaxPool2d = "fractional_max_pool"
@@ -75,7 +76,7 @@ end
 
 -- PyTorch's modules accel-lua does not provide: a clear error, not nil.
 local NOT_PROVIDED = {}
-for _, name in ipairs({"AdaptiveMaxPool3d", "LPPool3d",
+for _, name in ipairs({"LPPool3d",
   "MaxUnpool3d", "FractionalMaxPool3d", "LazyLinear"}) do
   NOT_PROVIDED[name] = true
 end

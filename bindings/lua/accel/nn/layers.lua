@@ -403,12 +403,7 @@ local AdaptiveAvgPool2d = export_class(M, "AdaptiveAvgPool2d")
 function AdaptiveAvgPool2d:init(output_size) self.output_size = output_size end
 function AdaptiveAvgPool2d:forward(x) return F.adaptive_avg_pool2d(x, self.output_size) end
 -- {nil, 3} prints as PyTorch's (None, 3)
-function AdaptiveAvgPool2d:extra_repr()
-  local size = self.output_size
-  if type(size) ~= "table" then return "output_size=" .. py(size) end
-  local function part(v) return v == nil and "None" or py(v) end
-  return ("output_size=(%s, %s)"):format(part(size[1]), part(size[2]))
-end
+function AdaptiveAvgPool2d:extra_repr() return "output_size=" .. base.size_repr(self.output_size, 2) end
 
 -- Dropout1d / Dropout2d / Dropout3d([p = 0.5], [{inplace = false}]) or ({p =, inplace =}): whole channels
 for n = 1, 3 do

@@ -901,6 +901,15 @@ function M.pyrepr(v)
   return tostring(v)
 end
 
+-- An output size as PyTorch prints it: a number, or the n entries of a list
+-- with None for the nil ones ({nil, 3} -> "(None, 3)")
+function M.size_repr(size, n)
+  if type(size) ~= "table" then return M.pyrepr(size) end
+  local parts = {}
+  for i = 1, n do parts[i] = M.pyrepr(size[i]) end
+  return "(" .. table.concat(parts, ", ") .. ")"
+end
+
 -- An integer or a list of n integers (PyTorch's int or tuple setting) -> a
 -- list of n, each at least low; else op's error naming the setting.
 function M.int_list(op, name, v, n, low)
