@@ -49,6 +49,7 @@ local CASES = {
   pdist_p1 = function(x) return F.pdist(x, 1.0) end,
   lp_pool2d = function(x) return nn.LPPool2d(2, 2)(x) end,
   lp_pool1d = function(x) return F.lp_pool1d(x, 3.0, 3, {stride = 2}) end,
+  lp_pool3d = function(x) return nn.LPPool3d(2, {2, 3, 2}, {1, 2, 2})(x) end,
   multi_margin = function(x, y) return nn.MultiMarginLoss()(x, y) end,
   multi_margin_p2_weight = function(x, y, w) return F.multi_margin_loss(x, y, 2, 0.5, w, {reduction = "none"}) end,
   multilabel_margin = function(x, y) return nn.MultiLabelMarginLoss()(x, y) end,

@@ -1200,6 +1200,7 @@ LAZY_FUNCTIONS.adaptive_max_pool3d = "adaptive_max_pool"
 LAZY_FUNCTIONS.unfold, LAZY_FUNCTIONS.fold, LAZY_FUNCTIONS.local_response_norm = "fold", "fold", "normalization"
 LAZY_FUNCTIONS.gumbel_softmax, LAZY_FUNCTIONS.embedding_bag = "activations", "embedding_bag"
 LAZY_FUNCTIONS.pdist, LAZY_FUNCTIONS.lp_pool1d, LAZY_FUNCTIONS.lp_pool2d = "pooling1d", "pooling1d", "pooling1d"
+LAZY_FUNCTIONS.lp_pool3d = "pooling1d"
 LAZY_FUNCTIONS.multi_margin_loss, LAZY_FUNCTIONS.multilabel_margin_loss = "ranking_loss", "ranking_loss"
 LAZY_FUNCTIONS.rrelu, LAZY_FUNCTIONS.alpha_dropout = "activations", "activations"
 LAZY_FUNCTIONS.feature_alpha_dropout = "activations"
@@ -1219,7 +1220,7 @@ end})
 
 -- PyTorch's functions accel-lua does not provide: a clear error, not nil.
 local NOT_PROVIDED = {}
-for _, name in ipairs({"lp_pool3d", "max_unpool3d", "fractional_max_pool3d"}) do
+for _, name in ipairs({"max_unpool3d", "fractional_max_pool3d"}) do
   NOT_PROVIDED[name] = true
 end
 return util.not_provided(F, NOT_PROVIDED, "accel.nn.functional", "docs/api/nn.md lists the functions there are")

@@ -98,6 +98,16 @@ function FUNCTIONS.lp_pool2d(x, norm_type, kernel_size, ...)
   return (out:sign() * out:abs():relu()):mul(k[1] * k[2]):pow(1 / norm_type)
 end
 
+-- lp_pool3d(x (N, C, D, H, W) or (C, D, H, W), norm_type, kernel_size, [stride = kernel_size]): the same
+-- over avg_pool3d (which takes no ceil_mode: true is refused)
+function FUNCTIONS.lp_pool3d(x, norm_type, kernel_size, ...)
+  local a = torch_args("lp_pool3d", {"stride", "ceil_mode:bool"}, ...)
+  if a.ceil_mode then raise("lp_pool3d: ceil_mode = true is not supported (avg_pool3d takes none)") end
+  local k = base.int_list("lp_pool3d", "kernel_size", kernel_size, 3, 1)
+  local out = F.avg_pool3d(x:pow(norm_type), k, {stride = a.stride})
+  return (out:sign() * out:abs():relu()):mul(k[1] * k[2] * k[3]):pow(1 / norm_type)
+end
+
 -- lp_pool1d(x (N, C, L) or (C, L), norm_type, kernel_size, [stride], [ceil_mode]): lp_pool2d over a height of 1
 function FUNCTIONS.lp_pool1d(x, norm_type, kernel_size, ...)
   local a = torch_args("lp_pool1d", {"stride", "ceil_mode:bool"}, ...)
@@ -110,8 +120,8 @@ for name, fn in pairs(FUNCTIONS) do rawset(F, name, fn) end
 
 -- ---- modules ----
 
--- LPPool1d / LPPool2d(norm_type, kernel_size, [stride], [ceil_mode = false])
-for n = 1, 2 do
+-- LPPool1d / LPPool2d / LPPool3d(norm_type, kernel_size, [stride], [ceil_mode = false])
+for n = 1, 3 do
   local name, fn = ("LPPool%dd"):format(n), FUNCTIONS[("lp_pool%dd"):format(n)]
   local cls = export_class(M, name)
   function cls:init(norm_type, kernel_size, ...)
