@@ -57,9 +57,11 @@ local CASES = {
   max_unpool2d = function(v, i) return nn.MaxUnpool2d(2)(v, i) end,
   max_unpool2d_size = function(v, i) return F.max_unpool2d(v, i, 3, 2, {output_size = {8, 8}}) end,
   max_unpool1d = function(v, i) return F.max_unpool1d(v, i, 3) end,
+  max_unpool3d = function(v, i) return nn.MaxUnpool3d(2)(v, i, {5, 4, 5}) end,
   conv3d = function(x, w, b) return F.conv3d(x, w, b, {2, 1, 1}, 1, {1, 2, 1}) end,
   conv3d_groups_unbatched = function(x, w) return F.conv3d(x, w, {groups = 2}) end,
   max_pool3d = function(x) return nn.MaxPool3d(2, {1, 2, 2}, 1)(x) end,
+  max_pool3d_ties = function(x) return F.max_pool3d(x, 2) end,
   avg_pool3d = function(x) return F.avg_pool3d(x, {2, 3, 2}, {padding = {1, 1, 0}}) end,
   adaptive_avg_pool3d = function(x) return nn.AdaptiveAvgPool3d({2, 3, 2})(x) end,
 }
@@ -165,6 +167,8 @@ describe("more layers and losses: modules and details", function()
     -- between 2 and 6)'
     assert.are.equal("MaxUnpool2d(kernel_size=(2, 2), stride=(2, 2), padding=(0, 0))", tostring(nn.MaxUnpool2d(2)))
     assert.are.equal("MaxUnpool1d(kernel_size=(3,), stride=(3,), padding=(0,))", tostring(nn.MaxUnpool1d(3)))
+    -- torch 2.15: MaxUnpool3d(kernel_size=(2, 2, 2), stride=(2, 2, 2), padding=(0, 0, 0))
+    assert.are.equal("MaxUnpool3d(kernel_size=(2, 2, 2), stride=(2, 2, 2), padding=(0, 0, 0))", tostring(nn.MaxUnpool3d(2)))
     -- torch 2.15: Conv3d(2, 4, kernel_size=(3, 2, 1), stride=(2, 2, 2), padding=(1, 1, 1), bias=False),
     -- MaxPool3d(kernel_size=2, stride=2, padding=0, dilation=1, ceil_mode=False), AvgPool3d(kernel_size=3, stride=2,
     -- padding=0), AdaptiveAvgPool3d(output_size=(1, 2, 3))

@@ -1205,6 +1205,7 @@ LAZY_FUNCTIONS.multi_margin_loss, LAZY_FUNCTIONS.multilabel_margin_loss = "ranki
 LAZY_FUNCTIONS.rrelu, LAZY_FUNCTIONS.alpha_dropout = "activations", "activations"
 LAZY_FUNCTIONS.feature_alpha_dropout = "activations"
 LAZY_FUNCTIONS.max_unpool1d, LAZY_FUNCTIONS.max_unpool2d = "max_unpool", "max_unpool"
+LAZY_FUNCTIONS.max_unpool3d = "max_unpool"
 for _, name in ipairs({"conv3d", "max_pool3d", "avg_pool3d", "adaptive_avg_pool3d"}) do LAZY_FUNCTIONS[name] = "volumetric" end
 for _, name in ipairs({"relu6", "hardtanh", "hardsigmoid", "hardswish", "mish", "selu", "celu", "prelu", "softsign",
                        "tanhshrink", "glu", "threshold", "softmin", "hardshrink", "softshrink"}) do
@@ -1220,7 +1221,7 @@ end})
 
 -- PyTorch's functions accel-lua does not provide: a clear error, not nil.
 local NOT_PROVIDED = {}
-for _, name in ipairs({"max_unpool3d", "fractional_max_pool3d"}) do
+for _, name in ipairs({"fractional_max_pool3d"}) do
   NOT_PROVIDED[name] = true
 end
 return util.not_provided(F, NOT_PROVIDED, "accel.nn.functional", "docs/api/nn.md lists the functions there are")

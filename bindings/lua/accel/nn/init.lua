@@ -60,7 +60,7 @@ LAZY_CLASSES.LPPool1d, LAZY_CLASSES.LPPool2d, LAZY_CLASSES.LPPool3d = "pooling1d
 LAZY_CLASSES.MultiMarginLoss, LAZY_CLASSES.MultiLabelMarginLoss = "ranking_loss", "ranking_loss"
 LAZY_CLASSES.RReLU, LAZY_CLASSES.AlphaDropout = "activations", "activations"
 LAZY_CLASSES.FeatureAlphaDropout = "activations"
-LAZY_CLASSES.MaxUnpool1d, LAZY_CLASSES.MaxUnpool2d = "max_unpool", "max_unpool"
+LAZY_CLASSES.MaxUnpool1d, LAZY_CLASSES.MaxUnpool2d, LAZY_CLASSES.MaxUnpool3d = "max_unpool", "max_unpool", "max_unpool"
 for _, name in ipairs({"Conv3d", "MaxPool3d", "AvgPool3d", "AdaptiveAvgPool3d"}) do LAZY_CLASSES[name] = "volumetric" end
 LAZY_CLASSES.PoissonNLLLoss, LAZY_CLASSES.GaussianNLLLoss = "likelihood_loss", "likelihood_loss"
 for _, name in ipairs({"MarginRankingLoss", "HingeEmbeddingLoss", "SoftMarginLoss", "CosineEmbeddingLoss",
@@ -76,7 +76,7 @@ end
 
 -- PyTorch's modules accel-lua does not provide: a clear error, not nil.
 local NOT_PROVIDED = {}
-for _, name in ipairs({"MaxUnpool3d", "FractionalMaxPool3d", "LazyLinear"}) do
+for _, name in ipairs({"FractionalMaxPool3d", "LazyLinear"}) do
   NOT_PROVIDED[name] = true
 end
 

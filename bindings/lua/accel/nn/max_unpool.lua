@@ -1,5 +1,5 @@
--- accel.nn.max_unpool: F.max_unpool2d / max_unpool1d and MaxUnpool2d /
--- MaxUnpool1d, the partial inverse of max pooling: each value put back at
+-- accel.nn.max_unpool: F.max_unpool1d / 2d / 3d and MaxUnpool1d / 2d /
+-- 3d, the partial inverse of max pooling: each value put back at
 -- the position its index names (max_pool's return_indices: 0-based flat
 -- positions in each plane), zeros elsewhere; the gradient gathers back from
 -- those positions (a value whose index repeats, as overlapping windows give,
@@ -53,29 +53,39 @@ end
 
 local SPECS = {"stride", "padding", "output_size"}
 
--- max_unpool2d(input (N, C, H, W) or (C, H, W), indices, kernel_size, [stride = kernel_size], [padding = 0],
--- [output_size]) -> (N, C, H_out, W_out)
-function FUNCTIONS.max_unpool2d(input, indices, kernel_size, ...)
-  local op = "max_unpool2d"
+local SHAPES = {[2] = "(N, C, H, W) or (C, H, W)", [3] = "(N, C, D, H, W) or (C, D, H, W)"}
+
+-- max_unpool2d / 3d (nd spatial dims): input (N, C, ...) or (C, ...), indices of its shape, kernel_size,
+-- [stride = kernel_size], [padding = 0], [output_size] -> (N, C, out...)
+local function max_unpool(op, nd, input, indices, kernel_size, ...)
   local a = util.torch_args(op, SPECS, ...)
-  if not accel.is_tensor(input) or (input:dim() ~= 3 and input:dim() ~= 4) then
-    raise("%s: expected input of shape (N, C, H, W) or (C, H, W), got %s", op, accel.is_tensor(input) and
+  if not accel.is_tensor(input) or (input:dim() ~= nd + 1 and input:dim() ~= nd + 2) then
+    raise("%s: expected input of shape %s, got %s", op, SHAPES[nd], accel.is_tensor(input) and
       tostring(input.shape) or type(input))
   end
   if not accel.is_tensor(indices) or indices.shape ~= input.shape or indices.dtype ~= accel.int64 then
-    raise("%s: indices must be an int64 tensor of the input's shape %s (max_pool2d's return_indices), got %s", op,
-      tostring(input.shape), accel.is_tensor(indices) and (indices.dtype.name .. " " .. tostring(indices.shape)) or
+    raise("%s: indices must be an int64 tensor of the input's shape %s (max_pool%dd's return_indices), got %s", op,
+      tostring(input.shape), nd, accel.is_tensor(indices) and (indices.dtype.name .. " " .. tostring(indices.shape)) or
       type(indices))
   end
-  local k = ints(op, "kernel_size", kernel_size, 2)
-  local s = a.stride == nil and k or ints(op, "stride", a.stride, 2)
-  local p = ints(op, "padding", a.padding or 0, 2)
-  local out = output_sizes(op, input, 2, k, s, p, a.output_size)
-  local x = input:dim() == 3 and input:unsqueeze(1) or input
-  local idx = input:dim() == 3 and indices:unsqueeze(1) or indices
-  local n, c = x:size(1), x:size(2)
-  local y = Unpool(x:reshape({n, c, -1}), idx:reshape({n, c, -1}), out[1] * out[2]):reshape({n, c, out[1], out[2]})
-  return input:dim() == 3 and y:squeeze(1) or y
+  local k = ints(op, "kernel_size", kernel_size, nd)
+  local s = a.stride == nil and k or ints(op, "stride", a.stride, nd)
+  local p = ints(op, "padding", a.padding or 0, nd)
+  local out = output_sizes(op, input, nd, k, s, p, a.output_size)
+  local unbatched = input:dim() == nd + 1
+  local x = unbatched and input:unsqueeze(1) or input
+  local idx = unbatched and indices:unsqueeze(1) or indices
+  local n, c, size, shape = x:size(1), x:size(2), 1, {x:size(1), x:size(2)}
+  for i = 1, nd do size, shape[2 + i] = size * out[i], out[i] end
+  local y = Unpool(x:reshape({n, c, -1}), idx:reshape({n, c, -1}), size):reshape(shape)
+  return unbatched and y:squeeze(1) or y
+end
+
+function FUNCTIONS.max_unpool2d(input, indices, kernel_size, ...)
+  return max_unpool("max_unpool2d", 2, input, indices, kernel_size, ...)
+end
+function FUNCTIONS.max_unpool3d(input, indices, kernel_size, ...)
+  return max_unpool("max_unpool3d", 3, input, indices, kernel_size, ...)
 end
 
 -- max_unpool1d(input (N, C, L) or (C, L), indices, kernel_size, [stride], [padding], [output_size])
@@ -96,8 +106,9 @@ end
 
 for name, f in pairs(FUNCTIONS) do F[name] = f end
 
--- MaxUnpool2d(kernel_size, [stride = kernel_size], [padding = 0]), MaxUnpool1d(...); forward(input, indices, [output_size])
-for n = 1, 2 do
+-- MaxUnpool2d(kernel_size, [stride = kernel_size], [padding = 0]), MaxUnpool1d / 3d(...);
+-- forward(input, indices, [output_size])
+for n = 1, 3 do
   local name, fn = ("MaxUnpool%dd"):format(n), FUNCTIONS[("max_unpool%dd"):format(n)]
   local cls = export_class(M, name)
   function cls:init(kernel_size, ...)

@@ -97,9 +97,11 @@ function FUNCTIONS.max_pool3d(input, kernel_size, ...)
     raise("max_pool3d: dilation, ceil_mode and return_indices are not supported")
   end
   a.pad_value = -math.huge
+  -- a later depth wins only when larger (or NaN): on a tie the first keeps the value and the whole
+  -- gradient, as PyTorch's kernel (maximum would split the gradient)
   return pool3d("max_pool3d", input, kernel_size, a, function(t, k, s, p)
     return F.max_pool2d(t, k, {stride = s, padding = p})
-  end, function(acc, part) return acc:maximum(part) end)
+  end, function(acc, part) return accel.where(part:gt(acc):logical_or(part:isnan()), part, acc) end)
 end
 
 -- avg_pool3d(input, kernel_size, [stride = kernel_size], [padding = 0]) (padding counted, as PyTorch's default)
