@@ -70,38 +70,31 @@ local function max_pool_cells(x, out)
   return values, where
 end
 
--- adaptive_max_pool2d(x (N, C, H, W) or (C, H, W), output_size, [return_indices = false]) -> values[, indices
--- (int64 flat positions h W + w in each plane, 0-based)]
-function FUNCTIONS.adaptive_max_pool2d(x, output_size, ...)
-  local a = util.torch_args("adaptive_max_pool2d", {"return_indices:bool"}, ...)
-  if not accel.is_tensor(x) or (x:dim() ~= 3 and x:dim() ~= 4) then
-    raise("adaptive_max_pool2d: expected input of shape (N, C, H, W) or (C, H, W), got %s",
+-- adaptive_max_pool2d / 3d (nd spatial dims) of x (N, C, ...) or (C, ...) -> values[, indices (int64 flat
+-- positions in each plane or volume, 0-based: h W + w, d H W + h W + w)]
+local SPATIAL = {[2] = {"H", "W"}, [3] = {"D", "H", "W"}}
+local function adaptive_max_pool(op, nd, x, output_size, ...)
+  local a = util.torch_args(op, {"return_indices:bool"}, ...)
+  local names = table.concat(SPATIAL[nd], ", ")
+  if not accel.is_tensor(x) or (x:dim() ~= nd + 1 and x:dim() ~= nd + 2) then
+    raise("%s: expected input of shape (N, C, %s) or (C, %s), got %s", op, names, names,
       accel.is_tensor(x) and tostring(x.shape) or type(x))
   end
-  if x:size(-1) == 0 or x:size(-2) == 0 then
-    raise("adaptive_max_pool2d: expected non-empty H and W, got input %s", tostring(x.shape))
+  local sizes = {}
+  for i = 1, nd do
+    sizes[i] = x:size(x:dim() - nd + i)
+    if sizes[i] == 0 then raise("%s: expected non-empty %s, got input %s", op, names, tostring(x.shape)) end
   end
-  local out = output_sizes("adaptive_max_pool2d", output_size, {x:size(-2), x:size(-1)})
-  local values, indices = max_pool_cells(x, out)
+  local values, indices = max_pool_cells(x, output_sizes(op, output_size, sizes))
   if a.return_indices then return values, indices end
   return values
 end
 
--- adaptive_max_pool3d(x (N, C, D, H, W) or (C, D, H, W), output_size, [return_indices = false]) -> values[,
--- indices (flat positions d H W + h W + w in each volume)]
+function FUNCTIONS.adaptive_max_pool2d(x, output_size, ...)
+  return adaptive_max_pool("adaptive_max_pool2d", 2, x, output_size, ...)
+end
 function FUNCTIONS.adaptive_max_pool3d(x, output_size, ...)
-  local a = util.torch_args("adaptive_max_pool3d", {"return_indices:bool"}, ...)
-  if not accel.is_tensor(x) or (x:dim() ~= 4 and x:dim() ~= 5) then
-    raise("adaptive_max_pool3d: expected input of shape (N, C, D, H, W) or (C, D, H, W), got %s",
-      accel.is_tensor(x) and tostring(x.shape) or type(x))
-  end
-  if x:size(-1) == 0 or x:size(-2) == 0 or x:size(-3) == 0 then
-    raise("adaptive_max_pool3d: expected non-empty D, H and W, got input %s", tostring(x.shape))
-  end
-  local out = output_sizes("adaptive_max_pool3d", output_size, {x:size(-3), x:size(-2), x:size(-1)})
-  local values, indices = max_pool_cells(x, out)
-  if a.return_indices then return values, indices end
-  return values
+  return adaptive_max_pool("adaptive_max_pool3d", 3, x, output_size, ...)
 end
 
 -- adaptive_max_pool1d(x (N, C, L) or (C, L), output_size, [return_indices = false]) -> values[, indices]
