@@ -62,10 +62,8 @@ local function padded_targets(op, targets, target_lengths, n)
     end
     return targets
   end
-  local width, flat, rows, at = 1, targets:reshape({-1}), {}, 0
-  for _, len in ipairs(target_lengths) do width = math.max(width, len) end
-  local total = 0
-  for _, len in ipairs(target_lengths) do total = total + len end
+  local width, total, flat, rows, at = 1, 0, targets:reshape({-1}), {}, 0
+  for _, len in ipairs(target_lengths) do width, total = math.max(width, len), total + len end
   if flat:numel() < total then
     raise("%s: the concatenated targets hold %d labels, fewer than the target lengths' sum %d", op, flat:numel(), total)
   end

@@ -78,10 +78,10 @@ function F.fractional_max_pool2d(x, kernel_size, ...)
   flat = flat:reshape({n, c, out[1] * out[2] * k[1] * k[2]})
   local windows = batched:reshape({n, c, h * w}):gather(3, flat):reshape({n, c, out[1], out[2], k[1] * k[2]})
   local values, pick = windows:max(5)
+  local unbatch = function(t) return x:dim() == 3 and t:squeeze(1) or t end
+  if not a.return_indices then return unbatch(values) end
   local indices = flat:reshape({n, c, out[1], out[2], k[1] * k[2]}):gather(5, pick:unsqueeze(5)):squeeze(5)
-  if x:dim() == 3 then values, indices = values:squeeze(1), indices:squeeze(1) end
-  if a.return_indices then return values, indices end
-  return values
+  return unbatch(values), unbatch(indices)
 end
 
 -- FractionalMaxPool2d(kernel_size, [output_size], [output_ratio], [return_indices = false], [_random_samples])
