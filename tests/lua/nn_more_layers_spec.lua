@@ -50,6 +50,7 @@ local CASES = {
   lp_pool2d = function(x) return nn.LPPool2d(2, 2)(x) end,
   lp_pool1d = function(x) return F.lp_pool1d(x, 3.0, 3, {stride = 2}) end,
   lp_pool3d = function(x) return nn.LPPool3d(2, {2, 3, 2}, {1, 2, 2})(x) end,
+  lp_pool3d_ceil = function(x) return nn.LPPool3d(3.0, 2, {ceil_mode = true})(x) end,
   multi_margin = function(x, y) return nn.MultiMarginLoss()(x, y) end,
   multi_margin_p2_weight = function(x, y, w) return F.multi_margin_loss(x, y, 2, 0.5, w, {reduction = "none"}) end,
   multilabel_margin = function(x, y) return nn.MultiLabelMarginLoss()(x, y) end,
@@ -64,6 +65,19 @@ local CASES = {
   max_pool3d_ties = function(x) return F.max_pool3d(x, 2) end,
   avg_pool3d = function(x) return F.avg_pool3d(x, {2, 3, 2}, {padding = {1, 1, 0}}) end,
   adaptive_avg_pool3d = function(x) return nn.AdaptiveAvgPool3d({2, 3, 2})(x) end,
+  max_pool3d_dilated_ceil_indices = function(x)
+    return F.max_pool3d(x, {2, 3, 2}, {2, 2, 1}, {1, 1, 0}, {dilation = {2, 1, 2}, ceil_mode = true, return_indices = true})
+  end,
+  max_pool3d_overlap_ties_indices = function(x) return nn.MaxPool3d(2, 1, 1, {return_indices = true})(x) end,
+  max_pool3d_unbatched_ceil = function(x) return nn.MaxPool3d(3, 2, {ceil_mode = true})(x) end,
+  avg_pool3d_ceil_exclude_pad = function(x)
+    return nn.AvgPool3d(3, 2, 1, {ceil_mode = true, count_include_pad = false})(x)
+  end,
+  avg_pool3d_ceil_include_pad = function(x) return F.avg_pool3d(x, {2, 3, 3}, {2, 2, 2}, {1, 1, 0}, true) end,
+  avg_pool3d_divisor = function(x)
+    return F.avg_pool3d(x, {2, 2, 3}, {stride = {2, 1, 2}, ceil_mode = true, divisor_override = 5})
+  end,
+  max_unpool3d_overlap = function(v, i) return F.max_unpool3d(v, i, 2, 1, {output_size = {3, 4, 4}}) end,
 }
 
 dofile("tests/lua/torch_cases.lua").describe(describe, it, "more layers and losses match PyTorch",
@@ -177,9 +191,25 @@ describe("more layers and losses: modules and details", function()
     assert.are.equal("MaxPool3d(kernel_size=2, stride=2, padding=0, dilation=1, ceil_mode=False)", tostring(nn.MaxPool3d(2)))
     assert.are.equal("AvgPool3d(kernel_size=3, stride=2, padding=0)", tostring(nn.AvgPool3d(3, {stride = 2})))
     assert.are.equal("AdaptiveAvgPool3d(output_size=(1, 2, 3))", tostring(nn.AdaptiveAvgPool3d({1, 2, 3})))
+    -- torch 2.15: MaxPool3d(kernel_size=2, stride=2, padding=0, dilation=2, ceil_mode=True) (return_indices not
+    -- printed), AvgPool3d(kernel_size=2, stride=2, padding=0) whatever ceil_mode / count_include_pad / divisor_override
+    assert.are.equal("MaxPool3d(kernel_size=2, stride=2, padding=0, dilation=2, ceil_mode=True)",
+      tostring(nn.MaxPool3d(2, {dilation = 2, return_indices = true, ceil_mode = true})))
+    assert.are.equal("AvgPool3d(kernel_size=2, stride=2, padding=0)",
+      tostring(nn.AvgPool3d(2, {ceil_mode = true, count_include_pad = false, divisor_override = 3})))
     local v, i = F.max_pool2d(accel.randn(1, 1, 4, 4), 2, {return_indices = true})
     expect_error(function() local _ = F.max_unpool2d(v, i, 2, {output_size = {7, 7}}) end,
       'invalid output_size "(7, 7)" (dim 0 must be between 2 and 6)')
+  end)
+
+  it("max_pool3d's indices pick the last NaN of a window, as PyTorch's", function()
+    -- torch 2.15: F.max_pool3d([[[[[nan, 1], [2, nan]]]]], (1, 2, 2), return_indices=True) -> (nan, 3)
+    local v, i = F.max_pool3d(accel.tensor({{{{{0 / 0, 1}, {2, 0 / 0}}}}}), {1, 2, 2}, {return_indices = true})
+    assert.is_true(v:isnan():item())
+    assert.are.equal(3, i:item())
+    -- an all -inf window takes its first position inside the input: indices (0, 1, 2, 3) with padding 1
+    local _, j = F.max_pool3d(accel.full({1, 1, 1, 2, 2}, -math.huge), {1, 2, 2}, {padding = {0, 1, 1}, return_indices = true})
+    assert.are.same({0, 1, 2, 3}, j:flatten():tolist())
   end)
 
   it("refuse what PyTorch refuses", function()
@@ -196,5 +226,20 @@ describe("more layers and losses: modules and details", function()
     expect_error(function() local _ = nn.Softmax2d()(accel.ones(4)) end, "Softmax2d: expected an input of 3 or 4 dims")
     expect_error(function() local _ = F.bilinear(accel.ones(2, 3), accel.ones(2, 4), accel.ones(5, 4, 4)) end,
       "bilinear: weight")
+    -- torch 2.15: "pad should be at most half of effective kernel size, but got pad=2, kernel_size=2 and
+    -- dilation=1"; "Given input size: (1x4x4x4). Calculated output size: (1x0x0x0). Output size is too small";
+    -- "divisor must be not zero"
+    local x = accel.ones(1, 1, 4, 4, 4)
+    expect_error(function() local _ = F.max_pool3d(x, 2, {padding = 2}) end,
+      "max_pool3d: padding (2, 2, 2) must be at most half of the effective kernel size")
+    expect_error(function() local _ = F.avg_pool3d(x, 2, {padding = {0, 2, 0}}) end,
+      "avg_pool3d: padding (0, 2, 0) must be at most half of the effective kernel size")
+    expect_error(function() local _ = F.max_pool3d(x, 5, {return_indices = true}) end,
+      "max_pool3d: input of shape [1, 1, 4, 4, 4] gives the output size (0, 0, 0): too small")
+    expect_error(function() local _ = F.avg_pool3d(x, 2, {divisor_override = 0}) end,
+      "avg_pool3d: divisor_override must not be zero")
+    -- (PyTorch returns an index outside the input there)
+    expect_error(function() local _ = F.max_pool3d(accel.ones(1, 1, 1, 2, 2), {2, 1, 1}, {padding = {1, 0, 0},
+      dilation = {2, 1, 1}, return_indices = true}) end, "max_pool3d: a window of input shape [1, 1, 1, 2, 2] covers padding only")
   end)
 end)

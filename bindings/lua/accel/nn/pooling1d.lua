@@ -89,24 +89,21 @@ function FUNCTIONS.pdist(x, ...)
   return diff:norm(p == math.huge and "inf" or p, 2)
 end
 
--- lp_pool2d(x, norm_type, kernel_size, [stride = kernel_size], [ceil_mode = false]): (sum over each window of
--- x^p)^(1 / p), PyTorch's computation (an average pool of x^p times the window size)
-function FUNCTIONS.lp_pool2d(x, norm_type, kernel_size, ...)
-  local a = torch_args("lp_pool2d", {"stride", "ceil_mode:bool"}, ...)
-  local k = type(kernel_size) == "number" and {kernel_size, kernel_size} or kernel_size
-  local out = F.avg_pool2d(x:pow(norm_type), k, {stride = a.stride, ceil_mode = a.ceil_mode == true})
-  return (out:sign() * out:abs():relu()):mul(k[1] * k[2]):pow(1 / norm_type)
+-- (sum over each window of x^p)^(1 / p) in n dims, PyTorch's computation: an average pool of x^p (with
+-- ceil_mode) times the kernel's size
+local function lp_pool(op, n, avg_pool, x, norm_type, kernel_size, ...)
+  local a = torch_args(op, {"stride", "ceil_mode:bool"}, ...)
+  local k = base.int_list(op, "kernel_size", kernel_size, n, 1)
+  local out = avg_pool(x:pow(norm_type), k, {stride = a.stride, ceil_mode = a.ceil_mode == true})
+  local size = 1
+  for _, v in ipairs(k) do size = size * v end
+  return (out:sign() * out:abs():relu()):mul(size):pow(1 / norm_type)
 end
 
--- lp_pool3d(x (N, C, D, H, W) or (C, D, H, W), norm_type, kernel_size, [stride = kernel_size]): the same
--- over avg_pool3d (which takes no ceil_mode: true is refused)
-function FUNCTIONS.lp_pool3d(x, norm_type, kernel_size, ...)
-  local a = torch_args("lp_pool3d", {"stride", "ceil_mode:bool"}, ...)
-  if a.ceil_mode then raise("lp_pool3d: ceil_mode = true is not supported (avg_pool3d takes none)") end
-  local k = base.int_list("lp_pool3d", "kernel_size", kernel_size, 3, 1)
-  local out = F.avg_pool3d(x:pow(norm_type), k, {stride = a.stride})
-  return (out:sign() * out:abs():relu()):mul(k[1] * k[2] * k[3]):pow(1 / norm_type)
-end
+-- lp_pool2d(x, norm_type, kernel_size, [stride = kernel_size], [ceil_mode = false]),
+-- lp_pool3d(x (N, C, D, H, W) or (C, D, H, W), ...)
+function FUNCTIONS.lp_pool2d(...) return lp_pool("lp_pool2d", 2, F.avg_pool2d, ...) end
+function FUNCTIONS.lp_pool3d(...) return lp_pool("lp_pool3d", 3, F.avg_pool3d, ...) end
 
 -- lp_pool1d(x (N, C, L) or (C, L), norm_type, kernel_size, [stride], [ceil_mode]): lp_pool2d over a height of 1
 function FUNCTIONS.lp_pool1d(x, norm_type, kernel_size, ...)

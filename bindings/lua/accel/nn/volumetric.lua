@@ -5,7 +5,9 @@
 -- offset over every depth-stride-th slice, then combined along the depth
 -- (a sum for the convolution, a maximum or mean for the pools). So autograd
 -- comes with them; PyTorch's arguments, weights, initialisation and printed
--- forms. Loaded on first use of one of their names.
+-- forms. The pools' options that path cannot express (dilation, ceil_mode,
+-- indices, count_include_pad = false, divisor_override) gather every window
+-- with unfold instead. Loaded on first use of one of their names.
 local accel = require("accel")
 local base = require("accel.nn.module")
 local F = require("accel.nn.functional")
@@ -73,47 +75,174 @@ function FUNCTIONS.conv3d(input, weight, ...)
   return input:dim() == 4 and y:squeeze(1) or y
 end
 
--- the pooled depth slices of a 3-D pool: each kernel depth offset's 2-D pool, combined by combine(acc, part)
-local function pool3d(op, input, kernel_size, a, pool2d, combine, finish)
-  local x = volumes(op, input)
-  local k = triple(op, "kernel_size", kernel_size, 1)
-  local s = a.stride == nil and k or triple(op, "stride", a.stride, 1)
-  local p = triple(op, "padding", a.padding or 0, 0)
-  local count = out_len(op, x:size(3), k[1], s[1], p[1], 1)
-  local xp = p[1] > 0 and F.pad(x, {0, 0, 0, 0, p[1], p[1]}, "constant", a.pad_value or 0) or x
+-- PyTorch's pooled length along one axis: (L + 2p - d (k - 1) - 1) / s rounded down (up in ceil mode), plus 1;
+-- in ceil mode the last window must start inside the input or its left padding
+local function pooled_len(len, k, s, p, d, ceil_mode)
+  local span = len + 2 * p - d * (k - 1) - 1
+  local o = (ceil_mode and math.ceil(span / s) or math.floor(span / s)) + 1
+  if ceil_mode and (o - 1) * s >= len + p then o = o - 1 end
+  return o
+end
+
+-- A 3-D pool's geometry over x (N, C, D, H, W): the kernel, stride, padding and dilation triples and the
+-- output sizes, with PyTorch's checks
+local function pool_geometry(op, x, kernel_size, a)
+  local g = {k = triple(op, "kernel_size", kernel_size, 1)}
+  g.s = a.stride == nil and g.k or triple(op, "stride", a.stride, 1)
+  g.p, g.d = triple(op, "padding", a.padding or 0, 0), triple(op, "dilation", a.dilation or 1, 1)
+  g.out = {}
+  for i = 1, 3 do
+    local eff = g.d[i] * (g.k[i] - 1) + 1
+    if g.p[i] > math.floor(eff / 2) then
+      raise("%s: padding %s must be at most half of the effective kernel size (kernel_size %s, dilation %s)", op,
+        py(g.p), py(g.k), py(g.d))
+    end
+    g.out[i] = pooled_len(x:size(i + 2), g.k[i], g.s[i], g.p[i], g.d[i], a.ceil_mode)
+  end
+  if g.out[1] < 1 or g.out[2] < 1 or g.out[3] < 1 then
+    raise("%s: input of shape %s gives the output size (%d, %d, %d): too small", op, util.shape_str(x), g.out[1],
+      g.out[2], g.out[3])
+  end
+  return g
+end
+
+-- the pooled depth slices of a 3-D pool without dilation or ceil mode: each kernel depth offset's 2-D pool,
+-- combined by combine(acc, part)
+local function pool3d(x, g, pad_value, pool2d, combine, finish)
+  local k, s, p, count = g.k, g.s, g.p, g.out[1]
+  local xp = p[1] > 0 and F.pad(x, {0, 0, 0, 0, p[1], p[1]}, "constant", pad_value) or x
   local y
   for off = 0, k[1] - 1 do
     local part = pool2d(depth_slices(xp, off, s[1], count), {k[2], k[3]}, {s[2], s[3]}, {p[2], p[3]})
     y = y and combine(y, part) or part
   end
-  y = unfold_depth(finish and finish(y, k) or y, x:size(1), count)
-  return input:dim() == 4 and y:squeeze(1) or y
+  return unfold_depth(finish and finish(y, k) or y, x:size(1), count)
 end
 
--- max_pool3d(input, kernel_size, [stride = kernel_size], [padding = 0]) (no dilation, ceil_mode or indices)
+-- Every window of x (N, C, D, H, W) padded with fill: (N, C, oD, oH, oW, kd kh kw), a copy
+local function windows(x, g, fill)
+  local pads = {}
+  for i = 3, 1, -1 do -- F.pad lists the last dim first: left padding, then up to the last window's end
+    local reach = (g.out[i] - 1) * g.s[i] + g.d[i] * (g.k[i] - 1) + 1
+    pads[#pads + 1], pads[#pads + 2] = g.p[i], math.max(0, reach - x:size(i + 2) - g.p[i])
+  end
+  local w = F.pad(x, pads, "constant", fill)
+  for i = 1, 3 do
+    local eff = g.d[i] * (g.k[i] - 1) + 1
+    w = w:unfold(i + 2, eff, g.s[i]):narrow(i + 2, 1, g.out[i])
+    if g.d[i] > 1 then w = w:index_select(w:dim(), accel.arange(0, eff, g.d[i], {device = x.device})) end
+  end
+  return w:reshape({x:size(1), x:size(2), g.out[1], g.out[2], g.out[3], -1})
+end
+
+-- Per axis i, the input positions (o s - p + j d) of the windows' entries, (out, k), as Lua lists
+local function window_positions(g, i)
+  local rows = {}
+  for o = 0, g.out[i] - 1 do
+    local row = {}
+    for j = 0, g.k[i] - 1 do row[j + 1] = o * g.s[i] - g.p[i] + j * g.d[i] end
+    rows[o + 1] = row
+  end
+  return rows
+end
+
+-- The windows' entries as flat input positions d H W + h W + w, and which lie inside the input:
+-- (oD, oH, oW, kd kh kw) each
+local function window_indices(x, g)
+  local flat, valid = nil, nil
+  local scale = {x:size(4) * x:size(5), x:size(5), 1}
+  for i = 1, 3 do
+    local shape = {1, 1, 1, 1, 1, 1}
+    shape[i], shape[i + 3] = g.out[i], g.k[i]
+    local pos = accel.tensor(window_positions(g, i), {dtype = accel.int64, device = x.device}):reshape(shape)
+    local inside = pos:ge(0):logical_and(pos:lt(x:size(i + 2)))
+    flat = flat and flat + pos * scale[i] or pos * scale[i]
+    valid = valid and valid:logical_and(inside) or inside
+  end
+  local shape = {g.out[1], g.out[2], g.out[3], -1}
+  return flat:reshape(shape), valid:reshape(shape)
+end
+
+-- max_pool3d with dilation, ceil mode or indices: PyTorch's choice in each window (the first maximum in
+-- (d, h, w) order; with a NaN, the last NaN) as flat indices, then the values gathered at them, so the
+-- gradient goes where PyTorch's does
+local function max_pool3d_windows(op, x, g)
+  local flat, valid = window_indices(x, g)
+  if not valid:any(-1):all():item() then
+    raise("%s: a window of input shape %s covers padding only (padding %s, dilation %s)", op, util.shape_str(x),
+      py(g.p), py(g.d))
+  end
+  local win = windows(x:detach(), g, -math.huge) -- (N, C, oD, oH, oW, K)
+  local m = win:amax(6, true)
+  local first = win:eq(m):logical_and(valid):argmax(6, true)
+  local last = win:isnan():flip({6}):argmax(6, true):neg():add(win:size(6) - 1)
+  local pick = accel.where(m:isnan(), last, first)
+  local n, c = x:size(1), x:size(2)
+  local index = flat:expand({n, c, g.out[1], g.out[2], g.out[3], flat:size(4)}):gather(6, pick):squeeze(6)
+  local values = x:reshape({n, c, -1}):gather(3, index:reshape({n, c, -1})):reshape(index.shape)
+  return values, index
+end
+
+-- max_pool3d(input, kernel_size, [stride = kernel_size], [padding = 0], [dilation = 1], [ceil_mode = false],
+-- [return_indices = false]) -> values[, int64 indices d H W + h W + w]
 function FUNCTIONS.max_pool3d(input, kernel_size, ...)
-  local a = util.torch_args("max_pool3d", {"stride", "padding", "dilation", "ceil_mode:bool", "return_indices:bool"}, ...)
-  if (a.dilation ~= nil and a.dilation ~= 1) or a.ceil_mode or a.return_indices then
-    raise("max_pool3d: dilation, ceil_mode and return_indices are not supported")
+  local op = "max_pool3d"
+  local a = util.torch_args(op, {"stride", "padding", "dilation", "ceil_mode:bool", "return_indices:bool"}, ...)
+  local x = volumes(op, input)
+  local g = pool_geometry(op, x, kernel_size, a)
+  local y, indices
+  if a.ceil_mode or a.return_indices or g.d[1] > 1 or g.d[2] > 1 or g.d[3] > 1 then
+    y, indices = max_pool3d_windows(op, x, g)
+  else
+    -- a later depth wins only when larger (or NaN): on a tie the first keeps the value and the whole
+    -- gradient, as PyTorch's kernel (maximum would split the gradient)
+    y = pool3d(x, g, -math.huge, function(t, k, s, p)
+      return F.max_pool2d(t, k, {stride = s, padding = p})
+    end, function(acc, part) return accel.where(part:gt(acc):logical_or(part:isnan()), part, acc) end)
   end
-  a.pad_value = -math.huge
-  -- a later depth wins only when larger (or NaN): on a tie the first keeps the value and the whole
-  -- gradient, as PyTorch's kernel (maximum would split the gradient)
-  return pool3d("max_pool3d", input, kernel_size, a, function(t, k, s, p)
-    return F.max_pool2d(t, k, {stride = s, padding = p})
-  end, function(acc, part) return accel.where(part:gt(acc):logical_or(part:isnan()), part, acc) end)
+  if input:dim() == 4 then y, indices = y:squeeze(1), indices and indices:squeeze(1) end
+  if a.return_indices then return y, indices end
+  return y
 end
 
--- avg_pool3d(input, kernel_size, [stride = kernel_size], [padding = 0]) (padding counted, as PyTorch's default)
-function FUNCTIONS.avg_pool3d(input, kernel_size, ...)
-  local a = util.torch_args("avg_pool3d", {"stride", "padding", "ceil_mode:bool", "count_include_pad:bool",
-    "divisor_override"}, ...)
-  if a.ceil_mode or a.count_include_pad == false or a.divisor_override ~= nil then
-    raise("avg_pool3d: ceil_mode, count_include_pad = false and divisor_override are not supported")
+-- Per output position, PyTorch's avg_pool3d divisor: divisor_override, else the window's size within the
+-- padded input (count_include_pad) or within the input: (oD, oH, oW)
+local function avg_divisors(x, g, a)
+  if a.divisor_override ~= nil then return a.divisor_override end
+  local divisor
+  for i = 1, 3 do
+    local len, counts = x:size(i + 2), {}
+    for o = 0, g.out[i] - 1 do
+      local lo = o * g.s[i] - g.p[i]
+      local hi = math.min(lo + g.k[i], len + g.p[i])
+      counts[o + 1] = a.count_include_pad == false and math.min(hi, len) - math.max(lo, 0) or hi - lo
+    end
+    local shape = {1, 1, 1}
+    shape[i] = g.out[i]
+    local t = accel.tensor(counts, {dtype = x.dtype, device = x.device}):reshape(shape)
+    divisor = divisor and divisor * t or t
   end
-  return pool3d("avg_pool3d", input, kernel_size, a, function(t, k, s, p)
-    return F.avg_pool2d(t, k, {stride = s, padding = p})
-  end, function(acc, part) return acc + part end, function(y, k) return y / k[1] end)
+  return divisor
+end
+
+-- avg_pool3d(input, kernel_size, [stride = kernel_size], [padding = 0], [ceil_mode = false],
+-- [count_include_pad = true], [divisor_override])
+function FUNCTIONS.avg_pool3d(input, kernel_size, ...)
+  local op = "avg_pool3d"
+  local a = util.torch_args(op, {"stride", "padding", "ceil_mode:bool", "count_include_pad:bool",
+    "divisor_override:int"}, ...)
+  if a.divisor_override ~= nil and a.divisor_override == 0 then raise("%s: divisor_override must not be zero", op) end
+  local x = volumes(op, input)
+  local g = pool_geometry(op, x, kernel_size, a)
+  local y
+  if a.ceil_mode or a.count_include_pad == false or a.divisor_override ~= nil then
+    y = windows(x, g, 0):sum(6) / avg_divisors(x, g, a)
+  else
+    y = pool3d(x, g, 0, function(t, k, s, p)
+      return F.avg_pool2d(t, k, {stride = s, padding = p})
+    end, function(acc, part) return acc + part end, function(y, k) return y / k[1] end)
+  end
+  return input:dim() == 4 and y:squeeze(1) or y
 end
 
 -- adaptive_avg_pool3d(input, output_size (an integer or a triple; nil entries keep that size))
@@ -171,24 +300,37 @@ end
 
 Conv3d.extra_repr = base.conv_repr
 
--- MaxPool3d(kernel_size, [stride = kernel_size], [padding = 0]), AvgPool3d(kernel_size, [stride], [padding])
+-- MaxPool3d(kernel_size, [stride = kernel_size], [padding = 0], [dilation = 1], [return_indices = false],
+-- [ceil_mode = false])
 local MaxPool3d = export_class(M, "MaxPool3d")
 function MaxPool3d:init(kernel_size, ...)
-  local a = util.torch_args("MaxPool3d", {"stride", "padding"}, ...)
+  local a = util.torch_args("MaxPool3d", {"stride", "padding", "dilation", "return_indices:bool", "ceil_mode:bool"}, ...)
   self.kernel_size, self.stride, self.padding = kernel_size, a.stride == nil and kernel_size or a.stride, a.padding or 0
+  self.dilation, self.return_indices, self.ceil_mode = a.dilation or 1, a.return_indices == true, a.ceil_mode == true
 end
-function MaxPool3d:forward(x) return FUNCTIONS.max_pool3d(x, self.kernel_size, self.stride, self.padding) end
+function MaxPool3d:forward(x)
+  return FUNCTIONS.max_pool3d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
+    self.return_indices)
+end
 function MaxPool3d:extra_repr()
-  return ("kernel_size=%s, stride=%s, padding=%s, dilation=1, ceil_mode=False"):format(py(self.kernel_size),
-    py(self.stride), py(self.padding))
+  return ("kernel_size=%s, stride=%s, padding=%s, dilation=%s, ceil_mode=%s"):format(py(self.kernel_size),
+    py(self.stride), py(self.padding), py(self.dilation), py(self.ceil_mode))
 end
 
+-- AvgPool3d(kernel_size, [stride = kernel_size], [padding = 0], [ceil_mode = false], [count_include_pad = true],
+-- [divisor_override])
 local AvgPool3d = export_class(M, "AvgPool3d")
 function AvgPool3d:init(kernel_size, ...)
-  local a = util.torch_args("AvgPool3d", {"stride", "padding"}, ...)
+  local a = util.torch_args("AvgPool3d", {"stride", "padding", "ceil_mode:bool", "count_include_pad:bool",
+    "divisor_override:int"}, ...)
   self.kernel_size, self.stride, self.padding = kernel_size, a.stride == nil and kernel_size or a.stride, a.padding or 0
+  self.ceil_mode, self.count_include_pad, self.divisor_override = a.ceil_mode == true, a.count_include_pad ~= false,
+    a.divisor_override
 end
-function AvgPool3d:forward(x) return FUNCTIONS.avg_pool3d(x, self.kernel_size, self.stride, self.padding) end
+function AvgPool3d:forward(x)
+  return FUNCTIONS.avg_pool3d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad,
+    self.divisor_override)
+end
 function AvgPool3d:extra_repr()
   return ("kernel_size=%s, stride=%s, padding=%s"):format(py(self.kernel_size), py(self.stride), py(self.padding))
 end
