@@ -1,5 +1,5 @@
--- fractional_max_pool_spec.lua: F.fractional_max_pool2d and
--- nn.FractionalMaxPool2d against PyTorch 2.15
+-- fractional_max_pool_spec.lua: F.fractional_max_pool2d / 3d and
+-- nn.FractionalMaxPool2d / 3d against PyTorch 2.15
 -- (tests/fixtures/fractional_max_pool.safetensors, written by
 -- scripts/fixtures/make_fractional_max_pool_fixtures.py): the windows
 -- PyTorch places for given _random_samples, values, indices and the input's
@@ -26,8 +26,13 @@ local CASES = {
   one_cell = pool(3, {output_size = 1}),
   unbatched = pool(2, {output_size = 3}),
   indices = function(x, u) return nn.FractionalMaxPool2d({2, 3}, {output_size = {5, 4}, return_indices = true, _random_samples = u})(x) end,
+  pool3d_output_size = function(x, u) return F.fractional_max_pool3d(x, {2, 3, 2}, {output_size = {4, 3, 3}, _random_samples = u}) end,
+  pool3d_output_ratio_indices = function(x, u)
+    return nn.FractionalMaxPool3d(2, {output_ratio = {0.5, 0.6, 0.7}, return_indices = true, _random_samples = u})(x)
+  end,
+  pool3d_unbatched = function(x, u) return F.fractional_max_pool3d(x, {3, 2, 2}, 2, {_random_samples = u}) end,
 }
-torch_cases.describe(describe, it, "fractional_max_pool2d matches PyTorch 2.15", ref, CASES, 1e-12)
+torch_cases.describe(describe, it, "fractional_max_pool2d / 3d match PyTorch 2.15", ref, CASES, 1e-12)
 torch_cases.describe(describe, it, "fractional_max_pool2d matches PyTorch 2.15 in float32", ref,
   {float32 = pool({3, 2}, {output_size = {4, 5}})}, 1e-6)
 
@@ -54,5 +59,13 @@ describe("fractional_max_pool2d", function()
     expect_error(function() F.fractional_max_pool2d(x, 2, {output_ratio = 1.5}) end, "output_ratio must be between 0 and 1")
     expect_error(function() F.fractional_max_pool2d(x, 2, {output_size = 3, _random_samples = accel.rand(1, 2, 2)}) end,
       "_random_samples must have shape (1, 1, 2)")
+    -- torch 2.15: "fractional_max_pool3d_out(): pool time 3 too large relative to input time 4"
+    local v = accel.zeros(1, 1, 4, 5, 6)
+    expect_error(function() F.fractional_max_pool3d(v, 3, {output_size = {3, 2, 2}}) end,
+      "fractional_max_pool3d: pool time 3 too large relative to input time 4")
+    expect_error(function() F.fractional_max_pool3d(v, 2, {output_size = 2, _random_samples = accel.rand(1, 1, 2)}) end,
+      "_random_samples must have shape (1, 1, 3)")
+    expect_error(function() F.fractional_max_pool3d(accel.zeros(4, 5, 6), 2, {output_size = 2}) end,
+      "fractional_max_pool3d: expected a floating point input of shape (N, C, time, height, width) or (C, ...)")
   end)
 end)

@@ -1195,6 +1195,7 @@ LAZY_FUNCTIONS.poisson_nll_loss, LAZY_FUNCTIONS.gaussian_nll_loss = "likelihood_
 LAZY_FUNCTIONS.bilinear = "bilinear"
 LAZY_FUNCTIONS.grid_sample, LAZY_FUNCTIONS.affine_grid = "grid_sample", "grid_sample"
 LAZY_FUNCTIONS.ctc_loss, LAZY_FUNCTIONS.fractional_max_pool2d = "ctc_loss", "fractional_max_pool"
+LAZY_FUNCTIONS.fractional_max_pool3d = "fractional_max_pool"
 LAZY_FUNCTIONS.adaptive_max_pool1d, LAZY_FUNCTIONS.adaptive_max_pool2d = "adaptive_max_pool", "adaptive_max_pool"
 LAZY_FUNCTIONS.adaptive_max_pool3d = "adaptive_max_pool"
 LAZY_FUNCTIONS.unfold, LAZY_FUNCTIONS.fold, LAZY_FUNCTIONS.local_response_norm = "fold", "fold", "normalization"
@@ -1221,7 +1222,4 @@ end})
 
 -- PyTorch's functions accel-lua does not provide: a clear error, not nil.
 local NOT_PROVIDED = {}
-for _, name in ipairs({"fractional_max_pool3d"}) do
-  NOT_PROVIDED[name] = true
-end
 return util.not_provided(F, NOT_PROVIDED, "accel.nn.functional", "docs/api/nn.md lists the functions there are")

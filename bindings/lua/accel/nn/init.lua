@@ -55,7 +55,7 @@ LAZY_CLASSES.AdaptiveMaxPool1d, LAZY_CLASSES.AdaptiveMaxPool2d = "adaptive_max_p
 LAZY_CLASSES.AdaptiveMaxPool3d = "adaptive_max_pool"
 LAZY_CLASSES.Unfold, LAZY_CLASSES.Fold, LAZY_CLASSES.LocalResponseNorm = "fold", "fold", "normalization"
 LAZY_CLASSES.EmbeddingBag, LAZY_CLASSES.CTCLoss = "embedding_bag", "ctc_loss"
-LAZY_CLASSES.FractionalMaxPool2d = "fractional_max_pool"
+LAZY_CLASSES.FractionalMaxPool2d, LAZY_CLASSES.FractionalMaxPool3d = "fractional_max_pool", "fractional_max_pool"
 LAZY_CLASSES.LPPool1d, LAZY_CLASSES.LPPool2d, LAZY_CLASSES.LPPool3d = "pooling1d", "pooling1d", "pooling1d"
 LAZY_CLASSES.MultiMarginLoss, LAZY_CLASSES.MultiLabelMarginLoss = "ranking_loss", "ranking_loss"
 LAZY_CLASSES.RReLU, LAZY_CLASSES.AlphaDropout = "activations", "activations"
@@ -76,7 +76,7 @@ end
 
 -- PyTorch's modules accel-lua does not provide: a clear error, not nil.
 local NOT_PROVIDED = {}
-for _, name in ipairs({"FractionalMaxPool3d", "LazyLinear"}) do
+for _, name in ipairs({"LazyLinear"}) do
   NOT_PROVIDED[name] = true
 end
 
