@@ -1,9 +1,10 @@
 -- grid_sample_spec.lua: F.affine_grid and F.grid_sample against PyTorch
 -- 2.15 (tests/fixtures/grid_sample.safetensors, written by
 -- scripts/fixtures/make_grid_sample_fixtures.py): every mode x padding_mode
--- x align_corners of the 2-D sampler on a grid reaching past the image,
--- with the input's and the grid's gradients; affine_grid with theta's
--- gradient; PyTorch's argument errors; what is not provided says so.
+-- x align_corners of the 2-D and 3-D samplers on grids reaching past the
+-- image, with the input's and the grid's gradients; affine_grid (4-D and
+-- 5-D sizes) with theta's gradient; PyTorch's argument errors; bicubic says
+-- it is not provided.
 local accel = require("accel")
 local support = dofile("tests/lua/support.lua")
 local torch_cases = dofile("tests/lua/torch_cases.lua")
@@ -18,13 +19,16 @@ local CASES = {
   affine_grid_aligned = function(t) return F.affine_grid(t, {2, 3, 4, 5}, {align_corners = true}) end,
   affine_grid_unit = function(t) return F.affine_grid(t, accel.zeros(2, 3, 1, 5).shape, false) end,
   affine_then_sample = function(x, t) return F.grid_sample(x, F.affine_grid(t, {2, 2, 3, 3}, false), {align_corners = false}) end,
+  affine_grid_3d = function(t) return F.affine_grid(t, {2, 1, 3, 4, 5}, false) end,
+  affine_grid_3d_aligned = function(t) return F.affine_grid(t, {2, 1, 2, 1, 3}, true) end,
+  affine_then_sample_3d = function(x, t) return F.grid_sample(x, F.affine_grid(t, {2, 2, 2, 3, 3}, true), {align_corners = true}) end,
 }
 for _, mode in ipairs({"bilinear", "nearest"}) do
   for _, padding_mode in ipairs({"zeros", "border", "reflection"}) do
     for _, align_corners in ipairs({false, true}) do
-      CASES[("%s_%s_%s"):format(mode, padding_mode, align_corners and "aligned" or "unaligned")] = function(x, g)
-        return F.grid_sample(x, g, mode, padding_mode, align_corners)
-      end
+      local name = ("%s_%s_%s"):format(mode, padding_mode, align_corners and "aligned" or "unaligned")
+      CASES[name] = function(x, g) return F.grid_sample(x, g, mode, padding_mode, align_corners) end
+      CASES["volume_" .. name] = CASES[name]
     end
   end
 end
@@ -52,11 +56,18 @@ describe("grid_sample and affine_grid arguments", function()
       "affine_grid: expected theta to have floating point type")
   end)
 
-  it("say that bicubic and the 3-D forms are not provided", function()
+  it("say that bicubic is not provided", function()
     expect_error(function() F.grid_sample(x, g, "bicubic", "zeros", false) end, "grid_sample: mode 'bicubic' is not provided")
-    expect_error(function() F.grid_sample(accel.zeros(1, 1, 2, 2, 2), accel.zeros(1, 1, 1, 1, 3), {align_corners = false}) end,
-      "grid_sample: 5-D (volumetric) input is not provided")
-    expect_error(function() F.affine_grid(accel.zeros(1, 3, 4), {1, 1, 2, 2, 2}, false) end,
-      "affine_grid: 3-D transforms (a 5-D size) are not provided")
+  end)
+
+  it("refuse a 3-D grid of the wrong width and a theta that does not match the size", function()
+    -- torch 2.15: "expected grid to have size 3 in last dimension"; "Expected a batch of 3D affine matrices of
+    -- shape Nx3x4 for size [1, 1, 2, 2, 2]. Got [1, 2, 3]."
+    expect_error(function() F.grid_sample(accel.zeros(1, 1, 2, 2, 2), accel.zeros(1, 1, 1, 1, 2), {align_corners = false}) end,
+      "expected grid to have size 3 in last dimension")
+    expect_error(function() F.grid_sample(accel.zeros(1, 1, 2, 2, 2), g, {align_corners = false}) end,
+      "expected 4D or 5D input and grid with same number of dimensions")
+    expect_error(function() F.affine_grid(accel.zeros(1, 2, 3), {1, 1, 2, 2, 2}, false) end,
+      "affine_grid: expected a batch of 3D affine matrices of shape Nx3x4 for size [1, 1, 2, 2, 2], got [1, 2, 3]")
   end)
 end)

@@ -1,9 +1,9 @@
--- accel.nn.grid_sample: F.affine_grid and F.grid_sample for 2-D images, as
--- PyTorch's, composed of tensor ops (the samples are gathers) so autograd
--- gives the gradients of the input, the grid and theta. grid_sample takes
--- mode "bilinear" or "nearest" and padding_mode "zeros", "border" or
--- "reflection"; "bicubic" and the 5-D (volumetric) forms are errors that say
--- so. align_corners left out is false, with PyTorch's warning (once per
+-- accel.nn.grid_sample: F.affine_grid and F.grid_sample for 2-D images and
+-- 3-D volumes, as PyTorch's, composed of tensor ops (the samples are
+-- gathers) so autograd gives the gradients of the input, the grid and theta.
+-- grid_sample takes mode "bilinear" (trilinear on volumes) or "nearest" and
+-- padding_mode "zeros", "border" or "reflection"; "bicubic" is an error that
+-- says so. align_corners left out is false, with PyTorch's warning (once per
 -- function and process). Loaded on first use of either name.
 local accel = require("accel")
 local base = require("accel.nn.module")
@@ -37,8 +37,9 @@ local function centres(n, align_corners, like)
   return range
 end
 
--- affine_grid(theta (N, 2, 3), size {N, C, H, W}, [align_corners]) -> grid (N, H, W, 2):
--- theta applied to each output pixel's (x, y, 1)
+-- affine_grid(theta (N, 2, 3), size {N, C, H, W}, [align_corners]) -> grid (N, H, W, 2), or
+-- theta (N, 3, 4), size {N, C, D, H, W} -> grid (N, D, H, W, 3): theta applied to each output pixel's
+-- (x, y, [z,] 1)
 function FUNCTIONS.affine_grid(theta, size, ...)
   local a = torch_args("affine_grid", {"align_corners:bool"}, ...)
   local align_corners = align_corners_of("affine_grid", a.align_corners)
@@ -50,16 +51,28 @@ function FUNCTIONS.affine_grid(theta, size, ...)
   if type(sizes) ~= "table" or (#sizes ~= 4 and #sizes ~= 5) then
     raise("affine_grid: only supports 4D and 5D sizes, for 2D and 3D affine transforms, got size %s", util.show(size))
   end
-  if #sizes == 5 then raise("affine_grid: 3-D transforms (a 5-D size) are not provided; 2-D ones (N, C, H, W) are") end
-  local n, h, w = sizes[1], sizes[3], sizes[4]
-  if theta:dim() ~= 3 or theta:size(2) ~= 2 or theta:size(3) ~= 3 or theta:size(1) ~= n then
-    raise("affine_grid: expected a batch of 2D affine matrices of shape Nx2x3 for size [%s], got %s",
-      table.concat(sizes, ", "), util.shape_str(theta))
+  local dims, n = #sizes - 2, sizes[1]
+  if theta:dim() ~= 3 or theta:size(2) ~= dims or theta:size(3) ~= dims + 1 or theta:size(1) ~= n then
+    raise("affine_grid: expected a batch of %dD affine matrices of shape Nx%dx%d for size [%s], got %s", dims, dims,
+      dims + 1, table.concat(sizes, ", "), util.shape_str(theta))
   end
-  local xs = centres(w, align_corners, theta):reshape({1, w}):expand({h, w})
-  local ys = centres(h, align_corners, theta):reshape({h, 1}):expand({h, w})
-  local points = accel.stack({xs, ys, accel.ones({h, w}, {dtype = theta.dtype, device = theta.device})}, 3)
-  return points:reshape({1, h * w, 3}):matmul(theta:transpose(2, 3)):reshape({n, h, w, 2})
+  local spatial, count = {}, 1 -- the output's spatial sizes, the coordinates x, y[, z] along the last, ...
+  for i = 1, dims do spatial[i], count = sizes[i + 2], count * sizes[i + 2] end
+  local o = {dtype = theta.dtype, device = theta.device}
+  local columns = {}
+  for c = 1, dims do
+    local along = dims + 1 - c -- x varies along the last spatial dim, y the one before, z the first
+    local shape = {}
+    for i = 1, dims do shape[i] = 1 end
+    shape[along] = spatial[along]
+    columns[c] = centres(spatial[along], align_corners, theta):reshape(shape):expand(spatial)
+  end
+  columns[dims + 1] = accel.ones(spatial, o)
+  local points = accel.stack(columns, dims + 1):reshape({1, count, dims + 1})
+  local out = {n}
+  for i = 1, dims do out[i + 1] = spatial[i] end
+  out[dims + 2] = dims
+  return points:matmul(theta:transpose(2, 3)):reshape(out)
 end
 
 -- PyTorch's reflection of x into [twice_low / 2, twice_high / 2] (bouncing at both ends)
@@ -85,22 +98,27 @@ local function pixel_position(coord, n, padding_mode, align_corners)
   return accel.where(x:abs():lt(2 ^ 30), x, -100)
 end
 
--- the input's values at integer pixels (px, py) (N, Ho, Wo): (N, C, Ho, Wo),
--- 0 where the pixel is outside
-local function pixels_at(flat, px, py, h, w)
-  local n, c, ho, wo = flat:size(1), flat:size(2), px:size(2), px:size(3)
-  local inside = px:ge(0):logical_and(px:le(w - 1)):logical_and(py:ge(0)):logical_and(py:le(h - 1))
-  local index = (py:clamp(0, h - 1) * w + px:clamp(0, w - 1)):long():reshape({n, 1, ho * wo}):expand({n, c, ho * wo})
-  local values = flat:gather(3, index):reshape({n, c, ho, wo})
+-- the input flat (N, C, pixels)'s values at integer positions pos[i] (N, out...) along the spatial dims
+-- of sizes lens[i] (i = 1 the width, as the grid's coordinates), 0 where a position is outside:
+-- (N, C, out...)
+local function pixels_at(flat, pos, lens)
+  local inside, index, stride = nil, nil, 1
+  for i, p in ipairs(pos) do
+    local ok = p:ge(0):logical_and(p:le(lens[i] - 1))
+    local term = p:clamp(0, lens[i] - 1) * stride
+    inside, index = inside and inside:logical_and(ok) or ok, index and index + term or term
+    stride = stride * lens[i]
+  end
+  local n, c, m = flat:size(1), flat:size(2), pos[1]:numel() / flat:size(1)
+  local shape = {n, c}
+  for j = 2, pos[1]:dim() do shape[j + 1] = pos[1]:size(j) end
+  local values = flat:gather(3, index:long():reshape({n, 1, m}):expand({n, c, m})):reshape(shape)
   return values * inside:unsqueeze(2):to(flat.dtype)
 end
 
 local function check_sample_args(input, grid)
   if not accel.is_tensor(input) or not accel.is_tensor(grid) then raise("grid_sample: input and grid must be Tensors") end
-  if input:dim() == 5 and grid:dim() == 5 then
-    raise("grid_sample: 5-D (volumetric) input is not provided; 4-D input (N, C, H, W) is")
-  end
-  if input:dim() ~= 4 or grid:dim() ~= 4 then
+  if (input:dim() ~= 4 and input:dim() ~= 5) or grid:dim() ~= input:dim() then
     raise("grid_sampler(): expected 4D or 5D input and grid with same number of dimensions, but got input with "
       .. "sizes %s and grid with sizes %s", util.shape_str(input), util.shape_str(grid))
   end
@@ -108,21 +126,26 @@ local function check_sample_args(input, grid)
     raise("grid_sampler(): expected input and grid to have same batch size, but got input with sizes %s and grid "
       .. "with sizes %s", util.shape_str(input), util.shape_str(grid))
   end
-  if grid:size(4) ~= 2 then
-    raise("grid_sampler(): expected grid to have size 2 in last dimension, but got grid with sizes %s", util.shape_str(grid))
+  local dims = input:dim() - 2
+  if grid:size(-1) ~= dims then
+    raise("grid_sampler(): expected grid to have size %d in last dimension, but got grid with sizes %s", dims,
+      util.shape_str(grid))
   end
   if input.dtype ~= grid.dtype or not input.dtype.is_floating_point then
     raise("grid_sampler(): expected input and grid to have the same floating point dtype, but input has %s and grid has %s",
       input.dtype.name, grid.dtype.name)
   end
-  if input:size(3) == 0 or input:size(4) == 0 then
-    raise("grid_sampler(): expected input to have non-empty spatial dimensions, but input has sizes %s",
-      util.shape_str(input))
+  for i = 3, input:dim() do
+    if input:size(i) == 0 then
+      raise("grid_sampler(): expected input to have non-empty spatial dimensions, but input has sizes %s",
+        util.shape_str(input))
+    end
   end
 end
 
 -- grid_sample(input (N, C, H, W), grid (N, Ho, Wo, 2) of (x, y) in [-1, 1], [mode = "bilinear"],
---   [padding_mode = "zeros"], [align_corners]) -> (N, C, Ho, Wo)
+--   [padding_mode = "zeros"], [align_corners]) -> (N, C, Ho, Wo); or input (N, C, D, H, W), grid
+--   (N, Do, Ho, Wo, 3) of (x, y, z) -> (N, C, Do, Ho, Wo), "bilinear" being trilinear there
 function FUNCTIONS.grid_sample(input, grid, ...)
   local a = torch_args("grid_sample", {"mode:string", "padding_mode:string", "align_corners:bool"}, ...)
   local mode, padding_mode = a.mode or "bilinear", a.padding_mode or "zeros"
@@ -135,19 +158,35 @@ function FUNCTIONS.grid_sample(input, grid, ...)
   end
   local align_corners = align_corners_of("grid_sample", a.align_corners)
   check_sample_args(input, grid)
-  local n, c, h, w = input:size(1), input:size(2), input:size(3), input:size(4)
-  local flat = input:reshape({n, c, h * w})
-  local x = pixel_position(grid:select(4, 1), w, padding_mode, align_corners) -- (N, Ho, Wo)
-  local y = pixel_position(grid:select(4, 2), h, padding_mode, align_corners)
+  local dims, n, c = input:dim() - 2, input:size(1), input:size(2)
+  local lens, pos, pixels = {}, {}, 1 -- per grid coordinate (x, y[, z]): its dim's size, pixel positions
+  for i = 1, dims do
+    lens[i] = input:size(input:dim() + 1 - i)
+    pixels = pixels * lens[i]
+    pos[i] = pixel_position(grid:select(-1, i), lens[i], padding_mode, align_corners) -- (N, out...)
+  end
+  local flat = input:reshape({n, c, pixels})
   if mode == "nearest" then -- the grid's gradient is zero, as PyTorch's (not absent): a where that never picks it
     local never = accel.zeros(1, {dtype = accel.bool, device = input.device})
-    return accel.where(never, (x + y):unsqueeze(2), pixels_at(flat, x:round(), y:round(), h, w))
+    local rounded, sum = {}, nil
+    for i = 1, dims do rounded[i], sum = pos[i]:round(), sum and sum + pos[i] or pos[i] end
+    return accel.where(never, sum:unsqueeze(2), pixels_at(flat, rounded, lens))
   end
-  local x0, y0 = x:floor(), y:floor()
-  local x1, y1 = x0 + 1, y0 + 1
-  local function weighted(px, py, weight) return pixels_at(flat, px, py, h, w) * weight:unsqueeze(2) end
-  return weighted(x0, y0, (x1 - x) * (y1 - y)) + weighted(x1, y0, (x - x0) * (y1 - y))
-    + weighted(x0, y1, (x1 - x) * (y - y0)) + weighted(x1, y1, (x - x0) * (y - y0))
+  local low, high = {}, {}
+  for i = 1, dims do low[i] = pos[i]:floor(); high[i] = low[i] + 1 end
+  local out
+  for corner = 0, 2 ^ dims - 1 do -- x varies fastest: (x0, y0), (x1, y0), (x0, y1), (x1, y1), ...
+    local at, weight = {}, nil
+    for i = 1, dims do
+      local up = math.floor(corner / 2 ^ (i - 1)) % 2 == 1
+      at[i] = up and high[i] or low[i]
+      local w = up and pos[i] - low[i] or high[i] - pos[i]
+      weight = weight and weight * w or w
+    end
+    local part = pixels_at(flat, at, lens) * weight:unsqueeze(2)
+    out = out and out + part or part
+  end
+  return out
 end
 
 for name, f in pairs(FUNCTIONS) do F[name] = f end
