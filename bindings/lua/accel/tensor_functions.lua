@@ -233,6 +233,8 @@ function T.cdist(x1, x2, ...)
   end
   local p = a.p or 2
   if p < 0 then raise("cdist: p must be non-negative, got %s", p) end
+  local amp = require("accel.amp") -- on torch's autocast float32 list (CPU): half inputs widened
+  x1, x2 = amp.fp32_input(x1), amp.fp32_input(x2)
   return (x1:unsqueeze(-2) - x2:unsqueeze(-3)):norm(p == math.huge and "inf" or p, -1)
 end
 

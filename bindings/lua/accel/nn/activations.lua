@@ -103,6 +103,8 @@ function FUNCTIONS.prelu(x, weight, ...)
   torch_args("prelu", {}, ...)
   input_arg("prelu", x)
   if not accel.is_tensor(weight) then raise("prelu: weight must be a Tensor, got %s", type(weight)) end
+  local amp = require("accel.amp") -- on autocast's lower-precision list, as torch's: x and weight in its dtype
+  x, weight = amp.cast_input(x), amp.cast_input(weight)
   local n, w = weight:numel(), weight
   if n ~= 1 then
     local c = x:dim() >= 2 and x:size(2) or x:size(1)

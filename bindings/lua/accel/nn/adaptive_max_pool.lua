@@ -110,6 +110,9 @@ function FUNCTIONS.adaptive_max_pool1d(x, output_size, ...)
   return values:squeeze(-2)
 end
 
+-- on torch's autocast float32 list (CPU): half inputs widened under autocast
+for _, name in ipairs({"adaptive_max_pool3d"}) do FUNCTIONS[name] = require("accel.amp").fp32_op(FUNCTIONS[name]) end
+
 for name, f in pairs(FUNCTIONS) do F[name] = f end
 
 -- AdaptiveMaxPool2d(output_size, [return_indices = false]), AdaptiveMaxPool1d / 3d(...)

@@ -199,6 +199,8 @@ function F.pad(x, pad, ...)
   if mode ~= "constant" then
     if a.value ~= nil and a.value ~= 0 then raise('pad: Padding mode "%s" doesn\'t take in value argument', mode) end
     if #pad == 0 or #pad > 6 then raise("pad: mode '%s' pads 1, 2 or 3 dims, got %d amounts", mode, #pad) end
+    -- torch's autocast float32 list (CPU) has replication_pad1d-3d and reflection_pad1d / 2d
+    if mode == "replicate" or (mode == "reflect" and #pad <= 4) then x = require("accel.amp").fp32_input(x) end
     return pad_by_index(x, pad, mode)
   end
   local y = x
@@ -285,10 +287,7 @@ end
 -- Under autocast, the losses below run in float32, as on PyTorch's autocast
 -- float32 list (a bf16 / fp16 input is widened first; outside autocast a
 -- half input keeps its dtype, as in PyTorch).
-local function fp32_in_autocast(t)
-  if not accel.is_tensor(t) or (t.dtype ~= accel.bfloat16 and t.dtype ~= accel.float16) then return t end
-  return require("accel.amp").current_dtype() ~= nil and t:float() or t
-end
+local fp32_in_autocast = function(t) return require("accel.amp").fp32_input(t) end
 
 -- The loss is computed in float32; outside autocast a bf16 / fp16 input gets
 -- its loss back in its own dtype, as PyTorch's (inside autocast, float32).

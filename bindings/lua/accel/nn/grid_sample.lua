@@ -189,6 +189,9 @@ function FUNCTIONS.grid_sample(input, grid, ...)
   return out
 end
 
+-- on torch's autocast float32 list (CPU): half inputs widened under autocast
+for _, name in ipairs({"grid_sample"}) do FUNCTIONS[name] = require("accel.amp").fp32_op(FUNCTIONS[name]) end
+
 for name, f in pairs(FUNCTIONS) do F[name] = f end
 
 return {}

@@ -68,6 +68,9 @@ function FUNCTIONS.gaussian_nll_loss(input, target, var, ...)
   return F._reduce("gaussian_nll_loss", loss, a.reduction)
 end
 
+-- on torch's autocast float32 list (CPU): half inputs widened under autocast
+for _, name in ipairs({"poisson_nll_loss"}) do FUNCTIONS[name] = require("accel.amp").fp32_op(FUNCTIONS[name]) end
+
 for name, f in pairs(FUNCTIONS) do F[name] = f end
 
 -- PoissonNLLLoss([log_input = true], [full = false], [size_average], [eps = 1e-8], [reduce], [{reduction =}])

@@ -104,6 +104,9 @@ function FUNCTIONS.max_unpool1d(input, indices, kernel_size, ...)
   return FUNCTIONS.max_unpool2d(input:unsqueeze(-2), planes, {1, k}, {1, s}, {0, p}, {1, out}):squeeze(-2)
 end
 
+-- on torch's autocast float32 list (CPU): half inputs widened under autocast
+for _, name in ipairs({"max_unpool1d", "max_unpool2d", "max_unpool3d"}) do FUNCTIONS[name] = require("accel.amp").fp32_op(FUNCTIONS[name]) end
+
 for name, f in pairs(FUNCTIONS) do F[name] = f end
 
 -- MaxUnpool2d(kernel_size, [stride = kernel_size], [padding = 0]), MaxUnpool1d / 3d(...);

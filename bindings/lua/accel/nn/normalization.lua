@@ -257,6 +257,8 @@ function F.local_response_norm(input, size, ...)
   end
   if input:numel() == 0 then return input:clone() end
   local sq, c = input * input, input:size(2)
+  -- torch averages 4-D and larger inputs with avg_pool3d, on its autocast float32 list (CPU)
+  if input:dim() >= 4 then sq = require("accel.amp").fp32_input(sq) end
   local before, after = math.floor(size / 2), math.floor((size - 1) / 2)
   local pads = {}
   for _ = 3, input:dim() do pads[#pads + 1], pads[#pads + 2] = 0, 0 end

@@ -139,6 +139,9 @@ function FUNCTIONS.multilabel_margin_loss(x, y, ...)
   return F._reduce("multilabel_margin_loss", loss, a.reduction)
 end
 
+-- on torch's autocast float32 list (CPU): half inputs widened under autocast
+for _, name in ipairs({"hinge_embedding_loss", "cosine_embedding_loss", "triplet_margin_loss", "multi_margin_loss", "multilabel_margin_loss"}) do FUNCTIONS[name] = require("accel.amp").fp32_op(FUNCTIONS[name]) end
+
 for name, f in pairs(FUNCTIONS) do F[name] = f end
 
 -- ---- modules: name(settings..., [{reduction = "mean"}]) -> criterion(inputs...) ----

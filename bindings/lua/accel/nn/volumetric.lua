@@ -264,6 +264,9 @@ function FUNCTIONS.adaptive_avg_pool3d(input, output_size, ...)
   return input:dim() == 4 and y:squeeze(1) or y
 end
 
+-- on torch's autocast float32 list (CPU): half inputs widened under autocast
+for _, name in ipairs({"max_pool3d", "avg_pool3d", "adaptive_avg_pool3d"}) do FUNCTIONS[name] = require("accel.amp").fp32_op(FUNCTIONS[name]) end
+
 for name, f in pairs(FUNCTIONS) do F[name] = f end
 
 -- ---- modules ----
