@@ -180,18 +180,33 @@ function amp.scaler_from_settings(o)
   o = o or {}
   return setmetatable({_scale = o.init_scale or 65536.0, growth_factor = o.growth_factor or 2.0,
     backoff_factor = o.backoff_factor or 0.5, growth_interval = o.growth_interval or 2000,
-    agree = o.agree or function(found) return found end,
+    agree = o.agree or function(found) return found end, enabled = o.enabled ~= false, device = o.device,
     growth_tracker = 0, per_opt = fresh_states()}, GradScaler)
 end
 
-function amp.GradScaler(o)
-  local options = {} -- checked as GradScalerKwargs's (agree is the Accelerator's own)
-  for k, v in pairs(o or {}) do if k ~= "agree" then options[k] = v end end
+-- amp.GradScaler([device = "cuda"], [init_scale], [growth_factor], [backoff_factor], [growth_interval],
+-- [enabled = true]), positionally or by name, as torch.amp.GradScaler. Disabled, it is torch's pass-through:
+-- scale returns its argument, step only steps, unscale_ and update do nothing, get_scale is 1.
+local SCALER_ARGS = {"device:string", "init_scale:number", "growth_factor:number", "backoff_factor:number",
+  "growth_interval:number", "enabled:bool", "agree:function"}
+function amp.GradScaler(...)
+  local o = util.torch_args("GradScaler", SCALER_ARGS, ...)
+  local options = {} -- checked as GradScalerKwargs's (device is checked below, agree is the Accelerator's own)
+  for k, v in pairs(o) do if k ~= "agree" and k ~= "device" then options[k] = v end end
   require("accel.plugins").check_scaler_options("GradScaler", options)
+  if o.device ~= nil then
+    local ok, dev = pcall(accel.device, o.device)
+    if not ok then raise("GradScaler: device %s is not a device (\"cpu\", \"cuda\", \"cuda:0\", ...)", util.show(o.device)) end
+    o.device = dev
+  end
   return amp.scaler_from_settings(o)
 end
 
-function GradScaler:scale_loss(loss) return loss * self._scale end
+-- loss times the scale, a float32 0-d tensor as torch keeps it (so a 0-d half loss comes back float32)
+function GradScaler:scale_loss(loss)
+  if not self.enabled then return loss end
+  return loss * accel.tensor(self._scale, {dtype = accel.float32, device = loss.device})
+end
 
 -- torch's GradScaler API: scale(outputs) (a tensor or a table of them),
 -- update([new_scale]), is_enabled(), get_scale() and the factor getters /
@@ -204,7 +219,7 @@ function GradScaler:scale(outputs)
   return out
 end
 
-function GradScaler:is_enabled() return true end
+function GradScaler:is_enabled() return self.enabled end
 function GradScaler:get_growth_factor() return self.growth_factor end
 function GradScaler:set_growth_factor(v) self.growth_factor = v end
 function GradScaler:get_backoff_factor() return self.backoff_factor end
@@ -233,6 +248,7 @@ end
 -- unscale_): an error when opt was unscaled or stepped since the last
 -- update().
 function GradScaler:unscale_(opt)
+  if not self.enabled then return end
   local stage = opt_state(self, opt).stage
   if stage == UNSCALED then
     raise("GradScaler:unscale_: unscale_() has already been called on this optimizer since the last update() (once "
@@ -285,6 +301,7 @@ end
 -- (no backward since zero_grad); unlike PyTorch, that failed step leaves
 -- the optimizer ready for the next one.
 function GradScaler:step(opt, closure)
+  if not self.enabled then return opt:step(closure) end
   local st = opt_state(self, opt)
   if st.stage == STEPPED then
     raise("GradScaler:step: step() has already been called since the last update()")
@@ -347,7 +364,9 @@ local function update_scale(self, new_scale, stage)
   end
 end
 
-function GradScaler:update(new_scale) update_scale(self, new_scale, nil) end
+function GradScaler:update(new_scale)
+  if self.enabled then update_scale(self, new_scale, nil) end
+end
 
 -- The update after one optimizer's step through the Accelerator (which,
 -- as Accelerate, updates after every optimizer's step): from the stepped
@@ -358,17 +377,19 @@ function GradScaler:update(new_scale) update_scale(self, new_scale, nil) end
 -- scale a second time (what Accelerate does with two fp16 optimizers).
 function GradScaler:_update_stepped() update_scale(self, nil, STEPPED) end
 
-function GradScaler:get_scale() return self._scale end
+function GradScaler:get_scale() return self.enabled and self._scale or 1.0 end
 
 local STATE_FIELDS = {"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"}
 
 function GradScaler:state_dict()
+  if not self.enabled then return {} end
   return {scale = self._scale, growth_factor = self.growth_factor, backoff_factor = self.backoff_factor,
     growth_interval = self.growth_interval, _growth_tracker = self.growth_tracker}
 end
 
 -- As torch's: an empty dict is refused; every field must be there (a number).
 function GradScaler:load_state_dict(s)
+  if not self.enabled then return end
   if type(s) ~= "table" then raise("GradScaler:load_state_dict: expected a table, got %s", type(s)) end
   if next(s) == nil then
     raise("GradScaler:load_state_dict: the source state dict is empty, possibly because it was saved from a "
