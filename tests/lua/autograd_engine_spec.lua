@@ -870,8 +870,44 @@ describe("custom functions from Lua", function()
 
   it("definition errors", function()
     assert.matches("forward", errmsg(function() accel.autograd.Function{backward = function() end} end))
-    local NotTensor = accel.autograd.Function{forward = function() return 3 end, backward = function() end}
-    assert.matches("must return a tensor", errmsg(function() NotTensor(gc.randn(2)) end))
+    local Nothing = accel.autograd.Function{forward = function() end, backward = function() end}
+    assert.matches("forward returned nothing", errmsg(function() Nothing(gc.randn(2)) end))
+    local none = function() end
+    assert.matches("unknown key 'nmae' %(keys: forward, backward, setup_context, name%)",
+      errmsg(function() accel.autograd.Function{forward = none, backward = none, nmae = "x"} end))
+    assert.matches("'jvp' is not supported %(forward%-mode AD is not provided%)",
+      errmsg(function() accel.autograd.Function{forward = none, backward = none, jvp = none} end))
+    assert.matches("setup_context must be a function, got string",
+      errmsg(function() accel.autograd.Function{forward = none, backward = none, setup_context = "x"} end))
+  end)
+
+  -- torch 2.15: a Function whose forward returns (x * 2, 5) gives (tensor, 5); backward gets None for the 5.
+  -- With setup_context, forward(x) takes no ctx and setup_context(ctx, inputs, output) sees the tuple.
+  it("takes forward results that are not tensors, and PyTorch's setup_context style", function()
+    local seen = {}
+    local Double = accel.autograd.Function{
+      forward = function(x, k) return x * k, k end,
+      setup_context = function(ctx, inputs, output)
+        seen.n_inputs, seen.second = #inputs, output[2]
+        ctx.k = inputs[2]
+      end,
+      backward = function(ctx, g, g_k)
+        seen.g_k = g_k
+        return g * ctx.k, nil
+      end,
+    }
+    local x = gc.randn(3)
+    local y, k = Double(x, 3)
+    assert.are.equal(3, k)
+    y:sum():backward()
+    assert.are.same({n_inputs = 2, second = 3}, seen)
+    assert_close(x.grad, accel.full({3}, 3, {dtype = x.dtype}))
+    local One = accel.autograd.Function{forward = function(x) return x * 2 end,
+      setup_context = function(ctx, _, output) ctx.out_shape = output.shape end,
+      backward = function(ctx, g) return g * 2 end}
+    x.grad = nil
+    One(x):sum():backward()
+    assert_close(x.grad, accel.full({3}, 2, {dtype = x.dtype}))
   end)
 
   it("checks backward's results as PyTorch does: count, shapes, saved tensors changed in place", function()

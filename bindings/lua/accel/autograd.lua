@@ -7,9 +7,13 @@
 --   local y = Square(x)           -- or Square.apply(x)
 --
 -- forward runs without recording a graph and returns one tensor, or
--- several (each gets the custom node; backward then receives one gradient
--- per output: zeros of the output's shape for one that got none, or nil
--- after ctx:set_materialize_grads(false), as PyTorch); backward returns one
+-- several values (each tensor gets the custom node; backward then receives
+-- one gradient per output: zeros of the output's shape for one that got
+-- none, or nil after ctx:set_materialize_grads(false), as PyTorch; nil for
+-- a value that is not a tensor, returned as it is). With setup_context
+-- (PyTorch's newer style) forward takes no ctx and
+-- setup_context(ctx, inputs, output) saves what backward needs. Keys other
+-- than forward, backward, setup_context and name are errors. backward returns one
 -- gradient (or nil) per argument of forward, in order. As PyTorch checks:
 -- ctx.needs_input_grad is set before forward; backward must return that
 -- many gradients (extra ones only nil; trailing ones may be left out where
@@ -125,26 +129,29 @@ local function all_output_grads(ctx, backward, n, at, zeros)
   return function(...)
     local got, g = compat.pack(...), {}
     for j = 1, got.n do g[at[j]] = got[j] end
-    for i = 1, n do
-      if g[i] == nil and ctx._materialize ~= false then g[i] = accel.zeros(zeros[i][1], zeros[i][2]) end
+    for i = 1, n do -- (a non-tensor output gets nil, as in PyTorch)
+      if g[i] == nil and zeros[i] and ctx._materialize ~= false then g[i] = accel.zeros(zeros[i][1], zeros[i][2]) end
     end
     return backward(compat.unpack(g, 1, n))
   end
 end
 
--- forward's outputs, the custom node attached to those not marked
--- non-differentiable (the others come back detached).
+-- forward's outputs, the custom node attached to the tensors not marked
+-- non-differentiable (the others come back detached; values that are not
+-- tensors come back as they are).
 local function attach_outputs(ctx, outs, inputs, backward, node_name)
   local marked = ctx._non_differentiable or {}
-  if outs.n == 1 then
+  if outs.n == 1 and accel.is_tensor(outs[1]) then
     if marked[outs[1]] then return outs[1]:detach() end
     return accel._C.attach_custom(outs[1], inputs, backward, node_name)
   end
   local res, list, at, zeros, k = {}, {}, {}, {}, 0
   for i = 1, outs.n do
     local o = outs[i]
-    zeros[i] = {o.shape, {dtype = o.dtype, device = o.device}}
-    if marked[o] then
+    zeros[i] = accel.is_tensor(o) and {o.shape, {dtype = o.dtype, device = o.device}}
+    if not zeros[i] then
+      res[i] = o
+    elseif marked[o] then
       res[i] = o:detach()
     else
       k = k + 1
@@ -159,10 +166,40 @@ local function attach_outputs(ctx, outs, inputs, backward, node_name)
   return compat.unpack(res, 1, outs.n)
 end
 
-function autograd.Function(def)
+-- The keys of a Function's definition; PyTorch's jvp and vmap ones are refused by name.
+local FUNCTION_KEYS = {forward = true, backward = true, setup_context = true, name = true}
+local FUNCTION_REFUSED = {jvp = "forward-mode AD", vmap = "vmap", generate_vmap_rule = "vmap"}
+
+local function check_definition(def)
   if type(def) ~= "table" or type(def.forward) ~= "function" or type(def.backward) ~= "function" then
-    error("autograd.Function expects {forward = function(ctx, ...), backward = function(ctx, grad)}", 2)
+    error("autograd.Function expects {forward = function(ctx, ...), backward = function(ctx, grad)}", 3)
   end
+  for k in pairs(def) do
+    if FUNCTION_REFUSED[k] then
+      error(("autograd.Function: '%s' is not supported (%s is not provided)"):format(tostring(k), FUNCTION_REFUSED[k]), 3)
+    elseif not FUNCTION_KEYS[k] then
+      error(("autograd.Function: unknown key '%s' (keys: forward, backward, setup_context, name)"):format(tostring(k)), 3)
+    end
+  end
+  if def.setup_context ~= nil and type(def.setup_context) ~= "function" then
+    error(("autograd.Function: setup_context must be a function, got %s"):format(type(def.setup_context)), 3)
+  end
+end
+
+-- forward's results: forward(ctx, ...), or with setup_context (PyTorch's
+-- newer style) forward(...) then setup_context(ctx, inputs, output), output
+-- being forward's one result or the list of them
+local function run_forward(def, ctx, args)
+  if not def.setup_context then return compat.pack(def.forward(ctx, compat.unpack(args, 1, args.n))) end
+  local outs = compat.pack(def.forward(compat.unpack(args, 1, args.n)))
+  local inputs = {}
+  for i = 1, args.n do inputs[i] = args[i] end
+  def.setup_context(ctx, inputs, outs.n == 1 and outs[1] or {compat.unpack(outs, 1, outs.n)})
+  return outs
+end
+
+function autograd.Function(def)
+  check_definition(def)
   local name = "autograd.Function" .. (def.name and (" " .. tostring(def.name)) or "")
   local F = {}
   function F.apply(...)
@@ -174,12 +211,8 @@ function autograd.Function(def)
       inputs[i] = accel.is_tensor(args[i]) and args[i] or false
       ctx.needs_input_grad[i] = inputs[i] and inputs[i].requires_grad or false
     end
-    local outs = accel.no_grad(function() return compat.pack(def.forward(ctx, compat.unpack(args, 1, args.n))) end)
-    for i = 1, math.max(outs.n, 1) do
-      if not accel.is_tensor(outs[i]) then
-        error(("%s forward must return a tensor, or several (value %d is %s)"):format(name, i, type(outs[i])), 2)
-      end
-    end
+    local outs = accel.no_grad(run_forward, def, ctx, args)
+    if outs.n == 0 then error(("%s forward returned nothing (a tensor, or several values)"):format(name), 2) end
     local versions = saved_versions(ctx)
     local backward = function(...)
       check_saved(name, ctx, versions)
