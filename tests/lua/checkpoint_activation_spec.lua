@@ -324,9 +324,34 @@ describe("accel.utils.checkpoint errors", function()
   it("PyTorch keywords we do not support: an error unless set to what asks for nothing", function()
     local function id(a) return a * 1 end
     expect_error(function() utils.checkpoint(id, gc.randn(2), {debug = true}) end, "option 'debug' is not supported")
-    expect_error(function() utils.checkpoint(id, gc.randn(2), {determinism_check = "default"}) end,
-      "option 'determinism_check' is not supported", "only determinism_check = none")
+    expect_error(function() utils.checkpoint(id, gc.randn(2), {determinism_check = "strict"}) end,
+      'determinism_check must be "default" or "none", got "strict"')
     assert.is_true(utils.checkpoint(id, gc.randn(2), {determinism_check = "none", debug = false}).requires_grad)
+    assert.is_true(utils.checkpoint(id, gc.randn(2), {determinism_check = "default"}).requires_grad)
+  end)
+
+  -- torch 2.15 (use_reentrant=False): a fn whose recompute differs raises CheckpointError "Recomputed values for
+  -- the following tensors have different metadata than during the forward pass"; determinism_check="none" does not
+  it("a recompute that computes something else is an error, unless determinism_check = \"none\"", function()
+    local function flaky(again) -- fn(a) = a * 2 in the forward, again(a) in the recompute
+      local calls = 0
+      return function(a)
+        calls = calls + 1
+        if calls == 1 then return a * 2 end
+        return again(a)
+      end
+    end
+    local x = gc.randn(3):requires_grad_(true)
+    local y = utils.checkpoint(flaky(function(a) return (a * 2):sum() end), x)
+    expect_error(function() y:sum():backward() end,
+      "checkpoint: the recompute in backward gave result 1 with shape [], float64, cpu, the forward with shape [3], "
+      .. "float64, cpu")
+    local w = utils.checkpoint(flaky(function(a) return a * 2, a end), x)
+    expect_error(function() w:sum():backward() end, "checkpoint: the recompute in backward returned 2 values, the forward 1")
+    -- the same metadata passes either way (as PyTorch's check); without the check a different shape is not caught
+    local z = utils.checkpoint(flaky(function(a) return a * 3 end), x, {determinism_check = "none"})
+    z:sum():backward()
+    assert_close(x.grad, accel.full({3}, 3, {dtype = x.dtype}), 0)
   end)
 
   it("a trailing table without option names is an argument of fn", function()
@@ -484,7 +509,7 @@ describe("accel.utils.checkpoint_module", function()
     assert.equal(3, #utils.apply_activation_checkpointing(small, {}))
     assert.is_true(utils.is_checkpointed(small[2]))
     expect_error(function() utils.apply_activation_checkpointing(model, {check_fn = function() return true end, typo = 1}) end,
-      "apply_activation_checkpointing: unknown option 'typo' (options: check_fn, use_reentrant, preserve_rng_state)")
+      "apply_activation_checkpointing: unknown option 'typo' (options: check_fn, use_reentrant, preserve_rng_state, determinism_check)")
     expect_error(function() utils.apply_activation_checkpointing(small, 5) end,
       "apply_activation_checkpointing: options must be a table, got number")
   end)

@@ -32,8 +32,11 @@
 --     argument does, and when none does, nothing inside gets a gradient (a
 --     warning says so once).
 --   preserve_rng_state (true): replay the random state in the recompute.
---   PyTorch's determinism_check, debug and context_fn: only "none" / false /
---     false (what asks for nothing); another value is an error.
+--   determinism_check ("default"): the recompute's results must have the
+--     forward's shapes, dtypes and devices, else backward raises (PyTorch
+--     compares the saved tensors, which are not kept here); "none": no check.
+--   PyTorch's debug and context_fn: only false (what asks for nothing);
+--     another value is an error.
 -- Decisions where PyTorch has no counterpart: under no_grad (or when grad
 -- mode is off) checkpoint just calls fn; fn must return at least one tensor
 -- (as a separate return value: tables are not looked into), else an error.
@@ -61,13 +64,19 @@ local raise = util.raise
 
 local utils = {}
 
-local OPTIONS = {use_reentrant = true, preserve_rng_state = true}
+local OPTIONS = {use_reentrant = true, preserve_rng_state = true, determinism_check = true}
 -- PyTorch's other keywords: accepted at the value that asks for nothing
-local UNSUPPORTED = {determinism_check = "none", debug = false, context_fn = false}
+local UNSUPPORTED = {debug = false, context_fn = false}
 
--- Refuse an unknown key, a known one that is not a boolean, or an
--- unsupported one set to something. names: the valid keys, for the message.
+-- Refuse an unknown key, a known one of the wrong kind, or an unsupported
+-- one set to something. names: the valid keys, for the message.
 local function check_option(where, k, v, names)
+  if k == "determinism_check" then
+    if v ~= "default" and v ~= "none" then
+      raise('%s: determinism_check must be "default" or "none", got %s', where, util.show(v))
+    end
+    return
+  end
   if OPTIONS[k] then
     if type(v) ~= "boolean" then raise("%s: %s must be true or false, got %s", where, k, util.show(v)) end
     return
@@ -76,7 +85,7 @@ local function check_option(where, k, v, names)
     if v == UNSUPPORTED[k] then return end
     raise("%s: option '%s' is not supported (only %s = %s)", where, k, k, tostring(UNSUPPORTED[k]))
   end
-  raise("%s: unknown option '%s' (options: %s)", where, tostring(k), names or "use_reentrant, preserve_rng_state")
+  raise("%s: unknown option '%s' (options: %s)", where, tostring(k), names or "use_reentrant, preserve_rng_state, determinism_check")
 end
 
 -- The trailing options table of args (removed from it), or {}: a plain
@@ -165,6 +174,35 @@ local function detached_args(args, versions)
   return d
 end
 
+-- The shape, dtype and device of the tensors among fn's results, by position
+local function results_metadata(res)
+  local m = {n = res.n}
+  for i = 1, res.n do
+    if accel.is_tensor(res[i]) then m[i] = ("shape %s, %s, %s"):format(util.shape_str(res[i]), res[i].dtype.name,
+      tostring(res[i].device)) end
+  end
+  return m
+end
+
+-- determinism_check = "default" (PyTorch's): the recompute's results must
+-- have the forward's metadata, else its gradients would belong to another
+-- computation
+local function check_recompute(st, res)
+  if not st.metadata then return end
+  local again = results_metadata(res)
+  if again.n ~= st.metadata.n then
+    error(("checkpoint: the recompute in backward returned %d values, the forward %d: fn must compute the same "
+      .. "thing again (or pass determinism_check = \"none\")"):format(again.n, st.metadata.n), 0)
+  end
+  for i = 1, again.n do
+    if again[i] ~= st.metadata[i] then
+      error(("checkpoint: the recompute in backward gave result %d with %s, the forward with %s: fn must compute "
+        .. "the same thing again (or pass determinism_check = \"none\")"):format(i, again[i] or "no tensor",
+        st.metadata[i] or "no tensor"), 0)
+    end
+  end
+end
+
 -- The backward of one checkpoint: recompute, back-propagate, and return
 -- the arguments' gradients (one per node input).
 local function make_backward(st, pos, n_inputs)
@@ -184,6 +222,7 @@ local function make_backward(st, pos, n_inputs)
     end)
     if rng_now then accel.set_rng_state(rng_now[1], rng_now[2]) end
     if not ok then error(res, 0) end
+    check_recompute(st, res)
     local roots, rgrads = {}, {}
     for k, i in ipairs(pos) do
       local r, g = res[i], grads[k]
@@ -229,6 +268,7 @@ local function checkpoint_packed(fn, args, o)
   C.collect_garbage_tensors() -- fn's intermediate tensors: none is kept for backward
   local pos, outs = outputs_to_attach(res, reentrant)
   if #outs == 0 then return compat.unpack(res, 1, res.n) end
+  if o.determinism_check ~= "none" then st.metadata = results_metadata(res) end
   local inputs = {}
   for i = 1, args.n do inputs[i] = accel.is_tensor(args[i]) and args[i] or false end
   if not reentrant then
@@ -270,7 +310,7 @@ function utils.checkpoint_module(module, opts)
   local o = {}
   for k, v in pairs(opts) do
     if k ~= "enabled" then
-      check_option("checkpoint_module", k, v, "enabled, use_reentrant, preserve_rng_state")
+      check_option("checkpoint_module", k, v, "enabled, use_reentrant, preserve_rng_state, determinism_check")
       o[k] = v
     end
   end
@@ -324,7 +364,7 @@ function utils.apply_activation_checkpointing(model, opts)
   local o = {}
   for k, v in pairs(opts) do
     if k ~= "check_fn" then
-      check_option("apply_activation_checkpointing", k, v, "check_fn, use_reentrant, preserve_rng_state")
+      check_option("apply_activation_checkpointing", k, v, "check_fn, use_reentrant, preserve_rng_state, determinism_check")
       o[k] = v
     end
   end
