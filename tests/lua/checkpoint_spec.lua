@@ -124,6 +124,25 @@ describe("save_model", function()
     rm(dir)
   end)
 
+  -- accelerate 1.16: save_model of Embedding(5, 3) with a Linear(3, 5) head tied to it writes only emb.weight and
+  -- logs "Removed shared tensor {'head.weight'} while saving. This should be OK, but check by verifying that you
+  -- don't receive any warning while reloading" (accelerate.utils.other's clean_state_dict_for_safetensors)
+  it("writes a tied weight once, under its first name, with Accelerate's warning", function()
+    local dir = tmpdir()
+    local code = ("local nn = accel.nn local M = nn.Module:extend('M') "
+      .. "function M:init() self.emb = nn.Embedding(5, 3) self.head = nn.Linear(3, 5, {bias = false}) "
+      .. "self.head.weight = self.emb.weight end "
+      .. "accel.Accelerator():save_model(M(), %q)"):format(dir)
+    local err = support.command_output(("%s -e %s 2>&1 >/dev/null"):format(q(BIN), q(code)))
+    assert.are.equal("WARNING:accelerate.utils.other:[RANK 0] Removed shared tensor {'head.weight'} while saving. "
+      .. "This should be OK, but check by verifying that you don't receive any warning while reloading\n", err)
+    local names = {}
+    for k in pairs(safetensors_header(dir .. "/model.safetensors")) do names[#names + 1] = k end
+    table.sort(names)
+    assert.are.same({"__metadata__", "emb.weight"}, names)
+    rm(dir)
+  end)
+
   it("shards above max_shard_size with model.safetensors.index.json", function()
     local dir = tmpdir()
     local s = trained(40)

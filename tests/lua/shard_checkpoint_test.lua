@@ -421,6 +421,18 @@ for _, case in ipairs({
       {first.code == 0, "the saving run failed: " .. first.err:sub(-400)}, same_as(run, l[1], out, case[1] .. "_ref.st"))
   end
 end
+do -- merge-weights of the tied model: head.weight left out as save_model (and Accelerate's) leaves it out
+  local out = path("tie_merged.safetensors")
+  local m = merge(path("tie_ck"), out)
+  local ok, sd = pcall(accel_load, out)
+  local names = {}
+  for k in pairs(ok and sd or {}) do names[#names + 1] = k end
+  table.sort(names)
+  check("merge-weights of a tied model writes the tied weight once, under its first name, with Accelerate's warning",
+    m, {m.code == 0, m.err}, {table.concat(names, ",") == "count,emb.weight,fz.bias,fz.weight,inp.bias,inp.weight",
+      "merged names: " .. table.concat(names, ",")},
+    {m.err:find("Removed shared tensor {'head.weight'} while saving", 1, true) ~= nil, "no warning: " .. m.err})
+end
 do -- strict = false into a model without sharding, from a sharded checkpoint with an extra buffer
   local ck = path("xbuf_ck")
   local first = frozen_run(2, "xbuf_first.st", "stage=3", "fill=1", "xbuf=1", "save=" .. ck)

@@ -1909,7 +1909,14 @@ function Accelerator:save_model(model, dir, o)
     for k in pairs(sd) do order[#order + 1] = k end
     table.sort(order)
   end
-  if self.is_main_process then checkpoint.save_model(sd, order, dir, max_bytes) end
+  local unwrapped, removed = self:unwrap_model(model), {}
+  if has_fn(unwrapped, "state_dict") and has_fn(model, "state_dict_keys") then -- tied weights written once
+    order, removed = checkpoint.untied_order(order, unwrapped:state_dict({keep_vars = true}))
+  end
+  if self.is_main_process then
+    checkpoint.warn_removed_shared(removed)
+    checkpoint.save_model(sd, order, dir, max_bytes)
+  end
 end
 
 -- safe_serialization = false asks Accelerate for pickle, which is never written here

@@ -302,6 +302,40 @@ function M.plan_model_files(order, bytes_of, max_bytes)
   return shards, total
 end
 
+-- Accelerate's clean_state_dict_for_safetensors: of the names in order
+-- whose tensors are one object (tied weights; objects from
+-- state_dict({keep_vars = true})), only the first is written. -> the names
+-- kept, in order, and the names left out.
+function M.untied_order(order, objects)
+  local seen, kept, removed = {}, {}, {}
+  for _, name in ipairs(order) do
+    local t = objects[name]
+    if t ~= nil and seen[t] then
+      removed[#removed + 1] = name
+    else
+      if t ~= nil then seen[t] = true end
+      kept[#kept + 1] = name
+    end
+  end
+  return kept, removed
+end
+
+-- Accelerate's warning for the names untied_order left out (nil: none)
+function M.removed_shared_message(removed)
+  if #removed == 0 then return nil end
+  local names = {}
+  for i, name in ipairs(removed) do names[i] = "'" .. name .. "'" end
+  table.sort(names)
+  return ("Removed shared tensor {%s} while saving. This should be OK, but check by verifying that you don't "
+    .. "receive any warning while reloading"):format(table.concat(names, ", "))
+end
+
+-- ... logged on the main process as Accelerate logs it
+function M.warn_removed_shared(removed)
+  local message = M.removed_shared_message(removed)
+  if message then require("accel.logging").get_logger("accelerate.utils.other"):warning(message) end
+end
+
 -- The file name of shard i of n.
 function M.model_file(i, n)
   if n == 1 then return "model.safetensors" end

@@ -715,7 +715,9 @@ function M.save_model(model, dir, max_bytes, main, dtype)
     if i then return {dtype = param_tag, shape = copy_list(eng.params[i].shape)} end
     return e.sd[name]
   end
-  local shards, total = checkpoint.plan_model_files(e.order, function(name)
+  local order, removed = checkpoint.untied_order(e.order, e.sd) -- tied weights written once, as Accelerate
+  if main then checkpoint.warn_removed_shared(removed) end
+  local shards, total = checkpoint.plan_model_files(order, function(name)
     local s = spec(name)
     local tag = accel.is_tensor(s) and tag_of(s) or s.dtype
     return numel_of(s.shape) * DTYPE_BYTES[tag]
@@ -785,8 +787,12 @@ function M.merge(ckpt, out, model_index, before_write)
     if not rep[name] then refuse("%s does not hold %s", layout.files[1], name) end
     specs[name] = {dtype = rep[name].dtype, shape = rep[name].shape}
   end
-  for alias, name in pairs(layout.aliases or {}) do specs[alias] = specs[name] end
+  -- a tied parameter's other names are left out, as save_model leaves them out
+  local removed = {}
+  for alias in pairs(layout.aliases or {}) do removed[#removed + 1] = alias end
   local ok, err = pcall(function()
+    local message = checkpoint.removed_shared_message(removed) -- (no process state here: plain stderr)
+    if message then io.stderr:write("WARNING:accelerate.utils.other:" .. message .. "\n") end
     if before_write then before_write() end
     local w = C.st_writer(out, specs, {format = "pt"})
     local wrote_ok, werr = pcall(function()
