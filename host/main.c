@@ -121,11 +121,11 @@ static void create_arg_table(lua_State *L, const HostArgs *a) {
     lua_setglobal(L, "arg");
 }
 
-/* -l [g=]mod: global g (default: mod up to any '-') = require(mod). */
+/* -l [g=]mod: global g (default: mod, as lua5.4 5.4.4 names it) = require(mod). */
 static int do_library(lua_State *L, const char *spec) {
     const char *eq = strchr(spec, '=');
     const char *mod = eq ? eq + 1 : spec;
-    size_t glen = eq ? (size_t)(eq - spec) : strcspn(spec, "-");
+    size_t glen = eq ? (size_t)(eq - spec) : strlen(spec);
     lua_pushlstring(L, spec, glen);
     lua_getglobal(L, "require");
     lua_pushstring(L, mod);

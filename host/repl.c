@@ -120,9 +120,18 @@ static int load_statement(lua_State *L) {
     }
 }
 
+/* Line on top: Lua 5.4's REPL reads a first line "= expr" as "return expr". */
+static void equals_as_return(lua_State *L) {
+    const char *line = lua_tostring(L, -1);
+    if (line[0] != '=') return;
+    lua_pushfstring(L, "return %s", line + 1);
+    lua_remove(L, -2);
+}
+
 /* Reads and compiles one entry; returns -1 at end of input. */
 static int read_entry(lua_State *L) {
     if (!push_line(L, 1)) return -1;
+    equals_as_return(L);
     if (try_as_expression(L) == LUA_OK) return LUA_OK;
     return load_statement(L);
 }

@@ -37,14 +37,14 @@ void host_open_libs(lua_State *L) {
     host_apply_threads(L);
 }
 
-/* Message handler: turns any error object into a string with a traceback. */
+/* Message handler: turns any error object into a string with a traceback;
+ * an object whose __tostring gives a string is that string alone, as in
+ * lua5.4. */
 static int traceback_handler(lua_State *L) {
     const char *msg = lua_tostring(L, 1);
     if (msg == NULL) {
-        if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
-            msg = lua_tostring(L, -1);
-        else
-            msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+        if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) return 1;
+        msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
     }
     luaL_traceback(L, L, msg, 1);
     return 1;

@@ -46,6 +46,10 @@ check_library() {
         env LUA_PATH="$TMP/lib/?.lua" "$EXE" -l hostmod -e 'print(hostmod.answer, hostmod.name)'
     expect "-l g=mod sets global g" "42" \
         env LUA_PATH="$TMP/lib/?.lua" "$EXE" -l hm=hostmod -e 'print(hm.answer)'
+    # lua5.4 5.4.4 (the version linked): the global is the whole name, '-' and all
+    printf 'return { answer = 7 }\n' >"$TMP/lib/host-mod2.lua"
+    expect "-l mod-suffix sets the global of the whole name, as lua5.4 5.4.4" "7	nil" \
+        env LUA_PATH="$TMP/lib/?.lua" "$EXE" -l host-mod2 -e 'print(_G["host-mod2"].answer, host)'
 }
 
 check_error() {
@@ -62,6 +66,11 @@ check_error() {
     "$EXE" -e 'os.exit(3)'
     rc=$?
     if [[ $rc -eq 3 ]]; then ok "os.exit(3) gives status 3"; else bad "os.exit(3) gives status 3" "rc=$rc"; fi
+    # an error object with __tostring: that string alone, no traceback (lua5.4: "lua5.4: TS")
+    err=$("$EXE" -e 'error(setmetatable({}, {__tostring = function() return "TS" end}))' 2>&1)
+    rc=$?
+    if [[ $rc -eq 1 && $err == "accel-lua: TS" ]]; then ok "an error object's __tostring: its string, no traceback"
+    else bad "an error object's __tostring: its string, no traceback" "rc=$rc $err"; fi
     err=$("$EXE" --no-such-option 2>&1)
     rc=$?
     if [[ $rc -eq 1 && $err == *"usage:"* ]]; then ok "bad option: usage, exit 1"; else bad "bad option: usage, exit 1" "rc=$rc $err"; fi

@@ -24,6 +24,9 @@ check "no terminal: 1+1 prints 2" 'has "> 2"'
 check "no terminal: a multi-line function, then f(4), \"x\" prints 8<TAB>x" 'has ">> >> > 8	x"'
 check "no terminal: a tensor prints as PyTorch does" 'has "tensor([1., 1.])"'
 check "no terminal: no history file written" '[[ ! -e $HOME/.accel_lua_history ]]'
+# Lua 5.4's REPL reads a first line "= expr" as "return expr"
+run bash -c "printf '= 40+2\n=1, \"y\"\n' | '$EXE' -i"
+check "no terminal: = 40+2 prints 42, =1, \"y\" prints 1<TAB>y (lua5.4's = shorthand)" 'has "> 42" && has "> 1	y"'
 # An error in the loop prints as lua5.4's REPL prints it (no program name);
 # the loop goes on. A script's error keeps the "accel-lua: " prefix. (A
 # statement, not `error("e")`: tried as `return error("e")`, a tail call,
