@@ -39,13 +39,60 @@ function Single:broadcast(t, src)
 end
 function Single:barrier() end
 
--- Objects travel as JSON (accel.json). A rank whose value cannot be encoded
--- sends "\0" and the reason instead (no JSON text starts with a NUL), so the
--- one collective still completes on every rank and every rank raises the
--- same error, naming the rank; one process encodes and decodes too, so a
--- value is refused (or copied) the same on every process count.
+-- Objects travel as JSON (accel.json); a tensor inside one (as Accelerate
+-- pickles it) as {__accel_tensor__ = {dtype, shape, device, values}}: its
+-- values flattened, a float that is not finite as "nan", "inf" or "-inf".
+-- A rank whose value cannot be encoded sends "\0" and the reason instead
+-- (no JSON text starts with a NUL), so the one collective still completes on
+-- every rank and every rank raises the same error, naming the rank; one
+-- process encodes and decodes too, so a value is refused (or copied) the same
+-- on every process count.
+local TENSOR_TAG = "__accel_tensor__"
+local NON_FINITE = {nan = 0 / 0, inf = math.huge, ["-inf"] = -math.huge}
+
+local function tensor_entry(t)
+  local values = t:detach():to("cpu"):flatten():tolist()
+  if t.dtype.is_floating_point then
+    for i, x in ipairs(values) do
+      if x ~= x then values[i] = "nan" elseif x == math.huge then values[i] = "inf"
+      elseif x == -math.huge then values[i] = "-inf" end
+    end
+  end
+  local shape = {}
+  for i = 1, t:dim() do shape[i] = t:size(i) end
+  return {[TENSOR_TAG] = {dtype = t.dtype.name, shape = shape, device = tostring(t.device), values = values}}
+end
+
+-- v with every tensor (also inside plain tables) as its entry
+local function pack_tensors(v)
+  local accel = require("accel")
+  if accel.is_tensor(v) then return tensor_entry(v) end
+  if type(v) ~= "table" or getmetatable(v) ~= nil then return v end
+  local out = {}
+  for k, x in pairs(v) do out[k] = pack_tensors(x) end
+  return out
+end
+
+local function tensor_of(e)
+  local accel = require("accel")
+  local values = e.values
+  for i, x in ipairs(values) do values[i] = NON_FINITE[x] or x end
+  local t = accel.tensor(values, {dtype = accel[e.dtype]}):reshape(e.shape)
+  local ok, moved = pcall(t.to, t, e.device) -- a device this process does not have: the CPU copy
+  return ok and moved or t
+end
+
+-- a decoded value with every tensor entry as a tensor again
+local function unpack_tensors(v)
+  if type(v) ~= "table" or getmetatable(v) ~= nil then return v end
+  local e = v[TENSOR_TAG]
+  if type(e) == "table" and next(v, next(v)) == nil then return tensor_of(e) end
+  for k, x in pairs(v) do v[k] = unpack_tensors(x) end
+  return v
+end
+
 local function payload(v)
-  local text, err = require("accel.json").try_encode(v)
+  local text, err = require("accel.json").try_encode(pack_tensors(v))
   return text or "\0" .. err
 end
 
@@ -56,7 +103,7 @@ local function unpayload(op, s, rank)
   if s:sub(1, 1) == "\0" then raise("%s: rank %d's value cannot be sent: %s", op, rank, s:sub(2)) end
   local v, err = require("accel.json").try_decode(s)
   if err then raise("%s: rank %d's value arrived damaged: %s", op, rank, err) end
-  return v
+  return unpack_tensors(v)
 end
 
 -- Every payload checked before any is decoded: one failing rank fails all.
