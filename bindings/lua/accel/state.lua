@@ -180,8 +180,32 @@ PartialState._reset_state = function() M.reset_state() end
 function PartialState:wait_for_everyone() self.comm:barrier() end
 
 -- Once per machine, as Accelerate's (its local main process prints).
+-- print(...) on the local main process: Lua's print, or with a trailing
+-- table of Python print's keywords (sep, end, file, flush; Accelerate passes
+-- them on) Python's: the values joined by sep (" "), then end ("\n")
+local PRINT_KEYWORDS = {sep = "string", ["end"] = "string", file = "userdata", flush = "boolean"}
+
+local function print_keywords(n, ...)
+  if n == 0 then return nil end
+  local last = select(n, ...)
+  if type(last) ~= "table" or getmetatable(last) ~= nil or next(last) == nil then return nil end
+  for k, v in pairs(last) do
+    if PRINT_KEYWORDS[k] == nil then return nil end
+    if type(v) ~= PRINT_KEYWORDS[k] then raise("print: %s must be a %s, got %s", k, PRINT_KEYWORDS[k], type(v)) end
+  end
+  return last
+end
+
 function PartialState:print(...)
-  if self.is_local_main_process then print(...) end
+  if not self.is_local_main_process then return end
+  local n = select("#", ...)
+  local kw = print_keywords(n, ...)
+  if not kw then return print(...) end
+  local parts = {}
+  for i = 1, n - 1 do parts[i] = tostring((select(i, ...))) end
+  local out = kw.file or io.stdout
+  out:write(table.concat(parts, kw.sep or " "), kw["end"] or "\n")
+  if kw.flush then out:flush() end
 end
 
 -- Rank 0 (or the local main) runs the body first, the others after it.

@@ -98,6 +98,21 @@ do
   still_pairs("gather_object")
 end
 
+-- Accelerate 1.16 under DDP on 2 processes: get_state_dict(model, unwrap=False) names "module.bias",
+-- "module.weight"; pad_across_processes of an int64 tensor with pad_index 2.5 gives a float tensor
+-- (new_zeros(size) + pad_index): rank 0's [1] padded to [1.0, 2.5]; the longest tensor is returned unchanged
+do
+  local model = acc:prepare(accel.nn.Linear(2, 1))
+  local names = {}
+  for k in pairs(acc:get_state_dict(model, {unwrap = false})) do names[#names + 1] = k end
+  table.sort(names)
+  check(table.concat(names, ",") == "module.bias,module.weight", "get_state_dict unwrap = false: %s", table.concat(names, ","))
+  local padded = acc:pad_across_processes(accel.ones({rank + 1}, {dtype = accel.int64}), {pad_index = 2.5})
+  local want = rank == N - 1 and accel.int64 or accel.float32 -- (the longest comes back as it is, as Accelerate's)
+  check(padded.dtype == want and padded:size(1) == N and (rank == N - 1 or padded[N]:item() == 2.5),
+    "pad_across_processes with a fractional pad_index of an int64 tensor: float32, padded with 2.5")
+end
+
 -- Accelerate 1.16 pickles tensors: gather_object([tensor of rank + 1 values]) on N ranks gives N tensors of
 -- 1..N values, in rank order, on every rank
 do
