@@ -2197,8 +2197,8 @@ end
 -- prepared and leaves the other files).
 local function count_mismatch(what, saved, have, fewer_ok)
   if saved ~= have and not (fewer_ok and type(saved) == "number" and have < saved) then
-    return ("the checkpoint holds %d %s, this Accelerator prepared %d"):format(saved or 0,
-      saved == 1 and what:gsub("s$", "") or what, have)
+    return ("the checkpoint holds %d %s, this Accelerator %s %d"):format(saved or 0,
+      saved == 1 and what:gsub("s$", "") or what, what == "registered objects" and "has" or "prepared", have)
   end
 end
 

@@ -202,12 +202,39 @@ local function check_choice(o, name)
   end
 end
 
+-- The models --model builds.
+local MODELS = {gpt2 = true}
+
+local function exists(path)
+  local f = io.open(path)
+  if f then f:close() end
+  return f ~= nil
+end
+
+-- The model: a SCRIPT.lua or --model, one of them. Accelerate's positional
+-- model name (`accelerate estimate-memory gpt2`) gets --model suggested.
+local function check_model(o)
+  if o.script and MODELS[o.script] and not exists(o.script) then
+    usage("%s is no file: a built-in model is named with --model (--model %s); a positional argument is a SCRIPT.lua",
+      o.script, o.script)
+  end
+  if o.script and o.model then usage("give a SCRIPT.lua or --model, not both (got %s and --model %s)", o.script, o.model) end
+  if not o.script and not o.model then usage("missing model: give a SCRIPT.lua or --model gpt2") end
+  if o.model and not MODELS[o.model] then usage("--model: unknown model %q (known: gpt2; or give a SCRIPT.lua)", o.model) end
+  if o.model_args and not o.model then usage("--model_args needs --model") end
+end
+
+-- --wrap groups stage 3's units; stages 0-2 have none to choose.
+local function check_wrap(o)
+  if o.wrap ~= nil and o.zero_stage ~= 3 then
+    usage("--wrap applies to --zero_stage 3 only (it picks stage 3's wrap units), got --zero_stage %d", o.zero_stage)
+  end
+  o.wrap = o.wrap or "transformer_based_wrap"
+end
+
 function M.check_options(o)
   if o.help then return o end
-  if o.script and o.model then usage("give a SCRIPT.lua or --model, not both") end
-  if not o.script and not o.model then usage("missing model: give a SCRIPT.lua or --model gpt2 (see --help)") end
-  if o.model and o.model ~= "gpt2" then usage("--model: unknown model %q (known: gpt2; or give a SCRIPT.lua)", o.model) end
-  if o.model_args and not o.model then usage("--model_args needs --model") end
+  check_model(o)
   if o.zero_stage < 0 or o.zero_stage > 3 then usage("--zero_stage must be 0, 1, 2 or 3, got %d", o.zero_stage) end
   if o.num_processes < 1 then usage("--num_processes must be at least 1, got %d", o.num_processes) end
   if o.batch_size < 1 then usage("--batch_size must be at least 1, got %d", o.batch_size) end
@@ -217,6 +244,7 @@ function M.check_options(o)
   if o.mixed_precision == "fp8" then
     usage("--mixed_precision fp8 needs the GPU backend, which this build does not have (no, bf16 or fp16)")
   end
+  check_wrap(o)
   for _, name in ipairs({"mixed_precision", "optimizer", "wrap"}) do check_choice(o, name) end
   if o.offload_optimizer and o.zero_stage == 0 then
     usage("--offload_optimizer needs --zero_stage 1, 2 or 3 (the optimizer state is offloaded by the sharding engine)")
@@ -626,8 +654,15 @@ end
 
 -- ---------------------------------------------------------------- main
 
-local HELP = [[
-usage: accel-lua estimate-memory SCRIPT.lua | --model gpt2 [--model_args k=v,...] [options]
+-- The usage lines, printed after a command-line error and first in --help.
+M.USAGE = [[
+usage: accel-lua estimate-memory SCRIPT.lua | --model gpt2 [--model_args k=v,...]
+         [--num_processes N] [--zero_stage 0-3] [--mixed_precision no|bf16|fp16]
+         [--batch_size B] [--seq_len T] [--optimizer adamw|adam|sgd|sgd_momentum]
+         [--offload_optimizer] [--wrap transformer_based_wrap|no_wrap] [--steps K] [--gc_phases P]
+]]
+
+local HELP = M.USAGE .. [[
 
 Per-rank memory of a training run: parameters, gradients and optimizer
 states from the model's parameter list and the sharding layout, plus the
@@ -644,20 +679,42 @@ this process at the per-rank batch size.
   --batch_size B              per rank (default 1)
   --seq_len T                 sequence length (gpt2 default: n_positions; passed to a script's batch)
   --optimizer O               adamw, adam, sgd or sgd_momentum (default adamw)
-  --offload_optimizer         optimizer states on the host (stages 1-3)
-  --wrap W                    stage 3 units: transformer_based_wrap (each ModuleList child; default)
-                              or no_wrap
+  --offload_optimizer         optimizer states on the host (stages 1-3); true/false may follow
+                              it or an = (also yes/no, 1/0, on/off)
+  --wrap W                    stage 3 only: its units, transformer_based_wrap (each ModuleList
+                              child; default) or no_wrap
   --steps K                   measured passes per GC phase (default 3)
   --gc_phases P               phases of Lua's garbage collector measured (default 8)
   -h, --help                  this text
+Flags may be written with dashes (--zero-stage) and as --zero_stage=3.
+
+Example:
+  accel-lua estimate-memory --model gpt2 --num_processes 2 --zero_stage 3 --batch_size 8 --mixed_precision bf16
+  accel-lua estimate-memory my_model.lua --num_processes 3 --zero_stage 2 --batch_size 4
 ]]
 
+-- The options of the command line; its usage errors print the usage lines.
+local function command_line(argv)
+  local ok, o = pcall(function() return M.check_options(M.parse_args(argv)) end)
+  if ok then return o end
+  if type(o) == "table" and o.usage then o.show_usage = true end
+  error(o, 0)
+end
+
+-- -h or --help anywhere on the command line (as argparse takes it).
+function M.help_asked(argv)
+  for _, a in ipairs(argv) do
+    if a == "-h" or a == "--help" then return true end
+  end
+  return false
+end
+
 local function run(argv, machine)
-  local o = M.check_options(M.parse_args(argv))
-  if o.help then
+  if M.help_asked(argv) then
     io.write(HELP)
     return 0
   end
+  local o = command_line(argv)
   local job = o.script and script_job(o) or gpt2_job(o)
   local trainable, frozen = split_params(job.model)
   if #trainable == 0 then usage("%s: the model has no parameters that require grad", job.name) end
@@ -680,7 +737,7 @@ function M.main(argv, machine)
   if ok then return res end
   io.stdout:flush()
   if type(res) == "table" and res.usage then
-    io.stderr:write(WHO, ": ", res.usage, "\n")
+    io.stderr:write(WHO, ": ", res.usage, "\n", res.show_usage and M.USAGE or "")
     return 2
   end
   io.stderr:write(WHO, ": ", tostring(res), "\n")
