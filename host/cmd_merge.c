@@ -1,8 +1,8 @@
 /* cmd_merge.c: `accel-lua merge-weights CHECKPOINT_DIR OUTPUT [--model N]`:
  * the full model weights of a sharded save_state folder as one safetensors
- * file. The work is Lua (accel.shard_checkpoint.main, which also prints
- * the usage for --help); this file runs it in a fresh state and returns
- * its exit status. */
+ * file. The work is Lua (accel.shard_checkpoint.main, which also reads
+ * the flags and prints the help, with its example, for --help); this file
+ * runs it in a fresh state and returns its exit status. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,7 +84,5 @@ int cmd_merge_weights(int argc, char **argv) {
     int status = host_report(L, host_docall(L, 2, 1));
     int rc = status == LUA_OK ? (int)lua_tointeger(L, -1) : 1;
     lua_close(L);
-    if (rc == 0 && host_help_asked(argc, argv))
-        printf("\nExample:\n  accel-lua merge-weights ckpt/checkpoint_3 merged/\n");
     return rc;
 }

@@ -579,24 +579,46 @@ static const JVal *jget(const JVal *obj, const char *key) {
     return NULL;
 }
 
-static int read_header(Loader *L) {
-    struct stat st;
-    if (fstat(L->fd, &st) < 0) return lfail(L, "cannot be read: %s", strerror(errno));
-    if (S_ISDIR(st.st_mode)) return lfail(L, "is a directory, not a safetensors file");
-    L->file_size = st.st_size;
-    if (L->file_size < 8)
+/* "a zip archive" or "a pickle" when the file's first n bytes are those of
+ * a torch.save file (its default zip format, "PK\3\4"; the legacy format,
+ * a pickle: 0x80 then protocol 2-5); NULL otherwise. */
+static const char *torch_save_kind(const unsigned char *b, size_t n) {
+    if (n >= 4 && memcmp(b, "PK\x03\x04", 4) == 0) return "a zip archive";
+    if (n >= 2 && b[0] == 0x80 && b[1] >= 2 && b[1] <= 5) return "a pickle";
+    return NULL;
+}
+
+/* Checks the header length hlen read from the file's first n (<= 8) bytes
+ * b against the file's size; a file torch.save wrote is named as such. */
+static int check_header_length(const Loader *L, const unsigned char *b, size_t n, uint64_t hlen) {
+    int bad = n < 8 || hlen > SAFETENSORS_MAX_HEADER || hlen > (uint64_t)L->file_size - 8;
+    const char *torch = bad ? torch_save_kind(b, n) : NULL;
+    if (torch != NULL)
+        return lfail(L, "is not a safetensors file: it looks like a torch.save file (%s), which accel-lua does not "
+                        "read (no pickle): save it with safetensors.torch.save_file", torch);
+    if (n < 8)
         return lfail(L, "is not a safetensors file: it has %lld bytes, fewer than the 8-byte header length",
                      (long long)L->file_size);
-    unsigned char len8[8];
-    if (pread_all(L->fd, len8, 8, 0) < 0) return lfail(L, "cannot be read: %s", strerror(errno ? errno : EIO));
-    uint64_t hlen = 0;
-    for (int k = 7; k >= 0; k--) hlen = hlen << 8 | len8[k];
     if (hlen > SAFETENSORS_MAX_HEADER)
         return lfail(L, "is not a safetensors file: header length %llu exceeds the limit of %u bytes",
                      (unsigned long long)hlen, SAFETENSORS_MAX_HEADER);
     if (hlen > (uint64_t)L->file_size - 8)
         return lfail(L, "is truncated or not a safetensors file: the header needs %llu bytes but the file has %lld after the length field",
                      (unsigned long long)hlen, (long long)L->file_size - 8);
+    return 0;
+}
+
+static int read_header(Loader *L) {
+    struct stat st;
+    if (fstat(L->fd, &st) < 0) return lfail(L, "cannot be read: %s", strerror(errno));
+    if (S_ISDIR(st.st_mode)) return lfail(L, "is a directory, not a safetensors file");
+    L->file_size = st.st_size;
+    unsigned char len8[8] = {0};
+    size_t n = L->file_size < 8 ? (size_t)L->file_size : 8;
+    if (pread_all(L->fd, len8, n, 0) < 0) return lfail(L, "cannot be read: %s", strerror(errno ? errno : EIO));
+    uint64_t hlen = 0;
+    for (int k = 7; k >= 0; k--) hlen = hlen << 8 | len8[k];
+    if (check_header_length(L, len8, n, hlen) < 0) return -1;
     L->data_start = 8 + hlen;
     L->data_len = (uint64_t)L->file_size - L->data_start;
     char *text = malloc(hlen ? hlen : 1);

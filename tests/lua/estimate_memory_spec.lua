@@ -284,8 +284,65 @@ print("peak_live_bytes " .. highest)
     end
   end)
 
+  -- boolean flags take launch's words after them or after = (docs/launch.md)
+  for _, c in ipairs({
+    {"--offload_optimizer false", "optimizer states"}, {"--offload_optimizer=FALSE", "optimizer states"},
+    {"--offload-optimizer no", "optimizer states"}, {"--zero_stage 1 --offload_optimizer true", "optimizer states (host)"},
+    {"--zero_stage 1 --offload_optimizer=1", "optimizer states (host)"},
+  }) do
+    it("boolean flag with a value: " .. c[1], function()
+      local rows = rows_of(estimate(("--model gpt2 --model_args %s %s --seq_len 8 --steps 1 --gc_phases 1")
+        :format(MODEL_ARGS, c[1])))
+      assert.are.equal(8 * gpt2_count(SHAPE), rows[c[2]])
+    end)
+  end
+
+  it("--wrap no_wrap at stage 3: one unit, so the gathered unit is the whole model", function()
+    local rows = rows_of(estimate(("--model gpt2 --model_args %s --zero_stage 3 --wrap no_wrap --seq_len 8 --steps 1 "
+      .. "--gc_phases 1"):format(MODEL_ARGS)))
+    assert.are.equal(4 * gpt2_count(SHAPE), rows["gathered unit (transient)"])
+  end)
+
+  it("a command-line error prints the message and the usage lines (docs/cli.md), not the help", function()
+    local usage = require("accel.estimate_memory").USAGE
+    local r = sh(q(BIN) .. " estimate-memory --model gpt2 --bogus")
+    assert.are.equal(2, r.code)
+    assert.are.equal("accel-lua estimate-memory: unknown flag: --bogus\n" .. usage, r.err)
+    local first = "usage: accel-lua estimate-memory SCRIPT.lua | --model gpt2"
+    assert.are.equal(first, usage:sub(1, #first))
+  end)
+
+  it("--help has an Example: section", function()
+    local r = sh(q(BIN) .. " estimate-memory --help")
+    assert.is_truthy(r.out:find("\nExample:\n  accel-lua estimate-memory --model gpt2", 1, true), r.out)
+  end)
+
+  it("a positional gpt2 that is a file runs as a script (the --model hint is only for a missing file)", function()
+    local dir = support.tmpdir()
+    support.write_file(dir .. "/gpt2", [[
+local accel = require("accel")
+return {model = accel.nn.Linear(2, 2), batch = function(B) return accel.randn(B, 2) end,
+  loss = function(m, b) return m(b):pow(2):mean() end}
+]])
+    local bin = BIN:sub(1, 1) == "/" and BIN or os.getenv("PWD") .. "/" .. BIN
+    local r = sh(("cd %s && %s estimate-memory gpt2 --steps 1 --gc_phases 1"):format(q(dir), q(bin)))
+    support.remove_tree(dir)
+    assert.are.equal(0, r.code, r.out .. r.err)
+    assert.is_truthy(r.out:find("Memory per rank for training `gpt2`", 1, true), r.out)
+  end)
+
   local BAD = {
-    {"--model gpt2 --bogus 1", "unknown flag --bogus"},
+    {"--model gpt2 --bogus 1", "unknown flag: --bogus"},
+    {"--model gpt2 --zero_stage 1 --wrap no_wrap", "--wrap applies to --zero_stage 3 only (it picks stage 3's wrap "
+      .. "units), got --zero_stage 1"},
+    {"--model gpt2 --wrap transformer_based_wrap", "--wrap applies to --zero_stage 3 only"},
+    {"--model gpt2 --zero_stage 1 --offload_optimizer=maybe", "--offload_optimizer: 'maybe' is not a boolean (true or false)"},
+    -- `true` after the flag is its value, not a SCRIPT.lua
+    {"--model gpt2 --offload_optimizer true", "--offload_optimizer needs --zero_stage 1, 2 or 3"},
+    -- Accelerate's positional model name
+    {"gpt2 --zero_stage 2", "no file gpt2: for the built-in model write --model gpt2 (the positional argument is a "
+      .. "SCRIPT.lua, not a model name as in accelerate estimate-memory)"},
+    {"train.lua --model gpt2", "give a SCRIPT.lua or --model, not both (got train.lua and --model gpt2)"},
     {"--model gpt2 --zero_stage 4", "--zero_stage must be 0, 1, 2 or 3, got 4"},
     {"--batch_size 2", "missing model: give a SCRIPT.lua or --model gpt2"},
     {"--model gpt2 --batch_size 0", "--batch_size must be at least 1, got 0"},
@@ -294,7 +351,7 @@ print("peak_live_bytes " .. highest)
     {"--model gpt2 --offload_optimizer", "--offload_optimizer needs --zero_stage 1, 2 or 3"},
     {"--model gpt2 --model_args n_lyer=2", "--model_args: GPT2Config: unknown option \"n_lyer\""},
     {"--model gpt3", "--model: unknown model \"gpt3\" (known: gpt2"},
-    {"--model gpt2 --batch_size", "--batch_size needs a value"},
+    {"--model gpt2 --batch_size", "missing value: --batch_size"},
     {"/nonexistent/model.lua", "cannot load /nonexistent/model.lua"},
     {"--model gpt2 --gc_phases 0", "--gc_phases must be at least 1, got 0"},
     -- `accelerate estimate-memory bert-base-cased --dtypes float32` prints weight sizes per dtype

@@ -186,3 +186,51 @@ describe("accel.save / accel.load round trip", function()
     assert.are.same({{1, 4}, {2, 5}, {3, 6}}, back.x:tolist())
   end)
 end)
+
+-- A file torch.save wrote is named as one (its first bytes: "PK\3\4", the
+-- zip archive of torch's default format, or 0x80 + protocol, a legacy
+-- pickle), where reading its first 8 bytes as the header length would give
+-- a meaningless size; other garbage keeps the header-length message.
+describe("accel.load of a file that is not safetensors", function()
+  local function load_error(bytes)
+    local path = support.tmpname(".pt")
+    local f = assert(io.open(path, "wb"))
+    f:write(bytes)
+    f:close()
+    local ok, err = pcall(accel.load, path)
+    os.remove(path)
+    assert.is_false(ok)
+    return tostring(err), path
+  end
+  local HINT = "which accel-lua does not read (no pickle): save it with safetensors.torch.save_file"
+
+  for _, c in ipairs({
+    {"a zip archive (torch.save's default format)", "PK\3\4\0\0\8\8\0\0" .. ("\0"):rep(20), "a zip archive"},
+    {"a legacy pickle (_use_new_zipfile_serialization=False)", "\128\2\138\10l\252\156F\249 j\168P\25", "a pickle"},
+    {"only the zip magic (shorter than a header length)", "PK\3\4", "a zip archive"},
+  }) do
+    it("names " .. c[1], function()
+      local err, path = load_error(c[2])
+      local want = ("'%s' is not a safetensors file: it looks like a torch.save file (%s), %s"):format(path, c[3], HINT)
+      assert.is_truthy(err:find(want, 1, true), err)
+    end)
+  end
+
+  it("keeps the header-length message for other bytes", function()
+    local err = load_error("not a safetensors file at all")
+    assert.is_truthy(err:find("is not a safetensors file: header length %d+ exceeds the limit"), err)
+    assert.is_falsy(err:find("torch.save", 1, true), err)
+  end)
+
+  it("reads a safetensors file whose first bytes are a pickle's (a header of 0x280 bytes)", function()
+    local path = support.tmpname(".safetensors")
+    local header = '{"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'
+    header = header .. (" "):rep(0x280 - #header)
+    local f = assert(io.open(path, "wb"))
+    f:write("\128\2\0\0\0\0\0\0", header, "\0\0\128\63") -- 1.0f
+    f:close()
+    local t = accel.load(path)
+    os.remove(path)
+    assert.are.equal(1, t.x:item())
+  end)
+end)

@@ -78,6 +78,7 @@
 --           return what your loop keeps in scope, e.g. the logits.
 local accel = require("accel")
 local amp = require("accel.amp")
+local util = require("accel.util")
 
 local M = {}
 
@@ -114,69 +115,6 @@ local ACCELERATE_ONLY = {
   trust_remote_code = "models come from a SCRIPT.lua or --model gpt2, not from the Hugging Face Hub",
 }
 
--- Words a boolean flag takes after it or after `=`, as `accel-lua launch`
--- reads them (host/cmd_launch.c): true/false, yes/no, 1/0, on/off, any case.
-local BOOL_WORDS = {["true"] = true, yes = true, ["1"] = true, on = true,
-  ["false"] = false, no = false, ["0"] = false, off = false}
-
--- A flag's name (dashes read as underscores, -h as help) and its inline
--- value (--name=VALUE); nil when `a` is no flag spelling.
-local function flag_name(a)
-  if a == "-h" then return "help" end
-  local name, inline = a:match("^%-%-([%w_%-]+)=(.*)$")
-  name = name or a:match("^%-%-([%w_%-]+)$")
-  return name and (name:gsub("%-", "_")), inline
-end
-
--- A boolean flag at argv[i]: alone it is true; a boolean word inline or as
--- the next argument (then used up) sets it. -> value, last index used.
-local function bool_value(argv, i, name, inline, fail)
-  local word = inline
-  if word == nil and BOOL_WORDS[(argv[i + 1] or ""):lower()] ~= nil then i, word = i + 1, argv[i + 1] end
-  if word == nil then return true, i end
-  local b = BOOL_WORDS[word:lower()]
-  if b == nil then fail("--%s: '%s' is not a boolean (true or false)", name, word) end
-  return b, i
-end
-
--- A flag with a value (inline or the next argument) -> value, last index used.
-local function flag_value(argv, i, name, kind, inline, fail)
-  if kind == "bool" then return bool_value(argv, i, name, inline, fail) end
-  local v = inline
-  if v == nil then i, v = i + 1, argv[i + 1] end
-  if v == nil then fail("missing value: --%s", name) end
-  if kind == "int" then
-    local n = tonumber(v)
-    if n == nil or n ~= math.floor(n) then fail("--%s: expected an integer, got %q", name, v) end
-    v = n
-  end
-  return v, i
-end
-
--- The command line of a subcommand written in Lua (this one and
--- merge-weights, accel.shard_checkpoint): argv -> {name = value}, the
--- positional arguments in order. kinds[name] = "bool" | "int" | "string";
--- --name VALUE and --name=VALUE alike, dashes read as underscores, -h as
--- --help (give kinds.help). fail(fmt, ...) reports a usage error in
--- docs/cli.md's words ("unknown flag: --x", "missing value: --x") and must
--- not return.
-function M.parse_flags(argv, kinds, fail)
-  local o, pos, i = {}, {}, 1
-  while i <= #argv do
-    local a = argv[i]
-    local name, inline = flag_name(a)
-    if name and kinds[name] then
-      o[name], i = flag_value(argv, i, name, kinds[name], inline, fail)
-    elseif a:sub(1, 1) == "-" then
-      fail("unknown flag: %s", a)
-    else
-      pos[#pos + 1] = a
-    end
-    i = i + 1
-  end
-  return o, pos
-end
-
 -- argv list -> options table (defaults filled in but --wrap's, which
 -- check_options fills after checking that it applies).
 function M.parse_args(argv)
@@ -186,7 +124,7 @@ function M.parse_args(argv)
   end
   local o = {num_processes = 1, zero_stage = 0, mixed_precision = "no", batch_size = 1, optimizer = "adamw",
     steps = 3, gc_phases = 8, offload_optimizer = false}
-  local given, pos = M.parse_flags(argv, FLAGS, usage)
+  local given, pos = util.parse_flags(argv, FLAGS, usage)
   for k, v in pairs(given) do o[k] = v end
   if #pos > 1 then usage("one SCRIPT.lua only, got %s and %s", pos[1], pos[2]) end
   o.script = pos[1]
@@ -215,8 +153,8 @@ end
 -- model name (`accelerate estimate-memory gpt2`) gets --model suggested.
 local function check_model(o)
   if o.script and MODELS[o.script] and not exists(o.script) then
-    usage("%s is no file: a built-in model is named with --model (--model %s); a positional argument is a SCRIPT.lua",
-      o.script, o.script)
+    usage("no file %s: for the built-in model write --model %s (the positional argument is a SCRIPT.lua, not a model "
+      .. "name as in accelerate estimate-memory)", o.script, o.script)
   end
   if o.script and o.model then usage("give a SCRIPT.lua or --model, not both (got %s and --model %s)", o.script, o.model) end
   if not o.script and not o.model then usage("missing model: give a SCRIPT.lua or --model gpt2") end
@@ -701,16 +639,8 @@ local function command_line(argv)
   error(o, 0)
 end
 
--- -h or --help anywhere on the command line (as argparse takes it).
-function M.help_asked(argv)
-  for _, a in ipairs(argv) do
-    if a == "-h" or a == "--help" then return true end
-  end
-  return false
-end
-
 local function run(argv, machine)
-  if M.help_asked(argv) then
+  if util.help_asked(argv) then
     io.write(HELP)
     return 0
   end

@@ -42,6 +42,7 @@ local json = require("accel.json")
 local shard = require("accel.shard")
 local checkpoint = require("accel.checkpoint")
 local raise = require("accel.nn.module").raise
+local util = require("accel.util")
 local C = accel._C
 
 local M = {}
@@ -813,7 +814,11 @@ function M.merge(ckpt, out, model_index, before_write)
 end
 
 -- The `accel-lua merge-weights` command line (host/cmd_merge.c) -> exit status.
-M.USAGE = [[usage: accel-lua merge-weights CHECKPOINT_DIR OUTPUT [--model N] [--remove_checkpoint_dir]
+M.USAGE = [[
+usage: accel-lua merge-weights CHECKPOINT_DIR OUTPUT [--model N] [--remove_checkpoint_dir]
+]]
+
+M.HELP = M.USAGE .. [[
 
 Turns a save_state folder written under a sharding engine (ZeRO stages 1-3 /
 FSDP; one model_shard_<rank>.safetensors per rank) into one safetensors file
@@ -826,10 +831,14 @@ sizes, crc32), and one tensor at a time is held in memory.
                             created if needed); it must not be
                             inside CHECKPOINT_DIR (refused, exit 2)
   --model N                 the N-th prepared model (default 1)
-  --remove_checkpoint_dir   remove CHECKPOINT_DIR after a successful merge
+  --remove_checkpoint_dir   remove CHECKPOINT_DIR after a successful merge;
+                            true/false may follow it or an = (also yes/no, 1/0, on/off)
   --unsafe_serialization    refused: only safetensors is written
   -h, --help                this help
 Flags may be written with dashes (--remove-checkpoint-dir) and as --model=N.
+
+Example:
+  accel-lua merge-weights ckpt/checkpoint_3 merged/
 ]]
 
 local function usage_error(msg)
@@ -839,16 +848,17 @@ end
 
 local MERGE_FLAGS = {model = "int", remove_checkpoint_dir = "bool", unsafe_serialization = "bool", help = "bool"}
 
--- args -> {ckpt, out, model, remove_checkpoint_dir} ({help = true} for
--- --help / -h anywhere); raises {usage = message}.
+-- args -> {ckpt, out, model, remove_checkpoint_dir}; raises {usage = message}.
 local function parse_merge_args(args)
   local function fail(fmt, ...) error({usage = fmt:format(...)}, 0) end
-  local o, pos = require("accel.util").parse_flags(args, MERGE_FLAGS, fail)
-  if o.help then return o end
+  -- the flag reader of the subcommands written in Lua (launch's boolean words)
+  local o, pos = util.parse_flags(args, MERGE_FLAGS, fail)
   o.model = o.model or 1
   if o.model < 1 then fail("--model needs a positive integer, got %d", o.model) end
   if o.unsafe_serialization then fail("--unsafe_serialization is not supported: only safetensors is written") end
-  if #pos ~= 2 then fail("expected CHECKPOINT_DIR and OUTPUT, got %d argument(s)", #pos) end
+  if #pos ~= 2 then
+    fail("expected CHECKPOINT_DIR and OUTPUT, got %d argument(s)%s", #pos, #pos > 0 and ": " .. table.concat(pos, " ") or "")
+  end
   o.ckpt, o.out = pos[1], pos[2]
   return o
 end
@@ -882,21 +892,39 @@ local function output_inside_checkpoint(ckpt, out, resolve)
     .. "choose an OUTPUT outside it"):format(out, ckpt, where, ck)
 end
 
+-- An error message when OUTPUT cannot be written as asked: a folder the
+-- command would create (OUTPUT, or one above the file) is an existing
+-- file, or the file to write is an existing folder. nil when it can be.
+local function output_blocked(out)
+  local file = output_file(out)
+  if C.fs_stat(file) == "dir" then
+    return ("OUTPUT %s is an existing folder, not a file (a path ending in .safetensors names the file to write)")
+      :format(out)
+  end
+  local dir = file:match("^(.*)/[^/]*$")
+  while dir and dir ~= "" and not C.fs_stat(dir) do dir = dir:match("^(.*)/[^/]*$") end -- the part that exists
+  if not dir or dir == "" or C.fs_stat(dir) == "dir" then return nil end
+  if dir == out:gsub("/+$", "") then
+    return ("OUTPUT %s is an existing file, not a folder (name a folder, or a path ending in .safetensors)"):format(out)
+  end
+  return ("OUTPUT %s: %s is an existing file, not a folder"):format(out, dir)
+end
+
 -- main(args, host): host.resolve is the path resolver host/cmd_merge.c
 -- passes (without it paths are compared as written).
 function M.main(args, host)
+  if util.help_asked(args) then
+    io.stdout:write(M.HELP)
+    return 0
+  end
   local parsed, o = pcall(parse_merge_args, args)
   if not parsed then
     if type(o) ~= "table" then error(o, 0) end
     return usage_error(o.usage)
   end
-  if o.help then
-    io.stdout:write(M.USAGE)
-    return 0
-  end
-  local inside = output_inside_checkpoint(o.ckpt, o.out, host and host.resolve)
-  if inside then
-    io.stderr:write(("accel-lua merge-weights: %s\n"):format(inside))
+  local refused = output_inside_checkpoint(o.ckpt, o.out, host and host.resolve) or output_blocked(o.out)
+  if refused then
+    io.stderr:write(("accel-lua merge-weights: %s\n"):format(refused))
     return 2
   end
   local out = output_file(o.out)

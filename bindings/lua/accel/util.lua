@@ -420,45 +420,75 @@ function util.opts_of(name, keys, positional, o, ...)
   return util.check_options(name, o, keys)
 end
 
--- A command line's flags, as the subcommands written in Lua read them:
--- argv -> {name = value}, the positional arguments in order. kinds[name] =
--- "bool" | "int" | "string"; --name VALUE and --name=VALUE alike, dashes
--- read as underscores (--remove-checkpoint-dir), -h as --help (give
--- kinds.help). fail(fmt, ...) reports a usage error and must not return.
+-- Words a boolean flag takes after it or after `=`, as `accel-lua launch`
+-- reads them (host/cmd_launch.c): true/false, yes/no, 1/0, on/off, any case.
+local BOOL_WORDS = {["true"] = true, yes = true, ["1"] = true, on = true,
+  ["false"] = false, no = false, ["0"] = false, off = false}
+
+-- A flag's name (dashes read as underscores, -h as help) and its inline
+-- value (--name=VALUE); nil when `a` is no flag spelling.
+local function flag_name(a)
+  if a == "-h" then return "help" end
+  local name, inline = a:match("^%-%-([%w_%-]+)=(.*)$")
+  name = name or a:match("^%-%-([%w_%-]+)$")
+  return name and (name:gsub("%-", "_")), inline
+end
+
+-- A boolean flag at argv[i]: alone it is true; a boolean word inline or as
+-- the next argument (then used up) sets it. -> value, last index used.
+local function bool_value(argv, i, name, inline, fail)
+  local word = inline
+  if word == nil and BOOL_WORDS[(argv[i + 1] or ""):lower()] ~= nil then i, word = i + 1, argv[i + 1] end
+  if word == nil then return true, i end
+  local b = BOOL_WORDS[word:lower()]
+  if b == nil then fail("--%s: '%s' is not a boolean (true or false)", name, word) end
+  return b, i
+end
+
+-- A flag with a value (inline or the next argument) -> value, last index used.
+local function flag_value(argv, i, name, kind, inline, fail)
+  if kind == "bool" then return bool_value(argv, i, name, inline, fail) end
+  local v = inline
+  if v == nil then i, v = i + 1, argv[i + 1] end
+  if v == nil then fail("missing value: --%s", name) end
+  if kind == "int" then
+    local n = tonumber(v)
+    if n == nil or n ~= math.floor(n) then fail("--%s: expected an integer, got %q", name, v) end
+    v = n
+  end
+  return v, i
+end
+
+-- The command line of a subcommand written in Lua (estimate-memory,
+-- merge-weights): argv -> {name = value}, the
+-- positional arguments in order. kinds[name] = "bool" | "int" | "string";
+-- --name VALUE and --name=VALUE alike, dashes read as underscores, -h as
+-- --help (give kinds.help). fail(fmt, ...) reports a usage error in
+-- docs/cli.md's words ("unknown flag: --x", "missing value: --x") and must
+-- not return.
 function util.parse_flags(argv, kinds, fail)
   local o, pos, i = {}, {}, 1
   while i <= #argv do
     local a = argv[i]
-    local name, inline = a:match("^%-%-([%w_%-]+)=(.*)$")
-    name = name or a:match("^%-%-([%w_%-]+)$")
-    if a == "-h" then name = "help" end
-    if name then
-      name = name:gsub("%-", "_")
-      local kind = kinds[name]
-      if kind == nil then fail("unknown flag %s (see --help)", a) end
-      local v = inline
-      if kind == "bool" then
-        if inline then fail("--%s takes no value", name) end
-        v = true
-      elseif v == nil then
-        i = i + 1
-        v = argv[i]
-        if v == nil then fail("--%s needs a value", name) end
-      end
-      if kind == "int" then
-        local n = tonumber(v)
-        if n == nil or n ~= math.floor(n) then fail("--%s: expected an integer, got %q", name, v) end
-        v = n
-      end
-      o[name] = v
+    local name, inline = flag_name(a)
+    if name and kinds[name] then
+      o[name], i = flag_value(argv, i, name, kinds[name], inline, fail)
     elseif a:sub(1, 1) == "-" then
-      fail("unknown flag %s (see --help)", a)
+      fail("unknown flag: %s", a)
     else
       pos[#pos + 1] = a
     end
     i = i + 1
   end
   return o, pos
+end
+
+-- -h or --help anywhere on the command line (as argparse takes it).
+function util.help_asked(argv)
+  for _, a in ipairs(argv) do
+    if a == "-h" or a == "--help" then return true end
+  end
+  return false
 end
 
 -- The keys of t, in the order of their tostring (a stable order for
