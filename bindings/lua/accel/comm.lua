@@ -63,13 +63,18 @@ local function tensor_entry(t)
   return {[TENSOR_TAG] = {dtype = t.dtype.name, shape = shape, device = tostring(t.device), values = values}}
 end
 
--- v with every tensor (also inside plain tables) as its entry
-local function pack_tensors(v)
+-- v with every tensor (also inside plain tables) as its entry; a table met
+-- again inside itself is left as it is, for json.encode to name the cycle
+local function pack_tensors(v, active)
   local accel = require("accel")
   if accel.is_tensor(v) then return tensor_entry(v) end
   if type(v) ~= "table" or getmetatable(v) ~= nil then return v end
+  active = active or {}
+  if active[v] then return v end
+  active[v] = true
   local out = {}
-  for k, x in pairs(v) do out[k] = pack_tensors(x) end
+  for k, x in pairs(v) do out[k] = pack_tensors(x, active) end
+  active[v] = nil
   return out
 end
 
