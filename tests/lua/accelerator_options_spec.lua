@@ -1324,7 +1324,7 @@ CASES.reduce = {
       .. "scale = 2}):tolist(), ' '))"
     local out = support.command_output(("%s -e %s 2>&1"):format(support.shell_quote(support.ACCEL_LUA), support.shell_quote(code)))
     assert.matches("^accel%-lua: warning: reduce: scale = 2 is not applied: Accelerate applies it on XLA", out)
-    assert.matches("\n1%.0 2%.0\n$", out)
+    assert.matches("\n1%.?0? 2%.?0?\n$", out) -- (LuaJIT prints 1 2)
   end,
 }
 
