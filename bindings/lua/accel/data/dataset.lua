@@ -17,7 +17,7 @@ local M = {}
 -- ---- Dataset{len = n | function() return n end, get = function(i) ... end} ----
 
 local FnDataset = {}
-FnDataset.__index = FnDataset
+FnDataset.__index = U.dataset_index(FnDataset, "Dataset")
 FnDataset.__name = "accel.data.Dataset"
 
 function FnDataset:__len()
@@ -45,7 +45,7 @@ end
 -- ---- TensorDataset(t1, t2, ...): sample i is (t1[i], t2[i], ...) ----
 
 local TensorDataset = {}
-TensorDataset.__index = TensorDataset
+TensorDataset.__index = U.dataset_index(TensorDataset, "TensorDataset")
 TensorDataset.__name = "accel.data.TensorDataset"
 
 function TensorDataset:__len() return self._n end
@@ -81,6 +81,9 @@ local function index_fields(ts, idx)
 end
 
 function TensorDataset:get_batch(idx)
+  if not accel.is_tensor(idx) then
+    U.failf("TensorDataset:get_batch: expected an int64 tensor of 0-based indices, got %s", type(idx))
+  end
   local ts = self.tensors
   if #ts == 1 and ts[1].device == idx.device then return ts[1]:index_select(1, idx) end
   return index_fields(ts, idx)

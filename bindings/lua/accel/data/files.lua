@@ -39,7 +39,7 @@ end
 -- ---- llm.c token files ----
 
 local TokenFile = {}
-TokenFile.__index = TokenFile
+TokenFile.__index = U.dataset_index(TokenFile, "TokenFile")
 TokenFile.__name = "accel.data.TokenFile"
 
 function TokenFile:__len()
@@ -75,10 +75,26 @@ function M.TokenFile(path, opts)
   local T = U.check_int(opts.block_size, 1, "TokenFile: block_size")
   local stride = U.check_int(opts.stride == nil and T or opts.stride, 1, "TokenFile: stride")
   local tokens = C.token_map(path)
+  if tokens:size(1) < T + 1 then
+    U.failf("TokenFile: %s holds %d tokens: a sample needs block_size + 1 = %d (x and y, shifted by one)", path,
+      tokens:size(1), T + 1)
+  end
   return setmetatable({path = path, tokens = tokens, num_tokens = tokens:size(1), block_size = T, stride = stride}, TokenFile)
 end
 
 -- ---- CSV ----
+
+-- C.csv_read(file, specs) (one tensor per field), its dtype errors naming what read the file
+local function read_columns(what, path, file, specs)
+  local res = U.pack(pcall(C.csv_read, file, specs))
+  if res[1] then return U.unpack(res, 2, res.n) end
+  res = res[2]
+  local msg = tostring(res)
+  if msg:find("dtype", 1, true) and not msg:find(path, 1, true) then
+    U.failf("%s: %s: %s", what, path, (msg:gsub("^.-:%d+: ", "")))
+  end
+  error(res, 0)
+end
 
 local CSV_OPTS = {header = true, delimiter = true, dtype = true}
 
@@ -102,15 +118,21 @@ function M.read_csv(path, opts)
   local file, ncols, names = C.csv_open(path, delim, header)
   local all = {}
   for k = 1, ncols do all[k] = k - 1 end
-  return C.csv_read(file, {{cols = all, dtype = opts.dtype or accel.float32}}), names
+  return read_columns("read_csv", path, file, {{cols = all, dtype = opts.dtype or accel.float32}}), names
 end
 
 -- 0-based column of a name or 1-based index.
 local function column(c, names, ncols, path)
   if type(c) == "string" then
     if not names then U.failf("CSV: %s: column '%s' asked by name but the file is read without a header", path, c) end
+    local found = {}
     for k, name in ipairs(names) do
-      if name == c then return k - 1 end
+      if name == c then found[#found + 1] = k end
+    end
+    if #found == 1 then return found[1] - 1 end
+    if #found > 1 then
+      U.failf("CSV: %s: column '%s' is ambiguous: the header has it at columns %s; give its index", path, c,
+        table.concat(found, " and "))
     end
     U.failf("CSV: %s has no column '%s' (columns: %s)", path, c, table.concat(names, ", "))
   end
@@ -152,7 +174,10 @@ function M.CSV(path, opts)
       specs[f] = {cols = {column(spec, names, ncols, path)}, dtype = field_dtype(opts.dtype, f), vector = true}
     end
   end
-  local fields = {C.csv_read(file, specs)}
+  if type(opts.dtype) == "table" and not getmetatable(opts.dtype) and #opts.dtype > #specs then
+    U.failf("CSV: %s: dtype lists %d dtypes for %d fields (columns)", path, #opts.dtype, #specs)
+  end
+  local fields = {read_columns("CSV", path, file, specs)}
   local ds = dataset.TensorDataset(U.unpack(fields, 1, #fields))
   ds.columns = names
   return ds

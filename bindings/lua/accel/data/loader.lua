@@ -113,6 +113,10 @@ end
 
 function DataLoader.new(dataset, opts)
   check_dataset(dataset)
+  if type(opts) == "table" and opts.generator ~= nil then
+    U.fail("DataLoader: option 'generator' is not taken (there are no torch.Generator objects): give seed = n for a "
+      .. "seeded shuffle")
+  end
   check_ignored(opts)
   opts = U.check_opts(opts, KNOWN, IGNORED, "DataLoader")
   local bs = U.to_int(opts.batch_size == nil and 1 or opts.batch_size)

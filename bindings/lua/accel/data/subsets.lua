@@ -23,7 +23,7 @@ end
 -- ---- Subset(dataset, indices) ----
 
 local Subset = {}
-Subset.__index = Subset
+Subset.__index = U.dataset_index(Subset, "Subset")
 Subset.__name = "accel.data.Subset"
 
 function Subset:__len() return self._n end
@@ -69,7 +69,7 @@ end
 -- ---- ConcatDataset(datasets) ----
 
 local ConcatDataset = {}
-ConcatDataset.__index = ConcatDataset
+ConcatDataset.__index = U.dataset_index(ConcatDataset, "ConcatDataset")
 ConcatDataset.__name = "accel.data.ConcatDataset"
 
 function ConcatDataset:__len() return self.cumulative_sizes[#self.cumulative_sizes] or 0 end
@@ -119,10 +119,11 @@ local function split_lengths(lengths, n)
     end
     return out
   end
-  for j, v in ipairs(lengths) do out[j] = U.to_int(v) or U.failf("random_split: length %d must be an integer, %s", j, U.got(v)) end
-  if sum ~= n then
-    U.failf("random_split: the lengths sum to %s, not to the dataset's length %d", tostring(sum), n)
+  if sum ~= n then -- (torch: "Sum of input lengths does not equal the length of the input dataset!")
+    U.failf("random_split: the lengths sum to %s, not to the dataset's length %d (fractions must sum to 1)",
+      tostring(sum), n)
   end
+  for j, v in ipairs(lengths) do out[j] = U.to_int(v) or U.failf("random_split: length %d must be an integer, %s", j, U.got(v)) end
   return out
 end
 

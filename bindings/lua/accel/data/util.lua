@@ -87,4 +87,19 @@ function U.pack(...) return {n = select("#", ...), ...} end
 
 U.unpack = table.unpack or unpack
 
+-- class.__index for a dataset class: its methods, and for ds[i] (a
+-- number) an error pointing at ds:get(i): a PyTorch port's `ds[i]` would
+-- otherwise be nil, silently (a sample's several fields cannot be one
+-- value of an index).
+function U.dataset_index(class, name)
+  return function(_, k)
+    local v = class[k]
+    if v == nil and type(k) == "number" then
+      U.failf("%s: a dataset has no ds[%s]; read sample i with ds:get(i) (1-based; several fields come back as "
+        .. "several values)", name, tostring(k))
+    end
+    return v
+  end
+end
+
 return U
