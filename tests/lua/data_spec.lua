@@ -234,6 +234,9 @@ describe("datasets", function()
     expect_error(function() return td[1] end, "TensorDataset: a dataset has no ds[1]; read sample i with ds:get(i)")
     expect_error(function() return data.Dataset{len = 2, get = print}[2] end, "Dataset: a dataset has no ds[2]")
     expect_error(function() return data.Subset(td, {1})[1] end, "Subset: a dataset has no ds[1]")
+    -- torch: Subset(ds, torch.tensor([-1]))[0] is the last sample
+    assert.are.same({3, 0}, {data.Subset(td, accel.tensor({-1, 0})):get(1):item(), data.Subset(td, accel.tensor({-1, 0})):get(2):item()})
+    expect_error(function() data.Subset(td, accel.tensor({-5})) end, "out of range", "-4..-1 from the end")
     expect_error(function() return data.ConcatDataset({td, td})[1] end, "ConcatDataset: a dataset has no ds[1]")
     expect_error(function() td:get_batch({1, 2}) end, "TensorDataset:get_batch: expected an int64 tensor of 0-based indices")
     -- torch: "Sum of input lengths does not equal the length of the input dataset!"; DataLoader(generator=) has no

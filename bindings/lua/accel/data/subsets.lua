@@ -42,6 +42,9 @@ local function positions_of(indices, n)
         U.shape_str(indices))
     end
     ids = indices:to({dtype = accel.int64, device = "cpu"})
+    if ids:numel() > 0 and ids:min():item() < 0 and ids:min():item() >= -n then -- from the end, as torch's
+      ids = accel.where(ids:lt(0), ids + n, ids)
+    end
   elseif type(indices) == "table" then
     local list = {}
     for j = 1, #indices do list[j] = U.check_index("Subset: indices", indices[j], n) - 1 end
@@ -51,7 +54,8 @@ local function positions_of(indices, n)
       type(indices))
   end
   if ids:numel() > 0 and (ids:min():item() < 0 or ids:max():item() >= n) then
-    U.failf("Subset: an index is out of range for a dataset of %d samples (0-based values 0..%d in a tensor)", n, n - 1)
+    U.failf("Subset: an index is out of range for a dataset of %d samples (0-based values 0..%d in a tensor, or "
+      .. "-%d..-1 from the end)", n, n - 1, n)
   end
   return ids
 end
