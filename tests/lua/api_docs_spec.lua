@@ -166,7 +166,7 @@ PAGES["data.md"] = function()
   for k in pairs(CTOR_HOOKS) do names[k] = nil end
   names.new = true -- DataLoader.new is public API (DataLoader(...) calls it)
   local ds = data.TensorDataset(accel.zeros(3))
-  class_methods(getmetatable(ds).__index, names)
+  class_methods(getmetatable(ds), names) -- (its __index is a function: ds[i] is an error)
   return names
 end
 
