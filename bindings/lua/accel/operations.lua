@@ -225,11 +225,12 @@ local function check_mean(comm, t)
 end
 
 -- Accelerate applies reduce's scale on XLA devices only: elsewhere it is
--- ignored there, and here, with this warning once per process.
+-- ignored there, and here, with this warning once (on rank 0).
 local warned_scale = false
-local function warn_scale(scale)
+local function warn_scale(comm, scale)
   if warned_scale or scale == nil or scale == 1 then return end
   warned_scale = true
+  if comm.rank ~= 0 then return end
   io.stderr:write(("accel-lua: warning: reduce: scale = %s is not applied: Accelerate applies it on XLA (TPU) "
     .. "devices only, so on CPUs and GPUs the result is not scaled (multiply the result yourself)\n"):format(
     util.show(scale)))
@@ -242,7 +243,7 @@ function ops.reduce(comm, data, reduction, scale)
   reduction = reduction or "sum"
   local err = reduce_error(reduction, scale)
   local args = ("{reduction = %s, scale = %s}"):format(arg_text(reduction), arg_text(scale or 1))
-  if not err then warn_scale(scale) end
+  if not err then warn_scale(comm, scale) end
   return run(comm, REDUCE, data, args, err, function(t)
     if reduction == "mean" then check_mean(comm, t) end
     local r = call("reduce", comm, "all_reduce", t, reductions[reduction])
