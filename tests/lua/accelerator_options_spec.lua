@@ -1423,6 +1423,23 @@ CASES.log = {
   end,
 }
 
+-- accelerate 1.16: get_tracker("my", unwrap=False) is the tracker, unwrap=True its inner object
+CASES.get_tracker = {
+  unwrap = function()
+    local T = accel.tracking.GeneralTracker:extend{name = "wrapped"}
+    function T:log() end
+    T.tracker = "INNER"
+    local t = T:new{}
+    local a = accel.Accelerator{log_with = t}
+    a:init_trackers("p")
+    assert.are.equal(t, a:get_tracker("wrapped", {unwrap = false}))
+    assert.are.equal("INNER", a:get_tracker("wrapped", {unwrap = true}))
+    assert.are.equal("INNER", a:get_tracker("wrapped", true))
+    error_matching("get_tracker: unknown option unwarp", function() a:get_tracker("wrapped", {unwarp = true}) end)
+    a:end_training()
+  end,
+}
+
 CASES.save = {
   safe_serialization = function()
     local dir = tmpdir()

@@ -1826,8 +1826,17 @@ end
 -- get_tracker(name, unwrap): the tracker of that name (unwrap: its `tracker`
 -- field, e.g. the MLflow run's ids); a do-nothing tracker when there are none
 -- (the other processes), as Accelerate; an error for an unknown name.
+local GET_TRACKER_OPTIONS = plugins.register("get_tracker", {unwrap = "boolean"})
+
+-- get_tracker(name, [unwrap = false | {unwrap = false}])
 function Accelerator:get_tracker(name, unwrap)
   if type(name) ~= "string" then raise("get_tracker: expected a tracker name, got %s", type(name)) end
+  if type(unwrap) == "table" then
+    plugins.check_options("get_tracker", unwrap, GET_TRACKER_OPTIONS)
+    unwrap = unwrap.unwrap
+  elseif unwrap ~= nil and type(unwrap) ~= "boolean" then
+    raise("get_tracker: unwrap must be a boolean or {unwrap =}, got %s", type(unwrap))
+  end
   if #self.trackers == 0 then return accel.tracking.blank_tracker() end
   local have = {}
   for _, t in ipairs(self.trackers) do
