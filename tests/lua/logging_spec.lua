@@ -66,6 +66,30 @@ describe("accel.logging.get_logger", function()
     assert.are.equal("", run(script, "ACCELERATE_LOG_LEVEL=warning "))
   end)
 
+  -- Python (logging.basicConfig()): get_logger("pkg").setLevel("ERROR") hides get_logger("pkg.mod")'s warning
+  -- (its parent's level); logger.warning("x=%d %s", 5, "y") prints "x=5 y"; exception() logs at ERROR;
+  -- accelerate.logging.set_verbosity_info() makes get_verbosity() 20 and shows "accelerate.sub"'s info
+  it("follows the logger hierarchy, formats %-arguments, and sets the accelerate verbosity", function()
+    local err, out = run([[
+      accel.PartialState()
+      local L = accel.logging
+      L.get_logger("pkg"):setLevel("ERROR")
+      L.get_logger("pkg.mod"):warning("hidden by pkg's ERROR")
+      L.get_logger("pkg.mod"):error("x=%d %s", 5, "y")
+      L.get_logger("other"):warning("x=%d", 7, {main_process_only = true})
+      L.get_logger("other"):exception("failed")
+      io.stderr:write(L.get_verbosity(), "\n")
+      L.set_verbosity_info()
+      io.stderr:write(L.get_verbosity(), "\n")
+      L.get_logger("accelerate.sub"):info("shown at INFO")
+      L.get_logger("outside"):info("hidden: the root stays at WARNING")
+      print(select(2, pcall(function() L.get_logger("other"):warning("%d", "z") end)))
+    ]])
+    assert.are.equal(table.concat({"ERROR:pkg.mod:[RANK 0] x=5 y", "WARNING:other:[RANK 0] x=7",
+      "ERROR:other:[RANK 0] failed", "30", "20", "INFO:accelerate.sub:[RANK 0] shown at INFO", ""}, "\n"), err)
+    assert.matches('Logger%.warning: the message "%%d" does not take its 1 argument%(s%)', out)
+  end)
+
   -- Python: RuntimeError "You must initialize the accelerate state ..."; ValueError "Unknown level: 'LOUD'".
   it("refuses logging before a process state, unknown levels and options, at the caller's line", function()
     local _, out = run([[

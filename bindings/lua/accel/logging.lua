@@ -52,12 +52,18 @@ local Logger = {}
 Logger.__index = Logger
 Logger.__name = "accel.logging.Logger"
 
+-- The logger of that name, made without a level (ACCELERATE_LOG_LEVEL not read)
+local function named_logger(name)
+  local logger = loggers[name] or setmetatable({name = name, level = LEVELS.NOTSET, warned = {}}, Logger)
+  loggers[name] = logger
+  return logger
+end
+
 -- get_logger(name, [log_level]): the logger of that name.
 function M.get_logger(name, log_level)
   if type(name) ~= "string" then raise("get_logger: expected a logger name, got %s", type(name)) end
   if log_level == nil then log_level = os.getenv("ACCELERATE_LOG_LEVEL") end
-  local logger = loggers[name] or setmetatable({name = name, level = LEVELS.NOTSET, warned = {}}, Logger)
-  loggers[name] = logger
+  local logger = named_logger(name)
   if log_level ~= nil then
     logger.level = level_of("get_logger", log_level)
     root_level = logger.level
@@ -67,8 +73,17 @@ end
 
 function Logger:setLevel(level) self.level = level_of("Logger.setLevel", level) end
 
+-- Its own level, else its nearest ancestor's ("a.b" is under "a"), else
+-- the root level, as Python's logger hierarchy
 function Logger:getEffectiveLevel()
-  return self.level ~= LEVELS.NOTSET and self.level or root_level
+  if self.level ~= LEVELS.NOTSET then return self.level end
+  local name = self.name
+  while true do
+    name = name:match("^(.*)%.[^.]*$")
+    if not name then return root_level end
+    local parent = loggers[name]
+    if parent and parent.level ~= LEVELS.NOTSET then return parent.level end
+  end
 end
 
 function Logger:isEnabledFor(level) return level_of("Logger.isEnabledFor", level) >= self:getEffectiveLevel() end
@@ -79,8 +94,23 @@ local function write(self, level, msg, rank)
   io.stderr:flush()
 end
 
+-- A call's arguments after msg: Python's %-style arguments of msg (written
+-- with string.format), then at most one options table of CALL_OPTIONS'
+-- keys. -> msg, opts
+local function message_of(what, msg, ...)
+  local n = select("#", ...)
+  local opts = n > 0 and select(n, ...) or nil
+  if type(opts) == "table" and getmetatable(opts) == nil then n = n - 1 else opts = nil end
+  if n == 0 then return msg, opts end
+  local ok, text = pcall(string.format, tostring(msg), ...)
+  if not ok then raise("%s: the message %q does not take its %d argument(s): %s", what, tostring(msg), n, text) end
+  return text, opts
+end
+
 -- Writes msg at level (a number) as the call `what` asked (opts checked here).
-local function emit(self, what, level, msg, opts)
+local function emit(self, what, level, msg, ...)
+  local opts
+  msg, opts = message_of(what, msg, ...)
   opts = plugins.check_options(what, opts, CALL_OPTIONS)
   local s = state.current()
   if not s then
@@ -98,11 +128,14 @@ local function emit(self, what, level, msg, opts)
   end
 end
 
--- log(level, msg, [{main_process_only = true, in_order = false}])
-function Logger:log(level, msg, opts) emit(self, "Logger.log", level_of("Logger.log", level), msg, opts) end
+-- log(level, msg, [args...], [{main_process_only = true, in_order = false}])
+function Logger:log(level, msg, ...) emit(self, "Logger.log", level_of("Logger.log", level), msg, ...) end
 
-for method, level in pairs({debug = 10, info = 20, warning = 30, error = 40, critical = 50}) do
-  Logger[method] = function(self, msg, opts) emit(self, "Logger." .. method, level, msg, opts) end
+-- debug / info / warning / error / critical(msg, [args...], [opts]); exception
+-- logs at ERROR (Python adds the traceback of the exception being handled:
+-- Lua has none here)
+for method, level in pairs({debug = 10, info = 20, warning = 30, error = 40, critical = 50, exception = 40}) do
+  Logger[method] = function(self, msg, ...) emit(self, "Logger." .. method, level, msg, ...) end
 end
 
 -- warning_once(msg, [opts]): a warning, once per logger and message text.
@@ -111,6 +144,17 @@ function Logger:warning_once(msg, opts)
   if self.warned[key] then return end
   self:warning(msg, opts) -- may raise (no process state yet): then it is not marked as warned
   self.warned[key] = true
+end
+
+-- Accelerate's get_verbosity / set_verbosity: the level of the "accelerate"
+-- logger, which the loggers named "accelerate.*" without a level of their
+-- own follow (the root level and other loggers stay as they are)
+function M.get_verbosity() return named_logger("accelerate"):getEffectiveLevel() end
+function M.set_verbosity(verbosity)
+  named_logger("accelerate").level = level_of("set_verbosity", verbosity)
+end
+for suffix, level in pairs({debug = 10, info = 20, warning = 30, error = 40}) do
+  M["set_verbosity_" .. suffix] = function() M.set_verbosity(level) end
 end
 
 -- logger.info(...): "Logger.info: call it as obj:info(...)"
