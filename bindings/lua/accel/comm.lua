@@ -64,17 +64,21 @@ local function tensor_entry(t)
 end
 
 -- v with every tensor (also inside plain tables) as its entry; a table met
--- again inside itself is left as it is, for json.encode to name the cycle
-local function pack_tensors(v, active)
+-- again inside itself is its copy again, so json.encode names the cycle
+-- where it is in v; past json's depth limit the rest stays as it is, for
+-- json.encode to refuse
+local PACK_DEPTH = 300
+local function pack_tensors(v, copies, depth)
   local accel = require("accel")
   if accel.is_tensor(v) then return tensor_entry(v) end
   if type(v) ~= "table" or getmetatable(v) ~= nil then return v end
-  active = active or {}
-  if active[v] then return v end
-  active[v] = true
+  copies, depth = copies or {}, depth or 0
+  if copies[v] then return copies[v] end
+  if depth > PACK_DEPTH then return v end
   local out = {}
-  for k, x in pairs(v) do out[k] = pack_tensors(x, active) end
-  active[v] = nil
+  copies[v] = out
+  for k, x in pairs(v) do out[k] = pack_tensors(x, copies, depth + 1) end
+  copies[v] = nil
   return out
 end
 
