@@ -1116,6 +1116,11 @@ CASES.find_executable_batch_size = {
     local seen = nil
     accel.find_executable_batch_size(function(bs) seen = bs end, {starting_batch_size = 24})()
     assert.are.equal(24, seen)
+    -- accelerate 1.16: calling the wrapper with the batch size too is a TypeError "Batch size was passed into
+    -- `f` as the first argument when called"
+    local g = accel.find_executable_batch_size(function(bs, x) return bs, x end, {starting_batch_size = 8})
+    assert.are.same({8, "x"}, {g("x")})
+    error_matching("the batch size was passed as the first argument when called", function() g(64, "x") end)
   end,
   reduce_batch_size_fn = function()
     local seen = {}

@@ -889,7 +889,14 @@ function M.find_executable_batch_size(fn, o)
     raise("find_executable_batch_size: starting_batch_size must be a positive integer, got %s", tostring(batch_size))
   end
   local reduce = o.reduce_batch_size_fn or function() return math.floor(batch_size / 2) end
+  local info = type(fn) == "function" and debug.getinfo(fn, "u") or nil
   return function(...)
+    -- as Accelerate: more arguments than fn takes after the batch size means the caller passed it too
+    local given = select("#", ...)
+    if info and info.nparams and not info.isvararg and given > 0 and given + 1 > info.nparams then
+      raise("find_executable_batch_size: the batch size was passed as the first argument when called; remove it, "
+        .. "the wrapper passes it (fn takes %d argument(s), got %d plus the batch size)", info.nparams, given)
+    end
     while true do
       if batch_size <= 0 then raise("find_executable_batch_size: no executable batch size found, reached zero") end
       local res = compat.pack(pcall(fn, batch_size, ...))
