@@ -110,6 +110,24 @@ describe("Accelerator:profile", function()
     assert.are.same({}, trace.traceEvents[1].args) -- no shapes unless record_shapes
   end)
 
+  -- DESIGN: a context manager called without its body returns a handle (Accelerate: `with accelerator.profile()
+  -- as prof:`)
+  it("without a function, profiles until the returned handle closes", function()
+    local trace
+    local h = acc:profile({on_trace_ready = function(t) trace = t end})
+    assert.is_true(accel._C.profile_active())
+    accel.ones(2):neg()
+    h:close()
+    assert.is_false(accel._C.profile_active())
+    assert.are.same({neg = 1}, names_of(trace))
+    h:close() -- a second close does nothing
+    local h2 = acc:profile(nil, {on_trace_ready = function(t) trace = t end})
+    accel.ones(2):exp()
+    h2:close()
+    assert.are.same({exp = 1}, names_of(trace))
+    expect_error(function() acc:profile(5) end, "profile: expected a function to run (or none, for a handle to close)")
+  end)
+
   it("in-place ops end in _, and nothing is written without output_trace_dir", function()
     local trace
     local dir = tmpdir()
@@ -153,7 +171,7 @@ describe("Accelerator:profile", function()
     expect_error(function() acc:profile(f, {profile_memory = true}) end, "profile: profile_memory is not supported")
     expect_error(function() acc:profile(f, {activities = {"cpu", "xpu"}}) end, "activity xpu is not supported")
     expect_error(function() acc:profile(f, {record_shapes = "yes"}) end, "record_shapes must be a boolean")
-    expect_error(function() acc:profile("f") end, "profile: expected a function to run, got string")
+    expect_error(function() acc:profile("f") end, "profile: expected a function to run (or none, for a handle to close), got string")
     expect_error(function() acc:profile(function() acc:profile(f) end) end, "profile calls do not nest")
     assert.is_false(accel._C.profile_active())
   end)

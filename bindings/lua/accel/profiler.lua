@@ -80,33 +80,50 @@ end
 
 local function pack(...) return {n = select("#", ...), ...} end
 
--- Runs fn with the profiler on and hands over the trace; returns fn's
--- results. barrier() runs after the trace file is written (every process
--- waits for the others' files, as Accelerate's wait_for_everyone).
-function M.run(fn, opts, rank, barrier)
-  if type(fn) ~= "function" then raise("profile: expected a function to run, got %s", type(fn)) end
+-- Turns the profiler on; returns finish(failed), which turns it off and,
+-- unless failed, hands over the trace: the file under output_trace_dir
+-- (then barrier(): every process waits for the others' files, as
+-- Accelerate's wait_for_everyone) and on_trace_ready(trace).
+local function start(opts, rank, barrier)
   local o = check_options(opts)
   local C = require("accel")._C
   local device_sync = false
   for _, a in ipairs(o.activities or {}) do device_sync = device_sync or a == "cuda" end
   C.profile_start(device_sync)
+  return function(failed)
+    C.profile_stop()
+    local events, dropped = C.profile_events(o.record_shapes)
+    if failed then return end
+    local trace = trace_of(events, dropped, rank, o.record_shapes)
+    if dropped > 0 then
+      io.stderr:write(("profile: %d events were dropped (the buffer holds at most 2^21)\n"):format(dropped))
+    end
+    if o.output_trace_dir then
+      C.mkdirs(o.output_trace_dir)
+      local path = o.output_trace_dir:gsub("/+$", "") .. ("/profile_%d.json"):format(rank)
+      local text, err = json.try_encode(trace)
+      if not text then raise("profile: %s", err) end
+      C.fs_write(path, text .. "\n")
+      barrier()
+    end
+    if o.on_trace_ready then o.on_trace_ready(trace) end
+  end
+end
+
+-- run(fn, opts, rank, barrier): fn() with the profiler on, then the trace
+-- handed over; returns fn's results. Without fn (run(nil, opts) or
+-- run(opts)): the profiler on until the returned handle closes (Lua 5.4's
+-- `local _ <close> = accelerator:profile(opts)`, or h:close()).
+function M.run(fn, opts, rank, barrier)
+  if type(fn) == "table" and getmetatable(fn) == nil and opts == nil then fn, opts = nil, fn end
+  if fn ~= nil and type(fn) ~= "function" then
+    raise("profile: expected a function to run (or none, for a handle to close), got %s", type(fn))
+  end
+  local finish = start(opts, rank, barrier)
+  if fn == nil then return require("accel.state").handle(function() finish(false) end) end
   local res = pack(pcall(fn))
-  C.profile_stop()
-  local events, dropped = C.profile_events(o.record_shapes)
+  finish(not res[1])
   if not res[1] then error(res[2], 0) end
-  local trace = trace_of(events, dropped, rank, o.record_shapes)
-  if dropped > 0 then
-    io.stderr:write(("profile: %d events were dropped (the buffer holds at most 2^21)\n"):format(dropped))
-  end
-  if o.output_trace_dir then
-    C.mkdirs(o.output_trace_dir)
-    local path = o.output_trace_dir:gsub("/+$", "") .. ("/profile_%d.json"):format(rank)
-    local text, err = json.try_encode(trace)
-    if not text then raise("profile: %s", err) end
-    C.fs_write(path, text .. "\n")
-    barrier()
-  end
-  if o.on_trace_ready then o.on_trace_ready(trace) end
   return unpack(res, 2, res.n)
 end
 
