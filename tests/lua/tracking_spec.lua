@@ -334,6 +334,11 @@ describe("tracking.create", function()
     assert.matches("step must be a non%-negative integer, got 1.5",
       err_of(function() tr:log({a = 1}, 1.5) end))
     assert.matches('"step" is a reserved name', err_of(function() tr:log({step = 1}) end))
+    -- torch's SummaryWriter.add_scalar(True), as Accelerate logs a bool: 1.0
+    tr:log({flag = true, off = false}, 5)
+    local last = support.lines_of(support.read_file(tr.run_dir .. "/metrics.jsonl"))
+    assert.matches('"flag": 1', last[#last])
+    assert.matches('"off": 0', last[#last])
     assert.matches("metric names must be strings", err_of(function() tr:log({1, 2}) end))
     assert.matches(SPEC .. ':%d+: log: the value of "name" is not valid UTF%-8 %(byte 4%)',
       err_of(function() tr:log({name = "caf\233"}) end))

@@ -823,7 +823,8 @@ function tracking.log_with_entries(log_with)
   return entries
 end
 
--- values -> list of {key, value} sorted by key, numbers and strings only.
+-- values -> list of {key, value} sorted by key, numbers and strings only
+-- (a boolean is the number 1 or 0, as TensorBoard's add_scalar takes it).
 local function normalize(values)
   if type(values) ~= "table" or accel.is_tensor(values) then
     fail("log: values must be a table of name -> number, got " .. type(values))
@@ -839,6 +840,7 @@ local function normalize(values)
       end
       v = v:item()
     end
+    if type(v) == "boolean" then v = v and 1 or 0 end -- (Accelerate's add_scalar of a bool: 1.0 / 0.0)
     if type(v) ~= "number" and type(v) ~= "string" then
       fail("log: value of \"" .. k .. "\" must be a number, a string or a one-element tensor, got " .. type(v))
     end
