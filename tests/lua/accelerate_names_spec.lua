@@ -113,6 +113,36 @@ describe("the Accelerate names table (" .. NAMES_DOC .. ")", function()
     assert.are.equal(3, accel.DeepSpeedPlugin{zero_stage = 2, gradient_accumulation_steps = 3}.gradient_accumulation_steps)
   end)
 
+  -- accelerate 1.16's accelerate.utils: the configuration classes, wait_for_everyone, extract_model_from_parallel,
+  -- save, is_*_available; set_seed(-1): "Seed must be between 0 and 2**32 - 1"; send_to_device(t, device, True)
+  it("accel.utils has Accelerate's utilities, and names the ones it lacks", function()
+    local u = accel.utils
+    for _, name in ipairs({"ProjectConfiguration", "DataLoaderConfiguration", "GradientAccumulationPlugin",
+                           "DeepSpeedPlugin", "FullyShardedDataParallelPlugin", "DistributedDataParallelKwargs",
+                           "InitProcessGroupKwargs", "GradScalerKwargs", "AutocastKwargs"}) do
+      assert.are.equal(accel[name], u[name], name)
+    end
+    assert.is_true(u.is_bf16_available())
+    assert.is_true(u.is_tensorboard_available())
+    assert.is_false(u.is_wandb_available())
+    assert.are.equal(accel.cuda.is_available(), u.is_cuda_available())
+    u.wait_for_everyone()
+    local m = accel.nn.Linear(1, 1)
+    assert.are.equal(m, u.extract_model_from_parallel(m))
+    for _, name in ipairs({"PrecisionType", "LoggerType", "RNGType", "load_checkpoint_in_model", "patch_environment"}) do
+      local ok, err = pcall(function() return u[name] end)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find("accel.utils." .. name .. " is not provided by accel-lua", 1, true), err)
+    end
+    assert.is_nil(u.no_such_name)
+    local ok, err = pcall(u.set_seed, -1)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("seed must be between 0 and 2^32 - 1", 1, true), err)
+    assert.is_false(pcall(u.set_seed, 2 ^ 40))
+    local moved = u.send_to_device({a = accel.ones(1), b = accel.ones(2)}, "cpu", false, "b")
+    assert.are.same({1}, moved.a:tolist())
+  end)
+
   it("answers the plain properties as Accelerate does on the CPU", function()
     local a = accel.Accelerator{}
     assert.is_false(a.multi_device) -- Accelerate: only MULTI_GPU-like types are multi_device

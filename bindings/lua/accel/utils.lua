@@ -398,6 +398,9 @@ function utils.set_seed(seed, device_specific, deterministic)
   if require("accel.data.util").to_int(seed) == nil then -- also inf and whole floats past int64
     raise("set_seed: seed must be an integer, got %s", util.show(seed))
   end
+  if seed < 0 or seed > 4294967295 then -- (Accelerate's numpy seeding: "Seed must be between 0 and 2**32 - 1")
+    raise("set_seed: seed must be between 0 and 2^32 - 1, got %s", util.show(seed))
+  end
   if o.device_specific then seed = seed + require("accel.dist").get_rank() end
   accel.manual_seed(seed)
 end
@@ -443,7 +446,12 @@ end
 -- tensor of data (nested tables too) moved to device, except under the keys
 -- in skip_keys; an object with a to method (through its metatable) is sent
 -- by it, as Accelerate's; other values pass through.
-function utils.send_to_device(data, device, o)
+function utils.send_to_device(data, device, o, skip_keys)
+  if type(o) == "boolean" or (o == nil and skip_keys ~= nil) then -- Accelerate's positional (non_blocking, skip_keys)
+    o = {non_blocking = o, skip_keys = skip_keys}
+  elseif skip_keys ~= nil then
+    raise("send_to_device: skip_keys given after an options table")
+  end
   plugins.check_options("send_to_device", o, SEND_OPTIONS)
   local kind = tostring(device):match("^[^:]+")
   if o and o.non_blocking and kind ~= "cpu" and kind ~= "sim" then
@@ -520,13 +528,81 @@ function utils.convert_bytes(n)
   return require("accel.estimate_memory").convert_bytes(n)
 end
 
+-- wait_for_everyone(): every process waits for the others (the process state's barrier)
+function utils.wait_for_everyone() require("accel.state").PartialState():wait_for_everyone() end
+
+-- extract_model_from_parallel(model, [keep_fp32_wrapper = true], [keep_torch_compile = true]): the model
+-- itself (nothing wraps it here); keep_fp32_wrapper = false removes the mixed-precision forward patch
+function utils.extract_model_from_parallel(model, keep_fp32_wrapper, keep_torch_compile)
+  for name, v in pairs({keep_fp32_wrapper = keep_fp32_wrapper, keep_torch_compile = keep_torch_compile}) do
+    if v ~= nil and type(v) ~= "boolean" then raise("extract_model_from_parallel: %s must be a boolean, got %s", name, type(v)) end
+  end
+  if keep_fp32_wrapper == false then require("accel.amp").unpatch_forward(model) end
+  return model
+end
+
+-- save(obj, path, [save_on_each_node = false], [safe_serialization]): as Accelerator:save on the main
+-- process (every process's main with save_on_each_node); safetensors / JSON only, never pickle
+function utils.save(obj, path, save_on_each_node, safe_serialization)
+  if safe_serialization == false then
+    raise("save: only safetensors (and JSON) are written, never pickle (safe_serialization = true)")
+  end
+  local st = require("accel.state").PartialState()
+  if (save_on_each_node and st.is_local_main_process) or st.is_main_process then
+    require("accel.checkpoint").save_object(obj, path)
+  end
+end
+
+-- Accelerate's configuration classes, also imported from accelerate.utils
+local CLASSES = {"ProjectConfiguration", "DataLoaderConfiguration", "GradientAccumulationPlugin", "DeepSpeedPlugin",
+  "FullyShardedDataParallelPlugin", "DistributedDataParallelKwargs", "InitProcessGroupKwargs", "GradScalerKwargs",
+  "AutocastKwargs", "FP8RecipeKwargs", "TERecipeKwargs"}
+
+-- accelerate.utils names not provided, and why (an error naming them, not nil)
+local NOT_PROVIDED = {
+  PrecisionType = "mixed precision is given as the strings \"no\", \"fp16\", \"bf16\", \"fp8\"",
+  LoggerType = "trackers are named by strings (\"tensorboard\", \"csv\", ...) or given as tables",
+  RNGType = "there is one generator; rng_types name it as \"torch\" or \"cuda\"",
+  concatenate = "use accel.cat on the tensors", recursively_apply = "walk the table in Lua",
+  convert_outputs_to_fp32 = "a prepared model's outputs are float32 already (mixed_precision)",
+  convert_to_fp32 = "use t:float()", patch_environment = "set variables before starting accel-lua",
+  clear_environment = "set variables before starting accel-lua", is_torch_version = "there is no torch",
+  compare_versions = "there are no Python packages", get_max_memory = "there is no big-model dispatch",
+  load_checkpoint_in_model = "there is no big-model dispatch: use model:load_state_dict(accel.load(path))",
+  synchronize_rng_state = "use utils.synchronize_rng_states",
+}
+
+-- accelerate.utils's is_X_available checks: what accel-lua itself offers
+-- (bf16 and fp8 on every device, the TensorBoard and MLflow trackers, the
+-- DeepSpeed plugin's engine, CUDA when a GPU is there); every other package
+-- or device Accelerate asks about is absent (false)
+local AVAILABLE = {bf16 = true, fp8 = true, tensorboard = true, mlflow = true, deepspeed = true,
+  cuda = function() return accel.cuda.is_available() end}
+
+local function availability(k)
+  local what = type(k) == "string" and k:match("^is_([%w_]+)_available$")
+  if not what then return nil end
+  local v = AVAILABLE[what]
+  if type(v) == "function" then return v end
+  return function() return v == true end
+end
+
 -- broadcast, gather, gather_object, broadcast_object_list, reduce,
 -- pad_across_processes: Accelerate's accelerate.utils collectives, the
--- Accelerator's methods of the same names on the process state.
+-- Accelerator's methods of the same names on the process state; the
+-- configuration classes; the is_X_available checks; NOT_PROVIDED names raise.
 setmetatable(utils, {__index = function(_, k)
-  local f = require("accel.accelerator")._utils_collectives[k]
-  if f then rawset(utils, k, f) end
-  return f
+  local acc = require("accel.accelerator")
+  local f = acc._utils_collectives[k]
+  if f == nil then
+    for _, name in ipairs(CLASSES) do if name == k then f = acc[k] end end
+  end
+  f = f or availability(k)
+  if f then
+    rawset(utils, k, f)
+    return f
+  end
+  if NOT_PROVIDED[k] then raise("accel.utils.%s is not provided by accel-lua: %s", k, NOT_PROVIDED[k]) end
 end})
 
 return utils
