@@ -407,6 +407,9 @@ describe("Accelerate's utilities", function()
     assert.is_true(utils.should_reduce_batch_size(oom))
     assert.is_false(utils.should_reduce_batch_size("shape mismatch"))
     assert.are.equal("84.95 MB", utils.convert_bytes(89076941))
+    -- accelerate 1.16: convert_bytes(512) "512 bytes", (999.999) "1000.0 bytes", (1024**5) "1.0 PB", (2048) "2.0 KB"
+    assert.are.same({"512 bytes", "1000.0 bytes", "1.0 PB", "2.0 KB"}, {utils.convert_bytes(512),
+      utils.convert_bytes(999.999), utils.convert_bytes(1024 ^ 5), utils.convert_bytes(2048)})
     assert.are.equal("512 bytes", utils.convert_bytes(512))
   end)
 

@@ -473,15 +473,17 @@ end
 -- Accelerate's convert_bytes: the largest 1024-based unit, two decimals
 -- at most (Python's round(x, 2) printed: "9.0 MB", "84.95 MB").
 function M.convert_bytes(n)
-  if n < 1024 then return ("%d bytes"):format(n) end
+  local function rounded(v) return (("%.2f"):format(v):gsub("0$", "")) end -- Python's round(v, 2) as printed
   local size = n
-  for _, unit in ipairs({"KB", "MB", "GB", "TB"}) do
-    size = size / 1024
-    if size < 1024 or unit == "TB" then
-      local s = ("%.2f"):format(size):gsub("0$", "")
-      return s .. " " .. unit
+  for _, unit in ipairs({"bytes", "KB", "MB", "GB", "TB"}) do
+    if size < 1024 then
+      local whole = n == math.floor(n) and (not math.type or math.type(n) == "integer")
+      if unit == "bytes" and whole then return ("%d bytes"):format(n) end
+      return rounded(size) .. " " .. unit
     end
+    size = size / 1024
   end
+  return rounded(size) .. " PB"
 end
 
 local function utf8_len(s)
