@@ -68,6 +68,16 @@ describe("Accelerator options", function()
     assert.are.equal(4, b.gradient_accumulation_steps)
   end)
 
+  -- accelerate 1.16: Accelerator(mixed_precision="bf16").state.mixed_precision == "bf16"; str(gradient_state) with
+  -- gradient_accumulation_steps=2: "Sync Gradients: True\nAt end of current dataloader: False\nExtra samples added:
+  -- -1\nGradient accumulation plugin: {'num_steps': 2}\n"
+  it("state.mixed_precision and the GradientState's print, as Accelerate's", function()
+    local a = accel.Accelerator{mixed_precision = "bf16", gradient_accumulation_steps = 2}
+    assert.are.equal("bf16", a.state.mixed_precision)
+    assert.are.equal("Sync Gradients: True\nAt end of current dataloader: False\nExtra samples added: -1\n"
+      .. "Gradient accumulation plugin: {'num_steps': 2}\n", tostring(a.gradient_state))
+  end)
+
   it("names a bad mixed_precision; fp8 runs the CPU emulation of the fp8 recipe", function()
     error_matching('unknown mixed_precision "fp17"', function() accel.Accelerator{mixed_precision = "fp17"} end)
     -- accelerate 1.15: Accelerator(mixed_precision="FP8"): "ValueError: Unknown mixed_precision mode: FP8"
@@ -151,6 +161,7 @@ describe("Accelerator options", function()
       assert.are.equal(stage, a.shard_engine.stage)
       assert.are.equal(a.shard_engine, a:shard_engine_of(model))
       assert.matches("Sharding: ZeRO stage " .. stage, tostring(a.state))
+      assert.are.equal("no", a.state.mixed_precision)
       local sd = a:get_state_dict(model) -- stage 3: gathered full tensors
       local want = plain:state_dict()
       for k, t in pairs(want) do assert.is_true(max_abs_diff(sd[k], t) <= 1e-6, k .. " differs") end

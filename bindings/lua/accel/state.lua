@@ -95,6 +95,12 @@ function props.fsdp_plugin(s)
   local info = rawget(s, "accelerator_info")
   return info and info.fsdp_plugin
 end
+-- The last Accelerator's mixed precision ("no", "fp16", "bf16", "fp8"; nil
+-- before one exists), as Accelerate's AcceleratorState.mixed_precision
+function props.mixed_precision(s)
+  local info = rawget(s, "accelerator_info")
+  return info and info.mixed_precision
+end
 
 -- Accelerate's AcceleratorState print: the environment, the processes,
 -- then (once an Accelerator exists) the precision and the sharding stage.
@@ -312,6 +318,18 @@ function M.GradientState(num_steps, plugin)
   return setmetatable({num_steps = num_steps, sync_gradients = true, step = 0,
     sync_with_dataloader = plugin.sync_with_dataloader ~= false, sync_each_batch = plugin.sync_each_batch == true,
     adjust_scheduler = plugin.adjust_scheduler ~= false, loaders = {}}, GradientState)
+end
+
+-- Accelerate's GradientState print (its plugin's fields that differ from
+-- the defaults, as GradientAccumulationPlugin.to_kwargs gives them)
+GradientState.__tostring = function(gs)
+  local py = function(b) return b and "True" or "False" end
+  local plugin = {("'num_steps': %d"):format(gs.num_steps)}
+  if not gs.sync_with_dataloader then plugin[#plugin + 1] = "'sync_with_dataloader': False" end
+  if gs.sync_each_batch then plugin[#plugin + 1] = "'sync_each_batch': True" end
+  return ("Sync Gradients: %s\nAt end of current dataloader: %s\nExtra samples added: %s\nGradient accumulation "
+    .. "plugin: {%s}\n"):format(py(gs.sync_gradients), py(gs.end_of_dataloader), tostring(gs.remainder),
+    table.concat(plugin, ", "))
 end
 
 function gradient_props.active_dataloader(gs) return rawget(gs, "loaders")[#rawget(gs, "loaders")] end
