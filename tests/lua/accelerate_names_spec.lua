@@ -143,6 +143,20 @@ describe("the Accelerate names table (" .. NAMES_DOC .. ")", function()
     assert.are.same({1}, moved.a:tolist())
   end)
 
+  -- accelerate 1.16 reads ACCELERATE_DYNAMO_BACKEND and ACCELERATE_USE_MEGATRON_LM in Accelerator(): set to an engine,
+  -- an error here naming the variable; the neutral values pass
+  it("refuses the environment variables of engines it lacks, naming them", function()
+    local support = dofile("tests/lua/support.lua")
+    local function run(env)
+      return support.command_output(("env %s %s -e %s 2>&1"):format(env, support.shell_quote(support.ACCEL_LUA),
+        support.shell_quote("accel.Accelerator() print('made')")))
+    end
+    assert.truthy(run("ACCELERATE_DYNAMO_BACKEND=INDUCTOR"):find(
+      "Accelerator: ACCELERATE_DYNAMO_BACKEND=INDUCTOR is not supported here: torch.compile does not exist here", 1, true))
+    assert.truthy(run("ACCELERATE_USE_MEGATRON_LM=true"):find("ACCELERATE_USE_MEGATRON_LM=true is not supported here", 1, true))
+    assert.truthy(run("ACCELERATE_DYNAMO_BACKEND=no ACCELERATE_USE_MEGATRON_LM=false"):find("made", 1, true))
+  end)
+
   it("answers the plain properties as Accelerate does on the CPU", function()
     local a = accel.Accelerator{}
     assert.is_false(a.multi_device) -- Accelerate: only MULTI_GPU-like types are multi_device

@@ -284,6 +284,22 @@ plugins.refuse("Accelerator", {
   deepspeed_plugins = "one sharding engine serves one model setup; give one deepspeed_plugin",
   parallelism_config = "ParallelismConfig (tensor / context / pipeline parallel meshes) is not implemented"})
 
+-- Environment variables Accelerate's Accelerator reads for engines that do
+-- not exist here: set to anything but their neutral value, an error naming
+-- them (never silently ignored).
+local REFUSED_ENV = {
+  {"ACCELERATE_DYNAMO_BACKEND", function(v) return v:upper() == "NO" end, "torch.compile does not exist here"},
+  {"ACCELERATE_USE_MEGATRON_LM", function(v) return v:lower() == "false" or v == "0" or v == "" end,
+   "there is no Megatron-LM engine"},
+}
+
+local function check_refused_env()
+  for _, e in ipairs(REFUSED_ENV) do
+    local v = os.getenv(e[1])
+    if v ~= nil and not e[2](v) then raise("Accelerator: %s=%s is not supported here: %s", e[1], v, e[3]) end
+  end
+end
+
 local PRECISIONS = {no = true, bf16 = true, fp16 = true, fp8 = true}
 
 -- A launch setting: ACCEL_LUA_<name> (set by accel-lua launch, see
@@ -792,6 +808,7 @@ end
 
 local function new_accelerator(_, o)
   plugins.check_options("Accelerator", o, OPTIONS)
+  check_refused_env()
   o = o or {}
   local self = setmetatable({}, Accelerator)
   -- an existing process state is shared as it is (cpu = true then only
