@@ -30,7 +30,7 @@ local function busy_wait(seconds)
   while accel.clock() - t < seconds do end
 end
 
-local PLAIN = "^(.-): (%d+)%% (%d+)/(%d+) %[(%d%d:%d%d)<([%d:?]+), ([%d.]+)it/s(.*)%]$"
+local PLAIN = "^(.-): (%d+)%% (%d+)/(%d+) %[(%d%d:%d%d)<([%d:?]+), +([%d.]+)it/s(.*)%]$"
 
 describe("progress.bar in plain mode (not a terminal)", function()
   local path, f
@@ -91,7 +91,7 @@ describe("progress.bar in plain mode (not a terminal)", function()
     local ls = lines_of(contents(path, f))
     assert.are.equal(2, #ls)
     assert.matches("^train: 50%% 2/4 %[.*it/s, loss=0.5, lr=0.001, tag=x%]$", ls[1])
-    assert.matches("^train: 100%% 4/4 %[.*it/s, loss=0.1235%]$", ls[2])
+    assert.matches("^train: 100%% 4/4 %[.*it/s, loss=0.123%]$", ls[2]) -- tqdm's format_num(0.123456): '0.123'
   end)
 
   it("formats fractional counts, overshoot and special postfix values", function()
@@ -105,7 +105,7 @@ describe("progress.bar in plain mode (not a terminal)", function()
     local ls = lines_of(contents(path, f))
     assert.matches("^20%% 0.5/2.5 %[00:00<00:00, ", ls[1])
     -- past the total, the count alone (tqdm: format_meter(6, 4, ...) is "6it [00:01,  6.00it/s]")
-    assert.matches("^6it %[00:00, [%d.]+it/s, big=inf, loss=%-?nan%]$", ls[2])
+    assert.matches("^6it %[00:00, +[%d.]+it/s, big=inf, loss=%-?nan%]$", ls[2])
     assert.are.equal(2, #ls)
   end)
 
@@ -148,7 +148,7 @@ describe("progress.bar in plain mode (not a terminal)", function()
     bar:close()
     local ls = lines_of(contents(path, f))
     assert.are.equal(1, #ls)
-    assert.matches("^50it %[00:00, [%d.]+it/s%]$", ls[1])
+    assert.matches("^50it %[00:00, +[%d.]+it/s%]$", ls[1])
   end)
 
   it("prints nothing when quiet or disabled", function()
@@ -275,7 +275,7 @@ describe("progress.bar in terminal mode", function()
     assert.is_true(redraws <= math.floor(elapsed / 0.1) + 3, redraws .. " redraws in " .. elapsed .. " s")
     assert.are.equal(1, select(2, s:gsub("\n", ""))) -- one line, ended at close
     local last = s:match("\r([^\r]*)\n$")
-    assert.matches("^fit: 100%%|[^|]+| 20000/20000 %[%d%d:%d%d<00:00, [%d.]+it/s%]\27%[K$", last)
+    assert.matches("^fit: 100%%|[^|]+| 20000/20000 %[%d%d:%d%d<00:00, +[%d.]+it/s%]\27%[K$", last)
     assert.is_nil(last:match("|([^|]+)|"):find(" ", 1, true)) -- a full bar
     local first = s:match("^\r([^\r]*)")
     assert.matches("^fit:   0%%| +| 0/20000 %[00:00<%?, %?it/s%]\27%[K$", first)

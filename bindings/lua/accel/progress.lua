@@ -129,8 +129,8 @@ end
 
 local function fmt_rate(rate, unit)
   if rate == nil then return "?" .. unit .. "/s" end
-  if rate > 0 and rate < 1 then return string.format("%.2fs/", 1 / rate) .. unit end
-  return string.format("%.2f", rate) .. unit .. "/s"
+  if rate > 0 and rate < 1 then return string.format("%5.2fs/", 1 / rate) .. unit end -- (tqdm's {:5.2f})
+  return string.format("%5.2f", rate) .. unit .. "/s"
 end
 
 -- counts: integers as such, fractional counts (update(0.5)) with %g
@@ -143,7 +143,10 @@ local function fmt_value(v)
   if accel.is_tensor(v) then v = v:numel() == 1 and v:item() or tostring(v) end
   if type(v) ~= "number" then return tostring(v) end
   if v == math.floor(v) then return fmt_count(v) end
-  return string.format("%.4g", v)
+  -- tqdm's format_num: {:.3g} without the exponent's leading zero, unless the plain number is shorter
+  local short = string.format("%.3g", v):gsub("e%+0", "e+"):gsub("e%-0", "e-")
+  local plain = tostring(v)
+  return #short < #plain and short or plain
 end
 
 -- Checks what(total, opts) (what: "progress.bar" or "progress.wrap");
@@ -274,7 +277,7 @@ function Bar:terminal_line(now)
   local head = self:prefix() .. string.format("%3d%%", self:percent())
   local width = self.ncols - #head - #stats - 3
   if width < 1 then return head .. " " .. stats end -- no room (ncols = 0): no bar, as tqdm
-  return head .. "|" .. self:draw_bar(self:fraction(), math.min(width, 60)) .. "| " .. stats
+  return head .. "|" .. self:draw_bar(self:fraction(), width) .. "| " .. stats
 end
 
 function Bar:plain_line(now)
