@@ -1287,6 +1287,7 @@ CASES.unwrap_model = {
     local model = a:prepare(mlp(1))
     assert.are.equal(model, a:unwrap_model(model, {keep_torch_compile = false}))
     assert.are.equal(model, a:unwrap_model(model, {keep_torch_compile = true}))
+    assert.are.equal(model, a:unwrap_model(model, true)) -- positional keep_fp32_wrapper, as Accelerate's
     error_matching("keep_torch_compile must be a boolean", function() a:unwrap_model(model, {keep_torch_compile = 1}) end)
   end,
 }
@@ -1302,6 +1303,7 @@ CASES.get_state_dict = {
     table.sort(names)
     assert.are.same({"bias", "weight"}, names)
     error_matching("get_state_dict: unknown option unwarp", function() a:get_state_dict(model, {unwarp = false}) end)
+    assert.is_truthy(a:get_state_dict(model, false).weight) -- positional, as Accelerate's get_state_dict(model, False)
   end,
 }
 

@@ -1349,6 +1349,7 @@ end
 local UNWRAP_OPTIONS = plugins.register("unwrap_model", {keep_fp32_wrapper = "boolean", keep_torch_compile = "boolean"})
 
 function Accelerator:unwrap_model(model, o)
+  if type(o) == "boolean" then o = {keep_fp32_wrapper = o} end -- Accelerate's positional keep_fp32_wrapper
   plugins.check_options("unwrap_model", o, UNWRAP_OPTIONS)
   if o and o.keep_fp32_wrapper == false then amp.unpatch_forward(model) end
   return model
@@ -1947,6 +1948,7 @@ local STATE_DICT_OPTIONS = plugins.register("get_state_dict", {unwrap = "boolean
 -- the wrapper prepare makes, as Accelerate: "module." in front under DDP on
 -- several processes (no wrapper on one)
 function Accelerator:get_state_dict(model, o)
+  if type(o) == "boolean" then o = {unwrap = o} end -- Accelerate's positional unwrap
   plugins.check_options("get_state_dict", o, STATE_DICT_OPTIONS)
   local wrapped = o and o.unwrap == false
   -- [sharded checkpoints] a model held by a sharding engine: its full weights, gathered one tensor at a time
