@@ -602,6 +602,8 @@ static const struct { const char *name, *module; } exports[] = {
     {"find_executable_batch_size", "accel.accelerator"},
     {"LocalSGD", "accel.local_sgd"},
     {"set_seed", "accel.utils"},
+    {"synchronize_rng_states", "accel.utils"},
+    {"skip_first_batches", "accel.utils"},
     {"DistributedType", "accel.utils"},
     {"einsum", "accel.contract"},
     {"eye", "accel.creation"},
@@ -627,6 +629,15 @@ static const char *const not_provided_functions[] = {
     "chain_matmul", "renorm", "stft", "istft", "sparse_coo_tensor", "quantize_per_tensor", "int8", "int16",
     "uint16", "float8_e4m3fnuz", "complex64", "complex128", "cfloat", "cdouble", "combinations", "diag_embed",
     "seed", "autocast", "scatter_reduce", "index_put", "eig", NULL};
+
+/* Accelerate's top-level names for engines accel-lua does not have
+ * (docs/accelerate-names.md): reading one is an error naming it. */
+static const char *const accelerate_not_provided[] = {
+    "ProfileKwargs", "DummyOptim", "DummyScheduler", "TorchDynamoPlugin", "TorchTensorParallelPlugin",
+    "MegatronLMPlugin", "ParallelismConfig", "AORecipeKwargs", "MSAMPRecipeKwargs", "DDPCommunicationHookType",
+    "AcceleratorState", "notebook_launcher", "debug_launcher", "prepare_pippy", "init_empty_weights",
+    "init_on_device", "dispatch_model", "cpu_offload", "disk_offload", "load_checkpoint_and_dispatch",
+    "infer_auto_device_map", "load_checkpoint_in_model", NULL};
 
 /* accel.X for an unknown X: the embedded module accel.X if there is one
  * (cached in the table), else an exported name, a tensor method, a name of
@@ -655,6 +666,10 @@ static int module_index(lua_State *L) {
     /* torch functions that are not methods: accel.meshgrid, accel.hstack, ... */
     require_field(L, "accel.tensor_functions", k);
     if (!lua_isnil(L, -1)) return 1;
+    for (const char *const *n = accelerate_not_provided; *n; n++)
+        if (strcmp(k, *n) == 0)
+            return lu_error(L, "accel.%s is Accelerate's but not provided by accel-lua (docs/accelerate-names.md says "
+                                 "what to use instead)", k);
     for (const char *const *n = not_provided_functions; *n; n++)
         if (strcmp(k, *n) == 0)
             return lu_error(L, "accel.%s is not provided by accel-lua (docs/api/accel.md lists the functions, "

@@ -82,12 +82,18 @@ describe("the Accelerate names table (" .. NAMES_DOC .. ")", function()
     end
   end)
 
-  it("lists DummyOptim / DummyScheduler as not provided, and accel has neither", function()
-    for _, name in ipairs({"DummyOptim", "DummyScheduler"}) do
+  it("lists DummyOptim / DummyScheduler as not provided; reading accel's is an error naming it", function()
+    for _, name in ipairs({"DummyOptim", "DummyScheduler", "ProfileKwargs", "AcceleratorState", "init_empty_weights"}) do
       assert.is_true(listed(tbl, name), name .. " is not in " .. NAMES_DOC)
-      assert.is_nil(accel[name])
+      local ok, err = pcall(function() return accel[name] end)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find("accel." .. name .. " is Accelerate's but not provided by accel-lua", 1, true), err)
       assert.is_nil(accel.utils[name])
     end
+    -- accelerate's top-level skip_first_batches and synchronize_rng_states
+    local loader = accel.data.DataLoader(accel.data.TensorDataset(accel.arange(6)), {batch_size = 2})
+    assert.are.equal(2, #accel.skip_first_batches(loader, 1))
+    assert.are.equal(accel.utils.synchronize_rng_states, accel.synchronize_rng_states)
     assert.truthy(tbl:find("| `DummyOptim`, `DummyScheduler` | not provided", 1, true))
   end)
 
