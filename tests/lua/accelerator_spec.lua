@@ -180,6 +180,20 @@ describe("Accelerator options", function()
     assert.are.equal(2, f.shard_engine.stage)
   end)
 
+  -- torch warns "Detected call of lr_scheduler.step() before optimizer.step()" only when the optimizer did not step;
+  -- the sharding engine's optimizer step counts as the optimizer's
+  it("a scheduler after the engine's optimizer step does not warn that the step came first", function()
+    local code = "local acc = accel.Accelerator{deepspeed_plugin = accel.DeepSpeedPlugin{zero_stage = 2}} "
+      .. "local m = accel.nn.Linear(4, 2) local opt = accel.optim.AdamW(m:parameters(), {lr = 0.1}) "
+      .. "local sched = accel.optim.lr_scheduler.LambdaLR(opt, function(e) return 1 / (e + 1) end) "
+      .. "m, opt, sched = acc:prepare(m, opt, sched) acc:backward(m(accel.randn(3, 4)):pow(2):sum()) "
+      .. "opt:step() sched:step() print('lr', sched:get_last_lr()[1])"
+    local out = support.command_output(("%s -e %s 2>&1"):format(support.shell_quote(support.ACCEL_LUA),
+      support.shell_quote(code)))
+    assert.is_nil(out:find("was called before optimizer:step", 1, true), out)
+    assert.truthy(out:find("lr\t0.05", 1, true), out)
+  end)
+
   it("needs the model and its optimizer in one prepare call under sharding", function()
     local a = accel.Accelerator{zero_stage = 2}
     local model = mlp(1, 2, 3, 1)
