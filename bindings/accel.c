@@ -622,7 +622,7 @@ static int require_field(lua_State *L, const char *module, const char *k) {
  * is an error naming it, not a nil to call. */
 static const char *const not_provided_functions[] = {
     "fft", "special", "distributions", "compile", "jit", "Generator", "from_numpy", "complex", "polar",
-    "set_default_dtype", "set_default_device", "result_type", "promote_types", "can_cast", "trapz", "trapezoid",
+    "set_default_dtype", "result_type", "promote_types", "can_cast", "trapz", "trapezoid",
     "cumulative_trapezoid", "histogram", "histogramdd", "cov", "corrcoef", "vander",
     "gcd", "lcm", "frexp", "ldexp", "copysign", "nextafter", "inverse", "det", "logdet", "slogdet", "pinverse", "svd",
     "qr", "lu", "cholesky", "matrix_power", "matrix_exp", "triangular_solve", "cholesky_solve", "lstsq", "eig",

@@ -1299,6 +1299,10 @@ describe("LocalSGD", function()
     local m, acc = model_and_acc()
     expect_error(function() local _ = accel.LocalSGD{accelerator = acc, model = m} end,
       "LocalSGD: option local_sgd_steps is required")
+    -- accelerate 1.16's example: LocalSGD(..., local_sgd_steps=None, enabled=False) runs, never averaging
+    local off = accel.LocalSGD{accelerator = acc, model = m, enabled = false}
+    assert.is_false(off.enabled)
+    off:run(function(l) l:step() end)
     expect_error(function() local _ = accel.LocalSGD{accelerator = acc, model = m, local_sgd_steps = 0} end,
       "LocalSGD: local_sgd_steps must be a positive integer, got 0")
     expect_error(function() local _ = accel.LocalSGD{accelerator = acc, model = m, local_sgd_steps = 2, steps = 1} end,

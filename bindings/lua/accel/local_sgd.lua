@@ -31,14 +31,17 @@ LocalSGD.__index = LocalSGD
 LocalSGD.__close = function(self) self:close() end
 M.LocalSGD_class = LocalSGD
 
--- LocalSGD{accelerator =, model =, local_sgd_steps =, [enabled = true]}
+-- LocalSGD{accelerator =, model =, local_sgd_steps =, [enabled = true]} (local_sgd_steps may be nil when
+-- enabled = false)
 function M.LocalSGD(o)
   if type(o) ~= "table" then raise("LocalSGD: expected an options table, got %s", type(o)) end
   plugins.check_options("LocalSGD", o, OPTIONS)
-  for _, k in ipairs({"accelerator", "model", "local_sgd_steps"}) do
+  for _, k in ipairs({"accelerator", "model"}) do
     if o[k] == nil then raise("LocalSGD: option %s is required", k) end
   end
-  local steps = o.local_sgd_steps
+  -- (Accelerate's example passes local_sgd_steps=None with enabled=False: then it is never used)
+  if o.local_sgd_steps == nil and o.enabled ~= false then raise("LocalSGD: option local_sgd_steps is required") end
+  local steps = o.local_sgd_steps or 1
   if steps < 1 or steps ~= math.floor(steps) then
     raise("LocalSGD: local_sgd_steps must be a positive integer, got %s", tostring(steps))
   end
