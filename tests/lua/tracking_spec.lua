@@ -333,7 +333,16 @@ describe("tracking.create", function()
       err_of(function() tr:log({a = 1}, -1) end))
     assert.matches("step must be a non%-negative integer, got 1.5",
       err_of(function() tr:log({a = 1}, 1.5) end))
-    assert.matches('"step" is a reserved name', err_of(function() tr:log({step = 1}) end))
+    assert.matches('"_time" is a reserved name', err_of(function() tr:log({_time = 1}) end))
+    -- Accelerate's trackers take a "step" metric (its examples log {..., step = completed_steps}): here it is the
+    -- jsonl / csv step column, so it must agree with the step
+    tr:log({loss = 0.5, step = 7})
+    tr:log({loss = 0.25, step = 8}, 8)
+    local rows = support.lines_of(support.read_file(tr.run_dir .. "/metrics.jsonl"))
+    assert.matches('^{"step": 7, "loss": 0.5', rows[#rows - 1])
+    assert.matches('^{"step": 8, "loss": 0.25', rows[#rows])
+    assert.matches('the metric "step" %(9%) differs from the step %(10%)', err_of(function() tr:log({step = 9}, 10) end))
+    assert.matches('the metric "step" is the step column', err_of(function() tr:log({step = 1.5}) end))
     -- torch's SummaryWriter.add_scalar(True), as Accelerate logs a bool: 1.0
     tr:log({flag = true, off = false}, 5)
     local last = support.lines_of(support.read_file(tr.run_dir .. "/metrics.jsonl"))

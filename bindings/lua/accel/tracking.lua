@@ -43,7 +43,8 @@
 --
 -- Decisions where Accelerate is silent or differs:
 -- * step defaults to the previous step + 1 (0 for the first call); steps are
---   non-negative integers. "step" and "_time" are reserved metric names.
+--   non-negative integers. "_time" is a reserved metric name; a metric
+--   "step" is the step (see step_metric).
 -- * Values: numbers, one-element tensors (read with :item()) and strings
 --   (jsonl / csv cells, tensorboard text); anything else, and a name or
 --   string that is not UTF-8, is an error naming the key.
@@ -833,7 +834,7 @@ local function normalize(values)
   for _, k in ipairs(sorted_keys(values)) do
     local v = values[k]
     if type(k) ~= "string" then fail("log: metric names must be strings, got " .. type(k) .. " " .. tostring(k)) end
-    if k == "step" or k == "_time" then fail('log: "' .. k .. '" is a reserved name; pick another metric name') end
+    if k == "_time" then fail('log: "_time" is a reserved name; pick another metric name') end
     if accel.is_tensor(v) then
       if v:numel() ~= 1 then
         fail("log: value of \"" .. k .. "\" must be a one-element tensor, got " .. v:numel() .. " elements")
@@ -892,8 +893,36 @@ function tracking.check_log(values, trackers, log_kwargs)
 end
 
 -- log(values, [step], [kwargs]): kwargs as LOG_KWARGS.
+-- A metric named "step" (Accelerate's trackers take it as any metric; Accelerate's examples log
+-- {..., step = completed_steps} with step = completed_steps): the jsonl and csv files hold it as their step
+-- column, so it must be the step (it gives the step when none is given); TensorBoard and MLflow also log it
+-- as a metric.
+local STEP_AS_METRIC = {tensorboard = true, mlflow = true}
+
+local function step_metric(values, step)
+  local v = type(values) == "table" and not accel.is_tensor(values) and values.step or nil
+  if v == nil then return step, nil end
+  if accel.is_tensor(v) and v:numel() == 1 then v = v:item() end
+  if type(v) ~= "number" or v < 0 or not is_integral(v) then
+    fail('log: the metric "step" is the step column of the jsonl / csv files: it must be a non-negative integer, got '
+      .. tostring(v))
+  end
+  if step ~= nil and step ~= v then
+    fail(('log: the metric "step" (%s) differs from the step (%s); the jsonl / csv files keep one step column')
+      :format(tostring(v), tostring(step)))
+  end
+  return step == nil and v or step, v
+end
+
 function Tracker:log(values, step, kwargs)
   if self.finished then fail("log: the tracker has finished (finish() was called)") end
+  local as_metric
+  step, as_metric = step_metric(values, step)
+  if as_metric ~= nil then
+    local rest = {}
+    for k, v in pairs(values) do if k ~= "step" then rest[k] = v end end
+    values = rest
+  end
   if step == nil then
     step = self.last_step and self.last_step + 1 or 0
   elseif type(step) ~= "number" or step < 0 or not is_integral(step) then
@@ -903,7 +932,13 @@ function Tracker:log(values, step, kwargs)
   end
   local items = normalize(values)
   local wall = log_wall_time(self.trackers, kwargs)
-  for _, t in ipairs(self.trackers) do t:write(step, items, wall) end
+  local with_step = items
+  if as_metric ~= nil then
+    with_step = {{"step", as_metric}}
+    for i, it in ipairs(items) do with_step[i + 1] = it end
+    table.sort(with_step, function(a, b) return a[1] < b[1] end)
+  end
+  for _, t in ipairs(self.trackers) do t:write(step, STEP_AS_METRIC[t.name] and with_step or items, wall) end
   self.last_step = step
 end
 
