@@ -92,7 +92,9 @@ describe("the Accelerate names table (" .. NAMES_DOC .. ")", function()
     end
     -- accelerate's top-level skip_first_batches and synchronize_rng_states
     local loader = accel.data.DataLoader(accel.data.TensorDataset(accel.arange(6)), {batch_size = 2})
-    assert.are.equal(2, #accel.skip_first_batches(loader, 1))
+    local n = 0
+    for _ in accel.skip_first_batches(loader, 1):iter() do n = n + 1 end -- (LuaJIT's # ignores __len)
+    assert.are.equal(2, n)
     assert.are.equal(accel.utils.synchronize_rng_states, accel.synchronize_rng_states)
     assert.truthy(tbl:find("| `DummyOptim`, `DummyScheduler` | not provided", 1, true))
   end)
