@@ -59,35 +59,6 @@ function amp.cast_input(t)
   return dt and t:to(dt) or t
 end
 
--- v (a tensor, or a plain table such as an op's options) with its bf16 / fp16 tensors widened to float32
-local function widen(v)
-  if accel.is_tensor(v) then
-    return (v.dtype == accel.bfloat16 or v.dtype == accel.float16) and v:float() or v
-  end
-  if type(v) ~= "table" or getmetatable(v) ~= nil then return v end
-  local out = {}
-  for k, x in pairs(v) do out[k] = accel.is_tensor(x) and widen(x) or x end
-  return out
-end
-
--- t as an input of an op on torch's autocast float32 list: widened to float32 when autocast is on and t
--- is bf16 / fp16 (outside autocast a half input keeps its dtype, as in torch)
-function amp.fp32_input(t)
-  if amp.current_dtype() == nil then return t end
-  return accel.is_tensor(t) and widen(t) or t
-end
-
--- torch's autocast "fp32" policy for fn (an op on its CPU float32 list): under autocast, the bf16 / fp16
--- tensors among the arguments (also in a plain table such as the options) are widened to float32 first
-function amp.fp32_op(fn)
-  return function(...)
-    if amp.current_dtype() == nil then return fn(...) end
-    local args = compat.pack(...)
-    for i = 1, args.n do args[i] = widen(args[i]) end
-    return fn(compat.unpack(args, 1, args.n))
-  end
-end
-
 -- Half-precision tensors (also inside plain tables) back to float32.
 local function to_fp32(v)
   if accel.is_tensor(v) then
@@ -102,12 +73,34 @@ local function to_fp32(v)
   return v
 end
 
-local function outputs_to_fp32(...)
+-- Several values, each as to_fp32 gives it.
+local function values_to_fp32(...)
   local n = select("#", ...)
   if n == 1 then return to_fp32((...)) end
   local res = compat.pack(...)
   for i = 1, n do res[i] = to_fp32(res[i]) end
   return compat.unpack(res, 1, n)
+end
+
+-- t as an input of an op on torch's autocast float32 list: widened to float32 when autocast is on and t
+-- is bf16 / fp16 (outside autocast a half input keeps its dtype, as in torch)
+function amp.fp32_input(t)
+  if amp.current_dtype() == nil then return t end
+  return accel.is_tensor(t) and to_fp32(t) or t
+end
+
+-- torch's autocast "fp32" policy for fn (an op on its CPU float32 list): under autocast, the bf16 / fp16
+-- tensors among the arguments (also in a plain table such as the options) are widened to float32 first
+function amp.fp32_op(fn)
+  return function(...)
+    if amp.current_dtype() == nil then return fn(...) end
+    return fn(values_to_fp32(...))
+  end
+end
+
+-- tbl[name] wrapped by fp32_op for each of names (a module's functions on the float32 list)
+function amp.fp32_ops(tbl, names)
+  for _, name in ipairs(names) do tbl[name] = amp.fp32_op(tbl[name]) end
 end
 
 -- Patched forwards: model -> the forward it had before (weak keys).
@@ -134,7 +127,7 @@ function amp.patch_forward(model, dtype, fp8_recipe)
     end
   end
   model.forward = function(self, ...)
-    return outputs_to_fp32(amp.run(dtype, run, self, ...))
+    return values_to_fp32(amp.run(dtype, run, self, ...))
   end
   return model
 end

@@ -111,7 +111,7 @@ function FUNCTIONS.adaptive_max_pool1d(x, output_size, ...)
 end
 
 -- on torch's autocast float32 list (CPU): half inputs widened under autocast
-for _, name in ipairs({"adaptive_max_pool3d"}) do FUNCTIONS[name] = require("accel.amp").fp32_op(FUNCTIONS[name]) end
+require("accel.amp").fp32_ops(FUNCTIONS, {"adaptive_max_pool3d"})
 
 for name, f in pairs(FUNCTIONS) do F[name] = f end
 

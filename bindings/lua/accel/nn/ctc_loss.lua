@@ -153,7 +153,7 @@ end
 
 -- CTCLoss([blank = 0], [reduction = "mean"], [zero_infinity = false]) or ({...});
 -- forward(log_probs, targets, input_lengths, target_lengths)
-F.ctc_loss = require("accel.amp").fp32_op(F.ctc_loss) -- on torch's autocast float32 list (CPU)
+require("accel.amp").fp32_ops(F, {"ctc_loss"}) -- on torch's autocast float32 list (CPU)
 
 local CTCLoss = export_class(M, "CTCLoss")
 function CTCLoss:init(...)

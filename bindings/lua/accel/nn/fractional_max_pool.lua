@@ -115,7 +115,7 @@ function F.fractional_max_pool3d(x, kernel_size, ...)
 end
 
 -- on torch's autocast float32 list (CPU): half inputs widened under autocast
-for _, name in ipairs({"fractional_max_pool2d", "fractional_max_pool3d"}) do F[name] = require("accel.amp").fp32_op(F[name]) end
+require("accel.amp").fp32_ops(F, {"fractional_max_pool2d", "fractional_max_pool3d"})
 
 -- FractionalMaxPool2d / 3d(kernel_size, [output_size], [output_ratio], [return_indices = false], [_random_samples])
 for n = 2, 3 do

@@ -190,7 +190,7 @@ function FUNCTIONS.grid_sample(input, grid, ...)
 end
 
 -- on torch's autocast float32 list (CPU): half inputs widened under autocast
-for _, name in ipairs({"grid_sample"}) do FUNCTIONS[name] = require("accel.amp").fp32_op(FUNCTIONS[name]) end
+require("accel.amp").fp32_ops(FUNCTIONS, {"grid_sample"})
 
 for name, f in pairs(FUNCTIONS) do F[name] = f end
 

@@ -69,7 +69,7 @@ function FUNCTIONS.gaussian_nll_loss(input, target, var, ...)
 end
 
 -- on torch's autocast float32 list (CPU): half inputs widened under autocast
-for _, name in ipairs({"poisson_nll_loss"}) do FUNCTIONS[name] = require("accel.amp").fp32_op(FUNCTIONS[name]) end
+require("accel.amp").fp32_ops(FUNCTIONS, {"poisson_nll_loss"})
 
 for name, f in pairs(FUNCTIONS) do F[name] = f end
 

@@ -105,7 +105,7 @@ function FUNCTIONS.max_unpool1d(input, indices, kernel_size, ...)
 end
 
 -- on torch's autocast float32 list (CPU): half inputs widened under autocast
-for _, name in ipairs({"max_unpool1d", "max_unpool2d", "max_unpool3d"}) do FUNCTIONS[name] = require("accel.amp").fp32_op(FUNCTIONS[name]) end
+require("accel.amp").fp32_ops(FUNCTIONS, {"max_unpool1d", "max_unpool2d", "max_unpool3d"})
 
 for name, f in pairs(FUNCTIONS) do F[name] = f end
 

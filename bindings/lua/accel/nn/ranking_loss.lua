@@ -140,7 +140,8 @@ function FUNCTIONS.multilabel_margin_loss(x, y, ...)
 end
 
 -- on torch's autocast float32 list (CPU): half inputs widened under autocast
-for _, name in ipairs({"hinge_embedding_loss", "cosine_embedding_loss", "triplet_margin_loss", "multi_margin_loss", "multilabel_margin_loss"}) do FUNCTIONS[name] = require("accel.amp").fp32_op(FUNCTIONS[name]) end
+require("accel.amp").fp32_ops(FUNCTIONS, {"hinge_embedding_loss", "cosine_embedding_loss", "triplet_margin_loss",
+  "multi_margin_loss", "multilabel_margin_loss"})
 
 for name, f in pairs(FUNCTIONS) do F[name] = f end
 

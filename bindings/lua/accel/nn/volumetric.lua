@@ -265,7 +265,7 @@ function FUNCTIONS.adaptive_avg_pool3d(input, output_size, ...)
 end
 
 -- on torch's autocast float32 list (CPU): half inputs widened under autocast
-for _, name in ipairs({"max_pool3d", "avg_pool3d", "adaptive_avg_pool3d"}) do FUNCTIONS[name] = require("accel.amp").fp32_op(FUNCTIONS[name]) end
+require("accel.amp").fp32_ops(FUNCTIONS, {"max_pool3d", "avg_pool3d", "adaptive_avg_pool3d"})
 
 for name, f in pairs(FUNCTIONS) do F[name] = f end
 
