@@ -311,13 +311,7 @@ local setting = util.launch_setting
 -- variable Accelerate's plugins read (e[5]: ACCELERATE_DEEPSPEED_ZERO_STAGE,
 -- FSDP_SHARDING_STRATEGY, ...), so a job started with Accelerate's
 -- environment (plain mpirun / srun) gets the same plugin; also its name.
-local function sharding_setting(e)
-  for _, var in ipairs({"ACCEL_LUA_" .. e[2], e[5]}) do
-    local v = os.getenv(var)
-    if v ~= nil and v ~= "" then return v, var end
-  end
-  return nil
-end
+local function sharding_setting(e) return setting(e[2], e[5]) end
 
 -- Settings -> plugin options, and the "VAR=value" list that names them.
 local function from_settings(map)
@@ -1332,8 +1326,9 @@ function Accelerator:prepare_data_loader(loader, o, ...)
   return wrapped
 end
 
--- The loader (prepared or not) starting at batch n + 1 of its current pass.
-function Accelerator:skip_first_batches(loader, n)
+-- The loader (prepared or not) starting at batch n + 1 of its current pass
+-- (also accel.skip_first_batches / accel.utils.skip_first_batches).
+function M.skip_first_batches(loader, n)
   if n == nil then n = 0 end -- Accelerate's default num_batches
   if type(n) ~= "number" or n < 0 or n ~= math.floor(n) then
     raise("skip_first_batches: num_batches must be a non-negative integer, got %s", tostring(n))
@@ -1343,6 +1338,8 @@ function Accelerator:skip_first_batches(loader, n)
   end
   return loader:skip_first_batches(n)
 end
+
+function Accelerator:skip_first_batches(loader, n) return M.skip_first_batches(loader, n) end
 
 -- (keep_torch_compile: there is no torch.compile wrapper here, so either value
 -- gives the model itself, as Accelerate's unwrap of a model never compiled)
@@ -1982,15 +1979,12 @@ function Accelerator:save_model(model, dir, o)
     return shard_ckpt.save_model(model, dir, max_bytes, self.is_main_process, zero3_save_dtype(self))
   end
   local sd = self:get_state_dict(model)
-  local order = has_fn(model, "state_dict_keys") and model:state_dict_keys() or nil
-  if not order then
-    order = {}
+  local order, removed = {}, {}
+  if has_fn(model, "state_dict_keys") then -- state_dict order, a tied weight written once
+    order, removed = checkpoint.untied_order(model:state_dict_keys(), model:state_dict({keep_vars = true}))
+  else
     for k in pairs(sd) do order[#order + 1] = k end
     table.sort(order)
-  end
-  local unwrapped, removed = self:unwrap_model(model), {}
-  if has_fn(unwrapped, "state_dict") and has_fn(model, "state_dict_keys") then -- tied weights written once
-    order, removed = checkpoint.untied_order(order, unwrapped:state_dict({keep_vars = true}))
   end
   if self.is_main_process then
     checkpoint.warn_removed_shared(removed)
@@ -2421,7 +2415,6 @@ function M._utils_collectives.reduce(data, reduction, scale)
   return on_state_reduce(data, reduction, scale)
 end
 
--- A method called with "." instead of ":" raises at the caller's line.
 -- The most arguments each method takes (after self), as Accelerate's
 -- signatures: more is an error naming the method, never silently dropped.
 local METHOD_ARITY = {gather = 1, gather_object = 1, wait_for_everyone = 0, set_trigger = 0, check_trigger = 0,
@@ -2442,6 +2435,7 @@ for name, most in pairs(METHOD_ARITY) do
   end
 end
 
+-- A method called with "." instead of ":" raises at the caller's line.
 util.check_methods(Accelerator, "Accelerator")
 util.check_methods(HookHandle, "RemovableHandle")
 return M

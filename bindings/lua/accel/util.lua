@@ -57,12 +57,13 @@ function util.str_to_bool(s, var)
 end
 
 -- A launch setting (host/settings.c exports it as ACCEL_LUA_<name>;
--- Accelerate's ACCELERATE_<name> is read too): its value and variable,
--- or nil when neither is set or both are empty.
-function util.launch_setting(name)
-  for _, prefix in ipairs({"ACCEL_LUA_", "ACCELERATE_"}) do
-    local v = os.getenv(prefix .. name)
-    if v ~= nil and v ~= "" then return v, prefix .. name end
+-- Accelerate's variable, ACCELERATE_<name> unless accelerate_var names
+-- another, is read too): its value and variable, or nil when neither is
+-- set or both are empty.
+function util.launch_setting(name, accelerate_var)
+  for _, var in ipairs({"ACCEL_LUA_" .. name, accelerate_var or "ACCELERATE_" .. name}) do
+    local v = os.getenv(var)
+    if v ~= nil and v ~= "" then return v, var end
   end
   return nil
 end

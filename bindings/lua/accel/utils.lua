@@ -529,16 +529,9 @@ function utils.convert_bytes(n)
 end
 
 -- skip_first_batches(loader, [num_batches = 0]): the loader starting at batch num_batches + 1 of its
--- current pass (Accelerate's accelerate.skip_first_batches; also accelerator:skip_first_batches)
+-- current pass (Accelerate's accelerate.skip_first_batches; accelerator:skip_first_batches's function)
 function utils.skip_first_batches(loader, num_batches)
-  if type(loader) ~= "table" or type(loader.skip_first_batches) ~= "function" then
-    raise("skip_first_batches: expected a DataLoader, got %s", type(loader))
-  end
-  num_batches = num_batches == nil and 0 or num_batches
-  if type(num_batches) ~= "number" or num_batches < 0 or num_batches ~= math.floor(num_batches) then
-    raise("skip_first_batches: num_batches must be a non-negative integer, got %s", util.show(num_batches))
-  end
-  return loader:skip_first_batches(num_batches)
+  return require("accel.accelerator").skip_first_batches(loader, num_batches)
 end
 
 -- wait_for_everyone(): every process waits for the others (the process state's barrier)
