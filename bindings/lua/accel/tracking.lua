@@ -918,11 +918,6 @@ function Tracker:log(values, step, kwargs)
   if self.finished then fail("log: the tracker has finished (finish() was called)") end
   local as_metric
   step, as_metric = step_metric(values, step)
-  if as_metric ~= nil then
-    local rest = {}
-    for k, v in pairs(values) do if k ~= "step" then rest[k] = v end end
-    values = rest
-  end
   if step == nil then
     step = self.last_step and self.last_step + 1 or 0
   elseif type(step) ~= "number" or step < 0 or not is_integral(step) then
@@ -930,14 +925,13 @@ function Tracker:log(values, step, kwargs)
   else
     step = math.floor(step) -- an integer in Lua 5.4 (2.0 -> 2)
   end
-  local items = normalize(values)
-  local wall = log_wall_time(self.trackers, kwargs)
-  local with_step = items
-  if as_metric ~= nil then
-    with_step = {{"step", as_metric}}
-    for i, it in ipairs(items) do with_step[i + 1] = it end
-    table.sort(with_step, function(a, b) return a[1] < b[1] end)
+  local with_step = normalize(values) -- (a "step" metric among them, sorted with the others)
+  local items = with_step
+  if as_metric ~= nil then -- the jsonl / csv files hold it as their step column
+    items = {}
+    for _, it in ipairs(with_step) do if it[1] ~= "step" then items[#items + 1] = it end end
   end
+  local wall = log_wall_time(self.trackers, kwargs)
   for _, t in ipairs(self.trackers) do t:write(step, STEP_AS_METRIC[t.name] and with_step or items, wall) end
   self.last_step = step
 end
