@@ -4,6 +4,7 @@
 -- function checks (check(name, o, keys): an unknown key is an error).
 local accel = require("accel")
 local check = require("accel.nn.module").check_options
+local pooled_len = require("accel.nn.module").pooled_len
 local C = accel._C
 local util = require("accel.util")
 local raise = util.raise
@@ -907,8 +908,7 @@ local function avg_geometry(input, H, W, k, s, p, ceil_mode)
   local out, hi = {}, {}
   for i, n in ipairs({H, W}) do
     local span = n + 2 * p[i] - k[i]
-    local m = (ceil_mode and math.ceil(span / s[i]) or math.floor(span / s[i])) + 1
-    if ceil_mode and (m - 1) * s[i] >= n + p[i] then m = m - 1 end
+    local m = pooled_len(n, k[i], s[i], p[i], 1, ceil_mode)
     if span < 0 or m < 1 then
       raise("avg_pool2d: input %s is too small for kernel_size {%d, %d} with padding {%d, %d}",
         tostring(input.shape), k[1], k[2], p[1], p[2])

@@ -912,6 +912,15 @@ end
 
 -- An integer or a list of n integers (PyTorch's int or tuple setting) -> a
 -- list of n, each at least low; else op's error naming the setting.
+-- PyTorch's pooled (or convolved) length along one axis of len: (len + 2p - d (k - 1) - 1) / s rounded down
+-- (up in ceil mode), plus 1; in ceil mode the last window must start inside the input or its left padding
+function M.pooled_len(len, k, s, p, d, ceil_mode)
+  local span = len + 2 * p - d * (k - 1) - 1
+  local o = (ceil_mode and math.ceil(span / s) or math.floor(span / s)) + 1
+  if ceil_mode and (o - 1) * s >= len + p then o = o - 1 end
+  return o
+end
+
 function M.int_list(op, name, v, n, low)
   local p = v
   if type(v) == "number" then

@@ -44,7 +44,7 @@ local function unfold_depth(y, n, count)
 end
 
 local function out_len(op, len, k, s, p, d)
-  local o = math.floor((len + 2 * p - d * (k - 1) - 1) / s) + 1
+  local o = base.pooled_len(len, k, s, p, d, false)
   if o < 1 then raise("%s: the kernel (%d, dilation %d) is larger than the padded depth %d", op, k, d, len + 2 * p) end
   return o
 end
@@ -75,15 +75,6 @@ function FUNCTIONS.conv3d(input, weight, ...)
   return input:dim() == 4 and y:squeeze(1) or y
 end
 
--- PyTorch's pooled length along one axis: (L + 2p - d (k - 1) - 1) / s rounded down (up in ceil mode), plus 1;
--- in ceil mode the last window must start inside the input or its left padding
-local function pooled_len(len, k, s, p, d, ceil_mode)
-  local span = len + 2 * p - d * (k - 1) - 1
-  local o = (ceil_mode and math.ceil(span / s) or math.floor(span / s)) + 1
-  if ceil_mode and (o - 1) * s >= len + p then o = o - 1 end
-  return o
-end
-
 -- A 3-D pool's geometry over x (N, C, D, H, W): the kernel, stride, padding and dilation triples and the
 -- output sizes, with PyTorch's checks
 local function pool_geometry(op, x, kernel_size, a)
@@ -97,7 +88,7 @@ local function pool_geometry(op, x, kernel_size, a)
       raise("%s: padding %s must be at most half of the effective kernel size (kernel_size %s, dilation %s)", op,
         py(g.p), py(g.k), py(g.d))
     end
-    g.out[i] = pooled_len(x:size(i + 2), g.k[i], g.s[i], g.p[i], g.d[i], a.ceil_mode)
+    g.out[i] = base.pooled_len(x:size(i + 2), g.k[i], g.s[i], g.p[i], g.d[i], a.ceil_mode)
   end
   if g.out[1] < 1 or g.out[2] < 1 or g.out[3] < 1 then
     raise("%s: input of shape %s gives the output size (%d, %d, %d): too small", op, util.shape_str(x), g.out[1],
