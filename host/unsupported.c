@@ -77,6 +77,9 @@ const Unsupported host_unsupported[] = {
      NO,
      "checkpointed activations are not offloaded to host memory (torch's offload_wrapper); "
      "--fsdp_activation_checkpointing alone recomputes them in backward"},
+    {NULL, "fsdp_config.fsdp_ignored_modules", 1, NULL,
+     "every parameter of the model is sharded (FullyShardedDataParallelPlugin refuses "
+     "ignored_modules too)"},
     {"use_megatron_lm", NULL, 0, NULL, R_MEGATRON},
     {"megatron_lm_*", "megatron_lm_config.*", 1, NULL, R_MEGATRON},
     {"use_parallelism_config", NULL, 0, NULL, R_PARALLEL},

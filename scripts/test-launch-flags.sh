@@ -147,6 +147,7 @@ fp8_config:\n  backend: TE
 parallelism_config:\n  parallelism_config_tp_size: 2
 deepspeed_config:\n  deepspeed_inclusion_filter: host1
 fsdp_config:\n  fsdp_activation_checkpointing_offload: true
+fsdp_config:\n  fsdp_ignored_modules: Embedding
 EOF
     OUT=$missing
     check "config keys for what does not exist here are refused, key named" '[[ -z $missing ]]'

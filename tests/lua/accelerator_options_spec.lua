@@ -499,6 +499,23 @@ CASES.DeepSpeedPlugin = {
       assert.is_true(math.abs(math.sqrt(d2) - 0.01) < 1e-4, ("stage %d: update norm %g"):format(stage, math.sqrt(d2)))
       a:free_memory()
     end
+    -- 0 is DeepSpeed's default (GRADIENT_CLIPPING_DEFAULT = 0.; its engine clips only above 0): no clipping,
+    -- the SGD(lr = 1) update is the whole gradient
+    local a = accel.Accelerator{deepspeed_plugin = {zero_stage = 0, gradient_clipping = 0}}
+    local model = mlp(4)
+    local opt
+    model, opt = a:prepare(model, optim.SGD(model:parameters(), {lr = 1}))
+    local before = {}
+    for k, p in pairs(a:get_state_dict(model)) do before[k] = p:clone() end
+    a:backward(model(accel.randn(6, 4)):pow(2):sum())
+    local g2, d2 = 0, 0
+    for _, p in ipairs(model:parameters()) do g2 = g2 + p.grad:pow(2):sum():item() end
+    opt:step()
+    for k, p in pairs(a:get_state_dict(model)) do d2 = d2 + (p - before[k]):pow(2):sum():item() end
+    assert.is_true(g2 > 1e-2, "the gradient is larger than the clip values above")
+    assert.is_true(math.abs(math.sqrt(d2) - math.sqrt(g2)) < 1e-5 * math.sqrt(g2), ("update norm %g, gradient "
+      .. "norm %g"):format(math.sqrt(d2), math.sqrt(g2)))
+    a:free_memory()
     error_matching("gradient_clipping = %-1 is not supported", function()
       accel.DeepSpeedPlugin{zero_stage = 0, gradient_clipping = -1}
     end)
@@ -513,6 +530,13 @@ CASES.DeepSpeedPlugin = {
     assert.are.equal("fp16", a.mixed_precision)
     assert.are.equal(1024, a.scaler:get_scale()) -- 2^initial_scale_power
     assert.are.equal(7, a.scaler.growth_interval) -- loss_scale_window
+    -- without the fp16 keys, DeepSpeed's defaults (runtime/constants.py: FP16_INITIAL_SCALE_POWER_DEFAULT = 16,
+    -- FP16_LOSS_SCALE_WINDOW_DEFAULT = 1000), not GradScaler's 2000; a GradScalerKwargs may give the window then
+    local d = accel.Accelerator{mixed_precision = "fp16", deepspeed_plugin = {zero_stage = 2}}
+    assert.are.same({65536, 1000}, {d.scaler:get_scale(), d.scaler.growth_interval})
+    d = accel.Accelerator{deepspeed_plugin = {hf_ds_config = {zero_optimization = {stage = 2}, fp16 = {enabled = true}}},
+      kwargs_handlers = {accel.GradScalerKwargs{growth_interval = 50}}}
+    assert.are.equal(50, d.scaler.growth_interval)
     local model = mlp(1)
     model = a:prepare(model, optim.SGD(model:parameters(), {lr = 0.1}))
     assert.is_true(a.shard_engine:stats().units >= 4, "reduce_bucket_size = 10 elements makes small units")

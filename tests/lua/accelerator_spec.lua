@@ -499,6 +499,58 @@ describe("Accelerator options", function()
     os.execute("rm -rf '" .. dir .. "'")
   end)
 
+  -- Accelerate 1.16's plugins read the environment for every field not given (DeepSpeedPlugin.__post_init__:
+  -- "if self.gradient_clipping is None: gradient_clipping = os.environ.get("ACCELERATE_GRADIENT_CLIPPING",
+  -- "auto")", FullyShardedDataParallelPlugin's FSDP_VERSION, FSDP_AUTO_WRAP_POLICY, ...), so a plugin the script
+  -- makes under `accelerate launch --use_deepspeed --gradient_clipping 0.5` clips at 0.5.
+  it("fills the options a plugin is not given from launch's settings", function()
+    local bin = os.getenv("ACCEL_LUA_BIN") or arg[-1]
+    local function run(env, code)
+      local p = assert(io.popen(env .. " '" .. bin .. "' -e \"" .. code .. "\" 2>&1"))
+      local out = p:read("a")
+      p:close()
+      return out
+    end
+    local ds = "local p = accel.DeepSpeedPlugin{zero_stage = 2} local a = accel.Accelerator{deepspeed_plugin = p} "
+      .. "io.write(tostring(p.gradient_clipping), ' ', tostring(p.deepspeed_config.gradient_clipping), ' ', a.zero_stage)"
+    assert.are.equal("0.05 0.05 2", run("ACCEL_LUA_USE_DEEPSPEED=true ACCEL_LUA_ZERO_STAGE=3 "
+      .. "ACCEL_LUA_GRADIENT_CLIPPING=0.05", ds)) -- the option given (zero_stage) wins
+    assert.are.equal("0.5 0.5 2", run("ACCELERATE_GRADIENT_CLIPPING=0.5", ds))
+    assert.are.equal("nil nil 2", run("", ds))
+    assert.matches("DeepSpeedPlugin with accel%-lua launch's settings %(ACCEL_LUA_OFFLOAD_OPTIMIZER_DEVICE=cpu%): "
+      .. "offload_optimizer_device = \"cpu\" is not supported", run("ACCEL_LUA_OFFLOAD_OPTIMIZER_DEVICE=cpu",
+      "accel.DeepSpeedPlugin{zero_stage = 0}"))
+    assert.matches("ACCEL_LUA_GRADIENT_CLIPPING=abc is not a number", run("ACCEL_LUA_GRADIENT_CLIPPING=abc", ds))
+    local fsdp = "local p = accel.FullyShardedDataParallelPlugin{%s} io.write(p.fsdp_version, ' ', p.sharding_strategy, "
+      .. "' ', p.auto_wrap_policy, ' ', table.concat(p.transformer_cls_names_to_wrap or {}, ','), ' ', "
+      .. "tostring(p.activation_checkpointing), ' ', tostring(p.cpu_offload))"
+    local env = "ACCEL_LUA_USE_FSDP=true ACCEL_LUA_FSDP_VERSION=2 ACCEL_LUA_FSDP_RESHARD_AFTER_FORWARD=false "
+      .. "ACCEL_LUA_FSDP_AUTO_WRAP_POLICY=TRANSFORMER_BASED_WRAP ACCEL_LUA_FSDP_TRANSFORMER_LAYER_CLS_TO_WRAP=Block "
+      .. "ACCEL_LUA_FSDP_ACTIVATION_CHECKPOINTING=true ACCEL_LUA_FSDP_OFFLOAD_PARAMS=true"
+    assert.are.equal("2 SHARD_GRAD_OP transformer_based_wrap Block true true", run(env, fsdp:format("")))
+    assert.are.equal("2 SHARD_GRAD_OP size_based_wrap Block false true",
+      run(env, fsdp:format("auto_wrap_policy = 'size_based_wrap', activation_checkpointing = false")))
+    assert.are.equal("1 FULL_SHARD no_wrap  false false", run("", fsdp:format("")))
+    -- a DeepSpeed config file: launch's default ZERO3_SAVE_16BIT_MODEL=false (and ZERO_STAGE=2) give way to it
+    local dir = tmpdir()
+    local fh = assert(io.open(dir .. "/z3.json", "w"))
+    fh:write('{"zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": true}}')
+    fh:close()
+    local launch = "ACCEL_LUA_USE_DEEPSPEED=true ACCEL_LUA_ZERO_STAGE=2 ACCEL_LUA_ZERO3_SAVE_16BIT_MODEL=false "
+      .. "ACCEL_LUA_DEEPSPEED_CONFIG_FILE=" .. dir .. "/z3.json"
+    local save16 = "io.write(tostring(a.deepspeed_plugin.zero3_save_16bit_model), ' ', a.zero_stage)"
+    assert.are.equal("true 3", run(launch, "local a = accel.Accelerator() " .. save16))
+    assert.are.equal("true 3", run(launch, "local a = accel.Accelerator{deepspeed_plugin = accel.DeepSpeedPlugin{}} "
+      .. save16))
+    fh = assert(io.open(dir .. "/keep32.json", "w")) -- launch's value other than its default must agree
+    fh:write('{"zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": false}}')
+    fh:close()
+    assert.matches("ACCEL_LUA_ZERO3_SAVE_16BIT_MODEL = true disagrees with .*keep32.json's "
+      .. "zero_optimization.stage3_gather_16bit_weights_on_model_save = false", run((launch:gsub("MODEL=false",
+      "MODEL=true"):gsub("z3.json", "keep32.json")), "accel.DeepSpeedPlugin{}"))
+    os.execute("rm -rf '" .. dir .. "'")
+  end)
+
   it("takes a ProjectConfiguration or a plain table", function()
     local a = accel.Accelerator{project_config = accel.ProjectConfiguration{project_dir = "p", total_limit = 2}}
     assert.are.equal("p", a.project_dir)

@@ -307,111 +307,16 @@ local PRECISIONS = {no = true, bf16 = true, fp16 = true, fp8 = true}
 -- variable's name.
 local setting = util.launch_setting
 
--- A sharding setting of map entry e: launch's ACCEL_LUA_<e[2]>, else the
--- variable Accelerate's plugins read (e[5]: ACCELERATE_DEEPSPEED_ZERO_STAGE,
--- FSDP_SHARDING_STRATEGY, ...), so a job started with Accelerate's
--- environment (plain mpirun / srun) gets the same plugin; also its name.
-local function sharding_setting(e) return setting(e[2], e[5]) end
+-- The launch settings the sharding plugins read (docs/api/accelerator.md).
+M.LAUNCH_SETTINGS = plugins.LAUNCH_SETTINGS
 
--- Settings -> plugin options, and the "VAR=value" list that names them.
-local function from_settings(map)
-  local o, named = {}, {}
-  for _, e in ipairs(map) do
-    local v, var = sharding_setting(e)
-    if v ~= nil then
-      if e[3] then o[e[1]] = e[3](v, var) else o[e[1]] = v end -- a conversion may give false
-      named[#named + 1] = var .. "=" .. v
-    end
-  end
-  return o, table.concat(named, ", ")
-end
-
-local flag = util.str_to_bool
-local function number(v) return tonumber(v) end
-local function reshard(v)
-  local b = util.truth(v)
-  if b ~= nil then return b end
-  return v
-end
-
--- Every DeepSpeed / FSDP launch setting (host/settings.c, docs/launch.md)
--- -> {plugin option, setting name, conversion, launch's default, the
--- variable Accelerate's plugin reads}.
-local DS_SETTINGS = {{"zero_stage", "ZERO_STAGE", number, "2", "ACCELERATE_DEEPSPEED_ZERO_STAGE"},
-  {"offload_optimizer_device", "OFFLOAD_OPTIMIZER_DEVICE", nil, "none", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE"},
-  {"offload_param_device", "OFFLOAD_PARAM_DEVICE", nil, "none", "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE"},
-  {"offload_optimizer_nvme_path", "OFFLOAD_OPTIMIZER_NVME_PATH", nil, nil, "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_NVME_PATH"},
-  {"offload_param_nvme_path", "OFFLOAD_PARAM_NVME_PATH", nil, nil, "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_NVME_PATH"},
-  {"gradient_clipping", "GRADIENT_CLIPPING", number, nil, "ACCELERATE_GRADIENT_CLIPPING"},
-  {"zero3_init_flag", "ZERO3_INIT_FLAG", flag, "false", "ACCELERATE_DEEPSPEED_ZERO3_INIT"},
-  {"zero3_save_16bit_model", "ZERO3_SAVE_16BIT_MODEL", flag, "false", "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL"},
-  {"transformer_moe_cls_names", "DEEPSPEED_MOE_LAYER_CLS_NAMES", nil, nil, "ACCELERATE_DEEPSPEED_MOE_LAYER_CLS_NAMES"},
-  {"hf_ds_config", "DEEPSPEED_CONFIG_FILE", nil, nil, "ACCELERATE_DEEPSPEED_CONFIG_FILE"}}
-local FSDP_SETTINGS = {{"fsdp_version", "FSDP_VERSION", number, nil, "FSDP_VERSION"},
-  {"sharding_strategy", "FSDP_SHARDING_STRATEGY", nil, nil, "FSDP_SHARDING_STRATEGY"},
-  {"cpu_offload", "FSDP_OFFLOAD_PARAMS", flag, nil, "FSDP_OFFLOAD_PARAMS"},
-  {"auto_wrap_policy", "FSDP_AUTO_WRAP_POLICY", nil, nil, "FSDP_AUTO_WRAP_POLICY"},
-  {"min_num_params", "FSDP_MIN_NUM_PARAMS", number, nil, "FSDP_MIN_NUM_PARAMS"},
-  {"transformer_cls_names_to_wrap", "FSDP_TRANSFORMER_LAYER_CLS_TO_WRAP", nil, nil, "FSDP_TRANSFORMER_CLS_TO_WRAP"},
-  {"backward_prefetch", "FSDP_BACKWARD_PREFETCH", nil, nil, "FSDP_BACKWARD_PREFETCH"},
-  {"state_dict_type", "FSDP_STATE_DICT_TYPE", nil, nil, "FSDP_STATE_DICT_TYPE"},
-  {"reshard_after_forward", "FSDP_RESHARD_AFTER_FORWARD", reshard, nil, "FSDP_RESHARD_AFTER_FORWARD"},
-  {"forward_prefetch", "FSDP_FORWARD_PREFETCH", flag, nil, "FSDP_FORWARD_PREFETCH"},
-  {"use_orig_params", "FSDP_USE_ORIG_PARAMS", flag, nil, "FSDP_USE_ORIG_PARAMS"},
-  {"cpu_ram_efficient_loading", "FSDP_CPU_RAM_EFFICIENT_LOADING", flag, nil, "FSDP_CPU_RAM_EFFICIENT_LOADING"},
-  {"sync_module_states", "FSDP_SYNC_MODULE_STATES", flag, nil, "FSDP_SYNC_MODULE_STATES"},
-  {"activation_checkpointing", "FSDP_ACTIVATION_CHECKPOINTING", flag, nil, "FSDP_ACTIVATION_CHECKPOINTING"}}
-M.LAUNCH_SETTINGS = {deepspeed = DS_SETTINGS, fsdp = FSDP_SETTINGS}
-
--- With a DeepSpeed config file, a setting at launch's default value does
--- not override a key the file sets (launch always exports the defaults);
--- another value that disagrees with the file is an error.
-local DS_FILE_KEYS = {zero_stage = {"zero_optimization", "stage"},
-  offload_optimizer_device = {"zero_optimization", "offload_optimizer", "device"},
-  offload_param_device = {"zero_optimization", "offload_param", "device"}, gradient_clipping = {"gradient_clipping"}}
-
-local function file_value(cfg, path)
-  local t = cfg
-  for _, k in ipairs(path) do
-    if type(t) ~= "table" then return nil end
-    t = t[k]
-  end
-  return t
-end
-
-local function merge_ds_file(o, named)
-  local cfg = plugins.DeepSpeedPlugin({hf_ds_config = o.hf_ds_config}, "DeepSpeedPlugin from " .. named).ds_config
-  for _, e in ipairs(DS_SETTINGS) do
-    local path, v = DS_FILE_KEYS[e[1]], o[e[1]]
-    local in_file = path and file_value(cfg, path)
-    if in_file ~= nil and v ~= nil and in_file ~= "auto" and in_file ~= v then
-      local raw, var = sharding_setting(e)
-      if raw == e[4] then
-        o[e[1]] = nil -- launch's default: the file wins
-      else
-        raise("DeepSpeedPlugin from %s: %s = %s disagrees with %s's %s = %s", named, var, raw, o.hf_ds_config,
-          table.concat(path, "."), tostring(in_file))
-      end
-    end
-  end
-  return o
-end
-
--- The sharding plugin launch asked for (when the script passes none):
--- its key, its options and the name its errors use.
+-- The sharding plugin launch asked for (when the script passes none): its
+-- key, its options (the constructor fills them from launch's settings)
+-- and the launch switch that asked for it (the name its errors use).
 local function plugin_from_settings()
-  local use_ds, ds_var = setting("USE_DEEPSPEED")
-  if use_ds and flag(use_ds, ds_var) then
-    local o, named = from_settings(DS_SETTINGS)
-    local what = ("accel-lua launch's settings (%s=%s%s)"):format(ds_var, use_ds, named ~= "" and ", " .. named or "")
-    if o.hf_ds_config then o = merge_ds_file(o, what) end
-    return "deepspeed_plugin", o, "DeepSpeedPlugin from " .. what
-  end
-  local use_fsdp, fsdp_var = setting("USE_FSDP")
-  if use_fsdp and flag(use_fsdp, fsdp_var) then
-    local o, named = from_settings(FSDP_SETTINGS)
-    return "fsdp_plugin", o, ("FullyShardedDataParallelPlugin from accel-lua launch's settings (%s=%s%s)"):format(
-      fsdp_var, use_fsdp, named ~= "" and ", " .. named or "")
+  for _, p in ipairs({{"USE_DEEPSPEED", "deepspeed_plugin"}, {"USE_FSDP", "fsdp_plugin"}}) do
+    local v, var = setting(p[1])
+    if v and util.str_to_bool(v, var) then return p[2], {}, var .. "=" .. v end
   end
   return nil
 end
@@ -495,14 +400,14 @@ end
 -- engine plan (accel.shard_plan; nil for stage 0 / NO_SHARD, which run as
 -- DDP). zero_stage = S >= 1 without a plugin is DeepSpeedPlugin{zero_stage = S}.
 local function resolve_sharding(self, o)
-  local ds_what, fsdp_what = nil, nil
+  local ds_what, switch = nil, nil
   if o.deepspeed_plugin == nil and o.fsdp_plugin == nil and o.zero_stage == nil then
-    local key, plugin, what = plugin_from_settings()
+    local key, plugin
+    key, plugin, switch = plugin_from_settings()
     if key then
       local copy = {}
       for k, v in pairs(o) do copy[k] = v end
       copy[key], o = plugin, copy
-      if key == "deepspeed_plugin" then ds_what = what else fsdp_what = what end
     end
   end
   if o.deepspeed_plugin and o.fsdp_plugin then
@@ -521,13 +426,13 @@ local function resolve_sharding(self, o)
   if ds_opts == nil and o.fsdp_plugin == nil and o.zero_stage ~= nil and o.zero_stage ~= 0 then
     ds_opts, ds_what = {zero_stage = o.zero_stage}, ("Accelerator (zero_stage = %d)"):format(o.zero_stage)
   end
-  local ds = ds_opts and plugins.DeepSpeedPlugin(ds_opts, ds_what)
-  local fsdp = o.fsdp_plugin and plugins.FullyShardedDataParallelPlugin(o.fsdp_plugin, fsdp_what)
+  local ds = ds_opts and plugins.DeepSpeedPlugin(ds_opts, ds_what, switch)
+  local fsdp = o.fsdp_plugin and plugins.FullyShardedDataParallelPlugin(o.fsdp_plugin, nil, switch)
   local stage = (ds or fsdp) and (ds or fsdp).zero_stage or 0
   if o.zero_stage ~= nil and o.zero_stage ~= stage then
     raise("Accelerator: zero_stage = %d disagrees with the plugin's stage %d", o.zero_stage, stage)
   end
-  local plan = shard_plan.plan(ds, fsdp, self.state, fsdp_what)
+  local plan = shard_plan.plan(ds, fsdp, self.state, fsdp and plugins.name_of(fsdp))
   rawset(self, "deepspeed_plugin", ds)
   rawset(self, "fsdp_plugin", fsdp)
   rawset(self, "zero_stage", stage)
@@ -756,8 +661,9 @@ local function scaler_fields(kw, ds)
   local f = {init_scale = kw.init_scale, growth_factor = kw.growth_factor, backoff_factor = kw.backoff_factor,
     growth_interval = kw.growth_interval}
   if not ds then return f end
-  local from_ds = {init_scale = ds.initial_scale_power and 2 ^ ds.initial_scale_power,
-    growth_interval = ds.loss_scale_window}
+  local window = ds.loss_scale_window
+  if window == nil and not plugins.was_given(kw, "growth_interval") then window = 1000 end -- DeepSpeed's default
+  local from_ds = {init_scale = ds.initial_scale_power and 2 ^ ds.initial_scale_power, growth_interval = window}
   local ds_key = {init_scale = "fp16.initial_scale_power", growth_interval = "fp16.loss_scale_window"}
   if type(ds.loss_scale) == "number" and ds.loss_scale > 0 then
     from_ds.init_scale, from_ds.growth_factor, from_ds.backoff_factor = ds.loss_scale, 1.0, 1.0
@@ -797,7 +703,7 @@ end
 local function use_cpu(o)
   if o.cpu ~= nil then return o.cpu == true end
   local v, var = setting("USE_CPU")
-  return v ~= nil and flag(v, var)
+  return v ~= nil and util.str_to_bool(v, var)
 end
 
 local function new_accelerator(_, o)
@@ -1220,7 +1126,7 @@ wrap_optimizer = function(self, optimizer, placed)
   local clip = self.deepspeed_plugin and self.deepspeed_plugin.gradient_clipping
   local wrapped = prepared.wrap_optimizer(optimizer, self.gradient_state, self.scaler, function()
     self:_finish_grad_sync()
-    if clip then -- DeepSpeed's gradient_clipping: the engine clips before every step
+    if type(clip) == "number" and clip > 0 then -- DeepSpeed's gradient_clipping (0: none), before every step
       if self.scaler then self.scaler:_unscale_once(optimizer) end
       local eng = engine_of(self, optimizer)
       if eng then

@@ -19,7 +19,8 @@
 -- option is in docs/sharding-accelerator.md.
 local json = require("accel.json")
 local raise = require("accel.nn.module").raise
-local read_file = require("accel.util").read_file
+local util = require("accel.util")
+local read_file = util.read_file
 
 local M = {}
 
@@ -154,6 +155,76 @@ function ProjectConfiguration:set_directories(project_dir)
   if self.logging_dir == nil then self.logging_dir = project_dir end
 end
 
+-- ---------------------------------------------------------------- launch settings
+
+local flag = util.str_to_bool
+local function number(v, var)
+  local n = tonumber(v)
+  if n == nil then raise("%s=%s is not a number", var, v) end
+  return n
+end
+local function reshard(v)
+  local b = util.truth(v)
+  if b ~= nil then return b end
+  return v
+end
+
+-- Every DeepSpeed / FSDP launch setting (host/settings.c, docs/launch.md)
+-- -> {plugin option, setting name, conversion, launch's default, the
+-- variable Accelerate's plugin reads}.
+local DS_SETTINGS = {{"zero_stage", "ZERO_STAGE", number, "2", "ACCELERATE_DEEPSPEED_ZERO_STAGE"},
+  {"offload_optimizer_device", "OFFLOAD_OPTIMIZER_DEVICE", nil, "none", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE"},
+  {"offload_param_device", "OFFLOAD_PARAM_DEVICE", nil, "none", "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE"},
+  {"offload_optimizer_nvme_path", "OFFLOAD_OPTIMIZER_NVME_PATH", nil, nil, "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_NVME_PATH"},
+  {"offload_param_nvme_path", "OFFLOAD_PARAM_NVME_PATH", nil, nil, "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_NVME_PATH"},
+  {"gradient_clipping", "GRADIENT_CLIPPING", number, nil, "ACCELERATE_GRADIENT_CLIPPING"},
+  {"zero3_init_flag", "ZERO3_INIT_FLAG", flag, "false", "ACCELERATE_DEEPSPEED_ZERO3_INIT"},
+  {"zero3_save_16bit_model", "ZERO3_SAVE_16BIT_MODEL", flag, "false", "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL"},
+  {"transformer_moe_cls_names", "DEEPSPEED_MOE_LAYER_CLS_NAMES", nil, nil, "ACCELERATE_DEEPSPEED_MOE_LAYER_CLS_NAMES"},
+  {"hf_ds_config", "DEEPSPEED_CONFIG_FILE", nil, nil, "ACCELERATE_DEEPSPEED_CONFIG_FILE"}}
+local FSDP_SETTINGS = {{"fsdp_version", "FSDP_VERSION", number, nil, "FSDP_VERSION"},
+  {"sharding_strategy", "FSDP_SHARDING_STRATEGY", nil, nil, "FSDP_SHARDING_STRATEGY"},
+  {"cpu_offload", "FSDP_OFFLOAD_PARAMS", flag, nil, "FSDP_OFFLOAD_PARAMS"},
+  {"auto_wrap_policy", "FSDP_AUTO_WRAP_POLICY", nil, nil, "FSDP_AUTO_WRAP_POLICY"},
+  {"min_num_params", "FSDP_MIN_NUM_PARAMS", number, nil, "FSDP_MIN_NUM_PARAMS"},
+  {"transformer_cls_names_to_wrap", "FSDP_TRANSFORMER_LAYER_CLS_TO_WRAP", nil, nil, "FSDP_TRANSFORMER_CLS_TO_WRAP"},
+  {"backward_prefetch", "FSDP_BACKWARD_PREFETCH", nil, nil, "FSDP_BACKWARD_PREFETCH"},
+  {"state_dict_type", "FSDP_STATE_DICT_TYPE", nil, nil, "FSDP_STATE_DICT_TYPE"},
+  {"reshard_after_forward", "FSDP_RESHARD_AFTER_FORWARD", reshard, nil, "FSDP_RESHARD_AFTER_FORWARD"},
+  {"forward_prefetch", "FSDP_FORWARD_PREFETCH", flag, nil, "FSDP_FORWARD_PREFETCH"},
+  {"use_orig_params", "FSDP_USE_ORIG_PARAMS", flag, nil, "FSDP_USE_ORIG_PARAMS"},
+  {"cpu_ram_efficient_loading", "FSDP_CPU_RAM_EFFICIENT_LOADING", flag, nil, "FSDP_CPU_RAM_EFFICIENT_LOADING"},
+  {"sync_module_states", "FSDP_SYNC_MODULE_STATES", flag, nil, "FSDP_SYNC_MODULE_STATES"},
+  {"activation_checkpointing", "FSDP_ACTIVATION_CHECKPOINTING", flag, nil, "FSDP_ACTIVATION_CHECKPOINTING"}}
+M.LAUNCH_SETTINGS = {deepspeed = DS_SETTINGS, fsdp = FSDP_SETTINGS}
+
+local plugin_names = setmetatable({}, {__mode = "k"}) -- plugin -> the name its errors use
+
+-- The name a plugin's errors use (it names the launch settings it read).
+function M.name_of(plugin) return plugin_names[plugin] end
+
+-- o with the options it leaves out taken from launch's settings (map), as
+-- Accelerate's plugins read their environment variables for every field
+-- not given; the name errors use (what, and the variables read, after
+-- switch: the launch setting that asked for the plugin, if one did); and
+-- {option = {value, variable, launch's default}} for those read.
+local function launch_options(o, map, what, switch)
+  local out, named, read = {}, {switch}, {}
+  for k, v in pairs(o) do out[k] = v end
+  for _, e in ipairs(map) do
+    local raw, var = util.launch_setting(e[2], e[5])
+    if out[e[1]] == nil and raw ~= nil then
+      if e[3] then out[e[1]] = e[3](raw, var) else out[e[1]] = raw end -- a conversion may give false
+      named[#named + 1] = var .. "=" .. raw
+      read[e[1]] = {raw, var, e[4]}
+    end
+  end
+  if #named > 0 then
+    what = ("%s %s accel-lua launch's settings (%s)"):format(what, switch and "from" or "with", table.concat(named, ", "))
+  end
+  return out, what, read
+end
+
 -- ---------------------------------------------------------------- DeepSpeedPlugin
 
 local DeepSpeedPlugin = {__name = "DeepSpeedPlugin"}
@@ -246,8 +317,8 @@ local DS_LIMITS = {
     .. "them (prepare then shards them); there is no deepspeed.zero.Init", false),
   transformer_moe_cls_names = {why = "there are no mixture-of-experts layers (DeepSpeed MoE) here",
     ok = function(v) return v == "" end},
-  gradient_clipping = {why = "it must be a positive number (or \"auto\")",
-    ok = function(v) return is_auto(v) or positive_number(v) end},
+  gradient_clipping = {why = "it must be a number >= 0 (0: no clipping, DeepSpeed's default) or \"auto\"",
+    ok = function(v) return is_auto(v) or (type(v) == "number" and v >= 0) end},
   gradient_accumulation_steps = {why = "it must be a positive integer (or \"auto\")", ok = positive_or_auto},
   train_micro_batch_size_per_gpu = {why = "it must be a positive integer (or \"auto\")", ok = positive_or_auto},
   train_batch_size = {why = "it must be a positive integer (or \"auto\")", ok = positive_or_auto},
@@ -379,6 +450,22 @@ local function make_deepspeed_config(self, given)
   self.deepspeed_config = cfg
 end
 
+-- With a DeepSpeed config, a launch setting read (read: launch_options')
+-- at launch's default value gives way to what the config sets (launch
+-- always sends ZERO_STAGE=2, the offload devices "none", ...); another
+-- value that disagrees with the config is an error naming both.
+local function file_over_launch_defaults(self, o, read, what)
+  for k, r in pairs(read) do
+    if self[k] ~= nil and self[k] ~= o[k] and not self.auto[k] then
+      if r[1] ~= r[3] then
+        raise("%s: %s = %s disagrees with %s's %s = %s; give it in one place", what, r[2], r[1],
+          type(o.hf_ds_config) == "string" and o.hf_ds_config or "hf_ds_config", DS_PATH_OF[k], show(self[k]))
+      end
+      o[k] = nil
+    end
+  end
+end
+
 -- accel.DeepSpeedPlugin{zero_stage=2, offload_optimizer_device="none"|"cpu",
 --   offload_param_device=, gradient_accumulation_steps=, gradient_clipping=,
 --   zero3_init_flag=false, zero3_save_16bit_model=false, hf_ds_config="ds_config.json" | table}.
@@ -394,17 +481,19 @@ end
 -- plugin.deepspeed_config is Accelerate's config table (make_deepspeed_config);
 -- prepare reads its settings from it (M.deepspeed_settings). what: the
 -- name errors use.
-function M.DeepSpeedPlugin(o, what)
+function M.DeepSpeedPlugin(o, what, switch)
   if getmetatable(o) == DeepSpeedPlugin then return o end
   what = what or "DeepSpeedPlugin"
   check_options(what, o, DS_OPTIONS)
-  o = o or {}
+  local read
+  o, what, read = launch_options(o or {}, DS_SETTINGS, what, switch)
   local self = setmetatable({ignored_keys = {}, auto = {}, ds_config = nil}, DeepSpeedPlugin)
   if o.hf_ds_config ~= nil then
     if type(o.hf_ds_config) ~= "string" and type(o.hf_ds_config) ~= "table" then
       raise("%s: hf_ds_config must be a file path or a table, got %s", what, type(o.hf_ds_config))
     end
     take_ds_config(self, o.hf_ds_config, what)
+    file_over_launch_defaults(self, o, read, what)
   end
   for _, k in ipairs({"zero_stage", "offload_optimizer_device", "offload_param_device", "gradient_accumulation_steps",
     "gradient_clipping", "zero3_init_flag", "zero3_save_16bit_model", "offload_optimizer_nvme_path",
@@ -432,6 +521,7 @@ function M.DeepSpeedPlugin(o, what)
   end
   set_defaults(self, what)
   make_deepspeed_config(self, o)
+  plugin_names[self] = what
   return self
 end
 
@@ -593,11 +683,12 @@ end
 -- ZeRO-2 (the sharding engine, built by the Accelerator's prepare; the
 -- hybrid ones need several machines), NO_SHARD plain data parallel. what:
 -- the name errors use.
-function M.FullyShardedDataParallelPlugin(o, what)
+function M.FullyShardedDataParallelPlugin(o, what, switch)
   if getmetatable(o) == FSDPPlugin then return o end
   what = what or "FullyShardedDataParallelPlugin"
   check_options(what, o, FSDP_OPTIONS)
-  o = o or {}
+  o, what = launch_options(o or {}, FSDP_SETTINGS, what, switch)
+  check_options(what, o, FSDP_OPTIONS)
   local self = setmetatable({}, FSDPPlugin)
   for k, v in pairs(o) do self[k] = FSDP_CHOICES[k] and fsdp_choice(what, k, v) or v end
   self.fsdp_version = o.fsdp_version or 1
@@ -642,6 +733,7 @@ function M.FullyShardedDataParallelPlugin(o, what)
     raise("%s: transformer_cls_names_to_wrap must be a list of class names or a comma-separated string, got %s",
       what, type(names))
   end
+  plugin_names[self] = what
   return self
 end
 
