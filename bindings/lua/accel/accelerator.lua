@@ -1079,6 +1079,15 @@ end
 -- fp16; on several processes rank 0's parameters (and buffers) are
 -- broadcast and the model gets its DDP gradient reducer.
 local PREPARE_MODEL_OPTIONS = plugins.register("prepare_model", {device_placement = "boolean"})
+-- Before each forward with grad enabled, the model's DDP reducer takes the
+-- synchronisation asked for then: the backward of that forward averages
+-- (or not) whatever scope it runs in.
+local function sync_on_forward(self, model)
+  model:register_forward_pre_hook(function()
+    local r = accel.is_grad_enabled() and reducer_of(self, model)
+    if r then r:set_sync(self._grad_sync[model] ~= false) end
+  end)
+end
 
 function Accelerator:prepare_model(model, o, ...)
   no_more_args("prepare_model", select("#", ...))
@@ -1104,6 +1113,7 @@ function Accelerator:prepare_model(model, o, ...)
         find_unused_parameters = kw.find_unused_parameters})
       reducer:set_sync(self._grad_sync[model] ~= false)
       self._reducers[#self._reducers + 1] = {model = model, reducer = reducer}
+      sync_on_forward(self, model)
     end
   end
   return patch_forward(self, model)
@@ -1280,15 +1290,16 @@ local function check_model(what, model)
   if not is_table(model) then raise("%s: expected the model, got %s", what, type(model)) end
 end
 
--- Gradient synchronisation of one model on / off (its DDP reducer follows;
--- a no-op on one process).
+-- Gradient synchronisation of one model on / off. A sharding engine
+-- follows at once (FSDP too decides in backward); a DDP reducer at the
+-- model's next forward with grad enabled, as PyTorch's DDP arms the next
+-- backward's reduction in forward (sync_on_forward).
 function Accelerator:_set_grad_sync(model, on)
   self._grad_sync[model] = on
-  local r = reducer_of(self, model)
-  if r then r:set_sync(on) end
   local eng = engine_of(self, model)
   if eng then eng:set_sync(on) end
 end
+
 
 -- The body of `what` runs with the models' gradient synchronisation set to
 -- setting() (called on entry; nil leaves it alone); each model's previous
@@ -1339,10 +1350,15 @@ end
 
 -- trigger_sync_in_backward(model, fn) / handle: gradients are averaged in
 -- the body's backward even inside no_sync / a non-synchronising
--- accumulate step (Accelerate's; a no-op on one process).
+-- accumulate step, also of a forward run before (Accelerate's: it arms
+-- the DDP reducer itself, prepare_for_backward; a no-op on one process).
 function Accelerator:trigger_sync_in_backward(model, fn)
   check_model("trigger_sync_in_backward", model)
-  return sync_scope(self, "trigger_sync_in_backward", {model}, function() return true end, fn)
+  return sync_scope(self, "trigger_sync_in_backward", {model}, function()
+    local r = reducer_of(self, model)
+    if r then r:set_sync(true) end
+    return true
+  end, fn)
 end
 
 -- autocast([autocast_handler], fn) / handle: the body's GEMMs run in the

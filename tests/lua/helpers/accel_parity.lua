@@ -127,6 +127,41 @@ do
   a:free_memory()
 end
 
+-- ---- DDP decides in forward whether that forward's backward averages ----
+-- (PyTorch's DistributedDataParallel.forward arms the reducer only when
+-- require_backward_grad_sync; torch 2.15 on 2 ranks, Linear(2, 1) weight 1,
+-- x = rank + 1: forward outside no_sync and backward inside -> [[1.5, 1.5]]
+-- on both; forward inside and backward outside -> the local [[1, 1]] /
+-- [[2, 2]]; Accelerate's trigger_sync_in_backward calls
+-- reducer.prepare_for_backward itself, so it averages a backward whose
+-- forward ran under no_sync)
+do
+  local a = accel.Accelerator()
+  local m = nn.Linear(2, 1, {bias = false})
+  accel.no_grad(function() m.weight:fill_(1) end)
+  m = a:prepare(m)
+  local x = accel.full({1, 2}, rank + 1.0)
+  local function grad() return m.weight.grad:min():item(), m.weight.grad:max():item() end
+  local loss = m(x):sum()
+  a:no_sync(m, function() a:backward(loss) end)
+  local lo, hi = grad()
+  check(lo == (N + 1) / 2 and hi == lo, "forward outside no_sync, backward inside: gradient %g..%g, expected the "
+    .. "average %g", lo, hi, (N + 1) / 2)
+  m.weight.grad = nil
+  a:no_sync(m, function() loss = m(x):sum() end)
+  a:backward(loss)
+  lo, hi = grad()
+  check(lo == rank + 1 and hi == lo, "forward inside no_sync, backward outside: gradient %g..%g, expected the local "
+    .. "%d", lo, hi, rank + 1)
+  m.weight.grad = nil
+  a:no_sync(m, function() loss = m(x):sum() end)
+  a:trigger_sync_in_backward(m, function() a:backward(loss) end)
+  lo, hi = grad()
+  check(lo == (N + 1) / 2 and hi == lo, "forward under no_sync, backward under trigger_sync_in_backward: gradient "
+    .. "%g..%g, expected the average %g", lo, hi, (N + 1) / 2)
+  a:free_memory()
+end
+
 -- ---- an inner accumulate / no_sync keeps an outer no_sync's local gradients ----
 -- (Accelerate on 2 ranks, weight 1, x = rank + 1, 2 accumulation steps:
 -- 0.5 / 1.0 after each backward, 1.0 / 2.0 after two: (rank + 1) / 2 each),
