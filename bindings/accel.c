@@ -588,6 +588,7 @@ static int l_load(lua_State *L) {
 static const struct { const char *name, *module; } exports[] = {
     {"Accelerator", "accel.accelerator"},
     {"DeepSpeedPlugin", "accel.accelerator"},
+    {"load_checkpoint_in_model", "accel.utils"},
     {"FullyShardedDataParallelPlugin", "accel.accelerator"},
     {"ProjectConfiguration", "accel.accelerator"},
     {"PartialState", "accel.accelerator"},
@@ -637,7 +638,7 @@ static const char *const accelerate_not_provided[] = {
     "MegatronLMPlugin", "ParallelismConfig", "AORecipeKwargs", "MSAMPRecipeKwargs", "DDPCommunicationHookType",
     "AcceleratorState", "notebook_launcher", "debug_launcher", "prepare_pippy", "init_empty_weights",
     "init_on_device", "dispatch_model", "cpu_offload", "disk_offload", "load_checkpoint_and_dispatch",
-    "infer_auto_device_map", "load_checkpoint_in_model", NULL};
+    "infer_auto_device_map", NULL};
 
 /* accel.X for an unknown X: the embedded module accel.X if there is one
  * (cached in the table), else an exported name, a tensor method, a name of

@@ -596,6 +596,9 @@ static int check_header_length(const Loader *L, const unsigned char *b, size_t n
     if (torch != NULL)
         return lfail(L, "is not a safetensors file: it looks like a torch.save file (%s), which accel-lua does not "
                         "read (no pickle): save it with safetensors.torch.save_file", torch);
+    if (bad && n > 0 && b[0] == '{')
+        return lfail(L, "is not a safetensors file: it looks like JSON text (the index of a sharded checkpoint? its "
+                        "weight_map names the safetensors files that hold the tensors)");
     if (n < 8)
         return lfail(L, "is not a safetensors file: it has %lld bytes, fewer than the 8-byte header length",
                      (long long)L->file_size);

@@ -366,6 +366,52 @@ function M.finish_model_dir(dir, shards, total)
   end
 end
 
+-- The weight files of a model checkpoint, as Accelerate's
+-- load_checkpoint_in_model finds them: path is a safetensors file, an
+-- index (*.json: its weight_map's files, beside it), or a folder holding
+-- model.safetensors or exactly one *.index.json. what: the caller's name.
+function M.model_files(path, what)
+  local kind = C.fs_stat(path)
+  if kind == "file" and not path:find("%.json$") then return {path} end
+  local index = kind == "file" and path or nil
+  if kind == "dir" then
+    local indexes = {}
+    for _, f in ipairs(C.fs_listdir(path) or {}) do
+      if f == "model.safetensors" then return {join(path, f)} end
+      if f == "pytorch_model.bin" then
+        raise("%s: %s holds pytorch_model.bin, a pickle; accel-lua reads safetensors only (save it with "
+          .. "safetensors.torch.save_file or save_pretrained(safe_serialization=True))", what, path)
+      end
+      if f:find("%.index%.json$") then indexes[#indexes + 1] = f end
+    end
+    if #indexes ~= 1 then
+      raise("%s: %s %s", what, path, #indexes == 0 and "is not a folder containing a `.index.json` file or a "
+        .. "model.safetensors file" or "contains more than one `.index.json` file, delete the irrelevant ones")
+    end
+    index = join(path, indexes[1])
+  end
+  if index == nil then
+    raise("%s: checkpoint should be the path to a file containing a whole state dict, or the index of a sharded "
+      .. "checkpoint, or a folder containing a sharded checkpoint or the whole state dict, but got %s", what, path)
+  end
+  local text = assert(io.open(index, "rb")):read("a")
+  local ok, map = pcall(json.decode, text)
+  if ok and type(map) == "table" and map.weight_map ~= nil then map = map.weight_map end
+  if not ok or type(map) ~= "table" then raise("%s: %s is not a checkpoint index (JSON with a weight_map)", what, index) end
+  local files, seen = {}, {}
+  for _, f in pairs(map) do
+    if type(f) ~= "string" then raise("%s: %s: a weight_map value is %s, not a file name", what, index, type(f)) end
+    if not seen[f] then
+      seen[f] = true
+      files[#files + 1] = f
+    end
+  end
+  table.sort(files)
+  local dir = index:match("^(.*)/[^/]*$") or "."
+  for i, f in ipairs(files) do files[i] = join(dir, f) end
+  return files
+end
+
 -- The reason in an error of C.mkdirs.
 local function mkdirs_reason(err) return (tostring(err):gsub("^.-mkdirs: ", "")) end
 

@@ -559,6 +559,51 @@ function utils.save(obj, path, save_on_each_node, safe_serialization)
   end
 end
 
+-- Accelerate's load_checkpoint_in_model(model, checkpoint, {strict = false}):
+-- the weights of a safetensors file, an index of shards, or a folder that
+-- save_model / save_pretrained wrote, copied into the model (strict: every
+-- key must match, over all the shards together); checkpoint names that the
+-- model lacks are reported in one warning, as Accelerate's. Its big-model
+-- options (device_map, offloading) are refused; dtype is accepted and, as
+-- in Accelerate without a device_map, changes nothing.
+local LOAD_OPTIONS = plugins.register("load_checkpoint_in_model", {strict = "boolean", dtype = "any",
+  device_map = "any", offload_folder = "any", offload_state_dict = "boolean", offload_buffers = "boolean",
+  keep_in_fp32_modules = "any", offload_8bit_bnb = "boolean", full_state_dict = "boolean",
+  broadcast_from_rank0 = "boolean"})
+local DISPATCH = {device_map = false, offload_folder = false, offload_state_dict = true, offload_buffers = true,
+  keep_in_fp32_modules = false, offload_8bit_bnb = true, broadcast_from_rank0 = true}
+
+function utils.load_checkpoint_in_model(model, checkpoint, o)
+  local what = "load_checkpoint_in_model"
+  plugins.check_options(what, o, LOAD_OPTIONS)
+  o = o or {}
+  for k, flag in pairs(DISPATCH) do
+    if o[k] ~= nil and (not flag or o[k] == true) then
+      raise("%s: %s = %s is not supported: there is no big-model dispatch (device maps, offloading); the weights "
+        .. "are copied into the model where it is", what, k, tostring(o[k]))
+    end
+  end
+  if o.full_state_dict == false then
+    raise("%s: full_state_dict = false is not supported: the checkpoint holds full weights", what)
+  end
+  if type(model) ~= "table" or type(model.load_state_dict) ~= "function" then
+    raise("%s: expected a model, got %s", what, type(model))
+  end
+  if type(checkpoint) ~= "string" then raise("%s: checkpoint must be a path, got %s", what, type(checkpoint)) end
+  local sd = {}
+  for _, f in ipairs(require("accel.checkpoint").model_files(checkpoint, what)) do
+    for k, v in pairs(accel.load(f)) do sd[k] = v end
+  end
+  local _, unexpected = model:load_state_dict(sd, {strict = o.strict == true})
+  if #unexpected > 0 then
+    table.sort(unexpected)
+    io.stderr:write(("Some weights of the model checkpoint at %s were not used when initializing %s: %s. This may "
+      .. "or may not be an issue - make sure that the checkpoint does not have unnecessary parameters, or that the "
+      .. "model definition correctly corresponds to the checkpoint.\n"):format(checkpoint, model:_get_name(),
+      table.concat(unexpected, ", ")))
+  end
+end
+
 -- Accelerate's configuration classes, also imported from accelerate.utils
 local CLASSES = {"ProjectConfiguration", "DataLoaderConfiguration", "GradientAccumulationPlugin", "DeepSpeedPlugin",
   "FullyShardedDataParallelPlugin", "DistributedDataParallelKwargs", "InitProcessGroupKwargs", "GradScalerKwargs",
@@ -574,7 +619,6 @@ local NOT_PROVIDED = {
   convert_to_fp32 = "use t:float()", patch_environment = "set variables before starting accel-lua",
   clear_environment = "set variables before starting accel-lua", is_torch_version = "there is no torch",
   compare_versions = "there are no Python packages", get_max_memory = "there is no big-model dispatch",
-  load_checkpoint_in_model = "there is no big-model dispatch: use model:load_state_dict(accel.load(path))",
   synchronize_rng_state = "use utils.synchronize_rng_states",
 }
 
@@ -609,6 +653,11 @@ setmetatable(utils, {__index = function(_, k)
     return f
   end
   if NOT_PROVIDED[k] then raise("accel.utils.%s is not provided by accel-lua: %s", k, NOT_PROVIDED[k]) end
+  -- Accelerate's names for engines accel-lua lacks (DummyOptim, ProfileKwargs, ...): accel.X raises for them
+  -- (bindings/accel.c's list), and so does accel.utils.X, as accelerate.utils exports them too
+  local ok, err = pcall(function() return accel[k] end)
+  local why = not ok and type(k) == "string" and tostring(err):match("is Accelerate's but not provided by accel%-lua .*$")
+  if why then raise("accel.utils.%s %s", k, why) end
 end})
 
 return utils
