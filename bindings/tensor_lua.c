@@ -1493,7 +1493,6 @@ static void check_writable(lua_State *L, const Tensor *t, const char *op) {
 }
 
 static int fill_checked(lua_State *L, Tensor *t, double v, const char *op) {
-    check_writable(L, t, op);
     lu_check_fill_value(L, v, t->dtype, op);
     Tensor *r = NULL;
     if (overwrite_check(L, t, false, op) && !(r = overwrite_begin(t, NULL, -1))) return -1;

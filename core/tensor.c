@@ -444,8 +444,9 @@ int tensor_copy_(Tensor *dst, Tensor *src) {
     return 0;
 }
 
+/* An expanded view (stride 0) may be filled, as PyTorch's fill_ allows:
+ * the elements that share a location all get the same value. */
 int tensor_fill_(Tensor *t, double v) {
-    if (tensor_check_writable(t, "fill_") < 0) return -1;
     StridedIter it;
     iter_launch(&it, t, NULL, 0, tensor_is_contiguous(t) ? (const int64_t[]){0} : NULL);
     backend_for(t->device)->fill(&it, t->dtype, v);
