@@ -428,7 +428,9 @@ bool lu_dtype_limits(DType dt, double *lo, double *hi) {
     case DT_F16: *lo = -65504.0, *hi = 65504.0; return true;
     case DT_BF16: *lo = -3.3895313892515355e38, *hi = 3.3895313892515355e38; return true;
     case DT_F32: *lo = -3.4028234663852886e38, *hi = 3.4028234663852886e38; return true;
-    default: return false; /* float64, fp8 (saturating) */
+    case DT_F8E4M3: *lo = -448.0, *hi = 448.0; return true;
+    case DT_F8E5M2: *lo = -57344.0, *hi = 57344.0; return true;
+    default: return false; /* float64 */
     }
 }
 
@@ -437,7 +439,8 @@ void lu_check_fill_value(lua_State *L, double v, DType dt, const char *op) {
     if (dt == DT_BOOL || !lu_dtype_limits(dt, &lo, &hi)) return;
     if (dt == DT_U8 && v == floor(v)) lo = -255; /* torch wraps whole negatives: -1 -> 255 */
     bool in_range = v >= lo && v <= hi;
-    if (dtype_is_float(dt) && (isinf(v) || isnan(v))) in_range = true; /* inf / nan are values of a float dtype */
+    /* inf / nan are values of a float dtype (float8_e4m3fn has no inf) */
+    if (dtype_is_float(dt) && (isnan(v) || (isinf(v) && dt != DT_F8E4M3))) in_range = true;
     if (!in_range && isnan(v)) lu_error(L, "%s: value nan cannot be converted to type %s without overflow", op, dtype_name(dt));
     if (!in_range)
         lu_error(L, "%s: value %.15g cannot be converted to type %s without overflow", op, v, dtype_name(dt));

@@ -98,7 +98,7 @@ static int check_int_divisor(KBinOp op, Tensor *b) {
  * an integer operand of a uint8 / int32 op wraps into that dtype first
  * (uint8 // -2 divides by 254; true division and pow take the full value). */
 static Tensor *operand_in(KBinOp op, Tensor *t, DType common, DType cdt) {
-    bool half = (common == DT_BF16 || common == DT_F16) && op != KB_MUL && op != KB_DIV;
+    bool half = (common == DT_BF16 || common == DT_F16) && op != KB_MUL && op != KB_DIV && op != KB_FLOORDIV;
     bool narrow_int = (common == DT_U8 || common == DT_I32) && op != KB_DIV && op != KB_POW;
     if ((!half && !narrow_int) || t->dtype == common) return as_dtype_plain(t, cdt);
     return as_dtype_plain_owned(as_dtype_plain(t, common), cdt);

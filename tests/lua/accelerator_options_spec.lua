@@ -1427,6 +1427,63 @@ CASES.send_to_device = {
   end,
 }
 
+-- load_checkpoint_in_model (loading itself: checkpoint_spec.lua). Accelerate 1.16's big-model options have no
+-- engine here and are refused by name; dtype changes nothing (Accelerate without a device_map passes the
+-- checkpoint's tensors to set_model_state_dict, which copies them into the model's dtype).
+local function with_checkpoint(fn)
+  local dir = support.tmpdir()
+  local src = mlp(3)
+  accel.save(src:state_dict(), dir .. "/m.safetensors")
+  fn(dir .. "/m.safetensors", src)
+  support.remove_tree(dir)
+end
+local function refused(key, value)
+  return function()
+    with_checkpoint(function(path)
+      error_matching(key .. " = " .. tostring(value) .. " is not supported: there is no big%-model dispatch", function()
+        accel.load_checkpoint_in_model(mlp(1), path, {[key] = value})
+      end)
+    end)
+  end
+end
+CASES.load_checkpoint_in_model = {
+  strict = function()
+    with_checkpoint(function(path, src)
+      local m = mlp(1)
+      m.extra = accel.nn.Parameter(accel.ones(2))
+      accel.load_checkpoint_in_model(m, path) -- strict = false: the extra parameter keeps its values
+      assert.are.same({1, 1}, m.extra:tolist())
+      assert.are.same(src:state_dict()["0.weight"]:tolist(), m:state_dict()["0.weight"]:tolist())
+      error_matching('Missing key%(s%) in state_dict: "extra"', function()
+        accel.load_checkpoint_in_model(m, path, {strict = true})
+      end)
+    end)
+  end,
+  dtype = function()
+    with_checkpoint(function(path, src)
+      local m = mlp(1)
+      accel.load_checkpoint_in_model(m, path, {dtype = accel.bfloat16})
+      assert.are.equal(accel.float32, m:state_dict()["0.weight"].dtype)
+      assert.are.same(src:state_dict()["0.weight"]:tolist(), m:state_dict()["0.weight"]:tolist())
+    end)
+  end,
+  device_map = refused("device_map", "auto"),
+  offload_folder = refused("offload_folder", "off"),
+  offload_state_dict = refused("offload_state_dict", true),
+  offload_buffers = refused("offload_buffers", true),
+  keep_in_fp32_modules = refused("keep_in_fp32_modules", "x"),
+  offload_8bit_bnb = refused("offload_8bit_bnb", true),
+  broadcast_from_rank0 = refused("broadcast_from_rank0", true),
+  full_state_dict = function()
+    with_checkpoint(function(path)
+      accel.load_checkpoint_in_model(mlp(1), path, {full_state_dict = true})
+      error_matching("full_state_dict = false is not supported", function()
+        accel.load_checkpoint_in_model(mlp(1), path, {full_state_dict = false})
+      end)
+    end)
+  end,
+}
+
 CASES.log = {
   step = function()
     local seen = {}

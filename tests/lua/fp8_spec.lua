@@ -102,6 +102,27 @@ describe("fp8 casts against PyTorch 2.x", function()
     assert.are.same({448, -57344, 57344, -57344}, {s5[1], s5[2], s5[3], s5[4]})
   end)
 
+  -- torch 2.15: torch.full((2,), 500., dtype=torch.float8_e4m3fn), .fill_(500.), full(inf) for e4m3fn and
+  -- fill_(1e6) for e5m2 raise "value cannot be converted to type c10::Float8_e4m3fn without overflow";
+  -- torch.tensor([500.], dtype=torch.float8_e4m3fn) and where(c, x, 500.) give 448
+  it("a fill value beyond the format's range is an error, as torch's; the constructor saturates", function()
+    local e4, e5 = accel.float8_e4m3fn, accel.float8_e5m2
+    for _, f in ipairs({function() return accel.full({2}, 500, {dtype = e4}) end,
+      function() return accel.zeros(2, {dtype = e4}):fill_(-448.5) end,
+      function() return accel.full({2}, math.huge, {dtype = e4}) end,
+      function() return accel.zeros(2, {dtype = e5}):fill_(1e6) end,
+      function() local t = accel.zeros(2, {dtype = e4}); t[1] = 460; return t end}) do
+      local ok, err = pcall(f)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find("cannot be converted to type float8_e", 1, true), err)
+    end
+    assert.are.same({448, 448}, accel.full({2}, 448, {dtype = e4}):float():tolist())
+    assert.are.same({math.huge}, accel.full({1}, math.huge, {dtype = e5}):float():tolist())
+    assert.are.same({448}, accel.tensor({500}, {dtype = e4}):float():tolist())
+    assert.are.same({0, 448}, accel.where(accel.tensor({true, false}), accel.zeros(2, {dtype = e4}), 500):float()
+      :tolist())
+  end)
+
   it("the edges of docs/fp8.md: the ties 432 (e4m3fn) and 61440 (e5m2) round to the even neighbour", function()
     -- PyTorch 2.15: tensor([431.99, 432., -432.]).to(float8_e4m3fn) -> [416., 448., -448.];
     -- tensor([61439., 61440., -61440.]).to(float8_e5m2) -> [57344., inf, -inf]

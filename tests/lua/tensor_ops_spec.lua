@@ -291,6 +291,18 @@ describe("elementwise unary math", function()
     assert.are.same({inf, -inf}, a:float():floor_divide(0):tolist())
   end)
 
+  -- torch 2.15, x = [2048, 100, 7, -7, 0.3]: x.half() // 1.0004 (and // torch.tensor(1.0004)) -> [2047, 99, 6, -7, 0],
+  -- x.bfloat16() // 1.001 -> [2048, 99, 6, -7, 0]: its div_floor kernel keeps a CPU scalar divisor unrounded,
+  -- while x.half() % 1.0004 rounds it to 1 -> [0, 0, 0, -0, 0.3]
+  it("floor division of bf16 / fp16 by a number keeps the number's precision, as torch's", function()
+    local x = accel.tensor({2048, 100, 7, -7, 0.3})
+    for _, case in ipairs({{x:half() // 1.0004, {2047, 99, 6, -7, 0}}, {x:half() // accel.tensor(1.0004), {2047, 99, 6, -7, 0}},
+      {x:half():div(1.0004, {rounding_mode = "floor"}), {2047, 99, 6, -7, 0}}, {x:bfloat16() // 1.001, {2048, 99, 6, -7, 0}},
+      {x:half() % 1.0004, {0, 0, 0, 0, x:half()[5]:item()}}}) do
+      assert.are.same(case[2], case[1]:float():tolist())
+    end
+  end)
+
   it("clamp's gradient is 0 at a bound, as PyTorch 2.x's (1.x passed it there)", function()
     local function grad(f)
       local z = accel.tensor({-1, 0, 0.5, 1, 2}, {requires_grad = true})
@@ -1707,11 +1719,11 @@ describe("PyTorch's rules for options, promotion and in-place writes", function(
     z:add_(z:t())
     assert.same({{0, 3}, {3, 6}}, z:tolist())
     fails("more than one element of the written%-to tensor", function() return accel.zeros(1, 3):expand(2, 3):add_(1) end)
-    fails("more than one element of the written%-to tensor", function() return accel.zeros(1, 3):expand(2, 3):fill_(1) end)
+    fails("more than one element of the written%-to tensor", function() return accel.zeros(1, 3):expand(2, 3):mul_(2) end)
   end)
 
   -- values from PyTorch 2.15: a number meeting a bf16 / fp16 tensor is first rounded to
-  -- that dtype (torch's common-dtype cast), except by mul and div; so is pow's exponent
+  -- that dtype (torch's common-dtype cast), except by mul, div and floor division; so is pow's exponent
   it("numbers meet half tensors in the tensor's dtype", function()
     local b = accel.tensor({0.1, 0.3, 2.5, 7.0}, {dtype = accel.bfloat16})
     assert.same({true, false, false, false}, b:eq(0.1):tolist())
