@@ -520,6 +520,15 @@ describe("index dtypes, empty reductions and in-place names (PyTorch 2.15)", fun
     expect_error(function() local _ = accel.zeros(3):split(0) end, "split", "can only be 0 if dimension size is 0", "3")
   end)
 
+  -- ops built on others name themselves, not the op inside them
+  it("take, scatter and logsumexp errors name the op called", function()
+    local x = accel.zeros(2, 3)
+    expect_error(function() local _ = x:take(accel.tensor({99})) end, "take: index 99 is out of range")
+    expect_error(function() local _ = x:scatter(2, accel.tensor({{9, 0, 0}, {0, 0, 0}}), 1.0) end,
+      "scatter: index 9 is out of range")
+    expect_error(function() local _ = x:logsumexp(5) end, "logsumexp: dimension 5 out of range")
+  end)
+
   -- (torch writes into these views; here the write is refused, naming the op the user called)
   it("in-place writes into an expanded view name the op called", function()
     local e = accel.zeros(1, 3):expand(2, 3)

@@ -493,14 +493,29 @@ function M.cross(t, u, dim)
                     c(t, 1) * c(u, 2) - c(t, 2) * c(u, 1)}, d)
 end
 
--- t:take(index): elements of the flattened t at 0-based positions, in index's shape
+-- fn, whose errors from the op `inner` it is built on name `name`, the op
+-- the user called (the message keeps its place, the user's file:line)
+local function named_as(name, inner, fn)
+  local prefix = inner .. ": "
+  return function(...)
+    local res = compat.pack(pcall(fn, ...))
+    if res[1] then return compat.unpack(res, 2, res.n) end
+    local msg = res[2]
+    if type(msg) == "string" then
+      local at = msg:find(prefix, 1, true)
+      if at then msg = msg:sub(1, at - 1) .. name .. ": " .. msg:sub(at + #prefix) end
+    end
+    error(msg, 0)
+  end
+end
+
 -- t:take(index): t's elements at the 0-based flat positions in index (a
 -- negative one counts from the end, as torch's), in index's shape
-function M.take(t, index)
+M.take = named_as("take", "index_select", function(t, index)
   local flat = index:reshape({-1})
   flat = accel.where(flat:lt(0), flat + t:numel(), flat)
   return t:reshape({-1}):index_select(1, flat):reshape(index.shape)
-end
+end)
 -- t:take_along_dim(indices, dim): gather with indices of t's shape but along dim
 function M.take_along_dim(t, indices, dim)
   if dim == nil then return M.take(t, indices) end
@@ -535,14 +550,14 @@ function M.index_copy_(t, ...) return t:copy_(M.index_copy(t, ...)) end
 
 -- t:scatter(dim, index, src | value): the elements at index replaced (an
 -- id given twice sums the sources, where torch's choice is undefined)
-function M.scatter(t, dim, index, src, ...)
+M.scatter = named_as("scatter", "scatter_add", function(t, dim, index, src, ...)
   local a = torch_args("scatter", {"reduce:string"}, ...)
   if a.reduce ~= nil then raise("scatter: reduce is not supported (use scatter_add for 'add')") end
   local ones = accel.ones(index.shape, {dtype = accel.int64, device = t.device})
   local hit = accel.zeros_like(t, {dtype = accel.int64}):scatter_add(dim, index, ones):gt(0)
   if type(src) == "number" then return accel.where(hit, accel.full_like(t, src), t) end -- (in t's dtype, as torch)
   return accel.where(hit, accel.zeros_like(t):scatter_add(dim, index, src), t)
-end
+end)
 function M.scatter_(t, ...) return t:copy_(M.scatter(t, ...)) end
 
 function M.aminmax(t, ...)
@@ -610,7 +625,7 @@ end
 
 -- t:logsumexp(dim, [keepdim = false]): log(sum(exp(t))) along dim (a list
 -- too), computed from the maximum; an integer input gives float32.
-function M.logsumexp(t, ...)
+M.logsumexp = named_as("logsumexp", "amax", function(t, ...)
   local a = torch_args("logsumexp", {"dim:int|table", "keepdim:bool"}, ...)
   if a.dim == nil then raise("logsumexp: dim must be given (t:logsumexp(dim))") end
   local keep = a.keepdim == true
@@ -620,7 +635,7 @@ function M.logsumexp(t, ...)
   m = accel.where(m:isinf(), 0, m) -- a row of -inf (or inf) sums as is
   local s = (x - m):exp():sum(a.dim, keep):log()
   return s + (keep and m or m:sum(a.dim))
-end
+end)
 
 -- t:lerp(end, weight): t + weight * (end - t), in PyTorch's two forms (from
 -- the nearer end) so the result matches it.
