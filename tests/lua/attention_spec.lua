@@ -122,6 +122,18 @@ end)
 describe("F.scaled_dot_product_attention: composite fallbacks and errors", function()
   before_each(function() accel.set_seed(5) end)
 
+  -- torch 2.15: enable_gqa with 3 key heads for 4 query heads raises "Number of heads in key and value must divide
+  -- the number of heads in query"; without enable_gqa 2 key heads do not broadcast to 4 (values: nn_more_layers_spec)
+  it("enable_gqa needs key / value heads that divide the query's", function()
+    local q = accel.randn(1, 4, 3, 8)
+    local ok, err = pcall(F.scaled_dot_product_attention, q, accel.randn(1, 3, 5, 8), accel.randn(1, 3, 5, 8),
+      {enable_gqa = true})
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("Number of heads in key and value must divide the number of heads in query", 1,
+      true), err)
+    assert.is_false(pcall(F.scaled_dot_product_attention, q, accel.randn(1, 2, 5, 8), accel.randn(1, 2, 5, 8)))
+  end)
+
   it("an attn_mask uses the composite (same values as the fused causal path)", function()
     local q, k, v = accel.randn(2, 2, 6, 4), accel.randn(2, 2, 6, 4), accel.randn(2, 2, 6, 4)
     local allowed = accel.ones(6, 6, {dtype = accel.bool}):tril()

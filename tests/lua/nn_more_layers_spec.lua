@@ -78,6 +78,13 @@ local CASES = {
     return F.avg_pool3d(x, {2, 2, 3}, {stride = {2, 1, 2}, ceil_mode = true, divisor_override = 5})
   end,
   max_unpool3d_overlap = function(v, i) return F.max_unpool3d(v, i, 2, 1, {output_size = {3, 4, 4}}) end,
+  sdpa_gqa = function(q, k, v) return F.scaled_dot_product_attention(q, k, v, {enable_gqa = true}) end,
+  sdpa_gqa_causal_one_kv = function(q, k, v)
+    return F.scaled_dot_product_attention(q, k, v, {is_causal = true, enable_gqa = true})
+  end,
+  sdpa_gqa_mask_unbatched = function(q, k, v, m)
+    return F.scaled_dot_product_attention(q, k, v, {attn_mask = m, enable_gqa = true})
+  end,
 }
 
 dofile("tests/lua/torch_cases.lua").describe(describe, it, "more layers and losses match PyTorch",

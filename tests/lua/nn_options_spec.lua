@@ -92,7 +92,7 @@ case("layer_norm", {weight = accel.ones(4), bias = accel.zeros(4), eps = 1e-6}, 
 case("rms_norm", {weight = accel.ones(4), eps = 1e-6}, function(o) local _ = F.rms_norm(x34, 4, o) end)
 case("normalize", {p = 1, dim = 1, eps = 1e-6}, function(o) local _ = F.normalize(x34, o) end)
 case("scaled_dot_product_attention", {attn_mask = accel.ones(3, 3, {dtype = accel.bool}), dropout_p = 0.1,
-  is_causal = true, scale = 0.5}, function(o) local _ = F.scaled_dot_product_attention(q, q, q, o) end)
+  is_causal = true, scale = 0.5, enable_gqa = true}, function(o) local _ = F.scaled_dot_product_attention(q, q, q, o) end)
 case("conv2d", {bias = accel.zeros(4), stride = 2, padding = 1, dilation = 2, groups = 1},
   function(o) local _ = F.conv2d(img, accel.randn(4, 2, 3, 3), o) end)
 case("conv2d", {bias = accel.zeros(4), stride = 2, padding = 1, dilation = 2, groups = 1},
@@ -177,7 +177,8 @@ describe("nn options", function()
 
   it("the audit's misspellings are refused", function()
     support.expect_error(function() local _ = F.scaled_dot_product_attention(q, q, q, {is_casual = true}) end,
-      "scaled_dot_product_attention: unknown option 'is_casual' (options: attn_mask, dropout_p, is_causal, scale)")
+      "scaled_dot_product_attention: unknown option 'is_casual' (options: attn_mask, dropout_p, is_causal, scale, "
+        .. "enable_gqa)")
     support.expect_error(function() local _ = F.cross_entropy(x34, ids, {reduce = "sum"}) end,
       "cross_entropy: unknown option 'reduce' (options: weight, ignore_index, label_smoothing, reduction)")
     support.expect_error(function() local _ = nn.Linear(3, 4, {biass = false}) end,

@@ -745,6 +745,28 @@ function F._check_mask(op, what, mask, query)
   end
 end
 
+-- enable_gqa (grouped-query attention, as torch's): key / value t with
+-- fewer heads (dim -3) than the query, each head repeated for its group of
+-- query heads (torch's repeat_interleave), so q heads h*g .. h*g + g - 1 use
+-- kv head h. (..., Hkv, S, E) -> (..., Hq, S, E)
+local function gqa_heads(q, t)
+  if q:dim() < 3 or t:dim() < 3 then return t end
+  local hq, hkv = q:size(-3), t:size(-3)
+  if hq == hkv then return t end
+  if hq % hkv ~= 0 then
+    raise("scaled_dot_product_attention: Number of heads in key and value must divide the number of heads in query "
+      .. "(query %s, %s)", tostring(q.shape), tostring(t.shape))
+  end
+  local d = t:dim() - 2 -- the heads' dim, 1-based
+  local expanded, grouped = {}, {}
+  for i = 1, t:dim() do
+    expanded[#expanded + 1] = t:size(i)
+    if i == d then expanded[#expanded + 1] = math.floor(hq / hkv) end
+    grouped[i] = i == d and hq or t:size(i)
+  end
+  return t:unsqueeze(d + 1):expand(expanded):reshape(grouped)
+end
+
 -- Causal or masked attention: softmax(q k^T * scale + mask) v over the last
 -- two dims. Without attn_mask and dropout it runs the fused kernel
 -- (accel._C.scaled_dot_product_attention: flash-style, the (L, S) scores are
@@ -752,7 +774,8 @@ end
 function F.scaled_dot_product_attention(q, k, v, ...)
   for i, t in ipairs({q, k, v}) do tensor_arg("scaled_dot_product_attention", ({"query", "key", "value"})[i], t) end
   local o = torch_args("scaled_dot_product_attention", {"attn_mask:tensor", "dropout_p:number", "is_causal:bool",
-    "scale:number"}, ...)
+    "scale:number", "enable_gqa:bool"}, ...)
+  if opt(o, "enable_gqa", false) then k, v = gqa_heads(q, k), gqa_heads(q, v) end
   local amp = require("accel.amp") -- on autocast's lower-precision list, as torch's: q, k, v in its dtype
   q, k, v = amp.cast_input(q), amp.cast_input(k), amp.cast_input(v)
   local scale = opt(o, "scale", nil) or 1 / math.sqrt(q:size(-1))
