@@ -69,6 +69,13 @@ static int l_full_shape(lua_State *L, const char *op, double v, bool has_value) 
         v = lua_isboolean(L, next) ? lua_toboolean(L, next) : lua_tonumber(L, next);
         DType def = lua_isboolean(L, next) ? DT_BOOL : lua_isinteger(L, next) ? DT_I64 : DT_F32;
         CreateOpts o = create_opts(L, next + 1, def);
+        if (o.dt == DT_I64 && lu_is_wide_integer(L, next)) { /* exactly, not through a double */
+            if (filled(L, op, shape, nd, 0, &o) < 0) return -1;
+            Tensor *s = lu_int64_scalar(L, next, o.dev);
+            int rc = tensor_copy_(lu_check_tensor(L, -1), s);
+            tensor_release(s);
+            return rc < 0 ? lu_core_error(L) : 1;
+        }
         lu_check_fill_value(L, v, o.dt, op);
         return filled(L, op, shape, nd, v, &o);
     }

@@ -687,10 +687,27 @@ void lu_check_tensor_or_scalar(lua_State *L, int idx) {
                  luaL_typename(L, idx));
 }
 
+bool lu_is_wide_integer(lua_State *L, int idx) {
+    if (!lua_isinteger(L, idx)) return false;
+    lua_Integer v = lua_tointeger(L, idx);
+    return v > ((lua_Integer)1 << 53) || v < -((lua_Integer)1 << 53);
+}
+
+Tensor *lu_int64_scalar(lua_State *L, int idx, Device d) {
+    int64_t v = (int64_t)lua_tointeger(L, idx);
+    Tensor *host = tensor_from_data(&v, NULL, 0, DT_I64);
+    Tensor *s = host ? tensor_to(host, d) : NULL;
+    tensor_release(host);
+    if (!s) lu_core_error(L);
+    return s;
+}
+
 Tensor *lu_tensor_or_scalar(lua_State *L, int idx, const Tensor *like) {
     lu_check_tensor_or_scalar(L, idx);
     Tensor *t = lu_to_tensor(L, idx);
     if (t) return tensor_retain(t);
+    if (lu_is_wide_integer(L, idx) && !(like && dtype_is_float(like->dtype)))
+        return lu_int64_scalar(L, idx, like ? like->device : lu_default_device(L));
     if (lua_type(L, idx) == LUA_TNUMBER) {
         DType dt = like && dtype_is_float(like->dtype) ? like->dtype : (lua_isinteger(L, idx) ? DT_I64 : DT_F32);
         Tensor *s = tensor_full(NULL, 0, lua_tonumber(L, idx), dt, like ? like->device : lu_default_device(L));

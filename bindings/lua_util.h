@@ -123,6 +123,10 @@ bool lu_is_device(lua_State *L, int idx);
 
 /* Tensor or number at idx as a tensor (numbers become 0-dim of dtype like). */
 Tensor *lu_tensor_or_scalar(lua_State *L, int idx, const Tensor *like);
+/* A Lua integer at idx that a double cannot hold exactly (beyond +-2^53) */
+bool lu_is_wide_integer(lua_State *L, int idx);
+/* The Lua integer at idx as an exact 0-dim int64 tensor on device d */
+Tensor *lu_int64_scalar(lua_State *L, int idx, Device d);
 /* Raises lu_tensor_or_scalar's type error for idx, if any: call it first
  * when a tensor made from an earlier argument would leak. */
 void lu_check_tensor_or_scalar(lua_State *L, int idx);

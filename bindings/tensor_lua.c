@@ -44,6 +44,15 @@ static void bool_operand(lua_State *L, int idx, const Tensor *like) {
     lua_replace(L, idx);
 }
 
+/* A Lua integer at idx beyond +-2^53 beside an integer or bool tensor like,
+ * replaced by an exact 0-dim int64 tensor (a number operand passes through
+ * a double, which would round it; torch keeps the integer). */
+static void wide_int_operand(lua_State *L, int idx, const Tensor *like) {
+    if (!like || dtype_is_float(like->dtype) || !lu_is_wide_integer(L, idx)) return;
+    lu_push_tensor(L, lu_int64_scalar(L, idx, like->device));
+    lua_replace(L, idx);
+}
+
 /* Either operand a Lua boolean beside a tensor: as a bool tensor */
 static void bool_operands(lua_State *L, int ia, int ib) {
     bool_operand(L, ia, lu_to_tensor(L, ib));
@@ -52,6 +61,8 @@ static void bool_operands(lua_State *L, int ia, int ib) {
 
 static Tensor *binary(lua_State *L, KBinOp op, int ia, int ib) {
     bool_operands(L, ia, ib);
+    wide_int_operand(L, ib, lu_to_tensor(L, ia));
+    wide_int_operand(L, ia, lu_to_tensor(L, ib));
     Tensor *a = lu_to_tensor(L, ia), *b = lu_to_tensor(L, ib);
     if (a && b) return op_binary(op, a, b);
     if (a) return op_binary_scalar(op, a, scalar_arg(L, ib, kbin_name(op)), int_scalar(L, ib), false);
@@ -91,6 +102,7 @@ static double alpha_arg(lua_State *L) {
 
 static Other other_arg(lua_State *L, KBinOp op, Tensor *self) {
     bool_operand(L, 2, self);
+    wide_int_operand(L, 2, self);
     Other o = {lu_to_tensor(L, 2), false, 0, false, 0, -1};
     bool scaled = op == KB_ADD || op == KB_SUB;
     lu_check_call_opts(L, 3, scaled ? "alpha" : op == KB_DIV ? "rounding_mode" : "");
@@ -1519,6 +1531,11 @@ static int t_fill_(lua_State *L) {
         }
         return ret_rc(L, fill_checked(L, t, tensor_item(v), "fill_"));
     }
+    if (t->dtype == DT_I64 && lu_is_wide_integer(L, 2)) { /* exactly, not through a double */
+        lu_push_tensor(L, lu_int64_scalar(L, 2, t->device));
+        lua_replace(L, 2);
+        return t_copy_(L);
+    }
     return ret_rc(L, fill_checked(L, t, scalar_arg(L, 2, "fill_"), "fill_"));
 }
 
@@ -1653,8 +1670,14 @@ static double fill_value_for(lua_State *L, int idx, const Tensor *t, const char 
 static int t_masked_fill(lua_State *L) {
     Tensor *self = SELF; /* first: t.masked_fill(...) is a method-call error */
     lu_check_no_more_args(L, 4);
+    bool wide = self->dtype == DT_I64 && lu_is_wide_integer(L, 3);
+    if (wide) { /* exactly, not through a double */
+        lu_push_tensor(L, lu_int64_scalar(L, 3, self->device));
+        lua_replace(L, 3);
+    }
     Tensor *mask = lu_check_tensor(L, 2), *v = lu_to_tensor(L, 3);
-    if (v && v->requires_grad && v->ndim == 0) { /* the value gets its gradient: where(mask, v, self) */
+    if (v && v->ndim == 0 && (v->requires_grad || wide)) {
+        /* the value gets its gradient (or keeps every bit): where(mask, v, self) */
         Tensor *cv = v->dtype == self->dtype ? tensor_retain(v) : op_cast(v, self->dtype);
         Tensor *r = cv ? op_where(mask, cv, self) : NULL;
         tensor_release(cv);

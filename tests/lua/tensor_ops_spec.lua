@@ -17,6 +17,7 @@ it = support.lua54_only(it, pending, {
   ["masked_fill and masked_fill_ (with a broadcast mask)"] = "reads int64's minimum back (beyond 2^53)",
   ["float32 sum of 10^7 values is accurate (no naive float32 accumulation)"] = support.NO_STRING_PACK,
   ["binary op on a large transposed operand plus a broadcast row"] = support.NO_STRING_PACK,
+  ["Lua integers beyond 2^53 meet integer tensors exactly, as Python ints meet torch's"] = support.NO_INT64,
   ["sizes: a nil size is an error, extra view arguments too; shapes compare by value"] =
     "== with a plain table (LuaJIT calls __eq only when both operands share it)",
 })
@@ -296,11 +297,35 @@ describe("elementwise unary math", function()
   -- while x.half() % 1.0004 rounds it to 1 -> [0, 0, 0, -0, 0.3]
   it("floor division of bf16 / fp16 by a number keeps the number's precision, as torch's", function()
     local x = accel.tensor({2048, 100, 7, -7, 0.3})
-    for _, case in ipairs({{x:half() // 1.0004, {2047, 99, 6, -7, 0}}, {x:half() // accel.tensor(1.0004), {2047, 99, 6, -7, 0}},
-      {x:half():div(1.0004, {rounding_mode = "floor"}), {2047, 99, 6, -7, 0}}, {x:bfloat16() // 1.001, {2048, 99, 6, -7, 0}},
+    for _, case in ipairs({{x:half():floor_divide(1.0004), {2047, 99, 6, -7, 0}},
+      {x:half():floor_divide(accel.tensor(1.0004)), {2047, 99, 6, -7, 0}},
+      {x:half():div(1.0004, {rounding_mode = "floor"}), {2047, 99, 6, -7, 0}},
+      {x:bfloat16():floor_divide(1.001), {2048, 99, 6, -7, 0}},
       {x:half() % 1.0004, {0, 0, 0, 0, x:half()[5]:item()}}}) do
       assert.are.same(case[2], case[1]:float():tolist())
     end
+  end)
+
+  -- torch 2.15, big = 2**53 + 1: tensor([0]) + big -> [9007199254740993], tensor([big]).eq(big) -> [True],
+  -- full((1,), big), zeros(1, dtype=int64).fill_(big), masked_fill(..., big), where(c, big, tensor([0])) ->
+  -- [9007199254740993]; tensor([2]) * (2**63 - 1) -> [-2] (wraps); int32 tensor([1]) * big -> [1];
+  -- full((1,), 2**63 - 1) -> [9223372036854775807]
+  it("Lua integers beyond 2^53 meet integer tensors exactly, as Python ints meet torch's", function()
+    local big = 9007199254740993
+    local i64 = {dtype = accel.int64}
+    for _, case in ipairs({{accel.tensor({0}) + big, big}, {big + accel.tensor({0}), big},
+      {accel.tensor({1}) * big, big}, {accel.tensor({big}):sub(big), 0},
+      {accel.full({1}, big), big}, {accel.zeros(1, i64):fill_(big), big},
+      {accel.zeros(1, i64):masked_fill(accel.tensor({true}), big), big},
+      {accel.where(accel.tensor({true}), big, accel.tensor({0})), big},
+      {accel.tensor({2}) * math.maxinteger, -2}, {accel.full({1}, math.maxinteger), math.maxinteger},
+      {accel.zeros(1, i64):fill_(math.maxinteger), math.maxinteger}}) do
+      assert.are.same({case[2]}, case[1]:tolist())
+    end
+    assert.are.same({true}, accel.tensor({big}):eq(big):tolist())
+    assert.are.same({false}, accel.tensor({big}):ne(big):tolist())
+    assert.are.same({1}, (accel.tensor({1}, {dtype = accel.int32}) * big):tolist())
+    assert.are.same({big + 1.0}, (accel.tensor({0.0}, {dtype = accel.float64}) + big):tolist()) -- floats round
   end)
 
   it("clamp's gradient is 0 at a bound, as PyTorch 2.x's (1.x passed it there)", function()
