@@ -629,7 +629,7 @@ static int t_norm(lua_State *L) {
         pos = 3; /* t:norm(nil, dim): the default p */
     }
     int dims[TENSOR_MAX_DIMS], n = 0;
-    lu_check_call_opts(L, trailing_opts(L), "p dim keepdim");
+    lu_check_call_opts(L, trailing_opts(L), "p dim keepdim dtype");
     if (lua_type(L, pos) == LUA_TNUMBER || (lua_istable(L, pos) && !lu_is_opts(L, pos))) n = lu_dims(L, pos, dims), pos++;
     else if (lua_isnil(L, pos) && pos < lua_gettop(L)) pos++; /* t:norm(p, nil, keepdim) */
     bool keep = lua_isboolean(L, pos) ? lua_toboolean(L, pos++) : false; /* t:norm(p, dim, keepdim) */
@@ -645,6 +645,13 @@ static int t_norm(lua_State *L) {
         lua_getfield(L, pos, "dim");
         if (!lua_isnil(L, -1)) n = lu_dims(L, lua_gettop(L), dims);
         lua_pop(L, 1);
+        int dt = lu_opt_dtype(L, pos, "dtype", (int)a->dtype); /* torch's: the input cast to it first */
+        if (dt != (int)a->dtype) {
+            if (!dtype_is_float((DType)dt)) lu_error(L, "norm: dtype must be a floating point dtype, got %s", dtype_name((DType)dt));
+            Tensor *c = tensor_to_dtype(a, (DType)dt), *r = c ? op_norm(c, p, dims, n, keep) : NULL;
+            tensor_release(c);
+            return ret(L, r);
+        }
     }
     return ret(L, op_norm(a, p, dims, n, keep));
 }
@@ -1339,6 +1346,7 @@ static int t_to(lua_State *L) {
     Tensor *t = SELF;
     int dt = t->dtype;
     Device dev = t->device;
+    bool copy = false; /* torch's copy = True: a new tensor even when nothing changes */
     for (int i = 2; i <= lua_gettop(L); i++) {
         if (lu_is_tensor(L, i)) {
             Tensor *o = lu_check_tensor(L, i);
@@ -1355,11 +1363,15 @@ static int t_to(lua_State *L) {
                 lu_error(L, "to: '%s' is neither a dtype nor a device (expected a dtype such as \"float32\", or "
                             "a device \"cpu\", \"cuda\", \"cuda:N\" or \"sim\")", lua_tostring(L, i));
         } else if (lu_is_opts(L, i)) {
-            lu_check_call_opts(L, i, "dtype device non_blocking");
-            lua_getfield(L, i, "non_blocking");
-            if (!lua_isnil(L, -1) && !lua_isboolean(L, -1))
-                lu_error(L, "to: option 'non_blocking' must be a boolean, got %s", luaL_typename(L, -1));
-            lua_pop(L, 1);
+            lu_check_call_opts(L, i, "dtype device non_blocking copy");
+            for (int k = 0; k < 2; k++) {
+                const char *name = k == 0 ? "non_blocking" : "copy";
+                lua_getfield(L, i, name);
+                if (!lua_isnil(L, -1) && !lua_isboolean(L, -1))
+                    lu_error(L, "to: option '%s' must be a boolean, got %s", name, luaL_typename(L, -1));
+                if (k == 1) copy = lua_toboolean(L, -1);
+                lua_pop(L, 1);
+            }
             dt = lu_opt_dtype(L, i, "dtype", dt);
             lua_getfield(L, i, "device");
             if (!lua_isnil(L, -1)) dev = lu_opt_device(L, i, "device");
@@ -1369,6 +1381,7 @@ static int t_to(lua_State *L) {
         }
     }
     if (dt == (int)t->dtype && dev.type == t->device.type && dev.index == t->device.index) {
+        if (copy) return ret(L, tensor_clone(t));
         lua_pushvalue(L, 1); /* nothing to do: the tensor itself, as PyTorch */
         return 1;
     }

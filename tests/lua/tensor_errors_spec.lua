@@ -471,6 +471,27 @@ describe("arguments and options a method does not take", function()
 
   it("the options they do take still work", function()
     assert.same({1, 1}, accel.zeros(2):copy_(accel.ones(2), {non_blocking = true}):tolist())
+    -- torch 2.15: t.to(torch.float32, copy=True) is a new tensor (t.data_ptr() differs), t.to(torch.float32) is t;
+    -- the copy passes the gradient back
+    local t = accel.ones(2, {requires_grad = true})
+    assert.are.equal(t, t:to(accel.float32))
+    local c = t:to(accel.float32, {copy = true})
+    assert.are_not.equal(t, c)
+    c:sum():backward()
+    assert.same({1, 1}, t.grad:tolist())
+    local d = accel.ones(2)
+    local e = d:to({dtype = accel.float32, copy = true})
+    e:fill_(5)
+    assert.same({1, 1}, d:tolist())
+    expect_error(function() local _ = d:to(accel.float32, {copy = 1}) end, "to: option 'copy' must be a boolean")
+    -- torch 2.15: tensor([3., 4.], dtype=bfloat16).norm(2, 0, dtype=torch.float64) -> tensor(5., dtype=float64), the
+    -- gradient [0.6016, 0.8008] in bfloat16; dtype=torch.int64: "dtype should be floating point or complex"
+    local b = accel.tensor({3, 4}, {dtype = accel.bfloat16, requires_grad = true})
+    local n = b:norm(2, 1, {dtype = accel.float64})
+    assert.are.same({accel.float64, 5}, {n.dtype, n:item()})
+    n:backward()
+    assert.are.same({accel.bfloat16, 0.6015625, 0.80078125}, {b.grad.dtype, b.grad[1]:item(), b.grad[2]:item()})
+    expect_error(function() local _ = b:norm(2, {dtype = accel.int64}) end, "norm: dtype must be a floating point dtype")
     assert.same({{1, 0, 0}, {1, 1, 0}}, accel.ones(2, 3):tril({diagonal = 0}):tolist())
     assert.are.equal(2, #a:split(1, {dim = 1}))
   end)
