@@ -1484,6 +1484,23 @@ CASES.load_checkpoint_in_model = {
   end,
 }
 
+-- skip_first_batches(loader, num_batches) with Accelerate's keyword as an options table
+CASES.skip_first_batches = {
+  num_batches = function()
+    local loader = data.DataLoader(data.TensorDataset(accel.arange(6)), {batch_size = 2})
+    local a = accel.Accelerator()
+    for _, skipped in ipairs({a:skip_first_batches(loader, {num_batches = 2}),
+      accel.utils.skip_first_batches(loader, {num_batches = 2}), accel.skip_first_batches(loader, 2)}) do
+      local seen = {}
+      for x in skipped:iter() do seen[#seen + 1] = x:tolist() end
+      assert.are.same({{4, 5}}, seen)
+    end
+    error_matching("skip_first_batches: unknown option num_batch %(known: num_batches%)", function()
+      a:skip_first_batches(loader, {num_batch = 2})
+    end)
+  end,
+}
+
 CASES.log = {
   step = function()
     local seen = {}

@@ -1243,8 +1243,15 @@ function Accelerator:prepare_data_loader(loader, o, ...)
 end
 
 -- The loader (prepared or not) starting at batch n + 1 of its current pass
--- (also accel.skip_first_batches / accel.utils.skip_first_batches).
+-- (also accel.skip_first_batches / accel.utils.skip_first_batches); n also
+-- as Accelerate's keyword, {num_batches = n}.
+local SKIP_OPTIONS = plugins.register("skip_first_batches", {num_batches = "number"})
+
 function M.skip_first_batches(loader, n)
+  if type(n) == "table" and getmetatable(n) == nil then
+    plugins.check_options("skip_first_batches", n, SKIP_OPTIONS)
+    n = n.num_batches
+  end
   if n == nil then n = 0 end -- Accelerate's default num_batches
   if type(n) ~= "number" or n < 0 or n ~= math.floor(n) then
     raise("skip_first_batches: num_batches must be a non-negative integer, got %s", tostring(n))
