@@ -1075,10 +1075,6 @@ local function reducer_of(self, model)
   return nil
 end
 
--- The model itself: moved to the device, forward under autocast for bf16 /
--- fp16; on several processes rank 0's parameters (and buffers) are
--- broadcast and the model gets its DDP gradient reducer.
-local PREPARE_MODEL_OPTIONS = plugins.register("prepare_model", {device_placement = "boolean"})
 -- Before each forward with grad enabled, the model's DDP reducer takes the
 -- synchronisation asked for then: the backward of that forward averages
 -- (or not) whatever scope it runs in.
@@ -1088,6 +1084,11 @@ local function sync_on_forward(self, model)
     if r then r:set_sync(self._grad_sync[model] ~= false) end
   end)
 end
+
+-- The model itself: moved to the device, forward under autocast for bf16 /
+-- fp16; on several processes rank 0's parameters (and buffers) are
+-- broadcast and the model gets its DDP gradient reducer.
+local PREPARE_MODEL_OPTIONS = plugins.register("prepare_model", {device_placement = "boolean"})
 
 function Accelerator:prepare_model(model, o, ...)
   no_more_args("prepare_model", select("#", ...))

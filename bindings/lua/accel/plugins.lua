@@ -479,8 +479,9 @@ end
 -- plain data parallel. gradient_clipping clips the gradients' total norm
 -- before every optimizer step, as DeepSpeed's engine does.
 -- plugin.deepspeed_config is Accelerate's config table (make_deepspeed_config);
--- prepare reads its settings from it (M.deepspeed_settings). what: the
--- name errors use.
+-- prepare reads its settings from it (M.deepspeed_settings). An option not
+-- given comes from launch's settings (launch_options); what: the name
+-- errors use; switch: the launch setting that asked for the plugin, if one did.
 function M.DeepSpeedPlugin(o, what, switch)
   if getmetatable(o) == DeepSpeedPlugin then return o end
   what = what or "DeepSpeedPlugin"
@@ -681,8 +682,9 @@ end
 --   "HYBRID_SHARD"|"HYBRID_SHARD_ZERO2" (or PyTorch's numbers 1-5), auto_wrap_policy=, cpu_offload=false, ...}:
 -- FULL_SHARD / HYBRID_SHARD are ZeRO-3, SHARD_GRAD_OP / HYBRID_SHARD_ZERO2
 -- ZeRO-2 (the sharding engine, built by the Accelerator's prepare; the
--- hybrid ones need several machines), NO_SHARD plain data parallel. what:
--- the name errors use.
+-- hybrid ones need several machines), NO_SHARD plain data parallel. An
+-- option not given comes from launch's settings (launch_options); what: the
+-- name errors use; switch: as DeepSpeedPlugin's.
 function M.FullyShardedDataParallelPlugin(o, what, switch)
   if getmetatable(o) == FSDPPlugin then return o end
   what = what or "FullyShardedDataParallelPlugin"
