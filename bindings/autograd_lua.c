@@ -8,6 +8,7 @@
 #include "lua_util.h"
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* fn (at `at`) with its arguments above it, under grad mode `on` and
  * inference mode `inf` (core/autograd.h: nothing records while it is on);
@@ -390,6 +391,25 @@ static int l_set_keep_saved(lua_State *L) {
     return 1;
 }
 
+/* C.name_grad_fn(t, name): t's grad_fn takes PyTorch's node name for the op
+ * the user called (F.mse_loss's last node is a mean: MseLossBackward0), as
+ * printing shows it; name must be one of PyTorch's names listed here (the
+ * node keeps a pointer to it). t without a grad_fn is left as it is. */
+static int l_name_grad_fn(lua_State *L) {
+    static const char *const names[] = {"NllLossBackward0", "NllLoss2DBackward0", "MseLossBackward0",
+                                        "SmoothL1LossBackward0", "HuberLossBackward0", "BinaryCrossEntropyBackward0",
+                                        "BinaryCrossEntropyWithLogitsBackward0", "EmbeddingBackward0",
+                                        "AddBackward0", NULL};
+    Tensor *t = lu_check_tensor(L, 1);
+    const char *name = luaL_checkstring(L, 2);
+    for (const char *const *n = names; *n; n++)
+        if (strcmp(*n, name) == 0) {
+            if (t->grad_fn) t->grad_fn->name = *n;
+            return 0;
+        }
+    return luaL_error(L, "name_grad_fn: %s is not a node name listed in bindings/autograd_lua.c", name);
+}
+
 void lu_open_autograd(lua_State *L, int m) {
     luaL_newmetatable(L, "accel.GradMode");
     lua_pushcfunction(L, grad_mode_close);
@@ -409,7 +429,8 @@ void lu_open_autograd(lua_State *L, int m) {
     lua_pushvalue(L, m);
     luaL_setfuncs(L, fns, 0);
     lua_pop(L, 1);
-    static const luaL_Reg c_fns[] = {{"attach_custom", l_attach_custom}, {"backward_many", l_backward_many},
+    static const luaL_Reg c_fns[] = {{"name_grad_fn", l_name_grad_fn},
+                                     {"attach_custom", l_attach_custom}, {"backward_many", l_backward_many},
                                      {"set_keep_saved", l_set_keep_saved}, {"graph_leaves", l_graph_leaves},
                                      {"collect_garbage_tensors", l_collect_garbage_tensors}, {NULL, NULL}};
     lu_register_c(L, m, c_fns);

@@ -945,7 +945,9 @@ static int t_t(lua_State *L) {
     lu_check_no_more_args(L, 2);
     if (t->ndim > 2) return lu_error(L, "t: expects a tensor with <= 2 dims, got shape %s", tensor_shape_str(t));
     /* 0-D and 1-D: returned as is, but as a view that keeps the graph */
-    return ret(L, t->ndim < 2 ? tensor_transpose(t, 0, 0) : tensor_transpose(t, 0, 1));
+    Tensor *r = t->ndim < 2 ? tensor_transpose(t, 0, 0) : tensor_transpose(t, 0, 1);
+    if (r && r->grad_fn) r->grad_fn->name = "TBackward0"; /* PyTorch's node name for t() */
+    return ret(L, r);
 }
 
 static int t_permute(lua_State *L) {

@@ -229,6 +229,10 @@ static Tensor *reduce_named(KRedOp op, Tensor *a, const int *dims, int ndims, bo
     Tensor *out = reduce_compute(op, a, &r, name);
     AGNode *n = out ? ag_record(name, bw_reduce, out, &a, 1) : NULL;
     if (n) {
+        /* PyTorch's node names: sum(dim) is SumBackward1 (sum() SumBackward0), max() MaxBackward1 */
+        if (nan_split) n->name = op == KR_MAX ? "MaxBackward1" : "MinBackward1";
+        else if (ndims > 0 && (op == KR_SUM || op == KR_MEAN || op == KR_PROD))
+            n->name = op == KR_SUM ? "SumBackward1" : op == KR_MEAN ? "MeanBackward1" : "ProdBackward1";
         n->p[0] = op;
         n->p[1] = (double)r.n;
         n->p[2] = nan_split;
@@ -315,6 +319,7 @@ int op_max_dim(Tensor *a, int dim, bool keepdim, bool want_max, Tensor **values,
         Tensor *v2 = tensor_squeeze(v, dim), *i2 = tensor_squeeze(ix, dim);
         tensor_release(v), tensor_release(ix);
         v = v2, ix = i2;
+        if (v && v->grad_fn) v->grad_fn->name = name; /* the node PyTorch shows: MaxBackward0, not the squeeze's */
     }
     *values = v;
     *indices = ix;

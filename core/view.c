@@ -183,7 +183,7 @@ Tensor *tensor_reshape(Tensor *t, const int64_t *shape, int ndim) {
     int64_t s[TENSOR_MAX_DIMS], st[TENSOR_MAX_DIMS];
     if (infer_shape(t, shape, ndim, s, "reshape") < 0) return NULL;
     if (view_strides(t, s, ndim, st))
-        return record_view(make_view(t, s, st, ndim, t->offset), t, "ReshapeBackward", bw_reshape);
+        return record_view(make_view(t, s, st, ndim, t->offset), t, "ViewBackward", bw_reshape); /* PyTorch's: a view */
     Tensor *c = tensor_contiguous(t);
     if (!c) return NULL;
     Tensor *r = tensor_view(c, s, ndim);

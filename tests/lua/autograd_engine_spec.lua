@@ -431,7 +431,7 @@ describe("leaves, requires_grad, detach", function()
     assert.matches("sum", name(x:sum()))
     assert.matches("exp", name(x:exp()))
     assert.matches("view", name(x:view(3, 2)))
-    assert.matches("transpose", name(x:t()))
+    assert.matches("^tbackward", name(x:t())) -- PyTorch 2.15: TBackward0
     assert.matches("mm", name(x:matmul(x:t())))
     assert.matches("softmax", name(x:softmax(1)))
     assert.is_nil(accel.randn(2):exp().grad_fn)

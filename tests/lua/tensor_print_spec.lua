@@ -235,6 +235,30 @@ describe("autograd suffixes", function()
     same_print("tensor([1., 2., 3., 4.], grad_fn=<ViewBackward0>)", p(m:view(4)))
   end)
 
+  -- grad_fn.name() in torch 2.15 for x = randn(4, 3, requires_grad=True), y = tensor([0, 1, 2, 1]) (scripts run
+  -- beside this spec's writing): the node of the op called, where a composite's last node would show another
+  it("grad_fn names the node PyTorch's op makes (losses, reductions over dims, t, reshape)", function()
+    local F = accel.nn.functional
+    local x = accel.randn(4, 3, {requires_grad = true})
+    local y = accel.tensor({0, 1, 2, 1})
+    local function node(t) return p(t):match("grad_fn=<([^>]*)>") end
+    for _, case in ipairs({
+      {"NllLossBackward0", F.cross_entropy(x, y)}, {"NllLossBackward0", F.cross_entropy(x, y, {reduction = "sum"})},
+      {"AddBackward0", F.cross_entropy(x, y, {label_smoothing = 0.1})},
+      {"NllLoss2DBackward0", F.cross_entropy(x:view(2, 3, 2), accel.tensor({{0, 1}, {2, 1}}))},
+      {"NllLossBackward0", F.nll_loss(F.log_softmax(x, 2), y)}, {"MseLossBackward0", F.mse_loss(x, x:detach() * 2)},
+      {"MseLossBackward0", F.mse_loss(x, x:detach() * 2, {reduction = "none"})},
+      {"SmoothL1LossBackward0", F.smooth_l1_loss(x, x:detach() * 2)}, {"HuberLossBackward0", F.huber_loss(x, x:detach() * 2)},
+      {"BinaryCrossEntropyBackward0", F.binary_cross_entropy(x:sigmoid(), x:detach():sigmoid())},
+      {"BinaryCrossEntropyWithLogitsBackward0", F.binary_cross_entropy_with_logits(x, x:detach():sigmoid())},
+      {"EmbeddingBackward0", accel.nn.Embedding(5, 3)(y)}, {"SumBackward1", x:sum(1)}, {"SumBackward0", x:sum()},
+      {"MeanBackward1", x:mean(1)}, {"ProdBackward1", x:prod(1)}, {"MaxBackward1", x:max()}, {"MinBackward1", x:min()},
+      {"MaxBackward0", (x:max(1))}, {"AmaxBackward0", x:amax(1)}, {"TBackward0", x:t()}, {"ViewBackward0", x:reshape(12)},
+    }) do
+      assert.are.equal(case[1], node(case[2]))
+    end
+  end)
+
   it("snake_case op names print in PyTorch's CamelCase", function()
     local x = accel.tensor({{1.0, 2.0}}, {requires_grad = true})
     assert.is_truthy(p(x:log_softmax(2)):find("grad_fn=<LogSoftmaxBackward0>", 1, true))

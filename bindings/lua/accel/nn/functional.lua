@@ -317,6 +317,21 @@ function F._label_smoothing(op, v)
   return v
 end
 
+-- t with PyTorch's node name for the op the user called as its grad_fn's
+-- name (printing shows it: tensor(2.30, grad_fn=<NllLossBackward0>)); the
+-- composite's last node keeps its function
+local function node_named(t, name)
+  if t.grad_fn ~= nil then C.name_grad_fn(t, name) end
+  return t
+end
+
+-- PyTorch's node of a class-target loss over input: NllLoss (NllLoss2D
+-- above 2 dims), or Add when label smoothing mixes in the uniform term
+local function nll_node(input, smoothing)
+  if smoothing > 0 then return "AddBackward0" end
+  return input:dim() > 2 and "NllLoss2DBackward0" or "NllLossBackward0"
+end
+
 function F.cross_entropy(input, target, o, ...)
   no_more("cross_entropy", 3, "from 2 to 3", ...) -- options in one table (PyTorch's positional layout is not read)
   tensor_arg("cross_entropy", "input", input)
@@ -334,7 +349,8 @@ function F.cross_entropy(input, target, o, ...)
   input, target = fp32_in_autocast(input), fp32_in_autocast(target)
   local loss = C.cross_entropy(input, target, ignore, smoothing, reduction)
   local half = input.dtype == accel.bfloat16 or input.dtype == accel.float16 -- only outside autocast
-  return half and loss:to(input.dtype) or loss
+  if half then loss = loss:to(input.dtype) end
+  return target.dtype.is_floating_point and loss or node_named(loss, nll_node(input, smoothing))
 end
 
 -- reduction (nil: "mean") checked for the loss op (also by the loss modules)
@@ -353,6 +369,7 @@ local function reduce(op, t, reduction)
   return t
 end
 F._reduce = reduce -- (for the losses in other files)
+
 
 local function shape_text(dims) return "[" .. table.concat(dims, ", ") .. "]" end
 
@@ -411,8 +428,10 @@ function F.nll_loss(input, target, o, ...)
   local ignore = F._ignore_index("nll_loss", o.ignore_index)
   local ignored = target:eq(ignore)
   local picked = pick_classes(input, target:masked_fill(ignored, 0)):masked_fill(ignored, 0)
-  if reduction == "mean" then return picked:sum() / (target:numel() - ignored:sum():item()) end
-  return reduce("nll_loss", picked, reduction)
+  local loss
+  if reduction == "mean" then loss = picked:sum() / (target:numel() - ignored:sum():item())
+  else loss = reduce("nll_loss", picked, reduction) end
+  return node_named(loss, nll_node(input, 0))
 end
 
 -- A target of another shape than the input broadcasts ((N, 1) against (N)
@@ -442,7 +461,7 @@ local REDUCTION = {"reduction"}
 function F.mse_loss(...)
   local x, t, o = pointwise_loss_args("mse_loss", REDUCTION, ...)
   local d = x - t
-  return reduce("mse_loss", d * d, o.reduction)
+  return node_named(reduce("mse_loss", d * d, o.reduction), "MseLossBackward0")
 end
 
 function F.l1_loss(...)
@@ -464,8 +483,8 @@ function F.smooth_l1_loss(...)
   local x, t, o = pointwise_loss_args("smooth_l1_loss", {"reduction", "beta"}, ...)
   local beta = nonnegative("smooth_l1_loss", o, "beta", 1.0)
   local d = (x - t):abs()
-  if beta == 0 then return reduce("smooth_l1_loss", d, o.reduction) end
-  return reduce("smooth_l1_loss", accel.where(d:lt(beta), d * d * (0.5 / beta), d - 0.5 * beta), o.reduction)
+  local loss = beta == 0 and d or accel.where(d:lt(beta), d * d * (0.5 / beta), d - 0.5 * beta)
+  return node_named(reduce("smooth_l1_loss", loss, o.reduction), "SmoothL1LossBackward0")
 end
 
 -- huber_loss(input, target, [{reduction = "mean", delta = 1}]): 0.5 d^2
@@ -475,7 +494,8 @@ function F.huber_loss(...)
   local delta = nonnegative("huber_loss", o, "delta", 1.0)
   if delta == 0 then raise("huber_loss: huber_loss does not support non-positive values for delta") end
   local d = (x - t):abs()
-  return reduce("huber_loss", accel.where(d:le(delta), d * d * 0.5, (d - 0.5 * delta) * delta), o.reduction)
+  return node_named(reduce("huber_loss", accel.where(d:le(delta), d * d * 0.5, (d - 0.5 * delta) * delta),
+    o.reduction), "HuberLossBackward0")
 end
 
 -- The tensor t (op's argument what) broadcasts to the shape of like (named
@@ -531,7 +551,7 @@ function F.binary_cross_entropy(input, target, ...)
       "the input's")
     loss = loss * o.weight
   end
-  return reduce("binary_cross_entropy", loss, o.reduction)
+  return node_named(reduce("binary_cross_entropy", loss, o.reduction), "BinaryCrossEntropyBackward0")
 end
 
 -- kl_div(input, target, [{reduction = "mean", log_target = false}]) of
@@ -583,7 +603,7 @@ function F.binary_cross_entropy_with_logits(input, target, o, ...)
   end
   local w = opt(o, "weight", nil)
   if w then loss = loss * w end
-  return reduce(op, loss, o.reduction)
+  return node_named(reduce(op, loss, o.reduction), "BinaryCrossEntropyWithLogitsBackward0")
 end
 
 -- p (nil: 0.5) checked for op (also by nn.Dropout), training or not, as PyTorch's
@@ -636,9 +656,11 @@ function F.embedding(input, weight, ...)
   if a.sparse then raise("embedding: sparse = true is not supported (gradients are dense)") end
   local out = C.embedding(weight, input)
   local pad = F._padding_index("embedding", weight:size(1), a.padding_idx)
-  if pad == nil or not weight.requires_grad then return out end
-  local hit = input:eq(pad):unsqueeze(-1)
-  return out:masked_fill(hit, 0) + hit * weight[pad + 1]:detach()
+  if pad ~= nil and weight.requires_grad then
+    local hit = input:eq(pad):unsqueeze(-1)
+    out = out:masked_fill(hit, 0) + hit * weight[pad + 1]:detach()
+  end
+  return node_named(out, "EmbeddingBackward0")
 end
 
 -- normalized_shape (an integer or a list) as a list, checked against x's
