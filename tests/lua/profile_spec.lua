@@ -128,6 +128,34 @@ describe("Accelerator:profile", function()
     expect_error(function() acc:profile(5) end, "profile: expected a function to run (or none, for a handle to close)")
   end)
 
+  -- torch.profiler's prof.key_averages().table(sort_by=..., row_limit=...), the Profiler guide's call: events
+  -- summed by name, self time = duration less the events directly inside (same thread); the table's layout is
+  -- torch 2.15's EventList.table (right-aligned 12-wide columns, 2 spaces, _format_time, "Self CPU time total")
+  it("key_averages() sums the events by name, with self times, and prints torch's table", function()
+    local ev = {{name = "A", ts = 0, dur = 100, tid = 1}, {name = "B", ts = 10, dur = 30, tid = 1},
+      {name = "C", ts = 15, dur = 10, tid = 1}, {name = "B", ts = 50, dur = 20, tid = 1},
+      {name = "E", ts = 0, dur = 30, tid = 2}}
+    local avg = require("accel.profiler").key_averages({traceEvents = ev})
+    local by = {}
+    for _, r in ipairs(avg) do by[r.key] = {r.count, r.cpu_time_total, r.self_cpu_time_total, r.cpu_time} end
+    assert.are.same({A = {1, 100, 50, 100}, B = {2, 50, 40, 25}, C = {1, 10, 10, 10}, E = {1, 30, 30, 30}}, by)
+    local text = avg:table({sort_by = "self_cpu_time_total", row_limit = 2})
+    local sep = "-----  ------------  ------------  ------------  ------------  ------------  ------------  "
+    assert.are.equal(table.concat({sep,
+      " Name    Self CPU %      Self CPU   CPU total %     CPU total  CPU time avg    # of Calls  ", sep,
+      "    A        38.46%      50.000us        76.92%     100.000us     100.000us             1  ",
+      "    B        30.77%      40.000us        38.46%      50.000us      25.000us             2  ", sep,
+      "Self CPU time total: 130.000us"}, "\n") .. "\n", text)
+    expect_error(function() local _ = avg:table({sort_by = "flops"}) end, "sort_by must be cpu_time_total")
+    -- on a profile handle, once it has closed
+    local h = acc:profile()
+    accel.ones(2):neg()
+    expect_error(function() local _ = h:key_averages() end, "key_averages() is available once the profiler has stopped")
+    h:close()
+    local a = h:key_averages()
+    assert.are.same({"neg", 1}, {a[1].key, a[1].count})
+  end)
+
   it("in-place ops end in _, and nothing is written without output_trace_dir", function()
     local trace
     local dir = tmpdir()

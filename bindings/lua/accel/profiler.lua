@@ -80,6 +80,126 @@ end
 
 local function pack(...) return {n = select("#", ...), ...} end
 
+-- ---- key_averages: the events summed by name, as torch.profiler's ----
+
+-- Each event's self time: its duration less that of the events directly
+-- inside it (same thread; events sorted by start, enclosing ones first).
+local function self_times(events)
+  local self, open = {}, {} -- open[tid]: the stack of events enclosing the current one
+  for i, e in ipairs(events) do
+    self[i] = e.dur
+    local stack = open[e.tid] or {}
+    open[e.tid] = stack
+    while #stack > 0 and events[stack[#stack]].ts + events[stack[#stack]].dur <= e.ts do stack[#stack] = nil end
+    if #stack > 0 then self[stack[#stack]] = self[stack[#stack]] - e.dur end
+    stack[#stack + 1] = i
+  end
+  return self
+end
+
+local function format_time(us)
+  if us >= 1e6 then return ("%.3fs"):format(us / 1e6) end
+  if us >= 1e3 then return ("%.3fms"):format(us / 1e3) end
+  return ("%.3fus"):format(us)
+end
+
+local function format_share(us, total)
+  if total == 0 then return "NaN" end
+  return ("%.2f%%"):format(us * 100 / total)
+end
+
+local Averages = {}
+Averages.__index = Averages
+local SORT_KEYS = {cpu_time_total = true, self_cpu_time_total = true, cpu_time = true, count = true}
+
+-- averages:table([{sort_by =, row_limit = 100}]): torch's EventList.table
+-- layout (Name, Self CPU %, Self CPU, CPU total %, CPU total, CPU time avg,
+-- # of Calls, then "Self CPU time total"); sort_by one of cpu_time_total,
+-- self_cpu_time_total, cpu_time, count (descending), else first-seen order.
+function Averages:table(o)
+  o = o or {}
+  for k in pairs(o) do
+    if k ~= "sort_by" and k ~= "row_limit" then raise("key_averages():table: unknown option %s (sort_by, row_limit)", tostring(k)) end
+  end
+  local rows = {}
+  for i, r in ipairs(self) do rows[i] = r end
+  if o.sort_by ~= nil then
+    if not SORT_KEYS[o.sort_by] then
+      raise("key_averages():table: sort_by must be cpu_time_total, self_cpu_time_total, cpu_time or count, got %s",
+        tostring(o.sort_by))
+    end
+    table.sort(rows, function(a, b) return a[o.sort_by] > b[o.sort_by] end)
+  end
+  if #rows == 0 then return "" end
+  local width, total = 0, 0
+  for _, r in ipairs(rows) do
+    width = math.max(width, #r.key + 4)
+    total = total + r.self_cpu_time_total
+  end
+  width = math.min(width, 55)
+  local widths = {width, 12, 12, 12, 12, 12, 12}
+  local function line(cells)
+    local parts = {}
+    for i, c in ipairs(cells) do parts[i] = (" "):rep(widths[i] - #c) .. c .. "  " end
+    return table.concat(parts)
+  end
+  local sep = {}
+  for i, w in ipairs(widths) do sep[i] = ("-"):rep(w) .. "  " end
+  sep = table.concat(sep)
+  local out = {sep, line({"Name", "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg", "# of Calls"}), sep}
+  for i, r in ipairs(rows) do
+    if i > (o.row_limit or 100) then break end
+    local name = #r.key >= width - 3 and r.key:sub(1, width - 3) .. "..." or r.key
+    out[#out + 1] = line({name, format_share(r.self_cpu_time_total, total), format_time(r.self_cpu_time_total),
+      format_share(r.cpu_time_total, total), format_time(r.cpu_time_total), format_time(r.cpu_time), tostring(r.count)})
+  end
+  out[#out + 1] = sep
+  out[#out + 1] = "Self CPU time total: " .. format_time(total)
+  return table.concat(out, "\n") .. "\n"
+end
+
+-- The trace's events summed by name, in first-seen order: a list of {key,
+-- count, cpu_time_total, self_cpu_time_total, cpu_time (the average)},
+-- times in microseconds; :table(...) prints it as torch's.
+local function key_averages(trace)
+  local events = trace.traceEvents
+  local self = self_times(events)
+  local by, list = {}, setmetatable({}, Averages)
+  for i, e in ipairs(events) do
+    local r = by[e.name]
+    if not r then
+      r = {key = e.name, count = 0, cpu_time_total = 0, self_cpu_time_total = 0}
+      by[e.name] = r
+      list[#list + 1] = r
+    end
+    r.count = r.count + 1
+    r.cpu_time_total = r.cpu_time_total + e.dur
+    r.self_cpu_time_total = r.self_cpu_time_total + self[i]
+  end
+  for _, r in ipairs(list) do r.cpu_time = r.cpu_time_total / r.count end
+  return list
+end
+M.key_averages = key_averages
+
+-- The handle of a profile run without a function: h:close() (or <close>)
+-- stops it, then h:key_averages() sums what it recorded.
+local function profile_handle(finish)
+  local h
+  h = require("accel.state").handle(function() h.trace = finish(false) end)
+  local base = getmetatable(h)
+  return setmetatable(h, {__close = base.__close, __index = function(_, k)
+    if k == "key_averages" then
+      return function(self)
+        if rawget(self, "trace") == nil then
+          raise("profile: key_averages() is available once the profiler has stopped (close the handle first)")
+        end
+        return key_averages(self.trace)
+      end
+    end
+    return base.__index[k]
+  end})
+end
+
 -- Turns the profiler on; returns finish(failed), which turns it off and,
 -- unless failed, hands over the trace: the file under output_trace_dir
 -- (then barrier(): every process waits for the others' files, as
@@ -107,6 +227,7 @@ local function start(opts, rank, barrier)
       barrier()
     end
     if o.on_trace_ready then o.on_trace_ready(trace) end
+    return trace
   end
 end
 
@@ -120,7 +241,7 @@ function M.run(fn, opts, rank, barrier)
     raise("profile: expected a function to run (or none, for a handle to close), got %s", type(fn))
   end
   local finish = start(opts, rank, barrier)
-  if fn == nil then return require("accel.state").handle(function() finish(false) end) end
+  if fn == nil then return profile_handle(finish) end
   local res = pack(pcall(fn))
   finish(not res[1])
   if not res[1] then error(res[2], 0) end
