@@ -401,6 +401,15 @@ static bool round_decimals_arg(lua_State *L, KUnOp op, int *decimals) {
 static int t_copy_(lua_State *L);
 static bool overwrite_check(lua_State *L, Tensor *t, bool src_grad, const char *op);
 
+/* clamp's number bounds meeting a floating result must fit its dtype, as
+ * torch's "value cannot be converted to type c10::Half without overflow"
+ * (integer results take any bound, as torch's) */
+static void check_clamp_bounds(lua_State *L, DType rd, const char *op) {
+    if (!dtype_is_float(rd)) return;
+    for (int i = 2; i <= 3; i++)
+        if (lua_type(L, i) == LUA_TNUMBER) lu_check_fill_value(L, lua_tonumber(L, i), rd, op);
+}
+
 static int unary_method(lua_State *L) {
     Tensor *self = SELF;
     KUnOp op = unary_op(L);
@@ -410,6 +419,7 @@ static int unary_method(lua_State *L) {
     if (op == KU_CLAMP && (lu_is_tensor(L, 2) || lu_is_tensor(L, 3))) return ret(L, clamp_tensors(L, self, false));
     double p1, p2;
     unary_params(L, op, &p1, &p2);
+    if (op == KU_CLAMP) check_clamp_bounds(L, clamp_dtype(L, self), "clamp");
     if (op == KU_CLAMP && clamp_dtype(L, self) != self->dtype) {
         Tensor *f = tensor_to_dtype(self, clamp_dtype(L, self));
         Tensor *r = f ? op_unary(op, f, p1, p2) : NULL;
@@ -445,6 +455,7 @@ static int unary_method_(lua_State *L) {
     }
     double p1, p2;
     unary_params(L, op, &p1, &p2);
+    if (op == KU_CLAMP) check_clamp_bounds(L, clamp_dtype(L, self), "clamp_");
     if (op == KU_CLAMP && clamp_dtype(L, self) != self->dtype)
         return lu_error(L, "clamp_: %s bound makes the result %s, which cannot be written into this %s "
                            "tensor in place (as PyTorch); use t:clamp(...)%s",

@@ -541,6 +541,17 @@ describe("index dtypes, empty reductions and in-place names (PyTorch 2.15)", fun
     expect_error(function() local _ = accel.zeros(3):split(0) end, "split", "can only be 0 if dimension size is 0", "3")
   end)
 
+  -- torch 2.15: ones(2).half().clamp(0, 1e5) (and clamp_) raise "value cannot be converted to type c10::Half
+  -- without overflow", ones(2).clamp(0, 1e39) "... to type float ..."; an int32 tensor takes any integer bound
+  it("clamp bounds beyond a floating result's range are errors, as torch's", function()
+    expect_error(function() local _ = accel.ones(2):half():clamp(0, 1e5) end,
+      "clamp: value 100000 cannot be converted to type float16 without overflow")
+    expect_error(function() accel.ones(2):half():clamp_(0, 1e5) end, "clamp_: value 100000 cannot be converted")
+    expect_error(function() local _ = accel.ones(2):clamp(-1e39) end, "cannot be converted to type float32")
+    assert.same({1, 1}, accel.ones(2):half():clamp(0, 6e4):float():tolist())
+    assert.same({1, 1}, accel.ones(2, {dtype = accel.int32}):clamp(0, 1099511627776):tolist())
+  end)
+
   -- ops built on others name themselves, not the op inside them
   it("take, scatter and logsumexp errors name the op called", function()
     local x = accel.zeros(2, 3)
