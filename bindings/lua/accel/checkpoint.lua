@@ -394,7 +394,8 @@ function M.model_files(path, what)
     raise("%s: checkpoint should be the path to a file containing a whole state dict, or the index of a sharded "
       .. "checkpoint, or a folder containing a sharded checkpoint or the whole state dict, but got %s", what, path)
   end
-  local text = assert(io.open(index, "rb")):read("a")
+  local text, err = read_file(index)
+  if not text then raise("%s: cannot read %s: %s", what, index, err) end
   local ok, map = pcall(json.decode, text)
   if ok and type(map) == "table" and map.weight_map ~= nil then map = map.weight_map end
   if not ok or type(map) ~= "table" then raise("%s: %s is not a checkpoint index (JSON with a weight_map)", what, index) end
