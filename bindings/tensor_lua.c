@@ -46,11 +46,12 @@ static void bool_operand(lua_State *L, int idx, const Tensor *like) {
 
 /* A Lua integer at idx beyond +-2^53 beside an integer or bool tensor like,
  * replaced by an exact 0-dim int64 tensor (a number operand passes through
- * a double, which would round it; torch keeps the integer). */
-static void wide_int_operand(lua_State *L, int idx, const Tensor *like) {
-    if (!like || dtype_is_float(like->dtype) || !lu_is_wide_integer(L, idx)) return;
+ * a double, which would round it; torch keeps the integer); true when it was. */
+static bool wide_int_operand(lua_State *L, int idx, const Tensor *like) {
+    if (!like || dtype_is_float(like->dtype) || !lu_is_wide_integer(L, idx)) return false;
     lu_push_tensor(L, lu_int64_scalar(L, idx, like->device));
     lua_replace(L, idx);
+    return true;
 }
 
 /* Either operand a Lua boolean beside a tensor: as a bool tensor */
@@ -1557,11 +1558,7 @@ static int t_fill_(lua_State *L) {
         }
         return ret_rc(L, fill_checked(L, t, tensor_item(v), "fill_"));
     }
-    if (t->dtype == DT_I64 && lu_is_wide_integer(L, 2)) { /* exactly, not through a double */
-        lu_push_tensor(L, lu_int64_scalar(L, 2, t->device));
-        lua_replace(L, 2);
-        return t_copy_(L);
-    }
+    if (t->dtype == DT_I64 && wide_int_operand(L, 2, t)) return t_copy_(L); /* exactly, not through a double */
     return ret_rc(L, fill_checked(L, t, scalar_arg(L, 2, "fill_"), "fill_"));
 }
 
@@ -1696,11 +1693,7 @@ static double fill_value_for(lua_State *L, int idx, const Tensor *t, const char 
 static int t_masked_fill(lua_State *L) {
     Tensor *self = SELF; /* first: t.masked_fill(...) is a method-call error */
     lu_check_no_more_args(L, 4);
-    bool wide = self->dtype == DT_I64 && lu_is_wide_integer(L, 3);
-    if (wide) { /* exactly, not through a double */
-        lu_push_tensor(L, lu_int64_scalar(L, 3, self->device));
-        lua_replace(L, 3);
-    }
+    bool wide = self->dtype == DT_I64 && wide_int_operand(L, 3, self); /* exactly, not through a double */
     Tensor *mask = lu_check_tensor(L, 2), *v = lu_to_tensor(L, 3);
     if (v && v->ndim == 0 && (v->requires_grad || wide)) {
         /* the value gets its gradient (or keeps every bit): where(mask, v, self) */

@@ -370,7 +370,6 @@ local function reduce(op, t, reduction)
 end
 F._reduce = reduce -- (for the losses in other files)
 
-
 local function shape_text(dims) return "[" .. table.concat(dims, ", ") .. "]" end
 
 local function sizes(t)
