@@ -349,6 +349,7 @@ static int l_tensor(lua_State *L) {
 /* ---- free functions ---- */
 
 static int l_matmul(lua_State *L) {
+    lu_check_no_more_args(L, 3); /* torch's out= is not provided: refused, not dropped */
     lu_push_tensor(L, op_matmul(lu_check_tensor(L, 1), lu_check_tensor(L, 2)));
     return 1;
 }
@@ -795,6 +796,19 @@ static void pin_module(void) {
     if (dladdr((void *)luaopen_accel, &info) && info.dli_fname) dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
 }
 
+/* The set of nn.Parameter tensors (weak keys: tensor -> true), made once
+ * per state: _C.parameters for accel.nn, the registry's for printing
+ * ("Parameter containing:"). */
+static void push_parameter_set(lua_State *L) {
+    lua_newtable(L);
+    lua_createtable(L, 0, 1);
+    lua_pushliteral(L, "k");
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, "accel.parameters");
+}
+
 int luaopen_accel(lua_State *L) {
     pin_module();
     accel_preload_embedded(L);
@@ -822,6 +836,8 @@ int luaopen_accel(lua_State *L) {
     lua_newtable(L);
     luaL_newmetatable(L, LOAD_METADATA);
     lua_setfield(L, -2, "load_metadata");
+    push_parameter_set(L);
+    lua_setfield(L, -2, "parameters");
     lua_setfield(L, m, "_C");
     lu_register_c(L, m, (const luaL_Reg[]){{"gc_tensor_bytes_pushed", c_gc_tensor_bytes_pushed}, {NULL, NULL}});
     lu_open_autograd(L, m);

@@ -1187,6 +1187,13 @@ static void split_keywords(lua_State *L) {
     lua_remove(L, 2); /* (t, split_size, dim) */
 }
 
+/* piece, a view of a split / chunk / unbind, with its grad_fn under PyTorch's
+ * node name for that op (a narrow is its SliceBackward0 otherwise) */
+static Tensor *cut_piece(Tensor *piece, const char *node) {
+    if (piece && piece->grad_fn) piece->grad_fn->name = node;
+    return piece;
+}
+
 /* split(size | {sizes}, dim=1) -> list of views */
 static int t_split(lua_State *L) {
     Tensor *t = SELF;
@@ -1217,7 +1224,7 @@ static int t_split(lua_State *L) {
             int64_t sz = 0;
             lu_to_int64(L, -1, &sz); /* checked above */
             lua_pop(L, 1);
-            lu_push_tensor(L, tensor_narrow(t, dim, start, sz));
+            lu_push_tensor(L, cut_piece(tensor_narrow(t, dim, start, sz), "SplitWithSizesBackward"));
             lua_rawseti(L, -2, k++);
             start += sz;
         }
@@ -1229,7 +1236,7 @@ static int t_split(lua_State *L) {
         return lu_error(L, "split: split_size can only be 0 if dimension size is 0, but got dimension size of %lld",
                         (long long)len);
     for (;; start += sz) { /* pieces of sz, the last one shorter; one empty piece when len is 0 */
-        lu_push_tensor(L, tensor_narrow(t, dim, start, sz > len - start ? len - start : sz));
+        lu_push_tensor(L, cut_piece(tensor_narrow(t, dim, start, sz > len - start ? len - start : sz), "SplitBackward"));
         lua_rawseti(L, -2, k++);
         if (len - start <= sz) break;
     }
@@ -1246,7 +1253,7 @@ static int t_chunk(lua_State *L) {
     if (t->shape[dim] == 0) { /* torch: `chunks` empty pieces */
         lua_createtable(L, (int)chunks, 0);
         for (lua_Integer i = 1; i <= chunks; i++) {
-            lu_push_tensor(L, tensor_narrow(t, dim, 0, 0));
+            lu_push_tensor(L, cut_piece(tensor_narrow(t, dim, 0, 0), "SplitBackward"));
             lua_rawseti(L, -2, i);
         }
         return 1;
@@ -1265,7 +1272,7 @@ static int t_unbind(lua_State *L) {
     if ((dim = tensor_wrap_dim(t, dim, "unbind")) < 0) lu_core_error(L);
     lua_createtable(L, (int)t->shape[dim], 0);
     for (int64_t i = 0; i < t->shape[dim]; i++) {
-        lu_push_tensor(L, tensor_select(t, dim, i));
+        lu_push_tensor(L, cut_piece(tensor_select(t, dim, i), "UnbindBackward"));
         lua_rawseti(L, -2, i + 1);
     }
     return 1;
@@ -1328,7 +1335,9 @@ static int t_tostring(lua_State *L) {
     lu_print_options(L, &o);
     char *s = tensor_format_with(self, &o);
     if (!s) return lu_core_error(L);
-    lua_pushstring(L, s);
+    lua_getfield(L, LUA_REGISTRYINDEX, "accel.parameters"); /* an nn.Parameter prints as PyTorch's */
+    bool param = lua_istable(L, -1) && (lua_pushvalue(L, 1), lua_rawget(L, -2) == LUA_TBOOLEAN);
+    lua_pushfstring(L, "%s%s", param ? "Parameter containing:\n" : "", s);
     free(s);
     return 1;
 }

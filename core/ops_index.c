@@ -87,8 +87,34 @@ static int bw_index_select(AGNode *n, Tensor *g, Tensor **gin) { return bw_add_a
 
 /* ---- gather ---- */
 
+/* t, or a 0-dim t as one element: torch's gather / scatter count a 0-dim
+ * index (and src) as 1-dim against a 1-dim input (scatter_(0, tensor(5), 1)) */
+static Tensor *as_one_dim(Tensor *t) {
+    return t->ndim == 0 ? tensor_reshape(t, (int64_t[]){1}, 1) : tensor_retain(t);
+}
+
+/* op(a, dim, index, src) with a 0-dim index and src seen as 1-dim (a 1-dim);
+ * out_0d: the result back to 0-dim (gather's takes the index's shape) */
+static Tensor *with_one_dim_index(Tensor *(*op)(Tensor *, int, Tensor *, Tensor *), Tensor *a, int dim, Tensor *index,
+                                  Tensor *src, bool out_0d) {
+    Tensor *i1 = as_one_dim(index), *s1 = src && i1 ? as_one_dim(src) : NULL;
+    Tensor *r = i1 && (s1 || !src) ? op(a, dim, i1, s1) : NULL;
+    tensor_release(i1);
+    tensor_release(s1);
+    if (!r || !out_0d) return r;
+    Tensor *r0 = tensor_reshape(r, (int64_t[]){1}, 0); /* (the shape array is not read) */
+    tensor_release(r);
+    return r0;
+}
+
+static Tensor *gather_of(Tensor *a, int dim, Tensor *index, Tensor *unused) {
+    (void)unused;
+    return op_gather(a, dim, index);
+}
+
 Tensor *op_gather(Tensor *a, int dim, Tensor *index) {
     PROF_SCOPE("gather", PROF_FORWARD, a, index);
+    if (a->ndim == 1 && index->ndim == 0) return with_one_dim_index(gather_of, a, dim, index, NULL, true);
     if (tensor_check_device("gather", a, index) < 0) return NULL;
     if ((dim = tensor_wrap_dim(a, dim, "gather")) < 0) return NULL;
     if (index->ndim != a->ndim)
@@ -247,7 +273,12 @@ static int check_add_into(const char *op, Tensor *a, int *dim, Tensor *index, Te
  * and src of one shape, equal to a's except along dim */
 Tensor *op_scatter_add(Tensor *a, int dim, Tensor *index, Tensor *src) {
     PROF_SCOPE("scatter_add", PROF_FORWARD, a, src);
+    if (a->ndim == 1 && (index->ndim == 0 || src->ndim == 0))
+        return with_one_dim_index(op_scatter_add, a, dim, index, src, false);
     if (check_add_into("scatter_add", a, &dim, index, src) < 0) return NULL;
+    if (index->ndim != a->ndim)
+        return accel_fail("scatter_add: index (shape %s) must have as many dims as the input (shape %s)",
+                          tensor_shape_str(index), tensor_shape_str(a));
     bool same = index->ndim == a->ndim && src->ndim == a->ndim;
     for (int d = 0; same && d < a->ndim; d++)
         same = src->shape[d] == index->shape[d] && (d == dim || index->shape[d] == a->shape[d]);

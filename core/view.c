@@ -247,7 +247,7 @@ Tensor *tensor_narrow(Tensor *t, int dim, int64_t start, int64_t length) {
     memcpy(s, t->shape, sizeof s);
     s[dim] = length;
     Tensor *v = make_view(t, s, t->stride, t->ndim, t->offset + start * t->stride[dim]);
-    AGNode *n = v ? ag_record_view("NarrowBackward", bw_narrow, v, t) : NULL;
+    AGNode *n = v ? ag_record_view("SliceBackward", bw_narrow, v, t) : NULL;
     if (n) n->i[0] = dim, n->i[1] = start, n->i[2] = 0, n->i[3] = length, n->backward_acc = acc_narrow;
     return v;
 }

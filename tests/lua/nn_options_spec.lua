@@ -34,7 +34,7 @@ end
 case("nn.Parameter", {requires_grad = false}, function(o) local _ = nn.Parameter(accel.ones(2), o) end)
 case("register_buffer", {persistent = false}, function(o) nn.Module():register_buffer("b", accel.zeros(1), o) end)
 case("Linear", {bias = false, dtype = f64, device = dev}, function(o) local _ = nn.Linear(3, 4, o) end)
-case("Embedding", {padding_idx = 0, max_norm = false, scale_grad_by_freq = false, sparse = false,
+case("Embedding", {padding_idx = 0, max_norm = false, norm_type = 2.0, scale_grad_by_freq = false, sparse = false,
   _weight = accel.randn(10, 3), _freeze = true, dtype = f64, device = dev}, function(o) local _ = nn.Embedding(10, 3, o) end)
 case("Embedding.from_pretrained", {freeze = false, padding_idx = 1, max_norm = false, scale_grad_by_freq = false,
   sparse = false}, function(o) local _ = nn.Embedding.from_pretrained(accel.randn(4, 3), o) end)
@@ -42,7 +42,6 @@ case("LayerNorm", {eps = 1e-6, elementwise_affine = false, bias = false, dtype =
   function(o) local _ = nn.LayerNorm(4, o) end)
 case("RMSNorm", {eps = 1e-6, elementwise_affine = false, dtype = f64, device = dev}, function(o) local _ = nn.RMSNorm(4, o) end)
 case("Dropout", {p = 0.2, inplace = true}, function(o) local _ = nn.Dropout(o) end)
-case("Dropout", {inplace = true}, function(o) local _ = nn.Dropout(0.2, o) end)
 case("Conv2d", {stride = 2, padding = 1, dilation = 2, groups = 2, bias = false, padding_mode = "zeros", dtype = f64,
   device = dev}, function(o) local _ = nn.Conv2d(2, 4, 3, o) end)
 case("MaxPool2d", {stride = 1, padding = 1, dilation = 2, return_indices = true, ceil_mode = true},
@@ -52,7 +51,6 @@ case("ReLU", {inplace = true}, function(o) local _ = nn.ReLU(o) end)
 case("SiLU", {inplace = true}, function(o) local _ = nn.SiLU(o) end)
 case("GELU", {approximate = "tanh"}, function(o) local _ = nn.GELU(o) end)
 case("LeakyReLU", {negative_slope = 0.2, inplace = true}, function(o) local _ = nn.LeakyReLU(o) end)
-case("LeakyReLU", {inplace = true}, function(o) local _ = nn.LeakyReLU(0.2, o) end)
 case("Softmax", {dim = 2}, function(o) local _ = nn.Softmax(o) end, {required = {"dim"}})
 case("LogSoftmax", {dim = 2}, function(o) local _ = nn.LogSoftmax(o) end, {required = {"dim"}})
 case("MultiheadAttention", {dropout = 0.1, bias = false, add_bias_kv = false, add_zero_attn = false, kdim = 8, vdim = 8,
@@ -205,12 +203,70 @@ describe("nn options", function()
     assert.are.same({1, 4, 3, 3}, shape_of(nn.Conv2d(2, 4, 3, {stride = 2, padding = 1})(img)))
   end)
 
-  it("a positional value where only an options table fits is an error, not ignored", function()
-    support.expect_error(function() local _ = nn.Conv2d(3, 4, 3, 2) end, "Conv2d: options must be a table, got number")
-    support.expect_error(function() local _ = nn.MaxPool2d(2, 2) end, "MaxPool2d: options must be a table, got number")
-    support.expect_error(function() local _ = nn.LayerNorm(4, 1e-6) end, "LayerNorm: options must be a table, got number")
+  -- PyTorch's positional arguments are read in its order; the printed forms are PyTorch 2.15's
+  -- str() of the same calls (nn.Conv2d(3, 6, 3, 2, 1), ...), dims 1-based where they are dims
+  it("PyTorch's positional arguments of the layers take effect, in PyTorch's order", function()
+    local cases = {
+      {nn.Conv2d(3, 6, 3, 2, 1), "Conv2d(3, 6, kernel_size=(3, 3), stride=(2, 2), padding=(1, 1))"},
+      {nn.Conv2d(3, 6, 3, 1, 0, 2, 3, false),
+       "Conv2d(3, 6, kernel_size=(3, 3), stride=(1, 1), dilation=(2, 2), groups=3, bias=False)"},
+      {nn.Conv1d(4, 6, 3, 2, 1, 1, 2, false), "Conv1d(4, 6, kernel_size=(3,), stride=(2,), padding=(1,), groups=2, bias=False)"},
+      {nn.MaxPool2d(2, 2), "MaxPool2d(kernel_size=2, stride=2, padding=0, dilation=1, ceil_mode=False)"},
+      {nn.MaxPool2d(3, 1, 1, 2, false, true), "MaxPool2d(kernel_size=3, stride=1, padding=1, dilation=2, ceil_mode=True)"},
+      {nn.AvgPool2d(3, 1, 1), "AvgPool2d(kernel_size=3, stride=1, padding=1)"},
+      {nn.Dropout(0.2, true), "Dropout(p=0.2, inplace=True)"},
+      {nn.LayerNorm(8, 1e-6, true, false), "LayerNorm((8,), eps=1e-06, elementwise_affine=True, bias=False)"},
+      {nn.RMSNorm(8, 1e-6, false), "RMSNorm((8,), eps=1e-06, elementwise_affine=False)"},
+      {nn.GroupNorm(2, 4, 1e-3, false), "GroupNorm(2, 4, eps=0.001, affine=False, bias=False)"},
+      {nn.BatchNorm1d(4, 1e-3, 0.2, false, false),
+       "BatchNorm1d(4, eps=0.001, momentum=0.2, affine=False, bias=False, track_running_stats=False)"},
+      {nn.BatchNorm2d(3, 1e-3, 0.2), "BatchNorm2d(3, eps=0.001, momentum=0.2, affine=True, bias=True, track_running_stats=True)"},
+      {nn.Embedding(10, 3, 0), "Embedding(10, 3, padding_idx=0)"},
+      {nn.LeakyReLU(0.2, true), "LeakyReLU(negative_slope=0.2, inplace=True)"},
+      {nn.RNN(4, 8, 2, "relu", false, true), "RNN(4, 8, num_layers=2, bias=False, batch_first=True)"},
+      {nn.MultiheadAttention(8, 2, 0.1, false),
+       "MultiheadAttention(\n  (out_proj): NonDynamicallyQuantizableLinear(in_features=8, out_features=8, bias=False)\n)"},
+    }
+    for _, c in ipairs(cases) do assert.are.equal(c[2], tostring(c[1])) end
+    assert.are.equal("relu", nn.RNN(4, 8, 2, "relu").nonlinearity)
+    assert.are.equal(0.1, nn.MultiheadAttention(8, 2, 0.1).dropout)
+    -- a value given both ways, or one too many, is PyTorch's TypeError
+    support.expect_error(function() local _ = nn.MaxPool2d(2, 2, {stride = 3}) end,
+      "MaxPool2d: got multiple values for argument 'stride'")
+    support.expect_error(function() local _ = nn.MaxPool2d(2, 2, 0, 1, false, false, 7) end,
+      "MaxPool2d: 6 arguments given where at most 5 are taken")
+    support.expect_error(function() local _ = nn.LayerNorm(4, "1e-6") end, "LayerNorm: argument 'eps' must be a number, got string")
+    support.expect_error(function() local _ = nn.LSTM(4, 8, {nonlinearity = "relu"}) end, "LSTM: unknown option 'nonlinearity'")
+    -- PyTorch's keyword form of a positional argument, put in the table, is named as such
+    support.expect_error(function() local _ = nn.Conv2d(1, 16, {kernel_size = 3, stride = 2}) end,
+      "Conv2d: kernel_size is a positional argument (Conv2d(..., 3, ...)); only the arguments after it may go in the "
+        .. "options table")
+    support.expect_error(function() local _ = nn.Linear({in_features = 784, out_features = 20}) end,
+      "Linear: in_features is a positional argument")
+    support.expect_error(function() local _ = nn.LayerNorm({normalized_shape = 3}) end,
+      "LayerNorm: normalized_shape is a positional argument")
     support.expect_error(function() local _ = F.cross_entropy(x34, ids, "sum") end,
       "cross_entropy: options must be a table, got string")
+  end)
+
+  -- F.max_pool2d's order (..., dilation, ceil_mode, return_indices) is not MaxPool2d's
+  it("F.conv2d / conv1d / max_pool2d / avg_pool2d read PyTorch's positional arguments as their options", function()
+    local x, w, b = accel.randn(1, 4, 7, 7), accel.randn(6, 2, 3, 3), accel.randn(6)
+    local function same(a, o) assert.are.equal(0, (a - o):abs():max():item()) end
+    same(F.conv2d(x, w, b, 2, 1, 1, 2), F.conv2d(x, w, b, {stride = 2, padding = 1, groups = 2}))
+    same(F.conv2d(x, w, nil, 1, 0, 2, 2), F.conv2d(x, w, {dilation = 2, groups = 2}))
+    local x1, w1 = accel.randn(1, 4, 9), accel.randn(6, 4, 3)
+    same(F.conv1d(x1, w1, nil, 2, 1), F.conv1d(x1, w1, {stride = 2, padding = 1}))
+    local v, i = F.max_pool2d(x, 3, 2, 1, 1, true, true)
+    local vo, io = F.max_pool2d(x, 3, {stride = 2, padding = 1, ceil_mode = true, return_indices = true})
+    same(v, vo)
+    assert.are.same(io:tolist(), i:tolist())
+    same(F.avg_pool2d(x, 3, 2, 1, true, false), F.avg_pool2d(x, 3, {stride = 2, padding = 1, ceil_mode = true,
+      count_include_pad = false}))
+    support.expect_error(function() local _ = F.max_pool2d(x, 2, 2, {stride = 2}) end,
+      "max_pool2d: got multiple values for argument 'stride'")
+    support.expect_error(function() local _ = F.conv2d(x, w, b, 1, 0, 1, 2, 9) end,
+      "conv2d: 6 arguments given where at most 5 are taken")
   end)
 
   it("arguments past the ones PyTorch's function takes are errors (its TypeError), not dropped", function()

@@ -548,6 +548,19 @@ describe("small compositions (torch 2.15's results)", function()
       assert.are.equal(accel.int64, r.dtype)
       assert.same({2, 0}, r:tolist())
     end
+    -- PyTorch 2.15 counts a 0-dim index (and src) as 1-dim against a 1-dim input:
+    -- zeros(4).scatter_(0, tensor(2), value=1) is [0, 0, 1, 0]; arange(4.).gather(0, tensor(2)) is tensor(2.)
+    assert.same({0, 0, 1, 0}, accel.zeros(4):scatter_(1, accel.tensor(2), 1):tolist())
+    assert.same({0, 0, 3, 0}, accel.zeros(4):scatter(1, accel.tensor(2), accel.tensor(3.0)):tolist())
+    assert.same({0, 3, 0, 0}, accel.zeros(4):scatter_add(1, accel.tensor({1}), accel.tensor(3.0)):tolist())
+    local src = accel.tensor(3.0, {requires_grad = true})
+    accel.zeros(4):scatter_add(1, accel.tensor(2), src):sum():backward()
+    assert.are.equal(1, src.grad:item())
+    local g = accel.arange(4.0):gather(1, accel.tensor(2))
+    assert.are.equal(0, g:dim())
+    assert.are.equal(2, g:item())
+    expect_error(function() local _ = accel.zeros(2, 3):scatter_(1, accel.tensor(1), 1) end,
+      "scatter: index (shape []) must have as many dims as the input (shape [2, 3])")
   end)
 
   -- PyTorch 2.15: take with a negative index counts from the end; flip of a 0-d tensor is itself, a repeated

@@ -838,6 +838,10 @@ describe("reductions", function()
       {function() local _ = x:add(x, {alpah = 2}) end, "add: unknown option 'alpah' (options: alpha)"},
       {function() local _ = x:clamp({mn = 1}) end, "clamp: unknown option 'mn' (options: min max)"},
       {function() local _ = x:exp({foo = 1}) end, "exp: unknown option 'foo' (it takes no options)"},
+      -- torch.matmul's out= is not provided: refused, never dropped with out left unwritten
+      {function() local _ = accel.matmul(x, x:transpose(2, 3), {out = accel.zeros(2, 3, 3)}) end,
+       "matmul: unknown option 'out' (it takes no options)"},
+      {function() local _ = accel.matmul(x, x:transpose(2, 3), 7) end, "unexpected argument #3 (number)"},
       {function() local _ = x:to({dtyp = accel.float64}) end, "to: unknown option 'dtyp'"},
       {function() local _ = accel.zeros(2, {dtyp = accel.float64}) end, "zeros: unknown option 'dtyp'"},
       {function() local _ = accel.randint(0, 3, {2}, {devise = "cpu"}) end, "randint: unknown option 'devise'"},

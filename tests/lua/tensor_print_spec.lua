@@ -254,6 +254,10 @@ describe("autograd suffixes", function()
       {"EmbeddingBackward0", accel.nn.Embedding(5, 3)(y)}, {"SumBackward1", x:sum(1)}, {"SumBackward0", x:sum()},
       {"MeanBackward1", x:mean(1)}, {"ProdBackward1", x:prod(1)}, {"MaxBackward1", x:max()}, {"MinBackward1", x:min()},
       {"MaxBackward0", (x:max(1))}, {"AmaxBackward0", x:amax(1)}, {"TBackward0", x:t()}, {"ViewBackward0", x:reshape(12)},
+      -- x.narrow(0, 1, 2) / x.split(2) / x.chunk(2) / x.split([1, 3]) / x.unbind() / x[1] / x.select(1, 0)
+      {"SliceBackward0", x:narrow(1, 2, 2)}, {"SplitBackward0", x:split(2)[1]}, {"SplitBackward0", x:chunk(2)[2]},
+      {"SplitWithSizesBackward0", x:split({1, 3})[1]}, {"UnbindBackward0", x:unbind()[1]},
+      {"SelectBackward0", x[2]}, {"SelectBackward0", x:select(2, 1)},
     }) do
       assert.are.equal(case[1], node(case[2]))
     end
@@ -267,6 +271,18 @@ describe("autograd suffixes", function()
     assert.is_truthy(p(x:leaky_relu()):find("grad_fn=<LeakyReluBackward0>", 1, true))
     local ce = accel.nn.functional.cross_entropy(x, accel.tensor{1}, {reduction = "none"})
     assert.is_truthy(p(ce):find("grad_fn=<NllLossBackward0>", 1, true), p(ce))
+  end)
+
+  -- PyTorch 2.15: print(nn.Parameter(torch.ones(2))) and print(nn.Parameter(torch.ones(2), requires_grad=False));
+  -- state_dict() values and results of ops on parameters are plain tensors
+  it("an nn.Parameter prints as 'Parameter containing:' and its tensor", function()
+    same_print("Parameter containing:\ntensor([1., 1.], requires_grad=True)", p(accel.nn.Parameter(accel.ones(2))))
+    same_print("Parameter containing:\ntensor([1., 1.])", p(accel.nn.Parameter(accel.ones(2), false)))
+    local m = accel.nn.Linear(2, 1)
+    m.bias.data:fill_(0.5)
+    same_print("Parameter containing:\ntensor([0.5000], requires_grad=True)", p(m.bias))
+    same_print("tensor([0.5000])", p(m:state_dict().bias))
+    same_print("tensor([1.], grad_fn=<MulBackward0>)", p(m.bias * 2))
   end)
 
   it("no suffix under no_grad or after detach", function()

@@ -32,9 +32,12 @@ M.NonDynamicallyQuantizableLinear = NonDynamicallyQuantizableLinear
 
 local MultiheadAttention = base.export_class(M, "MultiheadAttention")
 
-function MultiheadAttention:init(embed_dim, num_heads, o)
-  o = check_options("MultiheadAttention", o, {"dropout", "bias", "add_bias_kv", "add_zero_attn", "kdim", "vdim",
-    "batch_first", "dtype", "device"})
+-- MultiheadAttention(embed_dim, num_heads, [dropout = 0], [bias = true], [add_bias_kv = false],
+--   [add_zero_attn = false], [kdim], [vdim], [batch_first = false], [device], [dtype]), the optional
+-- ones positionally or in an options table
+function MultiheadAttention:init(embed_dim, num_heads, ...)
+  local o = require("accel.util").torch_args("MultiheadAttention", {"dropout:number", "bias:bool",
+    "add_bias_kv:bool", "add_zero_attn:bool", "kdim", "vdim", "batch_first:bool", "device", "dtype"}, ...)
   if type(embed_dim) ~= "number" or embed_dim <= 0 or type(num_heads) ~= "number" or num_heads <= 0 then
     raise("MultiheadAttention: embed_dim and num_heads must be positive integers, got %s and %s",
       tostring(embed_dim), tostring(num_heads))

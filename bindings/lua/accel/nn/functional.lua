@@ -835,14 +835,14 @@ end
 
 -- ---- convolution and pooling (accel._C.conv2d / max_pool2d, conv_lua.c) ----
 
--- conv2d(input, weight, [bias], [{stride = 1, padding = 0, dilation = 1, groups = 1}])
--- input (N, C, H, W) or (C, H, W), weight (out, C / groups, kH, kW); stride,
+-- conv2d(input, weight, [bias], [stride = 1], [padding = 0], [dilation = 1], [groups = 1]), the
+-- optional ones positionally or in an options table; input (N, C, H, W) or (C, H, W), weight (out, C / groups, kH, kW); stride,
 -- padding, dilation: an integer or an {h, w} pair; padding also "same" /
 -- "valid" or {top, bottom, left, right}.
-function F.conv2d(input, weight, bias, o)
-  if type(bias) == "table" and not accel.is_tensor(bias) then o, bias = bias, bias.bias end
-  o = check("conv2d", o, {"bias", "stride", "padding", "dilation", "groups"})
-  return C.conv2d(input, weight, bias, opt(o, "stride", 1), opt(o, "padding", 0), opt(o, "dilation", 1),
+local CONV_ARGS = {"bias:tensor", "stride", "padding", "dilation", "groups:int"}
+function F.conv2d(input, weight, ...)
+  local o = torch_args("conv2d", CONV_ARGS, ...)
+  return C.conv2d(input, weight, o.bias, opt(o, "stride", 1), opt(o, "padding", 0), opt(o, "dilation", 1),
     opt(o, "groups", 1))
 end
 
@@ -877,12 +877,12 @@ local function check_conv1d(x, weight, bias, stride, padding, dilation, groups)
   end
 end
 
--- conv1d(x, weight, [bias], [{stride = 1, padding = 0, dilation = 1, groups = 1}]):
+-- conv1d(x, weight, [bias], [stride = 1], [padding = 0], [dilation = 1], [groups = 1]) (as conv2d's):
 -- (N, C, L) or (C, L) with weight (out, C / groups, k), as conv2d over a
 -- height of 1 (padding also "same" / "valid")
-function F.conv1d(input, weight, bias, o)
-  if type(bias) == "table" and not accel.is_tensor(bias) then o, bias = bias, bias.bias end
-  o = check("conv1d", o, {"bias", "stride", "padding", "dilation", "groups"})
+function F.conv1d(input, weight, ...)
+  local o = torch_args("conv1d", CONV_ARGS, ...)
+  local bias = o.bias
   tensor_arg("conv1d", "input", input)
   tensor_arg("conv1d", "weight", weight)
   if input:dim() ~= 2 and input:dim() ~= 3 then
@@ -904,11 +904,12 @@ local function pool_stride(o)
   return s
 end
 
--- max_pool2d(input, kernel_size, [{stride = kernel_size, padding = 0, dilation = 1,
---   ceil_mode = false, return_indices = false}]) -> values[, indices]
+-- max_pool2d(input, kernel_size, [stride = kernel_size], [padding = 0], [dilation = 1],
+--   [ceil_mode = false], [return_indices = false]) -> values[, indices] (the optional
+-- arguments positionally, in this order, which is not MaxPool2d's, or in an options table)
 -- indices: int64 flat positions h * W + w within each input plane (0-based).
-function F.max_pool2d(input, kernel_size, o)
-  o = check("max_pool2d", o, {"stride", "padding", "dilation", "ceil_mode", "return_indices"})
+function F.max_pool2d(input, kernel_size, ...)
+  local o = torch_args("max_pool2d", {"stride", "padding", "dilation", "ceil_mode:bool", "return_indices:bool"}, ...)
   return C.max_pool2d(input, kernel_size, pool_stride(o), opt(o, "padding", 0), opt(o, "dilation", 1),
     opt(o, "ceil_mode", false), opt(o, "return_indices", false))
 end
@@ -985,11 +986,12 @@ local function avg_windows(planes, geo, divisor, include_pad)
   return sums:to(dtype)
 end
 
--- avg_pool2d(input, kernel_size, [{stride = kernel_size, padding = 0, ceil_mode = false,
---   count_include_pad = true, divisor_override = nil}]); a float input gives
+-- avg_pool2d(input, kernel_size, [stride = kernel_size], [padding = 0], [ceil_mode = false],
+--   [count_include_pad = true], [divisor_override]), positionally or in an options table; a float input gives
 -- its dtype, an int64 one its averages truncated toward zero (as PyTorch's).
-function F.avg_pool2d(input, kernel_size, o)
-  o = check("avg_pool2d", o, {"stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"})
+function F.avg_pool2d(input, kernel_size, ...)
+  local o = torch_args("avg_pool2d", {"stride", "padding", "ceil_mode:bool", "count_include_pad:bool",
+    "divisor_override:int"}, ...)
   local k = int_pair(kernel_size, "kernel_size")
   local s = int_pair(pool_stride(o) or k, "stride")
   local p = int_pair(opt(o, "padding", 0), "padding")

@@ -15,6 +15,7 @@ local init = require("accel.nn.initializers")
 
 local Parameter, raise, py, export_class = base.Parameter, base.raise, base.pyrepr, base.export_class
 local check_options = base.check_options
+local torch_args = require("accel.util").torch_args
 
 local M = {}
 
@@ -27,6 +28,7 @@ local function is_int(x) return type(x) == "number" and math.floor(x) == x end
 
 -- an integer or a pair {h, w} of integers -> {h, w}
 local function pair(v, what, name)
+  base.not_in_options(v, what, name)
   local p = type(v) == "number" and {v, v} or v
   if type(p) ~= "table" or #p ~= 2 or not is_int(p[1]) or not is_int(p[2]) then
     raise("%s: %s must be an integer or a pair {h, w} of integers, got %s", what, name, py(v))
@@ -86,10 +88,11 @@ end
 
 local Embedding = export_class(M, "Embedding")
 
--- Embedding(num_embeddings, embedding_dim, [{padding_idx =, dtype =, device =, _weight =}])
-function Embedding:init(num_embeddings, embedding_dim, o)
-  o = check_options("Embedding", o, {"padding_idx", "max_norm", "scale_grad_by_freq", "sparse", "_weight", "_freeze",
-    "dtype", "device"})
+-- Embedding(num_embeddings, embedding_dim, [padding_idx], [max_norm], [norm_type], [scale_grad_by_freq],
+--   [sparse], [_weight], [_freeze], [device], [dtype]), the optional ones positionally or in an options table
+function Embedding:init(num_embeddings, embedding_dim, ...)
+  local o = torch_args("Embedding", {"padding_idx", "max_norm", "norm_type", "scale_grad_by_freq:bool", "sparse:bool",
+    "_weight:tensor", "_freeze:bool", "device", "dtype"}, ...)
   for _, k in ipairs({"max_norm", "scale_grad_by_freq", "sparse"}) do
     if o[k] then raise("Embedding: option %s is not supported", k) end
   end
@@ -137,6 +140,7 @@ end
 -- ---- LayerNorm / RMSNorm ----
 
 local function shape_list(s, what)
+  base.not_in_options(s, what, "normalized_shape")
   if type(s) == "number" then s = {s} end
   if type(s) ~= "table" or #s == 0 then raise("%s: normalized_shape must be an integer or a list of integers", what) end
   local out = {}
@@ -146,9 +150,10 @@ end
 
 local LayerNorm = export_class(M, "LayerNorm")
 
--- LayerNorm(normalized_shape, [{eps = 1e-5, elementwise_affine = true, bias = true, dtype =, device =}])
-function LayerNorm:init(normalized_shape, o)
-  o = check_options("LayerNorm", o, {"eps", "elementwise_affine", "bias", "dtype", "device"})
+-- LayerNorm(normalized_shape, [eps = 1e-5], [elementwise_affine = true], [bias = true], [device], [dtype]),
+-- positionally or in an options table
+function LayerNorm:init(normalized_shape, ...)
+  local o = torch_args("LayerNorm", {"eps:number", "elementwise_affine:bool", "bias:bool", "device", "dtype"}, ...)
   self.normalized_shape = shape_list(normalized_shape, "LayerNorm")
   self.eps = o.eps or 1e-5
   self.elementwise_affine = o.elementwise_affine ~= false
@@ -177,9 +182,10 @@ end
 
 local RMSNorm = export_class(M, "RMSNorm")
 
--- RMSNorm(normalized_shape, [{eps = nil (the dtype's machine epsilon), elementwise_affine = true}])
-function RMSNorm:init(normalized_shape, o)
-  o = check_options("RMSNorm", o, {"eps", "elementwise_affine", "dtype", "device"})
+-- RMSNorm(normalized_shape, [eps = nil (the dtype's machine epsilon)], [elementwise_affine = true], [device],
+-- [dtype]), positionally or in an options table
+function RMSNorm:init(normalized_shape, ...)
+  local o = torch_args("RMSNorm", {"eps:number", "elementwise_affine:bool", "device", "dtype"}, ...)
   self.normalized_shape = shape_list(normalized_shape, "RMSNorm")
   self.eps = o.eps
   self.elementwise_affine = o.elementwise_affine ~= false
@@ -202,11 +208,10 @@ end
 
 local Dropout = export_class(M, "Dropout")
 
--- Dropout([p = 0.5], [{inplace = false}]) or Dropout({p =, inplace =})
-function Dropout:init(p, o)
-  if type(p) == "table" then o, p = check_options("Dropout", p, {"p", "inplace"}), p.p
-  else o = check_options("Dropout", o, {"inplace"}) end
-  self.p = F._dropout_p("Dropout", p)
+-- Dropout([p = 0.5], [inplace = false]), positionally or in an options table
+function Dropout:init(...)
+  local o = torch_args("Dropout", {"p:number", "inplace:bool"}, ...)
+  self.p = F._dropout_p("Dropout", o.p)
   self.inplace = o.inplace == true
 end
 
@@ -221,12 +226,14 @@ function Dropout:extra_repr() return ("p=%s, inplace=%s"):format(py(self.p), py(
 -- ---- Conv2d / MaxPool2d (through F.conv2d / F.max_pool2d) ----
 
 local Conv2d = export_class(M, "Conv2d")
+local CONV_ARGS = {"stride", "padding", "dilation", "groups:int", "bias:bool", "padding_mode:string", "device", "dtype"}
+M._CONV_ARGS = CONV_ARGS
 
--- Conv2d(in_channels, out_channels, kernel_size, [{stride = 1, padding = 0,
---   dilation = 1, groups = 1, bias = true, padding_mode = "zeros", dtype =, device =}])
--- weight {out, in / groups, kh, kw}
-function Conv2d:init(in_channels, out_channels, kernel_size, o)
-  o = check_options("Conv2d", o, {"stride", "padding", "dilation", "groups", "bias", "padding_mode", "dtype", "device"})
+-- Conv2d(in_channels, out_channels, kernel_size, [stride = 1], [padding = 0], [dilation = 1], [groups = 1],
+--   [bias = true], [padding_mode = "zeros"], [device], [dtype]), the optional ones positionally or in an
+-- options table; weight {out, in / groups, kh, kw}
+function Conv2d:init(in_channels, out_channels, kernel_size, ...)
+  local o = torch_args("Conv2d", CONV_ARGS, ...)
   self.in_channels = check_size(in_channels, "Conv2d", "in_channels")
   self.out_channels = check_size(out_channels, "Conv2d", "out_channels")
   self.kernel_size = pair(kernel_size, "Conv2d", "kernel_size")
@@ -277,12 +284,14 @@ function Conv2d:extra_repr()
 end
 
 local MaxPool2d = export_class(M, "MaxPool2d")
+local MAX_POOL_ARGS = {"stride", "padding", "dilation", "return_indices:bool", "ceil_mode:bool"}
 
--- MaxPool2d(kernel_size, [{stride = kernel_size, padding = 0, dilation = 1,
---   ceil_mode = false, return_indices = false}]); with return_indices the
--- forward returns values, indices (0-based flat positions in each plane)
-function MaxPool2d:init(kernel_size, o)
-  o = check_options("MaxPool2d", o, {"stride", "padding", "dilation", "return_indices", "ceil_mode"})
+-- MaxPool2d(kernel_size, [stride = kernel_size], [padding = 0], [dilation = 1],
+--   [return_indices = false], [ceil_mode = false]), positionally or in an options
+-- table; with return_indices the forward returns values, indices (0-based flat
+-- positions in each plane)
+function MaxPool2d:init(kernel_size, ...)
+  local o = torch_args("MaxPool2d", MAX_POOL_ARGS, ...)
   self.kernel_size = kernel_size
   self.stride = o.stride or kernel_size
   self.padding = o.padding or 0
@@ -378,10 +387,11 @@ function Identity:forward(x) return x end
 
 local AvgPool2d = export_class(M, "AvgPool2d")
 
--- AvgPool2d(kernel_size, [{stride = kernel_size, padding = 0, ceil_mode = false,
---   count_include_pad = true, divisor_override =}])
-function AvgPool2d:init(kernel_size, o)
-  o = check_options("AvgPool2d", o, {"stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"})
+-- AvgPool2d(kernel_size, [stride = kernel_size], [padding = 0], [ceil_mode = false],
+--   [count_include_pad = true], [divisor_override]), positionally or in an options table
+function AvgPool2d:init(kernel_size, ...)
+  local o = torch_args("AvgPool2d", {"stride", "padding", "ceil_mode:bool", "count_include_pad:bool",
+    "divisor_override:int"}, ...)
   self.kernel_size, self.stride, self.padding = kernel_size, o.stride or kernel_size, o.padding or 0
   for _, k in ipairs({"kernel_size", "stride", "padding"}) do pair(self[k], "AvgPool2d", k) end
   self.ceil_mode, self.count_include_pad = o.ceil_mode == true, o.count_include_pad ~= false
@@ -451,7 +461,7 @@ function GELU:init(o)
   self.approximate = a
 end
 
--- LeakyReLU([negative_slope = 0.01], [{inplace = false}]) or LeakyReLU({negative_slope =})
+-- LeakyReLU([negative_slope = 0.01], [inplace = false]), positionally or in an options table
 local LeakyReLU = activation("LeakyReLU", function(self, x)
     if self.inplace then return x:leaky_relu_(self.negative_slope) end
     return F.leaky_relu(x, self.negative_slope)
@@ -459,11 +469,9 @@ local LeakyReLU = activation("LeakyReLU", function(self, x)
   function(self)
     return "negative_slope=" .. py(self.negative_slope) .. (self.inplace and ", inplace=True" or "")
   end)
-function LeakyReLU:init(slope, o)
-  if type(slope) == "table" then
-    o, slope = check_options("LeakyReLU", slope, {"negative_slope", "inplace"}), slope.negative_slope
-  else o = check_options("LeakyReLU", o, {"inplace"}) end
-  self.negative_slope = slope or 0.01
+function LeakyReLU:init(...)
+  local o = torch_args("LeakyReLU", {"negative_slope:number", "inplace:bool"}, ...)
+  self.negative_slope = o.negative_slope or 0.01
   self.inplace = o.inplace == true
 end
 

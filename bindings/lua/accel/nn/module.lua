@@ -59,9 +59,19 @@ local raise = M.raise
 -- check_options(name, o, keys): see accel.util
 M.check_options = util.check_options
 
+-- A table holding PyTorch's keyword `name` where the positional argument
+-- `name` belongs (nn.Conv2d(1, 16, {kernel_size = 3})): an error saying so.
+function M.not_in_options(v, what, name)
+  if type(v) == "table" and not accel.is_tensor(v) and rawget(v, name) ~= nil then
+    M.raise("%s: %s is a positional argument (%s(..., %s, ...)); only the arguments after it may go in the options "
+      .. "table", what, name, what, util.show(rawget(v, name)))
+  end
+end
+
 -- v when it is an integer >= min (0 or 1), else "<what>: <name> must be a
 -- non-negative (positive) integer, got <v>" at the user's line.
 function M.check_integer(v, what, name, min)
+  M.not_in_options(v, what, name)
   if type(v) ~= "number" or v < min or math.floor(v) ~= v then
     M.raise("%s: %s must be a %s integer, got %s", what, name, min == 0 and "non-negative" or "positive", tostring(v))
   end
@@ -70,7 +80,7 @@ end
 
 -- ---- Parameter ----
 
-local param_set = setmetatable({}, {__mode = "k"})
+local param_set = accel._C.parameters -- weak keys; also read by printing ("Parameter containing:")
 
 -- nn.Parameter(t, [requires_grad = true | {requires_grad = ...}]): a leaf
 -- tensor sharing t's storage, marked as a parameter.

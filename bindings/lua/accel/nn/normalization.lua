@@ -13,6 +13,7 @@ local init = require("accel.nn.initializers")
 
 local Parameter, raise, py, export_class = base.Parameter, base.raise, base.pyrepr, base.export_class
 local check_options = base.check_options
+local torch_args = require("accel.util").torch_args
 local util = require("accel.util")
 
 local M = {}
@@ -83,11 +84,14 @@ local function batch_norm_class(name, dims_text, dims_ok, sync)
   local cls = export_class(M, name)
   rawset(cls, "_optional_state", OPTIONAL_STATE)
 
-  -- name(num_features, [{eps = 1e-5, momentum = 0.1 (false: cumulative), affine = true,
-  --   bias = true, track_running_stats = true, dtype =, device =}]); SyncBatchNorm also process_group
-  function cls:init(num_features, o)
-    o = check_options(name, o, {"eps", "momentum", "affine", "bias", "track_running_stats", "dtype", "device",
-      sync and "process_group" or nil})
+  -- name(num_features, [eps = 1e-5], [momentum = 0.1 (false: cumulative)], [affine = true],
+  --   [track_running_stats = true], [process_group] (SyncBatchNorm only), [device], [dtype]),
+  --   positionally or in an options table, which also takes bias = true
+  local args = {"eps:number", "momentum", "affine:bool", "track_running_stats:bool"}
+  if sync then args[#args + 1] = "process_group" end
+  for _, k in ipairs({"device", "dtype", "bias:bool"}) do args[#args + 1] = k end
+  function cls:init(num_features, ...)
+    local o = torch_args(name, args, ...)
     local mt = type(o.process_group) == "userdata" and getmetatable(o.process_group)
     if sync and o.process_group ~= nil and not (mt and mt.__name == "accel.dist.Group") then
       raise("%s: process_group must be an accel.dist Group (dist.split_group, dist.node_group), got %s", name,
@@ -287,9 +291,10 @@ end
 
 local GroupNorm = export_class(M, "GroupNorm")
 
--- GroupNorm(num_groups, num_channels, [{eps = 1e-5, affine = true, bias = true, dtype =, device =}])
-function GroupNorm:init(num_groups, num_channels, o)
-  o = check_options("GroupNorm", o, {"eps", "affine", "bias", "dtype", "device"})
+-- GroupNorm(num_groups, num_channels, [eps = 1e-5], [affine = true], [device], [dtype]), positionally or
+-- in an options table, which also takes bias = true
+function GroupNorm:init(num_groups, num_channels, ...)
+  local o = torch_args("GroupNorm", {"eps:number", "affine:bool", "device", "dtype", "bias:bool"}, ...)
   self.num_groups = check_count(num_groups, "GroupNorm", "num_groups")
   self.num_channels = check_count(num_channels, "GroupNorm", "num_channels")
   if num_channels % num_groups ~= 0 then raise("GroupNorm: num_channels must be divisible by num_groups") end

@@ -25,11 +25,11 @@ local function positive(v, what, name) return base.check_integer(v, what, name, 
 
 local Conv1d = export_class(M, "Conv1d")
 
--- Conv1d(in_channels, out_channels, kernel_size, [{stride = 1, padding = 0,
---   dilation = 1, groups = 1, bias = true, padding_mode = "zeros", dtype =, device =}])
--- weight {out, in / groups, k}
-function Conv1d:init(in_channels, out_channels, kernel_size, o)
-  o = base.check_options("Conv1d", o, {"stride", "padding", "dilation", "groups", "bias", "padding_mode", "dtype", "device"})
+-- Conv1d(in_channels, out_channels, kernel_size, [stride = 1], [padding = 0], [dilation = 1], [groups = 1],
+--   [bias = true], [padding_mode = "zeros"], [device], [dtype]), the optional ones positionally or in an
+-- options table; weight {out, in / groups, k}
+function Conv1d:init(in_channels, out_channels, kernel_size, ...)
+  local o = require("accel.util").torch_args("Conv1d", require("accel.nn.layers")._CONV_ARGS, ...)
   self.in_channels = positive(in_channels, "Conv1d", "in_channels")
   self.out_channels = positive(out_channels, "Conv1d", "out_channels")
   self.kernel_size = positive(kernel_size, "Conv1d", "kernel_size")
@@ -74,8 +74,11 @@ end
 -- ---- RNN / LSTM / GRU ----
 
 local GATES = {RNN = 1, LSTM = 4, GRU = 3}
+-- PyTorch's positional order: RNN takes nonlinearity after num_layers
 local OPTIONS = {"num_layers:int", "bias:bool", "batch_first:bool", "dropout:number", "bidirectional:bool", "proj_size:int",
-                 "nonlinearity:string", "dtype", "device"}
+                 "device", "dtype"}
+local RNN_OPTIONS = {"num_layers:int", "nonlinearity:string", "bias:bool", "batch_first:bool", "dropout:number",
+                     "bidirectional:bool", "proj_size:int", "device", "dtype"}
 
 -- One step of each cell: xw (B, G*H) the input's projection with b_ih,
 -- h (B, H) (and c for LSTM) -> the new h (and c).
@@ -113,7 +116,7 @@ local function recurrent_class(kind)
   -- kind(input_size, hidden_size, [num_layers = 1], ..., or {num_layers =, bias = true,
   --   batch_first = false, dropout = 0, bidirectional = false, nonlinearity = "tanh" (RNN), dtype =, device =})
   function cls:init(input_size, hidden_size, ...)
-    local a = util.torch_args(kind, OPTIONS, ...)
+    local a = util.torch_args(kind, kind == "RNN" and RNN_OPTIONS or OPTIONS, ...)
     self.input_size = positive(input_size, kind, "input_size")
     self.hidden_size = positive(hidden_size, kind, "hidden_size")
     self.num_layers = positive(a.num_layers or 1, kind, "num_layers")
@@ -123,7 +126,6 @@ local function recurrent_class(kind)
       raise("%s: dropout should be a number in range [0, 1], got %s", kind, util.show(a.dropout))
     end
     if a.proj_size ~= nil and a.proj_size ~= 0 then raise("%s: proj_size is not supported", kind) end
-    if kind ~= "RNN" and a.nonlinearity ~= nil then raise("%s: unknown option 'nonlinearity'", kind) end
     self.nonlinearity = a.nonlinearity or "tanh"
     if self.nonlinearity ~= "tanh" and self.nonlinearity ~= "relu" then
       raise("RNN: Unknown nonlinearity '%s'. Select from 'tanh' or 'relu'.", tostring(self.nonlinearity))
