@@ -114,10 +114,12 @@ typedef struct {
 
 static __thread lua_State *backward_L;
 
-int lu_run_backward(lua_State *L, Tensor *root, Tensor *grad) {
+int lu_run_backward(lua_State *L, Tensor *root, Tensor *grad, bool retain_graph) {
     lua_State *prev = backward_L;
     backward_L = L;
+    bool prev_retain = ag_set_retain_graph(retain_graph);
     int rc = ag_backward(root, grad);
+    ag_set_retain_graph(prev_retain);
     backward_L = prev;
     return rc;
 }
@@ -289,7 +291,7 @@ static int l_attach_custom(lua_State *L) {
     return 1;
 }
 
-/* _C.backward_many({tensors...}, {grads...}): one backward from all of them */
+/* _C.backward_many({tensors...}, {grads...}, [retain_graph]): one backward from all of them */
 static int l_backward_many(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     luaL_checktype(L, 2, LUA_TTABLE);
@@ -307,7 +309,9 @@ static int l_backward_many(lua_State *L) {
     lu_gc_before_backward(L);
     lua_State *prev = backward_L;
     backward_L = L;
+    bool prev_retain = ag_set_retain_graph(lua_toboolean(L, 3));
     int rc = ag_backward_many(v, v + n, n);
+    ag_set_retain_graph(prev_retain);
     backward_L = prev;
     if (rc < 0) return lu_core_error(L);
     return 0;
@@ -385,6 +389,15 @@ static int l_graph_leaves(lua_State *L) {
     return 1;
 }
 
+/* _C.retaining_graph() -> whether the backward running now keeps its graph
+ * (retain_graph = true): a checkpoint keeps its inputs for the next one */
+static int l_retaining_graph(lua_State *L) {
+    bool on = ag_set_retain_graph(false);
+    ag_set_retain_graph(on);
+    lua_pushboolean(L, on);
+    return 1;
+}
+
 /* _C.set_keep_saved(on) -> previous (see ag_set_keep_saved) */
 static int l_set_keep_saved(lua_State *L) {
     lua_pushboolean(L, ag_set_keep_saved(lua_toboolean(L, 1)));
@@ -430,7 +443,7 @@ void lu_open_autograd(lua_State *L, int m) {
     luaL_setfuncs(L, fns, 0);
     lua_pop(L, 1);
     static const luaL_Reg c_fns[] = {{"name_grad_fn", l_name_grad_fn},
-                                     {"attach_custom", l_attach_custom}, {"backward_many", l_backward_many},
+                                     {"attach_custom", l_attach_custom}, {"backward_many", l_backward_many}, {"retaining_graph", l_retaining_graph},
                                      {"set_keep_saved", l_set_keep_saved}, {"graph_leaves", l_graph_leaves},
                                      {"collect_garbage_tensors", l_collect_garbage_tensors}, {NULL, NULL}};
     lu_register_c(L, m, c_fns);

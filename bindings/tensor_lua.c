@@ -1436,20 +1436,44 @@ static int t_cuda(lua_State *L) {
 
 /* ---- autograd ---- */
 
+/* A flag of backward: argument idx, or key of the options table at o (o > 0);
+ * nil is false, anything else but a boolean an error naming it. */
+static bool backward_flag(lua_State *L, int o, int idx, const char *key) {
+    if (o) lua_getfield(L, o, key);
+    else lua_pushvalue(L, idx);
+    if (!lua_isnil(L, -1) && !lua_isboolean(L, -1))
+        lu_error(L, "backward: argument '%s' must be a boolean, got %s", key, luaL_typename(L, -1));
+    bool on = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    return on;
+}
+
+/* t:backward([gradient], [retain_graph], [create_graph], [inputs]), the ones
+ * after gradient (or all) also in an options table: torch's Tensor.backward.
+ * create_graph = true and inputs are refused. */
 static int t_backward(lua_State *L) {
     Tensor *t = SELF;
-    Tensor *g = lu_to_tensor(L, 2);
-    static const char *const refused[] = {"retain_graph", "create_graph", "inputs"}; /* torch's arguments 2-4 */
-    if (!g && !lua_isnoneornil(L, 2))
-        return lu_error(L, "backward: argument 1 must be the gradient tensor (or nil), got %s; retain_graph, "
-                           "create_graph and inputs are not supported", luaL_typename(L, 2));
-    for (int i = 3; i <= lua_gettop(L); i++)
-        if (!lua_isnil(L, i))
-            return lu_error(L, "backward: argument %d (torch's %s) is not supported: retain_graph, create_graph and "
-                               "inputs are not; got %s",
-                            i - 1, i - 3 < 3 ? refused[i - 3] : "none: there are 4", luaL_typename(L, i));
+    int o = lu_to_tensor(L, 2) ? (lu_is_opts(L, 3) ? 3 : 0) : (lu_is_opts(L, 2) ? 2 : lu_is_opts(L, 3) ? 3 : 0);
+    if (o) {
+        lu_check_call_opts(L, o, o == 2 ? "gradient retain_graph create_graph inputs" : "retain_graph create_graph inputs");
+        lu_check_no_more_args(L, o + 1);
+    } else {
+        lu_check_no_more_args(L, 6);
+    }
+    lua_settop(L, 5); /* the absent arguments nil; what is pushed below comes after them */
+    if (o == 2) lua_getfield(L, 2, "gradient");
+    else lua_pushvalue(L, 2);
+    Tensor *g = lu_to_tensor(L, -1);
+    if (!g && !lua_isnil(L, -1))
+        return lu_error(L, "backward: the gradient (argument 1) must be a tensor or nil, got %s", luaL_typename(L, -1));
+    bool retain = backward_flag(L, o, 3, "retain_graph");
+    if (backward_flag(L, o, 4, "create_graph"))
+        return lu_error(L, "backward: create_graph = true is not supported (no higher-order gradients)");
+    if (o) lua_getfield(L, o, "inputs");
+    else lua_pushvalue(L, 5);
+    if (!lua_isnil(L, -1)) return lu_error(L, "backward: inputs is not supported (gradients reach every leaf)");
     lu_gc_before_backward(L);
-    if (lu_run_backward(L, t, g) < 0) lu_core_error(L);
+    if (lu_run_backward(L, t, g, retain) < 0) lu_core_error(L);
     return 0;
 }
 

@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static __thread bool grad_enabled = true, keep_saved = true, inference_mode;
+static __thread bool grad_enabled = true, keep_saved = true, inference_mode, retain_graph;
 static uint32_t backward_pass, pass_counter; /* the pass running (0: none), for leaf hooks */
 static int pass_depth;                       /* ag_backward calls running, nested ones included */
 
@@ -63,6 +63,12 @@ bool ag_set_grad_enabled(bool on) {
     return prev;
 }
 
+bool ag_set_retain_graph(bool on) {
+    bool prev = retain_graph;
+    retain_graph = on;
+    return prev;
+}
+
 bool ag_set_keep_saved(bool on) {
     bool prev = keep_saved;
     keep_saved = on;
@@ -93,6 +99,7 @@ static void node_free_saved(AGNode *n) {
  * run again (as torch, a node that saved nothing, add's or a view's, runs
  * in a second backward through the same graph). */
 static void release_after_run(AGNode *n) {
+    if (retain_graph) return; /* backward(retain_graph = true): kept for another pass */
     if (n->n_saved > 0 || n->ctx) n->released = true;
     node_free_saved(n);
 }
@@ -340,7 +347,8 @@ static int timed_backward(AGNode *n, Tensor *gout, Tensor **gin, Tensor **acc) {
 static int run_node(AGNode *n, NodeList *ready) {
     if (n->released)
         return accel_fail_int("backward through %s a second time: the tensors it saved were freed after the first "
-                              "backward (call backward once per forward)", n->name);
+                              "backward (call backward once per forward, or pass retain_graph = true to the first: "
+                              "t:backward(nil, true))", n->name);
     if (n->unsaved)
         return accel_fail_int("backward through %s, which was recorded inside activation checkpointing's forward and "
                               "keeps no tensors for backward: backpropagate through the checkpoint's outputs only",

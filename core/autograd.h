@@ -109,6 +109,9 @@ void ag_node_release(AGNode *n);
  * recompute) runs as part of the outer pass; it may not reach the nodes of
  * the graph the outer pass is running through (an error says so). */
 int ag_backward(Tensor *root, Tensor *grad);
+/* torch's retain_graph for the passes run while on: the nodes keep their
+ * saved tensors and may run again. Returns the previous setting. */
+bool ag_set_retain_graph(bool on);
 /* Backward from n roots at once, roots[k] receiving grads[k] (same shape,
  * required): torch.autograd.backward(tensors, grad_tensors). */
 int ag_backward_many(Tensor **roots, Tensor **grads, int n);

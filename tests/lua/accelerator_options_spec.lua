@@ -1337,7 +1337,17 @@ CASES.backward = {
     local w = nn.Parameter(accel.ones(2))
     a:backward(w * 3, {gradient = accel.tensor({1, 2})})
     assert.are.same({3, 6}, w.grad:tolist())
-    error_matching("unknown option retain_graph", function() a:backward((w * 3):sum(), {retain_graph = true}) end)
+    error_matching("unknown option create_graph", function() a:backward((w * 3):sum(), {create_graph = true}) end)
+  end,
+  -- Accelerate's backward(loss, **kwargs) hands retain_graph to loss.backward
+  retain_graph = function()
+    local a = accel.Accelerator()
+    local w = nn.Parameter(accel.ones(2))
+    local loss = (w * w):sum()
+    a:backward(loss, {retain_graph = true})
+    a:backward(loss)
+    assert.are.same({4, 4}, w.grad:tolist())
+    error_matching("a second time", function() a:backward(loss) end)
   end,
 }
 

@@ -938,17 +938,46 @@ describe("custom functions from Lua", function()
   it("t:backward with something other than a gradient tensor is an error (torch's TypeError), not ignored", function()
     local x = gc.randn(2)
     local y = (x * x):sum()
-    assert.matches("backward: argument 1 must be the gradient tensor %(or nil%), got number",
+    assert.matches("backward: the gradient %(argument 1%) must be a tensor or nil, got number",
       errmsg(function() y:backward(5) end))
-    assert.matches("retain_graph, create_graph and inputs are not supported",
-      errmsg(function() y:backward({retain_graph = true}) end))
-    -- torch's Tensor.backward(gradient, retain_graph, create_graph, inputs): each refused by its name
-    assert.matches("backward: argument 2 %(torch's retain_graph%) is not supported",
-      errmsg(function() y:backward(nil, true) end))
-    assert.matches("backward: argument 4 %(torch's inputs%) is not supported",
-      errmsg(function() y:backward(nil, nil, nil, {x}) end))
+    -- torch's Tensor.backward(gradient, retain_graph, create_graph, inputs): what is not provided is refused by name
+    assert.matches("backward: create_graph = true is not supported", errmsg(function() y:backward(nil, nil, true) end))
+    assert.matches("backward: inputs is not supported", errmsg(function() y:backward(nil, nil, nil, {x}) end))
+    assert.matches("backward: inputs is not supported", errmsg(function() y:backward({inputs = {x}}) end))
+    assert.matches("backward: argument 'retain_graph' must be a boolean, got number", errmsg(function() y:backward(nil, 1) end))
+    assert.matches("unknown option 'retain_grap'", errmsg(function() y:backward({retain_grap = true}) end))
+    assert.matches("unexpected argument #5", errmsg(function() y:backward(nil, nil, nil, nil, 9) end))
     y:backward(nil)
     assert_close(x.grad, x:detach() * 2)
+  end)
+
+  -- PyTorch's autograd tutorial: out = (inp + 1).pow(2).t() for inp = eye(4, 5); out.backward(ones_like(out),
+  -- retain_graph=True) twice gives inp.grad 4 on the diagonal / 2 elsewhere, then 8 / 4; after
+  -- inp.grad.zero_() once more 4 / 2. Without retain_graph the second backward is refused.
+  it("retain_graph keeps the graph for another backward (positionally or by name)", function()
+    local inp = accel.eye(4, 5, {requires_grad = true})
+    local out = (inp + 1):pow(2):t()
+    local function expect(d, o) assert.same(((accel.eye(4, 5) * (d - o)) + o):tolist(), inp.grad:tolist()) end
+    out:backward(accel.ones_like(out), true)
+    expect(4, 2)
+    out:backward(accel.ones_like(out), {retain_graph = true})
+    expect(8, 4)
+    inp.grad:zero_()
+    out:backward({gradient = accel.ones_like(out), retain_graph = true})
+    expect(4, 2)
+    out:backward(accel.ones_like(out))
+    expect(8, 4)
+    assert.matches("backward through pow a second time: the tensors it saved were freed after the first backward "
+      .. "%(call backward once per forward, or pass retain_graph = true to the first",
+      errmsg(function() out:backward(accel.ones_like(out)) end))
+    -- a custom Function's backward runs again too
+    local Twice = accel.autograd.Function{forward = function(ctx, a) ctx:save_for_backward(a) return a * 2 end,
+      backward = function(ctx, g) local a = ctx.saved_tensors[1] return g * 2 + a * 0 end}
+    local x = gc.randn(3)
+    local y = Twice(x):sum()
+    y:backward(nil, true)
+    y:backward()
+    assert_close(x.grad, accel.full({3}, 4, {dtype = x.dtype}))
   end)
 
   it("sets ctx.needs_input_grad before forward and takes several outputs", function()
@@ -1195,15 +1224,19 @@ describe("grad modes, autograd.backward, .grad and fill values as PyTorch", func
     fails("set_grad_enabled: expected a boolean mode", accel.set_grad_enabled)
   end)
 
-  it("autograd.backward: several roots with nil gradients for one-element roots; options refused", function()
+  it("autograd.backward: several roots with nil gradients for one-element roots; retain_graph; options refused", function()
     local x = leaf({1, 2, 3})
     accel.autograd.backward({(x * x):sum(), x * 3}, {nil, accel.ones(3, {dtype = f64})})
     assert.same({5, 7, 9}, x.grad:tolist())
-    fails("argument 3 %(torch's retain_graph%) is not supported", accel.autograd.backward, (x * 2):sum(), nil,
-      {retain_graph = true})
     -- torch.autograd.backward(tensors, grad_tensors, retain_graph, create_graph, grad_variables, inputs)
-    fails("argument 4 %(torch's create_graph%) is not supported", accel.autograd.backward, (x * 2):sum(), nil, nil, true)
-    fails("argument 6 %(torch's inputs%) is not supported", accel.autograd.backward, (x * 2):sum(), nil, nil, nil, nil, {x})
+    local y = (x * x):sum()
+    accel.autograd.backward(y, nil, true)
+    accel.autograd.backward({y}, {retain_graph = true})
+    accel.autograd.backward(y)
+    assert.same({11, 19, 27}, x.grad:tolist())
+    fails("create_graph = true is not supported", accel.autograd.backward, (x * 2):sum(), nil, nil, true)
+    fails("inputs is not supported", accel.autograd.backward, (x * 2):sum(), nil, nil, nil, nil, {x})
+    fails("unknown option 'retain_grap'", accel.autograd.backward, (x * 2):sum(), {retain_grap = true})
     fails("only for one%-element outputs", accel.autograd.backward, {x * 2})
     -- a tensor with a list of gradients, a list with one gradient tensor (PyTorch takes both)
     x.grad = nil

@@ -265,6 +265,24 @@ describe("accel.utils.checkpoint", function()
     assert.equal(1, calls)
   end)
 
+  -- retain_graph = true on the first backward: the second runs the recompute again and adds the same
+  -- gradients (torch.utils.checkpoint(use_reentrant=False) allows it too); then the graph is gone
+  it("a second backward after retain_graph = true recomputes and matches the plain graph's gradients", function()
+    accel.set_seed(3)
+    local block = mlp_block(6, 12)
+    local x = accel.randn(4, 6)
+    local y = utils.checkpoint(block, x):sum()
+    y:backward(nil, true)
+    y:backward()
+    local twice = grads_of(block)
+    block:zero_grad()
+    local plain = block(x):sum()
+    plain:backward(nil, true)
+    plain:backward()
+    assert_same_grads(grads_of(block), twice)
+    assert.matches("a second time", errmsg(function() y:backward() end))
+  end)
+
   it("fn runs once in forward and once more in backward", function()
     local calls = 0
     local y = utils.checkpoint(function(a) calls = calls + 1; return a * 2 end, gc.randn(2))

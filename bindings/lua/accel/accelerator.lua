@@ -1280,7 +1280,7 @@ end
 
 -- backward(loss): loss / gradient_accumulation_steps, times the loss scale
 -- under fp16, then loss:backward().
-local BACKWARD_OPTIONS = plugins.register("backward", {gradient = "any"})
+local BACKWARD_OPTIONS = plugins.register("backward", {gradient = "any", retain_graph = "boolean"})
 
 function Accelerator:backward(loss, o)
   if not accel.is_tensor(loss) then raise("backward: expected the loss tensor, got %s", type(loss)) end
@@ -1289,7 +1289,7 @@ function Accelerator:backward(loss, o)
   local k = self.gradient_state.num_steps
   if k > 1 then loss = loss / k end
   if self.scaler then loss = self.scaler:scale_loss(loss) end
-  if o and o.gradient ~= nil then loss:backward(o.gradient) else loss:backward() end
+  loss:backward(o and o.gradient, o ~= nil and o.retain_graph == true)
   self:_finish_grad_sync()
 end
 

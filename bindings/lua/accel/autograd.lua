@@ -231,28 +231,42 @@ autograd.enable_grad = accel.enable_grad
 autograd.set_grad_enabled = accel.set_grad_enabled
 autograd.inference_mode = accel.inference_mode
 
--- autograd.backward(tensors, [grad_tensors]) (torch.autograd.backward):
--- tensors is a tensor or a list of them, grad_tensors a tensor or a list
--- of them (nil, or a nil entry, for a one-element root: ones). One tensor
--- with a tensor or nil is t:backward(grad); otherwise one backward pass
--- from all the roots at once. torch's retain_graph / create_graph / inputs
--- are refused, as by t:backward.
-local BACKWARD_REFUSED = {"retain_graph", "create_graph", "grad_variables", "inputs"} -- torch's arguments 3 to 6
+-- autograd.backward(tensors, [grad_tensors], [retain_graph], [create_graph], [grad_variables], [inputs])
+-- (torch.autograd.backward; the arguments after tensors also in an options
+-- table): tensors is a tensor or a list of them, grad_tensors a tensor or a
+-- list of them (nil, or a nil entry, for a one-element root: ones). One
+-- tensor with a tensor or nil is t:backward(grad, retain_graph); otherwise
+-- one backward pass from all the roots at once. create_graph = true,
+-- grad_variables and inputs are refused, as by t:backward.
+local BACKWARD_ARGS = {"retain_graph:bool", "create_graph:bool", "grad_variables", "inputs"}
 
-function autograd.backward(t, grad, ...)
+-- a table of keyword options only (a list of gradients, even {nil, g}, has a number key)
+local function keywords_only(v)
+  if type(v) ~= "table" or accel.is_tensor(v) or next(v) == nil then return false end
+  for k in pairs(v) do if type(k) ~= "string" then return false end end
+  return true
+end
+
+function autograd.backward(t, grad_tensors, ...)
   local raise = util.raise
-  for i = 1, select("#", ...) do
-    local v = select(i, ...)
-    if v ~= nil then
-      raise("autograd.backward: argument %d (torch's %s) is not supported: retain_graph, create_graph, "
-        .. "grad_variables and inputs are not; got %s", i + 2, BACKWARD_REFUSED[i] or "none: there are 6", type(v))
-    end
+  local a
+  if select("#", ...) == 0 and keywords_only(grad_tensors) then
+    a = util.torch_args("autograd.backward", {"grad_tensors", BACKWARD_ARGS[1], BACKWARD_ARGS[2], BACKWARD_ARGS[3],
+      BACKWARD_ARGS[4]}, grad_tensors)
+  else
+    a = util.torch_args("autograd.backward", BACKWARD_ARGS, ...)
+    a.grad_tensors = grad_tensors
   end
+  if a.create_graph then raise("autograd.backward: create_graph = true is not supported (no higher-order gradients)") end
+  if a.grad_variables ~= nil or a.inputs ~= nil then
+    raise("autograd.backward: %s is not supported", a.inputs ~= nil and "inputs" or "grad_variables")
+  end
+  local grad, retain = a.grad_tensors, a.retain_graph == true
   if grad ~= nil and type(grad) ~= "table" and not accel.is_tensor(grad) then
     raise("autograd.backward: argument 2 (grad_tensors) must be a tensor, a list of tensors (nil entries for "
       .. "one-element roots) or nil, got %s", type(grad))
   end
-  if accel.is_tensor(t) and type(grad) ~= "table" then return t:backward(grad) end
+  if accel.is_tensor(t) and type(grad) ~= "table" then return t:backward(grad, retain) end
   if accel.is_tensor(t) then t = {t} end
   if accel.is_tensor(grad) then grad = {grad} end
   if type(t) ~= "table" then
@@ -278,7 +292,7 @@ function autograd.backward(t, grad, ...)
     end
     grads[i] = g
   end
-  accel._C.backward_many(t, grads)
+  accel._C.backward_many(t, grads, retain)
 end
 
 -- PyTorch's autograd functions that are not provided: an error naming them

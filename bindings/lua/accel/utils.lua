@@ -210,7 +210,7 @@ local function make_backward(st, pos, n_inputs)
     local grads = compat.pack(...)
     local args = st.args
     if not args then error("checkpoint: backward through the same checkpoint a second time", 0) end
-    st.args = nil -- the inputs are not needed after this
+    if not C.retaining_graph() then st.args = nil end -- the inputs are not needed after this
     local d = detached_args(args, st.versions)
     local rng_now
     if st.rng then
