@@ -213,7 +213,7 @@ function DataLoaderShard:iter()
   local f, s, c = base:iter()
   rawset(self, "end_of_dataloader", false)
   local length, remainder = self.dataset_length and self.dataset_length(), rawget(self, "remainder")
-  if not self.drop_last and self.even_batches and length and self.total_batch_size then
+  if not self.drop_last and length and self.total_batch_size then
     local start = type(base.pass_start) == "function" and base:pass_start() or 0 -- where this pass starts
     remainder = (length - start) % self.total_batch_size
     rawset(self, "remainder", remainder)

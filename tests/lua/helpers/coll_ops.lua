@@ -221,5 +221,23 @@ do
   check(#objs == N and objs[N] == N - 1, "utils.gather_object concatenates the lists")
 end
 
+-- ---- even_batches = false: gather_for_metrics cuts the padded last batch to the remainder ----
+-- Accelerate 1.16 sets remainder = dataset length % total batch size whatever even_batches is; its
+-- documented idiom pad_across_processes + gather_for_metrics on 11 samples, batch 2, 3 ranks gave
+-- [1..6] then [7..11] with remainder 5 (2 ranks: 11 % 4 = 3)
+do
+  local uneven = accel.Accelerator{even_batches = false}
+  local dl = uneven:prepare(data.DataLoader(data.TensorDataset(accel.arange(1, 12)), {batch_size = 2}))
+  local seen = {}
+  for x in dl:iter() do
+    local g = uneven:gather_for_metrics(uneven:pad_across_processes(x, {dim = 1, pad_index = -1}))
+    for _, v in ipairs(g:tolist()) do seen[#seen + 1] = v end
+    check(uneven.gradient_state.remainder == 11 % (2 * N), "even_batches = false: remainder %s, expected %d",
+      tostring(uneven.gradient_state.remainder), 11 % (2 * N))
+  end
+  check(#seen == 11, "even_batches = false: gather_for_metrics gave %d values, expected the 11 samples", #seen)
+  for i = 1, #seen do check(seen[i] == i, "even_batches = false: value %d is %s", i, tostring(seen[i])) end
+end
+
 acc:wait_for_everyone()
 print(("ok rank %d: %d checks"):format(rank, rc.count))
