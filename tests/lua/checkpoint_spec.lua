@@ -443,6 +443,36 @@ describe("save_state / load_state", function()
     rm(dir)
   end)
 
+  -- Accelerate 1.16 (a prepared shuffled loader over 8 samples, batch 2, save_state on epoch 0's last batch inside
+  -- the loop, load_state in a new process): the first pass after loading is epoch 1's order, the unbroken run's
+  it("a checkpoint saved on an epoch's last batch resumes at the next epoch", function()
+    local dir = tmpdir()
+    local function loader_of(a)
+      return a:prepare(data.DataLoader(data.TensorDataset(accel.arange(8)), {batch_size = 2, shuffle = true, seed = 7}))
+    end
+    local function ids(pass_iter)
+      local out = {}
+      for xb in pass_iter do for _, v in ipairs(xb:tolist()) do out[#out + 1] = v end end
+      return out
+    end
+    local a = accel.Accelerator()
+    local loader = loader_of(a)
+    local n = 0
+    for _ in loader:iter() do
+      n = n + 1
+      if n == 4 then a:save_state(dir .. "/ckpt") end
+    end
+    local epoch1 = ids(loader:iter())
+    for _, skip in ipairs({false, true}) do -- plain, and as Accelerate's checkpointing example (resume_step 0)
+      local b = accel.Accelerator()
+      local resumed = loader_of(b)
+      b:load_state(dir .. "/ckpt")
+      if skip then resumed = b:skip_first_batches(resumed, 0) end
+      assert.are.same(epoch1, ids(resumed:iter()))
+    end
+    rm(dir)
+  end)
+
   it("register_for_checkpointing needs state_dict and load_state_dict", function()
     local a = accel.Accelerator()
     error_matching("argument 1 %(table%) needs state_dict%(%) and load_state_dict%(%)", function()

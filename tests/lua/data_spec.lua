@@ -424,11 +424,23 @@ describe("DataLoader epochs and resume", function()
     assert.are.same(reference_perm(30, 77, 2), flatten(pass(b))) -- then whole epochs
   end)
 
-  it("resuming at the end of an epoch yields nothing and moves to the next", function()
+  -- Accelerate 1.16: save_state on the last batch of epoch 0 (inside the loop), load_state in a new process:
+  -- the next pass is epoch 1's order, as the unbroken run's next pass
+  it("a position at the end of an epoch is the start of the next one, saved or loaded", function()
     local loader = data.DataLoader(ids_dataset(8), {batch_size = 4, shuffle = true, seed = 1})
     loader:load_state_dict({epoch = 3, batches = 2})
-    assert.are.same({}, pass(loader))
     assert.are.same({epoch = 4, samples = 0}, loader:state_dict())
+    assert.are.same(reference_perm(8, 1, 4), flatten(pass(loader)))
+    local saver = data.DataLoader(ids_dataset(8), {batch_size = 4, shuffle = true, seed = 1})
+    local it = saver:iter()
+    it()
+    assert.are.same({epoch = 0, samples = 4}, saver:state_dict())
+    it() -- the last batch, the pass not yet closed
+    assert.are.same({epoch = 1, samples = 0}, saver:state_dict())
+    local dropping = data.DataLoader(ids_dataset(9), {batch_size = 4, drop_last = true}) -- sample 9 is never used
+    for _ in dropping:iter() do end
+    dropping:load_state_dict({epoch = 0, samples = 8})
+    assert.are.same({epoch = 1, samples = 0}, dropping:state_dict())
   end)
 
   it("skip_first_batches starts at batch n + 1 without loading the skipped samples", function()
@@ -604,7 +616,7 @@ describe("DataLoader sharding", function()
     end
     local last = data.DataLoader(ids_dataset(23), {batch_size = 2}):shard(0, 2)
     for _ in last:iter() do
-      if last:end_of_dataloader() then assert.are.same({epoch = 0, samples = 23}, last:state_dict()) end
+      if last:end_of_dataloader() then assert.are.same({epoch = 1, samples = 0}, last:state_dict()) end
     end
   end)
 
@@ -615,9 +627,9 @@ describe("DataLoader sharding", function()
     expect_error(function() loader:load_state_dict({epoch = 0, samples = 6}) end,
       "the position (epoch 0, 6 of 10 samples consumed) is not a whole number of batches of 4 for 1 process")
     expect_error(function() loader:load_state_dict({epoch = 0, samples = -4}) end, "samples must be an integer >= 0")
-    loader:load_state_dict({epoch = 0, samples = 10}) -- the end: the pass is empty
-    assert.are.same({}, pass(loader))
+    loader:load_state_dict({epoch = 0, samples = 10}) -- the end: the next epoch's start
     assert.are.same({epoch = 1, samples = 0}, loader:state_dict())
+    assert.are.same({{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9}}, pass(loader))
   end)
 
   it("with drop_last, says when a layout would skip what the saving one still yields", function()

@@ -357,10 +357,20 @@ end
 -- {epoch = e, samples = s}: s samples of epoch e's global order consumed by
 -- all processes together (the same on every rank while the ranks are in
 -- step; save_state writes rank 0's).
+--
+-- A position past the last batch of its epoch (saved on the last batch,
+-- inside the loop) is the start of the next epoch, as the next pass of an
+-- unbroken run is: {epoch = e + 1, samples = 0}.
+local function next_pass_position(L, n, epoch, samples)
+  if samples > 0 and pass_count(L, n, samples) == 0 and epoch < MAX_EPOCH then return epoch + 1, 0 end
+  return epoch, samples
+end
+
 function DataLoader:state_dict()
-  local st = self._state
-  local s = st.resume or position_after(self, length(self.dataset), st.offset or 0, st.batches)
-  return {epoch = st.epoch, samples = s}
+  local st, n = self._state, length(self.dataset)
+  local s = st.resume or position_after(self, n, st.offset or 0, st.batches)
+  local epoch, samples = next_pass_position(self, n, st.epoch, s)
+  return {epoch = epoch, samples = samples}
 end
 
 -- "N process(es)[ with split_batches]" for a layout.
@@ -431,6 +441,7 @@ function DataLoader:load_state_dict(s)
     why = self:position_problem(epoch, samples)
   end
   if why then U.fail("DataLoader:load_state_dict: " .. why) end
+  epoch, samples = next_pass_position(self, length(self.dataset), epoch, samples)
   local st = self._state
   st.epoch, st.batches, st.offset, st.resume, st.owner = epoch, 0, samples, samples, nil
 end
