@@ -428,8 +428,15 @@ static int l_set_rng_state(lua_State *L) {
 
 static int l_clock(lua_State *L) { return lu_push_clock(L, CLOCK_MONOTONIC); }
 
+/* accel.num_threads([n]): n >= 1 (torch.set_num_threads refuses less);
+ * more than the cores are capped to them */
 static int l_num_threads(lua_State *L) {
-    if (!lua_isnoneornil(L, 1)) backend_set_threads((int)luaL_checkinteger(L, 1));
+    lu_check_no_more_args(L, 2);
+    if (!lua_isnoneornil(L, 1)) {
+        lua_Integer n = luaL_checkinteger(L, 1);
+        if (n < 1) return lu_error(L, "num_threads: expects a positive integer, got %lld", (long long)n);
+        backend_set_threads(n > INT_MAX ? INT_MAX : (int)n);
+    }
     lua_pushinteger(L, backend_get_threads());
     return 1;
 }

@@ -573,6 +573,10 @@ int lu_dim_keyword(lua_State *L, int idx, const char *keys) {
 bool lu_opt_bool(lua_State *L, int idx, const char *key, bool def) {
     if (!lu_is_opts(L, idx)) return def;
     lua_getfield(L, idx, key);
+    if (!lua_isnil(L, -1) && !lua_isboolean(L, -1)) { /* torch's TypeError: "yes" or 1 is no flag */
+        char op[64];
+        lu_error(L, "%sargument '%s' must be a boolean, got %s", op_prefix(L, op, sizeof op), key, luaL_typename(L, -1));
+    }
     bool v = lua_isnil(L, -1) ? def : lua_toboolean(L, -1);
     lua_pop(L, 1);
     return v;

@@ -1243,6 +1243,11 @@ static int t_split(lua_State *L) {
     return 1;
 }
 
+/* The most pieces chunk of an empty dimension and tensor_split (every piece
+ * a tensor, even an empty one) make: 2^24, as accel.tensor_methods'
+ * MAX_PIECES; more would only exhaust memory. */
+#define MAX_PIECES (1 << 24)
+
 static int t_chunk(lua_State *L) {
     Tensor *t = SELF;
     check_has_dims(L, t, "chunk");
@@ -1251,6 +1256,9 @@ static int t_chunk(lua_State *L) {
     int dim = cut_dim(L, 3);
     if ((dim = tensor_wrap_dim(t, dim, "chunk")) < 0) lu_core_error(L);
     if (t->shape[dim] == 0) { /* torch: `chunks` empty pieces */
+        if (chunks > MAX_PIECES)
+            return lu_error(L, "chunk: %lld empty pieces of an empty dimension are more than the %d this build makes",
+                            (long long)chunks, MAX_PIECES);
         lua_createtable(L, (int)chunks, 0);
         for (lua_Integer i = 1; i <= chunks; i++) {
             lu_push_tensor(L, cut_piece(tensor_narrow(t, dim, 0, 0), "SplitBackward"));

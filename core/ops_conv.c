@@ -91,6 +91,8 @@ static int conv_spec(const Tensor *x, const Tensor *w, const int64_t stride[2], 
     *g = (KConv2d){.N = x->shape[0], .C = x->shape[1], .H = x->shape[2], .W = x->shape[3], .O = w->shape[0],
                    .KH = w->shape[2], .KW = w->shape[3], .sh = stride[0], .sw = stride[1], .ph = lo[0], .pw = lo[1],
                    .dh = dil[0], .dw = dil[1], .groups = groups};
+    if (g->KH < 1 || g->KW < 1) /* (a zero-sized weight's window has no reach) */
+        return accel_fail_int("conv2d: kernel size should be greater than zero, got weight %s", tensor_shape_str(w));
     const int64_t reach_h = window_reach(g->KH, g->dh), reach_w = window_reach(g->KW, g->dw);
     const int64_t ph = size_add(size_add(g->H, lo[0]), hi[0]), pw = size_add(size_add(g->W, lo[1]), hi[1]);
     if (reach_h < 0 || reach_w < 0 || ph < 0 || pw < 0)

@@ -234,9 +234,9 @@ describe("for batch in loader do", function()
     end
     assert.are.same({0, 2, 4, 6}, firsts)
     assert.are.same({4, 4, 4, 4}, inner)
-    -- each batch of the outer loop has its own position (k batches of 2: 2k samples), and the
-    -- epoch is over once, when the outer loop is
-    assert.are.same({2, 4, 6, 8}, samples)
+    -- each batch of the outer loop has its own position (k batches of 2: 2k samples; on the last batch
+    -- the start of the next epoch), and the epoch is over once, when the outer loop is
+    assert.are.same({2, 4, 6, 0}, samples)
     assert.are.same({epoch = 1, samples = 0}, loader:state_dict())
     -- batches that are plain numbers (from a collate_fn, the same in both loops), with both loops on one line
     local sums = data.DataLoader(data.TensorDataset(accel.arange(8)), {batch_size = 2, collate_fn = function(b)

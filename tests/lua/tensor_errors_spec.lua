@@ -569,3 +569,41 @@ describe("index dtypes, empty reductions and in-place names (PyTorch 2.15)", fun
     expect_error(function() e:copy_(accel.ones(2, 3)) end, "copy_: unsupported")
   end)
 end)
+
+-- PyTorch 2.15 raises TypeError for these (fmin(): argument 'other' (position 1) must be Tensor, not float;
+-- sum(): argument 'keepdim' must be bool, not str; set_num_threads expects a positive integer; "kernel size
+-- should be greater than zero"); the pieces of chunk / tensor_split are bounded instead of exhausting memory
+describe("arguments of the Lua-written methods and flags (PyTorch 2.15's TypeErrors)", function()
+  local t = accel.zeros(2, 3)
+
+  it("a missing or mistyped argument is named at the caller's line", function()
+    expect_error(function() local _ = t:take() end, "take: missing argument 'index' (position 1)")
+    expect_error(function() local _ = t:fmin(1.0) end, "fmin: argument 'other' must be a Tensor, got number")
+    expect_error(function() local _ = t:outer() end, "outer: missing argument 'vec2' (position 1)")
+    expect_error(function() local _ = t:scatter(2, nil, 0) end, "scatter: missing argument 'index' (position 2)")
+    expect_error(function() local _ = t:index_fill(1, nil, 0) end, "index_fill: missing argument 'index'")
+    expect_error(function() local _ = t:addmm(t, 5) end, "addmm: argument 'mat2' must be a Tensor, got number")
+    expect_error(function() local _ = t:new_tensor(1, "x") end, "new_tensor: argument 'options' must be a table")
+    expect_error(function() local _ = t:logit("x") end, "logit: argument 'eps' must be a number, got string")
+    expect_error(function() local _ = t:roll(0 / 0) end, "roll: argument 'shifts' must be an integer or a table")
+    expect_error(function() local _ = t:cumsum(math.huge) end, "cumsum: dimension inf out of range")
+    expect_error(function() local _ = F.scaled_dot_product_attention(nil, t, t) end,
+      "scaled_dot_product_attention: argument 'query' must be a tensor, got nil")
+  end)
+
+  it("a flag that is not a boolean is refused, not read as true", function()
+    expect_error(function() local _ = t:sum(1, {keepdim = "yes"}) end, "sum: argument 'keepdim' must be a boolean, got string")
+    expect_error(function() local _ = accel.zeros(2, {requires_grad = 1}) end, "argument 'requires_grad' must be a boolean")
+    expect_error(function() accel.num_threads(0) end, "num_threads: expects a positive integer, got 0")
+  end)
+
+  it("chunk of an empty dim and tensor_split refuse more pieces than they make; a zero kernel is named", function()
+    expect_error(function() local _ = accel.zeros(0, 3):chunk(1e18) end, "chunk: 1000000000000000000 empty pieces",
+      "more than the 16777216")
+    expect_error(function() local _ = t:tensor_split(1e18) end, "tensor_split: 1e+18 sections are more than the 16777216")
+    expect_error(function() local _ = t:tensor_split(math.huge) end, "number of sections must be a positive integer, got inf")
+    assert.are.equal(5, #accel.zeros(0, 3):chunk(5))
+    expect_error(function() local _ = accel.nn.Conv2d(1, 2, 0)(accel.zeros(1, 1, 5, 5)) end,
+      "conv2d: kernel size should be greater than zero")
+  end)
+end)

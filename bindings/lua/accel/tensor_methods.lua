@@ -21,7 +21,8 @@ local function positive_dim(op, t, d)
   if type(d) ~= "number" or d ~= math.floor(d) then raise("%s: dim must be an integer, got %s", op, util.show(d)) end
   local p = d < 0 and nd + 1 + d or d
   if d == 0 or p < 1 or p > nd then
-    raise("%s: dimension %d out of range (the tensor has %d dims; dims are 1-based, negative from the end)", op, d, nd)
+    raise("%s: dimension %s out of range (the tensor has %d dims; dims are 1-based, negative from the end)", op,
+      util.show(d), nd)
   end
   return p
 end
@@ -445,12 +446,19 @@ end
 -- t:tensor_split(sections | {indices}, [dim = 1]): Lua list of views; n
 -- sections of sizes differing by at most one (the first ones larger), or cuts
 -- before each 0-based index
+local MAX_PIECES = 16777216 -- 2^24, as chunk's (bindings/tensor_lua.c): more pieces would only exhaust memory
+
 function M.tensor_split(t, spec, ...)
   local a = torch_args("tensor_split", {"dim:int"}, ...)
   local d = positive_dim("tensor_split", t, a.dim or 1)
   local n, cuts = t:size(d), {}
   if type(spec) == "number" then
-    if spec < 1 or spec ~= math.floor(spec) then raise("tensor_split: number of sections must be a positive integer, got %s", util.show(spec)) end
+    if spec < 1 or spec ~= math.floor(spec) or spec == math.huge then
+      raise("tensor_split: number of sections must be a positive integer, got %s", util.show(spec))
+    end
+    if spec > MAX_PIECES then
+      raise("tensor_split: %s sections are more than the %d this build makes", util.show(spec), MAX_PIECES)
+    end
     local base, extra, at = math.floor(n / spec), n % spec, 0
     for i = 1, spec - 1 do
       at = at + base + (i <= extra and 1 or 0)
@@ -1008,6 +1016,22 @@ function M.new_ones(t, ...) local a, n = new_args(t, ...) return accel.ones(unpa
 function M.new_empty(t, ...) local a, n = new_args(t, ...) return accel.empty(unpack(a, 1, n)) end
 function M.new_full(t, size, value, o) return accel.full(size, value, new_options(t, o)) end
 function M.new_tensor(t, data, o) return accel.tensor(data, new_options(t, o)) end
+
+-- The argument kinds of methods written here whose bodies would otherwise
+-- fail inside on a wrong one (PyTorch's TypeError instead, at the user's line)
+for name, specs in pairs({
+  take = {"index:tensor"}, take_along_dim = {"indices:tensor", "dim:int?"}, put = {"index:tensor", "source:tensor"},
+  put_ = {"index:tensor", "source:tensor"}, index_fill = {"dim:int", "index:tensor", "value:number|bool|tensor"},
+  index_fill_ = {"dim:int", "index:tensor", "value:number|bool|tensor"}, index_copy = {"dim:int", "index:tensor", "source:tensor"},
+  index_copy_ = {"dim:int", "index:tensor", "source:tensor"}, scatter = {"dim:int", "index:tensor", "src:tensor|number|bool"},
+  scatter_ = {"dim:int", "index:tensor", "src:tensor|number|bool"}, fmin = {"other:tensor"}, fmax = {"other:tensor"},
+  hypot = {"other:tensor"}, xlogy = {"other:tensor|number"}, outer = {"vec2:tensor"}, cross = {"other:tensor", "dim:int?"},
+  addmm = {"mat1:tensor", "mat2:tensor"}, baddbmm = {"batch1:tensor", "batch2:tensor"}, logit = {"eps:number?"},
+  quantile = {"q:number|tensor"}, random_ = {"from:int?", "to:int?"}, new_tensor = {"data", "options:table?"},
+  roll = {"shifts:int|table", "dims:int|table?"},
+}) do
+  M[name] = util.with_positional_checks(name, specs, M[name])
+end
 
 -- the products (dot, mv, tensordot, ...) and the aliases (type_as, ravel, ...)
 for _, part in ipairs({"accel.tensor_products", "accel.tensor_aliases"}) do

@@ -387,6 +387,30 @@ function util.torch_args(op, names, ...)
   return v
 end
 
+-- PyTorch's TypeError for positional arguments: each of ... (up to #specs)
+-- against specs[i] ("name:kind", kinds as torch_args's; a trailing "?"
+-- makes nil acceptable: "dim:int?"); a missing one is "missing argument".
+function util.check_positional(op, specs, ...)
+  for i, raw in ipairs(specs) do
+    local optional = raw:sub(-1) == "?"
+    local spec = arg_specs[optional and raw:sub(1, -2) or raw]
+    local v = select(i, ...)
+    if v == nil then
+      if not optional then util.raise("%s: missing argument '%s' (position %d)", op, spec[1], i) end
+    else
+      check_arg_kind(op, spec, v)
+    end
+  end
+end
+
+-- fn with its positional arguments after self checked by check_positional
+function util.with_positional_checks(op, specs, fn)
+  return function(self, ...)
+    util.check_positional(op, specs, ...)
+    return fn(self, ...)
+  end
+end
+
 -- A method's options: nil, a table of the keys listed (else an error naming
 -- the method and the key), or PyTorch's positional values, bound in order to
 -- positional ({{key, type}, ...}; a value of another type is an error).

@@ -793,7 +793,8 @@ end
 -- (accel._C.scaled_dot_product_attention: flash-style, the (L, S) scores are
 -- never formed); otherwise the composite below.
 function F.scaled_dot_product_attention(q, k, v, ...)
-  for i, t in ipairs({q, k, v}) do tensor_arg("scaled_dot_product_attention", ({"query", "key", "value"})[i], t) end
+  local qkv = {q, k, v} -- (ipairs would stop at a nil query)
+  for i, name in ipairs({"query", "key", "value"}) do tensor_arg("scaled_dot_product_attention", name, qkv[i]) end
   local o = torch_args("scaled_dot_product_attention", {"attn_mask:tensor", "dropout_p:number", "is_causal:bool",
     "scale:number", "enable_gqa:bool"}, ...)
   if opt(o, "enable_gqa", false) then k, v = gqa_heads(q, k), gqa_heads(q, v) end
