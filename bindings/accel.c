@@ -408,11 +408,13 @@ static int l_manual_seed(lua_State *L) {
 }
 
 static int l_initial_seed(lua_State *L) {
+    lu_check_no_more_args(L, 1);
     lua_pushinteger(L, (lua_Integer)rng_get_seed());
     return 1;
 }
 
 static int l_rng_state(lua_State *L) {
+    lu_check_no_more_args(L, 1);
     uint64_t st[2];
     rng_get_state(st);
     lua_pushinteger(L, (lua_Integer)st[0]);
@@ -426,7 +428,10 @@ static int l_set_rng_state(lua_State *L) {
     return 0;
 }
 
-static int l_clock(lua_State *L) { return lu_push_clock(L, CLOCK_MONOTONIC); }
+static int l_clock(lua_State *L) {
+    lu_check_no_more_args(L, 1);
+    return lu_push_clock(L, CLOCK_MONOTONIC);
+}
 
 /* accel.num_threads([n]): n >= 1 (torch.set_num_threads refuses less);
  * more than the cores are capped to them */
@@ -742,6 +747,7 @@ static int l_set_default_device(lua_State *L) {
 }
 
 static int l_get_default_device(lua_State *L) {
+    lu_check_no_more_args(L, 1);
     lu_push_device(L, lu_default_device(L));
     return 1;
 }

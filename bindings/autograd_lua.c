@@ -81,11 +81,13 @@ static int l_set_grad_enabled(lua_State *L) {
 }
 
 static int l_is_grad_enabled(lua_State *L) {
+    lu_check_no_more_args(L, 1);
     lua_pushboolean(L, ag_grad_mode());
     return 1;
 }
 
 static int l_is_inference_mode_enabled(lua_State *L) {
+    lu_check_no_more_args(L, 1);
     lua_pushboolean(L, ag_inference_mode());
     return 1;
 }

@@ -540,7 +540,10 @@ static int reduce_method(lua_State *L) {
 /* max/min: (), (dim[, keepdim]), (other tensor) */
 static int maxmin(lua_State *L, bool want_max) {
     Tensor *a = SELF;
-    if (lu_is_tensor(L, 2)) return ret(L, op_binary(want_max ? KB_MAX : KB_MIN, a, lu_check_tensor(L, 2)));
+    if (lu_is_tensor(L, 2)) { /* torch.max(input, other): nothing more */
+        lu_check_no_more_args(L, 3);
+        return ret(L, op_binary(want_max ? KB_MAX : KB_MIN, a, lu_check_tensor(L, 2)));
+    }
     if (lua_isnoneornil(L, 2) || lu_is_opts(L, 2)) {
         int dims[TENSOR_MAX_DIMS];
         bool keep;
@@ -1621,6 +1624,7 @@ static int t_copy_(lua_State *L) {
 
 static int t_equal(lua_State *L) {
     Tensor *a = SELF, *b = lu_check_tensor(L, 2);
+    lu_check_no_more_args(L, 3);
     if (tensor_check_device("equal", a, b) < 0) lu_core_error(L); /* as every binary op (torch.equal too) */
     bool eq = tensor_same_shape(a, b);
     const char *ha = eq ? host_values(L, a) : NULL, *hb = eq ? host_values(L, b) : NULL;

@@ -591,6 +591,21 @@ describe("arguments of the Lua-written methods and flags (PyTorch 2.15's TypeErr
       "scaled_dot_product_attention: argument 'query' must be a tensor, got nil")
   end)
 
+  -- PyTorch 2.15: t.frac(1) is "frac() takes no arguments (1 given)"; t.flip({'bogus': 1}) and
+  -- t.max(t, bogus=1) are TypeErrors too; torch.initial_seed(1) "takes 0 positional arguments but 1 was given"
+  it("arguments or options a method does not take are refused, not dropped", function()
+    expect_error(function() local _ = t:frac({bogus = 1}) end, "frac: takes 0 arguments but 1 were given")
+    expect_error(function() local _ = t:clamp_max(1, {bogus = 1}) end, "clamp_max: takes 1 argument but 2 were given")
+    expect_error(function() local _ = t:swapaxes(1, 2, 3) end, "swapaxes: takes 2 arguments but 3 were given")
+    expect_error(function() local _ = t:flip({bogus = 1}) end, "flip: dims must be an integer or a list of integers")
+    expect_error(function() local _ = t:tensor_split({bogus = 1}) end, "tensor_split: indices must be an integer or a list")
+    expect_error(function() local _ = t:max(t, {bogus = 1}) end, "unknown option 'bogus'")
+    expect_error(function() local _ = t:equal(t, 1) end, "unexpected argument #2 (number)")
+    expect_error(function() local _ = accel.initial_seed(1) end, "unexpected argument #1 (number)")
+    assert.are.same({3, 2}, {t:swapaxes(1, 2):size(1), t:swapaxes(1, 2):size(2)})
+    assert.is_true(t:equal(t))
+  end)
+
   it("a flag that is not a boolean is refused, not read as true", function()
     expect_error(function() local _ = t:sum(1, {keepdim = "yes"}) end, "sum: argument 'keepdim' must be a boolean, got string")
     expect_error(function() local _ = accel.zeros(2, {requires_grad = 1}) end, "argument 'requires_grad' must be a boolean")

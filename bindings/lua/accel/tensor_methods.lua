@@ -31,6 +31,11 @@ end
 local function int_list(op, what, v)
   if type(v) == "number" then return {v} end
   if type(v) ~= "table" then raise("%s: %s must be an integer or a list of integers, got %s", op, what, type(v)) end
+  for k, x in pairs(v) do
+    if type(k) ~= "number" or type(x) ~= "number" or x ~= math.floor(x) then
+      raise("%s: %s must be an integer or a list of integers, got a table with %s = %s", op, what, util.show(k), util.show(x))
+    end
+  end
   return v
 end
 
@@ -1017,25 +1022,37 @@ function M.new_empty(t, ...) local a, n = new_args(t, ...) return accel.empty(un
 function M.new_full(t, size, value, o) return accel.full(size, value, new_options(t, o)) end
 function M.new_tensor(t, data, o) return accel.tensor(data, new_options(t, o)) end
 
--- The argument kinds of methods written here whose bodies would otherwise
--- fail inside on a wrong one (PyTorch's TypeError instead, at the user's line)
-for name, specs in pairs({
-  take = {"index:tensor"}, take_along_dim = {"indices:tensor", "dim:int?"}, put = {"index:tensor", "source:tensor"},
-  put_ = {"index:tensor", "source:tensor"}, index_fill = {"dim:int", "index:tensor", "value:number|bool|tensor"},
-  index_fill_ = {"dim:int", "index:tensor", "value:number|bool|tensor"}, index_copy = {"dim:int", "index:tensor", "source:tensor"},
-  index_copy_ = {"dim:int", "index:tensor", "source:tensor"}, scatter = {"dim:int", "index:tensor", "src:tensor|number|bool"},
-  scatter_ = {"dim:int", "index:tensor", "src:tensor|number|bool"}, fmin = {"other:tensor"}, fmax = {"other:tensor"},
-  hypot = {"other:tensor"}, xlogy = {"other:tensor|number"}, outer = {"vec2:tensor"}, cross = {"other:tensor", "dim:int?"},
-  addmm = {"mat1:tensor", "mat2:tensor"}, baddbmm = {"batch1:tensor", "batch2:tensor"}, logit = {"eps:number?"},
-  quantile = {"q:number|tensor"}, random_ = {"from:int?", "to:int?"}, new_tensor = {"data", "options:table?"},
-  roll = {"shifts:int|table", "dims:int|table?"},
-}) do
-  M[name] = util.with_positional_checks(name, specs, M[name])
-end
-
 -- the products (dot, mv, tensordot, ...) and the aliases (type_as, ravel, ...)
 for _, part in ipairs({"accel.tensor_products", "accel.tensor_aliases"}) do
   for name, f in pairs(require(part)) do M[name] = f end
 end
+
+-- The argument kinds of methods written here (and of the aliases) whose
+-- bodies would otherwise fail inside on a wrong one, or drop what they do
+-- not read: PyTorch's TypeError instead, at the user's line. EXACT: methods
+-- that take nothing more (no options table either).
+local EXACT = {
+  argwhere = {}, conj = {}, resolve_conj = {}, resolve_neg = {}, positive = {}, deg2rad = {}, rad2deg = {}, erfinv = {},
+  fliplr = {}, flipud = {}, frac = {}, is_complex = {}, is_signed = {}, isneginf = {}, isposinf = {}, sinc = {}, trace = {},
+  clamp_max = {"max:number|tensor"}, clamp_max_ = {"max:number|tensor"}, clamp_min = {"min:number|tensor"},
+  clamp_min_ = {"min:number|tensor"}, count_nonzero = {"dim:int|table?"}, cummax = {"dim:int"}, cummin = {"dim:int"},
+  logcumsumexp = {"dim:int"}, logaddexp = {"other:tensor|number"}, swapaxes = {"axis0:int", "axis1:int"},
+  swapdims = {"dim0:int", "dim1:int"}, movedim = {"source:int|table", "destination:int|table"},
+  moveaxis = {"source:int|table", "destination:int|table"}, hsplit = {"sections:int|table"},
+  vsplit = {"sections:int|table"}, take = {"index:tensor"}, put = {"index:tensor", "source:tensor", "accumulate:bool?"},
+  put_ = {"index:tensor", "source:tensor", "accumulate:bool?"}, index_fill = {"dim:int", "index:tensor", "value:number|bool|tensor"},
+  index_fill_ = {"dim:int", "index:tensor", "value:number|bool|tensor"}, index_copy = {"dim:int", "index:tensor", "source:tensor"},
+  index_copy_ = {"dim:int", "index:tensor", "source:tensor"}, fmin = {"other:tensor"}, fmax = {"other:tensor"},
+  hypot = {"other:tensor"}, xlogy = {"other:tensor|number"}, outer = {"vec2:tensor"}, logit = {"eps:number?"},
+}
+-- the leading arguments of methods that take more after them (options, checked by the method)
+local LEADING = {
+  take_along_dim = {"indices:tensor", "dim:int?"}, scatter = {"dim:int", "index:tensor", "src:tensor|number|bool"},
+  scatter_ = {"dim:int", "index:tensor", "src:tensor|number|bool"}, cross = {"other:tensor", "dim:int?"},
+  addmm = {"mat1:tensor", "mat2:tensor"}, baddbmm = {"batch1:tensor", "batch2:tensor"}, quantile = {"q:number|tensor"},
+  random_ = {"from:int?", "to:int?"}, new_tensor = {"data", "options:table?"}, roll = {"shifts:int|table", "dims:int|table?"},
+}
+for name, specs in pairs(EXACT) do M[name] = util.with_positional_checks(name, specs, M[name], true) end
+for name, specs in pairs(LEADING) do M[name] = util.with_positional_checks(name, specs, M[name]) end
 
 return M

@@ -403,10 +403,18 @@ function util.check_positional(op, specs, ...)
   end
 end
 
--- fn with its positional arguments after self checked by check_positional
-function util.with_positional_checks(op, specs, fn)
+-- fn with its positional arguments after self checked by check_positional;
+-- exact: nothing may follow them (PyTorch's "takes N arguments")
+function util.with_positional_checks(op, specs, fn, exact)
   return function(self, ...)
     util.check_positional(op, specs, ...)
+    if exact then
+      for i = #specs + 1, select("#", ...) do
+        if select(i, ...) ~= nil then
+          util.raise("%s: takes %d argument%s but %d were given", op, #specs, #specs == 1 and "" or "s", select("#", ...))
+        end
+      end
+    end
     return fn(self, ...)
   end
 end
