@@ -519,6 +519,8 @@ static int bw_unary(AGNode *n, Tensor *g, Tensor **gin) {
 /* The activations torch implements for floating dtypes only ("not
  * implemented for 'Long'"); suffix "_" names the in-place form. */
 static int check_float_only(KUnOp op, DType dt, const char *suffix) {
+    if (op == KU_RELU && dt == DT_BOOL) /* (torch's NotImplementedError) */
+        return accel_fail_int("relu%s: Boolean inputs not supported for relu", suffix);
     bool float_only = op == KU_GELU || op == KU_GELU_TANH || op == KU_SILU || op == KU_LEAKY_RELU;
     if (!float_only || dtype_is_float(dt)) return 0;
     return accel_fail_int("%s%s: \"%s\" is not implemented for %s tensors (convert with :float())", kun_name(op), suffix,

@@ -606,6 +606,19 @@ describe("arguments of the Lua-written methods and flags (PyTorch 2.15's TypeErr
     assert.is_true(t:equal(t))
   end)
 
+  -- PyTorch 2.15: "Boolean inputs not supported for relu"; binary_cross_entropy with an int64 target "Found dtype
+  -- Long but expected Float", with logits "result type Float can't be cast to the desired output type Long"
+  it("relu of bools and a binary cross-entropy of integer targets are refused", function()
+    local mask = accel.tensor({true, false})
+    expect_error(function() local _ = mask:relu() end, "relu: Boolean inputs not supported for relu")
+    expect_error(function() mask:relu_() end, "relu_: Boolean inputs not supported for relu")
+    local ids = accel.tensor({1, 0, 1})
+    expect_error(function() local _ = F.binary_cross_entropy(accel.rand(3), ids) end,
+      "binary_cross_entropy: Found dtype int64 but expected a floating point target")
+    expect_error(function() local _ = F.binary_cross_entropy_with_logits(accel.zeros(3), ids) end,
+      "binary_cross_entropy_with_logits: result type float32 can't be cast to the target's dtype int64")
+  end)
+
   it("a flag that is not a boolean is refused, not read as true", function()
     expect_error(function() local _ = t:sum(1, {keepdim = "yes"}) end, "sum: argument 'keepdim' must be a boolean, got string")
     expect_error(function() local _ = accel.zeros(2, {requires_grad = 1}) end, "argument 'requires_grad' must be a boolean")

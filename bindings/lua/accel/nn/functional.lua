@@ -542,6 +542,10 @@ function F.binary_cross_entropy(input, target, ...)
       .. "Please ensure they have the same size.", shape_text(sizes(target)), shape_text(sizes(input)))
   end
   local x, t, o = pointwise_loss_args("binary_cross_entropy", {"weight", "reduction"}, input, target, ...)
+  if not t.dtype.is_floating_point then -- (PyTorch's words)
+    raise("binary_cross_entropy: Found dtype %s but expected a floating point target (the input's, %s)",
+      t.dtype.name, x.dtype.name)
+  end
   local outside = x:lt(0):logical_or(x:gt(1)):logical_or(x:isnan()):any():item()
   if outside then raise("binary_cross_entropy: all elements of input should be between 0 and 1") end
   local loss = BinaryCrossEntropy(x, t)
@@ -580,6 +584,10 @@ function F.binary_cross_entropy_with_logits(input, target, o, ...)
   tensor_arg(op, "input", input)
   tensor_arg(op, "target", target)
   o = check(op, o, {"weight", "pos_weight", "reduction"})
+  if not target.dtype.is_floating_point then
+    raise("%s: result type %s can't be cast to the target's dtype %s: the target must be floating point (:float())", op,
+      input.dtype.name, target.dtype.name)
+  end
   if accel.is_tensor(input) and accel.is_tensor(target) then
     if input.shape ~= target.shape then
       raise("%s: Target size (%s) must be the same as input size (%s)", op, tostring(target:size()), tostring(input:size()))
