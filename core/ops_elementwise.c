@@ -715,6 +715,7 @@ Tensor *op_where(Tensor *cond, Tensor *a, Tensor *b) {
 
 /* A bool mask that broadcasts with a (to shape / *nd), or -1 with op's error. */
 static int check_mask(Tensor *a, Tensor *mask, const char *op, int64_t *shape, int *nd) {
+    if (tensor_check_device(op, a, mask) < 0) return -1; /* (named here, not by the where it runs) */
     if (mask->dtype != DT_BOOL) return accel_fail_int("%s: mask must be a bool tensor, got %s", op, dtype_name(mask->dtype));
     return broadcast_shapes(mask->shape, mask->ndim, a->shape, a->ndim, shape, nd, op);
 }

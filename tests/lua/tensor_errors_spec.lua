@@ -619,6 +619,12 @@ describe("arguments of the Lua-written methods and flags (PyTorch 2.15's TypeErr
       "binary_cross_entropy_with_logits: result type float32 can't be cast to the target's dtype int64")
   end)
 
+  it("masked_fill across devices names masked_fill (not the where it runs)", function()
+    local x, mask = accel.zeros(2, {device = "sim"}), accel.tensor({true, false}, {device = "cpu"})
+    expect_error(function() local _ = x:masked_fill(mask, 1) end, "masked_fill: tensors are on different devices (sim and cpu)")
+    expect_error(function() x:masked_fill_(mask, 1) end, "masked_fill_: tensors are on different devices")
+  end)
+
   it("a flag that is not a boolean is refused, not read as true", function()
     expect_error(function() local _ = t:sum(1, {keepdim = "yes"}) end, "sum: argument 'keepdim' must be a boolean, got string")
     expect_error(function() local _ = accel.zeros(2, {requires_grad = 1}) end, "argument 'requires_grad' must be a boolean")
