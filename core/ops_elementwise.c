@@ -7,6 +7,7 @@
 #include "backend/iter.h"
 #include "profile.h"
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -373,6 +374,13 @@ static int rebase(Tensor *a, Tensor *r) {
 }
 
 /* Float results fit float outputs, integer results integer outputs. */
+/* tensor_check_writable for the in-place op `op`_ (named as the user called it) */
+static int check_writable_inplace(Tensor *a, const char *op) {
+    char name[48];
+    snprintf(name, sizeof name, "%s_", op);
+    return tensor_check_writable(a, name);
+}
+
 static int check_inplace_dtype(Tensor *a, DType rd, const char *op) {
     if (rd == a->dtype || (dtype_is_float(a->dtype) && dtype_is_float(rd)) ||
         (!dtype_is_float(a->dtype) && a->dtype != DT_BOOL && !dtype_is_float(rd)))
@@ -392,7 +400,7 @@ int op_binary_(KBinOp op, Tensor *a, Tensor *b) {
     if (nd != a->ndim || shape_numel(shape, nd) != a->numel)
         return accel_fail_int("%s_: output with shape %s doesn't match the broadcast shape of %s and %s", name,
                               tensor_shape_str(a), tensor_shape_str(a), tensor_shape_str(b));
-    if (check_inplace_dtype(a, binary_result_dtype(op, a, b), name) < 0 || tensor_check_writable(a, name) < 0) return -1;
+    if (check_inplace_dtype(a, binary_result_dtype(op, a, b), name) < 0 || check_writable_inplace(a, name) < 0) return -1;
     if (tensor_partial_overlap(a, b)) { /* b reads what a writes: work from a copy of b */
         Tensor *copy = tensor_clone(b);
         int rc = copy ? op_binary_(op, a, copy) : -1;
@@ -568,7 +576,7 @@ int op_unary_(KUnOp op, Tensor *a, double p1, double p2) {
     const char *name = kun_name(op);
     if (rounds_to_itself(op, a->dtype)) return 0;
     if (check_float_only(op, a->dtype, "_") < 0 || bitwise_not_operand(&op, a->dtype, "_") < 0) return -1;
-    if (tensor_check_writable(a, name) < 0) return -1;
+    if (check_writable_inplace(a, name) < 0) return -1;
     if (!dtype_is_float(a->dtype) && !unary_keeps_int(op))
         return accel_fail_int("%s_: result type float can't be cast to the in-place output's type %s", name, dtype_name(a->dtype));
     if (ag_needs_grad(&a, 1)) {

@@ -567,6 +567,8 @@ describe("index dtypes, empty reductions and in-place names (PyTorch 2.15)", fun
     expect_error(function() e:masked_fill_(accel.tensor({true, false, true}), 0) end, "masked_fill_: unsupported")
     expect_error(function() e:tril_() end, "tril_: unsupported")
     expect_error(function() e:copy_(accel.ones(2, 3)) end, "copy_: unsupported")
+    expect_error(function() e:add_(1) end, "add_: unsupported")
+    expect_error(function() e:exp_() end, "exp_: unsupported")
   end)
 end)
 
