@@ -394,9 +394,7 @@ static int l_graph_leaves(lua_State *L) {
 /* _C.retaining_graph() -> whether the backward running now keeps its graph
  * (retain_graph = true): a checkpoint keeps its inputs for the next one */
 static int l_retaining_graph(lua_State *L) {
-    bool on = ag_set_retain_graph(false);
-    ag_set_retain_graph(on);
-    lua_pushboolean(L, on);
+    lua_pushboolean(L, ag_retaining_graph());
     return 1;
 }
 
@@ -419,7 +417,7 @@ static int l_name_grad_fn(lua_State *L) {
     const char *name = luaL_checkstring(L, 2);
     for (const char *const *n = names; *n; n++)
         if (strcmp(*n, name) == 0) {
-            if (t->grad_fn) t->grad_fn->name = *n;
+            ag_name_node(t, *n);
             return 0;
         }
     return luaL_error(L, "name_grad_fn: %s is not a node name listed in bindings/autograd_lua.c", name);

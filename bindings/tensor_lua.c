@@ -960,9 +960,7 @@ static int t_t(lua_State *L) {
     lu_check_no_more_args(L, 2);
     if (t->ndim > 2) return lu_error(L, "t: expects a tensor with <= 2 dims, got shape %s", tensor_shape_str(t));
     /* 0-D and 1-D: returned as is, but as a view that keeps the graph */
-    Tensor *r = t->ndim < 2 ? tensor_transpose(t, 0, 0) : tensor_transpose(t, 0, 1);
-    if (r && r->grad_fn) r->grad_fn->name = "TBackward0"; /* PyTorch's node name for t() */
-    return ret(L, r);
+    return ret(L, ag_name_node(t->ndim < 2 ? tensor_transpose(t, 0, 0) : tensor_transpose(t, 0, 1), "TBackward0"));
 }
 
 static int t_permute(lua_State *L) {
@@ -1190,13 +1188,6 @@ static void split_keywords(lua_State *L) {
     lua_remove(L, 2); /* (t, split_size, dim) */
 }
 
-/* piece, a view of a split / chunk / unbind, with its grad_fn under PyTorch's
- * node name for that op (a narrow is its SliceBackward0 otherwise) */
-static Tensor *cut_piece(Tensor *piece, const char *node) {
-    if (piece && piece->grad_fn) piece->grad_fn->name = node;
-    return piece;
-}
-
 /* split(size | {sizes}, dim=1) -> list of views */
 static int t_split(lua_State *L) {
     Tensor *t = SELF;
@@ -1227,7 +1218,7 @@ static int t_split(lua_State *L) {
             int64_t sz = 0;
             lu_to_int64(L, -1, &sz); /* checked above */
             lua_pop(L, 1);
-            lu_push_tensor(L, cut_piece(tensor_narrow(t, dim, start, sz), "SplitWithSizesBackward"));
+            lu_push_tensor(L, ag_name_node(tensor_narrow(t, dim, start, sz), "SplitWithSizesBackward"));
             lua_rawseti(L, -2, k++);
             start += sz;
         }
@@ -1239,7 +1230,7 @@ static int t_split(lua_State *L) {
         return lu_error(L, "split: split_size can only be 0 if dimension size is 0, but got dimension size of %lld",
                         (long long)len);
     for (;; start += sz) { /* pieces of sz, the last one shorter; one empty piece when len is 0 */
-        lu_push_tensor(L, cut_piece(tensor_narrow(t, dim, start, sz > len - start ? len - start : sz), "SplitBackward"));
+        lu_push_tensor(L, ag_name_node(tensor_narrow(t, dim, start, sz > len - start ? len - start : sz), "SplitBackward"));
         lua_rawseti(L, -2, k++);
         if (len - start <= sz) break;
     }
@@ -1264,7 +1255,7 @@ static int t_chunk(lua_State *L) {
                             (long long)chunks, MAX_PIECES);
         lua_createtable(L, (int)chunks, 0);
         for (lua_Integer i = 1; i <= chunks; i++) {
-            lu_push_tensor(L, cut_piece(tensor_narrow(t, dim, 0, 0), "SplitBackward"));
+            lu_push_tensor(L, ag_name_node(tensor_narrow(t, dim, 0, 0), "SplitBackward"));
             lua_rawseti(L, -2, i);
         }
         return 1;
@@ -1283,7 +1274,7 @@ static int t_unbind(lua_State *L) {
     if ((dim = tensor_wrap_dim(t, dim, "unbind")) < 0) lu_core_error(L);
     lua_createtable(L, (int)t->shape[dim], 0);
     for (int64_t i = 0; i < t->shape[dim]; i++) {
-        lu_push_tensor(L, cut_piece(tensor_select(t, dim, i), "UnbindBackward"));
+        lu_push_tensor(L, ag_name_node(tensor_select(t, dim, i), "UnbindBackward"));
         lua_rawseti(L, -2, i + 1);
     }
     return 1;

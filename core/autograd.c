@@ -69,6 +69,13 @@ bool ag_set_retain_graph(bool on) {
     return prev;
 }
 
+bool ag_retaining_graph(void) { return retain_graph; }
+
+Tensor *ag_name_node(Tensor *t, const char *name) {
+    if (t && t->grad_fn) t->grad_fn->name = name;
+    return t;
+}
+
 bool ag_set_keep_saved(bool on) {
     bool prev = keep_saved;
     keep_saved = on;

@@ -112,6 +112,10 @@ int ag_backward(Tensor *root, Tensor *grad);
 /* torch's retain_graph for the passes run while on: the nodes keep their
  * saved tensors and may run again. Returns the previous setting. */
 bool ag_set_retain_graph(bool on);
+bool ag_retaining_graph(void);
+/* t (may be NULL), its grad_fn (if any) under the node name PyTorch shows
+ * for the op called (name: a static string). */
+Tensor *ag_name_node(Tensor *t, const char *name);
 /* Backward from n roots at once, roots[k] receiving grads[k] (same shape,
  * required): torch.autograd.backward(tensors, grad_tensors). */
 int ag_backward_many(Tensor **roots, Tensor **grads, int n);

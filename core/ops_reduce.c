@@ -319,7 +319,7 @@ int op_max_dim(Tensor *a, int dim, bool keepdim, bool want_max, Tensor **values,
         Tensor *v2 = tensor_squeeze(v, dim), *i2 = tensor_squeeze(ix, dim);
         tensor_release(v), tensor_release(ix);
         v = v2, ix = i2;
-        if (v && v->grad_fn) v->grad_fn->name = name; /* the node PyTorch shows: MaxBackward0, not the squeeze's */
+        ag_name_node(v, name); /* the node PyTorch shows: MaxBackward0, not the squeeze's */
     }
     *values = v;
     *indices = ix;
