@@ -116,14 +116,22 @@ typedef struct {
 
 static __thread lua_State *backward_L;
 
-int lu_run_backward(lua_State *L, Tensor *root, Tensor *grad, bool retain_graph) {
+/* One backward pass, with L as the state the custom nodes call into and
+ * retain_graph on for the pass: from roots[0] (grads[0] may be NULL: a
+ * one-element root gets 1) or, when many, from n roots at once (grads[k]
+ * for roots[k], all given). */
+static int run_backward_pass(lua_State *L, Tensor **roots, Tensor **grads, int n, bool many, bool retain_graph) {
     lua_State *prev = backward_L;
     backward_L = L;
     bool prev_retain = ag_set_retain_graph(retain_graph);
-    int rc = ag_backward(root, grad);
+    int rc = many ? ag_backward_many(roots, grads, n) : ag_backward(roots[0], grads[0]);
     ag_set_retain_graph(prev_retain);
     backward_L = prev;
     return rc;
+}
+
+int lu_run_backward(lua_State *L, Tensor *root, Tensor *grad, bool retain_graph) {
+    return run_backward_pass(L, &root, &grad, 1, false, retain_graph);
 }
 
 static void release_grads(LuaBackward *c) {
@@ -309,13 +317,7 @@ static int l_backward_many(lua_State *L) {
         lua_pop(L, 2);
     }
     lu_gc_before_backward(L);
-    lua_State *prev = backward_L;
-    backward_L = L;
-    bool prev_retain = ag_set_retain_graph(lua_toboolean(L, 3));
-    int rc = ag_backward_many(v, v + n, n);
-    ag_set_retain_graph(prev_retain);
-    backward_L = prev;
-    if (rc < 0) return lu_core_error(L);
+    if (run_backward_pass(L, v, v + n, n, true, lua_toboolean(L, 3)) < 0) return lu_core_error(L);
     return 0;
 }
 
