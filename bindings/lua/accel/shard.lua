@@ -409,17 +409,29 @@ local function optimizer_kind(opt)
     type(opt) == "table" and tostring(opt.__name) or type(opt))
 end
 
+-- Refuse a trainable parameter of param group gi that the engine does not
+-- shard: one of the model's that was frozen when it was prepared, or one
+-- from elsewhere (both added by add_param_group after prepare, typically).
+local function refuse_unsharded(self, gi, p)
+  for name, q in self.model:named_parameters() do
+    if q == p then
+      raise("shard.Engine: param group %d holds %s, which did not require grad when the model was prepared; under "
+        .. "sharding the set of trained parameters is fixed at prepare: call requires_grad_(true) on it before "
+        .. "prepare", gi, name)
+    end
+  end
+  raise("shard.Engine: param group %d holds a parameter that is not in the sharded model (added after "
+    .. "prepare, e.g. by add_param_group?); under sharding the optimizer may hold only the prepared model's "
+    .. "parameters", gi)
+end
+
 -- group_of[i]: the param group (index) of trainable parameter i.
 local function group_index(self)
   local where, mine = {}, {}
   for _, p in ipairs(self.params) do mine[p] = true end
   for gi, g in ipairs(self.optimizer.param_groups) do
     for _, p in ipairs(g.params) do
-      if not mine[p] and p.requires_grad then
-        raise("shard.Engine: param group %d holds a parameter that is not in the sharded model (added after "
-          .. "prepare, e.g. by add_param_group?); under sharding the optimizer may hold only the prepared model's "
-          .. "parameters", gi)
-      end
+      if not mine[p] and p.requires_grad then refuse_unsharded(self, gi, p) end
       where[p] = gi
     end
   end

@@ -113,4 +113,16 @@ do -- a parameter added to the optimizer after the engine was made: refused, not
     "param group 2 holds a parameter that is not in the sharded model")
   e2:close()
 end
+do -- one of the model's parameters, frozen at prepare, unfrozen and added later: named, with the cause
+  local m3, o3 = fresh()
+  m3[1]:requires_grad_(false)
+  local e3 = Engine(m3, optim.SGD(m3[3]:parameters(), {lr = 0.1}), {stage = 1})
+  m3[1]:requires_grad_(true)
+  e3.optimizer:add_param_group({params = m3[1]:parameters(), lr = 0.05})
+  m3(accel.randn(4, 3)):sum():backward()
+  expect("a frozen parameter added after the engine", function() e3.optimizer:step() end,
+    "param group 2 holds 0.weight, which did not require grad when the model was prepared",
+    "call requires_grad_(true) on it before prepare")
+  e3:close()
+end
 print(("ok rank %d: %d checks"):format(rank, checks))
