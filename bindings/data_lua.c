@@ -21,12 +21,12 @@ static int c_randperm(lua_State *L) {
     return 1;
 }
 
-/* data_draw_seed() -> an integer in [0, 2^62) from the global generator
- * (under LuaJIT [0, 2^53): what its numbers hold exactly) */
+/* data_draw_seed() -> an integer in [0, 2^53) from the global generator:
+ * what LuaJIT's numbers hold exactly, under Lua 5.4 too, so that a script
+ * shuffles in the same order under either interpreter */
 static int c_draw_seed(lua_State *L) {
-    int64_t one = 1, bound = (int64_t)1 << 62;
-    if (bound > LUA_COMPAT_EXACT_INT) bound = LUA_COMPAT_EXACT_INT;
-    Tensor *t = rng_randint(0, bound, &one, 1, DT_I64);
+    int64_t one = 1;
+    Tensor *t = rng_randint(0, (int64_t)1 << 53, &one, 1, DT_I64);
     if (!t) return lu_core_error(L);
     int64_t v = 0;
     int rc = tensor_to_host(t, &v); /* exact: a double would round it */

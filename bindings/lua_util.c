@@ -72,16 +72,19 @@ LuState *lu_state(lua_State *L) {
 }
 
 static void set_state(lua_State *L, LuState *st) { *(LuState **)lua_getextraspace(L) = st; }
+static void release_slot_on_close(lua_State *L) { (void)L; }
 #else
 /* LuaJIT has no extra space. Every thread of a state shares its
  * allocator's user data, so that pointer names the state: a short table
  * of (allocator data, LuState) pairs, one entry per open state that loaded
- * the bindings (an entry is reused when a closed state's allocator address
- * comes back). */
+ * the bindings. The LuState's finalizer, run when its state closes, marks
+ * its entry free for the next state (the entry still answers lookups until
+ * then: the state's other finalizers run in the same lua_close). */
 #define MAX_STATES 16
 static struct {
     void *ud;
     LuState *st;
+    bool closed;
 } states[MAX_STATES];
 static int n_states;
 
@@ -98,22 +101,49 @@ LuState *lu_state(lua_State *L) {
     return NULL;
 }
 
+/* The entry of this allocator data, else a closed state's, else a new one
+ * (MAX_STATES: none left). */
+static int find_slot(void *ud) {
+    int i = 0, closed = MAX_STATES;
+    for (; i < n_states && states[i].ud != ud; i++)
+        if (states[i].closed && closed == MAX_STATES) closed = i;
+    return i < n_states ? i : closed < MAX_STATES ? closed : n_states;
+}
+
 static void set_state(lua_State *L, LuState *st) {
     void *ud = state_key(L);
-    int i = 0;
-    while (i < n_states && states[i].ud != ud) i++;
-    if (i == MAX_STATES) luaL_error(L, "accel: more than %d Lua states loaded the bindings", MAX_STATES);
+    int i = find_slot(ud);
+    if (i == MAX_STATES)
+        luaL_error(L, "accel: more than %d Lua states that loaded the bindings are open at once", MAX_STATES);
     if (i == n_states) n_states++;
     states[i].ud = ud;
     states[i].st = st;
+    states[i].closed = false;
     if (lua_pushthread(L)) lua_setfield(L, LUA_REGISTRYINDEX, LUA_COMPAT_MAINTHREAD);
     else lua_pop(L, 1);
+}
+
+/* __gc of a LuState: its state is closing (or a later require replaced it). */
+static int state_gc(lua_State *L) {
+    LuState *st = lua_touserdata(L, 1);
+    for (int i = 0; i < n_states; i++)
+        if (states[i].st == st) states[i].closed = true;
+    return 0;
+}
+
+/* Give the LuState at the top of the stack its finalizer. */
+static void release_slot_on_close(lua_State *L) {
+    lua_newtable(L);
+    lua_pushcfunction(L, state_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_setmetatable(L, -2);
 }
 #endif
 
 void lu_state_init(lua_State *L) {
     LuState *st = lua_newuserdatauv(L, sizeof *st, 0);
     memset(st, 0, sizeof *st);
+    release_slot_on_close(L);
     lua_setfield(L, LUA_REGISTRYINDEX, "accel.state"); /* keeps it alive */
     luaL_getmetatable(L, TENSOR_MT);
     st->tensor_mt = lua_topointer(L, -1);

@@ -35,7 +35,8 @@ end
 
 function Net:forward(x)
   x = self.embed(x)
-  for _, block in ipairs(self.blocks) do x = block(x) end
+  -- self.blocks:__len() is #self.blocks; LuaJIT's # and ipairs read a table raw (docs/luajit.md)
+  for i = 1, self.blocks:__len() do x = self.blocks[i](x) end
   return self.head(x)
 end
 

@@ -155,6 +155,24 @@ check_embedding() {
     if [[ $exports == "luaopen_accel " ]]; then ok "accel.so exports only luaopen_accel"; else bad "accel.so exports only luaopen_accel" "$exports"; fi
 }
 
+# LuaJIT hosts (docs/luajit.md): 16 states may hold accel at once, and a
+# closed state's place goes to the next one. Needs BUILD/luajit (make
+# luajit, part of make test) and LuaJIT's headers; skipped otherwise.
+check_luajit_states() {
+    local lj=$BUILD/luajit
+    if [[ ! -f $lj/accel.so || ! -f /usr/include/luajit-2.1/lua.h ]]; then
+        echo "skip LuaJIT hosts: no $lj/accel.so or LuaJIT headers"
+        return
+    fi
+    if cc -I/usr/include/luajit-2.1 tests/host/luajit_states.c -o "$TMP/luajit_states" -lluajit-5.1 -Wl,-E 2>"$TMP/cc.err"; then
+        expect "LuaJIT: 16 states at once, a 17th refused, closed states' places reused" \
+            $'16 states open at once: ok\nerror: accel: more than 16 Lua states that loaded the bindings are open at once\none more while they are open: refused\nafter closing them, 40 states one after another: 40 loaded' \
+            "$TMP/luajit_states" "$lj"
+    else
+        bad "tests/host/luajit_states.c compiles" "$(cat "$TMP/cc.err")"
+    fi
+}
+
 report_startup() {
     local n=20 t0 t1 i
     t0=$(date +%s%N)
@@ -174,6 +192,7 @@ main() {
     check_embedded
     check_module
     check_embedding
+    check_luajit_states
     report_startup
     finish
 }

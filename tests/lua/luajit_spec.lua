@@ -122,13 +122,24 @@ end)
 
 describe("the shipped examples under this interpreter", function()
   -- output of `accel-lua examples/NAME args...` (stderr too) and whether it exited 0
-  local function run_example(name, args)
+  local function run_example(name, args, exe)
     local out = support.tmpname(".out")
     local ok = support.execute(("%s examples/%s %s >%s 2>&1"):format(
-      support.shell_quote(support.ACCEL_LUA), name, args, support.shell_quote(out)))
+      support.shell_quote(exe or support.ACCEL_LUA), name, args, support.shell_quote(out)))
     local text = support.read_file(out)
     os.remove(out)
     return ok, text
+  end
+
+  -- the accel-lua of the other interpreter next to this one (build/accel-lua
+  -- and build/luajit/accel-lua), or nil when it was not built
+  local function other_interpreter()
+    local exe = support.ACCEL_LUA
+    local other = jit and exe:gsub("luajit/accel%-lua$", "accel-lua") or exe:gsub("accel%-lua$", "luajit/accel-lua")
+    local f = other ~= exe and io.open(other)
+    if not f then return nil end
+    f:close()
+    return other
   end
 
   it("regression.lua fits the true weights 3, -2 and bias 0.5", function()
@@ -149,6 +160,23 @@ describe("the shipped examples under this interpreter", function()
     -- HF's cosine schedule with 20 warmup steps over 1 epoch of ceil(4000 / 64) = 63 batches, at step 60
     local lr = support.read_file(dir .. "/custom/custom_module/metrics.jsonl"):match('"step": 60,[^\n]*"lr": ([-%d.e]+)')
     assert.is_true(math.abs(tonumber(lr) - 3e-3 * 0.5 * (1 + math.cos(math.pi * 40 / 43))) < 1e-9, lr)
+    support.remove_tree(dir)
+  end)
+
+  it("custom_module.lua trains the same weights under Lua 5.4 and LuaJIT (its loop visits every block)", function()
+    local other = other_interpreter()
+    if not other then return pending("the other interpreter's accel-lua is not built (make luajit)") end
+    local dir = support.tmpdir()
+    local ok, out = run_example("custom_module.lua", support.shell_quote(dir .. "/here") .. " 1")
+    assert(ok, out)
+    ok, out = run_example("custom_module.lua", support.shell_quote(dir .. "/there") .. " 1", other)
+    assert(ok, out)
+    local ckpt = "/checkpoints/checkpoint_0/model.safetensors"
+    local here, there = accel.load(dir .. "/here" .. ckpt), accel.load(dir .. "/there" .. ckpt)
+    assert.is_not_nil(here["blocks.1.down.weight"])
+    for name, t in pairs(here) do
+      assert(accel.equal(t, there[name]), name .. " differs between " .. support.ACCEL_LUA .. " and " .. other)
+    end
     support.remove_tree(dir)
   end)
 end)
