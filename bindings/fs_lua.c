@@ -206,17 +206,19 @@ static int c_file_size(lua_State *L) {
     return 1;
 }
 
-/* fs_crc32(path) -> crc32 (zlib's, as an integer), size in bytes */
+/* fs_crc32(path) -> crc32 (zlib's, as an integer), size in bytes. Called as
+ * crc32_z: a host built with -Wl,-E that defines a crc32 of its own would
+ * take the place of zlib's crc32 here (docs/embedding.md). */
 static int c_fs_crc32(lua_State *L) {
     const char *path = luaL_checkstring(L, 1);
     FILE *f = fopen(path, "rb");
     if (!f) return fail(L, "crc32", path);
     static __thread unsigned char buf[1 << 16];
-    uLong crc = crc32(0L, Z_NULL, 0);
+    uLong crc = crc32_z(0L, Z_NULL, 0);
     lua_Integer size = 0;
     size_t k;
     while ((k = fread(buf, 1, sizeof buf, f)) > 0) {
-        crc = crc32(crc, buf, (uInt)k);
+        crc = crc32_z(crc, buf, k);
         size += (lua_Integer)k;
     }
     int err = ferror(f);

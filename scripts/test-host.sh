@@ -151,6 +151,13 @@ check_embedding() {
     else
         bad "examples/embed/core_matmul.c links with libaccel-core.a" "$(cat "$TMP/cc.err")"
     fi
+    if cc -I/usr/include/lua5.4 tests/host/host_names.c -o "$TMP/host_names" -llua5.4 -Wl,-E 2>"$TMP/cc.err"; then
+        expect "a host's crc32, crc32c, cuda_backend_count, ... replace neither accel's nor zlib's" \
+            $'checkpoint saved and loaded\ncuda available\tfalse\t0\ncrc32c e3069283\ncrc32 of a file cbf43926' \
+            env LD_PRELOAD="$preload" "$TMP/host_names" "$BUILD"
+    else
+        bad "tests/host/host_names.c compiles" "$(cat "$TMP/cc.err")"
+    fi
     exports=$(nm -D --defined-only "$BUILD/accel.so" | awk '{ print $3 }' | tr '\n' ' ')
     if [[ $exports == "luaopen_accel " ]]; then ok "accel.so exports only luaopen_accel"; else bad "accel.so exports only luaopen_accel" "$exports"; fi
 }

@@ -356,13 +356,15 @@ const Backend backend_cpu = {
 };
 
 /* The CUDA backend (backend_cuda.c) is linked into the CUDA build only;
- * elsewhere these weak references stay NULL and cuda:N is refused. */
-extern const Backend *cuda_backend_select(int index) __attribute__((weak));
-extern int cuda_backend_count(char *why, size_t n) __attribute__((weak));
-extern void cuda_backend_set_allow_tf32(int on) __attribute__((weak));
-extern int cuda_backend_get_allow_tf32(void) __attribute__((weak));
-extern int cuda_backend_capability(int index, int *major, int *minor) __attribute__((weak));
-extern int cuda_backend_memory(int index, BackendMemOp op, BackendMemStats *out) __attribute__((weak));
+ * elsewhere these weak references stay NULL and cuda:N is refused. Hidden:
+ * only a definition linked into the same program or accel.so fills them,
+ * never a host's function of the same name (docs/embedding.md). */
+extern const Backend *cuda_backend_select(int index) __attribute__((weak, visibility("hidden")));
+extern int cuda_backend_count(char *why, size_t n) __attribute__((weak, visibility("hidden")));
+extern void cuda_backend_set_allow_tf32(int on) __attribute__((weak, visibility("hidden")));
+extern int cuda_backend_get_allow_tf32(void) __attribute__((weak, visibility("hidden")));
+extern int cuda_backend_capability(int index, int *major, int *minor) __attribute__((weak, visibility("hidden")));
+extern int cuda_backend_memory(int index, BackendMemOp op, BackendMemStats *out) __attribute__((weak, visibility("hidden")));
 
 #define NO_CUDA_BUILD "this accel-lua is built without CUDA (make CUDA=1)"
 
