@@ -57,6 +57,21 @@ static Tensor *as_dtype_plain_owned(Tensor *t, DType dt) {
 
 static int check_same_device(Tensor *a, Tensor *b, const char *op) { return tensor_check_device(op, a, b); }
 
+/* PyTorch reads a 0-dim CPU tensor in an op on another device as a scalar
+ * (`x_cuda * torch.tensor(0.5)`): t moved to dev when it is one (a recorded
+ * copy: its gradient returns to the CPU), else t itself; a new reference. */
+static Tensor *cpu_scalar_to(Tensor *t, Device dev) {
+    if (!t || t->ndim != 0 || t->device.type != DEV_CPU || dev.type == DEV_CPU) return t ? tensor_retain(t) : NULL;
+    return tensor_to(t, dev);
+}
+
+/* The device of the first operand not on the CPU (the CPU when none). */
+static Device op_device(Tensor *const *ts, int n) {
+    for (int k = 0; k < n; k++)
+        if (ts[k] && ts[k]->device.type != DEV_CPU) return ts[k]->device;
+    return (Device){DEV_CPU, 0};
+}
+
 /* out = a op b over out's shape; a, b already of compute dtype cdt; out of
  * cdt (or bool for comparisons). */
 /* Stride for a one-run fast path: 1 for a contiguous operand covering all
@@ -294,7 +309,7 @@ static int bitwise_operands(KBinOp *op, DType a, DType b) {
     return 0;
 }
 
-Tensor *op_binary(KBinOp op, Tensor *a, Tensor *b) {
+static Tensor *binary_on_one_device(KBinOp op, Tensor *a, Tensor *b) {
     PROF_SCOPE(kbin_name(op), PROF_FORWARD, a, b);
     const char *name = kbin_name(op);
     if (bitwise_operands(&op, a->dtype, b->dtype) < 0) return NULL;
@@ -305,6 +320,15 @@ Tensor *op_binary(KBinOp op, Tensor *a, Tensor *b) {
     DType rd = binary_result_dtype(op, a, b);
     Tensor *out = binary_compute(op, a, b, rd, shape, nd);
     if (out) record_binary(op, out, a, b);
+    return out;
+}
+
+Tensor *op_binary(KBinOp op, Tensor *a, Tensor *b) {
+    Device dev = op_device((Tensor *[]){a, b}, 2);
+    Tensor *ma = cpu_scalar_to(a, dev), *mb = ma ? cpu_scalar_to(b, dev) : NULL;
+    Tensor *out = mb ? binary_on_one_device(op, ma, mb) : NULL;
+    tensor_release(ma);
+    tensor_release(mb);
     return out;
 }
 
@@ -389,7 +413,18 @@ static int check_inplace_dtype(Tensor *a, DType rd, const char *op) {
                           dtype_name(a->dtype));
 }
 
+static int binary_inplace_on_one_device(KBinOp op, Tensor *a, Tensor *b);
+
+/* In place: b may be a 0-dim CPU tensor whatever a's device (read as a
+ * scalar, as PyTorch does); a itself stays where it is. */
 int op_binary_(KBinOp op, Tensor *a, Tensor *b) {
+    Tensor *mb = cpu_scalar_to(b, a->device);
+    int rc = mb ? binary_inplace_on_one_device(op, a, mb) : -1;
+    tensor_release(mb);
+    return rc;
+}
+
+static int binary_inplace_on_one_device(KBinOp op, Tensor *a, Tensor *b) {
     PROF_SCOPE(kbin_name(op), PROF_INPLACE, a, b);
     const char *name = kbin_name(op);
     if (bitwise_operands(&op, a->dtype, b->dtype) < 0) return -1;
@@ -696,7 +731,21 @@ static int bw_where(AGNode *n, Tensor *g, Tensor **gin) {
     return 0;
 }
 
+static Tensor *where_on_one_device(Tensor *cond, Tensor *a, Tensor *b);
+
+/* Any of the three may be a 0-dim CPU tensor with the others elsewhere. */
 Tensor *op_where(Tensor *cond, Tensor *a, Tensor *b) {
+    Device dev = op_device((Tensor *[]){a, b, cond}, 3);
+    Tensor *mc = cpu_scalar_to(cond, dev), *ma = mc ? cpu_scalar_to(a, dev) : NULL;
+    Tensor *mb = ma ? cpu_scalar_to(b, dev) : NULL;
+    Tensor *out = mb ? where_on_one_device(mc, ma, mb) : NULL;
+    tensor_release(mc);
+    tensor_release(ma);
+    tensor_release(mb);
+    return out;
+}
+
+static Tensor *where_on_one_device(Tensor *cond, Tensor *a, Tensor *b) {
     PROF_SCOPE("where", PROF_FORWARD, a, b);
     if (cond->dtype != DT_BOOL && cond->dtype != DT_U8)
         return accel_fail("where: condition must be a bool tensor, got %s", dtype_name(cond->dtype));

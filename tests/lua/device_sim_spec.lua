@@ -117,6 +117,40 @@ describe("the sim device", function()
     assert.is_true(s:allclose(accel.ones(3, {device = "sim"})))
   end)
 
+  -- PyTorch reads a 0-dim CPU tensor in an op on another device as a scalar
+  -- (x_cuda * torch.tensor(0.5) is on cuda); any other CPU tensor is refused
+  it("takes a 0-dim CPU tensor as a scalar operand, the result and its gradient where they belong", function()
+    local s = accel.tensor({1, 2, 3}, {dtype = accel.float32}):to("sim")
+    local half = accel.tensor(0.5, {dtype = accel.float32})
+    local function host(t) assert.are.equal("sim", t.device.type); return t:to("cpu"):tolist() end
+    assert.are.same({0.5, 1, 1.5}, host(s * half))
+    assert.are.same({1.5, 2.5, 3.5}, host(half + s))
+    assert.are.same({0.5, 0.5, 3}, host(accel.where(s:gt(2.5), s, half)))
+    assert.are.same({1, 4, 9}, host(s:pow(accel.tensor(2.0, {dtype = accel.float32}))))
+    assert.are.same({false, false, true}, host(s:gt(accel.tensor(2.5, {dtype = accel.float32}))))
+    local t = s:clone()
+    t:add_(half)
+    assert.are.same({1.5, 2.5, 3.5}, host(t))
+    -- the scalar's gradient comes back to the CPU: d/dk sum(s * k) = sum(s) = 6
+    local k = accel.tensor(2.0, {dtype = accel.float32, requires_grad = true})
+    local w = s:clone():requires_grad_()
+    local loss = (w * k):sum()
+    loss:backward()
+    assert.are.equal("cpu", k.grad.device.type)
+    assert.are.equal(6, k.grad:item())
+    assert.are.same({2, 2, 2}, host(w.grad))
+    -- not 0-dim, or the 0-dim one on the device: refused, as PyTorch does
+    for _, bad in ipairs({
+      function() return s * accel.tensor({0.5}, {dtype = accel.float32}) end,
+      function() return accel.ones(3) * accel.tensor(0.5, {dtype = accel.float32}):to("sim") end,
+      function() local c = accel.tensor(1.0, {dtype = accel.float32}); c:add_(s:sum()); return c end,
+    }) do
+      local ok, err = pcall(bad)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find("tensors are on different devices", 1, true), err)
+    end
+  end)
+
   -- torch.device("cuda", 1) is cuda:1; "cpu:0" and "sim:0" are cpu and sim;
   -- cpu and sim have one device, index 0.
   it("accel.device(type, index) and \"type:N\" strings, as torch.device", function()
