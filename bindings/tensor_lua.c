@@ -2021,8 +2021,11 @@ static int t_newindex(lua_State *L) {
             return lu_error(L, "assigned grad has shape %s but the tensor has shape %s", tensor_shape_str(g), tensor_shape_str(t));
         if (g && g->dtype != t->dtype)
             return lu_error(L, "assigned grad has dtype %s but the tensor is %s", dtype_name(g->dtype), dtype_name(t->dtype));
-        if (g && (g->device.type != t->device.type || g->device.index != t->device.index))
-            return lu_error(L, "assigned grad is on another device than the tensor");
+        if (g && (g->device.type != t->device.type || g->device.index != t->device.index)) {
+            char gd[32], td[32];
+            return lu_error(L, "assigned grad is on %s but the tensor is on %s", device_str(g->device, gd, sizeof gd),
+                            device_str(t->device, td, sizeof td));
+        }
         tensor_release(t->grad);
         t->grad = tensor_retain(g);
         return 0;

@@ -148,6 +148,7 @@ AGNode *ag_record(const char *name, AGBackwardFn fn, Tensor *out, Tensor **input
         e->ndim = in->ndim;
         memcpy(e->shape, in->shape, sizeof(int64_t) * (size_t)in->ndim);
         e->dtype = in->dtype;
+        e->device = in->device;
         if (!in->requires_grad) continue;
         AGNode *p = in->grad_fn;
         if (p && p->view_base && in->storage->version != p->view_version) p->view_stale = true; /* see ag_record_view */
@@ -210,7 +211,15 @@ Tensor *ag_sum_to(Tensor *g, const int64_t *shape, int ndim) {
     return r;
 }
 
-static Tensor *fit_grad(Tensor *g, const AGEdge *e) {
+/* Input k's gradient g, summed to the input's shape and cast to its dtype;
+ * on another device than the input (a custom Function's backward): an
+ * error, as in PyTorch. */
+static Tensor *fit_grad(Tensor *g, const AGEdge *e, const AGNode *n, int k) {
+    if (g->device.type != e->device.type || g->device.index != e->device.index) {
+        char want[32], got[32];
+        return accel_fail("backward: %s returned an invalid gradient for input %d: expected device %s but got %s",
+                          n->name, k + 1, device_str(e->device, want, sizeof want), device_str(g->device, got, sizeof got));
+    }
     Tensor *s = ag_sum_to(g, e->shape, e->ndim);
     if (!s || s->dtype == e->dtype) return s;
     Tensor *c = tensor_to_dtype(s, e->dtype);
@@ -384,7 +393,7 @@ static int run_node(AGNode *n, NodeList *ready) {
     for (int k = 0; rc == 0 && k < n->n_in; k++) {
         AGEdge *e = &n->edges[k];
         if (!e->fn && !e->leaf) continue;
-        Tensor *g = gin[k] ? fit_grad(gin[k], e) : NULL;
+        Tensor *g = gin[k] ? fit_grad(gin[k], e, n, k) : NULL;
         if (gin[k] && !g) rc = -1;
         tensor_release(gin[k]); /* g owns it now: a sole owner can be adopted or added into */
         gin[k] = NULL;
@@ -439,6 +448,11 @@ static int check_root(const Tensor *root, const Tensor *grad, int k) {
     if (grad && !tensor_same_shape(grad, root))
         return accel_fail_int("backward: gradient shape %s does not match %s's shape %s", tensor_shape_str(grad), what,
                               tensor_shape_str(root));
+    if (grad && (grad->device.type != root->device.type || grad->device.index != root->device.index)) {
+        char want[32], got[32];
+        return accel_fail_int("backward: the gradient is on %s but %s is on %s", device_str(grad->device, got, sizeof got),
+                              what, device_str(root->device, want, sizeof want));
+    }
     return 0;
 }
 

@@ -31,9 +31,10 @@ typedef int (*AGAccumulateFn)(AGNode *n, Tensor *gout, Tensor **acc);
 typedef struct AGEdge {
     AGNode *fn;    /* producer of this input, or NULL */
     Tensor *leaf;  /* leaf requiring grad, or NULL */
-    int ndim;      /* the input's shape and dtype, to reduce its gradient to */
+    int ndim;      /* the input's shape, dtype and device, to reduce and check its gradient against */
     int64_t shape[TENSOR_MAX_DIMS];
     DType dtype;
+    Device device;
 } AGEdge;
 
 struct AGNode {

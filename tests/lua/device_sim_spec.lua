@@ -151,6 +151,28 @@ describe("the sim device", function()
     end
   end)
 
+  -- PyTorch's engine checks each gradient against its input's device
+  -- ("returned an invalid gradient at index 0 - expected device cuda:0 but got cpu")
+  it("refuses a gradient on another device than its tensor: from a custom Function, given to backward, assigned", function()
+    local ToCpu = accel.autograd.Function{
+      forward = function(_, x) return x * 2 end,
+      backward = function(_, g) return g:to("cpu") * 2 end,
+    }
+    local w = accel.ones(3, {device = "sim", requires_grad = true})
+    local ok, err = pcall(function() ToCpu.apply(w):sum():backward() end)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("returned an invalid gradient for input 1: expected device sim but got cpu", 1, true), err)
+    assert.is_nil(w.grad)
+    local y = w * 2
+    ok, err = pcall(function() y:backward(accel.ones(3)) end)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("backward: the gradient is on cpu but the tensor is on sim", 1, true), err)
+    ok, err = pcall(function() w.grad = accel.zeros(3) end)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("assigned grad is on cpu but the tensor is on sim", 1, true), err)
+    assert.is_nil(w.grad)
+  end)
+
   -- torch.device("cuda", 1) is cuda:1; "cpu:0" and "sim:0" are cpu and sim;
   -- cpu and sim have one device, index 0.
   it("accel.device(type, index) and \"type:N\" strings, as torch.device", function()
