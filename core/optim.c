@@ -48,9 +48,13 @@ static int check_state(const char *who, int id, const char *name, const Tensor *
     if (!same_shape(p, s))
         return accel_fail_int("%s: state '%s' of parameter %d has shape %s but the parameter has shape %s", who, name, id,
                               tensor_shape_str(s), tensor_shape_str(p));
-    if (s->dtype != p->dtype || !same_device(p, s) || !tensor_is_contiguous(s))
-        return accel_fail_int("%s: state '%s' of parameter %d must be a contiguous %s tensor on the parameter's device "
-                              "(got %s%s)", who, name, id, dtype_name(p->dtype), dtype_name(s->dtype),
+    if (!same_device(p, s)) { /* e.g. the model moved by model:to() after a step: move the optimizer's state too */
+        char ds[32], dp[32];
+        return accel_fail_int("%s: state '%s' of parameter %d is on %s but the parameter is on %s", who, name, id,
+                              device_str(s->device, ds, sizeof ds), device_str(p->device, dp, sizeof dp));
+    }
+    if (s->dtype != p->dtype || !tensor_is_contiguous(s))
+        return accel_fail_int("%s: state '%s' of parameter %d must be a contiguous %s tensor (got %s%s)", who, name, id, dtype_name(p->dtype), dtype_name(s->dtype),
                               tensor_is_contiguous(s) ? "" : ", not contiguous");
     return 0;
 }

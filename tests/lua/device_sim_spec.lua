@@ -173,6 +173,18 @@ describe("the sim device", function()
     assert.is_nil(w.grad)
   end)
 
+  it("names both devices when the optimizer's state stayed behind a moved model", function()
+    local m = accel.nn.Linear(3, 2):to("sim")
+    local opt = accel.optim.Adam(m:parameters(), {lr = 0.1})
+    m(accel.ones(4, 3, {device = "sim"})):sum():backward()
+    opt:step()
+    m:to("cpu")
+    m(accel.ones(4, 3)):sum():backward()
+    local ok, err = pcall(function() opt:step() end)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("Adam: state 'exp_avg' of parameter 1 is on sim but the parameter is on cpu", 1, true), err)
+  end)
+
   -- torch.device("cuda", 1) is cuda:1; "cpu:0" and "sim:0" are cpu and sim;
   -- cpu and sim have one device, index 0.
   it("accel.device(type, index) and \"type:N\" strings, as torch.device", function()
