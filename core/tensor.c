@@ -32,9 +32,15 @@ Storage *storage_new(size_t nbytes, Device dev) {
     if (!be) return NULL;
     Storage *s = pool_alloc(&storage_pool);
     if (!s) return accel_fail("out of memory allocating a storage");
+    accel_clear_error();
     s->data = be->alloc(nbytes);
     if (!s->data) {
         pool_free(&storage_pool, s);
+        if (strcmp(accel_last_error(), "unknown error") != 0) { /* the backend said why (a bad setting, say) */
+            char why[512];
+            snprintf(why, sizeof why, "%s", accel_last_error());
+            return accel_fail("cannot allocate %zu bytes on %s: %s", nbytes, be->name, why);
+        }
         return accel_fail("out of memory: cannot allocate %zu bytes on %s", nbytes, be->name);
     }
     s->nbytes = nbytes;

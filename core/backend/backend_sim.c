@@ -60,25 +60,26 @@ static FreeNode *buckets[SIM_BUCKETS];
  * machine's physical memory, at most SIM_SPAN. Past it an allocation fails
  * (the caller's "out of memory"), as cudaMalloc does, instead of the kernel
  * killing the process when the pages are touched. */
-static size_t sim_capacity(void) {
+static int sim_capacity(size_t *out) {
     const char *s = getenv("ACCEL_LUA_SIM_MEMORY");
     unsigned long long v = 0;
     if (s && *s) {
         char *end;
         v = strtoull(s, &end, 10);
-        if (*s < '0' || *s > '9' || *end || v == 0 || v == ULLONG_MAX) {
-            fprintf(stderr, "sim: ACCEL_LUA_SIM_MEMORY=%s is not a number of bytes > 0\n", s);
-            abort();
-        }
+        if (*s < '0' || *s > '9' || *end || v == 0 || v == ULLONG_MAX)
+            return accel_fail_int("sim: ACCEL_LUA_SIM_MEMORY=%s is not a number of bytes > 0", s);
     } else {
         long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
         v = pages > 0 && page > 0 ? (unsigned long long)pages * (unsigned long long)page : SIM_SPAN;
     }
-    return v < SIM_SPAN ? (size_t)v : SIM_SPAN;
+    *out = v < SIM_SPAN ? (size_t)v : SIM_SPAN;
+    return 0;
 }
 
 static int sim_reserve(void) {
     if (real_base) return 0;
+    size_t capacity = 0;
+    if (sim_capacity(&capacity) < 0) return -1; /* checked first: a bad setting reserves nothing */
     void *r = mmap(NULL, SIM_SPAN, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     void *h = r == MAP_FAILED ? MAP_FAILED : mmap(NULL, SIM_SPAN, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (h == MAP_FAILED) {
@@ -86,7 +87,7 @@ static int sim_reserve(void) {
         return accel_fail_int("sim: cannot reserve %zu bytes of address space", SIM_SPAN);
     }
     real_base = r, handle_base = h;
-    cap = sim_capacity();
+    cap = capacity;
     return 0;
 }
 
