@@ -181,7 +181,9 @@ describe("the fp16 loss scale and other Accelerator arguments", function()
     assert.are.equal(accel.float32, half0.dtype)
     assert.are.equal(8, half0:item())
     assert.are.equal(accel.float16, s4:scale(accel.tensor({2.0}, {dtype = accel.float16})).dtype)
-    error_matching('GradScaler: device "nodev" is not a device', function() amp.GradScaler("nodev") end)
+    error_matching("GradScaler: unknown device 'nodev'", function() amp.GradScaler("nodev") end)
+    error_matching("GradScaler: device 'sim:3': sim has one device", function() amp.GradScaler("sim:3") end)
+    assert.are.equal("sim", amp.GradScaler(accel.device("sim")).device.type) -- a device object too, as torch.device
     error_matching("GradScaler: argument 'enabled' must be a boolean, got number", function() amp.GradScaler{enabled = 0} end)
   end)
 

@@ -180,7 +180,7 @@ end
 -- amp.GradScaler([device = "cuda"], [init_scale], [growth_factor], [backoff_factor], [growth_interval],
 -- [enabled = true]), positionally or by name, as torch.amp.GradScaler. Disabled, it is torch's pass-through:
 -- scale returns its argument, step only steps, unscale_ and update do nothing, get_scale is 1.
-local SCALER_ARGS = {"device:string", "init_scale:number", "growth_factor:number", "backoff_factor:number",
+local SCALER_ARGS = {"device", "init_scale:number", "growth_factor:number", "backoff_factor:number",
   "growth_interval:number", "enabled:bool", "agree:function"}
 function amp.GradScaler(...)
   local o = util.torch_args("GradScaler", SCALER_ARGS, ...)
@@ -188,8 +188,8 @@ function amp.GradScaler(...)
   for k, v in pairs(o) do if k ~= "agree" and k ~= "device" then options[k] = v end end
   require("accel.plugins").check_scaler_options("GradScaler", options)
   if o.device ~= nil then
-    local ok, dev = pcall(accel.device, o.device)
-    if not ok then raise("GradScaler: device %s is not a device (\"cpu\", \"cuda\", \"cuda:0\", ...)", util.show(o.device)) end
+    local ok, dev = pcall(accel.device, o.device) -- "sim:3", "gpu", 5: accel.device's own reason
+    if not ok then raise("GradScaler: %s", (tostring(dev):gsub("^[^:]*:%d+: ", ""))) end
     o.device = dev
   end
   return amp.scaler_from_settings(o)
