@@ -72,12 +72,16 @@ end
 local ref = launch(1, "shard_resume.lua", path("ref.st"), "stage=0", "steps=12")
 check("reference: 12 steps on one process", ref, ok_run(ref, 1))
 
-local function resume(what, save_n, save_stage, at, load_n, load_stage)
-  local ck = path(("ck_%d_s%d_%d"):format(save_n, save_stage, at))
-  local first = launch(save_n, "shard_resume.lua", ck .. ".st", "stage=" .. save_stage, "steps=" .. at, "save=" .. ck)
-  local out = path(("res_%d_s%d_%d_to_%d_s%d.st"):format(save_n, save_stage, at, load_n, load_stage))
-  local run = launch(load_n, "shard_resume.lua", out, "stage=" .. load_stage, "steps=" .. (12 - at), "load=" .. ck)
-  local d, where = max_rel(out, path("ref.st"))
+-- opt: "sgd" for SGD with momentum (its reference is ref_sgd.st), default AdamW
+local function resume(what, save_n, save_stage, at, load_n, load_stage, opt)
+  opt = opt or "adamw"
+  local ck = path(("ck_%d_s%d_%d%s"):format(save_n, save_stage, at, opt == "adamw" and "" or "_" .. opt))
+  local first = launch(save_n, "shard_resume.lua", ck .. ".st", "stage=" .. save_stage, "steps=" .. at, "save=" .. ck,
+    "opt=" .. opt)
+  local out = path(("res_%d_s%d_%d_to_%d_s%d_%s.st"):format(save_n, save_stage, at, load_n, load_stage, opt))
+  local run = launch(load_n, "shard_resume.lua", out, "stage=" .. load_stage, "steps=" .. (12 - at), "load=" .. ck,
+    "opt=" .. opt)
+  local d, where = max_rel(out, path(opt == "adamw" and "ref.st" or "ref_" .. opt .. ".st"))
   local function label(n, s) return s == 0 and ("%d process(es) without sharding"):format(n) or ("stage %d on %d rank(s)"):format(s, n) end
   check(("%s: saved at step %d (%s) by %s, loaded by %s, 12 steps == unbroken (1e-6)"):format(what, at,
     at % 5 == 0 and "epoch boundary" or "mid-epoch", label(save_n, save_stage), label(load_n, load_stage)), run,
@@ -85,6 +89,13 @@ local function resume(what, save_n, save_stage, at, load_n, load_stage)
     {d <= 1e-6, ("parameters differ by %g relative (%s)"):format(d, where)})
   return ck
 end
+
+-- SGD's momentum buffers carry no step: loaded into the engine they must be
+-- used as they are, not taken for a first step's (which sets them to the gradient)
+local ref_sgd = launch(1, "shard_resume.lua", path("ref_sgd.st"), "stage=0", "steps=12", "opt=sgd")
+check("reference: 12 SGD (momentum) steps on one process", ref_sgd, ok_run(ref_sgd, 1))
+resume("SGD momentum, 1 -> 2", 1, 0, 7, 2, 2, "sgd")
+resume("SGD momentum, 2 -> 2", 2, 3, 7, 2, 1, "sgd")
 
 for stage = 1, 3 do
   for _, at in ipairs({5, 7}) do

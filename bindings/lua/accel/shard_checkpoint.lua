@@ -269,7 +269,13 @@ end
 function Dense:replicated(name) return self.file:read(name) end
 function Dense:has_states() return next(self.states) ~= nil end
 function Dense:has_state(name) return self.states[name] ~= nil end
-function Dense:step(name) return self.states[name] and self.states[name].step or 0 end
+-- The steps a parameter's state has seen; SGD's state has no step (as PyTorch's), and
+-- its momentum buffer means at least one (the engine's count 0 would restart the buffer)
+function Dense:step(name)
+  local s = self.states[name]
+  if not s then return 0 end
+  return s.step or (s.momentum_buffer ~= nil and 1 or 0)
+end
 
 function Dense:state_names()
   local seen, out = {}, {}

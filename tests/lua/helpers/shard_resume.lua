@@ -12,6 +12,7 @@
 --     model=DIR      save_model(DIR) at the end (max_shard_size=B, default 10GB)
 --     plain=DIR      also checkpoint.save_model(eng:full_state_dict()) into DIR (the
 --                    unstreamed path, same max_shard_size) — stage > 0 only
+--     opt=adamw|sgd  the optimizer: AdamW, or SGD with momentum (whose state has no step)
 --     hidden=7       the width (7: 205 parameters, divisible by neither 2 nor 3)
 --     blocks=2       the number of residual blocks
 --     gathered=1     stage 3: load_state inside eng:gathered(fn); the parameters read
@@ -28,7 +29,7 @@ local checkpoint = require("accel.checkpoint")
 
 local out = arg[1]
 local o = {stage = "0", via = "engine", steps = "5", load = "", save = "", model = "", plain = "", hidden = "7",
-  mem = "0", max_shard_size = "10GB", refused = "0", gathered = "0", blocks = "2"}
+  mem = "0", max_shard_size = "10GB", refused = "0", gathered = "0", blocks = "2", opt = "adamw"}
 for i = 2, #arg do
   local k, v = arg[i]:match("^([%w_]+)=(.*)$")
   if not k or o[k] == nil then error("bad argument " .. arg[i]) end
@@ -67,7 +68,8 @@ if rank ~= 0 then -- other ranks start elsewhere: the engine / DDP broadcast ran
     for _, p in ipairs(model:parameters()) do p:add_(rank) end
   end)
 end
-local optimizer = optim.AdamW(model:parameters(), {lr = 1e-2, weight_decay = 0.05})
+local optimizer = o.opt == "sgd" and optim.SGD(model:parameters(), {lr = 0.05, momentum = 0.9})
+  or optim.AdamW(model:parameters(), {lr = 1e-2, weight_decay = 0.05})
 local scheduler = optim.lr_scheduler.StepLR(optimizer, {step_size = 3, gamma = 0.5})
 local loader = data.DataLoader(data.TensorDataset(x, y), {batch_size = 12, shuffle = true, seed = 4})
 
