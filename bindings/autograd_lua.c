@@ -120,6 +120,22 @@ static __thread lua_State *backward_L;
  * retain_graph on for the pass: from roots[0] (grads[0] may be NULL: a
  * one-element root gets 1) or, when many, from n roots at once (grads[k]
  * for roots[k], all given). */
+/* The registry key of an error value that is not a string, raised by a
+ * custom Function's backward (a table, say): the pass fails with a message,
+ * and the value itself is raised again when the pass returns to Lua, as
+ * PyTorch passes a backward's exception through unchanged. */
+#define BACKWARD_ERROR_KEY "accel.backward_error"
+
+/* Raise the error of a failed backward pass: the value kept under
+ * BACKWARD_ERROR_KEY, else the core's message. */
+static int raise_backward_error(lua_State *L) {
+    lua_getfield(L, LUA_REGISTRYINDEX, BACKWARD_ERROR_KEY);
+    if (lua_isnil(L, -1)) return lu_core_error(L);
+    lua_pushnil(L);
+    lua_setfield(L, LUA_REGISTRYINDEX, BACKWARD_ERROR_KEY);
+    return lua_error(L);
+}
+
 static int run_backward_pass(lua_State *L, Tensor **roots, Tensor **grads, int n, bool many, bool retain_graph) {
     lua_State *prev = backward_L;
     backward_L = L;
@@ -127,11 +143,11 @@ static int run_backward_pass(lua_State *L, Tensor **roots, Tensor **grads, int n
     int rc = many ? ag_backward_many(roots, grads, n) : ag_backward(roots[0], grads[0]);
     ag_set_retain_graph(prev_retain);
     backward_L = prev;
-    return rc;
+    return rc < 0 ? raise_backward_error(L) : 0;
 }
 
-int lu_run_backward(lua_State *L, Tensor *root, Tensor *grad, bool retain_graph) {
-    return run_backward_pass(L, &root, &grad, 1, false, retain_graph);
+void lu_run_backward(lua_State *L, Tensor *root, Tensor *grad, bool retain_graph) {
+    run_backward_pass(L, &root, &grad, 1, false, retain_graph);
 }
 
 static void release_grads(LuaBackward *c) {
@@ -174,7 +190,12 @@ static int lua_backward_run(AGNode *n, Tensor *g, Tensor **gin) {
     lua_rawgeti(L, LUA_REGISTRYINDEX, c->fn_ref);
     push_output_grads(L, c, g);
     if (lua_pcall(L, c->n_out ? c->n_out : 1, n->n_in, 0) != LUA_OK) {
-        accel_fail("%s backward failed: %s", c->name, lua_tostring(L, -1));
+        if (lua_type(L, -1) == LUA_TSTRING || lua_type(L, -1) == LUA_TNUMBER) {
+            accel_fail("%s backward failed: %s", c->name, lua_tostring(L, -1));
+        } else { /* kept as it is, raised again when the pass returns (raise_backward_error) */
+            accel_fail("%s backward failed: %s", c->name, luaL_typename(L, -1));
+            lua_setfield(L, LUA_REGISTRYINDEX, BACKWARD_ERROR_KEY);
+        }
         lua_settop(L, top);
         return -1;
     }
@@ -317,7 +338,7 @@ static int l_backward_many(lua_State *L) {
         lua_pop(L, 2);
     }
     lu_gc_before_backward(L);
-    if (run_backward_pass(L, v, v + n, n, true, lua_toboolean(L, 3)) < 0) return lu_core_error(L);
+    run_backward_pass(L, v, v + n, n, true, lua_toboolean(L, 3));
     return 0;
 }
 

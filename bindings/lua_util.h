@@ -160,8 +160,9 @@ void lu_print_options(lua_State *L, PrintOptions *o);
 void lu_register_c(lua_State *L, int module_idx, const luaL_Reg *fns);
 void lu_open_autograd(lua_State *L, int module_idx);
 /* Run ag_backward with custom Lua Function backwards called on L (the running
- * thread); returns ag_backward's result. */
-int lu_run_backward(lua_State *L, Tensor *root, Tensor *grad, bool retain_graph);
+ * thread); a failure is raised as a Lua error (a backward's own error value
+ * when it raised one that is not a string). */
+void lu_run_backward(lua_State *L, Tensor *root, Tensor *grad, bool retain_graph);
 void lu_open_functions(lua_State *L, int module_idx);
 void lu_open_conv(lua_State *L, int module_idx); /* conv_lua.c: conv2d, max_pool2d */
 void lu_open_optim(lua_State *L, int module_idx); /* optim_lua.c: sgd_step, adam_step, total_norm */

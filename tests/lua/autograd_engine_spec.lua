@@ -1111,6 +1111,33 @@ describe("custom functions from Lua", function()
     assert.matches("Bad backward returned an invalid gradient at index 1: got %[2, 3%] but expected shape compatible "
       .. "with %[3, 2%]", errmsg(function() Bad(gc.leaf(accel.ones(3, 2, {dtype = f64}))):backward() end))
   end)
+
+  -- PyTorch raises a backward's own exception object unchanged
+  it("passes an error value that is not a string, raised in backward or in checkpoint's recompute, through unchanged", function()
+    local MyError = setmetatable({code = 42}, {__tostring = function() return "MyError(42)" end})
+    local w = accel.ones(2, {requires_grad = true})
+    local Raises = accel.autograd.Function{forward = function(_, x) return x * 1 end,
+      backward = function() error(MyError) end}
+    local ok, err = pcall(function() Raises(w):sum():backward() end)
+    assert.is_false(ok)
+    assert.are.equal(MyError, err)
+    local calls = 0
+    local out = accel.utils.checkpoint(function(x)
+      calls = calls + 1
+      if calls == 2 then error(MyError) end
+      return x * 2
+    end, w)
+    ok, err = pcall(function() accel.autograd.backward({out:sum()}, {accel.tensor(1.0)}) end)
+    assert.is_false(ok)
+    assert.are.equal(MyError, err)
+    -- error() without a value: a message naming the Function, not "(null)"
+    local Nil = accel.autograd.Function{name = "Nil", forward = function(_, x) return x * 1 end, backward = function() error() end}
+    assert.matches("Nil backward failed: nil", errmsg(function() Nil(w):sum():backward() end))
+    -- and the next backward is an ordinary one
+    w.grad = nil
+    (w * 3):sum():backward()
+    assert.same({3, 3}, w.grad:tolist())
+  end)
 end)
 
 -- Leaf hooks (Tensor.grad_hook, what DDP's reducer hangs on): one call per
