@@ -405,6 +405,26 @@ describe("DataLoader epochs and resume", function()
     expect_error(function() loader:set_epoch(-1) end, "set_epoch", "epoch")
   end)
 
+  it("does not count a batch whose fetch raised as consumed (a resume would skip it)", function()
+    local failing = true
+    local ds = data.Dataset{len = 12, get = function(i)
+      if failing and i == 5 then error("corrupt sample " .. i) end
+      return accel.tensor({i - 1})
+    end}
+    local loader = data.DataLoader(ds, {batch_size = 3})
+    local seen = 0
+    local ok, err = pcall(function() for _ in loader:iter() do seen = seen + 1 end end)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("corrupt sample 5", 1, true), err)
+    assert.are.equal(1, seen)
+    assert.are.same({epoch = 0, samples = 3}, loader:state_dict()) -- as a break after the first batch
+    failing = false
+    local resumed = data.DataLoader(ds, {batch_size = 3})
+    resumed:load_state_dict(loader:state_dict())
+    local first = resumed:iter()()
+    assert.are.same({{3}, {4}, {5}}, first:tolist())
+  end)
+
   it("load_state_dict resumes mid-epoch with the same remaining batches", function()
     local a = data.DataLoader(ids_dataset(30), {batch_size = 4, shuffle = true, seed = 77})
     pass(a)

@@ -280,6 +280,13 @@ end
 -- load_state_dict moved it (the pass then leaves the epoch alone). A pass
 -- nested in another over the same loader takes the position; the outer
 -- one takes it back at its next batch.
+-- The batch's values, after counting j batches of the pass consumed: only
+-- once fetched (a batch whose get or collate_fn raised was not).
+local function consumed(st, j, ...)
+  st.batches = j
+  return ...
+end
+
 function DataLoader:iter()
   local st, n = self._state, length(self.dataset)
   local offset = min(self._skip or st.resume or 0, n) -- a skip_first_batches copy skips on every pass
@@ -298,8 +305,7 @@ function DataLoader:iter()
     local idx = self:_indices(order, j, n, offset)
     j = j + 1
     if st.owner ~= me and st.owner ~= nil then st.epoch, st.offset, st.owner = epoch, offset, me end
-    st.batches = j
-    return self:_fetch(idx, j)
+    return consumed(st, j, self:_fetch(idx, j))
   end
 end
 
