@@ -113,12 +113,34 @@ check_embedded() {
         print('ok')"
 }
 
+# The sanitizer runtime accel.so was built with (make asan-test), for
+# LD_PRELOAD in the programs that load it; empty otherwise.
+sanitizer_preload() {
+    ldd "$BUILD/accel.so" 2>/dev/null | awk '/lib(asan|ubsan)\.so/ { printf "%s ", $3 }'
+}
+
 # accel.so under plain lua5.4 (sanitizer builds need their runtime preloaded).
 check_module() {
     local preload
-    preload=$(ldd "$BUILD/accel.so" 2>/dev/null | awk '/lib(asan|ubsan)\.so/ { printf "%s ", $3 }')
+    preload=$(sanitizer_preload)
     expect "accel.so loads in plain lua5.4" "table" \
         env LD_PRELOAD="$preload" lua5.4 -e "package.cpath = '$BUILD/?.so'; print(type(require('accel')))"
+}
+
+# host_check NAME SOURCE "CFLAGS LIBS" WANT ARG: a C host compiled from
+# SOURCE (exporting its functions, -Wl,-E, as docs/embedding.md says), run
+# with ARG and the sanitizer runtime preloaded when accel.so has one: its
+# output must be WANT.
+host_check() {
+    local name=$1 src=$2 flags=$3 want=$4 arg=$5 exe preload
+    exe=$TMP/$(basename "$src" .c)
+    preload=$(sanitizer_preload)
+    # shellcheck disable=SC2086  # flags is a list of flags
+    if cc "$src" -o "$exe" $flags -Wl,-E 2>"$TMP/cc.err"; then
+        expect "$name" "$want" env LD_PRELOAD="$preload" "$exe" "$arg"
+    else
+        bad "$src compiles" "$(cat "$TMP/cc.err")"
+    fi
 }
 
 # Embedding (docs/embedding.md): a C host with two states in turn, one of
@@ -128,14 +150,9 @@ check_embedding() {
     local preload exports SANFLAGS_LINK=""
     [[ -n $(ldd "$BUILD/accel.so" 2>/dev/null | grep -E 'lib(asan|ubsan)') ]] && SANFLAGS_LINK="-fsanitize=address,undefined"
     # shellcheck disable=SC2086  # SANFLAGS_LINK is a list of flags
-    preload=$(ldd "$BUILD/accel.so" 2>/dev/null | awk '/lib(asan|ubsan)\.so/ { printf "%s ", $3 }')
-    if cc -I/usr/include/lua5.4 examples/embed/host.c -o "$TMP/host" -llua5.4 -Wl,-E 2>"$TMP/cc.err"; then
-        expect "a C host trains in two Lua states, its own crc32c kept apart" \
-            $'state 1: loss 0.6993 -> 0.5972\nstate 2: loss 0.6993 -> 0.5972' \
-            env LD_PRELOAD="$preload" "$TMP/host" "$BUILD"
-    else
-        bad "examples/embed/host.c compiles" "$(cat "$TMP/cc.err")"
-    fi
+    preload=$(sanitizer_preload)
+    host_check "a C host trains in two Lua states, its own crc32c kept apart" examples/embed/host.c \
+        "-I/usr/include/lua5.4 -llua5.4" $'state 1: loss 0.6993 -> 0.5972\nstate 2: loss 0.6993 -> 0.5972' "$BUILD"
     expect "a coroutine made before require('accel') uses it" "true	3.0" \
         env LD_PRELOAD="$preload" lua5.4 -e "package.cpath = '$BUILD/?.so'
           local co = coroutine.create(function() return package.loaded.accel.ones({2}):sum():item() + 1 end)
@@ -151,13 +168,9 @@ check_embedding() {
     else
         bad "examples/embed/core_matmul.c links with libaccel-core.a" "$(cat "$TMP/cc.err")"
     fi
-    if cc -I/usr/include/lua5.4 tests/host/host_names.c -o "$TMP/host_names" -llua5.4 -Wl,-E 2>"$TMP/cc.err"; then
-        expect "a host's crc32, crc32c, cuda_backend_count, ... replace neither accel's nor zlib's" \
-            $'checkpoint saved and loaded\ncuda available\tfalse\t0\ncrc32c e3069283\ncrc32 of a file cbf43926' \
-            env LD_PRELOAD="$preload" "$TMP/host_names" "$BUILD"
-    else
-        bad "tests/host/host_names.c compiles" "$(cat "$TMP/cc.err")"
-    fi
+    host_check "a host's crc32, crc32c, cuda_backend_count, ... replace neither accel's nor zlib's" \
+        tests/host/host_names.c "-I/usr/include/lua5.4 -llua5.4" \
+        $'checkpoint saved and loaded\ncuda available\tfalse\t0\ncrc32c e3069283\ncrc32 of a file cbf43926' "$BUILD"
     exports=$(nm -D --defined-only "$BUILD/accel.so" | awk '{ print $3 }' | tr '\n' ' ')
     if [[ $exports == "luaopen_accel " ]]; then ok "accel.so exports only luaopen_accel"; else bad "accel.so exports only luaopen_accel" "$exports"; fi
 }
@@ -171,13 +184,10 @@ check_luajit_states() {
         echo "skip LuaJIT hosts: no $lj/accel.so or LuaJIT headers"
         return
     fi
-    if cc -I/usr/include/luajit-2.1 tests/host/luajit_states.c -o "$TMP/luajit_states" -lluajit-5.1 -Wl,-E 2>"$TMP/cc.err"; then
-        expect "LuaJIT: 16 states at once, a 17th refused, closed states' places reused" \
-            $'16 states open at once: ok\nerror: accel: more than 16 Lua states that loaded the bindings are open at once\none more while they are open: refused\nafter closing them, 40 states one after another: 40 loaded' \
-            "$TMP/luajit_states" "$lj"
-    else
-        bad "tests/host/luajit_states.c compiles" "$(cat "$TMP/cc.err")"
-    fi
+    host_check "LuaJIT: 16 states at once, a 17th refused, closed states' places reused" tests/host/luajit_states.c \
+        "-I/usr/include/luajit-2.1 -lluajit-5.1" \
+        $'16 states open at once: ok\nerror: accel: more than 16 Lua states that loaded the bindings are open at once\none more while they are open: refused\nafter closing them, 40 states one after another: 40 loaded' \
+        "$lj"
 }
 
 report_startup() {
