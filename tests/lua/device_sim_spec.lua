@@ -121,18 +121,19 @@ describe("the sim device", function()
   -- (x_cuda * torch.tensor(0.5) is on cuda); any other CPU tensor is refused
   it("takes a 0-dim CPU tensor as a scalar operand, the result and its gradient where they belong", function()
     local s = accel.tensor({1, 2, 3}, {dtype = accel.float32}):to("sim")
-    local half = accel.tensor(0.5, {dtype = accel.float32})
+    local cpu = {dtype = accel.float32, device = "cpu"} -- explicit: ACCEL_LUA_DEVICE=sim runs this spec too
+    local half = accel.tensor(0.5, cpu)
     local function host(t) assert.are.equal("sim", t.device.type); return t:to("cpu"):tolist() end
     assert.are.same({0.5, 1, 1.5}, host(s * half))
     assert.are.same({1.5, 2.5, 3.5}, host(half + s))
     assert.are.same({0.5, 0.5, 3}, host(accel.where(s:gt(2.5), s, half)))
-    assert.are.same({1, 4, 9}, host(s:pow(accel.tensor(2.0, {dtype = accel.float32}))))
-    assert.are.same({false, false, true}, host(s:gt(accel.tensor(2.5, {dtype = accel.float32}))))
+    assert.are.same({1, 4, 9}, host(s:pow(accel.tensor(2.0, cpu))))
+    assert.are.same({false, false, true}, host(s:gt(accel.tensor(2.5, cpu))))
     local t = s:clone()
     t:add_(half)
     assert.are.same({1.5, 2.5, 3.5}, host(t))
     -- the scalar's gradient comes back to the CPU: d/dk sum(s * k) = sum(s) = 6
-    local k = accel.tensor(2.0, {dtype = accel.float32, requires_grad = true})
+    local k = accel.tensor(2.0, {dtype = accel.float32, device = "cpu", requires_grad = true})
     local w = s:clone():requires_grad_()
     local loss = (w * k):sum()
     loss:backward()
@@ -141,9 +142,9 @@ describe("the sim device", function()
     assert.are.same({2, 2, 2}, host(w.grad))
     -- not 0-dim, or the 0-dim one on the device: refused, as PyTorch does
     for _, bad in ipairs({
-      function() return s * accel.tensor({0.5}, {dtype = accel.float32}) end,
-      function() return accel.ones(3) * accel.tensor(0.5, {dtype = accel.float32}):to("sim") end,
-      function() local c = accel.tensor(1.0, {dtype = accel.float32}); c:add_(s:sum()); return c end,
+      function() return s * accel.tensor({0.5}, cpu) end,
+      function() return accel.ones(3, cpu) * accel.tensor(0.5, cpu):to("sim") end,
+      function() local c = accel.tensor(1.0, cpu); c:add_(s:sum()); return c end,
     }) do
       local ok, err = pcall(bad)
       assert.is_false(ok)
@@ -164,10 +165,10 @@ describe("the sim device", function()
     assert.truthy(tostring(err):find("returned an invalid gradient for input 1: expected device sim but got cpu", 1, true), err)
     assert.is_nil(w.grad)
     local y = w * 2
-    ok, err = pcall(function() y:backward(accel.ones(3)) end)
+    ok, err = pcall(function() y:backward(accel.ones(3, {device = "cpu"})) end)
     assert.is_false(ok)
     assert.truthy(tostring(err):find("backward: the gradient is on cpu but the tensor is on sim", 1, true), err)
-    ok, err = pcall(function() w.grad = accel.zeros(3) end)
+    ok, err = pcall(function() w.grad = accel.zeros(3, {device = "cpu"}) end)
     assert.is_false(ok)
     assert.truthy(tostring(err):find("assigned grad is on cpu but the tensor is on sim", 1, true), err)
     assert.is_nil(w.grad)
@@ -179,7 +180,7 @@ describe("the sim device", function()
     m(accel.ones(4, 3, {device = "sim"})):sum():backward()
     opt:step()
     m:to("cpu")
-    m(accel.ones(4, 3)):sum():backward()
+    m(accel.ones(4, 3, {device = "cpu"})):sum():backward()
     local ok, err = pcall(function() opt:step() end)
     assert.is_false(ok)
     assert.truthy(tostring(err):find("Adam: state 'exp_avg' of parameter 1 is on sim but the parameter is on cpu", 1, true), err)
