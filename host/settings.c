@@ -387,15 +387,18 @@ int config_applies(const LaunchConfig *c, int id) {
     return 1;
 }
 
-/* Settings whose default launch leaves out when the caller exported
- * Accelerate's variable for it, so the ranks see that one (Accelerate's
- * launcher passes the caller's environment through). */
-static int caller_sets(int id) {
-    const char *var = id == S_GRADIENT_ACCUMULATION_STEPS ? "ACCELERATE_GRADIENT_ACCUMULATION_STEPS"
-                      : id == S_DEBUG                      ? "ACCELERATE_DEBUG_MODE"
-                                                           : NULL;
+static int env_set(const char *var) {
     const char *v = var != NULL ? getenv(var) : NULL;
     return v != NULL && v[0] != '\0';
+}
+
+/* Settings whose default launch leaves out when the caller exported
+ * Accelerate's variable for it (or, for debug mode, accel-lua's own), so
+ * the ranks see that one (Accelerate's launcher passes the caller's
+ * environment through and sets debug mode only for --debug). */
+static int caller_sets(int id) {
+    if (id == S_DEBUG) return env_set("ACCEL_LUA_DEBUG_MODE") || env_set("ACCELERATE_DEBUG_MODE");
+    return id == S_GRADIENT_ACCUMULATION_STEPS && env_set("ACCELERATE_GRADIENT_ACCUMULATION_STEPS");
 }
 
 void config_fill_defaults(LaunchConfig *c) {

@@ -405,7 +405,8 @@ EOF
         '(( RC == 0 )) && has "added with their defaults: debug" && grep -qx "debug: false" "$HOME/.cache/accel-lua/default_config.yaml"'
 }
 
-# What Accelerate's launcher keeps from the caller: ACCELERATE_DEBUG_MODE and
+# What Accelerate's launcher keeps from the caller: ACCELERATE_DEBUG_MODE (and
+# ACCEL_LUA_DEBUG_MODE) and
 # ACCELERATE_GRADIENT_ACCUMULATION_STEPS reach the ranks when no flag or key
 # sets them, OMP_NUM_THREADS is the default thread count; --cpu with
 # --multi_gpu is refused; --cpu leaves the default config file out; a
@@ -418,6 +419,12 @@ check_caller_environment() {
     run env ACCELERATE_DEBUG_MODE=true ACCELERATE_GRADIENT_ACCUMULATION_STEPS=4 "$EXE" launch --num_processes 2 "$TMP/gas.lua"
     check "... so the ranks' Accelerator reads them (gradient_accumulation_steps 4, state.debug true)" \
         '(( RC == 0 )) && [[ $(grep -c "^gas	4	true" <<<"$OUT") == 2 ]]'
+    run env ACCEL_LUA_DEBUG_MODE=true "$EXE" launch --num_processes 2 "$TMP/gas.lua"
+    check "the caller's ACCEL_LUA_DEBUG_MODE too (state.debug true on both ranks)" \
+        '(( RC == 0 )) && [[ $(grep -c "^gas	1	true" <<<"$OUT") == 2 ]]'
+    run env ACCEL_LUA_DEBUG_MODE=maybe "$EXE" launch --num_processes 2 "$TMP/gas.lua"
+    check "... and a bad value of it is the ranks' error, naming it" \
+        '(( RC != 0 )) && has "ACCEL_LUA_DEBUG_MODE=maybe is not a boolean"'
     run env OMP_NUM_THREADS=2 "$EXE" launch --num_processes 2 "$TMP/rank.lua"
     check "the caller's OMP_NUM_THREADS is the ranks' thread count, as Accelerate's default" \
         '(( RC == 0 )) && [[ $(grep -c "omp=2 " <<<"$OUT") == 2 ]]'

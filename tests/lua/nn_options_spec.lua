@@ -180,7 +180,7 @@ describe("nn options", function()
     support.expect_error(function() local _ = F.cross_entropy(x34, ids, {reduce = "sum"}) end,
       "cross_entropy: unknown option 'reduce' (options: weight, ignore_index, label_smoothing, reduction)")
     support.expect_error(function() local _ = nn.Linear(3, 4, {biass = false}) end,
-      "Linear: unknown option 'biass' (options: bias, dtype, device)")
+      "Linear: unknown option 'biass' (options: bias, device, dtype)")
     support.expect_error(function() local _ = nn.CrossEntropyLoss({label_smothing = 0.1}) end,
       "CrossEntropyLoss: unknown option 'label_smothing'")
     support.expect_error(function() local _ = nn.Conv2d(3, 4, 3, {strides = 2}) end, "Conv2d: unknown option 'strides'")
@@ -228,6 +228,21 @@ describe("nn options", function()
        "MultiheadAttention(\n  (out_proj): NonDynamicallyQuantizableLinear(in_features=8, out_features=8, bias=False)\n)"},
     }
     for _, c in ipairs(cases) do assert.are.equal(c[2], tostring(c[1])) end
+    -- nn.Linear(3, 4, True, None, torch.float64): device and dtype are its 4th and 5th
+    assert.are.equal(accel.float64, nn.Linear(3, 4, true, nil, accel.float64).weight.dtype)
+    assert.are.equal("sim", nn.Linear(3, 4, false, "sim").weight.device.type)
+    assert.are.equal("GELU(approximate='tanh')", tostring(nn.GELU("tanh")))
+    assert.are.equal("ReLU(inplace=True)", tostring(nn.ReLU(true)))
+    assert.are.equal("Softmax(dim=-1)", tostring(nn.Softmax(-1)))
+    -- more than PyTorch takes: its TypeError ("Sigmoid.__init__() takes 1 positional argument but 2 were given")
+    support.expect_error(function() local _ = nn.Linear(3, 4, true, "cpu", accel.float32, 5) end,
+      "Linear: 4 arguments given where at most 3 are taken (bias, device, dtype")
+    support.expect_error(function() local _ = nn.ReLU(false, 1) end, "ReLU: 2 arguments given where at most 1 are taken")
+    support.expect_error(function() local _ = nn.GELU("tanh", 1) end, "GELU: 2 arguments given where at most 1 are taken")
+    support.expect_error(function() local _ = nn.Softmax(1, 2) end, "Softmax: 2 arguments given where at most 1 are taken")
+    for _, name in ipairs({"Sigmoid", "Tanh", "LogSigmoid"}) do
+      support.expect_error(function() local _ = nn[name](1) end, name .. ": takes no arguments, got 1")
+    end
     assert.are.equal("relu", nn.RNN(4, 8, 2, "relu").nonlinearity)
     assert.are.equal(0.1, nn.MultiheadAttention(8, 2, 0.1).dropout)
     -- a value given both ways, or one too many, is PyTorch's TypeError
@@ -296,6 +311,18 @@ describe("nn options", function()
         name .. ": takes 1 argument (options in one table) but 3 were given")
     end
     support.expect_error(function() local _ = nn.MSELoss()(x34, t34, 5) end, "MSELoss: takes 2 arguments")
+    -- weight is PyTorch's third positional argument of the weighted losses: read as {weight = w}
+    local p34, w34 = accel.full({3, 4}, 0.25), accel.full({3, 4}, 2.0)
+    local bce = F.binary_cross_entropy(p34, t34, w34) -- -2 log(0.75) each, mean (PyTorch: tensor(0.5754))
+    assert.is_true(math.abs(bce:item() - (-2 * math.log(0.75))) < 1e-6, tostring(bce))
+    assert.are.equal(bce:item(), F.binary_cross_entropy(p34, t34, {weight = w34}):item())
+    local sum = F.binary_cross_entropy_with_logits(x34, t34, w34, {reduction = "sum"})
+    assert.are.equal(F.binary_cross_entropy_with_logits(x34, t34, {weight = w34, reduction = "sum"}):item(), sum:item())
+    support.expect_error(function() local _ = F.binary_cross_entropy(p34, t34, w34, {weight = w34}) end,
+      "binary_cross_entropy: got multiple values for argument 'weight'")
+    support.expect_error(function() local _ = F.cross_entropy(x34, cls, accel.ones(4)) end,
+      "cross_entropy: per-class weight is not supported")
+    support.expect_error(function() local _ = F.nll_loss(x34, cls, accel.ones(4)) end, "nll_loss: per-class weight is not supported")
   end)
 
   it("PyTorch's positional forms still work", function()

@@ -368,6 +368,7 @@ function util.torch_args(op, names, ...)
   local n = select("#", ...)
   local o = {}
   if n > 0 and util.is_options(select(n, ...)) then o, n = util.check_options(op, select(n, ...), plain), n - 1 end
+  if n > #names and #names == 0 then util.raise("%s: takes no arguments, got %d", op, n) end
   if n > #names then
     util.raise("%s: %d arguments given where at most %d are taken (%s, then an options table)", op, n, #names,
       table.concat(plain, ", "))

@@ -332,7 +332,22 @@ local function nll_node(input, smoothing)
   return input:dim() > 2 and "NllLoss2DBackward0" or "NllLossBackward0"
 end
 
+-- PyTorch's third positional argument of the weighted losses is weight:
+-- (input, target, w, [options]) is (input, target, options with weight = w).
+local function with_weight(op, w, opts, ...)
+  no_more(op, 4, "from 2 to 4", ...)
+  local o = {}
+  if opts ~= nil then
+    if not util.is_options(opts) then raise("%s: options must be a table, got %s", op, type(opts)) end
+    for k, v in pairs(opts) do o[k] = v end
+  end
+  if o.weight ~= nil then raise("%s: got multiple values for argument 'weight'", op) end
+  o.weight = w
+  return o
+end
+
 function F.cross_entropy(input, target, o, ...)
+  if accel.is_tensor(o) then return F.cross_entropy(input, target, with_weight("cross_entropy", o, ...)) end
   no_more("cross_entropy", 3, "from 2 to 3", ...) -- options in one table (PyTorch's positional layout is not read)
   tensor_arg("cross_entropy", "input", input)
   tensor_arg("cross_entropy", "target", target)
@@ -414,6 +429,7 @@ local function pick_classes(input, safe)
 end
 
 function F.nll_loss(input, target, o, ...)
+  if accel.is_tensor(o) then return F.nll_loss(input, target, with_weight("nll_loss", o, ...)) end
   no_more("nll_loss", 3, "from 2 to 3", ...) -- options in one table (PyTorch's positional layout is not read)
   tensor_arg("nll_loss", "input", input)
   tensor_arg("nll_loss", "target", target)
@@ -537,6 +553,9 @@ local BinaryCrossEntropy = require("accel.autograd").Function{
 -- probabilities in [0, 1]: -(t log x + (1 - t) log(1 - x)), each log
 -- clamped at -100, as PyTorch's
 function F.binary_cross_entropy(input, target, ...)
+  if accel.is_tensor((...)) then
+    return F.binary_cross_entropy(input, target, with_weight("binary_cross_entropy", ...))
+  end
   if accel.is_tensor(input) and accel.is_tensor(target) and input.shape ~= target.shape then
     raise("binary_cross_entropy: Using a target size (%s) that is different to the input size (%s) is deprecated. "
       .. "Please ensure they have the same size.", shape_text(sizes(target)), shape_text(sizes(input)))
@@ -580,6 +599,7 @@ end
 -- max(x, 0) - x*t + log(1 + exp(-|x|)), stable for large |x|
 function F.binary_cross_entropy_with_logits(input, target, o, ...)
   local op = "binary_cross_entropy_with_logits"
+  if accel.is_tensor(o) then return F.binary_cross_entropy_with_logits(input, target, with_weight(op, o, ...)) end
   no_more(op, 3, "from 2 to 3", ...) -- options in one table (PyTorch's positional layout is not read)
   tensor_arg(op, "input", input)
   tensor_arg(op, "target", target)

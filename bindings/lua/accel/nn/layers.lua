@@ -51,10 +51,10 @@ end
 
 local Linear = export_class(M, "Linear")
 
--- Linear(in_features, out_features, [{bias = true, dtype =, device =}] or [bias])
-function Linear:init(in_features, out_features, o)
-  if type(o) == "boolean" then o = {bias = o} end
-  o = check_options("Linear", o, {"bias", "dtype", "device"})
+-- Linear(in_features, out_features, [bias = true], [device], [dtype]), positionally as PyTorch's
+-- or in a last options table
+function Linear:init(in_features, out_features, ...)
+  local o = torch_args("Linear", {"bias:bool", "device", "dtype"}, ...)
   self.in_features = check_size(in_features, "Linear", "in_features")
   self.out_features = check_size(out_features, "Linear", "out_features")
   self.weight = Parameter(empty({out_features, in_features}, o))
@@ -439,24 +439,28 @@ end
 
 local function inplace_repr(self) return self.inplace and "inplace=True" or "" end
 local function inplace_init(name)
-  return function(self, o)
-    if type(o) == "boolean" then o = {inplace = o} end
-    self.inplace = check_options(name, o, {"inplace"}).inplace == true
+  return function(self, ...)
+    self.inplace = torch_args(name, {"inplace:bool"}, ...).inplace == true
   end
+end
+
+-- init of a module PyTorch builds without arguments: any argument is refused
+local function no_args_init(name)
+  return function(_, ...) torch_args(name, {}, ...) end
 end
 
 activation("ReLU", function(self, x) return self.inplace and x:relu_() or F.relu(x) end, inplace_repr).init =
   inplace_init("ReLU")
 activation("SiLU", function(self, x) return self.inplace and x:silu_() or F.silu(x) end, inplace_repr).init =
   inplace_init("SiLU")
-activation("Tanh", function(_, x) return F.tanh(x) end)
-activation("Sigmoid", function(_, x) return F.sigmoid(x) end)
+activation("Tanh", function(_, x) return F.tanh(x) end).init = no_args_init("Tanh")
+activation("Sigmoid", function(_, x) return F.sigmoid(x) end).init = no_args_init("Sigmoid")
 
 -- GELU([{approximate = "none" | "tanh"}]) (a plain string is accepted too)
 local GELU = activation("GELU", function(self, x) return F.gelu(x, {approximate = self.approximate}) end,
   function(self) return "approximate=" .. py(self.approximate) end)
-function GELU:init(o)
-  local a = type(o) == "string" and o or check_options("GELU", o, {"approximate"}).approximate or "none"
+function GELU:init(...)
+  local a = torch_args("GELU", {"approximate:string"}, ...).approximate or "none"
   if a ~= "none" and a ~= "tanh" then raise("GELU: approximate must be 'none' or 'tanh', got '%s'", tostring(a)) end
   self.approximate = a
 end
@@ -475,7 +479,7 @@ function LeakyReLU:init(...)
   self.inplace = o.inplace == true
 end
 
-activation("LogSigmoid", function(_, x) return F.logsigmoid(x) end)
+activation("LogSigmoid", function(_, x) return F.logsigmoid(x) end).init = no_args_init("LogSigmoid")
 
 -- Softplus([beta = 1], [threshold = 20]) or Softplus({beta =, threshold =})
 local Softplus = activation("Softplus", function(self, x) return F.softplus(x, self.beta, self.threshold) end,
@@ -495,8 +499,8 @@ end
 
 -- Softmax(dim) / LogSoftmax(dim), dim 1-based, or {dim =}
 local function dim_init(name)
-  return function(self, dim)
-    if type(dim) == "table" then dim = check_options(name, dim, {"dim"}).dim end
+  return function(self, ...)
+    local dim = torch_args(name, {"dim:int"}, ...).dim
     if type(dim) ~= "number" then raise("%s: dim must be given (e.g. nn.%s(-1)), got %s", name, name, type(dim)) end
     self.dim = dim
   end
