@@ -116,10 +116,6 @@ typedef struct {
 
 static __thread lua_State *backward_L;
 
-/* One backward pass, with L as the state the custom nodes call into and
- * retain_graph on for the pass: from roots[0] (grads[0] may be NULL: a
- * one-element root gets 1) or, when many, from n roots at once (grads[k]
- * for roots[k], all given). */
 /* The registry key of an error value that is not a string, raised by a
  * custom Function's backward (a table, say): the pass fails with a message,
  * and the value itself is raised again when the pass returns to Lua, as
@@ -136,6 +132,10 @@ static int raise_backward_error(lua_State *L) {
     return lua_error(L);
 }
 
+/* One backward pass, with L as the state the custom nodes call into and
+ * retain_graph on for the pass: from roots[0] (grads[0] may be NULL: a
+ * one-element root gets 1) or, when many, from n roots at once (grads[k]
+ * for roots[k], all given). A failure is raised (raise_backward_error). */
 static int run_backward_pass(lua_State *L, Tensor **roots, Tensor **grads, int n, bool many, bool retain_graph) {
     lua_State *prev = backward_L;
     backward_L = L;

@@ -656,9 +656,7 @@ function Engine:load_full_optim_state(st)
   for i, name in ipairs(self.names) do
     local s = st[name]
     if type(s) ~= "table" then raise("shard.Engine:load_full_optim_state: no state for parameter %s", name) end
-    -- SGD's state has no step (as PyTorch's): a momentum buffer means one was taken, and the
-    -- engine's step count 0 would start the buffer afresh from the gradient
-    c:set_steps(i, s.step or (s.momentum_buffer ~= nil and 1 or 0))
+    c:set_steps(i, s.step or 0) -- (a checkpoint's SGD state gets its step from shard_checkpoint's Dense:step)
     for k, n in ipairs(KIND_STATES[self._kind]) do
       if s[n] ~= nil then c:load_full(i, k, full_arg(self, i, s[n], "load_full_optim_state")) end
     end

@@ -275,11 +275,6 @@ function DataLoader:__len()
   return self:_count()
 end
 
--- The position (st: epoch, offset, batches) is the pass's that yielded
--- last: st.owner is that pass, false once one ended, nil once set_epoch or
--- load_state_dict moved it (the pass then leaves the epoch alone). A pass
--- nested in another over the same loader takes the position; the outer
--- one takes it back at its next batch.
 -- The batch's values, after counting j batches of the pass consumed: only
 -- once fetched (a batch whose get or collate_fn raised was not).
 local function consumed(st, j, ...)
@@ -287,6 +282,11 @@ local function consumed(st, j, ...)
   return ...
 end
 
+-- The position (st: epoch, offset, batches) is the pass's that yielded
+-- last: st.owner is that pass, false once one ended, nil once set_epoch or
+-- load_state_dict moved it (the pass then leaves the epoch alone). A pass
+-- nested in another over the same loader takes the position; the outer
+-- one takes it back at its next batch.
 function DataLoader:iter()
   local st, n = self._state, length(self.dataset)
   local offset = min(self._skip or st.resume or 0, n) -- a skip_first_batches copy skips on every pass
