@@ -1405,7 +1405,7 @@ static int t_to(lua_State *L) {
             return lu_error(L, "to: expected a dtype, device, tensor or options table, got %s", luaL_typename(L, i));
         }
     }
-    if (dt == (int)t->dtype && dev.type == t->device.type && dev.index == t->device.index) {
+    if (dt == (int)t->dtype && device_same(dev, t->device)) {
         if (copy) return ret(L, tensor_clone(t));
         lua_pushvalue(L, 1); /* nothing to do: the tensor itself, as PyTorch */
         return 1;
@@ -2021,7 +2021,7 @@ static int t_newindex(lua_State *L) {
             return lu_error(L, "assigned grad has shape %s but the tensor has shape %s", tensor_shape_str(g), tensor_shape_str(t));
         if (g && g->dtype != t->dtype)
             return lu_error(L, "assigned grad has dtype %s but the tensor is %s", dtype_name(g->dtype), dtype_name(t->dtype));
-        if (g && (g->device.type != t->device.type || g->device.index != t->device.index)) {
+        if (g && !device_same(g->device, t->device)) {
             char gd[32], td[32];
             return lu_error(L, "assigned grad is on %s but the tensor is on %s", device_str(g->device, gd, sizeof gd),
                             device_str(t->device, td, sizeof td));

@@ -215,7 +215,7 @@ Tensor *ag_sum_to(Tensor *g, const int64_t *shape, int ndim) {
  * on another device than the input (a custom Function's backward): an
  * error, as in PyTorch. */
 static Tensor *fit_grad(Tensor *g, const AGEdge *e, const AGNode *n, int k) {
-    if (g->device.type != e->device.type || g->device.index != e->device.index) {
+    if (!device_same(g->device, e->device)) {
         char want[32], got[32];
         return accel_fail("backward: %s returned an invalid gradient for input %d: expected device %s but got %s",
                           n->name, k + 1, device_str(e->device, want, sizeof want), device_str(g->device, got, sizeof got));
@@ -448,7 +448,7 @@ static int check_root(const Tensor *root, const Tensor *grad, int k) {
     if (grad && !tensor_same_shape(grad, root))
         return accel_fail_int("backward: gradient shape %s does not match %s's shape %s", tensor_shape_str(grad), what,
                               tensor_shape_str(root));
-    if (grad && (grad->device.type != root->device.type || grad->device.index != root->device.index)) {
+    if (grad && !device_same(grad->device, root->device)) {
         char want[32], got[32];
         return accel_fail_int("backward: the gradient is on %s but %s is on %s", device_str(grad->device, got, sizeof got),
                               what, device_str(root->device, want, sizeof want));

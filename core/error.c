@@ -27,6 +27,7 @@ int accel_fail_int(const char *fmt, ...) {
 }
 
 const char *accel_last_error(void) { return err_buf[0] ? err_buf : "unknown error"; }
+int accel_has_error(void) { return err_buf[0] != 0; }
 void accel_clear_error(void) { err_buf[0] = 0; }
 
 void *accel_malloc(size_t n) {

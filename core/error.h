@@ -12,6 +12,8 @@ void *accel_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Same, returning -1. */
 int accel_fail_int(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 const char *accel_last_error(void);
+/* Whether a message is recorded (since the last accel_clear_error). */
+int accel_has_error(void);
 void accel_clear_error(void);
 
 /* Allocation that reports failure as an error instead of crashing. */

@@ -15,10 +15,6 @@ static bool same_shape(const Tensor *a, const Tensor *b) {
     return true;
 }
 
-static bool same_device(const Tensor *a, const Tensor *b) {
-    return a->device.type == b->device.type && a->device.index == b->device.index;
-}
-
 static int check_param(const char *who, int id, const Tensor *p, const Tensor *g) {
     char d1[32], d2[32];
     if (!tensor_is_writable(p)) { /* an expanded view: the step would write one element twice */
@@ -29,7 +25,7 @@ static int check_param(const char *who, int id, const Tensor *p, const Tensor *g
     if (p->dtype != DT_F32 && p->dtype != DT_F64)
         return accel_fail_int("%s: parameter %d is %s; optimizers update float32 or float64 parameters (keep float32 "
                               "master weights)", who, id, dtype_name(p->dtype));
-    if (!same_device(p, g))
+    if (!device_same(p->device, g->device))
         return accel_fail_int("%s: parameter %d is on %s but its gradient is on %s", who, id,
                               device_str(p->device, d1, sizeof d1), device_str(g->device, d2, sizeof d2));
     if (!dtype_is_float(g->dtype))
@@ -48,7 +44,7 @@ static int check_state(const char *who, int id, const char *name, const Tensor *
     if (!same_shape(p, s))
         return accel_fail_int("%s: state '%s' of parameter %d has shape %s but the parameter has shape %s", who, name, id,
                               tensor_shape_str(s), tensor_shape_str(p));
-    if (!same_device(p, s)) { /* e.g. the model moved by model:to() after a step: move the optimizer's state too */
+    if (!device_same(p->device, s->device)) { /* e.g. the model moved by model:to() after a step: move the optimizer's state too */
         char ds[32], dp[32];
         return accel_fail_int("%s: state '%s' of parameter %d is on %s but the parameter is on %s", who, name, id,
                               device_str(s->device, ds, sizeof ds), device_str(p->device, dp, sizeof dp));

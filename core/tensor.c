@@ -36,7 +36,7 @@ Storage *storage_new(size_t nbytes, Device dev) {
     s->data = be->alloc(nbytes);
     if (!s->data) {
         pool_free(&storage_pool, s);
-        if (strcmp(accel_last_error(), "unknown error") != 0) { /* the backend said why (a bad setting, say) */
+        if (accel_has_error()) { /* the backend said why (a bad setting, say) */
             char why[512];
             snprintf(why, sizeof why, "%s", accel_last_error());
             return accel_fail("cannot allocate %zu bytes on %s: %s", nbytes, be->name, why);
@@ -436,7 +436,7 @@ int tensor_copy_(Tensor *dst, Tensor *src) {
     if (nb != dst->ndim || shape_numel(bs, nb) != dst->numel)
         return accel_fail_int("copy_: source shape %s cannot be broadcast to destination shape %s", tensor_shape_str(src),
                               tensor_shape_str(dst));
-    bool across = dst->device.type != src->device.type || dst->device.index != src->device.index;
+    bool across = !device_same(dst->device, src->device);
     if (across || tensor_partial_overlap(dst, src)) {
         /* overlapping copy, or one from another device (staged through the host): go through a temporary */
         Tensor *tmp = across ? tensor_to_device(src, dst->device) : tensor_clone(src);

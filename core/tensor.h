@@ -20,6 +20,9 @@ typedef struct {
     int index;
 } Device;
 
+/* Whether a and b are the same device (type and index). */
+static inline bool device_same(Device a, Device b) { return a.type == b.type && a.index == b.index; }
+
 typedef struct Storage {
     void *data;
     size_t nbytes;

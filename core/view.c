@@ -351,12 +351,12 @@ static Tensor *copy_of(Tensor *t, DType dt, const char *name) {
 /* The gradient of a move goes back to the source's device (n->i: its type, index). */
 static int bw_to_device(AGNode *n, Tensor *g, Tensor **gin) {
     Device src = {(DeviceType)n->i[0], (int)n->i[1]};
-    gin[0] = g->device.type == src.type && g->device.index == src.index ? tensor_retain(g) : tensor_to_device(g, src);
+    gin[0] = device_same(g->device, src) ? tensor_retain(g) : tensor_to_device(g, src);
     return gin[0] ? 0 : -1;
 }
 
 Tensor *tensor_to(Tensor *t, Device d) {
-    if (t->device.type == d.type && t->device.index == d.index) return tensor_retain(t);
+    if (device_same(t->device, d)) return tensor_retain(t);
     Tensor *c = tensor_to_device(t, d);
     AGNode *n = c ? ag_record("ToCopyBackward", bw_to_device, c, &t, 1) : NULL;
     if (n) n->i[0] = t->device.type, n->i[1] = t->device.index;

@@ -10,7 +10,7 @@
 #include <string.h>
 
 int tensor_check_device(const char *op, const Tensor *a, const Tensor *b) {
-    if (!b || (a->device.type == b->device.type && a->device.index == b->device.index)) return 0;
+    if (!b || device_same(a->device, b->device)) return 0;
     char da[32], db[32];
     return accel_fail_int("%s: tensors are on different devices (%s and %s)", op, device_str(a->device, da, sizeof da),
                           device_str(b->device, db, sizeof db));

@@ -328,7 +328,7 @@ static int check_params(Tensor **params, int n) {
         if (!dtype_is_float(p->dtype) || p->dtype == DT_F8E4M3 || p->dtype == DT_F8E5M2)
             return accel_fail_int("ddp: parameter %d has dtype %s; gradients are reduced in float32, float64, bfloat16 "
                                   "or float16", i + 1, dtype_name(p->dtype));
-        if (p->device.type != params[0]->device.type || p->device.index != params[0]->device.index)
+        if (!device_same(p->device, params[0]->device))
             return accel_fail_int("ddp: parameters on different devices (parameter %d)", i + 1);
     }
     return 0;

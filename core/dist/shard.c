@@ -456,7 +456,7 @@ static int check_params(Tensor **params, int n, const int *unit_of, int n_units)
         if (p->dtype != DT_F32 || p->grad_fn || !p->requires_grad)
             return accel_fail_int("shard: parameter %d must be a float32 leaf that requires grad, got %s", i + 1,
                                   dtype_name(p->dtype));
-        if (p->device.type != params[0]->device.type || p->device.index != params[0]->device.index) {
+        if (!device_same(p->device, params[0]->device)) {
             char d0[32], di[32];
             return accel_fail_int("shard: parameter %d is on %s, parameter 1 on %s (the engine's parameters must be on "
                                   "one device)", i + 1, device_str(p->device, di, sizeof di),

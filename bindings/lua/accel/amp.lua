@@ -189,7 +189,7 @@ function amp.GradScaler(...)
   require("accel.plugins").check_scaler_options("GradScaler", options)
   if o.device ~= nil then
     local ok, dev = pcall(accel.device, o.device) -- "sim:3", "gpu", 5: accel.device's own reason
-    if not ok then raise("GradScaler: %s", (tostring(dev):gsub("^[^:]*:%d+: ", ""))) end
+    if not ok then raise("GradScaler: %s", util.strip_position(dev)) end
     o.device = dev
   end
   return amp.scaler_from_settings(o)

@@ -21,6 +21,10 @@ local function user_frame()
   end
 end
 
+-- An error message without the "file:line: " its first line starts with
+-- (to raise it again under another op's name, at the caller's line).
+function util.strip_position(msg) return (tostring(msg):gsub("^[^\n]-:%d+: ", "")) end
+
 -- Raise an error (a message, or a format and its arguments) positioned at
 -- the user's file:line, as lu_error does for errors raised in C.
 function util.raise(fmt, ...)

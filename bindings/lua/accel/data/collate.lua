@@ -6,13 +6,12 @@
 -- (not tensors) are collated key by key into a table of the same keys.
 local accel = require("accel")
 local U = require("accel.data.util")
+local strip_position = require("accel.util").strip_position
 
 local M = {}
 
 -- Errors name the samples by `noun` and position (items[b]): "dataset item 17".
 local function where(ctx, b) return ctx.noun .. " " .. tostring(ctx.items[b]) end
-
-local function strip_position(msg) return (tostring(msg):gsub("^[^\n]-:%d+: ", "")) end
 
 local function stack(values, ctx, label)
   local ok, r = pcall(accel.stack, values)

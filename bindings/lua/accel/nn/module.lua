@@ -756,7 +756,7 @@ end
 
 function Module:to(...)
   local ok, device, dtype = pcall(to_target, ...)
-  if not ok then raise("Module.to: %s", (tostring(device):gsub("^.-:%d+: ", ""))) end
+  if not ok then raise("Module.to: %s", util.strip_position(device)) end
   if dtype and not dtype.is_floating_point then
     raise("Module.to: nn.Module.to only accepts floating point dtypes, but got desired dtype=%s", tostring(dtype))
   end
