@@ -171,6 +171,10 @@ static int e_unscale(lua_State *L) {
     return 1;
 }
 
+static int e_clamp_grads(lua_State *L) {
+    return rc_or_error(L, shard_clamp_grads(check_engine(L), luaL_checknumber(L, 2)));
+}
+
 /* Argument idx as a 0-based index into `count` things called `what`. */
 static int check_index(lua_State *L, int idx, int count, const char *what) {
     lua_Integer i = luaL_checkinteger(L, idx);
@@ -374,7 +378,7 @@ void lu_open_shard(lua_State *L, int m) {
     static const luaL_Reg methods[] = {
         {"set_sync", e_set_sync}, {"finalize", e_finalize},       {"zero_grad", e_zero_grad},
         {"gather_all", e_gather_all}, {"step", e_step},           {"clip_grad_norm", e_clip},
-        {"unscale", e_unscale},   {"gather", e_gather},           {"release", e_release},
+        {"unscale", e_unscale},   {"clamp_grads", e_clamp_grads}, {"gather", e_gather}, {"release", e_release},
         {"gathered", e_gathered}, {"pre_backward", e_pre_backward}, {"full_tensor", e_full_tensor},
         {"units", e_units},       {"shard", e_shard},             {"state_names", e_state_names},
         {"steps", e_steps},       {"info", e_info},               {"stats", e_stats},

@@ -193,6 +193,9 @@ int shard_clip_grad_norm(ShardEngine *e, double max_norm, double p, bool error_i
 /* Gradients multiplied by factor; *found_inf: whether any rank's shard
  * holds an inf / NaN (one all_reduce, the same answer on every rank). */
 int shard_unscale(ShardEngine *e, double factor, bool *found_inf);
+/* clip_grad_value_: every gradient element clamped to [-v, v] (as torch's
+ * clamp: max with -v, then min with v), each rank its own shard. */
+int shard_clamp_grads(ShardEngine *e, double v);
 
 /* stage 3. A model's forward: shard_forward_begin, then for each unit
  * shard_unit_forward (records the forward order, gathers) ... its forward

@@ -65,16 +65,18 @@ static int all_reduce_double(ShardEngine *e, double *v, DistOp op) {
     return rc;
 }
 
-/* x *= (float)factor on x's device (a float32 multiply, as the loop it replaces). */
-static int scale(Tensor *x, double factor) { return op_binary_scalar_(KB_MUL, x, (float)factor, false); }
-
-static int scale_grads(ShardEngine *e, double factor) {
+/* g = g op (float)s in place, on every gradient this rank holds: stage 1's
+ * full .grad, or the gradient shards of stages 2-3 (their padding is 0 and
+ * stays 0 under a multiply or a clamp to [-v, v]). */
+static int each_grad(ShardEngine *e, KBinOp op, double s) {
     for (int i = 0; e->ddp && i < e->n; i++)
-        if (e->params[i]->grad && scale(e->params[i]->grad, factor)) return -1;
+        if (e->params[i]->grad && op_binary_scalar_(op, e->params[i]->grad, (float)s, false)) return -1;
     for (int u = 0; e->shard_grads && u < e->nu; u++)
-        if (e->units[u].grad && scale(e->units[u].grad, factor)) return -1;
+        if (e->units[u].grad && op_binary_scalar_(op, e->units[u].grad, (float)s, false)) return -1;
     return 0;
 }
+
+static int scale_grads(ShardEngine *e, double factor) { return each_grad(e, KB_MUL, factor); }
 
 static int ready_grads(ShardEngine *e) {
     if (shard_finalize(e)) return -1;
@@ -101,6 +103,10 @@ int shard_clip_grad_norm(ShardEngine *e, double max_norm, double p, bool error_i
                               "the non-finite norm anyway, set `error_if_nonfinite=false`", py_float(p).s);
     float coef = (float)max_norm / ((float)*total + 1e-6f); /* in float32, as clip_grad_norm_ on float32 grads */
     return coef < 1 ? scale_grads(e, coef) : 0;
+}
+
+int shard_clamp_grads(ShardEngine *e, double v) {
+    return ready_grads(e) || each_grad(e, KB_MAX, -v) || each_grad(e, KB_MIN, v) ? -1 : 0;
 }
 
 int shard_unscale(ShardEngine *e, double factor, bool *found_inf) {

@@ -250,7 +250,7 @@ describe("Accelerator options", function()
     end
   end)
 
-  it("clips through the engine; clip_grad_value_ is refused where .grad is sharded", function()
+  it("clips through the engine at every stage", function()
     for stage = 1, 3 do
       local a = accel.Accelerator{zero_stage = stage}
       local model = mlp(5, 4, 5, 2)
@@ -259,15 +259,41 @@ describe("Accelerator options", function()
       a:backward(model(accel.randn(6, 4)):pow(2):sum())
       local norm = a:clip_grad_norm_(model:parameters(), 1e-3)
       assert.is_true(norm:item() > 1e-3)
-      if stage == 1 then
-        a:clip_grad_value_(model:parameters(), 1e-4)
-        for _, p in ipairs(model:parameters()) do assert.is_true(p.grad:abs():max():item() <= 1e-4 + 1e-9) end
-      else
-        error_matching("clip_grad_value_: under DEEPSPEED %(ZeRO stage " .. stage .. "%) the gradients are sharded",
-          function() a:clip_grad_value_(model:parameters(), 1e-4) end)
-      end
       opt:step()
       a:free_memory()
+    end
+  end)
+
+  -- Accelerate: "DeepSpeed and FSDP1 do not support `clip_grad_value_`" (every stage / strategy);
+  -- FSDP2 clamps (its DTensor gradients element by element: here the engine's shards)
+  it("clip_grad_value_: refused under DeepSpeed and FSDP1, clamps the gradient shards under FSDP2", function()
+    local function trained(opts, clip_value)
+      accel.set_seed(3)
+      local a = accel.Accelerator(opts)
+      local model = mlp(5, 4, 5, 2)
+      local opt
+      model, opt = a:prepare(model, optim.SGD(model:parameters(), {lr = 0.1}))
+      a:backward(model(accel.randn(6, 4)):pow(2):sum())
+      if clip_value then a:clip_grad_value_(model:parameters(), clip_value) end
+      opt:step()
+      local sd = a:get_state_dict(model)
+      a:free_memory()
+      return sd
+    end
+    local refused = "clip_grad_value_: DeepSpeed and FSDP1 do not support clip_grad_value_ %(as in Accelerate%)"
+    for stage = 0, 3 do
+      error_matching(refused, function() trained({deepspeed_plugin = accel.DeepSpeedPlugin{zero_stage = stage}}, 1e-4) end)
+    end
+    for _, strategy in ipairs({"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"}) do
+      error_matching(refused, function() trained({fsdp_plugin = {sharding_strategy = strategy}}, 1e-4) end)
+    end
+    local want, unclipped = trained({}, 1e-3), trained({})
+    for _, reshard in ipairs({true, false}) do
+      local got = trained({fsdp_plugin = {fsdp_version = 2, reshard_after_forward = reshard}}, 1e-3)
+      for k, t in pairs(want) do
+        assert.are.equal(0, (got[k] - t):abs():max():item(), k)
+        assert.is_true((unclipped[k] - t):abs():max():item() > 1e-3, k .. ": the clamp changed nothing")
+      end
     end
   end)
 

@@ -14,6 +14,8 @@
 --     returned norm equal to DDP's), accumulation k = 3, bf16, fp16 with a step whose
 --     loss is inf on rank 1 (skipped on every rank: the same skip count on every rank
 --     as DDP's, one more than without the inf)
+--   * clip_grad_value_ under FSDP2 (FULL_SHARD, SHARD_GRAD_OP, with accumulation): the
+--     engine clamps each rank's gradient shard, as DDP clamps the full .grad
 --   * FSDP activation_checkpointing under FULL_SHARD (the blocks run twice as often)
 --   * the same through launch's flags (--use_deepspeed --zero_stage 3
 --     --offload_optimizer_device cpu), accelerate-config YAMLs with an fsdp_config: and a
@@ -95,8 +97,9 @@ local function equiv(name, n, cfg, extra, o)
 end
 
 local function ds(stage, offload) return {"plugin=ds", "stage=" .. stage, "offload=" .. (offload or "none")} end
-local function fsdp(strategy, wrap, ckpt)
-  return {"plugin=fsdp", "strategy=" .. strategy, "wrap=" .. (wrap or "transformer"), "ckpt=" .. (ckpt or "0")}
+local function fsdp(strategy, wrap, ckpt, version)
+  return {"plugin=fsdp", "strategy=" .. strategy, "wrap=" .. (wrap or "transformer"), "ckpt=" .. (ckpt or "0"),
+    "version=" .. (version or "1")}
 end
 local DS, FSDP = {dt = "DEEPSPEED"}, {dt = "FSDP"}
 local function with(base, t)
@@ -148,6 +151,18 @@ equiv("clip_grad_norm_(0.1), FSDP FULL_SHARD", 2, fsdp("FULL_SHARD"), {"clip=0.1
   with(FSDP, {stage = 3, more = same_norm}))
 equiv("accumulation k = 3, FSDP FULL_SHARD + clip_grad_norm_", 3, fsdp("FULL_SHARD", "size"), {"accum=3", "clip=0.1"},
   with(FSDP, {stage = 3, more = same_norm}))
+-- clip_grad_value_ under FSDP2: each rank clamps its gradient shard (the clamp must bite: the DDP
+-- run with it differs from the one without)
+local function clamp_bites()
+  local d = max_rel(reference(2, {"clipvalue=0.05"}).path, reference(2, {}).path)
+  return {{d > 1e-3 and d < math.huge, ("clip_grad_value_ changed DDP's parameters by %g relative"):format(d)}}
+end
+for _, strategy in ipairs({"FULL_SHARD", "SHARD_GRAD_OP"}) do
+  equiv(("clip_grad_value_(0.05), FSDP2 %s"):format(strategy), 2, fsdp(strategy, "size", "0", "2"), {"clipvalue=0.05"},
+    with(FSDP, {stage = strategy == "FULL_SHARD" and 3 or 2, more = clamp_bites}))
+end
+equiv("clip_grad_value_(0.05) + accumulation k = 3, FSDP2 FULL_SHARD", 3, fsdp("FULL_SHARD", "transformer", "0", "2"),
+  {"clipvalue=0.05", "accum=3"}, with(FSDP, {stage = 3}))
 equiv("fp16, inf loss on rank 1, FSDP FULL_SHARD", 2, fsdp("FULL_SHARD"), {"mp=fp16", "overflow=5"},
   with(FSDP, {stage = 3}))
 for stage = 2, 3 do

@@ -51,8 +51,9 @@
 --    engine's optimizer step / zero_grad run behind the prepared optimizer;
 --    backward finalizes the engine's reduction, accumulate switches its
 --    sync, clip_grad_norm_ and the fp16 GradScaler's unscale go through it
---    (found_inf agreed by every rank), clip_grad_value_ is refused at
---    stages 2-3 (no .grad), get_state_dict under stage 3 gathers the full
+--    (found_inf agreed by every rank), clip_grad_value_ is refused under
+--    DeepSpeed and FSDP1 (as Accelerate) and clamps the gradient shards
+--    under FSDP2, get_state_dict under stage 3 gathers the full
 --    weights; free_memory closes the engines; accelerator.shard_engine /
 --    shard_engine_of(model) give the open engine. Stage 0 and NO_SHARD run
 --    as DDP. distributed_type is "DEEPSPEED" / "FSDP" whenever such a
@@ -1466,15 +1467,27 @@ function Accelerator:clip_grad_norm_(parameters, max_norm, norm_type)
 end
 
 -- clip_grad_value_(parameters, clip_value, [{foreach =}])
+-- Refused under DeepSpeed and FSDP version 1, as Accelerate refuses it;
+-- under FSDP version 2 the engine clamps its gradient shards on the
+-- synchronising step (nothing on other micro-steps, as clip_grad_norm_).
 function Accelerator:clip_grad_value_(parameters, clip_value, opts)
   local params = param_list(parameters, "clip_grad_value_")
-  local eng = sharded_engine(self, params)
-  if eng and eng.stage >= 2 then
-    raise("clip_grad_value_: under %s (%s) the gradients are sharded and .grad is not kept (ZeRO stage %d), so they "
-      .. "cannot be clipped element by element; use accelerator:clip_grad_norm_ (Accelerate refuses "
-      .. "clip_grad_value_ under DeepSpeed and FSDP too)", self.distributed_type, self.sharding, eng.stage)
+  if self.distributed_type == "DEEPSPEED" or (self.distributed_type == "FSDP" and not self.is_fsdp2) then
+    raise("clip_grad_value_: DeepSpeed and FSDP1 do not support clip_grad_value_ (as in Accelerate); use "
+      .. "accelerator:clip_grad_norm_ instead, or FSDP with fsdp_version = 2")
   end
   self:unscale_gradients()
+  local eng = sharded_engine(self, params)
+  if eng and eng.stage >= 2 then
+    accel.nn.module.check_options("clip_grad_value_", opts, {"foreach"})
+    if type(clip_value) ~= "number" then raise("clip_grad_value_: clip_value must be a number, got %s", type(clip_value)) end
+    if not covers_engine(eng, params) then
+      raise("clip_grad_value_: under %s (%s) the gradients are sharded, so only the whole model's parameters can be "
+        .. "clipped together; got %d of its %d", self.distributed_type, self.sharding, #params, #eng.params)
+    end
+    if self.gradient_state.sync_gradients then eng:clip_grad_value_(clip_value) end
+    return
+  end
   local scale = pending_scale(self)
   if type(clip_value) ~= "number" then return accel.nn.utils.clip_grad_value_(params, clip_value, opts) end
   return accel.nn.utils.clip_grad_value_(params, clip_value * scale, opts)

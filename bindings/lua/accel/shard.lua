@@ -17,6 +17,7 @@
 --   for each step:
 --     loss:backward(); eng:finalize()        -- (step / clip call finalize themselves)
 --     eng:clip_grad_norm_(1.0)               -- -> total norm (0-dim float32 tensor)
+--     eng:clip_grad_value_(0.5)              -- or: every gradient element clamped to [-0.5, 0.5]
 --     eng:step(); eng:zero_grad()            -- also optimizer:step() / optimizer:zero_grad()
 --   eng:set_sync(false)                      -- gradient accumulation micro-steps
 --   eng:unscale_(1 / scale) -> found_inf     -- fp16 loss scaling, agreed by every rank
@@ -37,7 +38,7 @@
 --
 -- What .grad holds: stage 1, after finalize, the full average over the
 -- ranks (as DDP); stages 2-3, nil (the gradient lives only in the
--- engine's shards): clip through eng:clip_grad_norm_ and unscale through
+-- engine's shards): clip through eng:clip_grad_norm_ / clip_grad_value_ and unscale through
 -- eng:unscale_, not accel.nn.utils / GradScaler on .grad.
 --
 -- Accumulation: stage 1 with set_sync(false) communicates nothing and .grad
@@ -572,6 +573,14 @@ function Engine:clip_grad_norm_(max_norm, norm_type, error_if_nonfinite)
     raise("shard.Engine:clip_grad_norm_: norm_type 0 is not supported on sharded gradients (use 1, 2 or \"inf\")")
   end
   return accel.tensor(self:_live():clip_grad_norm(max_norm, p, error_if_nonfinite == true))
+end
+
+-- clip_grad_value_(clip_value): every gradient element clamped to
+-- [-clip_value, clip_value], as torch.nn.utils.clip_grad_value_ (each rank
+-- clamps the shard it holds: the clamp is element by element).
+function Engine:clip_grad_value_(clip_value)
+  if type(clip_value) ~= "number" then raise("shard.Engine:clip_grad_value_: clip_value must be a number") end
+  self:_live():clamp_grads(clip_value)
 end
 
 -- unscale_(factor) -> found_inf: gradients times factor; true on every rank

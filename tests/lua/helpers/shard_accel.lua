@@ -8,10 +8,11 @@
 --                       launch's flags / config file); dsconfig: a
 --                       DeepSpeedPlugin{hf_ds_config = {...}} with "auto" values
 --     stage=1|2|3 offload=none|cpu   (ds)
---     strategy=FULL_SHARD|SHARD_GRAD_OP|NO_SHARD wrap=transformer|size|no ckpt=0|1   (fsdp)
+--     strategy=FULL_SHARD|SHARD_GRAD_OP|NO_SHARD wrap=transformer|size|no ckpt=0|1 version=1|2   (fsdp)
 --     steps=20 accum=1 clip=0 (max norm: ds / dsconfig through the plugin's gradient_clipping,
 --                              the others through accelerator:clip_grad_norm_ unless launch's
 --                              settings gave DeepSpeed a gradient_clipping)
+--     clipvalue=0 (accelerator:clip_grad_value_ on every synchronising step)
 --     mp=no|bf16|fp16|fp8  overflow=0 (fp16: the optimizer step whose loss is inf on rank 1)
 --
 -- 12 samples per micro-step over all ranks from a prepared DataLoader, AdamW
@@ -27,13 +28,13 @@ local nn, optim = accel.nn, accel.optim
 
 local out = arg[1]
 local o = {plugin = "none", stage = "2", offload = "none", strategy = "FULL_SHARD", wrap = "transformer", ckpt = "0",
-  steps = "20", accum = "1", clip = "0", mp = "no", overflow = "0"}
+  steps = "20", accum = "1", clip = "0", mp = "no", overflow = "0", version = "1", clipvalue = "0"}
 for i = 2, #arg do
   local k, v = arg[i]:match("^(%w+)=(.*)$")
   if not k or o[k] == nil then error("bad argument " .. arg[i]) end
   o[k] = v
 end
-local steps, accum, clip = tonumber(o.steps), tonumber(o.accum), tonumber(o.clip)
+local steps, accum, clip, clipvalue = tonumber(o.steps), tonumber(o.accum), tonumber(o.clip), tonumber(o.clipvalue)
 
 local calls = 0
 local Block = nn.Module:extend("Block")
@@ -72,10 +73,13 @@ elseif o.plugin == "dsconfig" then
   opts.gradient_accumulation_steps = accum
 elseif o.plugin == "fsdp" then
   local wraps = {transformer = "transformer_based_wrap", size = "size_based_wrap", no = "no_wrap"}
+  local reshard -- FSDP2: reshard_after_forward decides between FULL_SHARD and SHARD_GRAD_OP
+  if o.version == "2" and o.strategy ~= "NO_SHARD" then reshard = o.strategy == "FULL_SHARD" end
   opts.fsdp_plugin = accel.FullyShardedDataParallelPlugin{sharding_strategy = o.strategy,
     auto_wrap_policy = wraps[o.wrap], transformer_cls_names_to_wrap = o.wrap == "transformer" and {"Block"} or nil,
     min_num_params = o.wrap == "size" and 50 or nil, activation_checkpointing = o.ckpt == "1",
-    backward_prefetch = "BACKWARD_PRE"}
+    backward_prefetch = "BACKWARD_PRE", fsdp_version = tonumber(o.version),
+    reshard_after_forward = reshard}
   opts.gradient_accumulation_steps = accum
 elseif o.plugin == "none" then
   opts.gradient_accumulation_steps = accum
@@ -121,6 +125,7 @@ for xb, yb in loader:iter() do
     if clip > 0 and not ds_clips and accelerator.sync_gradients then
       norm = accelerator:clip_grad_norm_(model:parameters(), clip):item()
     end
+    if clipvalue > 0 and accelerator.sync_gradients then accelerator:clip_grad_value_(model:parameters(), clipvalue) end
     optimizer:step()
     sched:step()
     optimizer:zero_grad()
