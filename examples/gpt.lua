@@ -109,14 +109,21 @@ local function write_tokens(path, s)
   f:close()
 end
 
+-- text with fortune's "%" separator lines made blank (every one: the
+-- first line, and several in a row, too).
+local function blank_separators(text)
+  local lines = {}
+  for line in (text .. "\n"):gmatch("(.-)\n") do lines[#lines + 1] = line == "%" and "" or line end
+  return table.concat(lines, "\n")
+end
+
 -- out_dir/data/{train,val}.bin from the files (each file split 90 / 10).
--- fortune's "%" separator lines become blank lines.
 local function prepare_data(paths, dir)
   local train, val, used = {}, {}, 0
   for _, path in ipairs(paths) do
     local text = read_file(path)
     if text and #text > 0 then
-      text = text:gsub("\n%%\n", "\n\n")
+      text = blank_separators(text)
       local cut = math.floor(#text * 0.9)
       train[#train + 1], val[#val + 1] = text:sub(1, cut), text:sub(cut + 1)
       used = used + 1

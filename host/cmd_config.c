@@ -7,7 +7,7 @@
  * does, adds the settings it lacks with their defaults, drops Accelerate's
  * keys that ask for nothing here (`tpu_use_cluster: false` ...), and
  * writes it back, saying what changed. The file goes to --config_file,
- * else $ACCEL_LUA_CONFIG, else ~/.cache/accel-lua/default_config.yaml
+ * else $ACCEL_LUA_CONFIG, else $XDG_CACHE_HOME (or ~/.cache)/accel-lua/default_config.yaml
  * (folders created).
  *
  * Answers are read from stdin one line each, so they can be piped in; an
@@ -295,7 +295,8 @@ static void print_help(const char *sub) {
         printf("Reads an existing config, adds the settings it lacks with their defaults, drops\n"
                "Accelerate keys that ask for nothing here, and writes it back.\n");
     printf("\n  --config_file PATH       the file to write [$ACCEL_LUA_CONFIG, else\n"
-           "                           ~/.cache/accel-lua/default_config.yaml]\n"
+           "                           ~/.cache/accel-lua/default_config.yaml;\n"
+           "                           $XDG_CACHE_HOME replaces ~/.cache when set]\n"
            "  --mixed_precision X      (config default) no, fp16, bf16 or fp8 [no]\n"
            "  -h, --help               this help\n\n"
            "Example:\n  accel-lua config %s--config_file ./accel.yaml\n",

@@ -103,7 +103,8 @@ int cmd_env(int argc, char **argv) {
                "OpenBLAS and OpenMPI, the platform, the CPU, the thread settings, and the\n"
                "config file in force with its contents.\n\n"
                "  --config_file PATH   the config to show [$ACCEL_LUA_CONFIG, else\n"
-               "                       ~/.cache/accel-lua/default_config.yaml]\n"
+               "                       ~/.cache/accel-lua/default_config.yaml;\n"
+               "                       $XDG_CACHE_HOME replaces ~/.cache when set]\n"
                "  -h, --help           this help\n\n"
                "Example:\n  accel-lua env --config_file ./accel.yaml\n");
         return 0;

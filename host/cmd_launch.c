@@ -42,7 +42,10 @@
  *                         (docs/progress.md)
  * -m / --module: the script is a module name; each rank runs
  * `accel-lua -m NAME args` (found on package.path, host/main.c).
- * --no_python: each rank runs the script itself as a program.
+ * --no_python: each rank runs the script itself as a program; on several
+ * ranks through /bin/sh, which first exports RANK, WORLD_SIZE, LOCAL_RANK
+ * and LOCAL_WORLD_SIZE from OpenMPI's variables (as accel-lua's ranks do,
+ * host/rank.c; torchrun sets them for every program).
  * The script "-" (standard input) is refused with more than one process:
  * mpirun gives stdin to rank 0 only.
  * --multi_gpu / --use_deepspeed / --use_fsdp take a boolean like the
@@ -188,12 +191,15 @@ static int parse_setting(LaunchArgs *a, int id, const char *name, const char *in
     return 0;
 }
 
-/* An Accelerate flag for something accel-lua lacks: consumes its value;
- * a neutral value (`--dynamo_backend no`) is accepted, anything else is
- * noted in a->refused with the reason. */
+/* An Accelerate flag for something accel-lua lacks: consumes its value
+ * (not a next word starting with "--": that is the next flag, as argparse
+ * reads it, refused or not in its own right); a neutral value
+ * (`--dynamo_backend no`) is accepted, anything else is noted in
+ * a->refused with the reason. */
 static void parse_unsupported(LaunchArgs *a, const Unsupported *u, const char *name,
                               const char *value, int argc, char **argv, int *i) {
-    if (value == NULL && u->takes_value && *i + 1 < argc) value = argv[++*i];
+    if (value == NULL && u->takes_value && *i + 1 < argc && strncmp(argv[*i + 1], "--", 2) != 0)
+        value = argv[++*i];
     if (unsupported_is_neutral(u, value)) return;
     if (value != NULL && u->neutral != NULL)
         list_add(&a->refused, "--%s %s: not supported: %s", name, value, u->reason);
@@ -300,7 +306,8 @@ static void print_help(void) {
     printf("usage: accel-lua launch [flags] script.lua [args]\n"
            "Runs the script on num_processes ranks through OpenMPI's mpirun (directly\n"
            "when there is one process on one machine). Flags override the config file\n"
-           "(--config_file, else $ACCEL_LUA_CONFIG or ~/.cache/accel-lua/default_config.yaml),\n"
+           "(--config_file, else $ACCEL_LUA_CONFIG, else\n"
+           "~/.cache/accel-lua/default_config.yaml, $XDG_CACHE_HOME replacing ~/.cache),\n"
            "which overrides the defaults.\n\n"
            "  --config_file PATH                     the YAML config to read\n"
            "  --multi_gpu                            distributed_type MULTI_GPU (needs a CUDA build)\n"
@@ -525,6 +532,11 @@ static void build_command(const LaunchConfig *c, const LaunchArgs *a, const StrL
         for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++)
             if (getenv(forwarded[i]) != NULL) list_add(cmd, "-x"), list_add(cmd, "%s", forwarded[i]);
     }
+    static const char rank_vars_sh[] =
+        "export RANK=\"${RANK:-$OMPI_COMM_WORLD_RANK}\" WORLD_SIZE=\"${WORLD_SIZE:-$OMPI_COMM_WORLD_SIZE}\" "
+        "LOCAL_RANK=\"${LOCAL_RANK:-$OMPI_COMM_WORLD_LOCAL_RANK}\" "
+        "LOCAL_WORLD_SIZE=\"${LOCAL_WORLD_SIZE:-$OMPI_COMM_WORLD_LOCAL_SIZE}\"; exec \"$0\" \"$@\"";
+    if (a->no_python && uses_mpirun(c)) list_add(cmd, "/bin/sh"), list_add(cmd, "-c"), list_add(cmd, "%s", rank_vars_sh);
     if (!a->no_python) list_add(cmd, "%s", len > 0 ? self : "accel-lua");
     if (a->module) list_add(cmd, "-m");
     for (int i = a->script; i < argc; i++) list_add(cmd, "%s", argv[i]);
@@ -693,8 +705,8 @@ static int run_job(const LaunchConfig *c, const LaunchArgs *a, int argc, char **
         list_free(&env);
         if (status > 0 && !a->quiet) report_reason(c, &w);
         if (status <= 0 || stop_signal || attempt >= restarts) break;
-        fprintf(stderr, "%s: job failed (exit %d), restart %d/%ld\n", WHO, status, attempt + 1,
-                restarts);
+        if (!a->quiet)
+            fprintf(stderr, "%s: job failed (exit %d), restart %d/%ld\n", WHO, status, attempt + 1, restarts);
     }
     if (status > 0 && !a->quiet)
         fprintf(stderr, "%s: job failed (exit %d)%s\n", WHO, status,

@@ -87,7 +87,8 @@ int cmd_test(int argc, char **argv) {
                "config's settings (mpirun when num_processes > 1) and says \"Test is a\n"
                "success!\" when every rank passed.\n\n"
                "  --config_file PATH   the config to launch with [$ACCEL_LUA_CONFIG, else\n"
-               "                       ~/.cache/accel-lua/default_config.yaml]\n"
+               "                       ~/.cache/accel-lua/default_config.yaml;\n"
+               "                       $XDG_CACHE_HOME replaces ~/.cache when set]\n"
                "  -h, --help           this help\n\n"
                "Example:\n  accel-lua test --config_file ./accel.yaml\n");
         return 0;

@@ -5,12 +5,14 @@
  * asks for nothing (`tpu_use_cluster: false`, `dynamo_config: {}`), and
  * are otherwise an error naming the key and why; any other key is an
  * error. A null value (`key:`, `key: null`) leaves the setting unset.
- * Duplicate keys are errors. */
+ * Duplicate keys are errors. Older Accelerate's top-level `fp16: true` and
+ * `dynamo_backend: 'NO'` are read as Accelerate still reads them. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -49,6 +51,7 @@ typedef struct {
     int seen[S_COUNT];
     char *dropped; /* NULL, or where to list the accepted no-op keys */
     size_t dropped_len;
+    int legacy_fp16; /* older Accelerate's top-level `fp16: true` was read */
 } Reader;
 
 /* Prints "<who>: <path>:<line>: <message>"; returns -1. */
@@ -95,8 +98,22 @@ static int read_unsupported(Reader *r, const Unsupported *u, const char *key,
     return 0;
 }
 
+/* Older Accelerate's top-level `fp16: true|false` (its process_config
+ * turns it into mixed_precision: fp16 when the file has no
+ * mixed_precision; config_read_noting applies it after the whole file). */
+static int read_legacy_fp16(Reader *r, const yaml_node_t *vn) {
+    if (is_null(vn)) return 0;
+    const char *v = vn->type == YAML_SCALAR_NODE ? scalar(vn) : "";
+    if (strcasecmp(v, "true") == 0)
+        r->legacy_fp16 = 1;
+    else if (strcasecmp(v, "false") != 0)
+        return fail(r, vn, "fp16: '%s' is not a boolean (true or false)", v);
+    return 0;
+}
+
 static int read_value(Reader *r, const char *key, const yaml_node_t *kn, const yaml_node_t *vn) {
     char err[256];
+    if (strcmp(key, "fp16") == 0) return read_legacy_fp16(r, vn);
     int id = setting_by_key(key);
     if (id < 0) {
         const Unsupported *u = unsupported_by_key(key);
@@ -164,6 +181,10 @@ int config_read_noting(LaunchConfig *c, const char *path, const char *who, char 
             status = fail(&r, root, "expected a mapping of keys to values");
         else
             status = read_mapping(&r, root, "");
+        char err[256];
+        if (status == 0 && r.legacy_fp16 && !r.seen[S_MIXED_PRECISION] &&
+            config_set(c, S_MIXED_PRECISION, "fp16", SRC_FILE, err, sizeof err) != 0)
+            status = fail(&r, root, "fp16: %s", err);
         yaml_document_delete(&r.doc);
     }
     yaml_parser_delete(&parser);

@@ -3,7 +3,8 @@
  *    Accelerate's --gpu_ids, the ranks get CUDA_VISIBLE_DEVICES=<ids>, so
  *    the GPUs they see are renumbered from 0 and rank r on a machine takes
  *    cuda:<local rank r> among them. num_processes per machine may not
- *    exceed the number of ids.
+ *    exceed the number of ids when the ranks run on GPUs (a CUDA build
+ *    without --cpu), with or without --multi_gpu.
  *  - MULTI_GPU (--multi_gpu) and gpu_ids other than "all" need a CUDA build
  *    (refused, saying so, in a CPU build) and a GPU: a CUDA build without a
  *    usable GPU refuses MULTI_GPU with the reason, except under --dry_run,
@@ -57,15 +58,15 @@ int launch_resolve_gpus(LaunchConfig *c, int dry_run) {
     }
     if (backend_cuda_built() && config_str(c, S_USE_CPU) == NULL)
         config_set(c, S_USE_CPU, "false", SRC_DEFAULT, err, sizeof err);
-    if (!is_multi_gpu(c)) return 0;
-    if (!dry_run && backend_cuda_count(why, sizeof why) == 0) {
-        fprintf(stderr, "%s: distributed_type MULTI_GPU (--multi_gpu): %s\n", WHO, why);
-        return -1;
-    }
+    /* ranks on GPUs (a CUDA build without --cpu, --multi_gpu or not): one listed GPU each */
     const long per_machine = config_int(c, S_NUM_PROCESSES, 1) / config_int(c, S_NUM_MACHINES, 1);
-    if (nids > 0 && per_machine > nids) {
+    if (backend_cuda_built() && !config_bool(c, S_USE_CPU) && nids > 0 && per_machine > nids) {
         fprintf(stderr, "%s: --gpu_ids %s lists %d GPU%s for %ld processes per machine (one GPU each)\n", WHO,
                 config_str(c, S_GPU_IDS), nids, nids == 1 ? "" : "s", per_machine);
+        return -1;
+    }
+    if (is_multi_gpu(c) && !dry_run && backend_cuda_count(why, sizeof why) == 0) {
+        fprintf(stderr, "%s: distributed_type MULTI_GPU (--multi_gpu): %s\n", WHO, why);
         return -1;
     }
     return 0;

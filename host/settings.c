@@ -154,8 +154,9 @@ const Setting host_settings[S_COUNT] = {
                                   "BACKWARD_PRE, BACKWARD_POST or NO_PREFETCH"},
     [S_FSDP_STATE_DICT_TYPE] = {FS "fsdp_state_dict_type", "fsdp_state_dict_type",
                                 "ACCEL_LUA_FSDP_STATE_DICT_TYPE", ST_ENUM,
-                                "FULL_STATE_DICT|SHARDED_STATE_DICT|LOCAL_STATE_DICT",
-                                "FULL_STATE_DICT", "how save_state writes the model"},
+                                "FULL_STATE_DICT|SHARDED_STATE_DICT|LOCAL_STATE_DICT", NULL,
+                                "how save_state writes the model; unset: FULL_STATE_DICT (FSDP1), "
+                                "SHARDED_STATE_DICT (FSDP2)"},
     [S_FSDP_RESHARD_AFTER_FORWARD] = {FS "fsdp_reshard_after_forward",
                                       "fsdp_reshard_after_forward",
                                       "ACCEL_LUA_FSDP_RESHARD_AFTER_FORWARD", ST_ENUM,

@@ -64,6 +64,7 @@ const Unsupported host_unsupported[] = {
     {"dynamo_use_regional_compilation", "dynamo_config.dynamo_use_regional_compilation", 0, NO,
      R_DYNAMO},
     {NULL, "dynamo_config.*", 1, NULL, R_DYNAMO},
+    {NULL, "dynamo_backend", 1, "no", R_DYNAMO}, /* older Accelerate's top-level key */
     {NULL, "ipex_config.*", 1, NO, "Intel Extension for PyTorch does not exist here"},
     {"deepspeed_exclusion_filter", "deepspeed_config.deepspeed_exclusion_filter", 1, NULL,
      R_FILTER},

@@ -116,6 +116,11 @@ local acc2 = a.Accelerator(); print("device", acc2.device)'
     run "$CUDA_EXE" launch --dry_run --multi_gpu --num_processes 3 --gpu_ids 0,1 "$TMP/rank.lua"
     check "cuda build: more processes than --gpu_ids refused" \
         '(( RC == 2 )) && has "--gpu_ids 0,1 lists 2 GPUs for 3 processes per machine"'
+    run "$CUDA_EXE" launch --dry_run --num_processes 2 --gpu_ids 1 "$TMP/rank.lua"
+    check "cuda build: more processes than --gpu_ids refused without --multi_gpu too (the ranks run on GPUs)" \
+        '(( RC == 2 )) && has "--gpu_ids 1 lists 1 GPU for 2 processes per machine"'
+    run "$CUDA_EXE" launch --dry_run --cpu --num_processes 2 --gpu_ids 1 "$TMP/rank.lua"
+    check "cuda build: --cpu: the ranks use no GPU, so --gpu_ids limits nothing" '(( RC == 0 ))'
     run "$CUDA_EXE" launch --multi_gpu --num_processes 2 "$TMP/rank.lua"
     check "cuda build, no GPU: launch --multi_gpu refused with the driver's reason" \
         '(( RC == 2 )) && has "MULTI_GPU (--multi_gpu): " && [[ $OUT =~ $NO_GPU_RE ]]'

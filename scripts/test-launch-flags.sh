@@ -38,7 +38,7 @@ if os.getenv("ACCEL_LUA_RESTART_COUNT") == "0" and r == "1" then error("first at
 EOF
     mkdir -p "$TMP/mods/pkg"
     printf 'print("module", os.getenv("OMPI_COMM_WORLD_RANK"), arg[0], ...)\n' >"$TMP/mods/pkg/train.lua"
-    printf '#!/bin/sh\necho "program rank=$OMPI_COMM_WORLD_RANK debug=$ACCEL_LUA_DEBUG_MODE args=$*"\n' \
+    printf '#!/bin/sh\necho "program rank=$OMPI_COMM_WORLD_RANK debug=$ACCEL_LUA_DEBUG_MODE args=$* torchrun=$RANK/$WORLD_SIZE/$LOCAL_RANK/$LOCAL_WORLD_SIZE"\n' \
         >"$TMP/prog.sh"
     chmod +x "$TMP/prog.sh"
     # The plugin an Accelerator built from launch's settings, as the shared
@@ -112,6 +112,9 @@ check_refusals() {
     run "$EXE" launch --dynamo_backend inductor --use_megatron_lm --tpu "$TMP/rank.lua"
     check "refusals: exit 2, each flag named with its reason" \
         '(( RC == 2 )) && has "--dynamo_backend inductor: not supported: torch.compile does not exist here" && has "--use_megatron_lm: not supported: there is no Megatron-LM" && has "--tpu: not supported: there is no TPU backend" && ! has "unknown flag"'
+    run "$EXE" launch --rdzv_conf --tpu --env --use_megatron_lm "$TMP/rank.lua"
+    check "a refused flag missing its value does not swallow the next flag: all four named" \
+        '(( RC == 2 )) && has "--rdzv_conf: not supported" && has "--tpu: not supported" && has "--env: not supported" && has "--use_megatron_lm: not supported"'
     run "$EXE" launch --dry_run --dynamo_backend no --rdzv_backend static --gpu_ids all --same_network "$TMP/rank.lua"
     check "values that ask for nothing (--dynamo_backend no, --gpu_ids all) are accepted" '(( RC == 0 ))'
     run "$EXE" launch --use_fsdp --fsdp_activation_checkpointing_offload true "$TMP/rank.lua"
@@ -141,6 +144,7 @@ enable_cpu_affinity: true
 rdzv_backend: c10d
 main_training_function: train
 dynamo_config:\n  dynamo_backend: INDUCTOR
+dynamo_backend: INDUCTOR
 ipex_config:\n  ipex: true
 megatron_lm_config:\n  megatron_lm_tp_degree: 2
 fp8_config:\n  backend: TE
@@ -172,6 +176,18 @@ use_mps_device: false
 EOF
     run "$EXE" launch --dry_run --config_file "$TMP/neutral.yaml" "$TMP/rank.lua"
     check "the neutral values accelerate config writes are accepted" '(( RC == 0 )) && has "-np 2 "'
+    # older accelerate config files, as Accelerate's process_config still reads them
+    printf "distributed_type: 'NO'\ndynamo_backend: 'NO'\nfp16: true\nnum_processes: 1\n" >"$TMP/old.yaml"
+    run "$EXE" launch --dry_run --config_file "$TMP/old.yaml" "$TMP/rank.lua"
+    check "an older file's dynamo_backend: 'NO' asks for nothing, fp16: true is mixed_precision fp16" \
+        '(( RC == 0 )) && has "ACCEL_LUA_MIXED_PRECISION=fp16"'
+    printf "fp16: true\nmixed_precision: bf16\n" >"$TMP/old.yaml"
+    run "$EXE" launch --dry_run --config_file "$TMP/old.yaml" "$TMP/rank.lua"
+    check "an older file's fp16: true beside mixed_precision: the file's mixed_precision wins" \
+        '(( RC == 0 )) && has "ACCEL_LUA_MIXED_PRECISION=bf16"'
+    printf "fp16: maybe\n" >"$TMP/old.yaml"
+    run "$EXE" launch --dry_run --config_file "$TMP/old.yaml" "$TMP/rank.lua"
+    check "fp16: maybe: exit 2, file:line and the value named" '(( RC == 2 )) && has "old.yaml:1: fp16: '"'"'maybe'"'"' is not a boolean"'
 }
 
 # Flag, value, and the NAME=VALUE the ranks must get.
@@ -260,6 +276,11 @@ check_sharding_defaults() {
     run "$EXE" launch --use_fsdp "$TMP/plugin.lua"
     check "--use_fsdp alone: FULL_SHARD (stage 3) and FULL_STATE_DICT, Accelerate's defaults" \
         '(( RC == 0 )) && has "plugin	FSDP	FULL_SHARD	3	FULL_STATE_DICT	true"'
+    run "$EXE" launch --use_fsdp --fsdp_version 2 "$TMP/plugin.lua"
+    check "--use_fsdp --fsdp_version 2 alone: SHARDED_STATE_DICT, Accelerate's FSDP2 default (launch exports none)" \
+        '(( RC == 0 )) && has "plugin	FSDP	FULL_SHARD	3	SHARDED_STATE_DICT	true"'
+    run "$EXE" launch --dry_run --use_fsdp "$TMP/rank.lua"
+    check "--use_fsdp without --fsdp_state_dict_type exports no state dict type" '(( RC == 0 )) && ! has "STATE_DICT_TYPE"'
     run "$EXE" launch --dry_run --use_fsdp --fsdp_reshard_after_forward no_shard "$TMP/rank.lua"
     check "fsdp_reshard_after_forward takes every strategy accelerate config offers (NO_SHARD)" \
         '(( RC == 0 )) && has "ACCEL_LUA_FSDP_RESHARD_AFTER_FORWARD=NO_SHARD " && ! has "FSDP_SHARDING_STRATEGY"'
@@ -344,8 +365,8 @@ check_module_and_program() {
     run env LUA_PATH="$TMP/mods/?.lua;;" "$EXE" -m pkg.train z
     check "accel-lua -m runs a module like lua runs a script" '(( RC == 0 )) && has "module	nil	$TMP/mods/pkg/train.lua	z"'
     run "$EXE" launch --num_processes 2 --no_python --debug "$TMP/prog.sh" q
-    check "--no_python runs the program itself on every rank, settings in its environment" \
-        '(( RC == 0 )) && has "program rank=0 debug=true args=q" && has "program rank=1 debug=true args=q"'
+    check "--no_python runs the program itself on every rank, settings and RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE in its environment" \
+        '(( RC == 0 )) && has "program rank=0 debug=true args=q torchrun=0/2/0/2" && has "program rank=1 debug=true args=q torchrun=1/2/1/2"'
 }
 
 check_quiet_and_monitor() {
@@ -357,6 +378,9 @@ check_quiet_and_monitor() {
         run "$EXE" launch --monitor_interval "$bad_value" "$TMP/rank.lua"
         check "--monitor_interval $bad_value: exit 2, named" '(( RC == 2 )) && has "--monitor_interval: "'
     done
+    run "$EXE" launch -q --num_processes 2 --max_restarts 1 --log_dir "$TMP/logs_q" "$TMP/retry.lua"
+    check "-q with a restart: the job restarts, no \"job failed\" line about it" \
+        '(( RC == 0 )) && grep -qx "attempt 1 rank 0" "$TMP/logs_q/attempt_1/rank_0/stdout.log" && ! has "job failed"'
     run "$EXE" launch --monitor_interval 2 "$TMP/rank.lua"
     local slow=$MS
     run "$EXE" launch "$TMP/rank.lua"

@@ -275,6 +275,39 @@ print("peak_live_bytes " .. highest)
     assert.are.equal("84.95 MB", convert(89076941))    -- 84.9500...
   end)
 
+  it("a whole byte count below 1 KiB prints as an integer (convert_bytes(444) = \"444 bytes\", not \"444.0 bytes\")", function()
+    local path = support.tmpname(".lua")
+    support.write_file(path, [[
+local accel = require("accel")
+local nn = accel.nn
+return {
+  model = function()
+    local m = nn.Sequential(nn.Linear(10, 10), nn.Linear(10, 1))
+    m[1].weight.requires_grad = false
+    return m
+  end,
+  batch = function(b) return accel.randn(b, 10) end,
+  loss = function(m, b) return m(b):sum() end,
+}
+]])
+    -- stage 3 on 2 ranks: parameters = 4 * (10 + 10 + 1 padded to 22) / 2 master bytes + 4 * 100 frozen = 444
+    local out = estimate(q(path) .. " --zero_stage 3 --num_processes 2 --steps 1 --gc_phases 1")
+    os.remove(path)
+    assert.is_truthy(out:find("│ parameters%s+│ 444 bytes │%s+444 │"), out)
+    assert.is_nil(out:find("%d%.0 bytes"), out)
+  end)
+
+  -- values that only the model can judge are still command-line errors: their usage lines follow
+  for _, args in ipairs({"--model_args n_lyer=2", "--model_args n_layer=abc", "--model_args n_layer",
+                         "--model_args n_embd=30,n_head=4", "--model_args n_positions=8 --seq_len 9"}) do
+    it("bad input: --model gpt2 " .. args .. " prints the usage lines", function()
+      local r = sh(q(BIN) .. " estimate-memory --model gpt2 " .. args)
+      assert.are.equal(2, r.code, r.out .. r.err)
+      assert.is_truthy(r.err:find("^accel%-lua estimate%-memory: %-%-[ms][oe][dq]"), r.err)
+      assert.is_truthy(r.err:find("\nusage: accel-lua estimate-memory SCRIPT.lua | --model gpt2", 1, true), r.err)
+    end)
+  end
+
   it("--help lists the flags", function()
     local r = sh(q(BIN) .. " estimate-memory --help")
     assert.are.equal(0, r.code)

@@ -551,6 +551,25 @@ describe("GPT-2 in half precision and transformers' keyword arguments", function
 end)
 
 describe("examples/gpt.lua", function()
+  it("makes every fortune \"%\" separator line blank: the first line and several in a row too", function()
+    local dir = tmpdir()
+    local text = "%\nfirst saying\n%\n%\nsecond saying\n%\n" .. string.rep("more words here\n%\n", 30) .. "%"
+    support.write_file(dir .. "/in.txt", text)
+    local cmd = ("%s examples/gpt.lua --steps=1 --n_layer=1 --n_head=2 --n_embd=32 --block_size=16 --batch_size=2 "
+      .. "--sample_tokens=1 --eval_batches=1 --threads=1 --out_dir=%s %s 2>&1"):format(BIN, dir .. "/run", dir .. "/in.txt")
+    local p = assert(io.popen(cmd))
+    local out = p:read("a")
+    assert(p:close() == true, "examples/gpt.lua failed:\n" .. out)
+    local decoded = {}
+    for _, name in ipairs({"train", "val"}) do -- 1024-byte header, then one little-endian uint16 per byte of text
+      local bin = read(dir .. "/run/data/" .. name .. ".bin")
+      for i = 1025, #bin, 2 do decoded[#decoded + 1] = bin:sub(i, i) end
+    end
+    local got = table.concat(decoded)
+    assert.are.equal((text:gsub("%%", "")), got)
+    C.fs_remove_tree(dir)
+  end)
+
   it("trains a tiny config on README.md: validation loss falls, sample printed, HF files + checkpoints + logs", function()
     local dir = tmpdir()
     local cmd = ("%s examples/gpt.lua --steps=40 --n_layer=1 --n_head=2 --n_embd=32 --block_size=32 --batch_size=8 "

@@ -2316,6 +2316,7 @@ function Accelerator:load_state(input_dir, o)
     function(err) raise("%s", tostring(err)) end)
   for i, m in ipairs(models) do
     if data.models[i] then self:unwrap_model(m):load_state_dict(data.models[i], {strict = strict}) end
+    if self.fp8_recipe then require("accel.fp8").reset_model(self:unwrap_model(m)) end
   end
   for i, opt in ipairs(self._optimizers) do opt:load_state_dict(data.optimizers[i]) end
   shard_ckpt.apply(self, data.sharded) -- [sharded checkpoints] one tensor at a time, after the optimizers' groups

@@ -93,6 +93,12 @@ local function usage(fmt, ...)
   error({usage = string.format(fmt, ...)}, 0)
 end
 
+-- A bad value on the command line found after its flags were read (in
+-- --model_args, or against the model): its usage lines are printed too.
+local function flag_usage(fmt, ...)
+  error({usage = string.format(fmt, ...), show_usage = true}, 0)
+end
+
 -- ---------------------------------------------------------------- flags
 
 local FLAGS = {
@@ -197,7 +203,7 @@ function M.parse_model_args(s)
   if s == nil then return out end
   for item in s:gmatch("[^,]+") do
     local k, v = item:match("^%s*([%w_]+)%s*=%s*(.-)%s*$")
-    if not k or v == "" then usage("--model_args: expected key=value, got %q", item) end
+    if not k or v == "" then flag_usage("--model_args: expected key=value, got %q", item) end
     if v == "true" then out[k] = true
     elseif v == "false" then out[k] = false
     else out[k] = tonumber(v) or v end
@@ -211,10 +217,10 @@ end
 local function gpt2_job(o)
   local gpt2 = accel.models.gpt2
   local ok, config = pcall(gpt2.GPT2Config, M.parse_model_args(o.model_args))
-  if not ok then usage("--model_args: %s", tostring(config)) end
+  if not ok then flag_usage("--model_args: %s", tostring(config)) end
   local T = o.seq_len or config.n_positions
   if T > config.n_positions then
-    usage("--seq_len %d is longer than the model's n_positions (%d)", T, config.n_positions)
+    flag_usage("--seq_len %d is longer than the model's n_positions (%d)", T, config.n_positions)
   end
   return {
     name = "gpt2", detail = tostring(config), seq_len = T,
@@ -552,7 +558,10 @@ local function report(job, o, s, r, act, machine)
   for _, row in ipairs(rows) do total = total + row[2] end
   rows[#rows + 1] = {"total", total, "sum of the rows above"}
   local cells = {}
-  for i, row in ipairs(rows) do cells[i] = {row[1], M.convert_bytes(row[2]), ("%d"):format(row[2]), row[3]} end
+  for i, row in ipairs(rows) do
+    local bytes = math.tointeger and math.tointeger(row[2]) or row[2] -- a whole count: "444 bytes", not "444.0 bytes"
+    cells[i] = {row[1], M.convert_bytes(bytes), ("%d"):format(bytes), row[3]}
+  end
   local title = ("Memory per rank for training `%s`"):format(job.name)
   print(M.ascii_table(title, {"Component", "Size", "Bytes", "Formula"}, cells, {[#cells] = true}))
   print(("processes: %d; stage %d, %s; mixed_precision %s; optimizer %s; batch size %d per rank%s")

@@ -262,6 +262,19 @@ function fp8.convert_model(model, recipe)
   return n
 end
 
+-- The scaling state of every converted Linear of model back to its start
+-- (scale 1, empty history): load_state does this, so a run resumed in the
+-- same process continues as one resumed in a new process (the state is not
+-- in checkpoints).
+function fp8.reset_model(model)
+  if not base.is_module(model) then return end
+  for _, m in ipairs(model:modules()) do
+    for _, meta in pairs(is_linear(m) and m.fp8_meta or {}) do
+      meta.history, meta.pos, meta.steps, meta.scale, meta.scale_inv = {}, 0, 0, 1.0, 1.0
+    end
+  end
+end
+
 -- Undo convert_model (the scaling state goes too).
 function fp8.unconvert_model(model)
   if not base.is_module(model) then return model end
