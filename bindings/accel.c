@@ -839,6 +839,7 @@ int luaopen_accel(lua_State *L) {
 
     luaL_newlib(L, functions);
     int m = lua_gettop(L);
+    lu_name_ops(L, m, functions);
     static const char *const likes[] = {"zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "empty_like"};
     for (int i = 0; i < 6; i++) {
         lua_pushinteger(L, i == 5 ? 0 : i);

@@ -318,11 +318,69 @@ void lu_push_existing(lua_State *L, Tensor *t) {
 
 /* ---- dims and shapes ---- */
 
-/* "name: " of the running C function when Lua knows it (not in a tail call). */
-static const char *op_prefix(lua_State *L, char *buf, size_t n) {
+/* Op names by function (registry table OP_NAMES): the name each accel C
+ * function was registered under, so an error names the op, not the
+ * caller's variable for it (pcall(accel.zeros, ...), local f = accel.zeros,
+ * a tail call). */
+#define OP_NAMES "accel.op_names"
+
+void lu_name_op(lua_State *L, int fn, const char *name) {
+    fn = lua_absindex(L, fn);
+    lua_getfield(L, LUA_REGISTRYINDEX, OP_NAMES);
+    if (!lua_istable(L, -1)) {
+        lua_pop(L, 1);
+        lua_newtable(L);
+        lua_pushvalue(L, -1);
+        lua_setfield(L, LUA_REGISTRYINDEX, OP_NAMES);
+    }
+    lua_pushvalue(L, fn);
+    lua_rawget(L, -2);
+    bool named = !lua_isnil(L, -1); /* the first name wins (aliases keep the op's own) */
+    lua_pop(L, 1);
+    if (!named) {
+        lua_pushvalue(L, fn);
+        lua_pushstring(L, name);
+        lua_rawset(L, -3);
+    }
+    lua_pop(L, 1);
+}
+
+void lu_name_ops(lua_State *L, int t, const luaL_Reg *fns) {
+    t = lua_absindex(L, t);
+    for (; fns->name != NULL; fns++) {
+        lua_getfield(L, t, fns->name);
+        if (lua_isfunction(L, -1)) lu_name_op(L, -1, fns->name);
+        lua_pop(L, 1);
+    }
+}
+
+/* The running C function's op name: the method name of t:name(...) (an
+ * alias as the user wrote it), else the registered one, else what Lua
+ * knows of the call (NULL when none). Registry strings stay alive. */
+static const char *running_op(lua_State *L) {
     lua_Debug ar;
+    if (!lua_getstack(L, 0, &ar) || !lua_getinfo(L, "nf", &ar)) return NULL;
+    if (ar.name && ar.namewhat && strcmp(ar.namewhat, "method") == 0) {
+        lua_pop(L, 1);
+        return ar.name;
+    }
+    lua_getfield(L, LUA_REGISTRYINDEX, OP_NAMES);
+    const char *name = NULL;
+    if (lua_istable(L, -1)) {
+        lua_pushvalue(L, -2);
+        lua_rawget(L, -2);
+        name = lua_tostring(L, -1);
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 2);
+    return name ? name : ar.name;
+}
+
+/* "name: " of the running C function when it is known. */
+static const char *op_prefix(lua_State *L, char *buf, size_t n) {
+    const char *name = running_op(L);
     buf[0] = 0;
-    if (lua_getstack(L, 0, &ar) && lua_getinfo(L, "n", &ar) && ar.name) snprintf(buf, n, "%s: ", ar.name);
+    if (name) snprintf(buf, n, "%s: ", name);
     return buf;
 }
 
@@ -566,9 +624,8 @@ void lu_check_opts(lua_State *L, int idx, const char *fn, const char *keys) {
 /* The name is looked up only for the error: lua_getinfo is not free. */
 void lu_check_call_opts(lua_State *L, int idx, const char *keys) {
     if (!push_unknown_key(L, idx, keys)) return;
-    lua_Debug ar;
-    const char *fn = lua_getstack(L, 0, &ar) && lua_getinfo(L, "n", &ar) && ar.name ? ar.name : "accel";
-    unknown_option(L, fn, keys);
+    const char *fn = running_op(L);
+    unknown_option(L, fn ? fn : "accel", keys);
 }
 
 void lu_check_no_more_args(lua_State *L, int idx) {
@@ -840,6 +897,7 @@ void lu_new_class(lua_State *L, const char *mt, const luaL_Reg *methods, lua_CFu
     luaL_setfuncs(L, meta, 0);
     lua_newtable(L);
     luaL_setfuncs(L, methods, 0);
+    lu_name_ops(L, -1, methods);
     lua_setfield(L, -2, "__index");
     lua_pop(L, 1);
 }
@@ -848,5 +906,6 @@ void lu_new_class(lua_State *L, const char *mt, const luaL_Reg *methods, lua_CFu
 void lu_register_c(lua_State *L, int m, const luaL_Reg *fns) {
     lua_getfield(L, m, "_C");
     luaL_setfuncs(L, fns, 0);
+    lu_name_ops(L, -1, fns);
     lua_pop(L, 1);
 }

@@ -138,6 +138,11 @@ Tensor *lu_where(lua_State *L, Tensor *cond, int ia, int ib);
 /* Push the time of clock (CLOCK_MONOTONIC, CLOCK_REALTIME) in seconds, with
  * fractions; returns 1, the count of results. */
 int lu_push_clock(lua_State *L, clockid_t clock);
+/* Errors of accel's C functions name the op they were registered as:
+ * lu_name_op records the function at index fn as op `name` (the first name
+ * wins); lu_name_ops records fns as they are set in table t. */
+void lu_name_op(lua_State *L, int fn, const char *name);
+void lu_name_ops(lua_State *L, int t, const luaL_Reg *fns);
 /* Register the metatable mt of a userdata class: methods as its __index,
  * gc as __gc and tostring as __tostring. */
 void lu_new_class(lua_State *L, const char *mt, const luaL_Reg *methods, lua_CFunction gc, lua_CFunction tostring);

@@ -2102,6 +2102,7 @@ static const char *cast_method_name(DType dt) {
 static void set_closure(lua_State *L, const char *name, lua_CFunction f, lua_Integer up) {
     lua_pushinteger(L, up);
     lua_pushcclosure(L, f, 1);
+    lu_name_op(L, -1, name);
     lua_setfield(L, -2, name);
 }
 
@@ -2110,6 +2111,7 @@ static void build_methods(lua_State *L) {
     for (const luaL_Reg *r = methods; r->name; r++) {
         if (!r->func) continue;
         lua_pushcfunction(L, r->func);
+        lu_name_op(L, -1, r->name);
         lua_setfield(L, -2, r->name);
     }
     char buf[64];
@@ -2135,6 +2137,7 @@ static void build_methods(lua_State *L) {
         lua_pushstring(L, inplace_views[i][1]);
         lua_pushstring(L, inplace_views[i][0]);
         lua_pushcclosure(L, inplace_view, 2);
+        lu_name_op(L, -1, inplace_views[i][0]);
         lua_setfield(L, -2, inplace_views[i][0]);
     }
 }

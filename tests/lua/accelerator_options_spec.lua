@@ -406,6 +406,7 @@ CASES.ProjectConfiguration = {
     assert.are.equal(6, a.save_iteration)
     a:save_state(dir .. "/explicit") -- every save counts, as Accelerate's iteration += 1
     assert.are.equal(7, a.save_iteration)
+    assert.are.equal(dir .. "/checkpoints/checkpoint_7", a:save_state()) -- the explicit one took number 6 (docs/checkpoints.md)
     support.remove_tree(dir)
   end,
   save_on_each_node = function()

@@ -425,6 +425,23 @@ describe("arguments and options a method does not take", function()
     end
   end)
 
+  it("an option error names the op however it was called (pcall, a local, a field, a tail call)", function()
+    local zeros, t = accel.zeros, {f = accel.randn}
+    local function tail() return accel.zeros(2, {dtyp = 1}) end
+    for _, case in ipairs({
+      {function() return pcall(accel.zeros, 2, 3, {dtyp = 1}) end, "zeros: unknown option 'dtyp'"},
+      {function() return pcall(function() local r = zeros(2, {dtyp = 1}); return r end) end, "zeros: unknown option"},
+      {function() return pcall(function() local r = t.f(2, {dtyp = 1}); return r end) end, "randn: unknown option"},
+      {function() return pcall(function() local r = accel["ones"](2, {dtyp = 1}); return r end) end, "ones: unknown option"},
+      {function() return pcall(tail) end, "zeros: unknown option"},
+      {function() return pcall(accel.arange, 3, {dtyp = 1}) end, "arange: unknown option"},
+    }) do
+      local ok, err = case[1]()
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(case[2], 1, true), err)
+    end
+  end)
+
   it("reductions refuse what torch refuses past dims and keepdim instead of dropping it", function()
     local x = accel.ones(2, 3, 4)
     -- torch: "argument 'keepdim' (position 2) must be bool, not int" (x.sum(0, 1), x.amax(0, 1))
