@@ -91,12 +91,13 @@ static void binary_into(KBinOp op, DType cdt, Tensor *out, Tensor *a, Tensor *b)
     backend_for(out->device)->binary(op, cdt, &it);
 }
 
-/* Compute a op b into a fresh tensor of dtype rd and shape (shape, nd). */
 /* Integer floor division, remainder and fmod by zero are errors, as
  * PyTorch's ZeroDivisionError (a float division gives inf / nan instead); b
- * is the divisor in its compute dtype. 0 or -1. */
-static int check_int_divisor(KBinOp op, Tensor *b) {
-    if ((op != KB_FLOORDIV && op != KB_REMAINDER && op != KB_FMOD) || dtype_is_float(b->dtype)) return 0;
+ * is the divisor in its compute dtype, n the number of quotients (none, an
+ * empty result, divides nothing: then no divisor is refused, as torch).
+ * 0 or -1. */
+static int check_int_divisor(KBinOp op, Tensor *b, int64_t n) {
+    if ((op != KB_FLOORDIV && op != KB_REMAINDER && op != KB_FMOD) || dtype_is_float(b->dtype) || n == 0) return 0;
     Tensor *z = op_binary_scalar(KB_EQ, b, 0, true, false);
     Tensor *any = z ? op_reduce(KR_MAX, z, NULL, 0, false) : NULL;
     int rc = !any ? -1 : tensor_item(any) != 0 ? accel_fail_int("%s: integer division by zero (ZeroDivisionError)",
@@ -120,6 +121,7 @@ static Tensor *operand_in(KBinOp op, Tensor *t, DType common, DType cdt) {
     return as_dtype_plain_owned(as_dtype_plain(t, common), cdt);
 }
 
+/* Compute a op b into a fresh tensor of dtype rd and shape (shape, nd). */
 static Tensor *binary_compute(KBinOp op, Tensor *a, Tensor *b, DType rd, const int64_t *shape, int nd) {
     DType in_dt = dtype_promote(a->dtype, b->dtype);
     DType cdt = compute_dtype(kbin_is_compare(op) ? in_dt : (op == KB_DIV || op == KB_ATAN2 ? rd : in_dt));
@@ -128,7 +130,8 @@ static Tensor *binary_compute(KBinOp op, Tensor *a, Tensor *b, DType rd, const i
     if (shape_check(kbin_name(op), shape, nd, (int)odt) < 0) return NULL; /* e.g. huge expanded operands */
     DType common = tensor_result_dtype(a, b); /* torch casts the operands to it */
     Tensor *ca = operand_in(op, a, common, cdt), *cb = ca ? operand_in(op, b, common, cdt) : NULL;
-    Tensor *out = cb && check_int_divisor(op, cb) == 0 ? tensor_empty(shape, nd, odt, a->device) : NULL;
+    bool ok = cb && check_int_divisor(op, cb, shape_numel(shape, nd)) == 0;
+    Tensor *out = ok ? tensor_empty(shape, nd, odt, a->device) : NULL;
     if (out) binary_into(op, cdt, out, ca, cb);
     tensor_release(ca);
     tensor_release(cb);
@@ -457,7 +460,7 @@ static int binary_inplace_on_one_device(KBinOp op, Tensor *a, Tensor *b) {
     DType cdt = compute_dtype(a->dtype);
     if (a->dtype == cdt && !kbin_is_compare(op)) {
         Tensor *cb = as_dtype_plain(b, cdt);
-        if (!cb || check_int_divisor(op, cb) < 0) return tensor_release(cb), -1;
+        if (!cb || check_int_divisor(op, cb, a->numel) < 0) return tensor_release(cb), -1;
         binary_into(op, cdt, a, a, cb);
         tensor_release(cb);
         tensor_bump_version(a);

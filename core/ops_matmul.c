@@ -124,8 +124,8 @@ static Tensor *mm_forward(Tensor *a, Tensor *b, Tensor *bias) {
     int rc;
     bool shared_b = b->ndim == 2 || shape_numel(b->shape, b->ndim - 2) == 1;
     if (shared_b && a->ndim > 2 && foldable(a) && shape_numel(a->shape, a->ndim - 2) == shape_numel(bshape, bnd)) {
-        Tensor a2 = *a, b2 = *b; /* headers only: fold the batch into M */
-        a2.ndim = 2, a2.shape[0] = a->numel / (K ? K : 1), a2.shape[1] = K;
+        Tensor a2 = *a, b2 = *b; /* headers only: fold the batch into M (not numel / K: K may be 0) */
+        a2.ndim = 2, a2.shape[0] = shape_numel(a->shape, a->ndim - 1), a2.shape[1] = K;
         a2.stride[0] = a->stride[a->ndim - 2], a2.stride[1] = a->stride[a->ndim - 1];
         a2.requires_grad = false, a2.grad_fn = NULL;
         b2.ndim = 2, b2.shape[0] = K, b2.shape[1] = N;

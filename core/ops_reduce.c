@@ -63,7 +63,11 @@ static Tensor *red_layout(Tensor *a, const RedDims *r, int64_t *outer, int64_t *
         Tensor *p = tensor_permute(a, perm, a->ndim);
         c = p ? tensor_contiguous(p) : NULL;
         tensor_release(p);
-        *outer = r->n ? a->numel / r->n : 0, *inner = 1;
+        /* the kept dims' product, not numel / n: an empty reduced dim
+         * (n == 0) still leaves one output per kept position */
+        *outer = 1, *inner = 1;
+        for (int d = 0; d < a->ndim; d++)
+            if (!r->mask[d]) *outer *= a->shape[d];
     }
     return c;
 }

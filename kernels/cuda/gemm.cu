@@ -121,6 +121,29 @@ static int gemm_run(KcGemmCtx *ctx, GemmDescs *d, const void *alpha, const void 
     return 0;
 }
 
+/* ---- K == 0: no product, C = beta C (cuBLAS has mishandled k = 0; torch
+ * never hands it one either). beta == 0 writes zeros without reading C, as
+ * BLAS, so an uninitialised output holds no leftover bytes or NaNs. ---- */
+
+/* batch (M, N) matrices of dtype dt, row stride ldc, sc elements apart */
+template <typename T>
+__global__ void scale_c(int64_t M, int64_t N, int64_t ldc, int64_t sc, int64_t total, double beta, void *C, DType dt) {
+    KC_GRID_STRIDE(e, total) {
+        const int64_t i = e / (M * N) * sc + e / N % M * ldc + e % N;
+        kc_store(C, dt, i, beta == 0 ? (T)0 : (T)(beta * kc_load<T>(C, dt, i)));
+    }
+}
+
+static int gemm_empty_k(int64_t M, int64_t N, double beta, void *C, DType dt, int64_t ldc, int64_t sc, int64_t batch,
+                        cudaStream_t s) {
+    if (beta == 1) return 0;
+    const int64_t total = batch * M * N;
+    if (dt == DT_F64) scale_c<double><<<kc_blocks(total), KC_THREADS, 0, s>>>(M, N, ldc, sc, total, beta, C, dt);
+    else scale_c<float><<<kc_blocks(total), KC_THREADS, 0, s>>>(M, N, ldc, sc, total, beta, C, dt);
+    cuda_check_launch();
+    return 0;
+}
+
 extern "C" int kc_gemm(KcGemmCtx *ctx, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
                        int64_t lda, const void *B, int64_t ldb, float beta, void *C, int64_t ldc, DType in_dt,
                        DType out_dt, KcEpilogue epi, const void *bias, void *stream) {
@@ -129,6 +152,9 @@ extern "C" int kc_gemm(KcGemmCtx *ctx, int ta, int tb, int64_t M, int64_t N, int
     if (cuda_type(in_dt, &in) || cuda_type(out_dt, &out)) return -1;
     if (in_dt == DT_F32 && out_dt != DT_F32) return cuda_fail("gemm: float32 inputs need a float32 output");
     if ((epi == KC_EPI_BIAS || epi == KC_EPI_BIAS_GELU) && !bias) return cuda_fail("gemm: bias epilogue without a bias");
+    if (K == 0 && epi != KC_EPI_NONE)
+        return cuda_fail("gemm: a bias / GELU epilogue with an empty inner dimension (K = 0) is not supported");
+    if (K == 0) return gemm_empty_k(M, N, beta, C, out_dt, ldc, 0, 1, kc_stream(stream));
     GemmDescs d = {};
     int rc = gemm_describe(ctx, &d, ta, tb, M, N, K, lda, ldb, ldc, in, in, out, epi, bias);
     if (rc == 0) rc = gemm_run(ctx, &d, &alpha, A, B, &beta, C, kc_stream(stream));
@@ -159,6 +185,7 @@ extern "C" int kc_gemm_batched(KcGemmCtx *ctx, int ta, int tb, int64_t M, int64_
     if (M == 0 || N == 0 || batch == 0) return 0;
     cudaDataType_t in = CUDA_R_32F;
     if (cuda_type(in_dt, &in)) return -1;
+    if (K == 0) return gemm_empty_k(M, N, beta, C, DT_F32, ldc, sc, batch, kc_stream(stream));
     GemmDescs d = {};
     int rc = gemm_describe(ctx, &d, ta, tb, M, N, K, lda, ldb, ldc, in, in, CUDA_R_32F, KC_EPI_NONE, NULL);
     if (rc == 0) rc = gemm_batch(&d, batch, sa, sb, sc);
@@ -172,6 +199,7 @@ extern "C" int kc_gemm_f64(KcGemmCtx *ctx, int ta, int tb, int64_t M, int64_t N,
                            const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc,
                            void *stream) {
     if (M == 0 || N == 0) return 0;
+    if (K == 0) return gemm_empty_k(M, N, beta, C, DT_F64, ldc, 0, 1, kc_stream(stream));
     GemmDescs d = {};
     int rc = gemm_describe(ctx, &d, ta, tb, M, N, K, lda, ldb, ldc, CUDA_R_64F, CUDA_R_64F, CUDA_R_64F, KC_EPI_NONE,
                            NULL);
@@ -223,6 +251,8 @@ extern "C" int kc_gemm_fp8(KcGemmCtx *ctx, int64_t M, int64_t N, int64_t K, floa
     if (M == 0 || N == 0) return 0;
     cudaDataType_t out = CUDA_R_32F;
     if (fp8_check(a_dt, b_dt, out_dt, lda, ldb) || cuda_type(out_dt, &out)) return -1;
+    if (K == 0 && bias) return cuda_fail("fp8 matmul: a bias with an empty inner dimension (K = 0) is not supported");
+    if (K == 0) return gemm_empty_k(M, N, 0.0, C, out_dt, ldc, 0, 1, kc_stream(stream));
     GemmDescs d = {};
     int rc = gemm_describe(ctx, &d, 0, 1, M, N, K, lda, ldb, ldc, fp8_type(a_dt), fp8_type(b_dt), out,
                            bias ? KC_EPI_BIAS : KC_EPI_NONE, bias);

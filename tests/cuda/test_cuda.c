@@ -502,6 +502,35 @@ static void test_gemm_batched(void) {
     free(A), free(B), free(C), free(got);
 }
 
+/* K = 0, no product: C = beta C. Poisoned (NaN) outputs become zeros for
+ * beta 0 (kc_gemm, the interleaved batch, float64), C stays for beta 1 and
+ * halves for beta 0.5. No operand is read (NULL). */
+static void test_gemm_empty_k(void) {
+    enum { M = 3, N = 5, H = 2 };
+    float zero[H * M * N] = {0}, one[M * N], half[M * N];
+    double zero64[M * N] = {0}, got64[M * N];
+    for (int i = 0; i < M * N; i++) one[i] = 1.0f, half[i] = 0.5f;
+    KcGemmCtx *ctx = NULL;
+    CHECK(kc_gemm_ctx_create(&ctx, 32u << 20) == 0);
+    void *dz = dev_poisoned(sizeof one), *dbatch = dev_poisoned(sizeof zero), *d64 = dev_poisoned(sizeof zero64);
+    void *d1 = dev_from(one, sizeof one), *dh = dev_from(one, sizeof one);
+    const float beta[3] = {0.0f, 1.0f, 0.5f};
+    void *const c[3] = {dz, d1, dh};
+    for (int i = 0; i < 3; i++)
+        CHECK(kc_gemm(ctx, 0, 0, M, N, 0, 1.0f, NULL, 1, NULL, N, beta[i], c[i], N, DT_F32, DT_F32, KC_EPI_NONE, NULL,
+                      NULL) == 0);
+    CHECK(kc_gemm_batched(ctx, 0, 1, M, N, 0, 1.0f, NULL, 1, 0, NULL, 1, 0, 0.0f, dbatch, H * N, N, H, DT_F32, NULL) == 0);
+    CHECK(kc_gemm_f64(ctx, 0, 0, M, N, 0, 1.0, NULL, 1, NULL, N, 0.0, d64, N, NULL) == 0);
+    float *z = fetch_f32(dz, M * N), *b = fetch_f32(dbatch, H * M * N), *o = fetch_f32(d1, M * N), *h = fetch_f32(dh, M * N);
+    to_host(got64, d64, sizeof got64);
+    CHECK(memcmp(z, zero, sizeof one) == 0 && memcmp(b, zero, sizeof zero) == 0);
+    CHECK(memcmp(o, one, sizeof one) == 0 && memcmp(h, half, sizeof half) == 0);
+    CHECK(memcmp(got64, zero64, sizeof zero64) == 0);
+    kc_gemm_ctx_destroy(ctx);
+    free(z), free(b), free(o), free(h);
+    kc_free(0, dz), kc_free(0, dbatch), kc_free(0, d64), kc_free(0, d1), kc_free(0, dh);
+}
+
 static void test_reduce(void) {
     const int64_t outer = 3, n = 1000, inner = 7;
     float *x = rand_f32(outer * n * inner, 1), want[21];
@@ -594,13 +623,14 @@ static void gpu_tests(void) {
     test_gemm();
     test_gemm_fp8();
     test_gemm_batched();
+    test_gemm_empty_k();
     test_reduce();
     test_norm();
     test_var_pool();
     test_conv();
     test_oom_message();
 }
-#define GPU_TESTS 15
+#define GPU_TESTS 16
 
 int main(void) {
     char why[256];

@@ -129,6 +129,24 @@ describe("broadcasting gradients", function()
     check(function(a) return 4 / a end, {uniform(0.5, 2, 3)})
   end)
 
+  -- torch 2.15: a = zeros(0, 3, 3, 3), b = ones(1, 3, 1, 3, requires_grad=True); y = a / b, a * b,
+  -- a.addcmul(b, b), a.lerp(b, 0.3) or a.remainder(b); y.backward(zeros(0, 3, 3, 3)): b.grad = zeros(1, 3, 1, 3)
+  it("an empty result gives a broadcast operand a zero gradient", function()
+    local ops = {
+      function(a, b) return a / b end, function(a, b) return a * b end, function(a, b) return a:addcmul(b, b) end,
+      function(a, b) return a:lerp(b, 0.3) end, function(a, b) return a:remainder(b) end,
+    }
+    local f32 = {dtype = accel.float32}
+    for i, op in ipairs(ops) do
+      local b = accel.ones({1, 3, 1, 3}, {dtype = accel.float32, requires_grad = true})
+      local y = op(accel.zeros({0, 3, 3, 3}, f32), b)
+      support.dirty_cache()
+      y:backward(accel.zeros({0, 3, 3, 3}, f32))
+      assert.same({1, 3, 1, 3}, support.shape_of(b.grad), i)
+      assert.same({0, 0, 0, 0, 0, 0, 0, 0, 0}, support.flatten(b.grad:tolist()), i)
+    end
+  end)
+
   it("broadcast grads are reduced to the input's shape", function()
     local a, b = randn(3, 1), randn(1, 4)
     ;(a * b):sum():backward()

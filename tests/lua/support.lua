@@ -166,6 +166,16 @@ end
 -- float32 rounding of a Lua number, done by Lua's own string.pack.
 function M.f32(x) return (string.unpack("<f", string.pack("<f", x))) end
 
+-- Leaves n (default 8) freed blocks of 64 bytes, every byte 0x41, in the
+-- default device's allocator cache: the next small tensors get them, so a
+-- result an op forgets to write reads back non-zero (0x41414141 is 12.07
+-- as a float32, 0x4141414141414141 about 2.3e6 as a float64).
+function M.dirty_cache(n)
+  local held = {}
+  for i = 1, n or 8 do held[i] = accel.full({64}, 65, {dtype = accel.uint8}) end
+  for i = 1, #held do held[i]:free() end
+end
+
 -- max |a - b| over two tensors, computed in float64 on the CPU (the
 -- tensors may live on different devices: a file loads onto the CPU).
 function M.max_abs_diff(a, b) return (a:to("cpu"):double() - b:to("cpu"):double()):abs():max():item() end

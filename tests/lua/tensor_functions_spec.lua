@@ -208,6 +208,21 @@ describe("tensor functions: details", function()
     expect_error(function() local _ = linalg.matrix_norm(accel.ones(3), 1) end, "linalg.matrix_norm: the input must have at least 2 dims")
   end)
 
+  -- torch 2.15, e = zeros(1, 0, requires_grad=True): linalg.matrix_norm(e, 1) = 0 without a gradient (no
+  -- column sums: their largest is 0), with keepdim [[0]]; of zeros(2, 0, 3): [0, 0]; inf and -inf take the
+  -- amax / amin of one empty row sum: 0 with a gradient; -1 raises "amin(): Expected reduction dim 0 to have
+  -- non-zero size."
+  it("linalg.matrix_norm with ord 1 / inf over an empty dim is 0, as torch; -1 there is amin's error", function()
+    local e = accel.zeros(1, 0, {requires_grad = true})
+    for _, c in ipairs{{1, false}, {INF, true}, {-INF, true}} do
+      local r = linalg.matrix_norm(e, c[1])
+      assert.are.same({0, 0, c[2]}, {r:dim(), r:item(), r.requires_grad}, tostring(c[1]))
+    end
+    assert.are.same({{0}}, linalg.matrix_norm(e, 1, {keepdim = true}):tolist())
+    assert.are.same({0, 0}, linalg.matrix_norm(accel.zeros(2, 0, 3), 1):tolist())
+    expect_error(function() local _ = linalg.matrix_norm(e, -1) end, "amin: cannot reduce over a zero-size dimension")
+  end)
+
   -- torch 2.15: y = [1, -1, 0, 2, -0.5], x = [1, -2, -1, 0, 3] (float64), w = [1, 2, 3, 4, 5]:
   -- atan2(y, x) = [0.7853981633974483, -2.677945044588987, 3.141592653589793, 1.5707963267948966,
   -- -0.16514867741462683], y.grad [0.5, -0.8, -3.0, 0.0, 1.6216216216216217], x.grad [-0.5, 0.4, -0.0, -2.0,

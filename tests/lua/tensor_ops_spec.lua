@@ -292,6 +292,27 @@ describe("elementwise unary math", function()
     assert.are.same({inf, -inf}, a:float():floor_divide(0):tolist())
   end)
 
+  -- torch 2.15, a = zeros(2, 0, int64), b = ones(2, 0, int64): a // b, a % b, a.fmod(b), a.floor_divide(b),
+  -- a.div(b, rounding_mode="floor" / "trunc"), a.floor_divide_(b), a.remainder_(b) and a // zeros(1, int64)
+  -- (a zero divisor, but nothing divided) all give an empty (2, 0) int64 tensor, no error
+  it("integer floor division, remainder and fmod with an empty result give it, whatever the divisor", function()
+    local i64 = {dtype = accel.int64}
+    local a, b, z = accel.zeros({2, 0}, i64), accel.ones({2, 0}, i64), accel.zeros({1}, i64)
+    local cases = {
+      function() return a:floor_divide(b) end, function() return a % b end, function() return a:fmod(b) end,
+      function() return a:remainder(z) end, function() return a:div(b, {rounding_mode = "floor"}) end,
+      function() return a:div(b, {rounding_mode = "trunc"}) end, function() return a:clone():floor_divide_(b) end,
+      function() return a:clone():remainder_(z) end, function() return a:clone():fmod_(0) end,
+    }
+    if not support.luajit then cases[#cases + 1] = function() return idiv(a, z) end end
+    for i, f in ipairs(cases) do
+      local ok, r = pcall(f)
+      assert.is_true(ok, i .. ": " .. tostring(r))
+      assert.are.same({2, 0}, shape_of(r), i)
+      assert.are.equal(accel.int64, r.dtype, i)
+    end
+  end)
+
   -- torch 2.15, x = [2048, 100, 7, -7, 0.3]: x.half() // 1.0004 (and // torch.tensor(1.0004)) -> [2047, 99, 6, -7, 0],
   -- x.bfloat16() // 1.001 -> [2048, 99, 6, -7, 0]: its div_floor kernel keeps a CPU scalar divisor unrounded,
   -- while x.half() % 1.0004 rounds it to 1 -> [0, 0, 0, -0, 0.3]
@@ -916,6 +937,37 @@ describe("reductions", function()
     assert_exact({0, 0, 0}, e:sum(1):tolist())
     assert.is_true(e:mean():item() ~= e:mean():item())
   end)
+
+  -- torch 2.15, x = zeros(0, 3, 1) (float32 / float64 / bfloat16; int32: sum and prod, as int64):
+  -- x.sum((0, 2)) -> [0, 0, 0], x.prod((0, 2)) -> [1, 1, 1], x.mean((0, 2)) and x.nanmean((0, 2)) ->
+  -- [nan, nan, nan], each of shape (1, 3, 1) with keepdim; x.amax((0, 2)) raises "amax(): Expected reduction
+  -- dim 0 to have non-zero size."
+  it("over several dims, one of them empty: sum 0, prod 1, mean / nanmean nan, amax / amin an error", function()
+    local function check(x, op, want)
+      for _, keep in ipairs{false, true} do
+        support.dirty_cache()
+        local r = x[op](x, {1, 3}, keep)
+        local what = op .. " " .. tostring(x.dtype) .. (keep and " keepdim" or "")
+        assert.are.same(keep and {1, 3, 1} or {3}, shape_of(r), what)
+        for _, v in ipairs(flatten(r:tolist())) do
+          if want ~= want then assert.is_true(v ~= v, what) else assert.are.equal(want, v, what) end
+        end
+      end
+    end
+    for _, dt in ipairs{accel.float32, accel.float64, accel.bfloat16} do
+      local x = accel.zeros({0, 3, 1}, {dtype = dt})
+      for _, c in ipairs{{"sum", 0}, {"prod", 1}, {"mean", nan}, {"nanmean", nan}} do check(x, c[1], c[2]) end
+      for _, op in ipairs{"amax", "amin"} do
+        local ok, err = pcall(x[op], x, {1, 3})
+        assert.is_false(ok)
+        assert.truthy(tostring(err):find(op .. ": cannot reduce over a zero-size dimension", 1, true), err)
+      end
+    end
+    local xi = accel.zeros({0, 3, 1}, {dtype = accel.int32})
+    check(xi, "sum", 0)
+    check(xi, "prod", 1)
+    assert.are.equal(accel.int64, xi:sum({1, 3}).dtype)
+  end)
 end)
 
 ---------------------------------------------------------------- comparisons / where / masked_fill
@@ -1232,6 +1284,33 @@ describe("matmul", function()
     local r = a:matmul(b)
     assert.are.equal(accel.int64, r.dtype)
     assert_exact({{19, 22}, {43, 50}}, r:tolist())
+  end)
+
+  -- torch 2.15, for float32, float64 and bfloat16: zeros(1,2,0).bmm(zeros(1,0,3)), zeros(1,2,0) @ zeros(0,3),
+  -- F.linear(zeros(1,2,0), zeros(3,0)) -> zeros(1,2,3); zeros(2,1,0) @ zeros(2,0,3) -> zeros(2,1,3);
+  -- zeros(2,0).mm(zeros(0,3)) -> zeros(2,3); zeros(0) @ zeros(0,3) -> zeros(3); F.linear(.., ones(3)) and
+  -- full((1,2,3), 2).baddbmm(zeros(1,2,0), zeros(1,0,3), beta=0.5) -> ones(1,2,3)
+  it("an empty inner dimension (K = 0) gives zeros (or beta * C), never leftover memory, as torch", function()
+    local z23, o23 = {{0, 0, 0}, {0, 0, 0}}, {{1, 1, 1}, {1, 1, 1}}
+    for _, dt in ipairs{accel.float32, accel.float64, accel.bfloat16} do
+      local o = {dtype = dt}
+      local function z(...) return accel.zeros({...}, o) end
+      local cases = {
+        {"bmm", function() return z(1, 2, 0):bmm(z(1, 0, 3)) end, {z23}},
+        {"3-D @ 2-D", function() return z(1, 2, 0):matmul(z(0, 3)) end, {z23}},
+        {"batched", function() return z(2, 1, 0):matmul(z(2, 0, 3)) end, {{z23[1]}, {z23[1]}}},
+        {"mm", function() return z(2, 0):mm(z(0, 3)) end, z23},
+        {"1-D @ 2-D", function() return z(0):matmul(z(0, 3)) end, z23[1]},
+        {"linear", function() return F.linear(z(1, 2, 0), z(3, 0)) end, {z23}},
+        {"linear + bias", function() return F.linear(z(1, 2, 0), z(3, 0), accel.ones(3, o)) end, {o23}},
+        {"baddbmm", function() return accel.full({1, 2, 3}, 2, o):baddbmm(z(1, 2, 0), z(1, 0, 3), {beta = 0.5}) end,
+          {o23}},
+      }
+      for _, c in ipairs(cases) do
+        support.dirty_cache()
+        assert.are.same(c[3], c[2]():tolist(), c[1] .. " " .. tostring(dt))
+      end
+    end
   end)
 
   it("bf16 matmul is close to the float64 product", function()

@@ -71,7 +71,14 @@ function L.matrix_norm(A, ...)
   local summed, across = r, c
   if ord == INF or ord == -INF then summed, across = c, r end
   local sums = A:abs():sum(summed, true)
-  local out = (ord > 0) and sums:amax(across, true) or sums:amin(across, true)
+  local out
+  if ord > 0 and sums:size(across) == 0 then
+    -- no sums: the largest of none is 0 (norms are >= 0), as torch, which
+    -- returns fresh zeros (no gradient): the empty sum, detached
+    out = sums:sum(across, true):detach()
+  else
+    out = (ord > 0) and sums:amax(across, true) or sums:amin(across, true)
+  end
   if keepdim then return out end
   return out:squeeze(math.max(r, c)):squeeze(math.min(r, c))
 end
