@@ -90,6 +90,14 @@ typedef uint64_t __attribute__((may_alias)) u64a;
         T t = x < lo || lo != lo ? lo : x;                                  \
         return t > hi || hi != hi ? hi : t;                                 \
     }                                                                       \
+    /* whether clamp's gradient reaches x: strictly inside the bounds, as   \
+     * torch 2.x's, never at NaN; a bound at its own side's infinity is a  \
+     * missing one (torch's one-sided clamp checks only the bound given:   \
+     * clamp(max) passes x = -inf's gradient; an explicit infinite bound,  \
+     * which torch checks, is the one difference) */                        \
+    static inline int clamp_passes_##S(T x, T lo, T hi) {                   \
+        return x == x && (x > lo || lo == -(T)INFINITY) && (x < hi || hi == (T)INFINITY); \
+    }                                                                       \
     static inline T sigmoid_##S(T x) { return (T)1 / ((T)1 + exp##MS(-x)); } \
     /* lgamma_r: lgamma without the global signgam (threads) */             \
     static inline T lgamma_##S(T x) {                                       \
@@ -483,7 +491,7 @@ void k_unary_i64(KUnOp op, int64_t n, const int64_t *a, int64_t sa, int64_t *o,
         case KU_ABS:                                                        \
             UB_RUN(T, x[i] > 0 ? gy[i] : x[i] < 0 ? -gy[i] : (T)0); break;  \
         case KU_CLAMP:                                                      \
-            UB_RUN(T, x[i] > q1 && x[i] < q2 ? gy[i] : (T)0); break;        \
+            UB_RUN(T, clamp_passes_##S(x[i], q1, q2) ? gy[i] : (T)0); break; \
         case KU_POW:                                                        \
             if (p1 == 0) UB_RUN(T, (T)0);                                   \
             else if (p1 == 2) UB_RUN(T, (T)2 * x[i] * gy[i]);               \

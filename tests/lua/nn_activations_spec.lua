@@ -56,6 +56,27 @@ describe("activations match PyTorch", function()
     end)
   end
 
+  it("NaN stays NaN in hardshrink, softshrink, threshold, hardsigmoid and hardswish, with torch's gradient", function()
+    local nan, inf = 0 / 0, math.huge
+    -- torch 2.15 at x = [nan, 0.2, -3, inf, -0.5]: outputs and the gradients of their sums
+    local want = {
+      hardshrink = {function(x) return F.hardshrink(x, 0.5) end, {nan, 0, -3, inf, 0}, {1, 0, 1, 1, 0}},
+      softshrink = {function(x) return F.softshrink(x, 0.5) end, {nan, 0, -2.5, inf, 0}, {1, 0, 1, 1, 0}},
+      threshold = {function(x) return F.threshold(x, 0.5, -2.0) end, {nan, -2, -2, inf, -2}, {1, 0, 0, 1, 0}},
+      -- (torch's hardsigmoid gradient is 1/6 rounded to float32, 0.1666666716337204: 1e-8 below)
+      hardsigmoid = {F.hardsigmoid, {nan, 0.5333333333333333, 0, 1, 0.4166666666666667}, {0, 1 / 6, 0, 0, 1 / 6}, 1e-8},
+      hardswish = {F.hardswish, {nan, 0.10666666666666669, 0, inf, -0.20833333333333334},
+                   {1, 0.5666666666666667, 0, 1, 0.33333333333333337}},
+    }
+    for name, c in pairs(want) do
+      local x = accel.tensor({nan, 0.2, -3, inf, -0.5}, {dtype = accel.float64, requires_grad = true})
+      local y = c[1](x)
+      y:sum():backward()
+      support.assert_values(c[2], y, 1e-15, name)
+      support.assert_values(c[3], x.grad, c[4] or 1e-15, name .. " gradient")
+    end
+  end)
+
   it("prelu: per-channel weight, gradients of input and weight", function()
     local x, w = inputs()
     local weight = accel.tensor({0.1, 0.3, 0.5}, f64):requires_grad_(true)

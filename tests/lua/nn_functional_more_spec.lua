@@ -134,6 +134,25 @@ describe("activations", function()
     end
   end)
 
+  it("softplus of float16 and bfloat16 computes in float32, as torch's (exp(12) overflows float16)", function()
+    -- torch 2.15: F.softplus(x, beta, 20) of x = [12, 24.75, 38.5] and the gradient of its sum
+    local want = {
+      {accel.float16, 0.5, {12.0078125, 24.75, 38.5}, {0.99755859375, 1, 1}},
+      {accel.float16, 1, {12, 24.75, 38.5}, {1, 1, 1}},
+      {accel.bfloat16, 0.5, {12, 24.75, 38.5}, {0.99609375, 1, 1}},
+      {accel.bfloat16, 1, {12, 24.75, 38.5}, {1, 1, 1}},
+    }
+    for _, c in ipairs(want) do
+      local x = accel.tensor({12, 24.75, 38.5}, {dtype = c[1], requires_grad = true})
+      local y = F.softplus(x, c[2], 20)
+      y:sum():backward()
+      local what = c[1].name .. " beta " .. c[2]
+      assert.are.equal(c[1], y.dtype, what)
+      support.assert_values(c[3], y, 0, what)
+      support.assert_values(c[4], x.grad, 0, what .. " gradient")
+    end
+  end)
+
   it("the modules print as PyTorch's and forward as the functions", function()
     -- torch 2.15: Softplus(beta=1.0, threshold=20.0) Softplus(beta=2, threshold=10) ELU(alpha=1.0)
     -- ELU(alpha=0.5, inplace=True) LogSigmoid()

@@ -186,6 +186,19 @@ function M.assert_close(a, b, tol)
   luassert.is_true(d <= (tol or 1e-12), "max diff " .. d)
 end
 
+-- Asserts got (a tensor or a nested list) equals the list exp element by
+-- element within tol (default 0): NaN matching NaN, an infinity itself.
+function M.assert_values(exp, got, tol, what)
+  local e, g = M.flatten(exp), M.flatten(accel.is_tensor(got) and got:tolist() or got)
+  luassert.are.equal(#e, #g, (what or "values") .. ": element count")
+  for i = 1, #e do
+    local same = e[i] == g[i] or (e[i] ~= e[i] and g[i] ~= g[i]) or math.abs(e[i] - g[i]) <= (tol or 0)
+    if not same then
+      error(("%s: element %d: expected %s, got %s"):format(what or "values", i, tostring(e[i]), tostring(g[i])), 2)
+    end
+  end
+end
+
 -- PyTorch's pooling output size along one dim of size n (kernel k, stride s,
 -- padding p, dilation d): the floor (or ceil) of the window count; with
 -- ceil_mode the last window must start inside the input or its left padding.

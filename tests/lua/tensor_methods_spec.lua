@@ -11,7 +11,7 @@ local f32, f64, i64 = {dtype = accel.float32}, {dtype = accel.float64}, {dtype =
 local nan = 0 / 0
 local expect_error = support.expect_error
 
-local close = support.assert_close
+local close, values = support.assert_close, support.assert_values
 
 -- the 0-based order sorting list (ties by position), NaN largest
 local function ref_order(list, descending)
@@ -450,6 +450,33 @@ describe("running extremes, runs and histograms (torch 2.15's results)", functio
     assert.same({-1000, 0}, accel.tensor({-1000, 0}, f64):logcumsumexp(1):tolist())
   end)
 
+  it("logaddexp and logcumsumexp of equal infinities are that infinity, with torch's gradients", function()
+    local inf = math.huge
+    local function leaf(v) return accel.tensor(v, {dtype = accel.float64, requires_grad = true}) end
+    -- torch 2.15: logaddexp([-inf, -inf, inf, 0, 1], [-inf, 1, inf, -inf, 2]) and its gradients (sum)
+    local a, b = leaf({-inf, -inf, inf, 0, 1}), leaf({-inf, 1, inf, -inf, 2})
+    local r = a:logaddexp(b)
+    r:sum():backward()
+    values({-inf, 1, inf, 0, 2.313261687518223}, r, 1e-15, "logaddexp")
+    values({nan, 0, nan, 1, 0.2689414213699951}, a.grad, 1e-15, "logaddexp grad a")
+    values({nan, 1, nan, 0, 0.7310585786300049}, b.grad, 1e-15, "logaddexp grad b")
+    -- torch 2.15: logcumsumexp and the gradient of (r * w):sum()
+    local cases = {
+      {{-inf, -inf, 0}, {1, 1, 1}, {-inf, -inf, 0}, {nan, nan, 1}},
+      {{0, -inf, 1, inf, 1, inf}, {1, 1, 1, 1, 1, 1}, {0, 0, 1.3132616875182228, inf, inf, inf},
+       {2.268941421369995, 0, 0.7310585786300049, nan, 0, nan}},
+      {{1, 2, 3}, {1, -2, 0.5}, {1, 2.313261687518223, 3.4076059644443806},
+       {0.5071324438452001, -1.3397529217326107, 0.33262047788741084}},
+    }
+    for k, c in ipairs(cases) do
+      local x = leaf(c[1])
+      local y = x:logcumsumexp(1)
+      local _ = (y * accel.tensor(c[2], f64)):sum():backward()
+      values(c[3], y, 1e-14, "logcumsumexp " .. k)
+      values(c[4], x.grad, 1e-14, "logcumsumexp grad " .. k)
+    end
+  end)
+
   it("unique_consecutive, mode and histc", function()
     local u, inv, counts = accel.tensor({1, 1, 2, 2, 2, 3, 1}):unique_consecutive({return_inverse = true, return_counts = true})
     assert.same({1, 2, 3, 1}, u:tolist())
@@ -643,6 +670,28 @@ describe("small compositions (torch 2.15's results)", function()
     close(accel.tensor({0.25}, f64):logit(), accel.tensor({math.log(1 / 3)}, f64))
     local lo, hi = accel.tensor({{1, 2}, {3, 4}}):aminmax()
     assert.same({1, 4}, {lo:item(), hi:item()})
+  end)
+
+  it("xlogy's gradient for x is log(y) where x is 0 too, as torch's", function()
+    local x = accel.tensor({0, 1, 0, 0, 0, 2, 0}, {dtype = accel.float64, requires_grad = true})
+    local y = accel.tensor({2, 2, 0.5, 0, nan, 0, -1}, {dtype = accel.float64, requires_grad = true})
+    local r = x:xlogy(y)
+    r:sum():backward()
+    -- torch 2.15's xlogy(x, y) and its gradients
+    local log2 = 0.6931471805599453
+    values({0, log2, 0, 0, nan, -math.huge, 0}, r, 1e-15, "xlogy")
+    values({log2, log2, -log2, 0, nan, -math.huge, 0}, x.grad, 1e-15, "xlogy grad x")
+    values({0, 0.5, 0, nan, nan, math.huge, 0}, y.grad, 1e-15, "xlogy grad y")
+    -- a number y; torch 2.15: xlogy([0, 1], 0.0) = [0, -inf], gradient [0, -inf]
+    local z = accel.tensor({0, 1}, {dtype = accel.float64, requires_grad = true})
+    r = z:xlogy(0.0)
+    r:sum():backward()
+    values({0, -math.huge}, r, 0, "xlogy number")
+    values({0, -math.huge}, z.grad, 0, "xlogy number grad")
+    -- a zero incoming gradient stays 0 where y is 0 (torch 2.15: [0, 0.6931])
+    local w = accel.tensor({1, 1}, {dtype = accel.float64, requires_grad = true})
+    local _ = (w:xlogy(accel.tensor({0, 2}, f64)) * accel.tensor({0, 1}, f64)):sum():backward()
+    values({0, log2}, w.grad, 1e-15, "xlogy zero gradient")
   end)
 end)
 

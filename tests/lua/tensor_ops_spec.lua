@@ -360,6 +360,24 @@ describe("elementwise unary math", function()
     assert_exact({1, 1, 1, 0, 0}, grad(function(z) return z:clamp(nil, 1) end))
   end)
 
+  it("one-sided clamp passes the gradient of an infinite input on its open side, as torch's", function()
+    local function grad(f)
+      local z = accel.tensor({-inf, inf, 1, 2.5, -2.5, nan}, {requires_grad = true})
+      f(z):sum():backward()
+      return z.grad:tolist()
+    end
+    -- torch 2.15: clamp(max=2.5), clamp(min=-2.5), clamp(-2.5, 2.5) gradients at [-inf, inf, 1, 2.5, -2.5, nan]
+    local max_grad, min_grad = {1, 0, 1, 0, 1, 0}, {0, 1, 1, 1, 0, 0}
+    assert_exact(max_grad, grad(function(z) return z:clamp({max = 2.5}) end), "clamp {max}")
+    assert_exact(max_grad, grad(function(z) return z:clamp(nil, 2.5) end), "clamp(nil, max)")
+    assert_exact(max_grad, grad(function(z) return z:clamp_max(2.5) end), "clamp_max")
+    assert_exact(max_grad, grad(function(z) return (z * 1):clamp_({max = 2.5}) end), "clamp_ {max}")
+    assert_exact(min_grad, grad(function(z) return z:clamp({min = -2.5}) end), "clamp {min}")
+    assert_exact(min_grad, grad(function(z) return z:clamp(-2.5) end), "clamp(min)")
+    assert_exact(min_grad, grad(function(z) return z:clamp_min(-2.5) end), "clamp_min")
+    assert_exact({0, 0, 1, 0, 0, 0}, grad(function(z) return z:clamp(-2.5, 2.5) end), "clamp(min, max)")
+  end)
+
   it("clamp with tensor bounds (broadcast), a tensor and a number, and its gradient", function()
     local x = accel.tensor{-2, 0.5, 3, 10}
     assert_exact({0, 0.5, 3, 5}, x:clamp(accel.zeros(4), accel.tensor{1, 1, 5, 5}):tolist())

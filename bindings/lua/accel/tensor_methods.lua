@@ -15,6 +15,19 @@ local unpack = compat.unpack
 
 local no_more = util.no_more
 
+-- the largest finite value of each floating dtype
+local FINITE_MAX = {float32 = 3.4028234663852886e38, float64 = 1.7976931348623157e308, bfloat16 = 3.3895313892515355e38,
+                    float16 = 65504, float8_e4m3fn = 448, float8_e5m2 = 57344}
+
+-- a function calling the accel.autograd.Function of def, made on first use
+local function custom_function(def)
+  local fn
+  return function(...)
+    fn = fn or require("accel.autograd").Function(def)
+    return fn(...)
+  end
+end
+
 -- dim d of t as a positive 1-based dim (a 0-d tensor takes 1 and -1).
 local function positive_dim(op, t, d)
   local nd = math.max(t:dim(), 1)
@@ -582,8 +595,37 @@ function M.frac(t) return t - t:trunc() end
 -- the larger (smaller) where one side is NaN: the other, as torch's fmax / fmin
 function M.fmax(t, u) return accel.where(t:isnan(), u, accel.where(u:isnan(), t, t:maximum(u))) end
 function M.fmin(t, u) return accel.where(t:isnan(), u, accel.where(u:isnan(), t, t:minimum(u))) end
--- t * log(u), 0 where t is 0
-function M.xlogy(t, u) return accel.where(t:eq(0), 0, t * (accel.is_tensor(u) and u:log() or math.log(u))) end
+-- a * log(y) (y a tensor or a number), 0 where a is 0 unless y is NaN
+local function xlogy_value(a, y)
+  local log_y = accel.is_tensor(y) and y:log() or math.log(y)
+  if not accel.is_tensor(y) and y ~= y then return a * log_y end
+  local zero = a:eq(0)
+  if accel.is_tensor(y) then zero = zero:logical_and(y:isnan():logical_not()) end
+  return accel.where(zero, 0, a * log_y)
+end
+
+-- t:xlogy(u) with torch's gradients: for t, xlogy(grad, u), so log(u) where t
+-- is 0 too, except 0 where t is 0 and u <= 0; for u, grad * t / u
+local xlogy = custom_function{
+  name = "xlogy",
+  forward = function(ctx, x, y)
+    ctx:save_for_backward(x, accel.is_tensor(y) and y or nil)
+    ctx.y = y
+    return xlogy_value(x, y)
+  end,
+  backward = function(ctx, g)
+    local x, y = ctx.saved_tensors[1], ctx.saved_tensors[2] or ctx.y
+    local gx, gy
+    if ctx.needs_input_grad[1] then
+      local masked = accel.is_tensor(y) and x:eq(0):logical_and(y:le(0)) or (y <= 0 and x:eq(0))
+      gx = xlogy_value(g, y)
+      if masked then gx = accel.where(masked, 0, gx) end
+    end
+    if ctx.needs_input_grad[2] then gy = g * x / y end
+    return gx, gy
+  end,
+}
+function M.xlogy(t, u) return xlogy(t, u) end
 -- log(p / (1 - p)), p clamped to [eps, 1 - eps] when eps is given
 function M.logit(t, eps)
   local p = eps and t:clamp(eps, 1 - eps) or t
@@ -627,11 +669,43 @@ end
 function M.cummax(t, dim) return cumulative_extreme("cummax", t, dim, true) end
 function M.cummin(t, dim) return cumulative_extreme("cummin", t, dim, false) end
 
+-- log(exp(t) + exp(u)), from the larger one; t itself where t and u are the
+-- same infinity (their difference is NaN there)
+local function logaddexp_value(t, u)
+  local r = t:maximum(u) + (-(t - u):abs()):exp():log1p()
+  return accel.where(t:isinf():logical_and(t:eq(u)), t, r)
+end
+
+local function logcumsumexp_value(x, d) return running(x, d, logaddexp_value) end
+
+-- x:logcumsumexp(d) (r) with torch's gradient: exp(x_i + log sum_{j >= i}
+-- g_j exp(-r_j)), the sum of the positive and the negative g in log space
+-- (a zero g there the dtype's lowest value, as torch's); NaN where x_i and
+-- r_j are the same infinity, as torch's
+local logcumsumexp = custom_function{
+  name = "logcumsumexp",
+  forward = function(ctx, x, d)
+    local r = logcumsumexp_value(x, d)
+    ctx:save_for_backward(x, r)
+    ctx.d = d
+    return r
+  end,
+  backward = function(ctx, g)
+    local x, r, d = ctx.saved_tensors[1], ctx.saved_tensors[2], ctx.d
+    local log_g, lowest = g:abs():log(), -FINITE_MAX[g.dtype.name]
+    local function part(mask) -- exp(x_i + log sum_{j >= i} |g_j| exp(-r_j)) over the g in mask
+      local terms = accel.where(mask, log_g, lowest) - r
+      return (logcumsumexp_value(terms:flip(d), d):flip(d) + x):exp()
+    end
+    return part(g:gt(0)) - part(g:lt(0))
+  end,
+}
+
 -- t:logcumsumexp(dim): log of the running sums of exp(t), one logaddexp per
 -- position (exact for widely spread values)
 function M.logcumsumexp(t, dim)
   local d = positive_dim("logcumsumexp", t, dim)
-  return running(t.dtype.is_floating_point and t or t:float(), d, M.logaddexp)
+  return logcumsumexp(t.dtype.is_floating_point and t or t:float(), d)
 end
 
 -- ---- reductions and element-wise compositions ----
@@ -696,11 +770,21 @@ function M.clamp_max(t, v) return t:clamp(nil, v) end
 function M.clamp_min_(t, v) return t:clamp_(v, nil) end
 function M.clamp_max_(t, v) return t:clamp_(nil, v) end
 
--- log(exp(t) + exp(u)), from the larger one
-function M.logaddexp(t, u)
-  local m = t:maximum(u)
-  return m + (-(t - u):abs()):exp():log1p()
-end
+-- t:logaddexp(u) with torch's gradients: g / (1 + exp(u - t)) for t and
+-- g / (1 + exp(t - u)) for u (NaN where t and u are the same infinity)
+local logaddexp = custom_function{
+  name = "logaddexp",
+  forward = function(ctx, t, u)
+    ctx:save_for_backward(t, accel.is_tensor(u) and u or nil)
+    ctx.u = u
+    return logaddexp_value(t, u)
+  end,
+  backward = function(ctx, g)
+    local diff = ctx.saved_tensors[1] - (ctx.saved_tensors[2] or ctx.u) -- t - u
+    return g / ((-diff):exp() + 1), ctx.needs_input_grad[2] and g / (diff:exp() + 1) or nil
+  end,
+}
+function M.logaddexp(t, u) return logaddexp(t, u) end
 
 -- t:outer(v) of 1-D t (n) and v (m): (n, m)
 function M.outer(t, v)
@@ -723,8 +807,6 @@ end
 
 -- NaN, inf and -inf replaced (by 0 and the dtype's largest / lowest finite
 -- values unless given)
-local FINITE_MAX = {float32 = 3.4028234663852886e38, float64 = 1.7976931348623157e308, bfloat16 = 3.3895313892515355e38,
-                    float16 = 65504, float8_e4m3fn = 448, float8_e5m2 = 57344}
 function M.nan_to_num(t, ...)
   local a = torch_args("nan_to_num", {"nan:number", "posinf:number", "neginf:number"}, ...)
   if not t.dtype.is_floating_point then return t:clone() end

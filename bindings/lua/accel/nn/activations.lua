@@ -51,19 +51,22 @@ function FUNCTIONS.relu6(x, ...)
   return result(x, inside(x, 0, 6, x, x:clamp(0, 6)), a.inplace)
 end
 
--- hardsigmoid(x, [inplace = false]) = relu6(x + 3) / 6
+-- hardsigmoid(x, [inplace = false]) = relu6(x + 3) / 6 (NaN stays NaN, as torch's)
 function FUNCTIONS.hardsigmoid(x, ...)
   local a = torch_args("hardsigmoid", {"inplace:bool"}, ...)
   input_arg("hardsigmoid", x)
-  return result(x, inside(x, -3, 3, x / 6 + 0.5, x:gt(0):to(x.dtype)), a.inplace)
+  return result(x, inside(x, -3, 3, x / 6 + 0.5, x:clamp(-3, 3) / 6 + 0.5), a.inplace)
 end
 
 -- hardswish(x, [inplace = false]) = x relu6(x + 3) / 6; the gradient at
--- -3 is 0 and at 3 is 1, as PyTorch's backward gives
+-- -3 is 0 and at 3 is 1, as PyTorch's backward gives (and at NaN 1, NaN
+-- staying NaN)
 function FUNCTIONS.hardswish(x, ...)
   local a = torch_args("hardswish", {"inplace:bool"}, ...)
   input_arg("hardswish", x)
-  local y = accel.where(x:gt(-3):logical_and(x:lt(3)), x * (x + 3) / 6, accel.where(x:ge(3), x, accel.zeros_like(x)))
+  local inner = x:gt(-3):logical_and(x:lt(3))
+  local xs = accel.where(inner, x, 0) -- (the unused side finite: its zero gradient stays 0 at inf and NaN)
+  local y = accel.where(inner, xs * (xs + 3) / 6, accel.where(x:le(-3), accel.zeros_like(x), x))
   return result(x, y, a.inplace)
 end
 
@@ -146,12 +149,12 @@ function FUNCTIONS.glu(x, ...)
   return halves[1] * halves[2]:sigmoid()
 end
 
--- threshold(x, threshold, value, [inplace = false]): x above threshold, else value
+-- threshold(x, threshold, value, [inplace = false]): value up to threshold, else x (NaN too, as torch's)
 function FUNCTIONS.threshold(x, ...)
   local a = torch_args("threshold", {"threshold:number", "value:number", "inplace:bool"}, ...)
   input_arg("threshold", x)
   if a.threshold == nil or a.value == nil then raise("threshold: threshold and value must be given") end
-  return result(x, accel.where(x:gt(a.threshold), x, accel.full_like(x, a.value)), a.inplace)
+  return result(x, accel.where(x:le(a.threshold), accel.full_like(x, a.value), x), a.inplace)
 end
 
 -- softmin(x, dim, [{dtype =}]) = softmax(-x, dim)
@@ -160,21 +163,22 @@ function FUNCTIONS.softmin(x, dim, o)
   return F.softmax(-x, dim, o)
 end
 
--- hardshrink(x, [lambd = 0.5]): x where |x| > lambd, else 0
+-- hardshrink(x, [lambd = 0.5]): 0 where |x| <= lambd, else x (NaN too, as torch's)
 function FUNCTIONS.hardshrink(x, ...)
   local a = torch_args("hardshrink", {"lambd:number"}, ...)
   input_arg("hardshrink", x)
   local l = a.lambd or 0.5
-  return accel.where(x:abs():gt(l), x, accel.zeros_like(x))
+  return accel.where(x:abs():le(l), accel.zeros_like(x), x)
 end
 
 -- softshrink(x, [lambd = 0.5]): x - lambd above lambd, x + lambd below -lambd, else 0
+-- (inside, x * 0 as torch's, so -0 below 0; NaN stays NaN with gradient 1, as torch's)
 function FUNCTIONS.softshrink(x, ...)
   local a = torch_args("softshrink", {"lambd:number"}, ...)
   input_arg("softshrink", x)
   local l = a.lambd or 0.5
   if l < 0 then raise("softshrink: lambda must be greater or equal to 0, but found to be %s.", py(l)) end
-  return accel.where(x:gt(l), x - l, accel.where(x:lt(-l), x + l, accel.zeros_like(x)))
+  return accel.where(x:abs():le(l), x:detach() * 0, x - x:sign() * l)
 end
 
 for name, fn in pairs(FUNCTIONS) do rawset(F, name, fn) end

@@ -93,14 +93,18 @@ function F.leaky_relu(x, slope, o, ...)
 end
 
 -- softplus(x, [beta = 1], [threshold = 20]): log(1 + exp(beta x)) / beta,
--- x itself where beta x > threshold
+-- x itself where beta x > threshold; a half dtype computes in float32, as
+-- torch's (exp(12) is past float16's range)
 function F.softplus(x, ...)
   local a = torch_args("softplus", {"beta:number", "threshold:number"}, ...)
   tensor_arg("softplus", "input", x)
   local beta, threshold = a.beta or 1, a.threshold or 20
-  local bx = beta == 1 and x or x * beta
+  local half = x.dtype == accel.float16 or x.dtype == accel.bfloat16
+  local cx = half and x:float() or x
+  local bx = beta == 1 and cx or cx * beta
   local soft = bx:clamp(nil, threshold + 1):exp():log1p() -- the bound only keeps the unused side finite
-  return accel.where(bx:gt(threshold), x, beta == 1 and soft or soft / beta)
+  local y = accel.where(bx:gt(threshold), cx, beta == 1 and soft or soft / beta)
+  return half and y:to(x.dtype) or y
 end
 
 -- elu(x, [alpha = 1], [inplace = false]): x where x > 0, else alpha (exp(x) - 1)
