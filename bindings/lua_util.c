@@ -808,20 +808,25 @@ Tensor *lu_tensor_or_scalar(lua_State *L, int idx, const Tensor *like) {
     return tensor_full(NULL, 0, lua_toboolean(L, idx), DT_BOOL, like ? like->device : lu_default_device(L));
 }
 
-/* A number at idx meeting the tensor like in where: an integer one stays in
- * like's integer dtype, which must hold it (torch's "without overflow"). */
-static void check_where_number(lua_State *L, int idx, const Tensor *like) {
-    if (like && lua_isinteger(L, idx) && !dtype_is_float(like->dtype) && like->dtype != DT_BOOL)
-        lu_check_fill_value(L, (double)lua_tointeger(L, idx), like->dtype, "where");
+/* The operand at idx of where beside the tensor like: an integer number
+ * beside an integer tensor is a 0-dim tensor of like's dtype, which must
+ * hold it (torch's "without overflow"; uint8 wraps -1 to 255), so that, as
+ * torch's wrapped number, it never widens like's dtype even when like is
+ * 0-dim too (where(c, 3, uint8 0-dim) is uint8). */
+static Tensor *where_operand(lua_State *L, int idx, const Tensor *like) {
+    if (!like || !lua_isinteger(L, idx) || dtype_is_float(like->dtype) || like->dtype == DT_BOOL)
+        return lu_tensor_or_scalar(L, idx, like);
+    lu_check_fill_value(L, (double)lua_tointeger(L, idx), like->dtype, "where");
+    Tensor *r = tensor_to_dtype_owned(lu_tensor_or_scalar(L, idx, like), like->dtype);
+    if (!r) lu_core_error(L);
+    return r;
 }
 
 Tensor *lu_where(lua_State *L, Tensor *cond, int ia, int ib) {
     lu_check_tensor_or_scalar(L, ia);
     lu_check_tensor_or_scalar(L, ib);
     Tensor *like = lu_to_tensor(L, ia) ? lu_to_tensor(L, ia) : lu_to_tensor(L, ib);
-    check_where_number(L, ia, like);
-    check_where_number(L, ib, like);
-    Tensor *a = lu_tensor_or_scalar(L, ia, like), *b = lu_tensor_or_scalar(L, ib, like);
+    Tensor *a = where_operand(L, ia, like), *b = where_operand(L, ib, like);
     Tensor *r = op_where(cond, a, b);
     tensor_release(a), tensor_release(b);
     return r;

@@ -83,6 +83,7 @@ typedef struct {
     bool is_int;
     int rounding; /* div: 0 none, 1 "floor", 2 "trunc" */
     int result_dtype; /* >= 0: the dtype the result is rounded to (t is a bf16 / fp16 operand scaled in float32) */
+    bool number_lhs;  /* the number is the left operand (number op self) */
 } Other;
 
 /* Both operands integral (an integer / bool tensor, an integer tensor or number) */
@@ -104,7 +105,7 @@ static double alpha_arg(lua_State *L) {
 static Other other_arg(lua_State *L, KBinOp op, Tensor *self) {
     bool_operand(L, 2, self);
     wide_int_operand(L, 2, self);
-    Other o = {lu_to_tensor(L, 2), false, 0, false, 0, -1};
+    Other o = {lu_to_tensor(L, 2), false, 0, false, 0, -1, false};
     bool scaled = op == KB_ADD || op == KB_SUB;
     lu_check_call_opts(L, 3, scaled ? "alpha" : op == KB_DIV ? "rounding_mode" : "");
     if (!lua_isnoneornil(L, 3) && !lu_is_opts(L, 3))
@@ -145,9 +146,9 @@ static Other other_arg(lua_State *L, KBinOp op, Tensor *self) {
     return o;
 }
 
-/* self op other (a tensor or a number) */
+/* self op other (a tensor or a number), or number op self */
 static Tensor *apply_other(KBinOp op, Tensor *self, const Other *o) {
-    return o->t ? op_binary(op, self, o->t) : op_binary_scalar(op, self, o->v, o->is_int, false);
+    return o->t ? op_binary(op, self, o->t) : op_binary_scalar(op, self, o->v, o->is_int, o->number_lhs);
 }
 
 /* torch.div(a, b, rounding_mode = "trunc"): the quotient rounded toward
@@ -182,13 +183,23 @@ static bool takes_number_first(KBinOp op) { return op <= KB_DIV || op == KB_FLOO
 
 /* number op t, with the options of t's method (alpha scales t). As torch,
  * the number is a 0-dim tensor of t's kind, rounded to a bf16 / fp16 t's
- * dtype also for mul and div (t * number scales by its full value). */
+ * dtype also for mul and div (t * number scales by its full value). An
+ * integer beside an integer tensor is a wrapped scalar, as in 2 * t: it
+ * keeps t's dtype also when t is 0-dim (accel.mul(2, int32 0-dim) is int32)
+ * and wraps into a uint8 / int32 one as torch (accel.sub(300, uint8 5) is 39). */
 static Tensor *number_op(lua_State *L, KBinOp op) {
     Tensor *t = lu_check_tensor(L, 2);
     Other o = other_arg(L, op, t); /* may raise: before n exists */
-    Tensor *n = lu_tensor_or_scalar(L, 1, t);
-    Tensor *r = binary_other(op, n, &o);
-    tensor_release(n);
+    Tensor *r;
+    if (lua_isinteger(L, 1) && !lu_is_wide_integer(L, 1) && !dtype_is_float(t->dtype) && t->dtype != DT_BOOL) {
+        Other n = {.v = (double)lua_tointeger(L, 1), .is_int = true, .rounding = o.rounding,
+                   .result_dtype = o.result_dtype, .number_lhs = true};
+        r = binary_other(op, o.t, &n);
+    } else {
+        Tensor *n = lu_tensor_or_scalar(L, 1, t);
+        r = binary_other(op, n, &o);
+        tensor_release(n);
+    }
     if (o.owned) tensor_release(o.t);
     return r;
 }
@@ -242,9 +253,16 @@ static int t_isnan(lua_State *L) {
     return ret(L, op_binary(KB_NE, self, self));
 }
 
+/* isinf / isfinite of an integer or bool tensor: all v, as torch's (bool
+ * has neither abs nor sub) */
+static int integral_const(lua_State *L, const Tensor *self, bool v) {
+    return ret(L, tensor_full(self->shape, self->ndim, v, DT_BOOL, self->device));
+}
+
 static int t_isinf(lua_State *L) {
     Tensor *self = SELF;
     lu_check_no_more_args(L, 2);
+    if (!dtype_is_float(self->dtype)) return integral_const(L, self, false);
     Tensor *m = op_unary(KU_ABS, self, 0, 0);
     Tensor *out = m ? op_binary_scalar(KB_EQ, m, INFINITY, false, false) : NULL;
     tensor_release(m);
@@ -254,6 +272,7 @@ static int t_isinf(lua_State *L) {
 static int t_isfinite(lua_State *L) {
     Tensor *self = SELF;
     lu_check_no_more_args(L, 2);
+    if (!dtype_is_float(self->dtype)) return integral_const(L, self, true);
     Tensor *d = op_binary(KB_SUB, self, self);
     Tensor *out = d ? op_binary_scalar(KB_EQ, d, 0, true, false) : NULL;
     tensor_release(d);

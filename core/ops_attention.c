@@ -44,11 +44,21 @@ static Tensor *heads_last(int nd, int64_t B, int64_t H, int64_t L, int64_t D, DT
     return t;
 }
 
-/* t in dtype dt with a contiguous last dim (t itself when it already is). */
+/* Whether the last two dims of t (rows, cols) make a GEMM matrix: unit
+ * column stride, rows not overlapping (a stride-0 broadcast row or column,
+ * as from expand, is not one: the GEMMs refuse such a leading dimension). */
+static bool gemm_rows_ok(const Tensor *t) {
+    const int64_t rows = t->shape[t->ndim - 2], cols = t->shape[t->ndim - 1];
+    if (cols > 1 && t->stride[t->ndim - 1] != 1) return false;
+    return rows <= 1 || t->stride[t->ndim - 2] >= (cols > 1 ? cols : 1);
+}
+
+/* t in dtype dt laid out for the kernel's GEMMs (t itself when it already
+ * is; batch and head strides may be anything, 0 included). */
 static Tensor *kernel_operand(Tensor *t, DType dt) {
     bool prev = ag_set_grad_enabled(false);
     Tensor *c = tensor_to_dtype(t, dt), *r = c;
-    if (c && c->stride[c->ndim - 1] != 1 && c->shape[c->ndim - 1] > 1) {
+    if (c && !gemm_rows_ok(c)) {
         r = tensor_contiguous(c);
         tensor_release(c);
     }

@@ -207,8 +207,10 @@ static int bw_layer_norm(AGNode *n, Tensor *g, Tensor **gin) {
     int64_t C = n->i[0], rows = C ? x->numel / C : 0;
     Tensor *gc = tensor_contiguous_as(g, x->dtype), *gx = gc ? tensor_empty_like(x) : NULL;
     bool gw_needed = n->n_in > 1 && ag_input_needs_grad(n, 1), gb_needed = n->n_in > 2 && ag_input_needs_grad(n, 2);
-    Tensor *gw = gx && gw_needed ? tensor_zeros(&C, 1, x->dtype, x->device) : NULL;
-    Tensor *gb = gx && gb_needed ? tensor_zeros(&C, 1, x->dtype, x->device) : NULL;
+    /* weight/bias shaped as given (normalized_shape, C elements): a flat (C) gradient
+     * would be taken for a broadcast one when normalized_shape ends in 1 */
+    Tensor *gw = gx && gw_needed ? tensor_zeros(n->edges[1].shape, n->edges[1].ndim, x->dtype, x->device) : NULL;
+    Tensor *gb = gx && gb_needed ? tensor_zeros(n->edges[2].shape, n->edges[2].ndim, x->dtype, x->device) : NULL;
     if (gx) {
         backend_for(x->device)->layernorm_bwd(x->dtype, tensor_data(x), w ? tensor_data(w) : NULL, tensor_data(mean),
                                               tensor_data(rstd), tensor_data(gc), rows, C, tensor_data(gx),

@@ -51,6 +51,16 @@ describe("fused attention: gradients (float64 finite differences)", function()
     check(fused(true, 0.3), {gc.randn(1, 1, 70, 2), gc.randn(1, 1, 300, 2), gc.randn(1, 1, 300, 1)})
   end)
 
+  it("expanded (stride-0) key, value and query rows, causal or not", function()
+    -- once refused as "out of memory or GEMM failure": a stride-0 row is no GEMM leading dimension
+    for _, causal in ipairs({false, true}) do
+      check(function(q, k, v) return fused(causal, 0.6)(q, k:expand(1, 2, 4, 3), v:expand(1, 2, 4, 2)) end,
+        {gc.randn(1, 2, 3, 3), gc.randn(1, 1, 1, 3), gc.randn(1, 2, 1, 2)})
+      check(function(q, k, v) return fused(causal, 0.6)(q:expand(2, 3, 2), k, v) end,
+        {gc.randn(2, 1, 2), gc.randn(2, 5, 2), gc.randn(2, 5, 1)})
+    end
+  end)
+
   it("q, k, v as strided views of one packed projection, through F", function()
     local B, T, H, D = 2, 5, 2, 3
     local function attn(qkv)
@@ -86,6 +96,28 @@ describe("fused attention: values", function()
     assert.is_true(max_abs_diff(q.grad, q64.grad) < 1e-5)
     assert.is_true(max_abs_diff(k.grad, k64.grad) < 1e-5)
     assert.is_true(max_abs_diff(v.grad, v64.grad) < 1e-5)
+  end)
+
+  it("expanded key / value give the contiguous ones' values, float32 and float64", function()
+    for _, dt in ipairs({accel.float32, f64}) do
+      local q, k, v = accel.randn(1, 2, 3, 2, {dtype = dt}), accel.randn(1, 1, 1, 2, {dtype = dt}), accel.randn(1, 2, 3, 2, {dtype = dt})
+      local ke, ve = k:expand(1, 2, 3, 2), v:narrow(3, 1, 1):expand(1, 2, 3, 2)
+      for _, causal in ipairs({false, true}) do
+        local y = F.scaled_dot_product_attention(q, ke, ve, {is_causal = causal})
+        assert.is_true(max_abs_diff(y, reference(q, ke, ve, causal)) < 1e-6)
+      end
+    end
+  end)
+
+  it("a one-column value's gradient through sum() (a stride-0 output gradient)", function()
+    local q, k, v = gc.randn(1, 2, 3, 2), gc.randn(1, 2, 3, 2), gc.randn(1, 2, 3, 1)
+    F.scaled_dot_product_attention(q, k, v):sum():backward()
+    local q2, k2, v2 = q:detach():requires_grad_(), k:detach():requires_grad_(), v:detach():requires_grad_()
+    local s = q2:matmul(k2:transpose(-2, -1)) / math.sqrt(2) -- the same through plain differentiable ops
+    s:softmax(-1):matmul(v2):sum():backward()
+    assert.is_true(max_abs_diff(q.grad, q2.grad) < 1e-12)
+    assert.is_true(max_abs_diff(k.grad, k2.grad) < 1e-12)
+    assert.is_true(max_abs_diff(v.grad, v2.grad) < 1e-12)
   end)
 
   it("a 4-D output is stored heads-last, so transpose(2, 3) is contiguous", function()

@@ -601,6 +601,13 @@ describe("normalisation, embedding, indexing", function()
     check(function(x, w, b) return F.layer_norm(x, {3, 4}, w, b) end, {randn(2, 3, 4), randn(3, 4), randn(3, 4)})
   end)
 
+  it("layer_norm over a normalized_shape ending in 1, with weight and bias", function()
+    -- the (3, 1) weight's gradient was once taken for a broadcast one and refused
+    check(function(x, w, b) return F.layer_norm(x, {3, 1}, w, b) end, {randn(2, 3, 1), randn(3, 1), randn(3, 1)})
+    check(function(x, w, b) return F.layer_norm(x, {2, 3, 1}, w, b) end, {randn(2, 2, 3, 1), randn(2, 3, 1), randn(2, 3, 1)})
+    check(function(x, w) return F.rms_norm(x, {3, 1}, w) end, {randn(2, 3, 1), randn(3, 1)})
+  end)
+
   it("layer_norm of a non-contiguous input", function()
     check(function(x, w, b) return F.layer_norm(x:t(), {3}, w, b) end, {randn(3, 4), randn(3), randn(3)})
   end)

@@ -495,6 +495,20 @@ describe("running extremes, runs and histograms (torch 2.15's results)", functio
     assert.same({1, 0, 1}, accel.tensor({1, 0 / 0, 2}, f32):histc(3, 0.5, 2.5):tolist()) -- NaN ignored in a range
   end)
 
+  it("mode's values carry the gradient to the returned index (torch 2.15's ModeBackward0)", function()
+    local x = accel.tensor({{1, 2, 2}, {3, 3, 1}}, {dtype = accel.float32, requires_grad = true})
+    local v = x:mode(2)
+    assert.is_true(v.requires_grad)
+    v:mul(accel.tensor({2, 5}, f32)):sum():backward()
+    assert.same({{0, 0, 2}, {0, 5, 0}}, x.grad:tolist()) -- torch 2.15: [[0., 0., 2.], [0., 5., 0.]]
+    x.grad = nil
+    local vk, ik = x:mode(1, true)
+    assert.same({{1, 2, 1}}, vk:tolist()) -- torch 2.15: values [[1., 2., 1.]], indices [[0, 0, 1]]
+    assert.same({{0, 0, 1}}, ik:tolist())
+    vk:mul(accel.tensor({{1, 2, 3}}, f32)):sum():backward()
+    assert.same({{1, 2, 0}, {0, 0, 3}}, x.grad:tolist()) -- torch 2.15: [[1., 2., 0.], [0., 0., 3.]]
+  end)
+
   -- torch 2.15: maximum([-0., 0., -0.], [0., -0., -0.]) -> [-0., 0., -0.], minimum the same: a tie gives the
   -- first operand
   it("maximum and minimum keep the first operand on a tie of signed zeros", function()
@@ -518,6 +532,15 @@ describe("windows, scatters by mask, matrix products and erfinv", function()
     assert.same({{1, 0, 2}, {0, 3, 0}}, accel.zeros(2, 3):masked_scatter(m, accel.tensor({1, 2, 3, 4}, f32)):tolist())
     expect_error(function() local _ = accel.zeros(2, 3):masked_scatter(m, accel.ones(2)) end,
       "masked_scatter: source has 2 elements, the mask selects 3")
+    -- torch 2.15: tensor([1., 2., 3.]).masked_scatter(tensor([[True, False, True]]), tensor([10., 20., 30.]))
+    -- -> [[10., 2., 20.]]: t and mask broadcast together; the in-place form keeps t's shape
+    local ms = accel.tensor({{true, false, true}})
+    assert.same({{10, 2, 20}}, accel.tensor({1, 2, 3}, f32):masked_scatter(ms, accel.tensor({10, 20, 30}, f32)):tolist())
+    -- torch 2.15: tensor([[1.], [2.]]).masked_scatter(tensor([True, False, True]), arange(10.)) -> [[0., 1., 1.], [2., 2., 3.]]
+    assert.same({{0, 1, 1}, {2, 2, 3}},
+      accel.tensor({{1}, {2}}, f32):masked_scatter(accel.tensor({true, false, true}), accel.arange(10, f32)):tolist())
+    expect_error(function() accel.tensor({1, 2, 3}, f32):masked_scatter_(ms, accel.arange(10, f32)) end,
+      "masked_scatter_: mask of shape [1, 3] does not broadcast to the tensor's shape [3]")
     local t = accel.tensor({{1, 2}, {3, 4}})
     t:put_(accel.tensor({0, 3}), accel.tensor({9, 8}))
     assert.same({{9, 2}, {3, 8}}, t:tolist())
@@ -558,6 +581,27 @@ describe("small compositions (torch 2.15's results)", function()
     assert.same({{2, 4}, {1, 3}}, accel.tensor({{1, 2}, {3, 4}}):rot90():tolist())
     assert.same({0, 0, 1}, accel.tensor({1, 0, 0}, f64):cross(accel.tensor({0, 1, 0}, f64), 1):tolist())
     assert.same({1, 4}, accel.tensor({{1, 2}, {3, 4}}):take(accel.tensor({0, 3})):tolist())
+  end)
+
+  it("take_along_dim broadcasts t and indices in every dim but dim; without dim it is 1-D", function()
+    local a = accel.tensor({{10, 20, 30}, {40, 50, 60}})
+    -- torch 2.15: take_along_dim(a, tensor([[2, 0]]), 1) is [[30, 10], [60, 40]]
+    assert.same({{30, 10}, {60, 40}}, a:take_along_dim(accel.tensor({{2, 0}}), 2):tolist())
+    -- torch 2.15: take_along_dim(tensor([[1.], [2.]]), tensor([[0, 0, 0]]), 0) is [[1., 1., 1.]]
+    local x = accel.tensor({{1}, {2}}, {dtype = accel.float64, requires_grad = true})
+    local y = x:take_along_dim(accel.tensor({{0, 0, 0}}), 1)
+    assert.same({{1, 1, 1}}, y:tolist())
+    y:sum():backward()
+    assert.same({{3}, {0}}, x.grad:tolist()) -- torch 2.15: [[3.], [0.]]
+    -- torch 2.15: take_along_dim(zeros(0, 3), tensor([[2, 0]]), 1) has shape [0, 2] (1 broadcasts to 0)
+    assert.same({0, 2}, support.shape_of(accel.zeros(0, 3):take_along_dim(accel.tensor({{2, 0}}), 2)))
+    -- torch 2.15: take_along_dim(a, tensor([[0, 5]])) is tensor([10, 60]) (1-D)
+    assert.same({10, 60}, a:take_along_dim(accel.tensor({{0, 5}})):tolist())
+    expect_error(function() local _ = a:take_along_dim(accel.tensor({0, 1}), 2) end,
+      "take_along_dim: input and indices should have the same number of dimensions, but got 2 dimensions for input, "
+      .. "and 1 dimensions for indices")
+    expect_error(function() local _ = a:take_along_dim(accel.tensor({{0}, {1}, {1}}), 2) end,
+      "take_along_dim: input of shape [2, 3] and indices of shape [3, 1] do not broadcast (size 2 against 3 in dim 1)")
   end)
 
   it("scatter, index_fill and index_copy replace the addressed elements", function()
@@ -753,6 +797,14 @@ describe("accel.einsum", function()
     close(accel.einsum("ij,jk->", a, b), a:matmul(b):sum())
     close(accel.einsum("ij->ji", a), a:t())
     close(accel.einsum("i,j->ij", a[1], b[1]), a[1]:outer(b[1]))
+  end)
+
+  it("broadcasts a size-1 dim against a 0-size one (torch 2.15: shape [0, 4, 4], as matmul)", function()
+    local a, b = accel.randn(0, 4, 3), accel.randn(1, 3, 4)
+    assert.same({0, 4, 4}, support.shape_of(accel.einsum("...ij,...jk->...ik", a, b)))
+    assert.same({0, 4, 4}, support.shape_of(accel.einsum("bij,bjk->bik", a, b)))
+    -- torch 2.15: einsum("ij,jk->ik", ones(2, 0), ones(1, 3)) -> zeros(2, 3)
+    assert.same({{0, 0, 0}, {0, 0, 0}}, accel.einsum("ij,jk->ik", accel.ones(2, 0), accel.ones(1, 3)):tolist())
   end)
 
   it("passes gradients to every operand", function()

@@ -421,6 +421,15 @@ describe("elementwise unary math", function()
     local i = accel.tensor({3, -7}, {dtype = accel.int64})
     assert.are.same({false, false}, i:isnan():tolist())
     assert.are.same({true, true}, i:isfinite():tolist())
+    -- torch 2.15: isfinite / isinf / isnan of tensor([True, False]) -> [True, True] / [False, False] / [False, False]
+    local b = accel.tensor({true, false})
+    assert.are.same({true, true}, b:isfinite():tolist())
+    assert.are.same({false, false}, b:isinf():tolist())
+    assert.are.same({false, false}, b:isnan():tolist())
+    assert.are.same({false, false}, i:isinf():tolist())
+    local u = accel.ones(1, 2, {dtype = accel.uint8}):isinf()
+    assert.are.same({{false, false}}, u:tolist())
+    assert.are.equal(accel.bool, u.dtype)
   end)
 
   it("int tensors: math functions give float32, neg/abs keep int", function()
@@ -2383,5 +2392,23 @@ describe("PyTorch's dtype rules for reduction dtype=, Lua booleans and uint8 / i
     assert.same({{1, -66}, accel.int32}, {val(i:div(4294967299, {rounding_mode = "trunc"}))})
     assert.same({{-1, 0}, accel.int32}, {val(i:floor_divide(2147483648))}) -- 2^31 is -2^31
     assert.same({{5, 3}, accel.int32}, {val(i:maximum(accel.tensor(4294967299)))})
+  end)
+
+  it("an integer given first, or to where, keeps a 0-dim uint8 / int32 tensor's dtype (a wrapped number)", function()
+    local a, u = accel.tensor(3, {dtype = accel.int32}), accel.tensor(5, {dtype = accel.uint8})
+    assert.same({6, accel.int32}, {val(accel.mul(2, a))}) -- torch.mul(2, a) -> tensor(6, dtype=torch.int32)
+    assert.same({5, accel.int32}, {val(accel.add(2, a))}) -- torch.add(2, a) -> tensor(5, dtype=torch.int32)
+    assert.same({1, accel.int32}, {val(accel.sub(7, a, {alpha = 2}))}) -- torch.sub(7, a, alpha=2) -> tensor(1, int32)
+    -- torch.div(7, a, rounding_mode="floor") -> tensor(2, dtype=torch.int32)
+    assert.same({2, accel.int32}, {val(accel.div(7, a, {rounding_mode = "floor"}))})
+    assert.same({39, accel.uint8}, {val(accel.sub(300, u))}) -- torch.sub(300, u) -> tensor(39, dtype=torch.uint8)
+    assert.same({4, accel.uint8}, {val(accel.remainder(300, u))}) -- torch.remainder(300, u) -> tensor(4, uint8)
+    assert.same({8, accel.uint8}, {val(accel.floor_divide(300, u))}) -- torch.floor_divide(300, u) -> tensor(8, uint8)
+    assert.same({60, accel.float32}, {val(accel.div(300, u))}) -- torch.div(300, u) -> tensor(60.): the full value
+    local c, b = accel.tensor({true, false}), accel.tensor(7, {dtype = accel.uint8})
+    assert.same({{3, 7}, accel.uint8}, {val(accel.where(c, 3, b))}) -- torch.where(c, 3, b) -> [3, 7] uint8
+    assert.same({{7, 3}, accel.uint8}, {val(accel.where(c, b, 3))}) -- torch.where(c, b, 3) -> [7, 3] uint8
+    assert.same({{255, 7}, accel.uint8}, {val(accel.where(c, -1, b))}) -- torch.where(c, -1, b) -> [255, 7] uint8
+    assert.same({{3, 3}, accel.int32}, {val(accel.where(c, 3, a))}) -- torch.where(c, 3, a) -> [3, 3] int32
   end)
 end)

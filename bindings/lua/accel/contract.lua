@@ -119,6 +119,9 @@ local function sizes_of(t, first, n)
   return out
 end
 
+-- the size two sizes that agree (checked) broadcast to: 1 gives way, also to 0
+local function broadcast_size(m, n) return m == 1 and n or m end
+
 -- a (labels da) times b (labels db): shared labels in keep are batch dims,
 -- the other shared ones are summed by one batched matmul
 local function contract(a, da, b, db, keep)
@@ -136,8 +139,8 @@ local function contract(a, da, b, db, keep)
   local B = arrange(b, db, concat(batch, summed, right))
   local nb, nl, ns = #batch, #left, #summed
   local bsz, ssz = {}, {} -- broadcast sizes of the batch and summed dims
-  for i = 1, nb do bsz[i] = math.max(A:size(i), B:size(i)) end
-  for i = 1, ns do ssz[i] = math.max(A:size(nb + nl + i), B:size(nb + i)) end
+  for i = 1, nb do bsz[i] = broadcast_size(A:size(i), B:size(i)) end
+  for i = 1, ns do ssz[i] = broadcast_size(A:size(nb + nl + i), B:size(nb + i)) end
   local lsz, rsz = sizes_of(A, nb + 1, nl), sizes_of(B, nb + ns + 1, #right)
   A = A:expand(concat(bsz, lsz, ssz)):reshape(concat(bsz, {product(lsz), product(ssz)}))
   B = B:expand(concat(bsz, ssz, rsz)):reshape(concat(bsz, {product(ssz), product(rsz)}))

@@ -324,7 +324,7 @@ function M.mode(t, ...)
   local n = moved:size(-1)
   if n == 0 then raise("mode: cannot compute the mode of an empty dim") end
   local rows = moved:reshape({-1, n}):tolist()
-  local best_v, best_i = {}, {}
+  local best_i = {}
   for r, row in ipairs(rows) do
     local count, last = {}, {}
     for j, v in ipairs(row) do count[v], last[v] = (count[v] or 0) + 1, j - 1 end
@@ -332,13 +332,13 @@ function M.mode(t, ...)
     for v, c in pairs(count) do
       if bv == nil or c > count[bv] or (c == count[bv] and v < bv) then bv = v end
     end
-    best_v[r], best_i[r] = bv, last[bv]
+    best_i[r] = last[bv]
   end
   local shape = sizes(moved, moved:dim() - 1)
-  local v = accel.tensor(best_v, {dtype = t.dtype, device = t.device}):reshape(shape)
-  local i = accel.tensor(best_i, {dtype = accel.int64, device = t.device}):reshape(shape)
-  if a.keepdim then return v:unsqueeze(d), i:unsqueeze(d) end
-  return v, i
+  local i = accel.tensor(best_i, {dtype = accel.int64, device = t.device}):reshape(shape):unsqueeze(d)
+  local v = t:gather(d, i) -- differentiable, as torch's ModeBackward0: the gradient goes to the index
+  if a.keepdim then return v, i end
+  return v:squeeze(d), i:squeeze(d)
 end
 
 -- t:histc([bins = 100], [min = 0], [max = 0]): counts of equal-width bins
@@ -383,19 +383,29 @@ function M.unfold(t, dim, size, step)
   return picked:reshape(shape):movedim(d + 1, -1)
 end
 
--- t:masked_scatter(mask, source): where (broadcast) mask is true, source's
--- elements in order
-function M.masked_scatter(t, mask, source)
-  if not accel.is_tensor(mask) or mask.dtype ~= accel.bool then raise("masked_scatter: mask must be a bool tensor") end
-  local m = mask:expand(t.shape):reshape({-1})
-  local pos = M.nonzero(m):reshape({-1})
-  local k = pos:numel()
-  if source:numel() < k then
-    raise("masked_scatter: source has %d elements, the mask selects %d", source:numel(), k)
+-- the shape t and the bool mask broadcast to (torch's: t (3) and mask
+-- (1, 3) give (1, 3)); in place (op ending in _) it must be t's own
+local function masked_shape(op, t, mask)
+  if not accel.is_tensor(mask) or mask.dtype ~= accel.bool then raise("%s: mask must be a bool tensor", op) end
+  local ok, shape = pcall(accel.broadcast_shapes, sizes(t), sizes(mask))
+  if ok and op:sub(-1) == "_" then ok = table.concat(shape, ",") == table.concat(sizes(t), ",") end
+  if not ok then
+    raise("%s: mask of shape %s does not broadcast to the tensor's shape %s", op, util.shape_str(mask), util.shape_str(t))
   end
-  return M.index_copy(t:reshape({-1}), 1, pos, source:reshape({-1}):narrow(1, 1, k)):reshape(t.shape)
+  return shape
 end
-function M.masked_scatter_(t, ...) return t:copy_(M.masked_scatter(t, ...)) end
+
+-- t with source's elements in order where mask is true, both broadcast
+-- to masked_shape
+local function masked_scatter(op, t, mask, source)
+  local shape = masked_shape(op, t, mask)
+  local pos = M.nonzero(mask:expand(shape):reshape({-1})):reshape({-1})
+  local k = pos:numel()
+  if source:numel() < k then raise("%s: source has %d elements, the mask selects %d", op, source:numel(), k) end
+  return M.index_copy(t:expand(shape):reshape({-1}), 1, pos, source:reshape({-1}):narrow(1, 1, k)):reshape(shape)
+end
+function M.masked_scatter(t, mask, source) return masked_scatter("masked_scatter", t, mask, source) end
+function M.masked_scatter_(t, mask, source) return t:copy_(masked_scatter("masked_scatter_", t, mask, source)) end
 
 -- t:put(index, source, [accumulate = false]): the flattened t's elements at
 -- index set to (or, accumulating, added to by) source's
@@ -542,10 +552,30 @@ M.take = named_as("take", "index_select", function(t, index)
   flat = accel.where(flat:lt(0), flat + t:numel(), flat)
   return t:reshape({-1}):index_select(1, flat):reshape(index.shape)
 end)
--- t:take_along_dim(indices, dim): gather with indices of t's shape but along dim
+-- t:take_along_dim(indices, [dim]), torch's: without dim, the flattened t at
+-- the flattened indices (1-D); with dim, gather after t and indices broadcast
+-- against each other in every dim but dim, where each keeps its own size:
+-- t (2, 3), indices (1, 2), dim 2 -> both (2, 3) / (2, 2) -> (2, 2)
 function M.take_along_dim(t, indices, dim)
-  if dim == nil then return M.take(t, indices) end
-  return t:gather(dim, indices)
+  if dim == nil then return t:reshape({-1}):gather(1, indices:reshape({-1})) end
+  if t:dim() ~= indices:dim() then
+    raise("take_along_dim: input and indices should have the same number of dimensions, but got %d dimensions for "
+      .. "input, and %d dimensions for indices", t:dim(), indices:dim())
+  end
+  local d = positive_dim("take_along_dim", t, dim)
+  local tshape, ishape = sizes(t), sizes(indices)
+  for i = 1, t:dim() do
+    local a, b = tshape[i], ishape[i]
+    if i ~= d and a ~= b then
+      if a ~= 1 and b ~= 1 then
+        raise("take_along_dim: input of shape %s and indices of shape %s do not broadcast (size %d against %d in dim %d)",
+          util.shape_str(t), util.shape_str(indices), a, b, i)
+      end
+      local n = a == 1 and b or a -- (1 gives way also to 0)
+      tshape[i], ishape[i] = n, n
+    end
+  end
+  return t:expand(tshape):gather(d, indices:expand(ishape))
 end
 
 -- where along dim the rows listed in index are (a bool mask broadcasting to t)
