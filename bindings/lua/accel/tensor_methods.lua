@@ -634,27 +634,32 @@ local function xlogy_value(a, y)
   return accel.where(zero, 0, a * log_y)
 end
 
+-- A differentiable op of (t, u), u a tensor or a number: value(t, u)
+-- forward; grads(ctx, g, t, u) -> the gradients for t and u (u as given).
+local function tensor_or_number_op(name, value, grads)
+  return custom_function{
+    name = name,
+    forward = function(ctx, t, u)
+      ctx:save_for_backward(t, accel.is_tensor(u) and u or nil)
+      ctx.u = u
+      return value(t, u)
+    end,
+    backward = function(ctx, g) return grads(ctx, g, ctx.saved_tensors[1], ctx.saved_tensors[2] or ctx.u) end,
+  }
+end
+
 -- t:xlogy(u) with torch's gradients: for t, xlogy(grad, u), so log(u) where t
 -- is 0 too, except 0 where t is 0 and u <= 0; for u, grad * t / u
-local xlogy = custom_function{
-  name = "xlogy",
-  forward = function(ctx, x, y)
-    ctx:save_for_backward(x, accel.is_tensor(y) and y or nil)
-    ctx.y = y
-    return xlogy_value(x, y)
-  end,
-  backward = function(ctx, g)
-    local x, y = ctx.saved_tensors[1], ctx.saved_tensors[2] or ctx.y
-    local gx, gy
-    if ctx.needs_input_grad[1] then
-      local masked = accel.is_tensor(y) and x:eq(0):logical_and(y:le(0)) or (y <= 0 and x:eq(0))
-      gx = xlogy_value(g, y)
-      if masked then gx = accel.where(masked, 0, gx) end
-    end
-    if ctx.needs_input_grad[2] then gy = g * x / y end
-    return gx, gy
-  end,
-}
+local xlogy = tensor_or_number_op("xlogy", xlogy_value, function(ctx, g, x, y)
+  local gx, gy
+  if ctx.needs_input_grad[1] then
+    local masked = accel.is_tensor(y) and x:eq(0):logical_and(y:le(0)) or (y <= 0 and x:eq(0))
+    gx = xlogy_value(g, y)
+    if masked then gx = accel.where(masked, 0, gx) end
+  end
+  if ctx.needs_input_grad[2] then gy = g * x / y end
+  return gx, gy
+end)
 function M.xlogy(t, u) return xlogy(t, u) end
 -- log(p / (1 - p)), p clamped to [eps, 1 - eps] when eps is given
 function M.logit(t, eps)
@@ -802,18 +807,10 @@ function M.clamp_max_(t, v) return t:clamp_(nil, v) end
 
 -- t:logaddexp(u) with torch's gradients: g / (1 + exp(u - t)) for t and
 -- g / (1 + exp(t - u)) for u (NaN where t and u are the same infinity)
-local logaddexp = custom_function{
-  name = "logaddexp",
-  forward = function(ctx, t, u)
-    ctx:save_for_backward(t, accel.is_tensor(u) and u or nil)
-    ctx.u = u
-    return logaddexp_value(t, u)
-  end,
-  backward = function(ctx, g)
-    local diff = ctx.saved_tensors[1] - (ctx.saved_tensors[2] or ctx.u) -- t - u
-    return g / ((-diff):exp() + 1), ctx.needs_input_grad[2] and g / (diff:exp() + 1) or nil
-  end,
-}
+local logaddexp = tensor_or_number_op("logaddexp", logaddexp_value, function(ctx, g, t, u)
+  local diff = t - u
+  return g / ((-diff):exp() + 1), ctx.needs_input_grad[2] and g / (diff:exp() + 1) or nil
+end)
 function M.logaddexp(t, u) return logaddexp(t, u) end
 
 -- t:outer(v) of 1-D t (n) and v (m): (n, m)
