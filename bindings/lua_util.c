@@ -179,10 +179,11 @@ Tensor *lu_to_tensor(lua_State *L, int idx) {
 }
 
 /* The name the running C function was called by ("sum" for t:sum()), or dflt. */
+static const char *running_op(lua_State *L);
+
 static const char *called_name(lua_State *L, const char *dflt) {
-    lua_Debug ar;
-    if (!lua_getstack(L, 0, &ar) || !lua_getinfo(L, "n", &ar) || ar.name == NULL) return dflt;
-    return ar.name;
+    const char *name = running_op(L);
+    return name ? name : dflt;
 }
 
 Tensor *lu_check_tensor(lua_State *L, int idx) {
@@ -318,30 +319,62 @@ void lu_push_existing(lua_State *L, Tensor *t) {
 
 /* ---- dims and shapes ---- */
 
-/* Op names by function (registry table OP_NAMES): the name each accel C
- * function was registered under, so an error names the op, not the
- * caller's variable for it (pcall(accel.zeros, ...), local f = accel.zeros,
- * a tail call). */
+/* Op names by function (registry table OP_NAMES): the names each accel C
+ * function was registered under, so an error names the op as the user
+ * wrote it (t.ndimension, an alias) or, when the call site does not show
+ * it (pcall(accel.zeros, ...), local f = accel.zeros, a tail call), as it
+ * was first registered. OP_NAMES[key] = {first name, [name] = true, ...}. */
 #define OP_NAMES "accel.op_names"
 
-void lu_name_op(lua_State *L, int fn, const char *name) {
+/* Pushes the key of the function at fn in OP_NAMES: a C function without
+ * upvalues by its address (LuaJIT makes a new closure at every push of
+ * one, Lua 5.4 pushes the same value), any other function itself. */
+static void push_op_key(lua_State *L, int fn) {
+    union { lua_CFunction f; void *p; } c = {.f = lua_tocfunction(L, fn)};
+    if (c.f && lua_getupvalue(L, fn, 1) == NULL) {
+        lua_pushlightuserdata(L, c.p);
+        return;
+    }
+    if (c.f) lua_pop(L, 1); /* the upvalue */
+    lua_pushvalue(L, fn);
+}
+
+/* Pushes OP_NAMES[key of fn] (a table, made when missing and create). */
+static bool push_op_names(lua_State *L, int fn, bool create) {
     fn = lua_absindex(L, fn);
     lua_getfield(L, LUA_REGISTRYINDEX, OP_NAMES);
     if (!lua_istable(L, -1)) {
         lua_pop(L, 1);
+        if (!create) return false;
         lua_newtable(L);
         lua_pushvalue(L, -1);
         lua_setfield(L, LUA_REGISTRYINDEX, OP_NAMES);
     }
-    lua_pushvalue(L, fn);
+    push_op_key(L, fn);
     lua_rawget(L, -2);
-    bool named = !lua_isnil(L, -1); /* the first name wins (aliases keep the op's own) */
-    lua_pop(L, 1);
-    if (!named) {
-        lua_pushvalue(L, fn);
-        lua_pushstring(L, name);
-        lua_rawset(L, -3);
+    if (lua_istable(L, -1) || !create) {
+        lua_remove(L, -2);
+        if (lua_istable(L, -1)) return true;
+        lua_pop(L, 1);
+        return false;
     }
+    lua_pop(L, 1);
+    lua_newtable(L);
+    push_op_key(L, fn);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, -4); /* OP_NAMES[key] = the new table */
+    lua_remove(L, -2);
+    return true;
+}
+
+void lu_name_op(lua_State *L, int fn, const char *name) {
+    push_op_names(L, fn, true);
+    if (lua_rawlen(L, -1) == 0) {
+        lua_pushstring(L, name);
+        lua_rawseti(L, -2, 1);
+    }
+    lua_pushboolean(L, 1);
+    lua_setfield(L, -2, name);
     lua_pop(L, 1);
 }
 
@@ -354,26 +387,26 @@ void lu_name_ops(lua_State *L, int t, const luaL_Reg *fns) {
     }
 }
 
-/* The running C function's op name: the method name of t:name(...) (an
- * alias as the user wrote it), else the registered one, else what Lua
+/* The running C function's op name: as the call wrote it when that is one
+ * of its registered names, else its first registered name, else what Lua
  * knows of the call (NULL when none). Registry strings stay alive. */
 static const char *running_op(lua_State *L) {
     lua_Debug ar;
     if (!lua_getstack(L, 0, &ar) || !lua_getinfo(L, "nf", &ar)) return NULL;
-    if (ar.name && ar.namewhat && strcmp(ar.namewhat, "method") == 0) {
-        lua_pop(L, 1);
-        return ar.name;
+    const char *name = ar.name;
+    if (push_op_names(L, -1, false)) {
+        bool written = false;
+        if (ar.name) {
+            lua_getfield(L, -1, ar.name);
+            written = lua_toboolean(L, -1);
+            lua_pop(L, 1);
+        }
+        lua_rawgeti(L, -1, 1);
+        if (!written && lua_isstring(L, -1)) name = lua_tostring(L, -1);
+        lua_pop(L, 2);
     }
-    lua_getfield(L, LUA_REGISTRYINDEX, OP_NAMES);
-    const char *name = NULL;
-    if (lua_istable(L, -1)) {
-        lua_pushvalue(L, -2);
-        lua_rawget(L, -2);
-        name = lua_tostring(L, -1);
-        lua_pop(L, 1);
-    }
-    lua_pop(L, 2);
-    return name ? name : ar.name;
+    lua_pop(L, 1); /* the function */
+    return name;
 }
 
 /* "name: " of the running C function when it is known. */
@@ -813,22 +846,28 @@ Tensor *lu_tensor_or_scalar(lua_State *L, int idx, const Tensor *like) {
  * hold it (torch's "without overflow"; uint8 wraps -1 to 255), so that, as
  * torch's wrapped number, it never widens like's dtype even when like is
  * 0-dim too (where(c, 3, uint8 0-dim) is uint8). */
-static Tensor *where_operand(lua_State *L, int idx, const Tensor *like) {
-    if (!like || !lua_isinteger(L, idx) || dtype_is_float(like->dtype) || like->dtype == DT_BOOL)
-        return lu_tensor_or_scalar(L, idx, like);
+static bool where_int_operand(lua_State *L, int idx, const Tensor *like) {
+    if (!like || !lua_isinteger(L, idx) || dtype_is_float(like->dtype) || like->dtype == DT_BOOL) return false;
     lu_check_fill_value(L, (double)lua_tointeger(L, idx), like->dtype, "where");
-    Tensor *r = tensor_to_dtype_owned(lu_tensor_or_scalar(L, idx, like), like->dtype);
-    if (!r) lu_core_error(L);
-    return r;
+    return true;
+}
+
+static Tensor *where_operand(lua_State *L, int idx, const Tensor *like, bool as_like) {
+    Tensor *t = lu_tensor_or_scalar(L, idx, like);
+    return as_like && t ? tensor_to_dtype_owned(t, like->dtype) : t;
 }
 
 Tensor *lu_where(lua_State *L, Tensor *cond, int ia, int ib) {
     lu_check_tensor_or_scalar(L, ia);
     lu_check_tensor_or_scalar(L, ib);
     Tensor *like = lu_to_tensor(L, ia) ? lu_to_tensor(L, ia) : lu_to_tensor(L, ib);
-    Tensor *a = where_operand(L, ia, like), *b = where_operand(L, ib, like);
-    Tensor *r = op_where(cond, a, b);
+    /* both operands checked before either is made: a refusal leaks nothing */
+    bool a_int = where_int_operand(L, ia, like), b_int = where_int_operand(L, ib, like);
+    Tensor *a = where_operand(L, ia, like, a_int);
+    Tensor *b = a ? where_operand(L, ib, like, b_int) : NULL;
+    Tensor *r = a && b ? op_where(cond, a, b) : NULL;
     tensor_release(a), tensor_release(b);
+    if (!a || !b) lu_core_error(L);
     return r;
 }
 

@@ -539,7 +539,10 @@ static void build_command(const LaunchConfig *c, const LaunchArgs *a, const StrL
     if (a->no_python && uses_mpirun(c)) list_add(cmd, "/bin/sh"), list_add(cmd, "-c"), list_add(cmd, "%s", rank_vars_sh);
     if (!a->no_python) list_add(cmd, "%s", len > 0 ? self : "accel-lua");
     if (a->module) list_add(cmd, "-m");
-    for (int i = a->script; i < argc; i++) list_add(cmd, "%s", argv[i]);
+    /* a program named without a '/' is the file launch checked here, not one on PATH */
+    if (a->no_python && !strchr(argv[a->script], '/')) list_add(cmd, "./%s", argv[a->script]);
+    else list_add(cmd, "%s", argv[a->script]);
+    for (int i = a->script + 1; i < argc; i++) list_add(cmd, "%s", argv[i]);
 }
 
 /* Prints a word so that a shell reads it back unchanged. */

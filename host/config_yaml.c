@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -51,7 +50,7 @@ typedef struct {
     int seen[S_COUNT];
     char *dropped; /* NULL, or where to list the accepted no-op keys */
     size_t dropped_len;
-    int legacy_fp16; /* older Accelerate's top-level `fp16: true` was read */
+    int legacy_fp16; /* older Accelerate's top-level `fp16:`: 1 true, -1 false, 0 not given */
 } Reader;
 
 /* Prints "<who>: <path>:<line>: <message>"; returns -1. */
@@ -101,19 +100,19 @@ static int read_unsupported(Reader *r, const Unsupported *u, const char *key,
 /* Older Accelerate's top-level `fp16: true|false` (its process_config
  * turns it into mixed_precision: fp16 when the file has no
  * mixed_precision; config_read_noting applies it after the whole file). */
-static int read_legacy_fp16(Reader *r, const yaml_node_t *vn) {
+static int read_legacy_fp16(Reader *r, const yaml_node_t *kn, const yaml_node_t *vn) {
+    if (r->legacy_fp16 != 0) return fail(r, kn, "'fp16' given twice");
     if (is_null(vn)) return 0;
     const char *v = vn->type == YAML_SCALAR_NODE ? scalar(vn) : "";
-    if (strcasecmp(v, "true") == 0)
-        r->legacy_fp16 = 1;
-    else if (strcasecmp(v, "false") != 0)
-        return fail(r, vn, "fp16: '%s' is not a boolean (true or false)", v);
+    int on = setting_bool(v);
+    if (on < 0) return fail(r, vn, "fp16: '%s' is not a boolean (true or false)", v);
+    r->legacy_fp16 = on ? 1 : -1;
     return 0;
 }
 
 static int read_value(Reader *r, const char *key, const yaml_node_t *kn, const yaml_node_t *vn) {
     char err[256];
-    if (strcmp(key, "fp16") == 0) return read_legacy_fp16(r, vn);
+    if (strcmp(key, "fp16") == 0) return read_legacy_fp16(r, kn, vn);
     int id = setting_by_key(key);
     if (id < 0) {
         const Unsupported *u = unsupported_by_key(key);
@@ -182,7 +181,7 @@ int config_read_noting(LaunchConfig *c, const char *path, const char *who, char 
         else
             status = read_mapping(&r, root, "");
         char err[256];
-        if (status == 0 && r.legacy_fp16 && !r.seen[S_MIXED_PRECISION] &&
+        if (status == 0 && r.legacy_fp16 > 0 && !r.seen[S_MIXED_PRECISION] &&
             config_set(c, S_MIXED_PRECISION, "fp16", SRC_FILE, err, sizeof err) != 0)
             status = fail(&r, root, "fp16: %s", err);
         yaml_document_delete(&r.doc);

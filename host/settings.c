@@ -298,6 +298,14 @@ static char *canon_bool(const char *text, char *err, size_t errlen) {
     return NULL;
 }
 
+int setting_bool(const char *text) {
+    char err[64];
+    char *v = canon_bool(text, err, sizeof err);
+    int on = v ? strcmp(v, "true") == 0 : -1;
+    free(v);
+    return on;
+}
+
 /* The choice matching text (case and -/_ ignored), in its canonical case. */
 /* The n-th (1-based) choice of s, for text "n"; NULL when text is not a
  * number in range. Only the sharding strategy takes numbers: PyTorch's

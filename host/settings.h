@@ -128,6 +128,8 @@ void config_free(LaunchConfig *c);
 const char *config_str(const LaunchConfig *c, int id); /* NULL if unset */
 long config_int(const LaunchConfig *c, int id, long fallback);
 int config_bool(const LaunchConfig *c, int id);        /* unset = 0 */
+/* 1 / 0 for the boolean words settings take (true/yes/on/1/y, false/...), -1 otherwise */
+int setting_bool(const char *text);
 
 /* 1 if setting id applies under the config's distributed_type (the
  * deepspeed_config keys only for DEEPSPEED, fsdp_config only for FSDP). */

@@ -185,6 +185,13 @@ EOF
     run "$EXE" launch --dry_run --config_file "$TMP/old.yaml" "$TMP/rank.lua"
     check "an older file's fp16: true beside mixed_precision: the file's mixed_precision wins" \
         '(( RC == 0 )) && has "ACCEL_LUA_MIXED_PRECISION=bf16"'
+    printf "fp16: yes\n" >"$TMP/old.yaml"
+    run "$EXE" launch --dry_run --config_file "$TMP/old.yaml" "$TMP/rank.lua"
+    check "fp16: yes (YAML's true, as the other boolean keys take it) is mixed_precision fp16" \
+        '(( RC == 0 )) && has "ACCEL_LUA_MIXED_PRECISION=fp16"'
+    printf "fp16: true\nfp16: false\n" >"$TMP/old.yaml"
+    run "$EXE" launch --dry_run --config_file "$TMP/old.yaml" "$TMP/rank.lua"
+    check "fp16 given twice: exit 2, named" '(( RC == 2 )) && has "old.yaml:2: '"'"'fp16'"'"' given twice"'
     printf "fp16: maybe\n" >"$TMP/old.yaml"
     run "$EXE" launch --dry_run --config_file "$TMP/old.yaml" "$TMP/rank.lua"
     check "fp16: maybe: exit 2, file:line and the value named" '(( RC == 2 )) && has "old.yaml:1: fp16: '"'"'maybe'"'"' is not a boolean"'
@@ -369,6 +376,15 @@ check_module_and_program() {
         '(( RC == 0 )) && has "program rank=0 debug=true args=q torchrun=0/2/0/2" && has "program rank=1 debug=true args=q torchrun=1/2/1/2"'
 }
 
+check_program_in_cwd() {
+    local n
+    for n in 1 2; do
+        run bash -c 'cd "$1" && "$2" launch --num_processes "$3" --no_python prog.sh q' _ "$TMP" "$EXE" "$n"
+        check "--no_python prog.sh (no slash) on $n rank(s): the file in the current folder runs, as launch checked it" \
+            '(( RC == 0 )) && has "program rank=" && has "args=q"'
+    done
+}
+
 check_quiet_and_monitor() {
     run "$EXE" launch -q --num_processes 2 "$TMP/rank.lua" fail
     check "-q: the rank's error shown, no mpirun banner nor \"job failed\" line" \
@@ -486,6 +502,7 @@ main() {
     check_debug_threads_tee
     check_log_dir
     check_module_and_program
+    check_program_in_cwd
     check_quiet_and_monitor
     check_caller_environment
     check_config_update

@@ -2411,4 +2411,19 @@ describe("PyTorch's dtype rules for reduction dtype=, Lua booleans and uint8 / i
     assert.same({{255, 7}, accel.uint8}, {val(accel.where(c, -1, b))}) -- torch.where(c, -1, b) -> [255, 7] uint8
     assert.same({{3, 3}, accel.int32}, {val(accel.where(c, 3, a))}) -- torch.where(c, 3, a) -> [3, 3] int32
   end)
+
+  it("where refusing an integer its tensor cannot hold leaks neither operand", function()
+    local c = accel.ones({1000}, {dtype = accel.bool})
+    local function live() collectgarbage(); collectgarbage(); return (accel.memory_stats()) end
+    for _, call in ipairs({function(x) return accel.where(c, x, 300) end, function(x) return accel.where(c, 300, x) end,
+                           function(x) return x:where(c, 300) end}) do
+      local before = live()
+      for _ = 1, 20 do
+        local ok, err = pcall(call, accel.zeros({1000}, {dtype = accel.uint8}))
+        assert.is_false(ok)
+        assert.matches("where: value 300 cannot be converted to type uint8 without overflow", err)
+      end
+      assert.are.equal(before, live())
+    end
+  end)
 end)

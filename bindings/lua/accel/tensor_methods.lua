@@ -653,7 +653,9 @@ end
 local xlogy = tensor_or_number_op("xlogy", xlogy_value, function(ctx, g, x, y)
   local gx, gy
   if ctx.needs_input_grad[1] then
-    local masked = accel.is_tensor(y) and x:eq(0):logical_and(y:le(0)) or (y <= 0 and x:eq(0))
+    -- 0 where x is 0 and y <= 0; also where x is 0 and y is a NaN number (torch's scalar overload)
+    local scalar_nan = not accel.is_tensor(y) and y ~= y
+    local masked = accel.is_tensor(y) and x:eq(0):logical_and(y:le(0)) or ((y <= 0 or scalar_nan) and x:eq(0))
     gx = xlogy_value(g, y)
     if masked then gx = accel.where(masked, 0, gx) end
   end
