@@ -35,13 +35,38 @@ torch_cases.describe(describe, it, "ctc_loss matches PyTorch 2.15 in float32", r
 
 describe("ctc_loss", function()
   local lp = ref["none.in1"]
-  it("is inf for an alignment that cannot fit, without a NaN gradient", function()
+  it("is inf for an alignment that cannot fit, with a NaN gradient for that entry (PyTorch's) unless zero_infinity", function()
     -- three equal labels need 5 steps (a blank between repeats); 3 are given
+    local tg, in_lens, tgt_lens = accel.tensor({{1, 1, 1}, {2, 3, 0}, {1, 0, 0}}), {3, 7, 7}, {3, 2, 1}
+    -- torch 2.15 on this fixture: the losses are [inf, 7.0145995430145724, 8.818168093357716]; entry 1's
+    -- log_probs gradient is NaN at steps 1-3 (inside its input length) and 0 after, for every reduction and also
+    -- when only the other entries are summed; the others' gradients are finite, their absolute values summing to
+    -- 15.86284909246356 (none, sum) and 4.165799225391131 (mean), step 1 of entry 2 being
+    -- [-0.45066604459797005, 0.23815703743933903, -0.2213416818855696, 0.07933478267647312, 0.35451590636772684]
+    for _, case in ipairs({{"none", 15.86284909246356}, {"sum", 15.86284909246356}, {"mean", 4.165799225391131}}) do
+      local x = lp:clone():requires_grad_(true)
+      local loss = F.ctc_loss(x, tg, in_lens, tgt_lens, {reduction = case[1]})
+      assert.are.equal(math.huge, (case[1] == "none" and loss[1] or loss):item())
+      if case[1] == "none" then
+        support.assert_close(loss:narrow(1, 2, 2), accel.tensor({7.0145995430145724, 8.818168093357716}, {dtype = accel.float64}), 1e-12)
+        loss = loss:narrow(1, 2, 2):sum()
+      end
+      loss:backward()
+      local g1, rest = x.grad:select(2, 1), x.grad:narrow(2, 2, 2)
+      assert.is_true(g1:narrow(1, 1, 3):isnan():all():item())
+      assert.are.equal(0, g1:narrow(1, 4, 4):abs():sum():item())
+      assert.is_false(rest:isnan():any():item())
+      assert.is_true(math.abs(rest:abs():sum():item() - case[2]) < 1e-12)
+    end
     local x = lp:clone():requires_grad_(true)
-    local loss = F.ctc_loss(x, accel.tensor({{1, 1, 1}, {2, 3, 0}, {1, 0, 0}}), {3, 7, 7}, {3, 2, 1}, {reduction = "none"})
-    assert.are.equal(math.huge, loss[1]:item())
-    loss:narrow(1, 2, 2):sum():backward()
-    assert.is_false(x.grad:isnan():any():item())
+    F.ctc_loss(x, tg, in_lens, tgt_lens, {reduction = "none"}):sum():backward()
+    support.assert_close(x.grad[1][2], accel.tensor({-0.45066604459797005, 0.23815703743933903, -0.2213416818855696,
+      0.07933478267647312, 0.35451590636772684}, {dtype = accel.float64}), 1e-12)
+    -- zero_infinity: that entry's loss and gradient are 0, the others' unchanged
+    local z = lp:clone():requires_grad_(true)
+    F.ctc_loss(z, tg, in_lens, tgt_lens, {reduction = "none", zero_infinity = true}):sum():backward()
+    assert.are.equal(0, z.grad:select(2, 1):abs():sum():item())
+    support.assert_close(z.grad:narrow(2, 2, 2), x.grad:narrow(2, 2, 2), 0)
   end)
 
   it("refuses lengths that do not fit, naming them", function()

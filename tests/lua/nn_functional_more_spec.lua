@@ -328,6 +328,50 @@ describe("interpolate and Upsample", function()
     expect_error(function() local _ = F.interpolate(x) end, "interpolate: either size or scale_factor should be defined")
   end)
 
+  it("a scale_factor that keeps a dim's size or doubles it follows ATen's rule per mode and dims", function()
+    local x3 = accel.arange(3):double():view(1, 1, 3)
+    local x5 = accel.arange(5):double():view(1, 1, 5)
+    -- torch 2.15: nearest 1-D / 3-D take floor(i / scale_factor) also then: [0, 0, 1] and
+    -- [0, 0, 0, 1, 1, 2, 2, 3, 3, 4]; 2-D copies a kept size and takes i // 2 for a doubled one
+    assert.same({0, 0, 1}, F.interpolate(x3, {scale_factor = 1.25}):flatten():tolist())
+    assert.same({0, 0, 1}, nn.Upsample({scale_factor = 1.25})(x3):flatten():tolist())
+    assert.same({0, 0, 1}, F.interpolate(x3:view(1, 1, 1, 1, 3), {scale_factor = 1.25}):flatten():tolist())
+    assert.same({0, 0, 0, 1, 1, 2, 2, 3, 3, 4}, F.interpolate(x5, {scale_factor = 2.1}):flatten():tolist())
+    assert.same({0, 1, 2}, F.interpolate(x3:view(1, 1, 1, 3), {scale_factor = 1.25}):flatten():tolist())
+    assert.same({0, 0, 1, 1, 2, 2, 3, 3, 4, 4}, F.interpolate(x5:view(1, 1, 1, 5), {scale_factor = {1, 2.1}}):flatten():tolist())
+    -- torch 2.15: recompute_scale_factor=True resizes by in / out: [0, 1, 2]
+    assert.same({0, 1, 2}, F.interpolate(x3, {scale_factor = 1.25, recompute_scale_factor = true}):flatten():tolist())
+    expect_error(function() local _ = F.interpolate(x3, {size = 4, recompute_scale_factor = true}) end,
+      "interpolate: recompute_scale_factor is not meaningful with an explicit size")
+    -- the gradient is the forward's (out = x[0, 0, 1] weighted 1, 2, 3: 3, 3, 0); torch 2.15's
+    -- backward of 1-D / 3-D nearest copies instead here ([1, 2, 3]), unlike its forward
+    local g = x3:clone():requires_grad_(true)
+    local out = F.interpolate(g, {scale_factor = 1.25}) * accel.tensor({1, 2, 3}, f64)
+    out:sum():backward()
+    assert.same({3, 3, 0}, g.grad:flatten():tolist())
+    -- torch 2.15: the linear modes copy a kept dim: linear [0, 1, 2], and with gradient [1, 2, 3]
+    local l = x3:clone():requires_grad_(true)
+    local y = F.interpolate(l, {scale_factor = 1.25, mode = "linear"})
+    close(y, accel.tensor({{{0, 1, 2}}}, f64), 0)
+    out = y * accel.tensor({1, 2, 3}, f64)
+    out:sum():backward()
+    close(l.grad, accel.tensor({{{1, 2, 3}}}, f64), 0)
+    -- torch 2.15: bilinear (2.0, 1.25) and trilinear (1.0, 2.0, 1.25) of arange(6) as (2, 3)
+    local want = accel.tensor({0, 1, 2, 0.75, 1.75, 2.75, 2.25, 3.25, 4.25, 3, 4, 5}, f64)
+    local b = accel.arange(6):double():view(1, 1, 2, 3):requires_grad_(true)
+    y = F.interpolate(b, {scale_factor = {2.0, 1.25}, mode = "bilinear", align_corners = false})
+    close(y:flatten(), want, 1e-12)
+    close(F.interpolate(b:detach():view(1, 1, 1, 2, 3), {scale_factor = {1.0, 2.0, 1.25}, mode = "trilinear"}):flatten(),
+      want, 1e-12)
+    -- torch 2.15: the gradient of sum(y * (1 .. 12)) is [5.75, 7.75, 9.75, 16.25, 18.25, 20.25]
+    out = y * accel.arange(1, 13):double():view(1, 1, 4, 3)
+    out:sum():backward()
+    close(b.grad:flatten(), accel.tensor({5.75, 7.75, 9.75, 16.25, 18.25, 20.25}, f64), 1e-12)
+    -- torch 2.15: linear 1.5 with recompute_scale_factor=True: 7 outputs at step 5 / 7
+    close(F.interpolate(x5, {scale_factor = 1.5, mode = "linear", recompute_scale_factor = true}):flatten(),
+      accel.tensor({0, 4 / 7, 9 / 7, 2, 19 / 7, 24 / 7, 4}, f64), 1e-12)
+  end)
+
   it("Upsample prints as PyTorch's", function()
     -- torch 2.15: Upsample(scale_factor=2.0, mode='nearest') Upsample(size=(4, 4), mode='bilinear')
     assert.are.equal("Upsample(scale_factor=2.0, mode='nearest')", tostring(nn.Upsample({scale_factor = 2})))

@@ -148,6 +148,22 @@ describe("more layers and losses: modules and details", function()
     expect_error(function() local _ = F.embedding_bag(ids, m.weight, accel.tensor({1})) end, "offsets[0] has to be 0")
   end)
 
+  it("EmbeddingBag max: a call whose bags are all empty still needs a gradient (zero), as PyTorch's", function()
+    -- torch 2.15: EmbeddingBag(3, 2, mode='max', padding_idx=2)(tensor([[2, 2]])) is [[0., 0.]] with
+    -- requires_grad True, and out.sum().backward() leaves weight.grad all 0; the same for input [] with
+    -- offsets [0, 0] ([[0, 0], [0, 0]]) and for offsets [] (shape (0, 2))
+    local m = nn.EmbeddingBag(3, 2, {mode = "max", padding_idx = 2})
+    local no_ids = accel.tensor({}, {dtype = accel.int64})
+    local outs = {m(accel.tensor({{2, 2}})), m(no_ids, accel.tensor({0, 0})), m(no_ids, no_ids)}
+    local zeros = {{{0, 0}}, {{0, 0}, {0, 0}}, {}}
+    for i, out in ipairs(outs) do
+      assert.is_true(out.requires_grad)
+      assert.are.same(zeros[i], out:tolist())
+      out:sum():backward()
+      assert.are.same({{0, 0}, {0, 0}, {0, 0}}, m.weight.grad:tolist())
+    end
+  end)
+
   it("RReLU draws its slopes in training; AlphaDropout keeps a standard normal's mean and variance", function()
     accel.set_seed(6)
     local x = -accel.ones(1000, {dtype = accel.float64})

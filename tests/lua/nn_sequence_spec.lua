@@ -142,6 +142,29 @@ describe("Conv1d", function()
     expect_error(function() local _ = F.conv1d(x, w:unsqueeze(1)) end, "conv1d: weight must be 3-D")
   end)
 
+  it("takes kernel_size, stride, padding and dilation as lists of one, as PyTorch's (3,)", function()
+    accel.manual_seed(5)
+    local x, w = accel.randn(1, 2, 5, f64), accel.randn(2, 2, 3, f64)
+    close(F.conv1d(x, w, nil, {2}), F.conv1d(x, w, nil, 2), 0)
+    close(F.conv1d(x, w, {stride = {2}, padding = {1}, dilation = {2}}), F.conv1d(x, w, {stride = 2, padding = 1, dilation = 2}), 0)
+    -- torch 2.15: output shapes (1, 2, 3) for Conv1d(2, 2, (3,)), (1, 2, 2) with stride=(2,), (1, 2, 5) with
+    -- padding=(1,), (1, 2, 1) with dilation=(2,), (1, 2, 5) with stride=(1,), padding="same"
+    local cases = {{{}, {1, 2, 3}}, {{stride = {2}}, {1, 2, 2}}, {{padding = {1}}, {1, 2, 5}}, {{dilation = {2}}, {1, 2, 1}},
+                   {{stride = {1}, padding = "same"}, {1, 2, 5}}}
+    for _, case in ipairs(cases) do
+      case[1].dtype = accel.float64
+      local m = nn.Conv1d(2, 2, {3}, case[1])
+      assert.same(case[2], support.shape_of(m(x)))
+      assert.same({2, 2, 3}, support.shape_of(m.weight))
+    end
+    -- torch 2.15: Conv1d(2, 2, kernel_size=(3,), stride=(2,), padding=(1,), dilation=(2,))
+    assert.are.equal("Conv1d(2, 2, kernel_size=(3,), stride=(2,), padding=(1,), dilation=(2,))",
+      tostring(nn.Conv1d(2, 2, {3}, {stride = {2}, padding = {1}, dilation = {2}})))
+    expect_error(function() nn.Conv1d(2, 2, {3, 3}) end, "Conv1d: kernel_size must be an integer >= 1 or a list of 1 of them, got (3, 3)")
+    expect_error(function() local _ = F.conv1d(x, w, nil, {1, 2}) end,
+      "conv1d: stride must be an integer >= 1 or a list of 1 of them, got (1, 2)")
+  end)
+
   it("names its own shapes in errors, not those of the conv2d it runs", function()
     local x = accel.randn(1, 3, 4)
     -- torch 2.15: "Given groups=1, weight of size [2, 2, 2], expected input[1, 3, 4] to have 2 channels, but got 3"
@@ -151,7 +174,7 @@ describe("Conv1d", function()
       "conv1d: kernel size 9 (dilation 1) is larger than the padded input length 4 of input [1, 3, 4]")
     expect_error(function() local _ = F.conv1d(x, accel.randn(2, 3, 2), accel.randn(3)) end,
       "conv1d: bias must have shape [2] (out_channels of weight [2, 3, 2]), got [3]")
-    expect_error(function() local _ = F.conv1d(x, accel.randn(2, 3, 2), {stride = 0}) end, "conv1d: stride must be an integer >= 1, got 0")
+    expect_error(function() local _ = F.conv1d(x, accel.randn(2, 3, 2), {stride = 0}) end, "conv1d: stride must be an integer >= 1 or a list of 1 of them, got 0")
     expect_error(function() local _ = F.conv1d(x, accel.randn(2, 3, 2), {groups = 2}) end,
       "conv1d: in_channels (3) and out_channels (2) must be divisible by groups (2)")
     expect_error(function() local _ = nn.Conv1d(4, 2, 3)(x) end, "conv1d: weight [2, 4, 3] with groups=1 expects input with 4 channels")

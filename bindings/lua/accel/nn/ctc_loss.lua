@@ -4,7 +4,9 @@
 -- time for the whole batch, composed of tensor ops so autograd gives the
 -- gradient of the log-probabilities (PyTorch's, which assumes they come from
 -- a log_softmax: see pytorch_gradient_term). Sums of probabilities that are
--- all 0 stay -inf with a zero gradient (never NaN). Loaded on first use.
+-- all 0 stay -inf with a zero gradient inside the recursion; a batch entry
+-- whose targets cannot fit its input (loss inf) gets PyTorch's NaN gradient
+-- unless zero_infinity (see impossible_term). Loaded on first use.
 local accel = require("accel")
 local base = require("accel.nn.module")
 local F = require("accel.nn.functional")
@@ -76,16 +78,42 @@ local function padded_targets(op, targets, target_lengths, n)
   return accel.stack(rows, 1)
 end
 
+-- (T, N): whether step t lies inside batch entry n's input length (in_len_t (N, 1))
+local function inside_steps(t_max, in_len_t, opts)
+  return accel.arange(t_max, opts):reshape({t_max, 1}):lt(in_len_t:reshape({1, -1}))
+end
+
 -- PyTorch's gradient of ctc_loss is exp(log_probs) - (each label's
 -- posterior) at every step inside the input length: the true gradient plus
 -- exp(log_probs), which a log_softmax before the loss cancels (the logits'
 -- gradients agree either way). This term, 0 in value with exp(log_probs) as
 -- its gradient there, gives log_probs.grad PyTorch's values. (N)
-local function pytorch_gradient_term(log_probs, in_len_t, opts)
-  local t_max, n = log_probs:size(1), log_probs:size(2)
-  local inside = accel.arange(t_max, opts):reshape({t_max, 1}):lt(in_len_t:reshape({1, n})) -- (T, N)
+local function pytorch_gradient_term(log_probs, inside)
   local p = log_probs:exp()
   return ((p - p:detach()) * inside:unsqueeze(3):to(p.dtype)):sum({1, 3})
+end
+
+-- 0 (N) in value; its gradient is NaN wherever mask (T, N, 1) holds, whatever the loss's
+local NanGradient = require("accel.autograd").Function{
+  name = "CtcLossImpossible",
+  forward = function(ctx, log_probs, mask)
+    ctx:save_for_backward(mask)
+    ctx.shape, ctx.dtype = log_probs.shape, log_probs.dtype
+    return accel.zeros({log_probs:size(2)}, {dtype = log_probs.dtype, device = log_probs.device})
+  end,
+  backward = function(ctx, g)
+    return accel.zeros(ctx.shape, {dtype = ctx.dtype, device = g.device}):masked_fill(ctx.saved_tensors[1], 0 / 0)
+  end,
+}
+
+-- PyTorch's gradient for a batch entry whose targets cannot fit its input
+-- (nll inf) is NaN at each step inside its input length (exp(log_probs) -
+-- exp(-inf + inf - log_probs)), where the guarded sums here give 0: this
+-- term, 0 in value, adds those NaNs (N; nil where there are none to add)
+local function impossible_term(log_probs, nll, inside)
+  local mask = inside:logical_and(nll:detach():eq(math.huge):reshape({1, -1})):unsqueeze(3) -- (T, N, 1)
+  if not log_probs.requires_grad or not mask:any():item() then return nil end
+  return NanGradient(log_probs, mask)
 end
 
 -- ctc_loss(log_probs (T, N, C) or (T, C), targets (N, S) or 1-D, input_lengths, target_lengths,
@@ -142,8 +170,13 @@ function F.ctc_loss(log_probs, targets, input_lengths, target_lengths, ...)
   local tgt_len_t = accel.tensor(tgt_lens, opts):reshape({n, 1})
   local last = alpha:gather(2, tgt_len_t * 2)
   local before = accel.where(tgt_len_t:gt(0), alpha:gather(2, (tgt_len_t * 2 - 1):clamp(0, width - 1)), NEG_INF)
-  local loss = -log_add(last, before):reshape({n}) + pytorch_gradient_term(log_probs, in_len_t, opts)
-  if a.zero_infinity then loss = accel.where(loss:eq(math.huge), 0, loss) end
+  local nll, inside = -log_add(last, before):reshape({n}), inside_steps(t_max, in_len_t, opts)
+  local loss = nll + pytorch_gradient_term(log_probs, inside)
+  if a.zero_infinity then loss = accel.where(loss:eq(math.huge), 0, loss)
+  else
+    local nan_term = impossible_term(log_probs, nll, inside)
+    if nan_term then loss = loss + nan_term end
+  end
   if unbatched then loss = loss:reshape({}) end
   if reduction == "mean" then
     return (loss / accel.tensor(tgt_lens, {dtype = loss.dtype, device = loss.device}):clamp(1):reshape(loss.shape)):mean()

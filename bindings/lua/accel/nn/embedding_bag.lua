@@ -79,6 +79,9 @@ function F.embedding_bag(input, weight, ...)
   if keep ~= nil then rows = rows * keep:unsqueeze(2) end
   local nb = #starts
   if mode == "max" then
+    -- (0, D), connected to weight: an empty bag takes its sum, zeros with a zero gradient, so that the
+    -- output needs a gradient also when every bag is empty (as PyTorch's)
+    local none = weight:narrow(1, 1, 0)
     local out = {}
     for b = 1, nb do
       local bag = rows:narrow(1, starts[b] + 1, counts[b])
@@ -86,9 +89,9 @@ function F.embedding_bag(input, weight, ...)
         bag = bag:masked_fill(keep:narrow(1, starts[b] + 1, counts[b]):eq(0):unsqueeze(2), -math.huge)
       end
       local present = counts[b] > 0 and (keep == nil or keep:narrow(1, starts[b] + 1, counts[b]):sum():item() > 0)
-      out[b] = present and (bag:max(1, true)) or accel.zeros(1, dim, {dtype = weight.dtype, device = weight.device})
+      out[b] = present and (bag:max(1, true)) or none:sum(1, true)
     end
-    if nb == 0 then return accel.zeros(0, dim, {dtype = weight.dtype, device = weight.device}) end
+    if nb == 0 then return none:clone() end
     return accel.cat(out, 1)
   end
   local bag_of = {}

@@ -5,6 +5,7 @@
 local accel = require("accel")
 local check = require("accel.nn.module").check_options
 local pooled_len = require("accel.nn.module").pooled_len
+local int_list = require("accel.nn.module").int_list
 local C = accel._C
 local util = require("accel.util")
 local raise = util.raise
@@ -879,18 +880,20 @@ function F.conv2d(input, weight, ...)
     opt(o, "groups", 1))
 end
 
+-- a 1-D convolution's kernel_size, stride, padding or dilation v (op's argument name): an integer >= low
+-- or a list of one (PyTorch's (v,)), as that integer; a padding string ("same" / "valid") as it is
+function F._conv1d_setting(op, name, v, low)
+  if name == "padding" and type(v) == "string" then return v end
+  return int_list(op, name, v, 1, low)[1]
+end
+local conv1d_setting = F._conv1d_setting
+
 -- conv1d's arguments checked in its own terms (conv2d would name the
 -- (N, C, 1, L) view it runs on): x (N, C, L), weight (out, C / groups, k).
-local function check_conv1d(x, weight, bias, stride, padding, dilation, groups)
-  local function int_at_least(name, v, low)
-    if type(v) ~= "number" or v ~= math.floor(v) or v < low then
-      raise("conv1d: %s must be an integer >= %d, got %s", name, low, util.show(v))
-    end
+local function check_conv1d(x, weight, bias, dilation, padding, groups)
+  if type(groups) ~= "number" or groups ~= math.floor(groups) or groups < 1 then
+    raise("conv1d: groups must be an integer >= 1, got %s", util.show(groups))
   end
-  int_at_least("stride", stride, 1)
-  int_at_least("dilation", dilation, 1)
-  int_at_least("groups", groups, 1)
-  if type(padding) ~= "string" then int_at_least("padding", padding, 0) end
   local c, out, k = x:size(2), weight:size(1), weight:size(3)
   if c % groups ~= 0 or out % groups ~= 0 then
     raise("conv1d: in_channels (%d) and out_channels (%d) must be divisible by groups (%d)", c, out, groups)
@@ -912,7 +915,7 @@ end
 
 -- conv1d(x, weight, [bias], [stride = 1], [padding = 0], [dilation = 1], [groups = 1]) (as conv2d's):
 -- (N, C, L) or (C, L) with weight (out, C / groups, k), as conv2d over a
--- height of 1 (padding also "same" / "valid")
+-- height of 1 (stride, padding, dilation: integers or lists of one; padding also "same" / "valid")
 function F.conv1d(input, weight, ...)
   local o = torch_args("conv1d", CONV_ARGS, ...)
   local bias = o.bias
@@ -923,8 +926,10 @@ function F.conv1d(input, weight, ...)
   end
   if weight:dim() ~= 3 then raise("conv1d: weight must be 3-D (out, in / groups, k), got %s", shape_text(sizes(weight))) end
   local x = input:dim() == 2 and input:unsqueeze(1) or input
-  local stride, padding, dilation, groups = opt(o, "stride", 1), opt(o, "padding", 0), opt(o, "dilation", 1), opt(o, "groups", 1)
-  check_conv1d(x, weight, bias, stride, padding, dilation, groups)
+  local stride, dilation = conv1d_setting("conv1d", "stride", opt(o, "stride", 1), 1),
+    conv1d_setting("conv1d", "dilation", opt(o, "dilation", 1), 1)
+  local padding, groups = conv1d_setting("conv1d", "padding", opt(o, "padding", 0), 0), opt(o, "groups", 1)
+  check_conv1d(x, weight, bias, dilation, padding, groups)
   local y = F.conv2d(x:unsqueeze(3), weight:unsqueeze(3), bias, {stride = {1, stride},
     padding = type(padding) == "string" and padding or {0, padding}, dilation = {1, dilation}, groups = groups}):squeeze(3)
   return input:dim() == 2 and y:squeeze(1) or y
@@ -1052,20 +1057,26 @@ function F.avg_pool2d(input, kernel_size, ...)
   return sums:reshape(shape)
 end
 
--- x resized along dim d to n positions by interpolate's rule: source
--- position of output i is i * scale (nearest: floored) or (i + 0.5) *
--- scale - 0.5 (linear; align_corners: i * (in - 1) / (n - 1))
-local function resize_dim(x, d, n, mode, align_corners, scale)
+-- source index of each of the n outputs along a dim of n_in for "nearest", as ATen's
+-- nearest_neighbor_compute_source_index: floor(i * s) in float32, s = float32(1 / factor) with a
+-- scale_factor, float32(n_in) / n without
+local function nearest_source(n_in, n, factor, device)
+  local f32 = {dtype = accel.float32, device = device}
+  local s = factor and accel.tensor(1 / factor, f32) or accel.tensor(n_in, f32) / n
+  return (accel.arange(n, f32) * s):floor():clamp(nil, n_in - 1):long()
+end
+
+-- x resized along dim d to n positions by interpolate's rule, the source step
+-- being 1 / factor (a scale_factor) or n_in / n (factor nil): the source of
+-- output i is nearest_source's (mode "nearest") or linear between the
+-- neighbours of (i + 0.5) * step - 0.5 (align_corners: i * (n_in - 1) / (n - 1))
+local function resize_dim(x, d, n, mode, align_corners, factor)
   local n_in = x:size(d)
-  local opts = {dtype = accel.float64, device = x.device}
-  local dst = accel.arange(n, opts)
-  if mode == "nearest" then
-    local src = (dst * scale):floor():clamp(nil, n_in - 1):long()
-    return x:index_select(d, src)
-  end
+  if mode == "nearest" then return x:index_select(d, nearest_source(n_in, n, factor, x.device)) end
+  local dst = accel.arange(n, {dtype = accel.float64, device = x.device})
   local src
   if align_corners then src = n > 1 and dst * ((n_in - 1) / (n - 1)) or dst * 0
-  else src = ((dst + 0.5) * scale - 0.5):clamp(0, nil) end
+  else src = ((dst + 0.5) * (factor and 1 / factor or n_in / n) - 0.5):clamp(0, nil) end
   local i0 = src:floor():clamp(nil, n_in - 1)
   local w = (src - i0):to(x.dtype)
   local i1 = (i0 + 1):clamp(nil, n_in - 1)
@@ -1075,12 +1086,24 @@ local function resize_dim(x, d, n, mode, align_corners, scale)
   return x:index_select(d, i0:long()) * (1 - w) + x:index_select(d, i1:long()) * w
 end
 
+-- whether interpolate changes a dim of n_in resized to n with scale_factor factor (nil:
+-- none, or recomputed), and the factor it resizes with. As ATen: the linear modes copy a
+-- dim whose size stays (compute_source_index_and_lambda), so does "nearest" on 2-D
+-- inputs, which takes i // 2 where n == 2 n_in (nearest_idx); 1-D and 3-D "nearest" use
+-- floor(i / factor) also there (PyTorch 2.15's backward of those uses the 2-D shortcuts,
+-- so its gradient then is not its forward's: here it is)
+local function resize_plan(mode, spatial, n_in, n, factor)
+  if mode ~= "nearest" then return n ~= n_in, factor end
+  if spatial == 2 and (n == n_in or n == 2 * n_in) then factor = nil end
+  return n ~= n_in or (factor ~= nil and factor ~= 1), factor
+end
+
 local INTERPOLATE_MODES = {nearest = true, linear = 3, bilinear = 4, trilinear = 5}
 
--- interpolate(x, [size], [scale_factor], [mode = "nearest"], [align_corners]):
--- (N, C, *spatial) resized to size (a number or a list) or by scale_factor;
--- modes "nearest" and "linear" / "bilinear" / "trilinear" (by the input's
--- dims), separably along each spatial dim, as PyTorch's
+-- interpolate(x, [size], [scale_factor], [mode = "nearest"], [align_corners], [recompute_scale_factor]):
+-- (N, C, *spatial) resized to size (a number or a list) or by scale_factor (recompute_scale_factor:
+-- to floor(in * scale_factor) as if that were the size); modes "nearest" and "linear" / "bilinear" /
+-- "trilinear" (by the input's dims), separably along each spatial dim, as PyTorch's
 function F.interpolate(x, ...)
   local a = torch_args("interpolate", {"size:int|table", "scale_factor:number|table", "mode:string",
                                        "align_corners:bool", "recompute_scale_factor:bool", "antialias:bool"}, ...)
@@ -1094,26 +1117,27 @@ function F.interpolate(x, ...)
     raise("interpolate: align_corners option can only be set with the interpolating modes: linear | bilinear | trilinear")
   end
   if a.antialias then raise("interpolate: antialias = true is not supported") end
-  if a.recompute_scale_factor then raise("interpolate: recompute_scale_factor = true is not supported") end
   if (a.size == nil) == (a.scale_factor == nil) then raise("interpolate: either size or scale_factor should be defined, not both") end
+  if a.recompute_scale_factor and a.size ~= nil then
+    raise("interpolate: recompute_scale_factor is not meaningful with an explicit size")
+  end
   local spatial = x:dim() - 2
   if spatial < 1 then raise("interpolate: expected an input (N, C, ...) with spatial dims, got %dD", x:dim()) end
   local function per_dim(v, i) return type(v) == "table" and v[i] or v end
   local y = x
   for i = 1, spatial do
     local d, n_in = i + 2, x:size(i + 2)
-    local n, scale
-    if a.size ~= nil then
-      n = per_dim(a.size, i)
-      scale = n_in / n
+    local n, factor
+    if a.size ~= nil then n = per_dim(a.size, i)
     else
-      local f = per_dim(a.scale_factor, i)
-      n, scale = math.floor(n_in * f), 1 / f
+      factor = per_dim(a.scale_factor, i)
+      n = math.floor(n_in * factor)
+      if a.recompute_scale_factor then factor = nil end
     end
     if type(n) ~= "number" or n < 1 then raise("interpolate: the output size must be positive, got %s", util.show(n)) end
-    if n ~= n_in or (mode ~= "nearest" and not a.align_corners and scale ~= 1) then
-      y = resize_dim(y, d, n, mode == "nearest" and "nearest" or "linear", a.align_corners, scale)
-    end
+    local resize
+    resize, factor = resize_plan(mode, spatial, n_in, n, factor)
+    if resize then y = resize_dim(y, d, n, mode == "nearest" and "nearest" or "linear", a.align_corners, factor) end
   end
   return y
 end

@@ -27,13 +27,17 @@ local Conv1d = export_class(M, "Conv1d")
 
 -- Conv1d(in_channels, out_channels, kernel_size, [stride = 1], [padding = 0], [dilation = 1], [groups = 1],
 --   [bias = true], [padding_mode = "zeros"], [device], [dtype]), the optional ones positionally or in an
--- options table; weight {out, in / groups, k}
+-- options table; kernel_size, stride, padding, dilation: integers or lists of one; weight {out, in / groups, k}
 function Conv1d:init(in_channels, out_channels, kernel_size, ...)
   local o = require("accel.util").torch_args("Conv1d", require("accel.nn.layers")._CONV_ARGS, ...)
   self.in_channels = positive(in_channels, "Conv1d", "in_channels")
   self.out_channels = positive(out_channels, "Conv1d", "out_channels")
-  self.kernel_size = positive(kernel_size, "Conv1d", "kernel_size")
-  self.stride, self.padding, self.dilation = o.stride or 1, o.padding or 0, o.dilation or 1
+  base.not_in_options(kernel_size, "Conv1d", "kernel_size")
+  -- each an integer or a list of one (PyTorch's (k,)), kept as the integer
+  local function setting(name, v, low) return F._conv1d_setting("Conv1d", name, v, low) end
+  self.kernel_size = setting("kernel_size", kernel_size, 1)
+  self.stride, self.dilation = setting("stride", o.stride or 1, 1), setting("dilation", o.dilation or 1, 1)
+  self.padding = setting("padding", o.padding or 0, 0)
   if type(self.padding) == "string" then
     if self.padding ~= "same" and self.padding ~= "valid" then
       raise("Conv1d: invalid padding string '%s', should be one of 'valid', 'same'", self.padding)
@@ -48,7 +52,7 @@ function Conv1d:init(in_channels, out_channels, kernel_size, ...)
     raise("Conv1d: in_channels (%d) and out_channels (%d) must be divisible by groups (%d)", in_channels, out_channels, self.groups)
   end
   local opts = {dtype = o.dtype, device = o.device}
-  self.weight = Parameter(accel.empty({out_channels, in_channels / self.groups, kernel_size}, opts))
+  self.weight = Parameter(accel.empty({out_channels, in_channels / self.groups, self.kernel_size}, opts))
   if o.bias ~= false then self.bias = Parameter(accel.empty(out_channels, opts)) else self:register_parameter("bias", nil) end
   self:reset_parameters()
 end
