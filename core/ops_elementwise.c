@@ -792,15 +792,42 @@ Tensor *op_masked_fill(Tensor *a, Tensor *mask, double v) {
     return out;
 }
 
+/* masked_fill_ into an expanded view a (stride-0 dims of size > 1) that
+ * needs no gradient, as PyTorch's (which warns it is deprecated): a
+ * location several elements share is filled when any of them is masked.
+ * Done on a's view with those dims cut to 1, which is writable, under the
+ * mask (broadcast to a) reduced with any over them:
+ * a (2 [stride 0], 3), mask (3) -> view (1, 3), mask (1, 3). */
+static int masked_fill_expanded_(Tensor *a, Tensor *mask, double v) {
+    int64_t shape[TENSOR_MAX_DIMS];
+    int dims[TENSOR_MAX_DIMS], nd = 0;
+    for (int d = 0; d < a->ndim; d++) {
+        bool shared = a->stride[d] == 0 && a->shape[d] > 1;
+        shape[d] = shared ? 1 : a->shape[d];
+        if (shared) dims[nd++] = d;
+    }
+    Tensor *wide = tensor_expand(mask, a->shape, a->ndim);
+    Tensor *hits = wide ? op_reduce(KR_SUM, wide, dims, nd, true) : NULL;
+    Tensor *any = hits ? op_binary_scalar(KB_GT, hits, 0, true, false) : NULL;
+    Tensor *cut = any ? tensor_as_strided(a, shape, a->stride, a->ndim, a->offset) : NULL;
+    int rc = cut ? op_masked_fill_(cut, any, v) : -1;
+    tensor_release(wide), tensor_release(hits), tensor_release(any), tensor_release(cut);
+    return rc;
+}
+
 int op_masked_fill_(Tensor *a, Tensor *mask, double v) {
     int64_t shape[TENSOR_MAX_DIMS];
     int nd;
-    if (tensor_check_writable(a, "masked_fill_") < 0 || check_mask(a, mask, "masked_fill_", shape, &nd) < 0) return -1;
+    if (check_mask(a, mask, "masked_fill_", shape, &nd) < 0) return -1;
     if (nd != a->ndim || shape_numel(shape, nd) != a->numel) {
         char bs[160];
         shape_str(shape, nd, bs, sizeof bs);
         return accel_fail_int("masked_fill_: output with shape %s doesn't match the broadcast shape %s (mask %s)",
                               tensor_shape_str(a), bs, tensor_shape_str(mask));
+    }
+    if (!tensor_is_writable(a)) { /* an expanded view; with a graph refused, as any view */
+        if (!ag_needs_grad(&a, 1)) return masked_fill_expanded_(a, mask, v);
+        return check_inplace_grad(a, "masked_fill") < 0 ? -1 : tensor_check_writable(a, "masked_fill_");
     }
     Tensor *r = op_masked_fill(a, mask, v);
     if (!r) return -1;

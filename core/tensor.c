@@ -319,9 +319,13 @@ Tensor *tensor_from_data(const void *data, const int64_t *shape, int ndim, DType
 
 Tensor *tensor_arange(double start, double end, double step, DType dt) {
     if (step == 0) return accel_fail("arange: step must be nonzero");
+    /* as PyTorch: a step pointing away from end is an error, not an empty
+     * range (arange(2, 1, 2)); end == start is an empty range */
+    if (step > 0 ? end < start : end > start)
+        return accel_fail("arange: upper bound and lower bound inconsistent with step sign (start %g, end %g, step %g)",
+                          start, end, step);
     double count = ceil((end - start) / step);
     if (isnan(count)) return accel_fail("arange: start %g, end %g and step %g do not give a number of elements", start, end, step);
-    if (count < 0) return accel_fail("arange: upper bound and step are inconsistent (start %g, end %g, step %g)", start, end, step);
     if (!(count < 0x1p63))
         return accel_fail("arange: start %g, end %g, step %g give %g elements, more than 2^63", start, end, step, count);
     int64_t n = (int64_t)count;
@@ -366,13 +370,14 @@ static void linspace_fill(char *p, DType dt, double start, double end, int64_t s
 }
 
 /* Whether an end of an integer linspace overflows dt, as PyTorch's
- * conversion of the end checks it (a uint8 end may be negative down to
- * -255: it wraps). */
+ * conversion of the end checks it: an end below dt's lowest value or not
+ * below its largest + 1 is an error (255.9 truncates to uint8's 255, -0.5
+ * is refused); a whole negative uint8 end down to -255 wraps (-1 -> 255),
+ * as torch's integer ends and accel's whole fill values. NaN overflows. */
 static bool int_end_overflows(DType dt, double v) {
-    const double t = trunc(v);
-    if (dt == DT_U8) return !(t <= 255 && t >= -255);
-    if (dt == DT_I32) return !(t <= 2147483647.0 && t >= -2147483648.0);
-    return !(t < 9223372036854775808.0 && t >= -9223372036854775808.0);
+    const double top = dt == DT_U8 ? 256.0 : dt == DT_I32 ? 0x1p31 : 0x1p63;
+    const double low = dt == DT_U8 ? (v == floor(v) ? -255.0 : 0.0) : -top;
+    return !(v >= low && v < top);
 }
 
 Tensor *tensor_linspace(double start, double end, int64_t steps, DType dt) {

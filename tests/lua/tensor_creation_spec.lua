@@ -236,6 +236,16 @@ describe("arange", function()
     for i = 1, 4 do assert.are.equal(f32((i - 1) * 0.3), l[i]) end
   end)
 
+  -- PyTorch 2.15: arange(2, 1, 2), arange(3, 4, -2), arange(0.001, 0.0, 0.01) raise "upper bound and lower
+  -- bound inconsistent with step sign"; arange(3, 3, -1) -> tensor([], dtype=torch.int64)
+  it("a step whose sign disagrees with end - start is an error, as PyTorch; end == start is empty", function()
+    support.expect_error(function() local _ = accel.arange(2, 1, 2) end,
+      "arange: upper bound and lower bound inconsistent with step sign (start 2, end 1, step 2)")
+    support.expect_error(function() local _ = accel.arange(3, 4, -2) end, "arange: upper bound and lower bound inconsistent")
+    support.expect_error(function() local _ = accel.arange(0.001, 0.0, 0.01) end, "inconsistent with step sign")
+    assert.are.equal(0, accel.arange(3, 3, -1):numel())
+  end)
+
   it("honours opts.dtype", function()
     local a = accel.arange(0, 4, {dtype = accel.float64})
     assert.are.equal(accel.float64, a.dtype)
@@ -277,6 +287,25 @@ describe("linspace", function()
     assert.are.same({5, 54, 103, 152, 201, 251}, accel.linspace(5, -5, 6, {dtype = accel.uint8}):tolist())
     support.expect_error(function() local _ = accel.linspace(0.001, 1000, 11, {dtype = accel.uint8}) end,
       "linspace: value cannot be converted to type uint8 without overflow (end 1000)")
+  end)
+
+  -- PyTorch 2.15: linspace(10, -2.5, 6), linspace(-1, -2.5, 5), linspace(-0.5, 3, 4), linspace(-256, 0, 3)
+  -- with dtype=uint8, linspace(2147483648, 0, 3) and linspace(0, -2147483648.5, 3) with dtype=int32 raise
+  -- "value cannot be converted to type ... without overflow"; linspace(-1, 0, 3, dtype=uint8) and
+  -- linspace(255.9, 0, 3, dtype=uint8) -> [255, 127, 0]; linspace(2147483647.5, 0, 3, dtype=int32) ->
+  -- [2147483647, 1073741823, 0]
+  it("an integer end below or above the dtype's range is an error, as PyTorch", function()
+    local u8, i32 = {dtype = accel.uint8}, {dtype = accel.int32}
+    support.expect_error(function() local _ = accel.linspace(10, -2.5, 6, u8) end,
+      "linspace: value cannot be converted to type uint8 without overflow (end -2.5)")
+    support.expect_error(function() local _ = accel.linspace(-1, -2.5, 5, u8) end, "(end -2.5)")
+    support.expect_error(function() local _ = accel.linspace(-0.5, 3, 4, u8) end, "(start -0.5)")
+    support.expect_error(function() local _ = accel.linspace(-256, 0, 3, u8) end, "(start -256)")
+    support.expect_error(function() local _ = accel.linspace(2147483648, 0, 3, i32) end, "type int32 without overflow")
+    support.expect_error(function() local _ = accel.linspace(0, -2147483648.5, 3, i32) end, "type int32 without overflow")
+    assert.are.same({255, 127, 0}, accel.linspace(-1, 0, 3, u8):tolist())
+    assert.are.same({255, 127, 0}, accel.linspace(255.9, 0, 3, u8):tolist())
+    assert.are.same({2147483647, 1073741823, 0}, accel.linspace(2147483647.5, 0, 3, i32):tolist())
   end)
 end)
 

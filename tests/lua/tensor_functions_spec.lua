@@ -138,6 +138,23 @@ describe("tensor functions: details", function()
 
   -- torch 2.15: isin(tensor([1.0, 2.5, nan]), tensor([2.5, 1])) = [True, True, False]; isin(3, tensor([1, 3])) =
   -- tensor(True); isin(tensor([1, 2]), 2) = [False, True]; an empty test tensor finds nothing
+  -- PyTorch 2.15: logspace(0.5, 2.5, 5, dtype=int64) -> [1, 3, 10, 31, 100]; logspace(-3.7, 1, 5, base=0.5,
+  -- dtype=int64) -> [8, 4, 2, 1, 0]; logspace(0.5, 2, 5, base=2, dtype=int64) -> [1, 1, 2, 2, 4];
+  -- logspace(0.5, 2, 1, dtype=int64) -> [3] (one step: start is not truncated); logspace(-0.5, 2, 3, base=2,
+  -- dtype=uint8) raises "value cannot be converted to type uint8_t without overflow"
+  it("logspace with an integer dtype truncates start and end first, as torch", function()
+    local i64 = {dtype = accel.int64}
+    assert.same({1, 3, 10, 31, 100}, accel.logspace(0.5, 2.5, 5, 10, i64):tolist())
+    assert.same({8, 4, 2, 1, 0}, accel.logspace(-3.7, 1, 5, 0.5, i64):tolist())
+    assert.same({1, 1, 2, 2, 4}, accel.logspace(0.5, 2, 5, 2, i64):tolist())
+    assert.same({3}, accel.logspace(0.5, 2, 1, 10, i64):tolist())
+    assert.same({1, 2, 4, 8}, accel.logspace(0.9, 3.9, 4, 2, {dtype = accel.int32}):tolist())
+    support.expect_error(function() local _ = accel.logspace(-0.5, 2, 3, 2, {dtype = accel.uint8}) end,
+      "logspace: value cannot be converted to type uint8 without overflow (start -0.5)")
+    -- float dtypes keep the fractional ends: 2^0.9 (closed form)
+    assert.is_true(math.abs(accel.logspace(0.9, 3.9, 4, 2, {dtype = accel.float64}):tolist()[1] - 2 ^ 0.9) < 1e-15)
+  end)
+
   it("isin: NaN is never found, a number on either side, an empty test set", function()
     local nan = 0 / 0
     assert.are.same({true, true, false}, accel.isin(accel.tensor({1.0, 2.5, nan}), accel.tensor({2.5, 1})):tolist())

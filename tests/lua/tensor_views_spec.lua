@@ -591,6 +591,32 @@ describe("keyword forms and edge cases (PyTorch 2.15)", function()
     assert.same({7, 7, 7, 7}, s:tolist())
   end)
 
+  -- torch 2.15 (with its deprecation warning): b = tensor([[1, 2, 3]]); b.expand(2, 3).index_fill_(1, [0, 2], -1)
+  -- -> b = [[-1, 2, -1]]; b = tensor([[1.], [2.]]); b.expand(2, 3).index_fill_(0, [1], 7.) -> [[1.], [7.]],
+  -- .index_fill_(1, [2], 7.) -> [[7.], [7.]]; b = tensor([5., 6.]); b.expand(3, 2).masked_fill_([[F, F], [F, T],
+  -- [F, F]], 0.) -> [5., 0.]; b = tensor([[1., 2., 3.]]); b.expand(2, 3).masked_fill_([T, F, F], 7.) -> [[7., 2., 3.]]
+  it("index_fill_ / masked_fill_ of an expanded view write the shared elements any selected one refers to, as torch",
+    function()
+      local b = accel.tensor({{1, 2, 3}}, {dtype = accel.int64})
+      b:expand(2, 3):index_fill_(2, accel.tensor({0, 2}, {dtype = accel.int64}), -1)
+      assert.same({{-1, 2, -1}}, b:tolist())
+      local c = accel.tensor({{1.0}, {2.0}}, {dtype = accel.float32})
+      c:expand(2, 3):index_fill_(1, accel.tensor({1}, {dtype = accel.int64}), 7)
+      assert.same({{1}, {7}}, c:tolist())
+      c:expand(2, 3):index_fill_(2, accel.tensor({2}, {dtype = accel.int64}), 7)
+      assert.same({{7}, {7}}, c:tolist())
+      local d = accel.tensor({5.0, 6.0}, {dtype = accel.float32})
+      d:expand(3, 2):masked_fill_(accel.tensor({{false, false}, {false, true}, {false, false}}), 0)
+      assert.same({5, 0}, d:tolist())
+      local e = accel.tensor({{1.0, 2.0, 3.0}}, {dtype = accel.float32, device = "sim"})
+      e:expand(2, 3):masked_fill_(accel.tensor({true, false, false}, {device = "sim"}), 7)
+      assert.same({{7, 2, 3}}, e:tolist())
+      -- with gradients recorded, refused as in-place writes into any view (naming the op)
+      local g = accel.tensor({{1.0, 2.0, 3.0}}, {dtype = accel.float32, requires_grad = true}) * 1
+      support.expect_error(function() g:expand(2, 3):index_fill_(2, accel.tensor({0}, {dtype = accel.int64}), 7) end,
+        "index_fill_: in-place modification of a view")
+    end)
+
   it("fill_ of an expanded view with no elements succeeds (torch: tensor([], size=(3, 0)))", function()
     local e = accel.zeros(1, 0):expand(3, 0)
     assert.are.equal(e, e:fill_(1))

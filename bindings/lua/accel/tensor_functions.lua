@@ -212,11 +212,23 @@ function T.tril_indices(row, col, ...) return triangle_indices("tril_indices", t
 -- accel.triu_indices(row, col, [offset = 0], [{dtype =, device =}])
 function T.triu_indices(row, col, ...) return triangle_indices("triu_indices", false, row, col, ...) end
 
+-- An integer logspace's ends converted to dtype first, as torch's (and
+-- integer linspace's): truncated, a whole negative wrapping in uint8, an
+-- end the dtype cannot hold an error. The powers between stay fractional:
+-- logspace(0.5, 2.5, 5) in int64 is 10^{0, 0.5, 1, 1.5, 2} = {1, 3, 10, 31, 100}.
+local function int_logspace_ends(start, stop, dtype)
+  local ok, ends = pcall(accel.linspace, start, stop, 2, {dtype = dtype}) -- [2]: exactly the converted ends
+  if not ok then raise("logspace: %s", (util.strip_position(ends):gsub("^linspace: ", ""))) end
+  return ends[1]:item(), ends[2]:item()
+end
+
 -- accel.logspace(start, end, steps, [base = 10], [{dtype =, device =, requires_grad =}])
 function T.logspace(start, stop, steps, ...)
   local a = torch_args("logspace", {"base:number", "dtype", "device", "requires_grad:bool"}, ...)
+  local dtype = a.dtype or accel.float32
+  if not dtype.is_floating_point and steps ~= 1 then start, stop = int_logspace_ends(start, stop, dtype) end
   local exps = accel.linspace(start, stop, steps, {dtype = accel.float64})
-  local out = accel.pow(a.base or 10, exps):to({dtype = a.dtype or accel.float32, device = a.device})
+  local out = accel.pow(a.base or 10, exps):to({dtype = dtype, device = a.device})
   if a.requires_grad then out:requires_grad_() end
   return out
 end

@@ -595,7 +595,24 @@ function M.index_fill(t, dim, index, value)
   if type(value) == "number" then value = accel.full_like(t, value) end
   return accel.where(rows_mask(t, d, index), value, t)
 end
-function M.index_fill_(t, ...) return t:copy_(M.index_fill(t, ...)) end
+-- whether t is an expanded view: a dim of size > 1 with stride 0
+local function is_expanded(t)
+  for i = 1, t:dim() do
+    if t:stride(i) == 0 and t:size(i) > 1 then return true end
+  end
+  return false
+end
+
+-- t:index_fill_(dim, index, value); into an expanded view it writes
+-- through, as torch's (masked_fill_ fills a location any of the elements
+-- sharing it selects), where copy_ would refuse the view
+function M.index_fill_(t, dim, index, value)
+  if not is_expanded(t) then return t:copy_(M.index_fill(t, dim, index, value)) end
+  local mask = rows_mask(t, positive_dim("index_fill_", t, dim), index)
+  local ok, err = pcall(t.masked_fill_, t, mask, value)
+  if not ok then raise("index_fill_: %s", (util.strip_position(err):gsub("^masked_fill_: ", ""))) end
+  return t
+end
 
 -- t:index_copy(dim, index, source): the rows at index replaced by source's
 function M.index_copy(t, dim, index, source)
