@@ -122,22 +122,27 @@ static Other other_arg(lua_State *L, KBinOp op, Tensor *self) {
         lua_pop(L, 1);
     }
     double alpha = scaled ? alpha_arg(L) : 1.0;
-    if (self->dtype == DT_BOOL && (!o.t || o.t->dtype == DT_BOOL)) alpha = alpha != 0; /* torch: alpha as a bool */
-    if (alpha == 1.0) return o;
     if (alpha != floor(alpha) && integral_operands(self, &o))
         lu_error(L, "%s: For integral input tensors, argument alpha must not be a floating point number.",
                  kbin_name(op));
+    if (self->dtype == DT_BOOL && (!o.t || o.t->dtype == DT_BOOL)) alpha = alpha != 0; /* torch: alpha as a bool */
+    if (alpha == 1.0) return o;
+    if (o.t && op_check_bool_operands(op, self->dtype, o.t->dtype) < 0) lu_core_error(L); /* before bool * alpha is int */
     if (!o.t) {
         o.v *= alpha;
         o.is_int = o.is_int && alpha == floor(alpha);
         return o;
     }
-    /* as torch: self + alpha * other of bf16 / fp16 is computed in float32
-     * and rounded once, alpha first rounded to the half dtype */
+    /* as torch: alpha * other is computed in the result dtype, other
+     * converted to it first (so a narrower operand neither wraps nor
+     * rounds: int64 + uint8{200} * 2 is 400); self + alpha * other of
+     * bf16 / fp16 in float32 from the operands in the half dtype (see
+     * binary_other), rounded once, alpha first rounded to the half dtype */
     DType rd = tensor_result_dtype(self, o.t);
     bool half = rd == DT_BF16 || rd == DT_F16;
     alpha = dtype_round_half(rd, alpha);
-    Tensor *w = half ? tensor_to_dtype(o.t, DT_F32) : tensor_retain(o.t);
+    Tensor *w = tensor_to_dtype(o.t, rd);
+    if (half) w = tensor_to_dtype_owned(w, DT_F32);
     o.t = w ? op_binary_scalar(KB_MUL, w, alpha, alpha == floor(alpha), false) : NULL;
     tensor_release(w);
     if (!o.t) lu_core_error(L);
@@ -169,10 +174,15 @@ static Tensor *trunc_div(Tensor *self, const Other *o) {
     return out;
 }
 
-/* self op other, with div's rounding mode, rounded to the result dtype */
+/* self op other, with div's rounding mode, rounded to the result dtype
+ * (self converted to it first, as torch: an int64 or a 0-dim float32
+ * self beside a scaled bf16 other is rounded to bf16) */
 static Tensor *binary_other(KBinOp op, Tensor *self, const Other *o) {
-    Tensor *r = o->rounding == 2 ? trunc_div(self, o) : apply_other(o->rounding == 1 ? KB_FLOORDIV : op, self, o);
-    return o->result_dtype >= 0 ? tensor_to_dtype_owned(r, (DType)o->result_dtype) : r;
+    if (o->result_dtype < 0)
+        return o->rounding == 2 ? trunc_div(self, o) : apply_other(o->rounding == 1 ? KB_FLOORDIV : op, self, o);
+    Tensor *s = tensor_to_dtype(self, (DType)o->result_dtype), *r = s ? apply_other(op, s, o) : NULL;
+    tensor_release(s);
+    return tensor_to_dtype_owned(r, (DType)o->result_dtype);
 }
 
 /* accel.sub(1, t), accel.pow(2, t): torch's arithmetic functions also take
@@ -421,13 +431,22 @@ static bool round_decimals_arg(lua_State *L, KUnOp op, int *decimals) {
 static int t_copy_(lua_State *L);
 static bool overwrite_check(lua_State *L, Tensor *t, bool src_grad, const char *op);
 
-/* clamp's number bounds meeting a floating result must fit its dtype, as
- * torch's "value cannot be converted to type c10::Half without overflow"
- * (integer results take any bound, as torch's) */
+/* clamp's number bounds must suit the result dtype, as torch's: a floating
+ * one must hold them ("value cannot be converted to type c10::Half without
+ * overflow"); an integer one takes a min below or a max above its range
+ * (they clamp nothing) but refuses a min above it or a max below it
+ * (uint8 clamp({max = -1}) would clamp to a wrapped 255) */
 static void check_clamp_bounds(lua_State *L, DType rd, const char *op) {
-    if (!dtype_is_float(rd)) return;
-    for (int i = 2; i <= 3; i++)
-        if (lua_type(L, i) == LUA_TNUMBER) lu_check_fill_value(L, lua_tonumber(L, i), rd, op);
+    int64_t lo, hi;
+    dtype_int_range(rd, &lo, &hi);
+    for (int i = 2; i <= 3; i++) {
+        if (lua_type(L, i) != LUA_TNUMBER) continue;
+        double v = lua_tonumber(L, i);
+        if (dtype_is_float(rd)) lu_check_fill_value(L, v, rd, op);
+        else if (rd != DT_BOOL && (i == 2 ? v > (double)hi : v < (double)lo))
+            lu_error(L, "%s: %s value %.17g is outside the representable range of %s (%lld to %lld)", op,
+                     i == 2 ? "min" : "max", v, dtype_name(rd), (long long)lo, (long long)hi);
+    }
 }
 
 static int unary_method(lua_State *L) {

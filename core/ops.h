@@ -25,6 +25,8 @@ int op_masked_fill_(Tensor *a, Tensor *mask, double v);
 Tensor *op_cast(Tensor *a, DType dt); /* differentiable dtype change */
 Tensor *op_round_decimals(Tensor *x, int decimals); /* torch.round(x, decimals=d) */
 const char *kbin_name(KBinOp op);
+/* 0, or -1 with torch's error where op refuses a bool operand (sub) or two (floor_divide, remainder, fmod, pow) */
+int op_check_bool_operands(KBinOp op, DType a, DType b);
 const char *kun_name(KUnOp op);
 
 /* ---- reductions (ops_reduce.c) ---- */

@@ -283,7 +283,7 @@ static void record_binary(KBinOp op, Tensor *out, Tensor *a, Tensor *b) {
 
 /* torch refuses `-` on bool tensors (a mask is inverted with logical_not),
  * and floor division, remainder, fmod and pow of two bools. */
-static int check_bool_op(KBinOp op, DType a, DType b) {
+int op_check_bool_operands(KBinOp op, DType a, DType b) {
     bool no_bool = op == KB_FLOORDIV || op == KB_REMAINDER || op == KB_FMOD || op == KB_POW;
     if (no_bool && a == DT_BOOL && b == DT_BOOL)
         return accel_fail_int("%s: not implemented for 'Bool' (two bool tensors, as PyTorch); convert one with :long() first",
@@ -316,7 +316,7 @@ static Tensor *binary_on_one_device(KBinOp op, Tensor *a, Tensor *b) {
     PROF_SCOPE(kbin_name(op), PROF_FORWARD, a, b);
     const char *name = kbin_name(op);
     if (bitwise_operands(&op, a->dtype, b->dtype) < 0) return NULL;
-    if (check_same_device(a, b, name) < 0 || check_bool_op(op, a->dtype, b->dtype) < 0) return NULL;
+    if (check_same_device(a, b, name) < 0 || op_check_bool_operands(op, a->dtype, b->dtype) < 0) return NULL;
     int64_t shape[TENSOR_MAX_DIMS];
     int nd;
     if (broadcast_shapes(a->shape, a->ndim, b->shape, b->ndim, shape, &nd, name) < 0) return NULL;
@@ -358,7 +358,7 @@ static Tensor *scalar_operand(KBinOp op, const Tensor *a, double s, bool is_int)
 Tensor *op_binary_scalar(KBinOp op, Tensor *a, double s, bool is_int, bool scalar_lhs) {
     PROF_SCOPE(kbin_name(op), PROF_FORWARD, a, NULL);
     if (bitwise_operands(&op, a->dtype, is_int ? DT_I64 : DT_F32) < 0) return NULL;
-    if (check_bool_op(op, a->dtype, DT_I64) < 0) return NULL;
+    if (op_check_bool_operands(op, a->dtype, DT_I64) < 0) return NULL;
     Tensor *st = scalar_operand(op, a, s, is_int);
     if (!st) return NULL;
     Tensor *x = scalar_lhs ? st : a, *y = scalar_lhs ? a : st;
@@ -431,7 +431,7 @@ static int binary_inplace_on_one_device(KBinOp op, Tensor *a, Tensor *b) {
     PROF_SCOPE(kbin_name(op), PROF_INPLACE, a, b);
     const char *name = kbin_name(op);
     if (bitwise_operands(&op, a->dtype, b->dtype) < 0) return -1;
-    if (check_same_device(a, b, name) < 0 || check_bool_op(op, a->dtype, b->dtype) < 0) return -1;
+    if (check_same_device(a, b, name) < 0 || op_check_bool_operands(op, a->dtype, b->dtype) < 0) return -1;
     int64_t shape[TENSOR_MAX_DIMS];
     int nd;
     if (broadcast_shapes(a->shape, a->ndim, b->shape, b->ndim, shape, &nd, name) < 0) return -1;

@@ -559,7 +559,8 @@ describe("index dtypes, empty reductions and in-place names (PyTorch 2.15)", fun
   end)
 
   -- torch 2.15: ones(2).half().clamp(0, 1e5) (and clamp_) raise "value cannot be converted to type c10::Half
-  -- without overflow", ones(2).clamp(0, 1e39) "... to type float ..."; an int32 tensor takes any integer bound
+  -- without overflow", ones(2).clamp(0, 1e39) "... to type float ..."; an int32 tensor takes a min below or a
+  -- max above its range
   it("clamp bounds beyond a floating result's range are errors, as torch's", function()
     expect_error(function() local _ = accel.ones(2):half():clamp(0, 1e5) end,
       "clamp: value 100000 cannot be converted to type float16 without overflow")
@@ -569,10 +570,30 @@ describe("index dtypes, empty reductions and in-place names (PyTorch 2.15)", fun
     assert.same({1, 1}, accel.ones(2, {dtype = accel.int32}):clamp(0, 1099511627776):tolist())
   end)
 
+  -- torch 2.15: uint8 [0, 5, 200].clamp(max=-1) (and clamp_) raise "Clamp max value -1 is outside the
+  -- representable range of Byte", .clamp(300, 400) "Clamp min value 300 ...", int32 .clamp(-2**40, -2**33)
+  -- "Clamp max value -8.58993e+09 ... of Int"; uint8 .clamp(-5, 3) = [0, 3, 3], .clamp(-1000, 1000) and
+  -- int32 .clamp(max=2**40) change nothing, uint8 .clamp(min=255) = [255, 255, 255]
+  it("an integer clamp refuses a min above or a max below the dtype's range, as torch", function()
+    local u8 = {dtype = accel.uint8}
+    local u = accel.tensor({0, 5, 200}, u8)
+    expect_error(function() local _ = u:clamp({max = -1}) end,
+      "clamp: max value -1 is outside the representable range of uint8 (0 to 255)")
+    expect_error(function() u:clone():clamp_({max = -1}) end, "clamp_: max value -1 is outside the representable range")
+    expect_error(function() local _ = u:clamp(300, 400) end, "clamp: min value 300 is outside the representable range")
+    local i = accel.tensor({0, 5, 200}, {dtype = accel.int32})
+    expect_error(function() local _ = i:clamp(math.floor(-2 ^ 40), math.floor(-2 ^ 33)) end,
+      "clamp: max value -8589934592 is outside the representable range of int32")
+    assert.same({0, 3, 3}, u:clamp(-5, 3):tolist())
+    assert.same({0, 5, 200}, u:clamp(-1000, 1000):tolist())
+    assert.same({255, 255, 255}, u:clamp({min = 255}):tolist())
+    assert.same({0, 5, 200}, i:clamp({max = math.floor(2 ^ 40)}):tolist())
+  end)
+
   -- ops built on others name themselves, not the op inside them
   it("take, scatter and logsumexp errors name the op called", function()
     local x = accel.zeros(2, 3)
-    expect_error(function() local _ = x:take(accel.tensor({99})) end, "take: index 99 is out of range")
+    expect_error(function() local _ = x:take(accel.tensor({99})) end, "take: out of range: tried to access index 99")
     expect_error(function() local _ = x:scatter(2, accel.tensor({{9, 0, 0}, {0, 0, 0}}), 1.0) end,
       "scatter: index 9 is out of range")
     expect_error(function() local _ = x:logsumexp(5) end, "logsumexp: dimension 5 out of range")

@@ -202,6 +202,32 @@ describe("element-wise compositions", function()
     expect_error(function() local _ = a:lerp(b, "half") end, "lerp: weight must be a number or a tensor, got string")
   end)
 
+  -- torch 2.15 computes addcmul / addcdiv in the three's dtype (bf16 / fp16 in float32, rounded once),
+  -- value * t1 first: bf16 [-1.5].addcmul(bf16 [-17.5], bf16 [-18], value=2) = [628] (exact 628.5; addcmul_
+  -- too), fp16 [35.125].addcmul([2.16796875], [-8.671875], value=2) = [-2.4765625], float32
+  -- [-0.18].addcdiv([0.49], [4.27], value=0.3) = [-0.14557376503944397], int64 [1, 2].addcmul(uint8 [200, 7],
+  -- uint8 [200, 7]) = [40001, 51], int64 [1, 2].addcmul([1, 2], [1, 2], value=0.5) = [1, 2] (value
+  -- truncated); int64 [1, 2].addcdiv([1, 2], [1, 2]) raises "Integer division with addcdiv is no longer supported"
+  it("addcmul / addcdiv compute in the promoted dtype and round once, as torch", function()
+    local bf, h = {dtype = accel.bfloat16}, {dtype = accel.float16}
+    local s, p, q = accel.tensor({-1.5}, bf), accel.tensor({-17.5}, bf), accel.tensor({-18}, bf)
+    assert.same({628}, s:addcmul(p, q, {value = 2}):float():tolist())
+    local c = s:clone()
+    c:addcmul_(p, q, {value = 2})
+    assert.same({628}, c:float():tolist())
+    local r = accel.tensor({35.125}, h):addcmul(accel.tensor({2.16796875}, h), accel.tensor({-8.671875}, h), {value = 2})
+    assert.are.equal(accel.float16, r.dtype)
+    assert.same({-2.4765625}, r:float():tolist())
+    local d = accel.tensor({-0.18}, f32):addcdiv(accel.tensor({0.49}, f32), accel.tensor({4.27}, f32), {value = 0.3})
+    assert.same({-0.14557376503944397}, d:tolist())
+    local i, u = accel.tensor({1, 2}, i64), accel.tensor({200, 7}, {dtype = accel.uint8})
+    assert.same({40001, 51}, i:addcmul(u, u):tolist())
+    local t = i:addcmul(i, i, {value = 0.5})
+    assert.are.equal(accel.int64, t.dtype)
+    assert.same({1, 2}, t:tolist())
+    expect_error(function() local _ = i:addcdiv(i, i) end, "addcdiv: integer division is not supported")
+  end)
+
   it("isclose / allclose / equal and nan_to_num", function()
     local a = accel.tensor({1, nan, 2}, f64)
     assert.same({true, false, false}, a:isclose(accel.tensor({1 + 1e-9, nan, 2.1}, f64)):tolist())
@@ -345,6 +371,17 @@ describe("random fills and multinomial", function()
 end)
 
 describe("scatter_add and index_add", function()
+  -- torch 2.15: t = tensor([True, False, False]); t.scatter_(0, tensor([1]), True) -> [True, True, False];
+  -- tensor([False, False]).scatter(0, tensor([0]), True) -> [True, False]; tensor([1, 2, 3]).scatter(0,
+  -- tensor([2]), True) -> [1, 2, 1]
+  it("scatter / scatter_ take a Lua boolean value (the bool scalar)", function()
+    local t = accel.tensor({true, false, false})
+    t:scatter_(1, accel.tensor({1}), true)
+    assert.same({true, true, false}, t:tolist())
+    assert.same({true, false}, accel.tensor({false, false}):scatter(1, accel.tensor({0}), true):tolist())
+    assert.same({1, 2, 1}, accel.tensor({1, 2, 3}):scatter(1, accel.tensor({2}), true):tolist())
+  end)
+
   it("add src at the indices (torch 2.15's results), out of place and in place, integers exactly", function()
     local x = accel.zeros(3, 4, f64)
     local idx = accel.tensor({{0, 1, 2, 0}, {2, 0, 0, 1}})
@@ -544,6 +581,20 @@ describe("windows, scatters by mask, matrix products and erfinv", function()
     local t = accel.tensor({{1, 2}, {3, 4}})
     t:put_(accel.tensor({0, 3}), accel.tensor({9, 8}))
     assert.same({{9, 2}, {3, 8}}, t:tolist())
+    -- torch 2.15: zeros(5).put_(tensor([-1, -5]), tensor([1., 2.])) -> [2, 0, 0, 0, 1] (put too);
+    -- with accumulate=True and indices [-1, -1]: [0, 0, 0, 0, 3]; index 5 or -6: "out of range: tried to
+    -- access index 5 on a tensor of 5 elements"
+    local z = accel.zeros(5, f32)
+    z:put_(accel.tensor({-1, -5}), accel.tensor({1, 2}, f32))
+    assert.same({2, 0, 0, 0, 1}, z:tolist())
+    assert.same({2, 0, 0, 0, 1}, accel.zeros(5, f32):put(accel.tensor({-1, -5}), accel.tensor({1, 2}, f32)):tolist())
+    z = accel.zeros(5, f32)
+    z:put_(accel.tensor({-1, -1}), accel.tensor({1, 2}, f32), true)
+    assert.same({0, 0, 0, 0, 3}, z:tolist())
+    expect_error(function() accel.zeros(5, f32):put_(accel.tensor({5}), accel.tensor({1}, f32)) end,
+      "put_: out of range: tried to access index 5 on a tensor of 5 elements")
+    expect_error(function() accel.zeros(5, f32):put_(accel.tensor({-6}), accel.tensor({1}, f32), true) end,
+      "put_: out of range: tried to access index -6 on a tensor of 5 elements")
     assert.same({{6.5, 6.5}, {6.5, 6.5}},
       accel.ones(2, 2):addmm(accel.ones(2, 3), accel.ones(3, 2), {beta = 0.5, alpha = 2}):tolist())
     local b = accel.randn(2, 3, 4, f64)

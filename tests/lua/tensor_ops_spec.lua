@@ -503,6 +503,45 @@ describe("elementwise binary ops", function()
     assert_close(map2(as, bs, function(x, y) return x - y end), c:tolist())
   end)
 
+  -- torch 2.15: alpha * other is computed in the result dtype, other converted first:
+  -- int64 [10, 10].sub(uint8 [7, 200], alpha=-1) = [17, 210], .add(..., alpha=-1) = [3, -190],
+  -- int64 / int32 / float32 [10, 10].add(uint8 [7, 200], alpha=2) = [24, 410],
+  -- int64 [0].add(int32 [2**30], alpha=4) = [4294967296], float64 [0].add(float32 [3e38], alpha=10) =
+  -- [3.000000005497756e+39], float32 [0].add(bf16 [1.0078125], alpha=3) = [3.0234375];
+  -- int64 [-291, 97].add(bf16 [-21, 200], alpha=2) = bf16 [-334, 496] (-291 rounded to bf16 first),
+  -- bf16 [7.486469, 100.95, 18].add(int32 [-250, 289, -199], alpha=2) = [-492, 676, -380],
+  -- tensor(148.06).add(fp16 [-26.75521], alpha=4) = fp16 [41]; float [1, 2].sub(bool, alpha=2) and
+  -- bool.add(bool, alpha=0.5) raise
+  it("add/sub with alpha scale the other operand in the result dtype (mixed dtypes as torch)", function()
+    local i64, i32, u8 = {dtype = accel.int64}, {dtype = accel.int32}, {dtype = accel.uint8}
+    local x, u = accel.tensor({10, 10}, i64), accel.tensor({7, 200}, u8)
+    assert.same({17, 210}, x:sub(u, {alpha = -1}):tolist())
+    assert.same({3, -190}, x:add(u, {alpha = -1}):tolist())
+    local c = x:clone()
+    c:sub_(u, {alpha = -1})
+    assert.same({17, 210}, c:tolist())
+    for _, dt in ipairs({accel.int64, accel.int32, accel.float32}) do
+      local r = accel.tensor({10, 10}, {dtype = dt}):add(u, {alpha = 2})
+      assert.are.equal(dt, r.dtype)
+      assert.same({24, 410}, r:tolist())
+    end
+    assert.same({4294967296}, accel.tensor({0}, i64):add(accel.tensor({2 ^ 30}, i32), {alpha = 4}):tolist())
+    assert.same({3.000000005497756e+39},
+      accel.tensor({0}, {dtype = accel.float64}):add(accel.tensor({3e38}, {dtype = accel.float32}), {alpha = 10}):tolist())
+    local bf = {dtype = accel.bfloat16}
+    assert.same({3.0234375}, accel.tensor({0}, {dtype = accel.float32}):add(accel.tensor({1.0078125}, bf), {alpha = 3}):tolist())
+    assert.same({-334, 496}, accel.tensor({-291, 97}, i64):add(accel.tensor({-21, 200}, bf), {alpha = 2}):float():tolist())
+    assert.same({-492, 676, -380},
+      accel.tensor({7.486469, 100.95, 18}, bf):add(accel.tensor({-250, 289, -199}, i32), {alpha = 2}):float():tolist())
+    local h = accel.tensor(148.06, {dtype = accel.float32}):add(accel.tensor({-26.75521}, {dtype = accel.float16}), {alpha = 4})
+    assert.are.equal(accel.float16, h.dtype)
+    assert.same({41}, h:float():tolist())
+    support.expect_error(function() local _ = accel.tensor({1.0, 2.0}):sub(accel.tensor({true, false}), {alpha = 2}) end,
+      "sub: Subtraction, the `-` operator, with a bool tensor is not supported")
+    support.expect_error(function() local _ = accel.tensor({true}):add(accel.tensor({true}), {alpha = 0.5}) end,
+      "add: For integral input tensors, argument alpha must not be a floating point number")
+  end)
+
   it("float32 results are the float32 rounding of the exact result", function()
     local x = accel.tensor{0.1, 1 / 3}
     local y = accel.tensor{0.2, 1 / 7}

@@ -407,15 +407,6 @@ end
 function M.masked_scatter(t, mask, source) return masked_scatter("masked_scatter", t, mask, source) end
 function M.masked_scatter_(t, mask, source) return t:copy_(masked_scatter("masked_scatter_", t, mask, source)) end
 
--- t:put(index, source, [accumulate = false]): the flattened t's elements at
--- index set to (or, accumulating, added to by) source's
-function M.put(t, index, source, accumulate)
-  local flat, ids, src = t:reshape({-1}), index:reshape({-1}), source:reshape({-1})
-  local r = accumulate and flat:index_add(1, ids, src) or M.index_copy(flat, 1, ids, src)
-  return r:reshape(t.shape)
-end
-function M.put_(t, ...) return t:copy_(M.put(t, ...)) end
-
 -- self * beta + (m1 @ m2) * alpha (beta = 0: self is not read, as torch);
 -- under autocast self is cast too (addmm / baddbmm are on its list), so the
 -- result has the autocast dtype, as torch's
@@ -545,13 +536,42 @@ local function named_as(name, inner, fn)
   end
 end
 
+-- index's elements as 0-based positions in a flattened tensor of n
+-- elements (1-D); a negative one counts from the end, as torch's take / put
+local function flat_positions(op, index, n)
+  local ids = index:reshape({-1})
+  if ids:numel() > 0 then
+    local lo, hi = ids:min():item(), ids:max():item()
+    local bad = (lo < -n and lo) or (hi >= n and hi) or nil
+    if bad then raise("%s: out of range: tried to access index %d on a tensor of %d elements", op, bad, n) end
+  end
+  return accel.where(ids:lt(0), ids + n, ids)
+end
+
+-- t:put(index, source, [accumulate = false]) (op "put" or "put_"): the
+-- flattened t's elements at index set to (or, accumulating, added to by)
+-- source's
+local function putter(op)
+  return named_as(op, "index_add", function(t, index, source, accumulate)
+    if source:numel() ~= index:numel() then
+      raise("%s: expected source and index to have the same number of elements, got %d and %d", op,
+        source:numel(), index:numel())
+    end
+    local flat, ids, src = t:reshape({-1}), flat_positions(op, index, t:numel()), source:reshape({-1})
+    local r = accumulate and flat:index_add(1, ids, src) or M.index_copy(flat, 1, ids, src)
+    return r:reshape(t.shape)
+  end)
+end
+
 -- t:take(index): t's elements at the 0-based flat positions in index (a
 -- negative one counts from the end, as torch's), in index's shape
 M.take = named_as("take", "index_select", function(t, index)
-  local flat = index:reshape({-1})
-  flat = accel.where(flat:lt(0), flat + t:numel(), flat)
-  return t:reshape({-1}):index_select(1, flat):reshape(index.shape)
+  return t:reshape({-1}):index_select(1, flat_positions("take", index, t:numel())):reshape(index.shape)
 end)
+M.put = putter("put")
+local put_values = putter("put_")
+function M.put_(t, ...) return t:copy_(put_values(t, ...)) end
+
 -- t:take_along_dim(indices, [dim]), torch's: without dim, the flattened t at
 -- the flattened indices (1-D); with dim, gather after t and indices broadcast
 -- against each other in every dim but dim, where each keeps its own size:
@@ -628,7 +648,9 @@ M.scatter = named_as("scatter", "scatter_add", function(t, dim, index, src, ...)
   if a.reduce ~= nil then raise("scatter: reduce is not supported (use scatter_add for 'add')") end
   local ones = accel.ones(index.shape, {dtype = accel.int64, device = t.device})
   local hit = accel.zeros_like(t, {dtype = accel.int64}):scatter_add(dim, index, ones):gt(0)
-  if type(src) == "number" then return accel.where(hit, accel.full_like(t, src), t) end -- (in t's dtype, as torch)
+  if type(src) == "number" or type(src) == "boolean" then -- (in t's dtype, as torch; a boolean is the bool scalar)
+    return accel.where(hit, accel.full_like(t, src), t)
+  end
   return accel.where(hit, accel.zeros_like(t):scatter_add(dim, index, src), t)
 end)
 function M.scatter_(t, ...) return t:copy_(M.scatter(t, ...)) end
@@ -808,11 +830,48 @@ function M.lerp_(t, e, w, ...)
   return t:copy_(lerp(t, e, w))
 end
 
--- t + value * t1 * t2 and t + value * t1 / t2
+-- x as a tensor of dtype dt (a number stays a number)
+local function as_dtype(x, dt) return accel.is_tensor(x) and x:to(dt) or x end
+
+local function integral(x) return accel.is_tensor(x) and not x.dtype.is_floating_point end
+
+-- the dtype torch computes t + t1 * t2 in: that of the tensors with dims,
+-- unless the 0-dim ones, then the numbers, are of a higher kind (bool <
+-- integer < float), as in binary ops; found from one-element stand-ins
+local function common_dtype(t, t1, t2)
+  local dt = t.dtype
+  if accel.is_tensor(t1) and accel.is_tensor(t2) and t1.dtype == dt and t2.dtype == dt then return dt end
+  local dimmed, lower, numbers = nil, nil, {}
+  local function fold(acc, x)
+    if acc == nil or x == nil then return acc or x end
+    return acc + x
+  end
+  for _, x in ipairs({t, t1, t2}) do
+    if not accel.is_tensor(x) then numbers[#numbers + 1] = x
+    elseif x:dim() == 0 then lower = fold(lower, accel.zeros({}, {dtype = x.dtype}))
+    else dimmed = fold(dimmed, accel.zeros({1}, {dtype = x.dtype})) end
+  end
+  for _, n in ipairs(numbers) do lower = fold(lower, n) end
+  return fold(dimmed, lower).dtype
+end
+
+-- t + value * t1 * t2 and t + value * t1 / t2, as torch: the operands
+-- converted to the three's dtype first (a uint8 t1 * t2 beside an int64 t
+-- does not wrap), bf16 / fp16 computed in float32 and rounded once, value
+-- in that dtype (truncated for integers) and multiplied into t1 first
 local function addc(op, t, t1, t2, ...)
   local value = torch_args(op, {"value:number"}, ...).value or 1
-  local prod = op:sub(1, 7) == "addcmul" and t1 * t2 or t1 / t2
-  return t + (value == 1 and prod or prod * value)
+  local mul = op:sub(1, 7) == "addcmul"
+  if not mul and integral(t1) and integral(t2) then
+    raise("%s: integer division is not supported (as torch); use t + value * (t1 / t2) or float tensors", op)
+  end
+  local rd = common_dtype(t, t1, t2)
+  local cd = (rd == accel.bfloat16 or rd == accel.float16) and accel.float32 or rd
+  if not cd.is_floating_point then value = value < 0 and math.ceil(value) or math.floor(value) end
+  local function operand(x) return as_dtype(as_dtype(x, rd), cd) end -- an int64 t rounds to bf16 first, as torch
+  local a, b, c = operand(t), operand(t1), operand(t2)
+  local scaled = value == 1 and b or b * value
+  return (a + (mul and scaled * c or scaled / c)):to(rd)
 end
 function M.addcmul(t, ...) return addc("addcmul", t, ...) end
 function M.addcdiv(t, ...) return addc("addcdiv", t, ...) end
