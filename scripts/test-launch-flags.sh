@@ -176,25 +176,20 @@ use_mps_device: false
 EOF
     run "$EXE" launch --dry_run --config_file "$TMP/neutral.yaml" "$TMP/rank.lua"
     check "the neutral values accelerate config writes are accepted" '(( RC == 0 )) && has "-np 2 "'
-    # older accelerate config files, as Accelerate's process_config still reads them
-    printf "distributed_type: 'NO'\ndynamo_backend: 'NO'\nfp16: true\nnum_processes: 1\n" >"$TMP/old.yaml"
-    run "$EXE" launch --dry_run --config_file "$TMP/old.yaml" "$TMP/rank.lua"
-    check "an older file's dynamo_backend: 'NO' asks for nothing, fp16: true is mixed_precision fp16" \
-        '(( RC == 0 )) && has "ACCEL_LUA_MIXED_PRECISION=fp16"'
-    printf "fp16: true\nmixed_precision: bf16\n" >"$TMP/old.yaml"
-    run "$EXE" launch --dry_run --config_file "$TMP/old.yaml" "$TMP/rank.lua"
-    check "an older file's fp16: true beside mixed_precision: the file's mixed_precision wins" \
-        '(( RC == 0 )) && has "ACCEL_LUA_MIXED_PRECISION=bf16"'
-    printf "fp16: yes\n" >"$TMP/old.yaml"
-    run "$EXE" launch --dry_run --config_file "$TMP/old.yaml" "$TMP/rank.lua"
-    check "fp16: yes (YAML's true, as the other boolean keys take it) is mixed_precision fp16" \
-        '(( RC == 0 )) && has "ACCEL_LUA_MIXED_PRECISION=fp16"'
-    printf "fp16: true\nfp16: false\n" >"$TMP/old.yaml"
-    run "$EXE" launch --dry_run --config_file "$TMP/old.yaml" "$TMP/rank.lua"
-    check "fp16 given twice: exit 2, named" '(( RC == 2 )) && has "old.yaml:2: '"'"'fp16'"'"' given twice"'
-    printf "fp16: maybe\n" >"$TMP/old.yaml"
-    run "$EXE" launch --dry_run --config_file "$TMP/old.yaml" "$TMP/rank.lua"
-    check "fp16: maybe: exit 2, file:line and the value named" '(( RC == 2 )) && has "old.yaml:1: fp16: '"'"'maybe'"'"' is not a boolean"'
+    # older accelerate config files, as Accelerate's process_config still reads them:
+    # file contents (\n for newlines) | exit status | what the output must hold | what is checked
+    local yaml rc want what
+    while IFS='|' read -r yaml rc want what; do
+        printf '%b' "$yaml" >"$TMP/old.yaml"
+        run "$EXE" launch --dry_run --config_file "$TMP/old.yaml" "$TMP/rank.lua"
+        OLD_RC=$rc OLD_WANT=$want check "older config keys: $what" '(( RC == OLD_RC )) && has "$OLD_WANT"'
+    done <<'EOF'
+distributed_type: 'NO'\ndynamo_backend: 'NO'\nfp16: true\nnum_processes: 1\n|0|ACCEL_LUA_MIXED_PRECISION=fp16|dynamo_backend: 'NO' asks for nothing, fp16: true is mixed_precision fp16
+fp16: true\nmixed_precision: bf16\n|0|ACCEL_LUA_MIXED_PRECISION=bf16|fp16: true beside mixed_precision: the file's mixed_precision wins
+fp16: yes\n|0|ACCEL_LUA_MIXED_PRECISION=fp16|fp16: yes (YAML's true, as the other boolean keys take it) is fp16
+fp16: true\nfp16: false\n|2|old.yaml:2: 'fp16' given twice|fp16 given twice: exit 2, named
+fp16: maybe\n|2|old.yaml:1: fp16: 'maybe' is not a boolean|fp16: maybe: exit 2, file:line and the value named
+EOF
 }
 
 # Flag, value, and the NAME=VALUE the ranks must get.
