@@ -319,6 +319,7 @@ Tensor *tensor_from_data(const void *data, const int64_t *shape, int ndim, DType
 
 Tensor *tensor_arange(double start, double end, double step, DType dt) {
     if (step == 0) return accel_fail("arange: step must be nonzero");
+    if (!isfinite(step)) return accel_fail("arange: step must be finite but got %g", step);
     /* as PyTorch: a step pointing away from end is an error, not an empty
      * range (arange(2, 1, 2)); end == start is an empty range */
     if (step > 0 ? end < start : end > start)

@@ -56,6 +56,17 @@ describe("activations match PyTorch", function()
     end)
   end
 
+  it("hardswish(-inf) is NaN, as torch's (-inf * relu6(-inf)); its gradient there 0", function()
+    -- torch 2.15: hardswish([-inf, inf, -4]) = [nan, inf, -0.], gradient [0, 1, 0]
+    local x = accel.tensor({-math.huge, math.huge, -4}, {dtype = accel.float64, requires_grad = true})
+    local y = F.hardswish(x)
+    y:sum():backward()
+    local v = y:tolist()
+    assert.is_true(v[1] ~= v[1])
+    assert.are.same({math.huge, 0}, {v[2], v[3]})
+    assert.are.same({0, 1, 0}, x.grad:tolist())
+  end)
+
   it("NaN stays NaN in hardshrink, softshrink, threshold, hardsigmoid and hardswish, with torch's gradient", function()
     local nan, inf = 0 / 0, math.huge
     -- torch 2.15 at x = [nan, 0.2, -3, inf, -0.5]: outputs and the gradients of their sums

@@ -134,6 +134,17 @@ describe("activations", function()
     end
   end)
 
+  it("softplus of NaN is NaN with a NaN gradient, as torch's", function()
+    -- torch 2.15: softplus([nan, -inf, 1]) = [nan, 0, 1.3133], gradient [nan, 0, 0.7311]
+    local x = accel.tensor({0 / 0, -math.huge, 1}, {dtype = accel.float64, requires_grad = true})
+    local y = F.softplus(x)
+    y:sum():backward()
+    local v, g = y:tolist(), x.grad:tolist()
+    assert.is_true(v[1] ~= v[1] and g[1] ~= g[1], "NaN value and gradient")
+    assert.are.same({0, 0}, {v[2], g[2]})
+    assert.is_true(math.abs(v[3] - 1.3132616875182228) < 1e-15 and math.abs(g[3] - 0.7310585786300049) < 1e-15)
+  end)
+
   it("softplus of float16 and bfloat16 computes in float32, as torch's (exp(12) overflows float16)", function()
     -- torch 2.15: F.softplus(x, beta, 20) of x = [12, 24.75, 38.5] and the gradient of its sum
     local want = {

@@ -244,6 +244,8 @@ describe("arange", function()
     support.expect_error(function() local _ = accel.arange(3, 4, -2) end, "arange: upper bound and lower bound inconsistent")
     support.expect_error(function() local _ = accel.arange(0.001, 0.0, 0.01) end, "inconsistent with step sign")
     assert.are.equal(0, accel.arange(3, 3, -1):numel())
+    -- torch 2.15: arange(0, 1, inf) -> "step must be finite but got inf"
+    support.expect_error(function() local _ = accel.arange(0, 1, math.huge) end, "arange: step must be finite but got inf")
   end)
 
   it("honours opts.dtype", function()

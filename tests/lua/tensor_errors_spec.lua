@@ -622,6 +622,11 @@ describe("arguments of the Lua-written methods and flags (PyTorch 2.15's TypeErr
     expect_error(function() local _ = t:outer() end, "outer: missing argument 'vec2' (position 1)")
     expect_error(function() local _ = t:scatter(2, nil, 0) end, "scatter: missing argument 'index' (position 2)")
     expect_error(function() local _ = t:index_fill(1, nil, 0) end, "index_fill: missing argument 'index'")
+    -- torch 2.15: "index_fill(): index 7 is out of bounds for dimension 0 with size 5"
+    for _, name in ipairs({"index_fill", "index_fill_"}) do
+      expect_error(function() local _ = accel.zeros(5)[name](accel.zeros(5), 1, accel.tensor({7}), 1) end,
+        name .. ": index 7 is out of range for a dimension of size 5")
+    end
     expect_error(function() local _ = t:addmm(t, 5) end, "addmm: argument 'mat2' must be a Tensor, got number")
     expect_error(function() local _ = t:new_tensor(1, "x") end, "new_tensor: argument 'options' must be a table")
     expect_error(function() local _ = t:logit("x") end, "logit: argument 'eps' must be a number, got string")

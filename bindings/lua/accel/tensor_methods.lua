@@ -599,10 +599,13 @@ function M.take_along_dim(t, indices, dim)
 end
 
 -- where along dim the rows listed in index are (a bool mask broadcasting to t)
-local function rows_mask(t, d, index)
+local function rows_mask(op, t, d, index)
   local n = t:size(d)
-  local hit = accel.zeros(n, {dtype = accel.int64, device = t.device})
-    :index_add(1, index:reshape({-1}), accel.ones(index:numel(), {dtype = accel.int64, device = t.device})):gt(0)
+  local ok, hit = pcall(function()
+    return accel.zeros(n, {dtype = accel.int64, device = t.device})
+      :index_add(1, index:reshape({-1}), accel.ones(index:numel(), {dtype = accel.int64, device = t.device})):gt(0)
+  end)
+  if not ok then raise("%s: %s", op, (util.strip_position(hit):gsub("^index_add: ", ""))) end
   local shape = {}
   for i = 1, t:dim() do shape[i] = i == d and n or 1 end
   return hit:reshape(shape)
@@ -610,11 +613,12 @@ end
 
 -- t:index_fill(dim, index, value): the rows at index along dim set to value
 -- (a number value in t's dtype, as torch: 2.5 into an int64 tensor is 2)
-function M.index_fill(t, dim, index, value)
-  local d = positive_dim("index_fill", t, dim)
+local function index_filled(op, t, dim, index, value)
+  local d = positive_dim(op, t, dim)
   if type(value) == "number" then value = accel.full_like(t, value) end
-  return accel.where(rows_mask(t, d, index), value, t)
+  return accel.where(rows_mask(op, t, d, index), value, t)
 end
+function M.index_fill(t, dim, index, value) return index_filled("index_fill", t, dim, index, value) end
 -- whether t is an expanded view: a dim of size > 1 with stride 0
 local function is_expanded(t)
   for i = 1, t:dim() do
@@ -627,8 +631,8 @@ end
 -- through, as torch's (masked_fill_ fills a location any of the elements
 -- sharing it selects), where copy_ would refuse the view
 function M.index_fill_(t, dim, index, value)
-  if not is_expanded(t) then return t:copy_(M.index_fill(t, dim, index, value)) end
-  local mask = rows_mask(t, positive_dim("index_fill_", t, dim), index)
+  if not is_expanded(t) then return t:copy_(index_filled("index_fill_", t, dim, index, value)) end
+  local mask = rows_mask("index_fill_", t, positive_dim("index_fill_", t, dim), index)
   local ok, err = pcall(t.masked_fill_, t, mask, value)
   if not ok then raise("index_fill_: %s", (util.strip_position(err):gsub("^masked_fill_: ", ""))) end
   return t
@@ -637,7 +641,7 @@ end
 -- t:index_copy(dim, index, source): the rows at index replaced by source's
 function M.index_copy(t, dim, index, source)
   local d = positive_dim("index_copy", t, dim)
-  return accel.where(rows_mask(t, d, index), accel.zeros_like(t):index_add(d, index, source), t)
+  return accel.where(rows_mask("index_copy", t, d, index), accel.zeros_like(t):index_add(d, index, source), t)
 end
 function M.index_copy_(t, ...) return t:copy_(M.index_copy(t, ...)) end
 

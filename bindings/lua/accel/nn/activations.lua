@@ -66,7 +66,8 @@ function FUNCTIONS.hardswish(x, ...)
   input_arg("hardswish", x)
   local inner = x:gt(-3):logical_and(x:lt(3))
   local xs = accel.where(inner, x, 0) -- (the unused side finite: its zero gradient stays 0 at inf and NaN)
-  local y = accel.where(inner, xs * (xs + 3) / 6, accel.where(x:le(-3), accel.zeros_like(x), x))
+  local low = accel.where(x:eq(-math.huge), 0 / 0, accel.zeros_like(x)) -- -inf * relu6(-inf) is NaN, as PyTorch's
+  local y = accel.where(inner, xs * (xs + 3) / 6, accel.where(x:le(-3), low, x))
   return result(x, y, a.inplace)
 end
 

@@ -103,7 +103,8 @@ function F.softplus(x, ...)
   local half = x.dtype == accel.float16 or x.dtype == accel.bfloat16
   local cx = half and x:float() or x
   local bx = beta == 1 and cx or cx * beta
-  local soft = bx:clamp(nil, threshold + 1):exp():log1p() -- the bound only keeps the unused side finite
+  -- the unused side kept finite (0 above threshold); NaN passes, with a NaN gradient as PyTorch's
+  local soft = accel.where(bx:gt(threshold), 0, bx):exp():log1p()
   local y = accel.where(bx:gt(threshold), cx, beta == 1 and soft or soft / beta)
   return half and y:to(x.dtype) or y
 end
