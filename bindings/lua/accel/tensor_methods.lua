@@ -15,10 +15,6 @@ local unpack = compat.unpack
 
 local no_more = util.no_more
 
--- the largest finite value of each floating dtype
-local FINITE_MAX = {float32 = 3.4028234663852886e38, float64 = 1.7976931348623157e308, bfloat16 = 3.3895313892515355e38,
-                    float16 = 65504, float8_e4m3fn = 448, float8_e5m2 = 57344}
-
 -- a function calling the accel.autograd.Function of def, made on first use
 local function custom_function(def)
   local fn
@@ -599,13 +595,10 @@ function M.take_along_dim(t, indices, dim)
 end
 
 -- where along dim the rows listed in index are (a bool mask broadcasting to t)
-local function rows_mask(op, t, d, index)
+local function rows_mask(t, d, index)
   local n = t:size(d)
-  local ok, hit = pcall(function()
-    return accel.zeros(n, {dtype = accel.int64, device = t.device})
-      :index_add(1, index:reshape({-1}), accel.ones(index:numel(), {dtype = accel.int64, device = t.device})):gt(0)
-  end)
-  if not ok then raise("%s: %s", op, (util.strip_position(hit):gsub("^index_add: ", ""))) end
+  local hit = accel.zeros(n, {dtype = accel.int64, device = t.device})
+    :index_add(1, index:reshape({-1}), accel.ones(index:numel(), {dtype = accel.int64, device = t.device})):gt(0)
   local shape = {}
   for i = 1, t:dim() do shape[i] = i == d and n or 1 end
   return hit:reshape(shape)
@@ -616,9 +609,11 @@ end
 local function index_filled(op, t, dim, index, value)
   local d = positive_dim(op, t, dim)
   if type(value) == "number" then value = accel.full_like(t, value) end
-  return accel.where(rows_mask(op, t, d, index), value, t)
+  return accel.where(rows_mask(t, d, index), value, t)
 end
-function M.index_fill(t, dim, index, value) return index_filled("index_fill", t, dim, index, value) end
+M.index_fill = named_as("index_fill", "index_add", function(t, dim, index, value)
+  return index_filled("index_fill", t, dim, index, value)
+end)
 -- whether t is an expanded view: a dim of size > 1 with stride 0
 local function is_expanded(t)
   for i = 1, t:dim() do
@@ -630,19 +625,17 @@ end
 -- t:index_fill_(dim, index, value); into an expanded view it writes
 -- through, as torch's (masked_fill_ fills a location any of the elements
 -- sharing it selects), where copy_ would refuse the view
-function M.index_fill_(t, dim, index, value)
+local function index_fill_(t, dim, index, value)
   if not is_expanded(t) then return t:copy_(index_filled("index_fill_", t, dim, index, value)) end
-  local mask = rows_mask("index_fill_", t, positive_dim("index_fill_", t, dim), index)
-  local ok, err = pcall(t.masked_fill_, t, mask, value)
-  if not ok then raise("index_fill_: %s", (util.strip_position(err):gsub("^masked_fill_: ", ""))) end
-  return t
+  return t:masked_fill_(rows_mask(t, positive_dim("index_fill_", t, dim), index), value)
 end
+M.index_fill_ = named_as("index_fill_", "index_add", named_as("index_fill_", "masked_fill_", index_fill_))
 
 -- t:index_copy(dim, index, source): the rows at index replaced by source's
-function M.index_copy(t, dim, index, source)
+M.index_copy = named_as("index_copy", "index_add", function(t, dim, index, source)
   local d = positive_dim("index_copy", t, dim)
-  return accel.where(rows_mask("index_copy", t, d, index), accel.zeros_like(t):index_add(d, index, source), t)
-end
+  return accel.where(rows_mask(t, d, index), accel.zeros_like(t):index_add(d, index, source), t)
+end)
 function M.index_copy_(t, ...) return t:copy_(M.index_copy(t, ...)) end
 
 -- t:scatter(dim, index, src | value): the elements at index replaced (an
@@ -772,7 +765,7 @@ local logcumsumexp = custom_function{
   end,
   backward = function(ctx, g)
     local x, r, d = ctx.saved_tensors[1], ctx.saved_tensors[2], ctx.d
-    local log_g, lowest = g:abs():log(), -FINITE_MAX[g.dtype.name]
+    local log_g, lowest = g:abs():log(), accel.finfo(g.dtype).min
     local function part(mask) -- exp(x_i + log sum_{j >= i} |g_j| exp(-r_j)) over the g in mask
       local terms = accel.where(mask, log_g, lowest) - r
       return (logcumsumexp_value(terms:flip(d), d):flip(d) + x):exp()
@@ -919,7 +912,7 @@ end
 function M.nan_to_num(t, ...)
   local a = torch_args("nan_to_num", {"nan:number", "posinf:number", "neginf:number"}, ...)
   if not t.dtype.is_floating_point then return t:clone() end
-  local big = FINITE_MAX[t.dtype.name]
+  local big = accel.finfo(t.dtype).max
   local r = accel.where(t:isnan(), a.nan or 0, t)
   r = accel.where(r:eq(math.huge), a.posinf or big, r)
   return accel.where(r:eq(-math.huge), a.neginf or -big, r)
