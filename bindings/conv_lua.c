@@ -15,8 +15,9 @@ static int64_t int_at_top(lua_State *L, const char *op, const char *name) {
     return (int64_t)v;
 }
 
-/* An integer (repeated n times) or a list of exactly n (or of alt) integers
- * at idx into out; nil gives def. Returns the count read. */
+/* An integer (repeated n times) or a list of exactly n (or of alt, when
+ * alt is not 0) integers at idx into out; nil gives def. Returns the count
+ * read (every entry of out up to it is set). */
 static int int_list(lua_State *L, int idx, const char *op, const char *name, int n, int alt, int64_t def, int64_t *out) {
     if (lua_isnoneornil(L, idx)) {
         for (int i = 0; i < n; i++) out[i] = def;
@@ -28,10 +29,11 @@ static int int_list(lua_State *L, int idx, const char *op, const char *name, int
         for (int i = 0; i < n; i++) out[i] = v;
         return n;
     }
-    int len = (int)lua_rawlen(L, idx);
-    if (len != n && len != alt) {
-        if (alt) lu_error(L, "%s: %s must be an integer or a list of %d or %d integers, got a list of %d", op, name, n, alt, len);
-        lu_error(L, "%s: %s must be an integer or a pair {h, w}, got a list of %d", op, name, len);
+    int len = (int)lua_rawlen(L, idx); /* 0 for {} and for a table of named fields ({kernel_size = 2}) */
+    if (len != n && (alt == 0 || len != alt)) {
+        const char *got = len == 0 ? "a table with no list entries" : lua_pushfstring(L, "a list of %d", len);
+        if (alt) lu_error(L, "%s: %s must be an integer or a list of %d or %d integers, got %s", op, name, n, alt, got);
+        lu_error(L, "%s: %s must be an integer or a pair {h, w}, got %s", op, name, got);
     }
     for (int i = 0; i < len; i++) {
         lua_rawgeti(L, idx, i + 1);

@@ -182,6 +182,23 @@ static Tensor *minmax_share(Tensor *g, Tensor *keep, Tensor *a, Tensor *b, KBinO
     return r;
 }
 
+/* atan2(a, b)'s gradients as torch's atan2_backward: g b r and g (-a) r with
+ * r = 1 / (a^2 + b^2), r set to 0 where it is inf (the origin, or a^2 + b^2
+ * underflowing), so 0 there rather than NaN. ga / gb NULL: not wanted. */
+static int atan2_grads(Tensor *g, Tensor *a, Tensor *b, Tensor **ga, Tensor **gb) {
+    Tensor *aa = mul(a, a), *bb = aa ? mul(b, b) : NULL, *r2 = bb ? op_binary(KB_ADD, aa, bb) : NULL;
+    Tensor *ri = r2 ? op_unary(KU_RECIP, r2, 0, 0) : NULL;
+    Tensor *inf = ri ? op_binary_scalar(KB_EQ, ri, INFINITY, false, false) : NULL;
+    Tensor *r = inf ? op_masked_fill(ri, inf, 0.0) : NULL;
+    Tensor *gbv = r && ga ? mul(g, b) : NULL, *na = r && gb ? op_unary(KU_NEG, a, 0, 0) : NULL;
+    Tensor *gna = na ? mul(g, na) : NULL;
+    if (gbv) *ga = mul(gbv, r);
+    if (gna) *gb = mul(gna, r);
+    tensor_release(aa), tensor_release(bb), tensor_release(r2), tensor_release(ri), tensor_release(inf);
+    tensor_release(r), tensor_release(gbv), tensor_release(na), tensor_release(gna);
+    return (ga && !*ga) || (gb && !*gb) ? -1 : 0;
+}
+
 static int bw_binary(AGNode *n, Tensor *g, Tensor **gin) {
     KBinOp op = (KBinOp)n->i[0];
     Tensor *a = n->i[1] >= 0 ? ag_saved(n, (int)n->i[1]) : NULL;
@@ -239,18 +256,8 @@ static int bw_binary(AGNode *n, Tensor *g, Tensor **gin) {
             tensor_release(q), tensor_release(t);
         }
         break;
-    case KB_ATAN2: /* atan2(a, b): g b / (a^2 + b^2) and -g a / (a^2 + b^2) */
-        if (ga || gb) {
-            Tensor *aa = mul(a, a), *bb = aa ? mul(b, b) : NULL, *r2 = bb ? op_binary(KB_ADD, aa, bb) : NULL;
-            Tensor *s = r2 ? divide(g, r2) : NULL;
-            gin[0] = ga && s ? mul(s, b) : NULL;
-            if (gb && s) {
-                Tensor *t = mul(s, a);
-                gin[1] = t ? op_unary(KU_NEG, t, 0, 0) : NULL;
-                tensor_release(t);
-            }
-            tensor_release(aa), tensor_release(bb), tensor_release(r2), tensor_release(s);
-        }
+    case KB_ATAN2:
+        if (atan2_grads(g, a, b, ga ? &gin[0] : NULL, gb ? &gin[1] : NULL) < 0) return -1;
         break;
     default:
         return accel_fail_int("%s is not differentiable", kbin_name(op));

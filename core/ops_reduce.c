@@ -204,16 +204,22 @@ static int bw_reduce(AGNode *n, Tensor *g, Tensor **gin) {
         res = others ? op_binary(KB_MUL, e, others) : NULL;
         tensor_release(z), tensor_release(zf), tensor_release(a1), tensor_release(p1), tensor_release(q);
         tensor_release(cnt), tensor_release(oz), tensor_release(kill), tensor_release(others);
-    } else { /* amax/amin: g split evenly among the positions equal to the result */
+    } else {
+        /* g / count at the positions equal to the result. amax / amin (torch's
+         * scale_grad_by_count) multiply by the mask, so an inf or NaN g is NaN
+         * elsewhere too; full max() / min() (evenly_distribute_backward) fill
+         * the mask into zeros, so 0 elsewhere whatever g is. */
+        bool full = n->p[2] != 0;
         Tensor *m = oe ? op_binary(KB_EQ, a, oe) : NULL, *mf = m ? tensor_to_dtype(m, g->dtype) : NULL;
-        if (mf && n->p[2] != 0) add_nan_positions(&mf, a, oe);
+        if (mf && full) add_nan_positions(&mf, a, oe);
         int dims[TENSOR_MAX_DIMS], nd = 0;
         for (int d = 0; d < a->ndim; d++)
             if (n->i[d]) dims[nd++] = d;
         Tensor *cnt = mf ? op_reduce(KR_SUM, mf, dims, nd, true) : NULL;
-        Tensor *w = cnt ? op_binary(KB_DIV, mf, cnt) : NULL;
-        res = w ? op_binary(KB_MUL, e, w) : NULL;
-        tensor_release(m), tensor_release(mf), tensor_release(cnt), tensor_release(w);
+        Tensor *q = cnt ? op_binary(KB_DIV, e, cnt) : NULL;
+        Tensor *off = q && full ? op_binary_scalar(KB_EQ, mf, 0, true, false) : NULL;
+        res = off ? op_masked_fill(q, off, 0.0) : q && !full ? op_binary(KB_MUL, q, mf) : NULL;
+        tensor_release(m), tensor_release(mf), tensor_release(cnt), tensor_release(q), tensor_release(off);
     }
     tensor_release(oe);
     tensor_release(e);
@@ -441,6 +447,56 @@ static int bw_norm2(AGNode *n, Tensor *g, Tensor **gin) {
     return gin[0] ? 0 : -1;
 }
 
+/* sgn(a) |a|^(p-1) (p < 2; 0 where a is 0 when p < 1) or a |a|^(p-2) (p >= 2),
+ * the factor of torch's norm_backward that depends on a alone. */
+static Tensor *norm_p_self_scaled(Tensor *a, double p) {
+    Tensor *ab = op_unary(KU_ABS, a, 0, 0), *pw = ab ? op_unary(KU_POW, ab, p < 2 ? p - 1 : p - 2, 0) : NULL;
+    Tensor *sg = pw && p < 2 ? op_unary(KU_SIGN, a, 0, 0) : NULL;
+    Tensor *ss = pw ? op_binary(KB_MUL, p < 2 ? sg : a, pw) : NULL, *r = ss;
+    if (ss && p < 1) { /* 0 * inf at a = 0 */
+        Tensor *z = op_binary_scalar(KB_EQ, a, 0, true, false);
+        r = z ? op_masked_fill(ss, z, 0.0) : NULL;
+        tensor_release(z), tensor_release(ss);
+    }
+    tensor_release(ab), tensor_release(pw), tensor_release(sg);
+    return r;
+}
+
+/* p-norm for p other than 0, 1, 2, inf, as torch's norm_backward:
+ * p < 1: self_scaled g norm^(1-p); else self_scaled (g / norm^(p-1)), the
+ * second factor 0 where the norm is 0 (so a zero vector gets 0, not NaN,
+ * while an inf or NaN g still reaches every element). */
+static int bw_norm_p(AGNode *n, Tensor *g, Tensor **gin) {
+    double p = n->p[0];
+    Tensor *a = ag_saved(n, 0), *out = ag_saved(n, 1);
+    if (!a || !out) return -1;
+    Tensor *e = expand_back(g, n), *oe = e ? expand_back(out, n) : NULL;
+    Tensor *ss = oe ? norm_p_self_scaled(a, p) : NULL, *np = ss ? op_unary(KU_POW, oe, p < 1 ? 1 - p : p - 1, 0) : NULL;
+    Tensor *res = NULL;
+    if (np && p < 1) {
+        Tensor *sg = op_binary(KB_MUL, ss, e);
+        res = sg ? op_binary(KB_MUL, sg, np) : NULL;
+        tensor_release(sg);
+    } else if (np) {
+        Tensor *scale = op_binary(KB_DIV, e, np), *zero = scale ? op_binary_scalar(KB_EQ, oe, 0, true, false) : NULL;
+        Tensor *scale0 = zero ? op_masked_fill(scale, zero, 0.0) : NULL;
+        res = scale0 ? op_binary(KB_MUL, ss, scale0) : NULL;
+        tensor_release(scale), tensor_release(zero), tensor_release(scale0);
+    }
+    tensor_release(e), tensor_release(oe), tensor_release(ss), tensor_release(np);
+    gin[0] = res;
+    return res ? 0 : -1;
+}
+
+/* r = norm of a (computed without a graph) recorded with backward bw. */
+static void record_norm(Tensor *a, Tensor *r, const RedDims *rd, AGBackwardFn bw, double p) {
+    AGNode *n = ag_record("norm", bw, r, &a, 1);
+    if (!n) return;
+    n->p[0] = p;
+    for (int d = 0; d < a->ndim; d++) n->i[d] = rd->mask[d];
+    ag_save(n, a), ag_save(n, r);
+}
+
 static Tensor *norm_compute(Tensor *a, double p, const int *dims, int ndims, bool keepdim) {
     Tensor *ab = op_unary(KU_ABS, a, 0, 0), *r = NULL;
     if (!ab) return NULL;
@@ -456,11 +512,7 @@ static Tensor *norm_compute(Tensor *a, double p, const int *dims, int ndims, boo
             r = s ? op_unary(KU_SQRT, s, 0, 0) : NULL;
             ag_set_grad_enabled(prev);
             tensor_release(sq), tensor_release(s);
-            AGNode *n = r ? ag_record("norm", bw_norm2, r, &a, 1) : NULL;
-            if (n) {
-                for (int d = 0; d < a->ndim; d++) n->i[d] = rd.mask[d];
-                ag_save(n, a), ag_save(n, r);
-            }
+            if (r) record_norm(a, r, &rd, bw_norm2, p);
         }
     } else if (p == 0) { /* number of nonzero elements; gradient zero */
         Tensor *nz = op_binary_scalar(KB_NE, a, 0, true, false), *f = nz ? tensor_to_dtype(nz, a->dtype) : NULL;
@@ -475,9 +527,15 @@ static Tensor *norm_compute(Tensor *a, double p, const int *dims, int ndims, boo
         r = z ? op_binary(KB_ADD, z, s) : NULL;
         tensor_release(nz), tensor_release(f), tensor_release(s), tensor_release(z);
     } else {
-        Tensor *pw = op_unary(KU_POW, ab, p, 0), *s = pw ? op_reduce(KR_SUM, pw, dims, ndims, keepdim) : NULL;
-        r = s ? op_unary(KU_POW, s, 1.0 / p, 0) : NULL;
-        tensor_release(pw), tensor_release(s);
+        RedDims rd;
+        if (red_dims(a, dims, ndims, keepdim, &rd, "norm") == 0) {
+            bool prev = ag_set_grad_enabled(false);
+            Tensor *pw = op_unary(KU_POW, ab, p, 0), *s = pw ? op_reduce(KR_SUM, pw, dims, ndims, keepdim) : NULL;
+            r = s ? op_unary(KU_POW, s, 1.0 / p, 0) : NULL;
+            ag_set_grad_enabled(prev);
+            tensor_release(pw), tensor_release(s);
+            if (r) record_norm(a, r, &rd, bw_norm_p, p);
+        }
     }
     tensor_release(ab);
     return r;

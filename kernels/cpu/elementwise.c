@@ -488,8 +488,8 @@ void k_unary_i64(KUnOp op, int64_t n, const int64_t *a, int64_t sa, int64_t *o,
         case KU_LOG: UB_RUN(T, gy[i] / x[i]); break;                        \
         case KU_SQRT: UB_RUN(T, gy[i] / ((T)2 * y[i])); break;              \
         case KU_RSQRT: UB_RUN(T, (T)-0.5 * gy[i] * y[i] * y[i] * y[i]); break; \
-        case KU_ABS:                                                        \
-            UB_RUN(T, x[i] > 0 ? gy[i] : x[i] < 0 ? -gy[i] : (T)0); break;  \
+        case KU_ABS: /* gy * sgn(x) (torch's): NaN for an inf / NaN gy at 0 */ \
+            UB_RUN(T, gy[i] * (x[i] > 0 ? (T)1 : x[i] < 0 ? (T)-1 : (T)0)); break; \
         case KU_CLAMP:                                                      \
             UB_RUN(T, clamp_passes_##S(x[i], q1, q2) ? gy[i] : (T)0); break; \
         case KU_POW:                                                        \

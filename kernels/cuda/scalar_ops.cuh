@@ -196,7 +196,7 @@ template <typename T> KC_HD T unary_grad(KUnOp op, T x, T y, T gy, T q1, T q2) {
     case KU_LOG: return gy / x;
     case KU_SQRT: return gy / ((T)2 * y);
     case KU_RSQRT: return (T)-0.5 * gy * y * y * y;
-    case KU_ABS: return x > 0 ? gy : x < 0 ? -gy : (T)0;
+    case KU_ABS: return gy * (x > 0 ? (T)1 : x < 0 ? (T)-1 : (T)0); /* gy * sgn(x): NaN for an inf / NaN gy at 0 */
     case KU_CLAMP: /* strictly inside, never at NaN; an infinite bound on its own side is a missing one (cpu clamp_passes) */
         return x == x && (x > q1 || q1 == -(T)INFINITY) && (x < q2 || q2 == (T)INFINITY) ? gy : (T)0;
     case KU_POW: return q1 == 0 ? (T)0 : q1 == 2 ? (T)2 * x * gy : gy * q1 * pow(x, q1 - (T)1);

@@ -207,6 +207,46 @@ describe("unary math", function()
     check(function(a) return a:t():exp() end, {randn(3, 4)})
     check(function(a) return a:transpose(1, 2):tanh() * a:t() end, {randn(3, 4)})
   end)
+
+  -- torch 2.15, x = [0., 1, -2, 0] (float64), y.backward(full(y.shape, up)): abs, F.l1_loss / smooth_l1_loss /
+  -- huber_loss(x, zeros, reduction='none'), x.norm(1), x.norm(inf) give x.grad [nan, nan, nan, nan] for up = nan;
+  -- for up = inf: [nan, inf, -inf, nan] (norm(inf): [nan, nan, -inf, nan]); x = [0., 2]: (1 / x.abs()).sum() grad
+  -- [nan, -0.25], x.abs().sqrt().sum() [nan, 0.35355339059327373]; relu / clamp(-1, 1) / hardtanh of
+  -- [0., 1, -1, 2] with up = nan: [0, nan, 0, nan], [nan, 0, 0, 0], [nan, 0, 0, 0]
+  it("abs and kinked losses / norms pass an inf or NaN gradient on at the kink as NaN (grad * sgn(x))", function()
+    local nan, inf = 0 / 0, math.huge
+    local zeros = accel.zeros(4, {dtype = f64})
+    local fs = {
+      abs = function(x) return x:abs() end,
+      l1_loss = function(x) return F.l1_loss(x, zeros, {reduction = "none"}) end,
+      smooth_l1_loss = function(x) return F.smooth_l1_loss(x, zeros, {reduction = "none"}) end,
+      huber_loss = function(x) return F.huber_loss(x, zeros, {reduction = "none"}) end,
+      norm1 = function(x) return x:norm(1) end,
+      norm_inf = function(x) return x:norm(inf) end,
+    }
+    local function grad_of(list, f, up)
+      local x = leaf(list)
+      local y = f(x)
+      y:backward(up and accel.full(y.shape, up, {dtype = f64}) or nil)
+      return x.grad:tolist()
+    end
+    local function same(want, got, what) -- NaN-aware
+      for i = 1, #want do
+        local w, g = want[i], got[i]
+        assert.is_true(w == g or (w ~= w and g ~= g), ("%s [%d]: %s, want %s"):format(what, i, g, w))
+      end
+    end
+    for name, f in pairs(fs) do
+      same({nan, nan, nan, nan}, grad_of({0, 1, -2, 0}, f, nan), name .. " nan")
+      same(name == "norm_inf" and {nan, nan, -inf, nan} or {nan, inf, -inf, nan}, grad_of({0, 1, -2, 0}, f, inf),
+        name .. " inf")
+    end
+    same({nan, -0.25}, grad_of({0, 2}, function(x) return (1 / x:abs()):sum() end), "1 / abs")
+    same({nan, 0.35355339059327373}, grad_of({0, 2}, function(x) return x:abs():sqrt():sum() end), "sqrt(abs)")
+    same({0, nan, 0, nan}, grad_of({0, 1, -1, 2}, function(x) return x:relu() end, nan), "relu")
+    same({nan, 0, 0, 0}, grad_of({0, 1, -1, 2}, function(x) return x:clamp(-1, 1) end, nan), "clamp")
+    same({nan, 0, 0, 0}, grad_of({0, 1, -1, 2}, function(x) return F.hardtanh(x) end, nan), "hardtanh")
+  end)
 end)
 
 describe("reductions", function()
@@ -320,6 +360,27 @@ describe("reductions", function()
     assert.same({0, 0.5, 0.5, 0}, d.grad:tolist())
   end)
 
+  it("full max() / min() give 0 off the extremes even for an inf or NaN incoming gradient; amax gives NaN", function()
+    local nan, inf = 0 / 0, math.huge
+    local function grad_of(list, f, up)
+      local x = leaf(list)
+      f(x):backward(accel.tensor(up, {dtype = f64}))
+      return x.grad:tolist()
+    end
+    local function isnan(v) return v ~= v end
+    -- torch 2.15: x = [-1., 0, -3]; x.max().log() grad [0, inf, 0] (x.amax().log(): [nan, inf, nan]);
+    -- x.min().backward(nan) [0, 0, nan]; [2., 5, 5].max().backward(inf) [0, inf, inf], backward(2.) [0, 1, 1];
+    -- [1., nan, nan].max().backward(-inf) [0, -inf, -inf]
+    assert.same({0, inf, 0}, grad_of({-1, 0, -3}, function(x) return x:max():log() end, 1))
+    local g = grad_of({-1, 0, -3}, function(x) return x:min() end, nan)
+    assert.is_true(g[1] == 0 and g[2] == 0 and isnan(g[3]))
+    assert.same({0, inf, inf}, grad_of({2, 5, 5}, function(x) return x:max() end, inf))
+    assert.same({0, 1, 1}, grad_of({2, 5, 5}, function(x) return x:max() end, 2))
+    assert.same({0, -inf, -inf}, grad_of({1, nan, nan}, function(x) return x:max() end, -inf))
+    g = grad_of({-1, 0, -3}, function(x) return x:amax():log() end, 1)
+    assert.is_true(isnan(g[1]) and g[2] == inf and isnan(g[3]))
+  end)
+
   it("max(dim) / min(dim) values (and keepdim)", function()
     check(function(a) local v = a:max(2) return v end, {randn(3, 4)})
     check(function(a) local v = a:max(1, true) return v end, {randn(3, 4)})
@@ -382,6 +443,30 @@ describe("reductions", function()
     local y = leaf({{0, 0}, {3, 4}})
     y:norm(2, 2):sum():backward()
     assert.same({{0, 0}, {0.6, 0.8}}, y.grad:tolist())
+  end)
+
+  -- torch 2.15 (float64): x = [0., 1, -2]; x.norm(p).backward() grad for p = 3: [0, 0.2311204247835449,
+  -- -0.9244816991341795], p = 0.5: [0, 2.414213562373095, -1.7071067811865472], p = 1.5: [0, 0.6392340078652324,
+  -- -0.9040134034531215]; with a NaN incoming gradient [nan, nan, nan] for each p; zeros(3).norm(p): [0, 0, 0]
+  it("norm with another p: torch's gradients, 0 at a zero vector, NaN everywhere for a NaN incoming gradient", function()
+    local want = {
+      [3] = {0, 0.2311204247835449, -0.9244816991341795},
+      [0.5] = {0, 2.414213562373095, -1.7071067811865472},
+      [1.5] = {0, 0.6392340078652324, -0.9040134034531215},
+    }
+    for p, w in pairs(want) do
+      local x = leaf({0, 1, -2})
+      x:norm(p):backward()
+      local g = x.grad:tolist()
+      for i = 1, 3 do assert.is_true(math.abs(g[i] - w[i]) <= 1e-15, ("p=%s [%d] %s"):format(p, i, g[i])) end
+      x = leaf({0, 1, -2})
+      x:norm(p):backward(accel.tensor(0 / 0, {dtype = f64}))
+      g = x.grad:tolist()
+      assert.is_true(g[1] ~= g[1] and g[2] ~= g[2] and g[3] ~= g[3], "p=" .. p)
+      x = gc.leaf(accel.zeros(3, {dtype = f64}))
+      x:norm(p):backward()
+      assert.same({0, 0, 0}, x.grad:tolist())
+    end
   end)
 
   it("norm with p = 0 counts nonzeros and has gradient 0", function()

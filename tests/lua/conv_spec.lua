@@ -474,6 +474,27 @@ describe("conv2d / pooling errors", function()
     assert.matches("kernel_size is required", err(F.max_pool2d, x))
   end)
 
+  -- torch 2.15: F.max_pool2d(x, []) -> "max_pool2d: kernel_size must either be a single int, or a tuple of two
+  -- ints"; {} and {kernel_size = 2} have no list entries: an error here, not a kernel read from unset memory
+  it("max_pool2d / conv2d refuse a table with no list entries as a window parameter", function()
+    for _, bad in ipairs({{}, {kernel_size = 2}}) do
+      assert.matches("max_pool2d: kernel_size must be an integer or a pair {h, w}, got a table with no list entries",
+        err(F.max_pool2d, x, bad), 1, true)
+      for _, key in ipairs({"padding", "dilation"}) do
+        assert.matches("max_pool2d: " .. key .. " must be an integer or a pair {h, w}, got a table with no list entries",
+          err(F.max_pool2d, x, 2, {[key] = bad}), 1, true)
+      end
+      assert.matches("conv2d: stride must be an integer or a pair {h, w}, got a table with no list entries",
+        err(F.conv2d, x, accel.randn(4, 3, 3, 3), nil, {stride = bad}), 1, true)
+      assert.matches("conv2d: padding must be an integer or a list of 2 or 4 integers, got a table with no list entries",
+        err(F.conv2d, x, accel.randn(4, 3, 3, 3), nil, {padding = bad}), 1, true)
+      assert.matches("lp_pool2d: stride must be an integer >= 1 or a list of 2 of them",
+        err(F.lp_pool2d, x, 2, 2, {stride = {2, 2, 2}}), 1, true)
+    end
+    -- an empty stride is the kernel size, as torch's stride=[]
+    assert.same({2, 3, 2, 2}, shape_of(F.max_pool2d(x, 2, {stride = {}})))
+  end)
+
   it("avg_pool2d", function()
     assert.matches("padding <= kernel_size / 2", err(F.avg_pool2d, x, 2, {padding = 2}))
     assert.matches("is too small", err(F.avg_pool2d, x, 6))

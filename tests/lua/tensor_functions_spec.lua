@@ -262,6 +262,19 @@ describe("tensor functions: details", function()
     close(z, accel.tensor({math.pi / 4, math.pi / 2}, f64), 1e-15)
   end)
 
+  -- torch 2.15: y = [0, 1, 1e-200, 0, 3], x = [0, 0, 0, -0.0, 4] (float64), atan2(y, x).backward([1, 1, 1, 2, 5]):
+  -- y.grad [0, 0, 0, -0, 0.8], x.grad [-0, -1, -0, -0, -0.6] (1 / (y^2 + x^2) is set to 0 where it is inf)
+  it("atan2's gradients are 0 at the origin and where y^2 + x^2 underflows, not NaN", function()
+    local f64 = {dtype = accel.float64}
+    local y = accel.tensor({0, 1, 1e-200, 0, 3}, f64):requires_grad_(true)
+    local x = accel.tensor({0, 0, 0, -0.0, 4}, f64):requires_grad_(true)
+    accel.atan2(y, x):backward(accel.tensor({1, 1, 1, 2, 5}, f64))
+    assert.are.same({0, 0, 0, 0, 0.8}, y.grad:tolist())
+    assert.are.same({0, -1, 0, 0, -0.6}, x.grad:tolist())
+    assert.are.equal(-INF, 1 / y.grad[4]:item())
+    assert.are.equal(-INF, 1 / x.grad[1]:item())
+  end)
+
   it("torch names accel-lua does not have are errors naming them", function()
     expect_error(function() local _ = accel.fft end, "accel.fft is not provided by accel-lua")
     expect_error(function() local _ = accel.set_default_dtype end, "accel.set_default_dtype is not provided")

@@ -445,6 +445,28 @@ describe("order statistics and counting (torch 2.15's results)", function()
     expect_error(function() local _ = x:kthvalue(5, 2) end, "kthvalue: k (5) out of range")
   end)
 
+  it("median() / nanmedian() split the gradient among tied elements; median(dim) gives it to the index", function()
+    local function grad_of(list, f)
+      local t = accel.tensor(list, {dtype = accel.float64, requires_grad = true})
+      f(t):backward()
+      return t.grad:tolist()
+    end
+    local third = 1 / 3
+    -- torch 2.15: tensor([2., 1, 2, 3, 2]).median() grad [1/3, 0, 1/3, 0, 1/3] (nanmedian too);
+    -- [5., 5].median() [0.5, 0.5]; nanmedian([nan, 1, 1, 3]) [0, 0.5, 0.5, 0]; median([nan, 1, 1, 3]) [1, 0, 0, 0];
+    -- median([nan, 1, nan]) [0.5, 0, 0.5]
+    assert.same({third, 0, third, 0, third}, grad_of({2, 1, 2, 3, 2}, function(t) return t:median() end))
+    assert.same({third, 0, third, 0, third}, grad_of({2, 1, 2, 3, 2}, function(t) return t:nanmedian() end))
+    assert.same({0.5, 0.5}, grad_of({5, 5}, function(t) return t:median() end))
+    assert.same({0, 0.5, 0.5, 0}, grad_of({nan, 1, 1, 3}, function(t) return t:nanmedian() end))
+    assert.same({1, 0, 0, 0}, grad_of({nan, 1, 1, 3}, function(t) return t:median() end))
+    assert.same({0.5, 0, 0.5}, grad_of({nan, 1, nan}, function(t) return t:median() end))
+    -- torch 2.15: tensor([[0., 1], [0, 3]]).median().log() grad [[inf, 0], [inf, 0]] (0, not NaN, off the ties);
+    -- tensor([[2., 2, 1], [1, 1, 3]]).median(1).values.sum() grad [[1, 0, 0], [0, 1, 0]]
+    assert.same({{math.huge, 0}, {math.huge, 0}}, grad_of({{0, 1}, {0, 3}}, function(t) return t:median():log() end))
+    assert.same({{1, 0, 0}, {0, 1, 0}}, grad_of({{2, 2, 1}, {1, 1, 3}}, function(t) return (t:median(2)):sum() end))
+  end)
+
   it("quantile interpolates linearly between sorted neighbours", function()
     close(accel.tensor({{1, 2, 3, 4}}, f64):quantile(0.4, 2), accel.tensor({2.2}, f64), 1e-12) -- position 0.4 * 3
     close(accel.tensor({1, 2, 3, 4}, f64):quantile(accel.tensor({0.25, 0.5}, f64)), accel.tensor({1.75, 2.5}, f64))
@@ -612,6 +634,28 @@ describe("windows, scatters by mask, matrix products and erfinv", function()
     close(g.grad, accel.tensor({math.sqrt(math.pi) / 2 * math.exp(x * x)}, f64), 1e-12)
   end)
 
+  it("erfinv is the same with requires_grad (+-inf at +-1, gradient inf) and float64-exact near +-1", function()
+    -- torch 2.15: erfinv of float64 [-1, 1, -0.0] with requires_grad -> [-inf, inf, -0.], grad [inf, inf, 0.8862];
+    -- float32 [-1, 1, 0.5] -> [-inf, inf, 0.4769], grad [inf, inf, 1.1126]
+    for _, dt in ipairs({f64, f32}) do
+      local t = accel.tensor({-1, 1, 0.5}, dt):requires_grad_(true)
+      local y = t:erfinv()
+      assert.same({-math.huge, math.huge}, {y[1]:item(), y[2]:item()})
+      y:sum():backward()
+      assert.same({math.huge, math.huge}, {t.grad[1]:item(), t.grad[2]:item()})
+    end
+    assert.are.equal(-math.huge, 1 / accel.tensor({-0.0}, f64):erfinv():item())
+    -- torch 2.15 (and mpmath) in float64: erfinv(0.9999999999) = 4.572824958544925,
+    -- erfinv(-0.999999) = -3.458910737275499, erfinv(1 - 2^-53) = 5.8635847487551676,
+    -- erfinv(1e-300) = 8.86226925452758e-301
+    local ys = {0.9999999999, -0.999999, 1 - 2 ^ -53, 1e-300}
+    local want = {4.572824958544925, -3.458910737275499, 5.8635847487551676, 8.86226925452758e-301}
+    for _, rg in ipairs({false, true}) do
+      local got = accel.tensor(ys, {dtype = accel.float64, requires_grad = rg}):erfinv():tolist()
+      for i = 1, #ys do assert.is_true(math.abs(got[i] - want[i]) <= 4e-16 * math.abs(want[i]), tostring(got[i])) end
+    end
+  end)
+
   it("random_ draws integers in [from, to)", function()
     accel.manual_seed(4)
     local r = accel.zeros(1000, i64):random_(10, 20)
@@ -765,6 +809,48 @@ describe("small compositions (torch 2.15's results)", function()
     close(accel.tensor({0.25}, f64):logit(), accel.tensor({math.log(1 / 3)}, f64))
     local lo, hi = accel.tensor({{1, 2}, {3, 4}}):aminmax()
     assert.same({1, 4}, {lo:item(), hi:item()})
+  end)
+
+  -- torch 2.15, float64 x = [0, 1, 0.5, -0.5, 1.5, nan, 0.05, 0.1, 0.9, 0.95, 0, 1],
+  -- torch.logit(x, eps).backward([1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, -2]); x.grad:
+  -- no eps: [inf, inf, 4, nan, nan, nan, 21.05263157894737, 11.111111111111109, 11.111111111111112,
+  --   21.05263157894735, nan, -inf]
+  -- eps = 0.1: [0, 0, 4, 0, 0, nan, 0, 11.111111111111109, 11.111111111111112, 0, 0, 0]
+  -- eps = 0: [inf, inf, 4, 0, 0, nan, 21.05263157894737, ..., 21.05263157894735, nan, -inf]
+  -- eps = 0.6 (lo > hi): forward [0.4054651081081642, -0.4054651081081643, 0.4054651081081642, ...], grad all 0 but nan
+  -- torch 2.15 (float64): hypot([inf, -inf, nan, 3, inf], [nan, nan, inf, 4, 2]) = [inf, inf, inf, 5, inf];
+  -- hypot(t, u).sum() gradients at t = [inf, 3, nan, inf], u = [nan, 4, 1, 2]: t [nan, 0.6, nan, nan],
+  -- u [nan, 0.8, nan, 0]
+  it("hypot is +inf where either side is infinite, even with a NaN (C99's, torch's)", function()
+    local inf = math.huge
+    local r = accel.tensor({inf, -inf, nan, 3, inf}, f64):hypot(accel.tensor({nan, nan, inf, 4, 2}, f64))
+    assert.same({inf, inf, inf, 5, inf}, r:tolist())
+    local t = accel.tensor({inf, 3, nan, inf}, {dtype = accel.float64, requires_grad = true})
+    local u = accel.tensor({nan, 4, 1, 2}, {dtype = accel.float64, requires_grad = true})
+    t:hypot(u):sum():backward()
+    values({nan, 0.6, nan, nan}, t.grad, 1e-15, "hypot grad t")
+    values({nan, 0.8, nan, 0}, u.grad, 1e-15, "hypot grad u")
+  end)
+
+  it("logit's gradient is g * inf at 0 and 1, 0 outside [eps, 1 - eps], as torch's", function()
+    local xs = {0, 1, 0.5, -0.5, 1.5, nan, 0.05, 0.1, 0.9, 0.95, 0, 1}
+    local gs = accel.tensor({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, -2}, f64)
+    local inf, a, b = math.huge, 21.05263157894737, 21.05263157894735
+    local c, d = 11.111111111111109, 11.111111111111112
+    local want = {
+      {false, {inf, inf, 4, nan, nan, nan, a, c, d, b, nan, -inf}},
+      {0.1, {0, 0, 4, 0, 0, nan, 0, c, d, 0, 0, 0}},
+      {0, {inf, inf, 4, 0, 0, nan, a, c, d, b, nan, -inf}},
+      {0.6, {0, 0, 0, 0, 0, nan, 0, 0, 0, 0, 0, 0}},
+    }
+    for _, w in ipairs(want) do
+      local x = accel.tensor(xs, {dtype = accel.float64, requires_grad = true})
+      local y = w[1] and x:logit(w[1]) or x:logit()
+      y:backward(gs)
+      values(w[2], x.grad, 1e-15, "logit grad, eps " .. tostring(w[1]))
+    end
+    local lo, hi = 0.4054651081081642, -0.4054651081081643
+    values({lo, hi, lo, lo, hi, nan, lo, lo, hi, hi, lo, hi}, accel.tensor(xs, f64):logit(0.6), 1e-15, "logit eps 0.6")
   end)
 
   it("xlogy's gradient for x is log(y) where x is 0 too, as torch's", function()

@@ -168,16 +168,32 @@ local function median_positions(t, d, skip_nan)
   return accel.where(nans:gt(0), nans:neg():add(n), (n - 1 - (n - 1) % 2) / 2):long()
 end
 
-local function median(op, t, skip_nan, ...)
+local median
+
+-- the median of all of t (op: "median" or "nanmedian") with torch's
+-- evenly_distribute_backward: the gradient split evenly among the elements
+-- equal to the result (the NaNs for a NaN result), 0 elsewhere even for an
+-- inf or NaN gradient (torch's masked_fill into zeros)
+local function median_all(op, skip_nan)
+  return custom_function{
+    name = op,
+    forward = function(ctx, t)
+      local v = median(op, t:reshape({-1}), skip_nan, 1) -- 0-d
+      ctx.mask = t:eq(v):logical_or(t:isnan():logical_and(v:isnan()))
+      return v
+    end,
+    backward = function(ctx, g) return accel.where(ctx.mask, g / ctx.mask:sum(), 0) end,
+  }
+end
+local median_of_all = {median = median_all("median", false), nanmedian = median_all("nanmedian", true)}
+
+function median(op, t, skip_nan, ...)
   local a = torch_args(op, {"dim:int", "keepdim:bool"}, ...)
   if t:numel() == 0 and a.dim == nil and t.dtype.is_floating_point then -- (torch: nan)
     return accel.full({}, 0 / 0, {dtype = t.dtype, device = t.device})
   end
   if t:numel() == 0 then raise("%s: cannot compute the median of an empty tensor", op) end
-  if a.dim == nil then
-    local v = median(op, t:reshape({-1}), skip_nan, 1)
-    return v
-  end
+  if a.dim == nil then return median_of_all[op](t) end
   local d = positive_dim(op, t, a.dim)
   if t:dim() == 0 then return t:clone(), accel.zeros({}, {dtype = accel.int64, device = t.device}) end
   return pick_sorted(t, d, median_positions(t, d, skip_nan), a.keepdim == true)
@@ -418,11 +434,14 @@ end
 function M.addmm(t, ...) return add_product(t, ...) end
 function M.baddbmm(t, ...) return add_product(t, ...) end
 
--- erfinv(y): Giles' approximation refined by a Newton step on erf in
--- float64; its gradient sqrt(pi) / 2 exp(x^2), as torch's
-function M.erfinv(t)
-  local y = t:double():detach()
-  local w = -((1 - y) * (1 + y)):log()
+-- erfinv(y) in float64: Giles' approximation for |y|, refined by Newton
+-- steps on erf(x) = |y|. For |y| >= 0.5 they are on log erfc(x) =
+-- log(1 - |y|) instead (1 - |y| is exact there): erf(x) - |y| would cancel
+-- to nothing near 1, and log erfc is near linear in x^2, so the far tail
+-- (Giles' guess is off by 0.5 at 1 - 2^-53) converges too. +-inf at +-1.
+local function erfinv_value(y)
+  local a = y:abs()
+  local w = -((1 - a) * (1 + a)):log()
   local function poly(z, c)
     local p = z:mul(0):add(c[1])
     for i = 2, #c do p = p * z + c[i] end
@@ -432,17 +451,31 @@ function M.erfinv(t)
     -0.00125372503, -0.00417768164, 0.246640727, 1.50140941})
   local large = poly(w:clamp(0, nil):sqrt() - 3, {-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844,
     0.00573950773, -0.0076224613, 0.00943887047, 1.00167406, 2.83297682})
-  local x = accel.where(w:lt(5), small, large) * y
-  for _ = 1, 2 do -- Newton on erf(x) = y (finite x only)
-    local step = (x:erf() - y) / ((-x * x):exp() * (2 / math.sqrt(math.pi)))
+  local x = accel.where(w:lt(5), small, large) * a
+  local tail = a:ge(0.5)
+  for _ = 1, 4 do -- Newton (finite x only); residual / slope is the step for either equation
+    local residual = accel.where(tail, x:erfc() * ((1 - a):log() - x:erfc():log()), x:erf() - a)
+    local step = residual / ((-x * x):exp() * (2 / math.sqrt(math.pi)))
     x = accel.where(x:isfinite(), x - step, x)
   end
-  x = accel.where(y:eq(1), math.huge, accel.where(y:eq(-1), -math.huge, x))
-  local out = x:to(t.dtype.is_floating_point and t.dtype or accel.float32)
-  if not t.requires_grad then return out end
-  local slope = ((x * x):exp() * (math.sqrt(math.pi) / 2)):to(out.dtype)
-  return out + (t - t:detach()) * slope -- the value of out, the gradient of erfinv
+  x = accel.where(a:eq(1), math.huge, x)
+  return accel.where(y:reciprocal():lt(0), -x, x) -- (1 / y < 0 also for y = -0, as torch's -0)
 end
+
+-- erfinv with torch's gradient sqrt(pi) / 2 exp(erfinv(y)^2) (inf at +-1)
+local erfinv = custom_function{
+  name = "erfinv",
+  forward = function(ctx, t)
+    local out = erfinv_value(t:double()):to(t.dtype.is_floating_point and t.dtype or accel.float32)
+    ctx:save_for_backward(out)
+    return out
+  end,
+  backward = function(ctx, g)
+    local x = ctx.saved_tensors[1]
+    return g * ((x * x):exp() * (math.sqrt(math.pi) / 2))
+  end,
+}
+function M.erfinv(t) return erfinv(t) end
 
 -- t:diff([n = 1], [dim = -1]): differences of neighbours, n times
 function M.diff(t, ...)
@@ -699,14 +732,32 @@ local xlogy = tensor_or_number_op("xlogy", xlogy_value, function(ctx, g, x, y)
   return gx, gy
 end)
 function M.xlogy(t, u) return xlogy(t, u) end
--- log(p / (1 - p)), p clamped to [eps, 1 - eps] when eps is given
-function M.logit(t, eps)
-  local p = eps and t:clamp(eps, 1 - eps) or t
-  return (p / (1 - p)):log()
-end
+-- t:logit([eps]) = log(p / (1 - p)), p = t clamped to [eps, 1 - eps] when eps
+-- is given (below eps: eps, else above 1 - eps: 1 - eps, as torch's kernel).
+-- torch's gradient: g / (x (1 - x)), g * inf at 0 and 1; outside [eps, 1 - eps]
+-- 0, and without eps NaN outside [0, 1]
+local logit = custom_function{
+  name = "logit",
+  forward = function(ctx, t, eps)
+    ctx:save_for_backward(t)
+    ctx.eps = eps
+    local p = eps and accel.where(t:lt(eps), eps, accel.where(t:gt(1 - eps), 1 - eps, t)) or t
+    return (p / (1 - p)):log()
+  end,
+  backward = function(ctx, g)
+    local x, eps = ctx.saved_tensors[1], ctx.eps
+    local grad = accel.where(x:eq(0):logical_or(x:eq(1)), g * math.huge, g / (x * (1 - x)))
+    local outside = x:lt(eps or 0):logical_or(x:gt(1 - (eps or 0)))
+    return accel.where(outside, eps and 0 or 0 / 0, grad)
+  end,
+}
+function M.logit(t, eps) return logit(t.dtype.is_floating_point and t or t:float(), eps) end
 function M.deg2rad(t) return t * (math.pi / 180) end
 function M.rad2deg(t) return t * (180 / math.pi) end
-function M.hypot(t, u) return (t * t + u * u):sqrt() end
+-- sqrt(t^2 + u^2); +inf where either is infinite, even with a NaN (C99's hypot, torch's)
+function M.hypot(t, u)
+  return accel.where(t:isinf():logical_or(u:isinf()), math.huge, (t * t + u * u):sqrt())
+end
 -- sin(pi t) / (pi t), 1 at 0
 function M.sinc(t)
   local x = t * math.pi

@@ -94,7 +94,10 @@ end
 local function lp_pool(op, n, avg_pool, x, norm_type, kernel_size, ...)
   local a = torch_args(op, {"stride", "ceil_mode:bool"}, ...)
   local k = base.int_list(op, "kernel_size", kernel_size, n, 1)
-  local out = avg_pool(x:pow(norm_type), k, {stride = a.stride, ceil_mode = a.ceil_mode == true})
+  local stride = a.stride
+  if type(stride) == "table" and next(stride) == nil then stride = nil end -- {}: the kernel size, as torch's
+  if stride ~= nil then stride = base.int_list(op, "stride", stride, n, 1) end -- (checked here to name lp_pool)
+  local out = avg_pool(x:pow(norm_type), k, {stride = stride, ceil_mode = a.ceil_mode == true})
   local size = 1
   for _, v in ipairs(k) do size = size * v end
   return (out:sign() * out:abs():relu()):mul(size):pow(1 / norm_type)
