@@ -3,7 +3,7 @@
  *
  *   _C.sgd_step(who, params, grads, bufs, group)
  *   _C.adam_step(who, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs|nil, steps, group, decoupled)
- *   _C.total_norm(tensors, norm_type) -> number   (norm_type may be math.huge)
+ *   _C.total_norm(tensors, norm_type) -> number   (norm_type may be +-math.huge or negative)
  *   _C.has_grads(params) -> {bool...}             which parameters have a .grad
  *   _C.clear_grads(params)                        every .grad = nil
  *   _C.grads_total_norm(params, norm_type) -> number or nil (no gradients)
@@ -169,7 +169,7 @@ static int c_total_norm(lua_State *L) {
     int n;
     Tensor **ts = full_list(L, "total_norm", "tensors", "tensors", &n);
     double p = luaL_checknumber(L, 2), out;
-    if (optim_total_norm(n, ts, p, &out) < 0) lu_core_error(L);
+    if (optim_total_norm("total_norm", n, ts, p, &out) < 0) lu_core_error(L);
     lua_pushnumber(L, out);
     return 1;
 }
@@ -210,7 +210,7 @@ static int c_grads_total_norm(lua_State *L) {
     Tensor **g;
     int k = present_grads(L, "clip_grad_norm_", &g);
     if (k == 0) return 0;
-    if (optim_total_norm(k, g, p, &out) < 0) lu_core_error(L);
+    if (optim_total_norm("clip_grad_norm_", k, g, p, &out) < 0) lu_core_error(L);
     lua_pushnumber(L, out);
     return 1;
 }

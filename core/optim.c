@@ -5,6 +5,7 @@
 #include "optim.h"
 #include "autograd.h"
 #include "backend/backend.h"
+#include "../kernels/cpu/kernels.h"
 #include <math.h>
 #include <stdio.h>
 
@@ -145,7 +146,7 @@ int optim_adam_step(const char *who, int n, Tensor **params, Tensor **grads, Ten
     return 0;
 }
 
-/* sum |x|^p (or max |x|) of one tensor, through a contiguous f32/f64 copy
+/* sum |x|^p (or max / min |x|) of one tensor, through a contiguous f32/f64 copy
  * when it is neither. */
 static int norm_one(Tensor *t, double p, double *out) {
     DType cdt = t->dtype == DT_F64 ? DT_F64 : DT_F32;
@@ -161,27 +162,41 @@ static int norm_one(Tensor *t, double p, double *out) {
 
 /* s = sum |x|^p of a tensor of dtype dt, its p-norm rounded to the dtype
  * it is computed in (float32 unless dt is float64) as PyTorch rounds each
- * tensor's norm before the norm of the norms; returned as its p-th power. */
+ * tensor's norm before the norm of the norms; returned as its p-th power
+ * (p < 0 too: an element 0 makes s inf, the norm 0 and the result inf). */
 static double rounded_pow(DType dt, double s, double p) {
-    if (dt == DT_F64 || p == 0 || isinf(p)) return s; /* a count, or a max: exact already */
+    if (dt == DT_F64 || p == 0 || isinf(p)) return s; /* a count, a max or a min: exact already */
     double norm = (float)(p == 1 ? s : p == 2 ? sqrt(s) : pow(s, 1 / p));
     return p == 1 ? norm : p == 2 ? norm * norm : pow(norm, p);
 }
 
-int optim_total_norm(int n, Tensor **ts, double p, double *out) {
-    if (!(p >= 0)) return accel_fail_int("total_norm: norm_type must be >= 0 or inf, got %g", p);
+/* Why ts cannot have a p-norm (who names the op), 0 when they can: a
+ * tensor that is not floating point; for p < 0, an empty one (as
+ * PyTorch's vector_norm: a min or a sum of |x|^p has no identity then). */
+static int total_norm_check(const char *who, int n, Tensor **ts, double p) {
+    if (p != p) return accel_fail_int("%s: norm_type must be a number, got nan", who);
     for (int i = 0; i < n; i++) {
         if (!dtype_is_float(ts[i]->dtype))
-            return accel_fail_int("total_norm: tensor %d is %s; norms need floating point tensors", i + 1,
+            return accel_fail_int("%s: tensor %d is %s; norms need floating point tensors", who, i + 1,
                                   dtype_name(ts[i]->dtype));
+        if (p < 0 && ts[i]->numel == 0)
+            return accel_fail_int("%s: cannot compute the %g norm of an empty tensor (a negative norm_type has no "
+                                  "identity, as in PyTorch)", who, p);
     }
-    double acc = 0;
+    return 0;
+}
+
+int optim_total_norm(const char *who, int n, Tensor **ts, double p, double *out) {
+    if (total_norm_check(who, n, ts, p)) return -1;
+    *out = 0; /* no tensors: 0, as PyTorch (for p < 0 too) */
+    if (n == 0) return 0;
+    double acc = k_norm_identity(p);
     for (int i = 0; i < n; i++) {
         double s;
         if (norm_one(ts[i], p, &s) < 0) return -1;
         s = rounded_pow(ts[i]->dtype, s, p);
-        if (isinf(p)) acc = (s > acc || s != s) ? s : acc;
-        else acc += p == 0 ? s != 0 : s; /* p = 0: PyTorch's 0-norm of the tensors' norms, a count of tensors */
+        /* p = 0: PyTorch's 0-norm of the tensors' norms, a count of tensors */
+        acc = k_norm_combine(acc, p == 0 ? s != 0 : s, p);
     }
     *out = isinf(p) || p == 0 ? acc : p == 1 ? acc : p == 2 ? sqrt(acc) : pow(acc, 1 / p);
     return 0;

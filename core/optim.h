@@ -23,8 +23,10 @@ int optim_sgd_step(const char *who, int n, Tensor **params, Tensor **grads, Tens
 int optim_adam_step(const char *who, int n, Tensor **params, Tensor **grads, Tensor **exp_avg, Tensor **exp_avg_sq,
                     Tensor **max_exp_avg_sq, const int64_t *steps, const KAdamArgs *a);
 /* PyTorch's total norm of ts[0..n): the p-norm of the tensors' p-norms, for
- * p > 0 that of all elements taken together (p = INFINITY: max |x|); p = 0:
- * the number of tensors with a nonzero element. In double; any float dtype. */
-int optim_total_norm(int n, Tensor **ts, double p, double *out);
+ * p != 0 that of all elements taken together (p = INFINITY: max |x|, p =
+ * -INFINITY: min |x|, p < 0: (sum |x|^p)^(1/p), no tensor may be empty);
+ * p = 0: the number of tensors with a nonzero element. In double; any float
+ * dtype. who names the op in errors. */
+int optim_total_norm(const char *who, int n, Tensor **ts, double p, double *out);
 
 #endif

@@ -4,6 +4,7 @@
  * parameters' all-gather after it, and full tensors in and out. */
 #include "shard_impl.h"
 #include "../backend/backend.h"
+#include "../../kernels/cpu/kernels.h"
 #include "../ops.h"
 #include <math.h>
 #include <stdio.h>
@@ -40,29 +41,45 @@ static int check_grads(ShardEngine *e) {
     return 0;
 }
 
-/* Sum of |g|^p (p = INFINITY: max) over this rank's shard. */
-static double local_norm_pow(ShardEngine *e, double p) {
-    double acc = 0;
+/* Sum of |g|^p (p = INFINITY: max |g|, -INFINITY: min |g|) over this
+ * rank's shard; *count: the elements it saw. */
+static double local_norm_pow(ShardEngine *e, double p, double *count) {
+    double acc = k_norm_identity(p);
+    *count = 0;
     for (int u = 0; u < e->nu; u++) {
         Unit *un = &e->units[u];
         for (int k = 0; k < un->nseg; k++) {
             const float *g = seg_grad(e, un, &un->segs[k]);
             if (!g) continue;
             double v = backend_for(un->master->device)->norm_pow(DT_F32, un->segs[k].len, g, p);
-            acc = isinf(p) ? (v > acc || isnan(v) ? v : acc) : acc + v;
+            acc = k_norm_combine(acc, v, p);
+            *count += (double)un->segs[k].len;
         }
     }
     return acc;
 }
 
-static int all_reduce_double(ShardEngine *e, double *v, DistOp op) {
-    int64_t one = 1;
-    Tensor *t = tensor_full(&one, 1, *v, DT_F64, (Device){DEV_CPU, 0});
-    if (!t) return -1;
-    int rc = dist_all_reduce(e->comm, t, op);
-    if (rc == 0) *v = tensor_item(t);
+/* v[0..n) reduced over the ranks with op, in place. */
+static int all_reduce_doubles(ShardEngine *e, double *v, int64_t n, DistOp op) {
+    Tensor *t = tensor_empty(&n, 1, DT_F64, (Device){DEV_CPU, 0});
+    int rc = !t || tensor_from_host(t, v) || dist_all_reduce(e->comm, t, op) || tensor_to_host(t, v) ? -1 : 0;
     tensor_release(t);
     return rc;
+}
+
+/* The p-norm of every gradient element across the ranks, from one
+ * all-reduce of {this rank's partial, its element count} (max / min for p
+ * = +-INFINITY, else a sum; the count negated under min, so that it stays
+ * nonzero where any rank saw an element). No element at all: 0, as
+ * PyTorch's total norm of no gradients (for p < 0 too). */
+static int global_norm(ShardEngine *e, double p, double *total) {
+    DistOp op = p == INFINITY ? DIST_MAX : p == -INFINITY ? DIST_MIN : DIST_SUM;
+    double v[2];
+    v[0] = local_norm_pow(e, p, &v[1]);
+    if (op == DIST_MIN) v[1] = -v[1];
+    if (all_reduce_doubles(e, v, 2, op)) return -1;
+    *total = v[1] == 0 ? 0 : isinf(p) || p == 0 ? v[0] : pow(v[0], 1.0 / p);
+    return 0;
 }
 
 /* g = g op (float)s in place, on every gradient this rank holds: stage 1's
@@ -93,10 +110,7 @@ static PyFloat py_float(double p) {
 }
 
 int shard_clip_grad_norm(ShardEngine *e, double max_norm, double p, bool error_if_nonfinite, double *total) {
-    if (ready_grads(e)) return -1;
-    double s = local_norm_pow(e, p);
-    if (all_reduce_double(e, &s, isinf(p) ? DIST_MAX : DIST_SUM)) return -1;
-    *total = isinf(p) || p == 0 ? s : pow(s, 1.0 / p);
+    if (ready_grads(e) || global_norm(e, p, total)) return -1;
     if (error_if_nonfinite && !isfinite(*total))
         return accel_fail_int("clip_grad_norm_: The total norm of order %s for gradients from `parameters` is "
                               "non-finite, so it cannot be clipped. To disable this error and scale the gradients by "
@@ -111,9 +125,8 @@ int shard_clamp_grads(ShardEngine *e, double v) {
 
 int shard_unscale(ShardEngine *e, double factor, bool *found_inf) {
     if (ready_grads(e) || scale_grads(e, factor)) return -1;
-    double m = local_norm_pow(e, INFINITY);
-    double bad = isfinite(m) ? 0 : 1;
-    if (all_reduce_double(e, &bad, DIST_MAX)) return -1;
+    double seen, bad = isfinite(local_norm_pow(e, INFINITY, &seen)) ? 0 : 1;
+    if (all_reduce_doubles(e, &bad, 1, DIST_MAX)) return -1;
     *found_inf = bad != 0;
     return 0;
 }

@@ -152,15 +152,10 @@ void k_adamw_f32(int64_t n, float *p, const float *g, float *m, float *v, double
 
 #define NORM_PARTS 256 /* at most this many partial sums, each of >= NORM_CHUNK elements */
 
-/* s combined with a partial v: max for the inf-norm (NaN sticks), else sum */
-static inline double norm_combine(double s, double v, double p) {
-    if (isinf(p)) return (v > s || v != v) ? v : s;
-    return s + v;
-}
-
 /* sum |x|^p over one contiguous run, LANES accumulators in double; p = INF
- * gives max |x|, p = 0 the count of nonzeros. The partition into parts
- * depends on n only, so the result does not depend on the thread count. */
+ * gives max |x|, p = -INF min |x|, p = 0 the count of nonzeros. The
+ * partition into parts depends on n only, so the result does not depend on
+ * the thread count. */
 #define DEF_NORM_RUN(SUF, T)                                                                     \
     static double norm_run_##SUF(int64_t n, const T *restrict x, double p) {                     \
         double acc[LANES] = {0};                                                                 \
@@ -172,22 +167,23 @@ static inline double norm_combine(double s, double v, double p) {
             for (; i < nv; i += LANES)                                                           \
                 for (int k = 0; k < LANES; k++) acc[k] += fabs((double)x[i + k]);                \
         }                                                                                        \
-        double s = 0;                                                                            \
-        for (int k = 0; k < LANES; k++) s += acc[k];                                             \
+        double s = k_norm_identity(p);                                                           \
+        if (p == 1 || p == 2)                                                                    \
+            for (int k = 0; k < LANES; k++) s += acc[k];                                         \
         for (; i < n; i++) {                                                                     \
             const double a = fabs((double)x[i]);                                                 \
-            s = norm_combine(s, p == 0 ? a != 0 : p == 1 || isinf(p) ? a : p == 2 ? a * a : pow(a, p), p); \
+            s = k_norm_combine(s, p == 0 ? a != 0 : p == 1 || isinf(p) ? a : p == 2 ? a * a : pow(a, p), p); \
         }                                                                                        \
         return s;                                                                                \
     }                                                                                            \
     double k_norm_pow_##SUF(int64_t n, const T *x, double p) {                                   \
-        if (n <= 0) return 0;                                                                    \
+        if (n <= 0) return k_norm_identity(p);                                                   \
         int64_t parts = (n + NORM_CHUNK - 1) / NORM_CHUNK;                                       \
         if (parts > NORM_PARTS) parts = NORM_PARTS;                                              \
         const int64_t len = (n + parts - 1) / parts;                                             \
-        double part[NORM_PARTS], s = 0;                                                          \
+        double part[NORM_PARTS], s = k_norm_identity(p);                                         \
         KERNEL_FOR(c, parts, n, part[c] = norm_run_##SUF(chunk_len(n, c * len, len), x + c * len, p)); \
-        for (int64_t c = 0; c < parts; c++) s = norm_combine(s, part[c], p);                    \
+        for (int64_t c = 0; c < parts; c++) s = k_norm_combine(s, part[c], p);                  \
         return s;                                                                                \
     }
 

@@ -208,12 +208,13 @@ static void test_norm(void) {
     double *xd = NEW(double, n);
     for (int64_t i = 0; i < n; i++) xd[i] = uni(-2, 2), xf[i] = (float)xd[i];
     xd[5] = xf[5] = 0;
-    const double ps[] = {2, 1, 0, INFINITY, 3};
-    for (int k = 0; k < 5; k++) {
-        double p = ps[k], want = 0;
+    const double ps[] = {2, 1, 0, INFINITY, 3, -INFINITY};
+    for (int k = 0; k < 6; k++) {
+        double p = ps[k], want = p == -INFINITY ? INFINITY : 0;
         for (int64_t i = 0; i < n; i++) {
             double a = fabs((double)xf[i]);
-            if (isinf(p)) want = a > want ? a : want;
+            if (p == -INFINITY) want = a < want ? a : want;
+            else if (isinf(p)) want = a > want ? a : want;
             else if (p == 0) want += a != 0;
             else want += pow(a, p);
         }
@@ -225,14 +226,20 @@ static void test_norm(void) {
         kernel_set_threads(threads);
         CHECK(one == got);
     }
-    double want2 = 0;
+    double want2 = 0, want3 = 0, least = INFINITY;
     for (int64_t i = 0; i < 1000; i++) want2 += xd[i] * xd[i];
-    double got2 = k_norm_pow_f64(1000, xd, 2);
+    for (int64_t i = 6; i < 1006; i++) want3 += pow(fabs(xd[i]), -1.5), least = fmin(least, fabs(xd[i]));
+    double got2 = k_norm_pow_f64(1000, xd, 2), got3 = k_norm_pow_f64(1000, xd + 6, -1.5);
     check_vec(__LINE__, "norm_pow f64", 0, &got2, &want2, 1, 1e-13);
+    check_vec(__LINE__, "norm_pow f64 p = -1.5", 0, &got3, &want3, 1, 1e-13);
+    CHECK(k_norm_pow_f64(1000, xd + 6, -INFINITY) == least);
+    CHECK(k_norm_pow_f32(n, xf, -1) == INFINITY); /* xf[5] is 0 */
     xf[n / 2] = NAN;
     CHECK(isnan(k_norm_pow_f32(n, xf, 2)));
     CHECK(isnan(k_norm_pow_f32(n, xf, INFINITY)));
+    CHECK(isnan(k_norm_pow_f32(n, xf, -INFINITY)));
     CHECK(k_norm_pow_f32(0, xf, 2) == 0);
+    CHECK(k_norm_pow_f32(0, xf, -INFINITY) == INFINITY);
     free(xf), free(xd);
 }
 
@@ -296,10 +303,14 @@ static void test_core_steps(void) {
     /* total norm over mixed dtypes: 3-4-5 and 12 -> 13 */
     Tensor *n1 = vec(2, DT_F32, 3, 1), *n2 = vec(1, DT_BF16, 12, 0), *ns[2] = {n1, n2};
     double out = 0;
-    CHECK(optim_total_norm(2, ns, 2, &out) == 0 && out == 13);
-    CHECK(optim_total_norm(2, ns, INFINITY, &out) == 0 && out == 12);
-    CHECK(optim_total_norm(2, ns, 1, &out) == 0 && out == 19);
-    CHECK(optim_total_norm(2, ns, -1, &out) < 0 && strstr(accel_last_error(), "norm_type must be >= 0"));
+    CHECK(optim_total_norm("t", 2, ns, 2, &out) == 0 && out == 13);
+    CHECK(optim_total_norm("t", 2, ns, INFINITY, &out) == 0 && out == 12);
+    CHECK(optim_total_norm("t", 2, ns, 1, &out) == 0 && out == 19);
+    /* negative orders: min |x| = 3; 1 / (1/3 + 1/4 + 1/12) = 1.5 (the first norm, 12/7, rounded to float32) */
+    CHECK(optim_total_norm("t", 2, ns, -INFINITY, &out) == 0 && out == 3);
+    CHECK(optim_total_norm("t", 2, ns, -1, &out) == 0 && fabs(out - 1.5) < 1e-6);
+    CHECK(optim_total_norm("t", 0, ns, -1, &out) == 0 && out == 0);
+    CHECK(optim_total_norm("t", 2, ns, NAN, &out) < 0 && strstr(accel_last_error(), "t: norm_type must be a number"));
 
     Tensor *all[] = {p, q, g, h, m[0], v[0], bad, gb, wrong, base, t, gt, gv, sb[0], n1, n2};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tensor_release(all[i]);

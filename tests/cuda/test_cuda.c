@@ -546,15 +546,18 @@ static void test_norm(void) {
     const int64_t n = 100003;
     float *x = rand_f32(n, 3);
     void *dx = dev_from(x, 4 * n), *dout = dev_poisoned(8);
-    static const double ps[4] = {2, 1, INFINITY, 0};
+    static const double ps[6] = {2, 1, INFINITY, 0, -INFINITY, -1.5};
     int ok = 1;
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 6; k++) {
         double got = NAN, want = k_norm_pow_f32(n, x, ps[k]);
         ok &= kc_norm_pow(dx, DT_F32, n, ps[k], dout, NULL) == 0;
         to_host(&got, dout, 8);
         ok &= fabs(got - want) <= 1e-12 * fmax(want, 1);
     }
-    CHECK(ok);
+    double empty = 0; /* no element: min's start, inf */
+    ok &= kc_norm_pow(dx, DT_F32, 0, -INFINITY, dout, NULL) == 0;
+    to_host(&empty, dout, 8);
+    CHECK(ok && empty == INFINITY);
     free(x), kc_free(0, dx), kc_free(0, dout);
 }
 

@@ -693,6 +693,22 @@ describe("nn.utils clipping", function()
     eng:close()
   end)
 
+  it("a sharding engine takes a negative norm_type: the min / the sum of |g|^p over the shards", function()
+    local ok, shard = pcall(require, "accel.shard")
+    if not ok then return pending("accel.shard (the sharding engine) is not in this build") end
+    local m = nn.Linear(3, 2)
+    local eng = shard.Engine(m, optim.Adam(m:parameters()), {stage = 2})
+    m(accel.ones(4, 3)):sum():backward() -- every gradient element is 4 (8 of them)
+    -- closed forms: -inf gives min |g| = 4; -1 gives (8 / 4)^-1 = 0.5; -2 gives (8 / 16)^-0.5 = sqrt(2)
+    assert.are.equal(0.5, eng:clip_grad_norm_(100, -1):item())
+    assert.is_true(math.abs(eng:clip_grad_norm_(100, -2):item() - math.sqrt(2)) < 1e-6)
+    assert.are.equal(4.0, eng:clip_grad_norm_(100, "-inf"):item())
+    assert.are.equal(4.0, eng:clip_grad_norm_(1.0, -math.huge):item())
+    -- clipped to max_norm 1: every element 4 / (4 + 1e-6), so the min is now about 1
+    assert.is_true(math.abs(eng:clip_grad_norm_(100, -math.huge):item() - 1) < 1e-6)
+    eng:close()
+  end)
+
   it("clip_grad_value_ and accelerator:clip_grad_value_ take {foreach =} (ignored), refuse other options", function()
     local want = {{0.75, -0.75, 0.25, 0.75, 0.0, -0.75}, {0.5, -0.5, 0.75, 0.0}}
     local ps = torch_case()
@@ -729,7 +745,7 @@ describe("nn.utils clipping", function()
     assert.has_error(function() nn.utils.clip_grad_norm_({1}, 1.0) end)
     assert.has_error(function() nn.utils.clip_grad_norm_({weight = params({1.0})[1]}, 1.0) end)
     assert.has_error(function() nn.utils.clip_grad_norm_(params({1.0}), "1") end)
-    assert.has_error(function() nn.utils.clip_grad_norm_(params({1.0}), 1.0, {norm_type = -1}) end)
+    assert.has_error(function() nn.utils.clip_grad_norm_(params({1.0}), 1.0, {norm_type = 0 / 0}) end)
   end)
 end)
 
@@ -825,6 +841,49 @@ describe("optimizers and clipping on PyTorch 2.15's edge cases", function()
     local a, b = accel.zeros(3, {requires_grad = true}), accel.zeros(2, {requires_grad = true})
     a.grad, b.grad = accel.tensor({3.0, -4.0, 1.0}, F32), accel.tensor({0.5, -2.0}, F32)
     assert.are.equal(4.643522262573242, nn.utils.clip_grad_norm_({a, b}, 1.0, 3):item())
+  end)
+
+  it("clip_grad_norm_ takes a negative norm_type as PyTorch 2.15 (-inf: the smallest |element|)", function()
+    -- torch 2.15: grads {0.3, -1.2}, {2.5}, max_norm 1: -inf gives 0.30000001192092896, -1 gives
+    -- 0.21897810697555542, both float32, the gradients left alone (the total is below max_norm)
+    local function case()
+      local a, b = accel.zeros(2, {requires_grad = true}), accel.zeros(1, {requires_grad = true})
+      a.grad, b.grad = accel.tensor({0.3, -1.2}, F32), accel.tensor({2.5}, F32)
+      return {a, b}
+    end
+    local acc = accel.Accelerator({cpu = true})
+    for _, nt in ipairs({-math.huge, "-inf", {norm_type = -math.huge}}) do
+      local ps = case()
+      assert.are.equal(0.30000001192092896, nn.utils.clip_grad_norm_(ps, 1.0, nt):item())
+      assert.are.same({{0.30000001192092896, -1.2000000476837158}, {2.5}}, {ps[1].grad:tolist(), ps[2].grad:tolist()})
+      assert.are.equal(0.30000001192092896, acc:clip_grad_norm_(case(), 1.0, nt):item())
+    end
+    assert.is_true(math.abs(nn.utils.clip_grad_norm_(case(), 1.0, -1):item() - 0.21897810697555542) < 1e-7)
+    -- torch 2.15 with a float64 gradient and clipping (max_norm 0.5): -inf gives 3.0 (float64),
+    -- -2 gives 2.1636554078002685; the gradients after each
+    local want = {
+      [-math.huge] = {3.0, {0.4999998211860657, -0.6666664481163025}, {0.8333330555556482}},
+      [-2] = {2.1636554078002685, {0.6932708621025085, -0.9243611693382263}, {1.1554514806450635}}}
+    for nt, w in pairs(want) do
+      local a, b = accel.zeros(2, {requires_grad = true}), accel.zeros(1, {requires_grad = true, dtype = accel.float64})
+      a.grad, b.grad = accel.tensor({3.0, -4.0}, F32), accel.tensor({5.0}, F64)
+      local total = nn.utils.clip_grad_norm_({a, b}, 0.5, nt)
+      assert.are.equal(accel.float64, total.dtype)
+      assert.is_true(math.abs(total:item() - w[1]) < 1e-6 * w[1], tostring(nt))
+      support.assert_values(w[2], a.grad, 1e-6, "a.grad")
+      support.assert_values(w[3], b.grad, 1e-6, "b.grad")
+    end
+    -- a zero element makes the norm 0 (torch 2.15: 0.0); an empty gradient has no such norm (torch:
+    -- "linalg.vector_norm cannot compute the -1 norm on an empty tensor")
+    local z = accel.zeros(2, {requires_grad = true})
+    z.grad = accel.tensor({0.0, 2.0}, F32)
+    assert.are.equal(0.0, nn.utils.clip_grad_norm_({z}, 1.0, -1):item())
+    local e = accel.zeros(0, {requires_grad = true})
+    e.grad = accel.zeros(0)
+    fails("clip_grad_norm_: cannot compute the %-1 norm of an empty tensor", nn.utils.clip_grad_norm_, {z, e}, 1.0, -1)
+    fails("clip_grad_norm_: cannot compute the %-inf norm of an empty tensor", nn.utils.clip_grad_norm_, {e}, 1.0,
+      "-inf")
+    fails("clip_grad_norm_: norm_type must be a number", nn.utils.clip_grad_norm_, {z}, 1.0, 0 / 0)
   end)
 
   -- torch: TypeError "'int' object is not callable"

@@ -563,11 +563,10 @@ end
 function Engine:set_sync(on) self:_live():set_sync(on and true or false) end
 
 -- clip_grad_norm_(max_norm, norm_type = 2, error_if_nonfinite = false) -> total norm (0-dim float32)
+-- (norm_type as accel.nn.utils.clip_grad_norm_'s: negative too, -math.huge the smallest |element|)
 function Engine:clip_grad_norm_(max_norm, norm_type, error_if_nonfinite)
   if type(max_norm) ~= "number" then raise("shard.Engine:clip_grad_norm_: max_norm must be a number") end
-  local p = norm_type or 2
-  if p == "inf" then p = math.huge end
-  if type(p) ~= "number" then raise("shard.Engine:clip_grad_norm_: norm_type must be a number or \"inf\"") end
+  local p = accel.nn.utils._norm_type("shard.Engine:clip_grad_norm_", norm_type)
   if p == 0 then
     -- its total is the number of gradients with a nonzero element: not a sum over shards
     raise("shard.Engine:clip_grad_norm_: norm_type 0 is not supported on sharded gradients (use 1, 2 or \"inf\")")

@@ -13,7 +13,10 @@
 --   * offload_optimizer = "cpu" is reported by the engine;
 --   * zero_grad({set_to_none = false}) after a backward leaves stage 1's
 --     full .grad in place as zeros (as torch's optimizer), and no .grad at
---     stages 2-3 (they keep none).
+--     stages 2-3 (they keep none);
+--   * clip_grad_norm_ with norm_type -inf (a min all-reduce) and -1 (a sum
+--     of |g|^-1) from the shards equals nn.utils.clip_grad_norm_'s over
+--     stage 1's full .grad, to float32 rounding.
 -- Prints "ok rank R: N checks".
 local accel = require("accel")
 local nn, optim, dist = accel.nn, accel.optim, accel.dist
@@ -70,6 +73,24 @@ local function check_zero_grad_kept(eng, m, x, stage)
   end
 end
 
+local neg_ref -- nn.utils.clip_grad_norm_'s -inf and -1 norms of stage 1's full gradients
+
+-- The engine's negative-order norms against neg_ref (every stage starts
+-- from the same model and batch); max_norm 1e9 leaves the gradients alone.
+local function check_negative_norms(eng, m, x, stage)
+  backward(m, x)
+  local got = {eng:clip_grad_norm_(1e9, -math.huge):item(), eng:clip_grad_norm_(1e9, -1):item()}
+  if stage == 1 then -- (the clip above finalized the reduced .grad every rank holds)
+    local ps = m:parameters()
+    neg_ref = {nn.utils.clip_grad_norm_(ps, 1e9, -math.huge):item(), nn.utils.clip_grad_norm_(ps, 1e9, -1):item()}
+  end
+  for i, nt in ipairs({"-inf", "-1"}) do
+    ensure(got[i] > 0 and math.abs(got[i] - neg_ref[i]) <= 1e-5 * neg_ref[i],
+      "stage %d: norm_type %s from the shards is %g, over the full gradients %g", stage, nt, got[i], neg_ref[i])
+  end
+  eng:zero_grad()
+end
+
 -- The index entries of one (parameter, state) pair cover [0, numel) once.
 local function check_cover(entries, numel, what)
   table.sort(entries, function(a, b) return a.begin < b.begin end)
@@ -112,6 +133,7 @@ for stage = 1, 3 do
   local eng = accel.shard.Engine(m, opt, {stage = stage, wrap = {m[1], m[3]}, offload_optimizer = "cpu"})
   ensure(eng._c:info().offload_optimizer == true, "offload_optimizer not recorded")
   local x = accel.randn(3, 4):add(rank)
+  check_negative_norms(eng, m, x, stage)
   check_unscale(eng, m, x, stage)
   check_zero_grad_kept(eng, m, x, stage)
   backward(m, x)

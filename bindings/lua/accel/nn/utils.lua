@@ -8,7 +8,9 @@
 -- `parameters` is a list of tensors or one tensor; parameters whose grad is
 -- nil are skipped. clip_grad_norm_ computes the total norm of all gradients
 -- in one C pass (accel._C.grads_total_norm, in double; norm_type may be math.huge
--- or "inf", and may come positionally: clip_grad_norm_(ps, 1.0, 2)) and
+-- or "inf", negative as in PyTorch (-math.huge: the smallest |element|; an
+-- empty gradient is then an error, as PyTorch's), and may come positionally:
+-- clip_grad_norm_(ps, 1.0, 2)) and
 -- returns it as a 0-dim tensor of the gradients' promoted dtype (float64 when
 -- any gradient is); as PyTorch it is the norm of the per-gradient norms, each
 -- rounded to its gradient's dtype (norm_type 0: the number of gradients with
@@ -58,14 +60,18 @@ local function promoted(a, b)
   return accel.float32
 end
 
+-- norm_type as a number: any but NaN (negative too, as PyTorch: -math.huge
+-- gives the smallest |element|), or "inf" / "-inf".
+local INF_NAMES = {inf = math.huge, Inf = math.huge, ["-inf"] = -math.huge, ["-Inf"] = -math.huge}
 local function norm_type_of(name, v)
   if v == nil then return 2.0 end
-  if v == "inf" or v == "Inf" then return math.huge end
-  if type(v) ~= "number" or v ~= v or v < 0 then
-    raise("%s: norm_type must be a number >= 0 or math.huge / \"inf\", got %s", name, tostring(v))
+  if INF_NAMES[v] then return INF_NAMES[v] end
+  if type(v) ~= "number" or v ~= v then
+    raise("%s: norm_type must be a number (+-math.huge / \"inf\" / \"-inf\" too), got %s", name, tostring(v))
   end
   return v
 end
+utils._norm_type = norm_type_of -- (shard.Engine:clip_grad_norm_ reads norm_type the same way)
 
 local check_options = require("accel.nn.module").check_options
 

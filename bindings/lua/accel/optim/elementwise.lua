@@ -9,14 +9,16 @@
 -- Adagrad keeps sum, made at construction from initial_accumulator_value
 -- as PyTorch makes it; Adadelta square_avg and acc_delta; Adamax exp_avg and
 -- exp_inf; NAdam mu_product (a number, rounded to float32 at each step as
--- PyTorch's float32 tensor is), exp_avg and exp_avg_sq; RAdam exp_avg and
--- exp_avg_sq.
+-- PyTorch's float32 tensor is, to the parameter's dtype after
+-- load_state_dict as PyTorch casts that tensor: optim._parts.round_scalar),
+-- exp_avg and exp_avg_sq; RAdam exp_avg and exp_avg_sq.
 local accel = require("accel")
 local optim = require("accel.optim")
 
 local parts = optim._parts
 local options, ctor_options, step_groups, param_state = parts.options, parts.ctor_options, parts.step_groups,
   parts.param_state
+local round_scalar = parts.round_scalar
 local check_nonnegative, check_bool, check_betas = parts.check_nonnegative, parts.check_bool, parts.check_betas
 
 local M = {}
@@ -108,15 +110,17 @@ local ADAGRAD_DEFAULTS = {lr = 1e-2, lr_decay = 0, weight_decay = 0, initial_acc
 function Adagrad:init(params, lr, opts)
   optim.Optimizer.init(self, params, options("Adagrad", ctor_options("Adagrad", lr, opts), ADAGRAD_DEFAULTS))
   for _, g in ipairs(self.param_groups) do
-    for _, p in ipairs(g.params) do self:_init_state(p, g) end
+    for _, p in ipairs(g.params) do self:_init_state(p) end
   end
 end
 
 -- PyTorch makes Adagrad's state when the parameter joins: step 0 and the
--- accumulator filled with initial_accumulator_value.
-function Adagrad:_init_state(p, g)
+-- accumulator filled with the optimizer's initial_accumulator_value
+-- (self.defaults: PyTorch 2.15 reads no group's own, also for a group
+-- added later).
+function Adagrad:_init_state(p)
   local st = param_state(self.state, p)
-  if st.sum == nil then st.step, st.sum = 0, accel.full_like(p, g.initial_accumulator_value) end
+  if st.sum == nil then st.step, st.sum = 0, accel.full_like(p, self.defaults.initial_accumulator_value) end
   return st
 end
 
@@ -129,7 +133,7 @@ Adagrad._check_group = group_checker({"lr", "lr_decay", "weight_decay", "initial
 local function adagrad_group_step(self, _, g, grads)
   for i, p in ipairs(g.params) do
     if grads[i] then
-      local st = self:_init_state(p, g)
+      local st = self:_init_state(p)
       st.step = st.step + 1
       local grad = update_grad(p, g)
       local clr = g.lr / (1 + (st.step - 1) * g.lr_decay)
@@ -229,7 +233,7 @@ elementwise_class("Adamax", {lr = 2e-3, betas = {0.9, 0.999}, eps = 1e-8, weight
       end)
   end)
 
--- v rounded to float32 (PyTorch keeps NAdam's mu_product in a float32 tensor)
+-- v rounded to float32 (PyTorch computes ASGD's eta and mu in float32 tensors)
 local f32 = require("accel.amp").round_f32
 
 -- NAdam: mu = beta1 (1 - 0.96^(step momentum_decay) / 2); mu_product *= mu; Adam's moments;
@@ -249,7 +253,8 @@ elementwise_class("NAdam", {lr = 2e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_
         local grad = decayed_grad(p, g)
         local mu = b1 * (1 - 0.5 * 0.96 ^ (step * g.momentum_decay))
         local mu_next = b1 * (1 - 0.5 * 0.96 ^ ((step + 1) * g.momentum_decay))
-        st.mu_product = f32(st.mu_product * f32(mu)) -- (a float32 tensor times a scalar: both in float32)
+        -- (a float32 tensor times a scalar: both in float32; float64 after a load on a float64 parameter)
+        st.mu_product = round_scalar(st, st.mu_product * round_scalar(st, mu))
         st.exp_avg:lerp_(grad, 1 - b1)
         st.exp_avg_sq:mul_(b2):addcmul_(grad, grad, {value = 1 - b2})
         local denom = st.exp_avg_sq:div(1 - b2 ^ step):sqrt():add_(g.eps)
@@ -257,6 +262,8 @@ elementwise_class("NAdam", {lr = 2e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_
         p:addcdiv_(st.exp_avg, denom, {value = -g.lr * mu_next / (1 - st.mu_product * mu_next)})
       end)
   end)
+
+M.NAdam._scalar_state = {"mu_product"} -- (load_state_dict: optim._parts.round_scalar)
 
 -- RAdam: Adam's moments; with the variance tractable (rho_t > 5) the rectified adaptive step,
 -- else the bias-corrected momentum alone
@@ -340,5 +347,7 @@ elementwise_class("ASGD", {lr = 1e-2, lambd = 1e-4, alpha = 0.75, t0 = 1e6, weig
         st.mu = f32(1 / math.max(1, st.step - g.t0))
       end)
   end)
+
+M.ASGD._scalar_state = {"eta", "mu"}
 
 return M

@@ -20,8 +20,9 @@
 --   betas = {b1, b2}, ..., params = {i, ...}}}} with i the 1-based position
 --   of the parameter across all groups; `step` is a number; state tensors are
 --   the live ones (as PyTorch). load_state_dict copies them, cast to the
---   parameter's dtype and device, and checks their shapes. Keys of `state`
---   may be numbers or numeric strings (from JSON).
+--   parameter's dtype and device (so are the numbers of a class's
+--   _scalar_state, PyTorch's 0-dim tensors), and checks their shapes. Keys
+--   of `state` may be numbers or numeric strings (from JSON).
 -- * SGD with momentum = 0 keeps no state (PyTorch stores momentum_buffer =
 --   None, which a Lua table cannot hold).
 -- * A parameter listed twice, in one group or across groups, is an error
@@ -366,19 +367,32 @@ local function state_keys_problem(name, id, saved, keys, kept)
 end
 
 -- Why one saved state entry cannot be the state of parameter p (number
--- id): not a table, its keys, a tensor of another shape; nil when it fits.
-local function param_state_problem(name, id, p, saved, kept)
+-- id): not a table, its keys, a tensor of another shape (step and the
+-- class's _scalar_state: one element); nil when it fits.
+local function param_state_problem(name, id, p, saved, kept, scalar)
   if type(saved) ~= "table" or is_tensor(saved) then return ("state of parameter %d must be a table"):format(id) end
   local keys = sorted_keys(saved)
   local why = state_keys_problem(name, id, saved, keys, kept)
   if why then return why end
   for _, k in ipairs(keys) do
     local v = saved[k]
-    if is_tensor(v) and k ~= "step" and shape_str(v) ~= shape_str(p) then
+    if is_tensor(v) and (k == "step" or scalar[k]) then
+      if v:numel() ~= 1 then
+        return ("state '%s' of parameter %d must be a number or a one-element tensor, got shape %s"):format(k, id,
+          shape_str(v))
+      end
+    elseif is_tensor(v) and shape_str(v) ~= shape_str(p) then
       return ("state '%s' of parameter %d has shape %s but the parameter has shape %s"):format(tostring(k), id,
         shape_str(v), shape_str(p))
     end
   end
+end
+
+-- The class's _scalar_state keys as a set.
+local function scalar_keys(self)
+  local set = {}
+  for _, k in ipairs(self._scalar_state or {}) do set[k] = true end
+  return set
 end
 
 -- What load_state_dict(sd) would refuse, as the message after
@@ -411,17 +425,34 @@ function Optimizer:_state_dict_problem(sd)
       return ("loaded state dict has state for parameter %s, which is in none of its parameter groups"):format(
         tostring(k))
     end
-    local why = param_state_problem(name, id, p, st, self._state_keys)
+    local why = param_state_problem(name, id, p, st, self._state_keys, scalar_keys(self))
     if why then return why end
   end
   return nil, id_map
 end
 
--- A private copy of one saved state entry (checked) for parameter p.
-local function copy_param_state(p, saved)
+-- The number state a class names in _scalar_state (NAdam's mu_product,
+-- ASGD's eta and mu) stands for PyTorch's 0-dim float32 tensors, which
+-- PyTorch's load_state_dict casts to the parameter's dtype (its
+-- _process_value_according_to_param_policy; `step` is left as it is).
+-- scalar_dtype[st]: that dtype for a loaded state table st (weak keys).
+local scalar_dtype = setmetatable({}, {__mode = "k"})
+
+-- v rounded to the dtype the _scalar_state of state table st is kept in:
+-- float32, or float64 once load_state_dict cast it to a float64 parameter's.
+local function round_scalar(st, v)
+  if scalar_dtype[st] == accel.float64 then return v end
+  return require("accel.amp").round_f32(v)
+end
+
+-- A private copy of one saved state entry (checked) for parameter p;
+-- scalar: the class's _scalar_state keys as a set.
+local function copy_param_state(p, saved, scalar)
   local st = {}
+  scalar_dtype[st] = p.dtype
   for k, v in pairs(saved) do
-    if k == "step" and is_tensor(v) then v = v:item() end
+    if (k == "step" or scalar[k]) and is_tensor(v) then v = v:item() end
+    if scalar[k] and type(v) == "number" then v = round_scalar(st, v) end
     if is_tensor(v) then
       local c, copied = v:detach(), false
       if tostring(c.device) ~= tostring(p.device) then c, copied = c:to(p.device), true end
@@ -439,10 +470,10 @@ end
 function Optimizer:load_state_dict(sd)
   local why, id_map = self:_state_dict_problem(sd)
   if why then raise("%s: load_state_dict: %s", self.__name, why) end
-  local state = {}
+  local state, scalar = {}, scalar_keys(self)
   for k, st in pairs(sd.state) do
     local p = id_map[tonumber(k)]
-    state[p] = copy_param_state(p, st)
+    state[p] = copy_param_state(p, st, scalar)
   end
   for i, g in ipairs(self.param_groups) do
     for k, v in pairs(sd.param_groups[i]) do
@@ -698,7 +729,7 @@ optim.AdamW = adam_class("AdamW", 1e-2, true)
 -- What optimizers defined in other files of accel.optim build on.
 optim._parts = {options = options, ctor_options = ctor_options, check_number = check_number,
   check_nonnegative = check_nonnegative, check_bool = check_bool, check_betas = check_betas, step_groups = step_groups,
-  param_state = param_state}
+  param_state = param_state, round_scalar = round_scalar}
 
 -- opt.step() and the like: "Optimizer.step: call it as obj:step(...)"
 util.check_methods(Optimizer, "Optimizer")
