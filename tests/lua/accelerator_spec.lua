@@ -89,6 +89,15 @@ describe("Accelerator options", function()
     assert.are.equal("fp16", accel.Accelerator{mixed_precision = "fp16"}.mixed_precision)
   end)
 
+  it("native_amp is Accelerate's: true under bf16 / fp16 / fp8 autocast, false with no and under DeepSpeed", function()
+    -- accelerate 1.16 accelerator.py: bf16 on a CPU and fp16 on a GPU set it, fp8 always, DeepSpeed never
+    for mp, want in pairs({no = false, bf16 = true, fp16 = true, fp8 = true}) do
+      assert.are.equal(want, accel.Accelerator{mixed_precision = mp}.native_amp, mp)
+    end
+    local ds = accel.Accelerator{mixed_precision = "bf16", deepspeed_plugin = accel.DeepSpeedPlugin{zero_stage = 2}}
+    assert.is_false(ds.native_amp)
+  end)
+
   it("rejects unknown options and bad values", function()
     error_matching("unknown option mixed_precison", function() accel.Accelerator{mixed_precison = "bf16"} end)
     error_matching("gradient_accumulation_steps must be a positive integer", function()

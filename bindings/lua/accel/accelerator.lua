@@ -252,6 +252,13 @@ end
 function props.multi_device(a) return a.state.distributed_type == "MULTI_GPU" end
 function props.should_save_model(a) return a.state.is_local_main_process end
 function props.is_fsdp2(a) return a.fsdp_plugin ~= nil and a.fsdp_plugin.fsdp_version == 2 end
+-- Accelerate's: true when mixed precision runs through autocast (bf16,
+-- fp16, fp8), false with "no" and under DeepSpeed (whose engine casts)
+function props.native_amp(a)
+  local mp = a.mixed_precision
+  if mp == "fp8" then return true end
+  return (mp == "bf16" or mp == "fp16") and a.distributed_type ~= "DEEPSPEED"
+end
 
 -- The open sharding engine (accel.shard.Engine) of the model prepared last
 -- under a sharding plugin, or nil; shard_engine_of(model | optimizer)
@@ -682,7 +689,8 @@ local function scaler_fields(kw, ds)
 end
 
 -- The fp16 GradScaler (GradScalerKwargs and the DeepSpeed config's fp16
--- keys feed it; enabled = false: none).
+-- keys feed it; enabled = false: a disabled one, torch's pass-through, as
+-- Accelerate builds on a GPU). nil without fp16.
 local function make_scaler(self, kw, ds)
   if self.mixed_precision ~= "fp16" then
     if kw and self.is_main_process then
@@ -692,7 +700,7 @@ local function make_scaler(self, kw, ds)
     return nil
   end
   kw = kw or plugins.GradScalerKwargs()
-  if not kw.enabled then return nil end
+  if not kw.enabled then return amp.GradScaler({enabled = false}) end
   local comm = self.state.comm
   local f = scaler_fields(kw, ds)
   return amp.scaler_from_settings({init_scale = f.init_scale, growth_factor = f.growth_factor,
@@ -740,6 +748,8 @@ local function new_accelerator(_, o)
   rawset(self, "gradient_state", state.GradientState(gap.num_steps, gap))
   if ds then resolve_ds_autos(self, ds, gap.num_steps) end
   rawset(self, "scaler", make_scaler(self, handlers.scaler_handler, ds))
+  -- the scaler that scales the loss (nil when none or disabled): what backward, step and checkpoints use
+  rawset(self, "_loss_scaler", self.scaler and self.scaler:is_enabled() and self.scaler or nil)
   local autocast_on = handlers.autocast_handler == nil or handlers.autocast_handler.enabled
   rawset(self, "autocast_dtype", autocast_on and amp.dtype_of(self.mixed_precision) or nil)
   local pc = plugins.ProjectConfiguration(o.project_config)
@@ -1136,10 +1146,10 @@ end
 -- (through the sharding engine when one holds the optimizer).
 wrap_optimizer = function(self, optimizer, placed)
   local clip = self.deepspeed_plugin and self.deepspeed_plugin.gradient_clipping
-  local wrapped = prepared.wrap_optimizer(optimizer, self.gradient_state, self.scaler, function()
+  local wrapped = prepared.wrap_optimizer(optimizer, self.gradient_state, self._loss_scaler, function()
     self:_finish_grad_sync()
     if type(clip) == "number" and clip > 0 then -- DeepSpeed's gradient_clipping (0: none), before every step
-      if self.scaler then self.scaler:_unscale_once(optimizer) end
+      if self._loss_scaler then self._loss_scaler:_unscale_once(optimizer) end
       local eng = engine_of(self, optimizer)
       if eng then
         eng:clip_grad_norm_(clip)
@@ -1289,7 +1299,7 @@ function Accelerator:backward(loss, o)
   join.check_uneven(self)
   local k = self.gradient_state.num_steps
   if k > 1 then loss = loss / k end
-  if self.scaler then loss = self.scaler:scale_loss(loss) end
+  if self._loss_scaler then loss = self._loss_scaler:scale_loss(loss) end
   loss:backward(o and o.gradient, o ~= nil and o.retain_graph == true)
   self:_finish_grad_sync()
 end
@@ -1393,10 +1403,10 @@ end
 -- no-op; the step itself unscales and checks for inf/NaN).
 function Accelerator:unscale_gradients(optimizer)
   self:_finish_grad_sync()
-  if not self.scaler or not self.gradient_state.sync_gradients then return end
+  if not self._loss_scaler or not self.gradient_state.sync_gradients then return end
   local opts = optimizer and {optimizer} or self._optimizers
   for _, opt in ipairs(opts) do
-    self.scaler:unscale_(prepared.is_optimizer(opt) and opt.optimizer or opt)
+    self._loss_scaler:unscale_(prepared.is_optimizer(opt) and opt.optimizer or opt)
   end
 end
 
@@ -1413,7 +1423,7 @@ end
 -- The loss scale that the gradients still carry on this step (1 when
 -- none): under fp16 on a non-synchronising micro-step they are scaled.
 local function pending_scale(self)
-  if self.scaler and not self.gradient_state.sync_gradients then return self.scaler:get_scale() end
+  if self._loss_scaler and not self.gradient_state.sync_gradients then return self._loss_scaler:get_scale() end
   return 1
 end
 
@@ -2051,7 +2061,7 @@ local function index_of(self, fingerprints)
   local idx = {num_processes = self.num_processes, split_batches = self.split_batches,
     mixed_precision = self.mixed_precision, models = json.array(),
     optimizers = #self._optimizers, schedulers = #self._schedulers, dataloaders = #self._dataloaders,
-    custom_objects = #self._custom_objects, scaler = self.scaler ~= nil}
+    custom_objects = #self._custom_objects, scaler = self._loss_scaler ~= nil}
   for i, fp in ipairs(fingerprints) do idx.models[i] = {file = numbered("model", i, ".safetensors"), fingerprint = fp} end
   return idx
 end
@@ -2130,7 +2140,7 @@ function Accelerator:save_state(output_dir, o)
       for i, opt in ipairs(self._optimizers) do w:packed(numbered("optimizer", i), opt:state_dict()) end
       for i, s in ipairs(self._schedulers) do w:packed(numbered("scheduler", i), s:state_dict()) end
       for i, l in ipairs(self._dataloaders) do w:json(numbered("dataloader", i, ".json"), l:state_dict()) end
-      if self.scaler then w:json("scaler.json", self.scaler:state_dict()) end
+      if self._loss_scaler then w:json("scaler.json", self._loss_scaler:state_dict()) end
     end
     for i, obj in ipairs(self._custom_objects) do -- state_dict() on every process (it may gather), written by rank 0
       local sd = call_either(obj, "state_dict")
@@ -2256,7 +2266,7 @@ local function read_checkpoint(self, dir, models, sharded_plans, strict)
     if why then refuse("%s does not fit data loader %d: %s", file, i, why) end
   end
   for i = 1, #self._custom_objects do data.custom[i] = r:packed("custom_checkpoint_" .. (i - 1)) end
-  if self.scaler and r:has("scaler.json") then data.scaler = r:json("scaler.json") end
+  if self._loss_scaler and r:has("scaler.json") then data.scaler = r:json("scaler.json") end
   local rng_file = ("random_states_%d.json"):format(self.process_index)
   if r:has(rng_file) then
     local s = r:json(rng_file)
@@ -2323,7 +2333,7 @@ function Accelerator:load_state(input_dir, o)
   for i, s in ipairs(self._schedulers) do s:load_state_dict(data.schedulers[i]) end
   for i, l in ipairs(self._dataloaders) do l:load_state_dict(data.loaders[i]) end
   for i, obj in ipairs(self._custom_objects) do call_either(obj, "load_state_dict", data.custom[i]) end
-  if data.scaler then self.scaler:load_state_dict(data.scaler) end
+  if data.scaler then self._loss_scaler:load_state_dict(data.scaler) end
   if data.rng then
     accel.set_rng_state(data.rng.accel[1], data.rng.accel[2])
     if type(data.rng.step) == "number" then self.gradient_state.step = data.rng.step end
