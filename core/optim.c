@@ -5,7 +5,6 @@
 #include "optim.h"
 #include "autograd.h"
 #include "backend/backend.h"
-#include "../kernels/cpu/kernels.h"
 #include <math.h>
 #include <stdio.h>
 
@@ -190,13 +189,13 @@ int optim_total_norm(const char *who, int n, Tensor **ts, double p, double *out)
     if (total_norm_check(who, n, ts, p)) return -1;
     *out = 0; /* no tensors: 0, as PyTorch (for p < 0 too) */
     if (n == 0) return 0;
-    double acc = k_norm_identity(p);
+    double acc = knorm_identity(p);
     for (int i = 0; i < n; i++) {
         double s;
         if (norm_one(ts[i], p, &s) < 0) return -1;
         s = rounded_pow(ts[i]->dtype, s, p);
         /* p = 0: PyTorch's 0-norm of the tensors' norms, a count of tensors */
-        acc = k_norm_combine(acc, p == 0 ? s != 0 : s, p);
+        acc = knorm_combine(acc, p == 0 ? s != 0 : s, p);
     }
     *out = isinf(p) || p == 0 ? acc : p == 1 ? acc : p == 2 ? sqrt(acc) : pow(acc, 1 / p);
     return 0;

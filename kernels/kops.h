@@ -7,6 +7,7 @@
 #ifndef ACCEL_KOPS_H
 #define ACCEL_KOPS_H
 
+#include <math.h>
 #include <stdint.h>
 #include "dtype.h" /* DT_HD */
 
@@ -24,6 +25,16 @@ typedef enum {
 
 static inline int kbin_is_compare(KBinOp op) { return op >= KB_EQ && op <= KB_XOR; }
 static inline int kbin_is_bitwise(KBinOp op) { return op >= KB_BAND && op <= KB_SHR; }
+
+/* The gradient-norm reduction's (sum |x|^p, or max / min |x| for p = +-INF)
+ * start, and two partial results s, v combined (a NaN sticks); shared by
+ * the kernels and the core's combination of per-tensor / per-rank parts. */
+static inline double knorm_identity(double p) { return p == -INFINITY ? INFINITY : 0; }
+static inline double knorm_combine(double s, double v, double p) {
+    if (p == INFINITY) return (v > s || v != v) ? v : s;
+    if (p == -INFINITY) return (v < s || v != v) ? v : s;
+    return s + v;
+}
 
 /* The integer bitwise ops of KB_BAND .. KB_SHR on int64 (shared by the CPU
  * and CUDA kernels and their tests; shifts by y outside [0, 64) saturate as

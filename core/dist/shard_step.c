@@ -4,7 +4,6 @@
  * parameters' all-gather after it, and full tensors in and out. */
 #include "shard_impl.h"
 #include "../backend/backend.h"
-#include "../../kernels/cpu/kernels.h"
 #include "../ops.h"
 #include <math.h>
 #include <stdio.h>
@@ -44,7 +43,7 @@ static int check_grads(ShardEngine *e) {
 /* Sum of |g|^p (p = INFINITY: max |g|, -INFINITY: min |g|) over this
  * rank's shard; *count: the elements it saw. */
 static double local_norm_pow(ShardEngine *e, double p, double *count) {
-    double acc = k_norm_identity(p);
+    double acc = knorm_identity(p);
     *count = 0;
     for (int u = 0; u < e->nu; u++) {
         Unit *un = &e->units[u];
@@ -52,7 +51,7 @@ static double local_norm_pow(ShardEngine *e, double p, double *count) {
             const float *g = seg_grad(e, un, &un->segs[k]);
             if (!g) continue;
             double v = backend_for(un->master->device)->norm_pow(DT_F32, un->segs[k].len, g, p);
-            acc = k_norm_combine(acc, v, p);
+            acc = knorm_combine(acc, v, p);
             *count += (double)un->segs[k].len;
         }
     }

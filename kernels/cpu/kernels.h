@@ -10,7 +10,6 @@
 #ifndef ACCEL_KERNELS_CPU_H
 #define ACCEL_KERNELS_CPU_H
 
-#include <math.h>
 #include <stdint.h>
 #include "../dtype.h"
 #include "../kops.h"
@@ -129,18 +128,9 @@ void k_adam_f64(int64_t n, double *p, const double *g, double *m, double *v, dou
 
 /* sum_i |x_i|^p accumulated in double (p = INFINITY: max |x_i|, p =
  * -INFINITY: min |x_i|, NaN propagating; p = 0: count of nonzeros), for
- * gradient-norm clipping; k_norm_identity(p) when n is 0. */
+ * gradient-norm clipping; knorm_identity(p) (kops.h) when n is 0. */
 double k_norm_pow_f32(int64_t n, const float *x, double p);
 double k_norm_pow_f64(int64_t n, const double *x, double p);
-
-/* That reduction's start, and two partial results s, v combined: a sum,
- * or the max / min for p = +-INFINITY (a NaN sticks). */
-static inline double k_norm_identity(double p) { return p == -INFINITY ? INFINITY : 0; }
-static inline double k_norm_combine(double s, double v, double p) {
-    if (p == INFINITY) return (v > s || v != v) ? v : s;
-    if (p == -INFINITY) return (v < s || v != v) ? v : s;
-    return s + v;
-}
 
 /* fp8.c: the fp8 recipe's casts over n contiguous elements.
  * quantize: q = saturate(fl32(x * scale)) in fmt (+-inf and out of range

@@ -167,23 +167,23 @@ void k_adamw_f32(int64_t n, float *p, const float *g, float *m, float *v, double
             for (; i < nv; i += LANES)                                                           \
                 for (int k = 0; k < LANES; k++) acc[k] += fabs((double)x[i + k]);                \
         }                                                                                        \
-        double s = k_norm_identity(p);                                                           \
+        double s = knorm_identity(p);                                                           \
         if (p == 1 || p == 2)                                                                    \
             for (int k = 0; k < LANES; k++) s += acc[k];                                         \
         for (; i < n; i++) {                                                                     \
             const double a = fabs((double)x[i]);                                                 \
-            s = k_norm_combine(s, p == 0 ? a != 0 : p == 1 || isinf(p) ? a : p == 2 ? a * a : pow(a, p), p); \
+            s = knorm_combine(s, p == 0 ? a != 0 : p == 1 || isinf(p) ? a : p == 2 ? a * a : pow(a, p), p); \
         }                                                                                        \
         return s;                                                                                \
     }                                                                                            \
     double k_norm_pow_##SUF(int64_t n, const T *x, double p) {                                   \
-        if (n <= 0) return k_norm_identity(p);                                                   \
+        if (n <= 0) return knorm_identity(p);                                                   \
         int64_t parts = (n + NORM_CHUNK - 1) / NORM_CHUNK;                                       \
         if (parts > NORM_PARTS) parts = NORM_PARTS;                                              \
         const int64_t len = (n + parts - 1) / parts;                                             \
-        double part[NORM_PARTS], s = k_norm_identity(p);                                         \
+        double part[NORM_PARTS], s = knorm_identity(p);                                         \
         KERNEL_FOR(c, parts, n, part[c] = norm_run_##SUF(chunk_len(n, c * len, len), x + c * len, p)); \
-        for (int64_t c = 0; c < parts; c++) s = k_norm_combine(s, part[c], p);                  \
+        for (int64_t c = 0; c < parts; c++) s = knorm_combine(s, part[c], p);                  \
         return s;                                                                                \
     }
 

@@ -168,7 +168,7 @@ __device__ double norm_term(double a, double p) {
     return p == 0 ? (double)(a != 0) : p == 1 || isinf(p) ? a : p == 2 ? a * a : pow(a, p);
 }
 
-/* the reduction's start (k_norm_identity) */
+/* the reduction's start (knorm_identity) */
 __host__ __device__ double norm_identity(double p) { return p == -INFINITY ? INFINITY : 0; }
 
 __device__ double norm_combine(double s, double v, double p) {
