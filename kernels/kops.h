@@ -29,7 +29,7 @@ static inline int kbin_is_bitwise(KBinOp op) { return op >= KB_BAND && op <= KB_
 /* The gradient-norm reduction's (sum |x|^p, or max / min |x| for p = +-INF)
  * start, and two partial results s, v combined (a NaN sticks); shared by
  * the kernels and the core's combination of per-tensor / per-rank parts. */
-static inline double knorm_identity(double p) { return p == -INFINITY ? INFINITY : 0; }
+static inline DT_HD double knorm_identity(double p) { return p == -INFINITY ? INFINITY : 0; }
 static inline double knorm_combine(double s, double v, double p) {
     if (p == INFINITY) return (v > s || v != v) ? v : s;
     if (p == -INFINITY) return (v < s || v != v) ? v : s;

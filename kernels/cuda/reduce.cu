@@ -168,9 +168,6 @@ __device__ double norm_term(double a, double p) {
     return p == 0 ? (double)(a != 0) : p == 1 || isinf(p) ? a : p == 2 ? a * a : pow(a, p);
 }
 
-/* the reduction's start (knorm_identity) */
-__host__ __device__ double norm_identity(double p) { return p == -INFINITY ? INFINITY : 0; }
-
 __device__ double norm_combine(double s, double v, double p) {
     if (p == INFINITY) return (v > s || v != v) && s == s ? v : s;
     if (p == -INFINITY) return (v < s || v != v) && s == s ? v : s;
@@ -200,14 +197,14 @@ __device__ void atomic_norm(double *out, double v, double p) {
 __global__ void norm_kernel(const void *x, DType dt, int64_t n, double p, double *out) {
     __shared__ double scratch[32];
     const NormOp op{p};
-    double s = norm_identity(p);
+    double s = knorm_identity(p);
     KC_GRID_STRIDE(i, n) s = op.combine(s, norm_term(fabs(kc_load<double>(x, dt, i)), p));
     for (int o = 16; o > 0; o >>= 1) s = op.combine(s, __shfl_xor_sync(0xffffffffu, s, o));
     __syncthreads();
     if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = s;
     __syncthreads();
     if (threadIdx.x == 0) {
-        double t = norm_identity(p);
+        double t = knorm_identity(p);
         for (int w = 0; w < (int)(blockDim.x >> 5); w++) t = op.combine(t, scratch[w]);
         atomic_norm(out, t, p);
     }
@@ -215,7 +212,7 @@ __global__ void norm_kernel(const void *x, DType dt, int64_t n, double p, double
 
 extern "C" int kc_norm_pow(const void *x, DType dt, int64_t n, double p, double *out, void *stream) {
     cudaStream_t s = kc_stream(stream);
-    const double start = norm_identity(p); /* (copied to a staging buffer before the call returns) */
+    const double start = knorm_identity(p); /* (copied to a staging buffer before the call returns) */
     cuda_check(cudaMemcpyAsync(out, &start, sizeof *out, cudaMemcpyHostToDevice, s));
     if (n <= 0) return 0;
     norm_kernel<<<kc_blocks(n) < 1024 ? kc_blocks(n) : 1024, KC_THREADS, 0, s>>>(x, dt, n, p, out);
