@@ -454,7 +454,8 @@ local function erfinv_value(y)
   local x = accel.where(w:lt(5), small, large) * a
   local tail = a:ge(0.5)
   for _ = 1, 4 do -- Newton (finite x only); residual / slope is the step for either equation
-    local residual = accel.where(tail, x:erfc() * ((1 - a):log() - x:erfc():log()), x:erf() - a)
+    local erfc_x = x:erfc()
+    local residual = accel.where(tail, erfc_x * ((1 - a):log() - erfc_x:log()), x:erf() - a)
     local step = residual / ((-x * x):exp() * (2 / math.sqrt(math.pi)))
     x = accel.where(x:isfinite(), x - step, x)
   end
