@@ -66,6 +66,15 @@ describe("the Accelerate names table (" .. NAMES_DOC .. ")", function()
       assert.is_false(ok)
       assert.truthy(tostring(err):find("option " .. opt .. " is Accelerate's but not supported here", 1, true), err)
     end
+    -- dynamo_backend's "no" (Accelerate's DynamoBackend.NO, any case) asks for nothing and is accepted, as
+    -- `launch --dynamo_backend no` is; any other backend is refused
+    for _, v in ipairs({"no", "NO"}) do
+      assert.are.equal("no", accel.Accelerator{cpu = true, dynamo_backend = v}.mixed_precision)
+    end
+    local refused_ok, refused_err = pcall(accel.Accelerator, {cpu = true, dynamo_backend = "inductor"})
+    assert.is_false(refused_ok)
+    assert.truthy(tostring(refused_err):find('option dynamo_backend is Accelerate\'s but not supported here: ' ..
+      'torch.compile does not exist here (only "no" is accepted)', 1, true), refused_err)
     -- a name Accelerate does not have either stays "unknown"
     local ok, err = pcall(accel.Accelerator, {no_such_option = 1})
     assert.is_false(ok)

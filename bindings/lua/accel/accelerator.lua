@@ -287,7 +287,8 @@ plugins.refuse("Accelerator", {
   torch_tp_plugin = "tensor parallelism is not implemented (use data parallel or sharding plugins)",
   megatron_lm_plugin = "there is no Megatron-LM engine",
   rng_types = "one generator (accel's Philox) is seeded and checkpointed; there are no torch/cuda/xla generators",
-  dynamo_backend = "torch.compile does not exist here",
+  dynamo_backend = {"torch.compile does not exist here (only \"no\" is accepted)",
+    neutral = function(v) return type(v) == "string" and v:upper() == "NO" end},
   dynamo_plugin = "torch.compile does not exist here",
   deepspeed_plugins = "one sharding engine serves one model setup; give one deepspeed_plugin",
   parallelism_config = "ParallelismConfig (tensor / context / pipeline parallel meshes) is not implemented"})

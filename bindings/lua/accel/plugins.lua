@@ -35,7 +35,12 @@ local function check_options(what, o, spec)
   for k, v in pairs(o) do
     local rule = spec[k]
     local why = rule == nil and refused[what] and refused[what][k]
-    if why then raise("%s: option %s is Accelerate's but not supported here: %s", what, tostring(k), why) end
+    if type(why) == "table" and why.neutral(v) then
+      rule = "any" -- a value that asks for nothing: accepted, as Accelerate's default
+    elseif why then
+      raise("%s: option %s is Accelerate's but not supported here: %s", what, tostring(k),
+        type(why) == "table" and why[1] or why)
+    end
     if rule == nil then
       local keys = {}
       for name in pairs(spec) do keys[#keys + 1] = name end
@@ -62,7 +67,9 @@ end
 M.check_options = check_options
 
 -- refuse(name, {option = why}): options of Accelerate's constructor `name`
--- that this build does not offer; giving one raises with the reason.
+-- that this build does not offer; giving one raises with the reason. `why`
+-- may be {reason, neutral = function(value)}: values neutral() accepts ask
+-- for nothing (Accelerate's default) and pass.
 function M.refuse(name, reasons)
   refused[name] = reasons
   return reasons
