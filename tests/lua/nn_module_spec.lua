@@ -280,6 +280,23 @@ describe("nn.Module registration", function()
     m:register_module("a", nn.Linear(2, 3))
     assert.equals(3, m.a.out_features)
   end)
+
+  it("get_buffer of a buffer set to nil is nil; get_parameter of a nil parameter is refused (PyTorch)", function()
+    -- torch 2.15: after m.b = None on a registered buffer, get_buffer("b") is None (the slot stays);
+    -- after m.p = None, get_parameter("p") raises "`p` is not an nn.Parameter"
+    local m = nn.Module()
+    m.p = nn.Parameter(accel.zeros(2))
+    m:register_buffer("b", accel.zeros(2))
+    m.child = nn.Module()
+    m.child:register_buffer("c", accel.ones(1))
+    m.b, m.p, m.child.c = nil, nil, nil
+    assert.is_nil(m:get_buffer("b"))
+    assert.is_nil(m:get_buffer("child.c"))
+    support.expect_error(function() m:get_parameter("p") end, 'Module has no parameter "p"')
+    support.expect_error(function() m:get_buffer("zz") end, 'Module has no buffer "zz"')
+    m.b = accel.ones(1) -- still the buffer slot
+    assert.same({"b"}, m:state_dict_keys()) -- (child.c, still nil, is left out)
+  end)
 end)
 
 describe("state_dict / load_state_dict", function()
@@ -563,6 +580,87 @@ describe("forward hooks", function()
     assert.truthy(tostring(err):find("with_kwargs = true is not supported", 1, true))
     ok, err = pcall(function() l:register_forward_hook(function() end, {prepnd = true}) end)
     assert.truthy(tostring(err):find("unknown option 'prepnd'", 1, true))
+  end)
+
+  it("a hook returning a string-keyed table gives that one value; a list or {n=} gives several", function()
+    -- torch 2.15: a forward hook returning {'logits': out['logits'] + 1} makes the output that dict
+    -- (logits[0] = 3.0 for x = [1, 2] and forward {'logits': 2 x}); a pre-hook returning {'scale': 5}
+    -- makes it forward's one argument
+    local DictOut = nn.Module:extend("DictOut")
+    function DictOut:forward(x) return {logits = x * 2} end
+    local m = DictOut()
+    m:register_forward_hook(function(_, _, res) return {logits = res[1].logits + 1} end)
+    local out = m(accel.tensor({1, 2}, {dtype = f64}))
+    assert.same({3, 5}, out.logits:tolist())
+    local TakesTable = nn.Module:extend("TakesTable")
+    function TakesTable:forward(cfg, extra) return cfg.scale, extra end
+    local p = TakesTable()
+    local h = p:register_forward_pre_hook(function() return {scale = 5} end)
+    local scale, extra = p({scale = 1}, "x")
+    assert.equals(5, scale)
+    assert.is_nil(extra)
+    h:remove()
+    p:register_forward_pre_hook(function() return {{scale = 2}, "y"} end) -- a list: the arguments
+    scale, extra = p({scale = 1})
+    assert.equals(2, scale)
+    assert.equals("y", extra)
+    local n = nn.Identity()
+    n:register_forward_hook(function() return {n = 0} end) -- {n = 0}: no results
+    assert.equals(0, select("#", n(accel.ones(1))))
+  end)
+end)
+
+describe("nn.deepcopy", function()
+  -- torch 2.15's copy.deepcopy of a module: shared submodules stay shared in the copy, every tensor is
+  -- new; a Parameter stays one with requires_grad kept and no grad, a plain tensor attribute keeps
+  -- requires_grad and its grad; non-persistent buffers are copied; hooks are copied (removing the
+  -- original's handle leaves the copy's); a module holding a non-leaf tensor raises "Only Tensors created
+  -- explicitly by the user (graph leaves) support the deepcopy protocol"
+  local Net = nn.Module:extend("DeepNet")
+  function Net:init()
+    self.a = nn.Linear(2, 2)
+    self.b = self.a
+    self.w = nn.Parameter(accel.ones(2, {dtype = f64}))
+    self.frozen = nn.Parameter(accel.ones(1, {dtype = f64}), false)
+    self:register_buffer("nb", accel.zeros(1), false)
+    self.t = accel.ones(1, {dtype = f64}):requires_grad_(true)
+    self.tag = {name = "n", sizes = {1, 2}}
+  end
+  function Net:forward(x) return self.a(x) end
+
+  it("copies the class, tensors, shared submodules, plain fields and hooks as PyTorch's copy.deepcopy", function()
+    local n = Net()
+    n.w.grad = accel.full({2}, 3.0, {dtype = f64})
+    n.t.grad = accel.full({1}, 5.0, {dtype = f64})
+    local h = n:register_forward_hook(function(_, _, res) return res[1] * 0 end)
+    n:eval()
+    local c = nn.deepcopy(n)
+    h:remove()
+    assert.is_true(c:isinstance(Net))
+    assert.is_true(rawequal(c.a, c.b))
+    assert.is_false(rawequal(c.a, n.a))
+    assert.is_false(rawequal(c.a.weight, n.a.weight))
+    assert.equals(0, max_abs_diff(c.a.weight, n.a.weight))
+    assert.is_true(nn.is_parameter(c.w) and c.w.requires_grad and c.w.grad == nil)
+    assert.is_true(nn.is_parameter(c.frozen) and not c.frozen.requires_grad)
+    assert.is_true(c.t.requires_grad and c.t.is_leaf and not nn.is_parameter(c.t))
+    assert.same({5}, c.t.grad:tolist())
+    -- torch 2.15's lists for the copy: named_parameters w, frozen, a.weight, a.bias; named_buffers nb;
+    -- state_dict w, frozen, a.weight, a.bias, b.weight, b.bias
+    assert.same({"w", "frozen", "a.weight", "a.bias"}, keys_of(c:named_parameters()))
+    assert.same({"nb"}, keys_of(c:named_buffers()))
+    assert.same({"w", "frozen", "a.weight", "a.bias", "b.weight", "b.bias"}, c:state_dict_keys())
+    assert.same({name = "n", sizes = {1, 2}}, c.tag)
+    assert.is_false(rawequal(c.tag, n.tag))
+    assert.is_false(c.training)
+    local x = accel.ones(2)
+    assert.same({0, 0}, c(x):tolist()) -- the hook was copied
+    assert.is_false(n(x):abs():sum():item() == 0) -- and removed from n only
+    c.w:detach():fill_(7) -- independent storage
+    assert.same({1, 1}, n.w:tolist())
+    n.cache = n.a(x)
+    support.expect_error(function() nn.deepcopy(n) end, "nn.deepcopy: only tensors created explicitly by the user")
+    support.expect_error(function() nn.deepcopy(accel.ones(1)) end, "nn.deepcopy: expected a Module, got a tensor")
   end)
 end)
 

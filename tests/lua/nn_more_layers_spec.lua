@@ -164,6 +164,43 @@ describe("more layers and losses: modules and details", function()
     end
   end)
 
+  it("rrelu: x = 0 takes the slope (PyTorch's x <= 0), in eval and in training", function()
+    -- torch 2.15, x = [-1, 0, 2, -0.0] float64, y:sum():backward(): F.rrelu (eval) y = [-0.22916666666666666,
+    -- 0, 2, -0], grad [0.22916666666666666, 0.22916666666666666, 1, 0.22916666666666666]; F.rrelu(x, 0.2,
+    -- 0.2, true) grad [0.2, 0.2, 1, 0.2]; nn.RReLU(0.3, 0.3) in training, (y * [1, 2, 3, 4]):sum() grad
+    -- [0.3, 0.6, 3, 1.2]
+    local function grad_of(f, w)
+      local x = accel.tensor({-1, 0, 2, -0.0}, {dtype = accel.float64, requires_grad = true})
+      local y = f(x)
+      local _ = (w and y * accel.tensor(w, {dtype = accel.float64}) or y):sum():backward()
+      return x.grad:tolist(), y
+    end
+    local s = (1 / 8 + 1 / 3) / 2
+    local g, y = grad_of(F.rrelu)
+    assert.are.same({s, s, 1, s}, g)
+    assert.are.same({-s, 0, 2, 0}, y:tolist())
+    assert.are.equal(-math.huge, 1 / y[4]:item()) -- (-0.0 stays -0.0)
+    assert.are.same({s, s, 1, s}, (grad_of(function(x) return nn.RReLU():eval()(x) end)))
+    assert.are.same({0.2, 0.2, 1, 0.2}, (grad_of(function(x) return F.rrelu(x, 0.2, 0.2, true) end)))
+    assert.are.same({0.3, 0.6, 3, 1.2}, (grad_of(nn.RReLU(0.3, 0.3), {1, 2, 3, 4})))
+  end)
+
+  it("pdist(x, inf): every element tied for the maximum gets the whole gradient, as PyTorch's", function()
+    -- torch 2.15: F.pdist([[0, 0, 0], [1, 2, 2]], inf) = [2], sum():backward() grad [0, -1, -1, 0, 1, 1];
+    -- F.pdist([[0, 0, 0], [1, 2, -2], [3, 1, -1], [3, 1, -1]], inf) = [2, 3, 3, 2, 2, 0],
+    -- (d * [1, ..., 6]):sum():backward() grad [-5, -1, 1, -9, 1, -1, 6, 0, 0, 8, 0, 0]
+    local x = accel.tensor({{0, 0, 0}, {1, 2, 2}}, {dtype = accel.float64, requires_grad = true})
+    local d = F.pdist(x, math.huge)
+    assert.are.same({2}, d:tolist())
+    d:sum():backward()
+    assert.are.same({{0, -1, -1}, {0, 1, 1}}, x.grad:tolist())
+    local x4 = accel.tensor({{0, 0, 0}, {1, 2, -2}, {3, 1, -1}, {3, 1, -1}}, {dtype = accel.float64, requires_grad = true})
+    local d4 = F.pdist(x4, math.huge)
+    assert.are.same({2, 3, 3, 2, 2, 0}, d4:tolist())
+    local _ = (d4 * accel.arange(1, 7, {dtype = accel.float64})):sum():backward()
+    assert.are.same({{-5, -1, 1}, {-9, 1, -1}, {6, 0, 0}, {8, 0, 0}}, x4.grad:tolist())
+  end)
+
   it("RReLU draws its slopes in training; AlphaDropout keeps a standard normal's mean and variance", function()
     accel.set_seed(6)
     local x = -accel.ones(1000, {dtype = accel.float64})

@@ -243,6 +243,54 @@ describe("TransformerEncoderLayer and TransformerEncoder", function()
     end)
 end)
 
+-- torch 2.15 (copy.deepcopy of the layer): a TransformerEncoderLayer subclass whose forward is src * 2 stacked twice
+-- gives 4.0 for ones(3, 1, 4) (the copies are the subclass); a decoder subclass with tgt + 1 gives 3.0; a layer
+-- with a buffer "extra", a non-persistent buffer "scratch" (7, 7), a submodule "adapter", a plain field and a
+-- frozen linear1.weight gives state_dict keys layers.0.extra, layers.0.adapter.weight, layers.0.adapter.bias,
+-- layers.1.extra, ... (no scratch), new scratch tensors holding 7, 7, and its forward hook and linear2's
+-- pre-hook run in the copies: pre2, post, pre2, post
+describe("TransformerEncoder / TransformerDecoder copy the layer as PyTorch's deepcopy", function()
+  it("keeps a subclass's forward", function()
+    local My = nn.TransformerEncoderLayer:extend("DoublingLayer")
+    function My:forward(src) return src * 2 end
+    local enc = nn.TransformerEncoder(My(4, 2, 8, 0.0, f64), 2)
+    assert.is_true(enc.layers[2]:isinstance(My))
+    close(enc(accel.ones(3, 1, 4, f64)), accel.full({3, 1, 4}, 4.0, f64), 0)
+    local MyD = nn.TransformerDecoderLayer:extend("PlusOneLayer")
+    function MyD:forward(tgt) return tgt + 1 end
+    local dec = nn.TransformerDecoder(MyD(4, 2, 8, 0.0, f64), 2)
+    assert.is_true(dec.layers[1]:isinstance(MyD))
+    close(dec(accel.ones(3, 1, 4, f64), accel.ones(2, 1, 4, f64)), accel.full({3, 1, 4}, 3.0, f64), 0)
+  end)
+
+  it("copies extra buffers and submodules, plain fields, frozen parameters and hooks", function()
+    local layer = nn.TransformerEncoderLayer(4, 2, 8, 0.0, f64)
+    layer:register_buffer("extra", accel.ones(1))
+    layer:register_buffer("scratch", accel.full({2}, 7.0), {persistent = false})
+    layer.adapter = nn.Linear(4, 4)
+    layer.tag = "t"
+    layer.linear1.weight:requires_grad_(false)
+    local calls = {}
+    layer:register_forward_hook(function() calls[#calls + 1] = "post" end)
+    layer.linear2:register_forward_pre_hook(function() calls[#calls + 1] = "pre2" end)
+    local enc = nn.TransformerEncoder(layer, 2)
+    local keys = {}
+    for _, k in ipairs(enc:state_dict_keys()) do
+      if k:find("extra", 1, true) or k:find("adapter", 1, true) or k:find("scratch", 1, true) then keys[#keys + 1] = k end
+    end
+    assert.are.same({"layers.0.extra", "layers.0.adapter.weight", "layers.0.adapter.bias", "layers.1.extra",
+      "layers.1.adapter.weight", "layers.1.adapter.bias"}, keys)
+    local second = enc.layers[2]
+    assert.are.same({7, 7}, second.scratch:tolist())
+    assert.is_false(rawequal(second.scratch, layer.scratch) or rawequal(second.scratch, enc.layers[1].scratch))
+    assert.are.equal("t", second.tag)
+    assert.is_false(second.linear1.weight.requires_grad)
+    assert.is_true(second.adapter.weight.requires_grad)
+    enc(accel.ones(3, 1, 4, f64))
+    assert.are.same({"pre2", "post", "pre2", "post"}, calls)
+  end)
+end)
+
 describe("TransformerDecoderLayer, TransformerDecoder and Transformer", function()
   local ref = accel.load("tests/fixtures/transformer.safetensors")
   local mask = accel.tensor({{false, false, false, false, true}, {false, false, true, true, true}})

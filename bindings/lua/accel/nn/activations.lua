@@ -278,16 +278,16 @@ function FUNCTIONS.gumbel_softmax(logits, ...)
 end
 F.gumbel_softmax = FUNCTIONS.gumbel_softmax
 
--- rrelu(x, [lower = 1/8], [upper = 1/3], [training = false], [inplace = false]): x where x >= 0, else
+-- rrelu(x, [lower = 1/8], [upper = 1/3], [training = false], [inplace = false]): x where x > 0, else
 -- a x with a drawn uniformly from [lower, upper] per element in training (accel's generator), else
--- (lower + upper) / 2
+-- (lower + upper) / 2 (x = 0 takes the slope, as PyTorch's x <= 0: its gradient there is a)
 function F.rrelu(x, ...)
   local a = torch_args("rrelu", {"lower:number", "upper:number", "training:bool", "inplace:bool"}, ...)
   if not accel.is_tensor(x) then raise("rrelu: input must be a Tensor, got %s", type(x)) end
   local lower, upper = a.lower or 1 / 8, a.upper or 1 / 3
   if lower > upper then raise("rrelu: Lower bound should be less than or equal to the upper bound") end
   local slope = a.training and accel.empty_like(x):uniform_(lower, upper) or (lower + upper) / 2
-  local y = accel.where(x:ge(0), x, x * slope)
+  local y = accel.where(x:gt(0), x, x * slope)
   return a.inplace and x:copy_(y) or y
 end
 

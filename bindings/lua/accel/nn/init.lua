@@ -28,6 +28,7 @@ nn.Module = base.Module
 nn.Parameter = base.Parameter
 nn.is_module = base.is_module
 nn.is_parameter = base.is_parameter
+nn.deepcopy = base.deepcopy
 nn.functional = require("accel.nn.functional")
 nn.init = require("accel.nn.initializers")
 

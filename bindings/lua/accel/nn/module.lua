@@ -43,7 +43,9 @@
 --    load leaves the module untouched; it returns missing, unexpected (lists).
 --  * forward hooks: register_forward_pre_hook(fn(module, args)) and
 --    register_forward_hook(fn(module, args, results)); args and results are
---    packed lists ({n = ...}); a hook returning a packed list replaces them.
+--    packed lists ({n = ...}); a hook returning a list (an n field or a
+--    non-empty array part) replaces them, any other value ({logits = y}
+--    too) is the one value.
 local accel = require("accel")
 local compat = require("accel.compat")
 local util = require("accel.util")
@@ -477,18 +479,22 @@ local function split_target(target)
 end
 
 -- The tensor "path.to.name" of a submodule's registry (_parameters or
--- _buffers); kind names it in the error.
-local function get_registered(self, target, registry, kind)
+-- _buffers); kind names it in the error. nil_ok: a registered name set to
+-- nil gives nil.
+local function get_registered(self, target, registry, kind, nil_ok)
   local mod, name = split_target(target)
   local m = self:get_submodule(mod)
-  local t = m[registry].vals[name]
-  if t == nil then raise('%s has no %s "%s"', m:_get_name(), kind, name) end
+  local r = m[registry]
+  local t = r.vals[name]
+  if t == nil and not (nil_ok and r.pos[name]) then raise('%s has no %s "%s"', m:_get_name(), kind, name) end
   return t
 end
 
+-- (a parameter set to nil is refused, a buffer set to nil is nil: PyTorch's
+-- "is not an nn.Parameter" and None)
 function Module:get_parameter(target) return get_registered(self, target, "_parameters", "parameter") end
 
-function Module:get_buffer(target) return get_registered(self, target, "_buffers", "buffer") end
+function Module:get_buffer(target) return get_registered(self, target, "_buffers", "buffer", true) end
 
 -- ---- state ----
 
@@ -796,6 +802,52 @@ function Module:bfloat16() return self:to(accel.bfloat16) end
 function Module:cpu() return self:to("cpu") end
 function Module:cuda(i) return self:to(i and ("cuda:" .. i) or "cuda") end
 
+-- ---- deep copy (PyTorch's copy.deepcopy of a module) ----
+
+local deep_copy
+
+-- A new leaf holding t's values, dtype and device, requiring grad as t
+-- does. As PyTorch's: a parameter stays one and its copy has no grad, a
+-- plain tensor's grad is copied; a tensor an operation computed (not a
+-- leaf) is refused.
+local function copy_tensor(t, memo)
+  if not t.is_leaf then
+    raise("nn.deepcopy: only tensors created explicitly by the user (graph leaves) can be copied; the module holds "
+      .. "one an operation computed (detach it first)")
+  end
+  local c = accel.no_grad(function() return t:detach():clone() end)
+  local param = M.is_parameter(t)
+  if param then c = M.Parameter(c, t.requires_grad) elseif t.requires_grad then c:requires_grad_(true) end
+  memo[t] = c
+  local g = not param and t.grad or nil
+  if g ~= nil then c.grad = deep_copy(g, memo) end
+  return c
+end
+
+-- v copied as Python's deepcopy: tensors as above, modules (class kept) and
+-- plain tables key by key, each once (memo: what v shares stays shared in
+-- the copy, cycles end); functions, strings and the tables of another
+-- metatable (classes, dtypes, devices) are the same values in the copy.
+deep_copy = function(v, memo)
+  if memo[v] ~= nil then return memo[v] end
+  if accel.is_tensor(v) then return copy_tensor(v, memo) end
+  if type(v) ~= "table" or (getmetatable(v) ~= nil and not is_module(v)) then return v end
+  local c = {}
+  memo[v] = c
+  -- (a module's raw fields: its registries, _attrs, _hooks, ...)
+  for k, x in next, v do c[deep_copy(k, memo)] = deep_copy(x, memo) end
+  return setmetatable(c, getmetatable(v))
+end
+
+-- nn.deepcopy(m): a module of m's class (a subclass keeps its forward)
+-- whose parameters and buffers (non-persistent too) are new tensors with
+-- m's values and requires_grad, its submodules, plain fields and forward
+-- hooks / pre-hooks copied the same way, recursively.
+function M.deepcopy(m)
+  if not is_module(m) then raise("nn.deepcopy: expected a Module, got %s", accel.is_tensor(m) and "a tensor" or type(m)) end
+  return deep_copy(m, {})
+end
+
 -- ---- forward hooks ----
 
 local Handle = {}
@@ -832,10 +884,11 @@ end
 function Module:register_forward_pre_hook(fn, o) return add_hook(self, "pre", fn, o) end
 function Module:register_forward_hook(fn, o) return add_hook(self, "post", fn, o) end
 
--- A hook's replacement for the arguments / results: a tensor (or any value
--- that is not a plain list) is the one value; a list is all of them.
+-- A hook's replacement for the arguments / results: a plain table with an
+-- n field or a non-empty array part is a list of all of them; anything else
+-- (a tensor, a string-keyed table such as {logits = ...}) is the one value.
 local function as_values(r)
-  if type(r) == "table" and getmetatable(r) == nil then
+  if type(r) == "table" and getmetatable(r) == nil and (r.n ~= nil or #r > 0) then
     if r.n == nil then r.n = #r end
     return r
   end

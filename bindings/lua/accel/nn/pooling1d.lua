@@ -75,6 +75,22 @@ function FUNCTIONS.pairwise_distance(x1, x2, ...)
   return (x1 - x2 + (a.eps or 1e-6)):norm(a.p or 2, -1, {keepdim = a.keepdim == true})
 end
 
+-- max |diff| over dim 2 (diff (K, M) -> (K)) with PyTorch's pdist backward: every element tied
+-- for the maximum gets the whole gradient sign(diff) (norm(inf)'s backward splits it among them)
+local MaxAbsDistance = require("accel.autograd").Function{
+  name = "Pdist",
+  forward = function(ctx, diff)
+    local dist = diff:norm("inf", 2)
+    ctx:save_for_backward(diff, dist)
+    return dist
+  end,
+  backward = function(ctx, g)
+    local diff, dist = ctx.saved_tensors[1], ctx.saved_tensors[2]
+    local at_max = diff:abs():eq(dist:unsqueeze(2)):to(diff.dtype) -- (K, M)
+    return g:unsqueeze(2) * diff:sign() * at_max
+  end,
+}
+
 -- pdist(input (N, M), [p = 2]): the N (N - 1) / 2 distances of rows i < j, in row-major order
 function FUNCTIONS.pdist(x, ...)
   local a = torch_args("pdist", {"p:number"}, ...)
@@ -86,7 +102,8 @@ function FUNCTIONS.pdist(x, ...)
   local i, j = pairs_[1], pairs_[2]
   local diff = x:index_select(1, i) - x:index_select(1, j)
   local p = a.p or 2
-  return diff:norm(p == math.huge and "inf" or p, 2)
+  if p == math.huge then return MaxAbsDistance(diff) end
+  return diff:norm(p, 2)
 end
 
 -- (sum over each window of x^p)^(1 / p) in n dims, PyTorch's computation: an average pool of x^p (with

@@ -2,9 +2,9 @@
 -- TransformerDecoderLayer / TransformerDecoder and Transformer, as PyTorch
 -- builds them (the same submodules in the same order, so state_dict keys
 -- match: layers.0.self_attn.in_proj_weight, decoder.layers.1.norm3.bias,
--- ...). The stacks copy the layer they are given num_layers times (equal
--- weights at the start, as PyTorch's deepcopy). Loaded on first use of one
--- of its classes.
+-- ...). The stacks hold num_layers copies of the layer they are given,
+-- made by nn.deepcopy as PyTorch's copy.deepcopy (equal weights at the
+-- start). Loaded on first use of one of its classes.
 local accel = require("accel")
 local base = require("accel.nn.module")
 local F = require("accel.nn.functional")
@@ -58,23 +58,6 @@ local function feed_forward(self, x, n)
   return self["dropout" .. n](self.linear2(self.dropout(self._activation(self.linear1(x)))))
 end
 
--- A new layer of the same class and configuration holding a copy of this
--- one's state, on its device and dtype, its parameters requiring grad as
--- its own do (PyTorch deep-copies the layer: a layer made float64 or frozen
--- before it was stacked stays so).
-local function copy_layer(self, cls)
-  local c = self._config
-  local copy = cls(c[1], c[2], c[3])
-  local first = self:parameters()[1]
-  if first then copy:to(first.device):to(first.dtype) end
-  copy:load_state_dict(self:state_dict())
-  local flags = {}
-  for name, p in self:named_parameters() do flags[name] = p.requires_grad end
-  for name, p in copy:named_parameters() do p:requires_grad_(flags[name] ~= false) end
-  if not self.training then copy:eval() end
-  return copy
-end
-
 local TransformerEncoderLayer = export_class(M, "TransformerEncoderLayer")
 
 -- TransformerEncoderLayer(d_model, nhead, [dim_feedforward = 2048], [dropout = 0.1], ...,
@@ -83,7 +66,6 @@ local TransformerEncoderLayer = export_class(M, "TransformerEncoderLayer")
 function TransformerEncoderLayer:init(d_model, nhead, ...)
   local a = util.torch_args("TransformerEncoderLayer", LAYER_OPTIONS, ...)
   local act = layer_activation("TransformerEncoderLayer", a)
-  rawset(self, "_config", {d_model, nhead, a}) -- to rebuild a copy (TransformerEncoder)
   build_layer(self, d_model, nhead, a, act, {"self_attn"}, 2)
 end
 
@@ -120,8 +102,6 @@ function TransformerEncoderLayer:forward(src, ...)
     function(x) return feed_forward(self, x, 2) end})
 end
 
-function TransformerEncoderLayer:_copy() return copy_layer(self, TransformerEncoderLayer) end
-
 local TransformerDecoderLayer = export_class(M, "TransformerDecoderLayer")
 
 -- TransformerDecoderLayer(d_model, nhead, [dim_feedforward = 2048], [dropout = 0.1], ...) with
@@ -129,7 +109,6 @@ local TransformerDecoderLayer = export_class(M, "TransformerDecoderLayer")
 function TransformerDecoderLayer:init(d_model, nhead, ...)
   local a = util.torch_args("TransformerDecoderLayer", LAYER_OPTIONS, ...)
   local act = layer_activation("TransformerDecoderLayer", a)
-  rawset(self, "_config", {d_model, nhead, a})
   build_layer(self, d_model, nhead, a, act, {"self_attn", "multihead_attn"}, 3)
 end
 
@@ -148,9 +127,8 @@ function TransformerDecoderLayer:forward(tgt, memory, ...)
     function(x) return feed_forward(self, x, 3) end})
 end
 
-function TransformerDecoderLayer:_copy() return copy_layer(self, TransformerDecoderLayer) end
-
--- The stack's layers: num_layers copies of layer (a layer_cls), then norm.
+-- The stack's layers: num_layers deep copies of layer (a layer_cls or a
+-- subclass; hooks, extra state and frozen parameters kept), then norm.
 local function build_stack(self, kind, layer, layer_cls, num_layers, norm)
   if not base.is_module(layer) or not layer:isinstance(layer_cls) then
     raise("%s: %s must be an nn.%s", kind, kind == "TransformerEncoder" and "encoder_layer" or "decoder_layer",
@@ -160,7 +138,7 @@ local function build_stack(self, kind, layer, layer_cls, num_layers, norm)
     raise("%s: num_layers must be a positive integer, got %s", kind, util.show(num_layers))
   end
   local list = {}
-  for i = 1, num_layers do list[i] = layer:_copy() end
+  for i = 1, num_layers do list[i] = base.deepcopy(layer) end
   self.layers = containers.ModuleList(list)
   self.num_layers = num_layers
   if norm ~= nil then self.norm = norm end
