@@ -80,6 +80,19 @@ end
 dofile("tests/lua/torch_cases.lua").describe(describe, it, "tensor functions match PyTorch", ref, CASES, 1e-12)
 
 describe("tensor functions: details", function()
+  it("bucketize puts NaN past the last boundary, as torch's", function()
+    local b = accel.tensor({1, 3, 3, 5, 7}, {dtype = accel.float64})
+    local v = accel.tensor({4, 8, 0 / 0}, {dtype = accel.float64})
+    assert.are.same({3, 5, 5}, accel.bucketize(v, b):tolist()) -- torch 2.15: [3, 5, 5]
+    assert.are.same({3, 5, 5}, accel.bucketize(v, b, {right = true}):tolist()) -- torch 2.15: [3, 5, 5]
+    assert.are.same(5, accel.bucketize(0 / 0, b):item()) -- torch 2.15: 5
+    -- torch 2.15: tensor([0, 3, 2], dtype=torch.int32)
+    local r = accel.bucketize(accel.tensor({0.5, 0 / 0, 2.5}, {dtype = accel.float32}), accel.tensor({1, 2, 3}, {dtype = accel.float32}),
+      {right = true, out_int32 = true})
+    assert.are.equal(accel.int32, r.dtype)
+    assert.are.same({0, 3, 2}, r:tolist())
+  end)
+
   it("meshgrid returns expanded views, and ij by default", function()
     local x, y = accel.tensor({1, 2, 3}), accel.tensor({4, 5})
     local g = accel.meshgrid(x, y)

@@ -234,6 +234,18 @@ describe("element-wise compositions", function()
     assert.same({true, true, false}, a:isclose(accel.tensor({1, nan, 2.1}, f64), {equal_nan = true}):tolist())
     assert.is_false(accel.tensor({1}, f32):allclose(accel.tensor({1.1}, f32)))
     assert.is_true(accel.tensor({1}, f32):allclose(accel.tensor({1.1}, f32), {atol = 0.2}))
+    -- torch 2.15 compares integer and bool tensors in float32: uint8 [0, 5] vs [1, 4] with atol 1 is
+    -- [True, True] (no 0 - 1 = 255); [0, 200, 0] vs [1, 100, 255] is [True, False, False]
+    local u8 = {dtype = accel.uint8}
+    assert.same({true, true}, accel.tensor({0, 5}, u8):isclose(accel.tensor({1, 4}, u8), 0, 1):tolist())
+    assert.same({true, false, false}, accel.tensor({0, 200, 0}, u8):isclose(accel.tensor({1, 100, 255}, u8), 0, 1):tolist())
+    -- torch 2.15: bool [T, F, T, F] vs [T, T, F, F] is [True, False, False, True]; with atol 1 all True
+    local p, q = accel.tensor({true, false, true, false}), accel.tensor({true, true, false, false})
+    assert.same({true, false, false, true}, p:isclose(q):tolist())
+    assert.same({true, true, true, true}, p:isclose(q, 0, 1):tolist())
+    -- torch 2.15: [1, inf, -inf] vs [inf, inf, inf] is [False, True, False] (an infinite error is never close)
+    local inf = math.huge
+    assert.same({false, true, false}, accel.tensor({1, inf, -inf}, f64):isclose(accel.tensor({inf, inf, inf}, f64)):tolist())
     assert.is_true(x:equal(x:clone()))
     assert.is_false(x:equal(x:t()))
     local inf = math.huge
@@ -484,6 +496,27 @@ describe("order statistics and counting (torch 2.15's results)", function()
     assert.same({{1, 3}, {0, 4}}, accel.searchsorted(accel.tensor({1, 3, 5, 7}), accel.tensor({{3, 6}, {0, 9}})):tolist())
     assert.same({2}, accel.searchsorted(accel.tensor({1, 3, 5, 7}), accel.tensor({3}), {right = true}):tolist())
   end)
+
+  it("searchsorted is torch's binary search: a NaN value goes past the end, a NaN element is passed over", function()
+    local s = accel.tensor({1, 3, 3, 5, 7}, f64)
+    local v = accel.tensor({4, 8, nan}, f64)
+    assert.same({3, 5, 5}, s:searchsorted(v):tolist()) -- torch 2.15: [3, 5, 5]
+    assert.same({3, 5, 5}, s:searchsorted(v, {right = true}):tolist()) -- torch 2.15: [3, 5, 5]
+    -- torch 2.15: [3, 3] and [2, 4, 4] (4 passes the NaN at the end of [1, 3, NaN], but the search
+    -- of [1, 3, 5, NaN] stops at 5 before reaching it)
+    assert.same({3, 3}, accel.tensor({1, 3, nan}, f64):searchsorted(accel.tensor({4, nan}, f64)):tolist())
+    assert.same({2, 4, 4}, accel.tensor({1, 3, 5, nan}, f64):searchsorted(accel.tensor({4, nan, 6}, f64)):tolist())
+    -- torch 2.15: [[3, 1], [3, 3]] (rows)
+    local rows = accel.tensor({{1, 2, nan}, {0, nan, nan}}, f64)
+    assert.same({{3, 1}, {3, 3}}, rows:searchsorted(accel.tensor({{nan, 1.5}, {0, nan}}, f64), {right = true}):tolist())
+    -- torch 2.15: [4, 2, 0, 4] for an unsorted sequence (the search's path, not a count)
+    assert.same({4, 2, 0, 4}, accel.tensor({5, 1, 3, 2}, f32):searchsorted(accel.tensor({4, 2, 0, 6}, f32)):tolist())
+    -- torch 2.15: "torch.searchsorted(): boundaries tensor should be 1 dimension or the first N-1 dimensions
+    -- of boundaries tensor and input value tensor must match, but we got boundaries tensor [2, 3] and input
+    -- value tensor [2]"
+    expect_error(function() accel.zeros(2, 3):searchsorted(accel.zeros(2)) end,
+      "searchsorted: boundaries tensor should be 1 dimension or the first N-1 dimensions of boundaries tensor and input value tensor must match, but we got boundaries tensor [2, 3] and input value tensor [2]")
+  end)
 end)
 
 describe("running extremes, runs and histograms (torch 2.15's results)", function()
@@ -552,6 +585,41 @@ describe("running extremes, runs and histograms (torch 2.15's results)", functio
     expect_error(function() accel.tensor({1.5, -math.huge}, f32):histc(4) end, "histc: range of [-inf, 1.5] is not finite")
     expect_error(function() accel.tensor({1, 0 / 0, 2}, f32):histc(4) end, "is not finite")
     assert.same({1, 0, 1}, accel.tensor({1, 0 / 0, 2}, f32):histc(3, 0.5, 2.5):tolist()) -- NaN ignored in a range
+  end)
+
+  it("histc finds the bin in the input's dtype, as torch's", function()
+    -- torch 2.15: [0, 0, 0, 1, 0, 0, 1, 1, 0, 1] (in float32 0.7 * 10 is 7.0: 0.7 in bin 7, 0.9 in bin 9)
+    assert.same({0, 0, 0, 1, 0, 0, 1, 1, 0, 1}, accel.tensor({0.3, 0.6, 0.7, 0.9}, f32):histc(10, 0, 1):tolist())
+    local f16, bf16 = {dtype = accel.float16}, {dtype = accel.bfloat16}
+    -- torch 2.15: [0, 1, 1, 0, 0, 0, 0, 0, 0, 0]
+    assert.same({0, 1, 1, 0, 0, 0, 0, 0, 0, 0}, accel.tensor({0.1, 0.2}, f16):histc(10, 0, 1):tolist())
+    -- torch 2.15: [1, 0, 0] (min 0.1 rounded to float16, 0.0999756, holds float16's 0.1)
+    assert.same({1, 0, 0}, accel.tensor({0.1}, f16):histc(3, 0.1, 1.3):tolist())
+    -- torch 2.15: [0, 0, 0, 0, 0, 0, 0, 1, 0, 1]
+    assert.same({0, 0, 0, 0, 0, 0, 0, 1, 0, 1}, accel.tensor({0.7, 0.9}, bf16):histc(10, 0, 1):tolist())
+  end)
+
+  it("mode of rows holding NaN and of bools gives torch's values and indices", function()
+    local v, i = accel.tensor({nan, nan, 1}, f64):mode()
+    assert.is_true(v:item() ~= v:item()) -- torch 2.15: (nan, 0)
+    assert.are.equal(0, i:item())
+    v, i = accel.tensor({2, nan, 2, 0}, f32):mode()
+    assert.same({0, 3}, {v:item(), i:item()}) -- torch 2.15: (0., 3)
+    -- torch 2.15: values [1., 2., nan], indices [0, 2, 0]
+    v, i = accel.tensor({{1, nan, 1}, {nan, 2, 2}, {nan, nan, 3}}, f32):mode(2)
+    local vs = v:tolist()
+    assert.same({1, 2}, {vs[1], vs[2]})
+    assert.is_true(vs[3] ~= vs[3])
+    assert.same({0, 2, 0}, i:tolist())
+    -- a row of 20 (torch's std::sort is an introsort past 16): torch 2.15: (3., 0), though 1 is the most frequent
+    v, i = accel.tensor({3, nan, 1, 3, nan, 2, 1, nan, 3, nan, 2, 1, nan, nan, 2, 1, nan, 1, nan, 3}, f32):mode()
+    assert.same({3, 0}, {v:item(), i:item()})
+    v, i = accel.tensor({true, false, true, false}):mode()
+    assert.same({false, 3}, {v:item(), i:item()}) -- torch 2.15: (False, 3)
+    -- torch 2.15: values [True, False], indices [2, 1]
+    v, i = accel.tensor({{true, false}, {false, false}, {true, true}}):mode(1)
+    assert.same({true, false}, v:tolist())
+    assert.same({2, 1}, i:tolist())
   end)
 
   it("mode's values carry the gradient to the returned index (torch 2.15's ModeBackward0)", function()
@@ -673,6 +741,18 @@ describe("small compositions (torch 2.15's results)", function()
     assert.same({{0, 1, 2}, {3, 4}, {5, 6}}, {parts[1]:tolist(), parts[2]:tolist(), parts[3]:tolist()})
     parts = accel.arange(7):tensor_split({1, 5})
     assert.same({{0}, {1, 2, 3, 4}, {5, 6}}, {parts[1]:tolist(), parts[2]:tolist(), parts[3]:tolist()})
+    -- indices out of order or below 0 slice as torch's, each piece from its own index: torch 2.15's
+    -- arange(12).reshape(3, 4).tensor_split([1, 3, 2], 1) ends with [[2, 3], [6, 7], [10, 11]]
+    local idx = {1, 3, 2}
+    parts = accel.arange(12):reshape(3, 4):tensor_split(idx, 2)
+    assert.same({{{0}, {4}, {8}}, {{1, 2}, {5, 6}, {9, 10}}, {3, 0}, {{2, 3}, {6, 7}, {10, 11}}},
+      {parts[1]:tolist(), parts[2]:tolist(), {parts[3]:size(1), parts[3]:size(2)}, parts[4]:tolist()})
+    assert.same({1, 3, 2}, idx) -- (the caller's list is left alone)
+    -- torch 2.15: arange(5).tensor_split([-1]) is [0..3], [4]; with [3, -10]: [0, 1, 2], [], [0..4]
+    parts = accel.arange(5):tensor_split({-1})
+    assert.same({{0, 1, 2, 3}, {4}}, {parts[1]:tolist(), parts[2]:tolist()})
+    parts = accel.arange(5):tensor_split({3, -10})
+    assert.same({{0, 1, 2}, 0, {0, 1, 2, 3, 4}}, {parts[1]:tolist(), parts[2]:numel(), parts[3]:tolist()})
     assert.same({{2, 4}, {1, 3}}, accel.tensor({{1, 2}, {3, 4}}):rot90():tolist())
     assert.same({0, 0, 1}, accel.tensor({1, 0, 0}, f64):cross(accel.tensor({0, 1, 0}, f64), 1):tolist())
     assert.same({1, 4}, accel.tensor({{1, 2}, {3, 4}}):take(accel.tensor({0, 3})):tolist())

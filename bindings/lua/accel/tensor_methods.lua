@@ -7,6 +7,7 @@
 local accel = require("accel")
 local util = require("accel.util")
 local compat = require("accel.compat")
+local std_sort = require("accel.std_sort")
 
 local C = accel._C
 local M = C.tensor_methods
@@ -294,18 +295,57 @@ function M.bincount(t, ...)
   return accel.zeros(n, {dtype = w.dtype, device = t.device}):scatter_add(1, t, w)
 end
 
+-- torch's shape rules: sorted (n) with any values, or sorted (..., n) with
+-- values (..., m)
+local function check_searchsorted_shapes(sorted, values)
+  if sorted:dim() == 0 then
+    raise("searchsorted: boundaries tensor should have positive dimension, but got 0 dimension")
+  end
+  if sorted:dim() == 1 then return end
+  if values:dim() == 0 then
+    raise("searchsorted: input value can be a scalar only when boundaries tensor dimension is 1, but we got boundaries tensor dim(%d)", sorted:dim())
+  end
+  local lead = values:dim() == sorted:dim()
+  for i = 1, sorted:dim() - 1 do lead = lead and values:size(i) == sorted:size(i) end
+  if not lead then
+    raise("searchsorted: boundaries tensor should be 1 dimension or the first N-1 dimensions of boundaries tensor and input value tensor must match, but we got boundaries tensor %s and input value tensor %s",
+      util.shape_str(sorted), util.shape_str(values))
+  end
+end
+
+-- sorted's elements at pos (values' shape): along the last dim of (..., n)
+-- rows, or of a 1-D sorted for every value
+local function elements_at(sorted, pos)
+  if sorted:dim() > 1 then return sorted:gather(-1, pos) end
+  return sorted:index_select(1, pos:reshape({-1})):reshape(util.sizes_of(pos))
+end
+
 -- sorted:searchsorted(values, [{right = false}]), accel.searchsorted(sorted,
 -- values): for each value, the insertion position that keeps each row of
--- sorted (1-D, or rows matching values' leading dims) in order
+-- sorted (1-D, or rows matching values' leading dims) in order. torch's
+-- binary search, all values at once: [lo, hi) halves each step, moving right
+-- past an element unless it is >= the value (right: > it). NaN compares
+-- false, so the search moves right past a NaN element, and a NaN value ends
+-- past the last element, as in torch.
 function M.searchsorted(sorted, values, ...)
   local a = torch_args("searchsorted", {"right:bool", "side:string"}, ...)
   local right = a.right == true or a.side == "right"
   if not accel.is_tensor(values) then values = accel.tensor({values}, {dtype = sorted.dtype, device = sorted.device}):reshape({}) end
-  local seq = sorted
-  if sorted:dim() > 1 then seq = sorted:unsqueeze(-2) end -- (..., 1, n) against values (..., m, 1)
-  local v = values:unsqueeze(-1)
-  local before = right and seq:le(v) or seq:lt(v)
-  return before:sum(-1)
+  check_searchsorted_shapes(sorted, values)
+  local n = sorted:size(-1)
+  local lo = accel.zeros(util.sizes_of(values), {dtype = accel.int64, device = sorted.device})
+  local hi = lo + n
+  local span = n
+  while span > 0 do -- (the widest [lo, hi) halves each step)
+    local mid = lo + (hi - lo):div(2, {rounding_mode = "floor"})
+    local s = elements_at(sorted, mid:clamp(nil, n - 1)) -- (mid = n only where lo = hi: unused)
+    local past = (right and s:gt(values) or s:ge(values)):logical_not()
+    local open = lo:lt(hi)
+    lo = accel.where(open:logical_and(past), mid + 1, lo)
+    hi = accel.where(open:logical_and(past:logical_not()), mid, hi)
+    span = math.floor(span / 2)
+  end
+  return lo
 end
 
 -- t:unique_consecutive([{return_inverse =, return_counts =}]): each run of
@@ -326,8 +366,44 @@ function M.unique_consecutive(t, ...)
   return unpack(out)
 end
 
+-- torch's CPU mode of a row holding NaN (a Lua list of numbers): torch puts
+-- the (value, index) pairs in order by std::sort, which NaN (false against
+-- everything) leaves partly unsorted, and takes the first of the longest runs
+-- of equal neighbours (NaN equals nothing), at the index of its last pair.
+-- Where std::sort leaves the NaNs decides the winner, so only its steps match.
+local function nan_row_mode_index(row)
+  local order = {}
+  for j, v in ipairs(row) do order[j] = {v, j - 1} end
+  std_sort.sort(order, function(x, y) return x[1] < y[1] end)
+  local best, best_run, run = nil, 0, 0
+  for j, p in ipairs(order) do
+    run = run + 1
+    if j == #order or p[1] ~= order[j + 1][1] then
+      if run > best_run then best, best_run = p[2], run end
+      run = 0
+    end
+  end
+  return best
+end
+
+-- the 0-based index of the mode of one row (a Lua list of numbers): the
+-- smallest of the most frequent values, at its last index (torch's result
+-- for rows up to 16 long, where its std::sort is an insertion sort)
+local function row_mode_index(row)
+  local count, last = {}, {}
+  for j, v in ipairs(row) do
+    if v ~= v then return nan_row_mode_index(row) end
+    count[v], last[v] = (count[v] or 0) + 1, j - 1
+  end
+  local bv
+  for v, c in pairs(count) do
+    if bv == nil or c > count[bv] or (c == count[bv] and v < bv) then bv = v end
+  end
+  return last[bv]
+end
+
 -- t:mode([dim = -1], [keepdim = false]) -> the most frequent value of each
--- row (the smallest among equally frequent ones) and its last index, as torch's
+-- row and its index (row_mode_index)
 function M.mode(t, ...)
   local a = torch_args("mode", {"dim:int", "keepdim:bool"}, ...)
   local d = positive_dim("mode", t, a.dim or -1)
@@ -335,17 +411,9 @@ function M.mode(t, ...)
   local moved = t:movedim(d, -1):contiguous()
   local n = moved:size(-1)
   if n == 0 then raise("mode: cannot compute the mode of an empty dim") end
-  local rows = moved:reshape({-1, n}):tolist()
+  if moved.dtype == accel.bool then moved = moved:to(accel.uint8) end -- (false < true as numbers)
   local best_i = {}
-  for r, row in ipairs(rows) do
-    local count, last = {}, {}
-    for j, v in ipairs(row) do count[v], last[v] = (count[v] or 0) + 1, j - 1 end
-    local bv
-    for v, c in pairs(count) do
-      if bv == nil or c > count[bv] or (c == count[bv] and v < bv) then bv = v end
-    end
-    best_i[r] = last[bv]
-  end
+  for r, row in ipairs(moved:reshape({-1, n}):tolist()) do best_i[r] = row_mode_index(row) end
   local shape = sizes(moved, moved:dim() - 1)
   local i = accel.tensor(best_i, {dtype = accel.int64, device = t.device}):reshape(shape):unsqueeze(d)
   local v = t:gather(d, i) -- differentiable, as torch's ModeBackward0: the gradient goes to the index
@@ -367,11 +435,15 @@ function M.histc(t, ...)
   if not (math.abs(lo) < math.huge and math.abs(hi) < math.huge) then
     raise("histc: range of [%g, %g] is not finite", lo, hi)
   end
-  x = x:masked_select(x:isnan():logical_not())
   if lo == hi then lo, hi = lo - 1, hi + 1 end
   if lo > hi then raise("histc: max must be larger than min") end
-  x = x:masked_select(x:ge(lo):logical_and(x:le(hi)))
-  local b = ((x:double() - lo) * (bins / (hi - lo))):floor():long():clamp(0, bins - 1)
+  -- as torch, in t's dtype: the bounds rounded to it, then the bin
+  -- (x - lo) * bins / (hi - lo) with each step rounded (in float32, 0.7 * 10
+  -- is 7: 0.7 goes to bin 7 of 10 over [0, 1], where float64 puts it in bin 6)
+  local function scalar(v) return accel.full({}, v, {dtype = t.dtype, device = t.device}) end
+  local lo_t, hi_t = scalar(lo), scalar(hi)
+  x = x:masked_select(x:ge(lo_t):logical_and(x:le(hi_t))) -- (NaN fails both)
+  local b = ((x - lo_t) * scalar(bins) / (hi_t - lo_t)):floor():long():clamp(0, bins - 1)
   return b:bincount({minlength = bins}):to(t.dtype)
 end
 
@@ -492,9 +564,16 @@ function M.diff(t, ...)
   return r
 end
 
+-- a slice bound of a dim of size n, as torch's slicing: below 0 counts from
+-- the end, then clamped to [0, n]
+local function slice_bound(i, n)
+  if i < 0 then i = i + n end
+  return math.min(math.max(i, 0), n)
+end
+
 -- t:tensor_split(sections | {indices}, [dim = 1]): Lua list of views; n
 -- sections of sizes differing by at most one (the first ones larger), or cuts
--- before each 0-based index
+-- at each 0-based index (in any order, as torch's)
 local MAX_PIECES = 16777216 -- 2^24, as chunk's (bindings/tensor_lua.c): more pieces would only exhaust memory
 
 function M.tensor_split(t, spec, ...)
@@ -516,12 +595,12 @@ function M.tensor_split(t, spec, ...)
   else
     cuts = int_list("tensor_split", "indices", spec)
   end
-  local out, prev = {}, 0
-  cuts[#cuts + 1] = n
-  for _, c in ipairs(cuts) do
-    local s, e = math.min(prev, n), math.min(math.max(c, prev), n)
-    out[#out + 1] = t:narrow(d, s + 1, e - s)
-    prev = math.max(c, prev)
+  -- piece k is t[cuts[k-1] : cuts[k]] along d, as torch's slices: an index
+  -- below 0 counts from the end, and an end before its start gives an empty piece
+  local out = {}
+  for k = 1, #cuts + 1 do
+    local s, e = slice_bound(cuts[k - 1] or 0, n), slice_bound(cuts[k] or n, n)
+    out[k] = t:narrow(d, s + 1, math.max(e - s, 0))
   end
   return out
 end
@@ -948,15 +1027,26 @@ function M.outer(t, v)
   return t:unsqueeze(2) * v:unsqueeze(1)
 end
 
--- |t - u| <= atol + rtol * |u| (NaNs equal with equal_nan = true)
+-- t, in the default float dtype unless floating already
+local function as_float(t)
+  return t.dtype.is_floating_point and t or t:to(accel.get_default_dtype())
+end
+
+-- t == u, or a finite |t - u| <= atol + rtol * |u| (torch's rule; NaNs
+-- equal with equal_nan = true). As torch's, an integer or bool tensor is
+-- compared in the default float dtype (uint8's 0 - 1 is -1, not 255), and
+-- zero tolerances are equality alone.
 function M.isclose(t, u, ...)
   local a = torch_args("isclose", {"rtol:number", "atol:number", "equal_nan:bool"}, ...)
   local rtol, atol = a.rtol or 1e-5, a.atol or 1e-8
   if rtol < 0 or atol < 0 then raise("isclose: rtol (%s) and atol (%s) must be non-negative", rtol, atol) end
   if not accel.is_tensor(u) then u = accel.full({}, u, {dtype = t.dtype, device = t.device}) end
-  local near = (t - u):abs():le(u:abs() * rtol + atol):logical_or(t:eq(u)) -- t:eq(u): equal infinities
-  if a.equal_nan then near = near:logical_or(t:isnan():logical_and(u:isnan())) end
-  return near
+  local close = t:eq(u)
+  if a.equal_nan then close = close:logical_or(t:isnan():logical_and(u:isnan())) end
+  if rtol == 0 and atol == 0 then return close end
+  local x, y = as_float(t), as_float(u)
+  local err = (x - y):abs()
+  return close:logical_or(err:isfinite():logical_and(err:le(y:abs() * rtol + atol)))
 end
 
 -- NaN, inf and -inf replaced (by 0 and the dtype's largest / lowest finite
