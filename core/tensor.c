@@ -317,6 +317,36 @@ Tensor *tensor_from_data(const void *data, const int64_t *shape, int ndim, DType
     return t;
 }
 
+/* A float arange's n values into p, bit for bit PyTorch's CPU kernel (its
+ * AVX2 code, which CPUs with AVX2 or AVX-512 run). It computes in the
+ * accumulate type (float for float16 / bfloat16, else double). Value i is
+ * the fused multiply-add start + i step, except in the first n rounded down
+ * to a multiple of 64 bytes: those come as 32-byte vectors of L lanes, and
+ * value b + k of the vector starting at b (k < L) is start + b step rounded
+ * to dt, plus k step (fused; bfloat16 adds the rounded product k step).
+ * Beyond 32768 values torch splits the range among its threads, each with
+ * its own vectors: there its values can differ. The float8 dtypes (torch
+ * has no such arange) take start + i step. */
+static void arange_fill_float(char *p, DType dt, double start, double step, int64_t n) {
+    size_t es = dtype_size(dt);
+    bool half = dt == DT_F16 || dt == DT_BF16; /* accumulates in float */
+    int64_t lanes = half || dt == DT_F32 || dt == DT_F64 ? 32 / (int64_t)es : 1;
+    int64_t vec_end = lanes > 1 ? n / (2 * lanes) * (2 * lanes) : 0;
+    float start_f = (float)start, step_f = (float)step;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t k = i < vec_end ? i % lanes : 0, b = i - k;
+        double v = half ? fmaf(step_f, (float)b, start_f) : fma(step, (double)b, start);
+        if (k > 0) {
+            double r; /* the vector's first value, rounded to dt */
+            dtype_store(&r, dt, v);
+            v = dtype_load(&r, dt);
+            if (dt == DT_BF16) v = (float)v + (float)k * step_f;
+            else v = half ? fmaf((float)k, step_f, (float)v) : fma((double)k, step, v);
+        }
+        dtype_store(p + i * (int64_t)es, dt, v);
+    }
+}
+
 Tensor *tensor_arange(double start, double end, double step, DType dt) {
     if (step == 0) return accel_fail("arange: step must be nonzero");
     if (!isfinite(step)) return accel_fail("arange: step must be finite but got %g", step);
@@ -339,10 +369,9 @@ Tensor *tensor_arange(double start, double end, double step, DType dt) {
         return NULL;
     }
     size_t es = dtype_size(dt);
-    for (int64_t i = 0; i < n; i++) {
-        if (dtype_is_float(dt)) dtype_store(p + i * es, dt, fma(step, (double)i, start)); /* as PyTorch's CPU kernel */
-        else dtype_store_i64(p + i * es, dt, (int64_t)start + i * (int64_t)step);
-    }
+    if (dtype_is_float(dt)) arange_fill_float(p, dt, start, step, n);
+    else
+        for (int64_t i = 0; i < n; i++) dtype_store_i64(p + i * es, dt, (int64_t)start + i * (int64_t)step);
     return tensor_host_finish(t, &m);
 }
 

@@ -748,4 +748,28 @@ describe("creation inputs PyTorch refuses or rounds", function()
       "5.5511151231257827e-17", "0.20000000000000007", "0.40000000000000008", "0.60000000000000009",
       "0.80000000000000004"}, bits(accel.arange(-1, 1, 0.2, {dtype = accel.float64}):tolist(), {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}))
   end)
+
+  -- torch's CPU arange makes the first values (a multiple of 64 bytes) as 32-byte vectors, each its first value
+  -- rounded to the dtype plus k step; float16 / bfloat16 accumulate in float (values: torch 2.15)
+  it("float arange gives PyTorch's CPU values bit for bit, in every float dtype", function()
+    local function bits(t, idx)
+      local list, out = t:double():tolist(), {}
+      for k, i in ipairs(idx) do out[k] = ("%.17g"):format(list[i]) end
+      return out
+    end
+    -- torch.arange(4.9065946, -13.0, -0.9) at 1-based positions 3, 6, 7, 15
+    assert.same({"3.1065948009490967", "0.40659475326538086", "-0.49340525269508362", "-7.6934051513671875"},
+      bits(accel.arange(4.9065946, -13.0, -0.9), {3, 6, 7, 15}))
+    -- torch.arange(-38.1, 42.965532, 1.29, dtype=torch.bfloat16) at 5, 30, 31, 63
+    assert.same({"-32.75", "-0.73046875", "0.55859375", "42"},
+      bits(accel.arange(-38.1, 42.965532, 1.29, {dtype = accel.bfloat16}), {5, 30, 31, 63}))
+    -- torch.arange(0.1, 20, 0.3, dtype=...) (67 values: 64 from vectors, 3 after) at 20, 35, 66, 67 (float16),
+    -- 18, 36, 65, 66, 67 (float32), 6, 14, 19, 67 (float64)
+    assert.same({"5.796875", "10.3046875", "19.59375", "19.90625"},
+      bits(accel.arange(0.1, 20, 0.3, {dtype = accel.float16}), {20, 35, 66, 67}))
+    assert.same({"5.2000002861022949", "10.59999942779541", "19.299999237060547", "19.600000381469727",
+      "19.899999618530273"}, bits(accel.arange(0.1, 20, 0.3), {18, 36, 65, 66, 67}))
+    assert.same({"1.6000000000000001", "3.9999999999999996", "5.4999999999999991", "19.899999999999999"},
+      bits(accel.arange(0.1, 20, 0.3, {dtype = accel.float64}), {6, 14, 19, 67}))
+  end)
 end)

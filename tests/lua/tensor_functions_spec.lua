@@ -168,6 +168,22 @@ describe("tensor functions: details", function()
     assert.is_true(math.abs(accel.logspace(0.9, 3.9, 4, 2, {dtype = accel.float64}):tolist()[1] - 2 ^ 0.9) < 1e-15)
   end)
 
+  it("cdist with p = inf gives every coordinate at the maximum the whole gradient, as torch", function()
+    -- torch 2.15: cdist([[0., 0.]], [[1., -1.]], inf).sum().backward(): a.grad [[-1., 1.]], b.grad [[1., -1.]]
+    local a = accel.tensor({{0, 0}}, {dtype = accel.float64, requires_grad = true})
+    local b = accel.tensor({{1, -1}}, {dtype = accel.float64, requires_grad = true})
+    accel.cdist(a, b, INF):sum():backward()
+    assert.are.same({{-1, 1}}, a.grad:tolist())
+    assert.are.same({{1, -1}}, b.grad:tolist())
+    -- torch 2.15, batched and broadcast (float32): x (2, 2, 2), y (1, 3, 2); cdist(x, y, inf).sum().backward()
+    -- gives x.grad [[[0, -2], [2, 1]], [[3, -1], [0, 3]]] and y.grad [[[1, 1], [-4, 0], [-2, -2]]]
+    local x = accel.tensor({{{0, 0}, {1, 1}}, {{2, 0}, {0, 2}}}, {dtype = accel.float32, requires_grad = true})
+    local y = accel.tensor({{{1, 1}, {-1, 1}, {0, 0}}}, {dtype = accel.float32, requires_grad = true})
+    accel.cdist(x, y, INF):sum():backward()
+    assert.are.same({{{0, -2}, {2, 1}}, {{3, -1}, {0, 3}}}, x.grad:tolist())
+    assert.are.same({{{1, 1}, {-4, 0}, {-2, -2}}}, y.grad:tolist())
+  end)
+
   it("isin: NaN is never found, a number on either side, an empty test set", function()
     local nan = 0 / 0
     assert.are.same({true, true, false}, accel.isin(accel.tensor({1.0, 2.5, nan}), accel.tensor({2.5, 1})):tolist())

@@ -517,6 +517,30 @@ describe("order statistics and counting (torch 2.15's results)", function()
     expect_error(function() accel.zeros(2, 3):searchsorted(accel.zeros(2)) end,
       "searchsorted: boundaries tensor should be 1 dimension or the first N-1 dimensions of boundaries tensor and input value tensor must match, but we got boundaries tensor [2, 3] and input value tensor [2]")
   end)
+
+  it("bincount's result dtype: float32 weights give float32, any other weights float64", function()
+    -- torch 2.15: bincount(tensor([0, 2, 2, 1]), weights=tensor([1, 2, 3, 4], dtype=d), minlength=5) is
+    -- [1., 4., 5., 0., 0.] in float32 for d = float32 and in float64 for float64, float16, bfloat16, int64,
+    -- int32, uint8 and bool (bool weights [True, False, True, True]: [1., 1., 1.])
+    local ids = accel.tensor({0, 2, 2, 1})
+    local weight_dtypes = {float32 = accel.float32, float64 = accel.float64, float16 = accel.float64,
+      bfloat16 = accel.float64, int64 = accel.float64, int32 = accel.float64, uint8 = accel.float64}
+    for name, want in pairs(weight_dtypes) do
+      local r = ids:bincount({weights = accel.tensor({1, 2, 3, 4}, {dtype = accel[name]}), minlength = 5})
+      assert.are.equal(want, r.dtype, name)
+      assert.same({1, 4, 5, 0, 0}, r:tolist(), name)
+    end
+    local b = ids:bincount({weights = accel.tensor({true, false, true, true})})
+    assert.are.equal(accel.float64, b.dtype)
+    assert.same({1, 1, 1}, b:tolist())
+    -- torch 2.15: float16 weights are summed in float64: [2049 (2048 in float16), 1, 1] at one id gives [2050.]
+    local h = accel.tensor({0, 0, 0}):bincount({weights = accel.tensor({2049, 1, 1}, {dtype = accel.float16})})
+    assert.same({2050}, h:tolist())
+    -- torch 2.15: an empty input gives int64 zeros, weights or not: bincount(tensor([]), weights=..., minlength=3)
+    local e = accel.tensor({}, {dtype = accel.int64}):bincount({weights = accel.tensor({}, f64), minlength = 3})
+    assert.are.equal(accel.int64, e.dtype)
+    assert.same({0, 0, 0}, e:tolist())
+  end)
 end)
 
 describe("running extremes, runs and histograms (torch 2.15's results)", function()
@@ -529,6 +553,19 @@ describe("running extremes, runs and histograms (torch 2.15's results)", functio
     assert.same({{0, 0, 0, 0, 0}}, i:tolist())
     local _, ties = accel.tensor({1, 1, 2, 2}):cummax(1)
     assert.same({0, 1, 2, 3}, ties:tolist())
+  end)
+
+  it("cummax / cummin: each later NaN takes over the index, and the gradient", function()
+    -- torch 2.15: tensor([2, nan, 1, 2, nan, 1]).cummax(0) and .cummin(0) indices are both [0, 1, 1, 1, 4, 4]
+    local t = accel.tensor({2, nan, 1, 2, nan, 1}, {dtype = accel.float64, requires_grad = true})
+    local v, i = t:cummax(1)
+    assert.same({0, 1, 1, 1, 4, 4}, i:tolist())
+    local _, j = t:cummin(1)
+    assert.same({0, 1, 1, 1, 4, 4}, j:tolist())
+    -- torch 2.15: (values * [1, ..., 6]).sum().backward() gives t.grad = [1, 9, 0, 0, 11, 0]
+    local w = accel.arange(1, 7, {dtype = accel.float64})
+    v:mul(w):sum():backward()
+    assert.same({1, 9, 0, 0, 11, 0}, t.grad:tolist())
   end)
 
   it("logcumsumexp is exact for widely spread values", function()
@@ -754,6 +791,13 @@ describe("small compositions (torch 2.15's results)", function()
     parts = accel.arange(5):tensor_split({3, -10})
     assert.same({{0, 1, 2}, 0, {0, 1, 2, 3, 4}}, {parts[1]:tolist(), parts[2]:numel(), parts[3]:tolist()})
     assert.same({{2, 4}, {1, 3}}, accel.tensor({{1, 2}, {3, 4}}):rot90():tolist())
+    -- torch 2.15: arange(6).reshape(2, 3).rot90(1, [0, 0]) (or [-1, 1]) raises "expected rotation dims to be
+    -- different"; rot90 of a 1-D tensor "expected total dims >= 2"; dims [0] "expected total rotation dims == 2"
+    local m = accel.arange(6):reshape(2, 3)
+    expect_error(function() local _ = m:rot90(1, {1, 1}) end, "rot90: expected rotation dims to be different, got 1 and 1")
+    expect_error(function() local _ = m:rot90(1, {-1, 2}) end, "rot90: expected rotation dims to be different")
+    expect_error(function() local _ = accel.arange(3):rot90() end, "rot90: expected a tensor of at least 2 dims, got 1")
+    expect_error(function() local _ = m:rot90(1, {1}) end, "rot90: dims must be a list of 2 dims")
     assert.same({0, 0, 1}, accel.tensor({1, 0, 0}, f64):cross(accel.tensor({0, 1, 0}, f64), 1):tolist())
     assert.same({1, 4}, accel.tensor({{1, 2}, {3, 4}}):take(accel.tensor({0, 3})):tolist())
   end)

@@ -233,6 +233,28 @@ function T.logspace(start, stop, steps, ...)
   return out
 end
 
+-- the p = inf distances of diff (..., P, R, M) -> (..., P, R), with torch's
+-- cdist gradient: each coordinate at the maximum gets the whole g sign(diff),
+-- where norm's shares it among them: g sign(d) (1 - min(1, ceil(||d| - dist|)))
+-- (NaN in a row whose distance is NaN)
+local max_distance -- the autograd.Function, made on first use
+local function inf_distance(diff)
+  max_distance = max_distance or require("accel.autograd").Function{
+    name = "cdist",
+    forward = function(ctx, d)
+      ctx:save_for_backward(d)
+      return d:norm("inf", -1)
+    end,
+    backward = function(ctx, g)
+      local d = ctx.saved_tensors[1]
+      local dist = d:norm("inf", -1, {keepdim = true}) -- (..., P, R, 1)
+      local at_max = 1 - (d:abs() - dist):abs():ceil():clamp_max(1)
+      return g:unsqueeze(-1) * d:sign() * at_max
+    end,
+  }
+  return max_distance(diff)
+end
+
 -- accel.cdist(x1, x2, [p = 2]): (..., P, M) and (..., R, M) -> (..., P, R), the p-norm distances
 function T.cdist(x1, x2, ...)
   local a = torch_args("cdist", {"p:number", "compute_mode:string"}, ...)
@@ -247,7 +269,9 @@ function T.cdist(x1, x2, ...)
   if p < 0 then raise("cdist: p must be non-negative, got %s", p) end
   local amp = require("accel.amp") -- on torch's autocast float32 list (CPU): half inputs widened
   x1, x2 = amp.fp32_input(x1), amp.fp32_input(x2)
-  return (x1:unsqueeze(-2) - x2:unsqueeze(-3)):norm(p == math.huge and "inf" or p, -1)
+  local diff = x1:unsqueeze(-2) - x2:unsqueeze(-3) -- (..., P, R, M)
+  if p == math.huge then return inf_distance(diff) end
+  return diff:norm(p, -1)
 end
 
 -- accel.bucketize(input, boundaries, [{right = false, out_int32 = false}]):

@@ -282,16 +282,17 @@ function M.unique(t, ...)
 end
 
 -- t:bincount([{weights =, minlength = 0}]) of a 1-D non-negative int64 t:
--- how often each value occurs (or the sum of its weights)
+-- how often each value occurs (int64), or the sum of its weights: float32
+-- weights summed in float32, any other weights in float64 (as torch's; an
+-- empty t gives int64 zeros even with weights, as torch's)
 function M.bincount(t, ...)
   local a = torch_args("bincount", {"weights:tensor", "minlength:int"}, ...)
   if t:dim() ~= 1 or t.dtype ~= accel.int64 then raise("bincount: only a 1-D int64 tensor is supported") end
   if t:numel() > 0 and t:min():item() < 0 then raise("bincount: input must contain only non-negative values") end
   local n = math.max(a.minlength or 0, t:numel() > 0 and t:max():item() + 1 or 0)
-  if a.weights == nil then
-    return accel.zeros(n, {dtype = accel.int64, device = t.device}):scatter_add(1, t, accel.ones(t:numel(), {dtype = accel.int64, device = t.device}))
-  end
   local w = a.weights
+  if w == nil or t:numel() == 0 then w = accel.ones(t:numel(), {dtype = accel.int64, device = t.device})
+  elseif w.dtype ~= accel.float32 then w = w:double() end
   return accel.zeros(n, {dtype = w.dtype, device = t.device}):scatter_add(1, t, w)
 end
 
@@ -612,7 +613,10 @@ function M.vsplit(t, spec) return M.tensor_split(t, spec, 1) end
 function M.rot90(t, k, dims)
   k = (k or 1) % 4
   dims = dims or {1, 2}
+  if type(dims) ~= "table" or #dims ~= 2 then raise("rot90: dims must be a list of 2 dims, got %s", util.show(dims)) end
+  if t:dim() < 2 then raise("rot90: expected a tensor of at least 2 dims, got %d", t:dim()) end
   local a, b = positive_dim("rot90", t, dims[1]), positive_dim("rot90", t, dims[2])
+  if a == b then raise("rot90: expected rotation dims to be different, got %s and %s", dims[1], dims[2]) end
   if k == 1 then return M.flip(t, b):transpose(a, b) end
   if k == 2 then return M.flip(t, {a, b}) end
   if k == 3 then return M.flip(t, a):transpose(a, b) end
@@ -852,7 +856,8 @@ function M.cumprod(t, ...)
 end
 
 -- running extremes along dim: values and the index where each was reached
--- (a tie takes the later index, NaN propagates, as torch's)
+-- (a tie takes the later index, NaN propagates, and each later NaN takes
+-- over, index included, as torch's)
 local function cumulative_extreme(op, t, dim, larger)
   local d = positive_dim(op, t, dim)
   if t:dim() == 0 then return t:clone(), accel.zeros({}, {dtype = accel.int64, device = t.device}) end
@@ -861,8 +866,8 @@ local function cumulative_extreme(op, t, dim, larger)
   local vals, ids = {t:narrow(d, 1, 1)}, {accel.zeros_like(t:narrow(d, 1, 1), {dtype = accel.int64})}
   for k = 2, n do
     local x, prev = t:narrow(d, k, 1), vals[k - 1]
-    local take = (larger and x:ge(prev) or x:le(prev)):logical_or(x:isnan())
-    take = take:logical_and(prev:isnan():logical_not())
+    local take = (larger and x:ge(prev) or x:le(prev)):logical_and(prev:isnan():logical_not())
+    take = take:logical_or(x:isnan())
     vals[k] = accel.where(take, x, prev)
     ids[k] = accel.where(take, k - 1, ids[k - 1])
   end
