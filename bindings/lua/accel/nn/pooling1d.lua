@@ -75,22 +75,6 @@ function FUNCTIONS.pairwise_distance(x1, x2, ...)
   return (x1 - x2 + (a.eps or 1e-6)):norm(a.p or 2, -1, {keepdim = a.keepdim == true})
 end
 
--- max |diff| over dim 2 (diff (K, M) -> (K)) with PyTorch's pdist backward: every element tied
--- for the maximum gets the whole gradient sign(diff) (norm(inf)'s backward splits it among them)
-local MaxAbsDistance = require("accel.autograd").Function{
-  name = "Pdist",
-  forward = function(ctx, diff)
-    local dist = diff:norm("inf", 2)
-    ctx:save_for_backward(diff, dist)
-    return dist
-  end,
-  backward = function(ctx, g)
-    local diff, dist = ctx.saved_tensors[1], ctx.saved_tensors[2]
-    local at_max = diff:abs():eq(dist:unsqueeze(2)):to(diff.dtype) -- (K, M)
-    return g:unsqueeze(2) * diff:sign() * at_max
-  end,
-}
-
 -- pdist(input (N, M), [p = 2]): the N (N - 1) / 2 distances of rows i < j, in row-major order
 function FUNCTIONS.pdist(x, ...)
   local a = torch_args("pdist", {"p:number"}, ...)
@@ -100,10 +84,12 @@ function FUNCTIONS.pdist(x, ...)
   local n = x:size(1)
   local pairs_ = accel.triu_indices(n, n, 1, {device = x.device})
   local i, j = pairs_[1], pairs_[2]
-  local diff = x:index_select(1, i) - x:index_select(1, j)
+  local xi, xj = x:index_select(1, i), x:index_select(1, j) -- (K, M)
   local p = a.p or 2
-  if p == math.huge then return MaxAbsDistance(diff) end
-  return diff:norm(p, 2)
+  if p == math.huge then -- cdist's, for its gradient: every element tied for the maximum gets all of it
+    return accel.cdist(xi:unsqueeze(2), xj:unsqueeze(2), math.huge):reshape({xi:size(1)})
+  end
+  return (xi - xj):norm(p, 2)
 end
 
 -- (sum over each window of x^p)^(1 / p) in n dims, PyTorch's computation: an average pool of x^p (with
