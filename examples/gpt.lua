@@ -312,7 +312,7 @@ local function printable(s)
   return (s:gsub("[\128-\255]", "?"))
 end
 
-if accelerator.is_main_process then
+if accelerator.is_main_process and opt.sample_tokens > 0 then
   local prompt = {}
   for i = 1, #opt.prompt do prompt[i] = opt.prompt:byte(i) end
   local ids = accelerator:unwrap_model(model):generate(accel.tensor({prompt}, {dtype = accel.int64, device = accelerator.device}),

@@ -17,6 +17,10 @@
 --                               backward_prefetch = false (default: the
 --                               engine's, both on: the next unit's gather
 --                               starts while one runs forward / backward)
+--            --bf16             forward under bf16 autocast (float32 master
+--                               weights, gradients and collectives, as
+--                               shard_gpt.py's bf16; --via=accelerator:
+--                               mixed_precision = "bf16")
 --            --profile          one extra step under the op profiler: where
 --                               its time goes (top-level ops by name; the
 --                               rest of the step is communication, hooks and
@@ -103,6 +107,7 @@ local t_prep = accel.clock()
 if flags.via == "accelerator" then
   local o = {}
   if stage > 0 then o.deepspeed_plugin = accel.DeepSpeedPlugin{zero_stage = stage} end
+  if flags.bf16 then o.mixed_precision = "bf16" end
   local acc = accel.Accelerator(o)
   model, opt = acc:prepare(model, opt)
   eng = stage > 0 and (accel.shard.engine_of(opt) or accel.shard.engine_of(model)) or nil
@@ -121,6 +126,12 @@ timing_hooks(function() gather_s = gather_s + accel.clock() - t_hook end)
 local rank, world = dist.get_rank(), dist.get_world_size()
 accel.set_seed(1000 + rank)
 
+-- the model's forward (prepared by an Accelerator, it sets its own autocast)
+local function forward(idx, tgt)
+  if flags.bf16 and flags.via == "engine" then return require("accel.amp").run(accel.bfloat16, model, idx, tgt) end
+  return model(idx, tgt)
+end
+
 local function batch()
   local data = accel.randint(0, V, {B, T + 1})
   return data:narrow(2, 1, T), data:narrow(2, 2, T)
@@ -132,7 +143,7 @@ local function step()
   local c0, t0 = os.clock(), accel.clock()
   gather_s = 0
   opt:zero_grad()
-  local loss = model(idx, tgt)
+  local loss = forward(idx, tgt)
   local t1 = accel.clock()
   sync(loss)
   local t2 = accel.clock()
@@ -174,7 +185,7 @@ local comm_bytes = (bytes1.total - comm0[2].total) / steps
 -- one more step, stopped after the optimizer step: what it holds then
 local idx, tgt = batch()
 opt:zero_grad()
-sync(model(idx, tgt))
+sync(forward(idx, tgt))
 opt:step()
 collectgarbage()
 collectgarbage()
@@ -227,8 +238,9 @@ local st, st_list = max_of("state_live")
 local info = eng and eng._c:info() or {}
 local stats = eng and eng:stats() or {}
 local out = {
-  ('"bench": "shard_gpt", "impl": "accel-lua", "mode": "%s", "stage": %d, "via": "%s", "ckpt": %s, "prefetch": %s, '
-    .. '"cfg": "%s"'):format(mode, stage, flags.via, flags.ckpt and "true" or "false",
+  ('"bench": "shard_gpt", "impl": "accel-lua", "mode": "%s", "stage": %d, "via": "%s", "ckpt": %s, "bf16": %s, '
+    .. '"prefetch": %s, "cfg": "%s"'):format(mode, stage, flags.via, flags.ckpt and "true" or "false",
+    flags.bf16 and "true" or "false",
     (stage == 3 and not (flags.no_prefetch and flags.via == "engine")) and "true" or "false", cfg_name),
   ('"world": %d, "B_per_rank": %d, "T": %d, "params": %d, "steps": %d, "warmup": %d, "threads": %d')
     :format(world, B, T, nparams, steps, warmup, accel.num_threads()),

@@ -3,7 +3,7 @@ shared/anchors/fsdp_gpt.py (the bench_gpt.py model with SDPA causal
 attention) under DDP or FSDP2 (fully_shard per block, then the root), gloo,
 1 thread per rank. Needs PyTorch >= 2.6 (torch.distributed.fsdp.fully_shard).
 
-  python -m torch.distributed.run --nproc_per_node 2 shard_gpt.py ddp|fsdp small|gpt2 STEPS WARMUP [ckpt]
+  python -m torch.distributed.run --nproc_per_node 2 shard_gpt.py ddp|fsdp small|gpt2 STEPS WARMUP [ckpt] [bf16]
 
 As fsdp_gpt.py: model initialised from seed 0 on every rank, AdamW lr 3e-4
 betas (0.9, 0.95) weight_decay 0.1, fresh random tokens per step (generator
@@ -11,7 +11,9 @@ seed 1 + rank), the timed region is zero_grad + forward + loss + backward +
 step + barrier. Added: each rank's median process CPU time of a step up to
 the barrier (gloo's threads included) and global tokens over the larger one; "ckpt" runs every block under
 torch.utils.checkpoint(use_reentrant=False) (shard_gpt.lua --ckpt does the
-same per block); the phases of a step; per rank peak RSS (ru_maxrss) and
+same per block); "bf16" runs the forward under torch.autocast("cpu",
+torch.bfloat16), parameters, gradients and collectives staying float32
+(shard_gpt.lua --bf16 does the same); the phases of a step; per rank peak RSS (ru_maxrss) and
 parameters + gradients + optimizer state counted from this rank's local
 tensors (DTensor.to_local() under FSDP2) right after one more optimizer
 step, before zero_grad. Rank 0 prints one JSON line."""
@@ -28,10 +30,11 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 mode, cfg_name, steps, warmup = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-CKPT = len(sys.argv) > 5 and sys.argv[5] == "ckpt"
+EXTRA = set(sys.argv[5:])
+CKPT, BF16 = "ckpt" in EXTRA, "bf16" in EXTRA
 CFGS = dict(small=dict(V=65, T=64, L=4, H=4, C=128, B=16), gpt2=dict(V=50257, T=256, L=12, H=12, C=768, B=4))
-if mode not in ("ddp", "fsdp") or cfg_name not in CFGS:
-    sys.exit("shard_gpt.py: usage: shard_gpt.py ddp|fsdp small|gpt2 STEPS WARMUP [ckpt]")
+if mode not in ("ddp", "fsdp") or cfg_name not in CFGS or not EXTRA <= {"ckpt", "bf16"}:
+    sys.exit("shard_gpt.py: usage: shard_gpt.py ddp|fsdp small|gpt2 STEPS WARMUP [ckpt] [bf16]")
 cfg = CFGS[cfg_name]
 V, T, L, H, C, B = (cfg[k] for k in "VTLHCB")
 torch.set_num_threads(1)
@@ -110,7 +113,8 @@ def step():
     idx, tgt = data[:, :-1], data[:, 1:]
     c0, t0 = time.process_time(), time.perf_counter()
     opt.zero_grad(set_to_none=True)
-    loss = model(idx, tgt)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=BF16):
+        loss = model(idx, tgt)
     t1 = time.perf_counter()
     loss.backward()
     t2 = time.perf_counter()
@@ -139,7 +143,9 @@ def local_bytes(t):
 # one more step, stopped after the optimizer step: what this rank holds
 data = torch.randint(0, V, (B, T + 1), generator=g)
 opt.zero_grad(set_to_none=True)
-model(data[:, :-1], data[:, 1:]).backward()
+with torch.autocast("cpu", dtype=torch.bfloat16, enabled=BF16):
+    loss = model(data[:, :-1], data[:, 1:])
+loss.backward()
 opt.step()
 params = list(model.parameters())
 p_b = sum(local_bytes(p) for p in params)
@@ -157,7 +163,7 @@ if rank == 0:
     pgos = [int(e[2].item() + e[3].item() + e[4].item()) for e in every]
     cpu_max = max(e[5].item() for e in every)
     print(json.dumps(dict(
-        bench="shard_gpt", impl="pytorch", mode=mode, ckpt=CKPT, cfg=cfg_name, world=world, torch=torch.__version__,
+        bench="shard_gpt", impl="pytorch", mode=mode, ckpt=CKPT, bf16=BF16, cfg=cfg_name, world=world, torch=torch.__version__,
         params=nparams, steps=steps, warmup=warmup, threads=torch.get_num_threads(),
         step_s_median=round(med_max, 4), global_tokens_per_s=round(world * B * T / med_max, 1),
         cpu_s_median_max_rank=round(cpu_max, 4), global_tokens_per_cpu_s=round(world * B * T / cpu_max, 1),

@@ -12,6 +12,9 @@
 #   --ckpt               activation checkpointing of every block on BOTH
 #                        sides (accel.utils.checkpoint_module /
 #                        torch.utils.checkpoint); default: neither side
+#   --bf16               the forward under bf16 autocast on BOTH sides
+#                        (float32 master weights, gradients and collectives);
+#                        default: float32
 #   --via engine|accelerator
 #                        accel-lua through accel.shard.Engine (and
 #                        accel.ddp.Reducer for DDP; the default) or through
@@ -50,13 +53,14 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
 BUILD=${ACCEL_BUILD:-build}
 [[ $BUILD = /* ]] || BUILD=$ROOT/$BUILD
-SHAPE=gpt2 CKPT=0 VIA=engine PROFILE=0 NOPF=0
+SHAPE=gpt2 CKPT=0 BF16=0 VIA=engine PROFILE=0 NOPF=0
 ONLY=ddp,zero1,zero2,zero3,torch-ddp,torch-fsdp
 POS=()
 while [[ $# -gt 0 ]]; do
     case $1 in
     --shape) SHAPE=$2; shift 2 ;;
     --ckpt) CKPT=1; shift ;;
+    --bf16) BF16=1; shift ;;
     --via) VIA=$2; shift 2 ;;
     --profile) PROFILE=1; shift ;;
     --no-prefetch) NOPF=1; shift ;;
@@ -109,7 +113,8 @@ echo "== $(date -u '+%Y-%m-%d %H:%M UTC'); machine: $(getconf _NPROCESSORS_ONLN)
 echo "== OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>} OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE:-<unset>}" \
      "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 (both sides); PyTorch: $TORCH_VERSION"
 echo "== shape $SHAPE, 2 ranks x 1 thread, steps $STEPS, warmup $WARMUP, rounds $ROUNDS," \
-     "activation checkpointing: $([[ $CKPT == 1 ]] && echo 'both sides' || echo 'neither side'), accel-lua via $VIA," \
+     "activation checkpointing: $([[ $CKPT == 1 ]] && echo 'both sides' || echo 'neither side')," \
+     "precision: $([[ $BF16 == 1 ]] && echo 'bf16 autocast, both sides' || echo float32), accel-lua via $VIA," \
      "stage-3 prefetch: $([[ $NOPF == 1 ]] && echo off || echo on)"
 
 # jfield KEY JSON: a numeric field of a JSON line.
@@ -138,10 +143,12 @@ run() {
 
 LUA_FLAGS=(--via="$VIA")
 [[ $CKPT == 1 ]] && LUA_FLAGS+=(--ckpt)
+[[ $BF16 == 1 ]] && LUA_FLAGS+=(--bf16)
 [[ $PROFILE == 1 ]] && LUA_FLAGS+=(--profile)
 [[ $NOPF == 1 ]] && LUA_FLAGS+=(--no_prefetch)
 PY_FLAGS=()
 [[ $CKPT == 1 ]] && PY_FLAGS+=(ckpt)
+[[ $BF16 == 1 ]] && PY_FLAGS+=(bf16)
 for ((i = 1; i <= ROUNDS; i++)); do
     echo "-- round $i (load $(load))"
     for m in ddp zero1 zero2 zero3; do
