@@ -146,6 +146,21 @@ static int run_backward_pass(lua_State *L, Tensor **roots, Tensor **grads, int n
     return rc < 0 ? raise_backward_error(L) : 0;
 }
 
+/* A Lua function called during backward (what: "backward", "hook") raised
+ * the error on top of L: the pass fails with a message; an error value that
+ * is not a string is kept to be raised again when the pass returns to Lua
+ * (raise_backward_error). Restores the stack to top; returns -1. */
+static int fail_from_lua(lua_State *L, const char *name, const char *what, int top) {
+    if (lua_type(L, -1) == LUA_TSTRING || lua_type(L, -1) == LUA_TNUMBER) {
+        accel_fail("%s %s failed: %s", name, what, lua_tostring(L, -1));
+    } else {
+        accel_fail("%s %s failed: %s", name, what, luaL_typename(L, -1));
+        lua_setfield(L, LUA_REGISTRYINDEX, BACKWARD_ERROR_KEY);
+    }
+    lua_settop(L, top);
+    return -1;
+}
+
 void lu_run_backward(lua_State *L, Tensor *root, Tensor *grad, bool retain_graph) {
     run_backward_pass(L, &root, &grad, 1, false, retain_graph);
 }
@@ -189,16 +204,7 @@ static int lua_backward_run(AGNode *n, Tensor *g, Tensor **gin) {
     int top = lua_gettop(L);
     lua_rawgeti(L, LUA_REGISTRYINDEX, c->fn_ref);
     push_output_grads(L, c, g);
-    if (lua_pcall(L, c->n_out ? c->n_out : 1, n->n_in, 0) != LUA_OK) {
-        if (lua_type(L, -1) == LUA_TSTRING || lua_type(L, -1) == LUA_TNUMBER) {
-            accel_fail("%s backward failed: %s", c->name, lua_tostring(L, -1));
-        } else { /* kept as it is, raised again when the pass returns (raise_backward_error) */
-            accel_fail("%s backward failed: %s", c->name, luaL_typename(L, -1));
-            lua_setfield(L, LUA_REGISTRYINDEX, BACKWARD_ERROR_KEY);
-        }
-        lua_settop(L, top);
-        return -1;
-    }
+    if (lua_pcall(L, c->n_out ? c->n_out : 1, n->n_in, 0) != LUA_OK) return fail_from_lua(L, c->name, "backward", top);
     for (int k = 0; k < n->n_in; k++) {
         int idx = top + 1 + k;
         if (lua_isnil(L, idx)) continue;
@@ -446,7 +452,142 @@ static int l_name_grad_fn(lua_State *L) {
     return luaL_error(L, "name_grad_fn: %s is not a node name listed in bindings/autograd_lua.c", name);
 }
 
+/* ---- tensor hooks: t:register_hook(fn), t:retain_grad() ---- */
+
+typedef struct {
+    lua_State *L; /* the main thread (the hook runs on backward_L when set) */
+    int fn_ref;
+} LuaHook;
+
+static void lua_hook_free(void *ud) {
+    LuaHook *h = ud;
+    luaL_unref(h->L, LUA_REGISTRYINDEX, h->fn_ref);
+    free(h);
+}
+
+/* fn(grad): nil keeps the gradient, a tensor of its shape, dtype and device
+ * replaces it (torch's checks). */
+static int lua_hook_run(void *ud, Tensor **g) {
+    LuaHook *h = ud;
+    lua_State *L = backward_L ? backward_L : h->L;
+    if (!lua_checkstack(L, 4)) return accel_fail_int("tensor hook: Lua stack overflow");
+    int top = lua_gettop(L);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, h->fn_ref);
+    lu_push_tensor(L, tensor_retain(*g));
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK) return fail_from_lua(L, "tensor", "hook", top);
+    int rc = 0;
+    if (!lua_isnil(L, -1)) {
+        TensorUD *u = luaL_testudata(L, -1, TENSOR_MT);
+        Tensor *r = u ? u->t : NULL;
+        char was[32], got[32];
+        if (!r)
+            rc = accel_fail_int("tensor hook must return a tensor or nil, got %s", luaL_typename(L, -1));
+        else if (!tensor_same_shape(r, *g))
+            rc = accel_fail_int("tensor hook has changed the size of value: the gradient has shape %s, the hook "
+                                "returned %s", tensor_shape_str(*g), tensor_shape_str(r));
+        else if (r->dtype != (*g)->dtype)
+            rc = accel_fail_int("tensor hook has changed the type of value (was %s got %s)", dtype_name((*g)->dtype),
+                                dtype_name(r->dtype));
+        else if (!device_same(r->device, (*g)->device))
+            rc = accel_fail_int("tensor hook has changed the device of value (was %s got %s)",
+                                device_str((*g)->device, was, sizeof was), device_str(r->device, got, sizeof got));
+        else {
+            tensor_release(*g);
+            *g = tensor_retain(r);
+        }
+    }
+    lua_settop(L, top);
+    return rc;
+}
+
+#define HOOK_HANDLE_MT "accel.TensorHookHandle"
+
+/* The handle keeps the list's owner alive: the node or the leaf. */
+typedef struct {
+    AGNode *node;
+    Tensor *leaf;
+    int id;
+} HookHandle;
+
+static int handle_remove(lua_State *L) {
+    HookHandle *h = luaL_checkudata(L, 1, HOOK_HANDLE_MT);
+    if (h->node || h->leaf) ag_hook_remove(h->node ? &h->node->hooks : &h->leaf->hooks, h->id);
+    return 0;
+}
+
+static int handle_gc(lua_State *L) {
+    HookHandle *h = luaL_checkudata(L, 1, HOOK_HANDLE_MT);
+    if (h->node) ag_node_release(h->node);
+    tensor_release(h->leaf);
+    h->node = NULL, h->leaf = NULL;
+    return 0;
+}
+
+static int handle_tostring(lua_State *L) {
+    HookHandle *h = luaL_checkudata(L, 1, HOOK_HANDLE_MT);
+    lua_pushfstring(L, "RemovableHandle(tensor hook %d)", h->id);
+    return 1;
+}
+
+/* t:register_hook(fn) -> a handle with :remove() */
+static int l_register_hook(lua_State *L) {
+    Tensor *t = lu_check_self(L);
+    luaL_checktype(L, 2, LUA_TFUNCTION);
+    lu_check_no_more_args(L, 3);
+    HookHandle *handle = lua_newuserdata(L, sizeof *handle);
+    *handle = (HookHandle){NULL, NULL, 0};
+    luaL_setmetatable(L, HOOK_HANDLE_MT);
+    LuaHook *h = calloc(1, sizeof *h);
+    if (!h) return lu_error(L, "register_hook: out of memory");
+    lua_compat_push_mainthread(L);
+    h->L = lua_tothread(L, -1);
+    lua_pop(L, 1);
+    lua_pushvalue(L, 2);
+    h->fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    int id = ag_hook_add(t, lua_hook_run, lua_hook_free, h, false, NULL);
+    if (id < 0) return lu_core_error(L);
+    handle->id = id;
+    if (t->grad_fn) handle->node = ag_node_retain(t->grad_fn);
+    else handle->leaf = tensor_retain(t);
+    return 1;
+}
+
+/* retain_grad's hook: t.grad = a copy of the gradient, or t.grad + it. */
+static int retain_hook_run(void *ud, Tensor **g) {
+    Tensor *t = ud;
+    Tensor *kept = t->grad ? op_binary(KB_ADD, t->grad, *g) : tensor_clone(*g);
+    if (!kept) return -1;
+    tensor_release(t->grad);
+    t->grad = kept;
+    return 0;
+}
+
+/* t:retain_grad(): a leaf keeps its .grad anyway; twice is once. */
+static int l_retain_grad(lua_State *L) {
+    Tensor *t = lu_check_self(L);
+    lu_check_no_more_args(L, 2);
+    if (!t->requires_grad) return lu_error(L, "can't retain_grad on Tensor that has requires_grad=False");
+    if (t->grad_fn && !ag_retains_grad(t) && ag_hook_add(t, retain_hook_run, NULL, t, true, t) < 0)
+        return lu_core_error(L);
+    return 0;
+}
+
+static void open_hook_handles(lua_State *L) {
+    luaL_newmetatable(L, HOOK_HANDLE_MT);
+    static const luaL_Reg mt[] = {{"__gc", handle_gc}, {"__tostring", handle_tostring}, {NULL, NULL}};
+    luaL_setfuncs(L, mt, 0);
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, handle_remove);
+    lua_setfield(L, -2, "remove");
+    lua_setfield(L, -2, "__index");
+    lua_pop(L, 1);
+}
+
+int lu_tensor_register_hook(lua_State *L) { return l_register_hook(L); }
+int lu_tensor_retain_grad(lua_State *L) { return l_retain_grad(L); }
+
 void lu_open_autograd(lua_State *L, int m) {
+    open_hook_handles(L);
     luaL_newmetatable(L, "accel.GradMode");
     lua_pushcfunction(L, grad_mode_close);
     lua_setfield(L, -2, "__close");

@@ -1167,8 +1167,7 @@ static int t_detach_(lua_State *L) {
     if (t->is_view) /* as torch, which would have to detach the base too */
         return lu_error(L, "detach_: can't detach views in-place (this tensor shares its base's storage); use "
                            "detach() instead");
-    if (t->grad_fn) ag_node_release(t->grad_fn);
-    t->grad_fn = NULL;
+    ag_set_grad_fn(t, NULL);
     t->requires_grad = false;
     lua_settop(L, 1);
     return 1;
@@ -1592,9 +1591,7 @@ static Tensor *overwrite_begin(Tensor *t, Tensor *src, int64_t row) {
 static void overwrite_end(Tensor *t, Tensor *r) {
     if (!r) return;
     if (r->grad_fn) {
-        if (t->grad_fn) ag_node_release(t->grad_fn);
-        t->grad_fn = r->grad_fn;
-        t->grad_fn->refcount++;
+        ag_set_grad_fn(t, r->grad_fn);
         t->requires_grad = true;
     }
     tensor_release(r);
@@ -1891,6 +1888,7 @@ static int push_property(lua_State *L, Tensor *t, const char *k) {
         break;
     case 'r':
         if (strcmp(k, "requires_grad") == 0) return lua_pushboolean(L, t->requires_grad), 1;
+        if (strcmp(k, "retains_grad") == 0) return lua_pushboolean(L, ag_retains_grad(t)), 1;
         break;
     case 'i':
         if (strcmp(k, "is_leaf") == 0) return lua_pushboolean(L, t->grad_fn == NULL), 1;
@@ -1984,11 +1982,9 @@ static int t_index(lua_State *L) {
         if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;
         lua_pop(L, 1);
     }
-    static const char *const no_hooks[] = {"retain_grad", "register_hook", "register_post_accumulate_grad_hook",
-                                           "retains_grad", NULL};
-    if (in_list(no_hooks, lua_tostring(L, 2)))
-        return lu_error(L, "Tensor.%s is not provided (PyTorch's tensor hooks and retained non-leaf gradients are "
-                           "not supported; docs/api/autograd.md)", lua_tostring(L, 2));
+    if (strcmp(lua_tostring(L, 2), "register_post_accumulate_grad_hook") == 0)
+        return lu_error(L, "Tensor.register_post_accumulate_grad_hook is not provided (t:register_hook is; "
+                           "docs/api/autograd.md)");
     if (in_list(not_provided_methods, lua_tostring(L, 2)))
         return lu_error(L, "Tensor.%s is not provided by accel-lua (docs/api/tensor.md lists the tensor methods, "
                            "docs/api/tensor.md#not-provided what is missing)", lua_tostring(L, 2));
@@ -2091,6 +2087,7 @@ static const luaL_Reg methods[] = {
     {"contiguous", t_contiguous}, {"is_contiguous", t_is_contiguous}, {"clone", t_clone}, {"detach", t_detach},
     {"detach_", t_detach_}, {"split", t_split}, {"chunk", t_chunk}, {"unbind", t_unbind}, {"item", t_item},
     {"tolist", t_tolist}, {"to", t_to}, {"backward", t_backward}, {"requires_grad_", t_requires_grad_},
+    {"register_hook", lu_tensor_register_hook}, {"retain_grad", lu_tensor_retain_grad},
     {"free", t_free}, {"zero_", t_zero_}, {"fill_", t_fill_}, {"copy_", t_copy_}, {"equal", t_equal},
     {"allclose", t_allclose}, {"any", t_any}, {"all", t_all}, {"gather", t_gather}, {"index_select", t_index_select},
     {"masked_fill", t_masked_fill}, {"masked_fill_", t_masked_fill_}, {"where", t_where}, {"tril", t_tril},

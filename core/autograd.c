@@ -89,7 +89,7 @@ bool ag_needs_grad(Tensor **inputs, int n) {
     return false;
 }
 
-static AGNode *node_retain(AGNode *n) {
+AGNode *ag_node_retain(AGNode *n) {
     n->refcount++;
     return n;
 }
@@ -111,6 +111,95 @@ static void release_after_run(AGNode *n) {
     node_free_saved(n);
 }
 
+/* ---- tensor hooks ---- */
+
+static void hooks_free(AGHook *h) {
+    while (h) {
+        AGHook *next = h->next;
+        if (h->free_ud) h->free_ud(h->ud);
+        free(h);
+        h = next;
+    }
+}
+
+AGHook **ag_hook_list(Tensor *t) { return t->grad_fn ? &t->grad_fn->hooks : &t->hooks; }
+
+int ag_hook_add(Tensor *t, AGHookFn run, void (*free_ud)(void *), void *ud, bool last, Tensor *retains) {
+    static int last_id;
+    AGHook *h = t->requires_grad ? calloc(1, sizeof *h) : NULL;
+    if (!h) {
+        if (free_ud) free_ud(ud);
+        return t->requires_grad ? accel_fail_int("register_hook: out of memory")
+                                : accel_fail_int("cannot register a hook on a tensor that doesn't require gradient");
+    }
+    *h = (AGHook){run, free_ud, ud, retains, ++last_id, last, NULL};
+    AGHook **at = ag_hook_list(t);
+    while (*at) at = &(*at)->next;
+    *at = h;
+    return h->id;
+}
+
+bool ag_hook_remove(AGHook **list, int id) {
+    for (AGHook **at = list; *at; at = &(*at)->next) {
+        if ((*at)->id != id) continue;
+        AGHook *h = *at;
+        *at = h->next;
+        h->next = NULL;
+        hooks_free(h);
+        return true;
+    }
+    return false;
+}
+
+bool ag_retains_grad(const Tensor *t) {
+    for (const AGHook *h = t->grad_fn ? t->grad_fn->hooks : NULL; h; h = h->next)
+        if (h->retains == t) return true;
+    return false;
+}
+
+/* Unlink t's retain_grad hook from n's list (NULL: none). */
+static AGHook *take_retain_hook(AGNode *n, const Tensor *t) {
+    for (AGHook **at = n ? &n->hooks : NULL; at && *at; at = &(*at)->next) {
+        if ((*at)->retains != t) continue;
+        AGHook *h = *at;
+        *at = h->next;
+        h->next = NULL;
+        return h;
+    }
+    return NULL;
+}
+
+void ag_set_grad_fn(Tensor *t, AGNode *n) {
+    AGNode *old = t->grad_fn;
+    if (n == old) return;
+    AGHook *keep = take_retain_hook(old, t);
+    if (keep && n) { /* it stays with the tensor: the gradient of its new value */
+        AGHook **at = &n->hooks;
+        while (*at) at = &(*at)->next;
+        *at = keep;
+    } else {
+        hooks_free(keep);
+    }
+    t->grad_fn = n ? ag_node_retain(n) : NULL;
+    if (old) ag_node_release(old);
+}
+
+void ag_tensor_freed(Tensor *t) {
+    hooks_free(t->hooks);
+    t->hooks = NULL;
+    tensor_release(t->ag_sum);
+    t->ag_sum = NULL;
+    hooks_free(take_retain_hook(t->grad_fn, t));
+}
+
+/* Run a gradient through a list of hooks: the others first, then the last ones. */
+static int run_hooks(AGHook *list, Tensor **g) {
+    for (int last = 0; last < 2; last++)
+        for (AGHook *h = list; h; h = h->next)
+            if (h->last == (bool)last && h->run(h->ud, g) < 0) return -1;
+    return 0;
+}
+
 /* Release the node and, iteratively, producers that this was the last owner of
  * (long chains must not recurse deeply). */
 void ag_node_release(AGNode *n) {
@@ -126,6 +215,7 @@ void ag_node_release(AGNode *n) {
             if (p && --p->refcount == 0) p->stack_next = stack, stack = p;
         }
         if (cur->destroy_ctx) cur->destroy_ctx(cur);
+        hooks_free(cur->hooks);
         tensor_release(cur->grad_acc);
         node_free(cur);
     }
@@ -152,11 +242,11 @@ AGNode *ag_record(const char *name, AGBackwardFn fn, Tensor *out, Tensor **input
         if (!in->requires_grad) continue;
         AGNode *p = in->grad_fn;
         if (p && p->view_base && in->storage->version != p->view_version) p->view_stale = true; /* see ag_record_view */
-        if (in->grad_fn) e->fn = node_retain(in->grad_fn);
+        if (in->grad_fn) e->fn = ag_node_retain(in->grad_fn);
         else e->leaf = tensor_retain(in);
     }
-    if (out->grad_fn) ag_node_release(out->grad_fn);
-    out->grad_fn = n;
+    ag_set_grad_fn(out, n);
+    ag_node_release(n); /* out holds the one reference */
     out->requires_grad = true;
     return n;
 }
@@ -262,23 +352,48 @@ static int accumulate_leaf(Tensor *leaf, Tensor *g) {
 
 /* ---- leaf hooks ---- */
 
+/* Leaves whose edges are counted: those with a grad_hook or tensor hooks. */
+static bool leaf_counted(const Tensor *leaf) { return leaf->grad_hook || leaf->hooks; }
+
 /* count_deps: one more edge of this pass leads to the leaf. */
 static void leaf_count(Tensor *leaf) {
-    if (!leaf->grad_hook) return;
+    if (!leaf_counted(leaf)) return;
     if (leaf->ag_pass != backward_pass) {
         leaf->ag_pass = backward_pass;
         leaf->ag_pending = 0;
         leaf->ag_got = false;
+        tensor_release(leaf->ag_sum); /* left by a pass that failed */
+        leaf->ag_sum = NULL;
     }
     leaf->ag_pending++;
 }
 
+/* A gradient for the leaf: into .grad, or, when it has tensor hooks, into
+ * the pass's sum that they will see complete (as torch's AccumulateGrad). */
+static int leaf_receive(Tensor *leaf, Tensor *g) {
+    if (leaf->hooks && leaf->ag_pass == backward_pass) return accumulate(&leaf->ag_sum, g);
+    return accumulate_leaf(leaf, g);
+}
+
+/* A leaf's complete gradient of a pass (g: a reference it takes over, may
+ * be NULL): through its tensor hooks into .grad, then its grad_hook. */
+static int leaf_finish(Tensor *leaf, Tensor *g) {
+    int rc = g && leaf->hooks ? run_hooks(leaf->hooks, &g) : 0;
+    if (rc == 0 && g) rc = accumulate_leaf(leaf, g);
+    tensor_release(g);
+    if (rc == 0 && leaf->grad_hook) leaf->grad_hook(leaf, leaf->grad_hook_ud);
+    return rc;
+}
+
 /* An edge to the leaf is settled (got: it brought a gradient); after the
- * last one, the hook runs if anything arrived. */
-static void leaf_settle(Tensor *leaf, bool got) {
-    if (!leaf->grad_hook || leaf->ag_pass != backward_pass) return;
+ * last one, if anything arrived, leaf_finish. */
+static int leaf_settle(Tensor *leaf, bool got) {
+    if (!leaf_counted(leaf) || leaf->ag_pass != backward_pass) return 0;
     leaf->ag_got = leaf->ag_got || got;
-    if (--leaf->ag_pending == 0 && leaf->ag_got) leaf->grad_hook(leaf, leaf->grad_hook_ud);
+    if (--leaf->ag_pending > 0 || !leaf->ag_got) return 0;
+    Tensor *sum = leaf->ag_sum;
+    leaf->ag_sum = NULL;
+    return sum || !leaf->hooks ? leaf_finish(leaf, sum) : 0;
 }
 
 /* ---- the engine ---- */
@@ -379,6 +494,11 @@ static int run_node(AGNode *n, NodeList *ready) {
     memset(gin, 0, sizeof *gin * (size_t)n->n_in);
     Tensor *gout = n->grad_acc;
     n->grad_acc = NULL;
+    if (gout && n->hooks && run_hooks(n->hooks, &gout) < 0) {
+        tensor_release(gout);
+        if (gin != gin_stack) free(gin);
+        return -1;
+    }
     if (n->backward_acc && n->n_in == 1 && n->edges[0].fn) { /* adds into the producer's gradient itself */
         AGNode *p = n->edges[0].fn;
         int rc = gout ? timed_backward(n, gout, NULL, &p->grad_acc) : 0;
@@ -402,8 +522,8 @@ static int run_node(AGNode *n, NodeList *ready) {
             if (g) rc = accumulate(&e->fn->grad_acc, g);
             if (rc == 0 && --e->fn->deps == 0) rc = list_push(ready, e->fn);
         } else {
-            if (g) rc = accumulate_leaf(e->leaf, g);
-            if (rc == 0) leaf_settle(e->leaf, g != NULL);
+            if (g) rc = leaf_receive(e->leaf, g);
+            if (rc == 0) rc = leaf_settle(e->leaf, g != NULL);
         }
         tensor_release(g);
     }
@@ -470,15 +590,13 @@ int ag_backward(Tensor *root, Tensor *grad) {
     if (!g) return -1;
     if (!root->grad_fn) {
         PassScope outer = begin_pass();
-        int rc = accumulate_leaf(root, g);
-        if (rc == 0 && root->grad_hook) root->grad_hook(root, root->grad_hook_ud);
-        tensor_release(g);
+        int rc = leaf_finish(root, g);
         end_pass(outer);
         return rc;
     }
     PassScope outer = begin_pass();
     int rc = 0;
-    AGNode *top = node_retain(root->grad_fn);
+    AGNode *top = ag_node_retain(root->grad_fn);
     NodeList all, ready;
     list_init(&all);
     list_init(&ready);

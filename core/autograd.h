@@ -28,6 +28,24 @@ typedef int (*AGBackwardFn)(AGNode *n, Tensor *gout, Tensor **gin);
  * error set. */
 typedef int (*AGAccumulateFn)(AGNode *n, Tensor *gout, Tensor **acc);
 
+/* A tensor hook (torch's Tensor.register_hook / retain_grad): run on the
+ * complete gradient of a tensor once per backward pass, before it flows on
+ * (a non-leaf's: before its grad_fn runs; a leaf's: before it is added into
+ * .grad). run may replace *grad (releasing the old reference); returns 0, or
+ * -1 with an error set, which fails the pass. Hooks run in the order they
+ * were added, those added with last = true (retain_grad) after the rest.
+ * free_ud (may be NULL) runs when the hook is removed or its owner freed. */
+typedef int (*AGHookFn)(void *ud, Tensor **grad);
+typedef struct AGHook {
+    AGHookFn run;
+    void (*free_ud)(void *ud);
+    void *ud;
+    Tensor *retains; /* retain_grad's tensor (not a reference): cleared when it is freed */
+    int id;
+    bool last;
+    struct AGHook *next;
+} AGHook;
+
 typedef struct AGEdge {
     AGNode *fn;    /* producer of this input, or NULL */
     Tensor *leaf;  /* leaf requiring grad, or NULL */
@@ -56,6 +74,7 @@ struct AGNode {
     int64_t i[TENSOR_MAX_DIMS * 2]; /* op integers (dims, shapes) */
     void *ctx;
     AGAccumulateFn backward_acc; /* optional, see AGAccumulateFn */
+    AGHook *hooks;               /* hooks of the tensor this node made (ag_hook_add) */
     /* engine scratch */
     int deps;
     int depth;       /* nesting depth of the pass that counted it (see ag_backward) */
@@ -128,6 +147,25 @@ uint32_t ag_backward_pass(void);
  * view, graph or Lua value), so the engine may add into it in place or
  * adopt it as a leaf's .grad. */
 bool ag_sole_owner(const Tensor *t);
+
+/* Add a hook to t: on its grad_fn, or on t itself when t is a leaf that
+ * requires grad (else an error). retains: retain_grad's hook, which stays
+ * with t when an in-place op gives t a new grad_fn. Returns the hook's id
+ * (> 0), or -1 with an error set (free_ud is then called on ud). */
+int ag_hook_add(Tensor *t, AGHookFn run, void (*free_ud)(void *), void *ud, bool last, Tensor *retains);
+/* The list a hook added to t now lives in (for removing it later: keep its
+ * owner, t's grad_fn or t, alive meanwhile). */
+AGHook **ag_hook_list(Tensor *t);
+/* Remove the hook with this id from a list; false if it is not there. */
+bool ag_hook_remove(AGHook **list, int id);
+/* Whether retain_grad was called on t (a hook with retains == t). */
+bool ag_retains_grad(const Tensor *t);
+/* Give t the history n (new reference taken; NULL: none), moving its
+ * retain_grad hook along, and release the old one. */
+void ag_set_grad_fn(Tensor *t, AGNode *n);
+AGNode *ag_node_retain(AGNode *n);
+/* tensor_release's part: t's hooks, and its retain_grad hook on its grad_fn. */
+void ag_tensor_freed(Tensor *t);
 
 /* Reduce a (broadcast) gradient to a shape by summing; new reference. */
 Tensor *ag_sum_to(Tensor *g, const int64_t *shape, int ndim);

@@ -399,9 +399,7 @@ static int rebase(Tensor *a, Tensor *r) {
     ag_set_grad_enabled(prev);
     if (rc < 0) return -1;
     if (r->grad_fn) {
-        if (a->grad_fn) ag_node_release(a->grad_fn);
-        a->grad_fn = r->grad_fn;
-        r->grad_fn->refcount++;
+        ag_set_grad_fn(a, r->grad_fn);
         a->requires_grad = true;
     }
     return 0;

@@ -83,6 +83,7 @@ void tensor_release(Tensor *t) {
     if (!t || --t->refcount > 0) return;
     storage_release(t->storage);
     tensor_release(t->grad);
+    if (t->hooks || t->ag_sum || t->grad_fn) ag_tensor_freed(t);
     if (t->grad_fn) ag_node_release(t->grad_fn);
     tensor_header_free(t);
 }

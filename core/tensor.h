@@ -61,6 +61,11 @@ typedef struct Tensor {
     uint32_t ag_pass;
     int32_t ag_pending;
     bool ag_got;
+    /* tensor hooks of a leaf (ag_hook_add; a non-leaf's are on its
+     * grad_fn), and its gradient summed over the edges of a pass until
+     * they run on it */
+    struct AGHook *hooks;
+    struct Tensor *ag_sum;
 } Tensor;
 
 /* ---- storage and lifetime ---- */

@@ -46,6 +46,10 @@
 --    packed lists ({n = ...}); a hook returning a list (an n field or a
 --    non-empty array part) replaces them, any other value ({logits = y}
 --    too) is the one value.
+--  * backward hooks: register_full_backward_hook(fn(module, grad_input,
+--    grad_output)) and register_full_backward_pre_hook(fn(module,
+--    grad_output)), through identity autograd Functions around the call
+--    (see "backward hooks" below).
 local accel = require("accel")
 local compat = require("accel.compat")
 local util = require("accel.util")
@@ -228,8 +232,8 @@ end
 Module.__meta = make_meta(Module)
 setmetatable(Module, class_mt)
 -- PyTorch's module backward hooks: an error naming them
-util.not_provided(Module, {register_full_backward_hook = true, register_backward_hook = true,
-  register_full_backward_pre_hook = true}, "nn.Module", "module backward hooks are not supported; docs/api/autograd.md")
+util.not_provided(Module, {register_backward_hook = true}, "nn.Module",
+  "it is PyTorch's deprecated form: use register_full_backward_hook")
 
 -- Module:extend(name), also stored as exports[name]: how the nn files
 -- declare the classes they export.
@@ -858,23 +862,30 @@ function Handle:remove()
   for i, h in ipairs(hooks[self.kind]) do
     if h == self.fn then table.remove(hooks[self.kind], i) break end
   end
-  if #hooks.pre == 0 and #hooks.post == 0 then rawset(self.module, "_hooks", nil) end
+  for _, list in pairs(hooks) do
+    if #list > 0 then return end
+  end
+  rawset(self.module, "_hooks", nil)
 end
 
--- add_hook(self, "pre" | "post", fn, opts): {prepend = true} runs fn
+local HOOK_KINDS = {pre = "register_forward_pre_hook", post = "register_forward_hook",
+  backward = "register_full_backward_hook", backward_pre = "register_full_backward_pre_hook"}
+
+-- add_hook(self, kind (HOOK_KINDS), fn, opts): {prepend = true} runs fn
 -- before the hooks already there (PyTorch's prepend); with_kwargs (no
 -- keyword arguments reach a forward here) and always_call are refused when
 -- true.
 local function add_hook(self, kind, fn, o)
-  local name = kind == "pre" and "register_forward_pre_hook" or "register_forward_hook"
+  local name = HOOK_KINDS[kind]
   if type(fn) ~= "function" then raise("%s: expected a function", name) end
-  o = M.check_options(name, o, {"prepend", "with_kwargs", "always_call"})
+  local backward = kind == "backward" or kind == "backward_pre"
+  o = M.check_options(name, o, backward and {"prepend"} or {"prepend", "with_kwargs", "always_call"})
   for _, k in ipairs({"with_kwargs", "always_call"}) do
     if o[k] then raise("%s: %s = true is not supported", name, k) end
   end
   local hooks = rawget(self, "_hooks")
   if not hooks then
-    hooks = {pre = {}, post = {}}
+    hooks = {pre = {}, post = {}, backward = {}, backward_pre = {}}
     rawset(self, "_hooks", hooks)
   end
   table.insert(hooks[kind], o.prepend and 1 or #hooks[kind] + 1, fn)
@@ -883,6 +894,8 @@ end
 
 function Module:register_forward_pre_hook(fn, o) return add_hook(self, "pre", fn, o) end
 function Module:register_forward_hook(fn, o) return add_hook(self, "post", fn, o) end
+function Module:register_full_backward_hook(fn, o) return add_hook(self, "backward", fn, o) end
+function Module:register_full_backward_pre_hook(fn, o) return add_hook(self, "backward_pre", fn, o) end
 
 -- A hook's replacement for the arguments / results: a plain table with an
 -- n field or a non-empty array part is a list of all of them; anything else
@@ -895,6 +908,99 @@ local function as_values(r)
   return {r, n = 1}
 end
 
+-- ---- backward hooks ----
+--
+-- As PyTorch's BackwardHook: the tensor arguments that require grad go
+-- through one identity Function before forward, the tensor results through
+-- another after it. The results' node runs once every result's gradient is
+-- complete: the pre-hooks see (and may replace) grad_output there. The
+-- arguments' node then receives grad_input, one entry per argument (nil
+-- where none; zeros for a tensor argument that needs no gradient), and the
+-- hooks see (and may replace) it. Without an argument that requires grad
+-- the hooks run at the results' node, with grad_input all nil, as
+-- PyTorch's.
+
+-- A hook's list of gradients: n entries, each a tensor or nil.
+local function check_grads(name, r, n, what)
+  if type(r) ~= "table" or getmetatable(r) ~= nil then
+    raise("%s must return nil or a list of %s, got %s", name, what, accel.is_tensor(r) and "a tensor" or type(r))
+  end
+  local count = r.n or #r
+  if count ~= n then
+    raise("%s returned an invalid number of %s, got %d, but expected %d", name, what, count, n)
+  end
+  for i = 1, n do
+    if r[i] ~= nil and not accel.is_tensor(r[i]) then raise("%s: %s %d must be a tensor or nil", name, what, i) end
+  end
+  return r
+end
+
+-- Each hook on the current list; a returned list replaces it.
+local function run_grad_hooks(list, name, what, call)
+  local cur = list
+  for _, h in ipairs(call.hooks) do
+    local r = call.run(h, cur)
+    if r ~= nil then cur = check_grads(name, r, cur.n, what) end
+  end
+  return cur
+end
+
+local function run_backward_hooks(state, grad_input)
+  return run_grad_hooks(grad_input, "register_full_backward_hook", "grad_input",
+    {hooks = state.hooks.backward, run = function(h, gi) return h(state.module, gi, state.grad_output) end})
+end
+
+local function run_backward_pre_hooks(state, grad_output)
+  return run_grad_hooks(grad_output, "register_full_backward_pre_hook", "grad_output",
+    {hooks = state.hooks.backward_pre, run = function(h, go) return h(state.module, go) end})
+end
+
+-- Both identity Functions' forward: the state for backward, the tensors
+-- as new tensors sharing their storage.
+local function hook_forward(ctx, state, ...)
+  ctx.state = state
+  local out = compat.pack(...)
+  for i = 1, out.n do out[i] = out[i]:detach() end
+  return compat.unpack(out, 1, out.n)
+end
+
+local InputsHook = accel.autograd.Function{name = "BackwardHookFunction", forward = hook_forward,
+  backward = function(ctx, ...)
+    local state, grads = ctx.state, compat.pack(...)
+    local gi = {n = state.n_args}
+    for pos, t in pairs(state.constants) do gi[pos] = accel.zeros_like(t) end
+    for k, pos in ipairs(state.positions) do gi[pos] = grads[k] end
+    gi = run_backward_hooks(state, gi)
+    local out = {n = #state.positions + 1}
+    for k, pos in ipairs(state.positions) do out[k + 1] = gi[pos] end
+    return compat.unpack(out, 1, out.n)
+  end}
+
+local OutputsHook = accel.autograd.Function{name = "BackwardHookFunction", forward = hook_forward,
+  backward = function(ctx, ...)
+    local state = ctx.state
+    local go = run_backward_pre_hooks(state, compat.pack(...))
+    state.grad_output = go
+    if #state.positions == 0 then run_backward_hooks(state, {n = state.n_args}) end
+    return nil, compat.unpack(go, 1, go.n)
+  end}
+
+-- Route the tensors of list (positions that pass keep(t)) through Fn.
+local function through(Fn, state, list, keep)
+  local pos, ts = {}, {}
+  for i = 1, list.n do
+    if accel.is_tensor(list[i]) and keep(list[i]) then pos[#pos + 1], ts[#ts + 1] = i, list[i] end
+  end
+  if #pos == 0 then return list, pos end
+  local out = compat.pack(Fn(state, compat.unpack(ts, 1, #ts)))
+  local copy = {n = list.n}
+  for i = 1, list.n do copy[i] = list[i] end
+  for k, i in ipairs(pos) do copy[i] = out[k] end
+  return copy, pos
+end
+
+local function requires_grad(t) return t.requires_grad end
+
 call_hooked = function(self, ...)
   local hooks = rawget(self, "_hooks")
   local args = compat.pack(...)
@@ -902,11 +1008,22 @@ call_hooked = function(self, ...)
     local r = h(self, args)
     if r ~= nil then args = as_values(r) end
   end
+  local state
+  if (#hooks.backward > 0 or #hooks.backward_pre > 0) and accel.is_grad_enabled() then
+    state = {module = self, hooks = {backward = {compat.unpack(hooks.backward)},
+      backward_pre = {compat.unpack(hooks.backward_pre)}}, n_args = args.n}
+    args, state.positions = through(InputsHook, state, args, requires_grad)
+    state.constants = {} -- the tensor arguments that need no gradient
+    for i = 1, args.n do
+      if accel.is_tensor(args[i]) and not args[i].requires_grad then state.constants[i] = args[i] end
+    end
+  end
   local res = compat.pack(self:forward(compat.unpack(args, 1, args.n)))
   for _, h in ipairs({compat.unpack(hooks.post)}) do
     local r = h(self, args, res)
     if r ~= nil then res = as_values(r) end
   end
+  if state then res = through(OutputsHook, state, res, requires_grad) end
   return compat.unpack(res, 1, res.n)
 end
 
