@@ -465,16 +465,27 @@ static void lua_hook_free(void *ud) {
     free(h);
 }
 
+/* Call the hook's fn(t) (t pushed as a new reference, or as the tensor's
+ * existing Lua value) with one result left on the stack of the state it ran
+ * on; NULL with an error set (stack restored) when it failed. *top: the
+ * stack's top before the call. */
+static lua_State *call_hook(LuaHook *h, Tensor *t, bool existing, const char *name, int *top) {
+    lua_State *L = backward_L ? backward_L : h->L;
+    if (!lua_checkstack(L, 4)) return accel_fail("tensor hook: Lua stack overflow");
+    *top = lua_gettop(L);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, h->fn_ref);
+    if (existing) lu_push_existing(L, t);
+    else lu_push_tensor(L, tensor_retain(t));
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK) return fail_from_lua(L, name, "hook", *top), NULL;
+    return L;
+}
+
 /* fn(grad): nil keeps the gradient, a tensor of its shape, dtype and device
  * replaces it (torch's checks). */
 static int lua_hook_run(void *ud, Tensor **g) {
-    LuaHook *h = ud;
-    lua_State *L = backward_L ? backward_L : h->L;
-    if (!lua_checkstack(L, 4)) return accel_fail_int("tensor hook: Lua stack overflow");
-    int top = lua_gettop(L);
-    lua_rawgeti(L, LUA_REGISTRYINDEX, h->fn_ref);
-    lu_push_tensor(L, tensor_retain(*g));
-    if (lua_pcall(L, 1, 1, 0) != LUA_OK) return fail_from_lua(L, "tensor", "hook", top);
+    int top = 0;
+    lua_State *L = call_hook(ud, *g, false, "tensor", &top);
+    if (!L) return -1;
     int rc = 0;
     if (!lua_isnil(L, -1)) {
         TensorUD *u = luaL_testudata(L, -1, TENSOR_MT);
@@ -529,8 +540,19 @@ static int handle_tostring(lua_State *L) {
     return 1;
 }
 
-/* t:register_hook(fn) -> a handle with :remove() */
-static int l_register_hook(lua_State *L) {
+/* register_post_accumulate_grad_hook's fn(t), after t.grad was updated;
+ * what it returns is ignored. */
+static int lua_post_hook_run(void *ud, Tensor **leaf) {
+    int top = 0;
+    lua_State *L = call_hook(ud, *leaf, true, "post accumulate grad", &top);
+    if (!L) return -1;
+    lua_settop(L, top);
+    return 0;
+}
+
+/* t:register_hook(fn) / t:register_post_accumulate_grad_hook(fn) (post)
+ * -> a handle with :remove() */
+static int add_lua_hook(lua_State *L, bool post) {
     Tensor *t = lu_check_self(L);
     luaL_checktype(L, 2, LUA_TFUNCTION);
     lu_check_no_more_args(L, 3);
@@ -544,7 +566,8 @@ static int l_register_hook(lua_State *L) {
     lua_pop(L, 1);
     lua_pushvalue(L, 2);
     h->fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-    int id = ag_hook_add(t, lua_hook_run, lua_hook_free, h, false, NULL);
+    int id = ag_hook_add(t, post ? lua_post_hook_run : lua_hook_run, lua_hook_free, h,
+                         post ? AG_HOOK_POST : AG_HOOK_GRAD, NULL);
     if (id < 0) return lu_core_error(L);
     handle->id = id;
     if (t->grad_fn) handle->node = ag_node_retain(t->grad_fn);
@@ -567,7 +590,7 @@ static int l_retain_grad(lua_State *L) {
     Tensor *t = lu_check_self(L);
     lu_check_no_more_args(L, 2);
     if (!t->requires_grad) return lu_error(L, "can't retain_grad on Tensor that has requires_grad=False");
-    if (t->grad_fn && !ag_retains_grad(t) && ag_hook_add(t, retain_hook_run, NULL, t, true, t) < 0)
+    if (t->grad_fn && !ag_retains_grad(t) && ag_hook_add(t, retain_hook_run, NULL, t, AG_HOOK_LAST, t) < 0)
         return lu_core_error(L);
     return 0;
 }
@@ -583,7 +606,8 @@ static void open_hook_handles(lua_State *L) {
     lua_pop(L, 1);
 }
 
-int lu_tensor_register_hook(lua_State *L) { return l_register_hook(L); }
+int lu_tensor_register_hook(lua_State *L) { return add_lua_hook(L, false); }
+int lu_tensor_register_post_accumulate_grad_hook(lua_State *L) { return add_lua_hook(L, true); }
 int lu_tensor_retain_grad(lua_State *L) { return l_retain_grad(L); }
 
 void lu_open_autograd(lua_State *L, int m) {

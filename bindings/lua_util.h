@@ -170,6 +170,7 @@ void lu_open_autograd(lua_State *L, int module_idx);
 void lu_run_backward(lua_State *L, Tensor *root, Tensor *grad, bool retain_graph);
 /* t:register_hook(fn) and t:retain_grad() (autograd_lua.c) */
 int lu_tensor_register_hook(lua_State *L);
+int lu_tensor_register_post_accumulate_grad_hook(lua_State *L);
 int lu_tensor_retain_grad(lua_State *L);
 void lu_open_functions(lua_State *L, int module_idx);
 void lu_open_conv(lua_State *L, int module_idx); /* conv_lua.c: conv2d, max_pool2d */

@@ -1982,9 +1982,6 @@ static int t_index(lua_State *L) {
         if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;
         lua_pop(L, 1);
     }
-    if (strcmp(lua_tostring(L, 2), "register_post_accumulate_grad_hook") == 0)
-        return lu_error(L, "Tensor.register_post_accumulate_grad_hook is not provided (t:register_hook is; "
-                           "docs/api/autograd.md)");
     if (in_list(not_provided_methods, lua_tostring(L, 2)))
         return lu_error(L, "Tensor.%s is not provided by accel-lua (docs/api/tensor.md lists the tensor methods, "
                            "docs/api/tensor.md#not-provided what is missing)", lua_tostring(L, 2));
@@ -2088,6 +2085,7 @@ static const luaL_Reg methods[] = {
     {"detach_", t_detach_}, {"split", t_split}, {"chunk", t_chunk}, {"unbind", t_unbind}, {"item", t_item},
     {"tolist", t_tolist}, {"to", t_to}, {"backward", t_backward}, {"requires_grad_", t_requires_grad_},
     {"register_hook", lu_tensor_register_hook}, {"retain_grad", lu_tensor_retain_grad},
+    {"register_post_accumulate_grad_hook", lu_tensor_register_post_accumulate_grad_hook},
     {"free", t_free}, {"zero_", t_zero_}, {"fill_", t_fill_}, {"copy_", t_copy_}, {"equal", t_equal},
     {"allclose", t_allclose}, {"any", t_any}, {"all", t_all}, {"gather", t_gather}, {"index_select", t_index_select},
     {"masked_fill", t_masked_fill}, {"masked_fill_", t_masked_fill_}, {"where", t_where}, {"tril", t_tril},

@@ -124,15 +124,22 @@ static void hooks_free(AGHook *h) {
 
 AGHook **ag_hook_list(Tensor *t) { return t->grad_fn ? &t->grad_fn->hooks : &t->hooks; }
 
-int ag_hook_add(Tensor *t, AGHookFn run, void (*free_ud)(void *), void *ud, bool last, Tensor *retains) {
+/* Why a hook of this kind cannot go on t, or NULL. */
+static const char *hook_refused(const Tensor *t, AGHookKind kind) {
+    if (!t->requires_grad) return "cannot register a hook on a tensor that doesn't require gradient";
+    if (kind == AG_HOOK_POST && t->grad_fn) return "post accumulate grad hooks cannot be registered on non-leaf tensors";
+    return NULL;
+}
+
+int ag_hook_add(Tensor *t, AGHookFn run, void (*free_ud)(void *), void *ud, AGHookKind kind, Tensor *retains) {
     static int last_id;
-    AGHook *h = t->requires_grad ? calloc(1, sizeof *h) : NULL;
+    const char *why = hook_refused(t, kind);
+    AGHook *h = why ? NULL : calloc(1, sizeof *h);
     if (!h) {
         if (free_ud) free_ud(ud);
-        return t->requires_grad ? accel_fail_int("register_hook: out of memory")
-                                : accel_fail_int("cannot register a hook on a tensor that doesn't require gradient");
+        return accel_fail_int("%s", why ? why : "register_hook: out of memory");
     }
-    *h = (AGHook){run, free_ud, ud, retains, ++last_id, last, NULL};
+    *h = (AGHook){run, free_ud, ud, retains, ++last_id, kind, NULL};
     AGHook **at = ag_hook_list(t);
     while (*at) at = &(*at)->next;
     *at = h;
@@ -192,12 +199,16 @@ void ag_tensor_freed(Tensor *t) {
     hooks_free(take_retain_hook(t->grad_fn, t));
 }
 
+/* Run the hooks of one kind in a list. */
+static int run_hooks_of(AGHook *list, AGHookKind kind, Tensor **g) {
+    for (AGHook *h = list; h; h = h->next)
+        if (h->kind == kind && h->run(h->ud, g) < 0) return -1;
+    return 0;
+}
+
 /* Run a gradient through a list of hooks: the others first, then the last ones. */
 static int run_hooks(AGHook *list, Tensor **g) {
-    for (int last = 0; last < 2; last++)
-        for (AGHook *h = list; h; h = h->next)
-            if (h->last == (bool)last && h->run(h->ud, g) < 0) return -1;
-    return 0;
+    return run_hooks_of(list, AG_HOOK_GRAD, g) < 0 ? -1 : run_hooks_of(list, AG_HOOK_LAST, g);
 }
 
 /* Release the node and, iteratively, producers that this was the last owner of
@@ -376,11 +387,14 @@ static int leaf_receive(Tensor *leaf, Tensor *g) {
 }
 
 /* A leaf's complete gradient of a pass (g: a reference it takes over, may
- * be NULL): through its tensor hooks into .grad, then its grad_hook. */
+ * be NULL): through its tensor hooks into .grad, then its post-accumulate
+ * hooks and its grad_hook. */
 static int leaf_finish(Tensor *leaf, Tensor *g) {
-    int rc = g && leaf->hooks ? run_hooks(leaf->hooks, &g) : 0;
-    if (rc == 0 && g) rc = accumulate_leaf(leaf, g);
+    bool got = g != NULL;
+    int rc = got && leaf->hooks ? run_hooks(leaf->hooks, &g) : 0;
+    if (rc == 0 && got) rc = accumulate_leaf(leaf, g);
     tensor_release(g);
+    if (rc == 0 && got && leaf->hooks) rc = run_hooks_of(leaf->hooks, AG_HOOK_POST, &leaf);
     if (rc == 0 && leaf->grad_hook) leaf->grad_hook(leaf, leaf->grad_hook_ud);
     return rc;
 }

@@ -28,21 +28,25 @@ typedef int (*AGBackwardFn)(AGNode *n, Tensor *gout, Tensor **gin);
  * error set. */
 typedef int (*AGAccumulateFn)(AGNode *n, Tensor *gout, Tensor **acc);
 
-/* A tensor hook (torch's Tensor.register_hook / retain_grad): run on the
- * complete gradient of a tensor once per backward pass, before it flows on
- * (a non-leaf's: before its grad_fn runs; a leaf's: before it is added into
- * .grad). run may replace *grad (releasing the old reference); returns 0, or
- * -1 with an error set, which fails the pass. Hooks run in the order they
- * were added, those added with last = true (retain_grad) after the rest.
- * free_ud (may be NULL) runs when the hook is removed or its owner freed. */
+/* A tensor hook (torch's Tensor.register_hook / retain_grad /
+ * register_post_accumulate_grad_hook). AG_HOOK_GRAD and AG_HOOK_LAST run on
+ * the complete gradient of a tensor once per backward pass, before it flows
+ * on (a non-leaf's: before its grad_fn runs; a leaf's: before it is added
+ * into .grad), and may replace *grad (releasing the old reference); the
+ * AG_HOOK_LAST ones (retain_grad) after the others. AG_HOOK_POST (leaves
+ * only) runs after the pass's gradient was added into .grad, with *grad the
+ * leaf itself. Each kind runs in the order added. run returns 0, or -1 with
+ * an error set, which fails the pass. free_ud (may be NULL) runs when the
+ * hook is removed or its owner freed. */
 typedef int (*AGHookFn)(void *ud, Tensor **grad);
+typedef enum { AG_HOOK_GRAD, AG_HOOK_LAST, AG_HOOK_POST } AGHookKind;
 typedef struct AGHook {
     AGHookFn run;
     void (*free_ud)(void *ud);
     void *ud;
     Tensor *retains; /* retain_grad's tensor (not a reference): cleared when it is freed */
     int id;
-    bool last;
+    AGHookKind kind;
     struct AGHook *next;
 } AGHook;
 
@@ -149,10 +153,10 @@ uint32_t ag_backward_pass(void);
 bool ag_sole_owner(const Tensor *t);
 
 /* Add a hook to t: on its grad_fn, or on t itself when t is a leaf that
- * requires grad (else an error). retains: retain_grad's hook, which stays
+ * requires grad (else an error; AG_HOOK_POST: leaves only). retains: retain_grad's hook, which stays
  * with t when an in-place op gives t a new grad_fn. Returns the hook's id
  * (> 0), or -1 with an error set (free_ud is then called on ud). */
-int ag_hook_add(Tensor *t, AGHookFn run, void (*free_ud)(void *), void *ud, bool last, Tensor *retains);
+int ag_hook_add(Tensor *t, AGHookFn run, void (*free_ud)(void *), void *ud, AGHookKind kind, Tensor *retains);
 /* The list a hook added to t now lives in (for removing it later: keep its
  * owner, t's grad_fn or t, alive meanwhile). */
 AGHook **ag_hook_list(Tensor *t);

@@ -1,4 +1,5 @@
--- Tensor hooks: t:register_hook(fn) and t:retain_grad(), as PyTorch's. The
+-- Tensor hooks: t:register_hook(fn), t:retain_grad() and
+-- t:register_post_accumulate_grad_hook(fn), as PyTorch's. The
 -- expected gradients are closed forms of small polynomials (written next to
 -- each check); the order and the number of hook calls are PyTorch's
 -- documented behaviour (a leaf's hooks see its summed gradient once per
@@ -191,5 +192,34 @@ describe("t:retain_grad", function()
     collectgarbage()
     collectgarbage()
     assert.are.equal(live, accel.memory_stats())
+  end)
+end)
+
+describe("t:register_post_accumulate_grad_hook", function()
+  it("runs on a leaf after the pass's gradient reached .grad, once, and may change .grad in place", function()
+    local w = leaf({1, 2})
+    local seen = {}
+    local h = w:register_post_accumulate_grad_hook(function(t)
+      same({1, 2}, t) -- the leaf itself
+      seen[#seen + 1] = t.grad:clone()
+      t.grad:mul_(0)
+    end)
+    w:register_hook(function(g) return g * 2 end)
+    ;((w * 3):sum() + (w * w):sum()):backward()
+    assert.are.equal(1, #seen)
+    same({10, 14}, seen[1]) -- 2 * (3 + 2w)
+    same({0, 0}, w.grad)
+    h:remove()
+    ;(w * 3):sum():backward()
+    assert.are.equal(1, #seen)
+    same({6, 6}, w.grad)
+  end)
+
+  it("leaves only; an error inside it stops the pass", function()
+    local w = leaf({1})
+    fails("post accumulate grad hooks cannot be registered on non%-leaf tensors",
+      function() (w * 1):register_post_accumulate_grad_hook(function() end) end)
+    w:register_post_accumulate_grad_hook(function() error("late") end)
+    fails("post accumulate grad hook failed: .*late", function() (w * 2):sum():backward() end)
   end)
 end)
