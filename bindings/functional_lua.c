@@ -1,6 +1,7 @@
 /* functional_lua.c: accel._C, the fused nn ops that accel.nn.functional
  * (Lua) wraps with PyTorch's names and options: linear, cross_entropy,
- * layer_norm, embedding, softmax, dropout. Dims here are Lua's (1-based). */
+ * layer_norm, embedding, softmax, dropout; and diagonal's view. Dims here
+ * are Lua's (1-based). */
 #include "lua_util.h"
 #include "../core/precision.h"
 #include <string.h>
@@ -64,13 +65,20 @@ static int c_set_autocast(lua_State *L) {
     return 1;
 }
 
+/* diagonal(t, offset, dim1, dim2): the view (dims 1-based) */
+static int c_diagonal(lua_State *L) {
+    Tensor *t = lu_check_tensor(L, 1);
+    lua_Integer off = luaL_checkinteger(L, 2), d1 = luaL_checkinteger(L, 3), d2 = luaL_checkinteger(L, 4);
+    return push(L, tensor_diagonal(t, off, (int)(d1 > 0 ? d1 - 1 : d1), (int)(d2 > 0 ? d2 - 1 : d2)));
+}
+
 /* raise(msg): a Lua error at the user's file:line (first frame outside the library) */
 static int c_raise(lua_State *L) { return lu_error(L, "%s", luaL_checkstring(L, 1)); }
 
 void lu_open_functions(lua_State *L, int m) {
     static const luaL_Reg fns[] = {{"linear", c_linear}, {"cross_entropy", c_cross_entropy}, {"layer_norm", c_layer_norm},
                                    {"embedding", c_embedding}, {"softmax", c_softmax}, {"dropout", c_dropout},
-                                   {"set_autocast", c_set_autocast}, {"raise", c_raise},
+                                   {"set_autocast", c_set_autocast}, {"raise", c_raise}, {"diagonal", c_diagonal},
                                    {NULL, NULL}};
     lu_register_c(L, m, fns);
 }

@@ -146,6 +146,9 @@ Tensor *tensor_unsqueeze(Tensor *t, int dim);
 Tensor *tensor_squeeze(Tensor *t, int dim); /* dim = TENSOR_ALL_DIMS: all size-1 dims */
 Tensor *tensor_expand(Tensor *t, const int64_t *shape, int ndim); /* -1 keeps */
 Tensor *tensor_as_strided(Tensor *t, const int64_t *shape, const int64_t *stride, int ndim, int64_t offset);
+/* The (d1, d2) diagonal as a view, a new last dim (dims 0-based, negatives
+ * allowed; offset > 0 above the main diagonal), as torch.diagonal. */
+Tensor *tensor_diagonal(Tensor *t, int64_t offset, int d1, int d2);
 Tensor *tensor_contiguous(Tensor *t); /* returns t itself (retained) when already contiguous */
 Tensor *tensor_clone(Tensor *t);
 Tensor *tensor_detach(Tensor *t); /* shares storage, no grad */

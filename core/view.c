@@ -323,6 +323,43 @@ Tensor *tensor_expand(Tensor *t, const int64_t *shape, int ndim) {
     return record_view(make_view(t, s, st, ndim, t->offset), t, "ExpandBackward", bw_identity);
 }
 
+/* The (d1, d2) diagonal of t at offset as a view: t's other dims, then the
+ * diagonal's length with stride stride[d1] + stride[d2]. Dims valid, distinct. */
+static Tensor *diagonal_view(Tensor *t, int64_t offset, int d1, int d2) {
+    int64_t rows = t->shape[d1] - (offset < 0 ? -offset : 0), cols = t->shape[d2] - (offset > 0 ? offset : 0);
+    int64_t len = rows < cols ? rows : cols, s[TENSOR_MAX_DIMS], st[TENSOR_MAX_DIMS];
+    int k = 0;
+    for (int d = 0; d < t->ndim; d++)
+        if (d != d1 && d != d2) s[k] = t->shape[d], st[k++] = t->stride[d];
+    s[k] = len > 0 ? len : 0, st[k] = t->stride[d1] + t->stride[d2];
+    int64_t start = len <= 0 ? 0 : offset >= 0 ? offset * t->stride[d2] : -offset * t->stride[d1];
+    return make_view(t, s, st, k + 1, t->offset + start);
+}
+
+/* diagonal (i: offset, d1, d2): g onto that diagonal of zeros of the input's shape. */
+static int bw_diagonal(AGNode *n, Tensor *g, Tensor **gin) {
+    Tensor *z = tensor_zeros(n->edges[0].shape, n->edges[0].ndim, g->dtype, g->device);
+    Tensor *d = z ? diagonal_view(z, n->i[0], (int)n->i[1], (int)n->i[2]) : NULL;
+    int rc = d ? tensor_copy_(d, g) : -1;
+    tensor_release(d);
+    if (rc < 0) {
+        tensor_release(z);
+        return -1;
+    }
+    gin[0] = z;
+    return 0;
+}
+
+Tensor *tensor_diagonal(Tensor *t, int64_t offset, int d1, int d2) {
+    if (t->ndim < 2) return accel_fail("diagonal: expected a tensor of 2 or more dims, got shape %s", tensor_shape_str(t));
+    if ((d1 = tensor_wrap_dim(t, d1, "diagonal")) < 0 || (d2 = tensor_wrap_dim(t, d2, "diagonal")) < 0) return NULL;
+    if (d1 == d2) return accel_fail("diagonal: dimensions cannot be identical %d, %d", d1 + 1, d2 + 1);
+    Tensor *v = diagonal_view(t, offset, d1, d2);
+    AGNode *n = v ? ag_record_view("DiagonalBackward0", bw_diagonal, v, t) : NULL;
+    if (n) n->i[0] = offset, n->i[1] = d1, n->i[2] = d2;
+    return v;
+}
+
 Tensor *tensor_as_strided(Tensor *t, const int64_t *shape, const int64_t *stride, int ndim, int64_t offset) {
     if (ag_needs_grad(&t, 1)) return accel_fail("as_strided: not differentiable; call it on a detached tensor");
     int64_t maxoff = offset, numel = shape_check("as_strided", shape, ndim, SHAPE_NO_DTYPE);

@@ -1140,28 +1140,21 @@ function M.index_add_(t, ...) return t:copy_(t:index_add(...)) end
 -- ---- diagonals ----
 
 -- t:diagonal([offset = 0], [dim1 = 1], [dim2 = 2]): the diagonal of the
--- (dim1, dim2) planes as a new last dim (a copy, not a view as torch's);
--- offset > 0 above the main diagonal, < 0 below
+-- (dim1, dim2) planes as a new last dim, a view as torch's (writing into it
+-- writes into t); offset > 0 above the main diagonal, < 0 below
 function M.diagonal(t, ...)
   local a = torch_args("diagonal", {"offset:int", "dim1:int", "dim2:int"}, ...)
-  local off = a.offset or 0
   local d1, d2 = positive_dim("diagonal", t, a.dim1 or 1), positive_dim("diagonal", t, a.dim2 or 2)
   if d1 == d2 then raise("diagonal: dimensions cannot be identical %d, %d", d1, d2) end
-  local x = t:movedim({d1, d2}, {-2, -1})
-  local r, c = x:size(-2), x:size(-1)
-  local n = math.max(0, math.min(r - math.max(0, -off), c - math.max(0, off)))
-  local flat = sizes(x, x:dim() - 2)
-  flat[#flat + 1] = r * c
-  local pos = accel.arange(n, {device = t.device}):mul(c + 1):add(math.max(0, -off) * c + math.max(0, off))
-  return x:reshape(flat):index_select(-1, pos)
+  return C.diagonal(t, a.offset or 0, d1, d2)
 end
 
 -- t:diag([diagonal = 0]): of a 1-D t the square matrix with t on that
--- diagonal; of a 2-D t, its diagonal
+-- diagonal; of a 2-D t, its diagonal (a copy, as torch's, not a view)
 function M.diag(t, k, ...)
   no_more("diag", 1, ...)
   k = k or 0
-  if t:dim() == 2 then return M.diagonal(t, k) end
+  if t:dim() == 2 then return M.diagonal(t, k):clone() end
   if t:dim() ~= 1 then raise("diag: expected a 1-D or 2-D tensor, got %d-D", t:dim()) end
   local n = t:size(1)
   local ids = accel.arange(n, {device = t.device})
