@@ -1,6 +1,6 @@
 /* functional_lua.c: accel._C, the fused nn ops that accel.nn.functional
  * (Lua) wraps with PyTorch's names and options: linear, cross_entropy,
- * layer_norm, embedding, softmax, dropout; and diagonal's view. Dims here
+ * layer_norm, embedding, softmax, dropout; and diagonal's and unfold's views. Dims here
  * are Lua's (1-based). */
 #include "lua_util.h"
 #include "../core/precision.h"
@@ -72,13 +72,20 @@ static int c_diagonal(lua_State *L) {
     return push(L, tensor_diagonal(t, off, (int)(d1 > 0 ? d1 - 1 : d1), (int)(d2 > 0 ? d2 - 1 : d2)));
 }
 
+/* unfold(t, dim, size, step): the view (dim 1-based) */
+static int c_unfold(lua_State *L) {
+    Tensor *t = lu_check_tensor(L, 1);
+    lua_Integer d = luaL_checkinteger(L, 2);
+    return push(L, tensor_unfold(t, (int)(d > 0 ? d - 1 : d), luaL_checkinteger(L, 3), luaL_checkinteger(L, 4)));
+}
+
 /* raise(msg): a Lua error at the user's file:line (first frame outside the library) */
 static int c_raise(lua_State *L) { return lu_error(L, "%s", luaL_checkstring(L, 1)); }
 
 void lu_open_functions(lua_State *L, int m) {
     static const luaL_Reg fns[] = {{"linear", c_linear}, {"cross_entropy", c_cross_entropy}, {"layer_norm", c_layer_norm},
                                    {"embedding", c_embedding}, {"softmax", c_softmax}, {"dropout", c_dropout},
-                                   {"set_autocast", c_set_autocast}, {"raise", c_raise}, {"diagonal", c_diagonal},
+                                   {"set_autocast", c_set_autocast}, {"raise", c_raise}, {"diagonal", c_diagonal}, {"unfold", c_unfold},
                                    {NULL, NULL}};
     lu_register_c(L, m, fns);
 }

@@ -149,6 +149,9 @@ Tensor *tensor_as_strided(Tensor *t, const int64_t *shape, const int64_t *stride
 /* The (d1, d2) diagonal as a view, a new last dim (dims 0-based, negatives
  * allowed; offset > 0 above the main diagonal), as torch.diagonal. */
 Tensor *tensor_diagonal(Tensor *t, int64_t offset, int d1, int d2);
+/* The windows of size along dim, every step, as a view (torch.Tensor.unfold):
+ * dim becomes the window count, a last dim of size is added. */
+Tensor *tensor_unfold(Tensor *t, int dim, int64_t size, int64_t step);
 Tensor *tensor_contiguous(Tensor *t); /* returns t itself (retained) when already contiguous */
 Tensor *tensor_clone(Tensor *t);
 Tensor *tensor_detach(Tensor *t); /* shares storage, no grad */

@@ -360,6 +360,57 @@ Tensor *tensor_diagonal(Tensor *t, int64_t offset, int d1, int d2) {
     return v;
 }
 
+/* unfold's view: dim becomes the window count (stride stride[dim] * step),
+ * a last dim of size (stride stride[dim]). Arguments valid. */
+static Tensor *unfold_view(Tensor *t, int dim, int64_t size, int64_t step) {
+    int64_t s[TENSOR_MAX_DIMS], st[TENSOR_MAX_DIMS];
+    memcpy(s, t->shape, sizeof s);
+    memcpy(st, t->stride, sizeof st);
+    s[dim] = (t->shape[dim] - size) / step + 1, st[dim] = t->stride[dim] * step;
+    s[t->ndim] = size, st[t->ndim] = t->stride[dim];
+    return make_view(t, s, st, t->ndim + 1, t->offset);
+}
+
+/* unfold (i: dim, size, step): the windows' gradients added back at their
+ * positions: index_add of g, its (count, size) made one dim, at
+ * [w * step + j for each window w, each j < size]. */
+static int bw_unfold(AGNode *n, Tensor *g, Tensor **gin) {
+    int dim = (int)n->i[0], nd = n->edges[0].ndim;
+    int64_t size = n->i[1], step = n->i[2], count = g->shape[dim];
+    int perm[TENSOR_MAX_DIMS], k = 0;
+    for (int d = 0; d < nd; d++) {
+        perm[k++] = d;
+        if (d == dim) perm[k++] = nd; /* the window's own dim right after the count */
+    }
+    int64_t flat[TENSOR_MAX_DIMS];
+    memcpy(flat, n->edges[0].shape, sizeof flat);
+    flat[dim] = count * size;
+    Tensor *moved = tensor_permute(g, perm, nd + 1), *g2 = moved ? tensor_reshape(moved, flat, nd) : NULL;
+    Tensor *idx = tensor_empty((int64_t[]){count * size}, 1, DT_I64, (Device){DEV_CPU, 0});
+    if (idx)
+        for (int64_t w = 0; w < count; w++)
+            for (int64_t j = 0; j < size; j++) ((int64_t *)tensor_data(idx))[w * size + j] = w * step + j;
+    Tensor *idx_dev = idx ? tensor_to(idx, g->device) : NULL;
+    Tensor *z = g2 && idx_dev ? tensor_zeros(n->edges[0].shape, nd, g->dtype, g->device) : NULL;
+    gin[0] = z ? op_index_add(z, dim, idx_dev, g2) : NULL;
+    tensor_release(moved), tensor_release(g2), tensor_release(idx), tensor_release(idx_dev), tensor_release(z);
+    return gin[0] ? 0 : -1;
+}
+
+Tensor *tensor_unfold(Tensor *t, int dim, int64_t size, int64_t step) {
+    if (t->ndim == 0 || t->ndim >= TENSOR_MAX_DIMS)
+        return accel_fail("unfold: expected a tensor of 1 to %d dims, got shape %s", TENSOR_MAX_DIMS - 1, tensor_shape_str(t));
+    if ((dim = tensor_wrap_dim(t, dim, "unfold")) < 0) return NULL;
+    if (size < 0 || size > t->shape[dim])
+        return accel_fail("unfold: size %lld is larger than dim %d's size %lld", (long long)size, dim + 1,
+                          (long long)t->shape[dim]);
+    if (step < 1) return accel_fail("unfold: step must be a positive integer, got %lld", (long long)step);
+    Tensor *v = unfold_view(t, dim, size, step);
+    AGNode *n = v ? ag_record_view("UnfoldBackward0", bw_unfold, v, t) : NULL;
+    if (n) n->i[0] = dim, n->i[1] = size, n->i[2] = step;
+    return v;
+}
+
 Tensor *tensor_as_strided(Tensor *t, const int64_t *shape, const int64_t *stride, int ndim, int64_t offset) {
     if (ag_needs_grad(&t, 1)) return accel_fail("as_strided: not differentiable; call it on a detached tensor");
     int64_t maxoff = offset, numel = shape_check("as_strided", shape, ndim, SHAPE_NO_DTYPE);

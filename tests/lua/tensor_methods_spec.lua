@@ -689,6 +689,20 @@ describe("running extremes, runs and histograms (torch 2.15's results)", functio
 end)
 
 describe("windows, scatters by mask, matrix products and erfinv", function()
+  it("unfold is a view (torch 2.15's results); its gradient adds the windows back", function()
+    local z = accel.zeros(6)
+    z:unfold(1, 2, 2):select(2, 1):fill_(1)
+    assert.same({1, 0, 1, 0, 1, 0}, z:tolist())
+    local w = accel.arange(6, {dtype = accel.float64}):requires_grad_(true)
+    local y = w:unfold(1, 3, 1)
+    assert.are.equal("UnfoldBackward0", y.grad_fn)
+    ;(y * y):sum():backward()
+    assert.same({0, 4, 12, 18, 16, 10}, w.grad:tolist()) -- 2 w_i times the windows holding i: 1, 2, 3, 3, 2, 1
+    local gc = dofile("tests/lua/gradcheck.lua")
+    gc.check(function(v) return v:unfold(2, 3, 2) end, {gc.randn(2, 7, 3)})
+    gc.check(function(v) return v:unfold(-1, 2, 3) end, {gc.randn(3, 8)})
+  end)
+
   it("unfold, masked_scatter, put_, addmm (torch 2.15's results)", function()
     assert.same({{0, 1, 2}, {2, 3, 4}, {4, 5, 6}}, accel.arange(7):unfold(1, 3, 2):tolist())
     assert.same({3, 2, 2}, support.shape_of(accel.arange(12):view(3, 4):unfold(2, 2, 2)))

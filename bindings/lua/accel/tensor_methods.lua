@@ -451,13 +451,14 @@ end
 -- ---- small compositions ----
 
 -- t:unfold(dim, size, step): the windows of size along dim, every step, as
--- a new dim of (count) replacing dim and a last dim of size (a copy, not
--- torch's view)
+-- a new dim of (count) replacing dim and a last dim of size: a view, as
+-- torch's (of a 0-dim t, a copy)
 function M.unfold(t, dim, size, step)
   local d = positive_dim("unfold", t, dim)
   local n = t:dim() == 0 and 1 or t:size(d)
-  if type(size) ~= "number" or size < 0 or size > n then raise("unfold: size %s is larger than dim %d's size %d", util.show(size), d, n) end
-  if type(step) ~= "number" or step < 1 then raise("unfold: step must be a positive integer, got %s", util.show(step)) end
+  if type(size) ~= "number" or size % 1 ~= 0 or size < 0 or size > n then raise("unfold: size %s is larger than dim %d's size %d", util.show(size), d, n) end
+  if type(step) ~= "number" or step % 1 ~= 0 or step < 1 then raise("unfold: step must be a positive integer, got %s", util.show(step)) end
+  if t:dim() > 0 then return C.unfold(t, d, size, step) end
   local count = math.floor((n - size) / step) + 1
   local starts = accel.arange(count, {device = t.device}):mul(step):unsqueeze(2)
   local idx = (starts + accel.arange(size, {device = t.device})):reshape({-1})
