@@ -167,11 +167,17 @@ do -- a collective gather called on the main process only: an immediate mismatch
     local run = launch(2, "shard_main_only.lua", what, DIR .. "/main_only")
     local why = {{run.code ~= 0, "the run did not fail"}, {run.secs < 30, "it waited for the collective timeout"},
       {not run.out:find("was not stopped", 1, true), "a rank went on"}}
+    -- each rank stops at its own line with the mismatch; the first to stop
+    -- ends the job (MPI_Abort), so under load the other's message may never
+    -- be printed: one of the two must be there
+    local found, wants = false, {}
     for rank, mark in pairs({[0] = "main", [1] = "others"}) do
       local want = ("rank %d: %sshard_main_only.lua:%d: collective mismatch: rank 0 called all_gather_v, rank 1 "
         .. "called barrier"):format(rank, HELPERS, lines[mark])
-      why[#why + 1] = {run.err:find(want, 1, true), "no error saying: " .. want}
+      found = found or run.err:find(want, 1, true) ~= nil
+      wants[#wants + 1] = want
     end
+    why[#why + 1] = {found, "no error saying: " .. table.concat(wants, " or: ")}
     check(what .. " under stage 3 on the main process only: one collective mismatch at once on every rank", run,
       table.unpack(why))
   end

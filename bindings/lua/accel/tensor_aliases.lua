@@ -3,7 +3,11 @@
 -- comes with them): type_as, unflatten, ger, ravel, sgn, absolute, positive,
 -- conj, resolve_conj, is_complex, is_signed, exp2, float_power, signbit,
 -- heaviside, msort, nansum, nanmean, nancumsum, isposinf, isneginf, the
--- in-place comparisons (ge_, ...) and the comparisons' long names (greater, less_equal, ...). Tensors are real here, so the complex
+-- in-place comparisons (ge_, ...) and the comparisons' long names (greater,
+-- less_equal, ...), the in-place forms of unary and binary ops (cumsum_,
+-- xlogy_, ...) and their second names (divide_, fix, ...), adjoint,
+-- is_same_size, is_nonzero, get_device, split_with_sizes, narrow_copy,
+-- diagflat, logaddexp2, dist, sum_to_size. Tensors are real here, so the complex
 -- ones (conj, sgn, ...) are their real meaning. Returns the methods, merged
 -- into the tensor method table by accel.tensor_methods.
 local accel = require("accel")
@@ -152,6 +156,120 @@ function A.isneginf(t) return t:eq(-math.huge) end
 function A.nancumsum(t, ...)
   if not t.dtype.is_floating_point then return t:cumsum(...) end
   return accel.where(t:isnan(), 0, t):cumsum(...)
+end
+
+-- ---- in-place forms and further names ----
+
+-- torch's second names of in-place ops
+for alias, name in pairs({divide_ = "div_", multiply_ = "mul_", subtract_ = "sub_", true_divide_ = "div_",
+  fix = "trunc", fix_ = "trunc_", sgn_ = "sign_"}) do
+  A[alias] = function(t, ...) return t[name](t, ...) end
+end
+
+-- Whether a result of dtype `from` may be written into a tensor of dtype
+-- `to` in place (torch's can_cast: no float into an integer, nothing but
+-- bool into bool).
+local function can_cast(from, to)
+  if from.is_floating_point and not to.is_floating_point then return false end
+  return to ~= accel.bool or from == accel.bool
+end
+
+-- torch's name of a dtype in its cast errors ("Float", "Long", ...)
+local TORCH_NAMES = {float32 = "Float", float64 = "Double", float16 = "Half", bfloat16 = "BFloat16", int64 = "Long",
+  int32 = "Int", uint8 = "Byte", bool = "Bool"}
+local function torch_name(dt)
+  local short = tostring(dt):gsub("^accel%.", "")
+  return TORCH_NAMES[short] or short
+end
+
+-- t:name_(...): t:name(...) written into t (copy_'s autograd rules), the
+-- result of t's shape and castable to t's dtype (torch's errors).
+local function inplace_of(name)
+  return function(t, ...)
+    util.check_inplace_leaf(name .. "_", t)
+    local result = t[name](t, ...)
+    if util.shape_str(result) ~= util.shape_str(t) then
+      raise("%s_: output with shape %s doesn't match the broadcast shape %s", name, util.shape_str(t), util.shape_str(result))
+    end
+    if not can_cast(result.dtype, t.dtype) then
+      raise("%s_: result type %s can't be cast to the desired output type %s", name, torch_name(result.dtype),
+        torch_name(t.dtype))
+    end
+    return t:copy_(result)
+  end
+end
+for _, name in ipairs({"cumsum", "cumprod", "logical_and", "logical_or", "logical_xor", "nan_to_num", "erfinv", "exp2",
+  "frac", "deg2rad", "rad2deg", "sinc", "logit", "hypot", "xlogy", "heaviside"}) do
+  A[name .. "_"] = inplace_of(name)
+end
+
+-- t:adjoint(): the last two dims swapped (the conjugate is t: tensors are real)
+function A.adjoint(t, ...) no_more("adjoint", 0, ...) return t.mT end
+function A.is_conj() return false end
+function A.is_neg() return false end
+-- t:isreal(): true everywhere (no complex tensors)
+function A.isreal(t, ...) no_more("isreal", 0, ...) return accel.ones_like(t, {dtype = accel.bool}) end
+-- t:get_device(): -1 on the CPU, else the device's index
+function A.get_device(t) return t.device.type == "cpu" and -1 or (t.device.index or 0) end
+
+function A.is_same_size(t, other, ...)
+  no_more("is_same_size", 1, ...)
+  if not accel.is_tensor(other) then raise("is_same_size: expected a tensor, got %s", util.show(other)) end
+  return util.shape_str(t) == util.shape_str(other)
+end
+
+-- t:is_nonzero(): the one element is not zero (torch's errors otherwise)
+function A.is_nonzero(t, ...)
+  no_more("is_nonzero", 0, ...)
+  if t:numel() == 0 then raise("is_nonzero: Boolean value of Tensor with no values is ambiguous") end
+  if t:numel() > 1 then raise("is_nonzero: Boolean value of Tensor with more than one value is ambiguous") end
+  return t:item() ~= 0 and t:item() ~= false
+end
+
+-- t:split_with_sizes(sizes, [dim = 1]): split with a list of sizes
+function A.split_with_sizes(t, sizes, ...)
+  if type(sizes) ~= "table" then raise("split_with_sizes: split_sizes must be a list of sizes, got %s", util.show(sizes)) end
+  return t:split(sizes, ...)
+end
+
+-- t:narrow_copy(dim, start, length): narrow's slice as a new tensor
+function A.narrow_copy(t, ...) return t:narrow(...):clone() end
+
+-- (accel.diagflat itself finds this method first: call the function's own code)
+function A.diagflat(t, ...) return require("accel.tensor_functions").diagflat(t, ...) end
+
+-- t:logaddexp2(other): log2(2^t + 2^other)
+function A.logaddexp2(t, other, ...)
+  no_more("logaddexp2", 1, ...)
+  local ln2 = math.log(2)
+  return t:mul(ln2):logaddexp(accel.is_tensor(other) and other:mul(ln2) or other * ln2):div(ln2)
+end
+
+-- t:dist(other, [p = 2]): the p-norm of t - other
+function A.dist(t, other, p, ...)
+  no_more("dist", 2, ...)
+  return (t - other):norm(p or 2)
+end
+
+-- t:sum_to_size(size...): t summed down to a shape it broadcasts from
+function A.sum_to_size(t, ...)
+  local size = select("#", ...) == 1 and type((...)) == "table" and (...) or {...}
+  local nd, want = t:dim(), #size
+  local ok = want <= nd
+  local r = t
+  if ok and nd > want then
+    local lead = {}
+    for i = 1, nd - want do lead[i] = i end
+    r = r:sum(lead)
+  end
+  for i = 1, want do
+    local have = ok and r:size(i)
+    if not ok or (size[i] ~= have and size[i] ~= 1) then
+      raise("sum_to_size: size {%s} is not expandable to size {%s}", table.concat(size, ", "), util.shape_str(t):sub(2, -2))
+    end
+    if size[i] == 1 and have ~= 1 then r = r:sum(i, true) end
+  end
+  return r
 end
 
 return A

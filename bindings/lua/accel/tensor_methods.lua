@@ -608,6 +608,10 @@ function M.tensor_split(t, spec, ...)
 end
 function M.hsplit(t, spec) return M.tensor_split(t, spec, t:dim() == 1 and 1 or 2) end
 function M.vsplit(t, spec) return M.tensor_split(t, spec, 1) end
+function M.dsplit(t, spec)
+  if t:dim() < 3 then raise("dsplit: requires a tensor with at least 3 dimensions, but got a tensor with %d dimensions", t:dim()) end
+  return M.tensor_split(t, spec, 3)
+end
 
 -- t:rot90([k = 1], [dims = {1, 2}]): rotated by 90 degrees k times, from
 -- the first dim towards the second
