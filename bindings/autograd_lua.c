@@ -586,7 +586,7 @@ static int retain_hook_run(void *ud, Tensor **g) {
 }
 
 /* t:retain_grad(): a leaf keeps its .grad anyway; twice is once. */
-static int l_retain_grad(lua_State *L) {
+int lu_tensor_retain_grad(lua_State *L) {
     Tensor *t = lu_check_self(L);
     lu_check_no_more_args(L, 2);
     if (!t->requires_grad) return lu_error(L, "can't retain_grad on Tensor that has requires_grad=False");
@@ -608,7 +608,6 @@ static void open_hook_handles(lua_State *L) {
 
 int lu_tensor_register_hook(lua_State *L) { return add_lua_hook(L, false); }
 int lu_tensor_register_post_accumulate_grad_hook(lua_State *L) { return add_lua_hook(L, true); }
-int lu_tensor_retain_grad(lua_State *L) { return l_retain_grad(L); }
 
 void lu_open_autograd(lua_State *L, int m) {
     open_hook_handles(L);

@@ -67,16 +67,12 @@ static int c_set_autocast(lua_State *L) {
 
 /* diagonal(t, offset, dim1, dim2): the view (dims 1-based) */
 static int c_diagonal(lua_State *L) {
-    Tensor *t = lu_check_tensor(L, 1);
-    lua_Integer off = luaL_checkinteger(L, 2), d1 = luaL_checkinteger(L, 3), d2 = luaL_checkinteger(L, 4);
-    return push(L, tensor_diagonal(t, off, (int)(d1 > 0 ? d1 - 1 : d1), (int)(d2 > 0 ? d2 - 1 : d2)));
+    return push(L, tensor_diagonal(lu_check_tensor(L, 1), luaL_checkinteger(L, 2), lu_dim(L, 3), lu_dim(L, 4)));
 }
 
 /* unfold(t, dim, size, step): the view (dim 1-based) */
 static int c_unfold(lua_State *L) {
-    Tensor *t = lu_check_tensor(L, 1);
-    lua_Integer d = luaL_checkinteger(L, 2);
-    return push(L, tensor_unfold(t, (int)(d > 0 ? d - 1 : d), luaL_checkinteger(L, 3), luaL_checkinteger(L, 4)));
+    return push(L, tensor_unfold(lu_check_tensor(L, 1), lu_dim(L, 2), luaL_checkinteger(L, 3), luaL_checkinteger(L, 4)));
 }
 
 /* raise(msg): a Lua error at the user's file:line (first frame outside the library) */

@@ -122,7 +122,26 @@ static void hooks_free(AGHook *h) {
     }
 }
 
-AGHook **ag_hook_list(Tensor *t) { return t->grad_fn ? &t->grad_fn->hooks : &t->hooks; }
+/* The list t's hooks go to: its grad_fn's, or a leaf's own. */
+static AGHook **hook_list(Tensor *t) { return t->grad_fn ? &t->grad_fn->hooks : &t->hooks; }
+
+static void hook_append(AGHook **list, AGHook *h) {
+    while (*list) list = &(*list)->next;
+    *list = h;
+}
+
+/* Unlink and return the hook with this id (id > 0) or, with id 0,
+ * retain_grad's hook of `retains`; NULL when the list has none. */
+static AGHook *hook_take(AGHook **list, int id, const Tensor *retains) {
+    for (AGHook **at = list; *at; at = &(*at)->next) {
+        if (id ? (*at)->id != id : (*at)->retains != retains) continue;
+        AGHook *h = *at;
+        *at = h->next;
+        h->next = NULL;
+        return h;
+    }
+    return NULL;
+}
 
 /* Why a hook of this kind cannot go on t, or NULL. */
 static const char *hook_refused(const Tensor *t, AGHookKind kind) {
@@ -140,22 +159,14 @@ int ag_hook_add(Tensor *t, AGHookFn run, void (*free_ud)(void *), void *ud, AGHo
         return accel_fail_int("%s", why ? why : "register_hook: out of memory");
     }
     *h = (AGHook){run, free_ud, ud, retains, ++last_id, kind, NULL};
-    AGHook **at = ag_hook_list(t);
-    while (*at) at = &(*at)->next;
-    *at = h;
+    hook_append(hook_list(t), h);
     return h->id;
 }
 
 bool ag_hook_remove(AGHook **list, int id) {
-    for (AGHook **at = list; *at; at = &(*at)->next) {
-        if ((*at)->id != id) continue;
-        AGHook *h = *at;
-        *at = h->next;
-        h->next = NULL;
-        hooks_free(h);
-        return true;
-    }
-    return false;
+    AGHook *h = id > 0 ? hook_take(list, id, NULL) : NULL;
+    hooks_free(h);
+    return h != NULL;
 }
 
 bool ag_retains_grad(const Tensor *t) {
@@ -164,29 +175,15 @@ bool ag_retains_grad(const Tensor *t) {
     return false;
 }
 
-/* Unlink t's retain_grad hook from n's list (NULL: none). */
-static AGHook *take_retain_hook(AGNode *n, const Tensor *t) {
-    for (AGHook **at = n ? &n->hooks : NULL; at && *at; at = &(*at)->next) {
-        if ((*at)->retains != t) continue;
-        AGHook *h = *at;
-        *at = h->next;
-        h->next = NULL;
-        return h;
-    }
-    return NULL;
-}
+/* Unlink t's retain_grad hook from n's list (n NULL: none). */
+static AGHook *take_retain_hook(AGNode *n, const Tensor *t) { return n ? hook_take(&n->hooks, 0, t) : NULL; }
 
 void ag_set_grad_fn(Tensor *t, AGNode *n) {
     AGNode *old = t->grad_fn;
     if (n == old) return;
     AGHook *keep = take_retain_hook(old, t);
-    if (keep && n) { /* it stays with the tensor: the gradient of its new value */
-        AGHook **at = &n->hooks;
-        while (*at) at = &(*at)->next;
-        *at = keep;
-    } else {
-        hooks_free(keep);
-    }
+    if (keep && n) hook_append(&n->hooks, keep); /* it stays with the tensor: the gradient of its new value */
+    else hooks_free(keep);
     t->grad_fn = n ? ag_node_retain(n) : NULL;
     if (old) ag_node_release(old);
 }

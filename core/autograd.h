@@ -157,10 +157,8 @@ bool ag_sole_owner(const Tensor *t);
  * with t when an in-place op gives t a new grad_fn. Returns the hook's id
  * (> 0), or -1 with an error set (free_ud is then called on ud). */
 int ag_hook_add(Tensor *t, AGHookFn run, void (*free_ud)(void *), void *ud, AGHookKind kind, Tensor *retains);
-/* The list a hook added to t now lives in (for removing it later: keep its
- * owner, t's grad_fn or t, alive meanwhile). */
-AGHook **ag_hook_list(Tensor *t);
-/* Remove the hook with this id from a list; false if it is not there. */
+/* Remove the hook with this id from a list (a node's or a leaf's hooks;
+ * keep its owner alive meanwhile); false if it is not there. */
 bool ag_hook_remove(AGHook **list, int id);
 /* Whether retain_grad was called on t (a hook with retains == t). */
 bool ag_retains_grad(const Tensor *t);

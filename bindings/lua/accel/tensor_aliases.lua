@@ -129,21 +129,45 @@ for alias, name in pairs({greater = "gt", greater_equal = "ge", less = "lt", les
   A[alias] = function(t, ...) return t[name](t, ...) end
 end
 
--- t:eq_(other) / ne_ / lt_ / le_ / gt_ / ge_ (and the long names with _): t
--- set to the comparison's 1 / 0 in t's dtype, in place; other must broadcast
--- to t's shape. Their gradient is zero, as PyTorch's.
-local function inplace_comparison(name)
-  return function(t, other, ...)
-    no_more(name .. "_", 1, ...)
+-- Whether a result of dtype `from` may be written into a tensor of dtype
+-- `to` in place (torch's can_cast: no float into an integer, nothing but
+-- bool into bool).
+local function can_cast(from, to)
+  if from.is_floating_point and not to.is_floating_point then return false end
+  return to ~= accel.bool or from == accel.bool
+end
+
+-- torch's name of a dtype in its cast errors ("Float", "Long", ...)
+local TORCH_NAMES = {float32 = "Float", float64 = "Double", float16 = "Half", bfloat16 = "BFloat16", int64 = "Long",
+  int32 = "Int", uint8 = "Byte", bool = "Bool"}
+local function torch_name(dt)
+  local short = tostring(dt):gsub("^accel%.", "")
+  return TORCH_NAMES[short] or short
+end
+
+-- t:name_(...): t:name(...) written into t (copy_'s autograd rules), the
+-- result of t's shape and castable to t's dtype (torch's errors). n_args:
+-- how many arguments it takes (nil: any).
+local function inplace_of(name, n_args)
+  return function(t, ...)
+    if n_args then no_more(name .. "_", n_args, select(n_args + 1, ...)) end
     util.check_inplace_leaf(name .. "_", t)
-    local result = t[name](t, other)
+    local result = t[name](t, ...)
     if util.shape_str(result) ~= util.shape_str(t) then
       raise("%s_: output with shape %s doesn't match the broadcast shape %s", name, util.shape_str(t), util.shape_str(result))
+    end
+    if not can_cast(result.dtype, t.dtype) then
+      raise("%s_: result type %s can't be cast to the desired output type %s", name, torch_name(result.dtype),
+        torch_name(t.dtype))
     end
     return t:copy_(result)
   end
 end
-for _, name in ipairs({"eq", "ne", "lt", "le", "gt", "ge"}) do A[name .. "_"] = inplace_comparison(name) end
+
+-- t:eq_(other) / ne_ / lt_ / le_ / gt_ / ge_ (and the long names with _): t
+-- set to the comparison's 1 / 0 in t's dtype, in place; other must broadcast
+-- to t's shape. Their gradient is zero, as PyTorch's.
+for _, name in ipairs({"eq", "ne", "lt", "le", "gt", "ge"}) do A[name .. "_"] = inplace_of(name, 1) end
 for alias, name in pairs({greater = "gt", greater_equal = "ge", less = "lt", less_equal = "le", not_equal = "ne"}) do
   A[alias .. "_"] = A[name .. "_"]
 end
@@ -166,38 +190,6 @@ for alias, name in pairs({divide_ = "div_", multiply_ = "mul_", subtract_ = "sub
   A[alias] = function(t, ...) return t[name](t, ...) end
 end
 
--- Whether a result of dtype `from` may be written into a tensor of dtype
--- `to` in place (torch's can_cast: no float into an integer, nothing but
--- bool into bool).
-local function can_cast(from, to)
-  if from.is_floating_point and not to.is_floating_point then return false end
-  return to ~= accel.bool or from == accel.bool
-end
-
--- torch's name of a dtype in its cast errors ("Float", "Long", ...)
-local TORCH_NAMES = {float32 = "Float", float64 = "Double", float16 = "Half", bfloat16 = "BFloat16", int64 = "Long",
-  int32 = "Int", uint8 = "Byte", bool = "Bool"}
-local function torch_name(dt)
-  local short = tostring(dt):gsub("^accel%.", "")
-  return TORCH_NAMES[short] or short
-end
-
--- t:name_(...): t:name(...) written into t (copy_'s autograd rules), the
--- result of t's shape and castable to t's dtype (torch's errors).
-local function inplace_of(name)
-  return function(t, ...)
-    util.check_inplace_leaf(name .. "_", t)
-    local result = t[name](t, ...)
-    if util.shape_str(result) ~= util.shape_str(t) then
-      raise("%s_: output with shape %s doesn't match the broadcast shape %s", name, util.shape_str(t), util.shape_str(result))
-    end
-    if not can_cast(result.dtype, t.dtype) then
-      raise("%s_: result type %s can't be cast to the desired output type %s", name, torch_name(result.dtype),
-        torch_name(t.dtype))
-    end
-    return t:copy_(result)
-  end
-end
 for _, name in ipairs({"cumsum", "cumprod", "logical_and", "logical_or", "logical_xor", "nan_to_num", "erfinv", "exp2",
   "frac", "deg2rad", "rad2deg", "sinc", "logit", "hypot", "xlogy", "heaviside"}) do
   A[name .. "_"] = inplace_of(name)
