@@ -1893,9 +1893,13 @@ static int push_property(lua_State *L, Tensor *t, const char *k) {
     case 'i':
         if (strcmp(k, "is_leaf") == 0) return lua_pushboolean(L, t->grad_fn == NULL), 1;
         if (strcmp(k, "is_cuda") == 0) return lua_pushboolean(L, t->device.type == DEV_CUDA), 1;
+        if (strcmp(k, "is_cpu") == 0) return lua_pushboolean(L, t->device.type == DEV_CPU), 1;
+        if (strcmp(k, "itemsize") == 0) return lua_pushinteger(L, (lua_Integer)dtype_size(t->dtype)), 1;
         break;
     case 'n':
         if (strcmp(k, "ndim") == 0) return lua_pushinteger(L, t->ndim), 1;
+        if (strcmp(k, "nbytes") == 0) /* numel * itemsize, as torch (the view's, not the storage's) */
+            return lua_pushinteger(L, (lua_Integer)(t->numel * (int64_t)dtype_size(t->dtype))), 1;
         break;
     case '_': /* PyTorch's t._version: bumped by every in-place write to the storage */
         if (strcmp(k, "_version") == 0) return lua_pushinteger(L, (lua_Integer)t->storage->version), 1;

@@ -7,7 +7,7 @@
 -- less_equal, ...), the in-place forms of unary and binary ops (cumsum_,
 -- xlogy_, ...) and their second names (divide_, fix, ...), adjoint,
 -- is_same_size, is_nonzero, get_device, split_with_sizes, narrow_copy,
--- diagflat, logaddexp2, dist, sum_to_size. Tensors are real here, so the complex
+-- diagflat, logaddexp2, dist, sum_to_size, angle, hardshrink, prelu, mvlgamma. Tensors are real here, so the complex
 -- ones (conj, sgn, ...) are their real meaning. Returns the methods, merged
 -- into the tensor method table by accel.tensor_methods.
 local accel = require("accel")
@@ -190,8 +190,36 @@ for alias, name in pairs({divide_ = "div_", multiply_ = "mul_", subtract_ = "sub
   A[alias] = function(t, ...) return t[name](t, ...) end
 end
 
+-- t:angle(): the argument of a real number: pi below zero, 0 from -0 up,
+-- NaN at NaN; an integer tensor gives the default float dtype. The
+-- gradient is zero everywhere, as torch's for real tensors.
+function A.angle(t, ...)
+  no_more("angle", 0, ...)
+  local x = t.dtype.is_floating_point and t or t:to(accel.get_default_dtype())
+  local v = x:detach()
+  local value = accel.where(v:isnan(), v, v:lt(0):to(v.dtype) * math.pi)
+  return accel.where(accel.ones_like(v, {dtype = accel.bool}), value, x) -- (x on the graph, its gradient 0)
+end
+
+-- t:hardshrink([lambd = 0.5]) and t:prelu(weight): nn.functional's
+function A.hardshrink(t, ...) return require("accel.nn.functional").hardshrink(t, ...) end
+function A.prelu(t, ...) return require("accel.nn.functional").prelu(t, ...) end
+
+-- t:mvlgamma(p): the multivariate log-gamma of dimension p,
+-- p (p - 1) / 4 log(pi) + sum over j = 1..p of lgamma(t - (j - 1) / 2);
+-- an integer tensor gives the default float dtype
+function A.mvlgamma(t, p, ...)
+  no_more("mvlgamma", 1, ...)
+  if type(p) ~= "number" or p ~= math.floor(p) then raise("mvlgamma: p must be an integer, got %s", util.show(p)) end
+  if p < 1 then raise("mvlgamma: p has to be greater than or equal to 1, got %d", p) end
+  local x = t.dtype.is_floating_point and t or t:to(accel.get_default_dtype())
+  local sum = x:lgamma()
+  for j = 2, p do sum = sum + (x - (j - 1) / 2):lgamma() end
+  return sum + p * (p - 1) / 4 * math.log(math.pi)
+end
+
 for _, name in ipairs({"cumsum", "cumprod", "logical_and", "logical_or", "logical_xor", "nan_to_num", "erfinv", "exp2",
-  "frac", "deg2rad", "rad2deg", "sinc", "logit", "hypot", "xlogy", "heaviside"}) do
+  "frac", "deg2rad", "rad2deg", "sinc", "logit", "hypot", "xlogy", "heaviside", "mvlgamma"}) do
   A[name .. "_"] = inplace_of(name)
 end
 

@@ -1351,8 +1351,9 @@ function M.new_empty(t, ...) local a, n = new_args(t, ...) return accel.empty(un
 function M.new_full(t, size, value, o) return accel.full(size, value, new_options(t, o)) end
 function M.new_tensor(t, data, o) return accel.tensor(data, new_options(t, o)) end
 
--- the products (dot, mv, tensordot, ...) and the aliases (type_as, ravel, ...)
-for _, part in ipairs({"accel.tensor_products", "accel.tensor_aliases"}) do
+-- the products (dot, mv, tensordot, ...), the aliases (type_as, ravel, ...)
+-- and the view scatters (select_scatter, ...)
+for _, part in ipairs({"accel.tensor_products", "accel.tensor_aliases", "accel.tensor_view_scatter"}) do
   for name, f in pairs(require(part)) do M[name] = f end
 end
 

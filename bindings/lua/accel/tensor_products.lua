@@ -1,6 +1,7 @@
 -- accel.tensor_products: PyTorch's vector and tensor products composed from
 -- matmul, mul and sum (so autograd comes with them): dot, vdot, inner, mv,
--- addmv, kron, tensordot, and the in-place addmm_ / baddbmm_ / addmv_.
+-- addmv, addr, addbmm, kron, tensordot, and the in-place addmm_ / baddbmm_ /
+-- addmv_ / addr_ / addbmm_.
 -- Returns the methods, merged into the tensor method table by
 -- accel.tensor_methods; tensordot (a torch function, not a method) is
 -- exported as accel.tensordot. Dims are 1-based, negative from the end.
@@ -68,13 +69,61 @@ end
 
 local SCALES = {"beta:number", "alpha:number"}
 
+-- beta and alpha of op's options; whole numbers for an integer t, as torch
+local function scales(op, t, ...)
+  local a = torch_args(op, SCALES, ...)
+  local beta, alpha = a.beta or 1, a.alpha or 1
+  if not t.dtype.is_floating_point and t.dtype ~= accel.bool then
+    for _, k in ipairs({"beta", "alpha"}) do
+      local v = a[k]
+      if v ~= nil and v ~= math.floor(v) then
+        raise("%s: for integral input tensors, argument %s must not be a floating point number, got %s", op, k, util.show(v))
+      end
+    end
+  end
+  return beta, alpha
+end
+
 -- t:addmv(mat, vec, [{beta = 1, alpha = 1}]): beta * t + alpha * (mat @ vec)
 function P.addmv(t, mat, vec, ...)
   local a = torch_args("addmv", SCALES, ...)
   return scaled_sum(t, P.mv(mat, vec), a.beta or 1, a.alpha or 1)
 end
 
+-- t:addr(vec1, vec2, [{beta = 1, alpha = 1}]): beta * t + alpha * (the
+-- outer product of two 1-D tensors), t broadcast to (#vec1, #vec2)
+function P.addr(t, vec1, vec2, ...)
+  check_tensors("addr", vec1, vec2)
+  for i, v in ipairs({vec1, vec2}) do
+    if v:dim() ~= 1 then raise("addr: expected 1-D argument vec%d, got %d-D", i, v:dim()) end
+  end
+  local beta, alpha = scales("addr", t, ...)
+  local shape = {vec1:size(1), vec2:size(1)}
+  local ok = pcall(t.expand, t, shape)
+  if not ok then
+    raise("addr: t of shape %s does not broadcast to the outer product's shape (%d, %d)", util.shape_str(t), shape[1], shape[2])
+  end
+  return scaled_sum(t, vec1:unsqueeze(2) * vec2:unsqueeze(1), beta, alpha)
+end
+
+-- t:addbmm(batch1, batch2, [{beta = 1, alpha = 1}]): beta * t + alpha * the
+-- sum over the batch of batch1[i] @ batch2[i] ((b, n, m) and (b, m, p))
+function P.addbmm(t, b1, b2, ...)
+  check_tensors("addbmm", b1, b2)
+  for i, b in ipairs({b1, b2}) do
+    if b:dim() ~= 3 then raise("addbmm: batch%d must be a 3-D tensor, got %d-D", i, b:dim()) end
+  end
+  if b1:size(1) ~= b2:size(1) then
+    raise("addbmm: batch1 and batch2 must have the same number of batches, got %d and %d", b1:size(1), b2:size(1))
+  end
+  local beta, alpha = scales("addbmm", t, ...)
+  t = require("accel.amp").cast_input(t) -- (addbmm is on autocast's lower-precision list, as addmm)
+  return scaled_sum(t, b1:matmul(b2):sum(1), beta, alpha)
+end
+
 function P.addmv_(t, mat, vec, ...) return t:copy_(P.addmv(t, mat, vec, ...)) end
+function P.addr_(t, v1, v2, ...) return t:copy_(P.addr(t, v1, v2, ...)) end
+function P.addbmm_(t, b1, b2, ...) return t:copy_(P.addbmm(t, b1, b2, ...)) end
 function P.addmm_(t, m1, m2, ...) return t:copy_(t:addmm(m1, m2, ...)) end
 function P.baddbmm_(t, b1, b2, ...) return t:copy_(t:baddbmm(b1, b2, ...)) end
 

@@ -1,0 +1,182 @@
+-- Torch tensor methods built from existing ops (accel.tensor_products,
+-- accel.tensor_aliases, accel.tensor_view_scatter): addr, addbmm, angle,
+-- hardshrink, prelu, mvlgamma, select_scatter, slice_scatter,
+-- diagonal_scatter, and the properties is_cpu, itemsize, nbytes. Expected
+-- values are PyTorch 2.15's for the same calls (dims and starts made
+-- 1-based) or closed forms; gradients are closed forms.
+local accel = require("accel")
+local support = dofile("tests/lua/support.lua")
+
+local function f(data) return accel.tensor(data, {dtype = accel.float32}) end
+local function flat(t) return t:reshape(-1):double():tolist() end
+
+local function near(expected, t, tol)
+  local got = flat(t)
+  assert.are.equal(#expected, #got)
+  for i = 1, #expected do
+    local e, g = expected[i], got[i]
+    local ok = (e ~= e and g ~= g) or e == g or math.abs(e - g) <= (tol or 1e-6) * math.max(1, math.abs(e))
+    assert(ok, ("element %d: expected %s, got %s"):format(i, e, g))
+  end
+end
+
+local function fails(pattern, fn) assert.matches(pattern, support.errmsg(fn), 1, true) end
+
+-- (3, 4) weights 1..12: a loss sum(out * w) gives out's gradient w
+local function weights() return accel.arange(1, 13, {dtype = accel.float32}):reshape({3, 4}) end
+
+describe("addr and addbmm", function()
+  it("give beta * t + alpha * the product, as torch", function()
+    local t = accel.ones({2, 3}, {dtype = accel.float32})
+    near({5, 8, 11, 8, 14, 20}, t:addr(f({1, 2}), f({1, 2, 3}), {beta = 2, alpha = 3}))
+    near({2, 3, 4, 3, 5, 7}, accel.ones({3}, {dtype = accel.float32}):addr(f({1, 2}), f({1, 2, 3})))
+    local int = accel.ones({2, 3}, {dtype = accel.int64}):addr(accel.tensor({1, 2}), accel.tensor({1, 2, 3}))
+    assert.are.equal(accel.int64, int.dtype)
+    near({2, 3, 4, 3, 5, 7}, int)
+    local b1 = accel.arange(12, {dtype = accel.float32}):reshape({2, 2, 3})
+    local b2 = accel.arange(12, {dtype = accel.float32}):reshape({2, 3, 2})
+    near({364.5, 412.5, 544.5, 628.5}, accel.ones({2, 2}, {dtype = accel.float32}):addbmm(b1, b2, {beta = 0.5, alpha = 2}))
+    local u = accel.ones({2, 3}, {dtype = accel.float32})
+    assert.are.equal(u, u:addr_(f({1, 2}), f({1, 2, 3})))
+    near({2, 3, 4, 3, 5, 7}, u)
+    local v = accel.ones({2, 2}, {dtype = accel.float32})
+    v:addbmm_(b1, b2)
+    near({183, 207, 273, 315}, v)
+  end)
+
+  it("pass gradients to every input (closed form)", function()
+    local v1 = f({1, 2}):requires_grad_()
+    local v2 = f({1, -1, 3}):requires_grad_()
+    local t = accel.ones({2, 3}, {dtype = accel.float32}):requires_grad_()
+    local w = weights():narrow(1, 1, 2):narrow(2, 1, 3) -- {{1, 2, 3}, {5, 6, 7}}
+    local out = t:addr(v1, v2, {beta = 2, alpha = 3})
+    out:mul(w):sum():backward()
+    near({24, 60}, v1.grad) -- 3 * w @ v2
+    near({33, 42, 51}, v2.grad) -- 3 * v1 @ w
+    near({2, 4, 6, 10, 12, 14}, t.grad) -- 2 * w
+  end)
+
+  it("follow autocast as torch: addbmm runs in bf16, addr stays float32", function()
+    local acc = accel.Accelerator({mixed_precision = "bf16"})
+    local a, r = acc:autocast(function()
+      return accel.ones({2, 2}):addbmm(accel.ones({2, 2, 3}), accel.ones({2, 3, 2})),
+        accel.ones({2, 3}):addr(accel.ones({2}), accel.ones({3}))
+    end)
+    assert.are.equal(accel.bfloat16, a.dtype)
+    assert.are.equal(accel.float32, r.dtype)
+  end)
+
+  it("refuse bad arguments by name", function()
+    local t = accel.ones({2, 3})
+    fails("addr: expected 1-D argument vec1, got 2-D", function() return t:addr(accel.ones({2, 1}), accel.ones({3})) end)
+    fails("addr: t of shape [2, 3] does not broadcast", function() return t:addr(accel.ones({3}), accel.ones({3})) end)
+    fails("argument alpha must not be a floating point number", function()
+      return accel.ones({2, 3}, {dtype = accel.int64}):addr(accel.tensor({1, 2}), accel.tensor({1, 2, 3}), {alpha = 0.5})
+    end)
+    fails("addbmm: batch1 and batch2 must have the same number of batches, got 2 and 1", function()
+      return accel.ones({2, 2}):addbmm(accel.ones({2, 2, 3}), accel.ones({1, 3, 2}))
+    end)
+    fails("addbmm: batch1 must be a 3-D tensor, got 2-D", function()
+      return accel.ones({2, 2}):addbmm(accel.ones({2, 3}), accel.ones({3, 2}))
+    end)
+  end)
+end)
+
+describe("angle, hardshrink, prelu, mvlgamma", function()
+  it("give torch's values", function()
+    near({math.pi, 0, 0, 0 / 0, 0}, f({-2, 0, 3, 0 / 0, -0.0}):angle())
+    local a = accel.tensor({-2, 0, 3}):angle()
+    assert.are.equal(accel.float32, a.dtype)
+    near({math.pi, 0, 0}, a)
+    near({-1, 0, 0, 0.7}, f({-1, -0.5, 0.5, 0.7}):hardshrink(0.6))
+    near({-1, 0, 2}, f({-1, 0.3, 2}):hardshrink())
+    near({-0.25, 2}, f({-1, 2}):prelu(f({0.25})))
+    near({1.8810, 2.6949}, f({2.5, 3}):mvlgamma(3), 1e-4)
+    near({1 / 0, 2.6949}, f({0.5, 3}):mvlgamma(3), 1e-4)
+    near({0.4516, 1.5502}, accel.tensor({2, 3}):mvlgamma(2), 1e-4)
+    local m = f({2.5, 3})
+    m:mvlgamma_(3)
+    near({1.8810, 2.6949}, m, 1e-4)
+  end)
+
+  it("give torch's gradients", function()
+    local x = f({-2, 1, 3}):requires_grad_()
+    x:angle():sum():backward()
+    near({0, 0, 0}, x.grad)
+    -- mvlgamma's derivative: the sum of digamma(x - (j - 1) / 2) over j
+    local z = f({2.5, 3}):requires_grad_()
+    z:mvlgamma(3):sum():backward()
+    local d = f({2.5, 3}):detach()
+    near(flat(d:digamma() + (d - 0.5):digamma() + (d - 1):digamma()), z.grad)
+    near({1.1624, 2.0487}, z.grad, 1e-4)
+  end)
+
+  it("refuse a dimension below 1", function()
+    fails("mvlgamma: p has to be greater than or equal to 1, got 0", function() return f({2.5}):mvlgamma(0) end)
+    fails("mvlgamma: p must be an integer", function() return f({2.5}):mvlgamma(1.5) end)
+  end)
+end)
+
+describe("select_scatter, slice_scatter, diagonal_scatter", function()
+  it("write src where the view lies, as torch", function()
+    near({0, 0, 0, 1, 1, 1}, accel.zeros({2, 3}):select_scatter(accel.ones({3}), 1, 2))
+    near({1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 0}, accel.zeros({4, 3}):slice_scatter(accel.ones({2, 3}), 1, 1, 4, 2))
+    near({0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1}, accel.zeros({3, 4}):slice_scatter(accel.ones({3, 1}), 2, -1))
+    near({0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1}, accel.zeros({3, 4}):slice_scatter(accel.ones({3, 2}), {dim = 2, start = 2, step = 2}))
+    near({0, 1, 0, 0, 0, 1, 0, 0, 0}, accel.zeros({3, 3}):diagonal_scatter(accel.ones({2}), 1))
+    near({0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0}, accel.zeros({3, 4}):diagonal_scatter(accel.ones({2}), -1))
+    local int = accel.zeros({3, 4}):select_scatter(accel.ones({4}, {dtype = accel.int64}), 1, 2)
+    assert.are.equal(accel.float32, int.dtype) -- src takes t's dtype, as torch's copy
+    near({0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0}, int)
+  end)
+
+  it("leave t unchanged", function()
+    local t = accel.zeros({2, 3})
+    t:select_scatter(accel.ones({3}), 1, 2)
+    near({0, 0, 0, 0, 0, 0}, t)
+  end)
+
+  it("pass the gradient to t outside the view and to src inside it (closed form)", function()
+    local w = weights()
+    local t = accel.zeros({3, 4}, {requires_grad = true})
+    local s = accel.ones({2, 4}, {requires_grad = true})
+    local out = t:slice_scatter(s, 1, 2, 3)
+    out:mul(w):sum():backward()
+    near({1, 2, 3, 4, 0, 0, 0, 0, 0, 0, 0, 0}, t.grad)
+    near({5, 6, 7, 8, 9, 10, 11, 12}, s.grad)
+    t, s = accel.zeros({3, 4}, {requires_grad = true}), accel.ones({3}, {requires_grad = true})
+    out = t:diagonal_scatter(s)
+    out:mul(w):sum():backward()
+    near({0, 2, 3, 4, 5, 0, 7, 8, 9, 10, 0, 12}, t.grad)
+    near({1, 6, 11}, s.grad)
+    t, s = accel.zeros({3, 4}, {requires_grad = true}), accel.ones({3}, {requires_grad = true})
+    out = t:select_scatter(s, 2, -1)
+    out:mul(w):sum():backward()
+    near({1, 2, 3, 0, 5, 6, 7, 0, 9, 10, 11, 0}, t.grad)
+    near({4, 8, 12}, s.grad)
+  end)
+
+  it("refuse a src of the wrong shape, naming both", function()
+    fails("select_scatter: expected src to have a size equal to the slice of self, src size = [2], slice size = [3]",
+      function() return accel.zeros({2, 3}):select_scatter(accel.ones({2}), 1, 2) end)
+    fails("slice_scatter: expected src to have a size equal to the slice of self, src size = [3, 4], slice size = [2, 4]",
+      function() return accel.zeros({3, 4}):slice_scatter(accel.ones({3, 4}), 1, 2) end)
+    fails("slice_scatter: step must be a positive integer", function()
+      return accel.zeros({3, 4}):slice_scatter(accel.ones({3, 4}), {step = 0})
+    end)
+    fails("select_scatter: src must be a tensor", function() return accel.zeros({2, 3}):select_scatter(1, 1, 2) end)
+  end)
+end)
+
+describe("is_cpu, itemsize, nbytes", function()
+  it("are torch's properties", function()
+    local t = accel.zeros({2, 3}, {device = "cpu"})
+    assert.is_true(t.is_cpu)
+    assert.is_false(t.is_cuda)
+    assert.are.equal(4, t.itemsize)
+    assert.are.equal(24, t.nbytes)
+    assert.are.equal(8, t:select(2, 2).nbytes) -- the view's bytes, not the storage's
+    assert.are.equal(1, accel.tensor({1, 2}, {dtype = accel.uint8}).itemsize)
+    assert.are.equal(8, accel.zeros({4}, {dtype = accel.bfloat16}).nbytes)
+  end)
+end)
