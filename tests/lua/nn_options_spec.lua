@@ -57,10 +57,9 @@ case("MultiheadAttention", {dropout = 0.1, bias = false, add_bias_kv = false, ad
   batch_first = true, dtype = f64, device = dev}, function(o) local _ = nn.MultiheadAttention(8, 2, o) end)
 case("MultiheadAttention.forward", {key_padding_mask = accel.zeros(2, 3, {dtype = accel.bool}), need_weights = false,
   attn_mask = accel.zeros(3, 3), average_attn_weights = false, is_causal = true}, function(o) local _ = mha(seq, seq, seq, o) end)
-case("CrossEntropyLoss", {ignore_index = 1, reduction = "sum", label_smoothing = 0.1},
-  function(o) local _ = nn.CrossEntropyLoss(o) end, {refused = {weight = "per-class weight is not supported"}})
-case("NLLLoss", {ignore_index = 1, reduction = "sum"}, function(o) local _ = nn.NLLLoss(o) end,
-  {refused = {weight = "per-class weight is not supported"}})
+case("CrossEntropyLoss", {weight = accel.ones(4), ignore_index = 1, reduction = "sum", label_smoothing = 0.1},
+  function(o) local _ = nn.CrossEntropyLoss(o) end)
+case("NLLLoss", {weight = accel.ones(4), ignore_index = 1, reduction = "sum"}, function(o) local _ = nn.NLLLoss(o) end)
 case("MSELoss", {reduction = "sum"}, function(o) local _ = nn.MSELoss(o) end)
 case("L1Loss", {reduction = "sum"}, function(o) local _ = nn.L1Loss(o) end)
 case("BCEWithLogitsLoss", {weight = accel.ones(3), pos_weight = accel.ones(3), reduction = "none"},
@@ -74,10 +73,9 @@ case("leaky_relu", {inplace = true}, function(o) local _ = F.leaky_relu(accel.ra
 case("softmax", {dim = 2, dtype = f64}, function(o) local _ = F.softmax(x34, o) end, {required = {"dim"}})
 case("softmax", {dtype = f64}, function(o) local _ = F.softmax(x34, 2, o) end)
 case("log_softmax", {dim = 2, dtype = f64}, function(o) local _ = F.log_softmax(x34, o) end, {required = {"dim"}})
-case("cross_entropy", {ignore_index = 1, label_smoothing = 0.1, reduction = "sum"},
-  function(o) local _ = F.cross_entropy(x34, ids, o) end, {refused = {weight = "per-class weight is not supported"}})
-case("nll_loss", {ignore_index = 1, reduction = "sum"}, function(o) local _ = F.nll_loss(x34, ids, o) end,
-  {refused = {weight = "per-class weight is not supported"}})
+case("cross_entropy", {weight = accel.ones(4), ignore_index = 1, label_smoothing = 0.1, reduction = "sum"},
+  function(o) local _ = F.cross_entropy(x34, ids, o) end)
+case("nll_loss", {weight = accel.ones(4), ignore_index = 1, reduction = "sum"}, function(o) local _ = F.nll_loss(x34, ids, o) end)
 case("mse_loss", {reduction = "sum"}, function(o) local _ = F.mse_loss(x34, x34, o) end)
 case("l1_loss", {reduction = "sum"}, function(o) local _ = F.l1_loss(x34, x34, o) end)
 case("binary_cross_entropy_with_logits", {weight = accel.ones(4), pos_weight = accel.ones(4), reduction = "none"},
@@ -320,9 +318,11 @@ describe("nn options", function()
     assert.are.equal(F.binary_cross_entropy_with_logits(x34, t34, {weight = w34, reduction = "sum"}):item(), sum:item())
     support.expect_error(function() local _ = F.binary_cross_entropy(p34, t34, w34, {weight = w34}) end,
       "binary_cross_entropy: got multiple values for argument 'weight'")
-    support.expect_error(function() local _ = F.cross_entropy(x34, cls, accel.ones(4)) end,
-      "cross_entropy: per-class weight is not supported")
-    support.expect_error(function() local _ = F.nll_loss(x34, cls, accel.ones(4)) end, "nll_loss: per-class weight is not supported")
+    -- the per-class weight positionally: all ones is the unweighted loss
+    assert.is_true(math.abs(F.cross_entropy(x34, cls, accel.ones(4)):item() - F.cross_entropy(x34, cls):item()) < 1e-6)
+    assert.is_true(math.abs(F.nll_loss(x34, cls, accel.ones(4)):item() - F.nll_loss(x34, cls):item()) < 1e-6)
+    support.expect_error(function() local _ = F.nll_loss(x34, cls, accel.ones(4), {weight = accel.ones(4)}) end,
+      "nll_loss: got multiple values for argument 'weight'")
   end)
 
   it("PyTorch's positional forms still work", function()

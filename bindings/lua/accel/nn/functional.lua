@@ -299,10 +299,34 @@ local fp32_in_autocast = function(t) return require("accel.amp").fp32_input(t) e
 -- The loss is computed in float32; outside autocast a bf16 / fp16 input gets
 -- its loss back in its own dtype, as PyTorch's (inside autocast, float32).
 -- A floating-point target holds class probabilities, any other class ids.
--- PyTorch's per-class weight of cross_entropy / nll_loss is not implemented:
--- a listed option refused by its own message.
-local function refuse_class_weight(name, o)
-  if o and o.weight ~= nil then raise("%s: per-class weight is not supported", name) end
+
+-- the class dim of a class-target loss's input: 1 for (C), else 2
+local function class_dim(input) return input:dim() == 1 and 1 or 2 end
+
+-- PyTorch's per-class weight of cross_entropy / nll_loss, checked against
+-- input: a 1-D tensor of one weight per class, in input's dtype (under
+-- autocast both are float32); nil when not given
+local function class_weight(op, input, w)
+  if w == nil then return nil end
+  if not accel.is_tensor(w) then raise("%s: weight must be a tensor, got %s", op, util.show(w)) end
+  w = fp32_in_autocast(w)
+  local classes = input:dim() == 0 and 0 or input:size(class_dim(input))
+  if w:dim() ~= 1 or w:size(1) ~= classes then
+    raise("%s: weight tensor should be defined either for all %d classes or no classes but got weight tensor of shape: %s",
+      op, classes, util.shape_str(w))
+  end
+  if w.dtype ~= input.dtype then
+    raise("%s: weight must have the input's dtype (%s), got %s", op, input.dtype.name, w.dtype.name)
+  end
+  return w
+end
+
+-- w shaped to broadcast over input's class dim: (1, C, 1, ...)
+local function weight_view(w, input)
+  if input:dim() == 1 then return w end
+  local shape = {1, w:size(1)}
+  for d = 3, input:dim() do shape[d] = 1 end
+  return w:reshape(shape)
 end
 
 -- ignore_index and label_smoothing of the class-target losses (nil: their
@@ -358,7 +382,6 @@ function F.cross_entropy(input, target, o, ...)
   tensor_arg("cross_entropy", "input", input)
   tensor_arg("cross_entropy", "target", target)
   o = check("cross_entropy", o, {"weight", "ignore_index", "label_smoothing", "reduction"})
-  refuse_class_weight("cross_entropy", o)
   local ignore = F._ignore_index("cross_entropy", o.ignore_index)
   local smoothing = F._label_smoothing("cross_entropy", o.label_smoothing)
   local reduction = F._reduction("cross_entropy", o.reduction)
@@ -368,6 +391,8 @@ function F.cross_entropy(input, target, o, ...)
     check_class_target("cross_entropy", target)
   end
   input, target = fp32_in_autocast(input), fp32_in_autocast(target)
+  local weight = class_weight("cross_entropy", input, o.weight)
+  if weight ~= nil then return F._weighted_cross_entropy(input, target, weight, ignore, smoothing, reduction) end
   local loss = C.cross_entropy(input, target, ignore, smoothing, reduction)
   local half = input.dtype == accel.bfloat16 or input.dtype == accel.float16 -- only outside autocast
   if half then loss = loss:to(input.dtype) end
@@ -434,25 +459,74 @@ local function pick_classes(input, safe)
   error(picked, 0)
 end
 
+-- The negative log-likelihood of the class ids target under the
+-- log-probabilities input (ids equal to ignore count nothing), each scaled
+-- by its class's weight in w (nil: 1); and the divisor of "mean": the
+-- summed weight (or the number) of the counted ids
+local function nll(input, target, w, ignore, reduction)
+  if input:dim() == 1 then target = target:reshape({}) end
+  local ignored = target:eq(ignore)
+  local safe = target:masked_fill(ignored, 0)
+  local picked = pick_classes(input, safe):masked_fill(ignored, 0)
+  local total
+  if w == nil then
+    total = target:numel() - ignored:sum():item()
+  else
+    local picked_w = w:index_select(1, safe:reshape({-1}):to(accel.int64)):reshape(safe.shape):masked_fill(ignored, 0)
+    picked, total = picked * picked_w, picked_w:sum()
+  end
+  if reduction == "mean" then return picked:sum() / total, total end
+  return reduce("nll_loss", picked, reduction), total
+end
+
 function F.nll_loss(input, target, o, ...)
   if accel.is_tensor(o) then return F.nll_loss(input, target, with_weight("nll_loss", o, ...)) end
   no_more("nll_loss", 3, "from 2 to 3", ...) -- options in one table (PyTorch's positional layout is not read)
   tensor_arg("nll_loss", "input", input)
   tensor_arg("nll_loss", "target", target)
   o = check("nll_loss", o, {"weight", "ignore_index", "reduction"})
-  refuse_class_weight("nll_loss", o)
   local reduction = F._reduction("nll_loss", o.reduction)
   check_class_target("nll_loss", target)
   input = fp32_in_autocast(input)
   check_nll_shapes(input, target)
-  if input:dim() == 1 then target = target:reshape({}) end
-  local ignore = F._ignore_index("nll_loss", o.ignore_index)
-  local ignored = target:eq(ignore)
-  local picked = pick_classes(input, target:masked_fill(ignored, 0)):masked_fill(ignored, 0)
+  local weight = class_weight("nll_loss", input, o.weight)
+  return node_named(nll(input, target, weight, F._ignore_index("nll_loss", o.ignore_index), reduction), nll_node(input, 0))
+end
+
+-- The class-target cross entropy with a per-class weight w (class ids or
+-- probabilities), as PyTorch composes it: log_softmax, then the weighted
+-- nll_loss; label smoothing mixes in -sum(w * log p) / C per sample
+-- (normalised by the picked weights under "mean"); a probability target is
+-- smoothed towards uniform and its "mean" divides by the sample count.
+function F._weighted_cross_entropy(input, target, w, ignore, smoothing, reduction)
+  local half = input.dtype == accel.bfloat16 or input.dtype == accel.float16 -- (only outside autocast)
+  local x = half and input:float() or input
+  local wv = weight_view(half and w:float() or w, x)
+  local cdim, classes = class_dim(x), x:size(class_dim(x))
+  local logp = x:log_softmax(cdim)
   local loss
-  if reduction == "mean" then loss = picked:sum() / (target:numel() - ignored:sum():item())
-  else loss = reduce("nll_loss", picked, reduction) end
-  return node_named(loss, nll_node(input, 0))
+  if target.dtype.is_floating_point then
+    if util.shape_str(target) ~= util.shape_str(x) then
+      raise("cross_entropy: a probability target must have the input's shape %s, got %s", util.shape_str(x),
+        util.shape_str(target))
+    end
+    local probs = smoothing > 0 and target * (1 - smoothing) + smoothing / classes or target
+    local per = -(logp * probs:to(x.dtype) * wv):sum(cdim)
+    loss = reduction == "mean" and per:sum() / (x:numel() / classes) or reduce("cross_entropy", per, reduction)
+  else
+    check_class_target("cross_entropy", target)
+    check_nll_shapes(x, target)
+    local picked_weight
+    loss, picked_weight = nll(logp, target, wv:reshape({-1}), ignore, reduction)
+    if smoothing > 0 then
+      local ignored = (x:dim() == 1 and target:reshape({}) or target):eq(ignore)
+      local smooth = -(logp * wv):sum(cdim):masked_fill(ignored, 0)
+      smooth = reduction == "mean" and smooth:sum() / picked_weight or reduce("cross_entropy", smooth, reduction)
+      loss = loss * (1 - smoothing) + smooth * (smoothing / classes)
+    end
+    loss = node_named(loss, nll_node(x, smoothing))
+  end
+  return half and loss:to(input.dtype) or loss
 end
 
 -- A target of another shape than the input broadcasts ((N, 1) against (N)

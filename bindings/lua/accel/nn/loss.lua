@@ -31,15 +31,18 @@ local function no_more(name, n, ...)
   end
 end
 
--- The options of a class-target loss (o: its constructor's argument), with
--- ignore_index set on self; a per-class weight is refused.
+-- The options of a class-target loss (o: its constructor's argument, or
+-- PyTorch's first positional one, the weight), with ignore_index set on
+-- self and the per-class weight a buffer, as PyTorch's (state_dict holds it
+-- when given; :to() moves it)
 local function class_target_opts(self, name, o, keys)
-  local first = o
+  if accel.is_tensor(o) then o = {weight = o} end
   o = opts(name, o, keys)
-  if accel.is_tensor(first) or o.weight ~= nil then
-    raise("%s: per-class weight is not supported", name)
+  if o.weight ~= nil and not accel.is_tensor(o.weight) then
+    raise("%s: weight must be a tensor, got %s", name, type(o.weight))
   end
   self.ignore_index = F._ignore_index(name, o.ignore_index)
+  self:register_buffer("weight", o.weight)
   return o
 end
 
@@ -52,8 +55,8 @@ function CrossEntropyLoss:init(o, ...)
 end
 function CrossEntropyLoss:forward(input, target, ...)
   no_more("CrossEntropyLoss", 2, ...)
-  return F.cross_entropy(input, target, {ignore_index = self.ignore_index, label_smoothing = self.label_smoothing,
-                                         reduction = self.reduction})
+  return F.cross_entropy(input, target, {weight = self.weight, ignore_index = self.ignore_index,
+                                         label_smoothing = self.label_smoothing, reduction = self.reduction})
 end
 
 local NLLLoss = export_class(M, "NLLLoss")
@@ -64,7 +67,7 @@ function NLLLoss:init(o, ...)
 end
 function NLLLoss:forward(input, target, ...)
   no_more("NLLLoss", 2, ...)
-  return F.nll_loss(input, target, {ignore_index = self.ignore_index, reduction = self.reduction})
+  return F.nll_loss(input, target, {weight = self.weight, ignore_index = self.ignore_index, reduction = self.reduction})
 end
 
 -- A loss module over F[fn](input, target, {keys...}): its constructor takes
