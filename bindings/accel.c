@@ -385,6 +385,16 @@ static int l_cat(lua_State *L) { return join_tensors(L, "cat", op_cat); }
 static int l_stack(lua_State *L) { return join_tensors(L, "stack", op_stack); }
 
 static int l_where(lua_State *L) {
+    if (lua_gettop(L) == 1) { /* torch.where(condition): condition:nonzero({as_tuple = true}), one index per dim */
+        lu_check_tensor(L, 1);
+        lua_getfield(L, 1, "nonzero");
+        lua_pushvalue(L, 1);
+        lua_createtable(L, 0, 1);
+        lua_pushboolean(L, 1);
+        lua_setfield(L, -2, "as_tuple");
+        lua_call(L, 2, LUA_MULTRET);
+        return lua_gettop(L) - 1;
+    }
     lu_check_no_more_args(L, 4);
     lu_push_tensor(L, lu_where(L, lu_check_tensor(L, 1), 2, 3));
     return 1;

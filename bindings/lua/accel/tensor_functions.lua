@@ -3,7 +3,8 @@
 -- meshgrid, broadcast_tensors, cartesian_prod, atleast_1d/2d/3d, hstack,
 -- vstack, dstack, column_stack, block_diag, tril_indices, triu_indices,
 -- logspace, cdist, bucketize, isin, var_mean, std_mean, finfo, iinfo,
--- concatenate, as_tensor, randint_like, diagflat, get_default_dtype. accel.X looks a name up here after the tensor methods.
+-- concatenate, as_tensor, randint_like, diagflat, get_default_dtype,
+-- set_num_threads / get_num_threads, normal. accel.X looks a name up here after the tensor methods.
 -- What torch returns as a tuple as long as its inputs comes back as a Lua
 -- list; fixed pairs as two values; index tensors hold 0-based values.
 local accel = require("accel")
@@ -407,5 +408,48 @@ end
 
 -- accel.get_default_dtype(): the dtype of tensors made from Lua numbers
 function T.get_default_dtype() return accel.float32 end
+
+-- torch's names of accel.num_threads: set_num_threads(n) (a positive
+-- integer, capped to the cores), get_num_threads()
+function T.set_num_threads(n, ...)
+  util.no_more("set_num_threads", 1, ...)
+  accel.num_threads(n)
+end
+function T.get_num_threads(...)
+  util.no_more("get_num_threads", 0, ...)
+  return accel.num_threads()
+end
+
+-- accel.normal(mean, std, [size], [{dtype =, device =}]): samples of
+-- N(mean, std); mean and std numbers or tensors (broadcast together; a
+-- tensor gives the dtype and device), or both numbers and a size. No
+-- gradient flows back (torch's gradient is zero for both).
+function T.normal(mean, std, ...)
+  if std == nil then std = 1 end
+  local tensors = accel.is_tensor(mean) or accel.is_tensor(std)
+  local size, o = ...
+  if util.is_options(size) and not tensors then o, size = size, nil end
+  o = util.check_options("normal", o, {"dtype", "device", "generator"})
+  if o.generator ~= nil then raise("normal: generator is not supported (seed with accel.manual_seed)") end
+  local noise
+  if tensors then
+    if size ~= nil then raise("normal: size is only taken when mean and std are both numbers") end
+    local like = accel.is_tensor(mean) and mean or std
+    local shape = accel.broadcast_shapes(accel.is_tensor(mean) and mean.shape or {}, accel.is_tensor(std) and std.shape or {})
+    if accel.is_tensor(std) and std:lt(0):any():item() or (not accel.is_tensor(std) and std < 0) then
+      raise("normal: expects all elements of std >= 0.0")
+    end
+    noise = accel.randn(shape, {dtype = like.dtype, device = like.device})
+  else
+    if type(mean) ~= "number" or type(std) ~= "number" then
+      raise("normal: mean and std must be numbers or tensors, got %s and %s", util.show(mean), util.show(std))
+    end
+    if std < 0 then raise("normal: expects std >= 0.0, but found std %s", util.show(std)) end
+    if size == nil then raise("normal: with a number mean and std, give the size (normal(mean, std, {2, 3}))") end
+    noise = accel.randn(size, {dtype = o.dtype, device = o.device})
+  end
+  local detach = function(v) return accel.is_tensor(v) and v:detach() or v end
+  return noise * detach(std) + detach(mean)
+end
 
 return T

@@ -552,11 +552,30 @@ local erfinv = custom_function{
 }
 function M.erfinv(t) return erfinv(t) end
 
--- t:diff([n = 1], [dim = -1]): differences of neighbours, n times
+-- t:diff([n = 1], [dim = -1], [prepend], [append]): differences of neighbours, n
+-- times, of t with prepend before it and append after it along dim
 function M.diff(t, ...)
-  local a = torch_args("diff", {"n:int", "dim:int"}, ...)
+  local a = torch_args("diff", {"n:int", "dim:int", "prepend:tensor|number", "append:tensor|number"}, ...)
   local d = positive_dim("diff", t, a.dim or -1)
   local r = t
+  if a.prepend ~= nil or a.append ~= nil then -- (torch: joined to t along dim first; a number fills one slice)
+    local parts = {}
+    for _, extra in ipairs({a.prepend or false, t, a.append or false}) do
+      if extra == t then parts[#parts + 1] = t
+      elseif extra then
+        if not accel.is_tensor(extra) then
+          local shape = sizes(t)
+          shape[d] = 1
+          extra = accel.full(shape, extra, {dtype = t.dtype, device = t.device})
+        end
+        if extra:dim() ~= t:dim() then
+          raise("diff: prepend / append must have the same number of dims as the input (%d), got %d", t:dim(), extra:dim())
+        end
+        parts[#parts + 1] = extra
+      end
+    end
+    r = accel.cat(parts, d)
+  end
   for _ = 1, a.n or 1 do
     local len = r:size(d)
     if len == 0 then break end

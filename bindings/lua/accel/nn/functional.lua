@@ -8,6 +8,7 @@ local pooled_len = require("accel.nn.module").pooled_len
 local int_list = require("accel.nn.module").int_list
 local C = accel._C
 local util = require("accel.util")
+local compat = require("accel.compat")
 local raise = util.raise
 
 local F = {}
@@ -1396,6 +1397,23 @@ setmetatable(F, {__index = function(t, k)
     return rawget(t, k)
   end
 end})
+
+-- PyTorch's in-place forms: F.relu_(x, ...) is F.relu(x, ..., {inplace = true})
+for _, name in ipairs({"relu", "elu", "leaky_relu", "hardtanh", "selu", "celu", "threshold", "rrelu"}) do
+  F[name .. "_"] = function(x, ...)
+    local args, n = {...}, select("#", ...)
+    if n > 0 and util.is_options(args[n]) then
+      local o = {}
+      for k, v in pairs(args[n]) do o[k] = v end
+      if o.inplace == false then raise("%s_: inplace = false contradicts the in-place form", name) end
+      o.inplace, args[n] = true, o
+    else
+      n = n + 1
+      args[n] = {inplace = true}
+    end
+    return F[name](x, compat.unpack(args, 1, n))
+  end
+end
 
 -- PyTorch's functions accel-lua does not provide: a clear error, not nil.
 local NOT_PROVIDED = {}

@@ -158,9 +158,78 @@ function utils.vector_to_parameters(vec, parameters)
   end)
 end
 
+-- nn.utils.rnn: padding a list of variable-length sequences into one
+-- tensor and back. PackedSequence (pack_padded_sequence, ...) is not
+-- provided: the recurrent modules take padded batches.
+local rnn = {}
+utils.rnn = rnn
+
+-- rnn.pad_sequence(sequences, [batch_first = false], [padding_value = 0],
+-- [padding_side = "right"]) or (sequences, {...}): tensors (L_i, *...) of
+-- one trailing shape stacked into (max L, B, *...), or (B, max L, *...)
+-- with batch_first, the missing steps padding_value (after each sequence,
+-- or before it with padding_side = "left"); gradients reach each sequence
+function rnn.pad_sequence(sequences, ...)
+  local a = util.torch_args("pad_sequence", {"batch_first:bool", "padding_value:number", "padding_side:string"}, ...)
+  local side = a.padding_side or "right"
+  if side ~= "right" and side ~= "left" then
+    raise('pad_sequence: padding_side must be "left" or "right", got %s', util.show(side))
+  end
+  if accel.is_tensor(sequences) then sequences = sequences:unbind(1) end
+  if type(sequences) ~= "table" or #sequences == 0 then
+    raise("pad_sequence: received an empty list of sequences")
+  end
+  local longest, trailing = 0, nil
+  for i, s in ipairs(sequences) do
+    if not accel.is_tensor(s) or s:dim() == 0 then
+      raise("pad_sequence: sequence %d must be a tensor with at least one dim, got %s", i, util.show(s))
+    end
+    local dims = {}
+    for d = 2, s:dim() do dims[#dims + 1] = s:size(d) end
+    local rest = "[" .. table.concat(dims, ", ") .. "]"
+    if trailing and rest ~= trailing then
+      raise("pad_sequence: sequence %d has trailing shape %s, sequence 1 has %s", i, rest, trailing)
+    end
+    trailing, longest = rest, math.max(longest, s:size(1))
+  end
+  local padded = {}
+  for i, s in ipairs(sequences) do
+    local missing = longest - s:size(1)
+    if missing > 0 then
+      local shape = {missing}
+      for d = 2, s:dim() do shape[d] = s:size(d) end
+      local fill = accel.full(shape, a.padding_value or 0, {dtype = s.dtype, device = s.device})
+      s = accel.cat(side == "right" and {s, fill} or {fill, s}, 1)
+    end
+    padded[i] = s
+  end
+  return accel.stack(padded, a.batch_first and 1 or 2)
+end
+
+-- rnn.unpad_sequence(padded, lengths, [batch_first = false]): the list of
+-- sequences padded holds, sequence i cut to lengths[i] (a list or tensor)
+function rnn.unpad_sequence(padded, lengths, ...)
+  local a = util.torch_args("unpad_sequence", {"batch_first:bool"}, ...)
+  if not accel.is_tensor(padded) or padded:dim() < 2 then
+    raise("unpad_sequence: padded must be a tensor of at least 2 dims, got %s", util.show(padded))
+  end
+  if accel.is_tensor(lengths) then lengths = lengths:tolist() end
+  local batch = a.batch_first and padded or padded:transpose(1, 2)
+  if type(lengths) ~= "table" or #lengths ~= batch:size(1) then
+    raise("unpad_sequence: lengths must hold one length per sequence (%d)", batch:size(1))
+  end
+  local out = {}
+  for i, n in ipairs(lengths) do out[i] = batch[i]:narrow(1, 1, n) end
+  return out
+end
+
+util.not_provided(rnn, {pack_padded_sequence = true, pad_packed_sequence = true, pack_sequence = true,
+  unpack_sequence = true, PackedSequence = true}, "accel.nn.utils.rnn",
+  "PackedSequence is not provided: pass the padded batch (nn.utils.rnn.pad_sequence) to the recurrent module")
+
 -- torch.nn.utils names accel-lua does not have: reading one is an error naming it
 local NOT_PROVIDED = {}
-for name in ([[rnn weight_norm spectral_norm remove_weight_norm remove_spectral_norm parametrize parametrizations
+for name in ([[weight_norm spectral_norm remove_weight_norm remove_spectral_norm parametrize parametrizations
   prune stateless fusion convert_conv2d_weight_memory_format skip_init clip_grad_norm get_total_norm
   clip_grads_with_norm_]]):gmatch("%S+") do
   NOT_PROVIDED[name] = true
