@@ -659,7 +659,11 @@ static const char *const not_provided_functions[] = {
     "qr", "lu", "cholesky", "matrix_power", "matrix_exp", "triangular_solve", "cholesky_solve", "lstsq", "eig",
     "chain_matmul", "renorm", "stft", "istft", "sparse_coo_tensor", "quantize_per_tensor", "int8", "int16",
     "uint16", "float8_e4m3fnuz", "complex64", "complex128", "cfloat", "cdouble", "combinations", "diag_embed",
-    "seed", "autocast", "scatter_reduce", "index_put", "eig", NULL};
+    "seed", "autocast", "scatter_reduce", "index_put", "eig", "poisson", "binomial", "func", "vmap", "hann_window",
+    "hamming_window", "blackman_window", "bartlett_window", "kaiser_window", "empty_strided",
+    "use_deterministic_algorithms", "are_deterministic_algorithms_enabled", "conv1d", "conv2d", "conv3d", "dropout",
+    "layer_norm", "batch_norm", "embedding", "max_pool1d", "max_pool2d", "avg_pool1d", "cosine_similarity",
+    "pixel_shuffle", "nanquantile", "i0", "polygamma", "igamma", "igammac", NULL};
 
 /* Accelerate's top-level names for engines accel-lua does not have
  * (docs/accelerate-names.md): reading one is an error naming it. */

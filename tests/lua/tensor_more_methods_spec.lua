@@ -221,3 +221,57 @@ describe("where(condition), diff's prepend / append, normal, set_num_threads", f
     fails("num_threads: expects a positive integer, got 0", function() accel.set_num_threads(0) end)
   end)
 end)
+
+describe("unravel_index, scalar_tensor, float_power_, matmul precision, random fills", function()
+  it("unravel_index gives torch's coordinates, modulo the shape's size", function()
+    local r, c = accel.unravel_index(accel.tensor({4, 1, 5}), {2, 3})
+    near({1, 0, 1}, r)
+    near({1, 1, 2}, c)
+    for _, case in ipairs({{6, 0, 0}, {-7, 1, 2}, {-1, 1, 2}}) do
+      local a, b = accel.unravel_index(accel.tensor(case[1]), {2, 3})
+      near({case[2]}, a)
+      near({case[3]}, b)
+    end
+    fails("unravel_index: expected 'indices' to be integer dtype, got float32",
+      function() return accel.unravel_index(f({1.5}), {2, 3}) end)
+  end)
+
+  it("scalar_tensor, float_power_, unsafe_chunk, is_inference are torch's", function()
+    local s = accel.scalar_tensor(3)
+    assert.are.equal(0, s:dim())
+    assert.are.equal(accel.float32, s.dtype)
+    assert.are.equal(accel.int64, accel.scalar_tensor(3, {dtype = accel.int64}).dtype)
+    near({4, 9}, accel.tensor({2, 3}, {dtype = accel.float64}):float_power_(2))
+    fails("float_power_: the base given to float_power_ has dtype float32 but the operation's result requires dtype float64",
+      function() return f({2, 3}):float_power_(2) end)
+    assert.are.equal(2, #accel.ones(4):unsafe_chunk(2))
+    assert.is_false(accel.ones(2):is_inference())
+  end)
+
+  it("set_float32_matmul_precision keeps torch's value and refuses others", function()
+    assert.are.equal("highest", accel.get_float32_matmul_precision())
+    accel.set_float32_matmul_precision("high")
+    assert.are.equal("high", accel.get_float32_matmul_precision())
+    accel.set_float32_matmul_precision("highest")
+    fails([[set_float32_matmul_precision: "low" is not one of 'highest', 'high', or 'medium']],
+      function() accel.set_float32_matmul_precision("low") end)
+  end)
+
+  it("cauchy_, log_normal_ and geometric_ draw their distributions (sample moments)", function()
+    accel.manual_seed(1)
+    local c = accel.empty(20000):cauchy_(2, 1)
+    assert(math.abs(c:median():item() - 2) < 0.05, "Cauchy median")
+    local logs = accel.empty(20000):log_normal_(0, 0.5):log()
+    assert(math.abs(logs:mean():item()) < 0.02 and math.abs(logs:std():item() - 0.5) < 0.02, "log-normal")
+    local g = accel.empty(20000):geometric_(0.25)
+    assert(math.abs(g:mean():item() - 4) < 0.1 and g:min():item() == 1, "geometric mean 1 / p")
+    near({1, 1}, accel.empty(2):geometric_(1))
+    fails("geometric_: expects p to be in (0, 1], but got p=0", function() return accel.empty(3):geometric_(0) end)
+    fails("cauchy_: expects sigma > 0.0", function() return accel.empty(3):cauchy_(0, -1) end)
+  end)
+
+  it("names torch has and accel-lua does not are errors naming them", function()
+    fails("accel.vmap is not provided by accel-lua", function() return accel.vmap end)
+    fails("Tensor.nanquantile is not provided by accel-lua", function() return accel.ones(2).nanquantile end)
+  end)
+end)

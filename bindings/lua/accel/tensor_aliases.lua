@@ -7,7 +7,8 @@
 -- less_equal, ...), the in-place forms of unary and binary ops (cumsum_,
 -- xlogy_, ...) and their second names (divide_, fix, ...), adjoint,
 -- is_same_size, is_nonzero, get_device, split_with_sizes, narrow_copy,
--- diagflat, logaddexp2, dist, sum_to_size, angle, hardshrink, prelu, mvlgamma. Tensors are real here, so the complex
+-- diagflat, logaddexp2, dist, sum_to_size, angle, hardshrink, prelu, mvlgamma,
+-- unsafe_chunk / unsafe_split, is_inference, float_power_. Tensors are real here, so the complex
 -- ones (conj, sgn, ...) are their real meaning. Returns the methods, merged
 -- into the tensor method table by accel.tensor_methods.
 local accel = require("accel")
@@ -250,6 +251,22 @@ end
 function A.split_with_sizes(t, sizes, ...)
   if type(sizes) ~= "table" then raise("split_with_sizes: split_sizes must be a list of sizes, got %s", util.show(sizes)) end
   return t:split(sizes, ...)
+end
+
+-- torch's unsafe_ forms (no view check there; the same views here), and
+-- is_inference (no inference-mode tensors here)
+function A.unsafe_chunk(t, ...) return t:chunk(...) end
+function A.unsafe_split(t, ...) return t:split(...) end
+function A.is_inference() return false end
+
+-- t:float_power_(e): float_power in place; t must be float64 (the result's dtype), as torch
+function A.float_power_(t, e, ...)
+  no_more("float_power_", 1, ...)
+  if t.dtype ~= accel.float64 then
+    raise("float_power_: the base given to float_power_ has dtype %s but the operation's result requires dtype float64",
+      t.dtype.name)
+  end
+  return t:copy_(A.float_power(t, e))
 end
 
 -- t:narrow_copy(dim, start, length): narrow's slice as a new tensor

@@ -4,7 +4,8 @@
 -- vstack, dstack, column_stack, block_diag, tril_indices, triu_indices,
 -- logspace, cdist, bucketize, isin, var_mean, std_mean, finfo, iinfo,
 -- concatenate, as_tensor, randint_like, diagflat, get_default_dtype,
--- set_num_threads / get_num_threads, normal. accel.X looks a name up here after the tensor methods.
+-- set_num_threads / get_num_threads, normal, scalar_tensor, unravel_index,
+-- set_float32_matmul_precision / get_float32_matmul_precision. accel.X looks a name up here after the tensor methods.
 -- What torch returns as a tuple as long as its inputs comes back as a Lua
 -- list; fixed pairs as two values; index tensors hold 0-based values.
 local accel = require("accel")
@@ -419,6 +420,53 @@ function T.get_num_threads(...)
   util.no_more("get_num_threads", 0, ...)
   return accel.num_threads()
 end
+
+-- accel.scalar_tensor(v, [{dtype =, device =}]): a 0-D tensor (float32 unless dtype says)
+function T.scalar_tensor(v, o, ...)
+  util.no_more("scalar_tensor", 2, ...)
+  if type(v) ~= "number" and type(v) ~= "boolean" then raise("scalar_tensor: expected a number, got %s", util.show(v)) end
+  o = util.check_options("scalar_tensor", o, {"dtype", "device", "requires_grad"})
+  return accel.tensor(v, {dtype = o.dtype or accel.get_default_dtype(), device = o.device, requires_grad = o.requires_grad})
+end
+
+-- accel.unravel_index(indices, shape): the 0-based coordinates in shape of
+-- flat 0-based indices (an integer tensor or number), one int64 tensor per
+-- dim (multiple returns); as torch, indices are taken modulo the shape's
+-- size (floor division, so -1 is the last element)
+function T.unravel_index(indices, shape, ...)
+  util.no_more("unravel_index", 2, ...)
+  if type(indices) == "number" then indices = accel.tensor(indices, {dtype = accel.int64}) end
+  if not accel.is_tensor(indices) or indices.dtype.is_floating_point or indices.dtype == accel.bool then
+    raise("unravel_index: expected 'indices' to be integer dtype, got %s",
+      accel.is_tensor(indices) and indices.dtype.name or util.show(indices))
+  end
+  if type(shape) == "number" then shape = {shape} end
+  if type(shape) ~= "table" then raise("unravel_index: shape must be a list of sizes, got %s", util.show(shape)) end
+  local rest, coords = indices:to(accel.int64), {}
+  for d = #shape, 1, -1 do
+    local n = shape[d]
+    if type(n) ~= "number" or n < 0 or n ~= math.floor(n) then
+      raise("unravel_index: 'shape' cannot have negative values, got %s", util.show(n))
+    end
+    coords[d] = rest:remainder(n)
+    rest = rest:div(n, {rounding_mode = "floor"})
+  end
+  return compat.unpack(coords, 1, #shape)
+end
+
+-- accel.set_float32_matmul_precision(p) / get_float32_matmul_precision():
+-- torch's setting, kept and reported. It permits lower-precision internal
+-- arithmetic; float32 products here always run in float32, which each of
+-- the three settings allows.
+local matmul_precision = "highest"
+function T.set_float32_matmul_precision(p, ...)
+  util.no_more("set_float32_matmul_precision", 1, ...)
+  if p ~= "highest" and p ~= "high" and p ~= "medium" then
+    raise("set_float32_matmul_precision: %s is not one of 'highest', 'high', or 'medium'", util.show(p))
+  end
+  matmul_precision = p
+end
+function T.get_float32_matmul_precision() return matmul_precision end
 
 -- accel.normal(mean, std, [size], [{dtype =, device =}]): samples of
 -- N(mean, std); mean and std numbers or tensors (broadcast together; a

@@ -1283,14 +1283,48 @@ function M.bernoulli_(t, p, ...)
   check_fillable("bernoulli_", t)
   return accel.no_grad(function() return t:copy_(M.bernoulli(t, p == nil and 0.5 or p)) end)
 end
+-- t filled (in place, no gradient) with f(u) of float64 uniform draws u in [0, 1)
+local function fill_from_uniform(op, t, f)
+  check_fillable(op, t)
+  local u = accel.rand(t.shape, {dtype = accel.float64, device = t.device})
+  return accel.no_grad(function() return t:copy_(f(u)) end)
+end
+
 -- t:exponential_([lambd = 1]): t filled with exponential draws of rate lambd
 function M.exponential_(t, lambd, ...)
   no_more("exponential_", 1, ...)
   lambd = lambd or 1
   if type(lambd) ~= "number" or not (lambd > 0) then raise("exponential_: lambd must be positive, got %s", util.show(lambd)) end
-  check_fillable("exponential_", t)
-  local u = accel.rand(t.shape, {dtype = accel.float64, device = t.device})
-  return accel.no_grad(function() return t:copy_((-u):log1p() / -lambd) end)
+  return fill_from_uniform("exponential_", t, function(u) return (-u):log1p() / -lambd end)
+end
+
+-- t:cauchy_([median = 0], [sigma = 1]), t:log_normal_([mean = 1], [std = 2]),
+-- t:geometric_(p): draws of those distributions (by inverting their
+-- distribution functions at uniform draws; log_normal_ is exp of normal
+-- draws), with torch's defaults and checks
+function M.cauchy_(t, ...)
+  local a = torch_args("cauchy_", {"median:number", "sigma:number"}, ...)
+  local median, sigma = a.median or 0, a.sigma or 1
+  if not (sigma > 0) then raise("cauchy_: expects sigma > 0.0, but found sigma=%s", util.show(sigma)) end
+  return fill_from_uniform("cauchy_", t, function(u) return ((u - 0.5) * math.pi):tan() * sigma + median end)
+end
+function M.log_normal_(t, ...)
+  local a = torch_args("log_normal_", {"mean:number", "std:number"}, ...)
+  local mean, std = a.mean or 1, a.std or 2
+  if not (std > 0) then raise("log_normal_: expects std > 0.0, but found std=%s", util.show(std)) end
+  check_fillable("log_normal_", t)
+  local z = accel.randn(t.shape, {dtype = accel.float64, device = t.device})
+  return accel.no_grad(function() return t:copy_((z * std + mean):exp()) end)
+end
+function M.geometric_(t, p, ...)
+  no_more("geometric_", 1, ...)
+  if type(p) ~= "number" or not (p > 0 and p <= 1) then
+    raise("geometric_: expects p to be in (0, 1], but got p=%s", util.show(p))
+  end
+  return fill_from_uniform("geometric_", t, function(u)
+    if p == 1 then return accel.ones_like(u) end
+    return ((-u):log1p() / math.log(1 - p)):ceil():clamp_min(1) -- (1 - u is in (0, 1])
+  end)
 end
 
 -- t:random_([from = 0], to): integers drawn uniformly from [from, to)
