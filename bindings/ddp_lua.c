@@ -26,12 +26,12 @@ static DdpReducer *check_reducer(lua_State *L) {
     return u->r;
 }
 
-/* ddp_reducer(params, bucket_cap_mb, align, find_unused) */
+/* ddp_reducer(params, bucket_cap_mb, align, find_unused, finalize_in_backward) */
 static int l_reducer(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     double cap = luaL_optnumber(L, 2, 25.0);
     lua_Integer align = luaL_optinteger(L, 3, 1);
-    bool find_unused = lua_toboolean(L, 4);
+    bool find_unused = lua_toboolean(L, 4), finalize_in_backward = lua_toboolean(L, 5);
     int n = (int)luaL_len(L, 1);
     Tensor **ps = lua_newuserdatauv(L, sizeof(Tensor *) * (size_t)(n > 0 ? n : 1), 0);
     for (int i = 0; i < n; i++) {
@@ -45,7 +45,8 @@ static int l_reducer(lua_State *L) {
     ReducerUD *u = lua_newuserdatauv(L, sizeof *u, 0);
     u->r = NULL;
     luaL_setmetatable(L, REDUCER_MT);
-    DdpOptions o = {.bucket_cap_mb = cap, .align = align, .find_unused = find_unused};
+    DdpOptions o = {.bucket_cap_mb = cap, .align = align, .find_unused = find_unused,
+                    .finalize_at_pass_end = finalize_in_backward};
     u->r = ddp_reducer_new(c, ps, n, &o);
     if (!u->r) return lu_core_error(L);
     return 1;

@@ -31,6 +31,32 @@ static int pass_depth;                       /* ag_backward calls running, neste
 
 uint32_t ag_backward_pass(void) { return backward_pass; }
 
+/* ---- callbacks at the end of the outermost pass ---- */
+
+static struct {
+    int (*fn)(void *ud);
+    void *ud;
+} pass_end[AG_PASS_END_MAX];
+static int n_pass_end;
+
+int ag_queue_pass_end(int (*fn)(void *ud), void *ud) {
+    if (!backward_pass) return accel_fail_int("autograd: a pass-end callback can only be queued during backward");
+    if (n_pass_end == AG_PASS_END_MAX)
+        return accel_fail_int("autograd: more than %d pass-end callbacks queued in one backward", AG_PASS_END_MAX);
+    pass_end[n_pass_end].fn = fn, pass_end[n_pass_end].ud = ud;
+    n_pass_end++;
+    return 0;
+}
+
+/* After the outermost pass: the queued callbacks in order when it
+ * succeeded (rc 0), the first failure's -1; none after a failure. */
+static int run_pass_end(int rc) {
+    int n = n_pass_end;
+    n_pass_end = 0;
+    for (int i = 0; i < n && rc == 0; i++) rc = pass_end[i].fn(pass_end[i].ud);
+    return rc;
+}
+
 /* Nodes with up to POOLED_EDGES inputs come from a free list. */
 #define POOLED_EDGES 3
 static ObjPool node_pool = {NULL, sizeof(AGNode) + POOLED_EDGES * sizeof(AGEdge)};
@@ -587,7 +613,15 @@ static int check_root(const Tensor *root, const Tensor *grad, int k) {
     return 0;
 }
 
+static int backward_from(Tensor *root, Tensor *grad);
+
 int ag_backward(Tensor *root, Tensor *grad) {
+    bool outermost = backward_pass == 0;
+    int rc = backward_from(root, grad);
+    return outermost ? run_pass_end(rc) : rc;
+}
+
+static int backward_from(Tensor *root, Tensor *grad) {
     if (check_root(root, grad, -1) < 0) return -1;
     Tensor *g;
     if (grad) {

@@ -146,6 +146,13 @@ int ag_backward_many(Tensor **roots, Tensor **grads, int n);
 /* A number identifying the backward pass running now (0 outside backward);
  * every outermost ag_backward call gets a new one, nested ones share it. */
 uint32_t ag_backward_pass(void);
+/* fn(ud) runs once when the outermost backward pass running now ends
+ * without error (torch's Engine.queue_callback: DDP completes its gradient
+ * averaging there). A failing fn (-1, error set) makes that backward fail
+ * with its error; after a failed pass queued callbacks are dropped. Outside
+ * a pass, or when AG_PASS_END_MAX are queued already: -1 with an error. */
+#define AG_PASS_END_MAX 64
+int ag_queue_pass_end(int (*fn)(void *ud), void *ud);
 
 /* Whether a gradient tensor is held by nothing else (no other reference,
  * view, graph or Lua value), so the engine may add into it in place or

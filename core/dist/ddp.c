@@ -33,7 +33,7 @@ struct DdpReducer {
     Slot *slots;
     Bucket *buckets;
     DdpReduceOps ops;
-    bool sync, active, find_unused;
+    bool sync, active, find_unused, finalize_at_pass_end;
     uint32_t pass; /* the backward pass that started this step */
     int next;      /* the next bucket to start */
     Tensor *used;  /* find_unused: [n] uint8, "has a gradient", max over ranks */
@@ -161,7 +161,10 @@ static void launch_ready(DdpReducer *r, bool late) {
     }
 }
 
+static int finish_step_at_pass_end(void *ud) { return ddp_finalize(ud); }
+
 static void begin_step(DdpReducer *r, uint32_t pass) {
+    if (r->finalize_at_pass_end && ag_queue_pass_end(finish_step_at_pass_end, r)) note_error(r, accel_last_error());
     r->active = true;
     r->pass = pass;
     r->next = 0;
@@ -420,6 +423,7 @@ DdpReducer *ddp_reducer_new(DistComm *c, Tensor **params, int n, const DdpOption
     r->ops = default_ops;
     r->sync = true;
     r->find_unused = o && o->find_unused;
+    r->finalize_at_pass_end = o && o->finalize_at_pass_end;
     r->slots = accel_calloc((size_t)n, sizeof *r->slots);
     int64_t *numel = accel_malloc(sizeof(int64_t) * (size_t)n);
     DType *dtype = accel_malloc(sizeof(DType) * (size_t)n);

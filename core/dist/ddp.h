@@ -21,7 +21,8 @@
  *    index order, so every rank issues the same collectives in the same
  *    order even when gradients arrive in another order; the hook also
  *    calls dist_progress so transfers in flight advance during backward;
- *  - ddp_finalize: fills the slices of parameters that got no gradient in
+ *  - ddp_finalize (at the end of that backward with finalize_at_pass_end,
+ *    else when the caller calls it): fills the slices of parameters that got no gradient in
  *    this pass (their .grad from earlier accumulation steps, else zeros),
  *    starts the remaining buckets, waits for all of them in order and
  *    copies each averaged slice back into .grad (creating .grad where it was
@@ -56,6 +57,11 @@ typedef struct {
     double bucket_cap_mb; /* <= 0: 25 */
     int64_t align;        /* flat buffer lengths are multiples of it (<= 1: no padding) */
     bool find_unused;
+    /* complete the step when the synchronising backward ends (ddp_finalize
+     * queued with ag_queue_pass_end), as PyTorch's DDP: a bare
+     * loss:backward() leaves averaged gradients, and two passes before one
+     * step each add their average; false: the caller calls ddp_finalize */
+    bool finalize_at_pass_end;
 } DdpOptions;
 
 typedef struct {

@@ -504,7 +504,7 @@ static int install_hooks(ShardEngine *e, double cap) {
     if (!e->shard_grads) {
         /* find_unused: a parameter without a gradient on every rank keeps .grad
          * nil and is not stepped, as under DDP (and stages 2-3) */
-        DdpOptions o = {.bucket_cap_mb = cap, .align = 1, .find_unused = true};
+        DdpOptions o = {.bucket_cap_mb = cap, .align = 1, .find_unused = true, .finalize_at_pass_end = true};
         e->ddp = ddp_reducer_new(e->comm, e->params, e->n, &o);
         return e->ddp ? 0 : -1;
     }

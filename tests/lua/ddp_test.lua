@@ -19,6 +19,9 @@
 --   ddp_free_memory.lua  gradients still averaged after free_memory()
 --   ddp_local_sgd.lua    LocalSGD: no gradient sync inside, parameters
 --                   averaged every local_sgd_steps steps and on exit
+--   ddp_bare_backward.lua  a bare loss:backward() averages as PyTorch's DDP:
+--                   unprepared optimizer, two passes per step (also under
+--                   ZeRO 1-3 and FSDP), two losses
 -- The accel-lua under test is $ACCEL_LUA_BIN, else the interpreter running
 -- this script.
 local HERE = arg[0]:match("^(.*)/[^/]*$") or "."
@@ -130,6 +133,19 @@ do
   local run = launch(2, "ddp_local_sgd.lua")
   check("LocalSGD on 2 ranks: parameters differ after odd steps, equal the mean after even ones and on exit",
     run, {run.code == 0, "exit status"}, {all_ranks_ok(run, 2), "not every rank printed its ok line"})
+end
+
+-- ---- (h) a bare loss:backward() leaves averaged gradients ----
+do
+  local run = launch(2, "ddp_bare_backward.lua")
+  check("bare loss:backward() on 2 ranks: averaged .grad with an unprepared optimizer, two passes per step and two "
+    .. "losses through one model (closed forms, PyTorch's DDP values)", run, {run.code == 0, "exit status"},
+    {all_ranks_ok(run, 2), "not every rank printed its ok line"})
+  for _, kind in ipairs({"zero1", "zero2", "zero3", "fsdp"}) do
+    local sharded = launch(2, "ddp_bare_backward.lua", kind)
+    check(kind .. " on 2 ranks: two bare loss:backward() passes before one step add their averages", sharded,
+      {sharded.code == 0, "exit status"}, {all_ranks_ok(sharded, 2), "not every rank printed its ok line"})
+  end
 end
 
 support.remove_tree(DIR)

@@ -108,9 +108,10 @@
 --    gradient reducer (bucket_cap_mb and find_unused_parameters from
 --    kwargs_handlers = {accel.DistributedDataParallelKwargs{...}}). The
 --    model stays the same object (no wrapper). Gradients are averaged by
---    the time accelerator:backward returns (and, for a bare loss:backward(),
---    before the prepared optimizer steps or clip_grad_* runs); on non-sync
---    steps (accumulate, no_sync) nothing is communicated.
+--    the time the synchronising backward returns (accelerator:backward or a
+--    bare loss:backward(): the reducer completes at the end of the pass,
+--    as PyTorch's DDP); on non-sync steps (accumulate, no_sync) nothing is
+--    communicated.
 --  * save_state on N processes: rank 0 writes every shared file (model,
 --    optimizer, scheduler, loaders, registered objects, scaler; every rank
 --    calls the registered objects' state_dict, as Accelerate), every rank
@@ -1123,7 +1124,7 @@ function Accelerator:prepare_model(model, o, ...)
     end
     if #ddp.trainable(model) > 0 then -- a frozen model needs no reducer
       local reducer = ddp.Reducer(model, {bucket_cap_mb = kw.bucket_cap_mb,
-        find_unused_parameters = kw.find_unused_parameters})
+        find_unused_parameters = kw.find_unused_parameters, finalize_in_backward = true})
       reducer:set_sync(self._grad_sync[model] ~= false)
       self._reducers[#self._reducers + 1] = {model = model, reducer = reducer}
       sync_on_forward(self, model)

@@ -4,6 +4,7 @@
 --   local r = accel.ddp.Reducer(model:parameters(), {bucket_cap_mb = 25, find_unused_parameters = false, align = 1})
 --   r:set_sync(false) ... r:set_sync(true)   -- no_sync: nothing copied, nothing sent
 --   loss:backward(); r:finalize()             -- .grad now holds the average over the ranks
+--   accel.ddp.Reducer(model, {finalize_in_backward = true})  -- loss:backward() alone leaves the average
 --   accel.ddp.broadcast_model(model, 0)       -- rank 0's parameters and buffers to every rank
 --   accel.DistributedDataParallelKwargs{bucket_cap_mb = 10}  -- Accelerator{kwargs_handlers = {...}}
 --
@@ -94,12 +95,16 @@ local function name_parameter(params, list, msg)
   return msg
 end
 
--- Reducer(params, {bucket_cap_mb = 25, find_unused_parameters = false, align = 1}):
--- the gradient reducer over the parameters that require grad (a list, or a
--- module). r.params lists them (bucket info refers to positions in it).
+-- Reducer(params, {bucket_cap_mb = 25, find_unused_parameters = false, align = 1,
+-- finalize_in_backward = false}): the gradient reducer over the parameters
+-- that require grad (a list, or a module). r.params lists them (bucket info
+-- refers to positions in it). finalize_in_backward: the step completes when
+-- its synchronising backward ends (what the Accelerator asks for, as
+-- PyTorch's DDP: a bare loss:backward() leaves averaged gradients); without
+-- it the caller calls r:finalize().
 function ddp.Reducer(params, o)
   plugins.check_options("ddp.Reducer", o, {bucket_cap_mb = "number", find_unused_parameters = "boolean",
-    align = "number"})
+    align = "number", finalize_in_backward = "boolean"})
   o = o or {}
   if type(params) ~= "table" then
     raise("ddp.Reducer: expected a list of parameters or a module, got %s", type(params))
@@ -111,7 +116,8 @@ function ddp.Reducer(params, o)
   end
   local list = trainable(params)
   if #list == 0 then raise("ddp.Reducer: the model has no parameters that require grad") end
-  local ok, r = pcall(C.ddp_reducer, list, cap, math.floor(align), o.find_unused_parameters == true)
+  local ok, r = pcall(C.ddp_reducer, list, cap, math.floor(align), o.find_unused_parameters == true,
+    o.finalize_in_backward == true)
   if not ok then raise("%s", name_parameter(params, list, tostring(r))) end
   return r, list
 end
