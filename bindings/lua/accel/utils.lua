@@ -384,16 +384,23 @@ local SEED_OPTIONS = plugins.register("set_seed", {device_specific = "boolean", 
 
 -- set_seed(seed, [device_specific], [deterministic]) or (seed, {device_specific =,
 -- deterministic =}): accel.manual_seed(seed), plus the process index with
--- device_specific. deterministic = true is refused: the CPU ops are
--- deterministic already, and some CUDA kernels have no deterministic form.
+-- device_specific. deterministic = true (torch.use_deterministic_algorithms)
+-- holds already on the CPU, where every op is deterministic; on a GPU it is
+-- refused: some CUDA kernels have no deterministic form.
+local function on_gpu()
+  local st = require("accel.state").current()
+  if st then return st.device.type == "cuda" end
+  return accel.cuda.is_available()
+end
+
 function utils.set_seed(seed, device_specific, deterministic)
   local o = device_specific
   if type(o) ~= "table" then o = {device_specific = device_specific, deterministic = deterministic} end
   plugins.check_options("set_seed", o, SEED_OPTIONS)
-  if o.deterministic then
-    raise("set_seed: deterministic = true is not supported: every CPU op is deterministic already, and the CUDA "
-      .. "backward kernels of indexing, convolution, pooling and layer norm add with atomics, which have no "
-      .. "deterministic form here")
+  if o.deterministic and on_gpu() then
+    raise("set_seed: deterministic = true is not supported on a GPU: the CUDA backward kernels of indexing, "
+      .. "convolution, pooling and layer norm add with atomics, which have no deterministic form here (every CPU "
+      .. "op is deterministic)")
   end
   if require("accel.data.util").to_int(seed) == nil then -- also inf and whole floats past int64
     raise("set_seed: seed must be an integer, got %s", util.show(seed))
