@@ -663,7 +663,7 @@ static const char *const not_provided_functions[] = {
     "hamming_window", "blackman_window", "bartlett_window", "kaiser_window", "empty_strided",
     "use_deterministic_algorithms", "are_deterministic_algorithms_enabled", "conv1d", "conv2d", "conv3d", "dropout",
     "layer_norm", "batch_norm", "embedding", "max_pool1d", "max_pool2d", "avg_pool1d", "cosine_similarity",
-    "pixel_shuffle", "nanquantile", "i0", "polygamma", "igamma", "igammac", NULL};
+    "pixel_shuffle", "i0", "polygamma", "igamma", "igammac", NULL};
 
 /* Accelerate's top-level names for engines accel-lua does not have
  * (docs/accelerate-names.md): reading one is an error naming it. */

@@ -1948,7 +1948,7 @@ static const char *const not_provided_methods[] = {
     "logdet", "slogdet", "pinverse", "svd", "qr", "lu", "cholesky", "matrix_power", "matrix_exp",
     "triangular_solve", "cov", "corrcoef", "histogram", "renorm", "renorm_", "frexp", "ldexp", "copysign",
     "nextafter", "gcd", "lcm", "stft", "to_dense", "to_mkldnn", "is_pinned", "record_stream", "eig", "real", "imag",
-    "diag_embed", "nanquantile", "i0", "i0_", "polygamma", "polygamma_", "igamma", "igammac", "index_reduce",
+    "diag_embed", "i0", "i0_", "polygamma", "polygamma_", "igamma", "igammac", "index_reduce",
     "index_reduce_", "new_empty_strided", NULL};
 
 bool lu_load_lua_tensor_methods(lua_State *L) {

@@ -424,7 +424,8 @@ describe("argument kinds", function()
       "TransformerEncoderLayer: argument 'activation' must be a string or a function, got number")
     -- PyTorch names accel-lua lacks are named errors, not nil
     expect_error(function() local _ = nn.LazyLinear(2) end, "accel.nn.LazyLinear is not provided")
-    expect_error(function() local _ = nn.utils.rnn end, "accel.nn.utils.rnn is not provided")
+    expect_error(function() local _ = nn.utils.rnn.pack_padded_sequence end,
+      "accel.nn.utils.rnn.pack_padded_sequence is not provided")
     expect_error(function() local _ = nn.utils.weight_norm end, "accel.nn.utils.weight_norm is not provided")
     expect_error(function() local _ = nn.init.dirac_ end, "accel.nn.init.dirac_ is not provided")
     assert.is_nil(nn.NoSuchModule)

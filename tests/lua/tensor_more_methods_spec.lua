@@ -272,6 +272,39 @@ describe("unravel_index, scalar_tensor, float_power_, matmul precision, random f
 
   it("names torch has and accel-lua does not are errors naming them", function()
     fails("accel.vmap is not provided by accel-lua", function() return accel.vmap end)
-    fails("Tensor.nanquantile is not provided by accel-lua", function() return accel.ones(2).nanquantile end)
+    fails("Tensor.i0 is not provided by accel-lua", function() return accel.ones(2).i0 end)
+  end)
+end)
+
+describe("quantile's interpolations and nanquantile", function()
+  local x = function() return f({{3, 1, 4, 1.5}, {9, 2, 6, 5}}) end
+  local q = function() return f({0.25, 0.5, 0.9}) end
+
+  it("give torch's values for each interpolation", function()
+    near({1.375, 4.25, 2.25, 5.5, 3.7, 8.1}, x():quantile(q(), 2), 1e-6)
+    near({1.375, 4.25, 2.25, 5.5, 3.7, 8.1}, x():quantile(q(), 2, false, {interpolation = "linear"}))
+    near({1, 2, 1.5, 5, 3, 6}, x():quantile(q(), {dim = 2, interpolation = "lower"}))
+    near({1.5, 5, 3, 6, 4, 9}, x():quantile(q(), {dim = 2, interpolation = "higher"}))
+    near({1.5, 5, 3, 6, 4, 9}, x():quantile(q(), {dim = 2, interpolation = "nearest"}))
+    near({1.25, 3.5, 2.25, 5.5, 3.5, 7.5}, x():quantile(q(), {dim = 2, interpolation = "midpoint"}))
+    near({3}, f({1, 2, 3, 4}):quantile(0.5, {interpolation = "nearest"})) -- (1.5 rounds half to even: 2)
+    fails("quantile: interpolation must be one of linear, lower, higher, midpoint or nearest, got 'cubic'",
+      function() return x():quantile(0.5, {interpolation = "cubic"}) end)
+  end)
+
+  it("nanquantile leaves NaNs out where quantile gives NaN", function()
+    local y = f({{3, 0 / 0, 4, 1.5}, {0 / 0, 0 / 0, 0 / 0, 0 / 0}})
+    near({3, 0 / 0}, y:nanquantile(0.5, 2))
+    near({3, 0 / 0}, y:nanquantile(0.5, {dim = 2, interpolation = "nearest"}))
+    near({0 / 0, 0 / 0}, y:quantile(0.5, 2))
+  end)
+
+  it("pass torch's gradients through the sort", function()
+    local z = f({3, 1, 4, 1.5}):requires_grad_()
+    z:quantile(0.4):backward()
+    near({0.2, 0, 0, 0.8}, z.grad)
+    local w = f({3, 0 / 0, 4, 1.5}):requires_grad_()
+    w:nanquantile(0.5):backward()
+    near({1, 0, 0, 0}, w.grad)
   end)
 end)

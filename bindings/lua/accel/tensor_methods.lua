@@ -222,36 +222,57 @@ function M.kthvalue(t, k, ...)
     a.keepdim == true)
 end
 
--- t:quantile(q, [dim], [keepdim = false], [{interpolation = "linear"}]): q a
--- number or a 1-D tensor of quantiles in [0, 1] (a tensor q adds a leading
--- dim); linear interpolation between the sorted neighbours, as torch's
-function M.quantile(t, q, ...)
-  local a = torch_args("quantile", {"dim:int", "keepdim:bool", "interpolation:string"}, ...)
-  if a.interpolation ~= nil and a.interpolation ~= "linear" then
-    raise("quantile: interpolation '%s' is not supported (only 'linear')", tostring(a.interpolation))
+-- t:quantile(q, [dim], [keepdim = false], [{interpolation = "linear"}]) and
+-- t:nanquantile(...): q a number or a 1-D tensor of quantiles in [0, 1] (a
+-- tensor q adds a leading dim), over the flattened t without dim. Each
+-- quantile sits at position q (n - 1) of its slice sorted; interpolation
+-- picks between the neighbours there as torch's: "linear", "lower",
+-- "higher", "nearest" (half to even) or "midpoint". quantile is NaN where
+-- its slice holds a NaN; nanquantile leaves NaNs out (n counts the others;
+-- NaN for a slice of NaNs only). Gradients flow through the sort.
+local INTERPOLATIONS = {linear = true, lower = true, higher = true, nearest = true, midpoint = true}
+
+local function quantile_of(op, t, q, ignore_nan, ...)
+  local a = torch_args(op, {"dim:int", "keepdim:bool", "interpolation:string"}, ...)
+  local how = a.interpolation or "linear"
+  if not INTERPOLATIONS[how] then
+    raise("%s: interpolation must be one of linear, lower, higher, midpoint or nearest, got '%s'", op, tostring(how))
   end
-  if not t.dtype.is_floating_point then raise("quantile: input must be a floating point tensor, got %s", t.dtype.name) end
+  if not t.dtype.is_floating_point then raise("%s: input must be a floating point tensor, got %s", op, t.dtype.name) end
   local x, d = t, a.dim
-  if d == nil then x, d = t:reshape({-1}), 1 else d = positive_dim("quantile", t, d) end
+  if d == nil then x, d = t:reshape({-1}), 1 else d = positive_dim(op, t, d) end
+  if x:size(d) == 0 then raise("%s: input tensor must be non-empty", op) end
   local qs = accel.is_tensor(q) and q:to(x.dtype) or accel.tensor({q}, {dtype = x.dtype, device = x.device})
-  if qs:lt(0):logical_or(qs:gt(1)):any():item() then raise("quantile: q values must be in the range [0, 1]") end
+  if qs:dim() > 1 then raise("%s: q must be a scalar or 1D tensor, got %d dims", op, qs:dim()) end
+  if qs:lt(0):logical_or(qs:gt(1)):any():item() then raise("%s: q values must be in the range [0, 1]", op) end
   local sorted = x:sort(d) -- NaN last
-  local n = x:size(d)
-  local pos = qs * (n - 1)
-  local lo, hi = pos:floor(), pos:ceil()
-  local frac = pos - lo
+  local nan = x:isnan()
+  local count = ignore_nan and nan:logical_not():sum(d, true):to(x.dtype) or nil -- (keepdim: size 1 in dim d)
   local outs = {}
-  for i = 1, qs:numel() do
-    local l, h = sorted:narrow(d, lo[i]:item() + 1, 1), sorted:narrow(d, hi[i]:item() + 1, 1)
-    local v = l:lerp(h, frac[i]:item())
-    v = accel.where(x:isnan():any(d, true), 0 / 0, v) -- a NaN makes the quantile NaN
+  for i, qi in ipairs(qs:double():tolist()) do
+    local pos = ignore_nan and (count - 1):clamp_min(0) * qi or qi * (x:size(d) - 1)
+    if type(pos) == "number" then pos = accel.full(count and count.shape or sizes(sorted:narrow(d, 1, 1)), pos,
+      {dtype = x.dtype, device = x.device}) end
+    if how == "nearest" then pos = pos:round() end -- (half to even, as torch's round)
+    local lo, hi = pos:floor(), pos:ceil()
+    if how == "lower" then hi = lo elseif how == "higher" then lo = hi end
+    local l, h = sorted:gather(d, lo:to(accel.int64)), sorted:gather(d, hi:to(accel.int64))
+    local v
+    if how == "midpoint" then v = (l + h) * 0.5
+    elseif how == "linear" then v = l + (h - l) * (pos - lo)
+    else v = l end
+    if ignore_nan then v = accel.where(count:eq(0), 0 / 0, v)
+    else v = accel.where(nan:any(d, true), 0 / 0, v) end -- a NaN makes the quantile NaN
     outs[i] = a.keepdim and v or v:squeeze(d)
   end
   local r = accel.stack(outs, 1)
-  if not accel.is_tensor(q) then r = r:squeeze(1) end
-  if a.dim == nil and not a.keepdim then return r:reshape(accel.is_tensor(q) and {qs:numel()} or {}) end
+  if not accel.is_tensor(q) or q:dim() == 0 then r = r:squeeze(1) end
+  if a.dim == nil and not a.keepdim then return r:reshape(accel.is_tensor(q) and q:dim() == 1 and {qs:numel()} or {}) end
   return r
 end
+
+function M.quantile(t, q, ...) return quantile_of("quantile", t, q, false, ...) end
+function M.nanquantile(t, q, ...) return quantile_of("nanquantile", t, q, true, ...) end
 
 -- t:unique([{sorted = true, return_inverse = false, return_counts = false}]):
 -- the distinct values, sorted (then, as asked, the inverse indices of t's
@@ -1433,6 +1454,7 @@ local LEADING = {
   take_along_dim = {"indices:tensor", "dim:int?"}, scatter = {"dim:int", "index:tensor", "src:tensor|number|bool"},
   scatter_ = {"dim:int", "index:tensor", "src:tensor|number|bool"}, cross = {"other:tensor", "dim:int?"},
   addmm = {"mat1:tensor", "mat2:tensor"}, baddbmm = {"batch1:tensor", "batch2:tensor"}, quantile = {"q:number|tensor"},
+  nanquantile = {"q:number|tensor"},
   random_ = {"from:int?", "to:int?"}, new_tensor = {"data", "options:table?"}, roll = {"shifts:int|table", "dims:int|table?"},
 }
 for name, specs in pairs(EXACT) do M[name] = util.with_positional_checks(name, specs, M[name], true) end

@@ -229,6 +229,36 @@ local Conv2d = export_class(M, "Conv2d")
 local CONV_ARGS = {"stride", "padding", "dilation", "groups:int", "bias:bool", "padding_mode:string", "device", "dtype"}
 M._CONV_ARGS = CONV_ARGS
 
+-- A convolution's padding_mode, one of PyTorch's four. Under any but
+-- "zeros" the forward pads with F.pad in that mode, then convolves without
+-- padding, as PyTorch's _ConvNd does.
+local PADDING_MODES = {zeros = true, reflect = true, replicate = true, circular = true}
+function M._padding_mode(name, mode)
+  mode = mode or "zeros"
+  if not PADDING_MODES[mode] then
+    raise("%s: padding_mode must be one of 'zeros', 'reflect', 'replicate', 'circular', got '%s'", name, tostring(mode))
+  end
+  return mode
+end
+
+-- F.pad's amounts (last dim first, each side) for a padding_mode other than
+-- "zeros": padding a list per spatial dim (first dim first), or "valid"
+-- (none) / "same" (dilation (k - 1) in all, the smaller half first)
+function M._mode_pads(padding, kernel, dilation)
+  local pads = {}
+  for i = #kernel, 1, -1 do
+    local lo, hi
+    if padding == "valid" then lo, hi = 0, 0
+    elseif padding == "same" then
+      local total = dilation[i] * (kernel[i] - 1)
+      lo = math.floor(total / 2)
+      hi = total - lo
+    else lo, hi = padding[i], padding[i] end
+    pads[#pads + 1], pads[#pads + 2] = lo, hi
+  end
+  return pads
+end
+
 -- Conv2d(in_channels, out_channels, kernel_size, [stride = 1], [padding = 0], [dilation = 1], [groups = 1],
 --   [bias = true], [padding_mode = "zeros"], [device], [dtype]), the optional ones positionally or in an
 -- options table; weight {out, in / groups, kh, kw}
@@ -252,8 +282,7 @@ function Conv2d:init(in_channels, out_channels, kernel_size, ...)
   end
   self.dilation = pair(o.dilation or 1, "Conv2d", "dilation")
   self.groups = check_size(o.groups or 1, "Conv2d", "groups")
-  self.padding_mode = o.padding_mode or "zeros"
-  if self.padding_mode ~= "zeros" then raise("Conv2d: padding_mode '%s' is not supported (only 'zeros')", self.padding_mode) end
+  self.padding_mode = M._padding_mode("Conv2d", o.padding_mode)
   if self.groups < 1 or in_channels % self.groups ~= 0 then raise("Conv2d: in_channels (%d) must be divisible by groups (%d)", in_channels, self.groups) end
   if out_channels % self.groups ~= 0 then raise("Conv2d: out_channels (%d) must be divisible by groups (%d)", out_channels, self.groups) end
   local ks = self.kernel_size
@@ -267,7 +296,11 @@ Conv2d.reset_parameters = Linear.reset_parameters
 
 function Conv2d:forward(x)
   if not F.conv2d then raise("Conv2d: accel.nn.functional.conv2d is not available in this build") end
-  return F.conv2d(x, self.weight, self.bias, {stride = compact(self.stride), padding = compact(self.padding),
+  local padding = compact(self.padding)
+  if self.padding_mode ~= "zeros" then
+    x, padding = F.pad(x, M._mode_pads(self.padding, self.kernel_size, self.dilation), self.padding_mode), 0
+  end
+  return F.conv2d(x, self.weight, self.bias, {stride = compact(self.stride), padding = padding,
                                               dilation = compact(self.dilation), groups = self.groups})
 end
 
@@ -280,6 +313,7 @@ function Conv2d:extra_repr()
   if not all_equal(self.dilation, 1) then s = s .. ", dilation=" .. py(self.dilation) end
   if self.groups ~= 1 then s = s .. ", groups=" .. self.groups end
   if self.bias == nil then s = s .. ", bias=False" end
+  if self.padding_mode ~= "zeros" then s = s .. ", padding_mode=" .. self.padding_mode end
   return s
 end
 

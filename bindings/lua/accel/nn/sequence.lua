@@ -47,7 +47,7 @@ function Conv1d:init(in_channels, out_channels, kernel_size, ...)
     end
   end
   self.groups = positive(o.groups or 1, "Conv1d", "groups")
-  if (o.padding_mode or "zeros") ~= "zeros" then raise("Conv1d: padding_mode '%s' is not supported (only 'zeros')", o.padding_mode) end
+  self.padding_mode = require("accel.nn.layers")._padding_mode("Conv1d", o.padding_mode)
   if in_channels % self.groups ~= 0 or out_channels % self.groups ~= 0 then
     raise("Conv1d: in_channels (%d) and out_channels (%d) must be divisible by groups (%d)", in_channels, out_channels, self.groups)
   end
@@ -61,7 +61,13 @@ end
 Conv1d.reset_parameters = require("accel.nn.layers").Linear.reset_parameters
 
 function Conv1d:forward(x)
-  return F.conv1d(x, self.weight, self.bias, {stride = self.stride, padding = self.padding, dilation = self.dilation,
+  local padding = self.padding
+  if self.padding_mode ~= "zeros" then
+    local pads = require("accel.nn.layers")._mode_pads(type(padding) == "string" and padding or {padding},
+      {self.kernel_size}, {self.dilation})
+    x, padding = F.pad(x, pads, self.padding_mode), 0
+  end
+  return F.conv1d(x, self.weight, self.bias, {stride = self.stride, padding = padding, dilation = self.dilation,
     groups = self.groups})
 end
 
@@ -72,6 +78,7 @@ function Conv1d:extra_repr()
   if self.dilation ~= 1 then s = s .. (", dilation=(%d,)"):format(self.dilation) end
   if self.groups ~= 1 then s = s .. ", groups=" .. self.groups end
   if self.bias == nil then s = s .. ", bias=False" end
+  if self.padding_mode ~= "zeros" then s = s .. ", padding_mode=" .. self.padding_mode end
   return s
 end
 

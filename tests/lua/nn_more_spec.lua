@@ -1,6 +1,6 @@
--- nn.utils.rnn.pad_sequence / unpad_sequence and the in-place functional
--- forms (F.relu_, ...). Expected values are PyTorch 2.15's for the same
--- calls; gradients are closed forms.
+-- nn.utils.rnn.pad_sequence / unpad_sequence, the in-place functional
+-- forms (F.relu_, ...) and the convolutions' padding_mode. Expected values
+-- are PyTorch 2.15's for the same calls; gradients are closed forms.
 local accel = require("accel")
 local support = dofile("tests/lua/support.lua")
 local F, rnn = accel.nn.functional, accel.nn.utils.rnn
@@ -82,5 +82,41 @@ describe("in-place functional forms", function()
     F.threshold_(t, 0.5, 9)
     near({9, 2}, t)
     support.expect_error(function() F.relu_(f({1}), {inplace = false}) end, "relu_: inplace = false contradicts the in-place form")
+  end)
+end)
+
+-- Conv2d / Conv1d padding_mode: PyTorch 2.15's outputs for the same
+-- weights (arange / 10) and input (arange)
+describe("convolution padding_mode", function()
+  local function conv2d(mode, o)
+    o = o or {}
+    local c = accel.nn.Conv2d(1, o.out or 2, 3, {padding = o.padding or 1, dilation = o.dilation, padding_mode = mode,
+      bias = false})
+    accel.no_grad(function() c.weight:copy_(accel.arange(c.weight:numel(), {dtype = accel.float32}):reshape(c.weight.shape) / 10) end)
+    return c
+  end
+  local x = function() return accel.arange(16, {dtype = accel.float32}):reshape({1, 1, 4, 4}) end
+
+  it("pads with F.pad in that mode, then convolves, as torch", function()
+    for mode, want in pairs({reflect = {{12, 13.8, 17.4, 18}, 1960.8}, replicate = {{9.9, 12.6, 16.2, 18.3}, 2023.2},
+      circular = {{16.2, 16.2, 19.8, 17.4}, 1836}}) do
+      local y = conv2d(mode)(x())
+      assert.are.same({1, 2, 4, 4}, y.shape)
+      near(want[1], y[1][1][1])
+      near({want[2]}, y:sum())
+    end
+    local same = conv2d("reflect", {out = 1, padding = "same", dilation = 2})
+    local y = same(x())
+    near({24, 25.8, 24.6, 25.2, 36, 37.8}, y:reshape(-1):narrow(1, 1, 6))
+    near({494.4}, y:sum())
+    assert.matches("padding=same, dilation=(2, 2), bias=False, padding_mode=reflect", tostring(same), 1, true)
+    local c1 = accel.nn.Conv1d(1, 1, 3, {padding = 2, padding_mode = "circular", bias = false})
+    accel.no_grad(function() c1.weight:copy_(f({{{1, 2, 3}}})) end)
+    near({11, 7, 8, 14, 20, 11, 7}, c1(accel.arange(5, {dtype = accel.float32}):reshape({1, 1, 5})))
+  end)
+
+  it("refuses a mode torch does not have", function()
+    support.expect_error(function() local _ = accel.nn.Conv2d(1, 1, 3, {padding_mode = "mirror"}) end,
+      "Conv2d: padding_mode must be one of 'zeros', 'reflect', 'replicate', 'circular', got 'mirror'")
   end)
 end)
