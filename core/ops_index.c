@@ -269,8 +269,51 @@ static int check_add_into(const char *op, Tensor *a, int *dim, Tensor *index, Te
     return 0;
 }
 
+/* t with zeros appended along dim d up to size n (differentiable: cat) */
+static Tensor *pad_with_zeros(Tensor *t, int d, int64_t n) {
+    int64_t shape[TENSOR_MAX_DIMS];
+    memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+    shape[d] = n - t->shape[d];
+    Tensor *z = tensor_zeros(shape, t->ndim, t->dtype, t->device);
+    Tensor *parts[2] = {t, z};
+    Tensor *out = z ? op_cat(parts, 2, d) : NULL;
+    tensor_release(z);
+    return out;
+}
+
+/* torch's scatter_add also takes an index smaller than src in any dim and
+ * smaller than a in the dims but dim: src is cut to the index's shape, then
+ * both are padded with zeros up to a's size in those dims (adding 0 at
+ * position 0 changes nothing). On success *index and *src are new
+ * references and 0 is returned; 1: the shapes do not fit; -1: an error. */
+static int fit_smaller_index(Tensor *a, int dim, Tensor **index, Tensor **src) {
+    Tensor *ix = *index, *s = *src;
+    if (ix->ndim != a->ndim || s->ndim != a->ndim) return 1;
+    for (int d = 0; d < a->ndim; d++)
+        if (ix->shape[d] > s->shape[d] || (d != dim && ix->shape[d] > a->shape[d])) return 1;
+    ix = tensor_retain(ix), s = tensor_retain(s);
+    for (int d = 0; d < a->ndim && ix && s; d++) {
+        if (s->shape[d] > ix->shape[d]) {
+            Tensor *cut = tensor_narrow(s, d, 0, ix->shape[d]);
+            tensor_release(s), s = cut;
+        }
+        if (s && d != dim && ix->shape[d] < a->shape[d]) {
+            Tensor *pi = pad_with_zeros(ix, d, a->shape[d]), *ps = pad_with_zeros(s, d, a->shape[d]);
+            tensor_release(ix), tensor_release(s);
+            ix = pi, s = ps;
+        }
+    }
+    if (!ix || !s) {
+        tensor_release(ix), tensor_release(s);
+        return -1;
+    }
+    *index = ix, *src = s;
+    return 0;
+}
+
 /* out = a, then out[..., index[j][i], ...] += src[j][i] along dim; index
- * and src of one shape, equal to a's except along dim */
+ * of a's shape except along dim, src of index's shape (a smaller index
+ * fits as torch's: fit_smaller_index) */
 Tensor *op_scatter_add(Tensor *a, int dim, Tensor *index, Tensor *src) {
     PROF_SCOPE("scatter_add", PROF_FORWARD, a, src);
     if (a->ndim == 1 && (index->ndim == 0 || src->ndim == 0))
@@ -282,10 +325,17 @@ Tensor *op_scatter_add(Tensor *a, int dim, Tensor *index, Tensor *src) {
     bool same = index->ndim == a->ndim && src->ndim == a->ndim;
     for (int d = 0; same && d < a->ndim; d++)
         same = src->shape[d] == index->shape[d] && (d == dim || index->shape[d] == a->shape[d]);
-    if (!same)
-        return accel_fail("scatter_add: index (shape %s) and src (shape %s) must have one shape, equal to the input's "
-                          "(shape %s) except in dim %d (smaller ones are not supported)", tensor_shape_str(index),
-                          tensor_shape_str(src), tensor_shape_str(a), dim + 1);
+    if (!same) {
+        int fit = fit_smaller_index(a, dim, &index, &src);
+        if (fit < 0) return NULL;
+        if (fit > 0)
+            return accel_fail("scatter_add: index (shape %s) must be no larger than src (shape %s), and no larger than "
+                              "the input (shape %s) apart from dim %d", tensor_shape_str(index), tensor_shape_str(src),
+                              tensor_shape_str(a), dim + 1);
+        Tensor *out = op_scatter_add(a, dim, index, src);
+        tensor_release(index), tensor_release(src);
+        return out;
+    }
     Tensor *idx = checked_index(index, a->shape[dim], "scatter_add");
     Tensor *out = idx ? add_at_index("scatter_add", a, dim, idx, src, true) : NULL;
     tensor_release(idx);

@@ -424,13 +424,29 @@ describe("scatter_add and index_add", function()
     assert.same(g:tolist(), b.grad:tolist())
   end)
 
-  it("refuse other dtypes, smaller indices and out-of-range ids", function()
+  it("take an index smaller than src and than t outside dim, as torch (its doc example)", function()
+    -- torch.zeros(3, 5).scatter_add(0, tensor([[0, 1, 2, 0]]), arange(1, 11).reshape(2, 5))
+    local src = accel.arange(1, 11, f64):reshape({2, 5}):requires_grad_()
+    local t = accel.zeros({3, 5}, f64):requires_grad_()
+    local out = t:scatter_add(1, accel.tensor({{0, 1, 2, 0}}), src)
+    assert.same({{1, 0, 0, 4, 0}, {0, 2, 0, 0, 0}, {0, 0, 3, 0, 0}}, out:tolist())
+    assert.same({{1, 0, 0, 4, 0}, {0, 2, 0, 0, 0}, {0, 0, 3, 0, 0}},
+      accel.zeros({3, 5}, f64):scatter(1, accel.tensor({{0, 1, 2, 0}}), src:detach()):tolist())
+    local w = accel.arange(1, 16, f64):reshape({3, 5})
+    out:mul(w):sum():backward()
+    -- src[1][j] lands at out[index[1][j] + 1][j]: weights 1, 7, 13, 4; the rest of src is unused
+    assert.same({{1, 7, 13, 4, 0}, {0, 0, 0, 0, 0}}, src.grad:tolist())
+    assert.same(w:tolist(), t.grad:tolist())
+  end)
+
+  it("refuse other dtypes, larger indices and out-of-range ids", function()
     local x = accel.zeros(3, 4, f64)
     local idx = accel.tensor({{0, 1, 2, 0}, {2, 0, 0, 1}})
     expect_error(function() local _ = x:scatter_add(1, idx, accel.ones(2, 4)) end,
       "scatter_add: Expected self.dtype to be equal to src.dtype (float64 and float32)")
-    expect_error(function() local _ = x:scatter_add(1, idx:narrow(2, 1, 2), accel.ones(2, 2, f64)) end,
-      "scatter_add: index (shape [2, 2])", "smaller ones are not supported")
+    expect_error(function() local _ = x:scatter_add(1, idx, accel.ones(2, 2, f64)) end,
+      "scatter_add: index (shape [2, 4]) must be no larger than src (shape [2, 2]), and no larger than the input "
+      .. "(shape [3, 4]) apart from dim 1")
     expect_error(function() local _ = x:scatter_add(1, idx + 5, accel.ones(2, 4, f64)) end, "scatter_add: index 5 is out of range")
     expect_error(function() local _ = x:index_add(1, accel.tensor({0}), accel.ones(2, 4, f64)) end,
       "index_add: source (shape [2, 4]) must have the input's shape ([3, 4]) with 1 in dim 1")
