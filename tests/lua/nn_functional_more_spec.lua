@@ -334,7 +334,7 @@ describe("interpolate and Upsample", function()
     local g = x:clone():requires_grad_(true)
     F.interpolate(g, {scale_factor = 2, mode = "bilinear"}):sum():backward()
     close(g.grad:sum(), accel.tensor(48, f64), 1e-12) -- each output spreads weight 1 over its sources
-    expect_error(function() local _ = F.interpolate(x, {scale_factor = 2, mode = "bicubic"}) end, "interpolate: mode 'bicubic' is not supported")
+    expect_error(function() local _ = F.interpolate(x, {scale_factor = 2, mode = "cubic"}) end, "interpolate: mode 'cubic' is not supported")
     expect_error(function() local _ = F.interpolate(x, {scale_factor = 2, mode = "linear"}) end, "interpolate: mode 'linear' expects a 3D input")
     expect_error(function() local _ = F.interpolate(x) end, "interpolate: either size or scale_factor should be defined")
   end)

@@ -1136,10 +1136,38 @@ end
 -- source index of each of the n outputs along a dim of n_in for "nearest", as ATen's
 -- nearest_neighbor_compute_source_index: floor(i * s) in float32, s = float32(1 / factor) with a
 -- scale_factor, float32(n_in) / n without
-local function nearest_source(n_in, n, factor, device)
+local function nearest_source(n_in, n, factor, device, exact)
   local f32 = {dtype = accel.float32, device = device}
   local s = factor and accel.tensor(1 / factor, f32) or accel.tensor(n_in, f32) / n
-  return (accel.arange(n, f32) * s):floor():clamp(nil, n_in - 1):long()
+  local i = accel.arange(n, f32)
+  if exact then i = i + 0.5 end -- ("nearest-exact": the pixel centres, floor((i + 0.5) s))
+  return (i * s):floor():clamp(nil, n_in - 1):long()
+end
+
+-- x resized along dim d to n by bicubic convolution (A = -0.75) of the
+-- four neighbours of src = (i + 0.5) step - 0.5 (align_corners: i (n_in -
+-- 1) / (n - 1)), not clamped, the neighbours' indices clamped to the
+-- edges, as ATen's upsample_bicubic2d (separable: rows, then columns)
+local function bicubic_dim(x, d, n, align_corners, factor)
+  local n_in, A = x:size(d), -0.75
+  local dst = accel.arange(n, {dtype = accel.float64, device = x.device})
+  local src
+  if align_corners then src = n > 1 and dst * ((n_in - 1) / (n - 1)) or dst * 0
+  else src = (dst + 0.5) * (factor and 1 / factor or n_in / n) - 0.5 end
+  local i0 = src:floor()
+  local t = src - i0
+  local function outer(u) return ((u * A - 5 * A) * u + 8 * A) * u - 4 * A end -- |u| in [1, 2]
+  local function inner(u) return ((u * (A + 2)) - (A + 3)) * u * u + 1 end -- |u| in [0, 1]
+  local weights = {outer(t + 1), inner(t), inner(1 - t), outer(2 - t)}
+  local shape = {}
+  for k = 1, x:dim() do shape[k] = k == d and n or 1 end
+  local y
+  for k = 1, 4 do
+    local idx = (i0 + (k - 2)):clamp(0, n_in - 1):long()
+    local term = x:index_select(d, idx) * weights[k]:to(x.dtype):reshape(shape)
+    y = y and y + term or term
+  end
+  return y
 end
 
 -- x resized along dim d to n positions by interpolate's rule, the source step
@@ -1148,7 +1176,10 @@ end
 -- neighbours of (i + 0.5) * step - 0.5 (align_corners: i * (n_in - 1) / (n - 1))
 local function resize_dim(x, d, n, mode, align_corners, factor)
   local n_in = x:size(d)
-  if mode == "nearest" then return x:index_select(d, nearest_source(n_in, n, factor, x.device)) end
+  if mode == "nearest" or mode == "nearest-exact" then
+    return x:index_select(d, nearest_source(n_in, n, factor, x.device, mode == "nearest-exact"))
+  end
+  if mode == "bicubic" then return bicubic_dim(x, d, n, align_corners, factor) end
   local dst = accel.arange(n, {dtype = accel.float64, device = x.device})
   local src
   if align_corners then src = n > 1 and dst * ((n_in - 1) / (n - 1)) or dst * 0
@@ -1169,28 +1200,36 @@ end
 -- floor(i / factor) also there (PyTorch 2.15's backward of those uses the 2-D shortcuts,
 -- so its gradient then is not its forward's: here it is)
 local function resize_plan(mode, spatial, n_in, n, factor)
+  if mode == "nearest-exact" then return n ~= n_in or (factor ~= nil and factor ~= 1), factor end
   if mode ~= "nearest" then return n ~= n_in, factor end
   if spatial == 2 and (n == n_in or n == 2 * n_in) then factor = nil end
   return n ~= n_in or (factor ~= nil and factor ~= 1), factor
 end
 
-local INTERPOLATE_MODES = {nearest = true, linear = 3, bilinear = 4, trilinear = 5}
+local INTERPOLATE_MODES = {nearest = true, ["nearest-exact"] = true, area = true, linear = 3, bilinear = 4,
+  trilinear = 5, bicubic = 4}
+local ALIGNING = {linear = true, bilinear = true, trilinear = true, bicubic = true}
+local AREA_POOLS = {"adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d"}
 
 -- interpolate(x, [size], [scale_factor], [mode = "nearest"], [align_corners], [recompute_scale_factor]):
 -- (N, C, *spatial) resized to size (a number or a list) or by scale_factor (recompute_scale_factor:
--- to floor(in * scale_factor) as if that were the size); modes "nearest" and "linear" / "bilinear" /
--- "trilinear" (by the input's dims), separably along each spatial dim, as PyTorch's
+-- to floor(in * scale_factor) as if that were the size); modes "nearest", "nearest-exact",
+-- "linear" / "bilinear" / "trilinear" (by the input's dims) and "bicubic" (4-D), separably
+-- along each spatial dim, and "area" (adaptive average pooling), as PyTorch's
 function F.interpolate(x, ...)
   local a = torch_args("interpolate", {"size:int|table", "scale_factor:number|table", "mode:string",
                                        "align_corners:bool", "recompute_scale_factor:bool", "antialias:bool"}, ...)
   tensor_arg("interpolate", "input", x)
   local mode = a.mode or "nearest"
-  if not INTERPOLATE_MODES[mode] then raise("interpolate: mode '%s' is not supported (nearest, linear, bilinear, trilinear)", tostring(mode)) end
-  if mode ~= "nearest" and INTERPOLATE_MODES[mode] ~= x:dim() then
+  if not INTERPOLATE_MODES[mode] then
+    raise("interpolate: mode '%s' is not supported (nearest, nearest-exact, area, linear, bilinear, trilinear, bicubic)",
+      tostring(mode))
+  end
+  if INTERPOLATE_MODES[mode] ~= true and INTERPOLATE_MODES[mode] ~= x:dim() then
     raise("interpolate: mode '%s' expects a %dD input, got %dD", mode, INTERPOLATE_MODES[mode], x:dim())
   end
-  if mode == "nearest" and a.align_corners ~= nil then
-    raise("interpolate: align_corners option can only be set with the interpolating modes: linear | bilinear | trilinear")
+  if not ALIGNING[mode] and a.align_corners ~= nil then
+    raise("interpolate: align_corners option can only be set with the interpolating modes: linear | bilinear | bicubic | trilinear")
   end
   if a.antialias then raise("interpolate: antialias = true is not supported") end
   if (a.size == nil) == (a.scale_factor == nil) then raise("interpolate: either size or scale_factor should be defined, not both") end
@@ -1200,6 +1239,14 @@ function F.interpolate(x, ...)
   local spatial = x:dim() - 2
   if spatial < 1 then raise("interpolate: expected an input (N, C, ...) with spatial dims, got %dD", x:dim()) end
   local function per_dim(v, i) return type(v) == "table" and v[i] or v end
+  if mode == "area" then -- adaptive average pooling to the output size, as torch's
+    if spatial > 3 then raise("interpolate: mode 'area' expects a 3D, 4D or 5D input, got %dD", x:dim()) end
+    local out = {}
+    for i = 1, spatial do
+      out[i] = a.size ~= nil and per_dim(a.size, i) or math.floor(x:size(i + 2) * per_dim(a.scale_factor, i))
+    end
+    return F[AREA_POOLS[spatial]](x, spatial == 1 and out[1] or out)
+  end
   local y = x
   for i = 1, spatial do
     local d, n_in = i + 2, x:size(i + 2)
@@ -1213,7 +1260,7 @@ function F.interpolate(x, ...)
     if type(n) ~= "number" or n < 1 then raise("interpolate: the output size must be positive, got %s", util.show(n)) end
     local resize
     resize, factor = resize_plan(mode, spatial, n_in, n, factor)
-    if resize then y = resize_dim(y, d, n, mode == "nearest" and "nearest" or "linear", a.align_corners, factor) end
+    if resize then y = resize_dim(y, d, n, ALIGNING[mode] and mode ~= "bicubic" and "linear" or mode, a.align_corners, factor) end
   end
   return y
 end
