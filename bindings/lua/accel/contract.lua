@@ -5,7 +5,8 @@
 -- (summed by one batched matmul). "..." stands for the leading dims an
 -- operand has beyond its letters (broadcast between operands); without
 -- "->" the output is "..." then the letters seen once, sorted, as torch's.
--- A letter repeated inside one operand (a diagonal) is not supported.
+-- A letter repeated inside one operand takes that operand's diagonal first
+-- ("ii->i", "ii" the trace, "bii->bi"), as torch's.
 local accel = require("accel")
 local util = require("accel.util")
 
@@ -20,7 +21,7 @@ local function term_dims(term, n_ell)
   local function add(letters)
     for ch in letters:gmatch(".") do
       if not ch:match("%a") then raise("einsum: invalid subscript '%s' in '%s'", ch, term) end
-      if seen[ch] then raise("einsum: subscript '%s' repeated in '%s' (diagonals are not supported)", ch, term) end
+      if seen[ch] then raise("einsum: subscript '%s' repeated in '%s'", ch, term) end
       seen[ch] = true
       dims[#dims + 1] = ch
     end
@@ -180,6 +181,40 @@ local function operand_dims(terms, ops)
   return dims, n_ell, sizes
 end
 
+-- the first letter that occurs twice in term, and the two dims of t (n_ell
+-- dims under "...") it names
+local function repeated_letter(term, n_ell)
+  local positions, d, k = {}, 0, 1
+  while k <= #term do
+    if term:sub(k, k + 2) == "..." then
+      d, k = d + n_ell, k + 3
+    else
+      local ch = term:sub(k, k)
+      d, k = d + 1, k + 1
+      positions[ch] = positions[ch] or {}
+      table.insert(positions[ch], d)
+      if #positions[ch] == 2 then return ch, positions[ch][1], positions[ch][2] end
+    end
+  end
+end
+
+-- operand i with each letter repeated in its term replaced by the diagonal
+-- of those two dims (a last dim, the letter moved to the term's end)
+local function take_diagonals(term, t, i)
+  if not accel.is_tensor(t) then return term, t end
+  while true do
+    local n_ell = term:find("...", 1, true) and t:dim() - letter_count(term) or 0
+    local ch, d1, d2 = repeated_letter(term, n_ell)
+    if not ch or d2 > t:dim() then return term, t end
+    if t:size(d1) ~= t:size(d2) then
+      raise("einsum: subscript %s is repeated for operand %d but the sizes don't match, %d != %d", ch, i, t:size(d2),
+        t:size(d1))
+    end
+    t = t:diagonal(0, d1, d2)
+    term = term:gsub(ch, "", 2) .. ch
+  end
+end
+
 function M.einsum(equation, ...)
   if type(equation) ~= "string" then raise("einsum: the equation must be a string, got %s", type(equation)) end
   local ops = {...}
@@ -189,8 +224,13 @@ function M.einsum(equation, ...)
   local terms = {}
   for term in ((lhs or eq) .. ","):gmatch("([^,]*),") do terms[#terms + 1] = term end
   if #terms ~= #ops then raise("einsum: the equation has %d operands but %d tensors were given", #terms, #ops) end
+  local given = {}
+  for i = 1, #terms do
+    given[i] = terms[i]
+    terms[i], ops[i] = take_diagonals(terms[i], ops[i], i)
+  end
   local dims, n_ell, sizes = operand_dims(terms, ops)
-  local out = output_dims(rhs, terms, n_ell)
+  local out = output_dims(rhs, given, n_ell)
   for _, d in ipairs(out) do
     if not sizes[d] and not d:match("%d") then raise("einsum: output subscript '%s' appears in no operand", d) end
   end
