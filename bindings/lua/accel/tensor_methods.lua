@@ -274,12 +274,55 @@ end
 function M.quantile(t, q, ...) return quantile_of("quantile", t, q, false, ...) end
 function M.nanquantile(t, q, ...) return quantile_of("nanquantile", t, q, true, ...) end
 
--- t:unique([{sorted = true, return_inverse = false, return_counts = false}]):
+-- t:unique([{sorted = true, return_inverse = false, return_counts = false, dim =}]):
 -- the distinct values, sorted (then, as asked, the inverse indices of t's
--- shape and the counts), over the flattened tensor
+-- shape and the counts), over the flattened tensor; with dim, of the slices
+-- the slices of t along dim d in lexicographic order, each a Lua list of
+-- its values (row-major), and their positions (1-based), stably sorted
+local function sorted_slices(t, d)
+  local rows = t:movedim(d, 1):reshape({t:size(d), -1}):tolist()
+  local order = {}
+  for i = 1, #rows do order[i] = i end
+  table.sort(order, function(i, j)
+    local a, b = rows[i], rows[j]
+    for k = 1, #a do
+      if a[k] ~= b[k] then return a[k] < b[k] end
+    end
+    return i < j
+  end)
+  return rows, order
+end
+
+local function same_list(a, b)
+  for k = 1, #a do if a[k] ~= b[k] then return false end end
+  return true
+end
+
+-- t:unique({dim = d, ...}): the distinct slices along d, sorted
+-- lexicographically (then the inverse: each slice's group, 0-based, and
+-- the counts), as torch's
+local function unique_slices(t, d, a)
+  if t:dim() == 0 then raise("unique: dim %d is out of range for a 0-D tensor", d) end
+  d = positive_dim("unique", t, d)
+  local rows, order = sorted_slices(t, d)
+  local keep, counts, inverse = {}, {}, {}
+  for k, i in ipairs(order) do
+    if k == 1 or not same_list(rows[i], rows[order[k - 1]]) then
+      keep[#keep + 1], counts[#counts + 1] = i - 1, 0
+    end
+    counts[#counts] = counts[#counts] + 1
+    inverse[i] = #keep - 1
+  end
+  local opts = {dtype = accel.int64, device = t.device}
+  local out = {t:index_select(d, accel.tensor(#keep > 0 and keep or {}, opts))}
+  if a.return_inverse then out[#out + 1] = accel.tensor(#inverse > 0 and inverse or {}, opts) end
+  if a.return_counts then out[#out + 1] = accel.tensor(#counts > 0 and counts or {}, opts) end
+  return unpack(out)
+end
+
 function M.unique(t, ...)
   local a = torch_args("unique", {"sorted:bool", "return_inverse:bool", "return_counts:bool", "dim:int"}, ...)
-  if a.dim ~= nil then raise("unique: dim is not supported (the unique values of the flattened tensor only)") end
+  if a.dim ~= nil then return unique_slices(t, a.dim, a) end
   local flat = t:reshape({-1})
   local order = flat:argsort(1)
   local vals = flat:index_select(1, order):tolist()
