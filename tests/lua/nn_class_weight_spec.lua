@@ -7,17 +7,8 @@ local support = dofile("tests/lua/support.lua")
 local F, nn = accel.nn.functional, accel.nn
 
 local function f(data) return accel.tensor(data, {dtype = accel.float32}) end
-local function flat(t) return t:reshape(-1):double():tolist() end
 
-local function near(expected, t, tol)
-  local got = flat(t)
-  assert.are.equal(#expected, #got)
-  for i = 1, #expected do
-    local e, g = expected[i], got[i]
-    assert((e ~= e and g ~= g) or math.abs(e - g) <= (tol or 2e-6) * math.max(1, math.abs(e)),
-      ("element %d: expected %s, got %s"):format(i, e, g))
-  end
-end
+local function near(expected, t, tol) support.assert_near(expected, t, tol or 2e-6) end
 
 local function logits() return f({{1.0, 2, 0.5}, {0.1, -1, 3}, {2, 2, 2}, {0.3, 0.2, 0.1}}) end
 local ids = function() return accel.tensor({0, 2, 1, -100}) end -- (the last one ignored)

@@ -4,17 +4,11 @@
 local accel = require("accel")
 local support = dofile("tests/lua/support.lua")
 local F, rnn = accel.nn.functional, accel.nn.utils.rnn
+local unpack = table.unpack or unpack -- luacheck: ignore (LuaJIT)
 
 local function f(data) return accel.tensor(data, {dtype = accel.float32}) end
 local function flat(t) return t:reshape(-1):double():tolist() end
-local function near(expected, t)
-  local got = flat(t)
-  assert.are.equal(#expected, #got)
-  for i = 1, #expected do
-    assert(math.abs(expected[i] - got[i]) <= 1e-4 * math.max(1, math.abs(expected[i])),
-      ("element %d: expected %s, got %s"):format(i, expected[i], got[i]))
-  end
-end
+local function near(expected, t, tol) support.assert_near(expected, t, tol or 1e-4) end
 
 describe("nn.utils.rnn.pad_sequence", function()
   local function seqs() return accel.arange(6, {dtype = accel.float32}):reshape({3, 2}), f({{10, 11}}) end
@@ -63,24 +57,14 @@ describe("in-place functional forms", function()
     local x = f({-1, 2})
     assert.are.equal(x, F.relu_(x))
     near({0, 2}, x)
-    local h = f({-3, 0.5, 3})
-    F.hardtanh_(h, -1, 1)
-    near({-1, 0.5, 1}, h)
-    local e = f({-1, 2})
-    F.elu_(e)
-    near({-0.6321, 2}, e)
-    local c = f({-1, 2})
-    F.celu_(c, 2.0)
-    near({-0.7869, 2}, c)
-    local s = f({-1, 2})
-    F.selu_(s)
-    near({-1.1113, 2.1014}, s)
-    local l = f({-1, 2})
-    F.leaky_relu_(l, 0.5)
-    near({-0.5, 2}, l)
-    local t = f({-1, 2})
-    F.threshold_(t, 0.5, 9)
-    near({9, 2}, t)
+    -- {function, input, its other arguments, torch's result}
+    for _, case in ipairs({{"hardtanh_", {-3, 0.5, 3}, {-1, 1}, {-1, 0.5, 1}}, {"elu_", {-1, 2}, {}, {-0.6321, 2}},
+      {"celu_", {-1, 2}, {2.0}, {-0.7869, 2}}, {"selu_", {-1, 2}, {}, {-1.1113, 2.1014}},
+      {"leaky_relu_", {-1, 2}, {0.5}, {-0.5, 2}}, {"threshold_", {-1, 2}, {0.5, 9}, {9, 2}}}) do
+      local t = f(case[2])
+      F[case[1]](t, unpack(case[3]))
+      near(case[4], t)
+    end
     support.expect_error(function() F.relu_(f({1}), {inplace = false}) end, "relu_: inplace = false contradicts the in-place form")
   end)
 end)

@@ -199,6 +199,18 @@ function M.assert_values(exp, got, tol, what)
   end
 end
 
+-- Asserts got (a tensor or a nested list) equals the list exp element by
+-- element within a relative tol (default 1e-6): |e - g| <= tol max(1, |e|),
+-- NaN matching NaN.
+function M.assert_near(exp, got, tol)
+  local e, g = M.flatten(exp), M.flatten(accel.is_tensor(got) and got:double():tolist() or got)
+  luassert.are.equal(#e, #g, "element count")
+  for i = 1, #e do
+    local ok = e[i] == g[i] or (e[i] ~= e[i] and g[i] ~= g[i]) or math.abs(e[i] - g[i]) <= (tol or 1e-6) * math.max(1, math.abs(e[i]))
+    if not ok then error(("element %d: expected %s, got %s"):format(i, tostring(e[i]), tostring(g[i])), 2) end
+  end
+end
+
 -- PyTorch's pooling output size along one dim of size n (kernel k, stride s,
 -- padding p, dilation d): the floor (or ceil) of the window count; with
 -- ceil_mode the last window must start inside the input or its left padding.

@@ -10,15 +10,7 @@ local support = dofile("tests/lua/support.lua")
 local function f(data) return accel.tensor(data, {dtype = accel.float32}) end
 local function flat(t) return t:reshape(-1):double():tolist() end
 
-local function near(expected, t, tol)
-  local got = flat(t)
-  assert.are.equal(#expected, #got)
-  for i = 1, #expected do
-    local e, g = expected[i], got[i]
-    local ok = (e ~= e and g ~= g) or e == g or math.abs(e - g) <= (tol or 1e-6) * math.max(1, math.abs(e))
-    assert(ok, ("element %d: expected %s, got %s"):format(i, e, g))
-  end
-end
+local near = support.assert_near
 
 local function fails(pattern, fn) assert.matches(pattern, support.errmsg(fn), 1, true) end
 

@@ -90,13 +90,18 @@ function P.addmv(t, mat, vec, ...)
   return scaled_sum(t, P.mv(mat, vec), a.beta or 1, a.alpha or 1)
 end
 
+-- a and b are tensors of nd dims, else fmt(op, which one, its dims)
+local function check_ndim(op, a, b, nd, fmt)
+  check_tensors(op, a, b)
+  for i, v in ipairs({a, b}) do
+    if v:dim() ~= nd then raise(fmt, op, i, v:dim()) end
+  end
+end
+
 -- t:addr(vec1, vec2, [{beta = 1, alpha = 1}]): beta * t + alpha * (the
 -- outer product of two 1-D tensors), t broadcast to (#vec1, #vec2)
 function P.addr(t, vec1, vec2, ...)
-  check_tensors("addr", vec1, vec2)
-  for i, v in ipairs({vec1, vec2}) do
-    if v:dim() ~= 1 then raise("addr: expected 1-D argument vec%d, got %d-D", i, v:dim()) end
-  end
+  check_ndim("addr", vec1, vec2, 1, "%s: expected 1-D argument vec%d, got %d-D")
   local beta, alpha = scales("addr", t, ...)
   local shape = {vec1:size(1), vec2:size(1)}
   local ok = pcall(t.expand, t, shape)
@@ -109,10 +114,7 @@ end
 -- t:addbmm(batch1, batch2, [{beta = 1, alpha = 1}]): beta * t + alpha * the
 -- sum over the batch of batch1[i] @ batch2[i] ((b, n, m) and (b, m, p))
 function P.addbmm(t, b1, b2, ...)
-  check_tensors("addbmm", b1, b2)
-  for i, b in ipairs({b1, b2}) do
-    if b:dim() ~= 3 then raise("addbmm: batch%d must be a 3-D tensor, got %d-D", i, b:dim()) end
-  end
+  check_ndim("addbmm", b1, b2, 3, "%s: batch%d must be a 3-D tensor, got %d-D")
   if b1:size(1) ~= b2:size(1) then
     raise("addbmm: batch1 and batch2 must have the same number of batches, got %d and %d", b1:size(1), b2:size(1))
   end
