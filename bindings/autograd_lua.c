@@ -332,6 +332,8 @@ static int l_attach_custom(lua_State *L) {
 static int l_backward_many(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     luaL_checktype(L, 2, LUA_TTABLE);
+    bool retain_graph = lua_toboolean(L, 3);
+    lua_settop(L, 2); /* (the scratch userdata below goes at 3) */
     int n = (int)lua_rawlen(L, 1);
     if ((int)lua_rawlen(L, 2) != n)
         return lu_error(L, "backward: %d tensors but %d gradients", n, (int)lua_rawlen(L, 2));
@@ -344,8 +346,54 @@ static int l_backward_many(lua_State *L) {
         lua_pop(L, 2);
     }
     lu_gc_before_backward(L);
-    run_backward_pass(L, v, v + n, n, true, lua_toboolean(L, 3));
+    run_backward_pass(L, v, v + n, n, true, retain_graph);
     return 0;
+}
+
+/* _C.grad({roots...}, {grads...}, {inputs...}, [retain_graph], [shared]):
+ * the gradients of the roots with respect to the inputs (ag_grad,
+ * exclusive unless shared), a list with nil where none arrived (its n
+ * field: the number of inputs) */
+static int l_grad(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    luaL_checktype(L, 3, LUA_TTABLE);
+    bool retain_graph = lua_toboolean(L, 4), exclusive = !lua_toboolean(L, 5);
+    lua_settop(L, 3); /* (the scratch userdata below goes at 4) */
+    int n = (int)lua_rawlen(L, 1), m = (int)lua_rawlen(L, 3);
+    if ((int)lua_rawlen(L, 2) != n) return lu_error(L, "grad: %d outputs but %d gradients", n, (int)lua_rawlen(L, 2));
+    Tensor **v = lua_newuserdatauv(L, sizeof(Tensor *) * (size_t)(2 * n + 2 * m + 1), 0);
+    for (int k = 0; k < n; k++) {
+        lua_rawgeti(L, 1, k + 1);
+        v[k] = lu_check_tensor(L, -1);
+        lua_rawgeti(L, 2, k + 1);
+        v[n + k] = lu_check_tensor(L, -1);
+        lua_pop(L, 2);
+    }
+    Tensor **inputs = v + 2 * n, **out = v + 2 * n + m;
+    for (int i = 0; i < m; i++) {
+        lua_rawgeti(L, 3, i + 1);
+        inputs[i] = lu_check_tensor(L, -1);
+        lua_pop(L, 1);
+    }
+    lu_gc_before_backward(L);
+    lua_State *prev = backward_L;
+    backward_L = L;
+    bool prev_retain = ag_set_retain_graph(retain_graph);
+    int rc = ag_grad(v, v + n, n, inputs, m, out, exclusive);
+    ag_set_retain_graph(prev_retain);
+    backward_L = prev;
+    if (rc < 0) return raise_backward_error(L);
+    lua_createtable(L, m, 1);
+    for (int i = 0; i < m; i++) {
+        if (!out[i]) continue;
+        lu_push_existing(L, out[i]); /* (a gradient may be a tensor Lua holds: the user's grad_outputs) */
+        tensor_release(out[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_pushinteger(L, m);
+    lua_setfield(L, -2, "n");
+    return 1;
 }
 
 /* _C.collect_garbage_tensors(): activation checkpointing's collection of
@@ -630,7 +678,7 @@ void lu_open_autograd(lua_State *L, int m) {
     luaL_setfuncs(L, fns, 0);
     lua_pop(L, 1);
     static const luaL_Reg c_fns[] = {{"name_grad_fn", l_name_grad_fn},
-                                     {"attach_custom", l_attach_custom}, {"backward_many", l_backward_many}, {"retaining_graph", l_retaining_graph},
+                                     {"attach_custom", l_attach_custom}, {"backward_many", l_backward_many}, {"grad", l_grad}, {"retaining_graph", l_retaining_graph},
                                      {"set_keep_saved", l_set_keep_saved}, {"graph_leaves", l_graph_leaves},
                                      {"collect_garbage_tensors", l_collect_garbage_tensors}, {NULL, NULL}};
     lu_register_c(L, m, c_fns);

@@ -384,6 +384,50 @@ static int accumulate_leaf(Tensor *leaf, Tensor *g) {
     return 0;
 }
 
+/* ---- autograd.grad's capture ---- */
+
+/* While ag_grad passes run (nested ones stack): the tensors whose gradients
+ * each wants and their sums so far. An exclusive capture (autograd.grad)
+ * keeps every other leaf's gradient from its .grad; one that is not (the
+ * recompute of activation checkpointing inside a pass) lets the others go
+ * on to the capture around it, or to .grad. */
+typedef struct Capture {
+    Tensor **inputs, **grads;
+    int n;
+    bool exclusive;
+    struct Capture *outer;
+} Capture;
+static Capture *capture;
+
+/* g (may be NULL) reached the leaf: 1 taken by a capture (or dropped by an
+ * exclusive one), 0 for the usual path, -1 on error */
+static int capture_leaf(const Tensor *leaf, Tensor *g) {
+    for (Capture *c = capture; c; c = c->outer) {
+        for (int i = 0; i < c->n; i++)
+            if (c->inputs[i] == leaf) return g && accumulate(&c->grads[i], g) < 0 ? -1 : 1;
+        if (c->exclusive) return 1;
+    }
+    return 0;
+}
+
+/* g reached the output of node: into the sum of every captured input it made */
+static int capture_node(const AGNode *node, Tensor *g) {
+    for (Capture *c = capture; c; c = c->outer)
+        for (int i = 0; i < c->n; i++)
+            if (c->inputs[i]->grad_fn == node && accumulate(&c->grads[i], g) < 0) return -1;
+    return 0;
+}
+
+int ag_grad(Tensor **roots, Tensor **grads, int n, Tensor **inputs, int n_in, Tensor **out, bool exclusive) {
+    for (int i = 0; i < n_in; i++) out[i] = NULL;
+    Capture c = {inputs, out, n_in, exclusive, capture};
+    capture = &c;
+    int rc = ag_backward_many(roots, grads, n);
+    capture = c.outer;
+    for (int i = 0; rc < 0 && i < n_in; i++) tensor_release(out[i]), out[i] = NULL;
+    return rc;
+}
+
 /* ---- leaf hooks ---- */
 
 /* Leaves whose edges are counted: those with a grad_hook or tensor hooks. */
@@ -531,7 +575,7 @@ static int run_node(AGNode *n, NodeList *ready) {
     memset(gin, 0, sizeof *gin * (size_t)n->n_in);
     Tensor *gout = n->grad_acc;
     n->grad_acc = NULL;
-    if (gout && n->hooks && run_hooks(n->hooks, &gout) < 0) {
+    if (gout && ((n->hooks && run_hooks(n->hooks, &gout) < 0) || (capture && capture_node(n, gout) < 0))) {
         tensor_release(gout);
         if (gin != gin_stack) free(gin);
         return -1;
@@ -559,8 +603,10 @@ static int run_node(AGNode *n, NodeList *ready) {
             if (g) rc = accumulate(&e->fn->grad_acc, g);
             if (rc == 0 && --e->fn->deps == 0) rc = list_push(ready, e->fn);
         } else {
-            if (g) rc = leaf_receive(e->leaf, g);
-            if (rc == 0) rc = leaf_settle(e->leaf, g != NULL);
+            int taken = capture ? capture_leaf(e->leaf, g) : 0;
+            if (taken < 0) rc = -1;
+            if (!taken && g) rc = leaf_receive(e->leaf, g);
+            if (!taken && rc == 0) rc = leaf_settle(e->leaf, g != NULL);
         }
         tensor_release(g);
     }
@@ -635,7 +681,9 @@ static int backward_from(Tensor *root, Tensor *grad) {
     if (!g) return -1;
     if (!root->grad_fn) {
         PassScope outer = begin_pass();
-        int rc = leaf_finish(root, g);
+        int rc = capture ? capture_leaf(root, g) : 0;
+        if (rc == 0) rc = leaf_finish(root, g);
+        else tensor_release(g), rc = rc < 0 ? -1 : 0;
         end_pass(outer);
         return rc;
     }

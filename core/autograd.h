@@ -143,6 +143,14 @@ Tensor *ag_name_node(Tensor *t, const char *name);
 /* Backward from n roots at once, roots[k] receiving grads[k] (same shape,
  * required): torch.autograd.backward(tensors, grad_tensors). */
 int ag_backward_many(Tensor **roots, Tensor **grads, int n);
+/* torch.autograd.grad: one pass from the n roots (grads[k] for roots[k],
+ * as ag_backward_many) that sums the gradient reaching each of
+ * inputs[0..n_in) (leaves, or tensors made by a recorded op) into out[i]
+ * (new references, NULL where none arrived) instead of their .grad.
+ * exclusive: no other leaf's .grad, tensor hook or grad_hook is touched
+ * either; else (a pass nested in another, as checkpoint's recompute) other
+ * leaves go on as the pass around it would send them. */
+int ag_grad(Tensor **roots, Tensor **grads, int n, Tensor **inputs, int n_in, Tensor **out, bool exclusive);
 /* A number identifying the backward pass running now (0 outside backward);
  * every outermost ag_backward call gets a new one, nested ones share it. */
 uint32_t ag_backward_pass(void);

@@ -295,8 +295,73 @@ function autograd.backward(t, grad_tensors, ...)
   accel._C.backward_many(t, grads, retain)
 end
 
+-- a tensor or a list of tensors as a list (what: the argument, for errors)
+local function tensor_list(what, v)
+  if accel.is_tensor(v) then return {v} end
+  if type(v) ~= "table" then util.raise("autograd.grad: %s must be a tensor or a list of tensors, got %s", what, type(v)) end
+  for i = 1, #v do
+    if not accel.is_tensor(v[i]) then util.raise("autograd.grad: %s[%d] is a %s, not a tensor", what, i, type(v[i])) end
+  end
+  return v
+end
+
+local GRAD_ARGS = {"grad_outputs", "retain_graph:bool", "create_graph:bool", "only_inputs:bool", "allow_unused:bool",
+  "is_grads_batched:bool", "materialize_grads:bool"}
+
+-- autograd.grad(outputs, inputs, [grad_outputs], [retain_graph], [create_graph],
+-- [only_inputs], [allow_unused], [is_grads_batched], [materialize_grads]), or
+-- the options in a table: the gradients of outputs with respect to inputs
+-- (a Lua list, one per input, as torch's tuple) from one backward pass that
+-- leaves every .grad and DDP's reduction alone. An input no gradient
+-- reaches is an error, nil with allow_unused, zeros with materialize_grads.
+-- create_graph (higher-order gradients) and is_grads_batched are refused.
+function autograd.grad(outputs, inputs, ...)
+  local raise = util.raise
+  local a = util.torch_args("autograd.grad", GRAD_ARGS, ...)
+  if a.create_graph then raise("autograd.grad: create_graph = true is not supported (no higher-order gradients)") end
+  if a.is_grads_batched then raise("autograd.grad: is_grads_batched = true is not supported") end
+  if a.only_inputs == false then raise("autograd.grad: only_inputs = false is not supported (torch deprecated it)") end
+  outputs, inputs = tensor_list("outputs", outputs), tensor_list("inputs", inputs)
+  local given = a.grad_outputs
+  if accel.is_tensor(given) then given = {given} end
+  if given ~= nil and type(given) ~= "table" then
+    raise("autograd.grad: grad_outputs must be a tensor or a list of tensors, got %s", type(given))
+  end
+  local grads = {}
+  for i, y in ipairs(outputs) do
+    if not y.requires_grad then
+      raise("autograd.grad: element %d of tensors does not require grad and does not have a grad_fn", i)
+    end
+    local g = given and given[i]
+    if g == nil then
+      if y:numel() ~= 1 then
+        raise("autograd.grad: grad can be implicitly created only for scalar outputs (outputs[%d] has shape %s)", i,
+          tostring(y.shape))
+      end
+      g = accel.ones_like(y)
+    elseif not accel.is_tensor(g) then
+      raise("autograd.grad: grad_outputs[%d] is a %s, not a tensor", i, type(g))
+    end
+    grads[i] = g
+  end
+  for i, x in ipairs(inputs) do
+    if not x.requires_grad then raise("autograd.grad: inputs[%d] does not require grad", i) end
+  end
+  local out = accel._C.grad(outputs, grads, inputs, a.retain_graph == true)
+  for i, x in ipairs(inputs) do
+    if out[i] == nil then
+      if a.materialize_grads then out[i] = accel.zeros_like(x)
+      elseif not a.allow_unused then
+        raise("autograd.grad: inputs[%d] appears to not have been used in the graph; set allow_unused = true if this "
+          .. "is the desired behavior", i)
+      end
+    end
+  end
+  return out
+end
+
 -- PyTorch's autograd functions that are not provided: an error naming them
-util.not_provided(autograd, {grad = true, functional = true, forward_ad = true, gradcheck = true,
+util.not_provided(autograd, {functional = true, forward_ad = true, gradcheck = true,
   set_detect_anomaly = true, detect_anomaly = true}, "accel.autograd", "docs/api/autograd.md")
 
 -- PyTorch's ctx.mark_dirty (in-place custom Functions) is not provided

@@ -228,13 +228,17 @@ local function make_backward(st, pos, n_inputs)
       local r, g = res[i], grads[k]
       if g ~= nil and accel.is_tensor(r) and r.requires_grad then roots[#roots + 1], rgrads[#rgrads + 1] = r, g end
     end
-    if #roots > 0 then C.backward_many(roots, rgrads) end
+    -- the arguments' gradients captured (the parameters reached inside fn
+    -- go on as the pass around it sends them: .grad, or autograd.grad's capture)
+    local leaves, at = {}, {}
+    for i = 1, args.n do
+      if accel.is_tensor(args[i]) and args[i].requires_grad then leaves[#leaves + 1], at[#leaves + 1] = d[i], i end
+    end
+    local got = #roots > 0 and C.grad(roots, rgrads, leaves, C.retaining_graph(), true) or {}
     res, roots, rgrads = nil, nil, nil
     C.collect_garbage_tensors() -- the recompute's tensors, now that its graph is done with them
     local gin = {}
-    for i = 1, args.n do
-      if accel.is_tensor(args[i]) and args[i].requires_grad then gin[i] = d[i].grad end
-    end
+    for k, i in ipairs(at) do gin[i] = got[k] end
     return compat.unpack(gin, 1, n_inputs)
   end
 end
