@@ -85,11 +85,12 @@ static int c_csv_open(lua_State *L) {
     size_t dl;
     const char *delim = luaL_checklstring(L, 2, &dl);
     if (dl != 1) return lu_error(L, "CSV: delimiter must be one character, got \"%s\"", delim);
+    bool header = lua_toboolean(L, 3); /* (read before the box is pushed) */
     CsvFile **box = lua_newuserdatauv(L, sizeof *box, 0);
     *box = NULL;
     luaL_getmetatable(L, CSV_MT);
     lua_setmetatable(L, -2); /* from here on __gc closes the file whatever happens */
-    if (!(*box = csv_open(path, delim[0], lua_toboolean(L, 3)))) return lu_core_error(L);
+    if (!(*box = csv_open(path, delim[0], header))) return lu_core_error(L);
     int ncols = csv_columns(*box);
     lua_pushinteger(L, ncols);
     if (!csv_column_name(*box, 0)) {
