@@ -54,6 +54,12 @@ local SCHEDULES = {
   OneCycleLR_linear3 = {adam2, function(o)
     return S.OneCycleLR(o, 0.3, {total_steps = 30, pct_start = 0.25, anneal_strategy = "linear", three_phase = true})
   end},
+  CyclicLR_tri2 = {sgd2, function(o)
+    return S.CyclicLR(o, {0.01, 0.02}, {0.1, 0.2}, {step_size_up = 4, step_size_down = 2, mode = "triangular2"})
+  end},
+  CyclicLR_exp = {adam2, function(o)
+    return S.CyclicLR(o, {base_lr = 0.01, max_lr = 0.1, step_size_up = 3, mode = "exp_range", gamma = 0.95})
+  end},
   SequentialLR = {sgd2, function(o)
     return S.SequentialLR(o, {S.LinearLR(o, {start_factor = 0.1, total_iters = 5}), S.CosineAnnealingLR(o, 20)},
       {milestones = {5}})
@@ -434,7 +440,7 @@ describe("lr scheduler errors", function()
   end)
 
   it("a PyTorch scheduler or optimizer accel-lua lacks is a clear error, not nil", function()
-    fails("accel.optim.lr_scheduler.CyclicLR is not provided", function() return S.CyclicLR end)
+    fails("accel.optim.lr_scheduler.SWALR is not provided", function() return S.SWALR end)
     fails("accel.optim.SparseAdam is not provided", function() return optim.SparseAdam end)
     fails("accel.optim.swa_utils is not provided", function() return optim.swa_utils end)
     local o = sgd2()
@@ -443,6 +449,22 @@ describe("lr scheduler errors", function()
     fails("get_scheduler: the first argument must be the schedule's name %(a string%), got table", S.get_scheduler,
       {name = "linear", optimizer = o})
     assert.is_nil(S.NoSuchThing)
+  end)
+
+  it("CyclicLR checks its arguments as PyTorch, and takes a scale_fn", function()
+    fails("CyclicLR: mode is invalid and scale_fn is None", S.CyclicLR, sgd2(), 0.01, 0.1, {mode = "square"})
+    fails("CyclicLR: scale_mode must be 'cycle' or 'iterations'", S.CyclicLR, sgd2(), 0.01, 0.1,
+      {scale_fn = function() return 1 end, scale_mode = "epoch"})
+    local opt = optim.Adagrad({accel.nn.Parameter(accel.zeros(1))}, {lr = 0.1}) -- (no momentum, no betas)
+    fails("CyclicLR: optimizer must support momentum or beta1", S.CyclicLR, opt, 0.01, 0.1)
+    -- scale_fn(cycle) halving each cycle is triangular2 (PyTorch's: the same lrs)
+    local a, b = sgd2(), sgd2()
+    local custom = S.CyclicLR(a, 0.01, 0.1, {step_size_up = 2, scale_fn = function(c) return 0.5 ^ (c - 1) end})
+    local builtin = S.CyclicLR(b, 0.01, 0.1, {step_size_up = 2, mode = "triangular2"})
+    for _ = 1, 9 do
+      a:step(); custom:step(); b:step(); builtin:step()
+      check_list(custom:get_last_lr(), builtin:get_last_lr(), "custom scale_fn")
+    end
   end)
 
   it("OneCycleLR needs an optimizer with momentum or betas when cycling momentum", function()

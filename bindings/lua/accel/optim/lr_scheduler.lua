@@ -926,9 +926,94 @@ function ReduceLROnPlateau:step(metric, epoch)
   self._last_lr = self:_group_lrs()
 end
 
+-- ---- CyclicLR(optimizer, base_lr, max_lr, [step_size_up = 2000], ...) ----
+-- PyTorch's: the lr climbs from base_lr to max_lr over step_size_up steps
+-- and back over step_size_down (default: as many), the climb scaled per
+-- cycle ("triangular": 1, "triangular2": halved each cycle) or per step
+-- ("exp_range": gamma ^ step), or by scale_fn(cycle or step) with
+-- scale_mode; with cycle_momentum the momentum (or Adam's beta1) moves the
+-- other way between max_momentum and base_momentum.
+
+local CYCLIC_SPEC = with_tail({
+  {"base_lr", REQUIRED}, {"max_lr", REQUIRED}, {"step_size_up", 2000}, {"step_size_down", nil},
+  {"mode", "triangular"}, {"gamma", 1.0}, {"scale_fn", nil}, {"scale_mode", "cycle"}, {"cycle_momentum", true},
+  {"base_momentum", 0.8}, {"max_momentum", 0.9},
+})
+
+local CYCLIC_SCALES = {
+  triangular = {function() return 1.0 end, "cycle"},
+  triangular2 = {function(x) return 1 / (2.0 ^ (x - 1)) end, "cycle"},
+}
+
+local CyclicLR = scheduler_class("CyclicLR", CYCLIC_SPEC, function(self, a, optimizer)
+  local name = "CyclicLR"
+  local base_lrs = per_group(name, "base_lr", optimizer, a.base_lr)
+  local fresh = (a.last_epoch or -1) == -1
+  if fresh then
+    for i, g in ipairs(optimizer.param_groups) do g.lr = base_lrs[i] end
+  end
+  self._cyclic_base_lrs = base_lrs
+  self.max_lrs = per_group(name, "max_lr", optimizer, a.max_lr)
+  local up = need_number(name, "step_size_up", a.step_size_up)
+  local down = a.step_size_down ~= nil and need_number(name, "step_size_down", a.step_size_down) or up
+  if not (up + down > 0) then raise("%s: step_size_up + step_size_down must be positive, got %g", name, up + down) end
+  self.total_size, self.step_ratio = up + down, up / (up + down)
+  if a.scale_fn ~= nil and not util.callable(a.scale_fn) then
+    raise("%s: scale_fn must be a function, got %s", name, type(a.scale_fn))
+  end
+  if a.scale_fn == nil and not CYCLIC_SCALES[a.mode] and a.mode ~= "exp_range" then
+    raise("%s: mode is invalid and scale_fn is None (mode must be triangular, triangular2 or exp_range, got %s)", name,
+      shown(a.mode))
+  end
+  if a.scale_mode ~= "cycle" and a.scale_mode ~= "iterations" then
+    raise("%s: scale_mode must be 'cycle' or 'iterations', got %s", name, shown(a.scale_mode))
+  end
+  self.mode, self.gamma = a.mode, need_number(name, "gamma", a.gamma)
+  self._scale_fn_custom = a.scale_fn
+  self.scale_mode = a.scale_fn ~= nil and a.scale_mode or (a.mode == "exp_range" and "iterations" or "cycle")
+  self.cycle_momentum = a.cycle_momentum and true or false
+  if self.cycle_momentum then
+    local d = optimizer.defaults or optimizer.param_groups[1] or {}
+    if d.momentum == nil and d.betas == nil then
+      raise("%s: optimizer must support momentum or beta1 with `cycle_momentum` option enabled", name)
+    end
+    self.use_beta1 = d.betas ~= nil
+    self.base_momentums = per_group(name, "base_momentum", optimizer, a.base_momentum)
+    self.max_momentums = per_group(name, "max_momentum", optimizer, a.max_momentum)
+    if fresh then
+      for i, g in ipairs(optimizer.param_groups) do
+        if self.use_beta1 then g.betas = {self.max_momentums[i], g.betas[2]} else g.momentum = self.max_momentums[i] end
+        g.max_momentum, g.base_momentum = self.max_momentums[i], self.base_momentums[i]
+      end
+    end
+  end
+end)
+
+function CyclicLR:scale_fn(x)
+  if self._scale_fn_custom then return self._scale_fn_custom(x) end
+  if self.mode == "exp_range" then return self.gamma ^ x end
+  return CYCLIC_SCALES[self.mode][1](x)
+end
+
+function CyclicLR:get_lr()
+  local cycle = math.floor(1 + self.last_epoch / self.total_size)
+  local x = 1.0 + self.last_epoch / self.total_size - cycle
+  local factor = x <= self.step_ratio and x / self.step_ratio or (x - 1) / (self.step_ratio - 1)
+  local scale = self:scale_fn(self.scale_mode == "cycle" and cycle or self.last_epoch)
+  local lrs = {}
+  for i, base in ipairs(self._cyclic_base_lrs) do lrs[i] = base + (self.max_lrs[i] - base) * factor * scale end
+  if self.cycle_momentum then
+    for i, g in ipairs(self.optimizer.param_groups) do
+      local m = self.max_momentums[i] - (self.max_momentums[i] - self.base_momentums[i]) * factor * scale
+      if self.use_beta1 then g.betas = {m, g.betas[2]} else g.momentum = m end
+    end
+  end
+  return lrs
+end
+
 -- PyTorch's schedulers and transformers' schedules accel-lua does not
 -- provide: a clear error, not nil.
-util.not_provided(S, {CyclicLR = true, SWALR = true, get_cosine_with_hard_restarts_schedule_with_warmup = true,
+util.not_provided(S, {SWALR = true, get_cosine_with_hard_restarts_schedule_with_warmup = true,
   get_polynomial_decay_schedule_with_warmup = true, get_inverse_sqrt_schedule = true,
   get_reduce_on_plateau_schedule = true, get_cosine_with_min_lr_schedule_with_warmup = true,
   get_cosine_with_min_lr_schedule_with_warmup_lr_rate = true, get_wsd_schedule = true, get_greedy_schedule = true},
