@@ -449,10 +449,10 @@ end
 
 local function hijack_optimizer(self)
   local opt, eng = self.optimizer, self
-  rawset(opt, "step", function(_, closure)
+  rawset(opt, "step", require("accel.optim")._with_step_hooks(function(_, closure)
     rawset(opt, "_opt_called", true) -- a scheduler's check that the optimizer stepped first (lr_scheduler.lua)
     return eng:step(closure)
-  end)
+  end))
   rawset(opt, "zero_grad", function(_, ...) return eng:zero_grad(...) end)
   rawset(opt, "_shard_engine", eng)
 end

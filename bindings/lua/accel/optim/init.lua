@@ -56,6 +56,7 @@ local optim = {}
 -- ---- errors at the user's line ----
 
 local util = require("accel.util")
+local compat = require("accel.compat")
 local raise = util.raise
 optim._raise = raise
 
@@ -87,6 +88,52 @@ local function new_instance(cls, ...)
   return self
 end
 
+-- ---- step hooks: torch's register_step_pre_hook / register_step_post_hook ----
+
+-- hook(optimizer, args) runs before (pre) or after (post) every step of
+-- this optimizer; args is the list of step's arguments (args.n of them: the
+-- closure, if any); a pre hook may return a new list, which step then
+-- takes. Returns a handle whose remove() takes the hook off.
+local function add_step_hook(self, kind, hook)
+  if not util.callable(hook) then
+    raise("%s.register_step_%s_hook: hook must be a function, got %s", self.__name, kind, type(hook))
+  end
+  local key = "_step_" .. kind .. "_hooks"
+  local list = rawget(self, key) or {}
+  rawset(self, key, list)
+  local entry = {fn = hook}
+  list[#list + 1] = entry
+  return {remove = function()
+    for i, e in ipairs(list) do
+      if e == entry then return table.remove(list, i) and nil end
+    end
+  end}
+end
+
+-- step (a function of the optimizer and step's arguments) with the
+-- optimizer's step hooks around it: what every optimizer class's step is
+-- (Optimizer:extend), and a sharding engine's step in its place
+function optim._with_step_hooks(step)
+  return function(self, ...)
+    local pre, post = rawget(self, "_step_pre_hooks"), rawget(self, "_step_post_hooks")
+    if not pre and not post then return step(self, ...) end
+    local args = compat.pack(...)
+    for _, e in ipairs(pre or {}) do
+      local new = e.fn(self, args)
+      if new ~= nil then
+        if type(new) ~= "table" then
+          raise("%s: a step pre-hook must return nil or a list of step's arguments, got %s", self.__name, type(new))
+        end
+        args = new
+        args.n = args.n or #new
+      end
+    end
+    local results = compat.pack(step(self, compat.unpack(args, 1, args.n)))
+    for _, e in ipairs(post or {}) do e.fn(self, args) end
+    return compat.unpack(results, 1, results.n)
+  end
+end
+
 -- Optimizer:extend(name): a subclass, constructed by calling it.
 function Optimizer:extend(name)
   local cls = {}
@@ -98,7 +145,10 @@ function Optimizer:extend(name)
   cls._super = self
   -- methods defined on the class later are checked (accel.util.check_methods)
   local function is_instance(x) return util.instance_of(x, cls) end
-  local function define(c, k, v) rawset(c, k, util.method_field(k, v, name, is_instance)) end
+  local function define(c, k, v)
+    if k == "step" and type(v) == "function" then v = optim._with_step_hooks(v) end
+    rawset(c, k, util.method_field(k, v, name, is_instance))
+  end
   return setmetatable(cls, {__index = self, __call = new_instance, __newindex = define})
 end
 
@@ -734,8 +784,10 @@ optim._parts = {options = options, ctor_options = ctor_options, check_number = c
 -- opt.step() and the like: "Optimizer.step: call it as obj:step(...)"
 util.check_methods(Optimizer, "Optimizer")
 -- PyTorch's optimizer hooks: an error naming them, not a nil to call
-util.not_provided(Optimizer, {register_step_pre_hook = true, register_step_post_hook = true,
-  register_state_dict_pre_hook = true, register_state_dict_post_hook = true, register_load_state_dict_pre_hook = true,
+function Optimizer:register_step_pre_hook(hook) return add_step_hook(self, "pre", hook) end
+function Optimizer:register_step_post_hook(hook) return add_step_hook(self, "post", hook) end
+
+util.not_provided(Optimizer, {register_state_dict_pre_hook = true, register_state_dict_post_hook = true, register_load_state_dict_pre_hook = true,
   register_load_state_dict_post_hook = true}, "Optimizer", "optimizer hooks are not supported; docs/optim.md")
 
 -- accel.optim.lr_scheduler, loaded on first use
