@@ -444,7 +444,7 @@ describe("lr scheduler errors", function()
     fails("accel.optim.SparseAdam is not provided", function() return optim.SparseAdam end)
     fails("accel.optim.swa_utils is not provided", function() return optim.swa_utils end)
     local o = sgd2()
-    fails("Optimizer.register_step_post_hook is not provided", function() o:register_step_post_hook(print) end)
+    fails("Optimizer.register_state_dict_pre_hook is not provided", function() o:register_state_dict_pre_hook(print) end)
     -- transformers' keyword form get_scheduler(name=..., optimizer=...) has no Lua spelling: the name comes first
     fails("get_scheduler: the first argument must be the schedule's name %(a string%), got table", S.get_scheduler,
       {name = "linear", optimizer = o})
