@@ -119,6 +119,47 @@ function utils.clip_grad_norm_(parameters, max_norm, opts, error_if_nonfinite, f
   return total
 end
 
+-- get_total_norm(tensors, [norm_type = 2], [error_if_nonfinite = false], [foreach])
+-- or (tensors, {...}): torch 2.6's norm of the tensors' norms (tensors: a
+-- tensor or a list, e.g. the gradients), a 0-D tensor (0 for none), no
+-- gradient recorded
+function utils.get_total_norm(tensors, opts, error_if_nonfinite, foreach)
+  local name = "get_total_norm"
+  local list = param_list(name, tensors)
+  opts = clip_options(name, opts, error_if_nonfinite, foreach)
+  local p = norm_type_of(name, opts.norm_type)
+  if #list == 0 then return accel.tensor(0.0) end
+  local L = require("accel.linalg")
+  local total = accel.no_grad(function()
+    local norms = {}
+    for i, t in ipairs(list) do norms[i] = L.vector_norm(t, p) end
+    return L.vector_norm(accel.stack(norms), p)
+  end)
+  local v = total:item()
+  if opts.error_if_nonfinite and (v ~= v or v == math.huge or v == -math.huge) then
+    raise("%s: The total norm of order %s for gradients from `parameters` is non-finite, so it cannot be clipped. "
+      .. "To disable this error and scale the gradients by the non-finite norm anyway, set `error_if_nonfinite=false`",
+      name, tostring(p))
+  end
+  return total
+end
+
+-- clip_grads_with_norm_(parameters, max_norm, total_norm, [{foreach =}]):
+-- torch 2.6's second half of clip_grad_norm_: every gradient scaled by
+-- clamp(max_norm / (total_norm + 1e-6), max = 1)
+function utils.clip_grads_with_norm_(parameters, max_norm, total_norm, opts)
+  local name = "clip_grads_with_norm_"
+  local params = param_list(name, parameters)
+  if type(max_norm) ~= "number" then raise("%s: max_norm must be a number, got %s", name, type(max_norm)) end
+  if type(total_norm) == "number" then total_norm = accel.tensor(total_norm)
+  elseif not accel.is_tensor(total_norm) then
+    raise("%s: total_norm must be a tensor or a number, got %s", name, type(total_norm))
+  end
+  check_options(name, opts, {"foreach"})
+  local c = (max_norm / (total_norm + 1e-6)):clamp(nil, 1.0):item()
+  if c ~= 1 then C.grads_mul_(params, c) end
+end
+
 -- clip_grad_value_(parameters, clip_value, [{foreach =}]): every gradient clamped to [-v, v] in place
 function utils.clip_grad_value_(parameters, clip_value, opts)
   local name = "clip_grad_value_"
@@ -230,8 +271,7 @@ util.not_provided(rnn, {pack_padded_sequence = true, pad_packed_sequence = true,
 -- torch.nn.utils names accel-lua does not have: reading one is an error naming it
 local NOT_PROVIDED = {}
 for name in ([[weight_norm spectral_norm remove_weight_norm remove_spectral_norm parametrize parametrizations
-  prune stateless fusion convert_conv2d_weight_memory_format skip_init clip_grad_norm get_total_norm
-  clip_grads_with_norm_]]):gmatch("%S+") do
+  prune stateless fusion convert_conv2d_weight_memory_format skip_init clip_grad_norm]]):gmatch("%S+") do
   NOT_PROVIDED[name] = true
 end
 
