@@ -328,6 +328,15 @@ static int l_attach_custom(lua_State *L) {
     return 1;
 }
 
+/* into[0..n) = the tensors of the list at idx */
+static void tensors_of_list(lua_State *L, int idx, int n, Tensor **into) {
+    for (int k = 0; k < n; k++) {
+        lua_rawgeti(L, idx, k + 1);
+        into[k] = lu_check_tensor(L, -1);
+        lua_pop(L, 1);
+    }
+}
+
 /* _C.backward_many({tensors...}, {grads...}, [retain_graph]): one backward from all of them */
 static int l_backward_many(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
@@ -338,13 +347,8 @@ static int l_backward_many(lua_State *L) {
     if ((int)lua_rawlen(L, 2) != n)
         return lu_error(L, "backward: %d tensors but %d gradients", n, (int)lua_rawlen(L, 2));
     Tensor **v = lua_newuserdatauv(L, sizeof(Tensor *) * (size_t)(2 * n + 1), 0);
-    for (int k = 0; k < n; k++) {
-        lua_rawgeti(L, 1, k + 1);
-        v[k] = lu_check_tensor(L, -1);
-        lua_rawgeti(L, 2, k + 1);
-        v[n + k] = lu_check_tensor(L, -1);
-        lua_pop(L, 2);
-    }
+    tensors_of_list(L, 1, n, v);
+    tensors_of_list(L, 2, n, v + n);
     lu_gc_before_backward(L);
     run_backward_pass(L, v, v + n, n, true, retain_graph);
     return 0;
@@ -363,19 +367,10 @@ static int l_grad(lua_State *L) {
     int n = (int)lua_rawlen(L, 1), m = (int)lua_rawlen(L, 3);
     if ((int)lua_rawlen(L, 2) != n) return lu_error(L, "grad: %d outputs but %d gradients", n, (int)lua_rawlen(L, 2));
     Tensor **v = lua_newuserdatauv(L, sizeof(Tensor *) * (size_t)(2 * n + 2 * m + 1), 0);
-    for (int k = 0; k < n; k++) {
-        lua_rawgeti(L, 1, k + 1);
-        v[k] = lu_check_tensor(L, -1);
-        lua_rawgeti(L, 2, k + 1);
-        v[n + k] = lu_check_tensor(L, -1);
-        lua_pop(L, 2);
-    }
     Tensor **inputs = v + 2 * n, **out = v + 2 * n + m;
-    for (int i = 0; i < m; i++) {
-        lua_rawgeti(L, 3, i + 1);
-        inputs[i] = lu_check_tensor(L, -1);
-        lua_pop(L, 1);
-    }
+    tensors_of_list(L, 1, n, v);
+    tensors_of_list(L, 2, n, v + n);
+    tensors_of_list(L, 3, m, inputs);
     lu_gc_before_backward(L);
     lua_State *prev = backward_L;
     backward_L = L;

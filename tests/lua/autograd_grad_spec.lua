@@ -71,7 +71,7 @@ describe("autograd.grad", function()
     support.expect_error(function() local _ = ag.grad((x * 2):sum(), x, {create_graph = true}) end,
       "autograd.grad: create_graph = true is not supported")
     support.expect_error(function() local _ = ag.grad(x * 2, x) end,
-      "autograd.grad: grad can be implicitly created only for scalar outputs")
+      "autograd.grad: grad can be implicitly created only for one-element outputs")
     support.expect_error(function() local _ = ag.grad((x * 2):sum(), accel.ones(2)) end,
       "autograd.grad: inputs[1] does not require grad")
     support.expect_error(function() local _ = ag.grad(accel.ones(1):sum(), x) end,

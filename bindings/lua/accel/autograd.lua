@@ -247,6 +247,26 @@ local function keywords_only(v)
   return true
 end
 
+-- The gradient of each root: given[i], or ones for a one-element root (op,
+-- the names of the roots' and the gradients' arguments: for errors)
+local function root_grads(op, roots, given, roots_name, given_name)
+  local grads = {}
+  for i, root in ipairs(roots) do
+    local g = given and given[i]
+    if g == nil then
+      if root:numel() ~= 1 then
+        util.raise("%s: grad can be implicitly created only for one-element outputs (%s[%d] has shape %s)", op,
+          roots_name, i, tostring(root.shape))
+      end
+      g = accel.ones_like(root)
+    elseif not accel.is_tensor(g) then
+      util.raise("%s: %s[%d] is a %s, not a tensor", op, given_name, i, type(g))
+    end
+    grads[i] = g
+  end
+  return grads
+end
+
 function autograd.backward(t, grad_tensors, ...)
   local raise = util.raise
   local a
@@ -277,22 +297,10 @@ function autograd.backward(t, grad_tensors, ...)
       raise("autograd.backward: %d tensors but a gradient at index %s", #t, tostring(k))
     end
   end
-  local grads = {}
   for i = 1, #t do
-    local root, g = t[i], grad and grad[i]
-    if not accel.is_tensor(root) then raise("autograd.backward: tensors[%d] is a %s, not a tensor", i, type(root)) end
-    if g == nil then
-      if root:numel() ~= 1 then
-        raise("autograd.backward: grad can be implicitly created only for one-element outputs (tensors[%d] has shape "
-          .. "%s)", i, tostring(root.shape))
-      end
-      g = accel.ones_like(root)
-    elseif not accel.is_tensor(g) then
-      raise("autograd.backward: grad_tensors[%d] is a %s, not a tensor", i, type(g))
-    end
-    grads[i] = g
+    if not accel.is_tensor(t[i]) then raise("autograd.backward: tensors[%d] is a %s, not a tensor", i, type(t[i])) end
   end
-  accel._C.backward_many(t, grads, retain)
+  accel._C.backward_many(t, root_grads("autograd.backward", t, grad, "tensors", "grad_tensors"), retain)
 end
 
 -- a tensor or a list of tensors as a list (what: the argument, for errors)
@@ -327,23 +335,12 @@ function autograd.grad(outputs, inputs, ...)
   if given ~= nil and type(given) ~= "table" then
     raise("autograd.grad: grad_outputs must be a tensor or a list of tensors, got %s", type(given))
   end
-  local grads = {}
   for i, y in ipairs(outputs) do
     if not y.requires_grad then
       raise("autograd.grad: element %d of tensors does not require grad and does not have a grad_fn", i)
     end
-    local g = given and given[i]
-    if g == nil then
-      if y:numel() ~= 1 then
-        raise("autograd.grad: grad can be implicitly created only for scalar outputs (outputs[%d] has shape %s)", i,
-          tostring(y.shape))
-      end
-      g = accel.ones_like(y)
-    elseif not accel.is_tensor(g) then
-      raise("autograd.grad: grad_outputs[%d] is a %s, not a tensor", i, type(g))
-    end
-    grads[i] = g
   end
+  local grads = root_grads("autograd.grad", outputs, given, "outputs", "grad_outputs")
   for i, x in ipairs(inputs) do
     if not x.requires_grad then raise("autograd.grad: inputs[%d] does not require grad", i) end
   end
