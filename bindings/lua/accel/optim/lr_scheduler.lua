@@ -613,6 +613,34 @@ local function phases(total, pct, three)
   }
 end
 
+-- group g's momentum, or Adam's beta1, set to m
+local function set_momentum(self, g, m)
+  if self.use_beta1 then g.betas = {m, g.betas[2]} else g.momentum = m end
+end
+
+-- OneCycleLR's and CyclicLR's cycle_momentum: the optimizer must have a
+-- momentum or betas (else "optimizer must support <what> ..."); a fresh
+-- schedule starts every group at max_momentum. Returns the per-group
+-- max and base momenta (nil without cycling).
+local function cycle_momentum(self, name, what, a, optimizer, fresh)
+  self.cycle_momentum = a.cycle_momentum and true or false
+  if not self.cycle_momentum then return end
+  local d = optimizer.defaults or optimizer.param_groups[1] or {}
+  if d.momentum == nil and d.betas == nil then
+    raise("%s: optimizer must support %s with `cycle_momentum` option enabled", name, what)
+  end
+  self.use_beta1 = d.betas ~= nil
+  local maxm = per_group(name, "max_momentum", optimizer, a.max_momentum)
+  local basem = per_group(name, "base_momentum", optimizer, a.base_momentum)
+  if fresh then
+    for i, g in ipairs(optimizer.param_groups) do
+      set_momentum(self, g, maxm[i])
+      g.max_momentum, g.base_momentum = maxm[i], basem[i]
+    end
+  end
+  return maxm, basem
+end
+
 local OneCycleLR = scheduler_class("OneCycleLR", ONECYCLE_SPEC, function(self, a, optimizer)
   local name = "OneCycleLR"
   if a.total_steps == nil and (a.epochs == nil or a.steps_per_epoch == nil) then
@@ -643,23 +671,7 @@ local OneCycleLR = scheduler_class("OneCycleLR", ONECYCLE_SPEC, function(self, a
       g.min_lr = g.initial_lr / final_div
     end
   end
-  self.cycle_momentum = a.cycle_momentum and true or false
-  if self.cycle_momentum then
-    local d = optimizer.defaults or optimizer.param_groups[1] or {}
-    if d.momentum == nil and d.betas == nil then
-      raise("%s: optimizer must support momentum with `cycle_momentum` option enabled", name)
-    end
-    self.use_beta1 = d.betas ~= nil
-    local maxm = per_group(name, "max_momentum", optimizer, a.max_momentum)
-    local basem = per_group(name, "base_momentum", optimizer, a.base_momentum)
-    if fresh then
-      for i, g in ipairs(optimizer.param_groups) do
-        if self.use_beta1 then g.betas = {maxm[i], g.betas[2]} else g.momentum = maxm[i] end
-        g.max_momentum = maxm[i]
-        g.base_momentum = basem[i]
-      end
-    end
-  end
+  cycle_momentum(self, name, "momentum", a, optimizer, fresh)
 end)
 
 local function anneal(strategy, start, stop, pct)
@@ -706,7 +718,7 @@ function OneCycleLR:get_lr()
     end
     lrs[gi] = lr
     if self.cycle_momentum then
-      if self.use_beta1 then g.betas = {mom, g.betas[2]} else g.momentum = mom end
+      set_momentum(self, g, mom)
     end
   end
   return lrs
@@ -971,22 +983,7 @@ local CyclicLR = scheduler_class("CyclicLR", CYCLIC_SPEC, function(self, a, opti
   self.mode, self.gamma = a.mode, need_number(name, "gamma", a.gamma)
   self._scale_fn_custom = a.scale_fn
   self.scale_mode = a.scale_fn ~= nil and a.scale_mode or (a.mode == "exp_range" and "iterations" or "cycle")
-  self.cycle_momentum = a.cycle_momentum and true or false
-  if self.cycle_momentum then
-    local d = optimizer.defaults or optimizer.param_groups[1] or {}
-    if d.momentum == nil and d.betas == nil then
-      raise("%s: optimizer must support momentum or beta1 with `cycle_momentum` option enabled", name)
-    end
-    self.use_beta1 = d.betas ~= nil
-    self.base_momentums = per_group(name, "base_momentum", optimizer, a.base_momentum)
-    self.max_momentums = per_group(name, "max_momentum", optimizer, a.max_momentum)
-    if fresh then
-      for i, g in ipairs(optimizer.param_groups) do
-        if self.use_beta1 then g.betas = {self.max_momentums[i], g.betas[2]} else g.momentum = self.max_momentums[i] end
-        g.max_momentum, g.base_momentum = self.max_momentums[i], self.base_momentums[i]
-      end
-    end
-  end
+  self.max_momentums, self.base_momentums = cycle_momentum(self, name, "momentum or beta1", a, optimizer, fresh)
 end)
 
 function CyclicLR:scale_fn(x)
@@ -1005,7 +1002,7 @@ function CyclicLR:get_lr()
   if self.cycle_momentum then
     for i, g in ipairs(self.optimizer.param_groups) do
       local m = self.max_momentums[i] - (self.max_momentums[i] - self.base_momentums[i]) * factor * scale
-      if self.use_beta1 then g.betas = {m, g.betas[2]} else g.momentum = m end
+      set_momentum(self, g, m)
     end
   end
   return lrs
